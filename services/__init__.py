@@ -1,0 +1,1 @@
+"""durable-ops: durable, owner-scoped long-running operations."""

@@ -1,0 +1,100 @@
+"""Bounds of SPEC §3. Values beyond them are rejected, never clamped.
+
+Column widths in ``services.storage.schema`` are derived from these constants,
+so a bound and the column that stores it cannot disagree.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+
+from services.model.errors import InvalidArgument
+
+TASK_TYPE_MAX = 64
+IDEMPOTENCY_KEY_MAX = 128
+SUBJECT_TYPE_MAX = 32
+SUBJECT_ID_MAX = 64
+OWNER_ID_MAX = 64
+MAX_ATTEMPTS_RANGE = (1, 10)
+RETRY_DELAY_SECONDS_RANGE = (1, 3600)
+LEASE_SECONDS_RANGE = (5, 600)
+DEADLINE_MAX_AHEAD = timedelta(hours=24)
+PROGRESS_RANGE = (0, 100)
+PRIORITY_RANGE = (-1000, 1000)
+FAILURE_CODE_MAX = 64
+FAILURE_MESSAGE_MAX = 512
+PROVIDER_MAX = 32
+MODEL_MAX = 128
+ROUTE_MAX = 16
+
+_TASK_TYPE = re.compile(r"[a-z0-9._-]+")
+_OWNER_ID = re.compile(r"[A-Za-z0-9._@:-]+")
+_KEY_TEXT = re.compile(r"[\x21-\x7e]+")
+
+
+def text(field: str, value: str, max_length: int, *, required: bool = True) -> str:
+    if required and not value:
+        raise InvalidArgument(field, "is required")
+    if len(value) > max_length:
+        raise InvalidArgument(field, f"must be at most {max_length} characters")
+    return value
+
+
+def int_range(field: str, value: int, bounds: tuple[int, int]) -> int:
+    low, high = bounds
+    if not low <= value <= high:
+        raise InvalidArgument(field, f"must be between {low} and {high}")
+    return value
+
+
+def task_type(value: str) -> str:
+    text("task_type", value, TASK_TYPE_MAX)
+    if not _TASK_TYPE.fullmatch(value):
+        raise InvalidArgument("task_type", "may contain only a-z, 0-9, '.', '_' and '-'")
+    return value
+
+
+def owner_id(value: str) -> str:
+    text("owner", value, OWNER_ID_MAX)
+    if not _OWNER_ID.fullmatch(value):
+        raise InvalidArgument("owner", "may contain only letters, digits and . _ @ : -")
+    return value
+
+
+def idempotency_key(value: str) -> str:
+    text("idempotency_key", value, IDEMPOTENCY_KEY_MAX)
+    if not _KEY_TEXT.fullmatch(value):
+        raise InvalidArgument("idempotency_key", "must be printable ASCII without spaces")
+    return value
+
+
+def subject(subject_type: str, subject_id: str) -> tuple[str, str]:
+    text("subject_type", subject_type, SUBJECT_TYPE_MAX)
+    text("subject_id", subject_id, SUBJECT_ID_MAX)
+    if not _TASK_TYPE.fullmatch(subject_type):
+        raise InvalidArgument("subject_type", "may contain only a-z, 0-9, '.', '_' and '-'")
+    if not _KEY_TEXT.fullmatch(subject_id):
+        raise InvalidArgument("subject_id", "must be printable ASCII without spaces")
+    return subject_type, subject_id
+
+
+def deadline(value: datetime, now: datetime) -> datetime:
+    if value <= now:
+        raise InvalidArgument("deadline", "must be in the future")
+    if value - now > DEADLINE_MAX_AHEAD:
+        raise InvalidArgument("deadline", "must be at most 24 hours ahead")
+    return value
+
+
+def provenance(provider: str, model: str, route: str) -> tuple[str, str, str]:
+    text("provider", provider, PROVIDER_MAX, required=False)
+    text("model", model, MODEL_MAX, required=False)
+    text("route", route, ROUTE_MAX, required=False)
+    return provider, model, route
+
+
+def failure(code: str, message: str) -> tuple[str, str]:
+    text("failure_code", code, FAILURE_CODE_MAX)
+    text("failure_message", message, FAILURE_MESSAGE_MAX, required=False)
+    return code, message

@@ -1,0 +1,83 @@
+"""The domain error tree, shared by every layer.
+
+Each error carries a stable ``code`` (what clients branch on) and a ``kind``
+that the one translation table in ``services.rpc.errors`` maps to a gRPC status
+and the gateway maps on to HTTP:
+
+    DomainError
+    ├── InvalidArgument      kind=invalid_argument     (a bound or format broken; names the field)
+    ├── Unauthenticated      kind=unauthenticated
+    ├── PermissionDenied     kind=permission_denied    (wrong scope, not entitled, AI off for user)
+    ├── NotFound             kind=not_found            (also another owner's row: existence never leaks)
+    ├── Conflict             kind=conflict             (idempotency key reused for another request)
+    ├── InvalidTransition    kind=failed_precondition  (the state does not allow the event)
+    ├── LeaseLost            kind=aborted              (token wrong, lease expired or taken over)
+    ├── CapacityExceeded     kind=resource_exhausted   (carries retry_after_seconds)
+    └── Unavailable          kind=unavailable          (AI off globally, dependency down)
+"""
+
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    kind = "internal"
+    code = "internal"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+
+class InvalidArgument(DomainError):
+    kind = "invalid_argument"
+    code = "invalid_argument"
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class Unauthenticated(DomainError):
+    kind = "unauthenticated"
+    code = "unauthenticated"
+
+
+class PermissionDenied(DomainError):
+    kind = "permission_denied"
+    code = "permission_denied"
+
+
+class NotFound(DomainError):
+    kind = "not_found"
+    code = "not_found"
+
+
+class Conflict(DomainError):
+    kind = "conflict"
+    code = "idempotency_conflict"
+
+
+class InvalidTransition(DomainError):
+    kind = "failed_precondition"
+    code = "invalid_state"
+
+
+class LeaseLost(DomainError):
+    kind = "aborted"
+    code = "lease_lost"
+
+
+class CapacityExceeded(DomainError):
+    kind = "resource_exhausted"
+    code = "capacity_exceeded"
+
+    def __init__(self, message: str, *, retry_after_seconds: int) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds
+
+
+class Unavailable(DomainError):
+    kind = "unavailable"
+    code = "unavailable"

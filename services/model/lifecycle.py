@@ -1,0 +1,228 @@
+"""The operation lifecycle of SPEC §3 as pure decisions.
+
+``decide(facts, event, now)`` answers, for one operation and one event, what the
+operation becomes, or raises why the event is refused. Storage reads the
+facts (or guards on them in SQL) and applies the decision with a guarded
+UPDATE; it never decides anything itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from services.model import bounds
+from services.model.errors import InvalidTransition, LeaseLost
+from services.model.states import PENDING_STATES, OperationState
+
+S = OperationState
+
+DEADLINE_FAILURE_CODE = "deadline_exceeded"
+LEASE_FAILURE_CODE = "lease_expired"
+
+
+class Event(StrEnum):
+    CLAIM = "claim"  # a local-route worker
+    CLAIM_EXTERNAL = "claim_external"  # a worker holding the external route
+    HEARTBEAT = "heartbeat"
+    COMPLETE = "complete"
+    FAIL_RETRYABLE = "fail_retryable"
+    FAIL_PERMANENT = "fail_permanent"
+    REQUEST_FALLBACK = "request_fallback"
+    ACKNOWLEDGE_CANCEL = "acknowledge_cancel"
+    CANCEL = "cancel"  # the owner
+    RETRY = "retry"  # the owner
+    SWEEP = "sweep"  # the sweeper: lease expiry or deadline
+
+
+WORKER_EVENTS = frozenset(
+    {
+        Event.HEARTBEAT,
+        Event.COMPLETE,
+        Event.FAIL_RETRYABLE,
+        Event.FAIL_PERMANENT,
+        Event.REQUEST_FALLBACK,
+        Event.ACKNOWLEDGE_CANCEL,
+    }
+)
+
+# States that an exact repeat of a lease-holder's terminal call may find. The
+# lease token must still match (storage checks it): a re-claim replaces it.
+DUPLICATE_RESULTS: dict[Event, frozenset[OperationState]] = {
+    Event.COMPLETE: frozenset({S.SUCCEEDED}),
+    Event.FAIL_PERMANENT: frozenset({S.FAILED}),
+    Event.FAIL_RETRYABLE: frozenset({S.WAITING_FOR_RETRY, S.FAILED, S.CANCELLED}),
+    Event.REQUEST_FALLBACK: frozenset({S.WAITING_FOR_EXTERNAL_FALLBACK, S.CANCELLED}),
+    Event.ACKNOWLEDGE_CANCEL: frozenset({S.CANCELLED}),
+}
+
+CLAIMABLE: dict[Event, frozenset[OperationState]] = {
+    Event.CLAIM: frozenset({S.QUEUED, S.WAITING_FOR_RETRY}),
+    Event.CLAIM_EXTERNAL: frozenset({S.QUEUED, S.WAITING_FOR_RETRY, S.WAITING_FOR_EXTERNAL_FALLBACK}),
+}
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the rules need to know about one operation."""
+
+    state: OperationState
+    attempt: int
+    max_attempts: int
+    retry_delay_seconds: int
+    cancel_requested: bool = False
+    deadline_at: datetime | None = None
+    next_attempt_at: datetime | None = None
+    lease_expires_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What an operation becomes. ``changed=False`` means: leave the row alone."""
+
+    state: OperationState
+    attempt: int
+    cancel_requested: bool
+    next_attempt_at: datetime | None
+    notify: bool = False  # write the one terminal notification in the same transaction
+    failure_code: str | None = None  # set when the rules themselves fail the operation
+    remove_notification: bool = False
+    changed: bool = True
+
+    @property
+    def terminal(self) -> bool:
+        return self.state.is_terminal
+
+
+def backoff(attempt: int, retry_delay_seconds: int) -> timedelta:
+    """Exponential from the operation's retry delay, bounded by the largest allowed delay."""
+    exponent = max(attempt - 1, 0)
+    ceiling = bounds.RETRY_DELAY_SECONDS_RANGE[1]
+    return timedelta(seconds=min(retry_delay_seconds * 2 ** min(exponent, 16), ceiling))
+
+
+def lease_expiry(now: datetime, lease_seconds: int) -> datetime:
+    bounds.int_range("lease_seconds", lease_seconds, bounds.LEASE_SECONDS_RANGE)
+    return now + timedelta(seconds=lease_seconds)
+
+
+def lease_expired(facts: Facts, now: datetime) -> bool:
+    return (
+        facts.state is S.RUNNING
+        and facts.lease_expires_at is not None
+        and facts.lease_expires_at <= now
+    )
+
+
+def deadline_passed(facts: Facts, now: datetime) -> bool:
+    return facts.deadline_at is not None and facts.deadline_at <= now
+
+
+def is_due(facts: Facts, now: datetime) -> bool:
+    return facts.state is not S.WAITING_FOR_RETRY or (
+        facts.next_attempt_at is None or facts.next_attempt_at <= now
+    )
+
+
+def _unchanged(facts: Facts) -> Decision:
+    return Decision(
+        facts.state, facts.attempt, facts.cancel_requested, facts.next_attempt_at, changed=False
+    )
+
+
+def _terminal(facts: Facts, state: OperationState, failure_code: str | None = None) -> Decision:
+    return Decision(state, facts.attempt, facts.cancel_requested, None, True, failure_code)
+
+
+def _fail_closed(facts: Facts) -> Decision:
+    return _terminal(facts, S.FAILED, DEADLINE_FAILURE_CODE)
+
+
+def _after_lost_attempt(facts: Facts, now: datetime, failure_code: str | None) -> Decision:
+    """A running attempt ended without success: cancel, retry later, or fail for good."""
+    if facts.cancel_requested:
+        return _terminal(facts, S.CANCELLED)
+    if facts.attempt < facts.max_attempts:
+        due = now + backoff(facts.attempt, facts.retry_delay_seconds)
+        return Decision(S.WAITING_FOR_RETRY, facts.attempt, False, due, failure_code=failure_code)
+    return _terminal(facts, S.FAILED, failure_code)
+
+
+def _claim(facts: Facts, event: Event, now: datetime) -> Decision:
+    if facts.state not in CLAIMABLE[event] or not is_due(facts, now):
+        raise InvalidTransition(f"{facts.state} is not claimable now")
+    if deadline_passed(facts, now):
+        return _fail_closed(facts)
+    # A fallback claim continues the attempt the local route could not serve.
+    attempt = facts.attempt if facts.state is S.WAITING_FOR_EXTERNAL_FALLBACK else facts.attempt + 1
+    return Decision(S.RUNNING, attempt, False, None)
+
+
+def _worker(facts: Facts, event: Event, now: datetime) -> Decision:
+    if facts.state is not S.RUNNING:
+        if facts.state in DUPLICATE_RESULTS.get(event, frozenset()):
+            return _unchanged(facts)
+        raise LeaseLost(f"the lease is gone: the operation is {facts.state}")
+    if lease_expired(facts, now):
+        raise LeaseLost("the lease has expired")
+    if event is Event.HEARTBEAT:
+        return _unchanged(facts)
+    if event is Event.COMPLETE:
+        return _terminal(facts, S.SUCCEEDED)
+    if event is Event.FAIL_PERMANENT:
+        return _terminal(facts, S.FAILED)
+    if event is Event.FAIL_RETRYABLE:
+        return _after_lost_attempt(facts, now, None)
+    if event is Event.REQUEST_FALLBACK:
+        if facts.cancel_requested:
+            return _terminal(facts, S.CANCELLED)
+        return Decision(S.WAITING_FOR_EXTERNAL_FALLBACK, facts.attempt, False, None)
+    # ACKNOWLEDGE_CANCEL
+    if not facts.cancel_requested:
+        raise InvalidTransition("cancellation was not requested")
+    return _terminal(facts, S.CANCELLED)
+
+
+def _cancel(facts: Facts) -> Decision:
+    if facts.state in PENDING_STATES:
+        return replace(_terminal(facts, S.CANCELLED), cancel_requested=True)
+    if facts.state is S.RUNNING:
+        if facts.cancel_requested:
+            return _unchanged(facts)
+        return Decision(S.RUNNING, facts.attempt, True, None)
+    if facts.state is S.CANCELLED:
+        return _unchanged(facts)
+    raise InvalidTransition(f"the operation has already {facts.state}", code="already_terminal")
+
+
+def _retry(facts: Facts) -> Decision:
+    if facts.state not in (S.FAILED, S.CANCELLED):
+        raise InvalidTransition(
+            f"only failed or cancelled operations can be retried, not {facts.state}",
+            code="not_retryable",
+        )
+    return Decision(S.QUEUED, 0, False, None, remove_notification=True)
+
+
+def _sweep(facts: Facts, now: datetime) -> Decision:
+    if lease_expired(facts, now):
+        if deadline_passed(facts, now) and not facts.cancel_requested:
+            return _fail_closed(facts)
+        return _after_lost_attempt(facts, now, LEASE_FAILURE_CODE)
+    if facts.state in PENDING_STATES and deadline_passed(facts, now):
+        return _fail_closed(facts)
+    raise InvalidTransition("nothing to sweep")
+
+
+def decide(facts: Facts, event: Event, now: datetime) -> Decision:
+    """The one entry point: what ``event`` does to an operation described by ``facts``."""
+    if event in CLAIMABLE:
+        return _claim(facts, event, now)
+    if event in WORKER_EVENTS:
+        return _worker(facts, event, now)
+    if event is Event.CANCEL:
+        return _cancel(facts)
+    if event is Event.RETRY:
+        return _retry(facts)
+    return _sweep(facts, now)

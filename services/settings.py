@@ -1,0 +1,174 @@
+"""Settings, read once from ``OPS_*`` environment variables.
+
+Every tunable of every process lives here so the README table and the code
+cannot drift apart: ``tests/unit/test_settings.py`` checks that each field is
+documented.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+DEFAULT_SQLITE_PATH = Path("var") / "durable-ops.sqlite3"
+
+
+class SettingsError(ValueError):
+    """An ``OPS_*`` variable holds a value that cannot be used."""
+
+
+def _bool(name: str, raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off", ""}:
+        return False
+    raise SettingsError(f"OPS_{name.upper()} must be true or false, not {raw!r}")
+
+
+def _int(name: str, raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise SettingsError(f"OPS_{name.upper()} must be an integer, not {raw!r}") from exc
+
+
+def _float(name: str, raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise SettingsError(f"OPS_{name.upper()} must be a number, not {raw!r}") from exc
+
+
+def _doc(text: str) -> dict[str, str]:
+    return {"doc": text}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Process configuration. Field ``x`` is read from ``OPS_X``."""
+
+    database_url: str = field(
+        default=f"sqlite:///{DEFAULT_SQLITE_PATH}",
+        metadata=_doc("SQLAlchemy URL; MariaDB as `mysql+pymysql://user:pw@host/db`"),
+    )
+    jwt_secret: str = field(
+        default="dev-insecure-jwt-secret-change-me",
+        metadata=_doc("HS256 secret for user JWTs (set it in production)"),
+    )
+    jwt_issuer: str = field(default="", metadata=_doc("when set, user JWTs must carry this `iss`"))
+    jwt_audience: str = field(
+        default="", metadata=_doc("when set, user JWTs must carry this `aud`")
+    )
+    service_secret: str = field(
+        default="dev-insecure-service-secret-change-me",
+        metadata=_doc("HS256 secret for service credentials between processes"),
+    )
+    dev_login: bool = field(
+        default=False, metadata=_doc("enables `GET /auth/dev-login?user=U` (never in production)")
+    )
+    gateway_bind: str = field(default="127.0.0.1:8080", metadata=_doc("gateway HTTP address"))
+    operations_bind: str = field(
+        default="127.0.0.1:50051", metadata=_doc("Operations gRPC listen address")
+    )
+    notifications_bind: str = field(
+        default="127.0.0.1:50052", metadata=_doc("Notifications gRPC listen address")
+    )
+    ai_admission_bind: str = field(
+        default="127.0.0.1:50053", metadata=_doc("AI Admission gRPC listen address")
+    )
+    workspace_bind: str = field(
+        default="127.0.0.1:50054", metadata=_doc("Workspace gRPC listen address")
+    )
+    dev_model_bind: str = field(
+        default="127.0.0.1:8090", metadata=_doc("development model HTTP address")
+    )
+    operations_target: str = field(
+        default="127.0.0.1:50051", metadata=_doc("where clients reach the Operations service")
+    )
+    notifications_target: str = field(
+        default="127.0.0.1:50052", metadata=_doc("where clients reach the Notifications service")
+    )
+    ai_admission_target: str = field(
+        default="127.0.0.1:50053", metadata=_doc("where clients reach the AI Admission service")
+    )
+    workspace_target: str = field(
+        default="127.0.0.1:50054", metadata=_doc("where clients reach the Workspace service")
+    )
+    sweep_interval_seconds: float = field(
+        default=1.0, metadata=_doc("how often the Operations process sweeps leases and deadlines")
+    )
+    ai_user_limit: int = field(
+        default=2, metadata=_doc("active AI operations allowed per user")
+    )
+    ai_global_limit: int = field(
+        default=20, metadata=_doc("active AI operations allowed in total")
+    )
+    workers_ai_operations_enabled: bool = field(
+        default=False, metadata=_doc("the AI worker claims work only when true")
+    )
+    worker_concurrency: int = field(
+        default=1, metadata=_doc("inferences one AI worker runs at once")
+    )
+    worker_poll_seconds: float = field(
+        default=0.5, metadata=_doc("AI worker idle poll interval")
+    )
+    worker_lease_seconds: int = field(
+        default=60, metadata=_doc("lease the AI worker asks for on each claim")
+    )
+    worker_task_timeout_seconds: float = field(
+        default=120.0, metadata=_doc("per-inference timeout enforced by the AI worker")
+    )
+    host_store_dir: str = field(
+        default="", metadata=_doc("host operation store directory the AI worker locks (0700)")
+    )
+    host_id: str = field(default="", metadata=_doc("host identity; defaults to the hostname"))
+    ai_local_url: str = field(
+        default="http://127.0.0.1:8090/v1", metadata=_doc("OpenAI-compatible local model base URL")
+    )
+    ai_local_model: str = field(default="dev-heuristic", metadata=_doc("local model name"))
+    ai_external_url: str = field(
+        default="", metadata=_doc("OpenAI-compatible external base URL; empty disables it")
+    )
+    ai_external_model: str = field(default="", metadata=_doc("external model name"))
+    ai_external_api_key: str = field(default="", metadata=_doc("external route bearer key"))
+    ai_circuit_failures: int = field(
+        default=3, metadata=_doc("consecutive local failures that open the circuit")
+    )
+    ai_circuit_cooldown_seconds: float = field(
+        default=30.0, metadata=_doc("seconds before an open circuit half-opens")
+    )
+    log_level: str = field(default="info", metadata=_doc("debug, info, warning or error"))
+    log_json: str = field(
+        default="auto", metadata=_doc("`auto` (JSON unless on a TTY), `true` or `false`")
+    )
+    ui_unread_poll_ms: int = field(
+        default=60000, metadata=_doc("bell unread-count poll interval in the web UI")
+    )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            raw = env.get(f"OPS_{f.name.upper()}")
+            if raw is None:
+                continue
+            if f.type == "bool":
+                values[f.name] = _bool(f.name, raw)
+            elif f.type == "int":
+                values[f.name] = _int(f.name, raw)
+            elif f.type == "float":
+                values[f.name] = _float(f.name, raw)
+            else:
+                values[f.name] = raw
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def documented_variables() -> list[tuple[str, str, str]]:
+    """(variable, default, description) for every setting, for the README."""
+    return [
+        (f"OPS_{f.name.upper()}", str(f.default), f.metadata.get("doc", "")) for f in fields(Settings)
+    ]
