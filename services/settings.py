@@ -100,21 +100,15 @@ class Settings:
     sweep_interval_seconds: float = field(
         default=1.0, metadata=_doc("how often the Operations process sweeps leases and deadlines")
     )
-    ai_user_limit: int = field(
-        default=2, metadata=_doc("active AI operations allowed per user")
-    )
-    ai_global_limit: int = field(
-        default=20, metadata=_doc("active AI operations allowed in total")
-    )
+    ai_user_limit: int = field(default=2, metadata=_doc("active AI operations allowed per user"))
+    ai_global_limit: int = field(default=20, metadata=_doc("active AI operations allowed in total"))
     workers_ai_operations_enabled: bool = field(
         default=False, metadata=_doc("the AI worker claims work only when true")
     )
     worker_concurrency: int = field(
         default=1, metadata=_doc("inferences one AI worker runs at once")
     )
-    worker_poll_seconds: float = field(
-        default=0.5, metadata=_doc("AI worker idle poll interval")
-    )
+    worker_poll_seconds: float = field(default=0.5, metadata=_doc("AI worker idle poll interval"))
     worker_lease_seconds: int = field(
         default=60, metadata=_doc("lease the AI worker asks for on each claim")
     )
@@ -170,5 +164,6 @@ class Settings:
 def documented_variables() -> list[tuple[str, str, str]]:
     """(variable, default, description) for every setting, for the README."""
     return [
-        (f"OPS_{f.name.upper()}", str(f.default), f.metadata.get("doc", "")) for f in fields(Settings)
+        (f"OPS_{f.name.upper()}", str(f.default), f.metadata.get("doc", ""))
+        for f in fields(Settings)
     ]

@@ -8,7 +8,7 @@ and the gateway maps on to HTTP:
     ├── InvalidArgument      kind=invalid_argument     (a bound or format broken; names the field)
     ├── Unauthenticated      kind=unauthenticated
     ├── PermissionDenied     kind=permission_denied    (wrong scope, not entitled, AI off for user)
-    ├── NotFound             kind=not_found            (also another owner's row: existence never leaks)
+    ├── NotFound             kind=not_found            (also another owner's row: never leaks)
     ├── Conflict             kind=conflict             (idempotency key reused for another request)
     ├── InvalidTransition    kind=failed_precondition  (the state does not allow the event)
     ├── LeaseLost            kind=aborted              (token wrong, lease expired or taken over)

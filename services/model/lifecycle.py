@@ -59,7 +59,9 @@ DUPLICATE_RESULTS: dict[Event, frozenset[OperationState]] = {
 
 CLAIMABLE: dict[Event, frozenset[OperationState]] = {
     Event.CLAIM: frozenset({S.QUEUED, S.WAITING_FOR_RETRY}),
-    Event.CLAIM_EXTERNAL: frozenset({S.QUEUED, S.WAITING_FOR_RETRY, S.WAITING_FOR_EXTERNAL_FALLBACK}),
+    Event.CLAIM_EXTERNAL: frozenset(
+        {S.QUEUED, S.WAITING_FOR_RETRY, S.WAITING_FOR_EXTERNAL_FALLBACK}
+    ),
 }
 
 

@@ -27,7 +27,10 @@ _OUTCOMES: dict[OperationState, tuple[str, str]] = {
         "{name} could not be completed",
         "You can retry it from your operations page.",
     ),
-    OperationState.CANCELLED: ("{name} was cancelled", "You can retry it from your operations page."),
+    OperationState.CANCELLED: (
+        "{name} was cancelled",
+        "You can retry it from your operations page.",
+    ),
 }
 
 

@@ -34,13 +34,17 @@ Scope = OwnerScope | NeutralScope
 
 def require_owner(scope: Scope) -> OwnerScope:
     if not isinstance(scope, OwnerScope):
-        raise PermissionDenied("this call needs an owner scope (x-owner-id)", code="owner_scope_required")
+        raise PermissionDenied(
+            "this call needs an owner scope (x-owner-id)", code="owner_scope_required"
+        )
     return scope
 
 
 def require_neutral_worker(scope: Scope) -> NeutralScope:
     if not isinstance(scope, NeutralScope) or scope.role is not Role.WORKER:
-        raise PermissionDenied("claims run only in the neutral worker scope", code="neutral_scope_required")
+        raise PermissionDenied(
+            "claims run only in the neutral worker scope", code="neutral_scope_required"
+        )
     return scope
 
 
@@ -48,5 +52,7 @@ def require_worker_owner(scope: Scope) -> OwnerScope:
     """Lease mutations: a worker re-entering the owner scope it claimed for."""
     owner = require_owner(scope)
     if owner.role is not Role.WORKER:
-        raise PermissionDenied("lease mutations need a worker credential", code="worker_role_required")
+        raise PermissionDenied(
+            "lease mutations need a worker credential", code="worker_role_required"
+        )
     return owner
