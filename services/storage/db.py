@@ -1,0 +1,177 @@
+"""Engines, transactions and the two scopes every query runs in.
+
+``Database.owner(owner_id)`` opens a transaction whose ORM queries on
+owner-bearing tables are filtered by ``owner_user_id`` in one place (a
+``do_orm_execute`` hook adding ``with_loader_criteria``), so a query written
+without a WHERE still cannot see another owner's row, and new rows are stamped
+with (and checked against) the scope's owner. ``Database.neutral()`` is the
+unfiltered scope of claims and the sweeper.
+
+Writers retry the whole transaction on MariaDB deadlocks (1213) and lock-wait
+timeouts (1205); on SQLite they take the write lock up front (``BEGIN
+IMMEDIATE``) so two writers never deadlock upgrading a read lock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import structlog
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker, with_loader_criteria
+
+from services.storage.schema import Owned
+
+log = structlog.get_logger(__name__)
+T = TypeVar("T")
+
+RETRYABLE_MYSQL_ERRORS = frozenset({1205, 1213})
+MAX_TRANSACTION_ATTEMPTS = 8
+OWNER_KEY = "owner_id"
+
+
+class OwnerMismatch(RuntimeError):
+    """A row of another owner was added inside an owner scope: a programming error."""
+
+
+def is_sqlite(url: str | URL) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def create_db_engine(url: str, *, pool_size: int = 10) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_engine(parsed)
+    return create_engine(
+        parsed,
+        pool_pre_ping=True,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_recycle=3600,
+        isolation_level="READ COMMITTED",
+        connect_args={"charset": "utf8mb4"},
+    )
+
+
+def _sqlite_engine(url: URL) -> Engine:
+    if url.database and url.database != ":memory:":
+        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy, not pysqlite, issue BEGIN so writers can BEGIN IMMEDIATE.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
+        connection.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine
+
+
+def _is_retryable(exc: OperationalError) -> bool:
+    code = exc.orig.args[0] if exc.orig is not None and exc.orig.args else None
+    return code in RETRYABLE_MYSQL_ERRORS
+
+
+def _scope_owner_filter(state: ORMExecuteState) -> None:
+    owner = state.session.info.get(OWNER_KEY)
+    if owner is None or not (state.is_select or state.is_update or state.is_delete):
+        return
+    state.statement = state.statement.options(
+        with_loader_criteria(
+            Owned,
+            lambda cls: cls.owner_user_id == owner,
+            include_aliases=True,
+            track_closure_variables=False,
+        )
+    )
+
+
+def _stamp_owner(session: Session, _context: Any, _instances: Any) -> None:
+    owner = session.info.get(OWNER_KEY)
+    if owner is None:
+        return
+    for obj in session.new:
+        if isinstance(obj, Owned):
+            if obj.owner_user_id is None:
+                obj.owner_user_id = owner
+            elif obj.owner_user_id != owner:
+                raise OwnerMismatch(f"{type(obj).__name__} of another owner added in owner scope")
+
+
+class Database:
+    """One engine and the scoped transactions over it."""
+
+    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+        self.url = url
+        self.engine = create_db_engine(url, pool_size=pool_size)
+        self.dialect = self.engine.dialect.name
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        event.listen(self._sessions, "do_orm_execute", _scope_owner_filter)
+        event.listen(self._sessions, "before_flush", _stamp_owner)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.dialect == "sqlite"
+
+    @contextmanager
+    def _transaction(self, owner_id: str | None, *, write: bool) -> Iterator[Session]:
+        bind = self.engine
+        if write and self.is_sqlite:
+            bind = self.engine.execution_options(sqlite_begin="IMMEDIATE")  # type: ignore[assignment]
+        with self._sessions(bind=bind) as session:
+            if owner_id is not None:
+                session.info[OWNER_KEY] = owner_id
+            with session.begin():
+                yield session
+
+    @contextmanager
+    def owner(self, owner_id: str, *, write: bool = True) -> Iterator[Session]:
+        """A transaction in which every owner-bearing query is filtered by ``owner_id``."""
+        if not owner_id:
+            raise ValueError("an owner scope needs an owner id")
+        with self._transaction(owner_id, write=write) as session:
+            yield session
+
+    @contextmanager
+    def neutral(self, *, write: bool = True) -> Iterator[Session]:
+        """An unfiltered transaction: claims, the sweeper, migrations checks, admin."""
+        with self._transaction(None, write=write) as session:
+            yield session
+
+    def run(
+        self,
+        work: Callable[[Session], T],
+        *,
+        owner_id: str | None,
+        write: bool = True,
+    ) -> T:
+        """Run ``work`` in one transaction, retrying the whole of it on deadlock."""
+        for attempt in range(1, MAX_TRANSACTION_ATTEMPTS + 1):
+            try:
+                with self._transaction(owner_id, write=write) as session:
+                    return work(session)
+            except OperationalError as exc:
+                if not _is_retryable(exc) or attempt == MAX_TRANSACTION_ATTEMPTS:
+                    raise
+                log.info("transaction_retry", attempt=attempt, error_code=exc.orig.args[0])
+                time.sleep(min(0.002 * 2**attempt, 0.2))
+        raise AssertionError("unreachable")
+
+    def dispose(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,87 @@
+"""Schema ownership: ``opsctl migrate`` moves the schema; services only check it.
+
+As the seeds require, no service migrates at start-up: each one calls
+``require_current`` and refuses to start on a database that is not at head.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine
+
+from services.storage.db import create_db_engine
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+class SchemaNotCurrent(RuntimeError):
+    """The database is not at the schema this code was built for."""
+
+
+def alembic_config(url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    assert head is not None
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    _prepare(url)
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str, revision: str) -> None:
+    command.downgrade(alembic_config(url), revision)
+
+
+def migrate_to(url: str, revision: str) -> None:
+    """Upgrade or downgrade, whichever reaches ``revision`` (``base`` drops everything)."""
+    engine = create_db_engine(url)
+    try:
+        current = current_revision(engine)
+    finally:
+        engine.dispose()
+    script = ScriptDirectory.from_config(alembic_config(url))
+    if revision == "base":
+        downgrade(url, "base")
+        return
+    target = script.get_revision(revision)
+    if target is None:
+        raise SchemaNotCurrent(f"unknown revision {revision!r}")
+    ancestors_of_current = (
+        {rev.revision for rev in script.iterate_revisions(current, "base")} if current else set()
+    )
+    if target.revision in ancestors_of_current and target.revision != current:
+        downgrade(url, target.revision)
+    else:
+        upgrade(url, target.revision)
+
+
+def require_current(engine: Engine) -> None:
+    current, head = current_revision(engine), head_revision()
+    if current != head:
+        raise SchemaNotCurrent(
+            f"database schema is at {current or 'nothing (empty database)'}, "
+            f"this code needs {head}: run `opsctl migrate` first"
+        )
+
+
+def _prepare(url: str) -> None:
+    engine = create_db_engine(url)  # creates the SQLite parent folder
+    engine.dispose()

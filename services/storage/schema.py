@@ -1,0 +1,268 @@
+"""The one schema: every table of durable-ops as typed SQLAlchemy 2 models.
+
+Column widths come from ``services.model.bounds`` so a bound and its column
+cannot disagree. Times are UTC with microseconds (``UtcDateTime``). Tables
+that belong to a user carry ``owner_user_id`` through the ``Owned`` mixin; the
+owner-scoped session filters every query on them by that column.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    CheckConstraint,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
+from sqlalchemy.types import CHAR, DateTime, TypeDecorator
+
+from services.model import bounds
+
+ID_LENGTH = 32  # uuid4 hex: unguessable, fixed width
+NOTE_KIND_MAX = bounds.TASK_TYPE_MAX
+JOB_TITLE_MAX = 200
+JOB_COMPANY_MAX = 200
+JOB_DESCRIPTION_MAX = 20_000
+ATTACHMENT_FILENAME_MAX = 255
+ATTACHMENT_TEXT_MAX = 200_000
+ATTACHMENT_KIND_MAX = 16
+NOTIFICATION_TITLE_MAX = 120
+NOTIFICATION_BODY_MAX = 240
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Naive UTC in the database (both engines store naive), aware UTC in Python.
+
+    MariaDB gets ``DATETIME(6)``: without the variant it silently drops
+    microseconds. A ``mariadb+pymysql`` URL has dialect name ``mariadb``, so
+    the variant is registered under both names.
+    """
+
+    impl = DateTime
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> Any:
+        if dialect.name in ("mysql", "mariadb"):
+            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        return dialect.type_descriptor(DateTime())
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetimes are ambiguous; pass an aware UTC datetime")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC)
+
+
+class LongText(TypeDecorator[str]):
+    """User text beyond MariaDB's row-size budget for VARCHAR: MEDIUMTEXT there."""
+
+    impl = Text
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> Any:
+        if dialect.name in ("mysql", "mariadb"):
+            return dialect.type_descriptor(mysql.MEDIUMTEXT())
+        return dialect.type_descriptor(Text())
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Owned:
+    """Mixin of every owner-bearing table; the owner-scoped session filters on it."""
+
+    @declared_attr
+    def owner_user_id(cls) -> Mapped[str]:  # noqa: N805 - declared_attr receives the class
+        return mapped_column(String(bounds.OWNER_ID_MAX), nullable=False)
+
+
+def _id() -> Mapped[str]:
+    return mapped_column(CHAR(ID_LENGTH), primary_key=True)
+
+
+class UserOperation(Owned, Base):
+    __tablename__ = "user_operations"
+
+    id: Mapped[str] = _id()
+    task_type: Mapped[str] = mapped_column(String(bounds.TASK_TYPE_MAX))
+    idempotency_key: Mapped[str] = mapped_column(String(bounds.IDEMPOTENCY_KEY_MAX))
+    # SHA-256 of the create request: the same key with another request is a conflict.
+    request_hash: Mapped[str] = mapped_column(CHAR(64))
+    subject_type: Mapped[str] = mapped_column(String(bounds.SUBJECT_TYPE_MAX))
+    subject_id: Mapped[str] = mapped_column(String(bounds.SUBJECT_ID_MAX))
+    state: Mapped[str] = mapped_column(String(32))
+    priority: Mapped[int] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer)
+    max_attempts: Mapped[int] = mapped_column(Integer)
+    retry_delay_seconds: Mapped[int] = mapped_column(Integer)
+    # Kept so a manual retry gets a fresh deadline the same distance ahead.
+    time_budget_seconds: Mapped[int | None] = mapped_column(Integer)
+    privacy: Mapped[str] = mapped_column(String(16))
+    progress_percent: Mapped[int] = mapped_column(Integer)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean)
+    # Only the SHA-256 of the lease token is stored; it outlives the lease so an
+    # exact duplicate terminal call from the same lease can be recognised.
+    lease_token_hash: Mapped[str | None] = mapped_column(CHAR(64))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    deadline_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    failure_code: Mapped[str | None] = mapped_column(String(bounds.FAILURE_CODE_MAX))
+    failure_message: Mapped[str | None] = mapped_column(String(bounds.FAILURE_MESSAGE_MAX))
+    provider: Mapped[str | None] = mapped_column(String(bounds.PROVIDER_MAX))
+    model: Mapped[str | None] = mapped_column(String(bounds.MODEL_MAX))
+    route: Mapped[str | None] = mapped_column(String(bounds.ROUTE_MAX))
+    result_ref: Mapped[str | None] = mapped_column(String(bounds.SUBJECT_ID_MAX))
+
+    __table_args__ = (
+        UniqueConstraint("owner_user_id", "task_type", "idempotency_key"),
+        # The claim walks this index in its ORDER BY: queued, highest priority, oldest.
+        Index(
+            "ix_user_operations_claim",
+            "state",
+            text("priority DESC"),
+            "created_at",
+        ),
+        Index("ix_user_operations_owner_listing", "owner_user_id", "created_at", "id"),
+        Index("ix_user_operations_state_deadline", "state", "deadline_at"),
+        Index(
+            "ix_user_operations_owner_subject",
+            "owner_user_id",
+            "subject_type",
+            "subject_id",
+        ),
+        CheckConstraint("progress_percent BETWEEN 0 AND 100", name="progress"),
+        CheckConstraint("max_attempts BETWEEN 1 AND 10", name="max_attempts"),
+    )
+
+
+class UserNotification(Owned, Base):
+    __tablename__ = "user_notifications"
+
+    id: Mapped[str] = _id()
+    # One current notification per operation; history deletion leaves it orphaned.
+    operation_id: Mapped[str | None] = mapped_column(
+        CHAR(ID_LENGTH),
+        ForeignKey("user_operations.id", ondelete="SET NULL"),
+        unique=True,
+    )
+    task_type: Mapped[str] = mapped_column(String(bounds.TASK_TYPE_MAX))
+    outcome: Mapped[str] = mapped_column(String(16))
+    title: Mapped[str] = mapped_column(String(NOTIFICATION_TITLE_MAX))
+    body: Mapped[str] = mapped_column(String(NOTIFICATION_BODY_MAX))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    read_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    dismissed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+    __table_args__ = (
+        Index("ix_user_notifications_owner_listing", "owner_user_id", "created_at", "id"),
+    )
+
+
+class Job(Owned, Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = _id()
+    title: Mapped[str] = mapped_column(String(JOB_TITLE_MAX))
+    company: Mapped[str] = mapped_column(String(JOB_COMPANY_MAX))
+    description: Mapped[str] = mapped_column(LongText)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+    __table_args__ = (Index("ix_jobs_owner_listing", "owner_user_id", "created_at", "id"),)
+
+
+class Attachment(Owned, Base):
+    __tablename__ = "attachments"
+
+    id: Mapped[str] = _id()
+    kind: Mapped[str] = mapped_column(String(ATTACHMENT_KIND_MAX))
+    filename: Mapped[str] = mapped_column(String(ATTACHMENT_FILENAME_MAX))
+    text: Mapped[str] = mapped_column(LongText)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+    __table_args__ = (
+        Index("ix_attachments_owner_listing", "owner_user_id", "created_at", "id"),
+    )
+
+
+class UserAiSettings(Owned, Base):
+    __tablename__ = "user_ai_settings"
+
+    id: Mapped[str] = _id()
+    ai_enabled: Mapped[bool] = mapped_column(Boolean)
+    privacy: Mapped[str] = mapped_column(String(16))
+    plan: Mapped[str] = mapped_column(String(8))
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+    __table_args__ = (UniqueConstraint("owner_user_id"),)
+
+
+class AiWorkspaceNote(Owned, Base):
+    __tablename__ = "ai_workspace_notes"
+
+    id: Mapped[str] = _id()
+    kind: Mapped[str] = mapped_column(String(NOTE_KIND_MAX))
+    subject_type: Mapped[str] = mapped_column(String(bounds.SUBJECT_TYPE_MAX))
+    subject_id: Mapped[str] = mapped_column(String(bounds.SUBJECT_ID_MAX))
+    # The operation whose attempt published this body: a retried attempt of the
+    # same operation finds it and publishes nothing twice.
+    operation_id: Mapped[str | None] = mapped_column(
+        CHAR(ID_LENGTH), ForeignKey("user_operations.id", ondelete="SET NULL")
+    )
+    body: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+    __table_args__ = (UniqueConstraint("owner_user_id", "kind", "subject_type", "subject_id"),)
+
+
+class AiAdmissionControl(Base):
+    """One row: the live global AI switch, and the lock admission takes.
+
+    Admission locks this row (``SELECT … FOR UPDATE``) before counting active
+    AI operations, so any number of admission replicas serialise their
+    capacity decision on the database and never exceed the limits together.
+    """
+
+    __tablename__ = "ai_admission_control"
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    ai_enabled: Mapped[bool] = mapped_column(Boolean)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+GLOBAL_CONTROL_ID = "global"
+OWNED_TABLES = tuple(
+    mapper.class_ for mapper in Base.registry.mappers if issubclass(mapper.class_, Owned)
+)

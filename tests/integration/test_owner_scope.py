@@ -1,0 +1,68 @@
+"""The owner-scoped session hides other owners' rows even from careless queries."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import delete, func, select, update
+
+from services.storage.db import Database, OwnerMismatch
+from services.storage.schema import Job, UserNotification
+
+NOW = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
+
+
+def _job(job_id: str, owner: str | None = None) -> Job:
+    job = Job(id=job_id, title="t", company="c", description="d", created_at=NOW, updated_at=NOW)
+    if owner is not None:
+        job.owner_user_id = owner
+    return job
+
+
+@pytest.fixture
+def two_owners(database: Database) -> Database:
+    with database.owner("alice") as session:
+        session.add(_job("a" * 32))
+    with database.owner("bob") as session:
+        session.add(_job("b" * 32))
+    return database
+
+
+def test_query_without_filter_sees_only_own_rows(two_owners: Database) -> None:
+    with two_owners.owner("alice", write=False) as session:
+        assert [job.id for job in session.scalars(select(Job))] == ["a" * 32]
+        assert session.scalar(select(func.count()).select_from(Job)) == 1
+        assert session.get(Job, "b" * 32) is None
+
+
+def test_updates_and_deletes_cannot_reach_other_owners(two_owners: Database) -> None:
+    with two_owners.owner("alice") as session:
+        assert session.execute(update(Job).values(title="mine")).rowcount == 1
+        assert session.execute(delete(Job).where(Job.id == "b" * 32)).rowcount == 0
+    with two_owners.neutral(write=False) as session:
+        titles = dict(session.execute(select(Job.owner_user_id, Job.title)).all())
+    assert titles == {"alice": "mine", "bob": "t"}
+
+
+def test_new_rows_are_stamped_and_checked(two_owners: Database) -> None:
+    with two_owners.owner("alice") as session:
+        session.add(_job("c" * 32))
+    with two_owners.neutral(write=False) as session:
+        assert session.get(Job, "c" * 32).owner_user_id == "alice"  # type: ignore[union-attr]
+    with pytest.raises(OwnerMismatch), two_owners.owner("alice") as session:
+        session.add(_job("d" * 32, owner="bob"))
+
+
+def test_times_round_trip_as_utc_with_microseconds(two_owners: Database) -> None:
+    with two_owners.owner("alice", write=False) as session:
+        job = session.get(Job, "a" * 32)
+    assert job is not None
+    assert job.created_at == NOW
+    assert job.created_at.tzinfo is UTC
+
+
+def test_neutral_scope_sees_everyone(two_owners: Database) -> None:
+    with two_owners.neutral(write=False) as session:
+        assert session.scalar(select(func.count()).select_from(Job)) == 2
+        assert session.scalar(select(func.count()).select_from(UserNotification)) == 0
