@@ -133,7 +133,7 @@ class Database:
     def _transaction(self, owner_id: str | None, *, write: bool) -> Iterator[Session]:
         bind = self.engine
         if write and self.is_sqlite:
-            bind = self.engine.execution_options(sqlite_begin="IMMEDIATE")  # type: ignore[assignment]
+            bind = self.engine.execution_options(sqlite_begin="IMMEDIATE")
         with self._sessions(bind=bind) as session:
             if owner_id is not None:
                 session.info[OWNER_KEY] = owner_id
@@ -169,7 +169,7 @@ class Database:
             except OperationalError as exc:
                 if not _is_retryable(exc) or attempt == MAX_TRANSACTION_ATTEMPTS:
                     raise
-                log.info("transaction_retry", attempt=attempt, error_code=exc.orig.args[0])
+                log.info("transaction_retry", attempt=attempt, error=type(exc.orig).__name__)
                 time.sleep(min(0.002 * 2**attempt, 0.2))
         raise AssertionError("unreachable")
 

@@ -211,9 +211,7 @@ class Attachment(Owned, Base):
     text: Mapped[str] = mapped_column(LongText)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
 
-    __table_args__ = (
-        Index("ix_attachments_owner_listing", "owner_user_id", "created_at", "id"),
-    )
+    __table_args__ = (Index("ix_attachments_owner_listing", "owner_user_id", "created_at", "id"),)
 
 
 class UserAiSettings(Owned, Base):

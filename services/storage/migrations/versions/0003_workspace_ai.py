@@ -10,6 +10,7 @@ Revises: 0002_notifications
 
 from __future__ import annotations
 
+from alembic import op
 from sqlalchemy import text
 
 from services.storage.migrations import ddl
@@ -91,7 +92,7 @@ def upgrade() -> None:
     for table in ("jobs", "attachments"):
         ddl.create_index(f"ix_{table}_owner_listing", table, ["owner_user_id", "created_at", "id"])
     # The global AI switch starts on; the per-user setting starts off.
-    ddl.op.execute(
+    op.execute(
         text(
             "INSERT INTO ai_admission_control (id, ai_enabled, updated_at) "
             "SELECT 'global', 1, CURRENT_TIMESTAMP "

@@ -1,0 +1,562 @@
+"""All SQL of the operation aggregate. Rules come from ``services.model``.
+
+Every mutation is a guarded UPDATE whose row count is checked: the WHERE
+clause repeats the facts the decision was made on (state, attempt,
+cancellation flag) and, for a lease holder, the lease token hash and a live
+lease. A guard that no longer matches means somebody else moved first; owner
+calls then re-read and decide again, lease holders learn they lost the lease.
+
+The hot worker paths are written for the fewest statements: a heartbeat is
+one UPDATE, a completion one UPDATE plus the notification INSERT, a claim one
+UPDATE plus the read-back by token hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, bindparam, delete, select, text, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from services.model import bounds, lifecycle
+from services.model.errors import Conflict, LeaseLost, NotFound
+from services.model.lifecycle import Decision, Event, Facts
+from services.model.states import PENDING_STATES, OperationState, Privacy
+from services.storage import notifications
+from services.storage.pages import Page, newest_first, page_size, paginate
+from services.storage.schema import UserOperation, UtcDateTime
+
+S = OperationState
+OWNER_RACE_ATTEMPTS = 5
+SWEEP_BATCH = 200
+
+
+@dataclass(frozen=True)
+class CreateRequest:
+    task_type: str
+    idempotency_key: str
+    subject_type: str
+    subject_id: str
+    priority: int = 0
+    max_attempts: int = 3
+    retry_delay_seconds: int = 30
+    privacy: Privacy = Privacy.LOCAL_ONLY
+    deadline_at: datetime | None = None
+    time_budget_seconds: int | None = None
+
+    def validate(self, now: datetime) -> None:
+        bounds.task_type(self.task_type)
+        bounds.idempotency_key(self.idempotency_key)
+        bounds.subject(self.subject_type, self.subject_id)
+        bounds.int_range("priority", self.priority, bounds.PRIORITY_RANGE)
+        bounds.int_range("max_attempts", self.max_attempts, bounds.MAX_ATTEMPTS_RANGE)
+        bounds.int_range(
+            "retry_delay_seconds", self.retry_delay_seconds, bounds.RETRY_DELAY_SECONDS_RANGE
+        )
+        if self.deadline_at is not None:
+            bounds.deadline(self.deadline_at, now)
+
+    def fingerprint(self) -> str:
+        """What makes two creates "the same request". The deadline is left out:
+        a repeated click computes a later absolute deadline for the same work."""
+        fields = asdict(self)
+        del fields["idempotency_key"], fields["deadline_at"]
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Claim:
+    operation: UserOperation
+    lease_token: str
+
+
+@dataclass(frozen=True)
+class Provenance:
+    provider: str = ""
+    model: str = ""
+    route: str = ""
+
+    def values(self) -> dict[str, str | None]:
+        bounds.provenance(self.provider, self.model, self.route)
+        return {
+            "provider": self.provider or None,
+            "model": self.model or None,
+            "route": self.route or None,
+        }
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def facts(op: UserOperation) -> Facts:
+    return Facts(
+        state=S(op.state),
+        attempt=op.attempt,
+        max_attempts=op.max_attempts,
+        retry_delay_seconds=op.retry_delay_seconds,
+        cancel_requested=op.cancel_requested,
+        deadline_at=op.deadline_at,
+        next_attempt_at=op.next_attempt_at,
+        lease_expires_at=op.lease_expires_at,
+    )
+
+
+# ---- owner reads and creates -------------------------------------------------------------
+
+
+def get(session: Session, operation_id: str) -> UserOperation:
+    op = session.get(UserOperation, operation_id) if len(operation_id) <= 64 else None
+    if op is None:
+        raise NotFound("operation not found", code="operation_not_found")
+    return op
+
+
+def list_page(
+    session: Session,
+    *,
+    size: int,
+    token: str,
+    state: OperationState | None = None,
+    task_type: str = "",
+) -> Page[UserOperation]:
+    size = page_size(size)
+    query: Select[Any] = select(UserOperation)
+    if state is not None:
+        query = query.where(UserOperation.state == state)
+    if task_type:
+        query = query.where(UserOperation.task_type == bounds.task_type(task_type))
+    query = newest_first(query, UserOperation.created_at, UserOperation.id, token, size)
+    rows = session.scalars(query).all()
+    return paginate(rows, size, lambda op: (op.created_at, op.id))
+
+
+def create(
+    session: Session, owner_id: str, request: CreateRequest, now: datetime
+) -> tuple[UserOperation, bool]:
+    """Insert the operation, or return the one this owner already made with this key."""
+    request.validate(now)
+    fingerprint = request.fingerprint()
+    existing = _by_key(session, request)
+    if existing is None:
+        op = UserOperation(
+            id=new_id(),
+            owner_user_id=owner_id,
+            task_type=request.task_type,
+            idempotency_key=request.idempotency_key,
+            request_hash=fingerprint,
+            subject_type=request.subject_type,
+            subject_id=request.subject_id,
+            state=S.QUEUED,
+            priority=request.priority,
+            attempt=0,
+            max_attempts=request.max_attempts,
+            retry_delay_seconds=request.retry_delay_seconds,
+            time_budget_seconds=request.time_budget_seconds,
+            privacy=request.privacy,
+            progress_percent=0,
+            cancel_requested=False,
+            deadline_at=request.deadline_at,
+            created_at=now,
+            updated_at=now,
+        )
+        try:
+            with session.begin_nested():
+                session.add(op)
+            return op, True
+        except IntegrityError:
+            # A concurrent identical create won the unique index; it is ours to return.
+            existing = _by_key(session, request)
+            if existing is None:
+                raise
+    if not hmac.compare_digest(existing.request_hash, fingerprint):
+        raise Conflict("this idempotency key was used for a different request")
+    return existing, False
+
+
+def _by_key(session: Session, request: CreateRequest) -> UserOperation | None:
+    return session.scalars(
+        select(UserOperation).where(
+            UserOperation.task_type == request.task_type,
+            UserOperation.idempotency_key == request.idempotency_key,
+        )
+    ).one_or_none()
+
+
+def active_for_subject(
+    session: Session, task_type: str, subject_type: str, subject_id: str
+) -> UserOperation | None:
+    return session.scalars(
+        select(UserOperation)
+        .where(
+            UserOperation.task_type == task_type,
+            UserOperation.subject_type == subject_type,
+            UserOperation.subject_id == subject_id,
+            UserOperation.state.in_([*PENDING_STATES, S.RUNNING]),
+        )
+        .order_by(UserOperation.created_at.desc())
+        .limit(1)
+    ).one_or_none()
+
+
+# ---- owner mutations -----------------------------------------------------------------------
+
+
+def cancel(session: Session, operation_id: str, now: datetime) -> UserOperation:
+    return _owner_event(session, operation_id, Event.CANCEL, now)
+
+
+def retry(session: Session, operation_id: str, now: datetime) -> UserOperation:
+    return _owner_event(session, operation_id, Event.RETRY, now)
+
+
+def _owner_event(session: Session, operation_id: str, event: Event, now: datetime) -> UserOperation:
+    for _ in range(OWNER_RACE_ATTEMPTS):
+        op = get(session, operation_id)
+        decision = lifecycle.decide(facts(op), event, now)
+        if not decision.changed or _apply(session, op, decision, now, event):
+            session.refresh(op)
+            return op
+        session.expire(op)  # a worker or the sweeper moved first: decide again on fresh facts
+    raise LeaseLost("the operation kept changing; try again", code="contention")
+
+
+# ---- the worker's lease ------------------------------------------------------------------
+
+
+def claim(
+    session: Session,
+    task_types: Sequence[str],
+    lease_seconds: int,
+    now: datetime,
+    *,
+    external_route: bool = False,
+) -> Claim | None:
+    """One conditional UPDATE takes the best claimable row; the token reads it back."""
+    if not task_types:
+        return None
+    for task_type in task_types:
+        bounds.task_type(task_type)
+    token = secrets.token_urlsafe(32)  # 256 random bits; only the hash is stored
+    token_hash = hash_token(token)
+    expires = lifecycle.lease_expiry(now, lease_seconds)
+    from_state = S.WAITING_FOR_EXTERNAL_FALLBACK if external_route else S.QUEUED
+    types = {f"t{i}": task_type for i, task_type in enumerate(task_types)}
+    statement = _claim_sql(session.get_bind().dialect.name, list(types), external_route)
+    typed = text(statement).bindparams(
+        bindparam("now", type_=UtcDateTime), bindparam("expires", type_=UtcDateTime)
+    )
+    params = {
+        "from_state": from_state.value,
+        "token_hash": token_hash,
+        "expires": expires,
+        "now": now,
+        **types,
+    }
+    if session.execute(typed, params).rowcount != 1:  # type: ignore[attr-defined]
+        return None
+    op = session.scalars(
+        select(UserOperation).where(
+            UserOperation.state == S.RUNNING, UserOperation.lease_token_hash == token_hash
+        )
+    ).one()
+    return Claim(op, token)
+
+
+def _claim_sql(dialect: str, type_params: list[str], external_route: bool) -> str:
+    """The claim UPDATE. Built from fixed fragments and placeholders only."""
+    # A fallback claim continues the attempt the local route could not serve.
+    attempt = "attempt" if external_route else "attempt + 1"
+    placeholders = ", ".join(f":{name}" for name in type_params)
+    condition = (
+        f"state = :from_state AND task_type IN ({placeholders}) "
+        "AND (deadline_at IS NULL OR deadline_at > :now) "
+        "ORDER BY priority DESC, created_at LIMIT 1"
+    )
+    assignment = (
+        f"UPDATE user_operations SET state = 'running', attempt = {attempt}, "  # noqa: S608
+        "lease_token_hash = :token_hash, lease_expires_at = :expires, "
+        "started_at = COALESCE(started_at, :now), updated_at = :now, next_attempt_at = NULL "
+    )
+    if dialect == "sqlite":  # no UPDATE … ORDER BY … LIMIT in stock SQLite
+        return f"{assignment}WHERE id = (SELECT id FROM user_operations WHERE {condition})"  # noqa: S608
+    return f"{assignment}WHERE {condition}"
+
+
+def heartbeat(
+    session: Session,
+    operation_id: str,
+    token: str,
+    lease_seconds: int,
+    progress: int | None,
+    now: datetime,
+) -> tuple[datetime, bool]:
+    """Extend a live lease; answer (new expiry, cancellation requested)."""
+    if progress is not None:
+        bounds.int_range("progress_percent", progress, bounds.PROGRESS_RANGE)
+    expires = lifecycle.lease_expiry(now, lease_seconds)
+    values: dict[str, Any] = {"lease_expires_at": expires, "updated_at": now}
+    if progress is not None:
+        values["progress_percent"] = progress
+    token_hash = hash_token(token)
+    fast = update(UserOperation).where(
+        *_live_lease(operation_id, token_hash, now), UserOperation.cancel_requested.is_(False)
+    )
+    if session.execute(fast.values(**values)).rowcount == 1:  # type: ignore[attr-defined]
+        return expires, False
+    # Rare path: cancellation was requested, or the lease is not ours any more.
+    op = _lease_holder(session, operation_id, token_hash)
+    lifecycle.decide(facts(op), Event.HEARTBEAT, now)  # raises LeaseLost when it is gone
+    extend = update(UserOperation).where(*_live_lease(operation_id, token_hash, now))
+    if session.execute(extend.values(**values)).rowcount != 1:  # type: ignore[attr-defined]
+        raise LeaseLost("the lease was lost while extending it")
+    return expires, op.cancel_requested
+
+
+def complete(
+    session: Session,
+    operation_id: str,
+    token: str,
+    provenance: Provenance,
+    result_ref: str,
+    now: datetime,
+) -> OperationState:
+    bounds.text("result_ref", result_ref, bounds.SUBJECT_ID_MAX, required=False)
+    token_hash = hash_token(token)
+    values = {
+        "state": S.SUCCEEDED,
+        "progress_percent": 100,
+        "finished_at": now,
+        "updated_at": now,
+        "lease_expires_at": None,
+        "result_ref": result_ref or None,
+        **provenance.values(),
+    }
+    done = update(UserOperation).where(*_live_lease(operation_id, token_hash, now))
+    if session.execute(done.values(**values)).rowcount == 1:  # type: ignore[attr-defined]
+        notifications.insert_for_operation(session, operation_id, S.SUCCEEDED, now)
+        return S.SUCCEEDED
+    op = _lease_holder(session, operation_id, token_hash)
+    decision = lifecycle.decide(facts(op), Event.COMPLETE, now)  # a duplicate, or LeaseLost
+    return decision.state
+
+
+def fail(
+    session: Session,
+    operation_id: str,
+    token: str,
+    *,
+    retryable: bool,
+    failure_code: str,
+    failure_message: str,
+    provenance: Provenance,
+    now: datetime,
+) -> OperationState:
+    bounds.failure(failure_code, failure_message)
+    event = Event.FAIL_RETRYABLE if retryable else Event.FAIL_PERMANENT
+    extra = {
+        "failure_code": failure_code,
+        "failure_message": failure_message or None,
+        **provenance.values(),
+    }
+    return _lease_event(session, operation_id, token, event, now, extra)
+
+
+def request_fallback(
+    session: Session, operation_id: str, token: str, provenance: Provenance, now: datetime
+) -> OperationState:
+    return _lease_event(
+        session, operation_id, token, Event.REQUEST_FALLBACK, now, provenance.values()
+    )
+
+
+def acknowledge_cancel(
+    session: Session, operation_id: str, token: str, now: datetime
+) -> OperationState:
+    return _lease_event(session, operation_id, token, Event.ACKNOWLEDGE_CANCEL, now, {})
+
+
+def _lease_event(
+    session: Session,
+    operation_id: str,
+    token: str,
+    event: Event,
+    now: datetime,
+    extra: dict[str, Any],
+) -> OperationState:
+    op = _lease_holder(session, operation_id, hash_token(token))
+    decision = lifecycle.decide(facts(op), event, now)
+    if decision.changed and not _apply(session, op, decision, now, event, extra, lease=True):
+        raise LeaseLost("the lease was lost before the update")
+    return decision.state
+
+
+def _live_lease(operation_id: str, token_hash: str, now: datetime) -> list[ColumnElement[bool]]:
+    return [
+        UserOperation.id == operation_id,
+        UserOperation.state == S.RUNNING,
+        UserOperation.lease_token_hash == token_hash,
+        UserOperation.lease_expires_at > now,
+    ]
+
+
+def _lease_holder(session: Session, operation_id: str, token_hash: str) -> UserOperation:
+    op = get(session, operation_id)
+    if op.lease_token_hash is None or not hmac.compare_digest(op.lease_token_hash, token_hash):
+        raise LeaseLost("the lease token does not match this operation's lease")
+    return op
+
+
+# ---- the sweeper (neutral scope) ---------------------------------------------------------
+
+
+@dataclass
+class SweepReport:
+    expired_leases: int = 0
+    deadlines: int = 0
+    promoted: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.expired_leases + self.deadlines + self.promoted
+
+
+def sweep(session: Session, now: datetime) -> SweepReport:
+    """Expire leases, fail passed deadlines closed, make due retries claimable."""
+    report = SweepReport()
+    expired = select(UserOperation).where(
+        UserOperation.state == S.RUNNING, UserOperation.lease_expires_at <= now
+    )
+    for op in session.scalars(expired.limit(SWEEP_BATCH)).all():
+        decision = lifecycle.decide(facts(op), Event.SWEEP, now)
+        report.expired_leases += _apply(session, op, decision, now, Event.SWEEP)
+    overdue = select(UserOperation).where(
+        UserOperation.state.in_(PENDING_STATES), UserOperation.deadline_at <= now
+    )
+    for op in session.scalars(overdue.limit(SWEEP_BATCH)).all():
+        decision = lifecycle.decide(facts(op), Event.SWEEP, now)
+        report.deadlines += _apply(session, op, decision, now, Event.SWEEP)
+    promote = (
+        update(UserOperation)
+        .where(
+            UserOperation.state == S.WAITING_FOR_RETRY,
+            UserOperation.next_attempt_at <= now,
+            # A retry due after its deadline is failed above, never requeued.
+            (UserOperation.deadline_at.is_(None)) | (UserOperation.deadline_at > now),
+        )
+        .values(state=S.QUEUED, next_attempt_at=None, updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    report.promoted = session.execute(promote).rowcount  # type: ignore[attr-defined]
+    return report
+
+
+# ---- applying a decision -------------------------------------------------------------------
+
+
+def _apply(
+    session: Session,
+    op: UserOperation,
+    decision: Decision,
+    now: datetime,
+    event: Event,
+    extra: dict[str, Any] | None = None,
+    *,
+    lease: bool = False,
+) -> bool:
+    """Write ``decision`` if ``op`` still is what it was decided on; True when written."""
+    values: dict[str, Any] = {
+        "state": decision.state,
+        "attempt": decision.attempt,
+        "cancel_requested": decision.cancel_requested,
+        "next_attempt_at": decision.next_attempt_at,
+        "updated_at": now,
+        **(extra or {}),
+    }
+    if decision.failure_code is not None:
+        values["failure_code"] = decision.failure_code
+    if decision.state is not S.RUNNING:
+        values["lease_expires_at"] = None
+    if decision.terminal:
+        values["finished_at"] = now
+    if event is Event.RETRY:
+        values.update(_fresh_start(op, now))
+    guard = [
+        UserOperation.id == op.id,
+        UserOperation.state == op.state,
+        UserOperation.attempt == op.attempt,
+        UserOperation.cancel_requested.is_(op.cancel_requested),
+    ]
+    if lease:
+        guard += _live_lease(op.id, op.lease_token_hash or "", now)
+    elif op.state == S.RUNNING:
+        guard.append(UserOperation.lease_token_hash == op.lease_token_hash)
+    statement = (
+        update(UserOperation)
+        .where(*guard)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    if session.execute(statement).rowcount != 1:  # type: ignore[attr-defined]
+        return False
+    if decision.remove_notification:
+        notifications.delete_for_operation(session, op.id)
+    if decision.notify:
+        notifications.insert_for_operation(session, op.id, decision.state, now)
+    return True
+
+
+def _fresh_start(op: UserOperation, now: datetime) -> dict[str, Any]:
+    """A manual retry: a new attempt budget and, when the task has one, a new deadline."""
+    budget = op.time_budget_seconds
+    return {
+        "progress_percent": 0,
+        "lease_token_hash": None,
+        "lease_expires_at": None,
+        "started_at": None,
+        "finished_at": None,
+        "failure_code": None,
+        "failure_message": None,
+        "result_ref": None,
+        "deadline_at": now + timedelta(seconds=budget) if budget else op.deadline_at,
+    }
+
+
+def delete_history(session: Session, operation_ids: Sequence[str]) -> int:
+    """Remove operation rows (their notifications keep, with the link set NULL)."""
+    statement = delete(UserOperation).where(UserOperation.id.in_(operation_ids))
+    return session.execute(statement).rowcount  # type: ignore[attr-defined,no-any-return]
+
+
+__all__ = [
+    "Claim",
+    "CreateRequest",
+    "Provenance",
+    "SweepReport",
+    "acknowledge_cancel",
+    "active_for_subject",
+    "cancel",
+    "claim",
+    "complete",
+    "create",
+    "fail",
+    "get",
+    "heartbeat",
+    "list_page",
+    "request_fallback",
+    "retry",
+    "sweep",
+]

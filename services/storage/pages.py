@@ -1,0 +1,81 @@
+"""Keyset pagination, newest first, with opaque page tokens.
+
+The condition is spelled ``created < :c OR (created = :c AND id < :i)``: the
+row-constructor form does not use the (owner, created_at, id) index on
+MariaDB and degrades like OFFSET.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy import Select, and_, or_
+from sqlalchemy.orm import InstrumentedAttribute
+
+from services.model.errors import InvalidArgument
+
+PAGE_SIZE_DEFAULT = 20
+PAGE_SIZE_MAX = 100
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    items: list[T]
+    next_token: str | None
+
+
+def page_size(requested: int) -> int:
+    if requested == 0:
+        return PAGE_SIZE_DEFAULT
+    if not 1 <= requested <= PAGE_SIZE_MAX:
+        raise InvalidArgument("page_size", f"must be between 1 and {PAGE_SIZE_MAX}")
+    return requested
+
+
+def encode_token(created_at: datetime, row_id: str) -> str:
+    raw = json.dumps({"c": created_at.astimezone(UTC).isoformat(), "i": row_id}).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_token(token: str) -> tuple[datetime, str]:
+    try:
+        padded = token + "=" * (-len(token) % 4)
+        data: Any = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
+        created_at = datetime.fromisoformat(data["c"])
+        row_id = data["i"]
+        if created_at.tzinfo is None or not isinstance(row_id, str) or len(row_id) > 64:
+            raise ValueError("malformed")
+    except (ValueError, KeyError, TypeError, binascii.Error, UnicodeError) as exc:
+        raise InvalidArgument("page_token", "is not a token this server issued") from exc
+    return created_at, row_id
+
+
+def newest_first(
+    query: Select[Any],
+    created: InstrumentedAttribute[datetime],
+    row_id: InstrumentedAttribute[str],
+    token: str,
+    size: int,
+) -> Select[Any]:
+    if token:
+        after_created, after_id = decode_token(token)
+        query = query.where(
+            or_(created < after_created, and_(created == after_created, row_id < after_id))
+        )
+    return query.order_by(created.desc(), row_id.desc()).limit(size + 1)
+
+
+def paginate(rows: Sequence[T], size: int, key: Any) -> Page[T]:
+    """Cut the one-extra row fetched by ``newest_first`` into a next-page token."""
+    items = list(rows[:size])
+    if len(rows) <= size:
+        return Page(items, None)
+    created_at, row_id = key(items[-1])
+    return Page(items, encode_token(created_at, row_id))
