@@ -1,0 +1,94 @@
+"""Logging for every process: structlog, one event per line on stderr.
+
+JSON when stderr is not a TTY (or ``OPS_LOG_JSON=true``), a console renderer
+otherwise. Library loggers (grpc, uvicorn, sqlalchemy) go through the same
+renderer at WARNING so one process never mixes two formats. Events name
+``operation_id`` and ``owner``, never raw user content.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+from structlog.typing import EventDict, Processor, WrappedLogger
+
+from services.settings import Settings, SettingsError
+
+LIBRARY_LOGGERS = ("grpc", "uvicorn", "uvicorn.error", "uvicorn.access", "sqlalchemy", "alembic")
+_HANDLER_NAME = "durable-ops"
+
+
+def _level(raw: str) -> int:
+    level = logging.getLevelNamesMapping().get(raw.strip().upper())
+    if level is None:
+        raise SettingsError(f"OPS_LOG_LEVEL must be debug, info, warning or error, not {raw!r}")
+    return level
+
+
+def use_json(raw: str, *, is_tty: bool) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in {"", "auto"}:
+        return not is_tty
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise SettingsError(f"OPS_LOG_JSON must be auto, true or false, not {raw!r}")
+
+
+def _add_process(process: str) -> Processor:
+    def add(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
+        event_dict.setdefault("process", process)
+        return event_dict
+
+    return add
+
+
+def configure_logging(settings: Settings, process: str) -> None:
+    """Configure structlog and stdlib logging; calling it again replaces the setup."""
+    level = _level(settings.log_level)
+    json = use_json(settings.log_json, is_tty=sys.stderr.isatty())
+    shared: list[Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        _add_process(process),
+    ]
+    renderer: Processor
+    if json:
+        # format_exc_info keeps a traceback inside the one JSON line.
+        shared.append(structlog.processors.format_exc_info)
+        renderer = structlog.processors.JSONRenderer()
+    else:
+        renderer = structlog.dev.ConsoleRenderer(colors=True)
+
+    structlog.configure(
+        processors=[*shared, renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+    _route_stdlib(shared, renderer, level)
+
+
+def _route_stdlib(shared: list[Processor], renderer: Processor, level: int) -> None:
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.set_name(_HANDLER_NAME)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(max(level, logging.WARNING))
+    for name in LIBRARY_LOGGERS:
+        library = logging.getLogger(name)
+        # Libraries that install their own handlers would print a second format.
+        library.handlers.clear()
+        library.propagate = True
+        library.setLevel(max(level, logging.WARNING))

@@ -1,0 +1,73 @@
+"""Client side: channels to our services and the metadata every call carries."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import grpc
+
+from services.model.scope import Role
+from services.rpc.credentials import DEFAULT_TTL_SECONDS, mint_service_token
+from services.rpc.scope import AUTHORIZATION, OWNER_ID
+from services.settings import Settings
+
+# Matches the server's SERVER_OPTIONS: pings no more often than it permits
+# (10 s without data), so long heartbeat streams survive idle NATs and proxies.
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+)
+
+
+def open_channel(target: str) -> grpc.aio.Channel:
+    """An insecure channel: our services talk over loopback or a private network only."""
+    return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+
+
+class ServiceCaller:
+    """Holds one process's service credential and renews it well before it expires."""
+
+    def __init__(
+        self,
+        secret: str,
+        role: Role,
+        *,
+        ttl_seconds: int = DEFAULT_TTL_SECONDS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._secret = secret
+        self._role = role
+        self._ttl = ttl_seconds
+        # Renew with a third of the lifetime left: a call in flight never carries a stale token.
+        self._renew_margin = ttl_seconds / 3
+        self._clock = clock
+        self._token = ""
+        self._renew_at = 0.0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, role: Role) -> ServiceCaller:
+        return cls(settings.service_secret, role)
+
+    @property
+    def role(self) -> Role:
+        return self._role
+
+    def token(self) -> str:
+        with self._lock:
+            now = self._clock()
+            if now >= self._renew_at:
+                self._token = mint_service_token(self._secret, self._role, self._ttl)
+                self._renew_at = now + self._ttl - self._renew_margin
+            return self._token
+
+    def metadata(self, owner_id: str | None = None) -> tuple[tuple[str, str], ...]:
+        """Call metadata: the credential, and ``x-owner-id`` for owner-scope calls."""
+        credential = (AUTHORIZATION, f"Bearer {self.token()}")
+        if owner_id is None:
+            return (credential,)
+        return (credential, (OWNER_ID, owner_id))

@@ -1,0 +1,201 @@
+"""THE translation between domain errors and gRPC status, in both directions.
+
+Servers: decorate servicer methods with ``@translate_errors``; a ``DomainError``
+ends the call with the status of its ``kind`` and its stable ``code`` in the
+trailing metadata ``x-error-code`` (plus ``x-error-field`` / ``x-retry-after``).
+Anything else is ``INTERNAL`` with a generic message and is logged without its
+text, which may quote user content.
+
+Clients: ``domain_error_from_rpc`` rebuilds the typed error from a failed call.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import traceback
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from typing import Any, NoReturn, ParamSpec, TypeVar, overload
+
+import grpc
+import structlog
+
+from services.model.errors import (
+    CapacityExceeded,
+    Conflict,
+    DomainError,
+    InvalidArgument,
+    InvalidTransition,
+    LeaseLost,
+    NotFound,
+    PermissionDenied,
+    Unauthenticated,
+    Unavailable,
+)
+
+ERROR_CODE = "x-error-code"
+ERROR_FIELD = "x-error-field"
+RETRY_AFTER = "x-retry-after"
+INTERNAL_MESSAGE = "internal error"
+
+STATUS_BY_KIND: Mapping[str, grpc.StatusCode] = {
+    "invalid_argument": grpc.StatusCode.INVALID_ARGUMENT,
+    "unauthenticated": grpc.StatusCode.UNAUTHENTICATED,
+    "permission_denied": grpc.StatusCode.PERMISSION_DENIED,
+    "not_found": grpc.StatusCode.NOT_FOUND,
+    "conflict": grpc.StatusCode.ALREADY_EXISTS,
+    "failed_precondition": grpc.StatusCode.FAILED_PRECONDITION,
+    "aborted": grpc.StatusCode.ABORTED,
+    "resource_exhausted": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "unavailable": grpc.StatusCode.UNAVAILABLE,
+}
+
+# The inverse, for the classes whose constructor takes only a message.
+_PLAIN_ERROR_BY_STATUS: Mapping[grpc.StatusCode, type[DomainError]] = {
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.ALREADY_EXISTS: Conflict,
+    grpc.StatusCode.FAILED_PRECONDITION: InvalidTransition,
+    grpc.StatusCode.ABORTED: LeaseLost,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+}
+
+_log = structlog.get_logger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def status_for(error: DomainError) -> grpc.StatusCode:
+    return STATUS_BY_KIND.get(error.kind, grpc.StatusCode.INTERNAL)
+
+
+def trailing_metadata_for(error: DomainError) -> tuple[tuple[str, str], ...]:
+    if error.kind not in STATUS_BY_KIND:
+        return ((ERROR_CODE, "internal"),)
+    trailers = [(ERROR_CODE, error.code)]
+    if isinstance(error, InvalidArgument):
+        trailers.append((ERROR_FIELD, error.field))
+    if isinstance(error, CapacityExceeded):
+        trailers.append((RETRY_AFTER, str(error.retry_after_seconds)))
+    return tuple(trailers)
+
+
+async def abort_with(context: grpc.aio.ServicerContext, error: DomainError) -> NoReturn:
+    """End the call with the status of ``error``; unknown kinds never show their message."""
+    known = error.kind in STATUS_BY_KIND
+    await context.abort(
+        status_for(error),
+        error.message if known else INTERNAL_MESSAGE,
+        trailing_metadata=trailing_metadata_for(error),
+    )
+    raise AssertionError("context.abort returned")  # pragma: no cover - abort always raises
+
+
+async def _abort_for(context: grpc.aio.ServicerContext, exc: Exception, where: str) -> NoReturn:
+    if isinstance(exc, DomainError):
+        await abort_with(context, exc)
+    # Type and stack only: the exception text may quote a request.
+    _log.error(
+        "rpc_unexpected_error",
+        method=where,
+        error_type=type(exc).__qualname__,
+        stack="".join(traceback.format_tb(exc.__traceback__)),
+    )
+    await abort_with(context, DomainError(INTERNAL_MESSAGE))
+
+
+def _context_of(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    # Servicer methods are (self, request, context) or (request, context).
+    return kwargs["context"] if "context" in kwargs else args[-1]
+
+
+@overload
+def translate_errors(method: Callable[P, AsyncIterator[T]]) -> Callable[P, AsyncIterator[T]]: ...
+
+
+@overload
+def translate_errors(
+    method: Callable[P, Coroutine[Any, Any, T]],
+) -> Callable[P, Coroutine[Any, Any, T]]: ...
+
+
+def translate_errors(method: Callable[P, Any]) -> Callable[P, Any]:
+    """Decorate an async servicer method (coroutine or async generator)."""
+    where = method.__qualname__
+
+    if inspect.isasyncgenfunction(method):
+
+        @functools.wraps(method)
+        async def streaming(*args: P.args, **kwargs: P.kwargs) -> AsyncIterator[Any]:
+            try:
+                async for item in method(*args, **kwargs):
+                    yield item
+            except grpc.aio.AbortError:
+                raise
+            except Exception as exc:
+                await _abort_for(_context_of(args, kwargs), exc, where)
+
+        return streaming
+
+    @functools.wraps(method)
+    async def unary(*args: P.args, **kwargs: P.kwargs) -> Any:
+        try:
+            return await method(*args, **kwargs)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await _abort_for(_context_of(args, kwargs), exc, where)
+
+    return unary
+
+
+def _trailers(exc: grpc.aio.AioRpcError) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for key, value in exc.trailing_metadata() or ():
+        if isinstance(key, str) and isinstance(value, str):
+            found.setdefault(key.lower(), value)
+    return found
+
+
+def _retry_after(raw: str | None) -> int:
+    try:
+        return max(0, int(raw)) if raw is not None else 1
+    except ValueError:
+        return 1
+
+
+def domain_error_from_rpc(exc: grpc.aio.AioRpcError) -> DomainError:
+    """The typed error behind a failed call, with its code, field and retry-after.
+
+    Details are passed on only when the server marked the error as ours
+    (``x-error-code``); transport failures get a generic message instead of
+    grpc's text, which names internal addresses.
+    """
+    status = exc.code()
+    trailers = _trailers(exc)
+    code = trailers.get(ERROR_CODE)
+    details: str = (exc.details() or "") if code else ""
+    error = _rebuild(status, details, trailers)
+    if code:
+        error.code = code
+    return error
+
+
+def _rebuild(status: grpc.StatusCode, details: str, trailers: Mapping[str, str]) -> DomainError:
+    if status == grpc.StatusCode.INVALID_ARGUMENT:
+        field = trailers.get(ERROR_FIELD, "request")
+        return InvalidArgument(field, details.removeprefix(f"{field}: ") or "is invalid")
+    if status == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return CapacityExceeded(
+            details or "over capacity",
+            retry_after_seconds=_retry_after(trailers.get(RETRY_AFTER)),
+        )
+    if status == grpc.StatusCode.DEADLINE_EXCEEDED:
+        # No domain class for it; the code lets the gateway answer 504 rather than 503.
+        return Unavailable("the service did not answer in time", code="deadline_exceeded")
+    plain = _PLAIN_ERROR_BY_STATUS.get(status)
+    if plain is None:
+        return DomainError(INTERNAL_MESSAGE)
+    return plain(details or f"remote call failed: {status.name.lower()}")

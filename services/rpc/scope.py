@@ -1,0 +1,83 @@
+"""The caller's scope (SPEC §2), built from invocation metadata.
+
+The server interceptor verifies the service credential once per call and keeps
+the role in a context variable; grpc.aio runs the handler in that same
+``contextvars.Context``, so ``caller_scope`` reads the role from there and only
+has to interpret ``x-owner-id``.
+
+Problems with the credential are ``Unauthenticated``; problems with the shape
+of ``x-owner-id`` (empty, malformed, sent twice) are ``InvalidArgument``: the
+credential is fine, the request is not, and a repeated header must never let
+one of two identities win silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from contextvars import ContextVar
+
+import grpc
+
+from services.model import bounds
+from services.model.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from services.model.scope import NeutralScope, OwnerScope, Role, Scope
+from services.rpc.credentials import verify_service_token
+
+AUTHORIZATION = "authorization"
+OWNER_ID = "x-owner-id"
+
+Metadata = Iterable[tuple[str, str | bytes]]
+
+_verified_role: ContextVar[Role | None] = ContextVar("verified_service_role", default=None)
+
+
+def _values(metadata: Metadata, key: str) -> list[str]:
+    found = []
+    for name, value in metadata:
+        if name.lower() == key:
+            found.append(value.decode("latin-1") if isinstance(value, bytes) else value)
+    return found
+
+
+def role_from_metadata(metadata: Metadata, secret: str) -> Role:
+    """Verify ``authorization: Bearer <service jwt>``; exactly one such header."""
+    headers = _values(metadata, AUTHORIZATION)
+    if len(headers) != 1:
+        raise Unauthenticated(
+            "a single service credential is required", code="service_credential_required"
+        )
+    scheme, _, token = headers[0].partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthenticated(
+            "a bearer service credential is required", code="service_credential_required"
+        )
+    return verify_service_token(secret, token.strip())
+
+
+def scope_for(role: Role, metadata: Metadata) -> Scope:
+    """Owner scope with ``x-owner-id``; without it, neutral scope for workers only."""
+    owners = _values(metadata, OWNER_ID)
+    if len(owners) > 1:
+        raise InvalidArgument(OWNER_ID, "must appear at most once")
+    if owners:
+        return OwnerScope(role, bounds.owner_id(owners[0]))
+    if role is Role.WORKER:
+        return NeutralScope()
+    raise PermissionDenied(
+        f"role {role.value} must call with x-owner-id", code="owner_scope_required"
+    )
+
+
+def remember_verified_role(role: Role) -> None:
+    """Called by the interceptor in the context the handler will run in."""
+    _verified_role.set(role)
+
+
+def caller_scope(context: grpc.aio.ServicerContext) -> Scope:
+    """The scope of the current call (SPEC §2)."""
+    role = _verified_role.get()
+    if role is None:
+        # Only reachable without the credential interceptor: fail closed.
+        raise Unauthenticated("no verified service credential", code="service_credential_required")
+    metadata: Metadata = context.invocation_metadata() or ()
+    return scope_for(role, metadata)
