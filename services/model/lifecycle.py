@@ -214,6 +214,9 @@ def _sweep(facts: Facts, now: datetime) -> Decision:
         return _after_lost_attempt(facts, now, LEASE_FAILURE_CODE)
     if facts.state in PENDING_STATES and deadline_passed(facts, now):
         return _fail_closed(facts)
+    if facts.state is S.WAITING_FOR_RETRY and is_due(facts, now):
+        # Requeued rather than claimed from here: the claim then reads one state along its index.
+        return Decision(S.QUEUED, facts.attempt, False, None)
     raise InvalidTransition("nothing to sweep")
 
 

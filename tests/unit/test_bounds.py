@@ -1,0 +1,232 @@
+"""Every bound of SPEC §3 at its edge: accepted at the limit, rejected one past it.
+
+The limits are written here as literal numbers from the SPEC, not read from
+``bounds``' constants, so a constant drifting from the SPEC fails a test.
+Nothing is clamped: an accepted value comes back unchanged, a rejected one raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+import pytest
+
+from services.model import bounds
+from services.model.errors import InvalidArgument
+
+NOW: Final = datetime(2026, 8, 9, 12, 0, tzinfo=UTC)
+TICK: Final = timedelta(microseconds=1)
+
+
+def rejected(field: str, call: Callable[[], object]) -> InvalidArgument:
+    with pytest.raises(InvalidArgument) as caught:
+        call()
+    error = caught.value
+    assert error.field == field
+    assert error.kind == "invalid_argument"
+    assert error.code == "invalid_argument"
+    assert str(error).startswith(f"{field}:")
+    return error
+
+
+# --- text lengths -------------------------------------------------------------------------
+
+# (field, validator taking one string and returning what it accepted, SPEC limit, filler)
+TextValidator = Callable[[str], str]
+
+
+def _subject_type(value: str) -> str:
+    return bounds.subject(value, "42")[0]
+
+
+def _subject_id(value: str) -> str:
+    return bounds.subject("job", value)[1]
+
+
+def _failure_code(value: str) -> str:
+    return bounds.failure(value, "")[0]
+
+
+def _failure_message(value: str) -> str:
+    return bounds.failure("timeout", value)[1]
+
+
+def _provider(value: str) -> str:
+    return bounds.provenance(value, "m", "local")[0]
+
+
+def _model(value: str) -> str:
+    return bounds.provenance("p", value, "local")[1]
+
+
+def _route(value: str) -> str:
+    return bounds.provenance("p", "m", value)[2]
+
+
+TEXT_BOUNDS: Final[list[tuple[str, TextValidator, int, str]]] = [
+    ("task_type", bounds.task_type, 64, "a"),
+    ("idempotency_key", bounds.idempotency_key, 128, "K"),
+    ("subject_type", _subject_type, 32, "j"),
+    ("subject_id", _subject_id, 64, "7"),
+    ("failure_code", _failure_code, 64, "x"),
+    ("failure_message", _failure_message, 512, "m"),
+    ("provider", _provider, 32, "p"),
+    ("model", _model, 128, "m"),
+    ("route", _route, 16, "r"),
+]
+TEXT_IDS: Final = [field for field, *_ in TEXT_BOUNDS]
+
+
+@pytest.mark.parametrize(("field", "validate", "limit", "filler"), TEXT_BOUNDS, ids=TEXT_IDS)
+def test_text_is_accepted_at_its_limit_unchanged(
+    field: str, validate: TextValidator, limit: int, filler: str
+) -> None:
+    value = filler * limit
+    assert validate(value) == value
+
+
+@pytest.mark.parametrize(("field", "validate", "limit", "filler"), TEXT_BOUNDS, ids=TEXT_IDS)
+def test_text_one_past_its_limit_is_rejected_naming_the_field(
+    field: str, validate: TextValidator, limit: int, filler: str
+) -> None:
+    error = rejected(field, lambda: validate(filler * (limit + 1)))
+    assert str(limit) in error.message
+
+
+@pytest.mark.parametrize(("field", "validate", "limit", "filler"), TEXT_BOUNDS, ids=TEXT_IDS)
+def test_text_far_past_its_limit_is_rejected_not_cut(
+    field: str, validate: TextValidator, limit: int, filler: str
+) -> None:
+    rejected(field, lambda: validate(filler * (limit * 10)))
+
+
+@pytest.mark.parametrize(
+    ("field", "validate"),
+    [
+        ("task_type", bounds.task_type),
+        ("idempotency_key", bounds.idempotency_key),
+        ("subject_type", _subject_type),
+        ("subject_id", _subject_id),
+    ],
+)
+def test_identifying_text_is_required(field: str, validate: TextValidator) -> None:
+    rejected(field, lambda: validate(""))
+
+
+@pytest.mark.parametrize(
+    ("field", "validate"),
+    [
+        ("failure_message", _failure_message),
+        ("provider", _provider),
+        ("model", _model),
+        ("route", _route),
+    ],
+)
+def test_optional_text_may_be_empty(field: str, validate: TextValidator) -> None:
+    assert validate("") == ""
+
+
+# --- task type alphabet -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value", ["strategy.snapshot", "cv.review", "a", "a-b_c.d", "0123456789", "z" * 64]
+)
+def test_task_type_accepts_lowercase_digits_dot_underscore_dash(value: str) -> None:
+    assert bounds.task_type(value) == value
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["Strategy.snapshot", "cv review", "cv/review", "cv:review", "cv.review\n", "é", "a+b", " a"],
+)
+def test_task_type_rejects_other_characters(value: str) -> None:
+    rejected("task_type", lambda: bounds.task_type(value))
+
+
+# --- integer ranges (through int_range and the exported range constants) -------------------
+
+INT_BOUNDS: Final[list[tuple[str, tuple[int, int], int, int]]] = [
+    ("max_attempts", bounds.MAX_ATTEMPTS_RANGE, 1, 10),
+    ("retry_delay_seconds", bounds.RETRY_DELAY_SECONDS_RANGE, 1, 3600),
+    ("lease_seconds", bounds.LEASE_SECONDS_RANGE, 5, 600),
+    ("progress_percent", bounds.PROGRESS_RANGE, 0, 100),
+]
+INT_IDS: Final = [field for field, *_ in INT_BOUNDS]
+
+
+@pytest.mark.parametrize(("field", "range_", "low", "high"), INT_BOUNDS, ids=INT_IDS)
+def test_int_range_constant_matches_the_spec(
+    field: str, range_: tuple[int, int], low: int, high: int
+) -> None:
+    assert range_ == (low, high)
+
+
+@pytest.mark.parametrize(("field", "range_", "low", "high"), INT_BOUNDS, ids=INT_IDS)
+def test_int_accepted_at_both_limits_unchanged(
+    field: str, range_: tuple[int, int], low: int, high: int
+) -> None:
+    assert bounds.int_range(field, low, range_) == low
+    assert bounds.int_range(field, high, range_) == high
+
+
+@pytest.mark.parametrize(("field", "range_", "low", "high"), INT_BOUNDS, ids=INT_IDS)
+def test_int_one_past_either_limit_is_rejected_naming_the_field(
+    field: str, range_: tuple[int, int], low: int, high: int
+) -> None:
+    rejected(field, lambda: bounds.int_range(field, low - 1, range_))
+    rejected(field, lambda: bounds.int_range(field, high + 1, range_))
+
+
+@pytest.mark.parametrize(("field", "range_", "low", "high"), INT_BOUNDS, ids=INT_IDS)
+def test_int_far_out_of_range_is_rejected_not_clamped(
+    field: str, range_: tuple[int, int], low: int, high: int
+) -> None:
+    rejected(field, lambda: bounds.int_range(field, -(10**9), range_))
+    rejected(field, lambda: bounds.int_range(field, 10**9, range_))
+
+
+# --- deadline -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "ahead", [TICK, timedelta(minutes=30), timedelta(hours=24)], ids=["1us", "30min", "24h"]
+)
+def test_deadline_in_the_future_up_to_24h_ahead_is_accepted(ahead: timedelta) -> None:
+    assert bounds.deadline(NOW + ahead, NOW) == NOW + ahead
+
+
+@pytest.mark.parametrize(
+    "ahead",
+    [timedelta(hours=24) + TICK, timedelta(hours=25), timedelta(days=365)],
+    ids=["24h+1us", "25h", "1y"],
+)
+def test_deadline_beyond_24h_ahead_is_rejected(ahead: timedelta) -> None:
+    rejected("deadline", lambda: bounds.deadline(NOW + ahead, NOW))
+
+
+@pytest.mark.parametrize(
+    "ahead", [timedelta(0), -TICK, -timedelta(hours=1)], ids=["now", "-1us", "-1h"]
+)
+def test_deadline_not_in_the_future_is_rejected(ahead: timedelta) -> None:
+    rejected("deadline", lambda: bounds.deadline(NOW + ahead, NOW))
+
+
+# --- the remaining bounds checks keep one field in error at a time --------------------------
+
+
+def test_subject_names_the_offending_half() -> None:
+    rejected("subject_type", lambda: bounds.subject("j" * 33, "1" * 65))
+    rejected("subject_id", lambda: bounds.subject("job", "1" * 65))
+
+
+def test_failure_names_the_offending_half() -> None:
+    rejected("failure_code", lambda: bounds.failure("x" * 65, "m" * 513))
+    rejected("failure_message", lambda: bounds.failure("timeout", "m" * 513))
+
+
+def test_provenance_accepts_all_three_at_their_limits_together() -> None:
+    values = ("p" * 32, "m" * 128, "r" * 16)
+    assert bounds.provenance(*values) == values
