@@ -14,9 +14,12 @@ IMMEDIATE``) so two writers never deadlock upgrading a read lock.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -124,6 +127,9 @@ class Database:
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         event.listen(self._sessions, "do_orm_execute", _scope_owner_filter)
         event.listen(self._sessions, "before_flush", _stamp_owner)
+        # Async servers run blocking transactions here; sized to the connection pool so
+        # a burst queues for a thread instead of for a connection inside a thread.
+        self._executor = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="db")
 
     @property
     def is_sqlite(self) -> bool:
@@ -173,5 +179,18 @@ class Database:
                 time.sleep(min(0.002 * 2**attempt, 0.2))
         raise AssertionError("unreachable")
 
+    async def run_async(
+        self,
+        work: Callable[[Session], T],
+        *,
+        owner_id: str | None,
+        write: bool = True,
+    ) -> T:
+        """``run`` on the database thread pool, for async servers."""
+        loop = asyncio.get_running_loop()
+        call = partial(self.run, work, owner_id=owner_id, write=write)
+        return await loop.run_in_executor(self._executor, call)
+
     def dispose(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
         self.engine.dispose()

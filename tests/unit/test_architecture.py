@@ -12,7 +12,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ROOT / "services"
 
-LAYERS = {"model": 0, "settings": 0, "logs": 1, "storage": 1, "rpc": 2}
 SERVICE_PACKAGES = {
     "operations",
     "notifications",
@@ -25,12 +24,13 @@ SERVICE_PACKAGES = {
 ALLOWED: dict[str, set[str]] = {
     "model": set(),
     "settings": set(),
+    "clock": set(),
     "logs": {"settings"},
-    "storage": {"model", "settings"},
-    "rpc": {"model", "settings"},
+    "storage": {"model", "settings", "clock"},
+    "rpc": {"model", "settings", "clock"},
     "hoststore": set(),
 }
-SERVICE_ALLOWED = {"model", "settings", "logs", "storage", "rpc"}
+SERVICE_ALLOWED = {"model", "settings", "clock", "logs", "storage", "rpc"}
 
 
 def _package_of(path: Path) -> str:

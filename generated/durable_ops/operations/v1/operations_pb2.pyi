@@ -253,6 +253,12 @@ class RequestExternalFallbackRequest(_message.Message):
     provenance: Provenance
     def __init__(self, operation_id: _Optional[str] = ..., lease_token: _Optional[str] = ..., provenance: _Optional[_Union[Provenance, _Mapping]] = ...) -> None: ...
 
+class LeaseMutationResponse(_message.Message):
+    __slots__ = ("state",)
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    state: OperationState
+    def __init__(self, state: _Optional[_Union[OperationState, str]] = ...) -> None: ...
+
 class AcknowledgeCancellationRequest(_message.Message):
     __slots__ = ("operation_id", "lease_token")
     OPERATION_ID_FIELD_NUMBER: _ClassVar[int]

@@ -72,22 +72,22 @@ class OperationsServiceStub:
         self.CompleteOperation = channel.unary_unary(
                 '/durable_ops.operations.v1.OperationsService/CompleteOperation',
                 request_serializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.CompleteOperationRequest.SerializeToString,
-                response_deserializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.Operation.FromString,
+                response_deserializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationResponse.FromString,
                 _registered_method=True)
         self.FailOperation = channel.unary_unary(
                 '/durable_ops.operations.v1.OperationsService/FailOperation',
                 request_serializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.FailOperationRequest.SerializeToString,
-                response_deserializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.Operation.FromString,
+                response_deserializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationResponse.FromString,
                 _registered_method=True)
         self.RequestExternalFallback = channel.unary_unary(
                 '/durable_ops.operations.v1.OperationsService/RequestExternalFallback',
                 request_serializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.RequestExternalFallbackRequest.SerializeToString,
-                response_deserializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.Operation.FromString,
+                response_deserializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationResponse.FromString,
                 _registered_method=True)
         self.AcknowledgeCancellation = channel.unary_unary(
                 '/durable_ops.operations.v1.OperationsService/AcknowledgeCancellation',
                 request_serializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.AcknowledgeCancellationRequest.SerializeToString,
-                response_deserializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.Operation.FromString,
+                response_deserializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationResponse.FromString,
                 _registered_method=True)
 
 
@@ -204,22 +204,22 @@ def add_OperationsServiceServicer_to_server(servicer, server):
             'CompleteOperation': grpc.unary_unary_rpc_method_handler(
                     servicer.CompleteOperation,
                     request_deserializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.CompleteOperationRequest.FromString,
-                    response_serializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.Operation.SerializeToString,
+                    response_serializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationResponse.SerializeToString,
             ),
             'FailOperation': grpc.unary_unary_rpc_method_handler(
                     servicer.FailOperation,
                     request_deserializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.FailOperationRequest.FromString,
-                    response_serializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.Operation.SerializeToString,
+                    response_serializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationResponse.SerializeToString,
             ),
             'RequestExternalFallback': grpc.unary_unary_rpc_method_handler(
                     servicer.RequestExternalFallback,
                     request_deserializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.RequestExternalFallbackRequest.FromString,
-                    response_serializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.Operation.SerializeToString,
+                    response_serializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationResponse.SerializeToString,
             ),
             'AcknowledgeCancellation': grpc.unary_unary_rpc_method_handler(
                     servicer.AcknowledgeCancellation,
                     request_deserializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.AcknowledgeCancellationRequest.FromString,
-                    response_serializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.Operation.SerializeToString,
+                    response_serializer=durable__ops_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -437,7 +437,7 @@ class OperationsService:
             target,
             '/durable_ops.operations.v1.OperationsService/CompleteOperation',
             durable__ops_dot_operations_dot_v1_dot_operations__pb2.CompleteOperationRequest.SerializeToString,
-            durable__ops_dot_operations_dot_v1_dot_operations__pb2.Operation.FromString,
+            durable__ops_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -464,7 +464,7 @@ class OperationsService:
             target,
             '/durable_ops.operations.v1.OperationsService/FailOperation',
             durable__ops_dot_operations_dot_v1_dot_operations__pb2.FailOperationRequest.SerializeToString,
-            durable__ops_dot_operations_dot_v1_dot_operations__pb2.Operation.FromString,
+            durable__ops_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -491,7 +491,7 @@ class OperationsService:
             target,
             '/durable_ops.operations.v1.OperationsService/RequestExternalFallback',
             durable__ops_dot_operations_dot_v1_dot_operations__pb2.RequestExternalFallbackRequest.SerializeToString,
-            durable__ops_dot_operations_dot_v1_dot_operations__pb2.Operation.FromString,
+            durable__ops_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -518,7 +518,7 @@ class OperationsService:
             target,
             '/durable_ops.operations.v1.OperationsService/AcknowledgeCancellation',
             durable__ops_dot_operations_dot_v1_dot_operations__pb2.AcknowledgeCancellationRequest.SerializeToString,
-            durable__ops_dot_operations_dot_v1_dot_operations__pb2.Operation.FromString,
+            durable__ops_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationResponse.FromString,
             options,
             channel_credentials,
             insecure,

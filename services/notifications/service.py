@@ -1,0 +1,79 @@
+"""The Notifications gRPC servicer: owner scope only, one transaction per call."""
+
+from __future__ import annotations
+
+import grpc
+from durable_ops.notifications.v1 import notifications_pb2 as pb
+from durable_ops.notifications.v1 import notifications_pb2_grpc as pb_grpc
+
+from services.clock import Clock
+from services.model.scope import require_owner
+from services.notifications.convert import notification
+from services.rpc.errors import translate_errors
+from services.rpc.scope import caller_scope
+from services.storage import notifications
+from services.storage.db import Database
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["NotificationsService"].full_name
+
+
+class NotificationsService(pb_grpc.NotificationsServiceServicer):
+    def __init__(self, db: Database, clock: Clock) -> None:
+        self._db = db
+        self._clock = clock
+
+    @translate_errors
+    async def ListNotifications(
+        self, request: pb.ListNotificationsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListNotificationsResponse:
+        owner = require_owner(caller_scope(context)).owner_id
+        page = await self._db.run_async(
+            lambda s: notifications.list_page(s, size=request.page_size, token=request.page_token),
+            owner_id=owner,
+            write=False,
+        )
+        return pb.ListNotificationsResponse(
+            notifications=[notification(row) for row in page.items],
+            next_page_token=page.next_token or "",
+        )
+
+    @translate_errors
+    async def GetUnreadCount(
+        self, request: pb.GetUnreadCountRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetUnreadCountResponse:
+        owner = require_owner(caller_scope(context)).owner_id
+        count = await self._db.run_async(notifications.unread_count, owner_id=owner, write=False)
+        return pb.GetUnreadCountResponse(count=count)
+
+    @translate_errors
+    async def MarkRead(
+        self, request: pb.MarkReadRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Notification:
+        owner = require_owner(caller_scope(context)).owner_id
+        now = self._clock()
+        row = await self._db.run_async(
+            lambda s: notifications.mark_read(s, request.notification_id, now), owner_id=owner
+        )
+        return notification(row)
+
+    @translate_errors
+    async def Dismiss(
+        self, request: pb.DismissRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Notification:
+        owner = require_owner(caller_scope(context)).owner_id
+        now = self._clock()
+        row = await self._db.run_async(
+            lambda s: notifications.dismiss(s, request.notification_id, now), owner_id=owner
+        )
+        return notification(row)
+
+    @translate_errors
+    async def MarkAllRead(
+        self, request: pb.MarkAllReadRequest, context: grpc.aio.ServicerContext
+    ) -> pb.MarkAllReadResponse:
+        owner = require_owner(caller_scope(context)).owner_id
+        now = self._clock()
+        marked = await self._db.run_async(
+            lambda s: notifications.mark_all_read(s, now), owner_id=owner
+        )
+        return pb.MarkAllReadResponse(marked=marked)

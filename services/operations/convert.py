@@ -1,0 +1,77 @@
+"""Rows and domain values ⇄ protobuf messages of the Operations API."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from durable_ops.operations.v1 import operations_pb2 as pb
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from services.model.errors import InvalidArgument
+from services.model.states import OperationState, Privacy
+from services.storage.schema import UserOperation
+
+STATUS_URL = "/api/operations/{id}"
+_STATE_PREFIX = "OPERATION_STATE_"
+
+
+def status_url(operation_id: str) -> str:
+    return STATUS_URL.format(id=operation_id)
+
+
+def timestamp(value: datetime) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromDatetime(value.astimezone(UTC))
+    return stamp
+
+
+def from_timestamp(stamp: Timestamp) -> datetime:
+    return stamp.ToDatetime(tzinfo=UTC)
+
+
+def state_to_pb(state: OperationState | str) -> int:
+    return int(pb.OperationState.Value(_STATE_PREFIX + OperationState(state).name))
+
+
+def state_from_pb(value: int) -> OperationState | None:
+    """``None`` for unspecified (no filter); unknown numbers are refused."""
+    if value == pb.OPERATION_STATE_UNSPECIFIED:
+        return None
+    try:
+        name = pb.OperationState.Name(value)
+    except ValueError:
+        raise InvalidArgument("state", "is not a known operation state") from None
+    return OperationState[name.removeprefix(_STATE_PREFIX)]
+
+
+def privacy_to_pb(privacy: Privacy | str) -> int:
+    return int(pb.Privacy.Value("PRIVACY_" + Privacy(privacy).name))
+
+
+def privacy_from_pb(value: int) -> Privacy:
+    if value in (pb.PRIVACY_UNSPECIFIED, pb.PRIVACY_LOCAL_ONLY):
+        return Privacy.LOCAL_ONLY
+    if value == pb.PRIVACY_EXTERNAL_ALLOWED:
+        return Privacy.EXTERNAL_ALLOWED
+    raise InvalidArgument("privacy", "is not a known privacy choice")
+
+
+def operation(row: UserOperation) -> pb.Operation:
+    message = pb.Operation(
+        id=row.id,
+        task_type=row.task_type,
+        state=state_to_pb(row.state),  # type: ignore[arg-type]
+        progress_percent=row.progress_percent,
+        attempt=row.attempt,
+        max_attempts=row.max_attempts,
+        cancel_requested=row.cancel_requested,
+        subject=pb.Subject(type=row.subject_type, id=row.subject_id),
+        status_url=status_url(row.id),
+        created_at=timestamp(row.created_at),
+        updated_at=timestamp(row.updated_at),
+    )
+    for field in ("started_at", "finished_at", "deadline_at", "next_attempt_at"):
+        value = getattr(row, field)
+        if value is not None:
+            getattr(message, field).CopyFrom(timestamp(value))
+    return message

@@ -1,0 +1,37 @@
+"""``opsctl serve operations``: the Operations gRPC server and its sweeper."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from durable_ops.operations.v1 import operations_pb2_grpc as pb_grpc
+
+from services.clock import Clock, utc_now
+from services.operations.service import SERVICE_NAME, OperationsService
+from services.operations.sweeper import run_sweeper
+from services.rpc.server import build_server, serve
+from services.settings import Settings
+from services.storage.db import Database
+from services.storage.migrate import require_current
+
+
+async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
+    db = Database(settings.database_url, pool_size=16)
+    require_current(db.engine)
+    servicer = OperationsService(db, clock)
+    server, _port = build_server(
+        settings.operations_bind,
+        lambda s: pb_grpc.add_OperationsServiceServicer_to_server(servicer, s),  # type: ignore[no-untyped-call]
+        [SERVICE_NAME],
+        secret=settings.service_secret,
+    )
+    sweeper = asyncio.create_task(run_sweeper(db, clock, settings.sweep_interval_seconds))
+
+    async def stop_sweeper() -> None:
+        sweeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweeper
+        db.dispose()
+
+    await serve(server, on_stop=stop_sweeper)

@@ -1,0 +1,272 @@
+"""The Operations gRPC servicer: scope checks, message conversion, one transaction.
+
+Each method names the scope it runs in, converts the request, runs one storage
+call in one transaction (owner-scoped unless it is the claim) and converts the
+answer. Rules live in ``services.model``; SQL in ``services.storage``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from functools import partial
+
+import grpc
+import structlog
+from durable_ops.operations.v1 import operations_pb2 as pb
+from durable_ops.operations.v1 import operations_pb2_grpc as pb_grpc
+
+from services.clock import Clock
+from services.model.errors import InvalidArgument
+from services.model.scope import require_neutral_worker, require_owner, require_worker_owner
+from services.operations import convert
+from services.rpc.errors import translate_errors
+from services.rpc.scope import caller_scope
+from services.storage import operations
+from services.storage.db import Database
+
+log = structlog.get_logger(__name__)
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["OperationsService"].full_name
+DEFAULT_HEARTBEAT_LEASE_SECONDS = 30
+
+
+def _provenance(message: pb.Provenance) -> operations.Provenance:
+    return operations.Provenance(message.provider, message.model, message.route)
+
+
+def _state_reply(state: str) -> pb.LeaseMutationResponse:
+    return pb.LeaseMutationResponse(state=convert.state_to_pb(state))  # type: ignore[arg-type]
+
+
+class OperationsService(pb_grpc.OperationsServiceServicer):
+    def __init__(self, db: Database, clock: Clock) -> None:
+        self._db = db
+        self._clock = clock
+
+    # ---- owner scope ------------------------------------------------------------------
+
+    @translate_errors
+    async def CreateOperation(
+        self, request: pb.CreateOperationRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateOperationResponse:
+        owner = require_owner(caller_scope(context)).owner_id
+        create = operations.CreateRequest(
+            task_type=request.task_type,
+            idempotency_key=request.idempotency_key,
+            subject_type=request.subject.type,
+            subject_id=request.subject.id,
+            priority=request.priority,
+            max_attempts=request.max_attempts or 3,
+            retry_delay_seconds=request.retry_delay_seconds or 30,
+            privacy=convert.privacy_from_pb(request.privacy),
+            deadline_at=(
+                convert.from_timestamp(request.deadline) if request.HasField("deadline") else None
+            ),
+        )
+        now = self._clock()
+        row, created = await self._db.run_async(
+            lambda s: operations.create(s, owner, create, now), owner_id=owner
+        )
+        if created:
+            log.info("operation_created", operation_id=row.id, owner=owner, task_type=row.task_type)
+        return pb.CreateOperationResponse(operation=convert.operation(row), created=created)
+
+    @translate_errors
+    async def GetOperation(
+        self, request: pb.GetOperationRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Operation:
+        owner = require_owner(caller_scope(context)).owner_id
+        row = await self._db.run_async(
+            lambda s: operations.get(s, request.operation_id), owner_id=owner, write=False
+        )
+        return convert.operation(row)
+
+    @translate_errors
+    async def ListOperations(
+        self, request: pb.ListOperationsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListOperationsResponse:
+        owner = require_owner(caller_scope(context)).owner_id
+        state = convert.state_from_pb(request.state)
+        page = await self._db.run_async(
+            lambda s: operations.list_page(
+                s,
+                size=request.page_size,
+                token=request.page_token,
+                state=state,
+                task_type=request.task_type,
+            ),
+            owner_id=owner,
+            write=False,
+        )
+        return pb.ListOperationsResponse(
+            operations=[convert.operation(row) for row in page.items],
+            next_page_token=page.next_token or "",
+        )
+
+    @translate_errors
+    async def CancelOperation(
+        self, request: pb.CancelOperationRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Operation:
+        owner = require_owner(caller_scope(context)).owner_id
+        now = self._clock()
+        row = await self._db.run_async(
+            lambda s: operations.cancel(s, request.operation_id, now), owner_id=owner
+        )
+        log.info("operation_cancel", operation_id=row.id, owner=owner, state=row.state)
+        return convert.operation(row)
+
+    @translate_errors
+    async def RetryOperation(
+        self, request: pb.RetryOperationRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Operation:
+        owner = require_owner(caller_scope(context)).owner_id
+        now = self._clock()
+        row = await self._db.run_async(
+            lambda s: operations.retry(s, request.operation_id, now), owner_id=owner
+        )
+        log.info("operation_retried", operation_id=row.id, owner=owner)
+        return convert.operation(row)
+
+    # ---- neutral worker scope -----------------------------------------------------------
+
+    @translate_errors
+    async def ClaimOperation(
+        self, request: pb.ClaimOperationRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ClaimOperationResponse:
+        require_neutral_worker(caller_scope(context))
+        external = request.route == pb.ROUTE_EXTERNAL
+        task_types = list(request.task_types)
+        now = self._clock()
+        claim = await self._db.run_async(
+            lambda s: operations.claim(
+                s, task_types, request.lease_seconds, now, external_route=external
+            ),
+            owner_id=None,
+        )
+        if claim is None:
+            return pb.ClaimOperationResponse()
+        row = claim.operation
+        assert row.lease_expires_at is not None
+        log.info(
+            "operation_claimed", operation_id=row.id, owner=row.owner_user_id, attempt=row.attempt
+        )
+        return pb.ClaimOperationResponse(
+            claimed=pb.ClaimedOperation(
+                operation=convert.operation(row),
+                owner_id=row.owner_user_id,
+                lease_token=claim.lease_token,
+                lease_expires_at=convert.timestamp(row.lease_expires_at),
+                privacy=convert.privacy_to_pb(row.privacy),  # type: ignore[arg-type]
+            )
+        )
+
+    # ---- the worker back in the owner scope, holding the lease ---------------------------
+
+    @translate_errors
+    async def Heartbeat(
+        self,
+        request_iterator: AsyncIterator[pb.HeartbeatRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[pb.HeartbeatResponse]:
+        owner = require_worker_owner(caller_scope(context)).owner_id
+        operation_id = token = ""
+        lease_seconds = DEFAULT_HEARTBEAT_LEASE_SECONDS
+        async for beat in request_iterator:
+            if not operation_id:
+                operation_id, token = beat.operation_id, beat.lease_token
+                if not operation_id or not token:
+                    raise InvalidArgument("lease_token", "the first heartbeat names the lease")
+            elif beat.operation_id not in ("", operation_id) or beat.lease_token not in ("", token):
+                raise InvalidArgument("operation_id", "one stream heartbeats one lease")
+            lease_seconds = beat.lease_seconds or lease_seconds
+            progress = beat.progress_percent if beat.HasField("progress_percent") else None
+            beat_once = partial(
+                operations.heartbeat,
+                operation_id=operation_id,
+                token=token,
+                lease_seconds=lease_seconds,
+                progress=progress,
+                now=self._clock(),
+            )
+            expires, cancel_requested = await self._db.run_async(beat_once, owner_id=owner)
+            yield pb.HeartbeatResponse(
+                lease_expires_at=convert.timestamp(expires), cancel_requested=cancel_requested
+            )
+
+    @translate_errors
+    async def CompleteOperation(
+        self, request: pb.CompleteOperationRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LeaseMutationResponse:
+        owner = require_worker_owner(caller_scope(context)).owner_id
+        now = self._clock()
+        state = await self._db.run_async(
+            lambda s: operations.complete(
+                s,
+                request.operation_id,
+                request.lease_token,
+                _provenance(request.provenance),
+                request.result_ref,
+                now,
+            ),
+            owner_id=owner,
+        )
+        log.info("operation_completed", operation_id=request.operation_id, owner=owner)
+        return _state_reply(state)
+
+    @translate_errors
+    async def FailOperation(
+        self, request: pb.FailOperationRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LeaseMutationResponse:
+        owner = require_worker_owner(caller_scope(context)).owner_id
+        now = self._clock()
+        state = await self._db.run_async(
+            lambda s: operations.fail(
+                s,
+                request.operation_id,
+                request.lease_token,
+                retryable=request.retryable,
+                failure_code=request.failure_code,
+                failure_message=request.failure_message,
+                provenance=_provenance(request.provenance),
+                now=now,
+            ),
+            owner_id=owner,
+        )
+        log.info(
+            "operation_failed",
+            operation_id=request.operation_id,
+            owner=owner,
+            retryable=request.retryable,
+            failure_code=request.failure_code,
+            state=state,
+        )
+        return _state_reply(state)
+
+    @translate_errors
+    async def RequestExternalFallback(
+        self, request: pb.RequestExternalFallbackRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LeaseMutationResponse:
+        owner = require_worker_owner(caller_scope(context)).owner_id
+        now = self._clock()
+        state = await self._db.run_async(
+            lambda s: operations.request_fallback(
+                s, request.operation_id, request.lease_token, _provenance(request.provenance), now
+            ),
+            owner_id=owner,
+        )
+        log.info("operation_fallback", operation_id=request.operation_id, owner=owner, state=state)
+        return _state_reply(state)
+
+    @translate_errors
+    async def AcknowledgeCancellation(
+        self, request: pb.AcknowledgeCancellationRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LeaseMutationResponse:
+        owner = require_worker_owner(caller_scope(context)).owner_id
+        now = self._clock()
+        state = await self._db.run_async(
+            lambda s: operations.acknowledge_cancel(
+                s, request.operation_id, request.lease_token, now
+            ),
+            owner_id=owner,
+        )
+        log.info("operation_cancel_acknowledged", operation_id=request.operation_id, owner=owner)
+        return _state_reply(state)

@@ -1,0 +1,39 @@
+"""The lease sweeper: a loop inside the Operations process.
+
+Safe with several replicas at once: every change it makes is a guarded UPDATE,
+so two sweepers racing over one row change it once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+
+from services.clock import Clock
+from services.storage import operations
+from services.storage.db import Database
+
+log = structlog.get_logger(__name__)
+
+
+async def sweep_once(db: Database, clock: Clock) -> operations.SweepReport:
+    now = clock()
+    return await db.run_async(lambda s: operations.sweep(s, now), owner_id=None)
+
+
+async def run_sweeper(db: Database, clock: Clock, interval_seconds: float) -> None:
+    """Sweep until cancelled; a failed sweep is logged and retried on the next tick."""
+    while True:
+        try:
+            report = await sweep_once(db, clock)
+            if report.total:
+                log.info(
+                    "sweep",
+                    expired_leases=report.expired_leases,
+                    deadlines=report.deadlines,
+                    promoted=report.promoted,
+                )
+        except Exception as exc:  # the sweeper must outlive a database hiccup
+            log.warning("sweep_failed", error=type(exc).__name__)
+        await asyncio.sleep(interval_seconds)
