@@ -1,0 +1,128 @@
+"""Real gRPC servers on 127.0.0.1:0, run on a background event loop for tests.
+
+Tests talk to them with ordinary synchronous gRPC stubs (threads give
+concurrency) and with service credentials minted here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from durable_ops.notifications.v1 import notifications_pb2_grpc
+from durable_ops.operations.v1 import operations_pb2_grpc
+
+from services.clock import Clock
+from services.model.scope import Role
+from services.notifications.service import SERVICE_NAME as NOTIFICATIONS
+from services.notifications.service import NotificationsService
+from services.operations.service import SERVICE_NAME as OPERATIONS
+from services.operations.service import OperationsService
+from services.operations.sweeper import sweep_once
+from services.rpc.credentials import mint_service_token
+from services.rpc.server import build_server, start, stop
+from services.storage.db import Database
+from services.storage.operations import SweepReport
+
+SECRET = "test-service-secret-of-at-least-32-bytes"
+
+
+class BackgroundLoop:
+    """An asyncio loop in a daemon thread; ``call`` runs a coroutine there and waits."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def call(self, coroutine: Any, timeout: float = 30) -> Any:
+        future: Future[Any] = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        return future.result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        self.loop.close()
+
+
+def metadata(role: Role, owner: str | None = None) -> tuple[tuple[str, str], ...]:
+    pairs = [("authorization", f"Bearer {mint_service_token(SECRET, role)}")]
+    if owner is not None:
+        pairs.append(("x-owner-id", owner))
+    return tuple(pairs)
+
+
+@dataclass
+class Services:
+    target: str
+    db: Database
+    clock: Clock
+    loop: BackgroundLoop
+    channel: grpc.Channel = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.channel = grpc.insecure_channel(self.target)
+
+    @property
+    def operations(self) -> operations_pb2_grpc.OperationsServiceStub:
+        return operations_pb2_grpc.OperationsServiceStub(self.channel)
+
+    @property
+    def notifications(self) -> notifications_pb2_grpc.NotificationsServiceStub:
+        return notifications_pb2_grpc.NotificationsServiceStub(self.channel)
+
+    def sweep(self) -> SweepReport:
+        report: SweepReport = self.loop.call(sweep_once(self.db, self.clock))
+        return report
+
+
+def _register(servicers: Sequence[tuple[Callable[..., None], Any]]) -> Callable[[Any], None]:
+    def register(server: Any) -> None:
+        for add, servicer in servicers:
+            add(servicer, server)
+
+    return register
+
+
+@contextmanager
+def running_services(db_url: str, clock: Clock) -> Iterator[Services]:
+    """Operations and Notifications in one server (as the processes would serve them)."""
+    loop = BackgroundLoop()
+    db = Database(db_url, pool_size=16)
+
+    async def boot() -> tuple[Any, int]:
+        server, port = build_server(
+            "127.0.0.1:0",
+            _register(
+                [
+                    (
+                        operations_pb2_grpc.add_OperationsServiceServicer_to_server,
+                        OperationsService(db, clock),
+                    ),
+                    (
+                        notifications_pb2_grpc.add_NotificationsServiceServicer_to_server,
+                        NotificationsService(db, clock),
+                    ),
+                ]
+            ),
+            [OPERATIONS, NOTIFICATIONS],
+            secret=SECRET,
+        )
+        await start(server)
+        return server, port
+
+    server, port = loop.call(boot())
+    services = Services(f"127.0.0.1:{port}", db, clock, loop)
+    try:
+        yield services
+    finally:
+        services.channel.close()
+        loop.call(stop(server, 0.5))
+        db.dispose()
+        loop.close()
