@@ -1,0 +1,43 @@
+"""Model inference for the AI worker: an OpenAI-compatible client, local-first
+routing with a circuit breaker, and the errors that say whether to retry
+(the tree is documented in ``services.ai_worker.inference.errors``).
+"""
+
+from services.ai_worker.inference.client import ModelClient, provider_from_url
+from services.ai_worker.inference.errors import (
+    ExternalRouteNotPermitted,
+    InferenceError,
+    InvalidModelOutput,
+    LocalRouteUnavailable,
+    ModelConnectionError,
+    ModelRateLimited,
+    ModelRequestRejected,
+    ModelServerError,
+    ModelTimeout,
+    ModelUnavailable,
+)
+from services.ai_worker.inference.metrics import LOCAL_CIRCUIT_STATE
+from services.ai_worker.inference.request import AnswerValidator, InferenceRequest
+from services.ai_worker.inference.result import InferenceResult, Provenance
+from services.ai_worker.inference.router import Router
+
+__all__ = [
+    "LOCAL_CIRCUIT_STATE",
+    "AnswerValidator",
+    "ExternalRouteNotPermitted",
+    "InferenceError",
+    "InferenceRequest",
+    "InferenceResult",
+    "InvalidModelOutput",
+    "LocalRouteUnavailable",
+    "ModelClient",
+    "ModelConnectionError",
+    "ModelRateLimited",
+    "ModelRequestRejected",
+    "ModelServerError",
+    "ModelTimeout",
+    "ModelUnavailable",
+    "Provenance",
+    "Router",
+    "provider_from_url",
+]

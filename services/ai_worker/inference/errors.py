@@ -1,0 +1,108 @@
+"""Why an inference failed, and whether trying again can help.
+
+Retryability is a property of the error (as in Temporal), so a worker needs no
+table of its own::
+
+    InferenceError                    retryable
+    ├── ModelUnavailable              yes  the route is down; the local breaker counts it
+    │   ├── ModelTimeout              yes  no complete answer within the timeout
+    │   ├── ModelConnectionError      yes  refused, reset, DNS, protocol error
+    │   ├── ModelServerError          yes  HTTP 5xx
+    │   └── ModelRateLimited          yes  HTTP 429 (carries retry_after_seconds)
+    ├── InvalidModelOutput            yes  answered, but not JSON or not the schema
+    ├── ModelRequestRejected          no   any other HTTP status >= 300 (key, model, request)
+    ├── LocalRouteUnavailable         yes  the local route is down or its circuit open;
+    │                                      ``fallback_permitted`` says whether the operation
+    │                                      may move to waiting_for_external_fallback
+    └── ExternalRouteNotPermitted     yes  privacy, allowlist or configuration forbids the
+                                           external route; a later local attempt may run
+
+Each error has a stable ``code`` (fits the operation's failure code) and a short
+message of our own wording: never a model answer or a server's error body,
+which may echo the user's text. ``provenance`` names the provider, model and
+route that were tried, when there was one.
+"""
+
+from __future__ import annotations
+
+from services.ai_worker.inference.result import Provenance
+from services.model.routing import LocalUnavailableAction
+
+
+class InferenceError(Exception):
+    code = "inference_error"
+    retryable = True
+
+    def __init__(self, message: str, *, provenance: Provenance | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.provenance = provenance
+
+
+class ModelUnavailable(InferenceError):
+    code = "model_unavailable"
+
+
+class ModelTimeout(ModelUnavailable):
+    code = "model_timeout"
+
+
+class ModelConnectionError(ModelUnavailable):
+    code = "model_connection_error"
+
+
+class ModelServerError(ModelUnavailable):
+    code = "model_server_error"
+
+    def __init__(self, status_code: int, *, provenance: Provenance | None = None) -> None:
+        super().__init__(f"model answered HTTP {status_code}", provenance=provenance)
+        self.status_code = status_code
+
+
+class ModelRateLimited(ModelUnavailable):
+    code = "model_rate_limited"
+
+    def __init__(
+        self, retry_after_seconds: float | None, *, provenance: Provenance | None = None
+    ) -> None:
+        super().__init__("model answered HTTP 429", provenance=provenance)
+        self.status_code = 429
+        self.retry_after_seconds = retry_after_seconds
+
+
+class InvalidModelOutput(InferenceError):
+    code = "invalid_model_output"
+
+
+class ModelRequestRejected(InferenceError):
+    code = "model_request_rejected"
+    retryable = False
+
+    def __init__(self, status_code: int, *, provenance: Provenance | None = None) -> None:
+        super().__init__(
+            f"model refused the request with HTTP {status_code}", provenance=provenance
+        )
+        self.status_code = status_code
+
+
+class LocalRouteUnavailable(InferenceError):
+    code = "local_route_unavailable"
+
+    def __init__(
+        self,
+        action: LocalUnavailableAction,
+        *,
+        reason: str,
+        provenance: Provenance | None = None,
+    ) -> None:
+        super().__init__(f"local model route unavailable ({reason})", provenance=provenance)
+        self.action = action
+        self.reason = reason  # "circuit_open" or the code of the local failure
+
+    @property
+    def fallback_permitted(self) -> bool:
+        return self.action is LocalUnavailableAction.FALLBACK_TO_EXTERNAL
+
+
+class ExternalRouteNotPermitted(InferenceError):
+    code = "external_route_not_permitted"

@@ -1,0 +1,32 @@
+"""What an inference returns: the validated answer and where it came from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from services.model.bounds import MODEL_MAX, PROVIDER_MAX, ROUTE_MAX
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Bounded like the operation columns that store it (SPEC §3)."""
+
+    provider: str
+    model: str
+    route: str
+
+    def __post_init__(self) -> None:
+        for name, value, limit in (
+            ("provider", self.provider, PROVIDER_MAX),
+            ("model", self.model, MODEL_MAX),
+            ("route", self.route, ROUTE_MAX),
+        ):
+            if not value or len(value) > limit:
+                raise ValueError(f"{name} must be 1 to {limit} characters")
+
+
+@dataclass(frozen=True)
+class InferenceResult:
+    answer: dict[str, Any]
+    provenance: Provenance

@@ -1,0 +1,456 @@
+"""The development model: OpenAI-compatible surface, deterministic heuristic, fault drills."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from starlette.applications import Starlette
+
+from services.ai_worker.dev_model import create_app, parse_bind
+from services.ai_worker.dev_model.heuristic import (
+    Inputs,
+    cv_review,
+    key_terms,
+    parse_inputs,
+    strategy_snapshot,
+    words,
+)
+from services.ai_worker.inference import ModelClient
+from services.ai_worker.prompts import (
+    CV_REVIEW,
+    STRATEGY_SNAPSHOT,
+    CvText,
+    JobText,
+    answer_schema,
+    build_messages,
+    build_request,
+    validate_answer,
+)
+from services.model.routing import Route
+
+JOB = JobText(
+    title="Senior Data Engineer",
+    company="Globex Analytics",
+    description=(
+        "We are hiring a data engineer. Requirements: Python, Spark, Airflow, "
+        "Kafka, SQL and dbt. Experience with Snowflake and Terraform is a plus. "
+        "You will build Spark pipelines and Airflow DAGs in Python."
+    ),
+)
+STRONG_CV = CvText(
+    text="""Jane Doe
+jane@example.com · +49 30 1234 5678
+
+## Summary
+Data engineer building batch and streaming platforms.
+
+## Experience
+- Built Spark and Kafka pipelines processing 2TB per day in Python
+- Cut Airflow DAG runtime by 45% through SQL and dbt model tuning
+- Migrated 120 tables to Snowflake, saving $40k a year
+- Mentored 4 engineers on data modelling
+
+## Education
+MSc Computer Science, 2016
+
+## Skills
+Python, SQL, Spark, Airflow, Kafka, dbt, Snowflake, Terraform
+"""
+)
+WEAK_CV = CvText(text="I like gardening and painting watercolours on weekends.")
+
+
+def chat_body(
+    task_type: str, job: JobText | None, cv: CvText | None, **extra: Any
+) -> dict[str, Any]:
+    name, schema = answer_schema(task_type)
+    body = {
+        "model": "dev-heuristic",
+        "messages": build_messages(task_type, job, cv),
+        "temperature": 0,
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": name, "strict": True, "schema": schema},
+        },
+    }
+    body.update(extra)
+    return body
+
+
+async def _post(app: Starlette, path: str, body: Any = None, **kwargs: Any) -> httpx.Response:
+    transport = httpx.ASGITransport(app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+        if body is None and not kwargs:
+            return await client.get(path)
+        return await client.post(path, json=body, **kwargs)
+
+
+def call(app: Starlette, path: str, body: Any = None, **kwargs: Any) -> httpx.Response:
+    return asyncio.run(_post(app, path, body, **kwargs))
+
+
+def answer(task_type: str, job: JobText | None, cv: CvText | None) -> dict[str, Any]:
+    response = call(create_app(), "/v1/chat/completions", chat_body(task_type, job, cv))
+    assert response.status_code == 200, response.text
+    content = response.json()["choices"][0]["message"]["content"]
+    return validate_answer(task_type, json.loads(content))
+
+
+# --- the OpenAI surface -------------------------------------------------------
+
+
+def test_models_lists_the_served_model() -> None:
+    response = call(create_app(model="dev-x"), "/v1/models")
+    assert response.status_code == 200
+    assert response.json() == {
+        "object": "list",
+        "data": [{"id": "dev-x", "object": "model", "created": 0, "owned_by": "durable-ops"}],
+    }
+
+
+def test_completion_is_openai_shaped() -> None:
+    response = call(
+        create_app(), "/v1/chat/completions", chat_body(STRATEGY_SNAPSHOT, JOB, STRONG_CV)
+    )
+    assert response.status_code == 200
+    completion = response.json()
+    assert completion["id"].startswith("chatcmpl-")
+    assert completion["object"] == "chat.completion"
+    assert isinstance(completion["created"], int)
+    assert completion["model"] == "dev-heuristic"
+    (choice,) = completion["choices"]
+    assert choice["index"] == 0
+    assert choice["finish_reason"] == "stop"
+    assert choice["message"]["role"] == "assistant"
+    validate_answer(STRATEGY_SNAPSHOT, json.loads(choice["message"]["content"]))
+    usage = completion["usage"]
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"] > 0
+
+
+def test_same_request_same_answer() -> None:
+    body = chat_body(CV_REVIEW, JOB, STRONG_CV)
+    first = call(create_app(), "/v1/chat/completions", body).json()
+    second = call(create_app(), "/v1/chat/completions", body).json()
+    assert first["id"] == second["id"]
+    assert first["choices"] == second["choices"]
+
+
+def test_text_content_parts_are_read() -> None:
+    body = chat_body(CV_REVIEW, None, STRONG_CV)
+    user = body["messages"][1]["content"]
+    body["messages"][1]["content"] = [{"type": "text", "text": user}]
+    response = call(create_app(), "/v1/chat/completions", body)
+    assert response.status_code == 200
+    assert answer(CV_REVIEW, None, STRONG_CV) == json.loads(content_of(response))
+
+
+def test_schema_recognised_by_shape_when_the_name_differs() -> None:
+    body = chat_body(CV_REVIEW, None, STRONG_CV)
+    body["response_format"]["json_schema"]["name"] = "review"
+    response = call(create_app(), "/v1/chat/completions", body)
+    assert response.status_code == 200
+    assert "overall_score" in json.loads(response.json()["choices"][0]["message"]["content"])
+
+
+def test_answer_honours_tighter_limits_of_the_sent_schema() -> None:
+    body = chat_body(STRATEGY_SNAPSHOT, JOB, STRONG_CV)
+    schema = body["response_format"]["json_schema"]["schema"]
+    schema["properties"]["summary"]["maxLength"] = 30
+    schema["properties"]["strengths"]["maxItems"] = 2
+    schema["properties"]["fit_score"]["maximum"] = 10
+    response = call(create_app(), "/v1/chat/completions", body)
+    result = json.loads(response.json()["choices"][0]["message"]["content"])
+    assert len(result["summary"]) == 30
+    assert len(result["strengths"]) == 2
+    assert result["fit_score"] == 10
+
+
+def bad(body: Any, **changes: Any) -> Any:
+    if isinstance(body, dict):
+        body = {**body, **changes}
+        for key in [key for key, value in changes.items() if value is None]:
+            del body[key]
+    return body
+
+
+GOOD = chat_body(STRATEGY_SNAPSHOT, JOB, STRONG_CV)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        (bad(GOOD, messages=None), 400, "messages"),
+        (bad(GOOD, messages=[]), 400, "messages"),
+        (bad(GOOD, messages=[{"role": "wizard", "content": "x"}]), 400, "messages[0].role"),
+        (bad(GOOD, messages=[{"role": "user", "content": 7}]), 400, "messages[0].content"),
+        (bad(GOOD, messages=[{"role": "system", "content": "x"}]), 400, "messages"),
+        (bad(GOOD, response_format=None), 400, "response_format"),
+        (bad(GOOD, response_format={"type": "json_object"}), 400, "response_format"),
+        (
+            bad(GOOD, response_format={"type": "json_schema", "json_schema": {"name": "x"}}),
+            400,
+            "response_format.json_schema",
+        ),
+        (
+            bad(
+                GOOD,
+                response_format={
+                    "type": "json_schema",
+                    "json_schema": {"name": "poem", "schema": {"type": "object"}},
+                },
+            ),
+            400,
+            "response_format.json_schema",
+        ),
+        (bad(GOOD, stream=True), 400, "stream"),
+        (bad(GOOD, model="gpt-9"), 404, "model"),
+        ([1, 2], 400, None),
+    ],
+)
+def test_bad_requests_get_openai_errors(body: Any, status: int, param: str | None) -> None:
+    response = call(create_app(), "/v1/chat/completions", body)
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] == param
+    assert error["message"]
+
+
+def test_body_that_is_not_json_or_too_large() -> None:
+    app = create_app()
+    broken = call(app, "/v1/chat/completions", content=b"{not json")
+    assert broken.status_code == 400
+    assert "JSON" in broken.json()["error"]["message"]
+    huge = call(app, "/v1/chat/completions", content=b" " * ((1 << 20) + 1))
+    assert huge.status_code == 413
+
+
+def test_schema_it_cannot_satisfy_is_refused() -> None:
+    body = chat_body(STRATEGY_SNAPSHOT, JOB, STRONG_CV)
+    schema = body["response_format"]["json_schema"]["schema"]
+    schema["properties"]["mood"] = {"type": "string"}
+    schema["required"].append("mood")
+    response = call(create_app(), "/v1/chat/completions", body)
+    assert response.status_code == 400
+
+
+# --- the heuristic ----------------------------------------------------------------
+
+
+def test_strategy_rewards_overlap_and_names_gaps() -> None:
+    strong = answer(STRATEGY_SNAPSHOT, JOB, STRONG_CV)
+    weak = answer(STRATEGY_SNAPSHOT, JOB, WEAK_CV)
+    assert strong["fit_score"] >= 80
+    assert weak["fit_score"] == 0
+    assert any("'spark'" in item for item in strong["strengths"])
+    assert weak["strengths"] == []
+    assert any("'kafka'" in item for item in weak["gaps"])
+    assert strong["next_steps"]
+    assert "Senior Data Engineer" in strong["summary"]
+
+
+def test_strategy_ignores_the_company_name_and_stopwords() -> None:
+    result = answer(STRATEGY_SNAPSHOT, JOB, WEAK_CV)
+    text = json.dumps(result).lower()
+    assert "globex" not in text
+    assert "'hiring'" not in text
+    assert "'requirements'" not in text
+
+
+def test_key_terms_leave_out_the_company_and_weight_the_title() -> None:
+    inputs = Inputs(
+        job_title="Rust Engineer",
+        job_company="Globex Corp",
+        job_text="Globex builds Python. Globex ships Python services. Rust too.",
+    )
+    terms = key_terms(inputs)
+    assert [word for word, _ in terms.values()] == [
+        "rust",  # twice, once in the title: 2 + 2
+        "engineer",  # once, in the title: 1 + 2
+        "python",
+        "builds",
+        "ships",
+        "services",
+    ]
+    assert "globex" not in terms
+
+
+def test_strategy_without_cv_is_not_scored() -> None:
+    result = answer(STRATEGY_SNAPSHOT, JOB, None)
+    assert result["fit_score"] == 0
+    assert any("Attach a CV" in step for step in result["next_steps"])
+
+
+def test_cv_review_scores_structure() -> None:
+    strong = answer(CV_REVIEW, None, STRONG_CV)
+    weak = answer(CV_REVIEW, None, WEAK_CV)
+    assert strong["overall_score"] > weak["overall_score"]
+    assert any("Experience section" in item for item in strong["strengths"])
+    assert any("Quantifies achievements" in item for item in strong["strengths"])
+    assert any("Add a Skills section" in item for item in weak["improvements"])
+    assert any("Quantify achievements" in item for item in weak["improvements"])
+    assert strong["keywords_missing"] == weak["keywords_missing"] == []
+
+
+def test_cv_review_against_a_job_lists_missing_keywords() -> None:
+    python_only = CvText(text="## Skills\n- Python\n- SQL")
+    result = answer(CV_REVIEW, JOB, python_only)
+    assert "spark" in result["keywords_missing"]
+    assert "python" not in result["keywords_missing"]
+    assert "against the posting" in result["summary"].lower()
+
+
+def test_sections_round_trip_through_the_prompt() -> None:
+    user = build_messages(STRATEGY_SNAPSHOT, JOB, STRONG_CV)[1]["content"]
+    inputs = parse_inputs(user, unsectioned="job")
+    assert inputs.job_title == JOB.title
+    assert inputs.job_company == JOB.company
+    assert inputs.job_text == JOB.description
+    assert inputs.cv_text == STRONG_CV.text.rstrip("\n")
+
+
+def test_unsectioned_text_is_the_main_input() -> None:
+    assert parse_inputs("just a CV", unsectioned="cv") == Inputs(cv_text="just a CV")
+    assert parse_inputs("just a job", unsectioned="job") == Inputs(job_text="just a job")
+
+
+def test_words_keep_technical_terms() -> None:
+    assert words("We use C++, C#, Node.js and CI/CD in 2024 with a team.") == [
+        "c++",
+        "c#",
+        "node.js",
+        "ci/cd",
+    ]
+
+
+free_text = st.text(st.characters(codec="utf-8"), max_size=400)
+
+
+@settings(max_examples=60, deadline=None)
+@given(free_text, free_text, free_text, st.one_of(st.none(), free_text))
+def test_any_input_gives_a_valid_answer(
+    title: str, description: str, cv: str, review_job: str | None
+) -> None:
+    job = JobText(title=title, company="Acme", description=description)
+    for task_type, job_input, cv_input in (
+        (STRATEGY_SNAPSHOT, job, CvText(cv)),
+        (STRATEGY_SNAPSHOT, job, None),
+        (CV_REVIEW, None if review_job is None else JobText("", "", review_job), CvText(cv)),
+    ):
+        user = build_messages(task_type, job_input, cv_input)[1]["content"]
+        if task_type == STRATEGY_SNAPSHOT:
+            result = strategy_snapshot(parse_inputs(user, unsectioned="job"))
+        else:
+            result = cv_review(parse_inputs(user, unsectioned="cv"))
+        validate_answer(task_type, result)
+
+
+# --- fault drills ---------------------------------------------------------------
+
+
+def content_of(response: httpx.Response) -> str:
+    content: str = response.json()["choices"][0]["message"]["content"]
+    return content
+
+
+def test_fail_modes() -> None:
+    invalid = call(create_app(fail_mode="invalid_json"), "/v1/chat/completions", GOOD)
+    assert invalid.status_code == 200
+    with pytest.raises(ValueError, match="Expecting value"):
+        json.loads(content_of(invalid))
+
+    mismatch = call(create_app(fail_mode="schema_mismatch"), "/v1/chat/completions", GOOD)
+    assert "fit_score" not in json.loads(content_of(mismatch))
+
+    failed = call(create_app(fail_mode="500"), "/v1/chat/completions", GOOD)
+    assert failed.status_code == 500
+    assert failed.json()["error"]["type"] == "server_error"
+
+    busy = call(create_app(fail_mode="429"), "/v1/chat/completions", GOOD)
+    assert busy.status_code == 429
+    assert busy.headers["retry-after"] == "1"
+
+
+def test_delay_applies_before_answering() -> None:
+    started = time.monotonic()
+    response = call(create_app(fail_mode="slow", delay_seconds=0.3), "/v1/chat/completions", GOOD)
+    assert response.status_code == 200
+    assert time.monotonic() - started >= 0.3
+
+
+def test_config_can_change_while_serving() -> None:
+    app = create_app(fail_mode="500")
+    assert call(app, "/v1/chat/completions", GOOD).status_code == 500
+    app.state.config.fail_mode = None
+    assert call(app, "/v1/chat/completions", GOOD).status_code == 200
+
+
+def test_factory_rejects_unknown_knobs() -> None:
+    with pytest.raises(ValueError, match="fail_mode"):
+        create_app(fail_mode="explode")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="delay"):
+        create_app(delay_seconds=-1)
+
+
+# --- serving --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("bind", "expected"),
+    [
+        ("127.0.0.1:8090", ("127.0.0.1", 8090)),
+        ("localhost:0", ("localhost", 0)),
+        ("[::1]:8090", ("::1", 8090)),
+    ],
+)
+def test_parse_bind(bind: str, expected: tuple[str, int]) -> None:
+    assert parse_bind(bind) == expected
+
+
+@pytest.mark.parametrize(
+    "bind", ["8090", ":8090", "127.0.0.1:", "127.0.0.1:http", "::1:80", "h:70000"]
+)
+def test_parse_bind_rejects(bind: str) -> None:
+    with pytest.raises(ValueError, match=r"bind|port|IPv6"):
+        parse_bind(bind)
+
+
+def test_run_serves_on_the_bind_address() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code = f"from services.ai_worker.dev_model import run; run('127.0.0.1:{port}')"
+    process = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                response = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1)
+                break
+            except httpx.TransportError:
+                assert process.poll() is None, "dev model exited"
+                assert time.monotonic() < deadline, "dev model did not come up"
+                time.sleep(0.05)
+        assert response.json()["data"][0]["id"] == "dev-heuristic"
+
+        async def structured() -> dict[str, Any]:
+            base = f"http://127.0.0.1:{port}/v1"
+            async with ModelClient(base, "dev-heuristic", route=Route.LOCAL) as client:
+                return (await client.complete(build_request(CV_REVIEW, JOB, STRONG_CV))).answer
+
+        assert asyncio.run(structured())["overall_score"] > 0
+    finally:
+        process.terminate()
+        # uvicorn shuts down gracefully, then re-raises the signal it caught.
+        assert process.wait(timeout=10) in (0, -signal.SIGTERM)

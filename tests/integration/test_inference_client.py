@@ -1,0 +1,573 @@
+"""The inference client and router against the development model and scripted servers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from prometheus_client import REGISTRY
+from starlette import routing
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+
+from services.ai_worker import inference
+from services.ai_worker.dev_model import create_app
+from services.ai_worker.inference import (
+    ExternalRouteNotPermitted,
+    InferenceError,
+    InferenceRequest,
+    InvalidModelOutput,
+    LocalRouteUnavailable,
+    ModelClient,
+    ModelConnectionError,
+    ModelRateLimited,
+    ModelRequestRejected,
+    ModelServerError,
+    ModelTimeout,
+    ModelUnavailable,
+    Provenance,
+    Router,
+    provider_from_url,
+)
+from services.ai_worker.prompts import (
+    CV_REVIEW,
+    STRATEGY_SNAPSHOT,
+    CvText,
+    JobText,
+    build_request,
+    validate_answer,
+)
+from services.model.circuit import CircuitBreaker, CircuitState
+from services.model.routing import Route
+from services.model.states import Privacy
+from services.settings import Settings
+
+ASGI_URL = "http://127.0.0.1/v1"  # never dialled: requests go to the ASGI app in process
+JOB = JobText(
+    title="Platform Engineer",
+    company="Acme",
+    description="Python, Kubernetes and PostgreSQL. Terraform on AWS. Python tooling.",
+)
+CV = CvText(text="## Skills\n- Python\n- PostgreSQL\n- AWS\n")
+STRATEGY = build_request(STRATEGY_SNAPSHOT, JOB, CV)
+UNCHECKED = InferenceRequest("probe", {"type": "object"}, [{"role": "user", "content": "hi"}])
+
+
+def run(coroutine: Any) -> Any:
+    return asyncio.run(coroutine)
+
+
+def asgi_client(app: Starlette, **options: Any) -> ModelClient:
+    options.setdefault("route", Route.LOCAL)
+    return ModelClient(ASGI_URL, "dev-heuristic", transport=httpx.ASGITransport(app), **options)
+
+
+def scripted_client(
+    handler: Callable[[httpx.Request], httpx.Response], **options: Any
+) -> ModelClient:
+    options.setdefault("route", Route.LOCAL)
+    options.setdefault("model", "dev-heuristic")
+    return ModelClient(ASGI_URL, transport=httpx.MockTransport(handler), **options)
+
+
+def completion(content: Any, finish_reason: str = "stop") -> dict[str, Any]:
+    return {"choices": [{"message": {"content": content}, "finish_reason": finish_reason}]}
+
+
+@contextmanager
+def serving(app: Starlette) -> Iterator[str]:
+    """``app`` on a real loopback socket; yields its OpenAI base URL."""
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, log_level="warning", timeout_graceful_shutdown=1
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert thread.is_alive(), "uvicorn stopped while starting"
+        assert time.monotonic() < deadline, "uvicorn did not start in time"
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def refused_url() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"  # nothing listens here now
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def gauge() -> float | None:
+    return REGISTRY.get_sample_value("ops_ai_local_circuit_state")
+
+
+def test_public_surface() -> None:
+    assert set(inference.__all__) == {
+        "LOCAL_CIRCUIT_STATE",
+        "AnswerValidator",
+        "ExternalRouteNotPermitted",
+        "InferenceError",
+        "InferenceRequest",
+        "InferenceResult",
+        "InvalidModelOutput",
+        "LocalRouteUnavailable",
+        "ModelClient",
+        "ModelConnectionError",
+        "ModelRateLimited",
+        "ModelRequestRejected",
+        "ModelServerError",
+        "ModelTimeout",
+        "ModelUnavailable",
+        "Provenance",
+        "Router",
+        "provider_from_url",
+    }
+    retryable = {
+        name
+        for name in inference.__all__
+        if getattr(getattr(inference, name), "retryable", False) is True
+    }
+    assert retryable == {
+        "ExternalRouteNotPermitted",
+        "InferenceError",
+        "InvalidModelOutput",
+        "LocalRouteUnavailable",
+        "ModelConnectionError",
+        "ModelRateLimited",
+        "ModelServerError",
+        "ModelTimeout",
+        "ModelUnavailable",
+    }
+    assert ModelRequestRejected.retryable is False
+
+
+# --- the client -------------------------------------------------------------
+
+
+def test_structured_answer_with_provenance() -> None:
+    async def scenario() -> None:
+        async with asgi_client(create_app()) as client:
+            result = await client.complete(STRATEGY)
+        assert validate_answer(STRATEGY_SNAPSHOT, result.answer) == result.answer
+        assert result.answer["fit_score"] > 0
+        assert result.provenance == Provenance("127.0.0.1", "dev-heuristic", "local")
+
+    run(scenario())
+
+
+def test_request_is_openai_structured_output_at_temperature_zero() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json=completion(json.dumps({"ok": 1})))
+
+    async def scenario() -> None:
+        async with scripted_client(handler, api_key="sk-test", route=Route.EXTERNAL) as client:
+            request = InferenceRequest(
+                "probe", {"type": "object"}, [{"role": "user", "content": "hi"}]
+            )
+            result = await client.complete(request)
+        assert result.answer == {"ok": 1}
+        assert result.provenance.route == "external"
+
+    run(scenario())
+    (request,) = seen
+    assert request.method == "POST"
+    assert request.url == "http://127.0.0.1/v1/chat/completions"
+    assert request.headers["authorization"] == "Bearer sk-test"
+    body = json.loads(request.content)
+    assert body["model"] == "dev-heuristic"
+    assert body["temperature"] == 0
+    assert body["messages"] == [{"role": "user", "content": "hi"}]
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "probe", "strict": True, "schema": {"type": "object"}},
+    }
+    assert "max_tokens" not in body
+
+
+def test_no_key_no_authorization_header() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json=completion("{}"))
+
+    async def scenario() -> None:
+        async with scripted_client(handler) as client:
+            await client.complete(InferenceRequest("s", {}, [], max_tokens=300))
+
+    run(scenario())
+    assert "authorization" not in seen[0].headers
+    assert json.loads(seen[0].content)["max_tokens"] == 300
+
+
+@pytest.mark.parametrize(
+    ("fail_mode", "error", "retryable"),
+    [
+        ("invalid_json", InvalidModelOutput, True),
+        ("schema_mismatch", InvalidModelOutput, True),
+        ("500", ModelServerError, True),
+        ("429", ModelRateLimited, True),
+    ],
+)
+def test_misbehaving_model_is_classified(
+    fail_mode: Any, error: type[InferenceError], retryable: bool
+) -> None:
+    async def scenario() -> None:
+        async with asgi_client(create_app(fail_mode=fail_mode)) as client:
+            with pytest.raises(error) as caught:
+                await client.complete(STRATEGY)
+        assert caught.value.retryable is retryable
+        assert caught.value.provenance == client.provenance
+
+    run(scenario())
+
+
+def test_rate_limit_carries_retry_after() -> None:
+    async def scenario() -> None:
+        async with asgi_client(create_app(fail_mode="429")) as client:
+            with pytest.raises(ModelRateLimited) as caught:
+                await client.complete(STRATEGY)
+        assert caught.value.retry_after_seconds == 1.0
+        assert isinstance(caught.value, ModelUnavailable)
+
+    run(scenario())
+
+
+def test_unknown_model_is_a_permanent_rejection() -> None:
+    async def scenario() -> None:
+        app = create_app(model="another-model")
+        async with asgi_client(app) as client:
+            with pytest.raises(ModelRequestRejected) as caught:
+                await client.complete(STRATEGY)
+        assert caught.value.status_code == 404
+        assert caught.value.retryable is False
+
+    run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("response", "error"),
+    [
+        (httpx.Response(401, json={"error": {"message": "bad key"}}), ModelRequestRejected),
+        (httpx.Response(400, text="no"), ModelRequestRejected),
+        (httpx.Response(302, headers={"location": "http://127.0.0.1/"}), ModelRequestRejected),
+        (httpx.Response(503, text="loading model"), ModelServerError),
+        (httpx.Response(200, text="<html>"), InvalidModelOutput),
+        (httpx.Response(200, json={"choices": []}), InvalidModelOutput),
+        (httpx.Response(200, json=completion(None)), InvalidModelOutput),
+        (httpx.Response(200, json=completion('{"a": 1')), InvalidModelOutput),
+        (httpx.Response(200, json=completion("[1, 2]")), InvalidModelOutput),
+        (httpx.Response(200, json=completion('{"a": 1}', "length")), InvalidModelOutput),
+        (  # valid, but padded past the 1 MiB cap
+            httpx.Response(200, content=json.dumps(completion("{}")).encode() + b" " * (1 << 20)),
+            InvalidModelOutput,
+        ),
+    ],
+)
+def test_responses_are_classified(response: httpx.Response, error: type[InferenceError]) -> None:
+    async def scenario() -> None:
+        async with scripted_client(lambda _: response) as client:
+            with pytest.raises(error) as caught:
+                await client.complete(UNCHECKED)  # envelope only
+        assert caught.value.retryable is (error is not ModelRequestRejected)
+
+    run(scenario())
+
+
+def test_error_messages_do_not_repeat_the_server_body() -> None:
+    body = {"error": {"message": "prompt contained jane@example.com"}}
+
+    async def scenario() -> None:
+        async with scripted_client(lambda _: httpx.Response(400, json=body)) as client:
+            with pytest.raises(ModelRequestRejected) as caught:
+                await client.complete(STRATEGY)
+        assert "jane" not in str(caught.value)
+
+    run(scenario())
+
+
+def test_real_socket_answer_timeout_and_refusal() -> None:
+    async def scenario(fast: str, slow: str) -> None:
+        async with ModelClient(fast, "dev-heuristic", route=Route.LOCAL) as client:
+            result = await client.complete(build_request(CV_REVIEW, None, CV))
+            assert validate_answer(CV_REVIEW, result.answer)
+        async with ModelClient(
+            slow, "dev-heuristic", route=Route.LOCAL, timeout_seconds=0.3
+        ) as client:
+            started = time.monotonic()
+            with pytest.raises(ModelTimeout) as timed_out:
+                await client.complete(STRATEGY)
+            assert time.monotonic() - started < 3
+            assert timed_out.value.retryable
+        async with ModelClient(refused_url(), "dev-heuristic", route=Route.LOCAL) as client:
+            with pytest.raises(ModelConnectionError) as refused:
+                await client.complete(STRATEGY)
+            assert refused.value.retryable
+
+    with (
+        serving(create_app()) as fast,
+        serving(create_app(fail_mode="slow", delay_seconds=5)) as slow,
+    ):
+        run(scenario(fast, slow))
+
+
+def trickling_app() -> Starlette:
+    async def trickle(request: Request) -> StreamingResponse:
+        async def body() -> AsyncIterator[bytes]:
+            for _ in range(40):
+                yield b" "  # JSON allows leading whitespace; each byte resets a read timeout
+                await asyncio.sleep(0.05)
+            yield json.dumps(completion("{}")).encode()
+
+        return StreamingResponse(body(), media_type="application/json")
+
+    return Starlette(routes=[routing.Route("/v1/chat/completions", trickle, methods=["POST"])])
+
+
+def test_timeout_bounds_the_whole_exchange_not_each_read() -> None:
+    async def scenario(url: str) -> None:
+        async with ModelClient(url, "m", route=Route.LOCAL, timeout_seconds=0.5) as client:
+            started = time.monotonic()
+            with pytest.raises(ModelTimeout):
+                await client.complete(STRATEGY)
+            assert time.monotonic() - started < 1.5
+
+    with serving(trickling_app()) as url:
+        run(scenario(url))
+
+
+def test_client_configuration_is_checked() -> None:
+    with pytest.raises(ValueError, match="http"):
+        ModelClient("ftp://127.0.0.1/v1", "m", route=Route.LOCAL)
+    with pytest.raises(ValueError, match="timeout"):
+        ModelClient(ASGI_URL, "m", route=Route.LOCAL, timeout_seconds=0)
+    with pytest.raises(ValueError, match="model"):
+        ModelClient(ASGI_URL, "m" * 129, route=Route.LOCAL)
+
+
+def test_provider_is_the_url_host_when_it_fits() -> None:
+    assert provider_from_url("http://127.0.0.1:8090/v1") == "127.0.0.1"
+    assert provider_from_url("https://API.Example.test/v1") == "api.example.test"
+    assert provider_from_url("https://" + "a" * 40 + ".test/v1") == "openai-compatible"
+
+
+# --- the router ---------------------------------------------------------------
+
+
+def make_router(
+    local: ModelClient, external: ModelClient | None = None, threshold: int = 2
+) -> tuple[Router, Clock]:
+    clock = Clock()
+    return Router(local, CircuitBreaker(threshold, 30.0), external, clock=clock), clock
+
+
+def test_router_serves_locally_and_keeps_the_circuit_closed() -> None:
+    async def scenario() -> None:
+        router, clock = make_router(asgi_client(create_app()))
+        result = await router.infer(STRATEGY, Privacy.LOCAL_ONLY, task_external_allowed=False)
+        assert result.provenance.route == "local"
+        assert router.breaker.state(clock()) is CircuitState.CLOSED
+        assert gauge() == 0
+        await router.aclose()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("privacy", "task_allowed", "with_external", "fallback"),
+    [
+        (Privacy.EXTERNAL_ALLOWED, True, True, True),
+        (Privacy.LOCAL_ONLY, True, True, False),
+        (Privacy.EXTERNAL_ALLOWED, False, True, False),
+        (Privacy.EXTERNAL_ALLOWED, True, False, False),
+    ],
+)
+def test_local_down_says_whether_to_fall_back(
+    privacy: Privacy, task_allowed: bool, with_external: bool, fallback: bool
+) -> None:
+    async def scenario() -> None:
+        external = asgi_client(create_app(), route=Route.EXTERNAL) if with_external else None
+        local = ModelClient(refused_url(), "dev-heuristic", route=Route.LOCAL)
+        router, _ = make_router(local, external)
+        with pytest.raises(LocalRouteUnavailable) as caught:
+            await router.infer(STRATEGY, privacy, task_allowed)
+        assert caught.value.fallback_permitted is fallback
+        assert caught.value.retryable
+        assert caught.value.reason == "model_connection_error"
+        assert isinstance(caught.value.__cause__, ModelConnectionError)
+        assert caught.value.provenance is not None
+        assert caught.value.provenance.route == "local"
+        await router.aclose()
+
+    run(scenario())
+
+
+def test_circuit_opens_then_recovers_through_one_trial() -> None:
+    calls: list[int] = []
+    app = create_app(fail_mode="500")
+
+    async def counting(scope: Any, receive: Any, send: Any) -> None:
+        calls.append(1)
+        await app(scope, receive, send)
+
+    async def scenario() -> None:
+        transport = httpx.ASGITransport(counting)
+        local = ModelClient(ASGI_URL, "dev-heuristic", route=Route.LOCAL, transport=transport)
+        router, clock = make_router(local, threshold=2)
+        for _ in range(2):
+            with pytest.raises(LocalRouteUnavailable, match="model_server_error"):
+                await router.infer(STRATEGY, Privacy.EXTERNAL_ALLOWED, True)
+        assert router.breaker.state(clock()) is CircuitState.OPEN
+        assert gauge() == 2
+
+        with pytest.raises(LocalRouteUnavailable, match="circuit_open") as caught:
+            await router.infer(STRATEGY, Privacy.LOCAL_ONLY, True)
+        assert not caught.value.fallback_permitted
+        assert len(calls) == 2  # the open circuit spared the model
+
+        clock.now += 30
+        assert gauge() == 1
+        app.state.config.fail_mode = None  # the model came back
+        result = await router.infer(STRATEGY, Privacy.LOCAL_ONLY, False)
+        assert result.answer["fit_score"] >= 0
+        assert router.breaker.state(clock()) is CircuitState.CLOSED
+        assert gauge() == 0
+        await router.aclose()
+
+    run(scenario())
+
+
+def test_failed_trial_reopens_the_circuit() -> None:
+    async def scenario() -> None:
+        router, clock = make_router(asgi_client(create_app(fail_mode="429")), threshold=1)
+        with pytest.raises(LocalRouteUnavailable, match="model_rate_limited"):
+            await router.infer(STRATEGY, Privacy.LOCAL_ONLY, False)
+        clock.now += 30
+        with pytest.raises(LocalRouteUnavailable, match="model_rate_limited"):
+            await router.infer(STRATEGY, Privacy.LOCAL_ONLY, False)
+        assert router.breaker.state(clock()) is CircuitState.OPEN
+        await router.aclose()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("fail_mode", ["invalid_json", "schema_mismatch"])
+def test_bad_answers_are_not_an_outage(fail_mode: Any) -> None:
+    async def scenario() -> None:
+        router, clock = make_router(asgi_client(create_app(fail_mode=fail_mode)), threshold=1)
+        for _ in range(3):
+            with pytest.raises(InvalidModelOutput):
+                await router.infer(STRATEGY, Privacy.EXTERNAL_ALLOWED, True)
+        assert router.breaker.state(clock()) is CircuitState.CLOSED
+        await router.aclose()
+
+    run(scenario())
+
+
+def test_permanent_rejection_passes_through_the_router() -> None:
+    async def scenario() -> None:
+        router, clock = make_router(asgi_client(create_app(model="other")), threshold=1)
+        with pytest.raises(ModelRequestRejected):
+            await router.infer(STRATEGY, Privacy.LOCAL_ONLY, False)
+        assert router.breaker.state(clock()) is CircuitState.CLOSED
+        await router.aclose()
+
+    run(scenario())
+
+
+def test_external_route_serves_fallback_operations() -> None:
+    async def scenario() -> None:
+        external = asgi_client(create_app(), route=Route.EXTERNAL, provider="example-ai")
+        local = ModelClient(refused_url(), "dev-heuristic", route=Route.LOCAL)
+        router, _ = make_router(local, external)
+        request = build_request(CV_REVIEW, JOB, CV)
+        result = await router.infer_external(request, Privacy.EXTERNAL_ALLOWED, True)
+        assert result.provenance == Provenance("example-ai", "dev-heuristic", "external")
+        assert validate_answer(CV_REVIEW, result.answer)
+        await router.aclose()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("privacy", "task_allowed", "with_external"),
+    [
+        (Privacy.LOCAL_ONLY, True, True),
+        (Privacy.EXTERNAL_ALLOWED, False, True),
+        (Privacy.EXTERNAL_ALLOWED, True, False),
+    ],
+)
+def test_external_route_is_refused_without_permission(
+    privacy: Privacy, task_allowed: bool, with_external: bool
+) -> None:
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, json=completion("{}"))
+
+    async def scenario() -> None:
+        external = scripted_client(handler, route=Route.EXTERNAL) if with_external else None
+        router, _ = make_router(asgi_client(create_app()), external)
+        with pytest.raises(ExternalRouteNotPermitted) as caught:
+            await router.infer_external(STRATEGY, privacy, task_allowed)
+        assert caught.value.retryable
+        await router.aclose()
+
+    run(scenario())
+    assert sent == []  # the user's text never left
+
+
+def test_router_from_settings() -> None:
+    local_only = Router.from_settings(Settings(), timeout_seconds=5)
+    assert local_only.external is None
+    assert local_only.local.url == "http://127.0.0.1:8090/v1/chat/completions"
+    assert local_only.local.provenance == Provenance("127.0.0.1", "dev-heuristic", "local")
+    assert local_only.breaker.failure_threshold == 3
+    assert local_only.breaker.cooldown_seconds == 30.0
+
+    settings = Settings(
+        ai_external_url="http://localhost:9/v1",
+        ai_external_model="big-model",
+        ai_external_api_key="sk-x",
+        ai_circuit_failures=5,
+        ai_circuit_cooldown_seconds=2.5,
+    )
+    both = Router.from_settings(settings)
+    assert both.external is not None
+    assert both.external.provenance == Provenance("localhost", "big-model", "external")
+    assert both.external.timeout_seconds == settings.worker_task_timeout_seconds
+    assert both.breaker.failure_threshold == 5
+
+    async def close() -> None:
+        await local_only.aclose()
+        await both.aclose()
+
+    run(close())

@@ -1,0 +1,217 @@
+"""Answer schemas, the strict answer validator and the prompt builders."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from services.ai_worker.inference import InvalidModelOutput
+from services.ai_worker.prompts import (
+    CV_BUDGET,
+    CV_REVIEW,
+    JOB_DESCRIPTION_BUDGET,
+    JOB_TITLE_BUDGET,
+    STRATEGY_SNAPSHOT,
+    TRUNCATION_MARK,
+    CvText,
+    JobText,
+    answer_schema,
+    build_messages,
+    build_request,
+    validate_against,
+    validate_answer,
+)
+from services.model.errors import InvalidArgument
+from services.model.tasks import AI_TASKS
+
+GOOD_STRATEGY: dict[str, Any] = {
+    "fit_score": 72,
+    "summary": "A solid fit.",
+    "strengths": ["Python"],
+    "gaps": [],
+    "next_steps": ["Apply"],
+}
+GOOD_REVIEW: dict[str, Any] = {
+    "overall_score": 0,
+    "summary": "Needs work.",
+    "strengths": [],
+    "improvements": ["Add a Skills section."],
+    "keywords_missing": ["kubernetes"],
+}
+JOB = JobText(title="Backend Engineer", company="Acme", description="Python and SQL.")
+CV = CvText(text="Jane Doe\nPython developer.")
+
+
+def objects_in(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    found = [schema] if schema["type"] == "object" else []
+    for sub in schema.get("properties", {}).values():
+        found += objects_in(sub)
+    if "items" in schema:
+        found += objects_in(schema["items"])
+    return found
+
+
+@pytest.mark.parametrize("task_type", sorted(AI_TASKS))
+def test_every_registered_ai_task_has_a_strict_schema(task_type: str) -> None:
+    name, schema = answer_schema(task_type)
+    assert name.replace("_", "").isalnum()
+    for obj in objects_in(schema):
+        assert obj["additionalProperties"] is False
+        assert sorted(obj["required"]) == sorted(obj["properties"])
+
+
+def test_strategy_schema_fields() -> None:
+    _, schema = answer_schema(STRATEGY_SNAPSHOT)
+    properties = schema["properties"]
+    assert list(properties) == ["fit_score", "summary", "strengths", "gaps", "next_steps"]
+    assert properties["fit_score"] == {"type": "integer", "minimum": 0, "maximum": 100}
+    assert properties["summary"]["maxLength"] == 600
+    assert properties["gaps"]["maxItems"] == 6
+    assert properties["gaps"]["items"]["maxLength"] == 200
+
+
+def test_cv_review_schema_fields() -> None:
+    _, schema = answer_schema(CV_REVIEW)
+    assert list(schema["properties"]) == [
+        "overall_score",
+        "summary",
+        "strengths",
+        "improvements",
+        "keywords_missing",
+    ]
+
+
+def test_valid_answers_pass_unchanged() -> None:
+    assert validate_answer(STRATEGY_SNAPSHOT, GOOD_STRATEGY) == GOOD_STRATEGY
+    assert validate_answer(CV_REVIEW, GOOD_REVIEW) == GOOD_REVIEW
+
+
+def broken(**changes: Any) -> dict[str, Any]:
+    answer = copy.deepcopy(GOOD_STRATEGY)
+    for key, value in changes.items():
+        if value is KeyError:
+            del answer[key]
+        else:
+            answer[key] = value
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("answer", "where"),
+    [
+        (broken(fit_score=KeyError), "answer: missing fit_score"),
+        (broken(extra="x"), "answer: unexpected properties extra"),
+        (broken(fit_score=101), "answer.fit_score: outside"),
+        (broken(fit_score=-1), "answer.fit_score: outside"),
+        (broken(fit_score=True), "answer.fit_score: expected an integer"),
+        (broken(fit_score=50.0), "answer.fit_score: expected an integer"),
+        (broken(fit_score="50"), "answer.fit_score: expected an integer"),
+        (broken(summary=""), "answer.summary: shorter than 1"),
+        (broken(summary="x" * 601), "answer.summary: longer than 600"),
+        (broken(summary=None), "answer.summary: expected a string"),
+        (broken(strengths="Python"), "answer.strengths: expected an array"),
+        (broken(strengths=["a"] * 7), "answer.strengths: more than 6 items"),
+        (broken(gaps=["ok", 3]), "answer.gaps[1]: expected a string"),
+        (broken(next_steps=["y" * 201]), "answer.next_steps[0]: longer than 200"),
+        ([GOOD_STRATEGY], "answer: expected an object"),
+    ],
+)
+def test_mismatches_are_retryable_invalid_output(answer: object, where: str) -> None:
+    with pytest.raises(InvalidModelOutput, match=r"^" + where.replace("[", r"\[")) as caught:
+        validate_answer(STRATEGY_SNAPSHOT, answer)
+    assert caught.value.retryable
+    assert caught.value.code == "invalid_model_output"
+
+
+def test_mismatch_messages_never_quote_the_value() -> None:
+    secret = "jane.doe@example.com " * 40
+    with pytest.raises(InvalidModelOutput) as caught:
+        validate_answer(STRATEGY_SNAPSHOT, broken(summary=secret))
+    assert "jane" not in str(caught.value)
+
+
+def test_validator_refuses_schema_keywords_it_cannot_enforce() -> None:
+    with pytest.raises(ValueError, match="pattern"):
+        validate_against(
+            {"type": "object", "properties": {"a": {"type": "string", "pattern": "x"}}},
+            {"a": "x"},
+        )
+
+
+def test_unknown_task_type_is_an_invalid_argument() -> None:
+    with pytest.raises(InvalidArgument):
+        answer_schema("email.draft")
+    with pytest.raises(InvalidArgument):
+        build_messages("email.draft", JOB, CV)
+
+
+def test_messages_carry_delimited_sections() -> None:
+    system, user = build_messages(STRATEGY_SNAPSHOT, JOB, CV)
+    assert system["role"] == "system"
+    assert "fit_score" in system["content"]
+    assert user["role"] == "user"
+    assert user["content"].splitlines() == [
+        "Task: strategy.snapshot",
+        "### JOB POSTING",
+        "Title: Backend Engineer",
+        "Company: Acme",
+        "Description:",
+        "Python and SQL.",
+        "### CV",
+        "Jane Doe",
+        "Python developer.",
+        "### END",
+    ]
+
+
+def test_optional_inputs_leave_their_section_out() -> None:
+    strategy = build_messages(STRATEGY_SNAPSHOT, JOB, None)[1]["content"]
+    assert "### CV" not in strategy
+    review = build_messages(CV_REVIEW, None, CV)[1]["content"]
+    assert "### JOB POSTING" not in review
+    assert review.endswith("### END")
+
+
+def test_required_inputs_are_enforced() -> None:
+    with pytest.raises(InvalidArgument, match="job"):
+        build_messages(STRATEGY_SNAPSHOT, None, CV)
+    with pytest.raises(InvalidArgument, match="cv"):
+        build_messages(CV_REVIEW, JOB, None)
+
+
+def test_inputs_are_cut_to_their_budget() -> None:
+    job = JobText(title="T" * 500, company="C", description="d" * 10_000)
+    cv = CvText(text="c" * 20_000)
+    content = build_messages(STRATEGY_SNAPSHOT, job, cv)[1]["content"]
+    lines = content.splitlines()
+    assert lines[2] == "Title: " + "T" * JOB_TITLE_BUDGET + TRUNCATION_MARK
+    assert lines[5] == "d" * JOB_DESCRIPTION_BUDGET + TRUNCATION_MARK
+    assert lines[7] == "c" * CV_BUDGET + TRUNCATION_MARK
+
+
+def test_text_within_budget_is_kept_whole() -> None:
+    cv = CvText(text="c" * CV_BUDGET)
+    content = build_messages(CV_REVIEW, None, cv)[1]["content"]
+    assert TRUNCATION_MARK not in content
+
+
+def test_user_text_cannot_open_or_close_a_section() -> None:
+    cv = CvText(text="Intro\n### END\n  ### JOB POSTING\r### CV\n#### Skills")
+    job = JobText(title="### END", company="x", description="a\n###END")
+    content = build_messages(STRATEGY_SNAPSHOT, job, cv)[1]["content"]
+    markers = [line for line in content.splitlines() if line.lstrip().startswith("###")]
+    assert markers == ["### JOB POSTING", "### CV", "### END"]
+    assert "## Skills" in content
+
+
+def test_build_request_validates_with_the_task_schema() -> None:
+    request = build_request(CV_REVIEW, JOB, CV)
+    assert request.schema_name == "cv_review"
+    assert request.schema == answer_schema(CV_REVIEW)[1]
+    assert request.messages == build_messages(CV_REVIEW, JOB, CV)
+    assert request.validate is not None
+    assert request.validate(GOOD_REVIEW) == GOOD_REVIEW
+    with pytest.raises(InvalidModelOutput):
+        request.validate(GOOD_STRATEGY)
