@@ -8,11 +8,11 @@ from durable_ops.notifications.v1 import notifications_pb2_grpc as pb_grpc
 
 from services.clock import Clock
 from services.model.scope import require_owner
-from services.notifications.convert import notification
 from services.rpc.errors import translate_errors
 from services.rpc.scope import caller_scope
 from services.storage import notifications
 from services.storage.db import Database
+from services.wire.notifications import notification
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["NotificationsService"].full_name
 

@@ -10,22 +10,13 @@ from durable_ops.operations.v1 import operations_pb2_grpc as pb_grpc
 from services.clock import Clock, utc_now
 from services.operations.service import SERVICE_NAME, OperationsService
 from services.operations.sweeper import run_sweeper
-from services.rpc.server import build_server, serve
+from services.rpc.server import serve_servicer
 from services.settings import Settings
-from services.storage.db import Database
-from services.storage.migrate import require_current
+from services.storage.migrate import open_migrated
 
 
 async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
-    db = Database(settings.database_url, pool_size=16)
-    require_current(db.engine)
-    servicer = OperationsService(db, clock)
-    server, _port = build_server(
-        settings.operations_bind,
-        lambda s: pb_grpc.add_OperationsServiceServicer_to_server(servicer, s),  # type: ignore[no-untyped-call]
-        [SERVICE_NAME],
-        secret=settings.service_secret,
-    )
+    db = open_migrated(settings.database_url, pool_size=16)
     sweeper = asyncio.create_task(run_sweeper(db, clock, settings.sweep_interval_seconds))
 
     async def stop_sweeper() -> None:
@@ -34,4 +25,11 @@ async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
             await sweeper
         db.dispose()
 
-    await serve(server, on_stop=stop_sweeper)
+    await serve_servicer(
+        settings.operations_bind,
+        pb_grpc.add_OperationsServiceServicer_to_server,
+        OperationsService(db, clock),
+        SERVICE_NAME,
+        secret=settings.service_secret,
+        on_stop=stop_sweeper,
+    )

@@ -18,11 +18,11 @@ from durable_ops.operations.v1 import operations_pb2_grpc as pb_grpc
 from services.clock import Clock
 from services.model.errors import InvalidArgument
 from services.model.scope import require_neutral_worker, require_owner, require_worker_owner
-from services.operations import convert
 from services.rpc.errors import translate_errors
 from services.rpc.scope import caller_scope
 from services.storage import operations
 from services.storage.db import Database
+from services.wire import operations as convert
 
 log = structlog.get_logger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["OperationsService"].full_name
@@ -58,6 +58,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             max_attempts=request.max_attempts or 3,
             retry_delay_seconds=request.retry_delay_seconds or 30,
             privacy=convert.privacy_from_pb(request.privacy),
+            context_ref=request.context_ref,
             deadline_at=(
                 convert.from_timestamp(request.deadline) if request.HasField("deadline") else None
             ),
@@ -156,6 +157,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
                 lease_token=claim.lease_token,
                 lease_expires_at=convert.timestamp(row.lease_expires_at),
                 privacy=convert.privacy_to_pb(row.privacy),  # type: ignore[arg-type]
+                context_ref=row.context_ref or "",
             )
         )
 

@@ -191,3 +191,19 @@ def _install_signal_handlers(
             loop.add_signal_handler(signum, callback)
             installed.append(signum)
     return installed
+
+
+async def serve_servicer(
+    bind: str,
+    add_to_server: Callable[[Any, grpc.aio.Server], None],
+    servicer: Any,
+    service_name: str,
+    *,
+    secret: str,
+    on_stop: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """The whole life of a one-service process: build, serve, stop on a signal."""
+    server, _port = build_server(
+        bind, lambda s: add_to_server(servicer, s), [service_name], secret=secret
+    )
+    await serve(server, on_stop=on_stop)

@@ -14,7 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
-from services.storage.db import create_db_engine
+from services.storage.db import Database, create_db_engine
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -85,3 +85,14 @@ def require_current(engine: Engine) -> None:
 def _prepare(url: str) -> None:
     engine = create_db_engine(url)  # creates the SQLite parent folder
     engine.dispose()
+
+
+def open_migrated(url: str, *, pool_size: int = 10) -> Database:
+    """The database a service runs on, refused unless it is at head."""
+    db = Database(url, pool_size=pool_size)
+    try:
+        require_current(db.engine)
+    except Exception:
+        db.dispose()
+        raise
+    return db

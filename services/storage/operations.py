@@ -52,11 +52,13 @@ class CreateRequest:
     privacy: Privacy = Privacy.LOCAL_ONLY
     deadline_at: datetime | None = None
     time_budget_seconds: int | None = None
+    context_ref: str = ""
 
     def validate(self, now: datetime) -> None:
         bounds.task_type(self.task_type)
         bounds.idempotency_key(self.idempotency_key)
         bounds.subject(self.subject_type, self.subject_id)
+        bounds.text("context_ref", self.context_ref, bounds.SUBJECT_ID_MAX, required=False)
         bounds.int_range("priority", self.priority, bounds.PRIORITY_RANGE)
         bounds.int_range("max_attempts", self.max_attempts, bounds.MAX_ATTEMPTS_RANGE)
         bounds.int_range(
@@ -150,7 +152,7 @@ def create(
     """Insert the operation, or return the one this owner already made with this key."""
     request.validate(now)
     fingerprint = request.fingerprint()
-    existing = _by_key(session, request)
+    existing = find_by_key(session, request.task_type, request.idempotency_key)
     if existing is None:
         op = UserOperation(
             id=new_id(),
@@ -160,6 +162,7 @@ def create(
             request_hash=fingerprint,
             subject_type=request.subject_type,
             subject_id=request.subject_id,
+            context_ref=request.context_ref or None,
             state=S.QUEUED,
             priority=request.priority,
             attempt=0,
@@ -179,7 +182,7 @@ def create(
             return op, True
         except IntegrityError:
             # A concurrent identical create won the unique index; it is ours to return.
-            existing = _by_key(session, request)
+            existing = find_by_key(session, request.task_type, request.idempotency_key)
             if existing is None:
                 raise
     if not hmac.compare_digest(existing.request_hash, fingerprint):
@@ -187,29 +190,46 @@ def create(
     return existing, False
 
 
-def _by_key(session: Session, request: CreateRequest) -> UserOperation | None:
-    return session.scalars(
+def find_by_key(session: Session, task_type: str, idempotency_key: str) -> UserOperation | None:
+    found: UserOperation | None = session.scalars(
         select(UserOperation).where(
-            UserOperation.task_type == request.task_type,
-            UserOperation.idempotency_key == request.idempotency_key,
+            UserOperation.task_type == task_type,
+            UserOperation.idempotency_key == idempotency_key,
         )
     ).one_or_none()
+    return found
 
 
-def active_for_subject(
-    session: Session, task_type: str, subject_type: str, subject_id: str
-) -> UserOperation | None:
-    return session.scalars(
+def _for_subject(task_type: str, subject_type: str, subject_id: str) -> Select[Any]:
+    return (
         select(UserOperation)
         .where(
             UserOperation.task_type == task_type,
             UserOperation.subject_type == subject_type,
             UserOperation.subject_id == subject_id,
-            UserOperation.state.in_([*PENDING_STATES, S.RUNNING]),
         )
-        .order_by(UserOperation.created_at.desc())
+        .order_by(UserOperation.created_at.desc(), UserOperation.id.desc())
         .limit(1)
+    )
+
+
+def active_for_subject(
+    session: Session, task_type: str, subject_type: str, subject_id: str
+) -> UserOperation | None:
+    query = _for_subject(task_type, subject_type, subject_id)
+    found: UserOperation | None = session.scalars(
+        query.where(UserOperation.state.in_([*PENDING_STATES, S.RUNNING]))
     ).one_or_none()
+    return found
+
+
+def latest_for_subject(
+    session: Session, task_type: str, subject_type: str, subject_id: str
+) -> UserOperation | None:
+    found: UserOperation | None = session.scalars(
+        _for_subject(task_type, subject_type, subject_id)
+    ).one_or_none()
+    return found
 
 
 # ---- owner mutations -----------------------------------------------------------------------
@@ -553,8 +573,10 @@ __all__ = [
     "complete",
     "create",
     "fail",
+    "find_by_key",
     "get",
     "heartbeat",
+    "latest_for_subject",
     "list_page",
     "request_fallback",
     "retry",

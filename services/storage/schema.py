@@ -117,6 +117,8 @@ class UserOperation(Owned, Base):
     request_hash: Mapped[str] = mapped_column(CHAR(64))
     subject_type: Mapped[str] = mapped_column(String(bounds.SUBJECT_TYPE_MAX))
     subject_id: Mapped[str] = mapped_column(String(bounds.SUBJECT_ID_MAX))
+    # An optional second opaque reference (the CV a job snapshot reads); never content.
+    context_ref: Mapped[str | None] = mapped_column(String(bounds.SUBJECT_ID_MAX))
     state: Mapped[str] = mapped_column(String(32))
     priority: Mapped[int] = mapped_column(Integer)
     attempt: Mapped[int] = mapped_column(Integer)

@@ -100,7 +100,7 @@ class Provenance(_message.Message):
     def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., route: _Optional[str] = ...) -> None: ...
 
 class CreateOperationRequest(_message.Message):
-    __slots__ = ("task_type", "idempotency_key", "subject", "priority", "max_attempts", "retry_delay_seconds", "deadline", "privacy")
+    __slots__ = ("task_type", "idempotency_key", "subject", "priority", "max_attempts", "retry_delay_seconds", "deadline", "privacy", "context_ref")
     TASK_TYPE_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     SUBJECT_FIELD_NUMBER: _ClassVar[int]
@@ -109,6 +109,7 @@ class CreateOperationRequest(_message.Message):
     RETRY_DELAY_SECONDS_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     PRIVACY_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_REF_FIELD_NUMBER: _ClassVar[int]
     task_type: str
     idempotency_key: str
     subject: Subject
@@ -117,7 +118,8 @@ class CreateOperationRequest(_message.Message):
     retry_delay_seconds: int
     deadline: _timestamp_pb2.Timestamp
     privacy: Privacy
-    def __init__(self, task_type: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., subject: _Optional[_Union[Subject, _Mapping]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., retry_delay_seconds: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., privacy: _Optional[_Union[Privacy, str]] = ...) -> None: ...
+    context_ref: str
+    def __init__(self, task_type: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., subject: _Optional[_Union[Subject, _Mapping]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., retry_delay_seconds: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., privacy: _Optional[_Union[Privacy, str]] = ..., context_ref: _Optional[str] = ...) -> None: ...
 
 class CreateOperationResponse(_message.Message):
     __slots__ = ("operation", "created")
@@ -176,18 +178,20 @@ class ClaimOperationRequest(_message.Message):
     def __init__(self, task_types: _Optional[_Iterable[str]] = ..., lease_seconds: _Optional[int] = ..., route: _Optional[_Union[Route, str]] = ...) -> None: ...
 
 class ClaimedOperation(_message.Message):
-    __slots__ = ("operation", "owner_id", "lease_token", "lease_expires_at", "privacy")
+    __slots__ = ("operation", "owner_id", "lease_token", "lease_expires_at", "privacy", "context_ref")
     OPERATION_FIELD_NUMBER: _ClassVar[int]
     OWNER_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     LEASE_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     PRIVACY_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_REF_FIELD_NUMBER: _ClassVar[int]
     operation: Operation
     owner_id: str
     lease_token: str
     lease_expires_at: _timestamp_pb2.Timestamp
     privacy: Privacy
-    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., owner_id: _Optional[str] = ..., lease_token: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., privacy: _Optional[_Union[Privacy, str]] = ...) -> None: ...
+    context_ref: str
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., owner_id: _Optional[str] = ..., lease_token: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., privacy: _Optional[_Union[Privacy, str]] = ..., context_ref: _Optional[str] = ...) -> None: ...
 
 class ClaimOperationResponse(_message.Message):
     __slots__ = ("claimed",)

@@ -24,6 +24,7 @@ CREATE TABLE user_operations (
     request_hash CHAR(64) NOT NULL,
     subject_type VARCHAR(32) NOT NULL,
     subject_id VARCHAR(64) NOT NULL,
+    context_ref VARCHAR(64) NULL,
     state VARCHAR(32) NOT NULL,
     priority INT NOT NULL,
     attempt INT NOT NULL,

@@ -1,0 +1,29 @@
+"""``opsctl serve ai-admission``: the AI Admission gRPC server."""
+
+from __future__ import annotations
+
+from durable_ops.ai_admission.v1 import ai_admission_pb2_grpc as pb_grpc
+
+from services.ai_worker.admission.service import SERVICE_NAME, AiAdmissionService
+from services.clock import Clock, utc_now
+from services.model.admission import Limits
+from services.rpc.server import serve_servicer
+from services.settings import Settings
+from services.storage.migrate import open_migrated
+
+
+async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
+    db = open_migrated(settings.database_url)
+    limits = Limits(per_user=settings.ai_user_limit, global_=settings.ai_global_limit)
+
+    async def close() -> None:
+        db.dispose()
+
+    await serve_servicer(
+        settings.ai_admission_bind,
+        pb_grpc.add_AiAdmissionServiceServicer_to_server,
+        AiAdmissionService(db, clock, limits),
+        SERVICE_NAME,
+        secret=settings.service_secret,
+        on_stop=close,
+    )

@@ -1,0 +1,208 @@
+"""All SQL of the workspace: jobs, attachments, AI settings, AI workspace notes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TypeVar
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from services.model import bounds
+from services.model.errors import InvalidArgument, NotFound
+from services.model.states import Plan, Privacy
+from services.storage.operations import new_id
+from services.storage.pages import Page, newest_first, page_size, paginate
+from services.storage.schema import (
+    ATTACHMENT_FILENAME_MAX,
+    ATTACHMENT_TEXT_MAX,
+    JOB_COMPANY_MAX,
+    JOB_DESCRIPTION_MAX,
+    JOB_TITLE_MAX,
+    AiWorkspaceNote,
+    Attachment,
+    Base,
+    Job,
+    UserAiSettings,
+)
+
+NOTE_BODY_MAX = 16_000
+ATTACHMENT_KINDS = frozenset({"cv"})
+Row = TypeVar("Row", bound=Base)
+
+
+def _owned(session: Session, model: type[Row], row_id: str, what: str) -> Row:
+    row = session.get(model, row_id) if len(row_id) <= 64 else None
+    if row is None:
+        raise NotFound(f"{what} not found", code=f"{what}_not_found")
+    return row
+
+
+# ---- jobs ------------------------------------------------------------------------------
+
+
+def create_job(session: Session, title: str, company: str, description: str, now: datetime) -> Job:
+    job = Job(
+        id=new_id(),
+        title=bounds.text("title", title.strip(), JOB_TITLE_MAX),
+        company=bounds.text("company", company.strip(), JOB_COMPANY_MAX, required=False),
+        description=bounds.text("description", description, JOB_DESCRIPTION_MAX),
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(job)
+    session.flush()
+    return job
+
+
+def get_job(session: Session, job_id: str) -> Job:
+    return _owned(session, Job, job_id, "job")
+
+
+def list_jobs(session: Session, *, size: int, token: str) -> Page[Job]:
+    size = page_size(size)
+    rows = session.scalars(newest_first(select(Job), Job.created_at, Job.id, token, size)).all()
+    return paginate(rows, size, lambda job: (job.created_at, job.id))
+
+
+# ---- attachments ---------------------------------------------------------------------------
+
+
+def create_attachment(
+    session: Session, kind: str, filename: str, text: str, now: datetime
+) -> Attachment:
+    if kind not in ATTACHMENT_KINDS:
+        raise InvalidArgument("kind", f"must be one of {sorted(ATTACHMENT_KINDS)}")
+    attachment = Attachment(
+        id=new_id(),
+        kind=kind,
+        filename=bounds.text("filename", filename.strip(), ATTACHMENT_FILENAME_MAX),
+        text=bounds.text("text", text, ATTACHMENT_TEXT_MAX),
+        created_at=now,
+    )
+    session.add(attachment)
+    session.flush()
+    return attachment
+
+
+def get_attachment(session: Session, attachment_id: str) -> Attachment:
+    return _owned(session, Attachment, attachment_id, "attachment")
+
+
+def list_attachments(session: Session, *, size: int, token: str) -> Page[Attachment]:
+    size = page_size(size)
+    query = newest_first(select(Attachment), Attachment.created_at, Attachment.id, token, size)
+    rows = session.scalars(query).all()
+    return paginate(rows, size, lambda row: (row.created_at, row.id))
+
+
+# ---- AI settings -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AiSettingsView:
+    ai_enabled: bool
+    privacy: Privacy
+    plan: Plan
+
+
+DEFAULT_AI_SETTINGS = AiSettingsView(ai_enabled=False, privacy=Privacy.LOCAL_ONLY, plan=Plan.FREE)
+
+
+def _settings_row(session: Session) -> UserAiSettings | None:
+    row: UserAiSettings | None = session.scalars(select(UserAiSettings)).one_or_none()
+    return row
+
+
+def ai_settings(session: Session) -> AiSettingsView:
+    row = _settings_row(session)
+    if row is None:
+        return DEFAULT_AI_SETTINGS
+    return AiSettingsView(row.ai_enabled, Privacy(row.privacy), Plan(row.plan))
+
+
+def update_ai_settings(
+    session: Session,
+    now: datetime,
+    *,
+    ai_enabled: bool | None = None,
+    privacy: str | None = None,
+    plan: str | None = None,
+) -> AiSettingsView:
+    """Change the owner's settings; ``plan`` only from the operator's CLI."""
+    current = ai_settings(session)
+    try:
+        new_privacy = Privacy(privacy) if privacy is not None else current.privacy
+    except ValueError:
+        raise InvalidArgument("privacy", "must be local_only or external_allowed") from None
+    try:
+        new_plan = Plan(plan) if plan is not None else current.plan
+    except ValueError:
+        raise InvalidArgument("plan", "must be free or pro") from None
+    row = _settings_row(session)
+    if row is None:
+        row = UserAiSettings(id=new_id())
+        session.add(row)
+    row.ai_enabled = current.ai_enabled if ai_enabled is None else ai_enabled
+    row.privacy = new_privacy
+    row.plan = new_plan
+    row.updated_at = now
+    session.flush()
+    return AiSettingsView(row.ai_enabled, new_privacy, new_plan)
+
+
+# ---- AI workspace notes ----------------------------------------------------------------------
+
+
+def get_note(session: Session, kind: str, subject_type: str, subject_id: str) -> AiWorkspaceNote:
+    note: AiWorkspaceNote | None = session.scalars(
+        select(AiWorkspaceNote).where(
+            AiWorkspaceNote.kind == kind,
+            AiWorkspaceNote.subject_type == subject_type,
+            AiWorkspaceNote.subject_id == subject_id,
+        )
+    ).one_or_none()
+    if note is None:
+        raise NotFound("no note for this subject yet", code="note_not_found")
+    return note
+
+
+def publish_note(
+    session: Session,
+    *,
+    kind: str,
+    subject_type: str,
+    subject_id: str,
+    operation_id: str,
+    body_json: str,
+    now: datetime,
+) -> tuple[AiWorkspaceNote, bool]:
+    """Publish the one note of (owner, kind, subject). An attempt of the same operation
+    that already published returns it unchanged, so a retried attempt never makes a second."""
+    bounds.task_type(kind)
+    bounds.subject(subject_type, subject_id)
+    bounds.text("body_json", body_json, NOTE_BODY_MAX)
+    try:
+        note = get_note(session, kind, subject_type, subject_id)
+    except NotFound:
+        note = AiWorkspaceNote(
+            id=new_id(),
+            kind=kind,
+            subject_type=subject_type,
+            subject_id=subject_id,
+            operation_id=operation_id,
+            body=body_json,
+            created_at=now,
+            updated_at=now,
+        )
+        session.add(note)
+        session.flush()
+        return note, True
+    if note.operation_id == operation_id:
+        return note, False
+    note.operation_id = operation_id
+    note.body = body_json
+    note.updated_at = now
+    session.flush()
+    return note, True

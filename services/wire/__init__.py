@@ -1,0 +1,1 @@
+"""Rows and domain values ⇄ protobuf messages, shared by every service that speaks them."""

@@ -1,0 +1,56 @@
+"""Workspace rows ⇄ protobuf messages."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from durable_ops.workspace.v1 import workspace_pb2 as pb
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from services.storage.schema import AiWorkspaceNote, Attachment, Job
+from services.storage.workspace import AiSettingsView
+
+
+def _stamp(value: datetime) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromDatetime(value.astimezone(UTC))
+    return stamp
+
+
+def job(row: Job) -> pb.Job:
+    return pb.Job(
+        id=row.id,
+        title=row.title,
+        company=row.company,
+        description=row.description,
+        created_at=_stamp(row.created_at),
+        updated_at=_stamp(row.updated_at),
+    )
+
+
+def attachment(row: Attachment, *, with_text: bool) -> pb.Attachment:
+    return pb.Attachment(
+        id=row.id,
+        kind=row.kind,
+        filename=row.filename,
+        text=row.text if with_text else "",
+        text_length=len(row.text),
+        created_at=_stamp(row.created_at),
+    )
+
+
+def ai_settings(view: AiSettingsView) -> pb.AiSettings:
+    return pb.AiSettings(ai_enabled=view.ai_enabled, privacy=view.privacy, plan=view.plan)
+
+
+def note(row: AiWorkspaceNote) -> pb.AiWorkspaceNote:
+    return pb.AiWorkspaceNote(
+        id=row.id,
+        kind=row.kind,
+        subject_type=row.subject_type,
+        subject_id=row.subject_id,
+        operation_id=row.operation_id or "",
+        body_json=row.body,
+        created_at=_stamp(row.created_at),
+        updated_at=_stamp(row.updated_at),
+    )

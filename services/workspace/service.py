@@ -1,0 +1,162 @@
+"""The Workspace gRPC servicer: the owner's jobs, CVs, AI settings and notes."""
+
+from __future__ import annotations
+
+import grpc
+import structlog
+from durable_ops.workspace.v1 import workspace_pb2 as pb
+from durable_ops.workspace.v1 import workspace_pb2_grpc as pb_grpc
+
+from services.clock import Clock
+from services.model.scope import require_owner, require_worker_owner
+from services.rpc.errors import translate_errors
+from services.rpc.scope import caller_scope
+from services.storage import workspace
+from services.storage.db import Database
+from services.wire import workspace as convert
+
+log = structlog.get_logger(__name__)
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["WorkspaceService"].full_name
+
+
+class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
+    def __init__(self, db: Database, clock: Clock) -> None:
+        self._db = db
+        self._clock = clock
+
+    @translate_errors
+    async def CreateJob(
+        self, request: pb.CreateJobRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Job:
+        owner = require_owner(caller_scope(context)).owner_id
+        now = self._clock()
+        row = await self._db.run_async(
+            lambda s: workspace.create_job(
+                s, request.title, request.company, request.description, now
+            ),
+            owner_id=owner,
+        )
+        log.info("job_created", owner=owner, job_id=row.id)
+        return convert.job(row)
+
+    @translate_errors
+    async def GetJob(self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext) -> pb.Job:
+        owner = require_owner(caller_scope(context)).owner_id
+        row = await self._db.run_async(
+            lambda s: workspace.get_job(s, request.job_id), owner_id=owner, write=False
+        )
+        return convert.job(row)
+
+    @translate_errors
+    async def ListJobs(
+        self, request: pb.ListRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListJobsResponse:
+        owner = require_owner(caller_scope(context)).owner_id
+        page = await self._db.run_async(
+            lambda s: workspace.list_jobs(s, size=request.page_size, token=request.page_token),
+            owner_id=owner,
+            write=False,
+        )
+        return pb.ListJobsResponse(
+            jobs=[convert.job(row) for row in page.items], next_page_token=page.next_token or ""
+        )
+
+    @translate_errors
+    async def CreateAttachment(
+        self, request: pb.CreateAttachmentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Attachment:
+        owner = require_owner(caller_scope(context)).owner_id
+        now = self._clock()
+        row = await self._db.run_async(
+            lambda s: workspace.create_attachment(
+                s, request.kind, request.filename, request.text, now
+            ),
+            owner_id=owner,
+        )
+        log.info("attachment_created", owner=owner, attachment_id=row.id)
+        return convert.attachment(row, with_text=True)
+
+    @translate_errors
+    async def GetAttachment(
+        self, request: pb.GetAttachmentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Attachment:
+        owner = require_owner(caller_scope(context)).owner_id
+        row = await self._db.run_async(
+            lambda s: workspace.get_attachment(s, request.attachment_id),
+            owner_id=owner,
+            write=False,
+        )
+        return convert.attachment(row, with_text=True)
+
+    @translate_errors
+    async def ListAttachments(
+        self, request: pb.ListRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListAttachmentsResponse:
+        owner = require_owner(caller_scope(context)).owner_id
+        page = await self._db.run_async(
+            lambda s: workspace.list_attachments(
+                s, size=request.page_size, token=request.page_token
+            ),
+            owner_id=owner,
+            write=False,
+        )
+        return pb.ListAttachmentsResponse(
+            attachments=[convert.attachment(row, with_text=False) for row in page.items],
+            next_page_token=page.next_token or "",
+        )
+
+    @translate_errors
+    async def GetAiSettings(
+        self, request: pb.GetAiSettingsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AiSettings:
+        owner = require_owner(caller_scope(context)).owner_id
+        view = await self._db.run_async(workspace.ai_settings, owner_id=owner, write=False)
+        return convert.ai_settings(view)
+
+    @translate_errors
+    async def UpdateAiSettings(
+        self, request: pb.UpdateAiSettingsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AiSettings:
+        owner = require_owner(caller_scope(context)).owner_id
+        now = self._clock()
+        enabled = request.ai_enabled if request.HasField("ai_enabled") else None
+        privacy = request.privacy if request.HasField("privacy") else None
+        view = await self._db.run_async(
+            lambda s: workspace.update_ai_settings(s, now, ai_enabled=enabled, privacy=privacy),
+            owner_id=owner,
+        )
+        log.info("ai_settings_updated", owner=owner, ai_enabled=view.ai_enabled)
+        return convert.ai_settings(view)
+
+    @translate_errors
+    async def GetNote(
+        self, request: pb.GetNoteRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AiWorkspaceNote:
+        owner = require_owner(caller_scope(context)).owner_id
+        row = await self._db.run_async(
+            lambda s: workspace.get_note(s, request.kind, request.subject_type, request.subject_id),
+            owner_id=owner,
+            write=False,
+        )
+        return convert.note(row)
+
+    @translate_errors
+    async def PublishNote(
+        self, request: pb.PublishNoteRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PublishNoteResponse:
+        owner = require_worker_owner(caller_scope(context)).owner_id
+        now = self._clock()
+        row, published = await self._db.run_async(
+            lambda s: workspace.publish_note(
+                s,
+                kind=request.kind,
+                subject_type=request.subject_type,
+                subject_id=request.subject_id,
+                operation_id=request.operation_id,
+                body_json=request.body_json,
+                now=now,
+            ),
+            owner_id=owner,
+        )
+        log.info("note_published", owner=owner, operation_id=request.operation_id, new=published)
+        return pb.PublishNoteResponse(note=convert.note(row), published=published)
