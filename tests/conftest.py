@@ -97,13 +97,9 @@ def make_mariadb_database(mariadb_server_url: str) -> Iterator[MakeDatabase]:
     def create() -> str:
         name = f"ops_test_{secrets.token_hex(6)}"
         with _admin(mariadb_server_url).cursor() as cursor:
-            cursor.execute(
-                f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
-            )
+            cursor.execute(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
         created.append(name)
-        return make_url(mariadb_server_url).set(database=name).render_as_string(
-            hide_password=False
-        )
+        return make_url(mariadb_server_url).set(database=name).render_as_string(hide_password=False)
 
     yield create
     connection = _admin(mariadb_server_url)
@@ -129,12 +125,12 @@ def engine_name(request: pytest.FixtureRequest) -> str:
 def db_url(engine_name: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     """A migrated, empty database URL on the parametrised engine."""
     if engine_name == "sqlite":
-        url = f"sqlite:///{tmp_path / 'ops.sqlite3'}"
-        migrate.upgrade(url)
-        return url
-    url: str = request.getfixturevalue("migrated_mariadb_url")
-    _empty_all_tables(url)
-    return url
+        sqlite_url = f"sqlite:///{tmp_path / 'ops.sqlite3'}"
+        migrate.upgrade(sqlite_url)
+        return sqlite_url
+    mariadb_url: str = request.getfixturevalue("migrated_mariadb_url")
+    _empty_all_tables(mariadb_url)
+    return mariadb_url
 
 
 @pytest.fixture
@@ -154,4 +150,3 @@ def _empty_all_tables(url: str) -> None:
             connection.execute(text("UPDATE ai_admission_control SET ai_enabled = 1"))
     finally:
         db.dispose()
-

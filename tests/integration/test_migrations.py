@@ -15,7 +15,12 @@ from services.storage.schema import Base
 from tests.conftest import MakeDatabase
 
 CLAIM_INDEX = "ix_user_operations_claim"
-STRICT_TABLES = ("user_operations", "user_notifications", "user_ai_settings", "ai_admission_control")
+STRICT_TABLES = (
+    "user_operations",
+    "user_notifications",
+    "user_ai_settings",
+    "ai_admission_control",
+)
 
 
 @pytest.fixture

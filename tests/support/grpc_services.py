@@ -15,10 +15,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from durable_ops.ai_admission.v1 import ai_admission_pb2_grpc
 from durable_ops.notifications.v1 import notifications_pb2_grpc
 from durable_ops.operations.v1 import operations_pb2_grpc
+from durable_ops.workspace.v1 import workspace_pb2_grpc
 
+from services.ai_worker.admission.service import SERVICE_NAME as ADMISSION
+from services.ai_worker.admission.service import AiAdmissionService
 from services.clock import Clock
+from services.model.admission import Limits
 from services.model.scope import Role
 from services.notifications.service import SERVICE_NAME as NOTIFICATIONS
 from services.notifications.service import NotificationsService
@@ -29,6 +34,8 @@ from services.rpc.credentials import mint_service_token
 from services.rpc.server import build_server, start, stop
 from services.storage.db import Database
 from services.storage.operations import SweepReport
+from services.workspace.service import SERVICE_NAME as WORKSPACE
+from services.workspace.service import WorkspaceService
 
 SECRET = "test-service-secret-of-at-least-32-bytes"
 
@@ -77,6 +84,14 @@ class Services:
     def notifications(self) -> notifications_pb2_grpc.NotificationsServiceStub:
         return notifications_pb2_grpc.NotificationsServiceStub(self.channel)
 
+    @property
+    def workspace(self) -> workspace_pb2_grpc.WorkspaceServiceStub:
+        return workspace_pb2_grpc.WorkspaceServiceStub(self.channel)
+
+    @property
+    def admission(self) -> ai_admission_pb2_grpc.AiAdmissionServiceStub:
+        return ai_admission_pb2_grpc.AiAdmissionServiceStub(self.channel)
+
     def sweep(self) -> SweepReport:
         report: SweepReport = self.loop.call(sweep_once(self.db, self.clock))
         return report
@@ -91,8 +106,8 @@ def _register(servicers: Sequence[tuple[Callable[..., None], Any]]) -> Callable[
 
 
 @contextmanager
-def running_services(db_url: str, clock: Clock) -> Iterator[Services]:
-    """Operations and Notifications in one server (as the processes would serve them)."""
+def running_services(db_url: str, clock: Clock, limits: Limits | None = None) -> Iterator[Services]:
+    """Every gRPC service in one server; the processes serve the same servicers one each."""
     loop = BackgroundLoop()
     db = Database(db_url, pool_size=16)
 
@@ -109,9 +124,17 @@ def running_services(db_url: str, clock: Clock) -> Iterator[Services]:
                         notifications_pb2_grpc.add_NotificationsServiceServicer_to_server,
                         NotificationsService(db, clock),
                     ),
+                    (
+                        workspace_pb2_grpc.add_WorkspaceServiceServicer_to_server,
+                        WorkspaceService(db, clock),
+                    ),
+                    (
+                        ai_admission_pb2_grpc.add_AiAdmissionServiceServicer_to_server,
+                        AiAdmissionService(db, clock, limits or Limits()),
+                    ),
                 ]
             ),
-            [OPERATIONS, NOTIFICATIONS],
+            [OPERATIONS, NOTIFICATIONS, WORKSPACE, ADMISSION],
             secret=SECRET,
         )
         await start(server)

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Sets up everything the tests need, then runs lint, types and the whole suite.
+#
+# MariaDB: OPS_TEST_MARIADB_URL, else testcontainers (when Docker answers), else
+# a server on 127.0.0.1:3306, which this script starts if it is installed and down.
+# Browser tests use Debian's Chromium, installed here when missing and when root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh
+
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "== installing Chromium for the browser tests"
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+
+if [ -z "${OPS_TEST_MARIADB_URL:-}" ] && [ -x /usr/sbin/mariadbd ] \
+   && ! mariadb-admin --host=127.0.0.1 --user=root ping >/dev/null 2>&1; then
+  echo "== starting the local MariaDB"
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
+  for _ in $(seq 1 60); do
+    mariadb-admin --host=127.0.0.1 --user=root ping >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+fi
+
+echo "== ruff"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+echo "== mypy"
+.venv/bin/mypy services tests scripts benchmarks
+echo "== pytest"
+.venv/bin/pytest "$@"

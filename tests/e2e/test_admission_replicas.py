@@ -1,0 +1,124 @@
+"""Four admission processes on one MariaDB never exceed the capacity limits together."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import random
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import pytest
+from durable_ops.ai_admission.v1 import ai_admission_pb2_grpc
+from sqlalchemy import func, select
+
+from services.model.scope import Role
+from services.model.states import ACTIVE_STATES
+from services.rpc.credentials import mint_service_token
+from services.storage.db import Database
+from services.storage.schema import UserOperation
+from services.up import Stack
+from tests.support.clock import ManualClock
+from tests.support.grpc_services import SECRET, Services, running_services
+from tests.support.ports import free_port
+from tests.support.workspace_client import create_job, entitle, snapshot_request
+
+REPLICAS = 4
+USERS = 12
+JOBS_PER_USER = 4
+PER_USER, GLOBAL = 2, 15
+
+
+@pytest.fixture
+def replicas(migrated_mariadb_url: str) -> Iterator[list[str]]:
+    ports = [free_port() for _ in range(REPLICAS)]
+    stack = Stack(
+        env={
+            "OPS_DATABASE_URL": migrated_mariadb_url,
+            "OPS_SERVICE_SECRET": SECRET,
+            "OPS_AI_USER_LIMIT": str(PER_USER),
+            "OPS_AI_GLOBAL_LIMIT": str(GLOBAL),
+            "OPS_LOG_LEVEL": "warning",
+        },
+        specs=[],
+    )
+    try:
+        for index, port in enumerate(ports):
+            stack.start_one(
+                "ai-admission",
+                label=f"ai-admission-{index}",
+                extra_env={"OPS_AI_ADMISSION_BIND": f"127.0.0.1:{port}"},
+            )
+        stack.wait_healthy(checks=[f"grpc:127.0.0.1:{port}" for port in ports])
+        yield [f"127.0.0.1:{port}" for port in ports]
+    finally:
+        stack.stop()
+
+
+@pytest.fixture
+def workspace(migrated_mariadb_url: str) -> Iterator[Services]:
+    from tests.conftest import _empty_all_tables
+
+    _empty_all_tables(migrated_mariadb_url)
+    with running_services(migrated_mariadb_url, ManualClock()) as services:
+        yield services
+
+
+def test_replicas_admitting_at_once_never_exceed_the_limits(
+    replicas: list[str], workspace: Services
+) -> None:
+    users = [f"user{i}" for i in range(USERS)]
+    jobs: dict[str, list[str]] = {}
+    for user in users:
+        entitle(workspace.db, user)
+        jobs[user] = [create_job(workspace.workspace, user) for _ in range(JOBS_PER_USER)]
+    requests = [(user, job) for user in users for job in jobs[user]]
+    random.Random(7).shuffle(requests)
+    channels = [grpc.insecure_channel(target) for target in replicas]
+    stubs = itertools.cycle([ai_admission_pb2_grpc.AiAdmissionServiceStub(c) for c in channels])
+    token = mint_service_token(SECRET, Role.GATEWAY)
+    outcomes: Counter[str] = Counter()
+    lock = threading.Lock()
+    start = threading.Barrier(16)
+
+    def admit(item: tuple[tuple[str, str], ai_admission_pb2_grpc.AiAdmissionServiceStub]) -> None:
+        (user, job), stub = item
+        with contextlib.suppress(threading.BrokenBarrierError):
+            start.wait(timeout=10)
+        try:
+            stub.Admit(
+                snapshot_request(job),
+                metadata=(("authorization", f"Bearer {token}"), ("x-owner-id", user)),
+                timeout=30,
+            )
+            outcome = "admitted"
+        except grpc.RpcError as error:
+            outcome = error.code().name
+        with lock:
+            outcomes[outcome] += 1
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(admit, zip(requests, stubs, strict=False)))  # stubs cycle forever
+    for channel in channels:
+        channel.close()
+
+    db = Database(workspace.db.url, pool_size=1)
+    try:
+        with db.neutral(write=False) as session:
+            active = [state.value for state in ACTIVE_STATES]
+            per_user = dict(
+                session.execute(
+                    select(UserOperation.owner_user_id, func.count())
+                    .where(UserOperation.state.in_(active))
+                    .group_by(UserOperation.owner_user_id)
+                ).all()
+            )
+    finally:
+        db.dispose()
+    assert set(outcomes) <= {"admitted", "RESOURCE_EXHAUSTED"}, outcomes
+    assert sum(per_user.values()) == outcomes["admitted"]
+    assert max(per_user.values()) <= PER_USER
+    assert sum(per_user.values()) == GLOBAL  # saturated, and never beyond

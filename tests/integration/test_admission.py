@@ -1,0 +1,219 @@
+"""AI admission over gRPC on both engines: entitlement, capacity, reuse, privacy of rows."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import pytest
+from durable_ops.ai_admission.v1 import ai_admission_pb2 as pb
+from durable_ops.operations.v1 import operations_pb2 as ops_pb
+from durable_ops.workspace.v1 import workspace_pb2 as workspace_pb
+from sqlalchemy import func, select
+
+from services.model.admission import Limits
+from services.model.scope import Role
+from services.storage import capacity
+from services.storage.schema import UserOperation
+from tests.support.clock import ManualClock
+from tests.support.grpc_services import Services, metadata, running_services
+from tests.support.workspace_client import (
+    create_cv,
+    create_job,
+    entitle,
+    snapshot_request,
+)
+
+
+@pytest.fixture
+def services(db_url: str) -> Iterator[Services]:
+    with running_services(db_url, ManualClock(), Limits(per_user=2, global_=3)) as running:
+        yield running
+
+
+def _admit(services: Services, owner: str, request: pb.AdmitRequest) -> pb.AdmitResponse:
+    response: pb.AdmitResponse = services.admission.Admit(
+        request, metadata=metadata(Role.GATEWAY, owner)
+    )
+    return response
+
+
+def _refusal(services: Services, owner: str, request: pb.AdmitRequest) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as caught:
+        _admit(services, owner, request)
+    return caught.value
+
+
+def _code(error: grpc.RpcError) -> str:
+    return str(dict(error.trailing_metadata() or ())["x-error-code"])
+
+
+def test_admit_creates_a_queued_operation_with_a_status_url(services: Services) -> None:
+    entitle(services.db, "alice")
+    job = create_job(services.workspace, "alice")
+    cv = create_cv(services.workspace, "alice")
+    response = _admit(services, "alice", snapshot_request(job, cv))
+    assert response.reused is False
+    assert response.status_url == f"/api/operations/{response.operation.id}"
+    assert response.operation.state == ops_pb.OPERATION_STATE_QUEUED
+    assert (response.operation.subject.type, response.operation.subject.id) == ("job", job)
+    with services.db.neutral(write=False) as session:
+        row = session.get(UserOperation, response.operation.id)
+        assert row is not None
+        assert (row.owner_user_id, row.context_ref, row.privacy) == ("alice", cv, "local_only")
+        assert row.deadline_at is not None
+        assert row.time_budget_seconds == 1800
+
+
+@pytest.mark.parametrize(
+    ("plan", "ai_enabled", "code"),
+    [
+        ("free", True, "not_entitled"),
+        ("pro", False, "ai_disabled"),
+        ("free", False, "not_entitled"),
+    ],
+)
+def test_entitlement_is_required(
+    services: Services, plan: str, ai_enabled: bool, code: str
+) -> None:
+    entitle(services.db, "alice", plan=plan, ai_enabled=ai_enabled)
+    job = create_job(services.workspace, "alice")
+    error = _refusal(services, "alice", snapshot_request(job))
+    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert _code(error) == code
+
+
+@pytest.mark.parametrize("revoke", ["plan", "ai_enabled"])
+def test_revoking_between_two_admits_refuses_the_second(services: Services, revoke: str) -> None:
+    entitle(services.db, "alice")
+    first, second = create_job(services.workspace, "alice"), create_job(services.workspace, "alice")
+    _admit(services, "alice", snapshot_request(first))
+    if revoke == "plan":
+        entitle(services.db, "alice", plan="free")
+    else:
+        services.workspace.UpdateAiSettings(
+            workspace_pb.UpdateAiSettingsRequest(ai_enabled=False),
+            metadata=metadata(Role.GATEWAY, "alice"),
+        )
+    error = _refusal(services, "alice", snapshot_request(second))
+    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_global_switch_off_is_unavailable(services: Services) -> None:
+    entitle(services.db, "alice")
+    job = create_job(services.workspace, "alice")
+    services.db.run(lambda s: capacity.set_ai_enabled(s, False, services.clock()), owner_id=None)
+    error = _refusal(services, "alice", snapshot_request(job))
+    assert error.code() == grpc.StatusCode.UNAVAILABLE
+    assert _code(error) == "ai_unavailable"
+
+
+def test_another_owners_job_or_cv_is_not_found(services: Services) -> None:
+    entitle(services.db, "alice")
+    entitle(services.db, "bob")
+    bobs_job = create_job(services.workspace, "bob")
+    bobs_cv = create_cv(services.workspace, "bob")
+    alices_job = create_job(services.workspace, "alice")
+    for request in (snapshot_request(bobs_job), snapshot_request(alices_job, bobs_cv)):
+        error = _refusal(services, "alice", request)
+        assert error.code() == grpc.StatusCode.NOT_FOUND
+    missing = _refusal(services, "alice", snapshot_request("0" * 32))
+    assert missing.details() == _refusal(services, "alice", snapshot_request(bobs_job)).details()
+
+
+def test_an_active_operation_for_the_same_subject_is_reused(services: Services) -> None:
+    entitle(services.db, "alice")
+    job = create_job(services.workspace, "alice")
+    first = _admit(services, "alice", snapshot_request(job))
+    again = _admit(services, "alice", snapshot_request(job))
+    assert again.reused is True
+    assert again.operation.id == first.operation.id
+
+
+def test_a_double_click_yields_one_operation(services: Services) -> None:
+    entitle(services.db, "alice")
+    job = create_job(services.workspace, "alice")
+    barrier = threading.Barrier(8)
+
+    def click(_: int) -> str:
+        barrier.wait()
+        return str(_admit(services, "alice", snapshot_request(job)).operation.id)
+
+    with ThreadPoolExecutor(8) as pool:
+        ids = set(pool.map(click, range(8)))
+    assert len(ids) == 1
+    with services.db.neutral(write=False) as session:
+        assert session.scalar(select(func.count()).select_from(UserOperation)) == 1
+
+
+def test_idempotency_key_returns_the_same_operation_and_guards_its_subject(
+    services: Services,
+) -> None:
+    entitle(services.db, "alice")
+    job, other = create_job(services.workspace, "alice"), create_job(services.workspace, "alice")
+    first = _admit(services, "alice", snapshot_request(job, key="click-1"))
+    assert _admit(services, "alice", snapshot_request(job, key="click-1")).operation.id == (
+        first.operation.id
+    )
+    error = _refusal(services, "alice", snapshot_request(other, key="click-1"))
+    assert error.code() == grpc.StatusCode.ALREADY_EXISTS
+
+
+def test_capacity_per_user_and_global(services: Services) -> None:
+    for owner in ("alice", "bob"):
+        entitle(services.db, owner)
+    alice_jobs = [create_job(services.workspace, "alice") for _ in range(3)]
+    bob_jobs = [create_job(services.workspace, "bob") for _ in range(2)]
+    _admit(services, "alice", snapshot_request(alice_jobs[0]))
+    _admit(services, "alice", snapshot_request(alice_jobs[1]))
+    per_user = _refusal(services, "alice", snapshot_request(alice_jobs[2]))
+    assert per_user.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert int(dict(per_user.trailing_metadata())["x-retry-after"]) > 0
+    _admit(services, "bob", snapshot_request(bob_jobs[0]))  # global limit 3 reached
+    everyone = _refusal(services, "bob", snapshot_request(bob_jobs[1]))
+    assert everyone.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_cancelled_operations_free_capacity(services: Services) -> None:
+    entitle(services.db, "alice")
+    jobs = [create_job(services.workspace, "alice") for _ in range(3)]
+    first = _admit(services, "alice", snapshot_request(jobs[0]))
+    _admit(services, "alice", snapshot_request(jobs[1]))
+    services.operations.CancelOperation(
+        ops_pb.CancelOperationRequest(operation_id=first.operation.id),
+        metadata=metadata(Role.GATEWAY, "alice"),
+    )
+    assert _admit(services, "alice", snapshot_request(jobs[2])).reused is False
+
+
+def test_the_operation_row_holds_no_job_cv_or_prompt_text(services: Services) -> None:
+    entitle(services.db, "alice")
+    job = create_job(services.workspace, "alice", description="UNIQUE-JOB-MARKER kubernetes")
+    cv = create_cv(services.workspace, "alice", text="UNIQUE-CV-MARKER rust")
+    response = _admit(services, "alice", snapshot_request(job, cv))
+    with services.db.neutral(write=False) as session:
+        row = session.get(UserOperation, response.operation.id)
+        assert row is not None
+        values = [str(getattr(row, column.key)) for column in UserOperation.__table__.columns]
+    text = " ".join(values)
+    assert "UNIQUE-JOB-MARKER" not in text
+    assert "UNIQUE-CV-MARKER" not in text
+    assert "Engineer" not in text
+    assert "Acme" not in text
+
+
+def test_lookup_is_cache_only(services: Services) -> None:
+    entitle(services.db, "alice")
+    job = create_job(services.workspace, "alice")
+    lookup = pb.LookupRequest(task_type="strategy.snapshot", subject_id=job)
+    before = services.admission.Lookup(lookup, metadata=metadata(Role.GATEWAY, "alice"))
+    assert not before.HasField("operation")
+    with services.db.neutral(write=False) as session:
+        assert session.scalar(select(func.count()).select_from(UserOperation)) == 0
+    admitted = _admit(services, "alice", snapshot_request(job))
+    after = services.admission.Lookup(lookup, metadata=metadata(Role.GATEWAY, "alice"))
+    assert after.operation.id == admitted.operation.id
+    elsewhere = services.admission.Lookup(lookup, metadata=metadata(Role.GATEWAY, "bob"))
+    assert not elsewhere.HasField("operation")

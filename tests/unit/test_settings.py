@@ -1,0 +1,46 @@
+"""Settings come from OPS_* variables, are validated, and are all documented."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from services.settings import Settings, SettingsError, documented_variables
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_every_setting_is_in_the_readme_table() -> None:
+    readme = README.read_text()
+    missing = [name for name, _default, _doc in documented_variables() if f"`{name}`" not in readme]
+    assert missing == []
+
+
+def test_every_setting_has_a_description() -> None:
+    assert [name for name, _default, doc in documented_variables() if not doc] == []
+
+
+def test_values_are_parsed_by_type() -> None:
+    settings = Settings.from_env(
+        {
+            "OPS_DEV_LOGIN": "true",
+            "OPS_AI_USER_LIMIT": "5",
+            "OPS_SWEEP_INTERVAL_SECONDS": "0.25",
+            "OPS_DATABASE_URL": "mysql+pymysql://u@h/db",
+        }
+    )
+    assert settings.dev_login is True
+    assert settings.ai_user_limit == 5
+    assert settings.sweep_interval_seconds == 0.25
+    assert settings.database_url == "mysql+pymysql://u@h/db"
+    assert settings.workers_ai_operations_enabled is False
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("OPS_DEV_LOGIN", "maybe"), ("OPS_AI_USER_LIMIT", "two"), ("OPS_WORKER_POLL_SECONDS", "x")],
+)
+def test_bad_values_are_refused_with_the_variable_named(name: str, value: str) -> None:
+    with pytest.raises(SettingsError, match=name):
+        Settings.from_env({name: value})
