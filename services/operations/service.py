@@ -8,6 +8,7 @@ answer. Rules live in ``services.model``; SQL in ``services.storage``.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import datetime
 from functools import partial
 
 import grpc
@@ -31,6 +32,16 @@ DEFAULT_HEARTBEAT_LEASE_SECONDS = 30
 
 def _provenance(message: pb.Provenance) -> operations.Provenance:
     return operations.Provenance(message.provider, message.model, message.route)
+
+
+def _deadline(request: pb.CreateOperationRequest) -> datetime | None:
+    """The optional deadline; a Timestamp outside its own valid range is the caller's error."""
+    if not request.HasField("deadline"):
+        return None
+    try:
+        return convert.from_timestamp(request.deadline)
+    except ValueError:  # seconds outside years 1 to 9999, or nanos out of range
+        raise InvalidArgument("deadline", "is not a valid timestamp") from None
 
 
 def _state_reply(state: str) -> pb.LeaseMutationResponse:
@@ -59,9 +70,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             retry_delay_seconds=request.retry_delay_seconds or 30,
             privacy=convert.privacy_from_pb(request.privacy),
             context_ref=request.context_ref,
-            deadline_at=(
-                convert.from_timestamp(request.deadline) if request.HasField("deadline") else None
-            ),
+            deadline_at=_deadline(request),
         )
         now = self._clock()
         row, created = await self._db.run_async(

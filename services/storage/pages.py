@@ -52,7 +52,8 @@ def decode_token(token: str) -> tuple[datetime, str]:
         row_id = data["i"]
         if created_at.tzinfo is None or not isinstance(row_id, str) or len(row_id) > 64:
             raise ValueError("malformed")
-    except (ValueError, KeyError, TypeError, binascii.Error, UnicodeError) as exc:
+        created_at = created_at.astimezone(UTC)  # may overflow datetime's range
+    except (ValueError, KeyError, TypeError, OverflowError, binascii.Error, UnicodeError) as exc:
         raise InvalidArgument("page_token", "is not a token this server issued") from exc
     return created_at, row_id
 

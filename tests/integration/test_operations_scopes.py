@@ -1,0 +1,287 @@
+"""SPEC §2 at the Operations and Notifications services: credentials, scopes, leases.
+
+Cheap enough to run on both engines.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Callable, Iterator
+
+import grpc
+import jwt
+import pytest
+from durable_ops.notifications.v1 import notifications_pb2 as npb
+from durable_ops.operations.v1 import operations_pb2 as pb
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from services.model.scope import Role
+from services.notifications.service import SERVICE_NAME as NOTIFICATIONS
+from services.operations.service import SERVICE_NAME as OPERATIONS
+from services.rpc.credentials import ISSUER, mint_service_token
+from tests.support.clock import ManualClock
+from tests.support.grpc_services import SECRET, Services, running_services
+from tests.support.operations_client import (
+    ALICE,
+    BOB,
+    QUEUED,
+    RUNNING,
+    SUCCEEDED,
+    Lease,
+    Metadata,
+    OpsClient,
+    expect_failure,
+    rpc_failure,
+)
+
+DENIED = grpc.StatusCode.PERMISSION_DENIED
+UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
+NOT_FOUND = grpc.StatusCode.NOT_FOUND
+ABORTED = grpc.StatusCode.ABORTED
+
+
+@pytest.fixture
+def services(db_url: str) -> Iterator[Services]:
+    with running_services(db_url, ManualClock()) as running:
+        yield running
+
+
+@pytest.fixture
+def ops(services: Services) -> OpsClient:
+    return OpsClient(services)
+
+
+@pytest.fixture
+def lease(ops: OpsClient) -> Lease:
+    ops.create(ALICE, "k-scope")
+    return ops.claim_one()
+
+
+def _b64(data: dict[str, object]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
+
+
+def _claims(role: str = "worker") -> dict[str, object]:
+    now = int(time.time())
+    return {"role": role, "iat": now, "exp": now + 300, "iss": ISSUER}
+
+
+def _signed(header: dict[str, object], claims: dict[str, object], digest: str) -> str:
+    """A JWT signed by hand: PyJWT refuses to sign with weak keys or odd algorithms."""
+    signing_input = f"{_b64(header)}.{_b64(claims)}"
+    mac = hmac.new(SECRET.encode(), signing_input.encode(), getattr(hashlib, digest)).digest()
+    return f"{signing_input}.{base64.urlsafe_b64encode(mac).decode().rstrip('=')}"
+
+
+def _bearer(token: str, owner: str | None = None) -> Metadata:
+    pairs = [("authorization", f"Bearer {token}")]
+    if owner is not None:
+        pairs.append(("x-owner-id", owner))
+    return tuple(pairs)
+
+
+BAD_CREDENTIALS: dict[str, Callable[[], Metadata]] = {
+    "none": lambda: (("x-owner-id", ALICE),),
+    "other_secret": lambda: _bearer(
+        mint_service_token("another-secret-of-at-least-32-bytes!!", Role.WORKER), ALICE
+    ),
+    "alg_none": lambda: _bearer(f"{_b64({'alg': 'none', 'typ': 'JWT'})}.{_b64(_claims())}.", ALICE),
+    "hs384": lambda: _bearer(_signed({"alg": "HS384", "typ": "JWT"}, _claims(), "sha384"), ALICE),
+    "alg_none_signed": lambda: _bearer(
+        _signed({"alg": "none", "typ": "JWT"}, _claims(), "sha256"), ALICE
+    ),
+    "wrong_issuer": lambda: _bearer(
+        jwt.encode({**_claims(), "iss": "someone"}, SECRET, algorithm="HS256"), ALICE
+    ),
+    "expired": lambda: _bearer(
+        jwt.encode({**_claims(), "exp": int(time.time()) - 3600}, SECRET, algorithm="HS256"),
+        ALICE,
+    ),
+    "unknown_role": lambda: _bearer(jwt.encode(_claims("admin"), SECRET, algorithm="HS256"), ALICE),
+    "not_bearer": lambda: (("authorization", f"Basic {SECRET}"), ("x-owner-id", ALICE)),
+}
+
+
+@pytest.mark.parametrize("credential", sorted(BAD_CREDENTIALS))
+def test_calls_without_a_valid_credential_are_unauthenticated(
+    ops: OpsClient, lease: Lease, credential: str
+) -> None:
+    md = BAD_CREDENTIALS[credential]()
+    calls: list[Callable[[], object]] = [
+        lambda: ops.stub.GetOperation(pb.GetOperationRequest(operation_id=lease.id), metadata=md),
+        lambda: ops.stub.ClaimOperation(
+            pb.ClaimOperationRequest(task_types=["strategy.snapshot"], lease_seconds=30),
+            metadata=md,
+        ),
+        lambda: ops.heartbeat_once(lease, md=md),
+        lambda: ops.complete(lease, md=md),
+        lambda: ops.notices.GetUnreadCount(npb.GetUnreadCountRequest(), metadata=md),
+        lambda: ops.stub.CreateOperation(ops.create_request("k-unauth"), metadata=md),
+    ]
+    for call in calls:
+        failure = expect_failure(call, UNAUTHENTICATED)
+        assert failure.error_code in ("service_credential_required", "invalid_service_credential")
+    assert ops.get(ALICE, lease.id).state == RUNNING
+    assert ops.list_page(ALICE).operations[0].id == lease.id
+
+
+def test_health_and_reflection_need_no_credential(services: Services) -> None:
+    health = health_pb2_grpc.HealthStub(services.channel)
+    for service in ("", OPERATIONS, NOTIFICATIONS):
+        answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+    reflection = reflection_pb2_grpc.ServerReflectionStub(services.channel)
+    answers = list(
+        reflection.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5
+        )
+    )
+    listed = {service.name for service in answers[0].list_services_response.service}
+    assert {OPERATIONS, NOTIFICATIONS} <= listed
+
+
+def test_one_heartbeat_stream_carries_one_lease(ops: OpsClient, lease: Lease) -> None:
+    ops.create(ALICE, "k-second-lease")
+    second = ops.claim_one()
+    first_beat = pb.HeartbeatRequest(
+        operation_id=lease.id, lease_token=lease.token, lease_seconds=30
+    )
+    switch = pb.HeartbeatRequest(operation_id=second.id, lease_token=second.token)
+    responses = ops.stub.Heartbeat(iter([first_beat, switch]), metadata=ops.worker_for(ALICE))
+    assert next(responses).cancel_requested is False
+    failure = expect_failure(lambda: next(responses), grpc.StatusCode.INVALID_ARGUMENT)
+    assert failure.error_field == "operation_id"
+    missing = pb.HeartbeatRequest(lease_seconds=30)
+    expect_failure(
+        lambda: list(ops.stub.Heartbeat(iter([missing]), metadata=ops.worker_for(ALICE))),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        field="lease_token",
+    )
+    assert ops.complete(second) == SUCCEEDED
+
+
+def test_claim_only_runs_in_the_neutral_worker_scope(ops: OpsClient, lease: Lease) -> None:
+    ops.create(ALICE, "k-scope-2")
+    for md in (ops.worker_for(ALICE), ops.gateway(ALICE), ops.md(Role.PRODUCER, ALICE)):
+        failure = expect_failure(lambda md=md: ops.claim(md=md), DENIED)  # type: ignore[misc]
+        assert failure.error_code == "neutral_scope_required"
+    for role in (Role.GATEWAY, Role.PRODUCER):
+        expect_failure(
+            lambda role=role: ops.claim(md=ops.md(role)),  # type: ignore[misc]
+            DENIED,
+            "owner_scope_required",
+        )
+    assert sorted(op.state for op in ops.list_page(ALICE).operations) == [QUEUED, RUNNING]
+    assert ops.claim_one().operation.attempt == 1
+
+
+def test_lease_mutations_are_refused_outside_the_worker_owner_scope(
+    ops: OpsClient, lease: Lease
+) -> None:
+    for md, error_code in (
+        (ops.neutral, "owner_scope_required"),
+        (ops.gateway(ALICE), "worker_role_required"),
+        (ops.md(Role.PRODUCER, ALICE), "worker_role_required"),
+    ):
+        calls: list[Callable[[], object]] = [
+            lambda md=md: ops.heartbeat_once(lease, md=md),  # type: ignore[misc]
+            lambda md=md: ops.complete(lease, md=md),  # type: ignore[misc]
+            lambda md=md: ops.fail(lease, retryable=False, md=md),  # type: ignore[misc]
+            lambda md=md: ops.stub.AcknowledgeCancellation(  # type: ignore[misc]
+                pb.AcknowledgeCancellationRequest(operation_id=lease.id, lease_token=lease.token),
+                metadata=md,
+            ),
+            lambda md=md: ops.stub.RequestExternalFallback(  # type: ignore[misc]
+                pb.RequestExternalFallbackRequest(operation_id=lease.id, lease_token=lease.token),
+                metadata=md,
+            ),
+        ]
+        for call in calls:
+            expect_failure(call, DENIED, error_code)
+    # owner calls need an owner too
+    expect_failure(
+        lambda: ops.stub.ListOperations(pb.ListOperationsRequest(), metadata=ops.neutral), DENIED
+    )
+    expect_failure(
+        lambda: ops.notices.GetUnreadCount(npb.GetUnreadCountRequest(), metadata=ops.neutral),
+        DENIED,
+    )
+    current = ops.get(ALICE, lease.id)
+    assert (current.state, current.progress_percent) == (RUNNING, 0)
+    assert ops.complete(lease) == SUCCEEDED
+
+
+def test_a_wrong_lease_token_is_aborted(ops: OpsClient, lease: Lease) -> None:
+    ops.create(ALICE, "k-other")
+    other = ops.claim_one()
+    for token in ("not-the-token", other.token, lease.token[:-1], lease.token + "A"):
+        expect_failure(
+            lambda t=token: ops.complete(lease, token=t),  # type: ignore[misc]
+            ABORTED,
+            "lease_lost",
+        )
+        expect_failure(
+            lambda t=token: ops.heartbeat_once(lease, token=t),  # type: ignore[misc]
+            ABORTED,
+            "lease_lost",
+        )
+    # an empty token on the first heartbeat names no lease at all
+    expect_failure(lambda: ops.heartbeat_once(lease, token=""), grpc.StatusCode.INVALID_ARGUMENT)
+    assert ops.get(ALICE, lease.id).state == RUNNING
+    assert ops.complete(lease) == SUCCEEDED
+    assert ops.complete(other) == SUCCEEDED
+
+
+def test_another_owners_operation_looks_exactly_like_a_missing_one(
+    ops: OpsClient, lease: Lease
+) -> None:
+    missing_id = "0" * 32
+    owner_calls: list[Callable[[str], object]] = [
+        lambda oid: ops.get(BOB, oid),
+        lambda oid: ops.cancel(BOB, oid),
+        lambda oid: ops.retry(BOB, oid),
+    ]
+    for owner_call in owner_calls:
+        theirs = rpc_failure(lambda: owner_call(lease.id))  # noqa: B023
+        missing = rpc_failure(lambda: owner_call(missing_id))  # noqa: B023
+        assert theirs.code == NOT_FOUND
+        assert theirs == missing  # status, details and every trailer
+        assert theirs.error_code == "operation_not_found"
+        assert lease.id not in theirs.details
+
+    # a worker holding Alice's lease cannot use it in Bob's scope either
+    bob_worker = ops.worker_for(BOB)
+    for call in (
+        lambda: ops.complete(lease, md=bob_worker),
+        lambda: ops.heartbeat_once(lease, md=bob_worker),
+        lambda: ops.fail(lease, retryable=False, md=bob_worker),
+    ):
+        assert rpc_failure(call) == rpc_failure(
+            lambda: ops.stub.CompleteOperation(
+                pb.CompleteOperationRequest(operation_id=missing_id, lease_token=lease.token),
+                metadata=bob_worker,
+            )
+        )
+    assert ops.list_page(BOB).operations == []
+    current = ops.get(ALICE, lease.id)
+    assert (current.state, current.cancel_requested) == (RUNNING, False)
+
+
+def test_owner_header_must_be_well_formed(ops: OpsClient, lease: Lease) -> None:
+    token = mint_service_token(SECRET, Role.GATEWAY)
+    for md in (
+        (("authorization", f"Bearer {token}"), ("x-owner-id", "")),
+        (("authorization", f"Bearer {token}"), ("x-owner-id", "a" * 65)),
+        (("authorization", f"Bearer {token}"), ("x-owner-id", ALICE), ("x-owner-id", BOB)),
+    ):
+        expect_failure(
+            lambda md=md: ops.stub.GetOperation(  # type: ignore[misc]
+                pb.GetOperationRequest(operation_id=lease.id), metadata=md
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        )
