@@ -1,0 +1,73 @@
+"""opsctl as a user runs it: real subprocesses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from services.cli import GRPC_SERVICES, build_parser
+
+
+def opsctl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli", *args],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("service", sorted(GRPC_SERVICES))
+def test_a_service_refuses_an_unmigrated_database(service: str, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'empty.sqlite3'}"
+    result = opsctl("serve", service, "--database-url", url)
+    assert result.returncode == 3
+    assert "opsctl migrate" in result.stderr
+
+
+def test_migrate_set_plan_switch_and_down(tmp_path: Path) -> None:
+    env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}"}
+    assert "schema at 0003" in opsctl("migrate", env=env).stdout
+    result = opsctl("users", "set-plan", "alice", "pro", env=env)
+    assert result.stdout.strip() == "alice: plan pro, ai_enabled false"
+    assert opsctl("ai", "disable", env=env).stdout.strip() == "AI globally disabled"
+    assert opsctl("ai", "status", env=env).stdout.strip() == "AI globally disabled"
+    assert opsctl("migrate", "--to", "base", env=env).returncode == 0
+    refused = opsctl("users", "set-plan", "alice", "pro", env=env)
+    assert refused.returncode != 0
+    assert "opsctl migrate" in refused.stderr
+
+
+def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
+    env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}"}
+    opsctl("migrate", env=env)
+    bad_user = opsctl("users", "set-plan", "not a user!", "pro", env=env)
+    assert bad_user.returncode == 2
+    assert "owner" in bad_user.stderr
+    assert "Traceback" not in bad_user.stderr
+    bad_setting = opsctl("ai", "status", env={**env, "OPS_AI_USER_LIMIT": "many"})
+    assert bad_setting.returncode == 2
+    assert "OPS_AI_USER_LIMIT" in bad_setting.stderr
+
+
+def test_token_prints_a_jwt_for_the_user() -> None:
+    import jwt
+
+    token = opsctl("token", "--user", "alice", "--ttl", "60", env={"OPS_JWT_SECRET": "s" * 32})
+    claims = jwt.decode(token.stdout.strip(), "s" * 32, algorithms=["HS256"])
+    assert claims["sub"] == "alice"
+    assert claims["exp"] - claims["iat"] == 60
+
+
+def test_every_command_has_help() -> None:
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    for name in commands:
+        result = opsctl(name, "--help")
+        assert result.returncode == 0, name
+        assert "usage: opsctl" in result.stdout
