@@ -65,8 +65,13 @@ def test_token_prints_a_jwt_for_the_user() -> None:
 
 
 def test_every_command_has_help() -> None:
-    parser = build_parser()
-    commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    import argparse
+
+    (commands,) = (
+        action.choices
+        for action in build_parser()._actions
+        if isinstance(action, argparse._SubParsersAction)
+    )
     for name in commands:
         result = opsctl(name, "--help")
         assert result.returncode == 0, name
