@@ -1,0 +1,75 @@
+"""``create_app(settings, backends)``: the gateway's ASGI application.
+
+The app is the sum of route modules (see ``services.gateway.modules``): the
+core ones below plus any passed as ``modules=``, and the web pages (core
+ones plus ``pages=``). Shared pieces a new module imports:
+
+* ``auth.require_user`` / ``calls.owner_calls`` — the authenticated caller, and
+  backend calls in its owner scope with errors translated once;
+* ``problems.Problem`` / ``problems.invalid`` — problem+json answers;
+* ``pagination``, ``bodies``, ``ids`` — query strings, JSON bodies, path ids;
+* ``context`` — the settings and backends of the running app;
+* ``dto`` — Operation/Notification shapes and RFC 3339 times;
+* ``openapi`` — helpers to write ``openapi_paths`` and the shared schemas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+
+from services.gateway import health, login, metrics, notifications, openapi, operations
+from services.gateway.backends import Backends
+from services.gateway.headers import SecurityHeadersMiddleware
+from services.gateway.modules import RouteModule
+from services.gateway.problems import EXCEPTION_HANDLERS
+from services.gateway.web import CORE_PAGES, Page, Renderer, web_module
+from services.settings import Settings
+
+CORE_MODULES: tuple[RouteModule, ...] = (
+    operations,
+    notifications,
+    login,
+    health,
+    metrics,
+    openapi,
+)
+
+
+def create_app(
+    settings: Settings,
+    backends: Backends,
+    *,
+    modules: Sequence[RouteModule] = (),
+    pages: Sequence[Page] = (),
+) -> Starlette:
+    """The gateway: core route modules, then ``modules``, then the web pages."""
+    all_pages = (*CORE_PAGES, *pages)
+    all_modules: list[RouteModule] = [*CORE_MODULES, *modules, web_module(all_pages)]
+    gateway_metrics = metrics.GatewayMetrics()
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await backends.close()
+
+    app = Starlette(
+        routes=[route for module in all_modules for route in module.routes],
+        middleware=[
+            Middleware(metrics.MetricsMiddleware, metrics=gateway_metrics),
+            Middleware(SecurityHeadersMiddleware),
+        ],
+        exception_handlers=EXCEPTION_HANDLERS,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.backends = backends
+    app.state.metrics = gateway_metrics
+    app.state.renderer = Renderer(all_pages)
+    app.state.openapi = openapi.build_document(all_modules)
+    return app

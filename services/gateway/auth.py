@@ -1,0 +1,209 @@
+"""User authentication (SPEC §2): HS256 JWTs as a bearer header or the ``ops_session`` cookie.
+
+``mint_user_token`` makes a token (``opsctl token`` calls it); ``verify_user_token``
+checks one; ``require_user`` is what a route calls first: it answers 401 for a
+missing, malformed, expired, wrongly signed or ``alg: none`` token and 403
+for a cookie-authenticated state change from another origin (CSRF). Any
+identity header a client sends (``x-owner-id`` and the like) is never read:
+the owner is the verified ``sub`` and nothing else.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import jwt
+from starlette.requests import Request
+from starlette.responses import Response
+
+from services.gateway.context import settings_of
+from services.gateway.problems import Problem
+from services.model import bounds
+from services.model.errors import InvalidArgument
+from services.settings import Settings
+
+ALGORITHM = "HS256"
+SESSION_COOKIE = "ops_session"
+CLOCK_LEEWAY_SECONDS = 10
+MAX_TOKEN_LENGTH = 4096
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# ``none``: the user typed the address or followed a bookmark, which a forger cannot arrange.
+SAME_ORIGIN_FETCH_SITES = frozenset({"same-origin", "none"})
+
+
+@dataclass(frozen=True)
+class User:
+    id: str
+    via: Literal["bearer", "cookie"]
+
+
+class InvalidToken(Exception):
+    """The token is not one this gateway accepts; the reason stays server-side."""
+
+
+def mint_user_token(
+    secret: str,
+    user_id: str,
+    ttl_seconds: int = 3600,
+    *,
+    issuer: str = "",
+    audience: str = "",
+) -> str:
+    """A user JWT: HS256, ``sub`` = ``user_id``, ``iat`` and ``exp``, ``iss``/``aud`` when given.
+
+    Raises ``InvalidArgument`` for a user id outside ``bounds.owner_id`` or a ttl < 1.
+    """
+    bounds.owner_id(user_id)
+    if ttl_seconds < 1:
+        raise InvalidArgument("ttl_seconds", "must be at least 1")
+    now = int(time.time())
+    claims: dict[str, Any] = {"sub": user_id, "iat": now, "exp": now + ttl_seconds}
+    if issuer:
+        claims["iss"] = issuer
+    if audience:
+        claims["aud"] = audience
+    return jwt.encode(claims, secret, algorithm=ALGORITHM)
+
+
+def verify_user_token(secret: str, token: str, *, issuer: str = "", audience: str = "") -> str:
+    """The user id (``sub``) of a valid token, else ``InvalidToken``.
+
+    Only HS256 is accepted (``alg: none`` and every other algorithm are refused),
+    ``exp`` is required, and ``iss``/``aud`` are checked when configured.
+    """
+    if not token or len(token) > MAX_TOKEN_LENGTH:
+        raise InvalidToken("missing or oversized token")
+    required = ["exp", "sub"] + (["iss"] if issuer else []) + (["aud"] if audience else [])
+    try:
+        claims = jwt.decode(
+            token,
+            secret,
+            algorithms=[ALGORITHM],
+            issuer=issuer or None,
+            audience=audience or None,
+            leeway=CLOCK_LEEWAY_SECONDS,
+            options={"require": required, "verify_aud": bool(audience)},
+        )
+        subject = claims["sub"]
+        if not isinstance(subject, str):
+            raise InvalidToken("sub is not a string")
+        return bounds.owner_id(subject)
+    except (jwt.PyJWTError, InvalidArgument, KeyError, TypeError, ValueError) as exc:
+        raise InvalidToken(type(exc).__name__) from exc
+
+
+def verify_with_settings(settings: Settings, token: str) -> str:
+    return verify_user_token(
+        settings.jwt_secret, token, issuer=settings.jwt_issuer, audience=settings.jwt_audience
+    )
+
+
+def _unauthenticated(detail: str) -> Problem:
+    return Problem(
+        401, "unauthenticated", detail, headers={"WWW-Authenticate": 'Bearer realm="durable-ops"'}
+    )
+
+
+def _credential(request: Request) -> tuple[str, Literal["bearer", "cookie"]] | None:
+    header = request.headers.getlist("authorization")
+    if len(header) > 1:
+        raise _unauthenticated("send one Authorization header")
+    if header:
+        scheme, _, token = header[0].partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise _unauthenticated("use Authorization: Bearer <token>")
+        return token.strip(), "bearer"
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if cookie:
+        return cookie, "cookie"
+    return None
+
+
+def authenticate(request: Request) -> User | None:
+    """The caller, ``None`` when no credential was sent; 401 ``Problem`` for a bad one."""
+    credential = _credential(request)
+    if credential is None:
+        return None
+    token, via = credential
+    try:
+        user_id = verify_with_settings(settings_of(request), token)
+    except InvalidToken:
+        raise _unauthenticated("the token is invalid or expired") from None
+    return User(user_id, via)
+
+
+def check_same_origin(request: Request) -> None:
+    """403 unless an ``Origin``/``Sec-Fetch-Site`` sent with the request names this origin."""
+    fetch_site = request.headers.get("sec-fetch-site")
+    if fetch_site is not None and fetch_site.lower() not in SAME_ORIGIN_FETCH_SITES:
+        raise Problem(403, "cross_origin_request", "cross-origin requests are refused")
+    origin = request.headers.get("origin")
+    if origin is not None and not _is_own_host(origin, request):
+        raise Problem(403, "cross_origin_request", "cross-origin requests are refused")
+
+
+def _is_own_host(origin: str, request: Request) -> bool:
+    """``Origin`` names the host the request was sent to.
+
+    The scheme is not compared: behind a TLS-terminating proxy the browser says
+    ``https`` while this process sees ``http``; the host (and port) still differ
+    for every other site. ``Origin: null`` (sandboxed or opaque) never matches.
+    """
+    host = request.headers.get("host", "")
+    try:
+        parsed = urlsplit(origin)
+    except ValueError:
+        return False
+    return parsed.scheme in ("http", "https") and bool(host) and parsed.netloc == host
+
+
+def require_user(request: Request) -> User:
+    """The authenticated caller of an API route (the auth "dependency" every route calls)."""
+    user = authenticate(request)
+    if user is None:
+        raise _unauthenticated("sign in: send a bearer token or the session cookie")
+    if user.via == "cookie" and request.method not in SAFE_METHODS:
+        check_same_origin(request)
+    return user
+
+
+def session_user(request: Request) -> str | None:
+    """For pages: the cookie's user, or ``None`` when there is no valid session."""
+    token = request.cookies.get(SESSION_COOKIE)
+    if not token:
+        return None
+    try:
+        return verify_with_settings(settings_of(request), token)
+    except InvalidToken:
+        return None
+
+
+def token_lifetime(token: str) -> int:
+    """Seconds until ``exp`` of a token that ``verify_user_token`` accepted."""
+    claims = jwt.decode(token, options={"verify_signature": False})
+    return max(1, int(claims["exp"]) - int(time.time()))
+
+
+def set_session_cookie(response: Response, request: Request, token: str, max_age: int) -> None:
+    response.set_cookie(
+        SESSION_COOKIE,
+        token,
+        max_age=max_age,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+
+
+def clear_session_cookie(response: Response, request: Request) -> None:
+    response.delete_cookie(
+        SESSION_COOKIE,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )

@@ -1,0 +1,131 @@
+"""The gRPC services behind the gateway: one channel each, the gateway credential, health.
+
+Channels are opened lazily inside the running event loop (a ``grpc.aio``
+channel belongs to the loop that made it) and closed by the app's lifespan.
+A route module reaches a service with ``backends.stub(name, StubClass)``;
+the lead adds a backend by naming it in ``Backends.from_settings(..., names=)``
+(or by passing a ``BackendSpec``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from durable_ops.notifications.v1 import notifications_pb2
+from durable_ops.operations.v1 import operations_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from services.model.scope import Role
+from services.rpc.client import ServiceCaller, open_channel
+from services.settings import Settings
+
+DEFAULT_CALL_TIMEOUT_SECONDS = 10.0
+HEALTH_TIMEOUT_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """Where a service lives and the name it reports in the standard health service."""
+
+    name: str
+    target: str
+    health_service: str
+
+
+# name -> (Settings field holding the target, full gRPC service name for health checks)
+KNOWN_BACKENDS: Mapping[str, tuple[str, str]] = {
+    "operations": (
+        "operations_target",
+        operations_pb2.DESCRIPTOR.services_by_name["OperationsService"].full_name,
+    ),
+    "notifications": (
+        "notifications_target",
+        notifications_pb2.DESCRIPTOR.services_by_name["NotificationsService"].full_name,
+    ),
+}
+DEFAULT_BACKENDS = ("operations", "notifications")
+
+
+def spec_from_settings(settings: Settings, name: str) -> BackendSpec:
+    target_field, health_service = KNOWN_BACKENDS[name]
+    return BackendSpec(name, str(getattr(settings, target_field)), health_service)
+
+
+class Backends:
+    """Channels, stubs and call metadata for the services the gateway talks to."""
+
+    def __init__(
+        self,
+        caller: ServiceCaller,
+        specs: Iterable[BackendSpec],
+        *,
+        call_timeout: float = DEFAULT_CALL_TIMEOUT_SECONDS,
+    ) -> None:
+        self.caller = caller
+        self.specs: dict[str, BackendSpec] = {spec.name: spec for spec in specs}
+        self.call_timeout = call_timeout
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[tuple[str, Any], Any] = {}
+
+    @classmethod
+    def from_settings(cls, settings: Settings, names: Sequence[str] = DEFAULT_BACKENDS) -> Backends:
+        return cls(
+            ServiceCaller(settings.service_secret, Role.GATEWAY),
+            [spec_from_settings(settings, name) for name in names],
+        )
+
+    def metadata(self, owner_id: str) -> tuple[tuple[str, str], ...]:
+        """The gateway credential and the authenticated user as ``x-owner-id``."""
+        return self.caller.metadata(owner_id)
+
+    def channel(self, name: str) -> grpc.aio.Channel:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            # A new loop (tests run several): channels of the old one cannot be used here.
+            self._loop = loop
+            self._channels = {}
+            self._stubs = {}
+        channel = self._channels.get(name)
+        if channel is None:
+            channel = open_channel(self.specs[name].target)
+            self._channels[name] = channel
+        return channel
+
+    def stub(self, name: str, factory: Callable[[grpc.aio.Channel], Any]) -> Any:
+        """A generated stub (``factory`` is its class) bound to the channel of ``name``."""
+        channel = self.channel(name)
+        key = (name, factory)
+        stub = self._stubs.get(key)
+        if stub is None:
+            stub = factory(channel)
+            self._stubs[key] = stub
+        return stub
+
+    async def health(self) -> dict[str, str]:
+        """``serving`` or why not, for each backend, asked concurrently."""
+        names = list(self.specs)
+        answers = await asyncio.gather(*(self._check(name) for name in names))
+        return dict(zip(names, answers, strict=True))
+
+    async def _check(self, name: str) -> str:
+        health = health_pb2_grpc.HealthStub(self.channel(name))
+        request = health_pb2.HealthCheckRequest(service=self.specs[name].health_service)
+        try:
+            reply = await health.Check(request, timeout=HEALTH_TIMEOUT_SECONDS)
+        except grpc.aio.AioRpcError as exc:
+            return "unreachable" if exc.code() != grpc.StatusCode.NOT_FOUND else "unknown_service"
+        if reply.status == health_pb2.HealthCheckResponse.SERVING:
+            return "serving"
+        return "not_serving"
+
+    async def close(self) -> None:
+        channels, self._channels, self._stubs = list(self._channels.values()), {}, {}
+        for channel in channels:
+            with contextlib.suppress(Exception):
+                await channel.close()

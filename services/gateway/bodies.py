@@ -1,0 +1,105 @@
+"""Request bodies: bounded JSON objects, checked field by field.
+
+``json_object`` reads at most ``max_bytes`` (413 beyond), refuses a body
+that is not JSON (400 ``malformed_json``), not an object (400), or names a
+field outside ``allowed`` (400 ``unknown_field``). The ``*_field`` helpers
+check one member's type and length. ``no_body`` is for actions that take
+none: empty, or ``{}``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from starlette.requests import Request
+
+from services.gateway.problems import Problem, invalid
+
+DEFAULT_MAX_BYTES = 64 * 1024
+
+
+async def _read(request: Request, max_bytes: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise Problem(413, "payload_too_large", f"the body must be at most {max_bytes} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise Problem(413, "payload_too_large", f"the body must be at most {max_bytes} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _media_type(request: Request) -> str:
+    return request.headers.get("content-type", "").partition(";")[0].strip().lower()
+
+
+def _parse(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise Problem(400, "malformed_json", "the body is not valid JSON") from None
+
+
+async def json_object(
+    request: Request, allowed: Collection[str], *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> dict[str, Any]:
+    raw = await _read(request, max_bytes)
+    if _media_type(request) not in ("application/json", ""):
+        raise Problem(415, "unsupported_media_type", "send the body as application/json")
+    body = _parse(raw)
+    if not isinstance(body, dict):
+        raise Problem(400, "invalid_body", "the body must be a JSON object")
+    for name in body:
+        if name not in allowed:
+            raise Problem(400, "unknown_field", f"{name[:64]}: unknown field", field=str(name)[:64])
+    return body
+
+
+async def no_body(request: Request) -> None:
+    """Accept an empty body or ``{}``; anything else is a client mistake worth reporting."""
+    raw = await _read(request, 1024)
+    if raw.strip():
+        await _check_empty_object(request, raw)
+
+
+async def _check_empty_object(request: Request, raw: bytes) -> None:
+    if _media_type(request) not in ("application/json", ""):
+        raise Problem(415, "unsupported_media_type", "send the body as application/json")
+    body = _parse(raw)
+    if not isinstance(body, dict):
+        raise Problem(400, "invalid_body", "the body must be empty or a JSON object")
+    for name in body:
+        raise Problem(400, "unknown_field", f"{name[:64]}: unknown field", field=str(name)[:64])
+
+
+def string_field(
+    body: Mapping[str, Any], name: str, *, max_length: int, required: bool = True
+) -> str | None:
+    value = body.get(name)
+    if value is None:
+        if required:
+            raise invalid(name, "is required")
+        return None
+    if not isinstance(value, str):
+        raise invalid(name, "must be a string")
+    if len(value) > max_length:
+        raise invalid(name, f"must be at most {max_length} characters")
+    if required and not value.strip():
+        raise invalid(name, "must not be empty")
+    return value
+
+
+def bool_field(body: Mapping[str, Any], name: str, *, required: bool = True) -> bool | None:
+    value = body.get(name)
+    if value is None:
+        if required:
+            raise invalid(name, "is required")
+        return None
+    if not isinstance(value, bool):
+        raise invalid(name, "must be true or false")
+    return value

@@ -1,0 +1,79 @@
+"""Wire shapes (SPEC §5): protobuf messages -> JSON-ready dicts, times as RFC 3339.
+
+Times are UTC with microseconds, e.g. ``2026-11-30T12:00:00.123456Z``, and
+``null`` when unset. The Operation DTO lists its fields explicitly so that
+nothing the proto grows later (lease, provenance, failure text, result
+reference) can reach a client by accident.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from durable_ops.notifications.v1 import notifications_pb2
+from durable_ops.operations.v1 import operations_pb2
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from services.model.states import OperationState
+
+_STATE_PREFIX = "OPERATION_STATE_"
+STATE_NAMES: tuple[str, ...] = tuple(state.value for state in OperationState)
+
+
+def rfc3339(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def time_or_none(message: Any, field: str) -> str | None:
+    """``message.field`` as RFC 3339, or ``None`` when the Timestamp field is unset."""
+    if not message.HasField(field):
+        return None
+    stamp: Timestamp = getattr(message, field)
+    return rfc3339(stamp.ToDatetime(tzinfo=UTC))
+
+
+def state_name(value: int) -> str:
+    """The API name of a proto state (``OPERATION_STATE_RUNNING`` -> ``running``)."""
+    return operations_pb2.OperationState.Name(value).removeprefix(_STATE_PREFIX).lower()
+
+
+def state_value(name: str) -> operations_pb2.OperationState:
+    """The proto number of an API state name; ``ValueError`` for an unknown one."""
+    if name not in STATE_NAMES:
+        raise ValueError(name)
+    number = operations_pb2.OperationState.Value(_STATE_PREFIX + name.upper())
+    return cast(operations_pb2.OperationState, number)
+
+
+def operation(message: operations_pb2.Operation) -> dict[str, Any]:
+    return {
+        "id": message.id,
+        "task_type": message.task_type,
+        "state": state_name(message.state),
+        "progress_percent": message.progress_percent,
+        "attempt": message.attempt,
+        "max_attempts": message.max_attempts,
+        "cancel_requested": message.cancel_requested,
+        "subject": {"type": message.subject.type, "id": message.subject.id},
+        "status_url": message.status_url,
+        "created_at": time_or_none(message, "created_at"),
+        "updated_at": time_or_none(message, "updated_at"),
+        "started_at": time_or_none(message, "started_at"),
+        "finished_at": time_or_none(message, "finished_at"),
+        "deadline_at": time_or_none(message, "deadline_at"),
+        "next_attempt_at": time_or_none(message, "next_attempt_at"),
+    }
+
+
+def notification(message: notifications_pb2.Notification) -> dict[str, Any]:
+    return {
+        "id": message.id,
+        "operation_id": message.operation_id or None,
+        "task_type": message.task_type,
+        "outcome": message.outcome,
+        "title": message.title,
+        "body": message.body,
+        "created_at": time_or_none(message, "created_at"),
+        "read_at": time_or_none(message, "read_at"),
+    }

@@ -1,0 +1,26 @@
+"""``opsctl serve gateway``: the gateway app under uvicorn on ``OPS_GATEWAY_BIND``."""
+
+from __future__ import annotations
+
+import uvicorn
+
+from services.gateway.app import create_app
+from services.gateway.backends import Backends
+from services.logs import configure_logging
+from services.settings import Settings, SettingsError
+
+
+def parse_bind(bind: str) -> tuple[str, int]:
+    """``host:port`` (``[::1]:8080`` for IPv6) -> (host, port)."""
+    host, sep, port = bind.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise SettingsError(f"OPS_GATEWAY_BIND must be host:port, not {bind!r}")
+    return host.strip("[]"), int(port)
+
+
+def run(settings: Settings) -> None:
+    configure_logging(settings, "gateway")
+    host, port = parse_bind(settings.gateway_bind)
+    app = create_app(settings, Backends.from_settings(settings))
+    # log_config=None: structlog (configured above) stays in charge of every line.
+    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False)

@@ -1,0 +1,116 @@
+"""``/metrics``: request count and latency by route template and status, Prometheus format.
+
+Each app has its own ``CollectorRegistry`` (tests build many apps). Labels
+use the route template (``/api/operations/{id}``), never the raw path, so
+ids and probes of unknown paths cannot grow the label set.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import structlog
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client.exposition import generate_latest
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from services.gateway.openapi import endpoint
+
+UNMATCHED = "unmatched"
+_log = structlog.get_logger(__name__)
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "gateway_http_requests",
+            "HTTP requests answered, by method, route template and status",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "gateway_http_request_duration_seconds",
+            "HTTP request latency, by method, route template and status",
+            ["method", "route", "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        labels = {"method": method, "route": route, "status": str(status)}
+        self.requests.labels(**labels).inc()
+        self.latency.labels(**labels).observe(seconds)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def route_template(scope: Scope) -> str:
+    route = scope.get("route")
+    if isinstance(route, Mount):
+        return route.path + "/{path}"
+    if isinstance(route, Route):
+        return route.path
+    return UNMATCHED
+
+
+class MetricsMiddleware:
+    """Times every HTTP request; an exception escaping the app counts as a 500."""
+
+    def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_status)
+        finally:
+            seconds = time.perf_counter() - started
+            route = route_template(scope)
+            self.metrics.observe(scope["method"], route, status, seconds)
+            _log.debug(
+                "http_request",
+                method=scope["method"],
+                route=route,
+                status=status,
+                duration_ms=round(seconds * 1000, 1),
+            )
+
+
+async def _metrics(request: Request) -> Response:
+    metrics: GatewayMetrics = request.app.state.metrics
+    return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+
+routes: Sequence[BaseRoute] = [Route("/metrics", _metrics, methods=["GET"])]
+_EXPOSITION = {
+    "description": "Prometheus text exposition format",
+    "content": {"text/plain": {"schema": {"type": "string"}}},
+}
+openapi_paths: Mapping[str, Mapping[str, Any]] = {
+    "/metrics": {
+        "get": endpoint(
+            "Prometheus metrics", "getMetrics", "meta", {"200": _EXPOSITION}, secured=False
+        )
+    }
+}
+openapi_schemas: Mapping[str, Any] = {}

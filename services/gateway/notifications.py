@@ -1,0 +1,167 @@
+"""``/api/notifications``: list, unread count, read and dismiss the caller's notifications."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from durable_ops.notifications.v1 import notifications_pb2 as pb
+from durable_ops.notifications.v1 import notifications_pb2_grpc as pb_grpc
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from services.gateway import dto
+from services.gateway.bodies import no_body
+from services.gateway.calls import OwnerCalls, owner_calls
+from services.gateway.ids import resource_id
+from services.gateway.openapi import (
+    NO_BODY,
+    PAGE_PARAMETERS,
+    endpoint,
+    errors,
+    list_of,
+    ok,
+    path_id,
+    ref,
+)
+from services.gateway.pagination import PAGING_PARAMETERS, list_body, page_request, query_params
+from services.model.errors import NotFound
+
+BACKEND = "notifications"
+
+
+def _not_found() -> NotFound:
+    return NotFound("notification not found", code="notification_not_found")
+
+
+def _stub(calls: OwnerCalls) -> Any:
+    return calls.stub(BACKEND, pb_grpc.NotificationsServiceStub)
+
+
+async def list_notifications(request: Request) -> Response:
+    calls = owner_calls(request)
+    page = page_request(query_params(request, PAGING_PARAMETERS))
+    reply = await calls(
+        _stub(calls).ListNotifications,
+        pb.ListNotificationsRequest(page_size=page.size, page_token=page.token),
+    )
+    items = [dto.notification(message) for message in reply.notifications]
+    return JSONResponse(list_body(items, reply.next_page_token))
+
+
+async def unread_count(request: Request) -> Response:
+    calls = owner_calls(request)
+    query_params(request, ())
+    reply = await calls(_stub(calls).GetUnreadCount, pb.GetUnreadCountRequest())
+    return JSONResponse({"count": reply.count})
+
+
+async def mark_read(request: Request) -> Response:
+    calls = owner_calls(request)
+    notification_id = resource_id(request, _not_found)
+    await no_body(request)
+    reply = await calls(_stub(calls).MarkRead, pb.MarkReadRequest(notification_id=notification_id))
+    return JSONResponse(dto.notification(reply))
+
+
+async def dismiss(request: Request) -> Response:
+    calls = owner_calls(request)
+    notification_id = resource_id(request, _not_found)
+    await no_body(request)
+    reply = await calls(_stub(calls).Dismiss, pb.DismissRequest(notification_id=notification_id))
+    return JSONResponse(dto.notification(reply))
+
+
+routes: Sequence[BaseRoute] = [
+    Route("/api/notifications", list_notifications, methods=["GET"]),
+    Route("/api/notifications/unread-count", unread_count, methods=["GET"]),
+    Route("/api/notifications/{id}/read", mark_read, methods=["POST"]),
+    Route("/api/notifications/{id}/dismiss", dismiss, methods=["POST"]),
+]
+
+_TIME = {"type": "string", "format": "date-time"}
+_TAG = "notifications"
+_ID = path_id("notification id")
+openapi_schemas: Mapping[str, Any] = {
+    "Notification": {
+        "type": "object",
+        "description": "a generic notice about a finished operation; never inputs or results",
+        "required": [
+            "id",
+            "operation_id",
+            "task_type",
+            "outcome",
+            "title",
+            "body",
+            "created_at",
+            "read_at",
+        ],
+        "additionalProperties": False,
+        "properties": {
+            "id": {"type": "string"},
+            "operation_id": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+            "task_type": {"type": "string"},
+            "outcome": {"type": "string", "enum": ["succeeded", "failed", "cancelled"]},
+            "title": {"type": "string"},
+            "body": {"type": "string"},
+            "created_at": _TIME,
+            "read_at": {"anyOf": [_TIME, {"type": "null"}], "description": "null: unread"},
+        },
+    },
+    "NotificationList": list_of("Notification"),
+    "UnreadCount": {
+        "type": "object",
+        "required": ["count"],
+        "additionalProperties": False,
+        "properties": {"count": {"type": "integer", "minimum": 0}},
+    },
+}
+openapi_paths: Mapping[str, Mapping[str, Any]] = {
+    "/api/notifications": {
+        "get": endpoint(
+            "List the caller's notifications, newest first (dismissed ones excluded)",
+            "listNotifications",
+            _TAG,
+            {
+                "200": ok("a page of notifications", ref("NotificationList")),
+                **errors(400, 503, 504),
+            },
+            parameters=PAGE_PARAMETERS,
+        )
+    },
+    "/api/notifications/unread-count": {
+        "get": endpoint(
+            "How many notifications are unread (dismissed ones excluded)",
+            "getUnreadCount",
+            _TAG,
+            {"200": ok("the count", ref("UnreadCount")), **errors(400, 503, 504)},
+        )
+    },
+    "/api/notifications/{id}/read": {
+        "post": endpoint(
+            "Mark a notification read",
+            "markNotificationRead",
+            _TAG,
+            {
+                "200": ok("the notification", ref("Notification")),
+                **errors(400, 403, 404, 413, 415, 503, 504),
+            },
+            parameters=[_ID],
+            request_body=NO_BODY,
+        )
+    },
+    "/api/notifications/{id}/dismiss": {
+        "post": endpoint(
+            "Dismiss a notification: it leaves lists and the unread count",
+            "dismissNotification",
+            _TAG,
+            {
+                "200": ok("the notification", ref("Notification")),
+                **errors(400, 403, 404, 413, 415, 503, 504),
+            },
+            parameters=[_ID],
+            request_body=NO_BODY,
+        )
+    },
+}

@@ -1,0 +1,284 @@
+"""``/openapi.json``: the document is assembled from what each route module declares.
+
+A route module exports ``openapi_paths`` (OpenAPI path items, written next to
+its routes with the helpers below) and ``openapi_schemas`` (its component
+schemas). ``build_document`` merges them over the shared components here
+(``Problem``, ``Operation``, ...) and refuses a path+method declared twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from services.gateway.dto import STATE_NAMES
+from services.gateway.modules import RouteModule
+from services.gateway.pagination import PAGE_SIZE_DEFAULT, PAGE_SIZE_MAX, PAGE_TOKEN_MAX
+from services.gateway.problems import PROBLEM_JSON
+
+JsonObject = dict[str, Any]
+METHODS = ("get", "put", "post", "delete", "patch")
+
+ERROR_DESCRIPTIONS: Mapping[int, str] = {
+    400: "Invalid argument: a bound, type or format broken (`field` names it)",
+    401: "Not signed in: missing, malformed, expired or wrongly signed token",
+    403: "Not allowed (also: a cookie-authenticated change from another origin)",
+    404: "No such resource for this user (another user's resource looks the same)",
+    409: "The resource's state does not allow this",
+    413: "The body is too large",
+    415: "The body is not JSON",
+    429: "Over capacity; `Retry-After` says when to try again",
+    503: "A backend service is unavailable",
+    504: "A backend service did not answer in time",
+}
+
+
+def ref(name: str) -> JsonObject:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def nullable(schema: JsonObject) -> JsonObject:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def json_body(schema: JsonObject, description: str = "", *, required: bool = True) -> JsonObject:
+    return {
+        "required": required,
+        "description": description,
+        "content": {"application/json": {"schema": schema}},
+    }
+
+
+def ok(description: str, schema: JsonObject | None = None) -> JsonObject:
+    response: JsonObject = {"description": description}
+    if schema is not None:
+        response["content"] = {"application/json": {"schema": schema}}
+    return response
+
+
+def errors(*statuses: int) -> JsonObject:
+    """Problem responses for ``statuses`` (500 is never documented: it would be a bug)."""
+    found: JsonObject = {}
+    for status in statuses:
+        response: JsonObject = {
+            "description": ERROR_DESCRIPTIONS[status],
+            "content": {PROBLEM_JSON: {"schema": ref("Problem")}},
+        }
+        if status == 429:
+            response["headers"] = {
+                "Retry-After": {"schema": {"type": "integer", "minimum": 0}},
+            }
+        found[str(status)] = response
+    return found
+
+
+def path_id(description: str) -> JsonObject:
+    return {
+        "name": "id",
+        "in": "path",
+        "required": True,
+        "description": description,
+        "schema": {"type": "string", "maxLength": 64},
+    }
+
+
+def query(name: str, schema: JsonObject, description: str) -> JsonObject:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": schema,
+    }
+
+
+# Actions (cancel, retry, read, dismiss) take no body: none at all, or ``{}``.
+NO_BODY: JsonObject = json_body(
+    {"type": "object", "maxProperties": 0, "additionalProperties": False},
+    "optional; empty or {}",
+    required=False,
+)
+
+PAGE_PARAMETERS: list[JsonObject] = [
+    query(
+        "page_size",
+        {"type": "integer", "minimum": 1, "maximum": PAGE_SIZE_MAX, "default": PAGE_SIZE_DEFAULT},
+        "items per page",
+    ),
+    query(
+        "page_token",
+        {"type": "string", "maxLength": PAGE_TOKEN_MAX},
+        "opaque; the `next_page_token` of the previous page",
+    ),
+]
+
+USER_SECURITY: list[JsonObject] = [{"bearerAuth": []}, {"cookieAuth": []}]
+
+
+def endpoint(
+    summary: str,
+    operation_id: str,
+    tag: str,
+    responses: JsonObject,
+    *,
+    parameters: Iterable[JsonObject] = (),
+    request_body: JsonObject | None = None,
+    secured: bool = True,
+) -> JsonObject:
+    """One OpenAPI operation object; API routes are secured and answer 401 by default."""
+    operation: JsonObject = {
+        "summary": summary,
+        "operationId": operation_id,
+        "tags": [tag],
+        "responses": {**responses, **(errors(401) if secured else {})},
+    }
+    params = list(parameters)
+    if params:
+        operation["parameters"] = params
+    if request_body is not None:
+        operation["requestBody"] = request_body
+    if secured:
+        operation["security"] = USER_SECURITY
+    else:
+        operation["security"] = []
+    return operation
+
+
+def list_of(item: str) -> JsonObject:
+    return {
+        "type": "object",
+        "required": ["items", "next_page_token"],
+        "additionalProperties": False,
+        "properties": {
+            "items": {"type": "array", "items": ref(item)},
+            "next_page_token": nullable({"type": "string"}),
+        },
+    }
+
+
+_TIME: JsonObject = {
+    "type": "string",
+    "format": "date-time",
+    "example": "2026-11-30T12:00:00.123456Z",
+}
+_OPTIONAL_TIME = nullable(_TIME)
+
+SHARED_SCHEMAS: Mapping[str, JsonObject] = {
+    "Problem": {
+        "type": "object",
+        "description": "RFC 9457 problem details with a stable `code`",
+        "required": ["type", "title", "status", "detail", "code"],
+        "properties": {
+            "type": {"type": "string", "format": "uri"},
+            "title": {"type": "string"},
+            "status": {"type": "integer"},
+            "detail": {"type": "string"},
+            "code": {"type": "string", "description": "stable; branch on this"},
+            "field": {"type": "string", "description": "the invalid argument (400 only)"},
+        },
+    },
+    "Subject": {
+        "type": "object",
+        "description": "an opaque reference to what the operation works on",
+        "required": ["type", "id"],
+        "additionalProperties": False,
+        "properties": {
+            "type": {"type": "string", "maxLength": 32},
+            "id": {"type": "string", "maxLength": 64},
+        },
+    },
+    "Operation": {
+        "type": "object",
+        "required": [
+            "id",
+            "task_type",
+            "state",
+            "progress_percent",
+            "attempt",
+            "max_attempts",
+            "cancel_requested",
+            "subject",
+            "status_url",
+            "created_at",
+            "updated_at",
+            "started_at",
+            "finished_at",
+            "deadline_at",
+            "next_attempt_at",
+        ],
+        "additionalProperties": False,
+        "properties": {
+            "id": {"type": "string"},
+            "task_type": {"type": "string", "maxLength": 64},
+            "state": {"type": "string", "enum": list(STATE_NAMES)},
+            "progress_percent": {"type": "integer", "minimum": 0, "maximum": 100},
+            "attempt": {"type": "integer", "minimum": 0},
+            "max_attempts": {"type": "integer", "minimum": 1, "maximum": 10},
+            "cancel_requested": {"type": "boolean"},
+            "subject": ref("Subject"),
+            "status_url": {"type": "string"},
+            "created_at": _TIME,
+            "updated_at": _TIME,
+            "started_at": _OPTIONAL_TIME,
+            "finished_at": _OPTIONAL_TIME,
+            "deadline_at": _OPTIONAL_TIME,
+            "next_attempt_at": _OPTIONAL_TIME,
+        },
+    },
+    "OperationList": list_of("Operation"),
+}
+
+SECURITY_SCHEMES: JsonObject = {
+    "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT (HS256)"},
+    "cookieAuth": {"type": "apiKey", "in": "cookie", "name": "ops_session"},
+}
+
+
+def build_document(modules: Iterable[RouteModule], *, version: str = "1") -> JsonObject:
+    paths: dict[str, JsonObject] = {}
+    schemas: dict[str, JsonObject] = dict(SHARED_SCHEMAS)
+    for module in modules:
+        for path, item in module.openapi_paths.items():
+            merged = paths.setdefault(path, {})
+            for method, operation in item.items():
+                if method in merged:
+                    raise ValueError(f"OpenAPI declares {method.upper()} {path} twice")
+                merged[method] = operation
+        for name, schema in module.openapi_schemas.items():
+            if name in schemas and schemas[name] != schema:
+                raise ValueError(f"OpenAPI schema {name} declared twice")
+            schemas[name] = schema
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "durable-ops gateway",
+            "version": version,
+            "description": "Owner-scoped durable operations and notifications. "
+            "Errors are application/problem+json (RFC 9457) with a stable `code`.",
+        },
+        "paths": dict(sorted(paths.items())),
+        "components": {"schemas": schemas, "securitySchemes": SECURITY_SCHEMES},
+    }
+
+
+async def _openapi(request: Request) -> Response:
+    return JSONResponse(request.app.state.openapi)
+
+
+routes: Sequence[BaseRoute] = [Route("/openapi.json", _openapi, methods=["GET"])]
+openapi_paths: Mapping[str, Mapping[str, Any]] = {
+    "/openapi.json": {
+        "get": endpoint(
+            "This document",
+            "getOpenApi",
+            "meta",
+            {"200": ok("OpenAPI 3.1 document", {"type": "object"})},
+            secured=False,
+        )
+    }
+}
+openapi_schemas: Mapping[str, Any] = {}

@@ -1,0 +1,170 @@
+"""``/api/operations``: list, get, cancel and retry the caller's operations."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from durable_ops.operations.v1 import operations_pb2 as pb
+from durable_ops.operations.v1 import operations_pb2_grpc as pb_grpc
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from services.gateway import dto
+from services.gateway.bodies import no_body
+from services.gateway.calls import OwnerCalls, owner_calls
+from services.gateway.ids import resource_id
+from services.gateway.openapi import (
+    NO_BODY,
+    PAGE_PARAMETERS,
+    endpoint,
+    errors,
+    ok,
+    path_id,
+    query,
+    ref,
+)
+from services.gateway.pagination import PAGING_PARAMETERS, list_body, page_request, query_params
+from services.gateway.problems import invalid
+from services.model import bounds
+from services.model.errors import InvalidArgument, NotFound
+
+BACKEND = "operations"
+LIST_PARAMETERS = (*PAGING_PARAMETERS, "state", "task_type")
+
+
+def _not_found() -> NotFound:
+    # The backend's answer for a missing id or another owner's; malformed ids get the same.
+    return NotFound("operation not found", code="operation_not_found")
+
+
+def _stub(calls: OwnerCalls) -> Any:
+    return calls.stub(BACKEND, pb_grpc.OperationsServiceStub)
+
+
+def _filters(params: Mapping[str, str]) -> tuple[pb.OperationState, str]:
+    state = params.get("state", "")
+    try:
+        state_number = dto.state_value(state) if state else pb.OPERATION_STATE_UNSPECIFIED
+    except ValueError:
+        raise invalid("state", "must be one of " + ", ".join(dto.STATE_NAMES)) from None
+    task_type = params.get("task_type", "")
+    if task_type:
+        try:
+            bounds.task_type(task_type)
+        except InvalidArgument as exc:
+            raise invalid("task_type", exc.message.removeprefix("task_type: ")) from None
+    return state_number, task_type
+
+
+async def list_operations(request: Request) -> Response:
+    calls = owner_calls(request)
+    params = query_params(request, LIST_PARAMETERS)
+    page = page_request(params)
+    state, task_type = _filters(params)
+    reply = await calls(
+        _stub(calls).ListOperations,
+        pb.ListOperationsRequest(
+            page_size=page.size, page_token=page.token, state=state, task_type=task_type
+        ),
+    )
+    items = [dto.operation(message) for message in reply.operations]
+    return JSONResponse(list_body(items, reply.next_page_token))
+
+
+async def get_operation(request: Request) -> Response:
+    calls = owner_calls(request)
+    operation_id = resource_id(request, _not_found)
+    reply = await calls(
+        _stub(calls).GetOperation, pb.GetOperationRequest(operation_id=operation_id)
+    )
+    return JSONResponse(dto.operation(reply))
+
+
+async def cancel_operation(request: Request) -> Response:
+    calls = owner_calls(request)
+    operation_id = resource_id(request, _not_found)
+    await no_body(request)
+    reply = await calls(
+        _stub(calls).CancelOperation, pb.CancelOperationRequest(operation_id=operation_id)
+    )
+    return JSONResponse(dto.operation(reply))
+
+
+async def retry_operation(request: Request) -> Response:
+    calls = owner_calls(request)
+    operation_id = resource_id(request, _not_found)
+    await no_body(request)
+    reply = await calls(
+        _stub(calls).RetryOperation, pb.RetryOperationRequest(operation_id=operation_id)
+    )
+    return JSONResponse(dto.operation(reply))
+
+
+routes: Sequence[BaseRoute] = [
+    Route("/api/operations", list_operations, methods=["GET"]),
+    Route("/api/operations/{id}", get_operation, methods=["GET"]),
+    Route("/api/operations/{id}/cancel", cancel_operation, methods=["POST"]),
+    Route("/api/operations/{id}/retry", retry_operation, methods=["POST"]),
+]
+
+_ID = path_id("operation id")
+_TAG = "operations"
+openapi_paths: Mapping[str, Mapping[str, Any]] = {
+    "/api/operations": {
+        "get": endpoint(
+            "List the caller's operations, newest first",
+            "listOperations",
+            _TAG,
+            {"200": ok("a page of operations", ref("OperationList")), **errors(400, 503, 504)},
+            parameters=[
+                *PAGE_PARAMETERS,
+                query(
+                    "state", {"type": "string", "enum": list(dto.STATE_NAMES)}, "only this state"
+                ),
+                query(
+                    "task_type",
+                    {"type": "string", "maxLength": bounds.TASK_TYPE_MAX},
+                    "only this task type",
+                ),
+            ],
+        )
+    },
+    "/api/operations/{id}": {
+        "get": endpoint(
+            "One operation of the caller",
+            "getOperation",
+            _TAG,
+            {"200": ok("the operation", ref("Operation")), **errors(404, 503, 504)},
+            parameters=[_ID],
+        )
+    },
+    "/api/operations/{id}/cancel": {
+        "post": endpoint(
+            "Cancel: pending ones at once; a running one gets `cancel_requested`",
+            "cancelOperation",
+            _TAG,
+            {
+                "200": ok("the operation after the request", ref("Operation")),
+                **errors(400, 403, 404, 409, 413, 415, 503, 504),
+            },
+            parameters=[_ID],
+            request_body=NO_BODY,
+        )
+    },
+    "/api/operations/{id}/retry": {
+        "post": endpoint(
+            "Retry a failed or cancelled operation with a fresh attempt budget",
+            "retryOperation",
+            _TAG,
+            {
+                "200": ok("the operation, queued again", ref("Operation")),
+                **errors(400, 403, 404, 409, 413, 415, 503, 504),
+            },
+            parameters=[_ID],
+            request_body=NO_BODY,
+        )
+    },
+}
+openapi_schemas: Mapping[str, Any] = {}

@@ -1,0 +1,64 @@
+"""Query strings and list pages: ``page_size`` 1 to 100 (default 20), an opaque ``page_token``.
+
+``query_params`` reads a route's query string strictly (an unknown or repeated
+parameter is a 400: a misspelt filter must not silently widen a list);
+``page_request`` parses the two paging parameters; ``list_body`` shapes
+``{"items": [...], "next_page_token": "..."|null}``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+
+from services.gateway.problems import Problem, invalid
+
+PAGE_SIZE_DEFAULT = 20
+PAGE_SIZE_MAX = 100
+PAGE_TOKEN_MAX = 512
+PAGING_PARAMETERS = ("page_size", "page_token")
+_TOKEN = re.compile(r"[A-Za-z0-9_=-]+")
+
+
+@dataclass(frozen=True)
+class PageRequest:
+    size: int
+    token: str
+
+
+def query_params(request: Request, allowed: Collection[str]) -> dict[str, str]:
+    """The query string as a dict; 400 for a parameter not in ``allowed`` or sent twice."""
+    found: dict[str, str] = {}
+    for name, value in request.query_params.multi_items():
+        if name not in allowed:
+            raise Problem(
+                400, "unknown_parameter", f"{name[:64]}: unknown query parameter", field=name[:64]
+            )
+        if name in found:
+            raise invalid(name, "must appear at most once")
+        found[name] = value
+    return found
+
+
+def page_request(params: Mapping[str, str]) -> PageRequest:
+    raw_size = params.get("page_size", "")
+    if raw_size == "":
+        size = PAGE_SIZE_DEFAULT
+    elif raw_size.isascii() and raw_size.isdigit() and len(raw_size) <= 3:
+        size = int(raw_size)
+    else:
+        raise invalid("page_size", f"must be an integer between 1 and {PAGE_SIZE_MAX}")
+    if not 1 <= size <= PAGE_SIZE_MAX:
+        raise invalid("page_size", f"must be between 1 and {PAGE_SIZE_MAX}")
+    token = params.get("page_token", "")
+    if len(token) > PAGE_TOKEN_MAX or (token and not _TOKEN.fullmatch(token)):
+        raise invalid("page_token", "is not a token this server issued")
+    return PageRequest(size, token)
+
+
+def list_body(items: list[dict[str, Any]], next_page_token: str) -> dict[str, Any]:
+    return {"items": items, "next_page_token": next_page_token or None}

@@ -1,0 +1,138 @@
+"""Problem details (RFC 9457): THE table from domain errors to HTTP, and the error responses.
+
+Every error the gateway answers is ``application/problem+json`` with ``type``,
+``title``, ``status``, ``detail``, a stable ``code`` and, for invalid
+arguments, the ``field``. Route code raises ``Problem`` (or lets a
+``DomainError`` from a backend call propagate); the handlers installed by
+``install`` render both. Anything else is a bug and becomes a logged 500.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Mapping
+from http import HTTPStatus
+from typing import Any
+
+import structlog
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from services.model.errors import CapacityExceeded, DomainError, InvalidArgument
+
+PROBLEM_JSON = "application/problem+json"
+TYPE_PREFIX = "urn:durable-ops:problem:"
+
+# The gRPC -> HTTP table of SPEC §5, keyed by the domain error kind that
+# ``services.rpc.errors.domain_error_from_rpc`` rebuilds from each status.
+HTTP_STATUS_BY_KIND: Mapping[str, int] = {
+    "invalid_argument": 400,  # INVALID_ARGUMENT
+    "unauthenticated": 401,  # UNAUTHENTICATED
+    "permission_denied": 403,  # PERMISSION_DENIED
+    "not_found": 404,  # NOT_FOUND
+    "conflict": 409,  # ALREADY_EXISTS
+    "aborted": 409,  # ABORTED
+    "failed_precondition": 409,  # FAILED_PRECONDITION
+    "resource_exhausted": 429,  # RESOURCE_EXHAUSTED
+    "unavailable": 503,  # UNAVAILABLE
+}
+# DEADLINE_EXCEEDED arrives as ``Unavailable`` with this code (see domain_error_from_rpc).
+HTTP_STATUS_BY_CODE: Mapping[str, int] = {"deadline_exceeded": 504}
+
+_log = structlog.get_logger(__name__)
+
+
+class Problem(Exception):
+    """An HTTP error answer; raise it from route code."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        detail: str,
+        *,
+        field: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.field = field
+        self.headers = dict(headers or {})
+        self.extra = dict(extra or {})
+
+    def body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "type": TYPE_PREFIX + self.code,
+            "title": HTTPStatus(self.status).phrase,
+            "status": self.status,
+            "detail": self.detail,
+            "code": self.code,
+        }
+        if self.field is not None:
+            body["field"] = self.field
+        body.update(self.extra)
+        return body
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(
+            self.body(), status_code=self.status, headers=self.headers, media_type=PROBLEM_JSON
+        )
+
+
+def invalid(field: str, detail: str, *, code: str = "invalid_argument") -> Problem:
+    return Problem(400, code, f"{field}: {detail}", field=field)
+
+
+def problem_from_domain(error: DomainError) -> Problem:
+    """The one mapping of a domain error to HTTP; unknown kinds are a backend failure (503)."""
+    status = HTTP_STATUS_BY_CODE.get(error.code) or HTTP_STATUS_BY_KIND.get(error.kind)
+    if status is None:
+        return Problem(503, "backend_unavailable", "backend unavailable")
+    headers: dict[str, str] = {}
+    if isinstance(error, CapacityExceeded):
+        headers["Retry-After"] = str(max(0, error.retry_after_seconds))
+    field = error.field if isinstance(error, InvalidArgument) else None
+    return Problem(status, error.code, error.message, field=field, headers=headers)
+
+
+async def _problem(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Problem)
+    return exc.response()
+
+
+async def _domain_error(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, DomainError)
+    return problem_from_domain(exc).response()
+
+
+async def _http_exception(_request: Request, exc: Exception) -> Response:
+    """Starlette's own errors (unknown path, wrong method) in the same shape."""
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    detail = {404: "no such resource", 405: "method not allowed"}.get(
+        exc.status_code, str(exc.detail)
+    )
+    return Problem(exc.status_code, code, detail, headers=exc.headers).response()
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    # Type and stack only: the exception text may quote a request.
+    _log.error(
+        "gateway_unexpected_error",
+        path=request.url.path,
+        error_type=type(exc).__qualname__,
+        stack="".join(traceback.format_tb(exc.__traceback__)),
+    )
+    return Problem(500, "internal_error", "internal error").response()
+
+
+EXCEPTION_HANDLERS: Mapping[Any, Any] = {
+    Problem: _problem,
+    DomainError: _domain_error,
+    HTTPException: _http_exception,
+    Exception: _unexpected,
+}

@@ -1,0 +1,191 @@
+"""The web UI (SPEC §6): server-rendered page shells, static ES modules and one stylesheet.
+
+Each ``Page`` is a path, the ES module under ``web/static/pages/`` that
+fills its ``<main>``, a title and, optionally, a nav label. ``/`` is the
+sign-in page when signed out and redirects to ``/operations`` when signed
+in; every other page needs the session cookie and otherwise redirects to
+``/``. The bell's poll interval (``OPS_UI_UNREAD_POLL_MS``) reaches the
+scripts as ``<meta name="ops-unread-poll-ms">``.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import Scope
+
+from services.gateway.auth import session_user
+from services.gateway.context import settings_of
+from services.gateway.modules import RouteSet
+from services.gateway.openapi import endpoint
+from services.settings import Settings
+
+WEB_DIR = Path(__file__).parent / "web"
+STATIC_DIR = WEB_DIR / "static"
+PRODUCT_NAME = "durable-ops"
+NO_STORE = {"Cache-Control": "no-store"}
+
+
+@dataclass(frozen=True)
+class Page:
+    path: str
+    module: str  # web/static/pages/<module>.js
+    title: str
+    nav_label: str | None = None
+
+
+OPERATIONS_PAGE = Page("/operations", "operations", "Operations", "Operations")
+CORE_PAGES: tuple[Page, ...] = (OPERATIONS_PAGE,)
+
+
+class UIFiles(StaticFiles):
+    """Static files that browsers revalidate (ETag) on every load: no build step, no stale UI."""
+
+    def file_response(
+        self, full_path: Any, stat_result: os.stat_result, scope: Scope, status_code: int = 200
+    ) -> Response:
+        response = super().file_response(full_path, stat_result, scope, status_code)
+        response.headers["Cache-Control"] = "no-cache"
+        return response
+
+
+def _template(name: str) -> Template:
+    return Template((WEB_DIR / name).read_text(encoding="utf-8"))
+
+
+class Renderer:
+    def __init__(self, pages: Sequence[Page]) -> None:
+        self.pages = tuple(pages)
+        self._page = _template("page.html")
+        self._header = _template("header.html")
+        self._signin = _template("signin.html")
+        self._devlogin = _template("devlogin.html")
+
+    def _nav(self, current: Page | None) -> str:
+        items = []
+        for page in self.pages:
+            if page.nav_label is None:
+                continue
+            here = ' aria-current="page"' if page is current else ""
+            href, label = html.escape(page.path), html.escape(page.nav_label)
+            items.append(f'<li><a href="{href}"{here}>{label}</a></li>')
+        return "\n".join(items)
+
+    def render(
+        self,
+        settings: Settings,
+        *,
+        title: str,
+        module: str,
+        user: str | None,
+        main: str = "",
+        current: Page | None = None,
+    ) -> str:
+        header = (
+            self._header.substitute(nav=self._nav(current), user=html.escape(user))
+            if user is not None
+            else ""
+        )
+        return self._page.substitute(
+            title=html.escape(title),
+            product=PRODUCT_NAME,
+            module=html.escape(module),
+            poll_ms=str(int(settings.ui_unread_poll_ms)),
+            signed_in="true" if user is not None else "false",
+            header=header,
+            main=main,
+        )
+
+    def signin(self, settings: Settings) -> str:
+        dev = self._devlogin.template if settings.dev_login else ""
+        main = self._signin.substitute(dev_login=dev, product=PRODUCT_NAME)
+        return self.render(settings, title="Sign in", module="signin", user=None, main=main)
+
+
+def _html(body: str) -> HTMLResponse:
+    return HTMLResponse(body, headers=NO_STORE)
+
+
+def _renderer(request: Request) -> Renderer:
+    renderer: Renderer = request.app.state.renderer
+    return renderer
+
+
+async def home(request: Request) -> Response:
+    if session_user(request) is not None:
+        return RedirectResponse(OPERATIONS_PAGE.path, status_code=303, headers=NO_STORE)
+    return _html(_renderer(request).signin(settings_of(request)))
+
+
+def _page_endpoint(page: Page) -> Callable[[Request], Awaitable[Response]]:
+    async def show(request: Request) -> Response:
+        user = session_user(request)
+        if user is None:
+            return RedirectResponse("/", status_code=303, headers=NO_STORE)
+        body = _renderer(request).render(
+            settings_of(request), title=page.title, module=page.module, user=user, current=page
+        )
+        return _html(body)
+
+    show.__name__ = f"page_{page.module}"
+    return show
+
+
+_HTML_RESPONSE = {
+    "description": "HTML page",
+    "content": {"text/html": {"schema": {"type": "string"}}},
+}
+_REDIRECT = {"description": "redirect", "headers": {"Location": {"schema": {"type": "string"}}}}
+
+
+def web_module(pages: Sequence[Page]) -> RouteSet:
+    routes: list[BaseRoute] = [Route("/", home, methods=["GET"])]
+    paths: dict[str, Mapping[str, Any]] = {
+        "/": {
+            "get": endpoint(
+                "Sign-in page (redirects to /operations when signed in)",
+                "pageHome",
+                "web",
+                {"200": _HTML_RESPONSE, "303": _REDIRECT},
+                secured=False,
+            )
+        }
+    }
+    for page in pages:
+        routes.append(Route(page.path, _page_endpoint(page), methods=["GET"]))
+        paths[page.path] = {
+            "get": endpoint(
+                f"{page.title} page (redirects to / when signed out)",
+                f"page_{page.module}",
+                "web",
+                {"200": _HTML_RESPONSE, "303": _REDIRECT},
+                secured=False,
+            )
+        }
+    routes.append(Mount("/static", UIFiles(directory=STATIC_DIR), name="static"))
+    paths["/static/{path}"] = {
+        "get": {
+            "summary": "Scripts, stylesheet and icons of the web UI",
+            "operationId": "getStatic",
+            "tags": ["web"],
+            "security": [],
+            "parameters": [
+                {"name": "path", "in": "path", "required": True, "schema": {"type": "string"}}
+            ],
+            "responses": {
+                "200": {"description": "a static file"},
+                "404": {"description": "no such file"},
+            },
+        }
+    }
+    return RouteSet(routes, paths, {})

@@ -1,0 +1,49 @@
+// Calls to the gateway's JSON API; errors arrive as RFC 9457 problem details.
+
+import { AUTH_EXPIRED } from "./events.js";
+
+export class ApiError extends Error {
+  constructor(status, problem) {
+    super(problem.detail || problem.title || `HTTP ${status}`);
+    this.status = status;
+    this.code = problem.code || "error";
+    this.retryAfter = problem.retryAfter ?? null;
+  }
+}
+
+async function problemOf(response) {
+  try {
+    const body = await response.json();
+    return typeof body === "object" && body !== null ? body : {};
+  } catch {
+    return {};
+  }
+}
+
+export async function api(path, { method = "GET", signal } = {}) {
+  let response;
+  try {
+    response = await fetch(path, {
+      method,
+      signal,
+      credentials: "same-origin",
+      headers: { Accept: "application/json" },
+    });
+  } catch (error) {
+    if (error.name === "AbortError") throw error;
+    throw new ApiError(0, { code: "network_error", detail: "The server could not be reached." });
+  }
+  if (response.status === 401) {
+    window.dispatchEvent(new CustomEvent(AUTH_EXPIRED));
+  }
+  if (!response.ok) {
+    const problem = await problemOf(response);
+    problem.retryAfter = response.headers.get("Retry-After");
+    throw new ApiError(response.status, problem);
+  }
+  return response.status === 204 ? null : response.json();
+}
+
+export function post(path, options = {}) {
+  return api(path, { ...options, method: "POST" });
+}

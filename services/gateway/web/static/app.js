@@ -1,0 +1,45 @@
+// Entry point: the shell (bell, sign-out) and the page module named by <body data-page>.
+
+import { post } from "./api.js";
+import { startBell } from "./bell.js";
+import { AUTH_EXPIRED } from "./events.js";
+
+const DEFAULT_UNREAD_POLL_MS = 60000;
+
+function meta(name) {
+  return document.querySelector(`meta[name="${name}"]`)?.content ?? "";
+}
+
+export function unreadPollMs() {
+  const value = Number.parseInt(meta("ops-unread-poll-ms"), 10);
+  return Number.isFinite(value) && value > 0 ? value : DEFAULT_UNREAD_POLL_MS;
+}
+
+function startShell() {
+  const bell = document.getElementById("bell");
+  if (bell) startBell(bell, unreadPollMs());
+
+  document.getElementById("sign-out")?.addEventListener("click", async () => {
+    try {
+      await post("/auth/logout");
+    } finally {
+      window.location.assign("/");
+    }
+  });
+
+  window.addEventListener(AUTH_EXPIRED, () => window.location.assign("/?expired=1"), { once: true });
+}
+
+// Pollers stop on pagehide; a page restored from the back/forward cache starts afresh.
+window.addEventListener("pageshow", (event) => {
+  if (event.persisted) window.location.reload();
+});
+
+if (meta("ops-signed-in") === "true") startShell();
+
+const page = document.body.dataset.page;
+if (page && /^[a-z0-9-]+$/.test(page)) {
+  import(`./pages/${page}.js`)
+    .then((module) => module.mount(document.getElementById("main")))
+    .catch((error) => console.error(`page ${page} failed to start`, error));
+}

@@ -1,0 +1,126 @@
+// One operation as a card, updated in place so focus and scroll survive each poll.
+
+import { h, replaceChildren } from "./dom.js";
+import { TERMINAL_STATES, formatTime, stateLabel, subjectLabel, taskLabel } from "./format.js";
+
+const CANCELLABLE = new Set(["queued", "running", "waiting_for_retry", "waiting_for_external_fallback"]);
+const RETRYABLE = new Set(["failed", "cancelled"]);
+
+export function actionsOf(operation) {
+  const actions = [];
+  if (CANCELLABLE.has(operation.state) && !operation.cancel_requested) actions.push("cancel");
+  if (RETRYABLE.has(operation.state)) actions.push("retry");
+  return actions;
+}
+
+function metaLine(operation) {
+  const parts = [`Attempt ${operation.attempt} of ${operation.max_attempts}`];
+  if (operation.state === "waiting_for_retry" && operation.next_attempt_at) {
+    parts.push(`next try ${formatTime(operation.next_attempt_at)}`);
+  }
+  if (operation.finished_at) parts.push(`finished ${formatTime(operation.finished_at)}`);
+  else if (operation.started_at) parts.push(`started ${formatTime(operation.started_at)}`);
+  else parts.push(`created ${formatTime(operation.created_at)}`);
+  return parts.join(" · ");
+}
+
+// Running work shows its bar; waiting work only once it has made progress.
+function showsProgress(operation) {
+  if (TERMINAL_STATES.has(operation.state)) return false;
+  return operation.state === "running" || operation.progress_percent > 0;
+}
+
+function progressOf(operation, name) {
+  if (!showsProgress(operation)) return null;
+  const percent = operation.progress_percent;
+  return h(
+    "div",
+    { class: "progress" },
+    h("progress", { max: 100, value: percent, "aria-label": `Progress of ${name}` }, `${percent}%`),
+    h("span", { class: "progress__value" }, `${percent}%`),
+  );
+}
+
+function noteOf(operation) {
+  if (operation.cancel_requested && !TERMINAL_STATES.has(operation.state)) {
+    return h("p", { class: "op__note" }, "Cancel requested: the work stops at its next checkpoint.");
+  }
+  return null;
+}
+
+function buttons(operation, name, handlers) {
+  return actionsOf(operation).map((action) =>
+    action === "cancel"
+      ? h(
+          "button",
+          { type: "button", class: "button button--quiet", "aria-label": `Cancel ${name}`, onclick: () => handlers.cancel(operation) },
+          "Cancel",
+        )
+      : h(
+          "button",
+          { type: "button", class: "button", "aria-label": `Retry ${name}`, onclick: () => handlers.retry(operation) },
+          "Retry",
+        ),
+  );
+}
+
+export function createCard(operation) {
+  const card = h("li", { class: "op", dataset: { id: operation.id } });
+  card.append(
+    h(
+      "div",
+      { class: "op__head" },
+      h("h3", { class: "op__title", tabindex: "-1" }),
+      h("span", { class: "state" }),
+    ),
+    h("p", { class: "op__subject" }),
+    h("div", { class: "op__progress" }),
+    h("p", { class: "op__meta" }),
+    h("div", { class: "op__note-slot" }),
+    h("p", { class: "op__error", role: "alert", hidden: true }),
+    h("div", { class: "op__actions" }),
+  );
+  return card;
+}
+
+export function updateCard(card, operation, handlers) {
+  const name = taskLabel(operation.task_type);
+  const subject = subjectLabel(operation.subject);
+  const fullName = subject ? `${name} for ${subject}` : name;
+  const previous = card.dataset.signature ?? "";
+  const signature = `${operation.state}|${operation.cancel_requested}|${actionsOf(operation).join(",")}`;
+
+  card.querySelector(".op__title").textContent = name;
+  const state = card.querySelector(".state");
+  state.textContent = stateLabel(operation);
+  state.className = `state state--${operation.cancel_requested && !TERMINAL_STATES.has(operation.state) ? "cancelling" : operation.state}`;
+  card.dataset.state = operation.state;
+  card.querySelector(".op__subject").replaceChildren(
+    h("span", { class: "op__subject-type" }, operation.subject?.type || "subject"),
+    " ",
+    h("code", { class: "op__subject-id" }, operation.subject?.id ?? ""),
+  );
+  card.querySelector(".op__meta").textContent = metaLine(operation);
+
+  const slot = card.querySelector(".op__progress");
+  const bar = slot.querySelector("progress");
+  if (bar && showsProgress(operation)) {
+    bar.value = operation.progress_percent;
+    bar.textContent = `${operation.progress_percent}%`;
+    slot.querySelector(".progress__value").textContent = `${operation.progress_percent}%`;
+  } else {
+    replaceChildren(slot, progressOf(operation, fullName));
+  }
+
+  if (signature !== previous) {
+    card.dataset.signature = signature;
+    replaceChildren(card.querySelector(".op__note-slot"), noteOf(operation));
+    replaceChildren(card.querySelector(".op__actions"), buttons(operation, fullName, handlers));
+  }
+}
+
+export function showCardError(card, message) {
+  const error = card.querySelector(".op__error");
+  error.textContent = message;
+  error.hidden = !message;
+}

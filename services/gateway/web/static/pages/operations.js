@@ -1,0 +1,213 @@
+// /operations: the caller's operations, refreshed every few seconds while the page
+// is shown, with cancel (confirmed) and retry; the notification list beside them.
+
+import { api, post } from "../api.js";
+import { confirmDialog } from "../dialog.js";
+import { h, replaceChildren } from "../dom.js";
+import { notificationsChanged } from "../events.js";
+import { TERMINAL_STATES, subjectLabel, taskLabel } from "../format.js";
+import { mountNotifications } from "../notifications-view.js";
+import { createCard, showCardError, updateCard } from "../operations-view.js";
+import { visiblePoller } from "../poller.js";
+
+export const OPERATIONS_POLL_MS = 2000;
+const PAGE_STEP = 20;
+const PAGE_MAX = 100;
+const FILTERS = [
+  ["", "All operations"],
+  ["running", "Running"],
+  ["queued", "Queued"],
+  ["waiting_for_retry", "Waiting to retry"],
+  ["succeeded", "Succeeded"],
+  ["failed", "Failed"],
+  ["cancelled", "Cancelled"],
+];
+
+function describe(operation) {
+  const subject = subjectLabel(operation.subject);
+  return subject ? `${taskLabel(operation.task_type)} for ${subject}` : taskLabel(operation.task_type);
+}
+
+export function mount(main) {
+  const filter = h("select", { id: "state-filter" }, FILTERS.map(([value, label]) => h("option", { value }, label)));
+  const list = h("ol", { class: "ops", "aria-labelledby": "operations-heading" });
+  const placeholder = h("div", { class: "placeholder" });
+  const banner = h("div", { class: "banner", role: "alert", hidden: true });
+  const announcer = h("p", { class: "visually-hidden", role: "status" });
+  const more = h("button", { type: "button", class: "button button--quiet", hidden: true }, "Show more");
+  const notifications = h("aside", { class: "panel panel--side" });
+  const cards = new Map();
+  let limit = PAGE_STEP;
+  let loaded = false;
+  let states = new Map();
+
+  replaceChildren(
+    main,
+    h(
+      "div",
+      { class: "page-head" },
+      h("h1", {}, "Operations"),
+      h("div", { class: "filter" }, h("label", { for: "state-filter" }, "Show"), filter),
+    ),
+    h(
+      "div",
+      { class: "layout" },
+      h(
+        "section",
+        { class: "panel", "aria-labelledby": "operations-heading", "aria-busy": "true" },
+        h("h2", { id: "operations-heading", class: "visually-hidden" }, "Your operations"),
+        banner,
+        placeholder,
+        list,
+        more,
+        announcer,
+      ),
+      notifications,
+    ),
+  );
+  const section = list.closest("section");
+  mountNotifications(notifications);
+  const handlers = { cancel: cancelOperation, retry: retryOperation };
+
+  function showPlaceholder(kind, ...content) {
+    placeholder.className = `placeholder placeholder--${kind}`;
+    replaceChildren(placeholder, ...content);
+    placeholder.hidden = false;
+  }
+
+  function explain(error) {
+    if (error.status === 0 || error.status >= 500) {
+      return "The service is not reachable right now. The page keeps trying; you can also retry now.";
+    }
+    return error.message;
+  }
+
+  function showError(error) {
+    const retry = h("button", { type: "button", class: "button", onclick: () => poller.refresh() }, "Retry");
+    if (!loaded) {
+      list.hidden = true;
+      showPlaceholder(
+        "error",
+        h("p", { role: "alert" }, h("strong", {}, "Operations could not be loaded. "), explain(error)),
+        retry,
+      );
+    } else {
+      replaceChildren(banner, h("span", {}, `Updates paused. ${explain(error)}`), retry);
+      banner.hidden = false;
+    }
+  }
+
+  function render(page) {
+    loaded = true;
+    banner.hidden = true;
+    section.setAttribute("aria-busy", "false");
+    if (page.items.length === 0) {
+      list.hidden = true;
+      cards.clear();
+      list.replaceChildren();
+      const filtered = filter.value !== "";
+      showPlaceholder(
+        "empty",
+        h("p", { class: "placeholder__title" }, filtered ? "No operations in this state." : "No operations yet."),
+        h("p", {}, filtered ? "Choose another filter to see more." : "Work you start, such as a strategy snapshot, appears here with its progress."),
+      );
+    } else {
+      placeholder.hidden = true;
+      list.hidden = false;
+      const seen = new Set();
+      page.items.forEach((operation, index) => {
+        seen.add(operation.id);
+        let card = cards.get(operation.id);
+        if (!card) {
+          card = createCard(operation);
+          cards.set(operation.id, card);
+        }
+        updateCard(card, operation, handlers);
+        if (list.children[index] !== card) list.insertBefore(card, list.children[index] ?? null);
+      });
+      for (const [id, card] of cards) {
+        if (!seen.has(id)) {
+          card.remove();
+          cards.delete(id);
+        }
+      }
+    }
+    more.hidden = !page.next_page_token || limit >= PAGE_MAX;
+    noticeFinished(page.items);
+  }
+
+  // A newly finished operation has a new notification: the bell and the list refresh now.
+  function noticeFinished(items) {
+    const next = new Map(items.map((operation) => [operation.id, operation.state]));
+    const finished = items.some(
+      (operation) => TERMINAL_STATES.has(operation.state) && states.has(operation.id) && states.get(operation.id) !== operation.state,
+    );
+    states = next;
+    if (finished) notificationsChanged();
+  }
+
+  async function load() {
+    const query = new URLSearchParams({ page_size: String(limit) });
+    if (filter.value) query.set("state", filter.value);
+    try {
+      render(await api(`/api/operations?${query}`));
+    } catch (error) {
+      showError(error);
+    }
+  }
+
+  async function cancelOperation(operation) {
+    const name = describe(operation);
+    const confirmed = await confirmDialog({
+      title: "Cancel this operation?",
+      message: `${name} will stop. Work that is already running stops at its next checkpoint.`,
+      confirmLabel: "Cancel operation",
+      cancelLabel: "Keep running",
+    });
+    if (!confirmed) return;
+    await act(operation, "cancel", (updated) =>
+      updated.state === "cancelled" ? `${name} cancelled.` : `Cancel requested for ${name}.`,
+    );
+  }
+
+  async function retryOperation(operation) {
+    // A retry removes the operation's old notification.
+    if (await act(operation, "retry", () => `${describe(operation)} queued again.`)) notificationsChanged();
+  }
+
+  async function act(operation, action, message) {
+    const card = cards.get(operation.id);
+    try {
+      const updated = await post(`/api/operations/${encodeURIComponent(operation.id)}/${action}`);
+      if (card) {
+        showCardError(card, "");
+        updateCard(card, updated, handlers);
+        card.querySelector(".op__actions button, .op__title")?.focus?.();
+      }
+      announcer.textContent = message(updated);
+      return true;
+    } catch (error) {
+      const text = error.status === 409 ? "This operation's state changed; the list is updated." : error.message;
+      if (card) showCardError(card, text);
+      return false;
+    } finally {
+      poller.refresh();
+    }
+  }
+
+  showPlaceholder("loading", h("span", { class: "spinner", "aria-hidden": "true" }), h("p", {}, "Loading operations…"));
+  list.hidden = true;
+
+  filter.addEventListener("change", () => {
+    limit = PAGE_STEP;
+    loaded = false;
+    section.setAttribute("aria-busy", "true");
+    poller.refresh();
+  });
+  more.addEventListener("click", () => {
+    limit = Math.min(PAGE_MAX, limit + PAGE_STEP);
+    poller.refresh();
+  });
+
+  const poller = visiblePoller(load, OPERATIONS_POLL_MS);
+}

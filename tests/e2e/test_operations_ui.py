@@ -1,0 +1,410 @@
+"""The web UI in a real browser: sign-in, live progress, cancel, retry, the bell, errors."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from durable_ops.operations.v1 import operations_pb2 as ops_pb
+from playwright.sync_api import Browser, Locator, Page, Route, expect
+
+from services.model.scope import Role
+from tests.support.gateway import (
+    LiveGateway,
+    acknowledge_cancel,
+    claim,
+    complete,
+    create_operation,
+    fail,
+    heartbeat,
+    token,
+)
+from tests.support.grpc_services import Services, metadata
+
+pytestmark = pytest.mark.browser
+Screenshot = Callable[[Page, str], Path]
+
+
+def sign_in(page: Page, gateway: LiveGateway, user: str) -> None:
+    page.goto(f"{gateway.url}/auth/dev-login?user={user}")
+    page.wait_for_url(f"{gateway.url}/operations")
+
+
+def card(page: Page, operation_id: str) -> Locator:
+    return page.locator(f'li.op[data-id="{operation_id}"]')
+
+
+def bell(page: Page) -> Locator:
+    return page.locator("#bell")
+
+
+def stored(services: Services, owner: str, operation_id: str) -> ops_pb.Operation:
+    reply: ops_pb.Operation = services.operations.GetOperation(
+        ops_pb.GetOperationRequest(operation_id=operation_id),
+        metadata=metadata(Role.GATEWAY, owner),
+    )
+    return reply
+
+
+def count_requests(page: Page, path: str) -> list[str]:
+    """URLs of finished requests to ``path`` (finished: the page has its answer)."""
+    seen: list[str] = []
+    page.on(
+        "requestfinished",
+        lambda request: (
+            seen.append(request.url) if request.url.split("?")[0].endswith(path) else None
+        ),
+    )
+    return seen
+
+
+def wait_for_count(page: Page, seen: list[str], expected: int, timeout_ms: int = 5000) -> None:
+    for _ in range(timeout_ms // 50):
+        if len(seen) >= expected:
+            return
+        page.wait_for_timeout(50)
+    assert len(seen) >= expected, f"saw {len(seen)} requests, expected {expected}"
+
+
+SET_VISIBILITY = """state => {
+  const property = (name, value) =>
+    Object.defineProperty(document, name, { configurable: true, get: () => value });
+  property("visibilityState", state);
+  property("hidden", state === "hidden");
+  document.dispatchEvent(new Event("visibilitychange"));
+}"""
+
+
+def set_visibility(page: Page, state: str) -> None:
+    """What the browser does when the tab is hidden or shown again."""
+    page.evaluate(SET_VISIBILITY, state)
+
+
+# ---- sign in ------------------------------------------------------------------------------
+
+
+def test_sign_in_with_dev_login_then_with_a_token(
+    page: Page, ui_gateway: LiveGateway, screenshot: Screenshot
+) -> None:
+    page.goto(ui_gateway.url + "/")
+    expect(page.get_by_role("heading", name="Sign in to durable-ops")).to_be_visible()
+    expect(page.get_by_text("opsctl token --user YOUR_ID")).to_be_visible()
+    screenshot(page, "01-sign-in")
+
+    page.get_by_label("User id").fill("ada")
+    page.get_by_role("button", name="Sign in as this user").click()
+    page.wait_for_url(ui_gateway.url + "/operations")
+    expect(page.locator("header .user")).to_have_text("ada")
+    expect(bell(page)).to_have_attribute("aria-label", "Notifications, none unread")
+    expect(page.get_by_text("No operations yet.")).to_be_visible()
+    expect(page.get_by_role("link", name="Operations")).to_have_attribute("aria-current", "page")
+    screenshot(page, "02-operations-empty")
+
+    page.get_by_role("button", name="Sign out").click()
+    page.wait_for_url(ui_gateway.url + "/")
+    page.goto(ui_gateway.url + "/operations")
+    page.wait_for_url(ui_gateway.url + "/")  # signed out: back to sign-in
+
+    page.get_by_label("Token", exact=True).fill("not-a-token")
+    page.get_by_role("button", name="Sign in", exact=True).click()
+    expect(page.get_by_role("alert")).to_contain_text("not valid")
+    page.get_by_label("Token", exact=True).fill(token("grace"))
+    page.get_by_role("button", name="Sign in", exact=True).click()
+    page.wait_for_url(ui_gateway.url + "/operations")
+    expect(page.locator("header .user")).to_have_text("grace")
+
+
+# ---- progress -----------------------------------------------------------------------------
+
+
+def test_progress_moves_while_the_page_polls(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
+) -> None:
+    operation = create_operation(ui_services, "ada", subject=("job", "job-42"))
+    queued = create_operation(
+        ui_services, "ada", task_type="cv.review", subject=("attachment", "cv-7")
+    )
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    heartbeat(ui_services, claimed, 15)
+
+    sign_in(page, ui_gateway, "ada")
+    running = card(page, operation.id)
+    expect(running.locator(".op__title")).to_have_text("Strategy snapshot")
+    expect(running.locator(".state")).to_have_text("Running")
+    expect(running.locator(".op__subject")).to_have_text("job job-42")
+    progress = page.get_by_label("Progress of Strategy snapshot for job job-42")
+    expect(progress).to_have_attribute("value", "15")
+    expect(card(page, queued.id).locator(".op__subject")).to_have_text("attachment cv-7")
+    expect(card(page, queued.id).locator(".state")).to_have_text("Queued")
+
+    heartbeat(ui_services, claimed, 65)
+    expect(progress).to_have_attribute("value", "65")
+    expect(running.locator(".progress__value")).to_have_text("65%")
+    screenshot(page, "03-progress")
+
+    complete(ui_services, claimed)
+    expect(running.locator(".state")).to_have_text("Succeeded")
+    expect(running.locator("progress")).to_have_count(0)
+    # The finished operation's notification reaches the list and the bell at once.
+    expect(page.locator(".note")).to_have_count(1)
+    expect(bell(page)).to_have_attribute("aria-label", "Notifications, 1 unread")
+
+
+# ---- cancel -------------------------------------------------------------------------------
+
+
+def test_cancel_asks_first_then_shows_cancel_requested(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
+) -> None:
+    operation = create_operation(ui_services, "ada", subject=("job", "job-1"))
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    queued = create_operation(
+        ui_services, "ada", task_type="cv.review", subject=("attachment", "a-9")
+    )
+    sign_in(page, ui_gateway, "ada")
+    running = card(page, operation.id)
+    cancel = page.get_by_role("button", name="Cancel Strategy snapshot for job job-1")
+
+    cancel.click()
+    dialog = page.get_by_role("dialog", name="Cancel this operation?")
+    expect(dialog).to_be_visible()
+    expect(page.get_by_role("button", name="Keep running")).to_be_focused()
+    screenshot(page, "04-cancel-dialog")
+    page.get_by_role("button", name="Keep running").click()
+    expect(dialog).to_have_count(0)
+    cancel.click()
+    page.keyboard.press("Escape")
+    expect(dialog).to_have_count(0)
+    assert stored(ui_services, "ada", operation.id).cancel_requested is False
+
+    cancel.click()
+    page.get_by_role("button", name="Cancel operation").click()
+    expect(running.locator(".state")).to_have_text("Cancelling")
+    expect(running.locator(".op__note")).to_contain_text("Cancel requested")
+    expect(cancel).to_have_count(0)
+    assert stored(ui_services, "ada", operation.id).cancel_requested is True
+    screenshot(page, "05-cancel-requested")
+
+    # The worker learns of it on its next heartbeat and stops.
+    assert heartbeat(ui_services, claimed, 30) is True
+    acknowledge_cancel(ui_services, claimed)
+    expect(running.locator(".state")).to_have_text("Cancelled")
+    expect(page.get_by_role("button", name="Retry Strategy snapshot for job job-1")).to_be_visible()
+
+    page.get_by_role("button", name="Cancel CV review for attachment a-9").click()
+    page.get_by_role("button", name="Cancel operation").click()
+    expect(card(page, queued.id).locator(".state")).to_have_text("Cancelled")
+    expect(bell(page)).to_have_attribute("aria-label", "Notifications, 2 unread")
+
+
+def test_the_page_works_from_the_keyboard_on_a_phone(
+    browser: Browser, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
+) -> None:
+    operation = create_operation(ui_services, "ada", subject=("job", "job-phone"))
+    claim(ui_services, ["strategy.snapshot"])
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
+    try:
+        page = context.new_page()
+        sign_in(page, ui_gateway, "ada")
+        expect(card(page, operation.id).locator(".state")).to_have_text("Running")
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"the page scrolls sideways by {overflow}px"
+        screenshot(page, "08-phone")
+
+        label = "Cancel Strategy snapshot for job job-phone"
+        for _ in range(40):
+            page.keyboard.press("Tab")
+            if page.evaluate("document.activeElement.getAttribute('aria-label')") == label:
+                break
+        else:
+            pytest.fail("the cancel button cannot be reached with Tab")
+        outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
+        assert outline == "solid"  # focus is visible
+        page.keyboard.press("Enter")
+        expect(page.get_by_role("dialog")).to_be_visible()
+        expect(page.get_by_role("button", name="Keep running")).to_be_focused()
+        page.keyboard.press("Escape")
+        expect(page.get_by_role("dialog")).to_have_count(0)
+        expect(page.get_by_role("button", name=label)).to_be_focused()
+    finally:
+        context.close()
+
+
+# ---- retry --------------------------------------------------------------------------------
+
+
+def test_retry_a_failed_operation(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    operation = create_operation(ui_services, "ada", subject=("job", "job-3"), max_attempts=1)
+    fail(ui_services, claim(ui_services, ["strategy.snapshot"]))
+    sign_in(page, ui_gateway, "ada")
+    failed = card(page, operation.id)
+    expect(failed.locator(".state")).to_have_text("Failed")
+    expect(bell(page)).to_have_attribute("aria-label", "Notifications, 1 unread")
+    expect(page.get_by_role("button", name="Cancel Strategy snapshot for job job-3")).to_have_count(
+        0
+    )
+
+    page.get_by_role("button", name="Retry Strategy snapshot for job job-3").click()
+    expect(failed.locator(".state")).to_have_text("Queued")
+    expect(failed.locator(".op__meta")).to_contain_text("Attempt 0 of 1")
+    # Retrying removed the failure notice: bell and list follow without waiting for a poll.
+    expect(bell(page)).to_have_attribute("aria-label", "Notifications, none unread")
+    expect(page.locator(".note")).to_have_count(0)
+    assert stored(ui_services, "ada", operation.id).state == ops_pb.OPERATION_STATE_QUEUED
+
+
+# ---- notifications and the bell -------------------------------------------------------------
+
+
+def test_bell_follows_read_and_dismiss_at_once(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
+) -> None:
+    for subject in ("job-a", "job-b"):
+        create_operation(ui_services, "ada", subject=("job", subject))
+        complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
+    create_operation(ui_services, "ada", task_type="cv.review", subject=("attachment", "cv-1"))
+    counts = count_requests(page, "/api/notifications/unread-count")
+    sign_in(page, ui_gateway, "ada")
+    badge = page.locator(".bell__badge")
+    expect(bell(page)).to_have_attribute("aria-label", "Notifications, 2 unread")
+    expect(badge).to_have_text("2")
+    expect(page.locator(".note--unread")).to_have_count(2)
+    screenshot(page, "06-notifications")
+    requests_before = len(counts)
+
+    page.locator(".note").first.get_by_role("button", name=re.compile("^Mark read")).click()
+    expect(bell(page)).to_have_attribute("aria-label", "Notifications, 1 unread", timeout=3000)
+    expect(badge).to_have_text("1")
+    expect(page.locator(".note--unread")).to_have_count(1)
+
+    page.locator(".note--unread").get_by_role("button", name=re.compile("^Dismiss")).click()
+    expect(bell(page)).to_have_attribute("aria-label", "Notifications, none unread", timeout=3000)
+    expect(badge).to_be_hidden()
+    expect(page.locator(".note")).to_have_count(1)
+    # The bell refreshed through the local event (its interval is 60 s), one request each.
+    assert len(counts) - requests_before == 2
+    screenshot(page, "07-notifications-after")
+
+
+# ---- loading, empty and error states ------------------------------------------------------
+
+
+def test_error_state_offers_a_retry(
+    page: Page, ui_gateway: LiveGateway, screenshot: Screenshot
+) -> None:
+    problem = {
+        "type": "urn:durable-ops:problem:unavailable",
+        "title": "Service Unavailable",
+        "status": 503,
+        "detail": "backend unavailable",
+        "code": "unavailable",
+    }
+
+    def unavailable(route: Route) -> None:
+        route.fulfill(status=503, content_type="application/problem+json", body=json.dumps(problem))
+
+    page.route("**/api/operations?*", unavailable)
+    sign_in(page, ui_gateway, "ada")
+    alert = page.locator(".placeholder--error")
+    expect(alert).to_contain_text("Operations could not be loaded")
+    expect(alert).to_contain_text("not reachable")
+    screenshot(page, "09-error")
+
+    page.unroute("**/api/operations?*")
+    alert.get_by_role("button", name="Retry").click()
+    expect(page.get_by_text("No operations yet.")).to_be_visible()
+    expect(alert).to_have_count(0)
+
+
+def test_loading_state_then_a_stopped_backend(
+    page: Page, serve_ui: Callable[..., LiveGateway], ui_services: Services
+) -> None:
+    create_operation(ui_services, "ada")
+    gateway = serve_ui()
+    held: list[Route] = []
+    page.route("**/api/operations?*", lambda route: held.append(route))
+    sign_in(page, gateway, "ada")
+    expect(page.get_by_text("Loading operations…")).to_be_visible()
+    expect(page.locator("section[aria-busy='true']")).to_have_count(1)
+    for _ in range(100):
+        if held:
+            break
+        page.wait_for_timeout(50)
+    held[0].continue_()
+    page.unroute("**/api/operations?*")
+    expect(page.locator("li.op")).to_have_count(1)
+
+    down = serve_ui(operations_target="127.0.0.1:9", notifications_target="127.0.0.1:9")
+    sign_in(page, down, "ada")
+    expect(page.locator(".placeholder--error")).to_contain_text("Operations could not be loaded")
+    expect(bell(page)).to_have_attribute("aria-label", "Notifications")
+
+
+# ---- polling rhythm -----------------------------------------------------------------------
+
+
+def test_the_bell_polls_only_the_unread_count_every_60_seconds(
+    page: Page, ui_gateway: LiveGateway
+) -> None:
+    unread = count_requests(page, "/api/notifications/unread-count")
+    lists = count_requests(page, "/api/notifications")
+    page.clock.install()
+    sign_in(page, ui_gateway, "ada")
+    expect(bell(page)).to_have_accessible_name("Notifications, none unread")
+    wait_for_count(page, unread, 1)
+    wait_for_count(page, lists, 1)
+
+    page.clock.run_for(55_000)
+    page.wait_for_timeout(300)
+    assert len(unread) == 1
+    page.clock.run_for(6_000)
+    wait_for_count(page, unread, 2)
+    page.clock.run_for(65_000)
+    wait_for_count(page, unread, 3)
+    page.wait_for_timeout(300)
+    assert len(unread) == 3
+    assert len(lists) == 1  # the list is not polled; only the unread count is
+
+
+def test_the_unread_poll_interval_is_configurable(
+    page: Page, serve_ui: Callable[..., LiveGateway]
+) -> None:
+    gateway = serve_ui(ui_unread_poll_ms=5000)
+    unread = count_requests(page, "/api/notifications/unread-count")
+    page.clock.install()
+    sign_in(page, gateway, "ada")
+    wait_for_count(page, unread, 1)
+    page.clock.run_for(5_500)
+    wait_for_count(page, unread, 2)
+    page.clock.run_for(5_500)
+    wait_for_count(page, unread, 3)
+
+
+def test_operations_poll_only_while_the_page_is_shown(page: Page, ui_gateway: LiveGateway) -> None:
+    polls = count_requests(page, "/api/operations")
+    unread = count_requests(page, "/api/notifications/unread-count")
+    page.clock.install()
+    sign_in(page, ui_gateway, "ada")
+    wait_for_count(page, polls, 1)
+    page.clock.run_for(2_100)
+    wait_for_count(page, polls, 2)
+
+    set_visibility(page, "hidden")
+    page.wait_for_timeout(300)
+    hidden_at, unread_at = len(polls), len(unread)
+    for _ in range(5):
+        page.clock.run_for(30_000)
+    page.wait_for_timeout(300)
+    assert len(polls) == hidden_at
+    assert len(unread) == unread_at
+
+    set_visibility(page, "visible")
+    wait_for_count(page, polls, hidden_at + 1)  # shown again: refreshed at once
+    wait_for_count(page, unread, unread_at + 1)
+    page.clock.run_for(2_100)
+    wait_for_count(page, polls, hidden_at + 2)

@@ -1,0 +1,800 @@
+"""The gateway's HTTP API over the real Operations and Notifications services."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import jwt
+import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount, Route
+
+from services.gateway.app import create_app
+from services.gateway.auth import SESSION_COOKIE, mint_user_token, verify_user_token
+from services.gateway.backends import Backends
+from services.gateway.main import parse_bind
+from services.gateway.problems import problem_from_domain
+from services.model.errors import InvalidArgument
+from services.model.scope import Role
+from services.rpc.client import ServiceCaller
+from services.rpc.errors import domain_error_from_rpc
+from services.settings import SettingsError
+from services.storage import migrate
+from tests.support.clock import ManualClock
+from tests.support.gateway import (
+    BASE_URL,
+    JWT_SECRET,
+    bearer,
+    claim,
+    complete,
+    create_operation,
+    fail,
+    gateway_client,
+    gateway_settings,
+    heartbeat,
+    make_app,
+    run,
+    token,
+)
+from tests.support.grpc_services import SECRET as SERVICE_SECRET
+from tests.support.grpc_services import Services, running_services
+
+PROBLEM_JSON = "application/problem+json"
+TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
+OPERATION_FIELDS = {
+    "id",
+    "task_type",
+    "state",
+    "progress_percent",
+    "attempt",
+    "max_attempts",
+    "cancel_requested",
+    "subject",
+    "status_url",
+    "created_at",
+    "updated_at",
+    "started_at",
+    "finished_at",
+    "deadline_at",
+    "next_attempt_at",
+}
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def services(db_url: str, clock: ManualClock) -> Iterator[Services]:
+    with running_services(db_url, clock) as running:
+        yield running
+
+
+@pytest.fixture
+def sqlite_services(tmp_path: Path, clock: ManualClock) -> Iterator[Services]:
+    """For tests about HTTP concerns only: one engine is enough."""
+    url = f"sqlite:///{tmp_path / 'gateway.sqlite3'}"
+    migrate.upgrade(url)
+    with running_services(url, clock) as running:
+        yield running
+
+
+def _closed_port() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{probe.getsockname()[1]}"
+
+
+def _problem(response: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM_JSON)
+    body: dict[str, Any] = response.json()
+    assert {"type", "title", "status", "detail", "code"} <= body.keys()
+    assert body["status"] == status
+    if code is not None:
+        assert body["code"] == code, body
+    return body
+
+
+# ---- operations ---------------------------------------------------------------------------
+
+
+def test_operations_list_get_filter_and_page(services: Services, clock: ManualClock) -> None:
+    made = []
+    for index in range(3):
+        made.append(create_operation(services, "alice", subject=("job", f"job-{index}")).id)
+        clock.advance(1)
+    other = create_operation(services, "bob").id
+    cv = create_operation(services, "alice", task_type="cv.review", subject=("attachment", "a1"))
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            listed = (await client.get("/api/operations", headers=bearer("alice"))).json()
+            ids = [item["id"] for item in listed["items"]]
+            assert ids == [cv.id, *reversed(made)]  # newest first, only alice's
+            assert other not in ids
+            assert listed["next_page_token"] is None
+
+            first = (
+                await client.get("/api/operations?page_size=2", headers=bearer("alice"))
+            ).json()
+            assert [item["id"] for item in first["items"]] == ids[:2]
+            token_ = first["next_page_token"]
+            assert isinstance(token_, str)
+            assert token_
+            second = await client.get(
+                "/api/operations",
+                params={"page_size": 2, "page_token": token_},
+                headers=bearer("alice"),
+            )
+            assert [item["id"] for item in second.json()["items"]] == ids[2:]
+            assert second.json()["next_page_token"] is None
+
+            reviews = await client.get(
+                "/api/operations?task_type=cv.review", headers=bearer("alice")
+            )
+            assert [item["id"] for item in reviews.json()["items"]] == [cv.id]
+            queued = await client.get("/api/operations?state=queued", headers=bearer("alice"))
+            assert len(queued.json()["items"]) == 4
+            running = await client.get("/api/operations?state=running", headers=bearer("alice"))
+            assert running.json()["items"] == []
+
+            one = (await client.get(f"/api/operations/{made[0]}", headers=bearer("alice"))).json()
+            assert set(one) == OPERATION_FIELDS
+            assert one["subject"] == {"type": "job", "id": "job-0"}
+            assert one["status_url"] == f"/api/operations/{made[0]}"
+            assert one["state"] == "queued"
+            assert one["attempt"] == 0
+            assert one["max_attempts"] == 3
+            assert TIME.match(one["created_at"])
+            assert TIME.match(one["updated_at"])
+            assert one["started_at"] is None
+            assert one["finished_at"] is None
+
+    run(scenario())
+
+
+def test_progress_cancel_and_retry(services: Services) -> None:
+    finished = create_operation(services, "alice", key="finished", task_type="strategy.snapshot")
+    complete(services, claim(services, ["strategy.snapshot"]))
+    queued = create_operation(services, "alice", key="queued")
+    worked = create_operation(services, "alice", key="worked", task_type="cv.review")
+    claimed = claim(services, ["cv.review"])
+    assert claimed.operation_id == worked.id
+    heartbeat(services, claimed, 40)
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            alice = bearer("alice")
+            running = (await client.get(f"/api/operations/{worked.id}", headers=alice)).json()
+            assert running["state"] == "running"
+            assert running["progress_percent"] == 40
+            assert running["attempt"] == 1
+            assert TIME.match(running["started_at"])
+
+            cancelled = await client.post(f"/api/operations/{queued.id}/cancel", headers=alice)
+            assert cancelled.status_code == 200
+            assert cancelled.json()["state"] == "cancelled"
+            assert TIME.match(cancelled.json()["finished_at"])
+            # The exact duplicate is no error; cancelling another terminal state is a conflict.
+            again = await client.post(f"/api/operations/{queued.id}/cancel", headers=alice)
+            assert again.status_code == 200
+            assert again.json()["state"] == "cancelled"
+            _problem(await client.post(f"/api/operations/{finished.id}/cancel", headers=alice), 409)
+            _problem(await client.post(f"/api/operations/{finished.id}/retry", headers=alice), 409)
+
+            requested = (
+                await client.post(f"/api/operations/{worked.id}/cancel", headers=alice)
+            ).json()
+            assert requested["state"] == "running"
+            assert requested["cancel_requested"] is True
+            _problem(await client.post(f"/api/operations/{worked.id}/retry", headers=alice), 409)
+
+            again = await client.post(f"/api/operations/{queued.id}/retry", headers=alice)
+            assert again.status_code == 200
+            assert again.json()["state"] == "queued"
+            assert again.json()["cancel_requested"] is False
+
+    run(scenario())
+
+
+def test_a_failed_operation_shows_no_failure_text_and_can_be_retried(services: Services) -> None:
+    operation = create_operation(services, "alice", max_attempts=1)
+    fail(services, claim(services, ["strategy.snapshot"]))
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            alice = bearer("alice")
+            failed = await client.get(f"/api/operations/{operation.id}", headers=alice)
+            assert failed.json()["state"] == "failed"
+            listed = await client.get("/api/operations", headers=alice)
+            notes = await client.get("/api/notifications", headers=alice)
+            for response in (failed, listed, notes):
+                assert "secret details" not in response.text
+                assert "test_failure" not in response.text
+                assert "lease" not in response.text
+                assert "idempotency" not in response.text
+            retried = await client.post(f"/api/operations/{operation.id}/retry", headers=alice)
+            assert retried.json()["state"] == "queued"
+            # Retrying removes the old terminal notification.
+            assert (await client.get("/api/notifications", headers=alice)).json()["items"] == []
+
+    run(scenario())
+
+
+# ---- notifications ------------------------------------------------------------------------
+
+
+def test_notifications_list_read_dismiss_and_count(services: Services, clock: ManualClock) -> None:
+    first = create_operation(services, "alice", key="one")
+    complete(services, claim(services, ["strategy.snapshot"]))
+    clock.advance(1)
+    second = create_operation(services, "alice", key="two", max_attempts=1)
+    fail(services, claim(services, ["strategy.snapshot"]))
+    create_operation(services, "bob", key="bob")
+    complete(services, claim(services, ["strategy.snapshot"]))
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            alice = bearer("alice")
+            listed = (await client.get("/api/notifications", headers=alice)).json()
+            assert [n["operation_id"] for n in listed["items"]] == [second.id, first.id]
+            assert listed["next_page_token"] is None
+            note = listed["items"][0]
+            assert set(note) == {
+                "id",
+                "operation_id",
+                "task_type",
+                "outcome",
+                "title",
+                "body",
+                "created_at",
+                "read_at",
+            }
+            assert note["outcome"] == "failed"
+            assert note["read_at"] is None
+            assert TIME.match(note["created_at"])
+            count = await client.get("/api/notifications/unread-count", headers=alice)
+            assert count.json() == {"count": 2}
+
+            paged = (await client.get("/api/notifications?page_size=1", headers=alice)).json()
+            assert len(paged["items"]) == 1
+            assert paged["next_page_token"]
+
+            read = await client.post(f"/api/notifications/{note['id']}/read", headers=alice)
+            assert read.status_code == 200
+            assert TIME.match(read.json()["read_at"])
+            count = await client.get("/api/notifications/unread-count", headers=alice)
+            assert count.json() == {"count": 1}
+
+            other = listed["items"][1]["id"]
+            dismissed = await client.post(f"/api/notifications/{other}/dismiss", headers=alice)
+            assert dismissed.status_code == 200
+            count = await client.get("/api/notifications/unread-count", headers=alice)
+            assert count.json() == {"count": 0}
+            remaining = (await client.get("/api/notifications", headers=alice)).json()["items"]
+            assert [n["id"] for n in remaining] == [note["id"]]
+            assert (
+                await client.get("/api/notifications/unread-count", headers=bearer("bob"))
+            ).json() == {"count": 1}
+
+    run(scenario())
+
+
+# ---- the gRPC -> HTTP table ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "http", "code"),
+    [
+        (grpc.StatusCode.INVALID_ARGUMENT, 400, "invalid_argument"),
+        (grpc.StatusCode.UNAUTHENTICATED, 401, "unauthenticated"),
+        (grpc.StatusCode.PERMISSION_DENIED, 403, "permission_denied"),
+        (grpc.StatusCode.NOT_FOUND, 404, "not_found"),
+        (grpc.StatusCode.ALREADY_EXISTS, 409, "conflict"),
+        (grpc.StatusCode.ABORTED, 409, "aborted"),
+        (grpc.StatusCode.FAILED_PRECONDITION, 409, "failed_precondition"),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, 429, "resource_exhausted"),
+        (grpc.StatusCode.UNAVAILABLE, 503, "unavailable"),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, 504, "deadline_exceeded"),
+        (grpc.StatusCode.INTERNAL, 503, "backend_unavailable"),
+        (grpc.StatusCode.UNKNOWN, 503, "backend_unavailable"),
+    ],
+)
+def test_grpc_status_to_http(status: grpc.StatusCode, http: int, code: str) -> None:
+    trailers = grpc.aio.Metadata(("x-error-code", code), ("x-retry-after", "17"))
+    if status == grpc.StatusCode.INVALID_ARGUMENT:
+        trailers.add("x-error-field", "page_size")
+    error = grpc.aio.AioRpcError(status, grpc.aio.Metadata(), trailers, "page_size: too big")
+    problem = problem_from_domain(domain_error_from_rpc(error))
+    assert problem.status == http
+    if status == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        assert problem.headers["Retry-After"] == "17"
+    if status == grpc.StatusCode.INVALID_ARGUMENT:
+        assert problem.field == "page_size"
+        assert problem.body()["field"] == "page_size"
+
+
+def test_backend_down_is_503_and_slow_is_504(sqlite_services: Services) -> None:
+    down = make_app(_closed_port())
+    settings = gateway_settings(sqlite_services.target)
+    slow = create_app(
+        settings,
+        Backends(
+            ServiceCaller(settings.service_secret, Role.GATEWAY),
+            Backends.from_settings(settings).specs.values(),
+            call_timeout=0.000001,
+        ),
+    )
+
+    async def scenario() -> None:
+        async with gateway_client(down) as client:
+            _problem(await client.get("/api/operations", headers=bearer("alice")), 503)
+        async with gateway_client(slow) as client:
+            _problem(
+                await client.get("/api/operations", headers=bearer("alice")),
+                504,
+                "deadline_exceeded",
+            )
+
+    run(scenario())
+
+
+def test_a_gateway_with_the_wrong_service_secret_answers_503_not_401(
+    sqlite_services: Services,
+) -> None:
+    app = make_app(sqlite_services.target, service_secret="not-the-service-secret-" + "x" * 20)
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+            response = await client.get("/api/notifications/unread-count", headers=bearer("alice"))
+            _problem(response, 503, "backend_unavailable")
+
+    run(scenario())
+
+
+# ---- OpenAPI, health, metrics ---------------------------------------------------------------
+
+
+def _documented(app: Starlette) -> set[tuple[str, str]]:
+    found = set()
+    for route in app.routes:
+        if isinstance(route, Mount):
+            found.add((route.path + "/{path}", "get"))
+        elif isinstance(route, Route):
+            for method in route.methods or ():
+                if method != "HEAD":
+                    found.add((route.path, method.lower()))
+    return found
+
+
+def _refs(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "$ref":
+                yield value
+            else:
+                yield from _refs(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _refs(item)
+
+
+def test_openapi_describes_every_route_and_every_error() -> None:
+    app = make_app(_closed_port())
+
+    async def scenario() -> dict[str, Any]:
+        async with gateway_client(app) as client:
+            response = await client.get("/openapi.json")
+            assert response.status_code == 200
+            document: dict[str, Any] = response.json()
+            return document
+
+    document = run(scenario())
+    declared = {(path, method) for path, item in document["paths"].items() for method in item}
+    assert _documented(app) == declared
+    schemas = document["components"]["schemas"]
+    for reference in _refs(document):
+        assert reference.removeprefix("#/components/schemas/") in schemas, reference
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            responses = operation["responses"]
+            assert any(code.startswith("2") or code.startswith("3") for code in responses), path
+            for code, response in responses.items():
+                if code.startswith(("4", "5")) and path.startswith("/api/"):
+                    schema = response["content"]["application/problem+json"]["schema"]
+                    assert schema == {"$ref": "#/components/schemas/Problem"}, (path, method)
+            if path.startswith("/api/"):
+                assert "401" in responses, (path, method)
+                assert operation["security"], (path, method)
+    assert set(schemas["Operation"]["required"]) == OPERATION_FIELDS
+    assert set(schemas["Operation"]["properties"]) == OPERATION_FIELDS
+
+
+def test_a_later_route_module_extends_the_app_and_the_document() -> None:
+    from starlette.responses import JSONResponse
+
+    from services.gateway.modules import RouteSet
+    from services.gateway.openapi import endpoint, ok
+    from services.gateway.web import Page
+
+    async def ping(_request: Any) -> JSONResponse:
+        return JSONResponse({"pong": True})
+
+    extra = RouteSet(
+        [Route("/api/ping", ping, methods=["GET"])],
+        {"/api/ping": {"get": endpoint("Ping", "ping", "extra", {"200": ok("pong")})}},
+        {"Pong": {"type": "object"}},
+    )
+    settings = gateway_settings(_closed_port())
+    app = create_app(
+        settings,
+        Backends.from_settings(settings),
+        modules=[extra],
+        pages=[Page("/jobs", "jobs", "Jobs", "Jobs")],
+    )
+    assert ("/api/ping", "get") in _documented(app)
+    assert "/api/ping" in app.state.openapi["paths"]
+    assert "/jobs" in app.state.openapi["paths"]
+    assert "Pong" in app.state.openapi["components"]["schemas"]
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+            assert (await client.get("/api/ping")).json() == {"pong": True}
+            client.cookies.set(SESSION_COOKIE, token("alice"))
+            page = await client.get("/operations")
+            assert '<a href="/jobs">Jobs</a>' in page.text
+
+    run(scenario())
+    with pytest.raises(ValueError, match="twice"):
+        create_app(settings, Backends.from_settings(settings), modules=[extra, extra])
+
+
+def test_healthz_and_readyz(sqlite_services: Services) -> None:
+    async def scenario() -> None:
+        async with gateway_client(make_app(sqlite_services.target)) as client:
+            assert (await client.get("/healthz")).json() == {"status": "ok"}
+            ready = await client.get("/readyz")
+            assert ready.status_code == 200
+            assert ready.json()["backends"] == {"operations": "serving", "notifications": "serving"}
+        half = make_app(sqlite_services.target, notifications_target=_closed_port())
+        async with gateway_client(half) as client:
+            assert (await client.get("/healthz")).status_code == 200
+            body = _problem(await client.get("/readyz"), 503, "not_ready")
+            assert "notifications" in body["detail"]
+            assert "operations" not in body["detail"]
+            assert body["backends"]["operations"] == "serving"
+            assert body["backends"]["notifications"] != "serving"
+
+    run(scenario())
+
+
+def _sample(text: str, route: str, status: int, method: str = "GET") -> float | None:
+    pattern = re.compile(
+        r"^gateway_http_requests_total\{(?P<labels>.*)\} (?P<value>\S+)$", re.MULTILINE
+    )
+    wanted = {f'method="{method}"', f'route="{route}"', f'status="{status}"'}
+    for match in pattern.finditer(text):
+        if set(match["labels"].split(",")) == wanted:
+            return float(match["value"])
+    return None
+
+
+def test_metrics_count_by_route_template_and_status(sqlite_services: Services) -> None:
+    app = make_app(sqlite_services.target)
+    other = make_app(sqlite_services.target)
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+            for _ in range(3):
+                await client.get("/api/operations/" + "a" * 32, headers=bearer("alice"))
+            await client.get("/api/operations", headers=bearer("alice"))
+            await client.get("/no/such/path")
+            metrics = await client.get("/metrics")
+            assert metrics.status_code == 200
+            assert metrics.headers["content-type"].startswith("text/plain")
+            text = metrics.text
+            assert _sample(text, "/api/operations/{id}", 404) == 3.0
+            assert _sample(text, "/api/operations", 200) == 1.0
+            assert _sample(text, "unmatched", 404) == 1.0
+            assert "a" * 32 not in text
+            assert "gateway_http_request_duration_seconds_bucket{" in text
+            assert 'route="/api/operations/{id}"' in text
+        async with gateway_client(other) as client:
+            fresh = (await client.get("/metrics")).text
+            assert _sample(fresh, "/api/operations/{id}", 404) is None
+
+    run(scenario())
+
+
+# ---- authentication -----------------------------------------------------------------------
+
+
+def _unsigned(claims: dict[str, Any]) -> str:
+    def part(data: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
+
+    return f"{part({'alg': 'none', 'typ': 'JWT'})}.{part(claims)}."
+
+
+def _claims(**extra: Any) -> dict[str, Any]:
+    now = int(time.time())
+    return {"sub": "alice", "iat": now, "exp": now + 600, **extra}
+
+
+BAD_TOKENS = {
+    "expired": jwt.encode(_claims(exp=int(time.time()) - 60), JWT_SECRET, algorithm="HS256"),
+    "wrong-secret": mint_user_token("another-secret-that-is-32-bytes-long!", "alice"),
+    "alg-none": _unsigned(_claims()),
+    "missing-exp": jwt.encode({"sub": "alice"}, JWT_SECRET, algorithm="HS256"),
+    "missing-sub": jwt.encode({"exp": int(time.time()) + 600}, JWT_SECRET, algorithm="HS256"),
+    "hs512": jwt.encode(_claims(), JWT_SECRET, algorithm="HS512"),
+    "bad-sub": jwt.encode(_claims(sub="alice bob/"), JWT_SECRET, algorithm="HS256"),
+    "numeric-sub": jwt.encode(
+        {"sub": 42, "exp": int(time.time()) + 600}, JWT_SECRET, algorithm="HS256"
+    ),
+    "garbage": "not.a.jwt",
+    "tampered": token("alice")[:-4] + "AAAA",
+}
+
+
+def test_authentication(sqlite_services: Services) -> None:
+    create_operation(sqlite_services, "bob", key="bobs")
+    app = make_app(sqlite_services.target)
+    path = "/api/operations"
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+            missing = _problem(await client.get(path), 401, "unauthenticated")
+            assert "detail" in missing
+            assert (await client.get(path, headers=bearer("alice"))).status_code == 200
+            for name, bad in BAD_TOKENS.items():
+                response = await client.get(path, headers={"Authorization": f"Bearer {bad}"})
+                assert response.status_code == 401, name
+                assert response.headers["www-authenticate"].startswith("Bearer")
+                client.cookies.set(SESSION_COOKIE, bad)
+                assert (await client.get(path)).status_code == 401, f"cookie {name}"
+                client.cookies.clear()
+            for header in (
+                "Basic YWxpY2U6cHc=",
+                "Bearer",
+                "Bearer ",
+                "alice",
+                "Bearer " + "a" * 5000,
+            ):
+                response = await client.get(path, headers={"Authorization": header})
+                _problem(response, 401)
+            client.cookies.set(SESSION_COOKIE, token("alice"))
+            assert (await client.get(path)).status_code == 200
+            # A client-sent identity header is ignored: alice sees her (empty) list, not bob's.
+            spoofed = await client.get(path, headers={**bearer("alice"), "x-owner-id": "bob"})
+            assert spoofed.status_code == 200
+            assert spoofed.json()["items"] == []
+            client.cookies.clear()
+            assert (await client.get(path, headers={"x-owner-id": "bob"})).status_code == 401
+
+    run(scenario())
+
+
+def test_issuer_and_audience_are_checked_when_configured(sqlite_services: Services) -> None:
+    app = make_app(sqlite_services.target, jwt_issuer="ops-issuer", jwt_audience="ops-web")
+    right = mint_user_token(JWT_SECRET, "alice", issuer="ops-issuer", audience="ops-web")
+    cases = {
+        "no-iss-aud": (token("alice"), 401),
+        "wrong-iss": (mint_user_token(JWT_SECRET, "alice", issuer="x", audience="ops-web"), 401),
+        "wrong-aud": (mint_user_token(JWT_SECRET, "alice", issuer="ops-issuer", audience="x"), 401),
+        "no-aud": (mint_user_token(JWT_SECRET, "alice", issuer="ops-issuer"), 401),
+        "right": (right, 200),
+    }
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+            for name, (value, status) in cases.items():
+                response = await client.get(
+                    "/api/notifications/unread-count", headers={"Authorization": f"Bearer {value}"}
+                )
+                assert response.status_code == status, name
+
+    run(scenario())
+
+
+def test_mint_and_verify_user_tokens() -> None:
+    minted = mint_user_token(JWT_SECRET, "carol@example.com", ttl_seconds=30)
+    header = jwt.get_unverified_header(minted)
+    claims = jwt.decode(minted, JWT_SECRET, algorithms=["HS256"])
+    assert header["alg"] == "HS256"
+    assert claims["sub"] == "carol@example.com"
+    assert claims["exp"] - claims["iat"] == 30
+    assert verify_user_token(JWT_SECRET, minted) == "carol@example.com"
+    with pytest.raises(InvalidArgument):
+        mint_user_token(JWT_SECRET, "not valid!")
+    with pytest.raises(InvalidArgument):
+        mint_user_token(JWT_SECRET, "x" * 65)
+
+
+def test_cookie_changes_from_another_origin_are_refused(sqlite_services: Services) -> None:
+    operation = create_operation(sqlite_services, "alice")
+    app = make_app(sqlite_services.target)
+    cancel = f"/api/operations/{operation.id}/cancel"
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+            client.cookies.set(SESSION_COOKIE, token("alice"))
+            for headers in (
+                {"Origin": "https://evil.example"},
+                {"Origin": "http://gateway.test.evil.example"},
+                {"Origin": "http://gateway.test:8443"},
+                {"Origin": "null"},
+                {"Sec-Fetch-Site": "cross-site"},
+                {"Sec-Fetch-Site": "same-site"},
+                {"Origin": BASE_URL, "Sec-Fetch-Site": "cross-site"},
+            ):
+                _problem(await client.post(cancel, headers=headers), 403, "cross_origin_request")
+            state = await client.get(f"/api/operations/{operation.id}")
+            assert state.json()["state"] == "queued"  # reads are fine; nothing was cancelled
+            # Behind a TLS-terminating proxy the browser's origin says https: same host.
+            done = await client.post(
+                cancel, headers={"Origin": "https://gateway.test", "Sec-Fetch-Site": "same-origin"}
+            )
+            assert done.status_code == 200
+            assert done.json()["state"] == "cancelled"
+            client.cookies.clear()
+            # A bearer token is not ambient: no origin check applies.
+            retried = await client.post(
+                f"/api/operations/{operation.id}/retry",
+                headers={**bearer("alice"), "Origin": "https://tool.example"},
+            )
+            assert retried.status_code == 200
+
+    run(scenario())
+
+
+# ---- sessions and pages -------------------------------------------------------------------
+
+
+def test_dev_login_exists_only_when_enabled(sqlite_services: Services) -> None:
+    async def scenario() -> None:
+        async with gateway_client(make_app(sqlite_services.target)) as client:
+            _problem(await client.get("/auth/dev-login?user=alice"), 404, "not_found")
+            page = await client.get("/")
+            assert page.status_code == 200
+            assert "opsctl token" in page.text
+            assert "/auth/dev-login" not in page.text
+        enabled = make_app(sqlite_services.target, dev_login=True)
+        async with gateway_client(enabled) as client:
+            assert "/auth/dev-login" in (await client.get("/")).text
+            _problem(await client.get("/auth/dev-login?user=bad%20user"), 400)
+            _problem(await client.get("/auth/dev-login"), 400)
+            response = await client.get("/auth/dev-login?user=alice")
+            assert response.status_code == 303
+            assert response.headers["location"] == "/operations"
+            cookie = response.headers["set-cookie"]
+            assert cookie.startswith(f"{SESSION_COOKIE}=")
+            attributes = {part.strip().lower() for part in cookie.split(";")}
+            assert {"httponly", "path=/", "samesite=strict"} <= attributes
+            assert (await client.get("/api/notifications/unread-count")).json() == {"count": 0}
+            home = await client.get("/")
+            assert home.status_code == 303
+            assert home.headers["location"] == "/operations"
+
+    run(scenario())
+
+
+def test_login_with_a_token_and_logout(sqlite_services: Services) -> None:
+    app = make_app(sqlite_services.target, ui_unread_poll_ms=1234)
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+            redirected = await client.get("/operations")
+            assert redirected.status_code == 303
+            assert redirected.headers["location"] == "/"
+            _problem(await client.post("/auth/login", json={"token": "nope"}), 401)
+            _problem(
+                await client.post(
+                    "/auth/login",
+                    json={"token": token("alice")},
+                    headers={"Origin": "https://x.example"},
+                ),
+                403,
+            )
+            signed = await client.post("/auth/login", json={"token": token("alice")})
+            assert signed.status_code == 200
+            assert signed.json() == {"user": "alice"}
+            assert "httponly" in signed.headers["set-cookie"].lower()
+            page = await client.get("/operations")
+            assert page.status_code == 200
+            assert '<meta name="ops-unread-poll-ms" content="1234">' in page.text
+            assert 'aria-label="Notifications"' in page.text
+            assert "<svg" in page.text
+            assert "alice" in page.text
+            assert "script-src 'self'" in page.headers["content-security-policy"]
+
+            _problem(
+                await client.post("/auth/logout", headers={"Origin": "https://x.example"}), 403
+            )
+            out = await client.post("/auth/logout")
+            assert out.status_code == 204
+            cleared = out.headers["set-cookie"].lower()
+            assert cleared.startswith(f"{SESSION_COOKIE}=")
+            assert "max-age=0" in cleared
+            assert SESSION_COOKIE not in client.cookies
+            assert (await client.get("/operations")).status_code == 303
+            static = await client.get("/static/app.js")
+            assert static.status_code == 200
+            assert "javascript" in static.headers["content-type"]
+            assert static.headers["cache-control"] == "no-cache"
+            assert static.headers["etag"]
+            _problem(await client.get("/static/nope.js"), 404)
+
+    run(scenario())
+
+
+# ---- the process --------------------------------------------------------------------------
+
+
+def test_parse_bind() -> None:
+    assert parse_bind("127.0.0.1:8080") == ("127.0.0.1", 8080)
+    assert parse_bind("[::1]:9000") == ("::1", 9000)
+    for bad in ("8080", "localhost", ":80", "host:http", "host:70000"):
+        with pytest.raises(SettingsError):
+            parse_bind(bad)
+
+
+def test_serve_gateway_runs_uvicorn_with_structlog(sqlite_services: Services) -> None:
+    bind = _closed_port()
+    environment = {
+        **os.environ,
+        "OPS_GATEWAY_BIND": bind,
+        "OPS_OPERATIONS_TARGET": sqlite_services.target,
+        "OPS_NOTIFICATIONS_TARGET": sqlite_services.target,
+        "OPS_SERVICE_SECRET": SERVICE_SECRET,
+        "OPS_JWT_SECRET": JWT_SECRET,
+        "OPS_LOG_JSON": "true",
+        "OPS_LOG_LEVEL": "debug",
+    }
+    code = "from services.gateway.main import run; from services.settings import Settings; "
+    code += "run(Settings.from_env())"
+    process = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=environment,
+        cwd=Path(__file__).resolve().parents[2],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                ready = httpx.get(f"http://{bind}/readyz", timeout=1)
+                break
+            except httpx.TransportError:
+                assert process.poll() is None, process.stderr.read() if process.stderr else ""
+                assert time.monotonic() < deadline, "the gateway did not start"
+                time.sleep(0.1)
+        assert ready.status_code == 200
+        answer = httpx.get(f"http://{bind}/api/operations", headers=bearer("alice"), timeout=5)
+        assert answer.status_code == 200
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _out, errors = process.communicate(timeout=15)
+    # uvicorn shuts down gracefully, then re-raises SIGTERM to exit with it.
+    assert process.returncode in (0, -signal.SIGTERM), errors
+    assert "Traceback" not in errors
+    lines = [line for line in errors.splitlines() if line.strip()]
+    events = [json.loads(line) for line in lines]  # every line is one JSON event
+    assert any(event.get("event") == "http_request" for event in events)
+    assert all(event.get("process") == "gateway" for event in events)

@@ -1,0 +1,196 @@
+"""Run the gateway against the gRPC harness, and play the worker that moves operations.
+
+``make_app`` builds the app for a harness target; ``gateway_client`` drives it
+in-process with httpx (closing its gRPC channels at the end); ``LiveGateway``
+serves it with uvicorn on 127.0.0.1:0 in a thread, for the browser. The
+worker helpers use the harness's synchronous stubs with a worker credential.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+import httpx
+import uvicorn
+from durable_ops.operations.v1 import operations_pb2 as ops_pb
+from starlette.applications import Starlette
+
+from services.gateway.app import create_app
+from services.gateway.auth import mint_user_token
+from services.gateway.backends import Backends
+from services.model.scope import Role
+from services.settings import Settings
+from tests.support.grpc_services import SECRET as SERVICE_SECRET
+from tests.support.grpc_services import Services, metadata
+
+JWT_SECRET = "test-user-jwt-secret-" + "0123456789abcdef" * 4
+BASE_URL = "http://gateway.test"
+
+
+def gateway_settings(target: str, **overrides: Any) -> Settings:
+    settings = Settings(
+        jwt_secret=JWT_SECRET,
+        service_secret=SERVICE_SECRET,
+        operations_target=target,
+        notifications_target=target,
+        gateway_bind="127.0.0.1:0",
+        log_json="true",
+    )
+    return replace(settings, **overrides)
+
+
+def make_app(target: str, **overrides: Any) -> Starlette:
+    settings = gateway_settings(target, **overrides)
+    return create_app(settings, Backends.from_settings(settings))
+
+
+def token(user: str, ttl_seconds: int = 600, **kwargs: Any) -> str:
+    return mint_user_token(JWT_SECRET, user, ttl_seconds, **kwargs)
+
+
+def bearer(user: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token(user)}"}
+
+
+@asynccontextmanager
+async def gateway_client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
+    """An in-process client; the app's gRPC channels are closed when it ends."""
+    transport = httpx.ASGITransport(app=app)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
+            yield client
+    finally:
+        backends: Backends = app.state.backends
+        await backends.close()
+
+
+def run(coroutine: Any) -> Any:
+    return asyncio.run(coroutine)
+
+
+# ---- a live server for the browser ------------------------------------------------------
+
+
+class LiveGateway:
+    """uvicorn serving ``app`` on a free loopback port in a daemon thread."""
+
+    def __init__(self, app: Starlette) -> None:
+        self.app = app
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind(("127.0.0.1", 0))
+        self.port: int = self._socket.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True
+        )
+
+    def __enter__(self) -> LiveGateway:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the gateway did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+        self._socket.close()
+
+
+# ---- the worker side --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claimed:
+    operation_id: str
+    owner: str
+    lease_token: str
+
+
+def create_operation(
+    services: Services,
+    owner: str,
+    *,
+    task_type: str = "strategy.snapshot",
+    key: str | None = None,
+    subject: tuple[str, str] = ("job", "job-1"),
+    max_attempts: int = 3,
+) -> ops_pb.Operation:
+    reply = services.operations.CreateOperation(
+        ops_pb.CreateOperationRequest(
+            task_type=task_type,
+            idempotency_key=key or f"key-{time.monotonic_ns()}",
+            subject=ops_pb.Subject(type=subject[0], id=subject[1]),
+            max_attempts=max_attempts,
+            retry_delay_seconds=1,
+        ),
+        metadata=metadata(Role.PRODUCER, owner),
+    )
+    operation: ops_pb.Operation = reply.operation
+    return operation
+
+
+def claim(services: Services, task_types: list[str]) -> Claimed:
+    reply = services.operations.ClaimOperation(
+        ops_pb.ClaimOperationRequest(task_types=task_types, lease_seconds=60),
+        metadata=metadata(Role.WORKER),
+    )
+    if not reply.HasField("claimed"):
+        raise AssertionError(f"nothing to claim for {task_types}")
+    return Claimed(reply.claimed.operation.id, reply.claimed.owner_id, reply.claimed.lease_token)
+
+
+def heartbeat(services: Services, claimed: Claimed, progress: int) -> bool:
+    """Report progress; answers whether a cancel was requested."""
+    beat = ops_pb.HeartbeatRequest(
+        operation_id=claimed.operation_id,
+        lease_token=claimed.lease_token,
+        progress_percent=progress,
+    )
+    replies = list(
+        services.operations.Heartbeat(iter([beat]), metadata=metadata(Role.WORKER, claimed.owner))
+    )
+    return bool(replies[-1].cancel_requested)
+
+
+def complete(services: Services, claimed: Claimed) -> None:
+    services.operations.CompleteOperation(
+        ops_pb.CompleteOperationRequest(
+            operation_id=claimed.operation_id, lease_token=claimed.lease_token
+        ),
+        metadata=metadata(Role.WORKER, claimed.owner),
+    )
+
+
+def fail(services: Services, claimed: Claimed, *, retryable: bool = False) -> None:
+    services.operations.FailOperation(
+        ops_pb.FailOperationRequest(
+            operation_id=claimed.operation_id,
+            lease_token=claimed.lease_token,
+            retryable=retryable,
+            failure_code="test_failure",
+            failure_message="secret details that must never reach a client",
+        ),
+        metadata=metadata(Role.WORKER, claimed.owner),
+    )
+
+
+def acknowledge_cancel(services: Services, claimed: Claimed) -> None:
+    services.operations.AcknowledgeCancellation(
+        ops_pb.AcknowledgeCancellationRequest(
+            operation_id=claimed.operation_id, lease_token=claimed.lease_token
+        ),
+        metadata=metadata(Role.WORKER, claimed.owner),
+    )
