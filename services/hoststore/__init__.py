@@ -1,0 +1,91 @@
+"""The host operation store (seed 002): one exclusive, durable, local store per host.
+
+    session = acquire("/var/lib/durable-ops/host", "runner-1")
+    record, created = session.begin("op-1", plan_hash)
+    record = session.advance("op-1", record.revision, State.RUNNING)   # the claim
+    session.close()
+
+See ``docs/hoststore.md`` for the contract, the file format and what is not
+promised. Errors are listed in ``services.hoststore.errors``.
+"""
+
+from services.hoststore.errors import (
+    CapacityExceeded,
+    ChecksumMismatch,
+    DuplicateKey,
+    HostLocked,
+    HostMismatch,
+    HostStoreError,
+    InvalidArgument,
+    InvalidTransition,
+    LockFileInvalid,
+    LockReplaced,
+    MissingField,
+    NestingTooDeep,
+    NonFiniteNumber,
+    NotCanonical,
+    PlanHashConflict,
+    ReadFailed,
+    RevisionMismatch,
+    SaveFailed,
+    SessionClosed,
+    SessionPoisoned,
+    SnapshotError,
+    SnapshotMalformed,
+    SnapshotMissing,
+    SnapshotTooLarge,
+    SnapshotTruncated,
+    UnknownField,
+    UnknownOperation,
+    UnresolvedOperation,
+    UnsafeDirectory,
+    UnsafeFile,
+    UnsupportedFileSystem,
+    UnsupportedPlatform,
+    UnsupportedVersion,
+)
+from services.hoststore.session import Session, acquire
+from services.hoststore.snapshot import Record
+from services.hoststore.transitions import State
+from services.hoststore.view import show
+
+__all__ = [
+    "CapacityExceeded",
+    "ChecksumMismatch",
+    "DuplicateKey",
+    "HostLocked",
+    "HostMismatch",
+    "HostStoreError",
+    "InvalidArgument",
+    "InvalidTransition",
+    "LockFileInvalid",
+    "LockReplaced",
+    "MissingField",
+    "NestingTooDeep",
+    "NonFiniteNumber",
+    "NotCanonical",
+    "PlanHashConflict",
+    "ReadFailed",
+    "Record",
+    "RevisionMismatch",
+    "SaveFailed",
+    "Session",
+    "SessionClosed",
+    "SessionPoisoned",
+    "SnapshotError",
+    "SnapshotMalformed",
+    "SnapshotMissing",
+    "SnapshotTooLarge",
+    "SnapshotTruncated",
+    "State",
+    "UnknownField",
+    "UnknownOperation",
+    "UnresolvedOperation",
+    "UnsafeDirectory",
+    "UnsafeFile",
+    "UnsupportedFileSystem",
+    "UnsupportedPlatform",
+    "UnsupportedVersion",
+    "acquire",
+    "show",
+]

@@ -1,0 +1,91 @@
+"""``host.lock``: the host-wide exclusive lock and the initialization marker.
+
+The lock is a non-blocking exclusive ``flock`` (not ``lockf``: ``flock`` belongs
+to the open file description, so a second acquire in the same process is refused
+too, and closing an unrelated descriptor of the file does not drop it). The file's
+inode is the lock's identity, so the file is never deleted, replaced or
+truncated; the marker is written in place at offset 0 and synced.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Final
+
+from services.hoststore.directory import check_private_file
+from services.hoststore.errors import (
+    HostLocked,
+    LockFileInvalid,
+    LockReplaced,
+    ReadFailed,
+    UnsafeFile,
+)
+from services.hoststore.filesystem import FileSystem
+
+LOCK_NAME: Final = "host.lock"
+MARKER: Final = b"durable-ops host-store initialized v1\n"
+
+
+def open_and_lock(fs: FileSystem, dir_fd: int, directory: str) -> int:
+    """Open (creating if needed) and exclusively lock ``host.lock``; refuse at once if held."""
+    import fcntl  # Linux only; importing it at module level would break import on Windows
+
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = fs.open(LOCK_NAME, flags, 0o600, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeFile(f"{LOCK_NAME} in {directory} is a symlink") from None
+        raise UnsafeFile(f"cannot open {LOCK_NAME} in {directory}: {exc.strerror}") from exc
+    try:
+        check_private_file(os.fstat(fd), LOCK_NAME)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise HostLocked(f"the host store in {directory} is held by another session") from None
+        # Someone may have swapped the file between our open and our flock.
+        check_held(dir_fd, fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def check_held(dir_fd: int, lock_fd: int) -> None:
+    """Refuse if ``host.lock`` in the directory is no longer the file we hold locked."""
+    try:
+        current = os.stat(LOCK_NAME, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as exc:
+        raise LockReplaced(f"{LOCK_NAME} is gone: {exc.strerror}") from exc
+    held = os.fstat(lock_fd)
+    if (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
+        raise LockReplaced(f"{LOCK_NAME} was replaced behind this session")
+
+
+def is_marked(lock_fd: int) -> bool:
+    try:
+        content = os.pread(lock_fd, len(MARKER) + 1, 0)
+    except OSError as exc:
+        raise ReadFailed(f"cannot read {LOCK_NAME}: {exc.strerror}") from exc
+    return parse_marker(content)
+
+
+def parse_marker(content: bytes) -> bool:
+    """True if marked, False if empty or a torn marker write; foreign bytes are refused."""
+    if content == MARKER:
+        return True
+    if MARKER.startswith(content):
+        return False
+    raise LockFileInvalid(f"{LOCK_NAME} holds unexpected bytes; it is not a host-store lock")
+
+
+def write_marker(fs: FileSystem, lock_fd: int) -> None:
+    """Write the marker in place and sync it; raises ``OSError`` on failure."""
+    written = 0
+    while written < len(MARKER):
+        count = fs.pwrite(lock_fd, MARKER[written:], written)
+        if count <= 0:
+            raise OSError(errno.EIO, f"pwrite returned {count}")
+        written += count
+    fs.fsync(lock_fd)

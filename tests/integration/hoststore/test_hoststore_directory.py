@@ -1,0 +1,167 @@
+"""What acquire refuses before it touches anything: platform, directory, file system, files."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from services.hoststore import (
+    LockFileInvalid,
+    UnsafeDirectory,
+    UnsafeFile,
+    UnsupportedFileSystem,
+    UnsupportedPlatform,
+    acquire,
+    mounts,
+)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    directory = tmp_path / "store"
+    directory.mkdir()
+    directory.chmod(0o700)
+    return directory
+
+
+def test_a_private_directory_is_accepted(store: Path) -> None:
+    acquire(store, "runner-1").close()
+    assert sorted(os.listdir(store)) == ["host.lock", "state.json"]
+    assert (store / "host.lock").stat().st_mode & 0o777 == 0o600
+    assert (store / "state.json").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("platform", ["win32", "cygwin", "darwin", "freebsd14", "openbsd7", "aix"])
+def test_other_platforms_refuse_to_acquire(
+    store: Path, platform: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "platform", platform)
+    with pytest.raises(UnsupportedPlatform):
+        acquire(store, "runner-1")
+    assert os.listdir(store) == []
+
+
+def test_a_missing_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UnsafeDirectory, match="does not exist"):
+        acquire(tmp_path / "absent", "runner-1")
+
+
+def test_a_symlink_to_a_directory_is_refused(store: Path, tmp_path: Path) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(store)
+    with pytest.raises(UnsafeDirectory, match="symlink"):
+        acquire(link, "runner-1")
+    with pytest.raises(UnsafeDirectory, match="symlink"):
+        acquire(str(link) + "/", "runner-1")
+    assert os.listdir(store) == []
+
+
+def test_a_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "file"
+    path.write_text("")
+    with pytest.raises(UnsafeDirectory, match="not a directory"):
+        acquire(path, "runner-1")
+
+
+@pytest.mark.parametrize("mode", [0o755, 0o750, 0o701, 0o707, 0o500, 0o1700, 0o2700])
+def test_any_mode_but_0700_is_refused(store: Path, mode: int) -> None:
+    store.chmod(mode)
+    with pytest.raises(UnsafeDirectory, match="mode"):
+        acquire(store, "runner-1")
+    store.chmod(0o700)
+    assert os.listdir(store) == []
+
+
+def test_another_owner_is_refused(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = os.geteuid()
+    monkeypatch.setattr(os, "geteuid", lambda: real + 1)
+    with pytest.raises(UnsafeDirectory, match="owned by uid"):
+        acquire(store, "runner-1")
+
+
+def _fake_mountinfo(store: Path, tmp_path: Path, fs_type: str) -> Path:
+    device = store.stat().st_dev
+    text = (
+        "1 0 254:200 / / rw - ext4 /dev/vdz rw\n"
+        f"2 1 {os.major(device)}:{os.minor(device)} / {store} rw - {fs_type} server:/x rw\n"
+    )
+    path = tmp_path / "mountinfo"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("fs_type", ["nfs4", "nfs", "cifs", "smb3", "fuse.sshfs", "fuse", "9p"])
+def test_network_and_fuse_file_systems_are_refused(
+    store: Path, tmp_path: Path, fs_type: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mounts, "MOUNTINFO_PATH", str(_fake_mountinfo(store, tmp_path, fs_type)))
+    with pytest.raises(UnsupportedFileSystem, match=fs_type):
+        acquire(store, "runner-1")
+    assert os.listdir(store) == []
+
+
+def test_a_local_file_system_in_mountinfo_is_accepted(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mounts, "MOUNTINFO_PATH", str(_fake_mountinfo(store, tmp_path, "xfs")))
+    acquire(store, "runner-1").close()
+
+
+def test_an_unreadable_mountinfo_is_refused(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mounts, "MOUNTINFO_PATH", str(tmp_path / "no-proc"))
+    with pytest.raises(UnsupportedFileSystem, match="cannot read"):
+        acquire(store, "runner-1")
+
+
+def test_the_real_mountinfo_knows_this_directory(store: Path) -> None:
+    text = Path(mounts.MOUNTINFO_PATH).read_text()
+    device = store.stat().st_dev
+    types = mounts.file_system_types(
+        mounts.parse_mountinfo(text), (os.major(device), os.minor(device)), str(store)
+    )
+    assert types
+    assert not any(mounts.is_unsupported(fs_type) for fs_type in types)
+
+
+def test_a_symlinked_host_lock_is_refused(store: Path, tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.write_bytes(b"")
+    (store / "host.lock").symlink_to(target)
+    with pytest.raises(UnsafeFile, match="symlink"):
+        acquire(store, "runner-1")
+
+
+def test_a_shared_host_lock_is_refused(store: Path) -> None:
+    (store / "host.lock").write_bytes(b"")
+    (store / "host.lock").chmod(0o644)
+    with pytest.raises(UnsafeFile, match="mode"):
+        acquire(store, "runner-1")
+
+
+def test_a_host_lock_with_foreign_bytes_is_refused(store: Path) -> None:
+    (store / "host.lock").write_bytes(b"pid=1234\n")
+    (store / "host.lock").chmod(0o600)
+    with pytest.raises(LockFileInvalid):
+        acquire(store, "runner-1")
+    assert (store / "host.lock").read_bytes() == b"pid=1234\n"
+
+
+def test_a_symlinked_snapshot_is_refused(store: Path, tmp_path: Path) -> None:
+    acquire(store, "runner-1").close()
+    moved = tmp_path / "moved.json"
+    (store / "state.json").rename(moved)
+    (store / "state.json").symlink_to(moved)
+    with pytest.raises(UnsafeFile, match="symlink"):
+        acquire(store, "runner-1")
+
+
+def test_a_shared_snapshot_is_refused(store: Path) -> None:
+    acquire(store, "runner-1").close()
+    (store / "state.json").chmod(0o640)
+    with pytest.raises(UnsafeFile, match="mode"):
+        acquire(store, "runner-1")

@@ -1,0 +1,215 @@
+"""host.lock across processes: exclusion, release on SIGKILL, replacement detection."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from services.hoststore import (
+    HostLocked,
+    LockReplaced,
+    SessionClosed,
+    SessionPoisoned,
+    State,
+    acquire,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+
+HOLDER = """
+import sys, time
+from services.hoststore import HostStoreError, acquire
+session = acquire(sys.argv[1], "runner-1")
+print("held", flush=True)
+command = sys.stdin.readline().strip()
+if command == "begin":
+    try:
+        session.begin("op-after", "hash")
+        print("ok", flush=True)
+    except HostStoreError as exc:
+        print(exc.code, "poisoned" if session.poisoned else "healthy", flush=True)
+time.sleep(600)
+"""
+
+ATTEMPT = """
+import sys
+from services.hoststore import HostStoreError, acquire
+try:
+    acquire(sys.argv[1], "runner-1").close()
+    print("acquired")
+except HostStoreError as exc:
+    print(exc.code)
+"""
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    directory = tmp_path / "store"
+    directory.mkdir()
+    directory.chmod(0o700)
+    return directory
+
+
+def _python(code: str, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+@pytest.fixture
+def holder(store: Path) -> Iterator[subprocess.Popen[str]]:
+    process = _python(HOLDER, str(store))
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "held"
+    yield process
+    if process.poll() is None:
+        process.kill()
+    process.wait(timeout=10)
+    for stream in (process.stdin, process.stdout):
+        if stream is not None:
+            stream.close()
+
+
+def _attempt_from_another_process(path: Path | str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", ATTEMPT, str(path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        timeout=60,
+        check=True,
+    )
+    return result.stdout.strip()
+
+
+def test_a_second_acquire_fails_at_once_while_another_process_holds(
+    store: Path, holder: subprocess.Popen[str]
+) -> None:
+    started = time.monotonic()
+    with pytest.raises(HostLocked):
+        acquire(store, "runner-1")
+    assert time.monotonic() - started < 1.0, "a held lock must be refused, not waited for"
+    assert _attempt_from_another_process(store) == "host_locked"
+    assert _attempt_from_another_process(f"{store}/../{store.name}/.") == "host_locked"
+
+
+def test_the_lock_is_free_after_the_holder_is_killed(
+    store: Path, holder: subprocess.Popen[str]
+) -> None:
+    with pytest.raises(HostLocked):
+        acquire(store, "runner-1")
+    holder.send_signal(signal.SIGKILL)
+    assert holder.wait(timeout=10) == -signal.SIGKILL
+    with acquire(store, "runner-1") as session:
+        assert session.records() == ()
+
+
+def test_a_second_acquire_in_the_same_process_fails(store: Path) -> None:
+    with acquire(store, "runner-1"):
+        with pytest.raises(HostLocked):
+            acquire(store, "runner-1")
+        assert _attempt_from_another_process(store) == "host_locked"
+    assert _attempt_from_another_process(store) == "acquired"
+
+
+def _replace_lock(store: Path) -> None:
+    fresh = store / "host.lock.new"
+    fresh.write_bytes((store / "host.lock").read_bytes())
+    fresh.chmod(0o600)
+    os.replace(fresh, store / "host.lock")
+
+
+def test_replacing_host_lock_behind_another_process_is_detected(
+    store: Path, holder: subprocess.Popen[str]
+) -> None:
+    _replace_lock(store)
+    assert holder.stdin is not None
+    assert holder.stdout is not None
+    holder.stdin.write("begin\n")
+    holder.stdin.flush()
+    assert holder.stdout.readline().split() == ["lock_replaced", "poisoned"]
+    with acquire(store, "runner-1") as session:
+        assert session.records() == (), "the refused begin must not have been written"
+
+
+def test_replacing_host_lock_poisons_the_session(store: Path) -> None:
+    session = acquire(store, "runner-1")
+    record, _ = session.begin("op-1", "hash")
+    _replace_lock(store)
+    with pytest.raises(LockReplaced):
+        session.advance("op-1", record.revision, State.RUNNING)
+    assert session.poisoned
+    with pytest.raises(SessionPoisoned):
+        session.get("op-1")
+    with pytest.raises(SessionPoisoned):
+        session.begin("op-1", "hash")
+    session.close()
+    with acquire(store, "runner-1") as reopened:
+        assert reopened.get("op-1").state is State.QUEUED
+
+
+def test_deleting_host_lock_poisons_the_session(store: Path) -> None:
+    session = acquire(store, "runner-1")
+    (store / "host.lock").unlink()
+    with pytest.raises(LockReplaced, match="gone"):
+        session.begin("op-1", "hash")
+    assert session.poisoned
+    session.close()
+
+
+def test_replacing_the_directory_poisons_the_session(store: Path, tmp_path: Path) -> None:
+    session = acquire(store, "runner-1")
+    store.rename(tmp_path / "old-store")
+    store.mkdir(mode=0o700)
+    with pytest.raises(LockReplaced, match="directory"):
+        session.begin("op-1", "hash")
+    assert session.poisoned
+    session.close()
+    assert os.listdir(store) == []
+
+
+def test_host_lock_keeps_its_inode_and_bytes_across_sessions(store: Path) -> None:
+    with acquire(store, "runner-1") as session:
+        session.begin("op-1", "hash")
+    first = (store / "host.lock").stat()
+    content = (store / "host.lock").read_bytes()
+    for _ in range(3):
+        with acquire(store, "runner-1") as session:
+            record = session.get("op-1")
+            if record.state is State.QUEUED:
+                session.advance("op-1", record.revision, State.CANCELLED)
+        again = (store / "host.lock").stat()
+        assert (again.st_ino, again.st_dev) == (first.st_ino, first.st_dev)
+        assert (store / "host.lock").read_bytes() == content
+
+
+def test_a_closed_session_refuses_every_call(store: Path) -> None:
+    session = acquire(store, "runner-1")
+    session.begin("op-1", "hash")
+    session.close()
+    session.close()  # idempotent
+    assert session.closed
+    calls = [
+        lambda: session.begin("op-1", "hash"),
+        lambda: session.advance("op-1", 1, State.RUNNING),
+        lambda: session.get("op-1"),
+        session.records,
+        session.unresolved,
+    ]
+    for call in calls:
+        with pytest.raises(SessionClosed):
+            call()
