@@ -21,7 +21,16 @@ from contextlib import asynccontextmanager
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from services.gateway import health, login, metrics, notifications, openapi, operations
+from services.gateway import (
+    ai,
+    health,
+    login,
+    metrics,
+    notifications,
+    openapi,
+    operations,
+    workspace,
+)
 from services.gateway.backends import Backends
 from services.gateway.headers import SecurityHeadersMiddleware
 from services.gateway.modules import RouteModule
@@ -32,6 +41,8 @@ from services.settings import Settings
 CORE_MODULES: tuple[RouteModule, ...] = (
     operations,
     notifications,
+    workspace,
+    ai,
     login,
     health,
     metrics,

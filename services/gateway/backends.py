@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from durable_ops.ai_admission.v1 import ai_admission_pb2
 from durable_ops.notifications.v1 import notifications_pb2
 from durable_ops.operations.v1 import operations_pb2
+from durable_ops.workspace.v1 import workspace_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.model.scope import Role
@@ -47,8 +49,16 @@ KNOWN_BACKENDS: Mapping[str, tuple[str, str]] = {
         "notifications_target",
         notifications_pb2.DESCRIPTOR.services_by_name["NotificationsService"].full_name,
     ),
+    "workspace": (
+        "workspace_target",
+        workspace_pb2.DESCRIPTOR.services_by_name["WorkspaceService"].full_name,
+    ),
+    "ai_admission": (
+        "ai_admission_target",
+        ai_admission_pb2.DESCRIPTOR.services_by_name["AiAdmissionService"].full_name,
+    ),
 }
-DEFAULT_BACKENDS = ("operations", "notifications")
+DEFAULT_BACKENDS = ("operations", "notifications", "workspace", "ai_admission")
 
 
 def spec_from_settings(settings: Settings, name: str) -> BackendSpec:

@@ -46,9 +46,16 @@ def _parse(raw: bytes) -> Any:
 
 
 async def json_object(
-    request: Request, allowed: Collection[str], *, max_bytes: int = DEFAULT_MAX_BYTES
+    request: Request,
+    allowed: Collection[str],
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    optional: bool = False,
 ) -> dict[str, Any]:
+    """The body as a JSON object; with ``optional``, an empty body is ``{}``."""
     raw = await _read(request, max_bytes)
+    if optional and not raw.strip():
+        return {}
     if _media_type(request) not in ("application/json", ""):
         raise Problem(415, "unsupported_media_type", "send the body as application/json")
     body = _parse(raw)

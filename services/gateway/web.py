@@ -45,7 +45,8 @@ class Page:
 
 
 OPERATIONS_PAGE = Page("/operations", "operations", "Operations", "Operations")
-CORE_PAGES: tuple[Page, ...] = (OPERATIONS_PAGE,)
+JOBS_PAGE = Page("/jobs", "jobs", "Jobs", "Jobs")
+CORE_PAGES: tuple[Page, ...] = (OPERATIONS_PAGE, JOBS_PAGE)
 
 
 class UIFiles(StaticFiles):

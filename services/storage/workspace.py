@@ -14,12 +14,14 @@ from services.model.errors import InvalidArgument, NotFound
 from services.model.states import Plan, Privacy
 from services.storage.operations import new_id
 from services.storage.pages import Page, newest_first, page_size, paginate
-from services.storage.schema import (
+from services.model.bounds import (
     ATTACHMENT_FILENAME_MAX,
     ATTACHMENT_TEXT_MAX,
     JOB_COMPANY_MAX,
     JOB_DESCRIPTION_MAX,
     JOB_TITLE_MAX,
+)
+from services.storage.schema import (
     AiWorkspaceNote,
     Attachment,
     Base,

@@ -470,7 +470,12 @@ def test_healthz_and_readyz(sqlite_services: Services) -> None:
             assert (await client.get("/healthz")).json() == {"status": "ok"}
             ready = await client.get("/readyz")
             assert ready.status_code == 200
-            assert ready.json()["backends"] == {"operations": "serving", "notifications": "serving"}
+            assert ready.json()["backends"] == {
+                "operations": "serving",
+                "notifications": "serving",
+                "workspace": "serving",
+                "ai_admission": "serving",
+            }
         half = make_app(sqlite_services.target, notifications_target=_closed_port())
         async with gateway_client(half) as client:
             assert (await client.get("/healthz")).status_code == 200
@@ -761,6 +766,8 @@ def test_serve_gateway_runs_uvicorn_with_structlog(sqlite_services: Services) ->
         "OPS_GATEWAY_BIND": bind,
         "OPS_OPERATIONS_TARGET": sqlite_services.target,
         "OPS_NOTIFICATIONS_TARGET": sqlite_services.target,
+        "OPS_WORKSPACE_TARGET": sqlite_services.target,
+        "OPS_AI_ADMISSION_TARGET": sqlite_services.target,
         "OPS_SERVICE_SECRET": SERVICE_SECRET,
         "OPS_JWT_SECRET": JWT_SECRET,
         "OPS_LOG_JSON": "true",

@@ -40,6 +40,8 @@ def gateway_settings(target: str, **overrides: Any) -> Settings:
         service_secret=SERVICE_SECRET,
         operations_target=target,
         notifications_target=target,
+        workspace_target=target,
+        ai_admission_target=target,
         gateway_bind="127.0.0.1:0",
         log_json="true",
     )
@@ -117,6 +119,8 @@ class Claimed:
     operation_id: str
     owner: str
     lease_token: str
+    subject_id: str = ""
+    context_ref: str = ""
 
 
 def create_operation(
@@ -149,7 +153,14 @@ def claim(services: Services, task_types: list[str]) -> Claimed:
     )
     if not reply.HasField("claimed"):
         raise AssertionError(f"nothing to claim for {task_types}")
-    return Claimed(reply.claimed.operation.id, reply.claimed.owner_id, reply.claimed.lease_token)
+    claimed = reply.claimed
+    return Claimed(
+        claimed.operation.id,
+        claimed.owner_id,
+        claimed.lease_token,
+        claimed.operation.subject.id,
+        claimed.context_ref,
+    )
 
 
 def heartbeat(services: Services, claimed: Claimed, progress: int) -> bool:

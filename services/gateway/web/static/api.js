@@ -20,15 +20,20 @@ async function problemOf(response) {
   }
 }
 
-export async function api(path, { method = "GET", signal } = {}) {
+export async function api(path, { method = "GET", signal, json, headers = {} } = {}) {
   let response;
+  const request = {
+    method,
+    signal,
+    credentials: "same-origin",
+    headers: { Accept: "application/json", ...headers },
+  };
+  if (json !== undefined) {
+    request.body = JSON.stringify(json);
+    request.headers["Content-Type"] = "application/json";
+  }
   try {
-    response = await fetch(path, {
-      method,
-      signal,
-      credentials: "same-origin",
-      headers: { Accept: "application/json" },
-    });
+    response = await fetch(path, request);
   } catch (error) {
     if (error.name === "AbortError") throw error;
     throw new ApiError(0, { code: "network_error", detail: "The server could not be reached." });
@@ -46,4 +51,8 @@ export async function api(path, { method = "GET", signal } = {}) {
 
 export function post(path, options = {}) {
   return api(path, { ...options, method: "POST" });
+}
+
+export function put(path, options = {}) {
+  return api(path, { ...options, method: "PUT" });
 }

@@ -64,6 +64,15 @@ function buttons(operation, name, handlers) {
   );
 }
 
+// AI analyses publish their result on the jobs page, next to their subject.
+const RESULT_ANCHORS = { "strategy.snapshot": "job", "cv.review": "cv" };
+
+function resultLink(operation) {
+  const anchor = RESULT_ANCHORS[operation.task_type];
+  if (!anchor || operation.state !== "succeeded" || !operation.subject?.id) return null;
+  return h("a", { class: "op__result", href: `/jobs#${anchor}-${encodeURIComponent(operation.subject.id)}` }, "View result");
+}
+
 export function createCard(operation) {
   const card = h("li", { class: "op", dataset: { id: operation.id } });
   card.append(
@@ -99,6 +108,7 @@ export function updateCard(card, operation, handlers) {
     h("span", { class: "op__subject-type" }, operation.subject?.type || "subject"),
     " ",
     h("code", { class: "op__subject-id" }, operation.subject?.id ?? ""),
+    resultLink(operation),
   );
   card.querySelector(".op__meta").textContent = metaLine(operation);
 

@@ -1,0 +1,234 @@
+// /jobs: the caller's job postings and CVs, their AI settings, and AI analyses:
+// start a strategy snapshot for a job (optionally against a CV) or a review of a
+// CV, then watch its progress and read the result. Polls only while shown, and
+// only the analyses that are still running.
+
+import { api, post, put } from "../api.js";
+import { h, replaceChildren } from "../dom.js";
+import { isActive, renderAnalysis } from "../analysis-view.js";
+import { visiblePoller } from "../poller.js";
+
+export const ANALYSIS_POLL_MS = 2000;
+
+function field(label, control, hint) {
+  return h("label", { class: "field" }, h("span", { class: "field__label" }, label), control, hint ? h("span", { class: "hint" }, hint) : null);
+}
+
+function formError() {
+  return h("p", { class: "form-error", role: "alert", hidden: true });
+}
+
+function showFormError(element, error) {
+  element.textContent = error ? error.message : "";
+  element.hidden = !error;
+}
+
+export function mount(main) {
+  const settingsSlot = h("div", { class: "settings" });
+  const jobList = h("ol", { class: "items", "aria-label": "Your jobs" });
+  const cvList = h("ol", { class: "items", "aria-label": "Your CVs" });
+  const analyses = new Map(); // path -> {slot, taskType, active}
+  let cvs = [];
+
+  replaceChildren(
+    main,
+    h("div", { class: "page-head" }, h("h1", {}, "Jobs")),
+    h(
+      "div",
+      { class: "layout" },
+      h("section", { class: "panel", "aria-labelledby": "jobs-heading" }, h("h2", { id: "jobs-heading" }, "Job postings"), jobForm(), jobList),
+      h(
+        "aside",
+        { class: "panel panel--side" },
+        h("h2", {}, "AI settings"),
+        settingsSlot,
+        h("h2", { id: "cvs-heading" }, "CVs"),
+        cvForm(),
+        cvList,
+      ),
+    ),
+  );
+
+  function jobForm() {
+    const title = h("input", { name: "title", required: true, maxlength: 200 });
+    const company = h("input", { name: "company", maxlength: 200 });
+    const description = h("textarea", { name: "description", required: true, maxlength: 20000, rows: 5 });
+    const error = formError();
+    const form = h(
+      "form",
+      { class: "form", "aria-label": "Add a job posting" },
+      field("Title", title),
+      field("Company", company),
+      field("Description", description, "Up to 20,000 characters."),
+      error,
+      h("button", { type: "submit", class: "button" }, "Add job"),
+    );
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      try {
+        await post("/api/jobs", { json: { title: title.value, company: company.value, description: description.value } });
+        form.reset();
+        showFormError(error, null);
+        await loadJobs();
+      } catch (failure) {
+        showFormError(error, failure);
+      }
+    });
+    return form;
+  }
+
+  function cvForm() {
+    const filename = h("input", { name: "filename", required: true, maxlength: 255, value: "cv.txt" });
+    const text = h("textarea", { name: "text", required: true, maxlength: 200000, rows: 4 });
+    const error = formError();
+    const form = h(
+      "form",
+      { class: "form", "aria-label": "Add a CV" },
+      field("File name", filename),
+      field("CV text", text, "Paste the text of your CV."),
+      error,
+      h("button", { type: "submit", class: "button" }, "Add CV"),
+    );
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      try {
+        await post("/api/attachments", { json: { kind: "cv", filename: filename.value, text: text.value } });
+        text.value = "";
+        showFormError(error, null);
+        await loadCvs();
+        await loadJobs();
+      } catch (failure) {
+        showFormError(error, failure);
+      }
+    });
+    return form;
+  }
+
+  async function loadSettings() {
+    const error = formError();
+    try {
+      const settings = await api("/api/settings/ai");
+      const enabled = h("input", { type: "checkbox", checked: settings.ai_enabled });
+      const privacy = h(
+        "select",
+        {},
+        h("option", { value: "local_only", selected: settings.privacy === "local_only" }, "Local model only"),
+        h("option", { value: "external_allowed", selected: settings.privacy === "external_allowed" }, "External model allowed"),
+      );
+      const save = async (change) => {
+        try {
+          await put("/api/settings/ai", { json: change });
+          showFormError(error, null);
+        } catch (failure) {
+          showFormError(error, failure);
+        }
+      };
+      enabled.addEventListener("change", () => save({ ai_enabled: enabled.checked }));
+      privacy.addEventListener("change", () => save({ privacy: privacy.value }));
+      replaceChildren(
+        settingsSlot,
+        h("p", { class: "hint" }, `Plan: ${settings.plan === "pro" ? "Pro" : "Free (AI analyses need Pro)"}`),
+        h("label", { class: "check" }, enabled, " Use AI analyses"),
+        field("Privacy", privacy, "External models see your text only when you allow it."),
+        error,
+      );
+    } catch (failure) {
+      replaceChildren(settingsSlot, h("p", { class: "form-error", role: "alert" }, failure.message));
+    }
+  }
+
+  function analysisBlock(path, taskType, startLabel, contextSelect, contextField) {
+    const slot = h("div", { class: "analysis", "aria-live": "polite" });
+    const error = formError();
+    const start = h("button", { type: "button", class: "button" }, startLabel);
+    start.addEventListener("click", async () => {
+      start.disabled = true;
+      try {
+        const body = contextSelect && contextSelect.value ? { [contextField]: contextSelect.value } : {};
+        await post(path, { json: body, headers: { "Idempotency-Key": `${taskType}-${path}-${Date.now()}` } });
+        showFormError(error, null);
+        await refreshAnalysis(path);
+      } catch (failure) {
+        const wait = failure.retryAfter ? ` Try again in ${failure.retryAfter} s.` : "";
+        showFormError(error, { message: `${failure.message}${wait}` });
+      } finally {
+        start.disabled = false;
+      }
+    });
+    analyses.set(path, { slot, taskType, active: true });
+    return h("div", { class: "analysis-block" }, h("div", { class: "analysis__start" }, contextSelect, start), error, slot);
+  }
+
+  function cvSelect() {
+    return h(
+      "select",
+      { "aria-label": "CV to compare with" },
+      h("option", { value: "" }, "Without a CV"),
+      cvs.map((cv) => h("option", { value: cv.id }, cv.filename)),
+    );
+  }
+
+  function forget(prefix) {
+    for (const path of [...analyses.keys()]) if (path.startsWith(prefix)) analyses.delete(path);
+  }
+
+  async function loadJobs() {
+    const page = await api("/api/jobs?page_size=50");
+    forget("/api/jobs/");
+    replaceChildren(
+      jobList,
+      page.items.length === 0
+        ? h("li", { class: "placeholder placeholder--empty" }, "No jobs yet: add a posting above.")
+        : page.items.map((job) =>
+            h(
+              "li",
+              { class: "item", id: `job-${job.id}` },
+              h("h3", {}, job.title),
+              job.company ? h("p", { class: "hint" }, job.company) : null,
+              analysisBlock(`/api/jobs/${encodeURIComponent(job.id)}/strategy-snapshot`, "strategy.snapshot", "Start strategy snapshot", cvSelect(), "attachment_id"),
+            ),
+          ),
+    );
+    poller.refresh();
+  }
+
+  async function loadCvs() {
+    const page = await api("/api/attachments?page_size=50");
+    cvs = page.items;
+    forget("/api/attachments/");
+    replaceChildren(
+      cvList,
+      cvs.length === 0
+        ? h("li", { class: "hint" }, "No CV yet.")
+        : cvs.map((cv) =>
+            h(
+              "li",
+              { class: "item", id: `cv-${cv.id}` },
+              h("h3", {}, cv.filename),
+              h("p", { class: "hint" }, `${cv.text_length.toLocaleString()} characters`),
+              analysisBlock(`/api/attachments/${encodeURIComponent(cv.id)}/cv-review`, "cv.review", "Review CV", null, "job_id"),
+            ),
+          ),
+    );
+  }
+
+  async function refreshAnalysis(path) {
+    const entry = analyses.get(path);
+    if (!entry) return;
+    const answer = await api(path);
+    entry.active = isActive(answer);
+    renderAnalysis(entry.slot, entry.taskType, answer);
+  }
+
+  // Every analysis once after loading, then only those still running.
+  async function tick() {
+    const due = [...analyses].filter(([, entry]) => entry.active).map(([path]) => path);
+    await Promise.all(due.map((path) => refreshAnalysis(path).catch(() => {})));
+  }
+
+  const poller = visiblePoller(tick, ANALYSIS_POLL_MS);
+  loadSettings();
+  loadCvs()
+    .then(loadJobs)
+    .catch((failure) => replaceChildren(jobList, h("li", { class: "form-error", role: "alert" }, failure.message)));
+}

@@ -1,0 +1,343 @@
+"""``/api/jobs``, ``/api/attachments`` and ``/api/settings/ai``: the caller's workspace."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from durable_ops.workspace.v1 import workspace_pb2 as pb
+from durable_ops.workspace.v1 import workspace_pb2_grpc as pb_grpc
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from services.gateway import dto
+from services.gateway.bodies import bool_field, json_object, string_field
+from services.gateway.calls import OwnerCalls, owner_calls
+from services.gateway.ids import resource_id
+from services.gateway.openapi import (
+    PAGE_PARAMETERS,
+    endpoint,
+    errors,
+    json_body,
+    list_of,
+    ok,
+    path_id,
+    ref,
+)
+from services.gateway.pagination import PAGING_PARAMETERS, list_body, page_request, query_params
+from services.gateway.problems import invalid
+from services.model.bounds import (
+    ATTACHMENT_FILENAME_MAX,
+    ATTACHMENT_TEXT_MAX,
+    JOB_COMPANY_MAX,
+    JOB_DESCRIPTION_MAX,
+    JOB_TITLE_MAX,
+)
+from services.model.errors import NotFound
+
+BACKEND = "workspace"
+# A CV of 200,000 characters is up to 800 kB of UTF-8, plus JSON escaping.
+ATTACHMENT_BODY_MAX_BYTES = 2 * 1024 * 1024
+JOB_BODY_MAX_BYTES = 256 * 1024
+PRIVACY_CHOICES = ("local_only", "external_allowed")
+
+
+def _stub(calls: OwnerCalls) -> Any:
+    return calls.stub(BACKEND, pb_grpc.WorkspaceServiceStub)
+
+
+def _job_not_found() -> NotFound:
+    return NotFound("job not found", code="job_not_found")
+
+
+def _attachment_not_found() -> NotFound:
+    return NotFound("attachment not found", code="attachment_not_found")
+
+
+def job_dto(job: pb.Job) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "title": job.title,
+        "company": job.company,
+        "description": job.description,
+        "created_at": dto.time_or_none(job, "created_at"),
+        "updated_at": dto.time_or_none(job, "updated_at"),
+    }
+
+
+def attachment_dto(attachment: pb.Attachment, *, with_text: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": attachment.id,
+        "kind": attachment.kind,
+        "filename": attachment.filename,
+        "text_length": attachment.text_length,
+        "created_at": dto.time_or_none(attachment, "created_at"),
+    }
+    if with_text:
+        body["text"] = attachment.text
+    return body
+
+
+def settings_dto(settings: pb.AiSettings) -> dict[str, Any]:
+    return {"ai_enabled": settings.ai_enabled, "privacy": settings.privacy, "plan": settings.plan}
+
+
+def _created(body: dict[str, Any], location: str) -> Response:
+    return JSONResponse(body, status_code=201, headers={"Location": location})
+
+
+# ---- jobs -----------------------------------------------------------------------------------
+
+
+async def create_job(request: Request) -> Response:
+    calls = owner_calls(request)
+    body = await json_object(
+        request, ("title", "company", "description"), max_bytes=JOB_BODY_MAX_BYTES
+    )
+    message = pb.CreateJobRequest(
+        title=string_field(body, "title", max_length=JOB_TITLE_MAX) or "",
+        company=string_field(body, "company", max_length=JOB_COMPANY_MAX, required=False) or "",
+        description=string_field(body, "description", max_length=JOB_DESCRIPTION_MAX) or "",
+    )
+    job = await calls(_stub(calls).CreateJob, message)
+    return _created(job_dto(job), f"/api/jobs/{job.id}")
+
+
+async def list_jobs(request: Request) -> Response:
+    calls = owner_calls(request)
+    page = page_request(query_params(request, PAGING_PARAMETERS))
+    reply = await calls(
+        _stub(calls).ListJobs, pb.ListRequest(page_size=page.size, page_token=page.token)
+    )
+    return JSONResponse(list_body([job_dto(job) for job in reply.jobs], reply.next_page_token))
+
+
+async def get_job(request: Request) -> Response:
+    calls = owner_calls(request)
+    job_id = resource_id(request, _job_not_found)
+    job = await calls(_stub(calls).GetJob, pb.GetJobRequest(job_id=job_id))
+    return JSONResponse(job_dto(job))
+
+
+# ---- attachments ------------------------------------------------------------------------------
+
+
+async def create_attachment(request: Request) -> Response:
+    calls = owner_calls(request)
+    body = await json_object(
+        request, ("kind", "filename", "text"), max_bytes=ATTACHMENT_BODY_MAX_BYTES
+    )
+    kind = string_field(body, "kind", max_length=16)
+    if kind != "cv":
+        raise invalid("kind", 'must be "cv"')
+    message = pb.CreateAttachmentRequest(
+        kind=kind,
+        filename=string_field(body, "filename", max_length=ATTACHMENT_FILENAME_MAX) or "",
+        text=string_field(body, "text", max_length=ATTACHMENT_TEXT_MAX) or "",
+    )
+    attachment = await calls(_stub(calls).CreateAttachment, message)
+    return _created(
+        attachment_dto(attachment, with_text=False), f"/api/attachments/{attachment.id}"
+    )
+
+
+async def list_attachments(request: Request) -> Response:
+    calls = owner_calls(request)
+    page = page_request(query_params(request, PAGING_PARAMETERS))
+    reply = await calls(
+        _stub(calls).ListAttachments, pb.ListRequest(page_size=page.size, page_token=page.token)
+    )
+    items = [attachment_dto(item, with_text=False) for item in reply.attachments]
+    return JSONResponse(list_body(items, reply.next_page_token))
+
+
+async def get_attachment(request: Request) -> Response:
+    calls = owner_calls(request)
+    attachment_id = resource_id(request, _attachment_not_found)
+    attachment = await calls(
+        _stub(calls).GetAttachment, pb.GetAttachmentRequest(attachment_id=attachment_id)
+    )
+    return JSONResponse(attachment_dto(attachment, with_text=True))
+
+
+# ---- AI settings --------------------------------------------------------------------------------
+
+
+async def get_ai_settings(request: Request) -> Response:
+    calls = owner_calls(request)
+    settings = await calls(_stub(calls).GetAiSettings, pb.GetAiSettingsRequest())
+    return JSONResponse(settings_dto(settings))
+
+
+async def put_ai_settings(request: Request) -> Response:
+    calls = owner_calls(request)
+    body = await json_object(request, ("ai_enabled", "privacy", "plan"))
+    if "plan" in body:
+        raise invalid("plan", "is read-only here; an operator sets it with `opsctl users set-plan`")
+    message = pb.UpdateAiSettingsRequest()
+    enabled = bool_field(body, "ai_enabled", required=False)
+    if enabled is not None:
+        message.ai_enabled = enabled
+    privacy = string_field(body, "privacy", max_length=32, required=False)
+    if privacy is not None:
+        if privacy not in PRIVACY_CHOICES:
+            raise invalid("privacy", "must be local_only or external_allowed")
+        message.privacy = privacy
+    settings = await calls(_stub(calls).UpdateAiSettings, message)
+    return JSONResponse(settings_dto(settings))
+
+
+routes: Sequence[BaseRoute] = [
+    Route("/api/jobs", create_job, methods=["POST"]),
+    Route("/api/jobs", list_jobs, methods=["GET"]),
+    Route("/api/jobs/{id}", get_job, methods=["GET"]),
+    Route("/api/attachments", create_attachment, methods=["POST"]),
+    Route("/api/attachments", list_attachments, methods=["GET"]),
+    Route("/api/attachments/{id}", get_attachment, methods=["GET"]),
+    Route("/api/settings/ai", get_ai_settings, methods=["GET"]),
+    Route("/api/settings/ai", put_ai_settings, methods=["PUT"]),
+]
+
+_TIME = {"type": "string", "format": "date-time"}
+_WRITE_ERRORS = errors(400, 403, 413, 415, 503, 504)
+openapi_schemas: Mapping[str, Any] = {
+    "Job": {
+        "type": "object",
+        "required": ["id", "title", "company", "description", "created_at", "updated_at"],
+        "additionalProperties": False,
+        "properties": {
+            "id": {"type": "string"},
+            "title": {"type": "string", "maxLength": JOB_TITLE_MAX},
+            "company": {"type": "string", "maxLength": JOB_COMPANY_MAX},
+            "description": {"type": "string", "maxLength": JOB_DESCRIPTION_MAX},
+            "created_at": _TIME,
+            "updated_at": _TIME,
+        },
+    },
+    "NewJob": {
+        "type": "object",
+        "required": ["title", "description"],
+        "additionalProperties": False,
+        "properties": {
+            "title": {"type": "string", "minLength": 1, "maxLength": JOB_TITLE_MAX},
+            "company": {"type": "string", "maxLength": JOB_COMPANY_MAX},
+            "description": {"type": "string", "minLength": 1, "maxLength": JOB_DESCRIPTION_MAX},
+        },
+    },
+    "JobList": list_of("Job"),
+    "Attachment": {
+        "type": "object",
+        "required": ["id", "kind", "filename", "text_length", "created_at"],
+        "additionalProperties": False,
+        "properties": {
+            "id": {"type": "string"},
+            "kind": {"type": "string", "enum": ["cv"]},
+            "filename": {"type": "string", "maxLength": ATTACHMENT_FILENAME_MAX},
+            "text": {
+                "type": "string",
+                "maxLength": ATTACHMENT_TEXT_MAX,
+                "description": "only on GET /api/attachments/{id}",
+            },
+            "text_length": {"type": "integer"},
+            "created_at": _TIME,
+        },
+    },
+    "NewAttachment": {
+        "type": "object",
+        "required": ["kind", "filename", "text"],
+        "additionalProperties": False,
+        "properties": {
+            "kind": {"type": "string", "enum": ["cv"]},
+            "filename": {"type": "string", "minLength": 1, "maxLength": ATTACHMENT_FILENAME_MAX},
+            "text": {"type": "string", "minLength": 1, "maxLength": ATTACHMENT_TEXT_MAX},
+        },
+    },
+    "AttachmentList": list_of("Attachment"),
+    "AiSettings": {
+        "type": "object",
+        "required": ["ai_enabled", "privacy", "plan"],
+        "additionalProperties": False,
+        "properties": {
+            "ai_enabled": {"type": "boolean"},
+            "privacy": {"type": "string", "enum": list(PRIVACY_CHOICES)},
+            "plan": {"type": "string", "enum": ["free", "pro"], "readOnly": True},
+        },
+    },
+    "AiSettingsUpdate": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "ai_enabled": {"type": "boolean"},
+            "privacy": {"type": "string", "enum": list(PRIVACY_CHOICES)},
+        },
+    },
+}
+_JOBS, _ATTACHMENTS, _SETTINGS = "jobs", "attachments", "settings"
+openapi_paths: Mapping[str, Mapping[str, Any]] = {
+    "/api/jobs": {
+        "post": endpoint(
+            "Save a job posting",
+            "createJob",
+            _JOBS,
+            {"201": ok("the job", ref("Job")), **_WRITE_ERRORS},
+            request_body=json_body(ref("NewJob")),
+        ),
+        "get": endpoint(
+            "List the caller's jobs, newest first",
+            "listJobs",
+            _JOBS,
+            {"200": ok("a page of jobs", ref("JobList")), **errors(400, 503, 504)},
+            parameters=PAGE_PARAMETERS,
+        ),
+    },
+    "/api/jobs/{id}": {
+        "get": endpoint(
+            "One job of the caller",
+            "getJob",
+            _JOBS,
+            {"200": ok("the job", ref("Job")), **errors(404, 503, 504)},
+            parameters=[path_id("job id")],
+        )
+    },
+    "/api/attachments": {
+        "post": endpoint(
+            "Save a CV as text",
+            "createAttachment",
+            _ATTACHMENTS,
+            {"201": ok("the attachment, without its text", ref("Attachment")), **_WRITE_ERRORS},
+            request_body=json_body(ref("NewAttachment")),
+        ),
+        "get": endpoint(
+            "List the caller's attachments (without text), newest first",
+            "listAttachments",
+            _ATTACHMENTS,
+            {"200": ok("a page of attachments", ref("AttachmentList")), **errors(400, 503, 504)},
+            parameters=PAGE_PARAMETERS,
+        ),
+    },
+    "/api/attachments/{id}": {
+        "get": endpoint(
+            "One attachment of the caller, with its text",
+            "getAttachment",
+            _ATTACHMENTS,
+            {"200": ok("the attachment", ref("Attachment")), **errors(404, 503, 504)},
+            parameters=[path_id("attachment id")],
+        )
+    },
+    "/api/settings/ai": {
+        "get": endpoint(
+            "The caller's AI settings and plan",
+            "getAiSettings",
+            _SETTINGS,
+            {"200": ok("the settings", ref("AiSettings")), **errors(503, 504)},
+        ),
+        "put": endpoint(
+            "Change AI on/off and the privacy choice (the plan is read-only)",
+            "putAiSettings",
+            _SETTINGS,
+            {"200": ok("the settings", ref("AiSettings")), **_WRITE_ERRORS},
+            request_body=json_body(ref("AiSettingsUpdate")),
+        ),
+    },
+}

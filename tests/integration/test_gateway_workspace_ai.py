@@ -1,0 +1,332 @@
+"""Jobs, attachments, AI settings and the AI analysis routes over HTTP, on both engines."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+from starlette.routing import Route
+
+from services.model.admission import Limits
+from services.storage import capacity
+from services.storage.schema import UserOperation
+from tests.integration.test_gateway_isolation import ID_ROUTES as OPERATION_ID_ROUTES
+from tests.support.clock import ManualClock
+from tests.support.gateway import bearer, gateway_client, make_app, run
+from tests.support.grpc_services import Services, running_services
+from tests.support.workspace_client import CV_TEXT, JOB_TEXT, entitle
+
+MISSING_ID = "0" * 32
+JOB = {"title": "Engineer", "company": "Acme", "description": JOB_TEXT}
+CV = {"kind": "cv", "filename": "cv.txt", "text": CV_TEXT}
+
+
+@pytest.fixture
+def services(db_url: str) -> Iterator[Services]:
+    with running_services(db_url, ManualClock(), Limits(per_user=2, global_=3)) as running:
+        yield running
+
+
+def _operation_count(services: Services) -> int:
+    with services.db.neutral(write=False) as session:
+        return int(session.scalar(select(func.count()).select_from(UserOperation)) or 0)
+
+
+async def _job(client: httpx.AsyncClient, user: str = "alice") -> str:
+    created = await client.post("/api/jobs", json=JOB, headers=bearer(user))
+    assert created.status_code == 201
+    return str(created.json()["id"])
+
+
+async def _cv(client: httpx.AsyncClient, user: str = "alice") -> str:
+    created = await client.post("/api/attachments", json=CV, headers=bearer(user))
+    assert created.status_code == 201
+    return str(created.json()["id"])
+
+
+def _problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body: dict[str, Any] = response.json()
+    assert body["code"] == code, body
+    return body
+
+
+def test_jobs_and_attachments_round_trip(services: Services) -> None:
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            created = await client.post("/api/jobs", json=JOB, headers=bearer("alice"))
+            assert created.status_code == 201
+            job = created.json()
+            assert created.headers["location"] == f"/api/jobs/{job['id']}"
+            assert {key: job[key] for key in JOB} == JOB
+            fetched = await client.get(f"/api/jobs/{job['id']}", headers=bearer("alice"))
+            assert fetched.json() == job
+            listed = await client.get("/api/jobs", headers=bearer("alice"))
+            assert [item["id"] for item in listed.json()["items"]] == [job["id"]]
+
+            cv = await client.post("/api/attachments", json=CV, headers=bearer("alice"))
+            assert cv.status_code == 201
+            assert "text" not in cv.json()
+            assert cv.json()["text_length"] == len(CV_TEXT)
+            one = await client.get(f"/api/attachments/{cv.json()['id']}", headers=bearer("alice"))
+            assert one.json()["text"] == CV_TEXT
+            many = await client.get("/api/attachments", headers=bearer("alice"))
+            assert "text" not in many.json()["items"][0]
+
+    run(scenario())
+
+
+def test_workspace_bad_input_is_a_4xx_problem(services: Services) -> None:
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            alice = bearer("alice")
+            long_description = {**JOB, "description": "x" * 20_001}
+            cases = [
+                (
+                    await client.post("/api/jobs", json=long_description, headers=alice),
+                    "invalid_argument",
+                ),
+                (
+                    await client.post("/api/jobs", json={**JOB, "title": ""}, headers=alice),
+                    "invalid_argument",
+                ),
+                (
+                    await client.post("/api/jobs", json={**JOB, "salary": 1}, headers=alice),
+                    "unknown_field",
+                ),
+                (
+                    await client.post("/api/jobs", json={**JOB, "title": 7}, headers=alice),
+                    "invalid_argument",
+                ),
+                (
+                    await client.post(
+                        "/api/attachments", json={**CV, "kind": "pdf"}, headers=alice
+                    ),
+                    "invalid_argument",
+                ),
+                (
+                    await client.post(
+                        "/api/attachments", json={**CV, "text": "x" * 200_001}, headers=alice
+                    ),
+                    "invalid_argument",
+                ),
+                (
+                    await client.put("/api/settings/ai", json={"plan": "pro"}, headers=alice),
+                    "invalid_argument",
+                ),
+                (
+                    await client.put(
+                        "/api/settings/ai", json={"privacy": "everywhere"}, headers=alice
+                    ),
+                    "invalid_argument",
+                ),
+                (
+                    await client.put("/api/settings/ai", json={"ai_enabled": "yes"}, headers=alice),
+                    "invalid_argument",
+                ),
+                (await client.get("/api/jobs/not%20an%20id", headers=alice), "job_not_found"),
+                (
+                    await client.get(f"/api/attachments/{MISSING_ID}", headers=alice),
+                    "attachment_not_found",
+                ),
+            ]
+            for response, code in cases:
+                assert 400 <= response.status_code < 500, response.text
+                assert response.json()["code"] == code
+            too_big = await client.post(
+                "/api/jobs", content=b'{"title": "' + b"x" * 300_000 + b'"}', headers=alice
+            )
+            _problem(too_big, 413, "payload_too_large")
+
+    run(scenario())
+
+
+def test_ai_settings_plan_is_read_only_and_privacy_changes(services: Services) -> None:
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            alice = bearer("alice")
+            default = (await client.get("/api/settings/ai", headers=alice)).json()
+            assert default == {"ai_enabled": False, "privacy": "local_only", "plan": "free"}
+            changed = await client.put(
+                "/api/settings/ai",
+                json={"ai_enabled": True, "privacy": "external_allowed"},
+                headers=alice,
+            )
+            assert changed.json() == {
+                "ai_enabled": True,
+                "privacy": "external_allowed",
+                "plan": "free",
+            }
+            entitle(services.db, "alice", plan="pro")  # what `opsctl users set-plan` does
+            assert (await client.get("/api/settings/ai", headers=alice)).json()["plan"] == "pro"
+
+    run(scenario())
+
+
+def test_strategy_snapshot_is_admitted_with_202_and_location(services: Services) -> None:
+    entitle(services.db, "alice")
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            job, cv = await _job(client), await _cv(client)
+            path = f"/api/jobs/{job}/strategy-snapshot"
+            started = await client.post(path, json={"attachment_id": cv}, headers=bearer("alice"))
+            assert started.status_code == 202
+            body = started.json()
+            assert body["status_url"] == f"/api/operations/{body['operation_id']}"
+            assert started.headers["location"] == body["status_url"]
+            status = await client.get(body["status_url"], headers=bearer("alice"))
+            assert status.json()["subject"] == {"type": "job", "id": job}
+            empty_body = await client.post(path, headers=bearer("alice"))
+            assert empty_body.status_code == 202
+            assert empty_body.json()["operation_id"] == body["operation_id"]  # active: reused
+            cached = (await client.get(path, headers=bearer("alice"))).json()
+            assert cached["snapshot"] is None
+            assert cached["operation"]["id"] == body["operation_id"]
+
+    run(scenario())
+
+
+def test_cv_review_takes_an_optional_job(services: Services) -> None:
+    entitle(services.db, "alice")
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            job, cv = await _job(client), await _cv(client)
+            path = f"/api/attachments/{cv}/cv-review"
+            started = await client.post(path, json={"job_id": job}, headers=bearer("alice"))
+            assert started.status_code == 202
+            cached = (await client.get(path, headers=bearer("alice"))).json()
+            assert cached["operation"]["task_type"] == "cv.review"
+            assert cached["operation"]["subject"] == {"type": "attachment", "id": cv}
+
+    run(scenario())
+
+
+def test_two_identical_posts_at_once_yield_one_operation(services: Services) -> None:
+    entitle(services.db, "alice")
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            job = await _job(client)
+            path = f"/api/jobs/{job}/strategy-snapshot"
+            first, second = await asyncio.gather(
+                client.post(path, headers=bearer("alice")),
+                client.post(path, headers=bearer("alice")),
+            )
+            assert (first.status_code, second.status_code) == (202, 202)
+            assert first.json()["operation_id"] == second.json()["operation_id"]
+
+    run(scenario())
+    assert _operation_count(services) == 1
+
+
+def test_idempotency_key_header_is_honoured_and_bounded(services: Services) -> None:
+    entitle(services.db, "alice")
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            job, other = await _job(client), await _job(client)
+            keyed = {**bearer("alice"), "Idempotency-Key": "click-42"}
+            first = await client.post(f"/api/jobs/{job}/strategy-snapshot", headers=keyed)
+            again = await client.post(f"/api/jobs/{job}/strategy-snapshot", headers=keyed)
+            assert first.json()["operation_id"] == again.json()["operation_id"]
+            reused = await client.post(f"/api/jobs/{other}/strategy-snapshot", headers=keyed)
+            _problem(reused, 409, "idempotency_conflict")
+            too_long = {**bearer("alice"), "Idempotency-Key": "k" * 129}
+            bad = await client.post(f"/api/jobs/{job}/strategy-snapshot", headers=too_long)
+            assert _problem(bad, 400, "invalid_argument")["field"] == "Idempotency-Key"
+
+    run(scenario())
+
+
+def test_refusals_map_to_403_429_503_and_404(services: Services) -> None:
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            jobs = [await _job(client) for _ in range(3)]
+            bobs = await _job(client, "bob")
+
+            def start(job: str, user: str = "alice") -> Any:
+                return client.post(f"/api/jobs/{job}/strategy-snapshot", headers=bearer(user))
+
+            _problem(await start(jobs[0]), 403, "not_entitled")
+            entitle(services.db, "alice", ai_enabled=False)
+            _problem(await start(jobs[0]), 403, "ai_disabled")
+            entitle(services.db, "alice")
+            assert (await start(jobs[0])).status_code == 202
+            assert (await start(jobs[1])).status_code == 202
+            over = await start(jobs[2])
+            _problem(over, 429, "capacity_exceeded")
+            assert int(over.headers["retry-after"]) > 0
+            theirs = await start(bobs)  # alice asks for bob's job
+            missing = await start(MISSING_ID)
+            assert _problem(theirs, 404, "job_not_found") == _problem(missing, 404, "job_not_found")
+            services.db.run(
+                lambda s: capacity.set_ai_enabled(s, False, services.clock()), owner_id=None
+            )
+            _problem(await start(jobs[2]), 503, "ai_unavailable")
+
+    run(scenario())
+
+
+def test_get_is_cache_only_and_never_creates_work(services: Services) -> None:
+    entitle(services.db, "alice")
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            job, cv = await _job(client), await _cv(client)
+            for path in (f"/api/jobs/{job}/strategy-snapshot", f"/api/attachments/{cv}/cv-review"):
+                for _ in range(3):
+                    cached = await client.get(path, headers=bearer("alice"))
+                    assert cached.json() == {"snapshot": None, "operation": None}
+            theirs = await client.get(f"/api/jobs/{job}/strategy-snapshot", headers=bearer("bob"))
+            _problem(theirs, 404, "job_not_found")
+
+    run(scenario())
+    assert _operation_count(services) == 0  # no operation, so no worker and no model is reached
+
+
+WORKSPACE_ID_ROUTES = [
+    ("GET", "/api/jobs/{id}", "job"),
+    ("GET", "/api/attachments/{id}", "cv"),
+    ("GET", "/api/jobs/{id}/strategy-snapshot", "job"),
+    ("POST", "/api/jobs/{id}/strategy-snapshot", "job"),
+    ("GET", "/api/attachments/{id}/cv-review", "cv"),
+    ("POST", "/api/attachments/{id}/cv-review", "cv"),
+]
+
+
+def test_every_workspace_id_route_hides_other_owners(services: Services) -> None:
+    entitle(services.db, "bob")
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            ids = {"job": await _job(client), "cv": await _cv(client)}
+            for method, template, which in WORKSPACE_ID_ROUTES:
+                theirs = await client.request(
+                    method, template.format(id=ids[which]), headers=bearer("bob")
+                )
+                missing = await client.request(
+                    method, template.format(id=MISSING_ID), headers=bearer("bob")
+                )
+                assert theirs.status_code == 404, (method, template, theirs.text)
+                assert theirs.json() == missing.json(), (method, template)
+
+    run(scenario())
+
+
+def test_isolation_lists_cover_every_id_route() -> None:
+    app = make_app("127.0.0.1:1")
+    routes = {
+        (method, route.path)
+        for route in app.routes
+        if isinstance(route, Route) and "{id}" in route.path
+        for method in (route.methods or ()) - {"HEAD"}
+    }
+    covered = {(method, path) for method, path, _ in [*OPERATION_ID_ROUTES, *WORKSPACE_ID_ROUTES]}
+    assert routes == covered
