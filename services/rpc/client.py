@@ -15,16 +15,24 @@ from services.settings import Settings
 
 # Matches the server's SERVER_OPTIONS: pings no more often than it permits
 # (10 s without data), so long heartbeat streams survive idle NATs and proxies.
-CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+# round_robin spreads calls over every address a target names or resolves to
+# (``ipv4:10.0.0.5:50051,10.0.0.6:50051``, or a DNS name with one A record per
+# replica) and skips a replica that stopped answering; with one address it
+# behaves like the default pick_first.
+CHANNEL_OPTIONS: tuple[tuple[str, int | str], ...] = (
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_timeout_ms", 20_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.lb_policy_name", "round_robin"),
 )
 
 
 def open_channel(target: str) -> grpc.aio.Channel:
-    """An insecure channel: our services talk over loopback or a private network only."""
+    """An insecure channel to every replica ``target`` names, used in turn (round robin).
+
+    Our services talk over loopback or a private network only.
+    """
     return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
 
 

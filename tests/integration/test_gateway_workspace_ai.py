@@ -326,7 +326,7 @@ def test_isolation_lists_cover_every_id_route() -> None:
         (method, route.path)
         for route in app.routes
         if isinstance(route, Route) and "{id}" in route.path
-        for method in (route.methods or ()) - {"HEAD"}
+        for method in (route.methods or set()) - {"HEAD"}
     }
     covered = {(method, path) for method, path, _ in [*OPERATION_ID_ROUTES, *WORKSPACE_ID_ROUTES]}
     assert routes == covered
