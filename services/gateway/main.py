@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import structlog
 import uvicorn
 
 from services.gateway.app import create_app
@@ -22,5 +23,6 @@ def run(settings: Settings) -> None:
     configure_logging(settings, "gateway")
     host, port = parse_bind(settings.gateway_bind)
     app = create_app(settings, Backends.from_settings(settings))
+    structlog.get_logger(__name__).info("gateway_serving", bind=settings.gateway_bind)
     # log_config=None: structlog (configured above) stays in charge of every line.
     uvicorn.run(app, host=host, port=port, log_config=None, access_log=False)
