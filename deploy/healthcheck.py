@@ -1,0 +1,73 @@
+"""Container health check for durable-ops processes; exit 0 when healthy, 1 when not.
+
+    python /opt/durable-ops/deploy/healthcheck.py grpc 127.0.0.1:50051 [SERVICE]
+    python /opt/durable-ops/deploy/healthcheck.py http http://127.0.0.1:8080/readyz
+
+``grpc`` asks the standard gRPC health service (``grpc.health.v1.Health/Check``)
+for ``SERVICE`` (default ``""``, the whole server) and wants ``SERVING``: a
+server that is draining on SIGTERM reports ``NOT_SERVING`` and fails the check.
+``http`` wants a 2xx answer. The image ships no ``grpc_health_probe``; this
+script needs only grpcio, grpcio-health-checking (runtime dependencies of the
+package) and the standard library, and never imports the application.
+"""
+
+from __future__ import annotations
+
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+TIMEOUT_SECONDS = 3.0
+USAGE = "usage: healthcheck.py grpc HOST:PORT [SERVICE] | healthcheck.py http URL"
+
+
+def check_grpc(target: str, service: str = "", timeout: float = TIMEOUT_SECONDS) -> str | None:
+    """``None`` when ``target`` reports SERVING for ``service``, else why not."""
+    with grpc.insecure_channel(target) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout
+            )
+        except grpc.RpcError as exc:
+            code = exc.code() if isinstance(exc, grpc.Call) else None
+            return f"{target}: health check failed ({code.name if code else exc})"
+    if reply.status != health_pb2.HealthCheckResponse.SERVING:
+        status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+        return f"{target}: {service or 'server'} is {status}"
+    return None
+
+
+def check_http(url: str, timeout: float = TIMEOUT_SECONDS) -> str | None:
+    """``None`` when ``url`` answers 2xx, else why not."""
+    if not url.startswith(("http://", "https://")):
+        return f"{url}: not an http(s) URL"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310
+            status = int(response.status)
+    except urllib.error.HTTPError as exc:
+        return f"{url}: HTTP {exc.code}"
+    except (urllib.error.URLError, OSError) as exc:
+        return f"{url}: {exc}"
+    return None if 200 <= status < 300 else f"{url}: HTTP {status}"
+
+
+def main(argv: Sequence[str]) -> int:
+    if len(argv) == 2 and argv[0] == "http":
+        problem = check_http(argv[1])
+    elif len(argv) in (2, 3) and argv[0] == "grpc":
+        problem = check_grpc(argv[1], argv[2] if len(argv) == 3 else "")
+    else:
+        print(USAGE, file=sys.stderr)
+        return 1  # Docker reserves exit status 2
+    if problem is not None:
+        print(f"unhealthy: {problem}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

