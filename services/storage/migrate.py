@@ -8,15 +8,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import structlog
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.script.revision import ResolutionError
+from alembic.util import CommandError
 from sqlalchemy import Engine
 
 from services.storage.db import Database, create_db_engine
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+log = structlog.get_logger(__name__)
 
 
 class SchemaNotCurrent(RuntimeError):
@@ -30,8 +34,12 @@ def alembic_config(url: str) -> Config:
     return config
 
 
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config("sqlite://"))
+
+
 def head_revision() -> str:
-    head = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    head = _scripts().get_current_head()
     assert head is not None
     return head
 
@@ -73,13 +81,33 @@ def migrate_to(url: str, revision: str) -> None:
         upgrade(url, target.revision)
 
 
-def require_current(engine: Engine) -> None:
-    current, head = current_revision(engine), head_revision()
-    if current != head:
-        raise SchemaNotCurrent(
-            f"database schema is at {current or 'nothing (empty database)'}, "
-            f"this code needs {head}: run `opsctl migrate` first"
+def _known(revision: str) -> bool:
+    try:
+        return (
+            ScriptDirectory.from_config(alembic_config("sqlite://")).get_revision(revision)
+            is not None
         )
+    except (ResolutionError, CommandError):  # alembic wraps the first in the second
+        return False
+
+
+def require_current(engine: Engine) -> None:
+    """Refuse a database behind this code; accept a newer one (revisions are additive).
+
+    A revision this code does not know was written by a newer release. Every
+    revision only adds (tables, nullable columns, indexes), so an older release
+    keeps working on it: that is the seeds' safer application rollback.
+    """
+    current, head = current_revision(engine), head_revision()
+    if current == head:
+        return
+    if current is not None and not _known(current):
+        log.warning("schema_newer_than_code", database_revision=current, code_head=head)
+        return
+    raise SchemaNotCurrent(
+        f"database schema is at {current or 'nothing (empty database)'}, "
+        f"this code needs {head}: run `opsctl migrate` first"
+    )
 
 
 def _prepare(url: str) -> None:

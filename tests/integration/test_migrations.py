@@ -126,3 +126,19 @@ def test_services_refuse_an_unmigrated_database(tmp_path: Path) -> None:
             migrate.require_current(engine)
     finally:
         engine.dispose()
+
+
+def test_a_database_behind_is_refused_and_a_newer_one_is_accepted(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ops.sqlite3'}"
+    migrate.upgrade(url, "0002_notifications")
+    engine = create_db_engine(url)
+    try:
+        with pytest.raises(migrate.SchemaNotCurrent, match="0002_notifications"):
+            migrate.require_current(engine)
+        migrate.upgrade(url)
+        migrate.require_current(engine)
+        with engine.begin() as connection:  # what a newer release's additive revision leaves
+            connection.execute(text("UPDATE alembic_version SET version_num = '0099_future'"))
+        migrate.require_current(engine)
+    finally:
+        engine.dispose()
