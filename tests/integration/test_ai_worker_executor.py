@@ -1,0 +1,287 @@
+"""The worker's executor against the real Operations service, on both engines.
+
+Workspace is a stand-in here (the end-to-end tests use the real one); the
+model is a real HTTP server; time for leases moves by ``ManualClock`` and for
+the circuit breaker by a fake monotonic clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+
+import pytest
+from durable_ops.operations.v1 import operations_pb2 as pb
+from prometheus_client import REGISTRY
+
+from services.ai_worker.handlers import WorkspaceReader
+from services.ai_worker.inference import ModelClient, Router
+from services.ai_worker.prompts import CvText, JobText
+from services.ai_worker.worker.claims import ClaimedOperation
+from services.ai_worker.worker.clients import AiSettings, OperationsClient
+from services.ai_worker.worker.execution import Executor
+from services.ai_worker.worker.journal import JournalEntry
+from services.model.circuit import CircuitBreaker
+from services.model.errors import NotFound
+from services.model.routing import Route
+from services.model.scope import Role
+from services.model.states import Plan, Privacy
+from services.rpc.client import ServiceCaller, open_channel
+from tests.support.ai_stack import ModelServer
+from tests.support.clock import ManualClock
+from tests.support.grpc_services import SECRET, Services, running_services
+from tests.support.operations_client import ALICE, OpsClient
+
+LEASE_SECONDS = 5
+STRATEGY = "strategy.snapshot"
+CV_REVIEW = "cv.review"
+
+
+@pytest.fixture
+def services(db_url: str) -> Iterator[Services]:
+    with running_services(db_url, ManualClock()) as running:
+        yield running
+
+
+class Workspace:
+    """Workspace as the executor sees it: the owner is entitled and allows external routes."""
+
+    def __init__(self) -> None:
+        self.settings = AiSettings(True, Privacy.EXTERNAL_ALLOWED, Plan.PRO)
+        self.notes: list[str] = []
+        self.deleted: set[str] = set()
+
+    async def ai_settings(self, owner_id: str) -> AiSettings:
+        return self.settings
+
+    def reader(self, owner_id: str) -> WorkspaceReader:
+        return self
+
+    async def job(self, job_id: str) -> JobText:
+        if job_id in self.deleted:
+            raise NotFound("job not found", code="job_not_found")
+        return JobText(title="Data Engineer", company="Globex", description="Python and Spark.")
+
+    async def cv(self, attachment_id: str) -> CvText:
+        return CvText(text="Built Spark pipelines in Python.")
+
+    async def publish_note(self, op: ClaimedOperation, body_json: str) -> tuple[str, bool]:
+        self.notes.append(op.operation_id)
+        return f"note-{len(self.notes)}", True
+
+
+class Journal:
+    def __init__(self) -> None:
+        self.finished: list[tuple[str, bool]] = []
+
+    def start(self, entry: JournalEntry) -> None:
+        return None
+
+    def finish(self, entry: JournalEntry, succeeded: bool) -> None:
+        self.finished.append((entry.operation_id, succeeded))
+
+    def unresolved(self) -> list[JournalEntry]:
+        return []
+
+    def close(self) -> None:
+        return None
+
+
+class Monotonic:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _create(ops: OpsClient, key: str, task_type: str, privacy: pb.Privacy) -> str:
+    subject_type = "job" if task_type == STRATEGY else "attachment"
+    request = ops.create_request(key, task_type=task_type, subject_type=subject_type)
+    request.privacy = privacy
+    return str(ops.create_raw(ALICE, request).operation.id)
+
+
+async def _until(condition: Callable[[], bool], timeout: float = 10) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.02)
+
+
+def _circuit_state() -> float | None:
+    return REGISTRY.get_sample_value("ops_ai_local_circuit_state")
+
+
+@asynccontextmanager
+async def executor_on(
+    services: Services, router: Router, workspace: Workspace, journal: Journal, timeout: float
+) -> AsyncIterator[tuple[OperationsClient, Executor]]:
+    channel = open_channel(services.target)
+    operations = OperationsClient(channel, ServiceCaller(SECRET, Role.WORKER))
+    executor = Executor(
+        operations,
+        workspace,
+        router,
+        journal,
+        lease_seconds=LEASE_SECONDS,
+        task_timeout_seconds=timeout,
+    )
+    try:
+        yield operations, executor
+    finally:
+        await router.aclose()
+        await channel.close()
+
+
+def _local(model: ModelServer, timeout: float = 30) -> ModelClient:
+    return ModelClient(model.url, "dev-heuristic", route=Route.LOCAL, timeout_seconds=timeout)
+
+
+async def _claim_and_execute(operations: OperationsClient, executor: Executor) -> None:
+    claimed = await operations.claim([STRATEGY, CV_REVIEW], LEASE_SECONDS, Route.LOCAL)
+    assert claimed is not None
+    await executor.execute(claimed, asyncio.Event())
+
+
+def test_a_cancel_before_the_first_beat_is_acknowledged_without_inference(
+    services: Services,
+) -> None:
+    model = ModelServer()
+    ops = OpsClient(services)
+    operation_id = _create(ops, "early", STRATEGY, pb.PRIVACY_LOCAL_ONLY)
+    workspace, journal = Workspace(), Journal()
+
+    async def scenario() -> None:
+        async with executor_on(
+            services, Router(_local(model), CircuitBreaker(3, 30)), workspace, journal, 30
+        ) as (operations, executor):
+            claimed = await operations.claim([STRATEGY], LEASE_SECONDS, Route.LOCAL)
+            assert claimed is not None
+            assert ops.cancel(ALICE, operation_id).cancel_requested
+            await executor.execute(claimed, asyncio.Event())
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        model.stop()
+    assert ops.row(operation_id).state == "cancelled"
+    assert (model.completions, workspace.notes) == (0, [])
+
+
+def test_a_slow_model_times_out_and_a_deleted_subject_fails_for_good(services: Services) -> None:
+    model = ModelServer(delay_seconds=30)
+    ops = OpsClient(services)
+    slow = _create(ops, "slow", STRATEGY, pb.PRIVACY_LOCAL_ONLY)
+    workspace, journal = Workspace(), Journal()
+
+    async def scenario() -> None:
+        router = Router(_local(model, timeout=1), CircuitBreaker(3, 30))
+        async with executor_on(services, router, workspace, journal, 1) as (operations, executor):
+            started = asyncio.get_running_loop().time()
+            await _claim_and_execute(operations, executor)
+            assert asyncio.get_running_loop().time() - started < 5
+            workspace.deleted.add("job-1")
+            _create(ops, "deleted", STRATEGY, pb.PRIVACY_LOCAL_ONLY)
+            await _claim_and_execute(operations, executor)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        model.stop()
+    timed_out = ops.row(slow)
+    assert (timed_out.state, timed_out.failure_code, timed_out.route) == (
+        "waiting_for_retry",
+        "model_timeout",
+        "local",
+    )
+    deleted = ops.row(journal.finished[1][0])
+    assert (deleted.state, deleted.failure_code, deleted.attempt) == (
+        "failed",
+        "subject_not_found",
+        1,
+    )
+    assert workspace.notes == []
+
+
+def test_a_lost_lease_stops_the_work_and_publishes_nothing(services: Services) -> None:
+    model = ModelServer(delay_seconds=30)
+    ops = OpsClient(services)
+    clock = services.clock
+    assert isinstance(clock, ManualClock)
+    operation_id = _create(ops, "lost", STRATEGY, pb.PRIVACY_LOCAL_ONLY)
+    workspace, journal = Workspace(), Journal()
+
+    async def scenario() -> None:
+        router = Router(_local(model), CircuitBreaker(3, 30))
+        async with executor_on(services, router, workspace, journal, 60) as (operations, executor):
+            claimed = await operations.claim([STRATEGY], LEASE_SECONDS, Route.LOCAL)
+            assert claimed is not None
+            running = asyncio.create_task(executor.execute(claimed, asyncio.Event()))
+            await _until(lambda: model.completions == 1)
+            clock.advance(LEASE_SECONDS + 1)
+            report = await asyncio.to_thread(services.sweep)
+            assert report.expired_leases == 1
+            # The next beat (a third of the lease later) learns the lease is gone.
+            await asyncio.wait_for(running, timeout=LEASE_SECONDS)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        model.stop()
+    assert workspace.notes == []
+    assert journal.finished == [(operation_id, False)]
+    row = ops.row(operation_id)
+    # The sweeper's verdict stands: the worker that lost the lease reported nothing.
+    assert (row.state, row.failure_code, row.attempt) == ("waiting_for_retry", "lease_expired", 1)
+
+
+def test_the_circuit_opens_falls_back_where_permitted_and_half_opens(services: Services) -> None:
+    model = ModelServer(fail_mode="500")
+    ops = OpsClient(services)
+    workspace, journal, monotonic = Workspace(), Journal(), Monotonic()
+
+    async def scenario() -> dict[str, str]:
+        external = ModelClient(model.url, "dev-heuristic", route=Route.EXTERNAL)
+        router = Router(_local(model), CircuitBreaker(3, 30), external, clock=monotonic)
+        async with executor_on(services, router, workspace, journal, 10) as (operations, executor):
+
+            async def run(key: str, privacy: pb.Privacy, route: Route = Route.LOCAL) -> str:
+                external_claim = route is Route.EXTERNAL
+                operation_id = key if external_claim else _create(ops, key, CV_REVIEW, privacy)
+                claimed = await operations.claim([CV_REVIEW], LEASE_SECONDS, route)
+                assert claimed is not None
+                assert claimed.operation_id == operation_id
+                await executor.execute(claimed, asyncio.Event())
+                return operation_id
+
+            ids = {f"down-{n}": await run(f"down-{n}", pb.PRIVACY_LOCAL_ONLY) for n in range(3)}
+            assert (_circuit_state(), model.completions) == (2, 3)  # open
+            ids["permitted"] = await run("permitted", pb.PRIVACY_EXTERNAL_ALLOWED)
+            ids["private"] = await run("private", pb.PRIVACY_LOCAL_ONLY)
+            assert model.completions == 3  # an open circuit does not call the model
+
+            monotonic.now += 30
+            assert _circuit_state() == 1  # half-open: one trial may go
+            model.config.fail_mode = None
+            ids["healed"] = await run("healed", pb.PRIVACY_LOCAL_ONLY)
+            assert (_circuit_state(), model.completions) == (0, 4)
+            await run(ids["permitted"], pb.PRIVACY_EXTERNAL_ALLOWED, Route.EXTERNAL)
+            return ids
+
+    try:
+        ids = asyncio.run(scenario())
+    finally:
+        model.stop()
+
+    def outcome(name: str) -> tuple[str, str | None, str | None]:
+        row = ops.row(ids[name])
+        return row.state, row.failure_code, row.route
+
+    for n in range(3):
+        assert outcome(f"down-{n}") == ("waiting_for_retry", "model_server_error", "local")
+    assert outcome("private") == ("waiting_for_retry", "circuit_open", "local")
+    assert outcome("healed") == ("succeeded", None, "local")
+    assert outcome("permitted") == ("succeeded", None, "external")
+    assert ops.row(ids["permitted"]).attempt == 1  # the fallback continued the attempt
+    assert workspace.notes == [ids["healed"], ids["permitted"]]

@@ -1,0 +1,140 @@
+"""The AI worker's attempt journal in a real host operation store, and reconciling it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from durable_ops.operations.v1 import operations_pb2 as pb
+
+from services import hoststore
+from services.ai_worker.worker.journal import (
+    HostStoreJournal,
+    JournalEntry,
+    JournalError,
+    JournalLocked,
+    open_journal,
+)
+from services.ai_worker.worker.reconcile import reconcile
+from services.model.errors import NotFound, Unavailable
+from services.model.routing import Route
+
+HOST = "test-host"
+FIRST = JournalEntry("a1" * 16, 1, "alice", Route.LOCAL)
+SECOND = JournalEntry("a1" * 16, 1, "alice", Route.EXTERNAL)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    directory = tmp_path / "host-store"
+    directory.mkdir()
+    directory.chmod(0o700)
+    return directory
+
+
+@pytest.fixture
+def journal(store: Path) -> Iterator[HostStoreJournal]:
+    opened = HostStoreJournal.acquire(str(store), HOST)
+    yield opened
+    opened.close()
+
+
+def _states(store: Path) -> dict[str, hoststore.State]:
+    with hoststore.acquire(store, HOST) as session:
+        return {record.id: record.state for record in session.records()}
+
+
+def test_attempts_are_journaled_then_settled(store: Path, journal: HostStoreJournal) -> None:
+    journal.start(FIRST)
+    assert journal.unresolved() == [FIRST]
+    journal.finish(FIRST, succeeded=False)
+    journal.start(SECOND)  # the fallback claim of the same attempt has a record of its own
+    journal.finish(SECOND, succeeded=True)
+    assert journal.unresolved() == []
+    journal.close()
+    assert _states(store) == {
+        FIRST.record_id: hoststore.State.FAILED_RECOVERED,
+        SECOND.record_id: hoststore.State.SUCCEEDED,
+    }
+
+
+def test_a_second_worker_on_the_host_is_refused(store: Path, journal: HostStoreJournal) -> None:
+    with pytest.raises(JournalLocked, match="another AI worker holds the host store"):
+        open_journal(str(store), HOST)
+
+
+def test_an_unfinished_attempt_survives_a_crash(store: Path) -> None:
+    crashed = HostStoreJournal.acquire(str(store), HOST)
+    crashed.start(FIRST)
+    crashed.close()  # what the kernel does for a killed process
+    restarted = HostStoreJournal.acquire(str(store), HOST)
+    try:
+        assert restarted.unresolved() == [FIRST]
+        with pytest.raises(JournalError):
+            restarted.start(SECOND)  # nothing new before the old attempt is settled
+    finally:
+        restarted.close()
+
+
+def test_a_record_of_someone_else_is_not_guessed_at(store: Path) -> None:
+    with hoststore.acquire(store, HOST) as session:
+        session.begin("deploy-7", "f" * 64)
+    journal = HostStoreJournal.acquire(str(store), HOST)
+    try:
+        with pytest.raises(JournalError, match="not written by an AI worker"):
+            journal.unresolved()
+    finally:
+        journal.close()
+
+
+class Operations:
+    """Answers GetOperation from a script, one answer per call."""
+
+    def __init__(self, *answers: pb.Operation | Exception) -> None:
+        self.answers = list(answers)
+        self.calls: list[tuple[str, str]] = []
+
+    async def get(self, owner_id: str, operation_id: str) -> pb.Operation:
+        self.calls.append((owner_id, operation_id))
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def _op(state: pb.OperationState, attempt: int = 1) -> pb.Operation:
+    return pb.Operation(id=FIRST.operation_id, state=state, attempt=attempt)
+
+
+@pytest.mark.parametrize(
+    ("answers", "settled"),
+    [
+        (
+            [
+                _op(pb.OPERATION_STATE_RUNNING),
+                Unavailable("down"),
+                _op(pb.OPERATION_STATE_WAITING_FOR_RETRY),
+            ],
+            hoststore.State.FAILED_RECOVERED,
+        ),
+        ([_op(pb.OPERATION_STATE_SUCCEEDED)], hoststore.State.SUCCEEDED),
+        ([NotFound("deleted")], hoststore.State.FAILED_RECOVERED),
+    ],
+)
+def test_reconciling_waits_for_the_real_state(
+    store: Path, answers: list[pb.Operation | Exception], settled: hoststore.State
+) -> None:
+    crashed = HostStoreJournal.acquire(str(store), HOST)
+    crashed.start(FIRST)
+    crashed.close()
+    operations = Operations(*answers)
+    journal = HostStoreJournal.acquire(str(store), HOST)
+    try:
+        asyncio.run(reconcile(journal, operations, asyncio.Event(), poll_seconds=0.01))
+        assert journal.unresolved() == []
+    finally:
+        journal.close()
+    assert operations.calls == [("alice", FIRST.operation_id)] * len(answers)
+    assert _states(store) == {FIRST.record_id: settled}

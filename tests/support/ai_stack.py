@@ -1,0 +1,403 @@
+"""The AI path as real processes on loopback, for end-to-end tests of the worker.
+
+``ai_stack(db_url, ...)`` starts Operations, Notifications, Workspace and AI
+Admission (and the AI worker, and ``opsctl serve dev-model`` when asked) with
+``services.up.Stack`` on free ports; tests drive it through gRPC stubs with
+the gateway credential and ``x-owner-id``, as the gateway would. Misbehaving
+models run in this process: ``ModelServer`` serves ``create_app(...)`` under
+uvicorn in a thread, and its ``config`` can be changed while it runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import grpc
+import uvicorn
+from durable_ops.ai_admission.v1 import ai_admission_pb2 as apb
+from durable_ops.ai_admission.v1 import ai_admission_pb2_grpc as apb_grpc
+from durable_ops.notifications.v1 import notifications_pb2 as npb
+from durable_ops.notifications.v1 import notifications_pb2_grpc as npb_grpc
+from durable_ops.operations.v1 import operations_pb2 as pb
+from durable_ops.operations.v1 import operations_pb2_grpc as pb_grpc
+from durable_ops.workspace.v1 import workspace_pb2 as wpb
+from durable_ops.workspace.v1 import workspace_pb2_grpc as wpb_grpc
+from sqlalchemy import func, select
+
+from services.ai_worker.dev_model import DevModelConfig, create_app
+from services.clock import utc_now
+from services.model.scope import Role
+from services.rpc.credentials import mint_service_token
+from services.settings import Settings
+from services.storage import migrate, workspace
+from services.storage.db import Database
+from services.storage.schema import AiWorkspaceNote, UserNotification, UserOperation
+from services.up import Stack, process_specs
+
+SECRET = "ai-stack-test-service-secret-0123456789abcdef"
+SERVICES = ("operations", "notifications", "workspace", "ai-admission")
+STRATEGY = "strategy.snapshot"
+CV_REVIEW = "cv.review"
+
+JOB = {
+    "title": "Senior Data Engineer",
+    "company": "Globex Analytics",
+    "description": (
+        "We are hiring a data engineer. Requirements: Python, Spark, Airflow, Kafka, SQL "
+        "and dbt. You will build Spark pipelines and Airflow DAGs in Python."
+    ),
+}
+CV_TEXT = """Jane Doe
+jane@example.com
+
+## Experience
+- Built Spark and Kafka pipelines processing 2TB per day in Python
+- Cut Airflow DAG runtime by 45% through SQL and dbt model tuning
+- Led a team of 4 engineers
+
+## Education
+MSc Computer Science
+
+## Skills
+Python, SQL, Spark, Kafka
+"""
+
+S = pb.OperationState
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def closed_port_url() -> str:
+    """A model URL nothing listens on (the port was free a moment ago)."""
+    return f"http://127.0.0.1:{free_port()}/v1"
+
+
+def wait_for(
+    probe: Callable[[], T | None], *, timeout: float, interval: float = 0.05, what: str = ""
+) -> T:
+    """Poll ``probe`` until it returns something truthy; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what or probe}")
+        time.sleep(interval)
+
+
+class LogTee(io.StringIO):
+    """Keeps every line the children print (for assertions) and echoes it for pytest."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            self.lines.append(text)
+        sys.stdout.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
+
+    def events(self, process: str, event: str) -> list[dict[str, Any]]:
+        """The JSON log events named ``event`` that ``process`` printed."""
+        found = []
+        with self._lock:
+            lines = list(self.lines)
+        for line in lines:
+            label, _, payload = line.partition(" | ")
+            if label.strip() != process:
+                continue
+            with contextlib.suppress(ValueError):
+                record = json.loads(payload)
+                if isinstance(record, dict) and record.get("event") == event:
+                    found.append(record)
+        return found
+
+
+class ModelServer:
+    """``create_app(...)`` served by uvicorn on a free port, in a thread of the test.
+
+    ``completions`` counts the chat-completion requests it received.
+    """
+
+    def __init__(self, **app_options: Any) -> None:
+        self.app = create_app(**app_options)
+        self.port = free_port()
+        self.completions = 0
+        config = uvicorn.Config(
+            self._counting,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            access_log=False,
+            # A slow drill model may still be sleeping on a request the worker gave up.
+            timeout_graceful_shutdown=1,
+            interface="asgi3",
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread.start()
+        wait_for(lambda: self._server.started, timeout=10, what="the model server")
+
+    async def _counting(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].endswith("/chat/completions"):
+            self.completions += 1
+        await self.app(scope, receive, send)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def config(self) -> DevModelConfig:
+        config: DevModelConfig = self.app.state.config
+        return config
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+
+
+@dataclass
+class AiStack:
+    stack: Stack
+    env: dict[str, str]
+    db: Database
+    logs: LogTee
+    channels: dict[str, grpc.Channel] = field(default_factory=dict)
+    extra_workers: list[Stack] = field(default_factory=list)
+
+    # ---- the worker process ---------------------------------------------------------------
+
+    def worker_events(self, event: str) -> list[dict[str, Any]]:
+        return self.logs.events("ai-worker", event)
+
+    def wait_worker_event(
+        self, event: str, count: int = 1, timeout: float = 30
+    ) -> list[dict[str, Any]]:
+        """The worker's ``event`` log events, once there are at least ``count`` of them."""
+
+        def enough() -> list[dict[str, Any]] | None:
+            found = self.worker_events(event)
+            return found if len(found) >= count else None
+
+        return wait_for(enough, timeout=timeout, what=f"{count} worker event(s) {event}")
+
+    def start_worker(self, **env_overrides: str) -> subprocess.Popen[str]:
+        """One more ``opsctl serve ai-worker`` with changed settings; stopped with the stack."""
+        env = {**self.env, **env_overrides}
+        extra = Stack(env, process_specs(Settings.from_env(env), ["ai-worker"]), out=self.logs)
+        self.extra_workers.append(extra)
+        return extra.start_one("ai-worker")
+
+    # ---- stubs, with the gateway credential and the owner ---------------------------------
+
+    def _channel(self, target_variable: str) -> grpc.Channel:
+        target = self.env[target_variable]
+        if target not in self.channels:
+            self.channels[target] = grpc.insecure_channel(target)
+        return self.channels[target]
+
+    @property
+    def operations(self) -> pb_grpc.OperationsServiceStub:
+        return pb_grpc.OperationsServiceStub(self._channel("OPS_OPERATIONS_TARGET"))
+
+    @property
+    def workspace(self) -> wpb_grpc.WorkspaceServiceStub:
+        return wpb_grpc.WorkspaceServiceStub(self._channel("OPS_WORKSPACE_TARGET"))
+
+    @property
+    def admission(self) -> apb_grpc.AiAdmissionServiceStub:
+        return apb_grpc.AiAdmissionServiceStub(self._channel("OPS_AI_ADMISSION_TARGET"))
+
+    @property
+    def notifications(self) -> npb_grpc.NotificationsServiceStub:
+        return npb_grpc.NotificationsServiceStub(self._channel("OPS_NOTIFICATIONS_TARGET"))
+
+    @staticmethod
+    def md(owner: str) -> tuple[tuple[str, str], ...]:
+        token = mint_service_token(SECRET, Role.GATEWAY)
+        return (("authorization", f"Bearer {token}"), ("x-owner-id", owner))
+
+    # ---- the owner's side -----------------------------------------------------------------
+
+    def entitle(self, owner: str, privacy: str = "local_only") -> None:
+        """What ``opsctl users set-plan OWNER pro`` and the settings page do."""
+        self.db.run(
+            lambda s: workspace.update_ai_settings(s, utc_now(), plan="pro"), owner_id=owner
+        )
+        self.workspace.UpdateAiSettings(
+            wpb.UpdateAiSettingsRequest(ai_enabled=True, privacy=privacy), metadata=self.md(owner)
+        )
+
+    def revoke(self, owner: str) -> None:
+        self.db.run(
+            lambda s: workspace.update_ai_settings(s, utc_now(), plan="free"), owner_id=owner
+        )
+
+    def create_job(self, owner: str) -> str:
+        job = self.workspace.CreateJob(wpb.CreateJobRequest(**JOB), metadata=self.md(owner))
+        return str(job.id)
+
+    def create_cv(self, owner: str, text: str = CV_TEXT) -> str:
+        request = wpb.CreateAttachmentRequest(kind="cv", filename="cv.txt", text=text)
+        return str(self.workspace.CreateAttachment(request, metadata=self.md(owner)).id)
+
+    def admit(self, owner: str, task_type: str, subject_id: str, context_ref: str = "") -> str:
+        request = apb.AdmitRequest(
+            task_type=task_type, subject_id=subject_id, context_ref=context_ref
+        )
+        reply = self.admission.Admit(request, metadata=self.md(owner))
+        return str(reply.operation.id)
+
+    def get(self, owner: str, operation_id: str) -> pb.Operation:
+        request = pb.GetOperationRequest(operation_id=operation_id)
+        operation: pb.Operation = self.operations.GetOperation(request, metadata=self.md(owner))
+        return operation
+
+    def cancel(self, owner: str, operation_id: str) -> pb.Operation:
+        request = pb.CancelOperationRequest(operation_id=operation_id)
+        operation: pb.Operation = self.operations.CancelOperation(request, metadata=self.md(owner))
+        return operation
+
+    def wait_state(
+        self, owner: str, operation_id: str, state: pb.OperationState, *, timeout: float
+    ) -> pb.Operation:
+        return wait_for(
+            lambda: ((op := self.get(owner, operation_id)).state == state and op) or None,
+            timeout=timeout,
+            what=f"{operation_id} to be {S.Name(state)}",
+        )
+
+    def notes_of(self, owner: str, kind: str, subject_type: str, subject_id: str) -> Any:
+        """The published note, or None (NOT_FOUND)."""
+        request = wpb.GetNoteRequest(kind=kind, subject_type=subject_type, subject_id=subject_id)
+        try:
+            return self.workspace.GetNote(request, metadata=self.md(owner))
+        except grpc.RpcError as error:
+            if error.code() == grpc.StatusCode.NOT_FOUND:
+                return None
+            raise
+
+    def notifications_of(self, owner: str) -> list[npb.Notification]:
+        reply = self.notifications.ListNotifications(
+            npb.ListNotificationsRequest(page_size=100), metadata=self.md(owner)
+        )
+        return list(reply.notifications)
+
+    def lookup(self, owner: str, task_type: str, subject_id: str) -> pb.Operation | None:
+        reply = self.admission.Lookup(
+            apb.LookupRequest(task_type=task_type, subject_id=subject_id), metadata=self.md(owner)
+        )
+        return reply.operation if reply.HasField("operation") else None
+
+    # ---- what only the database shows -----------------------------------------------------
+
+    def row(self, operation_id: str) -> UserOperation:
+        with self.db.neutral(write=False) as session:
+            row = session.get(UserOperation, operation_id)
+            assert row is not None
+            return row
+
+    def count_notes(self, operation_id: str) -> int:
+        query = select(func.count()).select_from(AiWorkspaceNote)
+        with self.db.neutral(write=False) as session:
+            return session.scalar(query.where(AiWorkspaceNote.operation_id == operation_id)) or 0
+
+    def count_notifications(self, operation_id: str) -> int:
+        query = select(func.count()).select_from(UserNotification)
+        with self.db.neutral(write=False) as session:
+            where = UserNotification.operation_id == operation_id
+            return session.scalar(query.where(where)) or 0
+
+    def close(self) -> None:
+        for channel in self.channels.values():
+            channel.close()
+        self.db.dispose()
+
+
+def stack_env(db_url: str, **overrides: str) -> dict[str, str]:
+    env = {
+        "OPS_DATABASE_URL": db_url,
+        "OPS_SERVICE_SECRET": SECRET,
+        "OPS_LOG_JSON": "true",
+        "OPS_SWEEP_INTERVAL_SECONDS": "0.2",
+        "OPS_WORKERS_AI_OPERATIONS_ENABLED": "true",
+        "OPS_WORKER_LEASE_SECONDS": "5",
+        "OPS_WORKER_POLL_SECONDS": "0.1",
+        "OPS_WORKER_TASK_TIMEOUT_SECONDS": "20",
+        "OPS_HOST_STORE_DIR": "",
+        "OPS_AI_EXTERNAL_URL": "",
+        "OPS_DEV_MODEL_BIND": f"127.0.0.1:{free_port()}",
+    }
+    for name in ("OPERATIONS", "NOTIFICATIONS", "WORKSPACE", "AI_ADMISSION"):
+        address = f"127.0.0.1:{free_port()}"
+        env[f"OPS_{name}_BIND"] = address
+        env[f"OPS_{name}_TARGET"] = address
+    env["OPS_AI_LOCAL_URL"] = f"http://{env['OPS_DEV_MODEL_BIND']}/v1"
+    env.update(overrides)
+    return env
+
+
+# A port found free can be taken by someone else before the child binds it; a
+# start-up that fails that way is tried once more on fresh ports.
+START_ATTEMPTS = 2
+
+
+def _started(db_url: str, names: list[str], logs: LogTee, env_overrides: dict[str, str]) -> AiStack:
+    for attempt in range(1, START_ATTEMPTS + 1):
+        env = stack_env(db_url, **env_overrides)
+        stack = Stack(env, process_specs(Settings.from_env(env), names), out=logs)
+        try:
+            stack.start()
+            stack.wait_healthy(timeout=60)
+            if stack.dead():  # healthy was someone else on our port; ours could not bind
+                raise RuntimeError(f"{', '.join(stack.dead())} exited during start-up")
+        except RuntimeError:
+            stack.stop(grace=5)
+            if attempt == START_ATTEMPTS:
+                raise
+            continue
+        return AiStack(stack, env, Database(db_url, pool_size=2), logs)
+    raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def ai_stack(
+    db_url: str, *, dev_model: bool = False, worker: bool = True, **env_overrides: str
+) -> Iterator[AiStack]:
+    """Start the services (and worker, and dev model) on ``db_url``; stop them on exit."""
+    migrate.upgrade(db_url)
+    names = [*SERVICES, *(["dev-model"] if dev_model else []), *(["ai-worker"] if worker else [])]
+    running = _started(db_url, names, LogTee(), env_overrides)
+    try:
+        if worker:
+            enabled = running.env["OPS_WORKERS_AI_OPERATIONS_ENABLED"] == "true"
+            running.wait_worker_event("ai_worker_started" if enabled else "ai_worker_idle")
+        yield running
+    finally:
+        for extra in running.extra_workers:
+            extra.stop(grace=10)
+        running.stack.stop(grace=10)
+        running.close()

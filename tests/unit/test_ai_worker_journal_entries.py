@@ -1,0 +1,58 @@
+"""Journal records of attempts, and when a journaled attempt counts as over."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from durable_ops.operations.v1 import operations_pb2 as pb
+
+from services.ai_worker.worker.journal import JournalEntry, JournalError, NullJournal
+from services.ai_worker.worker.reconcile import attempt_over
+from services.model.routing import Route
+
+ENTRY = JournalEntry("0f" * 16, 2, "alice@example.com", Route.EXTERNAL)
+
+
+def test_the_record_id_carries_the_owner_for_reconciling() -> None:
+    assert ENTRY.record_id == f"{'0f' * 16}/2/external/alice@example.com"
+    assert JournalEntry.parse(ENTRY.record_id) == ENTRY
+    assert ENTRY.plan_hash == hashlib.sha256(ENTRY.record_id.encode()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "record_id", ["op-1", "op/1/local", "op/x/local/alice", "op/1/moon/alice", "a/1/local/b/c"]
+)
+def test_records_the_worker_did_not_write_are_refused(record_id: str) -> None:
+    with pytest.raises(JournalError):
+        JournalEntry.parse(record_id)
+
+
+def test_the_null_journal_has_nothing_to_reconcile() -> None:
+    journal = NullJournal()
+    journal.start(ENTRY)
+    journal.finish(ENTRY, succeeded=True)
+    assert journal.unresolved() == []
+
+
+def _operation(state: pb.OperationState, attempt: int) -> pb.Operation:
+    return pb.Operation(id=ENTRY.operation_id, state=state, attempt=attempt)
+
+
+@pytest.mark.parametrize(
+    ("state", "attempt", "over"),
+    [
+        (pb.OPERATION_STATE_RUNNING, 2, None),  # the dead worker's lease has not expired yet
+        (pb.OPERATION_STATE_RUNNING, 3, False),  # a later attempt runs: ours is over
+        (pb.OPERATION_STATE_WAITING_FOR_RETRY, 2, False),
+        (pb.OPERATION_STATE_QUEUED, 2, False),
+        (pb.OPERATION_STATE_SUCCEEDED, 2, True),
+        (pb.OPERATION_STATE_SUCCEEDED, 3, False),  # another attempt did the work
+        (pb.OPERATION_STATE_FAILED, 2, False),
+        (pb.OPERATION_STATE_CANCELLED, 2, False),
+    ],
+)
+def test_an_attempt_is_over_once_the_operation_moved_on(
+    state: pb.OperationState, attempt: int, over: bool | None
+) -> None:
+    assert attempt_over(_operation(state, attempt), ENTRY) is over
