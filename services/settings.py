@@ -115,6 +115,10 @@ class Settings:
     worker_task_timeout_seconds: float = field(
         default=120.0, metadata=_doc("per-inference timeout enforced by the AI worker")
     )
+    worker_metrics_bind: str = field(
+        default="",
+        metadata=_doc("when set (host:port), the AI worker serves Prometheus `/metrics` there"),
+    )
     host_store_dir: str = field(
         default="", metadata=_doc("host operation store directory the AI worker locks (0700)")
     )

@@ -13,6 +13,7 @@ import contextlib
 import signal
 import socket
 
+import prometheus_client
 import structlog
 
 from services.ai_worker.handlers import HANDLERS
@@ -53,6 +54,15 @@ def check_settings(settings: Settings) -> None:
     if settings.host_store_dir and settings.worker_concurrency != 1:
         # The host store admits one unfinished operation at a time: one inference per host.
         raise SettingsError("OPS_HOST_STORE_DIR needs OPS_WORKER_CONCURRENCY=1")
+
+
+def serve_metrics(bind: str) -> None:
+    """The worker's Prometheus metrics (the local circuit state among them) on ``bind``."""
+    host, _, port = bind.rpartition(":")
+    if not host or not port.isdigit():
+        raise SettingsError(f"OPS_WORKER_METRICS_BIND must be host:port, not {bind!r}")
+    prometheus_client.start_http_server(int(port), addr=host.strip("[]"))
+    _log.info("ai_worker_metrics", bind=bind)
 
 
 def _install_signal_handlers(stopping: asyncio.Event) -> list[signal.Signals]:
@@ -96,6 +106,8 @@ async def _work(settings: Settings, stopping: asyncio.Event) -> None:
     except JournalError as error:
         await router.aclose()
         raise SystemExit(f"opsctl serve ai-worker: {error.message}") from error
+    if settings.worker_metrics_bind:
+        serve_metrics(settings.worker_metrics_bind)
     caller = ServiceCaller.from_settings(settings, Role.WORKER)
     operations_channel = open_channel(settings.operations_target)
     workspace_channel = open_channel(settings.workspace_target)

@@ -1,0 +1,54 @@
+"""The AI worker exports the local circuit state where Prometheus can scrape it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from services.storage import migrate
+from tests.support.clock import ManualClock
+from tests.support.grpc_services import SECRET, running_services
+from tests.support.ports import free_port
+
+
+def test_worker_serves_metrics_with_the_circuit_state(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ops.sqlite3'}"
+    migrate.upgrade(url)
+    metrics_port = free_port()
+    with running_services(url, ManualClock()) as services:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", "serve", "ai-worker"],
+            env={
+                **os.environ,
+                "OPS_WORKERS_AI_OPERATIONS_ENABLED": "true",
+                "OPS_SERVICE_SECRET": SECRET,
+                "OPS_OPERATIONS_TARGET": services.target,
+                "OPS_WORKSPACE_TARGET": services.target,
+                "OPS_AI_LOCAL_URL": f"http://127.0.0.1:{free_port()}/v1",
+                "OPS_WORKER_METRICS_BIND": f"127.0.0.1:{metrics_port}",
+                "OPS_HOST_STORE_DIR": "",
+            },
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    scraped = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=1)
+                    break
+                except httpx.TransportError:
+                    assert worker.poll() is None, worker.stderr.read() if worker.stderr else ""
+                    assert time.monotonic() < deadline, "the worker served no metrics"
+                    time.sleep(0.1)
+            assert scraped.status_code == 200
+            assert "ops_ai_local_circuit_state 0.0" in scraped.text
+        finally:
+            worker.terminate()
+            worker.wait(timeout=15)
