@@ -36,8 +36,14 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_up_serves_the_ui_and_stops_every_child(tmp_path: Path, signum: signal.Signals) -> None:
+@pytest.mark.parametrize(
+    ("engine", "signum"),
+    [("sqlite", signal.SIGINT), ("mariadb", signal.SIGTERM)],
+    ids=["sqlite-ctrl-c", "mariadb-sigterm"],
+)
+def test_up_serves_the_ui_and_stops_every_child(
+    tmp_path: Path, engine: str, signum: signal.Signals, request: pytest.FixtureRequest
+) -> None:
     ports = {name: free_port() for name in ("gateway", "ops", "notes", "admit", "ws", "model")}
     env = {
         **os.environ,
@@ -54,7 +60,10 @@ def test_up_serves_the_ui_and_stops_every_child(tmp_path: Path, signum: signal.S
         "OPS_AI_LOCAL_URL": f"http://127.0.0.1:{ports['model']}/v1",
         "OPS_HOST_STORE_DIR": "",
     }
-    url = f"sqlite:///{tmp_path / 'up.sqlite3'}"
+    if engine == "sqlite":
+        url = f"sqlite:///{tmp_path / 'up.sqlite3'}"
+    else:  # an empty database: `opsctl up` migrates it
+        url = request.getfixturevalue("make_mariadb_database")()
     up = subprocess.Popen(
         [sys.executable, "-m", "services.cli", "up", "--database-url", url],
         env=env,
