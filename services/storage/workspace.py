@@ -10,10 +10,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from services.model import bounds
-from services.model.errors import InvalidArgument, NotFound
-from services.model.states import Plan, Privacy
-from services.storage.operations import new_id
-from services.storage.pages import Page, newest_first, page_size, paginate
 from services.model.bounds import (
     ATTACHMENT_FILENAME_MAX,
     ATTACHMENT_TEXT_MAX,
@@ -21,6 +17,10 @@ from services.model.bounds import (
     JOB_DESCRIPTION_MAX,
     JOB_TITLE_MAX,
 )
+from services.model.errors import InvalidArgument, NotFound
+from services.model.states import Plan, Privacy
+from services.storage.operations import new_id
+from services.storage.pages import Page, newest_first, page_size, paginate
 from services.storage.schema import (
     AiWorkspaceNote,
     Attachment,

@@ -38,8 +38,10 @@ def test_query_without_filter_sees_only_own_rows(two_owners: Database) -> None:
 
 def test_updates_and_deletes_cannot_reach_other_owners(two_owners: Database) -> None:
     with two_owners.owner("alice") as session:
-        assert session.execute(update(Job).values(title="mine")).rowcount == 1
-        assert session.execute(delete(Job).where(Job.id == "b" * 32)).rowcount == 0
+        updated = session.execute(update(Job).values(title="mine"))
+        deleted = session.execute(delete(Job).where(Job.id == "b" * 32))
+        assert updated.rowcount == 1  # type: ignore[attr-defined]
+        assert deleted.rowcount == 0  # type: ignore[attr-defined]
     with two_owners.neutral(write=False) as session:
         titles = dict(session.execute(select(Job.owner_user_id, Job.title)).all())
     assert titles == {"alice": "mine", "bob": "t"}
