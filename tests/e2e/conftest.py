@@ -46,7 +46,9 @@ def chromium_path() -> str | None:
     return found
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: sync Playwright keeps an event loop running in the
+# main thread while it is open, and asyncio.run() in any later test would fail.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     path = chromium_path()
     if path is None:

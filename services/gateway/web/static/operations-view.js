@@ -104,7 +104,8 @@ export function updateCard(card, operation, handlers) {
   state.textContent = stateLabel(operation);
   state.className = `state state--${operation.cancel_requested && !TERMINAL_STATES.has(operation.state) ? "cancelling" : operation.state}`;
   card.dataset.state = operation.state;
-  card.querySelector(".op__subject").replaceChildren(
+  replaceChildren(
+    card.querySelector(".op__subject"),
     h("span", { class: "op__subject-type" }, operation.subject?.type || "subject"),
     " ",
     h("code", { class: "op__subject-id" }, operation.subject?.id ?? ""),
