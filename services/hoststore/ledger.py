@@ -40,6 +40,7 @@ def begin(
     *,
     now: str,
     capacity: int = fmt.MAX_SNAPSHOT_BYTES,
+    encoder: fmt.IncrementalEncoder | None = None,
 ) -> Change:
     existing = current.records.get(operation_id)
     if existing is not None:
@@ -64,7 +65,7 @@ def begin(
         updated_at=now,
     )
     following = Snapshot(current.host_id, {**current.records, operation_id: record})
-    payload = fmt.encode(following)
+    payload = _encode(following, current, operation_id, encoder)
     if len(payload) + fmt.RECORD_GROWTH_RESERVE > capacity:
         raise CapacityExceeded(
             f"beginning {operation_id!r} needs {len(payload)} bytes plus a"
@@ -81,6 +82,7 @@ def advance(
     *,
     now: str,
     capacity: int = fmt.MAX_SNAPSHOT_BYTES,
+    encoder: fmt.IncrementalEncoder | None = None,
 ) -> Change:
     existing = current.records.get(operation_id)
     if existing is None:
@@ -92,9 +94,21 @@ def advance(
     check_transition(existing.state, target)
     record = replace(existing, state=target, revision=revision + 1, updated_at=now)
     following = Snapshot(current.host_id, {**current.records, operation_id: record})
-    payload = fmt.encode(following)
+    payload = _encode(following, current, operation_id, encoder)
     if len(payload) > capacity:
         raise CapacityExceeded(
             f"advancing {operation_id!r} needs {len(payload)} bytes; the cap is {capacity}"
         )
     return Change(record=record, snapshot=following, payload=payload)
+
+
+def _encode(
+    following: Snapshot,
+    current: Snapshot,
+    operation_id: str,
+    encoder: fmt.IncrementalEncoder | None,
+) -> bytes:
+    """``fmt.encode(following)``, incrementally when the caller keeps an encoder."""
+    if encoder is None:
+        return fmt.encode(following)
+    return encoder.encode(following, previous=current, changed=operation_id)

@@ -102,6 +102,8 @@ class Session:
         self._fs = filesystem
         self._clock = clock
         self._mutex = threading.Lock()
+        # Re-encodes only what changed: a store retaining many records stays cheap to save.
+        self._encoder = fmt.IncrementalEncoder()
         self._closed = False
         self._poison: str | None = None
 
@@ -125,7 +127,11 @@ class Session:
         """Register queued work; ``(record, created)``. Same id and hash replays the original."""
         identifier = fmt.operation_id(operation_id)
         plan = fmt.plan_hash(plan_hash)
-        change = self._apply(lambda current, now: ledger.begin(current, identifier, plan, now=now))
+        change = self._apply(
+            lambda current, now: ledger.begin(
+                current, identifier, plan, now=now, encoder=self._encoder
+            )
+        )
         return change.record, change.created
 
     def advance(self, operation_id: str, revision: int, next_state: State | str) -> Record:
@@ -135,7 +141,9 @@ class Session:
             raise InvalidArgument(f"revision must be a positive integer, got {revision!r}")
         target = parse_state(next_state)
         change = self._apply(
-            lambda current, now: ledger.advance(current, identifier, revision, target, now=now)
+            lambda current, now: ledger.advance(
+                current, identifier, revision, target, now=now, encoder=self._encoder
+            )
         )
         return change.record
 

@@ -22,10 +22,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 
 from services.hoststore.errors import (
     ChecksumMismatch,
@@ -118,19 +119,130 @@ def format_timestamp(moment: datetime) -> str:
 def encode(snapshot: Snapshot) -> bytes:
     body = {
         "host_id": snapshot.host_id,
-        "operations": {
-            record.id: {
-                "created_at": record.created_at,
-                "plan_hash": record.plan_hash,
-                "revision": record.revision,
-                "state": record.state.value,
-                "updated_at": record.updated_at,
-            }
-            for record in snapshot.records.values()
-        },
+        "operations": {record.id: _record_fields(record) for record in snapshot.records.values()},
         "version": FORMAT_VERSION,
     }
     return _document(_canonical(body))
+
+
+def _record_fields(record: Record) -> dict[str, object]:
+    return {
+        "created_at": record.created_at,
+        "plan_hash": record.plan_hash,
+        "revision": record.revision,
+        "state": record.state.value,
+        "updated_at": record.updated_at,
+    }
+
+
+class IncrementalEncoder:
+    """``encode`` for a sequence of snapshots that each differ from the last by one record.
+
+    A store that retains many records rewrites all of them on every change; this
+    keeps the canonical bytes of every record, sorted in chunks, and the SHA-256
+    state at the start of each chunk, so a change re-encodes one record, re-joins
+    one chunk and hashes only from that chunk on. The bytes are exactly those of
+    ``encode`` (the tests compare them). Any snapshot that is not "the previous
+    one plus or with one changed record" is encoded from scratch.
+    """
+
+    CHUNK = 64
+
+    def __init__(self) -> None:
+        self._last: Snapshot | None = None
+        self._prefix = b""
+        self._chunks: list[list[str]] = []  # sorted ids, split into runs
+        self._firsts: list[str] = []  # first id of each run, for bisect
+        self._fragments: dict[str, bytes] = {}  # id -> b'"id":{...}'
+        self._joined: list[bytes] = []  # fragments of each run joined by commas
+        self._states: list[Any] = []  # SHA-256 state before each run (None: unknown)
+
+    def encode(
+        self, snapshot: Snapshot, *, previous: Snapshot | None = None, changed: str | None = None
+    ) -> bytes:
+        """The canonical bytes of ``snapshot``.
+
+        Pass ``previous`` (the snapshot this encoder encoded last) and ``changed``
+        (the one id whose record was added or replaced) to reuse the rest.
+        """
+        if (
+            previous is not None
+            and previous is self._last
+            and changed is not None
+            and changed in snapshot.records
+            and snapshot.host_id == previous.host_id
+            and len(snapshot.records) == len(previous.records) + (changed not in previous.records)
+        ):
+            start = self._update(snapshot.records[changed])
+        else:
+            self._rebuild(snapshot)
+            start = 0
+        self._last = snapshot
+        return self._finish(start)
+
+    def _rebuild(self, snapshot: Snapshot) -> None:
+        self._prefix = b'{"host_id":' + _canonical(snapshot.host_id) + b',"operations":{'
+        ids = sorted(snapshot.records)
+        self._fragments = {key: _fragment(snapshot.records[key]) for key in ids}
+        self._chunks = [ids[at : at + self.CHUNK] for at in range(0, len(ids), self.CHUNK)]
+        self._firsts = [chunk[0] for chunk in self._chunks]
+        self._joined = [self._join(chunk) for chunk in self._chunks]
+        self._states = [None] * len(self._chunks)
+
+    def _join(self, chunk: list[str]) -> bytes:
+        fragments = self._fragments
+        return b",".join([fragments[key] for key in chunk])
+
+    def _update(self, record: Record) -> int:
+        """Take in one added or changed record; the index of the first run to rehash."""
+        key = record.id
+        self._fragments[key] = _fragment(record)
+        if not self._chunks:
+            self._chunks, self._firsts = [[key]], [key]
+            self._joined, self._states = [self._join([key])], [None]
+            return 0
+        index = max(bisect_right(self._firsts, key) - 1, 0)
+        chunk = self._chunks[index]
+        at = bisect_left(chunk, key)
+        if at == len(chunk) or chunk[at] != key:
+            chunk.insert(at, key)
+            self._firsts[index] = chunk[0]
+            if len(chunk) > 2 * self.CHUNK:
+                head, tail = chunk[: self.CHUNK], chunk[self.CHUNK :]
+                self._chunks[index : index + 1] = [head, tail]
+                self._firsts[index : index + 1] = [head[0], tail[0]]
+                self._joined[index : index + 1] = [self._join(head), self._join(tail)]
+                self._states[index : index + 1] = [None, None]
+                return index
+        self._joined[index] = self._join(chunk)
+        return index
+
+    def _finish(self, start: int) -> bytes:
+        state = self._states[start] if start < len(self._states) else None
+        if state is None:
+            start = 0
+            hasher = hashlib.sha256(self._prefix)
+        else:
+            hasher = state.copy()
+        last = len(self._joined) - 1
+        for index in range(start, last + 1):
+            self._states[index] = hasher.copy()
+            hasher.update(self._joined[index])
+            if index < last:
+                hasher.update(b",")
+        suffix = b'},"version":' + str(FORMAT_VERSION).encode("ascii") + b"}"
+        hasher.update(suffix)
+        parts = [b'{"body":', self._prefix]
+        for index, joined in enumerate(self._joined):
+            if index:
+                parts.append(b",")
+            parts.append(joined)
+        parts += [suffix, b',"sha256":"', hasher.hexdigest().encode("ascii"), b'"}']
+        return b"".join(parts)
+
+
+def _fragment(record: Record) -> bytes:
+    return _canonical(record.id) + b":" + _canonical(_record_fields(record))
 
 
 def decode(data: bytes, *, expected_host_id: str | None = None) -> Snapshot:

@@ -8,7 +8,8 @@ calls then re-read and decide again, lease holders learn they lost the lease.
 
 The hot worker paths are written for the fewest statements: a heartbeat is
 one UPDATE, a completion one UPDATE plus the notification INSERT, a claim one
-UPDATE plus the read-back by token hash.
+``SELECT … FOR UPDATE SKIP LOCKED`` plus the UPDATE of the row it locked, a
+create one INSERT.
 """
 
 from __future__ import annotations
@@ -21,21 +22,24 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Select, bindparam, delete, select, text, update
+from sqlalchemy import ColumnElement, Select, Table, bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from services.model import bounds, lifecycle
 from services.model.errors import Conflict, LeaseLost, NotFound
 from services.model.lifecycle import Decision, Event, Facts
 from services.model.states import PENDING_STATES, OperationState, Privacy
 from services.storage import notifications
+from services.storage.db import OWNER_KEY, OwnerMismatch
 from services.storage.pages import Page, newest_first, page_size, paginate
-from services.storage.schema import UserOperation, UtcDateTime
+from services.storage.schema import UserOperation
 
 S = OperationState
+_INSERT = insert(cast(Table, UserOperation.__table__))  # built once; values come as parameters
 OWNER_RACE_ATTEMPTS = 5
 SWEEP_BATCH = 200
 
@@ -149,45 +153,57 @@ def list_page(
 def create(
     session: Session, owner_id: str, request: CreateRequest, now: datetime
 ) -> tuple[UserOperation, bool]:
-    """Insert the operation, or return the one this owner already made with this key."""
+    """Insert the operation, or return the one this owner already made with this key.
+
+    The INSERT goes first: a new key (the common case) costs that one statement.
+    The unique index refuses a repeated key, and only then is the existing row read.
+    A refused INSERT undoes only itself on both engines, so the transaction goes on.
+    """
     request.validate(now)
     fingerprint = request.fingerprint()
-    existing = find_by_key(session, request.task_type, request.idempotency_key)
-    if existing is None:
-        op = UserOperation(
-            id=new_id(),
-            owner_user_id=owner_id,
-            task_type=request.task_type,
-            idempotency_key=request.idempotency_key,
-            request_hash=fingerprint,
-            subject_type=request.subject_type,
-            subject_id=request.subject_id,
-            context_ref=request.context_ref or None,
-            state=S.QUEUED,
-            priority=request.priority,
-            attempt=0,
-            max_attempts=request.max_attempts,
-            retry_delay_seconds=request.retry_delay_seconds,
-            time_budget_seconds=request.time_budget_seconds,
-            privacy=request.privacy,
-            progress_percent=0,
-            cancel_requested=False,
-            deadline_at=request.deadline_at,
-            created_at=now,
-            updated_at=now,
+    if session.info.get(OWNER_KEY, owner_id) != owner_id:
+        raise OwnerMismatch("an operation of another owner created in an owner scope")
+    values: dict[str, Any] = {
+        "id": new_id(),
+        "owner_user_id": owner_id,
+        "task_type": request.task_type,
+        "idempotency_key": request.idempotency_key,
+        "request_hash": fingerprint,
+        "subject_type": request.subject_type,
+        "subject_id": request.subject_id,
+        "context_ref": request.context_ref or None,
+        "state": S.QUEUED,
+        "priority": request.priority,
+        "attempt": 0,
+        "max_attempts": request.max_attempts,
+        "retry_delay_seconds": request.retry_delay_seconds,
+        "time_budget_seconds": request.time_budget_seconds,
+        "privacy": request.privacy,
+        "progress_percent": 0,
+        "cancel_requested": False,
+        "deadline_at": request.deadline_at,
+        "created_at": now,
+        "updated_at": now,
+    }
+    try:
+        session.execute(_INSERT, values)
+    except IntegrityError:
+        # This owner used the key before (or a concurrent identical create won the race).
+        existing = find_by_key(session, request.task_type, request.idempotency_key)
+        if existing is None:
+            raise
+        if not hmac.compare_digest(existing.request_hash, fingerprint):
+            raise Conflict("this idempotency key was used for a different request") from None
+        return existing, False
+    unset = dict.fromkeys(
+        ("lease_token_hash", "lease_expires_at", "next_attempt_at", "started_at", "finished_at")
+    )
+    unset.update(
+        dict.fromkeys(
+            ("failure_code", "failure_message", "provider", "model", "route", "result_ref")
         )
-        try:
-            with session.begin_nested():
-                session.add(op)
-            return op, True
-        except IntegrityError:
-            # A concurrent identical create won the unique index; it is ours to return.
-            existing = find_by_key(session, request.task_type, request.idempotency_key)
-            if existing is None:
-                raise
-    if not hmac.compare_digest(existing.request_hash, fingerprint):
-        raise Conflict("this idempotency key was used for a different request")
-    return existing, False
+    )
+    return UserOperation(**values, **unset), True
 
 
 def find_by_key(session: Session, task_type: str, idempotency_key: str) -> UserOperation | None:
@@ -257,6 +273,42 @@ def _owner_event(session: Session, operation_id: str, event: Event, now: datetim
 # ---- the worker's lease ------------------------------------------------------------------
 
 
+# Built once: the claim runs in the neutral scope, so these exact objects are executed
+# and SQLAlchemy computes their cache keys once.
+_CLAIM_CANDIDATE = (
+    select(UserOperation)
+    .where(
+        UserOperation.state == bindparam("from_state"),
+        UserOperation.task_type.in_(bindparam("task_types", expanding=True)),
+        (UserOperation.deadline_at.is_(None)) | (UserOperation.deadline_at > bindparam("now")),
+    )
+    .order_by(UserOperation.priority.desc(), UserOperation.created_at)
+    .limit(1)
+    .with_for_update(skip_locked=True)
+)
+_CLAIM_TAKE = (
+    update(UserOperation)
+    .where(
+        UserOperation.id == bindparam("claim_id"), UserOperation.state == bindparam("from_state")
+    )
+    .values(
+        {
+            column: bindparam(column)
+            for column in (
+                "state",
+                "attempt",
+                "lease_token_hash",
+                "lease_expires_at",
+                "started_at",
+                "updated_at",
+                "next_attempt_at",
+            )
+        }
+    )
+    .execution_options(synchronize_session=False)
+)
+
+
 def claim(
     session: Session,
     task_types: Sequence[str],
@@ -265,55 +317,81 @@ def claim(
     *,
     external_route: bool = False,
 ) -> Claim | None:
-    """One conditional UPDATE takes the best claimable row; the token reads it back."""
+    """Lock the best claimable row, skipping rows other claims hold, then take its lease.
+
+    Two statements: ``SELECT … ORDER BY priority DESC, created_at LIMIT 1 FOR UPDATE
+    SKIP LOCKED`` walks the claim index and reads the whole row, and a guarded UPDATE
+    by id writes the lease. Concurrent claimers take different rows instead of
+    queueing on the head of the queue. (SQLite has no row locks: its writers hold
+    the database lock from ``BEGIN IMMEDIATE``, so the same two statements are safe.)
+    """
     if not task_types:
         return None
     for task_type in task_types:
         bounds.task_type(task_type)
-    token = secrets.token_urlsafe(32)  # 256 random bits; only the hash is stored
-    token_hash = hash_token(token)
     expires = lifecycle.lease_expiry(now, lease_seconds)
     from_state = S.WAITING_FOR_EXTERNAL_FALLBACK if external_route else S.QUEUED
-    types = {f"t{i}": task_type for i, task_type in enumerate(task_types)}
-    statement = _claim_sql(session.get_bind().dialect.name, list(types), external_route)
-    typed = text(statement).bindparams(
-        bindparam("now", type_=UtcDateTime), bindparam("expires", type_=UtcDateTime)
+    found = session.scalars(
+        _CLAIM_CANDIDATE, {"from_state": from_state, "task_types": list(task_types), "now": now}
     )
-    params = {
-        "from_state": from_state.value,
-        "token_hash": token_hash,
-        "expires": expires,
-        "now": now,
-        **types,
-    }
-    if session.execute(typed, params).rowcount != 1:  # type: ignore[attr-defined]
+    op = found.one_or_none()
+    if op is None:
         return None
-    op = session.scalars(
-        select(UserOperation).where(
-            UserOperation.state == S.RUNNING, UserOperation.lease_token_hash == token_hash
-        )
-    ).one()
+    token = secrets.token_urlsafe(32)  # 256 random bits; only the hash is stored
+    values: dict[str, Any] = {
+        "state": S.RUNNING,
+        # A fallback claim continues the attempt the local route could not serve.
+        "attempt": op.attempt if external_route else op.attempt + 1,
+        "lease_token_hash": hash_token(token),
+        "lease_expires_at": expires,
+        "started_at": op.started_at or now,
+        "updated_at": now,
+        "next_attempt_at": None,
+    }
+    taken = session.execute(_CLAIM_TAKE, {**values, "claim_id": op.id, "from_state": from_state})
+    if taken.rowcount != 1:  # type: ignore[attr-defined]
+        return None  # unreachable while the row is locked; never hand out a lost row
+    for key, value in values.items():
+        set_committed_value(op, key, value)
     return Claim(op, token)
 
 
-def _claim_sql(dialect: str, type_params: list[str], external_route: bool) -> str:
-    """The claim UPDATE. Built from fixed fragments and placeholders only."""
-    # A fallback claim continues the attempt the local route could not serve.
-    attempt = "attempt" if external_route else "attempt + 1"
-    placeholders = ", ".join(f":{name}" for name in type_params)
-    condition = (
-        f"state = :from_state AND task_type IN ({placeholders}) "
-        "AND (deadline_at IS NULL OR deadline_at > :now) "
-        "ORDER BY priority DESC, created_at LIMIT 1"
+# The hot lease paths, built once and executed with parameters. Owner-scoped
+# sessions still add the owner criterion to each execution.
+_LIVE_LEASE = (
+    UserOperation.id == bindparam("operation_id"),
+    UserOperation.state == S.RUNNING,
+    UserOperation.lease_token_hash == bindparam("token_hash"),
+    UserOperation.lease_expires_at > bindparam("now"),
+)
+_HEARTBEAT = (
+    update(UserOperation)
+    .where(*_LIVE_LEASE, UserOperation.cancel_requested.is_(False))
+    .values(lease_expires_at=bindparam("expires"), updated_at=bindparam("now"))
+    .execution_options(synchronize_session=False)
+)
+_HEARTBEAT_WITH_PROGRESS = _HEARTBEAT.values(progress_percent=bindparam("progress"))
+_COMPLETE = (
+    update(UserOperation)
+    .where(*_LIVE_LEASE)
+    .values(
+        {
+            column: bindparam(column)
+            for column in (
+                "state",
+                "progress_percent",
+                "finished_at",
+                "updated_at",
+                "lease_expires_at",
+                "result_ref",
+                "provider",
+                "model",
+                "route",
+            )
+        }
     )
-    assignment = (
-        f"UPDATE user_operations SET state = 'running', attempt = {attempt}, "  # noqa: S608
-        "lease_token_hash = :token_hash, lease_expires_at = :expires, "
-        "started_at = COALESCE(started_at, :now), updated_at = :now, next_attempt_at = NULL "
-    )
-    if dialect == "sqlite":  # no UPDATE … ORDER BY … LIMIT in stock SQLite
-        return f"{assignment}WHERE id = (SELECT id FROM user_operations WHERE {condition})"  # noqa: S608
-    return f"{assignment}WHERE {condition}"
+    .execution_options(synchronize_session=False)
+)
 
 
 def heartbeat(
@@ -332,10 +410,10 @@ def heartbeat(
     if progress is not None:
         values["progress_percent"] = progress
     token_hash = hash_token(token)
-    fast = update(UserOperation).where(
-        *_live_lease(operation_id, token_hash, now), UserOperation.cancel_requested.is_(False)
-    )
-    if session.execute(fast.values(**values)).rowcount == 1:  # type: ignore[attr-defined]
+    fast = _HEARTBEAT if progress is None else _HEARTBEAT_WITH_PROGRESS
+    lease = {"operation_id": operation_id, "token_hash": token_hash, "now": now}
+    extended = session.execute(fast, {**lease, "expires": expires, "progress": progress})
+    if extended.rowcount == 1:  # type: ignore[attr-defined]
         return expires, False
     # Rare path: cancellation was requested, or the lease is not ours any more.
     op = _lease_holder(session, operation_id, token_hash)
@@ -365,8 +443,8 @@ def complete(
         "result_ref": result_ref or None,
         **provenance.values(),
     }
-    done = update(UserOperation).where(*_live_lease(operation_id, token_hash, now))
-    if session.execute(done.values(**values)).rowcount == 1:  # type: ignore[attr-defined]
+    lease = {"operation_id": operation_id, "token_hash": token_hash, "now": now}
+    if session.execute(_COMPLETE, {**lease, **values}).rowcount == 1:  # type: ignore[attr-defined]
         notifications.insert_for_operation(session, operation_id, S.SUCCEEDED, now)
         return S.SUCCEEDED
     op = _lease_holder(session, operation_id, token_hash)
