@@ -1,0 +1,168 @@
+"""``python -m benchmarks [--quick] [--only N ...]``: measure, print the table of ratios.
+
+Every figure is a ratio of a subject to its baseline measured in the same run,
+interleaved, the median of at least three rounds. Sections:
+
+1 end-to-end throughput (gRPC services vs raw SQL, MariaDB and SQLite)
+2 statements per operation (counted, not timed)
+3 listing at scale (10k vs 1M rows; 10k vs 100k with --quick)
+4 gateway overhead (HTTP gateway vs direct gRPC)
+5 against a peer (procrastinate on PostgreSQL)
+6 heartbeat cost (200 live leases vs none)
+7 host store (advance vs a raw durable write)
+
+A full run (without ``--quick``) waits for a quiet machine before each section
+and writes its table into ``benchmarks/RESULTS.md`` (``--no-results`` to skip).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import structlog
+
+from benchmarks import (
+    gateway,
+    heartbeats,
+    hoststore,
+    listing,
+    machine,
+    peer,
+    statements,
+    throughput,
+)
+from benchmarks.context import MIN_ROUNDS, Context
+from benchmarks.table import Row, Target, render_markdown, render_text
+
+SECTIONS: dict[str, Callable[[Context], list[Row]]] = {
+    "2": statements.run,
+    "1": throughput.run,
+    "6": heartbeats.run,
+    "3": listing.run,
+    "4": gateway.run,
+    "5": peer.run,
+    "7": hoststore.run,
+}
+RESULTS = Path(__file__).with_name("RESULTS.md")
+BEGIN_MARK = "<!-- full-run:begin -->"
+END_MARK = "<!-- full-run:end -->"
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Measure durable-ops against its baselines; every figure is a ratio.",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="smaller sizes and rounds (under 3 minutes)"
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=sorted(SECTIONS),
+        metavar="N",
+        help="run only these sections (1-7)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=MIN_ROUNDS,
+        help=f"interleaved rounds per figure (at least {MIN_ROUNDS})",
+    )
+    parser.add_argument(
+        "--no-wait", action="store_true", help="do not wait for a quiet machine (full mode)"
+    )
+    parser.add_argument(
+        "--no-results", action="store_true", help="do not write benchmarks/RESULTS.md"
+    )
+    args = parser.parse_args(argv)
+    if args.rounds < MIN_ROUNDS:
+        parser.error(f"--rounds must be at least {MIN_ROUNDS}")
+    return args
+
+
+def _quiet_logs() -> None:
+    """The in-process servers log like the product; the benchmark's output is the table."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    logging.getLogger().setLevel(logging.WARNING)
+
+
+def _commit() -> str:
+    try:
+        found = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).parent,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return found.stdout.strip()
+
+
+def header(ctx: Context, started: datetime, seconds: float) -> list[str]:
+    loads = ", ".join(f"{name.split()[0]}: {load:.2f}" for name, load in ctx.loads.items())
+    return [
+        f"durable-ops benchmarks, {'quick' if ctx.quick else 'full'} mode,"
+        f" {started:%Y-%m-%d %H:%M} UTC, commit {_commit()}, {seconds:.0f} s",
+        f"machine: {machine.describe()}",
+        f"load (1-min average at each section's start): {loads}",
+        f"figures: ratio subject ÷ baseline, median of {ctx.rounds} interleaved rounds",
+    ]
+
+
+def write_results(lines: list[str], rows: list[Row]) -> None:
+    block = "\n".join(
+        [BEGIN_MARK, "", *(f"    {line}" for line in lines), "", render_markdown(rows), END_MARK]
+    )
+    text = (
+        RESULTS.read_text()
+        if RESULTS.exists()
+        else f"# Benchmark results\n\n{BEGIN_MARK}\n{END_MARK}\n"
+    )
+    if BEGIN_MARK in text and END_MARK in text:
+        before, _, rest = text.partition(BEGIN_MARK)
+        _, _, after = rest.partition(END_MARK)
+        text = before + block + after
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    RESULTS.write_text(text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    _quiet_logs()
+    ctx = Context(quick=args.quick, rounds=args.rounds, quiet_wait=0.0 if args.no_wait else 120.0)
+    started, clock = datetime.now(UTC), time.perf_counter()
+    chosen = [name for name in SECTIONS if not args.only or name in args.only]
+    rows: list[Row] = []
+    failed = False
+    for name in chosen:
+        try:
+            rows += SECTIONS[name](ctx)
+        except Exception as exc:  # one broken section must not hide the others' figures
+            failed = True
+            traceback.print_exc()
+            rows.append(
+                Row(name, f"section {name} failed: {exc!r}"[:110], "", "", 0.0, Target("==", 1))
+            )
+    rows.sort(key=lambda row: row.section)
+    lines = header(ctx, started, time.perf_counter() - clock)
+    print(render_text(lines, rows))
+    if not args.quick and not args.no_results and not args.only:
+        write_results(lines, rows)
+        print(f"wrote {RESULTS}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

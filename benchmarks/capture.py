@@ -1,0 +1,180 @@
+"""The statements the server issues for one lifecycle, captured with engine events.
+
+An in-process Operations server runs on a background event loop over a
+``Database`` whose engine carries ``before_cursor_execute``, ``commit``,
+``rollback`` and pool ``checkout`` listeners. One real lifecycle (create,
+claim, heartbeat, complete) goes through it over gRPC, one phase at a time,
+and every statement, COMMIT and connection checkout is recorded against the
+phase. The recording is both figure 2 (statements per operation) and the
+script the raw-SQL baseline of figure 1 replays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from durable_ops.operations.v1 import operations_pb2_grpc as pb_grpc
+from sqlalchemy import event
+
+from benchmarks.client import Claimed, OpsClient
+from benchmarks.processes import SERVICE_SECRET
+from services.operations.service import SERVICE_NAME, OperationsService
+from services.rpc.server import build_server, start, stop
+from services.storage.db import Database
+from services.storage.operations import hash_token
+
+PHASES = ("create", "claim", "heartbeat", "complete")
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str  # "sql", "commit" or "rollback"
+    statement: str = ""
+    parameters: Any = None
+
+
+@dataclass
+class Recording:
+    """Steps per phase, plus the values that identify the captured lifecycle."""
+
+    steps: dict[str, list[Step]] = field(default_factory=lambda: {p: [] for p in PHASES})
+    checkouts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
+    known: dict[str, Any] = field(default_factory=dict)
+
+    def statements(self, phase: str) -> list[str]:
+        return [s.statement for s in self.steps[phase] if s.kind == "sql"]
+
+    def counts(self, phase: str) -> dict[str, int]:
+        """Data statements, savepoint statements, BEGINs sent, COMMITs, checkouts."""
+        sql = self.statements(phase)
+        savepoints = [s for s in sql if s.split()[0].upper() in ("SAVEPOINT", "RELEASE")]
+        begins = [s for s in sql if s.split()[0].upper() == "BEGIN"]
+        return {
+            "statements": len(sql) - len(savepoints) - len(begins),
+            "savepoints": len(savepoints),
+            "begin": len(begins),
+            "commit": sum(1 for s in self.steps[phase] if s.kind == "commit"),
+            "rollback": sum(1 for s in self.steps[phase] if s.kind == "rollback"),
+            "checkouts": self.checkouts[phase],
+        }
+
+
+class _Recorder:
+    def __init__(self, db: Database) -> None:
+        self.recording = Recording()
+        self.phase: str | None = None
+        engine = db.engine
+        event.listen(engine, "before_cursor_execute", self._execute)
+        event.listen(engine, "commit", self._commit)
+        event.listen(engine, "rollback", self._rollback)
+        event.listen(engine.pool, "checkout", self._checkout)
+
+    def _add(self, step: Step) -> None:
+        if self.phase is not None:
+            self.recording.steps[self.phase].append(step)
+
+    def _execute(
+        self, _conn: Any, _cursor: Any, statement: str, parameters: Any, _ctx: Any, _many: bool
+    ) -> None:
+        self._add(Step("sql", statement, parameters))
+
+    def _commit(self, _conn: Any) -> None:
+        self._add(Step("commit"))
+
+    def _rollback(self, _conn: Any) -> None:
+        self._add(Step("rollback"))
+
+    def _checkout(self, *_args: Any) -> None:
+        if self.phase is not None:
+            self.recording.checkouts[self.phase] += 1
+
+
+class _Loop:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def call(self, coroutine: Any, timeout: float = 30) -> Any:
+        future: Future[Any] = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        return future.result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        self.loop.close()
+
+
+@contextmanager
+def in_process_operations(db: Database) -> Iterator[str]:
+    """The Operations servicer on 127.0.0.1:0 in this process; yields its target."""
+    loop = _Loop()
+
+    async def boot() -> tuple[Any, int]:
+        server, port = build_server(
+            "127.0.0.1:0",
+            lambda s: pb_grpc.add_OperationsServiceServicer_to_server(
+                OperationsService(db, lambda: datetime.now(UTC)), s
+            ),
+            [SERVICE_NAME],
+            secret=SERVICE_SECRET,
+        )
+        await start(server)
+        return server, port
+
+    server, port = loop.call(boot())
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        loop.call(stop(server, 0.5))
+        loop.close()
+
+
+def capture_lifecycle(database_url: str, task_type: str = "bench.capture") -> Recording:
+    """Run one real lifecycle through gRPC and record what reached the database."""
+    db = Database(database_url, pool_size=4)
+    recorder = _Recorder(db)
+    owner, key, subject = "bench-capture-owner", "bench-capture-key", "bench-capture-subject"
+    try:
+        with in_process_operations(db) as target:
+
+            async def lifecycle() -> None:
+                client = OpsClient(target)
+                try:
+                    recorder.phase = "create"
+                    operation = await client.create(owner, key, task_type, subject)
+                    recorder.phase = "claim"
+                    claimed = await client.claim(task_type)
+                    assert claimed is not None
+                    assert claimed.operation_id == operation.id
+                    recorder.phase = "heartbeat"
+                    await client.heartbeat_once(claimed)
+                    recorder.phase = "complete"
+                    await client.complete(claimed)
+                    recorder.phase = None
+                    _remember(recorder.recording, owner, key, subject, claimed)
+                finally:
+                    recorder.phase = None
+                    await client.close()
+
+            asyncio.run(lifecycle())
+    finally:
+        db.dispose()
+    return recorder.recording
+
+
+def _remember(recording: Recording, owner: str, key: str, subject: str, claimed: Claimed) -> None:
+    recording.known = {
+        "owner": owner,
+        "key": key,
+        "subject": subject,
+        "operation_id": claimed.operation_id,
+        "token_hash": hash_token(claimed.lease_token),
+    }

@@ -1,0 +1,158 @@
+"""The benchmark's gRPC client of the Operations service: producer and no-op worker calls.
+
+A producer creates ``bench.noop`` operations in an owner scope; a worker claims
+in the neutral scope and heartbeats and completes in the claimed owner's scope,
+exactly as the AI worker does, with no work in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import grpc
+from durable_ops.operations.v1 import operations_pb2 as pb
+from durable_ops.operations.v1 import operations_pb2_grpc as pb_grpc
+
+from benchmarks.processes import caller
+from services.model.scope import Role
+from services.rpc.client import open_channel
+
+TASK_TYPE = "bench.noop"
+LEASE_SECONDS = 30
+IDLE_SLEEP_SECONDS = 0.002
+
+
+@dataclass(frozen=True)
+class Claimed:
+    operation_id: str
+    owner_id: str
+    lease_token: str
+
+
+class OpsClient:
+    """One channel to the Operations service, with a producer and a worker credential."""
+
+    def __init__(self, target: str) -> None:
+        self.channel = open_channel(target)
+        self.stub = pb_grpc.OperationsServiceStub(self.channel)
+        self._producer = caller(Role.PRODUCER)
+        self._worker = caller(Role.WORKER)
+        self._gateway = caller(Role.GATEWAY)
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+    async def create(
+        self, owner: str, key: str, task_type: str = TASK_TYPE, subject_id: str = "s"
+    ) -> pb.Operation:
+        reply = await self.stub.CreateOperation(
+            pb.CreateOperationRequest(
+                task_type=task_type,
+                idempotency_key=key,
+                subject=pb.Subject(type="bench", id=subject_id),
+            ),
+            metadata=self._producer.metadata(owner),
+        )
+        operation: pb.Operation = reply.operation
+        return operation
+
+    async def get(self, owner: str, operation_id: str) -> pb.Operation:
+        reply: pb.Operation = await self.stub.GetOperation(
+            pb.GetOperationRequest(operation_id=operation_id),
+            metadata=self._gateway.metadata(owner),
+        )
+        return reply
+
+    async def list(self, owner: str, page_size: int, token: str = "") -> pb.ListOperationsResponse:
+        reply: pb.ListOperationsResponse = await self.stub.ListOperations(
+            pb.ListOperationsRequest(page_size=page_size, page_token=token),
+            metadata=self._gateway.metadata(owner),
+        )
+        return reply
+
+    async def claim(
+        self, task_type: str = TASK_TYPE, lease_seconds: int = LEASE_SECONDS
+    ) -> Claimed | None:
+        reply = await self.stub.ClaimOperation(
+            pb.ClaimOperationRequest(task_types=[task_type], lease_seconds=lease_seconds),
+            metadata=self._worker.metadata(),
+        )
+        if not reply.HasField("claimed"):
+            return None
+        claimed = reply.claimed
+        return Claimed(claimed.operation.id, claimed.owner_id, claimed.lease_token)
+
+    def heartbeat_stream(self, claimed: Claimed) -> grpc.aio.StreamStreamCall:
+        return self.stub.Heartbeat(metadata=self._worker.metadata(claimed.owner_id))
+
+    @staticmethod
+    def beat(claimed: Claimed, lease_seconds: int = LEASE_SECONDS) -> pb.HeartbeatRequest:
+        return pb.HeartbeatRequest(
+            operation_id=claimed.operation_id,
+            lease_token=claimed.lease_token,
+            lease_seconds=lease_seconds,
+        )
+
+    async def heartbeat_once(self, claimed: Claimed) -> None:
+        call = self.heartbeat_stream(claimed)
+        await call.write(self.beat(claimed))
+        await call.read()
+        await call.done_writing()
+        await call.read()  # end of stream
+
+    async def complete(self, claimed: Claimed) -> None:
+        await self.stub.CompleteOperation(
+            pb.CompleteOperationRequest(
+                operation_id=claimed.operation_id, lease_token=claimed.lease_token
+            ),
+            metadata=self._worker.metadata(claimed.owner_id),
+        )
+
+
+async def run_lifecycles(
+    clients: list[OpsClient],
+    *,
+    total: int,
+    producers: int,
+    workers: int,
+    owners: int,
+    run_id: str,
+    heartbeat: bool = True,
+) -> float:
+    """Create ``total`` operations and drain them; lifecycles per second (create to complete).
+
+    ``clients`` are spread over the producer and worker tasks (one channel is one
+    HTTP/2 connection; several keep the client side from being the bottleneck).
+    """
+    next_index = 0
+    completed = 0
+    done = asyncio.Event()
+
+    async def produce(client: OpsClient) -> None:
+        nonlocal next_index
+        while next_index < total:
+            index = next_index
+            next_index += 1
+            await client.create(f"bench-owner-{index % owners}", f"{run_id}-{index}")
+
+    async def work(client: OpsClient) -> None:
+        nonlocal completed
+        while not done.is_set():
+            claimed = await client.claim()
+            if claimed is None:
+                await asyncio.sleep(IDLE_SLEEP_SECONDS)
+                continue
+            if heartbeat:
+                await client.heartbeat_once(claimed)
+            await client.complete(claimed)
+            completed += 1
+            if completed >= total:
+                done.set()
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    tasks = [produce(clients[i % len(clients)]) for i in range(producers)]
+    tasks += [work(clients[(i + producers) % len(clients)]) for i in range(workers)]
+    await asyncio.gather(*tasks)
+    return total / (loop.time() - started)

@@ -1,0 +1,33 @@
+"""What every section gets: the mode, the round count, a logger and the load guard."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+from benchmarks import machine
+
+MIN_ROUNDS = 3
+
+
+@dataclass
+class Context:
+    quick: bool
+    rounds: int = MIN_ROUNDS
+    # Seconds a full-mode section waits for the load to fall below machine.QUIET_LOAD.
+    quiet_wait: float = 120.0
+    loads: dict[str, float] = field(default_factory=dict)
+
+    def say(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    def begin_section(self, name: str) -> float:
+        """Log the section; in full mode wait (bounded) for a quiet machine. The load."""
+        wait = 0.0 if self.quick else self.quiet_wait
+        load = machine.wait_for_quiet(wait, say=self.say)
+        self.loads[name] = load
+        self.say(f"== {name} (load {load:.2f})")
+        return load
+
+    def pick(self, quick: int, full: int) -> int:
+        return quick if self.quick else full

@@ -1,0 +1,143 @@
+"""Real product processes (``opsctl serve X``) on free loopback ports, and their clients.
+
+The children write their logs straight to files (not through a pipe this
+process would have to relay), so the benchmark's own CPU is spent on the
+clients it measures.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import httpx
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from services.model.scope import Role
+from services.rpc.client import ServiceCaller
+
+SERVICE_SECRET = "bench-service-secret-" + secrets.token_hex(16)
+JWT_SECRET = "bench-jwt-secret-" + secrets.token_hex(16)
+START_TIMEOUT_SECONDS = 60.0
+STOP_GRACE_SECONDS = 10.0
+LOG_DIR = Path(tempfile.gettempdir()) / "durable-ops-bench-logs"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def caller(role: Role) -> ServiceCaller:
+    return ServiceCaller(SERVICE_SECRET, role)
+
+
+def _grpc_serving(target: str) -> bool:
+    with grpc.insecure_channel(target) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=""), timeout=1
+            )
+        except grpc.RpcError:
+            return False
+        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(STOP_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+
+def _start(name: str, env: Mapping[str, str]) -> Child:
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    log = LOG_DIR / f"{name}-{secrets.token_hex(4)}.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", "serve", name],
+            env={
+                **os.environ,
+                "OPS_SERVICE_SECRET": SERVICE_SECRET,
+                "OPS_JWT_SECRET": JWT_SECRET,
+                "OPS_LOG_JSON": "true",
+                **env,
+            },
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return Child(name, process, log)
+
+
+def _wait(child: Child, healthy: bool, check: str) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while True:
+        if child.process.poll() is not None:
+            tail = child.log.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"{child.name} exited during start-up:\n{tail}")
+        if healthy:
+            return
+        if time.monotonic() > deadline:
+            child.stop()
+            raise TimeoutError(f"{child.name} did not answer {check} in time")
+        time.sleep(0.1)
+        healthy = _grpc_serving(check) if check.count(":") == 1 else _http_ok(check)
+
+
+@contextmanager
+def operations_server(database_url: str, **env: str) -> Iterator[str]:
+    """``opsctl serve operations`` on ``database_url``; yields its gRPC target."""
+    target = f"127.0.0.1:{free_port()}"
+    child = _start(
+        "operations", {"OPS_DATABASE_URL": database_url, "OPS_OPERATIONS_BIND": target, **env}
+    )
+    try:
+        _wait(child, False, target)
+        yield target
+    finally:
+        child.stop()
+
+
+@contextmanager
+def gateway_server(operations_target: str) -> Iterator[str]:
+    """``opsctl serve gateway`` in front of ``operations_target``; yields its base URL."""
+    bind = f"127.0.0.1:{free_port()}"
+    child = _start(
+        "gateway", {"OPS_GATEWAY_BIND": bind, "OPS_OPERATIONS_TARGET": operations_target}
+    )
+    base = f"http://{bind}"
+    try:
+        _wait(child, False, f"{base}/healthz")
+        yield base
+    finally:
+        child.stop()

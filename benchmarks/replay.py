@@ -1,0 +1,261 @@
+"""The raw-SQL baseline: replay the captured statements of a lifecycle with the same driver.
+
+Each phase of the recording (create, claim, heartbeat, complete) is replayed
+on a plain DB-API connection (PyMySQL or sqlite3, as the product uses), with
+the captured parameters rewritten for a new operation: the operation id,
+owner, idempotency key, subject and lease-token hash of the captured
+lifecycle are replaced by fresh ones, any other 32-hex id by a fresh id, and
+every timestamp is shifted to now. The claim's read-back row names the
+operation the worker then heartbeats and completes. Deadlocks and lock waits
+retry the whole transaction, as ``Database.run`` does.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pymysql
+from sqlalchemy.engine import make_url
+
+from benchmarks.capture import Recording, Step
+from benchmarks.databases import mariadb_connect
+from services.storage.operations import hash_token
+
+RETRYABLE = frozenset({1205, 1213})
+MAX_ATTEMPTS = 8
+_HEX_ID = re.compile(r"[0-9a-f]{32}")
+_SQLITE_TIME = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d+)?")
+SQLITE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
+IDLE_SLEEP_SECONDS = 0.002
+
+
+def connect(database_url: str) -> Any:
+    """A DB-API connection configured as the product configures its engine's connections."""
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite":
+        connection = sqlite3.connect(
+            url.database or "", timeout=30, isolation_level=None, check_same_thread=False
+        )
+        for pragma in (
+            "journal_mode=WAL",
+            "synchronous=NORMAL",
+            "foreign_keys=ON",
+            "busy_timeout=30000",
+        ):
+            connection.execute(f"PRAGMA {pragma}")
+        return connection
+    mariadb = mariadb_connect(database_url, autocommit=False)
+    with mariadb.cursor() as cursor:
+        cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    return mariadb
+
+
+def _times(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str) and _SQLITE_TIME.fullmatch(value):
+        return datetime.fromisoformat(value)
+    return None
+
+
+class Substitution:
+    """Rewrites one phase's captured parameters for a new operation."""
+
+    def __init__(self, known: dict[str, Any], fresh: dict[str, Any]) -> None:
+        self._values = {known[name]: fresh[name] for name in fresh}
+        self._ids: dict[str, str] = {}
+
+    def bind(self, known: Any, fresh: Any) -> None:
+        """From now on, rewrite the captured ``known`` value as ``fresh``."""
+        self._values[known] = fresh
+
+    def phase(self, steps: list[Step]) -> Callable[[Any], Any]:
+        """A value mapper for ``steps``, shifting their timestamps to now."""
+        captured = [
+            moment
+            for step in steps
+            for value in _values(step.parameters)
+            if (moment := _times(value)) is not None
+        ]
+        offset = datetime.now(UTC).replace(tzinfo=None) - min(captured) if captured else timedelta()
+
+        def rewrite(value: Any) -> Any:
+            if isinstance(value, str):
+                if value in self._values:
+                    return self._values[value]
+                if _HEX_ID.fullmatch(value):
+                    return self._ids.setdefault(value, uuid.uuid4().hex)
+                if _SQLITE_TIME.fullmatch(value):
+                    moment = datetime.fromisoformat(value) + offset
+                    return moment.strftime(SQLITE_TIME_FORMAT)
+                return value
+            if isinstance(value, datetime):
+                return value + offset
+            return value
+
+        return rewrite
+
+
+def _values(parameters: Any) -> list[Any]:
+    if isinstance(parameters, dict):
+        return list(parameters.values())
+    if isinstance(parameters, list | tuple):
+        return list(parameters)
+    return []
+
+
+def _map(parameters: Any, rewrite: Callable[[Any], Any]) -> Any:
+    if isinstance(parameters, dict):
+        return {key: rewrite(value) for key, value in parameters.items()}
+    if isinstance(parameters, list | tuple):
+        return tuple(rewrite(value) for value in parameters)
+    return parameters
+
+
+class Replayer:
+    """One connection replaying phases; not shared between threads."""
+
+    def __init__(self, database_url: str, recording: Recording) -> None:
+        self.connection = connect(database_url)
+        self.recording = recording
+        self.columns: list[str] = []
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def _run(self, phase: str, substitution: Substitution) -> list[tuple[Any, ...]]:
+        """Replay ``phase`` in one transaction; the rows of its last SELECT, if any."""
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                return self._once(phase, substitution, claim=phase == "claim")
+            except pymysql.err.OperationalError as exc:
+                self.connection.rollback()
+                if exc.args[0] not in RETRYABLE or attempt == MAX_ATTEMPTS:
+                    raise
+                time.sleep(min(0.002 * 2**attempt, 0.2))
+        raise AssertionError("unreachable")
+
+    def _once(
+        self, phase: str, substitution: Substitution, *, claim: bool
+    ) -> list[tuple[Any, ...]]:
+        """One try at ``phase``. A claim binds the row its first SELECT returned (or,
+        finding none, skips its remaining statements), as the product does."""
+        steps = self.recording.steps[phase]
+        rewrite = substitution.phase(steps)
+        rows: list[tuple[Any, ...]] = []
+        missed = False
+        cursor = self.connection.cursor()
+        try:
+            for step in steps:
+                if step.kind == "commit":
+                    self.connection.commit()
+                elif step.kind == "rollback":
+                    self.connection.rollback()
+                elif not missed:
+                    cursor.execute(step.statement, _map(step.parameters, rewrite))
+                    if cursor.description:
+                        rows = list(cursor.fetchall())
+                        self.columns = [column[0] for column in cursor.description]
+                        if claim and not rows:
+                            missed = True
+                        elif claim:
+                            row = dict(zip(self.columns, rows[0], strict=True))
+                            known = self.recording.known["operation_id"]
+                            substitution.bind(known, row["id"])
+        finally:
+            cursor.close()
+        return rows
+
+    def create(self, owner: str, key: str) -> None:
+        fresh = {"owner": owner, "key": key, "subject": "s", "operation_id": uuid.uuid4().hex}
+        self._run("create", Substitution(self.recording.known, fresh))
+
+    def claim(self) -> tuple[str, str, str] | None:
+        """(operation id, owner, token hash) of the claimed operation, or None."""
+        token_hash = hash_token(uuid.uuid4().hex)
+        fresh = {"token_hash": token_hash}
+        rows = self._run("claim", Substitution(self.recording.known, fresh))
+        if not rows:
+            return None
+        row = dict(zip(self.columns, rows[0], strict=True))
+        return str(row["id"]), str(row["owner_user_id"]), token_hash
+
+    def finish(self, claimed: tuple[str, str, str], *, heartbeat: bool = True) -> None:
+        operation_id, owner, token_hash = claimed
+        fresh = {"operation_id": operation_id, "owner": owner, "token_hash": token_hash}
+        substitution = Substitution(self.recording.known, fresh)
+        if heartbeat:
+            self._run("heartbeat", substitution)
+        self._run("complete", substitution)
+
+
+def run_lifecycles(
+    database_url: str,
+    recording: Recording,
+    *,
+    total: int,
+    producers: int,
+    workers: int,
+    owners: int,
+    run_id: str,
+    heartbeat: bool = True,
+) -> float:
+    """The baseline of ``client.run_lifecycles``: same shape, threads and raw SQL."""
+    lock = threading.Lock()
+    state = {"next": 0, "completed": 0}
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def produce() -> None:
+        replayer = Replayer(database_url, recording)
+        try:
+            while True:
+                with lock:
+                    index = state["next"]
+                    if index >= total:
+                        return
+                    state["next"] += 1
+                replayer.create(f"bench-owner-{index % owners}", f"{run_id}-{index}")
+        except BaseException as exc:
+            errors.append(exc)
+            done.set()
+        finally:
+            replayer.close()
+
+    def work() -> None:
+        replayer = Replayer(database_url, recording)
+        try:
+            while not done.is_set():
+                claimed = replayer.claim()
+                if claimed is None:
+                    time.sleep(IDLE_SLEEP_SECONDS)
+                    continue
+                replayer.finish(claimed, heartbeat=heartbeat)
+                with lock:
+                    state["completed"] += 1
+                    if state["completed"] >= total:
+                        done.set()
+        except BaseException as exc:
+            errors.append(exc)
+            done.set()
+        finally:
+            replayer.close()
+
+    threads = [threading.Thread(target=produce) for _ in range(producers)]
+    threads += [threading.Thread(target=work) for _ in range(workers)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    if errors:
+        raise errors[0]
+    return total / elapsed

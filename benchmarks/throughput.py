@@ -1,0 +1,101 @@
+"""Figure 1: end-to-end lifecycle throughput through the real gRPC services vs raw SQL.
+
+Subject: ``opsctl serve operations`` (a real process) on a fresh database;
+producers create ``bench.noop`` operations and workers claim, heartbeat once
+and complete them over gRPC until every operation of the round is done.
+
+Baseline: the same shape (same producer and worker counts, same driver) as
+threads replaying, per phase, exactly the statements the server issued for
+one captured lifecycle (``benchmarks.capture``), with no gRPC and no ORM.
+
+The figure is lifecycles/s of the subject ÷ the baseline, median of rounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+
+from benchmarks import client, replay
+from benchmarks.capture import Recording, capture_lifecycle
+from benchmarks.context import Context
+from benchmarks.databases import mariadb_database, sqlite_database
+from benchmarks.processes import operations_server
+from benchmarks.stats import Paired, interleave_async
+from benchmarks.table import Row, Target
+
+PRODUCERS = 2
+WORKERS = 4
+OWNERS = 50
+CHANNELS = 2
+TARGET = Target(">=", 0.5)
+
+
+async def subject_round(target: str, total: int, *, heartbeat: bool = True) -> float:
+    clients = [client.OpsClient(target) for _ in range(CHANNELS)]
+    try:
+        return await client.run_lifecycles(
+            clients,
+            total=total,
+            producers=PRODUCERS,
+            workers=WORKERS,
+            owners=OWNERS,
+            run_id=f"s-{secrets.token_hex(4)}",
+            heartbeat=heartbeat,
+        )
+    finally:
+        for each in clients:
+            await each.close()
+
+
+async def baseline_round(url: str, recording: Recording, total: int) -> float:
+    return await asyncio.to_thread(
+        replay.run_lifecycles,
+        url,
+        recording,
+        total=total,
+        producers=PRODUCERS,
+        workers=WORKERS,
+        owners=OWNERS,
+        run_id=f"b-{secrets.token_hex(4)}",
+    )
+
+
+def measure(ctx: Context, url: str, total: int) -> Paired:
+    recording = capture_lifecycle(url)
+    with operations_server(url) as target:
+
+        async def rounds() -> Paired:
+            await subject_round(target, max(total // 5, 20))  # warm-up: connections, caches
+            return await interleave_async(
+                ctx.rounds,
+                lambda: subject_round(target, total),
+                lambda: baseline_round(url, recording, total),
+            )
+
+        return asyncio.run(rounds())
+
+
+def row(engine: str, paired: Paired) -> Row:
+    return Row(
+        "1",
+        f"lifecycles/s {engine}: gRPC services ÷ raw SQL",
+        f"{paired.subject_median:.0f}/s",
+        f"{paired.baseline_median:.0f}/s",
+        paired.ratio,
+        TARGET,
+        f"{engine}: {PRODUCERS} producers, {WORKERS} workers; per-round ratios "
+        + ", ".join(f"{r:.2f}" for r in paired.ratios),
+    )
+
+
+def run(ctx: Context) -> list[Row]:
+    total = ctx.pick(300, 2000)
+    rows = []
+    ctx.begin_section("1 end-to-end throughput (MariaDB)")
+    with mariadb_database() as url:
+        rows.append(row("MariaDB", measure(ctx, url, total)))
+    ctx.begin_section("1 end-to-end throughput (SQLite)")
+    with sqlite_database() as url:
+        rows.append(row("SQLite", measure(ctx, url, total)))
+    return rows

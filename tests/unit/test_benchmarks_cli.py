@@ -1,0 +1,80 @@
+"""The benchmarks' command line answers ``--help``, and their arithmetic is right.
+
+Benchmarks are never run as tests; this only pins the entry point and the
+helpers every figure is computed with.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.stats import Paired, interleave, median, percentile, ratio
+from benchmarks.table import Row, Target, render_text
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_help_lists_the_modes() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--quick" in done.stdout
+    assert "--only" in done.stdout
+
+
+def test_median_and_percentiles() -> None:
+    assert median([3.0, 1.0, 2.0]) == 2.0
+    assert median([4.0, 1.0, 3.0, 2.0]) == 2.5
+    values = [float(v) for v in range(1, 11)]  # 1..10
+    assert percentile(values, 0) == 1.0
+    assert percentile(values, 50) == 5.5
+    assert percentile(values, 100) == 10.0
+    assert percentile(values, 95) == pytest.approx(9.55)
+    assert percentile([7.0], 95) == 7.0
+    with pytest.raises(ValueError, match="nothing"):
+        median([])
+
+
+def test_ratios_are_medians_of_paired_rounds() -> None:
+    assert ratio(3.0, 2.0) == 1.5
+    assert math.isinf(ratio(1.0, 0.0))
+    paired = Paired(subject=(10.0, 30.0, 20.0), baseline=(20.0, 30.0, 10.0))
+    assert paired.ratios == (0.5, 1.0, 2.0)
+    assert paired.ratio == 1.0
+    assert paired.subject_median == 20.0
+    assert paired.baseline_median == 20.0
+
+
+def test_interleave_alternates_which_side_goes_first() -> None:
+    calls: list[str] = []
+
+    def side(name: str, value: float) -> float:
+        calls.append(name)
+        return value
+
+    paired = interleave(4, lambda: side("s", 2.0), lambda: side("b", 4.0))
+    assert calls == ["s", "b", "b", "s", "s", "b", "b", "s"]
+    assert paired.ratio == 0.5
+
+
+def test_targets_and_table() -> None:
+    assert Target(">=", 0.5).met(0.5)
+    assert not Target(">=", 0.5).met(0.49)
+    assert Target("<=", 1.5).met(1.2)
+    assert not Target("<=", 1.5).met(math.nan)
+    row = Row("1", "lifecycles/s", "100/s", "200/s", 0.5, Target(">=", 0.5))
+    assert row.verdict == "MET"
+    text = render_text(["header"], [row])
+    assert "lifecycles/s" in text
+    assert "MET" in text
