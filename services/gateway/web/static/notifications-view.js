@@ -85,8 +85,9 @@ export function mountNotifications(section) {
   list.setAttribute("aria-busy", "true");
   replaceChildren(list, h("li", { class: "empty" }, "Loading notifications…"));
   window.addEventListener(NOTIFICATIONS_CHANGED, reload);
+  // Until the first load answers, its fresh list makes a count change moot.
   window.addEventListener(UNREAD_COUNT, (event) => {
-    if (event.detail.count !== unread) reload();
+    if (unread !== null && event.detail.count !== unread) reload();
   });
   reload();
   return { reload };
