@@ -43,10 +43,6 @@ class OwnerMismatch(RuntimeError):
     """A row of another owner was added inside an owner scope: a programming error."""
 
 
-def is_sqlite(url: str | URL) -> bool:
-    return make_url(url).get_backend_name() == "sqlite"
-
-
 def create_db_engine(url: str, *, pool_size: int = 10) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Select, Table, bindparam, delete, insert, select, update
+from sqlalchemy import ColumnElement, Select, Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
@@ -631,12 +631,6 @@ def _fresh_start(op: UserOperation, now: datetime) -> dict[str, Any]:
         "result_ref": None,
         "deadline_at": now + timedelta(seconds=budget) if budget else op.deadline_at,
     }
-
-
-def delete_history(session: Session, operation_ids: Sequence[str]) -> int:
-    """Remove operation rows (their notifications keep, with the link set NULL)."""
-    statement = delete(UserOperation).where(UserOperation.id.in_(operation_ids))
-    return session.execute(statement).rowcount  # type: ignore[attr-defined,no-any-return]
 
 
 __all__ = [

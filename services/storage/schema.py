@@ -261,6 +261,3 @@ class AiAdmissionControl(Base):
 
 
 GLOBAL_CONTROL_ID = "global"
-OWNED_TABLES = tuple(
-    mapper.class_ for mapper in Base.registry.mappers if issubclass(mapper.class_, Owned)
-)

@@ -68,3 +68,20 @@ def test_neutral_scope_sees_everyone(two_owners: Database) -> None:
     with two_owners.neutral(write=False) as session:
         assert session.scalar(select(func.count()).select_from(Job)) == 2
         assert session.scalar(select(func.count()).select_from(UserNotification)) == 0
+
+
+def test_deleting_an_operation_keeps_its_notification_unlinked(database: Database) -> None:
+    from services.model.states import OperationState
+    from services.storage import notifications, operations
+    from services.storage.schema import UserOperation
+
+    request = operations.CreateRequest("report.build", "k", "report", "r1")
+    with database.owner("alice") as session:
+        op, _ = operations.create(session, "alice", request, NOW)
+        notifications.insert_for_operation(session, op.id, OperationState.SUCCEEDED, NOW)
+    with database.neutral() as session:  # history cleanup is an operator's, unscoped, act
+        session.execute(delete(UserOperation).where(UserOperation.id == op.id))
+    with database.owner("alice", write=False) as session:
+        (kept,) = session.scalars(select(UserNotification)).all()
+    assert kept.operation_id is None  # ON DELETE SET NULL, on both engines
+    assert kept.title == "Operation is ready"
