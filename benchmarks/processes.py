@@ -20,12 +20,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
-import httpx
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 from services.model.scope import Role
 from services.rpc.client import ServiceCaller
+from services.up import healthy
 
 SERVICE_SECRET = "bench-service-secret-" + secrets.token_hex(16)
 JWT_SECRET = "bench-jwt-secret-" + secrets.token_hex(16)
@@ -43,24 +40,6 @@ def free_port() -> int:
 
 def caller(role: Role) -> ServiceCaller:
     return ServiceCaller(SERVICE_SECRET, role)
-
-
-def _grpc_serving(target: str) -> bool:
-    with grpc.insecure_channel(target) as channel:
-        try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=""), timeout=1
-            )
-        except grpc.RpcError:
-            return False
-        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 @dataclass
@@ -99,19 +78,17 @@ def _start(name: str, env: Mapping[str, str]) -> Child:
     return Child(name, process, log)
 
 
-def _wait(child: Child, healthy: bool, check: str) -> None:
+def _wait(child: Child, check: str) -> None:
+    """Until ``check`` (a ``services.up.healthy`` check) answers, or the child dies."""
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while True:
+    while not healthy(check):
         if child.process.poll() is not None:
             tail = child.log.read_text(errors="replace")[-2000:]
             raise RuntimeError(f"{child.name} exited during start-up:\n{tail}")
-        if healthy:
-            return
         if time.monotonic() > deadline:
             child.stop()
             raise TimeoutError(f"{child.name} did not answer {check} in time")
         time.sleep(0.1)
-        healthy = _grpc_serving(check) if check.count(":") == 1 else _http_ok(check)
 
 
 @contextmanager
@@ -122,7 +99,7 @@ def operations_server(database_url: str, **env: str) -> Iterator[str]:
         "operations", {"OPS_DATABASE_URL": database_url, "OPS_OPERATIONS_BIND": target, **env}
     )
     try:
-        _wait(child, False, target)
+        _wait(child, f"grpc:{target}")
         yield target
     finally:
         child.stop()
@@ -137,7 +114,7 @@ def gateway_server(operations_target: str) -> Iterator[str]:
     )
     base = f"http://{bind}"
     try:
-        _wait(child, False, f"{base}/healthz")
+        _wait(child, f"http:{base}/healthz")
         yield base
     finally:
         child.stop()

@@ -59,7 +59,8 @@ def process_specs(settings: Settings, names: Iterable[str]) -> list[ProcessSpec]
     return [ProcessSpec(name, health[name]) for name in names]
 
 
-def _healthy(check: str) -> bool:
+def healthy(check: str) -> bool:
+    """Answer one health check: ``grpc:HOST:PORT``, ``http:URL`` or ``alive``."""
     kind, _, target = check.partition(":")
     if kind == "grpc":
         with grpc.insecure_channel(target) as channel:
@@ -129,7 +130,7 @@ class Stack:
         """Wait for every spec's health check, plus any extra ``checks`` given."""
         deadline = time.monotonic() + timeout
         for check in [*(spec.health for spec in self.specs), *checks]:
-            while not _healthy(check):
+            while not healthy(check):
                 dead = self.dead()
                 if dead:
                     raise RuntimeError(f"{', '.join(dead)} exited during start-up")
