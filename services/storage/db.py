@@ -5,7 +5,9 @@ owner-bearing tables are filtered by ``owner_user_id`` in one place (a
 ``do_orm_execute`` hook adding ``with_loader_criteria``), so a query written
 without a WHERE still cannot see another owner's row, and new rows are stamped
 with (and checked against) the scope's owner. ``Database.neutral()`` is the
-unfiltered scope of claims and the sweeper.
+unfiltered scope of claims and the sweeper. ``run_core`` runs a Core
+transaction (``services.storage.tx``) in either scope, for the operation
+lifecycle's hot statements.
 
 Writers retry the whole transaction on MariaDB deadlocks (1213) and lock-wait
 timeouts (1205); on SQLite they take the write lock up front (``BEGIN
@@ -29,14 +31,15 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker, with_loader_criteria
 
+from services.storage import pool
 from services.storage.schema import Owned
+from services.storage.tx import OWNER_KEY, Tx
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 RETRYABLE_MYSQL_ERRORS = frozenset({1205, 1213})
 MAX_TRANSACTION_ATTEMPTS = 8
-OWNER_KEY = "owner_id"
 
 
 class OwnerMismatch(RuntimeError):
@@ -47,21 +50,28 @@ def create_db_engine(url: str, *, pool_size: int = 10) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(parsed)
-    return create_engine(
+    engine = create_engine(
         parsed,
-        pool_pre_ping=True,
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_recycle=3600,
+        pool_reset_on_return=None,
         isolation_level="READ COMMITTED",
         connect_args={"charset": "utf8mb4"},
     )
+    pool.install(engine, ping=True)
+    return engine
 
 
 def _sqlite_engine(url: URL) -> Engine:
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+    engine = create_engine(
+        url,
+        pool_reset_on_return=None,
+        connect_args={"timeout": 30, "check_same_thread": False},
+    )
+    pool.install(engine, ping=False)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -120,6 +130,12 @@ class Database:
         self.url = url
         self.engine = create_db_engine(url, pool_size=pool_size)
         self.dialect = self.engine.dialect.name
+        # SQLite writers take the write lock at BEGIN (see _sqlite_engine).
+        self._writer = (
+            self.engine.execution_options(sqlite_begin="IMMEDIATE")
+            if self.dialect == "sqlite"
+            else self.engine
+        )
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         event.listen(self._sessions, "do_orm_execute", _scope_owner_filter)
         event.listen(self._sessions, "before_flush", _stamp_owner)
@@ -133,10 +149,7 @@ class Database:
 
     @contextmanager
     def _transaction(self, owner_id: str | None, *, write: bool) -> Iterator[Session]:
-        bind = self.engine
-        if write and self.is_sqlite:
-            bind = self.engine.execution_options(sqlite_begin="IMMEDIATE")
-        with self._sessions(bind=bind) as session:
+        with self._sessions(bind=self._writer if write else self.engine) as session:
             if owner_id is not None:
                 session.info[OWNER_KEY] = owner_id
             with session.begin():
@@ -163,16 +176,41 @@ class Database:
         owner_id: str | None,
         write: bool = True,
     ) -> T:
-        """Run ``work`` in one transaction, retrying the whole of it on deadlock."""
-        for attempt in range(1, MAX_TRANSACTION_ATTEMPTS + 1):
+        """Run ``work`` in one ORM transaction, retrying the whole of it on deadlock."""
+
+        def attempt() -> T:
+            with self._transaction(owner_id, write=write) as session:
+                return work(session)
+
+        return self._retrying(attempt)
+
+    def run_core(
+        self,
+        work: Callable[[Tx], T],
+        *,
+        owner_id: str | None,
+        write: bool = True,
+    ) -> T:
+        """Run ``work`` in one Core transaction in the given scope, retrying on deadlock."""
+        if owner_id == "":
+            raise ValueError("an owner scope needs an owner id")
+        engine = self._writer if write else self.engine
+
+        def attempt() -> T:
+            with engine.begin() as connection:
+                return work(Tx(connection, owner_id))
+
+        return self._retrying(attempt)
+
+    def _retrying(self, attempt: Callable[[], T]) -> T:
+        for number in range(1, MAX_TRANSACTION_ATTEMPTS + 1):
             try:
-                with self._transaction(owner_id, write=write) as session:
-                    return work(session)
+                return attempt()
             except OperationalError as exc:
-                if not _is_retryable(exc) or attempt == MAX_TRANSACTION_ATTEMPTS:
+                if not _is_retryable(exc) or number == MAX_TRANSACTION_ATTEMPTS:
                     raise
-                log.info("transaction_retry", attempt=attempt, error=type(exc.orig).__name__)
-                time.sleep(min(0.002 * 2**attempt, 0.2))
+                log.info("transaction_retry", attempt=number, error=type(exc.orig).__name__)
+                time.sleep(min(0.002 * 2**number, 0.2))
         raise AssertionError("unreachable")
 
     async def run_async(
@@ -183,9 +221,19 @@ class Database:
         write: bool = True,
     ) -> T:
         """``run`` on the database thread pool, for async servers."""
-        loop = asyncio.get_running_loop()
         call = partial(self.run, work, owner_id=owner_id, write=write)
-        return await loop.run_in_executor(self._executor, call)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    async def run_core_async(
+        self,
+        work: Callable[[Tx], T],
+        *,
+        owner_id: str | None,
+        write: bool = True,
+    ) -> T:
+        """``run_core`` on the database thread pool, for async servers."""
+        call = partial(self.run_core, work, owner_id=owner_id, write=write)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
     def dispose(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,113 @@
+"""Core transactions in a scope: the fast path of the operation aggregate.
+
+The operation lifecycle runs many small transactions, and the ORM's per
+statement work (compile state, loader criteria, cache keys of new criteria)
+costs several times the round trip itself. Its statements are therefore Core
+statements built once at import and executed through a ``Tx``.
+
+The owner scope still holds by construction, in one place: ``Tx.execute`` in
+an owner scope refuses any statement that touches an owner-bearing table
+without binding ``SCOPE_OWNER`` (checked once per statement object), and the
+scope, never the caller, supplies that parameter's value. In the neutral
+scope a statement naming ``SCOPE_OWNER`` is refused, since there is no owner.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from sqlalchemy import BindParameter, Column, CursorResult, Executable, Table, bindparam
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session
+from sqlalchemy.sql import visitors
+
+from services.storage.schema import Base
+
+SCOPE_OWNER_KEY = "scope_owner"
+SCOPE_OWNER: BindParameter[str] = bindparam(SCOPE_OWNER_KEY)
+OWNER_KEY = "owner_id"  # where an ORM session of an owner scope keeps its owner
+_CHECKED_STATEMENTS_MAX = 512
+
+
+class ScopeViolation(RuntimeError):
+    """A statement that would cross the scope it runs in: a programming error."""
+
+
+@cache
+def _owner_tables() -> frozenset[str]:
+    return frozenset(
+        table.name for table in Base.metadata.tables.values() if "owner_user_id" in table.c
+    )
+
+
+def _shape(statement: Executable) -> tuple[bool, bool]:
+    """(touches an owner-bearing table, binds SCOPE_OWNER)."""
+    owned = _owner_tables()
+    touches = binds = False
+    for element in visitors.iterate(statement):  # type: ignore[arg-type]
+        if isinstance(element, Table) and element.name in owned:
+            touches = True
+        elif isinstance(element, Column) and isinstance(element.table, Table):
+            touches = touches or element.table.name in owned
+        elif isinstance(element, BindParameter) and element.key == SCOPE_OWNER_KEY:
+            binds = True
+    return touches, binds
+
+
+class _CheckedStatements:
+    """Statement shapes by identity; the hot statements are module constants, so a
+    small LRU keeps every one of them and lets one-off statements pass through."""
+
+    def __init__(self) -> None:
+        self._shapes: OrderedDict[int, tuple[Executable, tuple[bool, bool]]] = OrderedDict()
+
+    def shape(self, statement: Executable) -> tuple[bool, bool]:
+        key = id(statement)
+        found = self._shapes.get(key)
+        if found is not None and found[0] is statement:
+            self._shapes.move_to_end(key)
+            return found[1]
+        shape = _shape(statement)
+        self._shapes[key] = (statement, shape)
+        if len(self._shapes) > _CHECKED_STATEMENTS_MAX:
+            self._shapes.popitem(last=False)
+        return shape
+
+
+_checked = _CheckedStatements()
+
+
+class Tx:
+    """One open transaction on a Core connection, in an owner scope or the neutral one."""
+
+    __slots__ = ("connection", "owner_id")
+
+    def __init__(self, connection: Connection, owner_id: str | None) -> None:
+        self.connection = connection
+        self.owner_id = owner_id
+
+    @classmethod
+    def of(cls, session: Session) -> Tx:
+        """The Core side of an ORM transaction, in the session's scope."""
+        return cls(session.connection(), session.info.get(OWNER_KEY))
+
+    @property
+    def dialect(self) -> str:
+        return self.connection.dialect.name
+
+    def execute(
+        self, statement: Executable, parameters: Mapping[str, Any] | None = None
+    ) -> CursorResult[Any]:
+        touches, binds = _checked.shape(statement)
+        values = dict(parameters or {})
+        if self.owner_id is not None:
+            if touches and not binds:
+                raise ScopeViolation("an owner-scoped statement must filter by SCOPE_OWNER")
+            if binds:
+                values[SCOPE_OWNER_KEY] = self.owner_id
+        elif binds:
+            raise ScopeViolation("the neutral scope has no owner to bind")
+        return self.connection.execute(statement, values)
