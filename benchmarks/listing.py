@@ -83,8 +83,11 @@ def explain(url: str, token: str) -> dict[str, Any]:
 
     event.listen(db.engine, "before_cursor_execute", record)
     try:
-        with db.owner(OWNER, write=False) as session:
-            operations.list_page(session, size=PAGE_SIZE, token=token)
+        db.run_core(
+            lambda tx: operations.list_page(tx, size=PAGE_SIZE, token=token),
+            owner_id=OWNER,
+            write=False,
+        )
     finally:
         db.dispose()
     statement, parameters = next(s for s in seen if s[0].lstrip().upper().startswith("SELECT"))

@@ -73,8 +73,8 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             deadline_at=_deadline(request),
         )
         now = self._clock()
-        row, created = await self._db.run_async(
-            lambda s: operations.create(s, owner, create, now), owner_id=owner
+        row, created = await self._db.run_core_async(
+            lambda tx: operations.create(tx, create, now), owner_id=owner
         )
         if created:
             log.info("operation_created", operation_id=row.id, owner=owner, task_type=row.task_type)
@@ -85,8 +85,8 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         self, request: pb.GetOperationRequest, context: grpc.aio.ServicerContext
     ) -> pb.Operation:
         owner = require_owner(caller_scope(context)).owner_id
-        row = await self._db.run_async(
-            lambda s: operations.get(s, request.operation_id), owner_id=owner, write=False
+        row = await self._db.run_core_async(
+            lambda tx: operations.get(tx, request.operation_id), owner_id=owner, write=False
         )
         return convert.operation(row)
 
@@ -96,9 +96,9 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     ) -> pb.ListOperationsResponse:
         owner = require_owner(caller_scope(context)).owner_id
         state = convert.state_from_pb(request.state)
-        page = await self._db.run_async(
-            lambda s: operations.list_page(
-                s,
+        page = await self._db.run_core_async(
+            lambda tx: operations.list_page(
+                tx,
                 size=request.page_size,
                 token=request.page_token,
                 state=state,
@@ -118,8 +118,8 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     ) -> pb.Operation:
         owner = require_owner(caller_scope(context)).owner_id
         now = self._clock()
-        row = await self._db.run_async(
-            lambda s: operations.cancel(s, request.operation_id, now), owner_id=owner
+        row = await self._db.run_core_async(
+            lambda tx: operations.cancel(tx, request.operation_id, now), owner_id=owner
         )
         log.info("operation_cancel", operation_id=row.id, owner=owner, state=row.state)
         return convert.operation(row)
@@ -130,8 +130,8 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     ) -> pb.Operation:
         owner = require_owner(caller_scope(context)).owner_id
         now = self._clock()
-        row = await self._db.run_async(
-            lambda s: operations.retry(s, request.operation_id, now), owner_id=owner
+        row = await self._db.run_core_async(
+            lambda tx: operations.retry(tx, request.operation_id, now), owner_id=owner
         )
         log.info("operation_retried", operation_id=row.id, owner=owner)
         return convert.operation(row)
@@ -146,9 +146,9 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         external = request.route == pb.ROUTE_EXTERNAL
         task_types = list(request.task_types)
         now = self._clock()
-        claim = await self._db.run_async(
-            lambda s: operations.claim(
-                s, task_types, request.lease_seconds, now, external_route=external
+        claim = await self._db.run_core_async(
+            lambda tx: operations.claim(
+                tx, task_types, request.lease_seconds, now, external_route=external
             ),
             owner_id=None,
         )
@@ -198,7 +198,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
                 progress=progress,
                 now=self._clock(),
             )
-            expires, cancel_requested = await self._db.run_async(beat_once, owner_id=owner)
+            expires, cancel_requested = await self._db.run_core_async(beat_once, owner_id=owner)
             yield pb.HeartbeatResponse(
                 lease_expires_at=convert.timestamp(expires), cancel_requested=cancel_requested
             )
@@ -209,9 +209,9 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     ) -> pb.LeaseMutationResponse:
         owner = require_worker_owner(caller_scope(context)).owner_id
         now = self._clock()
-        state = await self._db.run_async(
-            lambda s: operations.complete(
-                s,
+        state = await self._db.run_core_async(
+            lambda tx: operations.complete(
+                tx,
                 request.operation_id,
                 request.lease_token,
                 _provenance(request.provenance),
@@ -229,9 +229,9 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     ) -> pb.LeaseMutationResponse:
         owner = require_worker_owner(caller_scope(context)).owner_id
         now = self._clock()
-        state = await self._db.run_async(
-            lambda s: operations.fail(
-                s,
+        state = await self._db.run_core_async(
+            lambda tx: operations.fail(
+                tx,
                 request.operation_id,
                 request.lease_token,
                 retryable=request.retryable,
@@ -258,9 +258,9 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     ) -> pb.LeaseMutationResponse:
         owner = require_worker_owner(caller_scope(context)).owner_id
         now = self._clock()
-        state = await self._db.run_async(
-            lambda s: operations.request_fallback(
-                s, request.operation_id, request.lease_token, _provenance(request.provenance), now
+        state = await self._db.run_core_async(
+            lambda tx: operations.request_fallback(
+                tx, request.operation_id, request.lease_token, _provenance(request.provenance), now
             ),
             owner_id=owner,
         )
@@ -273,9 +273,9 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     ) -> pb.LeaseMutationResponse:
         owner = require_worker_owner(caller_scope(context)).owner_id
         now = self._clock()
-        state = await self._db.run_async(
-            lambda s: operations.acknowledge_cancel(
-                s, request.operation_id, request.lease_token, now
+        state = await self._db.run_core_async(
+            lambda tx: operations.acknowledge_cancel(
+                tx, request.operation_id, request.lease_token, now
             ),
             owner_id=owner,
         )

@@ -19,7 +19,7 @@ log = structlog.get_logger(__name__)
 
 async def sweep_once(db: Database, clock: Clock) -> operations.SweepReport:
     now = clock()
-    return await db.run_async(lambda s: operations.sweep(s, now), owner_id=None)
+    return await db.run_core_async(lambda tx: operations.sweep(tx, now), owner_id=None)
 
 
 async def run_sweeper(db: Database, clock: Clock, interval_seconds: float) -> None:

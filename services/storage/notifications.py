@@ -10,44 +10,81 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Select, case, delete, func, insert, literal, select, update
+from sqlalchemy import (
+    Executable,
+    Select,
+    Table,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from services.model.errors import NotFound
 from services.model.notifications import wording
-from services.model.states import OperationState
+from services.model.states import TERMINAL_STATES, OperationState
 from services.model.tasks import AI_TASKS
 from services.storage.pages import Page, newest_first, page_size, paginate
 from services.storage.schema import UserNotification, UserOperation, UtcDateTime
+from services.storage.tx import SCOPE_OWNER, Tx
+
+OPS = cast(Table, UserOperation.__table__)
+NOTIFICATIONS = cast(Table, UserNotification.__table__)
 
 
-def insert_for_operation(
-    session: Session, operation_id: str, outcome: OperationState, now: datetime
-) -> None:
+def _insert_from_operation(outcome: OperationState, *, owned: bool) -> Executable:
+    """``INSERT … SELECT`` of one outcome's notification from the operation row.
+
+    The wording is fixed per outcome (a CASE over the task type), so the statement
+    is built once per outcome and scope and only ids and times are parameters.
+    """
     titles = {task_type: wording(task_type, outcome).title for task_type in AI_TASKS}
     generic = wording("", outcome)
     source = select(
-        literal(uuid.uuid4().hex),
-        UserOperation.owner_user_id,
-        UserOperation.id,
-        UserOperation.task_type,
+        bindparam("notification_id"),
+        OPS.c.owner_user_id,
+        OPS.c.id,
+        OPS.c.task_type,
         literal(outcome.value),
-        case(titles, value=UserOperation.task_type, else_=generic.title),
+        case(titles, value=OPS.c.task_type, else_=generic.title),
         literal(generic.body),
-        literal(now, UtcDateTime),
-    ).where(UserOperation.id == operation_id)
+        bindparam("now", type_=UtcDateTime),
+    ).where(OPS.c.id == bindparam("operation_id"))
+    if owned:
+        source = source.where(OPS.c.owner_user_id == SCOPE_OWNER)
     columns = ["id", "owner_user_id", "operation_id", "task_type", "outcome", "title", "body"]
-    session.execute(insert(UserNotification).from_select([*columns, "created_at"], source))
+    return insert(NOTIFICATIONS).from_select([*columns, "created_at"], source)
 
 
-def delete_for_operation(session: Session, operation_id: str) -> None:
-    session.execute(
-        delete(UserNotification)
-        .where(UserNotification.operation_id == operation_id)
-        .execution_options(synchronize_session=False)
-    )
+_INSERT_FROM_OPERATION = {
+    (outcome, owned): _insert_from_operation(outcome, owned=owned)
+    for outcome in TERMINAL_STATES
+    for owned in (True, False)
+}
+_DELETE_FOR_OPERATION = {
+    True: delete(NOTIFICATIONS).where(
+        NOTIFICATIONS.c.operation_id == bindparam("operation_id"),
+        NOTIFICATIONS.c.owner_user_id == SCOPE_OWNER,
+    ),
+    False: delete(NOTIFICATIONS).where(NOTIFICATIONS.c.operation_id == bindparam("operation_id")),
+}
+
+
+def insert_for_operation(tx: Tx, operation_id: str, outcome: OperationState, now: datetime) -> None:
+    statement = _INSERT_FROM_OPERATION[outcome, tx.owner_id is not None]
+    parameters = {"notification_id": uuid.uuid4().hex, "operation_id": operation_id, "now": now}
+    tx.execute(statement, parameters)
+
+
+def delete_for_operation(tx: Tx, operation_id: str) -> None:
+    tx.execute(_DELETE_FOR_OPERATION[tx.owner_id is not None], {"operation_id": operation_id})
 
 
 def _visible() -> Select[Any]:

@@ -1,5 +1,9 @@
 """All SQL of the operation aggregate. Rules come from ``services.model``.
 
+Every function runs in a ``Tx`` (``services.storage.tx``): Core statements,
+most of them built once at import, where an owner scope supplies
+``SCOPE_OWNER`` and refuses a statement on this table that does not bind it.
+
 Every mutation is a guarded UPDATE whose row count is checked: the WHERE
 clause repeats the facts the decision was made on (state, attempt,
 cancellation flag) and, for a lease holder, the lease token hash and a live
@@ -24,22 +28,21 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Select, Table, bindparam, insert, select, update
+from sqlalchemy import ColumnElement, Row, Select, Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
-from sqlalchemy.orm.attributes import set_committed_value
 
 from services.model import bounds, lifecycle
 from services.model.errors import Conflict, LeaseLost, NotFound
 from services.model.lifecycle import Decision, Event, Facts
 from services.model.states import PENDING_STATES, OperationState, Privacy
 from services.storage import notifications
-from services.storage.db import OWNER_KEY, OwnerMismatch
 from services.storage.pages import Page, newest_first, page_size, paginate
 from services.storage.schema import UserOperation
+from services.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
 
 S = OperationState
-_INSERT = insert(cast(Table, UserOperation.__table__))  # built once; values come as parameters
+OPS = cast(Table, UserOperation.__table__)
+_OWNED = OPS.c.owner_user_id == SCOPE_OWNER
 OWNER_RACE_ATTEMPTS = 5
 SWEEP_BATCH = 200
 
@@ -121,18 +124,47 @@ def facts(op: UserOperation) -> Facts:
     )
 
 
+# ---- reading rows ---------------------------------------------------------------------------
+
+
+def _operation(row: Row[Any]) -> UserOperation:
+    """A detached ``UserOperation`` holding one row's values."""
+    return UserOperation(**row._mapping)
+
+
+def _one(tx: Tx, statement: Select[Any], parameters: dict[str, Any]) -> UserOperation | None:
+    row = tx.execute(statement, parameters).one_or_none()
+    return None if row is None else _operation(row)
+
+
+def _owned_scope(tx: Tx) -> list[ColumnElement[bool]]:
+    """The owner criterion when ``tx`` is an owner scope; statements built per call use it."""
+    return [] if tx.owner_id is None else [_OWNED]
+
+
 # ---- owner reads and creates -------------------------------------------------------------
 
+_GET = select(OPS).where(OPS.c.id == bindparam("operation_id"), _OWNED)
+_BY_KEY = select(OPS).where(
+    OPS.c.task_type == bindparam("task_type"),
+    OPS.c.idempotency_key == bindparam("idempotency_key"),
+    _OWNED,
+)
+_CREATE_COLUMNS = tuple(c.name for c in OPS.columns if c.name != "owner_user_id")
+_INSERT = insert(OPS).values(
+    owner_user_id=SCOPE_OWNER, **{name: bindparam(name) for name in _CREATE_COLUMNS}
+)
 
-def get(session: Session, operation_id: str) -> UserOperation:
-    op = session.get(UserOperation, operation_id) if len(operation_id) <= 64 else None
+
+def get(tx: Tx, operation_id: str) -> UserOperation:
+    op = _one(tx, _GET, {"operation_id": operation_id}) if len(operation_id) <= 64 else None
     if op is None:
         raise NotFound("operation not found", code="operation_not_found")
     return op
 
 
 def list_page(
-    session: Session,
+    tx: Tx,
     *,
     size: int,
     token: str,
@@ -140,177 +172,150 @@ def list_page(
     task_type: str = "",
 ) -> Page[UserOperation]:
     size = page_size(size)
-    query: Select[Any] = select(UserOperation)
+    query: Select[Any] = select(OPS).where(_OWNED)
     if state is not None:
-        query = query.where(UserOperation.state == state)
+        query = query.where(OPS.c.state == state)
     if task_type:
-        query = query.where(UserOperation.task_type == bounds.task_type(task_type))
-    query = newest_first(query, UserOperation.created_at, UserOperation.id, token, size)
-    rows = session.scalars(query).all()
+        query = query.where(OPS.c.task_type == bounds.task_type(task_type))
+    query = newest_first(query, OPS.c.created_at, OPS.c.id, token, size)
+    rows = [_operation(row) for row in tx.execute(query)]
     return paginate(rows, size, lambda op: (op.created_at, op.id))
 
 
-def create(
-    session: Session, owner_id: str, request: CreateRequest, now: datetime
-) -> tuple[UserOperation, bool]:
+def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation, bool]:
     """Insert the operation, or return the one this owner already made with this key.
 
     The INSERT goes first: a new key (the common case) costs that one statement.
     The unique index refuses a repeated key, and only then is the existing row read.
     A refused INSERT undoes only itself on both engines, so the transaction goes on.
     """
+    if tx.owner_id is None:
+        raise ScopeViolation("operations are created in their owner's scope")
     request.validate(now)
     fingerprint = request.fingerprint()
-    if session.info.get(OWNER_KEY, owner_id) != owner_id:
-        raise OwnerMismatch("an operation of another owner created in an owner scope")
-    values: dict[str, Any] = {
-        "id": new_id(),
-        "owner_user_id": owner_id,
-        "task_type": request.task_type,
-        "idempotency_key": request.idempotency_key,
-        "request_hash": fingerprint,
-        "subject_type": request.subject_type,
-        "subject_id": request.subject_id,
-        "context_ref": request.context_ref or None,
-        "state": S.QUEUED,
-        "priority": request.priority,
-        "attempt": 0,
-        "max_attempts": request.max_attempts,
-        "retry_delay_seconds": request.retry_delay_seconds,
-        "time_budget_seconds": request.time_budget_seconds,
-        "privacy": request.privacy,
-        "progress_percent": 0,
-        "cancel_requested": False,
-        "deadline_at": request.deadline_at,
-        "created_at": now,
-        "updated_at": now,
-    }
+    values: dict[str, Any] = dict.fromkeys(_CREATE_COLUMNS)
+    values.update(
+        id=new_id(),
+        task_type=request.task_type,
+        idempotency_key=request.idempotency_key,
+        request_hash=fingerprint,
+        subject_type=request.subject_type,
+        subject_id=request.subject_id,
+        context_ref=request.context_ref or None,
+        state=S.QUEUED,
+        priority=request.priority,
+        attempt=0,
+        max_attempts=request.max_attempts,
+        retry_delay_seconds=request.retry_delay_seconds,
+        time_budget_seconds=request.time_budget_seconds,
+        privacy=request.privacy,
+        progress_percent=0,
+        cancel_requested=False,
+        deadline_at=request.deadline_at,
+        created_at=now,
+        updated_at=now,
+    )
     try:
-        session.execute(_INSERT, values)
+        tx.execute(_INSERT, values)
     except IntegrityError:
         # This owner used the key before (or a concurrent identical create won the race).
-        existing = find_by_key(session, request.task_type, request.idempotency_key)
+        existing = find_by_key(tx, request.task_type, request.idempotency_key)
         if existing is None:
             raise
         if not hmac.compare_digest(existing.request_hash, fingerprint):
             raise Conflict("this idempotency key was used for a different request") from None
         return existing, False
-    unset = dict.fromkeys(
-        ("lease_token_hash", "lease_expires_at", "next_attempt_at", "started_at", "finished_at")
+    return UserOperation(owner_user_id=tx.owner_id, **values), True
+
+
+def find_by_key(tx: Tx, task_type: str, idempotency_key: str) -> UserOperation | None:
+    return _one(tx, _BY_KEY, {"task_type": task_type, "idempotency_key": idempotency_key})
+
+
+_LATEST_FOR_SUBJECT = (
+    select(OPS)
+    .where(
+        OPS.c.task_type == bindparam("task_type"),
+        OPS.c.subject_type == bindparam("subject_type"),
+        OPS.c.subject_id == bindparam("subject_id"),
+        _OWNED,
     )
-    unset.update(
-        dict.fromkeys(
-            ("failure_code", "failure_message", "provider", "model", "route", "result_ref")
-        )
-    )
-    return UserOperation(**values, **unset), True
-
-
-def find_by_key(session: Session, task_type: str, idempotency_key: str) -> UserOperation | None:
-    found: UserOperation | None = session.scalars(
-        select(UserOperation).where(
-            UserOperation.task_type == task_type,
-            UserOperation.idempotency_key == idempotency_key,
-        )
-    ).one_or_none()
-    return found
-
-
-def _for_subject(task_type: str, subject_type: str, subject_id: str) -> Select[Any]:
-    return (
-        select(UserOperation)
-        .where(
-            UserOperation.task_type == task_type,
-            UserOperation.subject_type == subject_type,
-            UserOperation.subject_id == subject_id,
-        )
-        .order_by(UserOperation.created_at.desc(), UserOperation.id.desc())
-        .limit(1)
-    )
+    .order_by(OPS.c.created_at.desc(), OPS.c.id.desc())
+    .limit(1)
+)
+_ACTIVE_FOR_SUBJECT = _LATEST_FOR_SUBJECT.where(
+    OPS.c.state.in_([state.value for state in (*PENDING_STATES, S.RUNNING)])
+)
 
 
 def active_for_subject(
-    session: Session, task_type: str, subject_type: str, subject_id: str
+    tx: Tx, task_type: str, subject_type: str, subject_id: str
 ) -> UserOperation | None:
-    query = _for_subject(task_type, subject_type, subject_id)
-    found: UserOperation | None = session.scalars(
-        query.where(UserOperation.state.in_([*PENDING_STATES, S.RUNNING]))
-    ).one_or_none()
-    return found
+    subject = {"task_type": task_type, "subject_type": subject_type, "subject_id": subject_id}
+    return _one(tx, _ACTIVE_FOR_SUBJECT, subject)
 
 
 def latest_for_subject(
-    session: Session, task_type: str, subject_type: str, subject_id: str
+    tx: Tx, task_type: str, subject_type: str, subject_id: str
 ) -> UserOperation | None:
-    found: UserOperation | None = session.scalars(
-        _for_subject(task_type, subject_type, subject_id)
-    ).one_or_none()
-    return found
+    subject = {"task_type": task_type, "subject_type": subject_type, "subject_id": subject_id}
+    return _one(tx, _LATEST_FOR_SUBJECT, subject)
 
 
 # ---- owner mutations -----------------------------------------------------------------------
 
 
-def cancel(session: Session, operation_id: str, now: datetime) -> UserOperation:
-    return _owner_event(session, operation_id, Event.CANCEL, now)
+def cancel(tx: Tx, operation_id: str, now: datetime) -> UserOperation:
+    return _owner_event(tx, operation_id, Event.CANCEL, now)
 
 
-def retry(session: Session, operation_id: str, now: datetime) -> UserOperation:
-    return _owner_event(session, operation_id, Event.RETRY, now)
+def retry(tx: Tx, operation_id: str, now: datetime) -> UserOperation:
+    return _owner_event(tx, operation_id, Event.RETRY, now)
 
 
-def _owner_event(session: Session, operation_id: str, event: Event, now: datetime) -> UserOperation:
+def _owner_event(tx: Tx, operation_id: str, event: Event, now: datetime) -> UserOperation:
     for _ in range(OWNER_RACE_ATTEMPTS):
-        op = get(session, operation_id)
+        op = get(tx, operation_id)
         decision = lifecycle.decide(facts(op), event, now)
-        if not decision.changed or _apply(session, op, decision, now, event):
-            session.refresh(op)
+        if not decision.changed:
             return op
-        session.expire(op)  # a worker or the sweeper moved first: decide again on fresh facts
+        if _apply(tx, op, decision, now, event):
+            return get(tx, operation_id)
+        # a worker or the sweeper moved first: decide again on fresh facts
     raise LeaseLost("the operation kept changing; try again", code="contention")
 
 
 # ---- the worker's lease ------------------------------------------------------------------
 
-
-# Built once: the claim runs in the neutral scope, so these exact objects are executed
-# and SQLAlchemy computes their cache keys once.
 _CLAIM_CANDIDATE = (
-    select(UserOperation)
+    select(OPS)
     .where(
-        UserOperation.state == bindparam("from_state"),
-        UserOperation.task_type.in_(bindparam("task_types", expanding=True)),
-        (UserOperation.deadline_at.is_(None)) | (UserOperation.deadline_at > bindparam("now")),
+        OPS.c.state == bindparam("from_state"),
+        OPS.c.task_type.in_(bindparam("task_types", expanding=True)),
+        (OPS.c.deadline_at.is_(None)) | (OPS.c.deadline_at > bindparam("now")),
     )
-    .order_by(UserOperation.priority.desc(), UserOperation.created_at)
+    .order_by(OPS.c.priority.desc(), OPS.c.created_at)
     .limit(1)
     .with_for_update(skip_locked=True)
 )
+_CLAIMED_COLUMNS = (
+    "state",
+    "attempt",
+    "lease_token_hash",
+    "lease_expires_at",
+    "started_at",
+    "updated_at",
+    "next_attempt_at",
+)
 _CLAIM_TAKE = (
-    update(UserOperation)
-    .where(
-        UserOperation.id == bindparam("claim_id"), UserOperation.state == bindparam("from_state")
-    )
-    .values(
-        {
-            column: bindparam(column)
-            for column in (
-                "state",
-                "attempt",
-                "lease_token_hash",
-                "lease_expires_at",
-                "started_at",
-                "updated_at",
-                "next_attempt_at",
-            )
-        }
-    )
-    .execution_options(synchronize_session=False)
+    update(OPS)
+    .where(OPS.c.id == bindparam("claim_id"), OPS.c.state == bindparam("from_state"))
+    .values({column: bindparam(column) for column in _CLAIMED_COLUMNS})
 )
 
 
 def claim(
-    session: Session,
+    tx: Tx,
     task_types: Sequence[str],
     lease_seconds: int,
     now: datetime,
@@ -325,77 +330,72 @@ def claim(
     queueing on the head of the queue. (SQLite has no row locks: its writers hold
     the database lock from ``BEGIN IMMEDIATE``, so the same two statements are safe.)
     """
+    if tx.owner_id is not None:
+        raise ScopeViolation("the claim runs in the neutral scope")
     if not task_types:
         return None
     for task_type in task_types:
         bounds.task_type(task_type)
     expires = lifecycle.lease_expiry(now, lease_seconds)
     from_state = S.WAITING_FOR_EXTERNAL_FALLBACK if external_route else S.QUEUED
-    found = session.scalars(
-        _CLAIM_CANDIDATE, {"from_state": from_state, "task_types": list(task_types), "now": now}
-    )
-    op = found.one_or_none()
-    if op is None:
+    candidate = {"from_state": from_state, "task_types": list(task_types), "now": now}
+    row = tx.execute(_CLAIM_CANDIDATE, candidate).one_or_none()
+    if row is None:
         return None
+    found = row._mapping
     token = secrets.token_urlsafe(32)  # 256 random bits; only the hash is stored
     values: dict[str, Any] = {
         "state": S.RUNNING,
         # A fallback claim continues the attempt the local route could not serve.
-        "attempt": op.attempt if external_route else op.attempt + 1,
+        "attempt": found["attempt"] if external_route else found["attempt"] + 1,
         "lease_token_hash": hash_token(token),
         "lease_expires_at": expires,
-        "started_at": op.started_at or now,
+        "started_at": found["started_at"] or now,
         "updated_at": now,
         "next_attempt_at": None,
     }
-    taken = session.execute(_CLAIM_TAKE, {**values, "claim_id": op.id, "from_state": from_state})
-    if taken.rowcount != 1:  # type: ignore[attr-defined]
+    taken = tx.execute(_CLAIM_TAKE, {**values, "claim_id": found["id"], "from_state": from_state})
+    if taken.rowcount != 1:
         return None  # unreachable while the row is locked; never hand out a lost row
-    for key, value in values.items():
-        set_committed_value(op, key, value)
-    return Claim(op, token)
+    return Claim(UserOperation(**{**found, **values}), token)
 
 
-# The hot lease paths, built once and executed with parameters. Owner-scoped
-# sessions still add the owner criterion to each execution.
 _LIVE_LEASE = (
-    UserOperation.id == bindparam("operation_id"),
-    UserOperation.state == S.RUNNING,
-    UserOperation.lease_token_hash == bindparam("token_hash"),
-    UserOperation.lease_expires_at > bindparam("now"),
+    OPS.c.id == bindparam("operation_id"),
+    OPS.c.state == S.RUNNING,
+    OPS.c.lease_token_hash == bindparam("token_hash"),
+    OPS.c.lease_expires_at > bindparam("now"),
+    _OWNED,
 )
-_HEARTBEAT = (
-    update(UserOperation)
-    .where(*_LIVE_LEASE, UserOperation.cancel_requested.is_(False))
-    .values(lease_expires_at=bindparam("expires"), updated_at=bindparam("now"))
-    .execution_options(synchronize_session=False)
-)
-_HEARTBEAT_WITH_PROGRESS = _HEARTBEAT.values(progress_percent=bindparam("progress"))
-_COMPLETE = (
-    update(UserOperation)
+_EXTEND = (
+    update(OPS)
     .where(*_LIVE_LEASE)
-    .values(
-        {
-            column: bindparam(column)
-            for column in (
-                "state",
-                "progress_percent",
-                "finished_at",
-                "updated_at",
-                "lease_expires_at",
-                "result_ref",
-                "provider",
-                "model",
-                "route",
-            )
-        }
-    )
-    .execution_options(synchronize_session=False)
+    .values(lease_expires_at=bindparam("expires"), updated_at=bindparam("now"))
+)
+_EXTEND_WITH_PROGRESS = _EXTEND.values(progress_percent=bindparam("progress"))
+# The common heartbeat: no cancellation pending, so the reply needs no read.
+_HEARTBEAT = _EXTEND.where(OPS.c.cancel_requested.is_(False))
+_HEARTBEAT_WITH_PROGRESS = _EXTEND_WITH_PROGRESS.where(OPS.c.cancel_requested.is_(False))
+_COMPLETED_COLUMNS = (
+    "state",
+    "progress_percent",
+    "finished_at",
+    "updated_at",
+    "lease_expires_at",
+    "result_ref",
+    "provider",
+    "model",
+    "route",
+)
+_COMPLETE = (
+    update(OPS)
+    .where(*_LIVE_LEASE)
+    .values({column: bindparam(column) for column in _COMPLETED_COLUMNS})
 )
 
 
 def heartbeat(
-    session: Session,
+    tx: Tx,
     operation_id: str,
     token: str,
     lease_seconds: int,
@@ -406,26 +406,28 @@ def heartbeat(
     if progress is not None:
         bounds.int_range("progress_percent", progress, bounds.PROGRESS_RANGE)
     expires = lifecycle.lease_expiry(now, lease_seconds)
-    values: dict[str, Any] = {"lease_expires_at": expires, "updated_at": now}
-    if progress is not None:
-        values["progress_percent"] = progress
     token_hash = hash_token(token)
+    lease = {
+        "operation_id": operation_id,
+        "token_hash": token_hash,
+        "now": now,
+        "expires": expires,
+        "progress": progress,
+    }
     fast = _HEARTBEAT if progress is None else _HEARTBEAT_WITH_PROGRESS
-    lease = {"operation_id": operation_id, "token_hash": token_hash, "now": now}
-    extended = session.execute(fast, {**lease, "expires": expires, "progress": progress})
-    if extended.rowcount == 1:  # type: ignore[attr-defined]
+    if tx.execute(fast, lease).rowcount == 1:
         return expires, False
     # Rare path: cancellation was requested, or the lease is not ours any more.
-    op = _lease_holder(session, operation_id, token_hash)
+    op = _lease_holder(tx, operation_id, token_hash)
     lifecycle.decide(facts(op), Event.HEARTBEAT, now)  # raises LeaseLost when it is gone
-    extend = update(UserOperation).where(*_live_lease(operation_id, token_hash, now))
-    if session.execute(extend.values(**values)).rowcount != 1:  # type: ignore[attr-defined]
+    extend = _EXTEND if progress is None else _EXTEND_WITH_PROGRESS
+    if tx.execute(extend, lease).rowcount != 1:
         raise LeaseLost("the lease was lost while extending it")
     return expires, op.cancel_requested
 
 
 def complete(
-    session: Session,
+    tx: Tx,
     operation_id: str,
     token: str,
     provenance: Provenance,
@@ -444,16 +446,16 @@ def complete(
         **provenance.values(),
     }
     lease = {"operation_id": operation_id, "token_hash": token_hash, "now": now}
-    if session.execute(_COMPLETE, {**lease, **values}).rowcount == 1:  # type: ignore[attr-defined]
-        notifications.insert_for_operation(session, operation_id, S.SUCCEEDED, now)
+    if tx.execute(_COMPLETE, {**lease, **values}).rowcount == 1:
+        notifications.insert_for_operation(tx, operation_id, S.SUCCEEDED, now)
         return S.SUCCEEDED
-    op = _lease_holder(session, operation_id, token_hash)
+    op = _lease_holder(tx, operation_id, token_hash)
     decision = lifecycle.decide(facts(op), Event.COMPLETE, now)  # a duplicate, or LeaseLost
     return decision.state
 
 
 def fail(
-    session: Session,
+    tx: Tx,
     operation_id: str,
     token: str,
     *,
@@ -470,55 +472,66 @@ def fail(
         "failure_message": failure_message or None,
         **provenance.values(),
     }
-    return _lease_event(session, operation_id, token, event, now, extra)
+    return _lease_event(tx, operation_id, token, event, now, extra)
 
 
 def request_fallback(
-    session: Session, operation_id: str, token: str, provenance: Provenance, now: datetime
+    tx: Tx, operation_id: str, token: str, provenance: Provenance, now: datetime
 ) -> OperationState:
-    return _lease_event(
-        session, operation_id, token, Event.REQUEST_FALLBACK, now, provenance.values()
-    )
+    return _lease_event(tx, operation_id, token, Event.REQUEST_FALLBACK, now, provenance.values())
 
 
-def acknowledge_cancel(
-    session: Session, operation_id: str, token: str, now: datetime
-) -> OperationState:
-    return _lease_event(session, operation_id, token, Event.ACKNOWLEDGE_CANCEL, now, {})
+def acknowledge_cancel(tx: Tx, operation_id: str, token: str, now: datetime) -> OperationState:
+    return _lease_event(tx, operation_id, token, Event.ACKNOWLEDGE_CANCEL, now, {})
 
 
 def _lease_event(
-    session: Session,
+    tx: Tx,
     operation_id: str,
     token: str,
     event: Event,
     now: datetime,
     extra: dict[str, Any],
 ) -> OperationState:
-    op = _lease_holder(session, operation_id, hash_token(token))
+    op = _lease_holder(tx, operation_id, hash_token(token))
     decision = lifecycle.decide(facts(op), event, now)
-    if decision.changed and not _apply(session, op, decision, now, event, extra, lease=True):
+    if decision.changed and not _apply(tx, op, decision, now, event, extra, lease=True):
         raise LeaseLost("the lease was lost before the update")
     return decision.state
 
 
-def _live_lease(operation_id: str, token_hash: str, now: datetime) -> list[ColumnElement[bool]]:
-    return [
-        UserOperation.id == operation_id,
-        UserOperation.state == S.RUNNING,
-        UserOperation.lease_token_hash == token_hash,
-        UserOperation.lease_expires_at > now,
-    ]
-
-
-def _lease_holder(session: Session, operation_id: str, token_hash: str) -> UserOperation:
-    op = get(session, operation_id)
+def _lease_holder(tx: Tx, operation_id: str, token_hash: str) -> UserOperation:
+    op = get(tx, operation_id)
     if op.lease_token_hash is None or not hmac.compare_digest(op.lease_token_hash, token_hash):
         raise LeaseLost("the lease token does not match this operation's lease")
     return op
 
 
 # ---- the sweeper (neutral scope) ---------------------------------------------------------
+
+_EXPIRED_LEASES = (
+    select(OPS)
+    .where(OPS.c.state == S.RUNNING, OPS.c.lease_expires_at <= bindparam("now"))
+    .limit(SWEEP_BATCH)
+)
+_PAST_DEADLINE = (
+    select(OPS)
+    .where(
+        OPS.c.state.in_([state.value for state in PENDING_STATES]),
+        OPS.c.deadline_at <= bindparam("now"),
+    )
+    .limit(SWEEP_BATCH)
+)
+_PROMOTE_DUE_RETRIES = (
+    update(OPS)
+    .where(
+        OPS.c.state == S.WAITING_FOR_RETRY,
+        OPS.c.next_attempt_at <= bindparam("now"),
+        # A retry due after its deadline is failed above, never requeued.
+        (OPS.c.deadline_at.is_(None)) | (OPS.c.deadline_at > bindparam("now")),
+    )
+    .values(state=S.QUEUED, next_attempt_at=None, updated_at=bindparam("now"))
+)
 
 
 @dataclass
@@ -532,33 +545,20 @@ class SweepReport:
         return self.expired_leases + self.deadlines + self.promoted
 
 
-def sweep(session: Session, now: datetime) -> SweepReport:
+def sweep(tx: Tx, now: datetime) -> SweepReport:
     """Expire leases, fail passed deadlines closed, make due retries claimable."""
+    if tx.owner_id is not None:
+        raise ScopeViolation("the sweeper runs in the neutral scope")
     report = SweepReport()
-    expired = select(UserOperation).where(
-        UserOperation.state == S.RUNNING, UserOperation.lease_expires_at <= now
-    )
-    for op in session.scalars(expired.limit(SWEEP_BATCH)).all():
+    for row in tx.execute(_EXPIRED_LEASES, {"now": now}).all():
+        op = _operation(row)
         decision = lifecycle.decide(facts(op), Event.SWEEP, now)
-        report.expired_leases += _apply(session, op, decision, now, Event.SWEEP)
-    overdue = select(UserOperation).where(
-        UserOperation.state.in_(PENDING_STATES), UserOperation.deadline_at <= now
-    )
-    for op in session.scalars(overdue.limit(SWEEP_BATCH)).all():
+        report.expired_leases += _apply(tx, op, decision, now, Event.SWEEP)
+    for row in tx.execute(_PAST_DEADLINE, {"now": now}).all():
+        op = _operation(row)
         decision = lifecycle.decide(facts(op), Event.SWEEP, now)
-        report.deadlines += _apply(session, op, decision, now, Event.SWEEP)
-    promote = (
-        update(UserOperation)
-        .where(
-            UserOperation.state == S.WAITING_FOR_RETRY,
-            UserOperation.next_attempt_at <= now,
-            # A retry due after its deadline is failed above, never requeued.
-            (UserOperation.deadline_at.is_(None)) | (UserOperation.deadline_at > now),
-        )
-        .values(state=S.QUEUED, next_attempt_at=None, updated_at=now)
-        .execution_options(synchronize_session=False)
-    )
-    report.promoted = session.execute(promote).rowcount  # type: ignore[attr-defined]
+        report.deadlines += _apply(tx, op, decision, now, Event.SWEEP)
+    report.promoted = tx.execute(_PROMOTE_DUE_RETRIES, {"now": now}).rowcount
     return report
 
 
@@ -566,7 +566,7 @@ def sweep(session: Session, now: datetime) -> SweepReport:
 
 
 def _apply(
-    session: Session,
+    tx: Tx,
     op: UserOperation,
     decision: Decision,
     now: datetime,
@@ -593,27 +593,26 @@ def _apply(
     if event is Event.RETRY:
         values.update(_fresh_start(op, now))
     guard = [
-        UserOperation.id == op.id,
-        UserOperation.state == op.state,
-        UserOperation.attempt == op.attempt,
-        UserOperation.cancel_requested.is_(op.cancel_requested),
+        OPS.c.id == op.id,
+        OPS.c.state == op.state,
+        OPS.c.attempt == op.attempt,
+        OPS.c.cancel_requested.is_(op.cancel_requested),
+        *_owned_scope(tx),
     ]
     if lease:
-        guard += _live_lease(op.id, op.lease_token_hash or "", now)
+        guard += [
+            OPS.c.state == S.RUNNING,
+            OPS.c.lease_token_hash == (op.lease_token_hash or ""),
+            OPS.c.lease_expires_at > now,
+        ]
     elif op.state == S.RUNNING:
-        guard.append(UserOperation.lease_token_hash == op.lease_token_hash)
-    statement = (
-        update(UserOperation)
-        .where(*guard)
-        .values(**values)
-        .execution_options(synchronize_session=False)
-    )
-    if session.execute(statement).rowcount != 1:  # type: ignore[attr-defined]
+        guard.append(OPS.c.lease_token_hash == op.lease_token_hash)
+    if tx.execute(update(OPS).where(*guard).values(**values)).rowcount != 1:
         return False
     if decision.remove_notification:
-        notifications.delete_for_operation(session, op.id)
+        notifications.delete_for_operation(tx, op.id)
     if decision.notify:
-        notifications.insert_for_operation(session, op.id, decision.state, now)
+        notifications.insert_for_operation(tx, op.id, decision.state, now)
     return True
 
 

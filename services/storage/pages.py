@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import Select, and_, or_
+from sqlalchemy import ColumnElement, Select, and_, or_
 from sqlalchemy.orm import InstrumentedAttribute
 
 from services.model.errors import InvalidArgument
@@ -60,8 +60,8 @@ def decode_token(token: str) -> tuple[datetime, str]:
 
 def newest_first(
     query: Select[Any],
-    created: InstrumentedAttribute[datetime],
-    row_id: InstrumentedAttribute[str],
+    created: InstrumentedAttribute[datetime] | ColumnElement[datetime],
+    row_id: InstrumentedAttribute[str] | ColumnElement[str],
     token: str,
     size: int,
 ) -> Select[Any]:

@@ -19,6 +19,7 @@ from services.model.errors import Conflict, InvalidArgument
 from services.model.tasks import AI_TASKS, TaskSpec, ai_task
 from services.storage import capacity, operations, workspace
 from services.storage.schema import UserOperation
+from services.storage.tx import Tx
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,6 @@ def _check_subjects(session: Session, spec: TaskSpec, request: AdmitRequest) -> 
 
 def admit(
     session: Session,
-    owner_id: str,
     request: AdmitRequest,
     limits: admission.Limits,
     now: datetime,
@@ -74,7 +74,7 @@ def admit(
         time_budget_seconds=int(spec.time_budget.total_seconds()),
     )
     if request.idempotency_key:
-        existing = operations.find_by_key(session, spec.task_type, request.idempotency_key)
+        existing = operations.find_by_key(Tx.of(session), spec.task_type, request.idempotency_key)
         if existing is not None:
             if (existing.subject_id, existing.context_ref or "") != (
                 request.subject_id,
@@ -83,7 +83,7 @@ def admit(
                 raise Conflict("this idempotency key was used for another subject")
             return existing, True
     active = operations.active_for_subject(
-        session, spec.task_type, spec.subject_type, request.subject_id
+        Tx.of(session), spec.task_type, spec.subject_type, request.subject_id
     )
     if active is not None:
         return active, True
@@ -92,10 +92,12 @@ def admit(
         everyone_active=capacity.active_for_everyone(session, AI_TASKS),
         limits=limits,
     )
-    op, _created = operations.create(session, owner_id, create, now)
+    op, _created = operations.create(Tx.of(session), create, now)
     return op, False
 
 
 def lookup(session: Session, task_type: str, subject_id: str) -> UserOperation | None:
     spec = ai_task(task_type)
-    return operations.latest_for_subject(session, spec.task_type, spec.subject_type, subject_id)
+    return operations.latest_for_subject(
+        Tx.of(session), spec.task_type, spec.subject_type, subject_id
+    )

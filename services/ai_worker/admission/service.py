@@ -39,7 +39,7 @@ class AiAdmissionService(pb_grpc.AiAdmissionServiceServicer):
         )
         now = self._clock()
         row, reused = await self._db.run_async(
-            lambda s: admit(s, owner, admit_request, self._limits, now), owner_id=owner
+            lambda s: admit(s, admit_request, self._limits, now), owner_id=owner
         )
         log.info(
             "ai_admitted",
