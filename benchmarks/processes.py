@@ -29,6 +29,8 @@ JWT_SECRET = "bench-jwt-secret-" + secrets.token_hex(16)
 START_TIMEOUT_SECONDS = 60.0
 STOP_GRACE_SECONDS = 10.0
 LOG_DIR = Path(tempfile.gettempdir()) / "durable-ops-bench-logs"
+# One Operations replica per core: how docs/operations.md "Scaling" runs a busy host.
+REPLICAS_PER_CORE = os.cpu_count() or 1
 
 
 def free_port() -> int:
@@ -92,17 +94,24 @@ def _wait(child: Child, check: str) -> None:
 
 
 @contextmanager
-def operations_server(database_url: str, **env: str) -> Iterator[str]:
-    """``opsctl serve operations`` on ``database_url``; yields its gRPC target."""
-    target = f"127.0.0.1:{free_port()}"
-    child = _start(
-        "operations", {"OPS_DATABASE_URL": database_url, "OPS_OPERATIONS_BIND": target, **env}
-    )
+def operations_server(database_url: str, *, replicas: int = 1, **env: str) -> Iterator[str]:
+    """``replicas`` copies of ``opsctl serve operations`` on ``database_url``, each on its own
+    port; yields the gRPC target naming them all (round robin, as docs/operations.md
+    "Scaling" configures clients)."""
+    children: list[Child] = []
+    addresses: list[str] = []
     try:
-        _wait(child, f"grpc:{target}")
-        yield target
+        for _ in range(replicas):
+            address = f"127.0.0.1:{free_port()}"
+            bind = {"OPS_DATABASE_URL": database_url, "OPS_OPERATIONS_BIND": address}
+            children.append(_start("operations", {**bind, **env}))
+            addresses.append(address)
+        for child, address in zip(children, addresses, strict=True):
+            _wait(child, f"grpc:{address}")
+        yield addresses[0] if replicas == 1 else "ipv4:" + ",".join(addresses)
     finally:
-        child.stop()
+        for child in children:
+            child.stop()
 
 
 @contextmanager

@@ -9,6 +9,9 @@ threads replaying, per phase, exactly the statements the server issued for
 one captured lifecycle (``benchmarks.capture``), with no gRPC and no ORM.
 
 The figure is lifecycles/s of the subject ÷ the baseline, median of rounds.
+On MariaDB it is measured twice: with one Operations process, and with one
+replica per core behind a target naming them all (docs/operations.md,
+"Scaling"). SQLite serialises writers on one file lock, so it gets one.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from benchmarks import client, replay
 from benchmarks.capture import Recording, capture_lifecycle
 from benchmarks.context import Context
 from benchmarks.databases import mariadb_database, sqlite_database
-from benchmarks.processes import operations_server
+from benchmarks.processes import REPLICAS_PER_CORE, operations_server
 from benchmarks.stats import Paired, interleave_async
 from benchmarks.table import Row, Target
 
@@ -61,9 +64,9 @@ async def baseline_round(url: str, recording: Recording, total: int) -> float:
     )
 
 
-def measure(ctx: Context, url: str, total: int) -> Paired:
+def measure(ctx: Context, url: str, total: int, replicas: int = 1) -> Paired:
     recording = capture_lifecycle(url)
-    with operations_server(url) as target:
+    with operations_server(url, replicas=replicas) as target:
 
         async def rounds() -> Paired:
             await subject_round(target, max(total // 5, 20))  # warm-up: connections, caches
@@ -76,10 +79,11 @@ def measure(ctx: Context, url: str, total: int) -> Paired:
         return asyncio.run(rounds())
 
 
-def row(engine: str, paired: Paired) -> Row:
+def row(engine: str, paired: Paired, replicas: int = 1) -> Row:
+    deployment = "1 Operations process" if replicas == 1 else f"{replicas} Operations replicas"
     return Row(
         "1",
-        f"lifecycles/s {engine}: gRPC services ÷ raw SQL",
+        f"lifecycles/s {engine}, {deployment}: gRPC services ÷ raw SQL",
         f"{paired.subject_median:.0f}/s",
         f"{paired.baseline_median:.0f}/s",
         paired.ratio,
@@ -92,9 +96,10 @@ def row(engine: str, paired: Paired) -> Row:
 def run(ctx: Context) -> list[Row]:
     total = ctx.pick(300, 2000)
     rows = []
-    ctx.begin_section("1 end-to-end throughput (MariaDB)")
-    with mariadb_database() as url:
-        rows.append(row("MariaDB", measure(ctx, url, total)))
+    for replicas in sorted({1, REPLICAS_PER_CORE}):
+        ctx.begin_section(f"1 end-to-end throughput (MariaDB, {replicas} Operations processes)")
+        with mariadb_database() as url:
+            rows.append(row("MariaDB", measure(ctx, url, total, replicas), replicas))
     ctx.begin_section("1 end-to-end throughput (SQLite)")
     with sqlite_database() as url:
         rows.append(row("SQLite", measure(ctx, url, total)))
