@@ -5,9 +5,8 @@ a fresh local PostgreSQL database with its schema applied, and N
 ``bench.noop`` operations through our API; neither enqueueing is timed. Then
 procrastinate's own worker (``concurrency=WORKERS``, ``wait=False``: it stops
 when the queue is empty) and our no-op worker loops (``WORKERS`` of them,
-``benchmarks.noop_worker``) drain their queues, timed, against one
-Operations replica per core (PostgreSQL, procrastinate's server side, uses
-every core as well). The figure is our jobs/s ÷ procrastinate's.
+``benchmarks.noop_worker``) drain their queues, timed. The figure is our
+jobs/s ÷ procrastinate's.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from typing import Any
 from benchmarks import noop_worker
 from benchmarks.context import Context
 from benchmarks.databases import mariadb_database, postgres_database
-from benchmarks.processes import REPLICAS_PER_CORE, operations_server
+from benchmarks.processes import operations_server
 from benchmarks.stats import Paired, interleave_async
 from benchmarks.table import Row, Target
 
@@ -98,7 +97,7 @@ def run(ctx: Context) -> list[Row]:
     with (
         postgres_database() as conninfo,
         mariadb_database() as url,
-        operations_server(url, replicas=REPLICAS_PER_CORE) as target,
+        operations_server(url) as target,
     ):
         asyncio.run(_schema(conninfo))
 
@@ -118,8 +117,7 @@ def run(ctx: Context) -> list[Row]:
             f"{paired.baseline_median:.0f}/s",
             paired.ratio,
             TARGET,
-            f"{WORKERS} workers each side, {REPLICAS_PER_CORE} Operations replicas"
-            " (PostgreSQL uses every core too); per-round ratios "
+            f"{WORKERS} workers each side; per-round ratios "
             + ", ".join(f"{r:.2f}" for r in paired.ratios),
         )
     ]
