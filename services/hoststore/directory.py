@@ -47,14 +47,22 @@ def open_directory(fs: FileSystem, path: str) -> int:
     return fd
 
 
-def check_unchanged(path: str, dir_fd: int) -> None:
-    """Refuse to go on if ``path`` no longer names the directory we hold open."""
+def identity(fd: int) -> tuple[int, int]:
+    """``(st_dev, st_ino)`` of an open descriptor; it cannot change while the descriptor is open."""
+    status = os.fstat(fd)
+    return status.st_dev, status.st_ino
+
+
+def check_unchanged(path: str, dir_fd: int, held: tuple[int, int] | None = None) -> None:
+    """Refuse to go on if ``path`` no longer names the directory we hold open.
+
+    ``held`` is ``identity(dir_fd)`` if the caller already knows it.
+    """
     try:
         current = os.stat(path, follow_symlinks=False)
     except OSError as exc:
         raise LockReplaced(f"store directory {path} is gone: {exc.strerror}") from exc
-    held = os.fstat(dir_fd)
-    if (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
+    if (current.st_dev, current.st_ino) != (held or identity(dir_fd)):
         raise LockReplaced(f"store directory {path} was replaced behind this session")
 
 

@@ -1,13 +1,14 @@
 """The rules of ``begin`` and ``advance`` as pure functions over a snapshot.
 
 Each function either refuses (raising the error that says why) or returns a
-``Change``: the record to hand back, the next snapshot and the bytes to persist.
-The session writes those bytes and only then adopts the new snapshot.
+``Change``: the record to hand back, the next snapshot and the encoded document
+to persist. The session writes that document and only then adopts the new
+snapshot.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from services.hoststore import snapshot as fmt
 from services.hoststore.errors import (
@@ -25,8 +26,8 @@ from services.hoststore.transitions import INITIAL, State, check_transition
 class Change:
     record: Record
     snapshot: Snapshot
-    payload: bytes | None
-    """Canonical bytes to persist; ``None`` when nothing changed (an idempotent begin)."""
+    payload: fmt.Encoded | None
+    """The canonical document to persist; ``None`` when nothing changed (an idempotent begin)."""
 
     @property
     def created(self) -> bool:
@@ -64,11 +65,11 @@ def begin(
         created_at=now,
         updated_at=now,
     )
-    following = Snapshot(current.host_id, {**current.records, operation_id: record})
+    following = current.with_record(record)
     payload = _encode(following, current, operation_id, encoder)
-    if len(payload) + fmt.RECORD_GROWTH_RESERVE > capacity:
+    if payload.size + fmt.RECORD_GROWTH_RESERVE > capacity:
         raise CapacityExceeded(
-            f"beginning {operation_id!r} needs {len(payload)} bytes plus a"
+            f"beginning {operation_id!r} needs {payload.size} bytes plus a"
             f" {fmt.RECORD_GROWTH_RESERVE}-byte reserve; the snapshot cap is {capacity}"
         )
     return Change(record=record, snapshot=following, payload=payload)
@@ -92,12 +93,19 @@ def advance(
             f"operation {operation_id!r} is at revision {existing.revision}, not {revision}"
         )
     check_transition(existing.state, target)
-    record = replace(existing, state=target, revision=revision + 1, updated_at=now)
-    following = Snapshot(current.host_id, {**current.records, operation_id: record})
+    record = Record(
+        id=operation_id,
+        plan_hash=existing.plan_hash,
+        state=target,
+        revision=revision + 1,
+        created_at=existing.created_at,
+        updated_at=now,
+    )
+    following = current.with_record(record)
     payload = _encode(following, current, operation_id, encoder)
-    if len(payload) > capacity:
+    if payload.size > capacity:
         raise CapacityExceeded(
-            f"advancing {operation_id!r} needs {len(payload)} bytes; the cap is {capacity}"
+            f"advancing {operation_id!r} needs {payload.size} bytes; the cap is {capacity}"
         )
     return Change(record=record, snapshot=following, payload=payload)
 
@@ -107,8 +115,8 @@ def _encode(
     current: Snapshot,
     operation_id: str,
     encoder: fmt.IncrementalEncoder | None,
-) -> bytes:
+) -> fmt.Encoded:
     """``fmt.encode(following)``, incrementally when the caller keeps an encoder."""
     if encoder is None:
-        return fmt.encode(following)
-    return encoder.encode(following, previous=current, changed=operation_id)
+        return fmt.Encoded.of(fmt.encode(following))
+    return encoder.encode_parts(following, previous=current, changed=operation_id)

@@ -13,7 +13,7 @@ import errno
 import os
 from typing import Final
 
-from services.hoststore.directory import check_private_file
+from services.hoststore.directory import check_private_file, identity
 from services.hoststore.errors import (
     HostLocked,
     LockFileInvalid,
@@ -52,14 +52,16 @@ def open_and_lock(fs: FileSystem, dir_fd: int, directory: str) -> int:
     return fd
 
 
-def check_held(dir_fd: int, lock_fd: int) -> None:
-    """Refuse if ``host.lock`` in the directory is no longer the file we hold locked."""
+def check_held(dir_fd: int, lock_fd: int, held: tuple[int, int] | None = None) -> None:
+    """Refuse if ``host.lock`` in the directory is no longer the file we hold locked.
+
+    ``held`` is ``identity(lock_fd)`` if the caller already knows it.
+    """
     try:
         current = os.stat(LOCK_NAME, dir_fd=dir_fd, follow_symlinks=False)
     except OSError as exc:
         raise LockReplaced(f"{LOCK_NAME} is gone: {exc.strerror}") from exc
-    held = os.fstat(lock_fd)
-    if (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
+    if (current.st_dev, current.st_ino) != (held or identity(lock_fd)):
         raise LockReplaced(f"{LOCK_NAME} was replaced behind this session")
 
 

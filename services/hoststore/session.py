@@ -98,6 +98,9 @@ class Session:
         self._path = path
         self._dir_fd = dir_fd
         self._lock_fd = lock_fd
+        # What the descriptors name cannot change; each save compares the paths with them.
+        self._dir_identity = location.identity(dir_fd)
+        self._lock_identity = location.identity(lock_fd)
         self._snapshot = current
         self._fs = filesystem
         self._clock = clock
@@ -195,13 +198,13 @@ class Session:
             if change.payload is None:
                 return change
             try:
-                location.check_unchanged(self._path, self._dir_fd)
-                lockfile.check_held(self._dir_fd, self._lock_fd)
+                location.check_unchanged(self._path, self._dir_fd, self._dir_identity)
+                lockfile.check_held(self._dir_fd, self._lock_fd, self._lock_identity)
             except LockReplaced as exc:
                 self._poison = exc.message
                 raise
             try:
-                statefile.save(self._fs, self._dir_fd, change.payload)
+                statefile.save(self._fs, self._dir_fd, change.payload.parts)
             except OSError as exc:
                 self._poison = f"saving state.json failed: {exc}"
                 raise SaveFailed(
@@ -230,7 +233,8 @@ def _load_or_initialize(fs: FileSystem, dir_fd: int, lock_fd: int, host: str) ->
             )
         initial = Snapshot(host_id=host, records={})
         # The marker may only claim what is durable: snapshot first, marker second.
-        _durably("initializing the store", lambda: statefile.save(fs, dir_fd, fmt.encode(initial)))
+        document = fmt.encode(initial)
+        _durably("initializing the store", lambda: statefile.save(fs, dir_fd, (document,)))
         _durably("writing the initialization marker", lambda: lockfile.write_marker(fs, lock_fd))
         return initial
     current = fmt.decode(data, expected_host_id=host)

@@ -8,13 +8,30 @@ whitespace, UTF-8, no trailing newline)::
                                    "plan_hash":"9f86d0...","revision":2,
                                    "state":"running",
                                    "updated_at":"2026-01-02T03:04:06.000000Z"}},
-             "version":1},
-     "sha256":"<hex SHA-256 of the canonical encoding of body>"}
+             "version":2},
+     "sha256":"<hex SHA-256 checksum of the body, see below>"}
 
 (shown wrapped here; on disk it is one line). Decoding accepts exactly the bytes
 ``encode`` produces for some valid snapshot and rejects everything else with a
 distinct ``SnapshotError`` subclass. The checksum detects accidents (torn or
 edited files), it is not authentication.
+
+Checksums. Version 2 (written) hashes the body in 256 buckets so that a change
+rehashes one bucket, not the whole body:
+
+- each record's *fragment* is its canonical member of ``operations``,
+  ``"<id>":{...}``, exactly as it appears in the body;
+- a record belongs to bucket ``SHA-256(id)[0]`` (the first byte, 0..255);
+- a bucket's digest is ``SHA-256`` of its fragments in id order joined by
+  ``,`` (an empty bucket hashes the empty string);
+- ``sha256`` is the hex ``SHA-256`` of the canonical header
+  ``{"buckets":256,"host_id":"<host>","version":2}`` followed by the 256
+  raw 32-byte bucket digests in bucket order.
+
+Version 1 (still read, never written) is the hex ``SHA-256`` of the canonical
+encoding of ``body``. Either way every byte of the document is covered: the
+checksum covers the canonical data, and decoding requires the file to be that
+canonical encoding byte for byte.
 """
 
 from __future__ import annotations
@@ -23,10 +40,11 @@ import hashlib
 import json
 import re
 from bisect import bisect_left, bisect_right
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final
+from math import isqrt
+from typing import Final
 
 from services.hoststore.errors import (
     ChecksumMismatch,
@@ -46,7 +64,11 @@ from services.hoststore.errors import (
 )
 from services.hoststore.transitions import MAX_REVISION, UNRESOLVED, State
 
-FORMAT_VERSION: Final = 1
+# The version every save writes. Version 1 differs only in its checksum and is
+# still read (see the module docstring); the next save rewrites it as version 2.
+FORMAT_VERSION: Final = 2
+READABLE_VERSIONS: Final = frozenset({1, 2})
+CHECKSUM_BUCKETS: Final = 256
 MAX_SNAPSHOT_BYTES: Final = 16 * 1024 * 1024
 # Admission keeps this much room for the active record to grow later: its state
 # name can lengthen by 10 bytes ("queued" -> "failed_recovered") while revisions
@@ -64,6 +86,9 @@ _STATE_NAMES: Final = frozenset(state.value for state in State)
 _DOCUMENT_FIELDS: Final = frozenset({"body", "sha256"})
 _BODY_FIELDS: Final = frozenset({"host_id", "operations", "version"})
 _RECORD_FIELDS: Final = frozenset({"created_at", "plan_hash", "revision", "state", "updated_at"})
+_DIGEST_SIZE: Final = 32
+# Text that canonical JSON (ensure_ascii=False) copies between its quotes unescaped.
+_PLAIN_TEXT: Final = re.compile(r'[^"\\\x00-\x1f]*')
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,18 +103,132 @@ class Record:
     updated_at: str
 
 
+class RecordMap(Mapping[str, Record]):
+    """An immutable id -> record mapping that shares its bulk with the one it came from.
+
+    ``with_record`` does not copy the whole map: the bulk (``base``) is shared and
+    never mutated, and only the records changed since it was last merged
+    (``recent``) are copied. Once ``recent`` outgrows ``max(FLATTEN_AT, sqrt(len))``
+    the two are merged into a new base, so a change costs O(sqrt(len)) amortized
+    instead of O(len), and a lookup is at most two dict probes. (Copying a
+    10,000-entry dict and freeing the old one on every change touched every record.)
+    """
+
+    __slots__ = ("_base", "_length", "_recent")
+    FLATTEN_AT = 64
+
+    def __init__(self, base: Mapping[str, Record] | None = None) -> None:
+        self._base: dict[str, Record] = dict(base) if base is not None else {}
+        self._recent: dict[str, Record] = {}
+        self._length = len(self._base)
+
+    def with_record(self, record: Record) -> RecordMap:
+        key = record.id
+        following = RecordMap.__new__(RecordMap)
+        following._length = self._length + (key not in self)
+        recent = {**self._recent, key: record}
+        if len(recent) > max(self.FLATTEN_AT, isqrt(self._length)):
+            following._base, following._recent = {**self._base, **recent}, {}
+        else:
+            following._base, following._recent = self._base, recent
+        return following
+
+    def __getitem__(self, key: str) -> Record:
+        recent = self._recent
+        return recent[key] if key in recent else self._base[key]
+
+    def get(self, key: str, default: Record | None = None) -> Record | None:  # type: ignore[override]
+        found = self._recent.get(key)
+        return found if found is not None else self._base.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._recent or key in self._base
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __iter__(self) -> Iterator[str]:
+        # Like a dict: a replaced record keeps its place, an added one comes last.
+        recent = self._recent
+        yield from self._base
+        yield from (key for key in recent if key not in self._base)
+
+    def __repr__(self) -> str:
+        return f"RecordMap({dict(self)!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """The whole store: host identity and every operation ever begun, by id.
 
-    ``records`` is never mutated after construction; changes build a new snapshot.
+    ``records`` is never mutated after construction; changes build a new snapshot
+    (``with_record``).
     """
 
     host_id: str
     records: Mapping[str, Record]
+    # (the unresolved record or None) once known; None until then. Not part of the value.
+    _unresolved: tuple[Record | None] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def unresolved(self) -> Record | None:
-        return next((r for r in self.records.values() if r.state in UNRESOLVED), None)
+        known = self._unresolved
+        if known is not None:
+            return known[0]
+        found = [r for r in self.records.values() if r.state in UNRESOLVED]
+        if len(found) > 1:
+            # Never produced by the rules (decode refuses it too); do not cache it.
+            return found[0]
+        result = found[0] if found else None
+        object.__setattr__(self, "_unresolved", (result,))
+        return result
+
+    def with_record(self, record: Record) -> Snapshot:
+        """A new snapshot with ``record`` added or replaced; this one is left unchanged.
+
+        What ``unresolved`` answers is carried over, so a store retaining many
+        records need not scan them all on every ``begin``.
+        """
+        records = self.records
+        if not isinstance(records, RecordMap):
+            records = RecordMap(records)  # one copy, then shared from snapshot to snapshot
+        following = Snapshot(self.host_id, records.with_record(record))
+        known = self._unresolved
+        if known is not None:
+            # ``known`` says at most one record is unresolved, and which one.
+            previous = known[0]
+            carried: tuple[Record | None] | None
+            if record.state in UNRESOLVED:
+                carried = (record,) if previous is None or previous.id == record.id else None
+            elif previous is not None and previous.id == record.id:
+                carried = (None,)
+            else:
+                carried = known
+            object.__setattr__(following, "_unresolved", carried)
+        return following
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """A canonical document as the pieces it is made of: write them in order.
+
+    ``b"".join(parts)`` is the document; keeping the pieces lets a store that
+    retains many records write them without first copying them into one object.
+    """
+
+    parts: tuple[bytes, ...]
+    size: int
+
+    @classmethod
+    def of(cls, data: bytes) -> Encoded:
+        return cls((data,), len(data))
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.parts)
 
 
 def operation_id(value: object) -> str:
@@ -107,22 +246,62 @@ def host_id(value: object) -> str:
 def format_timestamp(moment: datetime) -> str:
     if moment.tzinfo is None:
         raise InvalidArgument("timestamps must be timezone-aware")
-    utc = moment.astimezone(UTC)
-    # Hand-formatted so every timestamp has the same width (strftime("%Y") does not
-    # pad years below 1000 on glibc); fixed width is what the growth reserve assumes.
-    return (
-        f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T"
-        f"{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}.{utc.microsecond:06d}Z"
-    )
+    # Every timestamp has the same width, which the growth reserve assumes: isoformat
+    # pads the year to four digits (strftime("%Y") does not below 1000 on glibc) and,
+    # with timespec, always writes the microseconds; the offset of UTC is "+00:00".
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")[:-6] + "Z"
 
 
-def encode(snapshot: Snapshot) -> bytes:
+def encode(snapshot: Snapshot, *, version: int = FORMAT_VERSION) -> bytes:
+    """The canonical document, from scratch: the reference the incremental encoder matches.
+
+    ``version=1`` writes the old checksum; only tests of reading old files use it.
+    """
+    if version not in READABLE_VERSIONS:
+        raise InvalidArgument(f"cannot encode format version {version!r}")
     body = {
         "host_id": snapshot.host_id,
         "operations": {record.id: _record_fields(record) for record in snapshot.records.values()},
-        "version": FORMAT_VERSION,
+        "version": version,
     }
-    return _document(_canonical(body))
+    canonical_body = _canonical(body)
+    if version == 1:
+        checksum = _checksum_v1(canonical_body)
+    else:
+        checksum = checksum_v2(snapshot.host_id, snapshot.records.values())
+    return _document(canonical_body, checksum)
+
+
+def bucket_of(operation_id: str) -> int:
+    """The checksum bucket of a record: the first byte of SHA-256 of its id."""
+    return hashlib.sha256(operation_id.encode("utf-8")).digest()[0]
+
+
+def checksum_v2(host: str, records: Iterable[Record]) -> str:
+    """The version 2 checksum of a body holding ``records``, computed from scratch."""
+    buckets: list[list[bytes]] = [[] for _ in range(CHECKSUM_BUCKETS)]
+    for record in sorted(records, key=_record_id):  # so every bucket comes out in id order
+        buckets[bucket_of(record.id)].append(_fragment(record))
+    digests = b"".join(hashlib.sha256(b",".join(bucket)).digest() for bucket in buckets)
+    return _combine_v2(_header_v2(host), digests)
+
+
+def _record_id(record: Record) -> str:
+    return record.id
+
+
+def _header_v2(host: str) -> bytes:
+    return _canonical({"buckets": CHECKSUM_BUCKETS, "host_id": host, "version": 2})
+
+
+def _combine_v2(header: bytes, digests: bytes | bytearray) -> str:
+    hasher = hashlib.sha256(header)
+    hasher.update(digests)
+    return hasher.hexdigest()
+
+
+def _checksum_v1(canonical_body: bytes) -> str:
+    return hashlib.sha256(canonical_body).hexdigest()
 
 
 def _record_fields(record: Record) -> dict[str, object]:
@@ -139,28 +318,46 @@ class IncrementalEncoder:
     """``encode`` for a sequence of snapshots that each differ from the last by one record.
 
     A store that retains many records rewrites all of them on every change; this
-    keeps the canonical bytes of every record, sorted in chunks, and the SHA-256
-    state at the start of each chunk, so a change re-encodes one record, re-joins
-    one chunk and hashes only from that chunk on. The bytes are exactly those of
-    ``encode`` (the tests compare them). Any snapshot that is not "the previous
-    one plus or with one changed record" is encoded from scratch.
+    keeps the canonical bytes of every record twice over: in sorted runs (joined,
+    ready to write in body order) and in the checksum buckets, with each bucket's
+    digest. A change re-encodes one record, re-joins one run, rehashes one bucket
+    (about 1/256 of the body) and the 8 KiB of bucket digests. The bytes are
+    exactly those of ``encode`` (the tests compare them). Any snapshot that is not
+    "the previous one plus or with one changed record" is encoded from scratch.
     """
 
-    CHUNK = 64
+    CHUNK = 32
 
     def __init__(self) -> None:
         self._last: Snapshot | None = None
-        self._prefix = b""
-        self._chunks: list[list[str]] = []  # sorted ids, split into runs
+        self._head = b""  # b'{"body":{"host_id":...,"operations":{'
+        self._tail = b""  # b'},"version":2},"sha256":"'
+        self._header = hashlib.sha256()  # SHA-256 state after the checksum header
+        # The records in id order, split into runs of CHUNK to 2 * CHUNK: their ids,
+        # their fragments (b'"id":{...}'; every run but the first starts with b"", so
+        # that joining by commas gives it a leading comma) and the two joined, so
+        # that head + runs + tail is the document.
+        self._run_ids: list[list[str]] = []
+        self._run_fragments: list[list[bytes]] = []
+        self._joined: list[bytes] = []
         self._firsts: list[str] = []  # first id of each run, for bisect
-        self._fragments: dict[str, bytes] = {}  # id -> b'"id":{...}'
-        self._joined: list[bytes] = []  # fragments of each run joined by commas
-        self._states: list[Any] = []  # SHA-256 state before each run (None: unknown)
+        self._size = 0  # total length of self._joined
+        # The same fragments by checksum bucket, in id order, and each bucket's digest.
+        self._bucket_of: dict[str, int] = {}  # id -> its bucket, hashed once
+        self._bucket_ids: list[list[str]] = []
+        self._bucket_fragments: list[list[bytes]] = []
+        self._digests = bytearray()  # the 32-byte digest of each bucket, in order
 
     def encode(
         self, snapshot: Snapshot, *, previous: Snapshot | None = None, changed: str | None = None
     ) -> bytes:
-        """The canonical bytes of ``snapshot``.
+        """The canonical bytes of ``snapshot``; see ``encode_parts``."""
+        return bytes(self.encode_parts(snapshot, previous=previous, changed=changed))
+
+    def encode_parts(
+        self, snapshot: Snapshot, *, previous: Snapshot | None = None, changed: str | None = None
+    ) -> Encoded:
+        """The canonical document of ``snapshot``, in pieces.
 
         Pass ``previous`` (the snapshot this encoder encoded last) and ``changed``
         (the one id whose record was added or replaced) to reuse the rest.
@@ -173,75 +370,121 @@ class IncrementalEncoder:
             and snapshot.host_id == previous.host_id
             and len(snapshot.records) == len(previous.records) + (changed not in previous.records)
         ):
-            start = self._update(snapshot.records[changed])
+            self._update(snapshot.records[changed])
         else:
             self._rebuild(snapshot)
-            start = 0
         self._last = snapshot
-        return self._finish(start)
+        hasher = self._header.copy()
+        hasher.update(self._digests)
+        checksum = hasher.hexdigest().encode("ascii")
+        head, tail = self._head, self._tail
+        return Encoded(
+            (head, *self._joined, tail + checksum + b'"}'),
+            len(head) + self._size + len(tail) + len(checksum) + 2,
+        )
 
     def _rebuild(self, snapshot: Snapshot) -> None:
-        self._prefix = b'{"host_id":' + _canonical(snapshot.host_id) + b',"operations":{'
-        ids = sorted(snapshot.records)
-        self._fragments = {key: _fragment(snapshot.records[key]) for key in ids}
-        self._chunks = [ids[at : at + self.CHUNK] for at in range(0, len(ids), self.CHUNK)]
-        self._firsts = [chunk[0] for chunk in self._chunks]
-        self._joined = [self._join(chunk) for chunk in self._chunks]
-        self._states = [None] * len(self._chunks)
+        host = _canonical(snapshot.host_id)
+        self._head = b'{"body":{"host_id":' + host + b',"operations":{'
+        self._tail = b'},"version":' + str(FORMAT_VERSION).encode("ascii") + b'},"sha256":"'
+        self._header = hashlib.sha256(_header_v2(snapshot.host_id))
+        records = snapshot.records
+        ids = sorted(records)
+        fragments = [_fragment(records[key]) for key in ids]
+        size = self.CHUNK
+        self._run_ids = [ids[at : at + size] for at in range(0, len(ids), size)]
+        self._run_fragments = [
+            ([b""] if at else []) + fragments[at : at + size] for at in range(0, len(ids), size)
+        ]
+        self._joined = [b",".join(run) for run in self._run_fragments]
+        self._firsts = [run[0] for run in self._run_ids]
+        self._size = sum(map(len, self._joined))
+        self._bucket_of = {key: bucket_of(key) for key in ids}
+        self._bucket_ids = [[] for _ in range(CHECKSUM_BUCKETS)]
+        self._bucket_fragments = [[] for _ in range(CHECKSUM_BUCKETS)]
+        for key, fragment in zip(ids, fragments, strict=True):  # in id order
+            bucket = self._bucket_of[key]
+            self._bucket_ids[bucket].append(key)
+            self._bucket_fragments[bucket].append(fragment)
+        self._digests = bytearray(
+            b"".join(
+                hashlib.sha256(b",".join(bucket)).digest() for bucket in self._bucket_fragments
+            )
+        )
 
-    def _join(self, chunk: list[str]) -> bytes:
-        fragments = self._fragments
-        return b",".join([fragments[key] for key in chunk])
-
-    def _update(self, record: Record) -> int:
-        """Take in one added or changed record; the index of the first run to rehash."""
+    def _update(self, record: Record) -> None:
+        """Take in one added or changed record."""
         key = record.id
-        self._fragments[key] = _fragment(record)
-        if not self._chunks:
-            self._chunks, self._firsts = [[key]], [key]
-            self._joined, self._states = [self._join([key])], [None]
-            return 0
+        fragment = _fragment(record)
+        bucket = self._bucket_of.get(key)
+        added = bucket is None
+        if not self._run_ids:
+            self._run_ids, self._run_fragments, self._joined = [[]], [[]], [b""]
+            self._firsts, self._size = [key], 0
+        # Its run: replace or insert the fragment and join the run again.
         index = max(bisect_right(self._firsts, key) - 1, 0)
-        chunk = self._chunks[index]
-        at = bisect_left(chunk, key)
-        if at == len(chunk) or chunk[at] != key:
-            chunk.insert(at, key)
-            self._firsts[index] = chunk[0]
-            if len(chunk) > 2 * self.CHUNK:
-                head, tail = chunk[: self.CHUNK], chunk[self.CHUNK :]
-                self._chunks[index : index + 1] = [head, tail]
-                self._firsts[index : index + 1] = [head[0], tail[0]]
-                self._joined[index : index + 1] = [self._join(head), self._join(tail)]
-                self._states[index : index + 1] = [None, None]
-                return index
-        self._joined[index] = self._join(chunk)
-        return index
-
-    def _finish(self, start: int) -> bytes:
-        state = self._states[start] if start < len(self._states) else None
-        if state is None:
-            start = 0
-            hasher = hashlib.sha256(self._prefix)
+        ids, fragments = self._run_ids[index], self._run_fragments[index]
+        at = bisect_left(ids, key)
+        lead = 1 if index else 0
+        if added:
+            ids.insert(at, key)
+            fragments.insert(at + lead, fragment)
+            self._firsts[index] = ids[0]
         else:
-            hasher = state.copy()
-        last = len(self._joined) - 1
-        for index in range(start, last + 1):
-            self._states[index] = hasher.copy()
-            hasher.update(self._joined[index])
-            if index < last:
-                hasher.update(b",")
-        suffix = b'},"version":' + str(FORMAT_VERSION).encode("ascii") + b"}"
-        hasher.update(suffix)
-        parts = [b'{"body":', self._prefix]
-        for index, joined in enumerate(self._joined):
-            if index:
-                parts.append(b",")
-            parts.append(joined)
-        parts += [suffix, b',"sha256":"', hasher.hexdigest().encode("ascii"), b'"}']
-        return b"".join(parts)
+            fragments[at + lead] = fragment
+        if len(ids) > 2 * self.CHUNK:
+            self._split(index)
+        else:
+            joined = b",".join(fragments)
+            self._size += len(joined) - len(self._joined[index])
+            self._joined[index] = joined
+        # Its checksum bucket: the same, then the bucket's digest.
+        if bucket is None:
+            bucket = self._bucket_of[key] = bucket_of(key)
+            members = self._bucket_ids[bucket]
+            at = bisect_left(members, key)
+            members.insert(at, key)
+            self._bucket_fragments[bucket].insert(at, fragment)
+        else:
+            at = bisect_left(self._bucket_ids[bucket], key)
+            self._bucket_fragments[bucket][at] = fragment
+        digest = hashlib.sha256(b",".join(self._bucket_fragments[bucket])).digest()
+        self._digests[bucket * _DIGEST_SIZE : (bucket + 1) * _DIGEST_SIZE] = digest
+
+    def _split(self, index: int) -> None:
+        """Cut the run at ``index``, grown to more than 2 * CHUNK ids, into two."""
+        ids, fragments = self._run_ids[index], self._run_fragments[index]
+        cut, lead = self.CHUNK, 1 if index else 0
+        halves = [fragments[: cut + lead], [b"", *fragments[cut + lead :]]]
+        joined = [b",".join(half) for half in halves]
+        self._size += sum(map(len, joined)) - len(self._joined[index])
+        self._run_ids[index : index + 1] = [ids[:cut], ids[cut:]]
+        self._run_fragments[index : index + 1] = halves
+        self._joined[index : index + 1] = joined
+        self._firsts[index : index + 1] = [ids[0], ids[cut]]
 
 
 def _fragment(record: Record) -> bytes:
+    """``"<id>":{...}``: the record's canonical member of ``operations``."""
+    key, plan, created, updated = record.id, record.plan_hash, record.created_at, record.updated_at
+    if (
+        type(record.revision) is int
+        and type(key) is str
+        and type(plan) is str
+        and type(created) is str
+        and type(updated) is str
+        and _PLAIN_TEXT.fullmatch(key + plan + created + updated)
+    ):
+        # What json.dumps gives for strings it copies verbatim, several times faster.
+        return (
+            f'"{key}":{{"created_at":"{created}","plan_hash":"{plan}",'
+            f'"revision":{record.revision},"state":"{record.state.value}",'
+            f'"updated_at":"{updated}"}}'
+        ).encode()
+    return _canonical_fragment(record)
+
+
+def _canonical_fragment(record: Record) -> bytes:
     return _canonical(record.id) + b":" + _canonical(_record_fields(record))
 
 
@@ -256,7 +499,7 @@ def decode(data: bytes, *, expected_host_id: str | None = None) -> Snapshot:
     top = _object(document, "document")
     _check_fields(top, _DOCUMENT_FIELDS, "document")
     body = _object(top["body"], "body")
-    _check_version(body)
+    version = _check_version(body)
     _check_fields(body, _BODY_FIELDS, "body")
     snapshot = Snapshot(
         host_id=_field_text(body["host_id"], "host_id", _HOST_ID_PATTERN),
@@ -268,9 +511,13 @@ def decode(data: bytes, *, expected_host_id: str | None = None) -> Snapshot:
     if not isinstance(checksum, str) or not _SHA256_PATTERN.fullmatch(checksum):
         raise SnapshotMalformed("sha256 must be 64 lowercase hex digits")
     canonical_body = _canonical(body)
-    if hashlib.sha256(canonical_body).hexdigest() != checksum:
+    if version == 1:
+        expected = _checksum_v1(canonical_body)
+    else:
+        expected = checksum_v2(snapshot.host_id, snapshot.records.values())
+    if expected != checksum:
         raise ChecksumMismatch("snapshot body does not match its SHA-256 checksum")
-    if _document(canonical_body) != data:
+    if _document(canonical_body, checksum) != data:
         raise NotCanonical("snapshot is valid JSON but not in canonical form")
     if expected_host_id is not None and snapshot.host_id != expected_host_id:
         raise HostMismatch(
@@ -291,10 +538,9 @@ def _canonical(value: object) -> bytes:
     ).encode("utf-8")
 
 
-def _document(canonical_body: bytes) -> bytes:
+def _document(canonical_body: bytes, checksum: str) -> bytes:
     # Equal to _canonical({"body": ..., "sha256": ...}) because "body" sorts first,
     # without encoding a 16 MiB body twice.
-    checksum = hashlib.sha256(canonical_body).hexdigest()
     return b'{"body":' + canonical_body + b',"sha256":"' + checksum.encode("ascii") + b'"}'
 
 
@@ -367,12 +613,15 @@ def _check_fields(value: Mapping[str, object], expected: frozenset[str], where: 
         raise MissingField(f"{where} lacks field(s) {missing}")
 
 
-def _check_version(body: Mapping[str, object]) -> None:
+def _check_version(body: Mapping[str, object]) -> int:
     if "version" not in body:
         raise MissingField("body lacks field ['version']")
     version = body["version"]
-    if type(version) is not int or version != FORMAT_VERSION:
-        raise UnsupportedVersion(f"snapshot version {version!r} is not {FORMAT_VERSION}")
+    if type(version) is not int or version not in READABLE_VERSIONS:
+        raise UnsupportedVersion(
+            f"snapshot version {version!r} is not one of {sorted(READABLE_VERSIONS)}"
+        )
+    return version
 
 
 def _field_text(value: object, where: str, pattern: re.Pattern[str]) -> str:

@@ -14,6 +14,7 @@ import errno
 import os
 import re
 import secrets
+from collections.abc import Sequence
 from typing import Final
 
 from services.hoststore.directory import check_private_file
@@ -61,14 +62,15 @@ def read_capped(fd: int) -> bytes:
         chunks.append(chunk)
 
 
-def save(fs: FileSystem, dir_fd: int, payload: bytes) -> None:
+def save(fs: FileSystem, dir_fd: int, parts: Sequence[bytes]) -> None:
+    """Durably replace ``state.json`` with the concatenation of ``parts``."""
     name = temp_name()
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = fs.open(name, flags, 0o600, dir_fd=dir_fd)
     renamed = False
     try:
         try:
-            write_all(fs, fd, payload)
+            write_all(fs, fd, parts)
             fs.fsync(fd)
         finally:
             fs.close(fd)

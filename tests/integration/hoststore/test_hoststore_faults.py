@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -68,11 +69,12 @@ class RecordingFileSystem(FileSystem):
         self.kinds[fd] = kind
         return fd
 
-    def write(self, fd: int, data: bytes | memoryview) -> int:
+    def writev(self, fd: int, buffers: Sequence[bytes | memoryview]) -> int:
         if self._step("write"):
-            super().write(fd, data[: len(data) // 2])  # a short write, then the error
+            first = buffers[0]
+            super().writev(fd, [first[: len(first) // 2]])  # a short write, then the error
             raise self._fail()
-        return super().write(fd, data)
+        return super().writev(fd, buffers)
 
     def pwrite(self, fd: int, data: bytes, offset: int) -> int:
         if self._step("pwrite_marker"):

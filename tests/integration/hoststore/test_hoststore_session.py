@@ -197,6 +197,54 @@ def test_a_changed_snapshot_is_refused(store: Path) -> None:
         acquire(store, "runner-1")
 
 
+def _version_1_store(store: Path) -> bytes:
+    """A marked store whose state.json an earlier release wrote in format version 1."""
+    old = Snapshot(
+        "runner-1",
+        {
+            "op-1": Record(
+                "op-1",
+                "hash-a",
+                State.SUCCEEDED,
+                3,
+                "2026-01-02T03:04:05.000000Z",
+                "2026-01-02T03:04:06.000000Z",
+            ),
+        },
+    )
+    data = encode(old, version=1)
+    assert json.loads(data)["body"]["version"] == 1
+    (store / "state.json").write_bytes(data)
+    (store / "state.json").chmod(0o600)
+    (store / "host.lock").write_bytes(lockfile.MARKER)
+    (store / "host.lock").chmod(0o600)
+    return data
+
+
+def test_a_version_1_store_is_read_and_its_next_save_writes_version_2(store: Path) -> None:
+    data = _version_1_store(store)
+    with acquire(store, "runner-1") as session:
+        assert session.get("op-1").state is State.SUCCEEDED
+        assert session.begin("op-1", "hash-a")[1] is False
+    assert (store / "state.json").read_bytes() == data, "reading alone rewrites nothing"
+
+    with acquire(store, "runner-1") as session:
+        session.begin("op-2", "hash-b")
+    document = json.loads((store / "state.json").read_bytes())
+    assert document["body"]["version"] == 2
+    assert sorted(document["body"]["operations"]) == ["op-1", "op-2"]
+    with acquire(store, "runner-1") as session:
+        assert session.get("op-1").state is State.SUCCEEDED
+        assert session.get("op-2").state is State.QUEUED
+
+
+def test_a_changed_version_1_store_is_refused(store: Path) -> None:
+    data = _version_1_store(store)
+    (store / "state.json").write_bytes(data.replace(b'"revision":3', b'"revision":4'))
+    with pytest.raises(ChecksumMismatch):
+        acquire(store, "runner-1")
+
+
 def test_temp_remnants_are_ignored_and_left_alone(store: Path) -> None:
     with acquire(store, "runner-1") as session:
         session.begin("op-1", "hash-a")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from services.hoststore import State, acquire, lockfile, show
+from services.hoststore.snapshot import decode, encode
 
 
 @pytest.fixture
@@ -183,3 +184,14 @@ def test_a_loose_mode_is_a_warning(populated: Path) -> None:
     code, text = _run(populated, as_json=True)
     assert code == 0
     assert any("0755" in warning for warning in json.loads(text)["warnings"])
+
+
+def test_a_version_1_store_is_shown_and_left_as_it_is(populated: Path) -> None:
+    state = populated / "state.json"
+    state.write_bytes(encode(decode(state.read_bytes()), version=1))
+    before = _fingerprint(populated)
+    code, text = _run(populated, as_json=False)
+    assert code == 0
+    assert "checksum: ok" in text
+    assert "operations: 2 (unresolved: op-2)" in text
+    assert _fingerprint(populated) == before

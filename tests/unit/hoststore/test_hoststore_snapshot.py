@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import random
 from typing import Any
 
 import pytest
@@ -15,6 +17,8 @@ from services.hoststore.snapshot import (
     MAX_SNAPSHOT_BYTES,
     Record,
     Snapshot,
+    _canonical_fragment,
+    _fragment,
     decode,
     encode,
     format_timestamp,
@@ -41,11 +45,57 @@ def _body(snapshot: Snapshot) -> dict[str, Any]:
     return body
 
 
+def _json(value: object) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _v1_checksum(body: object) -> str:
+    """Format version 1: SHA-256 of the canonical body."""
+    return hashlib.sha256(_json(body)).hexdigest()
+
+
+def _v2_checksum(body: dict[str, Any]) -> str:
+    """Format version 2, written out from docs/hoststore.md independently of the product.
+
+    Bucket of a record: the first byte of SHA-256 of its id. Bucket digest: SHA-256
+    of its canonical '"id":{...}' members in id order joined by ','. Checksum:
+    SHA-256 of the canonical header followed by the 256 raw bucket digests.
+    """
+    buckets: list[list[bytes]] = [[] for _ in range(256)]
+    for key in sorted(body["operations"]):
+        member = _json(key) + b":" + _json(body["operations"][key])
+        buckets[hashlib.sha256(key.encode()).digest()[0]].append(member)
+    header = _json({"buckets": 256, "host_id": body["host_id"], "version": 2})
+    digests = b"".join(hashlib.sha256(b",".join(bucket)).digest() for bucket in buckets)
+    return hashlib.sha256(header + digests).hexdigest()
+
+
+def _checksum(body: Any) -> str:
+    if isinstance(body, dict) and body.get("version") == 2:
+        try:
+            return _v2_checksum(body)
+        except (KeyError, TypeError, AttributeError):
+            pass  # not shaped like a body: any checksum will do, decoding refuses it first
+    return _v1_checksum(body)
+
+
 def _sealed(body: object, **extra: object) -> bytes:
     """A canonical document around ``body`` with a correct checksum, as a writer would make it."""
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    document = {"body": body, "sha256": hashlib.sha256(canonical).hexdigest(), **extra}
-    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+    document = {"body": body, "sha256": _checksum(body), **extra}
+    return _json(document)
+
+
+# Written by the version 1 encoder (before format version 2) for _sample(); kept
+# verbatim so that reading old files stays tested against real old bytes.
+V1_DOCUMENT = (
+    b'{"body":{"host_id":"runner-1","operations":{"op-1":{"created_at":'
+    b'"2026-01-02T03:04:05.000006Z","plan_hash":'
+    b'"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","revision":3,'
+    b'"state":"succeeded","updated_at":"2026-01-02T03:04:07.123456Z"},"op-2":{"created_at":'
+    b'"2026-01-02T03:04:05.000006Z","plan_hash":"sha256:beef","revision":2,"state":"running",'
+    b'"updated_at":"2026-01-02T03:04:07.123456Z"}},"version":1},'
+    b'"sha256":"973d1bf7930d3d38102a22566f9d14b4ba422f483ba945c146813164794f62f9"}'
+)
 
 
 def test_round_trip_is_exact() -> None:
@@ -59,10 +109,47 @@ def test_encoding_is_canonical_json() -> None:
     document = json.loads(data)
     assert data == json.dumps(document, sort_keys=True, separators=(",", ":")).encode("utf-8")
     assert not data.endswith(b"\n")
-    body = json.dumps(document["body"], sort_keys=True, separators=(",", ":")).encode()
-    assert document["sha256"] == hashlib.sha256(body).hexdigest()
-    assert document["body"]["version"] == 1
+    assert document["body"]["version"] == 2
+    assert document["sha256"] == _v2_checksum(document["body"])
     assert document["body"]["host_id"] == "runner-1"
+
+
+def test_version_1_documents_are_still_read() -> None:
+    assert decode(V1_DOCUMENT, expected_host_id="runner-1") == _sample()
+    assert encode(_sample(), version=1) == V1_DOCUMENT
+    assert json.loads(V1_DOCUMENT)["sha256"] == _v1_checksum(json.loads(V1_DOCUMENT)["body"])
+    # Written again, it becomes version 2; only the version and the checksum differ.
+    rewritten = encode(decode(V1_DOCUMENT))
+    assert rewritten == encode(_sample())
+    assert json.loads(rewritten)["body"] == {**json.loads(V1_DOCUMENT)["body"], "version": 2}
+
+
+def test_version_1_documents_keep_their_own_checks() -> None:
+    with pytest.raises(errors.ChecksumMismatch):
+        decode(V1_DOCUMENT.replace(b'"revision":3', b'"revision":4'))
+    with pytest.raises(errors.HostMismatch):
+        decode(V1_DOCUMENT, expected_host_id="runner-2")
+    with pytest.raises(errors.SnapshotTruncated):
+        decode(V1_DOCUMENT[:-1])
+    with pytest.raises(errors.NotCanonical):
+        decode(V1_DOCUMENT + b" ")
+
+
+def test_each_checksum_is_bound_to_its_version() -> None:
+    v1_as_v2 = V1_DOCUMENT.replace(b'"version":1', b'"version":2')
+    v2_as_v1 = encode(_sample()).replace(b'"version":2', b'"version":1')
+    for data in (v1_as_v2, v2_as_v1):
+        with pytest.raises(errors.ChecksumMismatch):
+            decode(data)
+
+
+def test_a_change_rehashes_only_its_bucket() -> None:
+    """What makes version 2 cheap: records outside the changed one's bucket do not matter."""
+    many = {f"op-{i}": Record(f"op-{i}", "h", State.SUCCEEDED, 3, T0, T1) for i in range(600)}
+    body = _body(Snapshot("runner-1", many))
+    assert json.loads(encode(Snapshot("runner-1", many)))["sha256"] == _v2_checksum(body)
+    buckets = {hashlib.sha256(key.encode()).digest()[0] for key in many}
+    assert len(buckets) > 200, "600 ids spread over most of the 256 buckets"
 
 
 def test_empty_store_round_trips() -> None:
@@ -138,7 +225,16 @@ CASES: dict[str, tuple[bytes, type[errors.SnapshotError]]] = {
         encode(_sample())[:-3] + (b"0" if encode(_sample())[-3:-2] != b"0" else b"1") + b'"}',
         errors.ChecksumMismatch,
     ),
-    "version 2": (_with_body(version=2), errors.UnsupportedVersion),
+    "version 0": (_with_body(version=0), errors.UnsupportedVersion),
+    "version 3": (_with_body(version=3), errors.UnsupportedVersion),
+    "version 2 with a version 1 checksum": (
+        json.dumps(
+            {"body": _body(_sample()), "sha256": _v1_checksum(_body(_sample()))},
+            sort_keys=True,
+            separators=(",", ":"),
+        ).encode(),
+        errors.ChecksumMismatch,
+    ),
     "version as text": (_with_body(version="1"), errors.UnsupportedVersion),
     "version as float": (_with_body(version=1.0), errors.UnsupportedVersion),
     "pretty printed": (
@@ -209,6 +305,43 @@ def test_every_proper_prefix_is_truncation() -> None:
             decode(data[:end])
 
 
+def _single_byte_changes(
+    data: bytes, positions: list[int], rng: random.Random, *, flips: int = 8
+) -> list[bytes]:
+    """At each position: ``flips`` single-bit flips and three other random bytes."""
+    changed = []
+    for at in positions:
+        values = {data[at] ^ (1 << bit) for bit in rng.sample(range(8), flips)}
+        values |= {rng.randrange(256) for _ in range(3)}
+        values.discard(data[at])
+        changed += [data[:at] + bytes([value]) + data[at + 1 :] for value in sorted(values)]
+    return changed
+
+
+def test_every_single_byte_change_of_a_small_document_is_rejected() -> None:
+    data = encode(_sample())
+    for changed in _single_byte_changes(data, list(range(len(data))), random.Random(1)):
+        with pytest.raises(errors.SnapshotError):
+            decode(changed, expected_host_id="runner-1")
+
+
+def test_single_byte_changes_of_a_large_document_are_rejected() -> None:
+    records = {
+        f"op-{i:05d}": Record(f"op-{i:05d}", f"plan-{i}", State.SUCCEEDED, 3, T0, T1)
+        for i in range(300)
+    }
+    data = encode(Snapshot("runner-1", records))
+    rng = random.Random(2)
+    positions = sorted(rng.sample(range(len(data)), 150))
+    positions += [0, len(data) - 1, len(data) - 60]  # the ends and inside the checksum
+    rejected: dict[type[errors.SnapshotError], int] = {}
+    for changed in _single_byte_changes(data, positions, rng, flips=1):
+        with pytest.raises(errors.SnapshotError) as raised:
+            decode(changed, expected_host_id="runner-1")
+        rejected[type(raised.value)] = rejected.get(type(raised.value), 0) + 1
+    assert rejected.get(errors.ChecksumMismatch, 0) >= 20, rejected
+
+
 def _filled_to(total: int) -> Snapshot:
     """A snapshot whose encoding is exactly ``total`` bytes."""
     base = len(encode(Snapshot("h", {})))
@@ -270,7 +403,36 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
 
 @given(snapshots())
 def test_any_valid_snapshot_round_trips(snapshot: Snapshot) -> None:
-    assert decode(encode(snapshot), expected_host_id=snapshot.host_id) == snapshot
+    data = encode(snapshot)
+    assert decode(data, expected_host_id=snapshot.host_id) == snapshot
+    document = json.loads(data)
+    assert document["sha256"] == _v2_checksum(document["body"])
+    old = encode(snapshot, version=1)
+    assert decode(old, expected_host_id=snapshot.host_id) == snapshot
+    assert json.loads(old)["sha256"] == _v1_checksum(json.loads(old)["body"])
+
+
+@given(
+    st.text(min_size=1, max_size=12),
+    st.text(max_size=12),
+    st.text(max_size=30),
+    st.integers(-(10**20), 10**20),
+)
+def test_the_fast_member_encoding_is_canonical_json(
+    key: str, plan: str, stamp: str, revision: int
+) -> None:
+    """_fragment skips json.dumps for plain text; it must give the same bytes for any text."""
+    record = Record(key, plan, State.UNKNOWN, revision, stamp, stamp[::-1])
+    try:
+        expected = _canonical_fragment(record)
+    except UnicodeEncodeError:  # lone surrogates: neither way can write them
+        with pytest.raises(UnicodeEncodeError):
+            _fragment(record)
+        return
+    assert _fragment(record) == expected
+    assert _fragment(dataclasses.replace(record, revision=True)) == _canonical_fragment(
+        dataclasses.replace(record, revision=True)
+    )
 
 
 @st.composite
