@@ -1,10 +1,10 @@
 """Figure 4: the gateway's overhead, ``GET /api/operations/{id}`` vs direct ``GetOperation``.
 
 ``opsctl serve operations`` and ``opsctl serve gateway`` (uvicorn) run as real
-processes on a fresh MariaDB database. The subject is an httpx client with a
-user JWT asking the gateway; the baseline is a grpc.aio client with the
-gateway's own credential asking the Operations service for the same
-operation. Latency: one request at a time, p50 per round. Saturation:
+processes on a fresh MariaDB database. The subject is an HTTP/1.1 keep-alive
+client (``benchmarks.http``) with a user JWT asking the gateway; the baseline
+is a grpc.aio client with the gateway's own credential asking the Operations
+service for the same operation. Latency: one request at a time, p50 per round. Saturation:
 ``CONCURRENCY`` requests in flight for a fixed time, requests per second.
 """
 
@@ -15,11 +15,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import httpx
-
 from benchmarks.client import OpsClient
 from benchmarks.context import Context
 from benchmarks.databases import mariadb_database
+from benchmarks.http import HttpGetter
 from benchmarks.processes import JWT_SECRET, gateway_server, operations_server
 from benchmarks.stats import Paired, interleave_async, median, percentile
 from benchmarks.table import Row, Target
@@ -62,37 +61,42 @@ async def _saturated(call: Call, seconds: float) -> float:
 async def _measure(ctx: Context, base_url: str, target: str) -> tuple[Paired, Paired]:
     grpc_client = OpsClient(target)
     token = mint_user_token(JWT_SECRET, USER, 3600)
-    limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY)
-    async with httpx.AsyncClient(
-        base_url=base_url, headers={"authorization": f"Bearer {token}"}, limits=limits
-    ) as http:
-        try:
-            operation = await grpc_client.create(USER, "gateway-probe")
-            path = f"/api/operations/{operation.id}"
+    connections: asyncio.Queue[HttpGetter] = asyncio.Queue()
+    for _ in range(CONCURRENCY):
+        connections.put_nowait(HttpGetter(base_url, {"Authorization": f"Bearer {token}"}))
+    try:
+        operation = await grpc_client.create(USER, "gateway-probe")
+        path = f"/api/operations/{operation.id}"
 
-            async def via_gateway() -> None:
-                response = await http.get(path)
-                if response.status_code != 200:
-                    raise RuntimeError(f"gateway answered {response.status_code}")
+        async def via_gateway() -> None:
+            connection = await connections.get()
+            try:
+                status, _body = await connection.get(path)
+            finally:
+                connections.put_nowait(connection)
+            if status != 200:
+                raise RuntimeError(f"gateway answered {status}")
 
-            async def direct() -> None:
-                await grpc_client.get(USER, operation.id)
+        async def direct() -> None:
+            await grpc_client.get(USER, operation.id)
 
-            count = ctx.pick(150, 500)
-            seconds = ctx.pick(2, 5)
-            for call in (via_gateway, direct):  # warm-up
-                await _saturated(call, 0.5)
-            latency = await interleave_async(
-                ctx.rounds, lambda: _p50(via_gateway, count), lambda: _p50(direct, count)
-            )
-            throughput = await interleave_async(
-                ctx.rounds,
-                lambda: _saturated(via_gateway, seconds),
-                lambda: _saturated(direct, seconds),
-            )
-            return latency, throughput
-        finally:
-            await grpc_client.close()
+        count = ctx.pick(150, 500)
+        seconds = ctx.pick(2, 5)
+        for call in (via_gateway, direct):  # warm-up
+            await _saturated(call, 0.5)
+        latency = await interleave_async(
+            ctx.rounds, lambda: _p50(via_gateway, count), lambda: _p50(direct, count)
+        )
+        throughput = await interleave_async(
+            ctx.rounds,
+            lambda: _saturated(via_gateway, seconds),
+            lambda: _saturated(direct, seconds),
+        )
+        return latency, throughput
+    finally:
+        await grpc_client.close()
+        while not connections.empty():
+            await connections.get_nowait().close()
 
 
 def run(ctx: Context) -> list[Row]:
