@@ -12,9 +12,7 @@ script the raw-SQL baseline of figure 1 replays.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
-from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,6 +27,7 @@ from services.operations.service import SERVICE_NAME, OperationsService
 from services.rpc.server import build_server, start, stop
 from services.storage.db import Database
 from services.storage.operations import hash_token
+from tests.support.grpc_services import BackgroundLoop
 
 PHASES = ("create", "claim", "heartbeat", "complete")
 
@@ -96,26 +95,10 @@ class _Recorder:
             self.recording.checkouts[self.phase] += 1
 
 
-class _Loop:
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._thread.start()
-
-    def call(self, coroutine: Any, timeout: float = 30) -> Any:
-        future: Future[Any] = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
-        return future.result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(5)
-        self.loop.close()
-
-
 @contextmanager
 def in_process_operations(db: Database) -> Iterator[str]:
     """The Operations servicer on 127.0.0.1:0 in this process; yields its target."""
-    loop = _Loop()
+    loop = BackgroundLoop()
 
     async def boot() -> tuple[Any, int]:
         server, port = build_server(

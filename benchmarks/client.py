@@ -110,8 +110,28 @@ class OpsClient:
         )
 
 
+class Producer:
+    """Creates ``total`` numbered ``bench.noop`` operations over ``owners`` owners;
+    several tasks running ``run`` share the numbering, so each index is made once."""
+
+    def __init__(self, client: OpsClient, *, total: int, owners: int, run_id: str) -> None:
+        self._client = client
+        self._total = total
+        self._owners = owners
+        self._run_id = run_id
+        self._next = 0
+
+    async def run(self) -> None:
+        while self._next < self._total:
+            index = self._next
+            self._next += 1
+            await self._client.create(
+                f"bench-owner-{index % self._owners}", f"{self._run_id}-{index}"
+            )
+
+
 async def run_lifecycles(
-    clients: list[OpsClient],
+    client: OpsClient,
     *,
     total: int,
     producers: int,
@@ -122,21 +142,13 @@ async def run_lifecycles(
 ) -> float:
     """Create ``total`` operations and drain them; lifecycles per second (create to complete).
 
-    ``clients`` are spread over the producer and worker tasks (one channel is one
-    HTTP/2 connection; several keep the client side from being the bottleneck).
+    Every task shares ``client``'s channel: grpc shares one connection among all
+    channels of a process to the same target anyway (its global subchannel pool).
     """
-    next_index = 0
     completed = 0
     done = asyncio.Event()
 
-    async def produce(client: OpsClient) -> None:
-        nonlocal next_index
-        while next_index < total:
-            index = next_index
-            next_index += 1
-            await client.create(f"bench-owner-{index % owners}", f"{run_id}-{index}")
-
-    async def work(client: OpsClient) -> None:
+    async def work() -> None:
         nonlocal completed
         while not done.is_set():
             claimed = await client.claim()
@@ -150,9 +162,9 @@ async def run_lifecycles(
             if completed >= total:
                 done.set()
 
+    producer = Producer(client, total=total, owners=owners, run_id=run_id)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    tasks = [produce(clients[i % len(clients)]) for i in range(producers)]
-    tasks += [work(clients[(i + producers) % len(clients)]) for i in range(workers)]
+    tasks = [producer.run() for _ in range(producers)] + [work() for _ in range(workers)]
     await asyncio.gather(*tasks)
     return total / (loop.time() - started)

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import asyncio
 
-from benchmarks.client import TASK_TYPE, OpsClient
+from benchmarks.client import TASK_TYPE, OpsClient, Producer
 
-CHANNELS = 2
+OWNERS = 50
 
 
 async def drain(target: str, workers: int, task_type: str = TASK_TYPE) -> int:
     """Run ``workers`` concurrent claim→complete loops until nothing is left; how many ran."""
-    clients = [OpsClient(target) for _ in range(CHANNELS)]
+    client = OpsClient(target)
     completed = 0
 
-    async def work(client: OpsClient) -> None:
+    async def work() -> None:
         nonlocal completed
         while True:
             claimed = await client.claim(task_type)
@@ -29,27 +29,17 @@ async def drain(target: str, workers: int, task_type: str = TASK_TYPE) -> int:
             completed += 1
 
     try:
-        await asyncio.gather(*(work(clients[i % CHANNELS]) for i in range(workers)))
+        await asyncio.gather(*(work() for _ in range(workers)))
     finally:
-        for each in clients:
-            await each.close()
+        await client.close()
     return completed
 
 
 async def fill(target: str, count: int, run_id: str, concurrency: int = 16) -> None:
     """Create ``count`` ``bench.noop`` operations through the API (not timed by callers)."""
-    clients = [OpsClient(target) for _ in range(CHANNELS)]
-    next_index = 0
-
-    async def produce(client: OpsClient) -> None:
-        nonlocal next_index
-        while next_index < count:
-            index = next_index
-            next_index += 1
-            await client.create(f"bench-owner-{index % 50}", f"{run_id}-{index}")
-
+    client = OpsClient(target)
+    producer = Producer(client, total=count, owners=OWNERS, run_id=run_id)
     try:
-        await asyncio.gather(*(produce(clients[i % CHANNELS]) for i in range(concurrency)))
+        await asyncio.gather(*(producer.run() for _ in range(concurrency)))
     finally:
-        for each in clients:
-            await each.close()
+        await client.close()

@@ -29,8 +29,6 @@ JWT_SECRET = "bench-jwt-secret-" + secrets.token_hex(16)
 START_TIMEOUT_SECONDS = 60.0
 STOP_GRACE_SECONDS = 10.0
 LOG_DIR = Path(tempfile.gettempdir()) / "durable-ops-bench-logs"
-# One Operations replica per core: how docs/operations.md "Scaling" runs a busy host.
-REPLICAS_PER_CORE = os.cpu_count() or 1
 
 
 def free_port() -> int:
