@@ -7,8 +7,8 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
 # Only what the package is built from: no tests, no dev extras, no local state.
 COPY pyproject.toml README.md ./
-COPY generated ./generated
 COPY services ./services
+COPY migrations ./migrations
 # Wheels of the package and of every runtime dependency, for the final stage.
 RUN pip wheel --wheel-dir /wheels .
 

@@ -18,15 +18,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from durable_ops.operations.v1 import operations_pb2_grpc as pb_grpc
 from sqlalchemy import event
 
 from benchmarks.client import Claimed, OpsClient
 from benchmarks.processes import SERVICE_SECRET
-from services.operations.service import SERVICE_NAME, OperationsService
-from services.rpc.server import build_server, start, stop
-from services.storage.db import Database
-from services.storage.operations import hash_token
+from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
+from durable_ops.operations.service import SERVICE_NAME, OperationsService
+from durable_ops.rpc.server import build_server, start, stop
+from durable_ops.storage.db import Database
+from durable_ops.storage.operations import hash_token
 from tests.support.grpc_services import BackgroundLoop
 
 PHASES = ("create", "claim", "heartbeat", "complete")

@@ -11,12 +11,12 @@ import asyncio
 from dataclasses import dataclass
 
 import grpc
-from durable_ops.operations.v1 import operations_pb2 as pb
-from durable_ops.operations.v1 import operations_pb2_grpc as pb_grpc
 
 from benchmarks.processes import caller
-from services.model.scope import Role
-from services.rpc.client import open_channel
+from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
+from durable_ops.model.scope import Role
+from durable_ops.rpc.client import open_channel
 
 TASK_TYPE = "bench.noop"
 LEASE_SECONDS = 30

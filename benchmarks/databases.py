@@ -18,7 +18,7 @@ from typing import Any
 import pymysql
 from sqlalchemy.engine import make_url
 
-from services.storage import migrate
+from durable_ops.storage import migrate
 
 MARIADB_SERVER_URL = os.environ.get("OPS_BENCH_MARIADB_URL", "mysql+pymysql://root@127.0.0.1:3306/")
 POSTGRES_SERVER_URL = os.environ.get(

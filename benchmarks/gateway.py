@@ -22,7 +22,7 @@ from benchmarks.http import HttpGetter
 from benchmarks.processes import JWT_SECRET, gateway_server, operations_server
 from benchmarks.stats import Paired, interleave_async, median, percentile
 from benchmarks.table import Row, Target
-from services.gateway.auth import mint_user_token
+from durable_ops.gateway.auth import mint_user_token
 
 USER = "bench-gateway-user"
 CONCURRENCY = 16

@@ -23,9 +23,9 @@ from datetime import UTC, datetime
 from benchmarks.context import Context
 from benchmarks.stats import Paired, interleave
 from benchmarks.table import Row, Target
-from services.hoststore import Session, State, acquire
-from services.hoststore import snapshot as fmt
-from services.hoststore.statefile import STATE_NAME
+from durable_ops.hoststore import Session, State, acquire
+from durable_ops.hoststore import snapshot as fmt
+from durable_ops.hoststore.statefile import STATE_NAME
 
 TARGET = Target(">=", 0.8)
 PLAN = "plan-" + "0" * 59

@@ -33,9 +33,9 @@ from benchmarks.databases import mariadb_connect, mariadb_database
 from benchmarks.processes import operations_server
 from benchmarks.stats import median, percentile
 from benchmarks.table import Row, Target
-from services.storage import operations
-from services.storage.db import Database
-from services.storage.pages import encode_token
+from durable_ops.storage import operations
+from durable_ops.storage.db import Database
+from durable_ops.storage.pages import encode_token
 
 OWNER = "bench-lister"
 OWNER_ROWS = 5000

@@ -20,9 +20,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.model.scope import Role
-from services.rpc.client import ServiceCaller
-from services.up import healthy
+from durable_ops.model.scope import Role
+from durable_ops.rpc.client import ServiceCaller
+from durable_ops.up import healthy
 
 SERVICE_SECRET = "bench-service-secret-" + secrets.token_hex(16)
 JWT_SECRET = "bench-jwt-secret-" + secrets.token_hex(16)
@@ -63,7 +63,7 @@ def _start(name: str, env: Mapping[str, str]) -> Child:
     log = LOG_DIR / f"{name}-{secrets.token_hex(4)}.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "serve", name],
+            [sys.executable, "-m", "durable_ops.cli", "serve", name],
             env={
                 **os.environ,
                 "OPS_SERVICE_SECRET": SERVICE_SECRET,
@@ -79,7 +79,7 @@ def _start(name: str, env: Mapping[str, str]) -> Child:
 
 
 def _wait(child: Child, check: str) -> None:
-    """Until ``check`` (a ``services.up.healthy`` check) answers, or the child dies."""
+    """Until ``check`` (a ``durable_ops.up.healthy`` check) answers, or the child dies."""
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while not healthy(check):
         if child.process.poll() is not None:

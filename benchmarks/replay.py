@@ -26,7 +26,7 @@ from sqlalchemy.engine import make_url
 
 from benchmarks.capture import Recording, Step
 from benchmarks.databases import mariadb_connect
-from services.storage.operations import hash_token
+from durable_ops.storage.operations import hash_token
 
 RETRYABLE = frozenset({1205, 1213})
 MAX_ATTEMPTS = 8

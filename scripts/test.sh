@@ -28,6 +28,6 @@ echo "== ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 echo "== mypy"
-.venv/bin/mypy services tests scripts benchmarks
+scripts/typecheck.sh
 echo "== pytest"
 .venv/bin/pytest "$@"

@@ -13,16 +13,16 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from services.settings import Settings, SettingsError
+from durable_ops.settings import Settings, SettingsError
 
 EXIT_USAGE = 2
 EXIT_REFUSED = 3
 
 GRPC_SERVICES: dict[str, str] = {
-    "operations": "services.operations.main",
-    "notifications": "services.notifications.main",
-    "ai-admission": "services.ai_worker.admission.main",
-    "workspace": "services.workspace.main",
+    "operations": "durable_ops.operations.main",
+    "notifications": "durable_ops.notifications.main",
+    "ai-admission": "durable_ops.ai_admission.main",
+    "workspace": "durable_ops.workspace.main",
 }
 SERVE_TARGETS = [*GRPC_SERVICES, "gateway", "ai-worker", "dev-model"]
 
@@ -45,8 +45,8 @@ def _run_async(factory: Callable[[], Coroutine[Any, Any, None]]) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from importlib import import_module
 
-    from services.logs import configure_logging
-    from services.storage.migrate import SchemaNotCurrent
+    from durable_ops.logs import configure_logging
+    from durable_ops.storage.migrate import SchemaNotCurrent
 
     settings = _settings(args)
     configure_logging(settings, process=args.target)
@@ -55,15 +55,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
             module = import_module(GRPC_SERVICES[args.target])
             _run_async(lambda: module.run(settings))
         elif args.target == "gateway":
-            from services.gateway.main import run as run_gateway
+            from durable_ops.gateway.main import run as run_gateway
 
             run_gateway(settings)
         elif args.target == "dev-model":
-            from services.ai_worker.dev_model import run as run_dev_model
+            from durable_ops.dev_model import run as run_dev_model
 
             run_dev_model(settings.dev_model_bind)
         else:
-            from services.ai_worker.worker.main import run as run_worker
+            from durable_ops.ai_worker.main import run as run_worker
 
             _run_async(lambda: run_worker(settings))
     except SchemaNotCurrent as exc:
@@ -73,7 +73,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from services.storage import migrate
+    from durable_ops.storage import migrate
 
     settings = _settings(args)
     if args.to:
@@ -85,8 +85,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_token(args: argparse.Namespace) -> int:
-    from services.gateway.auth import mint_user_token
-    from services.model import bounds
+    from durable_ops.gateway.auth import mint_user_token
+    from durable_ops.model import bounds
 
     settings = _settings(args)
     bounds.owner_id(args.user)
@@ -103,10 +103,10 @@ def cmd_token(args: argparse.Namespace) -> int:
 
 
 def cmd_users_set_plan(args: argparse.Namespace) -> int:
-    from services.clock import utc_now
-    from services.model import bounds
-    from services.storage import workspace
-    from services.storage.migrate import open_migrated
+    from durable_ops.clock import utc_now
+    from durable_ops.model import bounds
+    from durable_ops.storage import workspace
+    from durable_ops.storage.migrate import open_migrated
 
     bounds.owner_id(args.user)
     db = open_migrated(_settings(args).database_url, pool_size=1)
@@ -122,9 +122,9 @@ def cmd_users_set_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_ai(args: argparse.Namespace) -> int:
-    from services.clock import utc_now
-    from services.storage import capacity
-    from services.storage.migrate import open_migrated
+    from durable_ops.clock import utc_now
+    from durable_ops.storage import capacity
+    from durable_ops.storage.migrate import open_migrated
 
     db = open_migrated(_settings(args).database_url, pool_size=1)
     try:
@@ -139,13 +139,13 @@ def cmd_ai(args: argparse.Namespace) -> int:
 
 
 def cmd_host_store_show(args: argparse.Namespace) -> int:
-    from services.hoststore.view import show
+    from durable_ops.hoststore.view import show
 
     return show(args.directory, as_json=args.json, out=sys.stdout)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from services.up import run_stack
+    from durable_ops.up import run_stack
 
     return run_stack(_settings(args), demo_user=args.demo_user)
 
@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"opsctl: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:
-        from services.model.errors import DomainError
+        from durable_ops.model.errors import DomainError
 
         if isinstance(exc, DomainError):
             print(f"opsctl: {exc.message}", file=sys.stderr)

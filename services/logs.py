@@ -14,7 +14,7 @@ import sys
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
-from services.settings import Settings, SettingsError
+from durable_ops.settings import Settings, SettingsError
 
 LIBRARY_LOGGERS = ("grpc", "uvicorn", "uvicorn.error", "uvicorn.access", "sqlalchemy", "alembic")
 _HANDLER_NAME = "durable-ops"

@@ -25,7 +25,7 @@ import grpc
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from services.settings import Settings
+from durable_ops.settings import Settings
 
 STOP_GRACE_SECONDS = 10.0
 HEALTH_TIMEOUT_SECONDS = 60.0
@@ -105,7 +105,7 @@ class Stack:
         """Start ``opsctl serve name``; ``label`` names a second replica of the same process."""
         label = label or name
         child = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "serve", name],
+            [sys.executable, "-m", "durable_ops.cli", "serve", name],
             env={**os.environ, **self.env, **(extra_env or {})},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -178,9 +178,9 @@ def _stack_env(settings: Settings) -> dict[str, str]:
 
 
 def _prepare_demo_user(settings: Settings, user: str) -> None:
-    from services.clock import utc_now
-    from services.storage import workspace
-    from services.storage.migrate import open_migrated
+    from durable_ops.clock import utc_now
+    from durable_ops.storage import workspace
+    from durable_ops.storage.migrate import open_migrated
 
     db = open_migrated(settings.database_url, pool_size=1)
     try:
@@ -193,7 +193,7 @@ def _prepare_demo_user(settings: Settings, user: str) -> None:
 
 
 def run_stack(settings: Settings, *, demo_user: str) -> int:
-    from services.storage import migrate
+    from durable_ops.storage import migrate
 
     migrate.upgrade(settings.database_url)
     if demo_user:

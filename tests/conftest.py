@@ -18,9 +18,9 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from services.storage import migrate
-from services.storage.db import Database
-from services.storage.schema import Base
+from durable_ops.storage import migrate
+from durable_ops.storage.db import Database
+from durable_ops.storage.schema import Base
 
 ENGINES = ["sqlite", "mariadb"]
 MakeDatabase = Callable[[], str]

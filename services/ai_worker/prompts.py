@@ -35,9 +35,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.ai_worker.inference.errors import InvalidModelOutput
-from services.ai_worker.inference.request import InferenceRequest
-from services.model.errors import InvalidArgument
+from durable_ops.ai_worker.inference.errors import InvalidModelOutput
+from durable_ops.ai_worker.inference.request import InferenceRequest
+from durable_ops.model.errors import InvalidArgument
 
 JOB_TITLE_BUDGET = 200
 JOB_COMPANY_BUDGET = 200

@@ -13,22 +13,22 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from durable_ops.ai_admission.v1 import ai_admission_pb2 as admission_pb
-from durable_ops.ai_admission.v1 import ai_admission_pb2_grpc as admission_grpc
-from durable_ops.workspace.v1 import workspace_pb2 as workspace_pb
-from durable_ops.workspace.v1 import workspace_pb2_grpc as workspace_grpc
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from services.gateway import dto
-from services.gateway.bodies import json_object, string_field
-from services.gateway.calls import OwnerCalls, owner_calls
-from services.gateway.ids import ID_MAX, resource_id
-from services.gateway.openapi import endpoint, errors, json_body, nullable, ok, path_id, ref
-from services.gateway.problems import invalid
-from services.model import bounds
-from services.model.errors import InvalidArgument, NotFound
+from durable_ops.api.ai_admission.v1 import ai_admission_pb2 as admission_pb
+from durable_ops.api.ai_admission.v1 import ai_admission_pb2_grpc as admission_grpc
+from durable_ops.api.workspace.v1 import workspace_pb2 as workspace_pb
+from durable_ops.api.workspace.v1 import workspace_pb2_grpc as workspace_grpc
+from durable_ops.gateway import dto
+from durable_ops.gateway.bodies import json_object, string_field
+from durable_ops.gateway.calls import OwnerCalls, owner_calls
+from durable_ops.gateway.ids import ID_MAX, resource_id
+from durable_ops.gateway.openapi import endpoint, errors, json_body, nullable, ok, path_id, ref
+from durable_ops.gateway.problems import invalid
+from durable_ops.model import bounds
+from durable_ops.model.errors import InvalidArgument, NotFound
 
 IDEMPOTENCY_HEADER = "idempotency-key"
 

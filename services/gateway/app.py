@@ -1,6 +1,6 @@
 """``create_app(settings, backends)``: the gateway's ASGI application.
 
-The app is the sum of route modules (see ``services.gateway.modules``): the
+The app is the sum of route modules (see ``durable_ops.gateway.modules``): the
 core ones below plus any passed as ``modules=``, and the web pages (core
 ones plus ``pages=``). Shared pieces a new module imports:
 
@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from services.gateway import (
+from durable_ops.gateway import (
     ai,
     health,
     login,
@@ -31,12 +31,12 @@ from services.gateway import (
     operations,
     workspace,
 )
-from services.gateway.backends import Backends
-from services.gateway.headers import SecurityHeadersMiddleware
-from services.gateway.modules import RouteModule
-from services.gateway.problems import EXCEPTION_HANDLERS
-from services.gateway.web import CORE_PAGES, Page, Renderer, web_module
-from services.settings import Settings
+from durable_ops.gateway.backends import Backends
+from durable_ops.gateway.headers import SecurityHeadersMiddleware
+from durable_ops.gateway.modules import RouteModule
+from durable_ops.gateway.problems import EXCEPTION_HANDLERS
+from durable_ops.gateway.web import CORE_PAGES, Page, Renderer, web_module
+from durable_ops.settings import Settings
 
 CORE_MODULES: tuple[RouteModule, ...] = (
     operations,

@@ -19,11 +19,11 @@ import jwt
 from starlette.requests import Request
 from starlette.responses import Response
 
-from services.gateway.context import settings_of
-from services.gateway.problems import Problem
-from services.model import bounds
-from services.model.errors import InvalidArgument
-from services.settings import Settings
+from durable_ops.gateway.context import settings_of
+from durable_ops.gateway.problems import Problem
+from durable_ops.model import bounds
+from durable_ops.model.errors import InvalidArgument
+from durable_ops.settings import Settings
 
 ALGORITHM = "HS256"
 SESSION_COOKIE = "ops_session"

@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from durable_ops.ai_admission.v1 import ai_admission_pb2
-from durable_ops.notifications.v1 import notifications_pb2
-from durable_ops.operations.v1 import operations_pb2
-from durable_ops.workspace.v1 import workspace_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from services.model.scope import Role
-from services.rpc.client import ServiceCaller, open_channel
-from services.settings import Settings
+from durable_ops.api.ai_admission.v1 import ai_admission_pb2
+from durable_ops.api.notifications.v1 import notifications_pb2
+from durable_ops.api.operations.v1 import operations_pb2
+from durable_ops.api.workspace.v1 import workspace_pb2
+from durable_ops.model.scope import Role
+from durable_ops.rpc.client import ServiceCaller, open_channel
+from durable_ops.settings import Settings
 
 DEFAULT_CALL_TIMEOUT_SECONDS = 10.0
 HEALTH_TIMEOUT_SECONDS = 2.0

@@ -15,7 +15,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from services.gateway.problems import Problem, invalid
+from durable_ops.gateway.problems import Problem, invalid
 
 DEFAULT_MAX_BYTES = 64 * 1024
 

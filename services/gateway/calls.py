@@ -16,11 +16,11 @@ import grpc
 import structlog
 from starlette.requests import Request
 
-from services.gateway.auth import User, require_user
-from services.gateway.backends import Backends
-from services.gateway.context import backends_of
-from services.model.errors import DomainError, Unavailable
-from services.rpc.errors import domain_error_from_rpc
+from durable_ops.gateway.auth import User, require_user
+from durable_ops.gateway.backends import Backends
+from durable_ops.gateway.context import backends_of
+from durable_ops.model.errors import DomainError, Unavailable
+from durable_ops.rpc.errors import domain_error_from_rpc
 
 _log = structlog.get_logger(__name__)
 # The backend refused the gateway's own credential: a deployment fault, not the user's.

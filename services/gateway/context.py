@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from services.gateway.backends import Backends
-from services.settings import Settings
+from durable_ops.gateway.backends import Backends
+from durable_ops.settings import Settings
 
 
 def settings_of(request: Request) -> Settings:

@@ -11,11 +11,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from durable_ops.notifications.v1 import notifications_pb2
-from durable_ops.operations.v1 import operations_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from services.model.states import OperationState
+from durable_ops.api.notifications.v1 import notifications_pb2
+from durable_ops.api.operations.v1 import operations_pb2
+from durable_ops.model.states import OperationState
 
 _STATE_PREFIX = "OPERATION_STATE_"
 STATE_NAMES: tuple[str, ...] = tuple(state.value for state in OperationState)

@@ -14,9 +14,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from services.gateway.context import backends_of
-from services.gateway.openapi import endpoint, errors, ok, ref
-from services.gateway.problems import Problem
+from durable_ops.gateway.context import backends_of
+from durable_ops.gateway.openapi import endpoint, errors, ok, ref
+from durable_ops.gateway.problems import Problem
 
 
 async def healthz(_request: Request) -> Response:

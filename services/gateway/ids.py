@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from starlette.requests import Request
 
-from services.model.errors import NotFound
+from durable_ops.model.errors import NotFound
 
 ID_MAX = 64
 _ID = re.compile(r"[A-Za-z0-9_-]+")

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from services.gateway.auth import (
+from durable_ops.gateway.auth import (
     InvalidToken,
     check_same_origin,
     clear_session_cookie,
@@ -23,13 +23,13 @@ from services.gateway.auth import (
     token_lifetime,
     verify_with_settings,
 )
-from services.gateway.bodies import json_object, string_field
-from services.gateway.context import settings_of
-from services.gateway.openapi import endpoint, errors, json_body, ok, query
-from services.gateway.pagination import query_params
-from services.gateway.problems import Problem, invalid
-from services.model import bounds
-from services.model.errors import InvalidArgument
+from durable_ops.gateway.bodies import json_object, string_field
+from durable_ops.gateway.context import settings_of
+from durable_ops.gateway.openapi import endpoint, errors, json_body, ok, query
+from durable_ops.gateway.pagination import query_params
+from durable_ops.gateway.problems import Problem, invalid
+from durable_ops.model import bounds
+from durable_ops.model.errors import InvalidArgument
 
 DEV_LOGIN_TTL_SECONDS = 8 * 3600
 AFTER_LOGIN = "/operations"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import structlog
 import uvicorn
 
-from services.gateway.app import create_app
-from services.gateway.backends import Backends
-from services.logs import configure_logging
-from services.settings import Settings, SettingsError
+from durable_ops.gateway.app import create_app
+from durable_ops.gateway.backends import Backends
+from durable_ops.logs import configure_logging
+from durable_ops.settings import Settings, SettingsError
 
 
 def parse_bind(bind: str) -> tuple[str, int]:

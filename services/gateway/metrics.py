@@ -19,7 +19,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from services.gateway.openapi import endpoint
+from durable_ops.gateway.openapi import endpoint
 
 UNMATCHED = "unmatched"
 _log = structlog.get_logger(__name__)

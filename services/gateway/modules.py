@@ -4,7 +4,7 @@ A route module is a Python module (or any object) with three attributes:
 
 * ``routes``: Starlette routes, e.g. ``[Route("/api/jobs", create_job, methods=["POST"])]``;
 * ``openapi_paths``: the OpenAPI path items of those routes, written next to
-  them with the helpers of ``services.gateway.openapi``;
+  them with the helpers of ``durable_ops.gateway.openapi``;
 * ``openapi_schemas``: component schemas those paths ``$ref`` (may be empty).
 
 ``create_app(settings, backends, modules=[...])`` mounts each module's routes

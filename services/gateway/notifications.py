@@ -5,17 +5,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from durable_ops.notifications.v1 import notifications_pb2 as pb
-from durable_ops.notifications.v1 import notifications_pb2_grpc as pb_grpc
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from services.gateway import dto
-from services.gateway.bodies import no_body
-from services.gateway.calls import OwnerCalls, owner_calls
-from services.gateway.ids import resource_id
-from services.gateway.openapi import (
+from durable_ops.api.notifications.v1 import notifications_pb2 as pb
+from durable_ops.api.notifications.v1 import notifications_pb2_grpc as pb_grpc
+from durable_ops.gateway import dto
+from durable_ops.gateway.bodies import no_body
+from durable_ops.gateway.calls import OwnerCalls, owner_calls
+from durable_ops.gateway.ids import resource_id
+from durable_ops.gateway.openapi import (
     NO_BODY,
     PAGE_PARAMETERS,
     endpoint,
@@ -25,8 +25,8 @@ from services.gateway.openapi import (
     path_id,
     ref,
 )
-from services.gateway.pagination import PAGING_PARAMETERS, list_body, page_request, query_params
-from services.model.errors import NotFound
+from durable_ops.gateway.pagination import PAGING_PARAMETERS, list_body, page_request, query_params
+from durable_ops.model.errors import NotFound
 
 BACKEND = "notifications"
 

@@ -15,10 +15,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from services.gateway.dto import STATE_NAMES
-from services.gateway.modules import RouteModule
-from services.gateway.pagination import PAGE_SIZE_DEFAULT, PAGE_SIZE_MAX, PAGE_TOKEN_MAX
-from services.gateway.problems import PROBLEM_JSON
+from durable_ops.gateway.dto import STATE_NAMES
+from durable_ops.gateway.modules import RouteModule
+from durable_ops.gateway.pagination import PAGE_SIZE_DEFAULT, PAGE_SIZE_MAX, PAGE_TOKEN_MAX
+from durable_ops.gateway.problems import PROBLEM_JSON
 
 JsonObject = dict[str, Any]
 METHODS = ("get", "put", "post", "delete", "patch")

@@ -5,17 +5,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from durable_ops.operations.v1 import operations_pb2 as pb
-from durable_ops.operations.v1 import operations_pb2_grpc as pb_grpc
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from services.gateway import dto
-from services.gateway.bodies import no_body
-from services.gateway.calls import OwnerCalls, owner_calls
-from services.gateway.ids import resource_id
-from services.gateway.openapi import (
+from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
+from durable_ops.gateway import dto
+from durable_ops.gateway.bodies import no_body
+from durable_ops.gateway.calls import OwnerCalls, owner_calls
+from durable_ops.gateway.ids import resource_id
+from durable_ops.gateway.openapi import (
     NO_BODY,
     PAGE_PARAMETERS,
     endpoint,
@@ -25,10 +25,10 @@ from services.gateway.openapi import (
     query,
     ref,
 )
-from services.gateway.pagination import PAGING_PARAMETERS, list_body, page_request, query_params
-from services.gateway.problems import invalid
-from services.model import bounds
-from services.model.errors import InvalidArgument, NotFound
+from durable_ops.gateway.pagination import PAGING_PARAMETERS, list_body, page_request, query_params
+from durable_ops.gateway.problems import invalid
+from durable_ops.model import bounds
+from durable_ops.model.errors import InvalidArgument, NotFound
 
 BACKEND = "operations"
 LIST_PARAMETERS = (*PAGING_PARAMETERS, "state", "task_type")

@@ -19,13 +19,13 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from services.model.errors import CapacityExceeded, DomainError, InvalidArgument
+from durable_ops.model.errors import CapacityExceeded, DomainError, InvalidArgument
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_PREFIX = "urn:durable-ops:problem:"
 
 # The gRPC -> HTTP table of SPEC §5, keyed by the domain error kind that
-# ``services.rpc.errors.domain_error_from_rpc`` rebuilds from each status.
+# ``durable_ops.rpc.errors.domain_error_from_rpc`` rebuilds from each status.
 HTTP_STATUS_BY_KIND: Mapping[str, int] = {
     "invalid_argument": 400,  # INVALID_ARGUMENT
     "unauthenticated": 401,  # UNAUTHENTICATED

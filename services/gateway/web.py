@@ -24,11 +24,11 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
-from services.gateway.auth import session_user
-from services.gateway.context import settings_of
-from services.gateway.modules import RouteSet
-from services.gateway.openapi import endpoint
-from services.settings import Settings
+from durable_ops.gateway.auth import session_user
+from durable_ops.gateway.context import settings_of
+from durable_ops.gateway.modules import RouteSet
+from durable_ops.gateway.openapi import endpoint
+from durable_ops.settings import Settings
 
 WEB_DIR = Path(__file__).parent / "web"
 STATIC_DIR = WEB_DIR / "static"

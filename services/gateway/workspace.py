@@ -5,17 +5,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from durable_ops.workspace.v1 import workspace_pb2 as pb
-from durable_ops.workspace.v1 import workspace_pb2_grpc as pb_grpc
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from services.gateway import dto
-from services.gateway.bodies import bool_field, json_object, string_field
-from services.gateway.calls import OwnerCalls, owner_calls
-from services.gateway.ids import resource_id
-from services.gateway.openapi import (
+from durable_ops.api.workspace.v1 import workspace_pb2 as pb
+from durable_ops.api.workspace.v1 import workspace_pb2_grpc as pb_grpc
+from durable_ops.gateway import dto
+from durable_ops.gateway.bodies import bool_field, json_object, string_field
+from durable_ops.gateway.calls import OwnerCalls, owner_calls
+from durable_ops.gateway.ids import resource_id
+from durable_ops.gateway.openapi import (
     PAGE_PARAMETERS,
     endpoint,
     errors,
@@ -25,16 +25,16 @@ from services.gateway.openapi import (
     path_id,
     ref,
 )
-from services.gateway.pagination import PAGING_PARAMETERS, list_body, page_request, query_params
-from services.gateway.problems import invalid
-from services.model.bounds import (
+from durable_ops.gateway.pagination import PAGING_PARAMETERS, list_body, page_request, query_params
+from durable_ops.gateway.problems import invalid
+from durable_ops.model.bounds import (
     ATTACHMENT_FILENAME_MAX,
     ATTACHMENT_TEXT_MAX,
     JOB_COMPANY_MAX,
     JOB_DESCRIPTION_MAX,
     JOB_TITLE_MAX,
 )
-from services.model.errors import NotFound
+from durable_ops.model.errors import NotFound
 
 BACKEND = "workspace"
 # A CV of 200,000 characters is up to 800 kB of UTF-8, plus JSON escaping.

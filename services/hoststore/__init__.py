@@ -6,10 +6,10 @@
     session.close()
 
 See ``docs/hoststore.md`` for the contract, the file format and what is not
-promised. Errors are listed in ``services.hoststore.errors``.
+promised. Errors are listed in ``durable_ops.hoststore.errors``.
 """
 
-from services.hoststore.errors import (
+from durable_ops.hoststore.errors import (
     CapacityExceeded,
     ChecksumMismatch,
     DuplicateKey,
@@ -44,10 +44,10 @@ from services.hoststore.errors import (
     UnsupportedPlatform,
     UnsupportedVersion,
 )
-from services.hoststore.session import Session, acquire
-from services.hoststore.snapshot import Record
-from services.hoststore.transitions import State
-from services.hoststore.view import show
+from durable_ops.hoststore.session import Session, acquire
+from durable_ops.hoststore.snapshot import Record
+from durable_ops.hoststore.transitions import State
+from durable_ops.hoststore.view import show
 
 __all__ = [
     "CapacityExceeded",

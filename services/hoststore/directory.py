@@ -11,8 +11,8 @@ import errno
 import os
 import stat
 
-from services.hoststore.errors import LockReplaced, UnsafeDirectory, UnsafeFile
-from services.hoststore.filesystem import FileSystem
+from durable_ops.hoststore.errors import LockReplaced, UnsafeDirectory, UnsafeFile
+from durable_ops.hoststore.filesystem import FileSystem
 
 DIRECTORY_MODE = 0o700
 

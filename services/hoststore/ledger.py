@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.hoststore import snapshot as fmt
-from services.hoststore.errors import (
+from durable_ops.hoststore import snapshot as fmt
+from durable_ops.hoststore.errors import (
     CapacityExceeded,
     PlanHashConflict,
     RevisionMismatch,
     UnknownOperation,
     UnresolvedOperation,
 )
-from services.hoststore.snapshot import Record, Snapshot
-from services.hoststore.transitions import INITIAL, State, check_transition
+from durable_ops.hoststore.snapshot import Record, Snapshot
+from durable_ops.hoststore.transitions import INITIAL, State, check_transition
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,15 +13,15 @@ import errno
 import os
 from typing import Final
 
-from services.hoststore.directory import check_private_file, identity
-from services.hoststore.errors import (
+from durable_ops.hoststore.directory import check_private_file, identity
+from durable_ops.hoststore.errors import (
     HostLocked,
     LockFileInvalid,
     LockReplaced,
     ReadFailed,
     UnsafeFile,
 )
-from services.hoststore.filesystem import FileSystem
+from durable_ops.hoststore.filesystem import FileSystem
 
 LOCK_NAME: Final = "host.lock"
 MARKER: Final = b"durable-ops host-store initialized v1\n"

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from services.hoststore.errors import UnsupportedFileSystem
+from durable_ops.hoststore.errors import UnsupportedFileSystem
 
 MOUNTINFO_PATH = "/proc/self/mountinfo"
 

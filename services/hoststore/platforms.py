@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from services.hoststore.errors import UnsupportedPlatform
+from durable_ops.hoststore.errors import UnsupportedPlatform
 
 
 def require_supported() -> None:

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from types import TracebackType
 
-from services.hoststore import directory as location
-from services.hoststore import ledger, lockfile, mounts, platforms, statefile
-from services.hoststore import snapshot as fmt
-from services.hoststore.errors import (
+from durable_ops.hoststore import directory as location
+from durable_ops.hoststore import ledger, lockfile, mounts, platforms, statefile
+from durable_ops.hoststore import snapshot as fmt
+from durable_ops.hoststore.errors import (
     InvalidArgument,
     LockReplaced,
     SaveFailed,
@@ -29,9 +29,9 @@ from services.hoststore.errors import (
     SnapshotMissing,
     UnknownOperation,
 )
-from services.hoststore.filesystem import FileSystem
-from services.hoststore.snapshot import Record, Snapshot
-from services.hoststore.transitions import State, parse_state
+from durable_ops.hoststore.filesystem import FileSystem
+from durable_ops.hoststore.snapshot import Record, Snapshot
+from durable_ops.hoststore.transitions import State, parse_state
 
 Clock = Callable[[], datetime]
 

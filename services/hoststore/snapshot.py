@@ -46,7 +46,7 @@ from datetime import UTC, datetime
 from math import isqrt
 from typing import Final
 
-from services.hoststore.errors import (
+from durable_ops.hoststore.errors import (
     ChecksumMismatch,
     DuplicateKey,
     HostMismatch,
@@ -62,7 +62,7 @@ from services.hoststore.errors import (
     UnknownField,
     UnsupportedVersion,
 )
-from services.hoststore.transitions import MAX_REVISION, UNRESOLVED, State
+from durable_ops.hoststore.transitions import MAX_REVISION, UNRESOLVED, State
 
 # The version every save writes. Version 1 differs only in its checksum and is
 # still read (see the module docstring); the next save rewrites it as version 2.

@@ -17,10 +17,10 @@ import secrets
 from collections.abc import Sequence
 from typing import Final
 
-from services.hoststore.directory import check_private_file
-from services.hoststore.errors import ReadFailed, SnapshotTooLarge, UnsafeFile
-from services.hoststore.filesystem import FileSystem, write_all
-from services.hoststore.snapshot import MAX_SNAPSHOT_BYTES
+from durable_ops.hoststore.directory import check_private_file
+from durable_ops.hoststore.errors import ReadFailed, SnapshotTooLarge, UnsafeFile
+from durable_ops.hoststore.filesystem import FileSystem, write_all
+from durable_ops.hoststore.snapshot import MAX_SNAPSHOT_BYTES
 
 STATE_NAME: Final = "state.json"
 TEMP_PATTERN: Final = re.compile(r"\.state\.json\.[0-9a-f]{16}\.tmp")

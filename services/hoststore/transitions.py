@@ -10,7 +10,7 @@ from enum import StrEnum
 from functools import cache
 from typing import Final
 
-from services.hoststore.errors import InvalidArgument, InvalidTransition
+from durable_ops.hoststore.errors import InvalidArgument, InvalidTransition
 
 
 class State(StrEnum):

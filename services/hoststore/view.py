@@ -14,10 +14,10 @@ import stat
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from services.hoststore import lockfile, snapshot, statefile
-from services.hoststore.errors import HostStoreError, SnapshotMissing, UnsafeDirectory
-from services.hoststore.snapshot import MAX_SNAPSHOT_BYTES, Record, Snapshot
-from services.hoststore.transitions import UNRESOLVED
+from durable_ops.hoststore import lockfile, snapshot, statefile
+from durable_ops.hoststore.errors import HostStoreError, SnapshotMissing, UnsafeDirectory
+from durable_ops.hoststore.snapshot import MAX_SNAPSHOT_BYTES, Record, Snapshot
+from durable_ops.hoststore.transitions import UNRESOLVED
 
 PLAN_HASH_PREFIX = 12
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.model.errors import CapacityExceeded, PermissionDenied, Unavailable
-from services.model.states import Plan, Privacy
+from durable_ops.model.errors import CapacityExceeded, PermissionDenied, Unavailable
+from durable_ops.model.states import Plan, Privacy
 
 RETRY_AFTER_SECONDS = 15
 

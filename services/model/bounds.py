@@ -1,6 +1,6 @@
 """Bounds of SPEC §3. Values beyond them are rejected, never clamped.
 
-Column widths in ``services.storage.schema`` are derived from these constants,
+Column widths in ``durable_ops.storage.schema`` are derived from these constants,
 so a bound and the column that stores it cannot disagree.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 
-from services.model.errors import InvalidArgument
+from durable_ops.model.errors import InvalidArgument
 
 TASK_TYPE_MAX = 64
 IDEMPOTENCY_KEY_MAX = 128

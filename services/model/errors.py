@@ -1,7 +1,7 @@
 """The domain error tree, shared by every layer.
 
 Each error carries a stable ``code`` (what clients branch on) and a ``kind``
-that the one translation table in ``services.rpc.errors`` maps to a gRPC status
+that the one translation table in ``durable_ops.rpc.errors`` maps to a gRPC status
 and the gateway maps on to HTTP:
 
     DomainError

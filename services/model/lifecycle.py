@@ -12,9 +12,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from services.model import bounds
-from services.model.errors import InvalidTransition, LeaseLost
-from services.model.states import PENDING_STATES, OperationState
+from durable_ops.model import bounds
+from durable_ops.model.errors import InvalidTransition, LeaseLost
+from durable_ops.model.states import PENDING_STATES, OperationState
 
 S = OperationState
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.model.states import OperationState
-from services.model.tasks import display_name
+from durable_ops.model.states import OperationState
+from durable_ops.model.tasks import display_name
 
 TITLE_MAX = 120
 BODY_MAX = 240

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from services.model.states import Privacy
+from durable_ops.model.states import Privacy
 
 
 class Route(StrEnum):

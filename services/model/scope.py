@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from services.model.errors import PermissionDenied
+from durable_ops.model.errors import PermissionDenied
 
 
 class Role(StrEnum):

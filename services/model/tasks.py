@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from services.model.errors import InvalidArgument
+from durable_ops.model.errors import InvalidArgument
 
 
 @dataclass(frozen=True)

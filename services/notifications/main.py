@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from durable_ops.notifications.v1 import notifications_pb2_grpc as pb_grpc
-
-from services.clock import Clock, utc_now
-from services.notifications.service import SERVICE_NAME, NotificationsService
-from services.rpc.server import serve_servicer
-from services.settings import Settings
-from services.storage.migrate import open_migrated
+from durable_ops.api.notifications.v1 import notifications_pb2_grpc as pb_grpc
+from durable_ops.clock import Clock, utc_now
+from durable_ops.notifications.service import SERVICE_NAME, NotificationsService
+from durable_ops.rpc.server import serve_servicer
+from durable_ops.settings import Settings
+from durable_ops.storage.migrate import open_migrated
 
 
 async def run(settings: Settings, *, clock: Clock = utc_now) -> None:

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import grpc
-from durable_ops.notifications.v1 import notifications_pb2 as pb
-from durable_ops.notifications.v1 import notifications_pb2_grpc as pb_grpc
 
-from services.clock import Clock
-from services.model.scope import require_owner
-from services.rpc.errors import translate_errors
-from services.rpc.scope import caller_scope
-from services.storage import notifications
-from services.storage.db import Database
-from services.wire.notifications import notification
+from durable_ops.api.notifications.v1 import notifications_pb2 as pb
+from durable_ops.api.notifications.v1 import notifications_pb2_grpc as pb_grpc
+from durable_ops.clock import Clock
+from durable_ops.model.scope import require_owner
+from durable_ops.rpc.errors import translate_errors
+from durable_ops.rpc.scope import caller_scope
+from durable_ops.storage import notifications
+from durable_ops.storage.db import Database
+from durable_ops.wire.notifications import notification
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["NotificationsService"].full_name
 

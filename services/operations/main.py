@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from durable_ops.operations.v1 import operations_pb2_grpc as pb_grpc
-
-from services.clock import Clock, utc_now
-from services.operations.service import SERVICE_NAME, OperationsService
-from services.operations.sweeper import run_sweeper
-from services.rpc.server import serve_servicer
-from services.settings import Settings
-from services.storage.migrate import open_migrated
+from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
+from durable_ops.clock import Clock, utc_now
+from durable_ops.operations.service import SERVICE_NAME, OperationsService
+from durable_ops.operations.sweeper import run_sweeper
+from durable_ops.rpc.server import serve_servicer
+from durable_ops.settings import Settings
+from durable_ops.storage.migrate import open_migrated
 
 
 async def run(settings: Settings, *, clock: Clock = utc_now) -> None:

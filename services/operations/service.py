@@ -2,7 +2,7 @@
 
 Each method names the scope it runs in, converts the request, runs one storage
 call in one transaction (owner-scoped unless it is the claim) and converts the
-answer. Rules live in ``services.model``; SQL in ``services.storage``.
+answer. Rules live in ``durable_ops.model``; SQL in ``durable_ops.storage``.
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ from functools import partial
 
 import grpc
 import structlog
-from durable_ops.operations.v1 import operations_pb2 as pb
-from durable_ops.operations.v1 import operations_pb2_grpc as pb_grpc
 
-from services.clock import Clock
-from services.model.errors import InvalidArgument
-from services.model.scope import require_neutral_worker, require_owner, require_worker_owner
-from services.rpc.errors import translate_errors
-from services.rpc.scope import caller_scope
-from services.storage import operations
-from services.storage.db import Database
-from services.wire import operations as convert
+from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
+from durable_ops.clock import Clock
+from durable_ops.model.errors import InvalidArgument
+from durable_ops.model.scope import require_neutral_worker, require_owner, require_worker_owner
+from durable_ops.rpc.errors import translate_errors
+from durable_ops.rpc.scope import caller_scope
+from durable_ops.storage import operations
+from durable_ops.storage.db import Database
+from durable_ops.wire import operations as convert
 
 log = structlog.get_logger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["OperationsService"].full_name

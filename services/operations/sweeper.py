@@ -10,9 +10,9 @@ import asyncio
 
 import structlog
 
-from services.clock import Clock
-from services.storage import operations
-from services.storage.db import Database
+from durable_ops.clock import Clock
+from durable_ops.storage import operations
+from durable_ops.storage.db import Database
 
 log = structlog.get_logger(__name__)
 

@@ -8,10 +8,10 @@ from collections.abc import Callable
 
 import grpc
 
-from services.model.scope import Role
-from services.rpc.credentials import DEFAULT_TTL_SECONDS, mint_service_token
-from services.rpc.scope import AUTHORIZATION, OWNER_ID
-from services.settings import Settings
+from durable_ops.model.scope import Role
+from durable_ops.rpc.credentials import DEFAULT_TTL_SECONDS, mint_service_token
+from durable_ops.rpc.scope import AUTHORIZATION, OWNER_ID
+from durable_ops.settings import Settings
 
 # Matches the server's SERVER_OPTIONS: pings no more often than it permits
 # (10 s without data), so long heartbeat streams survive idle NATs and proxies.

@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import jwt
 
-from services.model.errors import Unauthenticated
-from services.model.scope import Role
+from durable_ops.model.errors import Unauthenticated
+from durable_ops.model.scope import Role
 
 ISSUER = "durable-ops"
 ALGORITHM = "HS256"

@@ -20,7 +20,7 @@ from typing import Any, NoReturn, ParamSpec, TypeVar, overload
 import grpc
 import structlog
 
-from services.model.errors import (
+from durable_ops.model.errors import (
     CapacityExceeded,
     Conflict,
     DomainError,

@@ -18,10 +18,10 @@ from contextvars import ContextVar
 
 import grpc
 
-from services.model import bounds
-from services.model.errors import InvalidArgument, PermissionDenied, Unauthenticated
-from services.model.scope import NeutralScope, OwnerScope, Role, Scope
-from services.rpc.credentials import verify_service_token
+from durable_ops.model import bounds
+from durable_ops.model.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from durable_ops.model.scope import NeutralScope, OwnerScope, Role, Scope
+from durable_ops.rpc.credentials import verify_service_token
 
 AUTHORIZATION = "authorization"
 OWNER_ID = "x-owner-id"

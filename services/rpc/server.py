@@ -19,10 +19,10 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from services.model.errors import DomainError
-from services.rpc.errors import trailing_metadata_for
-from services.rpc.scope import remember_verified_role, role_from_metadata
-from services.settings import Settings
+from durable_ops.model.errors import DomainError
+from durable_ops.rpc.errors import trailing_metadata_for
+from durable_ops.rpc.scope import remember_verified_role, role_from_metadata
+from durable_ops.settings import Settings
 
 # Probes and tooling must work without a service credential.
 PUBLIC_SERVICES = (health.SERVICE_NAME, reflection.SERVICE_NAME)

@@ -14,8 +14,8 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from services.model.states import ACTIVE_STATES
-from services.storage.schema import GLOBAL_CONTROL_ID, AiAdmissionControl, UserOperation
+from durable_ops.model.states import ACTIVE_STATES
+from durable_ops.storage.schema import GLOBAL_CONTROL_ID, AiAdmissionControl, UserOperation
 
 _ACTIVE = [state.value for state in ACTIVE_STATES]
 

@@ -6,7 +6,7 @@ owner-bearing tables are filtered by ``owner_user_id`` in one place (a
 without a WHERE still cannot see another owner's row, and new rows are stamped
 with (and checked against) the scope's owner. ``Database.neutral()`` is the
 unfiltered scope of claims and the sweeper. ``run_core`` runs a Core
-transaction (``services.storage.tx``) in either scope, for the operation
+transaction (``durable_ops.storage.tx``) in either scope, for the operation
 lifecycle's hot statements.
 
 Writers retry the whole transaction on MariaDB deadlocks (1213) and lock-wait
@@ -31,9 +31,9 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker, with_loader_criteria
 
-from services.storage import pool
-from services.storage.schema import Owned
-from services.storage.tx import OWNER_KEY, Tx
+from durable_ops.storage import pool
+from durable_ops.storage.schema import Owned
+from durable_ops.storage.tx import OWNER_KEY, Tx
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")

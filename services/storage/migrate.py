@@ -17,9 +17,11 @@ from alembic.script.revision import ResolutionError
 from alembic.util import CommandError
 from sqlalchemy import Engine
 
-from services.storage.db import Database, create_db_engine
+import durable_ops.migrations
+from durable_ops.storage.db import Database, create_db_engine
 
-MIGRATIONS = Path(__file__).parent / "migrations"
+# migrations/ at the repository root, installed as durable_ops.migrations.
+MIGRATIONS = Path(durable_ops.migrations.__file__).parent
 log = structlog.get_logger(__name__)
 
 

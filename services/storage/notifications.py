@@ -27,13 +27,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from services.model.errors import NotFound
-from services.model.notifications import wording
-from services.model.states import TERMINAL_STATES, OperationState
-from services.model.tasks import AI_TASKS
-from services.storage.pages import Page, newest_first, page_size, paginate
-from services.storage.schema import UserNotification, UserOperation, UtcDateTime
-from services.storage.tx import SCOPE_OWNER, Tx
+from durable_ops.model.errors import NotFound
+from durable_ops.model.notifications import wording
+from durable_ops.model.states import TERMINAL_STATES, OperationState
+from durable_ops.model.tasks import AI_TASKS
+from durable_ops.storage.pages import Page, newest_first, page_size, paginate
+from durable_ops.storage.schema import UserNotification, UserOperation, UtcDateTime
+from durable_ops.storage.tx import SCOPE_OWNER, Tx
 
 OPS = cast(Table, UserOperation.__table__)
 NOTIFICATIONS = cast(Table, UserNotification.__table__)

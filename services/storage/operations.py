@@ -1,6 +1,6 @@
-"""All SQL of the operation aggregate. Rules come from ``services.model``.
+"""All SQL of the operation aggregate. Rules come from ``durable_ops.model``.
 
-Every function runs in a ``Tx`` (``services.storage.tx``): Core statements,
+Every function runs in a ``Tx`` (``durable_ops.storage.tx``): Core statements,
 most of them built once at import, where an owner scope supplies
 ``SCOPE_OWNER`` and refuses a statement on this table that does not bind it.
 
@@ -31,14 +31,14 @@ from typing import Any, cast
 from sqlalchemy import ColumnElement, Row, Select, Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from services.model import bounds, lifecycle
-from services.model.errors import Conflict, LeaseLost, NotFound
-from services.model.lifecycle import Decision, Event, Facts
-from services.model.states import PENDING_STATES, OperationState, Privacy
-from services.storage import notifications
-from services.storage.pages import Page, newest_first, page_size, paginate
-from services.storage.schema import UserOperation
-from services.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
+from durable_ops.model import bounds, lifecycle
+from durable_ops.model.errors import Conflict, LeaseLost, NotFound
+from durable_ops.model.lifecycle import Decision, Event, Facts
+from durable_ops.model.states import PENDING_STATES, OperationState, Privacy
+from durable_ops.storage import notifications
+from durable_ops.storage.pages import Page, newest_first, page_size, paginate
+from durable_ops.storage.schema import UserOperation
+from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
 
 S = OperationState
 OPS = cast(Table, UserOperation.__table__)

@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import ColumnElement, Select, and_, or_
 from sqlalchemy.orm import InstrumentedAttribute
 
-from services.model.errors import InvalidArgument
+from durable_ops.model.errors import InvalidArgument
 
 PAGE_SIZE_DEFAULT = 20
 PAGE_SIZE_MAX = 100

@@ -1,6 +1,6 @@
 """The one schema: every table of durable-ops as typed SQLAlchemy 2 models.
 
-Column widths come from ``services.model.bounds`` so a bound and its column
+Column widths come from ``durable_ops.model.bounds`` so a bound and its column
 cannot disagree. Times are UTC with microseconds (``UtcDateTime``). Tables
 that belong to a user carry ``owner_user_id`` through the ``Owned`` mixin; the
 owner-scoped session filters every query on them by that column.
@@ -28,7 +28,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 from sqlalchemy.types import CHAR, DateTime, TypeDecorator
 
-from services.model import bounds
+from durable_ops.model import bounds
 
 ID_LENGTH = 32  # uuid4 hex: unguessable, fixed width
 NOTE_KIND_MAX = bounds.TASK_TYPE_MAX

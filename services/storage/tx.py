@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import visitors
 
-from services.storage.schema import Base
+from durable_ops.storage.schema import Base
 
 SCOPE_OWNER_KEY = "scope_owner"
 SCOPE_OWNER: BindParameter[str] = bindparam(SCOPE_OWNER_KEY)

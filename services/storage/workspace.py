@@ -9,19 +9,19 @@ from typing import TypeVar
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.model import bounds
-from services.model.bounds import (
+from durable_ops.model import bounds
+from durable_ops.model.bounds import (
     ATTACHMENT_FILENAME_MAX,
     ATTACHMENT_TEXT_MAX,
     JOB_COMPANY_MAX,
     JOB_DESCRIPTION_MAX,
     JOB_TITLE_MAX,
 )
-from services.model.errors import InvalidArgument, NotFound
-from services.model.states import Plan, Privacy
-from services.storage.operations import new_id
-from services.storage.pages import Page, newest_first, page_size, paginate
-from services.storage.schema import (
+from durable_ops.model.errors import InvalidArgument, NotFound
+from durable_ops.model.states import Plan, Privacy
+from durable_ops.storage.operations import new_id
+from durable_ops.storage.pages import Page, newest_first, page_size, paginate
+from durable_ops.storage.schema import (
     AiWorkspaceNote,
     Attachment,
     Base,

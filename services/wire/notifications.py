@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC
 
-from durable_ops.notifications.v1 import notifications_pb2 as pb
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from services.storage.schema import UserNotification
+from durable_ops.api.notifications.v1 import notifications_pb2 as pb
+from durable_ops.storage.schema import UserNotification
 
 
 def notification(row: UserNotification) -> pb.Notification:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from durable_ops.operations.v1 import operations_pb2 as pb
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from services.model.errors import InvalidArgument
-from services.model.states import OperationState, Privacy
-from services.storage.schema import UserOperation
+from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.model.errors import InvalidArgument
+from durable_ops.model.states import OperationState, Privacy
+from durable_ops.storage.schema import UserOperation
 
 STATUS_URL = "/api/operations/{id}"
 _STATE_PREFIX = "OPERATION_STATE_"

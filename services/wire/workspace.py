@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from durable_ops.workspace.v1 import workspace_pb2 as pb
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from services.storage.schema import AiWorkspaceNote, Attachment, Job
-from services.storage.workspace import AiSettingsView
+from durable_ops.api.workspace.v1 import workspace_pb2 as pb
+from durable_ops.storage.schema import AiWorkspaceNote, Attachment, Job
+from durable_ops.storage.workspace import AiSettingsView
 
 
 def _stamp(value: datetime) -> Timestamp:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from durable_ops.workspace.v1 import workspace_pb2_grpc as pb_grpc
-
-from services.clock import Clock, utc_now
-from services.rpc.server import serve_servicer
-from services.settings import Settings
-from services.storage.migrate import open_migrated
-from services.workspace.service import SERVICE_NAME, WorkspaceService
+from durable_ops.api.workspace.v1 import workspace_pb2_grpc as pb_grpc
+from durable_ops.clock import Clock, utc_now
+from durable_ops.rpc.server import serve_servicer
+from durable_ops.settings import Settings
+from durable_ops.storage.migrate import open_migrated
+from durable_ops.workspace.service import SERVICE_NAME, WorkspaceService
 
 
 async def run(settings: Settings, *, clock: Clock = utc_now) -> None:

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import grpc
 import structlog
-from durable_ops.workspace.v1 import workspace_pb2 as pb
-from durable_ops.workspace.v1 import workspace_pb2_grpc as pb_grpc
 
-from services.clock import Clock
-from services.model.scope import require_owner, require_worker_owner
-from services.rpc.errors import translate_errors
-from services.rpc.scope import caller_scope
-from services.storage import workspace
-from services.storage.db import Database
-from services.wire import workspace as convert
+from durable_ops.api.workspace.v1 import workspace_pb2 as pb
+from durable_ops.api.workspace.v1 import workspace_pb2_grpc as pb_grpc
+from durable_ops.clock import Clock
+from durable_ops.model.scope import require_owner, require_worker_owner
+from durable_ops.rpc.errors import translate_errors
+from durable_ops.rpc.scope import caller_scope
+from durable_ops.storage import workspace
+from durable_ops.storage.db import Database
+from durable_ops.wire import workspace as convert
 
 log = structlog.get_logger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["WorkspaceService"].full_name

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
-from services.clock import utc_now
-from services.storage import migrate
+from durable_ops.clock import utc_now
+from durable_ops.storage import migrate
 from tests.support.gateway import LiveGateway, make_app
 from tests.support.grpc_services import Services, running_services
 

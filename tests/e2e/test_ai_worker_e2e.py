@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from durable_ops.operations.v1 import operations_pb2 as pb
 
-from services import hoststore
-from services.ai_worker.prompts import validate_answer
+from durable_ops import hoststore
+from durable_ops.ai_worker.prompts import validate_answer
+from durable_ops.api.operations.v1 import operations_pb2 as pb
 from tests.conftest import MakeDatabase
 from tests.support.ai_stack import (
     CV_REVIEW,

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from services.cli import GRPC_SERVICES, build_parser
+from durable_ops.cli import GRPC_SERVICES, build_parser
 
 
 def opsctl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "services.cli", *args],
+        [sys.executable, "-m", "durable_ops.cli", *args],
         env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,

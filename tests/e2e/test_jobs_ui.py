@@ -7,10 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from durable_ops.workspace.v1 import workspace_pb2 as workspace_pb
 from playwright.sync_api import Page, expect
 
-from services.model.scope import Role
+from durable_ops.api.workspace.v1 import workspace_pb2 as workspace_pb
+from durable_ops.model.scope import Role
 from tests.support.gateway import LiveGateway, claim, complete, heartbeat
 from tests.support.grpc_services import Services, metadata
 from tests.support.workspace_client import CV_TEXT, JOB_TEXT, entitle

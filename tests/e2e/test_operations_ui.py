@@ -8,10 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from durable_ops.operations.v1 import operations_pb2 as ops_pb
 from playwright.sync_api import Browser, Locator, Page, Route, expect
 
-from services.model.scope import Role
+from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
+from durable_ops.model.scope import Role
 from tests.support.gateway import (
     LiveGateway,
     acknowledge_cancel,

@@ -65,7 +65,7 @@ def test_up_serves_the_ui_and_stops_every_child(
     else:  # an empty database: `opsctl up` migrates it
         url = request.getfixturevalue("make_mariadb_database")()
     up = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "up", "--database-url", url],
+        [sys.executable, "-m", "durable_ops.cli", "up", "--database-url", url],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

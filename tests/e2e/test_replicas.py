@@ -1,6 +1,6 @@
 """Two replicas of every process on one MariaDB, one of each killed half way.
 
-Real processes on loopback (``services.up.Stack``): two each of Operations,
+Real processes on loopback (``durable_ops.up.Stack``): two each of Operations,
 Notifications, Workspace and AI Admission, two AI workers, two gateways and
 the development model. Clients reach a service's replicas through one target
 naming both (``ipv4:127.0.0.1:P1,127.0.0.1:P2``) with round_robin, exactly as
@@ -31,16 +31,16 @@ from dataclasses import dataclass, field
 import grpc
 import httpx
 import pytest
-from durable_ops.workspace.v1 import workspace_pb2_grpc
 from sqlalchemy import func, select
 
-from services.gateway.auth import mint_user_token
-from services.model.states import ACTIVE_STATES, TERMINAL_STATES, OperationState
-from services.model.tasks import AI_TASKS
-from services.rpc.client import CHANNEL_OPTIONS
-from services.storage.db import Database
-from services.storage.schema import AiWorkspaceNote, UserNotification, UserOperation
-from services.up import Stack
+from durable_ops.api.workspace.v1 import workspace_pb2_grpc
+from durable_ops.gateway.auth import mint_user_token
+from durable_ops.model.states import ACTIVE_STATES, TERMINAL_STATES, OperationState
+from durable_ops.model.tasks import AI_TASKS
+from durable_ops.rpc.client import CHANNEL_OPTIONS
+from durable_ops.storage.db import Database
+from durable_ops.storage.schema import AiWorkspaceNote, UserNotification, UserOperation
+from durable_ops.up import Stack
 from tests.conftest import _empty_all_tables
 from tests.support.ai_stack import LogTee
 from tests.support.grpc_services import SECRET

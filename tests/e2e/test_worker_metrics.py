@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from services.storage import migrate
+from durable_ops.storage import migrate
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import SECRET, running_services
 from tests.support.ports import free_port
@@ -22,7 +22,7 @@ def test_worker_serves_metrics_with_the_circuit_state(tmp_path: Path) -> None:
     metrics_port = free_port()
     with running_services(url, ManualClock()) as services:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "serve", "ai-worker"],
+            [sys.executable, "-m", "durable_ops.cli", "serve", "ai-worker"],
             env={
                 **os.environ,
                 "OPS_WORKERS_AI_OPERATIONS_ENABLED": "true",

@@ -8,15 +8,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
-from durable_ops.ai_admission.v1 import ai_admission_pb2 as pb
-from durable_ops.operations.v1 import operations_pb2 as ops_pb
-from durable_ops.workspace.v1 import workspace_pb2 as workspace_pb
 from sqlalchemy import func, select
 
-from services.model.admission import Limits
-from services.model.scope import Role
-from services.storage import capacity
-from services.storage.schema import UserOperation
+from durable_ops.api.ai_admission.v1 import ai_admission_pb2 as pb
+from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
+from durable_ops.api.workspace.v1 import workspace_pb2 as workspace_pb
+from durable_ops.model.admission import Limits
+from durable_ops.model.scope import Role
+from durable_ops.storage import capacity
+from durable_ops.storage.schema import UserOperation
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services, metadata, running_services
 from tests.support.workspace_client import (

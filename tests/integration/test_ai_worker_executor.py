@@ -12,22 +12,22 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 
 import pytest
-from durable_ops.operations.v1 import operations_pb2 as pb
 from prometheus_client import REGISTRY
 
-from services.ai_worker.handlers import WorkspaceReader
-from services.ai_worker.inference import ModelClient, Router
-from services.ai_worker.prompts import CvText, JobText
-from services.ai_worker.worker.claims import ClaimedOperation
-from services.ai_worker.worker.clients import AiSettings, OperationsClient
-from services.ai_worker.worker.execution import Executor
-from services.ai_worker.worker.journal import JournalEntry
-from services.model.circuit import CircuitBreaker
-from services.model.errors import NotFound
-from services.model.routing import Route
-from services.model.scope import Role
-from services.model.states import Plan, Privacy
-from services.rpc.client import ServiceCaller, open_channel
+from durable_ops.ai_worker.claims import ClaimedOperation
+from durable_ops.ai_worker.clients import AiSettings, OperationsClient
+from durable_ops.ai_worker.execution import Executor
+from durable_ops.ai_worker.handlers import WorkspaceReader
+from durable_ops.ai_worker.inference import ModelClient, Router
+from durable_ops.ai_worker.journal import JournalEntry
+from durable_ops.ai_worker.prompts import CvText, JobText
+from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.model.circuit import CircuitBreaker
+from durable_ops.model.errors import NotFound
+from durable_ops.model.routing import Route
+from durable_ops.model.scope import Role
+from durable_ops.model.states import Plan, Privacy
+from durable_ops.rpc.client import ServiceCaller, open_channel
 from tests.support.ai_stack import ModelServer
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import SECRET, Services, running_services

@@ -7,19 +7,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from durable_ops.operations.v1 import operations_pb2 as pb
 
-from services import hoststore
-from services.ai_worker.worker.journal import (
+from durable_ops import hoststore
+from durable_ops.ai_worker.journal import (
     HostStoreJournal,
     JournalEntry,
     JournalError,
     JournalLocked,
     open_journal,
 )
-from services.ai_worker.worker.reconcile import reconcile
-from services.model.errors import NotFound, Unavailable
-from services.model.routing import Route
+from durable_ops.ai_worker.reconcile import reconcile
+from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.model.errors import NotFound, Unavailable
+from durable_ops.model.routing import Route
 
 HOST = "test-host"
 FIRST = JournalEntry("a1" * 16, 1, "alice", Route.LOCAL)

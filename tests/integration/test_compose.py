@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from services.cli import SERVE_TARGETS
-from services.settings import Settings, documented_variables
+from durable_ops.cli import SERVE_TARGETS
+from durable_ops.settings import Settings, documented_variables
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import running_services
 from tests.support.ports import free_port
@@ -235,7 +235,7 @@ def test_every_process_parses_its_settings(resolved: dict[str, Any]) -> None:
 
 
 def test_the_worker_accepts_its_settings_with_the_host_store(resolved: dict[str, Any]) -> None:
-    from services.ai_worker.worker.main import check_settings
+    from durable_ops.ai_worker.main import check_settings
 
     environment = _services(resolved)["ai-worker"]["environment"]
     settings = Settings.from_env({k: str(v) for k, v in environment.items()})
@@ -393,7 +393,7 @@ def test_the_build_context_leaves_out_local_state_and_secrets() -> None:
     }
     assert {".venv", "var", ".env", ".git", "**/__pycache__", ".pytest_cache"} <= ignored
     copied = " ".join(rest for keyword, rest in _dockerfile_instructions() if keyword == "COPY")
-    for path in ("pyproject.toml", "README.md", "generated", "services", "deploy/healthcheck.py"):
+    for path in ("pyproject.toml", "README.md", "services", "migrations", "deploy/healthcheck.py"):
         assert path in copied
         assert path.split("/")[0] not in ignored, path
 
@@ -413,7 +413,7 @@ def _healthcheck(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def grpc_server(tmp_path: Path) -> Iterator[str]:
-    from services.storage import migrate
+    from durable_ops.storage import migrate
 
     url = f"sqlite:///{tmp_path / 'ops.sqlite3'}"
     migrate.upgrade(url)
@@ -424,7 +424,7 @@ def grpc_server(tmp_path: Path) -> Iterator[str]:
 def test_the_grpc_health_check_passes_on_a_serving_server(grpc_server: str) -> None:
     result = _healthcheck("grpc", grpc_server)
     assert result.returncode == 0, result.stderr
-    named = _healthcheck("grpc", grpc_server, "durable_ops.operations.v1.OperationsService")
+    named = _healthcheck("grpc", grpc_server, "durable_ops.api.operations.v1.OperationsService")
     assert named.returncode == 0, named.stderr
 
 

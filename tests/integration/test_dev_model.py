@@ -17,17 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.applications import Starlette
 
-from services.ai_worker.dev_model import create_app, parse_bind
-from services.ai_worker.dev_model.heuristic import (
-    Inputs,
-    cv_review,
-    key_terms,
-    parse_inputs,
-    strategy_snapshot,
-    words,
-)
-from services.ai_worker.inference import ModelClient
-from services.ai_worker.prompts import (
+from durable_ops.ai_worker.inference import ModelClient
+from durable_ops.ai_worker.prompts import (
     CV_REVIEW,
     STRATEGY_SNAPSHOT,
     CvText,
@@ -37,7 +28,16 @@ from services.ai_worker.prompts import (
     build_request,
     validate_answer,
 )
-from services.model.routing import Route
+from durable_ops.dev_model import create_app, parse_bind
+from durable_ops.dev_model.heuristic import (
+    Inputs,
+    cv_review,
+    key_terms,
+    parse_inputs,
+    strategy_snapshot,
+    words,
+)
+from durable_ops.model.routing import Route
 
 JOB = JobText(
     title="Senior Data Engineer",
@@ -430,7 +430,7 @@ def test_run_serves_on_the_bind_address() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    code = f"from services.ai_worker.dev_model import run; run('127.0.0.1:{port}')"
+    code = f"from durable_ops.dev_model import run; run('127.0.0.1:{port}')"
     process = subprocess.Popen([sys.executable, "-c", code])
     try:
         deadline = time.monotonic() + 15

@@ -22,17 +22,17 @@ import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount, Route
 
-from services.gateway.app import create_app
-from services.gateway.auth import SESSION_COOKIE, mint_user_token, verify_user_token
-from services.gateway.backends import Backends
-from services.gateway.main import parse_bind
-from services.gateway.problems import problem_from_domain
-from services.model.errors import InvalidArgument
-from services.model.scope import Role
-from services.rpc.client import ServiceCaller
-from services.rpc.errors import domain_error_from_rpc
-from services.settings import SettingsError
-from services.storage import migrate
+from durable_ops.gateway.app import create_app
+from durable_ops.gateway.auth import SESSION_COOKIE, mint_user_token, verify_user_token
+from durable_ops.gateway.backends import Backends
+from durable_ops.gateway.main import parse_bind
+from durable_ops.gateway.problems import problem_from_domain
+from durable_ops.model.errors import InvalidArgument
+from durable_ops.model.scope import Role
+from durable_ops.rpc.client import ServiceCaller
+from durable_ops.rpc.errors import domain_error_from_rpc
+from durable_ops.settings import SettingsError
+from durable_ops.storage import migrate
 from tests.support.clock import ManualClock
 from tests.support.gateway import (
     BASE_URL,
@@ -428,9 +428,9 @@ def test_openapi_describes_every_route_and_every_error() -> None:
 def test_a_later_route_module_extends_the_app_and_the_document() -> None:
     from starlette.responses import JSONResponse
 
-    from services.gateway.modules import RouteSet
-    from services.gateway.openapi import endpoint, ok
-    from services.gateway.web import Page
+    from durable_ops.gateway.modules import RouteSet
+    from durable_ops.gateway.openapi import endpoint, ok
+    from durable_ops.gateway.web import Page
 
     async def ping(_request: Any) -> JSONResponse:
         return JSONResponse({"pong": True})
@@ -773,7 +773,7 @@ def test_serve_gateway_runs_uvicorn_with_structlog(sqlite_services: Services) ->
         "OPS_LOG_JSON": "true",
         "OPS_LOG_LEVEL": "debug",
     }
-    code = "from services.gateway.main import run; from services.settings import Settings; "
+    code = "from durable_ops.gateway.main import run; from durable_ops.settings import Settings; "
     code += "run(Settings.from_env())"
     process = subprocess.Popen(
         [sys.executable, "-c", code],

@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import func, select
 from starlette.routing import Route
 
-from services.model.admission import Limits
-from services.storage import capacity
-from services.storage.schema import UserOperation
+from durable_ops.model.admission import Limits
+from durable_ops.storage import capacity
+from durable_ops.storage.schema import UserOperation
 from tests.integration.test_gateway_isolation import ID_ROUTES as OPERATION_ID_ROUTES
 from tests.support.clock import ManualClock
 from tests.support.gateway import bearer, gateway_client, make_app, run

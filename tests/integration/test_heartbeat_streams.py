@@ -12,11 +12,11 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from durable_ops.operations.v1 import operations_pb2 as pb
-from durable_ops.operations.v1 import operations_pb2_grpc as pb_grpc
 from sqlalchemy import func, select
 
-from services.storage.schema import UserOperation
+from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
+from durable_ops.storage.schema import UserOperation
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services, running_services
 from tests.support.operations_client import OWNER_IDS, RUNNING, Lease, OpsClient

@@ -20,9 +20,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from services.ai_worker import inference
-from services.ai_worker.dev_model import create_app
-from services.ai_worker.inference import (
+from durable_ops.ai_worker import inference
+from durable_ops.ai_worker.inference import (
     ExternalRouteNotPermitted,
     InferenceError,
     InferenceRequest,
@@ -39,7 +38,7 @@ from services.ai_worker.inference import (
     Router,
     provider_from_url,
 )
-from services.ai_worker.prompts import (
+from durable_ops.ai_worker.prompts import (
     CV_REVIEW,
     STRATEGY_SNAPSHOT,
     CvText,
@@ -47,10 +46,11 @@ from services.ai_worker.prompts import (
     build_request,
     validate_answer,
 )
-from services.model.circuit import CircuitBreaker, CircuitState
-from services.model.routing import Route
-from services.model.states import Privacy
-from services.settings import Settings
+from durable_ops.dev_model import create_app
+from durable_ops.model.circuit import CircuitBreaker, CircuitState
+from durable_ops.model.routing import Route
+from durable_ops.model.states import Privacy
+from durable_ops.settings import Settings
 
 ASGI_URL = "http://127.0.0.1/v1"  # never dialled: requests go to the ASGI app in process
 JOB = JobText(

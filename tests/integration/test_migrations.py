@@ -9,9 +9,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from services.storage import migrate
-from services.storage.db import create_db_engine
-from services.storage.schema import Base
+from durable_ops.storage import migrate
+from durable_ops.storage.db import create_db_engine
+from durable_ops.storage.schema import Base
 from tests.conftest import MakeDatabase
 
 CLAIM_INDEX = "ix_user_operations_claim"

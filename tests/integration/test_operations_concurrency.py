@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 import grpc
 import pytest
-from durable_ops.operations.v1 import operations_pb2 as pb
 from sqlalchemy import func, select
 
-from services.storage.schema import UserOperation
+from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.storage.schema import UserOperation
 from tests.conftest import _empty_all_tables
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services, running_services

@@ -13,9 +13,9 @@ from datetime import timedelta
 
 import grpc
 import pytest
-from durable_ops.notifications.v1 import notifications_pb2 as npb
-from durable_ops.operations.v1 import operations_pb2 as pb
 
+from durable_ops.api.notifications.v1 import notifications_pb2 as npb
+from durable_ops.api.operations.v1 import operations_pb2 as pb
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services, running_services
 from tests.support.operations_client import (

@@ -15,15 +15,15 @@ from collections.abc import Callable, Iterator
 import grpc
 import jwt
 import pytest
-from durable_ops.notifications.v1 import notifications_pb2 as npb
-from durable_ops.operations.v1 import operations_pb2 as pb
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from services.model.scope import Role
-from services.notifications.service import SERVICE_NAME as NOTIFICATIONS
-from services.operations.service import SERVICE_NAME as OPERATIONS
-from services.rpc.credentials import ISSUER, mint_service_token
+from durable_ops.api.notifications.v1 import notifications_pb2 as npb
+from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.model.scope import Role
+from durable_ops.notifications.service import SERVICE_NAME as NOTIFICATIONS
+from durable_ops.operations.service import SERVICE_NAME as OPERATIONS
+from durable_ops.rpc.credentials import ISSUER, mint_service_token
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import SECRET, Services, running_services
 from tests.support.operations_client import (

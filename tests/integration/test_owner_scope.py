@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import delete, func, select, update
 
-from services.storage.db import Database, OwnerMismatch
-from services.storage.schema import Job, UserNotification
+from durable_ops.storage.db import Database, OwnerMismatch
+from durable_ops.storage.schema import Job, UserNotification
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -71,10 +71,10 @@ def test_neutral_scope_sees_everyone(two_owners: Database) -> None:
 
 
 def test_deleting_an_operation_keeps_its_notification_unlinked(database: Database) -> None:
-    from services.model.states import OperationState
-    from services.storage import notifications, operations
-    from services.storage.schema import UserOperation
-    from services.storage.tx import Tx
+    from durable_ops.model.states import OperationState
+    from durable_ops.storage import notifications, operations
+    from durable_ops.storage.schema import UserOperation
+    from durable_ops.storage.tx import Tx
 
     request = operations.CreateRequest("report.build", "k", "report", "r1")
     with database.owner("alice") as session:

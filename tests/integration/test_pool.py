@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text
 
-from services.storage import pool
-from services.storage.db import Database
+from durable_ops.storage import pool
+from durable_ops.storage.db import Database
 from tests.conftest import _admin as _admin_connection
 
 

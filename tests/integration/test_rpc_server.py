@@ -17,12 +17,12 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from services.model.errors import CapacityExceeded
-from services.model.scope import NeutralScope, OwnerScope, Role, Scope
-from services.rpc.client import ServiceCaller, open_channel
-from services.rpc.errors import domain_error_from_rpc, translate_errors
-from services.rpc.scope import caller_scope
-from services.rpc.server import build_server, serve, start
+from durable_ops.model.errors import CapacityExceeded
+from durable_ops.model.scope import NeutralScope, OwnerScope, Role, Scope
+from durable_ops.rpc.client import ServiceCaller, open_channel
+from durable_ops.rpc.errors import domain_error_from_rpc, translate_errors
+from durable_ops.rpc.scope import caller_scope
+from durable_ops.rpc.server import build_server, serve, start
 
 SECRET = "integration-service-secret-" + "0123456789abcdef" * 3
 SERVICE = "test.Probe"

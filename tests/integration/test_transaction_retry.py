@@ -10,8 +10,8 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.orm import Session
 
-from services.storage.db import Database
-from services.storage.schema import Job
+from durable_ops.storage.db import Database
+from durable_ops.storage.schema import Job
 from tests.conftest import _empty_all_tables
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)

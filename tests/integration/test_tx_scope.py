@@ -9,11 +9,11 @@ from typing import cast
 import pytest
 from sqlalchemy import Table, bindparam, func, select, update
 
-from services.model.errors import NotFound
-from services.storage import operations
-from services.storage.db import Database
-from services.storage.schema import UserOperation
-from services.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
+from durable_ops.model.errors import NotFound
+from durable_ops.storage import operations
+from durable_ops.storage.db import Database
+from durable_ops.storage.schema import UserOperation
+from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 OPS = cast(Table, UserOperation.__table__)

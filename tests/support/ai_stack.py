@@ -2,7 +2,7 @@
 
 ``ai_stack(db_url, ...)`` starts Operations, Notifications, Workspace and AI
 Admission (and the AI worker, and ``opsctl serve dev-model`` when asked) with
-``services.up.Stack`` on free ports; tests drive it through gRPC stubs with
+``durable_ops.up.Stack`` on free ports; tests drive it through gRPC stubs with
 the gateway credential and ``x-owner-id``, as the gateway would. Misbehaving
 models run in this process: ``ModelServer`` serves ``create_app(...)`` under
 uvicorn in a thread, and its ``config`` can be changed while it runs.
@@ -24,25 +24,25 @@ from typing import Any, TypeVar
 
 import grpc
 import uvicorn
-from durable_ops.ai_admission.v1 import ai_admission_pb2 as apb
-from durable_ops.ai_admission.v1 import ai_admission_pb2_grpc as apb_grpc
-from durable_ops.notifications.v1 import notifications_pb2 as npb
-from durable_ops.notifications.v1 import notifications_pb2_grpc as npb_grpc
-from durable_ops.operations.v1 import operations_pb2 as pb
-from durable_ops.operations.v1 import operations_pb2_grpc as pb_grpc
-from durable_ops.workspace.v1 import workspace_pb2 as wpb
-from durable_ops.workspace.v1 import workspace_pb2_grpc as wpb_grpc
 from sqlalchemy import func, select
 
-from services.ai_worker.dev_model import DevModelConfig, create_app
-from services.clock import utc_now
-from services.model.scope import Role
-from services.rpc.credentials import mint_service_token
-from services.settings import Settings
-from services.storage import migrate, workspace
-from services.storage.db import Database
-from services.storage.schema import AiWorkspaceNote, UserNotification, UserOperation
-from services.up import Stack, process_specs
+from durable_ops.api.ai_admission.v1 import ai_admission_pb2 as apb
+from durable_ops.api.ai_admission.v1 import ai_admission_pb2_grpc as apb_grpc
+from durable_ops.api.notifications.v1 import notifications_pb2 as npb
+from durable_ops.api.notifications.v1 import notifications_pb2_grpc as npb_grpc
+from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
+from durable_ops.api.workspace.v1 import workspace_pb2 as wpb
+from durable_ops.api.workspace.v1 import workspace_pb2_grpc as wpb_grpc
+from durable_ops.clock import utc_now
+from durable_ops.dev_model import DevModelConfig, create_app
+from durable_ops.model.scope import Role
+from durable_ops.rpc.credentials import mint_service_token
+from durable_ops.settings import Settings
+from durable_ops.storage import migrate, workspace
+from durable_ops.storage.db import Database
+from durable_ops.storage.schema import AiWorkspaceNote, UserNotification, UserOperation
+from durable_ops.up import Stack, process_specs
 
 SECRET = "ai-stack-test-service-secret-0123456789abcdef"
 SERVICES = ("operations", "notifications", "workspace", "ai-admission")

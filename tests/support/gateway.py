@@ -19,14 +19,14 @@ from typing import Any
 
 import httpx
 import uvicorn
-from durable_ops.operations.v1 import operations_pb2 as ops_pb
 from starlette.applications import Starlette
 
-from services.gateway.app import create_app
-from services.gateway.auth import mint_user_token
-from services.gateway.backends import Backends
-from services.model.scope import Role
-from services.settings import Settings
+from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
+from durable_ops.gateway.app import create_app
+from durable_ops.gateway.auth import mint_user_token
+from durable_ops.gateway.backends import Backends
+from durable_ops.model.scope import Role
+from durable_ops.settings import Settings
 from tests.support.grpc_services import SECRET as SERVICE_SECRET
 from tests.support.grpc_services import Services, metadata
 

@@ -15,27 +15,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from durable_ops.ai_admission.v1 import ai_admission_pb2_grpc
-from durable_ops.notifications.v1 import notifications_pb2_grpc
-from durable_ops.operations.v1 import operations_pb2_grpc
-from durable_ops.workspace.v1 import workspace_pb2_grpc
 
-from services.ai_worker.admission.service import SERVICE_NAME as ADMISSION
-from services.ai_worker.admission.service import AiAdmissionService
-from services.clock import Clock
-from services.model.admission import Limits
-from services.model.scope import Role
-from services.notifications.service import SERVICE_NAME as NOTIFICATIONS
-from services.notifications.service import NotificationsService
-from services.operations.service import SERVICE_NAME as OPERATIONS
-from services.operations.service import OperationsService
-from services.operations.sweeper import sweep_once
-from services.rpc.credentials import mint_service_token
-from services.rpc.server import build_server, start, stop
-from services.storage.db import Database
-from services.storage.operations import SweepReport
-from services.workspace.service import SERVICE_NAME as WORKSPACE
-from services.workspace.service import WorkspaceService
+from durable_ops.ai_admission.service import SERVICE_NAME as ADMISSION
+from durable_ops.ai_admission.service import AiAdmissionService
+from durable_ops.api.ai_admission.v1 import ai_admission_pb2_grpc
+from durable_ops.api.notifications.v1 import notifications_pb2_grpc
+from durable_ops.api.operations.v1 import operations_pb2_grpc
+from durable_ops.api.workspace.v1 import workspace_pb2_grpc
+from durable_ops.clock import Clock
+from durable_ops.model.admission import Limits
+from durable_ops.model.scope import Role
+from durable_ops.notifications.service import SERVICE_NAME as NOTIFICATIONS
+from durable_ops.notifications.service import NotificationsService
+from durable_ops.operations.service import SERVICE_NAME as OPERATIONS
+from durable_ops.operations.service import OperationsService
+from durable_ops.operations.sweeper import sweep_once
+from durable_ops.rpc.credentials import mint_service_token
+from durable_ops.rpc.server import build_server, start, stop
+from durable_ops.storage.db import Database
+from durable_ops.storage.operations import SweepReport
+from durable_ops.workspace.service import SERVICE_NAME as WORKSPACE
+from durable_ops.workspace.service import WorkspaceService
 
 SECRET = "test-service-secret-of-at-least-32-bytes"
 

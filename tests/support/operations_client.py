@@ -15,13 +15,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import grpc
-from durable_ops.notifications.v1 import notifications_pb2 as npb
-from durable_ops.operations.v1 import operations_pb2 as pb
 from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy import func, select
 
-from services.model.scope import Role
-from services.storage.schema import UserNotification, UserOperation
+from durable_ops.api.notifications.v1 import notifications_pb2 as npb
+from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.model.scope import Role
+from durable_ops.storage.schema import UserNotification, UserOperation
 from tests.support.grpc_services import Services, metadata
 
 TASK = "strategy.snapshot"

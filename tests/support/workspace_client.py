@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from durable_ops.ai_admission.v1 import ai_admission_pb2 as admission_pb
-from durable_ops.workspace.v1 import workspace_pb2 as workspace_pb
-from durable_ops.workspace.v1 import workspace_pb2_grpc
-
-from services.clock import utc_now
-from services.model.scope import Role
-from services.storage import workspace
-from services.storage.db import Database
+from durable_ops.api.ai_admission.v1 import ai_admission_pb2 as admission_pb
+from durable_ops.api.workspace.v1 import workspace_pb2 as workspace_pb
+from durable_ops.api.workspace.v1 import workspace_pb2_grpc
+from durable_ops.clock import utc_now
+from durable_ops.model.scope import Role
+from durable_ops.storage import workspace
+from durable_ops.storage.db import Database
 from tests.support.grpc_services import metadata
 
 JOB_TEXT = "Senior Python engineer: gRPC, MariaDB, distributed systems, on-call"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.ai_worker.inference.errors import (
+from durable_ops.ai_worker.failures import Action, classify, shutdown
+from durable_ops.ai_worker.inference.errors import (
     ExternalRouteNotPermitted,
     InvalidModelOutput,
     LocalRouteUnavailable,
@@ -14,9 +15,8 @@ from services.ai_worker.inference.errors import (
     ModelServerError,
     ModelTimeout,
 )
-from services.ai_worker.inference.result import Provenance
-from services.ai_worker.worker.failures import Action, classify, shutdown
-from services.model.errors import (
+from durable_ops.ai_worker.inference.result import Provenance
+from durable_ops.model.errors import (
     DomainError,
     InvalidArgument,
     LeaseLost,
@@ -24,7 +24,7 @@ from services.model.errors import (
     PermissionDenied,
     Unavailable,
 )
-from services.model.routing import LocalUnavailableAction
+from durable_ops.model.routing import LocalUnavailableAction
 
 LOCAL = Provenance(provider="127.0.0.1", model="dev-heuristic", route="local")
 

@@ -7,14 +7,14 @@ import json
 
 import pytest
 
-from services.ai_worker.handlers import HANDLERS, Inputs, References, TaskHandler
-from services.ai_worker.handlers.cv_review import CV_REVIEW
-from services.ai_worker.handlers.strategy_snapshot import STRATEGY_SNAPSHOT
-from services.ai_worker.inference.errors import InvalidModelOutput
-from services.ai_worker.prompts import CV_SECTION, JOB_SECTION, CvText, JobText
-from services.ai_worker.worker.main import registered_task_types
-from services.model.errors import InvalidArgument
-from services.model.tasks import AI_TASKS
+from durable_ops.ai_worker.handlers import HANDLERS, Inputs, References, TaskHandler
+from durable_ops.ai_worker.handlers.cv_review import CV_REVIEW
+from durable_ops.ai_worker.handlers.strategy_snapshot import STRATEGY_SNAPSHOT
+from durable_ops.ai_worker.inference.errors import InvalidModelOutput
+from durable_ops.ai_worker.main import registered_task_types
+from durable_ops.ai_worker.prompts import CV_SECTION, JOB_SECTION, CvText, JobText
+from durable_ops.model.errors import InvalidArgument
+from durable_ops.model.tasks import AI_TASKS
 
 JOB = JobText(title="Data Engineer", company="Globex", description="Python, Spark and Kafka.")
 CV = CvText(text="Built Spark pipelines in Python.")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from durable_ops.operations.v1 import operations_pb2 as pb
 
-from services.ai_worker.worker.journal import JournalEntry, JournalError, NullJournal
-from services.ai_worker.worker.reconcile import attempt_over
-from services.model.routing import Route
+from durable_ops.ai_worker.journal import JournalEntry, JournalError, NullJournal
+from durable_ops.ai_worker.reconcile import attempt_over
+from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.model.routing import Route
 
 ENTRY = JournalEntry("0f" * 16, 2, "alice@example.com", Route.EXTERNAL)
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from services.ai_worker.worker.main import check_settings
-from services.model.errors import InvalidArgument
-from services.settings import Settings, SettingsError
+from durable_ops.ai_worker.main import check_settings
+from durable_ops.model.errors import InvalidArgument
+from durable_ops.settings import Settings, SettingsError
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKER_PACKAGES = [ROOT / "services/ai_worker/worker", ROOT / "services/ai_worker/handlers"]
-# The worker reaches the database only through gRPC: never services.storage or a service.
+WORKER_PACKAGES = [ROOT / "services/ai_worker", ROOT / "services/ai_worker/handlers"]
+# The worker reaches the database only through gRPC: never durable_ops.storage or a service.
 MAY_IMPORT = {"ai_worker", "model", "settings", "clock", "logs", "rpc", "hoststore"}
 
 

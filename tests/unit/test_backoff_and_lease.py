@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.model.errors import InvalidArgument
-from services.model.lifecycle import (
+from durable_ops.model.errors import InvalidArgument
+from durable_ops.model.lifecycle import (
     Facts,
     backoff,
     deadline_passed,
@@ -18,7 +18,7 @@ from services.model.lifecycle import (
     lease_expired,
     lease_expiry,
 )
-from services.model.states import OperationState
+from durable_ops.model.states import OperationState
 
 S = OperationState
 

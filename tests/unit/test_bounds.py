@@ -13,8 +13,8 @@ from typing import Final
 
 import pytest
 
-from services.model import bounds
-from services.model.errors import InvalidArgument
+from durable_ops.model import bounds
+from durable_ops.model.errors import InvalidArgument
 
 NOW: Final = datetime(2026, 8, 9, 12, 0, tzinfo=UTC)
 TICK: Final = timedelta(microseconds=1)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.model.circuit import CircuitBreaker, CircuitState
+from durable_ops.model.circuit import CircuitBreaker, CircuitState
 
 
 def opened(threshold: int = 3, cooldown: float = 10.0, at: float = 0.0) -> CircuitBreaker:

@@ -1,4 +1,4 @@
-"""generated/ is exactly what scripts/generate_protos.py writes from protos/."""
+"""services/api/ (``durable_ops.api``) is exactly what scripts/generate_protos.py writes."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _differences(left: Path, right: Path) -> list[str]:
     comparison = filecmp.dircmp(left, right, ignore=["__pycache__"])
-    found = [f"only in generated/: {name}" for name in comparison.left_only]
-    found += [f"missing from generated/: {name}" for name in comparison.right_only]
+    found = [f"only in services/api/: {name}" for name in comparison.left_only]
+    found += [f"missing from services/api/: {name}" for name in comparison.right_only]
     found += [
         f"differs: {name}"
         for name in comparison.common_files
@@ -25,9 +25,9 @@ def _differences(left: Path, right: Path) -> list[str]:
 
 
 def test_generated_code_matches_protos(tmp_path: Path) -> None:
-    out = tmp_path / "generated"
+    out = tmp_path / "api"
     subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "generate_protos.py"), "--out", str(out)],
         check=True,
     )
-    assert _differences(ROOT / "generated", out) == []
+    assert _differences(ROOT / "services" / "api", out) == []

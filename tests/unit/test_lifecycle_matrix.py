@@ -18,8 +18,8 @@ from typing import Any, Final
 
 import pytest
 
-from services.model.errors import DomainError, InvalidTransition, LeaseLost
-from services.model.lifecycle import (
+from durable_ops.model.errors import DomainError, InvalidTransition, LeaseLost
+from durable_ops.model.lifecycle import (
     DEADLINE_FAILURE_CODE,
     LEASE_FAILURE_CODE,
     Decision,
@@ -27,7 +27,7 @@ from services.model.lifecycle import (
     Facts,
     decide,
 )
-from services.model.states import OperationState
+from durable_ops.model.states import OperationState
 
 S = OperationState
 E = Event

@@ -8,9 +8,9 @@ from typing import Final
 
 import pytest
 
-from services.model.notifications import BODY_MAX, TITLE_MAX, Wording, wording
-from services.model.states import TERMINAL_STATES, OperationState
-from services.model.tasks import AI_TASKS
+from durable_ops.model.notifications import BODY_MAX, TITLE_MAX, Wording, wording
+from durable_ops.model.states import TERMINAL_STATES, OperationState
+from durable_ops.model.tasks import AI_TASKS
 
 S = OperationState
 

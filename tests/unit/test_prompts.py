@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from services.ai_worker.inference import InvalidModelOutput
-from services.ai_worker.prompts import (
+from durable_ops.ai_worker.inference import InvalidModelOutput
+from durable_ops.ai_worker.prompts import (
     CV_BUDGET,
     CV_REVIEW,
     JOB_DESCRIPTION_BUDGET,
@@ -23,8 +23,8 @@ from services.ai_worker.prompts import (
     validate_against,
     validate_answer,
 )
-from services.model.errors import InvalidArgument
-from services.model.tasks import AI_TASKS
+from durable_ops.model.errors import InvalidArgument
+from durable_ops.model.tasks import AI_TASKS
 
 GOOD_STRATEGY: dict[str, Any] = {
     "fit_score": 72,

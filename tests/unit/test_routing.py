@@ -6,14 +6,14 @@ import itertools
 
 import pytest
 
-from services.model.bounds import ROUTE_MAX
-from services.model.routing import (
+from durable_ops.model.bounds import ROUTE_MAX
+from durable_ops.model.routing import (
     LocalUnavailableAction,
     Route,
     external_route_permitted,
     route_plan,
 )
-from services.model.states import Privacy
+from durable_ops.model.states import Privacy
 
 
 def test_route_names_fit_the_provenance_column() -> None:

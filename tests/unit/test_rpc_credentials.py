@@ -14,12 +14,12 @@ from typing import Any
 import jwt
 import pytest
 
-from services.model.errors import InvalidArgument, PermissionDenied, Unauthenticated
-from services.model.scope import NeutralScope, OwnerScope, Role
-from services.rpc import client, credentials
-from services.rpc.client import ServiceCaller
-from services.rpc.credentials import mint_service_token, verify_service_token
-from services.rpc.scope import caller_scope, role_from_metadata, scope_for
+from durable_ops.model.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from durable_ops.model.scope import NeutralScope, OwnerScope, Role
+from durable_ops.rpc import client, credentials
+from durable_ops.rpc.client import ServiceCaller
+from durable_ops.rpc.credentials import mint_service_token, verify_service_token
+from durable_ops.rpc.scope import caller_scope, role_from_metadata, scope_for
 
 SECRET = "unit-test-service-secret-" + "0123456789abcdef" * 3
 

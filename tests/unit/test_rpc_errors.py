@@ -12,8 +12,8 @@ import grpc
 import pytest
 import structlog
 
-from services.logs import configure_logging, use_json
-from services.model.errors import (
+from durable_ops.logs import configure_logging, use_json
+from durable_ops.model.errors import (
     CapacityExceeded,
     Conflict,
     DomainError,
@@ -25,13 +25,13 @@ from services.model.errors import (
     Unauthenticated,
     Unavailable,
 )
-from services.rpc.errors import (
+from durable_ops.rpc.errors import (
     domain_error_from_rpc,
     status_for,
     trailing_metadata_for,
     translate_errors,
 )
-from services.settings import Settings, SettingsError
+from durable_ops.settings import Settings, SettingsError
 
 SC = grpc.StatusCode
 

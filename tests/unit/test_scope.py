@@ -13,8 +13,8 @@ from typing import Final
 
 import pytest
 
-from services.model.errors import PermissionDenied
-from services.model.scope import (
+from durable_ops.model.errors import PermissionDenied
+from durable_ops.model.scope import (
     NeutralScope,
     OwnerScope,
     Role,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from services.settings import Settings, SettingsError, documented_variables
+from durable_ops.settings import Settings, SettingsError, documented_variables
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

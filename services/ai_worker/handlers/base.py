@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from services.ai_worker.inference.request import InferenceRequest
-from services.ai_worker.prompts import CvText, JobText, build_request, validate_answer
-from services.model.errors import InvalidArgument
+from durable_ops.ai_worker.inference.request import InferenceRequest
+from durable_ops.ai_worker.prompts import CvText, JobText, build_request, validate_answer
+from durable_ops.model.errors import InvalidArgument
 
 
 class WorkspaceReader(Protocol):

@@ -5,8 +5,8 @@ The subject is the CV attachment; the optional context reference is the job.
 
 from __future__ import annotations
 
-from services.ai_worker.handlers.base import References, TaskHandler
-from services.ai_worker.prompts import CV_REVIEW as TASK_TYPE
+from durable_ops.ai_worker.handlers.base import References, TaskHandler
+from durable_ops.ai_worker.prompts import CV_REVIEW as TASK_TYPE
 
 
 def _references(subject_id: str, context_ref: str) -> References:

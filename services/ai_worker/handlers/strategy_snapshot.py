@@ -6,8 +6,8 @@ Without one, the snapshot judges the posting alone.
 
 from __future__ import annotations
 
-from services.ai_worker.handlers.base import References, TaskHandler
-from services.ai_worker.prompts import STRATEGY_SNAPSHOT as TASK_TYPE
+from durable_ops.ai_worker.handlers.base import References, TaskHandler
+from durable_ops.ai_worker.prompts import STRATEGY_SNAPSHOT as TASK_TYPE
 
 
 def _references(subject_id: str, context_ref: str) -> References:

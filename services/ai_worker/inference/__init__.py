@@ -1,10 +1,10 @@
 """Model inference for the AI worker: an OpenAI-compatible client, local-first
 routing with a circuit breaker, and the errors that say whether to retry
-(the tree is documented in ``services.ai_worker.inference.errors``).
+(the tree is documented in ``durable_ops.ai_worker.inference.errors``).
 """
 
-from services.ai_worker.inference.client import ModelClient, provider_from_url
-from services.ai_worker.inference.errors import (
+from durable_ops.ai_worker.inference.client import ModelClient, provider_from_url
+from durable_ops.ai_worker.inference.errors import (
     ExternalRouteNotPermitted,
     InferenceError,
     InvalidModelOutput,
@@ -16,10 +16,10 @@ from services.ai_worker.inference.errors import (
     ModelTimeout,
     ModelUnavailable,
 )
-from services.ai_worker.inference.metrics import LOCAL_CIRCUIT_STATE
-from services.ai_worker.inference.request import AnswerValidator, InferenceRequest
-from services.ai_worker.inference.result import InferenceResult, Provenance
-from services.ai_worker.inference.router import Router
+from durable_ops.ai_worker.inference.metrics import LOCAL_CIRCUIT_STATE
+from durable_ops.ai_worker.inference.request import AnswerValidator, InferenceRequest
+from durable_ops.ai_worker.inference.result import InferenceResult, Provenance
+from durable_ops.ai_worker.inference.router import Router
 
 __all__ = [
     "LOCAL_CIRCUIT_STATE",

@@ -3,7 +3,7 @@
 It sends ``POST {base_url}/chat/completions`` with temperature 0 and the nested
 ``response_format`` form (``json_schema.schema``: the only one llama.cpp reads),
 parses the answer as JSON, lets the request's validator check it, and turns
-every failure into one error of ``services.ai_worker.inference.errors``.
+every failure into one error of ``durable_ops.ai_worker.inference.errors``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from services.ai_worker.inference.errors import (
+from durable_ops.ai_worker.inference.errors import (
     InferenceError,
     InvalidModelOutput,
     ModelConnectionError,
@@ -25,10 +25,10 @@ from services.ai_worker.inference.errors import (
     ModelServerError,
     ModelTimeout,
 )
-from services.ai_worker.inference.request import InferenceRequest
-from services.ai_worker.inference.result import InferenceResult, Provenance
-from services.model.bounds import PROVIDER_MAX
-from services.model.routing import Route
+from durable_ops.ai_worker.inference.request import InferenceRequest
+from durable_ops.ai_worker.inference.result import InferenceResult, Provenance
+from durable_ops.model.bounds import PROVIDER_MAX
+from durable_ops.model.routing import Route
 
 GENERIC_PROVIDER = "openai-compatible"
 DEFAULT_TIMEOUT_SECONDS = 60.0

@@ -25,8 +25,8 @@ route that were tried, when there was one.
 
 from __future__ import annotations
 
-from services.ai_worker.inference.result import Provenance
-from services.model.routing import LocalUnavailableAction
+from durable_ops.ai_worker.inference.result import Provenance
+from durable_ops.model.routing import LocalUnavailableAction
 
 
 class InferenceError(Exception):

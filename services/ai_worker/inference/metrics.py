@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from prometheus_client import Gauge
 
-from services.model.circuit import CircuitBreaker, CircuitState
+from durable_ops.model.circuit import CircuitBreaker, CircuitState
 
 CIRCUIT_STATE_VALUES: dict[CircuitState, int] = {
     CircuitState.CLOSED: 0,

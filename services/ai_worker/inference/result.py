@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from services.model.bounds import MODEL_MAX, PROVIDER_MAX, ROUTE_MAX
+from durable_ops.model.bounds import MODEL_MAX, PROVIDER_MAX, ROUTE_MAX
 
 
 @dataclass(frozen=True)

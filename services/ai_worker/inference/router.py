@@ -13,20 +13,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from services.ai_worker.inference.client import ModelClient
-from services.ai_worker.inference.errors import (
+from durable_ops.ai_worker.inference.client import ModelClient
+from durable_ops.ai_worker.inference.errors import (
     ExternalRouteNotPermitted,
     InferenceError,
     LocalRouteUnavailable,
     ModelUnavailable,
 )
-from services.ai_worker.inference.metrics import export_local_circuit
-from services.ai_worker.inference.request import InferenceRequest
-from services.ai_worker.inference.result import InferenceResult
-from services.model.circuit import CircuitBreaker
-from services.model.routing import Route, external_route_permitted, route_plan
-from services.model.states import Privacy
-from services.settings import Settings
+from durable_ops.ai_worker.inference.metrics import export_local_circuit
+from durable_ops.ai_worker.inference.request import InferenceRequest
+from durable_ops.ai_worker.inference.result import InferenceResult
+from durable_ops.model.circuit import CircuitBreaker
+from durable_ops.model.routing import Route, external_route_permitted, route_plan
+from durable_ops.model.states import Privacy
+from durable_ops.settings import Settings
 
 
 class Router:

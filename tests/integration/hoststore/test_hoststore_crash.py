@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from services.hoststore import State, acquire, statefile
+from durable_ops.hoststore import State, acquire, statefile
 
 ROOT = Path(__file__).resolve().parents[3]
 HOST = "runner-1"
@@ -35,8 +35,8 @@ KILLS = 220
 # writer meets anything unexpected, and "exit N STATUS" once the helper reaped it.
 FORKER = """
 import os, random, sys
-from services.hoststore import acquire
-from services.hoststore.transitions import ALLOWED
+from durable_ops.hoststore import acquire
+from durable_ops.hoststore.transitions import ALLOWED
 
 store, host = sys.argv[1], sys.argv[2]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from services.hoststore import (
+from durable_ops.hoststore import (
     LockFileInvalid,
     UnsafeDirectory,
     UnsafeFile,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from services.hoststore import (
+from durable_ops.hoststore import (
     SaveFailed,
     SessionPoisoned,
     State,
@@ -24,7 +24,7 @@ from services.hoststore import (
     lockfile,
     statefile,
 )
-from services.hoststore.filesystem import FileSystem
+from durable_ops.hoststore.filesystem import FileSystem
 
 SAVE_STEPS = ["open_temp", "write", "fsync_temp", "close_temp", "rename", "fsync_directory"]
 MARKER_STEPS = ["pwrite_marker", "fsync_lock"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from services.hoststore import (
+from durable_ops.hoststore import (
     HostLocked,
     LockReplaced,
     SessionClosed,
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 HOLDER = """
 import sys, time
-from services.hoststore import HostStoreError, acquire
+from durable_ops.hoststore import HostStoreError, acquire
 session = acquire(sys.argv[1], "runner-1")
 print("held", flush=True)
 command = sys.stdin.readline().strip()
@@ -40,7 +40,7 @@ time.sleep(600)
 
 ATTEMPT = """
 import sys
-from services.hoststore import HostStoreError, acquire
+from durable_ops.hoststore import HostStoreError, acquire
 try:
     acquire(sys.argv[1], "runner-1").close()
     print("acquired")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from services.hoststore import (
+from durable_ops.hoststore import (
     CapacityExceeded,
     ChecksumMismatch,
     HostMismatch,
@@ -30,7 +30,7 @@ from services.hoststore import (
     acquire,
     lockfile,
 )
-from services.hoststore.snapshot import (
+from durable_ops.hoststore.snapshot import (
     MAX_SNAPSHOT_BYTES,
     RECORD_GROWTH_RESERVE,
     Snapshot,

@@ -15,7 +15,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from services.hoststore import (
+from durable_ops.hoststore import (
     HostStoreError,
     InvalidTransition,
     PlanHashConflict,
@@ -31,7 +31,7 @@ IDS = st.sampled_from(["op-a", "op-b", "op-c", "op-d"])
 HASHES = st.sampled_from(["hash-1", "hash-2"])
 STATES = st.sampled_from(list(State))
 
-# The model's own copy of the seed's table, independent of services.hoststore.transitions.
+# The model's own copy of the seed's table, independent of durable_ops.hoststore.transitions.
 MOVES = {
     "queued": {"running", "cancelled"},
     "running": {"succeeded", "failed_recovered", "needs_attention", "unknown"},

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from services.hoststore import State, acquire, lockfile, show
-from services.hoststore.snapshot import decode, encode
+from durable_ops.hoststore import State, acquire, lockfile, show
+from durable_ops.hoststore.snapshot import decode, encode
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from services.hoststore.filesystem import IOV_MAX, FileSystem, write_all
+from durable_ops.hoststore.filesystem import IOV_MAX, FileSystem, write_all
 
 
 class ShortWrites(FileSystem):

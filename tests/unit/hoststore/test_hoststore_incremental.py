@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.hoststore import ledger
-from services.hoststore.errors import CapacityExceeded, HostStoreError
-from services.hoststore.snapshot import (
+from durable_ops.hoststore import ledger
+from durable_ops.hoststore.errors import CapacityExceeded, HostStoreError
+from durable_ops.hoststore.snapshot import (
     Encoded,
     IncrementalEncoder,
     Record,
@@ -17,7 +17,7 @@ from services.hoststore.snapshot import (
     decode,
     encode,
 )
-from services.hoststore.transitions import ALLOWED, UNRESOLVED, State
+from durable_ops.hoststore.transitions import ALLOWED, UNRESOLVED, State
 
 T0 = "2026-11-30T12:00:00.000000Z"
 T1 = "2026-11-30T12:00:01.000000Z"

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from services.hoststore import ledger
-from services.hoststore.errors import (
+from durable_ops.hoststore import ledger
+from durable_ops.hoststore.errors import (
     CapacityExceeded,
     InvalidTransition,
     PlanHashConflict,
@@ -15,8 +15,8 @@ from services.hoststore.errors import (
     UnknownOperation,
     UnresolvedOperation,
 )
-from services.hoststore.snapshot import RECORD_GROWTH_RESERVE, Snapshot, decode, encode
-from services.hoststore.transitions import State
+from durable_ops.hoststore.snapshot import RECORD_GROWTH_RESERVE, Snapshot, decode, encode
+from durable_ops.hoststore.transitions import State
 
 T0 = "2026-01-02T03:04:05.000000Z"
 T1 = "2026-01-02T03:04:06.000000Z"

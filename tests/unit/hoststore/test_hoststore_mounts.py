@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.hoststore.mounts import file_system_types, is_unsupported, parse_mountinfo
+from durable_ops.hoststore.mounts import file_system_types, is_unsupported, parse_mountinfo
 
 MOUNTINFO = "\n".join(
     [

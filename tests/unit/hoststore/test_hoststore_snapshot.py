@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.hoststore import errors
-from services.hoststore.snapshot import (
+from durable_ops.hoststore import errors
+from durable_ops.hoststore.snapshot import (
     MAX_SNAPSHOT_BYTES,
     Record,
     Snapshot,
@@ -23,7 +23,7 @@ from services.hoststore.snapshot import (
     encode,
     format_timestamp,
 )
-from services.hoststore.transitions import TERMINAL, UNRESOLVED, State
+from durable_ops.hoststore.transitions import TERMINAL, UNRESOLVED, State
 
 T0 = "2026-01-02T03:04:05.000006Z"
 T1 = "2026-01-02T03:04:07.123456Z"

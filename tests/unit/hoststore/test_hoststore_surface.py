@@ -7,8 +7,8 @@ import inspect
 import sys
 from pathlib import Path
 
-import services.hoststore as hoststore
-from services.hoststore import errors
+import durable_ops.hoststore as hoststore
+from durable_ops.hoststore import errors
 
 PACKAGE = Path(hoststore.__file__).parent
 PURE_MODULES = ["snapshot.py", "transitions.py", "ledger.py", "errors.py"]
@@ -101,7 +101,7 @@ def test_package_uses_only_the_standard_library_and_itself() -> None:
     for path in sorted(PACKAGE.glob("*.py")):
         for module in _imports(path):
             root = module.split(".")[0]
-            if root == "services":
-                assert module.startswith("services.hoststore"), (path.name, module)
+            if root == "durable_ops":
+                assert module.startswith("durable_ops.hoststore"), (path.name, module)
             else:
                 assert root in sys.stdlib_module_names or root == "__future__", (path.name, module)

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from services.hoststore.errors import InvalidArgument, InvalidTransition
-from services.hoststore.transitions import (
+from durable_ops.hoststore.errors import InvalidArgument, InvalidTransition
+from durable_ops.hoststore.transitions import (
     MAX_REVISION,
     TERMINAL,
     UNRESOLVED,

@@ -1,0 +1,103 @@
+"""The admission use case: one transaction that decides and reserves.
+
+Under the admission lock it re-reads the live global switch, the plan and
+the user's AI setting, checks the subject is the owner's, returns an
+idempotent or still-active operation for the same work, counts capacity and
+only then inserts. The operation stores the subject's id, never its text.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from durable_ops.model import admission, bounds
+from durable_ops.model.errors import Conflict, InvalidArgument
+from durable_ops.model.tasks import AI_TASKS, TaskSpec, ai_task
+from durable_ops.storage import capacity, operations, workspace
+from durable_ops.storage.schema import UserOperation
+from durable_ops.storage.tx import Tx
+
+
+@dataclass(frozen=True)
+class AdmitRequest:
+    task_type: str
+    subject_id: str
+    context_ref: str = ""
+    idempotency_key: str = ""
+
+
+def _check_subjects(session: Session, spec: TaskSpec, request: AdmitRequest) -> None:
+    """Both references must be the caller's own rows (another owner's → NOT_FOUND)."""
+    if spec.subject_type == "job":
+        workspace.get_job(session, request.subject_id)
+        if request.context_ref:
+            workspace.get_attachment(session, request.context_ref)
+    else:
+        workspace.get_attachment(session, request.subject_id)
+        if request.context_ref:
+            workspace.get_job(session, request.context_ref)
+
+
+def admit(
+    session: Session,
+    request: AdmitRequest,
+    limits: admission.Limits,
+    now: datetime,
+) -> tuple[UserOperation, bool]:
+    spec = ai_task(request.task_type)
+    if not request.subject_id:
+        raise InvalidArgument("subject_id", "is required")
+    if request.idempotency_key:
+        bounds.idempotency_key(request.idempotency_key)
+    control = capacity.lock_control(session)
+    settings = workspace.ai_settings(session)
+    admission.require_entitled(
+        global_enabled=control.ai_enabled, plan=settings.plan, ai_enabled=settings.ai_enabled
+    )
+    _check_subjects(session, spec, request)
+    create = operations.CreateRequest(
+        task_type=spec.task_type,
+        # Without a key, repeated clicks are still one operation: the active one is reused.
+        idempotency_key=request.idempotency_key or f"admission-{uuid.uuid4().hex}",
+        subject_type=spec.subject_type,
+        subject_id=request.subject_id,
+        context_ref=request.context_ref,
+        priority=spec.priority,
+        max_attempts=spec.max_attempts,
+        retry_delay_seconds=spec.retry_delay_seconds,
+        privacy=settings.privacy,
+        deadline_at=now + spec.time_budget,
+        time_budget_seconds=int(spec.time_budget.total_seconds()),
+    )
+    if request.idempotency_key:
+        existing = operations.find_by_key(Tx.of(session), spec.task_type, request.idempotency_key)
+        if existing is not None:
+            if (existing.subject_id, existing.context_ref or "") != (
+                request.subject_id,
+                request.context_ref,
+            ):
+                raise Conflict("this idempotency key was used for another subject")
+            return existing, True
+    active = operations.active_for_subject(
+        Tx.of(session), spec.task_type, spec.subject_type, request.subject_id
+    )
+    if active is not None:
+        return active, True
+    admission.require_capacity(
+        owner_active=capacity.active_for_owner(session, AI_TASKS),
+        everyone_active=capacity.active_for_everyone(session, AI_TASKS),
+        limits=limits,
+    )
+    op, _created = operations.create(Tx.of(session), create, now)
+    return op, False
+
+
+def lookup(session: Session, task_type: str, subject_id: str) -> UserOperation | None:
+    spec = ai_task(task_type)
+    return operations.latest_for_subject(
+        Tx.of(session), spec.task_type, spec.subject_type, subject_id
+    )

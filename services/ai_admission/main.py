@@ -1,0 +1,28 @@
+"""``opsctl serve ai-admission``: the AI Admission gRPC server."""
+
+from __future__ import annotations
+
+from durable_ops.ai_admission.service import SERVICE_NAME, AiAdmissionService
+from durable_ops.api.ai_admission.v1 import ai_admission_pb2_grpc as pb_grpc
+from durable_ops.clock import Clock, utc_now
+from durable_ops.model.admission import Limits
+from durable_ops.rpc.server import serve_servicer
+from durable_ops.settings import Settings
+from durable_ops.storage.migrate import open_migrated
+
+
+async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
+    db = open_migrated(settings.database_url)
+    limits = Limits(per_user=settings.ai_user_limit, global_=settings.ai_global_limit)
+
+    async def close() -> None:
+        db.dispose()
+
+    await serve_servicer(
+        settings.ai_admission_bind,
+        pb_grpc.add_AiAdmissionServiceServicer_to_server,
+        AiAdmissionService(db, clock, limits),
+        SERVICE_NAME,
+        secret=settings.service_secret,
+        on_stop=close,
+    )

@@ -1,0 +1,65 @@
+"""The AI Admission gRPC servicer: the producer boundary of AI operations."""
+
+from __future__ import annotations
+
+import grpc
+import structlog
+
+from durable_ops.ai_admission.admit import AdmitRequest, admit, lookup
+from durable_ops.api.ai_admission.v1 import ai_admission_pb2 as pb
+from durable_ops.api.ai_admission.v1 import ai_admission_pb2_grpc as pb_grpc
+from durable_ops.clock import Clock
+from durable_ops.model.admission import Limits
+from durable_ops.model.scope import require_owner
+from durable_ops.rpc.errors import translate_errors
+from durable_ops.rpc.scope import caller_scope
+from durable_ops.storage.db import Database
+from durable_ops.wire.operations import operation, status_url
+
+log = structlog.get_logger(__name__)
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AiAdmissionService"].full_name
+
+
+class AiAdmissionService(pb_grpc.AiAdmissionServiceServicer):
+    def __init__(self, db: Database, clock: Clock, limits: Limits) -> None:
+        self._db = db
+        self._clock = clock
+        self._limits = limits
+
+    @translate_errors
+    async def Admit(
+        self, request: pb.AdmitRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AdmitResponse:
+        owner = require_owner(caller_scope(context)).owner_id
+        admit_request = AdmitRequest(
+            task_type=request.task_type,
+            subject_id=request.subject_id,
+            context_ref=request.context_ref,
+            idempotency_key=request.idempotency_key,
+        )
+        now = self._clock()
+        row, reused = await self._db.run_async(
+            lambda s: admit(s, admit_request, self._limits, now), owner_id=owner
+        )
+        log.info(
+            "ai_admitted",
+            operation_id=row.id,
+            owner=owner,
+            task_type=row.task_type,
+            reused=reused,
+        )
+        return pb.AdmitResponse(
+            operation=operation(row), reused=reused, status_url=status_url(row.id)
+        )
+
+    @translate_errors
+    async def Lookup(
+        self, request: pb.LookupRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LookupResponse:
+        owner = require_owner(caller_scope(context)).owner_id
+        row = await self._db.run_async(
+            lambda s: lookup(s, request.task_type, request.subject_id),
+            owner_id=owner,
+            write=False,
+        )
+        return pb.LookupResponse(operation=operation(row)) if row else pb.LookupResponse()

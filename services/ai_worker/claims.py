@@ -1,0 +1,61 @@
+"""A claimed operation as the worker holds it, converted once from the claim reply."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.model.routing import Route
+from durable_ops.model.states import Privacy
+
+ROUTE_TO_PB: dict[Route, pb.Route] = {
+    Route.LOCAL: pb.ROUTE_LOCAL,
+    Route.EXTERNAL: pb.ROUTE_EXTERNAL,
+}
+
+
+def privacy_from_pb(value: pb.Privacy) -> Privacy:
+    # Unspecified is treated as the stricter choice (the proto says so).
+    if value == pb.PRIVACY_EXTERNAL_ALLOWED:
+        return Privacy.EXTERNAL_ALLOWED
+    return Privacy.LOCAL_ONLY
+
+
+@dataclass(frozen=True)
+class ClaimedOperation:
+    operation_id: str
+    owner_id: str
+    lease_token: str = field(repr=False)  # a bearer secret: never logged
+    task_type: str
+    subject_type: str
+    subject_id: str
+    context_ref: str
+    privacy: Privacy  # the snapshot taken at admission
+    attempt: int
+    route: Route  # which claim took it: local, or external (from the fallback state)
+
+    @classmethod
+    def from_pb(cls, claimed: pb.ClaimedOperation, route: Route) -> ClaimedOperation:
+        operation = claimed.operation
+        return cls(
+            operation_id=operation.id,
+            owner_id=claimed.owner_id,
+            lease_token=claimed.lease_token,
+            task_type=operation.task_type,
+            subject_type=operation.subject.type,
+            subject_id=operation.subject.id,
+            context_ref=claimed.context_ref,
+            privacy=privacy_from_pb(claimed.privacy),
+            attempt=operation.attempt,
+            route=route,
+        )
+
+    def log_fields(self) -> dict[str, object]:
+        """What a log event may say about this operation (ids only, never content)."""
+        return {
+            "operation_id": self.operation_id,
+            "owner": self.owner_id,
+            "task_type": self.task_type,
+            "attempt": self.attempt,
+            "route": self.route.value,
+        }

@@ -1,0 +1,211 @@
+"""The worker's gRPC calls to Operations and Workspace, spelled once.
+
+Every call carries the worker credential: without ``x-owner-id`` for the claim
+(the neutral scope), with the claimed operation's owner for everything else.
+A failed call becomes the typed ``DomainError`` it stands for
+(``durable_ops.rpc.errors.domain_error_from_rpc``), so the rest of the worker
+never sees a gRPC status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import grpc
+
+from durable_ops.ai_worker.claims import ROUTE_TO_PB, ClaimedOperation
+from durable_ops.ai_worker.handlers import WorkspaceReader
+from durable_ops.ai_worker.inference.result import Provenance
+from durable_ops.ai_worker.prompts import CvText, JobText
+from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
+from durable_ops.api.workspace.v1 import workspace_pb2 as wpb
+from durable_ops.api.workspace.v1 import workspace_pb2_grpc as wpb_grpc
+from durable_ops.model.errors import InvalidArgument
+from durable_ops.model.routing import Route
+from durable_ops.model.states import Plan, Privacy
+from durable_ops.rpc.client import ServiceCaller
+from durable_ops.rpc.errors import domain_error_from_rpc
+
+# Unary calls are short database transactions; a stuck one must not hold a lease hostage.
+CALL_TIMEOUT_SECONDS = 10.0
+FAILURE_MESSAGE_MAX = 512
+
+T = TypeVar("T")
+
+
+async def _call(method: Callable[..., Awaitable[T]], request: Any, metadata: Any) -> T:
+    try:
+        return await method(request, metadata=metadata, timeout=CALL_TIMEOUT_SECONDS)
+    except grpc.aio.AioRpcError as exc:
+        raise domain_error_from_rpc(exc) from exc
+
+
+def state_name(state: pb.OperationState) -> str:
+    """``OPERATION_STATE_WAITING_FOR_RETRY`` -> ``waiting_for_retry``, for logs."""
+    return pb.OperationState.Name(state).removeprefix("OPERATION_STATE_").lower()
+
+
+def provenance_to_pb(provenance: Provenance | None) -> pb.Provenance:
+    if provenance is None:
+        return pb.Provenance()
+    return pb.Provenance(
+        provider=provenance.provider, model=provenance.model, route=provenance.route
+    )
+
+
+class OperationsClient:
+    def __init__(self, channel: grpc.aio.Channel, caller: ServiceCaller) -> None:
+        self._stub = pb_grpc.OperationsServiceStub(channel)
+        self._caller = caller
+
+    async def claim(
+        self, task_types: list[str], lease_seconds: int, route: Route
+    ) -> ClaimedOperation | None:
+        request = pb.ClaimOperationRequest(
+            task_types=task_types, lease_seconds=lease_seconds, route=ROUTE_TO_PB[route]
+        )
+        reply = await _call(self._stub.ClaimOperation, request, self._caller.metadata())
+        if not reply.HasField("claimed"):
+            return None
+        return ClaimedOperation.from_pb(reply.claimed, route)
+
+    def heartbeat_stream(self, owner_id: str) -> Any:
+        """An open ``Heartbeat`` stream call; ``durable_ops.ai_worker.lease`` drives it."""
+        return self._stub.Heartbeat(metadata=self._caller.metadata(owner_id))
+
+    async def complete(self, op: ClaimedOperation, provenance: Provenance, result_ref: str) -> str:
+        request = pb.CompleteOperationRequest(
+            operation_id=op.operation_id,
+            lease_token=op.lease_token,
+            provenance=provenance_to_pb(provenance),
+            result_ref=result_ref,
+        )
+        reply = await _call(
+            self._stub.CompleteOperation, request, self._caller.metadata(op.owner_id)
+        )
+        return state_name(reply.state)
+
+    async def fail(
+        self,
+        op: ClaimedOperation,
+        *,
+        retryable: bool,
+        code: str,
+        message: str,
+        provenance: Provenance | None,
+    ) -> str:
+        request = pb.FailOperationRequest(
+            operation_id=op.operation_id,
+            lease_token=op.lease_token,
+            retryable=retryable,
+            failure_code=code,
+            failure_message=message[:FAILURE_MESSAGE_MAX],
+            provenance=provenance_to_pb(provenance),
+        )
+        reply = await _call(self._stub.FailOperation, request, self._caller.metadata(op.owner_id))
+        return state_name(reply.state)
+
+    async def request_external_fallback(
+        self, op: ClaimedOperation, provenance: Provenance | None
+    ) -> str:
+        request = pb.RequestExternalFallbackRequest(
+            operation_id=op.operation_id,
+            lease_token=op.lease_token,
+            provenance=provenance_to_pb(provenance),
+        )
+        reply = await _call(
+            self._stub.RequestExternalFallback, request, self._caller.metadata(op.owner_id)
+        )
+        return state_name(reply.state)
+
+    async def acknowledge_cancellation(self, op: ClaimedOperation) -> str:
+        request = pb.AcknowledgeCancellationRequest(
+            operation_id=op.operation_id, lease_token=op.lease_token
+        )
+        reply = await _call(
+            self._stub.AcknowledgeCancellation, request, self._caller.metadata(op.owner_id)
+        )
+        return state_name(reply.state)
+
+    async def get(self, owner_id: str, operation_id: str) -> pb.Operation:
+        """The owner's view of an operation (reconciling the host journal needs only that)."""
+        request = pb.GetOperationRequest(operation_id=operation_id)
+        reply: pb.Operation = await _call(
+            self._stub.GetOperation, request, self._caller.metadata(owner_id)
+        )
+        return reply
+
+
+@dataclass(frozen=True)
+class AiSettings:
+    ai_enabled: bool
+    privacy: Privacy
+    plan: Plan
+
+
+def _parse_settings(reply: wpb.AiSettings) -> AiSettings:
+    try:
+        return AiSettings(reply.ai_enabled, Privacy(reply.privacy), Plan(reply.plan))
+    except ValueError:
+        raise InvalidArgument("ai_settings", "the workspace answered unknown values") from None
+
+
+class WorkspaceCalls(Protocol):
+    """What the executor needs of Workspace (tests stand in for it)."""
+
+    async def ai_settings(self, owner_id: str) -> AiSettings: ...
+
+    def reader(self, owner_id: str) -> WorkspaceReader: ...
+
+    async def publish_note(self, op: ClaimedOperation, body_json: str) -> tuple[str, bool]: ...
+
+
+class WorkspaceClient:
+    def __init__(self, channel: grpc.aio.Channel, caller: ServiceCaller) -> None:
+        self._stub = wpb_grpc.WorkspaceServiceStub(channel)
+        self._caller = caller
+
+    async def ai_settings(self, owner_id: str) -> AiSettings:
+        reply = await _call(
+            self._stub.GetAiSettings, wpb.GetAiSettingsRequest(), self._caller.metadata(owner_id)
+        )
+        return _parse_settings(reply)
+
+    def reader(self, owner_id: str) -> OwnerWorkspace:
+        return OwnerWorkspace(self._stub, self._caller, owner_id)
+
+    async def publish_note(self, op: ClaimedOperation, body_json: str) -> tuple[str, bool]:
+        """Publish the operation's note; (note id, newly published). Idempotent per operation."""
+        request = wpb.PublishNoteRequest(
+            kind=op.task_type,
+            subject_type=op.subject_type,
+            subject_id=op.subject_id,
+            operation_id=op.operation_id,
+            body_json=body_json,
+        )
+        reply = await _call(self._stub.PublishNote, request, self._caller.metadata(op.owner_id))
+        return reply.note.id, reply.published
+
+
+class OwnerWorkspace:
+    """The ``WorkspaceReader`` of one owner: reads filtered by that owner, by the service."""
+
+    def __init__(self, stub: Any, caller: ServiceCaller, owner_id: str) -> None:
+        self._stub = stub
+        self._caller = caller
+        self._owner_id = owner_id
+
+    async def job(self, job_id: str) -> JobText:
+        request = wpb.GetJobRequest(job_id=job_id)
+        job = await _call(self._stub.GetJob, request, self._caller.metadata(self._owner_id))
+        return JobText(title=job.title, company=job.company, description=job.description)
+
+    async def cv(self, attachment_id: str) -> CvText:
+        request = wpb.GetAttachmentRequest(attachment_id=attachment_id)
+        attachment = await _call(
+            self._stub.GetAttachment, request, self._caller.metadata(self._owner_id)
+        )
+        return CvText(text=attachment.text)

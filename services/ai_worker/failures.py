@@ -1,0 +1,79 @@
+"""How an attempt that did not succeed is reported: a pure decision per error.
+
+    error                                           action     failure code
+    LocalRouteUnavailable, fallback permitted       fallback   (none: a state, not a failure)
+    LocalRouteUnavailable, no fallback              retry      its reason (circuit_open, model_…)
+    other InferenceError (timeout, connection,      retry      the error's code
+      5xx, 429, invalid output, not permitted)
+    ModelRequestRejected (other 4xx)                fail       model_request_rejected
+    TimeoutError (the attempt's own timeout)        retry      task_timeout
+    PermissionDenied (entitlement revoked)          fail       its code (not_entitled, ai_disabled)
+    NotFound (the subject or context was deleted)   fail       subject_not_found
+    InvalidArgument (input the task cannot use)     fail       invalid_input
+    other DomainError (a service unavailable)       retry      dependency_unavailable
+    anything else                                   retry      worker_error
+
+Retries are bounded by the operation's attempts, so an unexpected error is
+retried rather than failed for good. Messages are our own wording, never a
+model answer or user text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from durable_ops.ai_worker.inference.errors import InferenceError, LocalRouteUnavailable
+from durable_ops.ai_worker.inference.result import Provenance
+from durable_ops.model.errors import DomainError, InvalidArgument, NotFound, PermissionDenied
+
+SHUTDOWN_CODE = "worker_shutdown"
+
+
+class Action(StrEnum):
+    RETRY = "retry"  # fail retryable: waiting_for_retry while attempts remain
+    FAIL = "fail"  # fail permanent
+    FALLBACK = "fallback"  # request the external fallback
+
+
+@dataclass(frozen=True)
+class Outcome:
+    action: Action
+    code: str
+    message: str
+    provenance: Provenance | None = None
+
+    @property
+    def retryable(self) -> bool:
+        return self.action is not Action.FAIL
+
+    def with_provenance(self, provenance: Provenance) -> Outcome:
+        """Name the model that answered when the error itself names none."""
+        return replace(self, provenance=self.provenance or provenance)
+
+
+def classify(error: BaseException) -> Outcome:
+    if isinstance(error, LocalRouteUnavailable):
+        action = Action.FALLBACK if error.fallback_permitted else Action.RETRY
+        return Outcome(action, error.reason, error.message, error.provenance)
+    if isinstance(error, InferenceError):
+        action = Action.RETRY if error.retryable else Action.FAIL
+        return Outcome(action, error.code, error.message, error.provenance)
+    if isinstance(error, TimeoutError):
+        return Outcome(Action.RETRY, "task_timeout", "the attempt ran out of time")
+    if isinstance(error, PermissionDenied):
+        return Outcome(Action.FAIL, error.code, error.message)
+    if isinstance(error, NotFound):
+        return Outcome(Action.FAIL, "subject_not_found", "an input of the task no longer exists")
+    if isinstance(error, InvalidArgument):
+        return Outcome(Action.FAIL, "invalid_input", error.message)
+    if isinstance(error, DomainError):
+        return Outcome(
+            Action.RETRY, "dependency_unavailable", f"a service call failed: {error.code}"
+        )
+    return Outcome(Action.RETRY, "worker_error", f"unexpected {type(error).__name__}")
+
+
+def shutdown() -> Outcome:
+    """The worker is stopping mid-inference: give the operation back to be retried."""
+    return Outcome(Action.RETRY, SHUTDOWN_CODE, "the worker stopped before the answer came")

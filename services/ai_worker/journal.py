@@ -1,0 +1,151 @@
+"""The host-local journal of attempts: which inference this host started and how it ended.
+
+The AI worker holds the host operation store (``durable_ops.hoststore``, seed
+002, SPEC §7) so that one host runs one local-model worker, and journals
+every attempt in it before the model sees any input::
+
+    start   begin(record id, plan hash) -> queued, then advance -> running
+    finish  running -> succeeded | failed_recovered
+
+A record left ``queued`` or ``running`` means a worker on this host died
+mid-attempt. On start the worker reconciles those with the Operations
+service before it claims anything (``reconcile``).
+
+Record id = ``{operation_id}/{attempt}/{route}/{owner_id}``. The owner is in
+the id because reconciling needs ``GetOperation``, which runs in the owner's
+scope; the route, because a fallback claim continues the same attempt on the
+external route and needs a record of its own. None of these parts can hold a
+``/`` (operation ids are hex, owner ids are ``[A-Za-z0-9._@:-]``). The plan
+hash is the SHA-256 of the record id: one attempt has one plan, so a repeated
+``begin`` replays the original record instead of conflicting.
+
+``NullJournal`` stands in when ``OPS_HOST_STORE_DIR`` is empty.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Protocol
+
+from durable_ops.hoststore import HostLocked, HostStoreError, Record, State, acquire
+from durable_ops.hoststore import Session as HostSession
+from durable_ops.model.routing import Route
+
+
+class JournalError(Exception):
+    """The journal cannot record an attempt; the worker must stop rather than run blind."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class JournalLocked(JournalError):
+    """Another worker holds this host's store."""
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    operation_id: str
+    attempt: int
+    owner_id: str
+    route: Route
+
+    @property
+    def record_id(self) -> str:
+        return f"{self.operation_id}/{self.attempt}/{self.route.value}/{self.owner_id}"
+
+    @property
+    def plan_hash(self) -> str:
+        return hashlib.sha256(self.record_id.encode()).hexdigest()
+
+    @classmethod
+    def parse(cls, record_id: str) -> JournalEntry:
+        parts = record_id.split("/")
+        if len(parts) != 4 or not parts[1].isdigit() or parts[2] not in set(Route):
+            raise JournalError(f"host store record {record_id!r} was not written by an AI worker")
+        operation_id, attempt, route, owner_id = parts
+        return cls(operation_id, int(attempt), owner_id, Route(route))
+
+
+class AttemptJournal(Protocol):
+    def start(self, entry: JournalEntry) -> None: ...
+
+    def finish(self, entry: JournalEntry, succeeded: bool) -> None: ...
+
+    def unresolved(self) -> list[JournalEntry]: ...
+
+    def close(self) -> None: ...
+
+
+class NullJournal:
+    """No host store configured: nothing is journaled, nothing needs reconciling."""
+
+    def start(self, entry: JournalEntry) -> None:
+        return None
+
+    def finish(self, entry: JournalEntry, succeeded: bool) -> None:
+        return None
+
+    def unresolved(self) -> list[JournalEntry]:
+        return []
+
+    def close(self) -> None:
+        return None
+
+
+class HostStoreJournal:
+    """The journal in the host operation store; holds its lock until ``close``."""
+
+    def __init__(self, session: HostSession) -> None:
+        self._session = session
+
+    @classmethod
+    def acquire(cls, directory: str, host_id: str) -> HostStoreJournal:
+        try:
+            return cls(acquire(directory, host_id))
+        except HostLocked as exc:
+            raise JournalLocked(
+                f"another AI worker holds the host store at {directory}: "
+                "one host runs one local-model worker"
+            ) from exc
+        except HostStoreError as exc:
+            raise JournalError(f"cannot open the host store at {directory}: {exc.message}") from exc
+
+    def start(self, entry: JournalEntry) -> None:
+        try:
+            record, _created = self._session.begin(entry.record_id, entry.plan_hash)
+            if record.state is State.QUEUED:
+                self._session.advance(record.id, record.revision, State.RUNNING)
+        except HostStoreError as exc:
+            raise JournalError(f"cannot journal the attempt: {exc.message}") from exc
+
+    def finish(self, entry: JournalEntry, succeeded: bool) -> None:
+        target = State.SUCCEEDED if succeeded else State.FAILED_RECOVERED
+        try:
+            record = self._session.get(entry.record_id)
+            if record.state is State.QUEUED:
+                # Begun but never marked running: the claim was taken, so it ran (or may have).
+                record = self._session.advance(record.id, record.revision, State.RUNNING)
+            if not record.state.is_terminal:
+                self._session.advance(record.id, record.revision, target)
+        except HostStoreError as exc:
+            raise JournalError(f"cannot journal the outcome: {exc.message}") from exc
+
+    def unresolved(self) -> list[JournalEntry]:
+        try:
+            record: Record | None = self._session.unresolved()
+        except HostStoreError as exc:
+            raise JournalError(f"cannot read the host store: {exc.message}") from exc
+        return [] if record is None else [JournalEntry.parse(record.id)]
+
+    def close(self) -> None:
+        self._session.close()
+
+
+def open_journal(directory: str, host_id: str) -> AttemptJournal:
+    """The host store journal when a directory is configured, else ``NullJournal``."""
+    if not directory:
+        return NullJournal()
+    return HostStoreJournal.acquire(directory, host_id)

@@ -1,0 +1,150 @@
+"""``opsctl serve ai-worker``: the AI worker process.
+
+Idle (and saying why, once) unless ``OPS_WORKERS_AI_OPERATIONS_ENABLED`` is
+true; either way it stops on SIGTERM or SIGINT. Working, it opens the host
+journal, settles what a previous worker on this host left unfinished, and
+then runs the claim loop until it is told to stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+
+import prometheus_client
+import structlog
+
+from durable_ops.ai_worker.clients import OperationsClient, WorkspaceClient
+from durable_ops.ai_worker.execution import Executor
+from durable_ops.ai_worker.handlers import HANDLERS
+from durable_ops.ai_worker.inference.router import Router
+from durable_ops.ai_worker.journal import HostStoreJournal, JournalError, open_journal
+from durable_ops.ai_worker.loop import WorkerLoop
+from durable_ops.ai_worker.reconcile import reconcile
+from durable_ops.model import bounds
+from durable_ops.model.routing import Route
+from durable_ops.model.scope import Role
+from durable_ops.model.tasks import AI_TASKS
+from durable_ops.rpc.client import ServiceCaller, open_channel
+from durable_ops.settings import Settings, SettingsError
+
+CONCURRENCY_RANGE = (1, 64)
+
+_log = structlog.get_logger(__name__)
+
+
+def registered_task_types() -> list[str]:
+    """Task types in the registry that have a handler, highest priority first."""
+    specs = sorted(AI_TASKS.values(), key=lambda spec: -spec.priority)
+    return [spec.task_type for spec in specs if spec.task_type in HANDLERS]
+
+
+def check_settings(settings: Settings) -> None:
+    """Refuse settings the worker cannot honour, before anything is claimed."""
+    bounds.int_range(
+        "OPS_WORKER_LEASE_SECONDS", settings.worker_lease_seconds, bounds.LEASE_SECONDS_RANGE
+    )
+    bounds.int_range("OPS_WORKER_CONCURRENCY", settings.worker_concurrency, CONCURRENCY_RANGE)
+    if settings.worker_task_timeout_seconds <= 0 or settings.worker_poll_seconds <= 0:
+        raise SettingsError(
+            "OPS_WORKER_TASK_TIMEOUT_SECONDS and OPS_WORKER_POLL_SECONDS must be > 0"
+        )
+    if settings.host_store_dir and settings.worker_concurrency != 1:
+        # The host store admits one unfinished operation at a time: one inference per host.
+        raise SettingsError("OPS_HOST_STORE_DIR needs OPS_WORKER_CONCURRENCY=1")
+
+
+def serve_metrics(bind: str) -> None:
+    """The worker's Prometheus metrics (the local circuit state among them) on ``bind``."""
+    host, _, port = bind.rpartition(":")
+    if not host or not port.isdigit():
+        raise SettingsError(f"OPS_WORKER_METRICS_BIND must be host:port, not {bind!r}")
+    prometheus_client.start_http_server(int(port), addr=host.strip("[]"))
+    _log.info("ai_worker_metrics", bind=bind)
+
+
+def _install_signal_handlers(stopping: asyncio.Event) -> list[signal.Signals]:
+    loop = asyncio.get_running_loop()
+    installed = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        # Impossible off the main thread: then the caller stops us by cancelling.
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, stopping.set)
+            installed.append(signum)
+    return installed
+
+
+async def run(settings: Settings, *, stopping: asyncio.Event | None = None) -> None:
+    stopping = stopping or asyncio.Event()
+    installed = _install_signal_handlers(stopping)
+    try:
+        if not settings.workers_ai_operations_enabled:
+            _log.info(
+                "ai_worker_idle",
+                reason="OPS_WORKERS_AI_OPERATIONS_ENABLED is not true: claiming nothing",
+            )
+            await stopping.wait()
+        else:
+            check_settings(settings)
+            await _work(settings, stopping)
+    finally:
+        for signum in installed:
+            asyncio.get_running_loop().remove_signal_handler(signum)
+        _log.info("ai_worker_stopped")
+
+
+async def _work(settings: Settings, stopping: asyncio.Event) -> None:
+    try:
+        router = Router.from_settings(settings)
+    except ValueError as error:  # a model URL that is not http(s)
+        raise SettingsError(f"OPS_AI_LOCAL_URL / OPS_AI_EXTERNAL_URL: {error}") from error
+    host_id = settings.host_id or socket.gethostname()
+    try:
+        journal = open_journal(settings.host_store_dir, host_id)
+    except JournalError as error:
+        await router.aclose()
+        raise SystemExit(f"opsctl serve ai-worker: {error.message}") from error
+    if settings.worker_metrics_bind:
+        serve_metrics(settings.worker_metrics_bind)
+    caller = ServiceCaller.from_settings(settings, Role.WORKER)
+    operations_channel = open_channel(settings.operations_target)
+    workspace_channel = open_channel(settings.workspace_target)
+    operations = OperationsClient(operations_channel, caller)
+    routes = [Route.LOCAL] if router.external is None else [Route.LOCAL, Route.EXTERNAL]
+    executor = Executor(
+        operations,
+        WorkspaceClient(workspace_channel, caller),
+        router,
+        journal,
+        lease_seconds=settings.worker_lease_seconds,
+        task_timeout_seconds=settings.worker_task_timeout_seconds,
+    )
+    loop = WorkerLoop(
+        operations,
+        executor,
+        task_types=registered_task_types(),
+        routes=routes,
+        concurrency=settings.worker_concurrency,
+        lease_seconds=settings.worker_lease_seconds,
+        poll_seconds=settings.worker_poll_seconds,
+    )
+    _log.info(
+        "ai_worker_started",
+        task_types=registered_task_types(),
+        routes=[route.value for route in routes],
+        concurrency=settings.worker_concurrency,
+        lease_seconds=settings.worker_lease_seconds,
+        host_journal=isinstance(journal, HostStoreJournal),
+    )
+    try:
+        await reconcile(journal, operations, stopping, settings.worker_poll_seconds)
+        await loop.run(stopping)
+    except JournalError as error:
+        raise SystemExit(f"opsctl serve ai-worker: {error.message}") from error
+    finally:
+        await router.aclose()
+        await operations_channel.close()
+        await workspace_channel.close()
+        journal.close()

@@ -1,0 +1,292 @@
+"""The development model: an OpenAI-compatible chat-completions server.
+
+``GET /v1/models`` lists the one model; ``POST /v1/chat/completions`` answers
+a structured request for one of the task schemas of ``durable_ops.ai_worker.prompts``
+(recognised by ``json_schema.name``, else by its properties) with the
+deterministic heuristic of ``heuristic``, shaped to the limits of the schema
+that was sent. Bad requests get 400 with an OpenAI-style error body.
+
+Fault drills: ``create_app(fail_mode=…, delay_seconds=…)`` stands up a model
+that misbehaves in one chosen way; ``app.state.config`` may be changed while it
+runs, e.g. to let a "broken" model recover.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from durable_ops.ai_worker.inference.errors import InvalidModelOutput
+from durable_ops.ai_worker.prompts import validate_against
+from durable_ops.dev_model.heuristic import (
+    Inputs,
+    Section,
+    cv_review,
+    parse_inputs,
+    strategy_snapshot,
+)
+
+DEFAULT_MODEL = "dev-heuristic"
+MAX_REQUEST_BYTES = 1 << 20
+SLOW_DEFAULT_SECONDS = 60.0
+
+FailMode = Literal["invalid_json", "schema_mismatch", "500", "429", "slow"]
+FAIL_MODES: tuple[str, ...] = get_args(FailMode)
+
+
+@dataclass
+class DevModelConfig:
+    model: str = DEFAULT_MODEL
+    fail_mode: FailMode | None = None
+    delay_seconds: float = 0.0  # before every completion; "slow" alone means 60 s
+
+
+@dataclass(frozen=True)
+class _Answerer:
+    answer: Callable[[Inputs], dict[str, Any]]
+    unsectioned: Section  # which input a prompt without sections is
+
+
+_ANSWERERS: dict[str, _Answerer] = {
+    "strategy_snapshot": _Answerer(strategy_snapshot, unsectioned="job"),
+    "cv_review": _Answerer(cv_review, unsectioned="cv"),
+}
+_SHAPES = {"fit_score": "strategy_snapshot", "overall_score": "cv_review"}
+
+
+class BadRequest(Exception):
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        status_code: int = 400,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.status_code = status_code
+        self.code = code
+
+
+def _error(
+    message: str,
+    status_code: int,
+    *,
+    error_type: str = "invalid_request_error",
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+    return JSONResponse(body, status_code=status_code, headers=headers)
+
+
+async def _read_body(request: Request) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_REQUEST_BYTES:
+            raise BadRequest("request body larger than 1 MiB", status_code=413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _is_text_part(part: object) -> bool:
+    return (
+        isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+    )
+
+
+def _text_of(message: object, index: int) -> tuple[str, str]:
+    param = f"messages[{index}]"
+    if not isinstance(message, dict):
+        raise BadRequest("each message must be an object", param=param)
+    role, content = message.get("role"), message.get("content")
+    if role not in {"system", "developer", "user", "assistant"}:
+        raise BadRequest("unknown message role", param=f"{param}.role")
+    if isinstance(content, list) and all(_is_text_part(part) for part in content):
+        content = "\n".join(part["text"] for part in content)
+    if not isinstance(content, str):
+        raise BadRequest("message content must be text", param=f"{param}.content")
+    return role, content
+
+
+def _schema_of(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    response_format = body.get("response_format")
+    if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
+        raise BadRequest(
+            "this model answers only response_format type json_schema",
+            param="response_format",
+        )
+    spec = response_format.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    if not isinstance(spec, dict) or not isinstance(schema, dict):
+        raise BadRequest(
+            "response_format.json_schema.schema must be an object",
+            param="response_format.json_schema",
+        )
+    name = spec.get("name")
+    if name in _ANSWERERS:
+        return str(name), schema
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        for key, task in _SHAPES.items():
+            if key in properties:
+                return task, schema
+    raise BadRequest(
+        "schema is neither strategy_snapshot nor cv_review", param="response_format.json_schema"
+    )
+
+
+def conform(value: Any, schema: dict[str, Any]) -> Any:
+    """``value`` cut to the limits of ``schema`` (items, lengths, ranges, properties)."""
+    kind = schema.get("type")
+    if kind == "object":
+        properties = schema.get("properties", {})
+        if not isinstance(value, dict) or not isinstance(properties, dict):
+            raise BadRequest("schema does not describe this task's answer")
+        unknown = [name for name in schema.get("required", []) if name not in value]
+        if unknown:
+            raise BadRequest(f"schema requires properties this model cannot give: {unknown}")
+        return {
+            name: conform(value[name], sub_schema)
+            for name, sub_schema in properties.items()
+            if name in value and isinstance(sub_schema, dict)
+        }
+    if kind == "array" and isinstance(value, list):
+        items = schema.get("items", {})
+        limit = schema.get("maxItems", len(value))
+        return [conform(item, items) for item in value[:limit]]
+    if kind == "string" and isinstance(value, str):
+        return value[: schema.get("maxLength", len(value))]
+    if kind == "integer" and isinstance(value, int):
+        return max(schema.get("minimum", value), min(schema.get("maximum", value), value))
+    raise BadRequest("schema does not describe this task's answer")
+
+
+def _completion(model: str, body: bytes, content: str, prompt_words: int) -> dict[str, Any]:
+    return {
+        # Derived from the request, so a repeated request is recognisably the same answer.
+        "id": "chatcmpl-" + hashlib.sha256(body).hexdigest()[:24],
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_words,
+            "completion_tokens": len(content.split()),
+            "total_tokens": prompt_words + len(content.split()),
+        },
+    }
+
+
+def _parse(raw: bytes, model: str) -> tuple[str, dict[str, Any], str, int]:
+    """(task schema name, schema, user text, prompt words) of a valid request."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise BadRequest("request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    if body.get("model") not in (None, model):
+        raise BadRequest(
+            f"model not found; this server serves {model!r}",
+            param="model",
+            status_code=404,
+            code="model_not_found",
+        )
+    if body.get("stream"):
+        raise BadRequest("streaming is not supported", param="stream")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages must be a non-empty array", param="messages")
+    texts = [_text_of(message, index) for index, message in enumerate(messages)]
+    user_texts = [content for role, content in texts if role == "user"]
+    if not user_texts:
+        raise BadRequest("no user message", param="messages")
+    task, schema = _schema_of(body)
+    prompt_words = sum(len(content.split()) for _, content in texts)
+    return task, schema, user_texts[-1], prompt_words
+
+
+def create_app(
+    *,
+    model: str = DEFAULT_MODEL,
+    fail_mode: FailMode | None = None,
+    delay_seconds: float = 0.0,
+) -> Starlette:
+    if fail_mode is not None and fail_mode not in FAIL_MODES:
+        raise ValueError(f"fail_mode must be one of {FAIL_MODES}")
+    if delay_seconds < 0:
+        raise ValueError("delay_seconds must not be negative")
+    config = DevModelConfig(model=model, fail_mode=fail_mode, delay_seconds=delay_seconds)
+
+    async def models(request: Request) -> JSONResponse:
+        entry = {"id": config.model, "object": "model", "created": 0, "owned_by": "durable-ops"}
+        return JSONResponse({"object": "list", "data": [entry]})
+
+    async def chat_completions(request: Request) -> JSONResponse:
+        try:
+            raw = await _read_body(request)
+            task, schema, user_text, prompt_words = _parse(raw, config.model)
+            delay = config.delay_seconds
+            if config.fail_mode == "slow" and not delay:
+                delay = SLOW_DEFAULT_SECONDS
+            if delay:
+                await asyncio.sleep(delay)
+            if config.fail_mode == "500":
+                return _error("drill: the model failed", 500, error_type="server_error")
+            if config.fail_mode == "429":
+                return _error(
+                    "drill: the model is busy",
+                    429,
+                    error_type="rate_limit_error",
+                    headers={"Retry-After": "1"},
+                )
+            if config.fail_mode == "invalid_json":
+                content = "Sure! Here is the analysis you asked for"
+            elif config.fail_mode == "schema_mismatch":
+                content = json.dumps({"verdict": "fine"})
+            else:
+                answerer = _ANSWERERS[task]
+                inputs = parse_inputs(user_text, unsectioned=answerer.unsectioned)
+                answer = conform(answerer.answer(inputs), schema)
+                try:
+                    validate_against(schema, answer)
+                except (InvalidModelOutput, ValueError, KeyError, TypeError) as exc:
+                    raise BadRequest(
+                        "schema uses constraints this model cannot honour",
+                        param="response_format.json_schema",
+                    ) from exc
+                content = json.dumps(answer, ensure_ascii=False)
+        except BadRequest as exc:
+            return _error(exc.message, exc.status_code, param=exc.param, code=exc.code)
+        return JSONResponse(_completion(config.model, raw, content, prompt_words))
+
+    app = Starlette(
+        routes=[
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        ]
+    )
+    app.state.config = config
+    return app
