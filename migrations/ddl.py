@@ -1,4 +1,9 @@
-"""Helpers shared by revisions: dialect branching and idempotent index DDL.
+"""Mechanics shared by revisions: which dialect, and how a statement is issued.
+
+Nothing here knows a table: every revision carries its own DDL, written out
+for each dialect, so no later change to the model changes what an old revision
+does (ADR 0002). Revisions already applied depend on these helpers, so change
+what one does only by adding another.
 
 MariaDB DDL is not transactional, so every statement a revision issues there
 is idempotent (``IF NOT EXISTS`` / ``IF EXISTS``): a revision that died half
@@ -7,30 +12,27 @@ way is finished by running it again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from alembic import op
-from sqlalchemy import MetaData, TextClause, text
-
-from durable_ops.storage.schema import Base
+from alembic.operations import BatchOperations
+from sqlalchemy import TextClause, text
 
 
 def is_mariadb() -> bool:
     return op.get_bind().dialect.name in ("mysql", "mariadb")
 
 
-def create_sqlite_table_from_model(name: str) -> None:
-    """Native SQLite DDL generated from the model, without its secondary indexes."""
-    copy = MetaData(naming_convention=Base.metadata.naming_convention)
-    for model_table in Base.metadata.sorted_tables:  # foreign keys need their targets
-        model_table.to_metadata(copy)
-    table = copy.tables[name]
-    table.indexes.clear()
-    table.create(op.get_bind())
-
-
-def create_mariadb_table(ddl: str) -> None:
-    op.execute(text(ddl.replace("CREATE TABLE ", "CREATE TABLE IF NOT EXISTS ", 1)))
+def create_table(*, sqlite: str, mariadb: str) -> None:
+    """Issue the dialect's own ``CREATE TABLE``, exactly as the revision wrote it."""
+    if is_mariadb():
+        # A bare CREATE TABLE would make a half-applied revision fail for good.
+        if not mariadb.lstrip().startswith("CREATE TABLE IF NOT EXISTS "):
+            raise ValueError("MariaDB DDL must be idempotent: CREATE TABLE IF NOT EXISTS")
+        op.execute(text(mariadb))
+    else:
+        op.execute(text(sqlite))
 
 
 def create_index(
@@ -43,4 +45,29 @@ def drop_table(name: str) -> None:
     op.execute(text(f"DROP TABLE IF EXISTS {name}"))
 
 
-MARIADB_TABLE_OPTIONS = "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+@contextmanager
+def sqlite_batch_alter_table(table: str) -> Iterator[BatchOperations]:
+    """``op.batch_alter_table`` on SQLite, keeping the table's indexes as they were.
+
+    A batch that SQLite cannot do in place rebuilds the table from reflection,
+    and reflection loses an index's sort order: the claim index would come
+    back ``priority ASC`` and every claim would sort the queue. Each index the
+    rebuild changed is put back from the DDL the database itself held, so no
+    model is read. An index the batch drops stays dropped; change an index
+    outside the batch, or it is put back as it was.
+    """
+    if is_mariadb():
+        raise RuntimeError("MariaDB revisions issue their own idempotent ALTER TABLE")
+    bind = op.get_bind()
+    query = text(
+        "SELECT name, sql FROM sqlite_master "
+        "WHERE type = 'index' AND tbl_name = :table AND sql IS NOT NULL"
+    )
+    before = {str(name): str(sql) for name, sql in bind.execute(query, {"table": table})}
+    with op.batch_alter_table(table) as batch:
+        yield batch
+    after = {str(name): str(sql) for name, sql in bind.execute(query, {"table": table})}
+    for name, sql in before.items():
+        if name in after and after[name] != sql:
+            op.drop_index(name, table_name=table)
+            bind.exec_driver_sql(sql)  # verbatim: not parsed for bind parameters

@@ -1,5 +1,10 @@
 """Operations: the user_operations table.
 
+Frozen: the DDL below is this revision's, written out per dialect; it does not
+follow the model. The SQLite statement is, column for column, what the model
+generated when this revision was first applied (so ``owner_user_id``, from a
+mixin, comes last there).
+
 Revision ID: 0001_operations
 Revises:
 """
@@ -15,8 +20,49 @@ down_revision = None
 branch_labels = None
 depends_on = None
 
-MARIADB = f"""
+SQLITE = """
 CREATE TABLE user_operations (
+    id CHAR(32) NOT NULL,
+    task_type VARCHAR(64) NOT NULL,
+    idempotency_key VARCHAR(128) NOT NULL,
+    request_hash CHAR(64) NOT NULL,
+    subject_type VARCHAR(32) NOT NULL,
+    subject_id VARCHAR(64) NOT NULL,
+    context_ref VARCHAR(64),
+    state VARCHAR(32) NOT NULL,
+    priority INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    max_attempts INTEGER NOT NULL,
+    retry_delay_seconds INTEGER NOT NULL,
+    time_budget_seconds INTEGER,
+    privacy VARCHAR(16) NOT NULL,
+    progress_percent INTEGER NOT NULL,
+    cancel_requested BOOLEAN NOT NULL,
+    lease_token_hash CHAR(64),
+    lease_expires_at DATETIME,
+    next_attempt_at DATETIME,
+    deadline_at DATETIME,
+    created_at DATETIME NOT NULL,
+    updated_at DATETIME NOT NULL,
+    started_at DATETIME,
+    finished_at DATETIME,
+    failure_code VARCHAR(64),
+    failure_message VARCHAR(512),
+    provider VARCHAR(32),
+    model VARCHAR(128),
+    route VARCHAR(16),
+    result_ref VARCHAR(64),
+    owner_user_id VARCHAR(64) NOT NULL,
+    CONSTRAINT pk_user_operations PRIMARY KEY (id),
+    CONSTRAINT ck_user_operations_max_attempts CHECK (max_attempts BETWEEN 1 AND 10),
+    CONSTRAINT ck_user_operations_progress CHECK (progress_percent BETWEEN 0 AND 100),
+    CONSTRAINT uq_user_operations_owner_user_id_task_type_idempotency_key
+        UNIQUE (owner_user_id, task_type, idempotency_key)
+)
+"""
+
+MARIADB = """
+CREATE TABLE IF NOT EXISTS user_operations (
     id CHAR(32) NOT NULL,
     owner_user_id VARCHAR(64) NOT NULL,
     task_type VARCHAR(64) NOT NULL,
@@ -53,15 +99,12 @@ CREATE TABLE user_operations (
         UNIQUE (owner_user_id, task_type, idempotency_key),
     CONSTRAINT ck_user_operations_progress CHECK (progress_percent BETWEEN 0 AND 100),
     CONSTRAINT ck_user_operations_max_attempts CHECK (max_attempts BETWEEN 1 AND 10)
-) {ddl.MARIADB_TABLE_OPTIONS}
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
 """
 
 
 def upgrade() -> None:
-    if ddl.is_mariadb():
-        ddl.create_mariadb_table(MARIADB)
-    else:
-        ddl.create_sqlite_table_from_model("user_operations")
+    ddl.create_table(sqlite=SQLITE, mariadb=MARIADB)
     ddl.create_index(
         "ix_user_operations_claim",
         "user_operations",

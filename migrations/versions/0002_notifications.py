@@ -1,5 +1,8 @@
 """Notifications: user_notifications, one current row per operation.
 
+Frozen: the DDL below is this revision's, written out per dialect; it does not
+follow the model.
+
 Revision ID: 0002_notifications
 Revises: 0001_operations
 """
@@ -13,8 +16,27 @@ down_revision = "0001_operations"
 branch_labels = None
 depends_on = None
 
-MARIADB = f"""
+SQLITE = """
 CREATE TABLE user_notifications (
+    id CHAR(32) NOT NULL,
+    operation_id CHAR(32),
+    task_type VARCHAR(64) NOT NULL,
+    outcome VARCHAR(16) NOT NULL,
+    title VARCHAR(120) NOT NULL,
+    body VARCHAR(240) NOT NULL,
+    created_at DATETIME NOT NULL,
+    read_at DATETIME,
+    dismissed_at DATETIME,
+    owner_user_id VARCHAR(64) NOT NULL,
+    CONSTRAINT pk_user_notifications PRIMARY KEY (id),
+    CONSTRAINT uq_user_notifications_operation_id UNIQUE (operation_id),
+    CONSTRAINT fk_user_notifications_operation_id_user_operations
+        FOREIGN KEY(operation_id) REFERENCES user_operations (id) ON DELETE SET NULL
+)
+"""
+
+MARIADB = """
+CREATE TABLE IF NOT EXISTS user_notifications (
     id CHAR(32) NOT NULL,
     owner_user_id VARCHAR(64) NOT NULL,
     operation_id CHAR(32) NULL,
@@ -29,15 +51,12 @@ CREATE TABLE user_notifications (
     CONSTRAINT uq_user_notifications_operation_id UNIQUE (operation_id),
     CONSTRAINT fk_user_notifications_operation_id_user_operations
         FOREIGN KEY (operation_id) REFERENCES user_operations (id) ON DELETE SET NULL
-) {ddl.MARIADB_TABLE_OPTIONS}
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
 """
 
 
 def upgrade() -> None:
-    if ddl.is_mariadb():
-        ddl.create_mariadb_table(MARIADB)
-    else:
-        ddl.create_sqlite_table_from_model("user_notifications")
+    ddl.create_table(sqlite=SQLITE, mariadb=MARIADB)
     ddl.create_index(
         "ix_user_notifications_owner_listing",
         "user_notifications",

@@ -4,6 +4,9 @@ Job descriptions (≤ 20,000 characters) and CV text (≤ 200,000) exceed what
 MariaDB lets a row hold as VARCHAR in utf8mb4, so those two columns and the
 note body are MEDIUMTEXT/TEXT; every other column is bounded.
 
+Frozen: the DDL below is this revision's, written out per dialect; it does not
+follow the model.
+
 Revision ID: 0003_workspace_ai
 Revises: 0002_notifications
 """
@@ -20,10 +23,23 @@ down_revision = "0002_notifications"
 branch_labels = None
 depends_on = None
 
-OPTIONS = ddl.MARIADB_TABLE_OPTIONS
-MARIADB = [
-    f"""
+# (table, SQLite DDL, MariaDB DDL), in creation order.
+TABLES = [
+    (
+        "jobs",
+        """
 CREATE TABLE jobs (
+    id CHAR(32) NOT NULL,
+    title VARCHAR(200) NOT NULL,
+    company VARCHAR(200) NOT NULL,
+    description TEXT NOT NULL,
+    created_at DATETIME NOT NULL,
+    updated_at DATETIME NOT NULL,
+    owner_user_id VARCHAR(64) NOT NULL,
+    CONSTRAINT pk_jobs PRIMARY KEY (id)
+)""",
+        """
+CREATE TABLE IF NOT EXISTS jobs (
     id CHAR(32) NOT NULL,
     owner_user_id VARCHAR(64) NOT NULL,
     title VARCHAR(200) NOT NULL,
@@ -32,9 +48,22 @@ CREATE TABLE jobs (
     created_at DATETIME(6) NOT NULL,
     updated_at DATETIME(6) NOT NULL,
     CONSTRAINT pk_jobs PRIMARY KEY (id)
-) {OPTIONS}""",
-    f"""
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
+    ),
+    (
+        "attachments",
+        """
 CREATE TABLE attachments (
+    id CHAR(32) NOT NULL,
+    kind VARCHAR(16) NOT NULL,
+    filename VARCHAR(255) NOT NULL,
+    text TEXT NOT NULL,
+    created_at DATETIME NOT NULL,
+    owner_user_id VARCHAR(64) NOT NULL,
+    CONSTRAINT pk_attachments PRIMARY KEY (id)
+)""",
+        """
+CREATE TABLE IF NOT EXISTS attachments (
     id CHAR(32) NOT NULL,
     owner_user_id VARCHAR(64) NOT NULL,
     kind VARCHAR(16) NOT NULL,
@@ -42,9 +71,24 @@ CREATE TABLE attachments (
     text MEDIUMTEXT NOT NULL,
     created_at DATETIME(6) NOT NULL,
     CONSTRAINT pk_attachments PRIMARY KEY (id)
-) {OPTIONS}""",
-    f"""
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
+    ),
+    (
+        "user_ai_settings",
+        # Quoted as the model generated it: PLAN is an SQLite keyword (EXPLAIN QUERY PLAN).
+        """
 CREATE TABLE user_ai_settings (
+    id CHAR(32) NOT NULL,
+    ai_enabled BOOLEAN NOT NULL,
+    privacy VARCHAR(16) NOT NULL,
+    "plan" VARCHAR(8) NOT NULL,
+    updated_at DATETIME NOT NULL,
+    owner_user_id VARCHAR(64) NOT NULL,
+    CONSTRAINT pk_user_ai_settings PRIMARY KEY (id),
+    CONSTRAINT uq_user_ai_settings_owner_user_id UNIQUE (owner_user_id)
+)""",
+        """
+CREATE TABLE IF NOT EXISTS user_ai_settings (
     id CHAR(32) NOT NULL,
     owner_user_id VARCHAR(64) NOT NULL,
     ai_enabled TINYINT(1) NOT NULL,
@@ -53,9 +97,29 @@ CREATE TABLE user_ai_settings (
     updated_at DATETIME(6) NOT NULL,
     CONSTRAINT pk_user_ai_settings PRIMARY KEY (id),
     CONSTRAINT uq_user_ai_settings_owner_user_id UNIQUE (owner_user_id)
-) {OPTIONS}""",
-    f"""
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
+    ),
+    (
+        "ai_workspace_notes",
+        """
 CREATE TABLE ai_workspace_notes (
+    id CHAR(32) NOT NULL,
+    kind VARCHAR(64) NOT NULL,
+    subject_type VARCHAR(32) NOT NULL,
+    subject_id VARCHAR(64) NOT NULL,
+    operation_id CHAR(32),
+    body TEXT NOT NULL,
+    created_at DATETIME NOT NULL,
+    updated_at DATETIME NOT NULL,
+    owner_user_id VARCHAR(64) NOT NULL,
+    CONSTRAINT pk_ai_workspace_notes PRIMARY KEY (id),
+    CONSTRAINT fk_ai_workspace_notes_operation_id_user_operations
+        FOREIGN KEY(operation_id) REFERENCES user_operations (id) ON DELETE SET NULL,
+    CONSTRAINT uq_ai_workspace_notes_owner_user_id_kind_subject_type_subject_id
+        UNIQUE (owner_user_id, kind, subject_type, subject_id)
+)""",
+        """
+CREATE TABLE IF NOT EXISTS ai_workspace_notes (
     id CHAR(32) NOT NULL,
     owner_user_id VARCHAR(64) NOT NULL,
     kind VARCHAR(64) NOT NULL,
@@ -70,25 +134,31 @@ CREATE TABLE ai_workspace_notes (
         UNIQUE (owner_user_id, kind, subject_type, subject_id),
     CONSTRAINT fk_ai_workspace_notes_operation_id_user_operations
         FOREIGN KEY (operation_id) REFERENCES user_operations (id) ON DELETE SET NULL
-) {OPTIONS}""",
-    f"""
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
+    ),
+    (
+        "ai_admission_control",
+        """
 CREATE TABLE ai_admission_control (
+    id VARCHAR(16) NOT NULL,
+    ai_enabled BOOLEAN NOT NULL,
+    updated_at DATETIME NOT NULL,
+    CONSTRAINT pk_ai_admission_control PRIMARY KEY (id)
+)""",
+        """
+CREATE TABLE IF NOT EXISTS ai_admission_control (
     id VARCHAR(16) NOT NULL,
     ai_enabled TINYINT(1) NOT NULL,
     updated_at DATETIME(6) NOT NULL,
     CONSTRAINT pk_ai_admission_control PRIMARY KEY (id)
-) {OPTIONS}""",
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
+    ),
 ]
-TABLES = ["jobs", "attachments", "user_ai_settings", "ai_workspace_notes", "ai_admission_control"]
 
 
 def upgrade() -> None:
-    if ddl.is_mariadb():
-        for statement in MARIADB:
-            ddl.create_mariadb_table(statement)
-    else:
-        for table in TABLES:
-            ddl.create_sqlite_table_from_model(table)
+    for _table, sqlite, mariadb in TABLES:
+        ddl.create_table(sqlite=sqlite, mariadb=mariadb)
     for table in ("jobs", "attachments"):
         ddl.create_index(f"ix_{table}_owner_listing", table, ["owner_user_id", "created_at", "id"])
     # The global AI switch starts on; the per-user setting starts off.
@@ -102,5 +172,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    for table in reversed(TABLES):
+    for table, _sqlite, _mariadb in reversed(TABLES):
         ddl.drop_table(table)

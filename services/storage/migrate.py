@@ -29,9 +29,14 @@ class SchemaNotCurrent(RuntimeError):
     """The database is not at the schema this code was built for."""
 
 
-def alembic_config(url: str) -> Config:
+def alembic_config(url: str, *, script_location: Path = MIGRATIONS) -> Config:
+    """Built in code, so an installed wheel needs no alembic.ini.
+
+    ``script_location`` is another copy of the migrations folder only in tests
+    that add a revision to a temporary copy.
+    """
     config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("script_location", str(script_location))
     config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return config
 
@@ -51,13 +56,13 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(connection).get_current_revision()
 
 
-def upgrade(url: str, revision: str = "head") -> None:
+def upgrade(url: str, revision: str = "head", *, script_location: Path = MIGRATIONS) -> None:
     _prepare(url)
-    command.upgrade(alembic_config(url), revision)
+    command.upgrade(alembic_config(url, script_location=script_location), revision)
 
 
-def downgrade(url: str, revision: str) -> None:
-    command.downgrade(alembic_config(url), revision)
+def downgrade(url: str, revision: str, *, script_location: Path = MIGRATIONS) -> None:
+    command.downgrade(alembic_config(url, script_location=script_location), revision)
 
 
 def migrate_to(url: str, revision: str) -> None:
