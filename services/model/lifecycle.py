@@ -1,9 +1,16 @@
-"""The operation lifecycle of SPEC §3 as pure decisions.
+"""The operation lifecycle of SPEC §3 as pure decisions: every state change is decided here.
 
 ``decide(facts, event, now)`` answers, for one operation and one event, what the
 operation becomes, or raises why the event is refused. Storage reads the
 facts (or guards on them in SQL) and applies the decision with a guarded
 UPDATE; it never decides anything itself.
+
+The hot paths (create, claim, completion, requeueing a due retry) are pre-built
+statements that do not read the row into ``Facts`` first. Their rules are the
+constants ``CREATED``, ``CLAIMS``, ``COMPLETION`` and ``REQUEUE``: storage fills
+its statements from them (the states read and written, the attempt, the
+notification) and ``decide`` answers with the same constants, so each
+transition has one rule.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Final
 
 from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidTransition, LeaseLost
@@ -57,13 +65,6 @@ DUPLICATE_RESULTS: dict[Event, frozenset[OperationState]] = {
     Event.ACKNOWLEDGE_CANCEL: frozenset({S.CANCELLED}),
 }
 
-CLAIMABLE: dict[Event, frozenset[OperationState]] = {
-    Event.CLAIM: frozenset({S.QUEUED, S.WAITING_FOR_RETRY}),
-    Event.CLAIM_EXTERNAL: frozenset(
-        {S.QUEUED, S.WAITING_FOR_RETRY, S.WAITING_FOR_EXTERNAL_FALLBACK}
-    ),
-}
-
 
 @dataclass(frozen=True)
 class Facts:
@@ -95,6 +96,46 @@ class Decision:
     @property
     def terminal(self) -> bool:
         return self.state.is_terminal
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A state change a pre-built statement applies without reading the row's facts.
+
+    Its outcome needs only the state it leaves (the statement's guard, with in
+    SQL whatever else ``decide`` checks first) and the attempt it counts from.
+    Storage fills the statement from these fields and ``decide`` answers with
+    ``decision``, so the two cannot disagree.
+    """
+
+    source: OperationState
+    target: OperationState
+    starts_attempt: bool = False
+
+    @property
+    def notify(self) -> bool:
+        return self.target.is_terminal
+
+    def attempt_after(self, attempt: int) -> int:
+        return attempt + 1 if self.starts_attempt else attempt
+
+    def decision(self, facts: Facts) -> Decision:
+        # Like the statements: the cancel flag is left alone, no next attempt time is kept.
+        target, attempt = self.target, self.attempt_after(facts.attempt)
+        return Decision(target, attempt, facts.cancel_requested, None, self.notify)
+
+
+# Each claim reads one state, along the claim index (ADR 0001): the sweeper
+# requeues due retries, and only a worker holding the external route takes a fallback.
+CLAIMS: Final[dict[Event, Transition]] = {
+    Event.CLAIM: Transition(S.QUEUED, S.RUNNING, starts_attempt=True),
+    # A fallback claim continues the attempt the local route could not serve.
+    Event.CLAIM_EXTERNAL: Transition(S.WAITING_FOR_EXTERNAL_FALLBACK, S.RUNNING),
+}
+COMPLETION: Final = Transition(S.RUNNING, S.SUCCEEDED)
+REQUEUE: Final = Transition(S.WAITING_FOR_RETRY, S.QUEUED)  # a due retry, by the sweeper
+# A new operation; a manual retry starts over from the same values.
+CREATED: Final = Decision(S.QUEUED, 0, False, None)
 
 
 def backoff(attempt: int, retry_delay_seconds: int) -> timedelta:
@@ -151,14 +192,13 @@ def _after_lost_attempt(facts: Facts, now: datetime, failure_code: str | None) -
     return _terminal(facts, S.FAILED, failure_code)
 
 
-def _claim(facts: Facts, event: Event, now: datetime) -> Decision:
-    if facts.state not in CLAIMABLE[event] or not is_due(facts, now):
-        raise InvalidTransition(f"{facts.state} is not claimable now")
+def _claim(facts: Facts, claim: Transition, now: datetime) -> Decision:
+    if facts.state is not claim.source:
+        raise InvalidTransition(f"{facts.state} is not claimable by this route")
     if deadline_passed(facts, now):
-        return _fail_closed(facts)
-    # A fallback claim continues the attempt the local route could not serve.
-    attempt = facts.attempt if facts.state is S.WAITING_FOR_EXTERNAL_FALLBACK else facts.attempt + 1
-    return Decision(S.RUNNING, attempt, False, None)
+        # Skipped, not failed: the claim passes over the row; the sweeper fails it closed.
+        raise InvalidTransition("the deadline has passed")
+    return claim.decision(facts)
 
 
 def _worker(facts: Facts, event: Event, now: datetime) -> Decision:
@@ -171,7 +211,7 @@ def _worker(facts: Facts, event: Event, now: datetime) -> Decision:
     if event is Event.HEARTBEAT:
         return _unchanged(facts)
     if event is Event.COMPLETE:
-        return _terminal(facts, S.SUCCEEDED)
+        return COMPLETION.decision(facts)
     if event is Event.FAIL_PERMANENT:
         return _terminal(facts, S.FAILED)
     if event is Event.FAIL_RETRYABLE:
@@ -204,7 +244,7 @@ def _retry(facts: Facts) -> Decision:
             f"only failed or cancelled operations can be retried, not {facts.state}",
             code="not_retryable",
         )
-    return Decision(S.QUEUED, 0, False, None, remove_notification=True)
+    return replace(CREATED, remove_notification=True)
 
 
 def _sweep(facts: Facts, now: datetime) -> Decision:
@@ -214,16 +254,16 @@ def _sweep(facts: Facts, now: datetime) -> Decision:
         return _after_lost_attempt(facts, now, LEASE_FAILURE_CODE)
     if facts.state in PENDING_STATES and deadline_passed(facts, now):
         return _fail_closed(facts)
-    if facts.state is S.WAITING_FOR_RETRY and is_due(facts, now):
-        # Requeued rather than claimed from here: the claim then reads one state along its index.
-        return Decision(S.QUEUED, facts.attempt, False, None)
+    if facts.state is REQUEUE.source and is_due(facts, now):
+        return REQUEUE.decision(facts)
     raise InvalidTransition("nothing to sweep")
 
 
 def decide(facts: Facts, event: Event, now: datetime) -> Decision:
     """The one entry point: what ``event`` does to an operation described by ``facts``."""
-    if event in CLAIMABLE:
-        return _claim(facts, event, now)
+    claim = CLAIMS.get(event)
+    if claim is not None:
+        return _claim(facts, claim, now)
     if event in WORKER_EVENTS:
         return _worker(facts, event, now)
     if event is Event.CANCEL:

@@ -1,5 +1,10 @@
 """All SQL of the operation aggregate. Rules come from ``durable_ops.model``.
 
+Every state this module writes, and every attempt number, comes from a
+``lifecycle`` decision: ``decide`` for the calls that read the row first, and
+the fast-path constants (``CREATED``, ``CLAIMS``, ``COMPLETION``, ``REQUEUE``)
+for the pre-built statements that do not.
+
 Every function runs in a ``Tx`` (``durable_ops.storage.tx``): Core statements,
 most of them built once at import, where an owner scope supplies
 ``SCOPE_OWNER`` and refuses a statement on this table that does not bind it.
@@ -55,7 +60,7 @@ class CreateRequest:
     subject_id: str
     priority: int = 0
     max_attempts: int = 3
-    retry_delay_seconds: int = 30
+    retry_delay_seconds: int = bounds.DEFAULT_RETRY_DELAY_SECONDS
     privacy: Privacy = Privacy.LOCAL_ONLY
     deadline_at: datetime | None = None
     time_budget_seconds: int | None = None
@@ -157,7 +162,8 @@ _INSERT = insert(OPS).values(
 
 
 def get(tx: Tx, operation_id: str) -> UserOperation:
-    op = _one(tx, _GET, {"operation_id": operation_id}) if len(operation_id) <= 64 else None
+    issuable = len(operation_id) <= bounds.ID_MAX  # a longer id was never issued
+    op = _one(tx, _GET, {"operation_id": operation_id}) if issuable else None
     if op is None:
         raise NotFound("operation not found", code="operation_not_found")
     return op
@@ -193,6 +199,7 @@ def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation
         raise ScopeViolation("operations are created in their owner's scope")
     request.validate(now)
     fingerprint = request.fingerprint()
+    created = lifecycle.CREATED
     values: dict[str, Any] = dict.fromkeys(_CREATE_COLUMNS)
     values.update(
         id=new_id(),
@@ -202,15 +209,16 @@ def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation
         subject_type=request.subject_type,
         subject_id=request.subject_id,
         context_ref=request.context_ref or None,
-        state=S.QUEUED,
+        state=created.state,
         priority=request.priority,
-        attempt=0,
+        attempt=created.attempt,
         max_attempts=request.max_attempts,
         retry_delay_seconds=request.retry_delay_seconds,
         time_budget_seconds=request.time_budget_seconds,
         privacy=request.privacy,
         progress_percent=0,
-        cancel_requested=False,
+        cancel_requested=created.cancel_requested,
+        next_attempt_at=created.next_attempt_at,
         deadline_at=request.deadline_at,
         created_at=now,
         updated_at=now,
@@ -337,24 +345,23 @@ def claim(
     for task_type in task_types:
         bounds.task_type(task_type)
     expires = lifecycle.lease_expiry(now, lease_seconds)
-    from_state = S.WAITING_FOR_EXTERNAL_FALLBACK if external_route else S.QUEUED
-    candidate = {"from_state": from_state, "task_types": list(task_types), "now": now}
+    move = lifecycle.CLAIMS[Event.CLAIM_EXTERNAL if external_route else Event.CLAIM]
+    candidate = {"from_state": move.source, "task_types": list(task_types), "now": now}
     row = tx.execute(_CLAIM_CANDIDATE, candidate).one_or_none()
     if row is None:
         return None
     found = row._mapping
     token = secrets.token_urlsafe(32)  # 256 random bits; only the hash is stored
     values: dict[str, Any] = {
-        "state": S.RUNNING,
-        # A fallback claim continues the attempt the local route could not serve.
-        "attempt": found["attempt"] if external_route else found["attempt"] + 1,
+        "state": move.target,
+        "attempt": move.attempt_after(found["attempt"]),
         "lease_token_hash": hash_token(token),
         "lease_expires_at": expires,
         "started_at": found["started_at"] or now,
         "updated_at": now,
         "next_attempt_at": None,
     }
-    taken = tx.execute(_CLAIM_TAKE, {**values, "claim_id": found["id"], "from_state": from_state})
+    taken = tx.execute(_CLAIM_TAKE, {**values, "claim_id": found["id"], "from_state": move.source})
     if taken.rowcount != 1:
         return None  # unreachable while the row is locked; never hand out a lost row
     return Claim(UserOperation(**{**found, **values}), token)
@@ -436,9 +443,10 @@ def complete(
 ) -> OperationState:
     bounds.text("result_ref", result_ref, bounds.SUBJECT_ID_MAX, required=False)
     token_hash = hash_token(token)
+    move = lifecycle.COMPLETION
     values = {
-        "state": S.SUCCEEDED,
-        "progress_percent": 100,
+        "state": move.target,
+        "progress_percent": bounds.PROGRESS_RANGE[1],
         "finished_at": now,
         "updated_at": now,
         "lease_expires_at": None,
@@ -447,8 +455,9 @@ def complete(
     }
     lease = {"operation_id": operation_id, "token_hash": token_hash, "now": now}
     if tx.execute(_COMPLETE, {**lease, **values}).rowcount == 1:
-        notifications.insert_for_operation(tx, operation_id, S.SUCCEEDED, now)
-        return S.SUCCEEDED
+        if move.notify:
+            notifications.insert_for_operation(tx, operation_id, move.target, now)
+        return move.target
     op = _lease_holder(tx, operation_id, token_hash)
     decision = lifecycle.decide(facts(op), Event.COMPLETE, now)  # a duplicate, or LeaseLost
     return decision.state
@@ -525,12 +534,13 @@ _PAST_DEADLINE = (
 _PROMOTE_DUE_RETRIES = (
     update(OPS)
     .where(
-        OPS.c.state == S.WAITING_FOR_RETRY,
+        OPS.c.state == lifecycle.REQUEUE.source,
         OPS.c.next_attempt_at <= bindparam("now"),
         # A retry due after its deadline is failed above, never requeued.
         (OPS.c.deadline_at.is_(None)) | (OPS.c.deadline_at > bindparam("now")),
     )
-    .values(state=S.QUEUED, next_attempt_at=None, updated_at=bindparam("now"))
+    # The attempt is not written: REQUEUE does not start one (a test ties the two).
+    .values(state=lifecycle.REQUEUE.target, next_attempt_at=None, updated_at=bindparam("now"))
 )
 
 

@@ -8,14 +8,22 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
-from datetime import timedelta
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
 
 import grpc
 import pytest
+from sqlalchemy import func, select
 
 from durable_ops.api.notifications.v1 import notifications_pb2 as npb
 from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.model import lifecycle
+from durable_ops.model.lifecycle import Decision, Event
+from durable_ops.storage import operations
+from durable_ops.storage.db import Database
+from durable_ops.storage.schema import UserNotification, UserOperation
+from durable_ops.storage.tx import Tx
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services, running_services
 from tests.support.operations_client import (
@@ -39,6 +47,7 @@ INVALID = grpc.StatusCode.INVALID_ARGUMENT
 ABORTED = grpc.StatusCode.ABORTED
 PRECONDITION = grpc.StatusCode.FAILED_PRECONDITION
 NOT_FOUND = grpc.StatusCode.NOT_FOUND
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -702,3 +711,79 @@ def test_deadline_timestamp_is_reported_back(services: Services, ops: OpsClient)
     deadline = later(services, 600)
     created = ops.create(ALICE, "k-deadline-echo", deadline=deadline)
     assert created.deadline_at == timestamp(deadline)
+
+
+# ---- storage's fast paths write what the model decides -------------------------------------------
+
+
+def _written(op: UserOperation) -> tuple[Any, ...]:
+    return (op.state, op.attempt, op.cancel_requested, op.next_attempt_at)
+
+
+def _decided(decision: Decision) -> tuple[Any, ...]:
+    return (decision.state, decision.attempt, decision.cancel_requested, decision.next_attempt_at)
+
+
+def test_the_fast_paths_write_what_the_model_decides(database: Database) -> None:
+    """Create, claim, requeue, fallback claim and completion skip ``decide``: their rows
+    must still be what ``decide`` answers on the facts they were applied to."""
+
+    def owned(work: Callable[[Tx], T]) -> T:
+        return database.run_core(work, owner_id=ALICE)
+
+    def neutral(work: Callable[[Tx], T]) -> T:
+        return database.run_core(work, owner_id=None)
+
+    def row(operation_id: str) -> UserOperation:
+        return owned(lambda tx: operations.get(tx, operation_id))
+
+    def notifications_of(operation_id: str) -> int:
+        with database.neutral(write=False) as session:
+            of_it = UserNotification.operation_id == operation_id
+            return int(session.scalar(select(func.count()).where(of_it)) or 0)
+
+    def claimed(operation_id: str, at: datetime, event: Event) -> str:
+        before = row(operation_id)
+        external = event is Event.CLAIM_EXTERNAL
+        claim = neutral(lambda tx: operations.claim(tx, [TASK], 30, at, external_route=external))
+        assert claim is not None
+        decision = lifecycle.decide(operations.facts(before), event, at)
+        assert _written(row(operation_id)) == _written(claim.operation) == _decided(decision)
+        return claim.lease_token
+
+    now = datetime.now(UTC)
+    provenance = operations.Provenance()
+    request = operations.CreateRequest(TASK, "k-fast-paths", "job", "j-1", max_attempts=3)
+    op, created = owned(lambda tx: operations.create(tx, request, now))
+    assert created
+    assert _written(row(op.id)) == _written(op) == _decided(lifecycle.CREATED)
+
+    token = claimed(op.id, now, Event.CLAIM)
+    owned(
+        lambda tx: operations.fail(
+            tx,
+            op.id,
+            token,
+            retryable=True,
+            failure_code="busy",
+            failure_message="",
+            provenance=provenance,
+            now=now,
+        )
+    )
+    due = now + timedelta(seconds=request.retry_delay_seconds)
+    before = row(op.id)
+    assert neutral(lambda tx: operations.sweep(tx, due)).promoted == 1
+    requeued = lifecycle.decide(operations.facts(before), Event.SWEEP, due)
+    assert _written(row(op.id)) == _decided(requeued)
+
+    token = claimed(op.id, due, Event.CLAIM)
+    owned(lambda tx: operations.request_fallback(tx, op.id, token, provenance, due))
+    token = claimed(op.id, due, Event.CLAIM_EXTERNAL)
+
+    before = row(op.id)
+    state = owned(lambda tx: operations.complete(tx, op.id, token, provenance, "", due))
+    completed = lifecycle.decide(operations.facts(before), Event.COMPLETE, due)
+    assert state == completed.state
+    assert _written(row(op.id)) == _decided(completed)
+    assert notifications_of(op.id) == int(completed.notify) == 1

@@ -1,7 +1,10 @@
 """The whole (state x event) matrix of SPEC §3, written out by hand.
 
 The expected outcomes below come from the SPEC §3 table (and the lead's stated
-choices where the SPEC is loose), not from reading ``lifecycle.py``:
+choices where the SPEC is loose), not from reading ``lifecycle.py``. The matrix
+holds exactly the transitions production makes: where production is narrower
+than the SPEC table (ADR 0001: a claim reads one state, due retries are requeued
+by the sweeper, a claim passes over a passed deadline), the cell is a refusal.
 
 * a state: the event moves the operation there (``changed=True``);
 * ``UNCHANGED``: accepted, but the row is left alone (heartbeat, exact duplicates);
@@ -20,11 +23,16 @@ import pytest
 
 from durable_ops.model.errors import DomainError, InvalidTransition, LeaseLost
 from durable_ops.model.lifecycle import (
+    CLAIMS,
+    COMPLETION,
+    CREATED,
     DEADLINE_FAILURE_CODE,
     LEASE_FAILURE_CODE,
+    REQUEUE,
     Decision,
     Event,
     Facts,
+    Transition,
     decide,
 )
 from durable_ops.model.states import OperationState
@@ -66,9 +74,9 @@ def base_facts(state: OperationState, **changes: Any) -> Facts:
 
 # fmt: off
 MATRIX: dict[tuple[OperationState, Event], Expected] = {
-    # queued: claimable by either route, cancellable at once, nothing for workers.
+    # queued: claimed by the local route, cancellable at once, nothing for workers.
     (S.QUEUED, E.CLAIM):                S.RUNNING,
-    (S.QUEUED, E.CLAIM_EXTERNAL):       S.RUNNING,
+    (S.QUEUED, E.CLAIM_EXTERNAL):       InvalidTransition,  # that route takes only fallbacks
     (S.QUEUED, E.HEARTBEAT):            LeaseLost,
     (S.QUEUED, E.COMPLETE):             LeaseLost,
     (S.QUEUED, E.FAIL_RETRYABLE):       LeaseLost,
@@ -90,9 +98,9 @@ MATRIX: dict[tuple[OperationState, Event], Expected] = {
     (S.RUNNING, E.CANCEL):              S.RUNNING,  # cooperative: cancel_requested set
     (S.RUNNING, E.RETRY):               InvalidTransition,
     (S.RUNNING, E.SWEEP):               InvalidTransition,  # lease live
-    # waiting_for_retry, due.
-    (S.WAITING_FOR_RETRY, E.CLAIM):              S.RUNNING,
-    (S.WAITING_FOR_RETRY, E.CLAIM_EXTERNAL):     S.RUNNING,
+    # waiting_for_retry, due: never claimed from here; the sweep requeues it (ADR 0001).
+    (S.WAITING_FOR_RETRY, E.CLAIM):              InvalidTransition,
+    (S.WAITING_FOR_RETRY, E.CLAIM_EXTERNAL):     InvalidTransition,
     (S.WAITING_FOR_RETRY, E.HEARTBEAT):          LeaseLost,
     (S.WAITING_FOR_RETRY, E.COMPLETE):           LeaseLost,
     (S.WAITING_FOR_RETRY, E.FAIL_RETRYABLE):     UNCHANGED,  # duplicate of its own result
@@ -344,12 +352,12 @@ def test_worker_events_on_a_lease_live_for_one_more_microsecond_are_accepted(
 
 @pytest.mark.parametrize("event", [E.CLAIM, E.CLAIM_EXTERNAL])
 @pytest.mark.parametrize("due_in", [timedelta(0), -timedelta(seconds=1)], ids=["at-now", "past"])
-def test_waiting_for_retry_is_claimable_once_due(event: Event, due_in: timedelta) -> None:
+def test_a_due_retry_is_requeued_by_the_sweep_then_claimed(event: Event, due_in: timedelta) -> None:
     facts = base_facts(S.WAITING_FOR_RETRY, attempt=1, next_attempt_at=NOW + due_in)
-    decision = decide(facts, event, NOW)
-    assert decision.state is S.RUNNING
-    assert decision.attempt == 2
-    assert decision.next_attempt_at is None
+    assert_refused(facts, event, InvalidTransition)
+    requeued = decide(facts, E.SWEEP, NOW)
+    claimed = decide(base_facts(requeued.state, attempt=requeued.attempt), E.CLAIM, NOW)
+    assert (claimed.state, claimed.attempt, claimed.next_attempt_at) == (S.RUNNING, 2, None)
 
 
 @pytest.mark.parametrize("event", [E.CLAIM, E.CLAIM_EXTERNAL, E.SWEEP])
@@ -368,11 +376,15 @@ def test_sweep_requeues_a_due_retry_without_touching_its_attempt() -> None:
 # --- claims -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("event", [E.CLAIM, E.CLAIM_EXTERNAL])
-def test_claim_from_queued_starts_the_first_attempt(event: Event) -> None:
-    decision = decide(base_facts(S.QUEUED), event, NOW)
+def test_claim_from_queued_starts_the_first_attempt() -> None:
+    decision = decide(base_facts(S.QUEUED), E.CLAIM, NOW)
     assert (decision.state, decision.attempt, decision.cancel_requested) == (S.RUNNING, 1, False)
     assert decision.notify is False
+
+
+def test_the_external_route_claims_no_queued_operation() -> None:
+    # Queued work is the local route's; the external one serves only what fell back to it.
+    assert_refused(base_facts(S.QUEUED), E.CLAIM_EXTERNAL, InvalidTransition)
 
 
 def test_fallback_claim_only_by_the_external_route_and_keeps_the_attempt() -> None:
@@ -393,25 +405,25 @@ def test_fallback_round_trip_keeps_the_attempt_number() -> None:
     assert decide(waiting, E.CLAIM_EXTERNAL, NOW).attempt == 2
 
 
-# --- deadline passed: claim and sweep fail closed -----------------------------------------
+# --- deadline passed: the claim passes over, the sweep fails closed -----------------------
 
 DEADLINE_PASSED: Final = [timedelta(0), timedelta(seconds=1)]
 PENDING_CLAIMS: Final = [
     (S.QUEUED, E.CLAIM),
-    (S.QUEUED, E.CLAIM_EXTERNAL),
-    (S.WAITING_FOR_RETRY, E.CLAIM),
-    (S.WAITING_FOR_RETRY, E.CLAIM_EXTERNAL),
     (S.WAITING_FOR_EXTERNAL_FALLBACK, E.CLAIM_EXTERNAL),
 ]
 
 
 @pytest.mark.parametrize(("state", "event"), PENDING_CLAIMS)
 @pytest.mark.parametrize("passed_by", DEADLINE_PASSED, ids=["at-now", "1s"])
-def test_claim_after_the_deadline_fails_closed(
+def test_claim_after_the_deadline_is_refused_and_the_sweep_fails_it_closed(
     state: OperationState, event: Event, passed_by: timedelta
 ) -> None:
+    # SPEC lets the claim fail it too; production's claim skips it (its SELECT filters
+    # passed deadlines) and leaves it to the sweeper, so the model refuses the claim.
     facts = base_facts(state, deadline_at=NOW - passed_by)
-    decision = decide(facts, event, NOW)
+    assert_refused(facts, event, InvalidTransition)
+    decision = decide(facts, E.SWEEP, NOW)
     assert decision.state is S.FAILED
     assert decision.failure_code == DEADLINE_FAILURE_CODE == "deadline_exceeded"
     assert decision.notify is True
@@ -536,7 +548,8 @@ def test_after_retry_the_whole_attempt_budget_is_available_again() -> None:
         assert claimed.attempt == expected_attempt
         failed = decide(base_facts(S.RUNNING, attempt=claimed.attempt), E.FAIL_RETRYABLE, NOW)
         assert failed.state is S.WAITING_FOR_RETRY
-        state, attempt = failed.state, failed.attempt
+        requeued = decide(base_facts(failed.state, attempt=failed.attempt), E.SWEEP, NOW)
+        state, attempt = requeued.state, requeued.attempt
     last = decide(base_facts(state, attempt=attempt), E.CLAIM, NOW)
     assert last.attempt == MAX_ATTEMPTS
     assert decide(base_facts(S.RUNNING, attempt=last.attempt), E.FAIL_RETRYABLE, NOW).state is (
@@ -639,7 +652,7 @@ def test_failure_codes_come_only_from_sweep_and_deadline_checks() -> None:
             assert event is E.SWEEP, context
             assert decision.state in (S.WAITING_FOR_RETRY, S.FAILED), context
         elif decision.failure_code == "deadline_exceeded":
-            assert event in (E.SWEEP, E.CLAIM, E.CLAIM_EXTERNAL), context
+            assert event is E.SWEEP, context
             assert decision.state is S.FAILED, context
         else:
             assert decision.failure_code is None, context
@@ -649,3 +662,64 @@ def test_only_waiting_for_retry_keeps_a_next_attempt_time() -> None:
     for _, _, decision in ALL_DECISIONS:
         if decision.changed and decision.state is not S.WAITING_FOR_RETRY:
             assert decision.next_attempt_at is None, decision
+
+
+# --- the fast paths: the constants storage's pre-built statements are filled from -----------
+# Create, claim, completion and the requeue of a due retry do not call ``decide``:
+# storage writes these constants. They are pinned here by hand and tied to the matrix
+# and to ``decide``, so a statement cannot write what the model would not decide.
+
+FAST_PATHS: Final = [
+    (E.CLAIM, CLAIMS[E.CLAIM]),
+    (E.CLAIM_EXTERNAL, CLAIMS[E.CLAIM_EXTERNAL]),
+    (E.COMPLETE, COMPLETION),
+    (E.SWEEP, REQUEUE),
+]
+
+
+def test_the_fast_path_constants() -> None:
+    assert {
+        E.CLAIM: Transition(S.QUEUED, S.RUNNING, starts_attempt=True),
+        E.CLAIM_EXTERNAL: Transition(S.WAITING_FOR_EXTERNAL_FALLBACK, S.RUNNING),
+    } == CLAIMS
+    assert Transition(S.RUNNING, S.SUCCEEDED) == COMPLETION
+    assert Transition(S.WAITING_FOR_RETRY, S.QUEUED) == REQUEUE
+    assert [t.notify for _, t in FAST_PATHS] == [False, False, True, False]
+    assert [t.attempt_after(2) for _, t in FAST_PATHS] == [3, 2, 2, 2]
+    assert Decision(S.QUEUED, 0, False, None) == CREATED  # no notification, nothing removed
+
+
+@pytest.mark.parametrize(("event", "transition"), FAST_PATHS)
+def test_each_fast_path_is_its_cell_of_the_matrix(event: Event, transition: Transition) -> None:
+    assert MATRIX[(transition.source, event)] is transition.target
+
+
+@pytest.mark.parametrize("event", sorted(CLAIMS))
+def test_a_claim_takes_only_the_state_storage_reads(event: Event) -> None:
+    claimable = {state for state in OperationState if MATRIX[(state, event)] is S.RUNNING}
+    assert claimable == {CLAIMS[event].source}
+
+
+@pytest.mark.parametrize(("event", "transition"), FAST_PATHS)
+@pytest.mark.parametrize("attempt", [0, 1, MAX_ATTEMPTS - 1])
+@pytest.mark.parametrize("cancel_requested", [False, True])
+def test_decide_answers_a_fast_path_with_what_its_statement_writes(
+    event: Event, transition: Transition, attempt: int, cancel_requested: bool
+) -> None:
+    facts = base_facts(transition.source, attempt=attempt, cancel_requested=cancel_requested)
+    decision = decide(facts, event, NOW)
+    assert decision == transition.decision(facts)
+    # What the statement writes, or leaves alone (the cancellation flag).
+    assert (decision.state, decision.attempt, decision.next_attempt_at) == (
+        transition.target,
+        transition.attempt_after(attempt),
+        None,
+    )
+    assert decision.cancel_requested is cancel_requested
+    assert decision.notify is transition.notify
+    assert (decision.failure_code, decision.remove_notification) == (None, False)
+
+
+def test_a_manual_retry_starts_over_from_what_a_create_writes() -> None:
+    decision = decide(base_facts(S.FAILED, attempt=MAX_ATTEMPTS), E.RETRY, NOW)
+    assert decision == replace(CREATED, remove_notification=True)
