@@ -83,7 +83,9 @@ class OpsClient:
         claimed = reply.claimed
         return Claimed(claimed.operation.id, claimed.owner_id, claimed.lease_token)
 
-    def heartbeat_stream(self, claimed: Claimed) -> grpc.aio.StreamStreamCall:
+    def heartbeat_stream(
+        self, claimed: Claimed
+    ) -> grpc.aio.StreamStreamCall[pb.HeartbeatRequest, pb.HeartbeatResponse]:
         return self.stub.Heartbeat(metadata=self._worker.metadata(claimed.owner_id))
 
     @staticmethod

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import grpc
 import structlog
 
 from durable_ops.ai_admission.admit import AdmitRequest, admit, lookup
@@ -11,6 +10,7 @@ from durable_ops.api.ai_admission.v1 import ai_admission_pb2_grpc as pb_grpc
 from durable_ops.clock import Clock
 from durable_ops.model.admission import Limits
 from durable_ops.model.scope import require_owner
+from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.errors import translate_errors
 from durable_ops.rpc.scope import caller_scope
 from durable_ops.storage.db import Database
@@ -27,9 +27,7 @@ class AiAdmissionService(pb_grpc.AiAdmissionServiceServicer):
         self._limits = limits
 
     @translate_errors
-    async def Admit(
-        self, request: pb.AdmitRequest, context: grpc.aio.ServicerContext
-    ) -> pb.AdmitResponse:
+    async def Admit(self, request: pb.AdmitRequest, context: ServicerContext) -> pb.AdmitResponse:
         owner = require_owner(caller_scope(context)).owner_id
         admit_request = AdmitRequest(
             task_type=request.task_type,
@@ -54,7 +52,7 @@ class AiAdmissionService(pb_grpc.AiAdmissionServiceServicer):
 
     @translate_errors
     async def Lookup(
-        self, request: pb.LookupRequest, context: grpc.aio.ServicerContext
+        self, request: pb.LookupRequest, context: ServicerContext
     ) -> pb.LookupResponse:
         owner = require_owner(caller_scope(context)).owner_id
         row = await self._db.run_async(

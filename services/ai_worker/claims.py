@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.routing import Route
 from durable_ops.model.states import Privacy
 
-ROUTE_TO_PB: dict[Route, pb.Route] = {
+# Only the worker speaks of routes and reads privacy snapshots over gRPC, so
+# these two conversions live here (the services' own are in durable_ops.wire).
+_ROUTE_TO_PB: Final[Mapping[Route, pb.Route.ValueType]] = {
     Route.LOCAL: pb.ROUTE_LOCAL,
     Route.EXTERNAL: pb.ROUTE_EXTERNAL,
 }
 
 
-def privacy_from_pb(value: pb.Privacy) -> Privacy:
+def route_to_pb(route: Route) -> pb.Route.ValueType:
+    return _ROUTE_TO_PB[route]
+
+
+def privacy_from_pb(value: pb.Privacy.ValueType) -> Privacy:
     # Unspecified is treated as the stricter choice (the proto says so).
     if value == pb.PRIVACY_EXTERNAL_ALLOWED:
         return Privacy.EXTERNAL_ALLOWED

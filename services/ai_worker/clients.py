@@ -9,13 +9,13 @@ never sees a gRPC status.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeAlias, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
-from durable_ops.ai_worker.claims import ROUTE_TO_PB, ClaimedOperation
+from durable_ops.ai_worker.claims import ClaimedOperation, route_to_pb
 from durable_ops.ai_worker.handlers import WorkspaceReader
 from durable_ops.ai_worker.inference.result import Provenance
 from durable_ops.ai_worker.prompts import CvText, JobText
@@ -26,26 +26,31 @@ from durable_ops.api.workspace.v1 import workspace_pb2_grpc as wpb_grpc
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.routing import Route
 from durable_ops.model.states import Plan, Privacy
-from durable_ops.rpc.client import ServiceCaller
+from durable_ops.rpc.client import Metadata, ServiceCaller, UnaryMethod
 from durable_ops.rpc.errors import domain_error_from_rpc
+from durable_ops.rpc.states import state_from_pb
 
 # Unary calls are short database transactions; a stuck one must not hold a lease hostage.
 CALL_TIMEOUT_SECONDS = 10.0
 FAILURE_MESSAGE_MAX = 512
 
-T = TypeVar("T")
+RequestT = TypeVar("RequestT", bound=Message)
+ResponseT = TypeVar("ResponseT", bound=Message)
+HeartbeatCall: TypeAlias = grpc.aio.StreamStreamCall[pb.HeartbeatRequest, pb.HeartbeatResponse]
 
 
-async def _call(method: Callable[..., Awaitable[T]], request: Any, metadata: Any) -> T:
+async def _call(
+    method: UnaryMethod[RequestT, ResponseT], request: RequestT, metadata: Metadata
+) -> ResponseT:
     try:
         return await method(request, metadata=metadata, timeout=CALL_TIMEOUT_SECONDS)
     except grpc.aio.AioRpcError as exc:
         raise domain_error_from_rpc(exc) from exc
 
 
-def state_name(state: pb.OperationState) -> str:
+def state_name(state: pb.OperationState.ValueType) -> str:
     """``OPERATION_STATE_WAITING_FOR_RETRY`` -> ``waiting_for_retry``, for logs."""
-    return pb.OperationState.Name(state).removeprefix("OPERATION_STATE_").lower()
+    return state_from_pb(state).value
 
 
 def provenance_to_pb(provenance: Provenance | None) -> pb.Provenance:
@@ -65,14 +70,14 @@ class OperationsClient:
         self, task_types: list[str], lease_seconds: int, route: Route
     ) -> ClaimedOperation | None:
         request = pb.ClaimOperationRequest(
-            task_types=task_types, lease_seconds=lease_seconds, route=ROUTE_TO_PB[route]
+            task_types=task_types, lease_seconds=lease_seconds, route=route_to_pb(route)
         )
         reply = await _call(self._stub.ClaimOperation, request, self._caller.metadata())
         if not reply.HasField("claimed"):
             return None
         return ClaimedOperation.from_pb(reply.claimed, route)
 
-    def heartbeat_stream(self, owner_id: str) -> Any:
+    def heartbeat_stream(self, owner_id: str) -> HeartbeatCall:
         """An open ``Heartbeat`` stream call; ``durable_ops.ai_worker.lease`` drives it."""
         return self._stub.Heartbeat(metadata=self._caller.metadata(owner_id))
 
@@ -175,7 +180,17 @@ class WorkspaceClient:
         return _parse_settings(reply)
 
     def reader(self, owner_id: str) -> OwnerWorkspace:
-        return OwnerWorkspace(self._stub, self._caller, owner_id)
+        return OwnerWorkspace(self, owner_id)
+
+    async def job(self, owner_id: str, job_id: str) -> JobText:
+        request = wpb.GetJobRequest(job_id=job_id)
+        job = await _call(self._stub.GetJob, request, self._caller.metadata(owner_id))
+        return JobText(title=job.title, company=job.company, description=job.description)
+
+    async def cv(self, owner_id: str, attachment_id: str) -> CvText:
+        request = wpb.GetAttachmentRequest(attachment_id=attachment_id)
+        attachment = await _call(self._stub.GetAttachment, request, self._caller.metadata(owner_id))
+        return CvText(text=attachment.text)
 
     async def publish_note(self, op: ClaimedOperation, body_json: str) -> tuple[str, bool]:
         """Publish the operation's note; (note id, newly published). Idempotent per operation."""
@@ -193,19 +208,12 @@ class WorkspaceClient:
 class OwnerWorkspace:
     """The ``WorkspaceReader`` of one owner: reads filtered by that owner, by the service."""
 
-    def __init__(self, stub: Any, caller: ServiceCaller, owner_id: str) -> None:
-        self._stub = stub
-        self._caller = caller
+    def __init__(self, client: WorkspaceClient, owner_id: str) -> None:
+        self._client = client
         self._owner_id = owner_id
 
     async def job(self, job_id: str) -> JobText:
-        request = wpb.GetJobRequest(job_id=job_id)
-        job = await _call(self._stub.GetJob, request, self._caller.metadata(self._owner_id))
-        return JobText(title=job.title, company=job.company, description=job.description)
+        return await self._client.job(self._owner_id, job_id)
 
     async def cv(self, attachment_id: str) -> CvText:
-        request = wpb.GetAttachmentRequest(attachment_id=attachment_id)
-        attachment = await _call(
-            self._stub.GetAttachment, request, self._caller.metadata(self._owner_id)
-        )
-        return CvText(text=attachment.text)
+        return await self._client.cv(self._owner_id, attachment_id)

@@ -16,13 +16,12 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from typing import Any
 
 import grpc
 import structlog
 
 from durable_ops.ai_worker.claims import ClaimedOperation
-from durable_ops.ai_worker.clients import OperationsClient
+from durable_ops.ai_worker.clients import HeartbeatCall, OperationsClient
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.errors import DomainError, LeaseLost
 from durable_ops.rpc.errors import domain_error_from_rpc
@@ -36,7 +35,7 @@ _log = structlog.get_logger(__name__)
 class Lease:
     def __init__(
         self,
-        call: Any,
+        call: HeartbeatCall,
         op: ClaimedOperation,
         lease_seconds: int,
         *,
@@ -138,7 +137,7 @@ class Lease:
                 raise LeaseLost("the heartbeat stream is closed") from exc
             except TimeoutError:
                 raise LeaseLost("no heartbeat answer within a lease window") from None
-            if answer is grpc.aio.EOF:
+            if not isinstance(answer, pb.HeartbeatResponse):  # grpc.aio.EOF
                 raise LeaseLost("the heartbeat stream ended")
             self._held_until = sent + self.lease_seconds
             if answer.cancel_requested:

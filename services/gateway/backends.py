@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar, cast
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -28,6 +28,10 @@ from durable_ops.settings import Settings
 
 DEFAULT_CALL_TIMEOUT_SECONDS = 10.0
 HEALTH_TIMEOUT_SECONDS = 2.0
+
+StubT = TypeVar("StubT")
+# A generated stub class, or anything else that builds a stub from a channel.
+StubFactory = Callable[[grpc.aio.Channel], StubT]
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,8 @@ class Backends:
         self.call_timeout = call_timeout
         self._loop: asyncio.AbstractEventLoop | None = None
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._stubs: dict[tuple[str, Any], Any] = {}
+        # (backend, factory) -> factory(that backend's channel); see ``stub``.
+        self._stubs: dict[tuple[str, StubFactory[object]], object] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings, names: Sequence[str] = DEFAULT_BACKENDS) -> Backends:
@@ -107,14 +112,22 @@ class Backends:
             self._channels[name] = channel
         return channel
 
-    def stub(self, name: str, factory: Callable[[grpc.aio.Channel], Any]) -> Any:
-        """A generated stub (``factory`` is its class) bound to the channel of ``name``."""
+    def stub(self, name: str, factory: StubFactory[StubT]) -> StubT:
+        """A generated stub (``factory`` is its class) bound to the channel of ``name``.
+
+        Built once per backend and factory (a stub builds one callable per method).
+        Typed as ``factory`` builds it: on a ``grpc.aio`` channel the generated
+        ``...Stub`` class gives its ``...AsyncStub`` (awaitable, typed methods) once
+        grpc's own types (types-grpcio) are installed; without them its methods are Any.
+        """
         channel = self.channel(name)
         key = (name, factory)
-        stub = self._stubs.get(key)
-        if stub is None:
-            stub = factory(channel)
-            self._stubs[key] = stub
+        cached = self._stubs.get(key)
+        if cached is not None:
+            # The cache holds what ``factory`` built under this very key: its StubT.
+            return cast(StubT, cached)
+        stub = factory(channel)
+        self._stubs[key] = stub
         return stub
 
     async def health(self) -> dict[str, str]:

@@ -4,23 +4,31 @@
 returns an ``OwnerCalls``; ``await calls(stub.Method, message)`` sends the
 gateway credential plus ``x-owner-id`` with a deadline and turns a failed
 call into the typed ``DomainError`` that the problem handlers map to HTTP.
+The message must be the method's request type and the answer is its response
+type, both as the generated stubs declare them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 import grpc
 import structlog
+from google.protobuf.message import Message
 from starlette.requests import Request
 
 from durable_ops.gateway.auth import User, require_user
 from durable_ops.gateway.backends import Backends
 from durable_ops.gateway.context import backends_of
 from durable_ops.model.errors import DomainError, Unavailable
+from durable_ops.rpc.client import UnaryMethod
 from durable_ops.rpc.errors import domain_error_from_rpc
+
+StubT = TypeVar("StubT")
+RequestT = TypeVar("RequestT", bound=Message)
+ResponseT = TypeVar("ResponseT", bound=Message)
 
 _log = structlog.get_logger(__name__)
 # The backend refused the gateway's own credential: a deployment fault, not the user's.
@@ -41,10 +49,12 @@ class OwnerCalls:
     backends: Backends
     user: User
 
-    def stub(self, backend: str, factory: Callable[[grpc.aio.Channel], Any]) -> Any:
+    def stub(self, backend: str, factory: Callable[[grpc.aio.Channel], StubT]) -> StubT:
         return self.backends.stub(backend, factory)
 
-    async def __call__(self, method: Callable[..., Awaitable[Any]], message: Any) -> Any:
+    async def __call__(
+        self, method: UnaryMethod[RequestT, ResponseT], message: RequestT
+    ) -> ResponseT:
         """Send ``message`` to the stub ``method`` in the caller's owner scope."""
         try:
             return await method(
@@ -59,3 +69,14 @@ class OwnerCalls:
 def owner_calls(request: Request) -> OwnerCalls:
     """Authenticate the request and bind backend calls to its user."""
     return OwnerCalls(backends_of(request), require_user(request))
+
+
+def stub_for(
+    backend: str, factory: Callable[[grpc.aio.Channel], StubT]
+) -> Callable[[OwnerCalls], StubT]:
+    """A route module's stub getter: ``_stub = stub_for("operations", OperationsServiceStub)``.
+
+    ``_stub(calls)`` is that backend's stub, typed as ``factory`` builds it on an
+    aio channel (``Backends.stub``), without the module having to name that type.
+    """
+    return lambda calls: calls.stub(backend, factory)

@@ -9,15 +9,16 @@ reference) can reach a client by accident.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
+from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from durable_ops.api.notifications.v1 import notifications_pb2
 from durable_ops.api.operations.v1 import operations_pb2
 from durable_ops.model.states import OperationState
+from durable_ops.rpc.states import state_from_pb, state_to_pb
 
-_STATE_PREFIX = "OPERATION_STATE_"
 STATE_NAMES: tuple[str, ...] = tuple(state.value for state in OperationState)
 
 
@@ -25,7 +26,7 @@ def rfc3339(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def time_or_none(message: Any, field: str) -> str | None:
+def time_or_none(message: Message, field: str) -> str | None:
     """``message.field`` as RFC 3339, or ``None`` when the Timestamp field is unset."""
     if not message.HasField(field):
         return None
@@ -33,17 +34,14 @@ def time_or_none(message: Any, field: str) -> str | None:
     return rfc3339(stamp.ToDatetime(tzinfo=UTC))
 
 
-def state_name(value: int) -> str:
+def state_name(value: operations_pb2.OperationState.ValueType) -> str:
     """The API name of a proto state (``OPERATION_STATE_RUNNING`` -> ``running``)."""
-    return operations_pb2.OperationState.Name(value).removeprefix(_STATE_PREFIX).lower()
+    return state_from_pb(value).value
 
 
-def state_value(name: str) -> operations_pb2.OperationState:
-    """The proto number of an API state name; ``ValueError`` for an unknown one."""
-    if name not in STATE_NAMES:
-        raise ValueError(name)
-    number = operations_pb2.OperationState.Value(_STATE_PREFIX + name.upper())
-    return cast(operations_pb2.OperationState, number)
+def state_value(name: str) -> operations_pb2.OperationState.ValueType:
+    """The proto value of an API state name; ``ValueError`` for an unknown one."""
+    return state_to_pb(OperationState(name))
 
 
 def operation(message: operations_pb2.Operation) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from durable_ops.api.notifications.v1 import notifications_pb2 as pb
 from durable_ops.api.notifications.v1 import notifications_pb2_grpc as pb_grpc
 from durable_ops.gateway import dto
 from durable_ops.gateway.bodies import no_body
-from durable_ops.gateway.calls import OwnerCalls, owner_calls
+from durable_ops.gateway.calls import owner_calls, stub_for
 from durable_ops.gateway.ids import resource_id
 from durable_ops.gateway.openapi import (
     NO_BODY,
@@ -35,8 +35,7 @@ def _not_found() -> NotFound:
     return NotFound("notification not found", code="notification_not_found")
 
 
-def _stub(calls: OwnerCalls) -> Any:
-    return calls.stub(BACKEND, pb_grpc.NotificationsServiceStub)
+_stub = stub_for(BACKEND, pb_grpc.NotificationsServiceStub)
 
 
 async def list_notifications(request: Request) -> Response:

@@ -13,7 +13,7 @@ from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.gateway import dto
 from durable_ops.gateway.bodies import no_body
-from durable_ops.gateway.calls import OwnerCalls, owner_calls
+from durable_ops.gateway.calls import owner_calls, stub_for
 from durable_ops.gateway.ids import resource_id
 from durable_ops.gateway.openapi import (
     NO_BODY,
@@ -39,11 +39,10 @@ def _not_found() -> NotFound:
     return NotFound("operation not found", code="operation_not_found")
 
 
-def _stub(calls: OwnerCalls) -> Any:
-    return calls.stub(BACKEND, pb_grpc.OperationsServiceStub)
+_stub = stub_for(BACKEND, pb_grpc.OperationsServiceStub)
 
 
-def _filters(params: Mapping[str, str]) -> tuple[pb.OperationState, str]:
+def _filters(params: Mapping[str, str]) -> tuple[pb.OperationState.ValueType, str]:
     state = params.get("state", "")
     try:
         state_number = dto.state_value(state) if state else pb.OPERATION_STATE_UNSPECIFIED
@@ -54,7 +53,7 @@ def _filters(params: Mapping[str, str]) -> tuple[pb.OperationState, str]:
         try:
             bounds.task_type(task_type)
         except InvalidArgument as exc:
-            raise invalid("task_type", exc.message.removeprefix("task_type: ")) from None
+            raise invalid("task_type", exc.reason) from None
     return state_number, task_type
 
 

@@ -13,7 +13,7 @@ from durable_ops.api.workspace.v1 import workspace_pb2 as pb
 from durable_ops.api.workspace.v1 import workspace_pb2_grpc as pb_grpc
 from durable_ops.gateway import dto
 from durable_ops.gateway.bodies import bool_field, json_object, string_field
-from durable_ops.gateway.calls import OwnerCalls, owner_calls
+from durable_ops.gateway.calls import owner_calls, stub_for
 from durable_ops.gateway.ids import resource_id
 from durable_ops.gateway.openapi import (
     PAGE_PARAMETERS,
@@ -43,8 +43,7 @@ JOB_BODY_MAX_BYTES = 256 * 1024
 PRIVACY_CHOICES = ("local_only", "external_allowed")
 
 
-def _stub(calls: OwnerCalls) -> Any:
-    return calls.stub(BACKEND, pb_grpc.WorkspaceServiceStub)
+_stub = stub_for(BACKEND, pb_grpc.WorkspaceServiceStub)
 
 
 def _job_not_found() -> NotFound:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import grpc
-
 from durable_ops.api.notifications.v1 import notifications_pb2 as pb
 from durable_ops.api.notifications.v1 import notifications_pb2_grpc as pb_grpc
 from durable_ops.clock import Clock
 from durable_ops.model.scope import require_owner
+from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.errors import translate_errors
 from durable_ops.rpc.scope import caller_scope
 from durable_ops.storage import notifications
@@ -24,7 +23,7 @@ class NotificationsService(pb_grpc.NotificationsServiceServicer):
 
     @translate_errors
     async def ListNotifications(
-        self, request: pb.ListNotificationsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListNotificationsRequest, context: ServicerContext
     ) -> pb.ListNotificationsResponse:
         owner = require_owner(caller_scope(context)).owner_id
         page = await self._db.run_async(
@@ -39,7 +38,7 @@ class NotificationsService(pb_grpc.NotificationsServiceServicer):
 
     @translate_errors
     async def GetUnreadCount(
-        self, request: pb.GetUnreadCountRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetUnreadCountRequest, context: ServicerContext
     ) -> pb.GetUnreadCountResponse:
         owner = require_owner(caller_scope(context)).owner_id
         count = await self._db.run_async(notifications.unread_count, owner_id=owner, write=False)
@@ -47,7 +46,7 @@ class NotificationsService(pb_grpc.NotificationsServiceServicer):
 
     @translate_errors
     async def MarkRead(
-        self, request: pb.MarkReadRequest, context: grpc.aio.ServicerContext
+        self, request: pb.MarkReadRequest, context: ServicerContext
     ) -> pb.Notification:
         owner = require_owner(caller_scope(context)).owner_id
         now = self._clock()
@@ -58,7 +57,7 @@ class NotificationsService(pb_grpc.NotificationsServiceServicer):
 
     @translate_errors
     async def Dismiss(
-        self, request: pb.DismissRequest, context: grpc.aio.ServicerContext
+        self, request: pb.DismissRequest, context: ServicerContext
     ) -> pb.Notification:
         owner = require_owner(caller_scope(context)).owner_id
         now = self._clock()
@@ -69,7 +68,7 @@ class NotificationsService(pb_grpc.NotificationsServiceServicer):
 
     @translate_errors
     async def MarkAllRead(
-        self, request: pb.MarkAllReadRequest, context: grpc.aio.ServicerContext
+        self, request: pb.MarkAllReadRequest, context: ServicerContext
     ) -> pb.MarkAllReadResponse:
         owner = require_owner(caller_scope(context)).owner_id
         now = self._clock()

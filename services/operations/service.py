@@ -11,14 +11,15 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from functools import partial
 
-import grpc
 import structlog
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.clock import Clock
+from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.scope import require_neutral_worker, require_owner, require_worker_owner
+from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.errors import translate_errors
 from durable_ops.rpc.scope import caller_scope
 from durable_ops.storage import operations
@@ -45,7 +46,7 @@ def _deadline(request: pb.CreateOperationRequest) -> datetime | None:
 
 
 def _state_reply(state: str) -> pb.LeaseMutationResponse:
-    return pb.LeaseMutationResponse(state=convert.state_to_pb(state))  # type: ignore[arg-type]
+    return pb.LeaseMutationResponse(state=convert.state_to_pb(state))
 
 
 class OperationsService(pb_grpc.OperationsServiceServicer):
@@ -57,7 +58,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
 
     @translate_errors
     async def CreateOperation(
-        self, request: pb.CreateOperationRequest, context: grpc.aio.ServicerContext
+        self, request: pb.CreateOperationRequest, context: ServicerContext
     ) -> pb.CreateOperationResponse:
         owner = require_owner(caller_scope(context)).owner_id
         create = operations.CreateRequest(
@@ -67,7 +68,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             subject_id=request.subject.id,
             priority=request.priority,
             max_attempts=request.max_attempts or 3,
-            retry_delay_seconds=request.retry_delay_seconds or 30,
+            retry_delay_seconds=request.retry_delay_seconds or bounds.DEFAULT_RETRY_DELAY_SECONDS,
             privacy=convert.privacy_from_pb(request.privacy),
             context_ref=request.context_ref,
             deadline_at=_deadline(request),
@@ -82,7 +83,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
 
     @translate_errors
     async def GetOperation(
-        self, request: pb.GetOperationRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetOperationRequest, context: ServicerContext
     ) -> pb.Operation:
         owner = require_owner(caller_scope(context)).owner_id
         row = await self._db.run_core_async(
@@ -92,7 +93,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
 
     @translate_errors
     async def ListOperations(
-        self, request: pb.ListOperationsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListOperationsRequest, context: ServicerContext
     ) -> pb.ListOperationsResponse:
         owner = require_owner(caller_scope(context)).owner_id
         state = convert.state_from_pb(request.state)
@@ -114,7 +115,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
 
     @translate_errors
     async def CancelOperation(
-        self, request: pb.CancelOperationRequest, context: grpc.aio.ServicerContext
+        self, request: pb.CancelOperationRequest, context: ServicerContext
     ) -> pb.Operation:
         owner = require_owner(caller_scope(context)).owner_id
         now = self._clock()
@@ -126,7 +127,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
 
     @translate_errors
     async def RetryOperation(
-        self, request: pb.RetryOperationRequest, context: grpc.aio.ServicerContext
+        self, request: pb.RetryOperationRequest, context: ServicerContext
     ) -> pb.Operation:
         owner = require_owner(caller_scope(context)).owner_id
         now = self._clock()
@@ -140,7 +141,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
 
     @translate_errors
     async def ClaimOperation(
-        self, request: pb.ClaimOperationRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ClaimOperationRequest, context: ServicerContext
     ) -> pb.ClaimOperationResponse:
         require_neutral_worker(caller_scope(context))
         external = request.route == pb.ROUTE_EXTERNAL
@@ -165,7 +166,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
                 owner_id=row.owner_user_id,
                 lease_token=claim.lease_token,
                 lease_expires_at=convert.timestamp(row.lease_expires_at),
-                privacy=convert.privacy_to_pb(row.privacy),  # type: ignore[arg-type]
+                privacy=convert.privacy_to_pb(row.privacy),
                 context_ref=row.context_ref or "",
             )
         )
@@ -176,7 +177,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     async def Heartbeat(
         self,
         request_iterator: AsyncIterator[pb.HeartbeatRequest],
-        context: grpc.aio.ServicerContext,
+        context: ServicerContext,
     ) -> AsyncIterator[pb.HeartbeatResponse]:
         owner = require_worker_owner(caller_scope(context)).owner_id
         operation_id = token = ""
@@ -205,7 +206,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
 
     @translate_errors
     async def CompleteOperation(
-        self, request: pb.CompleteOperationRequest, context: grpc.aio.ServicerContext
+        self, request: pb.CompleteOperationRequest, context: ServicerContext
     ) -> pb.LeaseMutationResponse:
         owner = require_worker_owner(caller_scope(context)).owner_id
         now = self._clock()
@@ -225,7 +226,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
 
     @translate_errors
     async def FailOperation(
-        self, request: pb.FailOperationRequest, context: grpc.aio.ServicerContext
+        self, request: pb.FailOperationRequest, context: ServicerContext
     ) -> pb.LeaseMutationResponse:
         owner = require_worker_owner(caller_scope(context)).owner_id
         now = self._clock()
@@ -254,7 +255,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
 
     @translate_errors
     async def RequestExternalFallback(
-        self, request: pb.RequestExternalFallbackRequest, context: grpc.aio.ServicerContext
+        self, request: pb.RequestExternalFallbackRequest, context: ServicerContext
     ) -> pb.LeaseMutationResponse:
         owner = require_worker_owner(caller_scope(context)).owner_id
         now = self._clock()
@@ -269,7 +270,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
 
     @translate_errors
     async def AcknowledgeCancellation(
-        self, request: pb.AcknowledgeCancellationRequest, context: grpc.aio.ServicerContext
+        self, request: pb.AcknowledgeCancellationRequest, context: ServicerContext
     ) -> pb.LeaseMutationResponse:
         owner = require_worker_owner(caller_scope(context)).owner_id
         now = self._clock()

@@ -4,3 +4,11 @@
 ``errors`` (the one domain error <-> status table), ``server`` (build, serve,
 graceful stop) and ``client`` (channels and call metadata).
 """
+
+from typing import Any, TypeAlias
+
+import grpc
+
+# What a servicer method and the shared helpers receive: they serve every
+# method, so the request and response types are the method's, not the helper's.
+ServicerContext: TypeAlias = grpc.aio.ServicerContext[Any, Any]

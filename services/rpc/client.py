@@ -1,12 +1,14 @@
-"""Client side: channels to our services and the metadata every call carries."""
+"""Client side: channels to our services, the metadata every call carries, typed calls."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from durable_ops.model.scope import Role
 from durable_ops.rpc.credentials import DEFAULT_TTL_SECONDS, mint_service_token
@@ -26,6 +28,26 @@ CHANNEL_OPTIONS: tuple[tuple[str, int | str], ...] = (
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.lb_policy_name", "round_robin"),
 )
+
+# What ``ServiceCaller.metadata`` builds: the credential, and the owner where there is one.
+Metadata = tuple[tuple[str, str], ...]
+
+_Request_contra = TypeVar("_Request_contra", bound=Message, contravariant=True)
+_Response_co = TypeVar("_Response_co", bound=Message, covariant=True)
+
+
+class UnaryMethod(Protocol[_Request_contra, _Response_co]):
+    """A unary method of a generated stub on a ``grpc.aio`` channel (``stub.GetOperation``).
+
+    The generated ``...AsyncStub`` types each one as
+    ``grpc.aio.UnaryUnaryMultiCallable[Request, Response]``, which fits this: a
+    helper taking ``UnaryMethod[RequestT, ResponseT]`` and a ``RequestT`` checks
+    the message against the method and answers the method's response type.
+    """
+
+    def __call__(
+        self, request: _Request_contra, *, metadata: Metadata, timeout: float | None
+    ) -> Awaitable[_Response_co]: ...
 
 
 def open_channel(target: str) -> grpc.aio.Channel:
@@ -73,7 +95,7 @@ class ServiceCaller:
                 self._renew_at = now + self._ttl - self._renew_margin
             return self._token
 
-    def metadata(self, owner_id: str | None = None) -> tuple[tuple[str, str], ...]:
+    def metadata(self, owner_id: str | None = None) -> Metadata:
         """Call metadata: the credential, and ``x-owner-id`` for owner-scope calls."""
         credential = (AUTHORIZATION, f"Bearer {self.token()}")
         if owner_id is None:

@@ -32,6 +32,7 @@ from durable_ops.model.errors import (
     Unauthenticated,
     Unavailable,
 )
+from durable_ops.rpc import ServicerContext
 
 ERROR_CODE = "x-error-code"
 ERROR_FIELD = "x-error-field"
@@ -82,7 +83,7 @@ def trailing_metadata_for(error: DomainError) -> tuple[tuple[str, str], ...]:
     return tuple(trailers)
 
 
-async def abort_with(context: grpc.aio.ServicerContext, error: DomainError) -> NoReturn:
+async def abort_with(context: ServicerContext, error: DomainError) -> NoReturn:
     """End the call with the status of ``error``; unknown kinds never show their message."""
     known = error.kind in STATUS_BY_KIND
     await context.abort(
@@ -93,7 +94,7 @@ async def abort_with(context: grpc.aio.ServicerContext, error: DomainError) -> N
     raise AssertionError("context.abort returned")  # pragma: no cover - abort always raises
 
 
-async def _abort_for(context: grpc.aio.ServicerContext, exc: Exception, where: str) -> NoReturn:
+async def _abort_for(context: ServicerContext, exc: Exception, where: str) -> NoReturn:
     if isinstance(exc, DomainError):
         await abort_with(context, exc)
     # Type and stack only: the exception text may quote a request.

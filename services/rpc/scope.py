@@ -16,11 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from contextvars import ContextVar
 
-import grpc
-
 from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from durable_ops.model.scope import NeutralScope, OwnerScope, Role, Scope
+from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.credentials import verify_service_token
 
 AUTHORIZATION = "authorization"
@@ -73,7 +72,7 @@ def remember_verified_role(role: Role) -> None:
     _verified_role.set(role)
 
 
-def caller_scope(context: grpc.aio.ServicerContext) -> Scope:
+def caller_scope(context: ServicerContext) -> Scope:
     """The scope of the current call (SPEC §2)."""
     role = _verified_role.get()
     if role is None:

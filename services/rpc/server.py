@@ -20,6 +20,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from durable_ops.model.errors import DomainError
+from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.errors import trailing_metadata_for
 from durable_ops.rpc.scope import remember_verified_role, role_from_metadata
 from durable_ops.settings import Settings
@@ -59,7 +60,7 @@ def _is_public(method: str) -> bool:
 def _rejecting_handler(handler: Any, error: DomainError) -> Any:
     """A handler of the same shape as ``handler`` that only aborts with ``error``."""
 
-    async def reject(_request: Any, context: grpc.aio.ServicerContext) -> None:
+    async def reject(_request: Any, context: ServicerContext) -> None:
         await context.abort(
             grpc.StatusCode.UNAUTHENTICATED,
             error.message,
@@ -81,7 +82,7 @@ def _rejecting_handler(handler: Any, error: DomainError) -> Any:
     )
 
 
-class CredentialInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class CredentialInterceptor(grpc.aio.ServerInterceptor):
     """Rejects calls without a valid service credential; remembers the caller's role."""
 
     def __init__(self, secret: str) -> None:
@@ -167,7 +168,8 @@ async def serve(
         # shutdown future, and stop() would then fail with CancelledError.
         terminated = asyncio.shield(server.wait_for_termination())
         try:
-            await asyncio.wait({signalled, terminated}, return_when=asyncio.FIRST_COMPLETED)
+            either: set[asyncio.Future[Any]] = {signalled, terminated}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         finally:
             signalled.cancel()
             terminated.cancel()

@@ -9,10 +9,10 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.states import OperationState, Privacy
+from durable_ops.rpc import states
 from durable_ops.storage.schema import UserOperation
 
 STATUS_URL = "/api/operations/{id}"
-_STATE_PREFIX = "OPERATION_STATE_"
 
 
 def status_url(operation_id: str) -> str:
@@ -29,26 +29,26 @@ def from_timestamp(stamp: Timestamp) -> datetime:
     return stamp.ToDatetime(tzinfo=UTC)
 
 
-def state_to_pb(state: OperationState | str) -> int:
-    return int(pb.OperationState.Value(_STATE_PREFIX + OperationState(state).name))
+# Rows hold the domain values as strings, so the ``..._to_pb`` side takes those too.
+def state_to_pb(state: OperationState | str) -> pb.OperationState.ValueType:
+    return states.state_to_pb(OperationState(state))
 
 
-def state_from_pb(value: int) -> OperationState | None:
-    """``None`` for unspecified (no filter); unknown numbers are refused."""
+def state_from_pb(value: pb.OperationState.ValueType) -> OperationState | None:
+    """``None`` for unspecified (a request's "no filter"); unknown numbers are refused."""
     if value == pb.OPERATION_STATE_UNSPECIFIED:
         return None
     try:
-        name = pb.OperationState.Name(value)
+        return states.state_from_pb(value)
     except ValueError:
         raise InvalidArgument("state", "is not a known operation state") from None
-    return OperationState[name.removeprefix(_STATE_PREFIX)]
 
 
-def privacy_to_pb(privacy: Privacy | str) -> int:
-    return int(pb.Privacy.Value("PRIVACY_" + Privacy(privacy).name))
+def privacy_to_pb(privacy: Privacy | str) -> pb.Privacy.ValueType:
+    return pb.Privacy.Value("PRIVACY_" + Privacy(privacy).name)
 
 
-def privacy_from_pb(value: int) -> Privacy:
+def privacy_from_pb(value: pb.Privacy.ValueType) -> Privacy:
     if value in (pb.PRIVACY_UNSPECIFIED, pb.PRIVACY_LOCAL_ONLY):
         return Privacy.LOCAL_ONLY
     if value == pb.PRIVACY_EXTERNAL_ALLOWED:
@@ -60,7 +60,7 @@ def operation(row: UserOperation) -> pb.Operation:
     message = pb.Operation(
         id=row.id,
         task_type=row.task_type,
-        state=state_to_pb(row.state),  # type: ignore[arg-type]
+        state=state_to_pb(row.state),
         progress_percent=row.progress_percent,
         attempt=row.attempt,
         max_attempts=row.max_attempts,

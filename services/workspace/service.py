@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import grpc
 import structlog
 
 from durable_ops.api.workspace.v1 import workspace_pb2 as pb
 from durable_ops.api.workspace.v1 import workspace_pb2_grpc as pb_grpc
 from durable_ops.clock import Clock
 from durable_ops.model.scope import require_owner, require_worker_owner
+from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.errors import translate_errors
 from durable_ops.rpc.scope import caller_scope
 from durable_ops.storage import workspace
@@ -25,9 +25,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
         self._clock = clock
 
     @translate_errors
-    async def CreateJob(
-        self, request: pb.CreateJobRequest, context: grpc.aio.ServicerContext
-    ) -> pb.Job:
+    async def CreateJob(self, request: pb.CreateJobRequest, context: ServicerContext) -> pb.Job:
         owner = require_owner(caller_scope(context)).owner_id
         now = self._clock()
         row = await self._db.run_async(
@@ -40,7 +38,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
         return convert.job(row)
 
     @translate_errors
-    async def GetJob(self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext) -> pb.Job:
+    async def GetJob(self, request: pb.GetJobRequest, context: ServicerContext) -> pb.Job:
         owner = require_owner(caller_scope(context)).owner_id
         row = await self._db.run_async(
             lambda s: workspace.get_job(s, request.job_id), owner_id=owner, write=False
@@ -49,7 +47,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
 
     @translate_errors
     async def ListJobs(
-        self, request: pb.ListRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListRequest, context: ServicerContext
     ) -> pb.ListJobsResponse:
         owner = require_owner(caller_scope(context)).owner_id
         page = await self._db.run_async(
@@ -63,7 +61,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
 
     @translate_errors
     async def CreateAttachment(
-        self, request: pb.CreateAttachmentRequest, context: grpc.aio.ServicerContext
+        self, request: pb.CreateAttachmentRequest, context: ServicerContext
     ) -> pb.Attachment:
         owner = require_owner(caller_scope(context)).owner_id
         now = self._clock()
@@ -78,7 +76,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
 
     @translate_errors
     async def GetAttachment(
-        self, request: pb.GetAttachmentRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetAttachmentRequest, context: ServicerContext
     ) -> pb.Attachment:
         owner = require_owner(caller_scope(context)).owner_id
         row = await self._db.run_async(
@@ -90,7 +88,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
 
     @translate_errors
     async def ListAttachments(
-        self, request: pb.ListRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListRequest, context: ServicerContext
     ) -> pb.ListAttachmentsResponse:
         owner = require_owner(caller_scope(context)).owner_id
         page = await self._db.run_async(
@@ -107,7 +105,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
 
     @translate_errors
     async def GetAiSettings(
-        self, request: pb.GetAiSettingsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetAiSettingsRequest, context: ServicerContext
     ) -> pb.AiSettings:
         owner = require_owner(caller_scope(context)).owner_id
         view = await self._db.run_async(workspace.ai_settings, owner_id=owner, write=False)
@@ -115,7 +113,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
 
     @translate_errors
     async def UpdateAiSettings(
-        self, request: pb.UpdateAiSettingsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.UpdateAiSettingsRequest, context: ServicerContext
     ) -> pb.AiSettings:
         owner = require_owner(caller_scope(context)).owner_id
         now = self._clock()
@@ -130,7 +128,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
 
     @translate_errors
     async def GetNote(
-        self, request: pb.GetNoteRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetNoteRequest, context: ServicerContext
     ) -> pb.AiWorkspaceNote:
         owner = require_owner(caller_scope(context)).owner_id
         row = await self._db.run_async(
@@ -142,7 +140,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
 
     @translate_errors
     async def PublishNote(
-        self, request: pb.PublishNoteRequest, context: grpc.aio.ServicerContext
+        self, request: pb.PublishNoteRequest, context: ServicerContext
     ) -> pb.PublishNoteResponse:
         owner = require_worker_owner(caller_scope(context)).owner_id
         now = self._clock()

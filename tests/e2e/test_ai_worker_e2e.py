@@ -86,11 +86,13 @@ def test_admitted_work_is_published_notified_and_found(any_db_url: str) -> None:
         st.wait_state(ALICE, review, SUCCEEDED, timeout=20)
 
         note = st.notes_of(ALICE, STRATEGY, "job", job)
+        assert note is not None
         assert note.operation_id == snapshot
         body = json.loads(note.body_json)
         assert validate_answer(STRATEGY, body) == body
         assert body["fit_score"] > 0  # the CV (context_ref) was read, not only the job
         review_note = st.notes_of(ALICE, CV_REVIEW, "attachment", cv)
+        assert review_note is not None
         assert review_note.operation_id == review
         assert validate_answer(CV_REVIEW, json.loads(review_note.body_json))
 
@@ -156,7 +158,9 @@ def test_killed_worker_is_replaced_and_the_work_done_once(
 
         assert final.attempt == 2  # the lease expired; the sweeper made the attempt retryable
         assert st.count_notes(operation_id) == 1
-        assert st.notes_of(ALICE, STRATEGY, "job", job).operation_id == operation_id
+        note = st.notes_of(ALICE, STRATEGY, "job", job)
+        assert note is not None
+        assert note.operation_id == operation_id
         assert _outcomes(st, ALICE) == {operation_id: ["succeeded"]}
         reconciled = st.wait_worker_event("journal_reconciled")
         assert [(e["operation_id"], e["succeeded"]) for e in reconciled] == [(operation_id, False)]

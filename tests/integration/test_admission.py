@@ -47,7 +47,11 @@ def _refusal(services: Services, owner: str, request: pb.AdmitRequest) -> grpc.R
 
 
 def _code(error: grpc.RpcError) -> str:
-    return str(dict(error.trailing_metadata() or ())["x-error-code"])
+    return _trailer(error, "x-error-code")
+
+
+def _trailer(error: grpc.RpcError, key: str) -> str:
+    return str({item.key: item.value for item in error.trailing_metadata() or ()}[key])
 
 
 def test_admit_creates_a_queued_operation_with_a_status_url(services: Services) -> None:
@@ -170,7 +174,7 @@ def test_capacity_per_user_and_global(services: Services) -> None:
     _admit(services, "alice", snapshot_request(alice_jobs[1]))
     per_user = _refusal(services, "alice", snapshot_request(alice_jobs[2]))
     assert per_user.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert int(dict(per_user.trailing_metadata())["x-retry-after"]) > 0
+    assert int(_trailer(per_user, "x-retry-after")) > 0
     _admit(services, "bob", snapshot_request(bob_jobs[0]))  # global limit 3 reached
     everyone = _refusal(services, "bob", snapshot_request(bob_jobs[1]))
     assert everyone.code() == grpc.StatusCode.RESOURCE_EXHAUSTED

@@ -96,7 +96,7 @@ class Monotonic:
         return self.now
 
 
-def _create(ops: OpsClient, key: str, task_type: str, privacy: pb.Privacy) -> str:
+def _create(ops: OpsClient, key: str, task_type: str, privacy: pb.Privacy.ValueType) -> str:
     subject_type = "job" if task_type == STRATEGY else "attachment"
     request = ops.create_request(key, task_type=task_type, subject_type=subject_type)
     request.privacy = privacy
@@ -246,7 +246,9 @@ def test_the_circuit_opens_falls_back_where_permitted_and_half_opens(services: S
         router = Router(_local(model), CircuitBreaker(3, 30), external, clock=monotonic)
         async with executor_on(services, router, workspace, journal, 10) as (operations, executor):
 
-            async def run(key: str, privacy: pb.Privacy, route: Route = Route.LOCAL) -> str:
+            async def run(
+                key: str, privacy: pb.Privacy.ValueType, route: Route = Route.LOCAL
+            ) -> str:
                 external_claim = route is Route.EXTERNAL
                 operation_id = key if external_claim else _create(ops, key, CV_REVIEW, privacy)
                 claimed = await operations.claim([CV_REVIEW], LEASE_SECONDS, route)

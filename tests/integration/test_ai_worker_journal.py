@@ -104,7 +104,7 @@ class Operations:
         return answer
 
 
-def _op(state: pb.OperationState, attempt: int = 1) -> pb.Operation:
+def _op(state: pb.OperationState.ValueType, attempt: int = 1) -> pb.Operation:
     return pb.Operation(id=FIRST.operation_id, state=state, attempt=attempt)
 
 

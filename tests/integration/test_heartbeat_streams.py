@@ -42,7 +42,8 @@ def _claimed(ops: OpsClient, count: int) -> list[Lease]:
 
 
 async def _beat(
-    call: grpc.aio.StreamStreamCall, request: pb.HeartbeatRequest
+    call: grpc.aio.StreamStreamCall[pb.HeartbeatRequest, pb.HeartbeatResponse],
+    request: pb.HeartbeatRequest,
 ) -> pb.HeartbeatResponse:
     await call.write(request)
     answer = await call.read()
@@ -51,7 +52,7 @@ async def _beat(
 
 
 async def _timed_gets(
-    stub: pb_grpc.OperationsServiceStub, ops: OpsClient, leases: list[Lease], count: int
+    stub: pb_grpc.OperationsServiceAsyncStub, ops: OpsClient, leases: list[Lease], count: int
 ) -> list[float]:
     async def one(index: int) -> float:
         lease = leases[(index * 7) % len(leases)]

@@ -64,7 +64,7 @@ class Probe:
             yield request + b" " + _describe(caller_scope(context))
 
     def register(self, server: Any) -> None:
-        handlers = {
+        handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
             name: grpc.unary_unary_rpc_method_handler(getattr(self, name))
             for name in ("Whoami", "Busy", "Slow")
         }

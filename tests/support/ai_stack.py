@@ -282,7 +282,12 @@ class AiStack:
         return operation
 
     def wait_state(
-        self, owner: str, operation_id: str, state: pb.OperationState, *, timeout: float
+        self,
+        owner: str,
+        operation_id: str,
+        state: pb.OperationState.ValueType,
+        *,
+        timeout: float,
     ) -> pb.Operation:
         return wait_for(
             lambda: ((op := self.get(owner, operation_id)).state == state and op) or None,
@@ -290,15 +295,18 @@ class AiStack:
             what=f"{operation_id} to be {S.Name(state)}",
         )
 
-    def notes_of(self, owner: str, kind: str, subject_type: str, subject_id: str) -> Any:
+    def notes_of(
+        self, owner: str, kind: str, subject_type: str, subject_id: str
+    ) -> wpb.AiWorkspaceNote | None:
         """The published note, or None (NOT_FOUND)."""
         request = wpb.GetNoteRequest(kind=kind, subject_type=subject_type, subject_id=subject_id)
         try:
-            return self.workspace.GetNote(request, metadata=self.md(owner))
+            note: wpb.AiWorkspaceNote = self.workspace.GetNote(request, metadata=self.md(owner))
         except grpc.RpcError as error:
             if error.code() == grpc.StatusCode.NOT_FOUND:
                 return None
             raise
+        return note
 
     def notifications_of(self, owner: str) -> list[npb.Notification]:
         reply = self.notifications.ListNotifications(

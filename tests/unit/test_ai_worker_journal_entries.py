@@ -35,7 +35,7 @@ def test_the_null_journal_has_nothing_to_reconcile() -> None:
     assert journal.unresolved() == []
 
 
-def _operation(state: pb.OperationState, attempt: int) -> pb.Operation:
+def _operation(state: pb.OperationState.ValueType, attempt: int) -> pb.Operation:
     return pb.Operation(id=ENTRY.operation_id, state=state, attempt=attempt)
 
 
@@ -53,6 +53,6 @@ def _operation(state: pb.OperationState, attempt: int) -> pb.Operation:
     ],
 )
 def test_an_attempt_is_over_once_the_operation_moved_on(
-    state: pb.OperationState, attempt: int, over: bool | None
+    state: pb.OperationState.ValueType, attempt: int, over: bool | None
 ) -> None:
     assert attempt_over(_operation(state, attempt), ENTRY) is over

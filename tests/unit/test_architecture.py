@@ -43,7 +43,7 @@ ALLOWED: dict[str, set[str]] = {
     "logs": {"settings"},
     "storage": {"model", "settings", "clock"},
     "rpc": {"model", "settings", "clock", "api"},
-    "wire": {"model", "storage", "api"},
+    "wire": {"model", "storage", "api", "rpc"},
     "hoststore": set(),
     **{service: SERVER_SIDE for service in GRPC_SERVICES},
     "gateway": GRPC_CLIENT_SIDE,

@@ -9,14 +9,14 @@ import hmac
 import json
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import jwt
 import pytest
 
 from durable_ops.model.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from durable_ops.model.scope import NeutralScope, OwnerScope, Role
-from durable_ops.rpc import client, credentials
+from durable_ops.rpc import ServicerContext, client, credentials
 from durable_ops.rpc.client import ServiceCaller
 from durable_ops.rpc.credentials import mint_service_token, verify_service_token
 from durable_ops.rpc.scope import caller_scope, role_from_metadata, scope_for
@@ -251,4 +251,4 @@ def test_caller_scope_fails_closed_without_the_credential_interceptor() -> None:
 
     # Run in a fresh context, as a handler reached without the interceptor would be.
     with pytest.raises(Unauthenticated):
-        contextvars.Context().run(caller_scope, Context())
+        contextvars.Context().run(caller_scope, cast(ServicerContext, Context()))
