@@ -9,6 +9,7 @@ only then inserts. The operation stores the subject's id, never its text.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -16,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from durable_ops.model import admission, bounds
 from durable_ops.model.errors import Conflict, InvalidArgument
-from durable_ops.model.tasks import AI_TASKS, TaskSpec, ai_task
+from durable_ops.model.tasks import CV, JOB, TASKS, TaskType
 from durable_ops.storage import capacity, operations, workspace
 from durable_ops.storage.schema import UserOperation
 from durable_ops.storage.tx import Tx
@@ -30,16 +31,20 @@ class AdmitRequest:
     idempotency_key: str = ""
 
 
-def _check_subjects(session: Session, spec: TaskSpec, request: AdmitRequest) -> None:
+# Reads one of the owner's rows of a subject kind, or raises NotFound.
+_SUBJECT_READERS: dict[str, Callable[[Session, str], object]] = {
+    JOB.name: workspace.get_job,
+    CV.name: workspace.get_attachment,
+}
+
+
+def _check_subjects(session: Session, task: TaskType, request: AdmitRequest) -> None:
     """Both references must be the caller's own rows (another owner's → NOT_FOUND)."""
-    if spec.subject_type == "job":
-        workspace.get_job(session, request.subject_id)
-        if request.context_ref:
-            workspace.get_attachment(session, request.context_ref)
-    else:
-        workspace.get_attachment(session, request.subject_id)
-        if request.context_ref:
-            workspace.get_job(session, request.context_ref)
+    _SUBJECT_READERS[task.subject.name](session, request.subject_id)
+    if request.context_ref:
+        if task.context is None:
+            raise InvalidArgument("context_ref", f"{task.name} takes no second reference")
+        _SUBJECT_READERS[task.context.name](session, request.context_ref)
 
 
 def admit(
@@ -48,7 +53,7 @@ def admit(
     limits: admission.Limits,
     now: datetime,
 ) -> tuple[UserOperation, bool]:
-    spec = ai_task(request.task_type)
+    task = TASKS.get(request.task_type)
     if not request.subject_id:
         raise InvalidArgument("subject_id", "is required")
     if request.idempotency_key:
@@ -58,23 +63,23 @@ def admit(
     admission.require_entitled(
         global_enabled=control.ai_enabled, plan=settings.plan, ai_enabled=settings.ai_enabled
     )
-    _check_subjects(session, spec, request)
+    _check_subjects(session, task, request)
     create = operations.CreateRequest(
-        task_type=spec.task_type,
+        task_type=task.name,
         # Without a key, repeated clicks are still one operation: the active one is reused.
         idempotency_key=request.idempotency_key or f"admission-{uuid.uuid4().hex}",
-        subject_type=spec.subject_type,
+        subject_type=task.subject.name,
         subject_id=request.subject_id,
         context_ref=request.context_ref,
-        priority=spec.priority,
-        max_attempts=spec.max_attempts,
-        retry_delay_seconds=spec.retry_delay_seconds,
+        priority=task.priority,
+        max_attempts=task.max_attempts,
+        retry_delay_seconds=task.retry_delay_seconds,
         privacy=settings.privacy,
-        deadline_at=now + spec.time_budget,
-        time_budget_seconds=int(spec.time_budget.total_seconds()),
+        deadline_at=now + task.time_budget,
+        time_budget_seconds=int(task.time_budget.total_seconds()),
     )
     if request.idempotency_key:
-        existing = operations.find_by_key(Tx.of(session), spec.task_type, request.idempotency_key)
+        existing = operations.find_by_key(Tx.of(session), task.name, request.idempotency_key)
         if existing is not None:
             if (existing.subject_id, existing.context_ref or "") != (
                 request.subject_id,
@@ -83,13 +88,13 @@ def admit(
                 raise Conflict("this idempotency key was used for another subject")
             return existing, True
     active = operations.active_for_subject(
-        Tx.of(session), spec.task_type, spec.subject_type, request.subject_id
+        Tx.of(session), task.name, task.subject.name, request.subject_id
     )
     if active is not None:
         return active, True
     admission.require_capacity(
-        owner_active=capacity.active_for_owner(session, AI_TASKS),
-        everyone_active=capacity.active_for_everyone(session, AI_TASKS),
+        owner_active=capacity.active_for_owner(session, TASKS.names()),
+        everyone_active=capacity.active_for_everyone(session, TASKS.names()),
         limits=limits,
     )
     op, _created = operations.create(Tx.of(session), create, now)
@@ -97,7 +102,5 @@ def admit(
 
 
 def lookup(session: Session, task_type: str, subject_id: str) -> UserOperation | None:
-    spec = ai_task(task_type)
-    return operations.latest_for_subject(
-        Tx.of(session), spec.task_type, spec.subject_type, subject_id
-    )
+    task = TASKS.get(task_type)
+    return operations.latest_for_subject(Tx.of(session), task.name, task.subject.name, subject_id)

@@ -40,7 +40,6 @@ from durable_ops.ai_worker.lease import Lease
 from durable_ops.model.admission import effective_privacy, require_entitled
 from durable_ops.model.errors import DomainError
 from durable_ops.model.routing import Route
-from durable_ops.model.tasks import AI_TASKS
 
 # The model call is bounded by the client's own timeout (the task timeout); this
 # margin lets that classified timeout win, leaving the attempt-wide one as a backstop.
@@ -141,7 +140,7 @@ class Executor:
 
     async def _produce(self, op: ClaimedOperation) -> Produced:
         handler = self._handlers[op.task_type]
-        spec = AI_TASKS[op.task_type]
+        external_allowed = handler.task.external_allowed
         async with asyncio.timeout(self._attempt_timeout):
             settings = await self._workspace.ai_settings(op.owner_id)
             # The global switch is admission's concern; admitted work runs while the worker does.
@@ -153,9 +152,9 @@ class Executor:
             inputs = await handler.inputs(self._workspace.reader(op.owner_id), refs)
             request = handler.request(inputs)
             if op.route is Route.EXTERNAL:
-                result = await self._router.infer_external(request, privacy, spec.external_allowed)
+                result = await self._router.infer_external(request, privacy, external_allowed)
             else:
-                result = await self._router.infer(request, privacy, spec.external_allowed)
+                result = await self._router.infer(request, privacy, external_allowed)
         try:
             body = handler.note_body(result.answer)
         except InferenceError as error:

@@ -26,7 +26,6 @@ from durable_ops.ai_worker.reconcile import reconcile
 from durable_ops.model import bounds
 from durable_ops.model.routing import Route
 from durable_ops.model.scope import Role
-from durable_ops.model.tasks import AI_TASKS
 from durable_ops.rpc.client import ServiceCaller, open_channel
 from durable_ops.settings import Settings, SettingsError
 
@@ -37,8 +36,8 @@ _log = structlog.get_logger(__name__)
 
 def registered_task_types() -> list[str]:
     """Task types in the registry that have a handler, highest priority first."""
-    specs = sorted(AI_TASKS.values(), key=lambda spec: -spec.priority)
-    return [spec.task_type for spec in specs if spec.task_type in HANDLERS]
+    tasks = sorted((handler.task for handler in HANDLERS.values()), key=lambda t: -t.priority)
+    return [task.name for task in tasks]
 
 
 def check_settings(settings: Settings) -> None:

@@ -1,10 +1,11 @@
 """The development model: an OpenAI-compatible chat-completions server.
 
 ``GET /v1/models`` lists the one model; ``POST /v1/chat/completions`` answers
-a structured request for one of the task schemas of ``durable_ops.ai_worker.prompts``
-(recognised by ``json_schema.name``, else by its properties) with the
-deterministic heuristic of ``heuristic``, shaped to the limits of the schema
-that was sent. Bad requests get 400 with an OpenAI-style error body.
+a structured request for a task's answer schema (``durable_ops.model.tasks``;
+a known task recognised by ``json_schema.name``, else by its properties) with
+the deterministic heuristic of ``heuristic`` (any other schema gets
+``heuristic.schema_answer``), shaped to the limits of the schema that was sent.
+Bad requests get 400 with an OpenAI-style error body.
 
 Fault drills: ``create_app(fail_mode=…, delay_seconds=…)`` stands up a model
 that misbehaves in one chosen way; ``app.state.config`` may be changed while it
@@ -26,15 +27,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from durable_ops.ai_worker.inference.errors import InvalidModelOutput
-from durable_ops.ai_worker.prompts import validate_against
 from durable_ops.dev_model.heuristic import (
     Inputs,
     Section,
     cv_review,
     parse_inputs,
+    schema_answer,
     strategy_snapshot,
 )
+from durable_ops.model import answers
+from durable_ops.model.tasks import CV_REVIEW, STRATEGY_SNAPSHOT
 
 DEFAULT_MODEL = "dev-heuristic"
 MAX_REQUEST_BYTES = 1 << 20
@@ -58,10 +60,11 @@ class _Answerer:
 
 
 _ANSWERERS: dict[str, _Answerer] = {
-    "strategy_snapshot": _Answerer(strategy_snapshot, unsectioned="job"),
-    "cv_review": _Answerer(cv_review, unsectioned="cv"),
+    STRATEGY_SNAPSHOT.schema_name: _Answerer(strategy_snapshot, unsectioned="job"),
+    CV_REVIEW.schema_name: _Answerer(cv_review, unsectioned="cv"),
 }
-_SHAPES = {"fit_score": "strategy_snapshot", "overall_score": "cv_review"}
+# A hand-written request may name its schema anything: the score field tells the task.
+_SHAPES = {"fit_score": STRATEGY_SNAPSHOT.schema_name, "overall_score": CV_REVIEW.schema_name}
 
 
 class BadRequest(Exception):
@@ -142,13 +145,14 @@ def _schema_of(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if name in _ANSWERERS:
         return str(name), schema
     properties = schema.get("properties")
-    if isinstance(properties, dict):
-        for key, task in _SHAPES.items():
-            if key in properties:
-                return task, schema
-    raise BadRequest(
-        "schema is neither strategy_snapshot nor cv_review", param="response_format.json_schema"
-    )
+    if not isinstance(properties, dict) or schema.get("type") != "object":
+        raise BadRequest(
+            "schema must describe an object answer", param="response_format.json_schema"
+        )
+    for key, task in _SHAPES.items():
+        if key in properties:
+            return task, schema
+    return str(name or ""), schema
 
 
 def conform(value: Any, schema: dict[str, Any]) -> Any:
@@ -267,12 +271,16 @@ def create_app(
             elif config.fail_mode == "schema_mismatch":
                 content = json.dumps({"verdict": "fine"})
             else:
-                answerer = _ANSWERERS[task]
-                inputs = parse_inputs(user_text, unsectioned=answerer.unsectioned)
-                answer = conform(answerer.answer(inputs), schema)
+                answerer = _ANSWERERS.get(task)
+                if answerer is None:
+                    inputs = parse_inputs(user_text, unsectioned="job")
+                    answer = conform(schema_answer(schema, inputs), schema)
+                else:
+                    inputs = parse_inputs(user_text, unsectioned=answerer.unsectioned)
+                    answer = conform(answerer.answer(inputs), schema)
                 try:
-                    validate_against(schema, answer)
-                except (InvalidModelOutput, ValueError, KeyError, TypeError) as exc:
+                    answers.validate(schema, answer)
+                except (ValueError, KeyError, TypeError) as exc:
                     raise BadRequest(
                         "schema uses constraints this model cannot honour",
                         param="response_format.json_schema",

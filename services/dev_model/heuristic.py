@@ -9,6 +9,8 @@ product (and every test) gets the same answer for the same text:
 - cv.review: structure checks (length, section headings, quantified
   achievements, bullets, contact details) plus key-term coverage when a
   posting is given.
+- any other task: ``schema_answer`` fills the answer schema it was sent from
+  the same key-term coverage (scores, a summary sentence, lists of terms).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from durable_ops.ai_worker.prompts import CV_SECTION, END_SECTION, JOB_SECTION
+from durable_ops.model.prompt_sections import CV_SECTION, END_SECTION, JOB_SECTION
 
 KEY_TERM_LIMIT = 20
 TITLE_WEIGHT = 2
@@ -93,7 +95,7 @@ class Inputs:
 
 
 def parse_inputs(user_text: str, *, unsectioned: Section) -> Inputs:
-    """Read the sections of ``durable_ops.ai_worker.prompts``.
+    """Read the sections of ``durable_ops.model.prompt_sections``.
 
     Text without any section line is taken whole as the input named by
     ``unsectioned`` ("job" or "cv"), so a hand-written prompt works too.
@@ -338,4 +340,29 @@ def cv_review(inputs: Inputs) -> dict[str, Any]:
         "strengths": strengths[:LIST_LIMIT],
         "improvements": improvements[:LIST_LIMIT],
         "keywords_missing": keywords_missing,
+    }
+
+
+def schema_answer(schema: dict[str, Any], inputs: Inputs) -> dict[str, Any]:
+    """An answer in the shape of ``schema`` for a task with no heuristic of its own.
+
+    Integers are the key-term coverage score (0 without both texts), strings say
+    what was compared, arrays list the matched terms, then the missing ones.
+    ``app.conform`` then cuts it to the schema's limits.
+    """
+    terms = key_terms(inputs)
+    coverage = Coverage.of(terms, inputs.cv_text or "") if inputs.cv_text is not None else None
+    summary = (
+        f"The CV mentions {len(coverage.matched)} of the posting's {coverage.total} key terms."
+        if coverage is not None and inputs.job_text is not None
+        else "Only one of a posting and a CV was given, so nothing was compared."
+    )
+    listed = (coverage.matched + coverage.missing) if coverage else [t for t, _ in terms.values()]
+    score = coverage.score if coverage is not None and inputs.job_text is not None else 0
+    fill = {"integer": score, "string": summary, "array": listed or [summary]}
+    properties: dict[str, Any] = schema.get("properties", {})
+    return {
+        name: fill[spec["type"]]
+        for name, spec in properties.items()
+        if isinstance(spec, dict) and spec.get("type") in fill
     }

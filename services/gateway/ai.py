@@ -1,16 +1,16 @@
 """AI analyses: start one (through AI admission) and read its cached result.
 
-``POST /api/jobs/{id}/strategy-snapshot`` and ``POST /api/attachments/{id}/cv-review``
-ask admission for an operation and answer 202 with its status URL. The GET
-twins are cache-only: they read the published note and the newest operation
-for the subject and never start work or reach a model.
+One resource per registered task type (``model.tasks``), at ``task.path``:
+``POST /api/jobs/{id}/strategy-snapshot`` asks admission for an operation and
+answers 202 with its status URL; the GET twin is cache-only: it reads the
+published note and the newest operation for the subject and never starts work
+or reaches a model.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -23,49 +23,40 @@ from durable_ops.api.workspace.v1 import workspace_pb2 as workspace_pb
 from durable_ops.api.workspace.v1 import workspace_pb2_grpc as workspace_grpc
 from durable_ops.gateway import dto
 from durable_ops.gateway.bodies import json_object, string_field
-from durable_ops.gateway.calls import OwnerCalls, owner_calls
-from durable_ops.gateway.ids import ID_MAX, resource_id
+from durable_ops.gateway.calls import OwnerCalls, owner_calls, stub_for
+from durable_ops.gateway.ids import resource_id
+from durable_ops.gateway.modules import RouteSet
 from durable_ops.gateway.openapi import endpoint, errors, json_body, nullable, ok, path_id, ref
 from durable_ops.gateway.problems import invalid
 from durable_ops.model import bounds
+from durable_ops.model.bounds import ID_MAX
 from durable_ops.model.errors import InvalidArgument, NotFound
+from durable_ops.model.tasks import CV, JOB, TASKS, Registry, SubjectKind, TaskType
 
 IDEMPOTENCY_HEADER = "idempotency-key"
 
 
-@dataclass(frozen=True)
-class Analysis:
-    """One AI task as the HTTP API offers it."""
-
-    task_type: str
-    subject_path: str  # "jobs" or "attachments"
-    subject_type: str
-    context_field: str  # the optional second reference in the POST body
-    not_found: Callable[[], NotFound]
-
-    async def check_subject(self, calls: OwnerCalls, subject_id: str) -> None:
-        stub = calls.stub("workspace", workspace_grpc.WorkspaceServiceStub)
-        if self.subject_type == "job":
-            await calls(stub.GetJob, workspace_pb.GetJobRequest(job_id=subject_id))
-        else:
-            request = workspace_pb.GetAttachmentRequest(attachment_id=subject_id)
-            await calls(stub.GetAttachment, request)
+async def _read_job(calls: OwnerCalls, job_id: str) -> None:
+    await calls(_workspace(calls).GetJob, workspace_pb.GetJobRequest(job_id=job_id))
 
 
-STRATEGY_SNAPSHOT = Analysis(
-    "strategy.snapshot",
-    "jobs",
-    "job",
-    "attachment_id",
-    lambda: NotFound("job not found", code="job_not_found"),
-)
-CV_REVIEW = Analysis(
-    "cv.review",
-    "attachments",
-    "attachment",
-    "job_id",
-    lambda: NotFound("attachment not found", code="attachment_not_found"),
-)
+async def _read_attachment(calls: OwnerCalls, attachment_id: str) -> None:
+    request = workspace_pb.GetAttachmentRequest(attachment_id=attachment_id)
+    await calls(_workspace(calls).GetAttachment, request)
+
+
+# The workspace read that proves a subject is the caller's own (NOT_FOUND otherwise).
+_SUBJECT_READS: Mapping[str, Callable[[OwnerCalls, str], Awaitable[None]]] = {
+    JOB.name: _read_job,
+    CV.name: _read_attachment,
+}
+
+
+def _not_found(kind: SubjectKind) -> Callable[[], NotFound]:
+    return lambda: NotFound(f"{kind.name} not found", code=f"{kind.name}_not_found")
+
+
+_workspace = stub_for("workspace", workspace_grpc.WorkspaceServiceStub)
 
 
 def _idempotency_key(request: Request) -> str:
@@ -74,29 +65,29 @@ def _idempotency_key(request: Request) -> str:
         try:
             bounds.idempotency_key(key)
         except InvalidArgument as exc:
-            raise invalid(
-                "Idempotency-Key", exc.message.removeprefix("idempotency_key: ")
-            ) from None
+            raise invalid("Idempotency-Key", exc.reason) from None
     return key
 
 
-def _admission(calls: OwnerCalls) -> Any:
-    return calls.stub("ai_admission", admission_grpc.AiAdmissionServiceStub)
+_admission = stub_for("ai_admission", admission_grpc.AiAdmissionServiceStub)
 
 
-def start(analysis: Analysis) -> Callable[[Request], Awaitable[Response]]:
+def start(task: TaskType) -> Callable[[Request], Awaitable[Response]]:
+    context_fields = (task.context.reference_field,) if task.context else ()
+
     async def endpoint_(request: Request) -> Response:
         calls = owner_calls(request)
-        subject_id = resource_id(request, analysis.not_found)
+        subject_id = resource_id(request, _not_found(task.subject))
         key = _idempotency_key(request)
-        body = await json_object(request, (analysis.context_field,), optional=True)
-        context_ref = (
-            string_field(body, analysis.context_field, max_length=ID_MAX, required=False) or ""
-        )
+        body = await json_object(request, context_fields, optional=True)
+        context_ref = ""
+        if task.context is not None:
+            field = task.context.reference_field
+            context_ref = string_field(body, field, max_length=ID_MAX, required=False) or ""
         reply = await calls(
             _admission(calls).Admit,
             admission_pb.AdmitRequest(
-                task_type=analysis.task_type,
+                task_type=task.name,
                 subject_id=subject_id,
                 context_ref=context_ref,
                 idempotency_key=key,
@@ -111,18 +102,17 @@ def start(analysis: Analysis) -> Callable[[Request], Awaitable[Response]]:
     return endpoint_
 
 
-def cached(analysis: Analysis) -> Callable[[Request], Awaitable[Response]]:
+def cached(task: TaskType) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint_(request: Request) -> Response:
         calls = owner_calls(request)
-        subject_id = resource_id(request, analysis.not_found)
-        await analysis.check_subject(calls, subject_id)
-        workspace = calls.stub("workspace", workspace_grpc.WorkspaceServiceStub)
+        subject_id = resource_id(request, _not_found(task.subject))
+        await _SUBJECT_READS[task.subject.name](calls, subject_id)
         try:
             note = await calls(
-                workspace.GetNote,
+                _workspace(calls).GetNote,
                 workspace_pb.GetNoteRequest(
-                    kind=analysis.task_type,
-                    subject_type=analysis.subject_type,
+                    kind=task.name,
+                    subject_type=task.subject.name,
                     subject_id=subject_id,
                 ),
             )
@@ -135,7 +125,7 @@ def cached(analysis: Analysis) -> Callable[[Request], Awaitable[Response]]:
             snapshot = None
         lookup = await calls(
             _admission(calls).Lookup,
-            admission_pb.LookupRequest(task_type=analysis.task_type, subject_id=subject_id),
+            admission_pb.LookupRequest(task_type=task.name, subject_id=subject_id),
         )
         operation = dto.operation(lookup.operation) if lookup.HasField("operation") else None
         return JSONResponse({"snapshot": snapshot, "operation": operation})
@@ -143,23 +133,7 @@ def cached(analysis: Analysis) -> Callable[[Request], Awaitable[Response]]:
     return endpoint_
 
 
-ANALYSES = (STRATEGY_SNAPSHOT, CV_REVIEW)
-
-
-def _path(analysis: Analysis) -> str:
-    return f"/api/{analysis.subject_path}/{{id}}/{analysis.task_type.replace('.', '-')}"
-
-
-routes: Sequence[BaseRoute] = [
-    route
-    for analysis in ANALYSES
-    for route in (
-        Route(_path(analysis), start(analysis), methods=["POST"]),
-        Route(_path(analysis), cached(analysis), methods=["GET"]),
-    )
-]
-
-openapi_schemas: Mapping[str, Any] = {
+_SCHEMAS: Mapping[str, Any] = {
     "Accepted": {
         "type": "object",
         "required": ["operation_id", "status_url"],
@@ -196,9 +170,10 @@ _IDEMPOTENCY_PARAMETER = {
 }
 
 
-def _openapi(analysis: Analysis) -> dict[str, Any]:
-    name = analysis.task_type
-    subject = path_id(f"{analysis.subject_type} id")
+def _openapi(task: TaskType) -> dict[str, Any]:
+    name = task.name
+    subject = path_id(f"{task.subject.name} id")
+    context = {task.context.reference_field: {"type": "string"}} if task.context else {}
     return {
         "post": endpoint(
             f"Start a {name} (202 with the status URL; an active one is reused)",
@@ -217,9 +192,9 @@ def _openapi(analysis: Analysis) -> dict[str, Any]:
                 {
                     "type": "object",
                     "additionalProperties": False,
-                    "properties": {analysis.context_field: {"type": "string"}},
+                    "properties": context,
                 },
-                f"optional {analysis.context_field}",
+                f"optional {', '.join(context) or 'nothing'}",
                 required=False,
             ),
         ),
@@ -233,6 +208,20 @@ def _openapi(analysis: Analysis) -> dict[str, Any]:
     }
 
 
-openapi_paths: Mapping[str, Mapping[str, Any]] = {
-    _path(analysis): _openapi(analysis) for analysis in ANALYSES
-}
+def analysis_module(registry: Registry) -> RouteSet:
+    """POST (start) and GET (cached result) for every task type of ``registry``."""
+    routes = [
+        route
+        for task in registry
+        for route in (
+            Route(task.path, start(task), methods=["POST"]),
+            Route(task.path, cached(task), methods=["GET"]),
+        )
+    ]
+    return RouteSet(routes, {task.path: _openapi(task) for task in registry}, _SCHEMAS)
+
+
+_DEFAULT = analysis_module(TASKS)
+routes: Sequence[BaseRoute] = _DEFAULT.routes
+openapi_paths: Mapping[str, Mapping[str, Any]] = _DEFAULT.openapi_paths
+openapi_schemas: Mapping[str, Any] = _DEFAULT.openapi_schemas

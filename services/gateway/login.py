@@ -43,7 +43,7 @@ async def dev_login(request: Request) -> Response:
     try:
         bounds.owner_id(user)
     except InvalidArgument as exc:
-        raise invalid("user", exc.message.removeprefix("owner: ")) from None
+        raise invalid("user", exc.reason) from None
     token = mint_user_token(
         settings.jwt_secret,
         user,

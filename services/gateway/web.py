@@ -5,12 +5,15 @@ fills its ``<main>``, a title and, optionally, a nav label. ``/`` is the
 sign-in page when signed out and redirects to ``/operations`` when signed
 in; every other page needs the session cookie and otherwise redirects to
 ``/``. The bell's poll interval (``OPS_UI_UNREAD_POLL_MS``) reaches the
-scripts as ``<meta name="ops-unread-poll-ms">``.
+scripts as ``<meta name="ops-unread-poll-ms">``, and the task registry
+(``model.tasks``: labels, paths, answer schemas) as the JSON script element
+``#ops-tasks``, so the page never keeps a copy of it.
 """
 
 from __future__ import annotations
 
 import html
+import json
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +31,7 @@ from durable_ops.gateway.auth import session_user
 from durable_ops.gateway.context import settings_of
 from durable_ops.gateway.modules import RouteSet
 from durable_ops.gateway.openapi import endpoint
+from durable_ops.model.tasks import TASKS, Registry
 from durable_ops.settings import Settings
 
 WEB_DIR = Path(__file__).parent / "web"
@@ -64,9 +68,15 @@ def _template(name: str) -> Template:
     return Template((WEB_DIR / name).read_text(encoding="utf-8"))
 
 
+def script_json(value: object) -> str:
+    """JSON that is safe inside a ``<script>`` element: no ``<`` can close it."""
+    return json.dumps(value, separators=(",", ":")).replace("<", "\\u003c")
+
+
 class Renderer:
-    def __init__(self, pages: Sequence[Page]) -> None:
+    def __init__(self, pages: Sequence[Page], tasks: Registry = TASKS) -> None:
         self.pages = tuple(pages)
+        self._tasks = script_json(tasks.public())
         self._page = _template("page.html")
         self._header = _template("header.html")
         self._signin = _template("signin.html")
@@ -102,6 +112,7 @@ class Renderer:
             product=PRODUCT_NAME,
             module=html.escape(module),
             poll_ms=str(int(settings.ui_unread_poll_ms)),
+            tasks=self._tasks,
             signed_in="true" if user is not None else "false",
             header=header,
             main=main,

@@ -34,9 +34,10 @@ class InvalidArgument(DomainError):
     kind = "invalid_argument"
     code = "invalid_argument"
 
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
         self.field = field
+        self.reason = reason  # the message without the field, for a caller that names it
 
 
 class Unauthenticated(DomainError):

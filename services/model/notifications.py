@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from durable_ops.model.states import OperationState
-from durable_ops.model.tasks import display_name
+from durable_ops.model.tasks import TASKS, Registry
 
 TITLE_MAX = 120
 BODY_MAX = 240
@@ -34,9 +34,9 @@ _OUTCOMES: dict[OperationState, tuple[str, str]] = {
 }
 
 
-def wording(task_type: str, outcome: OperationState) -> Wording:
+def wording(task_type: str, outcome: OperationState, tasks: Registry = TASKS) -> Wording:
     try:
         title, body = _OUTCOMES[outcome]
     except KeyError:
         raise ValueError(f"{outcome} is not a terminal outcome") from None
-    return Wording(title.format(name=display_name(task_type)), body)
+    return Wording(title.format(name=tasks.label(task_type)), body)

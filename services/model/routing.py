@@ -7,7 +7,7 @@ external route claims it, or fails retryable to be tried locally again later.
 
 The external route is permitted only when all three hold: the owner's privacy
 snapshot is ``external_allowed``, the task is on the external allowlist
-(``TaskSpec.external_allowed``), and an external route is configured. Anything
+(``TaskType.external_allowed``), and an external route is configured. Anything
 else keeps the user's text on the local model.
 """
 

@@ -1,29 +1,191 @@
-"""The task registry: the one place that says how each AI task type runs."""
+"""The task registry: the one description of every task type. Pure data.
+
+A ``TaskType`` says everything the product needs to know about one kind of
+work, and every part reads it from here:
+
+    name, label          "strategy.snapshot", "Strategy snapshot" (notification text, UI)
+    subject, context     what the operation is about (a job), and an optional second
+                         reference (a CV); each a ``SubjectKind`` with its URL segment
+    answer               the JSON schema of the result the worker publishes; its
+                         ``title``s are the UI's headings
+    priority … external_allowed
+                         how admission creates it and which routes may run it
+
+Derived spellings live here too, so nothing spells a task a second way: the
+URL segment ``strategy-snapshot``, the structured-output schema name
+``strategy_snapshot``, the body field of the context reference ``attachment_id``.
+
+Adding a task type: an entry below, its prompt in ``ai_worker/prompts.py``, its
+test (docs/tasks.md).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
+from types import MappingProxyType
+from typing import Any
 
+from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument
 
 
 @dataclass(frozen=True)
-class TaskSpec:
-    task_type: str
-    display_name: str  # used in generic notification text; never user content
-    subject_type: str
+class SubjectKind:
+    """A kind of thing an operation refers to by an opaque id."""
+
+    name: str  # stored as the operation's subject_type
+    url_segment: str  # /api/<url_segment>/{id}
+    label: str  # how a page names one: "job", "CV"
+
+    @property
+    def reference_field(self) -> str:
+        """The request field naming one, e.g. ``attachment_id``."""
+        return f"{self.name}_id"
+
+
+JOB = SubjectKind("job", "jobs", "job")
+CV = SubjectKind("attachment", "attachments", "CV")
+
+
+@dataclass(frozen=True)
+class TaskType:
+    name: str
+    label: str  # generic, never user content: it is in notification titles
+    action: str  # the button that starts one
+    subject: SubjectKind
+    context: SubjectKind | None
+    answer: Mapping[str, Any]
     priority: int
     time_budget: timedelta  # deadline = admission time + budget (fail closed after it)
     max_attempts: int
     retry_delay_seconds: int
     external_allowed: bool  # on the external-route allowlist
 
+    def __post_init__(self) -> None:
+        bounds.task_type(self.name)
+        bounds.int_range("priority", self.priority, bounds.PRIORITY_RANGE)
+        bounds.int_range("max_attempts", self.max_attempts, bounds.MAX_ATTEMPTS_RANGE)
+        bounds.int_range(
+            "retry_delay_seconds", self.retry_delay_seconds, bounds.RETRY_DELAY_SECONDS_RANGE
+        )
 
-STRATEGY_SNAPSHOT = TaskSpec(
-    task_type="strategy.snapshot",
-    display_name="Strategy snapshot",
-    subject_type="job",
+    @property
+    def url_segment(self) -> str:
+        return self.name.replace(".", "-")
+
+    @property
+    def schema_name(self) -> str:
+        return self.name.replace(".", "_")
+
+    @property
+    def path(self) -> str:
+        """The HTTP resource that starts one and reads its cached result."""
+        return f"/api/{self.subject.url_segment}/{{id}}/{self.url_segment}"
+
+    def public(self) -> dict[str, Any]:
+        """What a web page may know of this task type (rendered into every page)."""
+        return {
+            "name": self.name,
+            "label": self.label,
+            "action": self.action,
+            "path": self.path,
+            "subject": _kind(self.subject),
+            "context": _kind(self.context) if self.context else None,
+            "answer": self.answer,
+        }
+
+
+def _kind(kind: SubjectKind) -> dict[str, str]:
+    return {"name": kind.name, "label": kind.label, "field": kind.reference_field}
+
+
+@dataclass(frozen=True)
+class Registry:
+    """The task types the product runs, by name."""
+
+    _tasks: Mapping[str, TaskType] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, *tasks: TaskType) -> Registry:
+        by_name = {task.name: task for task in tasks}
+        if len(by_name) != len(tasks):
+            raise ValueError("task names must be unique")
+        return cls(MappingProxyType(by_name))
+
+    def with_task(self, task: TaskType) -> Registry:
+        """This registry and one more task type (a test's temporary registry)."""
+        return Registry.of(*self, task)
+
+    def __iter__(self) -> Iterator[TaskType]:
+        return iter(self._tasks.values())
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tasks
+
+    def get(self, name: str) -> TaskType:
+        try:
+            return self._tasks[name]
+        except KeyError:
+            raise InvalidArgument("task_type", f"{name!r} is not a registered task") from None
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._tasks)
+
+    def label(self, name: str) -> str:
+        task = self._tasks.get(name)
+        return task.label if task else "Operation"
+
+    def public(self) -> list[dict[str, Any]]:
+        return [task.public() for task in self]
+
+
+# ---- answer schemas: the JSON-schema subset of ``model.answers`` ------------------------
+
+
+def score(title: str) -> dict[str, Any]:
+    return {"type": "integer", "minimum": 0, "maximum": 100, "title": title}
+
+
+def text(max_length: int) -> dict[str, Any]:
+    return {"type": "string", "minLength": 1, "maxLength": max_length}
+
+
+def items(title: str, max_items: int, max_length: int) -> dict[str, Any]:
+    return {"type": "array", "maxItems": max_items, "items": text(max_length), "title": title}
+
+
+def answer(properties: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": list(properties),
+        "properties": properties,
+    }
+
+
+SUMMARY_MAX = 600
+ITEM_MAX = 200
+
+STRATEGY_SNAPSHOT = TaskType(
+    name="strategy.snapshot",
+    label="Strategy snapshot",
+    action="Start strategy snapshot",
+    subject=JOB,
+    context=CV,
+    answer=answer(
+        {
+            "fit_score": score("Fit"),
+            "summary": text(SUMMARY_MAX),
+            "strengths": items("Strengths", 6, ITEM_MAX),
+            "gaps": items("Gaps", 6, ITEM_MAX),
+            "next_steps": items("Next steps", 6, ITEM_MAX),
+        }
+    ),
     priority=10,
     time_budget=timedelta(minutes=30),
     max_attempts=3,
@@ -31,10 +193,21 @@ STRATEGY_SNAPSHOT = TaskSpec(
     external_allowed=False,  # deliberately absent from the external allowlist (seed 000)
 )
 
-CV_REVIEW = TaskSpec(
-    task_type="cv.review",
-    display_name="CV review",
-    subject_type="attachment",
+CV_REVIEW = TaskType(
+    name="cv.review",
+    label="CV review",
+    action="Review CV",
+    subject=CV,
+    context=JOB,
+    answer=answer(
+        {
+            "overall_score": score("Overall"),
+            "summary": text(SUMMARY_MAX),
+            "strengths": items("Strengths", 6, ITEM_MAX),
+            "improvements": items("Improvements", 6, ITEM_MAX),
+            "keywords_missing": items("Missing keywords", 12, 60),
+        }
+    ),
     priority=5,
     time_budget=timedelta(minutes=30),
     max_attempts=3,
@@ -42,16 +215,4 @@ CV_REVIEW = TaskSpec(
     external_allowed=True,
 )
 
-AI_TASKS: dict[str, TaskSpec] = {spec.task_type: spec for spec in (STRATEGY_SNAPSHOT, CV_REVIEW)}
-
-
-def ai_task(task_type: str) -> TaskSpec:
-    try:
-        return AI_TASKS[task_type]
-    except KeyError:
-        raise InvalidArgument("task_type", f"{task_type!r} is not a registered AI task") from None
-
-
-def display_name(task_type: str) -> str:
-    spec = AI_TASKS.get(task_type)
-    return spec.display_name if spec else "Operation"
+TASKS = Registry.of(STRATEGY_SNAPSHOT, CV_REVIEW)

@@ -27,10 +27,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
+from durable_ops.model import bounds
 from durable_ops.model.errors import NotFound
 from durable_ops.model.notifications import wording
 from durable_ops.model.states import TERMINAL_STATES, OperationState
-from durable_ops.model.tasks import AI_TASKS
+from durable_ops.model.tasks import TASKS
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
 from durable_ops.storage.schema import UserNotification, UserOperation, UtcDateTime
 from durable_ops.storage.tx import SCOPE_OWNER, Tx
@@ -45,7 +46,7 @@ def _insert_from_operation(outcome: OperationState, *, owned: bool) -> Executabl
     The wording is fixed per outcome (a CASE over the task type), so the statement
     is built once per outcome and scope and only ids and times are parameters.
     """
-    titles = {task_type: wording(task_type, outcome).title for task_type in AI_TASKS}
+    titles = {task_type: wording(task_type, outcome).title for task_type in TASKS.names()}
     generic = wording("", outcome)
     source = select(
         bindparam("notification_id"),
@@ -109,7 +110,7 @@ def unread_count(session: Session) -> int:
 
 def _get_visible(session: Session, notification_id: str) -> UserNotification:
     found: UserNotification | None = session.scalars(
-        _visible().where(UserNotification.id == notification_id[:64])
+        _visible().where(UserNotification.id == notification_id[: bounds.ID_MAX])
     ).one_or_none()
     if found is None:
         raise NotFound("notification not found", code="notification_not_found")

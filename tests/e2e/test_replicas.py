@@ -36,7 +36,7 @@ from sqlalchemy import func, select
 from durable_ops.api.workspace.v1 import workspace_pb2_grpc
 from durable_ops.gateway.auth import mint_user_token
 from durable_ops.model.states import ACTIVE_STATES, TERMINAL_STATES, OperationState
-from durable_ops.model.tasks import AI_TASKS
+from durable_ops.model.tasks import TASKS
 from durable_ops.rpc.client import CHANNEL_OPTIONS
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import AiWorkspaceNote, UserNotification, UserOperation
@@ -72,7 +72,7 @@ WORKER_ENV = {
 }
 ACTIVE = [state.value for state in ACTIVE_STATES]
 TERMINAL = {state.value for state in TERMINAL_STATES}
-AI_TASK_TYPES = list(AI_TASKS)
+AI_TASK_TYPES = list(TASKS.names())
 
 
 def _env_name(service: str) -> str:

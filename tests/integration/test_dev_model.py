@@ -19,8 +19,6 @@ from starlette.applications import Starlette
 
 from durable_ops.ai_worker.inference import ModelClient
 from durable_ops.ai_worker.prompts import (
-    CV_REVIEW,
-    STRATEGY_SNAPSHOT,
     CvText,
     JobText,
     answer_schema,
@@ -37,7 +35,11 @@ from durable_ops.dev_model.heuristic import (
     strategy_snapshot,
     words,
 )
+from durable_ops.model import tasks
 from durable_ops.model.routing import Route
+
+STRATEGY_SNAPSHOT = tasks.STRATEGY_SNAPSHOT.name
+CV_REVIEW = tasks.CV_REVIEW.name
 
 JOB = JobText(
     title="Senior Data Engineer",

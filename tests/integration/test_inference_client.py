@@ -39,18 +39,20 @@ from durable_ops.ai_worker.inference import (
     provider_from_url,
 )
 from durable_ops.ai_worker.prompts import (
-    CV_REVIEW,
-    STRATEGY_SNAPSHOT,
     CvText,
     JobText,
     build_request,
     validate_answer,
 )
 from durable_ops.dev_model import create_app
+from durable_ops.model import tasks
 from durable_ops.model.circuit import CircuitBreaker, CircuitState
 from durable_ops.model.routing import Route
 from durable_ops.model.states import Privacy
 from durable_ops.settings import Settings
+
+STRATEGY_SNAPSHOT = tasks.STRATEGY_SNAPSHOT.name
+CV_REVIEW = tasks.CV_REVIEW.name
 
 ASGI_URL = "http://127.0.0.1/v1"  # never dialled: requests go to the ASGI app in process
 JOB = JobText(

@@ -8,13 +8,15 @@ import json
 import pytest
 
 from durable_ops.ai_worker.handlers import HANDLERS, Inputs, References, TaskHandler
-from durable_ops.ai_worker.handlers.cv_review import CV_REVIEW
-from durable_ops.ai_worker.handlers.strategy_snapshot import STRATEGY_SNAPSHOT
 from durable_ops.ai_worker.inference.errors import InvalidModelOutput
 from durable_ops.ai_worker.main import registered_task_types
-from durable_ops.ai_worker.prompts import CV_SECTION, JOB_SECTION, CvText, JobText
+from durable_ops.ai_worker.prompts import CvText, JobText
 from durable_ops.model.errors import InvalidArgument
-from durable_ops.model.tasks import AI_TASKS
+from durable_ops.model.prompt_sections import CV_SECTION, JOB_SECTION
+from durable_ops.model.tasks import TASKS
+
+STRATEGY_SNAPSHOT = HANDLERS["strategy.snapshot"]
+CV_REVIEW = HANDLERS["cv.review"]
 
 JOB = JobText(title="Data Engineer", company="Globex", description="Python, Spark and Kafka.")
 CV = CvText(text="Built Spark pipelines in Python.")
@@ -41,9 +43,9 @@ class Reader:
 
 
 def test_every_registered_task_has_a_handler_and_nothing_else_does() -> None:
-    assert set(HANDLERS) == set(AI_TASKS)
+    assert set(HANDLERS) == set(TASKS.names())
     for task_type, handler in HANDLERS.items():
-        assert handler.subject_type == AI_TASKS[task_type].subject_type
+        assert handler.task is TASKS.get(task_type)
 
 
 def test_claims_ask_for_registered_types_highest_priority_first() -> None:

@@ -10,13 +10,13 @@ import pytest
 
 from durable_ops.model.notifications import BODY_MAX, TITLE_MAX, Wording, wording
 from durable_ops.model.states import TERMINAL_STATES, OperationState
-from durable_ops.model.tasks import AI_TASKS
+from durable_ops.model.tasks import TASKS
 
 S = OperationState
 
 TERMINAL: Final = [S.SUCCEEDED, S.FAILED, S.CANCELLED]
 NON_TERMINAL: Final = [s for s in OperationState if s not in TERMINAL]
-AI_TASK_TYPES: Final = sorted(AI_TASKS)
+AI_TASK_TYPES: Final = sorted(TASKS.names())
 
 # Things that must never reach a notification: user inputs, diagnostics, results.
 SECRET_INPUTS: Final = [
@@ -36,20 +36,22 @@ def all_text(w: Wording) -> str:
 
 
 def test_the_registry_has_the_two_ai_tasks() -> None:
-    assert {"strategy.snapshot", "cv.review"} <= set(AI_TASKS)
+    assert {"strategy.snapshot", "cv.review"} <= set(TASKS.names())
     assert set(TERMINAL) == set(TERMINAL_STATES)
 
 
 def test_wording_takes_only_a_task_type_and_an_outcome() -> None:
-    # No parameter through which inputs, failure messages or results could flow in.
-    assert list(inspect.signature(wording).parameters) == ["task_type", "outcome"]
+    # No parameter through which inputs, failure messages or results could flow in:
+    # besides the two, only the task registry (labels written by us).
+    parameters = inspect.signature(wording).parameters
+    assert list(parameters) == ["task_type", "outcome", "tasks"]
+    assert parameters["tasks"].annotation == "Registry"
 
 
 @pytest.mark.parametrize(("task_type", "outcome"), list(itertools.product(AI_TASK_TYPES, TERMINAL)))
 def test_ai_task_wording_is_generic_and_bounded(task_type: str, outcome: OperationState) -> None:
     w = wording(task_type, outcome)
-    spec = AI_TASKS[task_type]
-    assert spec.display_name in w.title
+    assert TASKS.get(task_type).label in w.title
     assert task_type not in all_text(w)  # the display name, not the internal identifier
     assert 0 < len(w.title) <= TITLE_MAX
     assert 0 < len(w.body) <= BODY_MAX
@@ -90,8 +92,8 @@ def test_unknown_task_types_get_a_generic_name(task_type: str, outcome: Operatio
     assert w == wording("some.other.unknown", outcome)  # one generic wording per outcome
     if task_type:
         assert task_type not in all_text(w)
-    for spec in AI_TASKS.values():
-        assert spec.display_name not in w.title
+    for task in TASKS:
+        assert task.label not in w.title
     assert len(w.title) <= TITLE_MAX
     assert len(w.body) <= BODY_MAX
 

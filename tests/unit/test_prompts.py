@@ -10,21 +10,21 @@ import pytest
 from durable_ops.ai_worker.inference import InvalidModelOutput
 from durable_ops.ai_worker.prompts import (
     CV_BUDGET,
-    CV_REVIEW,
     JOB_DESCRIPTION_BUDGET,
     JOB_TITLE_BUDGET,
-    STRATEGY_SNAPSHOT,
     TRUNCATION_MARK,
     CvText,
     JobText,
     answer_schema,
     build_messages,
     build_request,
-    validate_against,
     validate_answer,
 )
+from durable_ops.model import answers, tasks
 from durable_ops.model.errors import InvalidArgument
-from durable_ops.model.tasks import AI_TASKS
+
+STRATEGY_SNAPSHOT = tasks.STRATEGY_SNAPSHOT.name
+CV_REVIEW = tasks.CV_REVIEW.name
 
 GOOD_STRATEGY: dict[str, Any] = {
     "fit_score": 72,
@@ -53,7 +53,7 @@ def objects_in(schema: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
-@pytest.mark.parametrize("task_type", sorted(AI_TASKS))
+@pytest.mark.parametrize("task_type", tasks.TASKS.names())
 def test_every_registered_ai_task_has_a_strict_schema(task_type: str) -> None:
     name, schema = answer_schema(task_type)
     assert name.replace("_", "").isalnum()
@@ -66,7 +66,12 @@ def test_strategy_schema_fields() -> None:
     _, schema = answer_schema(STRATEGY_SNAPSHOT)
     properties = schema["properties"]
     assert list(properties) == ["fit_score", "summary", "strengths", "gaps", "next_steps"]
-    assert properties["fit_score"] == {"type": "integer", "minimum": 0, "maximum": 100}
+    assert properties["fit_score"] == {
+        "type": "integer",
+        "minimum": 0,
+        "maximum": 100,
+        "title": "Fit",  # the heading the page shows it under
+    }
     assert properties["summary"]["maxLength"] == 600
     assert properties["gaps"]["maxItems"] == 6
     assert properties["gaps"]["items"]["maxLength"] == 200
@@ -134,7 +139,7 @@ def test_mismatch_messages_never_quote_the_value() -> None:
 
 def test_validator_refuses_schema_keywords_it_cannot_enforce() -> None:
     with pytest.raises(ValueError, match="pattern"):
-        validate_against(
+        answers.validate(
             {"type": "object", "properties": {"a": {"type": "string", "pattern": "x"}}},
             {"a": "x"},
         )

@@ -1,8 +1,7 @@
-"""Task handlers of the AI worker: one per registered AI task type.
+"""Task handlers of the AI worker: one per registered task type that has a prompt.
 
-``HANDLERS`` maps a task type to its handler; the worker claims exactly the
-task types that are both in the task registry (``durable_ops.model.tasks``) and
-here.
+``HANDLERS`` maps a task type to its handler; the worker claims exactly these
+task types. ``handlers_for`` builds the same for another registry (a test's).
 """
 
 from __future__ import annotations
@@ -11,11 +10,17 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from durable_ops.ai_worker.handlers.base import Inputs, References, TaskHandler, WorkspaceReader
-from durable_ops.ai_worker.handlers.cv_review import CV_REVIEW
-from durable_ops.ai_worker.handlers.strategy_snapshot import STRATEGY_SNAPSHOT
+from durable_ops.ai_worker.prompts import INSTRUCTIONS, prompts_for
+from durable_ops.model.tasks import TASKS, Registry
 
-HANDLERS: Mapping[str, TaskHandler] = MappingProxyType(
-    {handler.task_type: handler for handler in (STRATEGY_SNAPSHOT, CV_REVIEW)}
-)
 
-__all__ = ["HANDLERS", "Inputs", "References", "TaskHandler", "WorkspaceReader"]
+def handlers_for(
+    registry: Registry, instructions: Mapping[str, str] = INSTRUCTIONS
+) -> Mapping[str, TaskHandler]:
+    prompts = prompts_for(registry, instructions)
+    return MappingProxyType({name: TaskHandler(prompt) for name, prompt in prompts.items()})
+
+
+HANDLERS: Mapping[str, TaskHandler] = handlers_for(TASKS)
+
+__all__ = ["HANDLERS", "Inputs", "References", "TaskHandler", "WorkspaceReader", "handlers_for"]

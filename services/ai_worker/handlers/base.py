@@ -1,22 +1,23 @@
-"""What every task handler is: which stored texts a task reads, and its note.
+"""What a task handler is: which stored texts a task reads, and its note.
 
-A handler is data plus two pure steps. ``references`` says which of the
-operation's two opaque references (subject, optional context) names the job
-and which names the CV; the executor reads them through a ``WorkspaceReader``
-in the owner's scope. ``request`` turns the texts into one bounded structured
-request; ``note_body`` turns the validated answer into the published note.
+One handler serves every task type: the registry says what the subject and the
+optional context reference are (a job, a CV), the prompt says what to ask.
+``references`` names the job and the CV behind the operation's two opaque
+references; the executor reads them through a ``WorkspaceReader`` in the
+owner's scope. ``request`` turns the texts into one bounded structured request;
+``note_body`` turns the validated answer into the published note.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from durable_ops.ai_worker.inference.request import InferenceRequest
-from durable_ops.ai_worker.prompts import CvText, JobText, build_request, validate_answer
+from durable_ops.ai_worker.prompts import CvText, JobText, Prompt
 from durable_ops.model.errors import InvalidArgument
+from durable_ops.model.tasks import CV, JOB, TaskType
 
 
 class WorkspaceReader(Protocol):
@@ -41,18 +42,26 @@ class Inputs:
 
 @dataclass(frozen=True)
 class TaskHandler:
-    task_type: str
-    subject_type: str
-    # (subject id, context reference or "") -> the stored texts to read
-    references: Callable[[str, str], References]
+    prompt: Prompt
+
+    @property
+    def task(self) -> TaskType:
+        return self.prompt.task
+
+    @property
+    def task_type(self) -> str:
+        return self.task.name
 
     def refs_for(self, subject_type: str, subject_id: str, context_ref: str) -> References:
-        if subject_type != self.subject_type:
+        if subject_type != self.task.subject.name:
             # Admission never stores this; a row written by hand must not be guessed at.
             raise InvalidArgument(
-                "subject_type", f"{self.task_type} works on a {self.subject_type}"
+                "subject_type", f"{self.task.name} works on a {self.task.subject.name}"
             )
-        return self.references(subject_id, context_ref)
+        named = {self.task.subject.name: subject_id}
+        if self.task.context is not None and context_ref:
+            named[self.task.context.name] = context_ref
+        return References(job_id=named.get(JOB.name), attachment_id=named.get(CV.name))
 
     async def inputs(self, reader: WorkspaceReader, refs: References) -> Inputs:
         job = await reader.job(refs.job_id) if refs.job_id else None
@@ -60,10 +69,10 @@ class TaskHandler:
         return Inputs(job=job, cv=cv)
 
     def request(self, inputs: Inputs) -> InferenceRequest:
-        return build_request(self.task_type, inputs.job, inputs.cv)
+        return self.prompt.request(inputs.job, inputs.cv)
 
     def note_body(self, answer: dict[str, Any]) -> str:
         """The note is the answer itself, checked once more against the task's schema:
         whatever route produced it, nothing unvalidated is ever published."""
-        checked = validate_answer(self.task_type, answer)
+        checked = self.prompt.validate(answer)
         return json.dumps(checked, ensure_ascii=False, sort_keys=True, separators=(",", ":"))

@@ -1,46 +1,33 @@
-// The result of an AI analysis (strategy snapshot or CV review), and its progress.
+// The result of an analysis (any registered task type), and its progress.
 
 import { h, replaceChildren } from "./dom.js";
 import { TERMINAL_STATES, formatTime, stateLabel } from "./format.js";
+import { task } from "./tasks.js";
 
-const SECTIONS = {
-  "strategy.snapshot": {
-    score: ["fit_score", "Fit"],
-    lists: [
-      ["strengths", "Strengths"],
-      ["gaps", "Gaps"],
-      ["next_steps", "Next steps"],
-    ],
-  },
-  "cv.review": {
-    score: ["overall_score", "Overall"],
-    lists: [
-      ["strengths", "Strengths"],
-      ["improvements", "Improvements"],
-      ["keywords_missing", "Missing keywords"],
-    ],
-  },
-};
-
+// The result, laid out by the task's answer schema: each integer is a score
+// under its title, each string a paragraph, each non-empty array a titled list.
 function resultView(taskType, snapshot) {
-  const layout = SECTIONS[taskType];
+  const properties = task(taskType)?.answer?.properties ?? {};
   const result = snapshot.result;
-  const [scoreField, scoreLabel] = layout.score;
+  const fields = Object.entries(properties);
+  const scores = fields.filter(([, schema]) => schema.type === "integer");
+  const texts = fields.filter(([, schema]) => schema.type === "string");
+  const lists = fields.filter(([name, schema]) => schema.type === "array" && (result[name] ?? []).length > 0);
   return h(
     "div",
     { class: "analysis__result" },
-    h(
-      "p",
-      { class: "analysis__score" },
-      h("strong", {}, `${scoreLabel}: ${result[scoreField]}`),
-      h("span", { class: "hint" }, ` / 100 · updated ${formatTime(snapshot.updated_at)}`),
-    ),
-    h("p", {}, result.summary),
-    layout.lists
-      .filter(([field]) => (result[field] ?? []).length > 0)
-      .map(([field, label]) =>
-        h("div", { class: "analysis__list" }, h("h4", {}, label), h("ul", {}, result[field].map((item) => h("li", {}, item)))),
+    scores.map(([name, schema]) =>
+      h(
+        "p",
+        { class: "analysis__score" },
+        h("strong", {}, `${schema.title ?? name}: ${result[name]}`),
+        h("span", { class: "hint" }, ` / ${schema.maximum ?? 100} · updated ${formatTime(snapshot.updated_at)}`),
       ),
+    ),
+    texts.map(([name]) => h("p", {}, result[name])),
+    lists.map(([name, schema]) =>
+      h("div", { class: "analysis__list" }, h("h4", {}, schema.title ?? name), h("ul", {}, result[name].map((item) => h("li", {}, item)))),
+    ),
   );
 }
 
@@ -58,7 +45,7 @@ function statusView(operation) {
   );
 }
 
-// Re-render `slot` from a GET …/strategy-snapshot (or …/cv-review) answer.
+// Re-render `slot` from a GET of a task's resource (e.g. …/strategy-snapshot).
 export function renderAnalysis(slot, taskType, answer) {
   replaceChildren(
     slot,

@@ -1,5 +1,7 @@
 // Words and times for people.
 
+import { task } from "./tasks.js";
+
 const STATE_LABELS = {
   queued: "Queued",
   running: "Running",
@@ -17,14 +19,10 @@ export function stateLabel(operation) {
   return STATE_LABELS[operation.state] ?? operation.state;
 }
 
-const TASK_LABELS = {
-  "strategy.snapshot": "Strategy snapshot",
-  "cv.review": "CV review",
-};
-
-// Known tasks by name; others from their type ("report.build" -> "Report build").
+// Registered tasks by their label; others from their type ("report.build" -> "Report build").
 export function taskLabel(taskType) {
-  if (TASK_LABELS[taskType]) return TASK_LABELS[taskType];
+  const known = task(taskType);
+  if (known) return known.label;
   const words = taskType.replace(/[._-]+/g, " ").trim();
   return words.charAt(0).toUpperCase() + words.slice(1);
 }

@@ -2,6 +2,7 @@
 
 import { h, replaceChildren } from "./dom.js";
 import { TERMINAL_STATES, formatTime, stateLabel, subjectLabel, taskLabel } from "./format.js";
+import { task } from "./tasks.js";
 
 const CANCELLABLE = new Set(["queued", "running", "waiting_for_retry", "waiting_for_external_fallback"]);
 const RETRYABLE = new Set(["failed", "cancelled"]);
@@ -64,13 +65,12 @@ function buttons(operation, name, handlers) {
   );
 }
 
-// AI analyses publish their result on the jobs page, next to their subject.
-const RESULT_ANCHORS = { "strategy.snapshot": "job", "cv.review": "cv" };
-
+// Registered tasks publish their result on the jobs page, next to their subject.
 function resultLink(operation) {
-  const anchor = RESULT_ANCHORS[operation.task_type];
-  if (!anchor || operation.state !== "succeeded" || !operation.subject?.id) return null;
-  return h("a", { class: "op__result", href: `/jobs#${anchor}-${encodeURIComponent(operation.subject.id)}` }, "View result");
+  const known = task(operation.task_type);
+  if (!known || operation.state !== "succeeded" || !operation.subject?.id) return null;
+  const anchor = `${known.subject.name}-${encodeURIComponent(operation.subject.id)}`;
+  return h("a", { class: "op__result", href: `/jobs#${anchor}` }, "View result");
 }
 
 export function createCard(operation) {

@@ -1,12 +1,13 @@
 // /jobs: the caller's job postings and CVs, their AI settings, and AI analyses:
-// start a strategy snapshot for a job (optionally against a CV) or a review of a
-// CV, then watch its progress and read the result. Polls only while shown, and
-// only the analyses that are still running.
+// every registered task type (tasks.js) on the subjects it works on, e.g. a
+// strategy snapshot for a job (optionally against a CV); watch its progress and
+// read the result. Polls only while shown, and only the analyses still running.
 
 import { api, post, put } from "../api.js";
 import { h, replaceChildren } from "../dom.js";
 import { isActive, renderAnalysis } from "../analysis-view.js";
 import { visiblePoller } from "../poller.js";
+import { taskPath, tasksFor } from "../tasks.js";
 
 export const ANALYSIS_POLL_MS = 2000;
 
@@ -28,7 +29,7 @@ export function mount(main) {
   const jobList = h("ol", { class: "items", "aria-label": "Your jobs" });
   const cvList = h("ol", { class: "items", "aria-label": "Your CVs" });
   const analyses = new Map(); // path -> {slot, taskType, active}
-  let cvs = [];
+  const rows = { job: [], attachment: [] }; // the caller's jobs and CVs, by subject kind
 
   replaceChildren(
     main,
@@ -69,7 +70,7 @@ export function mount(main) {
         await post("/api/jobs", { json: { title: title.value, company: company.value, description: description.value } });
         form.reset();
         showFormError(error, null);
-        await loadJobs();
+        await load();
       } catch (failure) {
         showFormError(error, failure);
       }
@@ -95,8 +96,7 @@ export function mount(main) {
         await post("/api/attachments", { json: { kind: "cv", filename: filename.value, text: text.value } });
         text.value = "";
         showFormError(error, null);
-        await loadCvs();
-        await loadJobs();
+        await load();
       } catch (failure) {
         showFormError(error, failure);
       }
@@ -137,10 +137,14 @@ export function mount(main) {
     }
   }
 
-  function analysisBlock(path, taskType, startLabel, contextSelect, contextField) {
+  function analysisBlock(task, subjectId) {
+    const path = taskPath(task, subjectId);
+    const taskType = task.name;
+    const contextSelect = task.context ? referenceSelect(task.context) : null;
+    const contextField = task.context?.field;
     const slot = h("div", { class: "analysis", "aria-live": "polite" });
     const error = formError();
-    const start = h("button", { type: "button", class: "button" }, startLabel);
+    const start = h("button", { type: "button", class: "button" }, task.action);
     start.addEventListener("click", async () => {
       start.disabled = true;
       try {
@@ -159,54 +163,65 @@ export function mount(main) {
     return h("div", { class: "analysis-block" }, h("div", { class: "analysis__start" }, contextSelect, start), error, slot);
   }
 
-  function cvSelect() {
+  // A choice of the caller's rows of one kind, for a task's optional second reference.
+  function referenceSelect(kind) {
+    const label = kind.label.charAt(0).toUpperCase() + kind.label.slice(1);
     return h(
       "select",
-      { "aria-label": "CV to compare with" },
-      h("option", { value: "" }, "Without a CV"),
-      cvs.map((cv) => h("option", { value: cv.id }, cv.filename)),
+      { "aria-label": `${label} to compare with` },
+      h("option", { value: "" }, `Without a ${kind.label}`),
+      rows[kind.name].map((row) => h("option", { value: row.id }, rowName(kind.name, row))),
     );
   }
 
-  function forget(prefix) {
-    for (const path of [...analyses.keys()]) if (path.startsWith(prefix)) analyses.delete(path);
+  function rowName(kind, row) {
+    return kind === "job" ? row.title : row.filename;
   }
 
-  async function loadJobs() {
-    const page = await api("/api/jobs?page_size=50");
-    forget("/api/jobs/");
+  function analysisBlocks(kind, subjectId) {
+    return tasksFor(kind).map((task) => analysisBlock(task, subjectId));
+  }
+
+  // Both lists first: each kind's rows offer the other kind as a task's context.
+  async function load() {
+    const [jobs, cvs] = await Promise.all([api("/api/jobs?page_size=50"), api("/api/attachments?page_size=50")]);
+    rows.job = jobs.items;
+    rows.attachment = cvs.items;
+    analyses.clear();
+    renderJobs();
+    renderCvs();
+    poller.refresh();
+  }
+
+  function renderJobs() {
     replaceChildren(
       jobList,
-      page.items.length === 0
+      rows.job.length === 0
         ? h("li", { class: "placeholder placeholder--empty" }, "No jobs yet: add a posting above.")
-        : page.items.map((job) =>
+        : rows.job.map((job) =>
             h(
               "li",
               { class: "item", id: `job-${job.id}` },
               h("h3", {}, job.title),
               job.company ? h("p", { class: "hint" }, job.company) : null,
-              analysisBlock(`/api/jobs/${encodeURIComponent(job.id)}/strategy-snapshot`, "strategy.snapshot", "Start strategy snapshot", cvSelect(), "attachment_id"),
+              analysisBlocks("job", job.id),
             ),
           ),
     );
-    poller.refresh();
   }
 
-  async function loadCvs() {
-    const page = await api("/api/attachments?page_size=50");
-    cvs = page.items;
-    forget("/api/attachments/");
+  function renderCvs() {
     replaceChildren(
       cvList,
-      cvs.length === 0
+      rows.attachment.length === 0
         ? h("li", { class: "hint" }, "No CV yet.")
-        : cvs.map((cv) =>
+        : rows.attachment.map((cv) =>
             h(
               "li",
-              { class: "item", id: `cv-${cv.id}` },
+              { class: "item", id: `attachment-${cv.id}` },
               h("h3", {}, cv.filename),
               h("p", { class: "hint" }, `${cv.text_length.toLocaleString()} characters`),
-              analysisBlock(`/api/attachments/${encodeURIComponent(cv.id)}/cv-review`, "cv.review", "Review CV", null, "job_id"),
+              analysisBlocks("attachment", cv.id),
             ),
           ),
     );
@@ -228,7 +243,5 @@ export function mount(main) {
 
   const poller = visiblePoller(tick, ANALYSIS_POLL_MS);
   loadSettings();
-  loadCvs()
-    .then(loadJobs)
-    .catch((failure) => replaceChildren(jobList, h("li", { class: "form-error", role: "alert" }, failure.message)));
+  load().catch((failure) => replaceChildren(jobList, h("li", { class: "form-error", role: "alert" }, failure.message)));
 }

@@ -1,0 +1,94 @@
+"""Checking a model's answer against its task's answer schema. Pure.
+
+The schemas (``model.tasks``) use a small JSON-schema subset; ``validate``
+enforces exactly that subset, strictly, whatever route produced the answer.
+Messages name the place of a mismatch, never the offending value: it is
+model output and may quote the user's CV.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+class AnswerMismatch(ValueError):
+    """The answer does not have the shape its schema demands."""
+
+
+_SUPPORTED_KEYWORDS = frozenset(
+    {
+        "$schema",  # annotations: they constrain nothing
+        "title",
+        "description",
+        "type",
+        "additionalProperties",
+        "required",
+        "properties",
+        "items",
+        "minimum",
+        "maximum",
+        "minLength",
+        "maxLength",
+        "maxItems",
+    }
+)
+
+
+def validate(schema: Mapping[str, Any], data: object) -> dict[str, Any]:
+    """``data`` if it matches ``schema`` exactly, else ``AnswerMismatch``."""
+    if not isinstance(data, dict):
+        raise AnswerMismatch("answer: expected an object")
+    _check(schema, data, "answer")
+    return data
+
+
+def _check(schema: Mapping[str, Any], value: object, where: str) -> None:
+    unsupported = set(schema) - _SUPPORTED_KEYWORDS
+    if unsupported:
+        raise ValueError(f"schema keywords not supported: {sorted(unsupported)}")
+    kind = schema["type"]
+    if kind == "object":
+        _check_object(schema, value, where)
+    elif kind == "array":
+        if not isinstance(value, list):
+            raise AnswerMismatch(f"{where}: expected an array")
+        if len(value) > schema.get("maxItems", len(value)):
+            raise AnswerMismatch(f"{where}: more than {schema['maxItems']} items")
+        for index, item in enumerate(value):
+            _check(schema["items"], item, f"{where}[{index}]")
+    elif kind == "string":
+        if not isinstance(value, str):
+            raise AnswerMismatch(f"{where}: expected a string")
+        if len(value) < schema.get("minLength", 0):
+            raise AnswerMismatch(f"{where}: shorter than {schema['minLength']} characters")
+        if len(value) > schema.get("maxLength", len(value)):
+            raise AnswerMismatch(f"{where}: longer than {schema['maxLength']} characters")
+    elif kind == "integer":
+        # bool is an int in Python but not in JSON; 3.0 is not an integer answer.
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise AnswerMismatch(f"{where}: expected an integer")
+        if not schema.get("minimum", value) <= value <= schema.get("maximum", value):
+            raise AnswerMismatch(
+                f"{where}: outside {schema.get('minimum')}..{schema.get('maximum')}"
+            )
+    else:
+        raise ValueError(f"schema type not supported: {kind!r}")
+
+
+def _check_object(schema: Mapping[str, Any], value: object, where: str) -> None:
+    if not isinstance(value, dict):
+        raise AnswerMismatch(f"{where}: expected an object")
+    properties: Mapping[str, Any] = schema.get("properties", {})
+    missing = [name for name in schema.get("required", []) if name not in value]
+    if missing:
+        raise AnswerMismatch(f"{where}: missing {', '.join(missing)}")
+    if schema.get("additionalProperties", True) is False:
+        extra = sorted(name for name in value if name not in properties)
+        if extra:
+            # Names only, bounded: they come from the model.
+            shown = ", ".join(name[:40] for name in extra[:5])
+            raise AnswerMismatch(f"{where}: unexpected properties {shown}")
+    for name, property_schema in properties.items():
+        if name in value:
+            _check(property_schema, value[name], f"{where}.{name}")
