@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 from starlette.requests import Request
 
+from durable_ops.model.bounds import ID_MAX
 from durable_ops.model.errors import NotFound
 
-ID_MAX = 64
 _ID = re.compile(r"[A-Za-z0-9_-]+")
 
 

@@ -17,8 +17,9 @@ from starlette.routing import BaseRoute, Route
 
 from durable_ops.gateway.dto import STATE_NAMES
 from durable_ops.gateway.modules import RouteModule
-from durable_ops.gateway.pagination import PAGE_SIZE_DEFAULT, PAGE_SIZE_MAX, PAGE_TOKEN_MAX
 from durable_ops.gateway.problems import PROBLEM_JSON
+from durable_ops.model import bounds
+from durable_ops.model.bounds import PAGE_SIZE_DEFAULT, PAGE_SIZE_RANGE, PAGE_TOKEN_MAX
 
 JsonObject = dict[str, Any]
 METHODS = ("get", "put", "post", "delete", "patch")
@@ -82,7 +83,7 @@ def path_id(description: str) -> JsonObject:
         "in": "path",
         "required": True,
         "description": description,
-        "schema": {"type": "string", "maxLength": 64},
+        "schema": {"type": "string", "maxLength": bounds.ID_MAX},
     }
 
 
@@ -106,7 +107,12 @@ NO_BODY: JsonObject = json_body(
 PAGE_PARAMETERS: list[JsonObject] = [
     query(
         "page_size",
-        {"type": "integer", "minimum": 1, "maximum": PAGE_SIZE_MAX, "default": PAGE_SIZE_DEFAULT},
+        {
+            "type": "integer",
+            "minimum": PAGE_SIZE_RANGE[0],
+            "maximum": PAGE_SIZE_RANGE[1],
+            "default": PAGE_SIZE_DEFAULT,
+        },
         "items per page",
     ),
     query(
@@ -187,8 +193,8 @@ SHARED_SCHEMAS: Mapping[str, JsonObject] = {
         "required": ["type", "id"],
         "additionalProperties": False,
         "properties": {
-            "type": {"type": "string", "maxLength": 32},
-            "id": {"type": "string", "maxLength": 64},
+            "type": {"type": "string", "maxLength": bounds.SUBJECT_TYPE_MAX},
+            "id": {"type": "string", "maxLength": bounds.SUBJECT_ID_MAX},
         },
     },
     "Operation": {
@@ -213,11 +219,19 @@ SHARED_SCHEMAS: Mapping[str, JsonObject] = {
         "additionalProperties": False,
         "properties": {
             "id": {"type": "string"},
-            "task_type": {"type": "string", "maxLength": 64},
+            "task_type": {"type": "string", "maxLength": bounds.TASK_TYPE_MAX},
             "state": {"type": "string", "enum": list(STATE_NAMES)},
-            "progress_percent": {"type": "integer", "minimum": 0, "maximum": 100},
+            "progress_percent": {
+                "type": "integer",
+                "minimum": bounds.PROGRESS_RANGE[0],
+                "maximum": bounds.PROGRESS_RANGE[1],
+            },
             "attempt": {"type": "integer", "minimum": 0},
-            "max_attempts": {"type": "integer", "minimum": 1, "maximum": 10},
+            "max_attempts": {
+                "type": "integer",
+                "minimum": bounds.MAX_ATTEMPTS_RANGE[0],
+                "maximum": bounds.MAX_ATTEMPTS_RANGE[1],
+            },
             "cancel_requested": {"type": "boolean"},
             "subject": ref("Subject"),
             "status_url": {"type": "string"},

@@ -1,4 +1,4 @@
-"""Query strings and list pages: ``page_size`` 1 to 100 (default 20), an opaque ``page_token``.
+"""Query strings and list pages: ``page_size`` (``bounds.PAGE_SIZE_RANGE``), a ``page_token``.
 
 ``query_params`` reads a route's query string strictly (an unknown or repeated
 parameter is a 400: a misspelt filter must not silently widen a list);
@@ -16,10 +16,10 @@ from typing import Any
 from starlette.requests import Request
 
 from durable_ops.gateway.problems import Problem, invalid
+from durable_ops.model import bounds
+from durable_ops.model.bounds import PAGE_SIZE_DEFAULT, PAGE_TOKEN_MAX
+from durable_ops.model.errors import InvalidArgument
 
-PAGE_SIZE_DEFAULT = 20
-PAGE_SIZE_MAX = 100
-PAGE_TOKEN_MAX = 512
 PAGING_PARAMETERS = ("page_size", "page_token")
 _TOKEN = re.compile(r"[A-Za-z0-9_=-]+")
 
@@ -46,14 +46,14 @@ def query_params(request: Request, allowed: Collection[str]) -> dict[str, str]:
 
 def page_request(params: Mapping[str, str]) -> PageRequest:
     raw_size = params.get("page_size", "")
-    if raw_size == "":
-        size = PAGE_SIZE_DEFAULT
-    elif raw_size.isascii() and raw_size.isdigit() and len(raw_size) <= 3:
-        size = int(raw_size)
-    else:
-        raise invalid("page_size", f"must be an integer between 1 and {PAGE_SIZE_MAX}")
-    if not 1 <= size <= PAGE_SIZE_MAX:
-        raise invalid("page_size", f"must be between 1 and {PAGE_SIZE_MAX}")
+    size = PAGE_SIZE_DEFAULT
+    if raw_size:
+        if not (raw_size.isascii() and raw_size.isdigit() and len(raw_size) <= 3):
+            raise invalid("page_size", bounds.PAGE_SIZE_RULE)
+        try:
+            size = bounds.page_size(int(raw_size))
+        except InvalidArgument as exc:
+            raise invalid("page_size", exc.reason) from None
     token = params.get("page_token", "")
     if len(token) > PAGE_TOKEN_MAX or (token and not _TOKEN.fullmatch(token)):
         raise invalid("page_token", "is not a token this server issued")

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 
 from durable_ops.model.errors import InvalidArgument
 
+ID_MAX = 64  # any row id a caller names; ids the services issue are 32 hex characters
 TASK_TYPE_MAX = 64
 IDEMPOTENCY_KEY_MAX = 128
 SUBJECT_TYPE_MAX = 32
@@ -18,6 +19,7 @@ SUBJECT_ID_MAX = 64
 OWNER_ID_MAX = 64
 MAX_ATTEMPTS_RANGE = (1, 10)
 RETRY_DELAY_SECONDS_RANGE = (1, 3600)
+DEFAULT_RETRY_DELAY_SECONDS = 30  # a create that names none
 LEASE_SECONDS_RANGE = (5, 600)
 DEADLINE_MAX_AHEAD = timedelta(hours=24)
 PROGRESS_RANGE = (0, 100)
@@ -32,6 +34,10 @@ JOB_COMPANY_MAX = 200
 JOB_DESCRIPTION_MAX = 20_000
 ATTACHMENT_FILENAME_MAX = 255
 ATTACHMENT_TEXT_MAX = 200_000
+PAGE_SIZE_RANGE = (1, 100)
+PAGE_SIZE_RULE = f"must be an integer between {PAGE_SIZE_RANGE[0]} and {PAGE_SIZE_RANGE[1]}"
+PAGE_SIZE_DEFAULT = 20
+PAGE_TOKEN_MAX = 512
 
 _TASK_TYPE = re.compile(r"[a-z0-9._-]+")
 _OWNER_ID = re.compile(r"[A-Za-z0-9._@:-]+")
@@ -50,6 +56,13 @@ def int_range(field: str, value: int, bounds: tuple[int, int]) -> int:
     low, high = bounds
     if not low <= value <= high:
         raise InvalidArgument(field, f"must be between {low} and {high}")
+    return value
+
+
+def page_size(value: int) -> int:
+    low, high = PAGE_SIZE_RANGE
+    if not low <= value <= high:
+        raise InvalidArgument("page_size", PAGE_SIZE_RULE)
     return value
 
 

@@ -18,10 +18,9 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import ColumnElement, Select, and_, or_
 from sqlalchemy.orm import InstrumentedAttribute
 
+from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument
 
-PAGE_SIZE_DEFAULT = 20
-PAGE_SIZE_MAX = 100
 T = TypeVar("T")
 
 
@@ -32,11 +31,8 @@ class Page(Generic[T]):
 
 
 def page_size(requested: int) -> int:
-    if requested == 0:
-        return PAGE_SIZE_DEFAULT
-    if not 1 <= requested <= PAGE_SIZE_MAX:
-        raise InvalidArgument("page_size", f"must be between 1 and {PAGE_SIZE_MAX}")
-    return requested
+    """0 (a protobuf field left unset) asks for the default size."""
+    return bounds.PAGE_SIZE_DEFAULT if requested == 0 else bounds.page_size(requested)
 
 
 def encode_token(created_at: datetime, row_id: str) -> str:
@@ -50,7 +46,7 @@ def decode_token(token: str) -> tuple[datetime, str]:
         data: Any = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
         created_at = datetime.fromisoformat(data["c"])
         row_id = data["i"]
-        if created_at.tzinfo is None or not isinstance(row_id, str) or len(row_id) > 64:
+        if created_at.tzinfo is None or not isinstance(row_id, str) or len(row_id) > bounds.ID_MAX:
             raise ValueError("malformed")
         created_at = created_at.astimezone(UTC)  # may overflow datetime's range
     except (ValueError, KeyError, TypeError, OverflowError, binascii.Error, UnicodeError) as exc:

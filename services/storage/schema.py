@@ -28,16 +28,10 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 from sqlalchemy.types import CHAR, DateTime, TypeDecorator
 
-from durable_ops.model import bounds
+from durable_ops.model import bounds, notifications
 
 ID_LENGTH = 32  # uuid4 hex: unguessable, fixed width
-NOTE_KIND_MAX = bounds.TASK_TYPE_MAX
-JOB_TITLE_MAX = bounds.JOB_TITLE_MAX
-JOB_COMPANY_MAX = bounds.JOB_COMPANY_MAX
-ATTACHMENT_FILENAME_MAX = bounds.ATTACHMENT_FILENAME_MAX
 ATTACHMENT_KIND_MAX = 16
-NOTIFICATION_TITLE_MAX = 120
-NOTIFICATION_BODY_MAX = 240
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -161,8 +155,12 @@ class UserOperation(Owned, Base):
             "subject_type",
             "subject_id",
         ),
-        CheckConstraint("progress_percent BETWEEN 0 AND 100", name="progress"),
-        CheckConstraint("max_attempts BETWEEN 1 AND 10", name="max_attempts"),
+        CheckConstraint(
+            "progress_percent BETWEEN {} AND {}".format(*bounds.PROGRESS_RANGE), name="progress"
+        ),
+        CheckConstraint(
+            "max_attempts BETWEEN {} AND {}".format(*bounds.MAX_ATTEMPTS_RANGE), name="max_attempts"
+        ),
     )
 
 
@@ -178,8 +176,8 @@ class UserNotification(Owned, Base):
     )
     task_type: Mapped[str] = mapped_column(String(bounds.TASK_TYPE_MAX))
     outcome: Mapped[str] = mapped_column(String(16))
-    title: Mapped[str] = mapped_column(String(NOTIFICATION_TITLE_MAX))
-    body: Mapped[str] = mapped_column(String(NOTIFICATION_BODY_MAX))
+    title: Mapped[str] = mapped_column(String(notifications.TITLE_MAX))
+    body: Mapped[str] = mapped_column(String(notifications.BODY_MAX))
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
     read_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     dismissed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
@@ -193,8 +191,8 @@ class Job(Owned, Base):
     __tablename__ = "jobs"
 
     id: Mapped[str] = _id()
-    title: Mapped[str] = mapped_column(String(JOB_TITLE_MAX))
-    company: Mapped[str] = mapped_column(String(JOB_COMPANY_MAX))
+    title: Mapped[str] = mapped_column(String(bounds.JOB_TITLE_MAX))
+    company: Mapped[str] = mapped_column(String(bounds.JOB_COMPANY_MAX))
     description: Mapped[str] = mapped_column(LongText)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
@@ -207,7 +205,7 @@ class Attachment(Owned, Base):
 
     id: Mapped[str] = _id()
     kind: Mapped[str] = mapped_column(String(ATTACHMENT_KIND_MAX))
-    filename: Mapped[str] = mapped_column(String(ATTACHMENT_FILENAME_MAX))
+    filename: Mapped[str] = mapped_column(String(bounds.ATTACHMENT_FILENAME_MAX))
     text: Mapped[str] = mapped_column(LongText)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
 
@@ -230,7 +228,7 @@ class AiWorkspaceNote(Owned, Base):
     __tablename__ = "ai_workspace_notes"
 
     id: Mapped[str] = _id()
-    kind: Mapped[str] = mapped_column(String(NOTE_KIND_MAX))
+    kind: Mapped[str] = mapped_column(String(bounds.TASK_TYPE_MAX))
     subject_type: Mapped[str] = mapped_column(String(bounds.SUBJECT_TYPE_MAX))
     subject_id: Mapped[str] = mapped_column(String(bounds.SUBJECT_ID_MAX))
     # The operation whose attempt published this body: a retried attempt of the

@@ -35,7 +35,7 @@ Row = TypeVar("Row", bound=Base)
 
 
 def _owned(session: Session, model: type[Row], row_id: str, what: str) -> Row:
-    row = session.get(model, row_id) if len(row_id) <= 64 else None
+    row = session.get(model, row_id) if len(row_id) <= bounds.ID_MAX else None
     if row is None:
         raise NotFound(f"{what} not found", code=f"{what}_not_found")
     return row
