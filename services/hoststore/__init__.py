@@ -10,14 +10,13 @@ promised. Errors are listed in ``durable_ops.hoststore.errors``.
 """
 
 from durable_ops.hoststore.errors import (
-    CapacityExceeded,
     ChecksumMismatch,
     DuplicateKey,
+    ForbiddenTransition,
     HostLocked,
     HostMismatch,
     HostStoreError,
-    InvalidArgument,
-    InvalidTransition,
+    InvalidInput,
     LockFileInvalid,
     LockReplaced,
     MissingField,
@@ -35,6 +34,7 @@ from durable_ops.hoststore.errors import (
     SnapshotMissing,
     SnapshotTooLarge,
     SnapshotTruncated,
+    StoreFull,
     UnknownField,
     UnknownOperation,
     UnresolvedOperation,
@@ -50,14 +50,13 @@ from durable_ops.hoststore.transitions import State
 from durable_ops.hoststore.view import show
 
 __all__ = [
-    "CapacityExceeded",
     "ChecksumMismatch",
     "DuplicateKey",
+    "ForbiddenTransition",
     "HostLocked",
     "HostMismatch",
     "HostStoreError",
-    "InvalidArgument",
-    "InvalidTransition",
+    "InvalidInput",
     "LockFileInvalid",
     "LockReplaced",
     "MissingField",
@@ -78,6 +77,7 @@ __all__ = [
     "SnapshotTooLarge",
     "SnapshotTruncated",
     "State",
+    "StoreFull",
     "UnknownField",
     "UnknownOperation",
     "UnresolvedOperation",

@@ -3,7 +3,7 @@
 Callers branch on the class or on ``code``; messages are for people. The tree:
 
     HostStoreError            host_store_error
-    ├── InvalidArgument       invalid_argument         bad id, plan hash, host id or state
+    ├── InvalidInput          invalid_argument         bad id, plan hash, host id or state
     ├── UnsupportedPlatform   unsupported_platform     not Linux (Windows is refused too)
     ├── UnsafeDirectory       unsafe_directory         missing, symlink, not a directory,
     │                                                  other owner, or mode not 0700
@@ -32,12 +32,12 @@ Callers branch on the class or on ``code``; messages are for people. The tree:
     ├── SessionClosed         session_closed
     ├── SessionPoisoned       session_poisoned         an earlier save or lock check failed
     ├── SaveFailed            save_failed              poisons: the rename may have happened
-    ├── CapacityExceeded      capacity_exceeded        16 MiB cap; does not poison
+    ├── StoreFull             capacity_exceeded        16 MiB cap; does not poison
     ├── UnknownOperation      operation_not_found
     ├── PlanHashConflict      plan_hash_conflict       same id, another plan hash
     ├── UnresolvedOperation   operation_unresolved     another id is not terminal yet
     ├── RevisionMismatch      revision_mismatch        compare-and-swap lost
-    └── InvalidTransition     invalid_transition       the table forbids the move
+    └── ForbiddenTransition   invalid_transition       the table forbids the move
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class HostStoreError(Exception):
         self.message = message
 
 
-class InvalidArgument(HostStoreError):
+class InvalidInput(HostStoreError):
     code = "invalid_argument"
 
 
@@ -159,7 +159,7 @@ class SaveFailed(HostStoreError):
         self.errno = errno
 
 
-class CapacityExceeded(HostStoreError):
+class StoreFull(HostStoreError):
     code = "capacity_exceeded"
 
 
@@ -179,5 +179,5 @@ class RevisionMismatch(HostStoreError):
     code = "revision_mismatch"
 
 
-class InvalidTransition(HostStoreError):
+class ForbiddenTransition(HostStoreError):
     code = "invalid_transition"

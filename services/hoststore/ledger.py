@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from durable_ops.hoststore import snapshot as fmt
 from durable_ops.hoststore.errors import (
-    CapacityExceeded,
     PlanHashConflict,
     RevisionMismatch,
+    StoreFull,
     UnknownOperation,
     UnresolvedOperation,
 )
@@ -68,7 +68,7 @@ def begin(
     following = current.with_record(record)
     payload = _encode(following, current, operation_id, encoder)
     if payload.size + fmt.RECORD_GROWTH_RESERVE > capacity:
-        raise CapacityExceeded(
+        raise StoreFull(
             f"beginning {operation_id!r} needs {payload.size} bytes plus a"
             f" {fmt.RECORD_GROWTH_RESERVE}-byte reserve; the snapshot cap is {capacity}"
         )
@@ -104,7 +104,7 @@ def advance(
     following = current.with_record(record)
     payload = _encode(following, current, operation_id, encoder)
     if payload.size > capacity:
-        raise CapacityExceeded(
+        raise StoreFull(
             f"advancing {operation_id!r} needs {payload.size} bytes; the cap is {capacity}"
         )
     return Change(record=record, snapshot=following, payload=payload)

@@ -21,7 +21,7 @@ from durable_ops.hoststore import directory as location
 from durable_ops.hoststore import ledger, lockfile, mounts, platforms, statefile
 from durable_ops.hoststore import snapshot as fmt
 from durable_ops.hoststore.errors import (
-    InvalidArgument,
+    InvalidInput,
     LockReplaced,
     SaveFailed,
     SessionClosed,
@@ -141,7 +141,7 @@ class Session:
         """Move ``operation_id`` from ``revision`` to ``next_state`` (compare-and-swap)."""
         identifier = fmt.operation_id(operation_id)
         if type(revision) is not int or revision < 1:
-            raise InvalidArgument(f"revision must be a positive integer, got {revision!r}")
+            raise InvalidInput(f"revision must be a positive integer, got {revision!r}")
         target = parse_state(next_state)
         change = self._apply(
             lambda current, now: ledger.advance(

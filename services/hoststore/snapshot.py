@@ -50,7 +50,7 @@ from durable_ops.hoststore.errors import (
     ChecksumMismatch,
     DuplicateKey,
     HostMismatch,
-    InvalidArgument,
+    InvalidInput,
     MissingField,
     NestingTooDeep,
     NonFiniteNumber,
@@ -245,7 +245,7 @@ def host_id(value: object) -> str:
 
 def format_timestamp(moment: datetime) -> str:
     if moment.tzinfo is None:
-        raise InvalidArgument("timestamps must be timezone-aware")
+        raise InvalidInput("timestamps must be timezone-aware")
     # Every timestamp has the same width, which the growth reserve assumes: isoformat
     # pads the year to four digits (strftime("%Y") does not below 1000 on glibc) and,
     # with timespec, always writes the microseconds; the offset of UTC is "+00:00".
@@ -258,7 +258,7 @@ def encode(snapshot: Snapshot, *, version: int = FORMAT_VERSION) -> bytes:
     ``version=1`` writes the old checksum; only tests of reading old files use it.
     """
     if version not in READABLE_VERSIONS:
-        raise InvalidArgument(f"cannot encode format version {version!r}")
+        raise InvalidInput(f"cannot encode format version {version!r}")
     body = {
         "host_id": snapshot.host_id,
         "operations": {record.id: _record_fields(record) for record in snapshot.records.values()},
@@ -528,7 +528,7 @@ def decode(data: bytes, *, expected_host_id: str | None = None) -> Snapshot:
 
 def _argument(what: str, value: object, pattern: re.Pattern[str]) -> str:
     if not isinstance(value, str) or not pattern.fullmatch(value):
-        raise InvalidArgument(f"{what} must match {pattern.pattern}, got {value!r}")
+        raise InvalidInput(f"{what} must match {pattern.pattern}, got {value!r}")
     return value
 
 

@@ -10,7 +10,7 @@ from enum import StrEnum
 from functools import cache
 from typing import Final
 
-from durable_ops.hoststore.errors import InvalidArgument, InvalidTransition
+from durable_ops.hoststore.errors import ForbiddenTransition, InvalidInput
 
 
 class State(StrEnum):
@@ -48,14 +48,14 @@ def parse_state(value: str) -> State:
     try:
         return State(value)
     except ValueError:
-        raise InvalidArgument(f"unknown operation state {value!r}") from None
+        raise InvalidInput(f"unknown operation state {value!r}") from None
 
 
 def check_transition(current: State, target: State) -> None:
     if target not in ALLOWED[current]:
         if current is State.RUNNING and target is State.RUNNING:
-            raise InvalidTransition("the operation is already claimed (running)")
-        raise InvalidTransition(f"transition {current} -> {target} is not allowed")
+            raise ForbiddenTransition("the operation is already claimed (running)")
+        raise ForbiddenTransition(f"transition {current} -> {target} is not allowed")
 
 
 @cache

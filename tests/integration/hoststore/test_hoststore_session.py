@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 
 from durable_ops.hoststore import (
-    CapacityExceeded,
     ChecksumMismatch,
+    ForbiddenTransition,
     HostMismatch,
-    InvalidArgument,
-    InvalidTransition,
+    InvalidInput,
     PlanHashConflict,
     ReadFailed,
     Record,
@@ -24,6 +23,7 @@ from durable_ops.hoststore import (
     SnapshotMissing,
     SnapshotTruncated,
     State,
+    StoreFull,
     UnknownOperation,
     UnresolvedOperation,
     UnsafeFile,
@@ -91,7 +91,7 @@ def test_rules_are_enforced_through_the_session(store: Path) -> None:
         session.advance("op-1", 1, State.RUNNING)
         with pytest.raises(RevisionMismatch):
             session.advance("op-1", 1, State.RUNNING)
-        with pytest.raises(InvalidTransition):
+        with pytest.raises(ForbiddenTransition):
             session.advance("op-1", 2, State.RUNNING)
         with pytest.raises(UnknownOperation):
             session.get("op-2")
@@ -118,16 +118,16 @@ def test_bad_arguments_are_refused(
     with acquire(store, "runner-1") as session:
         if operation_id == "op" and plan_hash == "h":
             session.begin(operation_id, plan_hash)
-            with pytest.raises(InvalidArgument):
+            with pytest.raises(InvalidInput):
                 session.advance(operation_id, revision, state)
         else:
-            with pytest.raises(InvalidArgument):
+            with pytest.raises(InvalidInput):
                 session.begin(operation_id, plan_hash)
         assert not session.poisoned
 
 
 def test_a_bad_host_id_is_refused(store: Path) -> None:
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidInput):
         acquire(store, "runner 1")
     assert os.listdir(store) == []
 
@@ -309,7 +309,7 @@ def test_at_the_cap_writes_fail_closed_and_reads_keep_working(store: Path) -> No
     _store_near_the_cap(store, headroom=RECORD_GROWTH_RESERVE - 1)
     before = (store / "state.json").read_bytes()
     with acquire(store, "runner-1", clock=FrozenClock()) as session:
-        with pytest.raises(CapacityExceeded):
+        with pytest.raises(StoreFull):
             session.begin("op-new", "hash")
         assert not session.poisoned
         assert session.get(f"{0:0120d}").state is State.SUCCEEDED
@@ -325,7 +325,7 @@ def test_a_begin_leaving_the_reserve_is_admitted_and_can_finish(store: Path) -> 
         session.advance("op-new", 1, State.RUNNING)
         session.advance("op-new", 2, State.NEEDS_ATTENTION)
         session.advance("op-new", 3, State.FAILED_RECOVERED)
-        with pytest.raises(CapacityExceeded):
+        with pytest.raises(StoreFull):
             session.begin("op-newer", "hash")
         assert not session.poisoned
     assert os.path.getsize(store / "state.json") <= MAX_SNAPSHOT_BYTES

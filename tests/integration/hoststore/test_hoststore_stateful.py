@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from durable_ops.hoststore import (
+    ForbiddenTransition,
     HostStoreError,
-    InvalidTransition,
     PlanHashConflict,
     RevisionMismatch,
     Session,
@@ -105,7 +105,7 @@ class HostStoreMachine(RuleBasedStateMachine):
         elif modelled.revision != revision:
             error = RevisionMismatch
         elif target.value not in MOVES.get(modelled.state, set()):
-            error = InvalidTransition
+            error = ForbiddenTransition
         else:
             error = None
         outcome = self._expect(error, lambda: self.session.advance(operation_id, revision, target))

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from durable_ops.hoststore import ledger
-from durable_ops.hoststore.errors import CapacityExceeded, HostStoreError
+from durable_ops.hoststore.errors import HostStoreError, StoreFull
 from durable_ops.hoststore.snapshot import (
     Encoded,
     IncrementalEncoder,
@@ -129,7 +129,7 @@ def test_a_refused_step_is_not_the_base_of_the_next_one() -> None:
     encoder = IncrementalEncoder()
     current = ledger.begin(Snapshot("host-a", {}), "a", "p", now=T0, encoder=encoder).snapshot
     current = ledger.advance(current, "a", 1, State.CANCELLED, now=T0, encoder=encoder).snapshot
-    with pytest.raises(CapacityExceeded):
+    with pytest.raises(StoreFull):
         ledger.begin(current, "b", "p", now=T0, capacity=10, encoder=encoder)
     change = ledger.begin(current, "c", "p", now=T1, encoder=encoder)
     assert change.payload is not None

@@ -8,10 +8,10 @@ import pytest
 
 from durable_ops.hoststore import ledger
 from durable_ops.hoststore.errors import (
-    CapacityExceeded,
-    InvalidTransition,
+    ForbiddenTransition,
     PlanHashConflict,
     RevisionMismatch,
+    StoreFull,
     UnknownOperation,
     UnresolvedOperation,
 )
@@ -111,7 +111,7 @@ def test_a_second_claim_fails_with_either_revision() -> None:
     claimed = ledger.advance(_begun(), "op-1", 1, State.RUNNING, now=T1).snapshot
     with pytest.raises(RevisionMismatch):
         ledger.advance(claimed, "op-1", 1, State.RUNNING, now=T1)
-    with pytest.raises(InvalidTransition):
+    with pytest.raises(ForbiddenTransition):
         ledger.advance(claimed, "op-1", 2, State.RUNNING, now=T1)
 
 
@@ -136,7 +136,7 @@ def test_begin_keeps_exactly_the_growth_reserve() -> None:
     needed = _needed_for_begin()
     fits = needed + RECORD_GROWTH_RESERVE
     assert ledger.begin(EMPTY, "op-1", "hash-a", now=T0, capacity=fits).created
-    with pytest.raises(CapacityExceeded):
+    with pytest.raises(StoreFull):
         ledger.begin(EMPTY, "op-1", "hash-a", now=T0, capacity=fits - 1)
 
 
@@ -153,5 +153,5 @@ def test_the_reserve_covers_the_longest_life_of_a_record() -> None:
 
 def test_advance_beyond_the_cap_fails_closed() -> None:
     current = _begun()
-    with pytest.raises(CapacityExceeded):
+    with pytest.raises(StoreFull):
         ledger.advance(current, "op-1", 1, State.RUNNING, now=T1, capacity=10)

@@ -374,7 +374,7 @@ def test_timestamps_are_fixed_width_utc() -> None:
     assert format_timestamp(datetime(5, 1, 2, tzinfo=UTC)) == "0005-01-02T00:00:00.000000Z"
     local = datetime(2026, 1, 2, 5, 4, 5, 6, tzinfo=timezone(timedelta(hours=2)))
     assert format_timestamp(local) == T0
-    with pytest.raises(errors.InvalidArgument):
+    with pytest.raises(errors.InvalidInput):
         format_timestamp(datetime(2026, 1, 1))
 
 

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from durable_ops.hoststore.errors import InvalidArgument, InvalidTransition
+from durable_ops.hoststore.errors import ForbiddenTransition, InvalidInput
 from durable_ops.hoststore.transitions import (
     MAX_REVISION,
     TERMINAL,
@@ -41,7 +41,7 @@ def test_every_pair_follows_the_seed_table(current: State, target: State) -> Non
     if (current, target) in SEED_TABLE:
         check_transition(current, target)
     else:
-        with pytest.raises(InvalidTransition):
+        with pytest.raises(ForbiddenTransition):
             check_transition(current, target)
 
 
@@ -54,7 +54,7 @@ def test_terminal_and_unresolved_states() -> None:
 
 def test_a_second_claim_is_refused() -> None:
     check_transition(S.QUEUED, S.RUNNING)
-    with pytest.raises(InvalidTransition, match="already claimed"):
+    with pytest.raises(ForbiddenTransition, match="already claimed"):
         check_transition(S.RUNNING, S.RUNNING)
 
 
@@ -66,5 +66,5 @@ def test_longest_path_bounds_the_revision() -> None:
 def test_state_names_parse_and_unknown_names_are_refused() -> None:
     assert parse_state("failed_recovered") is S.FAILED_RECOVERED
     assert parse_state(S.UNKNOWN) is S.UNKNOWN
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidInput):
         parse_state("failed")
