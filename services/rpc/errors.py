@@ -36,6 +36,7 @@ from durable_ops.rpc import ServicerContext
 
 ERROR_CODE = "x-error-code"
 ERROR_FIELD = "x-error-field"
+ERROR_REASON = "x-error-reason"  # what is wrong with the field, without its name
 RETRY_AFTER = "x-retry-after"
 INTERNAL_MESSAGE = "internal error"
 
@@ -77,7 +78,7 @@ def trailing_metadata_for(error: DomainError) -> tuple[tuple[str, str], ...]:
         return ((ERROR_CODE, "internal"),)
     trailers = [(ERROR_CODE, error.code)]
     if isinstance(error, InvalidArgument):
-        trailers.append((ERROR_FIELD, error.field))
+        trailers += [(ERROR_FIELD, error.field), (ERROR_REASON, error.reason)]
     if isinstance(error, CapacityExceeded):
         trailers.append((RETRY_AFTER, str(error.retry_after_seconds)))
     return tuple(trailers)
@@ -187,7 +188,7 @@ def domain_error_from_rpc(exc: grpc.aio.AioRpcError) -> DomainError:
 def _rebuild(status: grpc.StatusCode, details: str, trailers: Mapping[str, str]) -> DomainError:
     if status == grpc.StatusCode.INVALID_ARGUMENT:
         field = trailers.get(ERROR_FIELD, "request")
-        return InvalidArgument(field, details.removeprefix(f"{field}: ") or "is invalid")
+        return InvalidArgument(field, trailers.get(ERROR_REASON) or details or "is invalid")
     if status == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return CapacityExceeded(
             details or "over capacity",

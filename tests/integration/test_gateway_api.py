@@ -319,6 +319,7 @@ def test_grpc_status_to_http(status: grpc.StatusCode, http: int, code: str) -> N
     trailers = grpc.aio.Metadata(("x-error-code", code), ("x-retry-after", "17"))
     if status == grpc.StatusCode.INVALID_ARGUMENT:
         trailers.add("x-error-field", "page_size")
+        trailers.add("x-error-reason", "too big")
     error = grpc.aio.AioRpcError(status, grpc.aio.Metadata(), trailers, "page_size: too big")
     problem = problem_from_domain(domain_error_from_rpc(error))
     assert problem.status == http
@@ -327,6 +328,7 @@ def test_grpc_status_to_http(status: grpc.StatusCode, http: int, code: str) -> N
     if status == grpc.StatusCode.INVALID_ARGUMENT:
         assert problem.field == "page_size"
         assert problem.body()["field"] == "page_size"
+        assert problem.body()["detail"] == "page_size: too big"
 
 
 def test_backend_down_is_503_and_slow_is_504(sqlite_services: Services) -> None:

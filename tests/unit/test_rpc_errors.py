@@ -68,9 +68,8 @@ def test_an_unknown_kind_is_internal() -> None:
 
 
 def test_field_and_retry_after_travel_in_trailers() -> None:
-    assert dict(trailing_metadata_for(InvalidArgument("deadline", "too far")))["x-error-field"] == (
-        "deadline"
-    )
+    invalid = dict(trailing_metadata_for(InvalidArgument("deadline", "too far")))
+    assert (invalid["x-error-field"], invalid["x-error-reason"]) == ("deadline", "too far")
     trailers = dict(trailing_metadata_for(CapacityExceeded("busy", retry_after_seconds=12)))
     assert trailers["x-retry-after"] == "12"
     assert trailers["x-error-code"] == "capacity_exceeded"
@@ -95,7 +94,8 @@ def test_clients_rebuild_the_same_typed_error(error: DomainError, status: Any) -
 def test_rebuilt_errors_keep_field_and_retry_after() -> None:
     invalid = domain_error_from_rpc(_aio_error(InvalidArgument("page_size", "must be 1-100")))
     assert isinstance(invalid, InvalidArgument)
-    assert (invalid.field, invalid.message) == ("page_size", "page_size: must be 1-100")
+    assert (invalid.field, invalid.reason) == ("page_size", "must be 1-100")
+    assert invalid.message == "page_size: must be 1-100"
     busy = domain_error_from_rpc(_aio_error(CapacityExceeded("busy", retry_after_seconds=9)))
     assert isinstance(busy, CapacityExceeded)
     assert busy.retry_after_seconds == 9
