@@ -113,36 +113,32 @@ def test_the_console_script_is_opsctl(wheel: Path) -> None:
     assert "opsctl = durable_ops.cli:main" in text
 
 
-def test_the_installed_wheel_migrates_and_serves_its_pages(installed: Path, tmp_path: Path) -> None:
-    """Run from outside the checkout: only the installed copy can be imported."""
+def _run_installed(installed: Path, cwd: Path, program: str) -> None:
+    """Run ``program`` from outside the checkout: only the installed copy can be imported."""
     env = {**os.environ, "PYTHONPATH": str(installed), "OPS_DATABASE_URL": ""}
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_installed_wheel_migrates_and_serves_its_pages(installed: Path, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'ops.sqlite3'}"
-    program = (
+    migrate = (
         "import durable_ops, sys\n"
         f"assert durable_ops.__file__.startswith({str(installed)!r}), durable_ops.__file__\n"
         "from durable_ops.cli import main\n"
         f"sys.exit(main(['migrate', '--database-url', {url!r}]))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", program],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    _run_installed(installed, tmp_path, migrate)
     pages = (
         "from durable_ops.gateway.web import WEB_DIR\n"
         f"assert str(WEB_DIR).startswith({str(installed)!r}), WEB_DIR\n"
         "assert (WEB_DIR / 'page.html').is_file() and (WEB_DIR / 'static' / 'app.js').is_file()\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", pages],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    _run_installed(installed, tmp_path, pages)
