@@ -29,7 +29,6 @@ open or close a section (the development model parses these sections).
 
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from durable_ops.ai_worker.inference.request import InferenceRequest
 from durable_ops.model import answers
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.prompt_sections import CV_SECTION, END_SECTION, JOB_SECTION
-from durable_ops.model.tasks import CV, CV_REVIEW, JOB, STRATEGY_SNAPSHOT, TASKS, Registry, TaskType
+from durable_ops.model.tasks import CV, CV_REVIEW, JOB, STRATEGY_SNAPSHOT, Registry, TaskType
 
 JOB_TITLE_BUDGET = 200
 JOB_COMPANY_BUDGET = 200
@@ -145,34 +144,6 @@ def prompts_for(
         for task in registry
         if task.name in instructions
     }
-
-
-PROMPTS: Mapping[str, Prompt] = MappingProxyType(prompts_for(TASKS))
-
-
-def prompt(task_type: str) -> Prompt:
-    try:
-        return PROMPTS[task_type]
-    except KeyError:
-        raise InvalidArgument("task_type", f"{task_type!r} has no prompt") from None
-
-
-def answer_schema(task_type: str) -> tuple[str, dict[str, Any]]:
-    """(schema name, JSON schema) of the answer to ``task_type``; the schema is a copy."""
-    task = prompt(task_type).task
-    return task.schema_name, copy.deepcopy(dict(task.answer))
-
-
-def validate_answer(task_type: str, data: object) -> dict[str, Any]:
-    return prompt(task_type).validate(data)
-
-
-def build_messages(task_type: str, job: JobText | None, cv: CvText | None) -> list[dict[str, str]]:
-    return prompt(task_type).messages(job, cv)
-
-
-def build_request(task_type: str, job: JobText | None, cv: CvText | None) -> InferenceRequest:
-    return prompt(task_type).request(job, cv)
 
 
 _SECTION_LIKE = re.compile(r"^([ \t]*)#{3,}", re.MULTILINE)

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from durable_ops import hoststore
-from durable_ops.ai_worker.prompts import validate_answer
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from tests.conftest import MakeDatabase
 from tests.support.ai_stack import (
@@ -28,6 +27,7 @@ from tests.support.ai_stack import (
     closed_port_url,
     wait_for,
 )
+from tests.support.prompts import validate_answer
 
 pytestmark = pytest.mark.slow
 

@@ -18,14 +18,7 @@ from hypothesis import strategies as st
 from starlette.applications import Starlette
 
 from durable_ops.ai_worker.inference import ModelClient
-from durable_ops.ai_worker.prompts import (
-    CvText,
-    JobText,
-    answer_schema,
-    build_messages,
-    build_request,
-    validate_answer,
-)
+from durable_ops.ai_worker.prompts import CvText, JobText
 from durable_ops.dev_model import create_app, parse_bind
 from durable_ops.dev_model.heuristic import (
     Inputs,
@@ -37,6 +30,7 @@ from durable_ops.dev_model.heuristic import (
 )
 from durable_ops.model import tasks
 from durable_ops.model.routing import Route
+from tests.support.prompts import answer_schema, build_messages, build_request, validate_answer
 
 STRATEGY_SNAPSHOT = tasks.STRATEGY_SNAPSHOT.name
 CV_REVIEW = tasks.CV_REVIEW.name

@@ -38,18 +38,14 @@ from durable_ops.ai_worker.inference import (
     Router,
     provider_from_url,
 )
-from durable_ops.ai_worker.prompts import (
-    CvText,
-    JobText,
-    build_request,
-    validate_answer,
-)
+from durable_ops.ai_worker.prompts import CvText, JobText
 from durable_ops.dev_model import create_app
 from durable_ops.model import tasks
 from durable_ops.model.circuit import CircuitBreaker, CircuitState
 from durable_ops.model.routing import Route
 from durable_ops.model.states import Privacy
 from durable_ops.settings import Settings
+from tests.support.prompts import build_request, validate_answer
 
 STRATEGY_SNAPSHOT = tasks.STRATEGY_SNAPSHOT.name
 CV_REVIEW = tasks.CV_REVIEW.name

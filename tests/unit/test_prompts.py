@@ -15,13 +15,11 @@ from durable_ops.ai_worker.prompts import (
     TRUNCATION_MARK,
     CvText,
     JobText,
-    answer_schema,
-    build_messages,
-    build_request,
-    validate_answer,
+    prompts_for,
 )
 from durable_ops.model import answers, tasks
 from durable_ops.model.errors import InvalidArgument
+from tests.support.prompts import answer_schema, build_messages, build_request, validate_answer
 
 STRATEGY_SNAPSHOT = tasks.STRATEGY_SNAPSHOT.name
 CV_REVIEW = tasks.CV_REVIEW.name
@@ -145,11 +143,10 @@ def test_validator_refuses_schema_keywords_it_cannot_enforce() -> None:
         )
 
 
-def test_unknown_task_type_is_an_invalid_argument() -> None:
+def test_an_unregistered_task_type_has_no_prompt() -> None:
     with pytest.raises(InvalidArgument):
-        answer_schema("email.draft")
-    with pytest.raises(InvalidArgument):
-        build_messages("email.draft", JOB, CV)
+        tasks.TASKS.get("email.draft")
+    assert "email.draft" not in prompts_for(tasks.TASKS)
 
 
 def test_messages_carry_delimited_sections() -> None:
