@@ -351,14 +351,14 @@ def schema_answer(schema: dict[str, Any], inputs: Inputs) -> dict[str, Any]:
     ``app.conform`` then cuts it to the schema's limits.
     """
     terms = key_terms(inputs)
-    coverage = Coverage.of(terms, inputs.cv_text or "") if inputs.cv_text is not None else None
-    summary = (
-        f"The CV mentions {len(coverage.matched)} of the posting's {coverage.total} key terms."
-        if coverage is not None and inputs.job_text is not None
-        else "Only one of a posting and a CV was given, so nothing was compared."
-    )
-    listed = (coverage.matched + coverage.missing) if coverage else [t for t, _ in terms.values()]
-    score = coverage.score if coverage is not None and inputs.job_text is not None else 0
+    if inputs.cv_text is not None and inputs.job_text is not None:
+        coverage = Coverage.of(terms, inputs.cv_text)
+        found = len(coverage.matched)
+        summary = f"The CV mentions {found} of the posting's {coverage.total} key terms."
+        score, listed = coverage.score, coverage.matched + coverage.missing
+    else:
+        summary = "Only one of a posting and a CV was given, so nothing was compared."
+        score, listed = 0, [term for term, _ in terms.values()]
     fill = {"integer": score, "string": summary, "array": listed or [summary]}
     properties: dict[str, Any] = schema.get("properties", {})
     return {
