@@ -85,6 +85,13 @@ class Settings:
     dev_model_bind: str = field(
         default="127.0.0.1:8090", metadata=_doc("development model HTTP address")
     )
+    dev_model_seconds: float = field(
+        default=0.0,
+        metadata=_doc(
+            "how long the development model takes per answer, streamed over that time"
+            " (`opsctl up` uses 4 unless set)"
+        ),
+    )
     operations_target: str = field(
         default="127.0.0.1:50051", metadata=_doc("where clients reach the Operations service")
     )
@@ -100,6 +107,20 @@ class Settings:
     sweep_interval_seconds: float = field(
         default=1.0, metadata=_doc("how often the Operations process sweeps leases and deadlines")
     )
+    cancel_watch_interval_seconds: float = field(
+        default=0.25,
+        metadata=_doc(
+            "how often an Operations replica looks for cancels of the leases its open"
+            " heartbeat streams hold (one query for all of them)"
+        ),
+    )
+    claim_poll_interval_seconds: float = field(
+        default=0.1,
+        metadata=_doc(
+            "how often an Operations replica looks for claimable work while claims wait"
+            " (one query for all of them)"
+        ),
+    )
     ai_user_limit: int = field(default=2, metadata=_doc("active AI operations allowed per user"))
     ai_global_limit: int = field(default=20, metadata=_doc("active AI operations allowed in total"))
     workers_ai_operations_enabled: bool = field(
@@ -108,7 +129,10 @@ class Settings:
     worker_concurrency: int = field(
         default=1, metadata=_doc("inferences one AI worker runs at once")
     )
-    worker_poll_seconds: float = field(default=0.5, metadata=_doc("AI worker idle poll interval"))
+    worker_poll_seconds: float = field(
+        default=0.5,
+        metadata=_doc("AI worker pause after a failed claim; host-journal reconcile interval"),
+    )
     worker_lease_seconds: int = field(
         default=60, metadata=_doc("lease the AI worker asks for on each claim")
     )
@@ -146,6 +170,13 @@ class Settings:
         default=60000, metadata=_doc("bell unread-count poll interval in the web UI")
     )
 
+    def __post_init__(self) -> None:
+        for name in _POSITIVE:
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"OPS_{name.upper()} must be greater than 0")
+        if self.dev_model_seconds < 0:
+            raise SettingsError("OPS_DEV_MODEL_SECONDS must not be negative")
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
@@ -163,6 +194,14 @@ class Settings:
             else:
                 values[f.name] = raw
         return cls(**values)  # type: ignore[arg-type]
+
+
+# Intervals a process sleeps between rounds: zero would spin.
+_POSITIVE = (
+    "sweep_interval_seconds",
+    "cancel_watch_interval_seconds",
+    "claim_poll_interval_seconds",
+)
 
 
 def documented_variables() -> list[tuple[str, str, str]]:

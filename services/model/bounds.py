@@ -21,6 +21,8 @@ MAX_ATTEMPTS_RANGE = (1, 10)
 RETRY_DELAY_SECONDS_RANGE = (1, 3600)
 DEFAULT_RETRY_DELAY_SECONDS = 30  # a create that names none
 LEASE_SECONDS_RANGE = (5, 600)
+LEASE_TOKEN_MAX = 128  # the services issue 43 characters
+CLAIM_WAIT_SECONDS_MAX = 20  # a waiting claim answers within this, claimed or not
 DEADLINE_MAX_AHEAD = timedelta(hours=24)
 PROGRESS_RANGE = (0, 100)
 PRIORITY_RANGE = (-1000, 1000)

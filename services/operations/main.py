@@ -7,6 +7,8 @@ import contextlib
 
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.clock import Clock, utc_now
+from durable_ops.operations.cancel_watch import CancelWatch
+from durable_ops.operations.claim_waiters import ClaimWaiters
 from durable_ops.operations.service import SERVICE_NAME, OperationsService
 from durable_ops.operations.sweeper import run_sweeper
 from durable_ops.rpc.server import serve_servicer
@@ -16,19 +18,30 @@ from durable_ops.storage.migrate import open_migrated
 
 async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
     db = open_migrated(settings.database_url, pool_size=16)
-    sweeper = asyncio.create_task(run_sweeper(db, clock, settings.sweep_interval_seconds))
+    service = OperationsService(
+        db,
+        clock,
+        cancels=CancelWatch(db, settings.cancel_watch_interval_seconds),
+        claims=ClaimWaiters(db, clock, settings.claim_poll_interval_seconds),
+    )
+    sweeper = asyncio.create_task(
+        run_sweeper(
+            db, clock, settings.sweep_interval_seconds, on_requeue=service.claims.arrived_any
+        )
+    )
 
-    async def stop_sweeper() -> None:
+    async def stop() -> None:
         sweeper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await sweeper
+        await service.close()
         db.dispose()
 
     await serve_servicer(
         settings.operations_bind,
         pb_grpc.add_OperationsServiceServicer_to_server,
-        OperationsService(db, clock),
+        service,
         SERVICE_NAME,
         secret=settings.service_secret,
-        on_stop=stop_sweeper,
+        on_stop=stop,
     )

@@ -3,10 +3,15 @@
 Each method names the scope it runs in, converts the request, runs one storage
 call in one transaction (owner-scoped unless it is the claim) and converts the
 answer. Rules live in ``durable_ops.model``; SQL in ``durable_ops.storage``.
+
+Two calls stay open: a waiting claim (``ClaimWaiters``) and the heartbeat
+stream, which also pushes the owner's cancel (``CancelWatch``). Both are woken
+at once by what this replica commits and by one shared poll for the rest.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import datetime
 from functools import partial
@@ -16,19 +21,27 @@ import structlog
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.clock import Clock
-from durable_ops.model import bounds
+from durable_ops.model import bounds, lifecycle
 from durable_ops.model.errors import InvalidArgument
+from durable_ops.model.lifecycle import Event
 from durable_ops.model.scope import require_neutral_worker, require_owner, require_worker_owner
+from durable_ops.model.states import OperationState
+from durable_ops.operations.cancel_watch import CancelWatch
+from durable_ops.operations.claim_waiters import ClaimWaiters, Kind
+from durable_ops.operations.heartbeat_stream import BeatReader, Pushed
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.errors import translate_errors
 from durable_ops.rpc.scope import caller_scope
 from durable_ops.storage import operations
 from durable_ops.storage.db import Database
+from durable_ops.storage.tx import Tx
 from durable_ops.wire import operations as convert
 
 log = structlog.get_logger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["OperationsService"].full_name
 DEFAULT_HEARTBEAT_LEASE_SECONDS = 30
+DEFAULT_CANCEL_WATCH_INTERVAL_SECONDS = 0.25
+DEFAULT_CLAIM_POLL_INTERVAL_SECONDS = 0.1
 
 
 def _provenance(message: pb.Provenance) -> operations.Provenance:
@@ -49,10 +62,37 @@ def _state_reply(state: str) -> pb.LeaseMutationResponse:
     return pb.LeaseMutationResponse(state=convert.state_to_pb(state))
 
 
+def _claim_wait_seconds(request: pb.ClaimOperationRequest) -> float:
+    if not request.HasField("wait"):
+        return 0.0
+    seconds = request.wait.ToTimedelta().total_seconds()
+    if not 0 <= seconds <= bounds.CLAIM_WAIT_SECONDS_MAX:
+        raise InvalidArgument("wait", f"must be 0 to {bounds.CLAIM_WAIT_SECONDS_MAX} seconds")
+    return seconds
+
+
+def _claim_source(route: pb.Route.ValueType) -> OperationState:
+    event = Event.CLAIM_EXTERNAL if route == pb.ROUTE_EXTERNAL else Event.CLAIM
+    return lifecycle.CLAIMS[event].source
+
+
 class OperationsService(pb_grpc.OperationsServiceServicer):
-    def __init__(self, db: Database, clock: Clock) -> None:
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        *,
+        cancels: CancelWatch | None = None,
+        claims: ClaimWaiters | None = None,
+    ) -> None:
         self._db = db
         self._clock = clock
+        self.cancels = cancels or CancelWatch(db, DEFAULT_CANCEL_WATCH_INTERVAL_SECONDS)
+        self.claims = claims or ClaimWaiters(db, clock, DEFAULT_CLAIM_POLL_INTERVAL_SECONDS)
+
+    async def close(self) -> None:
+        await self.cancels.close()
+        await self.claims.close()
 
     # ---- owner scope ------------------------------------------------------------------
 
@@ -78,6 +118,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             lambda tx: operations.create(tx, create, now), owner_id=owner
         )
         if created:
+            self.claims.arrived(row.state, row.task_type)
             log.info("operation_created", operation_id=row.id, owner=owner, task_type=row.task_type)
         return pb.CreateOperationResponse(operation=convert.operation(row), created=created)
 
@@ -122,6 +163,8 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         row = await self._db.run_core_async(
             lambda tx: operations.cancel(tx, request.operation_id, now), owner_id=owner
         )
+        if row.state == OperationState.RUNNING and row.cancel_requested:
+            self.cancels.cancelled(row.id)
         log.info("operation_cancel", operation_id=row.id, owner=owner, state=row.state)
         return convert.operation(row)
 
@@ -134,6 +177,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         row = await self._db.run_core_async(
             lambda tx: operations.retry(tx, request.operation_id, now), owner_id=owner
         )
+        self.claims.arrived(row.state, row.task_type)
         log.info("operation_retried", operation_id=row.id, owner=owner)
         return convert.operation(row)
 
@@ -144,17 +188,41 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         self, request: pb.ClaimOperationRequest, context: ServicerContext
     ) -> pb.ClaimOperationResponse:
         require_neutral_worker(caller_scope(context))
-        external = request.route == pb.ROUTE_EXTERNAL
-        task_types = list(request.task_types)
-        now = self._clock()
-        claim = await self._db.run_core_async(
-            lambda tx: operations.claim(
-                tx, task_types, request.lease_seconds, now, external_route=external
-            ),
-            owner_id=None,
+        task_types = [bounds.task_type(name) for name in request.task_types]
+        routes = list(dict.fromkeys(request.routes)) or [request.route]
+        wait = _claim_wait_seconds(request)
+        kinds: frozenset[Kind] = frozenset(
+            (_claim_source(route).value, name) for route in routes for name in task_types
         )
-        if claim is None:
+
+        def claim_first(tx: Tx) -> tuple[operations.Claim, pb.Route.ValueType] | None:
+            now = self._clock()
+            for route in routes:
+                external = route == pb.ROUTE_EXTERNAL
+                claim = operations.claim(
+                    tx, task_types, request.lease_seconds, now, external_route=external
+                )
+                if claim is not None:
+                    return claim, pb.ROUTE_EXTERNAL if external else pb.ROUTE_LOCAL
+            return None
+
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + wait
+        with self.claims.waiting(kinds) as woken:
+            while True:
+                woken.clear()
+                found = await self._db.run_core_async(claim_first, owner_id=None)
+                left = give_up_at - loop.time()
+                if found is not None or left <= 0 or not task_types:
+                    break
+                try:
+                    async with asyncio.timeout(left):
+                        await woken.wait()
+                except TimeoutError:
+                    break
+        if found is None:
             return pb.ClaimOperationResponse()
+        claim, route = found
         row = claim.operation
         assert row.lease_expires_at is not None
         log.info(
@@ -168,6 +236,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
                 lease_expires_at=convert.timestamp(row.lease_expires_at),
                 privacy=convert.privacy_to_pb(row.privacy),
                 context_ref=row.context_ref or "",
+                route=route,
             )
         )
 
@@ -180,29 +249,62 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         context: ServicerContext,
     ) -> AsyncIterator[pb.HeartbeatResponse]:
         owner = require_worker_owner(caller_scope(context)).owner_id
-        operation_id = token = ""
-        lease_seconds = DEFAULT_HEARTBEAT_LEASE_SECONDS
-        async for beat in request_iterator:
-            if not operation_id:
-                operation_id, token = beat.operation_id, beat.lease_token
-                if not operation_id or not token:
-                    raise InvalidArgument("lease_token", "the first heartbeat names the lease")
-            elif beat.operation_id not in ("", operation_id) or beat.lease_token not in ("", token):
-                raise InvalidArgument("operation_id", "one stream heartbeats one lease")
-            lease_seconds = beat.lease_seconds or lease_seconds
-            progress = beat.progress_percent if beat.HasField("progress_percent") else None
-            beat_once = partial(
-                operations.heartbeat,
-                operation_id=operation_id,
-                token=token,
-                lease_seconds=lease_seconds,
-                progress=progress,
-                now=self._clock(),
-            )
-            expires, cancel_requested = await self._db.run_core_async(beat_once, owner_id=owner)
-            yield pb.HeartbeatResponse(
-                lease_expires_at=convert.timestamp(expires), cancel_requested=cancel_requested
-            )
+        beats = BeatReader(request_iterator)
+        try:
+            first = await beats.next()
+            if not isinstance(first, pb.HeartbeatRequest):
+                return
+            operation_id, token = first.operation_id, first.lease_token
+            if not operation_id or not token:
+                raise InvalidArgument("lease_token", "the first heartbeat names the lease")
+            lease_seconds = first.lease_seconds or DEFAULT_HEARTBEAT_LEASE_SECONDS
+            reply = await self._beat(owner, operation_id, token, lease_seconds, first)
+            log.info("lease_stream_opened", operation_id=operation_id, owner=owner)
+            yield reply
+            pushed = reply.cancel_requested  # the holder knows already
+            with self.cancels.watching(operation_id) as cancelled:
+                while True:
+                    beat = await beats.next(unless=None if pushed else cancelled)
+                    if beat is None:
+                        return
+                    if isinstance(beat, Pushed):
+                        pushed = True
+                        log.info("cancel_pushed", operation_id=operation_id, owner=owner)
+                        yield pb.HeartbeatResponse(cancel_requested=True, pushed=True)
+                        continue
+                    if beat.operation_id not in ("", operation_id) or beat.lease_token not in (
+                        "",
+                        token,
+                    ):
+                        raise InvalidArgument("operation_id", "one stream heartbeats one lease")
+                    lease_seconds = beat.lease_seconds or lease_seconds
+                    reply = await self._beat(owner, operation_id, token, lease_seconds, beat)
+                    pushed = pushed or reply.cancel_requested
+                    yield reply
+        finally:
+            beats.close()
+
+    async def _beat(
+        self,
+        owner: str,
+        operation_id: str,
+        token: str,
+        lease_seconds: int,
+        beat: pb.HeartbeatRequest,
+    ) -> pb.HeartbeatResponse:
+        progress = beat.progress_percent if beat.HasField("progress_percent") else None
+        beat_once = partial(
+            operations.heartbeat,
+            operation_id=operation_id,
+            token=token,
+            lease_seconds=lease_seconds,
+            progress=progress,
+            now=self._clock(),
+        )
+        expires, cancel_requested = await self._db.run_core_async(beat_once, owner_id=owner)
+        return pb.HeartbeatResponse(
+            lease_expires_at=convert.timestamp(expires), cancel_requested=cancel_requested
+        )
 
     @translate_errors
     async def CompleteOperation(
@@ -265,6 +367,8 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             ),
             owner_id=owner,
         )
+        if state == OperationState.WAITING_FOR_EXTERNAL_FALLBACK:
+            self.claims.arrived_any()
         log.info("operation_fallback", operation_id=request.operation_id, owner=owner, state=state)
         return _state_reply(state)
 

@@ -7,6 +7,7 @@ so two sweepers racing over one row change it once.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import structlog
 
@@ -22,11 +23,23 @@ async def sweep_once(db: Database, clock: Clock) -> operations.SweepReport:
     return await db.run_core_async(lambda tx: operations.sweep(tx, now), owner_id=None)
 
 
-async def run_sweeper(db: Database, clock: Clock, interval_seconds: float) -> None:
-    """Sweep until cancelled; a failed sweep is logged and retried on the next tick."""
+async def run_sweeper(
+    db: Database,
+    clock: Clock,
+    interval_seconds: float,
+    *,
+    on_requeue: Callable[[], None] = lambda: None,
+) -> None:
+    """Sweep until cancelled; a failed sweep is logged and retried on the next tick.
+
+    ``on_requeue`` runs after a sweep that made work claimable again, so
+    claims waiting on this replica take it at once.
+    """
     while True:
         try:
             report = await sweep_once(db, clock)
+            if report.promoted or report.expired_leases:
+                on_requeue()
             if report.total:
                 log.info(
                     "sweep",

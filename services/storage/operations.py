@@ -433,6 +433,35 @@ def heartbeat(
     return expires, op.cancel_requested
 
 
+_LOCK_LEASE = (
+    select(OPS.c.state, OPS.c.lease_token_hash, OPS.c.lease_expires_at, OPS.c.cancel_requested)
+    .where(OPS.c.id == bindparam("operation_id"), _OWNED)
+    .with_for_update()
+)
+
+
+def hold_for_publish(tx: Tx, operation_id: str, token: str, now: datetime) -> None:
+    """Lock the operation row; pass only while ``token`` holds its live lease and no cancel waits.
+
+    Runs in the transaction that writes the attempt's result, so a cancel or
+    a takeover commits either before (and the result is refused) or after
+    (and finds the result published). Cancel wins until then.
+    """
+    row = tx.execute(_LOCK_LEASE, {"operation_id": operation_id}).one_or_none()
+    held = (
+        row is not None
+        and row.state == S.RUNNING
+        and row.lease_token_hash is not None
+        and hmac.compare_digest(row.lease_token_hash, hash_token(token))
+        and row.lease_expires_at is not None
+        and row.lease_expires_at > now
+    )
+    if row is None or not held:
+        raise LeaseLost("the lease is not live: the result belongs to another attempt")
+    if row.cancel_requested:
+        raise LeaseLost("the owner cancelled the operation", code="cancel_requested")
+
+
 def complete(
     tx: Tx,
     operation_id: str,
@@ -514,6 +543,46 @@ def _lease_holder(tx: Tx, operation_id: str, token_hash: str) -> UserOperation:
     if op.lease_token_hash is None or not hmac.compare_digest(op.lease_token_hash, token_hash):
         raise LeaseLost("the lease token does not match this operation's lease")
     return op
+
+
+# ---- the live lease channel (neutral scope) ------------------------------------------------
+
+LIVE_QUERY_IDS_MAX = 1000  # ids per IN list; a replica holding more streams asks in parts
+_CANCELS_AMONG = select(OPS.c.id).where(
+    OPS.c.id.in_(bindparam("ids", expanding=True)),
+    OPS.c.state == S.RUNNING,
+    OPS.c.cancel_requested.is_(True),
+)
+_CLAIMABLE_KINDS = (
+    select(OPS.c.state, OPS.c.task_type)
+    .where(
+        OPS.c.state.in_([move.source.value for move in lifecycle.CLAIMS.values()]),
+        (OPS.c.deadline_at.is_(None)) | (OPS.c.deadline_at > bindparam("now")),
+    )
+    .distinct()
+)
+
+
+def cancels_among(tx: Tx, operation_ids: Sequence[str]) -> set[str]:
+    """Which of these running operations' owners asked to cancel: one primary-key lookup."""
+    if tx.owner_id is not None:
+        raise ScopeViolation("the cancel watch runs in the neutral scope")
+    found: set[str] = set()
+    for start in range(0, len(operation_ids), LIVE_QUERY_IDS_MAX):
+        ids = list(operation_ids[start : start + LIVE_QUERY_IDS_MAX])
+        found.update(tx.execute(_CANCELS_AMONG, {"ids": ids}).scalars())
+    return found
+
+
+def claimable_kinds(tx: Tx, now: datetime) -> set[tuple[str, str]]:
+    """(state, task type) of every kind of operation a claim could take now.
+
+    Walks the claim index by state; waiting claims ask this once per poll for
+    all of them, and only the claims that match try to claim.
+    """
+    if tx.owner_id is not None:
+        raise ScopeViolation("the claim poll runs in the neutral scope")
+    return {(row.state, row.task_type) for row in tx.execute(_CLAIMABLE_KINDS, {"now": now})}
 
 
 # ---- the sweeper (neutral scope) ---------------------------------------------------------
@@ -650,13 +719,16 @@ __all__ = [
     "acknowledge_cancel",
     "active_for_subject",
     "cancel",
+    "cancels_among",
     "claim",
+    "claimable_kinds",
     "complete",
     "create",
     "fail",
     "find_by_key",
     "get",
     "heartbeat",
+    "hold_for_publish",
     "latest_for_subject",
     "list_page",
     "request_fallback",

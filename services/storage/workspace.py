@@ -19,6 +19,7 @@ from durable_ops.model.bounds import (
 )
 from durable_ops.model.errors import InvalidArgument, NotFound
 from durable_ops.model.states import Plan, Privacy
+from durable_ops.storage import operations
 from durable_ops.storage.operations import new_id
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
 from durable_ops.storage.schema import (
@@ -28,6 +29,7 @@ from durable_ops.storage.schema import (
     Job,
     UserAiSettings,
 )
+from durable_ops.storage.tx import Tx
 
 NOTE_BODY_MAX = 16_000
 ATTACHMENT_KINDS = frozenset({"cv"})
@@ -177,14 +179,23 @@ def publish_note(
     subject_type: str,
     subject_id: str,
     operation_id: str,
+    lease_token: str,
     body_json: str,
     now: datetime,
 ) -> tuple[AiWorkspaceNote, bool]:
-    """Publish the one note of (owner, kind, subject). An attempt of the same operation
-    that already published returns it unchanged, so a retried attempt never makes a second."""
+    """Publish the one note of (owner, kind, subject) for the attempt holding the lease.
+
+    The operation row is locked and its lease checked first
+    (``operations.hold_for_publish``): a stale attempt or a cancelled
+    operation publishes nothing. An attempt of the same operation that already
+    published returns the note unchanged, so a retried attempt never makes a second.
+    """
     bounds.task_type(kind)
     bounds.subject(subject_type, subject_id)
     bounds.text("body_json", body_json, NOTE_BODY_MAX)
+    bounds.text("operation_id", operation_id, bounds.ID_MAX)
+    bounds.text("lease_token", lease_token, bounds.LEASE_TOKEN_MAX)
+    operations.hold_for_publish(Tx.of(session), operation_id, lease_token, now)
     try:
         note = get_note(session, kind, subject_type, subject_id)
     except NotFound:

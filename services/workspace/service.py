@@ -151,6 +151,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
                 subject_type=request.subject_type,
                 subject_id=request.subject_id,
                 operation_id=request.operation_id,
+                lease_token=request.lease_token,
                 body_json=request.body_json,
                 now=now,
             ),

@@ -178,11 +178,14 @@ def test_cancel_running_is_cooperative(services: Services, ops: OpsClient) -> No
 
     requested = ops.cancel(ALICE, created.id)
     assert (requested.state, requested.cancel_requested) == (RUNNING, True)
+    pushed = stream.read()  # the service speaks first: no beat asked
+    assert (pushed.pushed, pushed.cancel_requested) == (True, True)
     assert _outcomes(ops, created.id) == []
     assert ops.cancel(ALICE, created.id).state == RUNNING  # asking twice changes nothing
 
     answer = stream.beat(progress=20)
-    assert answer.cancel_requested is True
+    assert (answer.pushed, answer.cancel_requested) == (False, True)
+    assert stream.pushed == []  # pushed once only
     assert answer.lease_expires_at.ToDatetime() > services.clock().replace(tzinfo=None)
     stream.close()
     assert ops.acknowledge_cancel(lease) == CANCELLED

@@ -71,6 +71,7 @@ class Services:
     db: Database
     clock: Clock
     loop: BackgroundLoop
+    operations_service: OperationsService
     channel: grpc.Channel = field(init=False)
 
     def __post_init__(self) -> None:
@@ -110,6 +111,7 @@ def running_services(db_url: str, clock: Clock, limits: Limits | None = None) ->
     """Every gRPC service in one server; the processes serve the same servicers one each."""
     loop = BackgroundLoop()
     db = Database(db_url, pool_size=16)
+    operations_service = OperationsService(db, clock)
 
     async def boot() -> tuple[Any, int]:
         server, port = build_server(
@@ -118,7 +120,7 @@ def running_services(db_url: str, clock: Clock, limits: Limits | None = None) ->
                 [
                     (
                         operations_pb2_grpc.add_OperationsServiceServicer_to_server,
-                        OperationsService(db, clock),
+                        operations_service,
                     ),
                     (
                         notifications_pb2_grpc.add_NotificationsServiceServicer_to_server,
@@ -141,11 +143,12 @@ def running_services(db_url: str, clock: Clock, limits: Limits | None = None) ->
         return server, port
 
     server, port = loop.call(boot())
-    services = Services(f"127.0.0.1:{port}", db, clock, loop)
+    services = Services(f"127.0.0.1:{port}", db, clock, loop, operations_service)
     try:
         yield services
     finally:
         services.channel.close()
         loop.call(stop(server, 0.5))
+        loop.call(operations_service.close())
         db.dispose()
         loop.close()

@@ -108,7 +108,11 @@ class Lease:
 
 
 class HeartbeatStream:
-    """One open Heartbeat stream, fed from a queue: ``beat`` sends one and waits for its answer."""
+    """One open Heartbeat stream, fed from a queue: ``beat`` sends one and waits for its answer.
+
+    Messages the service pushed unasked are kept in ``pushed``; ``read`` takes
+    the next message of either kind.
+    """
 
     _CLOSE = object()
 
@@ -119,6 +123,7 @@ class HeartbeatStream:
             self._iterate(), metadata=client.worker_for(lease.owner)
         )
         self._first = True
+        self.pushed: list[pb.HeartbeatResponse] = []
 
     def _iterate(self) -> Iterator[pb.HeartbeatRequest]:
         while True:
@@ -139,6 +144,11 @@ class HeartbeatStream:
         if progress is not None:
             request.progress_percent = progress
         self._requests.put(request)
+        while (answer := self.read()).pushed:
+            self.pushed.append(answer)
+        return answer
+
+    def read(self) -> pb.HeartbeatResponse:
         return next(self._responses)
 
     def close(self) -> None:
@@ -250,10 +260,15 @@ class OpsClient:
         lease_seconds: int = LEASE_SECONDS,
         *,
         md: Metadata | None = None,
+        wait_seconds: float | None = None,
     ) -> Lease | None:
+        request = pb.ClaimOperationRequest(task_types=list(task_types), lease_seconds=lease_seconds)
+        if wait_seconds is not None:
+            request.wait.FromTimedelta(timedelta(seconds=wait_seconds))
         response: pb.ClaimOperationResponse = self.stub.ClaimOperation(
-            pb.ClaimOperationRequest(task_types=list(task_types), lease_seconds=lease_seconds),
+            request,
             metadata=self.neutral if md is None else md,
+            timeout=(wait_seconds or 0) + 30,
         )
         if not response.HasField("claimed"):
             return None

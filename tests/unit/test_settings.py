@@ -39,7 +39,15 @@ def test_values_are_parsed_by_type() -> None:
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("OPS_DEV_LOGIN", "maybe"), ("OPS_AI_USER_LIMIT", "two"), ("OPS_WORKER_POLL_SECONDS", "x")],
+    [
+        ("OPS_DEV_LOGIN", "maybe"),
+        ("OPS_AI_USER_LIMIT", "two"),
+        ("OPS_WORKER_POLL_SECONDS", "x"),
+        ("OPS_CANCEL_WATCH_INTERVAL_SECONDS", "0"),
+        ("OPS_CLAIM_POLL_INTERVAL_SECONDS", "-0.1"),
+        ("OPS_SWEEP_INTERVAL_SECONDS", "0"),
+        ("OPS_DEV_MODEL_SECONDS", "-1"),
+    ],
 )
 def test_bad_values_are_refused_with_the_variable_named(name: str, value: str) -> None:
     with pytest.raises(SettingsError, match=name):

@@ -5,6 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
@@ -407,21 +408,39 @@ class ClaimOperationRequest(_message.Message):
     TASK_TYPES_FIELD_NUMBER: _builtins.int
     LEASE_SECONDS_FIELD_NUMBER: _builtins.int
     ROUTE_FIELD_NUMBER: _builtins.int
+    ROUTES_FIELD_NUMBER: _builtins.int
+    WAIT_FIELD_NUMBER: _builtins.int
     lease_seconds: _builtins.int
     """5–600"""
     route: Global___Route.ValueType
+    """the one route claimed for, unless routes is set"""
     @_builtins.property
     def task_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def routes(self) -> _containers.RepeatedScalarFieldContainer[Global___Route.ValueType]:
+        """Several routes in one (waiting) claim, tried in this order each time."""
+
+    @_builtins.property
+    def wait(self) -> _duration_pb2.Duration:
+        """How long to wait for claimable work, 0–20 s; unset or zero answers at once.
+        The service answers as soon as an operation can be claimed (at once for a
+        create on the same replica, else within OPS_CLAIM_POLL_INTERVAL_SECONDS)
+        and answers with nothing claimed when the wait is over. Give the call a
+        deadline longer than the wait.
+        """
+
     def __init__(
         self,
         *,
         task_types: _abc.Iterable[_builtins.str] | None = ...,
         lease_seconds: _builtins.int = ...,
         route: Global___Route.ValueType = ...,
+        routes: _abc.Iterable[Global___Route.ValueType] | None = ...,
+        wait: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["wait", b"wait"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_seconds", b"lease_seconds", "route", b"route", "task_types", b"task_types"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_seconds", b"lease_seconds", "route", b"route", "routes", b"routes", "task_types", b"task_types", "wait", b"wait"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -437,12 +456,15 @@ class ClaimedOperation(_message.Message):
     LEASE_EXPIRES_AT_FIELD_NUMBER: _builtins.int
     PRIVACY_FIELD_NUMBER: _builtins.int
     CONTEXT_REF_FIELD_NUMBER: _builtins.int
+    ROUTE_FIELD_NUMBER: _builtins.int
     owner_id: _builtins.str
     lease_token: _builtins.str
     """≥ 128 random bits; only its hash is stored"""
     privacy: Global___Privacy.ValueType
     context_ref: _builtins.str
     """optional second opaque reference the producer stored"""
+    route: Global___Route.ValueType
+    """which of the requested routes this claim took it for"""
     @_builtins.property
     def operation(self) -> Global___Operation: ...
     @_builtins.property
@@ -456,10 +478,11 @@ class ClaimedOperation(_message.Message):
         lease_expires_at: _timestamp_pb2.Timestamp | None = ...,
         privacy: Global___Privacy.ValueType = ...,
         context_ref: _builtins.str = ...,
+        route: Global___Route.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease_expires_at", b"lease_expires_at", "operation", b"operation"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_ref", b"context_ref", "lease_expires_at", b"lease_expires_at", "lease_token", b"lease_token", "operation", b"operation", "owner_id", b"owner_id", "privacy", b"privacy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_ref", b"context_ref", "lease_expires_at", b"lease_expires_at", "lease_token", b"lease_token", "operation", b"operation", "owner_id", b"owner_id", "privacy", b"privacy", "route", b"route"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -489,7 +512,10 @@ Global___ClaimOperationResponse: _TypeAlias = ClaimOperationResponse  # noqa: Y0
 
 @_typing.final
 class HeartbeatRequest(_message.Message):
-    """The first message names the lease; later ones may carry only progress."""
+    """The first message names the lease; later ones may carry only progress.
+    Progress is 0–100; the AI worker sends 0–99 while it works, at most about
+    one message a second, never decreasing.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -522,22 +548,33 @@ Global___HeartbeatRequest: _TypeAlias = HeartbeatRequest  # noqa: Y015
 
 @_typing.final
 class HeartbeatResponse(_message.Message):
+    """Every request is answered by one response, in order. Besides those, the
+    service pushes one unsolicited response (pushed = true, cancel_requested =
+    true) as soon as the owner's cancel of the lease's operation is committed,
+    on whichever replica: the holder then stops the work and acknowledges.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     LEASE_EXPIRES_AT_FIELD_NUMBER: _builtins.int
     CANCEL_REQUESTED_FIELD_NUMBER: _builtins.int
+    PUSHED_FIELD_NUMBER: _builtins.int
     cancel_requested: _builtins.bool
+    pushed: _builtins.bool
     @_builtins.property
-    def lease_expires_at(self) -> _timestamp_pb2.Timestamp: ...
+    def lease_expires_at(self) -> _timestamp_pb2.Timestamp:
+        """unset on a pushed response"""
+
     def __init__(
         self,
         *,
         lease_expires_at: _timestamp_pb2.Timestamp | None = ...,
         cancel_requested: _builtins.bool = ...,
+        pushed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease_expires_at", b"lease_expires_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_requested", b"cancel_requested", "lease_expires_at", b"lease_expires_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_requested", b"cancel_requested", "lease_expires_at", b"lease_expires_at", "pushed", b"pushed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

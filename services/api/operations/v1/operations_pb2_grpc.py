@@ -134,6 +134,9 @@ class OperationsServiceServicer:
 
     def Heartbeat(self, request_iterator, context):
         """Worker re-entering the owner scope with the lease token.
+        One stream holds one lease while the work runs. A broken stream does not
+        end the lease: the holder opens a new one (on any replica) with the same
+        token while the lease is live. An ABORTED status means the lease is lost.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -40,7 +40,11 @@ class OperationsServiceStub:
     ClaimOperation: _grpc.UnaryUnaryMultiCallable[_operations_pb2.ClaimOperationRequest, _operations_pb2.ClaimOperationResponse]
     """Neutral worker scope."""
     Heartbeat: _grpc.StreamStreamMultiCallable[_operations_pb2.HeartbeatRequest, _operations_pb2.HeartbeatResponse]
-    """Worker re-entering the owner scope with the lease token."""
+    """Worker re-entering the owner scope with the lease token.
+    One stream holds one lease while the work runs. A broken stream does not
+    end the lease: the holder opens a new one (on any replica) with the same
+    token while the lease is live. An ABORTED status means the lease is lost.
+    """
     CompleteOperation: _grpc.UnaryUnaryMultiCallable[_operations_pb2.CompleteOperationRequest, _operations_pb2.LeaseMutationResponse]
     FailOperation: _grpc.UnaryUnaryMultiCallable[_operations_pb2.FailOperationRequest, _operations_pb2.LeaseMutationResponse]
     RequestExternalFallback: _grpc.UnaryUnaryMultiCallable[_operations_pb2.RequestExternalFallbackRequest, _operations_pb2.LeaseMutationResponse]
@@ -58,7 +62,11 @@ class OperationsServiceAsyncStub(OperationsServiceStub):
     ClaimOperation: _aio.UnaryUnaryMultiCallable[_operations_pb2.ClaimOperationRequest, _operations_pb2.ClaimOperationResponse]  # type: ignore[assignment]
     """Neutral worker scope."""
     Heartbeat: _aio.StreamStreamMultiCallable[_operations_pb2.HeartbeatRequest, _operations_pb2.HeartbeatResponse]  # type: ignore[assignment]
-    """Worker re-entering the owner scope with the lease token."""
+    """Worker re-entering the owner scope with the lease token.
+    One stream holds one lease while the work runs. A broken stream does not
+    end the lease: the holder opens a new one (on any replica) with the same
+    token while the lease is live. An ABORTED status means the lease is lost.
+    """
     CompleteOperation: _aio.UnaryUnaryMultiCallable[_operations_pb2.CompleteOperationRequest, _operations_pb2.LeaseMutationResponse]  # type: ignore[assignment]
     FailOperation: _aio.UnaryUnaryMultiCallable[_operations_pb2.FailOperationRequest, _operations_pb2.LeaseMutationResponse]  # type: ignore[assignment]
     RequestExternalFallback: _aio.UnaryUnaryMultiCallable[_operations_pb2.RequestExternalFallbackRequest, _operations_pb2.LeaseMutationResponse]  # type: ignore[assignment]
@@ -115,7 +123,11 @@ class OperationsServiceServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_operations_pb2.HeartbeatRequest],
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_operations_pb2.HeartbeatResponse], _abc.AsyncIterator[_operations_pb2.HeartbeatResponse]]:
-        """Worker re-entering the owner scope with the lease token."""
+        """Worker re-entering the owner scope with the lease token.
+        One stream holds one lease while the work runs. A broken stream does not
+        end the lease: the holder opens a new one (on any replica) with the same
+        token while the lease is live. An ABORTED status means the lease is lost.
+        """
 
     @_abc_1.abstractmethod
     def CompleteOperation(

@@ -401,12 +401,19 @@ class PublishNoteRequest(_message.Message):
     SUBJECT_ID_FIELD_NUMBER: _builtins.int
     OPERATION_ID_FIELD_NUMBER: _builtins.int
     BODY_JSON_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     kind: _builtins.str
     subject_type: _builtins.str
     subject_id: _builtins.str
     operation_id: _builtins.str
     body_json: _builtins.str
     """≤ 16,000, validated by the worker against the task schema"""
+    lease_token: _builtins.str
+    """The operation's live lease. Checked in the transaction that writes the
+    note, with the operation row locked: a lease that expired or moved to
+    another attempt is ABORTED `lease_lost`, a cancel the owner requested
+    is ABORTED `cancel_requested`. Cancel wins until the note is published.
+    """
     def __init__(
         self,
         *,
@@ -415,10 +422,11 @@ class PublishNoteRequest(_message.Message):
         subject_id: _builtins.str = ...,
         operation_id: _builtins.str = ...,
         body_json: _builtins.str = ...,
+        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["body_json", b"body_json", "kind", b"kind", "operation_id", b"operation_id", "subject_id", b"subject_id", "subject_type", b"subject_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body_json", b"body_json", "kind", b"kind", "lease_token", b"lease_token", "operation_id", b"operation_id", "subject_id", b"subject_id", "subject_type", b"subject_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

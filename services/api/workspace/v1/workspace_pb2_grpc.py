@@ -144,7 +144,8 @@ class WorkspaceServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def PublishNote(self, request, context):
-        """Worker credential only: the worker path is the only writer of notes.
+        """Worker credential only, holding the operation's lease: the worker path
+        is the only writer of notes, and only the attempt holding the lease.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

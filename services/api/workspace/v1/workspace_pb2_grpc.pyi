@@ -41,7 +41,9 @@ class WorkspaceServiceStub:
     UpdateAiSettings: _grpc.UnaryUnaryMultiCallable[_workspace_pb2.UpdateAiSettingsRequest, _workspace_pb2.AiSettings]
     GetNote: _grpc.UnaryUnaryMultiCallable[_workspace_pb2.GetNoteRequest, _workspace_pb2.AiWorkspaceNote]
     PublishNote: _grpc.UnaryUnaryMultiCallable[_workspace_pb2.PublishNoteRequest, _workspace_pb2.PublishNoteResponse]
-    """Worker credential only: the worker path is the only writer of notes."""
+    """Worker credential only, holding the operation's lease: the worker path
+    is the only writer of notes, and only the attempt holding the lease.
+    """
 
 @_typing.type_check_only
 class WorkspaceServiceAsyncStub(WorkspaceServiceStub):
@@ -56,7 +58,9 @@ class WorkspaceServiceAsyncStub(WorkspaceServiceStub):
     UpdateAiSettings: _aio.UnaryUnaryMultiCallable[_workspace_pb2.UpdateAiSettingsRequest, _workspace_pb2.AiSettings]  # type: ignore[assignment]
     GetNote: _aio.UnaryUnaryMultiCallable[_workspace_pb2.GetNoteRequest, _workspace_pb2.AiWorkspaceNote]  # type: ignore[assignment]
     PublishNote: _aio.UnaryUnaryMultiCallable[_workspace_pb2.PublishNoteRequest, _workspace_pb2.PublishNoteResponse]  # type: ignore[assignment]
-    """Worker credential only: the worker path is the only writer of notes."""
+    """Worker credential only, holding the operation's lease: the worker path
+    is the only writer of notes, and only the attempt holding the lease.
+    """
 
 class WorkspaceServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -128,6 +132,8 @@ class WorkspaceServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _workspace_pb2.PublishNoteRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_workspace_pb2.PublishNoteResponse, _abc.Awaitable[_workspace_pb2.PublishNoteResponse]]:
-        """Worker credential only: the worker path is the only writer of notes."""
+        """Worker credential only, holding the operation's lease: the worker path
+        is the only writer of notes, and only the attempt holding the lease.
+        """
 
 def add_WorkspaceServiceServicer_to_server(servicer: WorkspaceServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
