@@ -61,7 +61,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         elif args.target == "dev-model":
             from durable_ops.dev_model import run as run_dev_model
 
-            run_dev_model(settings.dev_model_bind)
+            run_dev_model(settings.dev_model_bind, seconds=settings.dev_model_seconds)
         else:
             from durable_ops.ai_worker.main import run as run_worker
 

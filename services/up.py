@@ -29,6 +29,11 @@ from durable_ops.settings import Settings
 
 STOP_GRACE_SECONDS = 10.0
 HEALTH_TIMEOUT_SECONDS = 60.0
+# How long the development model takes per answer under `opsctl up` unless
+# OPS_DEV_MODEL_SECONDS is set: slow enough to watch an operation's progress
+# climb in the UI, quick enough not to be a wait (`opsctl serve dev-model` and
+# the tests default to 0).
+UP_DEV_MODEL_SECONDS = 4.0
 DEFAULT_PROCESSES = (
     "operations",
     "notifications",
@@ -167,6 +172,8 @@ def _stack_env(settings: Settings) -> dict[str, str]:
         "OPS_WORKERS_AI_OPERATIONS_ENABLED": "true",
         "OPS_DEV_LOGIN": "1",
     }
+    if "OPS_DEV_MODEL_SECONDS" not in os.environ:
+        env["OPS_DEV_MODEL_SECONDS"] = str(UP_DEV_MODEL_SECONDS)
     # Fresh secrets per run unless the operator chose some: the built-in defaults are public.
     for name, value in (
         ("OPS_JWT_SECRET", settings.jwt_secret),

@@ -40,7 +40,15 @@ from durable_ops.ai_worker.inference.request import InferenceRequest
 from durable_ops.model import answers
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.prompt_sections import CV_SECTION, END_SECTION, JOB_SECTION
-from durable_ops.model.tasks import CV, CV_REVIEW, JOB, STRATEGY_SNAPSHOT, Registry, TaskType
+from durable_ops.model.tasks import (
+    CV,
+    CV_REVIEW,
+    JOB,
+    MAX_ANSWER_TOKENS,
+    STRATEGY_SNAPSHOT,
+    Registry,
+    TaskType,
+)
 
 JOB_TITLE_BUDGET = 200
 JOB_COMPANY_BUDGET = 200
@@ -119,12 +127,15 @@ class Prompt:
         ]
 
     def request(self, job: JobText | None, cv: CvText | None) -> InferenceRequest:
-        """The structured request: messages, the answer schema and its validator."""
+        """The structured request: messages, the answer schema and its validator, the
+        task's expected answer size (its progress counts against it) and a hard cap."""
         return InferenceRequest(
             schema_name=self.task.schema_name,
             schema=self.task.answer,
             messages=self.messages(job, cv),
             validate=self.validate,
+            expected_tokens=self.task.answer_tokens,
+            max_tokens=MAX_ANSWER_TOKENS,
         )
 
     def validate(self, data: object) -> dict[str, Any]:

@@ -7,9 +7,19 @@ the deterministic heuristic of ``heuristic`` (any other schema gets
 ``heuristic.schema_answer``), shaped to the limits of the schema that was sent.
 Bad requests get 400 with an OpenAI-style error body.
 
+With ``"stream": true`` the answer comes as server-sent ``chat.completion.chunk``
+events in token-sized pieces (``stream``), else as one ``chat.completion``.
+``delay_seconds`` is how long one completion takes: spread evenly over the
+chunks of a streamed answer, waited before a whole one (``opsctl serve
+dev-model`` reads it from ``OPS_DEV_MODEL_SECONDS``; ``opsctl up`` sets 4).
+
 Fault drills: ``create_app(fail_mode=…, delay_seconds=…)`` stands up a model
-that misbehaves in one chosen way; ``app.state.config`` may be changed while it
-runs, e.g. to let a "broken" model recover.
+that misbehaves in one chosen way, streamed or not: "500" and "429" answer an
+error status (as JSON, after the delay, never a stream), "invalid_json" and
+"schema_mismatch" answer content that is not JSON or not the schema, "slow"
+takes 60 s unless a delay is given. ``app.state.config`` may be changed while
+it runs, e.g. to let a "broken" model recover; a request reads it when it
+arrives.
 """
 
 from __future__ import annotations
@@ -24,9 +34,10 @@ from typing import Any, Literal, get_args
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from durable_ops.dev_model import stream
 from durable_ops.dev_model.heuristic import (
     Inputs,
     Section,
@@ -50,7 +61,7 @@ FAIL_MODES: tuple[str, ...] = get_args(FailMode)
 class DevModelConfig:
     model: str = DEFAULT_MODEL
     fail_mode: FailMode | None = None
-    delay_seconds: float = 0.0  # before every completion; "slow" alone means 60 s
+    delay_seconds: float = 0.0  # how long one completion takes; "slow" alone means 60 s
 
 
 @dataclass(frozen=True)
@@ -181,10 +192,14 @@ def conform(value: Any, schema: dict[str, Any]) -> Any:
     raise BadRequest("schema does not describe this task's answer")
 
 
+def _completion_id(body: bytes) -> str:
+    # Derived from the request, so a repeated request is recognisably the same answer.
+    return "chatcmpl-" + hashlib.sha256(body).hexdigest()[:24]
+
+
 def _completion(model: str, body: bytes, content: str, prompt_words: int) -> dict[str, Any]:
     return {
-        # Derived from the request, so a repeated request is recognisably the same answer.
-        "id": "chatcmpl-" + hashlib.sha256(body).hexdigest()[:24],
+        "id": _completion_id(body),
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
@@ -195,16 +210,24 @@ def _completion(model: str, body: bytes, content: str, prompt_words: int) -> dic
                 "finish_reason": "stop",
             }
         ],
-        "usage": {
-            "prompt_tokens": prompt_words,
-            "completion_tokens": len(content.split()),
-            "total_tokens": prompt_words + len(content.split()),
-        },
+        # Counted in the pieces a streamed answer would have, so both forms agree.
+        "usage": stream.usage(prompt_words, len(stream.pieces(content))),
     }
 
 
-def _parse(raw: bytes, model: str) -> tuple[str, dict[str, Any], str, int]:
-    """(task schema name, schema, user text, prompt words) of a valid request."""
+@dataclass(frozen=True)
+class _Ask:
+    """A valid request: the task's schema name and schema, the user text, how to answer."""
+
+    task: str
+    schema: dict[str, Any]
+    user_text: str
+    prompt_words: int
+    streamed: bool  # "stream": true: answer in chat.completion.chunk events
+
+
+def _parse(raw: bytes, model: str) -> _Ask:
+    """The request in ``raw``, or ``BadRequest`` saying what is wrong with it."""
     try:
         body = json.loads(raw)
     except ValueError:
@@ -218,8 +241,9 @@ def _parse(raw: bytes, model: str) -> tuple[str, dict[str, Any], str, int]:
             status_code=404,
             code="model_not_found",
         )
-    if body.get("stream"):
-        raise BadRequest("streaming is not supported", param="stream")
+    streamed = body.get("stream", False)
+    if not isinstance(streamed, bool):
+        raise BadRequest("stream must be a boolean", param="stream")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages must be a non-empty array", param="messages")
@@ -229,7 +253,41 @@ def _parse(raw: bytes, model: str) -> tuple[str, dict[str, Any], str, int]:
         raise BadRequest("no user message", param="messages")
     task, schema = _schema_of(body)
     prompt_words = sum(len(content.split()) for _, content in texts)
-    return task, schema, user_texts[-1], prompt_words
+    return _Ask(task, schema, user_texts[-1], prompt_words, streamed)
+
+
+def _answer(ask: _Ask, fail_mode: FailMode | None) -> str:
+    """The content of the answer: the heuristic's JSON, or what the drill asks for."""
+    if fail_mode == "invalid_json":
+        return "Sure! Here is the analysis you asked for"
+    if fail_mode == "schema_mismatch":
+        return json.dumps({"verdict": "fine"})
+    answerer = _ANSWERERS.get(ask.task)
+    if answerer is None:
+        inputs = parse_inputs(ask.user_text, unsectioned="job")
+        answer = conform(schema_answer(ask.schema, inputs), ask.schema)
+    else:
+        inputs = parse_inputs(ask.user_text, unsectioned=answerer.unsectioned)
+        answer = conform(answerer.answer(inputs), ask.schema)
+    try:
+        answers.validate(ask.schema, answer)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BadRequest(
+            "schema uses constraints this model cannot honour",
+            param="response_format.json_schema",
+        ) from exc
+    return json.dumps(answer, ensure_ascii=False)
+
+
+def _drill_error(fail_mode: Literal["500", "429"]) -> JSONResponse:
+    if fail_mode == "500":
+        return _error("drill: the model failed", 500, error_type="server_error")
+    return _error(
+        "drill: the model is busy",
+        429,
+        error_type="rate_limit_error",
+        headers={"Retry-After": "1"},
+    )
 
 
 def create_app(
@@ -248,47 +306,29 @@ def create_app(
         entry = {"id": config.model, "object": "model", "created": 0, "owned_by": "durable-ops"}
         return JSONResponse({"object": "list", "data": [entry]})
 
-    async def chat_completions(request: Request) -> JSONResponse:
+    async def chat_completions(request: Request) -> Response:
         try:
             raw = await _read_body(request)
-            task, schema, user_text, prompt_words = _parse(raw, config.model)
-            delay = config.delay_seconds
-            if config.fail_mode == "slow" and not delay:
-                delay = SLOW_DEFAULT_SECONDS
-            if delay:
-                await asyncio.sleep(delay)
-            if config.fail_mode == "500":
-                return _error("drill: the model failed", 500, error_type="server_error")
-            if config.fail_mode == "429":
-                return _error(
-                    "drill: the model is busy",
-                    429,
-                    error_type="rate_limit_error",
-                    headers={"Retry-After": "1"},
-                )
-            if config.fail_mode == "invalid_json":
-                content = "Sure! Here is the analysis you asked for"
-            elif config.fail_mode == "schema_mismatch":
-                content = json.dumps({"verdict": "fine"})
-            else:
-                answerer = _ANSWERERS.get(task)
-                if answerer is None:
-                    inputs = parse_inputs(user_text, unsectioned="job")
-                    answer = conform(schema_answer(schema, inputs), schema)
-                else:
-                    inputs = parse_inputs(user_text, unsectioned=answerer.unsectioned)
-                    answer = conform(answerer.answer(inputs), schema)
-                try:
-                    answers.validate(schema, answer)
-                except (ValueError, KeyError, TypeError) as exc:
-                    raise BadRequest(
-                        "schema uses constraints this model cannot honour",
-                        param="response_format.json_schema",
-                    ) from exc
-                content = json.dumps(answer, ensure_ascii=False)
+            ask = _parse(raw, config.model)
+            fail_mode = config.fail_mode
+            seconds = config.delay_seconds
+            if fail_mode == "slow" and not seconds:
+                seconds = SLOW_DEFAULT_SECONDS
+            if fail_mode in ("500", "429"):
+                await asyncio.sleep(seconds)
+                return _drill_error(fail_mode)
+            content = _answer(ask, fail_mode)
         except BadRequest as exc:
             return _error(exc.message, exc.status_code, param=exc.param, code=exc.code)
-        return JSONResponse(_completion(config.model, raw, content, prompt_words))
+        if ask.streamed:
+            completion = stream.Completion(_completion_id(raw), int(time.time()), config.model)
+            return StreamingResponse(
+                stream.events(completion, content, ask.prompt_words, seconds),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
+        await asyncio.sleep(seconds)
+        return JSONResponse(_completion(config.model, raw, content, ask.prompt_words))
 
     app = Starlette(
         routes=[

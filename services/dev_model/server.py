@@ -22,11 +22,14 @@ def parse_bind(bind: str) -> tuple[str, int]:
     return host, port
 
 
-def run(bind: str, *, model: str = DEFAULT_MODEL) -> None:
-    """Serve until interrupted (uvicorn handles SIGINT and SIGTERM)."""
+def run(bind: str, *, model: str = DEFAULT_MODEL, seconds: float = 0.0) -> None:
+    """Serve until interrupted (uvicorn handles SIGINT and SIGTERM).
+
+    ``seconds`` is how long one completion takes (``DevModelConfig.delay_seconds``).
+    """
     host, port = parse_bind(bind)
     uvicorn.run(
-        create_app(model=model),
+        create_app(model=model, delay_seconds=seconds),
         host=host,
         port=port,
         log_level="warning",

@@ -8,6 +8,9 @@ work, and every part reads it from here:
                          reference (a CV); each a ``SubjectKind`` with its URL segment
     answer               the JSON schema of the result the worker publishes; its
                          ``title``s are the UI's headings
+    answer_tokens        about 1.5 times a typical answer, in tokens: the budget a
+                         streamed answer's progress is counted against (the hard
+                         cap sent as ``max_tokens`` is ``MAX_ANSWER_TOKENS``)
     priority … external_allowed
                          how admission creates it and which routes may run it
 
@@ -29,6 +32,10 @@ from typing import Any
 
 from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument
+
+# The cap sent as ``max_tokens``: above what any schema's own bounds allow (about
+# 1,300 tokens), so a wordy model is never cut off, yet a runaway one is stopped.
+MAX_ANSWER_TOKENS = 2048
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,9 @@ class TaskType:
     subject: SubjectKind
     context: SubjectKind | None
     answer: Mapping[str, Any]
+    # About 1.5 times a typical answer, in tokens (streamed chunks): room for a
+    # longer one, and progress that climbs through most of the bar (model.progress).
+    answer_tokens: int
     priority: int
     time_budget: timedelta  # deadline = admission time + budget (fail closed after it)
     max_attempts: int
@@ -65,6 +75,8 @@ class TaskType:
 
     def __post_init__(self) -> None:
         bounds.task_type(self.name)
+        if self.answer_tokens < 1:
+            raise ValueError("answer_tokens must be positive")
         bounds.int_range("priority", self.priority, bounds.PRIORITY_RANGE)
         bounds.int_range("max_attempts", self.max_attempts, bounds.MAX_ATTEMPTS_RANGE)
         bounds.int_range(
@@ -186,6 +198,7 @@ STRATEGY_SNAPSHOT = TaskType(
             "next_steps": items("Next steps", 6, ITEM_MAX),
         }
     ),
+    answer_tokens=360,  # the development model's answer with a CV: 180 to 300 chunks, ~240
     priority=10,
     time_budget=timedelta(minutes=30),
     max_attempts=3,
@@ -208,6 +221,7 @@ CV_REVIEW = TaskType(
             "keywords_missing": items("Missing keywords", 12, 60),
         }
     ),
+    answer_tokens=270,  # the development model's answer: 120 to 200 chunks, ~180
     priority=5,
     time_budget=timedelta(minutes=30),
     max_attempts=3,

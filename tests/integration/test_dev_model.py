@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -28,8 +31,12 @@ from durable_ops.dev_model.heuristic import (
     strategy_snapshot,
     words,
 )
+from durable_ops.dev_model.stream import pieces
 from durable_ops.model import tasks
 from durable_ops.model.routing import Route
+from durable_ops.settings import Settings
+from durable_ops.up import UP_DEV_MODEL_SECONDS, _stack_env
+from tests.support.ai_stack import ModelServer
 from tests.support.prompts import answer_schema, build_messages, build_request, validate_answer
 
 STRATEGY_SNAPSHOT = tasks.STRATEGY_SNAPSHOT.name
@@ -209,7 +216,7 @@ GOOD = chat_body(STRATEGY_SNAPSHOT, JOB, STRONG_CV)
             400,
             "response_format.json_schema",
         ),
-        (bad(GOOD, stream=True), 400, "stream"),
+        (bad(GOOD, stream="yes"), 400, "stream"),
         (bad(GOOD, model="gpt-9"), 404, "model"),
         ([1, 2], 400, None),
     ],
@@ -352,6 +359,120 @@ def test_any_input_gives_a_valid_answer(
         validate_answer(task_type, result)
 
 
+# --- the streamed form ------------------------------------------------------------
+
+
+def events_of(response: httpx.Response) -> list[Any]:
+    """The ``data:`` payloads of an event-stream body, the chunks parsed."""
+    assert response.headers["content-type"].startswith("text/event-stream")
+    blocks = response.text.split("\n\n")
+    assert blocks[-1] == ""  # every event ends with its blank line
+    payloads = []
+    for block in blocks[:-1]:
+        assert block.startswith("data: ")
+        payload = block.removeprefix("data: ")
+        payloads.append(payload if payload == "[DONE]" else json.loads(payload))
+    return payloads
+
+
+def streamed_content(events: list[Any]) -> str:
+    return "".join(
+        event["choices"][0]["delta"].get("content", "") for event in events if event != "[DONE]"
+    )
+
+
+@pytest.mark.parametrize(
+    ("task_type", "job", "cv"),
+    [
+        (STRATEGY_SNAPSHOT, JOB, STRONG_CV),
+        (STRATEGY_SNAPSHOT, JOB, None),
+        (CV_REVIEW, JOB, WEAK_CV),
+    ],
+)
+def test_streamed_chunks_rejoin_to_the_whole_answer(
+    task_type: str, job: JobText | None, cv: CvText | None
+) -> None:
+    body = chat_body(task_type, job, cv)
+    whole = call(create_app(), "/v1/chat/completions", body).json()
+    events = events_of(call(create_app(), "/v1/chat/completions", {**body, "stream": True}))
+
+    first, *pieces, last, done = events
+    assert done == "[DONE]"
+    assert first["choices"] == [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]
+    assert last["choices"] == [{"index": 0, "delta": {}, "finish_reason": "stop"}]
+    assert first["id"].startswith("chatcmpl-")
+    for event in events[:-1]:
+        assert event["object"] == "chat.completion.chunk"
+        assert (event["id"], event["model"]) == (first["id"], "dev-heuristic")
+    contents = [piece["choices"][0]["delta"]["content"] for piece in pieces]
+    assert all(contents)
+    assert max(len(content.strip()) for content in contents) <= 6  # token-sized
+    assert streamed_content(events) == whole["choices"][0]["message"]["content"]
+    # The usage counts the chunks with content, the same in either form.
+    assert last["usage"] == whole["usage"]
+    assert last["usage"]["completion_tokens"] == len(pieces)
+
+
+@given(st.text(st.characters(codec="utf-8"), max_size=300) | st.text(' \n\t{}":,a1_é'))
+def test_pieces_join_to_the_exact_text(text: str) -> None:
+    parts = pieces(text)
+    assert "".join(parts) == text
+    assert all(parts)
+    assert all(len(part) <= 7 for part in parts if part.strip())
+
+
+@pytest.mark.parametrize(
+    ("task_type", "job", "cv"),
+    [(STRATEGY_SNAPSHOT, JOB, STRONG_CV), (CV_REVIEW, JOB, STRONG_CV), (CV_REVIEW, None, WEAK_CV)],
+)
+def test_answer_budgets_are_about_half_again_the_answer(
+    task_type: str, job: JobText | None, cv: CvText | None
+) -> None:
+    # tasks.TaskType.answer_tokens: measured in these chunks. If this fails, measure again.
+    chunks = len(pieces(json.dumps(answer(task_type, job, cv), ensure_ascii=False)))
+    budget = tasks.TASKS.get(task_type).answer_tokens
+    assert budget / 2.5 <= chunks <= budget / 1.2
+
+
+@pytest.fixture
+def paced_model() -> Iterator[ModelServer]:
+    model = ModelServer(delay_seconds=0.5)
+    yield model
+    model.stop()
+
+
+async def _timed_stream(url: str, body: dict[str, Any]) -> tuple[float, float, list[Any]]:
+    """(seconds to the first content chunk, seconds to the end, the events)."""
+    started = time.monotonic()
+    first_content = None
+    raw = b""
+    async with (
+        httpx.AsyncClient() as client,
+        client.stream("POST", f"{url}/chat/completions", json=body) as response,
+    ):
+        async for data in response.aiter_bytes():
+            raw += data
+            if first_content is None and b'"content"' in raw:
+                first_content = time.monotonic() - started
+        ended = time.monotonic() - started
+        events = events_of(httpx.Response(200, headers=response.headers, content=raw))
+    assert first_content is not None
+    return first_content, ended, events
+
+
+def test_the_pace_spreads_over_the_chunks(paced_model: ModelServer) -> None:
+    body = {**GOOD, "stream": True}
+    first_content, ended, events = asyncio.run(_timed_stream(paced_model.url, body))
+    assert first_content < 0.2  # the first piece at once
+    assert 0.45 <= ended < 3  # the last when the completion's time is up
+    assert len(events) > 100
+
+    started = time.monotonic()
+    whole = call(paced_model.app, "/v1/chat/completions", GOOD)  # the whole: waited, then sent
+    assert time.monotonic() - started >= 0.5
+    assert content_of(whole) == streamed_content(events)
+
+
 # --- fault drills ---------------------------------------------------------------
 
 
@@ -376,6 +497,52 @@ def test_fail_modes() -> None:
     busy = call(create_app(fail_mode="429"), "/v1/chat/completions", GOOD)
     assert busy.status_code == 429
     assert busy.headers["retry-after"] == "1"
+
+
+def test_fail_modes_streamed() -> None:
+    streamed = {**GOOD, "stream": True}
+    invalid = call(create_app(fail_mode="invalid_json"), "/v1/chat/completions", streamed)
+    with pytest.raises(ValueError, match="Expecting value"):
+        json.loads(streamed_content(events_of(invalid)))
+
+    mismatch = call(create_app(fail_mode="schema_mismatch"), "/v1/chat/completions", streamed)
+    assert json.loads(streamed_content(events_of(mismatch))) == {"verdict": "fine"}
+
+    # An error status is an error status: JSON, and no stream begun.
+    failed = call(create_app(fail_mode="500"), "/v1/chat/completions", streamed)
+    assert failed.status_code == 500
+    assert failed.headers["content-type"] == "application/json"
+    assert failed.json()["error"]["type"] == "server_error"
+    busy = call(create_app(fail_mode="429", delay_seconds=0.2), "/v1/chat/completions", streamed)
+    assert busy.status_code == 429
+    assert busy.headers["retry-after"] == "1"
+
+
+def test_slow_streams_its_answer_over_a_minute() -> None:
+    model = ModelServer(fail_mode="slow")
+
+    async def read_briefly() -> tuple[bytes, bool]:
+        raw, finished = b"", False
+        async with (
+            httpx.AsyncClient() as client,
+            client.stream(
+                "POST", f"{model.url}/chat/completions", json={**GOOD, "stream": True}
+            ) as response,
+        ):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1):
+                    async for data in response.aiter_bytes():
+                        raw += data
+                    finished = True
+        return raw, finished
+
+    try:
+        raw, finished = asyncio.run(read_briefly())
+    finally:
+        model.stop()
+    assert not finished
+    assert b'"content"' in raw  # under way, one piece after the other
+    assert raw.count(b'"content"') < 20
 
 
 def test_delay_applies_before_answering() -> None:
@@ -450,3 +617,36 @@ def test_run_serves_on_the_bind_address() -> None:
         process.terminate()
         # uvicorn shuts down gracefully, then re-raises the signal it caught.
         assert process.wait(timeout=10) in (0, -signal.SIGTERM)
+
+
+def test_opsctl_serve_dev_model_reads_its_pace() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "OPS_DEV_MODEL_BIND": f"127.0.0.1:{port}", "OPS_DEV_MODEL_SECONDS": "0.6"}
+    command = [sys.executable, "-m", "durable_ops.cli", "serve", "dev-model"]
+    process = subprocess.Popen(command, env=env)
+    try:
+        url = f"http://127.0.0.1:{port}/v1"
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                httpx.get(f"{url}/models", timeout=1)
+                break
+            except httpx.TransportError:
+                assert process.poll() is None, "dev model exited"
+                assert time.monotonic() < deadline, "dev model did not come up"
+                time.sleep(0.05)
+        first_content, ended, _ = asyncio.run(_timed_stream(url, {**GOOD, "stream": True}))
+        assert first_content < 0.3
+        assert ended >= 0.55
+    finally:
+        process.terminate()
+        assert process.wait(timeout=10) in (0, -signal.SIGTERM)
+
+
+def test_opsctl_up_paces_the_dev_model_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPS_DEV_MODEL_SECONDS", raising=False)
+    assert _stack_env(Settings())["OPS_DEV_MODEL_SECONDS"] == str(UP_DEV_MODEL_SECONDS)
+    monkeypatch.setenv("OPS_DEV_MODEL_SECONDS", "0")
+    assert "OPS_DEV_MODEL_SECONDS" not in _stack_env(Settings())  # the children inherit it

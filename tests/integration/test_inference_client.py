@@ -14,6 +14,8 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 from starlette import routing
 from starlette.applications import Starlette
@@ -38,10 +40,13 @@ from durable_ops.ai_worker.inference import (
     Router,
     provider_from_url,
 )
+from durable_ops.ai_worker.inference.sse import Event, EventDecoder, MalformedStream
 from durable_ops.ai_worker.prompts import CvText, JobText
 from durable_ops.dev_model import create_app
+from durable_ops.dev_model import stream as dev_stream
 from durable_ops.model import tasks
 from durable_ops.model.circuit import CircuitBreaker, CircuitState
+from durable_ops.model.progress import DEFAULT_BUDGET_TOKENS
 from durable_ops.model.routing import Route
 from durable_ops.model.states import Privacy
 from durable_ops.settings import Settings
@@ -201,6 +206,7 @@ def test_request_is_openai_structured_output_at_temperature_zero() -> None:
     body = json.loads(request.content)
     assert body["model"] == "dev-heuristic"
     assert body["temperature"] == 0
+    assert body["stream"] is True
     assert body["messages"] == [{"role": "user", "content": "hi"}]
     assert body["response_format"] == {
         "type": "json_schema",
@@ -376,6 +382,362 @@ def test_provider_is_the_url_host_when_it_fits() -> None:
     assert provider_from_url("https://" + "a" * 40 + ".test/v1") == "openai-compatible"
 
 
+# --- streamed answers -------------------------------------------------------
+
+
+def chunk(
+    content: str | None = None,
+    finish_reason: str | None = None,
+    *,
+    role: str | None = None,
+    usage: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    delta = {key: value for key, value in (("role", role), ("content", content)) if value}
+    body: dict[str, Any] = {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+    }
+    if usage is not None:
+        body["usage"] = usage
+    return body
+
+
+def sse(*events: dict[str, Any] | str) -> bytes:
+    """An event stream: each dict one ``data:`` event, each str written as it is."""
+    return b"".join(
+        (f"data: {json.dumps(event)}\n\n" if isinstance(event, dict) else event).encode()
+        for event in events
+    )
+
+
+def streamed(pieces: list[str], finish_reason: str = "stop", done: bool = True) -> bytes:
+    events: list[dict[str, Any] | str] = [chunk(role="assistant")]
+    events += [chunk(piece) for piece in pieces]
+    events.append(chunk(finish_reason=finish_reason))
+    return sse(*events, *(["data: [DONE]\n\n"] if done else []))
+
+
+def event_stream(body: bytes, status: int = 200, **headers: str) -> httpx.Response:
+    return httpx.Response(
+        status, content=body, headers={"content-type": "text/event-stream", **headers}
+    )
+
+
+ANSWER_PIECES = ['{"', "ok", '":', " [", "1", ",", " 2", "]}"]  # {"ok": [1, 2]}
+
+
+class Progress(list[int]):
+    """An ``on_progress`` that keeps what it was told."""
+
+    def __call__(self, percent: int) -> None:
+        self.append(percent)
+
+    def check(self) -> None:
+        assert self == sorted(set(self)), "each value higher than the last"
+        assert all(1 <= percent <= 99 for percent in self)
+
+
+def test_streamed_answer_is_parsed_and_progress_climbs_with_it() -> None:
+    progress = Progress()
+
+    async def scenario() -> dict[str, Any]:
+        async with asgi_client(create_app()) as client:
+            result = await client.complete(STRATEGY, on_progress=progress)
+            assert result == await client.complete(STRATEGY)  # the same without a listener
+        assert validate_answer(STRATEGY_SNAPSHOT, result.answer) == result.answer
+        return result.answer
+
+    answer = run(scenario())
+    progress.check()
+    assert len(progress) > 10  # it climbed, not jumped
+    # One percent per chunk of content, of the task's answer budget.
+    chunks = len(dev_stream.pieces(json.dumps(answer, ensure_ascii=False)))
+    assert STRATEGY.expected_tokens == tasks.STRATEGY_SNAPSHOT.answer_tokens
+    assert progress[-1] == chunks * 100 // tasks.STRATEGY_SNAPSHOT.answer_tokens
+
+
+def test_progress_stops_at_99_and_never_repeats() -> None:
+    pieces = ['{"a": "', *(["xy"] * 500), '"}']
+    progress = Progress()
+
+    async def scenario() -> None:
+        async with scripted_client(lambda _: event_stream(streamed(pieces))) as client:
+            request = InferenceRequest("s", {}, [], max_tokens=2048, expected_tokens=100)
+            result = await client.complete(request, on_progress=progress)
+        assert result.answer == {"a": "xy" * 500}
+
+    run(scenario())
+    progress.check()
+    assert progress == list(range(1, 100))  # one call per new percent, the last 99
+
+
+def test_the_servers_token_count_is_used_when_it_gives_one() -> None:
+    body = sse(
+        chunk(role="assistant"),
+        chunk('{"a": ', usage={"completion_tokens": 30}),
+        chunk("1}", usage={"completion_tokens": 60}),
+        chunk(finish_reason="stop", usage={"completion_tokens": 60}),
+        "data: [DONE]\n\n",
+    )
+    progress = Progress()
+
+    async def scenario() -> None:
+        async with scripted_client(lambda _: event_stream(body)) as client:
+            request = InferenceRequest("s", {}, [], max_tokens=120)
+            assert (await client.complete(request, on_progress=progress)).answer == {"a": 1}
+
+    run(scenario())
+    assert progress == [25, 50]
+
+
+def test_progress_counts_against_the_cap_without_an_expected_size_else_a_default() -> None:
+    progress = Progress()
+
+    async def scenario() -> None:
+        pieces = ['{"a": "', *(["x"] * 200), '"}']
+        async with scripted_client(lambda _: event_stream(streamed(pieces))) as client:
+            await client.complete(UNCHECKED, on_progress=progress)
+
+    run(scenario())
+    progress.check()
+    assert progress[-1] == 202 * 100 // DEFAULT_BUDGET_TOKENS
+
+
+def test_a_server_that_does_not_stream_still_works() -> None:
+    progress = Progress()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert json.loads(request.content)["stream"] is True  # asked, and ignored
+        return httpx.Response(200, json=completion(json.dumps({"ok": [1, 2]})))
+
+    async def scenario() -> None:
+        async with scripted_client(handler) as client:
+            result = await client.complete(UNCHECKED, on_progress=progress)
+        assert result.answer == {"ok": [1, 2]}
+
+    run(scenario())
+    assert progress == []  # nothing to count: completion jumps to 100
+
+
+def test_a_stream_without_done_ends_at_its_finish_reason() -> None:
+    async def scenario() -> None:
+        body = streamed(ANSWER_PIECES, done=False)
+        async with scripted_client(lambda _: event_stream(body)) as client:
+            assert (await client.complete(UNCHECKED)).answer == {"ok": [1, 2]}
+
+    run(scenario())
+
+
+FRAMINGS = {
+    "crlf": streamed(ANSWER_PIECES).replace(b"\n", b"\r\n"),
+    "cr": streamed(ANSWER_PIECES).replace(b"\n", b"\r"),
+    "no space, comments, other fields": (
+        b"\xef\xbb\xbf: keep-alive\n\nevent: message\nid: 7\nretry: 100\n"
+        + streamed(ANSWER_PIECES).replace(b"data: ", b"data:")
+    ),
+    "one event over two data lines": (
+        b'data: {"choices": [{"delta":\ndata: {"content": "{}"}, "finish_reason": "stop"}]}\n\n'
+        b"data: [DONE]"  # and no final line ending
+    ),
+}
+
+
+@pytest.mark.parametrize("body", FRAMINGS.values(), ids=FRAMINGS.keys())
+def test_event_stream_framings(body: bytes) -> None:
+    async def scenario() -> None:
+        async with scripted_client(lambda _: event_stream(body)) as client:
+            answer = (await client.complete(UNCHECKED)).answer
+        assert answer in ({"ok": [1, 2]}, {})
+
+    run(scenario())
+
+
+def test_chunks_split_anywhere_decode_the_same() -> None:
+    text = json.dumps({"ok": "café ✓ 日本"}, ensure_ascii=False)
+    body = streamed([text[:9], text[9:12], text[12:]]).replace(b"\n", b"\r\n")
+
+    async def pieces_of(size: int) -> AsyncIterator[bytes]:
+        for start in range(0, len(body), size):
+            yield body[start : start + size]
+
+    async def scenario() -> None:
+        for size in (1, 2, 3, 7):
+
+            def handler(_: httpx.Request, size: int = size) -> httpx.Response:
+                headers = {"content-type": "text/event-stream"}
+                return httpx.Response(200, headers=headers, content=pieces_of(size))
+
+            async with scripted_client(handler) as client:
+                assert (await client.complete(UNCHECKED)).answer == {"ok": "café ✓ 日本"}
+
+    run(scenario())
+
+
+@given(st.binary(max_size=300), st.lists(st.integers(1, 40), max_size=20))
+def test_the_event_decoder_reads_any_split_the_same(noise: bytes, cuts: list[int]) -> None:
+    body = b"data: a\r\n\r\n: c\rdata: b\ndata: \xc3\xa9\n\nid: 1\n\n" + noise
+    whole = _events(body, [len(body)])
+    assert _events(body, cuts) == whole
+    if whole is not None:
+        assert whole[:2] == [Event("a"), Event("b\né")]
+
+
+def _events(body: bytes, cuts: list[int]) -> list[Event] | None:
+    decoder, found, start = EventDecoder(), [], 0
+    try:
+        for size in [*cuts, len(body)]:
+            found += decoder.feed(body[start : start + size])
+            start += size
+        return found + decoder.close()
+    except MalformedStream:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("body", "error", "message"),
+    [
+        (streamed(ANSWER_PIECES, "length"), InvalidModelOutput, "cut off"),
+        (streamed(["Sure! ", "Here it is"]), InvalidModelOutput, "not JSON"),
+        (streamed(["[1, ", "2]"]), InvalidModelOutput, "not a JSON object"),
+        (streamed([]), InvalidModelOutput, "not JSON"),
+        (b'{"choices": []}\n\n', InvalidModelOutput, "not an event field"),
+        (b"data: {oops\n\n", InvalidModelOutput, "not a JSON chunk"),
+        (b"data: [1, 2]\n\n", InvalidModelOutput, "not a JSON chunk"),
+        (sse({"object": "chat.completion.chunk"}), InvalidModelOutput, "not a chat completion"),
+        (sse({"choices": ["x"]}), InvalidModelOutput, "not a chat completion"),
+        (sse({"choices": [{"delta": {"content": 7}}]}), InvalidModelOutput, "no text content"),
+        (b'error: {"code": 500, "message": "boom"}\n\n', InvalidModelOutput, "error"),
+        (sse(chunk("{"), {"error": {"message": "overloaded"}}), InvalidModelOutput, "error"),
+        (b"data: \xff\xfe\n\n", InvalidModelOutput, "UTF-8"),
+        (  # a well-formed stream, but past the 1 MiB cap
+            sse(chunk(role="assistant"), *([": padding " + "x" * 1000 + "\n\n"] * 1100)),
+            InvalidModelOutput,
+            "1 MiB",
+        ),
+        (streamed(ANSWER_PIECES, done=False)[:-40], ModelConnectionError, "stream ended"),
+        (streamed(ANSWER_PIECES)[:70], ModelConnectionError, "stream ended"),
+        (b"", ModelConnectionError, "stream ended"),
+    ],
+)
+def test_streamed_responses_are_classified(
+    body: bytes, error: type[InferenceError], message: str
+) -> None:
+    async def scenario() -> None:
+        async with scripted_client(lambda _: event_stream(body)) as client:
+            with pytest.raises(error, match=message) as caught:
+                await client.complete(UNCHECKED)
+        assert caught.value.retryable
+        assert caught.value.provenance == client.provenance
+        assert "boom" not in str(caught.value)
+        assert "overloaded" not in str(caught.value)
+
+    run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [(500, ModelServerError), (429, ModelRateLimited), (400, ModelRequestRejected)],
+)
+def test_an_error_status_is_classified_whatever_its_body(
+    status: int, error: type[InferenceError]
+) -> None:
+    # The body of an error status is read whole and never parsed, event stream or not.
+    body = streamed(ANSWER_PIECES)
+
+    async def scenario() -> None:
+        response = event_stream(body, status, **{"retry-after": "2"})
+        async with scripted_client(lambda _: response) as client:
+            with pytest.raises(error) as caught:
+                await client.complete(UNCHECKED)
+        if isinstance(caught.value, ModelRateLimited):
+            assert caught.value.retry_after_seconds == 2.0
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("fail_mode", ["invalid_json", "schema_mismatch"])
+def test_misbehaving_streams_are_invalid_output(fail_mode: Any) -> None:
+    seen: list[str] = []
+
+    async def recording(scope: Any, receive: Any, send: Any) -> None:
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                seen.append(dict(message["headers"]).get(b"content-type", b"").decode())
+            await send(message)
+
+        await create_app(fail_mode=fail_mode)(scope, receive, sending)
+
+    async def scenario() -> None:
+        transport = httpx.ASGITransport(recording)
+        async with ModelClient(
+            ASGI_URL, "dev-heuristic", route=Route.LOCAL, transport=transport
+        ) as client:
+            with pytest.raises(InvalidModelOutput):
+                await client.complete(STRATEGY)
+
+    run(scenario())
+    assert seen == ["text/event-stream; charset=utf-8"]
+
+
+def test_a_slow_stream_reports_progress_then_times_out() -> None:
+    progress = Progress()
+
+    async def scenario(url: str) -> None:
+        async with ModelClient(
+            url, "dev-heuristic", route=Route.LOCAL, timeout_seconds=0.6
+        ) as client:
+            started = time.monotonic()
+            with pytest.raises(ModelTimeout):
+                await client.complete(STRATEGY, on_progress=progress)
+            assert time.monotonic() - started < 2
+
+    with serving(create_app(delay_seconds=10)) as url:
+        run(scenario(url))
+    progress.check()
+    assert progress  # the first pieces came at once, the rest would have taken 10 s
+    assert progress[-1] < 20
+
+
+def stalling_app(disconnected: threading.Event) -> Starlette:
+    """Streams the start of an answer, then only keep-alives, until the client leaves."""
+
+    async def stall(request: Request) -> StreamingResponse:
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                yield sse(chunk(role="assistant"), chunk('{"a": '))
+                for _ in range(600):
+                    await asyncio.sleep(0.05)
+                    yield b": keep-alive\n\n"
+            finally:
+                disconnected.set()
+
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    return Starlette(routes=[routing.Route("/v1/chat/completions", stall, methods=["POST"])])
+
+
+def test_cancelling_the_caller_closes_the_connection_at_once() -> None:
+    disconnected = threading.Event()
+
+    async def scenario(url: str) -> None:
+        first = asyncio.Event()
+        async with ModelClient(url, "m", route=Route.LOCAL, timeout_seconds=30) as client:
+            request = InferenceRequest("s", {}, [], max_tokens=10)
+            task = asyncio.create_task(client.complete(request, on_progress=lambda _: first.set()))
+            await asyncio.wait_for(first.wait(), 5)  # the stream is flowing
+            cancelled = time.monotonic()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert time.monotonic() - cancelled < 0.5
+            # While the client (and its connection pool) is still open: the
+            # cancel itself closed the connection, and the server noticed.
+            assert await asyncio.to_thread(disconnected.wait, 5), "the server never saw it"
+
+    with serving(stalling_app(disconnected)) as url:
+        run(scenario(url))
+
+
 # --- the router ---------------------------------------------------------------
 
 
@@ -384,6 +746,25 @@ def make_router(
 ) -> tuple[Router, Clock]:
     clock = Clock()
     return Router(local, CircuitBreaker(threshold, 30.0), external, clock=clock), clock
+
+
+def test_both_routes_pass_progress_on() -> None:
+    local_progress, external_progress = Progress(), Progress()
+
+    async def scenario() -> None:
+        external = asgi_client(create_app(), route=Route.EXTERNAL)
+        router, _ = make_router(asgi_client(create_app()), external)
+        request = build_request(CV_REVIEW, JOB, CV)
+        await router.infer(request, Privacy.LOCAL_ONLY, False, on_progress=local_progress)
+        await router.infer_external(
+            request, Privacy.EXTERNAL_ALLOWED, True, on_progress=external_progress
+        )
+        await router.aclose()
+
+    run(scenario())
+    local_progress.check()
+    assert local_progress
+    assert local_progress == external_progress
 
 
 def test_router_serves_locally_and_keeps_the_circuit_closed() -> None:

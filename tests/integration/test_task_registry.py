@@ -10,11 +10,13 @@ schema, and the notification to name it. Nothing below edits another module.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from datetime import timedelta
 from typing import Any
 
 import httpx
+import pytest
 from starlette.routing import Route
 
 from durable_ops.ai_worker.handlers import Inputs, handlers_for
@@ -40,6 +42,7 @@ COVER_LETTER = tasks.TaskType(
             "talking_points": tasks.items("Talking points", 5, 200),
         }
     ),
+    answer_tokens=900,
     priority=3,
     time_budget=timedelta(minutes=10),
     max_attempts=2,
@@ -97,6 +100,7 @@ def test_the_worker_has_a_handler_and_the_dev_model_answers_its_schema() -> None
     request = handler.request(Inputs(job=JOB, cv=CV))
     assert request.schema_name == "cover_letter"
     assert request.schema == COVER_LETTER.answer
+    assert request.expected_tokens == COVER_LETTER.answer_tokens
     body = {
         "model": "dev-heuristic",
         "messages": request.messages,
@@ -110,6 +114,11 @@ def test_the_worker_has_a_handler_and_the_dev_model_answers_its_schema() -> None
     assert 0 < answer["match_score"] <= 100  # the CV mentions the posting's terms
     assert "Spark" in answer["talking_points"] or "spark" in answer["talking_points"]
     assert json.loads(handler.note_body(answer)) == answer
+
+
+def test_its_answer_budget_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="answer_tokens"):
+        dataclasses.replace(COVER_LETTER, answer_tokens=0)
 
 
 def test_without_instructions_there_is_no_handler_to_claim_it() -> None:

@@ -358,6 +358,7 @@ def stack_env(db_url: str, **overrides: str) -> dict[str, str]:
         "OPS_HOST_STORE_DIR": "",
         "OPS_AI_EXTERNAL_URL": "",
         "OPS_DEV_MODEL_BIND": f"127.0.0.1:{free_port()}",
+        "OPS_DEV_MODEL_SECONDS": "0",  # whatever the outer environment says
     }
     for name in ("OPERATIONS", "NOTIFICATIONS", "WORKSPACE", "AI_ADMISSION"):
         address = f"127.0.0.1:{free_port()}"

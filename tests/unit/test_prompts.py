@@ -213,6 +213,12 @@ def test_build_request_validates_with_the_task_schema() -> None:
     assert request.schema_name == "cv_review"
     assert request.schema == answer_schema(CV_REVIEW)[1]
     assert request.messages == build_messages(CV_REVIEW, JOB, CV)
+    assert (request.expected_tokens, request.max_tokens) == (
+        tasks.CV_REVIEW.answer_tokens,
+        tasks.MAX_ANSWER_TOKENS,
+    )
+    strategy = build_request(STRATEGY_SNAPSHOT, JOB, CV)
+    assert strategy.expected_tokens == tasks.STRATEGY_SNAPSHOT.answer_tokens
     assert request.validate is not None
     assert request.validate(GOOD_REVIEW) == GOOD_REVIEW
     with pytest.raises(InvalidModelOutput):

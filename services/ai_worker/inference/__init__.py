@@ -1,6 +1,7 @@
-"""Model inference for the AI worker: an OpenAI-compatible client, local-first
-routing with a circuit breaker, and the errors that say whether to retry
-(the tree is documented in ``durable_ops.ai_worker.inference.errors``).
+"""Model inference for the AI worker: an OpenAI-compatible client that streams
+the answer and reports its progress (framing in ``sse``), local-first routing
+with a circuit breaker, and the errors that say whether to retry (the tree is
+documented in ``durable_ops.ai_worker.inference.errors``).
 """
 
 from durable_ops.ai_worker.inference.client import ModelClient, provider_from_url

@@ -4,12 +4,22 @@ It sends ``POST {base_url}/chat/completions`` with temperature 0 and the nested
 ``response_format`` form (``json_schema.schema``: the only one llama.cpp reads),
 parses the answer as JSON, lets the request's validator check it, and turns
 every failure into one error of ``durable_ops.ai_worker.inference.errors``.
+
+It asks for a stream (``"stream": true``) and reads the server-sent events of
+``inference.sse`` as they come, so it can tell how far the answer has got:
+one chunk with content is about one token, counted against the request's
+``max_tokens`` (``model.progress``). A server that answers in one piece
+anyway (any content type but ``text/event-stream``) is read as a whole
+completion, as is the body of any HTTP error status. Both forms share the
+guarantees: one timeout for the whole exchange, at most 1 MiB of response,
+and the same error for the same fault.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,12 +37,17 @@ from durable_ops.ai_worker.inference.errors import (
 )
 from durable_ops.ai_worker.inference.request import InferenceRequest
 from durable_ops.ai_worker.inference.result import InferenceResult, Provenance
+from durable_ops.ai_worker.inference.sse import Event, EventDecoder, MalformedStream
 from durable_ops.model.bounds import PROVIDER_MAX
+from durable_ops.model.progress import DEFAULT_BUDGET_TOKENS, ProgressMeter
 from durable_ops.model.routing import Route
 
 GENERIC_PROVIDER = "openai-compatible"
 DEFAULT_TIMEOUT_SECONDS = 60.0
 MAX_RESPONSE_BYTES = 1 << 20  # our answers are a few kB; more means a broken server
+
+ProgressCallback = Callable[[int], None]
+"""Told the percent of a streamed answer received so far (``model.progress``)."""
 
 
 def provider_from_url(base_url: str) -> str:
@@ -94,7 +109,7 @@ class ModelClient:
             "model": self.model,
             "messages": [dict(message) for message in request.messages],
             "temperature": 0,
-            "stream": False,
+            "stream": True,
             "response_format": {
                 "type": "json_schema",
                 "json_schema": {
@@ -108,21 +123,36 @@ class ModelClient:
             body["max_tokens"] = request.max_tokens
         return body
 
-    async def complete(self, request: InferenceRequest) -> InferenceResult:
+    async def complete(
+        self, request: InferenceRequest, *, on_progress: ProgressCallback | None = None
+    ) -> InferenceResult:
+        """The validated answer to ``request``.
+
+        ``on_progress(percent)`` is called as a streamed answer arrives, with the
+        estimate of ``durable_ops.model.progress`` (1 to 99, each value higher
+        than the last), synchronously from the task reading the stream: it must
+        be quick. A server that answers in one piece calls it never.
+        Cancelling the awaiting task closes the connection at once.
+        """
         try:
-            answer = await self._complete(request)
+            answer = await self._complete(request, on_progress)
         except InferenceError as exc:
             if exc.provenance is None:
                 exc.provenance = self.provenance
             raise
         return InferenceResult(answer=answer, provenance=self.provenance)
 
-    async def _complete(self, request: InferenceRequest) -> dict[str, Any]:
+    async def _complete(
+        self, request: InferenceRequest, on_progress: ProgressCallback | None
+    ) -> dict[str, Any]:
+        budget = request.expected_tokens or request.max_tokens or DEFAULT_BUDGET_TOKENS
+        meter = ProgressMeter(budget)
+        report = _ignore if on_progress is None else on_progress
         # httpx's timeout bounds each phase; this one bounds the whole exchange,
         # so a server that trickles bytes cannot hold the worker forever.
         try:
             async with asyncio.timeout(self.timeout_seconds):
-                status, headers, body = await self._post(self.payload(request))
+                content = await self._exchange(self.payload(request), meter, report)
         except (TimeoutError, httpx.TimeoutException) as exc:
             raise ModelTimeout(
                 f"no answer within {self.timeout_seconds:g} seconds", provenance=self.provenance
@@ -131,25 +161,56 @@ class ModelClient:
             raise ModelConnectionError(
                 f"cannot reach the model ({type(exc).__name__})", provenance=self.provenance
             ) from exc
-        if status == 429:
-            raise ModelRateLimited(_retry_after(headers), provenance=self.provenance)
-        if status >= 500:
-            raise ModelServerError(status, provenance=self.provenance)
-        if status >= 300:
-            raise ModelRequestRejected(status, provenance=self.provenance)
-        answer = _answer_object(body)
+        answer = _content_object(content)
         return request.validate(answer) if request.validate else answer
 
-    async def _post(self, payload: dict[str, Any]) -> tuple[int, httpx.Headers, bytes]:
+    async def _exchange(
+        self, payload: dict[str, Any], meter: ProgressMeter, report: ProgressCallback
+    ) -> str:
+        """The answer's text content: from the event stream, or from a whole completion."""
         async with self._http.stream("POST", self.url, json=payload) as response:
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in response.aiter_bytes():
-                size += len(chunk)
-                if size > MAX_RESPONSE_BYTES:
-                    raise InvalidModelOutput("response larger than 1 MiB")
-                chunks.append(chunk)
-            return response.status_code, response.headers, b"".join(chunks)
+            if response.status_code >= 300:
+                await _read(response)  # as a whole, whatever its type, and then not looked at
+                _raise_for_status(response)
+            if _media_type(response) != "text/event-stream":
+                return _message_content(await _read(response))
+            return await _streamed_content(response, meter, report)
+
+
+def _ignore(percent: int) -> None:
+    pass
+
+
+class _Bounded:
+    """Counts a response body as it arrives and refuses it beyond ``MAX_RESPONSE_BYTES``."""
+
+    def __init__(self) -> None:
+        self.size = 0
+
+    def add(self, chunk: bytes) -> bytes:
+        self.size += len(chunk)
+        if self.size > MAX_RESPONSE_BYTES:
+            raise InvalidModelOutput("response larger than 1 MiB")
+        return chunk
+
+
+async def _read(response: httpx.Response) -> bytes:
+    bound = _Bounded()
+    return b"".join([bound.add(chunk) async for chunk in response.aiter_bytes()])
+
+
+def _media_type(response: httpx.Response) -> str:
+    content_type: str = response.headers.get("content-type", "")
+    return content_type.partition(";")[0].strip().lower()
+
+
+def _raise_for_status(response: httpx.Response) -> None:
+    status = response.status_code
+    if status == 429:
+        raise ModelRateLimited(_retry_after(response.headers))
+    if status >= 500:
+        raise ModelServerError(status)
+    raise ModelRequestRejected(status)
 
 
 def _retry_after(headers: httpx.Headers) -> float | None:
@@ -160,8 +221,95 @@ def _retry_after(headers: httpx.Headers) -> float | None:
     return seconds if seconds >= 0 else None
 
 
-def _answer_object(body: bytes) -> dict[str, Any]:
-    """The JSON object in ``choices[0].message.content`` of a completion."""
+async def _streamed_content(
+    response: httpx.Response, meter: ProgressMeter, report: ProgressCallback
+) -> str:
+    """The content of ``chat.completion.chunk`` events, reporting progress as it grows.
+
+    The stream ends at ``data: [DONE]``, or at its end once a chunk gave the
+    ``finish_reason`` (some servers omit ``[DONE]``). A stream that ends with
+    neither was cut short in transit, like a reset connection: that is
+    ``ModelConnectionError``, so the answer is tried again and the breaker
+    counts it. A failure the server reports inside the stream is
+    ``InvalidModelOutput``: it answered, with something that is not an answer.
+    """
+    bound, decoder, stream = _Bounded(), EventDecoder(), _ChunkStream()
+    try:
+        async for data in response.aiter_bytes():
+            for event in decoder.feed(bound.add(data)):
+                if stream.take(event):
+                    return stream.content()
+                percent = meter.observe(stream.tokens)
+                if percent is not None:
+                    report(percent)
+        for event in decoder.close():
+            if stream.take(event):
+                return stream.content()
+    except MalformedStream as exc:
+        raise InvalidModelOutput(str(exc)) from exc
+    if stream.finish_reason is None:
+        raise ModelConnectionError("the stream ended before the answer was finished")
+    return stream.content()
+
+
+class _ChunkStream:
+    """What the chunks of one streamed completion said so far."""
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        self.tokens = 0
+        self.finish_reason: str | None = None
+
+    def content(self) -> str:
+        return "".join(self.pieces)
+
+    def take(self, event: Event) -> bool:
+        """Read one event; True when it ended the stream."""
+        if event.name == "error":
+            raise InvalidModelOutput("the model reported an error in its stream")
+        if event.data.strip() == "[DONE]":
+            return True
+        try:
+            chunk = json.loads(event.data)
+        except ValueError:
+            raise InvalidModelOutput("stream event is not a JSON chunk") from None
+        if not isinstance(chunk, dict):
+            raise InvalidModelOutput("stream event is not a JSON chunk")
+        if "error" in chunk:
+            raise InvalidModelOutput("the model reported an error in its stream")
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            raise InvalidModelOutput("stream chunk is not a chat completion chunk")
+        if choices:  # the usage-only chunk of some servers has none
+            self._choice(choices[0])
+        self._usage(chunk.get("usage"))
+        return False
+
+    def _choice(self, choice: object) -> None:
+        delta = (choice.get("delta") or {}) if isinstance(choice, dict) else None
+        if not isinstance(choice, dict) or not isinstance(delta, dict):
+            raise InvalidModelOutput("stream chunk is not a chat completion chunk")
+        content = delta.get("content")
+        if content is not None and not isinstance(content, str):
+            raise InvalidModelOutput("answer has no text content")
+        if content:
+            self.pieces.append(content)
+            self.tokens += 1  # one chunk with content is about one token
+        finish_reason = choice.get("finish_reason")
+        if finish_reason == "length":
+            raise InvalidModelOutput("answer was cut off at the token limit")
+        if finish_reason is not None:
+            self.finish_reason = str(finish_reason)
+
+    def _usage(self, usage: object) -> None:
+        # The server's own count, where it gives one, is the better estimate.
+        counted = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        if isinstance(counted, int) and not isinstance(counted, bool):
+            self.tokens = max(self.tokens, counted)
+
+
+def _message_content(body: bytes) -> str:
+    """The text in ``choices[0].message.content`` of a whole completion."""
     try:
         completion = json.loads(body)
         choice = completion["choices"][0]
@@ -172,6 +320,11 @@ def _answer_object(body: bytes) -> dict[str, Any]:
         raise InvalidModelOutput("answer was cut off at the token limit")
     if not isinstance(content, str):
         raise InvalidModelOutput("answer has no text content")
+    return content
+
+
+def _content_object(content: str) -> dict[str, Any]:
+    """The JSON object the answer's text must be."""
     try:
         answer = json.loads(content)
     except ValueError as exc:

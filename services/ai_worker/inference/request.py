@@ -16,4 +16,5 @@ class InferenceRequest:
     schema: Mapping[str, Any]
     messages: Sequence[Mapping[str, str]]
     validate: AnswerValidator | None = field(default=None, compare=False)
-    max_tokens: int | None = None
+    max_tokens: int | None = None  # a hard cap sent to the model
+    expected_tokens: int | None = None  # how long an answer usually is: the progress budget

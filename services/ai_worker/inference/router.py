@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from durable_ops.ai_worker.inference.client import ModelClient
+from durable_ops.ai_worker.inference.client import ModelClient, ProgressCallback
 from durable_ops.ai_worker.inference.errors import (
     ExternalRouteNotPermitted,
     InferenceError,
@@ -79,8 +79,14 @@ class Router:
         )
 
     async def infer(
-        self, request: InferenceRequest, privacy: Privacy, task_external_allowed: bool
+        self,
+        request: InferenceRequest,
+        privacy: Privacy,
+        task_external_allowed: bool,
+        *,
+        on_progress: ProgressCallback | None = None,
     ) -> InferenceResult:
+        """Serve ``request`` on the local route; ``on_progress`` as in ``ModelClient.complete``."""
         plan = route_plan(
             privacy,
             task_external_allowed=task_external_allowed,
@@ -94,7 +100,7 @@ class Router:
                 provenance=self.local.provenance,
             )
         try:
-            result = await self.local.complete(request)
+            result = await self.local.complete(request, on_progress=on_progress)
         except ModelUnavailable as exc:
             self.breaker.record_failure(self._clock())
             raise LocalRouteUnavailable(
@@ -108,7 +114,12 @@ class Router:
         return result
 
     async def infer_external(
-        self, request: InferenceRequest, privacy: Privacy, task_external_allowed: bool
+        self,
+        request: InferenceRequest,
+        privacy: Privacy,
+        task_external_allowed: bool,
+        *,
+        on_progress: ProgressCallback | None = None,
     ) -> InferenceResult:
         """Serve an operation claimed from waiting_for_external_fallback.
 
@@ -118,4 +129,4 @@ class Router:
         """
         if self.external is None or not self.external_permitted(privacy, task_external_allowed):
             raise ExternalRouteNotPermitted("the external route is not permitted")
-        return await self.external.complete(request)
+        return await self.external.complete(request, on_progress=on_progress)
