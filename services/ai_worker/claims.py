@@ -22,6 +22,10 @@ def route_to_pb(route: Route) -> pb.Route.ValueType:
     return _ROUTE_TO_PB[route]
 
 
+def route_from_pb(value: pb.Route.ValueType) -> Route:
+    return Route.EXTERNAL if value == pb.ROUTE_EXTERNAL else Route.LOCAL
+
+
 def privacy_from_pb(value: pb.Privacy.ValueType) -> Privacy:
     # Unspecified is treated as the stricter choice (the proto says so).
     if value == pb.PRIVACY_EXTERNAL_ALLOWED:
@@ -43,7 +47,7 @@ class ClaimedOperation:
     route: Route  # which claim took it: local, or external (from the fallback state)
 
     @classmethod
-    def from_pb(cls, claimed: pb.ClaimedOperation, route: Route) -> ClaimedOperation:
+    def from_pb(cls, claimed: pb.ClaimedOperation) -> ClaimedOperation:
         operation = claimed.operation
         return cls(
             operation_id=operation.id,
@@ -55,7 +59,7 @@ class ClaimedOperation:
             context_ref=claimed.context_ref,
             privacy=privacy_from_pb(claimed.privacy),
             attempt=operation.attempt,
-            route=route,
+            route=route_from_pb(claimed.route),
         )
 
     def log_fields(self) -> dict[str, object]:

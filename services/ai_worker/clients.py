@@ -9,7 +9,9 @@ never sees a gRPC status.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Protocol, TypeAlias, TypeVar
 
 import grpc
@@ -40,10 +42,14 @@ HeartbeatCall: TypeAlias = grpc.aio.StreamStreamCall[pb.HeartbeatRequest, pb.Hea
 
 
 async def _call(
-    method: UnaryMethod[RequestT, ResponseT], request: RequestT, metadata: Metadata
+    method: UnaryMethod[RequestT, ResponseT],
+    request: RequestT,
+    metadata: Metadata,
+    *,
+    timeout: float = CALL_TIMEOUT_SECONDS,
 ) -> ResponseT:
     try:
-        return await method(request, metadata=metadata, timeout=CALL_TIMEOUT_SECONDS)
+        return await method(request, metadata=metadata, timeout=timeout)
     except grpc.aio.AioRpcError as exc:
         raise domain_error_from_rpc(exc) from exc
 
@@ -67,15 +73,29 @@ class OperationsClient:
         self._caller = caller
 
     async def claim(
-        self, task_types: list[str], lease_seconds: int, route: Route
+        self,
+        task_types: list[str],
+        lease_seconds: int,
+        routes: Sequence[Route],
+        *,
+        wait_seconds: float = 0.0,
     ) -> ClaimedOperation | None:
+        """Claim for any of ``routes`` (tried in this order), waiting up to ``wait_seconds``."""
         request = pb.ClaimOperationRequest(
-            task_types=task_types, lease_seconds=lease_seconds, route=route_to_pb(route)
+            task_types=task_types,
+            lease_seconds=lease_seconds,
+            routes=[route_to_pb(route) for route in routes],
         )
-        reply = await _call(self._stub.ClaimOperation, request, self._caller.metadata())
+        request.wait.FromTimedelta(timedelta(seconds=wait_seconds))
+        reply = await _call(
+            self._stub.ClaimOperation,
+            request,
+            self._caller.metadata(),
+            timeout=wait_seconds + CALL_TIMEOUT_SECONDS,
+        )
         if not reply.HasField("claimed"):
             return None
-        return ClaimedOperation.from_pb(reply.claimed, route)
+        return ClaimedOperation.from_pb(reply.claimed)
 
     def heartbeat_stream(self, owner_id: str) -> HeartbeatCall:
         """An open ``Heartbeat`` stream call; ``durable_ops.ai_worker.lease`` drives it."""
@@ -193,12 +213,17 @@ class WorkspaceClient:
         return CvText(text=attachment.text)
 
     async def publish_note(self, op: ClaimedOperation, body_json: str) -> tuple[str, bool]:
-        """Publish the operation's note; (note id, newly published). Idempotent per operation."""
+        """Publish the operation's note under its lease; (note id, newly published).
+
+        Idempotent per operation; ``LeaseLost`` when the lease is gone, with code
+        ``cancel_requested`` when the owner cancelled first.
+        """
         request = wpb.PublishNoteRequest(
             kind=op.task_type,
             subject_type=op.subject_type,
             subject_id=op.subject_id,
             operation_id=op.operation_id,
+            lease_token=op.lease_token,
             body_json=body_json,
         )
         reply = await _call(self._stub.PublishNote, request, self._caller.metadata(op.owner_id))

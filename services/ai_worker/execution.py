@@ -6,12 +6,19 @@
         │                   → the handler reads the owner's texts → one structured
         │                   request (local, or external for a fallback claim)
         │                   → the answer validated and turned into the note body
-        ├─ the stream says cancel ──── stop the work, acknowledge
+        │                   (the streamed answer's progress goes out on the heartbeat)
+        ├─ the stream says cancel ──── abort the model request, acknowledge
         ├─ the stream lost the lease ─ stop the work, publish nothing
         ├─ the worker is shutting down ─ stop the work, fail retryable
         ├─ it raised ────────────────── fallback / fail (``failures.classify``)
         │
-    confirm the lease → publish the note (idempotent per operation) → complete
+    confirm the lease → publish the note under the lease → complete
+                           ├─ refused, cancel requested ── acknowledge
+                           └─ refused, lease lost ──────── publish nothing
+
+Cancel wins until the note is published: Workspace checks the lease and the
+cancel flag in the transaction that writes the note. After that, completion
+goes ahead and the operation succeeds although the owner asked to cancel.
 
 Every lease mutation carries the lease token in the owner's scope; a refused
 one (the lease is gone) is logged and dropped: the Operations service already
@@ -38,12 +45,13 @@ from durable_ops.ai_worker.inference.router import Router
 from durable_ops.ai_worker.journal import AttemptJournal, JournalEntry, JournalError
 from durable_ops.ai_worker.lease import Lease
 from durable_ops.model.admission import effective_privacy, require_entitled
-from durable_ops.model.errors import DomainError
+from durable_ops.model.errors import DomainError, LeaseLost
 from durable_ops.model.routing import Route
 
 # The model call is bounded by the client's own timeout (the task timeout); this
 # margin lets that classified timeout win, leaving the attempt-wide one as a backstop.
 ATTEMPT_TIMEOUT_MARGIN_SECONDS = 2.0
+CANCEL_REQUESTED = "cancel_requested"  # the code of Workspace's refusal to publish
 
 _log = structlog.get_logger(__name__)
 
@@ -112,7 +120,7 @@ class Executor:
     async def _attempt(
         self, op: ClaimedOperation, lease: Lease, release: asyncio.Event, log: Any
     ) -> bool:
-        work = asyncio.create_task(self._produce(op))
+        work = asyncio.create_task(self._produce(op, lease))
         stops = {asyncio.create_task(lease.ended.wait()), asyncio.create_task(release.wait())}
         try:
             await asyncio.wait({work, *stops}, return_when=asyncio.FIRST_COMPLETED)
@@ -138,7 +146,7 @@ class Executor:
             return False
         return await self._publish(op, lease, work.result(), log)
 
-    async def _produce(self, op: ClaimedOperation) -> Produced:
+    async def _produce(self, op: ClaimedOperation, lease: Lease) -> Produced:
         handler = self._handlers[op.task_type]
         external_allowed = handler.task.external_allowed
         async with asyncio.timeout(self._attempt_timeout):
@@ -151,10 +159,15 @@ class Executor:
             refs = handler.refs_for(op.subject_type, op.subject_id, op.context_ref)
             inputs = await handler.inputs(self._workspace.reader(op.owner_id), refs)
             request = handler.request(inputs)
+            progress = lease.report_progress
             if op.route is Route.EXTERNAL:
-                result = await self._router.infer_external(request, privacy, external_allowed)
+                result = await self._router.infer_external(
+                    request, privacy, external_allowed, on_progress=progress
+                )
             else:
-                result = await self._router.infer(request, privacy, external_allowed)
+                result = await self._router.infer(
+                    request, privacy, external_allowed, on_progress=progress
+                )
         try:
             body = handler.note_body(result.answer)
         except InferenceError as error:
@@ -172,6 +185,12 @@ class Executor:
             return False
         try:
             note_id, new = await self._workspace.publish_note(op, produced.body_json)
+        except LeaseLost as error:
+            if error.code == CANCEL_REQUESTED:
+                await self._acknowledge(op, lease, log)
+            else:
+                log.warning("attempt_abandoned", reason="lease_lost", code=error.code)
+            return False
         except DomainError as error:
             outcome = failures.classify(error)
             await self._report(op, lease, outcome.with_provenance(produced.provenance), log)

@@ -1,10 +1,13 @@
 """The claim loop: neutral-scope claims by priority, up to ``concurrency`` at once.
 
-Each round asks the routes in turn, starting with a different one each
+An idle worker does not poll: its claim waits in the Operations service (up to
+``CLAIM_WAIT_SECONDS``), which answers the moment work arrives. One claim
+names every route the worker holds, starting with a different one each
 round, so a worker holding the external route serves operations waiting for
-the fallback even while local work keeps arriving. On stop it claims nothing
-more, lets running attempts finish for a grace period, then makes the rest
-give their leases back (``worker_shutdown``, retryable).
+the fallback even while local work keeps arriving. A failing claim is retried
+after ``poll_seconds``. On stop it claims nothing more (the waiting claim is
+cancelled), lets running attempts finish for a grace period, then makes the
+rest give their leases back (``worker_shutdown``, retryable).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from durable_ops.model.routing import Route
 
 # Shorter than the grace ``opsctl up`` and service managers give before SIGKILL.
 SHUTDOWN_GRACE_SECONDS = 5.0
+CLAIM_WAIT_SECONDS = 10.0
 
 _log = structlog.get_logger(__name__)
 
@@ -45,6 +49,7 @@ class WorkerLoop:
         lease_seconds: int,
         poll_seconds: float,
         shutdown_grace_seconds: float = SHUTDOWN_GRACE_SECONDS,
+        claim_wait_seconds: float = CLAIM_WAIT_SECONDS,
     ) -> None:
         self._operations = operations
         self._executor = executor
@@ -54,6 +59,7 @@ class WorkerLoop:
         self._lease_seconds = lease_seconds
         self._poll_seconds = poll_seconds
         self._grace = shutdown_grace_seconds
+        self._claim_wait = claim_wait_seconds
         self._turn = 0
         self._claims_failing = False
         self._fatal: JournalError | None = None
@@ -69,9 +75,10 @@ class WorkerLoop:
                     await asyncio.wait({*running, stop}, return_when=asyncio.FIRST_COMPLETED)
                     stop.cancel()
                     continue
-                claimed = await self._claim()
+                claimed = await self._claim_unless(stopping)
                 if claimed is None:
-                    await _sleep_unless(stopping, self._poll_seconds)
+                    if self._claims_failing:
+                        await _sleep_unless(stopping, self._poll_seconds)
                     continue
                 task = asyncio.create_task(self._executor.execute(claimed, release))
                 running.add(task)
@@ -81,24 +88,40 @@ class WorkerLoop:
         if self._fatal is not None:
             raise self._fatal
 
+    async def _claim_unless(self, stopping: asyncio.Event) -> ClaimedOperation | None:
+        """A waiting claim, given up when the worker stops (unless it already took work)."""
+        claim = asyncio.create_task(self._claim())
+        stop = asyncio.create_task(stopping.wait())
+        try:
+            await asyncio.wait({claim, stop}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            claim.cancel()
+            raise
+        finally:
+            stop.cancel()
+        if not claim.done():
+            claim.cancel()
+            await asyncio.wait({claim})
+        return None if claim.cancelled() else claim.result()
+
     async def _claim(self) -> ClaimedOperation | None:
         order = self._routes[self._turn :] + self._routes[: self._turn]
         self._turn = (self._turn + 1) % len(self._routes)
-        for route in order:
-            try:
-                claimed = await self._operations.claim(self._task_types, self._lease_seconds, route)
-            except DomainError as error:
-                if not self._claims_failing:
-                    _log.warning("claim_failing", code=error.code)
-                self._claims_failing = True
-                return None
-            if self._claims_failing:
-                _log.info("claim_recovered")
-                self._claims_failing = False
-            if claimed is not None:
-                _log.info("operation_taken", **claimed.log_fields())
-                return claimed
-        return None
+        try:
+            claimed = await self._operations.claim(
+                self._task_types, self._lease_seconds, order, wait_seconds=self._claim_wait
+            )
+        except DomainError as error:
+            if not self._claims_failing:
+                _log.warning("claim_failing", code=error.code)
+            self._claims_failing = True
+            return None
+        if self._claims_failing:
+            _log.info("claim_recovered")
+            self._claims_failing = False
+        if claimed is not None:
+            _log.info("operation_taken", **claimed.log_fields())
+        return claimed
 
     def _finished(
         self, task: asyncio.Task[None], running: set[asyncio.Task[None]], stopping: asyncio.Event

@@ -139,7 +139,7 @@ def _local(model: ModelServer, timeout: float = 30) -> ModelClient:
 
 
 async def _claim_and_execute(operations: OperationsClient, executor: Executor) -> None:
-    claimed = await operations.claim([STRATEGY, CV_REVIEW], LEASE_SECONDS, Route.LOCAL)
+    claimed = await operations.claim([STRATEGY, CV_REVIEW], LEASE_SECONDS, [Route.LOCAL])
     assert claimed is not None
     await executor.execute(claimed, asyncio.Event())
 
@@ -156,7 +156,7 @@ def test_a_cancel_before_the_first_beat_is_acknowledged_without_inference(
         async with executor_on(
             services, Router(_local(model), CircuitBreaker(3, 30)), workspace, journal, 30
         ) as (operations, executor):
-            claimed = await operations.claim([STRATEGY], LEASE_SECONDS, Route.LOCAL)
+            claimed = await operations.claim([STRATEGY], LEASE_SECONDS, [Route.LOCAL])
             assert claimed is not None
             assert ops.cancel(ALICE, operation_id).cancel_requested
             await executor.execute(claimed, asyncio.Event())
@@ -215,7 +215,7 @@ def test_a_lost_lease_stops_the_work_and_publishes_nothing(services: Services) -
     async def scenario() -> None:
         router = Router(_local(model), CircuitBreaker(3, 30))
         async with executor_on(services, router, workspace, journal, 60) as (operations, executor):
-            claimed = await operations.claim([STRATEGY], LEASE_SECONDS, Route.LOCAL)
+            claimed = await operations.claim([STRATEGY], LEASE_SECONDS, [Route.LOCAL])
             assert claimed is not None
             running = asyncio.create_task(executor.execute(claimed, asyncio.Event()))
             await _until(lambda: model.completions == 1)
@@ -251,7 +251,7 @@ def test_the_circuit_opens_falls_back_where_permitted_and_half_opens(services: S
             ) -> str:
                 external_claim = route is Route.EXTERNAL
                 operation_id = key if external_claim else _create(ops, key, CV_REVIEW, privacy)
-                claimed = await operations.claim([CV_REVIEW], LEASE_SECONDS, route)
+                claimed = await operations.claim([CV_REVIEW], LEASE_SECONDS, [route])
                 assert claimed is not None
                 assert claimed.operation_id == operation_id
                 await executor.execute(claimed, asyncio.Event())

@@ -1,0 +1,169 @@
+"""Only the attempt holding the lease publishes: the worker against the real services.
+
+Operations and Workspace are the real servicers (one server, both engines), the
+model a real HTTP server. Leases are long (600 s) so the keeper stays quiet
+and the test decides, with ``ManualClock`` and a sweep, when a lease expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+
+import pytest
+from sqlalchemy import select
+from structlog.testing import capture_logs
+
+from durable_ops.ai_worker.claims import ClaimedOperation
+from durable_ops.ai_worker.clients import OperationsClient, WorkspaceClient
+from durable_ops.ai_worker.execution import Executor
+from durable_ops.ai_worker.inference import ModelClient, Router
+from durable_ops.model.circuit import CircuitBreaker
+from durable_ops.model.routing import Route
+from durable_ops.model.scope import Role
+from durable_ops.rpc.client import ServiceCaller, open_channel
+from durable_ops.storage.schema import AiWorkspaceNote
+from tests.integration.test_ai_worker_executor import Journal
+from tests.support.ai_stack import ModelServer
+from tests.support.clock import ManualClock
+from tests.support.grpc_services import SECRET, Services, running_services
+from tests.support.operations_client import ALICE, OpsClient
+from tests.support.workspace_client import create_job, entitle
+
+LEASE_SECONDS = 600
+STRATEGY = "strategy.snapshot"
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def services(db_url: str, clock: ManualClock) -> Iterator[Services]:
+    with running_services(db_url, clock) as running:
+        yield running
+
+
+@asynccontextmanager
+async def worker(
+    services: Services, model: ModelServer, workspace_type: type[WorkspaceClient] = WorkspaceClient
+) -> AsyncIterator[tuple[OperationsClient, Executor]]:
+    channel = open_channel(services.target)
+    caller = ServiceCaller(SECRET, Role.WORKER)
+    operations = OperationsClient(channel, caller)
+    local = ModelClient(model.url, "dev-heuristic", route=Route.LOCAL, timeout_seconds=30)
+    router = Router(local, CircuitBreaker(3, 30))
+    executor = Executor(
+        operations,
+        workspace_type(channel, caller),
+        router,
+        Journal(),
+        lease_seconds=LEASE_SECONDS,
+        task_timeout_seconds=30,
+    )
+    try:
+        yield operations, executor
+    finally:
+        await router.aclose()
+        await channel.close()
+
+
+def _operation_on_a_job(services: Services, key: str) -> str:
+    entitle(services.db, ALICE)
+    job_id = create_job(services.workspace, ALICE)
+    return OpsClient(services).create(ALICE, key, subject_id=job_id).id
+
+
+def _notes(services: Services) -> list[str | None]:
+    with services.db.neutral(write=False) as session:
+        return list(session.scalars(select(AiWorkspaceNote.operation_id)))
+
+
+async def _claim(operations: OperationsClient) -> ClaimedOperation:
+    claimed = await operations.claim([STRATEGY], LEASE_SECONDS, [Route.LOCAL])
+    assert claimed is not None
+    return claimed
+
+
+class HeldBeforePublishing(WorkspaceClient):
+    """Holds the attempt's publish at a gate, as a stalled worker process would be held."""
+
+    reached: asyncio.Event
+    gate: asyncio.Event
+
+    async def publish_note(self, op: ClaimedOperation, body_json: str) -> tuple[str, bool]:
+        self.reached.set()
+        await self.gate.wait()
+        return await super().publish_note(op, body_json)
+
+
+def test_an_attempt_whose_lease_was_taken_over_publishes_nothing(
+    services: Services, clock: ManualClock
+) -> None:
+    operation_id = _operation_on_a_job(services, "taken-over")
+    model = ModelServer()
+
+    async def scenario() -> None:
+        HeldBeforePublishing.reached, HeldBeforePublishing.gate = asyncio.Event(), asyncio.Event()
+        async with (
+            worker(services, model, HeldBeforePublishing) as (stale_ops, stale),
+            worker(services, model) as (holder_ops, holder),
+        ):
+            first = await _claim(stale_ops)
+            stale_attempt = asyncio.create_task(stale.execute(first, asyncio.Event()))
+            await asyncio.wait_for(HeldBeforePublishing.reached.wait(), 30)
+            clock.advance(LEASE_SECONDS + 1)
+            assert (await asyncio.to_thread(services.sweep)).expired_leases == 1
+            clock.advance(60)
+            assert (await asyncio.to_thread(services.sweep)).promoted == 1
+            second = await _claim(holder_ops)
+            assert (second.operation_id, second.attempt) == (operation_id, 2)
+            await holder.execute(second, asyncio.Event())
+            HeldBeforePublishing.gate.set()
+            await asyncio.wait_for(stale_attempt, 30)
+
+    with capture_logs() as logs:
+        try:
+            asyncio.run(scenario())
+        finally:
+            model.stop()
+    row = OpsClient(services).row(operation_id)
+    assert (row.state, row.attempt) == ("succeeded", 2)
+    assert _notes(services) == [operation_id]
+    published = [log for log in logs if log["event"] == "note_published"]
+    assert [log["new"] for log in published] == [True]  # the holder's, once
+    abandoned = [log for log in logs if log["event"] == "attempt_abandoned"]
+    assert [(log["attempt"], log.get("code")) for log in abandoned] == [(1, "lease_lost")]
+    succeeded = [log for log in logs if log["event"] == "operation_succeeded"]
+    assert [(log["attempt"], log["new_note"]) for log in succeeded] == [(2, True)]
+
+
+class CancelJustBeforePublishing(WorkspaceClient):
+    """The owner's cancel lands after the answer is ready and before the note is written."""
+
+    services: Services
+
+    async def publish_note(self, op: ClaimedOperation, body_json: str) -> tuple[str, bool]:
+        await asyncio.to_thread(OpsClient(self.services).cancel, ALICE, op.operation_id)
+        return await super().publish_note(op, body_json)
+
+
+def test_a_cancel_that_lands_before_the_note_wins(services: Services) -> None:
+    operation_id = _operation_on_a_job(services, "cancel-before-publish")
+    model = ModelServer()
+    CancelJustBeforePublishing.services = services
+
+    async def scenario() -> None:
+        async with worker(services, model, CancelJustBeforePublishing) as (operations, executor):
+            await executor.execute(await _claim(operations), asyncio.Event())
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        model.stop()
+    ops = OpsClient(services)
+    assert ops.row(operation_id).state == "cancelled"
+    assert _notes(services) == []
+    assert [row.outcome for row in ops.notification_rows(operation_id)] == ["cancelled"]
