@@ -1,19 +1,30 @@
-"""The jobs page in a real browser: add a job and a CV, start a snapshot, watch it finish."""
+"""The jobs page in a real browser: add a job and a CV, start a snapshot, watch it finish,
+cancel it (in time, or too late), and the poll's pace while it is live."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Locator, Page, Request, expect
 
+from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
 from durable_ops.api.workspace.v1 import workspace_pb2 as workspace_pb
 from durable_ops.model.scope import Role
-from tests.support.gateway import LiveGateway, claim, complete, heartbeat
+from tests.support.gateway import (
+    Claimed,
+    LiveGateway,
+    acknowledge_cancel,
+    claim,
+    complete,
+    heartbeat,
+)
 from tests.support.grpc_services import Services, metadata
-from tests.support.workspace_client import CV_TEXT, JOB_TEXT, entitle
+from tests.support.workspace_client import CV_TEXT, JOB_TEXT, create_job, entitle
 
 pytestmark = pytest.mark.browser
 Screenshot = Callable[[Page, str], Path]
@@ -62,6 +73,7 @@ def test_start_a_strategy_snapshot_and_read_its_result(
             subject_type="job",
             subject_id=claimed.subject_id,
             operation_id=claimed.operation_id,
+            lease_token=claimed.lease_token,
             body_json=json.dumps(ANSWER),
         ),
         metadata=metadata(Role.WORKER, "alice"),
@@ -76,6 +88,198 @@ def test_start_a_strategy_snapshot_and_read_its_result(
     page.goto(f"{ui_gateway.url}/operations")
     link = page.get_by_role("link", name="View result")
     expect(link).to_have_attribute("href", f"/jobs#job-{claimed.subject_id}")
+
+
+def publish(services: Services, claimed: Claimed) -> None:
+    """What the worker does before it completes: publish the validated answer (with its lease)."""
+    note = services.workspace.PublishNote(
+        workspace_pb.PublishNoteRequest(
+            kind="strategy.snapshot",
+            subject_type="job",
+            subject_id=claimed.subject_id,
+            operation_id=claimed.operation_id,
+            lease_token=claimed.lease_token,
+            body_json=json.dumps(ANSWER),
+        ),
+        metadata=metadata(Role.WORKER, claimed.owner),
+    )
+    assert note.published
+
+
+def stored_state(services: Services, claimed: Claimed) -> ops_pb.Operation:
+    reply: ops_pb.Operation = services.operations.GetOperation(
+        ops_pb.GetOperationRequest(operation_id=claimed.operation_id),
+        metadata=metadata(Role.GATEWAY, claimed.owner),
+    )
+    return reply
+
+
+def open_job_with_a_snapshot(page: Page, gateway: LiveGateway, services: Services) -> Locator:
+    """Alice (Pro) on /jobs with one job whose snapshot she has just started: it is queued,
+    as no AI worker runs in these tests."""
+    entitle(services.db, "alice")
+    create_job(services.workspace, "alice")
+    page.goto(f"{gateway.url}/auth/dev-login?user=alice")
+    page.goto(f"{gateway.url}/jobs")
+    job = page.locator("ol[aria-label='Your jobs'] li.item")
+    expect(job).to_have_count(1)
+    job.get_by_role("button", name="Start strategy snapshot").click()
+    expect(job.locator(".analysis .state")).to_have_text("Queued")
+    return job
+
+
+def snapshot_requests(page: Page) -> list[Request]:
+    """The page's finished GETs of a job's strategy snapshot, in order."""
+    seen: list[Request] = []
+
+    def note(request: Request) -> None:
+        if request.method == "GET" and request.url.endswith("/strategy-snapshot"):
+            seen.append(request)
+
+    page.on("requestfinished", note)
+    return seen
+
+
+def wait_for(page: Page, seen: list[Request], expected: int, timeout_ms: int = 5000) -> None:
+    for _ in range(timeout_ms // 50):
+        if len(seen) >= expected:
+            return
+        page.wait_for_timeout(50)
+    assert len(seen) >= expected, f"saw {len(seen)} requests, expected {expected}"
+
+
+def gaps_ms(requests: list[Request]) -> list[float]:
+    """Milliseconds between the starts of consecutive requests, as the browser timed them."""
+    starts = [request.timing["startTime"] for request in requests]
+    return [later - earlier for earlier, later in itertools.pairwise(starts)]
+
+
+def test_cancel_a_queued_analysis_from_the_jobs_page(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
+) -> None:
+    job = open_job_with_a_snapshot(page, ui_gateway, ui_services)
+    cancel = job.get_by_role("button", name="Cancel analysis")
+    expect(cancel).to_be_visible()
+    expect(job.get_by_label("Analysis progress")).to_have_attribute("value", "0")
+    screenshot(page, "22-jobs-snapshot-queued")
+
+    cancel.click()
+    dialog = page.get_by_role("dialog", name="Cancel this analysis?")
+    expect(dialog).to_contain_text("Strategy snapshot for Engineer will stop.")
+    expect(page.get_by_role("button", name="Keep running")).to_be_focused()
+    page.get_by_role("button", name="Keep running").click()
+    expect(dialog).to_have_count(0)
+    expect(cancel).to_be_focused()
+    expect(job.locator(".analysis .state")).to_have_text("Queued")
+
+    cancel.click()
+    page.get_by_role("button", name="Stop analysis").click()
+    # A queued analysis stops at once: no worker has it.
+    expect(job.locator(".analysis .state")).to_have_text("Cancelled")
+    expect(job.get_by_role("button", name="Cancel analysis")).to_have_count(0)
+    expect(job.get_by_label("Analysis progress")).to_have_count(0)
+    # The button that had focus is gone: focus goes to the start button, not the page.
+    expect(job.get_by_role("button", name="Start strategy snapshot")).to_be_focused()
+    expect(job.get_by_role("alert")).to_be_hidden()
+
+    page.goto(f"{ui_gateway.url}/operations")
+    expect(page.locator("li.op .state")).to_have_text("Cancelled")
+
+
+def test_cancel_a_running_analysis_shows_cancelling_until_the_worker_stops(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
+) -> None:
+    job = open_job_with_a_snapshot(page, ui_gateway, ui_services)
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    heartbeat(ui_services, claimed, 30)
+    expect(job.get_by_label("Analysis progress")).to_have_attribute("value", "30")
+    expect(job.locator(".analysis .state")).to_have_text("Running")
+
+    cancel = job.get_by_role("button", name="Cancel analysis")
+    cancel.click()
+    page.get_by_role("button", name="Stop analysis").click()
+    cancelling = job.get_by_role("button", name="Cancelling…")
+    expect(cancelling).to_have_attribute("aria-disabled", "true")
+    expect(cancelling).to_be_focused()  # the same button, so focus stays on it
+    expect(job.locator(".analysis .state")).to_have_text("Cancelling")
+    assert stored_state(ui_services, claimed).cancel_requested is True
+    screenshot(page, "23-jobs-snapshot-cancelling")
+
+    expect(cancelling).to_be_disabled()
+    page.keyboard.press("Enter")  # still focusable, but inert: asks nothing
+    expect(page.get_by_role("dialog")).to_have_count(0)
+
+    assert heartbeat(ui_services, claimed, 45) is True  # the worker learns of it and stops
+    acknowledge_cancel(ui_services, claimed)
+    expect(job.locator(".analysis .state")).to_have_text("Cancelled")
+    expect(job.get_by_role("button", name="Cancelling…")).to_have_count(0)
+    expect(job.get_by_text("cancel came too late")).to_have_count(0)
+
+
+def test_a_cancel_after_the_result_was_published_came_too_late(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
+) -> None:
+    job = open_job_with_a_snapshot(page, ui_gateway, ui_services)
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    publish(ui_services, claimed)  # the result is out: from here a cancel cannot win
+
+    job.get_by_role("button", name="Cancel analysis").click()
+    page.get_by_role("button", name="Stop analysis").click()
+    expect(job.get_by_role("button", name="Cancelling…")).to_be_visible()
+    complete(ui_services, claimed)
+
+    expect(job.locator(".analysis .state")).to_have_text("Succeeded")
+    note = job.locator(".analysis__note")
+    expect(note).to_have_text("The cancel came too late: the analysis had already finished.")
+    expect(job.locator(".analysis[aria-live='polite'] .analysis__note")).to_have_count(1)
+    expect(job.get_by_text("Fit: 82")).to_be_visible()
+    expect(job.get_by_role("button", name="Cancelling…")).to_have_count(0)
+    stored = stored_state(ui_services, claimed)
+    assert stored.state == ops_pb.OPERATION_STATE_SUCCEEDED
+    assert stored.cancel_requested is True
+    screenshot(page, "24-jobs-cancel-too-late")
+
+    page.reload()  # shown from the stored state too, not only as it happened
+    expect(job.locator(".analysis__note")).to_contain_text("The cancel came too late")
+    expect(job.get_by_text("Fit: 82")).to_be_visible()
+
+
+def test_a_live_analysis_is_polled_fast_and_a_finished_one_not_at_all(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    polls = snapshot_requests(page)
+    job = open_job_with_a_snapshot(page, ui_gateway, ui_services)
+    start = len(polls)
+    wait_for(page, polls, start + 4)
+    live = gaps_ms(polls[start - 1 :])
+    # Every 500 ms while queued (the idle rhythm is 2000 ms; a timer never fires early).
+    assert all(gap < 1500 for gap in live), f"gaps while live: {live}"
+
+    job.get_by_role("button", name="Cancel analysis").click()
+    page.get_by_role("button", name="Stop analysis").click()
+    expect(job.locator(".analysis .state")).to_have_text("Cancelled")
+    page.wait_for_timeout(300)
+    settled = len(polls)
+    page.wait_for_timeout(2500)
+    assert len(polls) == settled, "a finished analysis is not polled"
+
+
+def test_after_a_cancel_the_page_looks_again_at_once(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    polls = snapshot_requests(page)
+    page.clock.install()
+    job = open_job_with_a_snapshot(page, ui_gateway, ui_services)
+    # From here no timer fires: any later look is one the page asked for itself.
+    page.clock.pause_at(datetime.now() + timedelta(minutes=1))
+    page.wait_for_timeout(300)
+    before = len(polls)
+    job.get_by_role("button", name="Cancel analysis").click()
+    page.get_by_role("button", name="Stop analysis").click()
+    expect(job.locator(".analysis .state")).to_have_text("Cancelled")
+    wait_for(page, polls, before + 1, timeout_ms=2000)
+    page.wait_for_timeout(300)
+    assert len(polls) == before + 1
 
 
 def test_without_pro_the_refusal_is_shown(page: Page, ui_gateway: LiveGateway) -> None:

@@ -1,14 +1,16 @@
-"""The web UI in a real browser: sign-in, live progress, cancel, retry, the bell, errors."""
+"""The web UI in a real browser: sign-in, live progress, cancel (and one too late), retry,
+the bell, errors, and the pace of the polls."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Locator, Page, Route, expect
+from playwright.sync_api import Browser, Locator, Page, Request, Route, expect
 
 from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
 from durable_ops.model.scope import Role
@@ -61,7 +63,25 @@ def count_requests(page: Page, path: str) -> list[str]:
     return seen
 
 
-def wait_for_count(page: Page, seen: list[str], expected: int, timeout_ms: int = 5000) -> None:
+def timed_requests(page: Page, path: str) -> list[Request]:
+    """Finished requests to ``path``, in order; their ``timing`` is the browser's."""
+    seen: list[Request] = []
+    page.on(
+        "requestfinished",
+        lambda request: seen.append(request) if request.url.split("?")[0].endswith(path) else None,
+    )
+    return seen
+
+
+def gaps_ms(requests: list[Request]) -> list[float]:
+    """Milliseconds between the starts of consecutive requests."""
+    starts = [request.timing["startTime"] for request in requests]
+    return [later - earlier for earlier, later in itertools.pairwise(starts)]
+
+
+def wait_for_count(
+    page: Page, seen: list[str] | list[Request], expected: int, timeout_ms: int = 5000
+) -> None:
     for _ in range(timeout_ms // 50):
         if len(seen) >= expected:
             return
@@ -193,11 +213,47 @@ def test_cancel_asks_first_then_shows_cancel_requested(
     acknowledge_cancel(ui_services, claimed)
     expect(running.locator(".state")).to_have_text("Cancelled")
     expect(page.get_by_role("button", name="Retry Strategy snapshot for job job-1")).to_be_visible()
+    expect(running.locator(".op__note")).to_have_count(0)
+    expect(page.get_by_role("status")).to_have_text("Strategy snapshot for job job-1 cancelled.")
 
     page.get_by_role("button", name="Cancel CV review for attachment a-9").click()
     page.get_by_role("button", name="Cancel operation").click()
     expect(card(page, queued.id).locator(".state")).to_have_text("Cancelled")
     expect(bell(page)).to_have_attribute("aria-label", "Notifications, 2 unread")
+
+
+def test_a_cancel_after_the_work_finished_is_said_to_be_too_late(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
+) -> None:
+    operation = create_operation(ui_services, "ada", subject=("job", "job-late"))
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    sign_in(page, ui_gateway, "ada")
+    late = card(page, operation.id)
+    expect(late.locator(".state")).to_have_text("Running")
+
+    page.get_by_role("button", name="Cancel Strategy snapshot for job job-late").click()
+    page.get_by_role("button", name="Cancel operation").click()
+    expect(late.locator(".state")).to_have_text("Cancelling")
+    # The worker had already published its result: completing still succeeds.
+    complete(ui_services, claimed)
+
+    expect(late.locator(".state")).to_have_text("Succeeded")
+    expect(late.locator(".op__note")).to_have_text(
+        "The cancel came too late: the work had already finished."
+    )
+    expect(page.get_by_role("status")).to_have_text(
+        "Strategy snapshot for job job-late succeeded: the cancel came too late,"
+        " it had already finished."
+    )
+    expect(late.get_by_role("link", name="View result")).to_be_visible()
+    stored_now = stored(ui_services, "ada", operation.id)
+    assert stored_now.state == ops_pb.OPERATION_STATE_SUCCEEDED
+    assert stored_now.cancel_requested is True
+    screenshot(page, "10-cancel-too-late")
+
+    page.reload()  # from the stored state too, not only as it happened
+    expect(late.locator(".state")).to_have_text("Succeeded")
+    expect(late.locator(".op__note")).to_contain_text("The cancel came too late")
 
 
 def test_the_page_works_from_the_keyboard_on_a_phone(
@@ -408,3 +464,54 @@ def test_operations_poll_only_while_the_page_is_shown(page: Page, ui_gateway: Li
     wait_for_count(page, unread, unread_at + 1)
     page.clock.run_for(2_100)
     wait_for_count(page, polls, hidden_at + 2)
+
+
+def test_operations_poll_fast_while_one_is_live(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    operation = create_operation(ui_services, "ada", subject=("job", "job-pace"))
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    polls = timed_requests(page, "/api/operations")
+    sign_in(page, ui_gateway, "ada")
+    running = card(page, operation.id)
+    expect(running.locator(".state")).to_have_text("Running")
+    wait_for_count(page, polls, 4)
+    live = gaps_ms(polls[:4])
+    # Every 500 ms while one runs: well under the idle 2000 ms, which a timer never undercuts.
+    assert all(gap < 1500 for gap in live), f"gaps while running: {live}"
+
+    heartbeat(ui_services, claimed, 55)
+    expect(page.get_by_label("Progress of Strategy snapshot for job job-pace")).to_have_attribute(
+        "value", "55"
+    )
+    complete(ui_services, claimed)
+    expect(running.locator(".state")).to_have_text("Succeeded")
+    settled = len(polls)
+    wait_for_count(page, polls, settled + 2, timeout_ms=8000)
+    idle = gaps_ms(polls[settled - 1 : settled + 2])
+    # Nothing live is shown any more: back to every 2000 ms.
+    assert all(gap >= 1900 for gap in idle), f"gaps once finished: {idle}"
+
+
+def test_the_pace_slows_once_the_last_live_operation_is_cancelled(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    finished = create_operation(ui_services, "ada", subject=("job", "job-done"))
+    complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
+    queued = create_operation(ui_services, "ada", subject=("job", "job-waiting"))
+    polls = timed_requests(page, "/api/operations")
+    sign_in(page, ui_gateway, "ada")
+    expect(card(page, finished.id).locator(".state")).to_have_text("Succeeded")
+    expect(card(page, queued.id).locator(".state")).to_have_text("Queued")
+    wait_for_count(page, polls, 3)
+    live = gaps_ms(polls[:3])
+    assert all(gap < 1500 for gap in live), f"gaps while one is queued: {live}"
+
+    page.get_by_role("button", name="Cancel Strategy snapshot for job job-waiting").click()
+    page.get_by_role("button", name="Cancel operation").click()
+    expect(card(page, queued.id).locator(".state")).to_have_text("Cancelled")
+    page.wait_for_timeout(300)  # the poll the cancel asked for has answered
+    settled = len(polls)
+    wait_for_count(page, polls, settled + 2, timeout_ms=8000)
+    idle = gaps_ms(polls[settled - 1 : settled + 2])
+    assert all(gap >= 1900 for gap in idle), f"gaps once nothing is live: {idle}"

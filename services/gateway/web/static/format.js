@@ -14,6 +14,18 @@ const STATE_LABELS = {
 
 export const TERMINAL_STATES = new Set(["succeeded", "failed", "cancelled"]);
 
+// Work that moves soon (a worker takes it, reports progress, stops for a cancel):
+// the pages poll faster while they show any.
+export function isLive(operation) {
+  if (!operation || TERMINAL_STATES.has(operation.state)) return false;
+  return operation.state === "queued" || operation.state === "running" || operation.cancel_requested;
+}
+
+// Succeeded although its owner asked to cancel: the result was already published.
+export function cancelCameTooLate(operation) {
+  return Boolean(operation && operation.state === "succeeded" && operation.cancel_requested);
+}
+
 export function stateLabel(operation) {
   if (operation.cancel_requested && !TERMINAL_STATES.has(operation.state)) return "Cancelling";
   return STATE_LABELS[operation.state] ?? operation.state;

@@ -1,11 +1,13 @@
 // One operation as a card, updated in place so focus and scroll survive each poll.
 
 import { h, replaceChildren } from "./dom.js";
-import { TERMINAL_STATES, formatTime, stateLabel, subjectLabel, taskLabel } from "./format.js";
+import { TERMINAL_STATES, cancelCameTooLate, formatTime, stateLabel, subjectLabel, taskLabel } from "./format.js";
 import { task } from "./tasks.js";
 
 const CANCELLABLE = new Set(["queued", "running", "waiting_for_retry", "waiting_for_external_fallback"]);
 const RETRYABLE = new Set(["failed", "cancelled"]);
+
+export const TOO_LATE_NOTE = "The cancel came too late: the work had already finished.";
 
 export function actionsOf(operation) {
   const actions = [];
@@ -45,6 +47,9 @@ function progressOf(operation, name) {
 function noteOf(operation) {
   if (operation.cancel_requested && !TERMINAL_STATES.has(operation.state)) {
     return h("p", { class: "op__note" }, "Cancel requested: the work stops at its next checkpoint.");
+  }
+  if (cancelCameTooLate(operation)) {
+    return h("p", { class: "op__note op__note--late" }, TOO_LATE_NOTE);
   }
   return null;
 }

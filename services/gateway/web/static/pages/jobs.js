@@ -1,15 +1,18 @@
 // /jobs: the caller's job postings and CVs, their AI settings, and AI analyses:
 // every registered task type (tasks.js) on the subjects it works on, e.g. a
-// strategy snapshot for a job (optionally against a CV); watch its progress and
-// read the result. Polls only while shown, and only the analyses still running.
+// strategy snapshot for a job (optionally against a CV); watch its progress,
+// cancel it, and read the result. Polls only while shown, and only the analyses
+// still running: every half second while one is live, else every few seconds.
 
 import { api, post, put } from "../api.js";
+import { confirmDialog } from "../dialog.js";
 import { h, replaceChildren } from "../dom.js";
-import { isActive, renderAnalysis } from "../analysis-view.js";
+import { createAnalysisView, isActive, isLiveAnswer } from "../analysis-view.js";
 import { visiblePoller } from "../poller.js";
 import { taskPath, tasksFor } from "../tasks.js";
 
 export const ANALYSIS_POLL_MS = 2000;
+export const ANALYSIS_LIVE_POLL_MS = 500;
 
 function field(label, control, hint) {
   return h("label", { class: "field" }, h("span", { class: "field__label" }, label), control, hint ? h("span", { class: "hint" }, hint) : null);
@@ -28,7 +31,7 @@ export function mount(main) {
   const settingsSlot = h("div", { class: "settings" });
   const jobList = h("ol", { class: "items", "aria-label": "Your jobs" });
   const cvList = h("ol", { class: "items", "aria-label": "Your CVs" });
-  const analyses = new Map(); // path -> {slot, taskType, active}
+  const analyses = new Map(); // path -> {view, active, live, looks}
   const rows = { job: [], attachment: [] }; // the caller's jobs and CVs, by subject kind
 
   replaceChildren(
@@ -137,7 +140,7 @@ export function mount(main) {
     }
   }
 
-  function analysisBlock(task, subjectId) {
+  function analysisBlock(task, subjectId, subjectName) {
     const path = taskPath(task, subjectId);
     const taskType = task.name;
     const contextSelect = task.context ? referenceSelect(task.context) : null;
@@ -145,13 +148,18 @@ export function mount(main) {
     const slot = h("div", { class: "analysis", "aria-live": "polite" });
     const error = formError();
     const start = h("button", { type: "button", class: "button" }, task.action);
+    const entry = { view: null, active: true, live: false, looks: 0 };
+    entry.view = createAnalysisView(slot, taskType, {
+      onCancel: (operation) => cancelAnalysis(entry, operation, `${task.label} for ${subjectName}`, error),
+      focusFallback: () => start,
+    });
     start.addEventListener("click", async () => {
       start.disabled = true;
       try {
         const body = contextSelect && contextSelect.value ? { [contextField]: contextSelect.value } : {};
         await post(path, { json: body, headers: { "Idempotency-Key": `${taskType}-${path}-${Date.now()}` } });
         showFormError(error, null);
-        await refreshAnalysis(path);
+        lookAgain(entry); // shows the new analysis now, then polls at its pace
       } catch (failure) {
         const wait = failure.retryAfter ? ` Try again in ${failure.retryAfter} s.` : "";
         showFormError(error, { message: `${failure.message}${wait}` });
@@ -159,8 +167,38 @@ export function mount(main) {
         start.disabled = false;
       }
     });
-    analyses.set(path, { slot, taskType, active: true });
+    analyses.set(path, entry);
     return h("div", { class: "analysis-block" }, h("div", { class: "analysis__start" }, contextSelect, start), error, slot);
+  }
+
+  // The same cancel as on /operations: confirmed first; a running analysis stops
+  // at its next checkpoint, and the page looks again at once.
+  async function cancelAnalysis(entry, operation, name, error) {
+    const confirmed = await confirmDialog({
+      title: "Cancel this analysis?",
+      message: `${name} will stop. An analysis that is already running stops at its next checkpoint.`,
+      confirmLabel: "Stop analysis",
+      cancelLabel: "Keep running",
+    });
+    if (!confirmed) return;
+    try {
+      const updated = await post(`/api/operations/${encodeURIComponent(operation.id)}/cancel`);
+      showFormError(error, null);
+      entry.view.showOperation(updated);
+    } catch (failure) {
+      const text = failure.status === 409 ? "This analysis's state changed; the view is updated." : failure.message;
+      showFormError(error, { message: text });
+    } finally {
+      lookAgain(entry);
+    }
+  }
+
+  // After the user acted: drop answers to looks already on their way (they predate
+  // the change) and look now, whatever the last answer said.
+  function lookAgain(entry) {
+    entry.looks += 1;
+    entry.active = true;
+    poller.refresh();
   }
 
   // A choice of the caller's rows of one kind, for a task's optional second reference.
@@ -178,8 +216,8 @@ export function mount(main) {
     return kind === "job" ? row.title : row.filename;
   }
 
-  function analysisBlocks(kind, subjectId) {
-    return tasksFor(kind).map((task) => analysisBlock(task, subjectId));
+  function analysisBlocks(kind, row) {
+    return tasksFor(kind).map((task) => analysisBlock(task, row.id, rowName(kind, row)));
   }
 
   // Both lists first: each kind's rows offer the other kind as a task's context.
@@ -204,7 +242,7 @@ export function mount(main) {
               { class: "item", id: `job-${job.id}` },
               h("h3", {}, job.title),
               job.company ? h("p", { class: "hint" }, job.company) : null,
-              analysisBlocks("job", job.id),
+              analysisBlocks("job", job),
             ),
           ),
     );
@@ -221,7 +259,7 @@ export function mount(main) {
               { class: "item", id: `attachment-${cv.id}` },
               h("h3", {}, cv.filename),
               h("p", { class: "hint" }, `${cv.text_length.toLocaleString()} characters`),
-              analysisBlocks("attachment", cv.id),
+              analysisBlocks("attachment", cv),
             ),
           ),
     );
@@ -230,15 +268,21 @@ export function mount(main) {
   async function refreshAnalysis(path) {
     const entry = analyses.get(path);
     if (!entry) return;
+    const look = ++entry.looks;
     const answer = await api(path);
+    if (look !== entry.looks) return; // a newer look is on its way
     entry.active = isActive(answer);
-    renderAnalysis(entry.slot, entry.taskType, answer);
+    entry.live = isLiveAnswer(answer);
+    entry.view.render(answer);
   }
 
-  // Every analysis once after loading, then only those still running.
+  // Every analysis once after loading, then only those still running; answers
+  // the delay before the next poll: short while any of them is live.
   async function tick() {
     const due = [...analyses].filter(([, entry]) => entry.active).map(([path]) => path);
     await Promise.all(due.map((path) => refreshAnalysis(path).catch(() => {})));
+    const live = [...analyses.values()].some((entry) => entry.active && entry.live);
+    return live ? ANALYSIS_LIVE_POLL_MS : ANALYSIS_POLL_MS;
   }
 
   const poller = visiblePoller(tick, ANALYSIS_POLL_MS);

@@ -1,16 +1,18 @@
-// /operations: the caller's operations, refreshed every few seconds while the page
-// is shown, with cancel (confirmed) and retry; the notification list beside them.
+// /operations: the caller's operations, refreshed while the page is shown (every
+// half second while any shown one is live, else every few seconds), with cancel
+// (confirmed) and retry; the notification list beside them.
 
 import { api, post } from "../api.js";
 import { confirmDialog } from "../dialog.js";
 import { h, replaceChildren } from "../dom.js";
 import { notificationsChanged } from "../events.js";
-import { TERMINAL_STATES, subjectLabel, taskLabel } from "../format.js";
+import { TERMINAL_STATES, cancelCameTooLate, isLive, stateLabel, subjectLabel, taskLabel } from "../format.js";
 import { mountNotifications } from "../notifications-view.js";
 import { createCard, showCardError, updateCard } from "../operations-view.js";
 import { visiblePoller } from "../poller.js";
 
 export const OPERATIONS_POLL_MS = 2000;
+export const OPERATIONS_LIVE_POLL_MS = 500;
 const PAGE_STEP = 20;
 const PAGE_MAX = 100;
 const FILTERS = [
@@ -40,6 +42,7 @@ export function mount(main) {
   let limit = PAGE_STEP;
   let loaded = false;
   let states = new Map();
+  const cancelling = new Map(); // id -> name: cancels asked for here, until they end
 
   replaceChildren(
     main,
@@ -134,6 +137,23 @@ export function mount(main) {
     }
     more.hidden = !page.next_page_token || limit >= PAGE_MAX;
     noticeFinished(page.items);
+    announceCancelOutcomes(page.items);
+  }
+
+  // How a cancel asked for here ended, once it has: stopped, or too late.
+  function announceCancelOutcomes(items) {
+    for (const operation of items) {
+      const name = cancelling.get(operation.id);
+      if (name === undefined || !TERMINAL_STATES.has(operation.state)) continue;
+      cancelling.delete(operation.id);
+      announcer.textContent = cancelOutcome(name, operation);
+    }
+  }
+
+  function cancelOutcome(name, operation) {
+    if (operation.state === "cancelled") return `${name} cancelled.`;
+    if (cancelCameTooLate(operation)) return `${name} succeeded: the cancel came too late, it had already finished.`;
+    return `${name} ${stateLabel(operation).toLowerCase()}.`;
   }
 
   // A newly finished operation has a new notification: the bell and the list refresh now.
@@ -146,13 +166,17 @@ export function mount(main) {
     if (finished) notificationsChanged();
   }
 
+  // One poll; answers the delay before the next: short while any shown operation is live.
   async function load() {
     const query = new URLSearchParams({ page_size: String(limit) });
     if (filter.value) query.set("state", filter.value);
     try {
-      render(await api(`/api/operations?${query}`));
+      const page = await api(`/api/operations?${query}`);
+      render(page);
+      return page.items.some(isLive) ? OPERATIONS_LIVE_POLL_MS : OPERATIONS_POLL_MS;
     } catch (error) {
       showError(error);
+      return OPERATIONS_POLL_MS;
     }
   }
 
@@ -165,9 +189,11 @@ export function mount(main) {
       cancelLabel: "Keep running",
     });
     if (!confirmed) return;
-    await act(operation, "cancel", (updated) =>
-      updated.state === "cancelled" ? `${name} cancelled.` : `Cancel requested for ${name}.`,
-    );
+    await act(operation, "cancel", (updated) => {
+      if (TERMINAL_STATES.has(updated.state)) return cancelOutcome(name, updated);
+      cancelling.set(updated.id, name);
+      return `Cancel requested for ${name}.`;
+    });
   }
 
   async function retryOperation(operation) {

@@ -1,0 +1,87 @@
+"""The whole product as a user starts it: ``opsctl up`` on free loopback ports."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from tests.support.ports import free_port
+
+STARTUP_SECONDS = 90
+
+
+@dataclass
+class Product:
+    process: subprocess.Popen[str]
+    url: str  # the gateway, with a trailing slash
+    login: str  # the sign-in link `opsctl up` prints
+    lines: list[str] = field(default_factory=list)
+
+    def stop(self, signum: signal.Signals = signal.SIGINT) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signum)
+        return self.process.wait(timeout=30)
+
+
+def product_env(**overrides: str) -> dict[str, str]:
+    """Every bind and target on a free port, the dev model on one too, no host store."""
+    ports = {name: free_port() for name in ("gateway", "ops", "notes", "admit", "ws", "model")}
+    env = {
+        **os.environ,
+        "OPS_GATEWAY_BIND": f"127.0.0.1:{ports['gateway']}",
+        "OPS_OPERATIONS_BIND": f"127.0.0.1:{ports['ops']}",
+        "OPS_OPERATIONS_TARGET": f"127.0.0.1:{ports['ops']}",
+        "OPS_NOTIFICATIONS_BIND": f"127.0.0.1:{ports['notes']}",
+        "OPS_NOTIFICATIONS_TARGET": f"127.0.0.1:{ports['notes']}",
+        "OPS_AI_ADMISSION_BIND": f"127.0.0.1:{ports['admit']}",
+        "OPS_AI_ADMISSION_TARGET": f"127.0.0.1:{ports['admit']}",
+        "OPS_WORKSPACE_BIND": f"127.0.0.1:{ports['ws']}",
+        "OPS_WORKSPACE_TARGET": f"127.0.0.1:{ports['ws']}",
+        "OPS_DEV_MODEL_BIND": f"127.0.0.1:{ports['model']}",
+        "OPS_AI_LOCAL_URL": f"http://127.0.0.1:{ports['model']}/v1",
+        "OPS_HOST_STORE_DIR": "",
+    }
+    env.update(overrides)
+    return env
+
+
+@contextmanager
+def opsctl_up(database_url: str, env: Mapping[str, str]) -> Iterator[Product]:
+    """Run ``opsctl up`` until it prints its sign-in link; SIGINT it on exit."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "durable_ops.cli", "up", "--database-url", database_url],
+        env=dict(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.append(line)
+            if "sign in:" in line:
+                ready.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        assert ready.wait(STARTUP_SECONDS), "".join(lines[-40:])
+        output = "".join(lines)
+        url = re.search(r"durable-ops is up at (\S+)", output)
+        login = re.search(r"sign in: (\S+)", output)
+        assert url is not None, output
+        assert login is not None, output
+        yield Product(process, url.group(1), login.group(1), lines)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            process.wait(timeout=30)
