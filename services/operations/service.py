@@ -71,6 +71,11 @@ def _claim_wait_seconds(request: pb.ClaimOperationRequest) -> float:
     return seconds
 
 
+def _names_only(beat: pb.HeartbeatRequest, operation_id: str, token: str) -> bool:
+    """A later beat may leave the lease out, or repeat it; it may not name another."""
+    return beat.operation_id in ("", operation_id) and beat.lease_token in ("", token)
+
+
 def _claim_source(route: pb.Route.ValueType) -> OperationState:
     event = Event.CLAIM_EXTERNAL if route == pb.ROUTE_EXTERNAL else Event.CLAIM
     return lifecycle.CLAIMS[event].source
@@ -272,10 +277,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
                         log.info("cancel_pushed", operation_id=operation_id, owner=owner)
                         yield pb.HeartbeatResponse(cancel_requested=True, pushed=True)
                         continue
-                    if beat.operation_id not in ("", operation_id) or beat.lease_token not in (
-                        "",
-                        token,
-                    ):
+                    if not _names_only(beat, operation_id, token):
                         raise InvalidArgument("operation_id", "one stream heartbeats one lease")
                     lease_seconds = beat.lease_seconds or lease_seconds
                     reply = await self._beat(owner, operation_id, token, lease_seconds, beat)
