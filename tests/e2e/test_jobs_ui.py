@@ -24,6 +24,7 @@ from tests.support.gateway import (
     heartbeat,
 )
 from tests.support.grpc_services import Services, metadata
+from tests.support.jobs_page import add_job
 from tests.support.workspace_client import CV_TEXT, JOB_TEXT, create_job, entitle
 
 pytestmark = pytest.mark.browser
@@ -50,13 +51,7 @@ def test_start_a_strategy_snapshot_and_read_its_result(
     cv_form.get_by_role("button", name="Add CV").click()
     expect(page.locator("#cvs-heading ~ ol li.item")).to_have_count(1)
 
-    job_form = page.get_by_role("form", name="Add a job posting")
-    job_form.get_by_label("Title").fill("Platform engineer")
-    job_form.get_by_label("Company").fill("Acme")
-    job_form.get_by_label("Description").fill(JOB_TEXT)
-    job_form.get_by_role("button", name="Add job").click()
-    job = page.locator("ol[aria-label='Your jobs'] li.item")
-    expect(job).to_have_count(1)
+    job = add_job(page, "Platform engineer", "Acme")
     job.get_by_label("CV to compare with").select_option(label="cv.txt")
     job.get_by_role("button", name="Start strategy snapshot").click()
     expect(job.get_by_text("Queued")).to_be_visible()
@@ -67,18 +62,7 @@ def test_start_a_strategy_snapshot_and_read_its_result(
     heartbeat(ui_services, claimed, 40)
     expect(job.get_by_label("Analysis progress")).to_have_attribute("value", "40")
     screenshot(page, "20-jobs-snapshot-running")
-    note = ui_services.workspace.PublishNote(
-        workspace_pb.PublishNoteRequest(
-            kind="strategy.snapshot",
-            subject_type="job",
-            subject_id=claimed.subject_id,
-            operation_id=claimed.operation_id,
-            lease_token=claimed.lease_token,
-            body_json=json.dumps(ANSWER),
-        ),
-        metadata=metadata(Role.WORKER, "alice"),
-    )
-    assert note.published
+    publish(ui_services, claimed)
     complete(ui_services, claimed)
 
     expect(job.get_by_text("Fit: 82")).to_be_visible()

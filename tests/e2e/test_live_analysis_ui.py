@@ -16,8 +16,8 @@ import httpx
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
+from tests.support.jobs_page import add_job
 from tests.support.product import Product, opsctl_up, product_env
-from tests.support.workspace_client import JOB_TEXT
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 Screenshot = Callable[[Page, str], Path]
@@ -35,13 +35,7 @@ def product(tmp_path: Path) -> Iterator[Product]:
 def _start_snapshot(page: Page, product: Product) -> Locator:
     page.goto(product.login)  # the demo user: Pro plan, AI on
     page.goto(f"{product.url.rstrip('/')}/jobs")
-    job_form = page.get_by_role("form", name="Add a job posting")
-    job_form.get_by_label("Title").fill("Platform engineer")
-    job_form.get_by_label("Company").fill("Acme")
-    job_form.get_by_label("Description").fill(JOB_TEXT)
-    job_form.get_by_role("button", name="Add job").click()
-    job = page.locator("ol[aria-label='Your jobs'] li.item")
-    expect(job).to_have_count(1)
+    job = add_job(page, "Platform engineer", "Acme")
     job.get_by_role("button", name="Start strategy snapshot").click()
     return job
 

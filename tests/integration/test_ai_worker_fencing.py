@@ -8,10 +8,9 @@ and the test decides, with ``ManualClock`` and a sweep, when a lease expires.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import pytest
 from sqlalchemy import select
 from structlog.testing import capture_logs
 
@@ -27,23 +26,12 @@ from durable_ops.storage.schema import AiWorkspaceNote
 from tests.integration.test_ai_worker_executor import Journal
 from tests.support.ai_stack import ModelServer
 from tests.support.clock import ManualClock
-from tests.support.grpc_services import SECRET, Services, running_services
+from tests.support.grpc_services import SECRET, Services
 from tests.support.operations_client import ALICE, OpsClient
 from tests.support.workspace_client import create_job, entitle
 
 LEASE_SECONDS = 600
 STRATEGY = "strategy.snapshot"
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def services(db_url: str, clock: ManualClock) -> Iterator[Services]:
-    with running_services(db_url, clock) as running:
-        yield running
 
 
 @asynccontextmanager

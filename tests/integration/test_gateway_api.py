@@ -74,17 +74,6 @@ OPERATION_FIELDS = {
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def services(db_url: str, clock: ManualClock) -> Iterator[Services]:
-    with running_services(db_url, clock) as running:
-        yield running
-
-
-@pytest.fixture
 def sqlite_services(tmp_path: Path, clock: ManualClock) -> Iterator[Services]:
     """For tests about HTTP concerns only: one engine is enough."""
     url = f"sqlite:///{tmp_path / 'gateway.sqlite3'}"

@@ -39,17 +39,6 @@ ABORTED = grpc.StatusCode.ABORTED
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def services(db_url: str, clock: ManualClock) -> Iterator[Services]:
-    with running_services(db_url, clock) as running:
-        yield running
-
-
-@pytest.fixture
 def other_replica(db_url: str, clock: ManualClock, services: Services) -> Iterator[Services]:
     with running_services(db_url, clock) as running:
         yield running
