@@ -1,7 +1,8 @@
 """``python -m benchmarks [--quick] [--only N ...]``: measure, print the table of ratios.
 
-Every figure is a ratio of a subject to its baseline measured in the same run,
-interleaved, the median of at least three rounds. Sections:
+Every figure of sections 1-7 is a ratio of a subject to its baseline measured
+in the same run, interleaved, the median of at least three rounds; section 8
+gives absolute latencies and a query rate against absolute targets. Sections:
 
 1 end-to-end throughput (gRPC services vs raw SQL, MariaDB and SQLite)
 2 statements per operation (counted, not timed)
@@ -10,6 +11,7 @@ interleaved, the median of at least three rounds. Sections:
 5 against a peer (procrastinate on PostgreSQL)
 6 heartbeat cost (200 live leases vs none)
 7 host store (advance vs a raw durable write)
+8 live lease channel (cancel and pickup latency with two replicas, cancel poll cost)
 
 A full run (without ``--quick``) waits for a quiet machine before each section
 and writes its table into ``benchmarks/RESULTS.md`` (``--no-results`` to skip).
@@ -33,6 +35,7 @@ from benchmarks import (
     gateway,
     heartbeats,
     hoststore,
+    lease_channel,
     listing,
     machine,
     peer,
@@ -50,6 +53,7 @@ SECTIONS: dict[str, Callable[[Context], list[Row]]] = {
     "4": gateway.run,
     "5": peer.run,
     "7": hoststore.run,
+    "8": lease_channel.run,
 }
 RESULTS = Path(__file__).with_name("RESULTS.md")
 BEGIN_MARK = "<!-- full-run:begin -->"
@@ -69,7 +73,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         nargs="+",
         choices=sorted(SECTIONS),
         metavar="N",
-        help="run only these sections (1-7)",
+        help="run only these sections (1-8)",
     )
     parser.add_argument(
         "--rounds",
@@ -157,6 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     rows.sort(key=lambda row: row.section)
     lines = header(ctx, started, time.perf_counter() - clock)
+    if any(row.unit for row in rows):
+        lines.append("section 8: absolute figures (latency, statements/s) against absolute targets")
     print(render_text(lines, rows))
     if not args.quick and not args.no_results and not args.only:
         write_results(lines, rows)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from datetime import timedelta
 
 import grpc
 
@@ -78,6 +79,18 @@ class OpsClient:
             pb.ClaimOperationRequest(task_types=[task_type], lease_seconds=lease_seconds),
             metadata=self._worker.metadata(),
         )
+        if not reply.HasField("claimed"):
+            return None
+        claimed = reply.claimed
+        return Claimed(claimed.operation.id, claimed.owner_id, claimed.lease_token)
+
+    async def claim_waiting(
+        self, task_type: str, wait_seconds: float, lease_seconds: int = LEASE_SECONDS
+    ) -> Claimed | None:
+        """A claim that waits up to ``wait_seconds`` for work, as the AI worker's does."""
+        request = pb.ClaimOperationRequest(task_types=[task_type], lease_seconds=lease_seconds)
+        request.wait.FromTimedelta(timedelta(seconds=wait_seconds))
+        reply = await self.stub.ClaimOperation(request, metadata=self._worker.metadata())
         if not reply.HasField("claimed"):
             return None
         claimed = reply.claimed

@@ -7,6 +7,7 @@ clients it measures.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -16,9 +17,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller
@@ -125,3 +127,90 @@ def gateway_server(operations_target: str) -> Iterator[str]:
         yield base
     finally:
         child.stop()
+
+
+AI_SERVICES = ("notifications", "workspace", "ai-admission")
+
+
+@dataclass
+class AiStack:
+    """The AI path as real processes: Operations replicas, the services, model and worker."""
+
+    replicas: list[str]  # each Operations replica's address
+    target: str  # the round-robin target naming them all
+    workspace: str
+    admission: str
+    children: dict[str, Child]
+
+    def events(self, label: str, event: str) -> list[dict[str, Any]]:
+        """The JSON log events named ``event`` that the child ``label`` has written so far."""
+        found: list[dict[str, Any]] = []
+        for line in self.children[label].log.read_text(errors="replace").splitlines():
+            with suppress(ValueError):
+                record = json.loads(line)
+                if isinstance(record, dict) and record.get("event") == event:
+                    found.append(record)
+        return found
+
+
+@contextmanager
+def ai_stack(
+    database_url: str, *, replicas: int = 2, env: Mapping[str, str] | None = None
+) -> Iterator[AiStack]:
+    """``replicas`` Operations processes behind one target, Notifications, Workspace, AI
+    Admission, the development model and one AI worker (local route only, no host store),
+    every address on a free loopback port; ``env`` overrides the shared environment.
+    Children are labelled ``operations-1``.., ``dev-model``, ``ai-worker`` and by name."""
+    addresses = [f"127.0.0.1:{free_port()}" for _ in range(replicas)]
+    model = f"127.0.0.1:{free_port()}"
+    shared = {
+        "OPS_DATABASE_URL": database_url,
+        "OPS_OPERATIONS_TARGET": "ipv4:" + ",".join(addresses),
+        "OPS_DEV_MODEL_BIND": model,
+        "OPS_AI_LOCAL_URL": f"http://{model}/v1",
+        "OPS_AI_EXTERNAL_URL": "",
+        "OPS_HOST_STORE_DIR": "",
+        "OPS_WORKERS_AI_OPERATIONS_ENABLED": "true",
+        "PYTHONUNBUFFERED": "1",
+    }
+    services: dict[str, str] = {}
+    for name in AI_SERVICES:
+        services[name] = f"127.0.0.1:{free_port()}"
+        variable = name.upper().replace("-", "_")
+        shared[f"OPS_{variable}_BIND"] = shared[f"OPS_{variable}_TARGET"] = services[name]
+    shared.update(env or {})
+    children: dict[str, Child] = {}
+    checks: dict[str, str] = {}
+    try:
+        for index, address in enumerate(addresses, start=1):
+            label = f"operations-{index}"
+            children[label] = _start("operations", {**shared, "OPS_OPERATIONS_BIND": address})
+            checks[label] = f"grpc:{address}"
+        for name, address in services.items():
+            children[name] = _start(name, shared)
+            checks[name] = f"grpc:{address}"
+        children["dev-model"] = _start("dev-model", shared)
+        checks["dev-model"] = f"http:http://{model}/v1/models"
+        for label, check in checks.items():
+            _wait(children[label], check)
+        children["ai-worker"] = _start("ai-worker", shared)
+        stack = AiStack(
+            addresses,
+            shared["OPS_OPERATIONS_TARGET"],
+            services["workspace"],
+            services["ai-admission"],
+            children,
+        )
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while not stack.events("ai-worker", "ai_worker_started"):
+            if children["ai-worker"].process.poll() is not None or time.monotonic() > deadline:
+                tail = children["ai-worker"].log.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"the AI worker did not start:\n{tail}")
+            time.sleep(0.1)
+        yield stack
+    finally:
+        worker = children.pop("ai-worker", None)
+        if worker is not None:  # first, so it gives its lease back to a live service
+            worker.stop()
+        for child in children.values():
+            child.stop()

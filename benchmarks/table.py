@@ -39,6 +39,9 @@ class Row:
     value: float
     target: Target | None = None
     note: str = ""
+    # An absolute figure's unit ("s", "ms", "/s"), shown after the value and the target's
+    # bound; ratios have none.
+    unit: str = ""
 
     @property
     def met(self) -> bool | None:
@@ -69,14 +72,20 @@ def fmt(value: float, digits: int = 2) -> str:
 COLUMNS = ("#", "figure", "subject", "baseline", "value", "target", "verdict")
 
 
+def _with_unit(text: str, unit: str) -> str:
+    if not unit or not text:
+        return text
+    return text + unit if unit.startswith("/") else f"{text} {unit}"
+
+
 def _cells(row: Row) -> tuple[str, ...]:
     return (
         row.section,
         row.figure,
         row.subject,
         row.baseline,
-        fmt(row.value),
-        str(row.target) if row.target is not None else "",
+        _with_unit(fmt(row.value), row.unit),
+        _with_unit(str(row.target), row.unit) if row.target is not None else "",
         row.verdict,
     )
 

@@ -115,7 +115,7 @@ class Settings:
         ),
     )
     claim_poll_interval_seconds: float = field(
-        default=0.1,
+        default=0.05,
         metadata=_doc(
             "how often an Operations replica looks for claimable work while claims wait"
             " (one query for all of them)"

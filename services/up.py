@@ -184,12 +184,13 @@ def _stack_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def _prepare_demo_user(settings: Settings, user: str) -> None:
+def grant_ai(database_url: str, user: str) -> None:
+    """The Pro plan with AI on for ``user``: what the demo user of ``opsctl up`` gets."""
     from durable_ops.clock import utc_now
     from durable_ops.storage import workspace
     from durable_ops.storage.migrate import open_migrated
 
-    db = open_migrated(settings.database_url, pool_size=1)
+    db = open_migrated(database_url, pool_size=1)
     try:
         db.run(
             lambda s: workspace.update_ai_settings(s, utc_now(), ai_enabled=True, plan="pro"),
@@ -204,7 +205,7 @@ def run_stack(settings: Settings, *, demo_user: str) -> int:
 
     migrate.upgrade(settings.database_url)
     if demo_user:
-        _prepare_demo_user(settings, demo_user)
+        grant_ai(settings.database_url, demo_user)
     stack = Stack(_stack_env(settings), process_specs(settings, DEFAULT_PROCESSES))
     stopping = threading.Event()
 

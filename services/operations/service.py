@@ -41,7 +41,7 @@ log = structlog.get_logger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["OperationsService"].full_name
 DEFAULT_HEARTBEAT_LEASE_SECONDS = 30
 DEFAULT_CANCEL_WATCH_INTERVAL_SECONDS = 0.25
-DEFAULT_CLAIM_POLL_INTERVAL_SECONDS = 0.1
+DEFAULT_CLAIM_POLL_INTERVAL_SECONDS = 0.05
 
 
 def _provenance(message: pb.Provenance) -> operations.Provenance:

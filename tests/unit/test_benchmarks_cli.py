@@ -78,3 +78,24 @@ def test_targets_and_table() -> None:
     text = render_text(["header"], [row])
     assert "lifecycles/s" in text
     assert "MET" in text
+
+
+def test_every_section_can_be_chosen() -> None:
+    from benchmarks.__main__ import SECTIONS, parse
+
+    assert sorted(SECTIONS) == [str(number) for number in range(1, 9)]
+    assert parse(["--only", "8"]).only == ["8"]
+    with pytest.raises(SystemExit):
+        parse(["--only", "9"])
+
+
+def test_absolute_figures_show_their_unit_and_ratios_none() -> None:
+    latency = Row("8", "cancel p95", "20 cancels", "", 0.31, Target("<=", 1.0), unit="s")
+    rate = Row("8", "statements/s", "6.9/s", "3.0/s", 3.9, Target("<=", 5.0), unit="/s")
+    ratio_row = Row("1", "lifecycles/s", "100/s", "200/s", 0.5, Target(">=", 0.5))
+    text = render_text([], [latency, rate, ratio_row])
+    for shown in ("0.31 s", "<= 1 s", "3.90/s", "<= 5/s"):
+        assert shown in text
+    line = next(line for line in text.splitlines() if line.startswith("1 "))
+    assert " ".join(line.split()).endswith("200/s 0.50 >= 0.5 MET")
+    assert latency.verdict == rate.verdict == "MET"
