@@ -45,13 +45,12 @@ from durable_ops.ai_worker.inference.router import Router
 from durable_ops.ai_worker.journal import AttemptJournal, JournalEntry, JournalError
 from durable_ops.ai_worker.lease import Lease
 from durable_ops.model.admission import effective_privacy, require_entitled
-from durable_ops.model.errors import DomainError, LeaseLost
+from durable_ops.model.errors import CANCEL_REQUESTED, DomainError, LeaseLost
 from durable_ops.model.routing import Route
 
 # The model call is bounded by the client's own timeout (the task timeout); this
 # margin lets that classified timeout win, leaving the attempt-wide one as a backstop.
 ATTEMPT_TIMEOUT_MARGIN_SECONDS = 2.0
-CANCEL_REQUESTED = "cancel_requested"  # the code of Workspace's refusal to publish
 
 _log = structlog.get_logger(__name__)
 

@@ -148,7 +148,6 @@ class Lease:
         self.cancel_requested = False
         self.lost = False
         self.ended = asyncio.Event()
-        self.reconnects = 0
         self._stream: _Stream | None = None
         self._held_until = 0.0  # local estimate: when the last answered beat was sent + lease
         self._last_sent = 0.0
@@ -300,7 +299,6 @@ class Lease:
                 await asyncio.sleep(min(delay, max(self._held_until - self._clock(), 0)))
                 delay = min(delay * 2, RECONNECT_MAX_DELAY_SECONDS)
                 continue
-            self.reconnects += 1
             _log.info("heartbeat_stream_reopened", **self._op.log_fields())
             return
         raise LeaseLost("the heartbeat stream stayed broken until the lease ran out")

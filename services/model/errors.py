@@ -70,6 +70,10 @@ class LeaseLost(DomainError):
     code = "lease_lost"
 
 
+# The code of a LeaseLost that refuses a result because the owner cancelled first.
+CANCEL_REQUESTED = "cancel_requested"
+
+
 class CapacityExceeded(DomainError):
     kind = "resource_exhausted"
     code = "capacity_exceeded"

@@ -37,7 +37,7 @@ from sqlalchemy import ColumnElement, Row, Select, Table, bindparam, insert, sel
 from sqlalchemy.exc import IntegrityError
 
 from durable_ops.model import bounds, lifecycle
-from durable_ops.model.errors import Conflict, LeaseLost, NotFound
+from durable_ops.model.errors import CANCEL_REQUESTED, Conflict, LeaseLost, NotFound
 from durable_ops.model.lifecycle import Decision, Event, Facts
 from durable_ops.model.states import PENDING_STATES, OperationState, Privacy
 from durable_ops.storage import notifications
@@ -459,7 +459,7 @@ def hold_for_publish(tx: Tx, operation_id: str, token: str, now: datetime) -> No
     if row is None or not held:
         raise LeaseLost("the lease is not live: the result belongs to another attempt")
     if row.cancel_requested:
-        raise LeaseLost("the owner cancelled the operation", code="cancel_requested")
+        raise LeaseLost("the owner cancelled the operation", code=CANCEL_REQUESTED)
 
 
 def complete(
