@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from durable_ops.local_secrets import KEPT, with_kept_secrets
 from durable_ops.settings import Settings, SettingsError
 
 EXIT_USAGE = 2
@@ -27,13 +28,16 @@ GRPC_SERVICES: dict[str, str] = {
 SERVE_TARGETS = [*GRPC_SERVICES, "gateway", "ai-worker", "dev-model"]
 
 
-def _settings(args: argparse.Namespace) -> Settings:
+def _settings(args: argparse.Namespace, *, keep_secrets: Sequence[str] = ()) -> Settings:
+    """Settings from the environment; the ``keep_secrets`` named, when unset, from var/."""
     settings = Settings.from_env()
     url = getattr(args, "database_url", None)
     if url:
         from dataclasses import replace
 
         settings = replace(settings, database_url=url)
+    if keep_secrets:
+        settings = with_kept_secrets(settings, keep_secrets)
     return settings
 
 
@@ -48,7 +52,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from durable_ops.logs import configure_logging
     from durable_ops.storage.migrate import SchemaNotCurrent
 
-    settings = _settings(args)
+    # Only the gateway signs and checks user tokens; every process holds a service credential.
+    needed = KEPT if args.target == "gateway" else ("service_secret",)
+    settings = _settings(args, keep_secrets=needed)
     configure_logging(settings, process=args.target)
     try:
         if args.target in GRPC_SERVICES:
@@ -88,7 +94,7 @@ def cmd_token(args: argparse.Namespace) -> int:
     from durable_ops.gateway.auth import mint_user_token
     from durable_ops.model import bounds
 
-    settings = _settings(args)
+    settings = _settings(args, keep_secrets=("jwt_secret",))
     bounds.owner_id(args.user)
     print(
         mint_user_token(
@@ -147,7 +153,7 @@ def cmd_host_store_show(args: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     from durable_ops.up import run_stack
 
-    return run_stack(_settings(args), demo_user=args.demo_user)
+    return run_stack(_settings(args, keep_secrets=KEPT), demo_user=args.demo_user)
 
 
 def build_parser() -> argparse.ArgumentParser:

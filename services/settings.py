@@ -56,7 +56,18 @@ class Settings:
     )
     jwt_secret: str = field(
         default="dev-insecure-jwt-secret-change-me",
-        metadata=_doc("HS256 secret for user JWTs (set it in production)"),
+        repr=False,
+        metadata=_doc(
+            "HS256 secret for user JWTs (set it in production; `opsctl` keeps a generated"
+            " one in `var/secrets.json` when unset)"
+        ),
+    )
+    jwt_previous_secrets: str = field(
+        default="",
+        repr=False,
+        metadata=_doc(
+            "comma-separated earlier JWT secrets still accepted, so a rotation signs nobody out"
+        ),
     )
     jwt_issuer: str = field(default="", metadata=_doc("when set, user JWTs must carry this `iss`"))
     jwt_audience: str = field(
@@ -64,7 +75,10 @@ class Settings:
     )
     service_secret: str = field(
         default="dev-insecure-service-secret-change-me",
-        metadata=_doc("HS256 secret for service credentials between processes"),
+        repr=False,
+        metadata=_doc(
+            "HS256 secret for service credentials between processes (kept like the JWT secret)"
+        ),
     )
     dev_login: bool = field(
         default=False, metadata=_doc("enables `GET /auth/dev-login?user=U` (never in production)")
@@ -155,7 +169,9 @@ class Settings:
         default="", metadata=_doc("OpenAI-compatible external base URL; empty disables it")
     )
     ai_external_model: str = field(default="", metadata=_doc("external model name"))
-    ai_external_api_key: str = field(default="", metadata=_doc("external route bearer key"))
+    ai_external_api_key: str = field(
+        default="", repr=False, metadata=_doc("external route bearer key")
+    )
     ai_circuit_failures: int = field(
         default=3, metadata=_doc("consecutive local failures that open the circuit")
     )
@@ -176,6 +192,12 @@ class Settings:
                 raise SettingsError(f"OPS_{name.upper()} must be greater than 0")
         if self.dev_model_seconds < 0:
             raise SettingsError("OPS_DEV_MODEL_SECONDS must not be negative")
+
+    @property
+    def jwt_verification_secrets(self) -> list[str]:
+        """The secret tokens are signed with, then the earlier ones still accepted."""
+        previous = [secret.strip() for secret in self.jwt_previous_secrets.split(",")]
+        return [self.jwt_secret, *(secret for secret in previous if secret)]
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -174,13 +173,10 @@ def _stack_env(settings: Settings) -> dict[str, str]:
     }
     if "OPS_DEV_MODEL_SECONDS" not in os.environ:
         env["OPS_DEV_MODEL_SECONDS"] = str(UP_DEV_MODEL_SECONDS)
-    # Fresh secrets per run unless the operator chose some: the built-in defaults are public.
-    for name, value in (
-        ("OPS_JWT_SECRET", settings.jwt_secret),
-        ("OPS_SERVICE_SECRET", settings.service_secret),
-    ):
-        if name not in os.environ or value.startswith("dev-insecure"):
-            env[name] = secrets.token_urlsafe(32)
+    # The operator's secrets, or the ones kept in var/ (``durable_ops.local_secrets``):
+    # every child signs and checks with the same ones, across restarts too.
+    env["OPS_JWT_SECRET"] = settings.jwt_secret
+    env["OPS_SERVICE_SECRET"] = settings.service_secret
     return env
 
 

@@ -96,9 +96,16 @@ def verify_user_token(secret: str, token: str, *, issuer: str = "", audience: st
 
 
 def verify_with_settings(settings: Settings, token: str) -> str:
-    return verify_user_token(
-        settings.jwt_secret, token, issuer=settings.jwt_issuer, audience=settings.jwt_audience
-    )
+    """Verify with the current secret, then with each earlier one (a rotation in progress)."""
+    refusal = InvalidToken("no secret")
+    for secret in settings.jwt_verification_secrets:
+        try:
+            return verify_user_token(
+                secret, token, issuer=settings.jwt_issuer, audience=settings.jwt_audience
+            )
+        except InvalidToken as error:
+            refusal = error
+    raise refusal
 
 
 def _unauthenticated(detail: str) -> Problem:

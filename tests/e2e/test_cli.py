@@ -12,10 +12,13 @@ import pytest
 from durable_ops.cli import GRPC_SERVICES, build_parser
 
 
-def opsctl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def opsctl(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "durable_ops.cli", *args],
         env={**os.environ, **(env or {})},
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=60,
@@ -25,7 +28,7 @@ def opsctl(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
 @pytest.mark.parametrize("service", sorted(GRPC_SERVICES))
 def test_a_service_refuses_an_unmigrated_database(service: str, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'empty.sqlite3'}"
-    result = opsctl("serve", service, "--database-url", url)
+    result = opsctl("serve", service, "--database-url", url, cwd=tmp_path)
     assert result.returncode == 3
     assert "opsctl migrate" in result.stderr
 

@@ -28,7 +28,7 @@ CANCEL_SHOWN_MS = 2000  # the issue's bar for the page, far above the ~0.7 s it 
 @pytest.fixture
 def product(tmp_path: Path) -> Iterator[Product]:
     env = product_env(OPS_DEV_MODEL_SECONDS=MODEL_SECONDS)
-    with opsctl_up(f"sqlite:///{tmp_path / 'live.sqlite3'}", env) as running:
+    with opsctl_up(f"sqlite:///{tmp_path / 'live.sqlite3'}", env, cwd=tmp_path) as running:
         yield running
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import signal
+import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -44,7 +47,7 @@ def test_up_serves_the_ui_and_stops_every_child(
         url = f"sqlite:///{tmp_path / 'up.sqlite3'}"
     else:  # an empty database: `opsctl up` migrates it
         url = request.getfixturevalue("make_mariadb_database")()
-    with opsctl_up(url, env) as product:
+    with opsctl_up(url, env, cwd=tmp_path) as product:
         gateway = product.url.rstrip("/")
         assert gateway == f"http://{env['OPS_GATEWAY_BIND']}"
         with httpx.Client() as client:
@@ -63,3 +66,28 @@ def test_up_serves_the_ui_and_stops_every_child(
     while any(_alive(child) for child in children) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [child for child in children if _alive(child)] == []
+
+
+def test_a_token_from_opsctl_token_works_with_the_stack_and_survives_a_restart(
+    tmp_path: Path,
+) -> None:
+    env = product_env(OPS_DEV_MODEL_SECONDS="0")
+    for name in ("OPS_JWT_SECRET", "OPS_SERVICE_SECRET"):
+        env.pop(name, None)  # what a new user has: nothing set
+    url = f"sqlite:///{tmp_path / 'up.sqlite3'}"
+    token = subprocess.run(
+        [sys.executable, "-m", "durable_ops.cli", "token", "--user", "alice"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    kept = tmp_path / "var" / "secrets.json"
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    bearer = {"Authorization": f"Bearer {token}"}
+    for _run in ("first start", "restart"):
+        with opsctl_up(url, env, cwd=tmp_path) as product:
+            reply = httpx.get(f"{product.url.rstrip('/')}/api/settings/ai", headers=bearer)
+            assert reply.status_code == 200, reply.text
+            assert product.stop() == 0

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tests.support.ports import free_port
 
@@ -53,11 +54,13 @@ def product_env(**overrides: str) -> dict[str, str]:
 
 
 @contextmanager
-def opsctl_up(database_url: str, env: Mapping[str, str]) -> Iterator[Product]:
-    """Run ``opsctl up`` until it prints its sign-in link; SIGINT it on exit."""
+def opsctl_up(database_url: str, env: Mapping[str, str], cwd: Path) -> Iterator[Product]:
+    """Run ``opsctl up`` in ``cwd`` (its var/ holds the kept secrets) until it prints its
+    sign-in link; SIGINT it on exit."""
     process = subprocess.Popen(
         [sys.executable, "-m", "durable_ops.cli", "up", "--database-url", database_url],
         env=dict(env),
+        cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

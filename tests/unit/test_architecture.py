@@ -41,6 +41,7 @@ ALLOWED: dict[str, set[str]] = {
     "settings": set(),
     "clock": set(),
     "logs": {"settings"},
+    "local_secrets": {"settings"},
     "storage": {"model", "settings", "clock"},
     "rpc": {"model", "settings", "clock", "api"},
     "wire": {"model", "storage", "api", "rpc"},

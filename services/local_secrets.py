@@ -1,0 +1,90 @@
+"""The secrets an embedded stack keeps between runs: ``var/secrets.json``, mode 0600.
+
+When ``OPS_JWT_SECRET`` or ``OPS_SERVICE_SECRET`` is not set, ``opsctl up``,
+``opsctl serve …`` and ``opsctl token`` use the secret kept here, made once
+from 256 random bits the first time any of them needs it. So a token from
+``opsctl token`` works with the stack ``opsctl up`` runs, and a restart keeps
+everyone signed in. The built-in defaults are public and never used then.
+Rotate by deleting the file (everyone signs in again) or, without signing
+anyone out, by setting ``OPS_JWT_SECRET`` and listing the old one in
+``OPS_JWT_PREVIOUS_SECRETS``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from durable_ops.settings import Settings, SettingsError
+
+SECRETS_PATH = Path("var") / "secrets.json"
+KEPT = ("jwt_secret", "service_secret")
+
+
+def load_or_create(path: Path = SECRETS_PATH) -> dict[str, str]:
+    """The kept secrets, made first if there are none (safe against a concurrent maker)."""
+    if not path.exists():
+        _create(path)
+    return _read(path)
+
+
+def with_kept_secrets(
+    settings: Settings,
+    needed: Sequence[str] = KEPT,
+    *,
+    environ: Mapping[str, str] | None = None,
+    path: Path = SECRETS_PATH,
+) -> Settings:
+    """``settings`` with the kept secret for each ``needed`` one the environment does not set."""
+    env = os.environ if environ is None else environ
+    missing = [name for name in needed if f"OPS_{name.upper()}" not in env]
+    if not missing:
+        return settings
+    try:
+        kept = load_or_create(path)
+    except OSError as error:
+        raise SettingsError(
+            f"cannot keep generated secrets in {path} ({error.strerror}): set "
+            + " and ".join(f"OPS_{name.upper()}" for name in missing)
+        ) from error
+    return replace(
+        settings,
+        jwt_secret=kept["jwt_secret"] if "jwt_secret" in missing else settings.jwt_secret,
+        service_secret=(
+            kept["service_secret"] if "service_secret" in missing else settings.service_secret
+        ),
+    )
+
+
+def _create(path: Path) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fresh = {name: secrets.token_urlsafe(32) for name in KEPT}
+    draft = path.with_name(f".{path.name}.{secrets.token_hex(8)}.draft")
+    descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(descriptor, "w") as out:
+            json.dump(fresh, out)
+            out.flush()
+            os.fsync(out.fileno())
+        # link, not rename: when another process made the file first, theirs stays
+        os.link(draft, path)
+    except FileExistsError:
+        pass
+    finally:
+        draft.unlink(missing_ok=True)
+
+
+def _read(path: Path) -> dict[str, str]:
+    try:
+        kept = json.loads(path.read_text())
+    except ValueError:
+        kept = None
+    if not isinstance(kept, dict) or not all(
+        isinstance(kept.get(name), str) and kept[name] for name in KEPT
+    ):
+        raise SettingsError(f"{path} is not a secrets file of durable-ops; move it away")
+    return {name: kept[name] for name in KEPT}

@@ -1,0 +1,81 @@
+"""Generated secrets kept in var/: made once, private, used only where nothing is set."""
+
+from __future__ import annotations
+
+import json
+import stat
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from durable_ops.gateway.auth import InvalidToken, mint_user_token, verify_with_settings
+from durable_ops.local_secrets import load_or_create, with_kept_secrets
+from durable_ops.settings import Settings, SettingsError
+
+
+def test_the_secrets_are_made_once_and_only_the_owner_can_read_them(tmp_path: Path) -> None:
+    path = tmp_path / "var" / "secrets.json"
+    first = load_or_create(path)
+    assert load_or_create(path) == first
+    assert len(first["jwt_secret"]) >= 43  # 256 bits, url-safe base64
+    assert first["jwt_secret"] != first["service_secret"]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+
+
+def test_processes_starting_together_agree_on_one_set(tmp_path: Path) -> None:
+    path = tmp_path / "var" / "secrets.json"
+    with ThreadPoolExecutor(8) as pool:
+        made = list(pool.map(lambda _: load_or_create(path), range(16)))
+    assert all(secrets == made[0] for secrets in made)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["secrets.json"]  # no drafts left
+
+
+def test_only_unset_secrets_come_from_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "secrets.json"
+    chosen = Settings(service_secret="the-operator-chose-this")
+    filled = with_kept_secrets(
+        chosen, environ={"OPS_SERVICE_SECRET": "the-operator-chose-this"}, path=path
+    )
+    assert filled.service_secret == "the-operator-chose-this"
+    assert filled.jwt_secret == load_or_create(path)["jwt_secret"]
+    untouched = with_kept_secrets(
+        Settings(), ("service_secret",), environ={"OPS_SERVICE_SECRET": "x"}, path=tmp_path / "no"
+    )
+    assert untouched == Settings()
+    assert not (tmp_path / "no").exists()
+
+
+def test_a_file_that_is_not_ours_or_a_place_that_cannot_hold_one_is_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    foreign = tmp_path / "secrets.json"
+    foreign.write_text(json.dumps({"jwt_secret": ""}))
+    with pytest.raises(SettingsError, match="not a secrets file"):
+        load_or_create(foreign)
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    with pytest.raises(SettingsError, match="OPS_JWT_SECRET and OPS_SERVICE_SECRET"):
+        with_kept_secrets(Settings(), environ={}, path=blocked / "secrets.json")
+
+
+def test_secrets_never_show_in_the_settings_repr() -> None:
+    settings = Settings(
+        jwt_secret="jwt-s3cret",
+        service_secret="svc-s3cret",
+        jwt_previous_secrets="old-s3cret",
+        ai_external_api_key="key-s3cret",
+    )
+    assert "s3cret" not in repr(settings)
+
+
+def test_a_token_signed_before_a_rotation_is_still_accepted() -> None:
+    old = mint_user_token("old-secret-0123456789abcdef0123456789", "alice", 60)
+    rotated = Settings(
+        jwt_secret="new-secret-0123456789abcdef0123456789",
+        jwt_previous_secrets=" old-secret-0123456789abcdef0123456789 , ",
+    )
+    assert verify_with_settings(rotated, old) == "alice"
+    with pytest.raises(InvalidToken):
+        verify_with_settings(Settings(jwt_secret=rotated.jwt_secret), old)
