@@ -18,6 +18,7 @@ from alembic.util import CommandError
 from sqlalchemy import Engine
 
 import durable_ops.migrations
+from durable_ops.model.errors import InvalidArgument
 from durable_ops.storage.db import Database, create_db_engine
 
 # migrations/ at the repository root, installed as durable_ops.migrations.
@@ -76,9 +77,13 @@ def migrate_to(url: str, revision: str) -> None:
     if revision == "base":
         downgrade(url, "base")
         return
-    target = script.get_revision(revision)
+    try:
+        target = script.get_revision(revision)
+    except CommandError:  # alembic's word for a name no revision has
+        target = None
     if target is None:
-        raise SchemaNotCurrent(f"unknown revision {revision!r}")
+        known = ", ".join(["base", *sorted(rev.revision for rev in script.walk_revisions())])
+        raise InvalidArgument("--to", f"no revision {revision!r}; known: {known}")
     ancestors_of_current = (
         {rev.revision for rev in script.iterate_revisions(current, "base")} if current else set()
     )

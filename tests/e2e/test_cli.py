@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,14 @@ def test_every_command_has_help() -> None:
         result = opsctl(name, "--help")
         assert result.returncode == 0, name
         assert "usage: opsctl" in result.stdout
+
+
+def test_an_unknown_revision_and_the_version_are_answered_plainly(tmp_path: Path) -> None:
+    env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}"}
+    unknown = opsctl("migrate", "--to", "nope", env=env)
+    assert unknown.returncode == 2
+    assert "no revision 'nope'; known: base, 0001_operations" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
+    version = opsctl("--version")
+    assert version.returncode == 0
+    assert version.stdout.strip() == f"opsctl {metadata.version('durable-ops')}"
