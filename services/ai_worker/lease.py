@@ -31,8 +31,8 @@ import structlog
 from durable_ops.ai_worker.claims import ClaimedOperation
 from durable_ops.ai_worker.clients import HeartbeatCall, OperationsClient
 from durable_ops.api.operations.v1 import operations_pb2 as pb
-from durable_ops.model import bounds
 from durable_ops.model.errors import DomainError, LeaseLost, Unavailable
+from durable_ops.model.progress import CEILING as PROGRESS_CEILING
 from durable_ops.rpc.errors import domain_error_from_rpc
 
 BEATS_PER_LEASE = 3
@@ -174,7 +174,7 @@ class Lease:
 
     def report_progress(self, percent: int) -> None:
         """The work's estimate, 0 to 99; sent on the next beat, at most about once a second."""
-        percent = max(0, min(percent, bounds.PROGRESS_RANGE[1] - 1))
+        percent = max(0, min(percent, PROGRESS_CEILING))
         if percent > self._progress:
             self._progress = percent
             self._progress_reported.set()

@@ -1,10 +1,10 @@
 """How far a streamed model answer has come: tokens received against the answer budget.
 
-A model cannot say how long its answer will be, only how long it may be: the
-``max_tokens`` of the request, which a task sets to about one and a half times
-its typical answer (``TaskType.answer_tokens``). So the estimate is
-``tokens received / budget``, a lower bound that grows steadily and usually
-ends well short of the budget.
+A model cannot say how long its answer will be. The budget is what the task
+expects: about one and a half times its typical answer
+(``TaskType.answer_tokens``, the request's ``expected_tokens``). So the
+estimate is ``tokens received / budget``, a lower bound that grows steadily
+and usually ends short of the budget.
 
 It stops at 99: the answer is not done when the last token arrives, it is
 done when it has been parsed, validated and published, and only completing
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from durable_ops.model.bounds import PROGRESS_RANGE
 
 DEFAULT_BUDGET_TOKENS = 1_024
-"""The budget of a request that sets no ``max_tokens`` (the model's own limit then
-applies): generous for our structured answers of a few hundred tokens, so such a
-request merely shows a lower percent before completion writes 100."""
+"""The budget of a request that names neither an expected size nor ``max_tokens``:
+generous for our structured answers of a few hundred tokens, so such a request
+merely shows a lower percent before completion writes 100."""
 
 CEILING = PROGRESS_RANGE[1] - 1  # 99: 100 is written only by completion
 

@@ -32,6 +32,7 @@ from durable_ops.operations.heartbeat_stream import BeatReader, Pushed
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.errors import translate_errors
 from durable_ops.rpc.scope import caller_scope
+from durable_ops.settings import Settings
 from durable_ops.storage import operations
 from durable_ops.storage.db import Database
 from durable_ops.storage.tx import Tx
@@ -40,8 +41,7 @@ from durable_ops.wire import operations as convert
 log = structlog.get_logger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["OperationsService"].full_name
 DEFAULT_HEARTBEAT_LEASE_SECONDS = 30
-DEFAULT_CANCEL_WATCH_INTERVAL_SECONDS = 0.25
-DEFAULT_CLAIM_POLL_INTERVAL_SECONDS = 0.05
+_DEFAULTS = Settings()  # the poll intervals of a servicer built without its own
 
 
 def _provenance(message: pb.Provenance) -> operations.Provenance:
@@ -92,8 +92,8 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     ) -> None:
         self._db = db
         self._clock = clock
-        self.cancels = cancels or CancelWatch(db, DEFAULT_CANCEL_WATCH_INTERVAL_SECONDS)
-        self.claims = claims or ClaimWaiters(db, clock, DEFAULT_CLAIM_POLL_INTERVAL_SECONDS)
+        self.cancels = cancels or CancelWatch(db, _DEFAULTS.cancel_watch_interval_seconds)
+        self.claims = claims or ClaimWaiters(db, clock, _DEFAULTS.claim_poll_interval_seconds)
 
     async def close(self) -> None:
         await self.cancels.close()

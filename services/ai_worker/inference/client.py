@@ -8,10 +8,10 @@ every failure into one error of ``durable_ops.ai_worker.inference.errors``.
 It asks for a stream (``"stream": true``) and reads the server-sent events of
 ``inference.sse`` as they come, so it can tell how far the answer has got:
 one chunk with content is about one token, counted against the request's
-``max_tokens`` (``model.progress``). A server that answers in one piece
-anyway (any content type but ``text/event-stream``) is read as a whole
-completion, as is the body of any HTTP error status. Both forms share the
-guarantees: one timeout for the whole exchange, at most 1 MiB of response,
+expected answer size, else its ``max_tokens`` (``model.progress``). A server
+that answers in one piece anyway (any content type but ``text/event-stream``)
+is read as a whole completion, as is the body of any HTTP error status. Both
+forms share the guarantees: one timeout for the whole exchange, at most 1 MiB of response,
 and the same error for the same fault.
 """
 
