@@ -24,7 +24,7 @@ from typing import Any
 
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller
-from durable_ops.up import healthy
+from durable_ops.stack.children import healthy
 
 SERVICE_SECRET = "bench-service-secret-" + secrets.token_hex(16)
 JWT_SECRET = "bench-jwt-secret-" + secrets.token_hex(16)
@@ -81,7 +81,7 @@ def _start(name: str, env: Mapping[str, str]) -> Child:
 
 
 def _wait(child: Child, check: str) -> None:
-    """Until ``check`` (a ``durable_ops.up.healthy`` check) answers, or the child dies."""
+    """Until ``check`` (a ``durable_ops.stack.children.healthy`` check) answers, or the child dies."""
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while not healthy(check):
         if child.process.poll() is not None:

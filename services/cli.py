@@ -128,19 +128,35 @@ def cmd_users_set_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_ai(args: argparse.Namespace) -> int:
+    import json
+
     from durable_ops.clock import utc_now
+    from durable_ops.model.tasks import TASKS
     from durable_ops.storage import capacity
     from durable_ops.storage.migrate import open_migrated
 
-    db = open_migrated(_settings(args).database_url, pool_size=1)
+    settings = _settings(args)
+    db = open_migrated(settings.database_url, pool_size=1)
     try:
         if args.switch != "status":
             enabled = args.switch == "enable"
             db.run(lambda s: capacity.set_ai_enabled(s, enabled, utc_now()), owner_id=None)
         state = db.run(lambda s: capacity.lock_control(s).ai_enabled, owner_id=None, write=False)
+        active = db.run(
+            lambda s: capacity.active_for_everyone(s, TASKS.names()), owner_id=None, write=False
+        )
     finally:
         db.dispose()
-    print(f"AI globally {'enabled' if state else 'disabled'}")
+    if args.json:
+        status = {
+            "ai_enabled": state,
+            "active_operations": active,
+            "global_limit": settings.ai_global_limit,
+            "user_limit": settings.ai_user_limit,
+        }
+        print(json.dumps(status))
+    else:
+        print(f"AI globally {'enabled' if state else 'disabled'}")
     return 0
 
 
@@ -151,9 +167,13 @@ def cmd_host_store_show(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from durable_ops.stack.binds import with_port_base
     from durable_ops.up import run_stack
 
-    return run_stack(_settings(args, keep_secrets=KEPT), demo_user=args.demo_user)
+    settings = _settings(args, keep_secrets=KEPT)
+    if args.port_base is not None:
+        settings = with_port_base(settings, args.port_base)
+    return run_stack(settings, demo_user=args.demo_user)
 
 
 def _version() -> str:
@@ -165,55 +185,112 @@ def _version() -> str:
         return "unknown"
 
 
+SERVE_HELP = """\
+operations     the Operations gRPC service (OPS_OPERATIONS_BIND, default 127.0.0.1:50051)
+notifications  the Notifications gRPC service (OPS_NOTIFICATIONS_BIND, default 127.0.0.1:50052)
+ai-admission   the AI Admission gRPC service (OPS_AI_ADMISSION_BIND, default 127.0.0.1:50053)
+workspace      the Workspace gRPC service (OPS_WORKSPACE_BIND, default 127.0.0.1:50054)
+gateway        the HTTP API and web UI (OPS_GATEWAY_BIND, default 127.0.0.1:8080)
+ai-worker      claims AI operations and runs them, one inference at a time
+dev-model      the built-in development model (OPS_DEV_MODEL_BIND, default 127.0.0.1:8090)
+
+Every OPS_* variable is listed in the README."""
+UP_HELP = """\
+Migrates the database (OPS_DATABASE_URL, default the SQLite file var/durable-ops.sqlite3),
+checks that every address is free, then runs every process as a child of this one. A
+child that dies is restarted with backoff; Ctrl-C or SIGTERM stops them all. Secrets
+not set in OPS_JWT_SECRET and OPS_SERVICE_SECRET are kept in var/secrets.json."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="opsctl", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, run: Callable[[argparse.Namespace], int], help_: str) -> Any:
-        sub = commands.add_parser(name, help=help_, description=help_)
+    def command(
+        name: str, run: Callable[[argparse.Namespace], int], help_: str, details: str = ""
+    ) -> Any:
+        sub = commands.add_parser(
+            name,
+            help=help_,
+            description=f"{help_}.\n\n{details}" if details else f"{help_}.",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         sub.set_defaults(run=run)
         return sub
 
     def database_option(sub: Any) -> None:
-        sub.add_argument("--database-url", help="overrides OPS_DATABASE_URL")
+        sub.add_argument(
+            "--database-url", help="the database (default: OPS_DATABASE_URL, else the SQLite file)"
+        )
 
-    up = command("up", cmd_up, "migrate the database and run every process, embedded")
+    up = command("up", cmd_up, "Run the whole product on this machine", UP_HELP)
     database_option(up)
-    up.add_argument("--demo-user", default="demo", help="user given Pro and AI (default: demo)")
+    up.add_argument(
+        "--demo-user", default="demo", help="user given Pro and AI; '' for none (default: demo)"
+    )
+    up.add_argument(
+        "--port-base",
+        type=int,
+        metavar="N",
+        help="listen on N (gateway), N+1 … N+5 (services, dev model) instead of the OPS_*_BIND"
+        " addresses",
+    )
 
-    serve = command("serve", cmd_serve, "run one process in the foreground")
-    serve.add_argument("target", choices=SERVE_TARGETS)
+    serve = command("serve", cmd_serve, "Run one process in the foreground", SERVE_HELP)
+    serve.add_argument("target", choices=SERVE_TARGETS, metavar="TARGET", help="what to run")
     database_option(serve)
 
-    migrate = command("migrate", cmd_migrate, "upgrade the schema to head (or --to REV)")
-    migrate.add_argument("--to", metavar="REV", help="revision to move to, e.g. base")
+    migrate = command(
+        "migrate", cmd_migrate, "Upgrade the schema to the newest revision, or move it to --to REV"
+    )
+    migrate.add_argument("--to", metavar="REV", help="revision to move to, e.g. base or 0002")
     database_option(migrate)
 
-    token = command("token", cmd_token, "print a user JWT for the gateway")
-    token.add_argument("--user", required=True)
-    token.add_argument("--ttl", type=int, default=3600, metavar="SECONDS")
+    token = command(
+        "token",
+        cmd_token,
+        "Print a user JWT the gateway accepts (Authorization: Bearer, or pasted into the sign-in"
+        " page)",
+        "Signed with OPS_JWT_SECRET, else with the secret kept in var/secrets.json (the one\n"
+        "`opsctl up` uses when OPS_JWT_SECRET is unset); OPS_JWT_ISSUER and OPS_JWT_AUDIENCE\n"
+        "are honoured.",
+    )
+    token.add_argument("--user", required=True, help="the owner id the token signs in as")
+    token.add_argument(
+        "--ttl", type=int, default=3600, metavar="SECONDS", help="lifetime (default: 3600)"
+    )
 
-    users = command("users", lambda _args: EXIT_USAGE, "manage users")
+    users = command("users", lambda _args: EXIT_USAGE, "Manage users")
     user_commands = users.add_subparsers(dest="users_command", required=True, metavar="COMMAND")
     set_plan = user_commands.add_parser(
-        "set-plan", help="set a user's plan", description="set a user's plan"
+        "set-plan",
+        help="set a user's plan",
+        description="Set a user's plan: pro allows AI analyses, free does not.",
     )
     set_plan.set_defaults(run=cmd_users_set_plan)
     set_plan.add_argument("user")
     set_plan.add_argument("plan", choices=["free", "pro"])
     database_option(set_plan)
 
-    ai = command("ai", cmd_ai, "switch AI admission on or off for everyone, live")
-    ai.add_argument("switch", choices=["enable", "disable", "status"])
+    ai = command(
+        "ai",
+        cmd_ai,
+        "Switch AI admission on or off for everyone, live, or show whether it is on",
+        "enable and disable take effect at the next admission (running analyses finish);\n"
+        "status prints the switch, the AI operations active now and the limits\n"
+        "(OPS_AI_GLOBAL_LIMIT, default 20; OPS_AI_USER_LIMIT, default 2).",
+    )
+    ai.add_argument("switch", choices=["enable", "disable", "status"], help="what to do")
+    ai.add_argument("--json", action="store_true", help="machine-readable output")
     database_option(ai)
 
-    host_store = command("host-store", lambda _args: EXIT_USAGE, "inspect a host operation store")
+    host_store = command("host-store", lambda _args: EXIT_USAGE, "Inspect a host operation store")
     store_commands = host_store.add_subparsers(dest="store_command", required=True)
     show = store_commands.add_parser(
         "show",
         help="list records read-only (no lock, no writes)",
-        description="list records read-only (no lock, no writes)",
+        description="List records read-only (no lock, no writes).",
     )
     show.set_defaults(run=cmd_host_store_show)
     show.add_argument("directory")

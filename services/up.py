@@ -1,38 +1,35 @@
 """``opsctl up``: every process of the product as children of one command.
 
-``Stack`` starts ``opsctl serve X`` children with a shared environment,
-prefixes each line they print with its name, waits until each answers its
-health check, and stops them all (SIGTERM, then SIGKILL after a grace
-period) when asked, when signalled, or when any child dies. End-to-end tests
-use the same class with their own ports and database.
+Before the first child starts, every address is checked (a taken one is a
+clear message and exit 2). A child that dies after start-up comes back with
+backoff (``stack.restarts``) until its budget is spent; then, as on Ctrl-C
+or SIGTERM, every child is stopped.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import IO
 
-import grpc
-import httpx
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
+from durable_ops.logs import use_json
 from durable_ops.settings import Settings
+from durable_ops.stack.binds import local_to_the_stack, stack_binds
+from durable_ops.stack.children import Stack, process_specs
+from durable_ops.stack.output import Output
+from durable_ops.stack.preflight import problems
+from durable_ops.stack.restarts import RestartBudget
 
-STOP_GRACE_SECONDS = 10.0
-HEALTH_TIMEOUT_SECONDS = 60.0
+EXIT_UNAVAILABLE = 1
+EXIT_USAGE = 2
 # How long the development model takes per answer under `opsctl up` unless
 # OPS_DEV_MODEL_SECONDS is set: slow enough to watch an operation's progress
 # climb in the UI, quick enough not to be a wait (`opsctl serve dev-model` and
 # the tests default to 0).
 UP_DEV_MODEL_SECONDS = 4.0
+SUPERVISE_SECONDS = 0.2
 DEFAULT_PROCESSES = (
     "operations",
     "notifications",
@@ -44,135 +41,22 @@ DEFAULT_PROCESSES = (
 )
 
 
-@dataclass(frozen=True)
-class ProcessSpec:
-    name: str
-    health: str  # "grpc:HOST:PORT", "http:URL" or "alive"
-
-
-def process_specs(settings: Settings, names: Iterable[str]) -> list[ProcessSpec]:
-    health = {
-        "operations": f"grpc:{settings.operations_target}",
-        "notifications": f"grpc:{settings.notifications_target}",
-        "workspace": f"grpc:{settings.workspace_target}",
-        "ai-admission": f"grpc:{settings.ai_admission_target}",
-        "dev-model": f"http:http://{settings.dev_model_bind}/v1/models",
-        "gateway": f"http:http://{settings.gateway_bind}/healthz",
-        "ai-worker": "alive",
-    }
-    return [ProcessSpec(name, health[name]) for name in names]
-
-
-def healthy(check: str) -> bool:
-    """Answer one health check: ``grpc:HOST:PORT``, ``http:URL`` or ``alive``."""
-    kind, _, target = check.partition(":")
-    if kind == "grpc":
-        with grpc.insecure_channel(target) as channel:
-            try:
-                reply = health_pb2_grpc.HealthStub(channel).Check(
-                    health_pb2.HealthCheckRequest(service=""), timeout=1
-                )
-            except grpc.RpcError:
-                return False
-            return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
-    if kind == "http":
-        try:
-            return httpx.get(target, timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-    return True
-
-
-@dataclass
-class Stack:
-    """A set of child processes sharing one environment."""
-
-    env: Mapping[str, str]
-    specs: list[ProcessSpec]
-    out: IO[str] = field(default_factory=lambda: sys.stdout)
-    children: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
-    _print_lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def start(self) -> None:
-        width = max(len(spec.name) for spec in self.specs)
-        for spec in self.specs:
-            self.start_one(spec.name, width)
-
-    def start_one(
-        self,
-        name: str,
-        width: int = 0,
-        *,
-        label: str = "",
-        extra_env: Mapping[str, str] | None = None,
-    ) -> subprocess.Popen[str]:
-        """Start ``opsctl serve name``; ``label`` names a second replica of the same process."""
-        label = label or name
-        child = subprocess.Popen(
-            [sys.executable, "-m", "durable_ops.cli", "serve", name],
-            env={**os.environ, **self.env, **(extra_env or {})},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            bufsize=1,
-            start_new_session=True,  # Ctrl-C reaches us, and we stop the children in order
-        )
-        self.children[label] = child
-        threading.Thread(target=self._relay, args=(label.ljust(width), child), daemon=True).start()
-        return child
-
-    def _relay(self, label: str, child: subprocess.Popen[str]) -> None:
-        assert child.stdout is not None
-        for line in child.stdout:
-            with self._print_lock:
-                self.out.write(f"{label} | {line}")
-                self.out.flush()
-
-    def wait_healthy(
-        self, timeout: float = HEALTH_TIMEOUT_SECONDS, checks: Iterable[str] = ()
-    ) -> None:
-        """Wait for every spec's health check, plus any extra ``checks`` given."""
-        deadline = time.monotonic() + timeout
-        for check in [*(spec.health for spec in self.specs), *checks]:
-            while not healthy(check):
-                dead = self.dead()
-                if dead:
-                    raise RuntimeError(f"{', '.join(dead)} exited during start-up")
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{check} did not become healthy in {timeout:.0f} s")
-                time.sleep(0.1)
-
-    def dead(self) -> list[str]:
-        return [name for name, child in self.children.items() if child.poll() is not None]
-
-    def kill(self, label: str) -> None:
-        """SIGKILL one child, as a crash would (fault drills)."""
-        child = self.children[label]
-        child.kill()
-        child.wait()
-
-    def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
-        for child in self.children.values():
-            if child.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    child.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for child in self.children.values():
-            try:
-                child.wait(max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
-
-
-def _stack_env(settings: Settings) -> dict[str, str]:
+def _stack_env(settings: Settings, *, text_logs: bool = False) -> dict[str, str]:
     env = {
         "OPS_DATABASE_URL": settings.database_url,
         "OPS_WORKERS_AI_OPERATIONS_ENABLED": "true",
         "OPS_DEV_LOGIN": "1",
+        **{bind.variable: bind.address for bind in stack_binds(settings)},
+        "OPS_OPERATIONS_TARGET": settings.operations_target,
+        "OPS_NOTIFICATIONS_TARGET": settings.notifications_target,
+        "OPS_AI_ADMISSION_TARGET": settings.ai_admission_target,
+        "OPS_WORKSPACE_TARGET": settings.workspace_target,
+        "OPS_AI_LOCAL_URL": settings.ai_local_url,
     }
     if "OPS_DEV_MODEL_SECONDS" not in os.environ:
         env["OPS_DEV_MODEL_SECONDS"] = str(UP_DEV_MODEL_SECONDS)
+    if text_logs and "OPS_LOG_JSON" not in os.environ:
+        env["OPS_LOG_JSON"] = "false"  # the children's stdout is our pipe, not the terminal
     # The operator's secrets, or the ones kept in var/ (``durable_ops.local_secrets``):
     # every child signs and checks with the same ones, across restarts too.
     env["OPS_JWT_SECRET"] = settings.jwt_secret
@@ -196,13 +80,28 @@ def grant_ai(database_url: str, user: str) -> None:
         db.dispose()
 
 
-def run_stack(settings: Settings, *, demo_user: str) -> int:
+def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | None = None) -> int:
     from durable_ops.storage import migrate
+
+    settings = local_to_the_stack(settings)
+    as_json = use_json(settings.log_json, is_tty=sys.stdout.isatty())
+    width = max(len(name) for name in DEFAULT_PROCESSES)
+    output = Output(sys.stdout, as_json=as_json, width=width)
+    say = output.say
+    taken = problems(stack_binds(settings))
+    if taken:
+        for problem in taken:
+            say("address_in_use", f"opsctl up: {problem}")
+        return EXIT_USAGE
 
     migrate.upgrade(settings.database_url)
     if demo_user:
         grant_ai(settings.database_url, demo_user)
-    stack = Stack(_stack_env(settings), process_specs(settings, DEFAULT_PROCESSES))
+    stack = Stack(
+        _stack_env(settings, text_logs=not as_json),
+        process_specs(settings, DEFAULT_PROCESSES),
+        as_json=as_json,
+    )
     stopping = threading.Event()
 
     def request_stop(_signum: int, _frame: object) -> None:
@@ -213,18 +112,57 @@ def run_stack(settings: Settings, *, demo_user: str) -> int:
     try:
         stack.start()
         stack.wait_healthy()
-        url = f"http://{settings.gateway_bind}"
-        print(f"\ndurable-ops is up at {url}/", flush=True)
-        if demo_user:
-            print(f"sign in: {url}/auth/dev-login?user={demo_user}\n", flush=True)
-        while not stopping.wait(0.5):
-            dead = stack.dead()
-            if dead:
-                print(f"{', '.join(dead)} exited; stopping everything", file=sys.stderr)
-                return 1
-        return 0
+        url = f"http://{settings.gateway_bind}/"
+        login = f"{url}auth/dev-login?user={demo_user}" if demo_user else ""
+        say("stack_up", f"\ndurable-ops is up at {url}", url=url)
+        if login:
+            say("sign_in", f"sign in: {login}\n", url=login)
+        return _supervise(stack, stopping, output, budget or RestartBudget())
     except (RuntimeError, TimeoutError) as exc:
-        print(f"opsctl up: {exc}", file=sys.stderr)
-        return 1
+        say("start_failed", f"opsctl up: {exc}")
+        return EXIT_UNAVAILABLE
     finally:
         stack.stop()
+
+
+def _supervise(
+    stack: Stack, stopping: threading.Event, output: Output, budget: RestartBudget
+) -> int:
+    """Restart children that die, with backoff, until asked to stop or a budget is spent."""
+    due: dict[str, float] = {}
+    while not stopping.wait(SUPERVISE_SECONDS):
+        now = time.monotonic()
+        for label in stack.dead():
+            if label in due:
+                continue
+            code = stack.children[label].returncode
+            delay = budget.next_delay(label, now)
+            if delay is None:
+                output.say(
+                    "gave_up",
+                    f"opsctl up: {label} {_exit(code)} after {budget.limit} restarts within"
+                    f" {budget.window:.0f} s; stopping everything.",
+                    child=label,
+                    code=code,
+                )
+                return EXIT_UNAVAILABLE
+            output.say(
+                "restarting",
+                f"{label} {_exit(code)}; restarting in {delay:.1f} s"
+                f" (restart {budget.used(label)} of {budget.limit}).",
+                child=label,
+                code=code,
+                delay_seconds=delay,
+            )
+            due[label] = now + delay
+        for label, at in list(due.items()):
+            if at <= now:
+                del due[label]
+                stack.restart(label)
+    return 0
+
+
+def _exit(code: int) -> str:
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"

@@ -20,7 +20,7 @@ from durable_ops.model.states import ACTIVE_STATES
 from durable_ops.rpc.credentials import mint_service_token
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import UserOperation
-from durable_ops.up import Stack
+from durable_ops.stack.children import Stack
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import SECRET, Services, running_services
 from tests.support.ports import free_port

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import pty
+import random
+import select
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -12,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from durable_ops.stack.children import healthy
 from tests.support.product import opsctl_up, product_env
 
 pytestmark = pytest.mark.slow
@@ -56,8 +63,8 @@ def test_up_serves_the_ui_and_stops_every_child(
             assert str(signed_in.url).endswith("/operations")
             settings = client.get(f"{gateway}/api/settings/ai")
             assert settings.json()["plan"] == "pro"
-        prefixed = {line.split("|")[0].strip() for line in product.lines if "|" in line}
-        assert {"operations", "gateway", "ai-worker"} <= prefixed
+        processes = {record["process"] for record in product.records}  # every line is JSON
+        assert {"up", "operations", "gateway", "ai-worker"} <= processes
         children = _children(product.process.pid)
         assert len(children) == 7
         code = product.stop(signum)
@@ -91,3 +98,121 @@ def test_a_token_from_opsctl_token_works_with_the_stack_and_survives_a_restart(
             reply = httpx.get(f"{product.url.rstrip('/')}/api/settings/ai", headers=bearer)
             assert reply.status_code == 200, reply.text
             assert product.stop() == 0
+
+
+def _up(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "durable_ops.cli", "up", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _free_run(count: int) -> int:
+    """A base port with ``count`` free ports from it (retried: another test may take one)."""
+    for _attempt in range(50):
+        base = random.randrange(20000, 60000)
+        probes = [socket.socket() for _ in range(count)]
+        try:
+            for offset, probe in enumerate(probes):
+                probe.bind(("127.0.0.1", base + offset))
+            return base
+        except OSError:
+            continue
+        finally:
+            for probe in probes:
+                probe.close()
+    raise AssertionError(f"no {count} consecutive free ports")
+
+
+def _read_until(master: int, needle: bytes, seconds: float) -> bytes:
+    seen = b""
+    deadline = time.monotonic() + seconds
+    while needle not in seen and time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                seen += os.read(master, 65536)
+            except OSError:  # the other side closed
+                break
+    return seen
+
+
+def test_a_taken_port_is_a_clear_message_and_port_base_moves_every_port(tmp_path: Path) -> None:
+    env = product_env(OPS_DEV_MODEL_SECONDS="0")
+    database = tmp_path / "up.sqlite3"
+    gateway = env["OPS_GATEWAY_BIND"]
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", int(gateway.rsplit(":", 1)[1])))
+        squatter.listen()
+        refused = _up("--database-url", f"sqlite:///{database}", env=env, cwd=tmp_path)
+    assert refused.returncode == 2
+    [event] = [json.loads(line) for line in refused.stdout.splitlines()]
+    assert event["event"] == "address_in_use"
+    assert f"{gateway} is already in use (OPS_GATEWAY_BIND)" in event["message"]
+    assert "--port-base N" in event["message"]
+    assert "Traceback" not in refused.stdout + refused.stderr
+    assert not database.exists()  # refused before anything was touched
+
+    # On a terminal: --port-base moves every address, and the output is prefixed text.
+    base = _free_run(6)
+    url = f"sqlite:///{database}"
+    master, slave = pty.openpty()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            *("-m", "durable_ops.cli", "up", "--port-base", str(base)),
+            f"--database-url={url}",
+        ],
+        env={key: value for key, value in env.items() if not key.endswith(("_BIND", "_TARGET"))}
+        | {"OPS_AI_LOCAL_URL": "http://127.0.0.1:8090/v1"},  # the default: follows the dev model
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=slave,
+    )
+    os.close(slave)
+    try:
+        shown = _read_until(master, b"sign in:", 90).decode(errors="replace")
+        assert f"durable-ops is up at http://127.0.0.1:{base}/" in shown, shown
+        prefixed = {line.split("|")[0].strip() for line in shown.splitlines() if " | " in line}
+        assert {"operations", "gateway", "ai-worker"} <= prefixed
+        assert '{"event"' not in shown  # text, not JSON
+        assert httpx.get(f"http://127.0.0.1:{base}/healthz").status_code == 200
+        for port in range(base + 1, base + 5):  # the gRPC services moved with it
+            assert healthy(f"grpc:127.0.0.1:{port}")
+        assert healthy(f"http:http://127.0.0.1:{base + 5}/v1/models")
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+        os.close(master)
+
+
+def test_a_killed_child_comes_back_and_the_page_keeps_working(tmp_path: Path) -> None:
+    env = product_env(OPS_DEV_MODEL_SECONDS="0")
+    with opsctl_up(f"sqlite:///{tmp_path / 'up.sqlite3'}", env, cwd=tmp_path) as product:
+        gateway = product.url.rstrip("/")
+        with httpx.Client() as client:
+            assert client.get(product.login, follow_redirects=True).status_code == 200
+            [victim] = [
+                pid
+                for pid in _children(product.process.pid)
+                if b"serve\0gateway" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            ]
+            os.kill(victim, signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while not product.events("restarting") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            [restarting] = product.events("restarting")
+            assert restarting["child"] == "gateway"
+            assert "was killed by SIGKILL; restarting in" in restarting["message"]
+            while not healthy(f"http:{gateway}/healthz") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            # The same session, on the new gateway: the page and its API work.
+            assert client.get(f"{gateway}/operations").status_code == 200
+            assert client.get(f"{gateway}/api/settings/ai").json()["plan"] == "pro"
+        assert product.process.poll() is None
+        assert product.stop() == 0

@@ -1,6 +1,6 @@
 """Two replicas of every process on one MariaDB, one of each killed half way.
 
-Real processes on loopback (``durable_ops.up.Stack``): two each of Operations,
+Real processes on loopback (``durable_ops.stack.children.Stack``): two each of Operations,
 Notifications, Workspace and AI Admission, two AI workers, two gateways and
 the development model. Clients reach a service's replicas through one target
 naming both (``ipv4:127.0.0.1:P1,127.0.0.1:P2``) with round_robin, exactly as
@@ -40,7 +40,7 @@ from durable_ops.model.tasks import TASKS
 from durable_ops.rpc.client import CHANNEL_OPTIONS
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import AiWorkspaceNote, UserNotification, UserOperation
-from durable_ops.up import Stack
+from durable_ops.stack.children import Stack
 from tests.conftest import _empty_all_tables
 from tests.support.ai_stack import LogTee
 from tests.support.grpc_services import SECRET

@@ -17,7 +17,7 @@ import pytest
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
-from durable_ops.up import healthy
+from durable_ops.stack.children import healthy
 from tests.support.ai_stack import STRATEGY, AiStack, ai_stack, wait_for
 from tests.support.ports import free_port
 

@@ -2,7 +2,7 @@
 
 ``ai_stack(db_url, ...)`` starts Operations, Notifications, Workspace and AI
 Admission (and the AI worker, and ``opsctl serve dev-model`` when asked) with
-``durable_ops.up.Stack`` on free ports; tests drive it through gRPC stubs with
+``durable_ops.stack.children.Stack`` on free ports; tests drive it through gRPC stubs with
 the gateway credential and ``x-owner-id``, as the gateway would. Misbehaving
 models run in this process: ``ModelServer`` serves ``create_app(...)`` under
 uvicorn in a thread, and its ``config`` can be changed while it runs.
@@ -42,7 +42,7 @@ from durable_ops.settings import Settings
 from durable_ops.storage import migrate, workspace
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import AiWorkspaceNote, UserNotification, UserOperation
-from durable_ops.up import Stack, process_specs
+from durable_ops.stack.children import Stack, process_specs
 
 SECRET = "ai-stack-test-service-secret-0123456789abcdef"
 SERVICES = ("operations", "notifications", "workspace", "ai-admission")

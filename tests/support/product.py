@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.support.ports import free_port
 
@@ -24,6 +25,14 @@ class Product:
     url: str  # the gateway, with a trailing slash
     login: str  # the sign-in link `opsctl up` prints
     lines: list[str] = field(default_factory=list)
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """Every line so far; off a terminal, `opsctl up` prints one JSON object per line."""
+        return [json.loads(line) for line in list(self.lines)]
+
+    def events(self, event: str) -> list[dict[str, Any]]:
+        return [record for record in self.records if record.get("event") == event]
 
     def stop(self, signum: signal.Signals = signal.SIGINT) -> int:
         if self.process.poll() is None:
@@ -54,11 +63,13 @@ def product_env(**overrides: str) -> dict[str, str]:
 
 
 @contextmanager
-def opsctl_up(database_url: str, env: Mapping[str, str], cwd: Path) -> Iterator[Product]:
+def opsctl_up(
+    database_url: str, env: Mapping[str, str], cwd: Path, *args: str
+) -> Iterator[Product]:
     """Run ``opsctl up`` in ``cwd`` (its var/ holds the kept secrets) until it prints its
     sign-in link; SIGINT it on exit."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "durable_ops.cli", "up", "--database-url", database_url],
+        [sys.executable, "-m", "durable_ops.cli", "up", "--database-url", database_url, *args],
         env=dict(env),
         cwd=cwd,
         stdout=subprocess.PIPE,
@@ -66,24 +77,25 @@ def opsctl_up(database_url: str, env: Mapping[str, str], cwd: Path) -> Iterator[
         text=True,
     )
     lines: list[str] = []
+    signed_in: dict[str, Any] = {}
     ready = threading.Event()
 
     def read() -> None:
         assert process.stdout is not None
         for line in process.stdout:
             lines.append(line)
-            if "sign in:" in line:
+            record = json.loads(line)
+            if record.get("event") in {"stack_up", "sign_in"}:
+                signed_in[record["event"]] = record["url"]
+            if record.get("event") == "sign_in":
                 ready.set()
+        ready.set()  # it exited: no need to wait out the start-up time
 
     threading.Thread(target=read, daemon=True).start()
     try:
-        assert ready.wait(STARTUP_SECONDS), "".join(lines[-40:])
-        output = "".join(lines)
-        url = re.search(r"durable-ops is up at (\S+)", output)
-        login = re.search(r"sign in: (\S+)", output)
-        assert url is not None, output
-        assert login is not None, output
-        yield Product(process, url.group(1), login.group(1), lines)
+        ready.wait(STARTUP_SECONDS)
+        assert "sign_in" in signed_in, "".join(lines[-40:])
+        yield Product(process, signed_in["stack_up"], signed_in["sign_in"], lines)
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGINT)

@@ -42,6 +42,7 @@ ALLOWED: dict[str, set[str]] = {
     "clock": set(),
     "logs": {"settings"},
     "local_secrets": {"settings"},
+    "stack": {"settings"},
     "storage": {"model", "settings", "clock"},
     "rpc": {"model", "settings", "clock", "api"},
     "wire": {"model", "storage", "api", "rpc"},

@@ -1,0 +1,171 @@
+"""``opsctl serve X`` children sharing one environment.
+
+``Stack`` starts them, relays each line they print through ``Output``, waits
+until each answers its health check, restarts one on request, and stops them
+all (SIGTERM, then SIGKILL after a grace period). ``opsctl up`` and the
+end-to-end tests use the same class with their own ports and database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import IO
+
+import grpc
+import httpx
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from durable_ops.settings import Settings
+from durable_ops.stack.output import Output
+
+STOP_GRACE_SECONDS = 10.0
+HEALTH_TIMEOUT_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    name: str
+    health: str  # "grpc:HOST:PORT", "http:URL" or "alive"
+
+
+def process_specs(settings: Settings, names: Iterable[str]) -> list[ProcessSpec]:
+    health = {
+        "operations": f"grpc:{settings.operations_target}",
+        "notifications": f"grpc:{settings.notifications_target}",
+        "workspace": f"grpc:{settings.workspace_target}",
+        "ai-admission": f"grpc:{settings.ai_admission_target}",
+        "dev-model": f"http:http://{settings.dev_model_bind}/v1/models",
+        "gateway": f"http:http://{settings.gateway_bind}/healthz",
+        "ai-worker": "alive",
+    }
+    return [ProcessSpec(name, health[name]) for name in names]
+
+
+def healthy(check: str) -> bool:
+    """Answer one health check: ``grpc:HOST:PORT``, ``http:URL`` or ``alive``."""
+    kind, _, target = check.partition(":")
+    if kind == "grpc":
+        with grpc.insecure_channel(target) as channel:
+            try:
+                reply = health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(service=""), timeout=1
+                )
+            except grpc.RpcError:
+                return False
+            return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+    if kind == "http":
+        try:
+            return httpx.get(target, timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class _Launch:
+    name: str
+    extra_env: Mapping[str, str]
+
+
+@dataclass
+class Stack:
+    """A set of child processes sharing one environment."""
+
+    env: Mapping[str, str]
+    specs: list[ProcessSpec]
+    out: IO[str] = field(default_factory=lambda: sys.stdout)
+    as_json: bool = False  # True: one JSON object per line (``Output``)
+    children: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
+    _launches: dict[str, _Launch] = field(default_factory=dict)
+    _output: Output | None = None
+
+    @property
+    def output(self) -> Output:
+        if self._output is None:
+            width = max((len(spec.name) for spec in self.specs), default=0)
+            self._output = Output(self.out, as_json=self.as_json, width=width)
+        return self._output
+
+    def start(self) -> None:
+        for spec in self.specs:
+            self.start_one(spec.name)
+
+    def start_one(
+        self,
+        name: str,
+        *,
+        label: str = "",
+        extra_env: Mapping[str, str] | None = None,
+    ) -> subprocess.Popen[str]:
+        """Start ``opsctl serve name``; ``label`` names a second replica of the same process."""
+        label = label or name
+        self._launches[label] = _Launch(name, dict(extra_env or {}))
+        return self._spawn(label)
+
+    def restart(self, label: str) -> subprocess.Popen[str]:
+        """Start a child that has exited again, as it was first started."""
+        return self._spawn(label)
+
+    def _spawn(self, label: str) -> subprocess.Popen[str]:
+        launch = self._launches[label]
+        child = subprocess.Popen(
+            [sys.executable, "-m", "durable_ops.cli", "serve", launch.name],
+            env={**os.environ, **self.env, **launch.extra_env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,  # Ctrl-C reaches us, and we stop the children in order
+        )
+        self.children[label] = child
+        threading.Thread(target=self._relay, args=(label, child), daemon=True).start()
+        return child
+
+    def _relay(self, label: str, child: subprocess.Popen[str]) -> None:
+        assert child.stdout is not None
+        for line in child.stdout:
+            self.output.child(label, line)
+
+    def wait_healthy(
+        self, timeout: float = HEALTH_TIMEOUT_SECONDS, checks: Iterable[str] = ()
+    ) -> None:
+        """Wait for every spec's health check, plus any extra ``checks`` given."""
+        deadline = time.monotonic() + timeout
+        for check in [*(spec.health for spec in self.specs), *checks]:
+            while not healthy(check):
+                dead = self.dead()
+                if dead:
+                    raise RuntimeError(f"{', '.join(dead)} exited during start-up")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{check} did not become healthy in {timeout:.0f} s")
+                time.sleep(0.1)
+
+    def dead(self) -> list[str]:
+        return [name for name, child in self.children.items() if child.poll() is not None]
+
+    def kill(self, label: str) -> None:
+        """SIGKILL one child, as a crash would (fault drills)."""
+        child = self.children[label]
+        child.kill()
+        child.wait()
+
+    def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
+        for child in self.children.values():
+            if child.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    child.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for child in self.children.values():
+            try:
+                child.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
