@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -80,6 +81,36 @@ def test_every_command_has_help() -> None:
         result = opsctl(name, "--help")
         assert result.returncode == 0, name
         assert "usage: opsctl" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        (["token"], ["Print a user JWT", "var/secrets.json", "lifetime (default: 3600)"]),
+        (["serve"], ["Run one process", "gateway        the HTTP API", "default 127.0.0.1:8080"]),
+        (["ai"], ["Switch AI admission", "OPS_AI_GLOBAL_LIMIT, default 20", "--json"]),
+        (["up"], ["restarted with backoff", "--port-base N", "(default: demo)"]),
+    ],
+)
+def test_help_says_what_a_command_does_and_its_defaults(
+    command: list[str], says: list[str]
+) -> None:
+    shown = " ".join(opsctl(*command, "--help").stdout.split())  # argparse wraps lines
+    for text in says:
+        assert " ".join(text.split()) in shown, (command, text)
+
+
+def test_ai_status_as_json(tmp_path: Path) -> None:
+    env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}", "OPS_AI_USER_LIMIT": "3"}
+    opsctl("migrate", env=env)
+    assert json.loads(opsctl("ai", "disable", "--json", env=env).stdout)["ai_enabled"] is False
+    status = json.loads(opsctl("ai", "status", "--json", env=env).stdout)
+    assert status == {
+        "ai_enabled": False,
+        "active_operations": 0,
+        "global_limit": 20,
+        "user_limit": 3,
+    }
 
 
 def test_an_unknown_revision_and_the_version_are_answered_plainly(tmp_path: Path) -> None:
