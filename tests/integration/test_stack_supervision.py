@@ -1,0 +1,50 @@
+"""A child that keeps dying is restarted with backoff, then everything stops with a reason."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+from pathlib import Path
+
+from durable_ops.stack.children import Stack
+from durable_ops.stack.output import Output
+from durable_ops.stack.restarts import RestartBudget
+from durable_ops.up import EXIT_UNAVAILABLE, _supervise
+
+
+def test_a_child_that_keeps_dying_spends_its_budget_and_stops_the_stack(tmp_path: Path) -> None:
+    # A service refuses an unmigrated database at once (exit 3): a crash on every start.
+    env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'empty.sqlite3'}", "OPS_LOG_JSON": "true"}
+    out = io.StringIO()
+    stack = Stack(env, specs=[], out=out, as_json=True)
+    stack.start_one("workspace")
+    budget = RestartBudget(limit=2, first_delay=0.05)
+    try:
+        code = _supervise(stack, threading.Event(), Output(out, as_json=True), budget)
+    finally:
+        stack.stop()
+    assert code == EXIT_UNAVAILABLE
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    ours = [record for record in records if record["process"] == "up"]
+    assert [record["event"] for record in ours] == ["restarting", "restarting", "gave_up"]
+    assert ours[0]["message"] == (
+        "workspace exited with code 3; restarting in 0.1 s (restart 1 of 2)."
+    )
+    assert ours[1]["delay_seconds"] == 0.1
+    assert ours[2]["message"] == (
+        "opsctl up: workspace exited with code 3 after 2 restarts within 300 s;"
+        " stopping everything."
+    )
+    # Each start really ran: the child said why it refused, three times (the relay of the
+    # last one's output may still be on its way).
+    deadline = time.monotonic() + 10
+    while _refusals(out) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _refusals(out) == 3
+
+
+def _refusals(out: io.StringIO) -> int:
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    return sum(r["process"] == "workspace" and "opsctl migrate" in str(r) for r in records)
