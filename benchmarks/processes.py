@@ -81,7 +81,7 @@ def _start(name: str, env: Mapping[str, str]) -> Child:
 
 
 def _wait(child: Child, check: str) -> None:
-    """Until ``check`` (a ``durable_ops.stack.children.healthy`` check) answers, or the child dies."""
+    """Until ``check`` (a ``stack.children.healthy`` check) answers, or the child dies."""
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while not healthy(check):
         if child.process.poll() is not None:

@@ -18,9 +18,9 @@ from durable_ops.api.ai_admission.v1 import ai_admission_pb2_grpc
 from durable_ops.model.scope import Role
 from durable_ops.model.states import ACTIVE_STATES
 from durable_ops.rpc.credentials import mint_service_token
+from durable_ops.stack.children import Stack
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import UserOperation
-from durable_ops.stack.children import Stack
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import SECRET, Services, running_services
 from tests.support.ports import free_port

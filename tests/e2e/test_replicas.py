@@ -38,9 +38,9 @@ from durable_ops.gateway.auth import mint_user_token
 from durable_ops.model.states import ACTIVE_STATES, TERMINAL_STATES, OperationState
 from durable_ops.model.tasks import TASKS
 from durable_ops.rpc.client import CHANNEL_OPTIONS
+from durable_ops.stack.children import Stack
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import AiWorkspaceNote, UserNotification, UserOperation
-from durable_ops.stack.children import Stack
 from tests.conftest import _empty_all_tables
 from tests.support.ai_stack import LogTee
 from tests.support.grpc_services import SECRET
