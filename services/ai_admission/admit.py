@@ -16,7 +16,7 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from durable_ops.model import admission, bounds
-from durable_ops.model.errors import Conflict, InvalidArgument
+from durable_ops.model.errors import KEY_USED_FOR_ANOTHER_REQUEST, Conflict, InvalidArgument
 from durable_ops.model.tasks import CV, JOB, TASKS, TaskType
 from durable_ops.storage import capacity, operations, workspace
 from durable_ops.storage.schema import UserOperation
@@ -43,7 +43,7 @@ def _check_subjects(session: Session, task: TaskType, request: AdmitRequest) -> 
     _SUBJECT_READERS[task.subject.name](session, request.subject_id)
     if request.context_ref:
         if task.context is None:
-            raise InvalidArgument("context_ref", f"{task.name} takes no second reference")
+            raise InvalidArgument("context_ref", f"is not taken by {task.name}")
         _SUBJECT_READERS[task.context.name](session, request.context_ref)
 
 
@@ -85,7 +85,7 @@ def admit(
                 request.subject_id,
                 request.context_ref,
             ):
-                raise Conflict("this idempotency key was used for another subject")
+                raise Conflict(KEY_USED_FOR_ANOTHER_REQUEST)
             return existing, True
     active = operations.active_for_subject(
         Tx.of(session), task.name, task.subject.name, request.subject_id

@@ -65,7 +65,7 @@ def _idempotency_key(request: Request) -> str:
         try:
             bounds.idempotency_key(key)
         except InvalidArgument as exc:
-            raise invalid("Idempotency-Key", exc.reason) from None
+            raise invalid("Idempotency-Key", exc.reason, code=exc.code) from None
     return key
 
 

@@ -3,8 +3,11 @@
 ``json_object`` reads at most ``max_bytes`` (413 beyond), refuses a body
 that is not JSON (400 ``malformed_json``), not an object (400), or names a
 field outside ``allowed`` (400 ``unknown_field``). The ``*_field`` helpers
-check one member's type and length. ``no_body`` is for actions that take
-none: empty, or ``{}``.
+check one member's type and length; ``string_field`` is also the one place a
+text field of a body is checked for control characters (400
+``control_character`` naming the field; ``multi_line`` keeps tab, LF and CR),
+with the same rule as the services (``bounds.single_line``/``multi_line``).
+``no_body`` is for actions that take none: empty, or ``{}``.
 """
 
 from __future__ import annotations
@@ -16,20 +19,30 @@ from typing import Any
 from starlette.requests import Request
 
 from durable_ops.gateway.problems import Problem, invalid
+from durable_ops.model import bounds
+from durable_ops.model.errors import InvalidArgument
 
 DEFAULT_MAX_BYTES = 64 * 1024
+
+
+def _too_large(max_bytes: int) -> Problem:
+    return Problem(413, "payload_too_large", f"The body must be at most {max_bytes} bytes.")
+
+
+def _unsupported_media_type() -> Problem:
+    return Problem(415, "unsupported_media_type", "Send the body as application/json.")
 
 
 async def _read(request: Request, max_bytes: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise Problem(413, "payload_too_large", f"the body must be at most {max_bytes} bytes")
+        raise _too_large(max_bytes)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > max_bytes:
-            raise Problem(413, "payload_too_large", f"the body must be at most {max_bytes} bytes")
+            raise _too_large(max_bytes)
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -39,10 +52,17 @@ def _media_type(request: Request) -> str:
 
 
 def _parse(raw: bytes) -> Any:
+    # Not strict: a raw control character inside a string then reaches the field's own
+    # check, which names the field, instead of failing the whole body without saying where.
     try:
-        return json.loads(raw)
+        return json.loads(raw, strict=False)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise Problem(400, "malformed_json", "the body is not valid JSON") from None
+        raise Problem(400, "malformed_json", "The body is not valid JSON.") from None
+
+
+def _unknown_field(name: object) -> Problem:
+    shown = str(name)[:64]
+    return Problem(400, "unknown_field", f"{shown} is not a field of this request.", field=shown)
 
 
 async def json_object(
@@ -57,13 +77,13 @@ async def json_object(
     if optional and not raw.strip():
         return {}
     if _media_type(request) not in ("application/json", ""):
-        raise Problem(415, "unsupported_media_type", "send the body as application/json")
+        raise _unsupported_media_type()
     body = _parse(raw)
     if not isinstance(body, dict):
-        raise Problem(400, "invalid_body", "the body must be a JSON object")
+        raise Problem(400, "invalid_body", "The body must be a JSON object.")
     for name in body:
         if name not in allowed:
-            raise Problem(400, "unknown_field", f"{name[:64]}: unknown field", field=str(name)[:64])
+            raise _unknown_field(name)
     return body
 
 
@@ -76,17 +96,27 @@ async def no_body(request: Request) -> None:
 
 async def _check_empty_object(request: Request, raw: bytes) -> None:
     if _media_type(request) not in ("application/json", ""):
-        raise Problem(415, "unsupported_media_type", "send the body as application/json")
+        raise _unsupported_media_type()
     body = _parse(raw)
     if not isinstance(body, dict):
-        raise Problem(400, "invalid_body", "the body must be empty or a JSON object")
+        raise Problem(400, "invalid_body", "The body must be empty or a JSON object.")
     for name in body:
-        raise Problem(400, "unknown_field", f"{name[:64]}: unknown field", field=str(name)[:64])
+        raise _unknown_field(name)
 
 
 def string_field(
-    body: Mapping[str, Any], name: str, *, max_length: int, required: bool = True
+    body: Mapping[str, Any],
+    name: str,
+    *,
+    max_length: int,
+    required: bool = True,
+    multi_line: bool = False,
 ) -> str | None:
+    """The member ``name`` as a string, as sent (the services trim a single line).
+
+    A single-line field (the default) may carry no control character; a
+    ``multi_line`` one (a description, a CV's text) keeps tab, LF and CR.
+    """
     value = body.get(name)
     if value is None:
         if required:
@@ -98,6 +128,11 @@ def string_field(
         raise invalid(name, f"must be at most {max_length} characters")
     if required and not value.strip():
         raise invalid(name, "must not be empty")
+    check = bounds.multi_line if multi_line else bounds.single_line
+    try:
+        check(name, value, max_length, required=False)
+    except InvalidArgument as exc:
+        raise invalid(name, exc.reason, code=exc.code) from None
     return value
 
 

@@ -25,11 +25,17 @@ JsonObject = dict[str, Any]
 METHODS = ("get", "put", "post", "delete", "patch")
 
 ERROR_DESCRIPTIONS: Mapping[int, str] = {
-    400: "Invalid argument: a bound, type or format broken (`field` names it)",
+    400: (
+        "Invalid argument: a bound, type or format broken (`field` names it; code"
+        " `control_character` for a control character in text)"
+    ),
     401: "Not signed in: missing, malformed, expired or wrongly signed token",
-    403: "Not allowed (also: a cookie-authenticated change from another origin)",
+    403: (
+        "Not allowed (code `plan_required`: AI switched on on the Free plan; also a"
+        " cookie-authenticated change from another origin)"
+    ),
     404: "No such resource for this user (another user's resource looks the same)",
-    409: "The resource's state does not allow this",
+    409: "The resource's state does not allow this, or the idempotency key was used before",
     413: "The body is too large",
     415: "The body is not JSON",
     429: "Over capacity; `Retry-After` says when to try again",

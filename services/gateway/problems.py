@@ -5,6 +5,12 @@ Every error the gateway answers is ``application/problem+json`` with ``type``,
 arguments, the ``field``. Route code raises ``Problem`` (or lets a
 ``DomainError`` from a backend call propagate); the handlers installed by
 ``install`` render both. Anything else is a bug and becomes a logged 500.
+
+The ``detail`` is what a person reads (the page shows it), so it is always a
+full sentence: ``Problem`` gives it a closing full stop and, unless it opens
+with a field name, a capital letter, whoever wrote the text (a route, a
+service across gRPC). An invalid argument reads "<field> <reason>.", e.g.
+"page_size must be an integer between 1 and 100.".
 """
 
 from __future__ import annotations
@@ -39,8 +45,20 @@ HTTP_STATUS_BY_KIND: Mapping[str, int] = {
 }
 # DEADLINE_EXCEEDED arrives as ``Unavailable`` with this code (see domain_error_from_rpc).
 HTTP_STATUS_BY_CODE: Mapping[str, int] = {"deadline_exceeded": 504}
+BACKEND_UNAVAILABLE = "A service behind the gateway is unavailable right now; try again shortly."
 
 _log = structlog.get_logger(__name__)
+_SENTENCE_ENDS = (".", "!", "?")
+
+
+def as_sentence(text: str, *, capitalise: bool = True) -> str:
+    """``text`` with a closing full stop and, with ``capitalise``, a capital first letter."""
+    text = text.strip()
+    if not text:
+        return text
+    if capitalise and text[0].islower():
+        text = text[0].upper() + text[1:]
+    return text if text.endswith(_SENTENCE_ENDS) else text + "."
 
 
 class Problem(Exception):
@@ -56,6 +74,8 @@ class Problem(Exception):
         headers: Mapping[str, str] | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> None:
+        # A detail that names a field opens with it, as spelt: "page_size must be ...".
+        detail = as_sentence(detail, capitalise=field is None)
         super().__init__(detail)
         self.status = status
         self.code = code
@@ -83,20 +103,22 @@ class Problem(Exception):
         )
 
 
-def invalid(field: str, detail: str, *, code: str = "invalid_argument") -> Problem:
-    return Problem(400, code, f"{field}: {detail}", field=field)
+def invalid(field: str, reason: str, *, code: str = "invalid_argument") -> Problem:
+    """400 for ``field``; ``reason`` completes the sentence: "is required", "must be ..."."""
+    return Problem(400, code, f"{field} {reason}", field=field)
 
 
 def problem_from_domain(error: DomainError) -> Problem:
     """The one mapping of a domain error to HTTP; unknown kinds are a backend failure (503)."""
     status = HTTP_STATUS_BY_CODE.get(error.code) or HTTP_STATUS_BY_KIND.get(error.kind)
     if status is None:
-        return Problem(503, "backend_unavailable", "backend unavailable")
+        return Problem(503, "backend_unavailable", BACKEND_UNAVAILABLE)
+    if isinstance(error, InvalidArgument):
+        return invalid(error.field, error.reason, code=error.code)
     headers: dict[str, str] = {}
     if isinstance(error, CapacityExceeded):
         headers["Retry-After"] = str(max(0, error.retry_after_seconds))
-    field = error.field if isinstance(error, InvalidArgument) else None
-    return Problem(status, error.code, error.message, field=field, headers=headers)
+    return Problem(status, error.code, error.message, headers=headers)
 
 
 async def _problem(_request: Request, exc: Exception) -> Response:
@@ -113,9 +135,10 @@ async def _http_exception(_request: Request, exc: Exception) -> Response:
     """Starlette's own errors (unknown path, wrong method) in the same shape."""
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    detail = {404: "no such resource", 405: "method not allowed"}.get(
-        exc.status_code, str(exc.detail)
-    )
+    detail = {
+        404: "There is no such resource.",
+        405: "This resource does not accept that method.",
+    }.get(exc.status_code, str(exc.detail))
     return Problem(exc.status_code, code, detail, headers=exc.headers).response()
 
 
@@ -127,7 +150,9 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
         error_type=type(exc).__qualname__,
         stack="".join(traceback.format_tb(exc.__traceback__)),
     )
-    return Problem(500, "internal_error", "internal error").response()
+    return Problem(
+        500, "internal_error", "Something went wrong here; it has been logged."
+    ).response()
 
 
 EXCEPTION_HANDLERS: Mapping[Any, Any] = {

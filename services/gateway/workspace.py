@@ -94,10 +94,11 @@ async def create_job(request: Request) -> Response:
     body = await json_object(
         request, ("title", "company", "description"), max_bytes=JOB_BODY_MAX_BYTES
     )
+    description = string_field(body, "description", max_length=JOB_DESCRIPTION_MAX, multi_line=True)
     message = pb.CreateJobRequest(
         title=string_field(body, "title", max_length=JOB_TITLE_MAX) or "",
         company=string_field(body, "company", max_length=JOB_COMPANY_MAX, required=False) or "",
-        description=string_field(body, "description", max_length=JOB_DESCRIPTION_MAX) or "",
+        description=description or "",
     )
     job = await calls(_stub(calls).CreateJob, message)
     return _created(job_dto(job), f"/api/jobs/{job.id}")
@@ -133,7 +134,7 @@ async def create_attachment(request: Request) -> Response:
     message = pb.CreateAttachmentRequest(
         kind=kind,
         filename=string_field(body, "filename", max_length=ATTACHMENT_FILENAME_MAX) or "",
-        text=string_field(body, "text", max_length=ATTACHMENT_TEXT_MAX) or "",
+        text=string_field(body, "text", max_length=ATTACHMENT_TEXT_MAX, multi_line=True) or "",
     )
     attachment = await calls(_stub(calls).CreateAttachment, message)
     return _created(
@@ -173,7 +174,9 @@ async def put_ai_settings(request: Request) -> Response:
     calls = owner_calls(request)
     body = await json_object(request, ("ai_enabled", "privacy", "plan"))
     if "plan" in body:
-        raise invalid("plan", "is read-only here; an operator sets it with `opsctl users set-plan`")
+        raise invalid(
+            "plan", "is read-only here; an operator sets it with `opsctl users set-plan USER PLAN`"
+        )
     message = pb.UpdateAiSettingsRequest()
     enabled = bool_field(body, "ai_enabled", required=False)
     if enabled is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 
-from durable_ops.model.errors import InvalidArgument
+from durable_ops.model.errors import CONTROL_CHARACTER, InvalidArgument
 
 ID_MAX = 64  # any row id a caller names; ids the services issue are 32 hex characters
 TASK_TYPE_MAX = 64
@@ -23,6 +23,7 @@ DEFAULT_RETRY_DELAY_SECONDS = 30  # a create that names none
 LEASE_SECONDS_RANGE = (5, 600)
 LEASE_TOKEN_MAX = 128  # the services issue 43 characters
 CLAIM_WAIT_SECONDS_MAX = 20  # a waiting claim answers within this, claimed or not
+WAIT_SECONDS_MAX = 30.0  # WaitOperation and the HTTP long-poll answer within this, done or not
 DEADLINE_MAX_AHEAD = timedelta(hours=24)
 PROGRESS_RANGE = (0, 100)
 PRIORITY_RANGE = (-1000, 1000)
@@ -44,6 +45,14 @@ PAGE_TOKEN_MAX = 512
 _TASK_TYPE = re.compile(r"[a-z0-9._-]+")
 _OWNER_ID = re.compile(r"[A-Za-z0-9._@:-]+")
 _KEY_TEXT = re.compile(r"[\x21-\x7e]+")
+# C0 controls and DEL. A line of text (a title, a filename, a key) has none; text that may
+# span lines (a job description, a CV) keeps tab, line feed and carriage return.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL_BETWEEN_LINES = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# JSON can spell a lone surrogate (\ud800): that is not text, and protobuf cannot encode it.
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+# What a pasted line may carry around it; trimmed, where any other control is refused.
+_LINE_BLANKS = " \t\r\n"
 
 
 def text(field: str, value: str, max_length: int, *, required: bool = True) -> str:
@@ -51,6 +60,40 @@ def text(field: str, value: str, max_length: int, *, required: bool = True) -> s
         raise InvalidArgument(field, "is required")
     if len(value) > max_length:
         raise InvalidArgument(field, f"must be at most {max_length} characters")
+    return value
+
+
+def _refuse_unprintable(field: str, value: str, control: re.Pattern[str], allowed: str) -> None:
+    found = control.search(value)
+    if found is not None:
+        raise InvalidArgument(
+            field,
+            f"must not contain control characters{allowed}; "
+            f"found U+{ord(found.group()):04X} at character {found.start() + 1}",
+            code=CONTROL_CHARACTER,
+        )
+    surrogate = _SURROGATE.search(value)
+    if surrogate is not None:
+        raise InvalidArgument(
+            field,
+            f"must be valid Unicode text; found the lone surrogate "
+            f"U+{ord(surrogate.group()):04X} at character {surrogate.start() + 1}",
+        )
+
+
+def single_line(field: str, value: str, max_length: int, *, required: bool = True) -> str:
+    """A line of text, trimmed: no control character in it (code ``control_character``)."""
+    trimmed = text(field, value.strip(), max_length, required=required)
+    _refuse_unprintable(field, value.strip(_LINE_BLANKS), _CONTROL, "")
+    return trimmed
+
+
+def multi_line(field: str, value: str, max_length: int, *, required: bool = True) -> str:
+    """Text that may span lines: tab, LF and CR are kept; any other control is refused."""
+    text(field, value, max_length, required=required)
+    _refuse_unprintable(
+        field, value, _CONTROL_BETWEEN_LINES, " other than tab, line feed and carriage return"
+    )
     return value
 
 
@@ -84,6 +127,7 @@ def owner_id(value: str) -> str:
 
 def idempotency_key(value: str) -> str:
     text("idempotency_key", value, IDEMPOTENCY_KEY_MAX)
+    _refuse_unprintable("idempotency_key", value, _CONTROL, "")
     if not _KEY_TEXT.fullmatch(value):
         raise InvalidArgument("idempotency_key", "must be printable ASCII without spaces")
     return value

@@ -5,9 +5,11 @@ that the one translation table in ``durable_ops.rpc.errors`` maps to a gRPC stat
 and the gateway maps on to HTTP:
 
     DomainError
-    ├── InvalidArgument      kind=invalid_argument     (a bound or format broken; names the field)
+    ├── InvalidArgument      kind=invalid_argument     (a bound or format broken; names the field;
+    │                                                    control_character: a control in text)
     ├── Unauthenticated      kind=unauthenticated
-    ├── PermissionDenied     kind=permission_denied    (wrong scope, not entitled, AI off for user)
+    ├── PermissionDenied     kind=permission_denied    (wrong scope, not entitled, AI off for user,
+    │                                                    plan_required: AI switched on on Free)
     ├── NotFound             kind=not_found            (also another owner's row: never leaks)
     ├── Conflict             kind=conflict             (idempotency key reused for another request)
     ├── InvalidTransition    kind=failed_precondition  (the state does not allow the event)
@@ -34,10 +36,14 @@ class InvalidArgument(DomainError):
     kind = "invalid_argument"
     code = "invalid_argument"
 
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
+    def __init__(self, field: str, reason: str, *, code: str | None = None) -> None:
+        super().__init__(f"{field}: {reason}", code=code)
         self.field = field
         self.reason = reason  # the message without the field, for a caller that names it
+
+
+# The code of an InvalidArgument for a control character in a text field (``bounds.single_line``).
+CONTROL_CHARACTER = "control_character"
 
 
 class Unauthenticated(DomainError):
@@ -50,6 +56,10 @@ class PermissionDenied(DomainError):
     code = "permission_denied"
 
 
+# The code of a PermissionDenied that refuses switching AI on for an owner on the Free plan.
+PLAN_REQUIRED = "plan_required"
+
+
 class NotFound(DomainError):
     kind = "not_found"
     code = "not_found"
@@ -58,6 +68,10 @@ class NotFound(DomainError):
 class Conflict(DomainError):
     kind = "conflict"
     code = "idempotency_conflict"
+
+
+# The message of every idempotency conflict, whichever part of the request differs.
+KEY_USED_FOR_ANOTHER_REQUEST = "This key was used for a different request."
 
 
 class InvalidTransition(DomainError):
@@ -81,6 +95,13 @@ class CapacityExceeded(DomainError):
     def __init__(self, message: str, *, retry_after_seconds: int) -> None:
         super().__init__(message)
         self.retry_after_seconds = retry_after_seconds
+
+
+class NotImplementedYet(DomainError):
+    """A standard call this server knows but does not carry out (yet); nothing changed."""
+
+    kind = "unimplemented"
+    code = "unimplemented"
 
 
 class Unavailable(DomainError):

@@ -37,9 +37,15 @@ from sqlalchemy import ColumnElement, Row, Select, Table, bindparam, insert, sel
 from sqlalchemy.exc import IntegrityError
 
 from durable_ops.model import bounds, lifecycle
-from durable_ops.model.errors import CANCEL_REQUESTED, Conflict, LeaseLost, NotFound
+from durable_ops.model.errors import (
+    CANCEL_REQUESTED,
+    KEY_USED_FOR_ANOTHER_REQUEST,
+    Conflict,
+    LeaseLost,
+    NotFound,
+)
 from durable_ops.model.lifecycle import Decision, Event, Facts
-from durable_ops.model.states import PENDING_STATES, OperationState, Privacy
+from durable_ops.model.states import PENDING_STATES, TERMINAL_STATES, OperationState, Privacy
 from durable_ops.storage import notifications
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
 from durable_ops.storage.schema import UserOperation
@@ -231,7 +237,7 @@ def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation
         if existing is None:
             raise
         if not hmac.compare_digest(existing.request_hash, fingerprint):
-            raise Conflict("this idempotency key was used for a different request") from None
+            raise Conflict(KEY_USED_FOR_ANOTHER_REQUEST) from None
         return existing, False
     return UserOperation(owner_user_id=tx.owner_id, **values), True
 
@@ -553,6 +559,10 @@ _CANCELS_AMONG = select(OPS.c.id).where(
     OPS.c.state == S.RUNNING,
     OPS.c.cancel_requested.is_(True),
 )
+_FINISHED_AMONG = select(OPS.c.id).where(
+    OPS.c.id.in_(bindparam("ids", expanding=True)),
+    OPS.c.state.in_([state.value for state in TERMINAL_STATES]),
+)
 _CLAIMABLE_KINDS = (
     select(OPS.c.state, OPS.c.task_type)
     .where(
@@ -565,12 +575,22 @@ _CLAIMABLE_KINDS = (
 
 def cancels_among(tx: Tx, operation_ids: Sequence[str]) -> set[str]:
     """Which of these running operations' owners asked to cancel: one primary-key lookup."""
+    return _among(tx, _CANCELS_AMONG, operation_ids, "the cancel watch")
+
+
+def finished_among(tx: Tx, operation_ids: Sequence[str]) -> set[str]:
+    """Which of these operations are in a terminal state: one primary-key lookup."""
+    return _among(tx, _FINISHED_AMONG, operation_ids, "the done watch")
+
+
+def _among(tx: Tx, query: Select[Any], operation_ids: Sequence[str], who: str) -> set[str]:
+    """The ids ``query`` keeps, asked in chunks a statement can carry."""
     if tx.owner_id is not None:
-        raise ScopeViolation("the cancel watch runs in the neutral scope")
+        raise ScopeViolation(f"{who} runs in the neutral scope")
     found: set[str] = set()
     for start in range(0, len(operation_ids), LIVE_QUERY_IDS_MAX):
         ids = list(operation_ids[start : start + LIVE_QUERY_IDS_MAX])
-        found.update(tx.execute(_CANCELS_AMONG, {"ids": ids}).scalars())
+        found.update(tx.execute(query, {"ids": ids}).scalars())
     return found
 
 

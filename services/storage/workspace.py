@@ -17,7 +17,7 @@ from durable_ops.model.bounds import (
     JOB_DESCRIPTION_MAX,
     JOB_TITLE_MAX,
 )
-from durable_ops.model.errors import InvalidArgument, NotFound
+from durable_ops.model.errors import PLAN_REQUIRED, InvalidArgument, NotFound, PermissionDenied
 from durable_ops.model.states import Plan, Privacy
 from durable_ops.storage import operations
 from durable_ops.storage.operations import new_id
@@ -49,9 +49,9 @@ def _owned(session: Session, model: type[Row], row_id: str, what: str) -> Row:
 def create_job(session: Session, title: str, company: str, description: str, now: datetime) -> Job:
     job = Job(
         id=new_id(),
-        title=bounds.text("title", title.strip(), JOB_TITLE_MAX),
-        company=bounds.text("company", company.strip(), JOB_COMPANY_MAX, required=False),
-        description=bounds.text("description", description, JOB_DESCRIPTION_MAX),
+        title=bounds.single_line("title", title, JOB_TITLE_MAX),
+        company=bounds.single_line("company", company, JOB_COMPANY_MAX, required=False),
+        description=bounds.multi_line("description", description, JOB_DESCRIPTION_MAX),
         created_at=now,
         updated_at=now,
     )
@@ -77,12 +77,13 @@ def create_attachment(
     session: Session, kind: str, filename: str, text: str, now: datetime
 ) -> Attachment:
     if kind not in ATTACHMENT_KINDS:
-        raise InvalidArgument("kind", f"must be one of {sorted(ATTACHMENT_KINDS)}")
+        kinds = " or ".join(f'"{name}"' for name in sorted(ATTACHMENT_KINDS))
+        raise InvalidArgument("kind", f"must be {kinds}")
     attachment = Attachment(
         id=new_id(),
         kind=kind,
-        filename=bounds.text("filename", filename.strip(), ATTACHMENT_FILENAME_MAX),
-        text=bounds.text("text", text, ATTACHMENT_TEXT_MAX),
+        filename=bounds.single_line("filename", filename, ATTACHMENT_FILENAME_MAX),
+        text=bounds.multi_line("text", text, ATTACHMENT_TEXT_MAX),
         created_at=now,
     )
     session.add(attachment)
@@ -112,6 +113,17 @@ class AiSettingsView:
 
 
 DEFAULT_AI_SETTINGS = AiSettingsView(ai_enabled=False, privacy=Privacy.LOCAL_ONLY, plan=Plan.FREE)
+# What an operator runs to grant Pro (``opsctl users set-plan USER pro`` in ``durable_ops.cli``).
+GRANT_PRO_COMMAND = "opsctl users set-plan {owner} pro"
+
+
+def plan_required(owner: str) -> PermissionDenied:
+    command = GRANT_PRO_COMMAND.format(owner=owner or "USER")
+    return PermissionDenied(
+        "AI analyses need the Pro plan, and this account is on the Free plan; "
+        f"an operator grants Pro with `{command}`.",
+        code=PLAN_REQUIRED,
+    )
 
 
 def _settings_row(session: Session) -> UserAiSettings | None:
@@ -134,7 +146,13 @@ def update_ai_settings(
     privacy: str | None = None,
     plan: str | None = None,
 ) -> AiSettingsView:
-    """Change the owner's settings; ``plan`` only from the operator's CLI."""
+    """Change the owner's settings; ``plan`` only from the operator's CLI.
+
+    AI cannot be switched on while the plan (after this change) is Free: the
+    switch would promise analyses that admission refuses. A plan taken away
+    leaves the switch as it was, so granting Pro again restores it; admission
+    re-checks the plan every time.
+    """
     current = ai_settings(session)
     try:
         new_privacy = Privacy(privacy) if privacy is not None else current.privacy
@@ -144,6 +162,8 @@ def update_ai_settings(
         new_plan = Plan(plan) if plan is not None else current.plan
     except ValueError:
         raise InvalidArgument("plan", "must be free or pro") from None
+    if ai_enabled and not current.ai_enabled and new_plan is not Plan.PRO:
+        raise plan_required(Tx.of(session).owner_id or "")
     row = _settings_row(session)
     if row is None:
         row = UserAiSettings(id=new_id())

@@ -82,6 +82,9 @@ def test_admit_creates_a_queued_operation_with_a_status_url(services: Services) 
 def test_entitlement_is_required(
     services: Services, plan: str, ai_enabled: bool, code: str
 ) -> None:
+    if plan == "free" and ai_enabled:
+        # AI cannot be switched on on Free; it stays on when an operator takes Pro away.
+        entitle(services.db, "alice")
     entitle(services.db, "alice", plan=plan, ai_enabled=ai_enabled)
     job = create_job(services.workspace, "alice")
     error = _refusal(services, "alice", snapshot_request(job))
@@ -103,6 +106,74 @@ def test_revoking_between_two_admits_refuses_the_second(services: Services, revo
         )
     error = _refusal(services, "alice", snapshot_request(second))
     assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def _update_ai_settings(
+    services: Services, owner: str, request: workspace_pb.UpdateAiSettingsRequest
+) -> workspace_pb.AiSettings:
+    settings: workspace_pb.AiSettings = services.workspace.UpdateAiSettings(
+        request, metadata=metadata(Role.GATEWAY, owner)
+    )
+    return settings
+
+
+def _settings_refusal(
+    services: Services, owner: str, request: workspace_pb.UpdateAiSettingsRequest
+) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as caught:
+        _update_ai_settings(services, owner, request)
+    return caught.value
+
+
+def _ai_settings(services: Services, owner: str) -> workspace_pb.AiSettings:
+    settings: workspace_pb.AiSettings = services.workspace.GetAiSettings(
+        workspace_pb.GetAiSettingsRequest(), metadata=metadata(Role.GATEWAY, owner)
+    )
+    return settings
+
+
+def test_ai_cannot_be_switched_on_on_the_free_plan(services: Services) -> None:
+    switch_on = workspace_pb.UpdateAiSettingsRequest(ai_enabled=True, privacy="external_allowed")
+    error = _settings_refusal(services, "alice", switch_on)
+    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert _code(error) == "plan_required"
+    assert error.details() == (
+        "AI analyses need the Pro plan, and this account is on the Free plan; "
+        "an operator grants Pro with `opsctl users set-plan alice pro`."
+    )
+    # Refused as a whole: the privacy choice sent with it is not saved either.
+    settings = _ai_settings(services, "alice")
+    assert (settings.ai_enabled, settings.privacy, settings.plan) == (False, "local_only", "free")
+    job = create_job(services.workspace, "alice")
+    assert _code(_refusal(services, "alice", snapshot_request(job))) == "not_entitled"
+
+
+def test_on_the_free_plan_ai_can_still_be_switched_off_and_privacy_changed(
+    services: Services,
+) -> None:
+    entitle(services.db, "alice")
+    entitle(services.db, "alice", plan="free")  # Pro taken away: the switch stays as it was
+    _update_ai_settings(
+        services, "alice", workspace_pb.UpdateAiSettingsRequest(privacy="external_allowed")
+    )
+    _update_ai_settings(services, "alice", workspace_pb.UpdateAiSettingsRequest(ai_enabled=False))
+    settings = _ai_settings(services, "alice")
+    assert (settings.ai_enabled, settings.privacy, settings.plan) == (
+        False,
+        "external_allowed",
+        "free",
+    )
+    switch_on = workspace_pb.UpdateAiSettingsRequest(ai_enabled=True)
+    assert _code(_settings_refusal(services, "alice", switch_on)) == "plan_required"
+
+
+def test_with_pro_granted_first_ai_can_be_switched_on(services: Services) -> None:
+    entitle(services.db, "alice", plan="pro", ai_enabled=False)  # `opsctl users set-plan`
+    switch_on = workspace_pb.UpdateAiSettingsRequest(ai_enabled=True)
+    settings = _update_ai_settings(services, "alice", switch_on)
+    assert (settings.ai_enabled, settings.plan) == (True, "pro")
+    job = create_job(services.workspace, "alice")
+    assert _admit(services, "alice", snapshot_request(job)).reused is False
 
 
 def test_global_switch_off_is_unavailable(services: Services) -> None:

@@ -317,7 +317,7 @@ def test_grpc_status_to_http(status: grpc.StatusCode, http: int, code: str) -> N
     if status == grpc.StatusCode.INVALID_ARGUMENT:
         assert problem.field == "page_size"
         assert problem.body()["field"] == "page_size"
-        assert problem.body()["detail"] == "page_size: too big"
+        assert problem.body()["detail"] == "page_size too big."  # "<field> <reason>."
 
 
 def test_backend_down_is_503_and_slow_is_504(sqlite_services: Services) -> None:

@@ -8,12 +8,27 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import grpc
 import httpx
 import pytest
+from sqlalchemy import func, select
 
+from durable_ops.api.ai_admission.v1 import ai_admission_pb2 as admission_pb
+from durable_ops.api.workspace.v1 import workspace_pb2 as workspace_pb
+from durable_ops.model.scope import Role
+from durable_ops.storage.schema import Attachment, Job, UserOperation
+from tests.integration.test_gateway_wording import reads_as_a_sentence
 from tests.support.clock import ManualClock
-from tests.support.gateway import bearer, create_operation, gateway_client, make_app, run
-from tests.support.grpc_services import Services, running_services
+from tests.support.gateway import (
+    bearer,
+    create_operation,
+    gateway_client,
+    make_app,
+    run,
+    token,
+)
+from tests.support.grpc_services import Services, metadata, running_services
+from tests.support.workspace_client import CV_TEXT, JOB_TEXT, create_cv, create_job
 
 PROBLEM_JSON = "application/problem+json"
 JSON = {"Content-Type": "application/json"}
@@ -37,6 +52,11 @@ class Case:
     authenticated: bool = True
 
 
+# Worded "<name>: unknown query parameter." in gateway/pagination.py, which this change
+# does not own; drop the exception once it reads as a sentence.
+STILL_TERSE = {"unknown_parameter"}
+
+
 def _token(data: Any) -> str:
     return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
 
@@ -52,6 +72,15 @@ def cases(operation_id: str) -> list[Case]:
         Case("string body", "POST", cancel, 400, "invalid_body", b'"cancel"', JSON),
         Case("deep nesting", "POST", cancel, 400, "invalid_body", b"[" * 400 + b"]" * 400, JSON),
         Case("unknown field", "POST", cancel, 400, "unknown_field", b'{"force": true}', JSON),
+        Case(
+            "lone surrogate",
+            "POST",
+            "/api/jobs",
+            400,
+            "invalid_argument",
+            b'{"title": "a\\ud800b", "description": "x"}',
+            JSON,
+        ),
         Case(
             "oversize body",
             "POST",
@@ -292,6 +321,8 @@ def test_each_bad_request_gets_its_4xx_problem(services: Services) -> None:
                     failures.append(f"{case.name}: body {problem}")
                 elif case.code is not None and problem.get("code") != case.code:
                     failures.append(f"{case.name}: code {problem.get('code')} != {case.code}")
+                elif not reads_as_a_sentence(problem) and problem["code"] not in STILL_TERSE:
+                    failures.append(f"{case.name}: not a full sentence: {problem['detail']!r}")
             # None of it touched the operation.
             still = await client.get(f"/api/operations/{operation.id}", headers=bearer("alice"))
             assert still.json()["state"] == "queued"
@@ -384,3 +415,268 @@ def test_nothing_a_client_sends_is_a_5xx(services: Services) -> None:
     run(scenario())
     assert answered_5xx == []
     assert {400, 401, 404} <= statuses
+
+
+# ---- control characters in text -------------------------------------------------------------
+
+# Every C0 control and DEL. Tab, LF and CR are text in a field that may span lines.
+CONTROLS = [chr(code) for code in (*range(0x20), 0x7F)]
+LINE_BREAKS = ["\t", "\n", "\r"]
+
+
+@dataclass(frozen=True)
+class TextField:
+    """One text field a write route accepts: a member of its JSON body, or a header."""
+
+    method: str
+    path: str  # as the OpenAPI document spells it
+    name: str
+    multi_line: bool = False
+    header: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path} {self.name}"
+
+
+TEXT_FIELDS = [
+    TextField("POST", "/api/jobs", "title"),
+    TextField("POST", "/api/jobs", "company"),
+    TextField("POST", "/api/jobs", "description", multi_line=True),
+    TextField("POST", "/api/attachments", "kind"),
+    TextField("POST", "/api/attachments", "filename"),
+    TextField("POST", "/api/attachments", "text", multi_line=True),
+    TextField("PUT", "/api/settings/ai", "privacy"),
+    TextField("POST", "/api/jobs/{id}/strategy-snapshot", "attachment_id"),
+    TextField("POST", "/api/jobs/{id}/strategy-snapshot", "Idempotency-Key", header=True),
+    TextField("POST", "/api/attachments/{id}/cv-review", "job_id"),
+    TextField("POST", "/api/attachments/{id}/cv-review", "Idempotency-Key", header=True),
+    TextField("POST", "/auth/login", "token"),
+]
+
+
+@dataclass(frozen=True)
+class Valid:
+    """A request each route accepts, to put one bad character into."""
+
+    job_id: str
+    cv_id: str
+
+    def path(self, text_field: TextField) -> str:
+        subject = self.cv_id if "/attachments/" in text_field.path else self.job_id
+        return text_field.path.format(id=subject)
+
+    def body(self, text_field: TextField) -> dict[str, str]:
+        by_path = {
+            "/api/jobs": {"title": "Engineer", "company": "Acme", "description": JOB_TEXT},
+            "/api/attachments": {"kind": "cv", "filename": "cv.txt", "text": CV_TEXT},
+            "/api/settings/ai": {"privacy": "local_only"},
+            "/api/jobs/{id}/strategy-snapshot": {"attachment_id": self.cv_id},
+            "/api/attachments/{id}/cv-review": {"job_id": self.job_id},
+            "/auth/login": {"token": token("alice")},
+        }
+        return dict(by_path[text_field.path])
+
+
+def _with(value: str, character: str) -> str:
+    """``value`` with ``character`` inside it, not at an edge (a line's edges are trimmed)."""
+    return value[:1] + character + value[1:]
+
+
+async def _send_text(
+    client: httpx.AsyncClient, valid: Valid, text_field: TextField, character: str, *, raw: bool
+) -> httpx.Response:
+    headers = bearer("alice")
+    body = valid.body(text_field)
+    if text_field.header:
+        headers["Idempotency-Key"] = _with("click-42", character)
+    else:
+        body[text_field.name] = _with(body[text_field.name], character)
+    content = json.dumps(body).encode()
+    if raw:
+        # Unescaped, as some clients send it: still refused by name, not as malformed JSON.
+        content = content.replace(json.dumps(character)[1:-1].encode(), character.encode())
+    return await client.request(
+        text_field.method,
+        valid.path(text_field),
+        content=content,
+        headers={**headers, **JSON},
+    )
+
+
+def _stored_rows(services: Services) -> list[int]:
+    """How many jobs, attachments and operations there are, for every owner."""
+    with services.db.neutral(write=False) as session:
+        return [
+            int(session.scalar(select(func.count()).select_from(table)) or 0)
+            for table in (Job, Attachment, UserOperation)
+        ]
+
+
+@pytest.mark.parametrize("text_field", TEXT_FIELDS, ids=str)
+def test_a_control_character_in_a_text_field_is_refused_by_name(
+    services: Services, text_field: TextField
+) -> None:
+    valid = Valid(create_job(services.workspace, "alice"), create_cv(services.workspace, "alice"))
+    refused = [c for c in CONTROLS if not (text_field.multi_line and c in LINE_BREAKS)]
+    before = _stored_rows(services)
+    failures: list[str] = []
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            for character in refused:
+                for raw in (False, True):
+                    response = await _send_text(client, valid, text_field, character, raw=raw)
+                    problem = response.json()
+                    expected = (400, "control_character", text_field.name)
+                    found = (response.status_code, problem.get("code"), problem.get("field"))
+                    where = f"U+{ord(character):04X}{' raw' if raw else ''}"
+                    if found != expected:
+                        failures.append(f"{where}: {found}")
+                    elif not problem["detail"].startswith(f"{text_field.name} must not contain"):
+                        failures.append(f"{where}: {problem['detail']!r}")
+                    elif f"U+{ord(character):04X}" not in problem["detail"]:
+                        failures.append(f"{where}: the detail does not say which: {problem}")
+                    elif not reads_as_a_sentence(problem):
+                        failures.append(f"{where}: not a sentence: {problem['detail']!r}")
+            settings = await client.get("/api/settings/ai", headers=bearer("alice"))
+            assert settings.json()["privacy"] == "local_only"
+
+    run(scenario())
+    assert failures == []
+    assert _stored_rows(services) == before  # nothing was saved or started
+
+
+MULTI_LINE_FIELDS = [text_field for text_field in TEXT_FIELDS if text_field.multi_line]
+
+
+@pytest.mark.parametrize("text_field", MULTI_LINE_FIELDS, ids=str)
+def test_tab_and_line_breaks_are_kept_in_multi_line_text(
+    services: Services, text_field: TextField
+) -> None:
+    valid = Valid("", "")
+    resource = text_field.path
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            for raw in (False, True):
+                body = valid.body(text_field)
+                body[text_field.name] = "First line\r\n\tindented\nlast line"
+                content = json.dumps(body).encode()
+                if raw:
+                    content = content.replace(b"\\r", b"\r").replace(b"\\n", b"\n")
+                    content = content.replace(b"\\t", b"\t")
+                created = await client.post(
+                    resource, content=content, headers={**bearer("alice"), **JSON}
+                )
+                assert created.status_code == 201, created.text
+                fetched = await client.get(created.headers["location"], headers=bearer("alice"))
+                assert fetched.json()[text_field.name] == body[text_field.name]
+
+    run(scenario())
+
+
+def test_a_single_line_keeps_no_pasted_line_break_around_it(services: Services) -> None:
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            job = {"title": "\tEngineer\r\n", "company": " Acme\n", "description": JOB_TEXT}
+            created = await client.post("/api/jobs", json=job, headers=bearer("alice"))
+            assert created.status_code == 201, created.text
+            assert (created.json()["title"], created.json()["company"]) == ("Engineer", "Acme")
+            # A token pasted from a terminal ends with a line break; it still signs in.
+            pasted = {"token": token("alice") + "\n"}
+            assert (await client.post("/auth/login", json=pasted)).status_code == 200
+
+    run(scenario())
+
+
+def test_the_text_fields_cover_every_write_route() -> None:
+    """Each string a write route takes (body member or header) is in TEXT_FIELDS."""
+
+    async def scenario() -> dict[str, Any]:
+        async with gateway_client(make_app("127.0.0.1:1")) as client:
+            document: dict[str, Any] = (await client.get("/openapi.json")).json()
+            return document
+
+    document = run(scenario())
+    schemas = document["components"]["schemas"]
+
+    def resolved(schema: dict[str, Any]) -> dict[str, Any]:
+        while "$ref" in schema:
+            schema = schemas[schema["$ref"].rsplit("/", 1)[-1]]
+        return schema
+
+    declared: set[tuple[str, str, str]] = set()
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            body = operation.get("requestBody", {}).get("content", {}).get("application/json")
+            properties = resolved(body["schema"]).get("properties", {}) if body else {}
+            declared |= {
+                (method.upper(), path, name)
+                for name, schema in properties.items()
+                if resolved(schema).get("type") == "string"
+            }
+            declared |= {
+                (method.upper(), path, parameter["name"])
+                for parameter in operation.get("parameters", [])
+                if parameter["in"] == "header" and parameter["schema"].get("type") == "string"
+            }
+    assert declared == {(f.method, f.path, f.name) for f in TEXT_FIELDS}
+
+
+GRPC_TEXT_FIELDS = [
+    ("CreateJob", "title", False),
+    ("CreateJob", "company", False),
+    ("CreateJob", "description", True),
+    ("CreateAttachment", "filename", False),
+    ("CreateAttachment", "text", True),
+]
+
+
+@pytest.mark.parametrize(("method", "name", "multi_line"), GRPC_TEXT_FIELDS)
+def test_the_workspace_service_refuses_control_characters_too(
+    services: Services, method: str, name: str, multi_line: bool
+) -> None:
+    """Defence in depth: a caller that is not the gateway meets the same rule."""
+    valid: dict[str, Any] = {
+        "CreateJob": workspace_pb.CreateJobRequest(
+            title="Engineer", company="Acme", description=JOB_TEXT
+        ),
+        "CreateAttachment": workspace_pb.CreateAttachmentRequest(
+            kind="cv", filename="cv.txt", text=CV_TEXT
+        ),
+    }
+    call = getattr(services.workspace, method)
+    failures: list[str] = []
+    for character in CONTROLS:
+        request = type(valid[method])()
+        request.CopyFrom(valid[method])
+        setattr(request, name, _with(getattr(request, name), character))
+        try:
+            call(request, metadata=metadata(Role.GATEWAY, "alice"))
+        except grpc.RpcError as error:
+            trailers = {item.key: str(item.value) for item in error.trailing_metadata() or ()}
+            found = (error.code(), trailers.get("x-error-code"), trailers.get("x-error-field"))
+            if found != (grpc.StatusCode.INVALID_ARGUMENT, "control_character", name):
+                failures.append(f"U+{ord(character):04X}: {found}")
+        else:
+            if not (multi_line and character in LINE_BREAKS):
+                failures.append(f"U+{ord(character):04X}: accepted")
+    assert failures == []
+
+
+def test_admission_refuses_a_control_character_in_the_idempotency_key(services: Services) -> None:
+    job = create_job(services.workspace, "alice")
+    for character in CONTROLS:
+        request = admission_pb.AdmitRequest(
+            task_type="strategy.snapshot",
+            subject_id=job,
+            idempotency_key=_with("click-42", character),
+        )
+        with pytest.raises(grpc.RpcError) as caught:
+            services.admission.Admit(request, metadata=metadata(Role.GATEWAY, "alice"))
+        trailers = {item.key: str(item.value) for item in caught.value.trailing_metadata() or ()}
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert (trailers["x-error-code"], trailers["x-error-field"]) == (
+            "control_character",
+            "idempotency_key",
+        )

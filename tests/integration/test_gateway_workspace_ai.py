@@ -15,6 +15,7 @@ from durable_ops.model.admission import Limits
 from durable_ops.storage import capacity
 from durable_ops.storage.schema import UserOperation
 from tests.integration.test_gateway_isolation import ID_ROUTES as OPERATION_ID_ROUTES
+from tests.integration.test_gateway_wording import reads_as_a_sentence
 from tests.support.clock import ManualClock
 from tests.support.gateway import bearer, gateway_client, make_app, run
 from tests.support.grpc_services import Services, running_services
@@ -53,6 +54,7 @@ def _problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]
     assert response.headers["content-type"].startswith("application/problem+json")
     body: dict[str, Any] = response.json()
     assert body["code"] == code, body
+    assert reads_as_a_sentence(body), body
     return body
 
 
@@ -153,17 +155,49 @@ def test_ai_settings_plan_is_read_only_and_privacy_changes(services: Services) -
             default = (await client.get("/api/settings/ai", headers=alice)).json()
             assert default == {"ai_enabled": False, "privacy": "local_only", "plan": "free"}
             changed = await client.put(
-                "/api/settings/ai",
-                json={"ai_enabled": True, "privacy": "external_allowed"},
-                headers=alice,
+                "/api/settings/ai", json={"privacy": "external_allowed"}, headers=alice
             )
             assert changed.json() == {
-                "ai_enabled": True,
+                "ai_enabled": False,
                 "privacy": "external_allowed",
                 "plan": "free",
             }
-            entitle(services.db, "alice", plan="pro")  # what `opsctl users set-plan` does
+            entitle(services.db, "alice", plan="pro", ai_enabled=False)  # `opsctl users set-plan`
             assert (await client.get("/api/settings/ai", headers=alice)).json()["plan"] == "pro"
+            switched_on = await client.put(
+                "/api/settings/ai", json={"ai_enabled": True}, headers=alice
+            )
+            assert switched_on.json() == {
+                "ai_enabled": True,
+                "privacy": "external_allowed",
+                "plan": "pro",
+            }
+
+    run(scenario())
+
+
+def test_a_free_user_cannot_switch_ai_on(services: Services) -> None:
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            alice = bearer("alice")
+            for body in ({"ai_enabled": True}, {"ai_enabled": True, "privacy": "local_only"}):
+                refused = await client.put("/api/settings/ai", json=body, headers=alice)
+                problem = _problem(refused, 403, "plan_required")
+                assert problem["detail"] == (
+                    "AI analyses need the Pro plan, and this account is on the Free plan; "
+                    "an operator grants Pro with `opsctl users set-plan alice pro`."
+                )
+                assert "field" not in problem
+            after = (await client.get("/api/settings/ai", headers=alice)).json()
+            assert after == {"ai_enabled": False, "privacy": "local_only", "plan": "free"}
+            switched_off = await client.put(
+                "/api/settings/ai", json={"ai_enabled": False}, headers=alice
+            )
+            assert switched_off.status_code == 200
+            # Another user's plan is theirs: bob on Pro does not let alice switch on.
+            entitle(services.db, "bob")
+            again = await client.put("/api/settings/ai", json={"ai_enabled": True}, headers=alice)
+            _problem(again, 403, "plan_required")
 
     run(scenario())
 
@@ -237,7 +271,8 @@ def test_idempotency_key_header_is_honoured_and_bounded(services: Services) -> N
             again = await client.post(f"/api/jobs/{job}/strategy-snapshot", headers=keyed)
             assert first.json()["operation_id"] == again.json()["operation_id"]
             reused = await client.post(f"/api/jobs/{other}/strategy-snapshot", headers=keyed)
-            _problem(reused, 409, "idempotency_conflict")
+            conflict = _problem(reused, 409, "idempotency_conflict")
+            assert conflict["detail"] == "This key was used for a different request."
             too_long = {**bearer("alice"), "Idempotency-Key": "k" * 129}
             bad = await client.post(f"/api/jobs/{job}/strategy-snapshot", headers=too_long)
             assert _problem(bad, 400, "invalid_argument")["field"] == "Idempotency-Key"
