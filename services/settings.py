@@ -135,6 +135,13 @@ class Settings:
             " (one query for all of them)"
         ),
     )
+    done_watch_interval_seconds: float = field(
+        default=0.1,
+        metadata=_doc(
+            "how often an Operations replica looks for operations finished elsewhere while"
+            " `WaitOperation` calls wait on them (one query for all of them)"
+        ),
+    )
     ai_user_limit: int = field(default=2, metadata=_doc("active AI operations allowed per user"))
     ai_global_limit: int = field(default=20, metadata=_doc("active AI operations allowed in total"))
     workers_ai_operations_enabled: bool = field(
@@ -223,6 +230,7 @@ _POSITIVE = (
     "sweep_interval_seconds",
     "cancel_watch_interval_seconds",
     "claim_poll_interval_seconds",
+    "done_watch_interval_seconds",
 )
 
 

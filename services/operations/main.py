@@ -5,13 +5,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import grpc
+
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.clock import Clock, utc_now
 from durable_ops.operations.cancel_watch import CancelWatch
 from durable_ops.operations.claim_waiters import ClaimWaiters
+from durable_ops.operations.done_watch import DoneWatch
+from durable_ops.operations.longrunning import SERVICE_NAME as LRO_SERVICE_NAME
+from durable_ops.operations.longrunning import LongRunningOperations
+from durable_ops.operations.longrunning import add_to_server as add_lro_to_server
 from durable_ops.operations.service import SERVICE_NAME, OperationsService
 from durable_ops.operations.sweeper import run_sweeper
-from durable_ops.rpc.server import serve_servicer
+from durable_ops.rpc.server import build_server, serve
 from durable_ops.settings import Settings
 from durable_ops.storage.migrate import open_migrated
 
@@ -23,6 +29,7 @@ async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
         clock,
         cancels=CancelWatch(db, settings.cancel_watch_interval_seconds),
         claims=ClaimWaiters(db, clock, settings.claim_poll_interval_seconds),
+        done=DoneWatch(db, settings.done_watch_interval_seconds),
     )
     sweeper = asyncio.create_task(
         run_sweeper(
@@ -37,11 +44,14 @@ async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
         await service.close()
         db.dispose()
 
-    await serve_servicer(
+    def register(server: grpc.aio.Server) -> None:
+        pb_grpc.add_OperationsServiceServicer_to_server(service, server)
+        add_lro_to_server(LongRunningOperations(service), server)
+
+    server, _port = build_server(
         settings.operations_bind,
-        pb_grpc.add_OperationsServiceServicer_to_server,
-        service,
-        SERVICE_NAME,
+        register,
+        [SERVICE_NAME, LRO_SERVICE_NAME],
         secret=settings.service_secret,
-        on_stop=stop,
     )
+    await serve(server, on_stop=stop)

@@ -28,6 +28,7 @@ from durable_ops.model.scope import require_neutral_worker, require_owner, requi
 from durable_ops.model.states import OperationState
 from durable_ops.operations.cancel_watch import CancelWatch
 from durable_ops.operations.claim_waiters import ClaimWaiters, Kind
+from durable_ops.operations.done_watch import DoneWatch
 from durable_ops.operations.heartbeat_stream import BeatReader, Pushed
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.errors import translate_errors
@@ -35,6 +36,8 @@ from durable_ops.rpc.scope import caller_scope
 from durable_ops.settings import Settings
 from durable_ops.storage import operations
 from durable_ops.storage.db import Database
+from durable_ops.storage.pages import Page
+from durable_ops.storage.schema import UserOperation
 from durable_ops.storage.tx import Tx
 from durable_ops.wire import operations as convert
 
@@ -89,15 +92,47 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         *,
         cancels: CancelWatch | None = None,
         claims: ClaimWaiters | None = None,
+        done: DoneWatch | None = None,
     ) -> None:
         self._db = db
         self._clock = clock
         self.cancels = cancels or CancelWatch(db, _DEFAULTS.cancel_watch_interval_seconds)
         self.claims = claims or ClaimWaiters(db, clock, _DEFAULTS.claim_poll_interval_seconds)
+        self.done = done or DoneWatch(db, _DEFAULTS.done_watch_interval_seconds)
 
     async def close(self) -> None:
         await self.cancels.close()
         await self.claims.close()
+        await self.done.close()
+
+    # ---- the owner's reads and cancel, shared with google.longrunning.Operations -------
+
+    async def get_for(self, owner: str, operation_id: str) -> UserOperation:
+        return await self._db.run_core_async(
+            lambda tx: operations.get(tx, operation_id), owner_id=owner, write=False
+        )
+
+    async def list_for(
+        self, owner: str, *, size: int, token: str, state: OperationState | None, task_type: str
+    ) -> Page[UserOperation]:
+        return await self._db.run_core_async(
+            lambda tx: operations.list_page(
+                tx, size=size, token=token, state=state, task_type=task_type
+            ),
+            owner_id=owner,
+            write=False,
+        )
+
+    async def cancel_for(self, owner: str, operation_id: str) -> UserOperation:
+        now = self._clock()
+        row = await self._db.run_core_async(
+            lambda tx: operations.cancel(tx, operation_id, now), owner_id=owner
+        )
+        if row.state == OperationState.RUNNING and row.cancel_requested:
+            self.cancels.cancelled(row.id)
+        self.done.changed(row.id)
+        log.info("operation_cancel", operation_id=row.id, owner=owner, state=row.state)
+        return row
 
     # ---- owner scope ------------------------------------------------------------------
 
@@ -132,27 +167,19 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         self, request: pb.GetOperationRequest, context: ServicerContext
     ) -> pb.Operation:
         owner = require_owner(caller_scope(context)).owner_id
-        row = await self._db.run_core_async(
-            lambda tx: operations.get(tx, request.operation_id), owner_id=owner, write=False
-        )
-        return convert.operation(row)
+        return convert.operation(await self.get_for(owner, request.operation_id))
 
     @translate_errors
     async def ListOperations(
         self, request: pb.ListOperationsRequest, context: ServicerContext
     ) -> pb.ListOperationsResponse:
         owner = require_owner(caller_scope(context)).owner_id
-        state = convert.state_from_pb(request.state)
-        page = await self._db.run_core_async(
-            lambda tx: operations.list_page(
-                tx,
-                size=request.page_size,
-                token=request.page_token,
-                state=state,
-                task_type=request.task_type,
-            ),
-            owner_id=owner,
-            write=False,
+        page = await self.list_for(
+            owner,
+            size=request.page_size,
+            token=request.page_token,
+            state=convert.state_from_pb(request.state),
+            task_type=request.task_type,
         )
         return pb.ListOperationsResponse(
             operations=[convert.operation(row) for row in page.items],
@@ -164,14 +191,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         self, request: pb.CancelOperationRequest, context: ServicerContext
     ) -> pb.Operation:
         owner = require_owner(caller_scope(context)).owner_id
-        now = self._clock()
-        row = await self._db.run_core_async(
-            lambda tx: operations.cancel(tx, request.operation_id, now), owner_id=owner
-        )
-        if row.state == OperationState.RUNNING and row.cancel_requested:
-            self.cancels.cancelled(row.id)
-        log.info("operation_cancel", operation_id=row.id, owner=owner, state=row.state)
-        return convert.operation(row)
+        return convert.operation(await self.cancel_for(owner, request.operation_id))
 
     @translate_errors
     async def RetryOperation(
@@ -325,6 +345,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             ),
             owner_id=owner,
         )
+        self.done.changed(request.operation_id)
         log.info("operation_completed", operation_id=request.operation_id, owner=owner)
         return _state_reply(state)
 
@@ -347,6 +368,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             ),
             owner_id=owner,
         )
+        self.done.changed(request.operation_id)
         log.info(
             "operation_failed",
             operation_id=request.operation_id,
@@ -386,5 +408,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             ),
             owner_id=owner,
         )
+        self.done.changed(request.operation_id)
         log.info("operation_cancel_acknowledged", operation_id=request.operation_id, owner=owner)
         return _state_reply(state)

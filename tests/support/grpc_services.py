@@ -27,6 +27,9 @@ from durable_ops.model.admission import Limits
 from durable_ops.model.scope import Role
 from durable_ops.notifications.service import SERVICE_NAME as NOTIFICATIONS
 from durable_ops.notifications.service import NotificationsService
+from durable_ops.operations.longrunning import SERVICE_NAME as LRO_SERVICE_NAME
+from durable_ops.operations.longrunning import LongRunningOperations
+from durable_ops.operations.longrunning import add_to_server as add_lro_to_server
 from durable_ops.operations.service import SERVICE_NAME as OPERATIONS
 from durable_ops.operations.service import OperationsService
 from durable_ops.operations.sweeper import sweep_once
@@ -122,6 +125,7 @@ def running_services(db_url: str, clock: Clock, limits: Limits | None = None) ->
                         operations_pb2_grpc.add_OperationsServiceServicer_to_server,
                         operations_service,
                     ),
+                    (add_lro_to_server, LongRunningOperations(operations_service)),
                     (
                         notifications_pb2_grpc.add_NotificationsServiceServicer_to_server,
                         NotificationsService(db, clock),
@@ -136,7 +140,7 @@ def running_services(db_url: str, clock: Clock, limits: Limits | None = None) ->
                     ),
                 ]
             ),
-            [OPERATIONS, NOTIFICATIONS, WORKSPACE, ADMISSION],
+            [OPERATIONS, LRO_SERVICE_NAME, NOTIFICATIONS, WORKSPACE, ADMISSION],
             secret=SECRET,
         )
         await start(server)

@@ -716,3 +716,34 @@ class AcknowledgeCancellationRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AcknowledgeCancellationRequest: _TypeAlias = AcknowledgeCancellationRequest  # noqa: Y015
+
+@_typing.final
+class OperationResult(_message.Message):
+    """The `response` of a succeeded google.longrunning.Operation: where the result is,
+    never the result itself (it lives in the owner's workspace).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_TYPE_FIELD_NUMBER: _builtins.int
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    STATUS_URL_FIELD_NUMBER: _builtins.int
+    task_type: _builtins.str
+    status_url: _builtins.str
+    """The owner's HTTP view of the operation, e.g. "/api/operations/{id}"."""
+    @_builtins.property
+    def subject(self) -> Global___Subject: ...
+    def __init__(
+        self,
+        *,
+        task_type: _builtins.str = ...,
+        subject: Global___Subject | None = ...,
+        status_url: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["subject", b"subject"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["status_url", b"status_url", "subject", b"subject", "task_type", b"task_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OperationResult: _TypeAlias = OperationResult  # noqa: Y015

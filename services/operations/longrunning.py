@@ -1,0 +1,121 @@
+"""``google.longrunning.Operations`` on the Operations server, for standard clients.
+
+The same owner scope, credentials and storage calls as ``OperationsService``
+(which it wraps); only the shapes are Google's (``wire.longrunning``).
+``WaitOperation`` waits on the replica's ``DoneWatch``: no waiter polls alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import grpc
+from google.longrunning import operations_pb2_grpc as lro_grpc
+from google.longrunning import operations_proto_pb2 as lro
+from google.protobuf.empty_pb2 import Empty
+
+from durable_ops.model import bounds
+from durable_ops.model.errors import InvalidArgument, InvalidTransition, NotImplementedYet
+from durable_ops.model.operation_filter import parse_filter
+from durable_ops.model.scope import require_owner
+from durable_ops.model.states import OperationState
+from durable_ops.operations.service import OperationsService
+from durable_ops.rpc import ServicerContext
+from durable_ops.rpc.errors import translate_errors
+from durable_ops.rpc.scope import caller_scope
+from durable_ops.wire import longrunning as convert
+
+SERVICE_NAME = lro.DESCRIPTOR.services_by_name["Operations"].full_name
+
+
+def _wait_seconds(request: lro.WaitOperationRequest) -> float:
+    """The timeout asked for, at most the server's; unset means the server's."""
+    if not request.HasField("timeout"):
+        return bounds.WAIT_SECONDS_MAX
+    seconds: float = request.timeout.ToTimedelta().total_seconds()
+    if seconds < 0:
+        raise InvalidArgument("timeout", "must not be negative")
+    return min(seconds, bounds.WAIT_SECONDS_MAX)
+
+
+class LongRunningOperations(lro_grpc.OperationsServicer):
+    def __init__(self, service: OperationsService) -> None:
+        self._service = service
+
+    @translate_errors
+    async def GetOperation(
+        self, request: lro.GetOperationRequest, context: ServicerContext
+    ) -> lro.Operation:
+        owner = require_owner(caller_scope(context)).owner_id
+        row = await self._service.get_for(owner, convert.id_from_name(request.name))
+        return convert.operation(row)
+
+    @translate_errors
+    async def ListOperations(
+        self, request: lro.ListOperationsRequest, context: ServicerContext
+    ) -> lro.ListOperationsResponse:
+        owner = require_owner(caller_scope(context)).owner_id
+        if request.name not in ("", convert.COLLECTION):
+            raise InvalidArgument("name", f'must be "{convert.COLLECTION}"')
+        wanted = parse_filter(request.filter)
+        page = await self._service.list_for(
+            owner,
+            size=request.page_size,
+            token=request.page_token,
+            state=wanted.state,
+            task_type=wanted.task_type,
+        )
+        return lro.ListOperationsResponse(
+            operations=[convert.operation(row) for row in page.items],
+            next_page_token=page.next_token or "",
+        )
+
+    @translate_errors
+    async def CancelOperation(
+        self, request: lro.CancelOperationRequest, context: ServicerContext
+    ) -> Empty:
+        owner = require_owner(caller_scope(context)).owner_id
+        await self._service.cancel_for(owner, convert.id_from_name(request.name))
+        return Empty()
+
+    @translate_errors
+    async def DeleteOperation(
+        self, request: lro.DeleteOperationRequest, context: ServicerContext
+    ) -> Empty:
+        owner = require_owner(caller_scope(context)).owner_id
+        row = await self._service.get_for(owner, convert.id_from_name(request.name))
+        if not OperationState(row.state).is_terminal:
+            raise InvalidTransition(
+                "only a finished operation can be deleted; cancel it first", code="not_terminal"
+            )
+        # Deleting must keep what retention keeps (a tombstone): it lands with retention.
+        raise NotImplementedYet("deleting operations is not available yet; nothing was deleted")
+
+    @translate_errors
+    async def WaitOperation(
+        self, request: lro.WaitOperationRequest, context: ServicerContext
+    ) -> lro.Operation:
+        owner = require_owner(caller_scope(context)).owner_id
+        operation_id = convert.id_from_name(request.name)
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + _wait_seconds(request)
+        # Registered before the first read, so a change between the read and the wait wakes it.
+        with self._service.done.watching(operation_id) as changed:
+            while True:
+                changed.clear()
+                row = await self._service.get_for(owner, operation_id)
+                left = give_up_at - loop.time()
+                if OperationState(row.state).is_terminal or left <= 0:
+                    return convert.operation(row)
+                try:
+                    async with asyncio.timeout(left):
+                        await changed.wait()
+                except TimeoutError:
+                    return convert.operation(await self._service.get_for(owner, operation_id))
+
+
+# Typed here: googleapis-common-protos generates its gRPC registration without annotations.
+add_to_server: Callable[[LongRunningOperations, grpc.aio.Server], None] = (
+    lro_grpc.add_OperationsServicer_to_server
+)
