@@ -75,7 +75,7 @@ INSTRUCTIONS: Mapping[str, str] = MappingProxyType(
         STRATEGY_SNAPSHOT.name: (
             "You are a careful career strategist. Judge how well the candidate's CV fits "
             "the job posting. If no CV is given, judge what the posting demands and set "
-            "fit_score to 0. Answer with one JSON object: fit_score (integer 0-100), "
+            "fit_score to null. Answer with one JSON object: fit_score (integer 0-100), "
             "summary (at most 600 characters), strengths, gaps and next_steps (each at "
             "most 6 short items of at most 200 characters)."
         ),

@@ -7,6 +7,15 @@ the deterministic heuristic of ``heuristic`` (any other schema gets
 ``heuristic.schema_answer``), shaped to the limits of the schema that was sent.
 Bad requests get 400 with an OpenAI-style error body.
 
+It serves one model, ``DEFAULT_MODEL`` ("dev-heuristic") unless told another
+name, and refuses requests for any other: the name the worker sends, and
+records as the result's provenance, is the name a page sees. Every answer's
+summary opens with ``heuristic.HEURISTIC_NOTE`` ("Built-in heuristic, not an
+AI assessment."). When there is nothing to score (no CV; a posting or CV with
+no word that counts) the score is null where the sent schema allows it
+(``"type": ["integer", "null"]``), else 0 with a summary that begins "Not
+scored".
+
 With ``"stream": true`` the answer comes as server-sent ``chat.completion.chunk``
 events in token-sized pieces (``stream``), else as one ``chat.completion``.
 ``delay_seconds`` is how long one completion takes: spread evenly over the
@@ -40,12 +49,14 @@ from starlette.routing import Route
 from durable_ops.dev_model import stream
 from durable_ops.dev_model.heuristic import (
     Inputs,
+    Score,
     Section,
     cv_review,
     parse_inputs,
     schema_answer,
     strategy_snapshot,
 )
+from durable_ops.dev_model.schema import allows_null, bounds_of, kind_of
 from durable_ops.model import answers
 from durable_ops.model.tasks import CV_REVIEW, STRATEGY_SNAPSHOT
 
@@ -66,13 +77,21 @@ class DevModelConfig:
 
 @dataclass(frozen=True)
 class _Answerer:
-    answer: Callable[[Inputs], dict[str, Any]]
+    answer: Callable[[Inputs, Score], dict[str, Any]]  # (inputs, the score when not scored)
     unsectioned: Section  # which input a prompt without sections is
+    score_field: str
+
+    def unscored(self, schema: dict[str, Any]) -> Score:
+        """Null where the sent schema lets the score be null, else 0 (the summary then
+        says "Not scored"): the schema, not this model, decides what an answer may hold."""
+        properties = schema.get("properties")
+        spec = properties.get(self.score_field) if isinstance(properties, dict) else None
+        return None if isinstance(spec, dict) and allows_null(spec) else 0
 
 
 _ANSWERERS: dict[str, _Answerer] = {
-    STRATEGY_SNAPSHOT.schema_name: _Answerer(strategy_snapshot, unsectioned="job"),
-    CV_REVIEW.schema_name: _Answerer(cv_review, unsectioned="cv"),
+    STRATEGY_SNAPSHOT.schema_name: _Answerer(strategy_snapshot, "job", "fit_score"),
+    CV_REVIEW.schema_name: _Answerer(cv_review, "cv", "overall_score"),
 }
 # A hand-written request may name its schema anything: the score field tells the task.
 _SHAPES = {"fit_score": STRATEGY_SNAPSHOT.schema_name, "overall_score": CV_REVIEW.schema_name}
@@ -168,7 +187,10 @@ def _schema_of(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 def conform(value: Any, schema: dict[str, Any]) -> Any:
     """``value`` cut to the limits of ``schema`` (items, lengths, ranges, properties)."""
-    kind = schema.get("type")
+    if value is None and allows_null(schema):
+        return None
+    kind = kind_of(schema)
+    schema = dict(bounds_of(schema))
     if kind == "object":
         properties = schema.get("properties", {})
         if not isinstance(value, dict) or not isinstance(properties, dict):
@@ -268,7 +290,7 @@ def _answer(ask: _Ask, fail_mode: FailMode | None) -> str:
         answer = conform(schema_answer(ask.schema, inputs), ask.schema)
     else:
         inputs = parse_inputs(ask.user_text, unsectioned=answerer.unsectioned)
-        answer = conform(answerer.answer(inputs), ask.schema)
+        answer = conform(answerer.answer(inputs, answerer.unscored(ask.schema)), ask.schema)
     try:
         answers.validate(ask.schema, answer)
     except (ValueError, KeyError, TypeError) as exc:

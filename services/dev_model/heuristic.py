@@ -1,16 +1,24 @@
-"""The development model's answers: deterministic keyword and structure heuristics.
+"""The development model's answers: deterministic keyword and structure heuristics. Pure.
 
-Not intelligence, but honest arithmetic on the inputs, so every run of the
-product (and every test) gets the same answer for the same text:
+Not intelligence, and every answer says so (``HEURISTIC_NOTE`` opens each
+summary), but honest arithmetic on the inputs, so every run of the product (and
+every test) gets the same answer for the same text:
 
-- strategy.snapshot: the posting's key terms (frequent words minus stopwords,
-  title words weighted up, company name left out) against the CV's words;
-  fit score = the weighted share of key terms the CV mentions.
+- strategy.snapshot: the posting's key terms (``terms``: stemmed words and the
+  skills of ``vocabulary``, stop and calendar words left out, the company name
+  too; title words weighted up) against the CV's terms; fit score = the share of
+  key terms the CV shows, each weighted by how often the posting names it and
+  skills ``SKILL_WEIGHT`` times more than other words.
 - cv.review: structure checks (length, section headings, quantified
   achievements, bullets, contact details) plus key-term coverage when a
   posting is given.
 - any other task: ``schema_answer`` fills the answer schema it was sent from
   the same key-term coverage (scores, a summary sentence, lists of terms).
+
+When there is nothing to score (no CV, a posting or CV without a word that
+counts) the score is ``unscored``, never a computed 0: the caller passes None
+where the answer schema allows null, else the schema's floor, and the summary
+begins "Not scored".
 """
 
 from __future__ import annotations
@@ -20,34 +28,23 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from durable_ops.dev_model.schema import allows_null, kind_of
+from durable_ops.dev_model.terms import Term, is_skill, terms, with_implied
+from durable_ops.dev_model.terms import words as words  # the tests' and callers' name
 from durable_ops.model.prompt_sections import CV_SECTION, END_SECTION, JOB_SECTION
 
+HEURISTIC_NOTE = "Built-in heuristic, not an AI assessment."
 KEY_TERM_LIMIT = 20
+WORD_TERMS_MIN = 6  # of the key terms, kept for words other than skills when there are any
 TITLE_WEIGHT = 2
+SKILL_WEIGHT = 3
 SHORT_CV_WORDS = 200
 LONG_CV_WORDS = 1_200
 LIST_LIMIT = 6
 KEYWORDS_MISSING_LIMIT = 12
 
-_STOPWORD_TEXT = """
-    a about above across after again against all also am an and any are as at be
-    because been before being below between both but by can could did do does doing
-    down during each either etc few for from further had has have having he her here
-    hers him his how i if in into is it its itself just like may me might more most
-    must my no nor not now of off on once only or other our ours out over own per
-    same shall she should so some such than that the their theirs them then there
-    these they this those through to too under until up upon us very via was we were
-    what when where which while who whom why will with within without would you your
-    yours able ability amp based best candidate candidates closely company description
-    day degree environment excellent experience experienced field good great help ideal
-    including job join knowledge looking new nice offer plus preferred related required
-    requirements responsibilities responsible role skills strong team title using want
-    wish work working year years need needs seeking hiring senior junior mid level
-    ll re ve use uses used
-"""
-STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+Score = int | None  # None: not scored
 
-_WORD = re.compile(r"[^\W_][\w+#]*(?:[./-][^\W_][\w+#]*)*")
 _QUANTIFIED = re.compile(
     r"\d+(?:[.,]\d+)?\s?(?:%|percent\b|[xkm]\b|bn\b)"
     r"|[$€£]\s?\d"
@@ -141,94 +138,120 @@ def _job_header(lines: list[str]) -> tuple[str, str, list[str]]:
     return fields["title"], fields["company"], rest
 
 
-def _stem(word: str) -> str:
-    # Enough to match "APIs" with "API" and "services" with "service".
-    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        return word[:-1]
-    return word
-
-
-def words(text: str) -> list[str]:
-    """Lower-cased content words of ``text``: stopwords, numbers and single letters dropped."""
-    found = []
-    for word in _WORD.findall(text.lower()):
-        if len(word) < 2 or word in STOPWORDS or word.replace(".", "").isdigit():
-            continue
-        found.append(word)
-    return found
-
-
 def key_terms(inputs: Inputs) -> dict[str, tuple[str, int]]:
-    """The posting's key terms by stem: (display word, weight), most important first."""
-    job_words = words(f"{inputs.job_title}\n{inputs.job_text or ''}")
-    excluded = {_stem(word) for word in words(inputs.job_company)}
-    title_stems = {_stem(word) for word in words(inputs.job_title)}
+    """The posting's key terms by key (``terms.Term.key``): (display word, weight).
+
+    The weight is how much the posting stresses a term: how often it names it,
+    plus ``TITLE_WEIGHT`` for a term of the title; most stressed first (then
+    first named). The company's own name is left out. Of more than
+    ``KEY_TERM_LIMIT``, skills are chosen first, but ``WORD_TERMS_MIN`` places
+    stay for other words: what the work is about ("payments", "design") counts too.
+    """
+    excluded = {term.key for term in terms(inputs.job_company) if not term.skill}
+    title_keys = {term.key for term in terms(inputs.job_title)}
     counts: Counter[str] = Counter()
-    display: dict[str, str] = {}
-    for word in job_words:
-        stem = _stem(word)
-        if stem in excluded:
+    first: dict[str, Term] = {}
+    for term in terms(f"{inputs.job_title}\n{inputs.job_text or ''}"):
+        if term.key in excluded:
             continue
-        counts[stem] += 1
-        display.setdefault(stem, word)
-    order = {stem: index for index, stem in enumerate(display)}
+        counts[term.key] += 1
+        first.setdefault(term.key, term)
+    order = {key: index for index, key in enumerate(first)}
     weights = {
-        stem: count + (TITLE_WEIGHT if stem in title_stems else 0) for stem, count in counts.items()
+        key: count + (TITLE_WEIGHT if key in title_keys else 0) for key, count in counts.items()
     }
-    ranked = sorted(weights, key=lambda stem: (-weights[stem], order[stem]))[:KEY_TERM_LIMIT]
-    return {stem: (display[stem], weights[stem]) for stem in ranked}
+    ranked = sorted(weights, key=lambda key: (-weights[key], order[key]))
+    skills = [key for key in ranked if first[key].skill]
+    others = [key for key in ranked if not first[key].skill]
+    skill_places = min(len(skills), KEY_TERM_LIMIT - min(len(others), WORD_TERMS_MIN))
+    chosen = set(skills[:skill_places] + others[: KEY_TERM_LIMIT - skill_places])
+    return {key: (first[key].display, weights[key]) for key in ranked if key in chosen}
+
+
+def importance(key: str, weight: int) -> int:
+    """What a key term counts for in a score: a skill ``SKILL_WEIGHT`` times a word."""
+    return weight * SKILL_WEIGHT if is_skill(key) else weight
 
 
 @dataclass(frozen=True)
 class Coverage:
     matched: list[str]  # display words, most important first
     missing: list[str]
-    score: int  # weighted share of key terms matched, 0-100
+    score: Score  # importance-weighted share of key terms matched, 0-100; None: no CV terms
     total: int
+    skills_matched: int
+    skills_total: int
 
     @classmethod
-    def of(cls, terms: dict[str, tuple[str, int]], cv_text: str) -> Coverage:
-        cv_stems = {_stem(word) for word in words(cv_text)}
-        matched = [term for stem, (term, _) in terms.items() if stem in cv_stems]
-        missing = [term for stem, (term, _) in terms.items() if stem not in cv_stems]
-        total_weight = sum(weight for _, weight in terms.values())
-        matched_weight = sum(weight for stem, (_, weight) in terms.items() if stem in cv_stems)
-        score = round(100 * matched_weight / total_weight) if total_weight else 0
-        return cls(matched=matched, missing=missing, score=score, total=len(terms))
+    def of(cls, key_terms: dict[str, tuple[str, int]], cv_text: str) -> Coverage:
+        cv_terms = terms(cv_text)
+        # A CV that names Django shows Python; one that names PostgreSQL shows SQL.
+        evidence = with_implied(term.key for term in cv_terms)
+        ranked = sorted(key_terms.items(), key=lambda item: -importance(item[0], item[1][1]))
+        matched = [display for key, (display, _) in ranked if key in evidence]
+        missing = [display for key, (display, _) in ranked if key not in evidence]
+        total_weight = sum(importance(key, weight) for key, (_, weight) in ranked)
+        matched_weight = sum(
+            importance(key, weight) for key, (_, weight) in ranked if key in evidence
+        )
+        score = round(100 * matched_weight / total_weight) if cv_terms and total_weight else None
+        skill_keys = [key for key in key_terms if is_skill(key)]
+        return cls(
+            matched=matched,
+            missing=missing,
+            score=score,
+            total=len(key_terms),
+            skills_matched=sum(1 for key in skill_keys if key in evidence),
+            skills_total=len(skill_keys),
+        )
 
 
 def _quote(terms: list[str]) -> str:
     return ", ".join(f"'{term[:40]}'" for term in terms)
 
 
-def strategy_snapshot(inputs: Inputs) -> dict[str, Any]:
-    terms = key_terms(inputs)
+def _not_scored(reason: str) -> str:
+    return f"{HEURISTIC_NOTE} Not scored: {reason}"
+
+
+def strategy_snapshot(inputs: Inputs, unscored: Score = 0) -> dict[str, Any]:
+    """The snapshot answer; ``unscored`` is the fit score when nothing can be scored."""
+    key = key_terms(inputs)
     role = f"'{inputs.job_title[:120]}'" if inputs.job_title else "this role"
-    if not terms:
+    if not key:
         return {
-            "fit_score": 0,
-            "summary": f"The posting for {role} has too little text to compare against.",
+            "fit_score": unscored,
+            "summary": _not_scored(
+                f"the posting for {role} has no requirements this heuristic can compare."
+            ),
             "strengths": [],
             "gaps": ["The posting names no requirements that could be compared."],
             "next_steps": ["Add the full job description to the posting and run this again."],
         }
+    key_words = [display for display, _ in key.values()]
     if inputs.cv_text is None:
         return {
-            "fit_score": 0,
-            "summary": (
-                f"No CV was given, so fit for {role} is not scored. The posting's key "
-                f"terms are {_quote(list(t for t, _ in terms.values())[:5])}."
+            "fit_score": unscored,
+            "summary": _not_scored(
+                f"no CV was given, so fit for {role} is not estimated. The posting's key "
+                f"terms are {_quote(key_words[:5])}."
             ),
             "strengths": [],
-            "gaps": [f"No CV evidence yet for '{term[:40]}'." for term, _ in terms.values()][
-                :LIST_LIMIT
-            ],
+            "gaps": [f"No CV evidence yet for '{term[:40]}'." for term in key_words][:LIST_LIMIT],
             "next_steps": [
                 "Attach a CV so the snapshot can compare it with this posting.",
                 "Note one concrete example for each key term before applying.",
             ],
         }
-    coverage = Coverage.of(terms, inputs.cv_text)
+    coverage = Coverage.of(key, inputs.cv_text)
+    if coverage.score is None:
+        return {
+            "fit_score": unscored,
+            "summary": _not_scored(f"the CV has no words to compare with the posting for {role}."),
+            "strengths": [],
+            "gaps": [f"No CV evidence yet for '{term[:40]}'." for term in key_words][:LIST_LIMIT],
+            "next_steps": ["Attach a CV with its full text and run this again."],
+        }
     next_steps = []
     if coverage.missing:
         next_steps.append(
@@ -246,8 +269,9 @@ def strategy_snapshot(inputs: Inputs) -> dict[str, Any]:
     return {
         "fit_score": coverage.score,
         "summary": (
-            f"Estimated fit {coverage.score}/100 for {role}: the CV mentions "
-            f"{len(coverage.matched)} of the posting's {coverage.total} key terms."
+            f"{HEURISTIC_NOTE} Estimated fit {coverage.score}/100 for {role}: the CV shows "
+            f"{len(coverage.matched)} of the posting's {coverage.total} key terms"
+            f"{_skills_note(coverage)}."
         ),
         "strengths": [
             f"The CV mentions '{term[:40]}', a key term of the posting."
@@ -260,6 +284,15 @@ def strategy_snapshot(inputs: Inputs) -> dict[str, Any]:
     }
 
 
+def _skills_note(coverage: Coverage) -> str:
+    if not coverage.skills_total:
+        return ""
+    return (
+        f", {coverage.skills_matched} of its {coverage.skills_total} named skills"
+        f" (a skill counts {SKILL_WEIGHT} times a word)"
+    )
+
+
 def _headings(cv_text: str) -> list[str]:
     found = []
     for line in cv_text.splitlines():
@@ -270,8 +303,17 @@ def _headings(cv_text: str) -> list[str]:
     return found
 
 
-def cv_review(inputs: Inputs) -> dict[str, Any]:
+def cv_review(inputs: Inputs, unscored: Score = 0) -> dict[str, Any]:
+    """The review answer; ``unscored`` is the overall score when nothing can be scored."""
     cv_text = inputs.cv_text or ""
+    if not terms(cv_text):
+        return {
+            "overall_score": unscored,
+            "summary": _not_scored("the CV has no words this heuristic can review."),
+            "strengths": [],
+            "improvements": ["Upload the CV with its full text and run this again."],
+            "keywords_missing": [],
+        }
     word_count = len(cv_text.split())
     lines = cv_text.splitlines()
     headings = _headings(cv_text)
@@ -317,9 +359,9 @@ def cv_review(inputs: Inputs) -> dict[str, Any]:
     keywords_missing: list[str] = []
     posting_note = ""
     if inputs.job_text is not None:
-        terms = key_terms(inputs)
-        if terms:
-            coverage = Coverage.of(terms, cv_text)
+        key = key_terms(inputs)
+        coverage = Coverage.of(key, cv_text)
+        if key and coverage.score is not None:
             score = round(0.7 * score + 0.3 * coverage.score)
             keywords_missing = [term[:60] for term in coverage.missing[:KEYWORDS_MISSING_LIMIT]]
             posting_note = (
@@ -334,7 +376,8 @@ def cv_review(inputs: Inputs) -> dict[str, Any]:
     return {
         "overall_score": score,
         "summary": (
-            f"Overall {score}/100: {word_count} words, {len(headings)} recognised sections, "
+            f"{HEURISTIC_NOTE} Overall {score}/100: {word_count} words, "
+            f"{len(headings)} recognised sections, "
             f"{quantified} lines with figures.{posting_note}"
         ),
         "strengths": strengths[:LIST_LIMIT],
@@ -346,23 +389,37 @@ def cv_review(inputs: Inputs) -> dict[str, Any]:
 def schema_answer(schema: dict[str, Any], inputs: Inputs) -> dict[str, Any]:
     """An answer in the shape of ``schema`` for a task with no heuristic of its own.
 
-    Integers are the key-term coverage score (0 without both texts), strings say
-    what was compared, arrays list the matched terms, then the missing ones.
-    ``app.conform`` then cuts it to the schema's limits.
+    Integers are the key-term coverage score, strings say what was compared,
+    arrays list the matched terms, then the missing ones. Without both texts, or
+    without terms to compare, an integer is null where the schema allows it, else
+    0, and the strings say it is not scored. ``app.conform`` then cuts it to the
+    schema's limits.
     """
-    terms = key_terms(inputs)
-    if inputs.cv_text is not None and inputs.job_text is not None:
-        coverage = Coverage.of(terms, inputs.cv_text)
-        found = len(coverage.matched)
-        summary = f"The CV mentions {found} of the posting's {coverage.total} key terms."
-        score, listed = coverage.score, coverage.matched + coverage.missing
+    key = key_terms(inputs)
+    score: Score = None
+    if inputs.cv_text is None or inputs.job_text is None:
+        summary = _not_scored("only one of a posting and a CV was given, so nothing was compared.")
+        listed = [display for display, _ in key.values()]
     else:
-        summary = "Only one of a posting and a CV was given, so nothing was compared."
-        score, listed = 0, [term for term, _ in terms.values()]
-    fill = {"integer": score, "string": summary, "array": listed or [summary]}
+        coverage = Coverage.of(key, inputs.cv_text)
+        score, listed = coverage.score, coverage.matched + coverage.missing
+        if not key or score is None:
+            summary = _not_scored("the posting or the CV has no words to compare.")
+        else:
+            summary = (
+                f"{HEURISTIC_NOTE} The CV shows {len(coverage.matched)} of the posting's "
+                f"{coverage.total} key terms."
+            )
     properties: dict[str, Any] = schema.get("properties", {})
-    return {
-        name: fill[spec["type"]]
-        for name, spec in properties.items()
-        if isinstance(spec, dict) and spec.get("type") in fill
-    }
+    answer: dict[str, Any] = {}
+    for name, spec in properties.items():
+        if not isinstance(spec, dict):
+            continue
+        kind = kind_of(spec)
+        if kind == "integer":
+            answer[name] = score if score is not None or allows_null(spec) else 0
+        elif kind == "string":
+            answer[name] = summary
+        elif kind == "array":
+            answer[name] = listed or [summary]
+    return answer

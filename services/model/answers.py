@@ -31,6 +31,7 @@ _SUPPORTED_KEYWORDS = frozenset(
         "minLength",
         "maxLength",
         "maxItems",
+        "anyOf",
     }
 )
 
@@ -47,6 +48,17 @@ def _check(schema: Mapping[str, Any], value: object, where: str) -> None:
     unsupported = set(schema) - _SUPPORTED_KEYWORDS
     if unsupported:
         raise ValueError(f"schema keywords not supported: {sorted(unsupported)}")
+    if "anyOf" in schema:
+        # {anyOf: [X, {type: null}]}, the one union of this subset: a value the answer
+        # may leave null, e.g. a score that could not be given ("not scored"). Written
+        # as anyOf, not a type list, so a grammar-constrained model keeps X's bounds.
+        branches = schema["anyOf"]
+        if len(branches) != 2 or branches[1] != {"type": "null"} or "anyOf" in branches[0]:
+            raise ValueError(f"schema union not supported: {branches!r}")
+        if value is None:
+            return
+        _check(branches[0], value, where)
+        return
     kind = schema["type"]
     if kind == "object":
         _check_object(schema, value, where)

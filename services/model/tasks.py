@@ -159,8 +159,12 @@ class Registry:
 # ---- answer schemas: the JSON-schema subset of ``model.answers`` ------------------------
 
 
-def score(title: str) -> dict[str, Any]:
-    return {"type": "integer", "minimum": 0, "maximum": 100, "title": title}
+def score(title: str, *, may_be_unscored: bool = False) -> dict[str, Any]:
+    """0 to 100; null, where allowed, when there was nothing to compare (never a fake 0)."""
+    bounded = {"type": "integer", "minimum": 0, "maximum": 100}
+    if may_be_unscored:
+        return {"anyOf": [bounded, {"type": "null"}], "title": title}
+    return {**bounded, "title": title}
 
 
 def text(max_length: int) -> dict[str, Any]:
@@ -191,7 +195,7 @@ STRATEGY_SNAPSHOT = TaskType(
     context=CV,
     answer=answer(
         {
-            "fit_score": score("Fit"),
+            "fit_score": score("Fit", may_be_unscored=True),
             "summary": text(SUMMARY_MAX),
             "strengths": items("Strengths", 6, ITEM_MAX),
             "gaps": items("Gaps", 6, ITEM_MAX),

@@ -24,6 +24,7 @@ from durable_ops.ai_worker.inference import ModelClient
 from durable_ops.ai_worker.prompts import CvText, JobText
 from durable_ops.dev_model import create_app, parse_bind
 from durable_ops.dev_model.heuristic import (
+    HEURISTIC_NOTE,
     Inputs,
     cv_review,
     key_terms,
@@ -32,12 +33,19 @@ from durable_ops.dev_model.heuristic import (
     words,
 )
 from durable_ops.dev_model.stream import pieces
-from durable_ops.model import tasks
+from durable_ops.model import answers, tasks
 from durable_ops.model.routing import Route
 from durable_ops.settings import Settings
 from durable_ops.up import UP_DEV_MODEL_SECONDS, _stack_env
 from tests.support.ai_stack import ModelServer
 from tests.support.prompts import answer_schema, build_messages, build_request, validate_answer
+from tests.unit.test_dev_model_heuristic import (
+    JOB_AD,
+    JOB_COMPANY,
+    JOB_TITLE,
+    MATCHING_CV,
+    PASTRY_CHEF_CV,
+)
 
 STRATEGY_SNAPSHOT = tasks.STRATEGY_SNAPSHOT.name
 CV_REVIEW = tasks.CV_REVIEW.name
@@ -171,7 +179,7 @@ def test_answer_honours_tighter_limits_of_the_sent_schema() -> None:
     schema = body["response_format"]["json_schema"]["schema"]
     schema["properties"]["summary"]["maxLength"] = 30
     schema["properties"]["strengths"]["maxItems"] = 2
-    schema["properties"]["fit_score"]["maximum"] = 10
+    schema["properties"]["fit_score"]["anyOf"][0]["maximum"] = 10
     response = call(create_app(), "/v1/chat/completions", body)
     result = json.loads(response.json()["choices"][0]["message"]["content"])
     assert len(result["summary"]) == 30
@@ -291,8 +299,70 @@ def test_key_terms_leave_out_the_company_and_weight_the_title() -> None:
 
 def test_strategy_without_cv_is_not_scored() -> None:
     result = answer(STRATEGY_SNAPSHOT, JOB, None)
-    assert result["fit_score"] == 0
+    assert result["fit_score"] is None  # the schema allows null: nothing was compared
+    assert "Not scored" in result["summary"]
+    assert "0/100" not in result["summary"]
     assert any("Attach a CV" in step for step in result["next_steps"])
+
+
+REALISTIC_JOB = JobText(title=JOB_TITLE, company=JOB_COMPANY, description=JOB_AD)
+
+
+def test_a_realistic_posting_through_the_workers_prompt() -> None:
+    # The prompt the worker sends (sections, clipping) reaches the same scores.
+    strong = answer(STRATEGY_SNAPSHOT, REALISTIC_JOB, CvText(MATCHING_CV))
+    unrelated = answer(STRATEGY_SNAPSHOT, REALISTIC_JOB, CvText(PASTRY_CHEF_CV))
+    assert strong["fit_score"] >= 70
+    assert unrelated["fit_score"] <= 30
+    gaps = " ".join(strong["gaps"] + unrelated["gaps"]).lower()
+    for word in ("'days'", "'week'", "'weeks'", "'monday'", "'years'", "'experience'", "'design'"):
+        assert word not in gaps
+
+
+def test_every_answer_says_it_comes_from_a_heuristic() -> None:
+    response = call(create_app(), "/v1/chat/completions", chat_body(CV_REVIEW, JOB, STRONG_CV))
+    assert response.json()["model"] == "dev-heuristic"  # what the worker records as the model
+    assert json.loads(content_of(response))["summary"].startswith(HEURISTIC_NOTE)
+    for result in (answer(STRATEGY_SNAPSHOT, JOB, STRONG_CV), answer(STRATEGY_SNAPSHOT, JOB, None)):
+        assert result["summary"].startswith(HEURISTIC_NOTE)
+
+
+def nullable_score(body: dict[str, Any], field: str) -> dict[str, Any]:
+    schema: dict[str, Any] = body["response_format"]["json_schema"]["schema"]
+    spec = schema["properties"][field]
+    if "anyOf" not in spec:  # the review's score is an integer in the product: make it nullable
+        title = spec.pop("title")
+        schema["properties"][field] = {"anyOf": [spec, {"type": "null"}], "title": title}
+    return schema
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_nothing_to_score_is_null_where_the_sent_schema_allows_it(streamed: bool) -> None:
+    body = chat_body(STRATEGY_SNAPSHOT, JOB, None, stream=streamed)
+    schema = nullable_score(body, "fit_score")
+    response = call(create_app(), "/v1/chat/completions", body)
+    assert response.status_code == 200
+    content = streamed_content(events_of(response)) if streamed else content_of(response)
+    result = answers.validate(schema, json.loads(content))
+    assert result["fit_score"] is None
+    assert "Not scored" in result["summary"]
+
+    scored = chat_body(STRATEGY_SNAPSHOT, JOB, STRONG_CV)
+    nullable_score(scored, "fit_score")
+    assert (
+        json.loads(content_of(call(create_app(), "/v1/chat/completions", scored)))["fit_score"]
+        >= 80
+    )  # null only when nothing was scored
+
+
+def test_a_review_of_a_cv_without_words_is_null_where_allowed() -> None:
+    body = chat_body(CV_REVIEW, None, CvText("2019 - 2024"))
+    schema = nullable_score(body, "overall_score")
+    result = json.loads(content_of(call(create_app(), "/v1/chat/completions", body)))
+    assert answers.validate(schema, result)["overall_score"] is None
+    product = answer(CV_REVIEW, None, CvText("2019 - 2024"))  # the schema wants an integer
+    assert product["overall_score"] == 0
+    assert "Not scored" in product["summary"]
 
 
 def test_cv_review_scores_structure() -> None:

@@ -43,7 +43,7 @@ CV = CvText(text="Jane Doe\nPython developer.")
 
 
 def objects_in(schema: dict[str, Any]) -> list[dict[str, Any]]:
-    found = [schema] if schema["type"] == "object" else []
+    found = [schema] if schema.get("type") == "object" else []
     for sub in schema.get("properties", {}).values():
         found += objects_in(sub)
     if "items" in schema:
@@ -65,9 +65,8 @@ def test_strategy_schema_fields() -> None:
     properties = schema["properties"]
     assert list(properties) == ["fit_score", "summary", "strengths", "gaps", "next_steps"]
     assert properties["fit_score"] == {
-        "type": "integer",
-        "minimum": 0,
-        "maximum": 100,
+        # null: no CV, nothing was compared; anyOf keeps the bounds in a model's grammar
+        "anyOf": [{"type": "integer", "minimum": 0, "maximum": 100}, {"type": "null"}],
         "title": "Fit",  # the heading the page shows it under
     }
     assert properties["summary"]["maxLength"] == 600
