@@ -7,7 +7,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -20,7 +20,8 @@ from prometheus_client import REGISTRY
 from starlette import routing
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import StreamingResponse
+from starlette.responses import JSONResponse, StreamingResponse
+from structlog.testing import capture_logs
 
 from durable_ops.ai_worker import inference
 from durable_ops.ai_worker.inference import (
@@ -40,6 +41,7 @@ from durable_ops.ai_worker.inference import (
     Router,
     provider_from_url,
 )
+from durable_ops.ai_worker.inference.response_format import REFUSAL_BODY_BYTES, ResponseFormat
 from durable_ops.ai_worker.inference.sse import Event, EventDecoder, MalformedStream
 from durable_ops.ai_worker.prompts import CvText, JobText
 from durable_ops.dev_model import create_app
@@ -736,6 +738,244 @@ def test_cancelling_the_caller_closes_the_connection_at_once() -> None:
 
     with serving(stalling_app(disconnected)) as url:
         run(scenario(url))
+
+
+# --- a route that refuses the json_schema form ---------------------------------
+
+# What llama-cpp-python 0.3.36's server answers a json_schema request: its route
+# wrapper turns FastAPI's validation error into a 500 (reproduced with its own
+# error handler; the traceback lines it appends are left out).
+LLAMA_CPP_PYTHON_REFUSAL = {
+    "error": {
+        "message": (
+            "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', "
+            "'response_format', 'type'), 'msg': \"Input should be 'text' or "
+            "'json_object'\", 'input': 'json_schema', 'ctx': {'expected': \"'text' or "
+            "'json_object'\"}}\n"
+        ),
+        "type": "internal_server_error",
+        "param": None,
+        "code": None,
+    }
+}
+STRATEGY_ANSWER = {
+    "fit_score": 64,
+    "summary": "A Python and PostgreSQL match; Kubernetes and Terraform are missing.",
+    "strengths": ["Python", "PostgreSQL"],
+    "gaps": ["Kubernetes", "Terraform"],
+    "next_steps": ["Show one Terraform project"],
+}
+
+
+def json_object_only_app(seen: list[dict[str, Any]]) -> Starlette:
+    """Stands in for llama-cpp-python's server: json_object (+ schema) only."""
+
+    async def completions(request: Request) -> Any:
+        body = await request.json()
+        seen.append(body)
+        response_format = body["response_format"]
+        if response_format["type"] != "json_object":
+            return JSONResponse(LLAMA_CPP_PYTHON_REFUSAL, status_code=500)
+        assert response_format["schema"] == STRATEGY.schema  # it constrains with the schema
+        text = json.dumps(STRATEGY_ANSWER)
+        pieces = [text[i : i + 7] for i in range(0, len(text), 7)]
+        return StreamingResponse(iter([streamed(pieces)]), media_type="text/event-stream")
+
+    return Starlette(routes=[routing.Route("/v1/chat/completions", completions, methods=["POST"])])
+
+
+def fallbacks(logs: list[MutableMapping[str, Any]]) -> list[MutableMapping[str, Any]]:
+    return [entry for entry in logs if entry["event"] == "model_response_format_fallback"]
+
+
+def form(client: ModelClient) -> ResponseFormat:
+    """The form the client asks in now (a call, so that no earlier check narrows it)."""
+    return client.response_format
+
+
+def test_a_route_refusing_json_schema_is_asked_in_json_object_form_from_then_on() -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def scenario(url: str) -> None:
+        async with ModelClient(url, "qwen-local", route=Route.LOCAL) as client:
+            assert form(client) is ResponseFormat.JSON_SCHEMA
+            with capture_logs() as first_logs:
+                first = await client.complete(STRATEGY)
+            assert first.answer == validate_answer(STRATEGY_SNAPSHOT, STRATEGY_ANSWER)
+            assert first.provenance == Provenance("127.0.0.1", "qwen-local", "local")
+            assert [body["response_format"]["type"] for body in seen] == [
+                "json_schema",
+                "json_object",
+            ]
+            (line,) = fallbacks(first_logs)  # said once, in one line
+            assert line["log_level"] == "warning"
+            assert (line["route"], line["model"], line["url"]) == (
+                "local",
+                "qwen-local",
+                f"{url}/chat/completions",
+            )
+            assert (line["refused"], line["refused_status"], line["using"]) == (
+                "json_schema",
+                500,
+                "json_object",
+            )
+            assert form(client) is ResponseFormat.JSON_OBJECT
+
+            with capture_logs() as later_logs:
+                second = await client.complete(STRATEGY)
+            assert second.answer == first.answer
+            assert len(seen) == 3  # remembered: one request, straight in json_object form
+            assert seen[2]["response_format"] == {"type": "json_object", "schema": STRATEGY.schema}
+            assert fallbacks(later_logs) == []
+
+    with serving(json_object_only_app(seen)) as url:
+        run(scenario(url))
+
+
+REFUSALS = {
+    "llama-cpp-python": (500, LLAMA_CPP_PYTHON_REFUSAL),
+    "fastapi-validation": (
+        422,
+        {
+            "detail": [
+                {
+                    "type": "literal_error",
+                    "loc": ["body", "response_format", "type"],
+                    "msg": "Input should be 'text' or 'json_object'",
+                    "input": "json_schema",
+                }
+            ]
+        },
+    ),
+    "openai-model-without-structured-outputs": (
+        400,
+        {
+            "error": {
+                "message": "Invalid parameter: 'response_format' of type 'json_schema' is "
+                "not supported with this model.",
+                "type": "invalid_request_error",
+                "param": "response_format",
+            }
+        },
+    ),
+    "old-llama-server": (
+        400,
+        {
+            "error": 'response_format type must be one of "text" or "json_object", but got: '
+            "json_schema"
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize(("status", "body"), REFUSALS.values(), ids=REFUSALS.keys())
+def test_refusals_of_json_schema_are_recognised(status: int, body: dict[str, Any]) -> None:
+    forms: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        forms.append(json.loads(request.content)["response_format"]["type"])
+        if forms[-1] == "json_schema":
+            return httpx.Response(status, json=body)
+        return httpx.Response(200, json=completion(json.dumps({"ok": 1})))
+
+    async def scenario() -> None:
+        async with scripted_client(handler) as client:
+            assert (await client.complete(UNCHECKED)).answer == {"ok": 1}
+            assert form(client) is ResponseFormat.JSON_OBJECT
+
+    run(scenario())
+    assert forms == ["json_schema", "json_object"]
+
+
+ECHOED_REQUEST = json.dumps({"response_format": {"type": "json_schema", "json_schema": {}}})
+NOT_REFUSALS = {
+    "server-crash": (
+        httpx.Response(500, json={"error": {"message": "llama_decode failed", "code": 500}}),
+        ModelServerError,
+    ),
+    "crash-echoing-the-request": (
+        httpx.Response(500, text=f"internal error while handling {ECHOED_REQUEST}"),
+        ModelServerError,
+    ),
+    "a-keyword-of-the-schema-is-unsupported": (
+        httpx.Response(400, text="response_format.json_schema: unsupported keyword maxLength"),
+        ModelRequestRejected,
+    ),
+    "overloaded-server-with-the-refusal-text": (
+        httpx.Response(503, json=LLAMA_CPP_PYTHON_REFUSAL),
+        ModelServerError,
+    ),
+    "unknown-model-with-the-refusal-text": (
+        httpx.Response(404, json=LLAMA_CPP_PYTHON_REFUSAL),
+        ModelRequestRejected,
+    ),
+    "refusal-text-buried-in-a-huge-body": (
+        httpx.Response(500, text=json.dumps(LLAMA_CPP_PYTHON_REFUSAL) + " " * REFUSAL_BODY_BYTES),
+        ModelServerError,
+    ),
+}
+
+
+@pytest.mark.parametrize(("response", "error"), NOT_REFUSALS.values(), ids=NOT_REFUSALS.keys())
+def test_other_errors_are_not_taken_for_a_refusal(
+    response: httpx.Response, error: type[InferenceError]
+) -> None:
+    forms: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        forms.append(json.loads(request.content)["response_format"]["type"])
+        return response
+
+    async def scenario() -> None:
+        async with scripted_client(handler) as client:
+            with capture_logs() as logs, pytest.raises(error):
+                await client.complete(UNCHECKED)
+            assert form(client) is ResponseFormat.JSON_SCHEMA
+            assert fallbacks(logs) == []
+
+    run(scenario())
+    assert forms == ["json_schema"]  # no second request
+
+
+def test_a_fallback_the_server_fails_too_is_not_remembered() -> None:
+    forms: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        forms.append(json.loads(request.content)["response_format"]["type"])
+        if forms[-1] == "json_schema":
+            return httpx.Response(500, json=LLAMA_CPP_PYTHON_REFUSAL)
+        return httpx.Response(500, json={"error": {"message": "llama_decode failed"}})
+
+    async def scenario() -> None:
+        async with scripted_client(handler) as client:
+            with capture_logs() as logs, pytest.raises(ModelServerError) as caught:
+                await client.complete(UNCHECKED)
+            assert caught.value.provenance == client.provenance
+            assert form(client) is ResponseFormat.JSON_SCHEMA  # asked afresh next time
+            assert fallbacks(logs) == []
+
+    run(scenario())
+    assert forms == ["json_schema", "json_object"]
+
+
+def test_the_fallback_is_remembered_per_route() -> None:
+    def refusing(request: httpx.Request) -> httpx.Response:
+        if json.loads(request.content)["response_format"]["type"] == "json_schema":
+            return httpx.Response(500, json=LLAMA_CPP_PYTHON_REFUSAL)
+        return httpx.Response(200, json=completion("{}"))
+
+    async def scenario() -> None:
+        local = scripted_client(refusing)
+        external = scripted_client(lambda _: httpx.Response(200, json=completion("{}")))
+        router, clock = make_router(local, external)
+        await router.infer(UNCHECKED, Privacy.EXTERNAL_ALLOWED, True)
+        await router.infer_external(UNCHECKED, Privacy.EXTERNAL_ALLOWED, True)
+        assert form(local) is ResponseFormat.JSON_OBJECT
+        assert form(external) is ResponseFormat.JSON_SCHEMA
+        assert router.breaker.state(clock()) is CircuitState.CLOSED  # a refusal is no outage
+        await router.aclose()
+
+    run(scenario())
 
 
 # --- the router ---------------------------------------------------------------

@@ -5,7 +5,9 @@ Admission (and the AI worker, and ``opsctl serve dev-model`` when asked) with
 ``durable_ops.stack.children.Stack`` on free ports; tests drive it through gRPC stubs with
 the gateway credential and ``x-owner-id``, as the gateway would. Misbehaving
 models run in this process: ``ModelServer`` serves ``create_app(...)`` under
-uvicorn in a thread, and its ``config`` can be changed while it runs.
+uvicorn in a thread, and its ``config`` can be changed while it runs. A real
+model is llama.cpp's ``llama-server``: ``find_real_model()`` finds what
+``scripts/real-model.sh build`` cached and ``LlamaServer`` runs it on a free port.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -20,9 +23,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import IO, Any, TypeVar
 
 import grpc
+import httpx
 import uvicorn
 from sqlalchemy import func, select
 
@@ -39,10 +44,10 @@ from durable_ops.dev_model import DevModelConfig, create_app
 from durable_ops.model.scope import Role
 from durable_ops.rpc.credentials import mint_service_token
 from durable_ops.settings import Settings
+from durable_ops.stack.children import Stack, process_specs
 from durable_ops.storage import migrate, workspace
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import AiWorkspaceNote, UserNotification, UserOperation
-from durable_ops.stack.children import Stack, process_specs
 
 SECRET = "ai-stack-test-service-secret-0123456789abcdef"
 SERVICES = ("operations", "notifications", "workspace", "ai-admission")
@@ -410,3 +415,99 @@ def ai_stack(
             extra.stop(grace=10)
         running.stack.stop(grace=10)
         running.close()
+
+
+# ---- a real model: llama-server and the GGUF that scripts/real-model.sh caches ------------
+
+REAL_MODEL_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "real-model.sh"
+
+
+@dataclass(frozen=True)
+class RealModel:
+    server: Path  # the llama-server binary
+    gguf: Path
+    name: str  # what the server answers to (its --alias): the route's model name
+
+
+def find_real_model() -> RealModel | None:
+    """What ``scripts/real-model.sh build`` cached, or None when it has not been built.
+
+    ``OPS_LLAMA_SERVER`` and ``OPS_REAL_MODEL_GGUF`` (with ``OPS_REAL_MODEL_NAME``)
+    name another binary and model instead. Never builds: that takes minutes.
+    """
+    server, gguf = os.environ.get("OPS_LLAMA_SERVER"), os.environ.get("OPS_REAL_MODEL_GGUF")
+    if server and gguf:
+        name = os.environ.get("OPS_REAL_MODEL_NAME") or Path(gguf).stem
+        return RealModel(Path(server), Path(gguf), name)
+    found = subprocess.run(
+        ["bash", str(REAL_MODEL_SCRIPT), "paths"], capture_output=True, text=True, check=False
+    )
+    if found.returncode != 0:
+        return None
+    paths = dict(line.split("=", 1) for line in found.stdout.splitlines() if "=" in line)
+    return RealModel(Path(paths["LLAMA_SERVER"]), Path(paths["GGUF"]), paths["MODEL"])
+
+
+class LlamaServer:
+    """``llama-server`` serving ``model`` on a free loopback port; its output goes to ``log``.
+
+    One slot (requests queue rather than split the cores), a 4096-token context
+    (a prompt is about 300 tokens, an answer at most 2048), the GGUF's own chat
+    template, and all cores but one: ggml's threads spin waiting for each other,
+    so on 2 busy cores two threads generate 4 to 8 times slower than one.
+    ``stop()`` ends it (SIGTERM, then SIGKILL).
+    """
+
+    READY_SECONDS = 90
+
+    def __init__(self, model: RealModel, log: Path, *, threads: int | None = None) -> None:
+        self.model = model
+        self.port = free_port()
+        self._log: IO[str] = log.open("w")
+        self.process = subprocess.Popen(
+            [
+                str(model.server),
+                *("--model", str(model.gguf), "--alias", model.name),
+                *("--host", "127.0.0.1", "--port", str(self.port)),
+                *("--ctx-size", "4096", "--parallel", "1", "--no-webui"),
+                *("--threads", str(threads or max(1, (os.cpu_count() or 2) - 1))),
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        self.log = log
+        try:
+            wait_for(self._ready, timeout=self.READY_SECONDS, interval=0.2, what="llama-server")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _ready(self) -> bool:
+        if self.process.poll() is not None:
+            tail = self.log.read_text(errors="replace")[-2000:]
+            raise AssertionError(f"llama-server exited with {self.process.returncode}:\n{tail}")
+        try:
+            health = httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2)
+        except httpx.TransportError:
+            return False  # not listening yet
+        return health.status_code == 200  # 503 while the model loads
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def model_ids(self) -> list[str]:
+        """The ids ``GET /v1/models`` lists: the name the server itself gives its model."""
+        listed = httpx.get(f"{self.url}/models", timeout=5).raise_for_status().json()
+        return [str(entry["id"]) for entry in listed["data"]]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self._log.close()

