@@ -1,4 +1,5 @@
-"""``/api/notifications``: list, unread count, read and dismiss the caller's notifications."""
+"""``/api/notifications``: list, unread count, read (one or all) and dismiss the caller's
+notifications."""
 
 from __future__ import annotations
 
@@ -72,9 +73,17 @@ async def dismiss(request: Request) -> Response:
     return JSONResponse(dto.notification(reply))
 
 
+async def mark_all_read(request: Request) -> Response:
+    calls = owner_calls(request)
+    await no_body(request)
+    reply = await calls(_stub(calls).MarkAllRead, pb.MarkAllReadRequest())
+    return JSONResponse({"marked": reply.marked})
+
+
 routes: Sequence[BaseRoute] = [
     Route("/api/notifications", list_notifications, methods=["GET"]),
     Route("/api/notifications/unread-count", unread_count, methods=["GET"]),
+    Route("/api/notifications/read-all", mark_all_read, methods=["POST"]),
     Route("/api/notifications/{id}/read", mark_read, methods=["POST"]),
     Route("/api/notifications/{id}/dismiss", dismiss, methods=["POST"]),
 ]
@@ -115,6 +124,12 @@ openapi_schemas: Mapping[str, Any] = {
         "additionalProperties": False,
         "properties": {"count": {"type": "integer", "minimum": 0}},
     },
+    "MarkedRead": {
+        "type": "object",
+        "required": ["marked"],
+        "additionalProperties": False,
+        "properties": {"marked": {"type": "integer", "minimum": 0}},
+    },
 }
 openapi_paths: Mapping[str, Mapping[str, Any]] = {
     "/api/notifications": {
@@ -135,6 +150,18 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
             "getUnreadCount",
             _TAG,
             {"200": ok("the count", ref("UnreadCount")), **errors(400, 503, 504)},
+        )
+    },
+    "/api/notifications/read-all": {
+        "post": endpoint(
+            "Mark every unread notification read (dismissed ones excluded)",
+            "markAllNotificationsRead",
+            _TAG,
+            {
+                "200": ok("how many were marked read", ref("MarkedRead")),
+                **errors(400, 403, 413, 415, 503, 504),
+            },
+            request_body=NO_BODY,
         )
     },
     "/api/notifications/{id}/read": {

@@ -149,7 +149,7 @@ def test_cancel_a_queued_analysis_from_the_jobs_page(
 
     cancel.click()
     dialog = page.get_by_role("dialog", name="Cancel this analysis?")
-    expect(dialog).to_contain_text("Strategy snapshot for Engineer will stop.")
+    expect(dialog).to_contain_text("Strategy snapshot for Engineer at Acme will stop.")
     expect(page.get_by_role("button", name="Keep running")).to_be_focused()
     page.get_by_role("button", name="Keep running").click()
     expect(dialog).to_have_count(0)

@@ -67,6 +67,15 @@ def test_the_bar_moves_and_a_cancel_from_the_page_stops_the_analysis(
     expect(job.locator(".analysis .state")).to_have_text("Cancelled", timeout=CANCEL_SHOWN_MS)
     screenshot(page, "31-jobs-live-cancelled")
 
+    # The operation is named by its job, read from the owner's workspace by the page.
+    page.goto(f"{product.url.rstrip('/')}/operations")
+    expect(page.locator("li.op .op__subject")).to_have_text("Job: Platform engineer at Acme")
+    note = page.locator(".note").filter(has_text="Strategy snapshot was cancelled")
+    expect(note.locator(".note__about")).to_have_text(
+        "Strategy snapshot for Platform engineer at Acme"
+    )
+    screenshot(page, "32-operations-live-named")
+
     with httpx.Client(base_url=product.url) as client:
         client.get(product.login)
         operations = client.get("/api/operations").json()["items"]

@@ -5,34 +5,41 @@
 import { h, replaceChildren } from "./dom.js";
 import { TERMINAL_STATES, cancelCameTooLate, formatTime, isLive, stateLabel } from "./format.js";
 import { actionsOf } from "./operations-view.js";
+import { modelLabel, provenanceOf } from "./provenance.js";
 import { task } from "./tasks.js";
 
 export const TOO_LATE_NOTE = "The cancel came too late: the analysis had already finished.";
 
+// A score as "82 / 100", or "Not scored" when the answer has none (absent or null).
+export function scoreView(schema, value) {
+  if (typeof value !== "number" || !Number.isFinite(value)) {
+    return [h("strong", {}, `${schema.title ?? "Score"}: Not scored`), h("span", { class: "hint" }, " · There was nothing to compare.")];
+  }
+  return [h("strong", {}, `${schema.title ?? "Score"}: ${value}`), h("span", { class: "hint" }, ` / ${schema.maximum ?? 100}`)];
+}
+
 // The result, laid out by the task's answer schema: each integer is a score
-// under its title, each string a paragraph, each non-empty array a titled list.
-function resultView(taskType, snapshot) {
+// under its title, each string a paragraph, each non-empty array a titled list;
+// then which model produced it.
+function resultView(taskType, snapshot, operation) {
   const properties = task(taskType)?.answer?.properties ?? {};
   const result = snapshot.result;
   const fields = Object.entries(properties);
-  const scores = fields.filter(([, schema]) => schema.type === "integer");
+  // A score that may be left unscored is {anyOf: [{type: "integer", …}, {type: "null"}]}.
+  const scoreSchema = (schema) => (schema.anyOf ? { ...schema.anyOf[0], title: schema.title } : schema);
+  const scores = fields.filter(([, schema]) => scoreSchema(schema).type === "integer");
   const texts = fields.filter(([, schema]) => schema.type === "string");
   const lists = fields.filter(([name, schema]) => schema.type === "array" && (result[name] ?? []).length > 0);
   return h(
     "div",
     { class: "analysis__result" },
-    scores.map(([name, schema]) =>
-      h(
-        "p",
-        { class: "analysis__score" },
-        h("strong", {}, `${schema.title ?? name}: ${result[name]}`),
-        h("span", { class: "hint" }, ` / ${schema.maximum ?? 100} · updated ${formatTime(snapshot.updated_at)}`),
-      ),
-    ),
-    texts.map(([name]) => h("p", {}, result[name])),
+    scores.map(([name, schema]) => h("p", { class: "analysis__score" }, scoreView({ title: name, ...scoreSchema(schema) }, result[name]))),
+    texts.filter(([name]) => result[name]).map(([name]) => h("p", {}, result[name])),
     lists.map(([name, schema]) =>
       h("div", { class: "analysis__list" }, h("h4", {}, schema.title ?? name), h("ul", {}, result[name].map((item) => h("li", {}, item)))),
     ),
+    modelLabel(provenanceOf(snapshot, operation)),
+    h("p", { class: "hint analysis__updated" }, `Updated ${formatTime(snapshot.updated_at)}.`),
   );
 }
 
@@ -155,11 +162,12 @@ export function createAnalysisView(slot, taskType, { onCancel, focusFallback } =
     if (!status.isConnected) slot.prepend(status, note);
   }
 
-  function updateResult(snapshot) {
-    const key = snapshot ? JSON.stringify(snapshot) : "";
+  function updateResult(snapshot, operation) {
+    const provenance = provenanceOf(snapshot, operation);
+    const key = snapshot ? JSON.stringify([snapshot, provenance]) : "";
     if (key === resultKey) return;
     resultKey = key;
-    replaceChildren(resultSlot, snapshot ? resultView(taskType, snapshot) : null);
+    replaceChildren(resultSlot, snapshot ? resultView(taskType, snapshot, operation) : null);
   }
 
   slot.append(resultSlot);
@@ -169,7 +177,7 @@ export function createAnalysisView(slot, taskType, { onCancel, focusFallback } =
     render(answer) {
       current = answer.operation ?? null;
       updateStatus(current);
-      updateResult(answer.snapshot ?? null);
+      updateResult(answer.snapshot ?? null, current);
     },
     // Show a newer copy of the operation (e.g. the answer to a cancel), keeping the result.
     showOperation(operation) {

@@ -1,10 +1,12 @@
-// Calls to the gateway's JSON API; errors arrive as RFC 9457 problem details.
+// Calls to the gateway's JSON API; errors arrive as RFC 9457 problem details, and
+// their text reaches people as a full sentence.
 
 import { AUTH_EXPIRED } from "./events.js";
+import { sentence } from "./format.js";
 
 export class ApiError extends Error {
   constructor(status, problem) {
-    super(problem.detail || problem.title || `HTTP ${status}`);
+    super(sentence(problem.detail || problem.title || `The server answered HTTP ${status}`));
     this.status = status;
     this.code = problem.code || "error";
     this.retryAfter = problem.retryAfter ?? null;

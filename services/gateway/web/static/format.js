@@ -39,9 +39,20 @@ export function taskLabel(taskType) {
   return words.charAt(0).toUpperCase() + words.slice(1);
 }
 
-export function subjectLabel(subject) {
+// A subject by its name (e.g. "Platform engineer at Acme") when the page knows it,
+// else by its reference ("job job-42").
+export function subjectLabel(subject, name = null) {
+  if (name) return name;
   if (!subject || (!subject.type && !subject.id)) return "";
   return `${subject.type || "subject"} ${subject.id}`.trim();
+}
+
+// A message as a full sentence: capitalised, ending in a full stop (or ? or !).
+export function sentence(text) {
+  const trimmed = String(text ?? "").trim();
+  if (!trimmed) return "";
+  const capital = trimmed.charAt(0).toUpperCase() + trimmed.slice(1);
+  return /[.!?…]$/.test(capital) ? capital : `${capital}.`;
 }
 
 const timeFormat = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "short" });

@@ -1,16 +1,46 @@
-// The notification list: read and dismiss, then tell the bell (NOTIFICATIONS_CHANGED).
+// The notification list: each names its task type and subject (the notification
+// keeps only the operation's id; the page reads the rest) and links to its operation
+// and, for a success, to the result; read one, read all, dismiss, then tell the bell
+// (NOTIFICATIONS_CHANGED).
 
 import { api, post } from "./api.js";
 import { h, replaceChildren } from "./dom.js";
 import { NOTIFICATIONS_CHANGED, UNREAD_COUNT, notificationsChanged } from "./events.js";
-import { formatTime } from "./format.js";
+import { formatTime, taskLabel } from "./format.js";
+import { operationAnchor, resultHref } from "./operations-view.js";
+import { subjectName } from "./subjects.js";
+
+const operations = new Map(); // id -> Promise<operation | null>: its task and subject never change
+
+function operationOf(id) {
+  if (!id) return Promise.resolve(null);
+  if (!operations.has(id)) {
+    operations.set(
+      id,
+      api(`/api/operations/${encodeURIComponent(id)}`).catch(() => {
+        operations.delete(id);
+        return null;
+      }),
+    );
+  }
+  return operations.get(id);
+}
+
+// What the notification is about and where it leads, once its operation is read.
+async function detailsOf(notification) {
+  const operation = await operationOf(notification.operation_id);
+  const name = operation ? await subjectName(operation.subject) : null;
+  const result = operation && notification.outcome === "succeeded" ? resultHref({ ...operation, state: "succeeded" }) : null;
+  return { name, result };
+}
 
 export function mountNotifications(section) {
   const heading = h("h2", { id: "notifications-heading", tabindex: "-1" }, "Notifications");
+  const readAll = h("button", { type: "button", class: "button button--quiet", hidden: true }, "Mark all read");
   const status = h("p", { class: "status", role: "status" });
   const list = h("ul", { class: "notes", "aria-labelledby": "notifications-heading" });
   section.setAttribute("aria-labelledby", "notifications-heading");
-  replaceChildren(section, heading, status, list);
+  replaceChildren(section, h("div", { class: "notes__head" }, heading, readAll), status, list);
   let unread = null;
   let loading = null;
 
@@ -18,7 +48,7 @@ export function mountNotifications(section) {
     try {
       await post(`/api/notifications/${encodeURIComponent(notification.id)}/${action}`);
     } catch (error) {
-      status.textContent = `Could not update the notification: ${error.message}`;
+      status.textContent = `The notification could not be updated. ${error.message}`;
       return;
     }
     status.textContent = action === "dismiss" ? "Notification dismissed." : "Notification marked as read.";
@@ -26,8 +56,34 @@ export function mountNotifications(section) {
     heading.focus();
   }
 
-  function item(notification) {
+  readAll.addEventListener("click", async () => {
+    try {
+      const { marked } = await post("/api/notifications/read-all");
+      status.textContent = marked === 1 ? "One notification marked as read." : `${marked} notifications marked as read.`;
+    } catch (error) {
+      status.textContent = `The notifications could not be marked as read. ${error.message}`;
+      return;
+    }
+    notificationsChanged();
+    heading.focus();
+  });
+
+  function links(notification, { result }) {
+    return [
+      notification.operation_id
+        ? h(
+            "a",
+            { class: "note__link", href: `/operations#${operationAnchor(notification.operation_id)}`, "aria-label": `Open the operation: ${notification.title}` },
+            "Open the operation",
+          )
+        : null,
+      result ? h("a", { class: "note__link", href: result, "aria-label": `View the result: ${notification.title}` }, "View the result") : null,
+    ];
+  }
+
+  function item(notification, details) {
     const isUnread = notification.read_at === null;
+    const about = details.name ? `${taskLabel(notification.task_type)} for ${details.name}` : taskLabel(notification.task_type);
     return h(
       "li",
       { class: `note${isUnread ? " note--unread" : ""}`, dataset: { id: notification.id } },
@@ -40,7 +96,9 @@ export function mountNotifications(section) {
           isUnread ? h("span", { class: "note__dot" }, h("span", { class: "visually-hidden" }, "Unread: ")) : null,
           notification.title,
         ),
+        h("p", { class: "note__about" }, about),
         notification.body ? h("p", { class: "note__body" }, notification.body) : null,
+        h("p", { class: "note__links" }, links(notification, details)),
         h("time", { class: "note__time", datetime: notification.created_at }, formatTime(notification.created_at)),
       ),
       h(
@@ -65,15 +123,17 @@ export function mountNotifications(section) {
   async function load() {
     try {
       const page = await api("/api/notifications?page_size=50");
+      const details = await Promise.all(page.items.map(detailsOf));
       unread = page.items.filter((n) => n.read_at === null).length;
+      readAll.hidden = unread === 0;
       list.setAttribute("aria-busy", "false");
       if (page.items.length === 0) {
         replaceChildren(list, h("li", { class: "empty" }, "No notifications. You will see one here when an operation finishes."));
       } else {
-        replaceChildren(list, page.items.map(item));
+        replaceChildren(list, page.items.map((notification, index) => item(notification, details[index])));
       }
     } catch (error) {
-      replaceChildren(list, h("li", { class: "empty" }, `Notifications could not be loaded: ${error.message}`));
+      replaceChildren(list, h("li", { class: "empty" }, `Notifications could not be loaded. ${error.message}`));
     }
   }
 

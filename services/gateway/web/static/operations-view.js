@@ -1,7 +1,11 @@
 // One operation as a card, updated in place so focus and scroll survive each poll.
+// Its subject shows by name (the job's title and company, the CV's filename) when
+// the page could read it from the workspace, else by its reference.
 
 import { h, replaceChildren } from "./dom.js";
 import { TERMINAL_STATES, cancelCameTooLate, formatTime, stateLabel, subjectLabel, taskLabel } from "./format.js";
+import { isDevelopmentModel, modelSentence } from "./provenance.js";
+import { kindLabel } from "./subjects.js";
 import { task } from "./tasks.js";
 
 const CANCELLABLE = new Set(["queued", "running", "waiting_for_retry", "waiting_for_external_fallback"]);
@@ -71,15 +75,53 @@ function buttons(operation, name, handlers) {
 }
 
 // Registered tasks publish their result on the jobs page, next to their subject.
-function resultLink(operation) {
+export function resultHref(operation) {
   const known = task(operation.task_type);
   if (!known || operation.state !== "succeeded" || !operation.subject?.id) return null;
-  const anchor = `${known.subject.name}-${encodeURIComponent(operation.subject.id)}`;
-  return h("a", { class: "op__result", href: `/jobs#${anchor}` }, "View result");
+  return `/jobs#${known.subject.name}-${encodeURIComponent(operation.subject.id)}`;
+}
+
+function resultLink(operation) {
+  const href = resultHref(operation);
+  return href ? h("a", { class: "op__result", href }, "View result") : null;
+}
+
+// "Strategy snapshot for Platform engineer at Acme" (or "… for job job-42").
+export function operationName(operation, subjectName = null) {
+  const name = taskLabel(operation.task_type);
+  const subject = subjectLabel(operation.subject, subjectName);
+  return subject ? `${name} for ${subject}` : name;
+}
+
+export function operationAnchor(operationId) {
+  return `operation-${operationId}`;
+}
+
+function subjectLine(operation, subjectName) {
+  const kind = kindLabel(operation.subject?.type);
+  if (subjectName) {
+    return [
+      h("span", { class: "op__subject-type" }, `${kind.charAt(0).toUpperCase()}${kind.slice(1)}:`),
+      " ",
+      h("strong", { class: "op__subject-name" }, subjectName),
+    ];
+  }
+  return [
+    h("span", { class: "op__subject-type" }, operation.subject?.type || "subject"),
+    " ",
+    h("code", { class: "op__subject-id" }, operation.subject?.id ?? ""),
+  ];
+}
+
+// A succeeded operation says which model produced its result, when that is recorded.
+function modelLine(operation) {
+  if (operation.state !== "succeeded" || !operation.provenance?.model) return "";
+  const heuristic = isDevelopmentModel(operation.provenance) ? " It is not an AI assessment." : "";
+  return `${modelSentence(operation.provenance)}${heuristic}`;
 }
 
 export function createCard(operation) {
-  const card = h("li", { class: "op", dataset: { id: operation.id } });
+  const card = h("li", { class: "op", id: operationAnchor(operation.id), dataset: { id: operation.id } });
   card.append(
     h(
       "div",
@@ -90,6 +132,7 @@ export function createCard(operation) {
     h("p", { class: "op__subject" }),
     h("div", { class: "op__progress" }),
     h("p", { class: "op__meta" }),
+    h("p", { class: "op__model", hidden: true }),
     h("div", { class: "op__note-slot" }),
     h("p", { class: "op__error", role: "alert", hidden: true }),
     h("div", { class: "op__actions" }),
@@ -97,26 +140,22 @@ export function createCard(operation) {
   return card;
 }
 
-export function updateCard(card, operation, handlers) {
+export function updateCard(card, operation, handlers, subjectName = null) {
   const name = taskLabel(operation.task_type);
-  const subject = subjectLabel(operation.subject);
-  const fullName = subject ? `${name} for ${subject}` : name;
+  const fullName = operationName(operation, subjectName);
   const previous = card.dataset.signature ?? "";
-  const signature = `${operation.state}|${operation.cancel_requested}|${actionsOf(operation).join(",")}`;
+  const signature = `${operation.state}|${operation.cancel_requested}|${actionsOf(operation).join(",")}|${fullName}`;
 
   card.querySelector(".op__title").textContent = name;
   const state = card.querySelector(".state");
   state.textContent = stateLabel(operation);
   state.className = `state state--${operation.cancel_requested && !TERMINAL_STATES.has(operation.state) ? "cancelling" : operation.state}`;
   card.dataset.state = operation.state;
-  replaceChildren(
-    card.querySelector(".op__subject"),
-    h("span", { class: "op__subject-type" }, operation.subject?.type || "subject"),
-    " ",
-    h("code", { class: "op__subject-id" }, operation.subject?.id ?? ""),
-    resultLink(operation),
-  );
+  replaceChildren(card.querySelector(".op__subject"), subjectLine(operation, subjectName), resultLink(operation));
   card.querySelector(".op__meta").textContent = metaLine(operation);
+  const model = card.querySelector(".op__model");
+  model.textContent = modelLine(operation);
+  model.hidden = !model.textContent;
 
   const slot = card.querySelector(".op__progress");
   const bar = slot.querySelector("progress");

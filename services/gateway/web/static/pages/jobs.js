@@ -3,12 +3,17 @@
 // strategy snapshot for a job (optionally against a CV); watch its progress,
 // cancel it, and read the result. Polls only while shown, and only the analyses
 // still running: every half second while one is live, else every few seconds.
+// A run's second reference (the CV of a snapshot, the job of a CV review) is kept
+// for the next run; /jobs#job-<id> scrolls to and highlights that job.
 
 import { api, post, put } from "../api.js";
 import { confirmDialog } from "../dialog.js";
 import { h, replaceChildren } from "../dom.js";
 import { createAnalysisView, isActive, isLiveAnswer } from "../analysis-view.js";
+import { notificationsChanged } from "../events.js";
+import { highlight } from "../highlight.js";
 import { visiblePoller } from "../poller.js";
+import { mountAiSettings } from "../settings-view.js";
 import { taskPath, tasksFor } from "../tasks.js";
 
 export const ANALYSIS_POLL_MS = 2000;
@@ -27,11 +32,32 @@ function showFormError(element, error) {
   element.hidden = !error;
 }
 
+// The second reference of a task's last run from this browser, per task resource:
+// operations keep it to themselves, so the page remembers the choice it sent.
+const CHOICE_PREFIX = "durable-ops:context:";
+
+function lastChoice(path) {
+  try {
+    return window.localStorage.getItem(CHOICE_PREFIX + path);
+  } catch {
+    return null;
+  }
+}
+
+function keepChoice(path, value) {
+  try {
+    window.localStorage.setItem(CHOICE_PREFIX + path, value);
+  } catch {
+    // Storage is off (private mode): the choice lasts while the page is open.
+  }
+}
+
 export function mount(main) {
   const settingsSlot = h("div", { class: "settings" });
   const jobList = h("ol", { class: "items", "aria-label": "Your jobs" });
   const cvList = h("ol", { class: "items", "aria-label": "Your CVs" });
   const analyses = new Map(); // path -> {view, active, live, looks}
+  const choices = new Map(); // path -> the second reference chosen here: kept across redraws
   const rows = { job: [], attachment: [] }; // the caller's jobs and CVs, by subject kind
 
   replaceChildren(
@@ -107,48 +133,16 @@ export function mount(main) {
     return form;
   }
 
-  async function loadSettings() {
-    const error = formError();
-    try {
-      const settings = await api("/api/settings/ai");
-      const enabled = h("input", { type: "checkbox", checked: settings.ai_enabled });
-      const privacy = h(
-        "select",
-        {},
-        h("option", { value: "local_only", selected: settings.privacy === "local_only" }, "Local model only"),
-        h("option", { value: "external_allowed", selected: settings.privacy === "external_allowed" }, "External model allowed"),
-      );
-      const save = async (change) => {
-        try {
-          await put("/api/settings/ai", { json: change });
-          showFormError(error, null);
-        } catch (failure) {
-          showFormError(error, failure);
-        }
-      };
-      enabled.addEventListener("change", () => save({ ai_enabled: enabled.checked }));
-      privacy.addEventListener("change", () => save({ privacy: privacy.value }));
-      replaceChildren(
-        settingsSlot,
-        h("p", { class: "hint" }, `Plan: ${settings.plan === "pro" ? "Pro" : "Free (AI analyses need Pro)"}`),
-        h("label", { class: "check" }, enabled, " Use AI analyses"),
-        field("Privacy", privacy, "External models see your text only when you allow it."),
-        error,
-      );
-    } catch (failure) {
-      replaceChildren(settingsSlot, h("p", { class: "form-error", role: "alert" }, failure.message));
-    }
-  }
-
   function analysisBlock(task, subjectId, subjectName) {
     const path = taskPath(task, subjectId);
     const taskType = task.name;
-    const contextSelect = task.context ? referenceSelect(task.context) : null;
+    const contextSelect = task.context ? referenceSelect(task.context, choices.get(path) ?? lastChoice(path)) : null;
+    contextSelect?.addEventListener("change", () => choices.set(path, contextSelect.value)); // survives a redraw
     const contextField = task.context?.field;
     const slot = h("div", { class: "analysis", "aria-live": "polite" });
     const error = formError();
     const start = h("button", { type: "button", class: "button" }, task.action);
-    const entry = { view: null, active: true, live: false, looks: 0 };
+    const entry = { view: null, active: true, live: false, looks: 0, over: null };
     entry.view = createAnalysisView(slot, taskType, {
       onCancel: (operation) => cancelAnalysis(entry, operation, `${task.label} for ${subjectName}`, error),
       focusFallback: () => start,
@@ -156,8 +150,10 @@ export function mount(main) {
     start.addEventListener("click", async () => {
       start.disabled = true;
       try {
-        const body = contextSelect && contextSelect.value ? { [contextField]: contextSelect.value } : {};
+        const choice = contextSelect ? contextSelect.value : "";
+        const body = choice ? { [contextField]: choice } : {};
         await post(path, { json: body, headers: { "Idempotency-Key": `${taskType}-${path}-${Date.now()}` } });
+        keepChoice(path, choice);
         showFormError(error, null);
         lookAgain(entry); // shows the new analysis now, then polls at its pace
       } catch (failure) {
@@ -201,19 +197,21 @@ export function mount(main) {
     poller.refresh();
   }
 
-  // A choice of the caller's rows of one kind, for a task's optional second reference.
-  function referenceSelect(kind) {
+  // A choice of the caller's rows of one kind, for a task's optional second
+  // reference; `chosen` (the last run's) is selected while it is still there.
+  function referenceSelect(kind, chosen) {
     const label = kind.label.charAt(0).toUpperCase() + kind.label.slice(1);
     return h(
       "select",
       { "aria-label": `${label} to compare with` },
       h("option", { value: "" }, `Without a ${kind.label}`),
-      rows[kind.name].map((row) => h("option", { value: row.id }, rowName(kind.name, row))),
+      rows[kind.name].map((row) => h("option", { value: row.id, selected: row.id === chosen }, rowName(kind.name, row))),
     );
   }
 
   function rowName(kind, row) {
-    return kind === "job" ? row.title : row.filename;
+    if (kind !== "job") return row.filename;
+    return row.company ? `${row.title} at ${row.company}` : row.title;
   }
 
   function analysisBlocks(kind, row) {
@@ -228,7 +226,19 @@ export function mount(main) {
     analyses.clear();
     renderJobs();
     renderCvs();
+    showTarget();
     poller.refresh();
+  }
+
+  // The job (or CV) a link named, e.g. "View result" on /operations: once per link,
+  // so adding a job or CV later does not scroll back to it.
+  let shownHash = "";
+  function showTarget() {
+    const match = /^#((?:job|attachment)-.+)$/.exec(window.location.hash);
+    const target = match ? document.getElementById(decodeURIComponent(match[1])) : null;
+    if (!target || shownHash === window.location.hash) return;
+    shownHash = window.location.hash;
+    highlight(target);
   }
 
   function renderJobs() {
@@ -242,6 +252,12 @@ export function mount(main) {
               { class: "item", id: `job-${job.id}` },
               h("h3", {}, job.title),
               job.company ? h("p", { class: "hint" }, job.company) : null,
+              h(
+                "details",
+                { class: "item__description" },
+                h("summary", {}, "Description"),
+                h("div", { class: "item__description-text" }, job.description),
+              ),
               analysisBlocks("job", job),
             ),
           ),
@@ -271,9 +287,13 @@ export function mount(main) {
     const look = ++entry.looks;
     const answer = await api(path);
     if (look !== entry.looks) return; // a newer look is on its way
+    const wasActive = entry.over === false;
     entry.active = isActive(answer);
     entry.live = isLiveAnswer(answer);
+    entry.over = answer.operation ? !entry.active : null;
     entry.view.render(answer);
+    // Seen reaching its end here: its notification is new, so the bell looks now.
+    if (wasActive && entry.over) notificationsChanged();
   }
 
   // Every analysis once after loading, then only those still running; answers
@@ -286,6 +306,10 @@ export function mount(main) {
   }
 
   const poller = visiblePoller(tick, ANALYSIS_POLL_MS);
-  loadSettings();
+  window.addEventListener("hashchange", () => {
+    shownHash = "";
+    showTarget();
+  });
+  mountAiSettings(settingsSlot);
   load().catch((failure) => replaceChildren(jobList, h("li", { class: "form-error", role: "alert" }, failure.message)));
 }

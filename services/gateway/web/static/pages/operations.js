@@ -1,18 +1,23 @@
 // /operations: the caller's operations, refreshed while the page is shown (every
 // half second while any shown one is live, else every few seconds), with cancel
-// (confirmed) and retry; the notification list beside them.
+// (confirmed) and retry; the notification list beside them. Each names its subject
+// (read from the workspace); /operations#operation-<id> scrolls to and highlights
+// one, shown above the list when the list does not hold it.
 
 import { api, post } from "../api.js";
 import { confirmDialog } from "../dialog.js";
 import { h, replaceChildren } from "../dom.js";
 import { notificationsChanged } from "../events.js";
-import { TERMINAL_STATES, cancelCameTooLate, isLive, stateLabel, subjectLabel, taskLabel } from "../format.js";
+import { highlight } from "../highlight.js";
+import { TERMINAL_STATES, cancelCameTooLate, isLive, stateLabel } from "../format.js";
 import { mountNotifications } from "../notifications-view.js";
-import { createCard, showCardError, updateCard } from "../operations-view.js";
+import { createCard, operationAnchor, operationName, showCardError, updateCard } from "../operations-view.js";
 import { visiblePoller } from "../poller.js";
+import { nameFrom, subjectNames } from "../subjects.js";
 
 export const OPERATIONS_POLL_MS = 2000;
 export const OPERATIONS_LIVE_POLL_MS = 500;
+const NAMES_WAIT_MS = 1500;
 const PAGE_STEP = 20;
 const PAGE_MAX = 100;
 const FILTERS = [
@@ -25,9 +30,9 @@ const FILTERS = [
   ["cancelled", "Cancelled"],
 ];
 
-function describe(operation) {
-  const subject = subjectLabel(operation.subject);
-  return subject ? `${taskLabel(operation.task_type)} for ${subject}` : taskLabel(operation.task_type);
+function targetFromHash() {
+  const match = /^#operation-(.+)$/.exec(window.location.hash);
+  return match ? decodeURIComponent(match[1]) : null;
 }
 
 export function mount(main) {
@@ -38,10 +43,16 @@ export function mount(main) {
   const announcer = h("p", { class: "visually-hidden", role: "status" });
   const more = h("button", { type: "button", class: "button button--quiet", hidden: true }, "Show more");
   const notifications = h("aside", { class: "panel panel--side" });
+  const detail = h("ol", { class: "ops ops--detail", "aria-label": "The operation you opened", hidden: true });
   const cards = new Map();
   let limit = PAGE_STEP;
   let loaded = false;
-  let states = new Map();
+  let names = new Map(); // "type:id" -> the subject's name, or null
+  const states = new Map(); // id -> the last state seen here, for every operation shown so far
+  let newestSeen = "";
+  let looked = false;
+  let target = targetFromHash(); // an operation a link asked for
+  let targetShown = false;
   const cancelling = new Map(); // id -> name: cancels asked for here, until they end
 
   replaceChildren(
@@ -60,6 +71,7 @@ export function mount(main) {
         { class: "panel", "aria-labelledby": "operations-heading", "aria-busy": "true" },
         h("h2", { id: "operations-heading", class: "visually-hidden" }, "Your operations"),
         banner,
+        detail,
         placeholder,
         list,
         more,
@@ -71,6 +83,10 @@ export function mount(main) {
   const section = list.closest("section");
   mountNotifications(notifications);
   const handlers = { cancel: cancelOperation, retry: retryOperation };
+
+  function describe(operation) {
+    return operationName(operation, nameFrom(names, operation.subject));
+  }
 
   function showPlaceholder(kind, ...content) {
     placeholder.className = `placeholder placeholder--${kind}`;
@@ -125,7 +141,7 @@ export function mount(main) {
           card = createCard(operation);
           cards.set(operation.id, card);
         }
-        updateCard(card, operation, handlers);
+        updateCard(card, operation, handlers, nameFrom(names, operation.subject));
         if (list.children[index] !== card) list.insertBefore(card, list.children[index] ?? null);
       });
       for (const [id, card] of cards) {
@@ -156,14 +172,57 @@ export function mount(main) {
     return `${name} ${stateLabel(operation).toLowerCase()}.`;
   }
 
-  // A newly finished operation has a new notification: the bell and the list refresh now.
+  // A newly finished operation has a new notification: the bell and the list refresh
+  // now. Newly finished: seen here in another state, or new since the first look and
+  // already over (it ran between two polls).
   function noticeFinished(items) {
-    const next = new Map(items.map((operation) => [operation.id, operation.state]));
-    const finished = items.some(
-      (operation) => TERMINAL_STATES.has(operation.state) && states.has(operation.id) && states.get(operation.id) !== operation.state,
-    );
-    states = next;
+    const firstLook = !looked;
+    looked = true;
+    const finished = items.some((operation) => {
+      if (!TERMINAL_STATES.has(operation.state)) return false;
+      if (states.has(operation.id)) return states.get(operation.id) !== operation.state;
+      return !firstLook && operation.created_at > newestSeen;
+    });
+    for (const operation of items) {
+      states.set(operation.id, operation.state);
+      if (operation.created_at > newestSeen) newestSeen = operation.created_at;
+    }
     if (finished) notificationsChanged();
+  }
+
+  // The operation a link named: its card in the list, else one shown above the list.
+  async function showTarget(items) {
+    if (!target || cards.has(target)) {
+      detail.hidden = true;
+      replaceChildren(detail);
+    }
+    if (!target) return;
+    if (cards.has(target)) {
+      if (!targetShown) highlight(cards.get(target));
+      targetShown = true;
+      return;
+    }
+    let operation = items.find((item) => item.id === target);
+    if (!operation) {
+      try {
+        operation = await api(`/api/operations/${encodeURIComponent(target)}`);
+      } catch (error) {
+        const text = error.status === 404 ? "The operation you opened is not among yours." : `The operation you opened could not be loaded. ${error.message}`;
+        replaceChildren(detail, h("li", { class: "placeholder placeholder--error", role: "alert" }, text));
+        detail.hidden = false;
+        return;
+      }
+      names = new Map([...names, ...(await subjectNames([operation.subject]))]);
+    }
+    let card = detail.querySelector(`#${CSS.escape(operationAnchor(target))}`);
+    if (!card) {
+      card = createCard(operation);
+      replaceChildren(detail, card);
+    }
+    updateCard(card, operation, handlers, nameFrom(names, operation.subject));
+    detail.hidden = false;
+    if (!targetShown) highlight(card);
+    targetShown = true;
   }
 
   // One poll; answers the delay before the next: short while any shown operation is live.
@@ -172,7 +231,11 @@ export function mount(main) {
     if (filter.value) query.set("state", filter.value);
     try {
       const page = await api(`/api/operations?${query}`);
+      // Names that take long arrive with a later poll: the list never waits on them.
+      const naming = subjectNames(page.items.map((operation) => operation.subject));
+      names = await Promise.race([naming, new Promise((resolve) => setTimeout(() => resolve(names), NAMES_WAIT_MS))]);
       render(page);
+      await showTarget(page.items);
       return page.items.some(isLive) ? OPERATIONS_LIVE_POLL_MS : OPERATIONS_POLL_MS;
     } catch (error) {
       showError(error);
@@ -202,12 +265,12 @@ export function mount(main) {
   }
 
   async function act(operation, action, message) {
-    const card = cards.get(operation.id);
+    const card = cards.get(operation.id) ?? detail.querySelector(`li.op[data-id="${CSS.escape(operation.id)}"]`);
     try {
       const updated = await post(`/api/operations/${encodeURIComponent(operation.id)}/${action}`);
       if (card) {
         showCardError(card, "");
-        updateCard(card, updated, handlers);
+        updateCard(card, updated, handlers, nameFrom(names, updated.subject));
         card.querySelector(".op__actions button, .op__title")?.focus?.();
       }
       announcer.textContent = message(updated);
@@ -228,6 +291,11 @@ export function mount(main) {
     limit = PAGE_STEP;
     loaded = false;
     section.setAttribute("aria-busy", "true");
+    poller.refresh();
+  });
+  window.addEventListener("hashchange", () => {
+    target = targetFromHash();
+    targetShown = false;
     poller.refresh();
   });
   more.addEventListener("click", () => {
