@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Sets up everything the tests need, then runs lint, types and the whole suite.
 #
-# MariaDB: OPS_TEST_MARIADB_URL, else testcontainers (when Docker answers), else
-# a server on 127.0.0.1:3306, which this script starts if it is installed and down.
+# MariaDB: OPS_TEST_MARIADB_URL, else testcontainers (when a Docker engine answers
+# and has or can pull OPS_TEST_MARIADB_IMAGE, default mariadb:11.4), else a server
+# on 127.0.0.1:3306, which this script starts if it is installed and down (not
+# with OPS_REQUIRE_TESTCONTAINERS=1: then only a container will do).
 # Browser tests use Debian's Chromium, installed here when missing and when root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +16,8 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 
-if [ -z "${OPS_TEST_MARIADB_URL:-}" ] && [ -x /usr/sbin/mariadbd ] \
+if [ -z "${OPS_TEST_MARIADB_URL:-}" ] && [ "${OPS_REQUIRE_TESTCONTAINERS:-}" != 1 ] \
+   && [ -x /usr/sbin/mariadbd ] \
    && ! mariadb-admin --host=127.0.0.1 --user=root ping >/dev/null 2>&1; then
   echo "== starting the local MariaDB"
   start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd

@@ -1,17 +1,32 @@
 """Shared fixtures: real databases on both engines, never mocks.
 
-MariaDB comes from ``OPS_TEST_MARIADB_URL`` when set, else from testcontainers
-when a Docker engine answers, else from a server on 127.0.0.1:3306. Each test
-session gets its own throwaway database. ``OPS_REQUIRE_MARIADB=1`` (set by
-``.ci/run``) turns "no MariaDB" into a failure instead of a skip.
+MariaDB, in this order (``select_mariadb`` decides, from what the probes found):
+
+1. ``OPS_TEST_MARIADB_URL`` when set (a server URL; the user must be able to
+   create databases);
+2. else a testcontainers container of ``OPS_TEST_MARIADB_IMAGE`` (default the
+   official ``mariadb:11.4``; ``scripts/mariadb-image.sh`` builds one offline)
+   when a Docker engine answers and has or can pull the image;
+3. else the server on 127.0.0.1:3306 (root, empty password). When Docker
+   answered but the container could not be had, one line says why.
+
+``OPS_REQUIRE_TESTCONTAINERS=1`` (set by ``.ci/run``) makes step 2 the only one:
+anything short of a running container fails. ``OPS_REQUIRE_MARIADB=1`` turns
+"no MariaDB" into a failure instead of a skip. Each session works in its own
+throwaway databases, created as root. The Ryuk reaper is disabled when its image
+cannot be had (``TESTCONTAINERS_RYUK_DISABLED`` set by the caller wins); the
+fixture stops its container itself either way.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pymysql
 import pytest
@@ -22,22 +37,154 @@ from durable_ops.storage import migrate
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import Base
 
+if TYPE_CHECKING:
+    from testcontainers.community.mysql import MySqlContainer
+
 ENGINES = ["sqlite", "mariadb"]
 MakeDatabase = Callable[[], str]
 
+DEFAULT_MARIADB_IMAGE = "mariadb:11.4"
+LOCAL_MARIADB_URL = "mysql+pymysql://root@127.0.0.1:3306/"
+_PULL_TIMEOUT_S = 600
 
-def _require_mariadb() -> bool:
-    return os.environ.get("OPS_REQUIRE_MARIADB") == "1"
+
+@dataclass(frozen=True)
+class MariadbSettings:
+    """The environment's say in where MariaDB comes from."""
+
+    explicit_url: str | None
+    image: str
+    require_testcontainers: bool
+    require_mariadb: bool
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> MariadbSettings:
+        return cls(
+            explicit_url=environ.get("OPS_TEST_MARIADB_URL") or None,
+            image=environ.get("OPS_TEST_MARIADB_IMAGE") or DEFAULT_MARIADB_IMAGE,
+            require_testcontainers=environ.get("OPS_REQUIRE_TESTCONTAINERS") == "1",
+            require_mariadb=environ.get("OPS_REQUIRE_MARIADB") == "1",
+        )
+
+    @property
+    def tries_testcontainers(self) -> bool:
+        """Whether Docker is worth probing at all (an explicit URL wins unless required)."""
+        return self.require_testcontainers or self.explicit_url is None
 
 
-def _docker_answers() -> bool:
+@dataclass(frozen=True)
+class DockerFinding:
+    """What probing Docker found: an engine that answers, and why the image cannot be had."""
+
+    engine: bool
+    image_problem: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.engine and self.image_problem is None
+
+
+@dataclass(frozen=True)
+class UseServer:
+    url: str
+    note: str | None = None  # the one line to print: why not a container
+
+
+@dataclass(frozen=True)
+class StartContainer:
+    image: str
+
+
+@dataclass(frozen=True)
+class NoMariadb:
+    message: str
+    fail: bool  # else skip
+
+
+MariadbChoice = UseServer | StartContainer | NoMariadb
+
+
+def select_mariadb(
+    settings: MariadbSettings, docker: DockerFinding | None, local_answers: bool
+) -> MariadbChoice:
+    """Where this session's MariaDB comes from. Pure: the probes ran before.
+
+    ``docker`` is None when it was not probed (``settings.tries_testcontainers``
+    false); ``local_answers`` says whether the server on 127.0.0.1:3306 answered.
+    """
+    if docker is None:
+        problem = "Docker was not probed"
+    else:
+        problem = docker.image_problem or ("" if docker.engine else "no Docker engine answers")
+    if settings.require_testcontainers:
+        if docker is not None and docker.ready:
+            return StartContainer(settings.image)
+        return NoMariadb(f"OPS_REQUIRE_TESTCONTAINERS=1, but {problem}", fail=True)
+    if settings.explicit_url:
+        return UseServer(settings.explicit_url)
+    if docker is not None and docker.ready:
+        return StartContainer(settings.image)
+    # Only an engine that answered deserves a word: no Docker at all is the quiet default.
+    said = docker is not None and docker.engine
+    if local_answers:
+        note = f"testcontainers: {problem}; using the MariaDB on 127.0.0.1:3306" if said else None
+        return UseServer(LOCAL_MARIADB_URL, note)
+    reason = f"{problem}; " if said else ""
+    return NoMariadb(
+        f"no MariaDB: {reason}set OPS_TEST_MARIADB_URL, run Docker"
+        " (scripts/mariadb-image.sh builds an image offline), or start one on 127.0.0.1:3306",
+        fail=settings.require_mariadb,
+    )
+
+
+def ryuk_to_be_disabled(already_disabled: bool, ryuk_problem: str | None) -> bool:
+    """Disable the Ryuk reaper when its image cannot be had; the fixture stops its container."""
+    return not already_disabled and ryuk_problem is not None
+
+
+def _one_line(exc: BaseException, limit: int = 240) -> str:
+    detail = " ".join(str(getattr(exc, "explanation", None) or exc).split()) or type(exc).__name__
+    return detail if len(detail) <= limit else detail[: limit - 1] + "…"
+
+
+def _image_problem(client: Any, image: str) -> str | None:
+    """None when the engine has ``image`` or can pull it, else why not (one line)."""
+    import docker
+
+    try:
+        client.images.get(image)
+        return None
+    except docker.errors.ImageNotFound:
+        pass
+    except docker.errors.DockerException as exc:
+        return f"cannot inspect {image} ({_one_line(exc)})"
+    try:
+        # A pull streams for a while: not on the probe's 2 s client.
+        docker.from_env(timeout=_PULL_TIMEOUT_S).images.pull(image)
+        return None
+    except docker.errors.DockerException as exc:
+        return f"cannot pull {image} ({_one_line(exc)})"
+
+
+def _docker_client() -> Any | None:
     try:
         import docker
 
-        docker.from_env(timeout=2).ping()
-        return True
+        client = docker.from_env(timeout=2)
+        client.ping()
+        return client
     except Exception:
-        return False
+        return None
+
+
+def _probe_docker(image: str) -> DockerFinding:
+    client = _docker_client()
+    if client is None:
+        return DockerFinding(engine=False)
+    try:
+        return DockerFinding(engine=True, image_problem=_image_problem(client, image))
+    finally:
+        client.close()
 
 
 def _server_answers(url: str) -> bool:
@@ -55,27 +202,74 @@ def _server_answers(url: str) -> bool:
         return False
 
 
-@pytest.fixture(scope="session")
-def mariadb_server_url() -> Iterator[str]:
-    """A URL of a MariaDB server (no database selected)."""
-    explicit = os.environ.get("OPS_TEST_MARIADB_URL")
-    if explicit:
-        yield explicit
-        return
-    if _docker_answers():
-        from testcontainers.mysql import MySqlContainer
+def _start_container(image: str) -> MySqlContainer:
+    """A started MariaDB container whose root user the tests use (they create databases)."""
+    from testcontainers.community.mysql import MySqlContainer
+    from testcontainers.core.config import testcontainers_config
 
-        with MySqlContainer("mariadb:11.4", dialect="pymysql") as container:
-            yield container.get_connection_url()
+    if not testcontainers_config.ryuk_disabled:
+        client = _docker_client()
+        ryuk_problem = (
+            "no Docker engine answers"
+            if client is None
+            else _image_problem(client, testcontainers_config.ryuk_image)
+        )
+        if client is not None:
+            client.close()
+        if ryuk_to_be_disabled(testcontainers_config.ryuk_disabled, ryuk_problem):
+            testcontainers_config.ryuk_disabled = True
+    container = MySqlContainer(
+        image, dialect="pymysql", username="root", password=secrets.token_hex(8), dbname="test"
+    )
+    try:
+        return container.start()
+    except BaseException:
+        container.stop()  # start() leaves a container that never became ready running
+        raise
+
+
+def _say(config: pytest.Config, line: str) -> None:
+    """One line on the terminal, past output capturing."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    reporter = config.pluginmanager.getplugin("terminalreporter")
+    if capture is None or reporter is None:
+        print(line, file=sys.stderr)
         return
-    local = "mysql+pymysql://root@127.0.0.1:3306/"
-    if _server_answers(local):
-        yield local
+    with capture.global_and_fixture_disabled():
+        reporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def mariadb_server_url(pytestconfig: pytest.Config) -> Iterator[str]:
+    """A URL of a MariaDB server (no database selected) whose user may create databases."""
+    settings = MariadbSettings.from_environ(os.environ)
+    docker = _probe_docker(settings.image) if settings.tries_testcontainers else None
+    local_answers = _server_answers(LOCAL_MARIADB_URL)
+    choice = select_mariadb(settings, docker, local_answers)
+    if isinstance(choice, StartContainer):
+        try:
+            container = _start_container(choice.image)
+        except Exception as exc:
+            if settings.require_testcontainers:
+                raise
+            problem = f"{choice.image} did not start ({_one_line(exc)})"
+            choice = select_mariadb(settings, DockerFinding(True, problem), local_answers)
+        else:
+            try:
+                url = make_url(container.get_connection_url()).set(database=None)
+                yield url.render_as_string(hide_password=False)
+            finally:
+                container.stop()
+            return
+    if isinstance(choice, UseServer):
+        if choice.note:
+            _say(pytestconfig, choice.note)
+        yield choice.url
         return
-    message = "no MariaDB: set OPS_TEST_MARIADB_URL, run Docker, or start one on 127.0.0.1:3306"
-    if _require_mariadb():
-        pytest.fail(message)
-    pytest.skip(message)
+    assert isinstance(choice, NoMariadb)  # a fallback never starts a container
+    if choice.fail:
+        pytest.fail(choice.message)
+    pytest.skip(choice.message)
 
 
 def _admin(url: str) -> pymysql.connections.Connection:
