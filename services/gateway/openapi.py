@@ -221,6 +221,7 @@ SHARED_SCHEMAS: Mapping[str, JsonObject] = {
             "finished_at",
             "deadline_at",
             "next_attempt_at",
+            "provenance",
         ],
         "additionalProperties": False,
         "properties": {
@@ -247,6 +248,16 @@ SHARED_SCHEMAS: Mapping[str, JsonObject] = {
             "finished_at": _OPTIONAL_TIME,
             "deadline_at": _OPTIONAL_TIME,
             "next_attempt_at": _OPTIONAL_TIME,
+            "provenance": nullable(ref("Provenance")),  # which model answered; null before
+        },
+    },
+    "Provenance": {
+        "type": "object",
+        "required": ["model", "route"],
+        "additionalProperties": False,
+        "properties": {
+            "model": {"type": "string", "maxLength": bounds.MODEL_MAX},
+            "route": {"type": "string", "enum": ["local", "external", ""]},
         },
     },
     "OperationList": list_of("Operation"),

@@ -74,4 +74,6 @@ def operation(row: UserOperation) -> pb.Operation:
         value = getattr(row, field)
         if value is not None:
             getattr(message, field).CopyFrom(timestamp(value))
+    if row.model:
+        message.produced_by.CopyFrom(pb.Provenance(model=row.model, route=row.route or ""))
     return message

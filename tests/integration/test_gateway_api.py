@@ -70,6 +70,7 @@ OPERATION_FIELDS = {
     "finished_at",
     "deadline_at",
     "next_attempt_at",
+    "provenance",
 }
 
 

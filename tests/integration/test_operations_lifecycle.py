@@ -790,3 +790,14 @@ def test_the_fast_paths_write_what_the_model_decides(database: Database) -> None
     assert state == completed.state
     assert _written(row(op.id)) == _decided(completed)
     assert notifications_of(op.id) == int(completed.notify) == 1
+
+
+def test_the_owner_sees_which_model_answered_but_not_its_address(ops: OpsClient) -> None:
+    ops.create(ALICE, "produced-by")
+    lease = ops.claim_one()
+    assert not ops.get(ALICE, lease.id).HasField("produced_by")  # nothing answered yet
+    ops.complete(
+        lease, provenance=pb.Provenance(provider="10.0.0.7", model="gemma-3", route="local")
+    )
+    done = ops.get(ALICE, lease.id)
+    assert done.produced_by == pb.Provenance(model="gemma-3", route="local")

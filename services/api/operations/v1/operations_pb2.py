@@ -26,61 +26,61 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n.durable_ops/api/operations/v1/operations.proto\x12\x1d\x64urable_ops.api.operations.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"#\n\x07Subject\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\"\xb7\x04\n\tOperation\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\ttask_type\x18\x02 \x01(\t\x12<\n\x05state\x18\x03 \x01(\x0e\x32-.durable_ops.api.operations.v1.OperationState\x12\x18\n\x10progress_percent\x18\x04 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\x12\x14\n\x0cmax_attempts\x18\x06 \x01(\x05\x12\x18\n\x10\x63\x61ncel_requested\x18\x07 \x01(\x08\x12\x37\n\x07subject\x18\x08 \x01(\x0b\x32&.durable_ops.api.operations.v1.Subject\x12\x12\n\nstatus_url\x18\t \x01(\t\x12.\n\ncreated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x64\x65\x61\x64line_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x33\n\x0fnext_attempt_at\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"<\n\nProvenance\x12\x10\n\x08provider\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\r\n\x05route\x18\x03 \x01(\t\"\xbe\x02\n\x16\x43reateOperationRequest\x12\x11\n\ttask_type\x18\x01 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\x12\x37\n\x07subject\x18\x03 \x01(\x0b\x32&.durable_ops.api.operations.v1.Subject\x12\x10\n\x08priority\x18\x04 \x01(\x05\x12\x14\n\x0cmax_attempts\x18\x05 \x01(\x05\x12\x1b\n\x13retry_delay_seconds\x18\x06 \x01(\x05\x12,\n\x08\x64\x65\x61\x64line\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x37\n\x07privacy\x18\x08 \x01(\x0e\x32&.durable_ops.api.operations.v1.Privacy\x12\x13\n\x0b\x63ontext_ref\x18\t \x01(\t\"g\n\x17\x43reateOperationResponse\x12;\n\toperation\x18\x01 \x01(\x0b\x32(.durable_ops.api.operations.v1.Operation\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"+\n\x13GetOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"\x8f\x01\n\x15ListOperationsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12<\n\x05state\x18\x03 \x01(\x0e\x32-.durable_ops.api.operations.v1.OperationState\x12\x11\n\ttask_type\x18\x04 \x01(\t\"o\n\x16ListOperationsResponse\x12<\n\noperations\x18\x01 \x03(\x0b\x32(.durable_ops.api.operations.v1.Operation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\".\n\x16\x43\x61ncelOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"-\n\x15RetryOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"\xd6\x01\n\x15\x43laimOperationRequest\x12\x12\n\ntask_types\x18\x01 \x03(\t\x12\x15\n\rlease_seconds\x18\x02 \x01(\x05\x12\x33\n\x05route\x18\x03 \x01(\x0e\x32$.durable_ops.api.operations.v1.Route\x12\x34\n\x06routes\x18\x05 \x03(\x0e\x32$.durable_ops.api.operations.v1.Route\x12\'\n\x04wait\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xaf\x02\n\x10\x43laimedOperation\x12;\n\toperation\x18\x01 \x01(\x0b\x32(.durable_ops.api.operations.v1.Operation\x12\x10\n\x08owner_id\x18\x02 \x01(\t\x12\x13\n\x0blease_token\x18\x03 \x01(\t\x12\x34\n\x10lease_expires_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x37\n\x07privacy\x18\x05 \x01(\x0e\x32&.durable_ops.api.operations.v1.Privacy\x12\x13\n\x0b\x63ontext_ref\x18\x06 \x01(\t\x12\x33\n\x05route\x18\x07 \x01(\x0e\x32$.durable_ops.api.operations.v1.Route\"Z\n\x16\x43laimOperationResponse\x12@\n\x07\x63laimed\x18\x01 \x01(\x0b\x32/.durable_ops.api.operations.v1.ClaimedOperation\"\x88\x01\n\x10HeartbeatRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12\x1d\n\x10progress_percent\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x15\n\rlease_seconds\x18\x04 \x01(\x05\x42\x13\n\x11_progress_percent\"s\n\x11HeartbeatResponse\x12\x34\n\x10lease_expires_at\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x63\x61ncel_requested\x18\x02 \x01(\x08\x12\x0e\n\x06pushed\x18\x03 \x01(\x08\"\x98\x01\n\x18\x43ompleteOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12=\n\nprovenance\x18\x03 \x01(\x0b\x32).durable_ops.api.operations.v1.Provenance\x12\x12\n\nresult_ref\x18\x04 \x01(\t\"\xc2\x01\n\x14\x46\x61ilOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12\x11\n\tretryable\x18\x03 \x01(\x08\x12\x14\n\x0c\x66\x61ilure_code\x18\x04 \x01(\t\x12\x17\n\x0f\x66\x61ilure_message\x18\x05 \x01(\t\x12=\n\nprovenance\x18\x06 \x01(\x0b\x32).durable_ops.api.operations.v1.Provenance\"\x8a\x01\n\x1eRequestExternalFallbackRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12=\n\nprovenance\x18\x03 \x01(\x0b\x32).durable_ops.api.operations.v1.Provenance\"U\n\x15LeaseMutationResponse\x12<\n\x05state\x18\x01 \x01(\x0e\x32-.durable_ops.api.operations.v1.OperationState\"K\n\x1e\x41\x63knowledgeCancellationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x13\n\x0blease_token\x18\x02 \x01(\t\"q\n\x0fOperationResult\x12\x11\n\ttask_type\x18\x01 \x01(\t\x12\x37\n\x07subject\x18\x02 \x01(\x0b\x32&.durable_ops.api.operations.v1.Subject\x12\x12\n\nstatus_url\x18\x03 \x01(\t*\x9e\x02\n\x0eOperationState\x12\x1f\n\x1bOPERATION_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16OPERATION_STATE_QUEUED\x10\x01\x12\x1b\n\x17OPERATION_STATE_RUNNING\x10\x02\x12%\n!OPERATION_STATE_WAITING_FOR_RETRY\x10\x03\x12\x31\n-OPERATION_STATE_WAITING_FOR_EXTERNAL_FALLBACK\x10\x04\x12\x1d\n\x19OPERATION_STATE_SUCCEEDED\x10\x05\x12\x1a\n\x16OPERATION_STATE_FAILED\x10\x06\x12\x1d\n\x19OPERATION_STATE_CANCELLED\x10\x07*X\n\x07Privacy\x12\x17\n\x13PRIVACY_UNSPECIFIED\x10\x00\x12\x16\n\x12PRIVACY_LOCAL_ONLY\x10\x01\x12\x1c\n\x18PRIVACY_EXTERNAL_ALLOWED\x10\x02*C\n\x05Route\x12\x15\n\x11ROUTE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROUTE_LOCAL\x10\x01\x12\x12\n\x0eROUTE_EXTERNAL\x10\x02\x32\xff\n\n\x11OperationsService\x12\x80\x01\n\x0f\x43reateOperation\x12\x35.durable_ops.api.operations.v1.CreateOperationRequest\x1a\x36.durable_ops.api.operations.v1.CreateOperationResponse\x12l\n\x0cGetOperation\x12\x32.durable_ops.api.operations.v1.GetOperationRequest\x1a(.durable_ops.api.operations.v1.Operation\x12}\n\x0eListOperations\x12\x34.durable_ops.api.operations.v1.ListOperationsRequest\x1a\x35.durable_ops.api.operations.v1.ListOperationsResponse\x12r\n\x0f\x43\x61ncelOperation\x12\x35.durable_ops.api.operations.v1.CancelOperationRequest\x1a(.durable_ops.api.operations.v1.Operation\x12p\n\x0eRetryOperation\x12\x34.durable_ops.api.operations.v1.RetryOperationRequest\x1a(.durable_ops.api.operations.v1.Operation\x12}\n\x0e\x43laimOperation\x12\x34.durable_ops.api.operations.v1.ClaimOperationRequest\x1a\x35.durable_ops.api.operations.v1.ClaimOperationResponse\x12r\n\tHeartbeat\x12/.durable_ops.api.operations.v1.HeartbeatRequest\x1a\x30.durable_ops.api.operations.v1.HeartbeatResponse(\x01\x30\x01\x12\x82\x01\n\x11\x43ompleteOperation\x12\x37.durable_ops.api.operations.v1.CompleteOperationRequest\x1a\x34.durable_ops.api.operations.v1.LeaseMutationResponse\x12z\n\rFailOperation\x12\x33.durable_ops.api.operations.v1.FailOperationRequest\x1a\x34.durable_ops.api.operations.v1.LeaseMutationResponse\x12\x8e\x01\n\x17RequestExternalFallback\x12=.durable_ops.api.operations.v1.RequestExternalFallbackRequest\x1a\x34.durable_ops.api.operations.v1.LeaseMutationResponse\x12\x8e\x01\n\x17\x41\x63knowledgeCancellation\x12=.durable_ops.api.operations.v1.AcknowledgeCancellationRequest\x1a\x34.durable_ops.api.operations.v1.LeaseMutationResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n.durable_ops/api/operations/v1/operations.proto\x12\x1d\x64urable_ops.api.operations.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"#\n\x07Subject\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\"\xf7\x04\n\tOperation\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\ttask_type\x18\x02 \x01(\t\x12<\n\x05state\x18\x03 \x01(\x0e\x32-.durable_ops.api.operations.v1.OperationState\x12\x18\n\x10progress_percent\x18\x04 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\x12\x14\n\x0cmax_attempts\x18\x06 \x01(\x05\x12\x18\n\x10\x63\x61ncel_requested\x18\x07 \x01(\x08\x12\x37\n\x07subject\x18\x08 \x01(\x0b\x32&.durable_ops.api.operations.v1.Subject\x12\x12\n\nstatus_url\x18\t \x01(\t\x12.\n\ncreated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x64\x65\x61\x64line_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x33\n\x0fnext_attempt_at\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12>\n\x0bproduced_by\x18\x10 \x01(\x0b\x32).durable_ops.api.operations.v1.Provenance\"<\n\nProvenance\x12\x10\n\x08provider\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\r\n\x05route\x18\x03 \x01(\t\"\xbe\x02\n\x16\x43reateOperationRequest\x12\x11\n\ttask_type\x18\x01 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\x12\x37\n\x07subject\x18\x03 \x01(\x0b\x32&.durable_ops.api.operations.v1.Subject\x12\x10\n\x08priority\x18\x04 \x01(\x05\x12\x14\n\x0cmax_attempts\x18\x05 \x01(\x05\x12\x1b\n\x13retry_delay_seconds\x18\x06 \x01(\x05\x12,\n\x08\x64\x65\x61\x64line\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x37\n\x07privacy\x18\x08 \x01(\x0e\x32&.durable_ops.api.operations.v1.Privacy\x12\x13\n\x0b\x63ontext_ref\x18\t \x01(\t\"g\n\x17\x43reateOperationResponse\x12;\n\toperation\x18\x01 \x01(\x0b\x32(.durable_ops.api.operations.v1.Operation\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"+\n\x13GetOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"\x8f\x01\n\x15ListOperationsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12<\n\x05state\x18\x03 \x01(\x0e\x32-.durable_ops.api.operations.v1.OperationState\x12\x11\n\ttask_type\x18\x04 \x01(\t\"o\n\x16ListOperationsResponse\x12<\n\noperations\x18\x01 \x03(\x0b\x32(.durable_ops.api.operations.v1.Operation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\".\n\x16\x43\x61ncelOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"-\n\x15RetryOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"\xd6\x01\n\x15\x43laimOperationRequest\x12\x12\n\ntask_types\x18\x01 \x03(\t\x12\x15\n\rlease_seconds\x18\x02 \x01(\x05\x12\x33\n\x05route\x18\x03 \x01(\x0e\x32$.durable_ops.api.operations.v1.Route\x12\x34\n\x06routes\x18\x05 \x03(\x0e\x32$.durable_ops.api.operations.v1.Route\x12\'\n\x04wait\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xaf\x02\n\x10\x43laimedOperation\x12;\n\toperation\x18\x01 \x01(\x0b\x32(.durable_ops.api.operations.v1.Operation\x12\x10\n\x08owner_id\x18\x02 \x01(\t\x12\x13\n\x0blease_token\x18\x03 \x01(\t\x12\x34\n\x10lease_expires_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x37\n\x07privacy\x18\x05 \x01(\x0e\x32&.durable_ops.api.operations.v1.Privacy\x12\x13\n\x0b\x63ontext_ref\x18\x06 \x01(\t\x12\x33\n\x05route\x18\x07 \x01(\x0e\x32$.durable_ops.api.operations.v1.Route\"Z\n\x16\x43laimOperationResponse\x12@\n\x07\x63laimed\x18\x01 \x01(\x0b\x32/.durable_ops.api.operations.v1.ClaimedOperation\"\x88\x01\n\x10HeartbeatRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12\x1d\n\x10progress_percent\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x15\n\rlease_seconds\x18\x04 \x01(\x05\x42\x13\n\x11_progress_percent\"s\n\x11HeartbeatResponse\x12\x34\n\x10lease_expires_at\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x63\x61ncel_requested\x18\x02 \x01(\x08\x12\x0e\n\x06pushed\x18\x03 \x01(\x08\"\x98\x01\n\x18\x43ompleteOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12=\n\nprovenance\x18\x03 \x01(\x0b\x32).durable_ops.api.operations.v1.Provenance\x12\x12\n\nresult_ref\x18\x04 \x01(\t\"\xc2\x01\n\x14\x46\x61ilOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12\x11\n\tretryable\x18\x03 \x01(\x08\x12\x14\n\x0c\x66\x61ilure_code\x18\x04 \x01(\t\x12\x17\n\x0f\x66\x61ilure_message\x18\x05 \x01(\t\x12=\n\nprovenance\x18\x06 \x01(\x0b\x32).durable_ops.api.operations.v1.Provenance\"\x8a\x01\n\x1eRequestExternalFallbackRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12=\n\nprovenance\x18\x03 \x01(\x0b\x32).durable_ops.api.operations.v1.Provenance\"U\n\x15LeaseMutationResponse\x12<\n\x05state\x18\x01 \x01(\x0e\x32-.durable_ops.api.operations.v1.OperationState\"K\n\x1e\x41\x63knowledgeCancellationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x13\n\x0blease_token\x18\x02 \x01(\t\"q\n\x0fOperationResult\x12\x11\n\ttask_type\x18\x01 \x01(\t\x12\x37\n\x07subject\x18\x02 \x01(\x0b\x32&.durable_ops.api.operations.v1.Subject\x12\x12\n\nstatus_url\x18\x03 \x01(\t*\x9e\x02\n\x0eOperationState\x12\x1f\n\x1bOPERATION_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16OPERATION_STATE_QUEUED\x10\x01\x12\x1b\n\x17OPERATION_STATE_RUNNING\x10\x02\x12%\n!OPERATION_STATE_WAITING_FOR_RETRY\x10\x03\x12\x31\n-OPERATION_STATE_WAITING_FOR_EXTERNAL_FALLBACK\x10\x04\x12\x1d\n\x19OPERATION_STATE_SUCCEEDED\x10\x05\x12\x1a\n\x16OPERATION_STATE_FAILED\x10\x06\x12\x1d\n\x19OPERATION_STATE_CANCELLED\x10\x07*X\n\x07Privacy\x12\x17\n\x13PRIVACY_UNSPECIFIED\x10\x00\x12\x16\n\x12PRIVACY_LOCAL_ONLY\x10\x01\x12\x1c\n\x18PRIVACY_EXTERNAL_ALLOWED\x10\x02*C\n\x05Route\x12\x15\n\x11ROUTE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROUTE_LOCAL\x10\x01\x12\x12\n\x0eROUTE_EXTERNAL\x10\x02\x32\xff\n\n\x11OperationsService\x12\x80\x01\n\x0f\x43reateOperation\x12\x35.durable_ops.api.operations.v1.CreateOperationRequest\x1a\x36.durable_ops.api.operations.v1.CreateOperationResponse\x12l\n\x0cGetOperation\x12\x32.durable_ops.api.operations.v1.GetOperationRequest\x1a(.durable_ops.api.operations.v1.Operation\x12}\n\x0eListOperations\x12\x34.durable_ops.api.operations.v1.ListOperationsRequest\x1a\x35.durable_ops.api.operations.v1.ListOperationsResponse\x12r\n\x0f\x43\x61ncelOperation\x12\x35.durable_ops.api.operations.v1.CancelOperationRequest\x1a(.durable_ops.api.operations.v1.Operation\x12p\n\x0eRetryOperation\x12\x34.durable_ops.api.operations.v1.RetryOperationRequest\x1a(.durable_ops.api.operations.v1.Operation\x12}\n\x0e\x43laimOperation\x12\x34.durable_ops.api.operations.v1.ClaimOperationRequest\x1a\x35.durable_ops.api.operations.v1.ClaimOperationResponse\x12r\n\tHeartbeat\x12/.durable_ops.api.operations.v1.HeartbeatRequest\x1a\x30.durable_ops.api.operations.v1.HeartbeatResponse(\x01\x30\x01\x12\x82\x01\n\x11\x43ompleteOperation\x12\x37.durable_ops.api.operations.v1.CompleteOperationRequest\x1a\x34.durable_ops.api.operations.v1.LeaseMutationResponse\x12z\n\rFailOperation\x12\x33.durable_ops.api.operations.v1.FailOperationRequest\x1a\x34.durable_ops.api.operations.v1.LeaseMutationResponse\x12\x8e\x01\n\x17RequestExternalFallback\x12=.durable_ops.api.operations.v1.RequestExternalFallbackRequest\x1a\x34.durable_ops.api.operations.v1.LeaseMutationResponse\x12\x8e\x01\n\x17\x41\x63knowledgeCancellation\x12=.durable_ops.api.operations.v1.AcknowledgeCancellationRequest\x1a\x34.durable_ops.api.operations.v1.LeaseMutationResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'durable_ops.api.operations.v1.operations_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_OPERATIONSTATE']._serialized_start=3284
-  _globals['_OPERATIONSTATE']._serialized_end=3570
-  _globals['_PRIVACY']._serialized_start=3572
-  _globals['_PRIVACY']._serialized_end=3660
-  _globals['_ROUTE']._serialized_start=3662
-  _globals['_ROUTE']._serialized_end=3729
+  _globals['_OPERATIONSTATE']._serialized_start=3348
+  _globals['_OPERATIONSTATE']._serialized_end=3634
+  _globals['_PRIVACY']._serialized_start=3636
+  _globals['_PRIVACY']._serialized_end=3724
+  _globals['_ROUTE']._serialized_start=3726
+  _globals['_ROUTE']._serialized_end=3793
   _globals['_SUBJECT']._serialized_start=146
   _globals['_SUBJECT']._serialized_end=181
   _globals['_OPERATION']._serialized_start=184
-  _globals['_OPERATION']._serialized_end=751
-  _globals['_PROVENANCE']._serialized_start=753
-  _globals['_PROVENANCE']._serialized_end=813
-  _globals['_CREATEOPERATIONREQUEST']._serialized_start=816
-  _globals['_CREATEOPERATIONREQUEST']._serialized_end=1134
-  _globals['_CREATEOPERATIONRESPONSE']._serialized_start=1136
-  _globals['_CREATEOPERATIONRESPONSE']._serialized_end=1239
-  _globals['_GETOPERATIONREQUEST']._serialized_start=1241
-  _globals['_GETOPERATIONREQUEST']._serialized_end=1284
-  _globals['_LISTOPERATIONSREQUEST']._serialized_start=1287
-  _globals['_LISTOPERATIONSREQUEST']._serialized_end=1430
-  _globals['_LISTOPERATIONSRESPONSE']._serialized_start=1432
-  _globals['_LISTOPERATIONSRESPONSE']._serialized_end=1543
-  _globals['_CANCELOPERATIONREQUEST']._serialized_start=1545
-  _globals['_CANCELOPERATIONREQUEST']._serialized_end=1591
-  _globals['_RETRYOPERATIONREQUEST']._serialized_start=1593
-  _globals['_RETRYOPERATIONREQUEST']._serialized_end=1638
-  _globals['_CLAIMOPERATIONREQUEST']._serialized_start=1641
-  _globals['_CLAIMOPERATIONREQUEST']._serialized_end=1855
-  _globals['_CLAIMEDOPERATION']._serialized_start=1858
-  _globals['_CLAIMEDOPERATION']._serialized_end=2161
-  _globals['_CLAIMOPERATIONRESPONSE']._serialized_start=2163
-  _globals['_CLAIMOPERATIONRESPONSE']._serialized_end=2253
-  _globals['_HEARTBEATREQUEST']._serialized_start=2256
-  _globals['_HEARTBEATREQUEST']._serialized_end=2392
-  _globals['_HEARTBEATRESPONSE']._serialized_start=2394
-  _globals['_HEARTBEATRESPONSE']._serialized_end=2509
-  _globals['_COMPLETEOPERATIONREQUEST']._serialized_start=2512
-  _globals['_COMPLETEOPERATIONREQUEST']._serialized_end=2664
-  _globals['_FAILOPERATIONREQUEST']._serialized_start=2667
-  _globals['_FAILOPERATIONREQUEST']._serialized_end=2861
-  _globals['_REQUESTEXTERNALFALLBACKREQUEST']._serialized_start=2864
-  _globals['_REQUESTEXTERNALFALLBACKREQUEST']._serialized_end=3002
-  _globals['_LEASEMUTATIONRESPONSE']._serialized_start=3004
-  _globals['_LEASEMUTATIONRESPONSE']._serialized_end=3089
-  _globals['_ACKNOWLEDGECANCELLATIONREQUEST']._serialized_start=3091
-  _globals['_ACKNOWLEDGECANCELLATIONREQUEST']._serialized_end=3166
-  _globals['_OPERATIONRESULT']._serialized_start=3168
-  _globals['_OPERATIONRESULT']._serialized_end=3281
-  _globals['_OPERATIONSSERVICE']._serialized_start=3732
-  _globals['_OPERATIONSSERVICE']._serialized_end=5139
+  _globals['_OPERATION']._serialized_end=815
+  _globals['_PROVENANCE']._serialized_start=817
+  _globals['_PROVENANCE']._serialized_end=877
+  _globals['_CREATEOPERATIONREQUEST']._serialized_start=880
+  _globals['_CREATEOPERATIONREQUEST']._serialized_end=1198
+  _globals['_CREATEOPERATIONRESPONSE']._serialized_start=1200
+  _globals['_CREATEOPERATIONRESPONSE']._serialized_end=1303
+  _globals['_GETOPERATIONREQUEST']._serialized_start=1305
+  _globals['_GETOPERATIONREQUEST']._serialized_end=1348
+  _globals['_LISTOPERATIONSREQUEST']._serialized_start=1351
+  _globals['_LISTOPERATIONSREQUEST']._serialized_end=1494
+  _globals['_LISTOPERATIONSRESPONSE']._serialized_start=1496
+  _globals['_LISTOPERATIONSRESPONSE']._serialized_end=1607
+  _globals['_CANCELOPERATIONREQUEST']._serialized_start=1609
+  _globals['_CANCELOPERATIONREQUEST']._serialized_end=1655
+  _globals['_RETRYOPERATIONREQUEST']._serialized_start=1657
+  _globals['_RETRYOPERATIONREQUEST']._serialized_end=1702
+  _globals['_CLAIMOPERATIONREQUEST']._serialized_start=1705
+  _globals['_CLAIMOPERATIONREQUEST']._serialized_end=1919
+  _globals['_CLAIMEDOPERATION']._serialized_start=1922
+  _globals['_CLAIMEDOPERATION']._serialized_end=2225
+  _globals['_CLAIMOPERATIONRESPONSE']._serialized_start=2227
+  _globals['_CLAIMOPERATIONRESPONSE']._serialized_end=2317
+  _globals['_HEARTBEATREQUEST']._serialized_start=2320
+  _globals['_HEARTBEATREQUEST']._serialized_end=2456
+  _globals['_HEARTBEATRESPONSE']._serialized_start=2458
+  _globals['_HEARTBEATRESPONSE']._serialized_end=2573
+  _globals['_COMPLETEOPERATIONREQUEST']._serialized_start=2576
+  _globals['_COMPLETEOPERATIONREQUEST']._serialized_end=2728
+  _globals['_FAILOPERATIONREQUEST']._serialized_start=2731
+  _globals['_FAILOPERATIONREQUEST']._serialized_end=2925
+  _globals['_REQUESTEXTERNALFALLBACKREQUEST']._serialized_start=2928
+  _globals['_REQUESTEXTERNALFALLBACKREQUEST']._serialized_end=3066
+  _globals['_LEASEMUTATIONRESPONSE']._serialized_start=3068
+  _globals['_LEASEMUTATIONRESPONSE']._serialized_end=3153
+  _globals['_ACKNOWLEDGECANCELLATIONREQUEST']._serialized_start=3155
+  _globals['_ACKNOWLEDGECANCELLATIONREQUEST']._serialized_end=3230
+  _globals['_OPERATIONRESULT']._serialized_start=3232
+  _globals['_OPERATIONRESULT']._serialized_end=3345
+  _globals['_OPERATIONSSERVICE']._serialized_start=3796
+  _globals['_OPERATIONSSERVICE']._serialized_end=5203
 # @@protoc_insertion_point(module_scope)

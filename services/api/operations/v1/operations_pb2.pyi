@@ -117,8 +117,8 @@ Global___Subject: _TypeAlias = Subject  # noqa: Y015
 
 @_typing.final
 class Operation(_message.Message):
-    """What an owner may see of an operation. No idempotency key, lease,
-    provenance, failure text or result reference, by design.
+    """What an owner may see of an operation. No idempotency key, lease, failure
+    text, result reference or model address, by design.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -138,6 +138,7 @@ class Operation(_message.Message):
     FINISHED_AT_FIELD_NUMBER: _builtins.int
     DEADLINE_AT_FIELD_NUMBER: _builtins.int
     NEXT_ATTEMPT_AT_FIELD_NUMBER: _builtins.int
+    PRODUCED_BY_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     task_type: _builtins.str
     state: Global___OperationState.ValueType
@@ -160,6 +161,12 @@ class Operation(_message.Message):
     def deadline_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def next_attempt_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def produced_by(self) -> Global___Provenance:
+        """Which model answered the latest attempt: model and route ("local" or
+        "external") only; the provider (an address) stays inside. Unset before.
+        """
+
     def __init__(
         self,
         *,
@@ -178,10 +185,11 @@ class Operation(_message.Message):
         finished_at: _timestamp_pb2.Timestamp | None = ...,
         deadline_at: _timestamp_pb2.Timestamp | None = ...,
         next_attempt_at: _timestamp_pb2.Timestamp | None = ...,
+        produced_by: Global___Provenance | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "deadline_at", b"deadline_at", "finished_at", b"finished_at", "next_attempt_at", b"next_attempt_at", "started_at", b"started_at", "subject", b"subject", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "deadline_at", b"deadline_at", "finished_at", b"finished_at", "next_attempt_at", b"next_attempt_at", "produced_by", b"produced_by", "started_at", b"started_at", "subject", b"subject", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "deadline_at", b"deadline_at", "finished_at", b"finished_at", "id", b"id", "max_attempts", b"max_attempts", "next_attempt_at", b"next_attempt_at", "progress_percent", b"progress_percent", "started_at", b"started_at", "state", b"state", "status_url", b"status_url", "subject", b"subject", "task_type", b"task_type", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "deadline_at", b"deadline_at", "finished_at", b"finished_at", "id", b"id", "max_attempts", b"max_attempts", "next_attempt_at", b"next_attempt_at", "produced_by", b"produced_by", "progress_percent", b"progress_percent", "started_at", b"started_at", "state", b"state", "status_url", b"status_url", "subject", b"subject", "task_type", b"task_type", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
