@@ -70,7 +70,8 @@ SKILLS: tuple[Skill, ...] = (
     Skill(".NET", ("dotnet", "asp.net"), exact=("NET",), implies=("C#",)),
     # data
     Skill("PostgreSQL", ("postgres", "psql"), implies=("SQL",)),
-    Skill("MySQL", ("mariadb",), implies=("SQL",)),
+    Skill("MySQL", (), implies=("SQL",)),
+    Skill("MariaDB", (), implies=("MySQL", "SQL")),  # quoted by its own name, a MySQL too
     Skill("SQLite", implies=("SQL",)),
     Skill("MongoDB", ("mongo",), implies=("NoSQL",)),
     Skill("Redis"),
