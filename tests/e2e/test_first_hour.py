@@ -88,7 +88,9 @@ def test_the_first_hour(page: Page, tmp_path: Path, screenshot: Screenshot) -> N
     for name in ("OPS_JWT_SECRET", "OPS_SERVICE_SECRET", "OPS_DEV_MODEL_SECONDS"):
         env.pop(name, None)  # what a new user has: nothing set
     database = f"sqlite:///{tmp_path / 'first-hour.sqlite3'}"
-    shot = lambda name: screenshot(page, f"first-hour-{name}")  # noqa: E731
+
+    def shot(name: str) -> None:
+        screenshot(page, f"first-hour-{name}")
 
     with opsctl_up(database, env, cwd=tmp_path) as product:
         base = product.url.rstrip("/")
