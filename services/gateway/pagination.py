@@ -36,7 +36,10 @@ def query_params(request: Request, allowed: Collection[str]) -> dict[str, str]:
     for name, value in request.query_params.multi_items():
         if name not in allowed:
             raise Problem(
-                400, "unknown_parameter", f"{name[:64]}: unknown query parameter", field=name[:64]
+                400,
+                "unknown_parameter",
+                f"{name[:64]} is not a query parameter of this route",
+                field=name[:64],
             )
         if name in found:
             raise invalid(name, "must appear at most once")
