@@ -1,8 +1,8 @@
 """``python -m benchmarks [--quick] [--only N ...]``: measure, print the table of ratios.
 
 Every figure of sections 1-7 is a ratio of a subject to its baseline measured
-in the same run, interleaved, the median of at least three rounds; section 8
-gives absolute latencies and a query rate against absolute targets. Sections:
+in the same run, interleaved, the median of at least three rounds; sections 8
+and 9 give absolute latencies and query rates against absolute targets. Sections:
 
 1 end-to-end throughput (gRPC services vs raw SQL, MariaDB and SQLite)
 2 statements per operation (counted, not timed)
@@ -12,6 +12,7 @@ gives absolute latencies and a query rate against absolute targets. Sections:
 6 heartbeat cost (200 live leases vs none)
 7 host store (advance vs a raw durable write)
 8 live lease channel (cancel and pickup latency with two replicas, cancel poll cost)
+9 google.longrunning WaitOperation (complete-to-done latency, 100 waiters' query cost)
 
 A full run (without ``--quick``) waits for a quiet machine before each section
 and writes its table into ``benchmarks/RESULTS.md`` (``--no-results`` to skip).
@@ -37,6 +38,7 @@ from benchmarks import (
     hoststore,
     lease_channel,
     listing,
+    long_running,
     machine,
     peer,
     statements,
@@ -54,6 +56,7 @@ SECTIONS: dict[str, Callable[[Context], list[Row]]] = {
     "5": peer.run,
     "7": hoststore.run,
     "8": lease_channel.run,
+    "9": long_running.run,
 }
 RESULTS = Path(__file__).with_name("RESULTS.md")
 BEGIN_MARK = "<!-- full-run:begin -->"
@@ -73,7 +76,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         nargs="+",
         choices=sorted(SECTIONS),
         metavar="N",
-        help="run only these sections (1-8)",
+        help="run only these sections (1-9)",
     )
     parser.add_argument(
         "--rounds",
@@ -161,8 +164,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     rows.sort(key=lambda row: row.section)
     lines = header(ctx, started, time.perf_counter() - clock)
-    if any(row.unit for row in rows):
-        lines.append("section 8: absolute figures (latency, statements/s) against absolute targets")
+    absolute = sorted({row.section for row in rows if row.unit})
+    if absolute:
+        lines.append(
+            f"section{'s' if len(absolute) > 1 else ''} {', '.join(absolute)}: absolute figures"
+            " (latency, statements/s) against absolute targets"
+        )
     print(render_text(lines, rows))
     if not args.quick and not args.no_results and not args.only:
         write_results(lines, rows)
