@@ -53,14 +53,22 @@ class OwnerCalls:
         return self.backends.stub(backend, factory)
 
     async def __call__(
-        self, method: UnaryMethod[RequestT, ResponseT], message: RequestT
+        self,
+        method: UnaryMethod[RequestT, ResponseT],
+        message: RequestT,
+        *,
+        waits: float = 0.0,
     ) -> ResponseT:
-        """Send ``message`` to the stub ``method`` in the caller's owner scope."""
+        """Send ``message`` to the stub ``method`` in the caller's owner scope.
+
+        ``waits``: seconds the call may rightly wait server-side (a long-poll), on
+        top of the usual call timeout.
+        """
         try:
             return await method(
                 message,
                 metadata=self.backends.metadata(self.user.id),
-                timeout=self.backends.call_timeout,
+                timeout=self.backends.call_timeout + waits,
             )
         except grpc.aio.AioRpcError as exc:
             raise translate(exc) from exc

@@ -1,10 +1,19 @@
-"""``/api/operations``: list, get, cancel and retry the caller's operations."""
+"""``/api/operations``: list, get, wait for, cancel and retry the caller's operations.
+
+``GET /api/operations/{id}:wait?timeout=S`` is the HTTP face of
+google.longrunning ``WaitOperation``: it answers as soon as the operation is
+done, or after ``S`` seconds (at most 30) with its state then. A live
+operation's answers carry ``Retry-After``: when to look again.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
+from google.longrunning import operations_pb2_grpc as lro_grpc
+from google.longrunning import operations_proto_pb2 as lro
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -29,9 +38,12 @@ from durable_ops.gateway.pagination import PAGING_PARAMETERS, list_body, page_re
 from durable_ops.gateway.problems import invalid
 from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument, NotFound
+from durable_ops.model.states import OperationState
 
 BACKEND = "operations"
 LIST_PARAMETERS = (*PAGING_PARAMETERS, "state", "task_type")
+# A live operation is worth a look again after this long (the page's own pace is 0.5 s).
+RETRY_AFTER_SECONDS = 1
 
 
 def _not_found() -> NotFound:
@@ -40,6 +52,28 @@ def _not_found() -> NotFound:
 
 
 _stub = stub_for(BACKEND, pb_grpc.OperationsServiceStub)
+_lro_stub = stub_for(BACKEND, lro_grpc.OperationsStub)
+
+
+def _answer(operation: pb.Operation) -> JSONResponse:
+    live = not OperationState(dto.state_name(operation.state)).is_terminal
+    headers = {"Retry-After": str(RETRY_AFTER_SECONDS)} if live else None
+    return JSONResponse(dto.operation(operation), headers=headers)
+
+
+def _wait_seconds(params: Mapping[str, str]) -> float:
+    raw = params.get("timeout")
+    if raw is None:
+        return bounds.WAIT_SECONDS_MAX
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= bounds.WAIT_SECONDS_MAX:  # NaN fails too
+        raise invalid(
+            "timeout", f"must be a number of seconds from 0 to {bounds.WAIT_SECONDS_MAX:g}"
+        )
+    return seconds
 
 
 def _filters(params: Mapping[str, str]) -> tuple[pb.OperationState.ValueType, str]:
@@ -78,7 +112,19 @@ async def get_operation(request: Request) -> Response:
     reply = await calls(
         _stub(calls).GetOperation, pb.GetOperationRequest(operation_id=operation_id)
     )
-    return JSONResponse(dto.operation(reply))
+    return _answer(reply)
+
+
+async def wait_operation(request: Request) -> Response:
+    calls = owner_calls(request)
+    operation_id = resource_id(request, _not_found)
+    seconds = _wait_seconds(query_params(request, ("timeout",)))
+    wait = lro.WaitOperationRequest(name=f"operations/{operation_id}")
+    wait.timeout.FromTimedelta(timedelta(seconds=seconds))
+    reply: lro.Operation = await calls(_lro_stub(calls).WaitOperation, wait, waits=seconds)
+    operation = pb.Operation()
+    reply.metadata.Unpack(operation)
+    return _answer(operation)
 
 
 async def cancel_operation(request: Request) -> Response:
@@ -103,6 +149,8 @@ async def retry_operation(request: Request) -> Response:
 
 routes: Sequence[BaseRoute] = [
     Route("/api/operations", list_operations, methods=["GET"]),
+    # Before the plain GET: its {id} would take "…:wait" whole.
+    Route("/api/operations/{id}:wait", wait_operation, methods=["GET"]),
     Route("/api/operations/{id}", get_operation, methods=["GET"]),
     Route("/api/operations/{id}/cancel", cancel_operation, methods=["POST"]),
     Route("/api/operations/{id}/retry", retry_operation, methods=["POST"]),
@@ -137,6 +185,28 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
             _TAG,
             {"200": ok("the operation", ref("Operation")), **errors(404, 503, 504)},
             parameters=[_ID],
+        )
+    },
+    "/api/operations/{id}:wait": {
+        "get": endpoint(
+            "Wait until the operation is done, or the timeout passes (a long-poll)",
+            "waitOperation",
+            _TAG,
+            {
+                "200": ok(
+                    "the operation: done, or as it is at the timeout (then with Retry-After)",
+                    ref("Operation"),
+                ),
+                **errors(400, 404, 503, 504),
+            },
+            parameters=[
+                _ID,
+                query(
+                    "timeout",
+                    {"type": "number", "minimum": 0, "maximum": bounds.WAIT_SECONDS_MAX},
+                    f"seconds to wait at most (default and most {bounds.WAIT_SECONDS_MAX:g})",
+                ),
+            ],
         )
     },
     "/api/operations/{id}/cancel": {

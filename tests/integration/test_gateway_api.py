@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -198,6 +199,55 @@ def test_progress_cancel_and_retry(services: Services) -> None:
             assert again.status_code == 200
             assert again.json()["state"] == "queued"
             assert again.json()["cancel_requested"] is False
+
+    run(scenario())
+
+
+def test_wait_long_polls_until_done_and_live_answers_say_when_to_look_again(
+    services: Services,
+) -> None:
+    waited = create_operation(services, "alice", key="waited")
+    claimed = claim(services, ["strategy.snapshot"])
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            alice = bearer("alice")
+            live = await client.get(f"/api/operations/{waited.id}", headers=alice)
+            assert live.headers["retry-after"] == "1"
+            timed_out = await client.get(
+                f"/api/operations/{waited.id}:wait?timeout=0.2", headers=alice
+            )
+            assert timed_out.status_code == 200
+            assert timed_out.json()["state"] == "running"
+            assert timed_out.headers["retry-after"] == "1"
+
+            waiting = asyncio.ensure_future(
+                client.get(f"/api/operations/{waited.id}:wait?timeout=20", headers=alice)
+            )
+            await asyncio.sleep(0.3)
+            assert not waiting.done()  # it waits: nothing changed yet
+            await asyncio.to_thread(complete, services, claimed)
+            done = await asyncio.wait_for(waiting, 15)
+            assert done.json()["state"] == "succeeded"
+            assert "retry-after" not in done.headers
+            finished = await client.get(f"/api/operations/{waited.id}", headers=alice)
+            assert "retry-after" not in finished.headers
+
+            for bad in ("-1", "31", "soon", "nan"):
+                problem = _problem(
+                    await client.get(
+                        f"/api/operations/{waited.id}:wait?timeout={bad}", headers=alice
+                    ),
+                    400,
+                    "invalid_argument",
+                )
+                assert problem["field"] == "timeout"
+            _problem(
+                await client.get(f"/api/operations/{waited.id}:wait?soon=1", headers=alice), 400
+            )
+            _problem(
+                await client.get(f"/api/operations/{waited.id}:wait", headers=bearer("bob")), 404
+            )
 
     run(scenario())
 
