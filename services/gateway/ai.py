@@ -96,7 +96,8 @@ def start(task: TaskType) -> Callable[[Request], Awaitable[Response]]:
         return JSONResponse(
             {"operation_id": reply.operation.id, "status_url": reply.status_url},
             status_code=202,
-            headers={"Location": reply.status_url},
+            # Where to look, and when: the analysis is queued, a worker takes it within moments.
+            headers={"Location": reply.status_url, "Retry-After": "1"},
         )
 
     return endpoint_

@@ -214,6 +214,7 @@ def test_strategy_snapshot_is_admitted_with_202_and_location(services: Services)
             body = started.json()
             assert body["status_url"] == f"/api/operations/{body['operation_id']}"
             assert started.headers["location"] == body["status_url"]
+            assert started.headers["retry-after"] == "1"
             status = await client.get(body["status_url"], headers=bearer("alice"))
             assert status.json()["subject"] == {"type": "job", "id": job}
             empty_body = await client.post(path, headers=bearer("alice"))
