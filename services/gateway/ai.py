@@ -183,7 +183,10 @@ def _openapi(task: TaskType) -> dict[str, Any]:
             {
                 "202": {
                     "description": "admitted",
-                    "headers": {"Location": {"schema": {"type": "string"}}},
+                    "headers": {
+                        "Location": {"schema": {"type": "string"}},
+                        "Retry-After": {"schema": {"type": "integer"}},
+                    },
                     "content": {"application/json": {"schema": ref("Accepted")}},
                 },
                 **errors(400, 403, 404, 409, 413, 415, 429, 503, 504),
