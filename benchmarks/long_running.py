@@ -34,16 +34,9 @@ from benchmarks.lease_channel import Window, _StatementCounter
 from benchmarks.processes import SERVICE_SECRET, caller
 from benchmarks.stats import median, percentile
 from benchmarks.table import Row, Target
-from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
-from durable_ops.clock import utc_now
 from durable_ops.model.scope import Role
-from durable_ops.operations.cancel_watch import CancelWatch
-from durable_ops.operations.claim_waiters import ClaimWaiters
-from durable_ops.operations.done_watch import DoneWatch
-from durable_ops.operations.longrunning import SERVICE_NAME as LRO_SERVICE_NAME
-from durable_ops.operations.longrunning import LongRunningOperations
-from durable_ops.operations.longrunning import add_to_server as add_lro_to_server
-from durable_ops.operations.service import SERVICE_NAME, OperationsService
+from durable_ops.operations.main import SERVICE_NAMES, build_service, registration
+from durable_ops.operations.service import OperationsService
 from durable_ops.rpc.client import open_channel
 from durable_ops.rpc.server import build_server, start, stop
 from durable_ops.settings import Settings
@@ -76,20 +69,9 @@ class Replica:
 
 async def _replica(url: str) -> Replica:
     db = Database(url, pool_size=16)
-    service = OperationsService(
-        db,
-        utc_now,
-        cancels=CancelWatch(db, DEFAULTS.cancel_watch_interval_seconds),
-        claims=ClaimWaiters(db, utc_now, DEFAULTS.claim_poll_interval_seconds),
-        done=DoneWatch(db, DEFAULTS.done_watch_interval_seconds),
-    )
-
-    def register(server: Any) -> None:
-        pb_grpc.add_OperationsServiceServicer_to_server(service, server)
-        add_lro_to_server(LongRunningOperations(service), server)
-
+    service = build_service(db, DEFAULTS)
     server, port = build_server(
-        "127.0.0.1:0", register, [SERVICE_NAME, LRO_SERVICE_NAME], secret=SERVICE_SECRET
+        "127.0.0.1:0", registration(service), SERVICE_NAMES, secret=SERVICE_SECRET
     )
     await start(server)
     return Replica(service, db, server, f"127.0.0.1:{port}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 import grpc
 
@@ -19,18 +20,36 @@ from durable_ops.operations.service import SERVICE_NAME, OperationsService
 from durable_ops.operations.sweeper import run_sweeper
 from durable_ops.rpc.server import build_server, serve
 from durable_ops.settings import Settings
+from durable_ops.storage.db import Database
 from durable_ops.storage.migrate import open_migrated
 
+SERVICE_NAMES = (SERVICE_NAME, LRO_SERVICE_NAME)
 
-async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
-    db = open_migrated(settings.database_url, pool_size=16)
-    service = OperationsService(
+
+def build_service(db: Database, settings: Settings, clock: Clock = utc_now) -> OperationsService:
+    """The servicer with its watches at the configured intervals (benchmarks build it too)."""
+    return OperationsService(
         db,
         clock,
         cancels=CancelWatch(db, settings.cancel_watch_interval_seconds),
         claims=ClaimWaiters(db, clock, settings.claim_poll_interval_seconds),
         done=DoneWatch(db, settings.done_watch_interval_seconds),
     )
+
+
+def registration(service: OperationsService) -> Callable[[grpc.aio.Server], None]:
+    """Both faces of the service on one server: ours and google.longrunning's."""
+
+    def register(server: grpc.aio.Server) -> None:
+        pb_grpc.add_OperationsServiceServicer_to_server(service, server)
+        add_lro_to_server(LongRunningOperations(service), server)
+
+    return register
+
+
+async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
+    db = open_migrated(settings.database_url, pool_size=16)
+    service = build_service(db, settings, clock)
     sweeper = asyncio.create_task(
         run_sweeper(
             db, clock, settings.sweep_interval_seconds, on_requeue=service.claims.arrived_any
@@ -44,14 +63,10 @@ async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
         await service.close()
         db.dispose()
 
-    def register(server: grpc.aio.Server) -> None:
-        pb_grpc.add_OperationsServiceServicer_to_server(service, server)
-        add_lro_to_server(LongRunningOperations(service), server)
-
     server, _port = build_server(
         settings.operations_bind,
-        register,
-        [SERVICE_NAME, LRO_SERVICE_NAME],
+        registration(service),
+        SERVICE_NAMES,
         secret=settings.service_secret,
     )
     await serve(server, on_stop=stop)
