@@ -324,11 +324,11 @@ def test_duplicate_completion_is_ok_without_a_second_notification(
     assert ops.get(ALICE, created.id).state == SUCCEEDED
 
 
-def test_fail_retryable_and_permanent_store_provenance_but_never_show_it(
+def test_fail_retryable_and_permanent_store_provenance_and_show_only_the_model(
     services: Services, ops: OpsClient
 ) -> None:
     message = "upstream said: prompt contained SECRET-CV-TEXT"
-    provenance = pb.Provenance(provider="acme", model="acme-large-2", route="external")
+    provenance = pb.Provenance(provider="acme.example", model="large-2", route="external")
     created = ops.create(ALICE, "k-fail", max_attempts=3, retry_delay_seconds=10)
     first = ops.claim_one()
     assert ops.fail(first, retryable=True, code="timeout", message=message) == WAITING_FOR_RETRY
@@ -357,7 +357,7 @@ def test_fail_retryable_and_permanent_store_provenance_but_never_show_it(
         "refused",
         message,
     )
-    assert (row.provider, row.model, row.route) == ("acme", "acme-large-2", "external")
+    assert (row.provider, row.model, row.route) == ("acme.example", "large-2", "external")
 
     hidden = {
         "provider",
@@ -376,9 +376,11 @@ def test_fail_retryable_and_permanent_store_provenance_but_never_show_it(
     assert fields & hidden == set()
     assert not any(name.startswith(("lease", "failure", "provenance")) for name in fields)
     shown = ops.get(ALICE, created.id)
-    for value in (message, "acme", "k-fail", "refused"):
+    for value in (message, "acme", "k-fail", "refused"):  # the provider is an address
         assert value not in str(shown)
         assert value.encode() not in shown.SerializeToString()
+    # Results say which model made them (SPEC): the model and its route, nothing else.
+    assert shown.produced_by == pb.Provenance(model="large-2", route="external")
 
 
 # ---- notifications API -------------------------------------------------------------------------
