@@ -31,6 +31,7 @@ def services(db_url: str) -> Iterator[Services]:
 # Every route that takes an id: (method, path template, which of alice's ids it takes).
 ID_ROUTES = [
     ("GET", "/api/operations/{id}", "running"),
+    ("GET", "/api/operations/{id}:wait", "running"),
     ("POST", "/api/operations/{id}/cancel", "running"),
     ("POST", "/api/operations/{id}/cancel", "queued"),
     ("POST", "/api/operations/{id}/retry", "failed"),
