@@ -31,7 +31,8 @@ def open_and_lock(fs: FileSystem, dir_fd: int, directory: str) -> int:
     """Open (creating if needed) and exclusively lock ``host.lock``; refuse at once if held."""
     import fcntl  # Linux only; importing it at module level would break import on Windows
 
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    # O_NONBLOCK: a FIFO or a device in its place never makes the open wait; fstat refuses it.
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = fs.open(LOCK_NAME, flags, 0o600, dir_fd=dir_fd)
     except OSError as exc:

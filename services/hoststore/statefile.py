@@ -26,14 +26,29 @@ STATE_NAME: Final = "state.json"
 TEMP_PATTERN: Final = re.compile(r"\.state\.json\.[0-9a-f]{16}\.tmp")
 
 
+# Never follow a symlink, never wait in open() on a FIFO or a device. (getattr: the
+# module still imports where a flag is missing; the store refuses such platforms.)
+READ_FLAGS: Final[int] = (
+    os.O_RDONLY
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
+
+
 def temp_name() -> str:
     return f".{STATE_NAME}.{secrets.token_hex(8)}.tmp"
 
 
 def read(dir_fd: int) -> bytes | None:
-    """The bytes of ``state.json``, or ``None`` if there is none."""
+    """The bytes of ``state.json``, or ``None`` if there is none.
+
+    ``O_NONBLOCK`` keeps the open itself from waiting on a FIFO or a device put
+    in its place; ``fstat`` then refuses anything but a private regular file
+    before a byte is read (``O_NONBLOCK`` changes nothing for a regular file).
+    """
     try:
-        fd = os.open(STATE_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        fd = os.open(STATE_NAME, READ_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
         return None
     except OSError as exc:

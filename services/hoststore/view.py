@@ -8,6 +8,7 @@ moment of reading. Exit codes: 0 the store is valid (or not yet initialized),
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -15,13 +16,18 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from durable_ops.hoststore import lockfile, snapshot, statefile
-from durable_ops.hoststore.errors import HostStoreError, SnapshotMissing, UnsafeDirectory
+from durable_ops.hoststore.directory import check_private_file
+from durable_ops.hoststore.errors import (
+    HostStoreError,
+    ReadFailed,
+    SnapshotMissing,
+    UnsafeDirectory,
+    UnsafeFile,
+)
 from durable_ops.hoststore.snapshot import MAX_SNAPSHOT_BYTES, Record, Snapshot
 from durable_ops.hoststore.transitions import UNRESOLVED
 
 PLAN_HASH_PREFIX = 12
-
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 @dataclass
@@ -85,21 +91,23 @@ def _inspect_directory(found: Inspection) -> None:
 
 
 def _read(found: Inspection, name: str, limit: int) -> bytes | None:
+    """The first ``limit`` bytes of ``name``, refused as ``acquire`` would refuse it.
+
+    Opened like the session opens it (no symlink, no waiting on a FIFO or a
+    device), then held to the same test: a private regular file of the current
+    user. A file the worker would refuse (say mode 0644) is a problem, not a warning.
+    """
     full = os.path.join(found.directory, name)
     try:
-        fd = os.open(full, os.O_RDONLY | _NOFOLLOW)
+        fd = os.open(full, statefile.READ_FLAGS)
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise UnsafeDirectory(f"cannot open {name}: {exc.strerror}") from exc
+        if exc.errno == errno.ELOOP:
+            raise UnsafeFile(f"{name} is a symlink") from None
+        raise ReadFailed(f"cannot open {name}: {exc.strerror}") from exc
     try:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode):
-            raise UnsafeDirectory(f"{name} is not a regular file")
-        if stat.S_IMODE(status.st_mode) & 0o077:
-            found.warnings.append(
-                f"{name} mode is {stat.S_IMODE(status.st_mode):04o}; acquire requires 0600"
-            )
+        check_private_file(os.fstat(fd), name)
         chunks: list[bytes] = []
         remaining = limit
         while remaining > 0:

@@ -32,6 +32,8 @@ FAILURE_MESSAGE_MAX = 512
 PROVIDER_MAX = 32
 MODEL_MAX = 128
 ROUTE_MAX = 16
+# A W3C traceparent, version 00: "00-" + 32 hex + "-" + 16 hex + "-" + 2 hex.
+TRACE_PARENT_MAX = 55
 JOB_TITLE_MAX = 200
 JOB_COMPANY_MAX = 200
 JOB_DESCRIPTION_MAX = 20_000
@@ -43,6 +45,7 @@ PAGE_SIZE_DEFAULT = 20
 PAGE_TOKEN_MAX = 512
 
 _TASK_TYPE = re.compile(r"[a-z0-9._-]+")
+_TRACE_PARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 _OWNER_ID = re.compile(r"[A-Za-z0-9._@:-]+")
 _KEY_TEXT = re.compile(r"[\x21-\x7e]+")
 # C0 controls and DEL. A line of text (a title, a filename, a key) has none; text that may
@@ -162,3 +165,12 @@ def failure(code: str, message: str) -> tuple[str, str]:
     text("failure_code", code, FAILURE_CODE_MAX)
     text("failure_message", message, FAILURE_MESSAGE_MAX, required=False)
     return code, message
+
+
+def trace_parent(value: str) -> str:
+    """``""`` or a W3C ``traceparent`` (version 00): the only trace data an operation keeps."""
+    if value and (len(value) != TRACE_PARENT_MAX or not _TRACE_PARENT.fullmatch(value)):
+        raise InvalidArgument(
+            "trace_parent", "must be a W3C traceparent (00-<trace>-<span>-<flags>)"
+        )
+    return value

@@ -15,6 +15,8 @@ transition has one rule.
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -139,10 +141,46 @@ CREATED: Final = Decision(S.QUEUED, 0, False, None)
 
 
 def backoff(attempt: int, retry_delay_seconds: int) -> timedelta:
-    """Exponential from the operation's retry delay, bounded by the largest allowed delay."""
+    """Exponential from the operation's retry delay, bounded by the largest allowed delay.
+
+    The un-jittered schedule: ``retry_wait`` draws the real wait below the
+    next step of it (ADR 15).
+    """
     exponent = max(attempt - 1, 0)
     ceiling = bounds.RETRY_DELAY_SECONDS_RANGE[1]
     return timedelta(seconds=min(retry_delay_seconds * 2 ** min(exponent, 16), ceiling))
+
+
+Draw = Callable[[], float]
+"""A random source: each call a number in [0, 1), as ``random.random`` gives."""
+
+_random = random.Random()  # seeded from the system; jitter needs spread, not secrecy
+
+
+def system_draw() -> float:
+    return _random.random()
+
+
+# What ``decide`` draws from when it is given no source; tests may replace it.
+RETRY_JITTER: Draw = system_draw
+
+
+def retry_wait(attempt: int, retry_delay_seconds: int, draw: Draw) -> timedelta:
+    """How long the retry after ``attempt`` waits: full jitter above the retry delay.
+
+    Uniform between the operation's retry delay and ``backoff(attempt + 1)``
+    (twice the un-jittered step, never more than the largest allowed delay of
+    one hour), so failures that happened together spread out instead of
+    coming back together; whole milliseconds. Pure: ``draw`` is the random
+    source, and a draw outside [0, 1] (or NaN) is held to it, so the bounds
+    hold for any source.
+    """
+    floor = timedelta(seconds=retry_delay_seconds)
+    ceiling = max(backoff(attempt + 1, retry_delay_seconds), floor)
+    value = draw()
+    fraction = value if 0.0 <= value <= 1.0 else (1.0 if value > 1.0 else 0.0)  # NaN: 0
+    span_ms = (ceiling - floor) // timedelta(milliseconds=1)
+    return floor + timedelta(milliseconds=int(fraction * span_ms))
 
 
 def lease_expiry(now: datetime, lease_seconds: int) -> datetime:
@@ -182,12 +220,14 @@ def _fail_closed(facts: Facts) -> Decision:
     return _terminal(facts, S.FAILED, DEADLINE_FAILURE_CODE)
 
 
-def _after_lost_attempt(facts: Facts, now: datetime, failure_code: str | None) -> Decision:
+def _after_lost_attempt(
+    facts: Facts, now: datetime, failure_code: str | None, draw: Draw
+) -> Decision:
     """A running attempt ended without success: cancel, retry later, or fail for good."""
     if facts.cancel_requested:
         return _terminal(facts, S.CANCELLED)
     if facts.attempt < facts.max_attempts:
-        due = now + backoff(facts.attempt, facts.retry_delay_seconds)
+        due = now + retry_wait(facts.attempt, facts.retry_delay_seconds, draw)
         return Decision(S.WAITING_FOR_RETRY, facts.attempt, False, due, failure_code=failure_code)
     return _terminal(facts, S.FAILED, failure_code)
 
@@ -201,7 +241,7 @@ def _claim(facts: Facts, claim: Transition, now: datetime) -> Decision:
     return claim.decision(facts)
 
 
-def _worker(facts: Facts, event: Event, now: datetime) -> Decision:
+def _worker(facts: Facts, event: Event, now: datetime, draw: Draw) -> Decision:
     if facts.state is not S.RUNNING:
         if facts.state in DUPLICATE_RESULTS.get(event, frozenset()):
             return _unchanged(facts)
@@ -215,7 +255,7 @@ def _worker(facts: Facts, event: Event, now: datetime) -> Decision:
     if event is Event.FAIL_PERMANENT:
         return _terminal(facts, S.FAILED)
     if event is Event.FAIL_RETRYABLE:
-        return _after_lost_attempt(facts, now, None)
+        return _after_lost_attempt(facts, now, None, draw)
     if event is Event.REQUEST_FALLBACK:
         if facts.cancel_requested:
             return _terminal(facts, S.CANCELLED)
@@ -247,11 +287,11 @@ def _retry(facts: Facts) -> Decision:
     return replace(CREATED, remove_notification=True)
 
 
-def _sweep(facts: Facts, now: datetime) -> Decision:
+def _sweep(facts: Facts, now: datetime, draw: Draw) -> Decision:
     if lease_expired(facts, now):
         if deadline_passed(facts, now) and not facts.cancel_requested:
             return _fail_closed(facts)
-        return _after_lost_attempt(facts, now, LEASE_FAILURE_CODE)
+        return _after_lost_attempt(facts, now, LEASE_FAILURE_CODE, draw)
     if facts.state in PENDING_STATES and deadline_passed(facts, now):
         return _fail_closed(facts)
     if facts.state is REQUEUE.source and is_due(facts, now):
@@ -259,15 +299,20 @@ def _sweep(facts: Facts, now: datetime) -> Decision:
     raise InvalidTransition("nothing to sweep")
 
 
-def decide(facts: Facts, event: Event, now: datetime) -> Decision:
-    """The one entry point: what ``event`` does to an operation described by ``facts``."""
+def decide(facts: Facts, event: Event, now: datetime, draw: Draw | None = None) -> Decision:
+    """The one entry point: what ``event`` does to an operation described by ``facts``.
+
+    ``draw`` is the random source of a retry's jitter (``retry_wait``);
+    without one, ``RETRY_JITTER`` as it is at the time of the call.
+    """
+    source = RETRY_JITTER if draw is None else draw
     claim = CLAIMS.get(event)
     if claim is not None:
         return _claim(facts, claim, now)
     if event in WORKER_EVENTS:
-        return _worker(facts, event, now)
+        return _worker(facts, event, now, source)
     if event is Event.CANCEL:
         return _cancel(facts)
     if event is Event.RETRY:
         return _retry(facts)
-    return _sweep(facts, now)
+    return _sweep(facts, now, source)

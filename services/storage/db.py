@@ -10,13 +10,15 @@ transaction (``durable_ops.storage.tx``) in either scope, for the operation
 lifecycle's hot statements.
 
 Writers retry the whole transaction on MariaDB deadlocks (1213) and lock-wait
-timeouts (1205); on SQLite they take the write lock up front (``BEGIN
-IMMEDIATE``) so two writers never deadlock upgrading a read lock.
+timeouts (1205), after a fully jittered pause (``transaction_retry_pause``);
+on SQLite they take the write lock up front (``BEGIN IMMEDIATE``) so two
+writers never deadlock upgrading a read lock.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,12 +27,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+import sqlalchemy
 import structlog
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker, with_loader_criteria
 
+from durable_ops.model.lifecycle import Draw, system_draw
 from durable_ops.storage import pool
 from durable_ops.storage.schema import Owned
 from durable_ops.storage.tx import OWNER_KEY, Tx
@@ -40,6 +44,9 @@ T = TypeVar("T")
 
 RETRYABLE_MYSQL_ERRORS = frozenset({1205, 1213})
 MAX_TRANSACTION_ATTEMPTS = 8
+TRANSACTION_RETRY_BASE_SECONDS = 0.002
+TRANSACTION_RETRY_MAX_SECONDS = 0.2
+TRANSACTION_RETRY_JITTER: Draw = system_draw  # the random source of the replay's pause
 
 
 class OwnerMismatch(RuntimeError):
@@ -50,7 +57,9 @@ def create_db_engine(url: str, *, pool_size: int = 10) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(parsed)
-    engine = create_engine(
+    # sqlalchemy.create_engine is looked up at call time: an installed SQLAlchemy
+    # instrumentation (durable_ops.telemetry) wraps it, and so traces every statement.
+    engine = sqlalchemy.create_engine(
         parsed,
         pool_size=pool_size,
         max_overflow=pool_size,
@@ -66,7 +75,7 @@ def create_db_engine(url: str, *, pool_size: int = 10) -> Engine:
 def _sqlite_engine(url: URL) -> Engine:
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(
+    engine = sqlalchemy.create_engine(
         url,
         pool_reset_on_return=None,
         connect_args={"timeout": 30, "check_same_thread": False},
@@ -95,6 +104,20 @@ def _sqlite_engine(url: URL) -> Engine:
 def _is_retryable(exc: OperationalError) -> bool:
     code = exc.orig.args[0] if exc.orig is not None and exc.orig.args else None
     return code in RETRYABLE_MYSQL_ERRORS
+
+
+def transaction_retry_pause(number: int, draw: Draw) -> float:
+    """Seconds to sleep before replaying a deadlock victim's ``number``-th attempt.
+
+    Full jitter: uniform in [0, min(2 ms * 2**number, 200 ms)], so the victims
+    of one deadlock do not replay in lockstep and collide again. Pure: ``draw``
+    is the random source (a draw outside [0, 1], or NaN, is held to it).
+    """
+    growth: float = 2.0 ** min(max(number, 0), 16)
+    ceiling = min(TRANSACTION_RETRY_BASE_SECONDS * growth, TRANSACTION_RETRY_MAX_SECONDS)
+    value = draw()
+    fraction = value if 0.0 <= value <= 1.0 else (1.0 if value > 1.0 else 0.0)
+    return fraction * ceiling
 
 
 def _scope_owner_filter(state: ORMExecuteState) -> None:
@@ -210,7 +233,7 @@ class Database:
                 if not _is_retryable(exc) or number == MAX_TRANSACTION_ATTEMPTS:
                     raise
                 log.info("transaction_retry", attempt=number, error=type(exc.orig).__name__)
-                time.sleep(min(0.002 * 2**number, 0.2))
+                time.sleep(transaction_retry_pause(number, TRANSACTION_RETRY_JITTER))
         raise AssertionError("unreachable")
 
     async def run_async(
@@ -222,7 +245,7 @@ class Database:
     ) -> T:
         """``run`` on the database thread pool, for async servers."""
         call = partial(self.run, work, owner_id=owner_id, write=write)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        return await self._in_executor(call)
 
     async def run_core_async(
         self,
@@ -233,7 +256,13 @@ class Database:
     ) -> T:
         """``run_core`` on the database thread pool, for async servers."""
         call = partial(self.run_core, work, owner_id=owner_id, write=write)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        return await self._in_executor(call)
+
+    async def _in_executor(self, call: Callable[[], T]) -> T:
+        # In the caller's context (as asyncio.to_thread does): a traced RPC's SQL
+        # statements are spans of its trace, and context-bound log fields carry over.
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(self._executor, context.run, call)
 
     def dispose(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -71,12 +71,15 @@ class CreateRequest:
     deadline_at: datetime | None = None
     time_budget_seconds: int | None = None
     context_ref: str = ""
+    # The creating request's W3C traceparent (tracing on), so later spans can link to it.
+    trace_parent: str = ""
 
     def validate(self, now: datetime) -> None:
         bounds.task_type(self.task_type)
         bounds.idempotency_key(self.idempotency_key)
         bounds.subject(self.subject_type, self.subject_id)
         bounds.text("context_ref", self.context_ref, bounds.SUBJECT_ID_MAX, required=False)
+        bounds.trace_parent(self.trace_parent)
         bounds.int_range("priority", self.priority, bounds.PRIORITY_RANGE)
         bounds.int_range("max_attempts", self.max_attempts, bounds.MAX_ATTEMPTS_RANGE)
         bounds.int_range(
@@ -87,9 +90,10 @@ class CreateRequest:
 
     def fingerprint(self) -> str:
         """What makes two creates "the same request". The deadline is left out:
-        a repeated click computes a later absolute deadline for the same work."""
+        a repeated click computes a later absolute deadline for the same work, and
+        its own trace."""
         fields = asdict(self)
-        del fields["idempotency_key"], fields["deadline_at"]
+        del fields["idempotency_key"], fields["deadline_at"], fields["trace_parent"]
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
@@ -215,6 +219,7 @@ def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation
         subject_type=request.subject_type,
         subject_id=request.subject_id,
         context_ref=request.context_ref or None,
+        trace_parent=request.trace_parent or None,
         state=created.state,
         priority=request.priority,
         attempt=created.attempt,
@@ -451,18 +456,26 @@ def hold_for_publish(tx: Tx, operation_id: str, token: str, now: datetime) -> No
 
     Runs in the transaction that writes the attempt's result, so a cancel or
     a takeover commits either before (and the result is refused) or after
-    (and finds the result published). Cancel wins until then.
+    (and finds the result published). Cancel wins until then. The operation
+    must be the scope owner's: another owner's answers exactly like a missing
+    one (NOT_FOUND ``operation_not_found``), before any lease is looked at.
     """
-    row = tx.execute(_LOCK_LEASE, {"operation_id": operation_id}).one_or_none()
+    issuable = len(operation_id) <= bounds.ID_MAX  # a longer id was never issued
+    row = (
+        tx.execute(_LOCK_LEASE, {"operation_id": operation_id}).one_or_none()
+        if issuable and operation_id
+        else None
+    )
+    if row is None:
+        raise NotFound("operation not found", code="operation_not_found")
     held = (
-        row is not None
-        and row.state == S.RUNNING
+        row.state == S.RUNNING
         and row.lease_token_hash is not None
         and hmac.compare_digest(row.lease_token_hash, hash_token(token))
         and row.lease_expires_at is not None
         and row.lease_expires_at > now
     )
-    if row is None or not held:
+    if not held:
         raise LeaseLost("the lease is not live: the result belongs to another attempt")
     if row.cancel_requested:
         raise LeaseLost("the owner cancelled the operation", code=CANCEL_REQUESTED)

@@ -206,9 +206,12 @@ def publish_note(
     """Publish the one note of (owner, kind, subject) for the attempt holding the lease.
 
     The operation row is locked and its lease checked first
-    (``operations.hold_for_publish``): a stale attempt or a cancelled
-    operation publishes nothing. An attempt of the same operation that already
-    published returns the note unchanged, so a retried attempt never makes a second.
+    (``operations.hold_for_publish``): the operation must be the scope
+    owner's (another owner's is NOT_FOUND, like a missing one, so a worker
+    speaking for one owner never attaches a note to another's operation), and
+    a stale attempt or a cancelled operation publishes nothing. An attempt of
+    the same operation that already published returns the note unchanged, so
+    a retried attempt never makes a second.
     """
     bounds.task_type(kind)
     bounds.subject(subject_type, subject_id)

@@ -94,8 +94,10 @@ def test_expiring_leases_retry_until_max_attempts_then_fail_with_one_notificatio
             assert current.attempt == attempt
             assert _outcomes(ops, created.id) == []
             assert ops.claim() is None  # not due yet
-            backoff = 2 * 2 ** (attempt - 1)
-            _advance(services, backoff - 0.5)
+            # Jittered (ADR 15): between the retry delay and twice the un-jittered step.
+            wait = current.next_attempt_at.ToDatetime() - services.clock().replace(tzinfo=None)
+            assert timedelta(seconds=2) <= wait <= timedelta(seconds=2 * 2**attempt)
+            _advance(services, wait.total_seconds() - 0.5)
             assert services.sweep().promoted == 0
             _advance(services, 0.5)
             assert services.sweep().promoted == 1
@@ -123,7 +125,7 @@ def test_stale_worker_is_refused_and_the_new_lease_works(
 
     assert services.sweep().expired_leases == 1
     expect_failure(lambda: ops.complete(stale), ABORTED, "lease_lost")
-    _advance(services, 1)
+    _advance(services, 2)  # the first retry waits 1 s to 2 s (jittered, ADR 15)
     assert services.sweep().promoted == 1
     fresh = ops.claim_one()
     assert (fresh.id, fresh.operation.attempt) == (created.id, 2)
@@ -325,8 +327,9 @@ def test_duplicate_completion_is_ok_without_a_second_notification(
 
 
 def test_fail_retryable_and_permanent_store_provenance_and_show_only_the_model(
-    services: Services, ops: OpsClient
+    services: Services, ops: OpsClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(lifecycle, "RETRY_JITTER", lambda: 0.0)  # the least jittered wait
     message = "upstream said: prompt contained SECRET-CV-TEXT"
     provenance = pb.Provenance(provider="acme.example", model="large-2", route="external")
     created = ops.create(ALICE, "k-fail", max_attempts=3, retry_delay_seconds=10)
@@ -729,9 +732,12 @@ def _decided(decision: Decision) -> tuple[Any, ...]:
     return (decision.state, decision.attempt, decision.cancel_requested, decision.next_attempt_at)
 
 
-def test_the_fast_paths_write_what_the_model_decides(database: Database) -> None:
+def test_the_fast_paths_write_what_the_model_decides(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Create, claim, requeue, fallback claim and completion skip ``decide``: their rows
     must still be what ``decide`` answers on the facts they were applied to."""
+    monkeypatch.setattr(lifecycle, "RETRY_JITTER", lambda: 0.0)  # the retry is due at its delay
 
     def owned(work: Callable[[Tx], T]) -> T:
         return database.run_core(work, owner_id=ALICE)

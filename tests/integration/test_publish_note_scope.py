@@ -1,0 +1,217 @@
+"""Workspace.PublishNote is owner-scoped: the note's operation must be the caller's owner's.
+
+Issue 20, item 2, through real servers on both engines. A worker credential
+speaks for the owner named in ``x-owner-id``; the operation a note references
+must be that owner's (another owner's answers exactly like a missing one:
+NOT_FOUND ``operation_not_found``), and the lease check still applies to the
+owner's own operations.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import grpc
+import pytest
+from sqlalchemy import select
+
+from durable_ops.api.workspace.v1 import workspace_pb2 as wpb
+from durable_ops.model import bounds
+from durable_ops.model.scope import Role
+from durable_ops.storage.schema import AiWorkspaceNote
+from tests.support.grpc_services import Services
+from tests.support.operations_client import (
+    ALICE,
+    BOB,
+    TASK,
+    Lease,
+    OpsClient,
+    RpcFailure,
+    expect_failure,
+    rpc_failure,
+)
+from tests.support.workspace_client import create_job
+
+NOT_FOUND = grpc.StatusCode.NOT_FOUND
+
+
+def _publish(
+    services: Services,
+    ops: OpsClient,
+    *,
+    owner: str,
+    operation_id: str,
+    token: str,
+    subject_id: str,
+    body: str = '{"from":"test"}',
+) -> Any:
+    request = wpb.PublishNoteRequest(
+        kind=TASK,
+        subject_type="job",
+        subject_id=subject_id,
+        operation_id=operation_id,
+        lease_token=token,
+        body_json=body,
+    )
+    return services.workspace.PublishNote(request, metadata=ops.md(Role.WORKER, owner))
+
+
+def _claimed_for(services: Services, ops: OpsClient, owner: str, key: str) -> Lease:
+    job_id = create_job(services.workspace, owner)
+    ops.create(owner, key, subject_id=job_id)
+    lease = ops.claim_one()
+    assert lease.owner == owner
+    return lease
+
+
+def _notes(services: Services) -> list[tuple[str, str | None]]:
+    with services.db.neutral(write=False) as session:
+        rows = session.execute(
+            select(AiWorkspaceNote.owner_user_id, AiWorkspaceNote.operation_id)
+        ).all()
+    return [(row.owner_user_id, row.operation_id) for row in rows]
+
+
+def _note_of(services: Services, ops: OpsClient, owner: str, subject_id: str) -> Any:
+    return services.workspace.GetNote(
+        wpb.GetNoteRequest(kind=TASK, subject_type="job", subject_id=subject_id),
+        metadata=ops.md(Role.GATEWAY, owner),
+    )
+
+
+def _same_answer(one: RpcFailure, other: RpcFailure) -> None:
+    assert (one.code, one.details, one.error_code, one.error_field) == (
+        other.code,
+        other.details,
+        other.error_code,
+        other.error_field,
+    )
+
+
+def test_a_worker_speaking_for_bob_cannot_attach_a_note_to_alices_operation(
+    services: Services,
+) -> None:
+    ops = OpsClient(services)
+    alices = _claimed_for(services, ops, ALICE, "alice-op")
+    bobs_job = create_job(services.workspace, BOB)
+
+    expect_failure(
+        lambda: _publish(
+            services,
+            ops,
+            owner=BOB,
+            operation_id=alices.id,
+            token=alices.token,  # even the live lease of alice's attempt
+            subject_id=bobs_job,
+        ),
+        NOT_FOUND,
+        "operation_not_found",
+    )
+    assert _notes(services) == []
+    expect_failure(lambda: _note_of(services, ops, BOB, bobs_job), NOT_FOUND, "note_not_found")
+
+    # Alice's attempt still holds its lease and publishes for alice.
+    published = _publish(
+        services,
+        ops,
+        owner=ALICE,
+        operation_id=alices.id,
+        token=alices.token,
+        subject_id=alices.operation.subject.id,
+    )
+    assert published.published is True
+    assert _notes(services) == [(ALICE, alices.id)]
+
+
+def test_another_owners_operation_answers_exactly_like_a_missing_one(
+    services: Services,
+) -> None:
+    ops = OpsClient(services)
+    alices = _claimed_for(services, ops, ALICE, "alice-op")
+    bobs_job = create_job(services.workspace, BOB)
+
+    def attempt(operation_id: str) -> RpcFailure:
+        return rpc_failure(
+            lambda: _publish(
+                services,
+                ops,
+                owner=BOB,
+                operation_id=operation_id,
+                token=alices.token,
+                subject_id=bobs_job,
+            )
+        )
+
+    foreign = attempt(alices.id)
+    missing = attempt(str(uuid.uuid4()))
+    assert (missing.code, missing.error_code) == (NOT_FOUND, "operation_not_found")
+    _same_answer(foreign, missing)
+    assert _notes(services) == []
+
+
+@pytest.mark.parametrize("operation_id", ["unknown-operation", "x" * bounds.ID_MAX])
+def test_an_unknown_operation_id_is_not_found_not_internal(
+    services: Services, operation_id: str
+) -> None:
+    ops = OpsClient(services)
+    job_id = create_job(services.workspace, ALICE)
+    expect_failure(
+        lambda: _publish(
+            services,
+            ops,
+            owner=ALICE,
+            operation_id=operation_id,
+            token="t" * 32,
+            subject_id=job_id,
+        ),
+        NOT_FOUND,
+        "operation_not_found",
+    )
+    assert _notes(services) == []
+
+
+@pytest.mark.parametrize("operation_id", ["", "x" * (bounds.ID_MAX + 1)])
+def test_an_empty_or_overlong_operation_id_is_an_invalid_argument(
+    services: Services, operation_id: str
+) -> None:
+    ops = OpsClient(services)
+    job_id = create_job(services.workspace, ALICE)
+    expect_failure(
+        lambda: _publish(
+            services,
+            ops,
+            owner=ALICE,
+            operation_id=operation_id,
+            token="t" * 32,
+            subject_id=job_id,
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "invalid_argument",
+        field="operation_id",
+    )
+    assert _notes(services) == []
+
+
+def test_the_owners_own_operation_still_needs_the_live_lease(services: Services) -> None:
+    ops = OpsClient(services)
+    job_id = create_job(services.workspace, ALICE)
+    queued = ops.create(ALICE, "never-claimed", subject_id=job_id)
+    expect_failure(
+        lambda: _publish(
+            services, ops, owner=ALICE, operation_id=queued.id, token="t" * 32, subject_id=job_id
+        ),
+        grpc.StatusCode.ABORTED,
+        "lease_lost",
+    )
+
+    lease = ops.claim_one()
+    assert lease.id == queued.id
+    expect_failure(
+        lambda: _publish(
+            services, ops, owner=ALICE, operation_id=lease.id, token="w" * 32, subject_id=job_id
+        ),
+        grpc.StatusCode.ABORTED,
+        "lease_lost",
+    )
+    assert _notes(services) == []
