@@ -51,11 +51,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from durable_ops.logs import configure_logging
     from durable_ops.storage.migrate import SchemaNotCurrent
+    from durable_ops.telemetry import configure_tracing
 
     # Only the gateway signs and checks user tokens; every process holds a service credential.
     needed = KEPT if args.target == "gateway" else ("service_secret",)
     settings = _settings(args, keep_secrets=needed)
     configure_logging(settings, process=args.target)
+    # Before any server, channel or engine exists: the instrumentations wrap their constructors.
+    configure_tracing(args.target)
     try:
         if args.target in GRPC_SERVICES:
             module = import_module(GRPC_SERVICES[args.target])

@@ -3,7 +3,9 @@
 JSON when stderr is not a TTY (or ``OPS_LOG_JSON=true``), a console renderer
 otherwise. Library loggers (grpc, uvicorn, sqlalchemy) go through the same
 renderer at WARNING so one process never mixes two formats. Events name
-``operation_id`` and ``owner``, never raw user content.
+``operation_id`` and ``owner``, never raw user content. While a span is active
+(tracing on, see ``durable_ops.telemetry``) every event carries its ``trace_id``
+and ``span_id``, in the hex form trace viewers show.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import logging
 import sys
 
 import structlog
+from opentelemetry import trace
 from structlog.typing import EventDict, Processor, WrappedLogger
 
 from durable_ops.settings import Settings, SettingsError
@@ -46,6 +49,15 @@ def _add_process(process: str) -> Processor:
     return add
 
 
+def add_trace_ids(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
+    """``trace_id``/``span_id`` of the active span; nothing without one (tracing off)."""
+    span_context = trace.get_current_span().get_span_context()
+    if span_context.is_valid:
+        event_dict.setdefault("trace_id", trace.format_trace_id(span_context.trace_id))
+        event_dict.setdefault("span_id", trace.format_span_id(span_context.span_id))
+    return event_dict
+
+
 def configure_logging(settings: Settings, process: str) -> None:
     """Configure structlog and stdlib logging; calling it again replaces the setup."""
     level = _level(settings.log_level)
@@ -55,6 +67,7 @@ def configure_logging(settings: Settings, process: str) -> None:
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         _add_process(process),
+        add_trace_ids,
     ]
     renderer: Processor
     if json:

@@ -29,6 +29,8 @@ class AdmitRequest:
     subject_id: str
     context_ref: str = ""
     idempotency_key: str = ""
+    # The admitting request's W3C traceparent (tracing on): a trace id, never content.
+    trace_parent: str = ""
 
 
 # Reads one of the owner's rows of a subject kind, or raises NotFound.
@@ -77,6 +79,7 @@ def admit(
         privacy=settings.privacy,
         deadline_at=now + task.time_budget,
         time_budget_seconds=int(task.time_budget.total_seconds()),
+        trace_parent=request.trace_parent,
     )
     if request.idempotency_key:
         existing = operations.find_by_key(Tx.of(session), task.name, request.idempotency_key)

@@ -14,6 +14,7 @@ from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.errors import translate_errors
 from durable_ops.rpc.scope import caller_scope
 from durable_ops.storage.db import Database
+from durable_ops.telemetry import current_traceparent
 from durable_ops.wire.operations import operation, status_url
 
 log = structlog.get_logger(__name__)
@@ -34,6 +35,7 @@ class AiAdmissionService(pb_grpc.AiAdmissionServiceServicer):
             subject_id=request.subject_id,
             context_ref=request.context_ref,
             idempotency_key=request.idempotency_key,
+            trace_parent=current_traceparent(),
         )
         now = self._clock()
         row, reused = await self._db.run_async(

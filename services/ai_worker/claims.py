@@ -45,6 +45,8 @@ class ClaimedOperation:
     privacy: Privacy  # the snapshot taken at admission
     attempt: int
     route: Route  # which claim took it: local, or external (from the fallback state)
+    # The creating request's W3C traceparent ("" untraced): the worker's spans link to it.
+    trace_parent: str = ""
 
     @classmethod
     def from_pb(cls, claimed: pb.ClaimedOperation) -> ClaimedOperation:
@@ -60,6 +62,7 @@ class ClaimedOperation:
             privacy=privacy_from_pb(claimed.privacy),
             attempt=operation.attempt,
             route=route_from_pb(claimed.route),
+            trace_parent=claimed.trace_parent,
         )
 
     def log_fields(self) -> dict[str, object]:

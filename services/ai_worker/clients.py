@@ -17,6 +17,7 @@ from typing import Protocol, TypeAlias, TypeVar
 import grpc
 from google.protobuf.message import Message
 
+from durable_ops import telemetry
 from durable_ops.ai_worker.claims import ClaimedOperation, route_to_pb
 from durable_ops.ai_worker.handlers import WorkspaceReader
 from durable_ops.ai_worker.inference.result import Provenance
@@ -87,15 +88,20 @@ class OperationsClient:
             routes=[route_to_pb(route) for route in routes],
         )
         request.wait.FromTimedelta(timedelta(seconds=wait_seconds))
-        reply = await _call(
-            self._stub.ClaimOperation,
-            request,
-            self._caller.metadata(),
-            timeout=wait_seconds + CALL_TIMEOUT_SECONDS,
-        )
-        if not reply.HasField("claimed"):
-            return None
-        return ClaimedOperation.from_pb(reply.claimed)
+        # A trace of its own, linked (once the reply names it) to the request that created the work.
+        with telemetry.span("ai_worker.claim", root=True) as span:
+            reply = await _call(
+                self._stub.ClaimOperation,
+                request,
+                self._caller.metadata(),
+                timeout=wait_seconds + CALL_TIMEOUT_SECONDS,
+            )
+            if not reply.HasField("claimed"):
+                return None
+            claimed = ClaimedOperation.from_pb(reply.claimed)
+            span.set_attribute(telemetry.OPERATION_ID, claimed.operation_id)
+            telemetry.add_link(span, claimed.trace_parent)
+        return claimed
 
     def heartbeat_stream(self, owner_id: str) -> HeartbeatCall:
         """An open ``Heartbeat`` stream call; ``durable_ops.ai_worker.lease`` drives it."""

@@ -34,6 +34,7 @@ from typing import Any
 
 import structlog
 
+from durable_ops import telemetry
 from durable_ops.ai_worker import failures
 from durable_ops.ai_worker.claims import ClaimedOperation
 from durable_ops.ai_worker.clients import OperationsClient, WorkspaceCalls
@@ -98,7 +99,11 @@ class Executor:
             raise
         succeeded = False
         try:
-            succeeded = await self._run(op, release, log)
+            # The attempt is a trace of its own, linked to the request that created the work.
+            with telemetry.span(
+                "ai_worker.execute", root=True, link=op.trace_parent, operation_id=op.operation_id
+            ):
+                succeeded = await self._run(op, release, log)
         finally:
             await asyncio.to_thread(self._journal.finish, entry, succeeded)
 
@@ -159,14 +164,17 @@ class Executor:
             inputs = await handler.inputs(self._workspace.reader(op.owner_id), refs)
             request = handler.request(inputs)
             progress = lease.report_progress
-            if op.route is Route.EXTERNAL:
-                result = await self._router.infer_external(
-                    request, privacy, external_allowed, on_progress=progress
-                )
-            else:
-                result = await self._router.infer(
-                    request, privacy, external_allowed, on_progress=progress
-                )
+            with telemetry.span(
+                "ai_worker.inference", link=op.trace_parent, operation_id=op.operation_id
+            ):
+                if op.route is Route.EXTERNAL:
+                    result = await self._router.infer_external(
+                        request, privacy, external_allowed, on_progress=progress
+                    )
+                else:
+                    result = await self._router.infer(
+                        request, privacy, external_allowed, on_progress=progress
+                    )
         try:
             body = handler.note_body(result.answer)
         except InferenceError as error:
@@ -196,7 +204,10 @@ class Executor:
             return False
         await lease.close()
         try:
-            await self._operations.complete(op, produced.provenance, note_id)
+            with telemetry.span(
+                "ai_worker.complete", link=op.trace_parent, operation_id=op.operation_id
+            ):
+                await self._operations.complete(op, produced.provenance, note_id)
         except DomainError as error:
             # The note is published; the operation's next attempt finds it and completes.
             log.warning("complete_refused", code=error.code, note_id=note_id)

@@ -21,6 +21,7 @@ from contextlib import asynccontextmanager
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
+from durable_ops import telemetry
 from durable_ops.gateway import (
     ai,
     health,
@@ -83,4 +84,6 @@ def create_app(
     app.state.metrics = gateway_metrics
     app.state.renderer = Renderer(all_pages)
     app.state.openapi = openapi.build_document(all_modules)
+    # Accepts and answers W3C traceparent while tracing is on; nothing otherwise.
+    telemetry.instrument_app(app)
     return app

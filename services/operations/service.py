@@ -39,6 +39,7 @@ from durable_ops.storage.db import Database
 from durable_ops.storage.pages import Page
 from durable_ops.storage.schema import UserOperation
 from durable_ops.storage.tx import Tx
+from durable_ops.telemetry import current_traceparent
 from durable_ops.wire import operations as convert
 
 log = structlog.get_logger(__name__)
@@ -152,6 +153,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             privacy=convert.privacy_from_pb(request.privacy),
             context_ref=request.context_ref,
             deadline_at=_deadline(request),
+            trace_parent=current_traceparent(),
         )
         now = self._clock()
         row, created = await self._db.run_core_async(
@@ -262,6 +264,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
                 privacy=convert.privacy_to_pb(row.privacy),
                 context_ref=row.context_ref or "",
                 route=route,
+                trace_parent=row.trace_parent or "",
             )
         )
 

@@ -9,6 +9,7 @@ A failed poll is logged once and tried again on the next tick.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Awaitable, Callable
 
 import structlog
@@ -32,7 +33,11 @@ class SharedPoll:
     def ensure_running(self, waiting: Callable[[], bool]) -> None:
         """Start the loop unless it runs; it stops by itself once ``waiting()`` is false."""
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run(waiting))
+            # An empty context: the loop serves every waiter, so it is no part of the call
+            # that happened to start it (nor of its trace, which would grow for ever).
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(waiting), context=contextvars.Context()
+            )
 
     async def _run(self, waiting: Callable[[], bool]) -> None:
         while True:

@@ -137,6 +137,8 @@ class UserOperation(Owned, Base):
     model: Mapped[str | None] = mapped_column(String(bounds.MODEL_MAX))
     route: Mapped[str | None] = mapped_column(String(bounds.ROUTE_MAX))
     result_ref: Mapped[str | None] = mapped_column(String(bounds.SUBJECT_ID_MAX))
+    # The admitting request's W3C traceparent while tracing is on; the worker's spans link to it.
+    trace_parent: Mapped[str | None] = mapped_column(String(bounds.TRACE_PARENT_MAX))
 
     __table_args__ = (
         UniqueConstraint("owner_user_id", "task_type", "idempotency_key"),

@@ -37,7 +37,7 @@ def test_a_service_refuses_an_unmigrated_database(service: str, tmp_path: Path) 
 
 def test_migrate_set_plan_switch_and_down(tmp_path: Path) -> None:
     env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}"}
-    assert "schema at 0003" in opsctl("migrate", env=env).stdout
+    assert "schema at 0004" in opsctl("migrate", env=env).stdout
     result = opsctl("users", "set-plan", "alice", "pro", env=env)
     assert result.stdout.strip() == "alice: plan pro, ai_enabled false"
     assert opsctl("ai", "disable", env=env).stdout.strip() == "AI globally disabled"

@@ -30,7 +30,8 @@ PROCESSES = {
     "ai_worker": "durable_ops.ai_worker.main",
     "dev_model": "durable_ops.dev_model.server",
 }
-SHARED = {"model", "settings", "clock", "logs", "api"}
+# telemetry: OpenTelemetry setup and span helpers, a leaf every process may use.
+SHARED = {"model", "settings", "clock", "logs", "api", "telemetry"}
 SERVER_SIDE = SHARED | {"storage", "rpc", "wire"}
 GRPC_CLIENT_SIDE = SHARED | {"rpc"}
 
@@ -41,6 +42,7 @@ ALLOWED: dict[str, set[str]] = {
     "settings": set(),
     "clock": set(),
     "logs": {"settings"},
+    "telemetry": {"settings"},
     "local_secrets": {"settings"},
     "stack": {"settings"},
     "storage": {"model", "settings", "clock"},

@@ -465,6 +465,7 @@ class ClaimedOperation(_message.Message):
     PRIVACY_FIELD_NUMBER: _builtins.int
     CONTEXT_REF_FIELD_NUMBER: _builtins.int
     ROUTE_FIELD_NUMBER: _builtins.int
+    TRACE_PARENT_FIELD_NUMBER: _builtins.int
     owner_id: _builtins.str
     lease_token: _builtins.str
     """≥ 128 random bits; only its hash is stored"""
@@ -473,6 +474,10 @@ class ClaimedOperation(_message.Message):
     """optional second opaque reference the producer stored"""
     route: Global___Route.ValueType
     """which of the requested routes this claim took it for"""
+    trace_parent: _builtins.str
+    """The W3C traceparent of the request that created the operation, when it was
+    traced: the worker links its spans to it. Empty otherwise; never user content.
+    """
     @_builtins.property
     def operation(self) -> Global___Operation: ...
     @_builtins.property
@@ -487,10 +492,11 @@ class ClaimedOperation(_message.Message):
         privacy: Global___Privacy.ValueType = ...,
         context_ref: _builtins.str = ...,
         route: Global___Route.ValueType = ...,
+        trace_parent: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease_expires_at", b"lease_expires_at", "operation", b"operation"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_ref", b"context_ref", "lease_expires_at", b"lease_expires_at", "lease_token", b"lease_token", "operation", b"operation", "owner_id", b"owner_id", "privacy", b"privacy", "route", b"route"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_ref", b"context_ref", "lease_expires_at", b"lease_expires_at", "lease_token", b"lease_token", "operation", b"operation", "owner_id", b"owner_id", "privacy", b"privacy", "route", b"route", "trace_parent", b"trace_parent"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
