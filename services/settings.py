@@ -80,6 +80,13 @@ class Settings:
             "HS256 secret for service credentials between processes (kept like the JWT secret)"
         ),
     )
+    service_credential_max_age_seconds: int = field(
+        default=86400,
+        metadata=_doc(
+            "the longest life of a service credential: one minted for longer, or issued"
+            " longer ago (its `iat`), is refused whatever its `exp`"
+        ),
+    )
     dev_login: bool = field(
         default=False, metadata=_doc("enables `GET /auth/dev-login?user=U` (never in production)")
     )
@@ -199,6 +206,8 @@ class Settings:
                 raise SettingsError(f"OPS_{name.upper()} must be greater than 0")
         if self.dev_model_seconds < 0:
             raise SettingsError("OPS_DEV_MODEL_SECONDS must not be negative")
+        if self.service_credential_max_age_seconds <= 0:
+            raise SettingsError("OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS must be greater than 0")
 
     @property
     def jwt_verification_secrets(self) -> list[str]:

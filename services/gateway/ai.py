@@ -10,6 +10,7 @@ or reaches a model.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -26,7 +27,19 @@ from durable_ops.gateway.bodies import json_object, string_field
 from durable_ops.gateway.calls import OwnerCalls, owner_calls, stub_for
 from durable_ops.gateway.ids import resource_id
 from durable_ops.gateway.modules import RouteSet
-from durable_ops.gateway.openapi import endpoint, errors, json_body, nullable, ok, path_id, ref
+from durable_ops.gateway.openapi import (
+    ID_PATTERN,
+    endpoint,
+    errors,
+    json_body,
+    nullable,
+    ok,
+    path_id,
+    query,
+    ref,
+    single_line_text,
+)
+from durable_ops.gateway.pagination import query_params
 from durable_ops.gateway.problems import invalid
 from durable_ops.model import bounds
 from durable_ops.model.bounds import ID_MAX
@@ -34,6 +47,7 @@ from durable_ops.model.errors import InvalidArgument, NotFound
 from durable_ops.model.tasks import CV, JOB, TASKS, Registry, SubjectKind, TaskType
 
 IDEMPOTENCY_HEADER = "idempotency-key"
+_ID = re.compile(ID_PATTERN.strip("^$"))
 
 
 async def _read_job(calls: OwnerCalls, job_id: str) -> None:
@@ -103,10 +117,23 @@ def start(task: TaskType) -> Callable[[Request], Awaitable[Response]]:
     return endpoint_
 
 
+def _check_reference(name: str, value: str) -> None:
+    """A context reference in a query string: empty, or shaped like an id (400 otherwise)."""
+    if value and (len(value) > ID_MAX or not _ID.fullmatch(value)):
+        raise invalid(name, f"must be an id: at most {ID_MAX} of A-Z, a-z, 0-9, '_' and '-'")
+
+
 def cached(task: TaskType) -> Callable[[Request], Awaitable[Response]]:
+    context_fields = (task.context.reference_field,) if task.context else ()
+
     async def endpoint_(request: Request) -> Response:
         calls = owner_calls(request)
         subject_id = resource_id(request, _not_found(task.subject))
+        # Read strictly, like every query string: a misspelt parameter is a 400. The context
+        # reference is accepted (a client may send back what it started with) and checked,
+        # but the cache holds one result per subject, whatever its second reference.
+        for name, value in query_params(request, context_fields).items():
+            _check_reference(name, value)
         await _SUBJECT_READS[task.subject.name](calls, subject_id)
         try:
             note = await calls(
@@ -166,9 +193,35 @@ _IDEMPOTENCY_PARAMETER = {
     "name": "Idempotency-Key",
     "in": "header",
     "required": False,
-    "schema": {"type": "string", "maxLength": bounds.IDEMPOTENCY_KEY_MAX},
+    # ``bounds.idempotency_key``: printable ASCII without spaces.
+    "schema": {"type": "string", "maxLength": bounds.IDEMPOTENCY_KEY_MAX, "pattern": "^[!-~]*$"},
     "description": "repeats with the same key return the same operation",
 }
+
+
+def _context_parameters(task: TaskType) -> list[dict[str, Any]]:
+    """The GET's one optional query parameter: the context reference, as the POST takes it."""
+    if task.context is None:
+        return []
+    schema = {"type": "string", "maxLength": ID_MAX, "pattern": ID_PATTERN.replace("+", "*")}
+    return [
+        query(
+            task.context.reference_field,
+            schema,
+            f"optional {task.context.name} id, as sent to the POST; checked, but the cache holds"
+            " one result per subject, so it does not change the answer",
+        )
+    ]
+
+
+def _start_body(context: dict[str, Any]) -> dict[str, Any]:
+    body: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": context}
+    if context:
+        # What ``start`` checks of the member (``string_field``): one line, an id's length at
+        # most. An id that is not the caller's is admission's 404.
+        checked = {field: single_line_text(ID_MAX, required=False) for field in context}
+        body["allOf"] = [{"properties": checked}]
+    return body
 
 
 def _openapi(task: TaskType) -> dict[str, Any]:
@@ -193,11 +246,7 @@ def _openapi(task: TaskType) -> dict[str, Any]:
             },
             parameters=[subject, _IDEMPOTENCY_PARAMETER],
             request_body=json_body(
-                {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "properties": context,
-                },
+                _start_body(context),
                 f"optional {', '.join(context) or 'nothing'}",
                 required=False,
             ),
@@ -206,8 +255,8 @@ def _openapi(task: TaskType) -> dict[str, Any]:
             f"The cached {name} and its newest operation; never starts work",
             f"get_{name.replace('.', '_')}",
             "ai",
-            {"200": ok("the cache", ref("AnalysisResult")), **errors(404, 503, 504)},
-            parameters=[subject],
+            {"200": ok("the cache", ref("AnalysisResult")), **errors(400, 404, 503, 504)},
+            parameters=[subject, *_context_parameters(task)],
         ),
     }
 

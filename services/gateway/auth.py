@@ -3,7 +3,12 @@
 ``mint_user_token`` makes a token (``opsctl token`` calls it); ``verify_user_token``
 checks one; ``require_user`` is what a route calls first: it answers 401 for a
 missing, malformed, expired, wrongly signed or ``alg: none`` token and 403
-for a cookie-authenticated state change from another origin (CSRF). Any
+for a cookie-authenticated state change from another origin (CSRF), or one
+that names no origin at all: a write the cookie authenticates must carry an
+``Origin`` or a ``Referer`` of this host (browsers send ``Origin`` with every
+POST, PUT, PATCH and DELETE; a client that sends neither uses a bearer
+token). The session cookie lives at most ``SESSION_COOKIE_MAX_AGE_SECONDS``
+(7 days), whatever the token's ``exp``. Any
 identity header a client sends (``x-owner-id`` and the like) is never read:
 the owner is the verified ``sub`` and nothing else.
 """
@@ -30,6 +35,7 @@ SESSION_COOKIE = "ops_session"
 CLOCK_LEEWAY_SECONDS = 10
 MAX_TOKEN_LENGTH = 4096
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+SESSION_COOKIE_MAX_AGE_SECONDS = 7 * 24 * 3600
 # ``none``: the user typed the address or followed a bookmark, which a forger cannot arrange.
 SAME_ORIGIN_FETCH_SITES = frozenset({"same-origin", "none"})
 
@@ -142,18 +148,41 @@ def authenticate(request: Request) -> User | None:
     return User(user_id, via)
 
 
-def check_same_origin(request: Request) -> None:
-    """403 unless an ``Origin``/``Sec-Fetch-Site`` sent with the request names this origin."""
+def _cross_origin() -> Problem:
+    return Problem(403, "cross_origin_request", "cross-origin requests are refused")
+
+
+def check_same_origin(request: Request, *, require_origin: bool = False) -> None:
+    """403 unless an ``Origin``/``Sec-Fetch-Site`` sent with the request names this origin.
+
+    With ``require_origin``, a request naming no origin at all (neither ``Origin`` nor
+    ``Referer``) is refused too (403 ``origin_required``); a ``Referer`` then counts only
+    when ``Origin`` is absent, and only when it is of this host.
+    """
     fetch_site = request.headers.get("sec-fetch-site")
     if fetch_site is not None and fetch_site.lower() not in SAME_ORIGIN_FETCH_SITES:
-        raise Problem(403, "cross_origin_request", "cross-origin requests are refused")
+        raise _cross_origin()
     origin = request.headers.get("origin")
-    if origin is not None and not _is_own_host(origin, request):
-        raise Problem(403, "cross_origin_request", "cross-origin requests are refused")
+    if origin is not None:
+        if not _is_own_host(origin, request):
+            raise _cross_origin()
+        return
+    if not require_origin:
+        return
+    referer = request.headers.get("referer")
+    if referer is None:
+        raise Problem(
+            403,
+            "origin_required",
+            "a change signed in by the session cookie must say where it comes from:"
+            " send the Origin header (browsers do), or use a bearer token",
+        )
+    if not _is_own_host(referer, request):
+        raise _cross_origin()
 
 
 def _is_own_host(origin: str, request: Request) -> bool:
-    """``Origin`` names the host the request was sent to.
+    """``Origin`` (or the origin of a ``Referer`` URL) names the host the request was sent to.
 
     The scheme is not compared: behind a TLS-terminating proxy the browser says
     ``https`` while this process sees ``http``; the host (and port) still differ
@@ -173,7 +202,7 @@ def require_user(request: Request) -> User:
     if user is None:
         raise _unauthenticated("sign in: send a bearer token or the session cookie")
     if user.via == "cookie" and request.method not in SAFE_METHODS:
-        check_same_origin(request)
+        check_same_origin(request, require_origin=True)
     return user
 
 
@@ -195,10 +224,11 @@ def token_lifetime(token: str) -> int:
 
 
 def set_session_cookie(response: Response, request: Request, token: str, max_age: int) -> None:
+    """The session cookie, for ``max_age`` seconds and never past the cap of 7 days."""
     response.set_cookie(
         SESSION_COOKIE,
         token,
-        max_age=max_age,
+        max_age=max(1, min(max_age, SESSION_COOKIE_MAX_AGE_SECONDS)),
         path="/",
         httponly=True,
         samesite="strict",

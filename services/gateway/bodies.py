@@ -2,11 +2,15 @@
 
 ``json_object`` reads at most ``max_bytes`` (413 beyond), refuses a body
 that is not JSON (400 ``malformed_json``), not an object (400), or names a
-field outside ``allowed`` (400 ``unknown_field``). The ``*_field`` helpers
-check one member's type and length; ``string_field`` is also the one place a
-text field of a body is checked for control characters (400
-``control_character`` naming the field; ``multi_line`` keeps tab, LF and CR),
-with the same rule as the services (``bounds.single_line``/``multi_line``).
+field outside ``allowed`` (400 ``unknown_field``). A number of more than
+``NUMBER_DIGITS_MAX`` digits is refused before Python converts it (400
+``number_too_long``: no field takes one, and converting a huge one is slow or
+fails), as are ``NaN`` and ``Infinity``, which are not JSON. The ``*_field``
+helpers check one member's type and length, and refuse ``null`` for any field
+(400 naming it: "absent" is spelt by leaving the member out); ``string_field``
+is also the one place a text field of a body is checked for control characters
+(400 ``control_character`` naming the field; ``multi_line`` keeps tab, LF and
+CR), with the same rule as the services (``bounds.single_line``/``multi_line``).
 ``no_body`` is for actions that take none: empty, or ``{}``.
 """
 
@@ -18,11 +22,14 @@ from typing import Any
 
 from starlette.requests import Request
 
-from durable_ops.gateway.problems import Problem, invalid
+from durable_ops.gateway.problems import Problem, invalid, printable
 from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument
 
 DEFAULT_MAX_BYTES = 64 * 1024
+# Far beyond any number a request could mean, far below Python's 4,300-digit conversion limit.
+NUMBER_DIGITS_MAX = 64
+_MALFORMED = "The body is not valid JSON."
 
 
 def _too_large(max_bytes: int) -> Problem:
@@ -34,8 +41,17 @@ def _unsupported_media_type() -> Problem:
 
 
 async def _read(request: Request, max_bytes: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+    declared = request.headers.get("content-length", "")
+    # ASCII digits only (``"²".isdigit()`` is true) and compared by length first: a
+    # 5,000-digit value is too large, not a conversion error.
+    if (
+        declared.isascii()
+        and declared.isdigit()
+        and (
+            len(significant := declared.lstrip("0")) > len(str(max_bytes))
+            or int(significant or "0") > max_bytes
+        )
+    ):
         raise _too_large(max_bytes)
     chunks: list[bytes] = []
     size = 0
@@ -51,17 +67,45 @@ def _media_type(request: Request) -> str:
     return request.headers.get("content-type", "").partition(";")[0].strip().lower()
 
 
+def _number_too_long() -> Problem:
+    detail = f"The body has a number of more than {NUMBER_DIGITS_MAX} digits."
+    return Problem(400, "number_too_long", detail)
+
+
+def _integer(digits: str) -> int:
+    if len(digits.lstrip("-")) > NUMBER_DIGITS_MAX:
+        raise _number_too_long()
+    return int(digits)
+
+
+def _number(text: str) -> float:
+    if len(text) > NUMBER_DIGITS_MAX + 16:  # digits, sign, point and exponent
+        raise _number_too_long()
+    return float(text)
+
+
+def _not_a_number(_name: str) -> Any:
+    # ``NaN``, ``Infinity`` and ``-Infinity``: Python's extension, not JSON.
+    raise Problem(400, "malformed_json", _MALFORMED)
+
+
 def _parse(raw: bytes) -> Any:
     # Not strict: a raw control character inside a string then reaches the field's own
     # check, which names the field, instead of failing the whole body without saying where.
     try:
-        return json.loads(raw, strict=False)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise Problem(400, "malformed_json", "The body is not valid JSON.") from None
+        return json.loads(
+            raw,
+            strict=False,
+            parse_int=_integer,
+            parse_float=_number,
+            parse_constant=_not_a_number,
+        )
+    except (UnicodeDecodeError, RecursionError, ValueError):  # JSONDecodeError is a ValueError
+        raise Problem(400, "malformed_json", _MALFORMED) from None
 
 
 def _unknown_field(name: object) -> Problem:
-    shown = str(name)[:64]
+    shown = printable(str(name)[:64])
     return Problem(400, "unknown_field", f"{shown} is not a field of this request.", field=shown)
 
 
@@ -104,6 +148,19 @@ async def _check_empty_object(request: Request, raw: bytes) -> None:
         raise _unknown_field(name)
 
 
+def _member(body: Mapping[str, Any], name: str, *, required: bool) -> Any:
+    """The member ``name``; ``None`` when it is absent and optional. ``null`` is refused."""
+    if name not in body:
+        if required:
+            raise invalid(name, "is required")
+        return None
+    value = body[name]
+    if value is None:
+        reason = "must not be null" if required else "must not be null; leave it out instead"
+        raise invalid(name, reason)
+    return value
+
+
 def string_field(
     body: Mapping[str, Any],
     name: str,
@@ -117,10 +174,8 @@ def string_field(
     A single-line field (the default) may carry no control character; a
     ``multi_line`` one (a description, a CV's text) keeps tab, LF and CR.
     """
-    value = body.get(name)
+    value = _member(body, name, required=required)
     if value is None:
-        if required:
-            raise invalid(name, "is required")
         return None
     if not isinstance(value, str):
         raise invalid(name, "must be a string")
@@ -137,10 +192,8 @@ def string_field(
 
 
 def bool_field(body: Mapping[str, Any], name: str, *, required: bool = True) -> bool | None:
-    value = body.get(name)
+    value = _member(body, name, required=required)
     if value is None:
-        if required:
-            raise invalid(name, "is required")
         return None
     if not isinstance(value, bool):
         raise invalid(name, "must be true or false")

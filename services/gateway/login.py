@@ -2,7 +2,10 @@
 
 ``GET /auth/dev-login?user=U`` exists only with ``OPS_DEV_LOGIN=1`` (404
 otherwise); ``POST /auth/login`` turns a token from ``opsctl token`` into the
-cookie; ``POST /auth/logout`` clears it. The POSTs refuse other origins.
+cookie, for as long as the token is valid and at most 7 days
+(``auth.SESSION_COOKIE_MAX_AGE_SECONDS``); ``POST /auth/logout`` clears it.
+The POSTs refuse other origins (``auth.check_same_origin``); the API's own
+cookie-authenticated writes must also name theirs (``auth.require_user``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from durable_ops.gateway.auth import (
+    MAX_TOKEN_LENGTH,
     InvalidToken,
     check_same_origin,
     clear_session_cookie,
@@ -25,7 +29,7 @@ from durable_ops.gateway.auth import (
 )
 from durable_ops.gateway.bodies import json_object, string_field
 from durable_ops.gateway.context import settings_of
-from durable_ops.gateway.openapi import endpoint, errors, json_body, ok, query
+from durable_ops.gateway.openapi import endpoint, errors, json_body, ok, query, single_line_text
 from durable_ops.gateway.pagination import query_params
 from durable_ops.gateway.problems import Problem, invalid
 from durable_ops.model import bounds
@@ -59,7 +63,7 @@ async def dev_login(request: Request) -> Response:
 async def login(request: Request) -> Response:
     check_same_origin(request)
     body = await json_object(request, ("token",), max_bytes=8192)
-    token = string_field(body, "token", max_length=4096) or ""
+    token = string_field(body, "token", max_length=MAX_TOKEN_LENGTH) or ""
     try:
         user = verify_with_settings(settings_of(request), token.strip())
     except InvalidToken:
@@ -88,7 +92,12 @@ openapi_schemas: Mapping[str, Any] = {
         "type": "object",
         "required": ["token"],
         "additionalProperties": False,
-        "properties": {"token": {"type": "string", "description": "a token from `opsctl token`"}},
+        "properties": {
+            "token": {
+                **single_line_text(MAX_TOKEN_LENGTH),
+                "description": "a token from `opsctl token` (blanks at its edges are trimmed)",
+            }
+        },
     },
     "LoginResponse": {
         "type": "object",

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from durable_ops.gateway.bodies import NUMBER_DIGITS_MAX
 from durable_ops.gateway.dto import STATE_NAMES
 from durable_ops.gateway.modules import RouteModule
 from durable_ops.gateway.problems import PROBLEM_JSON
@@ -27,12 +28,15 @@ METHODS = ("get", "put", "post", "delete", "patch")
 ERROR_DESCRIPTIONS: Mapping[int, str] = {
     400: (
         "Invalid argument: a bound, type or format broken (`field` names it; code"
-        " `control_character` for a control character in text)"
+        " `control_character` for a control character in text; `null` for a field is one"
+        " too: leave the field out instead); or a body that is not JSON (`malformed_json`)"
+        f" or holds a number of more than {NUMBER_DIGITS_MAX} digits (`number_too_long`)"
     ),
     401: "Not signed in: missing, malformed, expired or wrongly signed token",
     403: (
         "Not allowed (code `plan_required`: AI switched on on the Free plan; also a"
-        " cookie-authenticated change from another origin)"
+        " cookie-authenticated change from another origin, `cross_origin_request`, or"
+        " naming no origin, neither `Origin` nor a same-origin `Referer`: `origin_required`)"
     ),
     404: "No such resource for this user (another user's resource looks the same)",
     409: "The resource's state does not allow this, or the idempotency key was used before",
@@ -83,13 +87,54 @@ def errors(*statuses: int) -> JsonObject:
     return found
 
 
+# The text rules of ``bounds.single_line``/``multi_line`` (and ``bodies.string_field``) as
+# patterns, so a schema-valid string is one the server takes: no control character (a
+# single line may have blanks at its edges, which are trimmed; a multi-line text keeps tab,
+# LF and CR), and a required one has a character that is not white space.
+_EDGE = r"[\t\n\r ]*"
+_LINE_CHAR = r"[^\x00-\x1f\x7f]"
+_TEXT_CHAR = r"[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
+_VISIBLE = r"[^\s\x00-\x1f\x7f\x85]"
+ID_PATTERN = "^[A-Za-z0-9_-]+$"  # ``ids.resource_id``
+PAGE_TOKEN_PATTERN = "^[A-Za-z0-9_=-]*$"  # noqa: S105 ``pagination.page_request``
+
+
+def single_line_text(max_length: int, *, required: bool = True) -> JsonObject:
+    """A one-line text member: trimmed by the server, no control character inside."""
+    inner = f"{_LINE_CHAR}*{_VISIBLE}{_LINE_CHAR}*" if required else f"{_LINE_CHAR}*"
+    schema: JsonObject = {
+        "type": "string",
+        "maxLength": max_length,
+        "pattern": f"^{_EDGE}{inner}{_EDGE}$",
+        "description": "one line; blanks at its edges are trimmed",
+    }
+    if required:
+        schema["minLength"] = 1
+    return schema
+
+
+def multi_line_text(max_length: int) -> JsonObject:
+    """A required text that may span lines (tab, LF and CR kept)."""
+    return {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": max_length,
+        "pattern": f"^{_TEXT_CHAR}*{_VISIBLE}{_TEXT_CHAR}*$",
+    }
+
+
 def path_id(description: str) -> JsonObject:
     return {
         "name": "id",
         "in": "path",
         "required": True,
         "description": description,
-        "schema": {"type": "string", "maxLength": bounds.ID_MAX},
+        "schema": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": bounds.ID_MAX,
+            "pattern": ID_PATTERN,
+        },
     }
 
 
@@ -123,8 +168,8 @@ PAGE_PARAMETERS: list[JsonObject] = [
     ),
     query(
         "page_token",
-        {"type": "string", "maxLength": PAGE_TOKEN_MAX},
-        "opaque; the `next_page_token` of the previous page",
+        {"type": "string", "maxLength": PAGE_TOKEN_MAX, "pattern": PAGE_TOKEN_PATTERN},
+        "opaque; the `next_page_token` of the previous page (any other is a 400)",
     ),
 ]
 

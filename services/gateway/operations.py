@@ -172,7 +172,11 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
                 ),
                 query(
                     "task_type",
-                    {"type": "string", "maxLength": bounds.TASK_TYPE_MAX},
+                    {
+                        "type": "string",
+                        "maxLength": bounds.TASK_TYPE_MAX,
+                        "pattern": "^[a-z0-9._-]*$",
+                    },
                     "only this task type",
                 ),
             ],

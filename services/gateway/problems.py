@@ -11,6 +11,11 @@ full sentence: ``Problem`` gives it a closing full stop and, unless it opens
 with a field name, a capital letter, whoever wrote the text (a route, a
 service across gRPC). An invalid argument reads "<field> <reason>.", e.g.
 "page_size must be an integer between 1 and 100.".
+
+Text that came from a request (a field name a client made up) may hold a lone
+surrogate, which UTF-8 cannot encode: ``printable`` spells it as an escape, so
+rendering a problem never fails. A 405 names in ``Allow`` every method of every
+route on the path (Starlette's own names only those of the first route found).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import structlog
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Match, Route
 
 from durable_ops.model.errors import CapacityExceeded, DomainError, InvalidArgument
 
@@ -49,6 +55,12 @@ BACKEND_UNAVAILABLE = "A service behind the gateway is unavailable right now; tr
 
 _log = structlog.get_logger(__name__)
 _SENTENCE_ENDS = (".", "!", "?")
+_METHOD_ORDER = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def printable(text: str) -> str:
+    """``text`` with any lone surrogate spelt ``\\udXXX``: encodable as UTF-8."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def as_sentence(text: str, *, capitalise: bool = True) -> str:
@@ -75,7 +87,8 @@ class Problem(Exception):
         extra: Mapping[str, Any] | None = None,
     ) -> None:
         # A detail that names a field opens with it, as spelt: "page_size must be ...".
-        detail = as_sentence(detail, capitalise=field is None)
+        detail = printable(as_sentence(detail, capitalise=field is None))
+        field = None if field is None else printable(field)
         super().__init__(detail)
         self.status = status
         self.code = code
@@ -131,7 +144,18 @@ async def _domain_error(_request: Request, exc: Exception) -> Response:
     return problem_from_domain(exc).response()
 
 
-async def _http_exception(_request: Request, exc: Exception) -> Response:
+def allowed_methods(request: Request) -> list[str]:
+    """Every method a route of the app serves on the request's path, in a fixed order."""
+    found: set[str] = set()
+    for route in request.app.routes:
+        if isinstance(route, Route) and route.methods:
+            match, _ = route.matches(request.scope)
+            if match is not Match.NONE:
+                found.update(route.methods)
+    return sorted(found, key=lambda m: (*_METHOD_ORDER, m).index(m))
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
     """Starlette's own errors (unknown path, wrong method) in the same shape."""
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
@@ -139,7 +163,12 @@ async def _http_exception(_request: Request, exc: Exception) -> Response:
         404: "There is no such resource.",
         405: "This resource does not accept that method.",
     }.get(exc.status_code, str(exc.detail))
-    return Problem(exc.status_code, code, detail, headers=exc.headers).response()
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        methods = allowed_methods(request)
+        if methods:
+            headers["Allow"] = ", ".join(methods)
+    return Problem(exc.status_code, code, detail, headers=headers).response()
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:

@@ -21,9 +21,11 @@ from durable_ops.gateway.openapi import (
     errors,
     json_body,
     list_of,
+    multi_line_text,
     ok,
     path_id,
     ref,
+    single_line_text,
 )
 from durable_ops.gateway.pagination import PAGING_PARAMETERS, list_body, page_request, query_params
 from durable_ops.gateway.problems import invalid
@@ -222,9 +224,9 @@ openapi_schemas: Mapping[str, Any] = {
         "required": ["title", "description"],
         "additionalProperties": False,
         "properties": {
-            "title": {"type": "string", "minLength": 1, "maxLength": JOB_TITLE_MAX},
-            "company": {"type": "string", "maxLength": JOB_COMPANY_MAX},
-            "description": {"type": "string", "minLength": 1, "maxLength": JOB_DESCRIPTION_MAX},
+            "title": single_line_text(JOB_TITLE_MAX),
+            "company": single_line_text(JOB_COMPANY_MAX, required=False),
+            "description": multi_line_text(JOB_DESCRIPTION_MAX),
         },
     },
     "JobList": list_of("Job"),
@@ -251,8 +253,8 @@ openapi_schemas: Mapping[str, Any] = {
         "additionalProperties": False,
         "properties": {
             "kind": {"type": "string", "enum": ["cv"]},
-            "filename": {"type": "string", "minLength": 1, "maxLength": ATTACHMENT_FILENAME_MAX},
-            "text": {"type": "string", "minLength": 1, "maxLength": ATTACHMENT_TEXT_MAX},
+            "filename": single_line_text(ATTACHMENT_FILENAME_MAX),
+            "text": multi_line_text(ATTACHMENT_TEXT_MAX),
         },
     },
     "AttachmentList": list_of("Attachment"),

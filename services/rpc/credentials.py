@@ -2,10 +2,17 @@
 
 Every RPC carries one, so verification results are cached (bounded LRU keyed by
 secret and token, never past the token's ``exp``).
+
+A credential has a bounded life whatever its ``exp`` says: one minted to live
+longer than ``OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS`` (24 h by default), or
+older than that by its ``iat``, is refused like a forged one. A leaked or
+hand-minted long-lived token is then worth at most that long; the callers'
+own tokens live ``DEFAULT_TTL_SECONDS`` and are renewed well before.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections import OrderedDict
@@ -15,6 +22,7 @@ import jwt
 
 from durable_ops.model.errors import Unauthenticated
 from durable_ops.model.scope import Role
+from durable_ops.settings import Settings
 
 ISSUER = "durable-ops"
 ALGORITHM = "HS256"
@@ -22,6 +30,12 @@ DEFAULT_TTL_SECONDS = 300
 # Processes on different hosts may disagree on the time by a few seconds.
 CLOCK_LEEWAY_SECONDS = 10
 _REQUIRED_CLAIMS = ["role", "iat", "exp", "iss"]
+
+
+@functools.cache
+def configured_max_age_seconds() -> float:
+    """``OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS``, read once per process."""
+    return float(Settings.from_env().service_credential_max_age_seconds)
 
 
 def mint_service_token(secret: str, role: Role, ttl_seconds: int = DEFAULT_TTL_SECONDS) -> str:
@@ -71,8 +85,19 @@ class _VerifiedTokens:
 _cache = _VerifiedTokens()
 
 
-def verify_service_token(secret: str, token: str) -> Role:
-    """The caller's role, or ``Unauthenticated`` for anything but a valid HS256 credential."""
+def _refused() -> Unauthenticated:
+    # The reason stays server-side: telling a caller why its token failed helps forgers.
+    return Unauthenticated("invalid service credential", code="invalid_service_credential")
+
+
+def verify_service_token(secret: str, token: str, *, max_age_seconds: float | None = None) -> Role:
+    """The caller's role, or ``Unauthenticated`` for anything but a valid HS256 credential.
+
+    ``max_age_seconds`` (default: the setting) bounds a credential's life: minted for
+    longer (``exp - iat``), or issued longer ago than that (``iat``), it is refused.
+    It is one value per process: a cached verdict lasts no longer than it allows.
+    """
+    max_age = configured_max_age_seconds() if max_age_seconds is None else max_age_seconds
     key = (secret, token)
     cached = _cache.get(key)
     if cached is not None:
@@ -87,10 +112,15 @@ def verify_service_token(secret: str, token: str) -> Role:
             options={"require": _REQUIRED_CLAIMS},
         )
         role = Role(claims["role"])
+        issued_at, expires_at = float(claims["iat"]), float(claims["exp"])
     except (jwt.PyJWTError, ValueError, TypeError) as exc:
-        # The reason stays server-side: telling a caller why its token failed helps forgers.
-        raise Unauthenticated(
-            "invalid service credential", code="invalid_service_credential"
-        ) from exc
-    _cache.put(key, role, float(claims["exp"]))
+        raise _refused() from exc
+    # PyJWT has refused an ``iat`` in the future, so with ``exp`` bounded by ``iat`` the
+    # credential is also never used more than ``max_age`` after it was issued; the age is
+    # checked as well, so the rule reads as stated.
+    if expires_at - issued_at > max_age:
+        raise _refused()  # minted to outlive the bound
+    if time.time() >= issued_at + max_age + CLOCK_LEEWAY_SECONDS:
+        raise _refused()  # issued too long ago
+    _cache.put(key, role, expires_at)
     return role

@@ -710,6 +710,46 @@ def test_cookie_changes_from_another_origin_are_refused(sqlite_services: Service
     run(scenario())
 
 
+def test_a_cookie_write_that_names_no_origin_is_refused(sqlite_services: Services) -> None:
+    """Neither ``Origin`` nor a same-origin ``Referer``: 403, whatever else the request says."""
+    operation = create_operation(sqlite_services, "alice")
+    app = make_app(sqlite_services.target)
+    cancel = f"/api/operations/{operation.id}/cancel"
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+            client.cookies.set(SESSION_COOKIE, token("alice"))
+            for method, path, body in (
+                ("POST", cancel, None),
+                ("POST", "/api/jobs", {"title": "T", "description": "D"}),
+                ("PUT", "/api/settings/ai", {"privacy": "external_allowed"}),
+                ("POST", "/api/notifications/read-all", None),
+            ):
+                for headers in ({}, {"Sec-Fetch-Site": "same-origin"}):
+                    response = await client.request(method, path, json=body, headers=headers)
+                    problem = _problem(response, 403, "origin_required")
+                    assert "Origin" in problem["detail"]
+                # A Referer of another host is another origin.
+                elsewhere = {"Referer": "https://evil.example/gateway.test/jobs"}
+                response = await client.request(method, path, json=body, headers=elsewhere)
+                _problem(response, 403, "cross_origin_request")
+            # Nothing was changed by any of them.
+            assert (await client.get(f"/api/operations/{operation.id}")).json()["state"] == "queued"
+            assert (await client.get("/api/jobs")).json()["items"] == []
+            assert (await client.get("/api/settings/ai")).json()["privacy"] == "local_only"
+            # A same-origin Referer is enough (the pages send Referrer-Policy: same-origin).
+            done = await client.post(cancel, headers={"Referer": f"{BASE_URL}/operations"})
+            assert done.status_code == 200, done.text
+            # A bearer token is not ambient: it needs neither.
+            client.cookies.clear()
+            retried = await client.post(
+                f"/api/operations/{operation.id}/retry", headers=bearer("alice")
+            )
+            assert retried.status_code == 200
+
+    run(scenario())
+
+
 # ---- sessions and pages -------------------------------------------------------------------
 
 
@@ -737,6 +777,25 @@ def test_dev_login_exists_only_when_enabled(sqlite_services: Services) -> None:
             home = await client.get("/")
             assert home.status_code == 303
             assert home.headers["location"] == "/operations"
+
+    run(scenario())
+
+
+def test_the_session_cookie_lives_at_most_seven_days(sqlite_services: Services) -> None:
+    week = 7 * 24 * 3600
+
+    def max_age(response: httpx.Response) -> int:
+        cookie = response.headers["set-cookie"].lower()
+        found = re.search(r"max-age=(\d+)", cookie)
+        assert found is not None, cookie
+        return int(found.group(1))
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(sqlite_services.target)) as client:
+            for ttl, expected in ((365 * 24 * 3600, week), (30 * 24 * 3600, week), (600, 600)):
+                signed = await client.post("/auth/login", json={"token": token("alice", ttl)})
+                assert signed.status_code == 200, signed.text
+                assert expected - 5 <= max_age(signed) <= expected, ttl
 
     run(scenario())
 

@@ -154,6 +154,36 @@ def cases(operation_id: str) -> list[Case]:
             JSON,
             authenticated=False,
         ),
+        Case(
+            "login huge integer",
+            "POST",
+            "/auth/login",
+            400,
+            "number_too_long",
+            b'{"token": ' + b"7" * 5000 + b"}",
+            JSON,
+            authenticated=False,
+        ),
+        Case(
+            "login surrogate field name",
+            "POST",
+            "/auth/login",
+            400,
+            "unknown_field",
+            b'{"\\ud800": "x"}',
+            JSON,
+            authenticated=False,
+        ),
+        Case(
+            "null setting",
+            "PUT",
+            "/api/settings/ai",
+            400,
+            "invalid_argument",
+            b'{"ai_enabled": null}',
+            JSON,
+        ),
+        Case("options settings", "OPTIONS", "/api/settings/ai", 405, "method_not_allowed"),
         # page sizes and tokens
         *[
             Case(f"page_size={raw!r}", "GET", f"{listing}?page_size={raw}", 400, "invalid_argument")

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import grpc
+import jwt
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
@@ -167,6 +168,43 @@ def test_calls_without_a_valid_credential_never_reach_the_handler(
         }
 
     assert run(scenario).calls == 0
+
+
+def _signed_credential(issued_ago: int, lifetime: int) -> tuple[tuple[str, str], ...]:
+    iat = int(time.time()) - issued_ago
+    claims = {"role": "gateway", "iss": "durable-ops", "iat": iat, "exp": iat + lifetime}
+    return (
+        ("authorization", f"Bearer {jwt.encode(claims, SECRET, algorithm='HS256')}"),
+        ("x-owner-id", "alice"),
+    )
+
+
+DAY = 24 * 3600
+
+
+@pytest.mark.parametrize(
+    ("issued_ago", "lifetime"),
+    [
+        pytest.param(DAY + 600, DAY + 1200, id="issued-a-day-ago-unexpired"),
+        pytest.param(0, 7 * DAY, id="minted-for-a-week"),
+    ],
+)
+def test_a_credential_past_the_maximum_lifetime_never_reaches_the_handler(
+    issued_ago: int, lifetime: int
+) -> None:
+    """Correctly signed and unexpired, but older or longer-lived than 24 h: UNAUTHENTICATED."""
+
+    async def scenario(probe: Probe, channel: Any) -> None:
+        metadata = _signed_credential(issued_ago, lifetime)
+        error = await _status_of(_unary(channel, "Whoami")(b"", metadata=metadata))
+        assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert _trailers(error)["x-error-code"] == "invalid_service_credential"
+        # Within the bound, the same kind of credential is fine.
+        fresh = _signed_credential(DAY - 600, DAY)
+        answer = await _unary(channel, "Whoami")(b"", metadata=fresh)
+        assert json.loads(answer) == {"role": "gateway", "owner": "alice"}
+
+    assert run(scenario).calls == 1
 
 
 def test_a_gateway_without_x_owner_id_is_denied_by_caller_scope() -> None:

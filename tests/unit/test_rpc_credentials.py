@@ -108,6 +108,57 @@ def test_garbage_is_refused() -> None:
         verify_service_token(SECRET, "not.a.jwt")
 
 
+DAY = 24 * 3600
+
+
+def _signed(**overrides: Any) -> str:
+    return jwt.encode(_claims(**overrides), SECRET, algorithm="HS256")
+
+
+@pytest.mark.parametrize(
+    ("issued_ago", "lifetime"),
+    [
+        pytest.param(DAY + 3600, DAY + 7200, id="issued-25h-ago-still-unexpired"),
+        pytest.param(30 * DAY, 31 * DAY, id="a-month-old"),
+        pytest.param(0, 2 * DAY, id="minted-for-two-days"),
+        pytest.param(0, 10 * 365 * DAY, id="minted-for-ten-years"),
+        pytest.param(-DAY, 3600, id="issued-tomorrow"),
+    ],
+)
+def test_a_credential_past_the_maximum_lifetime_is_refused(issued_ago: int, lifetime: int) -> None:
+    """24 h by default: whatever ``exp`` says, an old or long-lived credential is refused."""
+    iat = int(time.time()) - issued_ago
+    token = _signed(iat=iat, exp=iat + lifetime)
+    with pytest.raises(Unauthenticated) as refused:
+        verify_service_token(SECRET, token)
+    assert refused.value.code == "invalid_service_credential"
+
+
+def test_a_credential_within_the_maximum_lifetime_is_accepted() -> None:
+    iat = int(time.time()) - DAY + 60
+    assert verify_service_token(SECRET, _signed(iat=iat, exp=iat + DAY)) is Role.GATEWAY
+    assert verify_service_token(SECRET, mint_service_token(SECRET, Role.WORKER, DAY)) is Role.WORKER
+
+
+def test_the_maximum_lifetime_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS", "600")
+    credentials.configured_max_age_seconds.cache_clear()
+    try:
+        assert credentials.configured_max_age_seconds() == 600
+        with pytest.raises(Unauthenticated):
+            verify_service_token(SECRET, mint_service_token(SECRET, Role.WORKER, 601))
+        iat = int(time.time()) - 700
+        with pytest.raises(Unauthenticated):
+            verify_service_token(SECRET, _signed(iat=iat, exp=iat + 600))
+        assert verify_service_token(SECRET, mint_service_token(SECRET, Role.WORKER, 600))
+    finally:
+        credentials.configured_max_age_seconds.cache_clear()
+    # An explicit bound wins over the setting.
+    assert verify_service_token(SECRET, _signed(), max_age_seconds=60) is Role.GATEWAY
+    with pytest.raises(Unauthenticated):
+        verify_service_token(SECRET, _signed(exp=int(time.time()) + 120), max_age_seconds=60)
+
+
 def _count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
     real_decode = jwt.decode

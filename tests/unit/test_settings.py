@@ -47,6 +47,8 @@ def test_values_are_parsed_by_type() -> None:
         ("OPS_CLAIM_POLL_INTERVAL_SECONDS", "-0.1"),
         ("OPS_SWEEP_INTERVAL_SECONDS", "0"),
         ("OPS_DEV_MODEL_SECONDS", "-1"),
+        ("OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS", "0"),
+        ("OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS", "a day"),
     ],
 )
 def test_bad_values_are_refused_with_the_variable_named(name: str, value: str) -> None:
