@@ -4,7 +4,6 @@ cancel it (in time, or too late), and the poll's pace while it is live."""
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -13,7 +12,6 @@ import pytest
 from playwright.sync_api import Locator, Page, Request, expect
 
 from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
-from durable_ops.api.workspace.v1 import workspace_pb2 as workspace_pb
 from durable_ops.model.scope import Role
 from tests.support.gateway import (
     Claimed,
@@ -22,6 +20,7 @@ from tests.support.gateway import (
     claim,
     complete,
     heartbeat,
+    publish,
 )
 from tests.support.grpc_services import Services, metadata
 from tests.support.jobs_page import add_job
@@ -62,7 +61,7 @@ def test_start_a_strategy_snapshot_and_read_its_result(
     heartbeat(ui_services, claimed, 40)
     expect(job.get_by_label("Analysis progress")).to_have_attribute("value", "40")
     screenshot(page, "20-jobs-snapshot-running")
-    publish(ui_services, claimed)
+    publish(ui_services, claimed, ANSWER)
     complete(ui_services, claimed)
 
     expect(job.get_by_text("Fit: 82")).to_be_visible()
@@ -72,22 +71,6 @@ def test_start_a_strategy_snapshot_and_read_its_result(
     page.goto(f"{ui_gateway.url}/operations")
     link = page.get_by_role("link", name="View result")
     expect(link).to_have_attribute("href", f"/jobs#job-{claimed.subject_id}")
-
-
-def publish(services: Services, claimed: Claimed) -> None:
-    """What the worker does before it completes: publish the validated answer (with its lease)."""
-    note = services.workspace.PublishNote(
-        workspace_pb.PublishNoteRequest(
-            kind="strategy.snapshot",
-            subject_type="job",
-            subject_id=claimed.subject_id,
-            operation_id=claimed.operation_id,
-            lease_token=claimed.lease_token,
-            body_json=json.dumps(ANSWER),
-        ),
-        metadata=metadata(Role.WORKER, claimed.owner),
-    )
-    assert note.published
 
 
 def stored_state(services: Services, claimed: Claimed) -> ops_pb.Operation:
@@ -205,7 +188,7 @@ def test_a_cancel_after_the_result_was_published_came_too_late(
 ) -> None:
     job = open_job_with_a_snapshot(page, ui_gateway, ui_services)
     claimed = claim(ui_services, ["strategy.snapshot"])
-    publish(ui_services, claimed)  # the result is out: from here a cancel cannot win
+    publish(ui_services, claimed, ANSWER)  # the result is out: from here a cancel cannot win
 
     job.get_by_role("button", name="Cancel analysis").click()
     page.get_by_role("button", name="Stop analysis").click()

@@ -15,11 +15,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import Locator, Page, Route, expect
 
-from durable_ops.api.workspace.v1 import workspace_pb2 as workspace_pb
-from durable_ops.model.scope import Role
 from durable_ops.storage import workspace
-from tests.support.gateway import Claimed, LiveGateway, claim, complete
-from tests.support.grpc_services import Services, metadata
+from tests.support.gateway import Claimed, LiveGateway, claim, complete, publish
+from tests.support.grpc_services import Services
 from tests.support.jobs_page import JOBS, add_job
 from tests.support.workspace_client import create_cv, create_job, entitle
 
@@ -53,24 +51,9 @@ def open_jobs(page: Page, gateway: LiveGateway, user: str) -> None:
     page.goto(f"{gateway.url}/jobs")
 
 
-def publish(services: Services, claimed: Claimed, kind: str, subject: str, body: Any) -> None:
-    """The worker's last step before it completes: the validated answer, with its lease."""
-    services.workspace.PublishNote(
-        workspace_pb.PublishNoteRequest(
-            kind=kind,
-            subject_type=subject,
-            subject_id=claimed.subject_id,
-            operation_id=claimed.operation_id,
-            lease_token=claimed.lease_token,
-            body_json=json.dumps(body),
-        ),
-        metadata=metadata(Role.WORKER, claimed.owner),
-    )
-
-
 def finish_snapshot(services: Services) -> Claimed:
     claimed = claim(services, ["strategy.snapshot"])
-    publish(services, claimed, "strategy.snapshot", "job", SNAPSHOT)
+    publish(services, claimed, SNAPSHOT)
     complete(services, claimed)
     return claimed
 
@@ -172,7 +155,7 @@ def test_a_cv_review_is_tied_to_a_job_from_the_page(
     claimed = claim(ui_services, ["cv.review"])
     assert claimed.subject_id == cv_id
     assert f"job-{claimed.context_ref}" == job_id  # the job travels with the review
-    publish(ui_services, claimed, "cv.review", "attachment", REVIEW)
+    publish(ui_services, claimed, REVIEW, kind="cv.review", subject="attachment")
     complete(ui_services, claimed)
     expect(cv.get_by_text("Overall: 74")).to_be_visible()
     expect(cv.get_by_label("Job to compare with")).to_have_value(claimed.context_ref)

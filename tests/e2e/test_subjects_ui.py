@@ -6,7 +6,6 @@ own poll waits 60 s)."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -14,10 +13,15 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
-from durable_ops.api.workspace.v1 import workspace_pb2 as workspace_pb
-from durable_ops.model.scope import Role
-from tests.support.gateway import Claimed, LiveGateway, claim, complete, create_operation, fail
-from tests.support.grpc_services import Services, metadata
+from tests.support.gateway import (
+    LiveGateway,
+    claim,
+    complete,
+    create_operation,
+    fail,
+    publish,
+)
+from tests.support.grpc_services import Services
 from tests.support.workspace_client import create_cv, create_job, entitle
 
 pytestmark = pytest.mark.browser
@@ -46,21 +50,6 @@ def card(page: Page, operation_id: str) -> Locator:
 
 def bell(page: Page) -> Locator:
     return page.locator("#bell")
-
-
-def publish(services: Services, claimed: Claimed) -> None:
-    """The worker's last step before it completes: the validated answer, with its lease."""
-    services.workspace.PublishNote(
-        workspace_pb.PublishNoteRequest(
-            kind="strategy.snapshot",
-            subject_type="job",
-            subject_id=claimed.subject_id,
-            operation_id=claimed.operation_id,
-            lease_token=claimed.lease_token,
-            body_json=json.dumps(ANSWER),
-        ),
-        metadata=metadata(Role.WORKER, claimed.owner),
-    )
 
 
 def test_operations_and_the_cancel_dialog_name_the_subject(
@@ -105,7 +94,7 @@ def test_a_notification_names_its_task_and_links_to_the_operation_and_the_result
     cv_id = create_cv(ui_services.workspace, "ada")
     succeeded = create_operation(ui_services, "ada", subject=("job", job_id))
     claimed = claim(ui_services, ["strategy.snapshot"])
-    publish(ui_services, claimed)
+    publish(ui_services, claimed, ANSWER)
     complete(ui_services, claimed)
     failed = create_operation(
         ui_services, "ada", task_type="cv.review", subject=("attachment", cv_id), max_attempts=1
@@ -215,7 +204,7 @@ def test_the_bell_follows_an_analysis_that_ends_on_the_jobs_page(
     expect(bell(page)).to_have_attribute("aria-label", "Notifications, none unread")
 
     claimed = claim(ui_services, ["strategy.snapshot"])
-    publish(ui_services, claimed)
+    publish(ui_services, claimed, ANSWER)
     complete(ui_services, claimed)
     expect(job.get_by_text("Fit: 82")).to_be_visible()
     expect(bell(page)).to_have_attribute("aria-label", "Notifications, 1 unread", timeout=BELL_MS)

@@ -9,6 +9,7 @@ worker helpers use the harness's synchronous stubs with a worker credential.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -22,6 +23,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
+from durable_ops.api.workspace.v1 import workspace_pb2 as workspace_pb
 from durable_ops.gateway.app import create_app
 from durable_ops.gateway.auth import mint_user_token
 from durable_ops.gateway.backends import Backends
@@ -205,3 +207,26 @@ def acknowledge_cancel(services: Services, claimed: Claimed) -> None:
         ),
         metadata=metadata(Role.WORKER, claimed.owner),
     )
+
+
+def publish(
+    services: Services,
+    claimed: Claimed,
+    body: Any,
+    *,
+    kind: str = "strategy.snapshot",
+    subject: str = "job",
+) -> None:
+    """The worker's last step before it completes: the validated answer, with its lease."""
+    note = services.workspace.PublishNote(
+        workspace_pb.PublishNoteRequest(
+            kind=kind,
+            subject_type=subject,
+            subject_id=claimed.subject_id,
+            operation_id=claimed.operation_id,
+            lease_token=claimed.lease_token,
+            body_json=json.dumps(body),
+        ),
+        metadata=metadata(Role.WORKER, claimed.owner),
+    )
+    assert note.published
