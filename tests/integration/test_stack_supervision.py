@@ -16,7 +16,11 @@ from durable_ops.up import EXIT_UNAVAILABLE, _supervise
 
 def test_a_child_that_keeps_dying_spends_its_budget_and_stops_the_stack(tmp_path: Path) -> None:
     # A service refuses an unmigrated database at once (exit 3): a crash on every start.
-    env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'empty.sqlite3'}", "OPS_LOG_JSON": "true"}
+    env = {
+        "OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'empty.sqlite3'}",
+        "OPS_LOG_JSON": "true",
+        "OPS_SERVICE_SECRET": "s" * 32,  # else the child keeps one in ./var, the checkout's
+    }
     out = io.StringIO()
     stack = Stack(env, specs=[], out=out, as_json=True)
     stack.start_one("workspace")
