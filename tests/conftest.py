@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from testcontainers.community.mysql import MySqlContainer
 
 ENGINES = ["sqlite", "mariadb"]
+CHECKOUT_VAR = Path(__file__).resolve().parents[1] / "var"
 MakeDatabase = Callable[[], str]
 
 DEFAULT_MARIADB_IMAGE = "mariadb:11.4"
@@ -344,3 +345,12 @@ def _empty_all_tables(url: str) -> None:
             connection.execute(text("UPDATE ai_admission_control SET ai_enabled = 1"))
     finally:
         db.dispose()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_kept_in_the_checkout() -> Iterator[None]:
+    """No test may leave secrets or databases in the checkout's var/ (each uses its own cwd)."""
+    before = set(CHECKOUT_VAR.glob("*")) if CHECKOUT_VAR.exists() else set()
+    yield
+    after = set(CHECKOUT_VAR.glob("*")) if CHECKOUT_VAR.exists() else set()
+    assert after <= before, f"a test wrote into the checkout: {sorted(map(str, after - before))}"

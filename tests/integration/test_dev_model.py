@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -689,13 +690,13 @@ def test_run_serves_on_the_bind_address() -> None:
         assert process.wait(timeout=10) in (0, -signal.SIGTERM)
 
 
-def test_opsctl_serve_dev_model_reads_its_pace() -> None:
+def test_opsctl_serve_dev_model_reads_its_pace(tmp_path: Path) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = {**os.environ, "OPS_DEV_MODEL_BIND": f"127.0.0.1:{port}", "OPS_DEV_MODEL_SECONDS": "0.6"}
     command = [sys.executable, "-m", "durable_ops.cli", "serve", "dev-model"]
-    process = subprocess.Popen(command, env=env)
+    process = subprocess.Popen(command, env=env, cwd=tmp_path)  # its var/ is not the checkout's
     try:
         url = f"http://127.0.0.1:{port}/v1"
         deadline = time.monotonic() + 15
