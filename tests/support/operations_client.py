@@ -292,7 +292,10 @@ class OpsClient:
         token: str | None = None,
         md: Metadata | None = None,
     ) -> pb.HeartbeatResponse:
-        """Open a stream, send one heartbeat, read its answer, half-close."""
+        """Open a stream, send one heartbeat, read its answer, half-close.
+
+        A cancel pushed before the stream closed shows as ``cancel_requested``.
+        """
         request = pb.HeartbeatRequest(
             operation_id=lease.id,
             lease_token=lease.token if token is None else token,
@@ -305,8 +308,14 @@ class OpsClient:
                 iter([request]), metadata=self.worker_for(lease.owner) if md is None else md
             )
         )
-        assert len(responses) == 1
-        return responses[0]
+        # The beat's answer, then at most the pushed cancel, when the owner's cancel
+        # commits while this short stream is still open (the live lease channel).
+        beat, *pushed = responses
+        assert len(pushed) <= 1
+        assert all(push.pushed and push.cancel_requested for push in pushed), pushed
+        if pushed:
+            beat.cancel_requested = True
+        return beat
 
     def stream(self, lease: Lease) -> HeartbeatStream:
         return HeartbeatStream(self, lease)
