@@ -34,6 +34,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker, with_loader_criteria
 
+from durable_ops.model.errors import Unavailable
 from durable_ops.model.lifecycle import Draw, system_draw
 from durable_ops.storage import pool
 from durable_ops.storage.schema import Owned
@@ -43,6 +44,10 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 RETRYABLE_MYSQL_ERRORS = frozenset({1205, 1213})
+# The server is away (cannot connect, gone, lost mid-query, shutting down): an expected
+# state the caller may retry, not a fault of ours. A COMMIT lost this way may have
+# committed; a retry is safe because every write is idempotent or lease-guarded.
+UNREACHABLE_MYSQL_ERRORS = frozenset({1053, 2002, 2003, 2006, 2013, 2055})
 MAX_TRANSACTION_ATTEMPTS = 8
 TRANSACTION_RETRY_BASE_SECONDS = 0.002
 TRANSACTION_RETRY_MAX_SECONDS = 0.2
@@ -101,9 +106,16 @@ def _sqlite_engine(url: URL) -> Engine:
     return engine
 
 
+def _mysql_code(exc: OperationalError) -> object:
+    return exc.orig.args[0] if exc.orig is not None and exc.orig.args else None
+
+
 def _is_retryable(exc: OperationalError) -> bool:
-    code = exc.orig.args[0] if exc.orig is not None and exc.orig.args else None
-    return code in RETRYABLE_MYSQL_ERRORS
+    return _mysql_code(exc) in RETRYABLE_MYSQL_ERRORS
+
+
+def _is_unreachable(exc: OperationalError) -> bool:
+    return _mysql_code(exc) in UNREACHABLE_MYSQL_ERRORS
 
 
 def transaction_retry_pause(number: int, draw: Draw) -> float:
@@ -230,6 +242,10 @@ class Database:
             try:
                 return attempt()
             except OperationalError as exc:
+                if _is_unreachable(exc):
+                    raise Unavailable(
+                        "the database cannot be reached; try again", code="database_unavailable"
+                    ) from exc
                 if not _is_retryable(exc) or number == MAX_TRANSACTION_ATTEMPTS:
                     raise
                 log.info("transaction_retry", attempt=number, error=type(exc.orig).__name__)

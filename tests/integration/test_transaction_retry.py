@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from datetime import UTC, datetime
 
+import grpc
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.orm import Session
 
+from durable_ops.model.errors import Unavailable
+from durable_ops.rpc.errors import status_for
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import Job
 from tests.conftest import _empty_all_tables
@@ -90,5 +94,20 @@ def test_errors_other_than_deadlock_or_lock_wait_are_not_retried(
         with pytest.raises(ProgrammingError):
             db.run(broken, owner_id="alice")
         assert calls == 1
+    finally:
+        db.dispose()
+
+
+def test_an_unreachable_database_is_unavailable_not_an_internal_error() -> None:
+    """A server that is away is an expected state: UNAVAILABLE over gRPC, which clients retry."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    db = Database(f"mysql+pymysql://root@127.0.0.1:{closed}/nowhere", pool_size=1)
+    try:
+        with pytest.raises(Unavailable) as raised:
+            db.run(lambda session: session.execute(text("SELECT 1")), owner_id=None, write=False)
+        assert raised.value.code == "database_unavailable"
+        assert status_for(raised.value) == grpc.StatusCode.UNAVAILABLE
     finally:
         db.dispose()
