@@ -155,9 +155,9 @@ async def measure(ctx: Context, url: str) -> WaitRun:
             waiters.wait_on(lease.operation_id)
         await asyncio.sleep(1.0)
         ctx.say(f"  counting statements for {WINDOW_SECONDS:g} s with {WAITERS} waiters")
-        polls = first.service.done.polls
+        polls = first.service.watch.polls
         many = await counter.window(WINDOW_SECONDS)
-        polls = first.service.done.polls - polls
+        polls = first.service.watch.polls - polls
         ctx.say(f"  completing {WAITERS} waited-on operations, one at a time")
         wheres = list(clients)
         for index, lease in enumerate(held):

@@ -145,8 +145,8 @@ class Settings:
     done_watch_interval_seconds: float = field(
         default=0.1,
         metadata=_doc(
-            "how often an Operations replica looks for operations finished elsewhere while"
-            " `WaitOperation` calls wait on them (one query for all of them)"
+            "how often an Operations replica looks for operations finished or moved elsewhere"
+            " while `WaitOperation` calls and HTTP long-polls wait on them (one query for all)"
         ),
     )
     ai_user_limit: int = field(default=2, metadata=_doc("active AI operations allowed per user"))

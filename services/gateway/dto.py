@@ -8,6 +8,7 @@ reference) can reach a client by accident.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +25,28 @@ STATE_NAMES: tuple[str, ...] = tuple(state.value for state in OperationState)
 
 def rfc3339(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+_RFC3339 = re.compile(
+    r"(\d{4}-\d{2}-\d{2})[Tt](\d{2}:\d{2}:\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})", re.ASCII
+)
+
+
+def parse_rfc3339(text: str) -> datetime:
+    """An RFC 3339 time (any fraction, ``Z`` or an offset) as aware UTC; ``ValueError`` else.
+
+    Finer than microseconds is cut off: it reads back every time ``rfc3339`` writes.
+    """
+    match = _RFC3339.fullmatch(text)
+    if match is None:
+        raise ValueError("not an RFC 3339 time")
+    day, clock, fraction, offset = match.groups()
+    micros = (fraction or "")[:6].ljust(6, "0")
+    zone = "+00:00" if offset in ("Z", "z") else offset
+    try:
+        return datetime.fromisoformat(f"{day}T{clock}.{micros}{zone}").astimezone(UTC)
+    except OverflowError:  # an offset that moves year 1 or 9999 out of range
+        raise ValueError("out of range") from None
 
 
 def time_or_none(message: Message, field: str) -> str | None:

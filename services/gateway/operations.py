@@ -1,19 +1,18 @@
 """``/api/operations``: list, get, wait for, cancel and retry the caller's operations.
 
-``GET /api/operations/{id}:wait?timeout=S`` is the HTTP face of
-google.longrunning ``WaitOperation``: it answers as soon as the operation is
-done, or after ``S`` seconds (at most 30) with its state then. A live
+``GET /api/operations/{id}:wait?timeout=S`` is a long-poll: it answers as soon
+as the operation is done, or after ``S`` seconds (at most 30) with its state
+then. With ``seen=<updated_at>`` (as the caller last read it) any change also
+answers, so a page follows state and progress without polling. A live
 operation's answers carry ``Retry-After``: when to look again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from google.longrunning import operations_pb2_grpc as lro_grpc
-from google.longrunning import operations_proto_pb2 as lro
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -52,7 +51,6 @@ def _not_found() -> NotFound:
 
 
 _stub = stub_for(BACKEND, pb_grpc.OperationsServiceStub)
-_lro_stub = stub_for(BACKEND, lro_grpc.OperationsStub)
 
 
 def _answer(operation: pb.Operation) -> JSONResponse:
@@ -74,6 +72,15 @@ def _wait_seconds(params: Mapping[str, str]) -> float:
             "timeout", f"must be a number of seconds from 0 to {bounds.WAIT_SECONDS_MAX:g}"
         )
     return seconds
+
+
+def _seen(raw: str) -> datetime:
+    try:
+        return dto.parse_rfc3339(raw)
+    except ValueError:
+        raise invalid(
+            "seen", "must be an RFC 3339 time with its offset, the operation's updated_at"
+        ) from None
 
 
 def _filters(params: Mapping[str, str]) -> tuple[pb.OperationState.ValueType, str]:
@@ -118,13 +125,13 @@ async def get_operation(request: Request) -> Response:
 async def wait_operation(request: Request) -> Response:
     calls = owner_calls(request)
     operation_id = resource_id(request, _not_found)
-    seconds = _wait_seconds(query_params(request, ("timeout",)))
-    wait = lro.WaitOperationRequest(name=f"operations/{operation_id}")
+    params = query_params(request, ("timeout", "seen"))
+    seconds = _wait_seconds(params)
+    wait = pb.WaitOperationRequest(operation_id=operation_id)
     wait.timeout.FromTimedelta(timedelta(seconds=seconds))
-    reply: lro.Operation = await calls(_lro_stub(calls).WaitOperation, wait, waits=seconds)
-    operation = pb.Operation()
-    reply.metadata.Unpack(operation)
-    return _answer(operation)
+    if "seen" in params:
+        wait.seen_updated_at.FromDatetime(_seen(params["seen"]))
+    return _answer(await calls(_stub(calls).WaitOperation, wait, waits=seconds))
 
 
 async def cancel_operation(request: Request) -> Response:
@@ -193,7 +200,7 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
     },
     "/api/operations/{id}:wait": {
         "get": endpoint(
-            "Wait until the operation is done, or the timeout passes (a long-poll)",
+            "Wait until the operation is done or changes, or the timeout passes (a long-poll)",
             "waitOperation",
             _TAG,
             {
@@ -209,6 +216,12 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
                     "timeout",
                     {"type": "number", "minimum": 0, "maximum": bounds.WAIT_SECONDS_MAX},
                     f"seconds to wait at most (default and most {bounds.WAIT_SECONDS_MAX:g})",
+                ),
+                query(
+                    "seen",
+                    {"type": "string", "format": "date-time"},
+                    "the operation's `updated_at` as last read: any change answers too;"
+                    " without it only the end does",
                 ),
             ],
         )

@@ -2,12 +2,11 @@
 
 The same owner scope, credentials and storage calls as ``OperationsService``
 (which it wraps); only the shapes are Google's (``wire.longrunning``).
-``WaitOperation`` waits on the replica's ``DoneWatch``: no waiter polls alone.
+``WaitOperation`` waits on the replica's ``OperationWatch``: no waiter polls alone.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 import grpc
@@ -15,28 +14,17 @@ from google.longrunning import operations_pb2_grpc as lro_grpc
 from google.longrunning import operations_proto_pb2 as lro
 from google.protobuf.empty_pb2 import Empty
 
-from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument, InvalidTransition, NotImplementedYet
 from durable_ops.model.operation_filter import parse_filter
 from durable_ops.model.scope import require_owner
 from durable_ops.model.states import OperationState
-from durable_ops.operations.service import OperationsService
+from durable_ops.operations.service import OperationsService, wait_seconds
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.errors import translate_errors
 from durable_ops.rpc.scope import caller_scope
 from durable_ops.wire import longrunning as convert
 
 SERVICE_NAME = lro.DESCRIPTOR.services_by_name["Operations"].full_name
-
-
-def _wait_seconds(request: lro.WaitOperationRequest) -> float:
-    """The timeout asked for, at most the server's; unset means the server's."""
-    if not request.HasField("timeout"):
-        return bounds.WAIT_SECONDS_MAX
-    seconds: float = request.timeout.ToTimedelta().total_seconds()
-    if seconds < 0:
-        raise InvalidArgument("timeout", "must not be negative")
-    return min(seconds, bounds.WAIT_SECONDS_MAX)
 
 
 class LongRunningOperations(lro_grpc.OperationsServicer):
@@ -98,21 +86,9 @@ class LongRunningOperations(lro_grpc.OperationsServicer):
     ) -> lro.Operation:
         owner = require_owner(caller_scope(context)).owner_id
         operation_id = convert.id_from_name(request.name)
-        loop = asyncio.get_running_loop()
-        give_up_at = loop.time() + _wait_seconds(request)
-        # Registered before the first read, so a change between the read and the wait wakes it.
-        with self._service.done.watching(operation_id) as changed:
-            while True:
-                changed.clear()
-                row = await self._service.get_for(owner, operation_id)
-                left = give_up_at - loop.time()
-                if OperationState(row.state).is_terminal or left <= 0:
-                    return convert.operation(row)
-                try:
-                    async with asyncio.timeout(left):
-                        await changed.wait()
-                except TimeoutError:
-                    return convert.operation(await self._service.get_for(owner, operation_id))
+        return convert.operation(
+            await self._service.wait_for(owner, operation_id, wait_seconds(request))
+        )
 
 
 # Typed here: googleapis-common-protos generates its gRPC registration without annotations.

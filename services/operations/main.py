@@ -12,10 +12,10 @@ from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.clock import Clock, utc_now
 from durable_ops.operations.cancel_watch import CancelWatch
 from durable_ops.operations.claim_waiters import ClaimWaiters
-from durable_ops.operations.done_watch import DoneWatch
 from durable_ops.operations.longrunning import SERVICE_NAME as LRO_SERVICE_NAME
 from durable_ops.operations.longrunning import LongRunningOperations
 from durable_ops.operations.longrunning import add_to_server as add_lro_to_server
+from durable_ops.operations.operation_watch import OperationWatch
 from durable_ops.operations.service import SERVICE_NAME, OperationsService
 from durable_ops.operations.sweeper import run_sweeper
 from durable_ops.rpc.server import build_server, serve
@@ -33,7 +33,7 @@ def build_service(db: Database, settings: Settings, clock: Clock = utc_now) -> O
         clock,
         cancels=CancelWatch(db, settings.cancel_watch_interval_seconds),
         claims=ClaimWaiters(db, clock, settings.claim_poll_interval_seconds),
-        done=DoneWatch(db, settings.done_watch_interval_seconds),
+        watch=OperationWatch(db, settings.done_watch_interval_seconds),
     )
 
 

@@ -4,9 +4,10 @@ Each method names the scope it runs in, converts the request, runs one storage
 call in one transaction (owner-scoped unless it is the claim) and converts the
 answer. Rules live in ``durable_ops.model``; SQL in ``durable_ops.storage``.
 
-Two calls stay open: a waiting claim (``ClaimWaiters``) and the heartbeat
-stream, which also pushes the owner's cancel (``CancelWatch``). Both are woken
-at once by what this replica commits and by one shared poll for the rest.
+Three calls stay open: a waiting claim (``ClaimWaiters``), the heartbeat
+stream, which also pushes the owner's cancel (``CancelWatch``), and a wait for
+an operation to end or move (``OperationWatch``). All are woken at once by what
+this replica commits and by one shared poll each for the rest.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from datetime import datetime
 from functools import partial
 
 import structlog
+from google.longrunning import operations_proto_pb2 as lro
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
@@ -28,8 +30,8 @@ from durable_ops.model.scope import require_neutral_worker, require_owner, requi
 from durable_ops.model.states import OperationState
 from durable_ops.operations.cancel_watch import CancelWatch
 from durable_ops.operations.claim_waiters import ClaimWaiters, Kind
-from durable_ops.operations.done_watch import DoneWatch
 from durable_ops.operations.heartbeat_stream import BeatReader, Pushed
+from durable_ops.operations.operation_watch import OperationWatch
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.errors import translate_errors
 from durable_ops.rpc.scope import caller_scope
@@ -46,6 +48,7 @@ log = structlog.get_logger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["OperationsService"].full_name
 DEFAULT_HEARTBEAT_LEASE_SECONDS = 30
 _DEFAULTS = Settings()  # the poll intervals of a servicer built without its own
+WaitRequest = pb.WaitOperationRequest | lro.WaitOperationRequest
 
 
 def _provenance(message: pb.Provenance) -> operations.Provenance:
@@ -60,6 +63,25 @@ def _deadline(request: pb.CreateOperationRequest) -> datetime | None:
         return convert.from_timestamp(request.deadline)
     except ValueError:  # seconds outside years 1 to 9999, or nanos out of range
         raise InvalidArgument("deadline", "is not a valid timestamp") from None
+
+
+def _seen(request: pb.WaitOperationRequest) -> datetime | None:
+    if not request.HasField("seen_updated_at"):
+        return None
+    try:
+        return convert.from_timestamp(request.seen_updated_at)
+    except ValueError:
+        raise InvalidArgument("seen_updated_at", "is not a valid timestamp") from None
+
+
+def wait_seconds(request: WaitRequest) -> float:
+    """The timeout asked for, at most the server's; unset means the server's."""
+    if not request.HasField("timeout"):
+        return bounds.WAIT_SECONDS_MAX
+    seconds: float = request.timeout.ToTimedelta().total_seconds()
+    if seconds < 0:
+        raise InvalidArgument("timeout", "must not be negative")
+    return min(seconds, bounds.WAIT_SECONDS_MAX)
 
 
 def _state_reply(state: str) -> pb.LeaseMutationResponse:
@@ -93,18 +115,18 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         *,
         cancels: CancelWatch | None = None,
         claims: ClaimWaiters | None = None,
-        done: DoneWatch | None = None,
+        watch: OperationWatch | None = None,
     ) -> None:
         self._db = db
         self._clock = clock
         self.cancels = cancels or CancelWatch(db, _DEFAULTS.cancel_watch_interval_seconds)
         self.claims = claims or ClaimWaiters(db, clock, _DEFAULTS.claim_poll_interval_seconds)
-        self.done = done or DoneWatch(db, _DEFAULTS.done_watch_interval_seconds)
+        self.watch = watch or OperationWatch(db, _DEFAULTS.done_watch_interval_seconds)
 
     async def close(self) -> None:
         await self.cancels.close()
         await self.claims.close()
-        await self.done.close()
+        await self.watch.close()
 
     # ---- the owner's reads and cancel, shared with google.longrunning.Operations -------
 
@@ -112,6 +134,27 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         return await self._db.run_core_async(
             lambda tx: operations.get(tx, operation_id), owner_id=owner, write=False
         )
+
+    async def wait_for(
+        self, owner: str, operation_id: str, seconds: float, seen: datetime | None = None
+    ) -> UserOperation:
+        """The operation once it is done, or differs from ``seen``, or after ``seconds``."""
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + seconds
+        # Registered before the first read, so a change between the read and the wait wakes it.
+        with self.watch.watching(operation_id, seen) as changed:
+            while True:
+                changed.clear()
+                row = await self.get_for(owner, operation_id)
+                left = give_up_at - loop.time()
+                moved = seen is not None and row.updated_at != seen
+                if OperationState(row.state).is_terminal or moved or left <= 0:
+                    return row
+                try:
+                    async with asyncio.timeout(left):
+                        await changed.wait()
+                except TimeoutError:
+                    return await self.get_for(owner, operation_id)
 
     async def list_for(
         self, owner: str, *, size: int, token: str, state: OperationState | None, task_type: str
@@ -131,7 +174,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         )
         if row.state == OperationState.RUNNING and row.cancel_requested:
             self.cancels.cancelled(row.id)
-        self.done.changed(row.id)
+        self.watch.changed(row.id)
         log.info("operation_cancel", operation_id=row.id, owner=owner, state=row.state)
         return row
 
@@ -170,6 +213,15 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     ) -> pb.Operation:
         owner = require_owner(caller_scope(context)).owner_id
         return convert.operation(await self.get_for(owner, request.operation_id))
+
+    @translate_errors
+    async def WaitOperation(
+        self, request: pb.WaitOperationRequest, context: ServicerContext
+    ) -> pb.Operation:
+        owner = require_owner(caller_scope(context)).owner_id
+        seen = _seen(request)
+        seconds = wait_seconds(request)
+        return convert.operation(await self.wait_for(owner, request.operation_id, seconds, seen))
 
     @translate_errors
     async def ListOperations(
@@ -251,6 +303,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             return pb.ClaimOperationResponse()
         claim, route = found
         row = claim.operation
+        self.watch.changed(row.id)
         assert row.lease_expires_at is not None
         log.info(
             "operation_claimed", operation_id=row.id, owner=row.owner_user_id, attempt=row.attempt
@@ -327,6 +380,8 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             now=self._clock(),
         )
         expires, cancel_requested = await self._db.run_core_async(beat_once, owner_id=owner)
+        if progress is not None:
+            self.watch.changed(operation_id)
         return pb.HeartbeatResponse(
             lease_expires_at=convert.timestamp(expires), cancel_requested=cancel_requested
         )
@@ -348,7 +403,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             ),
             owner_id=owner,
         )
-        self.done.changed(request.operation_id)
+        self.watch.changed(request.operation_id)
         log.info("operation_completed", operation_id=request.operation_id, owner=owner)
         return _state_reply(state)
 
@@ -371,7 +426,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             ),
             owner_id=owner,
         )
-        self.done.changed(request.operation_id)
+        self.watch.changed(request.operation_id)
         log.info(
             "operation_failed",
             operation_id=request.operation_id,
@@ -411,6 +466,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             ),
             owner_id=owner,
         )
-        self.done.changed(request.operation_id)
+        self.watch.changed(request.operation_id)
         log.info("operation_cancel_acknowledged", operation_id=request.operation_id, owner=owner)
         return _state_reply(state)

@@ -45,7 +45,7 @@ from durable_ops.model.errors import (
     NotFound,
 )
 from durable_ops.model.lifecycle import Decision, Event, Facts
-from durable_ops.model.states import PENDING_STATES, TERMINAL_STATES, OperationState, Privacy
+from durable_ops.model.states import PENDING_STATES, OperationState, Privacy
 from durable_ops.storage import notifications
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
 from durable_ops.storage.schema import UserOperation
@@ -572,9 +572,8 @@ _CANCELS_AMONG = select(OPS.c.id).where(
     OPS.c.state == S.RUNNING,
     OPS.c.cancel_requested.is_(True),
 )
-_FINISHED_AMONG = select(OPS.c.id).where(
-    OPS.c.id.in_(bindparam("ids", expanding=True)),
-    OPS.c.state.in_([state.value for state in TERMINAL_STATES]),
+_VERSIONS_AMONG = select(OPS.c.id, OPS.c.state, OPS.c.updated_at).where(
+    OPS.c.id.in_(bindparam("ids", expanding=True))
 )
 _CLAIMABLE_KINDS = (
     select(OPS.c.state, OPS.c.task_type)
@@ -591,19 +590,37 @@ def cancels_among(tx: Tx, operation_ids: Sequence[str]) -> set[str]:
     return _among(tx, _CANCELS_AMONG, operation_ids, "the cancel watch")
 
 
-def finished_among(tx: Tx, operation_ids: Sequence[str]) -> set[str]:
-    """Which of these operations are in a terminal state: one primary-key lookup."""
-    return _among(tx, _FINISHED_AMONG, operation_ids, "the done watch")
+@dataclass(frozen=True)
+class Version:
+    """What a waiter compares: is the operation done, and is it still the one it saw."""
+
+    state: OperationState
+    updated_at: datetime
+
+
+def versions_among(tx: Tx, operation_ids: Sequence[str]) -> dict[str, Version]:
+    """State and ``updated_at`` of those of these operations that exist: one primary-key lookup."""
+    return {
+        row.id: Version(OperationState(row.state), row.updated_at)
+        for row in _rows_among(tx, _VERSIONS_AMONG, operation_ids, "the operation watch")
+    }
 
 
 def _among(tx: Tx, query: Select[Any], operation_ids: Sequence[str], who: str) -> set[str]:
-    """The ids ``query`` keeps, asked in chunks a statement can carry."""
+    """The ids ``query`` keeps."""
+    return {row[0] for row in _rows_among(tx, query, operation_ids, who)}
+
+
+def _rows_among(
+    tx: Tx, query: Select[Any], operation_ids: Sequence[str], who: str
+) -> list[Row[Any]]:
+    """The rows ``query`` keeps, asked in chunks a statement can carry."""
     if tx.owner_id is not None:
         raise ScopeViolation(f"{who} runs in the neutral scope")
-    found: set[str] = set()
+    found: list[Row[Any]] = []
     for start in range(0, len(operation_ids), LIVE_QUERY_IDS_MAX):
         ids = list(operation_ids[start : start + LIVE_QUERY_IDS_MAX])
-        found.update(tx.execute(query, {"ids": ids}).scalars())
+        found.extend(tx.execute(query, {"ids": ids}))
     return found
 
 

@@ -2,8 +2,9 @@
 
 Nothing is played by the test: the AI worker claims the operation, the
 development model streams its answer at a pace a person can watch, the
-progress reaches the page through the heartbeat stream, and the cancel from
-the page is pushed to the worker, which aborts the model request.
+progress reaches the page through the heartbeat stream and the long-poll
+(``:wait?seen=``), and the cancel from the page is pushed to the worker, which
+aborts the model request. When the long-poll fails the page polls instead.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import Locator, Page, Request, Route, expect
 
 from tests.support.jobs_page import add_job
 from tests.support.product import Product, opsctl_up, product_env
@@ -54,13 +55,31 @@ def _intermediate_progress(job: Locator, wanted: int, timeout: float = 30) -> li
     return seen
 
 
+def _gets(page: Page) -> list[str]:
+    """The paths (with their queries) of every GET the page sends from now on."""
+    paths: list[str] = []
+
+    def record(request: Request) -> None:
+        if request.method == "GET":
+            url = httpx.URL(request.url)
+            paths.append(url.raw_path.decode())
+
+    page.on("request", record)
+    return paths
+
+
 def test_the_bar_moves_and_a_cancel_from_the_page_stops_the_analysis(
     page: Page, product: Product, screenshot: Screenshot
 ) -> None:
+    gets = _gets(page)
     job = _start_snapshot(page, product)
     seen = _intermediate_progress(job, wanted=2)
     assert seen == sorted(seen)  # it only moves forward
     screenshot(page, "30-jobs-live-progress")
+    # Followed by the long-poll, not polled: polling every 0.5 s would have read the
+    # snapshot resource a few times a second since the start.
+    assert any(":wait?" in path and "seen=" in path for path in gets), gets
+    assert sum(path.endswith("/strategy-snapshot") for path in gets) <= 3, gets
 
     job.get_by_role("button", name="Cancel analysis").click()
     page.get_by_role("button", name="Stop analysis").click()
@@ -84,3 +103,15 @@ def test_the_bar_moves_and_a_cancel_from_the_page_stops_the_analysis(
     assert [(op["state"], op["attempt"]) for op in operations] == [("cancelled", 1)]
     assert [n["outcome"] for n in notifications] == ["cancelled"]
     assert cached.json()["snapshot"] is None  # nothing was published
+
+
+def test_the_page_polls_when_the_long_poll_fails(page: Page, product: Product) -> None:
+    def refuse(route: Route) -> None:
+        route.fulfill(status=503, content_type="application/problem+json", body="{}")
+
+    page.route("**/api/operations/*:wait*", refuse)
+    gets = _gets(page)
+    job = _start_snapshot(page, product)
+    seen = _intermediate_progress(job, wanted=2)
+    assert seen == sorted(seen)
+    assert sum(path.endswith("/strategy-snapshot") for path in gets) > 3, gets

@@ -466,9 +466,43 @@ def test_operations_poll_only_while_the_page_is_shown(page: Page, ui_gateway: Li
     wait_for_count(page, polls, hidden_at + 2)
 
 
-def test_operations_poll_fast_while_one_is_live(
+def refuse_long_polls(page: Page) -> None:
+    """The gateway's long-poll answers 503 from now on, as during an outage."""
+    page.route(
+        "**/api/operations/*:wait*",
+        lambda route: route.fulfill(status=503, content_type="application/problem+json", body="{}"),
+    )
+
+
+def test_a_live_operation_is_followed_by_the_long_poll_while_the_list_polls_slowly(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
+    operation = create_operation(ui_services, "ada", subject=("job", "job-follow"))
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    polls = timed_requests(page, "/api/operations")
+    waits: list[Request] = []
+    page.on("request", lambda request: waits.append(request) if ":wait?" in request.url else None)
+    sign_in(page, ui_gateway, "ada")
+    running = card(page, operation.id)
+    expect(running.locator(".state")).to_have_text("Running")
+    wait_for_count(page, polls, 3, timeout_ms=8000)
+    paced = gaps_ms(polls[:3])
+    # Followed, so the list keeps its idle 2000 ms although one is live.
+    assert all(gap >= 1900 for gap in paced), f"gaps while followed: {paced}"
+    assert waits, "no long-poll"
+    assert f"/api/operations/{operation.id}:wait?" in waits[-1].url
+
+    heartbeat(ui_services, claimed, 65)
+    progress = page.get_by_label("Progress of Strategy snapshot for job job-follow")
+    expect(progress).to_have_attribute("value", "65", timeout=1000)  # before the next list poll
+    complete(ui_services, claimed)
+    expect(running.locator(".state")).to_have_text("Succeeded", timeout=1000)
+
+
+def test_when_the_long_poll_fails_the_list_polls_fast_while_one_is_live(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    refuse_long_polls(page)
     operation = create_operation(ui_services, "ada", subject=("job", "job-pace"))
     claimed = claim(ui_services, ["strategy.snapshot"])
     polls = timed_requests(page, "/api/operations")
@@ -496,6 +530,7 @@ def test_operations_poll_fast_while_one_is_live(
 def test_the_pace_slows_once_the_last_live_operation_is_cancelled(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
+    refuse_long_polls(page)  # else it is followed and the list never polls fast
     finished = create_operation(ui_services, "ada", subject=("job", "job-done"))
     complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
     queued = create_operation(ui_services, "ada", subject=("job", "job-waiting"))

@@ -252,6 +252,51 @@ def test_wait_long_polls_until_done_and_live_answers_say_when_to_look_again(
     run(scenario())
 
 
+def test_wait_with_the_seen_version_answers_on_progress(
+    services: Services, clock: ManualClock
+) -> None:
+    waited = create_operation(services, "alice", key="followed")
+    claimed = claim(services, ["strategy.snapshot"])
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            alice = bearer("alice")
+            seen = (await client.get(f"/api/operations/{waited.id}", headers=alice)).json()
+            path = f"/api/operations/{waited.id}:wait"
+            still = await client.get(
+                path, params={"timeout": "0.2", "seen": seen["updated_at"]}, headers=alice
+            )
+            assert still.json() == seen  # nothing moved: the timeout answers
+            waiting = asyncio.ensure_future(
+                client.get(
+                    path, params={"timeout": "20", "seen": seen["updated_at"]}, headers=alice
+                )
+            )
+            await asyncio.sleep(0.3)
+            assert not waiting.done()
+            clock.advance(1)
+            await asyncio.to_thread(heartbeat, services, claimed, 35)
+            moved = await asyncio.wait_for(waiting, 15)
+            assert moved.json()["progress_percent"] == 35
+            assert moved.json()["state"] == "running"
+            assert moved.headers["retry-after"] == "1"
+            # The same instant written with an offset is the same version.
+            offset = seen["updated_at"].replace("Z", "+00:00")
+            at_once = await client.get(
+                path, params={"timeout": "20", "seen": offset}, headers=alice
+            )
+            assert at_once.json()["progress_percent"] == 35
+            for bad in ("yesterday", "2026-13-01T00:00:00Z", "2026-12-01T10:00:00", ""):
+                problem = _problem(
+                    await client.get(path, params={"seen": bad}, headers=alice),
+                    400,
+                    "invalid_argument",
+                )
+                assert problem["field"] == "seen"
+
+    run(scenario())
+
+
 def test_a_failed_operation_shows_no_failure_text_and_can_be_retried(services: Services) -> None:
     operation = create_operation(services, "alice", max_attempts=1)
     fail(services, claim(services, ["strategy.snapshot"]))

@@ -316,6 +316,43 @@ class GetOperationRequest(_message.Message):
 Global___GetOperationRequest: _TypeAlias = GetOperationRequest  # noqa: Y015
 
 @_typing.final
+class WaitOperationRequest(_message.Message):
+    """Answers as soon as the operation is done, or differs from the version the
+    caller saw, or the timeout passes: a long-poll that follows progress.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    SEEN_UPDATED_AT_FIELD_NUMBER: _builtins.int
+    TIMEOUT_FIELD_NUMBER: _builtins.int
+    operation_id: _builtins.str
+    @_builtins.property
+    def seen_updated_at(self) -> _timestamp_pb2.Timestamp:
+        """The `updated_at` of the operation as last seen: any change answers (state,
+        progress, cancel request, a heartbeat). Unset: only being done answers.
+        """
+
+    @_builtins.property
+    def timeout(self) -> _duration_pb2.Duration:
+        """0–30 s; unset means 30 s"""
+
+    def __init__(
+        self,
+        *,
+        operation_id: _builtins.str = ...,
+        seen_updated_at: _timestamp_pb2.Timestamp | None = ...,
+        timeout: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["seen_updated_at", b"seen_updated_at", "timeout", b"timeout"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["operation_id", b"operation_id", "seen_updated_at", b"seen_updated_at", "timeout", b"timeout"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WaitOperationRequest: _TypeAlias = WaitOperationRequest  # noqa: Y015
+
+@_typing.final
 class ListOperationsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

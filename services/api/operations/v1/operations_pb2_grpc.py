@@ -49,6 +49,11 @@ class OperationsServiceStub:
                 request_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.ListOperationsRequest.SerializeToString,
                 response_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.ListOperationsResponse.FromString,
                 _registered_method=True)
+        self.WaitOperation = channel.unary_unary(
+                '/durable_ops.api.operations.v1.OperationsService/WaitOperation',
+                request_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.WaitOperationRequest.SerializeToString,
+                response_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.Operation.FromString,
+                _registered_method=True)
         self.CancelOperation = channel.unary_unary(
                 '/durable_ops.api.operations.v1.OperationsService/CancelOperation',
                 request_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.CancelOperationRequest.SerializeToString,
@@ -108,6 +113,12 @@ class OperationsServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListOperations(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WaitOperation(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -183,6 +194,11 @@ def add_OperationsServiceServicer_to_server(servicer, server):
                     servicer.ListOperations,
                     request_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.ListOperationsRequest.FromString,
                     response_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.ListOperationsResponse.SerializeToString,
+            ),
+            'WaitOperation': grpc.unary_unary_rpc_method_handler(
+                    servicer.WaitOperation,
+                    request_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.WaitOperationRequest.FromString,
+                    response_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.Operation.SerializeToString,
             ),
             'CancelOperation': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelOperation,
@@ -306,6 +322,33 @@ class OperationsService:
             '/durable_ops.api.operations.v1.OperationsService/ListOperations',
             durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.ListOperationsRequest.SerializeToString,
             durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.ListOperationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WaitOperation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_ops.api.operations.v1.OperationsService/WaitOperation',
+            durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.WaitOperationRequest.SerializeToString,
+            durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.Operation.FromString,
             options,
             channel_credentials,
             insecure,

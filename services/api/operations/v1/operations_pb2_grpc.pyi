@@ -35,6 +35,7 @@ class OperationsServiceStub:
     """Owner scope."""
     GetOperation: _grpc.UnaryUnaryMultiCallable[_operations_pb2.GetOperationRequest, _operations_pb2.Operation]
     ListOperations: _grpc.UnaryUnaryMultiCallable[_operations_pb2.ListOperationsRequest, _operations_pb2.ListOperationsResponse]
+    WaitOperation: _grpc.UnaryUnaryMultiCallable[_operations_pb2.WaitOperationRequest, _operations_pb2.Operation]
     CancelOperation: _grpc.UnaryUnaryMultiCallable[_operations_pb2.CancelOperationRequest, _operations_pb2.Operation]
     RetryOperation: _grpc.UnaryUnaryMultiCallable[_operations_pb2.RetryOperationRequest, _operations_pb2.Operation]
     ClaimOperation: _grpc.UnaryUnaryMultiCallable[_operations_pb2.ClaimOperationRequest, _operations_pb2.ClaimOperationResponse]
@@ -57,6 +58,7 @@ class OperationsServiceAsyncStub(OperationsServiceStub):
     """Owner scope."""
     GetOperation: _aio.UnaryUnaryMultiCallable[_operations_pb2.GetOperationRequest, _operations_pb2.Operation]  # type: ignore[assignment]
     ListOperations: _aio.UnaryUnaryMultiCallable[_operations_pb2.ListOperationsRequest, _operations_pb2.ListOperationsResponse]  # type: ignore[assignment]
+    WaitOperation: _aio.UnaryUnaryMultiCallable[_operations_pb2.WaitOperationRequest, _operations_pb2.Operation]  # type: ignore[assignment]
     CancelOperation: _aio.UnaryUnaryMultiCallable[_operations_pb2.CancelOperationRequest, _operations_pb2.Operation]  # type: ignore[assignment]
     RetryOperation: _aio.UnaryUnaryMultiCallable[_operations_pb2.RetryOperationRequest, _operations_pb2.Operation]  # type: ignore[assignment]
     ClaimOperation: _aio.UnaryUnaryMultiCallable[_operations_pb2.ClaimOperationRequest, _operations_pb2.ClaimOperationResponse]  # type: ignore[assignment]
@@ -94,6 +96,13 @@ class OperationsServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _operations_pb2.ListOperationsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_operations_pb2.ListOperationsResponse, _abc.Awaitable[_operations_pb2.ListOperationsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def WaitOperation(
+        self,
+        request: _operations_pb2.WaitOperationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_operations_pb2.Operation, _abc.Awaitable[_operations_pb2.Operation]]: ...
 
     @_abc_1.abstractmethod
     def CancelOperation(

@@ -1,8 +1,10 @@
 // /jobs: the caller's job postings and CVs, their AI settings, and AI analyses:
 // every registered task type (tasks.js) on the subjects it works on, e.g. a
 // strategy snapshot for a job (optionally against a CV); watch its progress,
-// cancel it, and read the result. Polls only while shown, and only the analyses
-// still running: every half second while one is live, else every few seconds.
+// cancel it, and read the result. A running analysis is followed by the
+// long-poll (follow.js), which answers the moment it moves; the rest are polled,
+// only while shown and only those still running: every half second while one is
+// live, else every few seconds.
 // A run's second reference (the CV of a snapshot, the job of a CV review) is kept
 // for the next run; /jobs#job-<id> scrolls to and highlights that job.
 
@@ -11,6 +13,8 @@ import { confirmDialog } from "../dialog.js";
 import { h, replaceChildren } from "../dom.js";
 import { createAnalysisView, isActive, isLiveAnswer } from "../analysis-view.js";
 import { notificationsChanged } from "../events.js";
+import { createFollower } from "../follow.js";
+import { isLive } from "../format.js";
 import { highlight } from "../highlight.js";
 import { visiblePoller } from "../poller.js";
 import { mountAiSettings } from "../settings-view.js";
@@ -56,7 +60,7 @@ export function mount(main) {
   const settingsSlot = h("div", { class: "settings" });
   const jobList = h("ol", { class: "items", "aria-label": "Your jobs" });
   const cvList = h("ol", { class: "items", "aria-label": "Your CVs" });
-  const analyses = new Map(); // path -> {view, active, live, looks}
+  const analyses = new Map(); // path -> {view, active, live, looks, over, operationId}
   const choices = new Map(); // path -> the second reference chosen here: kept across redraws
   const rows = { job: [], attachment: [] }; // the caller's jobs and CVs, by subject kind
 
@@ -142,7 +146,7 @@ export function mount(main) {
     const slot = h("div", { class: "analysis", "aria-live": "polite" });
     const error = formError();
     const start = h("button", { type: "button", class: "button" }, task.action);
-    const entry = { view: null, active: true, live: false, looks: 0, over: null };
+    const entry = { view: null, active: true, live: false, looks: 0, over: null, operationId: null };
     entry.view = createAnalysisView(slot, taskType, {
       onCancel: (operation) => cancelAnalysis(entry, operation, `${task.label} for ${subjectName}`, error),
       focusFallback: () => start,
@@ -291,17 +295,52 @@ export function mount(main) {
     entry.active = isActive(answer);
     entry.live = isLiveAnswer(answer);
     entry.over = answer.operation ? !entry.active : null;
+    const operationId = answer.operation?.id ?? null;
+    if (entry.operationId && entry.operationId !== operationId) follower.stop(entry.operationId);
+    entry.operationId = operationId;
     entry.view.render(answer);
+    if (entry.active) follower.follow(answer.operation);
     // Seen reaching its end here: its notification is new, so the bell looks now.
     if (wasActive && entry.over) notificationsChanged();
   }
 
-  // Every analysis once after loading, then only those still running; answers
-  // the delay before the next poll: short while any of them is live.
+  function entryOf(operation) {
+    for (const [path, entry] of analyses) if (entry.operationId === operation.id) return [path, entry];
+    return [null, null];
+  }
+
+  // The long-poll's answers: a move is shown in place; the end loads the result.
+  const follower = createFollower({
+    onMove(operation) {
+      const [, entry] = entryOf(operation);
+      if (!entry) return;
+      entry.live = isLive(operation);
+      entry.view.showOperation(operation);
+    },
+    onEnd(operation) {
+      const [path, entry] = entryOf(operation);
+      if (!path) return;
+      entry.active = false; // over: no poll reads it while its result loads
+      refreshAnalysis(path).catch(() => {
+        entry.active = true;
+        poller.refresh();
+      });
+    },
+    onFail() {
+      poller.refresh();
+    },
+  });
+
+  function polled(entry) {
+    return entry.active && !(entry.operationId && follower.isFollowed(entry.operationId));
+  }
+
+  // Every analysis once after loading, then those still running that no long-poll
+  // follows; answers the delay before the next poll: short while any of them is live.
   async function tick() {
-    const due = [...analyses].filter(([, entry]) => entry.active).map(([path]) => path);
+    const due = [...analyses].filter(([, entry]) => polled(entry)).map(([path]) => path);
     await Promise.all(due.map((path) => refreshAnalysis(path).catch(() => {})));
-    const live = [...analyses.values()].some((entry) => entry.active && entry.live);
+    const live = [...analyses.values()].some((entry) => polled(entry) && entry.live);
     return live ? ANALYSIS_LIVE_POLL_MS : ANALYSIS_POLL_MS;
   }
 

@@ -1,5 +1,6 @@
 // /operations: the caller's operations, refreshed while the page is shown (every
-// half second while any shown one is live, else every few seconds), with cancel
+// few seconds; every half second while a live one is shown that no long-poll
+// follows: follow.js follows a few, which answer the moment they move), with cancel
 // (confirmed) and retry; the notification list beside them. Each names its subject
 // (read from the workspace); /operations#operation-<id> scrolls to and highlights
 // one, shown above the list when the list does not hold it.
@@ -8,6 +9,7 @@ import { api, post } from "../api.js";
 import { confirmDialog } from "../dialog.js";
 import { h, replaceChildren } from "../dom.js";
 import { notificationsChanged } from "../events.js";
+import { createFollower } from "../follow.js";
 import { highlight } from "../highlight.js";
 import { TERMINAL_STATES, cancelCameTooLate, isLive, stateLabel } from "../format.js";
 import { mountNotifications } from "../notifications-view.js";
@@ -236,7 +238,8 @@ export function mount(main) {
       names = await Promise.race([naming, new Promise((resolve) => setTimeout(() => resolve(names), NAMES_WAIT_MS))]);
       render(page);
       await showTarget(page.items);
-      return page.items.some(isLive) ? OPERATIONS_LIVE_POLL_MS : OPERATIONS_POLL_MS;
+      const unfollowed = page.items.filter((operation) => isLive(operation) && !follower.follow(operation));
+      return unfollowed.length > 0 ? OPERATIONS_LIVE_POLL_MS : OPERATIONS_POLL_MS;
     } catch (error) {
       showError(error);
       return OPERATIONS_POLL_MS;
@@ -303,5 +306,19 @@ export function mount(main) {
     poller.refresh();
   });
 
+  // A move is shown on its card at once; the end reloads the list (its notification,
+  // the announcement of a cancel's outcome).
+  const follower = createFollower({
+    onMove(operation) {
+      const card = cards.get(operation.id);
+      if (card) updateCard(card, operation, handlers, nameFrom(names, operation.subject));
+    },
+    onEnd() {
+      poller.refresh();
+    },
+    onFail() {
+      poller.refresh();
+    },
+  });
   const poller = visiblePoller(load, OPERATIONS_POLL_MS);
 }

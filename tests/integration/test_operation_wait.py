@@ -1,0 +1,131 @@
+"""``WaitOperation`` of our own API: a long-poll that answers when the operation moves.
+
+Given the ``updated_at`` the caller saw, any change answers: a claim, a
+progress beat, a cancel request, the end; through this replica at once, through
+another by the shared watch. Without it only the end answers. The servers'
+clock is moved by hand before each change, so every change has its own
+``updated_at``. Timeouts here only keep a broken build from hanging.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+
+import grpc
+import pytest
+
+from durable_ops.api.operations.v1 import operations_pb2 as pb
+from tests.support.clock import ManualClock
+from tests.support.grpc_services import Services, running_services
+from tests.support.operations_client import ALICE, BOB, OpsClient
+
+HANG_GUARD = 20.0
+
+
+@pytest.fixture
+def ops(services: Services) -> OpsClient:
+    return OpsClient(services)
+
+
+@pytest.fixture
+def elsewhere(db_url: str, clock: ManualClock, services: Services) -> Iterator[OpsClient]:
+    with running_services(db_url, clock) as running:
+        yield OpsClient(running)
+
+
+def _wait(
+    ops: OpsClient, seen: pb.Operation | None, seconds: float, *, operation_id: str = ""
+) -> pb.Operation:
+    request = pb.WaitOperationRequest(operation_id=operation_id or (seen.id if seen else ""))
+    request.timeout.FromTimedelta(timedelta(seconds=seconds))
+    if seen is not None:
+        request.seen_updated_at.CopyFrom(seen.updated_at)
+    answer: pb.Operation = ops.stub.WaitOperation(
+        request, metadata=ops.gateway(ALICE), timeout=seconds + HANG_GUARD
+    )
+    return answer
+
+
+def _later(clock: ManualClock, action: Callable[[], object], delay: float = 0.3) -> None:
+    def run() -> None:
+        time.sleep(delay)
+        clock.advance(1)
+        action()
+
+    threading.Thread(target=run, daemon=True).start()
+
+
+def test_a_claim_answers_a_wait_from_the_queued_version(ops: OpsClient, clock: ManualClock) -> None:
+    queued = ops.create(ALICE, "wait-claim")
+    _later(clock, ops.claim_one)
+    moved = _wait(ops, queued, HANG_GUARD)
+    assert moved.state == pb.OPERATION_STATE_RUNNING
+
+
+def test_progress_answers_through_this_replica_and_through_another(
+    ops: OpsClient, elsewhere: OpsClient, clock: ManualClock
+) -> None:
+    ops.create(ALICE, "wait-progress")
+    lease = ops.claim_one()
+    running = ops.get(ALICE, lease.id)
+    _later(clock, lambda: ops.heartbeat_once(lease, progress=40))
+    here = _wait(ops, running, HANG_GUARD)
+    assert here.progress_percent == 40
+    _later(clock, lambda: elsewhere.heartbeat_once(lease, progress=70))
+    there = _wait(ops, here, HANG_GUARD)
+    assert there.progress_percent == 70
+
+
+def test_an_unchanged_operation_answers_at_the_timeout_as_it_is(
+    ops: OpsClient,
+) -> None:
+    queued = ops.create(ALICE, "wait-still")
+    started = time.monotonic()
+    answer = _wait(ops, queued, 0.3)
+    assert time.monotonic() - started >= 0.3
+    assert answer == queued
+
+
+def test_a_version_already_gone_answers_at_once(ops: OpsClient, clock: ManualClock) -> None:
+    queued = ops.create(ALICE, "wait-stale")
+    clock.advance(1)
+    lease = ops.claim_one()
+    answer = _wait(ops, queued, HANG_GUARD)
+    assert answer.state == pb.OPERATION_STATE_RUNNING
+    assert answer.id == lease.id
+
+
+def test_without_a_seen_version_only_the_end_answers(ops: OpsClient, clock: ManualClock) -> None:
+    queued = ops.create(ALICE, "wait-end")
+    lease = ops.claim_one()
+
+    def beat_then_cancel() -> None:
+        ops.heartbeat_once(lease, progress=50)  # a move: not what this wait waits for
+        clock.advance(1)
+        ops.cancel(ALICE, lease.id)
+        clock.advance(1)
+        ops.acknowledge_cancel(lease)
+
+    _later(clock, beat_then_cancel)
+    done = _wait(ops, None, HANG_GUARD, operation_id=queued.id)
+    assert done.state == pb.OPERATION_STATE_CANCELLED
+
+
+def test_another_owner_and_a_bad_request_are_refused(ops: OpsClient) -> None:
+    queued = ops.create(ALICE, "wait-scope")
+    request = pb.WaitOperationRequest(operation_id=queued.id)
+    with pytest.raises(grpc.RpcError) as foreign:
+        ops.stub.WaitOperation(request, metadata=ops.gateway(BOB), timeout=HANG_GUARD)
+    assert foreign.value.code() == grpc.StatusCode.NOT_FOUND
+    request.timeout.seconds = -1
+    with pytest.raises(grpc.RpcError) as negative:
+        ops.stub.WaitOperation(request, metadata=ops.gateway(ALICE), timeout=HANG_GUARD)
+    assert negative.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    request.ClearField("timeout")
+    request.seen_updated_at.nanos = -5
+    with pytest.raises(grpc.RpcError) as bad_seen:
+        ops.stub.WaitOperation(request, metadata=ops.gateway(ALICE), timeout=HANG_GUARD)
+    assert bad_seen.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -1,0 +1,77 @@
+"""The pure rules of a long-poll: when a waiter has its answer, and how ``seen`` is read."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from durable_ops.gateway.dto import parse_rfc3339, rfc3339
+from durable_ops.model.states import OperationState
+from durable_ops.operations.operation_watch import answers
+from durable_ops.storage.operations import Version
+
+SEEN = datetime(2026, 12, 1, 10, 0, 0, 123456, tzinfo=UTC)
+LATER = SEEN + timedelta(microseconds=1)
+
+
+@pytest.mark.parametrize(
+    ("seen", "version", "expected"),
+    [
+        (None, Version(OperationState.RUNNING, LATER), False),  # a move; it waits for the end
+        (None, Version(OperationState.SUCCEEDED, SEEN), True),
+        (SEEN, Version(OperationState.RUNNING, SEEN), False),  # what it saw: it waits on
+        (SEEN, Version(OperationState.RUNNING, LATER), True),  # one microsecond is a change
+        (LATER, Version(OperationState.QUEUED, SEEN), True),  # different, not only newer
+        (SEEN, Version(OperationState.CANCELLED, SEEN), True),
+        (SEEN, None, True),  # gone: its read says not found
+        (None, None, True),
+    ],
+)
+def test_when_a_waiter_has_its_answer(
+    seen: datetime | None, version: Version | None, expected: bool
+) -> None:
+    assert answers(seen, version) is expected
+
+
+@pytest.mark.parametrize("state", [state for state in OperationState if state.is_terminal])
+def test_every_end_answers_a_waiter_of_the_end(state: OperationState) -> None:
+    assert answers(None, Version(state, SEEN))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-12-01T10:00:00.123456Z", SEEN),
+        ("2026-12-01t10:00:00.123456z", SEEN),
+        ("2026-12-01T12:00:00.123456+02:00", SEEN),
+        ("2026-12-01T10:00:00.123456789Z", SEEN),  # finer than microseconds is cut off
+        ("2026-12-01T10:00:00Z", SEEN.replace(microsecond=0)),
+    ],
+)
+def test_rfc3339_times_read_as_utc(text: str, expected: datetime) -> None:
+    assert parse_rfc3339(text) == expected
+
+
+def test_what_the_dto_writes_reads_back_exactly() -> None:
+    assert parse_rfc3339(rfc3339(SEEN)) == SEEN
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "2026-12-01",
+        "2026-12-01T10:00:00",  # no offset: ambiguous
+        "2026-12-01 10:00:00Z",
+        "2026-13-01T10:00:00Z",
+        "2026-12-01T10:00:60Z",
+        "0001-01-01T00:00:00+01:00",  # before year 1 in UTC
+        "9999-12-31T23:59:59-01:00",
+        "\uff12\uff10\uff12\uff16-12-01T10:00:00Z",  # fullwidth digits
+        " 2026-12-01T10:00:00Z",
+    ],
+)
+def test_anything_else_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match=r"."):
+        parse_rfc3339(text)
