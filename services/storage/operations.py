@@ -41,6 +41,7 @@ from durable_ops.model.errors import (
     CANCEL_REQUESTED,
     KEY_USED_FOR_ANOTHER_REQUEST,
     Conflict,
+    InvalidArgument,
     LeaseLost,
     NotFound,
 )
@@ -445,13 +446,23 @@ def heartbeat(
 
 
 _LOCK_LEASE = (
-    select(OPS.c.state, OPS.c.lease_token_hash, OPS.c.lease_expires_at, OPS.c.cancel_requested)
+    select(
+        OPS.c.state,
+        OPS.c.lease_token_hash,
+        OPS.c.lease_expires_at,
+        OPS.c.cancel_requested,
+        OPS.c.task_type,
+        OPS.c.subject_type,
+        OPS.c.subject_id,
+    )
     .where(OPS.c.id == bindparam("operation_id"), _OWNED)
     .with_for_update()
 )
 
 
-def hold_for_publish(tx: Tx, operation_id: str, token: str, now: datetime) -> None:
+def hold_for_publish(
+    tx: Tx, operation_id: str, token: str, now: datetime, *, kind: str, subject: tuple[str, str]
+) -> None:
     """Lock the operation row; pass only while ``token`` holds its live lease and no cancel waits.
 
     Runs in the transaction that writes the attempt's result, so a cancel or
@@ -479,6 +490,11 @@ def hold_for_publish(tx: Tx, operation_id: str, token: str, now: datetime) -> No
         raise LeaseLost("the lease is not live: the result belongs to another attempt")
     if row.cancel_requested:
         raise LeaseLost("the owner cancelled the operation", code=CANCEL_REQUESTED)
+    # The result is the operation's own: of its kind, about its subject.
+    if kind != row.task_type:
+        raise InvalidArgument("kind", "is not the operation's task type")
+    if subject != (row.subject_type, row.subject_id):
+        raise InvalidArgument("subject_id", "is not the operation's subject")
 
 
 def complete(

@@ -209,7 +209,8 @@ def publish_note(
     (``operations.hold_for_publish``): the operation must be the scope
     owner's (another owner's is NOT_FOUND, like a missing one, so a worker
     speaking for one owner never attaches a note to another's operation), and
-    a stale attempt or a cancelled operation publishes nothing. An attempt of
+    a stale attempt or a cancelled operation publishes nothing, and the note
+    is of the operation's kind and about its subject. An attempt of
     the same operation that already published returns the note unchanged, so
     a retried attempt never makes a second.
     """
@@ -218,7 +219,14 @@ def publish_note(
     bounds.text("body_json", body_json, NOTE_BODY_MAX)
     bounds.text("operation_id", operation_id, bounds.ID_MAX)
     bounds.text("lease_token", lease_token, bounds.LEASE_TOKEN_MAX)
-    operations.hold_for_publish(Tx.of(session), operation_id, lease_token, now)
+    operations.hold_for_publish(
+        Tx.of(session),
+        operation_id,
+        lease_token,
+        now,
+        kind=kind,
+        subject=(subject_type, subject_id),
+    )
     try:
         note = get_note(session, kind, subject_type, subject_id)
     except NotFound:

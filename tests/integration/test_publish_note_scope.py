@@ -213,3 +213,39 @@ def test_the_owners_own_operation_still_needs_the_live_lease(services: Services)
         "lease_lost",
     )
     assert _notes(services) == []
+
+
+def test_a_note_of_another_kind_or_subject_than_its_operation_is_refused(
+    services: Services,
+) -> None:
+    ops = OpsClient(services)
+    lease = _claimed_for(services, ops, ALICE, "alice-op")
+    other_job = create_job(services.workspace, ALICE)
+    expect_failure(
+        lambda: _publish(
+            services,
+            ops,
+            owner=ALICE,
+            operation_id=lease.id,
+            token=lease.token,
+            subject_id=other_job,
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "invalid_argument",
+        field="subject_id",
+    )
+    request = wpb.PublishNoteRequest(
+        kind="cv.review",
+        subject_type="job",
+        subject_id=lease.operation.subject.id,
+        operation_id=lease.id,
+        lease_token=lease.token,
+        body_json="{}",
+    )
+    expect_failure(
+        lambda: services.workspace.PublishNote(request, metadata=ops.md(Role.WORKER, ALICE)),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "invalid_argument",
+        field="kind",
+    )
+    assert _notes(services) == []
