@@ -13,6 +13,7 @@ and 9 give absolute latencies and query rates against absolute targets. Sections
 7 host store (advance vs a raw durable write)
 8 live lease channel (cancel and pickup latency with two replicas, cancel poll cost)
 9 google.longrunning WaitOperation (complete-to-done latency, 100 waiters' query cost)
+10 Galera (lifecycles/s through three nodes vs one, 1213 replays per 1,000 claims)
 
 A full run (without ``--quick``) waits for a quiet machine before each section
 and writes its table into ``benchmarks/RESULTS.md`` (``--no-results`` to skip).
@@ -33,6 +34,7 @@ from pathlib import Path
 import structlog
 
 from benchmarks import (
+    galera,
     gateway,
     heartbeats,
     hoststore,
@@ -57,6 +59,7 @@ SECTIONS: dict[str, Callable[[Context], list[Row]]] = {
     "7": hoststore.run,
     "8": lease_channel.run,
     "9": long_running.run,
+    "10": galera.run,
 }
 RESULTS = Path(__file__).with_name("RESULTS.md")
 BEGIN_MARK = "<!-- full-run:begin -->"
@@ -76,7 +79,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         nargs="+",
         choices=sorted(SECTIONS),
         metavar="N",
-        help="run only these sections (1-9)",
+        help="run only these sections (1-10)",
     )
     parser.add_argument(
         "--rounds",

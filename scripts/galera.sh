@@ -5,6 +5,8 @@
 #           DIR (default var/galera); waits until every node is Synced; prints one SQL URL
 #           per node. A node that is down while others run is recovered first
 #           (--wsrep-recover, then --wsrep_start_position), so it rejoins by IST.
+#           After a crash of every node, the one with the highest recovered seqno
+#           bootstraps the cluster.
 #   stop    a clean shutdown of every node (the last one stopped may bootstrap next time)
 #   status  each node: its URL and wsrep_local_state_comment, or "down"
 #   kill I  SIGKILL node I (1-based), as a crash would (drills)
@@ -124,14 +126,36 @@ bootstrap_candidate() {
   echo ""
 }
 
-# A node that crashed: its last committed position, so that it rejoins by IST.
-recover_and_launch() {
-  local i=$1 log position
+# A crashed node's last committed position (uuid:seqno) from its InnoDB logs, or "".
+recovered_position() {
+  local i=$1 log
   log=$(node_dir "$i")/recover.log
+  rm -f "$log"
   mariadbd --defaults-file="$(node_dir "$i")/my.cnf" --wsrep-recover --log-error="$log" \
     >/dev/null 2>&1 || true
-  position=$(sed -n 's/.*WSREP: Recovered position: *\([^ ]*\).*/\1/p' "$log" | tail -n 1)
   chown -R mysql:mysql "$(node_dir "$i")"
+  sed -n 's/.*WSREP: Recovered position: *\([^ ]*\).*/\1/p' "$log" | tail -n 1
+}
+
+# After a crash of every node: the one whose recovered seqno is highest (it has seen most).
+most_advanced_node() {
+  local i position seqno best=1 best_seqno=-2
+  for i in $(seq 1 "$nodes"); do
+    position=$(recovered_position "$i")
+    seqno=${position##*:}
+    say "node $i: recovered position ${position:-none}"
+    if [ -n "$position" ] && [ "$seqno" -gt "$best_seqno" ]; then
+      best=$i
+      best_seqno=$seqno
+    fi
+  done
+  echo "$best"
+}
+
+# A node that crashed: its last committed position, so that it rejoins by IST.
+recover_and_launch() {
+  local i=$1 position
+  position=$(recovered_position "$i")
   if [ -n "$position" ]; then
     say "node $i: recovered position $position"
     launch "$i" --wsrep_start_position="$position"
@@ -158,12 +182,17 @@ start() {
     first=$(bootstrap_candidate)
     if [ -z "$first" ]; then
       # Every node crashed: the one with the highest recovered seqno may bootstrap.
-      first=1
-      sed -i 's/^safe_to_bootstrap: 0/safe_to_bootstrap: 1/' "$(node_dir 1)/data/grastate.dat"
-      say "no node may bootstrap safely after a crash of all; bootstrapping node 1"
+      first=$(most_advanced_node)
+      crashed_all=1
+      sed -i 's/^safe_to_bootstrap: 0/safe_to_bootstrap: 1/' "$(node_dir "$first")/data/grastate.dat"
+      say "every node had crashed; bootstrapping node $first, the most advanced"
     fi
     say "node $first: bootstrapping the cluster"
-    launch "$first" --wsrep-new-cluster
+    if [ -n "${crashed_all:-}" ]; then
+      launch "$first" --wsrep-new-cluster --wsrep_start_position="$(recovered_position "$first")"
+    else
+      launch "$first" --wsrep-new-cluster
+    fi
     wait_synced "$first"
     any_up=$first
   fi

@@ -3,7 +3,11 @@
 Under the admission lock it re-reads the live global switch, the plan and
 the user's AI setting, checks the subject is the owner's, returns an
 idempotent or still-active operation for the same work, counts capacity and
-only then inserts. The operation stores the subject's id, never its text.
+only then writes the reservation on the control row and inserts. The
+operation stores the subject's id, never its text.
+
+A COMMIT lost on the way is resolved by the operation's fresh id
+(``operations.create`` registers the check), never guessed.
 """
 
 from __future__ import annotations
@@ -100,6 +104,7 @@ def admit(
         everyone_active=capacity.active_for_everyone(session, TASKS.names()),
         limits=limits,
     )
+    capacity.reserve(session)  # what makes two nodes' admissions conflict (Galera)
     op, _created = operations.create(Tx.of(session), create, now)
     return op, False
 

@@ -4,6 +4,11 @@ Admission locks the single ``ai_admission_control`` row before it counts, so
 every admission replica serialises on it: the count it reads cannot change
 until it has inserted (or refused) and committed. SQLite gets the same
 serialisation from ``BEGIN IMMEDIATE``.
+
+On a Galera cluster a row lock holds on its own node only, so a reservation
+also writes the control row (``reserve``): two admissions through two nodes
+then write the same row, certification lets the first commit and makes the
+other fail with 1213, and the retried transaction counts again (ADR 0017).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from durable_ops.model.states import ACTIVE_STATES
@@ -30,6 +35,15 @@ def lock_control(session: Session) -> AiAdmissionControl:
     if control is None:
         raise RuntimeError("ai_admission_control has no global row: run `opsctl migrate`")
     return control
+
+
+def reserve(session: Session) -> None:
+    """Write the control row in the reserving transaction: the conflict Galera certifies."""
+    session.execute(
+        update(AiAdmissionControl)
+        .where(AiAdmissionControl.id == GLOBAL_CONTROL_ID)
+        .values(reservations=AiAdmissionControl.reservations + 1)
+    )
 
 
 def active_for_owner(session: Session, task_types: Iterable[str]) -> int:

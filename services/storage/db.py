@@ -9,28 +9,43 @@ unfiltered scope of claims and the sweeper. ``run_core`` runs a Core
 transaction (``durable_ops.storage.tx``) in either scope, for the operation
 lifecycle's hot statements.
 
-Writers retry the whole transaction on MariaDB deadlocks (1213) and lock-wait
-timeouts (1205), after a fully jittered pause (``transaction_retry_pause``);
-on SQLite they take the write lock up front (``BEGIN IMMEDIATE``) so two
-writers never deadlock upgrading a read lock.
+Writers retry the whole transaction on MariaDB deadlocks (1213, which Galera
+also raises at COMMIT when certification refuses a conflicting write set),
+lock-wait timeouts (1205) and a Galera node that is not ready yet (1047),
+after a fully jittered pause (``transaction_retry_pause``); on SQLite they
+take the write lock up front (``BEGIN IMMEDIATE``) so two writers never
+deadlock upgrading a read lock.
+
+A COMMIT whose connection is lost (2013 and the other unreachable codes) may
+or may not have committed. The work of a transaction says how to tell with
+``on_unknown_commit(check)``: after such a COMMIT the check runs in a fresh
+transaction and answers whether this transaction's writes are there. Found,
+the attempt's result is returned; not found, the transaction never happened
+and is replayed. Work that registered no check gets ``Unavailable`` as for
+any unreachable database (ADR 0017).
+
+On a Galera node (``wsrep_on``) every session sets ``wsrep_sync_wait`` so a
+read sees every write the cluster committed before it, whichever node took it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import sqlalchemy
 import structlog
 from sqlalchemy import Engine, event
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker, with_loader_criteria
 
@@ -43,15 +58,60 @@ from durable_ops.storage.tx import OWNER_KEY, Tx
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
-RETRYABLE_MYSQL_ERRORS = frozenset({1205, 1213})
+# 1205 lock wait timeout; 1213 deadlock, or (Galera) a write set that lost certification,
+# raised at any statement or at COMMIT; 1047 a Galera node not (yet) in the primary component.
+RETRYABLE_MYSQL_ERRORS = frozenset({1047, 1205, 1213})
 # The server is away (cannot connect, gone, lost mid-query, shutting down): an expected
 # state the caller may retry, not a fault of ours. A COMMIT lost this way may have
-# committed; a retry is safe because every write is idempotent or lease-guarded.
+# committed: the transaction's own check (``on_unknown_commit``) tells which.
 UNREACHABLE_MYSQL_ERRORS = frozenset({1053, 2002, 2003, 2006, 2013, 2055})
 MAX_TRANSACTION_ATTEMPTS = 8
 TRANSACTION_RETRY_BASE_SECONDS = 0.002
 TRANSACTION_RETRY_MAX_SECONDS = 0.2
 TRANSACTION_RETRY_JITTER: Draw = system_draw  # the random source of the replay's pause
+# Reading back whether a lost COMMIT committed: a few tries, about 1.5 s in all.
+COMMIT_CHECK_ATTEMPTS = 6
+COMMIT_CHECK_FIRST_PAUSE_SECONDS = 0.05
+# wsrep_sync_wait on Galera sessions: 1 = reads (SELECT, SHOW, BEGIN) wait until the node
+# has applied every write set the cluster ordered before them (read-your-writes anywhere).
+GALERA_SYNC_WAIT = 1
+GALERA_KEY = "galera"  # in a pooled connection's info: the server is a Galera node
+
+CommitCheck = Callable[[Tx], bool]
+_COMMIT_CHECKS: contextvars.ContextVar[list[CommitCheck] | None] = contextvars.ContextVar(
+    "durable_ops_commit_checks", default=None
+)
+
+
+def on_unknown_commit(check: CommitCheck) -> None:
+    """Say, from inside a transaction's work, how to tell later whether it committed.
+
+    ``check`` runs only if the COMMIT's connection is lost, in a fresh read
+    transaction of the same scope, and must answer True only when this
+    transaction's writes are there (a lease token hash, a freshly drawn id, an
+    exact ``updated_at``). Outside ``Database.run``/``run_core`` it is ignored.
+    """
+    checks = _COMMIT_CHECKS.get()
+    if checks is not None:
+        checks.append(check)
+
+
+def on_galera(connection: Connection) -> bool:
+    """Whether this connection's server is a Galera node (detected when it connected)."""
+    return bool(connection.info.get(GALERA_KEY))
+
+
+class _CommitLost(Exception):
+    """The connection was lost during COMMIT: the outcome is unknown, the result is here."""
+
+    def __init__(self, result: object, cause: OperationalError) -> None:
+        super().__init__("the connection was lost during COMMIT")
+        self.result = result
+        self.cause = cause
+
+
+def _unavailable() -> Unavailable:
+    return Unavailable("the database cannot be reached; try again", code="database_unavailable")
 
 
 class OwnerMismatch(RuntimeError):
@@ -74,7 +134,22 @@ def create_db_engine(url: str, *, pool_size: int = 10) -> Engine:
         connect_args={"charset": "utf8mb4"},
     )
     pool.install(engine, ping=True)
+    event.listen(engine, "connect", _on_mysql_connect)
     return engine
+
+
+def _on_mysql_connect(dbapi_connection: Any, record: Any) -> None:
+    """Detect Galera once per connection and make its reads causal (``wsrep_sync_wait``)."""
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("SHOW VARIABLES LIKE 'wsrep_on'")
+        row = cursor.fetchone()
+        galera = row is not None and str(row[1]).upper() == "ON"
+        if galera:
+            cursor.execute(f"SET SESSION wsrep_sync_wait = {GALERA_SYNC_WAIT}")
+    finally:
+        cursor.close()
+    record.info[GALERA_KEY] = galera
 
 
 def _sqlite_engine(url: URL) -> Engine:
@@ -116,6 +191,16 @@ def _is_retryable(exc: OperationalError) -> bool:
 
 def _is_unreachable(exc: OperationalError) -> bool:
     return _mysql_code(exc) in UNREACHABLE_MYSQL_ERRORS
+
+
+def _commit(commit: Callable[[], None], result: object) -> None:
+    """COMMIT; a lost connection becomes ``_CommitLost`` (outcome unknown), carrying ``result``."""
+    try:
+        commit()
+    except OperationalError as exc:
+        if _is_unreachable(exc):
+            raise _CommitLost(result, exc) from exc
+        raise
 
 
 def transaction_retry_pause(number: int, draw: Draw) -> float:
@@ -177,6 +262,11 @@ class Database:
         # Async servers run blocking transactions here; sized to the connection pool so
         # a burst queues for a thread instead of for a connection inside a thread.
         self._executor = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="db")
+        # Replayed attempts by MySQL error code, and lost COMMITs by outcome: figures for
+        # benchmarks and drills (``retries[1213]`` per claim, ``lost_commits["committed"]``).
+        self.retries: Counter[int] = Counter()
+        self.lost_commits: Counter[str] = Counter()
+        self._counting = threading.Lock()
 
     @property
     def is_sqlite(self) -> bool:
@@ -214,10 +304,16 @@ class Database:
         """Run ``work`` in one ORM transaction, retrying the whole of it on deadlock."""
 
         def attempt() -> T:
-            with self._transaction(owner_id, write=write) as session:
-                return work(session)
+            with self._sessions(bind=self._writer if write else self.engine) as session:
+                if owner_id is not None:
+                    session.info[OWNER_KEY] = owner_id
+                with session.begin() as transaction:
+                    result = work(session)
+                    session.flush()  # a failure here is not a lost COMMIT
+                    _commit(transaction.commit, result)
+                return result
 
-        return self._retrying(attempt)
+        return self._retrying(attempt, owner_id)
 
     def run_core(
         self,
@@ -232,25 +328,76 @@ class Database:
         engine = self._writer if write else self.engine
 
         def attempt() -> T:
-            with engine.begin() as connection:
-                return work(Tx(connection, owner_id))
+            with engine.connect() as connection, connection.begin() as transaction:
+                result = work(Tx(connection, owner_id))
+                _commit(transaction.commit, result)  # inside the attempt: 1213 here is replayed
+            return result
 
-        return self._retrying(attempt)
+        return self._retrying(attempt, owner_id)
 
-    def _retrying(self, attempt: Callable[[], T]) -> T:
+    def _retrying(self, attempt: Callable[[], T], owner_id: str | None) -> T:
         for number in range(1, MAX_TRANSACTION_ATTEMPTS + 1):
+            checks: list[CommitCheck] = []
+            scope = _COMMIT_CHECKS.set(checks)
             try:
                 return attempt()
+            except _CommitLost as lost:
+                if not checks:
+                    raise _unavailable() from lost.cause
+                if self._committed(list(checks), owner_id):
+                    self._count_lost_commit("committed")
+                    log.info("commit_lost_but_committed", attempt=number)
+                    return cast(T, lost.result)
+                self._count_lost_commit("not_committed")
+                if number == MAX_TRANSACTION_ATTEMPTS:
+                    raise _unavailable() from lost.cause
+                log.info("commit_lost_replayed", attempt=number)  # it never happened
             except OperationalError as exc:
                 if _is_unreachable(exc):
-                    raise Unavailable(
-                        "the database cannot be reached; try again", code="database_unavailable"
-                    ) from exc
-                if not _is_retryable(exc) or number == MAX_TRANSACTION_ATTEMPTS:
+                    raise _unavailable() from exc
+                if not _is_retryable(exc):
                     raise
-                log.info("transaction_retry", attempt=number, error=type(exc.orig).__name__)
+                if number == MAX_TRANSACTION_ATTEMPTS:  # transient still: the caller may retry
+                    raise Unavailable(
+                        "the database kept refusing this transaction under contention; try again",
+                        code="database_busy",
+                    ) from exc
+                code = cast(int, _mysql_code(exc))
+                with self._counting:
+                    self.retries[code] += 1
+                log.info("transaction_retry", attempt=number, code=code)
                 time.sleep(transaction_retry_pause(number, TRANSACTION_RETRY_JITTER))
+            finally:
+                _COMMIT_CHECKS.reset(scope)
         raise AssertionError("unreachable")
+
+    def _committed(self, checks: list[CommitCheck], owner_id: str | None) -> bool:
+        """Whether a transaction whose COMMIT was lost committed: its checks, read afresh.
+
+        On Galera the read is causal (``wsrep_sync_wait``): a write set the lost
+        node had replicated is applied, or known never to come, before it answers.
+        """
+        for number in range(1, COMMIT_CHECK_ATTEMPTS + 1):
+            try:
+                with self.engine.connect() as connection, connection.begin() as reading:
+                    found = any(check(Tx(connection, owner_id)) for check in checks)
+                    reading.rollback()  # it only read
+                    return found
+            except OperationalError as exc:
+                if not (_is_unreachable(exc) or _is_retryable(exc)):
+                    raise
+                if number == COMMIT_CHECK_ATTEMPTS:
+                    raise Unavailable(
+                        "the database was lost during a commit whose outcome cannot be"
+                        " read back yet; try again",
+                        code="database_unavailable",
+                    ) from exc
+                time.sleep(COMMIT_CHECK_FIRST_PAUSE_SECONDS * 2 ** (number - 1))
+        raise AssertionError("unreachable")
+
+    def _count_lost_commit(self, outcome: str) -> None:
+        with self._counting:
+            self.lost_commits[outcome] += 1
 
     async def run_async(
         self,

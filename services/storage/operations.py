@@ -19,6 +19,11 @@ The hot worker paths are written for the fewest statements: a heartbeat is
 one UPDATE, a completion one UPDATE plus the notification INSERT, a claim one
 ``SELECT … FOR UPDATE SKIP LOCKED`` plus the UPDATE of the row it locked, a
 create one INSERT.
+
+Every write also tells ``db.on_unknown_commit`` how to recognise itself should
+its COMMIT's connection be lost (ADR 0017): a create by the id it drew, a claim
+by the hash of the lease token it drew, a heartbeat by the exact expiry it
+wrote, a decision by the state, attempt and ``updated_at`` it wrote.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import random
 import secrets
 import uuid
 from collections.abc import Sequence
@@ -48,6 +54,7 @@ from durable_ops.model.errors import (
 from durable_ops.model.lifecycle import Decision, Event, Facts
 from durable_ops.model.states import PENDING_STATES, OperationState, Privacy
 from durable_ops.storage import notifications
+from durable_ops.storage.db import on_galera, on_unknown_commit
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
 from durable_ops.storage.schema import UserOperation
 from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
@@ -57,6 +64,10 @@ OPS = cast(Table, UserOperation.__table__)
 _OWNED = OPS.c.owner_user_id == SCOPE_OWNER
 OWNER_RACE_ATTEMPTS = 5
 SWEEP_BATCH = 200
+# On Galera a claim takes one of the first CLAIM_SPREAD claimable rows of the top priority,
+# at random: row locks do not reach other nodes, so claims through several nodes that all
+# took the head of the queue would fail certification (1213) all but one (ADR 0017).
+CLAIM_SPREAD = 8
 
 
 @dataclass(frozen=True)
@@ -158,6 +169,21 @@ def _owned_scope(tx: Tx) -> list[ColumnElement[bool]]:
     return [] if tx.owner_id is None else [_OWNED]
 
 
+def _row_is(tx: Tx, operation_id: str, columns: dict[str, Any]) -> bool:
+    """Whether the operation exists with exactly these column values (a lost COMMIT's check)."""
+    query = select(OPS.c.id).where(
+        OPS.c.id == operation_id,
+        *_owned_scope(tx),
+        *(OPS.c[name] == value for name, value in columns.items()),
+    )
+    return tx.execute(query).first() is not None
+
+
+def _recognised_by(operation_id: str, **columns: Any) -> None:
+    """Should this transaction's COMMIT be lost: it committed iff the row reads like this."""
+    on_unknown_commit(lambda tx: _row_is(tx, operation_id, columns))
+
+
 # ---- owner reads and creates -------------------------------------------------------------
 
 _GET = select(OPS).where(OPS.c.id == bindparam("operation_id"), _OWNED)
@@ -245,6 +271,7 @@ def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation
         if not hmac.compare_digest(existing.request_hash, fingerprint):
             raise Conflict(KEY_USED_FOR_ANOTHER_REQUEST) from None
         return existing, False
+    _recognised_by(values["id"])  # a fresh random id: only this INSERT wrote it
     return UserOperation(owner_user_id=tx.owner_id, **values), True
 
 
@@ -307,15 +334,32 @@ def _owner_event(tx: Tx, operation_id: str, event: Event, now: datetime) -> User
 
 # ---- the worker's lease ------------------------------------------------------------------
 
+_CLAIMABLE = (
+    OPS.c.state == bindparam("from_state"),
+    OPS.c.task_type.in_(bindparam("task_types", expanding=True)),
+    (OPS.c.deadline_at.is_(None)) | (OPS.c.deadline_at > bindparam("now")),
+)
 _CLAIM_CANDIDATE = (
     select(OPS)
-    .where(
-        OPS.c.state == bindparam("from_state"),
-        OPS.c.task_type.in_(bindparam("task_types", expanding=True)),
-        (OPS.c.deadline_at.is_(None)) | (OPS.c.deadline_at > bindparam("now")),
-    )
+    .where(*_CLAIMABLE)
     .order_by(OPS.c.priority.desc(), OPS.c.created_at)
     .limit(1)
+    .with_for_update(skip_locked=True)
+)
+# Galera: the head of the queue without locks, then one of its top-priority rows at random.
+_CLAIM_HEAD = (
+    select(OPS.c.id, OPS.c.priority)
+    .where(*_CLAIMABLE)
+    .order_by(OPS.c.priority.desc(), OPS.c.created_at)
+    .limit(CLAIM_SPREAD)
+)
+_CLAIM_PICK = (
+    select(OPS)
+    .where(
+        OPS.c.id == bindparam("claim_id"),
+        OPS.c.state == bindparam("from_state"),
+        (OPS.c.deadline_at.is_(None)) | (OPS.c.deadline_at > bindparam("now")),
+    )
     .with_for_update(skip_locked=True)
 )
 _CLAIMED_COLUMNS = (
@@ -359,7 +403,10 @@ def claim(
     expires = lifecycle.lease_expiry(now, lease_seconds)
     move = lifecycle.CLAIMS[Event.CLAIM_EXTERNAL if external_route else Event.CLAIM]
     candidate = {"from_state": move.source, "task_types": list(task_types), "now": now}
-    row = tx.execute(_CLAIM_CANDIDATE, candidate).one_or_none()
+    if _spreads(tx):
+        row = _spread_candidate(tx, candidate)
+    else:
+        row = tx.execute(_CLAIM_CANDIDATE, candidate).one_or_none()
     if row is None:
         return None
     found = row._mapping
@@ -376,7 +423,32 @@ def claim(
     taken = tx.execute(_CLAIM_TAKE, {**values, "claim_id": found["id"], "from_state": move.source})
     if taken.rowcount != 1:
         return None  # unreachable while the row is locked; never hand out a lost row
+    _recognised_by(found["id"], lease_token_hash=values["lease_token_hash"])
     return Claim(UserOperation(**{**found, **values}), token)
+
+
+def _spreads(tx: Tx) -> bool:
+    """Whether claims spread over the head of the queue: on Galera (tests may force it)."""
+    return on_galera(tx.connection)
+
+
+def _spread_candidate(tx: Tx, candidate: dict[str, Any]) -> Row[Any] | None:
+    """Lock one of the first ``CLAIM_SPREAD`` claimable rows of the top priority, at random.
+
+    The ordering promise becomes: never a lower priority while a higher one is
+    claimable, and within a priority one of the oldest few (not the oldest).
+    When every row of the head is locked here, the head query as on one server.
+    """
+    head = tx.execute(_CLAIM_HEAD, candidate).all()
+    if not head:
+        return None
+    ids = [row.id for row in head if row.priority == head[0].priority]
+    random.shuffle(ids)
+    for claim_id in ids:
+        row = tx.execute(_CLAIM_PICK, {**candidate, "claim_id": claim_id}).one_or_none()
+        if row is not None:
+            return row
+    return tx.execute(_CLAIM_CANDIDATE, candidate).one_or_none()
 
 
 _LIVE_LEASE = (
@@ -433,6 +505,7 @@ def heartbeat(
         "expires": expires,
         "progress": progress,
     }
+    _recognised_by(operation_id, lease_token_hash=token_hash, lease_expires_at=expires)
     fast = _HEARTBEAT if progress is None else _HEARTBEAT_WITH_PROGRESS
     if tx.execute(fast, lease).rowcount == 1:
         return expires, False
@@ -519,6 +592,7 @@ def complete(
     }
     lease = {"operation_id": operation_id, "token_hash": token_hash, "now": now}
     if tx.execute(_COMPLETE, {**lease, **values}).rowcount == 1:
+        _recognised_by(operation_id, lease_token_hash=token_hash, state=move.target)
         if move.notify:
             notifications.insert_for_operation(tx, operation_id, move.target, now)
         return move.target
@@ -754,6 +828,7 @@ def _apply(
         guard.append(OPS.c.lease_token_hash == op.lease_token_hash)
     if tx.execute(update(OPS).where(*guard).values(**values)).rowcount != 1:
         return False
+    _recognised_by(op.id, state=decision.state, attempt=decision.attempt, updated_at=now)
     if decision.remove_notification:
         notifications.delete_for_operation(tx, op.id)
     if decision.notify:

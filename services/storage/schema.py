@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     CheckConstraint,
     ForeignKey,
@@ -249,8 +250,10 @@ class AiAdmissionControl(Base):
     """One row: the live global AI switch, and the lock admission takes.
 
     Admission locks this row (``SELECT … FOR UPDATE``) before counting active
-    AI operations, so any number of admission replicas serialise their
-    capacity decision on the database and never exceed the limits together.
+    AI operations, and writes it (``reservations``) when it reserves, so any
+    number of admission replicas, on one server or on several Galera nodes,
+    serialise their capacity decision on the database and never exceed the
+    limits together.
     """
 
     __tablename__ = "ai_admission_control"
@@ -258,6 +261,9 @@ class AiAdmissionControl(Base):
     id: Mapped[str] = mapped_column(String(16), primary_key=True)
     ai_enabled: Mapped[bool] = mapped_column(Boolean)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    # Bumped by every admission that reserves capacity: on Galera the row lock does not reach
+    # other nodes, this write does (certification orders the reservations, ADR 0017).
+    reservations: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
 
 
 GLOBAL_CONTROL_ID = "global"

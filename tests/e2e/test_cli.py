@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from durable_ops.cli import GRPC_SERVICES, build_parser
+from durable_ops.storage.migrate import head_revision
 
 
 def opsctl(
@@ -37,7 +38,7 @@ def test_a_service_refuses_an_unmigrated_database(service: str, tmp_path: Path) 
 
 def test_migrate_set_plan_switch_and_down(tmp_path: Path) -> None:
     env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}"}
-    assert "schema at 0004" in opsctl("migrate", env=env).stdout
+    assert f"schema at {head_revision()}" in opsctl("migrate", env=env).stdout
     result = opsctl("users", "set-plan", "alice", "pro", env=env)
     assert result.stdout.strip() == "alice: plan pro, ai_enabled false"
     assert opsctl("ai", "disable", env=env).stdout.strip() == "AI globally disabled"

@@ -41,8 +41,8 @@ NOTIFICATION_ID = "b" * 32
 # A later release's additive revision, as its author would write it.
 THROWAWAY_REVISION = '''"""Throwaway: one nullable column on user_operations.
 
-Revision ID: 0005_throwaway
-Revises: 0004_operation_trace_parent
+Revision ID: 0006_throwaway
+Revises: 0005_admission_reservations
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ from alembic import op
 
 from durable_ops.migrations import ddl
 
-revision = "0005_throwaway"
-down_revision = "0004_operation_trace_parent"
+revision = "0006_throwaway"
+down_revision = "0005_admission_reservations"
 branch_labels = None
 depends_on = None
 
@@ -390,7 +390,7 @@ def test_a_new_add_column_revision_round_trips(
     """
     scripts = tmp_path / "migrations"
     shutil.copytree(migrate.MIGRATIONS, scripts, ignore=shutil.ignore_patterns("__pycache__"))
-    (scripts / "versions" / "0005_throwaway.py").write_text(THROWAWAY_REVISION)
+    (scripts / "versions" / "0006_throwaway.py").write_text(THROWAWAY_REVISION)
     connection = connect(fresh_url)
 
     def state() -> tuple[str | None, bool]:
@@ -400,19 +400,19 @@ def test_a_new_add_column_revision_round_trips(
         return revision, present
 
     migrate.upgrade(fresh_url, script_location=scripts)
-    assert state() == ("0005_throwaway", True)
+    assert state() == ("0006_throwaway", True)
     migrate.require_current(connection.engine)  # this release accepts the newer schema
     _add_operation_and_notification(connection)
 
-    migrate.downgrade(fresh_url, "0004_operation_trace_parent", script_location=scripts)
-    assert state() == ("0004_operation_trace_parent", False)
+    migrate.downgrade(fresh_url, "0005_admission_reservations", script_location=scripts)
+    assert state() == ("0005_admission_reservations", False)
     assert _notification_operation(connection) == OPERATION_ID
     with connection.begin():
         assert _claim_index_keys(connection) == CLAIM_KEYS
         assert _drift(connection) == set()
 
     migrate.upgrade(fresh_url, script_location=scripts)
-    assert state() == ("0005_throwaway", True)
+    assert state() == ("0006_throwaway", True)
     assert _notification_operation(connection) == OPERATION_ID
     with connection.begin():
         assert _claim_index_keys(connection) == CLAIM_KEYS
@@ -421,14 +421,14 @@ def test_a_new_add_column_revision_round_trips(
 
 BREAKING_REVISION = '''"""Broken: a notification of an operation that does not exist.
 
-Revision ID: 0005_broken
-Revises: 0004_operation_trace_parent
+Revision ID: 0006_broken
+Revises: 0005_admission_reservations
 """
 
 from alembic import op
 
-revision = "0005_broken"
-down_revision = "0004_operation_trace_parent"
+revision = "0006_broken"
+down_revision = "0005_admission_reservations"
 branch_labels = None
 depends_on = None
 
@@ -453,13 +453,13 @@ def test_a_sqlite_revision_that_breaks_a_reference_is_rolled_back(
     url = f"sqlite:///{tmp_path / 'ops.sqlite3'}"
     scripts = tmp_path / "migrations"
     shutil.copytree(migrate.MIGRATIONS, scripts, ignore=shutil.ignore_patterns("__pycache__"))
-    (scripts / "versions" / "0005_broken.py").write_text(BREAKING_REVISION)
+    (scripts / "versions" / "0006_broken.py").write_text(BREAKING_REVISION)
     migrate.upgrade(url)
     with pytest.raises(RuntimeError, match="broken foreign keys"):
         migrate.upgrade(url, script_location=scripts)
     connection = connect(url)
     with connection.begin():
-        assert migrate.current_revision(connection.engine) == "0004_operation_trace_parent"
+        assert migrate.current_revision(connection.engine) == "0005_admission_reservations"
         count = connection.execute(text("SELECT COUNT(*) FROM user_notifications")).scalar()
         assert count == 0
 
@@ -494,7 +494,7 @@ def test_mariadb_columns_are_bounded(migrated_mariadb_url: str) -> None:
         engine.dispose()
     strict = [row for row in rows if row.table_name in STRICT_TABLES]
     assert strict, "no columns found"
-    allowed = ("varchar(", "char(", "datetime(6)", "int(", "tinyint(1)")
+    allowed = ("varchar(", "char(", "datetime(6)", "int(", "bigint(", "tinyint(1)")
     loose = [tuple(row) for row in strict if not row.column_type.startswith(allowed)]
     assert loose == []
     widths = {(row.table_name, row.column_name): row.column_type for row in rows}

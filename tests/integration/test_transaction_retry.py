@@ -1,12 +1,16 @@
-"""Database.run replays a whole transaction that MariaDB chose as a deadlock victim."""
+"""Database.run replays a whole transaction that MariaDB chose as a deadlock victim,
+or that Galera refused at COMMIT, and resolves a COMMIT whose connection was lost."""
 
 from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import grpc
+import pymysql
 import pytest
 from sqlalchemy import select, text, update
 from sqlalchemy.exc import ProgrammingError
@@ -14,8 +18,9 @@ from sqlalchemy.orm import Session
 
 from durable_ops.model.errors import Unavailable
 from durable_ops.rpc.errors import status_for
+from durable_ops.storage import operations
 from durable_ops.storage.db import Database
-from durable_ops.storage.schema import Job
+from durable_ops.storage.schema import Job, UserOperation
 from tests.conftest import _empty_all_tables
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
@@ -111,3 +116,192 @@ def test_an_unreachable_database_is_unavailable_not_an_internal_error() -> None:
         assert status_for(raised.value) == grpc.StatusCode.UNAVAILABLE
     finally:
         db.dispose()
+
+
+# ---- Galera's errors and lost COMMITs, on a real MariaDB with the COMMIT made to fail ----
+
+TASK = "test.commit"
+
+
+def _request(key: str) -> operations.CreateRequest:
+    return operations.CreateRequest(
+        task_type=TASK, idempotency_key=key, subject_type="job", subject_id="j"
+    )
+
+
+def _create(db: Database, key: str) -> tuple[UserOperation, bool]:
+    return db.run_core(lambda tx: operations.create(tx, _request(key), NOW), owner_id="alice")
+
+
+def _claim(db: Database) -> operations.Claim | None:
+    return db.run_core(lambda tx: operations.claim(tx, [TASK], 60, NOW), owner_id=None)
+
+
+def _states(db: Database) -> dict[str, str]:
+    with db.engine.connect() as connection:
+        rows = connection.execute(text("SELECT id, state FROM user_operations")).all()
+    return {row.id: row.state for row in rows}
+
+
+def _failing_commits(
+    monkeypatch: pytest.MonkeyPatch, db: Database, failures: list[Callable[[Any], None]]
+) -> list[str]:
+    """Each COMMIT in turn runs the next of ``failures`` instead of committing, then commits."""
+    dialect = db.engine.dialect
+    real = dialect.do_commit
+    seen: list[str] = []
+
+    def do_commit(dbapi_connection: Any) -> None:
+        if failures:
+            seen.append("failed")
+            failures.pop(0)(dbapi_connection)
+            return
+        seen.append("committed")
+        real(dbapi_connection)
+
+    monkeypatch.setattr(dialect, "do_commit", do_commit)
+    return seen
+
+
+def _refused(code: int, message: str) -> Callable[[Any], None]:
+    """The server refuses the COMMIT (it rolled the transaction back), as Galera does."""
+
+    def fail(dbapi_connection: Any) -> None:
+        dbapi_connection.rollback()
+        raise pymysql.err.OperationalError(code, message)
+
+    return fail
+
+
+def _committed_then_lost(dbapi_connection: Any) -> None:
+    dbapi_connection.commit()
+    dbapi_connection.close()
+    raise pymysql.err.OperationalError(2013, "Lost connection to server during query")
+
+
+def _lost_before_commit(dbapi_connection: Any) -> None:
+    dbapi_connection.close()  # the server rolls the open transaction back
+    raise pymysql.err.OperationalError(2013, "Lost connection to server during query")
+
+
+@pytest.fixture
+def mariadb(migrated_mariadb_url: str) -> Iterator[Database]:
+    _empty_all_tables(migrated_mariadb_url)
+    db = Database(migrated_mariadb_url, pool_size=2)
+    try:
+        yield db
+    finally:
+        db.dispose()
+
+
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        (1213, "WSREP detected deadlock/conflict and aborted the transaction. Try restarting"),
+        (1047, "WSREP has not yet prepared node for application use"),
+    ],
+)
+def test_a_commit_refused_by_galera_is_replayed_as_a_whole(
+    mariadb: Database, monkeypatch: pytest.MonkeyPatch, code: int, message: str
+) -> None:
+    """engine.begin() commits inside the attempt, so a 1213 at COMMIT reaches the retry."""
+    seen = _failing_commits(monkeypatch, mariadb, [_refused(code, message)])
+    row, created = _create(mariadb, "refused-core")
+    assert created
+    assert seen == ["failed", "committed"]
+    assert _states(mariadb) == {row.id: "queued"}  # the replay's row, the refused one is gone
+    assert mariadb.retries[code] == 1
+
+    seen = _failing_commits(monkeypatch, mariadb, [_refused(code, message)])
+
+    def orm_work(session: Session) -> str:
+        job = Job(id="3" * 32, title="t", company="", description="d", created_at=NOW)
+        job.updated_at = NOW
+        session.add(job)
+        return job.id
+
+    assert mariadb.run(orm_work, owner_id="alice") == "3" * 32  # the ORM path too
+    assert seen == ["failed", "committed"]
+    assert mariadb.retries[code] == 2
+
+
+def test_a_claim_whose_commit_was_lost_but_landed_is_the_claim(
+    mariadb: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _create(mariadb, "one")
+    _create(mariadb, "two")
+    _failing_commits(monkeypatch, mariadb, [_committed_then_lost])
+    claim = _claim(mariadb)
+    assert claim is not None  # found by its lease token hash: not a second claim
+    claimed = claim.operation.id
+    assert _states(mariadb)[claimed] == "running"
+    assert sorted(_states(mariadb).values()) == ["queued", "running"]
+    assert mariadb.lost_commits == {"committed": 1}
+    beat = mariadb.run_core(
+        lambda tx: operations.heartbeat(tx, claimed, claim.lease_token, 60, None, NOW),
+        owner_id="alice",
+    )
+    assert beat[1] is False  # the token returned is the live lease
+
+
+def test_a_claim_whose_commit_was_lost_before_it_landed_is_claimed_again(
+    mariadb: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _create(mariadb, "one")
+    _create(mariadb, "two")
+    seen = _failing_commits(monkeypatch, mariadb, [_lost_before_commit])
+    claim = _claim(mariadb)
+    assert claim is not None
+    assert seen == ["failed", "committed"]  # not claimed, so the claim ran again
+    assert sorted(_states(mariadb).values()) == ["queued", "running"]
+    assert mariadb.lost_commits == {"not_committed": 1}
+
+
+def test_a_create_whose_commit_was_lost_is_resolved_by_its_row(
+    mariadb: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _failing_commits(monkeypatch, mariadb, [_committed_then_lost])
+    landed, created = _create(mariadb, "landed")
+    assert created  # this call's INSERT committed: it did create it
+    _failing_commits(monkeypatch, mariadb, [_lost_before_commit])
+    replayed, created_again = _create(mariadb, "replayed")
+    assert created_again
+    assert set(_states(mariadb)) == {landed.id, replayed.id}
+    assert mariadb.lost_commits == {"committed": 1, "not_committed": 1}
+
+
+def test_lease_mutations_whose_commit_was_lost_are_resolved_by_rereading_the_row(
+    mariadb: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _create(mariadb, "one")
+    claim = _claim(mariadb)
+    assert claim is not None
+    op_id, token = claim.operation.id, claim.lease_token
+    _failing_commits(monkeypatch, mariadb, [_committed_then_lost, _committed_then_lost])
+    mariadb.run_core(
+        lambda tx: operations.heartbeat(tx, op_id, token, 60, 10, NOW), owner_id="alice"
+    )
+    state = mariadb.run_core(
+        lambda tx: operations.complete(tx, op_id, token, operations.Provenance(), "", NOW),
+        owner_id="alice",
+    )
+    assert state == "succeeded"
+    assert mariadb.lost_commits == {"committed": 2}
+    with mariadb.engine.connect() as connection:
+        notes = connection.execute(text("SELECT COUNT(*) FROM user_notifications")).scalar()
+    assert notes == 1
+
+
+def test_a_lost_commit_of_work_that_cannot_tell_is_unavailable(
+    mariadb: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _seed(mariadb)
+    _failing_commits(monkeypatch, mariadb, [_committed_then_lost])
+
+    def rename(session: Session) -> None:
+        session.execute(update(Job).where(Job.id == FIRST).values(title="renamed"))
+
+    with pytest.raises(Unavailable) as raised:
+        mariadb.run(rename, owner_id="alice")
+    assert raised.value.code == "database_unavailable"
+    assert mariadb.lost_commits == {}

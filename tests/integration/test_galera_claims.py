@@ -1,0 +1,62 @@
+"""The claim spread over the head of the queue (Galera, ADR 0017), forced on both engines.
+
+On a Galera node a claim takes one of the first ``CLAIM_SPREAD`` claimable
+rows of the top priority at random; its ordering promise is checked here
+without a cluster: never a lower priority while a higher one is claimable,
+within a priority one of the oldest ``CLAIM_SPREAD``, every row claimed once.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from durable_ops.storage import operations
+from durable_ops.storage.db import Database
+
+START = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+TASK = "test.spread"
+
+
+@pytest.fixture
+def spread(database: Database, monkeypatch: pytest.MonkeyPatch) -> Database:
+    monkeypatch.setattr(operations, "_spreads", lambda _tx: True)
+    return database
+
+
+def _create(db: Database, number: int, priority: int) -> str:
+    request = operations.CreateRequest(
+        task_type=TASK,
+        idempotency_key=f"k{number}",
+        subject_type="job",
+        subject_id="j",
+        priority=priority,
+    )
+    created = START + timedelta(seconds=number)
+    row, _ = db.run_core(lambda tx: operations.create(tx, request, created), owner_id="alice")
+    return row.id
+
+
+def _claim(db: Database) -> str | None:
+    now = START + timedelta(hours=1)
+    claim = db.run_core(lambda tx: operations.claim(tx, [TASK], 60, now), owner_id=None)
+    return None if claim is None else claim.operation.id
+
+
+def test_a_spread_claim_takes_the_top_priority_first_and_one_of_its_oldest(
+    spread: Database,
+) -> None:
+    low = [_create(spread, number, priority=0) for number in range(3)]
+    high = [_create(spread, 10 + number, priority=5) for number in range(12)]
+    oldest_high = high[: operations.CLAIM_SPREAD]
+    claimed = [_claim(spread) for _ in high]
+    assert claimed[0] in oldest_high
+    assert sorted(map(str, claimed)) == sorted(high)  # every high one before any low one
+    rest = [_claim(spread) for _ in low]
+    assert sorted(map(str, rest)) == sorted(low)
+    assert _claim(spread) is None  # each claimed exactly once
+
+
+def test_an_empty_queue_claims_nothing(spread: Database) -> None:
+    assert _claim(spread) is None
