@@ -3,6 +3,7 @@
     session = acquire("/var/lib/durable-ops/host", "runner-1")
     record, created = session.begin("op-1", plan_hash)
     record = session.advance("op-1", record.revision, State.RUNNING)   # the claim
+    session.compact(older_than=timedelta(days=30))   # finished records -> tombstones
     session.close()
 
 See ``docs/hoststore.md`` for the contract, the file format and what is not
@@ -45,7 +46,7 @@ from durable_ops.hoststore.errors import (
     UnsupportedVersion,
 )
 from durable_ops.hoststore.session import Session, acquire
-from durable_ops.hoststore.snapshot import Record
+from durable_ops.hoststore.snapshot import Record, Tombstone
 from durable_ops.hoststore.transitions import State
 from durable_ops.hoststore.view import show
 
@@ -78,6 +79,7 @@ __all__ = [
     "SnapshotTruncated",
     "State",
     "StoreFull",
+    "Tombstone",
     "UnknownField",
     "UnknownOperation",
     "UnresolvedOperation",

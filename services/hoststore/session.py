@@ -13,12 +13,13 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from types import TracebackType
+from typing import Protocol, TypeVar
 
 from durable_ops.hoststore import directory as location
-from durable_ops.hoststore import ledger, lockfile, mounts, platforms, statefile
+from durable_ops.hoststore import ledger, lockfile, mounts, platforms, retention, statefile
 from durable_ops.hoststore import snapshot as fmt
 from durable_ops.hoststore.errors import (
     InvalidInput,
@@ -30,10 +31,21 @@ from durable_ops.hoststore.errors import (
     UnknownOperation,
 )
 from durable_ops.hoststore.filesystem import FileSystem
-from durable_ops.hoststore.snapshot import Record, Snapshot
+from durable_ops.hoststore.snapshot import Record, Snapshot, Tombstone
 from durable_ops.hoststore.transitions import State, parse_state
 
 Clock = Callable[[], datetime]
+
+
+class _Persistable(Protocol):
+    @property
+    def snapshot(self) -> Snapshot: ...
+
+    @property
+    def payload(self) -> fmt.Encoded | None: ...
+
+
+_Outcome = TypeVar("_Outcome", bound=_Persistable)
 
 
 def _utc_now() -> datetime:
@@ -109,6 +121,10 @@ class Session:
         self._encoder = fmt.IncrementalEncoder()
         self._closed = False
         self._poison: str | None = None
+        # Inside ``batch``: its depth, the snapshot saved before it and the document to save.
+        self._batch_depth = 0
+        self._batch_base: Snapshot | None = None
+        self._batch_pending: fmt.Encoded | None = None
 
     @property
     def directory(self) -> str:
@@ -126,8 +142,11 @@ class Session:
     def poisoned(self) -> bool:
         return self._poison is not None
 
-    def begin(self, operation_id: str, plan_hash: str) -> tuple[Record, bool]:
-        """Register queued work; ``(record, created)``. Same id and hash replays the original."""
+    def begin(self, operation_id: str, plan_hash: str) -> tuple[Record | Tombstone, bool]:
+        """Register queued work; ``(record, created)``. Same id and hash replays the original.
+
+        For a compacted id the original is its ``Tombstone`` (``created`` is False).
+        """
         identifier = fmt.operation_id(operation_id)
         plan = fmt.plan_hash(plan_hash)
         change = self._apply(
@@ -150,20 +169,82 @@ class Session:
         )
         return change.record
 
-    def get(self, operation_id: str) -> Record:
+    def get(self, operation_id: str) -> Record | Tombstone:
+        """The record of ``operation_id``, or its tombstone once it has been compacted."""
         identifier = fmt.operation_id(operation_id)
         with self._mutex:
             self._require_usable()
-            record = self._snapshot.records.get(identifier)
-        if record is None:
+            found: Record | Tombstone | None = self._snapshot.records.get(identifier)
+            if found is None:
+                found = self._snapshot.tombstones.get(identifier)
+        if found is None:
             raise UnknownOperation(f"no operation {identifier!r}")
-        return record
+        return found
 
     def records(self) -> tuple[Record, ...]:
-        """Every operation ever begun, sorted by id."""
+        """Every live (not compacted) record, sorted by id."""
         with self._mutex:
             self._require_usable()
             return tuple(sorted(self._snapshot.records.values(), key=lambda r: r.id))
+
+    def tombstones(self) -> tuple[Tombstone, ...]:
+        """What is kept of the compacted records, sorted by id."""
+        with self._mutex:
+            self._require_usable()
+            return tuple(sorted(self._snapshot.tombstones.values(), key=lambda t: t.id))
+
+    def compact(self, *, older_than: timedelta, now: datetime | None = None) -> int:
+        """Turn terminal records last changed ``older_than`` ago or earlier into tombstones.
+
+        Returns how many were compacted; with none, nothing is written. Otherwise
+        the new snapshot is saved like any other change (and a failure poisons).
+        ``now`` defaults to the session's clock. No id is forgotten: ``begin``
+        and ``advance`` answer for a tombstone as for the terminal record it was.
+        """
+        return self._retain(ledger.compact, older_than, now)
+
+    def forget(self, *, older_than: timedelta, now: datetime | None = None) -> int:
+        """Drop tombstones whose final state is ``older_than`` ago or earlier; how many.
+
+        The second, longer horizon of ADR 0018. A forgotten id is unknown
+        afterwards, and ``begin`` of it creates a new record: use it only with a
+        horizon beyond which requests are refused before they reach the store.
+        """
+        return self._retain(ledger.forget, older_than, now)
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Group the changes made inside into one save when the block ends.
+
+        Inside the block every call answers as usual, but nothing is durable
+        until the block ends: then the last snapshot is saved once (temp, fsync,
+        rename, directory fsync), all of the changes or none. A failing save
+        poisons the session as usual. If the block raises, nothing is saved and
+        the session is back at its last saved snapshot. Do not act on a change
+        (say, start the work a claim allows) before the block has ended.
+        Batches nest: only the outermost one saves, or discards if it raises.
+        """
+        with self._mutex:
+            self._require_usable()
+            self._batch_depth += 1
+            outermost = self._batch_depth == 1
+            if outermost:
+                self._batch_base = self._snapshot
+        completed = False
+        try:
+            yield
+            completed = True
+        finally:
+            with self._mutex:
+                self._batch_depth -= 1
+                if outermost:
+                    pending, self._batch_pending = self._batch_pending, None
+                    base, self._batch_base = self._batch_base, None
+                    if not completed or self._closed or self._poison is not None:
+                        if base is not None:
+                            self._snapshot = base  # the encoder rebuilds on the next change
+                    elif pending is not None:
+                        self._persist(pending)
 
     def unresolved(self) -> Record | None:
         """The one non-terminal operation that blocks new ids, if any."""
@@ -191,29 +272,49 @@ class Session:
     ) -> None:
         self.close()
 
-    def _apply(self, decide: Callable[[Snapshot, str], ledger.Change]) -> ledger.Change:
+    def _retain(
+        self,
+        rule: Callable[..., ledger.Retained],
+        older_than: timedelta,
+        now: datetime | None,
+    ) -> int:
+        def decide(current: Snapshot, clock_now: str) -> ledger.Retained:
+            moment = now if now is not None else self._clock()
+            return rule(current, retention.cutoff(moment, older_than), encoder=self._encoder)
+
+        return self._apply(decide).count
+
+    def _apply(self, decide: Callable[[Snapshot, str], _Outcome]) -> _Outcome:
         with self._mutex:
             self._require_usable()
             change = decide(self._snapshot, fmt.format_timestamp(self._clock()))
             if change.payload is None:
                 return change
-            try:
-                location.check_unchanged(self._path, self._dir_fd, self._dir_identity)
-                lockfile.check_held(self._dir_fd, self._lock_fd, self._lock_identity)
-            except LockReplaced as exc:
-                self._poison = exc.message
-                raise
-            try:
-                statefile.save(self._fs, self._dir_fd, change.payload.parts)
-            except OSError as exc:
-                self._poison = f"saving state.json failed: {exc}"
-                raise SaveFailed(
-                    f"saving state.json failed ({exc}); the session is poisoned: close it,"
-                    " reacquire and query before deciding anything",
-                    errno=exc.errno,
-                ) from exc
+            if self._batch_depth:
+                # Saved once when the batch ends; until then only in memory.
+                self._batch_pending = change.payload
+            else:
+                self._persist(change.payload)
             self._snapshot = change.snapshot
             return change
+
+    def _persist(self, payload: fmt.Encoded) -> None:
+        """Check the lock and the directory, then save ``payload``; any failure poisons."""
+        try:
+            location.check_unchanged(self._path, self._dir_fd, self._dir_identity)
+            lockfile.check_held(self._dir_fd, self._lock_fd, self._lock_identity)
+        except LockReplaced as exc:
+            self._poison = exc.message
+            raise
+        try:
+            statefile.save(self._fs, self._dir_fd, payload.parts)
+        except OSError as exc:
+            self._poison = f"saving state.json failed: {exc}"
+            raise SaveFailed(
+                f"saving state.json failed ({exc}); the session is poisoned: close it,"
+                " reacquire and query before deciding anything",
+                errno=exc.errno,
+            ) from exc
 
     def _require_usable(self) -> None:
         if self._closed:

@@ -4,11 +4,13 @@ A snapshot file is one canonical JSON document (sorted keys, no insignificant
 whitespace, UTF-8, no trailing newline)::
 
     {"body":{"host_id":"runner-1",
-             "operations":{"op-1":{"created_at":"2026-01-02T03:04:05.000000Z",
+             "operations":{"op-2":{"created_at":"2026-01-02T03:04:05.000000Z",
                                    "plan_hash":"9f86d0...","revision":2,
                                    "state":"running",
                                    "updated_at":"2026-01-02T03:04:06.000000Z"}},
-             "version":2},
+             "tombstones":{"op-1":["5e8841...",3,"succeeded",
+                                   "2026-01-01T00:00:00.000000Z"]},
+             "version":3},
      "sha256":"<hex SHA-256 checksum of the body, see below>"}
 
 (shown wrapped here; on disk it is one line). Decoding accepts exactly the bytes
@@ -16,20 +18,28 @@ whitespace, UTF-8, no trailing newline)::
 distinct ``SnapshotError`` subclass. The checksum detects accidents (torn or
 edited files), it is not authentication.
 
-Checksums. Version 2 (written) hashes the body in 256 buckets so that a change
+A *tombstone* (``tombstones``, ADR 0018) is what compaction keeps of a finished
+record: ``[plan_hash, revision, state, updated_at]``, enough for ``begin`` to
+replay the outcome or refuse another plan hash. An id is in ``operations`` or in
+``tombstones``, never in both.
+
+Checksums. Version 3 (written) hashes the body in 256 buckets so that a change
 rehashes one bucket, not the whole body:
 
-- each record's *fragment* is its canonical member of ``operations``,
-  ``"<id>":{...}``, exactly as it appears in the body;
-- a record belongs to bucket ``SHA-256(id)[0]`` (the first byte, 0..255);
+- each record's or tombstone's *fragment* is its canonical member of
+  ``operations`` or ``tombstones``, ``"<id>":{...}`` or ``"<id>":[...]``,
+  exactly as it appears in the body;
+- it belongs to bucket ``SHA-256(id)[0]`` (the first byte, 0..255);
 - a bucket's digest is ``SHA-256`` of its fragments in id order joined by
   ``,`` (an empty bucket hashes the empty string);
 - ``sha256`` is the hex ``SHA-256`` of the canonical header
-  ``{"buckets":256,"host_id":"<host>","version":2}`` followed by the 256
+  ``{"buckets":256,"host_id":"<host>","version":3}`` followed by the 256
   raw 32-byte bucket digests in bucket order.
 
-Version 1 (still read, never written) is the hex ``SHA-256`` of the canonical
-encoding of ``body``. Either way every byte of the document is covered: the
+Version 2 (still read, never written) is the same without ``tombstones`` and
+with ``"version":2`` in body and header. Version 1 (still read, never written)
+has no ``tombstones`` either, and its checksum is the hex ``SHA-256`` of the
+canonical encoding of ``body``. Either way every byte of the document is covered: the
 checksum covers the canonical data, and decoding requires the file to be that
 canonical encoding byte for byte.
 """
@@ -62,12 +72,12 @@ from durable_ops.hoststore.errors import (
     UnknownField,
     UnsupportedVersion,
 )
-from durable_ops.hoststore.transitions import MAX_REVISION, UNRESOLVED, State
+from durable_ops.hoststore.transitions import MAX_REVISION, TERMINAL, UNRESOLVED, State
 
-# The version every save writes. Version 1 differs only in its checksum and is
-# still read (see the module docstring); the next save rewrites it as version 2.
-FORMAT_VERSION: Final = 2
-READABLE_VERSIONS: Final = frozenset({1, 2})
+# The version every save writes. Versions 1 and 2 have no tombstones and are still
+# read (see the module docstring); the next save rewrites them as version 3.
+FORMAT_VERSION: Final = 3
+READABLE_VERSIONS: Final = frozenset({1, 2, 3})
 CHECKSUM_BUCKETS: Final = 256
 MAX_SNAPSHOT_BYTES: Final = 16 * 1024 * 1024
 # Admission keeps this much room for the active record to grow later: its state
@@ -84,7 +94,12 @@ _TIMESTAMP_PATTERN: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d
 
 _STATE_NAMES: Final = frozenset(state.value for state in State)
 _DOCUMENT_FIELDS: Final = frozenset({"body", "sha256"})
-_BODY_FIELDS: Final = frozenset({"host_id", "operations", "version"})
+_BODY_FIELDS: Final = {
+    1: frozenset({"host_id", "operations", "version"}),
+    2: frozenset({"host_id", "operations", "version"}),
+    3: frozenset({"host_id", "operations", "tombstones", "version"}),
+}
+_TERMINAL_NAMES: Final = frozenset(state.value for state in TERMINAL)
 _RECORD_FIELDS: Final = frozenset({"created_at", "plan_hash", "revision", "state", "updated_at"})
 _DIGEST_SIZE: Final = 32
 # Text that canonical JSON (ensure_ascii=False) copies between its quotes unescaped.
@@ -100,6 +115,21 @@ class Record:
     state: State
     revision: int
     created_at: str
+    updated_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """What compaction keeps of a terminal record (ADR 0018): enough to answer ``begin``.
+
+    ``updated_at`` is when the record reached its final ``state`` at ``revision``;
+    its ``created_at`` is not kept.
+    """
+
+    id: str
+    plan_hash: str
+    state: State
+    revision: int
     updated_at: str
 
 
@@ -159,14 +189,15 @@ class RecordMap(Mapping[str, Record]):
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """The whole store: host identity and every operation ever begun, by id.
+    """The whole store: host identity, the live records and the tombstones, by id.
 
-    ``records`` is never mutated after construction; changes build a new snapshot
-    (``with_record``).
+    Neither mapping is mutated after construction; changes build a new snapshot
+    (``with_record``, or ``retention.compact`` and ``retention.forget``).
     """
 
     host_id: str
     records: Mapping[str, Record]
+    tombstones: Mapping[str, Tombstone] = field(default_factory=dict)
     # (the unresolved record or None) once known; None until then. Not part of the value.
     _unresolved: tuple[Record | None] | None = field(
         default=None, init=False, repr=False, compare=False
@@ -193,7 +224,7 @@ class Snapshot:
         records = self.records
         if not isinstance(records, RecordMap):
             records = RecordMap(records)  # one copy, then shared from snapshot to snapshot
-        following = Snapshot(self.host_id, records.with_record(record))
+        following = Snapshot(self.host_id, records.with_record(record), self.tombstones)
         known = self._unresolved
         if known is not None:
             # ``known`` says at most one record is unresolved, and which one.
@@ -255,20 +286,27 @@ def format_timestamp(moment: datetime) -> str:
 def encode(snapshot: Snapshot, *, version: int = FORMAT_VERSION) -> bytes:
     """The canonical document, from scratch: the reference the incremental encoder matches.
 
-    ``version=1`` writes the old checksum; only tests of reading old files use it.
+    ``version=1`` or ``2`` writes an older format (no tombstones); only tests of
+    reading old files use them.
     """
     if version not in READABLE_VERSIONS:
         raise InvalidInput(f"cannot encode format version {version!r}")
-    body = {
+    if version < 3 and snapshot.tombstones:
+        raise InvalidInput(f"format version {version} cannot hold tombstones")
+    body: dict[str, object] = {
         "host_id": snapshot.host_id,
         "operations": {record.id: _record_fields(record) for record in snapshot.records.values()},
         "version": version,
     }
+    if version >= 3:
+        body["tombstones"] = {t.id: _tombstone_fields(t) for t in snapshot.tombstones.values()}
     canonical_body = _canonical(body)
     if version == 1:
         checksum = _checksum_v1(canonical_body)
     else:
-        checksum = checksum_v2(snapshot.host_id, snapshot.records.values())
+        checksum = bucket_checksum(
+            snapshot.host_id, snapshot.records.values(), snapshot.tombstones.values(), version
+        )
     return _document(canonical_body, checksum)
 
 
@@ -277,24 +315,31 @@ def bucket_of(operation_id: str) -> int:
     return hashlib.sha256(operation_id.encode("utf-8")).digest()[0]
 
 
-def checksum_v2(host: str, records: Iterable[Record]) -> str:
-    """The version 2 checksum of a body holding ``records``, computed from scratch."""
+def bucket_checksum(
+    host: str,
+    records: Iterable[Record],
+    tombstones: Iterable[Tombstone] = (),
+    version: int = FORMAT_VERSION,
+) -> str:
+    """The version 2 or 3 checksum of a body, computed from scratch.
+
+    Version 2 bodies hold no tombstones; the rule is the same with the header's version.
+    """
+    members = [(record.id, _fragment(record)) for record in records]
+    members += [(tombstone.id, _tombstone_fragment(tombstone)) for tombstone in tombstones]
+    members.sort()  # so every bucket comes out in id order (an id is in one section only)
     buckets: list[list[bytes]] = [[] for _ in range(CHECKSUM_BUCKETS)]
-    for record in sorted(records, key=_record_id):  # so every bucket comes out in id order
-        buckets[bucket_of(record.id)].append(_fragment(record))
+    for key, fragment in members:
+        buckets[bucket_of(key)].append(fragment)
     digests = b"".join(hashlib.sha256(b",".join(bucket)).digest() for bucket in buckets)
-    return _combine_v2(_header_v2(host), digests)
+    return _combine_buckets(_bucket_header(host, version), digests)
 
 
-def _record_id(record: Record) -> str:
-    return record.id
+def _bucket_header(host: str, version: int) -> bytes:
+    return _canonical({"buckets": CHECKSUM_BUCKETS, "host_id": host, "version": version})
 
 
-def _header_v2(host: str) -> bytes:
-    return _canonical({"buckets": CHECKSUM_BUCKETS, "host_id": host, "version": 2})
-
-
-def _combine_v2(header: bytes, digests: bytes | bytearray) -> str:
+def _combine_buckets(header: bytes, digests: bytes | bytearray) -> str:
     hasher = hashlib.sha256(header)
     hasher.update(digests)
     return hasher.hexdigest()
@@ -314,6 +359,10 @@ def _record_fields(record: Record) -> dict[str, object]:
     }
 
 
+def _tombstone_fields(tombstone: Tombstone) -> list[object]:
+    return [tombstone.plan_hash, tombstone.revision, tombstone.state.value, tombstone.updated_at]
+
+
 class IncrementalEncoder:
     """``encode`` for a sequence of snapshots that each differ from the last by one record.
 
@@ -321,9 +370,11 @@ class IncrementalEncoder:
     keeps the canonical bytes of every record twice over: in sorted runs (joined,
     ready to write in body order) and in the checksum buckets, with each bucket's
     digest. A change re-encodes one record, re-joins one run, rehashes one bucket
-    (about 1/256 of the body) and the 8 KiB of bucket digests. The bytes are
-    exactly those of ``encode`` (the tests compare them). Any snapshot that is not
-    "the previous one plus or with one changed record" is encoded from scratch.
+    (about 1/256 of the body) and the 8 KiB of bucket digests. The tombstones
+    change only at compaction; they are kept joined, as one piece, and in the
+    same buckets. The bytes are exactly those of ``encode`` (the tests compare
+    them). Any snapshot that is not "the previous one plus or with one changed
+    record, with the same tombstones" is encoded from scratch.
     """
 
     CHUNK = 32
@@ -331,7 +382,7 @@ class IncrementalEncoder:
     def __init__(self) -> None:
         self._last: Snapshot | None = None
         self._head = b""  # b'{"body":{"host_id":...,"operations":{'
-        self._tail = b""  # b'},"version":2},"sha256":"'
+        self._tail = b""  # b'},"tombstones":{...},"version":3},"sha256":"'
         self._header = hashlib.sha256()  # SHA-256 state after the checksum header
         # The records in id order, split into runs of CHUNK to 2 * CHUNK: their ids,
         # their fragments (b'"id":{...}'; every run but the first starts with b"", so
@@ -368,6 +419,7 @@ class IncrementalEncoder:
             and changed is not None
             and changed in snapshot.records
             and snapshot.host_id == previous.host_id
+            and snapshot.tombstones is previous.tombstones
             and len(snapshot.records) == len(previous.records) + (changed not in previous.records)
         ):
             self._update(snapshot.records[changed])
@@ -379,15 +431,25 @@ class IncrementalEncoder:
         checksum = hasher.hexdigest().encode("ascii")
         head, tail = self._head, self._tail
         return Encoded(
-            (head, *self._joined, tail + checksum + b'"}'),
+            # The tail (which holds every tombstone) is a piece of its own, never copied.
+            (head, *self._joined, tail, checksum + b'"}'),
             len(head) + self._size + len(tail) + len(checksum) + 2,
         )
 
     def _rebuild(self, snapshot: Snapshot) -> None:
         host = _canonical(snapshot.host_id)
         self._head = b'{"body":{"host_id":' + host + b',"operations":{'
-        self._tail = b'},"version":' + str(FORMAT_VERSION).encode("ascii") + b'},"sha256":"'
-        self._header = hashlib.sha256(_header_v2(snapshot.host_id))
+        tombstones = snapshot.tombstones
+        buried = sorted(tombstones)
+        buried_fragments = [_tombstone_fragment(tombstones[key]) for key in buried]
+        self._tail = (
+            b'},"tombstones":{'
+            + b",".join(buried_fragments)
+            + b'},"version":'
+            + str(FORMAT_VERSION).encode("ascii")
+            + b'},"sha256":"'
+        )
+        self._header = hashlib.sha256(_bucket_header(snapshot.host_id, FORMAT_VERSION))
         records = snapshot.records
         ids = sorted(records)
         fragments = [_fragment(records[key]) for key in ids]
@@ -399,10 +461,13 @@ class IncrementalEncoder:
         self._joined = [b",".join(run) for run in self._run_fragments]
         self._firsts = [run[0] for run in self._run_ids]
         self._size = sum(map(len, self._joined))
-        self._bucket_of = {key: bucket_of(key) for key in ids}
+        members = sorted(
+            [*zip(ids, fragments, strict=True), *zip(buried, buried_fragments, strict=True)]
+        )
+        self._bucket_of = {key: bucket_of(key) for key, _ in members}
         self._bucket_ids = [[] for _ in range(CHECKSUM_BUCKETS)]
         self._bucket_fragments = [[] for _ in range(CHECKSUM_BUCKETS)]
-        for key, fragment in zip(ids, fragments, strict=True):  # in id order
+        for key, fragment in members:  # in id order
             bucket = self._bucket_of[key]
             self._bucket_ids[bucket].append(key)
             self._bucket_fragments[bucket].append(fragment)
@@ -488,6 +553,26 @@ def _canonical_fragment(record: Record) -> bytes:
     return _canonical(record.id) + b":" + _canonical(_record_fields(record))
 
 
+def _tombstone_fragment(tombstone: Tombstone) -> bytes:
+    """``"<id>":[plan_hash,revision,state,updated_at]``: its canonical member of ``tombstones``."""
+    key, plan, updated = tombstone.id, tombstone.plan_hash, tombstone.updated_at
+    if (
+        type(tombstone.revision) is int
+        and type(key) is str
+        and type(plan) is str
+        and type(updated) is str
+        and _PLAIN_TEXT.fullmatch(key + plan + updated)
+    ):
+        return (
+            f'"{key}":["{plan}",{tombstone.revision},"{tombstone.state.value}","{updated}"]'
+        ).encode()
+    return _canonical_tombstone_fragment(tombstone)
+
+
+def _canonical_tombstone_fragment(tombstone: Tombstone) -> bytes:
+    return _canonical(tombstone.id) + b":" + _canonical(_tombstone_fields(tombstone))
+
+
 def decode(data: bytes, *, expected_host_id: str | None = None) -> Snapshot:
     """Parse ``state.json`` bytes, or raise the ``SnapshotError`` naming the defect."""
     if len(data) > MAX_SNAPSHOT_BYTES:
@@ -500,13 +585,17 @@ def decode(data: bytes, *, expected_host_id: str | None = None) -> Snapshot:
     _check_fields(top, _DOCUMENT_FIELDS, "document")
     body = _object(top["body"], "body")
     version = _check_version(body)
-    _check_fields(body, _BODY_FIELDS, "body")
+    _check_fields(body, _BODY_FIELDS[version], "body")
     snapshot = Snapshot(
         host_id=_field_text(body["host_id"], "host_id", _HOST_ID_PATTERN),
         records=_records(_object(body["operations"], "operations")),
+        tombstones=(_tombstones(_object(body["tombstones"], "tombstones")) if version >= 3 else {}),
     )
     if len([r for r in snapshot.records.values() if r.state in UNRESOLVED]) > 1:
         raise SnapshotMalformed("more than one unresolved operation")
+    both = sorted(snapshot.records.keys() & snapshot.tombstones.keys())
+    if both:
+        raise SnapshotMalformed(f"operation(s) {both[:3]} are both live and tombstones")
     checksum = top["sha256"]
     if not isinstance(checksum, str) or not _SHA256_PATTERN.fullmatch(checksum):
         raise SnapshotMalformed("sha256 must be 64 lowercase hex digits")
@@ -514,7 +603,9 @@ def decode(data: bytes, *, expected_host_id: str | None = None) -> Snapshot:
     if version == 1:
         expected = _checksum_v1(canonical_body)
     else:
-        expected = checksum_v2(snapshot.host_id, snapshot.records.values())
+        expected = bucket_checksum(
+            snapshot.host_id, snapshot.records.values(), snapshot.tombstones.values(), version
+        )
     if expected != checksum:
         raise ChecksumMismatch("snapshot body does not match its SHA-256 checksum")
     if _document(canonical_body, checksum) != data:
@@ -661,3 +752,25 @@ def _records(operations: Mapping[str, object]) -> dict[str, Record]:
             updated_at=_timestamp(fields["updated_at"], f"{where} updated_at"),
         )
     return records
+
+
+def _tombstones(section: Mapping[str, object]) -> dict[str, Tombstone]:
+    tombstones: dict[str, Tombstone] = {}
+    for key, value in section.items():
+        where = f"tombstone {key!r}"
+        if not isinstance(value, list) or len(value) != 4:
+            raise SnapshotMalformed(f"{where} must be [plan_hash, revision, state, updated_at]")
+        plan, revision, state_name, updated = value
+        if not isinstance(state_name, str) or state_name not in _TERMINAL_NAMES:
+            raise SnapshotMalformed(f"{where}: {state_name!r} is not a terminal state")
+        # Every terminal state is at least one transition away from the first revision.
+        if type(revision) is not int or not 2 <= revision <= MAX_REVISION:
+            raise SnapshotMalformed(f"{where}: revision must be an integer in 2..{MAX_REVISION}")
+        tombstones[key] = Tombstone(
+            id=_field_text(key, f"{where} id", _ID_PATTERN),
+            plan_hash=_field_text(plan, f"{where} plan_hash", _ID_PATTERN),
+            state=State(state_name),
+            revision=revision,
+            updated_at=_timestamp(updated, f"{where} updated_at"),
+        )
+    return tombstones

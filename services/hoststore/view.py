@@ -24,7 +24,7 @@ from durable_ops.hoststore.errors import (
     UnsafeDirectory,
     UnsafeFile,
 )
-from durable_ops.hoststore.snapshot import MAX_SNAPSHOT_BYTES, Record, Snapshot
+from durable_ops.hoststore.snapshot import MAX_SNAPSHOT_BYTES, Record, Snapshot, Tombstone
 from durable_ops.hoststore.transitions import UNRESOLVED
 
 PLAN_HASH_PREFIX = 12
@@ -132,10 +132,26 @@ def _row(record: Record) -> dict[str, object]:
     }
 
 
+def _tombstone_row(tombstone: Tombstone) -> dict[str, object]:
+    return {
+        "id": tombstone.id,
+        "state": tombstone.state.value,
+        "revision": tombstone.revision,
+        "plan_hash_prefix": tombstone.plan_hash[:PLAN_HASH_PREFIX],
+        "updated_at": tombstone.updated_at,
+    }
+
+
 def _sorted_records(found: Inspection) -> list[Record]:
     if found.current is None:
         return []
     return sorted(found.current.records.values(), key=lambda record: record.id)
+
+
+def _sorted_tombstones(found: Inspection) -> list[Tombstone]:
+    if found.current is None:
+        return []
+    return sorted(found.current.tombstones.values(), key=lambda tombstone: tombstone.id)
 
 
 def _render_json(found: Inspection, out: TextIO) -> None:
@@ -146,6 +162,7 @@ def _render_json(found: Inspection, out: TextIO) -> None:
         "initialized": found.initialized,
         "snapshot_present": found.current is not None,
         "operations": [_row(record) for record in _sorted_records(found)],
+        "tombstones": [_tombstone_row(tombstone) for tombstone in _sorted_tombstones(found)],
         "temp_remnants": found.temp_remnants,
         "warnings": found.warnings,
     }
@@ -168,6 +185,10 @@ def _render_text(found: Inspection, out: TextIO) -> None:
         )
         if records:
             lines.extend(_table(records))
+        tombstones = _sorted_tombstones(found)
+        lines.append(f"tombstones (compacted, still answer begin): {len(tombstones)}")
+        if tombstones:
+            lines.extend(_tombstone_table(tombstones))
     if found.temp_remnants:
         lines.append("temporary remnants (ignored, never read as work):")
         lines.extend(f"  {name}" for name in found.temp_remnants)
@@ -188,10 +209,23 @@ def _table(records: list[Record]) -> list[str]:
         )
         for r in records
     ]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return _aligned([header, *rows])
+
+
+def _tombstone_table(tombstones: list[Tombstone]) -> list[str]:
+    header = ("ID", "STATE", "REV", "PLAN", "UPDATED")
+    rows = [
+        (t.id, t.state.value, str(t.revision), t.plan_hash[:PLAN_HASH_PREFIX], t.updated_at)
+        for t in tombstones
+    ]
+    return _aligned([header, *rows])
+
+
+def _aligned(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return [
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
+        for row in rows
     ]
 
 

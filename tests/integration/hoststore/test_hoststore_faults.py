@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from durable_ops.hoststore import (
     SaveFailed,
     SessionPoisoned,
     State,
+    Tombstone,
     acquire,
     lockfile,
     statefile,
@@ -233,3 +235,39 @@ def test_durable_steps_happen_in_order(store: Path) -> None:
         pass
     assert "pwrite_marker" not in fs.calls, "a marked store is not re-marked"
     assert "rename" not in fs.calls, "opening an initialized store writes nothing"
+
+
+@pytest.mark.parametrize("step", SAVE_STEPS)
+def test_a_failing_compaction_poisons_and_the_store_reopens_old_or_new(
+    store: Path, step: str
+) -> None:
+    fs = RecordingFileSystem()
+    session = acquire(store, "runner-1", filesystem=fs)
+    session.begin("op-1", "hash")
+    session.advance("op-1", 1, State.CANCELLED)
+    fs.arm(step, errno.EIO, persistent=False)
+    with pytest.raises(SaveFailed):
+        session.compact(older_than=timedelta(0))
+    assert session.poisoned
+    with pytest.raises(SessionPoisoned):
+        session.compact(older_than=timedelta(0))
+    session.close()
+
+    with acquire(store, "runner-1") as reopened:
+        found = reopened.get("op-1")
+        assert (found.state, found.revision) == (State.CANCELLED, 2)
+        compacted = isinstance(found, Tombstone)
+        assert compacted == (step == "fsync_directory"), "old or new, never anything else"
+        assert reopened.begin("op-1", "hash") == (found, False)
+    assert _temp_files(store) == []
+
+
+def test_compaction_saves_in_the_same_order(store: Path) -> None:
+    fs = RecordingFileSystem()
+    with acquire(store, "runner-1", filesystem=fs) as session:
+        session.begin("op-1", "hash")
+        session.advance("op-1", 1, State.CANCELLED)
+        fs.calls.clear()
+        assert session.compact(older_than=timedelta(0)) == 1
+    steps = ["open_temp", "write", "fsync_temp", "close_temp", "rename", "fsync_directory"]
+    assert [call for call in fs.calls if call in steps] == steps

@@ -60,6 +60,7 @@ def test_the_full_lifecycle_persists_across_sessions(store: Path) -> None:
     with acquire(store, "runner-1", clock=clock) as session:
         record, created = session.begin("op-1", "hash-a")
         assert created
+        assert isinstance(record, Record)
         assert (record.state, record.revision) == (State.QUEUED, 1)
         assert record.created_at == "2026-03-04T05:06:08.000000Z"
         claimed = session.advance("op-1", 1, State.RUNNING)
@@ -197,8 +198,8 @@ def test_a_changed_snapshot_is_refused(store: Path) -> None:
         acquire(store, "runner-1")
 
 
-def _version_1_store(store: Path) -> bytes:
-    """A marked store whose state.json an earlier release wrote in format version 1."""
+def _version_1_store(store: Path, version: int = 1) -> bytes:
+    """A marked store whose state.json an earlier release wrote in an older format."""
     old = Snapshot(
         "runner-1",
         {
@@ -212,8 +213,8 @@ def _version_1_store(store: Path) -> bytes:
             ),
         },
     )
-    data = encode(old, version=1)
-    assert json.loads(data)["body"]["version"] == 1
+    data = encode(old, version=version)
+    assert json.loads(data)["body"]["version"] == version
     (store / "state.json").write_bytes(data)
     (store / "state.json").chmod(0o600)
     (store / "host.lock").write_bytes(lockfile.MARKER)
@@ -221,8 +222,11 @@ def _version_1_store(store: Path) -> bytes:
     return data
 
 
-def test_a_version_1_store_is_read_and_its_next_save_writes_version_2(store: Path) -> None:
-    data = _version_1_store(store)
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_store_is_read_and_its_next_save_writes_version_3(
+    store: Path, version: int
+) -> None:
+    data = _version_1_store(store, version)
     with acquire(store, "runner-1") as session:
         assert session.get("op-1").state is State.SUCCEEDED
         assert session.begin("op-1", "hash-a")[1] is False
@@ -231,7 +235,8 @@ def test_a_version_1_store_is_read_and_its_next_save_writes_version_2(store: Pat
     with acquire(store, "runner-1") as session:
         session.begin("op-2", "hash-b")
     document = json.loads((store / "state.json").read_bytes())
-    assert document["body"]["version"] == 2
+    assert document["body"]["version"] == 3
+    assert document["body"]["tombstones"] == {}
     assert sorted(document["body"]["operations"]) == ["op-1", "op-2"]
     with acquire(store, "runner-1") as session:
         assert session.get("op-1").state is State.SUCCEEDED

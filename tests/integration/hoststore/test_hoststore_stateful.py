@@ -1,7 +1,9 @@
-"""A stateful property test of begin/advance/get against a plain in-memory model.
+"""A stateful property test of begin/advance/get/compact/forget against a plain model.
 
 The machine runs a real session on a real directory and reopens it at random, so
-the model is checked against what survives a close and reacquire too.
+the model is checked against what survives a close and reacquire too. Compaction
+changes nothing in the model (no answer changes); forgetting removes the
+compacted ids from it.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from dataclasses import dataclass
+from datetime import timedelta
 
 import pytest
 from hypothesis import settings
@@ -19,9 +22,11 @@ from durable_ops.hoststore import (
     ForbiddenTransition,
     HostStoreError,
     PlanHashConflict,
+    Record,
     RevisionMismatch,
     Session,
     State,
+    Tombstone,
     UnknownOperation,
     UnresolvedOperation,
     acquire,
@@ -53,6 +58,7 @@ class HostStoreMachine(RuleBasedStateMachine):
         self.directory = tempfile.mkdtemp(prefix="hoststore-machine-")
         self.session: Session = acquire(self.directory, "runner-1")
         self.model: dict[str, Modelled] = {}
+        self.buried: set[str] = set()  # the ids the store holds as tombstones
 
     def teardown(self) -> None:
         self.session.close()
@@ -124,16 +130,29 @@ class HostStoreMachine(RuleBasedStateMachine):
         assert (record.state.value, record.revision) == (modelled.state, modelled.revision)
 
     @rule()
+    def compact(self) -> None:
+        terminal = {key for key, m in self.model.items() if m.state not in MOVES}
+        assert self.session.compact(older_than=timedelta(0)) == len(terminal - self.buried)
+        self.buried = terminal
+
+    @rule()
+    def forget(self) -> None:
+        assert self.session.forget(older_than=timedelta(0)) == len(self.buried)
+        for key in self.buried:
+            del self.model[key]
+        self.buried = set()
+
+    @rule()
     def reopen(self) -> None:
         self.session.close()
         self.session = acquire(self.directory, "runner-1")
 
     @invariant()
     def store_matches_the_model(self) -> None:
-        seen = {
-            r.id: Modelled(r.plan_hash, r.state.value, r.revision) for r in self.session.records()
-        }
+        held: list[Record | Tombstone] = [*self.session.records(), *self.session.tombstones()]
+        seen = {r.id: Modelled(r.plan_hash, r.state.value, r.revision) for r in held}
         assert seen == self.model
+        assert {t.id for t in self.session.tombstones()} == self.buried
         unresolved = self.session.unresolved()
         expected = [key for key, m in self.model.items() if m.state in MOVES]
         assert ([unresolved.id] if unresolved else []) == expected

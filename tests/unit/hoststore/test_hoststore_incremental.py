@@ -14,6 +14,7 @@ from durable_ops.hoststore.snapshot import (
     Record,
     RecordMap,
     Snapshot,
+    Tombstone,
     decode,
     encode,
 )
@@ -60,7 +61,12 @@ def test_an_unrelated_snapshot_is_encoded_from_scratch() -> None:
 # capacity refuses after it was encoded (the encoder must not build on that).
 steps = st.lists(
     st.tuples(
-        st.sampled_from(["begin", "advance", "advance", "advance", "replay", "stale", "tight"]),
+        st.sampled_from(
+            [
+                *("begin", "advance", "advance", "advance", "replay", "stale", "tight"),
+                *("compact", "forget", "buried"),
+            ]
+        ),
         st.integers(0, 10_000),
     ),
     min_size=20,
@@ -72,8 +78,18 @@ def _key(number: int) -> str:
     return f"{'abcdefghij'[number % 10]}-{number * 7919 % 100_000:05d}"
 
 
-def _step(current: Snapshot, kind: str, number: int, encoder: IncrementalEncoder) -> ledger.Change:
+def _step(
+    current: Snapshot, kind: str, number: int, encoder: IncrementalEncoder
+) -> ledger.Change[Record] | ledger.Change[Record | Tombstone] | ledger.Retained:
     unresolved = current.unresolved()
+    # Compaction moves every terminal record (all are at T1); forgetting drops some.
+    if kind == "compact":
+        return ledger.compact(current, T1, encoder=encoder)
+    if kind == "forget":
+        return ledger.forget(current, T1 if number % 3 == 0 else T0, encoder=encoder)
+    if kind == "buried" and current.tombstones:
+        existing = sorted(current.tombstones)[number % len(current.tombstones)]
+        return ledger.begin(current, existing, "p", now=T1, encoder=encoder)
     capacity = len(encode(current)) if kind == "tight" else 1 << 24
     if kind in ("begin", "tight") and (unresolved is None or number % 2):
         return ledger.begin(current, _key(number), "p", now=T1, capacity=capacity, encoder=encoder)

@@ -15,7 +15,13 @@ from durable_ops.hoststore.errors import (
     UnknownOperation,
     UnresolvedOperation,
 )
-from durable_ops.hoststore.snapshot import RECORD_GROWTH_RESERVE, Snapshot, decode, encode
+from durable_ops.hoststore.snapshot import (
+    RECORD_GROWTH_RESERVE,
+    Record,
+    Snapshot,
+    decode,
+    encode,
+)
 from durable_ops.hoststore.transitions import State
 
 T0 = "2026-01-02T03:04:05.000000Z"
@@ -30,6 +36,7 @@ def _begun(operation_id: str = "op-1", plan: str = "hash-a") -> Snapshot:
 def test_begin_creates_a_queued_record_at_revision_one() -> None:
     change = ledger.begin(EMPTY, "op-1", "hash-a", now=T0)
     assert change.created
+    assert isinstance(change.record, Record)
     assert change.record.state is State.QUEUED
     assert change.record.revision == 1
     assert change.record.created_at == change.record.updated_at == T0

@@ -17,8 +17,11 @@ from durable_ops.hoststore.snapshot import (
     MAX_SNAPSHOT_BYTES,
     Record,
     Snapshot,
+    Tombstone,
     _canonical_fragment,
+    _canonical_tombstone_fragment,
     _fragment,
+    _tombstone_fragment,
     decode,
     encode,
     format_timestamp,
@@ -39,6 +42,17 @@ def _sample() -> Snapshot:
     )
 
 
+def _sample_with_tombstones() -> Snapshot:
+    return Snapshot(
+        host_id="runner-1",
+        records=dict(_sample().records),
+        tombstones={
+            "op-0": Tombstone("op-0", "b" * 64, State.CANCELLED, 2, T0),
+            "op-3": Tombstone("op-3", "plan-3", State.FAILED_RECOVERED, 4, T1),
+        },
+    )
+
+
 def _body(snapshot: Snapshot) -> dict[str, Any]:
     document = json.loads(encode(snapshot))
     body: dict[str, Any] = document["body"]
@@ -54,26 +68,28 @@ def _v1_checksum(body: object) -> str:
     return hashlib.sha256(_json(body)).hexdigest()
 
 
-def _v2_checksum(body: dict[str, Any]) -> str:
-    """Format version 2, written out from docs/hoststore.md independently of the product.
+def _bucket_checksum(body: dict[str, Any]) -> str:
+    """Format versions 2 and 3, written out from docs/hoststore.md apart from the product.
 
-    Bucket of a record: the first byte of SHA-256 of its id. Bucket digest: SHA-256
-    of its canonical '"id":{...}' members in id order joined by ','. Checksum:
-    SHA-256 of the canonical header followed by the 256 raw bucket digests.
+    Bucket of a member: the first byte of SHA-256 of its id. Bucket digest: SHA-256
+    of its canonical '"id":{...}' (operations) and '"id":[...]' (tombstones, version
+    3) members in id order joined by ','. Checksum: SHA-256 of the canonical header
+    followed by the 256 raw bucket digests.
     """
+    members = {**body["operations"], **body.get("tombstones", {})}
     buckets: list[list[bytes]] = [[] for _ in range(256)]
-    for key in sorted(body["operations"]):
-        member = _json(key) + b":" + _json(body["operations"][key])
+    for key in sorted(members):
+        member = _json(key) + b":" + _json(members[key])
         buckets[hashlib.sha256(key.encode()).digest()[0]].append(member)
-    header = _json({"buckets": 256, "host_id": body["host_id"], "version": 2})
+    header = _json({"buckets": 256, "host_id": body["host_id"], "version": body["version"]})
     digests = b"".join(hashlib.sha256(b",".join(bucket)).digest() for bucket in buckets)
     return hashlib.sha256(header + digests).hexdigest()
 
 
 def _checksum(body: Any) -> str:
-    if isinstance(body, dict) and body.get("version") == 2:
+    if isinstance(body, dict) and body.get("version") in (2, 3):
         try:
-            return _v2_checksum(body)
+            return _bucket_checksum(body)
         except (KeyError, TypeError, AttributeError):
             pass  # not shaped like a body: any checksum will do, decoding refuses it first
     return _v1_checksum(body)
@@ -96,6 +112,16 @@ V1_DOCUMENT = (
     b'"updated_at":"2026-01-02T03:04:07.123456Z"}},"version":1},'
     b'"sha256":"973d1bf7930d3d38102a22566f9d14b4ba422f483ba945c146813164794f62f9"}'
 )
+# Written by the version 2 encoder (before format version 3) for _sample(), likewise.
+V2_DOCUMENT = (
+    b'{"body":{"host_id":"runner-1","operations":{"op-1":{"created_at":'
+    b'"2026-01-02T03:04:05.000006Z","plan_hash":'
+    b'"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","revision":3,'
+    b'"state":"succeeded","updated_at":"2026-01-02T03:04:07.123456Z"},"op-2":{"created_at":'
+    b'"2026-01-02T03:04:05.000006Z","plan_hash":"sha256:beef","revision":2,"state":"running",'
+    b'"updated_at":"2026-01-02T03:04:07.123456Z"}},"version":2},'
+    b'"sha256":"a2873857aef0b6064c3cc5f39811fe3a05c99a22e7e86295b93bd5ac12568947"}'
+)
 
 
 def test_round_trip_is_exact() -> None:
@@ -109,19 +135,54 @@ def test_encoding_is_canonical_json() -> None:
     document = json.loads(data)
     assert data == json.dumps(document, sort_keys=True, separators=(",", ":")).encode("utf-8")
     assert not data.endswith(b"\n")
-    assert document["body"]["version"] == 2
-    assert document["sha256"] == _v2_checksum(document["body"])
+    assert document["body"]["version"] == 3
+    assert document["body"]["tombstones"] == {}
+    assert document["sha256"] == _bucket_checksum(document["body"])
     assert document["body"]["host_id"] == "runner-1"
+
+
+def test_tombstones_are_encoded_as_documented() -> None:
+    data = encode(_sample_with_tombstones())
+    assert decode(data, expected_host_id="runner-1") == _sample_with_tombstones()
+    document = json.loads(data)
+    assert document["body"]["tombstones"] == {
+        "op-0": ["b" * 64, 2, "cancelled", T0],
+        "op-3": ["plan-3", 4, "failed_recovered", T1],
+    }
+    assert document["sha256"] == _bucket_checksum(document["body"])
+    assert b'"tombstones":{"op-0":["' + b"b" * 64 + b'",2,"cancelled","' in data
+
+
+def test_older_versions_cannot_hold_tombstones() -> None:
+    for version in (1, 2):
+        with pytest.raises(errors.InvalidInput):
+            encode(_sample_with_tombstones(), version=version)
+
+
+def test_version_2_documents_are_still_read() -> None:
+    assert decode(V2_DOCUMENT, expected_host_id="runner-1") == _sample()
+    assert encode(_sample(), version=2) == V2_DOCUMENT
+    assert json.loads(V2_DOCUMENT)["sha256"] == _bucket_checksum(json.loads(V2_DOCUMENT)["body"])
+    rewritten = json.loads(encode(decode(V2_DOCUMENT)))
+    assert rewritten["body"] == {**json.loads(V2_DOCUMENT)["body"], "version": 3, "tombstones": {}}
+    with pytest.raises(errors.ChecksumMismatch):
+        decode(V2_DOCUMENT.replace(b'"revision":3', b'"revision":4'))
+    with pytest.raises(errors.UnknownField):
+        decode(_sealed({**json.loads(V2_DOCUMENT)["body"], "tombstones": {}}))
 
 
 def test_version_1_documents_are_still_read() -> None:
     assert decode(V1_DOCUMENT, expected_host_id="runner-1") == _sample()
     assert encode(_sample(), version=1) == V1_DOCUMENT
     assert json.loads(V1_DOCUMENT)["sha256"] == _v1_checksum(json.loads(V1_DOCUMENT)["body"])
-    # Written again, it becomes version 2; only the version and the checksum differ.
+    # Written again, it becomes version 3: the version, tombstones and the checksum differ.
     rewritten = encode(decode(V1_DOCUMENT))
     assert rewritten == encode(_sample())
-    assert json.loads(rewritten)["body"] == {**json.loads(V1_DOCUMENT)["body"], "version": 2}
+    assert json.loads(rewritten)["body"] == {
+        **json.loads(V1_DOCUMENT)["body"],
+        "version": 3,
+        "tombstones": {},
+    }
 
 
 def test_version_1_documents_keep_their_own_checks() -> None:
@@ -137,8 +198,13 @@ def test_version_1_documents_keep_their_own_checks() -> None:
 
 def test_each_checksum_is_bound_to_its_version() -> None:
     v1_as_v2 = V1_DOCUMENT.replace(b'"version":1', b'"version":2')
-    v2_as_v1 = encode(_sample()).replace(b'"version":2', b'"version":1')
-    for data in (v1_as_v2, v2_as_v1):
+    v2_as_v1 = V2_DOCUMENT.replace(b'"version":2', b'"version":1')
+    # A version 3 checksum on the same records labelled version 2 (the header differs).
+    v3_as_v2 = encode(_sample()).replace(b'},"tombstones":{},"version":3}', b'},"version":2}')
+    assert json.loads(v3_as_v2)["body"]["version"] == 2
+    v2_as_v3 = V2_DOCUMENT.replace(b'},"version":2}', b'},"tombstones":{},"version":3}')
+    assert json.loads(v2_as_v3)["body"]["tombstones"] == {}
+    for data in (v1_as_v2, v2_as_v1, v3_as_v2, v2_as_v3):
         with pytest.raises(errors.ChecksumMismatch):
             decode(data)
 
@@ -147,7 +213,7 @@ def test_a_change_rehashes_only_its_bucket() -> None:
     """What makes version 2 cheap: records outside the changed one's bucket do not matter."""
     many = {f"op-{i}": Record(f"op-{i}", "h", State.SUCCEEDED, 3, T0, T1) for i in range(600)}
     body = _body(Snapshot("runner-1", many))
-    assert json.loads(encode(Snapshot("runner-1", many)))["sha256"] == _v2_checksum(body)
+    assert json.loads(encode(Snapshot("runner-1", many)))["sha256"] == _bucket_checksum(body)
     buckets = {hashlib.sha256(key.encode()).digest()[0] for key in many}
     assert len(buckets) > 200, "600 ids spread over most of the 256 buckets"
 
@@ -179,6 +245,12 @@ def _changed_body() -> bytes:
     data = encode(_sample())
     assert data.count(b'"succeeded"') == 1
     return data.replace(b'"succeeded"', b'"cancelled"')
+
+
+def _with_tombstone(value: object) -> bytes:
+    body = _body(_sample_with_tombstones())
+    body["tombstones"]["op-0"] = value
+    return _sealed(body)
 
 
 def _deeply_nested(depth: int) -> bytes:
@@ -226,8 +298,8 @@ CASES: dict[str, tuple[bytes, type[errors.SnapshotError]]] = {
         errors.ChecksumMismatch,
     ),
     "version 0": (_with_body(version=0), errors.UnsupportedVersion),
-    "version 3": (_with_body(version=3), errors.UnsupportedVersion),
-    "version 2 with a version 1 checksum": (
+    "version 4": (_with_body(version=4), errors.UnsupportedVersion),
+    "version 3 with a version 1 checksum": (
         json.dumps(
             {"body": _body(_sample()), "sha256": _v1_checksum(_body(_sample()))},
             sort_keys=True,
@@ -267,6 +339,48 @@ CASES: dict[str, tuple[bytes, type[errors.SnapshotError]]] = {
         errors.SnapshotMalformed,
     ),
     "oversized": (b" " * (MAX_SNAPSHOT_BYTES + 1), errors.SnapshotTooLarge),
+    "missing tombstones": (
+        _sealed({k: v for k, v in _body(_sample()).items() if k != "tombstones"}),
+        errors.MissingField,
+    ),
+    "tombstones as a list": (_with_body(tombstones=[]), errors.SnapshotMalformed),
+    "tombstone as an object": (
+        _with_tombstone({"plan_hash": "b", "revision": 2, "state": "cancelled"}),
+        errors.SnapshotMalformed,
+    ),
+    "tombstone too short": (_with_tombstone(["b", 2, "cancelled"]), errors.SnapshotMalformed),
+    "tombstone too long": (
+        _with_tombstone(["b", 2, "cancelled", T0, T1]),
+        errors.SnapshotMalformed,
+    ),
+    "tombstone of a running operation": (
+        _with_tombstone(["b", 2, "running", T0]),
+        errors.SnapshotMalformed,
+    ),
+    "tombstone at revision 1": (
+        _with_tombstone(["b", 1, "cancelled", T0]),
+        errors.SnapshotMalformed,
+    ),
+    "tombstone revision as bool": (
+        _with_tombstone(["b", True, "cancelled", T0]),
+        errors.SnapshotMalformed,
+    ),
+    "tombstone with a bad plan hash": (
+        _with_tombstone(["b b", 2, "cancelled", T0]),
+        errors.SnapshotMalformed,
+    ),
+    "tombstone with a bad timestamp": (
+        _with_tombstone(["b", 2, "cancelled", "2026-02-30T00:00:00.000000Z"]),
+        errors.SnapshotMalformed,
+    ),
+    "tombstone nesting too deep": (
+        _with_tombstone([["b"], 2, "cancelled", T0]),
+        errors.NestingTooDeep,
+    ),
+    "an id both live and a tombstone": (
+        encode(_sample_with_tombstones()).replace(b'"op-3":["', b'"op-1":["'),
+        errors.SnapshotMalformed,
+    ),
 }
 
 
@@ -397,8 +511,19 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             created_at=draw(TIMESTAMPS),
             updated_at=draw(TIMESTAMPS),
         )
+    buried = draw(st.lists(IDS.filter(lambda key: key not in records), unique=True, max_size=4))
+    tombstones = {
+        key: Tombstone(
+            id=key,
+            plan_hash=draw(IDS),
+            state=draw(st.sampled_from(sorted(TERMINAL))),
+            revision=draw(st.integers(2, 4)),
+            updated_at=draw(TIMESTAMPS),
+        )
+        for key in buried
+    }
     host = draw(st.from_regex(r"[A-Za-z0-9._:-]{1,20}", fullmatch=True))
-    return Snapshot(host_id=host, records=records)
+    return Snapshot(host_id=host, records=records, tombstones=tombstones)
 
 
 @given(snapshots())
@@ -406,10 +531,13 @@ def test_any_valid_snapshot_round_trips(snapshot: Snapshot) -> None:
     data = encode(snapshot)
     assert decode(data, expected_host_id=snapshot.host_id) == snapshot
     document = json.loads(data)
-    assert document["sha256"] == _v2_checksum(document["body"])
-    old = encode(snapshot, version=1)
-    assert decode(old, expected_host_id=snapshot.host_id) == snapshot
-    assert json.loads(old)["sha256"] == _v1_checksum(json.loads(old)["body"])
+    assert document["sha256"] == _bucket_checksum(document["body"])
+    if snapshot.tombstones:
+        return
+    for version in (1, 2):
+        old = encode(snapshot, version=version)
+        assert decode(old, expected_host_id=snapshot.host_id) == snapshot
+        assert json.loads(old)["sha256"] == _checksum(json.loads(old)["body"])
 
 
 @given(
@@ -433,6 +561,18 @@ def test_the_fast_member_encoding_is_canonical_json(
     assert _fragment(dataclasses.replace(record, revision=True)) == _canonical_fragment(
         dataclasses.replace(record, revision=True)
     )
+
+
+@given(st.text(min_size=1, max_size=12), st.text(max_size=12), st.text(max_size=30))
+def test_the_fast_tombstone_encoding_is_canonical_json(key: str, plan: str, stamp: str) -> None:
+    tombstone = Tombstone(key, plan, State.CANCELLED, 2, stamp)
+    try:
+        expected = _canonical_tombstone_fragment(tombstone)
+    except UnicodeEncodeError:
+        with pytest.raises(UnicodeEncodeError):
+            _tombstone_fragment(tombstone)
+        return
+    assert _tombstone_fragment(tombstone) == expected
 
 
 @st.composite

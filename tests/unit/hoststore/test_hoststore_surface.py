@@ -11,7 +11,7 @@ import durable_ops.hoststore as hoststore
 from durable_ops.hoststore import errors
 
 PACKAGE = Path(hoststore.__file__).parent
-PURE_MODULES = ["snapshot.py", "transitions.py", "ledger.py", "errors.py"]
+PURE_MODULES = ["snapshot.py", "transitions.py", "ledger.py", "retention.py", "errors.py"]
 IO_MODULES = {
     "os",
     "io",
@@ -32,6 +32,7 @@ def test_public_surface_is_pinned() -> None:
             "Record",
             "Session",
             "State",
+            "Tombstone",
             "acquire",
             "show",
         ]
@@ -58,6 +59,12 @@ def test_public_surface_is_pinned() -> None:
         "revision",
         "next_state",
     ]
+    for retain in (hoststore.Session.compact, hoststore.Session.forget):
+        assert [(p.name, p.kind.name) for p in inspect.signature(retain).parameters.values()] == [
+            ("self", "POSITIONAL_OR_KEYWORD"),
+            ("older_than", "KEYWORD_ONLY"),
+            ("now", "KEYWORD_ONLY"),
+        ]
 
 
 def _error_classes() -> list[tuple[str, type[errors.HostStoreError]]]:
