@@ -9,6 +9,8 @@ never sees a gRPC status.
 
 from __future__ import annotations
 
+import asyncio
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -26,7 +28,8 @@ from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.api.workspace.v1 import workspace_pb2 as wpb
 from durable_ops.api.workspace.v1 import workspace_pb2_grpc as wpb_grpc
-from durable_ops.model.errors import InvalidArgument
+from durable_ops.model.availability import next_attempt_in
+from durable_ops.model.errors import InvalidArgument, Unavailable
 from durable_ops.model.routing import Route
 from durable_ops.model.states import Plan, Privacy
 from durable_ops.rpc.client import Metadata, ServiceCaller, UnaryMethod
@@ -36,6 +39,9 @@ from durable_ops.rpc.states import state_from_pb
 # Unary calls are short database transactions; a stuck one must not hold a lease hostage.
 CALL_TIMEOUT_SECONDS = 10.0
 FAILURE_MESSAGE_MAX = 512
+# How long a lease mutation is asked again while Operations is away (a replica
+# restarting, the database stalled); past it the lease has likely run out anyway.
+MUTATION_RETRY_SECONDS = 30.0
 
 RequestT = TypeVar("RequestT", bound=Message)
 ResponseT = TypeVar("ResponseT", bound=Message)
@@ -53,6 +59,31 @@ async def _call(
         return await method(request, metadata=metadata, timeout=timeout)
     except grpc.aio.AioRpcError as exc:
         raise domain_error_from_rpc(exc) from exc
+
+
+async def _mutate(
+    method: UnaryMethod[RequestT, ResponseT], request: RequestT, metadata: Metadata
+) -> ResponseT:
+    """A lease mutation (or the publish of its result), asked again while UNAVAILABLE.
+
+    Safe to repeat: for the holder of the lease each one answers the state it
+    reached the first time (the token is kept), so a lost answer is asked for
+    again rather than the finished work thrown away with the lease.
+    """
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    failures = 0
+    while True:
+        try:
+            return await _call(method, request, metadata)
+        except Unavailable:
+            failures += 1
+            pause = next_attempt_in(
+                failures, loop.time() - started, MUTATION_RETRY_SECONDS, random.random
+            )
+            if pause is None:
+                raise
+            await asyncio.sleep(pause)
 
 
 def state_name(state: pb.OperationState.ValueType) -> str:
@@ -114,7 +145,7 @@ class OperationsClient:
             provenance=provenance_to_pb(provenance),
             result_ref=result_ref,
         )
-        reply = await _call(
+        reply = await _mutate(
             self._stub.CompleteOperation, request, self._caller.metadata(op.owner_id)
         )
         return state_name(reply.state)
@@ -136,7 +167,7 @@ class OperationsClient:
             failure_message=message[:FAILURE_MESSAGE_MAX],
             provenance=provenance_to_pb(provenance),
         )
-        reply = await _call(self._stub.FailOperation, request, self._caller.metadata(op.owner_id))
+        reply = await _mutate(self._stub.FailOperation, request, self._caller.metadata(op.owner_id))
         return state_name(reply.state)
 
     async def request_external_fallback(
@@ -147,7 +178,7 @@ class OperationsClient:
             lease_token=op.lease_token,
             provenance=provenance_to_pb(provenance),
         )
-        reply = await _call(
+        reply = await _mutate(
             self._stub.RequestExternalFallback, request, self._caller.metadata(op.owner_id)
         )
         return state_name(reply.state)
@@ -156,7 +187,7 @@ class OperationsClient:
         request = pb.AcknowledgeCancellationRequest(
             operation_id=op.operation_id, lease_token=op.lease_token
         )
-        reply = await _call(
+        reply = await _mutate(
             self._stub.AcknowledgeCancellation, request, self._caller.metadata(op.owner_id)
         )
         return state_name(reply.state)
@@ -232,7 +263,7 @@ class WorkspaceClient:
             lease_token=op.lease_token,
             body_json=body_json,
         )
-        reply = await _call(self._stub.PublishNote, request, self._caller.metadata(op.owner_id))
+        reply = await _mutate(self._stub.PublishNote, request, self._caller.metadata(op.owner_id))
         return reply.note.id, reply.published
 
 

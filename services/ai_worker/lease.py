@@ -81,6 +81,13 @@ class _Stream:
             raise self._failed(exc) from exc
         except (grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
             raise self._failed(StreamBroken("the heartbeat stream is closed")) from exc
+        finally:
+            # A beat given up on (timed out, or its write failed) leaves its answer
+            # behind: done here, so a later failure of the stream is nobody's loose error.
+            if not answer.done():
+                answer.cancel()
+            elif not answer.cancelled():
+                answer.exception()
 
     async def _read(self) -> None:
         try:
