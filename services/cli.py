@@ -16,8 +16,10 @@ from typing import Any
 from durable_ops.local_secrets import KEPT, with_kept_secrets
 from durable_ops.settings import Settings, SettingsError
 
+# `opsctl` exit codes (README "Exit codes"); 1 is anything unforeseen (a traceback).
 EXIT_USAGE = 2
-EXIT_REFUSED = 3
+EXIT_REFUSED = 3  # the database schema is not the one this code needs: run `opsctl migrate`
+EXIT_DATABASE_UNAVAILABLE = 4  # the database did not answer within OPS_DATABASE_WAIT_SECONDS
 
 GRPC_SERVICES: dict[str, str] = {
     "operations": "durable_ops.operations.main",
@@ -50,6 +52,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from importlib import import_module
 
     from durable_ops.logs import configure_logging
+    from durable_ops.storage.availability import DatabaseUnavailable
     from durable_ops.storage.migrate import SchemaNotCurrent
     from durable_ops.telemetry import configure_tracing
 
@@ -78,6 +81,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except SchemaNotCurrent as exc:
         print(f"opsctl serve {args.target}: {exc}", file=sys.stderr)
         return EXIT_REFUSED
+    except DatabaseUnavailable as exc:
+        print(f"opsctl serve {args.target}: {exc}; exiting", file=sys.stderr)
+        return EXIT_DATABASE_UNAVAILABLE
     return 0
 
 
@@ -161,6 +167,12 @@ def cmd_ai(args: argparse.Namespace) -> int:
     else:
         print(f"AI globally {'enabled' if state else 'disabled'}")
     return 0
+
+
+def cmd_operations(args: argparse.Namespace) -> int:
+    from durable_ops.operator_cli import run
+
+    return run(args, _settings(args, keep_secrets=("service_secret",)))
 
 
 def cmd_host_store_show(args: argparse.Namespace) -> int:
@@ -288,12 +300,24 @@ def build_parser() -> argparse.ArgumentParser:
     ai.add_argument("--json", action="store_true", help="machine-readable output")
     database_option(ai)
 
+    from durable_ops.operator_cli import HELP as OPERATIONS_HELP
+    from durable_ops.operator_cli import add_parser as add_operations_commands
+
+    add_operations_commands(
+        command(
+            "operations",
+            cmd_operations,
+            "List, show, cancel and retry operations of every owner (operator scope)",
+            OPERATIONS_HELP,
+        )
+    )
+
     host_store = command("host-store", lambda _args: EXIT_USAGE, "Inspect a host operation store")
     store_commands = host_store.add_subparsers(dest="store_command", required=True)
     show = store_commands.add_parser(
         "show",
-        help="list records read-only (no lock, no writes)",
-        description="List records read-only (no lock, no writes).",
+        help="list records and tombstones read-only (no lock, no writes)",
+        description="List records and tombstones read-only (no lock, no writes).",
     )
     show.set_defaults(run=cmd_host_store_show)
     show.add_argument("directory")

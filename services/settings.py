@@ -7,6 +7,7 @@ documented.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -53,6 +54,14 @@ class Settings:
     database_url: str = field(
         default=f"sqlite:///{DEFAULT_SQLITE_PATH}",
         metadata=_doc("SQLAlchemy URL; MariaDB as `mysql+pymysql://user:pw@host/db`"),
+    )
+    database_wait_seconds: float = field(
+        default=60.0,
+        metadata=_doc(
+            "how long a gRPC service waits at start for its database to answer (health"
+            " NOT_SERVING meanwhile, one log line per attempt) before it exits with code 4;"
+            " 0 asks once"
+        ),
     )
     jwt_secret: str = field(
         default="dev-insecure-jwt-secret-change-me",
@@ -206,6 +215,8 @@ class Settings:
                 raise SettingsError(f"OPS_{name.upper()} must be greater than 0")
         if self.dev_model_seconds < 0:
             raise SettingsError("OPS_DEV_MODEL_SECONDS must not be negative")
+        if not 0 <= self.database_wait_seconds < math.inf:  # also NaN
+            raise SettingsError("OPS_DATABASE_WAIT_SECONDS must be a number of seconds, 0 or more")
         if self.service_credential_max_age_seconds <= 0:
             raise SettingsError("OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS must be greater than 0")
 

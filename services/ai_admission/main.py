@@ -8,11 +8,12 @@ from durable_ops.clock import Clock, utc_now
 from durable_ops.model.admission import Limits
 from durable_ops.rpc.server import serve_servicer
 from durable_ops.settings import Settings
-from durable_ops.storage.migrate import open_migrated
+from durable_ops.storage.availability import DatabaseReadiness, open_when_reachable
+from durable_ops.storage.db import Database
 
 
 async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
-    db = open_migrated(settings.database_url)
+    db = Database(settings.database_url)  # connects on first use: prepare waits for it
     limits = Limits(per_user=settings.ai_user_limit, global_=settings.ai_global_limit)
 
     async def close() -> None:
@@ -25,4 +26,6 @@ async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
         SERVICE_NAME,
         secret=settings.service_secret,
         on_stop=close,
+        prepare=lambda: open_when_reachable(db, settings.database_wait_seconds),
+        ready=DatabaseReadiness(db),
     )

@@ -2,7 +2,10 @@
 
 ``/readyz`` asks each backend's standard gRPC health service for its own
 service name; when any is not serving it answers 503 problem details whose
-``backends`` member says which.
+``backends`` member says which. A backend is not serving while it waits for
+its database at start or while its database does not answer (each backend
+caches that answer for a second, ``durable_ops.storage.availability``), so
+``/readyz`` follows the databases without touching one itself.
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ PAGE_SIZE_RANGE = (1, 100)
 PAGE_SIZE_RULE = f"must be an integer between {PAGE_SIZE_RANGE[0]} and {PAGE_SIZE_RANGE[1]}"
 PAGE_SIZE_DEFAULT = 20
 PAGE_TOKEN_MAX = 512
+OLDER_THAN_MAX = timedelta(days=3660)  # the operator's "created at least this long ago"
 
 _TASK_TYPE = re.compile(r"[a-z0-9._-]+")
 _TRACE_PARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")

@@ -1,4 +1,4 @@
-"""Who is calling: the two scopes of SPEC §2 and what each may do."""
+"""Who is calling: the three scopes of SPEC §2 and what each may do."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ class Role(StrEnum):
     GATEWAY = "gateway"
     WORKER = "worker"
     PRODUCER = "producer"
+    OPERATOR = "operator"  # opsctl operations: only ever the operator scope (ADR 19)
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,15 @@ class NeutralScope:
     role: Role = Role.WORKER
 
 
-Scope = OwnerScope | NeutralScope
+@dataclass(frozen=True)
+class OperatorScope:
+    """An ``operator`` credential without ``x-owner-id``: cross-owner reads, and cancels
+    and retries run in the owner's scope of the operation they name (ADR 19)."""
+
+    role: Role = Role.OPERATOR
+
+
+Scope = OwnerScope | NeutralScope | OperatorScope
 
 
 def require_owner(scope: Scope) -> OwnerScope:
@@ -56,3 +65,10 @@ def require_worker_owner(scope: Scope) -> OwnerScope:
             "lease mutations need a worker credential", code="worker_role_required"
         )
     return owner
+
+
+def require_operator(scope: Scope) -> OperatorScope:
+    """The operator service: nothing but an operator credential without ``x-owner-id``."""
+    if not isinstance(scope, OperatorScope) or scope.role is not Role.OPERATOR:
+        raise PermissionDenied("this call needs the operator scope", code="operator_scope_required")
+    return scope

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import grpc
 
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
+from durable_ops.api.operator.v1 import operator_pb2_grpc
 from durable_ops.clock import Clock, utc_now
 from durable_ops.operations.cancel_watch import CancelWatch
 from durable_ops.operations.claim_waiters import ClaimWaiters
@@ -16,14 +17,16 @@ from durable_ops.operations.longrunning import SERVICE_NAME as LRO_SERVICE_NAME
 from durable_ops.operations.longrunning import LongRunningOperations
 from durable_ops.operations.longrunning import add_to_server as add_lro_to_server
 from durable_ops.operations.operation_watch import OperationWatch
+from durable_ops.operations.operator import SERVICE_NAME as OPERATOR_SERVICE_NAME
+from durable_ops.operations.operator import OperatorService
 from durable_ops.operations.service import SERVICE_NAME, OperationsService
 from durable_ops.operations.sweeper import run_sweeper
 from durable_ops.rpc.server import build_server, serve
 from durable_ops.settings import Settings
+from durable_ops.storage.availability import DatabaseReadiness, open_when_reachable
 from durable_ops.storage.db import Database
-from durable_ops.storage.migrate import open_migrated
 
-SERVICE_NAMES = (SERVICE_NAME, LRO_SERVICE_NAME)
+SERVICE_NAMES = (SERVICE_NAME, LRO_SERVICE_NAME, OPERATOR_SERVICE_NAME)
 
 
 def build_service(db: Database, settings: Settings, clock: Clock = utc_now) -> OperationsService:
@@ -38,28 +41,35 @@ def build_service(db: Database, settings: Settings, clock: Clock = utc_now) -> O
 
 
 def registration(service: OperationsService) -> Callable[[grpc.aio.Server], None]:
-    """Both faces of the service on one server: ours and google.longrunning's."""
+    """Both faces of the service on one server, ours and google.longrunning's, and the
+    operator's service on the same watches (ADR 19)."""
 
     def register(server: grpc.aio.Server) -> None:
         pb_grpc.add_OperationsServiceServicer_to_server(service, server)
         add_lro_to_server(LongRunningOperations(service), server)
+        operator_pb2_grpc.add_OperatorServiceServicer_to_server(OperatorService(service), server)
 
     return register
 
 
 async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
-    db = open_migrated(settings.database_url, pool_size=16)
+    db = Database(settings.database_url, pool_size=16)  # connects on first use
     service = build_service(db, settings, clock)
-    sweeper = asyncio.create_task(
-        run_sweeper(
+    sweepers: list[asyncio.Task[None]] = []
+
+    async def prepare() -> None:
+        # Health says NOT_SERVING (and calls are refused) until the database answers.
+        await open_when_reachable(db, settings.database_wait_seconds)
+        sweeper = run_sweeper(
             db, clock, settings.sweep_interval_seconds, on_requeue=service.claims.arrived_any
         )
-    )
+        sweepers.append(asyncio.create_task(sweeper))
 
     async def stop() -> None:
-        sweeper.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await sweeper
+        for sweeper in sweepers:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
         await service.close()
         db.dispose()
 
@@ -68,5 +78,6 @@ async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
         registration(service),
         SERVICE_NAMES,
         secret=settings.service_secret,
+        ready=DatabaseReadiness(db),
     )
-    await serve(server, on_stop=stop)
+    await serve(server, on_stop=stop, prepare=prepare)

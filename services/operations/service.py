@@ -128,6 +128,24 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         await self.claims.close()
         await self.watch.close()
 
+    @property
+    def db(self) -> Database:
+        return self._db
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    def cancelled(self, row: UserOperation) -> None:
+        """A committed cancel (the owner's or an operator's): push it, wake the waiters."""
+        if row.state == OperationState.RUNNING and row.cancel_requested:
+            self.cancels.cancelled(row.id)
+        self.watch.changed(row.id)
+
+    def retried(self, row: UserOperation) -> None:
+        """A committed manual retry: wake the claims waiting for its kind."""
+        self.claims.arrived(row.state, row.task_type)
+
     # ---- the owner's reads and cancel, shared with google.longrunning.Operations -------
 
     async def get_for(self, owner: str, operation_id: str) -> UserOperation:
@@ -172,9 +190,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         row = await self._db.run_core_async(
             lambda tx: operations.cancel(tx, operation_id, now), owner_id=owner
         )
-        if row.state == OperationState.RUNNING and row.cancel_requested:
-            self.cancels.cancelled(row.id)
-        self.watch.changed(row.id)
+        self.cancelled(row)
         log.info("operation_cancel", operation_id=row.id, owner=owner, state=row.state)
         return row
 
@@ -256,7 +272,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         row = await self._db.run_core_async(
             lambda tx: operations.retry(tx, request.operation_id, now), owner_id=owner
         )
-        self.claims.arrived(row.state, row.task_type)
+        self.retried(row)
         log.info("operation_retried", operation_id=row.id, owner=owner)
         return convert.operation(row)
 

@@ -38,9 +38,19 @@ def configured_max_age_seconds() -> float:
     return float(Settings.from_env().service_credential_max_age_seconds)
 
 
-def mint_service_token(secret: str, role: Role, ttl_seconds: int = DEFAULT_TTL_SECONDS) -> str:
+def mint_service_token(
+    secret: str, role: Role, ttl_seconds: int = DEFAULT_TTL_SECONDS, *, subject: str = ""
+) -> str:
+    """A credential for ``role``; ``subject`` (``sub``) names who holds it, for audit logs."""
     now = int(time.time())
-    claims = {"role": role.value, "iat": now, "exp": now + ttl_seconds, "iss": ISSUER}
+    claims: dict[str, str | int] = {
+        "role": role.value,
+        "iat": now,
+        "exp": now + ttl_seconds,
+        "iss": ISSUER,
+    }
+    if subject:
+        claims["sub"] = subject
     return jwt.encode(claims, secret, algorithm=ALGORITHM)
 
 

@@ -16,14 +16,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from contextvars import ContextVar
 
+import jwt
+
 from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument, PermissionDenied, Unauthenticated
-from durable_ops.model.scope import NeutralScope, OwnerScope, Role, Scope
+from durable_ops.model.scope import NeutralScope, OperatorScope, OwnerScope, Role, Scope
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.credentials import verify_service_token
 
 AUTHORIZATION = "authorization"
 OWNER_ID = "x-owner-id"
+NAME_MAX = 64  # of a credential's ``sub`` as logged
 
 Metadata = Iterable[tuple[str, str | bytes]]
 
@@ -54,10 +57,21 @@ def role_from_metadata(metadata: Metadata, secret: str) -> Role:
 
 
 def scope_for(role: Role, metadata: Metadata) -> Scope:
-    """Owner scope with ``x-owner-id``; without it, neutral scope for workers only."""
+    """Owner scope with ``x-owner-id``; without it, neutral scope for workers only.
+
+    The operator role has the operator scope, and only without ``x-owner-id``.
+    """
     owners = _values(metadata, OWNER_ID)
     if len(owners) > 1:
         raise InvalidArgument(OWNER_ID, "must appear at most once")
+    if role is Role.OPERATOR:
+        # A third scope, never an owner's: an operator acts on owners' rows only through
+        # the operator service, where every action is logged (ADR 19).
+        if owners:
+            raise PermissionDenied(
+                "the operator role calls without x-owner-id", code="operator_scope_has_no_owner"
+            )
+        return OperatorScope()
     if owners:
         return OwnerScope(role, bounds.owner_id(owners[0]))
     if role is Role.WORKER:
@@ -80,3 +94,22 @@ def caller_scope(context: ServicerContext) -> Scope:
         raise Unauthenticated("no verified service credential", code="service_credential_required")
     metadata: Metadata = context.invocation_metadata() or ()
     return scope_for(role, metadata)
+
+
+def caller_name(context: ServicerContext) -> str:
+    """Who holds the current call's credential (its ``sub``), for audit logs; "" if unnamed.
+
+    Call it after ``caller_scope``: the interceptor verified this very token (the one
+    ``authorization`` header) for this call, so its claims are only read here.
+    """
+    metadata: Metadata = context.invocation_metadata() or ()
+    headers = _values(metadata, AUTHORIZATION)
+    if _verified_role.get() is None or len(headers) != 1:
+        return ""
+    token = headers[0].partition(" ")[2].strip()
+    try:
+        claims = jwt.decode(token, options={"verify_signature": False})
+    except jwt.PyJWTError:
+        return ""
+    subject = claims.get("sub")
+    return subject[:NAME_MAX] if isinstance(subject, str) else ""

@@ -3,6 +3,17 @@
 ``build_server`` registers the services and binds; ``start`` marks them SERVING
 in the health service and starts; ``serve`` also waits and, on SIGTERM/SIGINT,
 turns health NOT_SERVING, stops with a grace period and runs ``on_stop``.
+
+A server may depend on something that can be away (its database, ADR 16):
+
+- ``serve(..., prepare=...)`` starts the server NOT_SERVING, answering health
+  and refusing every other call with UNAVAILABLE, runs ``prepare`` (the wait
+  for the database), and only then turns SERVING; a ``prepare`` that raises
+  stops the server and the error reaches the caller;
+- ``build_server(..., ready=...)``: once serving, each health ``Check`` first
+  asks ``ready()`` (which caches its answer) and answers NOT_SERVING while it
+  says False, SERVING again when it says True. ``Watch`` streams see the
+  changes that checks find.
 """
 
 from __future__ import annotations
@@ -19,9 +30,9 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from durable_ops.model.errors import DomainError
+from durable_ops.model.errors import DomainError, Unavailable
 from durable_ops.rpc import ServicerContext
-from durable_ops.rpc.errors import trailing_metadata_for
+from durable_ops.rpc.errors import status_for, trailing_metadata_for
 from durable_ops.rpc.scope import remember_verified_role, role_from_metadata
 from durable_ops.settings import Settings
 
@@ -42,11 +53,45 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
 
 _log = structlog.get_logger(__name__)
 
+Ready = Callable[[], Awaitable[bool]]
+"""Whether what the server depends on is there; cheap to call often (it caches)."""
+NOT_READY = Unavailable("not serving yet: the service is starting; try again", code="starting")
+
+
+class _FollowingHealth(health.aio.HealthServicer):  # type: ignore[misc]
+    """The standard health service; once ``following``, a ``Check`` asks ``ready`` first."""
+
+    def __init__(self, ready: Ready | None, names: Sequence[str]) -> None:
+        super().__init__()
+        self._ready = ready
+        self._names = ("", *names)
+        self._marked: bool | None = None
+        self.following = False
+
+    async def mark(self, serving: bool) -> None:
+        """Every name SERVING or NOT_SERVING (ignored once the graceful shutdown began)."""
+        if self._marked is serving:
+            return
+        self._marked = serving
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in self._names:
+            await self.set(name, status)
+
+    async def Check(self, request: Any, context: Any) -> Any:  # noqa: N802 - the gRPC method
+        if self.following and self._ready is not None:
+            await self.mark(await self._ready())
+        return await super().Check(request, context)
+
 
 class _Registration:
-    def __init__(self, health_servicer: Any, service_names: Sequence[str]) -> None:
+    def __init__(self, health_servicer: _FollowingHealth, service_names: Sequence[str]) -> None:
         self.health = health_servicer
         self.service_names = tuple(service_names)
+        self.accepting = False  # calls other than health and reflection (``_StartGate``)
 
 
 _registrations: weakref.WeakKeyDictionary[Any, _Registration] = weakref.WeakKeyDictionary()
@@ -62,7 +107,7 @@ def _rejecting_handler(handler: Any, error: DomainError) -> Any:
 
     async def reject(_request: Any, context: ServicerContext) -> None:
         await context.abort(
-            grpc.StatusCode.UNAUTHENTICATED,
+            status_for(error),
             error.message,
             trailing_metadata=trailing_metadata_for(error),
         )
@@ -103,29 +148,52 @@ class CredentialInterceptor(grpc.aio.ServerInterceptor):
         return handler
 
 
+class _StartGate(grpc.aio.ServerInterceptor):
+    """Refuses every call but health and reflection, UNAVAILABLE, until the server serves."""
+
+    def __init__(self) -> None:
+        self.registration: _Registration | None = None
+
+    async def intercept_service(
+        self, continuation: Callable[[Any], Awaitable[Any]], handler_call_details: Any
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        if handler is None or _is_public(handler_call_details.method):
+            return handler
+        if self.registration is None or not self.registration.accepting:
+            return _rejecting_handler(handler, NOT_READY)
+        return handler
+
+
 def build_server(
     bind: str,
     register: Callable[[grpc.aio.Server], None],
     service_names: Sequence[str],
     *,
     secret: str | None = None,
+    ready: Ready | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """A server with ``register``ed services, health and reflection; returns it and its port.
 
-    ``secret`` defaults to ``OPS_SERVICE_SECRET``. Call from inside the event loop.
+    ``secret`` defaults to ``OPS_SERVICE_SECRET``; ``ready``, when given, is
+    what health checks follow once the server serves. Call from inside the
+    event loop.
     """
     service_secret = Settings.from_env().service_secret if secret is None else secret
+    gate = _StartGate()
     server = grpc.aio.server(
-        interceptors=(CredentialInterceptor(service_secret),), options=SERVER_OPTIONS
+        interceptors=(gate, CredentialInterceptor(service_secret)), options=SERVER_OPTIONS
     )
     register(server)
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = _FollowingHealth(ready, service_names)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*service_names, *PUBLIC_SERVICES), server)
     port: int = server.add_insecure_port(bind)
     if port == 0:
         raise RuntimeError(f"could not bind gRPC server to {bind}")
-    _registrations[server] = _Registration(health_servicer, service_names)
+    registration = _Registration(health_servicer, service_names)
+    gate.registration = registration
+    _registrations[server] = registration
     return server, port
 
 
@@ -136,12 +204,25 @@ def _registration(server: grpc.aio.Server) -> _Registration:
     return registration
 
 
-async def start(server: grpc.aio.Server) -> None:
-    """Mark "" and every service SERVING, then start accepting calls."""
+async def start(server: grpc.aio.Server, *, serving: bool = True) -> None:
+    """Mark "" and every service SERVING, then start accepting calls.
+
+    ``serving=False``: start NOT_SERVING, answering only health and reflection,
+    until ``mark_serving``.
+    """
     registration = _registration(server)
-    for name in ("", *registration.service_names):
-        await registration.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    await registration.health.mark(serving)
+    registration.accepting = serving
+    registration.health.following = serving
     await server.start()
+
+
+async def mark_serving(server: grpc.aio.Server) -> None:
+    """SERVING, accepting every call; from now on health follows ``ready``."""
+    registration = _registration(server)
+    registration.accepting = True
+    registration.health.following = True
+    await registration.health.mark(True)
 
 
 async def stop(server: grpc.aio.Server, grace: float) -> None:
@@ -155,13 +236,23 @@ async def serve(
     *,
     grace: float = 5.0,
     on_stop: Callable[[], Awaitable[None]] | None = None,
+    prepare: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    """Start, run until SIGTERM/SIGINT (or cancellation), then stop gracefully."""
+    """Start, run until SIGTERM/SIGINT (or cancellation), then stop gracefully.
+
+    With ``prepare``: start NOT_SERVING, run it (a signal stops it and the
+    server), then turn SERVING; what it raises is raised after the stop.
+    """
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
     installed = _install_signal_handlers(loop, stop_requested.set)
     try:
-        await start(server)
+        await start(server, serving=prepare is None)
+        if prepare is not None:
+            _log.info("grpc_preparing", services=list(_registration(server).service_names))
+            if not await _unless_stopped(prepare(), stop_requested):
+                return
+            await mark_serving(server)
         _log.info("grpc_serving", services=list(_registration(server).service_names))
         signalled = asyncio.ensure_future(stop_requested.wait())
         # Shielded: cancelling a plain wait_for_termination() cancels the server's own
@@ -181,6 +272,26 @@ async def serve(
         if on_stop is not None:
             await on_stop()
         _log.info("grpc_stopped")
+
+
+async def _unless_stopped(work: Awaitable[None], stop_requested: asyncio.Event) -> bool:
+    """Run ``work`` to its end (True; its error is raised) unless a stop comes first (False)."""
+    working = asyncio.ensure_future(work)
+    signalled = asyncio.ensure_future(stop_requested.wait())
+    try:
+        await asyncio.wait({working, signalled}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # we were cancelled: so is the work
+        working.cancel()
+        raise
+    finally:
+        signalled.cancel()
+    if not working.done():
+        working.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await working
+        return False
+    working.result()
+    return True
 
 
 def _install_signal_handlers(
@@ -203,9 +314,11 @@ async def serve_servicer(
     *,
     secret: str,
     on_stop: Callable[[], Awaitable[None]] | None = None,
+    prepare: Callable[[], Awaitable[None]] | None = None,
+    ready: Ready | None = None,
 ) -> None:
-    """The whole life of a one-service process: build, serve, stop on a signal."""
+    """The whole life of a one-service process: build, prepare, serve, stop on a signal."""
     server, _port = build_server(
-        bind, lambda s: add_to_server(servicer, s), [service_name], secret=secret
+        bind, lambda s: add_to_server(servicer, s), [service_name], secret=secret, ready=ready
     )
-    await serve(server, on_stop=on_stop)
+    await serve(server, on_stop=on_stop, prepare=prepare)

@@ -10,6 +10,10 @@ an owner scope refuses any statement that touches an owner-bearing table
 without binding ``SCOPE_OWNER`` (checked once per statement object), and the
 scope, never the caller, supplies that parameter's value. In the neutral
 scope a statement naming ``SCOPE_OWNER`` is refused, since there is no owner.
+
+The operator scope (``OperatorTx``, ADR 19) is entered explicitly from the
+neutral one: it reads across owners, and acts on one operation only in its
+owner's scope (``as_owner``), where the owner rules hold as for the owner.
 """
 
 from __future__ import annotations
@@ -111,3 +115,24 @@ class Tx:
         elif binds:
             raise ScopeViolation("the neutral scope has no owner to bind")
         return self.connection.execute(statement, values)
+
+
+class OperatorTx(Tx):
+    """The operator scope: a neutral transaction its caller entered on purpose (ADR 19).
+
+    ``durable_ops.storage.operator`` takes only this type, so a cross-owner read is
+    never what a neutral-scope caller (a claim, the sweeper) gets by mistake.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, tx: Tx) -> None:
+        if tx.owner_id is not None:
+            raise ScopeViolation("the operator scope is not entered from an owner scope")
+        super().__init__(tx.connection, None)
+
+    def as_owner(self, owner_id: str) -> Tx:
+        """The same transaction in ``owner_id``'s scope: the operator acts as the owner would."""
+        if not owner_id:
+            raise ScopeViolation("an owner scope needs an owner id")
+        return Tx(self.connection, owner_id)

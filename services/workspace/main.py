@@ -6,12 +6,13 @@ from durable_ops.api.workspace.v1 import workspace_pb2_grpc as pb_grpc
 from durable_ops.clock import Clock, utc_now
 from durable_ops.rpc.server import serve_servicer
 from durable_ops.settings import Settings
-from durable_ops.storage.migrate import open_migrated
+from durable_ops.storage.availability import DatabaseReadiness, open_when_reachable
+from durable_ops.storage.db import Database
 from durable_ops.workspace.service import SERVICE_NAME, WorkspaceService
 
 
 async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
-    db = open_migrated(settings.database_url)
+    db = Database(settings.database_url)  # connects on first use: prepare waits for it
 
     async def close() -> None:
         db.dispose()
@@ -23,4 +24,6 @@ async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
         SERVICE_NAME,
         secret=settings.service_secret,
         on_stop=close,
+        prepare=lambda: open_when_reachable(db, settings.database_wait_seconds),
+        ready=DatabaseReadiness(db),
     )

@@ -21,6 +21,7 @@ from durable_ops.ai_admission.service import AiAdmissionService
 from durable_ops.api.ai_admission.v1 import ai_admission_pb2_grpc
 from durable_ops.api.notifications.v1 import notifications_pb2_grpc
 from durable_ops.api.operations.v1 import operations_pb2_grpc
+from durable_ops.api.operator.v1 import operator_pb2_grpc
 from durable_ops.api.workspace.v1 import workspace_pb2_grpc
 from durable_ops.clock import Clock
 from durable_ops.model.admission import Limits
@@ -30,6 +31,8 @@ from durable_ops.notifications.service import NotificationsService
 from durable_ops.operations.longrunning import SERVICE_NAME as LRO_SERVICE_NAME
 from durable_ops.operations.longrunning import LongRunningOperations
 from durable_ops.operations.longrunning import add_to_server as add_lro_to_server
+from durable_ops.operations.operator import SERVICE_NAME as OPERATOR
+from durable_ops.operations.operator import OperatorService
 from durable_ops.operations.service import SERVICE_NAME as OPERATIONS
 from durable_ops.operations.service import OperationsService
 from durable_ops.operations.sweeper import sweep_once
@@ -61,8 +64,11 @@ class BackgroundLoop:
         self.loop.close()
 
 
-def metadata(role: Role, owner: str | None = None) -> tuple[tuple[str, str], ...]:
-    pairs = [("authorization", f"Bearer {mint_service_token(SECRET, role)}")]
+def metadata(
+    role: Role, owner: str | None = None, *, subject: str = ""
+) -> tuple[tuple[str, str], ...]:
+    token = mint_service_token(SECRET, role, subject=subject)
+    pairs = [("authorization", f"Bearer {token}")]
     if owner is not None:
         pairs.append(("x-owner-id", owner))
     return tuple(pairs)
@@ -91,6 +97,10 @@ class Services:
     @property
     def workspace(self) -> workspace_pb2_grpc.WorkspaceServiceStub:
         return workspace_pb2_grpc.WorkspaceServiceStub(self.channel)
+
+    @property
+    def operator(self) -> operator_pb2_grpc.OperatorServiceStub:
+        return operator_pb2_grpc.OperatorServiceStub(self.channel)
 
     @property
     def admission(self) -> ai_admission_pb2_grpc.AiAdmissionServiceStub:
@@ -127,6 +137,10 @@ def running_services(db_url: str, clock: Clock, limits: Limits | None = None) ->
                     ),
                     (add_lro_to_server, LongRunningOperations(operations_service)),
                     (
+                        operator_pb2_grpc.add_OperatorServiceServicer_to_server,
+                        OperatorService(operations_service),
+                    ),
+                    (
                         notifications_pb2_grpc.add_NotificationsServiceServicer_to_server,
                         NotificationsService(db, clock),
                     ),
@@ -140,7 +154,7 @@ def running_services(db_url: str, clock: Clock, limits: Limits | None = None) ->
                     ),
                 ]
             ),
-            [OPERATIONS, LRO_SERVICE_NAME, NOTIFICATIONS, WORKSPACE, ADMISSION],
+            [OPERATIONS, LRO_SERVICE_NAME, OPERATOR, NOTIFICATIONS, WORKSPACE, ADMISSION],
             secret=SECRET,
         )
         await start(server)

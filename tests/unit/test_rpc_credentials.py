@@ -15,7 +15,7 @@ import jwt
 import pytest
 
 from durable_ops.model.errors import InvalidArgument, PermissionDenied, Unauthenticated
-from durable_ops.model.scope import NeutralScope, OwnerScope, Role
+from durable_ops.model.scope import NeutralScope, OperatorScope, OwnerScope, Role
 from durable_ops.rpc import ServicerContext, client, credentials
 from durable_ops.rpc.client import ServiceCaller
 from durable_ops.rpc.credentials import mint_service_token, verify_service_token
@@ -235,11 +235,18 @@ def test_role_from_metadata_refuses_missing_or_ambiguous_credentials(
         role_from_metadata(metadata, SECRET)
 
 
-@pytest.mark.parametrize("role", list(Role))
+@pytest.mark.parametrize("role", [role for role in Role if role is not Role.OPERATOR])
 def test_x_owner_id_gives_an_owner_scope_for_every_role(role: Role) -> None:
     assert scope_for(role, [("x-owner-id", "alice@example.org")]) == OwnerScope(
         role, "alice@example.org"
     )
+
+
+def test_the_operator_role_has_only_the_operator_scope() -> None:
+    assert scope_for(Role.OPERATOR, []) == OperatorScope()
+    with pytest.raises(PermissionDenied) as refused:
+        scope_for(Role.OPERATOR, [("x-owner-id", "alice")])
+    assert refused.value.code == "operator_scope_has_no_owner"
 
 
 def test_a_worker_without_x_owner_id_is_neutral() -> None:

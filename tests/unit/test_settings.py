@@ -49,8 +49,18 @@ def test_values_are_parsed_by_type() -> None:
         ("OPS_DEV_MODEL_SECONDS", "-1"),
         ("OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS", "0"),
         ("OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS", "a day"),
+        ("OPS_DATABASE_WAIT_SECONDS", "-1"),
+        ("OPS_DATABASE_WAIT_SECONDS", "nan"),
+        ("OPS_DATABASE_WAIT_SECONDS", "inf"),
+        ("OPS_DATABASE_WAIT_SECONDS", "a minute"),
     ],
 )
 def test_bad_values_are_refused_with_the_variable_named(name: str, value: str) -> None:
     with pytest.raises(SettingsError, match=name):
         Settings.from_env({name: value})
+
+
+def test_the_database_wait_is_a_minute_unless_set_and_zero_asks_once() -> None:
+    assert Settings.from_env({}).database_wait_seconds == 60.0
+    assert Settings.from_env({"OPS_DATABASE_WAIT_SECONDS": "0"}).database_wait_seconds == 0.0
+    assert Settings.from_env({"OPS_DATABASE_WAIT_SECONDS": "2.5"}).database_wait_seconds == 2.5

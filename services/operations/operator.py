@@ -1,0 +1,130 @@
+"""The Operator gRPC servicer (ADR 19): the operator scope, conversion, one transaction.
+
+Served next to the Operations service, on its watches: an operator's cancel of
+a running operation is pushed to the lease holder at once, as the owner's is.
+Every call is logged with who made it (the credential's ``sub``) and what.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import structlog
+
+from durable_ops.api.operator.v1 import operator_pb2 as opb
+from durable_ops.api.operator.v1 import operator_pb2_grpc as opb_grpc
+from durable_ops.model.operator import OperatorFilter
+from durable_ops.model.scope import require_operator
+from durable_ops.operations.service import OperationsService
+from durable_ops.rpc import ServicerContext
+from durable_ops.rpc.errors import translate_errors
+from durable_ops.rpc.scope import caller_name, caller_scope
+from durable_ops.storage import operator as store
+from durable_ops.storage.tx import OperatorTx
+from durable_ops.wire import operations as convert
+from durable_ops.wire.operator import operator_operation
+
+log = structlog.get_logger(__name__)
+SERVICE_NAME = opb.DESCRIPTOR.services_by_name["OperatorService"].full_name
+
+
+def _operator(context: ServicerContext) -> str:
+    """The operator scope, or PERMISSION_DENIED; answers who is calling, for the log."""
+    require_operator(caller_scope(context))
+    return caller_name(context) or "unnamed"
+
+
+def _filters(request: opb.ListOperationsRequest) -> OperatorFilter:
+    older_than: timedelta | None = None
+    if request.HasField("older_than"):
+        older_than = request.older_than.ToTimedelta()
+    return OperatorFilter(
+        owner_id=request.owner_id,
+        state=convert.state_from_pb(request.state),
+        task_type=request.task_type,
+        older_than=older_than,
+    ).validated()
+
+
+class OperatorService(opb_grpc.OperatorServiceServicer):
+    def __init__(self, operations: OperationsService) -> None:
+        self._operations = operations
+        self._db = operations.db
+        self._clock = operations.clock
+
+    @translate_errors
+    async def ListOperations(
+        self, request: opb.ListOperationsRequest, context: ServicerContext
+    ) -> opb.ListOperationsResponse:
+        who = _operator(context)
+        filters = _filters(request)
+        now = self._clock()
+        page = await self._db.run_core_async(
+            lambda tx: store.list_page(
+                OperatorTx(tx),
+                size=request.page_size,
+                token=request.page_token,
+                filters=filters,
+                now=now,
+            ),
+            owner_id=None,
+            write=False,
+        )
+        log.info("operator_list", operator=who, filters=filters.describe(), count=len(page.items))
+        return opb.ListOperationsResponse(
+            operations=[operator_operation(row) for row in page.items],
+            next_page_token=page.next_token or "",
+        )
+
+    @translate_errors
+    async def GetOperation(
+        self, request: opb.GetOperationRequest, context: ServicerContext
+    ) -> opb.OperatorOperation:
+        who = _operator(context)
+        row = await self._db.run_core_async(
+            lambda tx: store.get(OperatorTx(tx), request.operation_id),
+            owner_id=None,
+            write=False,
+        )
+        log.info("operator_show", operator=who, operation_id=row.id, owner=row.owner_user_id)
+        return operator_operation(row)
+
+    @translate_errors
+    async def CancelOperation(
+        self, request: opb.CancelOperationRequest, context: ServicerContext
+    ) -> opb.OperatorOperation:
+        who = _operator(context)
+        now = self._clock()
+        row = await self._db.run_core_async(
+            lambda tx: store.cancel(OperatorTx(tx), request.operation_id, now), owner_id=None
+        )
+        self._operations.cancelled(row)
+        log.info(
+            "operator_cancel",
+            operator=who,
+            operation_id=row.id,
+            owner=row.owner_user_id,
+            state=row.state,
+            cancel_requested=row.cancel_requested,
+        )
+        return operator_operation(row)
+
+    @translate_errors
+    async def RetryOperation(
+        self, request: opb.RetryOperationRequest, context: ServicerContext
+    ) -> opb.OperatorOperation:
+        who = _operator(context)
+        now = self._clock()
+        row = await self._db.run_core_async(
+            lambda tx: store.retry(OperatorTx(tx), request.operation_id, now), owner_id=None
+        )
+        self._operations.retried(row)
+        log.info(
+            "operator_retry",
+            operator=who,
+            operation_id=row.id,
+            owner=row.owner_user_id,
+            state=row.state,
+            attempt=row.attempt,
+        )
+        return operator_operation(row)

@@ -1,0 +1,406 @@
+"""``opsctl operations``: the operator's commands, over gRPC to the OperatorService (ADR 19).
+
+Each call carries an ``operator`` service credential minted from
+``OPS_SERVICE_SECRET`` (else the secret ``opsctl up`` keeps in var/), naming
+the operator (``--as``, default the login name) so the service's log says who
+did what. It goes to the Operations service at ``OPS_OPERATIONS_TARGET``.
+
+``cancel`` and ``retry`` take operation ids, or a filter (``--owner``,
+``--state``, ``--task``, ``--older-than``): by filter they print what they
+would do and stop, unless ``--yes`` confirms it.
+
+Only argparse and pure modules are imported here at load: ``opsctl --help``
+stays fast; grpc is imported when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TextIO
+
+from durable_ops.model.operator import OperatorFilter, operator_name, parse_duration
+from durable_ops.model.states import OperationState
+
+if TYPE_CHECKING:
+    import grpc
+
+    from durable_ops.api.operator.v1 import operator_pb2 as opb
+    from durable_ops.api.operator.v1 import operator_pb2_grpc as opb_grpc
+    from durable_ops.settings import Settings
+
+EXIT_FAILED = 5  # the service refused a call, or could not be reached (the reason is printed)
+EXIT_NOT_CONFIRMED = 6  # a cancel or retry by filter without --yes: the plan is printed
+CALL_TIMEOUT_SECONDS = 10.0
+LIST_LIMIT_DEFAULT = 100
+PAGE_SIZE = 100
+TOKEN_TTL_SECONDS = 300
+
+HELP = """\
+list    operations of every owner, newest first, filtered
+show    one operation, with what only an operator sees (owner, lease, failure)
+cancel  cancel operations by id, or by filter with --yes
+retry   retry failed or cancelled operations by id, or by filter with --yes
+
+Calls the Operations service (OPS_OPERATIONS_TARGET, default 127.0.0.1:50051) with an
+operator credential signed with OPS_SERVICE_SECRET (else the secret kept in
+var/secrets.json). Every call is logged by the service with --as (default: your login
+name). Exit codes: 5 the service refused or could not be reached; 6 not confirmed."""
+
+
+# ---- arguments ------------------------------------------------------------------------------
+
+
+def _duration(text: str) -> Any:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _filter_options(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--owner", default="", metavar="U", help="this owner only")
+    sub.add_argument(
+        "--state", choices=[state.value for state in OperationState], help="this state only"
+    )
+    sub.add_argument("--task", default="", metavar="T", help="this task type only")
+    sub.add_argument(
+        "--older-than",
+        type=_duration,
+        metavar="D",
+        help="created at least this long ago: 90s, 30m, 2h, 7d, 1w",
+    )
+
+
+def _common_options(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--as",
+        dest="operator",
+        metavar="NAME",
+        help="who the service's log names (default: your login name)",
+    )
+
+
+def add_parser(operations: argparse.ArgumentParser) -> None:
+    """The ``list``, ``show``, ``cancel`` and ``retry`` subcommands of ``opsctl operations``."""
+    verbs = operations.add_subparsers(dest="operations_command", required=True, metavar="COMMAND")
+
+    listing = verbs.add_parser(
+        "list", help="list operations of every owner", description="List operations, newest first."
+    )
+    _filter_options(listing)
+    listing.add_argument(
+        "--limit",
+        type=int,
+        default=LIST_LIMIT_DEFAULT,
+        metavar="N",
+        help=f"at most N operations (default: {LIST_LIMIT_DEFAULT})",
+    )
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    _common_options(listing)
+
+    show = verbs.add_parser(
+        "show",
+        help="show one operation",
+        description="Show one operation of any owner, with owner, lease and failure.",
+    )
+    show.add_argument("operation_id", metavar="ID")
+    show.add_argument("--json", action="store_true", help="machine-readable output")
+    _common_options(show)
+
+    for verb, what in (("cancel", "Cancel"), ("retry", "Retry")):
+        act = verbs.add_parser(
+            verb,
+            help=f"{what.lower()} operations by id, or by filter with --yes",
+            description=f"{what} the operations named, or every one the filter matches"
+            " (printed first; --yes to go ahead). Each runs as its owner's own"
+            f" {verb} would.",
+        )
+        act.add_argument("operation_ids", nargs="*", metavar="ID")
+        _filter_options(act)
+        act.add_argument("--yes", action="store_true", help="go ahead with a bulk action")
+        act.add_argument("--json", action="store_true", help="machine-readable output")
+        _common_options(act)
+
+
+def filter_of(args: argparse.Namespace) -> OperatorFilter:
+    return OperatorFilter(
+        owner_id=args.owner,
+        state=OperationState(args.state) if args.state else None,
+        task_type=args.task,
+        older_than=args.older_than,
+    ).validated()
+
+
+def _name(args: argparse.Namespace) -> str:
+    if args.operator:
+        return operator_name(args.operator)
+    try:
+        return operator_name(getpass.getuser())
+    except Exception:  # no login name, or one the log would not take
+        return "opsctl"
+
+
+# ---- the service -------------------------------------------------------------------------------
+
+
+@dataclass
+class Operator:
+    """The stub and the credential of one ``opsctl operations`` run."""
+
+    stub: opb_grpc.OperatorServiceStub
+    metadata: tuple[tuple[str, str], ...]
+
+    def list_all(self, filters: OperatorFilter, limit: int | None) -> Iterator[Any]:
+        from durable_ops.api.operator.v1 import operator_pb2 as opb
+        from durable_ops.rpc.states import state_to_pb
+
+        token = ""
+        left = limit
+        while left is None or left > 0:
+            request = opb.ListOperationsRequest(
+                page_size=PAGE_SIZE if left is None else min(PAGE_SIZE, left),
+                page_token=token,
+                owner_id=filters.owner_id,
+                task_type=filters.task_type,
+            )
+            if filters.state is not None:
+                request.state = state_to_pb(filters.state)
+            if filters.older_than is not None:
+                request.older_than.FromTimedelta(filters.older_than)
+            page = self.stub.ListOperations(
+                request, metadata=self.metadata, timeout=CALL_TIMEOUT_SECONDS
+            )
+            yield from page.operations
+            if left is not None:
+                left -= len(page.operations)
+            token = page.next_page_token
+            if not token:
+                return
+
+
+def _connect(settings: Settings, name: str) -> tuple[grpc.Channel, Operator]:
+    import grpc
+
+    from durable_ops.api.operator.v1 import operator_pb2_grpc as opb_grpc
+    from durable_ops.model.scope import Role
+    from durable_ops.rpc.credentials import mint_service_token
+    from durable_ops.rpc.scope import AUTHORIZATION
+
+    token = mint_service_token(
+        settings.service_secret, Role.OPERATOR, TOKEN_TTL_SECONDS, subject=name
+    )
+    channel = grpc.insecure_channel(settings.operations_target)
+    stub = opb_grpc.OperatorServiceStub(channel)
+    return channel, Operator(stub, ((AUTHORIZATION, f"Bearer {token}"),))
+
+
+# ---- output ------------------------------------------------------------------------------------
+
+
+def view(message: opb.OperatorOperation) -> dict[str, Any]:
+    """The operator's view as JSON: states and privacy as their lowercase names."""
+    from durable_ops.api.operations.v1 import operations_pb2 as pb
+    from durable_ops.rpc.states import state_from_pb
+
+    op = message.operation
+    found: dict[str, Any] = {
+        "id": op.id,
+        "owner_id": message.owner_id,
+        "task_type": op.task_type,
+        "state": state_from_pb(op.state).value,
+        "attempt": op.attempt,
+        "max_attempts": op.max_attempts,
+        "progress_percent": op.progress_percent,
+        "cancel_requested": op.cancel_requested,
+        "priority": message.priority,
+        "privacy": pb.Privacy.Name(message.privacy).removeprefix("PRIVACY_").lower(),
+        "subject": {"type": op.subject.type, "id": op.subject.id},
+    }
+    for field in (
+        "created_at",
+        "updated_at",
+        "started_at",
+        "finished_at",
+        "deadline_at",
+        "next_attempt_at",
+    ):
+        found[field] = _when(op, field)
+    found["lease_expires_at"] = _when(message, "lease_expires_at")
+    found["failure_code"] = message.failure_code or None
+    found["failure_message"] = message.failure_message or None
+    return found
+
+
+def _when(message: Any, field: str) -> str | None:
+    from datetime import UTC
+
+    if not message.HasField(field):
+        return None
+    stamp: str = getattr(message, field).ToDatetime(tzinfo=UTC).isoformat()
+    return stamp
+
+
+COLUMNS = ("id", "owner_id", "task_type", "state", "attempt", "created_at")
+
+
+def _table(rows: list[dict[str, Any]], out: TextIO) -> None:
+    cells = [
+        [
+            row["id"],
+            row["owner_id"],
+            row["task_type"],
+            row["state"],
+            f"{row['attempt']}/{row['max_attempts']}",
+            row["created_at"] or "",
+        ]
+        for row in rows
+    ]
+    header = ["ID", "OWNER", "TASK", "STATE", "ATTEMPT", "CREATED"]
+    widths = [max(len(line[i]) for line in [header, *cells]) for i in range(len(header))]
+    for line in [header, *cells]:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip(),
+            file=out,
+        )
+
+
+def _details(row: dict[str, Any], out: TextIO) -> None:
+    for key, value in row.items():
+        if key == "subject":
+            value = f"{value['type']}/{value['id']}"
+        print(f"{key:<17} {'-' if value is None else value}", file=out)
+
+
+# ---- the commands ------------------------------------------------------------------------------
+
+
+def _refused(exc: Exception, what: str) -> str:
+    import grpc
+
+    if isinstance(exc, grpc.RpcError):
+        call: Any = exc
+        return f"{what}: {call.code().name.lower()}: {call.details()}"
+    return f"{what}: {exc}"
+
+
+def cmd_list(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
+    if args.limit < 1:
+        raise argparse.ArgumentTypeError("--limit must be at least 1")
+    rows = [view(found) for found in operator.list_all(filter_of(args), args.limit)]
+    if args.json:
+        print(json.dumps(rows), file=out)
+    else:
+        _table(rows, out)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
+    from durable_ops.api.operator.v1 import operator_pb2 as opb
+
+    found = operator.stub.GetOperation(
+        opb.GetOperationRequest(operation_id=args.operation_id),
+        metadata=operator.metadata,
+        timeout=CALL_TIMEOUT_SECONDS,
+    )
+    row = view(found)
+    if args.json:
+        print(json.dumps(row), file=out)
+    else:
+        _details(row, out)
+    return 0
+
+
+def _act(verb: str, operator: Operator) -> Callable[[str], Any]:
+    from durable_ops.api.operator.v1 import operator_pb2 as opb
+
+    def act(operation_id: str) -> Any:
+        if verb == "cancel":
+            return operator.stub.CancelOperation(
+                opb.CancelOperationRequest(operation_id=operation_id),
+                metadata=operator.metadata,
+                timeout=CALL_TIMEOUT_SECONDS,
+            )
+        return operator.stub.RetryOperation(
+            opb.RetryOperationRequest(operation_id=operation_id),
+            metadata=operator.metadata,
+            timeout=CALL_TIMEOUT_SECONDS,
+        )
+
+    return act
+
+
+def cmd_act(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
+    """``cancel`` / ``retry``: the ids named, or every match of the filter once confirmed."""
+    import grpc
+
+    verb = args.operations_command
+    filters = filter_of(args)
+    if args.operation_ids and not filters.is_empty:
+        raise argparse.ArgumentTypeError("name operation ids or a filter, not both")
+    if not args.operation_ids and filters.is_empty:
+        raise argparse.ArgumentTypeError(
+            "name operation ids, or a filter (--owner, --state, --task, --older-than)"
+        )
+    ids: list[str] = list(dict.fromkeys(args.operation_ids))
+    if not ids:
+        ids = [found.operation.id for found in operator.list_all(filters, None)]
+        if not args.yes:
+            print(f"would {verb} {len(ids)} operations ({filters.describe()}):", file=out)
+            for operation_id in ids:
+                print(f"  {operation_id}", file=out)
+            print(f"opsctl operations {verb}: not confirmed; add --yes", file=sys.stderr)
+            return EXIT_NOT_CONFIRMED
+    act = _act(verb, operator)
+    done: list[dict[str, Any]] = []
+    failed = 0
+    for operation_id in ids:
+        try:
+            row = view(act(operation_id))
+        except grpc.RpcError as exc:
+            failed += 1
+            print(f"opsctl operations {verb}: {_refused(exc, operation_id)}", file=sys.stderr)
+            continue
+        done.append(row)
+        if not args.json:
+            print(f"{row['id']}  {row['owner_id']}  {row['state']}", file=out)
+    if args.json:
+        print(json.dumps(done), file=out)
+    return EXIT_FAILED if failed else 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Operator, TextIO], int]] = {
+    "list": cmd_list,
+    "show": cmd_show,
+    "cancel": cmd_act,
+    "retry": cmd_act,
+}
+
+
+def run(args: argparse.Namespace, settings: Settings, out: TextIO | None = None) -> int:
+    """Run the ``opsctl operations`` command ``args`` chose; usage errors exit 2."""
+    import grpc
+
+    out = sys.stdout if out is None else out
+    command = COMMANDS[args.operations_command]
+    try:
+        name = _name(args)
+        channel, operator = _connect(settings, name)
+    except argparse.ArgumentTypeError as exc:
+        print(f"opsctl operations: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return command(args, operator, out)
+    except argparse.ArgumentTypeError as exc:
+        print(f"opsctl operations {args.operations_command}: {exc}", file=sys.stderr)
+        return 2
+    except grpc.RpcError as exc:
+        where = f"opsctl operations {args.operations_command}"
+        print(_refused(exc, where), file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        channel.close()

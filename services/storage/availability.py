@@ -1,0 +1,194 @@
+"""Whether the database answers: the wait at start, and the readiness health follows.
+
+A database that is away is an expected state, not a crash (ADR 16):
+
+- ``wait_for_database`` asks (``SELECT 1``) until the database answers, with
+  the backoff of ``model.availability``, writing one ``database_unreachable``
+  line per failed attempt. It raises ``DatabaseUnavailable`` once
+  ``OPS_DATABASE_WAIT_SECONDS`` have passed, or at once when the database
+  answers but refuses us (a wrong password, no such database: waiting would
+  not cure it). ``open_when_reachable`` then checks the schema, as services
+  always did at start.
+- ``DatabaseReadiness`` answers "does the database answer?" for the gRPC
+  health service, from an answer at most ``READING_MAX_AGE_SECONDS`` old, so
+  probes do not hammer the database; it logs each change, not each probe.
+
+Only ``Database.engine`` is used: the transactions and their error mapping
+(``Unavailable(code="database_unavailable")``) stay in ``storage.db``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable
+
+import structlog
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from durable_ops.model.availability import READING_MAX_AGE_SECONDS, is_fresh, next_attempt_in
+from durable_ops.model.lifecycle import Draw, system_draw
+from durable_ops.storage.db import UNREACHABLE_MYSQL_ERRORS, Database
+from durable_ops.storage.migrate import require_current
+
+log = structlog.get_logger(__name__)
+
+# Worth waiting for at start besides an unreachable server: "too many connections", and a
+# Galera node not (yet) in the primary component.
+BUSY_MYSQL_ERRORS = frozenset({1040, 1047})
+# How long a health check waits for a probe in flight; a slower database is not serving.
+PROBE_ANSWER_SECONDS = 1.0
+# What the wait draws its jitter from; tests may replace it.
+WAIT_JITTER: Draw = system_draw
+
+
+class DatabaseUnavailable(RuntimeError):
+    """The database did not answer within the wait at start, or refused us."""
+
+    def __init__(self, message: str, *, attempts: int) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+
+
+def ping(db: Database) -> None:
+    """One ``SELECT 1`` on a pooled connection; raises what the driver raises."""
+    with db.engine.connect() as connection:
+        connection.execute(text("SELECT 1"))
+
+
+def worth_waiting_for(error: BaseException) -> bool:
+    """Whether ``error`` says the database is away (it may come back), not that it refuses us."""
+    if not isinstance(error, OperationalError):
+        return False
+    original = error.orig
+    if isinstance(original, sqlite3.OperationalError):
+        return True  # the file cannot be opened (its disk is away): nothing else fails SELECT 1
+    code = original.args[0] if original is not None and original.args else None
+    return code in UNREACHABLE_MYSQL_ERRORS or code in BUSY_MYSQL_ERRORS
+
+
+def describe(error: BaseException) -> str:
+    """The driver's words for ``error``, on one line."""
+    original = error.orig if isinstance(error, DBAPIError) else error
+    words = " ".join(str(original).split()) or type(original).__name__
+    return words if len(words) <= 300 else words[:299] + "…"
+
+
+async def wait_for_database(
+    db: Database,
+    bound_seconds: float,
+    *,
+    draw: Draw | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> int:
+    """Ask until the database answers; return the attempts it took.
+
+    Raises ``DatabaseUnavailable`` when ``bound_seconds`` have passed (every
+    failed attempt is one log line, the last included) or when the database
+    refuses us. An attempt that hangs is abandoned at the bound.
+    """
+    started = monotonic()
+    failures = 0
+    while True:
+        budget = max(bound_seconds - (monotonic() - started), PROBE_ANSWER_SECONDS)
+        try:
+            await asyncio.wait_for(asyncio.to_thread(ping, db), budget)
+        except DBAPIError as error:
+            reason = describe(error)
+            if not worth_waiting_for(error):
+                raise DatabaseUnavailable(
+                    f"the database refused us: {reason}", attempts=failures + 1
+                ) from error
+        except TimeoutError:
+            reason = f"no answer within {budget:g} s"
+        else:
+            if failures:
+                log.info(
+                    "database_reachable",
+                    attempts=failures + 1,
+                    waited_seconds=round(monotonic() - started, 3),
+                )
+            return failures + 1
+        failures += 1
+        pause = next_attempt_in(failures, monotonic() - started, bound_seconds, draw or WAIT_JITTER)
+        log.warning(
+            "database_unreachable",
+            attempt=failures,
+            error=reason,
+            retry_in_seconds=None if pause is None else round(pause, 3),
+            wait_seconds=bound_seconds,
+        )
+        if pause is None:
+            attempts = "1 attempt" if failures == 1 else f"{failures} attempts"
+            raise DatabaseUnavailable(
+                f"the database did not answer within {bound_seconds:g} s"
+                f" (OPS_DATABASE_WAIT_SECONDS; {attempts}, the last: {reason})",
+                attempts=failures,
+            )
+        await sleep(pause)
+
+
+async def open_when_reachable(db: Database, bound_seconds: float) -> None:
+    """What a service does before it serves: wait for the database, then check its schema.
+
+    ``SchemaNotCurrent`` (``storage.migrate``) when the schema is behind this code.
+    """
+    await wait_for_database(db, bound_seconds)
+    await asyncio.to_thread(require_current, db.engine)
+
+
+class DatabaseReadiness:
+    """``await readiness()``: whether the database answers, from an answer under a second old.
+
+    At most one probe runs at a time; checks that come while it runs wait for
+    it (up to ``answer_within``, then they answer False). A probe that hangs
+    keeps the answer False until it ends: a database that does not answer a
+    ``SELECT 1`` does not answer the service's own queries either.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        max_age: float = READING_MAX_AGE_SECONDS,
+        answer_within: float = PROBE_ANSWER_SECONDS,
+        monotonic: Callable[[], float] = time.monotonic,
+        probe: Callable[[Database], None] = ping,
+    ) -> None:
+        self._db = db
+        self._max_age = max_age
+        self._answer_within = answer_within
+        self._monotonic = monotonic
+        self._probe = probe
+        self._reachable: bool | None = None  # no answer yet
+        self._read_at: float | None = None
+        self._reading: asyncio.Task[bool] | None = None
+
+    async def __call__(self) -> bool:
+        if self._reachable is not None and is_fresh(
+            self._read_at, self._monotonic(), self._max_age
+        ):
+            return self._reachable
+        if self._reading is None:
+            self._reading = asyncio.create_task(self._read())
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._reading), self._answer_within)
+        except TimeoutError:
+            return False
+
+    async def _read(self) -> bool:
+        error = ""
+        try:
+            await asyncio.to_thread(self._probe, self._db)
+        except Exception as exc:  # whatever fails SELECT 1 fails the service's work too
+            error = describe(exc)
+        reachable = not error
+        if not reachable and self._reachable is not False:
+            log.warning("database_unreachable", error=error)
+        elif reachable and self._reachable is False:
+            log.info("database_reachable")
+        self._reachable, self._read_at, self._reading = reachable, self._monotonic(), None
+        return reachable

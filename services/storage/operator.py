@@ -1,0 +1,105 @@
+"""The operator scope's SQL (ADR 19): reads across owners, actions as the owner.
+
+Every function takes an ``OperatorTx``, the scope a caller enters on purpose
+(``durable_ops.storage.tx``). Reads name no owner. A cancel or a retry reads
+the operation's owner and runs the owner's own ``operations.cancel`` or
+``operations.retry`` in that owner's scope, in the same transaction: the same
+decision, the same guarded UPDATE, the same notification, nothing an owner
+could not do.
+
+Listing across owners walks ``created_at`` newest first, filtered; the indexes
+serve the owner's listing, and an operator's list is rare enough not to need
+its own.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import Select, Table, bindparam, select
+
+from durable_ops.model import bounds
+from durable_ops.model.errors import NotFound
+from durable_ops.model.operator import OperatorFilter
+from durable_ops.storage import operations
+from durable_ops.storage.pages import Page, newest_first, page_size, paginate
+from durable_ops.storage.schema import UserOperation
+from durable_ops.storage.tx import OperatorTx, ScopeViolation, Tx
+
+OPS = cast(Table, UserOperation.__table__)
+_GET = select(OPS).where(OPS.c.id == bindparam("operation_id"))
+_OWNER_OF = select(OPS.c.owner_user_id).where(OPS.c.id == bindparam("operation_id"))
+
+
+def _operator(tx: Tx) -> OperatorTx:
+    if not isinstance(tx, OperatorTx):
+        raise ScopeViolation("operator storage runs only in the operator scope")
+    return tx
+
+
+def _not_found() -> NotFound:
+    return NotFound("operation not found", code="operation_not_found")
+
+
+def _issuable(operation_id: str) -> bool:
+    return 0 < len(operation_id) <= bounds.ID_MAX  # a longer id was never issued
+
+
+def get(tx: OperatorTx, operation_id: str) -> UserOperation:
+    """Any owner's operation."""
+    row = (
+        _operator(tx).execute(_GET, {"operation_id": operation_id}).one_or_none()
+        if _issuable(operation_id)
+        else None
+    )
+    if row is None:
+        raise _not_found()
+    return UserOperation(**row._mapping)
+
+
+def owner_of(tx: OperatorTx, operation_id: str) -> str:
+    row = (
+        _operator(tx).execute(_OWNER_OF, {"operation_id": operation_id}).one_or_none()
+        if _issuable(operation_id)
+        else None
+    )
+    if row is None:
+        raise _not_found()
+    return str(row.owner_user_id)
+
+
+def list_page(
+    tx: OperatorTx, *, size: int, token: str, filters: OperatorFilter, now: datetime
+) -> Page[UserOperation]:
+    """Operations of every owner (or of ``filters.owner_id``), newest first."""
+    size = page_size(size)
+    filters = filters.validated()
+    query: Select[Any] = select(OPS)
+    if filters.owner_id:
+        query = query.where(OPS.c.owner_user_id == filters.owner_id)
+    if filters.state is not None:
+        query = query.where(OPS.c.state == filters.state)
+    if filters.task_type:
+        query = query.where(OPS.c.task_type == filters.task_type)
+    created_before = filters.created_before(now)
+    if created_before is not None:
+        query = query.where(OPS.c.created_at <= created_before)
+    query = newest_first(query, OPS.c.created_at, OPS.c.id, token, size)
+    rows = [UserOperation(**row._mapping) for row in _operator(tx).execute(query)]
+    return paginate(rows, size, lambda op: (op.created_at, op.id))
+
+
+def cancel(tx: OperatorTx, operation_id: str, now: datetime) -> UserOperation:
+    """The owner's cancel, in the owner's scope."""
+    owner = owner_of(tx, operation_id)
+    return operations.cancel(tx.as_owner(owner), operation_id, now)
+
+
+def retry(tx: OperatorTx, operation_id: str, now: datetime) -> UserOperation:
+    """The owner's manual retry, in the owner's scope."""
+    owner = owner_of(tx, operation_id)
+    return operations.retry(tx.as_owner(owner), operation_id, now)
+
+
+__all__ = ["cancel", "get", "list_page", "owner_of", "retry"]

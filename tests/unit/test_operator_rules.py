@@ -1,0 +1,201 @@
+"""The operator scope's pure parts (ADR 19): ages, filters, names, the scope, who reaches it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import cast
+
+import jwt
+import pytest
+from sqlalchemy.engine import Connection
+
+from durable_ops.model import bounds
+from durable_ops.model.errors import InvalidArgument, PermissionDenied
+from durable_ops.model.operator import OperatorFilter, operator_name, parse_duration
+from durable_ops.model.scope import (
+    NeutralScope,
+    OperatorScope,
+    OwnerScope,
+    Role,
+    Scope,
+    require_neutral_worker,
+    require_operator,
+    require_owner,
+)
+from durable_ops.model.states import OperationState
+from durable_ops.rpc.credentials import mint_service_token, verify_service_token
+from durable_ops.settings import Settings
+from durable_ops.storage import operator as store
+from durable_ops.storage.tx import OperatorTx, ScopeViolation, Tx
+from tests.unit.test_architecture import SERVICES, _reach
+
+SECRET = "unit-test-service-secret-of-32-bytes!"
+NO_CONNECTION = cast(Connection, None)  # every check below refuses before any SQL
+
+
+# ---- --older-than ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90s", 90),
+        ("30m", 1800),
+        ("2h", 7200),
+        ("7d", 7 * 86400),
+        ("1w", 7 * 86400),
+        ("1d12h", 36 * 3600),
+        ("3660d", 3660 * 86400),
+    ],
+)
+def test_durations_parse(text: str, seconds: int) -> None:
+    assert parse_duration(text) == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "30", "m", "-5m", "+5m", "5 m", "5M", "1.5h", "0m", "0d0h", "3661d", "1y", "9" * 40],
+)
+def test_anything_else_is_not_a_duration(text: str) -> None:
+    with pytest.raises(ValueError, match=r"duration|longer"):
+        parse_duration(text)
+
+
+# ---- filters -----------------------------------------------------------------------------------
+
+
+def test_an_empty_filter_matches_everything() -> None:
+    empty = OperatorFilter()
+    assert empty.validated() is empty
+    assert empty.is_empty
+    assert empty.describe() == "all operations"
+    assert empty.created_before(datetime.now(UTC)) is None
+
+
+def test_a_filter_describes_itself_and_its_age() -> None:
+    now = datetime(2026, 12, 1, 12, tzinfo=UTC)
+    found = OperatorFilter("bob", OperationState.QUEUED, "cv.review", timedelta(hours=2))
+    assert not found.validated().is_empty
+    assert found.describe() == "owner=bob state=queued task=cv.review older_than=7200s"
+    assert found.created_before(now) == datetime(2026, 12, 1, 10, tzinfo=UTC)
+    assert not OperatorFilter(state=OperationState.FAILED).is_empty
+
+
+@pytest.mark.parametrize(
+    ("filters", "field"),
+    [
+        (OperatorFilter(owner_id="not an owner!"), "owner"),
+        (OperatorFilter(owner_id="a" * 65), "owner"),
+        (OperatorFilter(task_type="Bad Task"), "task_type"),
+        (OperatorFilter(older_than=timedelta(seconds=-1)), "older_than"),
+        (OperatorFilter(older_than=bounds.OLDER_THAN_MAX + timedelta(days=1)), "older_than"),
+    ],
+)
+def test_a_bad_filter_is_an_invalid_argument(filters: OperatorFilter, field: str) -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        filters.validated()
+    assert refused.value.field == field
+
+
+def test_operator_names_are_bounded() -> None:
+    assert operator_name("carol@ops") == "carol@ops"
+    for bad in ("", "a b", "x" * 65, "eve\n", "ünicode"):
+        with pytest.raises(InvalidArgument):
+            operator_name(bad)
+
+
+# ---- the third scope --------------------------------------------------------------------------
+
+OTHER_SCOPES: list[Scope] = [
+    NeutralScope(),
+    *(NeutralScope(role=role) for role in Role),
+    *(OwnerScope(role, "alice") for role in Role),
+]
+
+
+def test_only_the_operator_scope_is_the_operator_scope() -> None:
+    scope = OperatorScope()
+    assert scope.role is Role.OPERATOR
+    assert require_operator(scope) is scope
+    for other in OTHER_SCOPES:
+        with pytest.raises(PermissionDenied) as refused:
+            require_operator(other)
+        assert refused.value.code == "operator_scope_required"
+
+
+def test_the_operator_scope_is_neither_an_owner_nor_the_neutral_worker() -> None:
+    with pytest.raises(PermissionDenied):
+        require_owner(OperatorScope())
+    with pytest.raises(PermissionDenied):
+        require_neutral_worker(OperatorScope())
+
+
+def test_an_operator_credential_names_its_holder() -> None:
+    token = mint_service_token(SECRET, Role.OPERATOR, subject="carol")
+    assert verify_service_token(SECRET, token, max_age_seconds=3600) is Role.OPERATOR
+    assert jwt.decode(token, SECRET, algorithms=["HS256"])["sub"] == "carol"
+    plain = mint_service_token(SECRET, Role.WORKER)
+    assert "sub" not in jwt.decode(plain, SECRET, algorithms=["HS256"])
+
+
+# ---- the operator Tx scope --------------------------------------------------------------------
+
+
+def test_the_operator_tx_is_entered_only_from_the_neutral_scope() -> None:
+    with pytest.raises(ScopeViolation):
+        OperatorTx(Tx(NO_CONNECTION, "alice"))
+    operator_tx = OperatorTx(Tx(NO_CONNECTION, None))
+    assert operator_tx.owner_id is None
+    as_bob = operator_tx.as_owner("bob")
+    assert type(as_bob) is Tx
+    assert as_bob.owner_id == "bob"
+    with pytest.raises(ScopeViolation):
+        operator_tx.as_owner("")
+
+
+@pytest.mark.parametrize("owner", [None, "alice"])
+def test_operator_storage_refuses_any_other_scope(owner: str | None) -> None:
+    tx = cast(OperatorTx, Tx(NO_CONNECTION, owner))  # what a mistaken caller would pass
+    now = datetime.now(UTC)
+    with pytest.raises(ScopeViolation):
+        store.get(tx, "0" * 32)
+    with pytest.raises(ScopeViolation):
+        store.list_page(tx, size=10, token="", filters=OperatorFilter(), now=now)
+    with pytest.raises(ScopeViolation):
+        store.cancel(tx, "0" * 32, now)
+    with pytest.raises(ScopeViolation):
+        store.retry(tx, "0" * 32, now)
+
+
+# ---- the gateway never grants it ---------------------------------------------------------------
+
+
+def test_the_gateway_reaches_no_operator_service() -> None:
+    reached = _reach("durable_ops.gateway.main")
+    assert not [m for m in reached if m.startswith("durable_ops.api.operator")]
+    assert "durable_ops.operations.operator" not in reached
+    mentions = [
+        str(path.relative_to(SERVICES))
+        for path in sorted((SERVICES / "gateway").rglob("*"))
+        if path.is_file()
+        and path.suffix in {".py", ".js", ".html"}
+        and any(
+            needle in path.read_text()
+            for needle in ("Role.OPERATOR", "OperatorService", "operator_pb2", '"operator"')
+        )
+    ]
+    assert mentions == []
+
+
+def test_the_gateway_credential_and_routes_never_reach_the_operator_scope() -> None:
+    from durable_ops.gateway.app import create_app
+    from durable_ops.gateway.backends import Backends
+
+    settings = Settings(service_secret=SECRET)
+    backends = Backends.from_settings(settings)
+    assert backends.caller.role is Role.GATEWAY  # the only credential the gateway holds
+    app = create_app(settings, backends)
+    paths = [str(getattr(route, "path", "")) for route in app.routes]
+    assert paths
+    assert [path for path in paths if "operator" in path.lower()] == []
+    assert "operator" not in str(app.state.openapi).lower()
