@@ -24,6 +24,7 @@ from tests.support.gateway import (
 )
 from tests.support.grpc_services import Services, metadata
 from tests.support.jobs_page import add_job
+from tests.support.long_polls import refuse_long_polls
 from tests.support.workspace_client import CV_TEXT, JOB_TEXT, create_job, entitle
 
 pytestmark = pytest.mark.browser
@@ -209,14 +210,6 @@ def test_a_cancel_after_the_result_was_published_came_too_late(
     page.reload()  # shown from the stored state too, not only as it happened
     expect(job.locator(".analysis__note")).to_contain_text("The cancel came too late")
     expect(job.get_by_text("Fit: 82")).to_be_visible()
-
-
-def refuse_long_polls(page: Page) -> None:
-    """The gateway's long-poll answers 503 from now on, as during an outage."""
-    page.route(
-        "**/api/operations/*:wait*",
-        lambda route: route.fulfill(status=503, content_type="application/problem+json", body="{}"),
-    )
 
 
 def test_a_live_analysis_is_followed_by_the_long_poll_not_polled(

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Locator, Page, Request, Route, expect
+from playwright.sync_api import Locator, Page, Request, expect
 
 from tests.support.jobs_page import add_job
+from tests.support.long_polls import refuse_long_polls
 from tests.support.product import Product, opsctl_up, product_env
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -106,10 +107,7 @@ def test_the_bar_moves_and_a_cancel_from_the_page_stops_the_analysis(
 
 
 def test_the_page_polls_when_the_long_poll_fails(page: Page, product: Product) -> None:
-    def refuse(route: Route) -> None:
-        route.fulfill(status=503, content_type="application/problem+json", body="{}")
-
-    page.route("**/api/operations/*:wait*", refuse)
+    refuse_long_polls(page)
     gets = _gets(page)
     job = _start_snapshot(page, product)
     seen = _intermediate_progress(job, wanted=2)

@@ -25,6 +25,7 @@ from tests.support.gateway import (
     token,
 )
 from tests.support.grpc_services import Services, metadata
+from tests.support.long_polls import refuse_long_polls
 
 pytestmark = pytest.mark.browser
 Screenshot = Callable[[Page, str], Path]
@@ -464,14 +465,6 @@ def test_operations_poll_only_while_the_page_is_shown(page: Page, ui_gateway: Li
     wait_for_count(page, unread, unread_at + 1)
     page.clock.run_for(2_100)
     wait_for_count(page, polls, hidden_at + 2)
-
-
-def refuse_long_polls(page: Page) -> None:
-    """The gateway's long-poll answers 503 from now on, as during an outage."""
-    page.route(
-        "**/api/operations/*:wait*",
-        lambda route: route.fulfill(status=503, content_type="application/problem+json", body="{}"),
-    )
 
 
 def test_a_live_operation_is_followed_by_the_long_poll_while_the_list_polls_slowly(

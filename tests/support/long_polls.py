@@ -1,0 +1,13 @@
+"""Browser-side faults of the gateway's long-poll, for the pages' fallback to polling."""
+
+from __future__ import annotations
+
+from playwright.sync_api import Page
+
+
+def refuse_long_polls(page: Page) -> None:
+    """The gateway's long-poll answers 503 from now on, as during an outage."""
+    page.route(
+        "**/api/operations/*:wait*",
+        lambda route: route.fulfill(status=503, content_type="application/problem+json", body="{}"),
+    )
