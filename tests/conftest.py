@@ -36,6 +36,7 @@ from sqlalchemy.engine import make_url
 from durable_ops.storage import migrate
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import Base
+from tests.support.figures import figures_in
 
 if TYPE_CHECKING:
     from testcontainers.community.mysql import MySqlContainer
@@ -354,3 +355,19 @@ def nothing_kept_in_the_checkout() -> Iterator[None]:
     yield
     after = set(CHECKOUT_VAR.glob("*")) if CHECKOUT_VAR.exists() else set()
     assert after <= before, f"a test wrote into the checkout: {sorted(map(str, after - before))}"
+
+
+_FIGURES: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Keep the figures a test reported (``tests.support.figures.report``), pass or fail."""
+    if report.when == "call":
+        _FIGURES.extend(f"{report.nodeid}: {line}" for line in figures_in(report.capstdout))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _FIGURES:
+        terminalreporter.section("figures")
+        for line in _FIGURES:
+            terminalreporter.write_line(line)

@@ -41,6 +41,7 @@ from durable_ops.storage.db import Database
 from durable_ops.storage.schema import Job, UserOperation
 from tests.support.ai_stack import JOB
 from tests.support.drills import KeptLog
+from tests.support.figures import report
 from tests.support.grpc_services import SECRET, metadata
 from tests.support.operations_client import failure_of
 from tests.support.ports import free_port
@@ -300,7 +301,7 @@ def test_a_killed_database_loses_no_acknowledged_create(
     unacknowledged = load.attempted - set(load.acknowledged)
     committed_unanswered = sum(1 for k in unacknowledged if not again[k].created)
     grpc_failures, http_failures = load.failures("grpc"), load.failures("http")
-    print(
+    report(
         f"\ndatabase restart drill: {len(load.calls)} calls from {GRPC_CLIENTS} gRPC clients and "
         f"1 HTTP client; {len(load.acknowledged)} creates acknowledged ({acknowledged_before} "
         f"before the SIGKILL) and {len(load.jobs)} jobs; the server down {OUTAGE_SECONDS:g} s, "

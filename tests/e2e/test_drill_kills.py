@@ -39,6 +39,7 @@ from durable_ops.storage.schema import UserOperation
 from tests.conftest import MakeDatabase
 from tests.support.ai_stack import JOB
 from tests.support.drills import Chaos, KeptLog, audit
+from tests.support.figures import report
 from tests.support.grpc_services import SECRET
 from tests.support.ports import free_port
 from tests.support.workspace_client import entitle
@@ -289,7 +290,7 @@ def test_random_kills_of_workers_and_replicas_lose_and_double_nothing(drill: Dri
     refused = sum(len(drill.logs.events(label, "complete_refused")) for label in AI_WORKERS)
     wall = time.monotonic() - started
     statuses = dict(sorted(client.statuses.items()))
-    print(
+    report(
         f"\nkill drill: {found.acknowledged} operations admitted over HTTP by {USERS} users "
         f"in {admitted_in:.1f} s; {len(chaos.kills)} SIGKILLs in {KILL_SECONDS:.0f} s "
         f"{chaos.by_label()}, all back {back_in:.1f} s after they stopped; "

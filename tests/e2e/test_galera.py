@@ -51,6 +51,7 @@ from durable_ops.storage.db import GALERA_SYNC_WAIT, Database, on_galera
 from durable_ops.storage.schema import Job, UserOperation
 from durable_ops.storage.tx import Tx
 from tests.support.ai_stack import LogTee
+from tests.support.figures import report
 from tests.support.grpc_services import SECRET, running_services
 from tests.support.operations_client import ALICE, SUCCEEDED, OpsClient
 from tests.support.ports import free_port
@@ -376,7 +377,7 @@ def test_admission_limits_hold_with_admissions_through_two_nodes(
             assert overall == sum(results)  # every admission answered admitted is there
             _execute(on[2], "UPDATE user_operations SET state = 'cancelled'")
         retries = sum(db.retries[1213] for db in dbs)
-        print(
+        report(
             f"\nadmission via 2 nodes: {rounds} rounds of {len(work)}, {admitted} admitted,"
             f" {refused} refused, {busy} busy, {retries} certification retries;"
             f" most active per user {most_per_owner} (limit {limits.per_user}),"
@@ -431,7 +432,7 @@ def test_claims_through_three_nodes_conflict_figure(
         retries = sum(db.retries[1213] for db in dbs)
         per_thousand = 1000 * retries / max(len(claimed), 1)
         how = "spread over the first 8" if spread else "head of the queue"
-        print(
+        report(
             f"\nclaims via 3 nodes ({how}): {len(claimed)} claims,"
             f" {per_thousand:.0f} 1213 retries per 1,000 claims, {busy} gave up after 8 tries"
         )
@@ -625,7 +626,7 @@ def test_the_product_spread_over_the_nodes_survives_a_node_crash(
         for event in logs.events(f"operations-{r}", "transaction_retry")
         if event.get("code") == 1213
     )
-    print(
+    report(
         f"\ngalera drill: {len(admitted)} operations over HTTP from {DRILL_USERS} users, node"
         f" {DRILL_KILLED_NODE} SIGKILLed at {killed_at:.1f} s and recovered by {recovered_at:.1f}"
         f" s, all settled in {wall:.1f} s; outcomes {dict(Counter(states.values()))};"

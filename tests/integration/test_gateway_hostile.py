@@ -33,6 +33,7 @@ from schemathesis.specs.openapi.checks import (
 from durable_ops.gateway.app import create_app
 from durable_ops.gateway.backends import Backends
 from tests.support.clock import ManualClock
+from tests.support.figures import report
 from tests.support.gateway import (
     LiveGateway,
     bearer,
@@ -462,7 +463,7 @@ def test_a_schema_driven_fuzz_finds_no_5xx_and_no_answer_off_the_schema(
     fuzz()
     total = sum(sent.values())
     fives = sum(count for status, count in sent.items() if status >= 500)
-    print(f"fuzz ({mode}): {total} requests, {fives} 5xx, statuses {dict(sorted(sent.items()))}")
+    report(f"fuzz ({mode}): {total} requests, {fives} 5xx, statuses {dict(sorted(sent.items()))}")
     for failure in failures:
         print(failure)
     assert total >= 50

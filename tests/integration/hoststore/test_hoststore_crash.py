@@ -36,6 +36,7 @@ from durable_ops.hoststore import (
     acquire,
     statefile,
 )
+from tests.support.figures import report
 
 ROOT = Path(__file__).resolve().parents[3]
 HOST = "runner-1"
@@ -230,7 +231,7 @@ def test_every_acknowledged_mutation_survives_sigkill(tmp_path: Path) -> None:
     finally:
         forker.close()
 
-    print(
+    report(
         f"\n{len(acknowledged)} operations, {compactions} acknowledged compactions,"
         f" at most {buried} tombstones, at most {forgotten} ids forgotten"
     )

@@ -38,6 +38,7 @@ from durable_ops.hoststore import (
 )
 from durable_ops.hoststore.filesystem import FileSystem
 from durable_ops.hoststore.snapshot import format_timestamp
+from tests.support.figures import report
 
 HOST = "runner-1"
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -350,7 +351,7 @@ def test_100k_cycles_with_compaction_stay_under_2_mib(store: Path) -> None:
             _check_answers(session, newly_forgotten, forgotten_below)
     elapsed = time.perf_counter() - started
     size = (store / "state.json").stat().st_size
-    print(
+    report(
         f"\n{CYCLES} cycles in {elapsed:.1f} s ({CYCLES / elapsed:.0f} cycles/s, one save per"
         f" {BATCH} cycles); state.json at the end {size} bytes, at most {largest} bytes"
         f" ({largest / MIB:.2f} MiB)"
@@ -377,7 +378,7 @@ def test_unbatched_cycles_with_compaction(store: Path) -> None:
             session.forget(older_than=timedelta(seconds=forget_after), now=now)
         elapsed = time.perf_counter() - started
     saves = cycles * 8 // 3 + 2 * cycles // every
-    print(
+    report(
         f"\n{cycles} unbatched cycles in {elapsed:.1f} s ({cycles / elapsed:.0f} cycles/s,"
         f" {saves / elapsed:.0f} saves/s); state.json at most {largest} bytes"
     )
