@@ -20,14 +20,21 @@ hash is the SHA-256 of the record id: one attempt has one plan, so a repeated
 ``begin`` replays the original record instead of conflicting.
 
 ``NullJournal`` stands in when ``OPS_HOST_STORE_DIR`` is empty.
+
+Taking the store also keeps it bounded (ADR 0018): settled attempts older
+than a day become tombstones (a repeated ``begin`` still replays them), and
+tombstones older than 30 days are forgotten. No attempt can come back that
+late: an operation's deadline is at most 24 h after it was created.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Protocol
 
+from durable_ops.clock import Clock, utc_now
 from durable_ops.hoststore import HostLocked, HostStoreError, Record, State, acquire
 from durable_ops.hoststore import Session as HostSession
 from durable_ops.model.routing import Route
@@ -95,6 +102,10 @@ class NullJournal:
         return None
 
 
+COMPACT_AFTER = timedelta(days=1)
+FORGET_AFTER = timedelta(days=30)
+
+
 class HostStoreJournal:
     """The journal in the host operation store; holds its lock until ``close``."""
 
@@ -102,9 +113,9 @@ class HostStoreJournal:
         self._session = session
 
     @classmethod
-    def acquire(cls, directory: str, host_id: str) -> HostStoreJournal:
+    def acquire(cls, directory: str, host_id: str, *, clock: Clock = utc_now) -> HostStoreJournal:
         try:
-            return cls(acquire(directory, host_id))
+            session = acquire(directory, host_id, clock=clock)
         except HostLocked as exc:
             raise JournalLocked(
                 f"another AI worker holds the host store at {directory}: "
@@ -112,6 +123,15 @@ class HostStoreJournal:
             ) from exc
         except HostStoreError as exc:
             raise JournalError(f"cannot open the host store at {directory}: {exc.message}") from exc
+        try:
+            session.compact(older_than=COMPACT_AFTER)
+            session.forget(older_than=FORGET_AFTER)
+        except HostStoreError as exc:
+            session.close()
+            raise JournalError(
+                f"cannot compact the host store at {directory}: {exc.message}"
+            ) from exc
+        return cls(session)
 
     def start(self, entry: JournalEntry) -> None:
         try:

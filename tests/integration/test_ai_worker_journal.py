@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from durable_ops import hoststore
 from durable_ops.ai_worker.journal import (
+    COMPACT_AFTER,
+    FORGET_AFTER,
     HostStoreJournal,
     JournalEntry,
     JournalError,
@@ -58,6 +61,32 @@ def test_attempts_are_journaled_then_settled(store: Path, journal: HostStoreJour
         FIRST.record_id: hoststore.State.FAILED_RECOVERED,
         SECOND.record_id: hoststore.State.SUCCEEDED,
     }
+
+
+def test_taking_the_store_compacts_old_attempts_and_forgets_older_tombstones(store: Path) -> None:
+    started = datetime(2026, 1, 1, tzinfo=UTC)
+    now = [started]
+    first = HostStoreJournal.acquire(str(store), HOST, clock=lambda: now[0])
+    first.start(FIRST)
+    first.finish(FIRST, succeeded=True)
+    first.close()
+
+    now[0] = started + COMPACT_AFTER + timedelta(seconds=1)
+    second = HostStoreJournal.acquire(str(store), HOST, clock=lambda: now[0])
+    second.start(FIRST)  # the same attempt again: replayed from its tombstone, not re-run
+    assert second.unresolved() == []
+    second.start(SECOND)  # a live attempt is never compacted
+    second.close()
+    with hoststore.acquire(store, HOST) as session:
+        assert [tomb.id for tomb in session.tombstones()] == [FIRST.record_id]
+        assert [record.id for record in session.records()] == [SECOND.record_id]
+
+    now[0] = started + FORGET_AFTER + timedelta(days=1)
+    third = HostStoreJournal.acquire(str(store), HOST, clock=lambda: now[0])
+    assert third.unresolved() == [SECOND]
+    third.close()
+    with hoststore.acquire(store, HOST) as session:
+        assert session.tombstones() == ()
 
 
 def test_a_second_worker_on_the_host_is_refused(store: Path, journal: HostStoreJournal) -> None:
