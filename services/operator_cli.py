@@ -236,6 +236,44 @@ def view(message: opb.OperatorOperation) -> dict[str, Any]:
     return found
 
 
+def attempt_view(message: opb.OperatorAttempt) -> dict[str, Any]:
+    """One attempt of the operator's view as JSON (empty strings as null)."""
+    found: dict[str, Any] = {"attempt": message.attempt, "route": message.route}
+    for field in ("started_at", "lease_expires_at", "ended_at"):
+        found[field] = _when(message, field)
+    for field in ("outcome", "failure_code", "failure_message", "provider", "model"):
+        found[field] = getattr(message, field) or None
+    return found
+
+
+ATTEMPT_HEADER = ("#", "ROUTE", "STARTED", "ENDED", "OUTCOME", "FAILURE", "PROVIDER/MODEL")
+
+
+def _attempts(rows: list[dict[str, Any]], out: TextIO) -> None:
+    print(f"{'attempts':<17} {len(rows) or '-'}", file=out)
+    if not rows:
+        return
+    cells = [
+        [
+            str(row["attempt"]),
+            row["route"],
+            row["started_at"] or "",
+            row["ended_at"] or "running",
+            row["outcome"] or "",
+            row["failure_code"] or "",
+            "/".join(part for part in (row["provider"], row["model"]) if part),
+        ]
+        for row in rows
+    ]
+    widths = [max(len(line[i]) for line in [ATTEMPT_HEADER, *cells]) for i in range(7)]
+    for line in [ATTEMPT_HEADER, *cells]:
+        text = "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
+        print(f"  {text}".rstrip(), file=out)
+    for row in rows:
+        if row["failure_message"]:
+            print(f"  #{row['attempt']} {row['route']}: {row['failure_message']}", file=out)
+
+
 def _when(message: Any, field: str) -> str | None:
     from datetime import UTC
 
@@ -308,10 +346,12 @@ def cmd_show(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
         timeout=CALL_TIMEOUT_SECONDS,
     )
     row = view(found)
+    row["attempts"] = [attempt_view(attempt) for attempt in found.attempts]
     if args.json:
         print(json.dumps(row), file=out)
     else:
-        _details(row, out)
+        _details({key: value for key, value in row.items() if key != "attempts"}, out)
+        _attempts(row["attempts"], out)
     return 0
 
 

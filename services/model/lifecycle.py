@@ -299,6 +299,41 @@ def _sweep(facts: Facts, now: datetime, draw: Draw) -> Decision:
     raise InvalidTransition("nothing to sweep")
 
 
+class AttemptOutcome(StrEnum):
+    """How one attempt (one lease) ended, as its history records it."""
+
+    SUCCEEDED = "succeeded"
+    FAILED_RETRYABLE = "failed_retryable"  # the worker's retryable failure
+    FAILED = "failed"  # the worker's permanent failure
+    FALLBACK = "fallback"  # the local route handed the operation to the external one
+    CANCELLED = "cancelled"  # the worker acknowledged the owner's cancel
+    EXPIRED = "expired"  # the sweeper found the lease expired
+    DEADLINE = "deadline"  # ... and the deadline passed: failed closed
+
+
+_ATTEMPT_ENDS: Final[dict[Event, AttemptOutcome]] = {
+    Event.COMPLETE: AttemptOutcome.SUCCEEDED,
+    Event.FAIL_RETRYABLE: AttemptOutcome.FAILED_RETRYABLE,
+    Event.FAIL_PERMANENT: AttemptOutcome.FAILED,
+    Event.REQUEST_FALLBACK: AttemptOutcome.FALLBACK,
+    Event.ACKNOWLEDGE_CANCEL: AttemptOutcome.CANCELLED,
+    Event.SWEEP: AttemptOutcome.EXPIRED,
+}
+
+
+def attempt_outcome(
+    source: OperationState, event: Event, decision: Decision
+) -> AttemptOutcome | None:
+    """How the running attempt ends when ``decision`` (made on ``event``) is applied to an
+    operation in ``source``; None when no attempt ends (it was not running, or still is)."""
+    if source is not S.RUNNING or decision.state is S.RUNNING or not decision.changed:
+        return None
+    outcome = _ATTEMPT_ENDS.get(event)
+    if outcome is AttemptOutcome.EXPIRED and decision.failure_code == DEADLINE_FAILURE_CODE:
+        return AttemptOutcome.DEADLINE
+    return outcome
+
+
 def decide(facts: Facts, event: Event, now: datetime, draw: Draw | None = None) -> Decision:
     """The one entry point: what ``event`` does to an operation described by ``facts``.
 

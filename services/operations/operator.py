@@ -20,7 +20,8 @@ from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.errors import translate_errors
 from durable_ops.rpc.scope import caller_name, caller_scope
 from durable_ops.storage import operator as store
-from durable_ops.storage.tx import OperatorTx
+from durable_ops.storage.schema import OperationAttempt, UserOperation
+from durable_ops.storage.tx import OperatorTx, Tx
 from durable_ops.wire import operations as convert
 from durable_ops.wire.operator import operator_operation
 
@@ -81,13 +82,15 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         self, request: opb.GetOperationRequest, context: ServicerContext
     ) -> opb.OperatorOperation:
         who = _operator(context)
-        row = await self._db.run_core_async(
-            lambda tx: store.get(OperatorTx(tx), request.operation_id),
-            owner_id=None,
-            write=False,
-        )
+
+        def show(tx: Tx) -> tuple[UserOperation, list[OperationAttempt]]:
+            scope = OperatorTx(tx)
+            row = store.get(scope, request.operation_id)
+            return row, store.attempts(scope, row.id)
+
+        row, attempts = await self._db.run_core_async(show, owner_id=None, write=False)
         log.info("operator_show", operator=who, operation_id=row.id, owner=row.owner_user_id)
-        return operator_operation(row)
+        return operator_operation(row, attempts)
 
     @translate_errors
     async def CancelOperation(

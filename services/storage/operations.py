@@ -16,14 +16,22 @@ lease. A guard that no longer matches means somebody else moved first; owner
 calls then re-read and decide again, lease holders learn they lost the lease.
 
 The hot worker paths are written for the fewest statements: a heartbeat is
-one UPDATE, a completion one UPDATE plus the notification INSERT, a claim one
-``SELECT … FOR UPDATE SKIP LOCKED`` plus the UPDATE of the row it locked, a
-create one INSERT.
+one UPDATE, a completion one UPDATE plus the attempt's UPDATE and the
+notification INSERT, a claim one ``SELECT … FOR UPDATE SKIP LOCKED`` plus the
+UPDATE of the row it locked and the attempt's INSERT, a create one INSERT.
 
 Every write also tells ``db.on_unknown_commit`` how to recognise itself should
 its COMMIT's connection be lost (ADR 0017): a create by the id it drew, a claim
 by the hash of the lease token it drew, a heartbeat by the exact expiry it
 wrote, a decision by the state, attempt and ``updated_at`` it wrote.
+
+Every attempt is recorded in ``operation_attempts`` in the transaction of the
+transition it belongs to: a claim inserts it (one INSERT), and the transition
+that ends it (completion, failure, fallback, acknowledged cancel, the
+sweeper's expiry or deadline) writes how it ended (one UPDATE by primary key,
+derived from the lease token's hash). Heartbeats leave it alone. An attempt
+row that is missing (claimed by an older release) is not an error: the end's
+UPDATE then changes nothing, and the transition is recognised as before.
 """
 
 from __future__ import annotations
@@ -39,7 +47,17 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Row, Select, Table, bindparam, insert, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Row,
+    Select,
+    Table,
+    Update,
+    bindparam,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 
 from durable_ops.model import bounds, lifecycle
@@ -51,17 +69,19 @@ from durable_ops.model.errors import (
     LeaseLost,
     NotFound,
 )
-from durable_ops.model.lifecycle import Decision, Event, Facts
+from durable_ops.model.lifecycle import AttemptOutcome, Decision, Event, Facts
+from durable_ops.model.routing import Route
 from durable_ops.model.states import PENDING_STATES, OperationState, Privacy
 from durable_ops.storage import notifications
 from durable_ops.storage.db import on_galera, on_unknown_commit
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
-from durable_ops.storage.schema import UserOperation
+from durable_ops.storage.schema import ID_LENGTH, OperationAttempt, UserOperation
 from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
 
 S = OperationState
 OPS = cast(Table, UserOperation.__table__)
 _OWNED = OPS.c.owner_user_id == SCOPE_OWNER
+ATTEMPTS = cast(Table, OperationAttempt.__table__)
 OWNER_RACE_ATTEMPTS = 5
 SWEEP_BATCH = 200
 # On Galera a claim takes one of the first CLAIM_SPREAD claimable rows of the top priority,
@@ -393,6 +413,7 @@ def claim(
     by id writes the lease. Concurrent claimers take different rows instead of
     queueing on the head of the queue. (SQLite has no row locks: its writers hold
     the database lock from ``BEGIN IMMEDIATE``, so the same two statements are safe.)
+    A third, the INSERT of the attempt's history row, keyed by the new lease.
     """
     if tx.owner_id is not None:
         raise ScopeViolation("the claim runs in the neutral scope")
@@ -424,6 +445,16 @@ def claim(
     if taken.rowcount != 1:
         return None  # unreachable while the row is locked; never hand out a lost row
     _recognised_by(found["id"], lease_token_hash=values["lease_token_hash"])
+    attempt = {
+        "id": attempt_id(values["lease_token_hash"]),
+        "operation_id": found["id"],
+        "owner_user_id": found["owner_user_id"],
+        "attempt": values["attempt"],
+        "route": Route.EXTERNAL if external_route else Route.LOCAL,
+        "started_at": now,
+        "lease_expires_at": expires,
+    }
+    tx.execute(_ATTEMPT_STARTS, attempt)
     return Claim(UserOperation(**{**found, **values}), token)
 
 
@@ -593,6 +624,13 @@ def complete(
     lease = {"operation_id": operation_id, "token_hash": token_hash, "now": now}
     if tx.execute(_COMPLETE, {**lease, **values}).rowcount == 1:
         _recognised_by(operation_id, lease_token_hash=token_hash, state=move.target)
+        _end_attempt(
+            tx,
+            token_hash,
+            AttemptOutcome.SUCCEEDED,
+            now,
+            {"provider": values["provider"], "model": values["model"]},
+        )
         if move.notify:
             notifications.insert_for_operation(tx, operation_id, move.target, now)
         return move.target
@@ -652,6 +690,61 @@ def _lease_holder(tx: Tx, operation_id: str, token_hash: str) -> UserOperation:
     if op.lease_token_hash is None or not hmac.compare_digest(op.lease_token_hash, token_hash):
         raise LeaseLost("the lease token does not match this operation's lease")
     return op
+
+
+# ---- attempt history ------------------------------------------------------------------------
+
+_STARTING = ("id", "operation_id", "owner_user_id", "attempt", "route", "started_at")
+_ATTEMPT_STARTS = insert(ATTEMPTS).values(
+    {name: bindparam(name) for name in (*_STARTING, "lease_expires_at")}
+)
+_ENDING = ("ended_at", "outcome", "failure_code", "failure_message", "provider", "model")
+
+
+def _attempt_ends(*, owned: bool, expiry: bool) -> Update:
+    columns = _ENDING + (("lease_expires_at",) if expiry else ())
+    guard = [ATTEMPTS.c.id == bindparam("attempt_id"), ATTEMPTS.c.ended_at.is_(None)]
+    if owned:
+        guard.append(ATTEMPTS.c.owner_user_id == SCOPE_OWNER)
+    return update(ATTEMPTS).where(*guard).values({name: bindparam(name) for name in columns})
+
+
+# (owner scope, writes the final lease expiry) -> the prebuilt UPDATE ending an attempt
+_ATTEMPT_ENDS = {
+    (owned, expiry): _attempt_ends(owned=owned, expiry=expiry)
+    for owned in (False, True)
+    for expiry in (False, True)
+}
+_ATTEMPTS_OF = (
+    select(ATTEMPTS)
+    .where(
+        ATTEMPTS.c.operation_id == bindparam("operation_id"),
+        ATTEMPTS.c.owner_user_id == SCOPE_OWNER,
+    )
+    .order_by(ATTEMPTS.c.started_at, ATTEMPTS.c.id)
+)
+
+
+def attempt_id(token_hash: str) -> str:
+    """The attempt row's key, derived one way from its lease token's hash: an end finds
+    its row by primary key, and the key tells nothing of the token or its hash."""
+    return hashlib.sha256(f"attempt:{token_hash}".encode()).hexdigest()[:ID_LENGTH]
+
+
+def _end_attempt(
+    tx: Tx, token_hash: str, outcome: AttemptOutcome, now: datetime, values: dict[str, Any]
+) -> None:
+    """Write how the attempt holding this lease ended, in the transition's transaction."""
+    ending = dict.fromkeys(_ENDING)
+    ending.update(values, ended_at=now, outcome=outcome, attempt_id=attempt_id(token_hash))
+    statement = _ATTEMPT_ENDS[(tx.owner_id is not None, "lease_expires_at" in ending)]
+    tx.execute(statement, ending)
+
+
+def attempts(tx: Tx, operation_id: str) -> list[OperationAttempt]:
+    """The scope owner's record of an operation's attempts, oldest first (another owner's: none)."""
+    rows = tx.execute(_ATTEMPTS_OF, {"operation_id": operation_id})
+    return [OperationAttempt(**row._mapping) for row in rows]
 
 
 # ---- the live lease channel (neutral scope) ------------------------------------------------
@@ -829,6 +922,12 @@ def _apply(
     if tx.execute(update(OPS).where(*guard).values(**values)).rowcount != 1:
         return False
     _recognised_by(op.id, state=decision.state, attempt=decision.attempt, updated_at=now)
+    outcome = lifecycle.attempt_outcome(S(op.state), event, decision)
+    if outcome is not None and op.lease_token_hash is not None:
+        ending = {name: values.get(name) for name in ("failure_message", "provider", "model")}
+        ending["failure_code"] = values.get("failure_code")
+        ending["lease_expires_at"] = op.lease_expires_at
+        _end_attempt(tx, op.lease_token_hash, outcome, now, ending)
     if decision.remove_notification:
         notifications.delete_for_operation(tx, op.id)
     if decision.notify:
@@ -859,6 +958,8 @@ __all__ = [
     "SweepReport",
     "acknowledge_cancel",
     "active_for_subject",
+    "attempt_id",
+    "attempts",
     "cancel",
     "cancels_among",
     "claim",

@@ -24,12 +24,18 @@ from durable_ops.model.errors import NotFound
 from durable_ops.model.operator import OperatorFilter
 from durable_ops.storage import operations
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
-from durable_ops.storage.schema import UserOperation
+from durable_ops.storage.schema import OperationAttempt, UserOperation
 from durable_ops.storage.tx import OperatorTx, ScopeViolation, Tx
 
 OPS = cast(Table, UserOperation.__table__)
 _GET = select(OPS).where(OPS.c.id == bindparam("operation_id"))
 _OWNER_OF = select(OPS.c.owner_user_id).where(OPS.c.id == bindparam("operation_id"))
+ATTEMPTS = cast(Table, OperationAttempt.__table__)
+_ATTEMPTS_OF = (
+    select(ATTEMPTS)
+    .where(ATTEMPTS.c.operation_id == bindparam("operation_id"))
+    .order_by(ATTEMPTS.c.started_at, ATTEMPTS.c.id)
+)
 
 
 def _operator(tx: Tx) -> OperatorTx:
@@ -56,6 +62,14 @@ def get(tx: OperatorTx, operation_id: str) -> UserOperation:
     if row is None:
         raise _not_found()
     return UserOperation(**row._mapping)
+
+
+def attempts(tx: OperatorTx, operation_id: str) -> list[OperationAttempt]:
+    """Any owner's operation's attempts, oldest first, with the stored failure messages."""
+    if not _issuable(operation_id):
+        return []
+    rows = _operator(tx).execute(_ATTEMPTS_OF, {"operation_id": operation_id})
+    return [OperationAttempt(**row._mapping) for row in rows]
 
 
 def owner_of(tx: OperatorTx, operation_id: str) -> str:
@@ -102,4 +116,4 @@ def retry(tx: OperatorTx, operation_id: str, now: datetime) -> UserOperation:
     return operations.retry(tx.as_owner(owner), operation_id, now)
 
 
-__all__ = ["cancel", "get", "list_page", "owner_of", "retry"]
+__all__ = ["attempts", "cancel", "get", "list_page", "owner_of", "retry"]

@@ -167,6 +167,38 @@ class UserOperation(Owned, Base):
     )
 
 
+class OperationAttempt(Owned, Base):
+    """One attempt of an operation: one lease, from its claim to the transition that ended it.
+
+    The claim inserts it; the end (completion, failure, fallback, acknowledged
+    cancel, lease expiry or deadline) writes outcome, end, failure and
+    provenance, each in the transition's own transaction. ``id`` is derived
+    from the lease token's hash (``operations.attempt_id``), so the end is a
+    primary-key UPDATE. A manual retry counts ``attempt`` from 1 again.
+    """
+
+    __tablename__ = "operation_attempts"
+
+    id: Mapped[str] = _id()
+    operation_id: Mapped[str] = mapped_column(
+        CHAR(ID_LENGTH), ForeignKey("user_operations.id", ondelete="CASCADE")
+    )
+    attempt: Mapped[int] = mapped_column(Integer)
+    route: Mapped[str] = mapped_column(String(bounds.ROUTE_MAX))
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    # At the claim, and again at an end that read the operation (every end but a
+    # completion, which only a live lease can make); heartbeats do not write it.
+    lease_expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    outcome: Mapped[str | None] = mapped_column(String(32))  # None while it runs
+    failure_code: Mapped[str | None] = mapped_column(String(bounds.FAILURE_CODE_MAX))
+    failure_message: Mapped[str | None] = mapped_column(String(bounds.FAILURE_MESSAGE_MAX))
+    provider: Mapped[str | None] = mapped_column(String(bounds.PROVIDER_MAX))
+    model: Mapped[str | None] = mapped_column(String(bounds.MODEL_MAX))
+
+    __table_args__ = (Index("ix_operation_attempts_operation", "operation_id", "started_at"),)
+
+
 class UserNotification(Owned, Base):
     __tablename__ = "user_notifications"
 

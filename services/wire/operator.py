@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from durable_ops.api.operator.v1 import operator_pb2 as opb
-from durable_ops.storage.schema import UserOperation
+from durable_ops.storage.schema import OperationAttempt, UserOperation
 from durable_ops.wire import operations as convert
 
 
-def operator_operation(row: UserOperation) -> opb.OperatorOperation:
+def operator_attempt(row: OperationAttempt) -> opb.OperatorAttempt:
+    """One attempt as its history recorded it (never its lease token, nor the hash)."""
+    message = opb.OperatorAttempt(
+        attempt=row.attempt,
+        route=row.route,
+        outcome=row.outcome or "",
+        failure_code=row.failure_code or "",
+        failure_message=row.failure_message or "",
+        provider=row.provider or "",
+        model=row.model or "",
+    )
+    message.started_at.CopyFrom(convert.timestamp(row.started_at))
+    message.lease_expires_at.CopyFrom(convert.timestamp(row.lease_expires_at))
+    if row.ended_at is not None:
+        message.ended_at.CopyFrom(convert.timestamp(row.ended_at))
+    return message
+
+
+def operator_operation(
+    row: UserOperation, attempts: Sequence[OperationAttempt] = ()
+) -> opb.OperatorOperation:
     """The owner's view, plus what only an operator sees (never the lease token's hash)."""
     message = opb.OperatorOperation(
         operation=convert.operation(row),
@@ -16,6 +38,7 @@ def operator_operation(row: UserOperation) -> opb.OperatorOperation:
         privacy=convert.privacy_to_pb(row.privacy),
         failure_code=row.failure_code or "",
         failure_message=row.failure_message or "",
+        attempts=[operator_attempt(attempt) for attempt in attempts],
     )
     if row.lease_expires_at is not None:
         message.lease_expires_at.CopyFrom(convert.timestamp(row.lease_expires_at))

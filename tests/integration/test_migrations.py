@@ -24,7 +24,7 @@ from sqlalchemy.types import TypeDecorator
 
 from durable_ops.storage import migrate
 from durable_ops.storage.db import create_db_engine
-from durable_ops.storage.schema import Base, UserNotification, UserOperation
+from durable_ops.storage.schema import Base, OperationAttempt, UserNotification, UserOperation
 from tests.conftest import MakeDatabase
 
 CLAIM_INDEX = "ix_user_operations_claim"
@@ -37,12 +37,13 @@ STRICT_TABLES = (
 NOW = datetime(2026, 12, 1, 12, 0, 0, 123456, tzinfo=UTC)
 OPERATION_ID = "a" * 32
 NOTIFICATION_ID = "b" * 32
+ATTEMPT_ID = "c" * 32
 
 # A later release's additive revision, as its author would write it.
 THROWAWAY_REVISION = '''"""Throwaway: one nullable column on user_operations.
 
-Revision ID: 0006_throwaway
-Revises: 0005_admission_reservations
+Revision ID: 0007_throwaway
+Revises: 0006_operation_attempts
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ from alembic import op
 
 from durable_ops.migrations import ddl
 
-revision = "0006_throwaway"
-down_revision = "0005_admission_reservations"
+revision = "0007_throwaway"
+down_revision = "0006_operation_attempts"
 branch_labels = None
 depends_on = None
 
@@ -359,6 +360,17 @@ def _add_operation_and_notification(connection: Connection) -> None:
             )
         )
         connection.execute(
+            insert(OperationAttempt).values(
+                id=ATTEMPT_ID,
+                owner_user_id="alice",
+                operation_id=OPERATION_ID,
+                attempt=1,
+                route="local",
+                started_at=NOW,
+                lease_expires_at=NOW,
+            )
+        )
+        connection.execute(
             insert(UserNotification).values(
                 id=NOTIFICATION_ID,
                 owner_user_id="alice",
@@ -373,10 +385,16 @@ def _add_operation_and_notification(connection: Connection) -> None:
 
 
 def _notification_operation(connection: Connection) -> str | None:
+    """The notification's operation; the attempt's must be the same (a rebuild cascades nothing)."""
     with connection.begin():
-        return connection.execute(
+        attempt_of = connection.execute(
+            select(OperationAttempt.operation_id).where(OperationAttempt.id == ATTEMPT_ID)
+        ).scalar_one()
+        notification_of = connection.execute(
             select(UserNotification.operation_id).where(UserNotification.id == NOTIFICATION_ID)
         ).scalar_one()
+    assert attempt_of == OPERATION_ID
+    return notification_of
 
 
 def test_a_new_add_column_revision_round_trips(
@@ -390,7 +408,7 @@ def test_a_new_add_column_revision_round_trips(
     """
     scripts = tmp_path / "migrations"
     shutil.copytree(migrate.MIGRATIONS, scripts, ignore=shutil.ignore_patterns("__pycache__"))
-    (scripts / "versions" / "0006_throwaway.py").write_text(THROWAWAY_REVISION)
+    (scripts / "versions" / "0007_throwaway.py").write_text(THROWAWAY_REVISION)
     connection = connect(fresh_url)
 
     def state() -> tuple[str | None, bool]:
@@ -400,19 +418,19 @@ def test_a_new_add_column_revision_round_trips(
         return revision, present
 
     migrate.upgrade(fresh_url, script_location=scripts)
-    assert state() == ("0006_throwaway", True)
+    assert state() == ("0007_throwaway", True)
     migrate.require_current(connection.engine)  # this release accepts the newer schema
     _add_operation_and_notification(connection)
 
-    migrate.downgrade(fresh_url, "0005_admission_reservations", script_location=scripts)
-    assert state() == ("0005_admission_reservations", False)
+    migrate.downgrade(fresh_url, "0006_operation_attempts", script_location=scripts)
+    assert state() == ("0006_operation_attempts", False)
     assert _notification_operation(connection) == OPERATION_ID
     with connection.begin():
         assert _claim_index_keys(connection) == CLAIM_KEYS
         assert _drift(connection) == set()
 
     migrate.upgrade(fresh_url, script_location=scripts)
-    assert state() == ("0006_throwaway", True)
+    assert state() == ("0007_throwaway", True)
     assert _notification_operation(connection) == OPERATION_ID
     with connection.begin():
         assert _claim_index_keys(connection) == CLAIM_KEYS
@@ -421,14 +439,14 @@ def test_a_new_add_column_revision_round_trips(
 
 BREAKING_REVISION = '''"""Broken: a notification of an operation that does not exist.
 
-Revision ID: 0006_broken
-Revises: 0005_admission_reservations
+Revision ID: 0007_broken
+Revises: 0006_operation_attempts
 """
 
 from alembic import op
 
-revision = "0006_broken"
-down_revision = "0005_admission_reservations"
+revision = "0007_broken"
+down_revision = "0006_operation_attempts"
 branch_labels = None
 depends_on = None
 
@@ -453,13 +471,13 @@ def test_a_sqlite_revision_that_breaks_a_reference_is_rolled_back(
     url = f"sqlite:///{tmp_path / 'ops.sqlite3'}"
     scripts = tmp_path / "migrations"
     shutil.copytree(migrate.MIGRATIONS, scripts, ignore=shutil.ignore_patterns("__pycache__"))
-    (scripts / "versions" / "0006_broken.py").write_text(BREAKING_REVISION)
+    (scripts / "versions" / "0007_broken.py").write_text(BREAKING_REVISION)
     migrate.upgrade(url)
     with pytest.raises(RuntimeError, match="broken foreign keys"):
         migrate.upgrade(url, script_location=scripts)
     connection = connect(url)
     with connection.begin():
-        assert migrate.current_revision(connection.engine) == "0005_admission_reservations"
+        assert migrate.current_revision(connection.engine) == "0006_operation_attempts"
         count = connection.execute(text("SELECT COUNT(*) FROM user_notifications")).scalar()
         assert count == 0
 

@@ -43,6 +43,7 @@ class OperatorOperation(_message.Message):
     LEASE_EXPIRES_AT_FIELD_NUMBER: _builtins.int
     FAILURE_CODE_FIELD_NUMBER: _builtins.int
     FAILURE_MESSAGE_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
     owner_id: _builtins.str
     priority: _builtins.int
     privacy: _operations_pb2.Privacy.ValueType
@@ -56,6 +57,10 @@ class OperatorOperation(_message.Message):
     def lease_expires_at(self) -> _timestamp_pb2.Timestamp:
         """unset unless running"""
 
+    @_builtins.property
+    def attempts(self) -> _containers.RepeatedCompositeFieldContainer[Global___OperatorAttempt]:
+        """Every attempt, oldest first: filled by GetOperation only (empty in a list)."""
+
     def __init__(
         self,
         *,
@@ -66,14 +71,82 @@ class OperatorOperation(_message.Message):
         lease_expires_at: _timestamp_pb2.Timestamp | None = ...,
         failure_code: _builtins.str = ...,
         failure_message: _builtins.str = ...,
+        attempts: _abc.Iterable[Global___OperatorAttempt] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease_expires_at", b"lease_expires_at", "operation", b"operation"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure_code", b"failure_code", "failure_message", b"failure_message", "lease_expires_at", b"lease_expires_at", "operation", b"operation", "owner_id", b"owner_id", "priority", b"priority", "privacy", b"privacy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "failure_code", b"failure_code", "failure_message", b"failure_message", "lease_expires_at", b"lease_expires_at", "operation", b"operation", "owner_id", b"owner_id", "priority", b"priority", "privacy", b"privacy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___OperatorOperation: _TypeAlias = OperatorOperation  # noqa: Y015
+
+@_typing.final
+class OperatorAttempt(_message.Message):
+    """One attempt: one lease, from the claim that started it to the transition
+    that ended it, recorded in the same transactions.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    ROUTE_FIELD_NUMBER: _builtins.int
+    STARTED_AT_FIELD_NUMBER: _builtins.int
+    LEASE_EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    ENDED_AT_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    FAILURE_CODE_FIELD_NUMBER: _builtins.int
+    FAILURE_MESSAGE_FIELD_NUMBER: _builtins.int
+    PROVIDER_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    attempt: _builtins.int
+    """the operation's attempt number; a manual retry counts from 1 again"""
+    route: _builtins.str
+    """the claim's route: "local" or "external" """
+    outcome: _builtins.str
+    """Empty while it runs; else succeeded, failed_retryable, failed, fallback,
+    cancelled (acknowledged), expired (lease) or deadline (failed closed).
+    """
+    failure_code: _builtins.str
+    """empty: none"""
+    failure_message: _builtins.str
+    """≤ 512, what the worker stored; empty: none"""
+    provider: _builtins.str
+    """what the worker reported; empty: none"""
+    model: _builtins.str
+    @_builtins.property
+    def started_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def lease_expires_at(self) -> _timestamp_pb2.Timestamp:
+        """The lease's expiry at the claim, and the last one at an end that read it
+        (a completion is only taken under a live lease and does not rewrite it).
+        """
+
+    @_builtins.property
+    def ended_at(self) -> _timestamp_pb2.Timestamp:
+        """unset while it runs"""
+
+    def __init__(
+        self,
+        *,
+        attempt: _builtins.int = ...,
+        route: _builtins.str = ...,
+        started_at: _timestamp_pb2.Timestamp | None = ...,
+        lease_expires_at: _timestamp_pb2.Timestamp | None = ...,
+        ended_at: _timestamp_pb2.Timestamp | None = ...,
+        outcome: _builtins.str = ...,
+        failure_code: _builtins.str = ...,
+        failure_message: _builtins.str = ...,
+        provider: _builtins.str = ...,
+        model: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ended_at", b"ended_at", "lease_expires_at", b"lease_expires_at", "started_at", b"started_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "ended_at", b"ended_at", "failure_code", b"failure_code", "failure_message", b"failure_message", "lease_expires_at", b"lease_expires_at", "model", b"model", "outcome", b"outcome", "provider", b"provider", "route", b"route", "started_at", b"started_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OperatorAttempt: _TypeAlias = OperatorAttempt  # noqa: Y015
 
 @_typing.final
 class ListOperationsRequest(_message.Message):
