@@ -180,6 +180,24 @@ class Settings:
         default="",
         metadata=_doc("when set (host:port), the AI worker serves Prometheus `/metrics` there"),
     )
+    operations_metrics_bind: str = field(
+        default="",
+        metadata=_doc(
+            "when set (host:port), the Operations service serves Prometheus `/metrics` there"
+        ),
+    )
+    notifications_metrics_bind: str = field(
+        default="",
+        metadata=_doc("when set (host:port), the Notifications service serves `/metrics` there"),
+    )
+    workspace_metrics_bind: str = field(
+        default="",
+        metadata=_doc("when set (host:port), the Workspace service serves `/metrics` there"),
+    )
+    ai_admission_metrics_bind: str = field(
+        default="",
+        metadata=_doc("when set (host:port), the AI Admission service serves `/metrics` there"),
+    )
     host_store_dir: str = field(
         default="", metadata=_doc("host operation store directory the AI worker locks (0700)")
     )

@@ -5,10 +5,12 @@ from __future__ import annotations
 import structlog
 
 from durable_ops.ai_admission.admit import AdmitRequest, admit, lookup
+from durable_ops.ai_admission.metrics import AdmissionMetrics
 from durable_ops.api.ai_admission.v1 import ai_admission_pb2 as pb
 from durable_ops.api.ai_admission.v1 import ai_admission_pb2_grpc as pb_grpc
 from durable_ops.clock import Clock
 from durable_ops.model.admission import Limits
+from durable_ops.model.errors import DomainError
 from durable_ops.model.scope import require_owner
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.errors import translate_errors
@@ -22,8 +24,11 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AiAdmissionService"].full_name
 
 
 class AiAdmissionService(pb_grpc.AiAdmissionServiceServicer):
-    def __init__(self, db: Database, clock: Clock, limits: Limits) -> None:
+    def __init__(
+        self, db: Database, clock: Clock, limits: Limits, metrics: AdmissionMetrics | None = None
+    ) -> None:
         self._db = db
+        self._metrics = metrics
         self._clock = clock
         self._limits = limits
 
@@ -38,9 +43,16 @@ class AiAdmissionService(pb_grpc.AiAdmissionServiceServicer):
             trace_parent=current_traceparent(),
         )
         now = self._clock()
-        row, reused = await self._db.run_async(
-            lambda s: admit(s, admit_request, self._limits, now), owner_id=owner
-        )
+        try:
+            row, reused = await self._db.run_async(
+                lambda s: admit(s, admit_request, self._limits, now), owner_id=owner
+            )
+        except DomainError as refused:
+            if self._metrics is not None:
+                self._metrics.refused_for(refused.code)
+            raise
+        if self._metrics is not None:
+            self._metrics.answered(reused=reused)
         log.info(
             "ai_admitted",
             operation_id=row.id,

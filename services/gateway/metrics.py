@@ -30,13 +30,13 @@ class GatewayMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
-            "gateway_http_requests",
+            "durable_ops_gateway_http_requests",
             "HTTP requests answered, by method, route template and status",
             ["method", "route", "status"],
             registry=self.registry,
         )
         self.latency = Histogram(
-            "gateway_http_request_duration_seconds",
+            "durable_ops_gateway_http_request_duration_seconds",
             "HTTP request latency, by method, route template and status",
             ["method", "route", "status"],
             buckets=LATENCY_BUCKETS,

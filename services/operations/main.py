@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import Callable
 
 import grpc
+from prometheus_client import CollectorRegistry
 
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.api.operator.v1 import operator_pb2_grpc
@@ -16,11 +17,13 @@ from durable_ops.operations.claim_waiters import ClaimWaiters
 from durable_ops.operations.longrunning import SERVICE_NAME as LRO_SERVICE_NAME
 from durable_ops.operations.longrunning import LongRunningOperations
 from durable_ops.operations.longrunning import add_to_server as add_lro_to_server
+from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.operations.operation_watch import OperationWatch
 from durable_ops.operations.operator import SERVICE_NAME as OPERATOR_SERVICE_NAME
 from durable_ops.operations.operator import OperatorService
 from durable_ops.operations.service import SERVICE_NAME, OperationsService
 from durable_ops.operations.sweeper import run_sweeper
+from durable_ops.rpc.metrics import GrpcServerMetrics, serve_metrics
 from durable_ops.rpc.server import build_server, serve
 from durable_ops.settings import Settings
 from durable_ops.storage.availability import DatabaseReadiness, open_when_reachable
@@ -29,7 +32,12 @@ from durable_ops.storage.db import Database
 SERVICE_NAMES = (SERVICE_NAME, LRO_SERVICE_NAME, OPERATOR_SERVICE_NAME)
 
 
-def build_service(db: Database, settings: Settings, clock: Clock = utc_now) -> OperationsService:
+def build_service(
+    db: Database,
+    settings: Settings,
+    clock: Clock = utc_now,
+    metrics: OperationsMetrics | None = None,
+) -> OperationsService:
     """The servicer with its watches at the configured intervals (benchmarks build it too)."""
     return OperationsService(
         db,
@@ -37,6 +45,7 @@ def build_service(db: Database, settings: Settings, clock: Clock = utc_now) -> O
         cancels=CancelWatch(db, settings.cancel_watch_interval_seconds),
         claims=ClaimWaiters(db, clock, settings.claim_poll_interval_seconds),
         watch=OperationWatch(db, settings.done_watch_interval_seconds),
+        metrics=metrics,
     )
 
 
@@ -54,14 +63,25 @@ def registration(service: OperationsService) -> Callable[[grpc.aio.Server], None
 
 async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
     db = Database(settings.database_url, pool_size=16)  # connects on first use
-    service = build_service(db, settings, clock)
+    registry = CollectorRegistry()
+    metrics = OperationsMetrics(registry, db, clock)
+    service = build_service(db, settings, clock, metrics)
+    exporter = None
+    if settings.operations_metrics_bind:
+        exporter = serve_metrics(
+            settings.operations_metrics_bind, registry, setting="OPS_OPERATIONS_METRICS_BIND"
+        )
     sweepers: list[asyncio.Task[None]] = []
 
     async def prepare() -> None:
         # Health says NOT_SERVING (and calls are refused) until the database answers.
         await open_when_reachable(db, settings.database_wait_seconds)
         sweeper = run_sweeper(
-            db, clock, settings.sweep_interval_seconds, on_requeue=service.claims.arrived_any
+            db,
+            clock,
+            settings.sweep_interval_seconds,
+            on_requeue=service.claims.arrived_any,
+            metrics=metrics,
         )
         sweepers.append(asyncio.create_task(sweeper))
 
@@ -72,6 +92,8 @@ async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
                 await sweeper
         await service.close()
         db.dispose()
+        if exporter is not None:
+            exporter.close()
 
     server, _port = build_server(
         settings.operations_bind,
@@ -79,5 +101,6 @@ async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
         SERVICE_NAMES,
         secret=settings.service_secret,
         ready=DatabaseReadiness(db),
+        metrics=GrpcServerMetrics(registry),
     )
     await serve(server, on_stop=stop, prepare=prepare)

@@ -31,6 +31,7 @@ from durable_ops.model.states import OperationState
 from durable_ops.operations.cancel_watch import CancelWatch
 from durable_ops.operations.claim_waiters import ClaimWaiters, Kind
 from durable_ops.operations.heartbeat_stream import BeatReader, Pushed
+from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.operations.operation_watch import OperationWatch
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.errors import translate_errors
@@ -116,8 +117,10 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         cancels: CancelWatch | None = None,
         claims: ClaimWaiters | None = None,
         watch: OperationWatch | None = None,
+        metrics: OperationsMetrics | None = None,
     ) -> None:
         self._db = db
+        self.metrics = metrics
         self._clock = clock
         self.cancels = cancels or CancelWatch(db, _DEFAULTS.cancel_watch_interval_seconds)
         self.claims = claims or ClaimWaiters(db, clock, _DEFAULTS.claim_poll_interval_seconds)
@@ -320,6 +323,10 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         claim, route = found
         row = claim.operation
         self.watch.changed(row.id)
+        if self.metrics is not None:
+            self.metrics.claimed(
+                row.task_type, "external" if route == pb.ROUTE_EXTERNAL else "local"
+            )
         assert row.lease_expires_at is not None
         log.info(
             "operation_claimed", operation_id=row.id, owner=row.owner_user_id, attempt=row.attempt

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import structlog
 
 from durable_ops.clock import Clock
+from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.storage import operations
 from durable_ops.storage.db import Database
 
@@ -29,15 +30,18 @@ async def run_sweeper(
     interval_seconds: float,
     *,
     on_requeue: Callable[[], None] = lambda: None,
+    metrics: OperationsMetrics | None = None,
 ) -> None:
     """Sweep until cancelled; a failed sweep is logged and retried on the next tick.
 
     ``on_requeue`` runs after a sweep that made work claimable again, so
-    claims waiting on this replica take it at once.
+    claims waiting on this replica take it at once; ``metrics`` counts every pass.
     """
     while True:
         try:
             report = await sweep_once(db, clock)
+            if metrics is not None:
+                metrics.swept(report)
             if report.promoted or report.expired_leases:
                 on_requeue()
             if report.total:
@@ -48,5 +52,7 @@ async def run_sweeper(
                     promoted=report.promoted,
                 )
         except Exception as exc:  # the sweeper must outlive a database hiccup
+            if metrics is not None:
+                metrics.swept(None)
             log.warning("sweep_failed", error=type(exc).__name__)
         await asyncio.sleep(interval_seconds)

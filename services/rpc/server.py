@@ -33,6 +33,7 @@ from grpc_reflection.v1alpha import reflection
 from durable_ops.model.errors import DomainError, Unavailable
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.errors import status_for, trailing_metadata_for
+from durable_ops.rpc.metrics import GrpcServerMetrics, MetricsInterceptor
 from durable_ops.rpc.scope import remember_verified_role, role_from_metadata
 from durable_ops.settings import Settings
 
@@ -172,18 +173,24 @@ def build_server(
     *,
     secret: str | None = None,
     ready: Ready | None = None,
+    metrics: GrpcServerMetrics | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """A server with ``register``ed services, health and reflection; returns it and its port.
 
     ``secret`` defaults to ``OPS_SERVICE_SECRET``; ``ready``, when given, is
-    what health checks follow once the server serves. Call from inside the
-    event loop.
+    what health checks follow once the server serves; ``metrics``, when given,
+    counts and times every call (outermost, so refused calls count too). Call
+    from inside the event loop.
     """
     service_secret = Settings.from_env().service_secret if secret is None else secret
     gate = _StartGate()
-    server = grpc.aio.server(
-        interceptors=(gate, CredentialInterceptor(service_secret)), options=SERVER_OPTIONS
+    interceptors: tuple[grpc.aio.ServerInterceptor, ...] = (
+        gate,
+        CredentialInterceptor(service_secret),
     )
+    if metrics is not None:
+        interceptors = (MetricsInterceptor(metrics), *interceptors)
+    server = grpc.aio.server(interceptors=interceptors, options=SERVER_OPTIONS)
     register(server)
     health_servicer = _FollowingHealth(ready, service_names)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -316,9 +323,15 @@ async def serve_servicer(
     on_stop: Callable[[], Awaitable[None]] | None = None,
     prepare: Callable[[], Awaitable[None]] | None = None,
     ready: Ready | None = None,
+    metrics: GrpcServerMetrics | None = None,
 ) -> None:
     """The whole life of a one-service process: build, prepare, serve, stop on a signal."""
     server, _port = build_server(
-        bind, lambda s: add_to_server(servicer, s), [service_name], secret=secret, ready=ready
+        bind,
+        lambda s: add_to_server(servicer, s),
+        [service_name],
+        secret=secret,
+        ready=ready,
+        metrics=metrics,
     )
     await serve(server, on_stop=on_stop, prepare=prepare)

@@ -48,7 +48,7 @@ def test_worker_serves_metrics_with_the_circuit_state(tmp_path: Path) -> None:
                     assert time.monotonic() < deadline, "the worker served no metrics"
                     time.sleep(0.1)
             assert scraped.status_code == 200
-            assert "ops_ai_local_circuit_state 0.0" in scraped.text
+            assert "durable_ops_ai_local_circuit_state 0.0" in scraped.text
         finally:
             worker.terminate()
             worker.wait(timeout=15)

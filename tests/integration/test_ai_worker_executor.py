@@ -110,7 +110,7 @@ async def _until(condition: Callable[[], bool], timeout: float = 10) -> None:
 
 
 def _circuit_state() -> float | None:
-    return REGISTRY.get_sample_value("ops_ai_local_circuit_state")
+    return REGISTRY.get_sample_value("durable_ops_ai_local_circuit_state")
 
 
 @asynccontextmanager

@@ -577,7 +577,7 @@ def test_healthz_and_readyz(sqlite_services: Services) -> None:
 
 def _sample(text: str, route: str, status: int, method: str = "GET") -> float | None:
     pattern = re.compile(
-        r"^gateway_http_requests_total\{(?P<labels>.*)\} (?P<value>\S+)$", re.MULTILINE
+        r"^durable_ops_gateway_http_requests_total\{(?P<labels>.*)\} (?P<value>\S+)$", re.MULTILINE
     )
     wanted = {f'method="{method}"', f'route="{route}"', f'status="{status}"'}
     for match in pattern.finditer(text):
@@ -604,7 +604,7 @@ def test_metrics_count_by_route_template_and_status(sqlite_services: Services) -
             assert _sample(text, "/api/operations", 200) == 1.0
             assert _sample(text, "unmatched", 404) == 1.0
             assert "a" * 32 not in text
-            assert "gateway_http_request_duration_seconds_bucket{" in text
+            assert "durable_ops_gateway_http_request_duration_seconds_bucket{" in text
             assert 'route="/api/operations/{id}"' in text
         async with gateway_client(other) as client:
             fresh = (await client.get("/metrics")).text

@@ -127,7 +127,7 @@ class Clock:
 
 
 def gauge() -> float | None:
-    return REGISTRY.get_sample_value("ops_ai_local_circuit_state")
+    return REGISTRY.get_sample_value("durable_ops_ai_local_circuit_state")
 
 
 def test_public_surface() -> None:

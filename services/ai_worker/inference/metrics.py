@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-from prometheus_client import Gauge
+from prometheus_client import Enum, Gauge
+from prometheus_client.samples import Sample
 
 from durable_ops.model.circuit import CircuitBreaker, CircuitState
 
@@ -15,8 +16,26 @@ CIRCUIT_STATE_VALUES: dict[CircuitState, int] = {
 }
 
 LOCAL_CIRCUIT_STATE = Gauge(
-    "ops_ai_local_circuit_state",
+    "durable_ops_ai_local_circuit_state",
     "Local model circuit breaker: 0 closed, 1 half-open, 2 open",
+)
+
+
+class _EnumReadAtScrape(Enum):
+    """An ``Enum`` whose state is read when it is scraped (open half-opens by the clock)."""
+
+    read: Callable[[], str] | None = None
+
+    def _child_samples(self) -> Iterable[Sample]:
+        if self.read is not None:
+            self.state(self.read())
+        return super()._child_samples()
+
+
+MODEL_CIRCUIT_STATE = _EnumReadAtScrape(
+    "durable_ops_model_circuit_state",
+    "Local model circuit breaker state, as a state set",
+    states=[state.value for state in CircuitState],
 )
 
 
@@ -27,3 +46,4 @@ def export_local_circuit(breaker: CircuitBreaker, clock: Callable[[], float]) ->
     one local route, so the last breaker exported is the one that counts.
     """
     LOCAL_CIRCUIT_STATE.set_function(lambda: CIRCUIT_STATE_VALUES[breaker.state(clock())])
+    MODEL_CIRCUIT_STATE.read = lambda: breaker.state(clock()).value

@@ -1,0 +1,123 @@
+"""The Operations process's domain metrics (``durable_ops_`` names, one registry).
+
+Counted where they happen: claims (``ClaimOperation``), sweeper runs and what
+each changed (lease expiries among them). Read from the database at scrape
+time, cached for ``DATABASE_READ_SECONDS``: operations by state and task type
+and the age of the oldest queued one, for every owner (neutral scope).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC
+
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from durable_ops.clock import Clock
+from durable_ops.model.states import OperationState
+from durable_ops.rpc.metrics import PREFIX, CachedReading
+from durable_ops.storage import metrics_queries
+from durable_ops.storage.db import Database
+from durable_ops.storage.operations import SweepReport
+
+DATABASE_READ_SECONDS = 2.0
+SWEEP_CHANGES = ("expired_lease", "deadline", "promoted")
+
+
+class _OperationsCollector(Collector):
+    def __init__(self, db: Database, clock: Clock, seconds: float) -> None:
+        self._clock = clock
+        self._counts = CachedReading(
+            lambda: db.run_core(metrics_queries.operation_counts, owner_id=None, write=False),
+            seconds,
+            time.monotonic,
+        )
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(self._families(None))
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        return iter(self._families(self._counts.get()))
+
+    def _families(self, counts: metrics_queries.OperationCounts | None) -> list[GaugeMetricFamily]:
+        operations = GaugeMetricFamily(
+            f"{PREFIX}operations",
+            "Operations of every owner, by state and task type",
+            labels=["state", "task_type"],
+        )
+        oldest = GaugeMetricFamily(
+            f"{PREFIX}oldest_queued_operation_age_seconds",
+            "How long the oldest queued operation has waited to be claimed (0: none queued)",
+        )
+        if counts is None:
+            return [operations, oldest]
+        task_types = sorted({task for _state, task in counts.by_state_and_type})
+        for task in task_types:  # every state of a seen task type, zeros too: stable series
+            for state in OperationState:
+                value = counts.by_state_and_type.get((state.value, task), 0)
+                operations.add_metric([state.value, task], value)
+        age = 0.0
+        if counts.oldest_queued_at is not None:
+            queued_at = counts.oldest_queued_at
+            if queued_at.tzinfo is None:
+                queued_at = queued_at.replace(tzinfo=UTC)
+            age = max(0.0, (self._clock() - queued_at).total_seconds())
+        oldest.add_metric([], age)
+        return [operations, oldest]
+
+
+class OperationsMetrics:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        db: Database,
+        clock: Clock,
+        *,
+        database_read_seconds: float = DATABASE_READ_SECONDS,
+    ) -> None:
+        self.registry = registry
+        self.claims = Counter(
+            f"{PREFIX}operation_claims",
+            "Operations claimed by workers, by task type and route",
+            ["task_type", "route"],
+            registry=registry,
+        )
+        self.lease_expiries = Counter(
+            f"{PREFIX}lease_expiries",
+            "Leases the sweeper found expired (their operation retried or failed)",
+            registry=registry,
+        )
+        self.sweeper_runs = Counter(
+            f"{PREFIX}sweeper_runs",
+            "Sweeper passes, by outcome (ok or failed)",
+            ["outcome"],
+            registry=registry,
+        )
+        self.sweeper_changes = Counter(
+            f"{PREFIX}sweeper_changes",
+            "Operations the sweeper changed, by change (expired_lease, deadline, promoted)",
+            ["change"],
+            registry=registry,
+        )
+        for outcome in ("ok", "failed"):
+            self.sweeper_runs.labels(outcome=outcome)
+        for change in SWEEP_CHANGES:
+            self.sweeper_changes.labels(change=change)
+        registry.register(_OperationsCollector(db, clock, database_read_seconds))
+
+    def claimed(self, task_type: str, route: str) -> None:
+        self.claims.labels(task_type=task_type, route=route).inc()
+
+    def swept(self, report: SweepReport | None) -> None:
+        """One sweeper pass: its report, or ``None`` when it failed."""
+        if report is None:
+            self.sweeper_runs.labels(outcome="failed").inc()
+            return
+        self.sweeper_runs.labels(outcome="ok").inc()
+        self.lease_expiries.inc(report.expired_leases)
+        self.sweeper_changes.labels(change="expired_lease").inc(report.expired_leases)
+        self.sweeper_changes.labels(change="deadline").inc(report.deadlines)
+        self.sweeper_changes.labels(change="promoted").inc(report.promoted)
