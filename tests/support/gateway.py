@@ -148,11 +148,14 @@ def create_operation(
     return operation
 
 
+# A page's click returns before its request lands: the claim waits for the work to arrive.
+CLAIM_WAIT_SECONDS = 10
+
+
 def claim(services: Services, task_types: list[str]) -> Claimed:
-    reply = services.operations.ClaimOperation(
-        ops_pb.ClaimOperationRequest(task_types=task_types, lease_seconds=60),
-        metadata=metadata(Role.WORKER),
-    )
+    request = ops_pb.ClaimOperationRequest(task_types=task_types, lease_seconds=60)
+    request.wait.seconds = CLAIM_WAIT_SECONDS
+    reply = services.operations.ClaimOperation(request, metadata=metadata(Role.WORKER))
     if not reply.HasField("claimed"):
         raise AssertionError(f"nothing to claim for {task_types}")
     claimed = reply.claimed
