@@ -1,13 +1,20 @@
-"""Fixtures of the integration tests: every gRPC service on one server, time moved by hand."""
+"""Fixtures of the integration tests: every gRPC service on one server, time moved by hand,
+typed clients over it, and ``opsctl operations`` run in-process against it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
+from structlog.testing import capture_logs
 
+from durable_ops import cli
+from durable_ops.model.scope import Role
 from tests.support.clock import ManualClock
-from tests.support.grpc_services import Services, running_services
+from tests.support.grpc_services import SECRET, Services, metadata, running_services
+from tests.support.operations_client import Metadata, OpsClient
+
+OPERATOR_NAME = "ops-carol"
 
 
 @pytest.fixture
@@ -19,3 +26,30 @@ def clock() -> ManualClock:
 def services(db_url: str, clock: ManualClock) -> Iterator[Services]:
     with running_services(db_url, clock) as running:
         yield running
+
+
+@pytest.fixture
+def ops(services: Services) -> OpsClient:
+    return OpsClient(services)
+
+
+@pytest.fixture
+def operator_md() -> Metadata:
+    return metadata(Role.OPERATOR, subject=OPERATOR_NAME)
+
+
+@pytest.fixture
+def opsctl(
+    services: Services, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., tuple[int, str, str]]:
+    monkeypatch.setenv("OPS_SERVICE_SECRET", SECRET)
+    monkeypatch.setenv("OPS_OPERATIONS_TARGET", services.target)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        with capture_logs():  # the service's log lines, in this process too, stay off stdout
+            code = cli.main(["operations", *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run

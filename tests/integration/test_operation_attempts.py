@@ -9,7 +9,6 @@ does not change, and an owner's scope reads only its own attempts.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
@@ -21,12 +20,11 @@ from durable_ops import cli
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operator.v1 import operator_pb2 as opb
 from durable_ops.model.lifecycle import DEADLINE_FAILURE_CODE, LEASE_FAILURE_CODE
-from durable_ops.model.scope import Role
 from durable_ops.storage import operations
 from durable_ops.storage.schema import OperationAttempt
 from durable_ops.storage.tx import Tx
 from tests.support.clock import ManualClock
-from tests.support.grpc_services import SECRET, Services, metadata, running_services
+from tests.support.grpc_services import SECRET, Services
 from tests.support.operations_client import (
     ALICE,
     BOB,
@@ -42,27 +40,6 @@ from tests.support.operations_client import (
 )
 
 RETRY_DELAY = 2
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def services(db_url: str, clock: ManualClock) -> Iterator[Services]:
-    with running_services(db_url, clock) as running:
-        yield running
-
-
-@pytest.fixture
-def ops(services: Services) -> OpsClient:
-    return OpsClient(services)
-
-
-@pytest.fixture
-def operator_md() -> Metadata:
-    return metadata(Role.OPERATOR, subject="ops-carol")
 
 
 def _shown(services: Services, md: Metadata, operation_id: str) -> opb.OperatorOperation:

@@ -26,11 +26,6 @@ HANG_GUARD = 20.0
 
 
 @pytest.fixture
-def ops(services: Services) -> OpsClient:
-    return OpsClient(services)
-
-
-@pytest.fixture
 def elsewhere(db_url: str, clock: ManualClock, services: Services) -> Iterator[OpsClient]:
     with running_services(db_url, clock) as running:
         yield OpsClient(running)

@@ -56,11 +56,6 @@ def services(db_url: str) -> Iterator[Services]:
         yield running
 
 
-@pytest.fixture
-def ops(services: Services) -> OpsClient:
-    return OpsClient(services)
-
-
 def _advance(services: Services, seconds: float) -> None:
     clock = services.clock
     assert isinstance(clock, ManualClock)

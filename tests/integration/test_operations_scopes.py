@@ -52,11 +52,6 @@ def services(db_url: str) -> Iterator[Services]:
 
 
 @pytest.fixture
-def ops(services: Services) -> OpsClient:
-    return OpsClient(services)
-
-
-@pytest.fixture
 def lease(ops: OpsClient) -> Lease:
     ops.create(ALICE, "k-scope")
     return ops.claim_one()

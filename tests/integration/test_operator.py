@@ -11,7 +11,7 @@ and the operator credential reaches nothing but it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -20,13 +20,12 @@ import grpc
 import pytest
 from structlog.testing import capture_logs
 
-from durable_ops import cli
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operator.v1 import operator_pb2 as opb
 from durable_ops.model.scope import Role
 from durable_ops.operator_cli import EXIT_NOT_CONFIRMED
 from tests.support.clock import ManualClock
-from tests.support.grpc_services import SECRET, Services, metadata, running_services
+from tests.support.grpc_services import Services, metadata
 from tests.support.operations_client import (
     ALICE,
     BOB,
@@ -45,27 +44,6 @@ DENIED = grpc.StatusCode.PERMISSION_DENIED
 NOT_FOUND = grpc.StatusCode.NOT_FOUND
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 OPERATOR_NAME = "ops-carol"
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def services(db_url: str, clock: ManualClock) -> Iterator[Services]:
-    with running_services(db_url, clock) as running:
-        yield running
-
-
-@pytest.fixture
-def ops(services: Services) -> OpsClient:
-    return OpsClient(services)
-
-
-@pytest.fixture
-def operator_md() -> Metadata:
-    return metadata(Role.OPERATOR, subject=OPERATOR_NAME)
 
 
 def _list(services: Services, md: Metadata, **fields: Any) -> opb.ListOperationsResponse:
@@ -282,23 +260,6 @@ def test_the_operator_credential_is_only_the_operator_scope(
 
 
 # ---- opsctl operations against the running service --------------------------------------------
-
-
-@pytest.fixture
-def opsctl(
-    services: Services, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> Callable[..., tuple[int, str, str]]:
-    monkeypatch.setenv("OPS_SERVICE_SECRET", SECRET)
-    monkeypatch.setenv("OPS_OPERATIONS_TARGET", services.target)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        with capture_logs():  # the service's log lines, in this process too, stay off stdout
-            code = cli.main(["operations", *args])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 def test_opsctl_operations_list_show_and_bulk_cancel(
