@@ -41,6 +41,10 @@ def create_index(
     op.create_index(name, table, list(columns), unique=unique, if_not_exists=True)
 
 
+def drop_index(name: str, table: str) -> None:
+    op.drop_index(name, table_name=table, if_exists=True)
+
+
 def drop_table(name: str) -> None:
     op.execute(text(f"DROP TABLE IF EXISTS {name}"))
 

@@ -7,7 +7,8 @@ did what. It goes to the Operations service at ``OPS_OPERATIONS_TARGET``.
 
 ``cancel`` and ``retry`` take operation ids, or a filter (``--owner``,
 ``--state``, ``--task``, ``--older-than``): by filter they print what they
-would do and stop, unless ``--yes`` confirms it.
+would do and stop, unless ``--yes`` confirms it. ``prune`` (ADR 0021) likewise counts
+what it would delete and stops, unless ``--yes``.
 
 Only argparse and pure modules are imported here at load: ``opsctl --help``
 stays fast; grpc is imported when a command runs.
@@ -45,6 +46,7 @@ list    operations of every owner, newest first, filtered
 show    one operation, with what only an operator sees (owner, lease, failure)
 cancel  cancel operations by id, or by filter with --yes
 retry   retry failed or cancelled operations by id, or by filter with --yes
+prune   delete terminal operations past a horizon, keeping their keys, with --yes
 
 Calls the Operations service (OPS_OPERATIONS_TARGET, default 127.0.0.1:50051) with an
 operator credential signed with OPS_SERVICE_SECRET (else the secret kept in
@@ -86,7 +88,7 @@ def _common_options(sub: argparse.ArgumentParser) -> None:
 
 
 def add_parser(operations: argparse.ArgumentParser) -> None:
-    """The ``list``, ``show``, ``cancel`` and ``retry`` subcommands of ``opsctl operations``."""
+    """The ``list``, ``show``, ``cancel``, ``retry`` and ``prune`` subcommands."""
     verbs = operations.add_subparsers(dest="operations_command", required=True, metavar="COMMAND")
 
     listing = verbs.add_parser(
@@ -125,6 +127,39 @@ def add_parser(operations: argparse.ArgumentParser) -> None:
         act.add_argument("--yes", action="store_true", help="go ahead with a bulk action")
         act.add_argument("--json", action="store_true", help="machine-readable output")
         _common_options(act)
+
+    prune = verbs.add_parser(
+        "prune",
+        help="delete terminal operations past a horizon, keeping their keys (--yes)",
+        description="Delete terminal operations that finished more than --older-than ago,"
+        " keeping a tombstone of each so a create that repeats its key is refused, and"
+        " forget tombstones past --tombstones-older-than (ADR 0021). Prints what it would"
+        " remove and stops, unless --yes.",
+    )
+    prune.add_argument(
+        "--older-than",
+        type=_duration,
+        required=True,
+        metavar="D",
+        help="finished at least this long ago: 30d, 12w",
+    )
+    prune.add_argument(
+        "--tombstones-older-than",
+        type=_duration,
+        metavar="D",
+        help="forget tombstones of operations finished this long ago (default: the service's"
+        " OPS_TOMBSTONE_RETENTION_DAYS)",
+    )
+    prune.add_argument(
+        "--batch-size",
+        type=int,
+        default=0,
+        metavar="N",
+        help="operations per transaction, 1-5000 (default: 500)",
+    )
+    prune.add_argument("--yes", action="store_true", help="go ahead and delete")
+    prune.add_argument("--json", action="store_true", help="machine-readable output")
+    _common_options(prune)
 
 
 def filter_of(args: argparse.Namespace) -> OperatorFilter:
@@ -413,11 +448,58 @@ def cmd_act(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
     return EXIT_FAILED if failed else 0
 
 
+def cmd_prune(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
+    """A dry run without ``--yes``; else calls until the service has nothing more to prune."""
+    from durable_ops.api.operator.v1 import operator_pb2 as opb
+
+    request = opb.PruneOperationsRequest(batch_size=args.batch_size, dry_run=not args.yes)
+    request.older_than.FromTimedelta(args.older_than)
+    if args.tombstones_older_than is not None:
+        request.tombstones_older_than.FromTimedelta(args.tombstones_older_than)
+    pruned = forgotten = 0
+    while True:
+        answer = operator.stub.PruneOperations(
+            request, metadata=operator.metadata, timeout=CALL_TIMEOUT_SECONDS
+        )
+        pruned += answer.pruned
+        forgotten += answer.forgotten
+        if not answer.more:
+            break
+    summary = {
+        "dry_run": not args.yes,
+        "pruned": pruned,
+        "forgotten": forgotten,
+        "finished_before": _when(answer, "finished_before"),
+        "tombstones_finished_before": _when(answer, "tombstones_finished_before"),
+    }
+    if args.json:
+        print(json.dumps(summary), file=out)
+    elif args.yes:
+        print(
+            f"pruned {pruned} operations finished before {summary['finished_before']};"
+            f" forgot {forgotten} tombstones of operations finished before"
+            f" {summary['tombstones_finished_before']}",
+            file=out,
+        )
+    else:
+        print(
+            f"would prune {pruned} operations finished before {summary['finished_before']}"
+            f" and forget {forgotten} tombstones of operations finished before"
+            f" {summary['tombstones_finished_before']}",
+            file=out,
+        )
+    if not args.yes:
+        print("opsctl operations prune: not confirmed; add --yes", file=sys.stderr)
+        return EXIT_NOT_CONFIRMED
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Operator, TextIO], int]] = {
     "list": cmd_list,
     "show": cmd_show,
     "cancel": cmd_act,
     "retry": cmd_act,
+    "prune": cmd_prune,
 }
 
 

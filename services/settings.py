@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 DEFAULT_SQLITE_PATH = Path("var") / "durable-ops.sqlite3"
+DEFAULT_TOMBSTONE_RETENTION_DAYS = 400
+RETENTION_DAYS_MAX = 3660  # bounds.OLDER_THAN_MAX: settings import nothing of the product
 
 
 class SettingsError(ValueError):
@@ -137,6 +139,23 @@ class Settings:
     sweep_interval_seconds: float = field(
         default=1.0, metadata=_doc("how often the Operations process sweeps leases and deadlines")
     )
+    retention_days: int = field(
+        default=0,
+        metadata=_doc(
+            "when above 0, the Operations process prunes terminal operations finished more"
+            " than this many days ago, keeping an idempotency tombstone of each (ADR 0021)"
+        ),
+    )
+    tombstone_retention_days: int = field(
+        default=DEFAULT_TOMBSTONE_RETENTION_DAYS,
+        metadata=_doc(
+            "how many days after it finished a pruned operation's key is still refused;"
+            " at least OPS_RETENTION_DAYS (also the default of `opsctl operations prune`)"
+        ),
+    )
+    retention_interval_seconds: float = field(
+        default=3600.0, metadata=_doc("how often the periodic prune runs (OPS_RETENTION_DAYS)")
+    )
     cancel_watch_interval_seconds: float = field(
         default=0.25,
         metadata=_doc(
@@ -235,6 +254,13 @@ class Settings:
             raise SettingsError("OPS_DEV_MODEL_SECONDS must not be negative")
         if not 0 <= self.database_wait_seconds < math.inf:  # also NaN
             raise SettingsError("OPS_DATABASE_WAIT_SECONDS must be a number of seconds, 0 or more")
+        if self.retention_days < 0:
+            raise SettingsError("OPS_RETENTION_DAYS must be 0 (off) or a number of days")
+        if not max(1, self.retention_days) <= self.tombstone_retention_days <= RETENTION_DAYS_MAX:
+            raise SettingsError(
+                "OPS_TOMBSTONE_RETENTION_DAYS must be at least 1 and at least OPS_RETENTION_DAYS,"
+                f" and at most {RETENTION_DAYS_MAX}"
+            )
         if self.service_credential_max_age_seconds <= 0:
             raise SettingsError("OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS must be greater than 0")
 
@@ -269,6 +295,7 @@ _POSITIVE = (
     "cancel_watch_interval_seconds",
     "claim_poll_interval_seconds",
     "done_watch_interval_seconds",
+    "retention_interval_seconds",
 )
 
 

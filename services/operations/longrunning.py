@@ -14,10 +14,9 @@ from google.longrunning import operations_pb2_grpc as lro_grpc
 from google.longrunning import operations_proto_pb2 as lro
 from google.protobuf.empty_pb2 import Empty
 
-from durable_ops.model.errors import InvalidArgument, InvalidTransition, NotImplementedYet
+from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.operation_filter import parse_filter
 from durable_ops.model.scope import require_owner
-from durable_ops.model.states import OperationState
 from durable_ops.operations.service import OperationsService, wait_seconds
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.errors import translate_errors
@@ -72,13 +71,8 @@ class LongRunningOperations(lro_grpc.OperationsServicer):
         self, request: lro.DeleteOperationRequest, context: ServicerContext
     ) -> Empty:
         owner = require_owner(caller_scope(context)).owner_id
-        row = await self._service.get_for(owner, convert.id_from_name(request.name))
-        if not OperationState(row.state).is_terminal:
-            raise InvalidTransition(
-                "only a finished operation can be deleted; cancel it first", code="not_terminal"
-            )
-        # Deleting must keep what retention keeps (a tombstone): it lands with retention.
-        raise NotImplementedYet("deleting operations is not available yet; nothing was deleted")
+        await self._service.delete_for(owner, convert.id_from_name(request.name))
+        return Empty()
 
     @translate_errors
     async def WaitOperation(

@@ -1,10 +1,11 @@
-"""``opsctl serve operations``: the Operations gRPC server and its sweeper."""
+"""``opsctl serve operations``: the Operations gRPC server, its sweeper and its pruner."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from collections.abc import Callable
+from datetime import timedelta
 
 import grpc
 from prometheus_client import CollectorRegistry
@@ -12,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.api.operator.v1 import operator_pb2_grpc
 from durable_ops.clock import Clock, utc_now
+from durable_ops.model.retention import PRUNE_BATCH, policy_of_days
 from durable_ops.operations.cancel_watch import CancelWatch
 from durable_ops.operations.claim_waiters import ClaimWaiters
 from durable_ops.operations.longrunning import SERVICE_NAME as LRO_SERVICE_NAME
@@ -19,8 +21,9 @@ from durable_ops.operations.longrunning import LongRunningOperations
 from durable_ops.operations.longrunning import add_to_server as add_lro_to_server
 from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.operations.operation_watch import OperationWatch
+from durable_ops.operations.operator import DEFAULT_TOMBSTONES, OperatorService
 from durable_ops.operations.operator import SERVICE_NAME as OPERATOR_SERVICE_NAME
-from durable_ops.operations.operator import OperatorService
+from durable_ops.operations.pruner import run_pruner
 from durable_ops.operations.service import SERVICE_NAME, OperationsService
 from durable_ops.operations.sweeper import run_sweeper
 from durable_ops.rpc.metrics import GrpcServerMetrics, serve_metrics
@@ -49,14 +52,17 @@ def build_service(
     )
 
 
-def registration(service: OperationsService) -> Callable[[grpc.aio.Server], None]:
+def registration(
+    service: OperationsService, *, tombstones: timedelta = DEFAULT_TOMBSTONES
+) -> Callable[[grpc.aio.Server], None]:
     """Both faces of the service on one server, ours and google.longrunning's, and the
     operator's service on the same watches (ADR 19)."""
 
     def register(server: grpc.aio.Server) -> None:
         pb_grpc.add_OperationsServiceServicer_to_server(service, server)
         add_lro_to_server(LongRunningOperations(service), server)
-        operator_pb2_grpc.add_OperatorServiceServicer_to_server(OperatorService(service), server)
+        operator = OperatorService(service, tombstones=tombstones)
+        operator_pb2_grpc.add_OperatorServiceServicer_to_server(operator, server)
 
     return register
 
@@ -84,6 +90,16 @@ async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
             metrics=metrics,
         )
         sweepers.append(asyncio.create_task(sweeper))
+        if settings.retention_days:
+            pruner = run_pruner(
+                db,
+                clock,
+                policy_of_days(settings.retention_days, settings.tombstone_retention_days),
+                settings.retention_interval_seconds,
+                PRUNE_BATCH,
+                metrics=metrics,
+            )
+            sweepers.append(asyncio.create_task(pruner))
 
     async def stop() -> None:
         for sweeper in sweepers:
@@ -97,7 +113,7 @@ async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
 
     server, _port = build_server(
         settings.operations_bind,
-        registration(service),
+        registration(service, tombstones=timedelta(days=settings.tombstone_retention_days)),
         SERVICE_NAMES,
         secret=settings.service_secret,
         ready=DatabaseReadiness(db),

@@ -1,7 +1,7 @@
 """The Operations process's domain metrics (``durable_ops_`` names, one registry).
 
 Counted where they happen: claims (``ClaimOperation``), sweeper runs and what
-each changed (lease expiries among them). Read from the database at scrape
+each changed (lease expiries among them), retention's prunes. Read from the database at scrape
 time, cached for ``DATABASE_READ_SECONDS``: operations by state and task type
 and the age of the oldest queued one, for every owner (neutral scope).
 """
@@ -22,6 +22,7 @@ from durable_ops.rpc.metrics import PREFIX, CachedReading
 from durable_ops.storage import metrics_queries
 from durable_ops.storage.db import Database
 from durable_ops.storage.operations import SweepReport
+from durable_ops.storage.retention import PruneBatch
 
 DATABASE_READ_SECONDS = 2.0
 SWEEP_CHANGES = ("expired_lease", "deadline", "promoted")
@@ -102,6 +103,16 @@ class OperationsMetrics:
             ["change"],
             registry=registry,
         )
+        self.pruned_operations = Counter(
+            f"{PREFIX}operations_pruned",
+            "Terminal operations deleted by retention, each leaving a tombstone",
+            registry=registry,
+        )
+        self.forgotten_tombstones = Counter(
+            f"{PREFIX}tombstones_forgotten",
+            "Idempotency tombstones deleted past their horizon",
+            registry=registry,
+        )
         for outcome in ("ok", "failed"):
             self.sweeper_runs.labels(outcome=outcome)
         for change in SWEEP_CHANGES:
@@ -110,6 +121,10 @@ class OperationsMetrics:
 
     def claimed(self, task_type: str, route: str) -> None:
         self.claims.labels(task_type=task_type, route=route).inc()
+
+    def pruned(self, batch: PruneBatch) -> None:
+        self.pruned_operations.inc(batch.pruned)
+        self.forgotten_tombstones.inc(batch.forgotten)
 
     def swept(self, report: SweepReport | None) -> None:
         """One sweeper pass: its report, or ``None`` when it failed."""

@@ -13,13 +13,19 @@ import structlog
 
 from durable_ops.api.operator.v1 import operator_pb2 as opb
 from durable_ops.api.operator.v1 import operator_pb2_grpc as opb_grpc
+from durable_ops.model import retention as retention_rules
+from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.operator import OperatorFilter
+from durable_ops.model.retention import RetentionPolicy
 from durable_ops.model.scope import require_operator
+from durable_ops.operations.pruner import PruneResult, prune
 from durable_ops.operations.service import OperationsService
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.errors import translate_errors
 from durable_ops.rpc.scope import caller_name, caller_scope
+from durable_ops.settings import DEFAULT_TOMBSTONE_RETENTION_DAYS
 from durable_ops.storage import operator as store
+from durable_ops.storage import retention
 from durable_ops.storage.schema import OperationAttempt, UserOperation
 from durable_ops.storage.tx import OperatorTx, Tx
 from durable_ops.wire import operations as convert
@@ -27,12 +33,21 @@ from durable_ops.wire.operator import operator_operation
 
 log = structlog.get_logger(__name__)
 SERVICE_NAME = opb.DESCRIPTOR.services_by_name["OperatorService"].full_name
+DEFAULT_TOMBSTONES = timedelta(days=DEFAULT_TOMBSTONE_RETENTION_DAYS)
 
 
 def _operator(context: ServicerContext) -> str:
     """The operator scope, or PERMISSION_DENIED; answers who is calling, for the log."""
     require_operator(caller_scope(context))
     return caller_name(context) or "unnamed"
+
+
+def _policy(request: opb.PruneOperationsRequest, tombstones: timedelta) -> RetentionPolicy:
+    if not request.HasField("older_than"):
+        raise InvalidArgument("older_than", "is required: how long after it finished")
+    if request.HasField("tombstones_older_than"):
+        tombstones = request.tombstones_older_than.ToTimedelta()
+    return RetentionPolicy(request.older_than.ToTimedelta(), tombstones).validated()
 
 
 def _filters(request: opb.ListOperationsRequest) -> OperatorFilter:
@@ -48,10 +63,13 @@ def _filters(request: opb.ListOperationsRequest) -> OperatorFilter:
 
 
 class OperatorService(opb_grpc.OperatorServiceServicer):
-    def __init__(self, operations: OperationsService) -> None:
+    def __init__(
+        self, operations: OperationsService, *, tombstones: timedelta = DEFAULT_TOMBSTONES
+    ) -> None:
         self._operations = operations
         self._db = operations.db
         self._clock = operations.clock
+        self._tombstones = tombstones  # a prune's tombstone horizon when its call names none
 
     @translate_errors
     async def ListOperations(
@@ -131,3 +149,44 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
             attempt=row.attempt,
         )
         return operator_operation(row)
+
+    @translate_errors
+    async def PruneOperations(
+        self, request: opb.PruneOperationsRequest, context: ServicerContext
+    ) -> opb.PruneOperationsResponse:
+        who = _operator(context)
+        policy = _policy(request, self._tombstones)
+        batch = retention_rules.batch_size(request.batch_size)
+        now = self._clock()
+        if request.dry_run:
+            found = await self._db.run_core_async(
+                lambda tx: retention.prunable(OperatorTx(tx), policy, now),
+                owner_id=None,
+                write=False,
+            )
+            result = PruneResult(found.operations, found.tombstones, more=False)
+        else:
+            result = await prune(
+                self._db,
+                self._clock,
+                policy,
+                batch,
+                seconds=retention_rules.PRUNE_CALL_SECONDS,
+                metrics=self._operations.metrics,
+            )
+        log.info(
+            "operator_prune",
+            operator=who,
+            older_than=int(policy.operations.total_seconds()),
+            tombstones_older_than=int(policy.tombstones.total_seconds()),
+            dry_run=request.dry_run,
+            pruned=result.pruned,
+            forgotten=result.forgotten,
+            more=result.more,
+        )
+        answer = opb.PruneOperationsResponse(
+            pruned=result.pruned, forgotten=result.forgotten, more=result.more
+        )
+        answer.finished_before.FromDatetime(policy.operations_finished_before(now))
+        answer.tombstones_finished_before.FromDatetime(policy.tombstones_finished_before(now))
+        return answer

@@ -37,7 +37,7 @@ from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.errors import translate_errors
 from durable_ops.rpc.scope import caller_scope
 from durable_ops.settings import Settings
-from durable_ops.storage import operations
+from durable_ops.storage import operations, retention
 from durable_ops.storage.db import Database
 from durable_ops.storage.pages import Page
 from durable_ops.storage.schema import UserOperation
@@ -196,6 +196,14 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         self.cancelled(row)
         log.info("operation_cancel", operation_id=row.id, owner=owner, state=row.state)
         return row
+
+    async def delete_for(self, owner: str, operation_id: str) -> None:
+        """The owner's finished operation removed; its tombstone keeps the key (ADR 0021)."""
+        now = self._clock()
+        await self._db.run_core_async(
+            lambda tx: retention.delete_finished(tx, operation_id, now), owner_id=owner
+        )
+        log.info("operation_delete", operation_id=operation_id, owner=owner)
 
     # ---- owner scope ------------------------------------------------------------------
 

@@ -18,7 +18,8 @@ calls then re-read and decide again, lease holders learn they lost the lease.
 The hot worker paths are written for the fewest statements: a heartbeat is
 one UPDATE, a completion one UPDATE plus the attempt's UPDATE and the
 notification INSERT, a claim one ``SELECT … FOR UPDATE SKIP LOCKED`` plus the
-UPDATE of the row it locked and the attempt's INSERT, a create one INSERT.
+UPDATE of the row it locked and the attempt's INSERT, a create one INSERT and
+the read of its key's tombstone.
 
 Every write also tells ``db.on_unknown_commit`` how to recognise itself should
 its COMMIT's connection be lost (ADR 0017): a create by the id it drew, a claim
@@ -70,9 +71,10 @@ from durable_ops.model.errors import (
     NotFound,
 )
 from durable_ops.model.lifecycle import AttemptOutcome, Decision, Event, Facts
+from durable_ops.model.retention import pruned
 from durable_ops.model.routing import Route
 from durable_ops.model.states import PENDING_STATES, OperationState, Privacy
-from durable_ops.storage import notifications
+from durable_ops.storage import notifications, retention
 from durable_ops.storage.db import on_galera, on_unknown_commit
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
 from durable_ops.storage.schema import ID_LENGTH, OperationAttempt, UserOperation
@@ -248,8 +250,9 @@ def list_page(
 def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation, bool]:
     """Insert the operation, or return the one this owner already made with this key.
 
-    The INSERT goes first: a new key (the common case) costs that one statement.
-    The unique index refuses a repeated key, and only then is the existing row read.
+    The INSERT goes first: a new key (the common case) costs that statement and
+    the read of the key's tombstone (a pruned key is refused, ADR 0021). The
+    unique index refuses a repeated key, and only then is the existing row read.
     A refused INSERT undoes only itself on both engines, so the transaction goes on.
     """
     if tx.owner_id is None:
@@ -291,6 +294,11 @@ def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation
         if not hmac.compare_digest(existing.request_hash, fingerprint):
             raise Conflict(KEY_USED_FOR_ANOTHER_REQUEST) from None
         return existing, False
+    tombstone = retention.tombstone_for(tx, request.task_type, request.idempotency_key)
+    if tombstone is not None:  # the key's operation finished long ago and was pruned
+        if not hmac.compare_digest(tombstone.request_hash, fingerprint):
+            raise Conflict(KEY_USED_FOR_ANOTHER_REQUEST)
+        raise pruned(tombstone.final_state, tombstone.finished_at)
     _recognised_by(values["id"])  # a fresh random id: only this INSERT wrote it
     return UserOperation(owner_user_id=tx.owner_id, **values), True
 

@@ -152,6 +152,8 @@ class UserOperation(Owned, Base):
         ),
         Index("ix_user_operations_owner_listing", "owner_user_id", "created_at", "id"),
         Index("ix_user_operations_state_deadline", "state", "deadline_at"),
+        # The prune reads the oldest finished operations first (ADR 0021).
+        Index("ix_user_operations_finished_at", "finished_at"),
         Index(
             "ix_user_operations_owner_subject",
             "owner_user_id",
@@ -197,6 +199,30 @@ class OperationAttempt(Owned, Base):
     model: Mapped[str | None] = mapped_column(String(bounds.MODEL_MAX))
 
     __table_args__ = (Index("ix_operation_attempts_operation", "operation_id", "started_at"),)
+
+
+class OperationTombstone(Owned, Base):
+    """What is kept of a pruned operation: enough to refuse its key, no content (ADR 0021).
+
+    ``id`` is the deleted operation's id. A create that repeats
+    ``(owner, task type, key)`` finds it and is refused; past the tombstone
+    horizon (counted, like the operation's, from ``finished_at``) it goes too.
+    """
+
+    __tablename__ = "operation_tombstones"
+
+    id: Mapped[str] = _id()
+    task_type: Mapped[str] = mapped_column(String(bounds.TASK_TYPE_MAX))
+    idempotency_key: Mapped[str] = mapped_column(String(bounds.IDEMPOTENCY_KEY_MAX))
+    request_hash: Mapped[str] = mapped_column(CHAR(64))
+    final_state: Mapped[str] = mapped_column(String(32))
+    finished_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    deleted_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+    __table_args__ = (
+        UniqueConstraint("owner_user_id", "task_type", "idempotency_key"),
+        Index("ix_operation_tombstones_finished_at", "finished_at"),
+    )
 
 
 class UserNotification(Owned, Base):

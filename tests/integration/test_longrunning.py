@@ -24,14 +24,9 @@ from google.rpc import code_pb2, error_details_pb2
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services, running_services
-from tests.support.operations_client import ALICE, BOB, TASK, Lease, OpsClient
+from tests.support.operations_client import ALICE, BOB, TASK, Lease, OpsClient, rpc_failure
 
 HANG_GUARD = 20.0
-
-
-@pytest.fixture
-def ops(services: Services) -> OpsClient:
-    return OpsClient(services)
 
 
 @pytest.fixture
@@ -151,17 +146,30 @@ def test_another_owner_sees_nothing_and_names_are_checked(
         standard.get_operation(f"operations/{created.id}", metadata=list(ops.neutral))
 
 
-def test_delete_refuses_a_live_operation_and_is_not_available_for_a_finished_one(
+def test_delete_refuses_a_live_operation_and_keeps_the_key_of_a_finished_one(
     ops: OpsClient, standard: operations_v1.OperationsClient
 ) -> None:
+    """Delete is retention for one operation (ADR 0021): the record goes, its key stays."""
     created = ops.create(ALICE, "lro-delete")
     md = list(ops.gateway(ALICE))
-    with pytest.raises(exceptions.FailedPrecondition):
-        standard.delete_operation(f"operations/{created.id}", metadata=md)
+    name = f"operations/{created.id}"
+    with pytest.raises(exceptions.FailedPrecondition, match="cancel it first"):
+        standard.delete_operation(name, metadata=md)
     ops.cancel(ALICE, created.id)
-    with pytest.raises(exceptions.MethodNotImplemented, match="nothing was deleted"):
-        standard.delete_operation(f"operations/{created.id}", metadata=md)
-    assert ops.get(ALICE, created.id).state == pb.OPERATION_STATE_CANCELLED
+    with pytest.raises(exceptions.NotFound):  # another owner's is not found, and stays
+        standard.delete_operation(name, metadata=list(ops.gateway(BOB)))
+    standard.delete_operation(name, metadata=md)
+    with pytest.raises(exceptions.NotFound):
+        standard.get_operation(name, metadata=md)
+    with pytest.raises(exceptions.NotFound):  # deleted once
+        standard.delete_operation(name, metadata=md)
+    refused = rpc_failure(lambda: ops.create(ALICE, "lro-delete"))
+    assert (refused.code, refused.error_code) == (
+        grpc.StatusCode.ALREADY_EXISTS,
+        "operation_pruned",
+    )
+    assert ops.notification_rows(created.id) == []  # the notification stays, unlinked
+    assert [notice.outcome for notice in ops.all_notifications(ALICE)] == ["cancelled"]
 
 
 def _wait(services: Services, ops: OpsClient, operation_id: str, seconds: float) -> lro.Operation:

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from durable_ops.settings import Settings, SettingsError, documented_variables
+from durable_ops.model.bounds import OLDER_THAN_MAX
+from durable_ops.settings import (
+    RETENTION_DAYS_MAX,
+    Settings,
+    SettingsError,
+    documented_variables,
+)
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -53,6 +60,10 @@ def test_values_are_parsed_by_type() -> None:
         ("OPS_DATABASE_WAIT_SECONDS", "nan"),
         ("OPS_DATABASE_WAIT_SECONDS", "inf"),
         ("OPS_DATABASE_WAIT_SECONDS", "a minute"),
+        ("OPS_RETENTION_DAYS", "-1"),
+        ("OPS_TOMBSTONE_RETENTION_DAYS", "0"),
+        ("OPS_TOMBSTONE_RETENTION_DAYS", "99999"),
+        ("OPS_RETENTION_INTERVAL_SECONDS", "0"),
     ],
 )
 def test_bad_values_are_refused_with_the_variable_named(name: str, value: str) -> None:
@@ -64,3 +75,14 @@ def test_the_database_wait_is_a_minute_unless_set_and_zero_asks_once() -> None:
     assert Settings.from_env({}).database_wait_seconds == 60.0
     assert Settings.from_env({"OPS_DATABASE_WAIT_SECONDS": "0"}).database_wait_seconds == 0.0
     assert Settings.from_env({"OPS_DATABASE_WAIT_SECONDS": "2.5"}).database_wait_seconds == 2.5
+
+
+def test_retention_is_off_unless_set_and_tombstones_outlive_operations() -> None:
+    assert Settings().retention_days == 0
+    assert Settings.from_env({"OPS_RETENTION_DAYS": "30"}).tombstone_retention_days == 400
+    with pytest.raises(SettingsError, match="OPS_TOMBSTONE_RETENTION_DAYS"):
+        Settings.from_env({"OPS_RETENTION_DAYS": "30", "OPS_TOMBSTONE_RETENTION_DAYS": "7"})
+
+
+def test_the_retention_bound_is_the_operators_bound() -> None:
+    assert timedelta(days=RETENTION_DAYS_MAX) == OLDER_THAN_MAX

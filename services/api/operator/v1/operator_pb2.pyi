@@ -272,3 +272,86 @@ class RetryOperationRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RetryOperationRequest: _TypeAlias = RetryOperationRequest  # noqa: Y015
+
+@_typing.final
+class PruneOperationsRequest(_message.Message):
+    """Prune terminal operations finished more than `older_than` ago, keeping a
+    tombstone of each (its key, fingerprint, final state and finish time) so a
+    create that repeats its key is refused; and forget tombstones finished more
+    than `tombstones_older_than` ago (ADR 0021). Batches of `batch_size`, each in
+    its own transaction, for a few seconds at most: `more` says to call again.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OLDER_THAN_FIELD_NUMBER: _builtins.int
+    TOMBSTONES_OLDER_THAN_FIELD_NUMBER: _builtins.int
+    BATCH_SIZE_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    batch_size: _builtins.int
+    """1–5000; 0 means 500"""
+    dry_run: _builtins.bool
+    """count what would be removed, remove nothing"""
+    @_builtins.property
+    def older_than(self) -> _duration_pb2.Duration:
+        """required: > 0"""
+
+    @_builtins.property
+    def tombstones_older_than(self) -> _duration_pb2.Duration:
+        """unset: the service's horizon"""
+
+    def __init__(
+        self,
+        *,
+        older_than: _duration_pb2.Duration | None = ...,
+        tombstones_older_than: _duration_pb2.Duration | None = ...,
+        batch_size: _builtins.int = ...,
+        dry_run: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["older_than", b"older_than", "tombstones_older_than", b"tombstones_older_than"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "dry_run", b"dry_run", "older_than", b"older_than", "tombstones_older_than", b"tombstones_older_than"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PruneOperationsRequest: _TypeAlias = PruneOperationsRequest  # noqa: Y015
+
+@_typing.final
+class PruneOperationsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRUNED_FIELD_NUMBER: _builtins.int
+    FORGOTTEN_FIELD_NUMBER: _builtins.int
+    MORE_FIELD_NUMBER: _builtins.int
+    FINISHED_BEFORE_FIELD_NUMBER: _builtins.int
+    TOMBSTONES_FINISHED_BEFORE_FIELD_NUMBER: _builtins.int
+    pruned: _builtins.int
+    """operations deleted, each leaving a tombstone (dry run: would be)"""
+    forgotten: _builtins.int
+    """tombstones deleted (dry run: would be)"""
+    more: _builtins.bool
+    """stopped at its time limit with more to do: call again"""
+    @_builtins.property
+    def finished_before(self) -> _timestamp_pb2.Timestamp:
+        """the operations' horizon"""
+
+    @_builtins.property
+    def tombstones_finished_before(self) -> _timestamp_pb2.Timestamp:
+        """the tombstones' horizon"""
+
+    def __init__(
+        self,
+        *,
+        pruned: _builtins.int = ...,
+        forgotten: _builtins.int = ...,
+        more: _builtins.bool = ...,
+        finished_before: _timestamp_pb2.Timestamp | None = ...,
+        tombstones_finished_before: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["finished_before", b"finished_before", "tombstones_finished_before", b"tombstones_finished_before"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["finished_before", b"finished_before", "forgotten", b"forgotten", "more", b"more", "pruned", b"pruned", "tombstones_finished_before", b"tombstones_finished_before"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PruneOperationsResponse: _TypeAlias = PruneOperationsResponse  # noqa: Y015

@@ -54,6 +54,11 @@ class OperatorServiceStub:
                 request_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.RetryOperationRequest.SerializeToString,
                 response_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.OperatorOperation.FromString,
                 _registered_method=True)
+        self.PruneOperations = channel.unary_unary(
+                '/durable_ops.api.operator.v1.OperatorService/PruneOperations',
+                request_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.PruneOperationsRequest.SerializeToString,
+                response_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.PruneOperationsResponse.FromString,
+                _registered_method=True)
 
 
 class OperatorServiceServicer:
@@ -86,6 +91,12 @@ class OperatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PruneOperations(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -108,6 +119,11 @@ def add_OperatorServiceServicer_to_server(servicer, server):
                     servicer.RetryOperation,
                     request_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.RetryOperationRequest.FromString,
                     response_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.OperatorOperation.SerializeToString,
+            ),
+            'PruneOperations': grpc.unary_unary_rpc_method_handler(
+                    servicer.PruneOperations,
+                    request_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.PruneOperationsRequest.FromString,
+                    response_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.PruneOperationsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -218,6 +234,33 @@ class OperatorService:
             '/durable_ops.api.operator.v1.OperatorService/RetryOperation',
             durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.RetryOperationRequest.SerializeToString,
             durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.OperatorOperation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PruneOperations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_ops.api.operator.v1.OperatorService/PruneOperations',
+            durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.PruneOperationsRequest.SerializeToString,
+            durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.PruneOperationsResponse.FromString,
             options,
             channel_credentials,
             insecure,

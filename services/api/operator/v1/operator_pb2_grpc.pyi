@@ -39,6 +39,7 @@ class OperatorServiceStub:
     """
     RetryOperation: _grpc.UnaryUnaryMultiCallable[_operator_pb2.RetryOperationRequest, _operator_pb2.OperatorOperation]
     """The owner's manual retry, in the owner's scope."""
+    PruneOperations: _grpc.UnaryUnaryMultiCallable[_operator_pb2.PruneOperationsRequest, _operator_pb2.PruneOperationsResponse]
 
 @_typing.type_check_only
 class OperatorServiceAsyncStub(OperatorServiceStub):
@@ -51,6 +52,7 @@ class OperatorServiceAsyncStub(OperatorServiceStub):
     """
     RetryOperation: _aio.UnaryUnaryMultiCallable[_operator_pb2.RetryOperationRequest, _operator_pb2.OperatorOperation]  # type: ignore[assignment]
     """The owner's manual retry, in the owner's scope."""
+    PruneOperations: _aio.UnaryUnaryMultiCallable[_operator_pb2.PruneOperationsRequest, _operator_pb2.PruneOperationsResponse]  # type: ignore[assignment]
 
 class OperatorServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -84,5 +86,12 @@ class OperatorServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_operator_pb2.OperatorOperation, _abc.Awaitable[_operator_pb2.OperatorOperation]]:
         """The owner's manual retry, in the owner's scope."""
+
+    @_abc_1.abstractmethod
+    def PruneOperations(
+        self,
+        request: _operator_pb2.PruneOperationsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_operator_pb2.PruneOperationsResponse, _abc.Awaitable[_operator_pb2.PruneOperationsResponse]]: ...
 
 def add_OperatorServiceServicer_to_server(servicer: OperatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,105 @@
+"""Retention inside the Operations process (ADR 0021): batches of prunes, on demand or periodic.
+
+``prune`` runs batches (``storage.retention.prune_batch``), each in its own
+transaction, until one comes back short or a time limit passes; the operator's
+``PruneOperations`` uses it with a limit, and the periodic prune
+(``OPS_RETENTION_DAYS``) without one, resting between batches so the work it
+shares the database with goes first. Safe with several replicas: a row locked
+by one batch is skipped by the others, and a row deleted is deleted once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from functools import partial
+
+import structlog
+
+from durable_ops.clock import Clock
+from durable_ops.model.retention import RetentionPolicy
+from durable_ops.operations.metrics import OperationsMetrics
+from durable_ops.storage import retention
+from durable_ops.storage.db import Database
+from durable_ops.storage.tx import OperatorTx, Tx
+
+log = structlog.get_logger(__name__)
+# A batch whose DELETE lost a row it had read is rolled back and read again, this often.
+RACED_BATCHES_MAX = 3
+# The periodic prune's rest between two full batches.
+PERIODIC_PAUSE_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    pruned: int
+    forgotten: int
+    more: bool  # stopped at the time limit with a full last batch
+
+
+def _batch(policy: RetentionPolicy, now: datetime, limit: int, tx: Tx) -> retention.PruneBatch:
+    return retention.prune_batch(OperatorTx(tx), policy, now, limit)
+
+
+async def prune(
+    db: Database,
+    clock: Clock,
+    policy: RetentionPolicy,
+    batch_size: int,
+    *,
+    seconds: float | None = None,
+    pause_seconds: float = 0.0,
+    metrics: OperationsMetrics | None = None,
+) -> PruneResult:
+    """Batches until one is short (done) or ``seconds`` have passed (``more``)."""
+    give_up_at = None if seconds is None else time.monotonic() + seconds
+    pruned = forgotten = raced = 0
+    while True:
+        try:
+            batch = await db.run_core_async(
+                partial(_batch, policy, clock(), batch_size), owner_id=None
+            )
+        except retention.PruneRaced:
+            raced += 1
+            if raced >= RACED_BATCHES_MAX:
+                raise
+            continue
+        pruned += batch.pruned
+        forgotten += batch.forgotten
+        if metrics is not None:
+            metrics.pruned(batch)
+        if batch.pruned < batch_size and batch.forgotten < batch_size:
+            return PruneResult(pruned, forgotten, more=False)
+        if give_up_at is not None and time.monotonic() >= give_up_at:
+            return PruneResult(pruned, forgotten, more=True)
+        await asyncio.sleep(pause_seconds)
+
+
+async def run_pruner(
+    db: Database,
+    clock: Clock,
+    policy: RetentionPolicy,
+    interval_seconds: float,
+    batch_size: int,
+    *,
+    metrics: OperationsMetrics | None = None,
+) -> None:
+    """Prune everything past the horizons, then every ``interval_seconds``, until cancelled;
+    a failed run is logged and tried again at the next interval."""
+    while True:
+        try:
+            result = await prune(
+                db,
+                clock,
+                policy,
+                batch_size,
+                pause_seconds=PERIODIC_PAUSE_SECONDS,
+                metrics=metrics,
+            )
+            if result.pruned or result.forgotten:
+                log.info("retention_pruned", pruned=result.pruned, forgotten=result.forgotten)
+        except Exception as exc:  # the pruner must outlive a database hiccup
+            log.warning("retention_prune_failed", error=type(exc).__name__)
+        await asyncio.sleep(interval_seconds)

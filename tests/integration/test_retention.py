@@ -1,0 +1,318 @@
+"""Retention with idempotency tombstones (ADR 0021), through the real servers, on both engines.
+
+An operator's ``PruneOperations`` (and ``opsctl operations prune``) deletes
+terminal operations finished before the horizon, in batches, keeping one
+tombstone each; a create that repeats a pruned key is refused with
+``ALREADY_EXISTS``/``operation_pruned`` and nothing runs again; the
+notification and a published workspace note stay, without their operation
+id; tombstones past their own horizon are forgotten and the key is free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, MutableMapping
+from datetime import timedelta
+from typing import Any
+
+import grpc
+import pytest
+from sqlalchemy import func, select
+from structlog.testing import capture_logs
+
+from durable_ops.api.operator.v1 import operator_pb2 as opb
+from durable_ops.model.retention import RetentionPolicy
+from durable_ops.model.scope import Role
+from durable_ops.operations.pruner import prune, run_pruner
+from durable_ops.operator_cli import EXIT_NOT_CONFIRMED
+from durable_ops.storage import retention
+from durable_ops.storage.schema import (
+    AiWorkspaceNote,
+    OperationAttempt,
+    OperationTombstone,
+    UserNotification,
+    UserOperation,
+)
+from durable_ops.storage.tx import OperatorTx
+from tests.support.clock import ManualClock
+from tests.support.grpc_services import Services, metadata
+from tests.support.operations_client import (
+    ALICE,
+    BOB,
+    OTHER_TASK,
+    QUEUED,
+    RUNNING,
+    Metadata,
+    OpsClient,
+    expect_failure,
+)
+
+DAY = 86400.0
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+EXISTS = grpc.StatusCode.ALREADY_EXISTS
+
+
+def _prune(
+    services: Services,
+    md: Metadata,
+    older_than: timedelta,
+    tombstones: timedelta | None = None,
+    **fields: int | bool,
+) -> opb.PruneOperationsResponse:
+    request = opb.PruneOperationsRequest(**fields)  # type: ignore[arg-type]
+    request.older_than.FromTimedelta(older_than)
+    if tombstones is not None:
+        request.tombstones_older_than.FromTimedelta(tombstones)
+    answer: opb.PruneOperationsResponse = services.operator.PruneOperations(request, metadata=md)
+    return answer
+
+
+def _succeed(ops: OpsClient, owner: str, key: str) -> str:
+    created = ops.create(owner, key)
+    lease = ops.claim_one()
+    assert lease.id == created.id
+    ops.complete(lease)
+    return created.id
+
+
+def _fail(ops: OpsClient, owner: str, key: str) -> str:
+    created = ops.create(owner, key, max_attempts=1)
+    lease = ops.claim_one()
+    assert lease.id == created.id
+    ops.fail(lease, retryable=False, message="the model refused")
+    return created.id
+
+
+def ops_row_exists(services: Services, operation_id: str) -> bool:
+    with services.db.neutral(write=False) as session:
+        return session.get(UserOperation, operation_id) is not None
+
+
+def _tombstones(services: Services) -> dict[str, OperationTombstone]:
+    with services.db.neutral(write=False) as session:
+        return {row.id: row for row in session.scalars(select(OperationTombstone))}
+
+
+def _attempts_of(services: Services, operation_id: str) -> int:
+    with services.db.neutral(write=False) as session:
+        count = session.scalar(
+            select(func.count()).where(OperationAttempt.operation_id == operation_id)
+        )
+    return int(count or 0)
+
+
+def _note_of(services: Services, owner: str, operation_id: str) -> str:
+    """A published workspace note of ``operation_id``, as the AI worker leaves one."""
+    note = AiWorkspaceNote(
+        id=operation_id[::-1],
+        owner_user_id=owner,
+        kind="ai.job_strategy_snapshot",
+        subject_type="job",
+        subject_id="job-1",
+        operation_id=operation_id,
+        body='{"summary": "kept"}',
+        created_at=services.clock(),
+        updated_at=services.clock(),
+    )
+    with services.db.neutral() as session:
+        session.add(note)
+    return note.id
+
+
+def test_prune_removes_only_terminal_operations_past_the_horizon(
+    services: Services, ops: OpsClient, clock: ManualClock, operator_md: Metadata
+) -> None:
+    succeeded = _succeed(ops, ALICE, "k-old-done")
+    failed = _fail(ops, BOB, "k-old-failed")
+    cancelled = ops.cancel(BOB, ops.create(BOB, "k-old-cancelled").id).id
+    running = ops.create(BOB, "k-old-running", task_type=OTHER_TASK)
+    lease = ops.claim_one((OTHER_TASK,), lease_seconds=600)
+    assert lease.id == running.id
+    queued = ops.create(ALICE, "k-old-queued", task_type=OTHER_TASK).id  # not claimed below
+    note = _note_of(services, ALICE, succeeded)
+    assert _attempts_of(services, succeeded) == 1
+    clock.advance(31 * DAY)
+    recent = _succeed(ops, ALICE, "k-recent-done")
+
+    dry = _prune(services, operator_md, timedelta(days=30), dry_run=True)
+    assert (dry.pruned, dry.forgotten, dry.more) == (3, 0, False)
+    assert ops_row_exists(services, succeeded)  # a dry run removes nothing
+
+    with capture_logs() as logs:
+        answer = _prune(services, operator_md, timedelta(days=30))
+    assert (answer.pruned, answer.forgotten, answer.more) == (3, 0, False)
+    assert answer.finished_before.ToDatetime().date() == (clock() - timedelta(days=30)).date()
+    for gone in (succeeded, failed, cancelled):
+        assert not ops_row_exists(services, gone)
+        assert _attempts_of(services, gone) == 0  # attempts go with their operation
+    for kept in (queued, running.id, recent):
+        assert ops_row_exists(services, kept)
+    assert ops.get(BOB, running.id).state == RUNNING
+    assert ops.get(ALICE, queued).state == QUEUED
+
+    tombstones = _tombstones(services)
+    assert set(tombstones) == {succeeded, failed, cancelled}
+    assert (tombstones[failed].owner_user_id, tombstones[failed].final_state) == (BOB, "failed")
+    assert tombstones[succeeded].idempotency_key == "k-old-done"
+    # The notifications stay, without their operation; so does the published note.
+    assert sorted(n.outcome for n in ops.all_notifications(BOB)) == ["cancelled", "failed"]
+    assert [n.outcome for n in ops.all_notifications(ALICE)] == ["succeeded", "succeeded"]
+    with services.db.neutral(write=False) as session:
+        orphans = session.scalars(
+            select(UserNotification).where(UserNotification.operation_id.is_(None))
+        ).all()
+        kept_note = session.get(AiWorkspaceNote, note)
+    assert len(orphans) == 3
+    assert kept_note is not None
+    assert (kept_note.operation_id, kept_note.body) == (None, '{"summary": "kept"}')
+    assert [(e["operator"], e["pruned"]) for e in logs if e["event"] == "operator_prune"] == [
+        ("ops-carol", 3)
+    ]
+
+    again = _prune(services, operator_md, timedelta(days=30))
+    assert (again.pruned, again.forgotten) == (0, 0)
+
+
+def test_a_repeated_create_of_a_pruned_key_is_refused_and_runs_nothing(
+    services: Services, ops: OpsClient, clock: ManualClock, operator_md: Metadata
+) -> None:
+    pruned = _succeed(ops, ALICE, "k-pruned")
+    clock.advance(40 * DAY)
+    assert _prune(services, operator_md, timedelta(days=30)).pruned == 1
+    before = ops.state_counts()
+
+    refused = expect_failure(lambda: ops.create(ALICE, "k-pruned"), EXISTS, "operation_pruned")
+    finished_on = (clock() - timedelta(days=40)).date().isoformat()
+    assert f"finished on {finished_on} (succeeded)" in refused.details
+    assert "removed" in refused.details
+    # The same key for another request is the usual conflict; nothing is created either way.
+    expect_failure(
+        lambda: ops.create(ALICE, "k-pruned", subject_id="job-2"), EXISTS, "idempotency_conflict"
+    )
+    assert ops.state_counts() == before
+    assert ops.claim() is None
+    # The key is the owner's: another owner's same key runs.
+    assert ops.create(BOB, "k-pruned").id != pruned
+
+
+def test_tombstones_past_their_own_horizon_are_forgotten_and_free_the_key(
+    services: Services, ops: OpsClient, clock: ManualClock, operator_md: Metadata
+) -> None:
+    _succeed(ops, ALICE, "k-forgotten")
+    clock.advance(10 * DAY)
+    _succeed(ops, ALICE, "k-remembered")
+    clock.advance(25 * DAY)
+    # The first finished 35 days ago, past both horizons: its tombstone goes at once.
+    answer = _prune(services, operator_md, timedelta(days=20), timedelta(days=30))
+    assert (answer.pruned, answer.forgotten) == (2, 1)
+    assert [row.idempotency_key for row in _tombstones(services).values()] == ["k-remembered"]
+    clock.advance(6 * DAY)
+    answer = _prune(services, operator_md, timedelta(days=20), timedelta(days=30))
+    assert (answer.pruned, answer.forgotten) == (0, 1)
+    assert _tombstones(services) == {}
+    assert ops.create(ALICE, "k-forgotten").id  # free again: a new operation
+    assert ops.create(ALICE, "k-remembered").id
+
+
+def test_prune_works_in_bounded_batches_and_stops_at_its_time_limit(
+    services: Services, ops: OpsClient, clock: ManualClock, operator_md: Metadata
+) -> None:
+    ids = [ops.cancel(ALICE, ops.create(ALICE, f"k-batch-{n}").id).id for n in range(7)]
+    clock.advance(2 * DAY)
+    policy = RetentionPolicy(timedelta(days=1), timedelta(days=10))
+
+    def batch(limit: int) -> int:
+        return services.db.run_core(
+            lambda tx: retention.prune_batch(OperatorTx(tx), policy, clock(), limit).pruned,
+            owner_id=None,
+        )
+
+    assert [batch(3), batch(3)] == [3, 3]  # never more than the batch, one transaction each
+    # Out of time after its first full batch: it says there is more.
+    cut_short = services.loop.call(prune(services.db, clock, policy, 1, seconds=0))
+    assert (cut_short.pruned, cut_short.more) == (1, True)
+    assert set(_tombstones(services)) == set(ids)
+    answer = _prune(services, operator_md, timedelta(days=1), batch_size=2)
+    assert (answer.pruned, answer.more) == (0, False)
+
+
+def test_the_periodic_prune_runs_in_the_operations_process(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    old = _succeed(ops, BOB, "k-periodic")
+    clock.advance(8 * DAY)
+    policy = RetentionPolicy(timedelta(days=7), timedelta(days=30))
+
+    async def one_round(logs: list[MutableMapping[str, Any]]) -> None:
+        pruner = asyncio.create_task(run_pruner(services.db, clock, policy, 3600, 100))
+        for _ in range(400):  # bounded: a broken build fails here instead of hanging
+            if any(entry["event"] == "retention_pruned" for entry in logs):
+                break
+            await asyncio.sleep(0.05)
+        pruner.cancel()
+
+    with capture_logs() as logs:
+        services.loop.call(one_round(logs))
+    assert not ops_row_exists(services, old)
+    assert set(_tombstones(services)) == {old}
+    assert [(e["pruned"], e["forgotten"]) for e in logs if e["event"] == "retention_pruned"] == [
+        (1, 0)
+    ]
+
+
+def test_prune_refuses_bad_requests_and_other_credentials(
+    services: Services, ops: OpsClient, operator_md: Metadata
+) -> None:
+    operator = services.operator
+    expect_failure(
+        lambda: operator.PruneOperations(opb.PruneOperationsRequest(), metadata=operator_md),
+        INVALID,
+        field="older_than",
+    )
+    expect_failure(
+        lambda: _prune(services, operator_md, timedelta(days=30), timedelta(days=7)),
+        INVALID,
+        field="tombstones_older_than",
+    )
+    expect_failure(
+        lambda: _prune(services, operator_md, timedelta(days=30), batch_size=5001),
+        INVALID,
+        field="batch_size",
+    )
+    expect_failure(lambda: _prune(services, operator_md, timedelta(0)), INVALID)
+    for md in (ops.gateway(ALICE), ops.neutral, metadata(Role.GATEWAY)):
+        expect_failure(
+            lambda md=md: _prune(services, md, timedelta(days=1)),  # type: ignore[misc]
+            grpc.StatusCode.PERMISSION_DENIED,
+        )
+
+
+def test_opsctl_operations_prune_counts_then_prunes_with_yes(
+    services: Services,
+    ops: OpsClient,
+    clock: ManualClock,
+    opsctl: Callable[..., tuple[int, str, str]],
+) -> None:
+    done = _succeed(ops, ALICE, "k-cli-prune")
+    clock.advance(31 * DAY)
+
+    code, out, err = opsctl("prune", "--older-than", "30d")
+    assert code == EXIT_NOT_CONFIRMED
+    assert "would prune 1 operations" in out
+    assert "--yes" in err
+    assert ops_row_exists(services, done)
+
+    code, out, _ = opsctl("prune", "--older-than", "30d", "--yes", "--json")
+    assert code == 0
+    summary = json.loads(out)
+    assert (summary["dry_run"], summary["pruned"], summary["forgotten"]) == (False, 1, 0)
+    assert not ops_row_exists(services, done)
+
+    code, _, err = opsctl("prune", "--older-than", "30d", "--tombstones-older-than", "7d", "--yes")
+    assert code == 5
+    assert "tombstones_older_than" in err
+    for usage in (["--older-than", "soon"], ["--yes"]):  # argparse refuses these itself
+        with pytest.raises(SystemExit) as refused:
+            opsctl("prune", *usage)
+        assert refused.value.code == 2
