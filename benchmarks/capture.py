@@ -153,6 +153,34 @@ def capture_lifecycle(database_url: str, task_type: str = "bench.capture") -> Re
     return recorder.recording
 
 
+def capture_batch(database_url: str, size: int, task_type: str = "bench.capture") -> Recording:
+    """``size`` operations claimed with one ``ClaimOperations`` and completed with one
+    ``CompleteOperations``; the creates are not recorded."""
+    db = Database(database_url, pool_size=4)
+    recorder = _Recorder(db)
+    try:
+        with in_process_operations(db) as target:
+
+            async def batch() -> None:
+                client = OpsClient(target)
+                try:
+                    for n in range(size):
+                        await client.create(f"bench-batch-owner-{n % 3}", f"k-{n}", task_type)
+                    recorder.phase = "claim"
+                    claims = await client.claim_many(size, task_type)
+                    assert len(claims) == size
+                    recorder.phase = "complete"
+                    assert await client.complete_many(claims) == 0
+                finally:
+                    recorder.phase = None
+                    await client.close()
+
+            asyncio.run(batch())
+    finally:
+        db.dispose()
+    return recorder.recording
+
+
 def _remember(recording: Recording, owner: str, key: str, subject: str, claimed: Claimed) -> None:
     recording.known = {
         "owner": owner,

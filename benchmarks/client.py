@@ -96,6 +96,36 @@ class OpsClient:
         claimed = reply.claimed
         return Claimed(claimed.operation.id, claimed.owner_id, claimed.lease_token)
 
+    async def claim_many(
+        self, limit: int, task_type: str = TASK_TYPE, lease_seconds: int = LEASE_SECONDS
+    ) -> list[Claimed]:
+        """Up to ``limit`` operations in one ``ClaimOperations`` (one transaction)."""
+        reply = await self.stub.ClaimOperations(
+            pb.ClaimOperationsRequest(
+                task_types=[task_type], lease_seconds=lease_seconds, max_operations=limit
+            ),
+            metadata=self._worker.metadata(),
+        )
+        return [Claimed(one.operation.id, one.owner_id, one.lease_token) for one in reply.claimed]
+
+    async def complete_many(self, claims: list[Claimed]) -> int:
+        """Complete ``claims`` in one ``CompleteOperations``; how many were refused."""
+        reply = await self.stub.CompleteOperations(
+            pb.CompleteOperationsRequest(
+                items=[
+                    pb.CompleteOperationsRequest.Item(
+                        owner_id=claimed.owner_id,
+                        completion=pb.CompleteOperationRequest(
+                            operation_id=claimed.operation_id, lease_token=claimed.lease_token
+                        ),
+                    )
+                    for claimed in claims
+                ]
+            ),
+            metadata=self._worker.metadata(),
+        )
+        return sum(1 for outcome in reply.outcomes if outcome.status_code)
+
     def heartbeat_stream(
         self, claimed: Claimed
     ) -> grpc.aio.StreamStreamCall[pb.HeartbeatRequest, pb.HeartbeatResponse]:

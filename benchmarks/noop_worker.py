@@ -14,19 +14,32 @@ from benchmarks.client import TASK_TYPE, OpsClient, Producer
 OWNERS = 50
 
 
-async def drain(target: str, workers: int, task_type: str = TASK_TYPE) -> int:
-    """Run ``workers`` concurrent claim→complete loops until nothing is left; how many ran."""
+async def drain(target: str, workers: int, task_type: str = TASK_TYPE, batch: int = 1) -> int:
+    """Run ``workers`` concurrent claim→complete loops until nothing is left; how many ran.
+
+    ``batch`` 1 uses the single-operation calls; more claims and completes up to
+    ``batch`` operations per call (``ClaimOperations``, ``CompleteOperations``).
+    """
     client = OpsClient(target)
     completed = 0
 
     async def work() -> None:
         nonlocal completed
         while True:
-            claimed = await client.claim(task_type)
-            if claimed is None:
+            if batch == 1:
+                claimed = await client.claim(task_type)
+                if claimed is None:
+                    return
+                await client.complete(claimed)
+                completed += 1
+                continue
+            claims = await client.claim_many(batch, task_type)
+            if not claims:
                 return
-            await client.complete(claimed)
-            completed += 1
+            refused = await client.complete_many(claims)
+            if refused:
+                raise RuntimeError(f"{refused} of {len(claims)} completions were refused")
+            completed += len(claims)
 
     try:
         await asyncio.gather(*(work() for _ in range(workers)))

@@ -9,7 +9,7 @@ separately.
 
 from __future__ import annotations
 
-from benchmarks.capture import Recording, capture_lifecycle
+from benchmarks.capture import Recording, capture_batch, capture_lifecycle
 from benchmarks.context import Context
 from benchmarks.databases import mariadb_database, sqlite_database
 from benchmarks.table import Row, Target
@@ -23,6 +23,7 @@ BUDGETS: dict[str, Target | None] = {
     "complete": Target("==", 3),
 }
 SECTION = "2"
+BATCH_SIZES = (1, 10)
 
 
 def _verbs(recording: Recording, phase: str) -> str:
@@ -69,6 +70,25 @@ def rows_for(engine: str, recording: Recording) -> list[Row]:
     return rows
 
 
+def batch_rows(engine: str, size: int, recording: Recording) -> list[Row]:
+    """Statements and commits per operation when ``size`` are claimed and completed at once."""
+    rows = []
+    for phase in ("claim", "complete"):
+        counts = recording.counts(phase)
+        rows.append(
+            Row(
+                SECTION,
+                f"{phase} statements per operation, batch of {size} ({engine})",
+                f"{counts['statements']} statements, {counts['commit']} COMMIT for {size}",
+                "",
+                counts["statements"] / size,
+                None,
+                f"commits per operation {counts['commit'] / size:.2f}",
+            )
+        )
+    return rows
+
+
 def run(ctx: Context) -> list[Row]:
     ctx.begin_section("2 statements per operation")
     rows: list[Row] = []
@@ -76,4 +96,7 @@ def run(ctx: Context) -> list[Row]:
         rows += rows_for("MariaDB", capture_lifecycle(url))
     with sqlite_database() as url:
         rows += rows_for("SQLite", capture_lifecycle(url))
+    for size in BATCH_SIZES:
+        with mariadb_database() as url:
+            rows += batch_rows("MariaDB", size, capture_batch(url, size))
     return rows

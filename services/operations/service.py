@@ -13,7 +13,7 @@ this replica commits and by one shared poll each for the rest.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from functools import partial
 
@@ -24,7 +24,7 @@ from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.clock import Clock
 from durable_ops.model import bounds, lifecycle
-from durable_ops.model.errors import InvalidArgument
+from durable_ops.model.errors import DomainError, InvalidArgument
 from durable_ops.model.lifecycle import Event
 from durable_ops.model.scope import require_neutral_worker, require_owner, require_worker_owner
 from durable_ops.model.states import OperationState
@@ -34,11 +34,12 @@ from durable_ops.operations.heartbeat_stream import BeatReader, Pushed
 from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.operations.operation_watch import OperationWatch
 from durable_ops.rpc import ServicerContext
-from durable_ops.rpc.errors import translate_errors
+from durable_ops.rpc.errors import status_for, translate_errors
 from durable_ops.rpc.scope import caller_scope
 from durable_ops.settings import Settings
 from durable_ops.storage import operations, retention
 from durable_ops.storage.db import Database
+from durable_ops.storage.operations import CLAIM_BATCH_MAX
 from durable_ops.storage.pages import Page
 from durable_ops.storage.schema import UserOperation
 from durable_ops.storage.tx import Tx
@@ -89,7 +90,7 @@ def _state_reply(state: str) -> pb.LeaseMutationResponse:
     return pb.LeaseMutationResponse(state=convert.state_to_pb(state))
 
 
-def _claim_wait_seconds(request: pb.ClaimOperationRequest) -> float:
+def _claim_wait_seconds(request: pb.ClaimOperationRequest | pb.ClaimOperationsRequest) -> float:
     if not request.HasField("wait"):
         return 0.0
     seconds = request.wait.ToTimedelta().total_seconds()
@@ -106,6 +107,39 @@ def _names_only(beat: pb.HeartbeatRequest, operation_id: str, token: str) -> boo
 def _claim_source(route: pb.Route.ValueType) -> OperationState:
     event = Event.CLAIM_EXTERNAL if route == pb.ROUTE_EXTERNAL else Event.CLAIM
     return lifecycle.CLAIMS[event].source
+
+
+def _complete(
+    operation_id: str,
+    token: str,
+    provenance: operations.Provenance,
+    result_ref: str,
+    now: datetime,
+    tx: Tx,
+) -> OperationState:
+    return operations.complete(tx, operation_id, token, provenance, result_ref, now)
+
+
+def _fail(
+    operation_id: str,
+    token: str,
+    retryable: bool,
+    failure_code: str,
+    failure_message: str,
+    provenance: operations.Provenance,
+    now: datetime,
+    tx: Tx,
+) -> OperationState:
+    return operations.fail(
+        tx,
+        operation_id,
+        token,
+        retryable=retryable,
+        failure_code=failure_code,
+        failure_message=failure_message,
+        provenance=provenance,
+        now=now,
+    )
 
 
 class OperationsService(pb_grpc.OperationsServiceServicer):
@@ -294,41 +328,81 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         self, request: pb.ClaimOperationRequest, context: ServicerContext
     ) -> pb.ClaimOperationResponse:
         require_neutral_worker(caller_scope(context))
-        task_types = [bounds.task_type(name) for name in request.task_types]
         routes = list(dict.fromkeys(request.routes)) or [request.route]
-        wait = _claim_wait_seconds(request)
+        claimed = await self._claim(
+            request.task_types, request.lease_seconds, routes, _claim_wait_seconds(request), 1
+        )
+        if not claimed:
+            return pb.ClaimOperationResponse()
+        log.info(
+            "operation_claimed",
+            operation_id=claimed[0].operation.id,
+            owner=claimed[0].owner_id,
+            attempt=claimed[0].operation.attempt,
+        )
+        return pb.ClaimOperationResponse(claimed=claimed[0])
+
+    @translate_errors
+    async def ClaimOperations(
+        self, request: pb.ClaimOperationsRequest, context: ServicerContext
+    ) -> pb.ClaimOperationsResponse:
+        require_neutral_worker(caller_scope(context))
+        limit = bounds.int_range("max_operations", request.max_operations, (1, CLAIM_BATCH_MAX))
+        routes = list(dict.fromkeys(request.routes)) or [pb.ROUTE_LOCAL]
+        claimed = await self._claim(
+            request.task_types, request.lease_seconds, routes, _claim_wait_seconds(request), limit
+        )
+        if claimed:
+            log.info("operations_claimed", count=len(claimed))
+        return pb.ClaimOperationsResponse(claimed=claimed)
+
+    async def _claim(
+        self,
+        names: Sequence[str],
+        lease_seconds: int,
+        routes: list[pb.Route.ValueType],
+        wait: float,
+        limit: int,
+    ) -> list[pb.ClaimedOperation]:
+        """Up to ``limit`` claims over ``routes`` in order, in one transaction; waits up
+        to ``wait`` seconds for the first, woken by this replica's claim waiters."""
+        task_types = [bounds.task_type(name) for name in names]
         kinds: frozenset[Kind] = frozenset(
             (_claim_source(route).value, name) for route in routes for name in task_types
         )
 
-        def claim_first(tx: Tx) -> tuple[operations.Claim, pb.Route.ValueType] | None:
+        def take(tx: Tx) -> list[tuple[operations.Claim, pb.Route.ValueType]]:
             now = self._clock()
+            found: list[tuple[operations.Claim, pb.Route.ValueType]] = []
             for route in routes:
                 external = route == pb.ROUTE_EXTERNAL
-                claim = operations.claim(
-                    tx, task_types, request.lease_seconds, now, external_route=external
+                batch = operations.claim_many(
+                    tx, task_types, lease_seconds, now, limit - len(found), external_route=external
                 )
-                if claim is not None:
-                    return claim, pb.ROUTE_EXTERNAL if external else pb.ROUTE_LOCAL
-            return None
+                found += [
+                    (claim, pb.ROUTE_EXTERNAL if external else pb.ROUTE_LOCAL) for claim in batch
+                ]
+                if len(found) == limit:
+                    break
+            return found
 
         loop = asyncio.get_running_loop()
         give_up_at = loop.time() + wait
         with self.claims.waiting(kinds) as woken:
             while True:
                 woken.clear()
-                found = await self._db.run_core_async(claim_first, owner_id=None)
+                found = await self._db.run_core_async(take, owner_id=None)
                 left = give_up_at - loop.time()
-                if found is not None or left <= 0 or not task_types:
+                if found or left <= 0 or not task_types:
                     break
                 try:
                     async with asyncio.timeout(left):
                         await woken.wait()
                 except TimeoutError:
                     break
-        if found is None:
-            return pb.ClaimOperationResponse()
-        claim, route = found
+        return [self._claimed(claim, route) for claim, route in found]
+
+    def _claimed(self, claim: operations.Claim, route: pb.Route.ValueType) -> pb.ClaimedOperation:
         row = claim.operation
         self.watch.changed(row.id)
         if self.metrics is not None:
@@ -336,21 +410,95 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
                 row.task_type, "external" if route == pb.ROUTE_EXTERNAL else "local"
             )
         assert row.lease_expires_at is not None
-        log.info(
-            "operation_claimed", operation_id=row.id, owner=row.owner_user_id, attempt=row.attempt
+        return pb.ClaimedOperation(
+            operation=convert.operation(row),
+            owner_id=row.owner_user_id,
+            lease_token=claim.lease_token,
+            lease_expires_at=convert.timestamp(row.lease_expires_at),
+            privacy=convert.privacy_to_pb(row.privacy),
+            context_ref=row.context_ref or "",
+            route=route,
+            trace_parent=row.trace_parent or "",
         )
-        return pb.ClaimOperationResponse(
-            claimed=pb.ClaimedOperation(
-                operation=convert.operation(row),
-                owner_id=row.owner_user_id,
-                lease_token=claim.lease_token,
-                lease_expires_at=convert.timestamp(row.lease_expires_at),
-                privacy=convert.privacy_to_pb(row.privacy),
-                context_ref=row.context_ref or "",
-                route=route,
-                trace_parent=row.trace_parent or "",
+
+    @translate_errors
+    async def CompleteOperations(
+        self, request: pb.CompleteOperationsRequest, context: ServicerContext
+    ) -> pb.LeaseMutationsResponse:
+        require_neutral_worker(caller_scope(context))
+        now = self._clock()
+        mutations = [
+            (
+                item.owner_id,
+                partial(
+                    _complete,
+                    item.completion.operation_id,
+                    item.completion.lease_token,
+                    _provenance(item.completion.provenance),
+                    item.completion.result_ref,
+                    now,
+                ),
             )
+            for item in request.items
+        ]
+        ids = [item.completion.operation_id for item in request.items]
+        return await self._settle(ids, mutations, "operations_completed")
+
+    @translate_errors
+    async def FailOperations(
+        self, request: pb.FailOperationsRequest, context: ServicerContext
+    ) -> pb.LeaseMutationsResponse:
+        require_neutral_worker(caller_scope(context))
+        now = self._clock()
+        mutations = [
+            (
+                item.owner_id,
+                partial(
+                    _fail,
+                    item.failure.operation_id,
+                    item.failure.lease_token,
+                    item.failure.retryable,
+                    item.failure.failure_code,
+                    item.failure.failure_message,
+                    _provenance(item.failure.provenance),
+                    now,
+                ),
+            )
+            for item in request.items
+        ]
+        ids = [item.failure.operation_id for item in request.items]
+        return await self._settle(ids, mutations, "operations_failed")
+
+    async def _settle(
+        self,
+        ids: list[str],
+        mutations: Sequence[tuple[str, operations.LeaseMutation]],
+        event: str,
+    ) -> pb.LeaseMutationsResponse:
+        answers = await self._db.run_core_async(
+            lambda tx: operations.settle_many(tx, mutations), owner_id=None
         )
+        outcomes = []
+        for operation_id, answer in zip(ids, answers, strict=True):
+            if isinstance(answer, DomainError):
+                outcomes.append(
+                    pb.LeaseMutationsResponse.Outcome(
+                        operation_id=operation_id,
+                        status_code=status_for(answer).value[0],
+                        error_code=answer.code,
+                        message=answer.message,
+                    )
+                )
+                continue
+            self.watch.changed(operation_id)
+            outcomes.append(
+                pb.LeaseMutationsResponse.Outcome(
+                    operation_id=operation_id, state=convert.state_to_pb(answer)
+                )
+            )
+        refused = sum(1 for outcome in outcomes if outcome.status_code)
+        log.info(event, count=len(outcomes), refused=refused)
+        return pb.LeaseMutationsResponse(outcomes=outcomes)
 
     # ---- the worker back in the owner scope, holding the lease ---------------------------
 

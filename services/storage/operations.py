@@ -43,18 +43,22 @@ import json
 import random
 import secrets
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any, cast
 
 from sqlalchemy import (
+    BindParameter,
     ColumnElement,
     Row,
     Select,
     Table,
     Update,
     bindparam,
+    case,
+    func,
     insert,
     select,
     update,
@@ -66,6 +70,7 @@ from durable_ops.model.errors import (
     CANCEL_REQUESTED,
     KEY_USED_FOR_ANOTHER_REQUEST,
     Conflict,
+    DomainError,
     InvalidArgument,
     LeaseLost,
     NotFound,
@@ -466,6 +471,113 @@ def claim(
     return Claim(UserOperation(**{**found, **values}), token)
 
 
+_CLAIM_CANDIDATES = _CLAIM_CANDIDATE.limit(bindparam("limit"))
+CLAIM_BATCH_MAX = 100
+
+
+@cache
+def _claim_take_many(count: int, starts_attempt: bool) -> Update:
+    """One UPDATE for ``count`` locked rows: each gets its own token hash (``CASE id``),
+    the rest is the same for all. Built once per batch size."""
+    ids: list[BindParameter[str]] = [bindparam(f"id_{n}") for n in range(count)]
+    token_hash = case(*((OPS.c.id == ids[n], bindparam(f"hash_{n}")) for n in range(count)))
+    return (
+        update(OPS)
+        .where(OPS.c.id.in_(ids), OPS.c.state == bindparam("from_state"))
+        .values(
+            state=bindparam("to_state"),
+            attempt=OPS.c.attempt + 1 if starts_attempt else OPS.c.attempt,
+            lease_token_hash=token_hash,
+            lease_expires_at=bindparam("expires"),
+            started_at=func.coalesce(OPS.c.started_at, bindparam("now")),
+            updated_at=bindparam("now"),
+            next_attempt_at=None,
+        )
+    )
+
+
+def claim_many(
+    tx: Tx,
+    task_types: Sequence[str],
+    lease_seconds: int,
+    now: datetime,
+    limit: int,
+    *,
+    external_route: bool = False,
+) -> list[Claim]:
+    """Up to ``limit`` claims in one transaction, each with its own lease token.
+
+    Three statements for the whole batch: ``SELECT … LIMIT n FOR UPDATE SKIP
+    LOCKED``, one UPDATE of the rows it locked, one multi-row INSERT of their
+    attempts. On Galera, where claims spread over the head of the queue, the
+    batch is ``limit`` single claims in the one transaction.
+    """
+    if tx.owner_id is not None:
+        raise ScopeViolation("the claim runs in the neutral scope")
+    bounds.int_range("max_operations", limit, (1, CLAIM_BATCH_MAX))
+    if limit == 1 or _spreads(tx):
+        claims: list[Claim] = []
+        while len(claims) < limit:
+            one = claim(tx, task_types, lease_seconds, now, external_route=external_route)
+            if one is None:
+                break
+            claims.append(one)
+        return claims
+    if not task_types:
+        return []
+    for task_type in task_types:
+        bounds.task_type(task_type)
+    expires = lifecycle.lease_expiry(now, lease_seconds)
+    move = lifecycle.CLAIMS[Event.CLAIM_EXTERNAL if external_route else Event.CLAIM]
+    candidate = {"from_state": move.source, "task_types": list(task_types), "now": now}
+    rows = tx.execute(_CLAIM_CANDIDATES, {**candidate, "limit": limit}).all()
+    if not rows:
+        return []
+    tokens = [secrets.token_urlsafe(32) for _ in rows]  # 256 random bits each
+    hashes = [hash_token(token) for token in tokens]
+    parameters: dict[str, Any] = {
+        "from_state": move.source,
+        "to_state": move.target,
+        "expires": expires,
+        "now": now,
+    }
+    for n, (row, token_hash) in enumerate(zip(rows, hashes, strict=True)):
+        parameters[f"id_{n}"] = row.id
+        parameters[f"hash_{n}"] = token_hash
+    taken = tx.execute(_claim_take_many(len(rows), move.starts_attempt), parameters)
+    if taken.rowcount != len(rows):  # unreachable while the rows are locked
+        raise RuntimeError(f"claimed {taken.rowcount} of the {len(rows)} rows locked")
+    _recognised_by(rows[0].id, lease_token_hash=hashes[0])
+    route = Route.EXTERNAL if external_route else Route.LOCAL
+    claims = []
+    attempts: list[dict[str, Any]] = []
+    for row, token, token_hash in zip(rows, tokens, hashes, strict=True):
+        found = row._mapping
+        values = {
+            "state": move.target,
+            "attempt": move.attempt_after(found["attempt"]),
+            "lease_token_hash": token_hash,
+            "lease_expires_at": expires,
+            "started_at": found["started_at"] or now,
+            "updated_at": now,
+            "next_attempt_at": None,
+        }
+        claims.append(Claim(UserOperation(**{**found, **values}), token))
+        attempts.append(
+            {
+                "id": attempt_id(token_hash),
+                "operation_id": found["id"],
+                "owner_user_id": found["owner_user_id"],
+                "attempt": values["attempt"],
+                "route": route,
+                "started_at": now,
+                "lease_expires_at": expires,
+            }
+        )
+    tx.execute_many(_ATTEMPT_STARTS, attempts)
+    return claims
+
+
 def _spreads(tx: Tx) -> bool:
     """Whether claims spread over the head of the queue: on Galera (tests may force it)."""
     return on_galera(tx.connection)
@@ -676,6 +788,33 @@ def request_fallback(
 
 def acknowledge_cancel(tx: Tx, operation_id: str, token: str, now: datetime) -> OperationState:
     return _lease_event(tx, operation_id, token, Event.ACKNOWLEDGE_CANCEL, now, {})
+
+
+LeaseMutation = Callable[[Tx], OperationState]
+SETTLE_BATCH_MAX = 100
+
+
+def settle_many(
+    tx: Tx, mutations: Sequence[tuple[str, LeaseMutation]]
+) -> list[OperationState | DomainError]:
+    """Lease mutations of many owners in one transaction, each in its owner's scope.
+
+    ``mutations`` pairs an owner with a mutation (``complete``, ``fail`` with its
+    arguments bound). A refused one (a lost lease, a bad field) is answered
+    alone with its error and the rest commit: every lease mutation refuses
+    before its first write (its guarded UPDATE), so a refusal leaves nothing
+    in the shared transaction.
+    """
+    if tx.owner_id is not None:
+        raise ScopeViolation("a batch of lease mutations runs in the neutral scope")
+    bounds.int_range("items", len(mutations), (1, SETTLE_BATCH_MAX))
+    answers: list[OperationState | DomainError] = []
+    for owner_id, mutation in mutations:
+        try:
+            answers.append(mutation(Tx(tx.connection, bounds.owner_id(owner_id))))
+        except DomainError as refused:
+            answers.append(refused)
+    return answers
 
 
 def _lease_event(

@@ -19,7 +19,7 @@ owner's scope (``as_owner``), where the owner rules hold as for the owner.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
 
@@ -115,6 +115,19 @@ class Tx:
         elif binds:
             raise ScopeViolation("the neutral scope has no owner to bind")
         return self.connection.execute(statement, values)
+
+    def execute_many(
+        self, statement: Executable, rows: Sequence[Mapping[str, Any]]
+    ) -> CursorResult[Any]:
+        """``statement`` once per row, under the same scope rule (an INSERT of many rows
+        goes to the database as one multi-row statement)."""
+        touches, binds = _checked.shape(statement)
+        if self.owner_id is not None and touches and not binds:
+            raise ScopeViolation("an owner-scoped statement must filter by SCOPE_OWNER")
+        if self.owner_id is None and binds:
+            raise ScopeViolation("the neutral scope has no owner to bind")
+        extra = {SCOPE_OWNER_KEY: self.owner_id} if binds else {}
+        return self.connection.execute(statement, [{**row, **extra} for row in rows])
 
 
 class OperatorTx(Tx):

@@ -769,6 +769,219 @@ class AcknowledgeCancellationRequest(_message.Message):
 Global___AcknowledgeCancellationRequest: _TypeAlias = AcknowledgeCancellationRequest  # noqa: Y015
 
 @_typing.final
+class ClaimOperationsRequest(_message.Message):
+    """A batch of claims in one transaction (ADR 0022): up to `max_operations`
+    operations, each with its own lease token, across the routes in order.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_TYPES_FIELD_NUMBER: _builtins.int
+    LEASE_SECONDS_FIELD_NUMBER: _builtins.int
+    MAX_OPERATIONS_FIELD_NUMBER: _builtins.int
+    ROUTES_FIELD_NUMBER: _builtins.int
+    WAIT_FIELD_NUMBER: _builtins.int
+    lease_seconds: _builtins.int
+    """5–600"""
+    max_operations: _builtins.int
+    """1–100"""
+    @_builtins.property
+    def task_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def routes(self) -> _containers.RepeatedScalarFieldContainer[Global___Route.ValueType]:
+        """tried in this order; empty: the local route"""
+
+    @_builtins.property
+    def wait(self) -> _duration_pb2.Duration:
+        """As ClaimOperation's wait: answered as soon as one operation can be claimed."""
+
+    def __init__(
+        self,
+        *,
+        task_types: _abc.Iterable[_builtins.str] | None = ...,
+        lease_seconds: _builtins.int = ...,
+        max_operations: _builtins.int = ...,
+        routes: _abc.Iterable[Global___Route.ValueType] | None = ...,
+        wait: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["wait", b"wait"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_seconds", b"lease_seconds", "max_operations", b"max_operations", "routes", b"routes", "task_types", b"task_types", "wait", b"wait"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClaimOperationsRequest: _TypeAlias = ClaimOperationsRequest  # noqa: Y015
+
+@_typing.final
+class ClaimOperationsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLAIMED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def claimed(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClaimedOperation]:
+        """empty: nothing to claim"""
+
+    def __init__(
+        self,
+        *,
+        claimed: _abc.Iterable[Global___ClaimedOperation] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claimed", b"claimed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClaimOperationsResponse: _TypeAlias = ClaimOperationsResponse  # noqa: Y015
+
+@_typing.final
+class CompleteOperationsRequest(_message.Message):
+    """Batched lease mutations (ADR 0022), from the neutral worker scope: each item
+    names the owner it was claimed for and runs in that owner's scope, guarded on
+    its own token, in one transaction for the batch. A refused item (a lost
+    lease, a bad field) is answered alone; the others commit.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Item(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        OWNER_ID_FIELD_NUMBER: _builtins.int
+        COMPLETION_FIELD_NUMBER: _builtins.int
+        owner_id: _builtins.str
+        @_builtins.property
+        def completion(self) -> Global___CompleteOperationRequest: ...
+        def __init__(
+            self,
+            *,
+            owner_id: _builtins.str = ...,
+            completion: Global___CompleteOperationRequest | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["completion", b"completion"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["completion", b"completion", "owner_id", b"owner_id"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ITEMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___CompleteOperationsRequest.Item]:
+        """1–100"""
+
+    def __init__(
+        self,
+        *,
+        items: _abc.Iterable[Global___CompleteOperationsRequest.Item] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteOperationsRequest: _TypeAlias = CompleteOperationsRequest  # noqa: Y015
+
+@_typing.final
+class FailOperationsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Item(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        OWNER_ID_FIELD_NUMBER: _builtins.int
+        FAILURE_FIELD_NUMBER: _builtins.int
+        owner_id: _builtins.str
+        @_builtins.property
+        def failure(self) -> Global___FailOperationRequest: ...
+        def __init__(
+            self,
+            *,
+            owner_id: _builtins.str = ...,
+            failure: Global___FailOperationRequest | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "owner_id", b"owner_id"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ITEMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___FailOperationsRequest.Item]:
+        """1–100"""
+
+    def __init__(
+        self,
+        *,
+        items: _abc.Iterable[Global___FailOperationsRequest.Item] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FailOperationsRequest: _TypeAlias = FailOperationsRequest  # noqa: Y015
+
+@_typing.final
+class LeaseMutationsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Outcome(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        OPERATION_ID_FIELD_NUMBER: _builtins.int
+        STATE_FIELD_NUMBER: _builtins.int
+        STATUS_CODE_FIELD_NUMBER: _builtins.int
+        ERROR_CODE_FIELD_NUMBER: _builtins.int
+        MESSAGE_FIELD_NUMBER: _builtins.int
+        operation_id: _builtins.str
+        state: Global___OperationState.ValueType
+        """the state it left the operation in; unspecified when refused"""
+        status_code: _builtins.int
+        """0 (OK) when applied; else the gRPC status the single call would have
+        answered (ABORTED: the lease is lost) with its stable code and message.
+        """
+        error_code: _builtins.str
+        message: _builtins.str
+        def __init__(
+            self,
+            *,
+            operation_id: _builtins.str = ...,
+            state: Global___OperationState.ValueType = ...,
+            status_code: _builtins.int = ...,
+            error_code: _builtins.str = ...,
+            message: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "message", b"message", "operation_id", b"operation_id", "state", b"state", "status_code", b"status_code"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    OUTCOMES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def outcomes(self) -> _containers.RepeatedCompositeFieldContainer[Global___LeaseMutationsResponse.Outcome]:
+        """one per item, in the request's order"""
+
+    def __init__(
+        self,
+        *,
+        outcomes: _abc.Iterable[Global___LeaseMutationsResponse.Outcome] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["outcomes", b"outcomes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LeaseMutationsResponse: _TypeAlias = LeaseMutationsResponse  # noqa: Y015
+
+@_typing.final
 class OperationResult(_message.Message):
     """The `response` of a succeeded google.longrunning.Operation: where the result is,
     never the result itself (it lives in the owner's workspace).

@@ -40,6 +40,10 @@ class OperationsServiceStub:
     RetryOperation: _grpc.UnaryUnaryMultiCallable[_operations_pb2.RetryOperationRequest, _operations_pb2.Operation]
     ClaimOperation: _grpc.UnaryUnaryMultiCallable[_operations_pb2.ClaimOperationRequest, _operations_pb2.ClaimOperationResponse]
     """Neutral worker scope."""
+    ClaimOperations: _grpc.UnaryUnaryMultiCallable[_operations_pb2.ClaimOperationsRequest, _operations_pb2.ClaimOperationsResponse]
+    CompleteOperations: _grpc.UnaryUnaryMultiCallable[_operations_pb2.CompleteOperationsRequest, _operations_pb2.LeaseMutationsResponse]
+    """Neutral worker scope, each item in its owner's scope with its lease token."""
+    FailOperations: _grpc.UnaryUnaryMultiCallable[_operations_pb2.FailOperationsRequest, _operations_pb2.LeaseMutationsResponse]
     Heartbeat: _grpc.StreamStreamMultiCallable[_operations_pb2.HeartbeatRequest, _operations_pb2.HeartbeatResponse]
     """Worker re-entering the owner scope with the lease token.
     One stream holds one lease while the work runs. A broken stream does not
@@ -63,6 +67,10 @@ class OperationsServiceAsyncStub(OperationsServiceStub):
     RetryOperation: _aio.UnaryUnaryMultiCallable[_operations_pb2.RetryOperationRequest, _operations_pb2.Operation]  # type: ignore[assignment]
     ClaimOperation: _aio.UnaryUnaryMultiCallable[_operations_pb2.ClaimOperationRequest, _operations_pb2.ClaimOperationResponse]  # type: ignore[assignment]
     """Neutral worker scope."""
+    ClaimOperations: _aio.UnaryUnaryMultiCallable[_operations_pb2.ClaimOperationsRequest, _operations_pb2.ClaimOperationsResponse]  # type: ignore[assignment]
+    CompleteOperations: _aio.UnaryUnaryMultiCallable[_operations_pb2.CompleteOperationsRequest, _operations_pb2.LeaseMutationsResponse]  # type: ignore[assignment]
+    """Neutral worker scope, each item in its owner's scope with its lease token."""
+    FailOperations: _aio.UnaryUnaryMultiCallable[_operations_pb2.FailOperationsRequest, _operations_pb2.LeaseMutationsResponse]  # type: ignore[assignment]
     Heartbeat: _aio.StreamStreamMultiCallable[_operations_pb2.HeartbeatRequest, _operations_pb2.HeartbeatResponse]  # type: ignore[assignment]
     """Worker re-entering the owner scope with the lease token.
     One stream holds one lease while the work runs. A broken stream does not
@@ -125,6 +133,28 @@ class OperationsServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_operations_pb2.ClaimOperationResponse, _abc.Awaitable[_operations_pb2.ClaimOperationResponse]]:
         """Neutral worker scope."""
+
+    @_abc_1.abstractmethod
+    def ClaimOperations(
+        self,
+        request: _operations_pb2.ClaimOperationsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_operations_pb2.ClaimOperationsResponse, _abc.Awaitable[_operations_pb2.ClaimOperationsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CompleteOperations(
+        self,
+        request: _operations_pb2.CompleteOperationsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_operations_pb2.LeaseMutationsResponse, _abc.Awaitable[_operations_pb2.LeaseMutationsResponse]]:
+        """Neutral worker scope, each item in its owner's scope with its lease token."""
+
+    @_abc_1.abstractmethod
+    def FailOperations(
+        self,
+        request: _operations_pb2.FailOperationsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_operations_pb2.LeaseMutationsResponse, _abc.Awaitable[_operations_pb2.LeaseMutationsResponse]]: ...
 
     @_abc_1.abstractmethod
     def Heartbeat(
