@@ -8,6 +8,7 @@ exactly as the AI worker does, with no work in between.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -98,7 +99,7 @@ class OpsClient:
 
     async def claim_many(
         self, limit: int, task_type: str = TASK_TYPE, lease_seconds: int = LEASE_SECONDS
-    ) -> list[Claimed]:
+    ) -> Sequence[Claimed]:
         """Up to ``limit`` operations in one ``ClaimOperations`` (one transaction)."""
         reply = await self.stub.ClaimOperations(
             pb.ClaimOperationsRequest(
@@ -108,7 +109,7 @@ class OpsClient:
         )
         return [Claimed(one.operation.id, one.owner_id, one.lease_token) for one in reply.claimed]
 
-    async def complete_many(self, claims: list[Claimed]) -> int:
+    async def complete_many(self, claims: Sequence[Claimed]) -> int:
         """Complete ``claims`` in one ``CompleteOperations``; how many were refused."""
         reply = await self.stub.CompleteOperations(
             pb.CompleteOperationsRequest(
