@@ -109,17 +109,6 @@ def _claim_source(route: pb.Route.ValueType) -> OperationState:
     return lifecycle.CLAIMS[event].source
 
 
-def _complete(
-    operation_id: str,
-    token: str,
-    provenance: operations.Provenance,
-    result_ref: str,
-    now: datetime,
-    tx: Tx,
-) -> OperationState:
-    return operations.complete(tx, operation_id, token, provenance, result_ref, now)
-
-
 def _fail(
     operation_id: str,
     token: str,
@@ -427,22 +416,21 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     ) -> pb.LeaseMutationsResponse:
         require_neutral_worker(caller_scope(context))
         now = self._clock()
-        mutations = [
-            (
-                item.owner_id,
-                partial(
-                    _complete,
-                    item.completion.operation_id,
-                    item.completion.lease_token,
-                    _provenance(item.completion.provenance),
-                    item.completion.result_ref,
-                    now,
-                ),
+        completions = [
+            operations.Completion(
+                owner_id=item.owner_id,
+                operation_id=item.completion.operation_id,
+                token=item.completion.lease_token,
+                provenance=_provenance(item.completion.provenance),
+                result_ref=item.completion.result_ref,
             )
             for item in request.items
         ]
-        ids = [item.completion.operation_id for item in request.items]
-        return await self._settle(ids, mutations, "operations_completed")
+        answers = await self._db.run_core_async(
+            lambda tx: operations.complete_many(tx, completions, now), owner_id=None
+        )
+        ids = [item.operation_id for item in completions]
+        return self._outcomes(ids, answers, "operations_completed")
 
     @translate_errors
     async def FailOperations(
@@ -466,18 +454,15 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             )
             for item in request.items
         ]
-        ids = [item.failure.operation_id for item in request.items]
-        return await self._settle(ids, mutations, "operations_failed")
-
-    async def _settle(
-        self,
-        ids: list[str],
-        mutations: Sequence[tuple[str, operations.LeaseMutation]],
-        event: str,
-    ) -> pb.LeaseMutationsResponse:
         answers = await self._db.run_core_async(
             lambda tx: operations.settle_many(tx, mutations), owner_id=None
         )
+        ids = [item.failure.operation_id for item in request.items]
+        return self._outcomes(ids, answers, "operations_failed")
+
+    def _outcomes(
+        self, ids: list[str], answers: Sequence[OperationState | DomainError], event: str
+    ) -> pb.LeaseMutationsResponse:
         outcomes = []
         for operation_id, answer in zip(ids, answers, strict=True):
             if isinstance(answer, DomainError):

@@ -8,11 +8,14 @@ and names only the kind of work and its outcome.
 
 from __future__ import annotations
 
+import functools
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
+    BindParameter,
     Executable,
     Select,
     Table,
@@ -34,7 +37,7 @@ from durable_ops.model.states import TERMINAL_STATES, OperationState
 from durable_ops.model.tasks import TASKS
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
 from durable_ops.storage.schema import UserNotification, UserOperation, UtcDateTime
-from durable_ops.storage.tx import SCOPE_OWNER, Tx
+from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
 
 OPS = cast(Table, UserOperation.__table__)
 NOTIFICATIONS = cast(Table, UserNotification.__table__)
@@ -62,6 +65,43 @@ def _insert_from_operation(outcome: OperationState, *, owned: bool) -> Executabl
         source = source.where(OPS.c.owner_user_id == SCOPE_OWNER)
     columns = ["id", "owner_user_id", "operation_id", "task_type", "outcome", "title", "body"]
     return insert(NOTIFICATIONS).from_select([*columns, "created_at"], source)
+
+
+@functools.cache
+def _insert_many_from_operations(outcome: OperationState, count: int) -> Executable:
+    """The same ``INSERT … SELECT`` for ``count`` operations of many owners at once (a batch
+    of lease settlements, neutral scope): one notification id per operation, by ``CASE id``."""
+    titles = {task_type: wording(task_type, outcome).title for task_type in TASKS.names()}
+    generic = wording("", outcome)
+    ids: list[BindParameter[str]] = [bindparam(f"operation_id_{n}") for n in range(count)]
+    notification_id = case(
+        *((OPS.c.id == ids[n], bindparam(f"notification_id_{n}")) for n in range(count))
+    )
+    source = select(
+        notification_id,
+        OPS.c.owner_user_id,
+        OPS.c.id,
+        OPS.c.task_type,
+        literal(outcome.value),
+        case(titles, value=OPS.c.task_type, else_=generic.title),
+        literal(generic.body),
+        bindparam("now", type_=UtcDateTime),
+    ).where(OPS.c.id.in_(ids))
+    columns = ["id", "owner_user_id", "operation_id", "task_type", "outcome", "title", "body"]
+    return insert(NOTIFICATIONS).from_select([*columns, "created_at"], source)
+
+
+def insert_for_operations(
+    tx: Tx, operation_ids: Sequence[str], outcome: OperationState, now: datetime
+) -> None:
+    """One notification per operation (distinct ids, any owners), in one statement."""
+    if tx.owner_id is not None:
+        raise ScopeViolation("notifications of many owners are written in the neutral scope")
+    parameters: dict[str, Any] = {"now": now}
+    for n, operation_id in enumerate(operation_ids):
+        parameters[f"operation_id_{n}"] = operation_id
+        parameters[f"notification_id_{n}"] = uuid.uuid4().hex
+    tx.execute(_insert_many_from_operations(outcome, len(operation_ids)), parameters)
 
 
 _INSERT_FROM_OPERATION = {

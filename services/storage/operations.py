@@ -817,6 +817,182 @@ def settle_many(
     return answers
 
 
+@dataclass(frozen=True)
+class Completion:
+    """One item of a batch of completions: the lease, and the owner it was claimed for."""
+
+    owner_id: str
+    operation_id: str
+    token: str
+    provenance: Provenance
+    result_ref: str = ""
+
+
+@cache
+def _complete_many(count: int) -> Update:
+    """One UPDATE completing ``count`` live leases of any owners: each row guarded on its
+    own token hash and owner (``CASE id``), each given its own result and provenance."""
+    ids: list[BindParameter[str]] = [bindparam(f"id_{n}") for n in range(count)]
+
+    def per_row(name: str) -> ColumnElement[Any]:
+        return case(*((OPS.c.id == ids[n], bindparam(f"{name}_{n}")) for n in range(count)))
+
+    return (
+        update(OPS)
+        .where(
+            OPS.c.id.in_(ids),
+            OPS.c.state == S.RUNNING,
+            OPS.c.lease_expires_at > bindparam("now"),
+            OPS.c.lease_token_hash == per_row("token_hash"),
+            OPS.c.owner_user_id == per_row("owner"),
+        )
+        .values(
+            state=lifecycle.COMPLETION.target,
+            progress_percent=bounds.PROGRESS_RANGE[1],
+            finished_at=bindparam("now"),
+            updated_at=bindparam("now"),
+            lease_expires_at=None,
+            result_ref=per_row("result_ref"),
+            provider=per_row("provider"),
+            model=per_row("model"),
+            route=per_row("route"),
+        )
+    )
+
+
+@cache
+def _end_attempts_many(count: int) -> Update:
+    ids: list[BindParameter[str]] = [bindparam(f"attempt_id_{n}") for n in range(count)]
+
+    def per_row(name: str) -> ColumnElement[Any]:
+        return case(*((ATTEMPTS.c.id == ids[n], bindparam(f"{name}_{n}")) for n in range(count)))
+
+    return (
+        update(ATTEMPTS)
+        .where(ATTEMPTS.c.id.in_(ids), ATTEMPTS.c.ended_at.is_(None))
+        .values(
+            ended_at=bindparam("now"),
+            outcome=AttemptOutcome.SUCCEEDED,
+            provider=per_row("provider"),
+            model=per_row("model"),
+        )
+    )
+
+
+_LIVE_LEASES_OF = (
+    select(OPS.c.id, OPS.c.owner_user_id, OPS.c.lease_token_hash)
+    .where(
+        OPS.c.id.in_(bindparam("ids", expanding=True)),
+        OPS.c.state == S.RUNNING,
+        OPS.c.lease_expires_at > bindparam("now"),
+    )
+    .with_for_update()
+)
+
+
+def _live(tx: Tx, completions: Sequence[Completion], now: datetime) -> list[Completion]:
+    """The completions whose lease is live, with their own token and owner; locked."""
+    rows = tx.execute(
+        _LIVE_LEASES_OF, {"ids": [item.operation_id for item in completions], "now": now}
+    )
+    holders = {row.id: (row.owner_user_id, row.lease_token_hash) for row in rows}
+    return [
+        item
+        for item in completions
+        if holders.get(item.operation_id) == (item.owner_id, hash_token(item.token))
+    ]
+
+
+def _complete_live(tx: Tx, live: Sequence[Completion], now: datetime) -> None:
+    """Complete leases read live and locked: their operations, attempts and notifications,
+    one statement each."""
+    provenance = {item.operation_id: item.provenance.values() for item in live}
+    parameters: dict[str, Any] = {"now": now}
+    ending: dict[str, Any] = {"now": now}
+    for k, item in enumerate(live):
+        token_hash = hash_token(item.token)
+        recorded = provenance[item.operation_id]
+        parameters.update({f"{key}_{k}": value for key, value in recorded.items()})
+        parameters.update(
+            {
+                f"id_{k}": item.operation_id,
+                f"token_hash_{k}": token_hash,
+                f"owner_{k}": item.owner_id,
+                f"result_ref_{k}": item.result_ref or None,
+            }
+        )
+        ending[f"attempt_id_{k}"] = attempt_id(token_hash)
+        ending[f"provider_{k}"] = recorded["provider"]
+        ending[f"model_{k}"] = recorded["model"]
+    updated = tx.execute(_complete_many(len(live)), parameters).rowcount
+    if updated != len(live):  # unreachable while the rows are locked
+        raise RuntimeError(f"completed {updated} of the {len(live)} live leases locked")
+    first = live[0]
+    _recognised_by(
+        first.operation_id,
+        lease_token_hash=hash_token(first.token),
+        state=lifecycle.COMPLETION.target,
+    )
+    tx.execute(_end_attempts_many(len(live)), ending)
+    notifications.insert_for_operations(
+        tx, [item.operation_id for item in live], lifecycle.COMPLETION.target, now
+    )
+
+
+def complete_many(
+    tx: Tx, completions: Sequence[Completion], now: datetime
+) -> list[OperationState | DomainError]:
+    """Many completions of many owners in one transaction, answered per item.
+
+    Four statements for every live lease of the batch: a ``SELECT … FOR UPDATE``
+    of the named operations that finds which leases are live (own token, own
+    owner), then one UPDATE of those operations, one of their attempts and one
+    INSERT of their notifications. The others (a lost lease, an exact repeat,
+    an operation named twice) go one by one through ``complete`` in their
+    owner's scope, as ``settle_many`` does, and a refused one is answered alone.
+    """
+    if tx.owner_id is not None:
+        raise ScopeViolation("a batch of lease mutations runs in the neutral scope")
+    bounds.int_range("items", len(completions), (1, SETTLE_BATCH_MAX))
+    answers: list[OperationState | DomainError | None] = [None] * len(completions)
+    fast: list[int] = []
+    seen: set[str] = set()
+    for n, item in enumerate(completions):
+        try:
+            bounds.owner_id(item.owner_id)
+            bounds.text("result_ref", item.result_ref, bounds.SUBJECT_ID_MAX, required=False)
+            item.provenance.values()
+        except DomainError as refused:
+            answers[n] = refused
+            continue
+        if item.operation_id not in seen:
+            seen.add(item.operation_id)
+            fast.append(n)
+    # One item is cheaper on the single completion's path (three statements, no lock read).
+    live = _live(tx, [completions[n] for n in fast], now) if len(fast) > 1 else []
+    if live:
+        _complete_live(tx, live, now)
+    completed = {item.operation_id for item in live}
+    for n in fast:
+        if completions[n].operation_id in completed:
+            answers[n] = lifecycle.COMPLETION.target
+    for n, item in enumerate(completions):
+        if answers[n] is not None:
+            continue
+        try:
+            answers[n] = complete(
+                Tx(tx.connection, item.owner_id),
+                item.operation_id,
+                item.token,
+                item.provenance,
+                item.result_ref,
+                now,
+            )
+        except DomainError as refused:
+            answers[n] = refused
+    return [answer for answer in answers if answer is not None]
+
+
 def _lease_event(
     tx: Tx,
     operation_id: str,

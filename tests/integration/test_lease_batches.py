@@ -134,6 +134,22 @@ def test_a_batch_completion_refuses_a_stale_lease_alone(services: Services, ops:
     assert ops.notifications_per_operation() == dict.fromkeys(ids, 1)
 
 
+def test_an_operation_named_twice_in_a_batch_is_completed_once(
+    services: Services, ops: OpsClient
+) -> None:
+    created = ops.create(ALICE, "k-twice").id
+    (claimed,) = _claim(ops, 1)
+    outcomes = _complete(ops, [claimed, claimed])
+    assert [(o.operation_id, o.state, o.status_code) for o in outcomes] == [
+        (created, SUCCEEDED, 0),
+        (created, SUCCEEDED, 0),  # the exact repeat is recognised
+    ]
+    assert ops.notifications_per_operation() == {created: 1}
+    with services.db.neutral(write=False) as session:
+        attempt = session.scalars(select(OperationAttempt)).one()
+    assert (attempt.outcome, attempt.ended_at is not None) == ("succeeded", True)
+
+
 def test_a_batch_failure_retries_or_fails_each_as_asked(services: Services, ops: OpsClient) -> None:
     retried = ops.create(ALICE, "k-fail-retry").id
     failed = ops.create(BOB, "k-fail-final").id
