@@ -1,8 +1,8 @@
-"""A no-op worker: claims ``bench.noop`` in the neutral scope, completes in the owner scope.
+"""A no-op worker on the worker SDK: drains ``bench.noop`` operations for the peer figure.
 
-The AI worker is for AI tasks; this is the smallest honest worker loop over the
-real gRPC API, used to drain operations for the peer comparison. It stops
-when the queue is empty (as procrastinate's ``wait=False`` worker does).
+The smallest honest worker over the real gRPC API: the SDK claims in batches
+in the neutral scope and completes in batches, each item in its owner's scope.
+It stops when the queue is empty (as procrastinate's ``wait=False`` worker does).
 """
 
 from __future__ import annotations
@@ -10,42 +10,31 @@ from __future__ import annotations
 import asyncio
 
 from benchmarks.client import TASK_TYPE, OpsClient, Producer
+from benchmarks.processes import SERVICE_SECRET
+from durable_ops.worker import Job, Worker, WorkerOptions
 
 OWNERS = 50
 
 
-async def drain(target: str, workers: int, task_type: str = TASK_TYPE, batch: int = 1) -> int:
-    """Run ``workers`` concurrent claim→complete loops until nothing is left; how many ran.
+async def drain(target: str, workers: int, task_type: str = TASK_TYPE, batch: int = 10) -> int:
+    """Run ``workers`` SDK workers (``durable_ops.worker``) until nothing is left; how many ran.
 
-    ``batch`` 1 uses the single-operation calls; more claims and completes up to
-    ``batch`` operations per call (``ClaimOperations``, ``CompleteOperations``).
+    Each runs ``batch`` no-op jobs at once, claimed ``batch`` per call and
+    completed in batches of up to ``batch``.
     """
-    client = OpsClient(target)
-    completed = 0
+    options = WorkerOptions(concurrency=batch, batch_size=batch)
+    pool = [Worker(target, SERVICE_SECRET, options, until_empty=True) for _ in range(workers)]
+    for worker in pool:
+        worker.handler(task_type)(_noop)
+    await asyncio.gather(*(worker.run() for worker in pool))
+    failed = sum(worker.failed for worker in pool)
+    if failed:
+        raise RuntimeError(f"{failed} no-op jobs failed")
+    return sum(worker.completed for worker in pool)
 
-    async def work() -> None:
-        nonlocal completed
-        while True:
-            if batch == 1:
-                claimed = await client.claim(task_type)
-                if claimed is None:
-                    return
-                await client.complete(claimed)
-                completed += 1
-                continue
-            claims = await client.claim_many(batch, task_type)
-            if not claims:
-                return
-            refused = await client.complete_many(claims)
-            if refused:
-                raise RuntimeError(f"{refused} of {len(claims)} completions were refused")
-            completed += len(claims)
 
-    try:
-        await asyncio.gather(*(work() for _ in range(workers)))
-    finally:
-        await client.close()
-    return completed
+async def _noop(job: Job) -> None:
+    return None
 
 
 async def fill(target: str, count: int, run_id: str, concurrency: int = 16) -> None:

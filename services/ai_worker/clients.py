@@ -14,7 +14,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Protocol, TypeAlias, TypeVar
+from typing import Protocol, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -35,6 +35,7 @@ from durable_ops.model.states import Plan, Privacy
 from durable_ops.rpc.client import Metadata, ServiceCaller, UnaryMethod
 from durable_ops.rpc.errors import domain_error_from_rpc
 from durable_ops.rpc.states import state_from_pb
+from durable_ops.worker.lease import HeartbeatCall
 
 # Unary calls are short database transactions; a stuck one must not hold a lease hostage.
 CALL_TIMEOUT_SECONDS = 10.0
@@ -45,7 +46,6 @@ MUTATION_RETRY_SECONDS = 30.0
 
 RequestT = TypeVar("RequestT", bound=Message)
 ResponseT = TypeVar("ResponseT", bound=Message)
-HeartbeatCall: TypeAlias = grpc.aio.StreamStreamCall[pb.HeartbeatRequest, pb.HeartbeatResponse]
 
 
 async def _call(
@@ -135,7 +135,7 @@ class OperationsClient:
         return claimed
 
     def heartbeat_stream(self, owner_id: str) -> HeartbeatCall:
-        """An open ``Heartbeat`` stream call; ``durable_ops.ai_worker.lease`` drives it."""
+        """An open ``Heartbeat`` stream call; ``durable_ops.worker.lease`` drives it."""
         return self._stub.Heartbeat(metadata=self._caller.metadata(owner_id))
 
     async def complete(self, op: ClaimedOperation, provenance: Provenance, result_ref: str) -> str:

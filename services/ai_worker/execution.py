@@ -44,10 +44,10 @@ from durable_ops.ai_worker.inference.errors import InferenceError
 from durable_ops.ai_worker.inference.result import Provenance
 from durable_ops.ai_worker.inference.router import Router
 from durable_ops.ai_worker.journal import AttemptJournal, JournalEntry, JournalError
-from durable_ops.ai_worker.lease import Lease
 from durable_ops.model.admission import effective_privacy, require_entitled
 from durable_ops.model.errors import CANCEL_REQUESTED, DomainError, LeaseLost
 from durable_ops.model.routing import Route
+from durable_ops.worker.lease import Lease
 
 # The model call is bounded by the client's own timeout (the task timeout); this
 # margin lets that classified timeout win, leaving the attempt-wide one as a backstop.

@@ -14,9 +14,8 @@ from typing import Any, cast
 import grpc
 import pytest
 
-from durable_ops.ai_worker.clients import HeartbeatCall
-from durable_ops.ai_worker.lease import StreamBroken, _Stream
 from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.worker.lease import HeartbeatCall, StreamBroken, _Stream
 
 
 class _StuckThenEndingCall:

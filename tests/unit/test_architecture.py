@@ -52,14 +52,16 @@ ALLOWED: dict[str, set[str]] = {
     **{service: SERVER_SIDE for service in GRPC_SERVICES},
     "gateway": GRPC_CLIENT_SIDE,
     # SPEC §7: the AI worker holds the host operation store (a leaf library) on its host.
-    "ai_worker": GRPC_CLIENT_SIDE | {"hoststore"},
+    "ai_worker": GRPC_CLIENT_SIDE | {"hoststore", "worker"},
     "dev_model": {"model", "settings", "logs"},
+    # The worker SDK: claims, leases and settlements for any task type, over gRPC.
+    "worker": GRPC_CLIENT_SIDE,
 }
 # What each process may reach, transitively, besides its own folder.
 REACHABLE: dict[str, set[str]] = {
     **{service: SERVER_SIDE for service in GRPC_SERVICES},
     "gateway": GRPC_CLIENT_SIDE,
-    "ai_worker": GRPC_CLIENT_SIDE | {"hoststore"},
+    "ai_worker": GRPC_CLIENT_SIDE | {"hoststore", "worker"},
     "dev_model": {"model", "settings", "logs"},
 }
 

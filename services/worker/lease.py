@@ -24,12 +24,11 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Protocol, TypeAlias
 
 import grpc
 import structlog
 
-from durable_ops.ai_worker.claims import ClaimedOperation
-from durable_ops.ai_worker.clients import HeartbeatCall, OperationsClient
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.errors import DomainError, LeaseLost, Unavailable
 from durable_ops.model.progress import CEILING as PROGRESS_CEILING
@@ -42,6 +41,26 @@ RECONNECT_FIRST_DELAY_SECONDS = 0.1
 RECONNECT_MAX_DELAY_SECONDS = 2.0
 
 _log = structlog.get_logger(__name__)
+
+HeartbeatCall: TypeAlias = grpc.aio.StreamStreamCall[pb.HeartbeatRequest, pb.HeartbeatResponse]
+
+
+class HeldOperation(Protocol):
+    """The claimed operation a lease is held for."""
+
+    @property
+    def operation_id(self) -> str: ...
+    @property
+    def owner_id(self) -> str: ...
+    @property
+    def lease_token(self) -> str: ...
+    def log_fields(self) -> dict[str, object]: ...
+
+
+class StreamOpener(Protocol):
+    def heartbeat_stream(self, owner_id: str) -> HeartbeatCall:
+        """An open ``Heartbeat`` call in ``owner_id``'s scope."""
+        ...
 
 
 class StreamBroken(Exception):
@@ -141,8 +160,8 @@ class _Stream:
 class Lease:
     def __init__(
         self,
-        operations: OperationsClient,
-        op: ClaimedOperation,
+        operations: StreamOpener,
+        op: HeldOperation,
         lease_seconds: int,
         *,
         clock: Callable[[], float] = time.monotonic,
@@ -166,9 +185,7 @@ class Lease:
         self._closed = False
 
     @classmethod
-    async def open(
-        cls, operations: OperationsClient, op: ClaimedOperation, lease_seconds: int
-    ) -> Lease:
+    async def open(cls, operations: StreamOpener, op: HeldOperation, lease_seconds: int) -> Lease:
         """Open the stream and send the first beat; ``LeaseLost`` if the lease is gone."""
         lease = cls(operations, op, lease_seconds)
         try:

@@ -1,0 +1,174 @@
+"""The worker SDK (``durable_ops.worker``, ADR 0023) against the real server, on both engines.
+
+Handlers for any task type; claims and completions in batches; progress and
+the owner's cancel reach a running handler; failures are retryable or
+permanent by exception type; ``stop()`` lets running jobs finish or releases
+them. Timeouts only keep a broken build from hanging; nothing is timed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from sqlalchemy import select
+
+from durable_ops.storage.schema import OperationAttempt
+from durable_ops.worker import Job, PermanentFailure, RetryableFailure, Worker, WorkerOptions
+from tests.support.grpc_services import SECRET, Services
+from tests.support.operations_client import (
+    ALICE,
+    BOB,
+    CANCELLED,
+    FAILED,
+    OTHER_TASK,
+    OWNER_IDS,
+    RUNNING,
+    SUCCEEDED,
+    TASK,
+    WAITING_FOR_RETRY,
+    OpsClient,
+)
+
+HANG_GUARD = 30.0
+T = TypeVar("T")
+
+
+def _worker(services: Services, **options: float) -> Worker:
+    """A worker whose claims wait briefly, so that stopping it is quick."""
+    options.setdefault("claim_wait_seconds", 0.2)
+    return Worker(services.target, SECRET, WorkerOptions(**options))  # type: ignore[arg-type]
+
+
+def _run(worker: Worker, until: Callable[[], Awaitable[T]]) -> T:
+    """Run ``worker`` until ``until`` is done, then stop it and wait for it to end."""
+
+    async def both() -> T:
+        running = asyncio.create_task(worker.run())
+        try:
+            async with asyncio.timeout(HANG_GUARD):
+                return await until()
+        finally:
+            worker.stop()
+            async with asyncio.timeout(HANG_GUARD):
+                await running
+
+    return asyncio.run(both())
+
+
+async def _state_is(ops: OpsClient, owner: str, operation_id: str, state: int) -> None:
+    while (await asyncio.to_thread(ops.get, owner, operation_id)).state != state:
+        await asyncio.sleep(0.02)
+
+
+def test_a_worker_drains_many_owners_work_in_batches(services: Services, ops: OpsClient) -> None:
+    ids = [ops.create(OWNER_IDS[n % 4], f"k-sdk-{n}", subject_id=f"s-{n}").id for n in range(30)]
+    seen: list[tuple[str, str, str]] = []
+    worker = Worker(
+        services.target, SECRET, WorkerOptions(concurrency=4, batch_size=5), until_empty=True
+    )
+
+    @worker.handler(TASK)
+    async def record(job: Job) -> str:
+        seen.append((job.operation_id, job.owner_id, job.subject.id))
+        return f"result-{job.subject.id}"
+
+    asyncio.run(asyncio.wait_for(worker.run(), HANG_GUARD))
+    assert sorted(operation_id for operation_id, _, _ in seen) == sorted(ids)
+    assert worker.completed == 30
+    assert ops.state_counts() == {"succeeded": 30}
+    assert ops.notifications_per_operation() == dict.fromkeys(ids, 1)
+    assert ops.row(ids[7]).result_ref == "result-s-7"
+
+
+def test_failures_are_permanent_or_retryable_by_exception_type(
+    services: Services, ops: OpsClient
+) -> None:
+    permanent = ops.create(ALICE, "k-permanent", subject_id="permanent").id
+    retryable = ops.create(ALICE, "k-retryable", subject_id="retryable").id
+    crashed = ops.create(BOB, "k-crashed", subject_id="crashed").id
+    worker = _worker(services)
+
+    @worker.handler(TASK)
+    async def fail(job: Job) -> None:
+        if job.subject.id == "permanent":
+            raise PermanentFailure("unsupported_subject", "this subject cannot be analysed")
+        if job.subject.id == "retryable":
+            raise RetryableFailure("model_busy")
+        raise KeyError("a secret in the message")
+
+    async def all_failed() -> None:
+        await _state_is(ops, ALICE, permanent, FAILED)
+        await _state_is(ops, ALICE, retryable, WAITING_FOR_RETRY)
+        await _state_is(ops, BOB, crashed, WAITING_FOR_RETRY)
+
+    _run(worker, all_failed)
+    assert (ops.row(permanent).failure_code, ops.row(permanent).failure_message) == (
+        "unsupported_subject",
+        "this subject cannot be analysed",
+    )
+    assert ops.row(retryable).failure_code == "model_busy"
+    # Any other exception: retryable, named by its type only (its text may hold user content).
+    assert (ops.row(crashed).failure_code, ops.row(crashed).failure_message) == (
+        "handler_error",
+        "KeyError",
+    )
+    assert ops.notifications_per_operation() == {permanent: 1}
+
+
+def test_progress_and_the_owners_cancel_reach_a_running_handler(
+    services: Services, ops: OpsClient
+) -> None:
+    created = ops.create(ALICE, "k-long", task_type=OTHER_TASK).id
+    reported = threading.Event()
+    stopped: list[bool] = []
+    worker = _worker(services, heartbeat_after_seconds=0.1, lease_seconds=30)
+
+    @worker.handler(OTHER_TASK)
+    async def long_work(job: Job) -> None:
+        await job.progress(40)
+        reported.set()
+        try:
+            await asyncio.sleep(HANG_GUARD)
+        except asyncio.CancelledError:
+            stopped.append(job.cancelled.is_set())
+            raise
+
+    async def cancelled() -> None:
+        await asyncio.to_thread(reported.wait, HANG_GUARD)
+        while ops.get(ALICE, created).progress_percent != 40:
+            await asyncio.sleep(0.02)
+        assert ops.get(ALICE, created).state == RUNNING
+        await asyncio.to_thread(ops.cancel, ALICE, created)
+        await _state_is(ops, ALICE, created, CANCELLED)
+
+    _run(worker, cancelled)
+    assert stopped == [True]  # the handler saw the cancel, then its task was cancelled
+    with services.db.neutral(write=False) as session:
+        attempt = session.scalars(select(OperationAttempt)).one()
+    assert attempt.outcome == "cancelled"
+
+
+def test_stop_lets_short_jobs_finish_and_releases_the_rest(
+    services: Services, ops: OpsClient
+) -> None:
+    quick = ops.create(ALICE, "k-quick", subject_id="quick").id
+    slow = ops.create(BOB, "k-slow", subject_id="slow").id
+    started: set[str] = set()
+    worker = _worker(services, shutdown_seconds=0.3)
+
+    @worker.handler(TASK)
+    async def work(job: Job) -> None:
+        started.add(job.subject.id)
+        await asyncio.sleep(0.1 if job.subject.id == "quick" else HANG_GUARD)
+
+    async def both_started() -> None:
+        while started != {"quick", "slow"}:
+            await asyncio.sleep(0.01)
+
+    _run(worker, both_started)
+    assert ops.get(ALICE, quick).state == SUCCEEDED
+    assert ops.get(BOB, slow).state == WAITING_FOR_RETRY  # released, not left to its lease
+    assert ops.row(slow).failure_code == "worker_shutdown"
