@@ -1,0 +1,34 @@
+"""A worker process on the SDK, for the batched-lease drill: no-op jobs that take a moment.
+
+``python -m tests.support.sdk_worker TARGET TASK_TYPE`` with ``OPS_SERVICE_SECRET``
+set; SIGTERM stops it gracefully, SIGKILL is the drill.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+
+from durable_ops.worker import Job, Worker, WorkerOptions
+
+JOB_SECONDS = 0.02  # long enough that a killed worker holds leases of unfinished jobs
+LEASE_SECONDS = 5  # the shortest lease: a killed worker's jobs come back soon
+
+
+async def main(target: str, task_type: str) -> None:
+    options = WorkerOptions(concurrency=10, batch_size=10, lease_seconds=LEASE_SECONDS)
+    worker = Worker(target, os.environ["OPS_SERVICE_SECRET"], options)
+
+    @worker.handler(task_type)
+    async def noop(job: Job) -> None:
+        await asyncio.sleep(JOB_SECONDS)
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, worker.stop)
+    print("worker_ready", flush=True)
+    await worker.run()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
