@@ -26,6 +26,13 @@ if [ "$installed" = "$wanted" ] && { [ -z "$extras" ] || [ "$installed_extras" =
    && [ -x .venv/bin/opsctl ]; then
   exit 0
 fi
-.venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e ".$extras"
+# uv installs the same packages in a third of pip's time (its cache is ~/.cache/uv);
+# pip does it when uv cannot be had.
+if .venv/bin/python -m pip install --quiet --disable-pip-version-check uv 2>/dev/null \
+   && .venv/bin/uv pip install --quiet --python .venv/bin/python -e ".$extras"; then
+  :
+else
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -e ".$extras"
+fi
 echo "$wanted $extras" >"$stamp"
