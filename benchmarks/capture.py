@@ -37,6 +37,7 @@ class Step:
     kind: str  # "sql", "commit" or "rollback"
     statement: str = ""
     parameters: Any = None
+    many: bool = False  # executemany: ``parameters`` holds one set per row
 
 
 @dataclass
@@ -80,9 +81,9 @@ class _Recorder:
             self.recording.steps[self.phase].append(step)
 
     def _execute(
-        self, _conn: Any, _cursor: Any, statement: str, parameters: Any, _ctx: Any, _many: bool
+        self, _conn: Any, _cursor: Any, statement: str, parameters: Any, _ctx: Any, many: bool
     ) -> None:
-        self._add(Step("sql", statement, parameters))
+        self._add(Step("sql", statement, parameters, many))
 
     def _commit(self, _conn: Any) -> None:
         self._add(Step("commit"))
@@ -155,7 +156,9 @@ def capture_lifecycle(database_url: str, task_type: str = "bench.capture") -> Re
 
 def capture_batch(database_url: str, size: int, task_type: str = "bench.capture") -> Recording:
     """``size`` operations claimed with one ``ClaimOperations`` and completed with one
-    ``CompleteOperations``; the creates are not recorded."""
+    ``CompleteOperations``; the creates are not recorded. ``known`` lists the
+    claimed operations' ids, owners and token hashes in claim order (the
+    batched replay of figure 1 maps them to the rows it claims)."""
     db = Database(database_url, pool_size=4)
     recorder = _Recorder(db)
     try:
@@ -164,13 +167,19 @@ def capture_batch(database_url: str, size: int, task_type: str = "bench.capture"
             async def batch() -> None:
                 client = OpsClient(target)
                 try:
-                    for n in range(size):
-                        await client.create(f"bench-batch-owner-{n % 3}", f"k-{n}", task_type)
+                    for n in range(size):  # one owner each: the replay maps them by value
+                        await client.create(f"bench-batch-owner-{n}", f"k-{n}", task_type)
                     recorder.phase = "claim"
                     claims = await client.claim_many(size, task_type)
                     assert len(claims) == size
                     recorder.phase = "complete"
                     assert await client.complete_many(claims) == 0
+                    recorder.phase = None
+                    recorder.recording.known = {
+                        "operation_ids": [claimed.operation_id for claimed in claims],
+                        "owners": [claimed.owner_id for claimed in claims],
+                        "token_hashes": [hash_token(claimed.lease_token) for claimed in claims],
+                    }
                 finally:
                     recorder.phase = None
                     await client.close()

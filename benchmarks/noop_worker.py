@@ -33,6 +33,39 @@ async def drain(target: str, workers: int, task_type: str = TASK_TYPE, batch: in
     return sum(worker.completed for worker in pool)
 
 
+async def lifecycles(
+    client: OpsClient,
+    target: str,
+    *,
+    total: int,
+    producers: int,
+    workers: int,
+    owners: int,
+    run_id: str,
+) -> float:
+    """Figure 1's subject with the SDK: ``producers`` create ``total`` operations while
+    ``workers`` SDK workers (default options: batches of 10) drain them; lifecycles/s."""
+    pool = [Worker(target, SERVICE_SECRET, WorkerOptions()) for _ in range(workers)]
+    for worker in pool:
+        worker.handler(TASK_TYPE)(_noop)
+    producer = Producer(client, total=total, owners=owners, run_id=run_id)
+
+    async def until_done() -> None:
+        await asyncio.gather(*(producer.run() for _ in range(producers)))
+        while sum(worker.completed for worker in pool) < total:
+            await asyncio.sleep(0.001)
+        for worker in pool:
+            worker.stop()
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    running = [asyncio.create_task(worker.run()) for worker in pool]
+    await until_done()
+    elapsed = loop.time() - started
+    await asyncio.gather(*running)
+    return total / elapsed
+
+
 async def _noop(job: Job) -> None:
     return None
 

@@ -93,6 +93,20 @@ def _wait(child: Child, check: str) -> None:
         time.sleep(0.1)
 
 
+# The Operations children behind each target operations_server yields, for cpu_seconds.
+_SERVING: dict[str, list[Child]] = {}
+
+
+def cpu_seconds(target: str) -> float:
+    """User plus system CPU the Operations processes behind ``target`` have used so far."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for child in _SERVING[target]:
+        fields = Path(f"/proc/{child.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return total
+
+
 @contextmanager
 def operations_server(database_url: str, *, replicas: int = 1, **env: str) -> Iterator[str]:
     """``replicas`` copies of ``opsctl serve operations`` on ``database_url``, each on its own
@@ -100,6 +114,7 @@ def operations_server(database_url: str, *, replicas: int = 1, **env: str) -> It
     "Scaling" configures clients)."""
     children: list[Child] = []
     addresses: list[str] = []
+    target = ""
     try:
         for _ in range(replicas):
             address = f"127.0.0.1:{free_port()}"
@@ -108,8 +123,11 @@ def operations_server(database_url: str, *, replicas: int = 1, **env: str) -> It
             addresses.append(address)
         for child, address in zip(children, addresses, strict=True):
             _wait(child, f"grpc:{address}")
-        yield addresses[0] if replicas == 1 else "ipv4:" + ",".join(addresses)
+        target = addresses[0] if replicas == 1 else "ipv4:" + ",".join(addresses)
+        _SERVING[target] = children
+        yield target
     finally:
+        _SERVING.pop(target, None)
         for child in children:
             child.stop()
 

@@ -119,22 +119,35 @@ def _map(parameters: Any, rewrite: Callable[[Any], Any]) -> Any:
     return parameters
 
 
-class Replayer:
-    """One connection replaying phases; not shared between threads."""
+RowsSeen = Callable[[list[tuple[Any, ...]], list[str]], bool]
 
-    def __init__(self, database_url: str, recording: Recording) -> None:
+
+class Replayer:
+    """One connection replaying phases; not shared between threads.
+
+    ``batch``, when given, is a recording of a batched claim and completion
+    (``capture.capture_batch``): ``claim_batch`` and ``finish_batch`` replay it
+    for as many operations as it claimed.
+    """
+
+    def __init__(
+        self, database_url: str, recording: Recording, batch: Recording | None = None
+    ) -> None:
         self.connection = connect(database_url)
         self.recording = recording
+        self.batch = batch
         self.columns: list[str] = []
 
     def close(self) -> None:
         self.connection.close()
 
-    def _run(self, phase: str, substitution: Substitution) -> list[tuple[Any, ...]]:
-        """Replay ``phase`` in one transaction; the rows of its last SELECT, if any."""
+    def _run(
+        self, steps: list[Step], substitution: Substitution, seen: RowsSeen | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Replay ``steps`` in one transaction; the rows of its last SELECT, if any."""
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
-                return self._once(phase, substitution, claim=phase == "claim")
+                return self._once(steps, substitution, seen)
             except pymysql.err.OperationalError as exc:
                 self.connection.rollback()
                 if exc.args[0] not in RETRYABLE or attempt == MAX_ATTEMPTS:
@@ -143,14 +156,14 @@ class Replayer:
         raise AssertionError("unreachable")
 
     def _once(
-        self, phase: str, substitution: Substitution, *, claim: bool
+        self, steps: list[Step], substitution: Substitution, seen: RowsSeen | None
     ) -> list[tuple[Any, ...]]:
-        """One try at ``phase``. A claim binds the row its first SELECT returned (or,
-        finding none, skips its remaining statements), as the product does."""
-        steps = self.recording.steps[phase]
+        """One try. ``seen`` gets the first SELECT's rows: it binds what they name, or
+        answers False to skip the remaining statements (a claim that found too little)."""
         rewrite = substitution.phase(steps)
         rows: list[tuple[Any, ...]] = []
-        missed = False
+        skipping = False
+        first = seen is not None
         cursor = self.connection.cursor()
         try:
             for step in steps:
@@ -158,42 +171,82 @@ class Replayer:
                     self.connection.commit()
                 elif step.kind == "rollback":
                     self.connection.rollback()
-                elif not missed:
+                elif not skipping and step.many:
+                    rows_of = [_map(each, rewrite) for each in step.parameters]
+                    cursor.executemany(step.statement, rows_of)
+                elif not skipping:
                     cursor.execute(step.statement, _map(step.parameters, rewrite))
                     if cursor.description:
                         rows = list(cursor.fetchall())
                         self.columns = [column[0] for column in cursor.description]
-                        if claim and not rows:
-                            missed = True
-                        elif claim:
-                            row = dict(zip(self.columns, rows[0], strict=True))
-                            known = self.recording.known["operation_id"]
-                            substitution.bind(known, row["id"])
+                        if first and seen is not None:
+                            first = False
+                            skipping = not seen(rows, self.columns)
         finally:
             cursor.close()
         return rows
 
     def create(self, owner: str, key: str) -> None:
         fresh = {"owner": owner, "key": key, "subject": "s", "operation_id": uuid.uuid4().hex}
-        self._run("create", Substitution(self.recording.known, fresh))
+        self._run(self.recording.steps["create"], Substitution(self.recording.known, fresh))
 
     def claim(self) -> tuple[str, str, str] | None:
         """(operation id, owner, token hash) of the claimed operation, or None."""
         token_hash = hash_token(uuid.uuid4().hex)
-        fresh = {"token_hash": token_hash}
-        rows = self._run("claim", Substitution(self.recording.known, fresh))
-        if not rows:
-            return None
-        row = dict(zip(self.columns, rows[0], strict=True))
-        return str(row["id"]), str(row["owner_user_id"]), token_hash
+        substitution = Substitution(self.recording.known, {"token_hash": token_hash})
+        found: list[tuple[str, str, str]] = []
+
+        def seen(rows: list[tuple[Any, ...]], columns: list[str]) -> bool:
+            if not rows:
+                return False
+            row = dict(zip(columns, rows[0], strict=True))
+            substitution.bind(self.recording.known["operation_id"], row["id"])
+            found[:] = [(str(row["id"]), str(row["owner_user_id"]), token_hash)]
+            return True
+
+        self._run(self.recording.steps["claim"], substitution, seen)
+        return found[0] if found else None
 
     def finish(self, claimed: tuple[str, str, str], *, heartbeat: bool = True) -> None:
         operation_id, owner, token_hash = claimed
         fresh = {"operation_id": operation_id, "owner": owner, "token_hash": token_hash}
         substitution = Substitution(self.recording.known, fresh)
         if heartbeat:
-            self._run("heartbeat", substitution)
-        self._run("complete", substitution)
+            self._run(self.recording.steps["heartbeat"], substitution)
+        self._run(self.recording.steps["complete"], substitution)
+
+    def claim_batch(self) -> list[tuple[str, str, str]]:
+        """A whole batch's claim, or nothing (and nothing claimed) when fewer are claimable."""
+        assert self.batch is not None
+        known = self.batch.known
+        substitution = Substitution({}, {})
+        hashes = [hash_token(uuid.uuid4().hex) for _ in known["operation_ids"]]
+        for captured, fresh in zip(known["token_hashes"], hashes, strict=True):
+            substitution.bind(captured, fresh)
+        found: list[tuple[str, str, str]] = []
+
+        def seen(rows: list[tuple[Any, ...]], columns: list[str]) -> bool:
+            if len(rows) < len(hashes):
+                return False
+            for n, values in enumerate(rows):
+                row = dict(zip(columns, values, strict=True))
+                substitution.bind(known["operation_ids"][n], row["id"])
+                substitution.bind(known["owners"][n], row["owner_user_id"])
+                found.append((str(row["id"]), str(row["owner_user_id"]), hashes[n]))
+            return True
+
+        self._run(self.batch.steps["claim"], substitution, seen)
+        return found
+
+    def finish_batch(self, claimed: list[tuple[str, str, str]]) -> None:
+        assert self.batch is not None
+        known = self.batch.known
+        substitution = Substitution({}, {})
+        for n, (operation_id, owner, token_hash) in enumerate(claimed):
+            substitution.bind(known["operation_ids"][n], operation_id)
+            substitution.bind(known["owners"][n], owner)
+            substitution.bind(known["token_hashes"][n], token_hash)
+        self._run(self.batch.steps["complete"], substitution)
 
 
 def run_lifecycles(
@@ -206,8 +259,10 @@ def run_lifecycles(
     owners: int,
     run_id: str,
     heartbeat: bool = True,
+    batch: Recording | None = None,
 ) -> float:
-    """The baseline of ``client.run_lifecycles``: same shape, threads and raw SQL."""
+    """The baseline of ``client.run_lifecycles``: same shape, threads and raw SQL; with
+    ``batch``, workers replay whole batches while there are, single lifecycles after."""
     lock = threading.Lock()
     state = {"next": 0, "completed": 0}
     done = threading.Event()
@@ -230,16 +285,24 @@ def run_lifecycles(
             replayer.close()
 
     def work() -> None:
-        replayer = Replayer(database_url, recording)
+        replayer = Replayer(database_url, recording, batch)
         try:
             while not done.is_set():
-                claimed = replayer.claim()
-                if claimed is None:
-                    time.sleep(IDLE_SLEEP_SECONDS)
-                    continue
-                replayer.finish(claimed, heartbeat=heartbeat)
+                finished = 0
+                if batch is not None:
+                    batched = replayer.claim_batch()
+                    if batched:
+                        replayer.finish_batch(batched)
+                        finished = len(batched)
+                if not finished:  # no batch recording, or not a whole batch claimable
+                    claimed = replayer.claim()
+                    if claimed is None:
+                        time.sleep(IDLE_SLEEP_SECONDS)
+                        continue
+                    replayer.finish(claimed, heartbeat=heartbeat)
+                    finished = 1
                 with lock:
-                    state["completed"] += 1
+                    state["completed"] += finished
                     if state["completed"] >= total:
                         done.set()
         except BaseException as exc:
