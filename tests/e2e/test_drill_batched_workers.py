@@ -4,7 +4,8 @@ on MariaDB, and one of them is SIGKILLed in the middle (issue 17).
 Every operation ends succeeded, with one successful attempt and one
 notification. Only the operations the killed worker held run again: their
 first attempt ends ``expired`` once its 5 s lease runs out, and the sweeper
-requeues it after its 1 s retry delay. Timeouts only keep a broken build from hanging; nothing is timed.
+requeues it after its 1 s retry delay. Timeouts only keep a broken build from
+hanging; nothing is timed.
 """
 
 from __future__ import annotations
