@@ -100,13 +100,12 @@ class _Recorder:
 def in_process_operations(db: Database) -> Iterator[str]:
     """The Operations servicer on 127.0.0.1:0 in this process; yields its target."""
     loop = BackgroundLoop()
+    service = OperationsService(db, lambda: datetime.now(UTC))
 
     async def boot() -> tuple[Any, int]:
         server, port = build_server(
             "127.0.0.1:0",
-            lambda s: pb_grpc.add_OperationsServiceServicer_to_server(
-                OperationsService(db, lambda: datetime.now(UTC)), s
-            ),
+            lambda s: pb_grpc.add_OperationsServiceServicer_to_server(service, s),
             [SERVICE_NAME],
             secret=SERVICE_SECRET,
         )
@@ -118,6 +117,7 @@ def in_process_operations(db: Database) -> Iterator[str]:
         yield f"127.0.0.1:{port}"
     finally:
         loop.call(stop(server, 0.5))
+        loop.call(service.close())  # its shared polls end with it, not with the loop
         loop.close()
 
 
