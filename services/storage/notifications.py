@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from sqlalchemy import (
     BindParameter,
+    ColumnElement,
     Executable,
     Select,
     Table,
@@ -43,40 +44,14 @@ OPS = cast(Table, UserOperation.__table__)
 NOTIFICATIONS = cast(Table, UserNotification.__table__)
 
 
-def _insert_from_operation(outcome: OperationState, *, owned: bool) -> Executable:
-    """``INSERT … SELECT`` of one outcome's notification from the operation row.
-
-    The wording is fixed per outcome (a CASE over the task type), so the statement
-    is built once per outcome and scope and only ids and times are parameters.
-    """
+def _insert_selected(
+    outcome: OperationState, notification_id: ColumnElement[str], *where: ColumnElement[bool]
+) -> Executable:
+    """``INSERT … SELECT`` of one outcome's notification from each operation row ``where``
+    picks. The wording is fixed per outcome (a CASE over the task type), so the statement
+    is built once and only ids and times are parameters."""
     titles = {task_type: wording(task_type, outcome).title for task_type in TASKS.names()}
     generic = wording("", outcome)
-    source = select(
-        bindparam("notification_id"),
-        OPS.c.owner_user_id,
-        OPS.c.id,
-        OPS.c.task_type,
-        literal(outcome.value),
-        case(titles, value=OPS.c.task_type, else_=generic.title),
-        literal(generic.body),
-        bindparam("now", type_=UtcDateTime),
-    ).where(OPS.c.id == bindparam("operation_id"))
-    if owned:
-        source = source.where(OPS.c.owner_user_id == SCOPE_OWNER)
-    columns = ["id", "owner_user_id", "operation_id", "task_type", "outcome", "title", "body"]
-    return insert(NOTIFICATIONS).from_select([*columns, "created_at"], source)
-
-
-@functools.cache
-def _insert_many_from_operations(outcome: OperationState, count: int) -> Executable:
-    """The same ``INSERT … SELECT`` for ``count`` operations of many owners at once (a batch
-    of lease settlements, neutral scope): one notification id per operation, by ``CASE id``."""
-    titles = {task_type: wording(task_type, outcome).title for task_type in TASKS.names()}
-    generic = wording("", outcome)
-    ids: list[BindParameter[str]] = [bindparam(f"operation_id_{n}") for n in range(count)]
-    notification_id = case(
-        *((OPS.c.id == ids[n], bindparam(f"notification_id_{n}")) for n in range(count))
-    )
     source = select(
         notification_id,
         OPS.c.owner_user_id,
@@ -86,9 +61,28 @@ def _insert_many_from_operations(outcome: OperationState, count: int) -> Executa
         case(titles, value=OPS.c.task_type, else_=generic.title),
         literal(generic.body),
         bindparam("now", type_=UtcDateTime),
-    ).where(OPS.c.id.in_(ids))
+    ).where(*where)
     columns = ["id", "owner_user_id", "operation_id", "task_type", "outcome", "title", "body"]
     return insert(NOTIFICATIONS).from_select([*columns, "created_at"], source)
+
+
+def _insert_from_operation(outcome: OperationState, *, owned: bool) -> Executable:
+    """One operation's notification, in an owner's scope or the neutral one."""
+    where = [OPS.c.id == bindparam("operation_id")]
+    if owned:
+        where.append(OPS.c.owner_user_id == SCOPE_OWNER)
+    return _insert_selected(outcome, bindparam("notification_id"), *where)
+
+
+@functools.cache
+def _insert_many_from_operations(outcome: OperationState, count: int) -> Executable:
+    """``count`` operations' notifications, of many owners at once (a batch of lease
+    settlements, neutral scope): one notification id per operation, by ``CASE id``."""
+    ids: list[BindParameter[str]] = [bindparam(f"operation_id_{n}") for n in range(count)]
+    notification_id = case(
+        *((OPS.c.id == ids[n], bindparam(f"notification_id_{n}")) for n in range(count))
+    )
+    return _insert_selected(outcome, notification_id, OPS.c.id.in_(ids))
 
 
 def insert_for_operations(

@@ -41,7 +41,7 @@ from durable_ops.rpc.errors import domain_error_from_rpc
 from durable_ops.worker.failures import WORKER_SHUTDOWN, HandlerFailure, failure_of
 from durable_ops.worker.job import Job
 from durable_ops.worker.lease import HeartbeatCall, Lease
-from durable_ops.worker.settler import CALL_TIMEOUT_SECONDS, Batcher
+from durable_ops.worker.settler import CALL_TIMEOUT_SECONDS, settler
 
 Handler = Callable[[Job], Awaitable[str | None]]
 _log = structlog.get_logger(__name__)
@@ -109,10 +109,10 @@ class Worker:
             raise ValueError("register a handler first")
         channel = open_channel(self._target)
         self._stub = pb_grpc.OperationsServiceStub(channel)
-        self._completions: Batcher[pb.CompleteOperationsRequest.Item] = Batcher(
+        self._completions = settler(
             self._send_completions, self.options.batch_size, self.options.flush_seconds
         )
-        self._failures: Batcher[pb.FailOperationsRequest.Item] = Batcher(
+        self._failures = settler(
             self._send_failures, self.options.batch_size, self.options.flush_seconds
         )
         try:

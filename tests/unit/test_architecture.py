@@ -31,7 +31,7 @@ PROCESSES = {
     "dev_model": "durable_ops.dev_model.server",
 }
 # telemetry: OpenTelemetry setup and span helpers, a leaf every process may use.
-SHARED = {"model", "settings", "clock", "logs", "api", "telemetry"}
+SHARED = {"model", "settings", "clock", "logs", "api", "telemetry", "batching"}
 SERVER_SIDE = SHARED | {"storage", "rpc", "wire"}
 GRPC_CLIENT_SIDE = SHARED | {"rpc"}
 
@@ -41,6 +41,7 @@ ALLOWED: dict[str, set[str]] = {
     "api": set(),
     "settings": set(),
     "clock": set(),
+    "batching": set(),
     "logs": {"settings"},
     "telemetry": {"settings"},
     "local_secrets": {"settings"},
