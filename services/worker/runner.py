@@ -238,9 +238,8 @@ class Worker:
                 operation_id=job.operation_id, lease_token=job.lease_token, result_ref=result_ref
             ),
         )
-        outcome = await self._completions.submit(item)
-        self._settled(job, outcome, "completion")
-        if not outcome.status_code:
+        outcome = await self._submit(self._completions.submit(item), job, "completion")
+        if outcome is not None and not outcome.status_code:
             self.completed += 1
 
     async def _fail(self, job: Job, failure: HandlerFailure) -> None:
@@ -254,9 +253,8 @@ class Worker:
                 failure_message=failure.message,
             ),
         )
-        outcome = await self._failures.submit(item)
-        self._settled(job, outcome, "failure")
-        if not outcome.status_code:
+        outcome = await self._submit(self._failures.submit(item), job, "failure")
+        if outcome is not None and not outcome.status_code:
             self.failed += 1
 
     def heartbeat_stream(self, owner_id: str) -> HeartbeatCall:
@@ -277,9 +275,20 @@ class Worker:
             _log.warning("worker_cancel_not_acknowledged", **job.log_fields(), code=error.code)
 
     @staticmethod
-    def _settled(job: Job, outcome: pb.LeaseMutationsResponse.Outcome, what: str) -> None:
+    async def _submit(
+        answer: Awaitable[pb.LeaseMutationsResponse.Outcome], job: Job, what: str
+    ) -> pb.LeaseMutationsResponse.Outcome | None:
+        """A settlement's outcome, logged when refused; ``None`` when it could not be sent
+        (the service stayed away): the lease then runs out and the work is tried again."""
+        try:
+            outcome = await answer
+        except Exception as error:
+            code = error.code if isinstance(error, DomainError) else type(error).__name__
+            _log.warning(f"worker_{what}_not_sent", **job.log_fields(), code=code)
+            return None
         if outcome.status_code:
             _log.warning(f"worker_{what}_refused", **job.log_fields(), code=outcome.error_code)
+        return outcome
 
     async def _send_completions(
         self, items: Sequence[pb.CompleteOperationsRequest.Item]
