@@ -45,7 +45,6 @@ OWNERS = 50
 # 0.3 on SQLite (whose single writer lock the raw replay uses without any overhead).
 SDK_TARGETS = {"MariaDB": Target(">=", 0.5), "SQLite": Target(">=", 0.3)}
 SDK_BATCH = WorkerOptions().batch_size
-GROUP_COMMIT_MS = "2"
 # One Operations replica per core: how docs/operations.md "Scaling" runs a busy host.
 REPLICAS_PER_CORE = os.cpu_count() or 1
 
@@ -105,7 +104,6 @@ async def baseline_round(
 class Measured:
     single: Paired  # single-operation calls ÷ their raw replay
     batched: Paired  # the SDK ÷ the raw replay of its batches
-    grouped: Paired  # single-operation calls with group commit on ÷ their raw replay
     # Operations processes' CPU seconds per lifecycle, each subject round
     single_cpu: list[float] = field(default_factory=list)
     batched_cpu: list[float] = field(default_factory=list)
@@ -138,23 +136,9 @@ def measure(ctx: Context, url: str, total: int, replicas: int = 1) -> Measured:
                 lambda: _with_cpu(target, total, lambda: sdk_round(target, total), cpu[1]),
                 lambda: baseline_round(url, recording, total, batch),
             )
-            return Measured(single, batched, single, *cpu)
+            return Measured(single, batched, *cpu)
 
-        measured = asyncio.run(rounds())
-    # Group commit (ADR 0022): the single-call workers again, on a server that groups their
-    # completions; measured to decide whether it pays.
-    with operations_server(url, replicas=replicas, OPS_GROUP_COMMIT_MS=GROUP_COMMIT_MS) as target:
-
-        async def grouped() -> Paired:
-            await subject_round(target, max(total // 5, 20))
-            return await interleave_async(
-                ctx.rounds,
-                lambda: subject_round(target, total),
-                lambda: baseline_round(url, recording, total),
-            )
-
-        measured.grouped = asyncio.run(grouped())
-    return measured
+        return asyncio.run(rounds())
 
 
 def _cpu(spent: list[float]) -> str:
@@ -176,17 +160,6 @@ def rows(engine: str, measured: Measured, replicas: int = 1) -> list[Row]:
             f"{engine}: {PRODUCERS} producers, {WORKERS} SDK workers; the baseline replays"
             f" the SDK's batched claim and completion; {_cpu(measured.batched_cpu)};"
             " per-round ratios " + ", ".join(f"{r:.2f}" for r in batched.ratios),
-        ),
-        Row(
-            "1",
-            f"lifecycles/s {engine}, {deployment}, single calls, group commit"
-            f" {GROUP_COMMIT_MS} ms: gRPC ÷ raw SQL",
-            f"{measured.grouped.subject_median:.0f}/s",
-            f"{measured.grouped.baseline_median:.0f}/s",
-            measured.grouped.ratio,
-            None,
-            f"{engine}: as the single-call row, with OPS_GROUP_COMMIT_MS={GROUP_COMMIT_MS};"
-            " per-round ratios " + ", ".join(f"{r:.2f}" for r in measured.grouped.ratios),
         ),
         Row(
             "1",

@@ -4,8 +4,7 @@
 its batch, or until ``max_batch`` are waiting, then ``apply`` runs once for
 the batch and each caller gets its own item's answer, or its own error. An
 error of the whole ``apply`` reaches every caller of that batch. The worker
-SDK sends its completions this way, and the Operations service groups single
-completions into one transaction.
+SDK sends its completions and failures this way.
 """
 
 from __future__ import annotations

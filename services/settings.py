@@ -139,13 +139,6 @@ class Settings:
     sweep_interval_seconds: float = field(
         default=1.0, metadata=_doc("how often the Operations process sweeps leases and deadlines")
     )
-    group_commit_ms: float = field(
-        default=0.0,
-        metadata=_doc(
-            "when above 0, single completions arriving within this many milliseconds share one"
-            " transaction (at most 50; ADR 0022); 0 commits each alone"
-        ),
-    )
     retention_days: int = field(
         default=0,
         metadata=_doc(
@@ -261,8 +254,6 @@ class Settings:
             raise SettingsError("OPS_DEV_MODEL_SECONDS must not be negative")
         if not 0 <= self.database_wait_seconds < math.inf:  # also NaN
             raise SettingsError("OPS_DATABASE_WAIT_SECONDS must be a number of seconds, 0 or more")
-        if not 0 <= self.group_commit_ms <= 100:  # also NaN
-            raise SettingsError("OPS_GROUP_COMMIT_MS must be 0 (off) to 100")
         if self.retention_days < 0:
             raise SettingsError("OPS_RETENTION_DAYS must be 0 (off) or a number of days")
         if not max(1, self.retention_days) <= self.tombstone_retention_days <= RETENTION_DAYS_MAX:

@@ -16,7 +16,6 @@ from durable_ops.clock import Clock, utc_now
 from durable_ops.model.retention import PRUNE_BATCH, policy_of_days
 from durable_ops.operations.cancel_watch import CancelWatch
 from durable_ops.operations.claim_waiters import ClaimWaiters
-from durable_ops.operations.group_commit import CompletionGroup
 from durable_ops.operations.longrunning import SERVICE_NAME as LRO_SERVICE_NAME
 from durable_ops.operations.longrunning import LongRunningOperations
 from durable_ops.operations.longrunning import add_to_server as add_lro_to_server
@@ -50,11 +49,6 @@ def build_service(
         claims=ClaimWaiters(db, clock, settings.claim_poll_interval_seconds),
         watch=OperationWatch(db, settings.done_watch_interval_seconds),
         metrics=metrics,
-        completions=(
-            CompletionGroup(db, clock, settings.group_commit_ms / 1000)
-            if settings.group_commit_ms
-            else None
-        ),
     )
 
 

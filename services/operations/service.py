@@ -30,7 +30,6 @@ from durable_ops.model.scope import require_neutral_worker, require_owner, requi
 from durable_ops.model.states import OperationState
 from durable_ops.operations.cancel_watch import CancelWatch
 from durable_ops.operations.claim_waiters import ClaimWaiters, Kind
-from durable_ops.operations.group_commit import CompletionGroup
 from durable_ops.operations.heartbeat_stream import BeatReader, Pushed
 from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.operations.operation_watch import OperationWatch
@@ -142,7 +141,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         claims: ClaimWaiters | None = None,
         watch: OperationWatch | None = None,
         metrics: OperationsMetrics | None = None,
-        completions: CompletionGroup | None = None,
     ) -> None:
         self._db = db
         self.metrics = metrics
@@ -150,11 +148,8 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         self.cancels = cancels or CancelWatch(db, _DEFAULTS.cancel_watch_interval_seconds)
         self.claims = claims or ClaimWaiters(db, clock, _DEFAULTS.claim_poll_interval_seconds)
         self.watch = watch or OperationWatch(db, _DEFAULTS.done_watch_interval_seconds)
-        self.completion_group = completions  # group commit of single completions, when on
 
     async def close(self) -> None:
-        if self.completion_group is not None:
-            await self.completion_group.close()
         await self.cancels.close()
         await self.claims.close()
         await self.watch.close()
@@ -561,25 +556,13 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     ) -> pb.LeaseMutationResponse:
         owner = require_worker_owner(caller_scope(context)).owner_id
         provenance = _provenance(request.provenance)
-        if self.completion_group is not None:
-            state = await self.completion_group.complete(
-                operations.Completion(
-                    owner, request.operation_id, request.lease_token, provenance, request.result_ref
-                )
-            )
-        else:
-            now = self._clock()
-            state = await self._db.run_core_async(
-                lambda tx: operations.complete(
-                    tx,
-                    request.operation_id,
-                    request.lease_token,
-                    provenance,
-                    request.result_ref,
-                    now,
-                ),
-                owner_id=owner,
-            )
+        now = self._clock()
+        state = await self._db.run_core_async(
+            lambda tx: operations.complete(
+                tx, request.operation_id, request.lease_token, provenance, request.result_ref, now
+            ),
+            owner_id=owner,
+        )
         self.watch.changed(request.operation_id)
         log.info("operation_completed", operation_id=request.operation_id, owner=owner)
         return _state_reply(state)

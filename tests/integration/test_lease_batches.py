@@ -10,7 +10,6 @@ commit with their notifications.
 from __future__ import annotations
 
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import grpc
@@ -19,23 +18,19 @@ from sqlalchemy import func, select
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.storage.schema import OperationAttempt
 from tests.support.clock import ManualClock
-from tests.support.grpc_services import Services, running_services
+from tests.support.grpc_services import Services
 from tests.support.operations_client import (
     ALICE,
     BOB,
     FAILED,
     OTHER_TASK,
-    OWNER_IDS,
     QUEUED,
     RUNNING,
     SUCCEEDED,
     TASK,
     WAITING_FOR_RETRY,
-    Lease,
     OpsClient,
-    RpcFailure,
     expect_failure,
-    failure_of,
 )
 
 ABORTED = grpc.StatusCode.ABORTED.value[0]
@@ -239,38 +234,3 @@ def test_batches_refuse_bad_sizes_and_the_wrong_scope(services: Services, ops: O
     )
     assert ops.state_counts() == {}
     assert ops.create(ALICE, "k-still-queued").state == QUEUED
-
-
-def test_group_commit_answers_each_single_completion_as_alone(
-    db_url: str, clock: ManualClock
-) -> None:
-    """Concurrent single completions share transactions (a 50 ms window here, so that they
-    meet); each answer is the one its call alone would have had."""
-    with running_services(db_url, clock, group_commit_seconds=0.05) as services:
-        ops = OpsClient(services)
-        ids = [ops.create(OWNER_IDS[n % 4], f"k-group-{n}").id for n in range(6)]
-        leases = [ops.claim_one() for _ in ids]
-        stale = leases[2]
-
-        def complete(lease: Lease) -> int | RpcFailure:
-            try:
-                if lease is stale:
-                    return ops.complete(lease, token="not-the-token")
-                return ops.complete(lease)
-            except grpc.RpcError as error:
-                return failure_of(error)
-
-        with ThreadPoolExecutor(len(leases)) as pool:
-            answers = list(pool.map(complete, leases))
-        refused = answers[2]
-        assert isinstance(refused, RpcFailure)
-        assert (refused.code, refused.error_code) == (grpc.StatusCode.ABORTED, "lease_lost")
-        assert [answer for n, answer in enumerate(answers) if n != 2] == [SUCCEEDED] * 5
-        assert ops.get(stale.owner, stale.id).state == RUNNING
-        assert ops.notifications_per_operation() == {
-            lease.id: 1 for lease in leases if lease is not stale
-        }
-        group = services.operations_service.completion_group
-        assert group is not None
-        assert (group.completions, group.transactions < group.completions) == (6, True)
-        assert ops.complete(leases[0]) == SUCCEEDED  # an exact repeat, alone in its group

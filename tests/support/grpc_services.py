@@ -28,7 +28,6 @@ from durable_ops.model.admission import Limits
 from durable_ops.model.scope import Role
 from durable_ops.notifications.service import SERVICE_NAME as NOTIFICATIONS
 from durable_ops.notifications.service import NotificationsService
-from durable_ops.operations.group_commit import CompletionGroup
 from durable_ops.operations.longrunning import SERVICE_NAME as LRO_SERVICE_NAME
 from durable_ops.operations.longrunning import LongRunningOperations
 from durable_ops.operations.longrunning import add_to_server as add_lro_to_server
@@ -121,14 +120,11 @@ def _register(servicers: Sequence[tuple[Callable[..., None], Any]]) -> Callable[
 
 
 @contextmanager
-def running_services(
-    db_url: str, clock: Clock, limits: Limits | None = None, *, group_commit_seconds: float = 0.0
-) -> Iterator[Services]:
+def running_services(db_url: str, clock: Clock, limits: Limits | None = None) -> Iterator[Services]:
     """Every gRPC service in one server; the processes serve the same servicers one each."""
     loop = BackgroundLoop()
     db = Database(db_url, pool_size=16)
-    completions = CompletionGroup(db, clock, group_commit_seconds) if group_commit_seconds else None
-    operations_service = OperationsService(db, clock, completions=completions)
+    operations_service = OperationsService(db, clock)
 
     async def boot() -> tuple[Any, int]:
         server, port = build_server(
