@@ -43,7 +43,7 @@ import json
 import random
 import secrets
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from functools import cache
@@ -53,6 +53,7 @@ from sqlalchemy import (
     BindParameter,
     ColumnElement,
     Row,
+    RowMapping,
     Select,
     Table,
     Update,
@@ -445,30 +446,47 @@ def claim(
         return None
     found = row._mapping
     token = secrets.token_urlsafe(32)  # 256 random bits; only the hash is stored
-    values: dict[str, Any] = {
+    values = _claimed_values(found, move, hash_token(token), expires, now)
+    taken = tx.execute(_CLAIM_TAKE, {**values, "claim_id": found["id"], "from_state": move.source})
+    if taken.rowcount != 1:
+        return None  # unreachable while the row is locked; never hand out a lost row
+    _recognised_by(found["id"], lease_token_hash=values["lease_token_hash"])
+    tx.execute(_ATTEMPT_STARTS, _attempt_start(found, values, external_route, now))
+    return Claim(UserOperation(**{**found, **values}), token)
+
+
+def _claimed_values(
+    found: RowMapping,
+    move: lifecycle.Transition,
+    token_hash: str,
+    expires: datetime,
+    now: datetime,
+) -> dict[str, Any]:
+    """The columns a claim writes on the row it took."""
+    return {
         "state": move.target,
         "attempt": move.attempt_after(found["attempt"]),
-        "lease_token_hash": hash_token(token),
+        "lease_token_hash": token_hash,
         "lease_expires_at": expires,
         "started_at": found["started_at"] or now,
         "updated_at": now,
         "next_attempt_at": None,
     }
-    taken = tx.execute(_CLAIM_TAKE, {**values, "claim_id": found["id"], "from_state": move.source})
-    if taken.rowcount != 1:
-        return None  # unreachable while the row is locked; never hand out a lost row
-    _recognised_by(found["id"], lease_token_hash=values["lease_token_hash"])
-    attempt = {
+
+
+def _attempt_start(
+    found: RowMapping, values: Mapping[str, Any], external_route: bool, now: datetime
+) -> dict[str, Any]:
+    """The attempt row a claim inserts, keyed by its lease."""
+    return {
         "id": attempt_id(values["lease_token_hash"]),
         "operation_id": found["id"],
         "owner_user_id": found["owner_user_id"],
         "attempt": values["attempt"],
         "route": Route.EXTERNAL if external_route else Route.LOCAL,
         "started_at": now,
-        "lease_expires_at": expires,
+        "lease_expires_at": values["lease_expires_at"],
     }
-    tx.execute(_ATTEMPT_STARTS, attempt)
-    return Claim(UserOperation(**{**found, **values}), token)
 
 
 _CLAIM_CANDIDATES = _CLAIM_CANDIDATE.limit(bindparam("limit"))
@@ -548,32 +566,13 @@ def claim_many(
     if taken.rowcount != len(rows):  # unreachable while the rows are locked
         raise RuntimeError(f"claimed {taken.rowcount} of the {len(rows)} rows locked")
     _recognised_by(rows[0].id, lease_token_hash=hashes[0])
-    route = Route.EXTERNAL if external_route else Route.LOCAL
     claims = []
     attempts: list[dict[str, Any]] = []
     for row, token, token_hash in zip(rows, tokens, hashes, strict=True):
         found = row._mapping
-        values = {
-            "state": move.target,
-            "attempt": move.attempt_after(found["attempt"]),
-            "lease_token_hash": token_hash,
-            "lease_expires_at": expires,
-            "started_at": found["started_at"] or now,
-            "updated_at": now,
-            "next_attempt_at": None,
-        }
+        values = _claimed_values(found, move, token_hash, expires, now)
         claims.append(Claim(UserOperation(**{**found, **values}), token))
-        attempts.append(
-            {
-                "id": attempt_id(token_hash),
-                "operation_id": found["id"],
-                "owner_user_id": found["owner_user_id"],
-                "attempt": values["attempt"],
-                "route": route,
-                "started_at": now,
-                "lease_expires_at": expires,
-            }
-        )
+        attempts.append(_attempt_start(found, values, external_route, now))
     tx.execute_many(_ATTEMPT_STARTS, attempts)
     return claims
 
