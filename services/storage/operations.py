@@ -221,8 +221,13 @@ _BY_KEY = select(OPS).where(
     _OWNED,
 )
 _CREATE_COLUMNS = tuple(c.name for c in OPS.columns if c.name != "owner_user_id")
-_INSERT = insert(OPS).values(
-    owner_user_id=SCOPE_OWNER, **{name: bindparam(name) for name in _CREATE_COLUMNS}
+_CREATE_BINDS = {name: bindparam(name, type_=OPS.c[name].type) for name in _CREATE_COLUMNS}
+# One statement: the row, unless the owner's key has a tombstone (its operation was pruned).
+_INSERT = insert(OPS).from_select(
+    ["owner_user_id", *_CREATE_COLUMNS],
+    select(SCOPE_OWNER, *_CREATE_BINDS.values()).where(
+        ~retention.tombstoned(_CREATE_BINDS["task_type"], _CREATE_BINDS["idempotency_key"])
+    ),
 )
 
 
@@ -256,10 +261,11 @@ def list_page(
 def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation, bool]:
     """Insert the operation, or return the one this owner already made with this key.
 
-    The INSERT goes first: a new key (the common case) costs that statement and
-    the read of the key's tombstone (a pruned key is refused, ADR 0021). The
-    unique index refuses a repeated key, and only then is the existing row read.
-    A refused INSERT undoes only itself on both engines, so the transaction goes on.
+    The INSERT goes first, and a new key (the common case) costs that statement
+    alone: it inserts nothing when the key has a tombstone (a pruned key is
+    refused, ADR 0021), and only then is the tombstone read. The unique index
+    refuses a repeated key, and only then is the existing row read. A refused
+    INSERT undoes only itself on both engines, so the transaction goes on.
     """
     if tx.owner_id is None:
         raise ScopeViolation("operations are created in their owner's scope")
@@ -291,7 +297,7 @@ def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation
         updated_at=now,
     )
     try:
-        tx.execute(_INSERT, values)
+        inserted = tx.execute(_INSERT, values).rowcount
     except IntegrityError:
         # This owner used the key before (or a concurrent identical create won the race).
         existing = find_by_key(tx, request.task_type, request.idempotency_key)
@@ -300,8 +306,10 @@ def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation
         if not hmac.compare_digest(existing.request_hash, fingerprint):
             raise Conflict(KEY_USED_FOR_ANOTHER_REQUEST) from None
         return existing, False
-    tombstone = retention.tombstone_for(tx, request.task_type, request.idempotency_key)
-    if tombstone is not None:  # the key's operation finished long ago and was pruned
+    if not inserted:  # the key's operation finished long ago and was pruned
+        tombstone = retention.tombstone_for(tx, request.task_type, request.idempotency_key)
+        if tombstone is None:  # forgotten since the INSERT looked: the key is free again
+            return create(tx, request, now)
         if not hmac.compare_digest(tombstone.request_hash, fingerprint):
             raise Conflict(KEY_USED_FOR_ANOTHER_REQUEST)
         raise pruned(tombstone.final_state, tombstone.finished_at)

@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, delete, func, insert, select
+from sqlalchemy import ColumnElement, Exists, Table, bindparam, delete, exists, func, insert, select
 
 from durable_ops.model.errors import InvalidTransition, NotFound
 from durable_ops.model.retention import RetentionPolicy
@@ -173,6 +173,15 @@ def delete_finished(tx: Tx, operation_id: str, now: datetime) -> None:
     _bury(tx, [row.id], now)
 
 
+def tombstoned(task_type: ColumnElement[Any], idempotency_key: ColumnElement[Any]) -> Exists:
+    """Whether the owner has a tombstone of this key: a create's guard, inside its INSERT."""
+    return exists().where(
+        TOMBSTONES.c.owner_user_id == SCOPE_OWNER,
+        TOMBSTONES.c.task_type == task_type,
+        TOMBSTONES.c.idempotency_key == idempotency_key,
+    )
+
+
 def tombstone_for(tx: Tx, task_type: str, idempotency_key: str) -> OperationTombstone | None:
     """The owner's tombstone of this key, if its operation was pruned."""
     row = tx.execute(
@@ -189,4 +198,5 @@ __all__ = [
     "prunable",
     "prune_batch",
     "tombstone_for",
+    "tombstoned",
 ]
