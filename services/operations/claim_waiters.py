@@ -1,11 +1,21 @@
-"""Claims that wait for work: woken at once by a create here, else by one shared poll.
+"""Claims that wait for work: woken by a create here, else by one shared poll.
 
 A waiting claim names the kinds of operation it can take: (the state a claim
-takes from, task type). Work that becomes claimable on this replica (a create,
-a retry, a fallback request, a sweep) wakes the claims that can take it at
-once; work that appears through another replica is found by one indexed query
-for every waiting claim of the replica, every ``interval_seconds``. A woken
-claim tries to claim; if another took the row first, it waits again.
+takes from, task type), and how many it can take at once. Work that becomes
+claimable on this replica (a create, a retry) is dealt to one waiting claim,
+not all of them: a claim already woken takes further arrivals up to its
+capacity, else the claim that has waited longest is woken. Waking every claim
+for each create made all but one of them run an empty claim transaction,
+which cost more than the claim that won (ADR 0024).
+
+Work whose amount is unknown (a sweep's requeue, a fallback request, or what
+the shared poll finds, work that appeared through another replica) wakes every
+claim that can take it. A woken claim tries to claim; if another took the row
+first, it waits again. A claim that leaves with arrivals dealt to it and not
+yet tried passes them on, so none is left for the poll to find.
+
+Claims take turns (``taking``): one claim transaction at a time on a replica,
+so what arrives during one is there for the next, which takes it as a batch.
 """
 
 from __future__ import annotations
@@ -22,60 +32,103 @@ from durable_ops.storage.db import Database
 Kind = tuple[str, str]  # (state a claim takes from, task type)
 
 
-class _Waiter:
-    def __init__(self, kinds: frozenset[Kind]) -> None:
+class ClaimWaiter:
+    """One waiting claim. ``trying()`` before each claim transaction, ``wait()`` between."""
+
+    def __init__(self, kinds: frozenset[Kind], capacity: int) -> None:
         self.kinds = kinds
-        self.woken = asyncio.Event()
+        self.capacity = capacity
+        self._woken = asyncio.Event()
+        self._waiting = False
+        self._dealt: list[Kind] = []  # arrivals dealt to this claim since its last try
+
+    def trying(self) -> None:
+        """About to claim: what arrives from here on needs another try."""
+        self._woken.clear()
+        self._dealt.clear()
+
+    async def wait(self, timeout: float) -> bool:
+        """Until woken (``True``) or ``timeout`` seconds pass (``False``)."""
+        self._waiting = True
+        try:
+            async with asyncio.timeout(timeout):
+                await self._woken.wait()
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._waiting = False
+
+    def _has_room(self) -> bool:
+        return self._woken.is_set() and len(self._dealt) < self.capacity
+
+    def _deal(self, kind: Kind) -> None:
+        self._dealt.append(kind)
+        self._woken.set()
 
 
 class ClaimWaiters:
     def __init__(self, db: Database, clock: Clock, interval_seconds: float) -> None:
         self._db = db
         self._clock = clock
-        self._waiters: set[_Waiter] = set()
+        self._waiters: dict[ClaimWaiter, None] = {}  # ordered: the longest waiting first
         self._poll = SharedPoll("claim_poll", interval_seconds, self._find_work)
+        # One claim transaction at a time on this replica: what arrives during one is
+        # there for the next, which takes it as a batch, and two claims never race for
+        # the same rows (the loser's transaction would find nothing).
+        self.taking = asyncio.Lock()
 
     @property
     def waiting_count(self) -> int:
         return len(self._waiters)
 
     @contextmanager
-    def waiting(self, kinds: frozenset[Kind]) -> Iterator[asyncio.Event]:
-        """An event set whenever work of one of ``kinds`` may have become claimable.
+    def waiting(self, kinds: frozenset[Kind], capacity: int = 1) -> Iterator[ClaimWaiter]:
+        """A claim of up to ``capacity`` operations of ``kinds``, registered for wake-ups.
 
-        Register before trying to claim, then clear the event before each try:
+        Register before trying to claim, and call ``trying()`` before each try:
         work that arrives during a try is not missed.
         """
-        waiter = _Waiter(kinds)
-        self._waiters.add(waiter)
+        waiter = ClaimWaiter(kinds, capacity)
+        self._waiters[waiter] = None
         self._poll.ensure_running(lambda: bool(self._waiters))
         try:
-            yield waiter.woken
+            yield waiter
         finally:
-            self._waiters.discard(waiter)
+            del self._waiters[waiter]
+            for kind in waiter._dealt:  # woken but gone before trying: another claim takes it
+                self.arrived(*kind)
 
     def arrived(self, state: str, task_type: str) -> None:
-        """Work of this kind became claimable through this replica."""
-        self._wake({(state, task_type)})
+        """One operation of this kind became claimable through this replica."""
+        kind = (state, task_type)
+        able = [waiter for waiter in self._waiters if kind in waiter.kinds]
+        chosen = (
+            next((waiter for waiter in able if waiter._has_room()), None)
+            or next((waiter for waiter in able if waiter._waiting), None)
+            or next((waiter for waiter in able if not waiter._woken.is_set()), None)
+        )
+        if chosen is not None:
+            chosen._deal(kind)
 
     def arrived_any(self) -> None:
-        """Something became claimable, kind unknown (the sweeper requeued work)."""
+        """Something became claimable, kind and amount unknown (the sweeper requeued work)."""
         for waiter in self._waiters:
-            waiter.woken.set()
+            waiter._woken.set()
 
-    def _wake(self, kinds: set[Kind]) -> None:
+    def _wake_all(self, kinds: set[Kind]) -> None:
         for waiter in self._waiters:
             if waiter.kinds & kinds:
-                waiter.woken.set()
+                waiter._woken.set()
 
     async def _find_work(self) -> None:
-        if not any(not waiter.woken.is_set() for waiter in self._waiters):
+        if all(waiter._woken.is_set() for waiter in self._waiters):
             return
         now = self._clock()
         found = await self._db.run_core_async(
             lambda tx: operations.claimable_kinds(tx, now), owner_id=None, write=False
         )
-        self._wake(found)
+        self._wake_all(found)
 
     async def close(self) -> None:
         await self._poll.close()

@@ -354,7 +354,8 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         limit: int,
     ) -> list[pb.ClaimedOperation]:
         """Up to ``limit`` claims over ``routes`` in order, in one transaction; waits up
-        to ``wait`` seconds for the first, woken by this replica's claim waiters."""
+        to ``wait`` seconds for the first, woken by this replica's claim waiters. One
+        claim transaction runs at a time on the replica (ADR 0024)."""
         task_types = [bounds.task_type(name) for name in names]
         kinds: frozenset[Kind] = frozenset(
             (_claim_source(route).value, name) for route in routes for name in task_types
@@ -377,17 +378,13 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
 
         loop = asyncio.get_running_loop()
         give_up_at = loop.time() + wait
-        with self.claims.waiting(kinds) as woken:
+        with self.claims.waiting(kinds, limit) as waiter:
             while True:
-                woken.clear()
-                found = await self._db.run_core_async(take, owner_id=None)
+                async with self.claims.taking:
+                    waiter.trying()
+                    found = await self._db.run_core_async(take, owner_id=None)
                 left = give_up_at - loop.time()
-                if found or left <= 0 or not task_types:
-                    break
-                try:
-                    async with asyncio.timeout(left):
-                        await woken.wait()
-                except TimeoutError:
+                if found or left <= 0 or not task_types or not await waiter.wait(left):
                     break
         return [self._claimed(claim, route) for claim, route in found]
 

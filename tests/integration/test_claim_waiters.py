@@ -1,0 +1,129 @@
+"""How a replica's waiting claims are woken (ADR 0024): one claim per arrival, not all.
+
+The waiters are driven directly, on a real (unused) database: the shared poll
+is set to an hour, so only arrivals wake a claim here. Claims through the
+server are in ``test_lease_channel.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from durable_ops.clock import utc_now
+from durable_ops.operations.claim_waiters import ClaimWaiter, ClaimWaiters, Kind
+from durable_ops.storage.db import Database
+
+HANG_GUARD = 10.0
+NOOP: Kind = ("queued", "bench.noop")
+OTHER: Kind = ("queued", "report.render")
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    database = Database(f"sqlite:///{tmp_path / 'unused.db'}")
+    yield database
+    database.dispose()
+
+
+def _run(db: Database, scenario: Callable[[ClaimWaiters], Awaitable[None]]) -> None:
+    async def main() -> None:
+        waiters = ClaimWaiters(db, utc_now, interval_seconds=3600)
+        try:
+            await scenario(waiters)
+        finally:
+            await waiters.close()
+
+    asyncio.run(main())
+
+
+async def _waiting(waiter: ClaimWaiter) -> asyncio.Task[bool]:
+    """``waiter`` waiting in a task of its own, as a claim between its tries."""
+    waiter.trying()
+    task = asyncio.create_task(waiter.wait(HANG_GUARD))
+    await asyncio.sleep(0)  # it is waiting now
+    return task
+
+
+async def _settled() -> None:
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+def test_an_arrival_wakes_the_longest_waiting_claim_only(db: Database) -> None:
+    async def scenario(waiters: ClaimWaiters) -> None:
+        with ExitStack() as stack:
+            claims = [stack.enter_context(waiters.waiting(frozenset({NOOP}))) for _ in range(3)]
+            tasks = [await _waiting(claim) for claim in claims]
+            waiters.arrived(*NOOP)
+            await _settled()
+            assert [task.done() for task in tasks] == [True, False, False]
+            waiters.arrived(*NOOP)
+            await _settled()
+            assert [task.done() for task in tasks] == [True, True, False]
+            tasks[2].cancel()
+
+    _run(db, scenario)
+
+
+def test_a_woken_claim_takes_arrivals_up_to_its_capacity_then_another_is_woken(
+    db: Database,
+) -> None:
+    async def scenario(waiters: ClaimWaiters) -> None:
+        with (
+            waiters.waiting(frozenset({NOOP}), 2) as first,
+            waiters.waiting(frozenset({NOOP}), 2) as second,
+        ):
+            first_waits, second_waits = await _waiting(first), await _waiting(second)
+            waiters.arrived(*NOOP)
+            waiters.arrived(*NOOP)  # dealt to the woken claim: it has room for two
+            await _settled()
+            assert first_waits.done()
+            assert not second_waits.done()
+            waiters.arrived(*NOOP)  # the first is full
+            await _settled()
+            assert second_waits.done()
+
+    _run(db, scenario)
+
+
+def test_work_of_another_kind_wakes_no_claim(db: Database) -> None:
+    async def scenario(waiters: ClaimWaiters) -> None:
+        with waiters.waiting(frozenset({NOOP})) as claim:
+            task = await _waiting(claim)
+            waiters.arrived(*OTHER)
+            await _settled()
+            assert not task.done()
+            task.cancel()
+
+    _run(db, scenario)
+
+
+def test_a_claim_that_leaves_before_its_try_passes_its_arrival_on(db: Database) -> None:
+    async def scenario(waiters: ClaimWaiters) -> None:
+        with waiters.waiting(frozenset({NOOP})) as staying:
+            staying.trying()  # in a try, not waiting: an arrival goes to a waiting claim first
+            with waiters.waiting(frozenset({NOOP})) as leaving:
+                leaving_waits = await _waiting(leaving)
+                waiters.arrived(*NOOP)
+                await _settled()
+                assert leaving_waits.done()
+            # ``leaving`` ended (its call was cancelled, say) before trying: the arrival goes on
+            assert await staying.wait(0)
+
+    _run(db, scenario)
+
+
+def test_work_of_unknown_amount_wakes_every_claim(db: Database) -> None:
+    async def scenario(waiters: ClaimWaiters) -> None:
+        with ExitStack() as stack:
+            claims = [stack.enter_context(waiters.waiting(frozenset({NOOP}))) for _ in range(3)]
+            tasks = [await _waiting(claim) for claim in claims]
+            waiters.arrived_any()
+            assert all(await asyncio.wait_for(asyncio.gather(*tasks), HANG_GUARD))
+
+    _run(db, scenario)
