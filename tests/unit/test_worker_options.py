@@ -1,0 +1,26 @@
+"""The worker SDK's options are checked before a worker starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from durable_ops.model.errors import InvalidArgument
+from durable_ops.worker import WorkerOptions
+
+
+def test_the_defaults_are_valid() -> None:
+    assert WorkerOptions().validated() == WorkerOptions()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"concurrency": 0},
+        {"batch_size": 101},
+        {"lease_seconds": 1},
+        {"lease_seconds": 6, "heartbeat_after_seconds": 3.0},
+    ],
+)
+def test_out_of_range_options_are_refused(options: dict[str, float]) -> None:
+    with pytest.raises((ValueError, InvalidArgument)):
+        WorkerOptions(**options).validated()  # type: ignore[arg-type]
