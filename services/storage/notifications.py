@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
-    BindParameter,
     ColumnElement,
     Executable,
     Select,
@@ -37,6 +36,7 @@ from durable_ops.model.notifications import wording
 from durable_ops.model.states import TERMINAL_STATES, OperationState
 from durable_ops.model.tasks import TASKS
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
+from durable_ops.storage.per_row import per_row, row_ids
 from durable_ops.storage.schema import UserNotification, UserOperation, UtcDateTime
 from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
 
@@ -78,11 +78,8 @@ def _insert_from_operation(outcome: OperationState, *, owned: bool) -> Executabl
 def _insert_many_from_operations(outcome: OperationState, count: int) -> Executable:
     """``count`` operations' notifications, of many owners at once (a batch of lease
     settlements, neutral scope): one notification id per operation, by ``CASE id``."""
-    ids: list[BindParameter[str]] = [bindparam(f"operation_id_{n}") for n in range(count)]
-    notification_id = case(
-        *((OPS.c.id == ids[n], bindparam(f"notification_id_{n}")) for n in range(count))
-    )
-    return _insert_selected(outcome, notification_id, OPS.c.id.in_(ids))
+    ids = row_ids("operation_id", count)
+    return _insert_selected(outcome, per_row(OPS.c.id, ids, "notification_id"), OPS.c.id.in_(ids))
 
 
 def insert_for_operations(

@@ -50,7 +50,6 @@ from functools import cache
 from typing import Any, cast
 
 from sqlalchemy import (
-    BindParameter,
     ColumnElement,
     Row,
     RowMapping,
@@ -58,7 +57,6 @@ from sqlalchemy import (
     Table,
     Update,
     bindparam,
-    case,
     func,
     insert,
     select,
@@ -83,6 +81,7 @@ from durable_ops.model.states import PENDING_STATES, OperationState, Privacy
 from durable_ops.storage import notifications, retention
 from durable_ops.storage.db import on_galera, on_unknown_commit
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
+from durable_ops.storage.per_row import per_row, row_ids
 from durable_ops.storage.schema import ID_LENGTH, OperationAttempt, UserOperation
 from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
 
@@ -512,8 +511,8 @@ CLAIM_BATCH_MAX = 100
 def _claim_take_many(count: int, starts_attempt: bool) -> Update:
     """One UPDATE for ``count`` locked rows: each gets its own token hash (``CASE id``),
     the rest is the same for all. Built once per batch size."""
-    ids: list[BindParameter[str]] = [bindparam(f"id_{n}") for n in range(count)]
-    token_hash = case(*((OPS.c.id == ids[n], bindparam(f"hash_{n}")) for n in range(count)))
+    ids = row_ids("id", count)
+    token_hash = per_row(OPS.c.id, ids, "hash")
     return (
         update(OPS)
         .where(OPS.c.id.in_(ids), OPS.c.state == bindparam("from_state"))
@@ -846,10 +845,10 @@ class Completion:
 def _complete_many(count: int) -> Update:
     """One UPDATE completing ``count`` live leases of any owners: each row guarded on its
     own token hash and owner (``CASE id``), each given its own result and provenance."""
-    ids: list[BindParameter[str]] = [bindparam(f"id_{n}") for n in range(count)]
+    ids = row_ids("id", count)
 
-    def per_row(name: str) -> ColumnElement[Any]:
-        return case(*((OPS.c.id == ids[n], bindparam(f"{name}_{n}")) for n in range(count)))
+    def own(name: str) -> ColumnElement[Any]:
+        return per_row(OPS.c.id, ids, name)
 
     return (
         update(OPS)
@@ -857,8 +856,8 @@ def _complete_many(count: int) -> Update:
             OPS.c.id.in_(ids),
             OPS.c.state == S.RUNNING,
             OPS.c.lease_expires_at > bindparam("now"),
-            OPS.c.lease_token_hash == per_row("token_hash"),
-            OPS.c.owner_user_id == per_row("owner"),
+            OPS.c.lease_token_hash == own("token_hash"),
+            OPS.c.owner_user_id == own("owner"),
         )
         .values(
             state=lifecycle.COMPLETION.target,
@@ -866,29 +865,25 @@ def _complete_many(count: int) -> Update:
             finished_at=bindparam("now"),
             updated_at=bindparam("now"),
             lease_expires_at=None,
-            result_ref=per_row("result_ref"),
-            provider=per_row("provider"),
-            model=per_row("model"),
-            route=per_row("route"),
+            result_ref=own("result_ref"),
+            provider=own("provider"),
+            model=own("model"),
+            route=own("route"),
         )
     )
 
 
 @cache
 def _end_attempts_many(count: int) -> Update:
-    ids: list[BindParameter[str]] = [bindparam(f"attempt_id_{n}") for n in range(count)]
-
-    def per_row(name: str) -> ColumnElement[Any]:
-        return case(*((ATTEMPTS.c.id == ids[n], bindparam(f"{name}_{n}")) for n in range(count)))
-
+    ids = row_ids("attempt_id", count)
     return (
         update(ATTEMPTS)
         .where(ATTEMPTS.c.id.in_(ids), ATTEMPTS.c.ended_at.is_(None))
         .values(
             ended_at=bindparam("now"),
             outcome=AttemptOutcome.SUCCEEDED,
-            provider=per_row("provider"),
-            model=per_row("model"),
+            provider=per_row(ATTEMPTS.c.id, ids, "provider"),
+            model=per_row(ATTEMPTS.c.id, ids, "model"),
         )
     )
 
