@@ -25,6 +25,7 @@ import prometheus_client
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from durable_ops.rpc.handlers import behaviour_of, handler_like
 from durable_ops.settings import SettingsError
 
 PREFIX = "durable_ops_"
@@ -85,11 +86,11 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return handler
         method: str = handler_call_details.method
-        behaviour = _behaviour(handler)
+        behaviour = behaviour_of(handler)
         # A streaming answer is an async generator, or a coroutine that calls context.write.
         if inspect.isasyncgenfunction(behaviour):
-            return _replace(handler, self._streaming(method, behaviour))
-        return _replace(handler, self._unary(method, behaviour))
+            return handler_like(handler, self._streaming(method, behaviour))
+        return handler_like(handler, self._unary(method, behaviour))
 
     def _unary(self, method: str, behaviour: Callable[..., Any]) -> Callable[..., Any]:
         async def timed(request: Any, context: Any) -> Any:
@@ -119,32 +120,6 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                 self._metrics.observe(method, _code(context, error), time.perf_counter() - started)
 
         return timed
-
-
-def _behaviour(handler: Any) -> Callable[..., Any]:
-    if handler.request_streaming and handler.response_streaming:
-        return handler.stream_stream  # type: ignore[no-any-return]
-    if handler.request_streaming:
-        return handler.stream_unary  # type: ignore[no-any-return]
-    if handler.response_streaming:
-        return handler.unary_stream  # type: ignore[no-any-return]
-    return handler.unary_unary  # type: ignore[no-any-return]
-
-
-def _replace(handler: Any, behaviour: Callable[..., Any]) -> Any:
-    if handler.request_streaming and handler.response_streaming:
-        factory = grpc.stream_stream_rpc_method_handler
-    elif handler.request_streaming:
-        factory = grpc.stream_unary_rpc_method_handler
-    elif handler.response_streaming:
-        factory = grpc.unary_stream_rpc_method_handler
-    else:
-        factory = grpc.unary_unary_rpc_method_handler
-    return factory(
-        behaviour,
-        request_deserializer=handler.request_deserializer,
-        response_serializer=handler.response_serializer,
-    )
 
 
 class MetricsServer:

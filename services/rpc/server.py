@@ -33,6 +33,7 @@ from grpc_reflection.v1alpha import reflection
 from durable_ops.model.errors import DomainError, Unavailable
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.errors import status_for, trailing_metadata_for
+from durable_ops.rpc.handlers import handler_like
 from durable_ops.rpc.metrics import GrpcServerMetrics, MetricsInterceptor
 from durable_ops.rpc.scope import remember_verified_role, role_from_metadata
 from durable_ops.settings import Settings
@@ -113,19 +114,7 @@ def _rejecting_handler(handler: Any, error: DomainError) -> Any:
             trailing_metadata=trailing_metadata_for(error),
         )
 
-    if handler.request_streaming and handler.response_streaming:
-        factory = grpc.stream_stream_rpc_method_handler
-    elif handler.request_streaming:
-        factory = grpc.stream_unary_rpc_method_handler
-    elif handler.response_streaming:
-        factory = grpc.unary_stream_rpc_method_handler
-    else:
-        factory = grpc.unary_unary_rpc_method_handler
-    return factory(
-        reject,
-        request_deserializer=handler.request_deserializer,
-        response_serializer=handler.response_serializer,
-    )
+    return handler_like(handler, reject)
 
 
 class CredentialInterceptor(grpc.aio.ServerInterceptor):
