@@ -34,4 +34,6 @@ echo "== mypy"
 # A cache outside the checkout: a fresh clone checks only what changed (mypy compares hashes).
 scripts/typecheck.sh --cache-dir "${XDG_CACHE_HOME:-$HOME/.cache}/durable-ops/mypy"
 echo "== pytest"
-.venv/bin/pytest "$@"
+# Whole files per process (--dist loadfile): a module's fixtures (a Galera cluster, a
+# browser) start once. OPS_TEST_PROCESSES=0 runs everything in this process.
+.venv/bin/pytest -n "${OPS_TEST_PROCESSES:-2}" --dist loadfile "$@"

@@ -116,7 +116,7 @@ def test_a_cancel_during_a_ten_second_inference_ends_cancelled_with_one_notifica
 
 
 def test_sigkill_of_the_replica_holding_the_stream_does_not_end_the_attempt(db_url: str) -> None:
-    with two_replicas(db_url, model_seconds=20) as (stack, addresses):
+    with two_replicas(db_url, model_seconds=12) as (stack, addresses):
         operation_id = _admitted(stack)
         holder = _stream_holder(stack, operation_id)
         _progress_seen(stack, operation_id)

@@ -164,7 +164,7 @@ def _nothing_listens() -> str:
 def test_a_service_without_its_database_waits_not_serving_then_exits_with_one_line(
     serve_target: Callable[..., Served], target: str
 ) -> None:
-    served = serve_target(target, _nothing_listens(), OPS_DATABASE_WAIT_SECONDS="6")
+    served = serve_target(target, _nothing_listens(), OPS_DATABASE_WAIT_SECONDS="3")
     _until(lambda: served.health() is not None, "health answers")
     # Every name the server carries says NOT_SERVING while it waits.
     assert served.health() == NOT_SERVING
@@ -179,14 +179,14 @@ def test_a_service_without_its_database_waits_not_serving_then_exits_with_one_li
     given_up = GIVE_UP.match(last)
     assert given_up is not None, last
     assert given_up["target"] == target
-    assert given_up["bound"] == "6"
+    assert given_up["bound"] == "3"
     assert "Connection refused" in last
     # One log line per attempt, numbered, the last included; no traceback anywhere.
     attempts = served.events("database_unreachable")
     assert [record["attempt"] for record in attempts] == list(
         range(1, int(given_up["attempts"]) + 1)
     )
-    assert len(attempts) >= 2  # pauses start at 0.1 s: a bound of 6 s is many attempts
+    assert len(attempts) >= 2  # pauses start at 0.1 s: a bound of 3 s is many attempts
     assert all(record["level"] == "warning" for record in attempts)
     assert attempts[-1]["retry_in_seconds"] is None
     assert all("Traceback" not in line for line in served.lines)

@@ -92,7 +92,10 @@ class LiveGateway:
         self._socket.bind(("127.0.0.1", 0))
         self.port: int = self._socket.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on")
+        # A page's open long poll would hold the stop for its whole wait: cut it short.
+        config = uvicorn.Config(
+            app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=1
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True
