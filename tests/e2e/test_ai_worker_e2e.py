@@ -258,14 +258,18 @@ def test_sigterm_finishes_a_short_inference_and_gives_a_long_one_back(
         assert row.failure_code == "worker_shutdown"
         assert row.lease_expires_at is None  # released, not left to expire
 
-        slow_model.config.delay_seconds = 1.5
+        slow_model.config.delay_seconds = 1.5  # every inference from here on is short
         second = st.start_worker()
         short_one = st.admit(ALICE, CV_REVIEW, st.create_cv(ALICE))
         wait_for(lambda: slow_model.completions == 2, timeout=10, what="the short inference")
         second.send_signal(signal.SIGTERM)
         assert second.wait(15) == 0
-        finished = st.get(ALICE, short_one)
-        assert (finished.state, finished.attempt) == (SUCCEEDED, 1)
+        # The second worker takes the new operation or the one given back, whichever
+        # the queue offers first (the retry delay may have passed): the one in flight
+        # at the SIGTERM finishes, and the other waits for a worker.
+        states = [st.get(ALICE, operation).state for operation in (long_one, short_one)]
+        assert states.count(SUCCEEDED) == 1
+        assert set(states) <= {SUCCEEDED, QUEUED, WAITING_FOR_RETRY}
 
 
 def test_disabled_worker_idles_and_a_revoked_plan_fails_for_good(sqlite_url: str) -> None:
