@@ -88,10 +88,21 @@ _FORGETTABLE = (
     .with_for_update(skip_locked=True)
 )
 _FORGET = delete(TOMBSTONES).where(TOMBSTONES.c.id.in_(bindparam("ids", expanding=True)))
+
+
+def _of_key(
+    task_type: ColumnElement[Any], idempotency_key: ColumnElement[Any]
+) -> tuple[ColumnElement[bool], ...]:
+    """The owner's tombstone of a key (owner, task type and key are unique together)."""
+    return (
+        TOMBSTONES.c.owner_user_id == SCOPE_OWNER,
+        TOMBSTONES.c.task_type == task_type,
+        TOMBSTONES.c.idempotency_key == idempotency_key,
+    )
+
+
 _TOMBSTONE_BY_KEY = select(TOMBSTONES).where(
-    TOMBSTONES.c.owner_user_id == SCOPE_OWNER,
-    TOMBSTONES.c.task_type == bindparam("task_type"),
-    TOMBSTONES.c.idempotency_key == bindparam("idempotency_key"),
+    *_of_key(bindparam("task_type"), bindparam("idempotency_key"))
 )
 _COUNT_PRUNABLE = select(func.count()).where(
     OPS.c.finished_at < bindparam("finished_before"), OPS.c.state.in_(_TERMINAL)
@@ -175,11 +186,7 @@ def delete_finished(tx: Tx, operation_id: str, now: datetime) -> None:
 
 def tombstoned(task_type: ColumnElement[Any], idempotency_key: ColumnElement[Any]) -> Exists:
     """Whether the owner has a tombstone of this key: a create's guard, inside its INSERT."""
-    return exists().where(
-        TOMBSTONES.c.owner_user_id == SCOPE_OWNER,
-        TOMBSTONES.c.task_type == task_type,
-        TOMBSTONES.c.idempotency_key == idempotency_key,
-    )
+    return exists().where(*_of_key(task_type, idempotency_key))
 
 
 def tombstone_for(tx: Tx, task_type: str, idempotency_key: str) -> OperationTombstone | None:
