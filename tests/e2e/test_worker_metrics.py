@@ -13,7 +13,7 @@ import httpx
 from durable_ops.storage import migrate
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import SECRET, running_services
-from tests.support.ports import free_port
+from tests.support.ports import free_port, refusing_port
 
 
 def test_worker_serves_metrics_with_the_circuit_state(tmp_path: Path) -> None:
@@ -29,7 +29,7 @@ def test_worker_serves_metrics_with_the_circuit_state(tmp_path: Path) -> None:
                 "OPS_SERVICE_SECRET": SECRET,
                 "OPS_OPERATIONS_TARGET": services.target,
                 "OPS_WORKSPACE_TARGET": services.target,
-                "OPS_AI_LOCAL_URL": f"http://127.0.0.1:{free_port()}/v1",
+                "OPS_AI_LOCAL_URL": f"http://127.0.0.1:{refusing_port()}/v1",
                 "OPS_WORKER_METRICS_BIND": f"127.0.0.1:{metrics_port}",
                 "OPS_HOST_STORE_DIR": "",
             },

@@ -40,7 +40,7 @@ from durable_ops.storage.availability import DatabaseReadiness, open_when_reacha
 from durable_ops.storage.db import Database
 from tests.support.gateway import gateway_client, make_app
 from tests.support.grpc_services import SECRET, metadata
-from tests.support.ports import free_port
+from tests.support.ports import free_port, refusing_port
 from tests.support.throwaway_mariadb import ThrowawayMariadb, throwaway_mariadb
 
 pytestmark = pytest.mark.slow
@@ -157,7 +157,7 @@ def _until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
 
 
 def _nothing_listens() -> str:
-    return f"mysql+pymysql://root@127.0.0.1:{free_port()}/ops"
+    return f"mysql+pymysql://root@127.0.0.1:{refusing_port()}/ops"
 
 
 @pytest.mark.parametrize("target", ["operations", "notifications", "workspace", "ai-admission"])
@@ -199,7 +199,7 @@ def test_sigterm_during_the_wait_stops_the_service_cleanly(
     served = serve_target("operations", _nothing_listens(), OPS_DATABASE_WAIT_SECONDS="120")
     _until(lambda: served.health() == NOT_SERVING, "NOT_SERVING while it waits")
     served.process.send_signal(signal.SIGTERM)
-    assert served.process.wait(30) == 0  # a stop asked for, not a failure
+    assert served.process.wait(60) == 0  # a stop asked for, not a failure
     assert served.events("grpc_stopped") != []
     assert all("Traceback" not in line for line in served.lines)
 
@@ -235,7 +235,7 @@ def test_on_sqlite_a_service_serves_at_once(
     assert served.list_operations() == grpc.StatusCode.OK
     assert served.events("database_unreachable") == []
     served.process.send_signal(signal.SIGTERM)
-    assert served.process.wait(30) == 0
+    assert served.process.wait(60) == 0
 
 
 @pytest.fixture(scope="module")
@@ -283,7 +283,7 @@ def test_a_service_serves_once_its_database_answers_and_follows_it_down_and_up(
     assert changes == ["database_unreachable", "database_reachable"]
 
     served.process.send_signal(signal.SIGTERM)
-    assert served.process.wait(30) == 0
+    assert served.process.wait(60) == 0
     own_mariadb.stop()
 
 

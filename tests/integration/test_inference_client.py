@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
@@ -52,6 +51,7 @@ from durable_ops.model.progress import DEFAULT_BUDGET_TOKENS
 from durable_ops.model.routing import Route
 from durable_ops.model.states import Privacy
 from durable_ops.settings import Settings
+from tests.support.ports import refusing_port
 from tests.support.prompts import build_request, validate_answer
 
 STRATEGY_SNAPSHOT = tasks.STRATEGY_SNAPSHOT.name
@@ -112,10 +112,7 @@ def serving(app: Starlette) -> Iterator[str]:
 
 
 def refused_url() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}/v1"  # nothing listens here now
+    return f"http://127.0.0.1:{refusing_port()}/v1"
 
 
 class Clock:

@@ -3,7 +3,6 @@ or that Galera refused at COMMIT, and resolves a COMMIT whose connection was los
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -22,6 +21,7 @@ from durable_ops.storage import operations
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import Job, UserOperation
 from tests.conftest import _empty_all_tables
+from tests.support.ports import refusing_port
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 FIRST, SECOND = "1" * 32, "2" * 32
@@ -105,10 +105,7 @@ def test_errors_other_than_deadlock_or_lock_wait_are_not_retried(
 
 def test_an_unreachable_database_is_unavailable_not_an_internal_error() -> None:
     """A server that is away is an expected state: UNAVAILABLE over gRPC, which clients retry."""
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        closed = probe.getsockname()[1]
-    db = Database(f"mysql+pymysql://root@127.0.0.1:{closed}/nowhere", pool_size=1)
+    db = Database(f"mysql+pymysql://root@127.0.0.1:{refusing_port()}/nowhere", pool_size=1)
     try:
         with pytest.raises(Unavailable) as raised:
             db.run(lambda session: session.execute(text("SELECT 1")), owner_id=None, write=False)

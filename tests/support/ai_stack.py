@@ -16,7 +16,6 @@ import contextlib
 import io
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -48,6 +47,7 @@ from durable_ops.stack.children import Stack, process_specs
 from durable_ops.storage import migrate, workspace
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import AiWorkspaceNote, UserNotification, UserOperation
+from tests.support.ports import free_port, refusing_port
 
 SECRET = "ai-stack-test-service-secret-0123456789abcdef"
 SERVICES = ("operations", "notifications", "workspace", "ai-admission")
@@ -81,16 +81,9 @@ S = pb.OperationState
 T = TypeVar("T")
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def closed_port_url() -> str:
-    """A model URL nothing listens on (the port was free a moment ago)."""
-    return f"http://127.0.0.1:{free_port()}/v1"
+    """A model URL where every connection is refused."""
+    return f"http://127.0.0.1:{refusing_port()}/v1"
 
 
 def wait_for(

@@ -3,6 +3,10 @@
 Drawn below the kernel's ephemeral range (32768-60999 here), so no outgoing
 connection can take a port between the draw and the child's bind, and never
 the same one twice in a session.
+
+``refusing_port`` is a port where a connection is always refused: the two
+test processes draw from the same range, so a port that is merely free now
+may be another process's server a moment later.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import socket
 
 PORTS = range(12000, 20000)  # clear of MariaDB, PostgreSQL, Redis and the Galera tests' ports
 _handed_out: set[int] = set()
+_held: list[socket.socket] = []
 
 
 def free_port() -> int:
@@ -25,5 +30,27 @@ def free_port() -> int:
             except OSError:
                 continue
         _handed_out.add(port)
+        return port
+    raise AssertionError(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
+
+
+def refusing_port() -> int:
+    """A port held bound but not listening for the rest of the session: connects are refused.
+
+    Without SO_REUSEADDR on the held socket no other socket can bind the port,
+    so no server of another test can appear behind it.
+    """
+    for _ in range(200):
+        port = random.choice(PORTS)
+        if port in _handed_out:
+            continue
+        sock = socket.socket()
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            sock.close()
+            continue
+        _handed_out.add(port)
+        _held.append(sock)
         return port
     raise AssertionError(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
