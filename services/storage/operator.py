@@ -61,7 +61,7 @@ def get(tx: OperatorTx, operation_id: str) -> UserOperation:
     )
     if row is None:
         raise _not_found()
-    return UserOperation(**row._mapping)
+    return operations.detached(row._mapping)
 
 
 def attempts(tx: OperatorTx, operation_id: str) -> list[OperationAttempt]:
@@ -100,7 +100,7 @@ def list_page(
     if created_before is not None:
         query = query.where(OPS.c.created_at <= created_before)
     query = newest_first(query, OPS.c.created_at, OPS.c.id, token, size)
-    rows = [UserOperation(**row._mapping) for row in _operator(tx).execute(query)]
+    rows = [operations.detached(row._mapping) for row in _operator(tx).execute(query)]
     return paginate(rows, size, lambda op: (op.created_at, op.id))
 
 
