@@ -20,10 +20,10 @@ it fails, the job is released and the worker stops, and ``run()`` raises that
 error once the rest have drained. ``classify`` maps a handler's exception to
 its settlement (``failures.failure_of`` by default).
 
-``stop()`` stops claiming (a waiting claim is given up) and gives running jobs
-``shutdown_seconds`` to finish; the rest are cancelled and released as retryable failures
-(``worker_shutdown``), so another worker takes them at once instead of after
-their lease. Short jobs never open a stream: a no-op costs one claim and one
+``stop()`` stops claiming (a waiting claim is given up) and gives running
+jobs ``shutdown_seconds`` to finish; the rest are cancelled and released as
+retryable failures (``worker_shutdown``), so another worker takes them at once
+instead of after their lease. Short jobs never open a stream: a no-op costs one claim and one
 completion, each shared with the rest of its batch.
 """
 
@@ -62,7 +62,7 @@ from durable_ops.worker.routes import rotated, route_to_pb
 from durable_ops.worker.settler import CALL_TIMEOUT_SECONDS, retrying, settler
 
 Handler = Callable[[Job], Awaitable[str | Completed | None]]
-# Entered before a job's handler runs, exited once the job is settled (``job.completed``).
+# Entered before a job's handler runs, exited once the job is settled (``job.ending``).
 JobContext = Callable[[Job], AbstractAsyncContextManager[object]]
 Classify = Callable[[Exception], Settlement]
 _log = structlog.get_logger(__name__)
@@ -85,12 +85,12 @@ class WorkerOptions:
 
     def validated(self) -> WorkerOptions:
         bounds.int_range("concurrency", self.concurrency, (1, 1000))
-        if len(set(self.routes)) != len(self.routes):
-            raise ValueError("routes must name each route once")
         bounds.int_range("batch_size", self.batch_size, (1, 100))
         bounds.int_range("lease_seconds", self.lease_seconds, bounds.LEASE_SECONDS_RANGE)
         if self.heartbeat_after_seconds * 3 > self.lease_seconds:
             raise ValueError("heartbeat_after_seconds must leave two thirds of the lease")
+        if len(set(self.routes)) != len(self.routes):
+            raise ValueError("routes must name each route once")
         return self
 
 
