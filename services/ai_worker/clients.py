@@ -56,11 +56,12 @@ async def _call(
 async def _mutate(
     method: UnaryMethod[RequestT, ResponseT], request: RequestT, metadata: Metadata
 ) -> ResponseT:
-    """A lease mutation (or the publish of its result), asked again while UNAVAILABLE.
+    """A write fenced by the lease (the publish of a result), asked again while UNAVAILABLE.
 
-    Safe to repeat: for the holder of the lease each one answers the state it
-    reached the first time (the token is kept), so a lost answer is asked for
-    again rather than the finished work thrown away with the lease.
+    Safe to repeat: for the holder of the lease each one answers what it did
+    the first time (the note is published once per operation), so a lost
+    answer is asked for again rather than the finished work thrown away. The
+    lease mutations themselves go through the worker SDK, which does the same.
     """
     loop = asyncio.get_running_loop()
     started = loop.time()

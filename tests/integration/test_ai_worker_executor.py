@@ -19,7 +19,7 @@ from durable_ops.ai_worker.clients import AiSettings
 from durable_ops.ai_worker.execution import Executor
 from durable_ops.ai_worker.handlers import WorkspaceReader
 from durable_ops.ai_worker.inference import ModelClient, Router
-from durable_ops.ai_worker.journal import JournalEntry
+from durable_ops.ai_worker.journal import JournalEntry, JournalError
 from durable_ops.ai_worker.prompts import CvText, JobText
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.circuit import CircuitBreaker
@@ -257,3 +257,48 @@ def test_the_circuit_opens_falls_back_where_permitted_and_half_opens(services: S
     assert outcome("permitted") == ("succeeded", None, "external")
     assert ops.row(ids["permitted"]).attempt == 1  # the fallback continued the attempt
     assert workspace.notes == [ids["healed"], ids["permitted"]]
+
+
+class BrokenJournal(Journal):
+    """The host journal fails from the ``fail_from``-th attempt it records."""
+
+    def __init__(self, fail_from: int) -> None:
+        super().__init__()
+        self.fail_from = fail_from
+
+    def start(self, entry: JournalEntry) -> None:
+        if len(self.started) + 1 >= self.fail_from:
+            raise JournalError("the host store is read-only")
+        super().start(entry)
+
+
+def test_a_failing_host_journal_gives_the_claim_back_and_stops_the_worker(
+    services: Services,
+) -> None:
+    model = ModelServer()
+    ops = OpsClient(services)
+    first = _create(ops, "journaled", STRATEGY, pb.PRIVACY_LOCAL_ONLY)
+    workspace, journal = Workspace(), BrokenJournal(fail_from=2)
+
+    async def scenario() -> None:
+        router = Router(_local(model), CircuitBreaker(3, 30))
+        async with executor_on(router, workspace, journal, 30) as executor:
+            await drain(services, executor, LEASE_SECONDS)
+            more = [_create(ops, key, STRATEGY, pb.PRIVACY_LOCAL_ONLY) for key in ("b", "c")]
+            with pytest.raises(JournalError):
+                await drain(services, executor, LEASE_SECONDS)
+            # One was claimed (the clock stands still: either) and given back at once.
+            given_back = [ops.row(operation_id) for operation_id in more]
+            assert sorted((row.state, row.failure_code) for row in given_back) == [
+                ("queued", None),
+                ("waiting_for_retry", "host_store_error"),
+            ]
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        model.stop()
+    assert journal.finished == [(first, True)]
+    assert model.completions == 1  # nothing ran unrecorded
+    # The worker stopped at once: the third operation waits for another worker.
+    assert ops.state_counts() == {"succeeded": 1, "waiting_for_retry": 1, "queued": 1}
