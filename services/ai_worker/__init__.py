@@ -1,13 +1,12 @@
-"""The AI worker (seed 000, ``AiOperationWorker``).
+"""The AI worker (seed 000, ``AiOperationWorker``), built on the worker SDK.
 
-    main        the process: idle unless enabled, signals, wiring
-    loop        neutral-scope claims by priority and route, concurrency, draining on stop
-    execution   one claimed operation: heartbeat stream, re-checks, handler, inference,
-                publish, complete / fail / fallback / acknowledge
-    lease       the heartbeat stream that holds (or loses) the lease
+    main        the process: idle unless enabled, signals, wiring; a ``durable_ops.worker``
+                ``Worker`` (claims by priority and route, concurrency, leases, settling,
+                draining on stop) with a handler per AI task type
+    execution   one attempt: the host journal and trace around it (the SDK's
+                ``around_job``), re-checks, handler, inference, publish under the lease
     failures    the pure table from an error to retry, fail or fallback
-    clients     the gRPC calls to Operations and Workspace, errors made typed
-    claims      the claimed operation as the worker holds it
+    clients     the gRPC calls to Workspace (and Operations' owner view), errors made typed
     journal     the host-local journal of attempts (durable_ops.hoststore)
     reconcile   settling a previous worker's unfinished attempts on start
 

@@ -1,7 +1,7 @@
-"""The worker's gRPC calls to Operations and Workspace, spelled once.
+"""The AI worker's own gRPC calls to Workspace and Operations, spelled once.
 
-Every call carries the worker credential: without ``x-owner-id`` for the claim
-(the neutral scope), with the claimed operation's owner for everything else.
+Claims and lease mutations go through the worker SDK; these are the rest.
+Every call carries the worker credential with the claimed operation's owner.
 A failed call becomes the typed ``DomainError`` it stands for
 (``durable_ops.rpc.errors.domain_error_from_rpc``), so the rest of the worker
 never sees a gRPC status.
@@ -11,18 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Protocol, TypeVar
 
 import grpc
 from google.protobuf.message import Message
 
-from durable_ops import telemetry
-from durable_ops.ai_worker.claims import ClaimedOperation, route_to_pb
 from durable_ops.ai_worker.handlers import WorkspaceReader
-from durable_ops.ai_worker.inference.result import Provenance
 from durable_ops.ai_worker.prompts import CvText, JobText
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
@@ -30,16 +25,13 @@ from durable_ops.api.workspace.v1 import workspace_pb2 as wpb
 from durable_ops.api.workspace.v1 import workspace_pb2_grpc as wpb_grpc
 from durable_ops.model.availability import next_attempt_in
 from durable_ops.model.errors import InvalidArgument, Unavailable
-from durable_ops.model.routing import Route
 from durable_ops.model.states import Plan, Privacy
 from durable_ops.rpc.client import Metadata, ServiceCaller, UnaryMethod
 from durable_ops.rpc.errors import domain_error_from_rpc
-from durable_ops.rpc.states import state_from_pb
-from durable_ops.worker.lease import HeartbeatCall
+from durable_ops.worker import Job
 
 # Unary calls are short database transactions; a stuck one must not hold a lease hostage.
 CALL_TIMEOUT_SECONDS = 10.0
-FAILURE_MESSAGE_MAX = 512
 # How long a lease mutation is asked again while Operations is away (a replica
 # restarting, the database stalled); past it the lease has likely run out anyway.
 MUTATION_RETRY_SECONDS = 30.0
@@ -64,11 +56,12 @@ async def _call(
 async def _mutate(
     method: UnaryMethod[RequestT, ResponseT], request: RequestT, metadata: Metadata
 ) -> ResponseT:
-    """A lease mutation (or the publish of its result), asked again while UNAVAILABLE.
+    """A write fenced by the lease (the publish of a result), asked again while UNAVAILABLE.
 
-    Safe to repeat: for the holder of the lease each one answers the state it
-    reached the first time (the token is kept), so a lost answer is asked for
-    again rather than the finished work thrown away with the lease.
+    Safe to repeat: for the holder of the lease each one answers what it did
+    the first time (the note is published once per operation), so a lost
+    answer is asked for again rather than the finished work thrown away. The
+    lease mutations themselves go through the worker SDK, which does the same.
     """
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -86,114 +79,15 @@ async def _mutate(
             await asyncio.sleep(pause)
 
 
-def state_name(state: pb.OperationState.ValueType) -> str:
-    """``OPERATION_STATE_WAITING_FOR_RETRY`` -> ``waiting_for_retry``, for logs."""
-    return state_from_pb(state).value
-
-
-def provenance_to_pb(provenance: Provenance | None) -> pb.Provenance:
-    if provenance is None:
-        return pb.Provenance()
-    return pb.Provenance(
-        provider=provenance.provider, model=provenance.model, route=provenance.route
-    )
-
-
 class OperationsClient:
+    """The owner's view of operations (reconciling the host journal needs only that);
+    claims and lease mutations go through the worker SDK (``durable_ops.worker``)."""
+
     def __init__(self, channel: grpc.aio.Channel, caller: ServiceCaller) -> None:
         self._stub = pb_grpc.OperationsServiceStub(channel)
         self._caller = caller
 
-    async def claim(
-        self,
-        task_types: list[str],
-        lease_seconds: int,
-        routes: Sequence[Route],
-        *,
-        wait_seconds: float = 0.0,
-    ) -> ClaimedOperation | None:
-        """Claim for any of ``routes`` (tried in this order), waiting up to ``wait_seconds``."""
-        request = pb.ClaimOperationRequest(
-            task_types=task_types,
-            lease_seconds=lease_seconds,
-            routes=[route_to_pb(route) for route in routes],
-        )
-        request.wait.FromTimedelta(timedelta(seconds=wait_seconds))
-        # A trace of its own, linked (once the reply names it) to the request that created the work.
-        with telemetry.span("ai_worker.claim", root=True) as span:
-            reply = await _call(
-                self._stub.ClaimOperation,
-                request,
-                self._caller.metadata(),
-                timeout=wait_seconds + CALL_TIMEOUT_SECONDS,
-            )
-            if not reply.HasField("claimed"):
-                return None
-            claimed = ClaimedOperation.from_pb(reply.claimed)
-            span.set_attribute(telemetry.OPERATION_ID, claimed.operation_id)
-            telemetry.add_link(span, claimed.trace_parent)
-        return claimed
-
-    def heartbeat_stream(self, owner_id: str) -> HeartbeatCall:
-        """An open ``Heartbeat`` stream call; ``durable_ops.worker.lease`` drives it."""
-        return self._stub.Heartbeat(metadata=self._caller.metadata(owner_id))
-
-    async def complete(self, op: ClaimedOperation, provenance: Provenance, result_ref: str) -> str:
-        request = pb.CompleteOperationRequest(
-            operation_id=op.operation_id,
-            lease_token=op.lease_token,
-            provenance=provenance_to_pb(provenance),
-            result_ref=result_ref,
-        )
-        reply = await _mutate(
-            self._stub.CompleteOperation, request, self._caller.metadata(op.owner_id)
-        )
-        return state_name(reply.state)
-
-    async def fail(
-        self,
-        op: ClaimedOperation,
-        *,
-        retryable: bool,
-        code: str,
-        message: str,
-        provenance: Provenance | None,
-    ) -> str:
-        request = pb.FailOperationRequest(
-            operation_id=op.operation_id,
-            lease_token=op.lease_token,
-            retryable=retryable,
-            failure_code=code,
-            failure_message=message[:FAILURE_MESSAGE_MAX],
-            provenance=provenance_to_pb(provenance),
-        )
-        reply = await _mutate(self._stub.FailOperation, request, self._caller.metadata(op.owner_id))
-        return state_name(reply.state)
-
-    async def request_external_fallback(
-        self, op: ClaimedOperation, provenance: Provenance | None
-    ) -> str:
-        request = pb.RequestExternalFallbackRequest(
-            operation_id=op.operation_id,
-            lease_token=op.lease_token,
-            provenance=provenance_to_pb(provenance),
-        )
-        reply = await _mutate(
-            self._stub.RequestExternalFallback, request, self._caller.metadata(op.owner_id)
-        )
-        return state_name(reply.state)
-
-    async def acknowledge_cancellation(self, op: ClaimedOperation) -> str:
-        request = pb.AcknowledgeCancellationRequest(
-            operation_id=op.operation_id, lease_token=op.lease_token
-        )
-        reply = await _mutate(
-            self._stub.AcknowledgeCancellation, request, self._caller.metadata(op.owner_id)
-        )
-        return state_name(reply.state)
-
     async def get(self, owner_id: str, operation_id: str) -> pb.Operation:
-        """The owner's view of an operation (reconciling the host journal needs only that)."""
         request = pb.GetOperationRequest(operation_id=operation_id)
         reply: pb.Operation = await _call(
             self._stub.GetOperation, request, self._caller.metadata(owner_id)
@@ -222,7 +116,7 @@ class WorkspaceCalls(Protocol):
 
     def reader(self, owner_id: str) -> WorkspaceReader: ...
 
-    async def publish_note(self, op: ClaimedOperation, body_json: str) -> tuple[str, bool]: ...
+    async def publish_note(self, job: Job, body_json: str) -> tuple[str, bool]: ...
 
 
 class WorkspaceClient:
@@ -249,21 +143,21 @@ class WorkspaceClient:
         attachment = await _call(self._stub.GetAttachment, request, self._caller.metadata(owner_id))
         return CvText(text=attachment.text)
 
-    async def publish_note(self, op: ClaimedOperation, body_json: str) -> tuple[str, bool]:
+    async def publish_note(self, job: Job, body_json: str) -> tuple[str, bool]:
         """Publish the operation's note under its lease; (note id, newly published).
 
         Idempotent per operation; ``LeaseLost`` when the lease is gone, with code
         ``cancel_requested`` when the owner cancelled first.
         """
         request = wpb.PublishNoteRequest(
-            kind=op.task_type,
-            subject_type=op.subject_type,
-            subject_id=op.subject_id,
-            operation_id=op.operation_id,
-            lease_token=op.lease_token,
+            kind=job.task_type,
+            subject_type=job.subject.type,
+            subject_id=job.subject.id,
+            operation_id=job.operation_id,
+            lease_token=job.lease_token,
             body_json=body_json,
         )
-        reply = await _mutate(self._stub.PublishNote, request, self._caller.metadata(op.owner_id))
+        reply = await _mutate(self._stub.PublishNote, request, self._caller.metadata(job.owner_id))
         return reply.note.id, reply.published
 
 

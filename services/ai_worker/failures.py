@@ -11,11 +11,15 @@
     NotFound (the subject or context was deleted)   fail       subject_not_found
     InvalidArgument (input the task cannot use)     fail       invalid_input
     other DomainError (a service unavailable)       retry      dependency_unavailable
+    JournalError (the host journal failed)          retry      host_store_error
     anything else                                   retry      worker_error
 
 Retries are bounded by the operation's attempts, so an unexpected error is
 retried rather than failed for good. Messages are our own wording, never a
-model answer or user text.
+model answer or user text. ``settlement`` hands the worker SDK the outcome
+as the exception type it settles by (a handler's own ``HandlerFailure`` or
+``ExternalFallback`` passes as it is). A lost lease and the owner's cancel are
+not failures: the SDK settles those itself.
 """
 
 from __future__ import annotations
@@ -24,10 +28,17 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from durable_ops.ai_worker.inference.errors import InferenceError, LocalRouteUnavailable
-from durable_ops.ai_worker.inference.result import Provenance
+from durable_ops.ai_worker.journal import JournalError
+from durable_ops.model.bounds import FAILURE_MESSAGE_MAX
 from durable_ops.model.errors import DomainError, InvalidArgument, NotFound, PermissionDenied
-
-SHUTDOWN_CODE = "worker_shutdown"
+from durable_ops.model.provenance import Provenance
+from durable_ops.worker.failures import (
+    ExternalFallback,
+    HandlerFailure,
+    PermanentFailure,
+    RetryableFailure,
+    Settlement,
+)
 
 
 class Action(StrEnum):
@@ -51,6 +62,13 @@ class Outcome:
         """Name the model that answered when the error itself names none."""
         return replace(self, provenance=self.provenance or provenance)
 
+    def as_settlement(self) -> Settlement:
+        """The SDK's exception for this outcome, which it settles the operation by."""
+        if self.action is Action.FALLBACK:
+            return ExternalFallback(self.code, provenance=self.provenance)
+        kind = RetryableFailure if self.retryable else PermanentFailure
+        return kind(self.code, self.message[:FAILURE_MESSAGE_MAX], provenance=self.provenance)
+
 
 def classify(error: BaseException) -> Outcome:
     if isinstance(error, LocalRouteUnavailable):
@@ -71,9 +89,13 @@ def classify(error: BaseException) -> Outcome:
         return Outcome(
             Action.RETRY, "dependency_unavailable", f"a service call failed: {error.code}"
         )
+    if isinstance(error, JournalError):
+        return Outcome(Action.RETRY, "host_store_error", "the host journal failed")
     return Outcome(Action.RETRY, "worker_error", f"unexpected {type(error).__name__}")
 
 
-def shutdown() -> Outcome:
-    """The worker is stopping mid-inference: give the operation back to be retried."""
-    return Outcome(Action.RETRY, SHUTDOWN_CODE, "the worker stopped before the answer came")
+def settlement(error: Exception) -> Settlement:
+    """How the worker SDK settles an attempt that raised ``error`` (``Worker(classify=...)``)."""
+    if isinstance(error, HandlerFailure | ExternalFallback):
+        return error
+    return classify(error).as_settlement()

@@ -3,7 +3,15 @@
 Idle (and saying why, once) unless ``OPS_WORKERS_AI_OPERATIONS_ENABLED`` is
 true; either way it stops on SIGTERM or SIGINT. Working, it opens the host
 journal, settles what a previous worker on this host left unfinished, and
-then runs the claim loop until it is told to stop.
+then runs a worker SDK ``Worker`` (``durable_ops.worker``) with a handler per
+AI task type (ADR 0027) until it is told to stop.
+
+How it sets the SDK: ``concurrency`` is ``OPS_WORKER_CONCURRENCY`` (1 by
+default: one inference at a time); ``batch_size`` 1, since an attempt lasts
+seconds and runs one at a time, a batch would only hold leases idle while the
+first ran, and each claim starts with the next route (ADR 0022 fills a claim's
+routes in order), so one operation per claim keeps local and fallback work
+taking turns; completions gain nothing from waiting for company either.
 """
 
 from __future__ import annotations
@@ -16,20 +24,25 @@ import socket
 import prometheus_client
 import structlog
 
+from durable_ops.ai_worker import failures
 from durable_ops.ai_worker.clients import OperationsClient, WorkspaceClient
 from durable_ops.ai_worker.execution import Executor
 from durable_ops.ai_worker.handlers import HANDLERS
 from durable_ops.ai_worker.inference.router import Router
 from durable_ops.ai_worker.journal import HostStoreJournal, JournalError, open_journal
-from durable_ops.ai_worker.loop import WorkerLoop
 from durable_ops.ai_worker.reconcile import reconcile
 from durable_ops.model import bounds
 from durable_ops.model.routing import Route
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller, open_channel
 from durable_ops.settings import Settings, SettingsError
+from durable_ops.worker import Worker, WorkerOptions
 
 CONCURRENCY_RANGE = (1, 64)
+# Shorter than the grace ``opsctl up`` and service managers give before SIGKILL.
+SHUTDOWN_GRACE_SECONDS = 5.0
+CLAIM_WAIT_SECONDS = 10.0
+BATCH_SIZE = 1  # why: the module's docstring
 
 _log = structlog.get_logger(__name__)
 
@@ -38,6 +51,37 @@ def registered_task_types() -> list[str]:
     """Task types in the registry that have a handler, highest priority first."""
     tasks = sorted((handler.task for handler in HANDLERS.values()), key=lambda t: -t.priority)
     return [task.name for task in tasks]
+
+
+def worker_options(settings: Settings, routes: list[Route]) -> WorkerOptions:
+    """The SDK's options for the AI worker (why each: the module's docstring)."""
+    return WorkerOptions(
+        concurrency=settings.worker_concurrency,
+        batch_size=BATCH_SIZE,
+        lease_seconds=settings.worker_lease_seconds,
+        claim_wait_seconds=CLAIM_WAIT_SECONDS,
+        claim_retry_seconds=settings.worker_poll_seconds,
+        shutdown_seconds=SHUTDOWN_GRACE_SECONDS,
+        routes=tuple(routes),
+        trace_name="ai_worker",
+    ).validated()
+
+
+def build_worker(
+    settings: Settings, executor: Executor, routes: list[Route], *, until_empty: bool = False
+) -> Worker:
+    """The SDK worker running ``executor``'s handler for every AI task type
+    (``until_empty``: until a claim finds nothing, a drain)."""
+    worker = Worker(
+        settings.operations_target,
+        settings.service_secret,
+        worker_options(settings, routes),
+        until_empty=until_empty,
+        around_job=executor.attempt,
+        classify=failures.settlement,
+    )
+    executor.register(worker)
+    return worker
 
 
 def check_settings(settings: Settings) -> None:
@@ -110,25 +154,14 @@ async def _work(settings: Settings, stopping: asyncio.Event) -> None:
     caller = ServiceCaller.from_settings(settings, Role.WORKER)
     operations_channel = open_channel(settings.operations_target)
     workspace_channel = open_channel(settings.workspace_target)
-    operations = OperationsClient(operations_channel, caller)
     routes = [Route.LOCAL] if router.external is None else [Route.LOCAL, Route.EXTERNAL]
     executor = Executor(
-        operations,
         WorkspaceClient(workspace_channel, caller),
         router,
         journal,
-        lease_seconds=settings.worker_lease_seconds,
         task_timeout_seconds=settings.worker_task_timeout_seconds,
     )
-    loop = WorkerLoop(
-        operations,
-        executor,
-        task_types=registered_task_types(),
-        routes=routes,
-        concurrency=settings.worker_concurrency,
-        lease_seconds=settings.worker_lease_seconds,
-        poll_seconds=settings.worker_poll_seconds,
-    )
+    worker = build_worker(settings, executor, routes)
     _log.info(
         "ai_worker_started",
         task_types=registered_task_types(),
@@ -138,8 +171,10 @@ async def _work(settings: Settings, stopping: asyncio.Event) -> None:
         host_journal=isinstance(journal, HostStoreJournal),
     )
     try:
+        operations = OperationsClient(operations_channel, caller)
         await reconcile(journal, operations, stopping, settings.worker_poll_seconds)
-        await loop.run(stopping)
+        if not stopping.is_set():
+            await _run_until(worker, stopping)
     except JournalError as error:
         raise SystemExit(f"opsctl serve ai-worker: {error.message}") from error
     finally:
@@ -147,3 +182,16 @@ async def _work(settings: Settings, stopping: asyncio.Event) -> None:
         await operations_channel.close()
         await workspace_channel.close()
         journal.close()
+
+
+async def _run_until(worker: Worker, stopping: asyncio.Event) -> None:
+    """Run ``worker`` until ``stopping`` is set (or it stops itself: a journal failure,
+    which ``run`` raises once the running attempts are drained)."""
+    running = asyncio.create_task(worker.run())
+    told = asyncio.create_task(stopping.wait())
+    try:
+        await asyncio.wait({running, told}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        told.cancel()
+        worker.stop()
+        await running

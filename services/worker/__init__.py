@@ -14,8 +14,28 @@ async def render(job: Job) -> str:
 asyncio.run(worker.run())
 """
 
-from durable_ops.worker.failures import PermanentFailure, RetryableFailure
-from durable_ops.worker.job import Job
-from durable_ops.worker.runner import Handler, Worker, WorkerOptions
+from durable_ops.worker.failures import (
+    ExternalFallback,
+    HandlerFailure,
+    PermanentFailure,
+    RetryableFailure,
+    WorkerShutdown,
+)
+from durable_ops.worker.job import Ending, Job
+from durable_ops.worker.outcomes import Completed
+from durable_ops.worker.runner import Handler, JobContext, Worker, WorkerOptions
 
-__all__ = ["Handler", "Job", "PermanentFailure", "RetryableFailure", "Worker", "WorkerOptions"]
+__all__ = [
+    "Completed",
+    "Ending",
+    "ExternalFallback",
+    "Handler",
+    "HandlerFailure",
+    "Job",
+    "JobContext",
+    "PermanentFailure",
+    "RetryableFailure",
+    "Worker",
+    "WorkerOptions",
+    "WorkerShutdown",
+]

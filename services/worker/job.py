@@ -5,9 +5,27 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TypeVar
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.model.errors import DomainError, LeaseLost
+from durable_ops.model.routing import Route
+from durable_ops.model.states import Privacy
 from durable_ops.worker.lease import Lease
+from durable_ops.worker.outcomes import Completed
+from durable_ops.worker.routes import privacy_from_pb, route_from_pb
+
+T = TypeVar("T")
+
+
+class Ending(StrEnum):
+    """What the service accepted as a job's end."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"  # retryable or not
+    FELL_BACK = "fell_back"  # waiting for an external-route worker
+    CANCELLED = "cancelled"  # the owner's cancel, acknowledged
 
 
 @dataclass(eq=False)
@@ -18,13 +36,21 @@ class Job:
     it, at most about once a second). ``cancelled`` is set when the owner's
     cancel reaches the worker; the handler's task is cancelled at the same time,
     so a handler that awaits anything stops there unless it catches it.
+
+    After the job's end, ``result`` is what the handler returned (if it did) and
+    ``ending`` what the service accepted (``None``: nothing, the lease was lost
+    or the settlement refused or never answered).
     """
 
     claimed: pb.ClaimedOperation = field(repr=False)
     _hold: Callable[[Job], Awaitable[Lease]] = field(repr=False)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    held: asyncio.Event = field(default_factory=asyncio.Event, repr=False)  # the stream is open
     lease: Lease | None = field(default=None, repr=False)
-    lease_lost: bool = False  # the lease expired or moved on: the work is no longer ours
+    result: Completed | None = None
+    ending: Ending | None = None
+    _lost: bool = False  # the first beat found the lease gone
+    _opening: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)  # one stream only
 
     @property
     def operation(self) -> pb.Operation:
@@ -58,10 +84,75 @@ class Job:
     def attempt(self) -> int:
         return self.claimed.operation.attempt
 
+    @property
+    def route(self) -> Route:
+        """Which of the worker's routes the claim took it for (the external one: a fallback)."""
+        return route_from_pb(self.claimed.route)
+
+    @property
+    def privacy(self) -> Privacy:
+        """The owner's privacy choice as admission saw it."""
+        return privacy_from_pb(self.claimed.privacy)
+
+    @property
+    def trace_parent(self) -> str:
+        """The creating request's W3C traceparent ("" untraced): link the job's spans to it."""
+        return self.claimed.trace_parent
+
+    @property
+    def completed(self) -> bool:
+        return self.ending is Ending.COMPLETED
+
+    @property
+    def lease_lost(self) -> bool:
+        """The lease expired or moved on: the work is no longer ours, and nothing is settled."""
+        return self._lost or (self.lease is not None and self.lease.lost)
+
+    async def hold(self) -> Lease:
+        """Hold the lease on its heartbeat stream from now on, and return it.
+
+        The first beat answers whether the owner already cancelled: a handler
+        that calls this before expensive work starts none for a cancelled
+        operation (its task is cancelled at once). ``LeaseLost`` if it is gone.
+        """
+        async with self._opening:
+            if self._lost:
+                raise LeaseLost("the first heartbeat found the lease gone")
+            try:
+                lease = self.lease or await self._hold(self)
+            except DomainError:
+                self._lost = True
+                raise
+            finally:
+                self.held.set()
+        return lease
+
     async def progress(self, percent: int) -> None:
         """Report ``percent`` (0 to 99, never decreasing) to the owner."""
-        lease = self.lease or await self._hold(self)
+        lease = await self.hold()
         lease.report_progress(percent)
+
+    async def fenced(self, write: Awaitable[T]) -> T:
+        """Run ``write``, a call the service fences on this lease, to its end.
+
+        The owner's cancel (or the worker's stop) may arrive while it is in
+        flight; the write's own answer says which came first (it is refused with
+        ``LeaseLost``, code ``cancel_requested``, if the cancel did), so it is
+        waited for rather than abandoned, and a write that went through stands:
+        the handler returns its result as if no cancel had come.
+        """
+        call = asyncio.ensure_future(write)
+        interrupted = 0
+        while not call.done():
+            try:
+                await asyncio.wait({call})  # never cancels the call, never raises its error
+            except asyncio.CancelledError:
+                interrupted += 1
+        task = asyncio.current_task()
+        for _ in range(interrupted):
+            if task is not None:
+                task.uncancel()
+        return call.result()
 
     def log_fields(self) -> dict[str, object]:
         """What a log line may say about the job (ids only, never content)."""
@@ -70,4 +161,5 @@ class Job:
             "owner": self.owner_id,
             "task_type": self.task_type,
             "attempt": self.attempt,
+            "route": self.route.value,
         }

@@ -13,10 +13,17 @@ result reference); ``PermanentFailure``, a failure; ``RetryableFailure`` or any
 other exception, a retryable failure; the owner's cancel, an acknowledged
 cancellation; a lost lease, nothing (the work is no longer this worker's).
 
-``stop()`` stops claiming and gives running jobs ``shutdown_seconds`` to
-finish; the rest are cancelled and released as retryable failures
-(``worker_shutdown``), so another worker takes them at once instead of after
-their lease. Short jobs never open a stream: a no-op costs one claim and one
+A worker that holds several routes (``routes``) names them all in every
+claim, starting each claim with the next one. ``around_job`` wraps each job
+(what a worker does per attempt besides the handler: a journal, a trace); if
+it fails, the job is released and the worker stops, and ``run()`` raises that
+error once the rest have drained. ``classify`` maps a handler's exception to
+its settlement (``failures.failure_of`` by default).
+
+``stop()`` stops claiming (a waiting claim is given up) and gives running
+jobs ``shutdown_seconds`` to finish; the rest are cancelled and released as
+retryable failures (``worker_shutdown``), so another worker takes them at once
+instead of after their lease. Short jobs never open a stream: a no-op costs one claim and one
 completion, each shared with the rest of its batch.
 """
 
@@ -25,27 +32,40 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import timedelta
 
 import grpc
 import structlog
 
+from durable_ops import telemetry
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.model import bounds
-from durable_ops.model.errors import DomainError
+from durable_ops.model.errors import CANCEL_REQUESTED, DomainError, LeaseLost
+from durable_ops.model.routing import Route
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller, open_channel
 from durable_ops.rpc.errors import domain_error_from_rpc
-from durable_ops.worker.failures import WORKER_SHUTDOWN, HandlerFailure, failure_of
-from durable_ops.worker.job import Job
+from durable_ops.worker.failures import (
+    ExternalFallback,
+    HandlerFailure,
+    Settlement,
+    WorkerShutdown,
+    failure_of,
+)
+from durable_ops.worker.job import Ending, Job
 from durable_ops.worker.lease import HeartbeatCall, Lease
-from durable_ops.worker.settler import CALL_TIMEOUT_SECONDS, settler
+from durable_ops.worker.outcomes import Completed, completed, provenance_to_pb
+from durable_ops.worker.routes import rotated, route_to_pb
+from durable_ops.worker.settler import CALL_TIMEOUT_SECONDS, retrying, settler
 
-Handler = Callable[[Job], Awaitable[str | None]]
+Handler = Callable[[Job], Awaitable[str | Completed | None]]
+# Entered before a job's handler runs, exited once the job is settled (``job.ending``).
+JobContext = Callable[[Job], AbstractAsyncContextManager[object]]
+Classify = Callable[[Exception], Settlement]
 _log = structlog.get_logger(__name__)
-FAILED_CLAIM_PAUSE_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -53,10 +73,15 @@ class WorkerOptions:
     concurrency: int = 10  # jobs running at once
     batch_size: int = 10  # operations per claim, and completions per call
     lease_seconds: int = 30
-    claim_wait_seconds: float = 2.0  # how long a claim waits for work (also bounds stop())
+    claim_wait_seconds: float = 2.0  # how long a claim waits for work
+    claim_retry_seconds: float = 0.5  # the pause after a claim the service refused
     flush_seconds: float = 0.002  # how long a completion waits for others to join it
     heartbeat_after_seconds: float = 1.0  # a job running longer holds its lease by heartbeat
     shutdown_seconds: float = 10.0  # how long stop() lets running jobs finish
+    # The routes claimed for, all in every claim, each claim starting with the next
+    # one; empty, the local route.
+    routes: tuple[Route, ...] = ()
+    trace_name: str = "worker"  # spans are "<trace_name>.claim" and "<trace_name>.complete"
 
     def validated(self) -> WorkerOptions:
         bounds.int_range("concurrency", self.concurrency, (1, 1000))
@@ -64,6 +89,8 @@ class WorkerOptions:
         bounds.int_range("lease_seconds", self.lease_seconds, bounds.LEASE_SECONDS_RANGE)
         if self.heartbeat_after_seconds * 3 > self.lease_seconds:
             raise ValueError("heartbeat_after_seconds must leave two thirds of the lease")
+        if len(set(self.routes)) != len(self.routes):
+            raise ValueError("routes must name each route once")
         return self
 
 
@@ -77,15 +104,22 @@ class Worker:
         options: WorkerOptions | None = None,
         *,
         until_empty: bool = False,
+        around_job: JobContext | None = None,
+        classify: Classify = failure_of,
     ) -> None:
         self._target = target
         self._caller = ServiceCaller(secret, Role.WORKER)
         self.options = (options or WorkerOptions()).validated()
         self._until_empty = until_empty  # stop once a claim finds nothing and no job runs
+        self._around_job = around_job
+        self._classify = classify
         self._handlers: dict[str, Handler] = {}
         self._jobs: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
         self._free = asyncio.Event()
+        self._turn = 0  # which route the next claim starts with
+        self._claims_failing = False
+        self._fatal: Exception | None = None  # what stopped the worker, raised by run()
         self.completed = 0
         self.failed = 0
 
@@ -104,7 +138,10 @@ class Worker:
         self._free.set()
 
     async def run(self) -> None:
-        """Claim and run until ``stop()`` (or, ``until_empty``, until the queue is empty)."""
+        """Claim and run until ``stop()`` (or, ``until_empty``, until the queue is empty).
+
+        Raises what made ``around_job`` fail, once the running jobs are drained.
+        """
         if not self._handlers:
             raise ValueError("register a handler first")
         channel = open_channel(self._target)
@@ -122,6 +159,8 @@ class Worker:
             await self._failures.drain()
         finally:
             await channel.close()
+        if self._fatal is not None:
+            raise self._fatal
 
     # ---- claiming ----------------------------------------------------------------------------
 
@@ -133,11 +172,18 @@ class Worker:
                 await self._free.wait()
                 continue
             try:
-                claimed = await self._claim(min(free, self.options.batch_size))
+                claimed = await self._claim_unless_stopped(min(free, self.options.batch_size))
             except DomainError as error:
-                _log.warning("worker_claim_failed", code=error.code)
-                await asyncio.sleep(FAILED_CLAIM_PAUSE_SECONDS)
+                if not self._claims_failing:
+                    _log.warning("worker_claim_failing", code=error.code)
+                self._claims_failing = True
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.options.claim_retry_seconds):
+                        await self._stopping.wait()
                 continue
+            if self._claims_failing:
+                _log.info("worker_claim_recovered")
+                self._claims_failing = False
             if not claimed and self._until_empty:
                 if not self._jobs:
                     return
@@ -148,20 +194,48 @@ class Worker:
                 self._jobs.add(task)
                 task.add_done_callback(self._job_done)
 
+    async def _claim_unless_stopped(self, limit: int) -> Sequence[pb.ClaimedOperation]:
+        """A waiting claim, given up when the worker stops (unless it already took work)."""
+        claim = asyncio.create_task(self._claim(limit))
+        stopped = asyncio.create_task(self._stopping.wait())
+        try:
+            await asyncio.wait({claim, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            claim.cancel()
+            raise
+        finally:
+            stopped.cancel()
+        if not claim.done():
+            claim.cancel()
+            await asyncio.wait({claim})
+        return [] if claim.cancelled() else claim.result()
+
     async def _claim(self, limit: int) -> Sequence[pb.ClaimedOperation]:
+        routes = rotated(self.options.routes, self._turn)
+        self._turn += 1
         request = pb.ClaimOperationsRequest(
             task_types=list(self._handlers),
             lease_seconds=self.options.lease_seconds,
             max_operations=limit,
+            routes=[route_to_pb(route) for route in routes],
         )
         wait = 0.0 if self._until_empty else self.options.claim_wait_seconds
         request.wait.FromTimedelta(timedelta(seconds=wait))
-        try:
-            reply = await self._stub.ClaimOperations(
-                request, metadata=self._caller.metadata(), timeout=wait + CALL_TIMEOUT_SECONDS
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise domain_error_from_rpc(exc) from exc
+        # A trace of its own, linked (once the reply names them) to the requests that
+        # created the work; a claim of one operation also names it.
+        with telemetry.span(f"{self.options.trace_name}.claim", root=True) as span:
+            try:
+                reply = await self._stub.ClaimOperations(
+                    request,
+                    metadata=self._caller.metadata(),
+                    timeout=wait + CALL_TIMEOUT_SECONDS,
+                )
+            except grpc.aio.AioRpcError as exc:
+                raise domain_error_from_rpc(exc) from exc
+            for one in reply.claimed:
+                telemetry.add_link(span, one.trace_parent)
+            if len(reply.claimed) == 1:
+                span.set_attribute(telemetry.OPERATION_ID, reply.claimed[0].operation.id)
         return reply.claimed
 
     def _job_done(self, task: asyncio.Task[None]) -> None:
@@ -180,40 +254,65 @@ class Worker:
     # ---- one job -----------------------------------------------------------------------------
 
     async def _run_job(self, job: Job) -> None:
-        work: asyncio.Task[str | None] = asyncio.ensure_future(self._handlers[job.task_type](job))
+        try:
+            async with contextlib.AsyncExitStack() as around:
+                if self._around_job is not None:
+                    try:
+                        await around.enter_async_context(self._around_job(job))
+                    except Exception as error:
+                        await self._settle(job, self._classify(error))  # give it back first
+                        raise
+                await self._attempt(job)
+        except Exception as error:
+            _log.error("worker_job_context_failed", **job.log_fields(), error=type(error).__name__)
+            self._fatal = self._fatal or error
+            self.stop()
+
+    async def _attempt(self, job: Job) -> None:
+        work: asyncio.Task[str | Completed | None] = asyncio.ensure_future(
+            self._handlers[job.task_type](job)
+        )
         watch = asyncio.create_task(self._watch(job, work))
         try:
-            try:
-                result = await asyncio.shield(work)
-            except asyncio.CancelledError:
-                if not work.done():  # the worker is shutting down: stop the handler first
-                    work.cancel()
-                    with contextlib.suppress(BaseException):
-                        await work
-                await self._after_cancel(job)
-                return
-            except Exception as error:
-                await self._fail(job, failure_of(error))
-                return
-            await self._complete(job, result or "")
-        finally:
-            watch.cancel()
-            if job.lease is not None:
-                await job.lease.close()
+            returned = await asyncio.shield(work)
+        except asyncio.CancelledError:
+            if not work.done():  # the worker is shutting down: stop the handler first
+                work.cancel()
+                with contextlib.suppress(BaseException):
+                    await work
+            await self._let_go(job, watch)
+            await self._after_cancel(job)
+            return
+        except Exception as error:
+            await self._let_go(job, watch)
+            await self._after_error(job, error)
+            return
+        await self._let_go(job, watch)
+        job.result = completed(returned)
+        await self._complete(job, job.result)
 
-    async def _watch(self, job: Job, work: asyncio.Task[str | None]) -> None:
-        """Hold the lease by heartbeat once the job runs long; cancel the work when it ends."""
-        await asyncio.sleep(self.options.heartbeat_after_seconds)
+    @staticmethod
+    async def _let_go(job: Job, watch: asyncio.Task[None]) -> None:
+        """Stop holding the lease before settling: the settlement ends it, and a beat
+        crossing it would find the lease gone and call it lost."""
+        watch.cancel()
+        if job.lease is not None:
+            await job.lease.close()
+
+    async def _watch(self, job: Job, work: asyncio.Task[str | Completed | None]) -> None:
+        """Hold the lease by heartbeat once the job runs long (or the handler held it);
+        cancel the work when the lease ends."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.options.heartbeat_after_seconds):
+                await job.held.wait()
         try:
-            lease = job.lease or await self._hold(job)
+            lease = await job.hold()
         except DomainError:  # the first beat found the lease gone
-            job.lease_lost = True
             work.cancel()
             return
         await lease.ended.wait()
         if lease.cancel_requested:
             job.cancelled.set()
-        job.lease_lost = lease.lost
         work.cancel()
 
     async def _hold(self, job: Job) -> Lease:
@@ -227,20 +326,45 @@ class Worker:
         elif job.lease_lost:
             _log.warning("worker_lease_lost", **job.log_fields())
         else:  # stop() ran out of time: release it for another worker now
-            await self._fail(job, failure_of(_Shutdown()))
+            await self._fail(job, WorkerShutdown())
+
+    async def _after_error(self, job: Job, error: Exception) -> None:
+        if isinstance(error, LeaseLost) and error.code == CANCEL_REQUESTED:
+            job.cancelled.set()  # a fenced write found the owner's cancel first
+        if job.cancelled.is_set():
+            await self._acknowledge(job)
+        elif job.lease_lost or isinstance(error, LeaseLost):
+            _log.warning("worker_lease_lost", **job.log_fields())
+        else:
+            await self._settle(job, self._classify(error))
 
     # ---- settling ----------------------------------------------------------------------------
 
-    async def _complete(self, job: Job, result_ref: str) -> None:
+    async def _complete(self, job: Job, result: Completed) -> None:
         item = pb.CompleteOperationsRequest.Item(
             owner_id=job.owner_id,
             completion=pb.CompleteOperationRequest(
-                operation_id=job.operation_id, lease_token=job.lease_token, result_ref=result_ref
+                operation_id=job.operation_id,
+                lease_token=job.lease_token,
+                result_ref=result.result_ref,
+                provenance=provenance_to_pb(result.provenance),
             ),
         )
-        outcome = await self._submit(self._completions.submit(item), job, "completion")
+        with telemetry.span(
+            f"{self.options.trace_name}.complete",
+            link=job.trace_parent,
+            operation_id=job.operation_id,
+        ):
+            outcome = await self._submit(self._completions.submit(item), job, "completion")
         if outcome is not None and not outcome.status_code:
+            job.ending = Ending.COMPLETED
             self.completed += 1
+
+    async def _settle(self, job: Job, settlement: Settlement) -> None:
+        if isinstance(settlement, ExternalFallback):
+            await self._fall_back(job, settlement)
+        else:
+            await self._fail(job, settlement)
 
     async def _fail(self, job: Job, failure: HandlerFailure) -> None:
         item = pb.FailOperationsRequest.Item(
@@ -251,28 +375,57 @@ class Worker:
                 retryable=failure.retryable,
                 failure_code=failure.code,
                 failure_message=failure.message,
+                provenance=provenance_to_pb(failure.provenance),
             ),
         )
         outcome = await self._submit(self._failures.submit(item), job, "failure")
         if outcome is not None and not outcome.status_code:
+            job.ending = Ending.FAILED
             self.failed += 1
+
+    async def _fall_back(self, job: Job, fallback: ExternalFallback) -> None:
+        request = pb.RequestExternalFallbackRequest(
+            operation_id=job.operation_id,
+            lease_token=job.lease_token,
+            provenance=provenance_to_pb(fallback.provenance),
+        )
+
+        async def ask() -> pb.LeaseMutationResponse:
+            reply: pb.LeaseMutationResponse = await self._stub.RequestExternalFallback(
+                request, metadata=self._caller.metadata(job.owner_id), timeout=CALL_TIMEOUT_SECONDS
+            )
+            return reply
+
+        try:
+            await retrying(ask)
+        except DomainError as error:
+            _log.warning("worker_fallback_refused", **job.log_fields(), code=error.code)
+            return
+        job.ending = Ending.FELL_BACK
+        self.failed += 1
+        _log.info("worker_fell_back", **job.log_fields(), reason=fallback.reason)
 
     def heartbeat_stream(self, owner_id: str) -> HeartbeatCall:
         """A lease's heartbeat stream, in its owner's scope (``durable_ops.worker.lease``)."""
         return self._stub.Heartbeat(metadata=self._caller.metadata(owner_id))
 
     async def _acknowledge(self, job: Job) -> None:
-        try:
-            await self._stub.AcknowledgeCancellation(
-                pb.AcknowledgeCancellationRequest(
-                    operation_id=job.operation_id, lease_token=job.lease_token
-                ),
-                metadata=self._caller.metadata(job.owner_id),
-                timeout=CALL_TIMEOUT_SECONDS,
+        request = pb.AcknowledgeCancellationRequest(
+            operation_id=job.operation_id, lease_token=job.lease_token
+        )
+
+        async def ask() -> pb.LeaseMutationResponse:
+            reply: pb.LeaseMutationResponse = await self._stub.AcknowledgeCancellation(
+                request, metadata=self._caller.metadata(job.owner_id), timeout=CALL_TIMEOUT_SECONDS
             )
-        except grpc.aio.AioRpcError as exc:
-            error = domain_error_from_rpc(exc)
+            return reply
+
+        try:
+            await retrying(ask)
+        except DomainError as error:
             _log.warning("worker_cancel_not_acknowledged", **job.log_fields(), code=error.code)
+            return
+        job.ending = Ending.CANCELLED
 
     @staticmethod
     async def _submit(
@@ -311,9 +464,4 @@ class Worker:
         return reply
 
 
-class _Shutdown(HandlerFailure):
-    def __init__(self) -> None:
-        super().__init__(WORKER_SHUTDOWN, "the worker stopped before the job finished")
-
-
-__all__ = ["Handler", "Worker", "WorkerOptions"]
+__all__ = ["Classify", "Handler", "JobContext", "Worker", "WorkerOptions"]

@@ -28,6 +28,7 @@ RETRY_SECONDS = 30.0
 CALL_TIMEOUT_SECONDS = 10.0
 
 Item = TypeVar("Item", bound=Message)
+Reply = TypeVar("Reply", bound=Message)
 Outcome = pb.LeaseMutationsResponse.Outcome
 Send = Callable[[Sequence[Item]], Awaitable[pb.LeaseMutationsResponse]]
 
@@ -36,15 +37,15 @@ def settler(send: Send[Item], batch_size: int, flush_seconds: float) -> Batcher[
     """A batcher whose batches go out by ``send``, asked again while the service is away."""
 
     async def apply(items: list[Item]) -> Sequence[Outcome]:
-        reply = await _retrying(lambda: send(items))
+        reply = await retrying(lambda: send(items))
         return list(reply.outcomes)
 
     return Batcher(apply, batch_size, flush_seconds)
 
 
-async def _retrying(
-    call: Callable[[], Awaitable[pb.LeaseMutationsResponse]],
-) -> pb.LeaseMutationsResponse:
+async def retrying(call: Callable[[], Awaitable[Reply]]) -> Reply:
+    """``call``'s reply, asked again while the service answers UNAVAILABLE (within
+    ``RETRY_SECONDS``); any other refusal is raised at once as its ``DomainError``."""
     loop = asyncio.get_running_loop()
     started = loop.time()
     failures = 0

@@ -1,4 +1,5 @@
-"""The worker's executor against the real Operations service, on both engines.
+"""The AI worker (its handler on the worker SDK) against the real Operations service,
+on both engines.
 
 Workspace is a stand-in here (the end-to-end tests use the real one); the
 model is a real HTTP server; time for leases moves by ``ManualClock`` and for
@@ -14,23 +15,22 @@ from contextlib import asynccontextmanager
 import pytest
 from prometheus_client import REGISTRY
 
-from durable_ops.ai_worker.claims import ClaimedOperation
-from durable_ops.ai_worker.clients import AiSettings, OperationsClient
+from durable_ops.ai_worker.clients import AiSettings
 from durable_ops.ai_worker.execution import Executor
 from durable_ops.ai_worker.handlers import WorkspaceReader
 from durable_ops.ai_worker.inference import ModelClient, Router
-from durable_ops.ai_worker.journal import JournalEntry
+from durable_ops.ai_worker.journal import JournalEntry, JournalError
 from durable_ops.ai_worker.prompts import CvText, JobText
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.circuit import CircuitBreaker
 from durable_ops.model.errors import NotFound
 from durable_ops.model.routing import Route
-from durable_ops.model.scope import Role
 from durable_ops.model.states import Plan, Privacy
-from durable_ops.rpc.client import ServiceCaller, open_channel
+from durable_ops.worker import Job
 from tests.support.ai_stack import ModelServer
+from tests.support.ai_worker import Journal, drain
 from tests.support.clock import ManualClock
-from tests.support.grpc_services import SECRET, Services, running_services
+from tests.support.grpc_services import Services, running_services
 from tests.support.operations_client import ALICE, OpsClient
 
 LEASE_SECONDS = 5
@@ -66,26 +66,21 @@ class Workspace:
     async def cv(self, attachment_id: str) -> CvText:
         return CvText(text="Built Spark pipelines in Python.")
 
-    async def publish_note(self, op: ClaimedOperation, body_json: str) -> tuple[str, bool]:
-        self.notes.append(op.operation_id)
+    async def publish_note(self, job: Job, body_json: str) -> tuple[str, bool]:
+        self.notes.append(job.operation_id)
         return f"note-{len(self.notes)}", True
 
 
-class Journal:
-    def __init__(self) -> None:
-        self.finished: list[tuple[str, bool]] = []
+class CancellingJournal(Journal):
+    """The owner cancels once the operation is claimed, before the attempt's first beat."""
+
+    def __init__(self, ops: OpsClient) -> None:
+        super().__init__()
+        self.ops = ops
 
     def start(self, entry: JournalEntry) -> None:
-        return None
-
-    def finish(self, entry: JournalEntry, succeeded: bool) -> None:
-        self.finished.append((entry.operation_id, succeeded))
-
-    def unresolved(self) -> list[JournalEntry]:
-        return []
-
-    def close(self) -> None:
-        return None
+        assert self.ops.cancel(ALICE, entry.operation_id).cancel_requested
+        super().start(entry)
 
 
 class Monotonic:
@@ -115,33 +110,16 @@ def _circuit_state() -> float | None:
 
 @asynccontextmanager
 async def executor_on(
-    services: Services, router: Router, workspace: Workspace, journal: Journal, timeout: float
-) -> AsyncIterator[tuple[OperationsClient, Executor]]:
-    channel = open_channel(services.target)
-    operations = OperationsClient(channel, ServiceCaller(SECRET, Role.WORKER))
-    executor = Executor(
-        operations,
-        workspace,
-        router,
-        journal,
-        lease_seconds=LEASE_SECONDS,
-        task_timeout_seconds=timeout,
-    )
+    router: Router, workspace: Workspace, journal: Journal, timeout: float
+) -> AsyncIterator[Executor]:
     try:
-        yield operations, executor
+        yield Executor(workspace, router, journal, task_timeout_seconds=timeout)
     finally:
         await router.aclose()
-        await channel.close()
 
 
 def _local(model: ModelServer, timeout: float = 30) -> ModelClient:
     return ModelClient(model.url, "dev-heuristic", route=Route.LOCAL, timeout_seconds=timeout)
-
-
-async def _claim_and_execute(operations: OperationsClient, executor: Executor) -> None:
-    claimed = await operations.claim([STRATEGY, CV_REVIEW], LEASE_SECONDS, [Route.LOCAL])
-    assert claimed is not None
-    await executor.execute(claimed, asyncio.Event())
 
 
 def test_a_cancel_before_the_first_beat_is_acknowledged_without_inference(
@@ -150,16 +128,12 @@ def test_a_cancel_before_the_first_beat_is_acknowledged_without_inference(
     model = ModelServer()
     ops = OpsClient(services)
     operation_id = _create(ops, "early", STRATEGY, pb.PRIVACY_LOCAL_ONLY)
-    workspace, journal = Workspace(), Journal()
+    workspace, journal = Workspace(), CancellingJournal(ops)
 
     async def scenario() -> None:
-        async with executor_on(
-            services, Router(_local(model), CircuitBreaker(3, 30)), workspace, journal, 30
-        ) as (operations, executor):
-            claimed = await operations.claim([STRATEGY], LEASE_SECONDS, [Route.LOCAL])
-            assert claimed is not None
-            assert ops.cancel(ALICE, operation_id).cancel_requested
-            await executor.execute(claimed, asyncio.Event())
+        router = Router(_local(model), CircuitBreaker(3, 30))
+        async with executor_on(router, workspace, journal, 30) as executor:
+            await drain(services, executor, LEASE_SECONDS)
 
     try:
         asyncio.run(scenario())
@@ -177,13 +151,13 @@ def test_a_slow_model_times_out_and_a_deleted_subject_fails_for_good(services: S
 
     async def scenario() -> None:
         router = Router(_local(model, timeout=1), CircuitBreaker(3, 30))
-        async with executor_on(services, router, workspace, journal, 1) as (operations, executor):
+        async with executor_on(router, workspace, journal, 1) as executor:
             started = asyncio.get_running_loop().time()
-            await _claim_and_execute(operations, executor)
+            await drain(services, executor, LEASE_SECONDS)
             assert asyncio.get_running_loop().time() - started < 5
             workspace.deleted.add("job-1")
             _create(ops, "deleted", STRATEGY, pb.PRIVACY_LOCAL_ONLY)
-            await _claim_and_execute(operations, executor)
+            await drain(services, executor, LEASE_SECONDS)
 
     try:
         asyncio.run(scenario())
@@ -214,10 +188,8 @@ def test_a_lost_lease_stops_the_work_and_publishes_nothing(services: Services) -
 
     async def scenario() -> None:
         router = Router(_local(model), CircuitBreaker(3, 30))
-        async with executor_on(services, router, workspace, journal, 60) as (operations, executor):
-            claimed = await operations.claim([STRATEGY], LEASE_SECONDS, [Route.LOCAL])
-            assert claimed is not None
-            running = asyncio.create_task(executor.execute(claimed, asyncio.Event()))
+        async with executor_on(router, workspace, journal, 60) as executor:
+            running = asyncio.create_task(drain(services, executor, LEASE_SECONDS))
             await _until(lambda: model.completions == 1)
             clock.advance(LEASE_SECONDS + 1)
             report = await asyncio.to_thread(services.sweep)
@@ -244,17 +216,15 @@ def test_the_circuit_opens_falls_back_where_permitted_and_half_opens(services: S
     async def scenario() -> dict[str, str]:
         external = ModelClient(model.url, "dev-heuristic", route=Route.EXTERNAL)
         router = Router(_local(model), CircuitBreaker(3, 30), external, clock=monotonic)
-        async with executor_on(services, router, workspace, journal, 10) as (operations, executor):
+        async with executor_on(router, workspace, journal, 10) as executor:
 
             async def run(
                 key: str, privacy: pb.Privacy.ValueType, route: Route = Route.LOCAL
             ) -> str:
                 external_claim = route is Route.EXTERNAL
                 operation_id = key if external_claim else _create(ops, key, CV_REVIEW, privacy)
-                claimed = await operations.claim([CV_REVIEW], LEASE_SECONDS, [route])
-                assert claimed is not None
-                assert claimed.operation_id == operation_id
-                await executor.execute(claimed, asyncio.Event())
+                await drain(services, executor, LEASE_SECONDS, [route])
+                assert [entry.operation_id for entry in journal.started[-1:]] == [operation_id]
                 return operation_id
 
             ids = {f"down-{n}": await run(f"down-{n}", pb.PRIVACY_LOCAL_ONLY) for n in range(3)}
@@ -287,3 +257,48 @@ def test_the_circuit_opens_falls_back_where_permitted_and_half_opens(services: S
     assert outcome("permitted") == ("succeeded", None, "external")
     assert ops.row(ids["permitted"]).attempt == 1  # the fallback continued the attempt
     assert workspace.notes == [ids["healed"], ids["permitted"]]
+
+
+class BrokenJournal(Journal):
+    """The host journal fails from the ``fail_from``-th attempt it records."""
+
+    def __init__(self, fail_from: int) -> None:
+        super().__init__()
+        self.fail_from = fail_from
+
+    def start(self, entry: JournalEntry) -> None:
+        if len(self.started) + 1 >= self.fail_from:
+            raise JournalError("the host store is read-only")
+        super().start(entry)
+
+
+def test_a_failing_host_journal_gives_the_claim_back_and_stops_the_worker(
+    services: Services,
+) -> None:
+    model = ModelServer()
+    ops = OpsClient(services)
+    first = _create(ops, "journaled", STRATEGY, pb.PRIVACY_LOCAL_ONLY)
+    workspace, journal = Workspace(), BrokenJournal(fail_from=2)
+
+    async def scenario() -> None:
+        router = Router(_local(model), CircuitBreaker(3, 30))
+        async with executor_on(router, workspace, journal, 30) as executor:
+            await drain(services, executor, LEASE_SECONDS)
+            more = [_create(ops, key, STRATEGY, pb.PRIVACY_LOCAL_ONLY) for key in ("b", "c")]
+            with pytest.raises(JournalError):
+                await drain(services, executor, LEASE_SECONDS)
+            # One was claimed (the clock stands still: either) and given back at once.
+            given_back = [ops.row(operation_id) for operation_id in more]
+            assert sorted((row.state, row.failure_code) for row in given_back) == [
+                ("queued", None),
+                ("waiting_for_retry", "host_store_error"),
+            ]
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        model.stop()
+    assert journal.finished == [(first, True)]
+    assert model.completions == 1  # nothing ran unrecorded
+    # The worker stopped at once: the third operation waits for another worker.
+    assert ops.state_counts() == {"succeeded": 1, "waiting_for_retry": 1, "queued": 1}

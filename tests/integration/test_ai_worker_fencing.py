@@ -14,8 +14,7 @@ from contextlib import asynccontextmanager
 from sqlalchemy import select
 from structlog.testing import capture_logs
 
-from durable_ops.ai_worker.claims import ClaimedOperation
-from durable_ops.ai_worker.clients import OperationsClient, WorkspaceClient
+from durable_ops.ai_worker.clients import WorkspaceClient
 from durable_ops.ai_worker.execution import Executor
 from durable_ops.ai_worker.inference import ModelClient, Router
 from durable_ops.model.circuit import CircuitBreaker
@@ -23,8 +22,9 @@ from durable_ops.model.routing import Route
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller, open_channel
 from durable_ops.storage.schema import AiWorkspaceNote
-from tests.integration.test_ai_worker_executor import Journal
+from durable_ops.worker import Job
 from tests.support.ai_stack import ModelServer
+from tests.support.ai_worker import Journal, drain
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import SECRET, Services
 from tests.support.operations_client import ALICE, OpsClient
@@ -36,23 +36,20 @@ STRATEGY = "strategy.snapshot"
 
 @asynccontextmanager
 async def worker(
-    services: Services, model: ModelServer, workspace_type: type[WorkspaceClient] = WorkspaceClient
-) -> AsyncIterator[tuple[OperationsClient, Executor]]:
+    services: Services,
+    model: ModelServer,
+    workspace_type: type[WorkspaceClient] = WorkspaceClient,
+    journal: Journal | None = None,
+) -> AsyncIterator[Executor]:
     channel = open_channel(services.target)
     caller = ServiceCaller(SECRET, Role.WORKER)
-    operations = OperationsClient(channel, caller)
     local = ModelClient(model.url, "dev-heuristic", route=Route.LOCAL, timeout_seconds=30)
     router = Router(local, CircuitBreaker(3, 30))
     executor = Executor(
-        operations,
-        workspace_type(channel, caller),
-        router,
-        Journal(),
-        lease_seconds=LEASE_SECONDS,
-        task_timeout_seconds=30,
+        workspace_type(channel, caller), router, journal or Journal(), task_timeout_seconds=30
     )
     try:
-        yield operations, executor
+        yield executor
     finally:
         await router.aclose()
         await channel.close()
@@ -69,22 +66,16 @@ def _notes(services: Services) -> list[str | None]:
         return list(session.scalars(select(AiWorkspaceNote.operation_id)))
 
 
-async def _claim(operations: OperationsClient) -> ClaimedOperation:
-    claimed = await operations.claim([STRATEGY], LEASE_SECONDS, [Route.LOCAL])
-    assert claimed is not None
-    return claimed
-
-
 class HeldBeforePublishing(WorkspaceClient):
     """Holds the attempt's publish at a gate, as a stalled worker process would be held."""
 
     reached: asyncio.Event
     gate: asyncio.Event
 
-    async def publish_note(self, op: ClaimedOperation, body_json: str) -> tuple[str, bool]:
+    async def publish_note(self, job: Job, body_json: str) -> tuple[str, bool]:
         self.reached.set()
         await self.gate.wait()
-        return await super().publish_note(op, body_json)
+        return await super().publish_note(job, body_json)
 
 
 def test_an_attempt_whose_lease_was_taken_over_publishes_nothing(
@@ -95,20 +86,20 @@ def test_an_attempt_whose_lease_was_taken_over_publishes_nothing(
 
     async def scenario() -> None:
         HeldBeforePublishing.reached, HeldBeforePublishing.gate = asyncio.Event(), asyncio.Event()
+        holder_journal = Journal()
         async with (
-            worker(services, model, HeldBeforePublishing) as (stale_ops, stale),
-            worker(services, model) as (holder_ops, holder),
+            worker(services, model, HeldBeforePublishing) as stale,
+            worker(services, model, journal=holder_journal) as holder,
         ):
-            first = await _claim(stale_ops)
-            stale_attempt = asyncio.create_task(stale.execute(first, asyncio.Event()))
+            stale_attempt = asyncio.create_task(drain(services, stale, LEASE_SECONDS))
             await asyncio.wait_for(HeldBeforePublishing.reached.wait(), 30)
             clock.advance(LEASE_SECONDS + 1)
             assert (await asyncio.to_thread(services.sweep)).expired_leases == 1
             clock.advance(60)
             assert (await asyncio.to_thread(services.sweep)).promoted == 1
-            second = await _claim(holder_ops)
-            assert (second.operation_id, second.attempt) == (operation_id, 2)
-            await holder.execute(second, asyncio.Event())
+            await drain(services, holder, LEASE_SECONDS)
+            second = holder_journal.started
+            assert [(entry.operation_id, entry.attempt) for entry in second] == [(operation_id, 2)]
             HeldBeforePublishing.gate.set()
             await asyncio.wait_for(stale_attempt, 30)
 
@@ -133,9 +124,9 @@ class CancelJustBeforePublishing(WorkspaceClient):
 
     services: Services
 
-    async def publish_note(self, op: ClaimedOperation, body_json: str) -> tuple[str, bool]:
-        await asyncio.to_thread(OpsClient(self.services).cancel, ALICE, op.operation_id)
-        return await super().publish_note(op, body_json)
+    async def publish_note(self, job: Job, body_json: str) -> tuple[str, bool]:
+        await asyncio.to_thread(OpsClient(self.services).cancel, ALICE, job.operation_id)
+        return await super().publish_note(job, body_json)
 
 
 def test_a_cancel_that_lands_before_the_note_wins(services: Services) -> None:
@@ -144,8 +135,8 @@ def test_a_cancel_that_lands_before_the_note_wins(services: Services) -> None:
     CancelJustBeforePublishing.services = services
 
     async def scenario() -> None:
-        async with worker(services, model, CancelJustBeforePublishing) as (operations, executor):
-            await executor.execute(await _claim(operations), asyncio.Event())
+        async with worker(services, model, CancelJustBeforePublishing) as executor:
+            await drain(services, executor, LEASE_SECONDS)
 
     try:
         asyncio.run(scenario())

@@ -7,7 +7,6 @@ SDK's in-memory exporter, so the test reads back every span each piece made.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -21,7 +20,7 @@ from opentelemetry.trace import SpanKind
 from sqlalchemy import select
 
 from durable_ops import telemetry
-from durable_ops.ai_worker.clients import OperationsClient, WorkspaceClient
+from durable_ops.ai_worker.clients import WorkspaceClient
 from durable_ops.ai_worker.execution import Executor
 from durable_ops.ai_worker.inference import ModelClient, Router
 from durable_ops.ai_worker.journal import NullJournal
@@ -33,6 +32,7 @@ from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller, open_channel
 from durable_ops.storage.schema import UserOperation
 from tests.support.ai_stack import ModelServer
+from tests.support.ai_worker import drain
 from tests.support.clock import ManualClock
 from tests.support.gateway import bearer, gateway_client, make_app, run
 from tests.support.grpc_services import SECRET, Services, running_services
@@ -40,7 +40,6 @@ from tests.support.workspace_client import entitle
 
 JOB = {"title": "Engineer", "company": "Acme", "description": "Python, Spark and SQL."}
 CV = {"kind": "cv", "filename": "cv.txt", "text": "Built Spark pipelines in Python."}
-STRATEGY = "strategy.snapshot"
 LEASE_SECONDS = 30
 # What the browser (or a proxy in front of the gateway) sends: the request joins this trace.
 CALLER_TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -109,26 +108,18 @@ async def _post_snapshot(services: Services, exporter: InMemorySpanExporter) -> 
 
 
 async def _work_it(services: Services, model: ModelServer) -> None:
-    """The real worker's claim and executor, against the real services and a real model."""
+    """The real worker (on the SDK), against the real services and a real model."""
     caller = ServiceCaller(SECRET, Role.WORKER)
     channel = open_channel(services.target)
-    operations = OperationsClient(channel, caller)
     router = Router(
         ModelClient(model.url, "dev-heuristic", route=Route.LOCAL, timeout_seconds=30),
         CircuitBreaker(3, 30),
     )
     executor = Executor(
-        operations,
-        WorkspaceClient(channel, caller),
-        router,
-        NullJournal(),
-        lease_seconds=LEASE_SECONDS,
-        task_timeout_seconds=30,
+        WorkspaceClient(channel, caller), router, NullJournal(), task_timeout_seconds=30
     )
     try:
-        claimed = await operations.claim([STRATEGY], LEASE_SECONDS, [Route.LOCAL])
-        assert claimed is not None
-        await executor.execute(claimed, asyncio.Event())
+        await drain(services, executor, LEASE_SECONDS)
     finally:
         await router.aclose()
         await channel.close()

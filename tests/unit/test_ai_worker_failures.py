@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from durable_ops.ai_worker.failures import Action, classify, shutdown
+from durable_ops.ai_worker.failures import Action, classify, settlement
 from durable_ops.ai_worker.inference.errors import (
     ExternalRouteNotPermitted,
     InvalidModelOutput,
@@ -15,7 +15,7 @@ from durable_ops.ai_worker.inference.errors import (
     ModelServerError,
     ModelTimeout,
 )
-from durable_ops.ai_worker.inference.result import Provenance
+from durable_ops.ai_worker.journal import JournalError
 from durable_ops.model.errors import (
     DomainError,
     InvalidArgument,
@@ -24,7 +24,14 @@ from durable_ops.model.errors import (
     PermissionDenied,
     Unavailable,
 )
+from durable_ops.model.provenance import Provenance
 from durable_ops.model.routing import LocalUnavailableAction
+from durable_ops.worker import (
+    ExternalFallback,
+    HandlerFailure,
+    PermanentFailure,
+    RetryableFailure,
+)
 
 LOCAL = Provenance(provider="127.0.0.1", model="dev-heuristic", route="local")
 
@@ -47,6 +54,7 @@ LOCAL = Provenance(provider="127.0.0.1", model="dev-heuristic", route="local")
         (InvalidArgument("job", "is required"), Action.FAIL, "invalid_input"),
         (Unavailable("down"), Action.RETRY, "dependency_unavailable"),
         (DomainError("internal error"), Action.RETRY, "dependency_unavailable"),
+        (JournalError("disk full"), Action.RETRY, "host_store_error"),
         (RuntimeError("bug"), Action.RETRY, "worker_error"),
     ],
 )
@@ -90,10 +98,26 @@ def test_messages_are_our_own_words() -> None:
     assert user_text not in outcome.message
 
 
-def test_shutdown_gives_the_operation_back() -> None:
-    outcome = shutdown()
-    assert (outcome.action, outcome.code, outcome.retryable) == (
-        Action.RETRY,
-        "worker_shutdown",
-        True,
+def test_the_sdk_settles_each_action_by_its_exception_type() -> None:
+    down = LocalRouteUnavailable(
+        LocalUnavailableAction.FALLBACK_TO_EXTERNAL, reason="circuit_open", provenance=LOCAL
     )
+    fallback = settlement(down)
+    assert isinstance(fallback, ExternalFallback)
+    assert (fallback.reason, fallback.provenance) == ("circuit_open", LOCAL)
+    retry = settlement(ModelTimeout("slow"))
+    assert isinstance(retry, RetryableFailure)
+    assert (retry.code, retry.retryable) == ("model_timeout", True)
+    refused = settlement(ModelRequestRejected(400))
+    assert isinstance(refused, PermanentFailure)
+    assert (refused.code, refused.retryable) == ("model_request_rejected", False)
+    own = PermanentFailure("invalid_input", "ours")
+    assert settlement(own) is own  # a handler's own failure passes as it is
+
+
+def test_a_long_message_is_cut_to_what_is_stored() -> None:
+    outcome = classify(InvalidArgument("job", "x" * 2000))
+    failure = settlement(InvalidArgument("job", "x" * 2000))
+    assert len(outcome.message) > 512
+    assert isinstance(failure, HandlerFailure)
+    assert len(failure.message) == 512

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from durable_ops.ai_worker.claims import privacy_from_pb, route_to_pb
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.gateway import dto
 from durable_ops.model.errors import InvalidArgument
@@ -12,6 +11,7 @@ from durable_ops.model.routing import Route
 from durable_ops.model.states import OperationState, Privacy
 from durable_ops.rpc import states
 from durable_ops.wire import operations as wire
+from durable_ops.worker.routes import privacy_from_pb, route_to_pb
 
 UNKNOWN_STATE = pb.OperationState.ValueType(99)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from durable_ops.model.errors import InvalidArgument
+from durable_ops.model.routing import Route
 from durable_ops.worker import WorkerOptions
 
 
@@ -19,8 +20,9 @@ def test_the_defaults_are_valid() -> None:
         {"batch_size": 101},
         {"lease_seconds": 1},
         {"lease_seconds": 6, "heartbeat_after_seconds": 3.0},
+        {"routes": (Route.LOCAL, Route.LOCAL)},
     ],
 )
-def test_out_of_range_options_are_refused(options: dict[str, float]) -> None:
+def test_out_of_range_options_are_refused(options: dict[str, object]) -> None:
     with pytest.raises((ValueError, InvalidArgument)):
         WorkerOptions(**options).validated()  # type: ignore[arg-type]

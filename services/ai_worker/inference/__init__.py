@@ -19,8 +19,9 @@ from durable_ops.ai_worker.inference.errors import (
 )
 from durable_ops.ai_worker.inference.metrics import LOCAL_CIRCUIT_STATE
 from durable_ops.ai_worker.inference.request import AnswerValidator, InferenceRequest
-from durable_ops.ai_worker.inference.result import InferenceResult, Provenance
+from durable_ops.ai_worker.inference.result import InferenceResult
 from durable_ops.ai_worker.inference.router import Router
+from durable_ops.model.provenance import Provenance
 
 __all__ = [
     "LOCAL_CIRCUIT_STATE",

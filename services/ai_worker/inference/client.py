@@ -49,10 +49,11 @@ from durable_ops.ai_worker.inference.response_format import (
     refuses_json_schema,
     response_format,
 )
-from durable_ops.ai_worker.inference.result import InferenceResult, Provenance
+from durable_ops.ai_worker.inference.result import InferenceResult
 from durable_ops.ai_worker.inference.sse import Event, EventDecoder, MalformedStream
 from durable_ops.model.bounds import PROVIDER_MAX
 from durable_ops.model.progress import DEFAULT_BUDGET_TOKENS, ProgressMeter
+from durable_ops.model.provenance import Provenance
 from durable_ops.model.routing import Route
 
 GENERIC_PROVIDER = "openai-compatible"

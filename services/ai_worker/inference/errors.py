@@ -25,7 +25,7 @@ route that were tried, when there was one.
 
 from __future__ import annotations
 
-from durable_ops.ai_worker.inference.result import Provenance
+from durable_ops.model.provenance import Provenance
 from durable_ops.model.routing import LocalUnavailableAction
 
 
