@@ -35,7 +35,7 @@ from durable_ops.model.states import Plan, Privacy
 from durable_ops.rpc.client import Metadata, ServiceCaller, UnaryMethod
 from durable_ops.rpc.errors import domain_error_from_rpc
 from durable_ops.rpc.states import state_from_pb
-from durable_ops.worker.lease import HeartbeatCall
+from durable_ops.worker.lease import LeaseStream
 
 # Unary calls are short database transactions; a stuck one must not hold a lease hostage.
 CALL_TIMEOUT_SECONDS = 10.0
@@ -103,6 +103,8 @@ class OperationsClient:
     def __init__(self, channel: grpc.aio.Channel, caller: ServiceCaller) -> None:
         self._stub = pb_grpc.OperationsServiceStub(channel)
         self._caller = caller
+        # The worker's one lease stream (``durable_ops.worker.lease``), in the neutral scope.
+        self.leases = LeaseStream(lambda: self._stub.HoldLeases(metadata=caller.metadata()))
 
     async def claim(
         self,
@@ -133,10 +135,6 @@ class OperationsClient:
             span.set_attribute(telemetry.OPERATION_ID, claimed.operation_id)
             telemetry.add_link(span, claimed.trace_parent)
         return claimed
-
-    def heartbeat_stream(self, owner_id: str) -> HeartbeatCall:
-        """An open ``Heartbeat`` stream call; ``durable_ops.worker.lease`` drives it."""
-        return self._stub.Heartbeat(metadata=self._caller.metadata(owner_id))
 
     async def complete(self, op: ClaimedOperation, provenance: Provenance, result_ref: str) -> str:
         request = pb.CompleteOperationRequest(

@@ -591,8 +591,9 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
                         return
                     if isinstance(request, Pushed):
                         cancelled = sorted(cancels.take() & {lease.operation_id for lease in held})
+                        for operation_id in cancelled:
+                            log.info("cancel_pushed", operation_id=operation_id)
                         if cancelled:
-                            log.info("cancels_pushed", count=len(cancelled))
                             yield pb.HoldLeasesResponse(
                                 outcomes=[
                                     pb.HoldLeasesResponse.Outcome(
@@ -615,6 +616,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         """One beat: every lease the stream holds extended by one transaction, each
         answered alone; a lost or refused one leaves the stream and its cancel watch."""
         beat = held.apply(_entries(request), request.dropped)
+        added = {lease.operation_id for lease in request.leases if lease.lease_token}
         outcomes = [_refusal(operation_id, error) for operation_id, error in beat.refused.items()]
         for operation_id in beat.refused:
             cancels.discard(operation_id)
@@ -638,6 +640,10 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
                 cancels.add(lease.operation_id)
             if lease.progress is not None:
                 self.watch.changed(lease.operation_id)
+            if lease.operation_id in added:
+                log.info(
+                    "lease_stream_opened", operation_id=lease.operation_id, owner=lease.owner_id
+                )
             outcomes.append(
                 pb.HoldLeasesResponse.Outcome(
                     operation_id=lease.operation_id,
