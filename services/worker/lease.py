@@ -220,9 +220,7 @@ class LeaseStream:
             self._keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._keeper
-        if self._call is not None:
-            self._call.cancel()
-            self._call = None
+        self._drop_call()
 
     # ---- the keeper ------------------------------------------------------------------------
 
@@ -266,12 +264,19 @@ class LeaseStream:
 
     async def _beat_or_reopen(self) -> None:
         try:
-            await self._beat()
-        except StreamBroken as broken:
-            await self._reopen(broken)
+            try:
+                await self._beat()
+            except StreamBroken as broken:
+                await self._reopen(broken)
         except DomainError as refused:  # the service refused the stream itself: nothing is held
             _log.warning("lease_stream_refused", code=refused.code, held=self.held)
+            self._drop_call()
             self._lose(list(self._leases.values()), refused)
+
+    def _drop_call(self) -> None:
+        if self._call is not None:
+            self._call.cancel()
+            self._call = None
 
     async def _beat(self) -> None:
         if self._call is None:
@@ -319,9 +324,7 @@ class LeaseStream:
         _log.warning("heartbeat_stream_broken", reason=str(broken), held=self.held)
         delay = RECONNECT_FIRST_DELAY_SECONDS
         while True:
-            if self._call is not None:
-                self._call.cancel()
-                self._call = None
+            self._drop_call()
             now = self._clock()
             ran_out = [lease for lease in self._leases.values() if lease.live_until <= now]
             self._lose(ran_out, LeaseLost("the lease stream stayed broken until the lease ran out"))
