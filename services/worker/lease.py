@@ -189,15 +189,21 @@ class LeaseStream:
     def held(self) -> int:
         return len(self._leases)
 
-    async def join(self, lease: Lease) -> None:
-        """Hold ``lease`` from the next beat on, sent at once; the error that refused it."""
-        self._leases[lease.operation_id] = lease
-        self._wake.set()
-        if self._keeper is None:
-            self._keeper = asyncio.create_task(self._keep())
+    async def hold(self, op: HeldOperation, lease_seconds: int) -> Lease:
+        """The lease of ``op``, held from the next beat on (sent at once) once answered;
+        the error that refused it. Asked again while held, the same ``Lease``: a job's
+        progress and its watch may both ask for it at the same moment."""
+        lease = self._leases.get(op.operation_id)
+        if lease is None or lease.token != op.lease_token:
+            lease = Lease(self, op, lease_seconds, clock=self._clock)
+            self._leases[op.operation_id] = lease
+            self._wake.set()
+            if self._keeper is None:
+                self._keeper = asyncio.create_task(self._keep())
         await lease.answered_or_ended()
         if lease.lost:
             raise lease.error
+        return lease
 
     def leave(self, lease: Lease) -> None:
         """Stop holding ``lease``: it is not extended from the next beat on."""
@@ -386,12 +392,14 @@ class Lease:
     def operation_id(self) -> str:
         return self._op.operation_id
 
+    @property
+    def token(self) -> str:
+        return self._op.lease_token
+
     @classmethod
     async def open(cls, holder: HoldsLeases, op: HeldOperation, lease_seconds: int) -> Lease:
         """Join the worker's lease stream and wait for the first answer; the error if refused."""
-        lease = cls(holder.leases, op, lease_seconds)
-        await holder.leases.join(lease)
-        return lease
+        return await holder.leases.hold(op, lease_seconds)
 
     def report_progress(self, percent: int) -> None:
         """The work's estimate, 0 to 99; sent on the next beat, at most about once a second."""

@@ -194,3 +194,17 @@ def test_a_broken_call_is_reopened_with_every_live_lease() -> None:
         await leases[0].confirm()  # held: answered on the new call
 
     _run(scenario)
+
+
+def test_a_lease_asked_for_twice_at_once_is_one_lease() -> None:
+    """A job's first progress and its watch may both open its lease at the same moment."""
+
+    async def scenario(h: Harness) -> None:
+        first, second = await asyncio.gather(h.open("a"), h.open("a"))
+        assert first is second
+        assert [_added(request) for request in h.calls[0].requests] == [["a"]]
+        first.report_progress(40)
+        await _until(lambda: len(h.calls[0].requests) == 2)
+        assert h.calls[0].requests[1].leases[0].progress_percent == 40
+
+    _run(scenario)
