@@ -194,7 +194,12 @@ class LeaseStream:
         the error that refused it. Asked again while held, the same ``Lease``: a job's
         progress and its watch may both ask for it at the same moment."""
         lease = self._leases.get(op.operation_id)
-        if lease is None or lease.token != op.lease_token:
+        if lease is not None and lease.token != op.lease_token:  # claimed again since
+            self._lose([lease], LeaseLost("the operation was claimed again"))
+            self._on_call.discard(op.operation_id)  # the new token goes out whole
+            self._dropped.discard(op.operation_id)
+            lease = None
+        if lease is None:
             lease = Lease(self, op, lease_seconds, clock=self._clock)
             self._leases[op.operation_id] = lease
             self._wake.set()

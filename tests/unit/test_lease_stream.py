@@ -208,3 +208,15 @@ def test_a_lease_asked_for_twice_at_once_is_one_lease() -> None:
         assert h.calls[0].requests[1].leases[0].progress_percent == 40
 
     _run(scenario)
+
+
+def test_a_new_claim_of_a_held_operation_replaces_its_lease_whole() -> None:
+    async def scenario(h: Harness) -> None:
+        old = await h.open("a")
+        new = await Lease.open(h, Held("a", lease_token="n" * 43), LEASE_SECONDS)
+        assert (old.lost, new.ended.is_set()) == (True, False)
+        tokens = [entry.lease_token for entry in h.calls[0].requests[1].leases]
+        assert tokens == ["n" * 43]
+        assert list(h.calls[0].requests[1].dropped) == []
+
+    _run(scenario)
