@@ -618,7 +618,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         beat = held.apply(_entries(request), request.dropped)
         added = {lease.operation_id for lease in request.leases if lease.lease_token}
         outcomes = [_refusal(operation_id, error) for operation_id, error in beat.refused.items()]
-        for operation_id in beat.refused:
+        for operation_id in added | beat.refused.keys():  # a new lease is watched afresh
             cancels.discard(operation_id)
         if beat.held:
             now = self._clock()
