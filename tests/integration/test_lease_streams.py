@@ -306,3 +306,26 @@ def test_only_the_neutral_worker_scope_may_hold_leases(services: Services) -> No
         stream = ops.lease_stream(md)
         expect_failure(lambda stream=stream: stream.beat((lease,)), denied)  # type: ignore[misc]
     assert ops.row(lease.id).lease_expires_at == services.clock() + timedelta(seconds=30)
+
+
+def test_a_new_lease_of_an_operation_gets_its_own_push_on_the_same_stream(
+    services: Services, pool: ThreadPoolExecutor
+) -> None:
+    ops = OpsClient(services)
+    (first,) = _claimed(ops, 1)
+    stream = ops.lease_stream()
+    stream.beat((first,))
+    pushed: Future[pb.HoldLeasesResponse] = pool.submit(stream.read)
+    ops.cancel(first.owner, first.id)
+    assert pushed.result(HANG_GUARD).outcomes[0].operation_id == first.id
+    ops.acknowledge_cancel(first)
+    ops.retry(first.owner, first.id)
+    second = ops.claim_one()
+    assert (second.id, second.token != first.token) == (first.id, True)
+
+    assert stream.beat((second,))[second.id].cancel_requested is False
+    pushed = pool.submit(stream.read)
+    ops.cancel(second.owner, second.id)
+    message = pushed.result(HANG_GUARD)
+    assert [(o.operation_id, o.cancel_requested) for o in message.outcomes] == [(second.id, True)]
+    stream.close()
