@@ -72,6 +72,10 @@ class HeldLeases:
 
     def apply(self, entries: Sequence[Entry], dropped: Sequence[str]) -> Beat:
         """Take one request in; raises ``InvalidArgument`` when it is not a beat at all."""
+        if len(entries) > self._max:
+            raise InvalidArgument(
+                "leases", f"a stream holds at most {self._max} leases", code=TOO_MANY_LEASES
+            )
         named = [entry.operation_id for entry in entries]
         if not all(named):
             raise InvalidArgument("operation_id", "every lease names its operation")
@@ -117,8 +121,11 @@ class HeldLeases:
         if entry.lease_seconds:
             bounds.int_range("lease_seconds", entry.lease_seconds, bounds.LEASE_SECONDS_RANGE)
         current = self._held.get(entry.operation_id)
-        same = current is not None and entry.owner_id in ("", current.owner_id)
-        if current is not None and same and entry.token in ("", current.token):
+        if (
+            current is not None
+            and entry.owner_id in ("", current.owner_id)
+            and entry.token in ("", current.token)
+        ):
             return replace(current, lease_seconds=entry.lease_seconds or current.lease_seconds)
         if not entry.owner_id or not entry.token:
             raise InvalidArgument(

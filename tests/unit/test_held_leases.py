@@ -121,3 +121,6 @@ def test_a_stream_holds_a_bounded_number_of_leases() -> None:
     assert refused.value.code == TOO_MANY_LEASES
     assert [lease.operation_id for lease in held] == ["a", "b"]
     assert len(held.apply([_add("c")], ["a"]).held) == 2
+    with pytest.raises(InvalidArgument) as too_many:  # before any entry is looked at
+        held.apply([Entry("d"), Entry("e"), Entry("")], [])
+    assert too_many.value.code == TOO_MANY_LEASES
