@@ -14,6 +14,7 @@ and 9 give absolute latencies and query rates against absolute targets. Sections
 8 live lease channel (cancel and pickup latency with two replicas, cancel poll cost)
 9 google.longrunning WaitOperation (complete-to-done latency, 100 waiters' query cost)
 10 Galera (lifecycles/s through three nodes vs one, 1213 replays per 1,000 claims)
+11 lease stream (one beat of N leases on one stream vs N single streams, ADR 26)
 
 A full run (without ``--quick``) waits for a quiet machine before each section
 and writes its table into ``benchmarks/RESULTS.md`` (``--no-results`` to skip).
@@ -39,6 +40,7 @@ from benchmarks import (
     heartbeats,
     hoststore,
     lease_channel,
+    lease_stream,
     listing,
     long_running,
     machine,
@@ -60,6 +62,7 @@ SECTIONS: dict[str, Callable[[Context], list[Row]]] = {
     "8": lease_channel.run,
     "9": long_running.run,
     "10": galera.run,
+    "11": lease_stream.run,
 }
 RESULTS = Path(__file__).with_name("RESULTS.md")
 BEGIN_MARK = "<!-- full-run:begin -->"

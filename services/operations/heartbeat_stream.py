@@ -1,4 +1,4 @@
-"""Reading one heartbeat stream while waiting for the owner's cancel at the same time.
+"""Reading one lease stream (``Heartbeat``, ``HoldLeases``) while waiting for a cancel.
 
 The servicer answers every beat in order, and may also have to speak first:
 when the cancel lands between two beats, ``BeatReader.next`` returns
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Final
+from typing import Final, Generic, TypeVar
 
-from durable_ops.api.operations.v1 import operations_pb2 as pb
+Beat = TypeVar("Beat")
 
 
 class Pushed:
@@ -22,16 +22,14 @@ class Pushed:
 PUSHED: Final = Pushed()
 
 
-class BeatReader:
-    """The heartbeat requests of one stream, read while also waiting for a pushed cancel."""
+class BeatReader(Generic[Beat]):
+    """The requests of one lease stream, read while also waiting for a pushed cancel."""
 
-    def __init__(self, requests: AsyncIterator[pb.HeartbeatRequest]) -> None:
+    def __init__(self, requests: AsyncIterator[Beat]) -> None:
         self._requests = requests
-        self._pending: asyncio.Future[pb.HeartbeatRequest | None] | None = None
+        self._pending: asyncio.Future[Beat | None] | None = None
 
-    async def next(
-        self, unless: asyncio.Event | None = None
-    ) -> pb.HeartbeatRequest | Pushed | None:
+    async def next(self, unless: asyncio.Event | None = None) -> Beat | Pushed | None:
         """The next beat; ``None`` at the end of the stream; ``PUSHED`` once ``unless`` is set."""
         if self._pending is None:
             self._pending = asyncio.ensure_future(anext(self._requests, None))

@@ -4,10 +4,11 @@ Each method names the scope it runs in, converts the request, runs one storage
 call in one transaction (owner-scoped unless it is the claim) and converts the
 answer. Rules live in ``durable_ops.model``; SQL in ``durable_ops.storage``.
 
-Three calls stay open: a waiting claim (``ClaimWaiters``), the heartbeat
-stream, which also pushes the owner's cancel (``CancelWatch``), and a wait for
-an operation to end or move (``OperationWatch``). All are woken at once by what
-this replica commits and by one shared poll each for the rest.
+Four calls stay open: a waiting claim (``ClaimWaiters``), the heartbeat
+stream of one lease and the lease stream of a worker (``HoldLeases``), which
+also push the owner's cancel (``CancelWatch``), and a wait for an operation to
+end or move (``OperationWatch``). All are woken at once by what this replica
+commits and by one shared poll each for the rest.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from google.longrunning import operations_proto_pb2 as lro
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.clock import Clock
-from durable_ops.model import bounds, lifecycle
+from durable_ops.model import bounds, held_leases, lifecycle
 from durable_ops.model.errors import DomainError, InvalidArgument
+from durable_ops.model.held_leases import HeldLeases
 from durable_ops.model.lifecycle import Event
 from durable_ops.model.scope import require_neutral_worker, require_owner, require_worker_owner
 from durable_ops.model.states import OperationState
@@ -33,6 +35,7 @@ from durable_ops.operations.claim_waiters import ClaimWaiters, Kind
 from durable_ops.operations.heartbeat_stream import BeatReader, Pushed
 from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.operations.operation_watch import OperationWatch
+from durable_ops.operations.row_watch import Watch
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.errors import status_for, translate_errors
 from durable_ops.rpc.scope import caller_scope
@@ -48,7 +51,7 @@ from durable_ops.wire import operations as convert
 
 log = structlog.get_logger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["OperationsService"].full_name
-DEFAULT_HEARTBEAT_LEASE_SECONDS = 30
+DEFAULT_HEARTBEAT_LEASE_SECONDS = held_leases.DEFAULT_LEASE_SECONDS
 _DEFAULTS = Settings()  # the poll intervals of a servicer built without its own
 WaitRequest = pb.WaitOperationRequest | lro.WaitOperationRequest
 
@@ -102,6 +105,28 @@ def _claim_wait_seconds(request: pb.ClaimOperationRequest | pb.ClaimOperationsRe
 def _names_only(beat: pb.HeartbeatRequest, operation_id: str, token: str) -> bool:
     """A later beat may leave the lease out, or repeat it; it may not name another."""
     return beat.operation_id in ("", operation_id) and beat.lease_token in ("", token)
+
+
+def _entries(request: pb.HoldLeasesRequest) -> list[held_leases.Entry]:
+    return [
+        held_leases.Entry(
+            operation_id=lease.operation_id,
+            owner_id=lease.owner_id,
+            token=lease.lease_token,
+            lease_seconds=lease.lease_seconds,
+            progress=lease.progress_percent if lease.HasField("progress_percent") else None,
+        )
+        for lease in request.leases
+    ]
+
+
+def _refusal(operation_id: str, error: DomainError) -> pb.HoldLeasesResponse.Outcome:
+    return pb.HoldLeasesResponse.Outcome(
+        operation_id=operation_id,
+        status_code=status_for(error).value[0],
+        error_code=error.code,
+        message=error.message,
+    )
 
 
 def _claim_source(route: pb.Route.ValueType) -> OperationState:
@@ -546,6 +571,87 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         return pb.HeartbeatResponse(
             lease_expires_at=convert.timestamp(expires), cancel_requested=cancel_requested
         )
+
+    # ---- the worker's one lease stream (neutral scope, each lease naming its owner) -------
+
+    @translate_errors
+    async def HoldLeases(
+        self,
+        request_iterator: AsyncIterator[pb.HoldLeasesRequest],
+        context: ServicerContext,
+    ) -> AsyncIterator[pb.HoldLeasesResponse]:
+        require_neutral_worker(caller_scope(context))
+        beats = BeatReader(request_iterator)
+        held = HeldLeases()
+        try:
+            with self.cancels.watching_many() as cancels:
+                while True:
+                    request = await beats.next(unless=cancels.event)
+                    if request is None:
+                        return
+                    if isinstance(request, Pushed):
+                        cancelled = sorted(cancels.take() & {lease.operation_id for lease in held})
+                        for operation_id in cancelled:
+                            log.info("cancel_pushed", operation_id=operation_id)
+                        if cancelled:
+                            yield pb.HoldLeasesResponse(
+                                outcomes=[
+                                    pb.HoldLeasesResponse.Outcome(
+                                        operation_id=operation_id, cancel_requested=True
+                                    )
+                                    for operation_id in cancelled
+                                ],
+                                pushed=True,
+                            )
+                        continue
+                    for operation_id in request.dropped:
+                        cancels.discard(operation_id)
+                    yield await self._hold(held, request, cancels)
+        finally:
+            beats.close()
+
+    async def _hold(
+        self, held: HeldLeases, request: pb.HoldLeasesRequest, cancels: Watch
+    ) -> pb.HoldLeasesResponse:
+        """One beat: every lease the stream holds extended by one transaction, each
+        answered alone; a lost or refused one leaves the stream and its cancel watch."""
+        beat = held.apply(_entries(request), request.dropped)
+        added = {lease.operation_id for lease in request.leases if lease.lease_token}
+        outcomes = [_refusal(operation_id, error) for operation_id, error in beat.refused.items()]
+        for operation_id in added | beat.refused.keys():  # a new lease is watched afresh
+            cancels.discard(operation_id)
+        if beat.held:
+            now = self._clock()
+            answers = await self._db.run_core_async(
+                lambda tx: operations.heartbeat_many(tx, beat.held, now), owner_id=None
+            )
+        else:
+            answers = []
+        for lease, answer in zip(beat.held, answers, strict=True):
+            if isinstance(answer, DomainError):
+                held.lose(lease.operation_id)
+                cancels.discard(lease.operation_id)
+                outcomes.append(_refusal(lease.operation_id, answer))
+                continue
+            expires, cancel_requested = answer
+            if cancel_requested:  # the holder learns it here: no push after this answer
+                cancels.discard(lease.operation_id)
+            elif not cancels.woken(lease.operation_id):
+                cancels.add(lease.operation_id)
+            if lease.progress is not None:
+                self.watch.changed(lease.operation_id)
+            if lease.operation_id in added:
+                log.info(
+                    "lease_stream_opened", operation_id=lease.operation_id, owner=lease.owner_id
+                )
+            outcomes.append(
+                pb.HoldLeasesResponse.Outcome(
+                    operation_id=lease.operation_id,
+                    lease_expires_at=convert.timestamp(expires),
+                    cancel_requested=cancel_requested,
+                )
+            )
+        return pb.HoldLeasesResponse(outcomes=outcomes)
 
     @translate_errors
     async def CompleteOperation(

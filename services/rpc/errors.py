@@ -186,6 +186,18 @@ def domain_error_from_rpc(exc: grpc.aio.AioRpcError) -> DomainError:
     return error
 
 
+def domain_error_from_status(status_code: int, code: str, message: str) -> DomainError:
+    """The typed error one item of a batched answer stands for (its status, code, message)."""
+    status = next(
+        (status for status in grpc.StatusCode if status.value[0] == status_code),
+        grpc.StatusCode.UNKNOWN,
+    )
+    error = _rebuild(status, message, {})
+    if code:
+        error.code = code
+    return error
+
+
 def _rebuild(status: grpc.StatusCode, details: str, trailers: Mapping[str, str]) -> DomainError:
     if status == grpc.StatusCode.INVALID_ARGUMENT:
         field = trailers.get(ERROR_FIELD, "request")

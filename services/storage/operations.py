@@ -76,6 +76,7 @@ from durable_ops.model.errors import (
     LeaseLost,
     NotFound,
 )
+from durable_ops.model.held_leases import HeldLease
 from durable_ops.model.lifecycle import AttemptOutcome, Decision, Event, Facts
 from durable_ops.model.retention import pruned
 from durable_ops.model.routing import Route
@@ -702,6 +703,145 @@ def heartbeat(
     return expires, op.cancel_requested
 
 
+# One beat of a worker's lease stream: at most this many rows per UPDATE (and per read).
+BEAT_ROWS_MAX = 100
+
+
+@cache
+def _extend_many(count: int, *, unless_cancelled: bool) -> Update:
+    """One UPDATE extending ``count`` live leases of any owners: each row guarded on its own
+    id, owner and token hash (``CASE id``), given its own expiry and, when the beat carries
+    one, its own progress. Built once per size."""
+    ids = row_ids("id", count)
+
+    def own(name: str, type_: Any = None) -> ColumnElement[Any]:
+        return per_row(OPS.c.id, ids, name, type_)
+
+    statement = (
+        update(OPS)
+        .where(
+            OPS.c.id.in_(ids),
+            OPS.c.state == S.RUNNING,
+            OPS.c.lease_expires_at > bindparam("now"),
+            OPS.c.lease_token_hash == own("token_hash"),
+            OPS.c.owner_user_id == own("owner"),
+        )
+        .values(
+            lease_expires_at=own("expires", OPS.c.lease_expires_at.type),
+            progress_percent=func.coalesce(
+                own("progress", OPS.c.progress_percent.type), OPS.c.progress_percent
+            ),
+            updated_at=bindparam("now"),
+        )
+    )
+    # The common beat: no cancellation pending, so the answer needs no read.
+    return statement.where(OPS.c.cancel_requested.is_(False)) if unless_cancelled else statement
+
+
+_LEASES_OF = (
+    select(
+        OPS.c.id,
+        OPS.c.owner_user_id,
+        OPS.c.lease_token_hash,
+        *(OPS.c[name] for name in Facts.__dataclass_fields__),
+    )
+    .where(OPS.c.id.in_(bindparam("ids", expanding=True)))
+    .with_for_update()
+)
+
+Held = tuple[datetime, bool]  # a held lease's new expiry, and whether its owner asked to cancel
+
+
+def heartbeat_many(tx: Tx, leases: Sequence[HeldLease], now: datetime) -> list[Held | DomainError]:
+    """Extend many live leases of many owners; answer each one alone, in order.
+
+    One guarded UPDATE for up to ``BEAT_ROWS_MAX`` leases, each row by its own
+    id, owner and token hash (a token extends only the operation it was claimed
+    for, of the owner it was claimed for) and, in the common beat, no cancel
+    pending. When fewer rows matched: one read of the rows, locked, says for
+    each lease why (``decide``, as the single ``heartbeat``), and one more
+    UPDATE extends the leases still held whose owner asked to cancel.
+    """
+    if tx.owner_id is not None:
+        raise ScopeViolation("a lease stream's beat runs in the neutral scope")
+    answers: list[Held | DomainError] = []
+    for start in range(0, len(leases), BEAT_ROWS_MAX):
+        answers += _beat(tx, leases[start : start + BEAT_ROWS_MAX], now)
+    return answers
+
+
+def _beat_parameters(leases: Sequence[HeldLease], now: datetime) -> dict[str, Any]:
+    parameters: dict[str, Any] = {"now": now}
+    for n, lease in enumerate(leases):
+        parameters.update(
+            {
+                f"id_{n}": lease.operation_id,
+                f"owner_{n}": lease.owner_id,
+                f"token_hash_{n}": hash_token(lease.token),
+                f"expires_{n}": lifecycle.lease_expiry(now, lease.lease_seconds),
+                f"progress_{n}": lease.progress,
+            }
+        )
+    return parameters
+
+
+def _beat(tx: Tx, leases: Sequence[HeldLease], now: datetime) -> list[Held | DomainError]:
+    parameters = _beat_parameters(leases, now)
+    expiries = [parameters[f"expires_{n}"] for n in range(len(leases))]
+    extended = tx.execute(_extend_many(len(leases), unless_cancelled=True), parameters).rowcount
+    if extended == len(leases):
+        first = leases[0]
+        _recognised_by(
+            first.operation_id,
+            lease_token_hash=parameters["token_hash_0"],
+            lease_expires_at=expiries[0],
+        )
+        return [(expires, False) for expires in expiries]
+    # Rare path: a cancel is pending, or some leases are not this worker's any more.
+    rows = {
+        row.id: row for row in tx.execute(_LEASES_OF, {"ids": [x.operation_id for x in leases]})
+    }
+    answers: list[Held | DomainError] = []
+    cancelled: list[int] = []
+    for n, lease in enumerate(leases):
+        try:
+            row = _held_row(rows.get(lease.operation_id), lease, parameters[f"token_hash_{n}"])
+            lifecycle.decide(_row_facts(row), Event.HEARTBEAT, now)  # LeaseLost when it is gone
+        except DomainError as refused:
+            answers.append(refused)
+            continue
+        if row.lease_expires_at != expiries[n]:  # held, but not extended by the beat above
+            cancelled.append(n)
+        answers.append((expiries[n], bool(row.cancel_requested)))
+    if cancelled:
+        again = [leases[n] for n in cancelled]
+        statement = _extend_many(len(again), unless_cancelled=False)
+        if tx.execute(statement, _beat_parameters(again, now)).rowcount != len(again):
+            raise RuntimeError("a lease read held and locked was not extended")  # unreachable
+    held = [n for n, answer in enumerate(answers) if not isinstance(answer, DomainError)]
+    if held:
+        _recognised_by(
+            leases[held[0]].operation_id,
+            lease_token_hash=parameters[f"token_hash_{held[0]}"],
+            lease_expires_at=expiries[held[0]],
+        )
+    return answers
+
+
+def _held_row(row: Row[Any] | None, lease: HeldLease, token_hash: str) -> Row[Any]:
+    """The lease's row when it is the named owner's and carries its token."""
+    if row is None or row.owner_user_id != lease.owner_id:  # another owner's: not found
+        raise NotFound("operation not found", code="operation_not_found")
+    if row.lease_token_hash is None or not hmac.compare_digest(row.lease_token_hash, token_hash):
+        raise LeaseLost("the lease token does not match this operation's lease")
+    return row
+
+
+def _row_facts(row: Row[Any]) -> Facts:
+    values = {name: row._mapping[name] for name in Facts.__dataclass_fields__}
+    return Facts(**{**values, "state": S(row.state)})
+
+
 _LOCK_LEASE = (
     select(
         OPS.c.state,
@@ -1322,6 +1462,7 @@ __all__ = [
     "find_by_key",
     "get",
     "heartbeat",
+    "heartbeat_many",
     "hold_for_publish",
     "latest_for_subject",
     "list_page",

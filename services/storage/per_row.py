@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import BindParameter, ColumnElement, bindparam, case
+from sqlalchemy.types import TypeEngine
 
 
 def row_ids(name: str, count: int) -> list[BindParameter[str]]:
@@ -19,7 +20,19 @@ def row_ids(name: str, count: int) -> list[BindParameter[str]]:
 
 
 def per_row(
-    id_column: ColumnElement[str], ids: list[BindParameter[str]], name: str
+    id_column: ColumnElement[str],
+    ids: list[BindParameter[str]],
+    name: str,
+    type_: TypeEngine[Any] | None = None,
 ) -> ColumnElement[Any]:
-    """Each row's own ``{name}_{n}``, chosen by its id: the value for ``ids[n]``'s row."""
-    return case(*((id_column == row_id, bindparam(f"{name}_{n}")) for n, row_id in enumerate(ids)))
+    """Each row's own ``{name}_{n}``, chosen by its id: the value for ``ids[n]``'s row.
+
+    ``type_`` binds the values as the column they are compared with or written to
+    (a datetime must be stored by the column's rules, e.g. SQLite's text form).
+    """
+    return case(
+        *(
+            (id_column == row_id, bindparam(f"{name}_{n}", type_=type_))
+            for n, row_id in enumerate(ids)
+        )
+    )

@@ -32,7 +32,7 @@ class Ending(StrEnum):
 class Job:
     """A claimed operation, held by its lease for as long as the handler runs.
 
-    ``progress`` reports 0 to 99 to the owner (the lease's heartbeat stream carries
+    ``progress`` reports 0 to 99 to the owner (the worker's lease stream carries
     it, at most about once a second). ``cancelled`` is set when the owner's
     cancel reaches the worker; the handler's task is cancelled at the same time,
     so a handler that awaits anything stops there unless it catches it.

@@ -1,20 +1,24 @@
-"""The heartbeat stream that holds one claimed operation's lease while the work runs.
+"""One lease stream per worker holds the leases of all its running jobs (ADR 0026).
 
-The first beat names the lease and its length; its answer says whether the
-owner already asked to cancel. A keeper then beats every third of the lease,
-so at least two beats land in every lease window, and sooner (at most about
-once a second) when the work reports new progress. Every beat is answered in
-order; besides those answers, the service pushes the owner's cancel the moment
-it is committed, so the work stops within a fraction of a second.
+A job's ``Lease`` joins its worker's ``LeaseStream``: the join goes out on the
+next beat at once, and its answer says whether the owner already asked to
+cancel. The stream then beats every third of the shortest lease it holds, so
+at least two beats land in every lease window, and sooner (at most about once
+a second) when a job reports new progress. Every beat extends every lease on
+the stream with one UPDATE on the service and is answered in order, lease by
+lease; besides those answers, the service pushes the owner's cancel of a lease
+the moment it is committed, so that job stops within a fraction of a second.
+A lease that ends (its job closes it, its owner cancels, it is lost) leaves the
+stream; the stream closes once it holds none.
 
-``ended`` is set when the owner asked to cancel or the lease is lost: an
-ABORTED answer (the lease expired or moved to another attempt), an answer
-refusing the lease, or a stream that stayed broken until the lease ran out.
-A stream that breaks (its Operations replica restarted) does not end the
-lease: the keeper reopens one, which round robin sends to another replica,
-with the same token, for as long as the lease is live by its own reckoning.
-The executor then stops the work and, having lost the lease, publishes
-nothing. Temporal does the same: a failed heartbeat cancels the activity.
+A lease's ``ended`` is set when the owner asked to cancel or the lease is lost:
+an answer refusing it (ABORTED: it expired or moved to another attempt), or a
+stream that stayed broken until the lease ran out. A stream that breaks (its
+Operations replica restarted) does not end the leases: the stream reopens,
+which round robin sends to another replica, and adds them again with their
+tokens, for as long as each is live by its own reckoning. The job then stops
+and, having lost the lease, publishes nothing. Temporal does the same: a
+failed heartbeat cancels the activity.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol, TypeAlias
 
 import grpc
@@ -32,7 +36,7 @@ import structlog
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.errors import DomainError, LeaseLost, Unavailable
 from durable_ops.model.progress import CEILING as PROGRESS_CEILING
-from durable_ops.rpc.errors import domain_error_from_rpc
+from durable_ops.rpc.errors import domain_error_from_rpc, domain_error_from_status
 
 BEATS_PER_LEASE = 3
 PROGRESS_BEAT_SECONDS = 1.0  # progress reaches the owner at most this often
@@ -42,7 +46,8 @@ RECONNECT_MAX_DELAY_SECONDS = 2.0
 
 _log = structlog.get_logger(__name__)
 
-HeartbeatCall: TypeAlias = grpc.aio.StreamStreamCall[pb.HeartbeatRequest, pb.HeartbeatResponse]
+HoldLeasesCall: TypeAlias = grpc.aio.StreamStreamCall[pb.HoldLeasesRequest, pb.HoldLeasesResponse]
+Outcome = pb.HoldLeasesResponse.Outcome
 
 
 class HeldOperation(Protocol):
@@ -57,37 +62,41 @@ class HeldOperation(Protocol):
     def log_fields(self) -> dict[str, object]: ...
 
 
-class StreamOpener(Protocol):
-    def heartbeat_stream(self, owner_id: str) -> HeartbeatCall:
-        """An open ``Heartbeat`` call in ``owner_id``'s scope."""
-        ...
+class HoldsLeases(Protocol):
+    """Whoever keeps a worker's one lease stream (the SDK's ``Worker``, the AI worker)."""
+
+    @property
+    def leases(self) -> LeaseStream: ...
 
 
 class StreamBroken(Exception):
-    """The stream failed in transit; the lease itself may well be live."""
+    """The stream failed in transit; the leases themselves may well be live."""
 
 
 def _breaks_only_the_stream(error: DomainError) -> bool:
-    # UNAVAILABLE, CANCELLED, INTERNAL, UNKNOWN: the replica or the network, not the lease.
+    # UNAVAILABLE, CANCELLED, INTERNAL, UNKNOWN: the replica or the network, not the leases.
     return isinstance(error, Unavailable) or type(error) is DomainError
 
 
-class _Stream:
-    """One open Heartbeat call: beats written in turn, every message read by one reader."""
+class _Call:
+    """One open HoldLeases call: beats written in turn, every message read by one reader."""
 
-    def __init__(self, call: HeartbeatCall, on_pushed_cancel: Callable[[], None]) -> None:
+    def __init__(
+        self, call: HoldLeasesCall, on_pushed: Callable[[Iterable[Outcome]], None]
+    ) -> None:
         self._call = call
-        self._on_pushed_cancel = on_pushed_cancel
-        self._answers: deque[asyncio.Future[pb.HeartbeatResponse]] = deque()
+        self._on_pushed = on_pushed
+        self._answers: deque[asyncio.Future[pb.HoldLeasesResponse]] = deque()
         self._writing = asyncio.Lock()
         self.broken: BaseException | None = None
         self._reader = asyncio.create_task(self._read())
 
-    async def beat(self, request: pb.HeartbeatRequest, timeout: float) -> pb.HeartbeatResponse:
+    async def beat(self, request: pb.HoldLeasesRequest, timeout: float) -> pb.HoldLeasesResponse:
         """Send one beat and wait for its answer; ``StreamBroken`` or the refusal otherwise."""
         if self.broken is not None:
             raise self.broken
-        answer: asyncio.Future[pb.HeartbeatResponse] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[pb.HoldLeasesResponse] = loop.create_future()
         try:
             async with asyncio.timeout(timeout):
                 async with self._writing:
@@ -95,11 +104,11 @@ class _Stream:
                     await self._call.write(request)
                 return await answer
         except TimeoutError:
-            raise StreamBroken("no heartbeat answer in time") from None
+            raise StreamBroken("no answer to the beat in time") from None
         except grpc.aio.AioRpcError as exc:
             raise self._failed(exc) from exc
         except (grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
-            raise self._failed(StreamBroken("the heartbeat stream is closed")) from exc
+            raise self._failed(StreamBroken("the lease stream is closed")) from exc
         finally:
             # A beat given up on (timed out, or its write failed) leaves its answer
             # behind: done here, so a later failure of the stream is nobody's loose error.
@@ -112,11 +121,10 @@ class _Stream:
         try:
             while True:
                 message = await self._call.read()
-                if not isinstance(message, pb.HeartbeatResponse):  # grpc.aio.EOF
-                    raise StreamBroken("the heartbeat stream ended")
+                if not isinstance(message, pb.HoldLeasesResponse):  # grpc.aio.EOF
+                    raise StreamBroken("the lease stream ended")
                 if message.pushed:
-                    if message.cancel_requested:
-                        self._on_pushed_cancel()
+                    self._on_pushed(message.outcomes)
                     continue
                 if not self._answers:
                     raise StreamBroken("an answer to no beat")
@@ -157,176 +165,329 @@ class _Stream:
         self._call.cancel()
 
 
-class Lease:
+class LeaseStream:
+    """The one HoldLeases stream of a worker (of a channel), open while it holds leases."""
+
     def __init__(
         self,
-        operations: StreamOpener,
+        open_call: Callable[[], HoldLeasesCall],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._open_call = open_call
+        self._clock = clock
+        self._leases: dict[str, Lease] = {}  # held, in the order they joined
+        self._on_call: set[str] = set()  # added on the current call; others join on the next beat
+        self._dropped: set[str] = set()  # left since the last beat; the service is told then
+        self._call: _Call | None = None
+        self._keeper: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._urgent = False  # a lease asked to be confirmed: beat now
+        self._last_beat = 0.0
+
+    @property
+    def held(self) -> int:
+        return len(self._leases)
+
+    async def hold(self, op: HeldOperation, lease_seconds: int) -> Lease:
+        """The lease of ``op``, held from the next beat on (sent at once) once answered;
+        the error that refused it. Asked again while held, the same ``Lease``: a job's
+        progress and its watch may both ask for it at the same moment."""
+        lease = self._leases.get(op.operation_id)
+        if lease is not None and lease.token != op.lease_token:  # claimed again since
+            self._lose([lease], LeaseLost("the operation was claimed again"))
+            self._on_call.discard(op.operation_id)  # the new token goes out whole
+            self._dropped.discard(op.operation_id)
+            lease = None
+        if lease is None:
+            lease = Lease(self, op, lease_seconds, clock=self._clock)
+            self._leases[op.operation_id] = lease
+            self._wake.set()
+            if self._keeper is None:
+                self._keeper = asyncio.create_task(self._keep())
+        await lease.answered_or_ended()
+        if lease.lost:
+            raise lease.error
+        return lease
+
+    def leave(self, lease: Lease) -> None:
+        """Stop holding ``lease``: it is not extended from the next beat on."""
+        if self._leases.get(lease.operation_id) is not lease:
+            return
+        del self._leases[lease.operation_id]
+        if lease.operation_id in self._on_call:
+            self._on_call.discard(lease.operation_id)
+            self._dropped.add(lease.operation_id)
+        self._wake.set()
+
+    def beat_soon(self, *, now: bool = False) -> None:
+        """New progress (sent when it is due) or a confirmation (``now``) to send."""
+        self._urgent = self._urgent or now
+        self._wake.set()
+
+    async def close(self) -> None:
+        """End the stream now; the leases it held are not extended any more."""
+        if self._keeper is not None:
+            self._keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keeper
+        self._drop_call()
+
+    # ---- the keeper ------------------------------------------------------------------------
+
+    async def _keep(self) -> None:
+        try:
+            while True:
+                while self._leases:
+                    await self._until_due()
+                    if self._leases:
+                        await self._beat_or_reopen()
+                if self._call is not None:
+                    call, self._call = self._call, None
+                    await call.close()
+                if not self._leases:  # none joined while the call closed
+                    return
+        except Exception as error:  # a bug: the leases cannot be vouched for any more
+            _log.warning("lease_stream_failed", code=type(error).__name__, held=self.held)
+            self._lose(list(self._leases.values()), LeaseLost("the lease stream failed"))
+        finally:
+            self._keeper = None
+
+    def _due(self) -> float:
+        """When the next beat goes out: at once for a joining lease or a confirmation."""
+        if self._urgent or any(operation_id not in self._on_call for operation_id in self._leases):
+            return self._clock()
+        leases = self._leases.values()
+        due = self._last_beat + min(lease.interval for lease in leases)
+        if any(lease.progress_due for lease in leases):
+            due = min(due, self._last_beat + PROGRESS_BEAT_SECONDS)
+        return due
+
+    async def _until_due(self) -> None:
+        while self._leases:
+            self._wake.clear()
+            wait = self._due() - self._clock()
+            if wait <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._wake.wait()
+
+    async def _beat_or_reopen(self) -> None:
+        try:
+            try:
+                await self._beat()
+            except StreamBroken as broken:
+                await self._reopen(broken)
+        except DomainError as refused:  # the service refused the stream itself: nothing is held
+            _log.warning("lease_stream_refused", code=refused.code, held=self.held)
+            self._drop_call()
+            self._lose(list(self._leases.values()), refused)
+
+    def _drop_call(self) -> None:
+        if self._call is not None:
+            self._call.cancel()
+            self._call = None
+
+    async def _beat(self) -> None:
+        if self._call is None:
+            self._call = _Call(self._open_call(), self._cancels_pushed)
+            self._on_call.clear()
+            self._dropped.clear()
+        beaten = dict(self._leases)
+        entries = [
+            lease.entry(added=operation_id not in self._on_call)
+            for operation_id, lease in beaten.items()
+        ]
+        request = pb.HoldLeasesRequest(
+            leases=[entry for entry in entries if entry is not None], dropped=sorted(self._dropped)
+        )
+        sent = self._clock()
+        self._urgent = False
+        self._dropped.clear()
+        self._on_call.update(beaten)
+        answer = await self._call.beat(request, timeout=self._answer_within(sent, beaten.values()))
+        self._last_beat = sent
+        gone: list[tuple[Lease, DomainError]] = []
+        for outcome in answer.outcomes:
+            lease = beaten.get(outcome.operation_id)
+            if lease is None or self._leases.get(outcome.operation_id) is not lease:
+                continue  # it left while the beat was on its way
+            if outcome.status_code:
+                error = domain_error_from_status(
+                    outcome.status_code, outcome.error_code, outcome.message
+                )
+                gone.append((lease, error))
+            else:
+                lease.held(sent, cancel_requested=outcome.cancel_requested)
+                if outcome.cancel_requested:
+                    self.leave(lease)
+        for lease, error in gone:
+            self._on_call.discard(lease.operation_id)  # the service let go of it already
+            self._lose([lease], error)
+
+    def _answer_within(self, now: float, leases: Iterable[Lease]) -> float:
+        """How long an answer may take: until the first of these leases runs out."""
+        return max(min(lease.live_until for lease in leases) - now, 0.001)
+
+    async def _reopen(self, broken: StreamBroken) -> None:
+        """Reopen the stream while any lease is live; those that ran out meanwhile are lost."""
+        _log.warning("heartbeat_stream_broken", reason=str(broken), held=self.held)
+        delay = RECONNECT_FIRST_DELAY_SECONDS
+        while True:
+            self._drop_call()
+            now = self._clock()
+            ran_out = [lease for lease in self._leases.values() if lease.live_until <= now]
+            self._lose(ran_out, LeaseLost("the lease stream stayed broken until the lease ran out"))
+            if not self._leases:
+                return
+            try:
+                await self._beat()
+            except StreamBroken:
+                soonest = min(lease.live_until for lease in self._leases.values())
+                await asyncio.sleep(min(delay, max(soonest - self._clock(), 0)))
+                delay = min(delay * 2, RECONNECT_MAX_DELAY_SECONDS)
+                continue
+            _log.info("heartbeat_stream_reopened", held=self.held)
+            return
+
+    def _cancels_pushed(self, outcomes: Iterable[Outcome]) -> None:
+        for outcome in outcomes:
+            lease = self._leases.get(outcome.operation_id)
+            if lease is not None and outcome.cancel_requested:
+                lease.cancelled()
+                self.leave(lease)
+
+    def _lose(self, leases: Iterable[Lease], error: DomainError) -> None:
+        for lease in leases:
+            self.leave(lease)
+            _log.warning("lease_lost", **lease.log_fields(), code=error.code)
+            lease.lose(error)
+
+
+class Lease:
+    """One claimed operation's lease, held on its worker's lease stream while the job runs."""
+
+    def __init__(
+        self,
+        stream: LeaseStream,
         op: HeldOperation,
         lease_seconds: int,
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._operations = operations
+        self._stream = stream
         self._op = op
         self.lease_seconds = lease_seconds
         self.interval = lease_seconds / BEATS_PER_LEASE
         self._clock = clock
         self.cancel_requested = False
         self.lost = False
+        self.error: DomainError = LeaseLost("the lease was lost")
         self.ended = asyncio.Event()
-        self._stream: _Stream | None = None
-        self._held_until = 0.0  # local estimate: when the last answered beat was sent + lease
-        self._last_sent = 0.0
+        self._answered = asyncio.Event()
+        # Until its first answer, a lease is vouched for a third of a lease from its join:
+        # its claim is at most that old (``heartbeat_after_seconds``), so it is surely live.
+        self._held_until = clock() + self.interval
         self._progress = 0
         self._progress_sent = 0
-        self._progress_reported = asyncio.Event()
-        self._beating = asyncio.Lock()  # the keeper and ``confirm`` take turns on the stream
-        self._keeper: asyncio.Task[None] | None = None
-        self._closed = False
+        self._progress_in_flight = 0
+
+    @property
+    def operation_id(self) -> str:
+        return self._op.operation_id
+
+    @property
+    def token(self) -> str:
+        return self._op.lease_token
 
     @classmethod
-    async def open(cls, operations: StreamOpener, op: HeldOperation, lease_seconds: int) -> Lease:
-        """Open the stream and send the first beat; ``LeaseLost`` if the lease is gone."""
-        lease = cls(operations, op, lease_seconds)
-        try:
-            await lease._connect()
-        except StreamBroken as exc:
-            raise LeaseLost(f"the first heartbeat failed ({exc})") from None
-        if not lease.cancel_requested:
-            lease._keeper = asyncio.create_task(lease._keep_alive())
-        return lease
+    async def open(cls, holder: HoldsLeases, op: HeldOperation, lease_seconds: int) -> Lease:
+        """Join the worker's lease stream and wait for the first answer; the error if refused."""
+        return await holder.leases.hold(op, lease_seconds)
 
     def report_progress(self, percent: int) -> None:
         """The work's estimate, 0 to 99; sent on the next beat, at most about once a second."""
         percent = max(0, min(percent, PROGRESS_CEILING))
         if percent > self._progress:
             self._progress = percent
-            self._progress_reported.set()
+            self._stream.beat_soon()
 
     async def confirm(self) -> None:
         """Make sure the lease has at least two thirds of its window left, else beat now.
 
-        Called before publishing: the keeper normally guarantees it, unless the
+        Called before publishing: the stream normally guarantees it, unless the
         event loop or the service was slow.
         """
         if self.lost:
-            raise LeaseLost("the lease was lost")
+            raise self.error
         if self._held_until - self._clock() >= self.lease_seconds - self.interval:
             return
-        try:
-            await self._beat_or_reconnect()
-        except DomainError:
-            self._end(lost=True)
-            raise
+        self._answered.clear()
+        self._stream.beat_soon(now=True)
+        await self.answered_or_ended()
+        if self.lost:
+            raise self.error
 
     async def close(self) -> None:
-        """Stop beating and end the stream; safe to call more than once."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._keeper is not None:
-            self._keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._keeper
-        if self._stream is not None:
-            await self._stream.close()
+        """Leave the lease stream; safe to call more than once."""
+        self._stream.leave(self)
 
-    # ---- the stream ---------------------------------------------------------------------
+    # ---- what the stream tells it --------------------------------------------------------
 
-    async def _connect(self) -> None:
-        """A new stream whose first beat names the lease (the first one, or after a break)."""
-        if self._stream is not None:
-            self._stream.cancel()
-        call = self._operations.heartbeat_stream(self._op.owner_id)
-        self._stream = _Stream(call, self._cancel_pushed)
-        first = pb.HeartbeatRequest(
-            operation_id=self._op.operation_id,
-            lease_token=self._op.lease_token,
-            lease_seconds=self.lease_seconds,
-            progress_percent=self._progress,
-        )
-        try:
-            await self._exchange(first)
-        except BaseException:
-            self._stream.cancel()
-            raise
+    @property
+    def live_until(self) -> float:
+        """When the lease runs out by this worker's own reckoning."""
+        return self._held_until
 
-    async def _beat(self) -> None:
-        request = pb.HeartbeatRequest()
-        if self._progress > self._progress_sent:
-            request.progress_percent = self._progress
-        await self._exchange(request)
+    @property
+    def progress_due(self) -> bool:
+        return self._progress > self._progress_sent
 
-    async def _exchange(self, request: pb.HeartbeatRequest) -> None:
-        assert self._stream is not None
-        sent = self._last_sent = self._clock()
-        progress = request.progress_percent if request.HasField("progress_percent") else None
-        answer = await self._stream.beat(request, timeout=self._time_left(sent))
+    def entry(self, *, added: bool) -> pb.HeldLease | None:
+        """This lease in the next beat: all of it when added, else only new progress."""
+        progressed = self._progress > self._progress_sent
+        self._progress_in_flight = self._progress
+        if added:
+            entry = pb.HeldLease(
+                operation_id=self._op.operation_id,
+                owner_id=self._op.owner_id,
+                lease_token=self._op.lease_token,
+                lease_seconds=self.lease_seconds,
+            )
+        elif progressed:
+            entry = pb.HeldLease(operation_id=self._op.operation_id)
+        else:
+            return None
+        if progressed:
+            entry.progress_percent = self._progress
+        return entry
+
+    def held(self, sent: float, *, cancel_requested: bool) -> None:
+        """A beat sent at ``sent`` was answered: the lease runs a whole window from then."""
         self._held_until = sent + self.lease_seconds
-        if progress is not None:
-            self._progress_sent = max(self._progress_sent, progress)
-        if answer.cancel_requested:
-            self._cancel_pushed()
+        self._progress_sent = max(self._progress_sent, self._progress_in_flight)
+        self._answered.set()
+        if cancel_requested:
+            self.cancelled()
 
-    def _time_left(self, now: float) -> float:
-        """How long an answer may take: until the lease runs out (a whole lease at first)."""
-        if self._held_until == 0.0:
-            return float(self.lease_seconds)
-        return max(self._held_until - now, 0.001)
-
-    def _cancel_pushed(self) -> None:
+    def cancelled(self) -> None:
         self.cancel_requested = True
-        self._end(lost=False)
-
-    # ---- the keeper -------------------------------------------------------------------------
-
-    async def _keep_alive(self) -> None:
-        try:
-            while not self.ended.is_set():
-                await self._until_next_beat()
-                await self._beat_or_reconnect()
-        except DomainError as error:
-            _log.warning("lease_lost", **self._op.log_fields(), code=error.code)
-            self._end(lost=True)
-        except Exception as error:  # a bug: the lease cannot be vouched for any more
-            _log.warning("lease_lost", **self._op.log_fields(), code=type(error).__name__)
-            self._end(lost=True)
-
-    async def _beat_or_reconnect(self) -> None:
-        async with self._beating:
-            try:
-                await self._beat()
-            except StreamBroken as broken:
-                await self._reconnect(broken)
-
-    async def _until_next_beat(self) -> None:
-        while True:
-            due = self._last_sent + self.interval
-            if self._progress > self._progress_sent:
-                due = min(due, self._last_sent + PROGRESS_BEAT_SECONDS)
-            wait = due - self._clock()
-            if wait <= 0:
-                return
-            self._progress_reported.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait):
-                    await self._progress_reported.wait()
-
-    async def _reconnect(self, broken: StreamBroken) -> None:
-        """Reopen the stream while the lease is live; ``LeaseLost`` once it cannot be."""
-        delay = RECONNECT_FIRST_DELAY_SECONDS
-        _log.warning("heartbeat_stream_broken", **self._op.log_fields(), reason=str(broken))
-        while self._clock() < self._held_until:
-            try:
-                await self._connect()
-            except StreamBroken:
-                await asyncio.sleep(min(delay, max(self._held_until - self._clock(), 0)))
-                delay = min(delay * 2, RECONNECT_MAX_DELAY_SECONDS)
-                continue
-            _log.info("heartbeat_stream_reopened", **self._op.log_fields())
-            return
-        raise LeaseLost("the heartbeat stream stayed broken until the lease ran out")
-
-    def _end(self, *, lost: bool) -> None:
-        self.lost = self.lost or lost
         self.ended.set()
+
+    def lose(self, error: DomainError) -> None:
+        self.lost = True
+        self.error = error
+        self.ended.set()
+
+    async def answered_or_ended(self) -> None:
+        answered = asyncio.ensure_future(self._answered.wait())
+        ended = asyncio.ensure_future(self.ended.wait())
+        try:
+            await asyncio.wait((answered, ended), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            answered.cancel()
+            ended.cancel()
+
+    def log_fields(self) -> dict[str, object]:
+        return self._op.log_fields()

@@ -3,8 +3,8 @@
 One claim loop asks for as many operations as there are free slots (at most
 ``batch_size``, waiting up to ``claim_wait_seconds`` for work) in one
 ``ClaimOperations``; each job runs its task type's handler. A job that runs
-longer than ``heartbeat_after_seconds``, or reports progress, opens its
-lease's heartbeat stream (``durable_ops.worker.lease``): it keeps the lease
+longer than ``heartbeat_after_seconds``, or reports progress, joins the
+worker's one lease stream (``durable_ops.worker.lease``): it keeps the lease
 alive, carries progress, and brings the owner's cancel at once, which cancels
 the handler. Completions and failures go in batches (``settler``).
 
@@ -56,7 +56,7 @@ from durable_ops.worker.failures import (
     failure_of,
 )
 from durable_ops.worker.job import Ending, Job
-from durable_ops.worker.lease import HeartbeatCall, Lease
+from durable_ops.worker.lease import Lease, LeaseStream
 from durable_ops.worker.outcomes import Completed, completed, provenance_to_pb
 from durable_ops.worker.routes import rotated, route_to_pb
 from durable_ops.worker.settler import CALL_TIMEOUT_SECONDS, retrying, settler
@@ -146,6 +146,7 @@ class Worker:
             raise ValueError("register a handler first")
         channel = open_channel(self._target)
         self._stub = pb_grpc.OperationsServiceStub(channel)
+        self.leases = LeaseStream(lambda: self._stub.HoldLeases(metadata=self._caller.metadata()))
         self._completions = settler(
             self._send_completions, self.options.batch_size, self.options.flush_seconds
         )
@@ -158,6 +159,7 @@ class Worker:
             await self._completions.drain()
             await self._failures.drain()
         finally:
+            await self.leases.close()
             await channel.close()
         if self._fatal is not None:
             raise self._fatal
@@ -404,10 +406,6 @@ class Worker:
         job.ending = Ending.FELL_BACK
         self.failed += 1
         _log.info("worker_fell_back", **job.log_fields(), reason=fallback.reason)
-
-    def heartbeat_stream(self, owner_id: str) -> HeartbeatCall:
-        """A lease's heartbeat stream, in its owner's scope (``durable_ops.worker.lease``)."""
-        return self._stub.Heartbeat(metadata=self._caller.metadata(owner_id))
 
     async def _acknowledge(self, job: Job) -> None:
         request = pb.AcknowledgeCancellationRequest(

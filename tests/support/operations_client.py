@@ -160,6 +160,76 @@ class HeartbeatStream:
         assert call.code() == grpc.StatusCode.OK
 
 
+class LeaseStream:
+    """One open HoldLeases stream in the neutral worker scope, fed from a queue.
+
+    ``beat`` sends one request and waits for its answer; messages the service
+    pushed unasked are kept in ``pushed``; ``read`` takes the next message of
+    either kind.
+    """
+
+    _CLOSE = object()
+
+    def __init__(self, client: OpsClient, md: Metadata | None = None) -> None:
+        self._requests: queue.Queue[object] = queue.Queue()
+        self._responses: Iterator[pb.HoldLeasesResponse] = client.stub.HoldLeases(
+            self._iterate(), metadata=client.neutral if md is None else md
+        )
+        self.pushed: list[pb.HoldLeasesResponse] = []
+
+    def _iterate(self) -> Iterator[pb.HoldLeasesRequest]:
+        while True:
+            item = self._requests.get()
+            if item is self._CLOSE:
+                return
+            assert isinstance(item, pb.HoldLeasesRequest)
+            yield item
+
+    def beat(
+        self,
+        add: tuple[Lease, ...] = (),
+        *,
+        progress: dict[str, int] | None = None,
+        dropped: tuple[str, ...] = (),
+        lease_seconds: int = LEASE_SECONDS,
+    ) -> dict[str, pb.HoldLeasesResponse.Outcome]:
+        """Send one beat; its outcomes by operation id."""
+        leases = [
+            pb.HeldLease(
+                operation_id=lease.id,
+                owner_id=lease.owner,
+                lease_token=lease.token,
+                lease_seconds=lease_seconds,
+            )
+            for lease in add
+        ]
+        named = {lease.operation_id: lease for lease in leases}
+        for operation_id, percent in (progress or {}).items():
+            entry = named.get(operation_id)
+            if entry is None:
+                entry = pb.HeldLease(operation_id=operation_id)
+                leases.append(entry)
+            entry.progress_percent = percent
+        self._requests.put(pb.HoldLeasesRequest(leases=leases, dropped=list(dropped)))
+        while (answer := self.read()).pushed:
+            self.pushed.append(answer)
+        return {outcome.operation_id: outcome for outcome in answer.outcomes}
+
+    def send(self, request: pb.HoldLeasesRequest) -> None:
+        self._requests.put(request)
+
+    def read(self) -> pb.HoldLeasesResponse:
+        return next(self._responses)
+
+    def close(self) -> None:
+        """Half-close and drain: the server ends the call with OK."""
+        self._requests.put(self._CLOSE)
+        leftover = list(self._responses)
+        assert all(message.pushed for message in leftover), leftover
+        call: Any = self._responses
+        assert call.code() == grpc.StatusCode.OK
+
+
 class OpsClient:
     """Typed shortcuts over ``services.operations`` / ``services.notifications``."""
 
@@ -319,6 +389,9 @@ class OpsClient:
 
     def stream(self, lease: Lease) -> HeartbeatStream:
         return HeartbeatStream(self, lease)
+
+    def lease_stream(self, md: Metadata | None = None) -> LeaseStream:
+        return LeaseStream(self, md)
 
     def complete(
         self,

@@ -1,4 +1,4 @@
-"""The worker's heartbeat stream leaves no loose error behind a beat it gave up on.
+"""The worker's lease stream leaves no loose error behind a beat it gave up on.
 
 A beat that timed out (or whose write failed) leaves its answer waiting; when
 the stream then breaks, that answer must not carry an exception nobody reads
@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
-from durable_ops.worker.lease import HeartbeatCall, StreamBroken, _Stream
+from durable_ops.worker.lease import HoldLeasesCall, StreamBroken, _Call
 
 
 class _StuckThenEndingCall:
@@ -24,7 +24,7 @@ class _StuckThenEndingCall:
     def __init__(self) -> None:
         self._ended = asyncio.Event()
 
-    async def write(self, request: pb.HeartbeatRequest) -> None:
+    async def write(self, request: pb.HoldLeasesRequest) -> None:
         await asyncio.Event().wait()
 
     async def read(self) -> Any:
@@ -49,14 +49,14 @@ def test_a_beat_given_up_on_leaves_no_loose_error_when_the_stream_breaks() -> No
             lambda _loop, context: loose.append(context)
         )
         call = _StuckThenEndingCall()
-        stream = _Stream(cast(HeartbeatCall, call), on_pushed_cancel=lambda: None)
+        stream = _Call(cast(HoldLeasesCall, call), on_pushed=lambda _outcomes: None)
         with pytest.raises(StreamBroken, match="in time"):
-            await stream.beat(pb.HeartbeatRequest(), timeout=0.05)
+            await stream.beat(pb.HoldLeasesRequest(), timeout=0.05)
         call.end()
         await asyncio.sleep(0.05)  # the reader sees the end and fails what waits
         assert isinstance(stream.broken, StreamBroken)
         with pytest.raises(StreamBroken):
-            await stream.beat(pb.HeartbeatRequest(), timeout=0.05)
+            await stream.beat(pb.HoldLeasesRequest(), timeout=0.05)
         await stream.close()
         gc.collect()  # a future with an unread exception reports it when collected
 

@@ -982,6 +982,150 @@ class LeaseMutationsResponse(_message.Message):
 Global___LeaseMutationsResponse: _TypeAlias = LeaseMutationsResponse  # noqa: Y015
 
 @_typing.final
+class HeldLease(_message.Message):
+    """One lease on a HoldLeases stream (ADR 0026)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    OWNER_ID_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
+    LEASE_SECONDS_FIELD_NUMBER: _builtins.int
+    PROGRESS_PERCENT_FIELD_NUMBER: _builtins.int
+    operation_id: _builtins.str
+    owner_id: _builtins.str
+    """The owner the operation was claimed for and its lease token: both required
+    to add the lease; may be left out on a lease the stream already holds.
+    """
+    lease_token: _builtins.str
+    lease_seconds: _builtins.int
+    """5–600; 0: the value the stream holds it for, at first 30 s"""
+    progress_percent: _builtins.int
+    """0–100, as HeartbeatRequest's"""
+    def __init__(
+        self,
+        *,
+        operation_id: _builtins.str = ...,
+        owner_id: _builtins.str = ...,
+        lease_token: _builtins.str = ...,
+        lease_seconds: _builtins.int = ...,
+        progress_percent: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_progress_percent", b"_progress_percent", "progress_percent", b"progress_percent"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_progress_percent", b"_progress_percent", "lease_seconds", b"lease_seconds", "lease_token", b"lease_token", "operation_id", b"operation_id", "owner_id", b"owner_id", "progress_percent", b"progress_percent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__progress_percent: _TypeAlias = _typing.Literal["progress_percent"]  # noqa: Y015
+    _WhichOneofArgType__progress_percent: _TypeAlias = _typing.Literal["_progress_percent", b"_progress_percent"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__progress_percent) -> _WhichOneofReturnType__progress_percent | None: ...
+
+Global___HeldLease: _TypeAlias = HeldLease  # noqa: Y015
+
+@_typing.final
+class HoldLeasesRequest(_message.Message):
+    """One beat of a worker's lease stream. Every lease the stream holds is
+    extended by every beat (one UPDATE for all of them); a request adds leases,
+    changes the length or progress of held ones, and drops the ones the worker
+    no longer holds. A request with nothing in it is a plain beat.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEASES_FIELD_NUMBER: _builtins.int
+    DROPPED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def leases(self) -> _containers.RepeatedCompositeFieldContainer[Global___HeldLease]:
+        """added, or updated when the stream holds them; ≤ 1000 held"""
+
+    @_builtins.property
+    def dropped(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """operation ids: neither extended nor watched from now on"""
+
+    def __init__(
+        self,
+        *,
+        leases: _abc.Iterable[Global___HeldLease] | None = ...,
+        dropped: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dropped", b"dropped", "leases", b"leases"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HoldLeasesRequest: _TypeAlias = HoldLeasesRequest  # noqa: Y015
+
+@_typing.final
+class HoldLeasesResponse(_message.Message):
+    """Every request is answered by one response, in order, with one outcome for
+    each lease the stream held for that beat and for each refused entry. A lease
+    refused or lost is no longer held by the stream; the others stay held.
+    Besides those, the service pushes an unsolicited response (pushed = true)
+    naming the held leases whose owner's cancel was committed, on whichever
+    replica, as soon as it is: the worker stops those and acknowledges.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Outcome(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        OPERATION_ID_FIELD_NUMBER: _builtins.int
+        LEASE_EXPIRES_AT_FIELD_NUMBER: _builtins.int
+        CANCEL_REQUESTED_FIELD_NUMBER: _builtins.int
+        STATUS_CODE_FIELD_NUMBER: _builtins.int
+        ERROR_CODE_FIELD_NUMBER: _builtins.int
+        MESSAGE_FIELD_NUMBER: _builtins.int
+        operation_id: _builtins.str
+        cancel_requested: _builtins.bool
+        status_code: _builtins.int
+        """0 (OK) while held; else the gRPC status a single Heartbeat would have ended
+        with (ABORTED: the lease is lost; NOT_FOUND: no such operation of that
+        owner; INVALID_ARGUMENT: a bad entry) with its stable code and message.
+        """
+        error_code: _builtins.str
+        message: _builtins.str
+        @_builtins.property
+        def lease_expires_at(self) -> _timestamp_pb2.Timestamp:
+            """unset when refused and when pushed"""
+
+        def __init__(
+            self,
+            *,
+            operation_id: _builtins.str = ...,
+            lease_expires_at: _timestamp_pb2.Timestamp | None = ...,
+            cancel_requested: _builtins.bool = ...,
+            status_code: _builtins.int = ...,
+            error_code: _builtins.str = ...,
+            message: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["lease_expires_at", b"lease_expires_at"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_requested", b"cancel_requested", "error_code", b"error_code", "lease_expires_at", b"lease_expires_at", "message", b"message", "operation_id", b"operation_id", "status_code", b"status_code"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    OUTCOMES_FIELD_NUMBER: _builtins.int
+    PUSHED_FIELD_NUMBER: _builtins.int
+    pushed: _builtins.bool
+    @_builtins.property
+    def outcomes(self) -> _containers.RepeatedCompositeFieldContainer[Global___HoldLeasesResponse.Outcome]: ...
+    def __init__(
+        self,
+        *,
+        outcomes: _abc.Iterable[Global___HoldLeasesResponse.Outcome] | None = ...,
+        pushed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["outcomes", b"outcomes", "pushed", b"pushed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HoldLeasesResponse: _TypeAlias = HoldLeasesResponse  # noqa: Y015
+
+@_typing.final
 class OperationResult(_message.Message):
     """The `response` of a succeeded google.longrunning.Operation: where the result is,
     never the result itself (it lives in the owner's workspace).

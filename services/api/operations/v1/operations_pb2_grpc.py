@@ -84,6 +84,11 @@ class OperationsServiceStub:
                 request_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.FailOperationsRequest.SerializeToString,
                 response_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationsResponse.FromString,
                 _registered_method=True)
+        self.HoldLeases = channel.stream_stream(
+                '/durable_ops.api.operations.v1.OperationsService/HoldLeases',
+                request_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.HoldLeasesRequest.SerializeToString,
+                response_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.HoldLeasesResponse.FromString,
+                _registered_method=True)
         self.Heartbeat = channel.stream_stream(
                 '/durable_ops.api.operations.v1.OperationsService/Heartbeat',
                 request_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.HeartbeatRequest.SerializeToString,
@@ -177,6 +182,16 @@ class OperationsServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def HoldLeases(self, request_iterator, context):
+        """One stream holds every lease a worker holds (ADR 0026), each entry naming
+        its owner and token: a beat extends them all, the owner's cancel is pushed
+        per lease. A broken stream does not end the leases: the worker opens a new
+        one (on any replica) and adds them again while they are live.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Heartbeat(self, request_iterator, context):
         """Worker re-entering the owner scope with the lease token.
         One stream holds one lease while the work runs. A broken stream does not
@@ -263,6 +278,11 @@ def add_OperationsServiceServicer_to_server(servicer, server):
                     servicer.FailOperations,
                     request_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.FailOperationsRequest.FromString,
                     response_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationsResponse.SerializeToString,
+            ),
+            'HoldLeases': grpc.stream_stream_rpc_method_handler(
+                    servicer.HoldLeases,
+                    request_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.HoldLeasesRequest.FromString,
+                    response_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.HoldLeasesResponse.SerializeToString,
             ),
             'Heartbeat': grpc.stream_stream_rpc_method_handler(
                     servicer.Heartbeat,
@@ -560,6 +580,33 @@ class OperationsService:
             '/durable_ops.api.operations.v1.OperationsService/FailOperations',
             durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.FailOperationsRequest.SerializeToString,
             durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HoldLeases(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/durable_ops.api.operations.v1.OperationsService/HoldLeases',
+            durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.HoldLeasesRequest.SerializeToString,
+            durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.HoldLeasesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -44,6 +44,12 @@ class OperationsServiceStub:
     CompleteOperations: _grpc.UnaryUnaryMultiCallable[_operations_pb2.CompleteOperationsRequest, _operations_pb2.LeaseMutationsResponse]
     """Neutral worker scope, each item in its owner's scope with its lease token."""
     FailOperations: _grpc.UnaryUnaryMultiCallable[_operations_pb2.FailOperationsRequest, _operations_pb2.LeaseMutationsResponse]
+    HoldLeases: _grpc.StreamStreamMultiCallable[_operations_pb2.HoldLeasesRequest, _operations_pb2.HoldLeasesResponse]
+    """One stream holds every lease a worker holds (ADR 0026), each entry naming
+    its owner and token: a beat extends them all, the owner's cancel is pushed
+    per lease. A broken stream does not end the leases: the worker opens a new
+    one (on any replica) and adds them again while they are live.
+    """
     Heartbeat: _grpc.StreamStreamMultiCallable[_operations_pb2.HeartbeatRequest, _operations_pb2.HeartbeatResponse]
     """Worker re-entering the owner scope with the lease token.
     One stream holds one lease while the work runs. A broken stream does not
@@ -71,6 +77,12 @@ class OperationsServiceAsyncStub(OperationsServiceStub):
     CompleteOperations: _aio.UnaryUnaryMultiCallable[_operations_pb2.CompleteOperationsRequest, _operations_pb2.LeaseMutationsResponse]  # type: ignore[assignment]
     """Neutral worker scope, each item in its owner's scope with its lease token."""
     FailOperations: _aio.UnaryUnaryMultiCallable[_operations_pb2.FailOperationsRequest, _operations_pb2.LeaseMutationsResponse]  # type: ignore[assignment]
+    HoldLeases: _aio.StreamStreamMultiCallable[_operations_pb2.HoldLeasesRequest, _operations_pb2.HoldLeasesResponse]  # type: ignore[assignment]
+    """One stream holds every lease a worker holds (ADR 0026), each entry naming
+    its owner and token: a beat extends them all, the owner's cancel is pushed
+    per lease. A broken stream does not end the leases: the worker opens a new
+    one (on any replica) and adds them again while they are live.
+    """
     Heartbeat: _aio.StreamStreamMultiCallable[_operations_pb2.HeartbeatRequest, _operations_pb2.HeartbeatResponse]  # type: ignore[assignment]
     """Worker re-entering the owner scope with the lease token.
     One stream holds one lease while the work runs. A broken stream does not
@@ -155,6 +167,18 @@ class OperationsServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _operations_pb2.FailOperationsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_operations_pb2.LeaseMutationsResponse, _abc.Awaitable[_operations_pb2.LeaseMutationsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def HoldLeases(
+        self,
+        request_iterator: _MaybeAsyncIterator[_operations_pb2.HoldLeasesRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_operations_pb2.HoldLeasesResponse], _abc.AsyncIterator[_operations_pb2.HoldLeasesResponse]]:
+        """One stream holds every lease a worker holds (ADR 0026), each entry naming
+        its owner and token: a beat extends them all, the owner's cancel is pushed
+        per lease. A broken stream does not end the leases: the worker opens a new
+        one (on any replica) and adds them again while they are live.
+        """
 
     @_abc_1.abstractmethod
     def Heartbeat(
