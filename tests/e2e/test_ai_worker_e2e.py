@@ -261,7 +261,8 @@ def test_sigterm_finishes_a_short_inference_and_gives_a_long_one_back(
         slow_model.config.delay_seconds = 1.5  # every inference from here on is short
         second = st.start_worker()
         short_one = st.admit(ALICE, CV_REVIEW, st.create_cv(ALICE))
-        wait_for(lambda: slow_model.completions == 2, timeout=10, what="the short inference")
+        # The second worker's start is part of this wait: a loaded machine takes seconds.
+        wait_for(lambda: slow_model.completions == 2, timeout=30, what="the short inference")
         second.send_signal(signal.SIGTERM)
         assert second.wait(15) == 0
         # The second worker takes the new operation or the one given back, whichever
@@ -287,7 +288,8 @@ def test_disabled_worker_idles_and_a_revoked_plan_fails_for_good(sqlite_url: str
 
         st.revoke(ALICE)
         st.start_worker(OPS_WORKERS_AI_OPERATIONS_ENABLED="true")
-        final = st.wait_state(ALICE, operation_id, FAILED, timeout=20)
+        # The new worker's start is part of this wait: a loaded machine takes seconds.
+        final = st.wait_state(ALICE, operation_id, FAILED, timeout=45)
         assert final.attempt == 1  # permanent: no retry
         assert st.row(operation_id).failure_code == "not_entitled"
         _assert_failed_once_without_note(st, ALICE, operation_id)

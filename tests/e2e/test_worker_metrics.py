@@ -38,7 +38,7 @@ def test_worker_serves_metrics_with_the_circuit_state(tmp_path: Path) -> None:
             text=True,
         )
         try:
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 60  # a process start: seconds on a loaded machine
             while True:
                 try:
                     scraped = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=1)

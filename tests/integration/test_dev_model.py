@@ -39,6 +39,7 @@ from durable_ops.model.routing import Route
 from durable_ops.settings import Settings
 from durable_ops.up import UP_DEV_MODEL_SECONDS, _stack_env
 from tests.support.ai_stack import ModelServer
+from tests.support.ports import free_port
 from tests.support.prompts import answer_schema, build_messages, build_request, validate_answer
 from tests.unit.test_dev_model_heuristic import (
     JOB_AD,
@@ -534,8 +535,10 @@ async def _timed_stream(url: str, body: dict[str, Any]) -> tuple[float, float, l
 def test_the_pace_spreads_over_the_chunks(paced_model: ModelServer) -> None:
     body = {**GOOD, "stream": True}
     first_content, ended, events = asyncio.run(_timed_stream(paced_model.url, body))
-    assert first_content < 0.2  # the first piece at once
-    assert 0.45 <= ended < 3  # the last when the completion's time is up
+    # The first piece at once and the last when the completion's time is up: most of
+    # the pace lies between them, however slow a loaded machine makes the start.
+    assert ended - first_content >= 0.35
+    assert 0.45 <= ended < 3
     assert len(events) > 100
 
     started = time.monotonic()
@@ -691,9 +694,7 @@ def test_run_serves_on_the_bind_address() -> None:
 
 
 def test_opsctl_serve_dev_model_reads_its_pace(tmp_path: Path) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "OPS_DEV_MODEL_BIND": f"127.0.0.1:{port}", "OPS_DEV_MODEL_SECONDS": "0.6"}
     command = [sys.executable, "-m", "durable_ops.cli", "serve", "dev-model"]
     process = subprocess.Popen(command, env=env, cwd=tmp_path)  # its var/ is not the checkout's
@@ -709,8 +710,8 @@ def test_opsctl_serve_dev_model_reads_its_pace(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline, "dev model did not come up"
                 time.sleep(0.05)
         first_content, ended, _ = asyncio.run(_timed_stream(url, {**GOOD, "stream": True}))
-        assert first_content < 0.3
         assert ended >= 0.55
+        assert ended - first_content >= 0.4  # the first piece at once, not with the last
     finally:
         process.terminate()
         assert process.wait(timeout=10) in (0, -signal.SIGTERM)
