@@ -50,6 +50,7 @@ from functools import cache
 from typing import Any, cast
 
 from sqlalchemy import (
+    BindParameter,
     ColumnElement,
     Row,
     RowMapping,
@@ -703,6 +704,18 @@ def heartbeat(
     return expires, op.cancel_requested
 
 
+def _still_held(ids: list[BindParameter[str]]) -> tuple[ColumnElement[bool], ...]:
+    """The rows whose leases are live and still the named ones: each row by its own id,
+    owner and token hash (``CASE id``), running, its lease not run out at ``now``."""
+    return (
+        OPS.c.id.in_(ids),
+        OPS.c.state == S.RUNNING,
+        OPS.c.lease_expires_at > bindparam("now"),
+        OPS.c.lease_token_hash == per_row(OPS.c.id, ids, "token_hash"),
+        OPS.c.owner_user_id == per_row(OPS.c.id, ids, "owner"),
+    )
+
+
 # One beat of a worker's lease stream: at most this many rows per UPDATE (and per read).
 BEAT_ROWS_MAX = 100
 
@@ -719,13 +732,7 @@ def _extend_many(count: int, *, unless_cancelled: bool) -> Update:
 
     statement = (
         update(OPS)
-        .where(
-            OPS.c.id.in_(ids),
-            OPS.c.state == S.RUNNING,
-            OPS.c.lease_expires_at > bindparam("now"),
-            OPS.c.lease_token_hash == own("token_hash"),
-            OPS.c.owner_user_id == own("owner"),
-        )
+        .where(*_still_held(ids))
         .values(
             lease_expires_at=own("expires", OPS.c.lease_expires_at.type),
             progress_percent=func.coalesce(
@@ -1012,13 +1019,7 @@ def _complete_many(count: int) -> Update:
 
     return (
         update(OPS)
-        .where(
-            OPS.c.id.in_(ids),
-            OPS.c.state == S.RUNNING,
-            OPS.c.lease_expires_at > bindparam("now"),
-            OPS.c.lease_token_hash == own("token_hash"),
-            OPS.c.owner_user_id == own("owner"),
-        )
+        .where(*_still_held(ids))
         .values(
             state=lifecycle.COMPLETION.target,
             progress_percent=bounds.PROGRESS_RANGE[1],
