@@ -35,9 +35,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypeVar
 
 import grpc
 import structlog
+from google.protobuf.message import Message
 
 from durable_ops import telemetry
 from durable_ops.api.operations.v1 import operations_pb2 as pb
@@ -46,7 +48,7 @@ from durable_ops.model import bounds
 from durable_ops.model.errors import CANCEL_REQUESTED, DomainError, LeaseLost
 from durable_ops.model.routing import Route
 from durable_ops.model.scope import Role
-from durable_ops.rpc.client import ServiceCaller, open_channel
+from durable_ops.rpc.client import ServiceCaller, UnaryMethod, open_channel
 from durable_ops.rpc.errors import domain_error_from_rpc
 from durable_ops.worker.failures import (
     ExternalFallback,
@@ -65,6 +67,7 @@ Handler = Callable[[Job], Awaitable[str | Completed | None]]
 # Entered before a job's handler runs, exited once the job is settled (``job.ending``).
 JobContext = Callable[[Job], AbstractAsyncContextManager[object]]
 Classify = Callable[[Exception], Settlement]
+Request = TypeVar("Request", bound=Message)
 _log = structlog.get_logger(__name__)
 
 
@@ -391,15 +394,8 @@ class Worker:
             lease_token=job.lease_token,
             provenance=provenance_to_pb(fallback.provenance),
         )
-
-        async def ask() -> pb.LeaseMutationResponse:
-            reply: pb.LeaseMutationResponse = await self._stub.RequestExternalFallback(
-                request, metadata=self._caller.metadata(job.owner_id), timeout=CALL_TIMEOUT_SECONDS
-            )
-            return reply
-
         try:
-            await retrying(ask)
+            await self._as_owner(self._stub.RequestExternalFallback, request, job)
         except DomainError as error:
             _log.warning("worker_fallback_refused", **job.log_fields(), code=error.code)
             return
@@ -411,19 +407,25 @@ class Worker:
         request = pb.AcknowledgeCancellationRequest(
             operation_id=job.operation_id, lease_token=job.lease_token
         )
-
-        async def ask() -> pb.LeaseMutationResponse:
-            reply: pb.LeaseMutationResponse = await self._stub.AcknowledgeCancellation(
-                request, metadata=self._caller.metadata(job.owner_id), timeout=CALL_TIMEOUT_SECONDS
-            )
-            return reply
-
         try:
-            await retrying(ask)
+            await self._as_owner(self._stub.AcknowledgeCancellation, request, job)
         except DomainError as error:
             _log.warning("worker_cancel_not_acknowledged", **job.log_fields(), code=error.code)
             return
         job.ending = Ending.CANCELLED
+
+    async def _as_owner(
+        self, method: UnaryMethod[Request, pb.LeaseMutationResponse], request: Request, job: Job
+    ) -> pb.LeaseMutationResponse:
+        """One lease mutation in the job's owner's scope, asked again while the service is away."""
+
+        async def ask() -> pb.LeaseMutationResponse:
+            reply: pb.LeaseMutationResponse = await method(
+                request, metadata=self._caller.metadata(job.owner_id), timeout=CALL_TIMEOUT_SECONDS
+            )
+            return reply
+
+        return await retrying(ask)
 
     @staticmethod
     async def _submit(
