@@ -300,27 +300,3 @@ def _install_signal_handlers(
             loop.add_signal_handler(signum, callback)
             installed.append(signum)
     return installed
-
-
-async def serve_servicer(
-    bind: str,
-    add_to_server: Callable[[Any, grpc.aio.Server], None],
-    servicer: Any,
-    service_name: str,
-    *,
-    secret: str,
-    on_stop: Callable[[], Awaitable[None]] | None = None,
-    prepare: Callable[[], Awaitable[None]] | None = None,
-    ready: Ready | None = None,
-    metrics: GrpcServerMetrics | None = None,
-) -> None:
-    """The whole life of a one-service process: build, prepare, serve, stop on a signal."""
-    server, _port = build_server(
-        bind,
-        lambda s: add_to_server(servicer, s),
-        [service_name],
-        secret=secret,
-        ready=ready,
-        metrics=metrics,
-    )
-    await serve(server, on_stop=on_stop, prepare=prepare)

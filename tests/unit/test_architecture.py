@@ -32,7 +32,7 @@ PROCESSES = {
 }
 # telemetry: OpenTelemetry setup and span helpers, a leaf every process may use.
 SHARED = {"model", "settings", "clock", "logs", "api", "telemetry", "batching"}
-SERVER_SIDE = SHARED | {"storage", "rpc", "wire"}
+SERVER_SIDE = SHARED | {"storage", "rpc", "wire", "serving"}
 GRPC_CLIENT_SIDE = SHARED | {"rpc"}
 
 # What each package may import from durable_ops.* besides itself.
@@ -49,6 +49,8 @@ ALLOWED: dict[str, set[str]] = {
     "storage": {"model", "settings", "clock"},
     "rpc": {"model", "settings", "clock", "api"},
     "wire": {"model", "storage", "api", "rpc"},
+    # The life of a one-servicer process over the database (serve_on_database).
+    "serving": {"settings", "storage", "rpc"},
     "hoststore": set(),
     **{service: SERVER_SIDE for service in GRPC_SERVICES},
     "gateway": GRPC_CLIENT_SIDE,
