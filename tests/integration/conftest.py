@@ -1,9 +1,11 @@
-"""Fixtures of the integration tests: every gRPC service on one server, time moved by hand,
-typed clients over it, and ``opsctl operations`` run in-process against it."""
+"""Fixtures of the integration tests: every gRPC service on one server (and a second
+replica), time moved by hand, typed clients over it, and ``opsctl operations`` run
+in-process against it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from structlog.testing import capture_logs
@@ -26,6 +28,20 @@ def clock() -> ManualClock:
 def services(db_url: str, clock: ManualClock) -> Iterator[Services]:
     with running_services(db_url, clock) as running:
         yield running
+
+
+@pytest.fixture
+def other_replica(db_url: str, clock: ManualClock, services: Services) -> Iterator[Services]:
+    """A second replica of the services on the same database."""
+    with running_services(db_url, clock) as running:
+        yield running
+
+
+@pytest.fixture
+def pool() -> Iterator[ThreadPoolExecutor]:
+    """Threads for blocking calls a test makes side by side."""
+    with ThreadPoolExecutor(4) as executor:
+        yield executor
 
 
 @pytest.fixture

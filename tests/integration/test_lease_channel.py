@@ -8,7 +8,6 @@ Timeouts here only keep a broken build from hanging; nothing is timed.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -22,7 +21,7 @@ from durable_ops.model.scope import Role
 from durable_ops.storage.schema import AiWorkspaceNote
 from tests.support.ai_stack import wait_for
 from tests.support.clock import ManualClock
-from tests.support.grpc_services import Services, running_services
+from tests.support.grpc_services import Services
 from tests.support.operations_client import (
     ALICE,
     CANCELLED,
@@ -36,18 +35,6 @@ from tests.support.operations_client import (
 
 HANG_GUARD = 20.0
 ABORTED = grpc.StatusCode.ABORTED
-
-
-@pytest.fixture
-def other_replica(db_url: str, clock: ManualClock, services: Services) -> Iterator[Services]:
-    with running_services(db_url, clock) as running:
-        yield running
-
-
-@pytest.fixture
-def pool() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(4) as executor:
-        yield executor
 
 
 def _claimed(ops: OpsClient, key: str) -> Lease:

@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
 import grpc
-import pytest
 from sqlalchemy import event
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.held_leases import LEASE_NOT_HELD, NAMED_TWICE
 from tests.support.clock import ManualClock
-from tests.support.grpc_services import Services, running_services
+from tests.support.grpc_services import Services
 from tests.support.operations_client import (
     ALICE,
     BOB,
@@ -43,18 +41,6 @@ OK = 0
 ABORTED = grpc.StatusCode.ABORTED.value[0]
 NOT_FOUND = grpc.StatusCode.NOT_FOUND.value[0]
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
-
-
-@pytest.fixture
-def other_replica(db_url: str, clock: ManualClock, services: Services) -> Iterator[Services]:
-    with running_services(db_url, clock) as running:
-        yield running
-
-
-@pytest.fixture
-def pool() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(2) as executor:
-        yield executor
 
 
 def _claimed(ops: OpsClient, count: int) -> list[Lease]:

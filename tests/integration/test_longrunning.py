@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 
 import grpc
@@ -22,8 +21,7 @@ from google.longrunning import operations_proto_pb2 as lro
 from google.rpc import code_pb2, error_details_pb2
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
-from tests.support.clock import ManualClock
-from tests.support.grpc_services import Services, running_services
+from tests.support.grpc_services import Services
 from tests.support.operations_client import ALICE, BOB, TASK, Lease, OpsClient, rpc_failure
 
 HANG_GUARD = 20.0
@@ -32,12 +30,6 @@ HANG_GUARD = 20.0
 @pytest.fixture
 def standard(services: Services) -> operations_v1.OperationsClient:
     return operations_v1.OperationsClient(services.channel)
-
-
-@pytest.fixture
-def other_replica(db_url: str, clock: ManualClock, services: Services) -> Iterator[Services]:
-    with running_services(db_url, clock) as running:
-        yield running
 
 
 def _future(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -31,6 +31,7 @@ from tests.support.operations_client import (
     TASK,
     OpsClient,
 )
+from tests.support.running_worker import run_until
 
 HANG_GUARD = 30.0
 LEASE_SECONDS = 6  # a beat every two seconds
@@ -65,20 +66,6 @@ class BeatUpdates:
 async def _until(check: Callable[[], bool]) -> None:
     while not await asyncio.to_thread(check):
         await asyncio.sleep(0.02)
-
-
-def _run(worker: Worker, until: Callable[[], Awaitable[T]]) -> T:
-    async def both() -> T:
-        running = asyncio.create_task(worker.run())
-        try:
-            async with asyncio.timeout(HANG_GUARD):
-                return await until()
-        finally:
-            worker.stop()
-            async with asyncio.timeout(HANG_GUARD):
-                await running
-
-    return asyncio.run(both())
 
 
 def test_the_long_jobs_of_many_owners_share_one_stream_and_one_update_per_beat(
@@ -132,7 +119,7 @@ def test_the_long_jobs_of_many_owners_share_one_stream_and_one_update_per_beat(
         release.set()
         await _until(lambda: ops.state_counts() == {"cancelled": 1, "succeeded": 5})
 
-    _run(worker, scenario)
+    run_until(worker, scenario)
     assert worker.leases.held == 0
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from sqlalchemy import select
@@ -31,6 +30,7 @@ from tests.support.operations_client import (
     WAITING_FOR_RETRY,
     OpsClient,
 )
+from tests.support.running_worker import run_until
 
 HANG_GUARD = 30.0
 T = TypeVar("T")
@@ -40,22 +40,6 @@ def _worker(services: Services, **options: float) -> Worker:
     """A worker whose claims wait briefly, so that stopping it is quick."""
     options.setdefault("claim_wait_seconds", 0.2)
     return Worker(services.target, SECRET, WorkerOptions(**options))  # type: ignore[arg-type]
-
-
-def _run(worker: Worker, until: Callable[[], Awaitable[T]]) -> T:
-    """Run ``worker`` until ``until`` is done, then stop it and wait for it to end."""
-
-    async def both() -> T:
-        running = asyncio.create_task(worker.run())
-        try:
-            async with asyncio.timeout(HANG_GUARD):
-                return await until()
-        finally:
-            worker.stop()
-            async with asyncio.timeout(HANG_GUARD):
-                await running
-
-    return asyncio.run(both())
 
 
 async def _state_is(ops: OpsClient, owner: str, operation_id: str, state: int) -> None:
@@ -104,7 +88,7 @@ def test_failures_are_permanent_or_retryable_by_exception_type(
         await _state_is(ops, ALICE, retryable, WAITING_FOR_RETRY)
         await _state_is(ops, BOB, crashed, WAITING_FOR_RETRY)
 
-    _run(worker, all_failed)
+    run_until(worker, all_failed)
     assert (ops.row(permanent).failure_code, ops.row(permanent).failure_message) == (
         "unsupported_subject",
         "this subject cannot be analysed",
@@ -144,7 +128,7 @@ def test_progress_and_the_owners_cancel_reach_a_running_handler(
         await asyncio.to_thread(ops.cancel, ALICE, created)
         await _state_is(ops, ALICE, created, CANCELLED)
 
-    _run(worker, cancelled)
+    run_until(worker, cancelled)
     assert stopped == [True]  # the handler saw the cancel, then its task was cancelled
     with services.db.neutral(write=False) as session:
         attempt = session.scalars(select(OperationAttempt)).one()
@@ -168,7 +152,7 @@ def test_stop_lets_short_jobs_finish_and_releases_the_rest(
         while started != {"quick", "slow"}:
             await asyncio.sleep(0.01)
 
-    _run(worker, both_started)
+    run_until(worker, both_started)
     assert ops.get(ALICE, quick).state == SUCCEEDED
     assert ops.get(BOB, slow).state == WAITING_FOR_RETRY  # released, not left to its lease
     assert ops.row(slow).failure_code == "worker_shutdown"
