@@ -9,8 +9,6 @@ never sees a gRPC status.
 
 from __future__ import annotations
 
-import asyncio
-import random
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -23,18 +21,15 @@ from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.api.workspace.v1 import workspace_pb2 as wpb
 from durable_ops.api.workspace.v1 import workspace_pb2_grpc as wpb_grpc
-from durable_ops.model.availability import next_attempt_in
-from durable_ops.model.errors import InvalidArgument, Unavailable
+from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.states import Plan, Privacy
 from durable_ops.rpc.client import Metadata, ServiceCaller, UnaryMethod
 from durable_ops.rpc.errors import domain_error_from_rpc
 from durable_ops.worker import Job
+from durable_ops.worker.settler import retrying
 
 # Unary calls are short database transactions; a stuck one must not hold a lease hostage.
 CALL_TIMEOUT_SECONDS = 10.0
-# How long a lease mutation is asked again while Operations is away (a replica
-# restarting, the database stalled); past it the lease has likely run out anyway.
-MUTATION_RETRY_SECONDS = 30.0
 
 RequestT = TypeVar("RequestT", bound=Message)
 ResponseT = TypeVar("ResponseT", bound=Message)
@@ -51,32 +46,6 @@ async def _call(
         return await method(request, metadata=metadata, timeout=timeout)
     except grpc.aio.AioRpcError as exc:
         raise domain_error_from_rpc(exc) from exc
-
-
-async def _mutate(
-    method: UnaryMethod[RequestT, ResponseT], request: RequestT, metadata: Metadata
-) -> ResponseT:
-    """A write fenced by the lease (the publish of a result), asked again while UNAVAILABLE.
-
-    Safe to repeat: for the holder of the lease each one answers what it did
-    the first time (the note is published once per operation), so a lost
-    answer is asked for again rather than the finished work thrown away. The
-    lease mutations themselves go through the worker SDK, which does the same.
-    """
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    failures = 0
-    while True:
-        try:
-            return await _call(method, request, metadata)
-        except Unavailable:
-            failures += 1
-            pause = next_attempt_in(
-                failures, loop.time() - started, MUTATION_RETRY_SECONDS, random.random
-            )
-            if pause is None:
-                raise
-            await asyncio.sleep(pause)
 
 
 class OperationsClient:
@@ -157,7 +126,12 @@ class WorkspaceClient:
             lease_token=job.lease_token,
             body_json=body_json,
         )
-        reply = await _mutate(self._stub.PublishNote, request, self._caller.metadata(job.owner_id))
+        metadata = self._caller.metadata(job.owner_id)
+        # Fenced by the lease and safe to repeat (the holder's second publish answers the
+        # first), so it is asked again while Workspace is away, as the SDK asks its settlements.
+        reply = await retrying(
+            lambda: self._stub.PublishNote(request, metadata=metadata, timeout=CALL_TIMEOUT_SECONDS)
+        )
         return reply.note.id, reply.published
 
 

@@ -1,8 +1,8 @@
-"""A lease mutation is asked again while Operations answers UNAVAILABLE, and only then.
+"""A lease-fenced write is asked again while the service answers UNAVAILABLE, and only then.
 
-A replica killed between the worker's last beat and its CompleteOperation
-must not cost the attempt: the call is repeated (each mutation answers the
-same state to the lease holder the second time) until an answer or the bound.
+A replica killed between the worker's last beat and its completion (or the AI
+worker's note) must not cost the attempt: the call is repeated (the lease
+holder's repeat answers what the first did) until an answer or the bound.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 import grpc
 import pytest
 
-from durable_ops.ai_worker import clients
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.errors import LeaseLost, Unavailable
+from durable_ops.worker import settler
 
 
 def _rpc_error(code: grpc.StatusCode) -> grpc.aio.AioRpcError:
@@ -29,33 +29,33 @@ class _Flaky:
         self._failures = list(failures)
         self.calls = 0
 
-    async def __call__(self, request: Any, *, metadata: Any, timeout: float) -> Any:
+    async def __call__(self) -> Any:
         self.calls += 1
         if self._failures:
             raise _rpc_error(self._failures.pop(0))
         return pb.LeaseMutationResponse(state=pb.OPERATION_STATE_SUCCEEDED)
 
 
-def _mutate(method: _Flaky) -> Any:
-    return asyncio.run(clients._mutate(method, pb.CompleteOperationRequest(), ()))
+def _retried(method: _Flaky) -> Any:
+    return asyncio.run(settler.retrying(method))
 
 
 def test_unavailable_answers_are_asked_again_until_one_lands() -> None:
     flaky = _Flaky([grpc.StatusCode.UNAVAILABLE] * 3)
-    assert _mutate(flaky).state == pb.OPERATION_STATE_SUCCEEDED
+    assert _retried(flaky).state == pb.OPERATION_STATE_SUCCEEDED
     assert flaky.calls == 4
 
 
 def test_any_other_refusal_is_final_at_once() -> None:
     flaky = _Flaky([grpc.StatusCode.ABORTED])
     with pytest.raises(LeaseLost):
-        _mutate(flaky)
+        _retried(flaky)
     assert flaky.calls == 1
 
 
 def test_past_the_bound_the_last_unavailable_is_raised(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(clients, "MUTATION_RETRY_SECONDS", 0.3)
+    monkeypatch.setattr(settler, "RETRY_SECONDS", 0.3)
     flaky = _Flaky([grpc.StatusCode.UNAVAILABLE] * 1000)
     with pytest.raises(Unavailable):
-        _mutate(flaky)
+        _retried(flaky)
     assert 2 <= flaky.calls < 20
