@@ -92,7 +92,7 @@ def insert_for_operations(
     for n, operation_id in enumerate(operation_ids):
         parameters[f"operation_id_{n}"] = operation_id
         parameters[f"notification_id_{n}"] = uuid.uuid4().hex
-    tx.execute(_insert_many_from_operations(outcome, len(operation_ids)), parameters)
+    tx.write(_insert_many_from_operations(outcome, len(operation_ids)), parameters)
 
 
 _INSERT_FROM_OPERATION = {

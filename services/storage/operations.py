@@ -325,7 +325,7 @@ def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation
         updated_at=now,
     )
     try:
-        inserted = tx.execute(_INSERT, values).rowcount
+        inserted = tx.write(_INSERT, values)
     except IntegrityError:
         # This owner used the key before (or a concurrent identical create won the race).
         existing = find_by_key(tx, request.task_type, request.idempotency_key)
@@ -598,9 +598,9 @@ def claim_many(
     for n, (row, token_hash) in enumerate(zip(rows, hashes, strict=True)):
         parameters[f"id_{n}"] = row.id
         parameters[f"hash_{n}"] = token_hash
-    taken = tx.execute(_claim_take_many(len(rows), move.starts_attempt), parameters)
-    if taken.rowcount != len(rows):  # unreachable while the rows are locked
-        raise RuntimeError(f"claimed {taken.rowcount} of the {len(rows)} rows locked")
+    taken = tx.write(_claim_take_many(len(rows), move.starts_attempt), parameters)
+    if taken != len(rows):  # unreachable while the rows are locked
+        raise RuntimeError(f"claimed {taken} of the {len(rows)} rows locked")
     _recognised_by(rows[0].id, lease_token_hash=hashes[0])
     claims = []
     attempts: list[dict[str, Any]] = []
@@ -1094,7 +1094,7 @@ def _complete_live(tx: Tx, live: Sequence[Completion], now: datetime) -> None:
         ending[f"attempt_id_{k}"] = attempt_id(token_hash)
         ending[f"provider_{k}"] = recorded["provider"]
         ending[f"model_{k}"] = recorded["model"]
-    updated = tx.execute(_complete_many(len(live)), parameters).rowcount
+    updated = tx.write(_complete_many(len(live)), parameters)
     if updated != len(live):  # unreachable while the rows are locked
         raise RuntimeError(f"completed {updated} of the {len(live)} live leases locked")
     first = live[0]
@@ -1103,7 +1103,7 @@ def _complete_live(tx: Tx, live: Sequence[Completion], now: datetime) -> None:
         lease_token_hash=hash_token(first.token),
         state=lifecycle.COMPLETION.target,
     )
-    tx.execute(_end_attempts_many(len(live)), ending)
+    tx.write(_end_attempts_many(len(live)), ending)
     notifications.insert_for_operations(
         tx, [item.operation_id for item in live], lifecycle.COMPLETION.target, now
     )

@@ -3,7 +3,8 @@
 The operation lifecycle runs many small transactions, and the ORM's per
 statement work (compile state, loader criteria, cache keys of new criteria)
 costs several times the round trip itself. Its statements are therefore Core
-statements built once at import and executed through a ``Tx``.
+statements built once at import and executed through a ``Tx``; its hot
+INSERTs and UPDATEs go through ``Tx.write``, on the driver's cursor (ADR 0028).
 
 The owner scope still holds by construction, in one place: ``Tx.execute`` in
 an owner scope refuses any statement that touches an owner-bearing table
@@ -28,6 +29,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import visitors
 
+from durable_ops.storage import direct
 from durable_ops.storage.schema import Base
 
 SCOPE_OWNER_KEY = "scope_owner"
@@ -105,6 +107,16 @@ class Tx:
     def execute(
         self, statement: Executable, parameters: Mapping[str, Any] | None = None
     ) -> CursorResult[Any]:
+        return self.connection.execute(statement, self._scoped(statement, parameters))
+
+    def write(self, statement: Executable, parameters: Mapping[str, Any]) -> int:
+        """An INSERT or UPDATE of the hot path, under the same scope rule; the rows it
+        matched. Straight on the driver's cursor (``direct``): no result object."""
+        return direct.write(self.connection, statement, self._scoped(statement, parameters))
+
+    def _scoped(
+        self, statement: Executable, parameters: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
         touches, binds = _checked.shape(statement)
         values = dict(parameters or {})
         if self.owner_id is not None:
@@ -114,7 +126,7 @@ class Tx:
                 values[SCOPE_OWNER_KEY] = self.owner_id
         elif binds:
             raise ScopeViolation("the neutral scope has no owner to bind")
-        return self.connection.execute(statement, values)
+        return values
 
     def execute_many(
         self, statement: Executable, rows: Sequence[Mapping[str, Any]]
