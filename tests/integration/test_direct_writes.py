@@ -26,26 +26,25 @@ NOW = datetime(2026, 12, 2, 17, 30, 5, 123456, tzinfo=UTC)
 # The same instant two hours east: only its type's bind processor stores it as UTC.
 NOW_EAST = NOW.astimezone(timezone(timedelta(hours=2)))
 OPS = cast(Table, UserOperation.__table__)
-COLUMNS = (
-    "id",
-    "owner_user_id",
-    "task_type",
-    "idempotency_key",
-    "request_hash",
-    "subject_type",
-    "subject_id",
-    "state",
-    "priority",
-    "attempt",
-    "max_attempts",
-    "retry_delay_seconds",
-    "privacy",
-    "progress_percent",
-    "cancel_requested",
-    "created_at",
-    "updated_at",
+QUEUED_ROW: dict[str, Any] = {
+    "task_type": "report.build",
+    "request_hash": "h" * 64,
+    "subject_type": "report",
+    "subject_id": "r1",
+    "state": OperationState.QUEUED,
+    "priority": 3,
+    "attempt": 0,
+    "max_attempts": 3,
+    "retry_delay_seconds": 30,
+    "privacy": Privacy.EXTERNAL_ALLOWED,
+    "progress_percent": 0,
+    "cancel_requested": False,
+    "created_at": NOW,
+    "updated_at": NOW,
+}
+INSERT = insert(OPS).values(
+    {name: bindparam(name) for name in ("id", "owner_user_id", "idempotency_key", *QUEUED_ROW)}
 )
-INSERT = insert(OPS).values({name: bindparam(name) for name in COLUMNS})
 # A value bound in the statement (the state), one from the caller, one from the scope.
 FINISH = (
     update(OPS)
@@ -55,25 +54,8 @@ FINISH = (
 
 
 def _row(operation_id: str, owner: str) -> dict[str, Any]:
-    return {
-        "id": operation_id,
-        "owner_user_id": owner,
-        "task_type": "report.build",
-        "idempotency_key": f"key-{operation_id}",
-        "request_hash": "h" * 64,
-        "subject_type": "report",
-        "subject_id": "r1",
-        "state": OperationState.QUEUED,
-        "priority": 3,
-        "attempt": 0,
-        "max_attempts": 3,
-        "retry_delay_seconds": 30,
-        "privacy": Privacy.EXTERNAL_ALLOWED,
-        "progress_percent": 0,
-        "cancel_requested": False,
-        "created_at": NOW,
-        "updated_at": NOW,
-    }
+    key = f"key-{operation_id}"
+    return {"id": operation_id, "owner_user_id": owner, "idempotency_key": key, **QUEUED_ROW}
 
 
 def _stored(database: Database, operation_id: str) -> dict[str, Any]:
