@@ -34,10 +34,9 @@ _PREPARED_MAX = 512
 class _Prepared:
     """One statement compiled for one dialect."""
 
-    __slots__ = ("compiled", "names", "positions", "processors", "sql", "statement")
+    __slots__ = ("compiled", "names", "positions", "processors", "sql")
 
-    def __init__(self, statement: Executable, compiled: SQLCompiler) -> None:
-        self.statement = statement
+    def __init__(self, compiled: SQLCompiler) -> None:
         self.compiled = compiled
         self.sql = compiled.string
         # The DB-API wants a sequence (qmark: SQLite) or a mapping (pyformat: PyMySQL).
@@ -91,7 +90,7 @@ class _PreparedStatements:
             return found[1]
         compiled = statement.compile(dialect=dialect)  # type: ignore[attr-defined]
         writes = isinstance(compiled, SQLCompiler) and (compiled.isinsert or compiled.isupdate)
-        prepared = _Prepared(statement, compiled) if writes and _direct(compiled) else None
+        prepared = _Prepared(compiled) if writes and _direct(compiled) else None
         self._prepared[key] = (statement, prepared)
         if len(self._prepared) > _PREPARED_MAX:
             self._prepared.popitem(last=False)
