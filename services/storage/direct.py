@@ -20,7 +20,6 @@ every statement as before.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
@@ -28,7 +27,7 @@ from sqlalchemy import Executable
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 
-_PREPARED_MAX = 512
+from durable_ops.storage.statement_cache import StatementCache
 
 
 class _Prepared:
@@ -72,39 +71,26 @@ def _direct(compiled: SQLCompiler) -> bool:
     )
 
 
-class _PreparedStatements:
-    """Prepared writes by (statement identity, dialect); ``None`` marks the ones that
-    take the usual path. The hot statements are module constants or built once per
-    batch size, so a small LRU keeps every one of them."""
-
-    def __init__(self) -> None:
-        self._prepared: OrderedDict[tuple[int, str], tuple[Executable, _Prepared | None]] = (
-            OrderedDict()
-        )
-
-    def get(self, statement: Executable, dialect: Dialect) -> _Prepared | None:
-        key = (id(statement), dialect.name)
-        found = self._prepared.get(key)
-        if found is not None and found[0] is statement:
-            self._prepared.move_to_end(key)
-            return found[1]
-        compiled = statement.compile(dialect=dialect)  # type: ignore[attr-defined]
-        writes = isinstance(compiled, SQLCompiler) and (compiled.isinsert or compiled.isupdate)
-        prepared = _Prepared(compiled) if writes and _direct(compiled) else None
-        self._prepared[key] = (statement, prepared)
-        if len(self._prepared) > _PREPARED_MAX:
-            self._prepared.popitem(last=False)
-        return prepared
+def _prepare(statement: Executable, dialect: Dialect) -> _Prepared | None:
+    """``statement`` compiled for ``dialect``; ``None`` when it takes the usual path."""
+    compiled = statement.compile(dialect=dialect)  # type: ignore[attr-defined]
+    writes = isinstance(compiled, SQLCompiler) and (compiled.isinsert or compiled.isupdate)
+    return _Prepared(compiled) if writes and _direct(compiled) else None
 
 
-_statements = _PreparedStatements()
+_statements: StatementCache[_Prepared | None] = StatementCache()
 
 
 def write(connection: Connection, statement: Executable, values: Mapping[str, Any]) -> int:
     """Run an INSERT or UPDATE in ``connection``'s transaction; the rows it matched."""
     engine = connection.engine
     listened = engine.dispatch.before_cursor_execute or engine.dispatch.after_cursor_execute
-    prepared = None if listened else _statements.get(statement, connection.dialect)
+    dialect = connection.dialect
+    prepared = (
+        None
+        if listened
+        else _statements.get(statement, lambda: _prepare(statement, dialect), dialect.name)
+    )
     if prepared is None:
         return connection.execute(statement, values).rowcount
     parameters = prepared.parameters(values)

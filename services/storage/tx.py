@@ -19,7 +19,6 @@ owner's scope (``as_owner``), where the owner rules hold as for the owner.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
@@ -31,11 +30,11 @@ from sqlalchemy.sql import visitors
 
 from durable_ops.storage import direct
 from durable_ops.storage.schema import Base
+from durable_ops.storage.statement_cache import StatementCache
 
 SCOPE_OWNER_KEY = "scope_owner"
 SCOPE_OWNER: BindParameter[str] = bindparam(SCOPE_OWNER_KEY)
 OWNER_KEY = "owner_id"  # where an ORM session of an owner scope keeps its owner
-_CHECKED_STATEMENTS_MAX = 512
 
 
 class ScopeViolation(RuntimeError):
@@ -63,27 +62,7 @@ def _shape(statement: Executable) -> tuple[bool, bool]:
     return touches, binds
 
 
-class _CheckedStatements:
-    """Statement shapes by identity; the hot statements are module constants, so a
-    small LRU keeps every one of them and lets one-off statements pass through."""
-
-    def __init__(self) -> None:
-        self._shapes: OrderedDict[int, tuple[Executable, tuple[bool, bool]]] = OrderedDict()
-
-    def shape(self, statement: Executable) -> tuple[bool, bool]:
-        key = id(statement)
-        found = self._shapes.get(key)
-        if found is not None and found[0] is statement:
-            self._shapes.move_to_end(key)
-            return found[1]
-        shape = _shape(statement)
-        self._shapes[key] = (statement, shape)
-        if len(self._shapes) > _CHECKED_STATEMENTS_MAX:
-            self._shapes.popitem(last=False)
-        return shape
-
-
-_checked = _CheckedStatements()
+_shapes: StatementCache[tuple[bool, bool]] = StatementCache()
 
 
 class Tx:
@@ -117,7 +96,7 @@ class Tx:
     def _scoped(
         self, statement: Executable, parameters: Mapping[str, Any] | None
     ) -> dict[str, Any]:
-        touches, binds = _checked.shape(statement)
+        touches, binds = _shapes.get(statement, lambda: _shape(statement))
         values = dict(parameters or {})
         if self.owner_id is not None:
             if touches and not binds:
@@ -133,7 +112,7 @@ class Tx:
     ) -> CursorResult[Any]:
         """``statement`` once per row, under the same scope rule (an INSERT of many rows
         goes to the database as one multi-row statement)."""
-        touches, binds = _checked.shape(statement)
+        touches, binds = _shapes.get(statement, lambda: _shape(statement))
         if self.owner_id is not None and touches and not binds:
             raise ScopeViolation("an owner-scoped statement must filter by SCOPE_OWNER")
         if self.owner_id is None and binds:

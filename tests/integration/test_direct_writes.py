@@ -130,8 +130,8 @@ def test_writes_take_the_usual_path_while_statements_are_counted(database: Datab
 
 def test_only_plain_inserts_and_updates_are_prepared(database: Database) -> None:
     dialect = database.engine.dialect
-    assert direct._statements.get(INSERT, dialect) is not None
-    assert direct._statements.get(FINISH, dialect) is not None
-    assert direct._statements.get(select(OPS), dialect) is None
+    assert direct._prepare(INSERT, dialect) is not None
+    assert direct._prepare(FINISH, dialect) is not None
+    assert direct._prepare(select(OPS), dialect) is None
     expanding = update(OPS).where(OPS.c.id.in_(bindparam("ids", expanding=True)))
-    assert direct._statements.get(expanding.values(priority=1), dialect) is None
+    assert direct._prepare(expanding.values(priority=1), dialect) is None
