@@ -16,6 +16,8 @@ from pathlib import Path
 DEFAULT_SQLITE_PATH = Path("var") / "durable-ops.sqlite3"
 DEFAULT_TOMBSTONE_RETENTION_DAYS = 400
 RETENTION_DAYS_MAX = 3660  # bounds.OLDER_THAN_MAX: settings import nothing of the product
+# A gather window delays a trickle's pickup by up to this much; longer buys nothing.
+CLAIM_GATHER_MAX_SECONDS = 1.0
 
 
 class SettingsError(ValueError):
@@ -170,6 +172,14 @@ class Settings:
             " (one query for all of them)"
         ),
     )
+    claim_gather_seconds: float = field(
+        default=0.02,
+        metadata=_doc(
+            "after a claim that took some work but less than it asked for, how long an"
+            " Operations replica gathers arrivals before its next claim transaction, so"
+            " they go out as one batch (0: claim at once)"
+        ),
+    )
     done_watch_interval_seconds: float = field(
         default=0.1,
         metadata=_doc(
@@ -250,6 +260,11 @@ class Settings:
         for name in _POSITIVE:
             if getattr(self, name) <= 0:
                 raise SettingsError(f"OPS_{name.upper()} must be greater than 0")
+        if not 0 <= self.claim_gather_seconds <= CLAIM_GATHER_MAX_SECONDS:  # also NaN
+            raise SettingsError(
+                f"OPS_CLAIM_GATHER_SECONDS must be between 0 and {CLAIM_GATHER_MAX_SECONDS:g}"
+                " seconds"
+            )
         if self.dev_model_seconds < 0:
             raise SettingsError("OPS_DEV_MODEL_SECONDS must not be negative")
         if not 0 <= self.database_wait_seconds < math.inf:  # also NaN

@@ -14,15 +14,21 @@ claim that can take it. A woken claim tries to claim; if another took the row
 first, it waits again. A claim that leaves with arrivals dealt to it and not
 yet tried passes them on, so none is left for the poll to find.
 
-Claims take turns (``taking``): one claim transaction at a time on a replica,
+Claims take turns (``turn``): one claim transaction at a time on a replica,
 so what arrives during one is there for the next, which takes it as a batch.
+After a claim that took some work but less than it could (a trickle, not a
+deep queue), the next turn starts no sooner than ``gather_seconds`` after it
+began: what arrives meanwhile is dealt to the claim waiting for that turn and
+taken in one transaction (ADR 0029). A claim that filled its batch, or found
+nothing, lets the next one start at once, so a deep queue drains at full speed
+and an idle replica answers its first arrival without delay.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 from durable_ops.clock import Clock
 from durable_ops.operations.shared_poll import SharedPoll
@@ -68,7 +74,9 @@ class ClaimWaiter:
 
 
 class ClaimWaiters:
-    def __init__(self, db: Database, clock: Clock, interval_seconds: float) -> None:
+    def __init__(
+        self, db: Database, clock: Clock, interval_seconds: float, gather_seconds: float = 0.0
+    ) -> None:
         self._db = db
         self._clock = clock
         self._waiters: dict[ClaimWaiter, None] = {}  # ordered: the longest waiting first
@@ -76,7 +84,31 @@ class ClaimWaiters:
         # One claim transaction at a time on this replica: what arrives during one is
         # there for the next, which takes it as a batch, and two claims never race for
         # the same rows (the loser's transaction would find nothing).
-        self.taking = asyncio.Lock()
+        self._taking = asyncio.Lock()
+        self._gather_seconds = gather_seconds
+        self._turn_started = 0.0  # loop time the current (or last) turn began
+        self._next_turn_at = 0.0  # loop time before which the next turn does not begin
+
+    @asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        """This replica's next claim transaction: one at a time, after the gather window.
+
+        Inside, report what the transaction took with ``took``.
+        """
+        async with self._taking:
+            loop = asyncio.get_running_loop()
+            pause = self._next_turn_at - loop.time()
+            if pause > 0:
+                await asyncio.sleep(pause)
+            self._turn_started = loop.time()
+            self._next_turn_at = 0.0
+            yield
+
+    def took(self, count: int, limit: int) -> None:
+        """The current turn's claim took ``count`` of the ``limit`` it asked for: a partial
+        batch opens the gather window for the next turn."""
+        if 0 < count < limit:
+            self._next_turn_at = self._turn_started + self._gather_seconds
 
     @property
     def waiting_count(self) -> int:

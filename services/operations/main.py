@@ -46,7 +46,9 @@ def build_service(
         db,
         clock,
         cancels=CancelWatch(db, settings.cancel_watch_interval_seconds),
-        claims=ClaimWaiters(db, clock, settings.claim_poll_interval_seconds),
+        claims=ClaimWaiters(
+            db, clock, settings.claim_poll_interval_seconds, settings.claim_gather_seconds
+        ),
         watch=OperationWatch(db, settings.done_watch_interval_seconds),
         metrics=metrics,
     )

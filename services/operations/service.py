@@ -171,7 +171,9 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         self.metrics = metrics
         self._clock = clock
         self.cancels = cancels or CancelWatch(db, _DEFAULTS.cancel_watch_interval_seconds)
-        self.claims = claims or ClaimWaiters(db, clock, _DEFAULTS.claim_poll_interval_seconds)
+        self.claims = claims or ClaimWaiters(
+            db, clock, _DEFAULTS.claim_poll_interval_seconds, _DEFAULTS.claim_gather_seconds
+        )
         self.watch = watch or OperationWatch(db, _DEFAULTS.done_watch_interval_seconds)
 
     async def close(self) -> None:
@@ -405,9 +407,10 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         give_up_at = loop.time() + wait
         with self.claims.waiting(kinds, limit) as waiter:
             while True:
-                async with self.claims.taking:
+                async with self.claims.turn():
                     waiter.trying()
                     found = await self._db.run_core_async(take, owner_id=None)
+                    self.claims.took(len(found), limit)
                 left = give_up_at - loop.time()
                 if found or left <= 0 or not task_types or not await waiter.wait(left):
                     break

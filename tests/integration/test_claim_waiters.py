@@ -1,4 +1,5 @@
-"""How a replica's waiting claims are woken (ADR 0024): one claim per arrival, not all.
+"""How a replica's waiting claims are woken (ADR 0024): one claim per arrival, not all;
+and when its next claim transaction may begin (the gather window, ADR 0029).
 
 The waiters are driven directly, on a real (unused) database: the shared poll
 is set to an hour, so only arrivals wake a claim here. Claims through the
@@ -30,9 +31,13 @@ def db(tmp_path: Path) -> Iterator[Database]:
     database.dispose()
 
 
-def _run(db: Database, scenario: Callable[[ClaimWaiters], Awaitable[None]]) -> None:
+def _run(
+    db: Database,
+    scenario: Callable[[ClaimWaiters], Awaitable[None]],
+    gather_seconds: float = 0.0,
+) -> None:
     async def main() -> None:
-        waiters = ClaimWaiters(db, utc_now, interval_seconds=3600)
+        waiters = ClaimWaiters(db, utc_now, interval_seconds=3600, gather_seconds=gather_seconds)
         try:
             await scenario(waiters)
         finally:
@@ -125,5 +130,57 @@ def test_work_of_unknown_amount_wakes_every_claim(db: Database) -> None:
             tasks = [await _waiting(claim) for claim in claims]
             waiters.arrived_any()
             assert all(await asyncio.wait_for(asyncio.gather(*tasks), HANG_GUARD))
+
+    _run(db, scenario)
+
+
+async def _next_turn(waiters: ClaimWaiters) -> None:
+    async with waiters.turn():
+        pass
+
+
+def test_after_a_partial_claim_the_next_turn_waits_out_the_gather_window(db: Database) -> None:
+    gather = 0.2
+
+    async def scenario(waiters: ClaimWaiters) -> None:
+        loop = asyncio.get_running_loop()
+        async with waiters.turn():
+            began = loop.time()
+            waiters.took(3, 10)  # a trickle: what arrives next is gathered for one batch
+        await _next_turn(waiters)
+        assert loop.time() - began >= gather
+
+    _run(db, scenario, gather_seconds=gather)
+
+
+@pytest.mark.parametrize("count", [0, 10], ids=["found-nothing", "filled-its-batch"])
+def test_after_an_empty_or_full_claim_the_next_turn_begins_at_once(
+    db: Database, count: int
+) -> None:
+    async def scenario(waiters: ClaimWaiters) -> None:
+        async with waiters.turn():
+            waiters.took(count, 10)
+        # A gathered turn would wait twice the guard: an idle replica answers its first
+        # arrival at once, and a deep queue drains claim after claim.
+        await asyncio.wait_for(_next_turn(waiters), HANG_GUARD)
+
+    _run(db, scenario, gather_seconds=2 * HANG_GUARD)
+
+
+def test_turns_are_one_at_a_time(db: Database) -> None:
+    async def scenario(waiters: ClaimWaiters) -> None:
+        inside: list[int] = []
+        most = 0
+
+        async def claim() -> None:
+            nonlocal most
+            async with waiters.turn():
+                inside.append(1)
+                most = max(most, len(inside))
+                await asyncio.sleep(0.01)
+                inside.pop()
+
+        await asyncio.wait_for(asyncio.gather(*(claim() for _ in range(4))), HANG_GUARD)
+        assert most == 1
 
     _run(db, scenario)
