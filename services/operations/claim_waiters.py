@@ -3,10 +3,10 @@
 A waiting claim names the kinds of operation it can take: (the state a claim
 takes from, task type), and how many it can take at once. Work that becomes
 claimable on this replica (a create, a retry) is dealt to one waiting claim,
-not all of them: a claim already woken takes further arrivals up to its
-capacity, else the claim that has waited longest is woken. Waking every claim
-for each create made all but one of them run an empty claim transaction,
-which cost more than the claim that won (ADR 0024).
+not all of them: a claim already woken (or new, not yet tried) takes further
+arrivals up to its capacity, else the claim that has waited longest is woken.
+Waking every claim for each create made all but one of them run an empty claim
+transaction, which cost more than the claim that won (ADR 0024).
 
 Work whose amount is unknown (a sweep's requeue, a fallback request, or what
 the shared poll finds, work that appeared through another replica) wakes every
@@ -45,6 +45,9 @@ class ClaimWaiter:
         self.kinds = kinds
         self.capacity = capacity
         self._woken = asyncio.Event()
+        # A new claim is about to try (perhaps after waiting for its turn): what arrives
+        # until then is its own, instead of waking a waiting claim that would find nothing.
+        self._woken.set()
         self._waiting = False
         self._dealt: list[Kind] = []  # arrivals dealt to this claim since its last try
 

@@ -96,6 +96,22 @@ def test_a_woken_claim_takes_arrivals_up_to_its_capacity_then_another_is_woken(
     _run(db, scenario)
 
 
+def test_a_new_claim_takes_what_arrives_before_its_first_try(db: Database) -> None:
+    async def scenario(waiters: ClaimWaiters) -> None:
+        with waiters.waiting(frozenset({NOOP})) as waiting:
+            waits = await _waiting(waiting)
+            with waiters.waiting(frozenset({NOOP}), 2) as new:  # waiting for its turn, say
+                waiters.arrived(*NOOP)
+                waiters.arrived(*NOOP)
+                await _settled()
+                assert not waits.done()  # the new claim will take both: nobody else is woken
+                assert await new.wait(0)
+                new.trying()
+            waits.cancel()
+
+    _run(db, scenario)
+
+
 def test_work_of_another_kind_wakes_no_claim(db: Database) -> None:
     async def scenario(waiters: ClaimWaiters) -> None:
         with waiters.waiting(frozenset({NOOP})) as claim:
