@@ -8,11 +8,14 @@ arrivals up to its capacity, else the claim that has waited longest is woken.
 Waking every claim for each create made all but one of them run an empty claim
 transaction, which cost more than the claim that won (ADR 0024).
 
-Work whose amount is unknown (a sweep's requeue, a fallback request, or what
-the shared poll finds, work that appeared through another replica) wakes every
-claim that can take it. A woken claim tries to claim; if another took the row
-first, it waits again. A claim that leaves with arrivals dealt to it and not
-yet tried passes them on, so none is left for the poll to find.
+What the shared poll finds (work that appeared through another replica) wakes
+one claim per kind found, as an arrival does; a claim that fills its batch may
+have left more, and wakes one more claim of its kinds, so a backlog is taken
+batch after batch without a claim woken for nothing. Work whose kind is
+unknown (a sweep's requeue, a fallback request) wakes every claim. A woken
+claim tries to claim; if another took the row first, it waits again. A claim
+that leaves with arrivals dealt to it and not yet tried passes them on, so
+none is left for the poll to find.
 
 Claims take turns (``turn``): one claim transaction at a time on a replica,
 so what arrives during one is there for the next, which takes it as a batch.
@@ -107,11 +110,15 @@ class ClaimWaiters:
             self._next_turn_at = 0.0
             yield
 
-    def took(self, count: int, limit: int) -> None:
-        """The current turn's claim took ``count`` of the ``limit`` it asked for: a partial
-        batch opens the gather window for the next turn."""
-        if 0 < count < limit:
+    def took(self, waiter: ClaimWaiter, count: int) -> None:
+        """The current turn's claim (``waiter``) took ``count`` operations. A partial batch
+        opens the gather window for the next turn; a full one may have left work behind,
+        so it wakes one more claim of its kinds."""
+        if 0 < count < waiter.capacity:
             self._next_turn_at = self._turn_started + self._gather_seconds
+        elif count == waiter.capacity:
+            for kind in waiter.kinds:
+                self._deal_one(kind, besides=waiter)
 
     @property
     def waiting_count(self) -> int:
@@ -136,8 +143,12 @@ class ClaimWaiters:
 
     def arrived(self, state: str, task_type: str) -> None:
         """One operation of this kind became claimable through this replica."""
-        kind = (state, task_type)
-        able = [waiter for waiter in self._waiters if kind in waiter.kinds]
+        self._deal_one((state, task_type))
+
+    def _deal_one(self, kind: Kind, besides: ClaimWaiter | None = None) -> None:
+        able = [
+            waiter for waiter in self._waiters if kind in waiter.kinds and waiter is not besides
+        ]
         chosen = (
             next((waiter for waiter in able if waiter._has_room()), None)
             or next((waiter for waiter in able if waiter._waiting), None)
@@ -151,11 +162,6 @@ class ClaimWaiters:
         for waiter in self._waiters:
             waiter._woken.set()
 
-    def _wake_all(self, kinds: set[Kind]) -> None:
-        for waiter in self._waiters:
-            if waiter.kinds & kinds:
-                waiter._woken.set()
-
     async def _find_work(self) -> None:
         if all(waiter._woken.is_set() for waiter in self._waiters):
             return
@@ -163,7 +169,8 @@ class ClaimWaiters:
         found = await self._db.run_core_async(
             lambda tx: operations.claimable_kinds(tx, now), owner_id=None, write=False
         )
-        self._wake_all(found)
+        for kind in found:  # one claim each: a full batch wakes the next (``took``)
+            self._deal_one(kind)
 
     async def close(self) -> None:
         await self._poll.close()

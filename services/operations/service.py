@@ -410,7 +410,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
                 async with self.claims.turn():
                     waiter.trying()
                     found = await self._db.run_core_async(take, owner_id=None)
-                    self.claims.took(len(found), limit)
+                    self.claims.took(waiter, len(found))
                 left = give_up_at - loop.time()
                 if found or left <= 0 or not task_types or not await waiter.wait(left):
                     break

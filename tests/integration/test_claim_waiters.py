@@ -17,6 +17,7 @@ import pytest
 
 from durable_ops.clock import utc_now
 from durable_ops.operations.claim_waiters import ClaimWaiter, ClaimWaiters, Kind
+from durable_ops.storage import migrate, operations
 from durable_ops.storage.db import Database
 
 HANG_GUARD = 10.0
@@ -112,6 +113,25 @@ def test_a_new_claim_takes_what_arrives_before_its_first_try(db: Database) -> No
     _run(db, scenario)
 
 
+def test_a_full_batch_wakes_one_more_claim_and_a_partial_one_none(db: Database) -> None:
+    async def scenario(waiters: ClaimWaiters) -> None:
+        with ExitStack() as stack:
+            claiming = stack.enter_context(waiters.waiting(frozenset({NOOP}), 2))
+            others = [stack.enter_context(waiters.waiting(frozenset({NOOP}))) for _ in range(2)]
+            tasks = [await _waiting(other) for other in others]
+            claiming.trying()
+            waiters.took(claiming, 1)  # took less than it could: nothing is left
+            await _settled()
+            assert [task.done() for task in tasks] == [False, False]
+            claiming.trying()
+            waiters.took(claiming, 2)  # full: there may be more, for one more claim
+            await _settled()
+            assert [task.done() for task in tasks] == [True, False]
+            tasks[1].cancel()
+
+    _run(db, scenario)
+
+
 def test_work_of_another_kind_wakes_no_claim(db: Database) -> None:
     async def scenario(waiters: ClaimWaiters) -> None:
         with waiters.waiting(frozenset({NOOP})) as claim:
@@ -160,9 +180,11 @@ def test_after_a_partial_claim_the_next_turn_waits_out_the_gather_window(db: Dat
 
     async def scenario(waiters: ClaimWaiters) -> None:
         loop = asyncio.get_running_loop()
-        async with waiters.turn():
-            began = loop.time()
-            waiters.took(3, 10)  # a trickle: what arrives next is gathered for one batch
+        with waiters.waiting(frozenset({NOOP}), 10) as claim:
+            async with waiters.turn():
+                began = loop.time()
+                claim.trying()
+                waiters.took(claim, 3)  # a trickle: what arrives next is gathered for one batch
         await _next_turn(waiters)
         assert loop.time() - began >= gather
 
@@ -174,8 +196,10 @@ def test_after_an_empty_or_full_claim_the_next_turn_begins_at_once(
     db: Database, count: int
 ) -> None:
     async def scenario(waiters: ClaimWaiters) -> None:
-        async with waiters.turn():
-            waiters.took(count, 10)
+        with waiters.waiting(frozenset({NOOP}), 10) as claim:
+            async with waiters.turn():
+                claim.trying()
+                waiters.took(claim, count)
         # A gathered turn would wait twice the guard: an idle replica answers its first
         # arrival at once, and a deep queue drains claim after claim.
         await asyncio.wait_for(_next_turn(waiters), HANG_GUARD)
@@ -200,3 +224,34 @@ def test_turns_are_one_at_a_time(db: Database) -> None:
         assert most == 1
 
     _run(db, scenario)
+
+
+def test_work_the_poll_finds_wakes_one_claim_not_all(tmp_path: Path) -> None:
+    """Work that appeared through another replica, found by the shared poll, wakes one
+    claim, not every claim that can take it (a full batch wakes the next, above)."""
+    url = f"sqlite:///{tmp_path / 'ops.db'}"
+    migrate.upgrade(url)
+    database = Database(url)
+    request = operations.CreateRequest(
+        task_type=NOOP[1], idempotency_key="k-poll", subject_type="doc", subject_id="1"
+    )
+    database.run_core(lambda tx: operations.create(tx, request, utc_now()), owner_id="alice")
+
+    async def main() -> None:
+        waiters = ClaimWaiters(database, utc_now, interval_seconds=0.05)
+        try:
+            with ExitStack() as stack:
+                claims = [stack.enter_context(waiters.waiting(frozenset({NOOP}))) for _ in range(3)]
+                tasks = [await _waiting(claim) for claim in claims]
+                await asyncio.wait(tasks, timeout=HANG_GUARD, return_when=asyncio.FIRST_COMPLETED)
+                await _settled()
+                assert sum(task.done() for task in tasks) == 1
+                for task in tasks:
+                    task.cancel()
+        finally:
+            await waiters.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        database.dispose()
