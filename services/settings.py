@@ -16,7 +16,8 @@ from pathlib import Path
 DEFAULT_SQLITE_PATH = Path("var") / "durable-ops.sqlite3"
 DEFAULT_TOMBSTONE_RETENTION_DAYS = 400
 RETENTION_DAYS_MAX = 3660  # bounds.OLDER_THAN_MAX: settings import nothing of the product
-# A gather window delays a trickle's pickup by up to this much; longer buys nothing.
+# A gather window delays a trickle's pickup by up to its length: beyond a second it would
+# hold claims back longer than the claim poll does, a misconfiguration rather than a tuning.
 CLAIM_GATHER_MAX_SECONDS = 1.0
 
 
