@@ -111,7 +111,9 @@ def test_a_cancel_during_a_ten_second_inference_ends_cancelled_with_one_notifica
         assert done.attempt == 1
         assert stack.count_notifications(operation_id) == 1
         assert stack.count_notes(operation_id) == 0
-        assert stack.worker_events("operation_cancelled")
+        # The worker logs its ending once the acknowledgement's answer reaches it, a
+        # moment after the state the test reads was committed.
+        stack.wait_worker_event("operation_cancelled")
         assert stack.logs.events(holder, "cancel_pushed")
 
 
