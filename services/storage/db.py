@@ -72,9 +72,12 @@ TRANSACTION_RETRY_JITTER: Draw = system_draw  # the random source of the replay'
 # Reading back whether a lost COMMIT committed: a few tries, about 1.5 s in all.
 COMMIT_CHECK_ATTEMPTS = 6
 COMMIT_CHECK_FIRST_PAUSE_SECONDS = 0.05
-# wsrep_sync_wait on Galera sessions: 1 = reads (SELECT, SHOW, BEGIN) wait until the node
-# has applied every write set the cluster ordered before them (read-your-writes anywhere).
-GALERA_SYNC_WAIT = 1
+# wsrep_sync_wait on Galera sessions: a transaction's first statement waits until the node
+# has applied every write set the cluster ordered before it (read-your-writes anywhere).
+# Galera waits only at the first statement, and only for the kinds the mask names: 1 reads,
+# 2 UPDATE/DELETE, 4 INSERT/REPLACE. A completion begins with its guarded UPDATE, so reads
+# alone let it miss the claim another node just committed.
+GALERA_SYNC_WAIT = 1 | 2 | 4
 GALERA_KEY = "galera"  # in a pooled connection's info: the server is a Galera node
 
 CommitCheck = Callable[[Tx], bool]
