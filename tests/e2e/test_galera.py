@@ -223,6 +223,12 @@ def _dispose(databases: list[Database]) -> None:
         db.dispose()
 
 
+def _causal(number: int) -> operations.CreateRequest:
+    return operations.CreateRequest(
+        task_type="test.causal", idempotency_key=f"k{number}", subject_type="job", subject_id="j"
+    )
+
+
 def test_sessions_on_galera_read_what_another_node_just_wrote(
     cluster: tuple[Path, list[str]],
 ) -> None:
@@ -237,11 +243,7 @@ def test_sessions_on_galera_read_what_another_node_just_wrote(
         assert wait == GALERA_SYNC_WAIT
         missed = 0
         for number in range(100):
-            request = operations.CreateRequest(
-                task_type="test.causal", idempotency_key=f"k{number}", subject_type="job",
-                subject_id="j",
-            )  # fmt: skip
-            row, _ = first.run_core(partial(_create, request=request), owner_id=ALICE)
+            row, _ = first.run_core(partial(_create, request=_causal(number)), owner_id=ALICE)
             try:  # at once, through the other node
                 second.run_core(partial(operations.get, operation_id=row.id), owner_id=ALICE)
             except NotFound:
@@ -266,11 +268,7 @@ def test_a_transaction_that_begins_with_a_write_sees_what_another_node_just_wrot
     try:
         refused = 0
         for number in range(100):
-            request = operations.CreateRequest(
-                task_type="test.causal", idempotency_key=f"k{number}", subject_type="job",
-                subject_id="j",
-            )  # fmt: skip
-            first.run_core(partial(_create, request=request), owner_id=ALICE)
+            first.run_core(partial(_create, request=_causal(number)), owner_id=ALICE)
             claim = second.run_core(
                 lambda tx: operations.claim(tx, ["test.causal"], 60, utc_now()), owner_id=None
             )
