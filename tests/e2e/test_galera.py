@@ -124,15 +124,18 @@ def _database(server_url: str, name: str) -> str:
     return parsed.set(database=name).render_as_string(hide_password=False)
 
 
-def _scalar(url: str, query: str) -> object:
+def _causal_connection(url: str) -> pymysql.Connection[Any]:
+    """A raw session on one node that, like the product's, first waits for what the
+    cluster committed: a write through another node just before is seen, read or updated."""
     parsed = make_url(url)
-    with (
-        pymysql.connect(
-            host=parsed.host, port=parsed.port or 3306, user="root", database=parsed.database
-        ) as conn,
-        conn.cursor() as cursor,
-    ):
-        cursor.execute("SET SESSION wsrep_sync_wait = 1")  # read what the cluster committed
+    return pymysql.connect(
+        host=parsed.host, port=parsed.port or 3306, user="root", database=parsed.database,
+        init_command=f"SET SESSION wsrep_sync_wait = {GALERA_SYNC_WAIT}",
+    )  # fmt: skip
+
+
+def _scalar(url: str, query: str) -> object:
+    with _causal_connection(url) as conn, conn.cursor() as cursor:
         cursor.execute(query)
         row = cursor.fetchone()
         return row[0] if row else None
@@ -319,7 +322,7 @@ def test_a_certification_conflict_at_commit_is_replayed(cluster: tuple[Path, lis
             attempts += 1
             session.execute(update(Job).where(Job.id == "j" * 32).values(title=f"node1-{attempts}"))
             if attempts == 1:  # node 2 writes the same row and commits first
-                _execute(on[1], "UPDATE jobs SET title = 'node2' WHERE id = %s", "j" * 32)
+                assert _execute(on[1], "UPDATE jobs SET title = 'node2' WHERE id = %s", "j" * 32)
 
         db.run(rename, owner_id=ALICE)
         assert attempts == 2
@@ -330,16 +333,12 @@ def test_a_certification_conflict_at_commit_is_replayed(cluster: tuple[Path, lis
         _dispose(dbs)
 
 
-def _execute(url: str, statement: str, *arguments: object) -> None:
-    parsed = make_url(url)
-    with (
-        pymysql.connect(
-            host=parsed.host, port=parsed.port or 3306, user="root", database=parsed.database
-        ) as conn,
-        conn.cursor() as cursor,
-    ):
-        cursor.execute(statement, arguments)
+def _execute(url: str, statement: str, *arguments: object) -> int:
+    """Run one write on a node and commit it; how many rows it changed."""
+    with _causal_connection(url) as conn, conn.cursor() as cursor:
+        changed: int = cursor.execute(statement, arguments)
         conn.commit()
+        return changed
 
 
 def test_admission_limits_hold_with_admissions_through_two_nodes(
@@ -699,14 +698,7 @@ def _drill_token(owner: str) -> str:
 
 
 def _rows(url: str, query: str) -> list[tuple[Any, ...]]:
-    parsed = make_url(url)
-    with (
-        pymysql.connect(
-            host=parsed.host, port=parsed.port or 3306, user="root", database=parsed.database
-        ) as conn,
-        conn.cursor() as cursor,
-    ):
-        cursor.execute("SET SESSION wsrep_sync_wait = 1")
+    with _causal_connection(url) as conn, conn.cursor() as cursor:
         cursor.execute(query)
         return list(cursor.fetchall())
 
