@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Locator, Page, Request, expect
+from playwright.sync_api import APIResponse, Locator, Page, Request, Route, expect
 
 from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
 from durable_ops.model.scope import Role
@@ -272,6 +272,35 @@ def test_after_a_cancel_the_page_looks_again_at_once(
     page.get_by_role("button", name="Stop analysis").click()
     expect(job.locator(".analysis .state")).to_have_text("Cancelled")
     wait_for(page, polls, before + 1, timeout_ms=2000)
+    page.wait_for_timeout(300)
+    assert len(polls) == before + 1
+
+
+def test_a_cancel_whose_answer_comes_after_the_long_polls_looks_once(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """Cancelling a queued analysis ends it, which wakes the long-poll too: here the
+    cancel's answer is held until the long-poll's look has loaded the end, and the
+    page does not read that same end a second time."""
+    polls = snapshot_requests(page)
+    held: list[tuple[Route, APIResponse]] = []
+
+    def hold(route: Route) -> None:
+        held.append((route, route.fetch()))
+
+    page.route("**/api/operations/*/cancel", hold)
+    page.clock.install()
+    job = open_job_with_a_snapshot(page, ui_gateway, ui_services)
+    page.clock.pause_at(datetime.now() + timedelta(minutes=1))
+    page.wait_for_timeout(300)
+    before = len(polls)
+    job.get_by_role("button", name="Cancel analysis").click()
+    page.get_by_role("button", name="Stop analysis").click()
+    wait_for(page, polls, before + 1, timeout_ms=2000)  # the long-poll saw the end
+    assert len(held) == 1, "the cancel's answer is held"
+    route, answer = held[0]
+    route.fulfill(response=answer)
+    expect(job.locator(".analysis .state")).to_have_text("Cancelled")
     page.wait_for_timeout(300)
     assert len(polls) == before + 1
 

@@ -146,7 +146,7 @@ export function mount(main) {
     const slot = h("div", { class: "analysis", "aria-live": "polite" });
     const error = formError();
     const start = h("button", { type: "button", class: "button" }, task.action);
-    const entry = { view: null, active: true, live: false, looks: 0, over: null, operationId: null };
+    const entry = { view: null, active: true, live: false, looks: 0, over: null, operationId: null, endSeen: null };
     entry.view = createAnalysisView(slot, taskType, {
       onCancel: (operation) => cancelAnalysis(entry, operation, `${task.label} for ${subjectName}`, error),
       focusFallback: () => start,
@@ -181,16 +181,25 @@ export function mount(main) {
       cancelLabel: "Keep running",
     });
     if (!confirmed) return;
+    let updated = null;
     try {
-      const updated = await post(`/api/operations/${encodeURIComponent(operation.id)}/cancel`);
+      updated = await post(`/api/operations/${encodeURIComponent(operation.id)}/cancel`);
       showFormError(error, null);
       entry.view.showOperation(updated);
     } catch (failure) {
       const text = failure.status === 409 ? "This analysis's state changed; the view is updated." : failure.message;
       showFormError(error, { message: text });
     } finally {
-      lookAgain(entry);
+      if (!endLoadedSince(entry, updated)) lookAgain(entry);
     }
+  }
+
+  // Whether the long-poll saw `operation` end as it is now and has loaded the result
+  // already: a cancel that ends a queued analysis wakes the long-poll too, and its
+  // answer can come before the cancel's; a second look would read the same again.
+  function endLoadedSince(entry, operation) {
+    const seen = entry.endSeen;
+    return Boolean(operation && seen && seen.id === operation.id && seen.updated_at === operation.updated_at);
   }
 
   // After the user acted: drop answers to looks already on their way (they predate
@@ -321,6 +330,7 @@ export function mount(main) {
       const [path, entry] = entryOf(operation);
       if (!path) return;
       entry.active = false; // over: no poll reads it while its result loads
+      entry.endSeen = operation;
       refreshAnalysis(path).catch(() => {
         entry.active = true;
         poller.refresh();
