@@ -536,9 +536,7 @@ async def measure_poll_cost(ctx: Context, url: str) -> PollCost:
         db,
         utc_now,
         cancels=CancelWatch(db, settings.cancel_watch_interval_seconds),
-        claims=ClaimWaiters(
-            db, utc_now, settings.claim_poll_interval_seconds, settings.claim_gather_seconds
-        ),
+        claims=ClaimWaiters.from_settings(db, utc_now, settings),
     )
     server, port = build_server(
         "127.0.0.1:0",

@@ -35,6 +35,7 @@ from contextlib import asynccontextmanager, contextmanager
 
 from durable_ops.clock import Clock
 from durable_ops.operations.shared_poll import SharedPoll
+from durable_ops.settings import Settings
 from durable_ops.storage import operations
 from durable_ops.storage.db import Database
 
@@ -94,6 +95,11 @@ class ClaimWaiters:
         self._gather_seconds = gather_seconds
         self._turn_started = 0.0  # loop time the current (or last) turn began
         self._next_turn_at = 0.0  # loop time before which the next turn does not begin
+
+    @classmethod
+    def from_settings(cls, db: Database, clock: Clock, settings: Settings) -> ClaimWaiters:
+        """At the configured poll interval and gather window."""
+        return cls(db, clock, settings.claim_poll_interval_seconds, settings.claim_gather_seconds)
 
     @asynccontextmanager
     async def turn(self) -> AsyncIterator[None]:

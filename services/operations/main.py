@@ -46,9 +46,7 @@ def build_service(
         db,
         clock,
         cancels=CancelWatch(db, settings.cancel_watch_interval_seconds),
-        claims=ClaimWaiters(
-            db, clock, settings.claim_poll_interval_seconds, settings.claim_gather_seconds
-        ),
+        claims=ClaimWaiters.from_settings(db, clock, settings),
         watch=OperationWatch(db, settings.done_watch_interval_seconds),
         metrics=metrics,
     )

@@ -171,9 +171,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         self.metrics = metrics
         self._clock = clock
         self.cancels = cancels or CancelWatch(db, _DEFAULTS.cancel_watch_interval_seconds)
-        self.claims = claims or ClaimWaiters(
-            db, clock, _DEFAULTS.claim_poll_interval_seconds, _DEFAULTS.claim_gather_seconds
-        )
+        self.claims = claims or ClaimWaiters.from_settings(db, clock, _DEFAULTS)
         self.watch = watch or OperationWatch(db, _DEFAULTS.done_watch_interval_seconds)
 
     async def close(self) -> None:
