@@ -70,11 +70,11 @@ class _Recorder:
     def __init__(self, db: Database) -> None:
         self.recording = Recording()
         self.phase: str | None = None
-        engine = db.engine
-        event.listen(engine, "before_cursor_execute", self._execute)
-        event.listen(engine, "commit", self._commit)
-        event.listen(engine, "rollback", self._rollback)
-        event.listen(engine.pool, "checkout", self._checkout)
+        db.listen("before_cursor_execute", self._execute)
+        db.listen("commit", self._commit)
+        db.listen("rollback", self._rollback)
+        for engine in db.engines:
+            event.listen(engine.pool, "checkout", self._checkout)
 
     def _add(self, step: Step) -> None:
         if self.phase is not None:

@@ -44,7 +44,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from sqlalchemy import event
 
 from benchmarks import machine
 from benchmarks.client import Claimed, OpsClient
@@ -436,9 +435,9 @@ class _StatementCounter:
 
     def __init__(self, db: Database) -> None:
         self._window: Window | None = None
-        event.listen(db.engine, "before_cursor_execute", self._execute)
-        event.listen(db.engine, "commit", self._commit)
-        event.listen(db.engine, "rollback", self._rollback)
+        db.listen("before_cursor_execute", self._execute)
+        db.listen("commit", self._commit)
+        db.listen("rollback", self._rollback)
 
     def _execute(
         self, _conn: Any, _cursor: Any, statement: str, _params: Any, _ctx: Any, _many: bool

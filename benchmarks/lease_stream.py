@@ -18,12 +18,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from sqlalchemy import event
-
 from benchmarks.context import Context
 from benchmarks.databases import mariadb_database
 from benchmarks.table import Row, Target
 from durable_ops.clock import utc_now
+from durable_ops.storage.db import Database
 from tests.support.grpc_services import running_services
 from tests.support.operations_client import OWNER_IDS, OpsClient
 
@@ -36,12 +35,12 @@ TARGET = Target("<=", 0.5)
 class Counts:
     """Statements and COMMITs an engine sends, but the cancel watch's poll."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, db: Database) -> None:
         self._lock = threading.Lock()
         self.statements = 0
         self.commits = 0
-        event.listen(engine, "before_cursor_execute", self._statement)
-        event.listen(engine, "commit", self._commit)
+        db.listen("before_cursor_execute", self._statement)
+        db.listen("commit", self._commit)
 
     def _statement(self, _conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
         if statement.startswith("SELECT user_operations.id") and "cancel_requested" in statement:
@@ -85,7 +84,7 @@ def _measured(size: int, beats: int) -> Row:
         for n in range(size):
             ops.create(OWNER_IDS[n % len(OWNER_IDS)], f"bench-{n}", subject_id=f"s-{n}")
         leases = [ops.claim_one(lease_seconds=LEASE_SECONDS) for _ in range(size)]
-        counts = Counts(services.db.engine)
+        counts = Counts(services.db)
         stream = ops.lease_stream()
         stream.beat(tuple(leases), lease_seconds=LEASE_SECONDS)
         singles = [ops.stream(lease) for lease in leases]

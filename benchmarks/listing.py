@@ -24,8 +24,6 @@ from datetime import UTC
 from functools import partial
 from typing import Any
 
-from sqlalchemy import event
-
 from benchmarks import bulk
 from benchmarks.client import OpsClient
 from benchmarks.context import Context
@@ -81,7 +79,7 @@ def explain(url: str, token: str) -> dict[str, Any]:
     def record(*args: Any) -> None:
         seen.append((args[2], args[3]))
 
-    event.listen(db.engine, "before_cursor_execute", record)
+    db.listen("before_cursor_execute", record)
     try:
         db.run_core(
             lambda tx: operations.list_page(tx, size=PAGE_SIZE, token=token),

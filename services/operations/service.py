@@ -201,7 +201,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
 
     async def get_for(self, owner: str, operation_id: str) -> UserOperation:
         return await self._db.run_core_async(
-            lambda tx: operations.get(tx, operation_id), owner_id=owner, write=False
+            lambda tx: operations.get(tx, operation_id), owner_id=owner, write=False, short=True
         )
 
     async def wait_for(
@@ -239,7 +239,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     async def cancel_for(self, owner: str, operation_id: str) -> UserOperation:
         now = self._clock()
         row = await self._db.run_core_async(
-            lambda tx: operations.cancel(tx, operation_id, now), owner_id=owner
+            lambda tx: operations.cancel(tx, operation_id, now), owner_id=owner, short=True
         )
         self.cancelled(row)
         log.info("operation_cancel", operation_id=row.id, owner=owner, state=row.state)
@@ -275,7 +275,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         )
         now = self._clock()
         row, created = await self._db.run_core_async(
-            lambda tx: operations.create(tx, create, now), owner_id=owner
+            lambda tx: operations.create(tx, create, now), owner_id=owner, short=True
         )
         if created:
             self.claims.arrived(row.state, row.task_type)
@@ -329,7 +329,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         owner = require_owner(caller_scope(context)).owner_id
         now = self._clock()
         row = await self._db.run_core_async(
-            lambda tx: operations.retry(tx, request.operation_id, now), owner_id=owner
+            lambda tx: operations.retry(tx, request.operation_id, now), owner_id=owner, short=True
         )
         self.retried(row)
         log.info("operation_retried", operation_id=row.id, owner=owner)
@@ -407,7 +407,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             while True:
                 async with self.claims.turn():
                     waiter.trying()
-                    found = await self._db.run_core_async(take, owner_id=None)
+                    found = await self._db.run_core_async(take, owner_id=None, short=True)
                     self.claims.took(waiter, len(found))
                 left = give_up_at - loop.time()
                 if found or left <= 0 or not task_types or not await waiter.wait(left):
@@ -450,7 +450,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             for item in request.items
         ]
         answers = await self._db.run_core_async(
-            lambda tx: operations.complete_many(tx, completions, now), owner_id=None
+            lambda tx: operations.complete_many(tx, completions, now), owner_id=None, short=True
         )
         ids = [item.operation_id for item in completions]
         return self._outcomes(ids, answers, "operations_completed")
@@ -478,7 +478,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             for item in request.items
         ]
         answers = await self._db.run_core_async(
-            lambda tx: operations.settle_many(tx, mutations), owner_id=None
+            lambda tx: operations.settle_many(tx, mutations), owner_id=None, short=True
         )
         ids = [item.failure.operation_id for item in request.items]
         return self._outcomes(ids, answers, "operations_failed")
@@ -566,7 +566,9 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             progress=progress,
             now=self._clock(),
         )
-        expires, cancel_requested = await self._db.run_core_async(beat_once, owner_id=owner)
+        expires, cancel_requested = await self._db.run_core_async(
+            beat_once, owner_id=owner, short=True
+        )
         if progress is not None:
             self.watch.changed(operation_id)
         return pb.HeartbeatResponse(
@@ -624,7 +626,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         if beat.held:
             now = self._clock()
             answers = await self._db.run_core_async(
-                lambda tx: operations.heartbeat_many(tx, beat.held, now), owner_id=None
+                lambda tx: operations.heartbeat_many(tx, beat.held, now), owner_id=None, short=True
             )
         else:
             answers = []
@@ -666,6 +668,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
                 tx, request.operation_id, request.lease_token, provenance, request.result_ref, now
             ),
             owner_id=owner,
+            short=True,
         )
         self.watch.changed(request.operation_id)
         log.info("operation_completed", operation_id=request.operation_id, owner=owner)
@@ -689,6 +692,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
                 now=now,
             ),
             owner_id=owner,
+            short=True,
         )
         self.watch.changed(request.operation_id)
         log.info(
@@ -712,6 +716,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
                 tx, request.operation_id, request.lease_token, _provenance(request.provenance), now
             ),
             owner_id=owner,
+            short=True,
         )
         if state == OperationState.WAITING_FOR_EXTERNAL_FALLBACK:
             self.claims.arrived_any()
@@ -729,6 +734,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
                 tx, request.operation_id, request.lease_token, now
             ),
             owner_id=owner,
+            short=True,
         )
         self.watch.changed(request.operation_id)
         log.info("operation_cancel_acknowledged", operation_id=request.operation_id, owner=owner)

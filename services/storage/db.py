@@ -26,17 +26,24 @@ any unreachable database (ADR 0017).
 
 On a Galera node (``wsrep_on``) every session sets ``wsrep_sync_wait`` so a
 read sees every write the cluster committed before it, whichever node took it.
+
+Async servers run transactions on a thread pool (``run_async``,
+``run_core_async``). On SQLite a transaction marked ``short`` runs on the
+event loop's thread instead, on a connection that never waits for a lock,
+and falls back to the pool when it cannot start at once (``inline_sqlite``,
+ADR 0030).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -48,10 +55,12 @@ from sqlalchemy import Engine, event
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker, with_loader_criteria
+from sqlalchemy.pool import StaticPool
 
 from durable_ops.model.errors import Unavailable
 from durable_ops.model.lifecycle import Draw, system_draw
 from durable_ops.storage import pool
+from durable_ops.storage.inline_sqlite import InlineSqlite, Ran
 from durable_ops.storage.schema import Owned
 from durable_ops.storage.tx import OWNER_KEY, Tx
 
@@ -155,15 +164,23 @@ def _on_mysql_connect(dbapi_connection: Any, record: Any) -> None:
     record.info[GALERA_KEY] = galera
 
 
-def _sqlite_engine(url: URL) -> Engine:
+def _sqlite_engine(url: URL, *, inline: bool = False) -> Engine:
+    """The pool's engine, whose connections wait up to 30 s for a lock; or, ``inline``,
+    the engine of one connection that never waits nor checkpoints (``inline_sqlite``)."""
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
     engine = sqlalchemy.create_engine(
         url,
         pool_reset_on_return=None,
-        connect_args={"timeout": 30, "check_same_thread": False},
+        connect_args={"timeout": 0 if inline else 30, "check_same_thread": False},
+        **({"poolclass": StaticPool} if inline else {}),
     )
     pool.install(engine, ping=False)
+    pragmas = (
+        ("PRAGMA busy_timeout=0", "PRAGMA wal_autocheckpoint=0")
+        if inline
+        else ("PRAGMA busy_timeout=30000",)
+    )
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -173,7 +190,8 @@ def _sqlite_engine(url: URL) -> Engine:
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=30000")
+        for pragma in pragmas:
+            cursor.execute(pragma)
         cursor.close()
 
     @event.listens_for(engine, "begin")
@@ -204,6 +222,14 @@ def _commit(commit: Callable[[], None], result: object) -> None:
         if _is_unreachable(exc):
             raise _CommitLost(result, exc) from exc
         raise
+
+
+def _core_attempt(engine: Engine, work: Callable[[Tx], T], owner_id: str | None) -> T:
+    """One try of a Core transaction; its COMMIT inside, so a 1213 there is replayed."""
+    with engine.connect() as connection, connection.begin() as transaction:
+        result = work(Tx(connection, owner_id))
+        _commit(transaction.commit, result)
+    return result
 
 
 def transaction_retry_pause(number: int, draw: Draw) -> float:
@@ -270,10 +296,33 @@ class Database:
         self.retries: Counter[int] = Counter()
         self.lost_commits: Counter[str] = Counter()
         self._counting = threading.Lock()
+        # SQLite: short transactions of async servers run on the loop's thread when they
+        # can start at once (ADR 0030). An in-memory database is one per connection.
+        self.checkpoints = 0  # WAL checkpoints asked of the pool for the inline connection
+        self._checkpointing: Future[None] | None = None
+        self.inline = (
+            InlineSqlite(_sqlite_engine(self.engine.url, inline=True), self._checkpoint_soon)
+            if self.is_sqlite and self.engine.url.database not in (None, "", ":memory:")
+            else None
+        )
 
     @property
     def is_sqlite(self) -> bool:
         return self.dialect == "sqlite"
+
+    @property
+    def engines(self) -> tuple[Engine, ...]:
+        """Every engine statements go through: the pool's and, on SQLite, the inline one."""
+        return (self.engine,) if self.inline is None else (self.engine, self.inline.engine)
+
+    def listen(self, name: str, listener: Callable[..., Any]) -> None:
+        """``event.listen`` on every engine (statement counters, recorders)."""
+        for engine in self.engines:
+            event.listen(engine, name, listener)
+
+    def unlisten(self, name: str, listener: Callable[..., Any]) -> None:
+        for engine in self.engines:
+            event.remove(engine, name, listener)
 
     @contextmanager
     def _transaction(self, owner_id: str | None, *, write: bool) -> Iterator[Session]:
@@ -329,14 +378,7 @@ class Database:
         if owner_id == "":
             raise ValueError("an owner scope needs an owner id")
         engine = self._writer if write else self.engine
-
-        def attempt() -> T:
-            with engine.connect() as connection, connection.begin() as transaction:
-                result = work(Tx(connection, owner_id))
-                _commit(transaction.commit, result)  # inside the attempt: 1213 here is replayed
-            return result
-
-        return self._retrying(attempt, owner_id)
+        return self._retrying(partial(_core_attempt, engine, work, owner_id), owner_id)
 
     def _retrying(self, attempt: Callable[[], T], owner_id: str | None) -> T:
         for number in range(1, MAX_TRANSACTION_ATTEMPTS + 1):
@@ -419,10 +461,41 @@ class Database:
         *,
         owner_id: str | None,
         write: bool = True,
+        short: bool = False,
     ) -> T:
-        """``run_core`` on the database thread pool, for async servers."""
+        """``run_core`` on the database thread pool, for async servers.
+
+        ``short``: a transaction of a few statements over rows named by key (a create,
+        a claim, a settle, a heartbeat, a read by id). On SQLite it runs on the loop's
+        own thread when it can start at once (``inline_sqlite``), else on the pool.
+        """
+        if short and self.inline is not None:
+            ran = self._run_inline(self.inline, work, owner_id, write=write)
+            if ran is not None:
+                return ran.result
         call = partial(self.run_core, work, owner_id=owner_id, write=write)
         return await self._in_executor(call)
+
+    def _run_inline(
+        self, inline: InlineSqlite, work: Callable[[Tx], T], owner_id: str | None, *, write: bool
+    ) -> Ran[T] | None:
+        if owner_id == "":
+            raise ValueError("an owner scope needs an owner id")
+        return inline.try_run(lambda engine: _core_attempt(engine, work, owner_id), write=write)
+
+    def _checkpoint_soon(self) -> None:
+        """A passive WAL checkpoint on the pool, for the inline connection's commits;
+        none while the last one asked for is still on its way."""
+        if self._checkpointing is not None and not self._checkpointing.done():
+            return
+        with contextlib.suppress(RuntimeError):  # disposed: the last close checkpoints
+            self._checkpointing = self._executor.submit(self._checkpoint)
+
+    def _checkpoint(self) -> None:
+        with self.engine.connect() as connection:
+            connection.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+        with self._counting:
+            self.checkpoints += 1
 
     async def _in_executor(self, call: Callable[[], T]) -> T:
         # In the caller's context (as asyncio.to_thread does): a traced RPC's SQL
@@ -432,4 +505,6 @@ class Database:
 
     def dispose(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+        if self.inline is not None:
+            self.inline.engine.dispose()
         self.engine.dispose()

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, cast
 
 import pytest
-from sqlalchemy import Table, bindparam, event, insert, select, update
+from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from durable_ops.model.states import OperationState, Privacy
@@ -120,11 +120,11 @@ def test_writes_take_the_usual_path_while_statements_are_counted(database: Datab
     def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
         seen.append(statement)
 
-    event.listen(database.engine, "before_cursor_execute", count)
+    database.listen("before_cursor_execute", count)
     try:
         database.run_core(lambda tx: tx.write(INSERT, _row("e" * 32, "dave")), owner_id=None)
     finally:
-        event.remove(database.engine, "before_cursor_execute", count)
+        database.unlisten("before_cursor_execute", count)
     assert [s for s in seen if s.startswith("INSERT INTO user_operations")]
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import select
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.workspace.v1 import workspace_pb2 as wpb
@@ -95,14 +95,13 @@ def test_the_cancel_poll_asks_once_for_every_open_stream(
         with lock:
             statements.append(args[2])
 
-    engine = services.db.engine
-    event.listen(engine, "before_cursor_execute", count)
+    services.db.listen("before_cursor_execute", count)
     try:
         first = watch.polls
         wait_for(lambda: watch.polls >= first + 4, timeout=HANG_GUARD)
         window = watch.polls - first
     finally:
-        event.remove(engine, "before_cursor_execute", count)
+        services.db.unlisten("before_cursor_execute", count)
     selects = [text for text in statements if "cancel_requested" in text]
     # one query per poll, never one per stream (a poll may straddle the window's edges)
     assert window <= len(selects) <= window + 1

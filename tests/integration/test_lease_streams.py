@@ -16,7 +16,6 @@ from datetime import timedelta
 from typing import Any
 
 import grpc
-from sqlalchemy import event
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.held_leases import LEASE_NOT_HELD, NAMED_TWICE
@@ -57,7 +56,7 @@ class Statements:
     """The SQL an engine runs while counting (every thread: the servers run on their own)."""
 
     def __init__(self, services: Services) -> None:
-        self._engine = services.db.engine
+        self._db = services.db
         self._lock = threading.Lock()
         self.seen: list[str] = []
 
@@ -66,11 +65,11 @@ class Statements:
             self.seen.append(" ".join(str(args[2]).split()))
 
     def __enter__(self) -> Statements:
-        event.listen(self._engine, "before_cursor_execute", self._record)
+        self._db.listen("before_cursor_execute", self._record)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        event.remove(self._engine, "before_cursor_execute", self._record)
+        self._db.unlisten("before_cursor_execute", self._record)
 
     def of_the_beat(self) -> list[str]:
         """Reads and writes of operations, but the servers' background polls: the cancel

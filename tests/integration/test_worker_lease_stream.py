@@ -16,7 +16,6 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 import grpc
-from sqlalchemy import event
 
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.model.scope import Role
@@ -43,7 +42,7 @@ class BeatUpdates:
     """How many leases each beat's UPDATE carried (the engine's statements, every thread)."""
 
     def __init__(self, services: Services) -> None:
-        self._engine = services.db.engine
+        self._db = services.db
         self._lock = threading.Lock()
         self.sizes: list[int] = []
 
@@ -56,11 +55,11 @@ class BeatUpdates:
                 self.sizes.append(statement.count("WHEN") // CASES_PER_BEAT)
 
     def __enter__(self) -> BeatUpdates:
-        event.listen(self._engine, "before_cursor_execute", self._record)
+        self._db.listen("before_cursor_execute", self._record)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        event.remove(self._engine, "before_cursor_execute", self._record)
+        self._db.unlisten("before_cursor_execute", self._record)
 
 
 async def _until(check: Callable[[], bool]) -> None:

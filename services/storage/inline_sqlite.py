@@ -1,0 +1,100 @@
+"""Short SQLite transactions run on the calling thread, never waiting for a lock.
+
+An async server hands each transaction to the database thread pool. On SQLite
+that costs more than the hop: the driver releases the GIL at every step, so
+the event loop's thread and a pool thread pass it back and forth about twice
+per statement, which measured as half of the Operations server's CPU per
+lifecycle (ADR 0030). A transaction marked short (a create, a claim, a
+settle, a heartbeat, a read by id) runs here instead, on one connection kept
+for it, when it can start at once:
+
+- the connection's ``busy_timeout`` is 0, so a write lock held by another
+  connection or process answers SQLITE_BUSY at ``BEGIN IMMEDIATE`` instead of
+  stalling the loop; the caller then runs the transaction on the pool, whose
+  connections wait for the lock as before;
+- the connection serves one transaction at a time: a second thread finding it
+  taken goes to the pool as well;
+- nothing here sleeps, and the connection never checkpoints the WAL itself
+  (``wal_autocheckpoint=0``): a checkpoint writes and syncs the database file,
+  so every ``CHECKPOINT_EVERY`` commits one is asked of the pool instead.
+
+A transaction refused here has done nothing: SQLite rolled it back, and the
+pool replays it whole, as a deadlock victim is replayed on MariaDB.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError
+
+T = TypeVar("T")
+
+SQLITE_BUSY = 5
+SQLITE_LOCKED = 6
+# Write commits between two WAL checkpoints asked of the pool: sqlite's own default
+# checkpoints at 1,000 pages, and a short transaction writes a few pages.
+CHECKPOINT_EVERY = 200
+
+
+def is_busy(exc: OperationalError) -> bool:
+    """Whether SQLite refused for a lock held elsewhere (any extended BUSY or LOCKED code)."""
+    orig = exc.orig
+    code = getattr(orig, "sqlite_errorcode", None) if isinstance(orig, sqlite3.Error) else None
+    return code is not None and code & 0xFF in (SQLITE_BUSY, SQLITE_LOCKED)
+
+
+@dataclass(frozen=True)
+class Ran(Generic[T]):
+    """A transaction that ran here, and what it answered."""
+
+    result: T
+
+
+class InlineSqlite:
+    """One connection's worth of transactions that start at once or not at all."""
+
+    def __init__(self, engine: Engine, checkpoint: Callable[[], None]) -> None:
+        """``engine`` holds the one connection (busy_timeout 0, no autocheckpoint);
+        ``checkpoint`` asks for a WAL checkpoint elsewhere and returns at once."""
+        self.engine = engine
+        self.writer = engine.execution_options(sqlite_begin="IMMEDIATE")
+        self._checkpoint = checkpoint
+        self._taken = threading.Lock()
+        self._writes = 0
+        # How short transactions went: "inline", or sent to the pool as "busy" or "taken".
+        self.outcomes: Counter[str] = Counter()
+
+    def try_run(self, attempt: Callable[[Engine], T], *, write: bool) -> Ran[T] | None:
+        """``attempt`` run on this thread (given the writer's engine or the reader's), or
+        None when it must go to the pool instead: the connection is taken, or SQLite is
+        busy, and then it has changed nothing."""
+        if not self._taken.acquire(blocking=False):
+            self.outcomes["taken"] += 1
+            return None
+        try:
+            try:
+                result = attempt(self.writer if write else self.engine)
+            except OperationalError as exc:
+                if not is_busy(exc):
+                    raise
+                self.outcomes["busy"] += 1
+                return None
+            self.outcomes["inline"] += 1
+            if write:
+                self._count_write()
+            return Ran(result)
+        finally:
+            self._taken.release()
+
+    def _count_write(self) -> None:
+        self._writes += 1
+        if self._writes >= CHECKPOINT_EVERY:
+            self._writes = 0
+            self._checkpoint()
