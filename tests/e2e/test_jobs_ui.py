@@ -258,18 +258,27 @@ def test_when_the_long_poll_fails_a_live_analysis_is_polled_fast_and_a_finished_
     assert len(polls) == settled, "a finished analysis is not polled"
 
 
-def test_after_a_cancel_the_page_looks_again_at_once(
-    page: Page, ui_gateway: LiveGateway, ui_services: Services
-) -> None:
-    polls = snapshot_requests(page)
+def cancel_with_timers_stopped(
+    page: Page, gateway: LiveGateway, services: Services, polls: list[Request]
+) -> tuple[Locator, int]:
+    """Start a snapshot, stop the page's timers, then cancel it (confirmed); the job, and
+    how many looks the page had made before the cancel."""
     page.clock.install()
-    job = open_job_with_a_snapshot(page, ui_gateway, ui_services)
+    job = open_job_with_a_snapshot(page, gateway, services)
     # From here no timer fires: any later look is one the page asked for itself.
     page.clock.pause_at(datetime.now() + timedelta(minutes=1))
     page.wait_for_timeout(300)
     before = len(polls)
     job.get_by_role("button", name="Cancel analysis").click()
     page.get_by_role("button", name="Stop analysis").click()
+    return job, before
+
+
+def test_after_a_cancel_the_page_looks_again_at_once(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    polls = snapshot_requests(page)
+    job, before = cancel_with_timers_stopped(page, ui_gateway, ui_services, polls)
     expect(job.locator(".analysis .state")).to_have_text("Cancelled")
     wait_for(page, polls, before + 1, timeout_ms=2000)
     page.wait_for_timeout(300)
@@ -289,13 +298,7 @@ def test_a_cancel_whose_answer_comes_after_the_long_polls_looks_once(
         held.append((route, route.fetch()))
 
     page.route("**/api/operations/*/cancel", hold)
-    page.clock.install()
-    job = open_job_with_a_snapshot(page, ui_gateway, ui_services)
-    page.clock.pause_at(datetime.now() + timedelta(minutes=1))
-    page.wait_for_timeout(300)
-    before = len(polls)
-    job.get_by_role("button", name="Cancel analysis").click()
-    page.get_by_role("button", name="Stop analysis").click()
+    job, before = cancel_with_timers_stopped(page, ui_gateway, ui_services, polls)
     wait_for(page, polls, before + 1, timeout_ms=2000)  # the long-poll saw the end
     assert len(held) == 1, "the cancel's answer is held"
     route, answer = held[0]

@@ -59,6 +59,12 @@ class Load:
     lock: threading.Lock = field(default_factory=threading.Lock)
     errors: list[BaseException] = field(default_factory=list)
 
+    def refused(self) -> None:
+        """A call failed (the server is down or starting): counted, and a pause."""
+        with self.lock:
+            self.refusals += 1
+        time.sleep(0.05)
+
 
 @dataclass
 class Product:
@@ -113,9 +119,7 @@ def _creator(load: Load, stub: pb_grpc.OperationsServiceStub, index: int) -> Non
                 _create_request(key), metadata=md, timeout=CALL_TIMEOUT_SECONDS
             )
         except grpc.RpcError:
-            with load.lock:
-                load.refusals += 1
-            time.sleep(0.05)
+            load.refused()
             continue
         with load.lock:
             load.created[(owner, key)] = reply.operation.id
@@ -159,9 +163,7 @@ def _worker(load: Load, stub: pb_grpc.OperationsServiceStub) -> None:
         try:
             done = _drain_once(stub, wait_seconds=1)
         except grpc.RpcError:
-            with load.lock:
-                load.refusals += 1
-            time.sleep(0.05)
+            load.refused()
             continue
         with load.lock:
             load.completed |= done
