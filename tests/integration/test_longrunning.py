@@ -9,8 +9,6 @@ keep a broken build from hanging; nothing is timed.
 
 from __future__ import annotations
 
-import threading
-import time
 from datetime import timedelta
 
 import grpc
@@ -22,6 +20,7 @@ from google.rpc import code_pb2, error_details_pb2
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from tests.support.grpc_services import Services
+from tests.support.later import later
 from tests.support.operations_client import ALICE, BOB, TASK, Lease, OpsClient, rpc_failure
 
 HANG_GUARD = 20.0
@@ -42,16 +41,6 @@ def _future(
     )
 
 
-def _later(action: object, delay: float = 0.3) -> threading.Thread:
-    def run() -> None:
-        time.sleep(delay)
-        action()  # type: ignore[operator]
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
-
-
 def test_the_polling_future_runs_to_the_result(
     ops: OpsClient, standard: operations_v1.OperationsClient
 ) -> None:
@@ -59,8 +48,8 @@ def test_the_polling_future_runs_to_the_result(
     future = _future(standard, ops, created.id)
     assert not future.done()
     assert future.metadata.state == pb.OPERATION_STATE_QUEUED
-    _later(lambda: ops.complete(ops.claim_one()))
-    result = future.result(timeout=HANG_GUARD)
+    with later(lambda: ops.complete(ops.claim_one())):
+        result = future.result(timeout=HANG_GUARD)
     assert result == pb.OperationResult(
         task_type=TASK,
         subject=pb.Subject(type="job", id="job-9"),
@@ -178,8 +167,8 @@ def test_wait_answers_when_this_replica_finishes_the_operation(
     services: Services, ops: OpsClient
 ) -> None:
     created = ops.create(ALICE, "lro-wait-here")
-    _later(lambda: ops.complete(ops.claim_one()))
-    done = _wait(services, ops, created.id, seconds=HANG_GUARD)
+    with later(lambda: ops.complete(ops.claim_one())):
+        done = _wait(services, ops, created.id, seconds=HANG_GUARD)
     assert done.done
     assert done.HasField("response")
 
@@ -189,8 +178,8 @@ def test_wait_answers_when_another_replica_finishes_the_operation(
 ) -> None:
     created = ops.create(ALICE, "lro-wait-there")
     elsewhere = OpsClient(other_replica)
-    _later(lambda: elsewhere.acknowledge_cancel(_cancelled_lease(elsewhere)))
-    done = _wait(services, ops, created.id, seconds=HANG_GUARD)
+    with later(lambda: elsewhere.acknowledge_cancel(_cancelled_lease(elsewhere))):
+        done = _wait(services, ops, created.id, seconds=HANG_GUARD)
     assert done.done
     assert done.error.code == code_pb2.CANCELLED
     assert services.operations_service.watch.polls >= 1  # found by the shared query

@@ -9,9 +9,9 @@ clock is moved by hand before each change, so every change has its own
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from datetime import timedelta
 
 import grpc
@@ -20,6 +20,7 @@ import pytest
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services, running_services
+from tests.support.later import later
 from tests.support.operations_client import ALICE, BOB, OpsClient
 
 HANG_GUARD = 20.0
@@ -44,19 +45,20 @@ def _wait(
     return answer
 
 
-def _later(clock: ManualClock, action: Callable[[], object], delay: float = 0.3) -> None:
-    def run() -> None:
-        time.sleep(delay)
+def _later(clock: ManualClock, action: Callable[[], object]) -> AbstractContextManager[None]:
+    """``action`` on another thread, the servers' clock a second on first."""
+
+    def moved_on() -> None:
         clock.advance(1)
         action()
 
-    threading.Thread(target=run, daemon=True).start()
+    return later(moved_on)
 
 
 def test_a_claim_answers_a_wait_from_the_queued_version(ops: OpsClient, clock: ManualClock) -> None:
     queued = ops.create(ALICE, "wait-claim")
-    _later(clock, ops.claim_one)
-    moved = _wait(ops, queued, HANG_GUARD)
+    with _later(clock, ops.claim_one):
+        moved = _wait(ops, queued, HANG_GUARD)
     assert moved.state == pb.OPERATION_STATE_RUNNING
 
 
@@ -66,11 +68,11 @@ def test_progress_answers_through_this_replica_and_through_another(
     ops.create(ALICE, "wait-progress")
     lease = ops.claim_one()
     running = ops.get(ALICE, lease.id)
-    _later(clock, lambda: ops.heartbeat_once(lease, progress=40))
-    here = _wait(ops, running, HANG_GUARD)
+    with _later(clock, lambda: ops.heartbeat_once(lease, progress=40)):
+        here = _wait(ops, running, HANG_GUARD)
     assert here.progress_percent == 40
-    _later(clock, lambda: elsewhere.heartbeat_once(lease, progress=70))
-    there = _wait(ops, here, HANG_GUARD)
+    with _later(clock, lambda: elsewhere.heartbeat_once(lease, progress=70)):
+        there = _wait(ops, here, HANG_GUARD)
     assert there.progress_percent == 70
 
 
@@ -104,8 +106,8 @@ def test_without_a_seen_version_only_the_end_answers(ops: OpsClient, clock: Manu
         clock.advance(1)
         ops.acknowledge_cancel(lease)
 
-    _later(clock, beat_then_cancel)
-    done = _wait(ops, None, HANG_GUARD, operation_id=queued.id)
+    with _later(clock, beat_then_cancel):
+        done = _wait(ops, None, HANG_GUARD, operation_id=queued.id)
     assert done.state == pb.OPERATION_STATE_CANCELLED
 
 
