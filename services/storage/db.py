@@ -492,8 +492,12 @@ class Database:
             self._checkpointing = self._executor.submit(self._checkpoint)
 
     def _checkpoint(self) -> None:
-        with self.engine.connect() as connection:
-            connection.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+        try:
+            with self.engine.connect() as connection:
+                connection.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+        except OperationalError as exc:  # the next one tries again; the WAL grows meanwhile
+            log.warning("wal_checkpoint_failed", error=str(exc.orig))
+            return
         with self._counting:
             self.checkpoints += 1
 
