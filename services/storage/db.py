@@ -60,7 +60,7 @@ from sqlalchemy.pool import StaticPool
 from durable_ops.model.errors import Unavailable
 from durable_ops.model.lifecycle import Draw, system_draw
 from durable_ops.storage import pool
-from durable_ops.storage.inline_sqlite import InlineSqlite, Ran
+from durable_ops.storage.inline_sqlite import InlineSqlite
 from durable_ops.storage.schema import Owned
 from durable_ops.storage.tx import OWNER_KEY, Tx
 
@@ -226,6 +226,8 @@ def _commit(commit: Callable[[], None], result: object) -> None:
 
 def _core_attempt(engine: Engine, work: Callable[[Tx], T], owner_id: str | None) -> T:
     """One try of a Core transaction; its COMMIT inside, so a 1213 there is replayed."""
+    if owner_id == "":
+        raise ValueError("an owner scope needs an owner id")
     with engine.connect() as connection, connection.begin() as transaction:
         result = work(Tx(connection, owner_id))
         _commit(transaction.commit, result)
@@ -375,8 +377,6 @@ class Database:
         write: bool = True,
     ) -> T:
         """Run ``work`` in one Core transaction in the given scope, retrying on deadlock."""
-        if owner_id == "":
-            raise ValueError("an owner scope needs an owner id")
         engine = self._writer if write else self.engine
         return self._retrying(partial(_core_attempt, engine, work, owner_id), owner_id)
 
@@ -470,18 +470,13 @@ class Database:
         own thread when it can start at once (``inline_sqlite``), else on the pool.
         """
         if short and self.inline is not None:
-            ran = self._run_inline(self.inline, work, owner_id, write=write)
+            ran = self.inline.try_run(
+                lambda engine: _core_attempt(engine, work, owner_id), write=write
+            )
             if ran is not None:
                 return ran.result
         call = partial(self.run_core, work, owner_id=owner_id, write=write)
         return await self._in_executor(call)
-
-    def _run_inline(
-        self, inline: InlineSqlite, work: Callable[[Tx], T], owner_id: str | None, *, write: bool
-    ) -> Ran[T] | None:
-        if owner_id == "":
-            raise ValueError("an owner scope needs an owner id")
-        return inline.try_run(lambda engine: _core_attempt(engine, work, owner_id), write=write)
 
     def _checkpoint_soon(self) -> None:
         """A passive WAL checkpoint on the pool, for the inline connection's commits;

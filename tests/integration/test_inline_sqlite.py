@@ -204,3 +204,13 @@ def test_an_in_memory_database_has_no_inline_connection() -> None:
         assert memory.inline is None
     finally:
         memory.dispose()
+
+
+def test_an_empty_owner_is_refused_on_the_loop_and_on_the_pool(db: Database) -> None:
+    async def both() -> None:
+        for short in (True, False):
+            with pytest.raises(ValueError, match="owner scope needs an owner id"):
+                await db.run_core_async(_thread_of, owner_id="", short=short)
+
+    asyncio.run(both())
+    assert _inline(db).outcomes == {}
