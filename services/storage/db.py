@@ -59,7 +59,7 @@ from sqlalchemy.pool import StaticPool
 
 from durable_ops.model.errors import Unavailable
 from durable_ops.model.lifecycle import Draw, system_draw
-from durable_ops.storage import pool
+from durable_ops.storage import direct, pool
 from durable_ops.storage.inline_sqlite import InlineSqlite
 from durable_ops.storage.schema import Owned
 from durable_ops.storage.tx import OWNER_KEY, Tx
@@ -164,6 +164,11 @@ def _on_mysql_connect(dbapi_connection: Any, record: Any) -> None:
     record.info[GALERA_KEY] = galera
 
 
+# Sent on the driver's cursor (``direct``): through ``exec_driver_sql`` a BEGIN cost a
+# full execution context, as much again as the create it began.
+_BEGIN = {mode: f"BEGIN {mode}" for mode in ("DEFERRED", "IMMEDIATE")}
+
+
 def _sqlite_engine(url: URL, *, inline: bool = False) -> Engine:
     """The pool's engine, whose connections wait up to 30 s for a lock; or, ``inline``,
     the engine of one connection that never waits nor checkpoints (``inline_sqlite``)."""
@@ -197,7 +202,7 @@ def _sqlite_engine(url: URL, *, inline: bool = False) -> Engine:
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
         mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
-        connection.exec_driver_sql(f"BEGIN {mode}")
+        direct.execute_sql(connection, _BEGIN[mode])
 
     return engine
 
@@ -225,10 +230,17 @@ def _commit(commit: Callable[[], None], result: object) -> None:
 
 
 def _core_attempt(engine: Engine, work: Callable[[Tx], T], owner_id: str | None) -> T:
-    """One try of a Core transaction; its COMMIT inside, so a 1213 there is replayed."""
+    """One try of a Core transaction on a connection of ``engine``'s pool."""
+    with engine.connect() as connection:
+        return _core_transaction(connection, work, owner_id)
+
+
+def _core_transaction(connection: Connection, work: Callable[[Tx], T], owner_id: str | None) -> T:
+    """One try of a Core transaction on ``connection``; its COMMIT inside, so a 1213 there
+    is replayed."""
     if owner_id == "":
         raise ValueError("an owner scope needs an owner id")
-    with engine.connect() as connection, connection.begin() as transaction:
+    with connection.begin() as transaction:
         result = work(Tx(connection, owner_id))
         _commit(transaction.commit, result)
     return result
@@ -471,7 +483,7 @@ class Database:
         """
         if short and self.inline is not None:
             ran = self.inline.try_run(
-                lambda engine: _core_attempt(engine, work, owner_id), write=write
+                lambda connection: _core_transaction(connection, work, owner_id), write=write
             )
             if ran is not None:
                 return ran.result
@@ -505,5 +517,5 @@ class Database:
     def dispose(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
         if self.inline is not None:
-            self.inline.engine.dispose()
+            self.inline.close()
         self.engine.dispose()

@@ -15,7 +15,8 @@ A statement takes the usual path when this cannot hold for it (expanding or
 literal parameters, Python-side column defaults, RETURNING, a schema
 translation), and every statement does while anyone listens to
 ``before_cursor_execute`` (the benchmarks' statement counters), so they see
-every statement as before.
+every statement as before. ``execute_sql`` does the same for a fixed statement
+without parameters (SQLite's ``BEGIN IMMEDIATE``).
 """
 
 from __future__ import annotations
@@ -81,27 +82,41 @@ def _prepare(statement: Executable, dialect: Dialect) -> _Prepared | None:
 _statements: StatementCache[_Prepared | None] = StatementCache()
 
 
+def _listened(connection: Connection) -> bool:
+    dispatch = connection.engine.dispatch
+    return bool(dispatch.before_cursor_execute or dispatch.after_cursor_execute)
+
+
 def write(connection: Connection, statement: Executable, values: Mapping[str, Any]) -> int:
     """Run an INSERT or UPDATE in ``connection``'s transaction; the rows it matched."""
-    engine = connection.engine
-    listened = engine.dispatch.before_cursor_execute or engine.dispatch.after_cursor_execute
     dialect = connection.dialect
     prepared = (
         None
-        if listened
+        if _listened(connection)
         else _statements.get(statement, lambda: _prepare(statement, dialect), dialect.name)
     )
     if prepared is None:
         return connection.execute(statement, values).rowcount
-    parameters = prepared.parameters(values)
+    return _on_cursor(connection, prepared.sql, prepared.parameters(values))
+
+
+def execute_sql(connection: Connection, sql: str) -> None:
+    """Run a fixed statement without parameters (``BEGIN IMMEDIATE``) on ``connection``."""
+    if _listened(connection):
+        connection.exec_driver_sql(sql)
+    else:
+        _on_cursor(connection, sql, ())
+
+
+def _on_cursor(connection: Connection, sql: str, parameters: Any) -> int:
     cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
-        cursor.execute(prepared.sql, parameters)
+        cursor.execute(sql, parameters)
         return int(cursor.rowcount)
     except Exception as error:
         # Raises it wrapped (IntegrityError, OperationalError …), invalidating a lost
         # connection, as a failed Connection.execute does.
-        connection._handle_dbapi_exception(error, prepared.sql, parameters, cursor, None)
+        connection._handle_dbapi_exception(error, sql, parameters, cursor, None)
         raise  # unreachable: the handler always raises
     finally:
         cursor.close()

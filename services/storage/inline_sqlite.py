@@ -6,7 +6,8 @@ the event loop's thread and a pool thread pass it back and forth about twice
 per statement, which measured as half of the Operations server's CPU per
 lifecycle (ADR 0030). A transaction marked short (a create, a claim, a
 settle, a heartbeat, a read by id) runs here instead, on one connection kept
-for it, when it can start at once:
+open for it (checking a connection out and in again cost a third of a create's
+transaction), when it can start at once:
 
 - the connection's ``busy_timeout`` is 0, so a write lock held by another
   connection or process answers SQLITE_BUSY at ``BEGIN IMMEDIATE`` instead of
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from sqlalchemy import Engine
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError
 
 T = TypeVar("T")
@@ -64,23 +66,28 @@ class InlineSqlite:
         """``engine`` holds the one connection (busy_timeout 0, no autocheckpoint);
         ``checkpoint`` asks for a WAL checkpoint elsewhere and returns at once."""
         self.engine = engine
-        self.writer = engine.execution_options(sqlite_begin="IMMEDIATE")
+        self._connection: Connection | None = None  # opened at the first transaction
         self._checkpoint = checkpoint
         self._taken = threading.Lock()
         self._writes = 0
         # How short transactions went: "inline", or sent to the pool as "busy" or "taken".
         self.outcomes: Counter[str] = Counter()
 
-    def try_run(self, attempt: Callable[[Engine], T], *, write: bool) -> Ran[T] | None:
-        """``attempt`` run on this thread (given the writer's engine or the reader's), or
-        None when it must go to the pool instead: the connection is taken, or SQLite is
-        busy, and then it has changed nothing."""
+    def try_run(self, attempt: Callable[[Connection], T], *, write: bool) -> Ran[T] | None:
+        """``attempt`` run on this thread, given the connection (whose transactions begin
+        IMMEDIATE for a write), or None when it must go to the pool instead: the
+        connection is taken, or SQLite is busy, and then it has changed nothing."""
         if not self._taken.acquire(blocking=False):
             self.outcomes["taken"] += 1
             return None
         try:
+            if self._connection is None:
+                self._connection = self.engine.connect()
+            connection = self._connection.execution_options(
+                sqlite_begin="IMMEDIATE" if write else "DEFERRED"
+            )
             try:
-                result = attempt(self.writer if write else self.engine)
+                result = attempt(connection)
             except OperationalError as exc:
                 if not is_busy(exc):
                     raise
@@ -92,6 +99,14 @@ class InlineSqlite:
             return Ran(result)
         finally:
             self._taken.release()
+
+    def close(self) -> None:
+        """Close the connection and the engine; a later transaction opens them again."""
+        with self._taken:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+        self.engine.dispose()
 
     def _count_write(self) -> None:
         self._writes += 1
