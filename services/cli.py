@@ -59,7 +59,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Only the gateway signs and checks user tokens; every process holds a service credential.
     needed = KEPT if args.target == "gateway" else ("service_secret",)
     settings = _settings(args, keep_secrets=needed)
-    configure_logging(settings, process=args.target)
+    configure_logging(settings, process=args.target, final=True)
     # Before any server, channel or engine exists: the instrumentations wrap their constructors.
     configure_tracing(args.target)
     try:

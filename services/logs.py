@@ -58,8 +58,13 @@ def add_trace_ids(_logger: WrappedLogger, _method: str, event_dict: EventDict) -
     return event_dict
 
 
-def configure_logging(settings: Settings, process: str) -> None:
-    """Configure structlog and stdlib logging; calling it again replaces the setup."""
+def configure_logging(settings: Settings, process: str, *, final: bool = False) -> None:
+    """Configure structlog and stdlib logging; calling it again replaces the setup.
+
+    ``final``: this process never configures logging again (a server run by the
+    CLI), so each logger is built once, at its first event, instead of at every
+    event; a later ``configure`` (or ``capture_logs``) would not reach it.
+    """
     level = _level(settings.log_level)
     json = use_json(settings.log_json, is_tty=sys.stderr.isatty())
     shared: list[Processor] = [
@@ -81,7 +86,7 @@ def configure_logging(settings: Settings, process: str) -> None:
         processors=[*shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=False,
+        cache_logger_on_first_use=final,
     )
     _route_stdlib(shared, renderer, level)
 
