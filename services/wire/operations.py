@@ -19,10 +19,16 @@ def status_url(operation_id: str) -> str:
     return STATUS_URL.format(id=operation_id)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def timestamp(value: datetime) -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromDatetime(value.astimezone(UTC))
-    return stamp
+    """``Timestamp.FromDatetime``, without its pure-Python calendar arithmetic (a third
+    of the cost; every operation sent carries two to six of these)."""
+    if value.tzinfo is None:  # local time, as astimezone reads it
+        value = value.astimezone(UTC)
+    since = value - _EPOCH
+    return Timestamp(seconds=since.days * 86_400 + since.seconds, nanos=since.microseconds * 1000)
 
 
 def from_timestamp(stamp: Timestamp) -> datetime:
