@@ -53,10 +53,19 @@ class GrpcServerMetrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        self._counted: dict[tuple[str, grpc.StatusCode], Counter] = {}
+        self._timed: dict[str, Histogram] = {}
 
     def observe(self, method: str, code: grpc.StatusCode, seconds: float) -> None:
-        self.requests.labels(method=method, code=code.name).inc()
-        self.duration.labels(method=method).observe(seconds)
+        # Each labelled child looked up once: ``labels()`` validates and locks every time.
+        counted = self._counted.get((method, code))
+        if counted is None:
+            counted = self._counted[method, code] = self.requests.labels(method, code.name)
+        timed = self._timed.get(method)
+        if timed is None:
+            timed = self._timed[method] = self.duration.labels(method)
+        counted.inc()
+        timed.observe(seconds)
 
 
 def _code(context: Any, error: BaseException | None) -> grpc.StatusCode:
@@ -78,6 +87,9 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
 
     def __init__(self, metrics: GrpcServerMetrics) -> None:
         self._metrics = metrics
+        # By method: the handler the inner interceptors gave last, and its timed copy. The
+        # registered handler comes back on every accepted call, so it is wrapped once.
+        self._timed: dict[str, tuple[Any, Any]] = {}
 
     async def intercept_service(
         self, continuation: Callable[[Any], Awaitable[Any]], handler_call_details: Any
@@ -86,11 +98,17 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return handler
         method: str = handler_call_details.method
+        known = self._timed.get(method)
+        if known is not None and known[0] is handler:
+            return known[1]
         behaviour = behaviour_of(handler)
         # A streaming answer is an async generator, or a coroutine that calls context.write.
         if inspect.isasyncgenfunction(behaviour):
-            return handler_like(handler, self._streaming(method, behaviour))
-        return handler_like(handler, self._unary(method, behaviour))
+            timed = handler_like(handler, self._streaming(method, behaviour))
+        else:
+            timed = handler_like(handler, self._unary(method, behaviour))
+        self._timed[method] = (handler, timed)
+        return timed
 
     def _unary(self, method: str, behaviour: Callable[..., Any]) -> Callable[..., Any]:
         async def timed(request: Any, context: Any) -> Any:
