@@ -2,7 +2,10 @@
 
 One claim loop asks for as many operations as there are free slots (at most
 ``batch_size``, waiting up to ``claim_wait_seconds`` for work) in one
-``ClaimOperations``; each job runs its task type's handler. A job that runs
+``ClaimOperations``; each job runs its task type's handler. While jobs run
+and fewer than half a claim's worth of slots are free, it first waits up to
+``claim_gather_seconds`` for more: claiming again for every job that ended
+made claims (and completions) of one or two operations each. A job that runs
 longer than ``heartbeat_after_seconds``, or reports progress, joins the
 worker's one lease stream (``durable_ops.worker.lease``): it keeps the lease
 alive, carries progress, and brings the owner's cancel at once, which cancels
@@ -69,6 +72,7 @@ JobContext = Callable[[Job], AbstractAsyncContextManager[object]]
 Classify = Callable[[Exception], Settlement]
 Request = TypeVar("Request", bound=Message)
 _log = structlog.get_logger(__name__)
+MAX_CLAIM_GATHER_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,10 @@ class WorkerOptions:
     lease_seconds: int = 30
     claim_wait_seconds: float = 2.0  # how long a claim waits for work
     claim_retry_seconds: float = 0.5  # the pause after a claim the service refused
+    # While jobs run and less than half a claim's worth of slots is free, how long a worker
+    # waits for more to free before it claims: one claim for several slots, not one per job
+    # that ends. An idle worker claims at once.
+    claim_gather_seconds: float = 0.01
     flush_seconds: float = 0.002  # how long a completion waits for others to join it
     heartbeat_after_seconds: float = 1.0  # a job running longer holds its lease by heartbeat
     shutdown_seconds: float = 10.0  # how long stop() lets running jobs finish
@@ -90,6 +98,8 @@ class WorkerOptions:
         bounds.int_range("concurrency", self.concurrency, (1, 1000))
         bounds.int_range("batch_size", self.batch_size, (1, 100))
         bounds.int_range("lease_seconds", self.lease_seconds, bounds.LEASE_SECONDS_RANGE)
+        if not 0 <= self.claim_gather_seconds <= MAX_CLAIM_GATHER_SECONDS:
+            raise ValueError(f"claim_gather_seconds must be 0 to {MAX_CLAIM_GATHER_SECONDS}")
         if self.heartbeat_after_seconds * 3 > self.lease_seconds:
             raise ValueError("heartbeat_after_seconds must leave two thirds of the lease")
         if len(set(self.routes)) != len(self.routes):
@@ -113,6 +123,9 @@ class Worker:
         self._target = target
         self._caller = ServiceCaller(secret, Role.WORKER)
         self.options = (options or WorkerOptions()).validated()
+        # Half of what one claim can take: fewer free slots than this, with jobs running,
+        # are gathered for a while before a claim (``claim_gather_seconds``).
+        self._enough_free = min(self.options.batch_size, self.options.concurrency) // 2
         self._until_empty = until_empty  # stop once a claim finds nothing and no job runs
         self._around_job = around_job
         self._classify = classify
@@ -172,10 +185,14 @@ class Worker:
     async def _claim_loop(self) -> None:
         while not self._stopping.is_set():
             self._free.clear()  # before counting: a job ending from here on wakes the wait
-            free = self.options.concurrency - len(self._jobs)
+            free = self._free_slots()
             if free <= 0:
                 await self._free.wait()
                 continue
+            if self._jobs and free < self._enough_free:
+                free = await self._gather_free_slots()
+                if self._stopping.is_set():
+                    break
             try:
                 claimed = await self._claim_unless_stopped(min(free, self.options.batch_size))
             except DomainError as error:
@@ -198,6 +215,21 @@ class Worker:
                 task = asyncio.create_task(self._run_job(Job(one, self._hold)))
                 self._jobs.add(task)
                 task.add_done_callback(self._job_done)
+
+    def _free_slots(self) -> int:
+        return self.options.concurrency - len(self._jobs)
+
+    async def _gather_free_slots(self) -> int:
+        """The free slots after waiting, at most ``claim_gather_seconds``, for half a claim's
+        worth (``_enough_free``) while jobs run."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.options.claim_gather_seconds):
+                while self._jobs and self._free_slots() < self._enough_free:
+                    if self._stopping.is_set():
+                        break
+                    self._free.clear()
+                    await self._free.wait()
+        return self._free_slots()
 
     async def _claim_unless_stopped(self, limit: int) -> Sequence[pb.ClaimedOperation]:
         """A waiting claim, given up when the worker stops (unless it already took work)."""

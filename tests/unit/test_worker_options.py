@@ -26,3 +26,9 @@ def test_the_defaults_are_valid() -> None:
 def test_out_of_range_options_are_refused(options: dict[str, object]) -> None:
     with pytest.raises((ValueError, InvalidArgument)):
         WorkerOptions(**options).validated()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seconds", [-0.01, 1.5])
+def test_a_claim_gather_outside_zero_to_a_second_is_refused(seconds: float) -> None:
+    with pytest.raises(ValueError, match="claim_gather_seconds"):
+        WorkerOptions(claim_gather_seconds=seconds).validated()
