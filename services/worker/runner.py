@@ -84,8 +84,8 @@ class WorkerOptions:
     claim_retry_seconds: float = 0.5  # the pause after a claim the service refused
     # While jobs run and less than half a claim's worth of slots is free, how long a worker
     # waits for more to free before it claims: one claim for several slots, not one per job
-    # that ends. An idle worker claims at once.
-    claim_gather_seconds: float = 0.01
+    # that ends. An idle worker claims at once (ADR 0031).
+    claim_gather_seconds: float = 0.03
     flush_seconds: float = 0.002  # how long a completion waits for others to join it
     heartbeat_after_seconds: float = 1.0  # a job running longer holds its lease by heartbeat
     shutdown_seconds: float = 10.0  # how long stop() lets running jobs finish
