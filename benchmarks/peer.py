@@ -30,7 +30,8 @@ from benchmarks.table import Row, Target
 WORKERS = 4
 # Operations per claim and per completion call of our workers (ClaimOperations, ADR 0022).
 BATCH = 10
-TARGET = Target(">=", 2.0)
+# Issue 17: three times procrastinate with the same number of workers (2 before it).
+TARGET = Target(">=", 3.0)
 QUEUE = "bench"
 
 
