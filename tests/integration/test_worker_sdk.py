@@ -158,6 +158,34 @@ def test_stop_lets_short_jobs_finish_and_releases_the_rest(
     assert ops.row(slow).failure_code == "worker_shutdown"
 
 
+class _HeldJobs:
+    """A worker of four slots whose jobs run until released; ``started`` in start order."""
+
+    def __init__(self, services: Services, gather_seconds: float) -> None:
+        self.release: dict[str, asyncio.Event] = {}
+        self.started: list[str] = []
+        self.worker = _worker(
+            services, concurrency=4, batch_size=4, claim_gather_seconds=gather_seconds
+        )
+        self.worker.handler(TASK)(self._held)
+
+    async def _held(self, job: Job) -> None:
+        self.release[job.subject.id] = asyncio.Event()
+        self.started.append(job.subject.id)
+        await self.release[job.subject.id].wait()
+
+    async def until_started(self, count: int) -> None:
+        while len(self.started) < count:
+            await asyncio.sleep(0.01)
+
+    def let_go(self, number: int) -> None:
+        self.release[self.started[number]].set()
+
+    def let_all_go(self) -> None:
+        for event in self.release.values():
+            event.set()
+
+
 def test_a_busy_worker_gathers_free_slots_before_it_claims_again(
     services: Services, ops: OpsClient
 ) -> None:
@@ -165,61 +193,37 @@ def test_a_busy_worker_gathers_free_slots_before_it_claims_again(
     worker waits (here up to a second) for a second one, then claims both in one call."""
     for n in range(8):
         ops.create(OWNER_IDS[n % 4], f"k-gather-{n}", subject_id=f"g-{n}")
-    release: dict[str, asyncio.Event] = {}
-    started: list[str] = []
-    worker = _worker(services, concurrency=4, batch_size=4, claim_gather_seconds=1.0)
-
-    @worker.handler(TASK)
-    async def held(job: Job) -> None:
-        release[job.subject.id] = asyncio.Event()
-        started.append(job.subject.id)
-        await release[job.subject.id].wait()
-
-    async def until(count: int) -> None:
-        while len(started) < count:
-            await asyncio.sleep(0.01)
+    jobs = _HeldJobs(services, gather_seconds=1.0)
 
     async def scenario() -> tuple[int, int]:
-        await until(4)
-        release[started[0]].set()
-        await asyncio.sleep(0.4)  # well inside the gather: no claim for the one free slot
-        while_gathering = len(started)
-        release[started[1]].set()
-        await until(6)
+        await jobs.until_started(4)
+        jobs.let_go(0)
+        await asyncio.sleep(0.25)  # well inside the gather: no claim for the one free slot
+        while_gathering = len(jobs.started)
+        jobs.let_go(1)
+        await jobs.until_started(6)
         await asyncio.sleep(0.2)
-        after = len(started)
-        for event in release.values():
-            event.set()
+        after = len(jobs.started)
+        jobs.let_all_go()
         return while_gathering, after
 
-    while_gathering, after = run_until(worker, scenario)
+    while_gathering, after = run_until(jobs.worker, scenario)
     assert while_gathering == 4
     assert after == 6  # two slots, one claim of two
-    assert worker.completed >= 6
+    assert jobs.worker.completed >= 6
 
 
 def test_gathering_free_slots_is_bounded_in_time(services: Services, ops: OpsClient) -> None:
     """One slot of four freed and no other: after ``claim_gather_seconds`` it is claimed."""
     for n in range(5):
         ops.create(OWNER_IDS[n % 4], f"k-bounded-{n}", subject_id=f"b-{n}")
-    release: dict[str, asyncio.Event] = {}
-    started: list[str] = []
-    worker = _worker(services, concurrency=4, batch_size=4, claim_gather_seconds=0.2)
-
-    @worker.handler(TASK)
-    async def held(job: Job) -> None:
-        release[job.subject.id] = asyncio.Event()
-        started.append(job.subject.id)
-        await release[job.subject.id].wait()
+    jobs = _HeldJobs(services, gather_seconds=0.2)
 
     async def scenario() -> None:
-        while len(started) < 4:
-            await asyncio.sleep(0.01)
-        release[started[0]].set()
-        while len(started) < 5:
-            await asyncio.sleep(0.01)
-        for event in release.values():
-            event.set()
+        await jobs.until_started(4)
+        jobs.let_go(0)
+        await jobs.until_started(5)
+        jobs.let_all_go()
 
-    run_until(worker, scenario)
-    assert len(started) == 5
+    run_until(jobs.worker, scenario)
+    assert len(jobs.started) == 5
