@@ -31,8 +31,10 @@ def opsctl(
 @pytest.mark.parametrize("service", sorted(GRPC_SERVICES))
 def test_a_service_refuses_an_unmigrated_database(service: str, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'empty.sqlite3'}"
-    result = opsctl("serve", service, "--database-url", url, cwd=tmp_path)
-    assert result.returncode == 3
+    # A port of its own: the default one may be another test's running service.
+    bind = {f"OPS_{service.replace('-', '_').upper()}_BIND": "127.0.0.1:0"}
+    result = opsctl("serve", service, "--database-url", url, env=bind, cwd=tmp_path)
+    assert result.returncode == 3, result.stderr
     assert "opsctl migrate" in result.stderr
 
 
