@@ -174,7 +174,7 @@ class Settings:
         ),
     )
     claim_gather_seconds: float = field(
-        default=0.02,
+        default=0.1,
         metadata=_doc(
             "after a claim that took some work but less than it asked for, how long an"
             " Operations replica gathers arrivals before its next claim transaction, so"
