@@ -24,6 +24,7 @@ from typing import Any
 
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller
+from durable_ops.settings import service_variable
 from durable_ops.stack.children import healthy
 
 SERVICE_SECRET = "bench-service-secret-" + secrets.token_hex(16)
@@ -194,8 +195,8 @@ def ai_stack(
     services: dict[str, str] = {}
     for name in AI_SERVICES:
         services[name] = f"127.0.0.1:{free_port()}"
-        variable = name.upper().replace("-", "_")
-        shared[f"OPS_{variable}_BIND"] = shared[f"OPS_{variable}_TARGET"] = services[name]
+        shared[service_variable(name, "bind")] = services[name]
+        shared[service_variable(name, "target")] = services[name]
     shared.update(env or {})
     children: dict[str, Child] = {}
     checks: dict[str, str] = {}

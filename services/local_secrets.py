@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from durable_ops.settings import Settings, SettingsError
+from durable_ops.settings import Settings, SettingsError, variable
 
 SECRETS_PATH = Path("var") / "secrets.json"
 KEPT = ("jwt_secret", "service_secret")
@@ -41,7 +41,7 @@ def with_kept_secrets(
 ) -> Settings:
     """``settings`` with the kept secret for each ``needed`` one the environment does not set."""
     env = os.environ if environ is None else environ
-    missing = [name for name in needed if f"OPS_{name.upper()}" not in env]
+    missing = [name for name in needed if variable(name) not in env]
     if not missing:
         return settings
     try:
@@ -49,7 +49,7 @@ def with_kept_secrets(
     except OSError as error:
         raise SettingsError(
             f"cannot keep generated secrets in {path} ({error.strerror}): set "
-            + " and ".join(f"OPS_{name.upper()}" for name in missing)
+            + " and ".join(variable(name) for name in missing)
         ) from error
     return replace(
         settings,

@@ -25,27 +25,37 @@ class SettingsError(ValueError):
     """An ``OPS_*`` variable holds a value that cannot be used."""
 
 
+def variable(setting: str) -> str:
+    """The environment variable of a setting: ``operations_bind`` → ``OPS_OPERATIONS_BIND``."""
+    return f"OPS_{setting.upper()}"
+
+
+def service_variable(service: str, kind: str) -> str:
+    """A served target's variable: ``("ai-admission", "bind")`` → ``OPS_AI_ADMISSION_BIND``."""
+    return variable(f"{service.replace('-', '_')}_{kind}")
+
+
 def _bool(name: str, raw: str) -> bool:
     lowered = raw.strip().lower()
     if lowered in {"1", "true", "yes", "on"}:
         return True
     if lowered in {"0", "false", "no", "off", ""}:
         return False
-    raise SettingsError(f"OPS_{name.upper()} must be true or false, not {raw!r}")
+    raise SettingsError(f"{variable(name)} must be true or false, not {raw!r}")
 
 
 def _int(name: str, raw: str) -> int:
     try:
         return int(raw)
     except ValueError as exc:
-        raise SettingsError(f"OPS_{name.upper()} must be an integer, not {raw!r}") from exc
+        raise SettingsError(f"{variable(name)} must be an integer, not {raw!r}") from exc
 
 
 def _float(name: str, raw: str) -> float:
     try:
         return float(raw)
     except ValueError as exc:
-        raise SettingsError(f"OPS_{name.upper()} must be a number, not {raw!r}") from exc
+        raise SettingsError(f"{variable(name)} must be a number, not {raw!r}") from exc
 
 
 def _doc(text: str) -> dict[str, str]:
@@ -260,7 +270,7 @@ class Settings:
     def __post_init__(self) -> None:
         for name in _POSITIVE:
             if getattr(self, name) <= 0:
-                raise SettingsError(f"OPS_{name.upper()} must be greater than 0")
+                raise SettingsError(f"{variable(name)} must be greater than 0")
         if not 0 <= self.claim_gather_seconds <= CLAIM_GATHER_MAX_SECONDS:  # also NaN
             raise SettingsError(
                 f"OPS_CLAIM_GATHER_SECONDS must be between 0 and {CLAIM_GATHER_MAX_SECONDS:g}"
@@ -291,7 +301,7 @@ class Settings:
         env = os.environ if environ is None else environ
         values: dict[str, object] = {}
         for f in fields(cls):
-            raw = env.get(f"OPS_{f.name.upper()}")
+            raw = env.get(variable(f.name))
             if raw is None:
                 continue
             if f.type == "bool":
@@ -317,7 +327,4 @@ _POSITIVE = (
 
 def documented_variables() -> list[tuple[str, str, str]]:
     """(variable, default, description) for every setting, for the README."""
-    return [
-        (f"OPS_{f.name.upper()}", str(f.default), f.metadata.get("doc", ""))
-        for f in fields(Settings)
-    ]
+    return [(variable(f.name), str(f.default), f.metadata.get("doc", "")) for f in fields(Settings)]

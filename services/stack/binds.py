@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from durable_ops.settings import Settings, SettingsError
+from durable_ops.settings import Settings, SettingsError, variable
 
 # Offsets from --port-base, in the order a reader scans a process list.
 PORT_OFFSETS = {
@@ -42,7 +42,7 @@ class Bind:
 
     @property
     def variable(self) -> str:
-        return f"OPS_{self.setting.upper()}"
+        return variable(self.setting)
 
     @property
     def address(self) -> str:
@@ -58,9 +58,7 @@ def parse_address(setting: str, raw: str) -> Bind:
     host, sep, port = raw.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")
     if not sep or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise BadAddress(
-            f"OPS_{setting.upper()} must be HOST:PORT with a port 1-65535, not {raw!r}"
-        )
+        raise BadAddress(f"{variable(setting)} must be HOST:PORT with a port 1-65535, not {raw!r}")
     return Bind(setting, host, int(port))
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from durable_ops.cli import GRPC_SERVICES, build_parser
+from durable_ops.settings import service_variable
 from durable_ops.storage.migrate import head_revision
 
 
@@ -32,7 +33,7 @@ def opsctl(
 def test_a_service_refuses_an_unmigrated_database(service: str, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'empty.sqlite3'}"
     # A port of its own: the default one may be another test's running service.
-    bind = {f"OPS_{service.replace('-', '_').upper()}_BIND": "127.0.0.1:0"}
+    bind = {service_variable(service, "bind"): "127.0.0.1:0"}
     result = opsctl("serve", service, "--database-url", url, env=bind, cwd=tmp_path)
     assert result.returncode == 3, result.stderr
     assert "opsctl migrate" in result.stderr

@@ -32,9 +32,10 @@ from sqlalchemy import select
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
+from durable_ops.cli import GRPC_SERVICES
 from durable_ops.gateway.auth import mint_user_token
 from durable_ops.model.scope import Role
-from durable_ops.settings import Settings
+from durable_ops.settings import Settings, service_variable
 from durable_ops.stack.children import Stack, process_specs
 from durable_ops.storage import migrate
 from durable_ops.storage.db import Database
@@ -128,8 +129,9 @@ def product(
         "OPS_LOG_JSON": "true",
         "OPS_GATEWAY_BIND": f"127.0.0.1:{free_port()}",
     }
-    for name in ("OPERATIONS", "WORKSPACE", "NOTIFICATIONS", "AI_ADMISSION"):
-        env[f"OPS_{name}_BIND"] = env[f"OPS_{name}_TARGET"] = f"127.0.0.1:{free_port()}"
+    for name in GRPC_SERVICES:
+        address = f"127.0.0.1:{free_port()}"
+        env[service_variable(name, "bind")] = env[service_variable(name, "target")] = address
     logs = KeptLog()
     stack = Stack(env, process_specs(Settings.from_env(env), PROCESSES), out=logs)
     try:

@@ -32,6 +32,7 @@ from sqlalchemy import func, select
 from durable_ops.gateway.auth import mint_user_token
 from durable_ops.model.states import ACTIVE_STATES, OperationState
 from durable_ops.model.tasks import STRATEGY_SNAPSHOT
+from durable_ops.settings import service_variable
 from durable_ops.stack.children import Stack
 from durable_ops.storage import migrate
 from durable_ops.storage.db import Database
@@ -61,10 +62,6 @@ AI_WORKERS = [f"ai-worker-{index}" for index in range(WORKERS)]
 ONE_EACH = ("notifications", "workspace", "ai-admission")
 SNAPSHOT_ROUTE = "/api/jobs/{id}/strategy-snapshot"
 ACTIVE = [state.value for state in ACTIVE_STATES]
-
-
-def _variable(service: str) -> str:
-    return service.upper().replace("-", "_")
 
 
 @dataclass
@@ -115,7 +112,7 @@ def drill(
     }
     for name in ONE_EACH:
         address = f"127.0.0.1:{free_port()}"
-        env[f"OPS_{_variable(name)}_BIND"] = env[f"OPS_{_variable(name)}_TARGET"] = address
+        env[service_variable(name, "bind")] = env[service_variable(name, "target")] = address
         checks[name] = f"grpc:{address}"
     checks["dev-model"] = f"http:http://{model_bind}/v1/models"
     checks["gateway"] = f"http:http://{gateway_bind}/readyz"

@@ -45,6 +45,7 @@ from durable_ops.clock import utc_now
 from durable_ops.gateway.auth import mint_user_token
 from durable_ops.model.admission import Limits
 from durable_ops.model.errors import CapacityExceeded, DomainError, NotFound, Unavailable
+from durable_ops.settings import service_variable
 from durable_ops.stack.children import Stack
 from durable_ops.storage import migrate, operations, workspace
 from durable_ops.storage.db import GALERA_SYNC_WAIT, Database, on_galera
@@ -525,7 +526,7 @@ def test_the_product_spread_over_the_nodes_survives_a_node_crash(
         "OPS_AI_EXTERNAL_URL": "",
     }
     for name in DRILL_SERVICES:
-        env[f"OPS_{name.upper().replace('-', '_')}_TARGET"] = "ipv4:" + ",".join(
+        env[service_variable(name, "target")] = "ipv4:" + ",".join(
             f"127.0.0.1:{port}" for port in ports[name]
         )
     logs = LogTee()
@@ -540,7 +541,7 @@ def test_the_product_spread_over_the_nodes_survives_a_node_crash(
             for replica, port in enumerate(ports[name]):
                 node = (number + replica) % 3
                 extra = {
-                    f"OPS_{name.upper().replace('-', '_')}_BIND": f"127.0.0.1:{port}",
+                    service_variable(name, "bind"): f"127.0.0.1:{port}",
                     "OPS_DATABASE_URL": on[node],
                     "OPS_LOG_LEVEL": "info" if name == "operations" else "warning",
                 }

@@ -38,6 +38,7 @@ from durable_ops.gateway.auth import mint_user_token
 from durable_ops.model.states import ACTIVE_STATES, TERMINAL_STATES, OperationState
 from durable_ops.model.tasks import TASKS
 from durable_ops.rpc.client import CHANNEL_OPTIONS
+from durable_ops.settings import service_variable
 from durable_ops.stack.children import Stack
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import AiWorkspaceNote, UserNotification, UserOperation
@@ -75,10 +76,6 @@ TERMINAL = {state.value for state in TERMINAL_STATES}
 AI_TASK_TYPES = list(TASKS.names())
 
 
-def _env_name(service: str) -> str:
-    return service.upper().replace("-", "_")
-
-
 @dataclass
 class Cluster:
     stack: Stack
@@ -88,7 +85,7 @@ class Cluster:
     logs: LogTee
 
     def target(self, service: str) -> str:
-        return self.env[f"OPS_{_env_name(service)}_TARGET"]
+        return self.env[service_variable(service, "target")]
 
 
 @pytest.fixture
@@ -111,7 +108,7 @@ def cluster(migrated_mariadb_url: str) -> Iterator[Cluster]:
     }
     for name in GRPC_SERVICES:
         # The operator's form for several replicas: one target naming every address.
-        env[f"OPS_{_env_name(name)}_TARGET"] = "ipv4:" + ",".join(
+        env[service_variable(name, "target")] = "ipv4:" + ",".join(
             f"127.0.0.1:{port}" for port in ports[name]
         )
     logs = LogTee()
@@ -120,7 +117,7 @@ def cluster(migrated_mariadb_url: str) -> Iterator[Cluster]:
     try:
         for name in GRPC_SERVICES:
             for index, port in enumerate(ports[name]):
-                bind = {f"OPS_{_env_name(name)}_BIND": f"127.0.0.1:{port}"}
+                bind = {service_variable(name, "bind"): f"127.0.0.1:{port}"}
                 stack.start_one(name, label=f"{name}-{index}", extra_env=bind)
         stack.start_one("dev-model")
         for index in range(REPLICAS):

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from durable_ops.cli import SERVE_TARGETS
-from durable_ops.settings import Settings, documented_variables
+from durable_ops.settings import Settings, documented_variables, service_variable
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import running_services
 from tests.support.ports import free_port
@@ -284,7 +284,7 @@ def test_health_checks_probe_the_ports_the_processes_bind(resolved: dict[str, An
             continue
         test = service["healthcheck"]["test"]
         assert test[:3] == ["CMD", "python", IMAGE_HEALTHCHECK], (name, test)
-        bind_key = f"OPS_{str(target).upper().replace('-', '_')}_BIND"
+        bind_key = service_variable(str(target), "bind")
         port = _port(service["environment"][bind_key])
         if target in GRPC_SERVICES:
             assert test[3:] == ["grpc", f"127.0.0.1:{port}"], (name, test)

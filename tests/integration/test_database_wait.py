@@ -35,6 +35,7 @@ from durable_ops.gateway.backends import KNOWN_BACKENDS
 from durable_ops.model.scope import Role
 from durable_ops.rpc.errors import ERROR_CODE
 from durable_ops.rpc.server import build_server, serve
+from durable_ops.settings import service_variable
 from durable_ops.storage import migrate
 from durable_ops.storage.availability import DatabaseReadiness, open_when_reachable
 from durable_ops.storage.db import Database
@@ -47,13 +48,10 @@ pytestmark = pytest.mark.slow
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-BIND_VARIABLE = {
-    "operations": "OPS_OPERATIONS_BIND",
-    "notifications": "OPS_NOTIFICATIONS_BIND",
-    "workspace": "OPS_WORKSPACE_BIND",
-    "ai-admission": "OPS_AI_ADMISSION_BIND",
+HEALTH_NAME = {
+    target: KNOWN_BACKENDS[target.replace("-", "_")][1]
+    for target in ("operations", "notifications", "workspace", "ai-admission")
 }
-HEALTH_NAME = {target: KNOWN_BACKENDS[target.replace("-", "_")][1] for target in BIND_VARIABLE}
 GIVE_UP = re.compile(
     r"^opsctl serve (?P<target>\S+): the database did not answer within (?P<bound>\S+) s"
     r" \(OPS_DATABASE_WAIT_SECONDS; (?P<attempts>\d+) attempts?, the last: .+\); exiting$"
@@ -111,7 +109,7 @@ def serve_target(tmp_path: Path) -> Iterator[Callable[..., Served]]:
         environment = {
             **_inherited(),
             "OPS_DATABASE_URL": database_url,
-            BIND_VARIABLE[target]: address,
+            service_variable(target, "bind"): address,
             "OPS_SERVICE_SECRET": SECRET,  # else the child keeps one in ./var
             "OPS_LOG_JSON": "true",
             **env,

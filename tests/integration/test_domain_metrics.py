@@ -29,7 +29,7 @@ from durable_ops.model.scope import Role
 from durable_ops.notifications import main as notifications_main
 from durable_ops.operations import main as operations_main
 from durable_ops.operations.metrics import DATABASE_READ_SECONDS
-from durable_ops.settings import Settings
+from durable_ops.settings import Settings, service_variable
 from durable_ops.workspace import main as workspace_main
 from tests.support.grpc_services import SECRET, BackgroundLoop, metadata
 from tests.support.metrics_scrape import Scrape, scrape
@@ -117,9 +117,9 @@ def stack(db_url: str) -> Iterator[Stack]:
             "OPS_SERVICE_SECRET": SECRET,
             "OPS_SWEEP_INTERVAL_SECONDS": "0.2",
             "OPS_DATABASE_WAIT_SECONDS": "10",
-            **{f"OPS_{name.upper()}_BIND": f"127.0.0.1:{grpc_ports[name]}" for name in RUNS},
+            **{service_variable(name, "bind"): f"127.0.0.1:{grpc_ports[name]}" for name in RUNS},
             **{
-                f"OPS_{name.upper()}_METRICS_BIND": f"127.0.0.1:{metrics_ports[name]}"
+                service_variable(name, "metrics_bind"): f"127.0.0.1:{metrics_ports[name]}"
                 for name in RUNS
             },
         }

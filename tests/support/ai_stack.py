@@ -38,11 +38,12 @@ from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.api.workspace.v1 import workspace_pb2 as wpb
 from durable_ops.api.workspace.v1 import workspace_pb2_grpc as wpb_grpc
+from durable_ops.cli import GRPC_SERVICES
 from durable_ops.clock import utc_now
 from durable_ops.dev_model import DevModelConfig, create_app
 from durable_ops.model.scope import Role
 from durable_ops.rpc.credentials import mint_service_token
-from durable_ops.settings import Settings
+from durable_ops.settings import Settings, service_variable
 from durable_ops.stack.children import Stack, process_specs
 from durable_ops.storage import migrate, workspace
 from durable_ops.storage.db import Database
@@ -358,10 +359,9 @@ def stack_env(db_url: str, **overrides: str) -> dict[str, str]:
         "OPS_DEV_MODEL_BIND": f"127.0.0.1:{free_port()}",
         "OPS_DEV_MODEL_SECONDS": "0",  # whatever the outer environment says
     }
-    for name in ("OPERATIONS", "NOTIFICATIONS", "WORKSPACE", "AI_ADMISSION"):
+    for name in GRPC_SERVICES:
         address = f"127.0.0.1:{free_port()}"
-        env[f"OPS_{name}_BIND"] = address
-        env[f"OPS_{name}_TARGET"] = address
+        env[service_variable(name, "bind")] = env[service_variable(name, "target")] = address
     env["OPS_AI_LOCAL_URL"] = f"http://{env['OPS_DEV_MODEL_BIND']}/v1"
     env.update(overrides)
     return env

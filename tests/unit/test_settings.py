@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from durable_ops.cli import GRPC_SERVICES
 from durable_ops.model.bounds import OLDER_THAN_MAX
 from durable_ops.settings import (
     RETENTION_DAYS_MAX,
     Settings,
     SettingsError,
     documented_variables,
+    service_variable,
 )
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -26,6 +28,14 @@ def test_every_setting_is_in_the_readme_table() -> None:
 
 def test_every_setting_has_a_description() -> None:
     assert [name for name, _default, doc in documented_variables() if not doc] == []
+
+
+def test_every_served_target_has_its_address_variables_documented() -> None:
+    documented = {name for name, _default, _doc in documented_variables()}
+    wanted = [service_variable(service, "bind") for service in [*GRPC_SERVICES, "gateway"]]
+    wanted += [service_variable(service, "target") for service in GRPC_SERVICES]
+    assert service_variable("ai-admission", "bind") == "OPS_AI_ADMISSION_BIND"
+    assert [name for name in wanted if name not in documented] == []
 
 
 def test_values_are_parsed_by_type() -> None:
