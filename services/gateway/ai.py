@@ -135,6 +135,15 @@ def cached(task: TaskType) -> Callable[[Request], Awaitable[Response]]:
         for name, value in query_params(request, context_fields).items():
             _check_reference(name, value)
         await _SUBJECT_READS[task.subject.name](calls, subject_id)
+        # The operation first, then the note: a worker publishes its note before it
+        # completes (with the lease), so an operation read as succeeded always finds its
+        # note. The other order can read "no note yet", then "succeeded", if the worker
+        # finishes between the two reads: a finished analysis without its result.
+        lookup = await calls(
+            _admission(calls).Lookup,
+            admission_pb.LookupRequest(task_type=task.name, subject_id=subject_id),
+        )
+        operation = dto.operation(lookup.operation) if lookup.HasField("operation") else None
         try:
             note = await calls(
                 _workspace(calls).GetNote,
@@ -151,11 +160,6 @@ def cached(task: TaskType) -> Callable[[Request], Awaitable[Response]]:
             }
         except NotFound:
             snapshot = None
-        lookup = await calls(
-            _admission(calls).Lookup,
-            admission_pb.LookupRequest(task_type=task.name, subject_id=subject_id),
-        )
-        operation = dto.operation(lookup.operation) if lookup.HasField("operation") else None
         return JSONResponse({"snapshot": snapshot, "operation": operation})
 
     return endpoint_

@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import grpc
 import httpx
 import pytest
 from sqlalchemy import func, select
 from starlette.routing import Route
 
+from durable_ops.gateway import backends
 from durable_ops.model.admission import Limits
+from durable_ops.rpc.client import CHANNEL_OPTIONS
 from durable_ops.storage import capacity
 from durable_ops.storage.schema import UserOperation
 from tests.integration.test_gateway_isolation import ID_ROUTES as OPERATION_ID_ROUTES
 from tests.integration.test_gateway_wording import reads_as_a_sentence
 from tests.support.clock import ManualClock
-from tests.support.gateway import bearer, gateway_client, make_app, run
+from tests.support.gateway import bearer, claim, complete, gateway_client, make_app, publish, run
 from tests.support.grpc_services import Services, running_services
 from tests.support.workspace_client import CV_TEXT, JOB_TEXT, entitle
 
@@ -223,6 +227,65 @@ def test_strategy_snapshot_is_admitted_with_202_and_location(services: Services)
             cached = (await client.get(path, headers=bearer("alice"))).json()
             assert cached["snapshot"] is None
             assert cached["operation"]["id"] == body["operation_id"]
+
+    run(scenario())
+
+
+class _FinishAfterFirstRead(grpc.aio.UnaryUnaryClientInterceptor):
+    """Runs ``finish`` once, right after the first of the GET's two reads (the note, the
+    operation) has answered: the worker publishing and completing between them."""
+
+    def __init__(self, finish: Callable[[], None]) -> None:
+        self._finish: Callable[[], None] | None = finish
+
+    async def intercept_unary_unary(
+        self, continuation: Callable[..., Any], details: Any, request: Any
+    ) -> Any:
+        call = await continuation(details, request)
+        if self._finish is not None and details.method.endswith((b"/GetNote", b"/Lookup")):
+            finish, self._finish = self._finish, None
+            with contextlib.suppress(grpc.aio.AioRpcError):  # no note yet: a NOT_FOUND
+                await call
+            await asyncio.to_thread(finish)
+        return call
+
+
+def test_a_finished_analysis_is_never_read_without_its_result(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The GET reads two services, and the worker may publish its note and complete
+    between the two reads: whichever it reads first, a succeeded analysis comes with its
+    result (else the page shows a finished analysis with nothing in it, and stops looking)."""
+    entitle(services.db, "alice")
+    result = {"fit_score": 82, "summary": "Strong.", "strengths": [], "gaps": [], "next_steps": []}
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            path = f"/api/jobs/{await _job(client)}/strategy-snapshot"
+            started = await client.post(path, headers=bearer("alice"))
+            assert started.status_code == 202
+        claimed = await asyncio.to_thread(claim, services, ["strategy.snapshot"])
+
+        def finish() -> None:
+            publish(services, claimed, result)
+            complete(services, claimed)
+
+        interceptor = _FinishAfterFirstRead(finish)
+        monkeypatch.setattr(
+            backends,
+            "open_channel",
+            lambda target: grpc.aio.insecure_channel(
+                target, options=CHANNEL_OPTIONS, interceptors=[interceptor]
+            ),
+        )
+        async with gateway_client(make_app(services.target)) as client:
+            first = (await client.get(path, headers=bearer("alice"))).json()
+            assert first["operation"]["state"] in {"running", "succeeded"}
+            if first["operation"]["state"] == "succeeded":
+                assert first["snapshot"] is not None, first
+            again = (await client.get(path, headers=bearer("alice"))).json()
+        assert again["operation"]["state"] == "succeeded"
+        assert again["snapshot"]["result"] == result
 
     run(scenario())
 
