@@ -124,11 +124,13 @@ def _commit() -> str:
 
 def header(ctx: Context, started: datetime, seconds: float) -> list[str]:
     loads = ", ".join(f"{name.split()[0]}: {load:.2f}" for name, load in ctx.loads.items())
+    steal = ", ".join(f"{name.split()[0]}: {share:.0%}" for name, share in ctx.steal.items())
     return [
         f"durable-ops benchmarks, {'quick' if ctx.quick else 'full'} mode,"
         f" {started:%Y-%m-%d %H:%M} UTC, commit {_commit()}, {seconds:.0f} s",
         f"machine: {machine.describe()}",
         f"load (1-min average at each section's start): {loads}",
+        *([f"CPU steal (the hypervisor's share while each section ran): {steal}"] if steal else []),
         f"figures: ratio subject ÷ baseline, median of {ctx.rounds} interleaved rounds",
     ]
 
@@ -168,6 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows.append(
                 Row(name, f"section {name} failed: {exc!r}"[:110], "", "", 0.0, Target("==", 1))
             )
+    ctx.end_section()
     rows.sort(key=lambda row: row.section)
     lines = header(ctx, started, time.perf_counter() - clock)
     absolute = sorted({row.section for row in rows if row.unit})

@@ -7,6 +7,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 QUIET_LOAD = 1.5
 
@@ -36,6 +37,44 @@ def memory_gib() -> float:
 def load() -> float:
     """The one-minute load average."""
     return os.getloadavg()[0]
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """All CPUs' time since boot, in clock ticks: in total, and stolen by the hypervisor."""
+
+    total: int
+    steal: int
+
+
+def parse_cpu_times(proc_stat: str) -> CpuTimes:
+    """The aggregate ``cpu`` line of ``/proc/stat``: user nice system idle iowait irq
+    softirq steal (guest time is counted within user already, so it is left out)."""
+    for line in proc_stat.splitlines():
+        fields = line.split()
+        if fields and fields[0] == "cpu":
+            ticks = [int(value) for value in fields[1:9]]
+            return CpuTimes(total=sum(ticks), steal=ticks[7] if len(ticks) > 7 else 0)
+    raise ValueError("no aggregate cpu line in /proc/stat")
+
+
+def cpu_times() -> CpuTimes | None:
+    """Now, or None where there is no ``/proc/stat``."""
+    try:
+        with open("/proc/stat", encoding="ascii") as source:
+            return parse_cpu_times(source.read())
+    except (OSError, ValueError):
+        return None
+
+
+def steal_share(before: CpuTimes, after: CpuTimes) -> float:
+    """The share of the CPUs' time the hypervisor took between two readings (0 to 1).
+
+    On a shared VM this is time a CPU had work to run and the hypervisor ran a
+    neighbour's instead: a section run with a large share measured them too.
+    """
+    elapsed = after.total - before.total
+    return (after.steal - before.steal) / elapsed if elapsed > 0 else 0.0
 
 
 def describe() -> str:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import machine
+from benchmarks.context import Context
 from benchmarks.stats import Paired, interleave, median, percentile, ratio
 from benchmarks.table import Row, Target, render_text
 
@@ -99,3 +101,30 @@ def test_absolute_figures_show_their_unit_and_ratios_none() -> None:
     line = next(line for line in text.splitlines() if line.startswith("1 "))
     assert " ".join(line.split()).endswith("200/s 0.50 >= 0.5 MET")
     assert latency.verdict == rate.verdict == "MET"
+
+
+PROC_STAT = """
+cpu  1000 10 300 8000 50 0 40 600 0 0
+cpu0 500 5 150 4000 25 0 20 300 0 0
+intr 12345
+"""
+
+
+def test_cpu_steal_is_the_hypervisors_share_of_the_time_between_readings() -> None:
+    before = machine.parse_cpu_times(PROC_STAT)
+    assert before == machine.CpuTimes(total=1000 + 10 + 300 + 8000 + 50 + 40 + 600, steal=600)
+    after = machine.CpuTimes(total=before.total + 200, steal=before.steal + 50)
+    assert machine.steal_share(before, after) == 0.25
+    assert machine.steal_share(before, before) == 0.0  # no time passed: none stolen
+    with pytest.raises(ValueError, match="cpu line"):
+        machine.parse_cpu_times("intr 1\n")
+
+
+def test_each_section_records_the_steal_it_ran_under() -> None:
+    ctx = Context(quick=True)
+    ctx.begin_section("1 first")
+    ctx.begin_section("2 second")  # closes the first
+    ctx.end_section()
+    ctx.end_section()  # nothing open: no change
+    assert list(ctx.steal) == ["1 first", "2 second"]
+    assert all(0.0 <= share <= 1.0 for share in ctx.steal.values())
