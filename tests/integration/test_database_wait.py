@@ -30,7 +30,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as ops_grpc
-from durable_ops.cli import EXIT_DATABASE_UNAVAILABLE
+from durable_ops.cli import EXIT_DATABASE_UNAVAILABLE, GRPC_SERVICES
 from durable_ops.gateway.backends import KNOWN_BACKENDS
 from durable_ops.model.scope import Role
 from durable_ops.rpc.errors import ERROR_CODE
@@ -48,10 +48,7 @@ pytestmark = pytest.mark.slow
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-HEALTH_NAME = {
-    target: KNOWN_BACKENDS[target.replace("-", "_")][1]
-    for target in ("operations", "notifications", "workspace", "ai-admission")
-}
+HEALTH_NAME = {target: KNOWN_BACKENDS[target.replace("-", "_")][1] for target in GRPC_SERVICES}
 GIVE_UP = re.compile(
     r"^opsctl serve (?P<target>\S+): the database did not answer within (?P<bound>\S+) s"
     r" \(OPS_DATABASE_WAIT_SECONDS; (?P<attempts>\d+) attempts?, the last: .+\); exiting$"
