@@ -35,8 +35,11 @@ from benchmarks.context import Context
 from benchmarks.stats import interleave
 from benchmarks.table import Row
 from durable_ops.clock import utc_now
+from durable_ops.model.held_leases import HeldLease
+from durable_ops.model.lifecycle import Event
 from durable_ops.storage import migrate, operations
 from durable_ops.storage.db import Database
+from durable_ops.storage.operations import claims
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "galera.sh"
@@ -109,22 +112,18 @@ class _Run:
         )  # fmt: skip
         now = utc_now()
         db.run_core(lambda tx: operations.create(tx, request, now), owner_id=OWNER)
-        claim = None
-        while claim is None:
-            claim = db.run_core(
+        taken: list[operations.Claim] = []
+        while not taken:
+            taken = db.run_core(
                 lambda tx: operations.claim(tx, [TASK], 60, utc_now()), owner_id=None
             )
         with self._lock:
             self.claims += 1
-        op_id, token = claim.operation.id, claim.lease_token
-        db.run_core(
-            lambda tx: operations.heartbeat(tx, op_id, token, 60, 50, utc_now()), owner_id=OWNER
-        )
-        unknown = operations.Provenance()
-        db.run_core(
-            lambda tx: operations.complete(tx, op_id, token, unknown, "", utc_now()),
-            owner_id=OWNER,
-        )
+        op_id, token = taken[0].operation.id, taken[0].lease_token
+        lease = HeldLease(op_id, OWNER, token, 60, 50)
+        db.run_core(lambda tx: operations.heartbeat(tx, lease, utc_now()), owner_id=OWNER)
+        completion = operations.Settlement(OWNER, op_id, token, Event.COMPLETE)
+        db.run_core(lambda tx: operations.settle_one(tx, completion, utc_now()), owner_id=OWNER)
         return True
 
     def __call__(self) -> float:
@@ -176,13 +175,13 @@ def run(ctx: Context) -> list[Row]:
             three, one = _Run(databases, total), _Run(databases[:1], total)
             paired = interleave(ctx.rounds, three, one)
             spread = three.replays_per_thousand
-            original = operations._spreads
-            operations._spreads = lambda _tx: False  # type: ignore[assignment]
+            original = claims.spreads
+            claims.spreads = lambda tx: False
             try:
                 head = _Run(databases, total)
                 head()
             finally:
-                operations._spreads = original
+                claims.spreads = original
         finally:
             for db in databases:
                 db.dispose()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
-from functools import partial
 
 import structlog
 from google.longrunning import operations_proto_pb2 as lro
@@ -26,7 +25,7 @@ from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.clock import Clock
 from durable_ops.model import bounds, held_leases, lifecycle
 from durable_ops.model.errors import DomainError, InvalidArgument
-from durable_ops.model.held_leases import HeldLeases
+from durable_ops.model.held_leases import HeldLease, HeldLeases
 from durable_ops.model.lifecycle import Event
 from durable_ops.model.scope import require_neutral_worker, require_owner, require_worker_owner
 from durable_ops.model.states import OperationState
@@ -58,6 +57,29 @@ WaitRequest = pb.WaitOperationRequest | lro.WaitOperationRequest
 
 def _provenance(message: pb.Provenance) -> operations.Provenance:
     return operations.Provenance(message.provider, message.model, message.route)
+
+
+def _completion(owner: str, request: pb.CompleteOperationRequest) -> operations.Settlement:
+    return operations.Settlement(
+        owner_id=owner,
+        operation_id=request.operation_id,
+        token=request.lease_token,
+        event=Event.COMPLETE,
+        provenance=_provenance(request.provenance),
+        result_ref=request.result_ref,
+    )
+
+
+def _failure(owner: str, request: pb.FailOperationRequest) -> operations.Settlement:
+    return operations.Settlement(
+        owner_id=owner,
+        operation_id=request.operation_id,
+        token=request.lease_token,
+        event=Event.FAIL_RETRYABLE if request.retryable else Event.FAIL_PERMANENT,
+        provenance=_provenance(request.provenance),
+        failure_code=request.failure_code,
+        failure_message=request.failure_message,
+    )
 
 
 def _deadline(request: pb.CreateOperationRequest) -> datetime | None:
@@ -132,28 +154,6 @@ def _refusal(operation_id: str, error: DomainError) -> pb.HoldLeasesResponse.Out
 def _claim_source(route: pb.Route.ValueType) -> OperationState:
     event = Event.CLAIM_EXTERNAL if route == pb.ROUTE_EXTERNAL else Event.CLAIM
     return lifecycle.CLAIMS[event].source
-
-
-def _fail(
-    operation_id: str,
-    token: str,
-    retryable: bool,
-    failure_code: str,
-    failure_message: str,
-    provenance: operations.Provenance,
-    now: datetime,
-    tx: Tx,
-) -> OperationState:
-    return operations.fail(
-        tx,
-        operation_id,
-        token,
-        retryable=retryable,
-        failure_code=failure_code,
-        failure_message=failure_message,
-        provenance=provenance,
-        now=now,
-    )
 
 
 class OperationsService(pb_grpc.OperationsServiceServicer):
@@ -391,8 +391,13 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             found: list[tuple[operations.Claim, pb.Route.ValueType]] = []
             for route in routes:
                 external = route == pb.ROUTE_EXTERNAL
-                batch = operations.claim_many(
-                    tx, task_types, lease_seconds, now, limit - len(found), external_route=external
+                batch = operations.claim(
+                    tx,
+                    task_types,
+                    lease_seconds,
+                    now,
+                    limit=limit - len(found),
+                    external_route=external,
                 )
                 found += [
                     (claim, pb.ROUTE_EXTERNAL if external else pb.ROUTE_LOCAL) for claim in batch
@@ -438,56 +443,50 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         self, request: pb.CompleteOperationsRequest, context: ServicerContext
     ) -> pb.LeaseMutationsResponse:
         require_neutral_worker(caller_scope(context))
-        now = self._clock()
-        completions = [
-            operations.Completion(
-                owner_id=item.owner_id,
-                operation_id=item.completion.operation_id,
-                token=item.completion.lease_token,
-                provenance=_provenance(item.completion.provenance),
-                result_ref=item.completion.result_ref,
-            )
-            for item in request.items
-        ]
-        answers = await self._db.run_core_async(
-            lambda tx: operations.complete_many(tx, completions, now), owner_id=None, short=True
-        )
-        ids = [item.operation_id for item in completions]
-        return self._outcomes(ids, answers, "operations_completed")
+        settlements = [_completion(item.owner_id, item.completion) for item in request.items]
+        answers = await self._settle(settlements, owner=None)
+        return self._outcomes(settlements, answers, "operations_completed")
 
     @translate_errors
     async def FailOperations(
         self, request: pb.FailOperationsRequest, context: ServicerContext
     ) -> pb.LeaseMutationsResponse:
         require_neutral_worker(caller_scope(context))
+        settlements = [_failure(item.owner_id, item.failure) for item in request.items]
+        answers = await self._settle(settlements, owner=None)
+        return self._outcomes(settlements, answers, "operations_failed")
+
+    async def _settle(
+        self, settlements: list[operations.Settlement], owner: str | None
+    ) -> list[OperationState | DomainError]:
+        """Settle leases in one transaction: a batch of many owners (``owner`` None), or one
+        lease of ``owner``'s; answer each alone, waking what their outcomes concern."""
         now = self._clock()
-        mutations = [
-            (
-                item.owner_id,
-                partial(
-                    _fail,
-                    item.failure.operation_id,
-                    item.failure.lease_token,
-                    item.failure.retryable,
-                    item.failure.failure_code,
-                    item.failure.failure_message,
-                    _provenance(item.failure.provenance),
-                    now,
-                ),
-            )
-            for item in request.items
-        ]
         answers = await self._db.run_core_async(
-            lambda tx: operations.settle_many(tx, mutations), owner_id=None, short=True
+            lambda tx: operations.settle(tx, settlements, now), owner_id=owner, short=True
         )
-        ids = [item.failure.operation_id for item in request.items]
-        return self._outcomes(ids, answers, "operations_failed")
+        for item, answer in zip(settlements, answers, strict=True):
+            if answer == OperationState.WAITING_FOR_EXTERNAL_FALLBACK:
+                self.claims.arrived_any()
+            if not isinstance(answer, DomainError):
+                self.watch.changed(item.operation_id)
+        return answers
+
+    async def _settle_one(self, owner: str, settlement: operations.Settlement) -> OperationState:
+        (answer,) = await self._settle([settlement], owner)
+        if isinstance(answer, DomainError):
+            raise answer
+        return answer
 
     def _outcomes(
-        self, ids: list[str], answers: Sequence[OperationState | DomainError], event: str
+        self,
+        settlements: list[operations.Settlement],
+        answers: Sequence[OperationState | DomainError],
+        event: str,
     ) -> pb.LeaseMutationsResponse:
         outcomes = []
-        for operation_id, answer in zip(ids, answers, strict=True):
+        for item, answer in zip(settlements, answers, strict=True):
+            operation_id = item.operation_id
             if isinstance(answer, DomainError):
                 outcomes.append(
                     pb.LeaseMutationsResponse.Outcome(
@@ -498,7 +497,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
                     )
                 )
                 continue
-            self.watch.changed(operation_id)
             outcomes.append(
                 pb.LeaseMutationsResponse.Outcome(
                     operation_id=operation_id, state=convert.state_to_pb(answer)
@@ -558,16 +556,10 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         beat: pb.HeartbeatRequest,
     ) -> pb.HeartbeatResponse:
         progress = beat.progress_percent if beat.HasField("progress_percent") else None
-        beat_once = partial(
-            operations.heartbeat,
-            operation_id=operation_id,
-            token=token,
-            lease_seconds=lease_seconds,
-            progress=progress,
-            now=self._clock(),
-        )
+        lease = HeldLease(operation_id, owner, token, lease_seconds, progress)
+        now = self._clock()
         expires, cancel_requested = await self._db.run_core_async(
-            beat_once, owner_id=owner, short=True
+            lambda tx: operations.heartbeat(tx, lease, now), owner_id=owner, short=True
         )
         if progress is not None:
             self.watch.changed(operation_id)
@@ -626,7 +618,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         if beat.held:
             now = self._clock()
             answers = await self._db.run_core_async(
-                lambda tx: operations.heartbeat_many(tx, beat.held, now), owner_id=None, short=True
+                lambda tx: operations.extend(tx, beat.held, now), owner_id=None, short=True
             )
         else:
             answers = []
@@ -661,16 +653,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         self, request: pb.CompleteOperationRequest, context: ServicerContext
     ) -> pb.LeaseMutationResponse:
         owner = require_worker_owner(caller_scope(context)).owner_id
-        provenance = _provenance(request.provenance)
-        now = self._clock()
-        state = await self._db.run_core_async(
-            lambda tx: operations.complete(
-                tx, request.operation_id, request.lease_token, provenance, request.result_ref, now
-            ),
-            owner_id=owner,
-            short=True,
-        )
-        self.watch.changed(request.operation_id)
+        state = await self._settle_one(owner, _completion(owner, request))
         log.info("operation_completed", operation_id=request.operation_id, owner=owner)
         return _state_reply(state)
 
@@ -679,22 +662,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         self, request: pb.FailOperationRequest, context: ServicerContext
     ) -> pb.LeaseMutationResponse:
         owner = require_worker_owner(caller_scope(context)).owner_id
-        now = self._clock()
-        state = await self._db.run_core_async(
-            lambda tx: operations.fail(
-                tx,
-                request.operation_id,
-                request.lease_token,
-                retryable=request.retryable,
-                failure_code=request.failure_code,
-                failure_message=request.failure_message,
-                provenance=_provenance(request.provenance),
-                now=now,
-            ),
-            owner_id=owner,
-            short=True,
-        )
-        self.watch.changed(request.operation_id)
+        state = await self._settle_one(owner, _failure(owner, request))
         log.info(
             "operation_failed",
             operation_id=request.operation_id,
@@ -710,16 +678,14 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         self, request: pb.RequestExternalFallbackRequest, context: ServicerContext
     ) -> pb.LeaseMutationResponse:
         owner = require_worker_owner(caller_scope(context)).owner_id
-        now = self._clock()
-        state = await self._db.run_core_async(
-            lambda tx: operations.request_fallback(
-                tx, request.operation_id, request.lease_token, _provenance(request.provenance), now
-            ),
-            owner_id=owner,
-            short=True,
+        fallback = operations.Settlement(
+            owner,
+            request.operation_id,
+            request.lease_token,
+            Event.REQUEST_FALLBACK,
+            provenance=_provenance(request.provenance),
         )
-        if state == OperationState.WAITING_FOR_EXTERNAL_FALLBACK:
-            self.claims.arrived_any()
+        state = await self._settle_one(owner, fallback)
         log.info("operation_fallback", operation_id=request.operation_id, owner=owner, state=state)
         return _state_reply(state)
 
@@ -728,14 +694,9 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         self, request: pb.AcknowledgeCancellationRequest, context: ServicerContext
     ) -> pb.LeaseMutationResponse:
         owner = require_worker_owner(caller_scope(context)).owner_id
-        now = self._clock()
-        state = await self._db.run_core_async(
-            lambda tx: operations.acknowledge_cancel(
-                tx, request.operation_id, request.lease_token, now
-            ),
-            owner_id=owner,
-            short=True,
+        acknowledged = operations.Settlement(
+            owner, request.operation_id, request.lease_token, Event.ACKNOWLEDGE_CANCEL
         )
-        self.watch.changed(request.operation_id)
+        state = await self._settle_one(owner, acknowledged)
         log.info("operation_cancel_acknowledged", operation_id=request.operation_id, owner=owner)
         return _state_reply(state)

@@ -1,7 +1,7 @@
 """The lease sweeper: a loop inside the Operations process.
 
-Safe with several replicas at once: every change it makes is a guarded UPDATE,
-so two sweepers racing over one row change it once.
+Safe with several replicas at once: a sweep locks the rows it changes and skips
+the rows another sweep holds, so two sweepers racing over one row change it once.
 """
 
 from __future__ import annotations
@@ -38,8 +38,10 @@ async def run_sweeper(
     claims waiting on this replica take it at once; ``metrics`` counts every pass.
     """
     while True:
+        more = False
         try:
             report = await sweep_once(db, clock)
+            more = report.full
             if metrics is not None:
                 metrics.swept(report)
             if report.promoted or report.expired_leases:
@@ -55,4 +57,5 @@ async def run_sweeper(
             if metrics is not None:
                 metrics.swept(None)
             log.warning("sweep_failed", error=type(exc).__name__)
-        await asyncio.sleep(interval_seconds)
+        if not more:  # a full batch: sweep on at once, more may be due
+            await asyncio.sleep(interval_seconds)

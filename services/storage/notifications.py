@@ -1,8 +1,8 @@
 """All SQL of the notification aggregate.
 
 The terminal notification is written by the same transaction that moves the
-operation (``insert_for_operation``), as one ``INSERT … SELECT`` so that a
-completion costs one UPDATE and one INSERT. The wording comes from the model
+operation (``insert_for_operations``, called by ``operations.apply``), as one
+``INSERT … SELECT`` per outcome for a whole batch of transitions. The wording comes from the model
 and names only the kind of work and its outcome.
 """
 
@@ -33,12 +33,12 @@ from sqlalchemy.orm import Session
 from durable_ops.model import bounds
 from durable_ops.model.errors import NotFound
 from durable_ops.model.notifications import wording
-from durable_ops.model.states import TERMINAL_STATES, OperationState
+from durable_ops.model.states import OperationState
 from durable_ops.model.tasks import TASKS
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
 from durable_ops.storage.per_row import per_row, row_ids
 from durable_ops.storage.schema import UserNotification, UserOperation, UtcDateTime
-from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
+from durable_ops.storage.tx import ScopeViolation, Tx
 
 OPS = cast(Table, UserOperation.__table__)
 NOTIFICATIONS = cast(Table, UserNotification.__table__)
@@ -66,14 +66,6 @@ def _insert_selected(
     return insert(NOTIFICATIONS).from_select([*columns, "created_at"], source)
 
 
-def _insert_from_operation(outcome: OperationState, *, owned: bool) -> Executable:
-    """One operation's notification, in an owner's scope or the neutral one."""
-    where = [OPS.c.id == bindparam("operation_id")]
-    if owned:
-        where.append(OPS.c.owner_user_id == SCOPE_OWNER)
-    return _insert_selected(outcome, bindparam("notification_id"), *where)
-
-
 @functools.cache
 def _insert_many_from_operations(outcome: OperationState, count: int) -> Executable:
     """``count`` operations' notifications, of many owners at once (a batch of lease
@@ -95,28 +87,16 @@ def insert_for_operations(
     tx.write(_insert_many_from_operations(outcome, len(operation_ids)), parameters)
 
 
-_INSERT_FROM_OPERATION = {
-    (outcome, owned): _insert_from_operation(outcome, owned=owned)
-    for outcome in TERMINAL_STATES
-    for owned in (True, False)
-}
-_DELETE_FOR_OPERATION = {
-    True: delete(NOTIFICATIONS).where(
-        NOTIFICATIONS.c.operation_id == bindparam("operation_id"),
-        NOTIFICATIONS.c.owner_user_id == SCOPE_OWNER,
-    ),
-    False: delete(NOTIFICATIONS).where(NOTIFICATIONS.c.operation_id == bindparam("operation_id")),
-}
+_DELETE_FOR_OPERATIONS = delete(NOTIFICATIONS).where(
+    NOTIFICATIONS.c.operation_id.in_(bindparam("operation_ids", expanding=True))
+)
 
 
-def insert_for_operation(tx: Tx, operation_id: str, outcome: OperationState, now: datetime) -> None:
-    statement = _INSERT_FROM_OPERATION[outcome, tx.owner_id is not None]
-    parameters = {"notification_id": uuid.uuid4().hex, "operation_id": operation_id, "now": now}
-    tx.execute(statement, parameters)
-
-
-def delete_for_operation(tx: Tx, operation_id: str) -> None:
-    tx.execute(_DELETE_FOR_OPERATION[tx.owner_id is not None], {"operation_id": operation_id})
+def delete_for_operations(tx: Tx, operation_ids: Sequence[str]) -> None:
+    """The notifications of these operations (any owners: the neutral scope)."""
+    if tx.owner_id is not None:
+        raise ScopeViolation("notifications of many owners are removed in the neutral scope")
+    tx.execute(_DELETE_FOR_OPERATIONS, {"operation_ids": list(operation_ids)})
 
 
 def _visible() -> Select[Any]:

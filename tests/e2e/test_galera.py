@@ -45,10 +45,12 @@ from durable_ops.clock import utc_now
 from durable_ops.gateway.auth import mint_user_token
 from durable_ops.model.admission import Limits
 from durable_ops.model.errors import CapacityExceeded, DomainError, NotFound, Unavailable
+from durable_ops.model.lifecycle import Event
 from durable_ops.settings import service_variable
 from durable_ops.stack.children import Stack
 from durable_ops.storage import migrate, operations, workspace
 from durable_ops.storage.db import GALERA_SYNC_WAIT, Database, on_galera
+from durable_ops.storage.operations import claims
 from durable_ops.storage.schema import Job, UserOperation
 from durable_ops.storage.tx import Tx
 from tests.support.ai_stack import LogTee
@@ -273,14 +275,13 @@ def test_a_transaction_that_begins_with_a_write_sees_what_another_node_just_wrot
         refused = 0
         for number in range(100):
             first.run_core(partial(_create, request=_causal(number)), owner_id=ALICE)
-            claim = second.run_core(
+            (claim,) = second.run_core(
                 lambda tx: operations.claim(tx, ["test.causal"], 60, utc_now()), owner_id=None
             )
-            assert claim is not None
-            complete = partial(
-                operations.complete, operation_id=claim.operation.id, token=claim.lease_token,
-                provenance=operations.Provenance(), result_ref="", now=utc_now(),
-            )  # fmt: skip
+            completion = operations.Settlement(
+                ALICE, claim.operation.id, claim.lease_token, Event.COMPLETE
+            )
+            complete = partial(operations.settle_one, settlement=completion, now=utc_now())
             try:  # at once, through the node that did not take the claim
                 first.run_core(complete, owner_id=ALICE)
             except DomainError:
@@ -433,7 +434,7 @@ def test_claims_through_three_nodes_conflict_figure(
     _, urls = cluster
     name = "ops_claims_spread" if spread else "ops_claims_head"
     on = _migrated(urls, name)
-    monkeypatch.setattr(operations, "_spreads", lambda _tx: spread)
+    monkeypatch.setattr(claims, "spreads", lambda _tx: spread)
     dbs = _databases(on, pool_size=4)
     total = 300
     try:
@@ -450,16 +451,16 @@ def test_claims_through_three_nodes_conflict_figure(
             nonlocal busy
             while True:
                 try:
-                    claim = db.run_core(
+                    taken = db.run_core(
                         lambda tx: operations.claim(tx, ["test.claim"], 60, utc_now()),
                         owner_id=None,
                     )
                 except Unavailable:
                     busy += 1
                     continue
-                if claim is None:
+                if not taken:
                     return
-                claimed.append(claim.operation.id)
+                claimed.append(taken[0].operation.id)
 
         with ThreadPoolExecutor(max_workers=6) as pool:
             for future in [pool.submit(claimer, dbs[n % 3]) for n in range(6)]:

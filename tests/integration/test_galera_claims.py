@@ -14,6 +14,7 @@ import pytest
 
 from durable_ops.storage import operations
 from durable_ops.storage.db import Database
+from durable_ops.storage.operations import claims
 
 START = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 TASK = "test.spread"
@@ -21,7 +22,7 @@ TASK = "test.spread"
 
 @pytest.fixture
 def spread(database: Database, monkeypatch: pytest.MonkeyPatch) -> Database:
-    monkeypatch.setattr(operations, "_spreads", lambda _tx: True)
+    monkeypatch.setattr(claims, "spreads", lambda _tx: True)
     return database
 
 
@@ -40,8 +41,8 @@ def _create(db: Database, number: int, priority: int) -> str:
 
 def _claim(db: Database) -> str | None:
     now = START + timedelta(hours=1)
-    claim = db.run_core(lambda tx: operations.claim(tx, [TASK], 60, now), owner_id=None)
-    return None if claim is None else claim.operation.id
+    taken = db.run_core(lambda tx: operations.claim(tx, [TASK], 60, now), owner_id=None)
+    return taken[0].operation.id if taken else None
 
 
 def test_a_spread_claim_takes_the_top_priority_first_and_one_of_its_oldest(

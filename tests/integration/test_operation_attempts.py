@@ -203,13 +203,12 @@ def test_a_fallback_ends_the_local_attempt_and_the_external_claim_starts_another
     assert response.state == pb.OPERATION_STATE_WAITING_FOR_EXTERNAL_FALLBACK
     clock.advance(1)
 
-    def claim_external(tx: Tx) -> operations.Claim | None:
+    def claim_external(tx: Tx) -> list[operations.Claim]:
         return operations.claim(
             tx, [created.task_type], LEASE_SECONDS, clock(), external_route=True
         )
 
-    claimed = services.db.run_core(claim_external, owner_id=None)
-    assert claimed is not None
+    (claimed,) = services.db.run_core(claim_external, owner_id=None)
     external = Lease(created, ALICE, claimed.lease_token)
     assert ops.complete(external, provenance=pb.Provenance(model="big", route="external")) == (
         SUCCEEDED

@@ -751,32 +751,26 @@ def test_the_fast_paths_write_what_the_model_decides(
     def claimed(operation_id: str, at: datetime, event: Event) -> str:
         before = row(operation_id)
         external = event is Event.CLAIM_EXTERNAL
-        claim = neutral(lambda tx: operations.claim(tx, [TASK], 30, at, external_route=external))
-        assert claim is not None
+        (claim,) = neutral(lambda tx: operations.claim(tx, [TASK], 30, at, external_route=external))
         decision = lifecycle.decide(operations.facts(before), event, at)
         assert _written(row(operation_id)) == _written(claim.operation) == _decided(decision)
         return claim.lease_token
 
+    def settled(operation_id: str, token: str, event: Event, at: datetime) -> str:
+        settlement = operations.Settlement("alice", operation_id, token, event)
+        return owned(lambda tx: operations.settle_one(tx, settlement, at))
+
     now = datetime.now(UTC)
-    provenance = operations.Provenance()
     request = operations.CreateRequest(TASK, "k-fast-paths", "job", "j-1", max_attempts=3)
     op, created = owned(lambda tx: operations.create(tx, request, now))
     assert created
     assert _written(row(op.id)) == _written(op) == _decided(lifecycle.CREATED)
 
     token = claimed(op.id, now, Event.CLAIM)
-    owned(
-        lambda tx: operations.fail(
-            tx,
-            op.id,
-            token,
-            retryable=True,
-            failure_code="busy",
-            failure_message="",
-            provenance=provenance,
-            now=now,
-        )
+    failure = operations.Settlement(
+        "alice", op.id, token, Event.FAIL_RETRYABLE, failure_code="busy"
     )
+    owned(lambda tx: operations.settle_one(tx, failure, now))
     due = now + timedelta(seconds=request.retry_delay_seconds)
     before = row(op.id)
     assert neutral(lambda tx: operations.sweep(tx, due)).promoted == 1
@@ -784,11 +778,11 @@ def test_the_fast_paths_write_what_the_model_decides(
     assert _written(row(op.id)) == _decided(requeued)
 
     token = claimed(op.id, due, Event.CLAIM)
-    owned(lambda tx: operations.request_fallback(tx, op.id, token, provenance, due))
+    settled(op.id, token, Event.REQUEST_FALLBACK, due)
     token = claimed(op.id, due, Event.CLAIM_EXTERNAL)
 
     before = row(op.id)
-    state = owned(lambda tx: operations.complete(tx, op.id, token, provenance, "", due))
+    state = settled(op.id, token, Event.COMPLETE, due)
     completed = lifecycle.decide(operations.facts(before), Event.COMPLETE, due)
     assert state == completed.state
     assert _written(row(op.id)) == _decided(completed)

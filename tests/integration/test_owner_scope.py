@@ -79,7 +79,8 @@ def test_deleting_an_operation_keeps_its_notification_unlinked(database: Databas
     request = operations.CreateRequest("report.build", "k", "report", "r1")
     with database.owner("alice") as session:
         op, _ = operations.create(Tx.of(session), request, NOW)
-        notifications.insert_for_operation(Tx.of(session), op.id, OperationState.SUCCEEDED, NOW)
+    with database.neutral() as session:
+        notifications.insert_for_operations(Tx.of(session), [op.id], OperationState.SUCCEEDED, NOW)
     with database.neutral() as session:  # history cleanup is an operator's, unscoped, act
         session.execute(delete(UserOperation).where(UserOperation.id == op.id))
     with database.owner("alice", write=False) as session:

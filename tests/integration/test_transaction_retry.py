@@ -16,6 +16,8 @@ from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.orm import Session
 
 from durable_ops.model.errors import Unavailable
+from durable_ops.model.held_leases import HeldLease
+from durable_ops.model.lifecycle import Event
 from durable_ops.rpc.errors import status_for
 from durable_ops.storage import operations
 from durable_ops.storage.db import Database
@@ -131,7 +133,8 @@ def _create(db: Database, key: str) -> tuple[UserOperation, bool]:
 
 
 def _claim(db: Database) -> operations.Claim | None:
-    return db.run_core(lambda tx: operations.claim(tx, [TASK], 60, NOW), owner_id=None)
+    claims = db.run_core(lambda tx: operations.claim(tx, [TASK], 60, NOW), owner_id=None)
+    return claims[0] if claims else None
 
 
 def _states(db: Database) -> dict[str, str]:
@@ -235,7 +238,9 @@ def test_a_claim_whose_commit_was_lost_but_landed_is_the_claim(
     assert sorted(_states(mariadb).values()) == ["queued", "running"]
     assert mariadb.lost_commits == {"committed": 1}
     beat = mariadb.run_core(
-        lambda tx: operations.heartbeat(tx, claimed, claim.lease_token, 60, None, NOW),
+        lambda tx: operations.heartbeat(
+            tx, HeldLease(claimed, "alice", claim.lease_token, 60), NOW
+        ),
         owner_id="alice",
     )
     assert beat[1] is False  # the token returned is the live lease
@@ -276,11 +281,12 @@ def test_lease_mutations_whose_commit_was_lost_are_resolved_by_rereading_the_row
     op_id, token = claim.operation.id, claim.lease_token
     _failing_commits(monkeypatch, mariadb, [_committed_then_lost, _committed_then_lost])
     mariadb.run_core(
-        lambda tx: operations.heartbeat(tx, op_id, token, 60, 10, NOW), owner_id="alice"
-    )
-    state = mariadb.run_core(
-        lambda tx: operations.complete(tx, op_id, token, operations.Provenance(), "", NOW),
+        lambda tx: operations.heartbeat(tx, HeldLease(op_id, "alice", token, 60, 10), NOW),
         owner_id="alice",
+    )
+    completion = operations.Settlement("alice", op_id, token, Event.COMPLETE)
+    state = mariadb.run_core(
+        lambda tx: operations.settle_one(tx, completion, NOW), owner_id="alice"
     )
     assert state == "succeeded"
     assert mariadb.lost_commits == {"committed": 2}

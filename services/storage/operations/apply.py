@@ -1,0 +1,175 @@
+"""The one writer of every decided transition: ``lifecycle.decide`` said, this writes.
+
+A settlement (complete, fail, fallback, acknowledged cancel), an owner's
+cancel or retry and the sweeper's expiries and deadlines all end here, in
+batches: one guarded UPDATE of the operations, each row given its own values
+(``CASE id``); one UPDATE of the attempts the transitions end; the
+notifications the decisions remove and write. Its callers read the rows
+locked (``FOR UPDATE``) before they decide, so the guard (the row still
+carries the owner, state and ``updated_at`` it was decided on) always holds;
+on Galera another node's write to the same row fails certification at
+COMMIT instead, and the whole transaction is retried (``db``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from functools import cache
+from typing import Any
+
+from sqlalchemy import Update, bindparam, update
+
+from durable_ops.model import lifecycle
+from durable_ops.model.lifecycle import Decision, Event
+from durable_ops.model.states import OperationState
+from durable_ops.storage import notifications
+from durable_ops.storage.operations import history
+from durable_ops.storage.operations.rows import (
+    OPS,
+    ROWS_MAX,
+    S,
+    attempt_id,
+    neutral,
+    recognise,
+)
+from durable_ops.storage.per_row import per_row, row_ids
+from durable_ops.storage.tx import Tx
+
+# What a decided transition may write; every other column keeps its value.
+WRITTEN = (
+    "state",
+    "attempt",
+    "cancel_requested",
+    "next_attempt_at",
+    "lease_expires_at",
+    "finished_at",
+    "failure_code",
+    "failure_message",
+    "progress_percent",
+    "result_ref",
+    "provider",
+    "model",
+    "route",
+    "lease_token_hash",
+    "started_at",
+    "deadline_at",
+)
+# The guard: the row still is the one the decision was made on.
+_AS_READ = ("owner_user_id", "state", "updated_at")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One decided transition: the row as read (locked), the event, the decision, and
+    what the event itself writes (a result, provenance, a failure)."""
+
+    row: Mapping[str, Any]
+    event: Event
+    decision: Decision
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    def written(self, now: datetime) -> dict[str, Any]:
+        """Every ``WRITTEN`` column's new value."""
+        decision = self.decision
+        values = {name: self.row[name] for name in WRITTEN}
+        values.update(self.values)
+        values.update(
+            state=decision.state,
+            attempt=decision.attempt,
+            cancel_requested=decision.cancel_requested,
+            next_attempt_at=decision.next_attempt_at,
+        )
+        if decision.failure_code is not None:
+            values["failure_code"] = decision.failure_code
+        if decision.state is not S.RUNNING:
+            values["lease_expires_at"] = None
+        if decision.terminal:
+            values["finished_at"] = now
+        if self.event is Event.RETRY:
+            values.update(_fresh_start(self.row, now))
+        return values
+
+    def ending(self) -> dict[str, Any] | None:
+        """How the attempt this transition ends ended, or None when it ends none."""
+        outcome = lifecycle.attempt_outcome(S(self.row["state"]), self.event, self.decision)
+        token_hash = self.row["lease_token_hash"]
+        if outcome is None or token_hash is None:
+            return None
+        return {
+            "attempt_id": attempt_id(token_hash),
+            "outcome": outcome,
+            "failure_code": self.decision.failure_code or self.values.get("failure_code"),
+            "failure_message": self.values.get("failure_message"),
+            "provider": self.values.get("provider"),
+            "model": self.values.get("model"),
+            "lease_expires_at": self.row["lease_expires_at"],
+        }
+
+
+def _fresh_start(row: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """A manual retry: a new attempt budget and, when the task has one, a new deadline."""
+    budget = row["time_budget_seconds"]
+    return {
+        "progress_percent": 0,
+        "lease_token_hash": None,
+        "lease_expires_at": None,
+        "started_at": None,
+        "finished_at": None,
+        "failure_code": None,
+        "failure_message": None,
+        "result_ref": None,
+        "deadline_at": now + timedelta(seconds=budget) if budget else row["deadline_at"],
+    }
+
+
+@cache
+def _update(count: int) -> Update:
+    """One UPDATE of ``count`` rows, each guarded on and given its own values."""
+    ids = row_ids("id", count)
+
+    def own(name: str, column: str) -> Any:
+        return per_row(OPS.c.id, ids, name, OPS.c[column].type)
+
+    return (
+        update(OPS)
+        .where(OPS.c.id.in_(ids), *(OPS.c[name] == own(f"was_{name}", name) for name in _AS_READ))
+        .values(updated_at=bindparam("now"), **{name: own(name, name) for name in WRITTEN})
+    )
+
+
+def write(tx: Tx, changes: Sequence[Change], now: datetime) -> list[dict[str, Any]]:
+    """Write ``changes`` (distinct operations, any owners in the neutral scope, the scope
+    owner's in an owner scope); answer each one's written columns, in order."""
+    if not changes:
+        return []
+    tx = neutral(tx, [change.row["owner_user_id"] for change in changes])
+    written = [change.written(now) for change in changes]
+    for first in range(0, len(changes), ROWS_MAX):
+        part = range(first, min(first + ROWS_MAX, len(changes)))
+        parameters: dict[str, Any] = {"now": now}
+        for n, k in enumerate(part):
+            row = changes[k].row
+            parameters[f"id_{n}"] = row["id"]
+            parameters.update({f"was_{name}_{n}": row[name] for name in _AS_READ})
+            parameters.update({f"{name}_{n}": value for name, value in written[k].items()})
+        matched = tx.write(_update(len(part)), parameters)
+        if matched != len(part):  # unreachable while the rows are locked
+            raise RuntimeError(f"wrote {matched} of the {len(part)} operations read locked")
+    first_change = changes[0]
+    recognise(first_change.row["id"], state=first_change.decision.state, updated_at=now)
+    endings = [ending for change in changes if (ending := change.ending()) is not None]
+    if endings:
+        history.end(tx, endings, now)
+    removed = [change.row["id"] for change in changes if change.decision.remove_notification]
+    if removed:
+        notifications.delete_for_operations(tx, removed)
+    notified: dict[OperationState, list[str]] = defaultdict(list)
+    for change in changes:
+        if change.decision.notify:
+            notified[change.decision.state].append(change.row["id"])
+    for state, operation_ids in notified.items():
+        notifications.insert_for_operations(tx, operation_ids, state, now)
+    return written

@@ -1,0 +1,203 @@
+"""The claim: the best claimable rows, each under a fresh lease token.
+
+Three statements for a batch: ``SELECT … ORDER BY priority DESC, created_at
+LIMIT n FOR UPDATE SKIP LOCKED`` walks the claim index (ADR 0001), so
+concurrent claims take different rows instead of queueing on the head of the
+queue; one UPDATE of the rows it locked, each given its own token hash
+(``CASE id``); one multi-row INSERT of their attempts. Only the hash of a
+token is stored. (SQLite has no row locks: its writers hold the database lock
+from ``BEGIN IMMEDIATE``, so the same statements are safe.)
+
+On Galera row locks do not reach other nodes, and claims through several
+nodes that all took the head of the queue would fail certification (1213)
+all but one (ADR 0017). There the candidates are picked at random among the
+first ``CLAIM_SPREAD`` claimable rows of the top priority: the ordering
+promise becomes "never a lower priority while a higher one is claimable, and
+within a priority one of the oldest few". Only the choice of rows differs;
+the take is the same.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from typing import Any
+
+from sqlalchemy import Row, Update, bindparam, func, select, update
+
+from durable_ops.model import bounds, lifecycle
+from durable_ops.model.lifecycle import Event
+from durable_ops.model.routing import Route
+from durable_ops.storage.db import on_galera
+from durable_ops.storage.operations import history
+from durable_ops.storage.operations.rows import (
+    OPS,
+    ROWS_MAX,
+    attempt_id,
+    deadline_open,
+    detached,
+    hash_token,
+    recognise,
+)
+from durable_ops.storage.per_row import per_row, row_ids
+from durable_ops.storage.schema import UserOperation
+from durable_ops.storage.tx import ScopeViolation, Tx
+
+CLAIM_BATCH_MAX = ROWS_MAX
+CLAIM_SPREAD = 8
+
+_CLAIMABLE = (
+    OPS.c.state == bindparam("from_state"),
+    OPS.c.task_type.in_(bindparam("task_types", expanding=True)),
+    deadline_open(),
+)
+_QUEUE_ORDER = (OPS.c.priority.desc(), OPS.c.created_at)
+_CANDIDATES = (
+    select(OPS)
+    .where(*_CLAIMABLE)
+    .order_by(*_QUEUE_ORDER)
+    .limit(bindparam("limit"))
+    .with_for_update(skip_locked=True)
+)
+# Galera: the head of the queue without locks (leaving out the rows this batch took) …
+_NOT_TAKEN = OPS.c.id.not_in(bindparam("taken", expanding=True))
+_HEAD = (
+    select(OPS.c.id, OPS.c.priority)
+    .where(*_CLAIMABLE, _NOT_TAKEN)
+    .order_by(*_QUEUE_ORDER)
+    .limit(CLAIM_SPREAD)
+)
+# … then one of its top-priority rows, locked, or the next free one when all are held.
+_PICK = (
+    select(OPS).where(OPS.c.id == bindparam("pick"), *_CLAIMABLE).with_for_update(skip_locked=True)
+)
+_NEXT_FREE = _CANDIDATES.where(_NOT_TAKEN)
+
+
+@dataclass(frozen=True)
+class Claim:
+    operation: UserOperation
+    lease_token: str
+
+
+def spreads(tx: Tx) -> bool:
+    """Whether claims spread over the head of the queue: on Galera (tests may force it)."""
+    return on_galera(tx.connection)
+
+
+@cache
+def _take(count: int, starts_attempt: bool) -> Update:
+    """One UPDATE of ``count`` locked rows, each given its own token hash."""
+    ids = row_ids("id", count)
+    return (
+        update(OPS)
+        .where(OPS.c.id.in_(ids), OPS.c.state == bindparam("from_state"))
+        .values(
+            state=bindparam("to_state"),
+            attempt=OPS.c.attempt + 1 if starts_attempt else OPS.c.attempt,
+            lease_token_hash=per_row(OPS.c.id, ids, "hash"),
+            lease_expires_at=bindparam("expires"),
+            started_at=func.coalesce(OPS.c.started_at, bindparam("now")),
+            updated_at=bindparam("now"),
+            next_attempt_at=None,
+        )
+    )
+
+
+def claim(
+    tx: Tx,
+    task_types: Sequence[str],
+    lease_seconds: int,
+    now: datetime,
+    *,
+    limit: int = 1,
+    external_route: bool = False,
+) -> list[Claim]:
+    """Up to ``limit`` claims of these task types, each with its own lease token."""
+    if tx.owner_id is not None:
+        raise ScopeViolation("the claim runs in the neutral scope")
+    bounds.int_range("max_operations", limit, (1, CLAIM_BATCH_MAX))
+    for task_type in task_types:
+        bounds.task_type(task_type)
+    if not task_types:
+        return []
+    expires = lifecycle.lease_expiry(now, lease_seconds)
+    move = lifecycle.CLAIMS[Event.CLAIM_EXTERNAL if external_route else Event.CLAIM]
+    where = {"from_state": move.source, "task_types": list(task_types), "now": now}
+    rows = _spread(tx, where, limit) if spreads(tx) else _head(tx, where, limit)
+    if not rows:
+        return []
+    tokens = [secrets.token_urlsafe(32) for _ in rows]  # 256 random bits each
+    hashes = [hash_token(token) for token in tokens]
+    parameters: dict[str, Any] = {
+        "from_state": move.source,
+        "to_state": move.target,
+        "expires": expires,
+        "now": now,
+    }
+    for n, (row, token_hash) in enumerate(zip(rows, hashes, strict=True)):
+        parameters[f"id_{n}"] = row.id
+        parameters[f"hash_{n}"] = token_hash
+    taken = tx.write(_take(len(rows), move.starts_attempt), parameters)
+    if taken != len(rows):  # unreachable while the rows are locked
+        raise RuntimeError(f"claimed {taken} of the {len(rows)} rows locked")
+    recognise(rows[0].id, lease_token_hash=hashes[0])
+    route = Route.EXTERNAL if external_route else Route.LOCAL
+    claims: list[Claim] = []
+    starts: list[dict[str, Any]] = []
+    for row, token, token_hash in zip(rows, tokens, hashes, strict=True):
+        found = row._mapping
+        values = {
+            "state": move.target,
+            "attempt": move.attempt_after(found["attempt"]),
+            "lease_token_hash": token_hash,
+            "lease_expires_at": expires,
+            "started_at": found["started_at"] or now,
+            "updated_at": now,
+            "next_attempt_at": None,
+        }
+        claims.append(Claim(detached({**found, **values}), token))
+        starts.append(
+            {
+                "id": attempt_id(token_hash),
+                "operation_id": found["id"],
+                "owner_user_id": found["owner_user_id"],
+                "attempt": values["attempt"],
+                "route": route,
+                "started_at": now,
+                "lease_expires_at": expires,
+            }
+        )
+    history.start(tx, starts)
+    return claims
+
+
+def _head(tx: Tx, where: dict[str, Any], limit: int) -> list[Row[Any]]:
+    return list(tx.execute(_CANDIDATES, {**where, "limit": limit}))
+
+
+def _spread(tx: Tx, where: dict[str, Any], limit: int) -> list[Row[Any]]:
+    """Up to ``limit`` rows, each picked at random among the top priority of the head."""
+    rows: list[Row[Any]] = []
+    while len(rows) < limit:
+        choice = {**where, "taken": [row.id for row in rows]}
+        head = tx.execute(_HEAD, choice).all()
+        if not head:
+            break
+        ids = [row.id for row in head if row.priority == head[0].priority]
+        random.shuffle(ids)
+        picked = (
+            next(
+                (r for pick in ids if (r := tx.execute(_PICK, {**where, "pick": pick}).first())),
+                None,
+            )
+            or tx.execute(_NEXT_FREE, {**choice, "limit": 1}).first()
+        )
+        if picked is None:
+            break
+        rows.append(picked)
+    return rows

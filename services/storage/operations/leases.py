@@ -1,0 +1,207 @@
+"""A lease holder's beats, and the lock a result's publication takes on its lease.
+
+One writer for every beat, a single ``Heartbeat`` (a batch of one) and a
+lease stream's beat of up to ``ROWS_MAX`` leases alike: one guarded UPDATE,
+each row by its own id, owner and token hash (a token extends only the
+operation it was claimed for, of the owner it was claimed for), under a live
+lease and, in the common beat, no cancel pending; each row given its own
+expiry and, when the beat carries one, its own progress. When fewer rows
+matched, one locked read says for each lease why (``decide``), and the same
+UPDATE without the cancel guard extends the leases still held whose owner
+asked to cancel: their holder learns it in the answer.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Sequence
+from datetime import datetime
+from functools import cache
+from typing import Any
+
+from sqlalchemy import Update, bindparam, func, select, update
+
+from durable_ops.model import bounds, lifecycle
+from durable_ops.model.errors import (
+    CANCEL_REQUESTED,
+    DomainError,
+    InvalidArgument,
+    LeaseLost,
+    NotFound,
+)
+from durable_ops.model.held_leases import HeldLease
+from durable_ops.model.lifecycle import Event
+from durable_ops.storage.operations.rows import (
+    OPS,
+    OWNED,
+    ROWS_MAX,
+    S,
+    facts,
+    hash_token,
+    lease_live,
+    neutral,
+    recognise,
+)
+from durable_ops.storage.per_row import per_row, row_ids
+from durable_ops.storage.tx import Tx
+
+Held = tuple[datetime, bool]  # a held lease's new expiry, and whether its owner asked to cancel
+
+_LOCKED = (
+    select(OPS)
+    .where(OPS.c.id.in_(bindparam("ids", expanding=True)))
+    .order_by(OPS.c.id)
+    .with_for_update()
+)
+
+
+@cache
+def _extend(count: int, *, unless_cancelled: bool) -> Update:
+    ids = row_ids("id", count)
+
+    def own(name: str, type_: Any = None) -> Any:
+        return per_row(OPS.c.id, ids, name, type_)
+
+    statement = (
+        update(OPS)
+        .where(
+            OPS.c.id.in_(ids),
+            lease_live(),
+            OPS.c.lease_token_hash == own("token_hash"),
+            OPS.c.owner_user_id == own("owner"),
+        )
+        .values(
+            lease_expires_at=own("expires", OPS.c.lease_expires_at.type),
+            progress_percent=func.coalesce(
+                own("progress", OPS.c.progress_percent.type), OPS.c.progress_percent
+            ),
+            updated_at=bindparam("now"),
+        )
+    )
+    return statement.where(OPS.c.cancel_requested.is_(False)) if unless_cancelled else statement
+
+
+def extend(tx: Tx, leases: Sequence[HeldLease], now: datetime) -> list[Held | DomainError]:
+    """Extend many live leases of many owners (the neutral scope), or of the scope's
+    owner; answer each one alone, in order."""
+    tx = neutral(tx, [lease.owner_id for lease in leases])
+    answers: list[Held | DomainError] = []
+    for first in range(0, len(leases), ROWS_MAX):
+        answers += _beat(tx, leases[first : first + ROWS_MAX], now)
+    return answers
+
+
+def heartbeat(tx: Tx, lease: HeldLease, now: datetime) -> Held:
+    """One beat, its refusal raised."""
+    answer = extend(tx, [lease], now)[0]
+    if isinstance(answer, DomainError):
+        raise answer
+    return answer
+
+
+def _parameters(leases: Sequence[HeldLease], now: datetime) -> dict[str, Any]:
+    parameters: dict[str, Any] = {"now": now}
+    for n, lease in enumerate(leases):
+        if lease.progress is not None:
+            bounds.int_range("progress_percent", lease.progress, bounds.PROGRESS_RANGE)
+        parameters.update(
+            {
+                f"id_{n}": lease.operation_id,
+                f"owner_{n}": lease.owner_id,
+                f"token_hash_{n}": hash_token(lease.token),
+                f"expires_{n}": lifecycle.lease_expiry(now, lease.lease_seconds),
+                f"progress_{n}": lease.progress,
+            }
+        )
+    return parameters
+
+
+def _beat(tx: Tx, leases: Sequence[HeldLease], now: datetime) -> list[Held | DomainError]:
+    parameters = _parameters(leases, now)
+    expiries = [parameters[f"expires_{n}"] for n in range(len(leases))]
+    extended = tx.write(_extend(len(leases), unless_cancelled=True), parameters)
+    answers: list[Held | DomainError] = [(expires, False) for expires in expiries]
+    if extended != len(leases):
+        answers = _why(tx, leases, parameters, now)
+    held = [n for n, answer in enumerate(answers) if not isinstance(answer, DomainError)]
+    if held:
+        recognise(
+            leases[held[0]].operation_id,
+            lease_token_hash=parameters[f"token_hash_{held[0]}"],
+            lease_expires_at=expiries[held[0]],
+        )
+    return answers
+
+
+def _why(
+    tx: Tx, leases: Sequence[HeldLease], parameters: dict[str, Any], now: datetime
+) -> list[Held | DomainError]:
+    """The rare beat: a cancel is pending, or some leases are not this holder's any more."""
+    rows = {
+        row.id: row._mapping
+        for row in tx.execute(_LOCKED, {"ids": [x.operation_id for x in leases]})
+    }
+    answers: list[Held | DomainError] = []
+    cancelled: list[HeldLease] = []
+    for n, lease in enumerate(leases):
+        row = rows.get(lease.operation_id)
+        expires = parameters[f"expires_{n}"]
+        try:
+            if row is None or row["owner_user_id"] != lease.owner_id:  # another owner's
+                raise NotFound("operation not found", code="operation_not_found")
+            token_hash = row["lease_token_hash"]
+            if token_hash is None or not hmac.compare_digest(
+                token_hash, parameters[f"token_hash_{n}"]
+            ):
+                raise LeaseLost("the lease token does not match this operation's lease")
+            lifecycle.decide(facts(row), Event.HEARTBEAT, now)  # LeaseLost when it is gone
+        except DomainError as refused:
+            answers.append(refused)
+            continue
+        if row["cancel_requested"]:  # held, so left alone by the guarded beat above
+            cancelled.append(lease)
+        answers.append((expires, bool(row["cancel_requested"])))
+    if cancelled:
+        statement = _extend(len(cancelled), unless_cancelled=False)
+        if tx.write(statement, _parameters(cancelled, now)) != len(cancelled):
+            raise RuntimeError("a lease read held and locked was not extended")  # unreachable
+    return answers
+
+
+_LOCK_LEASE = select(OPS).where(OPS.c.id == bindparam("operation_id"), OWNED).with_for_update()
+
+
+def hold_for_publish(
+    tx: Tx, operation_id: str, token: str, now: datetime, *, kind: str, subject: tuple[str, str]
+) -> None:
+    """Lock the operation row; pass only while ``token`` holds its live lease and no cancel waits.
+
+    Runs in the transaction that writes the attempt's result, so a cancel or
+    a takeover commits either before (and the result is refused) or after
+    (and finds the result published). Cancel wins until then. The operation
+    must be the scope owner's: another owner's answers exactly like a missing
+    one (NOT_FOUND ``operation_not_found``), before any lease is looked at.
+    """
+    issuable = 0 < len(operation_id) <= bounds.ID_MAX  # any other id was never issued
+    row = (
+        tx.execute(_LOCK_LEASE, {"operation_id": operation_id}).one_or_none() if issuable else None
+    )
+    if row is None:
+        raise NotFound("operation not found", code="operation_not_found")
+    token_hash = row.lease_token_hash
+    lease = facts(row._mapping)
+    held = (
+        lease.state is S.RUNNING
+        and not lifecycle.lease_expired(lease, now)
+        and token_hash is not None
+        and hmac.compare_digest(token_hash, hash_token(token))
+    )
+    if not held:
+        raise LeaseLost("the lease is not live: the result belongs to another attempt")
+    if row.cancel_requested:
+        raise LeaseLost("the owner cancelled the operation", code=CANCEL_REQUESTED)
+    # The result is the operation's own: of its kind, about its subject.
+    if kind != row.task_type:
+        raise InvalidArgument("kind", "is not the operation's task type")
+    if subject != (row.subject_type, row.subject_id):
+        raise InvalidArgument("subject_id", "is not the operation's subject")

@@ -1,0 +1,34 @@
+"""An owner's own transitions: cancel and retry (the operator acts through them too)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from durable_ops.model import lifecycle
+from durable_ops.model.lifecycle import Event
+from durable_ops.storage.operations import apply
+from durable_ops.storage.operations.reads import get
+from durable_ops.storage.operations.rows import facts
+from durable_ops.storage.schema import UserOperation
+from durable_ops.storage.tx import Tx
+
+
+def cancel(tx: Tx, operation_id: str, now: datetime) -> UserOperation:
+    return _owner_event(tx, operation_id, Event.CANCEL, now)
+
+
+def retry(tx: Tx, operation_id: str, now: datetime) -> UserOperation:
+    return _owner_event(tx, operation_id, Event.RETRY, now)
+
+
+def _owner_event(tx: Tx, operation_id: str, event: Event, now: datetime) -> UserOperation:
+    """Decide on the row read locked, write through ``apply``; answer the row as it is now."""
+    op = get(tx, operation_id, lock=True)
+    row = dict(op.__dict__)
+    decision = lifecycle.decide(facts(row), event, now)
+    if not decision.changed:
+        return op
+    change = apply.Change(row, event, decision)
+    (written,) = apply.write(tx, [change], now)
+    op.__dict__.update(written, updated_at=now)
+    return op

@@ -1,0 +1,173 @@
+"""Reads of the operation aggregate: the owner's, and the neutral watches' by id."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, Select, bindparam, select
+
+from durable_ops.model import bounds, lifecycle
+from durable_ops.model.errors import NotFound
+from durable_ops.model.states import PENDING_STATES, OperationState
+from durable_ops.storage.operations.rows import (
+    ATTEMPTS,
+    OPS,
+    OWNED,
+    S,
+    deadline_open,
+    one,
+    operation,
+)
+from durable_ops.storage.pages import Page, newest_first, page_size, paginate
+from durable_ops.storage.schema import OperationAttempt, UserOperation
+from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
+
+_GET = select(OPS).where(OPS.c.id == bindparam("operation_id"), OWNED)
+_BY_KEY = select(OPS).where(
+    OPS.c.task_type == bindparam("task_type"),
+    OPS.c.idempotency_key == bindparam("idempotency_key"),
+    OWNED,
+)
+_LATEST_FOR_SUBJECT = (
+    select(OPS)
+    .where(
+        OPS.c.task_type == bindparam("task_type"),
+        OPS.c.subject_type == bindparam("subject_type"),
+        OPS.c.subject_id == bindparam("subject_id"),
+        OWNED,
+    )
+    .order_by(OPS.c.created_at.desc(), OPS.c.id.desc())
+    .limit(1)
+)
+_ACTIVE_FOR_SUBJECT = _LATEST_FOR_SUBJECT.where(
+    OPS.c.state.in_([state.value for state in (*PENDING_STATES, S.RUNNING)])
+)
+_ATTEMPTS_OF = (
+    select(ATTEMPTS)
+    .where(
+        ATTEMPTS.c.operation_id == bindparam("operation_id"),
+        ATTEMPTS.c.owner_user_id == SCOPE_OWNER,
+    )
+    .order_by(ATTEMPTS.c.started_at, ATTEMPTS.c.id)
+)
+
+
+def get(tx: Tx, operation_id: str, *, lock: bool = False) -> UserOperation:
+    """The scope owner's operation (another owner's is not found); ``lock`` holds its row
+    for the transaction, as every decided transition reads it."""
+    issuable = 0 < len(operation_id) <= bounds.ID_MAX  # any other id was never issued
+    query = _GET.with_for_update() if lock else _GET
+    op = one(tx, query, {"operation_id": operation_id}) if issuable else None
+    if op is None:
+        raise NotFound("operation not found", code="operation_not_found")
+    return op
+
+
+def list_page(
+    tx: Tx,
+    *,
+    size: int,
+    token: str,
+    state: OperationState | None = None,
+    task_type: str = "",
+) -> Page[UserOperation]:
+    size = page_size(size)
+    query: Select[Any] = select(OPS).where(OWNED)
+    if state is not None:
+        query = query.where(OPS.c.state == state)
+    if task_type:
+        query = query.where(OPS.c.task_type == bounds.task_type(task_type))
+    query = newest_first(query, OPS.c.created_at, OPS.c.id, token, size)
+    rows = [operation(row) for row in tx.execute(query)]
+    return paginate(rows, size, lambda op: (op.created_at, op.id))
+
+
+def find_by_key(tx: Tx, task_type: str, idempotency_key: str) -> UserOperation | None:
+    return one(tx, _BY_KEY, {"task_type": task_type, "idempotency_key": idempotency_key})
+
+
+def active_for_subject(
+    tx: Tx, task_type: str, subject_type: str, subject_id: str
+) -> UserOperation | None:
+    subject = {"task_type": task_type, "subject_type": subject_type, "subject_id": subject_id}
+    return one(tx, _ACTIVE_FOR_SUBJECT, subject)
+
+
+def latest_for_subject(
+    tx: Tx, task_type: str, subject_type: str, subject_id: str
+) -> UserOperation | None:
+    subject = {"task_type": task_type, "subject_type": subject_type, "subject_id": subject_id}
+    return one(tx, _LATEST_FOR_SUBJECT, subject)
+
+
+def attempts(tx: Tx, operation_id: str) -> list[OperationAttempt]:
+    """The scope owner's record of an operation's attempts, oldest first (another owner's: none)."""
+    rows = tx.execute(_ATTEMPTS_OF, {"operation_id": operation_id})
+    return [OperationAttempt(**row._mapping) for row in rows]
+
+
+# ---- the neutral watches: many operations by id ----------------------------------------
+
+IDS_PER_QUERY_MAX = 1000  # ids per IN list; a replica watching more asks in parts
+_CANCELS_AMONG = select(OPS.c.id).where(
+    OPS.c.id.in_(bindparam("ids", expanding=True)),
+    OPS.c.state == S.RUNNING,
+    OPS.c.cancel_requested.is_(True),
+)
+_VERSIONS_AMONG = select(OPS.c.id, OPS.c.state, OPS.c.updated_at).where(
+    OPS.c.id.in_(bindparam("ids", expanding=True))
+)
+_CLAIMABLE_KINDS = (
+    select(OPS.c.state, OPS.c.task_type)
+    .where(
+        OPS.c.state.in_([move.source.value for move in lifecycle.CLAIMS.values()]),
+        deadline_open(),
+    )
+    .distinct()
+)
+
+
+@dataclass(frozen=True)
+class Version:
+    """What a waiter compares: is the operation done, and is it still the one it saw."""
+
+    state: OperationState
+    updated_at: datetime
+
+
+def cancels_among(tx: Tx, operation_ids: Sequence[str]) -> set[str]:
+    """Which of these running operations' owners asked to cancel: one primary-key lookup."""
+    return {row.id for row in _rows_among(tx, _CANCELS_AMONG, operation_ids)}
+
+
+def versions_among(tx: Tx, operation_ids: Sequence[str]) -> dict[str, Version]:
+    """State and ``updated_at`` of those of these operations that exist: one primary-key lookup."""
+    return {
+        row.id: Version(OperationState(row.state), row.updated_at)
+        for row in _rows_among(tx, _VERSIONS_AMONG, operation_ids)
+    }
+
+
+def _rows_among(tx: Tx, query: Select[Any], operation_ids: Sequence[str]) -> list[Row[Any]]:
+    """The rows ``query`` keeps, asked in chunks a statement can carry."""
+    if tx.owner_id is not None:
+        raise ScopeViolation("the watches run in the neutral scope")
+    found: list[Row[Any]] = []
+    for start in range(0, len(operation_ids), IDS_PER_QUERY_MAX):
+        ids = list(operation_ids[start : start + IDS_PER_QUERY_MAX])
+        found.extend(tx.execute(query, {"ids": ids}))
+    return found
+
+
+def claimable_kinds(tx: Tx, now: datetime) -> set[tuple[str, str]]:
+    """(state, task type) of every kind of operation a claim could take now.
+
+    Walks the claim index by state; waiting claims ask this once per poll for
+    all of them, and only the claims that match try to claim.
+    """
+    if tx.owner_id is not None:
+        raise ScopeViolation("the claim poll runs in the neutral scope")
+    return {(row.state, row.task_type) for row in tx.execute(_CLAIMABLE_KINDS, {"now": now})}

@@ -1,0 +1,133 @@
+"""The operation table's shared vocabulary: rows, facts, the two guards, recognition.
+
+Every writer of the aggregate builds on these, so each is said once:
+
+- ``lease_live``: the row is running under a lease that has not run out;
+- ``deadline_open``: the row has no deadline or it lies ahead;
+- ``recognise``: how a writer tells ``db.on_unknown_commit`` what its COMMIT
+  left behind, should the COMMIT's connection be lost (ADR 0017).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Mapping
+from functools import cache
+from typing import Any, cast
+
+from sqlalchemy import ColumnElement, Row, Select, Table, bindparam, select
+from sqlalchemy.orm import ClassManager, configure_mappers
+from sqlalchemy.orm.attributes import manager_of_class
+
+from durable_ops.model.lifecycle import Facts
+from durable_ops.model.states import OperationState
+from durable_ops.storage.db import on_unknown_commit
+from durable_ops.storage.schema import ID_LENGTH, OperationAttempt, UserOperation
+from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
+
+S = OperationState
+OPS = cast(Table, UserOperation.__table__)
+ATTEMPTS = cast(Table, OperationAttempt.__table__)
+OWNED = OPS.c.owner_user_id == SCOPE_OWNER
+# At most this many rows per batched statement (a claim, a beat, a settlement, a sweep).
+ROWS_MAX = 100
+
+
+def lease_live() -> ColumnElement[bool]:
+    """Running, under a lease that has not run out at ``:now``."""
+    return (OPS.c.state == S.RUNNING) & (OPS.c.lease_expires_at > bindparam("now"))
+
+
+def deadline_open() -> ColumnElement[bool]:
+    """No deadline, or one after ``:now``."""
+    return OPS.c.deadline_at.is_(None) | (OPS.c.deadline_at > bindparam("now"))
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def attempt_id(token_hash: str) -> str:
+    """The attempt row's key, derived one way from its lease token's hash: an end finds
+    its row by primary key, and the key tells nothing of the token or its hash."""
+    return hashlib.sha256(f"attempt:{token_hash}".encode()).hexdigest()[:ID_LENGTH]
+
+
+def facts(op: UserOperation | Mapping[Any, Any]) -> Facts:
+    """The facts ``decide`` needs, from a row or a detached operation."""
+    get = op.__getitem__ if isinstance(op, Mapping) else op.__getattribute__
+    values = {name: get(name) for name in Facts.__dataclass_fields__}
+    return Facts(
+        **{
+            **values,
+            "state": S(values["state"]),
+            "cancel_requested": bool(values["cancel_requested"]),
+        }
+    )
+
+
+@cache
+def _operation_class() -> ClassManager[UserOperation]:
+    configure_mappers()  # what the constructor's first call does, and new_instance does not
+    return manager_of_class(UserOperation)
+
+
+def detached(values: Mapping[Any, Any]) -> UserOperation:
+    """A detached ``UserOperation`` holding ``values`` (column keys).
+
+    Filled the way the ORM fills a loaded row, straight into the instance's
+    dict: the constructor instead sets each of some thirty attributes through
+    its instrumentation, which cost more than the INSERT of a create.
+    """
+    operation = _operation_class().new_instance()
+    operation.__dict__.update(values)
+    return operation
+
+
+def operation(row: Row[Any]) -> UserOperation:
+    return detached(row._mapping)
+
+
+def one(tx: Tx, statement: Select[Any], parameters: dict[str, Any]) -> UserOperation | None:
+    row = tx.execute(statement, parameters).one_or_none()
+    return None if row is None else operation(row)
+
+
+def owned_scope(tx: Tx) -> list[ColumnElement[bool]]:
+    """The owner criterion when ``tx`` is an owner scope, for statements built per call."""
+    return [] if tx.owner_id is None else [OWNED]
+
+
+def neutral(tx: Tx, owners: list[str]) -> Tx:
+    """The neutral side of ``tx`` for a batched statement that binds each row's owner.
+
+    In an owner scope every row must be the scope's owner's: the batch writers
+    guard each row on its owner, and this is where the scope supplies it.
+    """
+    if tx.owner_id is not None and any(owner != tx.owner_id for owner in owners):
+        raise ScopeViolation("an owner scope writes only its owner's rows")
+    return tx if tx.owner_id is None else Tx(tx.connection, None)
+
+
+def _row_is(tx: Tx, operation_id: str, columns: dict[str, Any]) -> bool:
+    query = select(OPS.c.id).where(
+        OPS.c.id == operation_id,
+        *owned_scope(tx),
+        *(OPS.c[name] == value for name, value in columns.items()),
+    )
+    return tx.execute(query).first() is not None
+
+
+def recognise(operation_id: str, **columns: Any) -> None:
+    """Should this transaction's COMMIT be lost: it committed iff the row reads like this.
+
+    Each writer names what only its own write leaves: a create its fresh id, a
+    claim its lease token's hash, a beat the exact expiry it wrote, a decided
+    transition its state and the ``updated_at`` it stamped.
+    """
+    on_unknown_commit(lambda tx: _row_is(tx, operation_id, columns))

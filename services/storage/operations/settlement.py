@@ -1,0 +1,149 @@
+"""Settling leases: complete, fail, hand to the external route, acknowledge a cancel.
+
+One writer for all four outcomes, as River's ``JobSetStateIfRunningMany``: the
+named operations are read locked in one statement, each settlement is checked
+on its own (the operation is its owner's, the token is its lease's, and
+``decide`` allows the event now), and every change is written by
+``apply.write``. A refused settlement is answered alone with its error and the
+rest commit: nothing is written before all are decided. A single settlement
+(the single-operation RPCs) is a batch of one.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import RowMapping, bindparam, select
+
+from durable_ops.model import bounds, lifecycle
+from durable_ops.model.errors import DomainError, InvalidArgument, LeaseLost, NotFound
+from durable_ops.model.lifecycle import Event
+from durable_ops.model.states import OperationState
+from durable_ops.storage.operations import apply
+from durable_ops.storage.operations.rows import OPS, ROWS_MAX, facts, hash_token, neutral
+from durable_ops.storage.tx import Tx
+
+SETTLING = frozenset(
+    {
+        Event.COMPLETE,
+        Event.FAIL_RETRYABLE,
+        Event.FAIL_PERMANENT,
+        Event.REQUEST_FALLBACK,
+        Event.ACKNOWLEDGE_CANCEL,
+    }
+)
+_FAILING = frozenset({Event.FAIL_RETRYABLE, Event.FAIL_PERMANENT})
+_LOCKED = (
+    select(OPS)
+    .where(OPS.c.id.in_(bindparam("ids", expanding=True)))
+    .order_by(OPS.c.id)  # one lock order for every batch: fewer deadlocks
+    .with_for_update()
+)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    provider: str = ""
+    model: str = ""
+    route: str = ""
+
+    def values(self) -> dict[str, str | None]:
+        bounds.provenance(self.provider, self.model, self.route)
+        return {
+            "provider": self.provider or None,
+            "model": self.model or None,
+            "route": self.route or None,
+        }
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """How the holder of one lease ends it."""
+
+    owner_id: str
+    operation_id: str
+    token: str
+    event: Event
+    provenance: Provenance = Provenance()
+    result_ref: str = ""
+    failure_code: str = ""
+    failure_message: str = ""
+
+    def values(self) -> dict[str, Any]:
+        """What the outcome writes beside the decision; refuses a bad field."""
+        bounds.owner_id(self.owner_id)
+        if self.event not in SETTLING:
+            raise InvalidArgument("event", "does not settle a lease")
+        if self.event is Event.ACKNOWLEDGE_CANCEL:
+            return {}
+        values: dict[str, Any] = self.provenance.values()
+        if self.event is Event.COMPLETE:
+            bounds.text("result_ref", self.result_ref, bounds.SUBJECT_ID_MAX, required=False)
+            values.update(
+                progress_percent=bounds.PROGRESS_RANGE[1], result_ref=self.result_ref or None
+            )
+        elif self.event in _FAILING:
+            bounds.failure(self.failure_code, self.failure_message)
+            values.update(
+                failure_code=self.failure_code, failure_message=self.failure_message or None
+            )
+        return values
+
+
+def settle(
+    tx: Tx, settlements: Sequence[Settlement], now: datetime
+) -> list[OperationState | DomainError]:
+    """Settle many leases of many owners (the neutral scope), or of the scope's owner;
+    answer each settlement alone, in order: the state it leaves, or why it was refused."""
+    bounds.int_range("items", len(settlements), (1, ROWS_MAX))
+    neutral_tx = neutral(tx, [item.owner_id for item in settlements])
+    ids = sorted({item.operation_id for item in settlements})
+    rows: dict[str, dict[str, Any]] = {
+        row.id: dict(row._mapping) for row in neutral_tx.execute(_LOCKED, {"ids": ids})
+    }
+    answers: list[OperationState | DomainError] = []
+    changes: list[apply.Change] = []
+    settled: set[str] = set()
+    for item in settlements:
+        try:
+            values = item.values()
+            row = _held(rows.get(item.operation_id), item)
+            decision = lifecycle.decide(facts(row), item.event, now)
+        except DomainError as refused:
+            answers.append(refused)
+            continue
+        if decision.changed and item.operation_id in settled:
+            # apply writes a row once: a second change of one lease waits for its own batch.
+            answers.append(LeaseLost("the lease was settled earlier in this batch"))
+            continue
+        if decision.changed:
+            change = apply.Change(row, item.event, decision, values)
+            changes.append(change)
+            settled.add(item.operation_id)
+            # A second settlement of the same lease in this batch sees this one's outcome.
+            rows[item.operation_id] = {**row, **change.written(now)}
+        answers.append(decision.state)
+    apply.write(neutral_tx, changes, now)
+    return answers
+
+
+def settle_one(tx: Tx, settlement: Settlement, now: datetime) -> OperationState:
+    """One settlement, its refusal raised."""
+    answer = settle(tx, [settlement], now)[0]
+    if isinstance(answer, DomainError):
+        raise answer
+    return answer
+
+
+def _held(row: RowMapping | dict[str, Any] | None, item: Settlement) -> dict[str, Any]:
+    """The row when it is the settlement owner's and carries its lease token."""
+    if row is None or row["owner_user_id"] != item.owner_id:  # another owner's: not found
+        raise NotFound("operation not found", code="operation_not_found")
+    token_hash = row["lease_token_hash"]
+    if token_hash is None or not hmac.compare_digest(token_hash, hash_token(item.token)):
+        raise LeaseLost("the lease token does not match this operation's lease")
+    return dict(row)

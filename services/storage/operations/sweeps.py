@@ -1,0 +1,84 @@
+"""The sweeper's transitions: leases that ran out, deadlines that passed, retries now due.
+
+The rows are read locked, skipping rows a claim or a settlement holds (the
+next sweep finds them if they are still due), decided (``Event.SWEEP``) and
+written by ``apply``, in batches of ``ROWS_MAX``; the sweeper calls again
+while a sweep found a full batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Select, bindparam, select, update
+
+from durable_ops.model import lifecycle
+from durable_ops.model.lifecycle import Event
+from durable_ops.model.states import PENDING_STATES
+from durable_ops.storage.operations import apply
+from durable_ops.storage.operations.rows import OPS, ROWS_MAX, S, deadline_open, facts
+from durable_ops.storage.tx import ScopeViolation, Tx
+
+
+def _due(*where: Any) -> Select[Any]:
+    return (
+        select(OPS)
+        .where(*where)
+        .order_by(OPS.c.id)
+        .limit(ROWS_MAX)
+        .with_for_update(skip_locked=True)
+    )
+
+
+_EXPIRED_LEASES = _due(OPS.c.state == S.RUNNING, OPS.c.lease_expires_at <= bindparam("now"))
+_PAST_DEADLINE = _due(OPS.c.state.in_([state.value for state in PENDING_STATES]), ~deadline_open())
+_PROMOTE_DUE_RETRIES = (
+    update(OPS)
+    .where(
+        OPS.c.state == lifecycle.REQUEUE.source,
+        OPS.c.next_attempt_at <= bindparam("now"),
+        deadline_open(),  # a retry due after its deadline is failed above, never requeued
+    )
+    # The attempt is not written: REQUEUE does not start one (a test ties the two).
+    .values(state=lifecycle.REQUEUE.target, next_attempt_at=None, updated_at=bindparam("now"))
+)
+
+
+@dataclass
+class SweepReport:
+    expired_leases: int = 0
+    deadlines: int = 0
+    promoted: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.expired_leases + self.deadlines + self.promoted
+
+    @property
+    def full(self) -> bool:
+        """A batch was full: more may be due now."""
+        return max(self.expired_leases, self.deadlines) >= ROWS_MAX
+
+
+def sweep(tx: Tx, now: datetime) -> SweepReport:
+    """Expire leases, fail passed deadlines closed, make due retries claimable."""
+    if tx.owner_id is not None:
+        raise ScopeViolation("the sweeper runs in the neutral scope")
+    return SweepReport(
+        expired_leases=_sweep(tx, _EXPIRED_LEASES, now),
+        deadlines=_sweep(tx, _PAST_DEADLINE, now),
+        promoted=tx.write(_PROMOTE_DUE_RETRIES, {"now": now}),
+    )
+
+
+def _sweep(tx: Tx, due: Select[Any], now: datetime) -> int:
+    changes = []
+    for found in tx.execute(due, {"now": now}):
+        row = dict(found._mapping)
+        decision = lifecycle.decide(facts(row), Event.SWEEP, now)
+        if decision.changed:
+            changes.append(apply.Change(row, Event.SWEEP, decision))
+    apply.write(tx, changes, now)
+    return len(changes)
