@@ -544,11 +544,7 @@ async def measure_poll_cost(ctx: Context, url: str) -> PollCost:
         secret=SERVICE_SECRET,
     )
     await start(server)
-    sweeper = asyncio.create_task(
-        run_sweeper(
-            db, utc_now, settings.sweep_interval_seconds, on_requeue=service.claims.arrived_any
-        )
-    )
+    sweeper = asyncio.create_task(run_sweeper(db, utc_now, settings.sweep_interval_seconds))
     streams = _Streams(f"127.0.0.1:{port}")
     try:
         await asyncio.sleep(1.0)

@@ -2,7 +2,8 @@
 
 A waiting claim names the kinds of operation it can take: (the state a claim
 takes from, task type), and how many it can take at once. Work that becomes
-claimable on this replica (a create, a retry) is dealt to one waiting claim,
+claimable through this process (a create, a retry, a fallback: ``Database.events``)
+is dealt to one waiting claim,
 not all of them: a claim already woken (or new, not yet tried) takes further
 arrivals up to its capacity, else the claim that has waited longest is woken.
 Waking every claim for each create made all but one of them run an empty claim
@@ -12,7 +13,7 @@ What the shared poll finds (work that appeared through another replica) wakes
 one claim per kind found, as an arrival does; a claim that fills its batch may
 have left more, and wakes one more claim of its kinds, so a backlog is taken
 batch after batch without a claim woken for nothing. Work whose kind is
-unknown (a sweep's requeue, a fallback request) wakes every claim. A woken
+unknown (a sweep's requeue) wakes every claim. A woken
 claim tries to claim; if another took the row first, it waits again. A claim
 that leaves with arrivals dealt to it and not yet tried passes them on, so
 none is left for the poll to find.
@@ -30,16 +31,19 @@ and an idle replica answers its first arrival without delay.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 
 from durable_ops.clock import Clock
+from durable_ops.model import lifecycle
 from durable_ops.operations.shared_poll import SharedPoll
 from durable_ops.settings import Settings
 from durable_ops.storage import operations
 from durable_ops.storage.db import Database
+from durable_ops.storage.events import Committed, Requeued
 
 Kind = tuple[str, str]  # (state a claim takes from, task type)
+CLAIMABLE = frozenset(move.source for move in lifecycle.CLAIMS.values())
 
 
 class ClaimWaiter:
@@ -95,6 +99,7 @@ class ClaimWaiters:
         self._gather_seconds = gather_seconds
         self._turn_started = 0.0  # loop time the current (or last) turn began
         self._next_turn_at = 0.0  # loop time before which the next turn does not begin
+        db.events.subscribe(self._committed)
 
     @classmethod
     def from_settings(cls, db: Database, clock: Clock, settings: Settings) -> ClaimWaiters:
@@ -178,5 +183,13 @@ class ClaimWaiters:
         for kind in found:  # one claim each: a full batch wakes the next (``took``)
             self._deal_one(kind)
 
+    def _committed(self, changes: Sequence[Committed]) -> None:
+        for change in changes:
+            if isinstance(change, Requeued):
+                self.arrived_any()
+            elif change.state in CLAIMABLE:
+                self.arrived(change.state, change.task_type)
+
     async def close(self) -> None:
+        self._db.events.unsubscribe(self._committed)
         await self._poll.close()

@@ -82,13 +82,7 @@ async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
     async def prepare() -> None:
         # Health says NOT_SERVING (and calls are refused) until the database answers.
         await open_when_reachable(db, settings.database_wait_seconds)
-        sweeper = run_sweeper(
-            db,
-            clock,
-            settings.sweep_interval_seconds,
-            on_requeue=service.claims.arrived_any,
-            metrics=metrics,
-        )
+        sweeper = run_sweeper(db, clock, settings.sweep_interval_seconds, metrics=metrics)
         sweepers.append(asyncio.create_task(sweeper))
         if settings.retention_days:
             pruner = run_pruner(

@@ -2,7 +2,7 @@
 
 A call registers the operation it waits on and, optionally, the ``updated_at``
 it last saw. Every change this replica commits wakes the operation's waiters
-at once (``changed``: they read the row again and wait on if it is not what
+at once (``Database.events``: they read the row again and wait on if it is not what
 they wait for); a change committed through another replica, or by the
 sweeper, is found by one primary-key query for all the operations this
 replica's calls wait on (``storage.operations.versions_among``), every
@@ -12,13 +12,14 @@ replica's calls wait on (``storage.operations.versions_among``), every
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 
 from durable_ops.operations.shared_poll import SharedPoll
 from durable_ops.storage import operations
 from durable_ops.storage.db import Database
+from durable_ops.storage.events import Changed, Committed
 from durable_ops.storage.operations import Version
 
 
@@ -37,6 +38,7 @@ class OperationWatch:
         self._db = db
         self._waiting: dict[str, dict[asyncio.Event, datetime | None]] = {}
         self._poll = SharedPoll("operation_watch", interval_seconds, self._find)
+        db.events.subscribe(self._committed)
 
     @property
     def polls(self) -> int:
@@ -56,9 +58,11 @@ class OperationWatch:
             if not events:
                 self._waiting.pop(operation_id, None)
 
-    def changed(self, operation_id: str) -> None:
-        for event in self._waiting.get(operation_id, {}):
-            event.set()
+    def _committed(self, changes: Sequence[Committed]) -> None:
+        for change in changes:
+            if isinstance(change, Changed):
+                for event in self._waiting.get(change.operation_id, {}):
+                    event.set()
 
     async def _find(self) -> None:
         ids = [
@@ -78,4 +82,5 @@ class OperationWatch:
                     event.set()
 
     async def close(self) -> None:
+        self._db.events.unsubscribe(self._committed)
         await self._poll.close()

@@ -119,7 +119,6 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         row = await self._db.run_core_async(
             lambda tx: store.cancel(OperatorTx(tx), request.operation_id, now), owner_id=None
         )
-        self._operations.cancelled(row)
         log.info(
             "operator_cancel",
             operator=who,
@@ -139,7 +138,6 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         row = await self._db.run_core_async(
             lambda tx: store.retry(OperatorTx(tx), request.operation_id, now), owner_id=None
         )
-        self._operations.retried(row)
         log.info(
             "operator_retry",
             operator=who,

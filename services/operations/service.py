@@ -187,16 +187,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     def clock(self) -> Clock:
         return self._clock
 
-    def cancelled(self, row: UserOperation) -> None:
-        """A committed cancel (the owner's or an operator's): push it, wake the waiters."""
-        if row.state == OperationState.RUNNING and row.cancel_requested:
-            self.cancels.cancelled(row.id)
-        self.watch.changed(row.id)
-
-    def retried(self, row: UserOperation) -> None:
-        """A committed manual retry: wake the claims waiting for its kind."""
-        self.claims.arrived(row.state, row.task_type)
-
     # ---- the owner's reads and cancel, shared with google.longrunning.Operations -------
 
     async def get_for(self, owner: str, operation_id: str) -> UserOperation:
@@ -241,7 +231,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         row = await self._db.run_core_async(
             lambda tx: operations.cancel(tx, operation_id, now), owner_id=owner, short=True
         )
-        self.cancelled(row)
         log.info("operation_cancel", operation_id=row.id, owner=owner, state=row.state)
         return row
 
@@ -278,7 +267,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             lambda tx: operations.create(tx, create, now), owner_id=owner, short=True
         )
         if created:
-            self.claims.arrived(row.state, row.task_type)
             log.info("operation_created", operation_id=row.id, owner=owner, task_type=row.task_type)
         return pb.CreateOperationResponse(operation=convert.operation(row), created=created)
 
@@ -331,7 +319,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         row = await self._db.run_core_async(
             lambda tx: operations.retry(tx, request.operation_id, now), owner_id=owner, short=True
         )
-        self.retried(row)
         log.info("operation_retried", operation_id=row.id, owner=owner)
         return convert.operation(row)
 
@@ -421,7 +408,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
 
     def _claimed(self, claim: operations.Claim, route: pb.Route.ValueType) -> pb.ClaimedOperation:
         row = claim.operation
-        self.watch.changed(row.id)
         if self.metrics is not None:
             self.metrics.claimed(
                 row.task_type, "external" if route == pb.ROUTE_EXTERNAL else "local"
@@ -460,17 +446,11 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         self, settlements: list[operations.Settlement], owner: str | None
     ) -> list[OperationState | DomainError]:
         """Settle leases in one transaction: a batch of many owners (``owner`` None), or one
-        lease of ``owner``'s; answer each alone, waking what their outcomes concern."""
+        lease of ``owner``'s; answer each alone."""
         now = self._clock()
-        answers = await self._db.run_core_async(
+        return await self._db.run_core_async(
             lambda tx: operations.settle(tx, settlements, now), owner_id=owner, short=True
         )
-        for item, answer in zip(settlements, answers, strict=True):
-            if answer == OperationState.WAITING_FOR_EXTERNAL_FALLBACK:
-                self.claims.arrived_any()
-            if not isinstance(answer, DomainError):
-                self.watch.changed(item.operation_id)
-        return answers
 
     async def _settle_one(self, owner: str, settlement: operations.Settlement) -> OperationState:
         (answer,) = await self._settle([settlement], owner)
@@ -561,8 +541,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         expires, cancel_requested = await self._db.run_core_async(
             lambda tx: operations.heartbeat(tx, lease, now), owner_id=owner, short=True
         )
-        if progress is not None:
-            self.watch.changed(operation_id)
         return pb.HeartbeatResponse(
             lease_expires_at=convert.timestamp(expires), cancel_requested=cancel_requested
         )
@@ -633,8 +611,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
                 cancels.discard(lease.operation_id)
             elif not cancels.woken(lease.operation_id):
                 cancels.add(lease.operation_id)
-            if lease.progress is not None:
-                self.watch.changed(lease.operation_id)
             if lease.operation_id in added:
                 log.info(
                     "lease_stream_opened", operation_id=lease.operation_id, owner=lease.owner_id

@@ -7,7 +7,6 @@ the rows another sweep holds, so two sweepers racing over one row change it once
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import structlog
 
@@ -29,13 +28,12 @@ async def run_sweeper(
     clock: Clock,
     interval_seconds: float,
     *,
-    on_requeue: Callable[[], None] = lambda: None,
     metrics: OperationsMetrics | None = None,
 ) -> None:
     """Sweep until cancelled; a failed sweep is logged and retried on the next tick.
 
-    ``on_requeue`` runs after a sweep that made work claimable again, so
-    claims waiting on this replica take it at once; ``metrics`` counts every pass.
+    A sweep that made work claimable again wakes the claims waiting in this
+    process (``Database.events``); ``metrics`` counts every pass.
     """
     while True:
         more = False
@@ -44,8 +42,6 @@ async def run_sweeper(
             more = report.full
             if metrics is not None:
                 metrics.swept(report)
-            if report.promoted or report.expired_leases:
-                on_requeue()
             if report.total:
                 log.info(
                     "sweep",

@@ -22,7 +22,9 @@ or may not have committed. The work of a transaction says how to tell with
 transaction and answers whether this transaction's writes are there. Found,
 the attempt's result is returned; not found, the transaction never happened
 and is replayed. Work that registered no check gets ``Unavailable`` as for
-any unreachable database (ADR 0017).
+any unreachable database (ADR 0017). In the same way the work says what it
+changed (``events.publish``); what a committed attempt said is delivered to
+``Database.events`` after COMMIT, by the async runners.
 
 On a Galera node (``wsrep_on``) every session sets ``wsrep_sync_wait`` so a
 read sees every write the cluster committed before it, whichever node took it.
@@ -60,6 +62,7 @@ from sqlalchemy.pool import StaticPool
 from durable_ops.model.errors import Unavailable
 from durable_ops.model.lifecycle import Draw, system_draw
 from durable_ops.storage import direct, pool
+from durable_ops.storage.events import Bus, Committed, collecting
 from durable_ops.storage.inline_sqlite import InlineSqlite
 from durable_ops.storage.schema import Owned
 from durable_ops.storage.tx import OWNER_KEY, Tx
@@ -307,6 +310,7 @@ class Database:
         self._executor = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="db")
         # Replayed attempts by MySQL error code, and lost COMMITs by outcome: figures for
         # benchmarks and drills (``retries[1213]`` per claim, ``lost_commits["committed"]``).
+        self.events = Bus()  # what committed transactions changed, for this process's waiters
         self.retries: Counter[int] = Counter()
         self.lost_commits: Counter[str] = Counter()
         self._counting = threading.Lock()
@@ -366,8 +370,10 @@ class Database:
         *,
         owner_id: str | None,
         write: bool = True,
+        said: list[Committed] | None = None,
     ) -> T:
-        """Run ``work`` in one ORM transaction, retrying the whole of it on deadlock."""
+        """Run ``work`` in one ORM transaction, retrying the whole of it on deadlock;
+        what its committed attempt said it changed goes to ``said``."""
 
         def attempt() -> T:
             with self._sessions(bind=self._writer if write else self.engine) as session:
@@ -379,7 +385,7 @@ class Database:
                     _commit(transaction.commit, result)
                 return result
 
-        return self._retrying(attempt, owner_id)
+        return self._retrying(attempt, owner_id, said)
 
     def run_core(
         self,
@@ -387,24 +393,23 @@ class Database:
         *,
         owner_id: str | None,
         write: bool = True,
+        said: list[Committed] | None = None,
     ) -> T:
-        """Run ``work`` in one Core transaction in the given scope, retrying on deadlock."""
+        """Run ``work`` in one Core transaction in the given scope, retrying on deadlock;
+        what its committed attempt said it changed goes to ``said``."""
         engine = self._writer if write else self.engine
-        return self._retrying(partial(_core_attempt, engine, work, owner_id), owner_id)
+        return self._retrying(partial(_core_attempt, engine, work, owner_id), owner_id, said)
 
-    def _retrying(self, attempt: Callable[[], T], owner_id: str | None) -> T:
+    def _retrying(
+        self, attempt: Callable[[], T], owner_id: str | None, said: list[Committed] | None
+    ) -> T:
         for number in range(1, MAX_TRANSACTION_ATTEMPTS + 1):
             checks: list[CommitCheck] = []
             scope = _COMMIT_CHECKS.set(checks)
             try:
-                return attempt()
+                with collecting() as changes:
+                    result = self._landed(attempt, checks, owner_id, number)
             except _CommitLost as lost:
-                if not checks:
-                    raise _unavailable() from lost.cause
-                if self._committed(list(checks), owner_id):
-                    self._count_lost_commit("committed")
-                    log.info("commit_lost_but_committed", attempt=number)
-                    return cast(T, lost.result)
                 self._count_lost_commit("not_committed")
                 if number == MAX_TRANSACTION_ATTEMPTS:
                     raise _unavailable() from lost.cause
@@ -424,9 +429,29 @@ class Database:
                     self.retries[code] += 1
                 log.info("transaction_retry", attempt=number, code=code)
                 time.sleep(transaction_retry_pause(number, TRANSACTION_RETRY_JITTER))
+            else:
+                if said is not None:
+                    said.extend(changes)
+                return result
             finally:
                 _COMMIT_CHECKS.reset(scope)
         raise AssertionError("unreachable")
+
+    def _landed(
+        self, attempt: Callable[[], T], checks: list[CommitCheck], owner_id: str | None, number: int
+    ) -> T:
+        """One attempt's result, also when its COMMIT was lost but its checks find it landed;
+        ``_CommitLost`` when it did not land."""
+        try:
+            return attempt()
+        except _CommitLost as lost:
+            if not checks:
+                raise _unavailable() from lost.cause
+            if not self._committed(list(checks), owner_id):
+                raise
+            self._count_lost_commit("committed")
+            log.info("commit_lost_but_committed", attempt=number)
+            return cast(T, lost.result)
 
     def _committed(self, checks: list[CommitCheck], owner_id: str | None) -> bool:
         """Whether a transaction whose COMMIT was lost committed: its checks, read afresh.
@@ -463,9 +488,14 @@ class Database:
         owner_id: str | None,
         write: bool = True,
     ) -> T:
-        """``run`` on the database thread pool, for async servers."""
-        call = partial(self.run, work, owner_id=owner_id, write=write)
-        return await self._in_executor(call)
+        """``run`` on the database thread pool, for async servers; then what it changed
+        goes to ``events``."""
+        said: list[Committed] = []
+        result = await self._in_executor(
+            partial(self.run, work, owner_id=owner_id, write=write, said=said)
+        )
+        self.events.deliver(said)
+        return result
 
     async def run_core_async(
         self,
@@ -475,20 +505,30 @@ class Database:
         write: bool = True,
         short: bool = False,
     ) -> T:
-        """``run_core`` on the database thread pool, for async servers.
+        """``run_core`` on the database thread pool, for async servers; then what it
+        changed goes to ``events``, on the loop's thread.
 
         ``short``: a transaction of a few statements over rows named by key (a create,
         a claim, a settle, a heartbeat, a read by id). On SQLite it runs on the loop's
         own thread when it can start at once (``inline_sqlite``), else on the pool.
         """
+        said: list[Committed] = []
         if short and self.inline is not None:
-            ran = self.inline.try_run(
-                lambda connection: _core_transaction(connection, work, owner_id), write=write
-            )
+
+            def inline(connection: Connection) -> T:
+                with collecting() as changes:
+                    result = _core_transaction(connection, work, owner_id)
+                said.extend(changes)
+                return result
+
+            ran = self.inline.try_run(inline, write=write)
             if ran is not None:
+                self.events.deliver(said)
                 return ran.result
-        call = partial(self.run_core, work, owner_id=owner_id, write=write)
-        return await self._in_executor(call)
+        call = partial(self.run_core, work, owner_id=owner_id, write=write, said=said)
+        result = await self._in_executor(call)
+        self.events.deliver(said)
+        return result
 
     def _checkpoint_soon(self) -> None:
         """A passive WAL checkpoint on the pool, for the inline connection's commits;

@@ -26,6 +26,7 @@ from durable_ops.model import lifecycle
 from durable_ops.model.lifecycle import Decision, Event
 from durable_ops.model.states import OperationState
 from durable_ops.storage import notifications
+from durable_ops.storage.events import Changed, publish
 from durable_ops.storage.operations import history
 from durable_ops.storage.operations.rows import (
     OPS,
@@ -91,6 +92,17 @@ class Change:
         if self.event is Event.RETRY:
             values.update(_fresh_start(self.row, now))
         return values
+
+    def published(self) -> Changed:
+        """What this process's waiters learn of it after COMMIT."""
+        decision = self.decision
+        asked = decision.cancel_requested and not self.row["cancel_requested"]
+        return Changed(
+            self.row["id"],
+            decision.state,
+            self.row["task_type"],
+            cancel_asked=asked and decision.state is S.RUNNING,
+        )
 
     def ending(self) -> dict[str, Any] | None:
         """How the attempt this transition ends ended, or None when it ends none."""
@@ -163,6 +175,8 @@ def write(tx: Tx, changes: Sequence[Change], now: datetime) -> list[dict[str, An
     endings = [ending for change in changes if (ending := change.ending()) is not None]
     if endings:
         history.end(tx, endings, now)
+    for change in changes:
+        publish(change.published())
     removed = [change.row["id"] for change in changes if change.decision.remove_notification]
     if removed:
         notifications.delete_for_operations(tx, removed)

@@ -33,6 +33,7 @@ from durable_ops.model import bounds, lifecycle
 from durable_ops.model.lifecycle import Event
 from durable_ops.model.routing import Route
 from durable_ops.storage.db import on_galera
+from durable_ops.storage.events import Changed, publish
 from durable_ops.storage.operations import history
 from durable_ops.storage.operations.rows import (
     OPS,
@@ -161,6 +162,7 @@ def claim(
             "next_attempt_at": None,
         }
         claims.append(Claim(detached({**found, **values}), token))
+        publish(Changed(found["id"], move.target, found["task_type"]))
         starts.append(
             {
                 "id": attempt_id(token_hash),

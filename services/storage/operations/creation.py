@@ -17,6 +17,7 @@ from durable_ops.model.errors import KEY_USED_FOR_ANOTHER_REQUEST, Conflict
 from durable_ops.model.retention import pruned
 from durable_ops.model.states import Privacy
 from durable_ops.storage import retention
+from durable_ops.storage.events import Changed, publish
 from durable_ops.storage.operations.reads import find_by_key
 from durable_ops.storage.operations.rows import OPS, detached, new_id, recognise
 from durable_ops.storage.schema import UserOperation
@@ -134,4 +135,5 @@ def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation
             raise Conflict(KEY_USED_FOR_ANOTHER_REQUEST)
         raise pruned(tombstone.final_state, tombstone.finished_at)
     recognise(values["id"])  # a fresh random id: only this INSERT wrote it
+    publish(Changed(values["id"], created.state, request.task_type))
     return detached({**values, "owner_user_id": tx.owner_id}), True

@@ -31,6 +31,7 @@ from durable_ops.model.errors import (
 )
 from durable_ops.model.held_leases import HeldLease
 from durable_ops.model.lifecycle import Event
+from durable_ops.storage.events import Changed, publish
 from durable_ops.storage.operations.rows import (
     OPS,
     OWNED,
@@ -124,6 +125,9 @@ def _beat(tx: Tx, leases: Sequence[HeldLease], now: datetime) -> list[Held | Dom
     if extended != len(leases):
         answers = _why(tx, leases, parameters, now)
     held = [n for n, answer in enumerate(answers) if not isinstance(answer, DomainError)]
+    for n in held:
+        if leases[n].progress is not None:  # what a wait for the operation to move sees
+            publish(Changed(leases[n].operation_id, S.RUNNING))
     if held:
         recognise(
             leases[held[0]].operation_id,

@@ -17,6 +17,7 @@ from sqlalchemy import Select, bindparam, select, update
 from durable_ops.model import lifecycle
 from durable_ops.model.lifecycle import Event
 from durable_ops.model.states import PENDING_STATES
+from durable_ops.storage.events import Requeued, publish
 from durable_ops.storage.operations import apply
 from durable_ops.storage.operations.rows import OPS, ROWS_MAX, S, deadline_open, facts
 from durable_ops.storage.tx import ScopeViolation, Tx
@@ -66,11 +67,14 @@ def sweep(tx: Tx, now: datetime) -> SweepReport:
     """Expire leases, fail passed deadlines closed, make due retries claimable."""
     if tx.owner_id is not None:
         raise ScopeViolation("the sweeper runs in the neutral scope")
-    return SweepReport(
+    report = SweepReport(
         expired_leases=_sweep(tx, _EXPIRED_LEASES, now),
         deadlines=_sweep(tx, _PAST_DEADLINE, now),
         promoted=tx.write(_PROMOTE_DUE_RETRIES, {"now": now}),
     )
+    if report.promoted:
+        publish(Requeued())
+    return report
 
 
 def _sweep(tx: Tx, due: Select[Any], now: datetime) -> int:
