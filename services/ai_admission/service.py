@@ -13,7 +13,6 @@ from durable_ops.model.admission import Limits
 from durable_ops.model.errors import DomainError
 from durable_ops.model.scope import require_owner
 from durable_ops.rpc import ServicerContext
-from durable_ops.rpc.errors import translate_errors
 from durable_ops.rpc.scope import caller_scope
 from durable_ops.storage.db import Database
 from durable_ops.telemetry import current_traceparent
@@ -32,7 +31,6 @@ class AiAdmissionService(pb_grpc.AiAdmissionServiceServicer):
         self._clock = clock
         self._limits = limits
 
-    @translate_errors
     async def Admit(self, request: pb.AdmitRequest, context: ServicerContext) -> pb.AdmitResponse:
         owner = require_owner(caller_scope(context)).owner_id
         admit_request = AdmitRequest(
@@ -64,7 +62,6 @@ class AiAdmissionService(pb_grpc.AiAdmissionServiceServicer):
             operation=operation(row), reused=reused, status_url=status_url(row.id)
         )
 
-    @translate_errors
     async def Lookup(
         self, request: pb.LookupRequest, context: ServicerContext
     ) -> pb.LookupResponse:

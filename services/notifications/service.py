@@ -7,7 +7,6 @@ from durable_ops.api.notifications.v1 import notifications_pb2_grpc as pb_grpc
 from durable_ops.clock import Clock
 from durable_ops.model.scope import require_owner
 from durable_ops.rpc import ServicerContext
-from durable_ops.rpc.errors import translate_errors
 from durable_ops.rpc.scope import caller_scope
 from durable_ops.storage import notifications
 from durable_ops.storage.db import Database
@@ -21,7 +20,6 @@ class NotificationsService(pb_grpc.NotificationsServiceServicer):
         self._db = db
         self._clock = clock
 
-    @translate_errors
     async def ListNotifications(
         self, request: pb.ListNotificationsRequest, context: ServicerContext
     ) -> pb.ListNotificationsResponse:
@@ -36,7 +34,6 @@ class NotificationsService(pb_grpc.NotificationsServiceServicer):
             next_page_token=page.next_token or "",
         )
 
-    @translate_errors
     async def GetUnreadCount(
         self, request: pb.GetUnreadCountRequest, context: ServicerContext
     ) -> pb.GetUnreadCountResponse:
@@ -44,7 +41,6 @@ class NotificationsService(pb_grpc.NotificationsServiceServicer):
         count = await self._db.run_async(notifications.unread_count, owner_id=owner, write=False)
         return pb.GetUnreadCountResponse(count=count)
 
-    @translate_errors
     async def MarkRead(
         self, request: pb.MarkReadRequest, context: ServicerContext
     ) -> pb.Notification:
@@ -55,7 +51,6 @@ class NotificationsService(pb_grpc.NotificationsServiceServicer):
         )
         return notification(row)
 
-    @translate_errors
     async def Dismiss(
         self, request: pb.DismissRequest, context: ServicerContext
     ) -> pb.Notification:
@@ -66,7 +61,6 @@ class NotificationsService(pb_grpc.NotificationsServiceServicer):
         )
         return notification(row)
 
-    @translate_errors
     async def MarkAllRead(
         self, request: pb.MarkAllReadRequest, context: ServicerContext
     ) -> pb.MarkAllReadResponse:

@@ -19,7 +19,6 @@ from durable_ops.model.operation_filter import parse_filter
 from durable_ops.model.scope import require_owner
 from durable_ops.operations.service import OperationsService, wait_seconds
 from durable_ops.rpc import ServicerContext
-from durable_ops.rpc.errors import translate_errors
 from durable_ops.rpc.scope import caller_scope
 from durable_ops.wire import longrunning as convert
 
@@ -30,7 +29,6 @@ class LongRunningOperations(lro_grpc.OperationsServicer):
     def __init__(self, service: OperationsService) -> None:
         self._service = service
 
-    @translate_errors
     async def GetOperation(
         self, request: lro.GetOperationRequest, context: ServicerContext
     ) -> lro.Operation:
@@ -38,7 +36,6 @@ class LongRunningOperations(lro_grpc.OperationsServicer):
         row = await self._service.get_for(owner, convert.id_from_name(request.name))
         return convert.operation(row)
 
-    @translate_errors
     async def ListOperations(
         self, request: lro.ListOperationsRequest, context: ServicerContext
     ) -> lro.ListOperationsResponse:
@@ -58,7 +55,6 @@ class LongRunningOperations(lro_grpc.OperationsServicer):
             next_page_token=page.next_token or "",
         )
 
-    @translate_errors
     async def CancelOperation(
         self, request: lro.CancelOperationRequest, context: ServicerContext
     ) -> Empty:
@@ -66,7 +62,6 @@ class LongRunningOperations(lro_grpc.OperationsServicer):
         await self._service.cancel_for(owner, convert.id_from_name(request.name))
         return Empty()
 
-    @translate_errors
     async def DeleteOperation(
         self, request: lro.DeleteOperationRequest, context: ServicerContext
     ) -> Empty:
@@ -74,7 +69,6 @@ class LongRunningOperations(lro_grpc.OperationsServicer):
         await self._service.delete_for(owner, convert.id_from_name(request.name))
         return Empty()
 
-    @translate_errors
     async def WaitOperation(
         self, request: lro.WaitOperationRequest, context: ServicerContext
     ) -> lro.Operation:

@@ -21,7 +21,6 @@ from durable_ops.model.scope import require_operator
 from durable_ops.operations.pruner import PruneResult, prune
 from durable_ops.operations.service import OperationsService
 from durable_ops.rpc import ServicerContext
-from durable_ops.rpc.errors import translate_errors
 from durable_ops.rpc.scope import caller_name, caller_scope
 from durable_ops.settings import DEFAULT_TOMBSTONE_RETENTION_DAYS
 from durable_ops.storage import operator as store
@@ -71,7 +70,6 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         self._clock = operations.clock
         self._tombstones = tombstones  # a prune's tombstone horizon when its call names none
 
-    @translate_errors
     async def ListOperations(
         self, request: opb.ListOperationsRequest, context: ServicerContext
     ) -> opb.ListOperationsResponse:
@@ -95,7 +93,6 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
             next_page_token=page.next_token or "",
         )
 
-    @translate_errors
     async def GetOperation(
         self, request: opb.GetOperationRequest, context: ServicerContext
     ) -> opb.OperatorOperation:
@@ -110,7 +107,6 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         log.info("operator_show", operator=who, operation_id=row.id, owner=row.owner_user_id)
         return operator_operation(row, attempts)
 
-    @translate_errors
     async def CancelOperation(
         self, request: opb.CancelOperationRequest, context: ServicerContext
     ) -> opb.OperatorOperation:
@@ -129,7 +125,6 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         )
         return operator_operation(row)
 
-    @translate_errors
     async def RetryOperation(
         self, request: opb.RetryOperationRequest, context: ServicerContext
     ) -> opb.OperatorOperation:
@@ -148,7 +143,6 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         )
         return operator_operation(row)
 
-    @translate_errors
     async def PruneOperations(
         self, request: opb.PruneOperationsRequest, context: ServicerContext
     ) -> opb.PruneOperationsResponse:

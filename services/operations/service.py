@@ -36,7 +36,7 @@ from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.operations.operation_watch import OperationWatch
 from durable_ops.operations.row_watch import Watch
 from durable_ops.rpc import ServicerContext
-from durable_ops.rpc.errors import status_for, translate_errors
+from durable_ops.rpc.errors import status_for
 from durable_ops.rpc.scope import caller_scope
 from durable_ops.settings import Settings
 from durable_ops.storage import operations, retention
@@ -244,7 +244,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
 
     # ---- owner scope ------------------------------------------------------------------
 
-    @translate_errors
     async def CreateOperation(
         self, request: pb.CreateOperationRequest, context: ServicerContext
     ) -> pb.CreateOperationResponse:
@@ -270,14 +269,12 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             log.info("operation_created", operation_id=row.id, owner=owner, task_type=row.task_type)
         return pb.CreateOperationResponse(operation=convert.operation(row), created=created)
 
-    @translate_errors
     async def GetOperation(
         self, request: pb.GetOperationRequest, context: ServicerContext
     ) -> pb.Operation:
         owner = require_owner(caller_scope(context)).owner_id
         return convert.operation(await self.get_for(owner, request.operation_id))
 
-    @translate_errors
     async def WaitOperation(
         self, request: pb.WaitOperationRequest, context: ServicerContext
     ) -> pb.Operation:
@@ -286,7 +283,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         seconds = wait_seconds(request)
         return convert.operation(await self.wait_for(owner, request.operation_id, seconds, seen))
 
-    @translate_errors
     async def ListOperations(
         self, request: pb.ListOperationsRequest, context: ServicerContext
     ) -> pb.ListOperationsResponse:
@@ -303,14 +299,12 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             next_page_token=page.next_token or "",
         )
 
-    @translate_errors
     async def CancelOperation(
         self, request: pb.CancelOperationRequest, context: ServicerContext
     ) -> pb.Operation:
         owner = require_owner(caller_scope(context)).owner_id
         return convert.operation(await self.cancel_for(owner, request.operation_id))
 
-    @translate_errors
     async def RetryOperation(
         self, request: pb.RetryOperationRequest, context: ServicerContext
     ) -> pb.Operation:
@@ -324,7 +318,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
 
     # ---- neutral worker scope -----------------------------------------------------------
 
-    @translate_errors
     async def ClaimOperation(
         self, request: pb.ClaimOperationRequest, context: ServicerContext
     ) -> pb.ClaimOperationResponse:
@@ -343,7 +336,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         )
         return pb.ClaimOperationResponse(claimed=claimed[0])
 
-    @translate_errors
     async def ClaimOperations(
         self, request: pb.ClaimOperationsRequest, context: ServicerContext
     ) -> pb.ClaimOperationsResponse:
@@ -424,7 +416,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             trace_parent=row.trace_parent or "",
         )
 
-    @translate_errors
     async def CompleteOperations(
         self, request: pb.CompleteOperationsRequest, context: ServicerContext
     ) -> pb.LeaseMutationsResponse:
@@ -433,7 +424,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         answers = await self._settle(settlements, owner=None)
         return self._outcomes(settlements, answers, "operations_completed")
 
-    @translate_errors
     async def FailOperations(
         self, request: pb.FailOperationsRequest, context: ServicerContext
     ) -> pb.LeaseMutationsResponse:
@@ -488,7 +478,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
 
     # ---- the worker back in the owner scope, holding the lease ---------------------------
 
-    @translate_errors
     async def Heartbeat(
         self,
         request_iterator: AsyncIterator[pb.HeartbeatRequest],
@@ -547,7 +536,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
 
     # ---- the worker's one lease stream (neutral scope, each lease naming its owner) -------
 
-    @translate_errors
     async def HoldLeases(
         self,
         request_iterator: AsyncIterator[pb.HoldLeasesRequest],
@@ -624,7 +612,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             )
         return pb.HoldLeasesResponse(outcomes=outcomes)
 
-    @translate_errors
     async def CompleteOperation(
         self, request: pb.CompleteOperationRequest, context: ServicerContext
     ) -> pb.LeaseMutationResponse:
@@ -633,7 +620,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         log.info("operation_completed", operation_id=request.operation_id, owner=owner)
         return _state_reply(state)
 
-    @translate_errors
     async def FailOperation(
         self, request: pb.FailOperationRequest, context: ServicerContext
     ) -> pb.LeaseMutationResponse:
@@ -649,7 +635,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         )
         return _state_reply(state)
 
-    @translate_errors
     async def RequestExternalFallback(
         self, request: pb.RequestExternalFallbackRequest, context: ServicerContext
     ) -> pb.LeaseMutationResponse:
@@ -665,7 +650,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         log.info("operation_fallback", operation_id=request.operation_id, owner=owner, state=state)
         return _state_reply(state)
 
-    @translate_errors
     async def AcknowledgeCancellation(
         self, request: pb.AcknowledgeCancellationRequest, context: ServicerContext
     ) -> pb.LeaseMutationResponse:

@@ -1,8 +1,9 @@
 """THE translation between domain errors and gRPC status, in both directions.
 
-Servers: decorate servicer methods with ``@translate_errors``; a ``DomainError``
-ends the call with the status of its ``kind`` and its stable ``code`` in the
-trailing metadata ``x-error-code`` (plus ``x-error-field`` / ``x-retry-after``).
+Servers: ``ErrorInterceptor`` (every server ``build_server`` makes has it) wraps
+every servicer method once; a ``DomainError`` ends the call with the status of
+its ``kind`` and its stable ``code`` in the trailing metadata ``x-error-code``
+(plus ``x-error-field`` / ``x-retry-after``).
 Anything else is ``INTERNAL`` with a generic message and is logged without its
 text, which may quote user content.
 
@@ -11,11 +12,10 @@ Clients: ``domain_error_from_rpc`` rebuilds the typed error from a failed call.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import traceback
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
-from typing import Any, NoReturn, ParamSpec, TypeVar, overload
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import grpc
 import structlog
@@ -33,6 +33,7 @@ from durable_ops.model.errors import (
     Unavailable,
 )
 from durable_ops.rpc import ServicerContext
+from durable_ops.rpc.handlers import SwappingInterceptor
 
 ERROR_CODE = "x-error-code"
 ERROR_FIELD = "x-error-field"
@@ -109,49 +110,39 @@ async def _abort_for(context: ServicerContext, exc: Exception, where: str) -> No
     await abort_with(context, DomainError(INTERNAL_MESSAGE))
 
 
-def _context_of(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-    # Servicer methods are (self, request, context) or (request, context).
-    return kwargs["context"] if "context" in kwargs else args[-1]
+def translated(behaviour: Callable[..., Any], where: str) -> Callable[..., Any]:
+    """``behaviour`` (a servicer method: coroutine or async generator) with every error
+    it raises ended as its status; ``where`` names it in the log."""
+    if inspect.isasyncgenfunction(behaviour):
 
-
-@overload
-def translate_errors(method: Callable[P, AsyncIterator[T]]) -> Callable[P, AsyncIterator[T]]: ...
-
-
-@overload
-def translate_errors(
-    method: Callable[P, Coroutine[Any, Any, T]],
-) -> Callable[P, Coroutine[Any, Any, T]]: ...
-
-
-def translate_errors(method: Callable[P, Any]) -> Callable[P, Any]:
-    """Decorate an async servicer method (coroutine or async generator)."""
-    where = method.__qualname__
-
-    if inspect.isasyncgenfunction(method):
-
-        @functools.wraps(method)
-        async def streaming(*args: P.args, **kwargs: P.kwargs) -> AsyncIterator[Any]:
+        async def streaming(request: Any, context: ServicerContext) -> AsyncIterator[Any]:
             try:
-                async for item in method(*args, **kwargs):
+                async for item in behaviour(request, context):
                     yield item
             except grpc.aio.AbortError:
                 raise
             except Exception as exc:
-                await _abort_for(_context_of(args, kwargs), exc, where)
+                await _abort_for(context, exc, where)
 
         return streaming
 
-    @functools.wraps(method)
-    async def unary(*args: P.args, **kwargs: P.kwargs) -> Any:
+    async def unary(request: Any, context: ServicerContext) -> Any:
         try:
-            return await method(*args, **kwargs)
+            return await behaviour(request, context)
         except grpc.aio.AbortError:
             raise
         except Exception as exc:
-            await _abort_for(_context_of(args, kwargs), exc, where)
+            await _abort_for(context, exc, where)
 
     return unary
+
+
+class ErrorInterceptor(SwappingInterceptor):
+    """Error translation for every method a server serves, in one place: innermost, so
+    the interceptors around it (metrics) see the status the caller gets."""
+
+    def swap(self, method: str, behaviour: Callable[..., Any]) -> Callable[..., Any]:
+        return translated(behaviour, method)
 
 
 def _trailers(exc: grpc.aio.AioRpcError) -> dict[str, str]:

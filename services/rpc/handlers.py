@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -34,3 +34,28 @@ def handler_like(handler: Any, behaviour: Callable[..., Any]) -> Any:
         request_deserializer=handler.request_deserializer,
         response_serializer=handler.response_serializer,
     )
+
+
+class SwappingInterceptor(grpc.aio.ServerInterceptor):
+    """An interceptor that runs each method's behaviour through ``swap``, once per method:
+    the registered handler comes back on every call, and its swapped copy is kept."""
+
+    def __init__(self) -> None:
+        self._swapped: dict[str, tuple[Any, Any]] = {}
+
+    def swap(self, method: str, behaviour: Callable[..., Any]) -> Callable[..., Any]:
+        raise NotImplementedError
+
+    async def intercept_service(
+        self, continuation: Callable[[Any], Awaitable[Any]], handler_call_details: Any
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        method: str = handler_call_details.method
+        known = self._swapped.get(method)
+        if known is not None and known[0] is handler:
+            return known[1]
+        swapped = handler_like(handler, self.swap(method, behaviour_of(handler)))
+        self._swapped[method] = (handler, swapped)
+        return swapped

@@ -15,7 +15,7 @@ import asyncio
 import inspect
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from threading import Lock, Thread
 from typing import Any, Generic, TypeVar
 from wsgiref.simple_server import WSGIServer
@@ -25,7 +25,7 @@ import prometheus_client
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from durable_ops.rpc.handlers import behaviour_of, handler_like
+from durable_ops.rpc.handlers import SwappingInterceptor
 from durable_ops.settings import SettingsError
 
 PREFIX = "durable_ops_"
@@ -82,33 +82,18 @@ def _code(context: Any, error: BaseException | None) -> grpc.StatusCode:
     return grpc.StatusCode.UNKNOWN
 
 
-class MetricsInterceptor(grpc.aio.ServerInterceptor):
+class MetricsInterceptor(SwappingInterceptor):
     """Times every call the server answers (rejections by later interceptors included)."""
 
     def __init__(self, metrics: GrpcServerMetrics) -> None:
+        super().__init__()
         self._metrics = metrics
-        # By method: the handler the inner interceptors gave last, and its timed copy. The
-        # registered handler comes back on every accepted call, so it is wrapped once.
-        self._timed: dict[str, tuple[Any, Any]] = {}
 
-    async def intercept_service(
-        self, continuation: Callable[[Any], Awaitable[Any]], handler_call_details: Any
-    ) -> Any:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        method: str = handler_call_details.method
-        known = self._timed.get(method)
-        if known is not None and known[0] is handler:
-            return known[1]
-        behaviour = behaviour_of(handler)
+    def swap(self, method: str, behaviour: Callable[..., Any]) -> Callable[..., Any]:
         # A streaming answer is an async generator, or a coroutine that calls context.write.
         if inspect.isasyncgenfunction(behaviour):
-            timed = handler_like(handler, self._streaming(method, behaviour))
-        else:
-            timed = handler_like(handler, self._unary(method, behaviour))
-        self._timed[method] = (handler, timed)
-        return timed
+            return self._streaming(method, behaviour)
+        return self._unary(method, behaviour)
 
     def _unary(self, method: str, behaviour: Callable[..., Any]) -> Callable[..., Any]:
         async def timed(request: Any, context: Any) -> Any:

@@ -32,7 +32,7 @@ from grpc_reflection.v1alpha import reflection
 
 from durable_ops.model.errors import DomainError, Unavailable
 from durable_ops.rpc import ServicerContext
-from durable_ops.rpc.errors import status_for, trailing_metadata_for
+from durable_ops.rpc.errors import ErrorInterceptor, status_for, trailing_metadata_for
 from durable_ops.rpc.handlers import handler_like
 from durable_ops.rpc.metrics import GrpcServerMetrics, MetricsInterceptor
 from durable_ops.rpc.scope import remember_verified_role, role_from_metadata
@@ -176,6 +176,7 @@ def build_server(
     interceptors: tuple[grpc.aio.ServerInterceptor, ...] = (
         gate,
         CredentialInterceptor(service_secret),
+        ErrorInterceptor(),
     )
     if metrics is not None:
         interceptors = (MetricsInterceptor(metrics), *interceptors)

@@ -9,7 +9,6 @@ from durable_ops.api.workspace.v1 import workspace_pb2_grpc as pb_grpc
 from durable_ops.clock import Clock
 from durable_ops.model.scope import require_owner, require_worker_owner
 from durable_ops.rpc import ServicerContext
-from durable_ops.rpc.errors import translate_errors
 from durable_ops.rpc.scope import caller_scope
 from durable_ops.storage import workspace
 from durable_ops.storage.db import Database
@@ -24,7 +23,6 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
         self._db = db
         self._clock = clock
 
-    @translate_errors
     async def CreateJob(self, request: pb.CreateJobRequest, context: ServicerContext) -> pb.Job:
         owner = require_owner(caller_scope(context)).owner_id
         now = self._clock()
@@ -37,7 +35,6 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
         log.info("job_created", owner=owner, job_id=row.id)
         return convert.job(row)
 
-    @translate_errors
     async def GetJob(self, request: pb.GetJobRequest, context: ServicerContext) -> pb.Job:
         owner = require_owner(caller_scope(context)).owner_id
         row = await self._db.run_async(
@@ -45,7 +42,6 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
         )
         return convert.job(row)
 
-    @translate_errors
     async def ListJobs(
         self, request: pb.ListRequest, context: ServicerContext
     ) -> pb.ListJobsResponse:
@@ -59,7 +55,6 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
             jobs=[convert.job(row) for row in page.items], next_page_token=page.next_token or ""
         )
 
-    @translate_errors
     async def CreateAttachment(
         self, request: pb.CreateAttachmentRequest, context: ServicerContext
     ) -> pb.Attachment:
@@ -74,7 +69,6 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
         log.info("attachment_created", owner=owner, attachment_id=row.id)
         return convert.attachment(row, with_text=True)
 
-    @translate_errors
     async def GetAttachment(
         self, request: pb.GetAttachmentRequest, context: ServicerContext
     ) -> pb.Attachment:
@@ -86,7 +80,6 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
         )
         return convert.attachment(row, with_text=True)
 
-    @translate_errors
     async def ListAttachments(
         self, request: pb.ListRequest, context: ServicerContext
     ) -> pb.ListAttachmentsResponse:
@@ -103,7 +96,6 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
             next_page_token=page.next_token or "",
         )
 
-    @translate_errors
     async def GetAiSettings(
         self, request: pb.GetAiSettingsRequest, context: ServicerContext
     ) -> pb.AiSettings:
@@ -111,7 +103,6 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
         view = await self._db.run_async(workspace.ai_settings, owner_id=owner, write=False)
         return convert.ai_settings(view)
 
-    @translate_errors
     async def UpdateAiSettings(
         self, request: pb.UpdateAiSettingsRequest, context: ServicerContext
     ) -> pb.AiSettings:
@@ -126,7 +117,6 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
         log.info("ai_settings_updated", owner=owner, ai_enabled=view.ai_enabled)
         return convert.ai_settings(view)
 
-    @translate_errors
     async def GetNote(
         self, request: pb.GetNoteRequest, context: ServicerContext
     ) -> pb.AiWorkspaceNote:
@@ -138,7 +128,6 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
         )
         return convert.note(row)
 
-    @translate_errors
     async def PublishNote(
         self, request: pb.PublishNoteRequest, context: ServicerContext
     ) -> pb.PublishNoteResponse:

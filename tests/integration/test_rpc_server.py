@@ -21,7 +21,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from durable_ops.model.errors import CapacityExceeded
 from durable_ops.model.scope import NeutralScope, OwnerScope, Role, Scope
 from durable_ops.rpc.client import ServiceCaller, open_channel
-from durable_ops.rpc.errors import domain_error_from_rpc, translate_errors
+from durable_ops.rpc.errors import domain_error_from_rpc
 from durable_ops.rpc.scope import caller_scope
 from durable_ops.rpc.server import build_server, serve, start
 
@@ -44,21 +44,17 @@ class Probe:
     def __init__(self) -> None:
         self.calls = 0
 
-    @translate_errors
     async def Whoami(self, request: bytes, context: Any) -> bytes:
         self.calls += 1
         return _describe(caller_scope(context))
 
-    @translate_errors
     async def Busy(self, request: bytes, context: Any) -> bytes:
         raise CapacityExceeded("too many active operations", retry_after_seconds=30)
 
-    @translate_errors
     async def Slow(self, request: bytes, context: Any) -> bytes:
         await asyncio.sleep(0.5)
         return b"done"
 
-    @translate_errors
     async def Chat(self, requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
         async for request in requests:
             self.calls += 1

@@ -29,7 +29,7 @@ from durable_ops.rpc.errors import (
     domain_error_from_rpc,
     status_for,
     trailing_metadata_for,
-    translate_errors,
+    translated,
 )
 from durable_ops.settings import Settings, SettingsError
 
@@ -133,22 +133,22 @@ def test_unknown_statuses_become_a_plain_internal_error() -> None:
 class Servicer:
     def __init__(self, failure: Exception | None) -> None:
         self.failure = failure
+        self.Get = translated(self._get, "Servicer.Get")
+        self.Watch = translated(self._watch, "Servicer.Watch")
 
-    @translate_errors
-    async def Get(self, request: bytes, context: Any) -> bytes:
+    async def _get(self, request: bytes, context: Any) -> bytes:
         if self.failure is not None:
             raise self.failure
         return request.upper()
 
-    @translate_errors
-    async def Watch(self, request: bytes, context: Any) -> AsyncIterator[bytes]:
+    async def _watch(self, request: bytes, context: Any) -> AsyncIterator[bytes]:
         yield b"first"
         if self.failure is not None:
             raise self.failure
         yield b"second"
 
 
-def test_the_decorator_passes_results_through() -> None:
+def test_a_translated_method_passes_results_through() -> None:
     context = FakeContext()
     assert asyncio.run(Servicer(None).Get(b"abc", context)) == b"ABC"
     assert context.aborted is None
@@ -177,13 +177,15 @@ def test_an_async_generator_yields_then_aborts_with_the_mapped_status() -> None:
 
 
 class Aborting:
-    @translate_errors
-    async def Get(self, request: bytes, context: Any) -> bytes:
+    def __init__(self) -> None:
+        self.Get = translated(self._get, "Aborting.Get")
+        self.Watch = translated(self._watch, "Aborting.Watch")
+
+    async def _get(self, request: bytes, context: Any) -> bytes:
         await context.abort(SC.OUT_OF_RANGE, "as the handler chose")
         return b""
 
-    @translate_errors
-    async def Watch(self, request: bytes, context: Any) -> AsyncIterator[bytes]:
+    async def _watch(self, request: bytes, context: Any) -> AsyncIterator[bytes]:
         yield b"first"
         await context.abort(SC.OUT_OF_RANGE, "as the handler chose")
 
