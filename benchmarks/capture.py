@@ -23,6 +23,7 @@ from sqlalchemy import event
 from benchmarks.client import Claimed, OpsClient
 from benchmarks.processes import SERVICE_SECRET
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
+from durable_ops.operations.app import OperationsApp
 from durable_ops.operations.service import SERVICE_NAME, OperationsService
 from durable_ops.rpc.server import build_server, start, stop
 from durable_ops.storage.db import Database
@@ -100,12 +101,12 @@ class _Recorder:
 def in_process_operations(db: Database) -> Iterator[str]:
     """The Operations servicer on 127.0.0.1:0 in this process; yields its target."""
     loop = BackgroundLoop()
-    service = OperationsService(db, lambda: datetime.now(UTC))
+    app = OperationsApp(db, lambda: datetime.now(UTC))
 
     async def boot() -> tuple[Any, int]:
         server, port = build_server(
             "127.0.0.1:0",
-            lambda s: pb_grpc.add_OperationsServiceServicer_to_server(service, s),
+            lambda s: pb_grpc.add_OperationsServiceServicer_to_server(OperationsService(app), s),
             [SERVICE_NAME],
             secret=SERVICE_SECRET,
         )
@@ -117,7 +118,7 @@ def in_process_operations(db: Database) -> Iterator[str]:
         yield f"127.0.0.1:{port}"
     finally:
         loop.call(stop(server, 0.5))
-        loop.call(service.close())  # its shared polls end with it, not with the loop
+        loop.call(app.close())  # its shared polls end with it, not with the loop
         loop.close()
 
 

@@ -60,8 +60,7 @@ from durable_ops.api.workspace.v1 import workspace_pb2 as wpb
 from durable_ops.api.workspace.v1 import workspace_pb2_grpc as wpb_grpc
 from durable_ops.clock import utc_now
 from durable_ops.model.scope import Role
-from durable_ops.operations.cancel_watch import CancelWatch
-from durable_ops.operations.claim_waiters import ClaimWaiters
+from durable_ops.operations.app import OperationsApp
 from durable_ops.operations.service import SERVICE_NAME, OperationsService
 from durable_ops.operations.sweeper import run_sweeper
 from durable_ops.rpc.server import build_server, start, stop
@@ -531,15 +530,10 @@ async def measure_poll_cost(ctx: Context, url: str) -> PollCost:
     settings = DEFAULTS
     db = Database(url, pool_size=16)
     counter = _StatementCounter(db)
-    service = OperationsService(
-        db,
-        utc_now,
-        cancels=CancelWatch(db, settings.cancel_watch_interval_seconds),
-        claims=ClaimWaiters.from_settings(db, utc_now, settings),
-    )
+    app = OperationsApp(db, utc_now, settings=settings)
     server, port = build_server(
         "127.0.0.1:0",
-        lambda s: pb_grpc.add_OperationsServiceServicer_to_server(service, s),
+        lambda s: pb_grpc.add_OperationsServiceServicer_to_server(OperationsService(app), s),
         [SERVICE_NAME],
         secret=SERVICE_SECRET,
     )
@@ -553,16 +547,16 @@ async def measure_poll_cost(ctx: Context, url: str) -> PollCost:
         await streams.open(STREAMS)
         await asyncio.sleep(1.0)
         ctx.say(f"  counting statements for {WINDOW_SECONDS:g} s with {STREAMS} streams open")
-        polls = service.cancels.polls
+        polls = app.cancels.polls
         loaded = await counter.window(WINDOW_SECONDS)
-        polls = service.cancels.polls - polls
+        polls = app.cancels.polls - polls
     finally:
         await streams.close()
         sweeper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await sweeper
         await stop(server, 0.5)
-        await service.close()
+        await app.close()
         db.dispose()
     return PollCost(idle, loaded, polls, settings.cancel_watch_interval_seconds)
 

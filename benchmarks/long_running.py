@@ -34,9 +34,10 @@ from benchmarks.lease_channel import Window, _StatementCounter
 from benchmarks.processes import SERVICE_SECRET, caller
 from benchmarks.stats import median, percentile
 from benchmarks.table import Row, Target
+from durable_ops.clock import utc_now
 from durable_ops.model.scope import Role
-from durable_ops.operations.main import SERVICE_NAMES, build_service, registration
-from durable_ops.operations.service import OperationsService
+from durable_ops.operations.app import OperationsApp
+from durable_ops.operations.main import SERVICE_NAMES, registration
 from durable_ops.rpc.client import open_channel
 from durable_ops.rpc.server import build_server, start, stop
 from durable_ops.settings import Settings
@@ -56,25 +57,25 @@ RATE_GROWTH = Target("<=", 1.0)  # statements/s added by 10x the waiters
 
 @dataclass
 class Replica:
-    service: OperationsService
+    app: OperationsApp
     db: Database
     server: Any
     target: str
 
     async def close(self) -> None:
         await stop(self.server, 0.5)
-        await self.service.close()
+        await self.app.close()
         self.db.dispose()
 
 
 async def _replica(url: str) -> Replica:
     db = Database(url, pool_size=16)
-    service = build_service(db, DEFAULTS)
+    app = OperationsApp(db, utc_now, settings=DEFAULTS)
     server, port = build_server(
-        "127.0.0.1:0", registration(service), SERVICE_NAMES, secret=SERVICE_SECRET
+        "127.0.0.1:0", registration(app), SERVICE_NAMES, secret=SERVICE_SECRET
     )
     await start(server)
-    return Replica(service, db, server, f"127.0.0.1:{port}")
+    return Replica(app, db, server, f"127.0.0.1:{port}")
 
 
 class Waiters:
@@ -155,9 +156,9 @@ async def measure(ctx: Context, url: str) -> WaitRun:
             waiters.wait_on(lease.operation_id)
         await asyncio.sleep(1.0)
         ctx.say(f"  counting statements for {WINDOW_SECONDS:g} s with {WAITERS} waiters")
-        polls = first.service.watch.polls
+        polls = first.app.watch.polls
         many = await counter.window(WINDOW_SECONDS)
-        polls = first.service.watch.polls - polls
+        polls = first.app.watch.polls - polls
         ctx.say(f"  completing {WAITERS} waited-on operations, one at a time")
         wheres = list(clients)
         for index, lease in enumerate(held):

@@ -1,7 +1,7 @@
 """``google.longrunning.Operations`` on the Operations server, for standard clients.
 
-The same owner scope, credentials and storage calls as ``OperationsService``
-(which it wraps); only the shapes are Google's (``wire.longrunning``).
+The same owner scope, credentials and use cases as ``OperationsService``
+(``OperationsApp``); only the shapes are Google's (``wire.longrunning``).
 ``WaitOperation`` waits on the replica's ``OperationWatch``: no waiter polls alone.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import grpc
+import structlog
 from google.longrunning import operations_pb2_grpc as lro_grpc
 from google.longrunning import operations_proto_pb2 as lro
 from google.protobuf.empty_pb2 import Empty
@@ -17,23 +18,25 @@ from google.protobuf.empty_pb2 import Empty
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.operation_filter import parse_filter
 from durable_ops.model.scope import require_owner
-from durable_ops.operations.service import OperationsService, wait_seconds
+from durable_ops.operations.app import OperationsApp
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.scope import caller_scope
 from durable_ops.wire import longrunning as convert
+from durable_ops.wire.operations import wait_seconds
 
+log = structlog.get_logger(__name__)
 SERVICE_NAME = lro.DESCRIPTOR.services_by_name["Operations"].full_name
 
 
 class LongRunningOperations(lro_grpc.OperationsServicer):
-    def __init__(self, service: OperationsService) -> None:
-        self._service = service
+    def __init__(self, app: OperationsApp) -> None:
+        self._app = app
 
     async def GetOperation(
         self, request: lro.GetOperationRequest, context: ServicerContext
     ) -> lro.Operation:
         owner = require_owner(caller_scope(context)).owner_id
-        row = await self._service.get_for(owner, convert.id_from_name(request.name))
+        row = await self._app.get(owner, convert.id_from_name(request.name))
         return convert.operation(row)
 
     async def ListOperations(
@@ -43,7 +46,7 @@ class LongRunningOperations(lro_grpc.OperationsServicer):
         if request.name not in ("", convert.COLLECTION):
             raise InvalidArgument("name", f'must be "{convert.COLLECTION}"')
         wanted = parse_filter(request.filter)
-        page = await self._service.list_for(
+        page = await self._app.list_page(
             owner,
             size=request.page_size,
             token=request.page_token,
@@ -59,14 +62,17 @@ class LongRunningOperations(lro_grpc.OperationsServicer):
         self, request: lro.CancelOperationRequest, context: ServicerContext
     ) -> Empty:
         owner = require_owner(caller_scope(context)).owner_id
-        await self._service.cancel_for(owner, convert.id_from_name(request.name))
+        row = await self._app.cancel(owner, convert.id_from_name(request.name))
+        log.info("operation_cancel", operation_id=row.id, owner=owner, state=row.state)
         return Empty()
 
     async def DeleteOperation(
         self, request: lro.DeleteOperationRequest, context: ServicerContext
     ) -> Empty:
         owner = require_owner(caller_scope(context)).owner_id
-        await self._service.delete_for(owner, convert.id_from_name(request.name))
+        operation_id = convert.id_from_name(request.name)
+        await self._app.delete(owner, operation_id)
+        log.info("operation_delete", operation_id=operation_id, owner=owner)
         return Empty()
 
     async def WaitOperation(
@@ -74,9 +80,7 @@ class LongRunningOperations(lro_grpc.OperationsServicer):
     ) -> lro.Operation:
         owner = require_owner(caller_scope(context)).owner_id
         operation_id = convert.id_from_name(request.name)
-        return convert.operation(
-            await self._service.wait_for(owner, operation_id, wait_seconds(request))
-        )
+        return convert.operation(await self._app.wait(owner, operation_id, wait_seconds(request)))
 
 
 # Typed here: googleapis-common-protos generates its gRPC registration without annotations.

@@ -14,13 +14,11 @@ from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.api.operator.v1 import operator_pb2_grpc
 from durable_ops.clock import Clock, utc_now
 from durable_ops.model.retention import PRUNE_BATCH, policy_of_days
-from durable_ops.operations.cancel_watch import CancelWatch
-from durable_ops.operations.claim_waiters import ClaimWaiters
+from durable_ops.operations.app import OperationsApp
 from durable_ops.operations.longrunning import SERVICE_NAME as LRO_SERVICE_NAME
 from durable_ops.operations.longrunning import LongRunningOperations
 from durable_ops.operations.longrunning import add_to_server as add_lro_to_server
 from durable_ops.operations.metrics import OperationsMetrics
-from durable_ops.operations.operation_watch import OperationWatch
 from durable_ops.operations.operator import DEFAULT_TOMBSTONES, OperatorService
 from durable_ops.operations.operator import SERVICE_NAME as OPERATOR_SERVICE_NAME
 from durable_ops.operations.pruner import run_pruner
@@ -35,33 +33,16 @@ from durable_ops.storage.db import Database
 SERVICE_NAMES = (SERVICE_NAME, LRO_SERVICE_NAME, OPERATOR_SERVICE_NAME)
 
 
-def build_service(
-    db: Database,
-    settings: Settings,
-    clock: Clock = utc_now,
-    metrics: OperationsMetrics | None = None,
-) -> OperationsService:
-    """The servicer with its watches at the configured intervals (benchmarks build it too)."""
-    return OperationsService(
-        db,
-        clock,
-        cancels=CancelWatch(db, settings.cancel_watch_interval_seconds),
-        claims=ClaimWaiters.from_settings(db, clock, settings),
-        watch=OperationWatch(db, settings.done_watch_interval_seconds),
-        metrics=metrics,
-    )
-
-
 def registration(
-    service: OperationsService, *, tombstones: timedelta = DEFAULT_TOMBSTONES
+    app: OperationsApp, *, tombstones: timedelta = DEFAULT_TOMBSTONES
 ) -> Callable[[grpc.aio.Server], None]:
     """Both faces of the service on one server, ours and google.longrunning's, and the
     operator's service on the same watches (ADR 19)."""
 
     def register(server: grpc.aio.Server) -> None:
-        pb_grpc.add_OperationsServiceServicer_to_server(service, server)
-        add_lro_to_server(LongRunningOperations(service), server)
-        operator = OperatorService(service, tombstones=tombstones)
+        pb_grpc.add_OperationsServiceServicer_to_server(OperationsService(app), server)
+        add_lro_to_server(LongRunningOperations(app), server)
+        operator = OperatorService(app, tombstones=tombstones)
         operator_pb2_grpc.add_OperatorServiceServicer_to_server(operator, server)
 
     return register
@@ -71,7 +52,7 @@ async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
     db = Database(settings.database_url, pool_size=16)  # connects on first use
     registry = CollectorRegistry()
     metrics = OperationsMetrics(registry, db, clock)
-    service = build_service(db, settings, clock, metrics)
+    app = OperationsApp(db, clock, settings=settings, metrics=metrics)
     exporter = None
     if settings.operations_metrics_bind:
         exporter = serve_metrics(
@@ -100,14 +81,14 @@ async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
             sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper
-        await service.close()
+        await app.close()
         db.dispose()
         if exporter is not None:
             exporter.close()
 
     server, _port = build_server(
         settings.operations_bind,
-        registration(service, tombstones=timedelta(days=settings.tombstone_retention_days)),
+        registration(app, tombstones=timedelta(days=settings.tombstone_retention_days)),
         SERVICE_NAMES,
         secret=settings.service_secret,
         ready=DatabaseReadiness(db),

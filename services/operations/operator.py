@@ -18,15 +18,10 @@ from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.operator import OperatorFilter
 from durable_ops.model.retention import RetentionPolicy
 from durable_ops.model.scope import require_operator
-from durable_ops.operations.pruner import PruneResult, prune
-from durable_ops.operations.service import OperationsService
+from durable_ops.operations.app import OperationsApp
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.scope import caller_name, caller_scope
 from durable_ops.settings import DEFAULT_TOMBSTONE_RETENTION_DAYS
-from durable_ops.storage import operator as store
-from durable_ops.storage import retention
-from durable_ops.storage.schema import OperationAttempt, UserOperation
-from durable_ops.storage.tx import OperatorTx, Tx
 from durable_ops.wire import operations as convert
 from durable_ops.wire.operator import operator_operation
 
@@ -62,12 +57,8 @@ def _filters(request: opb.ListOperationsRequest) -> OperatorFilter:
 
 
 class OperatorService(opb_grpc.OperatorServiceServicer):
-    def __init__(
-        self, operations: OperationsService, *, tombstones: timedelta = DEFAULT_TOMBSTONES
-    ) -> None:
-        self._operations = operations
-        self._db = operations.db
-        self._clock = operations.clock
+    def __init__(self, app: OperationsApp, *, tombstones: timedelta = DEFAULT_TOMBSTONES) -> None:
+        self._app = app
         self._tombstones = tombstones  # a prune's tombstone horizon when its call names none
 
     async def ListOperations(
@@ -75,17 +66,8 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
     ) -> opb.ListOperationsResponse:
         who = _operator(context)
         filters = _filters(request)
-        now = self._clock()
-        page = await self._db.run_core_async(
-            lambda tx: store.list_page(
-                OperatorTx(tx),
-                size=request.page_size,
-                token=request.page_token,
-                filters=filters,
-                now=now,
-            ),
-            owner_id=None,
-            write=False,
+        page = await self._app.inspect(
+            size=request.page_size, token=request.page_token, filters=filters
         )
         log.info("operator_list", operator=who, filters=filters.describe(), count=len(page.items))
         return opb.ListOperationsResponse(
@@ -97,13 +79,7 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         self, request: opb.GetOperationRequest, context: ServicerContext
     ) -> opb.OperatorOperation:
         who = _operator(context)
-
-        def show(tx: Tx) -> tuple[UserOperation, list[OperationAttempt]]:
-            scope = OperatorTx(tx)
-            row = store.get(scope, request.operation_id)
-            return row, store.attempts(scope, row.id)
-
-        row, attempts = await self._db.run_core_async(show, owner_id=None, write=False)
+        row, attempts = await self._app.show(request.operation_id)
         log.info("operator_show", operator=who, operation_id=row.id, owner=row.owner_user_id)
         return operator_operation(row, attempts)
 
@@ -111,10 +87,7 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         self, request: opb.CancelOperationRequest, context: ServicerContext
     ) -> opb.OperatorOperation:
         who = _operator(context)
-        now = self._clock()
-        row = await self._db.run_core_async(
-            lambda tx: store.cancel(OperatorTx(tx), request.operation_id, now), owner_id=None
-        )
+        row = await self._app.force_cancel(request.operation_id)
         log.info(
             "operator_cancel",
             operator=who,
@@ -129,10 +102,7 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         self, request: opb.RetryOperationRequest, context: ServicerContext
     ) -> opb.OperatorOperation:
         who = _operator(context)
-        now = self._clock()
-        row = await self._db.run_core_async(
-            lambda tx: store.retry(OperatorTx(tx), request.operation_id, now), owner_id=None
-        )
+        row = await self._app.force_retry(request.operation_id)
         log.info(
             "operator_retry",
             operator=who,
@@ -149,23 +119,8 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         who = _operator(context)
         policy = _policy(request, self._tombstones)
         batch = retention_rules.batch_size(request.batch_size)
-        now = self._clock()
-        if request.dry_run:
-            found = await self._db.run_core_async(
-                lambda tx: retention.prunable(OperatorTx(tx), policy, now),
-                owner_id=None,
-                write=False,
-            )
-            result = PruneResult(found.operations, found.tombstones, more=False)
-        else:
-            result = await prune(
-                self._db,
-                self._clock,
-                policy,
-                batch,
-                seconds=retention_rules.PRUNE_CALL_SECONDS,
-                metrics=self._operations.metrics,
-            )
+        now = self._app.clock()
+        result = await self._app.prune(policy, batch, now, dry_run=request.dry_run)
         log.info(
             "operator_prune",
             operator=who,

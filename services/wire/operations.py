@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from google.longrunning import operations_proto_pb2 as lro
+from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
-from durable_ops.model.errors import InvalidArgument
+from durable_ops.model import bounds
+from durable_ops.model.errors import DomainError, InvalidArgument
+from durable_ops.model.lifecycle import Event
+from durable_ops.model.routing import Route
 from durable_ops.model.states import OperationState, Privacy
 from durable_ops.rpc import states
+from durable_ops.rpc.errors import status_for
+from durable_ops.storage.operations import Claim, CreateRequest, Provenance, Settlement
 from durable_ops.storage.schema import UserOperation
 
 STATUS_URL = "/api/operations/{id}"
@@ -83,3 +91,150 @@ def operation(row: UserOperation) -> pb.Operation:
     if row.model:
         message.produced_by.CopyFrom(pb.Provenance(model=row.model, route=row.route or ""))
     return message
+
+
+# ---- requests, as the application layer takes them ---------------------------------------
+
+WaitRequest = pb.WaitOperationRequest | lro.WaitOperationRequest
+
+
+def _time(message: Message, field: str) -> datetime | None:
+    """An optional Timestamp field; one outside its own valid range is the caller's error."""
+    if not message.HasField(field):
+        return None
+    try:
+        return from_timestamp(getattr(message, field))
+    except ValueError:  # seconds outside years 1 to 9999, or nanos out of range
+        raise InvalidArgument(field, "is not a valid timestamp") from None
+
+
+def create_request(request: pb.CreateOperationRequest, trace_parent: str) -> CreateRequest:
+    return CreateRequest(
+        task_type=request.task_type,
+        idempotency_key=request.idempotency_key,
+        subject_type=request.subject.type,
+        subject_id=request.subject.id,
+        priority=request.priority,
+        max_attempts=request.max_attempts or 3,
+        retry_delay_seconds=request.retry_delay_seconds or bounds.DEFAULT_RETRY_DELAY_SECONDS,
+        privacy=privacy_from_pb(request.privacy),
+        context_ref=request.context_ref,
+        deadline_at=_time(request, "deadline"),
+        trace_parent=trace_parent,
+    )
+
+
+def seen(request: pb.WaitOperationRequest) -> datetime | None:
+    return _time(request, "seen_updated_at")
+
+
+def wait_seconds(request: WaitRequest) -> float:
+    """The timeout asked for, at most the server's; unset means the server's."""
+    if not request.HasField("timeout"):
+        return bounds.WAIT_SECONDS_MAX
+    seconds: float = request.timeout.ToTimedelta().total_seconds()
+    if seconds < 0:
+        raise InvalidArgument("timeout", "must not be negative")
+    return min(seconds, bounds.WAIT_SECONDS_MAX)
+
+
+def claim_wait_seconds(request: pb.ClaimOperationRequest | pb.ClaimOperationsRequest) -> float:
+    if not request.HasField("wait"):
+        return 0.0
+    seconds = request.wait.ToTimedelta().total_seconds()
+    if not 0 <= seconds <= bounds.CLAIM_WAIT_SECONDS_MAX:
+        raise InvalidArgument("wait", f"must be 0 to {bounds.CLAIM_WAIT_SECONDS_MAX} seconds")
+    return seconds
+
+
+def route_from_pb(route: pb.Route.ValueType) -> Route:
+    return Route.EXTERNAL if route == pb.ROUTE_EXTERNAL else Route.LOCAL
+
+
+def route_to_pb(route: Route) -> pb.Route.ValueType:
+    return pb.ROUTE_EXTERNAL if route is Route.EXTERNAL else pb.ROUTE_LOCAL
+
+
+def routes(asked: Sequence[pb.Route.ValueType]) -> list[Route]:
+    """The routes a claim asked for, in order, each once."""
+    return list(dict.fromkeys(route_from_pb(route) for route in asked))
+
+
+def claimed(claim: Claim, route: Route) -> pb.ClaimedOperation:
+    row = claim.operation
+    assert row.lease_expires_at is not None
+    return pb.ClaimedOperation(
+        operation=operation(row),
+        owner_id=row.owner_user_id,
+        lease_token=claim.lease_token,
+        lease_expires_at=timestamp(row.lease_expires_at),
+        privacy=privacy_to_pb(row.privacy),
+        context_ref=row.context_ref or "",
+        route=route_to_pb(route),
+        trace_parent=row.trace_parent or "",
+    )
+
+
+def provenance(message: pb.Provenance) -> Provenance:
+    return Provenance(message.provider, message.model, message.route)
+
+
+def completion(owner: str, request: pb.CompleteOperationRequest) -> Settlement:
+    return Settlement(
+        owner_id=owner,
+        operation_id=request.operation_id,
+        token=request.lease_token,
+        event=Event.COMPLETE,
+        provenance=provenance(request.provenance),
+        result_ref=request.result_ref,
+    )
+
+
+def failure(owner: str, request: pb.FailOperationRequest) -> Settlement:
+    return Settlement(
+        owner_id=owner,
+        operation_id=request.operation_id,
+        token=request.lease_token,
+        event=Event.FAIL_RETRYABLE if request.retryable else Event.FAIL_PERMANENT,
+        provenance=provenance(request.provenance),
+        failure_code=request.failure_code,
+        failure_message=request.failure_message,
+    )
+
+
+def fallback(owner: str, request: pb.RequestExternalFallbackRequest) -> Settlement:
+    return Settlement(
+        owner,
+        request.operation_id,
+        request.lease_token,
+        Event.REQUEST_FALLBACK,
+        provenance=provenance(request.provenance),
+    )
+
+
+def acknowledgement(owner: str, request: pb.AcknowledgeCancellationRequest) -> Settlement:
+    return Settlement(owner, request.operation_id, request.lease_token, Event.ACKNOWLEDGE_CANCEL)
+
+
+def outcomes(
+    settlements: Sequence[Settlement], answers: Sequence[OperationState | DomainError]
+) -> pb.LeaseMutationsResponse:
+    """A batch's answers, each item alone: the state it left, or why it was refused."""
+    found = []
+    for item, answer in zip(settlements, answers, strict=True):
+        if isinstance(answer, DomainError):
+            found.append(
+                pb.LeaseMutationsResponse.Outcome(
+                    operation_id=item.operation_id,
+                    status_code=status_for(answer).value[0],
+                    error_code=answer.code,
+                    message=answer.message,
+                )
+            )
+        else:
+            found.append(
+                pb.LeaseMutationsResponse.Outcome(
+                    operation_id=item.operation_id, state=state_to_pb(answer)
+                )
+            )
+    return pb.LeaseMutationsResponse(outcomes=found)

@@ -70,12 +70,12 @@ def test_a_cancel_taken_by_another_replica_reaches_the_stream_through_the_shared
     stream = holder.stream(lease)
     stream.beat()
     pushed: Future[pb.HeartbeatResponse] = pool.submit(stream.read)
-    polls_before = services.operations_service.cancels.polls
+    polls_before = services.operations_app.cancels.polls
 
     assert OpsClient(other_replica).cancel(ALICE, lease.id).cancel_requested is True
     message = pushed.result(HANG_GUARD)
     assert (message.pushed, message.cancel_requested) == (True, True)
-    assert services.operations_service.cancels.polls > polls_before
+    assert services.operations_app.cancels.polls > polls_before
     stream.close()
 
 
@@ -87,7 +87,7 @@ def test_the_cancel_poll_asks_once_for_every_open_stream(
     streams = [ops.stream(lease) for lease in leases]
     for stream in streams:
         stream.beat()
-    watch = services.operations_service.cancels
+    watch = services.operations_app.cancels
     statements: list[str] = []
     lock = threading.Lock()
 
@@ -117,7 +117,7 @@ def test_a_waiting_claim_answers_as_soon_as_work_is_created(
 ) -> None:
     ops = OpsClient(services)
     waiting = pool.submit(lambda: ops.claim(wait_seconds=HANG_GUARD))
-    wait_for(lambda: services.operations_service.claims.waiting_count, timeout=HANG_GUARD)
+    wait_for(lambda: services.operations_app.claims.waiting_count, timeout=HANG_GUARD)
     created = ops.create(ALICE, "wake-here")
 
     lease = waiting.result(HANG_GUARD)
@@ -131,7 +131,7 @@ def test_a_waiting_claim_finds_work_created_through_another_replica(
 ) -> None:
     ops = OpsClient(services)
     waiting = pool.submit(lambda: ops.claim(wait_seconds=HANG_GUARD))
-    wait_for(lambda: services.operations_service.claims.waiting_count, timeout=HANG_GUARD)
+    wait_for(lambda: services.operations_app.claims.waiting_count, timeout=HANG_GUARD)
     created = OpsClient(other_replica).create(ALICE, "wake-there")
 
     lease = waiting.result(HANG_GUARD)

@@ -182,7 +182,7 @@ def test_wait_answers_when_another_replica_finishes_the_operation(
         done = _wait(services, ops, created.id, seconds=HANG_GUARD)
     assert done.done
     assert done.error.code == code_pb2.CANCELLED
-    assert services.operations_service.watch.polls >= 1  # found by the shared query
+    assert services.operations_app.watch.polls >= 1  # found by the shared query
 
 
 def _cancelled_lease(ops: OpsClient) -> Lease:

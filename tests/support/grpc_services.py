@@ -28,6 +28,7 @@ from durable_ops.model.admission import Limits
 from durable_ops.model.scope import Role
 from durable_ops.notifications.service import SERVICE_NAME as NOTIFICATIONS
 from durable_ops.notifications.service import NotificationsService
+from durable_ops.operations.app import OperationsApp
 from durable_ops.operations.claim_waiters import ClaimWaiters
 from durable_ops.operations.longrunning import SERVICE_NAME as LRO_SERVICE_NAME
 from durable_ops.operations.longrunning import LongRunningOperations
@@ -82,7 +83,7 @@ class Services:
     db: Database
     clock: Clock
     loop: BackgroundLoop
-    operations_service: OperationsService
+    operations_app: OperationsApp
     channel: grpc.Channel = field(init=False)
 
     def __post_init__(self) -> None:
@@ -138,7 +139,7 @@ def running_services(
         if claim_gather_seconds is None
         else ClaimWaiters(db, clock, Settings().claim_poll_interval_seconds, claim_gather_seconds)
     )
-    operations_service = OperationsService(db, clock, claims=claims)
+    operations = OperationsApp(db, clock, claims=claims)
 
     async def boot() -> tuple[Any, int]:
         server, port = build_server(
@@ -147,12 +148,12 @@ def running_services(
                 [
                     (
                         operations_pb2_grpc.add_OperationsServiceServicer_to_server,
-                        operations_service,
+                        OperationsService(operations),
                     ),
-                    (add_lro_to_server, LongRunningOperations(operations_service)),
+                    (add_lro_to_server, LongRunningOperations(operations)),
                     (
                         operator_pb2_grpc.add_OperatorServiceServicer_to_server,
-                        OperatorService(operations_service),
+                        OperatorService(operations),
                     ),
                     (
                         notifications_pb2_grpc.add_NotificationsServiceServicer_to_server,
@@ -175,12 +176,12 @@ def running_services(
         return server, port
 
     server, port = loop.call(boot())
-    services = Services(f"127.0.0.1:{port}", db, clock, loop, operations_service)
+    services = Services(f"127.0.0.1:{port}", db, clock, loop, operations)
     try:
         yield services
     finally:
         services.channel.close()
         loop.call(stop(server, 0.5))
-        loop.call(operations_service.close())
+        loop.call(operations.close())
         db.dispose()
         loop.close()

@@ -1,0 +1,267 @@
+"""The Operations application layer: what each call does, in which transaction.
+
+The servicers check the caller's scope and convert messages; each use case
+here runs its storage calls in one transaction whose mode it names (the
+owner's scope or the neutral one, read or write, short), and returns what the
+call answers. What a transaction changed is published after its COMMIT
+(``Database.events``) to the waiters the calls below wait on: the claim
+waiters, the cancel watch and the operation watch. Rules live in
+``durable_ops.model``; SQL in ``durable_ops.storage``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import datetime
+
+from durable_ops.clock import Clock
+from durable_ops.model import bounds, lifecycle
+from durable_ops.model import retention as retention_rules
+from durable_ops.model.errors import DomainError
+from durable_ops.model.held_leases import HeldLease
+from durable_ops.model.lifecycle import Event
+from durable_ops.model.operator import OperatorFilter
+from durable_ops.model.retention import RetentionPolicy
+from durable_ops.model.routing import Route
+from durable_ops.model.states import OperationState
+from durable_ops.operations.cancel_watch import CancelWatch
+from durable_ops.operations.claim_waiters import ClaimWaiters, Kind
+from durable_ops.operations.metrics import OperationsMetrics
+from durable_ops.operations.operation_watch import OperationWatch
+from durable_ops.operations.pruner import PruneResult, prune
+from durable_ops.settings import Settings
+from durable_ops.storage import operations, retention
+from durable_ops.storage import operator as store
+from durable_ops.storage.db import Database
+from durable_ops.storage.operations import Claim, Held, Settlement
+from durable_ops.storage.pages import Page
+from durable_ops.storage.schema import OperationAttempt, UserOperation
+from durable_ops.storage.tx import OperatorTx, Tx
+
+Answer = OperationState | DomainError
+
+
+class OperationsApp:
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        *,
+        settings: Settings | None = None,
+        claims: ClaimWaiters | None = None,
+        metrics: OperationsMetrics | None = None,
+    ) -> None:
+        settings = settings or Settings()
+        self.db = db
+        self.clock = clock
+        self.metrics = metrics
+        self.cancels = CancelWatch(db, settings.cancel_watch_interval_seconds)
+        self.claims = claims or ClaimWaiters.from_settings(db, clock, settings)
+        self.watch = OperationWatch(db, settings.done_watch_interval_seconds)
+
+    async def close(self) -> None:
+        await self.cancels.close()
+        await self.claims.close()
+        await self.watch.close()
+
+    # ---- the owner's -------------------------------------------------------------------
+
+    async def create(
+        self, owner: str, request: operations.CreateRequest
+    ) -> tuple[UserOperation, bool]:
+        now = self.clock()
+        return await self.db.run_core_async(
+            lambda tx: operations.create(tx, request, now), owner_id=owner, short=True
+        )
+
+    async def get(self, owner: str, operation_id: str) -> UserOperation:
+        return await self.db.run_core_async(
+            lambda tx: operations.get(tx, operation_id), owner_id=owner, write=False, short=True
+        )
+
+    async def wait(
+        self, owner: str, operation_id: str, seconds: float, seen: datetime | None = None
+    ) -> UserOperation:
+        """The operation once it is done, or differs from ``seen``, or after ``seconds``."""
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + seconds
+        # Registered before the first read, so a change between the read and the wait wakes it.
+        with self.watch.watching(operation_id, seen) as changed:
+            while True:
+                changed.clear()
+                row = await self.get(owner, operation_id)
+                left = give_up_at - loop.time()
+                moved = seen is not None and row.updated_at != seen
+                if OperationState(row.state).is_terminal or moved or left <= 0:
+                    return row
+                try:
+                    async with asyncio.timeout(left):
+                        await changed.wait()
+                except TimeoutError:
+                    return await self.get(owner, operation_id)
+
+    async def list_page(
+        self, owner: str, *, size: int, token: str, state: OperationState | None, task_type: str
+    ) -> Page[UserOperation]:
+        return await self.db.run_core_async(
+            lambda tx: operations.list_page(
+                tx, size=size, token=token, state=state, task_type=task_type
+            ),
+            owner_id=owner,
+            write=False,
+        )
+
+    async def cancel(self, owner: str, operation_id: str) -> UserOperation:
+        now = self.clock()
+        return await self.db.run_core_async(
+            lambda tx: operations.cancel(tx, operation_id, now), owner_id=owner, short=True
+        )
+
+    async def retry(self, owner: str, operation_id: str) -> UserOperation:
+        now = self.clock()
+        return await self.db.run_core_async(
+            lambda tx: operations.retry(tx, operation_id, now), owner_id=owner, short=True
+        )
+
+    async def delete(self, owner: str, operation_id: str) -> None:
+        """The owner's finished operation removed; its tombstone keeps the key (ADR 0021)."""
+        now = self.clock()
+        await self.db.run_core_async(
+            lambda tx: retention.delete_finished(tx, operation_id, now), owner_id=owner
+        )
+
+    # ---- the worker's --------------------------------------------------------------------
+
+    async def claim(
+        self,
+        task_types: Sequence[str],
+        lease_seconds: int,
+        routes: Sequence[Route],
+        wait: float,
+        limit: int,
+    ) -> list[tuple[Claim, Route]]:
+        """Up to ``limit`` claims over ``routes`` in order, in one transaction; waits up
+        to ``wait`` seconds for the first, woken by this replica's claim waiters. One
+        claim transaction runs at a time on the replica (ADR 0024)."""
+        names = [bounds.task_type(name) for name in task_types]
+        kinds: frozenset[Kind] = frozenset(
+            (_claim_source(route).value, name) for route in routes for name in names
+        )
+
+        def take(tx: Tx) -> list[tuple[Claim, Route]]:
+            now = self.clock()
+            found: list[tuple[Claim, Route]] = []
+            for route in routes:
+                external = route is Route.EXTERNAL
+                batch = operations.claim(
+                    tx, names, lease_seconds, now, limit=limit - len(found), external_route=external
+                )
+                found += [(claim, route) for claim in batch]
+                if len(found) == limit:
+                    break
+            return found
+
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + wait
+        with self.claims.waiting(kinds, limit) as waiter:
+            while True:
+                async with self.claims.turn():
+                    waiter.trying()
+                    found = await self.db.run_core_async(take, owner_id=None, short=True)
+                    self.claims.took(waiter, len(found))
+                left = give_up_at - loop.time()
+                if found or left <= 0 or not names or not await waiter.wait(left):
+                    break
+        if self.metrics is not None:
+            for claim, route in found:
+                self.metrics.claimed(claim.operation.task_type, route.value)
+        return found
+
+    async def settle(self, settlements: list[Settlement], owner: str | None) -> list[Answer]:
+        """Settle leases in one transaction: a batch of many owners (``owner`` None), or one
+        lease of ``owner``'s; answer each alone."""
+        now = self.clock()
+        return await self.db.run_core_async(
+            lambda tx: operations.settle(tx, settlements, now), owner_id=owner, short=True
+        )
+
+    async def settle_one(self, settlement: Settlement) -> OperationState:
+        """One lease of its owner's, settled in the owner's scope; a refusal raised."""
+        (answer,) = await self.settle([settlement], settlement.owner_id)
+        if isinstance(answer, DomainError):
+            raise answer
+        return answer
+
+    async def beat(self, lease: HeldLease) -> Held:
+        """One lease extended in its owner's scope; a refusal raised."""
+        now = self.clock()
+        return await self.db.run_core_async(
+            lambda tx: operations.heartbeat(tx, lease, now), owner_id=lease.owner_id, short=True
+        )
+
+    async def extend(self, leases: list[HeldLease]) -> list[Held | DomainError]:
+        """Many leases of many owners extended in one transaction; each answered alone."""
+        if not leases:
+            return []
+        now = self.clock()
+        return await self.db.run_core_async(
+            lambda tx: operations.extend(tx, leases, now), owner_id=None, short=True
+        )
+
+    # ---- the operator's (ADR 19) ---------------------------------------------------------
+
+    async def inspect(
+        self, *, size: int, token: str, filters: OperatorFilter
+    ) -> Page[UserOperation]:
+        now = self.clock()
+        return await self.db.run_core_async(
+            lambda tx: store.list_page(
+                OperatorTx(tx), size=size, token=token, filters=filters, now=now
+            ),
+            owner_id=None,
+            write=False,
+        )
+
+    async def show(self, operation_id: str) -> tuple[UserOperation, list[OperationAttempt]]:
+        def show(tx: Tx) -> tuple[UserOperation, list[OperationAttempt]]:
+            scope = OperatorTx(tx)
+            row = store.get(scope, operation_id)
+            return row, store.attempts(scope, row.id)
+
+        return await self.db.run_core_async(show, owner_id=None, write=False)
+
+    async def force_cancel(self, operation_id: str) -> UserOperation:
+        now = self.clock()
+        return await self.db.run_core_async(
+            lambda tx: store.cancel(OperatorTx(tx), operation_id, now), owner_id=None
+        )
+
+    async def force_retry(self, operation_id: str) -> UserOperation:
+        now = self.clock()
+        return await self.db.run_core_async(
+            lambda tx: store.retry(OperatorTx(tx), operation_id, now), owner_id=None
+        )
+
+    async def prune(
+        self, policy: RetentionPolicy, batch: int, now: datetime, *, dry_run: bool
+    ) -> PruneResult:
+        """What is past the horizons: counted (``dry_run``), or pruned in batches."""
+        if not dry_run:
+            return await prune(
+                self.db,
+                self.clock,
+                policy,
+                batch,
+                seconds=retention_rules.PRUNE_CALL_SECONDS,
+                metrics=self.metrics,
+            )
+        found = await self.db.run_core_async(
+            lambda tx: retention.prunable(OperatorTx(tx), policy, now), owner_id=None, write=False
+        )
+        return PruneResult(found.operations, found.tombstones, more=False)
+
+
+def _claim_source(route: Route) -> OperationState:
+    event = Event.CLAIM_EXTERNAL if route is Route.EXTERNAL else Event.CLAIM
+    return lifecycle.CLAIMS[event].source
