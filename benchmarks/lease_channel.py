@@ -89,14 +89,14 @@ ROW_POLL_SECONDS = 0.005
 RUNNING_TIMEOUT_SECONDS = 30.0
 CANCELLED_TIMEOUT_SECONDS = 10.0  # a sample that times out counts as this long
 WARMUP_CANCELS = 2  # one through each path, not counted: fresh connections and code paths
-# Random pause before each cancel: four cancel-watch intervals (OPS_CANCEL_WATCH_INTERVAL_SECONDS).
-CANCEL_PHASE_SECONDS = 4 * DEFAULTS.cancel_watch_interval_seconds
+# Random pause before each cancel: four cancel-watch intervals (OPS_WATCH_INTERVAL_SECONDS).
+CANCEL_PHASE_SECONDS = 4 * DEFAULTS.watch_interval_seconds
 
 STACK_ENV = {
     "OPS_DEV_MODEL_SECONDS": str(MODEL_SECONDS),
     "OPS_WORKER_LEASE_SECONDS": str(DEFAULTS.worker_lease_seconds),
     "OPS_WORKER_CONCURRENCY": str(DEFAULTS.worker_concurrency),
-    "OPS_CANCEL_WATCH_INTERVAL_SECONDS": str(DEFAULTS.cancel_watch_interval_seconds),
+    "OPS_WATCH_INTERVAL_SECONDS": str(DEFAULTS.watch_interval_seconds),
     "OPS_CLAIM_POLL_INTERVAL_SECONDS": str(DEFAULTS.claim_poll_interval_seconds),
     "OPS_SWEEP_INTERVAL_SECONDS": str(DEFAULTS.sweep_interval_seconds),
 }
@@ -547,9 +547,9 @@ async def measure_poll_cost(ctx: Context, url: str) -> PollCost:
         await streams.open(STREAMS)
         await asyncio.sleep(1.0)
         ctx.say(f"  counting statements for {WINDOW_SECONDS:g} s with {STREAMS} streams open")
-        polls = app.cancels.polls
+        polls = app.watch.polls
         loaded = await counter.window(WINDOW_SECONDS)
-        polls = app.cancels.polls - polls
+        polls = app.watch.polls - polls
     finally:
         await streams.close()
         sweeper.cancel()
@@ -558,7 +558,7 @@ async def measure_poll_cost(ctx: Context, url: str) -> PollCost:
         await stop(server, 0.5)
         await app.close()
         db.dispose()
-    return PollCost(idle, loaded, polls, settings.cancel_watch_interval_seconds)
+    return PollCost(idle, loaded, polls, settings.watch_interval_seconds)
 
 
 def _breakdown(window: Window) -> str:

@@ -44,7 +44,7 @@ from durable_ops.settings import Settings
 from durable_ops.storage.db import Database
 
 DEFAULTS = Settings()
-INTERVAL = DEFAULTS.done_watch_interval_seconds
+INTERVAL = DEFAULTS.watch_interval_seconds
 WAITERS = 100
 FEW_WAITERS = 10
 WAIT_TASK = "bench.wait"
@@ -163,7 +163,7 @@ async def measure(ctx: Context, url: str) -> WaitRun:
         wheres = list(clients)
         for index, lease in enumerate(held):
             where = wheres[index % 2]
-            await asyncio.sleep(random.uniform(0, DEFAULTS.done_watch_interval_seconds))
+            await asyncio.sleep(random.uniform(0, DEFAULTS.watch_interval_seconds))
             await clients[where].complete(lease)
             finished = time.perf_counter()
             latencies[where].append(await waiters.answer_of(lease.operation_id) - finished)

@@ -169,13 +169,6 @@ class Settings:
     retention_interval_seconds: float = field(
         default=3600.0, metadata=_doc("how often the periodic prune runs (OPS_RETENTION_DAYS)")
     )
-    cancel_watch_interval_seconds: float = field(
-        default=0.25,
-        metadata=_doc(
-            "how often an Operations replica looks for cancels of the leases its open"
-            " heartbeat streams hold (one query for all of them)"
-        ),
-    )
     claim_poll_interval_seconds: float = field(
         default=0.05,
         metadata=_doc(
@@ -191,11 +184,12 @@ class Settings:
             " they go out as one batch (0: claim at once)"
         ),
     )
-    done_watch_interval_seconds: float = field(
+    watch_interval_seconds: float = field(
         default=0.1,
         metadata=_doc(
-            "how often an Operations replica looks for operations finished or moved elsewhere"
-            " while `WaitOperation` calls and HTTP long-polls wait on them (one query for all)"
+            "how often an Operations replica looks for what changed elsewhere on the"
+            " operations its calls wait on: an end or a move (`WaitOperation`, HTTP"
+            " long-polls), an owner's cancel (open lease streams); one query for all"
         ),
     )
     ai_user_limit: int = field(default=2, metadata=_doc("active AI operations allowed per user"))
@@ -318,9 +312,8 @@ class Settings:
 # Intervals a process sleeps between rounds: zero would spin.
 _POSITIVE = (
     "sweep_interval_seconds",
-    "cancel_watch_interval_seconds",
     "claim_poll_interval_seconds",
-    "done_watch_interval_seconds",
+    "watch_interval_seconds",
     "retention_interval_seconds",
 )
 

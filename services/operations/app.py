@@ -5,7 +5,7 @@ here runs its storage calls in one transaction whose mode it names (the
 owner's scope or the neutral one, read or write, short), and returns what the
 call answers. What a transaction changed is published after its COMMIT
 (``Database.events``) to the waiters the calls below wait on: the claim
-waiters, the cancel watch and the operation watch. Rules live in
+waiters and the watch (``operations.watch``). Rules live in
 ``durable_ops.model``; SQL in ``durable_ops.storage``.
 """
 
@@ -25,11 +25,10 @@ from durable_ops.model.operator import OperatorFilter
 from durable_ops.model.retention import RetentionPolicy
 from durable_ops.model.routing import Route
 from durable_ops.model.states import OperationState
-from durable_ops.operations.cancel_watch import CancelWatch
 from durable_ops.operations.claim_waiters import ClaimWaiters, Kind
 from durable_ops.operations.metrics import OperationsMetrics
-from durable_ops.operations.operation_watch import OperationWatch
 from durable_ops.operations.pruner import PruneResult, prune
+from durable_ops.operations.watch import Watcher, moved
 from durable_ops.settings import Settings
 from durable_ops.storage import operations, retention
 from durable_ops.storage import operator as store
@@ -56,12 +55,10 @@ class OperationsApp:
         self.db = db
         self.clock = clock
         self.metrics = metrics
-        self.cancels = CancelWatch(db, settings.cancel_watch_interval_seconds)
         self.claims = claims or ClaimWaiters.from_settings(db, clock, settings)
-        self.watch = OperationWatch(db, settings.done_watch_interval_seconds)
+        self.watch = Watcher(db, settings.watch_interval_seconds)
 
     async def close(self) -> None:
-        await self.cancels.close()
         await self.claims.close()
         await self.watch.close()
 
@@ -87,17 +84,17 @@ class OperationsApp:
         loop = asyncio.get_running_loop()
         give_up_at = loop.time() + seconds
         # Registered before the first read, so a change between the read and the wait wakes it.
-        with self.watch.watching(operation_id, seen) as changed:
+        with self.watch.watching(moved(seen), operation_id) as watch:
             while True:
-                changed.clear()
+                watch.rearm()
                 row = await self.get(owner, operation_id)
                 left = give_up_at - loop.time()
-                moved = seen is not None and row.updated_at != seen
-                if OperationState(row.state).is_terminal or moved or left <= 0:
+                changed = seen is not None and row.updated_at != seen
+                if OperationState(row.state).is_terminal or changed or left <= 0:
                     return row
                 try:
                     async with asyncio.timeout(left):
-                        await changed.wait()
+                        await watch.event.wait()
                 except TimeoutError:
                     return await self.get(owner, operation_id)
 

@@ -2,8 +2,8 @@
 (every lease of one worker, the neutral scope, each lease naming its owner).
 
 Both answer every beat in order and also speak first when the lease holder's
-owner cancels between two beats (``CancelWatch``, woken at once by a cancel
-this process commits, else by its shared poll): the holder learns of a cancel
+owner cancels between two beats (``operations.watch``, woken at once by a
+cancel this process commits, else by its shared poll): the holder learns of a cancel
 once, either pushed or in the answer to a beat.
 """
 
@@ -20,7 +20,7 @@ from durable_ops.model.errors import DomainError, InvalidArgument
 from durable_ops.model.held_leases import HeldLease, HeldLeases
 from durable_ops.operations.app import OperationsApp
 from durable_ops.operations.heartbeat_stream import BeatReader, Pushed
-from durable_ops.operations.row_watch import Watch
+from durable_ops.operations.watch import CANCEL, Watch
 from durable_ops.rpc.errors import status_for
 from durable_ops.wire import operations as convert
 
@@ -44,9 +44,9 @@ async def heartbeat(
     log.info("lease_stream_opened", operation_id=operation_id, owner=owner)
     yield reply
     pushed = reply.cancel_requested  # the holder knows already
-    with app.cancels.watching(operation_id) as cancelled:
+    with app.watch.watching(CANCEL, operation_id) as cancelled:
         while True:
-            beat = await beats.next(unless=None if pushed else cancelled)
+            beat = await beats.next(unless=None if pushed else cancelled.event)
             if beat is None:
                 return
             if isinstance(beat, Pushed):
@@ -77,7 +77,7 @@ async def hold_leases(
 ) -> AsyncIterator[pb.HoldLeasesResponse]:
     """Every lease one worker holds, extended by one transaction per beat."""
     held = HeldLeases()
-    with app.cancels.watching_many() as cancels:
+    with app.watch.watching(CANCEL) as cancels:
         while True:
             request = await beats.next(unless=cancels.event)
             if request is None:

@@ -2,7 +2,8 @@
 
 The same owner scope, credentials and use cases as ``OperationsService``
 (``OperationsApp``); only the shapes are Google's (``wire.longrunning``).
-``WaitOperation`` waits on the replica's ``OperationWatch``: no waiter polls alone.
+``WaitOperation`` waits on the replica's watch (``operations.watch``): no waiter
+polls alone.
 """
 
 from __future__ import annotations

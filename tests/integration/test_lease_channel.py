@@ -70,12 +70,12 @@ def test_a_cancel_taken_by_another_replica_reaches_the_stream_through_the_shared
     stream = holder.stream(lease)
     stream.beat()
     pushed: Future[pb.HeartbeatResponse] = pool.submit(stream.read)
-    polls_before = services.operations_app.cancels.polls
+    polls_before = services.operations_app.watch.polls
 
     assert OpsClient(other_replica).cancel(ALICE, lease.id).cancel_requested is True
     message = pushed.result(HANG_GUARD)
     assert (message.pushed, message.cancel_requested) == (True, True)
-    assert services.operations_app.cancels.polls > polls_before
+    assert services.operations_app.watch.polls > polls_before
     stream.close()
 
 
@@ -87,7 +87,7 @@ def test_the_cancel_poll_asks_once_for_every_open_stream(
     streams = [ops.stream(lease) for lease in leases]
     for stream in streams:
         stream.beat()
-    watch = services.operations_app.cancels
+    watch = services.operations_app.watch
     statements: list[str] = []
     lock = threading.Lock()
 

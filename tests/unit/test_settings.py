@@ -60,7 +60,7 @@ def test_values_are_parsed_by_type() -> None:
         ("OPS_DEV_LOGIN", "maybe"),
         ("OPS_AI_USER_LIMIT", "two"),
         ("OPS_WORKER_POLL_SECONDS", "x"),
-        ("OPS_CANCEL_WATCH_INTERVAL_SECONDS", "0"),
+        ("OPS_WATCH_INTERVAL_SECONDS", "0"),
         ("OPS_CLAIM_POLL_INTERVAL_SECONDS", "-0.1"),
         ("OPS_SWEEP_INTERVAL_SECONDS", "0"),
         ("OPS_DEV_MODEL_SECONDS", "-1"),

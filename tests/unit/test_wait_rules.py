@@ -8,7 +8,7 @@ import pytest
 
 from durable_ops.gateway.dto import parse_rfc3339, rfc3339
 from durable_ops.model.states import OperationState
-from durable_ops.operations.operation_watch import answers
+from durable_ops.operations.watch import answers
 from durable_ops.storage.operations import Version
 
 SEEN = datetime(2026, 12, 1, 10, 0, 0, 123456, tzinfo=UTC)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, Select, bindparam, select
+from sqlalchemy import Select, bindparam, select
 
 from durable_ops.model import bounds, lifecycle
 from durable_ops.model.errors import NotFound
@@ -112,12 +112,7 @@ def attempts(tx: Tx, operation_id: str) -> list[OperationAttempt]:
 # ---- the neutral watches: many operations by id ----------------------------------------
 
 IDS_PER_QUERY_MAX = 1000  # ids per IN list; a replica watching more asks in parts
-_CANCELS_AMONG = select(OPS.c.id).where(
-    OPS.c.id.in_(bindparam("ids", expanding=True)),
-    OPS.c.state == S.RUNNING,
-    OPS.c.cancel_requested.is_(True),
-)
-_VERSIONS_AMONG = select(OPS.c.id, OPS.c.state, OPS.c.updated_at).where(
+_VERSIONS_AMONG = select(OPS.c.id, OPS.c.state, OPS.c.updated_at, OPS.c.cancel_requested).where(
     OPS.c.id.in_(bindparam("ids", expanding=True))
 )
 _CLAIMABLE_KINDS = (
@@ -132,33 +127,25 @@ _CLAIMABLE_KINDS = (
 
 @dataclass(frozen=True)
 class Version:
-    """What a waiter compares: is the operation done, and is it still the one it saw."""
+    """What a waiter compares: is the operation done, is it still the one it saw, and did
+    its owner ask to cancel."""
 
     state: OperationState
     updated_at: datetime
-
-
-def cancels_among(tx: Tx, operation_ids: Sequence[str]) -> set[str]:
-    """Which of these running operations' owners asked to cancel: one primary-key lookup."""
-    return {row.id for row in _rows_among(tx, _CANCELS_AMONG, operation_ids)}
+    cancel_requested: bool = False
 
 
 def versions_among(tx: Tx, operation_ids: Sequence[str]) -> dict[str, Version]:
-    """State and ``updated_at`` of those of these operations that exist: one primary-key lookup."""
-    return {
-        row.id: Version(OperationState(row.state), row.updated_at)
-        for row in _rows_among(tx, _VERSIONS_AMONG, operation_ids)
-    }
-
-
-def _rows_among(tx: Tx, query: Select[Any], operation_ids: Sequence[str]) -> list[Row[Any]]:
-    """The rows ``query`` keeps, asked in chunks a statement can carry."""
+    """The versions of those of these operations that exist: primary-key lookups, in chunks
+    a statement can carry."""
     if tx.owner_id is not None:
         raise ScopeViolation("the watches run in the neutral scope")
-    found: list[Row[Any]] = []
+    found: dict[str, Version] = {}
     for start in range(0, len(operation_ids), IDS_PER_QUERY_MAX):
         ids = list(operation_ids[start : start + IDS_PER_QUERY_MAX])
-        found.extend(tx.execute(query, {"ids": ids}))
+        for row in tx.execute(_VERSIONS_AMONG, {"ids": ids}):
+            state = OperationState(row.state)
+            found[row.id] = Version(state, row.updated_at, bool(row.cancel_requested))
     return found
 
 

@@ -1,0 +1,170 @@
+"""Wake the calls that wait on operations, within a fraction of a second.
+
+A call watches the operations it waits on (one, or the changing set of a
+lease stream) for what it waits for (an ``Interest``): the end or a move of
+an operation (``WaitOperation``, the HTTP long-poll), or its owner's cancel
+(the lease streams). A change committed in this process wakes the calls it
+may concern at once (``Database.events``); a change committed elsewhere (on
+another replica, by the sweeper) is found by one primary-key query for every
+operation this process's calls watch (``storage.operations.versions_among``),
+every ``interval_seconds`` and only while a call watches one it has not been
+woken for. An operation wakes a call once, until the call looks again
+(``Watch.rearm``). No call polls alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+
+from durable_ops.model.states import OperationState
+from durable_ops.operations.shared_poll import SharedPoll
+from durable_ops.storage import operations
+from durable_ops.storage.db import Database
+from durable_ops.storage.events import Changed, Committed
+from durable_ops.storage.operations import Version
+
+
+@dataclass(frozen=True)
+class Interest:
+    """What a call waits for: a test of the operation as polled, and of a change committed
+    here (which the call reads again when it is not sure)."""
+
+    found: Callable[[Version | None], bool]
+    heard: Callable[[Changed], bool]
+
+
+def answers(seen: datetime | None, version: Version | None) -> bool:
+    """Whether a waiter that saw ``seen`` (``None``: it waits for the end) has its answer.
+
+    A vanished operation answers too: the waiter's read says it is not found.
+    """
+    if version is None or version.state.is_terminal:
+        return True
+    return seen is not None and version.updated_at != seen
+
+
+def moved(seen: datetime | None) -> Interest:
+    """The end of the operation, or (``seen``) any change from what the caller saw."""
+    return Interest(lambda version: answers(seen, version), lambda change: True)
+
+
+CANCEL = Interest(
+    lambda version: (
+        version is not None and version.state is OperationState.RUNNING and version.cancel_requested
+    ),
+    lambda change: change.cancel_asked,
+)
+
+
+class Watch:
+    """One call's operations: ``event`` is set when any of them was woken; ``take`` says which."""
+
+    def __init__(self, watcher: Watcher, interest: Interest) -> None:
+        self._watcher = watcher
+        self.interest = interest
+        self.event = asyncio.Event()
+        self._ids: set[str] = set()
+        self._woken: set[str] = set()  # each operation wakes the call once, until rearmed
+        self._fresh: set[str] = set()  # woken and not taken yet
+
+    def add(self, operation_id: str) -> None:
+        if operation_id not in self._ids:
+            self._ids.add(operation_id)
+            self._watcher._register(operation_id, self)
+
+    def discard(self, operation_id: str) -> None:
+        if operation_id in self._ids:
+            self._ids.discard(operation_id)
+            self._woken.discard(operation_id)
+            self._fresh.discard(operation_id)
+            self._watcher._unregister(operation_id, self)
+
+    def woken(self, operation_id: str) -> bool:
+        return operation_id in self._woken
+
+    def wake(self, operation_id: str) -> None:
+        if operation_id in self._ids and operation_id not in self._woken:
+            self._woken.add(operation_id)
+            self._fresh.add(operation_id)
+            self.event.set()
+
+    def take(self) -> set[str]:
+        """The operations woken since the last take; they stay woken."""
+        self.event.clear()
+        taken, self._fresh = self._fresh, set()
+        return taken
+
+    def rearm(self) -> None:
+        """The call is about to look again: what changes from now on wakes it anew."""
+        self.event.clear()
+        self._woken.clear()
+        self._fresh.clear()
+
+    def close(self) -> None:
+        for operation_id in list(self._ids):
+            self.discard(operation_id)
+
+
+class Watcher:
+    def __init__(self, db: Database, interval_seconds: float) -> None:
+        self._db = db
+        self._watches: dict[str, set[Watch]] = {}
+        self._poll = SharedPoll("operation_watch", interval_seconds, self._find)
+        db.events.subscribe(self._committed)
+
+    @property
+    def polls(self) -> int:
+        return self._poll.polls
+
+    @contextmanager
+    def watching(self, interest: Interest, *operation_ids: str) -> Iterator[Watch]:
+        """A watch for ``interest`` of these operations and those the caller adds."""
+        watch = Watch(self, interest)
+        try:
+            for operation_id in operation_ids:
+                watch.add(operation_id)
+            yield watch
+        finally:
+            watch.close()
+
+    def _register(self, operation_id: str, watch: Watch) -> None:
+        self._watches.setdefault(operation_id, set()).add(watch)
+        self._poll.ensure_running(lambda: bool(self._watches))
+
+    def _unregister(self, operation_id: str, watch: Watch) -> None:
+        watches = self._watches.get(operation_id, set())
+        watches.discard(watch)
+        if not watches:
+            self._watches.pop(operation_id, None)
+
+    def _committed(self, changes: Sequence[Committed]) -> None:
+        for change in changes:
+            if isinstance(change, Changed):
+                for watch in list(self._watches.get(change.operation_id, ())):
+                    if watch.interest.heard(change):
+                        watch.wake(change.operation_id)
+
+    async def _find(self) -> None:
+        ids = [
+            operation_id
+            for operation_id, watches in self._watches.items()
+            if not all(watch.woken(operation_id) for watch in watches)
+        ]
+        if not ids:
+            return
+        versions = await self._db.run_core_async(
+            lambda tx: operations.versions_among(tx, ids), owner_id=None, write=False
+        )
+        for operation_id in ids:
+            version = versions.get(operation_id)
+            for watch in list(self._watches.get(operation_id, ())):
+                if watch.interest.found(version):
+                    watch.wake(operation_id)
+
+    async def close(self) -> None:
+        self._db.events.unsubscribe(self._committed)
+        await self._poll.close()
