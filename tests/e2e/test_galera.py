@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -58,6 +58,7 @@ from tests.support.figures import report
 from tests.support.grpc_services import SECRET, running_services
 from tests.support.operations_client import ALICE, SUCCEEDED, OpsClient
 from tests.support.ports import free_port
+from tests.support.storage_conformance import CASES
 from tests.support.workspace_client import entitle
 
 pytestmark = [pytest.mark.galera, pytest.mark.slow]
@@ -424,6 +425,26 @@ def test_admission_limits_hold_with_admissions_through_two_nodes(
         assert admitted == rounds * limits.global_ or busy > 0  # the limit reached each round
     finally:
         _dispose(dbs)
+
+
+@pytest.fixture(scope="module")
+def conformance_database(cluster: tuple[Path, list[str]]) -> list[str]:
+    """One fresh database the conformance cases share, by URL on each node."""
+    return _migrated(cluster[1], "ops_conformance")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.__name__ for case in CASES])
+def test_the_storage_conformance_suite_holds_on_each_node(
+    conformance_database: list[str], case: Callable[[Database], None]
+) -> None:
+    """Every case of the suite SQLite and MariaDB pass, on one shared database, through
+    the three nodes in turn (the claims spread, as on any Galera node)."""
+    node = CASES.index(case) % len(conformance_database)
+    (db,) = _databases([conformance_database[node]])
+    try:
+        case(db)
+    finally:
+        db.dispose()
 
 
 @pytest.mark.parametrize("spread", [False, True], ids=["head-of-queue", "spread"])
