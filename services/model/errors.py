@@ -20,6 +20,8 @@ and the gateway maps on to HTTP:
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 
 class DomainError(Exception):
     kind = "internal"
@@ -107,3 +109,13 @@ class NotImplementedYet(DomainError):
 class Unavailable(DomainError):
     kind = "unavailable"
     code = "unavailable"
+
+
+Answer = TypeVar("Answer")
+
+
+def refusal_raised(answer: Answer | DomainError) -> Answer:
+    """One item's answer of a batch that answers each item alone, its refusal raised."""
+    if isinstance(answer, DomainError):
+        raise answer
+    return answer

@@ -185,10 +185,12 @@ class OperationsApp:
 
     async def settle_one(self, settlement: Settlement) -> OperationState:
         """One lease of its owner's, settled in the owner's scope; a refusal raised."""
-        (answer,) = await self.settle([settlement], settlement.owner_id)
-        if isinstance(answer, DomainError):
-            raise answer
-        return answer
+        now = self.clock()
+        return await self.db.run_core_async(
+            lambda tx: operations.settle_one(tx, settlement, now),
+            owner_id=settlement.owner_id,
+            short=True,
+        )
 
     async def beat(self, lease: HeldLease) -> Held:
         """One lease extended in its owner's scope; a refusal raised."""

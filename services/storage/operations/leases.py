@@ -28,6 +28,7 @@ from durable_ops.model.errors import (
     InvalidArgument,
     LeaseLost,
     NotFound,
+    refusal_raised,
 )
 from durable_ops.model.held_leases import HeldLease
 from durable_ops.model.lifecycle import Event
@@ -94,10 +95,7 @@ def extend(tx: Tx, leases: Sequence[HeldLease], now: datetime) -> list[Held | Do
 
 def heartbeat(tx: Tx, lease: HeldLease, now: datetime) -> Held:
     """One beat, its refusal raised."""
-    answer = extend(tx, [lease], now)[0]
-    if isinstance(answer, DomainError):
-        raise answer
-    return answer
+    return refusal_raised(extend(tx, [lease], now)[0])
 
 
 def _parameters(leases: Sequence[HeldLease], now: datetime) -> dict[str, Any]:

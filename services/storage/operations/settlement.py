@@ -20,7 +20,13 @@ from typing import Any
 from sqlalchemy import RowMapping, bindparam, select
 
 from durable_ops.model import bounds, lifecycle
-from durable_ops.model.errors import DomainError, InvalidArgument, LeaseLost, NotFound
+from durable_ops.model.errors import (
+    DomainError,
+    InvalidArgument,
+    LeaseLost,
+    NotFound,
+    refusal_raised,
+)
 from durable_ops.model.lifecycle import Event
 from durable_ops.model.states import OperationState
 from durable_ops.storage.operations import apply
@@ -133,10 +139,7 @@ def settle(
 
 def settle_one(tx: Tx, settlement: Settlement, now: datetime) -> OperationState:
     """One settlement, its refusal raised."""
-    answer = settle(tx, [settlement], now)[0]
-    if isinstance(answer, DomainError):
-        raise answer
-    return answer
+    return refusal_raised(settle(tx, [settlement], now)[0])
 
 
 def _held(row: RowMapping | dict[str, Any] | None, item: Settlement) -> dict[str, Any]:
