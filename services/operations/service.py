@@ -149,10 +149,20 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         items = [convert.failure(item.owner_id, item.failure) for item in request.items]
         return await self._settle_many(items, "operations_failed")
 
+    async def SettleOperations(
+        self, request: pb.SettleOperationsRequest, context: ServicerContext
+    ) -> pb.LeaseMutationsResponse:
+        require_neutral_worker(caller_scope(context))
+        items = [convert.settlement(item) for item in request.items]
+        return await self._settle_many(items, "operations_settled")
+
     async def _settle_many(self, items: list[Settlement], event: str) -> pb.LeaseMutationsResponse:
         answer = convert.outcomes(items, await self.app.settle(items, owner=None))
         refused = sum(1 for outcome in answer.outcomes if outcome.status_code)
         log.info(event, count=len(answer.outcomes), refused=refused)
+        for item, outcome in zip(items, answer.outcomes, strict=True):
+            if item.event is Event.REQUEST_FALLBACK and not outcome.status_code:
+                log.info(_SETTLED[item.event], operation_id=item.operation_id, owner=item.owner_id)
         return answer
 
     async def HoldLeases(

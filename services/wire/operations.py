@@ -216,6 +216,20 @@ def acknowledgement(owner: str, request: pb.AcknowledgeCancellationRequest) -> S
     return Settlement(owner, request.operation_id, request.lease_token, Event.ACKNOWLEDGE_CANCEL)
 
 
+def settlement(item: pb.SettleOperationsRequest.Item) -> Settlement:
+    """One item of the settlement channel, whichever outcome it carries."""
+    outcome = item.WhichOneof("outcome")
+    if outcome == "complete":
+        return completion(item.owner_id, item.complete)
+    if outcome == "fail":
+        return failure(item.owner_id, item.fail)
+    if outcome == "fallback":
+        return fallback(item.owner_id, item.fallback)
+    if outcome == "acknowledge_cancel":
+        return acknowledgement(item.owner_id, item.acknowledge_cancel)
+    raise InvalidArgument("outcome", "is required: complete, fail, fallback or acknowledge_cancel")
+
+
 def outcomes(
     settlements: Sequence[Settlement], answers: Sequence[OperationState | DomainError]
 ) -> pb.LeaseMutationsResponse:

@@ -51,7 +51,7 @@ from durable_ops.model import bounds
 from durable_ops.model.errors import CANCEL_REQUESTED, DomainError, LeaseLost
 from durable_ops.model.routing import Route
 from durable_ops.model.scope import Role
-from durable_ops.rpc.client import ServiceCaller, UnaryMethod, open_channel
+from durable_ops.rpc.client import ServiceCaller, open_channel
 from durable_ops.rpc.errors import domain_error_from_rpc
 from durable_ops.worker.failures import (
     ExternalFallback,
@@ -64,7 +64,7 @@ from durable_ops.worker.job import Ending, Job
 from durable_ops.worker.lease import Lease, LeaseStream
 from durable_ops.worker.outcomes import Completed, completed, provenance_to_pb
 from durable_ops.worker.routes import rotated, route_to_pb
-from durable_ops.worker.settler import CALL_TIMEOUT_SECONDS, retrying, settler
+from durable_ops.worker.settler import CALL_TIMEOUT_SECONDS, settler
 
 Handler = Callable[[Job], Awaitable[str | Completed | None]]
 # Entered before a job's handler runs, exited once the job is settled (``job.ending``).
@@ -163,17 +163,13 @@ class Worker:
         channel = open_channel(self._target)
         self._stub = pb_grpc.OperationsServiceStub(channel)
         self.leases = LeaseStream(lambda: self._stub.HoldLeases(metadata=self._caller.metadata()))
-        self._completions = settler(
-            self._send_completions, self.options.batch_size, self.options.flush_seconds
-        )
-        self._failures = settler(
-            self._send_failures, self.options.batch_size, self.options.flush_seconds
+        self._settlements = settler(
+            self._send_settlements, self.options.batch_size, self.options.flush_seconds
         )
         try:
             await self._claim_loop()
             await self._finish_running()
-            await self._completions.drain()
-            await self._failures.drain()
+            await self._settlements.drain()
         finally:
             await self.leases.close()
             await channel.close()
@@ -378,9 +374,9 @@ class Worker:
     # ---- settling ----------------------------------------------------------------------------
 
     async def _complete(self, job: Job, result: Completed) -> None:
-        item = pb.CompleteOperationsRequest.Item(
+        item = pb.SettleOperationsRequest.Item(
             owner_id=job.owner_id,
-            completion=pb.CompleteOperationRequest(
+            complete=pb.CompleteOperationRequest(
                 operation_id=job.operation_id,
                 lease_token=job.lease_token,
                 result_ref=result.result_ref,
@@ -392,7 +388,7 @@ class Worker:
             link=job.trace_parent,
             operation_id=job.operation_id,
         ):
-            outcome = await self._submit(self._completions.submit(item), job, "completion")
+            outcome = await self._submit(item, job, "completion")
         if outcome is not None and not outcome.status_code:
             job.ending = Ending.COMPLETED
             self.completed += 1
@@ -404,9 +400,9 @@ class Worker:
             await self._fail(job, settlement)
 
     async def _fail(self, job: Job, failure: HandlerFailure) -> None:
-        item = pb.FailOperationsRequest.Item(
+        item = pb.SettleOperationsRequest.Item(
             owner_id=job.owner_id,
-            failure=pb.FailOperationRequest(
+            fail=pb.FailOperationRequest(
                 operation_id=job.operation_id,
                 lease_token=job.lease_token,
                 retryable=failure.retryable,
@@ -415,58 +411,46 @@ class Worker:
                 provenance=provenance_to_pb(failure.provenance),
             ),
         )
-        outcome = await self._submit(self._failures.submit(item), job, "failure")
+        outcome = await self._submit(item, job, "failure")
         if outcome is not None and not outcome.status_code:
             job.ending = Ending.FAILED
             self.failed += 1
 
     async def _fall_back(self, job: Job, fallback: ExternalFallback) -> None:
-        request = pb.RequestExternalFallbackRequest(
-            operation_id=job.operation_id,
-            lease_token=job.lease_token,
-            provenance=provenance_to_pb(fallback.provenance),
+        item = pb.SettleOperationsRequest.Item(
+            owner_id=job.owner_id,
+            fallback=pb.RequestExternalFallbackRequest(
+                operation_id=job.operation_id,
+                lease_token=job.lease_token,
+                provenance=provenance_to_pb(fallback.provenance),
+            ),
         )
-        try:
-            await self._as_owner(self._stub.RequestExternalFallback, request, job)
-        except DomainError as error:
-            _log.warning("worker_fallback_refused", **job.log_fields(), code=error.code)
+        outcome = await self._submit(item, job, "fallback")
+        if outcome is None or outcome.status_code:
             return
         job.ending = Ending.FELL_BACK
         self.failed += 1
         _log.info("worker_fell_back", **job.log_fields(), reason=fallback.reason)
 
     async def _acknowledge(self, job: Job) -> None:
-        request = pb.AcknowledgeCancellationRequest(
-            operation_id=job.operation_id, lease_token=job.lease_token
+        item = pb.SettleOperationsRequest.Item(
+            owner_id=job.owner_id,
+            acknowledge_cancel=pb.AcknowledgeCancellationRequest(
+                operation_id=job.operation_id, lease_token=job.lease_token
+            ),
         )
-        try:
-            await self._as_owner(self._stub.AcknowledgeCancellation, request, job)
-        except DomainError as error:
-            _log.warning("worker_cancel_not_acknowledged", **job.log_fields(), code=error.code)
-            return
-        job.ending = Ending.CANCELLED
+        outcome = await self._submit(item, job, "cancel_acknowledgement")
+        if outcome is not None and not outcome.status_code:
+            job.ending = Ending.CANCELLED
 
-    async def _as_owner(
-        self, method: UnaryMethod[Request, pb.LeaseMutationResponse], request: Request, job: Job
-    ) -> pb.LeaseMutationResponse:
-        """One lease mutation in the job's owner's scope, asked again while the service is away."""
-
-        async def ask() -> pb.LeaseMutationResponse:
-            reply: pb.LeaseMutationResponse = await method(
-                request, metadata=self._caller.metadata(job.owner_id), timeout=CALL_TIMEOUT_SECONDS
-            )
-            return reply
-
-        return await retrying(ask)
-
-    @staticmethod
     async def _submit(
-        answer: Awaitable[pb.LeaseMutationsResponse.Outcome], job: Job, what: str
+        self, item: pb.SettleOperationsRequest.Item, job: Job, what: str
     ) -> pb.LeaseMutationsResponse.Outcome | None:
-        """A settlement's outcome, logged when refused; ``None`` when it could not be sent
-        (the service stayed away): the lease then runs out and the work is tried again."""
+        """A settlement's outcome through the one settlement channel, logged when refused;
+        ``None`` when it could not be sent (the service stayed away): the lease then runs
+        out and the work is tried again."""
         try:
-            outcome = await answer
+            outcome = await self._settlements.submit(item)
         except Exception as error:
             code = error.code if isinstance(error, DomainError) else type(error).__name__
             _log.warning(f"worker_{what}_not_sent", **job.log_fields(), code=code)
@@ -475,21 +459,11 @@ class Worker:
             _log.warning(f"worker_{what}_refused", **job.log_fields(), code=outcome.error_code)
         return outcome
 
-    async def _send_completions(
-        self, items: Sequence[pb.CompleteOperationsRequest.Item]
+    async def _send_settlements(
+        self, items: Sequence[pb.SettleOperationsRequest.Item]
     ) -> pb.LeaseMutationsResponse:
-        reply: pb.LeaseMutationsResponse = await self._stub.CompleteOperations(
-            pb.CompleteOperationsRequest(items=items),
-            metadata=self._caller.metadata(),
-            timeout=CALL_TIMEOUT_SECONDS,
-        )
-        return reply
-
-    async def _send_failures(
-        self, items: Sequence[pb.FailOperationsRequest.Item]
-    ) -> pb.LeaseMutationsResponse:
-        reply: pb.LeaseMutationsResponse = await self._stub.FailOperations(
-            pb.FailOperationsRequest(items=items),
+        reply: pb.LeaseMutationsResponse = await self._stub.SettleOperations(
+            pb.SettleOperationsRequest(items=items),
             metadata=self._caller.metadata(),
             timeout=CALL_TIMEOUT_SECONDS,
         )

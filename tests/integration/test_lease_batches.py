@@ -251,3 +251,67 @@ def test_batches_refuse_bad_sizes_and_the_wrong_scope(services: Services, ops: O
     )
     assert ops.state_counts() == {}
     assert ops.create(ALICE, "k-still-queued").state == QUEUED
+
+
+def test_one_settlement_batch_carries_all_four_outcomes(services: Services, ops: OpsClient) -> None:
+    ids = [ops.create((ALICE, BOB)[n % 2], f"k-all-{n}").id for n in range(4)]
+    by_id = {one.operation.id: one for one in _claim(ops, 4)}
+    completed, failed, fell_back, cancelled = (by_id[operation_id] for operation_id in ids)
+    ops.cancel(cancelled.owner_id, cancelled.operation.id)
+
+    items = [
+        pb.SettleOperationsRequest.Item(
+            owner_id=completed.owner_id,
+            complete=pb.CompleteOperationRequest(
+                operation_id=completed.operation.id, lease_token=completed.lease_token
+            ),
+        ),
+        pb.SettleOperationsRequest.Item(
+            owner_id=failed.owner_id,
+            fail=pb.FailOperationRequest(
+                operation_id=failed.operation.id,
+                lease_token=failed.lease_token,
+                failure_code="bad_input",
+            ),
+        ),
+        pb.SettleOperationsRequest.Item(
+            owner_id=fell_back.owner_id,
+            fallback=pb.RequestExternalFallbackRequest(
+                operation_id=fell_back.operation.id, lease_token=fell_back.lease_token
+            ),
+        ),
+        pb.SettleOperationsRequest.Item(
+            owner_id=cancelled.owner_id,
+            acknowledge_cancel=pb.AcknowledgeCancellationRequest(
+                operation_id=cancelled.operation.id, lease_token=cancelled.lease_token
+            ),
+        ),
+        pb.SettleOperationsRequest.Item(  # the cancel was not asked for this one: refused alone
+            owner_id=failed.owner_id,
+            acknowledge_cancel=pb.AcknowledgeCancellationRequest(
+                operation_id=completed.operation.id, lease_token=completed.lease_token
+            ),
+        ),
+    ]
+    response: pb.LeaseMutationsResponse = ops.stub.SettleOperations(
+        pb.SettleOperationsRequest(items=items), metadata=ops.neutral
+    )
+    states = [(outcome.state, outcome.status_code) for outcome in response.outcomes]
+    assert states[:4] == [
+        (SUCCEEDED, 0),
+        (FAILED, 0),
+        (pb.OPERATION_STATE_WAITING_FOR_EXTERNAL_FALLBACK, 0),
+        (pb.OPERATION_STATE_CANCELLED, 0),
+    ]
+    assert response.outcomes[4].error_code == "operation_not_found"  # another owner's lease
+
+
+def test_a_settlement_naming_no_outcome_is_refused_whole(ops: OpsClient) -> None:
+    expect_failure(
+        lambda: ops.stub.SettleOperations(
+            pb.SettleOperationsRequest(items=[pb.SettleOperationsRequest.Item(owner_id=ALICE)]),
+            metadata=ops.neutral,
+        ),
+        INVALID,
+        field="outcome",
+    )

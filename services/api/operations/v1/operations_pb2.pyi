@@ -927,6 +927,69 @@ class FailOperationsRequest(_message.Message):
 Global___FailOperationsRequest: _TypeAlias = FailOperationsRequest  # noqa: Y015
 
 @_typing.final
+class SettleOperationsRequest(_message.Message):
+    """Every way a lease holder ends a lease, batched (ADR 33), from the neutral
+    worker scope: each item names the owner it was claimed for and one outcome,
+    guarded on its own token, in one transaction for the batch. A refused item
+    is answered alone; the others commit. The one settlement channel of the SDK.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Item(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        OWNER_ID_FIELD_NUMBER: _builtins.int
+        COMPLETE_FIELD_NUMBER: _builtins.int
+        FAIL_FIELD_NUMBER: _builtins.int
+        FALLBACK_FIELD_NUMBER: _builtins.int
+        ACKNOWLEDGE_CANCEL_FIELD_NUMBER: _builtins.int
+        owner_id: _builtins.str
+        @_builtins.property
+        def complete(self) -> Global___CompleteOperationRequest: ...
+        @_builtins.property
+        def fail(self) -> Global___FailOperationRequest: ...
+        @_builtins.property
+        def fallback(self) -> Global___RequestExternalFallbackRequest: ...
+        @_builtins.property
+        def acknowledge_cancel(self) -> Global___AcknowledgeCancellationRequest: ...
+        def __init__(
+            self,
+            *,
+            owner_id: _builtins.str = ...,
+            complete: Global___CompleteOperationRequest | None = ...,
+            fail: Global___FailOperationRequest | None = ...,
+            fallback: Global___RequestExternalFallbackRequest | None = ...,
+            acknowledge_cancel: Global___AcknowledgeCancellationRequest | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["acknowledge_cancel", b"acknowledge_cancel", "complete", b"complete", "fail", b"fail", "fallback", b"fallback", "outcome", b"outcome"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["acknowledge_cancel", b"acknowledge_cancel", "complete", b"complete", "fail", b"fail", "fallback", b"fallback", "outcome", b"outcome", "owner_id", b"owner_id"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["complete", "fail", "fallback", "acknowledge_cancel"]  # noqa: Y015
+        _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
+        def WhichOneof(self, oneof_group: _WhichOneofArgType_outcome) -> _WhichOneofReturnType_outcome | None: ...
+
+    ITEMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___SettleOperationsRequest.Item]:
+        """1–100"""
+
+    def __init__(
+        self,
+        *,
+        items: _abc.Iterable[Global___SettleOperationsRequest.Item] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SettleOperationsRequest: _TypeAlias = SettleOperationsRequest  # noqa: Y015
+
+@_typing.final
 class LeaseMutationsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -84,6 +84,11 @@ class OperationsServiceStub:
                 request_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.FailOperationsRequest.SerializeToString,
                 response_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationsResponse.FromString,
                 _registered_method=True)
+        self.SettleOperations = channel.unary_unary(
+                '/durable_ops.api.operations.v1.OperationsService/SettleOperations',
+                request_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.SettleOperationsRequest.SerializeToString,
+                response_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationsResponse.FromString,
+                _registered_method=True)
         self.HoldLeases = channel.stream_stream(
                 '/durable_ops.api.operations.v1.OperationsService/HoldLeases',
                 request_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.HoldLeasesRequest.SerializeToString,
@@ -177,6 +182,12 @@ class OperationsServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def FailOperations(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SettleOperations(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -277,6 +288,11 @@ def add_OperationsServiceServicer_to_server(servicer, server):
             'FailOperations': grpc.unary_unary_rpc_method_handler(
                     servicer.FailOperations,
                     request_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.FailOperationsRequest.FromString,
+                    response_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationsResponse.SerializeToString,
+            ),
+            'SettleOperations': grpc.unary_unary_rpc_method_handler(
+                    servicer.SettleOperations,
+                    request_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.SettleOperationsRequest.FromString,
                     response_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationsResponse.SerializeToString,
             ),
             'HoldLeases': grpc.stream_stream_rpc_method_handler(
@@ -579,6 +595,33 @@ class OperationsService:
             target,
             '/durable_ops.api.operations.v1.OperationsService/FailOperations',
             durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.FailOperationsRequest.SerializeToString,
+            durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SettleOperations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_ops.api.operations.v1.OperationsService/SettleOperations',
+            durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.SettleOperationsRequest.SerializeToString,
             durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationsResponse.FromString,
             options,
             channel_credentials,

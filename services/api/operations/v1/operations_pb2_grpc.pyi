@@ -44,6 +44,7 @@ class OperationsServiceStub:
     CompleteOperations: _grpc.UnaryUnaryMultiCallable[_operations_pb2.CompleteOperationsRequest, _operations_pb2.LeaseMutationsResponse]
     """Neutral worker scope, each item in its owner's scope with its lease token."""
     FailOperations: _grpc.UnaryUnaryMultiCallable[_operations_pb2.FailOperationsRequest, _operations_pb2.LeaseMutationsResponse]
+    SettleOperations: _grpc.UnaryUnaryMultiCallable[_operations_pb2.SettleOperationsRequest, _operations_pb2.LeaseMutationsResponse]
     HoldLeases: _grpc.StreamStreamMultiCallable[_operations_pb2.HoldLeasesRequest, _operations_pb2.HoldLeasesResponse]
     """One stream holds every lease a worker holds (ADR 0026), each entry naming
     its owner and token: a beat extends them all, the owner's cancel is pushed
@@ -77,6 +78,7 @@ class OperationsServiceAsyncStub(OperationsServiceStub):
     CompleteOperations: _aio.UnaryUnaryMultiCallable[_operations_pb2.CompleteOperationsRequest, _operations_pb2.LeaseMutationsResponse]  # type: ignore[assignment]
     """Neutral worker scope, each item in its owner's scope with its lease token."""
     FailOperations: _aio.UnaryUnaryMultiCallable[_operations_pb2.FailOperationsRequest, _operations_pb2.LeaseMutationsResponse]  # type: ignore[assignment]
+    SettleOperations: _aio.UnaryUnaryMultiCallable[_operations_pb2.SettleOperationsRequest, _operations_pb2.LeaseMutationsResponse]  # type: ignore[assignment]
     HoldLeases: _aio.StreamStreamMultiCallable[_operations_pb2.HoldLeasesRequest, _operations_pb2.HoldLeasesResponse]  # type: ignore[assignment]
     """One stream holds every lease a worker holds (ADR 0026), each entry naming
     its owner and token: a beat extends them all, the owner's cancel is pushed
@@ -165,6 +167,13 @@ class OperationsServiceServicer(metaclass=_abc_1.ABCMeta):
     def FailOperations(
         self,
         request: _operations_pb2.FailOperationsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_operations_pb2.LeaseMutationsResponse, _abc.Awaitable[_operations_pb2.LeaseMutationsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def SettleOperations(
+        self,
+        request: _operations_pb2.SettleOperationsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_operations_pb2.LeaseMutationsResponse, _abc.Awaitable[_operations_pb2.LeaseMutationsResponse]]: ...
 
