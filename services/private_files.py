@@ -12,6 +12,7 @@ taken as known, and only its owner can decide whether to rotate it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from pathlib import Path
@@ -35,7 +36,7 @@ def private_directory(path: Path) -> None:
         path.mkdir(mode=DIRECTORY_MODE)
     except FileExistsError:  # another process made it meanwhile, or it is not a directory
         if not path.is_dir():
-            raise
+            raise NotADirectoryError(errno.ENOTDIR, f"{path} is not a directory") from None
         return
     os.chmod(path, DIRECTORY_MODE)  # exactly, whatever the umask took away
 
@@ -48,13 +49,20 @@ def prepare_sqlite_file(database: Path) -> None:
     ours that group or others may read, left by an earlier release, is
     tightened to 0600 rather than refused: the fix is the same ``chmod`` and
     refusing would stop every service of an existing installation for it.
+    A place that cannot hold it is a ``SettingsError`` naming it.
     """
-    private_directory(database.parent)
-    # Exists already: made earlier, or by a process starting at the same time.
-    with contextlib.suppress(FileExistsError):
-        os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
-    for path in (database, *(Path(f"{database}{suffix}") for suffix in SQLITE_COMPANIONS)):
-        _tighten(path)
+    try:
+        private_directory(database.parent)
+        # Exists already: made earlier, or by a process starting at the same time.
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
+        for path in (database, *(Path(f"{database}{suffix}") for suffix in SQLITE_COMPANIONS)):
+            _tighten(path)
+    except OSError as error:
+        raise SettingsError(
+            f"cannot make the SQLite database {database} private ({error.strerror}):"
+            " check OPS_DATABASE_URL"
+        ) from error
 
 
 def _tighten(path: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from durable_ops.private_files import prepare_sqlite_file, private_directory
+from durable_ops.settings import SettingsError
 
 
 def _mode(path: Path) -> int:
@@ -49,3 +50,10 @@ def test_a_read_only_database_stays_read_only_once_tightened(tmp_path: Path) -> 
     database.chmod(0o444)
     prepare_sqlite_file(database)
     assert _mode(database) == 0o400
+
+
+def test_a_place_that_cannot_hold_the_database_is_named(tmp_path: Path) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    with pytest.raises(SettingsError, match=r"a-file is not a directory\): check OPS_DATABASE_URL"):
+        prepare_sqlite_file(blocked / "ops.sqlite3")
