@@ -100,9 +100,16 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_token(args: argparse.Namespace) -> int:
-    from durable_ops.gateway.auth import mint_user_token
+    from durable_ops.gateway.auth import MAX_USER_TOKEN_SECONDS, mint_user_token
     from durable_ops.model import bounds
 
+    if not 1 <= args.ttl <= MAX_USER_TOKEN_SECONDS:
+        print(
+            f"opsctl token: --ttl must be between 1 and {MAX_USER_TOKEN_SECONDS} seconds"
+            " (30 days); mint a new token when one runs out",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     settings = _settings(args, keep_secrets=("jwt_secret",))
     bounds.owner_id(args.user)
     print(
@@ -269,7 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
         " page)",
         "Signed with OPS_JWT_SECRET, else with the secret kept in var/secrets.json (the one\n"
         "`opsctl up` uses when OPS_JWT_SECRET is unset); OPS_JWT_ISSUER and OPS_JWT_AUDIENCE\n"
-        "are honoured.",
+        "are honoured. A token lives at most 30 days (--ttl 2592000); the gateway refuses a\n"
+        "longer-lived one.",
     )
     token.add_argument("--user", required=True, help="the owner id the token signs in as")
     token.add_argument(

@@ -7,7 +7,8 @@ from 256 random bits the first time any of them needs it. So a token from
 everyone signed in. The built-in defaults are public and never used then.
 Rotate by deleting the file (everyone signs in again) or, without signing
 anyone out, by setting ``OPS_JWT_SECRET`` and listing the old one in
-``OPS_JWT_PREVIOUS_SECRETS``.
+``OPS_JWT_PREVIOUS_SECRETS``. A file that group or others may read is refused
+(``private_files``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from durable_ops.private_files import private_directory, read_private_text
 from durable_ops.settings import Settings, SettingsError, variable
 
 SECRETS_PATH = Path("var") / "secrets.json"
@@ -61,7 +63,7 @@ def with_kept_secrets(
 
 
 def _create(path: Path) -> None:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_directory(path.parent)
     fresh = {name: secrets.token_urlsafe(32) for name in KEPT}
     draft = path.with_name(f".{path.name}.{secrets.token_hex(8)}.draft")
     descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -79,8 +81,9 @@ def _create(path: Path) -> None:
 
 
 def _read(path: Path) -> dict[str, str]:
+    text = read_private_text(path)  # outside the try: its refusal is a ValueError too
     try:
-        kept = json.loads(path.read_text())
+        kept = json.loads(text)
     except ValueError:
         kept = None
     if not isinstance(kept, dict) or not all(

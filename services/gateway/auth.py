@@ -7,8 +7,10 @@ for a cookie-authenticated state change from another origin (CSRF), or one
 that names no origin at all: a write the cookie authenticates must carry an
 ``Origin`` or a ``Referer`` of this host (browsers send ``Origin`` with every
 POST, PUT, PATCH and DELETE; a client that sends neither uses a bearer
-token). The session cookie lives at most ``SESSION_COOKIE_MAX_AGE_SECONDS``
-(7 days), whatever the token's ``exp``. Any
+token). A user token lives at most ``MAX_USER_TOKEN_SECONDS`` (30 days,
+``exp`` - ``iat``): a longer one is neither minted nor accepted, so a token
+minted long-lived before the cap stops working. The session cookie lives at
+most ``SESSION_COOKIE_MAX_AGE_SECONDS`` (7 days), whatever the token's ``exp``. Any
 identity header a client sends (``x-owner-id`` and the like) is never read:
 the owner is the verified ``sub`` and nothing else.
 """
@@ -36,6 +38,9 @@ CLOCK_LEEWAY_SECONDS = 10
 MAX_TOKEN_LENGTH = 4096
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SESSION_COOKIE_MAX_AGE_SECONDS = 7 * 24 * 3600
+# A leaked token is good until it expires (nothing revokes one but rotating the secret):
+# its life is capped, and a token without ``exp`` and ``iat`` has no life to check.
+MAX_USER_TOKEN_SECONDS = 30 * 24 * 3600
 # ``none``: the user typed the address or followed a bookmark, which a forger cannot arrange.
 SAME_ORIGIN_FETCH_SITES = frozenset({"same-origin", "none"})
 
@@ -60,11 +65,14 @@ def mint_user_token(
 ) -> str:
     """A user JWT: HS256, ``sub`` = ``user_id``, ``iat`` and ``exp``, ``iss``/``aud`` when given.
 
-    Raises ``InvalidArgument`` for a user id outside ``bounds.owner_id`` or a ttl < 1.
+    Raises ``InvalidArgument`` for a user id outside ``bounds.owner_id`` or a ttl
+    outside 1 … ``MAX_USER_TOKEN_SECONDS``.
     """
     bounds.owner_id(user_id)
-    if ttl_seconds < 1:
-        raise InvalidArgument("ttl_seconds", "must be at least 1")
+    if not 1 <= ttl_seconds <= MAX_USER_TOKEN_SECONDS:
+        raise InvalidArgument(
+            "ttl_seconds", f"must be between 1 and {MAX_USER_TOKEN_SECONDS} (30 days)"
+        )
     now = int(time.time())
     claims: dict[str, Any] = {"sub": user_id, "iat": now, "exp": now + ttl_seconds}
     if issuer:
@@ -78,11 +86,12 @@ def verify_user_token(secret: str, token: str, *, issuer: str = "", audience: st
     """The user id (``sub``) of a valid token, else ``InvalidToken``.
 
     Only HS256 is accepted (``alg: none`` and every other algorithm are refused),
-    ``exp`` is required, and ``iss``/``aud`` are checked when configured.
+    ``exp`` and ``iat`` are required, at most ``MAX_USER_TOKEN_SECONDS`` apart (PyJWT
+    refuses an ``iat`` in the future), and ``iss``/``aud`` are checked when configured.
     """
     if not token or len(token) > MAX_TOKEN_LENGTH:
         raise InvalidToken("missing or oversized token")
-    required = ["exp", "sub"] + (["iss"] if issuer else []) + (["aud"] if audience else [])
+    required = ["exp", "iat", "sub"] + (["iss"] if issuer else []) + (["aud"] if audience else [])
     try:
         claims = jwt.decode(
             token,
@@ -93,6 +102,8 @@ def verify_user_token(secret: str, token: str, *, issuer: str = "", audience: st
             leeway=CLOCK_LEEWAY_SECONDS,
             options={"require": required, "verify_aud": bool(audience)},
         )
+        if int(claims["exp"]) - int(claims["iat"]) > MAX_USER_TOKEN_SECONDS:
+            raise InvalidToken("lives longer than 30 days")
         subject = claims["sub"]
         if not isinstance(subject, str):
             raise InvalidToken("sub is not a string")

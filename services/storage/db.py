@@ -61,6 +61,7 @@ from sqlalchemy.pool import StaticPool
 
 from durable_ops.model.errors import Unavailable
 from durable_ops.model.lifecycle import Draw, system_draw
+from durable_ops.private_files import prepare_sqlite_file
 from durable_ops.storage import direct, pool
 from durable_ops.storage.events import Bus, Committed, collecting
 from durable_ops.storage.inline_sqlite import InlineSqlite
@@ -176,7 +177,7 @@ def _sqlite_engine(url: URL, *, inline: bool = False) -> Engine:
     """The pool's engine, whose connections wait up to 30 s for a lock; or, ``inline``,
     the engine of one connection that never waits nor checkpoints (``inline_sqlite``)."""
     if url.database and url.database != ":memory:":
-        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+        prepare_sqlite_file(Path(url.database))  # before SQLite makes it readable by all
     engine = sqlalchemy.create_engine(
         url,
         pool_reset_on_return=None,

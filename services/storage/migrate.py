@@ -123,7 +123,7 @@ def require_current(engine: Engine) -> None:
 
 
 def _prepare(url: str) -> None:
-    engine = create_db_engine(url)  # creates the SQLite parent folder
+    engine = create_db_engine(url)  # creates the SQLite file and its folder, private
     engine.dispose()
 
 

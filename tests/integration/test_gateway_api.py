@@ -837,7 +837,7 @@ def test_the_session_cookie_lives_at_most_seven_days(sqlite_services: Services) 
 
     async def scenario() -> None:
         async with gateway_client(make_app(sqlite_services.target)) as client:
-            for ttl, expected in ((365 * 24 * 3600, week), (30 * 24 * 3600, week), (600, 600)):
+            for ttl, expected in ((30 * 24 * 3600, week), (600, 600)):
                 signed = await client.post("/auth/login", json={"token": token("alice", ttl)})
                 assert signed.status_code == 200, signed.text
                 assert expected - 5 <= max_age(signed) <= expected, ttl

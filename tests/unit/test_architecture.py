@@ -32,7 +32,8 @@ PROCESSES = {
 }
 # telemetry: OpenTelemetry setup and span helpers, a leaf every process may use.
 SHARED = {"model", "settings", "clock", "logs", "api", "telemetry", "batching"}
-SERVER_SIDE = SHARED | {"storage", "rpc", "wire", "serving"}
+# private_files: the modes of var/, the SQLite files and kept secrets (storage, local_secrets).
+SERVER_SIDE = SHARED | {"storage", "rpc", "wire", "serving", "private_files"}
 GRPC_CLIENT_SIDE = SHARED | {"rpc"}
 
 # What each package may import from durable_ops.* besides itself.
@@ -44,9 +45,10 @@ ALLOWED: dict[str, set[str]] = {
     "batching": set(),
     "logs": {"settings"},
     "telemetry": {"settings"},
-    "local_secrets": {"settings"},
+    "private_files": {"settings"},
+    "local_secrets": {"settings", "private_files"},
     "stack": {"settings"},
-    "storage": {"model", "settings", "clock"},
+    "storage": {"model", "settings", "clock", "private_files"},
     "rpc": {"model", "settings", "clock", "api"},
     "wire": {"model", "storage", "api", "rpc"},
     # The life of a one-servicer process over the database (serve_on_database).

@@ -52,6 +52,7 @@ def test_a_file_that_is_not_ours_or_a_place_that_cannot_hold_one_is_a_clear_erro
 ) -> None:
     foreign = tmp_path / "secrets.json"
     foreign.write_text(json.dumps({"jwt_secret": ""}))
+    foreign.chmod(0o600)  # private, so it is its content that is refused
     with pytest.raises(SettingsError, match="not a secrets file"):
         load_or_create(foreign)
     blocked = tmp_path / "file"
@@ -79,3 +80,11 @@ def test_a_token_signed_before_a_rotation_is_still_accepted() -> None:
     assert verify_with_settings(rotated, old) == "alice"
     with pytest.raises(InvalidToken):
         verify_with_settings(Settings(jwt_secret=rotated.jwt_secret), old)
+
+
+def test_a_secrets_file_others_may_read_is_refused_and_named(tmp_path: Path) -> None:
+    path = tmp_path / "secrets.json"
+    load_or_create(path)
+    path.chmod(0o640)
+    with pytest.raises(SettingsError, match=r"secrets.json has mode 0640.*chmod 600"):
+        load_or_create(path)
