@@ -3,9 +3,10 @@
 A finished job's settlement (a completion, a failure, a fallback, an
 acknowledged cancel) waits at most ``flush_seconds`` for others to join it, or
 until ``batch_size`` are waiting, then goes in one ``SettleOperations`` call;
-each caller gets its own item's answer. A call that meets an Operations service away (UNAVAILABLE) is
-asked again, for up to ``RETRY_SECONDS``: repeating is safe, since a lease
-holder's repeated completion answers the state it reached the first time.
+each caller gets its own item's answer. A call that meets an Operations
+service away (UNAVAILABLE) is asked again, for up to ``RETRY_SECONDS``:
+repeating is safe, since a lease holder's repeated settlement answers the
+state it reached the first time.
 """
 
 from __future__ import annotations
