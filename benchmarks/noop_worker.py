@@ -11,7 +11,7 @@ import asyncio
 
 from benchmarks.client import TASK_TYPE, OpsClient, Producer
 from benchmarks.processes import SERVICE_SECRET
-from durable_ops.worker import Job, Worker, WorkerOptions
+from durable_ops.worker import Attempt, Worker, WorkerOptions
 
 OWNERS = 50
 
@@ -19,7 +19,7 @@ OWNERS = 50
 async def drain(target: str, workers: int, task_type: str = TASK_TYPE, batch: int = 10) -> int:
     """Run ``workers`` SDK workers (``durable_ops.worker``) until nothing is left; how many ran.
 
-    Each runs ``batch`` no-op jobs at once, claimed ``batch`` per call and
+    Each runs ``batch`` no-op attempts at once, claimed ``batch`` per call and
     completed in batches of up to ``batch``.
     """
     options = WorkerOptions(concurrency=batch, batch_size=batch)
@@ -29,7 +29,7 @@ async def drain(target: str, workers: int, task_type: str = TASK_TYPE, batch: in
     await asyncio.gather(*(worker.run() for worker in pool))
     failed = sum(worker.failed for worker in pool)
     if failed:
-        raise RuntimeError(f"{failed} no-op jobs failed")
+        raise RuntimeError(f"{failed} no-op attempts failed")
     return sum(worker.completed for worker in pool)
 
 
@@ -66,7 +66,7 @@ async def lifecycles(
     return total / elapsed
 
 
-async def _noop(job: Job) -> None:
+async def _noop(attempt: Attempt) -> None:
     return None
 
 

@@ -25,7 +25,7 @@ from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.states import Plan, Privacy
 from durable_ops.rpc.client import Metadata, ServiceCaller, UnaryMethod
 from durable_ops.rpc.errors import domain_error_from_rpc
-from durable_ops.worker import Job
+from durable_ops.worker import Attempt
 from durable_ops.worker.settler import retrying
 
 # Unary calls are short database transactions; a stuck one must not hold a lease hostage.
@@ -85,7 +85,7 @@ class WorkspaceCalls(Protocol):
 
     def reader(self, owner_id: str) -> WorkspaceReader: ...
 
-    async def publish_note(self, job: Job, body_json: str) -> tuple[str, bool]: ...
+    async def publish_note(self, attempt: Attempt, body_json: str) -> tuple[str, bool]: ...
 
 
 class WorkspaceClient:
@@ -112,21 +112,21 @@ class WorkspaceClient:
         attachment = await _call(self._stub.GetAttachment, request, self._caller.metadata(owner_id))
         return CvText(text=attachment.text)
 
-    async def publish_note(self, job: Job, body_json: str) -> tuple[str, bool]:
+    async def publish_note(self, attempt: Attempt, body_json: str) -> tuple[str, bool]:
         """Publish the operation's note under its lease; (note id, newly published).
 
         Idempotent per operation; ``LeaseLost`` when the lease is gone, with code
         ``cancel_requested`` when the owner cancelled first.
         """
         request = wpb.PublishNoteRequest(
-            kind=job.task_type,
-            subject_type=job.subject.type,
-            subject_id=job.subject.id,
-            operation_id=job.operation_id,
-            lease_token=job.lease_token,
+            kind=attempt.task_type,
+            subject_type=attempt.subject.type,
+            subject_id=attempt.subject.id,
+            operation_id=attempt.operation_id,
+            lease_token=attempt.lease_token,
             body_json=body_json,
         )
-        metadata = self._caller.metadata(job.owner_id)
+        metadata = self._caller.metadata(attempt.owner_id)
         # Fenced by the lease and safe to repeat (the holder's second publish answers the
         # first), so it is asked again while Workspace is away, as the SDK asks its settlements.
         reply = await retrying(

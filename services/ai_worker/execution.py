@@ -1,8 +1,8 @@
 """One AI attempt on the worker SDK: the handler of every AI task type, and what wraps it.
 
-    attempt (around the job):  journal it on the host ─ one trace linked to the
+    attempt (an interceptor):  journal it on the host ─ one trace linked to the
         │                      creating request ─ ... ─ journal its end
-    first beat (``job.hold``) ─ cancel requested? ── the SDK acknowledges
+    first beat (``attempt.hold``) ─ cancel requested? ── the SDK acknowledges
         │
     produce:  entitlement and privacy re-checked from live settings
         │     → the handler reads the owner's texts → one structured
@@ -20,10 +20,10 @@
 
 Cancel wins until the note is published: Workspace checks the lease and the
 cancel flag in the transaction that writes the note, and the publish runs to
-its answer even if the cancel arrives meanwhile (``job.fenced``). After that,
+its answer even if the cancel arrives meanwhile (``attempt.fenced``). After that,
 completion goes ahead and the operation succeeds although the owner asked to
 cancel. A host journal that fails gives the claim back and stops the worker
-(the SDK's ``around_job`` contract): it must not run attempts it cannot record.
+(the SDK's interceptor contract): it must not run attempts it cannot record.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from durable_ops.model.admission import effective_privacy, require_entitled
 from durable_ops.model.errors import CANCEL_REQUESTED, DomainError, LeaseLost
 from durable_ops.model.provenance import Provenance
 from durable_ops.model.routing import Route
-from durable_ops.worker import Completed, Ending, Job, Worker
+from durable_ops.worker import Attempt, Completed, Ending, Worker
 from durable_ops.worker.lease import Lease
 
 # The model call is bounded by the client's own timeout (the task timeout); this
@@ -92,36 +92,41 @@ class Executor:
             worker.handler(task_type)(self.run)
 
     @asynccontextmanager
-    async def attempt(self, job: Job) -> AsyncIterator[None]:
-        """The SDK's ``around_job``: the host journal before and after, one trace around it.
+    async def journaled(self, attempt: Attempt) -> AsyncIterator[None]:
+        """The SDK interceptor: the host journal before and after, one trace around it.
 
         ``JournalError`` either side stops the worker (the SDK gives the claim
         back first when the journal cannot record its start).
         """
-        log = _log.bind(**job.log_fields())
+        log = _log.bind(**attempt.log_fields())
         log.info("operation_taken")
-        entry = JournalEntry(job.operation_id, job.attempt, job.owner_id, job.route)
+        entry = JournalEntry(attempt.operation_id, attempt.number, attempt.owner_id, attempt.route)
         with self._journal_failure(log):
             await asyncio.to_thread(self._journal.start, entry)
         try:
             # The attempt is a trace of its own, linked to the request that created the work.
             with telemetry.span(
-                "ai_worker.execute", root=True, link=job.trace_parent, operation_id=job.operation_id
+                "ai_worker.execute",
+                root=True,
+                link=attempt.trace_parent,
+                operation_id=attempt.operation_id,
             ):
                 yield
         finally:
             with self._journal_failure(log):
-                await asyncio.to_thread(self._journal.finish, entry, job.completed)
-        self._log_ending(job, log)
+                await asyncio.to_thread(self._journal.finish, entry, attempt.completed)
+        self._log_ending(attempt, log)
 
-    async def run(self, job: Job) -> PublishedNote:
+    async def run(self, attempt: Attempt) -> PublishedNote:
         """The handler of every AI task type: produce the note, publish it under the lease."""
-        lease = await job.hold()  # the first beat: a cancelled operation starts no inference
-        produced = await self._produce(job, lease)
-        log = _log.bind(**job.log_fields())
+        lease = await attempt.hold()  # the first beat: a cancelled operation starts no inference
+        produced = await self._produce(attempt, lease)
+        log = _log.bind(**attempt.log_fields())
         try:
             await lease.confirm()
-            note_id, new = await job.fenced(self._workspace.publish_note(job, produced.body_json))
+            note_id, new = await attempt.fenced(
+                self._workspace.publish_note(attempt, produced.body_json)
+            )
         except LeaseLost as error:
             if error.code != CANCEL_REQUESTED:
                 log.warning("attempt_abandoned", reason="lease_lost", code=error.code)
@@ -131,24 +136,24 @@ class Executor:
             raise outcome.as_settlement() from error
         return PublishedNote(result_ref=note_id, provenance=produced.provenance, new_note=new)
 
-    async def _produce(self, job: Job, lease: Lease) -> Produced:
-        handler = self._handlers[job.task_type]
+    async def _produce(self, attempt: Attempt, lease: Lease) -> Produced:
+        handler = self._handlers[attempt.task_type]
         external_allowed = handler.task.external_allowed
         async with asyncio.timeout(self._attempt_timeout):
-            settings = await self._workspace.ai_settings(job.owner_id)
+            settings = await self._workspace.ai_settings(attempt.owner_id)
             # The global switch is admission's concern; admitted work runs while the worker does.
             require_entitled(
                 global_enabled=True, plan=settings.plan, ai_enabled=settings.ai_enabled
             )
-            privacy = effective_privacy(job.privacy, settings.privacy)
-            refs = handler.refs_for(job.subject.type, job.subject.id, job.context_ref)
-            inputs = await handler.inputs(self._workspace.reader(job.owner_id), refs)
+            privacy = effective_privacy(attempt.privacy, settings.privacy)
+            refs = handler.refs_for(attempt.subject.type, attempt.subject.id, attempt.context_ref)
+            inputs = await handler.inputs(self._workspace.reader(attempt.owner_id), refs)
             request = handler.request(inputs)
             progress = lease.report_progress
             with telemetry.span(
-                "ai_worker.inference", link=job.trace_parent, operation_id=job.operation_id
+                "ai_worker.inference", link=attempt.trace_parent, operation_id=attempt.operation_id
             ):
-                if job.route is Route.EXTERNAL:
+                if attempt.route is Route.EXTERNAL:
                     result = await self._router.infer_external(
                         request, privacy, external_allowed, on_progress=progress
                     )
@@ -173,13 +178,13 @@ class Executor:
             raise
 
     @staticmethod
-    def _log_ending(job: Job, log: Any) -> None:
-        note = job.result if isinstance(job.result, PublishedNote) else None
-        if job.ending is Ending.CANCELLED:
+    def _log_ending(attempt: Attempt, log: Any) -> None:
+        note = attempt.result if isinstance(attempt.result, PublishedNote) else None
+        if attempt.ending is Ending.CANCELLED:
             log.info("operation_cancelled")
-        elif job.ending in (Ending.FAILED, Ending.FELL_BACK):
-            log.info("attempt_failed", ending=job.ending.value)
-        elif note is not None and not job.completed:
+        elif attempt.ending in (Ending.FAILED, Ending.FELL_BACK):
+            log.info("attempt_failed", ending=attempt.ending.value)
+        elif note is not None and not attempt.completed:
             # The note is published; the operation's next attempt finds it and completes.
             log.warning("complete_refused", note_id=note.result_ref)
         elif note is not None:

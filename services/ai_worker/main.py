@@ -77,7 +77,7 @@ def build_worker(
         settings.service_secret,
         worker_options(settings, routes),
         until_empty=until_empty,
-        around_job=executor.attempt,
+        interceptors=[executor.journaled],
         classify=failures.settlement,
     )
     executor.register(worker)

@@ -53,10 +53,10 @@ class PermanentFailure(HandlerFailure):
 
 
 class WorkerShutdown(RetryableFailure):
-    """The worker stopped before the job finished: another worker takes it at once."""
+    """The worker stopped before the attempt finished: another worker takes it at once."""
 
     def __init__(self) -> None:
-        super().__init__(WORKER_SHUTDOWN, "the worker stopped before the job finished")
+        super().__init__(WORKER_SHUTDOWN, "the worker stopped before the attempt finished")
 
 
 class ExternalFallback(Exception):

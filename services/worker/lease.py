@@ -1,14 +1,14 @@
-"""One lease stream per worker holds the leases of all its running jobs (ADR 0026).
+"""One lease stream per worker holds the leases of all its running attempts (ADR 0026).
 
-A job's ``Lease`` joins its worker's ``LeaseStream``: the join goes out on the
+An attempt's ``Lease`` joins its worker's ``LeaseStream``: the join goes out on the
 next beat at once, and its answer says whether the owner already asked to
 cancel. The stream then beats every third of the shortest lease it holds, so
 at least two beats land in every lease window, and sooner (at most about once
-a second) when a job reports new progress. Every beat extends every lease on
+a second) when an attempt reports new progress. Every beat extends every lease on
 the stream with one UPDATE on the service and is answered in order, lease by
 lease; besides those answers, the service pushes the owner's cancel of a lease
-the moment it is committed, so that job stops within a fraction of a second.
-A lease that ends (its job closes it, its owner cancels, it is lost) leaves the
+the moment it is committed, so that attempt stops within a fraction of a second.
+A lease that ends (its attempt closes it, its owner cancels, it is lost) leaves the
 stream; the stream closes once it holds none.
 
 A lease's ``ended`` is set when the owner asked to cancel or the lease is lost:
@@ -16,7 +16,7 @@ an answer refusing it (ABORTED: it expired or moved to another attempt), or a
 stream that stayed broken until the lease ran out. A stream that breaks (its
 Operations replica restarted) does not end the leases: the stream reopens,
 which round robin sends to another replica, and adds them again with their
-tokens, for as long as each is live by its own reckoning. The job then stops
+tokens, for as long as each is live by its own reckoning. The attempt then stops
 and, having lost the lease, publishes nothing. Temporal does the same: a
 failed heartbeat cancels the activity.
 """
@@ -191,7 +191,7 @@ class LeaseStream:
 
     async def hold(self, op: HeldOperation, lease_seconds: int) -> Lease:
         """The lease of ``op``, held from the next beat on (sent at once) once answered;
-        the error that refused it. Asked again while held, the same ``Lease``: a job's
+        the error that refused it. Asked again while held, the same ``Lease``: an attempt's
         progress and its watch may both ask for it at the same moment."""
         lease = self._leases.get(op.operation_id)
         if lease is not None and lease.token != op.lease_token:  # claimed again since
@@ -366,7 +366,7 @@ class LeaseStream:
 
 
 class Lease:
-    """One claimed operation's lease, held on its worker's lease stream while the job runs."""
+    """One claimed operation's lease, held on its worker's lease stream while the attempt runs."""
 
     def __init__(
         self,

@@ -1,6 +1,6 @@
 """Settlements sent in batches: one call, and one transaction, for many.
 
-A finished job's settlement (a completion, a failure, a fallback, an
+A finished attempt's settlement (a completion, a failure, a fallback, an
 acknowledged cancel) waits at most ``flush_seconds`` for others to join it, or
 until ``batch_size`` are waiting, then goes in one ``SettleOperations`` call;
 each caller gets its own item's answer. A call that meets an Operations

@@ -26,7 +26,7 @@ from durable_ops.model.circuit import CircuitBreaker
 from durable_ops.model.errors import NotFound
 from durable_ops.model.routing import Route
 from durable_ops.model.states import Plan, Privacy
-from durable_ops.worker import Job
+from durable_ops.worker import Attempt
 from tests.support.ai_stack import ModelServer
 from tests.support.ai_worker import Journal, drain
 from tests.support.clock import ManualClock
@@ -66,8 +66,8 @@ class Workspace:
     async def cv(self, attachment_id: str) -> CvText:
         return CvText(text="Built Spark pipelines in Python.")
 
-    async def publish_note(self, job: Job, body_json: str) -> tuple[str, bool]:
-        self.notes.append(job.operation_id)
+    async def publish_note(self, attempt: Attempt, body_json: str) -> tuple[str, bool]:
+        self.notes.append(attempt.operation_id)
         return f"note-{len(self.notes)}", True
 
 

@@ -22,7 +22,7 @@ from durable_ops.model.routing import Route
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller, open_channel
 from durable_ops.storage.schema import AiWorkspaceNote
-from durable_ops.worker import Job
+from durable_ops.worker import Attempt
 from tests.support.ai_stack import ModelServer
 from tests.support.ai_worker import Journal, drain
 from tests.support.clock import ManualClock
@@ -72,10 +72,10 @@ class HeldBeforePublishing(WorkspaceClient):
     reached: asyncio.Event
     gate: asyncio.Event
 
-    async def publish_note(self, job: Job, body_json: str) -> tuple[str, bool]:
+    async def publish_note(self, attempt: Attempt, body_json: str) -> tuple[str, bool]:
         self.reached.set()
         await self.gate.wait()
-        return await super().publish_note(job, body_json)
+        return await super().publish_note(attempt, body_json)
 
 
 def test_an_attempt_whose_lease_was_taken_over_publishes_nothing(
@@ -124,9 +124,9 @@ class CancelJustBeforePublishing(WorkspaceClient):
 
     services: Services
 
-    async def publish_note(self, job: Job, body_json: str) -> tuple[str, bool]:
-        await asyncio.to_thread(OpsClient(self.services).cancel, ALICE, job.operation_id)
-        return await super().publish_note(job, body_json)
+    async def publish_note(self, attempt: Attempt, body_json: str) -> tuple[str, bool]:
+        await asyncio.to_thread(OpsClient(self.services).cancel, ALICE, attempt.operation_id)
+        return await super().publish_note(attempt, body_json)
 
 
 def test_a_cancel_that_lands_before_the_note_wins(services: Services) -> None:

@@ -1,8 +1,8 @@
 """The worker's one lease stream (``durable_ops.worker.lease``, ADR 0026) on the real server.
 
-Every long job of a worker holds its lease on the same ``HoldLeases`` stream:
+Every long attempt of a worker holds its lease on the same ``HoldLeases`` stream:
 one UPDATE extends all of them per beat, progress reaches each owner, the
-owner's cancel stops that job alone, a broken stream is reopened with the same
+owner's cancel stops that attempt alone, a broken stream is reopened with the same
 leases and an ended lease is dropped. Both engines; timeouts are hang guards.
 """
 
@@ -19,7 +19,7 @@ import grpc
 
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.model.scope import Role
-from durable_ops.worker import Job, Worker, WorkerOptions
+from durable_ops.worker import Attempt, Worker, WorkerOptions
 from durable_ops.worker.lease import HoldLeasesCall, Lease, LeaseStream
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import SECRET, Services, metadata
@@ -90,12 +90,12 @@ def test_the_long_jobs_of_many_owners_share_one_stream_and_one_update_per_beat(
     )
 
     @worker.handler(TASK)
-    async def long_work(job: Job) -> None:
-        await job.progress(10 + int(job.subject.id[2:]))
+    async def long_work(attempt: Attempt) -> None:
+        await attempt.progress(10 + int(attempt.subject.id[2:]))
         try:
             await release.wait()
         except asyncio.CancelledError:
-            cancelled.append(job.operation_id)
+            cancelled.append(attempt.operation_id)
             raise
 
     def progress_seen() -> bool:

@@ -2,7 +2,7 @@
 
 Handlers for any task type; claims and completions in batches; progress and
 the owner's cancel reach a running handler; failures are retryable or
-permanent by exception type; ``stop()`` lets running jobs finish or releases
+permanent by exception type; ``stop()`` lets running attempts finish or releases
 them. Timeouts only keep a broken build from hanging; nothing is timed.
 """
 
@@ -15,7 +15,7 @@ from typing import TypeVar
 from sqlalchemy import select
 
 from durable_ops.storage.schema import OperationAttempt
-from durable_ops.worker import Job, PermanentFailure, RetryableFailure, Worker, WorkerOptions
+from durable_ops.worker import Attempt, PermanentFailure, RetryableFailure, Worker, WorkerOptions
 from tests.support.grpc_services import SECRET, Services
 from tests.support.operations_client import (
     ALICE,
@@ -55,9 +55,9 @@ def test_a_worker_drains_many_owners_work_in_batches(services: Services, ops: Op
     )
 
     @worker.handler(TASK)
-    async def record(job: Job) -> str:
-        seen.append((job.operation_id, job.owner_id, job.subject.id))
-        return f"result-{job.subject.id}"
+    async def record(attempt: Attempt) -> str:
+        seen.append((attempt.operation_id, attempt.owner_id, attempt.subject.id))
+        return f"result-{attempt.subject.id}"
 
     asyncio.run(asyncio.wait_for(worker.run(), HANG_GUARD))
     assert sorted(operation_id for operation_id, _, _ in seen) == sorted(ids)
@@ -76,10 +76,10 @@ def test_failures_are_permanent_or_retryable_by_exception_type(
     worker = _worker(services)
 
     @worker.handler(TASK)
-    async def fail(job: Job) -> None:
-        if job.subject.id == "permanent":
+    async def fail(attempt: Attempt) -> None:
+        if attempt.subject.id == "permanent":
             raise PermanentFailure("unsupported_subject", "this subject cannot be analysed")
-        if job.subject.id == "retryable":
+        if attempt.subject.id == "retryable":
             raise RetryableFailure("model_busy")
         raise KeyError("a secret in the message")
 
@@ -111,13 +111,13 @@ def test_progress_and_the_owners_cancel_reach_a_running_handler(
     worker = _worker(services, heartbeat_after_seconds=0.1, lease_seconds=30)
 
     @worker.handler(OTHER_TASK)
-    async def long_work(job: Job) -> None:
-        await job.progress(40)
+    async def long_work(attempt: Attempt) -> None:
+        await attempt.progress(40)
         reported.set()
         try:
             await asyncio.sleep(HANG_GUARD)
         except asyncio.CancelledError:
-            stopped.append(job.cancelled.is_set())
+            stopped.append(attempt.cancelled.is_set())
             raise
 
     async def cancelled() -> None:
@@ -144,9 +144,9 @@ def test_stop_lets_short_jobs_finish_and_releases_the_rest(
     worker = _worker(services, shutdown_seconds=0.3)
 
     @worker.handler(TASK)
-    async def work(job: Job) -> None:
-        started.add(job.subject.id)
-        await asyncio.sleep(0.1 if job.subject.id == "quick" else HANG_GUARD)
+    async def work(attempt: Attempt) -> None:
+        started.add(attempt.subject.id)
+        await asyncio.sleep(0.1 if attempt.subject.id == "quick" else HANG_GUARD)
 
     async def both_started() -> None:
         while started != {"quick", "slow"}:
@@ -159,7 +159,7 @@ def test_stop_lets_short_jobs_finish_and_releases_the_rest(
 
 
 class _HeldJobs:
-    """A worker of four slots whose jobs run until released; ``started`` in start order."""
+    """A worker of four slots whose attempts run until released; ``started`` in start order."""
 
     def __init__(self, services: Services, gather_seconds: float) -> None:
         self.release: dict[str, asyncio.Event] = {}
@@ -169,10 +169,10 @@ class _HeldJobs:
         )
         self.worker.handler(TASK)(self._held)
 
-    async def _held(self, job: Job) -> None:
-        self.release[job.subject.id] = asyncio.Event()
-        self.started.append(job.subject.id)
-        await self.release[job.subject.id].wait()
+    async def _held(self, attempt: Attempt) -> None:
+        self.release[attempt.subject.id] = asyncio.Event()
+        self.started.append(attempt.subject.id)
+        await self.release[attempt.subject.id].wait()
 
     async def until_started(self, count: int) -> None:
         while len(self.started) < count:
@@ -193,37 +193,37 @@ def test_a_busy_worker_gathers_free_slots_before_it_claims_again(
     worker waits (here up to a second) for a second one, then claims both in one call."""
     for n in range(8):
         ops.create(OWNER_IDS[n % 4], f"k-gather-{n}", subject_id=f"g-{n}")
-    jobs = _HeldJobs(services, gather_seconds=1.0)
+    attempts = _HeldJobs(services, gather_seconds=1.0)
 
     async def scenario() -> tuple[int, int]:
-        await jobs.until_started(4)
-        jobs.let_go(0)
+        await attempts.until_started(4)
+        attempts.let_go(0)
         await asyncio.sleep(0.25)  # well inside the gather: no claim for the one free slot
-        while_gathering = len(jobs.started)
-        jobs.let_go(1)
-        await jobs.until_started(6)
+        while_gathering = len(attempts.started)
+        attempts.let_go(1)
+        await attempts.until_started(6)
         await asyncio.sleep(0.2)
-        after = len(jobs.started)
-        jobs.let_all_go()
+        after = len(attempts.started)
+        attempts.let_all_go()
         return while_gathering, after
 
-    while_gathering, after = run_until(jobs.worker, scenario)
+    while_gathering, after = run_until(attempts.worker, scenario)
     assert while_gathering == 4
     assert after == 6  # two slots, one claim of two
-    assert jobs.worker.completed >= 6
+    assert attempts.worker.completed >= 6
 
 
 def test_gathering_free_slots_is_bounded_in_time(services: Services, ops: OpsClient) -> None:
     """One slot of four freed and no other: after ``claim_gather_seconds`` it is claimed."""
     for n in range(5):
         ops.create(OWNER_IDS[n % 4], f"k-bounded-{n}", subject_id=f"b-{n}")
-    jobs = _HeldJobs(services, gather_seconds=0.2)
+    attempts = _HeldJobs(services, gather_seconds=0.2)
 
     async def scenario() -> None:
-        await jobs.until_started(4)
-        jobs.let_go(0)
-        await jobs.until_started(5)
-        jobs.let_all_go()
+        await attempts.until_started(4)
+        attempts.let_go(0)
+        await attempts.until_started(5)
+        attempts.let_all_go()
 
-    run_until(jobs.worker, scenario)
-    assert len(jobs.started) == 5
+    run_until(attempts.worker, scenario)
+    assert len(attempts.started) == 5

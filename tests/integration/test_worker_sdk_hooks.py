@@ -1,6 +1,6 @@
 """What the worker SDK offers a worker beyond a handler (ADR 0027), against the real
 server on both engines: routes named in every claim, the claimed operation's
-fields, ``around_job``, ``classify``, the external fallback, provenance, fenced
+fields, ``interceptors``, ``classify``, the external fallback, provenance, fenced
 writes and a waiting claim given up on stop.
 """
 
@@ -18,10 +18,11 @@ from durable_ops.model.provenance import Provenance
 from durable_ops.model.routing import Route
 from durable_ops.model.states import Privacy
 from durable_ops.worker import (
+    Attempt,
     Completed,
     ExternalFallback,
     HandlerFailure,
-    Job,
+    Interceptor,
     RetryableFailure,
     Worker,
     WorkerOptions,
@@ -64,7 +65,7 @@ def test_a_fallback_waits_for_a_worker_that_names_the_external_route_in_turn(
     )
 
     @local_only.handler(OTHER_TASK)
-    async def local_down(job: Job) -> str:
+    async def local_down(attempt: Attempt) -> str:
         raise ExternalFallback("circuit_open", provenance=LOCAL)
 
     _run(local_only)
@@ -78,10 +79,10 @@ def test_a_fallback_waits_for_a_worker_that_names_the_external_route_in_turn(
     seen: list[tuple[str, Route, Privacy, int]] = []
 
     @both.handler(OTHER_TASK)
-    async def record(job: Job) -> Completed:
-        seen.append((job.operation_id, job.route, job.privacy, job.attempt))
-        provenance = EXTERNAL if job.route is Route.EXTERNAL else LOCAL
-        return Completed(f"note-{job.operation_id}", provenance)
+    async def record(attempt: Attempt) -> Completed:
+        seen.append((attempt.operation_id, attempt.route, attempt.privacy, attempt.number))
+        provenance = EXTERNAL if attempt.route is Route.EXTERNAL else LOCAL
+        return Completed(f"note-{attempt.operation_id}", provenance)
 
     _run(both)
     # Each claim starts with the next route: the fallback is served between local work.
@@ -96,7 +97,7 @@ def test_a_fallback_waits_for_a_worker_that_names_the_external_route_in_turn(
     assert ops.row(first).route == "local"
 
 
-def test_around_job_wraps_each_job_and_sees_how_it_ended(
+def test_an_interceptor_wraps_each_attempt_and_sees_how_it_ended(
     services: Services, ops: OpsClient
 ) -> None:
     done = _create(ops, ALICE, "k-done", priority=1)
@@ -104,18 +105,18 @@ def test_around_job_wraps_each_job_and_sees_how_it_ended(
     wrapped: list[tuple[str, str]] = []
 
     @asynccontextmanager
-    async def around(job: Job) -> AsyncIterator[None]:
-        wrapped.append((job.operation_id, "enter"))
+    async def around(attempt: Attempt) -> AsyncIterator[None]:
+        wrapped.append((attempt.operation_id, "enter"))
         yield
-        ending = job.ending.value if job.ending else "none"
-        wrapped.append((job.operation_id, f"{ending} {job.result}"))
+        ending = attempt.ending.value if attempt.ending else "none"
+        wrapped.append((attempt.operation_id, f"{ending} {attempt.result}"))
 
-    worker = _drain(services, WorkerOptions(concurrency=1, batch_size=1), around_job=around)
+    worker = _drain(services, WorkerOptions(concurrency=1, batch_size=1), interceptors=[around])
 
     @worker.handler(OTHER_TASK)
-    async def work(job: Job) -> Completed:
-        wrapped.append((job.operation_id, "handler"))
-        if job.operation_id == failed:
+    async def work(attempt: Attempt) -> Completed:
+        wrapped.append((attempt.operation_id, "handler"))
+        if attempt.operation_id == failed:
             raise RetryableFailure("model_busy", provenance=LOCAL)
         return Completed("note-1", LOCAL)
 
@@ -131,6 +132,36 @@ def test_around_job_wraps_each_job_and_sees_how_it_ended(
     assert (ops.row(failed).failure_code, ops.row(failed).model) == ("model_busy", "small")
 
 
+def test_interceptors_nest_in_their_order(services: Services, ops: OpsClient) -> None:
+    _create(ops, ALICE, "k-nested")
+    seen: list[str] = []
+
+    def recording(name: str) -> Interceptor:
+        @asynccontextmanager
+        async def around(attempt: Attempt) -> AsyncIterator[None]:
+            seen.append(f"{name} enter")
+            yield
+            seen.append(f"{name} exit {attempt.ending}")
+
+        return around
+
+    interceptors = [recording("outer"), recording("inner")]
+    worker = _drain(services, WorkerOptions(concurrency=1, batch_size=1), interceptors=interceptors)
+
+    @worker.handler(OTHER_TASK)
+    async def work(attempt: Attempt) -> None:
+        seen.append(f"handler {attempt.subject.type} {attempt.number}")
+
+    _run(worker)
+    assert seen == [
+        "outer enter",
+        "inner enter",
+        "handler attachment 1",
+        "inner exit completed",
+        "outer exit completed",
+    ]
+
+
 class JournalDown(Exception):
     """A worker's own bookkeeping failed: it must not run work it cannot record."""
 
@@ -142,14 +173,14 @@ def _journal_classify(error: Exception) -> HandlerFailure | ExternalFallback:
 
 
 @pytest.mark.parametrize("failing", ["enter", "exit"])
-def test_a_failing_around_job_stops_the_worker_and_run_raises_it(
+def test_a_failing_interceptor_stops_the_worker_and_run_raises_it(
     services: Services, ops: OpsClient, failing: str
 ) -> None:
     first = _create(ops, ALICE, "k-first", priority=1)
     handled: list[str] = []
 
     @asynccontextmanager
-    async def around(job: Job) -> AsyncIterator[None]:
+    async def around(attempt: Attempt) -> AsyncIterator[None]:
         if failing == "enter":
             raise JournalDown()
         yield
@@ -159,13 +190,13 @@ def test_a_failing_around_job_stops_the_worker_and_run_raises_it(
         services.target,
         SECRET,
         WorkerOptions(concurrency=1, batch_size=1, claim_wait_seconds=0.2),
-        around_job=around,
+        interceptors=[around],
         classify=_journal_classify,
     )
 
     @worker.handler(OTHER_TASK)
-    async def work(job: Job) -> None:
-        handled.append(job.operation_id)
+    async def work(attempt: Attempt) -> None:
+        handled.append(attempt.operation_id)
         await asyncio.to_thread(_create, ops, BOB, "k-second")  # more work arrives meanwhile
 
     if failing == "enter":
@@ -178,7 +209,7 @@ def test_a_failing_around_job_stops_the_worker_and_run_raises_it(
             "host_store_error",
         )
         assert handled == []
-    else:  # the job had ended; the worker stopped after it
+    else:  # the attempt had ended; the worker stopped after it
         assert (ops.row(first).state, handled) == ("succeeded", [first])
     assert ops.state_counts()["queued"] == 1  # the worker claimed nothing more
 
@@ -191,8 +222,8 @@ def test_a_fenced_write_refused_for_the_owners_cancel_is_acknowledged(
     worker = _drain(services, WorkerOptions(lease_seconds=60, heartbeat_after_seconds=20))
 
     @worker.handler(OTHER_TASK)
-    async def publish(job: Job) -> str:
-        await asyncio.to_thread(ops.cancel, ALICE, job.operation_id)
+    async def publish(attempt: Attempt) -> str:
+        await asyncio.to_thread(ops.cancel, ALICE, attempt.operation_id)
         raise LeaseLost("the owner cancelled first", code=CANCEL_REQUESTED)
 
     _run(worker)
@@ -207,17 +238,17 @@ def test_a_fenced_write_that_went_through_stands_although_the_cancel_came_meanwh
     interrupted: list[bool] = []
     worker = _drain(services, WorkerOptions(lease_seconds=30))
 
-    async def write(job: Job) -> str:
-        await asyncio.to_thread(ops.cancel, ALICE, job.operation_id)  # pushed on the stream
-        while not job.cancelled.is_set():
+    async def write(attempt: Attempt) -> str:
+        await asyncio.to_thread(ops.cancel, ALICE, attempt.operation_id)  # pushed on the stream
+        while not attempt.cancelled.is_set():
             await asyncio.sleep(0.01)
         interrupted.append(True)
         return "note-through"
 
     @worker.handler(OTHER_TASK)
-    async def publish(job: Job) -> str:
-        await job.hold()
-        return await job.fenced(write(job))
+    async def publish(attempt: Attempt) -> str:
+        await attempt.hold()
+        return await attempt.fenced(write(attempt))
 
     _run(worker)
     assert interrupted == [True]
@@ -229,7 +260,7 @@ def test_stop_gives_up_a_waiting_claim(services: Services) -> None:
     worker = Worker(services.target, SECRET, WorkerOptions(claim_wait_seconds=15))
 
     @worker.handler(OTHER_TASK)
-    async def never(job: Job) -> None:
+    async def never(attempt: Attempt) -> None:
         raise AssertionError("there is no work")
 
     async def stopped_soon() -> float:

@@ -1,10 +1,10 @@
-"""A worker process on the SDK, for the batched-lease drill: no-op jobs that take a moment.
+"""A worker process on the SDK, for the batched-lease drill: no-op attempts that take a moment.
 
 ``python -m tests.support.sdk_worker TARGET TASK_TYPE`` with ``OPS_SERVICE_SECRET``
 set; SIGTERM stops it gracefully, SIGKILL is the drill. It prints ``worker_ready``,
-then ``job_started T`` as each job starts (``T`` on ``time.monotonic()``, one
+then ``job_started T`` as each attempt starts (``T`` on ``time.monotonic()``, one
 clock for every process of the host), so the drill can kill it while it holds
-the lease of a job that has not ended.
+the lease of a attempt that has not ended.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import signal
 import sys
 import time
 
-from durable_ops.worker import Job, Worker, WorkerOptions
+from durable_ops.worker import Attempt, Worker, WorkerOptions
 
-JOB_SECONDS = 0.5  # long enough that a job seen starting is still running at the kill
-LEASE_SECONDS = 5  # the shortest lease: a killed worker's jobs come back soon
+JOB_SECONDS = 0.5  # long enough that a attempt seen starting is still running at the kill
+LEASE_SECONDS = 5  # the shortest lease: a killed worker's attempts come back soon
 
 
 async def main(target: str, task_type: str) -> None:
@@ -26,7 +26,7 @@ async def main(target: str, task_type: str) -> None:
     worker = Worker(target, os.environ["OPS_SERVICE_SECRET"], options)
 
     @worker.handler(task_type)
-    async def noop(job: Job) -> None:
+    async def noop(attempt: Attempt) -> None:
         print("job_started", time.monotonic(), flush=True)
         await asyncio.sleep(JOB_SECONDS)
 

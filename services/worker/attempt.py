@@ -1,10 +1,12 @@
-"""One claimed operation as a handler sees it: what to work on, progress, cancellation."""
+"""One attempt at a claimed operation, as a handler sees it: what to work on, progress,
+cancellation. The SDK's own types: no protobuf message leaves ``durable_ops.worker``."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TypeVar
 
@@ -20,7 +22,7 @@ T = TypeVar("T")
 
 
 class Ending(StrEnum):
-    """What the service accepted as a job's end."""
+    """What the service accepted as an attempt's end."""
 
     COMPLETED = "completed"
     FAILED = "failed"  # retryable or not
@@ -28,22 +30,64 @@ class Ending(StrEnum):
     CANCELLED = "cancelled"  # the owner's cancel, acknowledged
 
 
+@dataclass(frozen=True)
+class Subject:
+    """What the operation is about: a kind and an id of the owner's (``job``, ``cv``…)."""
+
+    type: str
+    id: str
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """What a claim handed this worker: the operation, its owner, and its lease."""
+
+    operation_id: str
+    owner_id: str
+    task_type: str
+    subject: Subject
+    number: int  # which attempt of the operation this is, from 1
+    context_ref: str  # an optional second reference ("" when none)
+    route: Route  # which of the worker's routes the claim took it for (external: a fallback)
+    privacy: Privacy  # the owner's privacy choice as admission saw it
+    trace_parent: str  # the creating request's W3C traceparent ("" untraced)
+    lease_token: str = field(repr=False)
+    lease_expires_at: datetime
+
+    @classmethod
+    def from_pb(cls, claimed: pb.ClaimedOperation) -> Claimed:
+        operation = claimed.operation
+        return cls(
+            operation_id=operation.id,
+            owner_id=claimed.owner_id,
+            task_type=operation.task_type,
+            subject=Subject(operation.subject.type, operation.subject.id),
+            number=operation.attempt,
+            context_ref=claimed.context_ref,
+            route=route_from_pb(claimed.route),
+            privacy=privacy_from_pb(claimed.privacy),
+            trace_parent=claimed.trace_parent,
+            lease_token=claimed.lease_token,
+            lease_expires_at=claimed.lease_expires_at.ToDatetime(tzinfo=UTC),
+        )
+
+
 @dataclass(eq=False)
-class Job:
-    """A claimed operation, held by its lease for as long as the handler runs.
+class Attempt:
+    """One attempt at a claimed operation, held by its lease for as long as the handler runs.
 
     ``progress`` reports 0 to 99 to the owner (the worker's lease stream carries
     it, at most about once a second). ``cancelled`` is set when the owner's
     cancel reaches the worker; the handler's task is cancelled at the same time,
     so a handler that awaits anything stops there unless it catches it.
 
-    After the job's end, ``result`` is what the handler returned (if it did) and
+    After the attempt's end, ``result`` is what the handler returned (if it did) and
     ``ending`` what the service accepted (``None``: nothing, the lease was lost
     or the settlement refused or never answered).
     """
 
-    claimed: pb.ClaimedOperation = field(repr=False)
-    _hold: Callable[[Job], Awaitable[Lease]] = field(repr=False)
+    claimed: Claimed
+    _hold: Callable[[Attempt], Awaitable[Lease]] = field(repr=False)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     held: asyncio.Event = field(default_factory=asyncio.Event, repr=False)  # the stream is open
     lease: Lease | None = field(default=None, repr=False)
@@ -53,12 +97,8 @@ class Job:
     _opening: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)  # one stream only
 
     @property
-    def operation(self) -> pb.Operation:
-        return self.claimed.operation
-
-    @property
     def operation_id(self) -> str:
-        return self.claimed.operation.id
+        return self.claimed.operation_id
 
     @property
     def owner_id(self) -> str:
@@ -70,33 +110,30 @@ class Job:
 
     @property
     def task_type(self) -> str:
-        return self.claimed.operation.task_type
+        return self.claimed.task_type
 
     @property
-    def subject(self) -> pb.Subject:
-        return self.claimed.operation.subject
+    def subject(self) -> Subject:
+        return self.claimed.subject
 
     @property
     def context_ref(self) -> str:
         return self.claimed.context_ref
 
     @property
-    def attempt(self) -> int:
-        return self.claimed.operation.attempt
+    def number(self) -> int:
+        return self.claimed.number
 
     @property
     def route(self) -> Route:
-        """Which of the worker's routes the claim took it for (the external one: a fallback)."""
-        return route_from_pb(self.claimed.route)
+        return self.claimed.route
 
     @property
     def privacy(self) -> Privacy:
-        """The owner's privacy choice as admission saw it."""
-        return privacy_from_pb(self.claimed.privacy)
+        return self.claimed.privacy
 
     @property
     def trace_parent(self) -> str:
-        """The creating request's W3C traceparent ("" untraced): link the job's spans to it."""
         return self.claimed.trace_parent
 
     @property
@@ -155,11 +192,11 @@ class Job:
         return call.result()
 
     def log_fields(self) -> dict[str, object]:
-        """What a log line may say about the job (ids only, never content)."""
+        """What a log line may say about the attempt (ids only, never content)."""
         return {
             "operation_id": self.operation_id,
             "owner": self.owner_id,
             "task_type": self.task_type,
-            "attempt": self.attempt,
+            "attempt": self.number,
             "route": self.route.value,
         }
