@@ -33,7 +33,7 @@ from tests.support.grpc_services import SECRET as SERVICE_SECRET
 from tests.support.grpc_services import Services, metadata
 
 JWT_SECRET = "test-user-jwt-secret-" + "0123456789abcdef" * 4
-BASE_URL = "http://gateway.test"
+BASE_URL = "http://localhost"
 
 
 def gateway_settings(target: str, **overrides: Any) -> Settings:
@@ -73,6 +73,11 @@ async def gateway_client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
     finally:
         backends: Backends = app.state.backends
         await backends.close()
+
+
+async def dev_login(client: httpx.AsyncClient, user: str) -> httpx.Response:
+    """What the sign-in page's development form sends: a same-origin POST of ``user``."""
+    return await client.post("/auth/dev-login", data={"user": user}, headers={"Origin": BASE_URL})
 
 
 def run(coroutine: Any) -> Any:
