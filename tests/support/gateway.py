@@ -64,9 +64,11 @@ def bearer(user: str) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def gateway_client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    """An in-process client; the app's gRPC channels are closed when it ends."""
-    transport = httpx.ASGITransport(app=app)
+async def gateway_client(
+    app: Starlette, *, peer: tuple[str, int] = ("127.0.0.1", 123)
+) -> AsyncIterator[httpx.AsyncClient]:
+    """An in-process client connecting from ``peer``; the app's gRPC channels close at the end."""
+    transport = httpx.ASGITransport(app=app, client=peer)
     try:
         async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
             yield client
