@@ -58,7 +58,7 @@ def test_up_serves_the_ui_and_stops_every_child(
         gateway = product.url.rstrip("/")
         assert gateway == f"http://{env['OPS_GATEWAY_BIND']}"
         with httpx.Client() as client:
-            signed_in = client.get(product.login, follow_redirects=True)
+            signed_in = product.sign_in(client)
             assert signed_in.status_code == 200
             assert str(signed_in.url).endswith("/operations")
             settings = client.get(f"{gateway}/api/settings/ai")
@@ -203,7 +203,7 @@ def test_a_killed_child_comes_back_and_the_page_keeps_working(tmp_path: Path) ->
     with opsctl_up(f"sqlite:///{tmp_path / 'up.sqlite3'}", env, cwd=tmp_path) as product:
         gateway = product.url.rstrip("/")
         with httpx.Client() as client:
-            assert client.get(product.login, follow_redirects=True).status_code == 200
+            assert product.sign_in(client).status_code == 200
             [victim] = [
                 pid
                 for pid in _children(product.process.pid)
