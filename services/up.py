@@ -20,7 +20,7 @@ from dataclasses import replace
 from durable_ops.gateway.hosts import dev_login_refusal
 from durable_ops.logs import use_json
 from durable_ops.settings import Settings
-from durable_ops.stack.binds import local_to_the_stack, stack_binds
+from durable_ops.stack.binds import local_to_the_stack, parse_address, stack_binds
 from durable_ops.stack.children import Stack, process_specs
 from durable_ops.stack.output import Output
 from durable_ops.stack.preflight import problems
@@ -121,7 +121,8 @@ def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | Non
     try:
         stack.start()
         stack.wait_healthy()
-        url = f"http://{settings.gateway_bind}/"
+        # A wildcard bind's own address (0.0.0.0) is not a name the gateway answers to.
+        url = f"http://{parse_address('gateway_bind', settings.gateway_bind).dialled}/"
         say("stack_up", f"\ndurable-ops is up at {url}", url=url)
         refusal = _dev_login_refusal(settings)
         if refusal is not None:

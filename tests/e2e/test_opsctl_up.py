@@ -104,6 +104,46 @@ def test_a_token_from_opsctl_token_works_with_the_stack_and_survives_a_restart(
             assert product.stop() == 0
 
 
+def test_a_gateway_beyond_loopback_serves_no_dev_login_and_answers_only_its_names(
+    tmp_path: Path,
+) -> None:
+    env = product_env(OPS_DEV_MODEL_SECONDS="0")
+    port = env["OPS_GATEWAY_BIND"].rpartition(":")[2]
+    env["OPS_GATEWAY_BIND"] = f"0.0.0.0:{port}"
+    token = subprocess.run(
+        [sys.executable, "-m", "durable_ops.cli", "token", "--user", "alice"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    with opsctl_up(f"sqlite:///{tmp_path / 'up.sqlite3'}", env, cwd=tmp_path) as product:
+        # Printed with a name the gateway answers to, not the wildcard.
+        assert product.url == f"http://127.0.0.1:{port}/"
+        [off] = product.events("dev_login_off")
+        assert f"0.0.0.0:{port}" in off["message"]
+        assert "not on loopback" in off["message"]
+        assert "opsctl token" in product.events("sign_in")[0]["message"]
+        with httpx.Client() as client:
+            assert product.sign_in(client).status_code == 404
+            page = client.get(product.url)
+            assert page.status_code == 200
+            assert "/auth/dev-login" not in page.text
+            foreign = client.get(f"{product.url}api/operations", headers={"Host": "rebind.example"})
+            assert foreign.status_code == 400
+            assert foreign.json()["code"] == "host_not_allowed"
+            # uvicorn's own default believed X-Forwarded-Proto from loopback; no longer.
+            origin = product.url.rstrip("/")
+            signed_in = client.post(
+                f"{origin}/auth/login",
+                json={"token": token},
+                headers={"Origin": origin, "X-Forwarded-Proto": "https"},
+            )
+            assert signed_in.status_code == 200, signed_in.text
+            assert "secure" not in signed_in.headers["set-cookie"].lower()
+
+
 def _up(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "durable_ops.cli", "up", *args],

@@ -10,6 +10,9 @@ from playwright.sync_api import Page
 
 
 def dev_sign_in(page: Page, base_url: str, user: str) -> None:
+    # Signed in already (cookies are shared by every port of a host), "/" would skip
+    # the form: start signed out, as the old link did by replacing the session.
+    page.context.clear_cookies()
     page.goto(f"{base_url}/")
     page.get_by_label("User id").fill(user)
     page.get_by_role("button", name="Sign in as this user").click()
