@@ -7,6 +7,8 @@ documented.
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import math
 import os
 from collections.abc import Mapping
@@ -112,9 +114,30 @@ class Settings:
         ),
     )
     dev_login: bool = field(
-        default=False, metadata=_doc("enables `GET /auth/dev-login?user=U` (never in production)")
+        default=False,
+        metadata=_doc(
+            "enables `POST /auth/dev-login` (a form on the sign-in page: sign in as anyone),"
+            " served only while OPS_GATEWAY_BIND is loopback; never in production"
+        ),
     )
     gateway_bind: str = field(default="127.0.0.1:8080", metadata=_doc("gateway HTTP address"))
+    gateway_allowed_hosts: str = field(
+        default="",
+        metadata=_doc(
+            "comma-separated host names (no port; IPv6 as `[::1]`) the gateway answers to:"
+            " a request with any other `Host` gets 400 `host_not_allowed`; empty:"
+            " `localhost,127.0.0.1,[::1]` and the host of OPS_GATEWAY_BIND unless it is a"
+            " wildcard"
+        ),
+    )
+    gateway_trusted_proxies: str = field(
+        default="",
+        metadata=_doc(
+            "comma-separated IP addresses or CIDRs of the proxies in front of the gateway:"
+            " only their `X-Forwarded-Proto`/`X-Forwarded-For` are believed (then the"
+            " session cookie is `Secure` behind a TLS proxy); empty: nobody's"
+        ),
+    )
     operations_bind: str = field(
         default="127.0.0.1:50051", metadata=_doc("Operations gRPC listen address")
     )
@@ -283,6 +306,18 @@ class Settings:
             )
         if self.service_credential_max_age_seconds <= 0:
             raise SettingsError("OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS must be greater than 0")
+        _host_names(self.gateway_allowed_hosts)
+        _networks(self.gateway_trusted_proxies)
+
+    @property
+    def gateway_allowed_host_names(self) -> list[str]:
+        """OPS_GATEWAY_ALLOWED_HOSTS as ``Host`` names are spelt: lower case, IPv6 bracketed."""
+        return _host_names(self.gateway_allowed_hosts)
+
+    @property
+    def gateway_trusted_proxy_networks(self) -> list[str]:
+        """OPS_GATEWAY_TRUSTED_PROXIES, each a network in canonical form (``10.0.0.7/32``)."""
+        return _networks(self.gateway_trusted_proxies)
 
     @property
     def jwt_verification_secrets(self) -> list[str]:
@@ -307,6 +342,36 @@ class Settings:
             else:
                 values[f.name] = raw
         return cls(**values)  # type: ignore[arg-type]
+
+
+def _entries(raw: str) -> list[str]:
+    return [entry.strip() for entry in raw.split(",") if entry.strip()]
+
+
+def _host_names(raw: str) -> list[str]:
+    names = []
+    for entry in _entries(raw.lower()):
+        with contextlib.suppress(ValueError):  # a bare IPv6 address: spelt as in a Host header
+            entry = f"[{ipaddress.IPv6Address(entry)}]"
+        bracketed = entry.startswith("[") and entry.endswith("]")
+        if "*" in entry or "/" in entry or " " in entry or (":" in entry and not bracketed):
+            raise SettingsError(
+                "OPS_GATEWAY_ALLOWED_HOSTS must list host names without a port, scheme or"
+                f" wildcard (e.g. `ops.example.com,localhost`), not {entry!r}"
+            )
+        names.append(entry)
+    return names
+
+
+def _networks(raw: str) -> list[str]:
+    try:
+        # Not strict: ``10.0.0.7/8`` means the network 10.0.0.0/8, as it reads.
+        return [str(ipaddress.ip_network(entry, strict=False)) for entry in _entries(raw)]
+    except ValueError as exc:
+        raise SettingsError(
+            "OPS_GATEWAY_TRUSTED_PROXIES must list IP addresses or CIDRs"
+            f" (e.g. `172.18.0.0/16`): {exc}"
+        ) from None
 
 
 # Intervals a process sleeps between rounds: zero would spin.

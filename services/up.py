@@ -1,9 +1,11 @@
 """``opsctl up``: every process of the product as children of one command.
 
 Before the first child starts, every address is checked (a taken one is a
-clear message and exit 2). A child that dies after start-up comes back with
-backoff (``stack.restarts``) until its budget is spent; then, as on Ctrl-C
-or SIGTERM, every child is stopped.
+clear message and exit 2). Dev-login is switched on only while the gateway
+listens on loopback alone; otherwise ``opsctl up`` says why and leaves it
+off. A child that dies after start-up comes back with backoff
+(``stack.restarts``) until its budget is spent; then, as on Ctrl-C or
+SIGTERM, every child is stopped.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 
+from durable_ops.gateway.hosts import dev_login_refusal
 from durable_ops.logs import use_json
 from durable_ops.settings import Settings
-from durable_ops.stack.binds import local_to_the_stack, stack_binds
+from durable_ops.stack.binds import local_to_the_stack, parse_address, stack_binds
 from durable_ops.stack.children import Stack, process_specs
 from durable_ops.stack.output import Output
 from durable_ops.stack.preflight import problems
@@ -45,7 +49,7 @@ def _stack_env(settings: Settings, *, text_logs: bool = False) -> dict[str, str]
     env = {
         "OPS_DATABASE_URL": settings.database_url,
         "OPS_WORKERS_AI_OPERATIONS_ENABLED": "true",
-        "OPS_DEV_LOGIN": "1",
+        "OPS_DEV_LOGIN": "0" if _dev_login_refusal(settings) else "1",
         **{bind.variable: bind.address for bind in stack_binds(settings)},
         "OPS_OPERATIONS_TARGET": settings.operations_target,
         "OPS_NOTIFICATIONS_TARGET": settings.notifications_target,
@@ -62,6 +66,11 @@ def _stack_env(settings: Settings, *, text_logs: bool = False) -> dict[str, str]
     env["OPS_JWT_SECRET"] = settings.jwt_secret
     env["OPS_SERVICE_SECRET"] = settings.service_secret
     return env
+
+
+def _dev_login_refusal(settings: Settings) -> str | None:
+    """Why the stack's gateway may not serve dev-login (it listens beyond loopback)."""
+    return dev_login_refusal(replace(settings, dev_login=True))
 
 
 def grant_ai(database_url: str, user: str) -> None:
@@ -112,11 +121,16 @@ def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | Non
     try:
         stack.start()
         stack.wait_healthy()
-        url = f"http://{settings.gateway_bind}/"
-        login = f"{url}auth/dev-login?user={demo_user}" if demo_user else ""
+        # A wildcard bind's own address (0.0.0.0) is not a name the gateway answers to.
+        url = f"http://{parse_address('gateway_bind', settings.gateway_bind).dialled}/"
         say("stack_up", f"\ndurable-ops is up at {url}", url=url)
-        if login:
-            say("sign_in", f"sign in: {login}\n", url=login)
+        refusal = _dev_login_refusal(settings)
+        if refusal is not None:
+            say("dev_login_off", f"opsctl up: {refusal}.")
+            say("sign_in", f"sign in: {url} with a token from `opsctl token --user U`\n", url=url)
+        elif demo_user:
+            how = f"Development sign-in as {demo_user}, who has the Pro plan with AI on"
+            say("sign_in", f"sign in: {url} ({how})\n", url=url, user=demo_user)
         return _supervise(stack, stopping, output, budget or RestartBudget())
     except (RuntimeError, TimeoutError) as exc:
         say("start_failed", f"opsctl up: {exc}")

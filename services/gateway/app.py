@@ -18,12 +18,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
+import structlog
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from durable_ops import telemetry
 from durable_ops.gateway import (
     ai,
+    devlogin,
     health,
     login,
     metrics,
@@ -34,6 +37,12 @@ from durable_ops.gateway import (
 )
 from durable_ops.gateway.backends import Backends
 from durable_ops.gateway.headers import SecurityHeadersMiddleware
+from durable_ops.gateway.hosts import (
+    AllowedHostsMiddleware,
+    allowed_hosts,
+    dev_login_refusal,
+    serves_dev_login,
+)
 from durable_ops.gateway.modules import RouteModule
 from durable_ops.gateway.problems import EXCEPTION_HANDLERS
 from durable_ops.gateway.web import CORE_PAGES, Page, Renderer, web_module
@@ -58,9 +67,13 @@ def create_app(
     modules: Sequence[RouteModule] = (),
     pages: Sequence[Page] = (),
 ) -> Starlette:
-    """The gateway: core route modules, then ``modules``, then the web pages."""
+    """The gateway: core route modules, then ``modules``, then the web pages.
+
+    Dev-login is mounted only where ``hosts.serves_dev_login`` allows it.
+    """
     all_pages = (*CORE_PAGES, *pages)
-    all_modules: list[RouteModule] = [*CORE_MODULES, *modules, web_module(all_pages)]
+    dev = [devlogin] if serves_dev_login(settings) else []
+    all_modules: list[RouteModule] = [*CORE_MODULES, *dev, *modules, web_module(all_pages)]
     gateway_metrics = metrics.GatewayMetrics()
 
     @asynccontextmanager
@@ -72,9 +85,15 @@ def create_app(
 
     app = Starlette(
         routes=[route for module in all_modules for route in module.routes],
+        # Outermost first: the peer's forwarded headers are judged on the raw connection;
+        # a refused Host is counted and carries the security headers like any answer.
         middleware=[
+            Middleware(
+                ProxyHeadersMiddleware, trusted_hosts=settings.gateway_trusted_proxy_networks
+            ),
             Middleware(metrics.MetricsMiddleware, metrics=gateway_metrics),
             Middleware(SecurityHeadersMiddleware),
+            Middleware(AllowedHostsMiddleware, hosts=allowed_hosts(settings)),
         ],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
@@ -84,6 +103,9 @@ def create_app(
     app.state.metrics = gateway_metrics
     app.state.renderer = Renderer(all_pages)
     app.state.openapi = openapi.build_document(all_modules)
+    refusal = dev_login_refusal(settings)
+    if refusal is not None:
+        structlog.get_logger(__name__).warning("dev_login_refused", reason=refusal)
     # Accepts and answers W3C traceparent while tracing is on; nothing otherwise.
     telemetry.instrument_app(app)
     return app

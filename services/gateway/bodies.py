@@ -11,7 +11,9 @@ helpers check one member's type and length, and refuse ``null`` for any field
 is also the one place a text field of a body is checked for control characters
 (400 ``control_character`` naming the field; ``multi_line`` keeps tab, LF and
 CR), with the same rule as the services (``bounds.single_line``/``multi_line``).
-``no_body`` is for actions that take none: empty, or ``{}``.
+``no_body`` is for actions that take none: empty, or ``{}``. ``form_fields``
+reads an HTML form (``application/x-www-form-urlencoded``), each field at most
+once, with the same 413/415/``unknown_field`` answers.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping
 from typing import Any
+from urllib.parse import parse_qsl
 
 from starlette.requests import Request
 
@@ -27,6 +30,7 @@ from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument
 
 DEFAULT_MAX_BYTES = 64 * 1024
+FORM = "application/x-www-form-urlencoded"
 # Far beyond any number a request could mean, far below Python's 4,300-digit conversion limit.
 NUMBER_DIGITS_MAX = 64
 _MALFORMED = "The body is not valid JSON."
@@ -129,6 +133,27 @@ async def json_object(
         if name not in allowed:
             raise _unknown_field(name)
     return body
+
+
+async def form_fields(
+    request: Request, allowed: Collection[str], *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> dict[str, str]:
+    """The fields of a form body, by name; a field sent twice is refused, not guessed at."""
+    raw = await _read(request, max_bytes)
+    if _media_type(request) != FORM:
+        raise Problem(415, "unsupported_media_type", f"Send the body as {FORM}.")
+    try:
+        pairs = parse_qsl(raw.decode("utf-8"), keep_blank_values=True, errors="strict")
+    except (UnicodeDecodeError, ValueError):
+        raise Problem(400, "invalid_body", "The body is not a form encoded in UTF-8.") from None
+    fields: dict[str, str] = {}
+    for name, value in pairs:
+        if name not in allowed:
+            raise _unknown_field(name)
+        if name in fields:
+            raise invalid(name, "must be sent once")
+        fields[name] = value
+    return fields
 
 
 async def no_body(request: Request) -> None:

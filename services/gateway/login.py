@@ -1,11 +1,11 @@
 """Browser sessions: put a token into the ``ops_session`` cookie, or take it out.
 
-``GET /auth/dev-login?user=U`` exists only with ``OPS_DEV_LOGIN=1`` (404
-otherwise); ``POST /auth/login`` turns a token from ``opsctl token`` into the
+``POST /auth/login`` turns a token from ``opsctl token`` into the
 cookie, for as long as the token is valid and at most 7 days
 (``auth.SESSION_COOKIE_MAX_AGE_SECONDS``); ``POST /auth/logout`` clears it.
 The POSTs refuse other origins (``auth.check_same_origin``); the API's own
 cookie-authenticated writes must also name theirs (``auth.require_user``).
+Development sign-in is ``devlogin``, mounted only where it is safe.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from durable_ops.gateway.auth import (
@@ -22,42 +22,14 @@ from durable_ops.gateway.auth import (
     InvalidToken,
     check_same_origin,
     clear_session_cookie,
-    mint_user_token,
     set_session_cookie,
     token_lifetime,
     verify_with_settings,
 )
 from durable_ops.gateway.bodies import json_object, string_field
 from durable_ops.gateway.context import settings_of
-from durable_ops.gateway.openapi import endpoint, errors, json_body, ok, query, single_line_text
-from durable_ops.gateway.pagination import query_params
-from durable_ops.gateway.problems import Problem, invalid
-from durable_ops.model import bounds
-from durable_ops.model.errors import InvalidArgument
-
-DEV_LOGIN_TTL_SECONDS = 8 * 3600
-AFTER_LOGIN = "/operations"
-
-
-async def dev_login(request: Request) -> Response:
-    settings = settings_of(request)
-    if not settings.dev_login:
-        raise Problem(404, "not_found", "no such resource")
-    user = query_params(request, ("user",)).get("user", "")
-    try:
-        bounds.owner_id(user)
-    except InvalidArgument as exc:
-        raise invalid("user", exc.reason) from None
-    token = mint_user_token(
-        settings.jwt_secret,
-        user,
-        DEV_LOGIN_TTL_SECONDS,
-        issuer=settings.jwt_issuer,
-        audience=settings.jwt_audience,
-    )
-    response = RedirectResponse(AFTER_LOGIN, status_code=303)
-    set_session_cookie(response, request, token, DEV_LOGIN_TTL_SECONDS)
-    return response
+from durable_ops.gateway.openapi import endpoint, errors, json_body, ok, single_line_text
+from durable_ops.gateway.problems import Problem
 
 
 async def login(request: Request) -> Response:
@@ -81,7 +53,6 @@ async def logout(request: Request) -> Response:
 
 
 routes: Sequence[BaseRoute] = [
-    Route("/auth/dev-login", dev_login, methods=["GET"]),
     Route("/auth/login", login, methods=["POST"]),
     Route("/auth/logout", logout, methods=["POST"]),
 ]
@@ -106,25 +77,6 @@ openapi_schemas: Mapping[str, Any] = {
     },
 }
 openapi_paths: Mapping[str, Mapping[str, Any]] = {
-    "/auth/dev-login": {
-        "get": endpoint(
-            "Development sign-in: sets the session cookie and redirects to /operations "
-            "(only with OPS_DEV_LOGIN=1; 404 otherwise)",
-            "devLogin",
-            _TAG,
-            {
-                "303": {
-                    "description": "signed in; `Set-Cookie: ops_session=...`",
-                    "headers": {"Location": {"schema": {"type": "string"}}},
-                },
-                **errors(400, 404),
-            },
-            parameters=[
-                query("user", {"type": "string", "maxLength": bounds.OWNER_ID_MAX}, "user id")
-            ],
-            secured=False,
-        )
-    },
     "/auth/login": {
         "post": endpoint(
             "Sign in with a token: sets the HttpOnly session cookie",

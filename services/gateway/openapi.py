@@ -30,7 +30,8 @@ ERROR_DESCRIPTIONS: Mapping[int, str] = {
         "Invalid argument: a bound, type or format broken (`field` names it; code"
         " `control_character` for a control character in text; `null` for a field is one"
         " too: leave the field out instead); or a body that is not JSON (`malformed_json`)"
-        f" or holds a number of more than {NUMBER_DIGITS_MAX} digits (`number_too_long`)"
+        f" or holds a number of more than {NUMBER_DIGITS_MAX} digits (`number_too_long`);"
+        " or a `Host` the gateway does not answer to (`host_not_allowed`, on every route)"
     ),
     401: "Not signed in: missing, malformed, expired or wrongly signed token",
     403: (
@@ -41,7 +42,7 @@ ERROR_DESCRIPTIONS: Mapping[int, str] = {
     404: "No such resource for this user (another user's resource looks the same)",
     409: "The resource's state does not allow this, or the idempotency key was used before",
     413: "The body is too large",
-    415: "The body is not JSON",
+    415: "The body is not of the media type the operation takes (JSON unless it says)",
     429: "Over capacity; `Retry-After` says when to try again",
     503: "A backend service is unavailable",
     504: "A backend service did not answer in time",
@@ -334,7 +335,9 @@ def build_document(modules: Iterable[RouteModule], *, version: str = "1") -> Jso
             "title": "durable-ops gateway",
             "version": version,
             "description": "Owner-scoped durable operations and notifications. "
-            "Errors are application/problem+json (RFC 9457) with a stable `code`.",
+            "Errors are application/problem+json (RFC 9457) with a stable `code`. "
+            "A request whose `Host` is not one of the gateway's names "
+            "(OPS_GATEWAY_ALLOWED_HOSTS) is refused before routing: 400 `host_not_allowed`.",
         },
         "paths": dict(sorted(paths.items())),
         "components": {"schemas": schemas, "securitySchemes": SECURITY_SCHEMES},

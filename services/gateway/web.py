@@ -29,6 +29,7 @@ from starlette.types import Scope
 
 from durable_ops.gateway.auth import session_user
 from durable_ops.gateway.context import settings_of
+from durable_ops.gateway.hosts import serves_dev_login
 from durable_ops.gateway.modules import RouteSet
 from durable_ops.gateway.openapi import endpoint
 from durable_ops.model.tasks import TASKS, Registry
@@ -119,7 +120,7 @@ class Renderer:
         )
 
     def signin(self, settings: Settings) -> str:
-        dev = self._devlogin.template if settings.dev_login else ""
+        dev = self._devlogin.template if serves_dev_login(settings) else ""
         main = self._signin.substitute(dev_login=dev, product=PRODUCT_NAME)
         return self.render(settings, title="Sign in", module="signin", user=None, main=main)
 

@@ -48,6 +48,11 @@ class Bind:
     def address(self) -> str:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
+    @property
+    def dialled(self) -> str:
+        """The address a client on this host dials: a wildcard bind is reached on loopback."""
+        return replace(self, host=_WILDCARDS.get(self.host, self.host)).address
+
 
 class BadAddress(SettingsError):
     pass
@@ -99,13 +104,10 @@ def local_to_the_stack(settings: Settings) -> Settings:
     """Targets that reach this host's binds, and the dev model as the default local route."""
     targets: dict[str, Any] = {}
     for bind_name, target_name in TARGETS.items():
-        bind = parse_address(bind_name, getattr(settings, bind_name))
-        host = _WILDCARDS.get(bind.host, bind.host)
-        targets[target_name] = replace(bind, host=host).address
+        targets[target_name] = parse_address(bind_name, getattr(settings, bind_name)).dialled
     model = parse_address("dev_model_bind", settings.dev_model_bind)
     if settings.ai_local_url == _default("ai_local_url"):
-        model_host = _WILDCARDS.get(model.host, model.host)
-        targets["ai_local_url"] = f"http://{replace(model, host=model_host).address}/v1"
+        targets["ai_local_url"] = f"http://{model.dialled}/v1"
     return replace(settings, **targets)
 
 

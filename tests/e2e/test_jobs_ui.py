@@ -25,6 +25,7 @@ from tests.support.gateway import (
 from tests.support.grpc_services import Services, metadata
 from tests.support.jobs_page import add_job
 from tests.support.long_polls import refuse_long_polls
+from tests.support.signin import dev_sign_in
 from tests.support.workspace_client import CV_TEXT, JOB_TEXT, create_job, entitle
 
 pytestmark = pytest.mark.browser
@@ -42,7 +43,7 @@ def test_start_a_strategy_snapshot_and_read_its_result(
     page: Page, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
 ) -> None:
     entitle(ui_services.db, "alice")
-    page.goto(f"{ui_gateway.url}/auth/dev-login?user=alice")
+    dev_sign_in(page, ui_gateway.url, "alice")
     page.goto(f"{ui_gateway.url}/jobs")
     expect(page.get_by_text("Plan: Pro")).to_be_visible()
 
@@ -87,7 +88,7 @@ def open_job_with_a_snapshot(page: Page, gateway: LiveGateway, services: Service
     as no AI worker runs in these tests."""
     entitle(services.db, "alice")
     create_job(services.workspace, "alice")
-    page.goto(f"{gateway.url}/auth/dev-login?user=alice")
+    dev_sign_in(page, gateway.url, "alice")
     page.goto(f"{gateway.url}/jobs")
     job = page.locator("ol[aria-label='Your jobs'] li.item")
     expect(job).to_have_count(1)
@@ -309,7 +310,7 @@ def test_a_cancel_whose_answer_comes_after_the_long_polls_looks_once(
 
 
 def test_without_pro_the_refusal_is_shown(page: Page, ui_gateway: LiveGateway) -> None:
-    page.goto(f"{ui_gateway.url}/auth/dev-login?user=carol")
+    dev_sign_in(page, ui_gateway.url, "carol")
     page.goto(f"{ui_gateway.url}/jobs")
     expect(page.get_by_text("Free (AI analyses need Pro)")).to_be_visible()
     job_form = page.get_by_role("form", name="Add a job posting")

@@ -20,6 +20,7 @@ from playwright.sync_api import Locator, Page, Request, expect
 from tests.support.jobs_page import add_job
 from tests.support.long_polls import refuse_long_polls
 from tests.support.product import Product, opsctl_up, product_env
+from tests.support.signin import dev_sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 Screenshot = Callable[[Page, str], Path]
@@ -35,7 +36,7 @@ def product(tmp_path: Path) -> Iterator[Product]:
 
 
 def _start_snapshot(page: Page, product: Product) -> Locator:
-    page.goto(product.login)  # the demo user: Pro plan, AI on
+    dev_sign_in(page, product.url.rstrip("/"), "demo")  # the demo user: Pro plan, AI on
     page.goto(f"{product.url.rstrip('/')}/jobs")
     job = add_job(page, "Platform engineer", "Acme")
     job.get_by_role("button", name="Start strategy snapshot").click()
@@ -97,7 +98,7 @@ def test_the_bar_moves_and_a_cancel_from_the_page_stops_the_analysis(
     screenshot(page, "32-operations-live-named")
 
     with httpx.Client(base_url=product.url) as client:
-        client.get(product.login)
+        product.sign_in(client)
         operations = client.get("/api/operations").json()["items"]
         notifications = client.get("/api/notifications").json()["items"]
         cached = client.get(f"/api/jobs/{operations[0]['subject']['id']}/strategy-snapshot")

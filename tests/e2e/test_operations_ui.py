@@ -26,14 +26,14 @@ from tests.support.gateway import (
 )
 from tests.support.grpc_services import Services, metadata
 from tests.support.long_polls import refuse_long_polls
+from tests.support.signin import dev_sign_in
 
 pytestmark = pytest.mark.browser
 Screenshot = Callable[[Page, str], Path]
 
 
 def sign_in(page: Page, gateway: LiveGateway, user: str) -> None:
-    page.goto(f"{gateway.url}/auth/dev-login?user={user}")
-    page.wait_for_url(f"{gateway.url}/operations")
+    dev_sign_in(page, gateway.url, user)
 
 
 def card(page: Page, operation_id: str) -> Locator:

@@ -58,7 +58,7 @@ def test_up_serves_the_ui_and_stops_every_child(
         gateway = product.url.rstrip("/")
         assert gateway == f"http://{env['OPS_GATEWAY_BIND']}"
         with httpx.Client() as client:
-            signed_in = client.get(product.login, follow_redirects=True)
+            signed_in = product.sign_in(client)
             assert signed_in.status_code == 200
             assert str(signed_in.url).endswith("/operations")
             settings = client.get(f"{gateway}/api/settings/ai")
@@ -102,6 +102,46 @@ def test_a_token_from_opsctl_token_works_with_the_stack_and_survives_a_restart(
             reply = httpx.get(f"{product.url.rstrip('/')}/api/settings/ai", headers=bearer)
             assert reply.status_code == 200, reply.text
             assert product.stop() == 0
+
+
+def test_a_gateway_beyond_loopback_serves_no_dev_login_and_answers_only_its_names(
+    tmp_path: Path,
+) -> None:
+    env = product_env(OPS_DEV_MODEL_SECONDS="0")
+    port = env["OPS_GATEWAY_BIND"].rpartition(":")[2]
+    env["OPS_GATEWAY_BIND"] = f"0.0.0.0:{port}"
+    token = subprocess.run(
+        [sys.executable, "-m", "durable_ops.cli", "token", "--user", "alice"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    with opsctl_up(f"sqlite:///{tmp_path / 'up.sqlite3'}", env, cwd=tmp_path) as product:
+        # Printed with a name the gateway answers to, not the wildcard.
+        assert product.url == f"http://127.0.0.1:{port}/"
+        [off] = product.events("dev_login_off")
+        assert f"0.0.0.0:{port}" in off["message"]
+        assert "not on loopback" in off["message"]
+        assert "opsctl token" in product.events("sign_in")[0]["message"]
+        with httpx.Client() as client:
+            assert product.sign_in(client).status_code == 404
+            page = client.get(product.url)
+            assert page.status_code == 200
+            assert "/auth/dev-login" not in page.text
+            foreign = client.get(f"{product.url}api/operations", headers={"Host": "rebind.example"})
+            assert foreign.status_code == 400
+            assert foreign.json()["code"] == "host_not_allowed"
+            # uvicorn's own default believed X-Forwarded-Proto from loopback; no longer.
+            origin = product.url.rstrip("/")
+            signed_in = client.post(
+                f"{origin}/auth/login",
+                json={"token": token},
+                headers={"Origin": origin, "X-Forwarded-Proto": "https"},
+            )
+            assert signed_in.status_code == 200, signed_in.text
+            assert "secure" not in signed_in.headers["set-cookie"].lower()
 
 
 def _up(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -203,7 +243,7 @@ def test_a_killed_child_comes_back_and_the_page_keeps_working(tmp_path: Path) ->
     with opsctl_up(f"sqlite:///{tmp_path / 'up.sqlite3'}", env, cwd=tmp_path) as product:
         gateway = product.url.rstrip("/")
         with httpx.Client() as client:
-            assert client.get(product.login, follow_redirects=True).status_code == 200
+            assert product.sign_in(client).status_code == 200
             [victim] = [
                 pid
                 for pid in _children(product.process.pid)

@@ -19,6 +19,7 @@ from durable_ops.storage import workspace
 from tests.support.gateway import Claimed, LiveGateway, claim, complete, publish
 from tests.support.grpc_services import Services
 from tests.support.jobs_page import JOBS, add_job
+from tests.support.signin import dev_sign_in
 from tests.support.workspace_client import create_cv, create_job, entitle
 
 pytestmark = pytest.mark.browser
@@ -46,8 +47,7 @@ DEV_MODEL = {"provider": "127.0.0.1", "model": "dev-heuristic", "route": "local"
 
 
 def open_jobs(page: Page, gateway: LiveGateway, user: str) -> None:
-    page.goto(f"{gateway.url}/auth/dev-login?user={user}")
-    page.wait_for_url(f"{gateway.url}/operations")
+    dev_sign_in(page, gateway.url, user)
     page.goto(f"{gateway.url}/jobs")
 
 

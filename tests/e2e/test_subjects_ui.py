@@ -22,6 +22,7 @@ from tests.support.gateway import (
     publish,
 )
 from tests.support.grpc_services import Services
+from tests.support.signin import dev_sign_in
 from tests.support.workspace_client import create_cv, create_job, entitle
 
 pytestmark = pytest.mark.browser
@@ -38,8 +39,7 @@ ANSWER = {
 
 
 def sign_in(page: Page, gateway: LiveGateway, user: str, path: str = "/operations") -> None:
-    page.goto(f"{gateway.url}/auth/dev-login?user={user}")
-    page.wait_for_url(f"{gateway.url}/operations")
+    dev_sign_in(page, gateway.url, user)
     if path != "/operations":
         page.goto(f"{gateway.url}{path}")
 

@@ -26,7 +26,7 @@ from starlette.routing import Mount, Route
 from durable_ops.gateway.app import create_app
 from durable_ops.gateway.auth import SESSION_COOKIE, mint_user_token, verify_user_token
 from durable_ops.gateway.backends import Backends
-from durable_ops.gateway.main import parse_bind
+from durable_ops.gateway.hosts import parse_bind
 from durable_ops.gateway.problems import problem_from_domain
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.scope import Role
@@ -42,6 +42,7 @@ from tests.support.gateway import (
     claim,
     complete,
     create_operation,
+    dev_login,
     fail,
     gateway_client,
     gateway_settings,
@@ -728,8 +729,8 @@ def test_cookie_changes_from_another_origin_are_refused(sqlite_services: Service
             client.cookies.set(SESSION_COOKIE, token("alice"))
             for headers in (
                 {"Origin": "https://evil.example"},
-                {"Origin": "http://gateway.test.evil.example"},
-                {"Origin": "http://gateway.test:8443"},
+                {"Origin": "http://localhost.evil.example"},
+                {"Origin": "http://localhost:8443"},
                 {"Origin": "null"},
                 {"Sec-Fetch-Site": "cross-site"},
                 {"Sec-Fetch-Site": "same-site"},
@@ -740,7 +741,7 @@ def test_cookie_changes_from_another_origin_are_refused(sqlite_services: Service
             assert state.json()["state"] == "queued"  # reads are fine; nothing was cancelled
             # Behind a TLS-terminating proxy the browser's origin says https: same host.
             done = await client.post(
-                cancel, headers={"Origin": "https://gateway.test", "Sec-Fetch-Site": "same-origin"}
+                cancel, headers={"Origin": "https://localhost", "Sec-Fetch-Site": "same-origin"}
             )
             assert done.status_code == 200
             assert done.json()["state"] == "cancelled"
@@ -775,7 +776,7 @@ def test_a_cookie_write_that_names_no_origin_is_refused(sqlite_services: Service
                     problem = _problem(response, 403, "origin_required")
                     assert "Origin" in problem["detail"]
                 # A Referer of another host is another origin.
-                elsewhere = {"Referer": "https://evil.example/gateway.test/jobs"}
+                elsewhere = {"Referer": "https://evil.example/localhost/jobs"}
                 response = await client.request(method, path, json=body, headers=elsewhere)
                 _problem(response, 403, "cross_origin_request")
             # Nothing was changed by any of them.
@@ -801,6 +802,7 @@ def test_a_cookie_write_that_names_no_origin_is_refused(sqlite_services: Service
 def test_dev_login_exists_only_when_enabled(sqlite_services: Services) -> None:
     async def scenario() -> None:
         async with gateway_client(make_app(sqlite_services.target)) as client:
+            _problem(await dev_login(client, "alice"), 404, "not_found")
             _problem(await client.get("/auth/dev-login?user=alice"), 404, "not_found")
             page = await client.get("/")
             assert page.status_code == 200
@@ -808,10 +810,13 @@ def test_dev_login_exists_only_when_enabled(sqlite_services: Services) -> None:
             assert "/auth/dev-login" not in page.text
         enabled = make_app(sqlite_services.target, dev_login=True)
         async with gateway_client(enabled) as client:
-            assert "/auth/dev-login" in (await client.get("/")).text
-            _problem(await client.get("/auth/dev-login?user=bad%20user"), 400)
-            _problem(await client.get("/auth/dev-login"), 400)
-            response = await client.get("/auth/dev-login?user=alice")
+            page_text = (await client.get("/")).text
+            assert 'method="post" action="/auth/dev-login"' in page_text
+            assert 'name="user"' in page_text
+            assert 'value="demo"' in page_text
+            _problem(await dev_login(client, "bad user"), 400)
+            _problem(await dev_login(client, ""), 400)
+            response = await dev_login(client, "alice")
             assert response.status_code == 303
             assert response.headers["location"] == "/operations"
             cookie = response.headers["set-cookie"]

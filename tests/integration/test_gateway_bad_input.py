@@ -20,6 +20,7 @@ from durable_ops.storage.schema import Attachment, Job, UserOperation
 from tests.integration.test_gateway_wording import reads_as_a_sentence
 from tests.support.clock import ManualClock
 from tests.support.gateway import (
+    BASE_URL,
     bearer,
     create_operation,
     gateway_client,
@@ -267,8 +268,8 @@ def cases(operation_id: str) -> list[Case]:
         Case("unknown path", "GET", "/api/nothing", 404, "not_found"),
         Case(
             "dev login off",
-            "GET",
-            "/auth/dev-login?user=alice",
+            "POST",
+            "/auth/dev-login",
             404,
             "not_found",
             authenticated=False,
@@ -396,6 +397,7 @@ ROUTES = [
     ("POST", "/api/notifications/{v}/read"),
     ("POST", "/api/notifications/{v}/dismiss"),
     ("GET", "/auth/dev-login"),
+    ("POST", "/auth/dev-login"),
     ("POST", "/auth/login"),
     ("POST", "/auth/logout"),
 ]
@@ -405,6 +407,8 @@ BODIES: list[tuple[bytes | None, dict[str, str]]] = [
     (b'{"token": {"a": [1, 2]}}', JSON),
     (b"\x00\x01\x02", {"Content-Type": "application/octet-stream"}),
     (b'{"page_size": 5}', {"Content-Type": "application/json; charset=latin-1"}),
+    # A same-origin form that is not UTF-8: reaches dev-login's form reader.
+    (b"user=%ff%fe", {"Content-Type": "application/x-www-form-urlencoded", "Origin": BASE_URL}),
 ]
 
 

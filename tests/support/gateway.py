@@ -33,7 +33,7 @@ from tests.support.grpc_services import SECRET as SERVICE_SECRET
 from tests.support.grpc_services import Services, metadata
 
 JWT_SECRET = "test-user-jwt-secret-" + "0123456789abcdef" * 4
-BASE_URL = "http://gateway.test"
+BASE_URL = "http://localhost"
 
 
 def gateway_settings(target: str, **overrides: Any) -> Settings:
@@ -64,15 +64,22 @@ def bearer(user: str) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def gateway_client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    """An in-process client; the app's gRPC channels are closed when it ends."""
-    transport = httpx.ASGITransport(app=app)
+async def gateway_client(
+    app: Starlette, *, peer: tuple[str, int] = ("127.0.0.1", 123)
+) -> AsyncIterator[httpx.AsyncClient]:
+    """An in-process client connecting from ``peer``; the app's gRPC channels close at the end."""
+    transport = httpx.ASGITransport(app=app, client=peer)
     try:
         async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
             yield client
     finally:
         backends: Backends = app.state.backends
         await backends.close()
+
+
+async def dev_login(client: httpx.AsyncClient, user: str) -> httpx.Response:
+    """What the sign-in page's development form sends: a same-origin POST of ``user``."""
+    return await client.post("/auth/dev-login", data={"user": user}, headers={"Origin": BASE_URL})
 
 
 def run(coroutine: Any) -> Any:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from tests.support.ports import free_port
 
 STARTUP_SECONDS = 90
@@ -23,13 +25,23 @@ STARTUP_SECONDS = 90
 class Product:
     process: subprocess.Popen[str]
     url: str  # the gateway, with a trailing slash
-    login: str  # the sign-in link `opsctl up` prints
+    login: str  # the sign-in page `opsctl up` prints
     lines: list[str] = field(default_factory=list)
 
     @property
     def records(self) -> list[dict[str, Any]]:
         """Every line so far; off a terminal, `opsctl up` prints one JSON object per line."""
         return [json.loads(line) for line in list(self.lines)]
+
+    def sign_in(self, client: httpx.Client, user: str = "demo") -> httpx.Response:
+        """What the page's dev-login form sends (a same-origin POST), followed to /operations."""
+        origin = self.url.rstrip("/")
+        return client.post(
+            f"{origin}/auth/dev-login",
+            data={"user": user},
+            headers={"Origin": origin},
+            follow_redirects=True,
+        )
 
     def events(self, event: str) -> list[dict[str, Any]]:
         return [record for record in self.records if record.get("event") == event]
@@ -67,7 +79,7 @@ def opsctl_up(
     database_url: str, env: Mapping[str, str], cwd: Path, *args: str
 ) -> Iterator[Product]:
     """Run ``opsctl up`` in ``cwd`` (its var/ holds the kept secrets) until it prints its
-    sign-in link; SIGINT it on exit."""
+    sign-in line; SIGINT it on exit."""
     process = subprocess.Popen(
         [sys.executable, "-m", "durable_ops.cli", "up", "--database-url", database_url, *args],
         env=dict(env),

@@ -74,6 +74,12 @@ def test_values_are_parsed_by_type() -> None:
         ("OPS_TOMBSTONE_RETENTION_DAYS", "0"),
         ("OPS_TOMBSTONE_RETENTION_DAYS", "99999"),
         ("OPS_RETENTION_INTERVAL_SECONDS", "0"),
+        ("OPS_GATEWAY_ALLOWED_HOSTS", "localhost:8080"),
+        ("OPS_GATEWAY_ALLOWED_HOSTS", "*"),
+        ("OPS_GATEWAY_ALLOWED_HOSTS", "https://ops.example.com"),
+        ("OPS_GATEWAY_TRUSTED_PROXIES", "*"),
+        ("OPS_GATEWAY_TRUSTED_PROXIES", "proxy.internal"),
+        ("OPS_GATEWAY_TRUSTED_PROXIES", "10.0.0.0/33"),
     ],
 )
 def test_bad_values_are_refused_with_the_variable_named(name: str, value: str) -> None:

@@ -73,6 +73,20 @@ def test_targets_and_the_default_model_follow_the_binds() -> None:
     assert local.ai_local_url == "http://127.0.0.1:30005/v1"
 
 
+@pytest.mark.parametrize(
+    ("raw", "dialled"),
+    [
+        ("0.0.0.0:8080", "127.0.0.1:8080"),
+        ("[::]:8080", "[::1]:8080"),
+        (":8080", "127.0.0.1:8080"),
+        ("192.0.2.10:8080", "192.0.2.10:8080"),
+        ("[::1]:8080", "[::1]:8080"),
+    ],
+)
+def test_a_wildcard_bind_is_dialled_on_loopback(raw: str, dialled: str) -> None:
+    assert parse_address("gateway_bind", raw).dialled == dialled
+
+
 def test_a_model_url_the_operator_chose_is_kept() -> None:
     chosen = replace(Settings(), ai_local_url="http://127.0.0.1:11434/v1")
     assert local_to_the_stack(with_port_base(chosen, 30000)).ai_local_url == chosen.ai_local_url

@@ -1,0 +1,93 @@
+"""``POST /auth/dev-login``: sign in as any user, on a development stack only.
+
+``create_app`` mounts this module only when ``hosts.serves_dev_login``
+(OPS_DEV_LOGIN on and the gateway listening on loopback alone); otherwise the
+path does not exist (404). It is the sign-in page's form (field ``user``), a
+POST that must name this origin (``auth.check_same_origin``), so neither a
+cross-site navigation (a GET: 405) nor a cross-site form signs anyone in: a
+forged session would show the victim the attacker's data (login CSRF).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from durable_ops.gateway.auth import check_same_origin, mint_user_token, set_session_cookie
+from durable_ops.gateway.bodies import FORM, form_fields
+from durable_ops.gateway.context import settings_of
+from durable_ops.gateway.openapi import endpoint, errors
+from durable_ops.gateway.problems import invalid
+from durable_ops.model import bounds
+from durable_ops.model.errors import InvalidArgument
+
+DEV_LOGIN_TTL_SECONDS = 8 * 3600
+AFTER_LOGIN = "/operations"
+
+
+async def dev_login(request: Request) -> Response:
+    check_same_origin(request, require_origin=True)
+    user = (await form_fields(request, ("user",), max_bytes=1024)).get("user", "")
+    try:
+        bounds.owner_id(user)
+    except InvalidArgument as exc:
+        raise invalid("user", exc.reason) from None
+    settings = settings_of(request)
+    token = mint_user_token(
+        settings.jwt_secret,
+        user,
+        DEV_LOGIN_TTL_SECONDS,
+        issuer=settings.jwt_issuer,
+        audience=settings.jwt_audience,
+    )
+    response = RedirectResponse(AFTER_LOGIN, status_code=303)
+    set_session_cookie(response, request, token, DEV_LOGIN_TTL_SECONDS)
+    return response
+
+
+routes: Sequence[BaseRoute] = [Route("/auth/dev-login", dev_login, methods=["POST"])]
+openapi_schemas: Mapping[str, Any] = {}
+openapi_paths: Mapping[str, Mapping[str, Any]] = {
+    "/auth/dev-login": {
+        "post": endpoint(
+            "Development sign-in as any user: sets the session cookie and redirects to"
+            " /operations. Served only with OPS_DEV_LOGIN=1 on a gateway that listens on"
+            " loopback alone (absent otherwise); the request must name this origin"
+            " (`Origin`, or a same-origin `Referer`)",
+            "devLogin",
+            "auth",
+            {
+                "303": {
+                    "description": "signed in; `Set-Cookie: ops_session=...`",
+                    "headers": {"Location": {"schema": {"type": "string"}}},
+                },
+                **errors(400, 403, 413, 415),
+            },
+            request_body={
+                "required": True,
+                "content": {
+                    FORM: {
+                        "schema": {
+                            "type": "object",
+                            "required": ["user"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "user": {
+                                    "type": "string",
+                                    "pattern": "^[A-Za-z0-9._@:-]+$",  # bounds.owner_id
+                                    "maxLength": bounds.OWNER_ID_MAX,
+                                    "description": "the user id to sign in as",
+                                }
+                            },
+                        }
+                    }
+                },
+            },
+            secured=False,
+        )
+    },
+}
