@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from durable_ops.ai_worker.inference.metrics import MODEL_CIRCUIT_STATE, export_local_circuit
@@ -13,9 +15,9 @@ from durable_ops.storage.db import Database
 from durable_ops.storage.operations import SweepReport
 
 
-def test_a_sweep_counts_its_run_and_each_change() -> None:
+def test_a_sweep_counts_its_run_and_each_change(tmp_path: Path) -> None:
     registry = CollectorRegistry()
-    db = Database("sqlite:///never-opened.sqlite3")  # the gauges are not scraped here
+    db = Database(f"sqlite:///{tmp_path / 'never-queried.sqlite3'}")  # the gauges are not scraped
     metrics = OperationsMetrics(registry, db, utc_now)
     metrics.swept(SweepReport(expired_leases=2, deadlines=1, promoted=3))
     metrics.swept(None)
