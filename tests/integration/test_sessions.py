@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import time
+from datetime import datetime
+from functools import partial
 from typing import Any
 
 import httpx
 import jwt
 import pytest
 from sqlalchemy import inspect, select, text
+from sqlalchemy.orm import Session
 
 from durable_ops import cli
 from durable_ops.gateway.auth import SESSION_COOKIE
@@ -179,9 +182,11 @@ def test_a_session_request_with_a_bad_ttl_or_id_is_refused_not_a_fault(
         )
     for bad in ("", "x" * 65, "%%%"):
         with pytest.raises(Unauthenticated, match="session is unknown"):
-            services.db.run(
-                lambda s, bad=bad: sessions.resolve_session(s, bad, clock()), owner_id=None
-            )
+            services.db.run(partial(_resolve, session_id=bad, now=clock()), owner_id=None)
+
+
+def _resolve(session: Session, *, session_id: str, now: datetime) -> str:
+    return sessions.resolve_session(session, session_id, now)
 
 
 def test_the_revision_goes_down_and_up(db_url: str) -> None:
