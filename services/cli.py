@@ -143,6 +143,22 @@ def cmd_users_set_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sessions_revoke(args: argparse.Namespace) -> int:
+    from durable_ops.clock import utc_now
+    from durable_ops.model import bounds
+    from durable_ops.storage import sessions
+    from durable_ops.storage.migrate import open_migrated
+
+    bounds.owner_id(args.user)
+    db = open_migrated(_settings(args).database_url, pool_size=1)
+    try:
+        ended = db.run(lambda s: sessions.revoke_user(s, utc_now()), owner_id=args.user)
+    finally:
+        db.dispose()
+    print(f"{args.user}: {ended} session(s) ended; tokens issued until now are refused")
+    return 0
+
+
 def cmd_ai(args: argparse.Namespace) -> int:
     import json
 
@@ -295,6 +311,20 @@ def build_parser() -> argparse.ArgumentParser:
     set_plan.add_argument("user")
     set_plan.add_argument("plan", choices=["free", "pro"])
     database_option(set_plan)
+
+    sessions = command("sessions", lambda _args: EXIT_USAGE, "Manage sign-in sessions")
+    session_commands = sessions.add_subparsers(
+        dest="sessions_command", required=True, metavar="COMMAND"
+    )
+    revoke = session_commands.add_parser(
+        "revoke",
+        help="end every session and token of a user",
+        description="End every session of a user (their cookies get 401 at once) and refuse"
+        " every token issued to them until now; tokens minted afterwards work.",
+    )
+    revoke.set_defaults(run=cmd_sessions_revoke)
+    revoke.add_argument("--user", required=True, help="the owner id whose sign-ins end")
+    database_option(revoke)
 
     ai = command(
         "ai",

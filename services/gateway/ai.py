@@ -90,7 +90,7 @@ def start(task: TaskType) -> Callable[[Request], Awaitable[Response]]:
     context_fields = (task.context.reference_field,) if task.context else ()
 
     async def endpoint_(request: Request) -> Response:
-        calls = owner_calls(request)
+        calls = await owner_calls(request)
         subject_id = resource_id(request, _not_found(task.subject))
         key = _idempotency_key(request)
         body = await json_object(request, context_fields, optional=True)
@@ -127,7 +127,7 @@ def cached(task: TaskType) -> Callable[[Request], Awaitable[Response]]:
     context_fields = (task.context.reference_field,) if task.context else ()
 
     async def endpoint_(request: Request) -> Response:
-        calls = owner_calls(request)
+        calls = await owner_calls(request)
         subject_id = resource_id(request, _not_found(task.subject))
         # Read strictly, like every query string: a misspelt parameter is a 400. The context
         # reference is accepted (a client may send back what it started with) and checked,

@@ -1,4 +1,5 @@
-"""User authentication (SPEC §2): HS256 JWTs as a bearer header or the ``ops_session`` cookie.
+"""User authentication (SPEC §2): an HS256 JWT as a bearer header, or the ``ops_session``
+cookie of a server-side session (``gateway.sessions``).
 
 ``mint_user_token`` makes a token (``opsctl token`` calls it); ``verify_user_token``
 checks one; ``require_user`` is what a route calls first: it answers 401 for a
@@ -9,8 +10,12 @@ that names no origin at all: a write the cookie authenticates must carry an
 POST, PUT, PATCH and DELETE; a client that sends neither uses a bearer
 token). A user token lives at most ``MAX_USER_TOKEN_SECONDS`` (30 days,
 ``exp`` - ``iat``): a longer one is neither minted nor accepted, so a token
-minted long-lived before the cap stops working. The session cookie lives at
-most ``SESSION_COOKIE_MAX_AGE_SECONDS`` (7 days), whatever the token's ``exp``. Any
+minted long-lived before the cap stops working. The cookie carries only the
+opaque id of a session the Workspace service keeps, which lives at most
+``SESSION_COOKIE_MAX_AGE_SECONDS`` (7 days), whatever the token's ``exp``, and
+ends at logout. Each request resolves its credential there (one RPC, one
+primary-key read): the cookie's session, or whether ``opsctl sessions revoke``
+came after a bearer token's ``iat``. Any
 identity header a client sends (``x-owner-id`` and the like) is never read:
 the owner is the verified ``sub`` and nothing else.
 """
@@ -26,7 +31,8 @@ import jwt
 from starlette.requests import Request
 from starlette.responses import Response
 
-from durable_ops.gateway.context import settings_of
+from durable_ops.gateway import sessions
+from durable_ops.gateway.context import backends_of, settings_of
 from durable_ops.gateway.problems import Problem
 from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument
@@ -38,8 +44,8 @@ CLOCK_LEEWAY_SECONDS = 10
 MAX_TOKEN_LENGTH = 4096
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SESSION_COOKIE_MAX_AGE_SECONDS = 7 * 24 * 3600
-# A leaked token is good until it expires (nothing revokes one but rotating the secret):
-# its life is capped, and a token without ``exp`` and ``iat`` has no life to check.
+# A leaked token is good until it expires or its user's tokens are revoked: its life is
+# capped, and a token without ``exp`` and ``iat`` has no life to check.
 MAX_USER_TOKEN_SECONDS = 30 * 24 * 3600
 # ``none``: the user typed the address or followed a bookmark, which a forger cannot arrange.
 SAME_ORIGIN_FETCH_SITES = frozenset({"same-origin", "none"})
@@ -146,16 +152,23 @@ def _credential(request: Request) -> tuple[str, Literal["bearer", "cookie"]] | N
     return None
 
 
-def authenticate(request: Request) -> User | None:
+async def authenticate(request: Request) -> User | None:
     """The caller, ``None`` when no credential was sent; 401 ``Problem`` for a bad one."""
     credential = _credential(request)
     if credential is None:
         return None
-    token, via = credential
+    value, via = credential
+    backends = backends_of(request)
+    if via == "cookie":
+        try:
+            return User(await sessions.resolve_cookie(backends, value), via)
+        except sessions.Ended:
+            raise _unauthenticated("the session has ended: sign in again") from None
     try:
-        user_id = verify_with_settings(settings_of(request), token)
-    except InvalidToken:
-        raise _unauthenticated("the token is invalid or expired") from None
+        user_id = verify_with_settings(settings_of(request), value)
+        await sessions.check_token(backends, user_id, token_issued_at(value))
+    except (InvalidToken, sessions.Ended):
+        raise _unauthenticated("the token is invalid, expired or revoked") from None
     return User(user_id, via)
 
 
@@ -207,9 +220,9 @@ def _is_own_host(origin: str, request: Request) -> bool:
     return parsed.scheme in ("http", "https") and bool(host) and parsed.netloc == host
 
 
-def require_user(request: Request) -> User:
+async def require_user(request: Request) -> User:
     """The authenticated caller of an API route (the auth "dependency" every route calls)."""
-    user = authenticate(request)
+    user = await authenticate(request)
     if user is None:
         raise _unauthenticated("sign in: send a bearer token or the session cookie")
     if user.via == "cookie" and request.method not in SAFE_METHODS:
@@ -217,14 +230,14 @@ def require_user(request: Request) -> User:
     return user
 
 
-def session_user(request: Request) -> str | None:
-    """For pages: the cookie's user, or ``None`` when there is no valid session."""
-    token = request.cookies.get(SESSION_COOKIE)
-    if not token:
+async def session_user(request: Request) -> str | None:
+    """For pages: the cookie's user, or ``None`` when there is no live session."""
+    session_id = request.cookies.get(SESSION_COOKIE)
+    if not session_id:
         return None
     try:
-        return verify_with_settings(settings_of(request), token)
-    except InvalidToken:
+        return await sessions.resolve_cookie(backends_of(request), session_id)
+    except sessions.Ended:
         return None
 
 
@@ -234,12 +247,23 @@ def token_lifetime(token: str) -> int:
     return max(1, int(claims["exp"]) - int(time.time()))
 
 
-def set_session_cookie(response: Response, request: Request, token: str, max_age: int) -> None:
-    """The session cookie, for ``max_age`` seconds and never past the cap of 7 days."""
+def token_issued_at(token: str) -> int:
+    """``iat`` (Unix seconds) of a token that ``verify_user_token`` accepted."""
+    claims = jwt.decode(token, options={"verify_signature": False})
+    return int(claims["iat"])
+
+
+def session_lifetime(max_age: int) -> int:
+    """``max_age`` seconds, held to 1 … 7 days: a session's and its cookie's life."""
+    return max(1, min(max_age, SESSION_COOKIE_MAX_AGE_SECONDS))
+
+
+def set_session_cookie(response: Response, request: Request, session_id: str, max_age: int) -> None:
+    """The cookie of session ``session_id``, for ``max_age`` seconds and at most 7 days."""
     response.set_cookie(
         SESSION_COOKIE,
-        token,
-        max_age=max(1, min(max_age, SESSION_COOKIE_MAX_AGE_SECONDS)),
+        session_id,
+        max_age=session_lifetime(max_age),
         path="/",
         httponly=True,
         samesite="strict",

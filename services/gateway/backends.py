@@ -16,18 +16,25 @@ from dataclasses import dataclass
 from typing import TypeVar, cast
 
 import grpc
+import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from durable_ops.api.ai_admission.v1 import ai_admission_pb2
 from durable_ops.api.notifications.v1 import notifications_pb2
 from durable_ops.api.operations.v1 import operations_pb2
 from durable_ops.api.workspace.v1 import workspace_pb2
+from durable_ops.model.errors import DomainError, Unavailable
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller, open_channel
+from durable_ops.rpc.errors import domain_error_from_rpc
 from durable_ops.settings import Settings
 
 DEFAULT_CALL_TIMEOUT_SECONDS = 10.0
 HEALTH_TIMEOUT_SECONDS = 2.0
+
+_log = structlog.get_logger(__name__)
+# The backend refused the gateway's own credential: a deployment fault, not the user's.
+_GATEWAY_CREDENTIAL_CODES = frozenset({"invalid_service_credential", "service_credential_required"})
 
 StubT = TypeVar("StubT")
 # A generated stub class, or anything else that builds a stub from a channel.
@@ -63,6 +70,15 @@ KNOWN_BACKENDS: Mapping[str, tuple[str, str]] = {
     ),
 }
 DEFAULT_BACKENDS = ("operations", "notifications", "workspace", "ai_admission")
+
+
+def translate(exc: grpc.aio.AioRpcError) -> DomainError:
+    """The domain error of a failed call; failures that are not the caller's are a 503."""
+    error = domain_error_from_rpc(exc)
+    if error.kind == "internal" or error.code in _GATEWAY_CREDENTIAL_CODES:
+        _log.error("backend_call_failed", status=exc.code().name, code=error.code)
+        return Unavailable("backend unavailable", code="backend_unavailable")
+    return error
 
 
 def spec_from_settings(settings: Settings, name: str) -> BackendSpec:

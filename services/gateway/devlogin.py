@@ -17,9 +17,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from durable_ops.gateway.auth import check_same_origin, mint_user_token, set_session_cookie
+from durable_ops.gateway import sessions
+from durable_ops.gateway.auth import check_same_origin, set_session_cookie
 from durable_ops.gateway.bodies import FORM, form_fields
-from durable_ops.gateway.context import settings_of
+from durable_ops.gateway.context import backends_of
 from durable_ops.gateway.openapi import endpoint, errors
 from durable_ops.gateway.problems import invalid
 from durable_ops.model import bounds
@@ -36,16 +37,9 @@ async def dev_login(request: Request) -> Response:
         bounds.owner_id(user)
     except InvalidArgument as exc:
         raise invalid("user", exc.reason) from None
-    settings = settings_of(request)
-    token = mint_user_token(
-        settings.jwt_secret,
-        user,
-        DEV_LOGIN_TTL_SECONDS,
-        issuer=settings.jwt_issuer,
-        audience=settings.jwt_audience,
-    )
+    session_id = await sessions.create(backends_of(request), user, DEV_LOGIN_TTL_SECONDS)
     response = RedirectResponse(AFTER_LOGIN, status_code=303)
-    set_session_cookie(response, request, token, DEV_LOGIN_TTL_SECONDS)
+    set_session_cookie(response, request, session_id, DEV_LOGIN_TTL_SECONDS)
     return response
 
 
@@ -65,7 +59,7 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
                     "description": "signed in; `Set-Cookie: ops_session=...`",
                     "headers": {"Location": {"schema": {"type": "string"}}},
                 },
-                **errors(400, 403, 413, 415),
+                **errors(400, 403, 413, 415, 503),
             },
             request_body={
                 "required": True,

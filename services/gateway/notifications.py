@@ -40,7 +40,7 @@ _stub = stub_for(BACKEND, pb_grpc.NotificationsServiceStub)
 
 
 async def list_notifications(request: Request) -> Response:
-    calls = owner_calls(request)
+    calls = await owner_calls(request)
     page = page_request(query_params(request, PAGING_PARAMETERS))
     reply = await calls(
         _stub(calls).ListNotifications,
@@ -51,14 +51,14 @@ async def list_notifications(request: Request) -> Response:
 
 
 async def unread_count(request: Request) -> Response:
-    calls = owner_calls(request)
+    calls = await owner_calls(request)
     query_params(request, ())
     reply = await calls(_stub(calls).GetUnreadCount, pb.GetUnreadCountRequest())
     return JSONResponse({"count": reply.count})
 
 
 async def mark_read(request: Request) -> Response:
-    calls = owner_calls(request)
+    calls = await owner_calls(request)
     notification_id = resource_id(request, _not_found)
     await no_body(request)
     reply = await calls(_stub(calls).MarkRead, pb.MarkReadRequest(notification_id=notification_id))
@@ -66,7 +66,7 @@ async def mark_read(request: Request) -> Response:
 
 
 async def dismiss(request: Request) -> Response:
-    calls = owner_calls(request)
+    calls = await owner_calls(request)
     notification_id = resource_id(request, _not_found)
     await no_body(request)
     reply = await calls(_stub(calls).Dismiss, pb.DismissRequest(notification_id=notification_id))
@@ -74,7 +74,7 @@ async def dismiss(request: Request) -> Response:
 
 
 async def mark_all_read(request: Request) -> Response:
-    calls = owner_calls(request)
+    calls = await owner_calls(request)
     await no_body(request)
     reply = await calls(_stub(calls).MarkAllRead, pb.MarkAllReadRequest())
     return JSONResponse({"marked": reply.marked})

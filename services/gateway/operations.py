@@ -99,7 +99,7 @@ def _filters(params: Mapping[str, str]) -> tuple[pb.OperationState.ValueType, st
 
 
 async def list_operations(request: Request) -> Response:
-    calls = owner_calls(request)
+    calls = await owner_calls(request)
     params = query_params(request, LIST_PARAMETERS)
     page = page_request(params)
     state, task_type = _filters(params)
@@ -114,7 +114,7 @@ async def list_operations(request: Request) -> Response:
 
 
 async def get_operation(request: Request) -> Response:
-    calls = owner_calls(request)
+    calls = await owner_calls(request)
     operation_id = resource_id(request, _not_found)
     reply = await calls(
         _stub(calls).GetOperation, pb.GetOperationRequest(operation_id=operation_id)
@@ -123,7 +123,7 @@ async def get_operation(request: Request) -> Response:
 
 
 async def wait_operation(request: Request) -> Response:
-    calls = owner_calls(request)
+    calls = await owner_calls(request)
     operation_id = resource_id(request, _not_found)
     params = query_params(request, ("timeout", "seen"))
     seconds = _wait_seconds(params)
@@ -135,7 +135,7 @@ async def wait_operation(request: Request) -> Response:
 
 
 async def cancel_operation(request: Request) -> Response:
-    calls = owner_calls(request)
+    calls = await owner_calls(request)
     operation_id = resource_id(request, _not_found)
     await no_body(request)
     reply = await calls(
@@ -145,7 +145,7 @@ async def cancel_operation(request: Request) -> Response:
 
 
 async def retry_operation(request: Request) -> Response:
-    calls = owner_calls(request)
+    calls = await owner_calls(request)
     operation_id = resource_id(request, _not_found)
     await no_body(request)
     reply = await calls(

@@ -135,14 +135,14 @@ def _renderer(request: Request) -> Renderer:
 
 
 async def home(request: Request) -> Response:
-    if session_user(request) is not None:
+    if await session_user(request) is not None:
         return RedirectResponse(OPERATIONS_PAGE.path, status_code=303, headers=NO_STORE)
     return _html(_renderer(request).signin(settings_of(request)))
 
 
 def _page_endpoint(page: Page) -> Callable[[Request], Awaitable[Response]]:
     async def show(request: Request) -> Response:
-        user = session_user(request)
+        user = await session_user(request)
         if user is None:
             return RedirectResponse("/", status_code=303, headers=NO_STORE)
         body = _renderer(request).render(

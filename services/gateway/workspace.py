@@ -92,7 +92,7 @@ def _created(body: dict[str, Any], location: str) -> Response:
 
 
 async def create_job(request: Request) -> Response:
-    calls = owner_calls(request)
+    calls = await owner_calls(request)
     body = await json_object(
         request, ("title", "company", "description"), max_bytes=JOB_BODY_MAX_BYTES
     )
@@ -107,7 +107,7 @@ async def create_job(request: Request) -> Response:
 
 
 async def list_jobs(request: Request) -> Response:
-    calls = owner_calls(request)
+    calls = await owner_calls(request)
     page = page_request(query_params(request, PAGING_PARAMETERS))
     reply = await calls(
         _stub(calls).ListJobs, pb.ListRequest(page_size=page.size, page_token=page.token)
@@ -116,7 +116,7 @@ async def list_jobs(request: Request) -> Response:
 
 
 async def get_job(request: Request) -> Response:
-    calls = owner_calls(request)
+    calls = await owner_calls(request)
     job_id = resource_id(request, _job_not_found)
     job = await calls(_stub(calls).GetJob, pb.GetJobRequest(job_id=job_id))
     return JSONResponse(job_dto(job))
@@ -126,7 +126,7 @@ async def get_job(request: Request) -> Response:
 
 
 async def create_attachment(request: Request) -> Response:
-    calls = owner_calls(request)
+    calls = await owner_calls(request)
     body = await json_object(
         request, ("kind", "filename", "text"), max_bytes=ATTACHMENT_BODY_MAX_BYTES
     )
@@ -145,7 +145,7 @@ async def create_attachment(request: Request) -> Response:
 
 
 async def list_attachments(request: Request) -> Response:
-    calls = owner_calls(request)
+    calls = await owner_calls(request)
     page = page_request(query_params(request, PAGING_PARAMETERS))
     reply = await calls(
         _stub(calls).ListAttachments, pb.ListRequest(page_size=page.size, page_token=page.token)
@@ -155,7 +155,7 @@ async def list_attachments(request: Request) -> Response:
 
 
 async def get_attachment(request: Request) -> Response:
-    calls = owner_calls(request)
+    calls = await owner_calls(request)
     attachment_id = resource_id(request, _attachment_not_found)
     attachment = await calls(
         _stub(calls).GetAttachment, pb.GetAttachmentRequest(attachment_id=attachment_id)
@@ -167,13 +167,13 @@ async def get_attachment(request: Request) -> Response:
 
 
 async def get_ai_settings(request: Request) -> Response:
-    calls = owner_calls(request)
+    calls = await owner_calls(request)
     settings = await calls(_stub(calls).GetAiSettings, pb.GetAiSettingsRequest())
     return JSONResponse(settings_dto(settings))
 
 
 async def put_ai_settings(request: Request) -> Response:
-    calls = owner_calls(request)
+    calls = await owner_calls(request)
     body = await json_object(request, ("ai_enabled", "privacy", "plan"))
     if "plan" in body:
         raise invalid(

@@ -96,6 +96,23 @@ def caller_scope(context: ServicerContext) -> Scope:
     return scope_for(role, metadata)
 
 
+def require_gateway_without_owner(context: ServicerContext) -> None:
+    """Resolving or ending a session by its id: the gateway, before it knows the owner.
+
+    The session id is the credential and the owner is the answer, so the call
+    names none: an ``x-owner-id`` would be an identity nobody verified.
+    """
+    role = _verified_role.get()
+    if role is None:
+        raise Unauthenticated("no verified service credential", code="service_credential_required")
+    metadata: Metadata = context.invocation_metadata() or ()
+    if role is not Role.GATEWAY or _values(metadata, OWNER_ID):
+        raise PermissionDenied(
+            "sessions are resolved by the gateway, without x-owner-id",
+            code="gateway_scope_required",
+        )
+
+
 def caller_name(context: ServicerContext) -> str:
     """Who holds the current call's credential (its ``sub``), for audit logs; "" if unnamed.
 

@@ -325,3 +325,37 @@ class AiAdmissionControl(Base):
 
 
 GLOBAL_CONTROL_ID = "global"
+
+
+class UserSession(Owned, Base):
+    """A browser sign-in: the cookie carries a random id, the table only its SHA-256.
+
+    ``id`` is that hash, so resolving a cookie is one primary-key read and a
+    copy of the table signs nobody in. Logout and ``opsctl sessions revoke``
+    delete rows; the Operations process deletes expired ones.
+    """
+
+    __tablename__ = "user_sessions"
+
+    id: Mapped[str] = mapped_column(CHAR(64), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+    __table_args__ = (
+        Index("ix_user_sessions_owner_user_id", "owner_user_id"),
+        # The prune deletes the oldest expired sessions first.
+        Index("ix_user_sessions_expires_at", "expires_at"),
+    )
+
+
+class UserTokenFloor(Owned, Base):
+    """Per user: a user token issued (``iat``) before ``not_before`` is refused.
+
+    Written by ``opsctl sessions revoke``; keyed by the owner so the check of a
+    bearer token is one primary-key read.
+    """
+
+    __tablename__ = "user_token_floors"
+
+    owner_user_id: Mapped[str] = mapped_column(String(bounds.OWNER_ID_MAX), primary_key=True)
+    not_before: Mapped[datetime] = mapped_column(UtcDateTime)

@@ -1,16 +1,20 @@
-"""The Workspace gRPC servicer: the owner's jobs, CVs, AI settings and notes."""
+"""The Workspace gRPC servicer: the owner's jobs, CVs, AI settings and notes, and sign-in
+sessions (``storage.sessions``)."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 import structlog
 
 from durable_ops.api.workspace.v1 import workspace_pb2 as pb
 from durable_ops.api.workspace.v1 import workspace_pb2_grpc as pb_grpc
 from durable_ops.clock import Clock
+from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.scope import require_owner, require_worker_owner
 from durable_ops.rpc import ServicerContext
-from durable_ops.rpc.scope import caller_scope
-from durable_ops.storage import workspace
+from durable_ops.rpc.scope import caller_scope, require_gateway_without_owner
+from durable_ops.storage import sessions, workspace
 from durable_ops.storage.db import Database
 from durable_ops.wire import workspace as convert
 
@@ -148,3 +152,58 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
         )
         log.info("note_published", owner=owner, operation_id=request.operation_id, new=published)
         return pb.PublishNoteResponse(note=convert.note(row), published=published)
+
+    async def CreateSession(
+        self, request: pb.CreateSessionRequest, context: ServicerContext
+    ) -> pb.CreateSessionResponse:
+        owner = require_owner(caller_scope(context)).owner_id
+        now = self._clock()
+        issued_at = (
+            _instant(request.token_issued_at) if request.HasField("token_issued_at") else None
+        )
+        session_id, row = await self._db.run_async(
+            lambda s: sessions.create_session(
+                s, now, request.ttl_seconds, token_issued_at=issued_at
+            ),
+            owner_id=owner,
+        )
+        log.info("session_created", owner=owner)
+        response = pb.CreateSessionResponse(session_id=session_id)
+        response.expires_at.FromDatetime(row.expires_at)
+        return response
+
+    async def ResolveSession(
+        self, request: pb.ResolveSessionRequest, context: ServicerContext
+    ) -> pb.ResolveSessionResponse:
+        """Every authenticated gateway request comes here: one primary-key read, no write."""
+        require_gateway_without_owner(context)
+        if request.WhichOneof("credential") == "token":
+            user = request.token.user_id
+            issued_at = _instant(request.token.issued_at)
+            await self._db.run_async(
+                lambda s: sessions.check_token(s, issued_at), owner_id=user, write=False
+            )
+            return pb.ResolveSessionResponse(user_id=user)
+        now = self._clock()
+        owner = await self._db.run_async(
+            lambda s: sessions.resolve_session(s, request.session_id, now),
+            owner_id=None,
+            write=False,
+        )
+        return pb.ResolveSessionResponse(user_id=owner)
+
+    async def DeleteSession(
+        self, request: pb.DeleteSessionRequest, context: ServicerContext
+    ) -> pb.DeleteSessionResponse:
+        require_gateway_without_owner(context)
+        deleted = await self._db.run_async(
+            lambda s: sessions.delete_session(s, request.session_id), owner_id=None
+        )
+        return pb.DeleteSessionResponse(deleted=deleted)
+
+
+def _instant(unix_seconds: int) -> datetime:
+    try:
+        return datetime.fromtimestamp(unix_seconds, UTC)
+    except (OverflowError, OSError, ValueError):
+        raise InvalidArgument("issued_at", "is not a time") from None

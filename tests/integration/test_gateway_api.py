@@ -49,6 +49,7 @@ from tests.support.gateway import (
     heartbeat,
     make_app,
     run,
+    sign_in,
     token,
 )
 from tests.support.grpc_services import SECRET as SERVICE_SECRET
@@ -513,7 +514,7 @@ def test_openapi_describes_every_route_and_every_error() -> None:
     assert set(schemas["Operation"]["properties"]) == OPERATION_FIELDS
 
 
-def test_a_later_route_module_extends_the_app_and_the_document() -> None:
+def test_a_later_route_module_extends_the_app_and_the_document(sqlite_services: Services) -> None:
     from starlette.responses import JSONResponse
 
     from durable_ops.gateway.modules import RouteSet
@@ -528,7 +529,7 @@ def test_a_later_route_module_extends_the_app_and_the_document() -> None:
         {"/api/ping": {"get": endpoint("Ping", "ping", "extra", {"200": ok("pong")})}},
         {"Pong": {"type": "object"}},
     )
-    settings = gateway_settings(_closed_port())
+    settings = gateway_settings(sqlite_services.target)
     app = create_app(
         settings,
         Backends.from_settings(settings),
@@ -543,7 +544,7 @@ def test_a_later_route_module_extends_the_app_and_the_document() -> None:
     async def scenario() -> None:
         async with gateway_client(app) as client:
             assert (await client.get("/api/ping")).json() == {"pong": True}
-            client.cookies.set(SESSION_COOKIE, token("alice"))
+            await sign_in(client, "alice")
             page = await client.get("/operations")
             assert '<a href="/jobs">Jobs</a>' in page.text
 
@@ -671,7 +672,7 @@ def test_authentication(sqlite_services: Services) -> None:
             ):
                 response = await client.get(path, headers={"Authorization": header})
                 _problem(response, 401)
-            client.cookies.set(SESSION_COOKIE, token("alice"))
+            await sign_in(client, "alice")
             assert (await client.get(path)).status_code == 200
             # A client-sent identity header is ignored: alice sees her (empty) list, not bob's.
             spoofed = await client.get(path, headers={**bearer("alice"), "x-owner-id": "bob"})
@@ -726,7 +727,7 @@ def test_cookie_changes_from_another_origin_are_refused(sqlite_services: Service
 
     async def scenario() -> None:
         async with gateway_client(app) as client:
-            client.cookies.set(SESSION_COOKIE, token("alice"))
+            await sign_in(client, "alice")
             for headers in (
                 {"Origin": "https://evil.example"},
                 {"Origin": "http://localhost.evil.example"},
@@ -764,7 +765,7 @@ def test_a_cookie_write_that_names_no_origin_is_refused(sqlite_services: Service
 
     async def scenario() -> None:
         async with gateway_client(app) as client:
-            client.cookies.set(SESSION_COOKIE, token("alice"))
+            await sign_in(client, "alice")
             for method, path, body in (
                 ("POST", cancel, None),
                 ("POST", "/api/jobs", {"title": "T", "description": "D"}),

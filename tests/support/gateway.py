@@ -82,6 +82,13 @@ async def dev_login(client: httpx.AsyncClient, user: str) -> httpx.Response:
     return await client.post("/auth/dev-login", data={"user": user}, headers={"Origin": BASE_URL})
 
 
+async def sign_in(client: httpx.AsyncClient, user: str) -> str:
+    """Sign ``user`` in with a fresh token, as the sign-in page does; the session cookie's id."""
+    response = await client.post("/auth/login", json={"token": token(user)})
+    assert response.status_code == 200, response.text
+    return str(client.cookies["ops_session"])
+
+
 def run(coroutine: Any) -> Any:
     return asyncio.run(coroutine)
 

@@ -455,3 +455,169 @@ class PublishNoteResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PublishNoteResponse: _TypeAlias = PublishNoteResponse  # noqa: Y015
+
+@_typing.final
+class CreateSessionRequest(_message.Message):
+    """Sign-in sessions (issue 35, point 5). The id is 256 random bits, returned
+    only by CreateSession; the database holds its SHA-256.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TTL_SECONDS_FIELD_NUMBER: _builtins.int
+    TOKEN_ISSUED_AT_FIELD_NUMBER: _builtins.int
+    ttl_seconds: _builtins.int
+    """1 … 604,800 (7 days)"""
+    token_issued_at: _builtins.int
+    """The `iat` of the user token signed in with (Unix seconds), if any: a token
+    issued before the user's revocation makes no session (UNAUTHENTICATED
+    `token_revoked`).
+    """
+    def __init__(
+        self,
+        *,
+        ttl_seconds: _builtins.int = ...,
+        token_issued_at: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_token_issued_at", b"_token_issued_at", "token_issued_at", b"token_issued_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_token_issued_at", b"_token_issued_at", "token_issued_at", b"token_issued_at", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__token_issued_at: _TypeAlias = _typing.Literal["token_issued_at"]  # noqa: Y015
+    _WhichOneofArgType__token_issued_at: _TypeAlias = _typing.Literal["_token_issued_at", b"_token_issued_at"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__token_issued_at) -> _WhichOneofReturnType__token_issued_at | None: ...
+
+Global___CreateSessionRequest: _TypeAlias = CreateSessionRequest  # noqa: Y015
+
+@_typing.final
+class CreateSessionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    @_builtins.property
+    def expires_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        expires_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["expires_at", b"expires_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires_at", b"expires_at", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateSessionResponse: _TypeAlias = CreateSessionResponse  # noqa: Y015
+
+@_typing.final
+class VerifiedToken(_message.Message):
+    """A user token the gateway verified: its subject and `iat` (Unix seconds)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_ID_FIELD_NUMBER: _builtins.int
+    ISSUED_AT_FIELD_NUMBER: _builtins.int
+    user_id: _builtins.str
+    issued_at: _builtins.int
+    def __init__(
+        self,
+        *,
+        user_id: _builtins.str = ...,
+        issued_at: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["issued_at", b"issued_at", "user_id", b"user_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VerifiedToken: _TypeAlias = VerifiedToken  # noqa: Y015
+
+@_typing.final
+class ResolveSessionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    TOKEN_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """the session cookie"""
+    @_builtins.property
+    def token(self) -> Global___VerifiedToken:
+        """a bearer token: checked against the user's revocation"""
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        token: Global___VerifiedToken | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["credential", b"credential", "session_id", b"session_id", "token", b"token"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credential", b"credential", "session_id", b"session_id", "token", b"token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_credential: _TypeAlias = _typing.Literal["session_id", "token"]  # noqa: Y015
+    _WhichOneofArgType_credential: _TypeAlias = _typing.Literal["credential", b"credential"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_credential) -> _WhichOneofReturnType_credential | None: ...
+
+Global___ResolveSessionRequest: _TypeAlias = ResolveSessionRequest  # noqa: Y015
+
+@_typing.final
+class ResolveSessionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_ID_FIELD_NUMBER: _builtins.int
+    user_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        user_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["user_id", b"user_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResolveSessionResponse: _TypeAlias = ResolveSessionResponse  # noqa: Y015
+
+@_typing.final
+class DeleteSessionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteSessionRequest: _TypeAlias = DeleteSessionRequest  # noqa: Y015
+
+@_typing.final
+class DeleteSessionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DELETED_FIELD_NUMBER: _builtins.int
+    deleted: _builtins.bool
+    """false: no such session (already ended); logout succeeds anyway"""
+    def __init__(
+        self,
+        *,
+        deleted: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteSessionResponse: _TypeAlias = DeleteSessionResponse  # noqa: Y015

@@ -84,6 +84,21 @@ class WorkspaceServiceStub:
                 request_serializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.PublishNoteRequest.SerializeToString,
                 response_deserializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.PublishNoteResponse.FromString,
                 _registered_method=True)
+        self.CreateSession = channel.unary_unary(
+                '/durable_ops.api.workspace.v1.WorkspaceService/CreateSession',
+                request_serializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.CreateSessionRequest.SerializeToString,
+                response_deserializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.CreateSessionResponse.FromString,
+                _registered_method=True)
+        self.ResolveSession = channel.unary_unary(
+                '/durable_ops.api.workspace.v1.WorkspaceService/ResolveSession',
+                request_serializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.ResolveSessionRequest.SerializeToString,
+                response_deserializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.ResolveSessionResponse.FromString,
+                _registered_method=True)
+        self.DeleteSession = channel.unary_unary(
+                '/durable_ops.api.workspace.v1.WorkspaceService/DeleteSession',
+                request_serializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.DeleteSessionRequest.SerializeToString,
+                response_deserializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.DeleteSessionResponse.FromString,
+                _registered_method=True)
 
 
 class WorkspaceServiceServicer:
@@ -151,6 +166,29 @@ class WorkspaceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateSession(self, request, context):
+        """Gateway credential, in the owner scope of the user signing in.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResolveSession(self, request, context):
+        """Gateway credential without x-owner-id: the owner is the answer. One
+        primary-key read per call; an unknown, expired or ended session is
+        UNAUTHENTICATED `session_ended`, a revoked token `token_revoked`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSession(self, request, context):
+        """Gateway credential without x-owner-id: the id itself is the authority.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkspaceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -203,6 +241,21 @@ def add_WorkspaceServiceServicer_to_server(servicer, server):
                     servicer.PublishNote,
                     request_deserializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.PublishNoteRequest.FromString,
                     response_serializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.PublishNoteResponse.SerializeToString,
+            ),
+            'CreateSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSession,
+                    request_deserializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.CreateSessionRequest.FromString,
+                    response_serializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.CreateSessionResponse.SerializeToString,
+            ),
+            'ResolveSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResolveSession,
+                    request_deserializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.ResolveSessionRequest.FromString,
+                    response_serializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.ResolveSessionResponse.SerializeToString,
+            ),
+            'DeleteSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSession,
+                    request_deserializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.DeleteSessionRequest.FromString,
+                    response_serializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.DeleteSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -475,6 +528,87 @@ class WorkspaceService:
             '/durable_ops.api.workspace.v1.WorkspaceService/PublishNote',
             durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.PublishNoteRequest.SerializeToString,
             durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.PublishNoteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_ops.api.workspace.v1.WorkspaceService/CreateSession',
+            durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.CreateSessionRequest.SerializeToString,
+            durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.CreateSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResolveSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_ops.api.workspace.v1.WorkspaceService/ResolveSession',
+            durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.ResolveSessionRequest.SerializeToString,
+            durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.ResolveSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_ops.api.workspace.v1.WorkspaceService/DeleteSession',
+            durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.DeleteSessionRequest.SerializeToString,
+            durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.DeleteSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

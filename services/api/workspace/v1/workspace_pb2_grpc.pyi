@@ -44,6 +44,15 @@ class WorkspaceServiceStub:
     """Worker credential only, holding the operation's lease: the worker path
     is the only writer of notes, and only the attempt holding the lease.
     """
+    CreateSession: _grpc.UnaryUnaryMultiCallable[_workspace_pb2.CreateSessionRequest, _workspace_pb2.CreateSessionResponse]
+    """Gateway credential, in the owner scope of the user signing in."""
+    ResolveSession: _grpc.UnaryUnaryMultiCallable[_workspace_pb2.ResolveSessionRequest, _workspace_pb2.ResolveSessionResponse]
+    """Gateway credential without x-owner-id: the owner is the answer. One
+    primary-key read per call; an unknown, expired or ended session is
+    UNAUTHENTICATED `session_ended`, a revoked token `token_revoked`.
+    """
+    DeleteSession: _grpc.UnaryUnaryMultiCallable[_workspace_pb2.DeleteSessionRequest, _workspace_pb2.DeleteSessionResponse]
+    """Gateway credential without x-owner-id: the id itself is the authority."""
 
 @_typing.type_check_only
 class WorkspaceServiceAsyncStub(WorkspaceServiceStub):
@@ -61,6 +70,15 @@ class WorkspaceServiceAsyncStub(WorkspaceServiceStub):
     """Worker credential only, holding the operation's lease: the worker path
     is the only writer of notes, and only the attempt holding the lease.
     """
+    CreateSession: _aio.UnaryUnaryMultiCallable[_workspace_pb2.CreateSessionRequest, _workspace_pb2.CreateSessionResponse]  # type: ignore[assignment]
+    """Gateway credential, in the owner scope of the user signing in."""
+    ResolveSession: _aio.UnaryUnaryMultiCallable[_workspace_pb2.ResolveSessionRequest, _workspace_pb2.ResolveSessionResponse]  # type: ignore[assignment]
+    """Gateway credential without x-owner-id: the owner is the answer. One
+    primary-key read per call; an unknown, expired or ended session is
+    UNAUTHENTICATED `session_ended`, a revoked token `token_revoked`.
+    """
+    DeleteSession: _aio.UnaryUnaryMultiCallable[_workspace_pb2.DeleteSessionRequest, _workspace_pb2.DeleteSessionResponse]  # type: ignore[assignment]
+    """Gateway credential without x-owner-id: the id itself is the authority."""
 
 class WorkspaceServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -135,5 +153,32 @@ class WorkspaceServiceServicer(metaclass=_abc_1.ABCMeta):
         """Worker credential only, holding the operation's lease: the worker path
         is the only writer of notes, and only the attempt holding the lease.
         """
+
+    @_abc_1.abstractmethod
+    def CreateSession(
+        self,
+        request: _workspace_pb2.CreateSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_workspace_pb2.CreateSessionResponse, _abc.Awaitable[_workspace_pb2.CreateSessionResponse]]:
+        """Gateway credential, in the owner scope of the user signing in."""
+
+    @_abc_1.abstractmethod
+    def ResolveSession(
+        self,
+        request: _workspace_pb2.ResolveSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_workspace_pb2.ResolveSessionResponse, _abc.Awaitable[_workspace_pb2.ResolveSessionResponse]]:
+        """Gateway credential without x-owner-id: the owner is the answer. One
+        primary-key read per call; an unknown, expired or ended session is
+        UNAUTHENTICATED `session_ended`, a revoked token `token_revoked`.
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteSession(
+        self,
+        request: _workspace_pb2.DeleteSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_workspace_pb2.DeleteSessionResponse, _abc.Awaitable[_workspace_pb2.DeleteSessionResponse]]:
+        """Gateway credential without x-owner-id: the id itself is the authority."""
 
 def add_WorkspaceServiceServicer_to_server(servicer: WorkspaceServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,204 @@
+"""Sessions that end (issue 35, point 5): logout, revocation, expiry, a hashed id.
+
+On both engines: the gateway resolves every credential through the Workspace
+service over the test's database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+from sqlalchemy import inspect, select, text
+from sqlalchemy.orm import Session
+
+from durable_ops import cli
+from durable_ops.gateway.auth import SESSION_COOKIE
+from durable_ops.model.errors import InvalidArgument, Unauthenticated
+from durable_ops.storage import migrate, sessions
+from durable_ops.storage.db import create_db_engine
+from durable_ops.storage.schema import UserSession
+from tests.support.clock import ManualClock
+from tests.support.gateway import (
+    JWT_SECRET,
+    bearer,
+    dev_login,
+    gateway_client,
+    make_app,
+    run,
+    sign_in,
+    token,
+)
+from tests.support.grpc_services import Services
+
+PATH = "/api/notifications/unread-count"
+
+
+def _unauthenticated(response: httpx.Response) -> None:
+    assert response.status_code == 401, response.text
+    assert response.json()["code"] == "unauthenticated"
+    assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+def _with_cookie(session_id: str) -> dict[str, str]:
+    return {"Cookie": f"{SESSION_COOKIE}={session_id}"}
+
+
+def _stored(services: Services) -> list[UserSession]:
+    with services.db.neutral(write=False) as session:
+        return list(session.scalars(select(UserSession)).all())
+
+
+def test_a_logged_out_cookie_gets_401(services: Services) -> None:
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            session_id = await sign_in(client, "alice")
+            assert (await client.get(PATH)).status_code == 200
+            assert (await client.post("/auth/logout")).status_code == 204
+            client.cookies.clear()
+            _unauthenticated(await client.get(PATH, headers=_with_cookie(session_id)))
+            # A page treats it as signed out; logging out again is harmless.
+            page = await client.get("/operations", headers=_with_cookie(session_id))
+            assert page.status_code == 303
+            again = await client.post("/auth/logout", headers=_with_cookie(session_id))
+            assert again.status_code == 204
+
+    run(scenario())
+    assert _stored(services) == []
+
+
+def test_the_session_id_is_stored_only_hashed(services: Services) -> None:
+    async def scenario() -> str:
+        async with gateway_client(make_app(services.target, dev_login=True)) as client:
+            response = await dev_login(client, "alice")
+            assert response.status_code == 303
+            return str(client.cookies[SESSION_COOKIE])
+
+    session_id = run(scenario())
+    assert len(session_id) >= 43  # 256 bits, URL-safe base64
+    (row,) = _stored(services)
+    assert row.id == hashlib.sha256(session_id.encode()).hexdigest()
+    assert row.owner_user_id == "alice"
+    with services.db.neutral(write=False) as session:
+        raw = session.execute(text("SELECT * FROM user_sessions")).all()
+    assert session_id not in repr(raw)
+
+
+def test_an_expired_session_gets_401_and_is_pruned_at_a_later_sign_in(
+    services: Services, clock: ManualClock
+) -> None:
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            signed = await client.post("/auth/login", json={"token": token("alice", 600)})
+            assert signed.status_code == 200
+            session_id = str(client.cookies[SESSION_COOKIE])
+            clock.advance(599)
+            assert (await client.get(PATH)).status_code == 200
+            clock.advance(1)
+            _unauthenticated(await client.get(PATH))
+            client.cookies.clear()
+            await sign_in(client, "bob")  # prunes alice's expired session
+            assert [row.owner_user_id for row in _stored(services)] == ["bob"]
+            _unauthenticated(await client.get(PATH, headers=_with_cookie(session_id)))
+
+    run(scenario())
+
+
+def _signed(user: str, issued_at: int) -> str:
+    """A token issued at ``issued_at`` (the mint always says now), living 10 minutes."""
+    claims: dict[str, Any] = {"sub": user, "iat": issued_at, "exp": issued_at + 600}
+    return jwt.encode(claims, JWT_SECRET, algorithm="HS256")
+
+
+def test_revoking_a_user_ends_their_sessions_and_tokens_only(
+    services: Services,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    alice_token = token("alice")
+    app = make_app(services.target)
+
+    async def before() -> tuple[str, str]:
+        async with gateway_client(app) as client:
+            alice = await sign_in(client, "alice")
+            client.cookies.clear()
+            bob = await sign_in(client, "bob")
+            return alice, bob
+
+    alice_session, bob_session = run(before())
+    monkeypatch.delenv("OPS_DATABASE_URL", raising=False)
+    assert (
+        cli.main(["sessions", "revoke", "--user", "alice", "--database-url", services.db.url]) == 0
+    )
+    # The last line: the services' log lines of this process come before it.
+    said = capsys.readouterr().out.splitlines()[-1]
+    assert said == "alice: 1 session(s) ended; tokens issued until now are refused"
+    assert [row.owner_user_id for row in _stored(services)] == ["bob"]
+
+    async def after() -> None:
+        async with gateway_client(app) as client:
+            revoked = {"Authorization": f"Bearer {alice_token}"}
+            _unauthenticated(await client.get(PATH, headers=_with_cookie(alice_session)))
+            _unauthenticated(await client.get(PATH, headers=revoked))
+            login = await client.post("/auth/login", json={"token": alice_token})
+            assert login.status_code == 401
+            assert SESSION_COOKIE not in client.cookies
+            # Bob is served, by cookie and by token.
+            assert (await client.get(PATH, headers=_with_cookie(bob_session))).status_code == 200
+            assert (await client.get(PATH, headers=bearer("bob"))).status_code == 200
+            # A token issued after the revocation signs alice in again.
+            fresh = _signed("alice", int(time.time()) + 2)
+            headers = {"Authorization": f"Bearer {fresh}"}
+            assert (await client.get(PATH, headers=headers)).status_code == 200
+            assert (await client.post("/auth/login", json={"token": fresh})).status_code == 200
+            assert (await client.get(PATH)).status_code == 200
+
+    run(after())
+
+
+def test_opsctl_sessions_revoke_refuses_a_malformed_user(
+    services: Services, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli.main(
+        ["sessions", "revoke", "--user", "not valid!", "--database-url", services.db.url]
+    )
+    assert code == 2
+    assert "owner" in capsys.readouterr().err
+
+
+def test_a_session_request_with_a_bad_ttl_or_id_is_refused_not_a_fault(
+    services: Services, clock: ManualClock
+) -> None:
+    with pytest.raises(InvalidArgument, match="ttl_seconds"):
+        services.db.run(
+            lambda s: sessions.create_session(s, clock(), sessions.SESSION_MAX_SECONDS + 1),
+            owner_id="alice",
+        )
+    for bad in ("", "x" * 65, "%%%"):
+        with pytest.raises(Unauthenticated, match="session is unknown"):
+            services.db.run(partial(_resolve, session_id=bad, now=clock()), owner_id=None)
+
+
+def _resolve(session: Session, *, session_id: str, now: datetime) -> str:
+    return sessions.resolve_session(session, session_id, now)
+
+
+def test_the_revision_goes_down_and_up(db_url: str) -> None:
+    def tables() -> set[str]:
+        engine = create_db_engine(db_url)
+        try:
+            return set(inspect(engine).get_table_names())
+        finally:
+            engine.dispose()
+
+    assert {"user_sessions", "user_token_floors"} <= tables()
+    migrate.migrate_to(db_url, "0007_operation_tombstones")
+    assert not {"user_sessions", "user_token_floors"} & tables()
+    migrate.upgrade(db_url)
+    assert {"user_sessions", "user_token_floors"} <= tables()
