@@ -29,7 +29,7 @@ esac
 """
 UV = """#!/bin/sh
 venv=$(dirname "$0")/..
-if [ "$1" = --version ]; then echo "uv $(cat "$venv/uv-version") (x86_64-unknown-linux-gnu)"; exit; fi
+if [ "$1" = --version ]; then echo "uv $(cat "$venv/uv-version") (x86_64-linux)"; exit; fi
 echo "uv $*" >> "$venv/calls"
 printf '#!/bin/sh\\n' > "$venv/bin/opsctl" && chmod +x "$venv/bin/opsctl"
 """
