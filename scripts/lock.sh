@@ -11,8 +11,9 @@
 # tests/unit/test_lock.py fails while uv.lock or an export disagrees with pyproject.toml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/bootstrap.sh --run  # for .venv/bin/uv
 uv=.venv/bin/uv
+[ -x "$uv" ] || scripts/bootstrap.sh --run  # installs the uv that uv.lock pins
+[ -x "$uv" ] || uv=$(command -v uv) || { echo "lock.sh: no uv (pip install uv)" >&2; exit 1; }
 "$uv" lock "$@"
 # The same commands as tests/unit/test_lock.py's EXPORTS: the header records each one.
 "$uv" export --frozen --format requirements-txt --no-emit-project \
