@@ -5,12 +5,17 @@
 FROM python:3.11-slim AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
-# Only what the package is built from: no tests, no dev extras, no local state.
+# Wheels of every runtime dependency at the version uv.lock pins, each file's hash
+# checked: requirements/run.txt is the lock's export without extras (scripts/lock.sh).
+# Before the source, so a code change reuses this layer.
+COPY requirements/run.txt ./requirements/run.txt
+RUN pip wheel --require-hashes --wheel-dir /wheels -r requirements/run.txt
+# Then the package's own wheel, from only what it is built from: no tests, no dev
+# extras, no local state.
 COPY pyproject.toml README.md ./
 COPY services ./services
 COPY migrations ./migrations
-# Wheels of the package and of every runtime dependency, for the final stage.
-RUN pip wheel --wheel-dir /wheels .
+RUN pip wheel --no-deps --wheel-dir /wheels .
 
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -18,7 +23,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 # The package and its runtime dependencies only (no [dev] extras), installed from the
-# build stage's wheels; then the unprivileged user, and the AI worker's host operation
+# build stage's wheels and nothing else (so only the locked versions can be had); then the unprivileged user, and the AI worker's host operation
 # store: a named volume mounted there starts as a copy of this directory (owner ops,
 # mode 0700, as the store demands).
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \

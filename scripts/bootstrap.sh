@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
-# Creates .venv and installs durable-ops into it. Idempotent, and instant when
-# nothing changed since the last install (pyproject.toml's hash is kept in .venv).
+# Creates .venv and installs durable-ops into it from the lock (uv.lock; scripts/lock.sh
+# updates it). Idempotent, and instant when nothing changed since the last install
+# (the hash of pyproject.toml and uv.lock is kept in .venv).
 #
 #   scripts/bootstrap.sh         the product with its test and benchmark tools (scripts/test.sh)
 #   scripts/bootstrap.sh --run   only what running the product needs (scripts/run.sh)
+#
+# uv installs exactly the locked versions (`uv sync --frozen`: the lock as committed,
+# never re-resolved) in a third of pip's time; its cache is ~/.cache/uv. When uv cannot
+# be had, pip installs the same versions from the lock's export, requirements/*.txt,
+# checking every file's hash. The sync is --inexact: it adds and changes, and removes
+# nothing, so a light run keeps the tools a full one installed, and pip and uv stay.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras="[dev,bench]"
+extras=(--extra dev --extra bench)
+requirements=requirements/dev.txt
+mode=full
 if [ "${1:-}" = "--run" ]; then
-  extras=""
+  extras=()
+  requirements=requirements/run.txt
+  mode=run
 fi
 python=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
@@ -16,23 +27,33 @@ if [ ! -x .venv/bin/python ]; then
 fi
 
 stamp=.venv/durable-ops-installed
-wanted=$(sha256sum pyproject.toml | cut -d' ' -f1)
-installed="" installed_extras=""
+wanted=$(cat pyproject.toml uv.lock | sha256sum | cut -d' ' -f1)
+installed="" installed_mode=""
 if [ -f "$stamp" ]; then
-  read -r installed installed_extras <"$stamp" || true
+  read -r installed installed_mode <"$stamp" || true
 fi
-# A light run is satisfied by a full install of the same pyproject.toml, not the reverse.
-if [ "$installed" = "$wanted" ] && { [ -z "$extras" ] || [ "$installed_extras" = "$extras" ]; } \
+# A light run is satisfied by a full install of the same lock, not the reverse.
+if [ "$installed" = "$wanted" ] && { [ "$mode" = run ] || [ "$installed_mode" = full ]; } \
    && [ -x .venv/bin/opsctl ]; then
   exit 0
 fi
-# uv installs the same packages in a third of pip's time (its cache is ~/.cache/uv);
-# pip does it when uv cannot be had.
-if .venv/bin/python -m pip install --quiet --disable-pip-version-check uv 2>/dev/null \
-   && .venv/bin/uv pip install --quiet --python .venv/bin/python -e ".$extras"; then
-  :
-else
-  .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e ".$extras"
+
+# The uv that uv.lock pins (it is a dev dependency), installed by pip when missing.
+uv_version=$(sed -n '/^name = "uv"$/{n;s/^version = "\(.*\)"$/\1/p;q}' uv.lock)
+have_uv() {
+  [ -n "$uv_version" ] && [ -x .venv/bin/uv ] \
+    && [ "$(.venv/bin/uv --version 2>/dev/null | cut -d' ' -f1-2)" = "uv $uv_version" ]
+}
+if ! have_uv; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check "uv==$uv_version" \
+    >/dev/null 2>&1 || true
 fi
-echo "$wanted $extras" >"$stamp"
+if have_uv; then
+  UV_PYTHON_DOWNLOADS=never .venv/bin/uv sync --quiet --frozen --inexact "${extras[@]}"
+else
+  echo "bootstrap: uv $uv_version cannot be installed; pip installs $requirements" >&2
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check \
+    --require-hashes -r "$requirements"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+fi
+echo "$wanted $mode" >"$stamp"

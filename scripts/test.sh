@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up everything the tests need, then runs lint, types and the whole suite.
+# Sets up everything the tests need (the versions uv.lock pins: scripts/bootstrap.sh),
+# then runs lint, types and the whole suite.
 #
 # MariaDB: OPS_TEST_MARIADB_URL, else testcontainers (when a Docker engine answers
 # and has or can pull OPS_TEST_MARIADB_IMAGE, default mariadb:11.4), else a server

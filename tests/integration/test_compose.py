@@ -385,6 +385,19 @@ def test_the_image_installs_the_package_without_dev_extras_and_runs_opsctl() -> 
     ), "the health check script must be in the image where compose.yaml calls it"
 
 
+def test_the_image_installs_the_locked_versions_checking_hashes() -> None:
+    """The runtime dependencies come from uv.lock's export, never resolved afresh."""
+    runs = [rest for keyword, rest in _dockerfile_instructions() if keyword == "RUN"]
+    assert any(
+        re.search(r"pip wheel [^&]*--require-hashes [^&]*-r requirements/run\.txt", run)
+        for run in runs
+    ), runs
+    own = [run for run in runs if re.search(r"pip wheel [^&]*\.(\s|$)", run)]
+    assert own, runs
+    assert all("--no-deps" in run for run in own), "the package's own wheel resolves nothing"
+    assert all("--no-index" in run for run in runs if "pip install" in run)
+
+
 def test_the_build_context_leaves_out_local_state_and_secrets() -> None:
     ignored = {
         line.strip()
@@ -393,7 +406,14 @@ def test_the_build_context_leaves_out_local_state_and_secrets() -> None:
     }
     assert {".venv", "var", ".env", ".git", "**/__pycache__", ".pytest_cache"} <= ignored
     copied = " ".join(rest for keyword, rest in _dockerfile_instructions() if keyword == "COPY")
-    for path in ("pyproject.toml", "README.md", "services", "migrations", "deploy/healthcheck.py"):
+    for path in (
+        "pyproject.toml",
+        "README.md",
+        "requirements/run.txt",
+        "services",
+        "migrations",
+        "deploy/healthcheck.py",
+    ):
         assert path in copied
         assert path.split("/")[0] not in ignored, path
 
