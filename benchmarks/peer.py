@@ -36,7 +36,7 @@ QUEUE = "bench"
 
 
 def available() -> bool:
-    """procrastinate and psycopg come with the ``bench`` extra: ``pip install -e '.[bench]'``."""
+    """procrastinate and psycopg come with the ``bench`` extra (``scripts/bootstrap.sh``)."""
     return importlib.util.find_spec("procrastinate") is not None
 
 
@@ -96,7 +96,7 @@ def run(ctx: Context) -> list[Row]:
                 "",
                 float("nan"),
                 TARGET,
-                "procrastinate is not installed: pip install -e '.[bench]'",
+                "procrastinate is not installed: run scripts/bootstrap.sh",
             )
         ]
     logging.getLogger("procrastinate").setLevel(logging.WARNING)
@@ -131,7 +131,7 @@ def run(ctx: Context) -> list[Row]:
     ]
     figure = f"{count:,} no-op jobs drained, jobs/s: ours (MariaDB) ÷ pgqueuer (PostgreSQL)"
     if not with_pgqueuer:
-        note = "pgqueuer is not installed: pip install -e '.[bench]'"
+        note = "pgqueuer is not installed: run scripts/bootstrap.sh"
         return [*rows, Row("5", figure, "skipped", "", float("nan"), None, note)]
     beside = Paired(paired.subject, tuple(pgqueuer_rates))
     note = (

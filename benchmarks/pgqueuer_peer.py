@@ -22,7 +22,7 @@ ENTRYPOINT = "bench.noop"
 
 
 def available() -> bool:
-    """pgqueuer comes with the ``bench`` extra: ``pip install -e '.[bench]'``."""
+    """pgqueuer comes with the ``bench`` extra (``scripts/bootstrap.sh``)."""
     return importlib.util.find_spec("pgqueuer") is not None
 
 
