@@ -3,7 +3,10 @@
 Each call carries an ``operator`` service credential minted from
 ``OPS_SERVICE_SECRET`` (else the secret ``opsctl up`` keeps in var/), naming
 the operator (``--as``, default the login name) so the service's log says who
-did what. It goes to the Operations service at ``OPS_OPERATIONS_TARGET``.
+did what. It goes to the Operations service at ``--target``, else
+``OPS_OPERATIONS_TARGET``, else the address the running ``opsctl up`` wrote to
+``var/stack.json``, else 127.0.0.1:50051; when nothing answers there, one
+sentence names the address and exit 2.
 
 ``cancel`` and ``retry`` take operation ids, or a filter (``--owner``,
 ``--state``, ``--task``, ``--older-than``): by filter they print what they
@@ -19,9 +22,10 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import os
 import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 from durable_ops.model.operator import OperatorFilter, operator_name, parse_duration
@@ -34,9 +38,13 @@ if TYPE_CHECKING:
     from durable_ops.api.operator.v1 import operator_pb2_grpc as opb_grpc
     from durable_ops.settings import Settings
 
-EXIT_FAILED = 5  # the service refused a call, or could not be reached (the reason is printed)
+EXIT_UNREACHABLE = 2  # nothing answers at the target: one sentence names it and how to move it
+EXIT_FAILED = 5  # the service refused a call (the reason is printed)
 EXIT_NOT_CONFIRMED = 6  # a cancel or retry by filter without --yes: the plan is printed
 CALL_TIMEOUT_SECONDS = 10.0
+# After a call failed as unavailable: how long the channel may take to connect before
+# the target counts as unreachable (rather than a service that answered "unavailable").
+PROBE_SECONDS = 1.0
 LIST_LIMIT_DEFAULT = 100
 PAGE_SIZE = 100
 TOKEN_TTL_SECONDS = 300
@@ -48,10 +56,12 @@ cancel  cancel operations by id, or by filter with --yes
 retry   retry failed or cancelled operations by id, or by filter with --yes
 prune   delete terminal operations past a horizon, keeping their keys, with --yes
 
-Calls the Operations service (OPS_OPERATIONS_TARGET, default 127.0.0.1:50051) with an
-operator credential signed with OPS_SERVICE_SECRET (else the secret kept in
-var/secrets.json). Every call is logged by the service with --as (default: your login
-name). Exit codes: 5 the service refused or could not be reached; 6 not confirmed."""
+Calls the Operations service at --target, else OPS_OPERATIONS_TARGET, else where the
+running `opsctl up` serves it (var/stack.json), else 127.0.0.1:50051, with an operator
+credential signed with OPS_SERVICE_SECRET (else the secret kept in var/secrets.json).
+Every call is logged by the service with --as (default: your login name). Exit codes:
+2 a usage error, or nothing answers at the address; 5 the service refused; 6 not
+confirmed."""
 
 
 # ---- arguments ------------------------------------------------------------------------------
@@ -84,6 +94,12 @@ def _common_options(sub: argparse.ArgumentParser) -> None:
         dest="operator",
         metavar="NAME",
         help="who the service's log names (default: your login name)",
+    )
+    sub.add_argument(
+        "--target",
+        metavar="HOST:PORT",
+        help="the Operations service (default: OPS_OPERATIONS_TARGET, else the running"
+        " `opsctl up` from var/stack.json, else 127.0.0.1:50051)",
     )
 
 
@@ -437,6 +453,8 @@ def cmd_act(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
         try:
             row = view(act(operation_id))
         except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                raise  # perhaps nothing answers: ``run`` says so once, not once per id
             failed += 1
             print(f"opsctl operations {verb}: {_refused(exc, operation_id)}", file=sys.stderr)
             continue
@@ -503,12 +521,33 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Operator, TextIO], int]] = {
 }
 
 
-def run(args: argparse.Namespace, settings: Settings, out: TextIO | None = None) -> int:
+def _unreachable(channel: grpc.Channel) -> bool:
+    import grpc
+
+    try:
+        grpc.channel_ready_future(channel).result(timeout=PROBE_SECONDS)
+    except grpc.FutureTimeoutError:
+        return True
+    return False
+
+
+def run(
+    args: argparse.Namespace,
+    settings: Settings,
+    out: TextIO | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> int:
     """Run the ``opsctl operations`` command ``args`` chose; usage errors exit 2."""
     import grpc
 
+    from durable_ops.stack.address_file import choose_target
+
     out = sys.stdout if out is None else out
     command = COMMANDS[args.operations_command]
+    target = choose_target(
+        "operations_target", args.target, os.environ if environ is None else environ
+    )
+    settings = replace(settings, operations_target=target.address)
     try:
         name = _name(args)
         channel, operator = _connect(settings, name)
@@ -522,6 +561,14 @@ def run(args: argparse.Namespace, settings: Settings, out: TextIO | None = None)
         return 2
     except grpc.RpcError as exc:
         where = f"opsctl operations {args.operations_command}"
+        if exc.code() == grpc.StatusCode.UNAVAILABLE and _unreachable(channel):
+            print(
+                f"{where}: nothing answers at {target.address} ({target.source}); start the"
+                " stack with `opsctl up`, or point at another with --target HOST:PORT or"
+                " OPS_OPERATIONS_TARGET.",
+                file=sys.stderr,
+            )
+            return EXIT_UNREACHABLE
         print(_refused(exc, where), file=sys.stderr)
         return EXIT_FAILED
     finally:

@@ -5,7 +5,8 @@ clear message and exit 2). Dev-login is switched on only while the gateway
 listens on loopback alone; otherwise ``opsctl up`` says why and leaves it
 off. A child that dies after start-up comes back with backoff
 (``stack.restarts``) until its budget is spent; then, as on Ctrl-C or
-SIGTERM, every child is stopped.
+SIGTERM, every child is stopped. While it runs, ``var/stack.json`` says where
+(``stack.address_file``): the CLI's commands find the stack there.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import replace
 from durable_ops.gateway.hosts import dev_login_refusal
 from durable_ops.logs import use_json
 from durable_ops.settings import Settings
+from durable_ops.stack import address_file
 from durable_ops.stack.binds import local_to_the_stack, parse_address, stack_binds
 from durable_ops.stack.children import Stack, process_specs
 from durable_ops.stack.output import Output
@@ -123,6 +125,8 @@ def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | Non
         stack.wait_healthy()
         # A wildcard bind's own address (0.0.0.0) is not a name the gateway answers to.
         url = f"http://{parse_address('gateway_bind', settings.gateway_bind).dialled}/"
+        # Where `opsctl operations` and the like find this stack without a variable.
+        address_file.write(settings, url, pid=os.getpid())
         say("stack_up", f"\ndurable-ops is up at {url}", url=url)
         refusal = _dev_login_refusal(settings)
         if refusal is not None:
@@ -137,6 +141,7 @@ def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | Non
         return EXIT_UNAVAILABLE
     finally:
         stack.stop()
+        address_file.remove(pid=os.getpid())
 
 
 def _supervise(

@@ -263,3 +263,48 @@ def test_a_killed_child_comes_back_and_the_page_keeps_working(tmp_path: Path) ->
             assert client.get(f"{gateway}/api/settings/ai").json()["plan"] == "pro"
         assert product.process.poll() is None
         assert product.stop() == 0
+
+
+def test_opsctl_operations_finds_a_stack_moved_by_port_base_and_says_when_it_is_gone(
+    tmp_path: Path,
+) -> None:
+    base = _free_run(7)
+    env = product_env(OPS_DEV_MODEL_SECONDS="0")
+    env = {key: value for key, value in env.items() if not key.endswith(("_BIND", "_TARGET"))}
+    env["OPS_AI_LOCAL_URL"] = "http://127.0.0.1:8090/v1"  # the default: follows the dev model
+    stack_file = tmp_path / "var" / "stack.json"
+
+    def operations_list() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "durable_ops.cli", "operations", "list", "--json"],
+            env=env,  # no OPS_OPERATIONS_TARGET: what a user has after `scripts/run.sh`
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    url = f"sqlite:///{tmp_path / 'up.sqlite3'}"
+    with opsctl_up(url, env, tmp_path, "--port-base", str(base)) as product:
+        assert product.url == f"http://127.0.0.1:{base}/"
+        assert stat.S_IMODE(stack_file.stat().st_mode) == 0o600
+        written = json.loads(stack_file.read_text())
+        assert written["gateway_url"] == product.url
+        assert written["operations_target"] == f"127.0.0.1:{base + 1}"
+        assert written["workspace_target"] == f"127.0.0.1:{base + 4}"
+        listed = operations_list()
+        assert listed.returncode == 0, listed.stderr
+        assert json.loads(listed.stdout) == []
+        assert product.stop() == 0
+    assert not stack_file.exists()  # a stopped stack leaves no address behind
+
+    env["OPS_OPERATIONS_TARGET"] = f"127.0.0.1:{base + 1}"  # where it was: now closed
+    gone = operations_list()
+    assert gone.returncode == 2
+    assert gone.stdout == ""
+    assert gone.stderr.splitlines() == [
+        f"opsctl operations list: nothing answers at 127.0.0.1:{base + 1}"
+        " (OPS_OPERATIONS_TARGET); start the stack with `opsctl up`, or point at another with"
+        " --target HOST:PORT or OPS_OPERATIONS_TARGET."
+    ]

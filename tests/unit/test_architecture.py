@@ -47,7 +47,8 @@ ALLOWED: dict[str, set[str]] = {
     "telemetry": {"settings"},
     "private_files": {"settings"},
     "local_secrets": {"settings", "private_files"},
-    "stack": {"settings"},
+    # stack.address_file: var/stack.json is private like the rest of var/.
+    "stack": {"settings", "private_files"},
     "storage": {"model", "settings", "clock", "private_files"},
     "rpc": {"model", "settings", "clock", "api"},
     "wire": {"model", "storage", "api", "rpc"},
