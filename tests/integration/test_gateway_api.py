@@ -38,6 +38,7 @@ from tests.support.clock import ManualClock
 from tests.support.gateway import (
     BASE_URL,
     JWT_SECRET,
+    LiveGateway,
     bearer,
     claim,
     complete,
@@ -957,3 +958,62 @@ def test_serve_gateway_runs_uvicorn_with_structlog(sqlite_services: Services) ->
     events = [json.loads(line) for line in lines]  # every line is one JSON event
     assert any(event.get("event") == "http_request" for event in events)
     assert all(event.get("process") == "gateway" for event in events)
+
+
+def test_a_user_holds_at_most_the_bound_of_long_polls_while_others_are_served(
+    services: Services,
+) -> None:
+    alices = create_operation(services, "alice", key="alice-waits")
+    bobs = create_operation(services, "bob", key="bob-waits")
+    app = make_app(services.target, gateway_long_polls_per_user=16)
+    long_polls = app.state.long_polls
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+            alice = bearer("alice")
+            path = f"/api/operations/{alices.id}:wait?timeout=20"
+            held = [asyncio.ensure_future(client.get(path, headers=alice)) for _ in range(16)]
+            deadline = time.monotonic() + 10
+            while long_polls.held("alice") < 16:
+                assert time.monotonic() < deadline, long_polls.held("alice")
+                await asyncio.sleep(0.02)
+
+            refused = await client.get(path, headers=alice)
+            problem = _problem(refused, 429, "too_many_waits")
+            assert refused.headers["retry-after"] == "2"
+            assert problem["detail"].endswith(".")
+            served = await client.get(
+                f"/api/operations/{bobs.id}:wait?timeout=0.2", headers=bearer("bob")
+            )
+            assert served.status_code == 200, served.text
+            assert not any(wait.done() for wait in held)
+
+            # Closing the waits gives their slots back at once.
+            for wait in held:
+                wait.cancel()
+            await asyncio.gather(*held, return_exceptions=True)
+            assert long_polls.held("alice") == 0
+            again = await client.get(f"/api/operations/{alices.id}:wait?timeout=0.2", headers=alice)
+            assert again.status_code == 200, again.text
+            assert long_polls.held("alice") == 0
+
+    run(scenario())
+
+
+def test_a_long_poll_closed_by_its_client_gives_its_slot_back_at_once(
+    services: Services,
+) -> None:
+    waited = create_operation(services, "alice", key="abandoned")
+    app = make_app(services.target)
+    long_polls = app.state.long_polls
+    with LiveGateway(app) as live:
+        with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes the connection
+            httpx.get(
+                f"{live.url}/api/operations/{waited.id}:wait?timeout=20",
+                headers={**bearer("alice"), "Host": "localhost"},
+                timeout=1.0,
+            )
+        deadline = time.monotonic() + 5  # well before the wait's 20 s
+        while long_polls.held("alice"):
+            assert time.monotonic() < deadline, "the closed wait still holds its slot"
+            time.sleep(0.05)
