@@ -107,6 +107,7 @@ def create_app(
     app.state.long_polls = ConcurrencyLimit(
         settings.gateway_long_polls_per_user, retry_after=operations.WAIT_RETRY_AFTER_SECONDS
     )
+    app.state.sign_in_throttle = login.sign_in_throttle()
     refusal = dev_login_refusal(settings)
     if refusal is not None:
         structlog.get_logger(__name__).warning("dev_login_refused", reason=refusal)

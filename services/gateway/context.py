@@ -11,7 +11,7 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from durable_ops.gateway.backends import Backends
-from durable_ops.gateway.limits import ConcurrencyLimit
+from durable_ops.gateway.limits import ConcurrencyLimit, Throttle
 from durable_ops.settings import Settings
 
 
@@ -29,3 +29,9 @@ def long_polls_of(request: Request) -> ConcurrencyLimit:
     """The long-polls each user holds open in this process (OPS_GATEWAY_LONG_POLLS_PER_USER)."""
     long_polls: ConcurrencyLimit = request.app.state.long_polls
     return long_polls
+
+
+def sign_in_throttle_of(request: Request) -> Throttle:
+    """The sign-in attempts of each client address and claimed user, in this process."""
+    throttle: Throttle = request.app.state.sign_in_throttle
+    return throttle
