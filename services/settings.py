@@ -138,6 +138,14 @@ class Settings:
             " session cookie is `Secure` behind a TLS proxy); empty: nobody's"
         ),
     )
+    gateway_long_polls_per_user: int = field(
+        default=16,
+        metadata=_doc(
+            "long-polls (`GET /api/operations/{id}:wait`) one user may hold open at once,"
+            " counted per gateway process: one more gets 429 `too_many_waits` with"
+            " `Retry-After`"
+        ),
+    )
     operations_bind: str = field(
         default="127.0.0.1:50051", metadata=_doc("Operations gRPC listen address")
     )
@@ -306,6 +314,8 @@ class Settings:
             )
         if self.service_credential_max_age_seconds <= 0:
             raise SettingsError("OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS must be greater than 0")
+        if self.gateway_long_polls_per_user < 1:
+            raise SettingsError("OPS_GATEWAY_LONG_POLLS_PER_USER must be at least 1")
         _host_names(self.gateway_allowed_hosts)
         _networks(self.gateway_trusted_proxies)
 

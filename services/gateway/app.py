@@ -43,6 +43,7 @@ from durable_ops.gateway.hosts import (
     dev_login_refusal,
     serves_dev_login,
 )
+from durable_ops.gateway.limits import ConcurrencyLimit
 from durable_ops.gateway.modules import RouteModule
 from durable_ops.gateway.problems import EXCEPTION_HANDLERS
 from durable_ops.gateway.web import CORE_PAGES, Page, Renderer, web_module
@@ -103,6 +104,10 @@ def create_app(
     app.state.metrics = gateway_metrics
     app.state.renderer = Renderer(all_pages)
     app.state.openapi = openapi.build_document(all_modules)
+    app.state.long_polls = ConcurrencyLimit(
+        settings.gateway_long_polls_per_user, retry_after=operations.WAIT_RETRY_AFTER_SECONDS
+    )
+    app.state.sign_in_throttle = login.sign_in_throttle()
     refusal = dev_login_refusal(settings)
     if refusal is not None:
         structlog.get_logger(__name__).warning("dev_login_refused", reason=refusal)

@@ -1,8 +1,9 @@
 """What the app keeps for its routes (``app.state``), read back with types.
 
 ``create_app`` stores the settings, the backends, the metrics, the page
-renderer and the OpenAPI document on ``app.state``; routes read the first
-two through these accessors.
+renderer, the OpenAPI document and the in-memory bounds (``limits``) on
+``app.state``; routes read the settings, the backends and the bounds through
+these accessors.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from durable_ops.gateway.backends import Backends
+from durable_ops.gateway.limits import ConcurrencyLimit, Throttle
 from durable_ops.settings import Settings
 
 
@@ -21,3 +23,15 @@ def settings_of(request: Request) -> Settings:
 def backends_of(request: Request) -> Backends:
     backends: Backends = request.app.state.backends
     return backends
+
+
+def long_polls_of(request: Request) -> ConcurrencyLimit:
+    """The long-polls each user holds open in this process (OPS_GATEWAY_LONG_POLLS_PER_USER)."""
+    long_polls: ConcurrencyLimit = request.app.state.long_polls
+    return long_polls
+
+
+def sign_in_throttle_of(request: Request) -> Throttle:
+    """The sign-in attempts of each client address and claimed user, in this process."""
+    throttle: Throttle = request.app.state.sign_in_throttle
+    return throttle

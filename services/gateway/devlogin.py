@@ -6,6 +6,7 @@ path does not exist (404). It is the sign-in page's form (field ``user``), a
 POST that must name this origin (``auth.check_same_origin``), so neither a
 cross-site navigation (a GET: 405) nor a cross-site form signs anyone in: a
 forged session would show the victim the attacker's data (login CSRF).
+Its attempts are throttled as ``/auth/login``'s (``login.throttle_sign_in``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from durable_ops.gateway import sessions
 from durable_ops.gateway.auth import check_same_origin, set_session_cookie
 from durable_ops.gateway.bodies import FORM, form_fields
 from durable_ops.gateway.context import backends_of
+from durable_ops.gateway.login import throttle_sign_in
 from durable_ops.gateway.openapi import endpoint, errors
 from durable_ops.gateway.problems import invalid
 from durable_ops.model import bounds
@@ -33,6 +35,7 @@ AFTER_LOGIN = "/operations"
 async def dev_login(request: Request) -> Response:
     check_same_origin(request, require_origin=True)
     user = (await form_fields(request, ("user",), max_bytes=1024)).get("user", "")
+    throttle_sign_in(request, user)
     try:
         bounds.owner_id(user)
     except InvalidArgument as exc:
@@ -59,7 +62,7 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
                     "description": "signed in; `Set-Cookie: ops_session=...`",
                     "headers": {"Location": {"schema": {"type": "string"}}},
                 },
-                **errors(400, 403, 413, 415, 503),
+                **errors(400, 403, 413, 415, 429, 503),
             },
             request_body={
                 "required": True,

@@ -9,6 +9,15 @@ nothing afterwards.
 The POSTs refuse other origins (``auth.check_same_origin``); the API's own
 cookie-authenticated writes must also name theirs (``auth.require_user``).
 Development sign-in is ``devlogin``, mounted only where it is safe.
+
+Sign-in attempts are throttled (``throttle_sign_in``): a token bucket per client
+address (the ASGI client, as corrected for trusted proxies; IPv6 by its /64)
+and per claimed user (the token's unverified ``sub``, dev-login's ``user``),
+each a burst of ``SIGN_IN_BURST`` then one attempt every
+``SIGN_IN_REFILL_SECONDS``: at most 19 a minute, far fewer than 100 failures.
+Every attempt takes a token, a successful one too (and no more); a throttled
+one gets 429 ``too_many_sign_ins`` with ``Retry-After`` and takes none. The
+buckets live in this gateway process's memory (``limits.Throttle``).
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jwt
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -34,15 +44,52 @@ from durable_ops.gateway.auth import (
     verify_with_settings,
 )
 from durable_ops.gateway.bodies import json_object, string_field
-from durable_ops.gateway.context import backends_of, settings_of
+from durable_ops.gateway.context import backends_of, settings_of, sign_in_throttle_of
+from durable_ops.gateway.limits import LimitExceeded, Throttle, client_key
 from durable_ops.gateway.openapi import endpoint, errors, json_body, ok, single_line_text
 from durable_ops.gateway.problems import Problem
+
+SIGN_IN_BURST = 10
+SIGN_IN_REFILL_SECONDS = 6.0
+_CLAIMED_USER_MAX = 256  # characters of a claimed user kept as a throttle key
+
+
+def sign_in_throttle() -> Throttle:
+    """The throttle ``create_app`` keeps for sign-in attempts."""
+    return Throttle(SIGN_IN_BURST, SIGN_IN_REFILL_SECONDS)
+
+
+def throttle_sign_in(request: Request, claimed_user: str | None) -> None:
+    """Count a sign-in attempt from this client (and for ``claimed_user``), or 429."""
+    keys = [client_key(request.client.host if request.client else None)]
+    if claimed_user:
+        keys.append("user:" + claimed_user[:_CLAIMED_USER_MAX])
+    try:
+        sign_in_throttle_of(request).attempt(keys)
+    except LimitExceeded as exc:
+        raise Problem(
+            429,
+            "too_many_sign_ins",
+            f"too many sign-in attempts; try again in {exc.retry_after} seconds",
+            headers={"Retry-After": str(exc.retry_after)},
+        ) from None
+
+
+def _claimed_user(token: str) -> str | None:
+    """The ``sub`` a token names, unverified: only to throttle attempts per user."""
+    try:
+        claims = jwt.decode(token, options={"verify_signature": False})
+    except jwt.PyJWTError:
+        return None
+    subject = claims.get("sub") if isinstance(claims, dict) else None
+    return subject if isinstance(subject, str) else None
 
 
 async def login(request: Request) -> Response:
     check_same_origin(request)
     body = await json_object(request, ("token",), max_bytes=8192)
     token = (string_field(body, "token", max_length=MAX_TOKEN_LENGTH) or "").strip()
+    throttle_sign_in(request, _claimed_user(token))
     try:
         user = verify_with_settings(settings_of(request), token)
         lifetime = session_lifetime(token_lifetime(token))
@@ -98,7 +145,7 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
             _TAG,
             {
                 "200": ok("signed in", {"$ref": "#/components/schemas/LoginResponse"}),
-                **errors(400, 401, 403, 413, 415, 503),
+                **errors(400, 401, 403, 413, 415, 429, 503),
             },
             request_body=json_body({"$ref": "#/components/schemas/LoginRequest"}),
             secured=False,

@@ -5,10 +5,17 @@ as the operation is done, or after ``S`` seconds (at most 30) with its state
 then. With ``seen=<updated_at>`` (as the caller last read it) any change also
 answers, so a page follows state and progress without polling. A live
 operation's answers carry ``Retry-After``: when to look again.
+
+A user holds at most OPS_GATEWAY_LONG_POLLS_PER_USER waits open at once (16 by
+default), counted in this gateway process's memory (``limits.ConcurrencyLimit``);
+one more gets 429 ``too_many_waits`` with ``Retry-After``. A slot is given back
+when the wait ends, whatever ends it: the answer, an error, or the client
+going away (the wait is then cut short).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,7 +29,9 @@ from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.gateway import dto
 from durable_ops.gateway.bodies import no_body
 from durable_ops.gateway.calls import owner_calls, stub_for
+from durable_ops.gateway.context import long_polls_of
 from durable_ops.gateway.ids import resource_id
+from durable_ops.gateway.limits import LimitExceeded
 from durable_ops.gateway.openapi import (
     NO_BODY,
     PAGE_PARAMETERS,
@@ -34,10 +43,13 @@ from durable_ops.gateway.openapi import (
     ref,
 )
 from durable_ops.gateway.pagination import PAGING_PARAMETERS, list_body, page_request, query_params
-from durable_ops.gateway.problems import invalid
+from durable_ops.gateway.problems import Problem, invalid
 from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument, NotFound
 from durable_ops.model.states import OperationState
+
+# A refused wait may try again this soon: another wait of the user may have ended by then.
+WAIT_RETRY_AFTER_SECONDS = 2
 
 BACKEND = "operations"
 LIST_PARAMETERS = (*PAGING_PARAMETERS, "state", "task_type")
@@ -131,7 +143,31 @@ async def wait_operation(request: Request) -> Response:
     wait.timeout.FromTimedelta(timedelta(seconds=seconds))
     if "seen" in params:
         wait.seen_updated_at.FromDatetime(_seen(params["seen"]))
-    return _answer(await calls(_stub(calls).WaitOperation, wait, waits=seconds))
+    try:
+        with long_polls_of(request).hold(calls.user.id):
+            waiting = asyncio.ensure_future(calls(_stub(calls).WaitOperation, wait, waits=seconds))
+            gone = asyncio.ensure_future(_disconnected(request))
+            try:
+                await asyncio.wait((waiting, gone), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (waiting, gone):
+                    task.cancel()
+            if not waiting.done() or waiting.cancelled():
+                return Response(status_code=204)  # nobody is left to read it
+            return _answer(waiting.result())
+    except LimitExceeded as exc:
+        raise Problem(
+            429,
+            "too_many_waits",
+            "you have too many waits open at once; close one or try again shortly",
+            headers={"Retry-After": str(exc.retry_after)},
+        ) from None
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns once the client has gone away (a GET has no body left to read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def cancel_operation(request: Request) -> Response:
@@ -208,7 +244,7 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
                     "the operation: done, or as it is at the timeout (then with Retry-After)",
                     ref("Operation"),
                 ),
-                **errors(400, 404, 503, 504),
+                **errors(400, 404, 429, 503, 504),
             },
             parameters=[
                 _ID,

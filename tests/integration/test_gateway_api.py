@@ -23,10 +23,12 @@ import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount, Route
 
+from durable_ops.gateway import login
 from durable_ops.gateway.app import create_app
 from durable_ops.gateway.auth import SESSION_COOKIE, mint_user_token, verify_user_token
 from durable_ops.gateway.backends import Backends
 from durable_ops.gateway.hosts import parse_bind
+from durable_ops.gateway.limits import Throttle
 from durable_ops.gateway.problems import problem_from_domain
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.scope import Role
@@ -38,6 +40,7 @@ from tests.support.clock import ManualClock
 from tests.support.gateway import (
     BASE_URL,
     JWT_SECRET,
+    LiveGateway,
     bearer,
     claim,
     complete,
@@ -957,3 +960,140 @@ def test_serve_gateway_runs_uvicorn_with_structlog(sqlite_services: Services) ->
     events = [json.loads(line) for line in lines]  # every line is one JSON event
     assert any(event.get("event") == "http_request" for event in events)
     assert all(event.get("process") == "gateway" for event in events)
+
+
+def test_a_user_holds_at_most_the_bound_of_long_polls_while_others_are_served(
+    services: Services,
+) -> None:
+    alices = create_operation(services, "alice", key="alice-waits")
+    bobs = create_operation(services, "bob", key="bob-waits")
+    app = make_app(services.target, gateway_long_polls_per_user=16)
+    long_polls = app.state.long_polls
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+            alice = bearer("alice")
+            path = f"/api/operations/{alices.id}:wait?timeout=20"
+            held = [asyncio.ensure_future(client.get(path, headers=alice)) for _ in range(16)]
+            deadline = time.monotonic() + 10
+            while long_polls.held("alice") < 16:
+                assert time.monotonic() < deadline, long_polls.held("alice")
+                await asyncio.sleep(0.02)
+
+            refused = await client.get(path, headers=alice)
+            problem = _problem(refused, 429, "too_many_waits")
+            assert refused.headers["retry-after"] == "2"
+            assert problem["detail"].endswith(".")
+            served = await client.get(
+                f"/api/operations/{bobs.id}:wait?timeout=0.2", headers=bearer("bob")
+            )
+            assert served.status_code == 200, served.text
+            assert not any(wait.done() for wait in held)
+
+            # Closing the waits gives their slots back at once.
+            for wait in held:
+                wait.cancel()
+            await asyncio.gather(*held, return_exceptions=True)
+            assert long_polls.held("alice") == 0
+            again = await client.get(f"/api/operations/{alices.id}:wait?timeout=0.2", headers=alice)
+            assert again.status_code == 200, again.text
+            assert long_polls.held("alice") == 0
+
+    run(scenario())
+
+
+def test_a_long_poll_closed_by_its_client_gives_its_slot_back_at_once(
+    services: Services,
+) -> None:
+    waited = create_operation(services, "alice", key="abandoned")
+    app = make_app(services.target)
+    long_polls = app.state.long_polls
+    with LiveGateway(app) as live:
+        with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes the connection
+            httpx.get(
+                f"{live.url}/api/operations/{waited.id}:wait?timeout=20",
+                headers={**bearer("alice"), "Host": "localhost"},
+                timeout=1.0,
+            )
+        deadline = time.monotonic() + 5  # well before the wait's 20 s
+        while long_polls.held("alice"):
+            assert time.monotonic() < deadline, "the closed wait still holds its slot"
+            time.sleep(0.05)
+
+
+# ---- sign-in throttling -----------------------------------------------------------------
+
+
+class _Seconds:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_sign_in_attempts_are_throttled_per_client_address_and_per_claimed_user(
+    services: Services,
+) -> None:
+    # Behind a trusted proxy: the client address is the forwarded one.
+    app = make_app(services.target, gateway_trusted_proxies="127.0.0.1", dev_login=True)
+    seconds = _Seconds()
+    app.state.sign_in_throttle = Throttle(
+        login.SIGN_IN_BURST, login.SIGN_IN_REFILL_SECONDS, clock=seconds
+    )
+
+    def sent_from(address: str) -> dict[str, str]:
+        return {"X-Forwarded-For": address}
+
+    bad_for_alice = mint_user_token("not-the-secret-" + "x" * 40, "alice", 600)
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+
+            async def attempt(address: str, sample: str) -> httpx.Response:
+                return await client.post(
+                    "/auth/login", json={"token": sample}, headers=sent_from(address)
+                )
+
+            # A burst of 10 from one address, the last a good sign-in: then 429.
+            for _ in range(9):
+                _problem(await attempt("198.51.100.1", "not a token"), 401, "unauthenticated")
+            good = await attempt("198.51.100.1", token("bob"))
+            assert good.status_code == 200, good.text
+            throttled = await attempt("198.51.100.1", token("bob"))
+            problem = _problem(throttled, 429, "too_many_sign_ins")
+            assert throttled.headers["retry-after"] == "6"
+            assert "6 seconds" in problem["detail"]
+            assert "ops_session" not in throttled.headers.get("set-cookie", "")
+            # Another address is served; the throttled one again after one refill.
+            assert (await attempt("198.51.100.2", token("bob"))).status_code == 200
+            seconds.now += 6
+            assert (await attempt("198.51.100.1", token("bob"))).status_code == 200
+            _problem(await attempt("198.51.100.1", token("bob")), 429, "too_many_sign_ins")
+
+            # Per claimed user: bad tokens for alice from ten addresses, then any address waits.
+            for index in range(10):
+                _problem(await attempt(f"203.0.113.{index}", bad_for_alice), 401)
+            _problem(await attempt("203.0.113.99", bad_for_alice), 429, "too_many_sign_ins")
+            _problem(await attempt("203.0.113.99", token("alice")), 429, "too_many_sign_ins")
+            assert (await attempt("203.0.113.99", token("carol"))).status_code == 200
+
+            # Dev-login counts the same way, per address and per named user.
+            for index in range(10):
+                signed = await client.post(
+                    "/auth/dev-login",
+                    data={"user": "dave"},
+                    headers={"Origin": BASE_URL, **sent_from(f"192.0.2.{index}")},
+                )
+                assert signed.status_code == 303, signed.text
+            refused = await client.post(
+                "/auth/dev-login",
+                data={"user": "dave"},
+                headers={"Origin": BASE_URL, **sent_from("192.0.2.99")},
+            )
+            _problem(refused, 429, "too_many_sign_ins")
+            assert refused.headers["retry-after"] == "6"
+
+    run(scenario())
