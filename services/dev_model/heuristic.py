@@ -329,7 +329,8 @@ def cv_review(inputs: Inputs, unscored: Score = 0) -> dict[str, Any]:
             score += 10
             strengths.append(f"Has a clear {name} section.")
         else:
-            improvements.append(f"Add a {name} section with its own heading.")
+            article = "an" if name[0] in "AEIOU" else "a"
+            improvements.append(f"Add {article} {name} section with its own heading.")
     if "Summary" in headings:
         score += 5
         strengths.append("Opens with a profile or summary.")

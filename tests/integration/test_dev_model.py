@@ -374,6 +374,9 @@ def test_cv_review_scores_structure() -> None:
     assert any("Experience section" in item for item in strong["strengths"])
     assert any("Quantifies achievements" in item for item in strong["strengths"])
     assert any("Add a Skills section" in item for item in weak["improvements"])
+    no_headings = answer(CV_REVIEW, None, CvText("Worked on data pipelines for five years."))
+    assert "Add an Experience section with its own heading." in no_headings["improvements"]
+    assert "Add an Education section with its own heading." in no_headings["improvements"]
     assert any("Quantify achievements" in item for item in weak["improvements"])
     assert strong["keywords_missing"] == weak["keywords_missing"] == []
 
