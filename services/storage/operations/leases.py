@@ -34,12 +34,14 @@ from durable_ops.model.held_leases import HeldLease
 from durable_ops.model.lifecycle import Event
 from durable_ops.storage.events import Changed, publish
 from durable_ops.storage.operations.rows import (
+    LOCKED,
     OPS,
     OWNED,
     ROWS_MAX,
     S,
     facts,
     hash_token,
+    held_row,
     lease_live,
     neutral,
     recognise,
@@ -48,13 +50,6 @@ from durable_ops.storage.per_row import per_row, row_ids
 from durable_ops.storage.tx import Tx
 
 Held = tuple[datetime, bool]  # a held lease's new expiry, and whether its owner asked to cancel
-
-_LOCKED = (
-    select(OPS)
-    .where(OPS.c.id.in_(bindparam("ids", expanding=True)))
-    .order_by(OPS.c.id)
-    .with_for_update()
-)
 
 
 @cache
@@ -141,21 +136,15 @@ def _why(
     """The rare beat: a cancel is pending, or some leases are not this holder's any more."""
     rows = {
         row.id: row._mapping
-        for row in tx.execute(_LOCKED, {"ids": [x.operation_id for x in leases]})
+        for row in tx.execute(LOCKED, {"ids": [x.operation_id for x in leases]})
     }
     answers: list[Held | DomainError] = []
     cancelled: list[HeldLease] = []
     for n, lease in enumerate(leases):
-        row = rows.get(lease.operation_id)
         expires = parameters[f"expires_{n}"]
         try:
-            if row is None or row["owner_user_id"] != lease.owner_id:  # another owner's
-                raise NotFound("operation not found", code="operation_not_found")
-            token_hash = row["lease_token_hash"]
-            if token_hash is None or not hmac.compare_digest(
-                token_hash, parameters[f"token_hash_{n}"]
-            ):
-                raise LeaseLost("the lease token does not match this operation's lease")
+            found = rows.get(lease.operation_id)
+            row = held_row(found, lease.owner_id, parameters[f"token_hash_{n}"])
             lifecycle.decide(facts(row), Event.HEARTBEAT, now)  # LeaseLost when it is gone
         except DomainError as refused:
             answers.append(refused)

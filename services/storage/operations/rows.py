@@ -11,6 +11,7 @@ Every writer of the aggregate builds on these, so each is said once:
 from __future__ import annotations
 
 import hashlib
+import hmac
 import uuid
 from collections.abc import Mapping
 from functools import cache
@@ -20,6 +21,7 @@ from sqlalchemy import ColumnElement, Row, Select, Table, bindparam, select
 from sqlalchemy.orm import ClassManager, configure_mappers
 from sqlalchemy.orm.attributes import manager_of_class
 
+from durable_ops.model.errors import LeaseLost, NotFound
 from durable_ops.model.lifecycle import Facts
 from durable_ops.model.states import OperationState
 from durable_ops.storage.db import on_unknown_commit
@@ -112,6 +114,26 @@ def neutral(tx: Tx, owners: list[str]) -> Tx:
     if tx.owner_id is not None and any(owner != tx.owner_id for owner in owners):
         raise ScopeViolation("an owner scope writes only its owner's rows")
     return tx if tx.owner_id is None else Tx(tx.connection, None)
+
+
+# The rows a batch names, locked in one lock order for every batch (fewer deadlocks).
+LOCKED = (
+    select(OPS)
+    .where(OPS.c.id.in_(bindparam("ids", expanding=True)))
+    .order_by(OPS.c.id)
+    .with_for_update()
+)
+
+
+def held_row(row: Mapping[Any, Any] | None, owner_id: str, token_hash: str) -> Mapping[Any, Any]:
+    """``row`` when it is ``owner_id``'s and carries the lease token of ``token_hash``:
+    another owner's answers as a missing one, another lease's as a lost one."""
+    if row is None or row["owner_user_id"] != owner_id:
+        raise NotFound("operation not found", code="operation_not_found")
+    held = row["lease_token_hash"]
+    if held is None or not hmac.compare_digest(held, token_hash):
+        raise LeaseLost("the lease token does not match this operation's lease")
+    return row
 
 
 def _row_is(tx: Tx, operation_id: str, columns: dict[str, Any]) -> bool:

@@ -11,26 +11,29 @@ rest commit: nothing is written before all are decided. A single settlement
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-
-from sqlalchemy import RowMapping, bindparam, select
 
 from durable_ops.model import bounds, lifecycle
 from durable_ops.model.errors import (
     DomainError,
     InvalidArgument,
     LeaseLost,
-    NotFound,
     refusal_raised,
 )
 from durable_ops.model.lifecycle import Event
 from durable_ops.model.states import OperationState
 from durable_ops.storage.operations import apply
-from durable_ops.storage.operations.rows import OPS, ROWS_MAX, facts, hash_token, neutral
+from durable_ops.storage.operations.rows import (
+    LOCKED,
+    ROWS_MAX,
+    facts,
+    hash_token,
+    held_row,
+    neutral,
+)
 from durable_ops.storage.tx import Tx
 
 SETTLING = frozenset(
@@ -43,12 +46,6 @@ SETTLING = frozenset(
     }
 )
 _FAILING = frozenset({Event.FAIL_RETRYABLE, Event.FAIL_PERMANENT})
-_LOCKED = (
-    select(OPS)
-    .where(OPS.c.id.in_(bindparam("ids", expanding=True)))
-    .order_by(OPS.c.id)  # one lock order for every batch: fewer deadlocks
-    .with_for_update()
-)
 
 
 @dataclass(frozen=True)
@@ -109,7 +106,7 @@ def settle(
     neutral_tx = neutral(tx, [item.owner_id for item in settlements])
     ids = sorted({item.operation_id for item in settlements})
     rows: dict[str, dict[str, Any]] = {
-        row.id: dict(row._mapping) for row in neutral_tx.execute(_LOCKED, {"ids": ids})
+        row.id: dict(row._mapping) for row in neutral_tx.execute(LOCKED, {"ids": ids})
     }
     answers: list[OperationState | DomainError] = []
     changes: list[apply.Change] = []
@@ -117,7 +114,8 @@ def settle(
     for item in settlements:
         try:
             values = item.values()
-            row = _held(rows.get(item.operation_id), item)
+            found = rows.get(item.operation_id)
+            row = dict(held_row(found, item.owner_id, hash_token(item.token)))
             decision = lifecycle.decide(facts(row), item.event, now)
         except DomainError as refused:
             answers.append(refused)
@@ -140,13 +138,3 @@ def settle(
 def settle_one(tx: Tx, settlement: Settlement, now: datetime) -> OperationState:
     """One settlement, its refusal raised."""
     return refusal_raised(settle(tx, [settlement], now)[0])
-
-
-def _held(row: RowMapping | dict[str, Any] | None, item: Settlement) -> dict[str, Any]:
-    """The row when it is the settlement owner's and carries its lease token."""
-    if row is None or row["owner_user_id"] != item.owner_id:  # another owner's: not found
-        raise NotFound("operation not found", code="operation_not_found")
-    token_hash = row["lease_token_hash"]
-    if token_hash is None or not hmac.compare_digest(token_hash, hash_token(item.token)):
-        raise LeaseLost("the lease token does not match this operation's lease")
-    return dict(row)
