@@ -24,13 +24,9 @@ from durable_ops.storage.tx import ScopeViolation, Tx
 
 
 def _due(*where: Any) -> Select[Any]:
-    return (
-        select(OPS)
-        .where(*where)
-        .order_by(OPS.c.id)
-        .limit(ROWS_MAX)
-        .with_for_update(skip_locked=True)
-    )
+    # No ORDER BY: a SKIP LOCKED read never waits, so it needs no lock order, and the
+    # state index alone finds the rows (ordering by id could walk the primary key instead).
+    return select(OPS).where(*where).limit(ROWS_MAX).with_for_update(skip_locked=True)
 
 
 _EXPIRED_LEASES = _due(OPS.c.state == S.RUNNING, OPS.c.lease_expires_at <= bindparam("now"))
