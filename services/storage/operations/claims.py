@@ -187,19 +187,23 @@ def _spread(tx: Tx, where: dict[str, Any], limit: int) -> list[Row[Any]]:
     rows: list[Row[Any]] = []
     while len(rows) < limit:
         choice = {**where, "taken": [row.id for row in rows]}
-        head = tx.execute(_HEAD, choice).all()
-        if not head:
-            break
-        ids = [row.id for row in head if row.priority == head[0].priority]
-        random.shuffle(ids)
-        picked = (
-            next(
-                (r for pick in ids if (r := tx.execute(_PICK, {**where, "pick": pick}).first())),
-                None,
-            )
-            or tx.execute(_NEXT_FREE, {**choice, "limit": 1}).first()
-        )
+        picked = _pick(tx, where, choice)
         if picked is None:
             break
         rows.append(picked)
     return rows
+
+
+def _pick(tx: Tx, where: dict[str, Any], choice: dict[str, Any]) -> Row[Any] | None:
+    """One of the head's top-priority rows not locked elsewhere, at random; when all are
+    held, the next free row of the queue."""
+    head = tx.execute(_HEAD, choice).all()
+    if not head:
+        return None
+    ids = [row.id for row in head if row.priority == head[0].priority]
+    random.shuffle(ids)
+    for pick in ids:
+        row = tx.execute(_PICK, {**where, "pick": pick}).first()
+        if row is not None:
+            return row
+    return tx.execute(_NEXT_FREE, {**choice, "limit": 1}).first()
