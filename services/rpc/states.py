@@ -1,4 +1,4 @@
-"""``OperationState`` ⇄ the Operations API's enum value, once for every side.
+"""``OperationState`` and ``Route`` ⇄ the Operations API's enum values, once for every side.
 
 The gateway and the AI worker use it directly (they reach neither ``wire`` nor
 ``storage``, tests/unit/test_architecture.py); ``durable_ops.wire.operations``
@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.model.routing import Route
 from durable_ops.model.states import OperationState
 
 _PREFIX = "OPERATION_STATE_"
@@ -39,3 +40,18 @@ def state_from_pb(value: pb.OperationState.ValueType) -> OperationState:
         return _FROM_PB[value]
     except KeyError:
         raise ValueError(f"not an operation state: {value}") from None
+
+
+_ROUTE_TO_PB: Final[Mapping[Route, pb.Route.ValueType]] = {
+    Route.LOCAL: pb.ROUTE_LOCAL,
+    Route.EXTERNAL: pb.ROUTE_EXTERNAL,
+}
+
+
+def route_to_pb(route: Route) -> pb.Route.ValueType:
+    return _ROUTE_TO_PB[route]
+
+
+def route_from_pb(value: pb.Route.ValueType) -> Route:
+    """Unspecified is the local route (the proto says so)."""
+    return Route.EXTERNAL if value == pb.ROUTE_EXTERNAL else Route.LOCAL

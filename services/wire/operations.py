@@ -147,17 +147,9 @@ def claim_wait_seconds(request: pb.ClaimOperationRequest | pb.ClaimOperationsReq
     return seconds
 
 
-def route_from_pb(route: pb.Route.ValueType) -> Route:
-    return Route.EXTERNAL if route == pb.ROUTE_EXTERNAL else Route.LOCAL
-
-
-def route_to_pb(route: Route) -> pb.Route.ValueType:
-    return pb.ROUTE_EXTERNAL if route is Route.EXTERNAL else pb.ROUTE_LOCAL
-
-
 def routes(asked: Sequence[pb.Route.ValueType]) -> list[Route]:
     """The routes a claim asked for, in order, each once."""
-    return list(dict.fromkeys(route_from_pb(route) for route in asked))
+    return list(dict.fromkeys(states.route_from_pb(route) for route in asked))
 
 
 def claimed(claim: Claim, route: Route) -> pb.ClaimedOperation:
@@ -170,7 +162,7 @@ def claimed(claim: Claim, route: Route) -> pb.ClaimedOperation:
         lease_expires_at=timestamp(row.lease_expires_at),
         privacy=privacy_to_pb(row.privacy),
         context_ref=row.context_ref or "",
-        route=route_to_pb(route),
+        route=states.route_to_pb(route),
         trace_parent=row.trace_parent or "",
     )
 

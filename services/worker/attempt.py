@@ -14,9 +14,10 @@ from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.errors import DomainError, LeaseLost
 from durable_ops.model.routing import Route
 from durable_ops.model.states import Privacy
+from durable_ops.rpc.states import route_from_pb
 from durable_ops.worker.lease import Lease
 from durable_ops.worker.outcomes import Completed
-from durable_ops.worker.routes import privacy_from_pb, route_from_pb
+from durable_ops.worker.routes import privacy_from_pb
 
 T = TypeVar("T")
 

@@ -1,30 +1,16 @@
-"""Routes and privacy snapshots as a claim names them, converted once for any worker.
+"""Privacy snapshots as a claim names them, and the order of a worker's routes.
 
-Only workers speak of routes and read privacy snapshots over gRPC, so these
-conversions live here (the services' own are in ``durable_ops.wire``).
+Only workers read privacy snapshots over gRPC, so that conversion lives here
+(the services' own is in ``durable_ops.wire``); routes convert in ``rpc.states``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Final
+from collections.abc import Sequence
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.routing import Route
 from durable_ops.model.states import Privacy
-
-_ROUTE_TO_PB: Final[Mapping[Route, pb.Route.ValueType]] = {
-    Route.LOCAL: pb.ROUTE_LOCAL,
-    Route.EXTERNAL: pb.ROUTE_EXTERNAL,
-}
-
-
-def route_to_pb(route: Route) -> pb.Route.ValueType:
-    return _ROUTE_TO_PB[route]
-
-
-def route_from_pb(value: pb.Route.ValueType) -> Route:
-    return Route.EXTERNAL if value == pb.ROUTE_EXTERNAL else Route.LOCAL
 
 
 def privacy_from_pb(value: pb.Privacy.ValueType) -> Privacy:

@@ -54,6 +54,7 @@ from durable_ops.model.routing import Route
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller, open_channel
 from durable_ops.rpc.errors import domain_error_from_rpc
+from durable_ops.rpc.states import route_to_pb
 from durable_ops.worker.attempt import Attempt, Claimed, Ending
 from durable_ops.worker.failures import (
     ExternalFallback,
@@ -64,7 +65,7 @@ from durable_ops.worker.failures import (
 )
 from durable_ops.worker.lease import Lease, LeaseStream
 from durable_ops.worker.outcomes import Completed, completed, provenance_to_pb
-from durable_ops.worker.routes import rotated, route_to_pb
+from durable_ops.worker.routes import rotated
 from durable_ops.worker.settler import CALL_TIMEOUT_SECONDS, settler
 
 Handler = Callable[[Attempt], Awaitable[str | Completed | None]]

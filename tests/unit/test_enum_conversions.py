@@ -10,8 +10,9 @@ from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.routing import Route
 from durable_ops.model.states import OperationState, Privacy
 from durable_ops.rpc import states
+from durable_ops.rpc.states import route_to_pb
 from durable_ops.wire import operations as wire
-from durable_ops.worker.routes import privacy_from_pb, route_to_pb
+from durable_ops.worker.routes import privacy_from_pb
 
 UNKNOWN_STATE = pb.OperationState.ValueType(99)
 
