@@ -43,13 +43,13 @@ def test_values_are_parsed_by_type() -> None:
         {
             "OPS_DEV_LOGIN": "true",
             "OPS_AI_USER_LIMIT": "5",
-            "OPS_SWEEP_INTERVAL_SECONDS": "0.25",
+            "OPS_DATABASE_WAIT_SECONDS": "0.25",
             "OPS_DATABASE_URL": "mysql+pymysql://u@h/db",
         }
     )
     assert settings.dev_login is True
     assert settings.ai_user_limit == 5
-    assert settings.sweep_interval_seconds == 0.25
+    assert settings.database_wait_seconds == 0.25
     assert settings.database_url == "mysql+pymysql://u@h/db"
     assert settings.workers_ai_operations_enabled is False
 
@@ -60,9 +60,6 @@ def test_values_are_parsed_by_type() -> None:
         ("OPS_DEV_LOGIN", "maybe"),
         ("OPS_AI_USER_LIMIT", "two"),
         ("OPS_WORKER_POLL_SECONDS", "x"),
-        ("OPS_WATCH_INTERVAL_SECONDS", "0"),
-        ("OPS_CLAIM_POLL_INTERVAL_SECONDS", "-0.1"),
-        ("OPS_SWEEP_INTERVAL_SECONDS", "0"),
         ("OPS_DEV_MODEL_SECONDS", "-1"),
         ("OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS", "0"),
         ("OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS", "a day"),
@@ -73,7 +70,6 @@ def test_values_are_parsed_by_type() -> None:
         ("OPS_RETENTION_DAYS", "-1"),
         ("OPS_TOMBSTONE_RETENTION_DAYS", "0"),
         ("OPS_TOMBSTONE_RETENTION_DAYS", "99999"),
-        ("OPS_RETENTION_INTERVAL_SECONDS", "0"),
         ("OPS_GATEWAY_ALLOWED_HOSTS", "localhost:8080"),
         ("OPS_GATEWAY_ALLOWED_HOSTS", "*"),
         ("OPS_GATEWAY_ALLOWED_HOSTS", "https://ops.example.com"),
