@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import timedelta
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from durable_ops.cli import GRPC_SERVICES
 from durable_ops.model.bounds import OLDER_THAN_MAX
+from durable_ops.operations.tuning import Tuning
 from durable_ops.settings import (
     RETENTION_DAYS_MAX,
     Settings,
@@ -98,3 +100,9 @@ def test_retention_is_off_unless_set_and_tombstones_outlive_operations() -> None
 
 def test_the_retention_bound_is_the_operators_bound() -> None:
     assert timedelta(days=RETENTION_DAYS_MAX) == OLDER_THAN_MAX
+
+
+@pytest.mark.parametrize("name", [each.name for each in fields(Tuning)])
+def test_a_tuning_interval_of_zero_is_refused_rather_than_spun_on(name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        Tuning(**{name: 0.0})
