@@ -63,6 +63,7 @@ from durable_ops.model.scope import Role
 from durable_ops.operations.app import OperationsApp
 from durable_ops.operations.service import SERVICE_NAME, OperationsService
 from durable_ops.operations.sweeper import run_sweeper
+from durable_ops.operations.tuning import TUNING
 from durable_ops.rpc.server import build_server, start, stop
 from durable_ops.settings import Settings
 from durable_ops.storage.db import Database
@@ -89,16 +90,13 @@ ROW_POLL_SECONDS = 0.005
 RUNNING_TIMEOUT_SECONDS = 30.0
 CANCELLED_TIMEOUT_SECONDS = 10.0  # a sample that times out counts as this long
 WARMUP_CANCELS = 2  # one through each path, not counted: fresh connections and code paths
-# Random pause before each cancel: four cancel-watch intervals (OPS_WATCH_INTERVAL_SECONDS).
-CANCEL_PHASE_SECONDS = 4 * DEFAULTS.watch_interval_seconds
+# Random pause before each cancel: four cancel-watch intervals (Tuning.watch_interval_seconds).
+CANCEL_PHASE_SECONDS = 4 * TUNING.watch_interval_seconds
 
 STACK_ENV = {
     "OPS_DEV_MODEL_SECONDS": str(MODEL_SECONDS),
     "OPS_WORKER_LEASE_SECONDS": str(DEFAULTS.worker_lease_seconds),
     "OPS_WORKER_CONCURRENCY": str(DEFAULTS.worker_concurrency),
-    "OPS_WATCH_INTERVAL_SECONDS": str(DEFAULTS.watch_interval_seconds),
-    "OPS_CLAIM_POLL_INTERVAL_SECONDS": str(DEFAULTS.claim_poll_interval_seconds),
-    "OPS_SWEEP_INTERVAL_SECONDS": str(DEFAULTS.sweep_interval_seconds),
 }
 
 PICKUP_TASK = "bench.pickup"
@@ -376,7 +374,7 @@ async def measure_pickups(ctx: Context, stack: AiStack, samples: int) -> dict[st
 
 
 def pickup_rows(found: dict[str, list[float]]) -> list[Row]:
-    interval = DEFAULTS.claim_poll_interval_seconds
+    interval = TUNING.claim_poll_interval_seconds
     rows = []
     for where, figure in (
         ("same", "create → claimed, idle waiting claim, create on its replica, p50"),
@@ -397,7 +395,7 @@ def pickup_rows(found: dict[str, list[float]]) -> list[Row]:
                     ""
                     if where == "same"
                     else f"; the claim's replica polls every {interval * 1000:g} ms"
-                    f" (OPS_CLAIM_POLL_INTERVAL_SECONDS), on average {interval * 500:g} ms"
+                    f" (Tuning.claim_poll_interval_seconds), on average {interval * 500:g} ms"
                     " after the commit"
                 ),
                 unit="ms",
@@ -527,10 +525,9 @@ class PollCost:
 
 async def measure_poll_cost(ctx: Context, url: str) -> PollCost:
     """One replica as ``opsctl serve operations`` builds it, in this process, counted."""
-    settings = DEFAULTS
     db = Database(url, pool_size=16)
     counter = _StatementCounter(db)
-    app = OperationsApp(db, utc_now, settings=settings)
+    app = OperationsApp(db, utc_now)
     server, port = build_server(
         "127.0.0.1:0",
         lambda s: pb_grpc.add_OperationsServiceServicer_to_server(OperationsService(app), s),
@@ -538,7 +535,7 @@ async def measure_poll_cost(ctx: Context, url: str) -> PollCost:
         secret=SERVICE_SECRET,
     )
     await start(server)
-    sweeper = asyncio.create_task(run_sweeper(db, utc_now, settings.sweep_interval_seconds))
+    sweeper = asyncio.create_task(run_sweeper(db, utc_now, TUNING.sweep_interval_seconds))
     streams = _Streams(f"127.0.0.1:{port}")
     try:
         await asyncio.sleep(1.0)
@@ -558,7 +555,7 @@ async def measure_poll_cost(ctx: Context, url: str) -> PollCost:
         await stop(server, 0.5)
         await app.close()
         db.dispose()
-    return PollCost(idle, loaded, polls, settings.watch_interval_seconds)
+    return PollCost(idle, loaded, polls, TUNING.watch_interval_seconds)
 
 
 def _breakdown(window: Window) -> str:

@@ -38,13 +38,12 @@ from durable_ops.clock import utc_now
 from durable_ops.model.scope import Role
 from durable_ops.operations.app import OperationsApp
 from durable_ops.operations.main import SERVICE_NAMES, registration
+from durable_ops.operations.tuning import TUNING
 from durable_ops.rpc.client import open_channel
 from durable_ops.rpc.server import build_server, start, stop
-from durable_ops.settings import Settings
 from durable_ops.storage.db import Database
 
-DEFAULTS = Settings()
-INTERVAL = DEFAULTS.watch_interval_seconds
+INTERVAL = TUNING.watch_interval_seconds
 WAITERS = 100
 FEW_WAITERS = 10
 WAIT_TASK = "bench.wait"
@@ -70,7 +69,7 @@ class Replica:
 
 async def _replica(url: str) -> Replica:
     db = Database(url, pool_size=16)
-    app = OperationsApp(db, utc_now, settings=DEFAULTS)
+    app = OperationsApp(db, utc_now)
     server, port = build_server(
         "127.0.0.1:0", registration(app), SERVICE_NAMES, secret=SERVICE_SECRET
     )
@@ -163,7 +162,7 @@ async def measure(ctx: Context, url: str) -> WaitRun:
         wheres = list(clients)
         for index, lease in enumerate(held):
             where = wheres[index % 2]
-            await asyncio.sleep(random.uniform(0, DEFAULTS.watch_interval_seconds))
+            await asyncio.sleep(random.uniform(0, INTERVAL))
             await clients[where].complete(lease)
             finished = time.perf_counter()
             latencies[where].append(await waiters.answer_of(lease.operation_id) - finished)

@@ -1,8 +1,10 @@
 """Settings, read once from ``OPS_*`` environment variables.
 
-Every tunable of every process lives here so the README table and the code
-cannot drift apart: ``tests/unit/test_settings.py`` checks that each field is
-documented.
+What an operator sets (addresses, the database, secrets, retention, limits,
+logging) lives here so the README table and the code cannot drift apart:
+``tests/unit/test_settings.py`` checks that each field is documented. A value
+no operator needs to set is not a setting: the Operations server's timing is
+``durable_ops.operations.tuning`` (ADR 0034).
 """
 
 from __future__ import annotations
@@ -18,9 +20,6 @@ from pathlib import Path
 DEFAULT_SQLITE_PATH = Path("var") / "durable-ops.sqlite3"
 DEFAULT_TOMBSTONE_RETENTION_DAYS = 400
 RETENTION_DAYS_MAX = 3660  # bounds.OLDER_THAN_MAX: settings import nothing of the product
-# A gather window delays a trickle's pickup by up to its length: beyond a second it would
-# hold claims back longer than the claim poll does, a misconfiguration rather than a tuning.
-CLAIM_GATHER_MAX_SECONDS = 1.0
 
 
 class SettingsError(ValueError):
@@ -180,14 +179,12 @@ class Settings:
     workspace_target: str = field(
         default="127.0.0.1:50054", metadata=_doc("where clients reach the Workspace service")
     )
-    sweep_interval_seconds: float = field(
-        default=1.0, metadata=_doc("how often the Operations process sweeps leases and deadlines")
-    )
     retention_days: int = field(
         default=0,
         metadata=_doc(
             "when above 0, the Operations process prunes terminal operations finished more"
-            " than this many days ago, keeping an idempotency tombstone of each (ADR 0021)"
+            " than this many days ago, at start and then hourly, keeping an idempotency"
+            " tombstone of each (ADR 0021)"
         ),
     )
     tombstone_retention_days: int = field(
@@ -195,32 +192,6 @@ class Settings:
         metadata=_doc(
             "how many days after it finished a pruned operation's key is still refused;"
             " at least OPS_RETENTION_DAYS (also the default of `opsctl operations prune`)"
-        ),
-    )
-    retention_interval_seconds: float = field(
-        default=3600.0, metadata=_doc("how often the periodic prune runs (OPS_RETENTION_DAYS)")
-    )
-    claim_poll_interval_seconds: float = field(
-        default=0.05,
-        metadata=_doc(
-            "how often an Operations replica looks for claimable work while claims wait"
-            " (one query for all of them)"
-        ),
-    )
-    claim_gather_seconds: float = field(
-        default=0.1,
-        metadata=_doc(
-            "after a claim that took some work but less than it asked for, how long an"
-            " Operations replica gathers arrivals before its next claim transaction, so"
-            " they go out as one batch (0: claim at once)"
-        ),
-    )
-    watch_interval_seconds: float = field(
-        default=0.1,
-        metadata=_doc(
-            "how often an Operations replica looks for what changed elsewhere on the"
-            " operations its calls wait on: an end or a move (`WaitOperation`, HTTP"
-            " long-polls), an owner's cancel (open lease streams); one query for all"
         ),
     )
     ai_user_limit: int = field(default=2, metadata=_doc("active AI operations allowed per user"))
@@ -293,14 +264,6 @@ class Settings:
     )
 
     def __post_init__(self) -> None:
-        for name in _POSITIVE:
-            if getattr(self, name) <= 0:
-                raise SettingsError(f"{variable(name)} must be greater than 0")
-        if not 0 <= self.claim_gather_seconds <= CLAIM_GATHER_MAX_SECONDS:  # also NaN
-            raise SettingsError(
-                f"OPS_CLAIM_GATHER_SECONDS must be between 0 and {CLAIM_GATHER_MAX_SECONDS:g}"
-                " seconds"
-            )
         if self.dev_model_seconds < 0:
             raise SettingsError("OPS_DEV_MODEL_SECONDS must not be negative")
         if not 0 <= self.database_wait_seconds < math.inf:  # also NaN
@@ -382,15 +345,6 @@ def _networks(raw: str) -> list[str]:
             "OPS_GATEWAY_TRUSTED_PROXIES must list IP addresses or CIDRs"
             f" (e.g. `172.18.0.0/16`): {exc}"
         ) from None
-
-
-# Intervals a process sleeps between rounds: zero would spin.
-_POSITIVE = (
-    "sweep_interval_seconds",
-    "claim_poll_interval_seconds",
-    "watch_interval_seconds",
-    "retention_interval_seconds",
-)
 
 
 def documented_variables() -> list[tuple[str, str, str]]:

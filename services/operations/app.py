@@ -28,8 +28,8 @@ from durable_ops.model.states import OperationState
 from durable_ops.operations.claim_waiters import ClaimWaiters, Kind
 from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.operations.pruner import PruneResult, prune
+from durable_ops.operations.tuning import TUNING, Tuning
 from durable_ops.operations.watch import Watcher, moved
-from durable_ops.settings import Settings
 from durable_ops.storage import operations, retention
 from durable_ops.storage import operator as store
 from durable_ops.storage.db import Database
@@ -47,16 +47,14 @@ class OperationsApp:
         db: Database,
         clock: Clock,
         *,
-        settings: Settings | None = None,
-        claims: ClaimWaiters | None = None,
+        tuning: Tuning = TUNING,
         metrics: OperationsMetrics | None = None,
     ) -> None:
-        settings = settings or Settings()
         self.db = db
         self.clock = clock
         self.metrics = metrics
-        self.claims = claims or ClaimWaiters.from_settings(db, clock, settings)
-        self.watch = Watcher(db, settings.watch_interval_seconds)
+        self.claims = ClaimWaiters(db, clock, tuning.claim_poll_interval_seconds)
+        self.watch = Watcher(db, tuning.watch_interval_seconds)
 
     async def close(self) -> None:
         await self.claims.close()

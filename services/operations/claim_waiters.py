@@ -19,25 +19,23 @@ that leaves with arrivals dealt to it and not yet tried passes them on, so
 none is left for the poll to find.
 
 Claims take turns (``turn``): one claim transaction at a time on a replica,
-so what arrives during one is there for the next, which takes it as a batch.
-After a claim that took some work but less than it could (a trickle, not a
-deep queue), the next turn starts no sooner than ``gather_seconds`` after it
-began: what arrives meanwhile is dealt to the claim waiting for that turn and
-taken in one transaction (ADR 0029). A claim that filled its batch, or found
-nothing, lets the next one start at once, so a deep queue drains at full speed
-and an idle replica answers its first arrival without delay.
+so what arrives during one is there for the next, which takes it as a batch,
+and two claims of a replica never race for the same rows (the loser's
+transaction would find nothing). Fewer, fuller claim transactions are what
+figure 1 (lifecycles/s through gRPC against raw SQL) is made of (ADR 0024).
+The only gather window is the worker SDK's (ADR 0034): the server claims as
+soon as a claim's turn comes.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from durable_ops.clock import Clock
 from durable_ops.model import lifecycle
 from durable_ops.operations.shared_poll import SharedPoll
-from durable_ops.settings import Settings
 from durable_ops.storage import operations
 from durable_ops.storage.db import Database
 from durable_ops.storage.events import Committed, Requeued
@@ -84,50 +82,21 @@ class ClaimWaiter:
         self._woken.set()
 
 
-class ClaimWaiters:
-    def __init__(
-        self, db: Database, clock: Clock, interval_seconds: float, gather_seconds: float = 0.0
-    ) -> None:
-        self._db = db
+class ClaimWaiters(SharedPoll):
+    def __init__(self, db: Database, clock: Clock, interval_seconds: float) -> None:
         self._clock = clock
         self._waiters: dict[ClaimWaiter, None] = {}  # ordered: the longest waiting first
-        self._poll = SharedPoll("claim_poll", interval_seconds, self._find_work)
-        # One claim transaction at a time on this replica: what arrives during one is
-        # there for the next, which takes it as a batch, and two claims never race for
-        # the same rows (the loser's transaction would find nothing).
-        self._taking = asyncio.Lock()
-        self._gather_seconds = gather_seconds
-        self._turn_started = 0.0  # loop time the current (or last) turn began
-        self._next_turn_at = 0.0  # loop time before which the next turn does not begin
-        db.events.subscribe(self._committed)
+        self._turn = asyncio.Lock()
+        super().__init__(db, "claim_poll", interval_seconds)
 
-    @classmethod
-    def from_settings(cls, db: Database, clock: Clock, settings: Settings) -> ClaimWaiters:
-        """At the configured poll interval and gather window."""
-        return cls(db, clock, settings.claim_poll_interval_seconds, settings.claim_gather_seconds)
-
-    @asynccontextmanager
-    async def turn(self) -> AsyncIterator[None]:
-        """This replica's next claim transaction: one at a time, after the gather window.
-
-        Inside, report what the transaction took with ``took``.
-        """
-        async with self._taking:
-            loop = asyncio.get_running_loop()
-            pause = self._next_turn_at - loop.time()
-            if pause > 0:
-                await asyncio.sleep(pause)
-            self._turn_started = loop.time()
-            self._next_turn_at = 0.0
-            yield
+    def turn(self) -> asyncio.Lock:
+        """Held around each claim transaction of this replica, not around its wait."""
+        return self._turn
 
     def took(self, waiter: ClaimWaiter, count: int) -> None:
-        """The current turn's claim (``waiter``) took ``count`` operations. A partial batch
-        opens the gather window for the next turn; a full one may have left work behind,
-        so it wakes one more claim of its kinds."""
-        if 0 < count < waiter.capacity:
-            self._next_turn_at = self._turn_started + self._gather_seconds
-        elif count == waiter.capacity:
+        """The current turn's claim (``waiter``) took ``count`` operations. A full batch may
+        have left work behind, so it wakes one more claim of its kinds."""
+        if count == waiter.capacity:
             for kind in waiter.kinds:
                 self._deal_one(kind, besides=waiter)
 
@@ -144,7 +113,7 @@ class ClaimWaiters:
         """
         waiter = ClaimWaiter(kinds, capacity)
         self._waiters[waiter] = None
-        self._poll.ensure_running(lambda: bool(self._waiters))
+        self._ensure_polling()
         try:
             yield waiter
         finally:
@@ -173,7 +142,10 @@ class ClaimWaiters:
         for waiter in self._waiters:
             waiter._woken.set()
 
-    async def _find_work(self) -> None:
+    def _waiting(self) -> bool:
+        return bool(self._waiters)
+
+    async def _poll(self) -> None:
         if all(waiter._woken.is_set() for waiter in self._waiters):
             return
         now = self._clock()
@@ -189,7 +161,3 @@ class ClaimWaiters:
                 self.arrived_any()
             elif change.state in CLAIMABLE:
                 self.arrived(change.state, change.task_type)
-
-    async def close(self) -> None:
-        self._db.events.unsubscribe(self._committed)
-        await self._poll.close()

@@ -4,13 +4,18 @@
 Both answer every beat in order and also speak first when the lease holder's
 owner cancels between two beats (``operations.watch``, woken at once by a
 cancel this process commits, else by its shared poll): the holder learns of a cancel
-once, either pushed or in the answer to a beat.
+once, either pushed or in the answer to a beat. When the cancel lands between two
+beats, ``BeatReader.next`` returns ``PUSHED`` and the read it had started stays
+pending for the next call, so no beat is lost or read twice.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from contextlib import closing
 from dataclasses import replace
+from typing import Final, Generic, TypeVar
 
 import structlog
 
@@ -19,18 +24,60 @@ from durable_ops.model import held_leases
 from durable_ops.model.errors import DomainError, InvalidArgument
 from durable_ops.model.held_leases import HeldLease, HeldLeases
 from durable_ops.operations.app import OperationsApp
-from durable_ops.operations.heartbeat_stream import BeatReader, Pushed
 from durable_ops.operations.watch import CANCEL, Watch
 from durable_ops.rpc.errors import status_for
 from durable_ops.wire import operations as convert
 
 log = structlog.get_logger(__name__)
+Beat = TypeVar("Beat")
+
+
+class Pushed:
+    """What ``BeatReader.next`` answers when the cancel came before the next beat."""
+
+
+PUSHED: Final = Pushed()
+
+
+class BeatReader(Generic[Beat]):
+    """The requests of one lease stream, read while also waiting for a pushed cancel."""
+
+    def __init__(self, requests: AsyncIterator[Beat]) -> None:
+        self._requests = requests
+        self._pending: asyncio.Future[Beat | None] | None = None
+
+    async def next(self, unless: asyncio.Event | None = None) -> Beat | Pushed | None:
+        """The next beat; ``None`` at the end of the stream; ``PUSHED`` once ``unless`` is set."""
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(anext(self._requests, None))
+        if unless is not None and not self._pending.done():
+            stop: asyncio.Future[object] = asyncio.ensure_future(unless.wait())
+            try:
+                await asyncio.wait((self._pending, stop), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stop.cancel()
+            if not self._pending.done():
+                return PUSHED
+        beat, self._pending = await self._pending, None
+        return beat
+
+    def close(self) -> None:
+        if self._pending is not None:
+            self._pending.cancel()
 
 
 async def heartbeat(
-    app: OperationsApp, owner: str, beats: BeatReader[pb.HeartbeatRequest]
+    app: OperationsApp, owner: str, requests: AsyncIterator[pb.HeartbeatRequest]
 ) -> AsyncIterator[pb.HeartbeatResponse]:
     """One lease, named by the first beat; a later beat may leave it out or repeat it."""
+    with closing(BeatReader(requests)) as beats:
+        async for reply in _heartbeat(app, owner, beats):
+            yield reply
+
+
+async def _heartbeat(
+    app: OperationsApp, owner: str, beats: BeatReader[pb.HeartbeatRequest]
+) -> AsyncIterator[pb.HeartbeatResponse]:
     first = await beats.next()
     if not isinstance(first, pb.HeartbeatRequest):
         return
@@ -73,11 +120,11 @@ async def _beat(
 
 
 async def hold_leases(
-    app: OperationsApp, beats: BeatReader[pb.HoldLeasesRequest]
+    app: OperationsApp, requests: AsyncIterator[pb.HoldLeasesRequest]
 ) -> AsyncIterator[pb.HoldLeasesResponse]:
     """Every lease one worker holds, extended by one transaction per beat."""
     held = HeldLeases()
-    with app.watch.watching(CANCEL) as cancels:
+    with closing(BeatReader(requests)) as beats, app.watch.watching(CANCEL) as cancels:
         while True:
             request = await beats.next(unless=cancels.event)
             if request is None:

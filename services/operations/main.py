@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -24,6 +23,7 @@ from durable_ops.operations.operator import SERVICE_NAME as OPERATOR_SERVICE_NAM
 from durable_ops.operations.pruner import run_pruner
 from durable_ops.operations.service import SERVICE_NAME, OperationsService
 from durable_ops.operations.sweeper import run_sweeper
+from durable_ops.operations.tuning import TUNING, Tuning
 from durable_ops.rpc.metrics import GrpcServerMetrics, serve_metrics
 from durable_ops.rpc.server import build_server, serve
 from durable_ops.settings import Settings
@@ -48,39 +48,32 @@ def registration(
     return register
 
 
-async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
+async def run(settings: Settings, *, clock: Clock = utc_now, tuning: Tuning = TUNING) -> None:
     db = Database(settings.database_url, pool_size=16)  # connects on first use
     registry = CollectorRegistry()
-    metrics = OperationsMetrics(registry, db, clock)
-    app = OperationsApp(db, clock, settings=settings, metrics=metrics)
+    metrics = OperationsMetrics(registry, db, clock, cache_seconds=tuning.metrics_cache_seconds)
+    app = OperationsApp(db, clock, tuning=tuning, metrics=metrics)
     exporter = None
     if settings.operations_metrics_bind:
         exporter = serve_metrics(
             settings.operations_metrics_bind, registry, setting="OPS_OPERATIONS_METRICS_BIND"
         )
-    sweepers: list[asyncio.Task[None]] = []
+    loops: list[asyncio.Task[None]] = []  # the sweeper, and the pruner when retention is on
 
     async def prepare() -> None:
         # Health says NOT_SERVING (and calls are refused) until the database answers.
         await open_when_reachable(db, settings.database_wait_seconds)
-        sweeper = run_sweeper(db, clock, settings.sweep_interval_seconds, metrics=metrics)
-        sweepers.append(asyncio.create_task(sweeper))
+        sweeper = run_sweeper(db, clock, tuning.sweep_interval_seconds, metrics=metrics)
+        loops.append(asyncio.create_task(sweeper))
         if settings.retention_days:
-            pruner = run_pruner(
-                db,
-                clock,
-                policy_of_days(settings.retention_days, settings.tombstone_retention_days),
-                settings.retention_interval_seconds,
-                PRUNE_BATCH,
-                metrics=metrics,
-            )
-            sweepers.append(asyncio.create_task(pruner))
+            policy = policy_of_days(settings.retention_days, settings.tombstone_retention_days)
+            pruner = run_pruner(db, clock, policy, PRUNE_BATCH, tuning, metrics=metrics)
+            loops.append(asyncio.create_task(pruner))
 
     async def stop() -> None:
-        for sweeper in sweepers:
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+        for task in loops:
+            task.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
         await app.close()
         db.dispose()
         if exporter is not None:

@@ -2,7 +2,7 @@
 
 Counted where they happen: claims (``ClaimOperation``), sweeper runs and what
 each changed (lease expiries among them), retention's prunes. Read from the database at scrape
-time, cached for ``DATABASE_READ_SECONDS``: operations by state and task type
+time, cached for ``Tuning.metrics_cache_seconds``: operations by state and task type
 and the age of the oldest queued one, for every owner (neutral scope).
 """
 
@@ -18,13 +18,13 @@ from prometheus_client.registry import Collector
 
 from durable_ops.clock import Clock
 from durable_ops.model.states import OperationState
+from durable_ops.operations.tuning import TUNING
 from durable_ops.rpc.metrics import PREFIX, CachedReading
 from durable_ops.storage import metrics_queries
 from durable_ops.storage.db import Database
 from durable_ops.storage.operations import SweepReport
 from durable_ops.storage.retention import PruneBatch
 
-DATABASE_READ_SECONDS = 2.0
 SWEEP_CHANGES = ("expired_lease", "deadline", "promoted")
 
 
@@ -77,47 +77,41 @@ class OperationsMetrics:
         db: Database,
         clock: Clock,
         *,
-        database_read_seconds: float = DATABASE_READ_SECONDS,
+        cache_seconds: float = TUNING.metrics_cache_seconds,
     ) -> None:
+        def counter(name: str, doc: str, *labels: str) -> Counter:
+            return Counter(f"{PREFIX}{name}", doc, labels, registry=registry)
+
         self.registry = registry
-        self.claims = Counter(
-            f"{PREFIX}operation_claims",
+        self.claims = counter(
+            "operation_claims",
             "Operations claimed by workers, by task type and route",
-            ["task_type", "route"],
-            registry=registry,
+            "task_type",
+            "route",
         )
-        self.lease_expiries = Counter(
-            f"{PREFIX}lease_expiries",
-            "Leases the sweeper found expired (their operation retried or failed)",
-            registry=registry,
+        self.lease_expiries = counter(
+            "lease_expiries", "Leases the sweeper found expired (their operation retried or failed)"
         )
-        self.sweeper_runs = Counter(
-            f"{PREFIX}sweeper_runs",
-            "Sweeper passes, by outcome (ok or failed)",
-            ["outcome"],
-            registry=registry,
+        self.sweeper_runs = counter(
+            "sweeper_runs", "Sweeper passes, by outcome (ok or failed)", "outcome"
         )
-        self.sweeper_changes = Counter(
-            f"{PREFIX}sweeper_changes",
+        self.sweeper_changes = counter(
+            "sweeper_changes",
             "Operations the sweeper changed, by change (expired_lease, deadline, promoted)",
-            ["change"],
-            registry=registry,
+            "change",
         )
-        self.pruned_operations = Counter(
-            f"{PREFIX}operations_pruned",
+        self.pruned_operations = counter(
+            "operations_pruned",
             "Terminal operations deleted by retention, each leaving a tombstone",
-            registry=registry,
         )
-        self.forgotten_tombstones = Counter(
-            f"{PREFIX}tombstones_forgotten",
-            "Idempotency tombstones deleted past their horizon",
-            registry=registry,
+        self.forgotten_tombstones = counter(
+            "tombstones_forgotten", "Idempotency tombstones deleted past their horizon"
         )
         for outcome in ("ok", "failed"):
             self.sweeper_runs.labels(outcome=outcome)
         for change in SWEEP_CHANGES:
             self.sweeper_changes.labels(change=change)
-        registry.register(_OperationsCollector(db, clock, database_read_seconds))
+        registry.register(_OperationsCollector(db, clock, cache_seconds))
 
     def claimed(self, task_type: str, route: str) -> None:
         self.claims.labels(task_type=task_type, route=route).inc()

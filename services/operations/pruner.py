@@ -21,6 +21,7 @@ import structlog
 from durable_ops.clock import Clock
 from durable_ops.model.retention import RetentionPolicy
 from durable_ops.operations.metrics import OperationsMetrics
+from durable_ops.operations.tuning import TUNING, Tuning
 from durable_ops.storage import retention
 from durable_ops.storage.db import Database
 from durable_ops.storage.tx import OperatorTx, Tx
@@ -28,8 +29,6 @@ from durable_ops.storage.tx import OperatorTx, Tx
 log = structlog.get_logger(__name__)
 # A batch whose DELETE lost a row it had read is rolled back and read again, this often.
 RACED_BATCHES_MAX = 3
-# The periodic prune's rest between two full batches.
-PERIODIC_PAUSE_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
@@ -81,25 +80,21 @@ async def run_pruner(
     db: Database,
     clock: Clock,
     policy: RetentionPolicy,
-    interval_seconds: float,
     batch_size: int,
+    tuning: Tuning = TUNING,
     *,
     metrics: OperationsMetrics | None = None,
 ) -> None:
-    """Prune everything past the horizons, then every ``interval_seconds``, until cancelled;
-    a failed run is logged and tried again at the next interval."""
+    """Prune everything past the horizons, then every ``tuning.retention_interval_seconds``,
+    until cancelled; a failed run is logged and tried again at the next interval."""
+    pause = tuning.prune_pause_seconds
     while True:
         try:
             result = await prune(
-                db,
-                clock,
-                policy,
-                batch_size,
-                pause_seconds=PERIODIC_PAUSE_SECONDS,
-                metrics=metrics,
+                db, clock, policy, batch_size, pause_seconds=pause, metrics=metrics
             )
             if result.pruned or result.forgotten:
                 log.info("retention_pruned", pruned=result.pruned, forgotten=result.forgotten)
         except Exception as exc:  # the pruner must outlive a database hiccup
             log.warning("retention_prune_failed", error=type(exc).__name__)
-        await asyncio.sleep(interval_seconds)
+        await asyncio.sleep(tuning.retention_interval_seconds)

@@ -19,7 +19,6 @@ from durable_ops.model.lifecycle import Event
 from durable_ops.model.scope import require_neutral_worker, require_owner, require_worker_owner
 from durable_ops.operations import lease_streams
 from durable_ops.operations.app import OperationsApp
-from durable_ops.operations.heartbeat_stream import BeatReader
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.scope import caller_scope
 from durable_ops.storage.operations import CLAIM_BATCH_MAX, Settlement
@@ -169,12 +168,8 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         self, request_iterator: AsyncIterator[pb.HoldLeasesRequest], context: ServicerContext
     ) -> AsyncIterator[pb.HoldLeasesResponse]:
         require_neutral_worker(caller_scope(context))
-        beats = BeatReader(request_iterator)
-        try:
-            async for answer in lease_streams.hold_leases(self.app, beats):
-                yield answer
-        finally:
-            beats.close()
+        async for answer in lease_streams.hold_leases(self.app, request_iterator):
+            yield answer
 
     # ---- the worker's, in the owner's scope, holding one lease ----------------------------
 
@@ -182,12 +177,8 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         self, request_iterator: AsyncIterator[pb.HeartbeatRequest], context: ServicerContext
     ) -> AsyncIterator[pb.HeartbeatResponse]:
         owner = _holder(context)
-        beats = BeatReader(request_iterator)
-        try:
-            async for answer in lease_streams.heartbeat(self.app, owner, beats):
-                yield answer
-        finally:
-            beats.close()
+        async for answer in lease_streams.heartbeat(self.app, owner, request_iterator):
+            yield answer
 
     async def CompleteOperation(
         self, request: pb.CompleteOperationRequest, context: ServicerContext

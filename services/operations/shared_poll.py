@@ -1,48 +1,62 @@
-"""One database poll shared by every waiter of a replica, running only while any waits.
+"""What a replica's waiting calls have in common: woken by its own commits, else by one poll.
 
-The cancel watch and the waiting claims each ask the database one question on
-behalf of all their waiters, at a short interval: the cost is a query per
-interval per replica, whatever the number of open streams or waiting claims.
-A failed poll is logged once and tried again on the next tick.
+The claim waiters and the watch each hear what this process commits
+(``Database.events``) at once, and ask the database one question on behalf of
+all their waiters for what other processes commit, at a short interval and
+only while any waits: the cost is a query per interval per replica, whatever
+the number of open streams or waiting claims. A failed poll is logged once and
+tried again on the next tick.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Awaitable, Callable
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
 import structlog
+
+from durable_ops.storage.db import Database
+from durable_ops.storage.events import Committed
 
 _log = structlog.get_logger(__name__)
 
 
-class SharedPoll:
-    def __init__(
-        self, name: str, interval_seconds: float, poll: Callable[[], Awaitable[None]]
-    ) -> None:
-        if interval_seconds <= 0:
-            raise ValueError(f"{name}: the poll interval must be positive")
+class SharedPoll(ABC):
+    def __init__(self, db: Database, name: str, interval_seconds: float) -> None:
+        self._db = db
         self._name = name
         self._interval = interval_seconds
-        self._poll = poll
         self._task: asyncio.Task[None] | None = None
         self._failing = False
         self.polls = 0
+        db.events.subscribe(self._committed)
 
-    def ensure_running(self, waiting: Callable[[], bool]) -> None:
-        """Start the loop unless it runs; it stops by itself once ``waiting()`` is false."""
+    @abstractmethod
+    def _committed(self, changes: Sequence[Committed]) -> None:
+        """What this process committed: wake the waiters it concerns."""
+
+    @abstractmethod
+    def _waiting(self) -> bool:
+        """Whether any call waits: the poll stops by itself once none does."""
+
+    @abstractmethod
+    async def _poll(self) -> None:
+        """Ask the database once for every waiter, and wake those it answers."""
+
+    def _ensure_polling(self) -> None:
         if self._task is None or self._task.done():
             # An empty context: the loop serves every waiter, so it is no part of the call
             # that happened to start it (nor of its trace, which would grow for ever).
             self._task = asyncio.get_running_loop().create_task(
-                self._run(waiting), context=contextvars.Context()
+                self._run(), context=contextvars.Context()
             )
 
-    async def _run(self, waiting: Callable[[], bool]) -> None:
+    async def _run(self) -> None:
         while True:
             await asyncio.sleep(self._interval)
-            if not waiting():
+            if not self._waiting():
                 return
             try:
                 await self._poll()
@@ -57,6 +71,7 @@ class SharedPoll:
                 self._failing = False
 
     async def close(self) -> None:
+        self._db.events.unsubscribe(self._committed)
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)

@@ -109,16 +109,10 @@ class Watch:
             self.discard(operation_id)
 
 
-class Watcher:
+class Watcher(SharedPoll):
     def __init__(self, db: Database, interval_seconds: float) -> None:
-        self._db = db
         self._watches: dict[str, set[Watch]] = {}
-        self._poll = SharedPoll("operation_watch", interval_seconds, self._find)
-        db.events.subscribe(self._committed)
-
-    @property
-    def polls(self) -> int:
-        return self._poll.polls
+        super().__init__(db, "operation_watch", interval_seconds)
 
     @contextmanager
     def watching(self, interest: Interest, *operation_ids: str) -> Iterator[Watch]:
@@ -133,7 +127,7 @@ class Watcher:
 
     def _register(self, operation_id: str, watch: Watch) -> None:
         self._watches.setdefault(operation_id, set()).add(watch)
-        self._poll.ensure_running(lambda: bool(self._watches))
+        self._ensure_polling()
 
     def _unregister(self, operation_id: str, watch: Watch) -> None:
         watches = self._watches.get(operation_id, set())
@@ -148,7 +142,10 @@ class Watcher:
                     if watch.interest.heard(change):
                         watch.wake(change.operation_id)
 
-    async def _find(self) -> None:
+    def _waiting(self) -> bool:
+        return bool(self._watches)
+
+    async def _poll(self) -> None:
         ids = [
             operation_id
             for operation_id, watches in self._watches.items()
@@ -164,7 +161,3 @@ class Watcher:
             for watch in list(self._watches.get(operation_id, ())):
                 if watch.interest.found(version):
                     watch.wake(operation_id)
-
-    async def close(self) -> None:
-        self._db.events.unsubscribe(self._committed)
-        await self._poll.close()

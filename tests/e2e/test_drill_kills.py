@@ -90,7 +90,6 @@ def drill(
         "OPS_JWT_SECRET": JWT_SECRET,
         "OPS_LOG_LEVEL": "warning",
         "OPS_LOG_JSON": "true",
-        "OPS_SWEEP_INTERVAL_SECONDS": "0.2",
         "OPS_AI_USER_LIMIT": str(TOTAL),  # capacity is not what this drill is about
         "OPS_AI_GLOBAL_LIMIT": str(TOTAL),
         "OPS_DEV_MODEL_BIND": model_bind,

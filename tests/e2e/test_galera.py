@@ -534,7 +534,6 @@ def test_the_product_spread_over_the_nodes_survives_a_node_crash(
         "OPS_JWT_SECRET": DRILL_JWT_SECRET,
         "OPS_LOG_LEVEL": "warning",
         "OPS_LOG_JSON": "true",
-        "OPS_SWEEP_INTERVAL_SECONDS": "0.2",
         "OPS_AI_USER_LIMIT": str(DRILL_USER_LIMIT),
         "OPS_AI_GLOBAL_LIMIT": str(DRILL_GLOBAL_LIMIT),
         "OPS_DEV_MODEL_BIND": model_bind,

@@ -99,7 +99,6 @@ def cluster(migrated_mariadb_url: str) -> Iterator[Cluster]:
         "OPS_JWT_SECRET": JWT_SECRET,
         "OPS_LOG_LEVEL": "warning",
         "OPS_LOG_JSON": "true",
-        "OPS_SWEEP_INTERVAL_SECONDS": "0.2",
         "OPS_AI_USER_LIMIT": str(USER_LIMIT),
         "OPS_AI_GLOBAL_LIMIT": str(GLOBAL_LIMIT),
         "OPS_DEV_MODEL_BIND": model_bind,

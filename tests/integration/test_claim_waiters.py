@@ -1,5 +1,5 @@
 """How a replica's waiting claims are woken (ADR 0024): one claim per arrival, not all;
-and when its next claim transaction may begin (the gather window, ADR 0029).
+and its claim transactions take turns.
 
 The waiters are driven directly, on a real (unused) database: the shared poll
 is set to an hour, so only arrivals wake a claim here. Claims through the
@@ -32,13 +32,9 @@ def db(tmp_path: Path) -> Iterator[Database]:
     database.dispose()
 
 
-def _run(
-    db: Database,
-    scenario: Callable[[ClaimWaiters], Awaitable[None]],
-    gather_seconds: float = 0.0,
-) -> None:
+def _run(db: Database, scenario: Callable[[ClaimWaiters], Awaitable[None]]) -> None:
     async def main() -> None:
-        waiters = ClaimWaiters(db, utc_now, interval_seconds=3600, gather_seconds=gather_seconds)
+        waiters = ClaimWaiters(db, utc_now, interval_seconds=3600)
         try:
             await scenario(waiters)
         finally:
@@ -168,43 +164,6 @@ def test_work_of_unknown_amount_wakes_every_claim(db: Database) -> None:
             assert all(await asyncio.wait_for(asyncio.gather(*tasks), HANG_GUARD))
 
     _run(db, scenario)
-
-
-async def _next_turn(waiters: ClaimWaiters) -> None:
-    async with waiters.turn():
-        pass
-
-
-def test_after_a_partial_claim_the_next_turn_waits_out_the_gather_window(db: Database) -> None:
-    gather = 0.2
-
-    async def scenario(waiters: ClaimWaiters) -> None:
-        loop = asyncio.get_running_loop()
-        with waiters.waiting(frozenset({NOOP}), 10) as claim:
-            async with waiters.turn():
-                began = loop.time()
-                claim.trying()
-                waiters.took(claim, 3)  # a trickle: what arrives next is gathered for one batch
-        await _next_turn(waiters)
-        assert loop.time() - began >= gather
-
-    _run(db, scenario, gather_seconds=gather)
-
-
-@pytest.mark.parametrize("count", [0, 10], ids=["found-nothing", "filled-its-batch"])
-def test_after_an_empty_or_full_claim_the_next_turn_begins_at_once(
-    db: Database, count: int
-) -> None:
-    async def scenario(waiters: ClaimWaiters) -> None:
-        with waiters.waiting(frozenset({NOOP}), 10) as claim:
-            async with waiters.turn():
-                claim.trying()
-                waiters.took(claim, count)
-        # A gathered turn would wait twice the guard: an idle replica answers its first
-        # arrival at once, and a deep queue drains claim after claim.
-        await asyncio.wait_for(_next_turn(waiters), HANG_GUARD)
-
-    _run(db, scenario, gather_seconds=2 * HANG_GUARD)
 
 
 def test_turns_are_one_at_a_time(db: Database) -> None:

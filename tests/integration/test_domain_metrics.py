@@ -28,7 +28,7 @@ from durable_ops.api.workspace.v1 import workspace_pb2, workspace_pb2_grpc
 from durable_ops.model.scope import Role
 from durable_ops.notifications import main as notifications_main
 from durable_ops.operations import main as operations_main
-from durable_ops.operations.metrics import DATABASE_READ_SECONDS
+from durable_ops.operations.tuning import TUNING
 from durable_ops.settings import Settings, service_variable
 from durable_ops.workspace import main as workspace_main
 from tests.support.grpc_services import SECRET, BackgroundLoop, metadata
@@ -115,7 +115,6 @@ def stack(db_url: str) -> Iterator[Stack]:
         {
             "OPS_DATABASE_URL": db_url,
             "OPS_SERVICE_SECRET": SECRET,
-            "OPS_SWEEP_INTERVAL_SECONDS": "0.2",
             "OPS_DATABASE_WAIT_SECONDS": "10",
             **{service_variable(name, "bind"): f"127.0.0.1:{grpc_ports[name]}" for name in RUNS},
             **{
@@ -207,7 +206,7 @@ def test_every_service_exports_its_domain_metrics_and_they_move(stack: Stack) ->
         assert {n for n in before[name].names if not n.startswith("durable_ops_")} == set()
 
     _work(stack)
-    time.sleep(DATABASE_READ_SECONDS + 0.2)  # past the gauges' cache
+    time.sleep(TUNING.metrics_cache_seconds + 0.2)  # past the gauges' cache
     _until(
         lambda: (
             stack.scrape("operations").value("durable_ops_sweeper_runs_total", outcome="ok") > 0

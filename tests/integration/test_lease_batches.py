@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.storage.schema import OperationAttempt
 from tests.support.clock import ManualClock
-from tests.support.grpc_services import Services, running_services
+from tests.support.grpc_services import Services
 from tests.support.operations_client import (
     ALICE,
     BOB,
@@ -109,23 +109,6 @@ def test_a_batch_claim_waits_for_work_like_a_single_claim(
     wait = pb.ClaimOperationsRequest().wait
     wait.FromTimedelta(timedelta(seconds=0.2))
     assert _claim(ops, 5, wait=wait) == []  # the wait passes, nothing claimed
-
-
-def test_a_trickle_after_a_partial_claim_is_gathered_into_one_batch(
-    db_url: str, clock: ManualClock
-) -> None:
-    """The gather window (ADR 0029): after a claim that took less than it asked for,
-    what arrives before the next claim transaction may begin goes out as one batch."""
-    with running_services(db_url, clock, claim_gather_seconds=1.0) as services:
-        ops = OpsClient(services)
-        first = ops.create(ALICE, "k-trickle-0").id
-        assert [one.operation.id for one in _claim(ops, 10)] == [first]  # 1 of 10: partial
-        request = pb.ClaimOperationsRequest(task_types=[TASK], lease_seconds=30, max_operations=10)
-        request.wait.FromTimedelta(timedelta(seconds=10))
-        waiting = ops.stub.ClaimOperations.future(request, metadata=ops.neutral)
-        trickle = {ops.create((ALICE, BOB)[n % 2], f"k-trickle-{n}").id for n in range(1, 4)}
-        claimed: pb.ClaimOperationsResponse = waiting.result(timeout=10)
-        assert {one.operation.id for one in claimed.claimed} == trickle
 
 
 def test_a_batch_completion_refuses_a_stale_lease_alone(services: Services, ops: OpsClient) -> None:

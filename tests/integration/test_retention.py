@@ -245,7 +245,7 @@ def test_the_periodic_prune_runs_in_the_operations_process(
     policy = RetentionPolicy(timedelta(days=7), timedelta(days=30))
 
     async def one_round(logs: list[MutableMapping[str, Any]]) -> None:
-        pruner = asyncio.create_task(run_pruner(services.db, clock, policy, 3600, 100))
+        pruner = asyncio.create_task(run_pruner(services.db, clock, policy, 100))
         for _ in range(400):  # bounded: a broken build fails here instead of hanging
             if any(entry["event"] == "retention_pruned" for entry in logs):
                 break

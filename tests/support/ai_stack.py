@@ -349,7 +349,6 @@ def stack_env(db_url: str, **overrides: str) -> dict[str, str]:
         "OPS_DATABASE_URL": db_url,
         "OPS_SERVICE_SECRET": SECRET,
         "OPS_LOG_JSON": "true",
-        "OPS_SWEEP_INTERVAL_SECONDS": "0.2",
         "OPS_WORKERS_AI_OPERATIONS_ENABLED": "true",
         "OPS_WORKER_LEASE_SECONDS": "5",
         "OPS_WORKER_POLL_SECONDS": "0.1",

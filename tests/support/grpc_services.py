@@ -29,7 +29,6 @@ from durable_ops.model.scope import Role
 from durable_ops.notifications.service import SERVICE_NAME as NOTIFICATIONS
 from durable_ops.notifications.service import NotificationsService
 from durable_ops.operations.app import OperationsApp
-from durable_ops.operations.claim_waiters import ClaimWaiters
 from durable_ops.operations.longrunning import SERVICE_NAME as LRO_SERVICE_NAME
 from durable_ops.operations.longrunning import LongRunningOperations
 from durable_ops.operations.longrunning import add_to_server as add_lro_to_server
@@ -40,7 +39,6 @@ from durable_ops.operations.service import OperationsService
 from durable_ops.operations.sweeper import sweep_once
 from durable_ops.rpc.credentials import mint_service_token
 from durable_ops.rpc.server import build_server, start, stop
-from durable_ops.settings import Settings
 from durable_ops.storage.db import Database
 from durable_ops.storage.operations import SweepReport
 from durable_ops.workspace.service import SERVICE_NAME as WORKSPACE
@@ -127,19 +125,11 @@ def running_services(
     db_url: str,
     clock: Clock,
     limits: Limits | None = None,
-    *,
-    claim_gather_seconds: float | None = None,
 ) -> Iterator[Services]:
-    """Every gRPC service in one server; the processes serve the same servicers one each.
-    ``claim_gather_seconds`` replaces the default gather window of claims."""
+    """Every gRPC service in one server; the processes serve the same servicers one each."""
     loop = BackgroundLoop()
     db = Database(db_url, pool_size=16)
-    claims = (
-        None
-        if claim_gather_seconds is None
-        else ClaimWaiters(db, clock, Settings().claim_poll_interval_seconds, claim_gather_seconds)
-    )
-    operations = OperationsApp(db, clock, claims=claims)
+    operations = OperationsApp(db, clock)
 
     async def boot() -> tuple[Any, int]:
         server, port = build_server(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import timedelta
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from durable_ops.cli import GRPC_SERVICES
 from durable_ops.model.bounds import OLDER_THAN_MAX
+from durable_ops.operations.tuning import Tuning
 from durable_ops.settings import (
     RETENTION_DAYS_MAX,
     Settings,
@@ -43,13 +45,13 @@ def test_values_are_parsed_by_type() -> None:
         {
             "OPS_DEV_LOGIN": "true",
             "OPS_AI_USER_LIMIT": "5",
-            "OPS_SWEEP_INTERVAL_SECONDS": "0.25",
+            "OPS_DATABASE_WAIT_SECONDS": "0.25",
             "OPS_DATABASE_URL": "mysql+pymysql://u@h/db",
         }
     )
     assert settings.dev_login is True
     assert settings.ai_user_limit == 5
-    assert settings.sweep_interval_seconds == 0.25
+    assert settings.database_wait_seconds == 0.25
     assert settings.database_url == "mysql+pymysql://u@h/db"
     assert settings.workers_ai_operations_enabled is False
 
@@ -60,9 +62,6 @@ def test_values_are_parsed_by_type() -> None:
         ("OPS_DEV_LOGIN", "maybe"),
         ("OPS_AI_USER_LIMIT", "two"),
         ("OPS_WORKER_POLL_SECONDS", "x"),
-        ("OPS_WATCH_INTERVAL_SECONDS", "0"),
-        ("OPS_CLAIM_POLL_INTERVAL_SECONDS", "-0.1"),
-        ("OPS_SWEEP_INTERVAL_SECONDS", "0"),
         ("OPS_DEV_MODEL_SECONDS", "-1"),
         ("OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS", "0"),
         ("OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS", "a day"),
@@ -73,7 +72,6 @@ def test_values_are_parsed_by_type() -> None:
         ("OPS_RETENTION_DAYS", "-1"),
         ("OPS_TOMBSTONE_RETENTION_DAYS", "0"),
         ("OPS_TOMBSTONE_RETENTION_DAYS", "99999"),
-        ("OPS_RETENTION_INTERVAL_SECONDS", "0"),
         ("OPS_GATEWAY_ALLOWED_HOSTS", "localhost:8080"),
         ("OPS_GATEWAY_ALLOWED_HOSTS", "*"),
         ("OPS_GATEWAY_ALLOWED_HOSTS", "https://ops.example.com"),
@@ -102,3 +100,9 @@ def test_retention_is_off_unless_set_and_tombstones_outlive_operations() -> None
 
 def test_the_retention_bound_is_the_operators_bound() -> None:
     assert timedelta(days=RETENTION_DAYS_MAX) == OLDER_THAN_MAX
+
+
+@pytest.mark.parametrize("name", [each.name for each in fields(Tuning)])
+def test_a_tuning_interval_of_zero_is_refused_rather_than_spun_on(name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        Tuning(**{name: 0.0})

@@ -469,7 +469,7 @@ class ClaimOperationRequest(_message.Message):
     def wait(self) -> _duration_pb2.Duration:
         """How long to wait for claimable work, 0–20 s; unset or zero answers at once.
         The service answers as soon as an operation can be claimed (at once for a
-        create on the same replica, else within OPS_CLAIM_POLL_INTERVAL_SECONDS)
+        create on the same replica, else within the replica's claim poll, 50 ms)
         and answers with nothing claimed when the wait is over. Give the call a
         deadline longer than the wait.
         """
