@@ -156,7 +156,7 @@ class Watcher:
         ]
         if not ids:
             return
-        versions = await self._db.run_core_async(
+        versions = await self._db.run_async(
             lambda tx: operations.versions_among(tx, ids), owner_id=None, write=False
         )
         for operation_id in ids:
