@@ -114,9 +114,7 @@ class _Run:
         db.run(lambda tx: operations.create(tx, request, now), owner_id=OWNER)
         taken: list[operations.Claim] = []
         while not taken:
-            taken = db.run(
-                lambda tx: operations.claim(tx, [TASK], 60, utc_now()), owner_id=None
-            )
+            taken = db.run(lambda tx: operations.claim(tx, [TASK], 60, utc_now()), owner_id=None)
         with self._lock:
             self.claims += 1
         op_id, token = taken[0].operation.id, taken[0].lease_token

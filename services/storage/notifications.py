@@ -98,18 +98,16 @@ def delete_for_operations(tx: Tx, operation_ids: Sequence[str]) -> None:
     tx.execute(_DELETE_FOR_OPERATIONS, {"operation_ids": list(operation_ids)})
 
 
-_VISIBLE = select(NOTIFICATIONS).where(_OWNED, NOTIFICATIONS.c.dismissed_at.is_(None))
+_SHOWN = NOTIFICATIONS.c.dismissed_at.is_(None)
+_UNREAD = NOTIFICATIONS.c.read_at.is_(None)
+_VISIBLE = select(NOTIFICATIONS).where(_OWNED, _SHOWN)
 _GET_VISIBLE = _VISIBLE.where(NOTIFICATIONS.c.id == bindparam("notification_id"))
-_UNREAD_COUNT = (
-    select(func.count())
-    .select_from(NOTIFICATIONS)
-    .where(_OWNED, NOTIFICATIONS.c.dismissed_at.is_(None), NOTIFICATIONS.c.read_at.is_(None))
-)
+_UNREAD_COUNT = select(func.count()).select_from(NOTIFICATIONS).where(_OWNED, _SHOWN, _UNREAD)
 # The columns it sets are the parameters' (Core derives SET from them).
 _SET = update(NOTIFICATIONS).where(NOTIFICATIONS.c.id == bindparam("notification_id"), _OWNED)
 _MARK_ALL_READ = (
     update(NOTIFICATIONS)
-    .where(_OWNED, NOTIFICATIONS.c.read_at.is_(None), NOTIFICATIONS.c.dismissed_at.is_(None))
+    .where(_OWNED, _SHOWN, _UNREAD)
     .values(read_at=bindparam("now", type_=UtcDateTime))
 )
 
@@ -126,8 +124,8 @@ def unread_count(tx: Tx) -> int:
 
 
 def _get_visible(tx: Tx, notification_id: str) -> UserNotification:
-    found = tx.execute(_GET_VISIBLE, {"notification_id": notification_id[: bounds.ID_MAX]})
-    row = found.one_or_none()
+    key = {"notification_id": notification_id[: bounds.ID_MAX]}
+    row = tx.execute(_GET_VISIBLE, key).one_or_none()
     if row is None:
         raise NotFound("notification not found", code="notification_not_found")
     return UserNotification(**row._mapping)

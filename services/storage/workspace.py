@@ -1,26 +1,18 @@
 """All SQL of the workspace: jobs, attachments, AI settings, AI workspace notes.
 
-Every statement runs in the owner's ``Tx`` and filters (or, inserting, stamps)
-by ``SCOPE_OWNER``: the scope supplies the owner, so another owner's row is
-neither seen nor written.
+Every statement runs in the owner's ``Tx`` and filters (inserting, stamps) by ``SCOPE_OWNER``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any, TypeVar, cast
 
 from sqlalchemy import Select, Table, bindparam, insert, select, update
 
 from durable_ops.model import bounds
-from durable_ops.model.bounds import (
-    ATTACHMENT_FILENAME_MAX,
-    ATTACHMENT_TEXT_MAX,
-    JOB_COMPANY_MAX,
-    JOB_DESCRIPTION_MAX,
-    JOB_TITLE_MAX,
-)
 from durable_ops.model.errors import PLAN_REQUIRED, InvalidArgument, NotFound, PermissionDenied
 from durable_ops.model.states import Plan, Privacy
 from durable_ops.storage import operations
@@ -42,27 +34,28 @@ def _of_owner(table: Table) -> Select[Any]:
     return select(table).where(table.c.owner_user_id == SCOPE_OWNER)
 
 
+@cache  # one statement object per table: Tx checks a statement's scope once
+def _by_id(table: Table) -> Select[Any]:
+    return _of_owner(table).where(table.c.id == bindparam("row_id"))
+
+
+@cache
 def _inserting(table: Table) -> Any:
     """An INSERT whose row is the scope owner's; the other columns come as parameters."""
     return insert(table).values(owner_user_id=SCOPE_OWNER)
 
 
-_JOB = _of_owner(JOBS).where(JOBS.c.id == bindparam("row_id"))
-_ATTACHMENT = _of_owner(ATTACHMENTS).where(ATTACHMENTS.c.id == bindparam("row_id"))
-_INSERT_JOB = _inserting(JOBS)
-_INSERT_ATTACHMENT = _inserting(ATTACHMENTS)
-
-
-def _owned(tx: Tx, query: Select[Any], model: type[Row], row_id: str, what: str) -> Row:
+def _owned(tx: Tx, model: type[Row], row_id: str, what: str) -> Row:
     issuable = len(row_id) <= bounds.ID_MAX  # any other id was never issued
+    query = _by_id(cast(Table, model.__table__))
     found = tx.execute(query, {"row_id": row_id}).one_or_none() if issuable else None
     if found is None:
         raise NotFound(f"{what} not found", code=f"{what}_not_found")
     return model(**found._mapping)
 
 
-def _created(tx: Tx, statement: Any, model: type[Row], values: dict[str, Any]) -> Row:
-    tx.execute(statement, values)
+def _created(tx: Tx, model: type[Row], values: dict[str, Any]) -> Row:
+    tx.execute(_inserting(cast(Table, model.__table__)), values)
     return model(**values, owner_user_id=tx.owner_id)
 
 
@@ -72,17 +65,17 @@ def _created(tx: Tx, statement: Any, model: type[Row], values: dict[str, Any]) -
 def create_job(tx: Tx, title: str, company: str, description: str, now: datetime) -> Job:
     values = {
         "id": new_id(),
-        "title": bounds.single_line("title", title, JOB_TITLE_MAX),
-        "company": bounds.single_line("company", company, JOB_COMPANY_MAX, required=False),
-        "description": bounds.multi_line("description", description, JOB_DESCRIPTION_MAX),
+        "title": bounds.single_line("title", title, bounds.JOB_TITLE_MAX),
+        "company": bounds.single_line("company", company, bounds.JOB_COMPANY_MAX, required=False),
+        "description": bounds.multi_line("description", description, bounds.JOB_DESCRIPTION_MAX),
         "created_at": now,
         "updated_at": now,
     }
-    return _created(tx, _INSERT_JOB, Job, values)
+    return _created(tx, Job, values)
 
 
 def get_job(tx: Tx, job_id: str) -> Job:
-    return _owned(tx, _JOB, Job, job_id, "job")
+    return _owned(tx, Job, job_id, "job")
 
 
 def list_jobs(tx: Tx, *, size: int, token: str) -> Page[Job]:
@@ -102,15 +95,15 @@ def create_attachment(tx: Tx, kind: str, filename: str, text: str, now: datetime
     values = {
         "id": new_id(),
         "kind": kind,
-        "filename": bounds.single_line("filename", filename, ATTACHMENT_FILENAME_MAX),
-        "text": bounds.multi_line("text", text, ATTACHMENT_TEXT_MAX),
+        "filename": bounds.single_line("filename", filename, bounds.ATTACHMENT_FILENAME_MAX),
+        "text": bounds.multi_line("text", text, bounds.ATTACHMENT_TEXT_MAX),
         "created_at": now,
     }
-    return _created(tx, _INSERT_ATTACHMENT, Attachment, values)
+    return _created(tx, Attachment, values)
 
 
 def get_attachment(tx: Tx, attachment_id: str) -> Attachment:
-    return _owned(tx, _ATTACHMENT, Attachment, attachment_id, "attachment")
+    return _owned(tx, Attachment, attachment_id, "attachment")
 
 
 def list_attachments(tx: Tx, *, size: int, token: str) -> Page[Attachment]:
@@ -146,7 +139,6 @@ def plan_required(owner: str) -> PermissionDenied:
 
 
 _SETTINGS = _of_owner(SETTINGS)
-_INSERT_SETTINGS = _inserting(SETTINGS)
 # The columns it sets are the parameters' (Core derives SET from them).
 _UPDATE_SETTINGS = update(SETTINGS).where(SETTINGS.c.owner_user_id == SCOPE_OWNER)
 
@@ -187,7 +179,7 @@ def update_ai_settings(
     enabled = current.ai_enabled if ai_enabled is None else ai_enabled
     values = {"ai_enabled": enabled, "privacy": new_privacy, "plan": new_plan, "updated_at": now}
     if tx.execute(_UPDATE_SETTINGS, values).rowcount == 0:  # rows matched: the owner has none
-        tx.execute(_INSERT_SETTINGS, {"id": new_id(), **values})
+        tx.execute(_inserting(SETTINGS), {"id": new_id(), **values})
     return AiSettingsView(enabled, new_privacy, new_plan)
 
 
@@ -199,7 +191,6 @@ _NOTE = _of_owner(NOTES).where(
     NOTES.c.subject_type == bindparam("subject_type"),
     NOTES.c.subject_id == bindparam("subject_id"),
 )
-_INSERT_NOTE = _inserting(NOTES)
 _REPLACE_NOTE_BODY = update(NOTES).where(
     NOTES.c.id == bindparam("note_id"), NOTES.c.owner_user_id == SCOPE_OWNER
 )
@@ -240,14 +231,8 @@ def publish_note(
     bounds.text("body_json", body_json, NOTE_BODY_MAX)
     bounds.text("operation_id", operation_id, bounds.ID_MAX)
     bounds.text("lease_token", lease_token, bounds.LEASE_TOKEN_MAX)
-    operations.hold_for_publish(
-        tx,
-        operation_id,
-        lease_token,
-        now,
-        kind=kind,
-        subject=(subject_type, subject_id),
-    )
+    subject = (subject_type, subject_id)
+    operations.hold_for_publish(tx, operation_id, lease_token, now, kind=kind, subject=subject)
     try:
         note = get_note(tx, kind, subject_type, subject_id)
     except NotFound:
@@ -261,7 +246,7 @@ def publish_note(
             "created_at": now,
             "updated_at": now,
         }
-        return _created(tx, _INSERT_NOTE, AiWorkspaceNote, values), True
+        return _created(tx, AiWorkspaceNote, values), True
     if note.operation_id == operation_id:
         return note, False
     replaced = {"operation_id": operation_id, "body": body_json, "updated_at": now}
