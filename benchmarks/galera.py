@@ -111,19 +111,17 @@ class _Run:
             subject_id="j",
         )  # fmt: skip
         now = utc_now()
-        db.run_core(lambda tx: operations.create(tx, request, now), owner_id=OWNER)
+        db.run(lambda tx: operations.create(tx, request, now), owner_id=OWNER)
         taken: list[operations.Claim] = []
         while not taken:
-            taken = db.run_core(
-                lambda tx: operations.claim(tx, [TASK], 60, utc_now()), owner_id=None
-            )
+            taken = db.run(lambda tx: operations.claim(tx, [TASK], 60, utc_now()), owner_id=None)
         with self._lock:
             self.claims += 1
         op_id, token = taken[0].operation.id, taken[0].lease_token
         lease = HeldLease(op_id, OWNER, token, 60, 50)
-        db.run_core(lambda tx: operations.heartbeat(tx, lease, utc_now()), owner_id=OWNER)
+        db.run(lambda tx: operations.heartbeat(tx, lease, utc_now()), owner_id=OWNER)
         completion = operations.Settlement(OWNER, op_id, token, Event.COMPLETE)
-        db.run_core(lambda tx: operations.settle_one(tx, completion, utc_now()), owner_id=OWNER)
+        db.run(lambda tx: operations.settle_one(tx, completion, utc_now()), owner_id=OWNER)
         return True
 
     def __call__(self) -> float:

@@ -81,7 +81,7 @@ def explain(url: str, token: str) -> dict[str, Any]:
 
     db.listen("before_cursor_execute", record)
     try:
-        db.run_core(
+        db.run(
             lambda tx: operations.list_page(tx, size=PAGE_SIZE, token=token),
             owner_id=OWNER,
             write=False,

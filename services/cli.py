@@ -134,7 +134,7 @@ def cmd_users_set_plan(args: argparse.Namespace) -> int:
     db = open_migrated(_settings(args).database_url, pool_size=1)
     try:
         view = db.run(
-            lambda s: workspace.update_ai_settings(s, utc_now(), plan=args.plan),
+            lambda tx: workspace.update_ai_settings(tx, utc_now(), plan=args.plan),
             owner_id=args.user,
         )
     finally:
@@ -152,7 +152,7 @@ def cmd_sessions_revoke(args: argparse.Namespace) -> int:
     bounds.owner_id(args.user)
     db = open_migrated(_settings(args).database_url, pool_size=1)
     try:
-        ended = db.run(lambda s: sessions.revoke_user(s, utc_now()), owner_id=args.user)
+        ended = db.run(lambda tx: sessions.revoke_user(tx, utc_now()), owner_id=args.user)
     finally:
         db.dispose()
     print(f"{args.user}: {ended} session(s) ended; tokens issued until now are refused")
@@ -172,10 +172,10 @@ def cmd_ai(args: argparse.Namespace) -> int:
     try:
         if args.switch != "status":
             enabled = args.switch == "enable"
-            db.run(lambda s: capacity.set_ai_enabled(s, enabled, utc_now()), owner_id=None)
-        state = db.run(lambda s: capacity.lock_control(s).ai_enabled, owner_id=None, write=False)
+            db.run(lambda tx: capacity.set_ai_enabled(tx, enabled, utc_now()), owner_id=None)
+        state = db.run(lambda tx: capacity.lock_control(tx).ai_enabled, owner_id=None, write=False)
         active = db.run(
-            lambda s: capacity.active_for_everyone(s, TASKS.names()), owner_id=None, write=False
+            lambda tx: capacity.active_for_everyone(tx, TASKS.names()), owner_id=None, write=False
         )
     finally:
         db.dispose()

@@ -84,7 +84,7 @@ def grant_ai(database_url: str, user: str) -> None:
     db = open_migrated(database_url, pool_size=1)
     try:
         db.run(
-            lambda s: workspace.update_ai_settings(s, utc_now(), ai_enabled=True, plan="pro"),
+            lambda tx: workspace.update_ai_settings(tx, utc_now(), ai_enabled=True, plan="pro"),
             owner_id=user,
         )
     finally:

@@ -17,8 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy.orm import Session
-
 from durable_ops.model import admission, bounds
 from durable_ops.model.errors import KEY_USED_FOR_ANOTHER_REQUEST, Conflict, InvalidArgument
 from durable_ops.model.tasks import CV, JOB, TASKS, TaskType
@@ -38,23 +36,23 @@ class AdmitRequest:
 
 
 # Reads one of the owner's rows of a subject kind, or raises NotFound.
-_SUBJECT_READERS: dict[str, Callable[[Session, str], object]] = {
+_SUBJECT_READERS: dict[str, Callable[[Tx, str], object]] = {
     JOB.name: workspace.get_job,
     CV.name: workspace.get_attachment,
 }
 
 
-def _check_subjects(session: Session, task: TaskType, request: AdmitRequest) -> None:
+def _check_subjects(tx: Tx, task: TaskType, request: AdmitRequest) -> None:
     """Both references must be the caller's own rows (another owner's → NOT_FOUND)."""
-    _SUBJECT_READERS[task.subject.name](session, request.subject_id)
+    _SUBJECT_READERS[task.subject.name](tx, request.subject_id)
     if request.context_ref:
         if task.context is None:
             raise InvalidArgument("context_ref", f"is not taken by {task.name}")
-        _SUBJECT_READERS[task.context.name](session, request.context_ref)
+        _SUBJECT_READERS[task.context.name](tx, request.context_ref)
 
 
 def admit(
-    session: Session,
+    tx: Tx,
     request: AdmitRequest,
     limits: admission.Limits,
     now: datetime,
@@ -64,12 +62,12 @@ def admit(
         raise InvalidArgument("subject_id", "is required")
     if request.idempotency_key:
         bounds.idempotency_key(request.idempotency_key)
-    control = capacity.lock_control(session)
-    settings = workspace.ai_settings(session)
+    control = capacity.lock_control(tx)
+    settings = workspace.ai_settings(tx)
     admission.require_entitled(
         global_enabled=control.ai_enabled, plan=settings.plan, ai_enabled=settings.ai_enabled
     )
-    _check_subjects(session, task, request)
+    _check_subjects(tx, task, request)
     create = operations.CreateRequest(
         task_type=task.name,
         # Without a key, repeated clicks are still one operation: the active one is reused.
@@ -86,7 +84,7 @@ def admit(
         trace_parent=request.trace_parent,
     )
     if request.idempotency_key:
-        existing = operations.find_by_key(Tx.of(session), task.name, request.idempotency_key)
+        existing = operations.find_by_key(tx, task.name, request.idempotency_key)
         if existing is not None:
             if (existing.subject_id, existing.context_ref or "") != (
                 request.subject_id,
@@ -94,21 +92,19 @@ def admit(
             ):
                 raise Conflict(KEY_USED_FOR_ANOTHER_REQUEST)
             return existing, True
-    active = operations.active_for_subject(
-        Tx.of(session), task.name, task.subject.name, request.subject_id
-    )
+    active = operations.active_for_subject(tx, task.name, task.subject.name, request.subject_id)
     if active is not None:
         return active, True
     admission.require_capacity(
-        owner_active=capacity.active_for_owner(session, TASKS.names()),
-        everyone_active=capacity.active_for_everyone(session, TASKS.names()),
+        owner_active=capacity.active_for_owner(tx, TASKS.names()),
+        everyone_active=capacity.active_for_everyone(tx, TASKS.names()),
         limits=limits,
     )
-    capacity.reserve(session)  # what makes two nodes' admissions conflict (Galera)
-    op, _created = operations.create(Tx.of(session), create, now)
+    capacity.reserve(tx)  # what makes two nodes' admissions conflict (Galera)
+    op, _created = operations.create(tx, create, now)
     return op, False
 
 
-def lookup(session: Session, task_type: str, subject_id: str) -> UserOperation | None:
+def lookup(tx: Tx, task_type: str, subject_id: str) -> UserOperation | None:
     task = TASKS.get(task_type)
-    return operations.latest_for_subject(Tx.of(session), task.name, task.subject.name, subject_id)
+    return operations.latest_for_subject(tx, task.name, task.subject.name, subject_id)

@@ -43,7 +43,7 @@ class AiAdmissionService(pb_grpc.AiAdmissionServiceServicer):
         now = self._clock()
         try:
             row, reused = await self._db.run_async(
-                lambda s: admit(s, admit_request, self._limits, now), owner_id=owner
+                lambda tx: admit(tx, admit_request, self._limits, now), owner_id=owner
             )
         except DomainError as refused:
             if self._metrics is not None:
@@ -67,7 +67,7 @@ class AiAdmissionService(pb_grpc.AiAdmissionServiceServicer):
     ) -> pb.LookupResponse:
         owner = require_owner(caller_scope(context)).owner_id
         row = await self._db.run_async(
-            lambda s: lookup(s, request.task_type, request.subject_id),
+            lambda tx: lookup(tx, request.task_type, request.subject_id),
             owner_id=owner,
             write=False,
         )

@@ -27,7 +27,7 @@ DATABASE_READ_SECONDS = 2.0
 class _NotificationsCollector(Collector):
     def __init__(self, db: Database, seconds: float) -> None:
         self._counts = CachedReading(
-            lambda: db.run_core(metrics_queries.notification_counts, owner_id=None, write=False),
+            lambda: db.run(metrics_queries.notification_counts, owner_id=None, write=False),
             seconds,
             time.monotonic,
         )

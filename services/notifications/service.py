@@ -25,7 +25,9 @@ class NotificationsService(pb_grpc.NotificationsServiceServicer):
     ) -> pb.ListNotificationsResponse:
         owner = require_owner(caller_scope(context)).owner_id
         page = await self._db.run_async(
-            lambda s: notifications.list_page(s, size=request.page_size, token=request.page_token),
+            lambda tx: notifications.list_page(
+                tx, size=request.page_size, token=request.page_token
+            ),
             owner_id=owner,
             write=False,
         )
@@ -47,7 +49,7 @@ class NotificationsService(pb_grpc.NotificationsServiceServicer):
         owner = require_owner(caller_scope(context)).owner_id
         now = self._clock()
         row = await self._db.run_async(
-            lambda s: notifications.mark_read(s, request.notification_id, now), owner_id=owner
+            lambda tx: notifications.mark_read(tx, request.notification_id, now), owner_id=owner
         )
         return notification(row)
 
@@ -57,7 +59,7 @@ class NotificationsService(pb_grpc.NotificationsServiceServicer):
         owner = require_owner(caller_scope(context)).owner_id
         now = self._clock()
         row = await self._db.run_async(
-            lambda s: notifications.dismiss(s, request.notification_id, now), owner_id=owner
+            lambda tx: notifications.dismiss(tx, request.notification_id, now), owner_id=owner
         )
         return notification(row)
 
@@ -67,6 +69,6 @@ class NotificationsService(pb_grpc.NotificationsServiceServicer):
         owner = require_owner(caller_scope(context)).owner_id
         now = self._clock()
         marked = await self._db.run_async(
-            lambda s: notifications.mark_all_read(s, now), owner_id=owner
+            lambda tx: notifications.mark_all_read(tx, now), owner_id=owner
         )
         return pb.MarkAllReadResponse(marked=marked)

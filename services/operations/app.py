@@ -66,12 +66,12 @@ class OperationsApp:
         self, owner: str, request: operations.CreateRequest
     ) -> tuple[UserOperation, bool]:
         now = self.clock()
-        return await self.db.run_core_async(
+        return await self.db.run_async(
             lambda tx: operations.create(tx, request, now), owner_id=owner, short=True
         )
 
     async def get(self, owner: str, operation_id: str) -> UserOperation:
-        return await self.db.run_core_async(
+        return await self.db.run_async(
             lambda tx: operations.get(tx, operation_id), owner_id=owner, write=False, short=True
         )
 
@@ -99,7 +99,7 @@ class OperationsApp:
     async def list_page(
         self, owner: str, *, size: int, token: str, state: OperationState | None, task_type: str
     ) -> Page[UserOperation]:
-        return await self.db.run_core_async(
+        return await self.db.run_async(
             lambda tx: operations.list_page(
                 tx, size=size, token=token, state=state, task_type=task_type
             ),
@@ -109,20 +109,20 @@ class OperationsApp:
 
     async def cancel(self, owner: str, operation_id: str) -> UserOperation:
         now = self.clock()
-        return await self.db.run_core_async(
+        return await self.db.run_async(
             lambda tx: operations.cancel(tx, operation_id, now), owner_id=owner, short=True
         )
 
     async def retry(self, owner: str, operation_id: str) -> UserOperation:
         now = self.clock()
-        return await self.db.run_core_async(
+        return await self.db.run_async(
             lambda tx: operations.retry(tx, operation_id, now), owner_id=owner, short=True
         )
 
     async def delete(self, owner: str, operation_id: str) -> None:
         """The owner's finished operation removed; its tombstone keeps the key (ADR 0021)."""
         now = self.clock()
-        await self.db.run_core_async(
+        await self.db.run_async(
             lambda tx: retention.delete_finished(tx, operation_id, now), owner_id=owner
         )
 
@@ -163,7 +163,7 @@ class OperationsApp:
             while True:
                 async with self.claims.turn():
                     waiter.trying()
-                    found = await self.db.run_core_async(take, owner_id=None, short=True)
+                    found = await self.db.run_async(take, owner_id=None, short=True)
                     self.claims.took(waiter, len(found))
                 left = give_up_at - loop.time()
                 if found or left <= 0 or not names or not await waiter.wait(left):
@@ -177,14 +177,14 @@ class OperationsApp:
         """Settle leases in one transaction: a batch of many owners (``owner`` None), or one
         lease of ``owner``'s; answer each alone."""
         now = self.clock()
-        return await self.db.run_core_async(
+        return await self.db.run_async(
             lambda tx: operations.settle(tx, settlements, now), owner_id=owner, short=True
         )
 
     async def settle_one(self, settlement: Settlement) -> OperationState:
         """One lease of its owner's, settled in the owner's scope; a refusal raised."""
         now = self.clock()
-        return await self.db.run_core_async(
+        return await self.db.run_async(
             lambda tx: operations.settle_one(tx, settlement, now),
             owner_id=settlement.owner_id,
             short=True,
@@ -193,7 +193,7 @@ class OperationsApp:
     async def beat(self, lease: HeldLease) -> Held:
         """One lease extended in its owner's scope; a refusal raised."""
         now = self.clock()
-        return await self.db.run_core_async(
+        return await self.db.run_async(
             lambda tx: operations.heartbeat(tx, lease, now), owner_id=lease.owner_id, short=True
         )
 
@@ -202,7 +202,7 @@ class OperationsApp:
         if not leases:
             return []
         now = self.clock()
-        return await self.db.run_core_async(
+        return await self.db.run_async(
             lambda tx: operations.extend(tx, leases, now), owner_id=None, short=True
         )
 
@@ -212,7 +212,7 @@ class OperationsApp:
         self, *, size: int, token: str, filters: OperatorFilter
     ) -> Page[UserOperation]:
         now = self.clock()
-        return await self.db.run_core_async(
+        return await self.db.run_async(
             lambda tx: store.list_page(
                 OperatorTx(tx), size=size, token=token, filters=filters, now=now
             ),
@@ -226,17 +226,17 @@ class OperationsApp:
             row = store.get(scope, operation_id)
             return row, store.attempts(scope, row.id)
 
-        return await self.db.run_core_async(show, owner_id=None, write=False)
+        return await self.db.run_async(show, owner_id=None, write=False)
 
     async def force_cancel(self, operation_id: str) -> UserOperation:
         now = self.clock()
-        return await self.db.run_core_async(
+        return await self.db.run_async(
             lambda tx: store.cancel(OperatorTx(tx), operation_id, now), owner_id=None
         )
 
     async def force_retry(self, operation_id: str) -> UserOperation:
         now = self.clock()
-        return await self.db.run_core_async(
+        return await self.db.run_async(
             lambda tx: store.retry(OperatorTx(tx), operation_id, now), owner_id=None
         )
 
@@ -253,7 +253,7 @@ class OperationsApp:
                 seconds=retention_rules.PRUNE_CALL_SECONDS,
                 metrics=self.metrics,
             )
-        found = await self.db.run_core_async(
+        found = await self.db.run_async(
             lambda tx: retention.prunable(OperatorTx(tx), policy, now), owner_id=None, write=False
         )
         return PruneResult(found.operations, found.tombstones, more=False)

@@ -149,7 +149,7 @@ class ClaimWaiters(SharedPoll):
         if all(waiter._woken.is_set() for waiter in self._waiters):
             return
         now = self._clock()
-        found = await self._db.run_core_async(
+        found = await self._db.run_async(
             lambda tx: operations.claimable_kinds(tx, now), owner_id=None, write=False
         )
         for kind in found:  # one claim each: a full batch wakes the next (``took``)

@@ -32,7 +32,7 @@ class _OperationsCollector(Collector):
     def __init__(self, db: Database, clock: Clock, seconds: float) -> None:
         self._clock = clock
         self._counts = CachedReading(
-            lambda: db.run_core(metrics_queries.operation_counts, owner_id=None, write=False),
+            lambda: db.run(metrics_queries.operation_counts, owner_id=None, write=False),
             seconds,
             time.monotonic,
         )

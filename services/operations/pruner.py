@@ -57,9 +57,7 @@ async def prune(
     pruned = forgotten = raced = 0
     while True:
         try:
-            batch = await db.run_core_async(
-                partial(_batch, policy, clock(), batch_size), owner_id=None
-            )
+            batch = await db.run_async(partial(_batch, policy, clock(), batch_size), owner_id=None)
         except retention.PruneRaced:
             raced += 1
             if raced >= RACED_BATCHES_MAX:

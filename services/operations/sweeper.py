@@ -20,7 +20,7 @@ log = structlog.get_logger(__name__)
 
 async def sweep_once(db: Database, clock: Clock) -> operations.SweepReport:
     now = clock()
-    return await db.run_core_async(lambda tx: operations.sweep(tx, now), owner_id=None)
+    return await db.run_async(lambda tx: operations.sweep(tx, now), owner_id=None)
 
 
 async def run_sweeper(

@@ -153,7 +153,7 @@ class Watcher(SharedPoll):
         ]
         if not ids:
             return
-        versions = await self._db.run_core_async(
+        versions = await self._db.run_async(
             lambda tx: operations.versions_among(tx, ids), owner_id=None, write=False
         )
         for operation_id in ids:

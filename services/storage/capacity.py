@@ -15,59 +15,54 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from typing import cast
 
-from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Table, bindparam, func, select, update
 
 from durable_ops.model.states import ACTIVE_STATES
 from durable_ops.storage.schema import GLOBAL_CONTROL_ID, AiAdmissionControl, UserOperation
+from durable_ops.storage.tx import SCOPE_OWNER, Tx
 
-_ACTIVE = [state.value for state in ACTIVE_STATES]
+CONTROL = cast(Table, AiAdmissionControl.__table__)
+OPS = cast(Table, UserOperation.__table__)
+_LOCK = select(CONTROL).where(CONTROL.c.id == GLOBAL_CONTROL_ID).with_for_update()
+_CONTROL = update(CONTROL).where(CONTROL.c.id == GLOBAL_CONTROL_ID)
+_RESERVE = _CONTROL.values(reservations=CONTROL.c.reservations + 1)
+_ACTIVE = (
+    select(func.count())
+    .select_from(OPS)
+    .where(
+        OPS.c.task_type.in_(bindparam("task_types", expanding=True)),
+        OPS.c.state.in_([state.value for state in ACTIVE_STATES]),
+    )
+)
+_ACTIVE_FOR_OWNER = _ACTIVE.where(OPS.c.owner_user_id == SCOPE_OWNER)
 
 
-def lock_control(session: Session) -> AiAdmissionControl:
+def lock_control(tx: Tx) -> AiAdmissionControl:
     """Take the admission lock; the row also carries the live global AI switch."""
-    control = session.scalars(
-        select(AiAdmissionControl)
-        .where(AiAdmissionControl.id == GLOBAL_CONTROL_ID)
-        .with_for_update()
-    ).one_or_none()
-    if control is None:
+    row = tx.execute(_LOCK).one_or_none()
+    if row is None:
         raise RuntimeError("ai_admission_control has no global row: run `opsctl migrate`")
-    return control
+    return AiAdmissionControl(**row._mapping)
 
 
-def reserve(session: Session) -> None:
+def reserve(tx: Tx) -> None:
     """Write the control row in the reserving transaction: the conflict Galera certifies."""
-    session.execute(
-        update(AiAdmissionControl)
-        .where(AiAdmissionControl.id == GLOBAL_CONTROL_ID)
-        .values(reservations=AiAdmissionControl.reservations + 1)
-    )
+    tx.execute(_RESERVE)
 
 
-def active_for_owner(session: Session, task_types: Iterable[str]) -> int:
-    """Counted in the owner scope: the owner filter applies."""
-    query = (
-        select(func.count())
-        .select_from(UserOperation)
-        .where(UserOperation.task_type.in_(list(task_types)), UserOperation.state.in_(_ACTIVE))
-    )
-    return int(session.scalar(query) or 0)
+def active_for_owner(tx: Tx, task_types: Iterable[str]) -> int:
+    """Counted in the owner scope: the scope's owner's only."""
+    return int(tx.execute(_ACTIVE_FOR_OWNER, {"task_types": list(task_types)}).scalar() or 0)
 
 
-def active_for_everyone(session: Session, task_types: Iterable[str]) -> int:
+def active_for_everyone(tx: Tx, task_types: Iterable[str]) -> int:
     """The one cross-owner read admission needs: a count over the table, no rows."""
-    table = UserOperation.__table__
-    query = (
-        select(func.count())
-        .select_from(table)
-        .where(table.c.task_type.in_(list(task_types)), table.c.state.in_(_ACTIVE))
-    )
-    return int(session.scalar(query) or 0)
+    counted = tx.across_owners().execute(_ACTIVE, {"task_types": list(task_types)})
+    return int(counted.scalar() or 0)
 
 
-def set_ai_enabled(session: Session, enabled: bool, now: datetime) -> None:
-    control = lock_control(session)
-    control.ai_enabled = enabled
-    control.updated_at = now
+def set_ai_enabled(tx: Tx, enabled: bool, now: datetime) -> None:
+    lock_control(tx)
+    tx.execute(_CONTROL, {"ai_enabled": enabled, "updated_at": now})

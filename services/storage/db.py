@@ -1,13 +1,11 @@
 """Engines, transactions and the two scopes every query runs in.
 
-``Database.owner(owner_id)`` opens a transaction whose ORM queries on
-owner-bearing tables are filtered by ``owner_user_id`` in one place (a
-``do_orm_execute`` hook adding ``with_loader_criteria``), so a query written
-without a WHERE still cannot see another owner's row, and new rows are stamped
-with (and checked against) the scope's owner. ``Database.neutral()`` is the
-unfiltered scope of claims and the sweeper. ``run_core`` runs a Core
-transaction (``durable_ops.storage.tx``) in either scope, for the operation
-lifecycle's hot statements.
+``Database.run(work, owner_id=...)`` runs ``work`` in one Core transaction
+(a ``durable_ops.storage.tx.Tx``): in the owner scope of ``owner_id``, where
+a statement on an owner-bearing table must filter by ``SCOPE_OWNER`` and the
+scope supplies the owner, or, with ``owner_id=None``, in the neutral scope of
+claims, the sweeper and admin. It is the one way every service reaches the
+database (ADR 0008).
 
 Writers retry the whole transaction on MariaDB deadlocks (1213, which Galera
 also raises at COMMIT when certification refuses a conflicting write set),
@@ -29,11 +27,10 @@ changed (``events.publish``); what a committed attempt said is delivered to
 On a Galera node (``wsrep_on``) every session sets ``wsrep_sync_wait`` so a
 read sees every write the cluster committed before it, whichever node took it.
 
-Async servers run transactions on a thread pool (``run_async``,
-``run_core_async``). On SQLite a transaction marked ``short`` runs on the
-event loop's thread instead, on a connection that never waits for a lock,
-and falls back to the pool when it cannot start at once (``inline_sqlite``,
-ADR 0030).
+Async servers run transactions on a thread pool (``run_async``). On SQLite
+a transaction marked ``short`` runs on the event loop's thread instead, on a
+connection that never waits for a lock, and falls back to the pool when it
+cannot start at once (``inline_sqlite``, ADR 0030).
 """
 
 from __future__ import annotations
@@ -44,9 +41,8 @@ import contextvars
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -56,7 +52,6 @@ import structlog
 from sqlalchemy import Engine, event
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker, with_loader_criteria
 from sqlalchemy.pool import StaticPool
 
 from durable_ops.model.errors import Unavailable
@@ -65,8 +60,7 @@ from durable_ops.private_files import prepare_sqlite_file
 from durable_ops.storage import direct, pool
 from durable_ops.storage.events import Bus, Committed, collecting
 from durable_ops.storage.inline_sqlite import InlineSqlite
-from durable_ops.storage.schema import Owned
-from durable_ops.storage.tx import OWNER_KEY, Tx
+from durable_ops.storage.tx import Tx
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -105,7 +99,7 @@ def on_unknown_commit(check: CommitCheck) -> None:
     ``check`` runs only if the COMMIT's connection is lost, in a fresh read
     transaction of the same scope, and must answer True only when this
     transaction's writes are there (a lease token hash, a freshly drawn id, an
-    exact ``updated_at``). Outside ``Database.run``/``run_core`` it is ignored.
+    exact ``updated_at``). Outside ``Database.run`` it is ignored.
     """
     checks = _COMMIT_CHECKS.get()
     if checks is not None:
@@ -128,10 +122,6 @@ class _CommitLost(Exception):
 
 def _unavailable() -> Unavailable:
     return Unavailable("the database cannot be reached; try again", code="database_unavailable")
-
-
-class OwnerMismatch(RuntimeError):
-    """A row of another owner was added inside an owner scope: a programming error."""
 
 
 def create_db_engine(url: str, *, pool_size: int = 10) -> Engine:
@@ -233,14 +223,14 @@ def _commit(commit: Callable[[], None], result: object) -> None:
         raise
 
 
-def _core_attempt(engine: Engine, work: Callable[[Tx], T], owner_id: str | None) -> T:
-    """One try of a Core transaction on a connection of ``engine``'s pool."""
+def _attempt(engine: Engine, work: Callable[[Tx], T], owner_id: str | None) -> T:
+    """One try of a transaction on a connection of ``engine``'s pool."""
     with engine.connect() as connection:
-        return _core_transaction(connection, work, owner_id)
+        return _transaction(connection, work, owner_id)
 
 
-def _core_transaction(connection: Connection, work: Callable[[Tx], T], owner_id: str | None) -> T:
-    """One try of a Core transaction on ``connection``; its COMMIT inside, so a 1213 there
+def _transaction(connection: Connection, work: Callable[[Tx], T], owner_id: str | None) -> T:
+    """One try of a transaction on ``connection``; its COMMIT inside, so a 1213 there
     is replayed."""
     if owner_id == "":
         raise ValueError("an owner scope needs an owner id")
@@ -264,32 +254,6 @@ def transaction_retry_pause(number: int, draw: Draw) -> float:
     return fraction * ceiling
 
 
-def _scope_owner_filter(state: ORMExecuteState) -> None:
-    owner = state.session.info.get(OWNER_KEY)
-    if owner is None or not (state.is_select or state.is_update or state.is_delete):
-        return
-    state.statement = state.statement.options(
-        with_loader_criteria(
-            Owned,
-            lambda cls: cls.owner_user_id == owner,
-            include_aliases=True,
-            track_closure_variables=False,
-        )
-    )
-
-
-def _stamp_owner(session: Session, _context: Any, _instances: Any) -> None:
-    owner = session.info.get(OWNER_KEY)
-    if owner is None:
-        return
-    for obj in session.new:
-        if isinstance(obj, Owned):
-            if obj.owner_user_id is None:
-                obj.owner_user_id = owner
-            elif obj.owner_user_id != owner:
-                raise OwnerMismatch(f"{type(obj).__name__} of another owner added in owner scope")
-
-
 class Database:
     """One engine and the scoped transactions over it."""
 
@@ -303,9 +267,6 @@ class Database:
             if self.dialect == "sqlite"
             else self.engine
         )
-        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        event.listen(self._sessions, "do_orm_execute", _scope_owner_filter)
-        event.listen(self._sessions, "before_flush", _stamp_owner)
         # Async servers run blocking transactions here; sized to the connection pool so
         # a burst queues for a thread instead of for a connection inside a thread.
         self._executor = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="db")
@@ -343,52 +304,7 @@ class Database:
         for engine in self.engines:
             event.remove(engine, name, listener)
 
-    @contextmanager
-    def _transaction(self, owner_id: str | None, *, write: bool) -> Iterator[Session]:
-        with self._sessions(bind=self._writer if write else self.engine) as session:
-            if owner_id is not None:
-                session.info[OWNER_KEY] = owner_id
-            with session.begin():
-                yield session
-
-    @contextmanager
-    def owner(self, owner_id: str, *, write: bool = True) -> Iterator[Session]:
-        """A transaction in which every owner-bearing query is filtered by ``owner_id``."""
-        if not owner_id:
-            raise ValueError("an owner scope needs an owner id")
-        with self._transaction(owner_id, write=write) as session:
-            yield session
-
-    @contextmanager
-    def neutral(self, *, write: bool = True) -> Iterator[Session]:
-        """An unfiltered transaction: claims, the sweeper, migrations checks, admin."""
-        with self._transaction(None, write=write) as session:
-            yield session
-
     def run(
-        self,
-        work: Callable[[Session], T],
-        *,
-        owner_id: str | None,
-        write: bool = True,
-        said: list[Committed] | None = None,
-    ) -> T:
-        """Run ``work`` in one ORM transaction, retrying the whole of it on deadlock;
-        what its committed attempt said it changed goes to ``said``."""
-
-        def attempt() -> T:
-            with self._sessions(bind=self._writer if write else self.engine) as session:
-                if owner_id is not None:
-                    session.info[OWNER_KEY] = owner_id
-                with session.begin() as transaction:
-                    result = work(session)
-                    session.flush()  # a failure here is not a lost COMMIT
-                    _commit(transaction.commit, result)
-                return result
-
-        return self._retrying(attempt, owner_id, said)
-
-    def run_core(
         self,
         work: Callable[[Tx], T],
         *,
@@ -396,10 +312,10 @@ class Database:
         write: bool = True,
         said: list[Committed] | None = None,
     ) -> T:
-        """Run ``work`` in one Core transaction in the given scope, retrying on deadlock;
+        """Run ``work`` in one transaction in the given scope, retrying on deadlock;
         what its committed attempt said it changed goes to ``said``."""
         engine = self._writer if write else self.engine
-        return self._retrying(partial(_core_attempt, engine, work, owner_id), owner_id, said)
+        return self._retrying(partial(_attempt, engine, work, owner_id), owner_id, said)
 
     def _retrying(
         self, attempt: Callable[[], T], owner_id: str | None, said: list[Committed] | None
@@ -484,29 +400,13 @@ class Database:
 
     async def run_async(
         self,
-        work: Callable[[Session], T],
-        *,
-        owner_id: str | None,
-        write: bool = True,
-    ) -> T:
-        """``run`` on the database thread pool, for async servers; then what it changed
-        goes to ``events``."""
-        said: list[Committed] = []
-        result = await self._in_executor(
-            partial(self.run, work, owner_id=owner_id, write=write, said=said)
-        )
-        self.events.deliver(said)
-        return result
-
-    async def run_core_async(
-        self,
         work: Callable[[Tx], T],
         *,
         owner_id: str | None,
         write: bool = True,
         short: bool = False,
     ) -> T:
-        """``run_core`` on the database thread pool, for async servers; then what it
+        """``run`` on the database thread pool, for async servers; then what it
         changed goes to ``events``, on the loop's thread.
 
         ``short``: a transaction of a few statements over rows named by key (a create,
@@ -518,7 +418,7 @@ class Database:
 
             def inline(connection: Connection) -> T:
                 with collecting() as changes:
-                    result = _core_transaction(connection, work, owner_id)
+                    result = _transaction(connection, work, owner_id)
                 said.extend(changes)
                 return result
 
@@ -526,7 +426,7 @@ class Database:
             if ran is not None:
                 self.events.deliver(said)
                 return ran.result
-        call = partial(self.run_core, work, owner_id=owner_id, write=write, said=said)
+        call = partial(self.run, work, owner_id=owner_id, write=write, said=said)
         result = await self._in_executor(call)
         self.events.deliver(said)
         return result

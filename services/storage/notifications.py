@@ -17,7 +17,6 @@ from typing import Any, cast
 from sqlalchemy import (
     ColumnElement,
     Executable,
-    Select,
     Table,
     bindparam,
     case,
@@ -28,7 +27,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.orm import Session
 
 from durable_ops.model import bounds
 from durable_ops.model.errors import NotFound
@@ -38,10 +36,11 @@ from durable_ops.model.tasks import TASKS
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
 from durable_ops.storage.per_row import per_row, row_ids
 from durable_ops.storage.schema import UserNotification, UserOperation, UtcDateTime
-from durable_ops.storage.tx import ScopeViolation, Tx
+from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
 
 OPS = cast(Table, UserOperation.__table__)
 NOTIFICATIONS = cast(Table, UserNotification.__table__)
+_OWNED = NOTIFICATIONS.c.owner_user_id == SCOPE_OWNER
 
 
 def _insert_selected(
@@ -99,55 +98,57 @@ def delete_for_operations(tx: Tx, operation_ids: Sequence[str]) -> None:
     tx.execute(_DELETE_FOR_OPERATIONS, {"operation_ids": list(operation_ids)})
 
 
-def _visible() -> Select[Any]:
-    return select(UserNotification).where(UserNotification.dismissed_at.is_(None))
+_SHOWN = NOTIFICATIONS.c.dismissed_at.is_(None)
+_UNREAD = NOTIFICATIONS.c.read_at.is_(None)
+_VISIBLE = select(NOTIFICATIONS).where(_OWNED, _SHOWN)
+_GET_VISIBLE = _VISIBLE.where(NOTIFICATIONS.c.id == bindparam("notification_id"))
+_UNREAD_COUNT = select(func.count()).select_from(NOTIFICATIONS).where(_OWNED, _SHOWN, _UNREAD)
+# The columns it sets are the parameters' (Core derives SET from them).
+_SET = update(NOTIFICATIONS).where(NOTIFICATIONS.c.id == bindparam("notification_id"), _OWNED)
+_MARK_ALL_READ = (
+    update(NOTIFICATIONS)
+    .where(_OWNED, _SHOWN, _UNREAD)
+    .values(read_at=bindparam("now", type_=UtcDateTime))
+)
 
 
-def list_page(session: Session, *, size: int, token: str) -> Page[UserNotification]:
+def list_page(tx: Tx, *, size: int, token: str) -> Page[UserNotification]:
     size = page_size(size)
-    query = newest_first(_visible(), UserNotification.created_at, UserNotification.id, token, size)
-    rows = session.scalars(query).all()
+    query = newest_first(_VISIBLE, NOTIFICATIONS.c.created_at, NOTIFICATIONS.c.id, token, size)
+    rows = [UserNotification(**row._mapping) for row in tx.execute(query)]
     return paginate(rows, size, lambda n: (n.created_at, n.id))
 
 
-def unread_count(session: Session) -> int:
-    query = (
-        select(func.count())
-        .select_from(UserNotification)
-        .where(UserNotification.dismissed_at.is_(None), UserNotification.read_at.is_(None))
-    )
-    return int(session.scalar(query) or 0)
+def unread_count(tx: Tx) -> int:
+    return int(tx.execute(_UNREAD_COUNT).scalar() or 0)
 
 
-def _get_visible(session: Session, notification_id: str) -> UserNotification:
-    found: UserNotification | None = session.scalars(
-        _visible().where(UserNotification.id == notification_id[: bounds.ID_MAX])
-    ).one_or_none()
-    if found is None:
+def _get_visible(tx: Tx, notification_id: str) -> UserNotification:
+    key = {"notification_id": notification_id[: bounds.ID_MAX]}
+    row = tx.execute(_GET_VISIBLE, key).one_or_none()
+    if row is None:
         raise NotFound("notification not found", code="notification_not_found")
-    return found
+    return UserNotification(**row._mapping)
 
 
-def mark_read(session: Session, notification_id: str, now: datetime) -> UserNotification:
-    notification = _get_visible(session, notification_id)
-    if notification.read_at is None:
-        notification.read_at = now
+def _set(tx: Tx, notification: UserNotification, **values: datetime) -> UserNotification:
+    tx.execute(_SET, {"notification_id": notification.id, **values})
+    for name, value in values.items():
+        setattr(notification, name, value)
     return notification
 
 
-def dismiss(session: Session, notification_id: str, now: datetime) -> UserNotification:
-    notification = _get_visible(session, notification_id)
-    notification.dismissed_at = now
+def mark_read(tx: Tx, notification_id: str, now: datetime) -> UserNotification:
+    notification = _get_visible(tx, notification_id)
     if notification.read_at is None:
-        notification.read_at = now
+        return _set(tx, notification, read_at=now)
     return notification
 
 
-def mark_all_read(session: Session, now: datetime) -> int:
-    statement = (
-        update(UserNotification)
-        .where(UserNotification.read_at.is_(None), UserNotification.dismissed_at.is_(None))
-        .values(read_at=now)
-        .execution_options(synchronize_session=False)
-    )
-    return session.execute(statement).rowcount  # type: ignore[attr-defined,no-any-return]
+def dismiss(tx: Tx, notification_id: str, now: datetime) -> UserNotification:
+    notification = _get_visible(tx, notification_id)
+    return _set(tx, notification, dismissed_at=now, read_at=notification.read_at or now)
+
+
+def mark_all_read(tx: Tx, now: datetime) -> int:
+    return tx.execute(_MARK_ALL_READ, {"now": now}).rowcount

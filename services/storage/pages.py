@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import ColumnElement, Select, and_, or_
-from sqlalchemy.orm import InstrumentedAttribute
 
 from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument
@@ -56,8 +55,8 @@ def decode_token(token: str) -> tuple[datetime, str]:
 
 def newest_first(
     query: Select[Any],
-    created: InstrumentedAttribute[datetime] | ColumnElement[datetime],
-    row_id: InstrumentedAttribute[str] | ColumnElement[str],
+    created: ColumnElement[datetime],
+    row_id: ColumnElement[str],
     token: str,
     size: int,
 ) -> Select[Any]:

@@ -2,8 +2,10 @@
 
 Column widths come from ``durable_ops.model.bounds`` so a bound and its column
 cannot disagree. Times are UTC with microseconds (``UtcDateTime``). Tables
-that belong to a user carry ``owner_user_id`` through the ``Owned`` mixin; the
-owner-scoped session filters every query on them by that column.
+that belong to a user carry ``owner_user_id`` through the ``Owned`` mixin; in
+an owner scope ``storage.tx.Tx`` runs a statement on them only if it filters
+by that column. No ORM session opens: statements run on ``X.__table__``, and a
+row read is handed on as a detached instance of its class.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ class Base(DeclarativeBase):
 
 
 class Owned:
-    """Mixin of every owner-bearing table; the owner-scoped session filters on it."""
+    """Mixin of every owner-bearing table; an owner-scoped ``Tx`` requires the filter on it."""
 
     @declared_attr
     def owner_user_id(cls) -> Mapped[str]:  # noqa: N805 - declared_attr receives the class

@@ -14,13 +14,13 @@ from __future__ import annotations
 import hashlib
 import secrets
 from datetime import datetime, timedelta
+from typing import cast
 
-from sqlalchemy import delete, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Table, bindparam, delete, insert, select, update
 
 from durable_ops.model.errors import InvalidArgument, Unauthenticated
 from durable_ops.storage.schema import UserSession, UserTokenFloor
-from durable_ops.storage.tx import Tx
+from durable_ops.storage.tx import SCOPE_OWNER, Tx
 
 SESSION_ID_BYTES = 32
 SESSION_ID_MAX = 64  # token_urlsafe(32) is 43 characters; a longer value is no id of ours
@@ -28,6 +28,23 @@ SESSION_MAX_SECONDS = 7 * 24 * 3600
 PRUNE_BATCH = 100
 SESSION_ENDED = "session_ended"
 REVOKED = "token_revoked"
+SESSIONS = cast(Table, UserSession.__table__)
+FLOORS = cast(Table, UserTokenFloor.__table__)
+_FLOOR = select(FLOORS.c.not_before).where(FLOORS.c.owner_user_id == SCOPE_OWNER)
+_INSERT_FLOOR = insert(FLOORS).values(owner_user_id=SCOPE_OWNER)
+_RAISE_FLOOR = update(FLOORS).where(FLOORS.c.owner_user_id == SCOPE_OWNER)
+_INSERT_SESSION = insert(SESSIONS).values(owner_user_id=SCOPE_OWNER)
+_BY_KEY = SESSIONS.c.id == bindparam("key")
+_SESSION = select(SESSIONS.c.owner_user_id, SESSIONS.c.expires_at).where(_BY_KEY)
+_DELETE_SESSION = delete(SESSIONS).where(_BY_KEY)
+_DELETE_OWNERS_SESSIONS = delete(SESSIONS).where(SESSIONS.c.owner_user_id == SCOPE_OWNER)
+_EXPIRED = (
+    select(SESSIONS.c.id)
+    .where(SESSIONS.c.expires_at <= bindparam("now"))
+    .order_by(SESSIONS.c.expires_at)
+    .limit(PRUNE_BATCH)
+)
+_DELETE_SESSIONS = delete(SESSIONS).where(SESSIONS.c.id.in_(bindparam("keys", expanding=True)))
 
 
 def session_key(session_id: str) -> str:
@@ -35,21 +52,14 @@ def session_key(session_id: str) -> str:
     return hashlib.sha256(session_id.encode()).hexdigest()
 
 
-def _owner(session: Session) -> str:
-    owner = Tx.of(session).owner_id
-    if owner is None:
-        raise ValueError("sessions are made and revoked in their owner's scope")
-    return owner
-
-
-def _refuse_revoked(session: Session, issued_at: datetime) -> None:
-    floor = session.get(UserTokenFloor, _owner(session))
-    if floor is not None and issued_at < floor.not_before:
+def _refuse_revoked(tx: Tx, issued_at: datetime) -> None:
+    floor = tx.execute(_FLOOR).scalar()
+    if floor is not None and issued_at < floor:
         raise Unauthenticated("this token was revoked; sign in again", code=REVOKED)
 
 
 def create_session(
-    session: Session, now: datetime, ttl_seconds: int, *, token_issued_at: datetime | None = None
+    tx: Tx, now: datetime, ttl_seconds: int, *, token_issued_at: datetime | None = None
 ) -> tuple[str, UserSession]:
     """A new session of the scope's owner for ``ttl_seconds``; its id is returned only here.
 
@@ -59,41 +69,35 @@ def create_session(
     if not 1 <= ttl_seconds <= SESSION_MAX_SECONDS:
         raise InvalidArgument("ttl_seconds", f"must be between 1 and {SESSION_MAX_SECONDS}")
     if token_issued_at is not None:
-        _refuse_revoked(session, token_issued_at)
-    _prune_expired(session, now)
+        _refuse_revoked(tx, token_issued_at)
+    _prune_expired(tx, now)
     session_id = secrets.token_urlsafe(SESSION_ID_BYTES)
     row = UserSession(
         id=session_key(session_id),
+        owner_user_id=tx.owner_id,
         created_at=now,
         expires_at=now + timedelta(seconds=ttl_seconds),
     )
-    session.add(row)
-    session.flush()
+    tx.execute(_INSERT_SESSION, {"id": row.id, "created_at": now, "expires_at": row.expires_at})
     return session_id, row
 
 
-def _prune_expired(session: Session, now: datetime) -> None:
+def _prune_expired(tx: Tx, now: datetime) -> None:
     """Delete up to ``PRUNE_BATCH`` expired sessions of any owner, oldest first.
 
-    Core statements on the transaction's connection, which the owner filter of
-    ORM queries does not reach: pruning reads nobody's data, and deletes by key.
+    Across owners on purpose: pruning reads nobody's data, and deletes by key.
     """
-    connection = session.connection()
-    keys = connection.scalars(
-        select(UserSession.id)
-        .where(UserSession.expires_at <= now)
-        .order_by(UserSession.expires_at)
-        .limit(PRUNE_BATCH)
-    ).all()
+    everyone = tx.across_owners()
+    keys = everyone.execute(_EXPIRED, {"now": now}).scalars().all()
     if keys:
-        connection.execute(delete(UserSession).where(UserSession.id.in_(keys)))
+        everyone.execute(_DELETE_SESSIONS, {"keys": list(keys)})
 
 
 def _ended() -> Unauthenticated:
     return Unauthenticated("the session is unknown, expired or ended", code=SESSION_ENDED)
 
 
-def resolve_session(session: Session, session_id: str, now: datetime) -> str:
+def resolve_session(tx: Tx, session_id: str, now: datetime) -> str:
     """The owner of a live session (neutral scope: the owner is what is asked).
 
     One primary-key read; an unknown, expired or deleted session is
@@ -101,49 +105,37 @@ def resolve_session(session: Session, session_id: str, now: datetime) -> str:
     """
     if not 0 < len(session_id) <= SESSION_ID_MAX:
         raise _ended()
-    row = session.get(UserSession, session_key(session_id))
+    row = tx.execute(_SESSION, {"key": session_key(session_id)}).one_or_none()
     if row is None or row.expires_at <= now:
         raise _ended()
-    return row.owner_user_id
+    return str(row.owner_user_id)
 
 
-def check_token(session: Session, issued_at: datetime) -> None:
+def check_token(tx: Tx, issued_at: datetime) -> None:
     """Refuse (``token_revoked``) a token of the scope's owner issued before their revocation.
 
     One primary-key read. ``iat`` has whole seconds: a token minted in the
     second of a revocation counts as before it.
     """
-    _refuse_revoked(session, issued_at)
+    _refuse_revoked(tx, issued_at)
 
 
-def delete_session(session: Session, session_id: str) -> bool:
-    """End a session by its id (logout); whether there was one."""
+def delete_session(tx: Tx, session_id: str) -> bool:
+    """End a session by its id (logout, neutral scope); whether there was one."""
     if not 0 < len(session_id) <= SESSION_ID_MAX:
         return False
-    row = session.get(UserSession, session_key(session_id))
-    if row is None:
-        return False
-    session.delete(row)
-    session.flush()
-    return True
+    return tx.execute(_DELETE_SESSION, {"key": session_key(session_id)}).rowcount > 0
 
 
-def revoke_user(session: Session, now: datetime) -> int:
+def revoke_user(tx: Tx, now: datetime) -> int:
     """End every session of the scope's owner and refuse their tokens issued before ``now``.
 
     Returns the number of sessions ended.
     """
-    owner = _owner(session)
-    # On the connection, which the ORM owner filter does not reach: the owner is named here.
-    ended = (
-        session.connection()
-        .execute(delete(UserSession).where(UserSession.owner_user_id == owner))
-        .rowcount
-    )
-    floor = session.get(UserTokenFloor, owner)
+    ended = tx.execute(_DELETE_OWNERS_SESSIONS).rowcount
+    floor = tx.execute(_FLOOR).scalar()
     if floor is None:
-        session.add(UserTokenFloor(owner_user_id=owner, not_before=now))
-    else:
-        floor.not_before = max(floor.not_before, now)
-    session.flush()
+        tx.execute(_INSERT_FLOOR, {"not_before": now})
+    elif floor < now:
+        tx.execute(_RAISE_FLOOR, {"not_before": now})
     return int(ended)

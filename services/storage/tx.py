@@ -1,16 +1,15 @@
-"""Core transactions in a scope: the fast path of the operation aggregate.
+"""Core transactions in a scope: the one way every service reaches the database.
 
-The operation lifecycle runs many small transactions, and the ORM's per
-statement work (compile state, loader criteria, cache keys of new criteria)
-costs several times the round trip itself. Its statements are therefore Core
-statements built once at import and executed through a ``Tx``; its hot
-INSERTs and UPDATEs go through ``Tx.write``, on the driver's cursor (ADR 0028).
+Every aggregate's statements are Core statements, most built once at import,
+executed through a ``Tx`` (ADR 0008); the operation lifecycle's hot INSERTs
+and UPDATEs go through ``Tx.write``, on the driver's cursor (ADR 0028).
 
-The owner scope still holds by construction, in one place: ``Tx.execute`` in
-an owner scope refuses any statement that touches an owner-bearing table
-without binding ``SCOPE_OWNER`` (checked once per statement object), and the
-scope, never the caller, supplies that parameter's value. In the neutral
-scope a statement naming ``SCOPE_OWNER`` is refused, since there is no owner.
+The owner scope holds by construction, in one place: ``Tx.execute`` in an
+owner scope refuses any statement that touches an owner-bearing table without
+binding ``SCOPE_OWNER`` (checked once per statement object), and the scope,
+never the caller, supplies that parameter's value: a row inserted with
+``owner_user_id=SCOPE_OWNER`` is the scope's owner's. In the neutral scope a
+statement naming ``SCOPE_OWNER`` is refused, since there is no owner.
 
 The operator scope (``OperatorTx``, ADR 19) is entered explicitly from the
 neutral one: it reads across owners, and acts on one operation only in its
@@ -25,7 +24,6 @@ from typing import Any
 
 from sqlalchemy import BindParameter, Column, CursorResult, Executable, Table, bindparam
 from sqlalchemy.engine import Connection
-from sqlalchemy.orm import Session
 from sqlalchemy.sql import visitors
 
 from durable_ops.storage import direct
@@ -34,7 +32,6 @@ from durable_ops.storage.statement_cache import StatementCache
 
 SCOPE_OWNER_KEY = "scope_owner"
 SCOPE_OWNER: BindParameter[str] = bindparam(SCOPE_OWNER_KEY)
-OWNER_KEY = "owner_id"  # where an ORM session of an owner scope keeps its owner
 
 
 class ScopeViolation(RuntimeError):
@@ -74,10 +71,10 @@ class Tx:
         self.connection = connection
         self.owner_id = owner_id
 
-    @classmethod
-    def of(cls, session: Session) -> Tx:
-        """The Core side of an ORM transaction, in the session's scope."""
-        return cls(session.connection(), session.info.get(OWNER_KEY))
+    def across_owners(self) -> Tx:
+        """The same transaction in the neutral scope, for the few statements that span
+        owners by design (a count over the table, a prune by expiry); each caller says why."""
+        return self if self.owner_id is None else Tx(self.connection, None)
 
     @property
     def dialect(self) -> str:

@@ -1,104 +1,116 @@
-"""All SQL of the workspace: jobs, attachments, AI settings, AI workspace notes."""
+"""All SQL of the workspace: jobs, attachments, AI settings, AI workspace notes.
+
+Every statement runs in the owner's ``Tx`` and filters (inserting, stamps) by ``SCOPE_OWNER``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar
+from functools import cache
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import Select, Table, bindparam, insert, select, update
 
 from durable_ops.model import bounds
-from durable_ops.model.bounds import (
-    ATTACHMENT_FILENAME_MAX,
-    ATTACHMENT_TEXT_MAX,
-    JOB_COMPANY_MAX,
-    JOB_DESCRIPTION_MAX,
-    JOB_TITLE_MAX,
-)
 from durable_ops.model.errors import PLAN_REQUIRED, InvalidArgument, NotFound, PermissionDenied
 from durable_ops.model.states import Plan, Privacy
 from durable_ops.storage import operations
 from durable_ops.storage.operations import new_id
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
-from durable_ops.storage.schema import (
-    AiWorkspaceNote,
-    Attachment,
-    Base,
-    Job,
-    UserAiSettings,
-)
-from durable_ops.storage.tx import Tx
+from durable_ops.storage.schema import AiWorkspaceNote, Attachment, Base, Job, UserAiSettings
+from durable_ops.storage.tx import SCOPE_OWNER, Tx
 
 NOTE_BODY_MAX = 16_000
 ATTACHMENT_KINDS = frozenset({"cv"})
 Row = TypeVar("Row", bound=Base)
+JOBS = cast(Table, Job.__table__)
+ATTACHMENTS = cast(Table, Attachment.__table__)
+SETTINGS = cast(Table, UserAiSettings.__table__)
+NOTES = cast(Table, AiWorkspaceNote.__table__)
 
 
-def _owned(session: Session, model: type[Row], row_id: str, what: str) -> Row:
-    row = session.get(model, row_id) if len(row_id) <= bounds.ID_MAX else None
-    if row is None:
+def _of_owner(table: Table) -> Select[Any]:
+    return select(table).where(table.c.owner_user_id == SCOPE_OWNER)
+
+
+@cache  # one statement object per table: Tx checks a statement's scope once
+def _by_id(table: Table) -> Select[Any]:
+    return _of_owner(table).where(table.c.id == bindparam("row_id"))
+
+
+@cache
+def _inserting(table: Table) -> Any:
+    """An INSERT whose row is the scope owner's; the other columns come as parameters."""
+    return insert(table).values(owner_user_id=SCOPE_OWNER)
+
+
+def _owned(tx: Tx, model: type[Row], row_id: str, what: str) -> Row:
+    issuable = len(row_id) <= bounds.ID_MAX  # any other id was never issued
+    query = _by_id(cast(Table, model.__table__))
+    found = tx.execute(query, {"row_id": row_id}).one_or_none() if issuable else None
+    if found is None:
         raise NotFound(f"{what} not found", code=f"{what}_not_found")
-    return row
+    return model(**found._mapping)
+
+
+def _created(tx: Tx, model: type[Row], values: dict[str, Any]) -> Row:
+    tx.execute(_inserting(cast(Table, model.__table__)), values)
+    return model(**values, owner_user_id=tx.owner_id)
 
 
 # ---- jobs ------------------------------------------------------------------------------
 
 
-def create_job(session: Session, title: str, company: str, description: str, now: datetime) -> Job:
-    job = Job(
-        id=new_id(),
-        title=bounds.single_line("title", title, JOB_TITLE_MAX),
-        company=bounds.single_line("company", company, JOB_COMPANY_MAX, required=False),
-        description=bounds.multi_line("description", description, JOB_DESCRIPTION_MAX),
-        created_at=now,
-        updated_at=now,
-    )
-    session.add(job)
-    session.flush()
-    return job
+def create_job(tx: Tx, title: str, company: str, description: str, now: datetime) -> Job:
+    values = {
+        "id": new_id(),
+        "title": bounds.single_line("title", title, bounds.JOB_TITLE_MAX),
+        "company": bounds.single_line("company", company, bounds.JOB_COMPANY_MAX, required=False),
+        "description": bounds.multi_line("description", description, bounds.JOB_DESCRIPTION_MAX),
+        "created_at": now,
+        "updated_at": now,
+    }
+    return _created(tx, Job, values)
 
 
-def get_job(session: Session, job_id: str) -> Job:
-    return _owned(session, Job, job_id, "job")
+def get_job(tx: Tx, job_id: str) -> Job:
+    return _owned(tx, Job, job_id, "job")
 
 
-def list_jobs(session: Session, *, size: int, token: str) -> Page[Job]:
+def list_jobs(tx: Tx, *, size: int, token: str) -> Page[Job]:
     size = page_size(size)
-    rows = session.scalars(newest_first(select(Job), Job.created_at, Job.id, token, size)).all()
+    query = newest_first(_of_owner(JOBS), JOBS.c.created_at, JOBS.c.id, token, size)
+    rows = [Job(**row._mapping) for row in tx.execute(query)]
     return paginate(rows, size, lambda job: (job.created_at, job.id))
 
 
 # ---- attachments ---------------------------------------------------------------------------
 
 
-def create_attachment(
-    session: Session, kind: str, filename: str, text: str, now: datetime
-) -> Attachment:
+def create_attachment(tx: Tx, kind: str, filename: str, text: str, now: datetime) -> Attachment:
     if kind not in ATTACHMENT_KINDS:
         kinds = " or ".join(f'"{name}"' for name in sorted(ATTACHMENT_KINDS))
         raise InvalidArgument("kind", f"must be {kinds}")
-    attachment = Attachment(
-        id=new_id(),
-        kind=kind,
-        filename=bounds.single_line("filename", filename, ATTACHMENT_FILENAME_MAX),
-        text=bounds.multi_line("text", text, ATTACHMENT_TEXT_MAX),
-        created_at=now,
-    )
-    session.add(attachment)
-    session.flush()
-    return attachment
+    values = {
+        "id": new_id(),
+        "kind": kind,
+        "filename": bounds.single_line("filename", filename, bounds.ATTACHMENT_FILENAME_MAX),
+        "text": bounds.multi_line("text", text, bounds.ATTACHMENT_TEXT_MAX),
+        "created_at": now,
+    }
+    return _created(tx, Attachment, values)
 
 
-def get_attachment(session: Session, attachment_id: str) -> Attachment:
-    return _owned(session, Attachment, attachment_id, "attachment")
+def get_attachment(tx: Tx, attachment_id: str) -> Attachment:
+    return _owned(tx, Attachment, attachment_id, "attachment")
 
 
-def list_attachments(session: Session, *, size: int, token: str) -> Page[Attachment]:
+def list_attachments(tx: Tx, *, size: int, token: str) -> Page[Attachment]:
     size = page_size(size)
-    query = newest_first(select(Attachment), Attachment.created_at, Attachment.id, token, size)
-    rows = session.scalars(query).all()
+    columns = ATTACHMENTS.c
+    query = newest_first(_of_owner(ATTACHMENTS), columns.created_at, columns.id, token, size)
+    rows = [Attachment(**row._mapping) for row in tx.execute(query)]
     return paginate(rows, size, lambda row: (row.created_at, row.id))
 
 
@@ -126,20 +138,20 @@ def plan_required(owner: str) -> PermissionDenied:
     )
 
 
-def _settings_row(session: Session) -> UserAiSettings | None:
-    row: UserAiSettings | None = session.scalars(select(UserAiSettings)).one_or_none()
-    return row
+_SETTINGS = _of_owner(SETTINGS)
+# The columns it sets are the parameters' (Core derives SET from them).
+_UPDATE_SETTINGS = update(SETTINGS).where(SETTINGS.c.owner_user_id == SCOPE_OWNER)
 
 
-def ai_settings(session: Session) -> AiSettingsView:
-    row = _settings_row(session)
+def ai_settings(tx: Tx) -> AiSettingsView:
+    row = tx.execute(_SETTINGS).one_or_none()
     if row is None:
         return DEFAULT_AI_SETTINGS
     return AiSettingsView(row.ai_enabled, Privacy(row.privacy), Plan(row.plan))
 
 
 def update_ai_settings(
-    session: Session,
+    tx: Tx,
     now: datetime,
     *,
     ai_enabled: bool | None = None,
@@ -153,7 +165,7 @@ def update_ai_settings(
     leaves the switch as it was, so granting Pro again restores it; admission
     re-checks the plan every time.
     """
-    current = ai_settings(session)
+    current = ai_settings(tx)
     try:
         new_privacy = Privacy(privacy) if privacy is not None else current.privacy
     except ValueError:
@@ -163,37 +175,37 @@ def update_ai_settings(
     except ValueError:
         raise InvalidArgument("plan", "must be free or pro") from None
     if ai_enabled and not current.ai_enabled and new_plan is not Plan.PRO:
-        raise plan_required(Tx.of(session).owner_id or "")
-    row = _settings_row(session)
-    if row is None:
-        row = UserAiSettings(id=new_id())
-        session.add(row)
-    row.ai_enabled = current.ai_enabled if ai_enabled is None else ai_enabled
-    row.privacy = new_privacy
-    row.plan = new_plan
-    row.updated_at = now
-    session.flush()
-    return AiSettingsView(row.ai_enabled, new_privacy, new_plan)
+        raise plan_required(tx.owner_id or "")
+    enabled = current.ai_enabled if ai_enabled is None else ai_enabled
+    values = {"ai_enabled": enabled, "privacy": new_privacy, "plan": new_plan, "updated_at": now}
+    if tx.execute(_UPDATE_SETTINGS, values).rowcount == 0:  # rows matched: the owner has none
+        tx.execute(_inserting(SETTINGS), {"id": new_id(), **values})
+    return AiSettingsView(enabled, new_privacy, new_plan)
 
 
 # ---- AI workspace notes ----------------------------------------------------------------------
 
 
-def get_note(session: Session, kind: str, subject_type: str, subject_id: str) -> AiWorkspaceNote:
-    note: AiWorkspaceNote | None = session.scalars(
-        select(AiWorkspaceNote).where(
-            AiWorkspaceNote.kind == kind,
-            AiWorkspaceNote.subject_type == subject_type,
-            AiWorkspaceNote.subject_id == subject_id,
-        )
-    ).one_or_none()
-    if note is None:
+_NOTE = _of_owner(NOTES).where(
+    NOTES.c.kind == bindparam("kind"),
+    NOTES.c.subject_type == bindparam("subject_type"),
+    NOTES.c.subject_id == bindparam("subject_id"),
+)
+_REPLACE_NOTE_BODY = update(NOTES).where(
+    NOTES.c.id == bindparam("note_id"), NOTES.c.owner_user_id == SCOPE_OWNER
+)
+
+
+def get_note(tx: Tx, kind: str, subject_type: str, subject_id: str) -> AiWorkspaceNote:
+    subject = {"kind": kind, "subject_type": subject_type, "subject_id": subject_id}
+    row = tx.execute(_NOTE, subject).one_or_none()
+    if row is None:
         raise NotFound("no note for this subject yet", code="note_not_found")
-    return note
+    return AiWorkspaceNote(**row._mapping)
 
 
 def publish_note(
-    session: Session,
+    tx: Tx,
     *,
     kind: str,
     subject_type: str,
@@ -219,34 +231,26 @@ def publish_note(
     bounds.text("body_json", body_json, NOTE_BODY_MAX)
     bounds.text("operation_id", operation_id, bounds.ID_MAX)
     bounds.text("lease_token", lease_token, bounds.LEASE_TOKEN_MAX)
-    operations.hold_for_publish(
-        Tx.of(session),
-        operation_id,
-        lease_token,
-        now,
-        kind=kind,
-        subject=(subject_type, subject_id),
-    )
+    subject = (subject_type, subject_id)
+    operations.hold_for_publish(tx, operation_id, lease_token, now, kind=kind, subject=subject)
     try:
-        note = get_note(session, kind, subject_type, subject_id)
+        note = get_note(tx, kind, subject_type, subject_id)
     except NotFound:
-        note = AiWorkspaceNote(
-            id=new_id(),
-            kind=kind,
-            subject_type=subject_type,
-            subject_id=subject_id,
-            operation_id=operation_id,
-            body=body_json,
-            created_at=now,
-            updated_at=now,
-        )
-        session.add(note)
-        session.flush()
-        return note, True
+        values = {
+            "id": new_id(),
+            "kind": kind,
+            "subject_type": subject_type,
+            "subject_id": subject_id,
+            "operation_id": operation_id,
+            "body": body_json,
+            "created_at": now,
+            "updated_at": now,
+        }
+        return _created(tx, AiWorkspaceNote, values), True
     if note.operation_id == operation_id:
         return note, False
-    note.operation_id = operation_id
-    note.body = body_json
-    note.updated_at = now
-    session.flush()
+    replaced = {"operation_id": operation_id, "body": body_json, "updated_at": now}
+    tx.execute(_REPLACE_NOTE_BODY, {"note_id": note.id, **replaced})
+    for name, value in replaced.items():
+        setattr(note, name, value)
     return note, True

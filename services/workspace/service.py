@@ -31,8 +31,8 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
         owner = require_owner(caller_scope(context)).owner_id
         now = self._clock()
         row = await self._db.run_async(
-            lambda s: workspace.create_job(
-                s, request.title, request.company, request.description, now
+            lambda tx: workspace.create_job(
+                tx, request.title, request.company, request.description, now
             ),
             owner_id=owner,
         )
@@ -42,7 +42,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
     async def GetJob(self, request: pb.GetJobRequest, context: ServicerContext) -> pb.Job:
         owner = require_owner(caller_scope(context)).owner_id
         row = await self._db.run_async(
-            lambda s: workspace.get_job(s, request.job_id), owner_id=owner, write=False
+            lambda tx: workspace.get_job(tx, request.job_id), owner_id=owner, write=False
         )
         return convert.job(row)
 
@@ -51,7 +51,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
     ) -> pb.ListJobsResponse:
         owner = require_owner(caller_scope(context)).owner_id
         page = await self._db.run_async(
-            lambda s: workspace.list_jobs(s, size=request.page_size, token=request.page_token),
+            lambda tx: workspace.list_jobs(tx, size=request.page_size, token=request.page_token),
             owner_id=owner,
             write=False,
         )
@@ -65,8 +65,8 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
         owner = require_owner(caller_scope(context)).owner_id
         now = self._clock()
         row = await self._db.run_async(
-            lambda s: workspace.create_attachment(
-                s, request.kind, request.filename, request.text, now
+            lambda tx: workspace.create_attachment(
+                tx, request.kind, request.filename, request.text, now
             ),
             owner_id=owner,
         )
@@ -78,7 +78,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
     ) -> pb.Attachment:
         owner = require_owner(caller_scope(context)).owner_id
         row = await self._db.run_async(
-            lambda s: workspace.get_attachment(s, request.attachment_id),
+            lambda tx: workspace.get_attachment(tx, request.attachment_id),
             owner_id=owner,
             write=False,
         )
@@ -89,8 +89,8 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
     ) -> pb.ListAttachmentsResponse:
         owner = require_owner(caller_scope(context)).owner_id
         page = await self._db.run_async(
-            lambda s: workspace.list_attachments(
-                s, size=request.page_size, token=request.page_token
+            lambda tx: workspace.list_attachments(
+                tx, size=request.page_size, token=request.page_token
             ),
             owner_id=owner,
             write=False,
@@ -115,7 +115,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
         enabled = request.ai_enabled if request.HasField("ai_enabled") else None
         privacy = request.privacy if request.HasField("privacy") else None
         view = await self._db.run_async(
-            lambda s: workspace.update_ai_settings(s, now, ai_enabled=enabled, privacy=privacy),
+            lambda tx: workspace.update_ai_settings(tx, now, ai_enabled=enabled, privacy=privacy),
             owner_id=owner,
         )
         log.info("ai_settings_updated", owner=owner, ai_enabled=view.ai_enabled)
@@ -126,7 +126,9 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
     ) -> pb.AiWorkspaceNote:
         owner = require_owner(caller_scope(context)).owner_id
         row = await self._db.run_async(
-            lambda s: workspace.get_note(s, request.kind, request.subject_type, request.subject_id),
+            lambda tx: workspace.get_note(
+                tx, request.kind, request.subject_type, request.subject_id
+            ),
             owner_id=owner,
             write=False,
         )
@@ -138,8 +140,8 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
         owner = require_worker_owner(caller_scope(context)).owner_id
         now = self._clock()
         row, published = await self._db.run_async(
-            lambda s: workspace.publish_note(
-                s,
+            lambda tx: workspace.publish_note(
+                tx,
                 kind=request.kind,
                 subject_type=request.subject_type,
                 subject_id=request.subject_id,
@@ -162,8 +164,8 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
             _instant(request.token_issued_at) if request.HasField("token_issued_at") else None
         )
         session_id, row = await self._db.run_async(
-            lambda s: sessions.create_session(
-                s, now, request.ttl_seconds, token_issued_at=issued_at
+            lambda tx: sessions.create_session(
+                tx, now, request.ttl_seconds, token_issued_at=issued_at
             ),
             owner_id=owner,
         )
@@ -181,12 +183,12 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
             user = request.token.user_id
             issued_at = _instant(request.token.issued_at)
             await self._db.run_async(
-                lambda s: sessions.check_token(s, issued_at), owner_id=user, write=False
+                lambda tx: sessions.check_token(tx, issued_at), owner_id=user, write=False
             )
             return pb.ResolveSessionResponse(user_id=user)
         now = self._clock()
         owner = await self._db.run_async(
-            lambda s: sessions.resolve_session(s, request.session_id, now),
+            lambda tx: sessions.resolve_session(tx, request.session_id, now),
             owner_id=None,
             write=False,
         )
@@ -197,7 +199,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
     ) -> pb.DeleteSessionResponse:
         require_gateway_without_owner(context)
         deleted = await self._db.run_async(
-            lambda s: sessions.delete_session(s, request.session_id), owner_id=None
+            lambda tx: sessions.delete_session(tx, request.session_id), owner_id=None
         )
         return pb.DeleteSessionResponse(deleted=deleted)
 

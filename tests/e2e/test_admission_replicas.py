@@ -21,6 +21,7 @@ from durable_ops.rpc.credentials import mint_service_token
 from durable_ops.stack.children import Stack
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import UserOperation
+from tests.support import stored
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import SECRET, Services, running_services
 from tests.support.ports import free_port
@@ -107,15 +108,15 @@ def test_replicas_admitting_at_once_never_exceed_the_limits(
 
     db = Database(workspace.db.url, pool_size=1)
     try:
-        with db.neutral(write=False) as session:
-            active = [state.value for state in ACTIVE_STATES]
-            per_user = dict(
-                session.execute(
-                    select(UserOperation.owner_user_id, func.count())
-                    .where(UserOperation.state.in_(active))
-                    .group_by(UserOperation.owner_user_id)
-                ).all()
+        active = [state.value for state in ACTIVE_STATES]
+        per_user = dict(
+            stored.rows(
+                db,
+                select(UserOperation.owner_user_id, func.count())
+                .where(UserOperation.state.in_(active))
+                .group_by(UserOperation.owner_user_id),
             )
+        )
     finally:
         db.dispose()
     assert set(outcomes) <= {"admitted", "RESOURCE_EXHAUSTED"}, outcomes

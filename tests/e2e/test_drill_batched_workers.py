@@ -26,6 +26,7 @@ from sqlalchemy import select
 from durable_ops.clock import utc_now
 from durable_ops.storage.schema import OperationAttempt
 from tests.conftest import _empty_all_tables
+from tests.support import stored
 from tests.support.figures import report
 from tests.support.grpc_services import SECRET, Services, running_services
 from tests.support.operations_client import OWNER_IDS, TASK, OpsClient
@@ -122,10 +123,9 @@ def test_eight_batched_workers_and_a_kill_complete_each_operation_once(
 
     assert [worker.returncode for worker in workers[1:]] == [0] * (WORKERS - 1)
     assert ops.notifications_per_operation() == dict.fromkeys(ids, 1)
-    with services.db.neutral(write=False) as session:
-        attempts = session.execute(
-            select(OperationAttempt.operation_id, OperationAttempt.outcome)
-        ).all()
+    attempts = stored.rows(
+        services.db, select(OperationAttempt.operation_id, OperationAttempt.outcome)
+    )
     outcomes: dict[str, list[str]] = collections.defaultdict(list)
     for operation_id, outcome in attempts:
         outcomes[operation_id].append(str(outcome))

@@ -46,6 +46,7 @@ from tests.support.figures import report
 from tests.support.grpc_services import SECRET, metadata
 from tests.support.operations_client import failure_of
 from tests.support.ports import free_port
+from tests.support.stored import rows as read_rows
 from tests.support.throwaway_mariadb import ThrowawayMariadb, throwaway_mariadb
 
 pytestmark = [pytest.mark.slow, pytest.mark.mariadb]
@@ -285,13 +286,13 @@ def test_a_killed_database_loses_no_acknowledged_create(
                 metadata=metadata(Role.GATEWAY, owner),
                 timeout=CALL_TIMEOUT_SECONDS,
             )
-    with db.neutral(write=False) as session:
-        rows = session.execute(
-            select(
-                UserOperation.id, UserOperation.owner_user_id, UserOperation.idempotency_key
-            ).where(UserOperation.task_type == TASK_TYPE)
-        ).all()
-        jobs = {str(job_id) for (job_id,) in session.execute(select(Job.id)).all()}
+    rows = read_rows(
+        db,
+        select(UserOperation.id, UserOperation.owner_user_id, UserOperation.idempotency_key).where(
+            UserOperation.task_type == TASK_TYPE
+        ),
+    )
+    jobs = {str(job_id) for (job_id,) in read_rows(db, select(Job.id))}
     db.dispose()
     stored = {(str(row.owner_user_id), str(row.idempotency_key)): str(row.id) for row in rows}
     lost = {k: v for k, v in load.acknowledged.items() if stored.get(k) != v}

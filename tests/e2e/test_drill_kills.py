@@ -38,6 +38,7 @@ from durable_ops.storage import migrate
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import UserOperation
 from tests.conftest import MakeDatabase
+from tests.support import stored
 from tests.support.ai_stack import JOB
 from tests.support.drills import Chaos, KeptLog, audit
 from tests.support.figures import report
@@ -247,8 +248,7 @@ def test_random_kills_of_workers_and_replicas_lose_and_double_nothing(drill: Dri
 
     def active() -> int:
         query = select(func.count()).select_from(UserOperation)
-        with db.neutral(write=False) as session:
-            return int(session.scalar(query.where(UserOperation.state.in_(ACTIVE))) or 0)
+        return int(stored.scalar(db, query.where(UserOperation.state.in_(ACTIVE))) or 0)
 
     started = time.monotonic()
     chaos_thread = threading.Thread(target=chaos.run)

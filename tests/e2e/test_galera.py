@@ -35,10 +35,9 @@ from typing import Any
 import httpx
 import pymysql
 import pytest
-from sqlalchemy import text, update
+from sqlalchemy import insert, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import Session
 
 from durable_ops.ai_admission.admit import AdmitRequest, admit
 from durable_ops.clock import utc_now
@@ -51,8 +50,8 @@ from durable_ops.stack.children import Stack
 from durable_ops.storage import migrate, operations, workspace
 from durable_ops.storage.db import GALERA_SYNC_WAIT, Database, on_galera
 from durable_ops.storage.operations import claims
-from durable_ops.storage.schema import Job, UserOperation
-from durable_ops.storage.tx import Tx
+from durable_ops.storage.schema import UserOperation
+from durable_ops.storage.tx import SCOPE_OWNER, Tx
 from tests.support.ai_stack import LogTee
 from tests.support.figures import report
 from tests.support.grpc_services import SECRET, running_services
@@ -250,9 +249,9 @@ def test_sessions_on_galera_read_what_another_node_just_wrote(
         assert wait == GALERA_SYNC_WAIT
         missed = 0
         for number in range(100):
-            row, _ = first.run_core(partial(_create, request=_causal(number)), owner_id=ALICE)
+            row, _ = first.run(partial(_create, request=_causal(number)), owner_id=ALICE)
             try:  # at once, through the other node
-                second.run_core(partial(operations.get, operation_id=row.id), owner_id=ALICE)
+                second.run(partial(operations.get, operation_id=row.id), owner_id=ALICE)
             except NotFound:
                 missed += 1
         assert missed == 0
@@ -275,8 +274,8 @@ def test_a_transaction_that_begins_with_a_write_sees_what_another_node_just_wrot
     try:
         refused = 0
         for number in range(100):
-            first.run_core(partial(_create, request=_causal(number)), owner_id=ALICE)
-            (claim,) = second.run_core(
+            first.run(partial(_create, request=_causal(number)), owner_id=ALICE)
+            (claim,) = second.run(
                 lambda tx: operations.claim(tx, ["test.causal"], 60, utc_now()), owner_id=None
             )
             completion = operations.Settlement(
@@ -284,7 +283,7 @@ def test_a_transaction_that_begins_with_a_write_sees_what_another_node_just_wrot
             )
             complete = partial(operations.settle_one, settlement=completion, now=utc_now())
             try:  # at once, through the node that did not take the claim
-                first.run_core(complete, owner_id=ALICE)
+                first.run(complete, owner_id=ALICE)
             except DomainError:
                 refused += 1
         assert refused == 0
@@ -300,9 +299,10 @@ def test_a_certification_conflict_at_commit_is_replayed(cluster: tuple[Path, lis
     now = utc_now()
     try:
         db.run(
-            lambda s: s.add(
-                Job(id="j" * 32, title="t", company="", description="d", created_at=now,
-                    updated_at=now)
+            lambda tx: tx.execute(
+                insert(workspace.JOBS).values(owner_user_id=SCOPE_OWNER),
+                dict(id="j" * 32, title="t", company="", description="d", created_at=now,
+                     updated_at=now),
             ),
             owner_id=ALICE,
         )  # fmt: skip
@@ -320,10 +320,13 @@ def test_a_certification_conflict_at_commit_is_replayed(cluster: tuple[Path, lis
         dialect.do_commit = do_commit  # type: ignore[method-assign]
         attempts = 0
 
-        def rename(session: Session) -> None:
+        def rename(tx: Tx) -> None:
             nonlocal attempts
             attempts += 1
-            session.execute(update(Job).where(Job.id == "j" * 32).values(title=f"node1-{attempts}"))
+            renamed = update(workspace.JOBS).where(
+                workspace.JOBS.c.id == "j" * 32, workspace.JOBS.c.owner_user_id == SCOPE_OWNER
+            )
+            tx.execute(renamed.values(title=f"node1-{attempts}"))
             if attempts == 1:  # node 2 writes the same row and commits first
                 assert _execute(on[1], "UPDATE jobs SET title = 'node2' WHERE id = %s", "j" * 32)
 
@@ -367,7 +370,7 @@ def test_admission_limits_hold_with_admissions_through_two_nodes(
             entitle(dbs[0], owner)
             jobs[owner] = [
                 dbs[0].run(
-                    lambda s: workspace.create_job(s, "Engineer", "Acme", "text", now).id,
+                    lambda tx: workspace.create_job(tx, "Engineer", "Acme", "text", now).id,
                     owner_id=owner,
                 )
                 for _ in range(4)
@@ -384,7 +387,7 @@ def test_admission_limits_hold_with_admissions_through_two_nodes(
             db = dbs[number % 2]  # every other admission through the other node
             try:
                 db.run(
-                    lambda s: admit(s, AdmitRequest("strategy.snapshot", job), limits, utc_now()),
+                    lambda tx: admit(tx, AdmitRequest("strategy.snapshot", job), limits, utc_now()),
                     owner_id=owner,
                 )
             except CapacityExceeded:
@@ -464,7 +467,7 @@ def test_claims_through_three_nodes_conflict_figure(
                 task_type="test.claim", idempotency_key=f"c{number}", subject_type="job",
                 subject_id="j",
             )  # fmt: skip
-            dbs[number % 3].run_core(partial(_create, request=request), owner_id=ALICE)
+            dbs[number % 3].run(partial(_create, request=request), owner_id=ALICE)
         claimed: list[str] = []
         busy = 0  # claims that lost certification on every attempt (UNAVAILABLE database_busy)
 
@@ -472,7 +475,7 @@ def test_claims_through_three_nodes_conflict_figure(
             nonlocal busy
             while True:
                 try:
-                    taken = db.run_core(
+                    taken = db.run(
                         lambda tx: operations.claim(tx, ["test.claim"], 60, utc_now()),
                         owner_id=None,
                     )
@@ -587,7 +590,7 @@ def test_the_product_spread_over_the_nodes_survives_a_node_crash(
             entitle(steady, owner)
             jobs[owner] = [
                 steady.run(
-                    lambda s: workspace.create_job(s, "Engineer", "Acme", "text", now).id,
+                    lambda tx: workspace.create_job(tx, "Engineer", "Acme", "text", now).id,
                     owner_id=owner,
                 )
                 for _ in range(DRILL_JOBS_PER_USER)

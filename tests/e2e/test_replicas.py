@@ -43,6 +43,7 @@ from durable_ops.stack.children import Stack
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import AiWorkspaceNote, UserNotification, UserOperation
 from tests.conftest import _empty_all_tables
+from tests.support import stored
 from tests.support.ai_stack import LogTee
 from tests.support.grpc_services import SECRET
 from tests.support.ports import free_port
@@ -210,8 +211,7 @@ class CapacityMonitor:
             .where(UserOperation.state.in_(ACTIVE), UserOperation.task_type.in_(AI_TASK_TYPES))
             .group_by(UserOperation.owner_user_id)
         )
-        with self.db.neutral(write=False) as session:
-            return {str(owner): int(count) for owner, count in session.execute(query).all()}
+        return {str(owner): int(count) for owner, count in stored.rows(self.db, query)}
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -347,9 +347,8 @@ def test_replicas_survive_losing_one_of_each_and_never_exceed_capacity(
         admitted_at = time.monotonic() - started
 
         def unsettled() -> int:
-            with db.neutral(write=False) as session:
-                query = select(func.count()).where(UserOperation.state.in_(ACTIVE))
-                return int(session.scalar(query.select_from(UserOperation)) or 0)
+            query = select(func.count()).where(UserOperation.state.in_(ACTIVE))
+            return int(stored.scalar(db, query.select_from(UserOperation)) or 0)
 
         deadline = time.monotonic() + SETTLE_TIMEOUT_SECONDS
         while (left := unsettled()) and time.monotonic() < deadline:
@@ -362,22 +361,22 @@ def test_replicas_survive_losing_one_of_each_and_never_exceed_capacity(
             thread.join(10)
         admitter.close()
 
-    with db.neutral(write=False) as session:
-        rows = session.execute(
-            select(UserOperation.id, UserOperation.state, UserOperation.attempt).where(
-                UserOperation.task_type.in_(AI_TASK_TYPES)
-            )
-        ).all()
-        states = {str(row.id): str(row.state) for row in rows}
-        retried = sum(1 for row in rows if row.attempt > 1)
-        notes = collections.Counter(
-            str(operation_id)
-            for (operation_id,) in session.execute(select(AiWorkspaceNote.operation_id)).all()
-        )
-        notices = collections.Counter(
-            str(operation_id)
-            for (operation_id,) in session.execute(select(UserNotification.operation_id)).all()
-        )
+    rows = stored.rows(
+        db,
+        select(UserOperation.id, UserOperation.state, UserOperation.attempt).where(
+            UserOperation.task_type.in_(AI_TASK_TYPES)
+        ),
+    )
+    states = {str(row.id): str(row.state) for row in rows}
+    retried = sum(1 for row in rows if row.attempt > 1)
+    notes = collections.Counter(
+        str(operation_id)
+        for (operation_id,) in stored.rows(db, select(AiWorkspaceNote.operation_id))
+    )
+    notices = collections.Counter(
+        str(operation_id)
+        for (operation_id,) in stored.rows(db, select(UserNotification.operation_id))
+    )
     db.dispose()
     outcomes = collections.Counter(str(state) for state in states.values())
     succeeded = {i for i, state in states.items() if state == OperationState.SUCCEEDED.value}

@@ -34,6 +34,7 @@ from durable_ops.stack.children import Stack, process_specs
 from durable_ops.storage import migrate
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import UserNotification, UserOperation
+from tests.support import stored
 from tests.support.drills import KeptLog
 from tests.support.figures import report
 from tests.support.grpc_services import SECRET, metadata
@@ -245,11 +246,10 @@ def _send_every_create_again(
 
 
 def _rows(db: Database) -> dict[str, tuple[str, str]]:
-    with db.neutral(write=False) as session:
-        return {
-            row.id: (row.owner_user_id, row.idempotency_key)
-            for row in session.scalars(select(UserOperation))
-        }
+    return {
+        row.id: (row.owner_user_id, row.idempotency_key)
+        for row in stored.rows(db, select(UserOperation))
+    }
 
 
 def _settled(db: Database) -> dict[str, tuple[str, int]]:
@@ -262,8 +262,7 @@ def _settled(db: Database) -> dict[str, tuple[str, int]]:
     query = select(UserOperation.id, UserOperation.state, func.coalesce(notes.c.notes, 0)).join(
         notes, notes.c.operation_id == UserOperation.id, isouter=True
     )
-    with db.neutral(write=False) as session:
-        return {row[0]: (row[1], row[2]) for row in session.execute(query)}
+    return {row[0]: (row[1], row[2]) for row in stored.rows(db, query)}
 
 
 def _finish_the_rest(stub: pb_grpc.OperationsServiceStub, db: Database) -> int:

@@ -19,6 +19,7 @@ from durable_ops.storage import capacity
 from durable_ops.storage.schema import UserOperation
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services, metadata, running_services
+from tests.support.stored import operation, scalar
 from tests.support.workspace_client import (
     create_cv,
     create_job,
@@ -63,12 +64,11 @@ def test_admit_creates_a_queued_operation_with_a_status_url(services: Services) 
     assert response.status_url == f"/api/operations/{response.operation.id}"
     assert response.operation.state == ops_pb.OPERATION_STATE_QUEUED
     assert (response.operation.subject.type, response.operation.subject.id) == ("job", job)
-    with services.db.neutral(write=False) as session:
-        row = session.get(UserOperation, response.operation.id)
-        assert row is not None
-        assert (row.owner_user_id, row.context_ref, row.privacy) == ("alice", cv, "local_only")
-        assert row.deadline_at is not None
-        assert row.time_budget_seconds == 1800
+    row = operation(services.db, response.operation.id)
+    assert row is not None
+    assert (row.owner_user_id, row.context_ref, row.privacy) == ("alice", cv, "local_only")
+    assert row.deadline_at is not None
+    assert row.time_budget_seconds == 1800
 
 
 @pytest.mark.parametrize(
@@ -179,7 +179,7 @@ def test_with_pro_granted_first_ai_can_be_switched_on(services: Services) -> Non
 def test_global_switch_off_is_unavailable(services: Services) -> None:
     entitle(services.db, "alice")
     job = create_job(services.workspace, "alice")
-    services.db.run(lambda s: capacity.set_ai_enabled(s, False, services.clock()), owner_id=None)
+    services.db.run(lambda tx: capacity.set_ai_enabled(tx, False, services.clock()), owner_id=None)
     error = _refusal(services, "alice", snapshot_request(job))
     assert error.code() == grpc.StatusCode.UNAVAILABLE
     assert _code(error) == "ai_unavailable"
@@ -219,8 +219,7 @@ def test_a_double_click_yields_one_operation(services: Services) -> None:
     with ThreadPoolExecutor(8) as pool:
         ids = set(pool.map(click, range(8)))
     assert len(ids) == 1
-    with services.db.neutral(write=False) as session:
-        assert session.scalar(select(func.count()).select_from(UserOperation)) == 1
+    assert scalar(services.db, select(func.count()).select_from(UserOperation)) == 1
 
 
 def test_idempotency_key_returns_the_same_operation_and_guards_its_subject(
@@ -268,10 +267,9 @@ def test_the_operation_row_holds_no_job_cv_or_prompt_text(services: Services) ->
     job = create_job(services.workspace, "alice", description="UNIQUE-JOB-MARKER kubernetes")
     cv = create_cv(services.workspace, "alice", text="UNIQUE-CV-MARKER rust")
     response = _admit(services, "alice", snapshot_request(job, cv))
-    with services.db.neutral(write=False) as session:
-        row = session.get(UserOperation, response.operation.id)
-        assert row is not None
-        values = [str(getattr(row, column.key)) for column in UserOperation.__table__.columns]
+    row = operation(services.db, response.operation.id)
+    assert row is not None
+    values = [str(getattr(row, column.key)) for column in UserOperation.__table__.columns]
     text = " ".join(values)
     assert "UNIQUE-JOB-MARKER" not in text
     assert "UNIQUE-CV-MARKER" not in text
@@ -285,8 +283,7 @@ def test_lookup_is_cache_only(services: Services) -> None:
     lookup = pb.LookupRequest(task_type="strategy.snapshot", subject_id=job)
     before = services.admission.Lookup(lookup, metadata=metadata(Role.GATEWAY, "alice"))
     assert not before.HasField("operation")
-    with services.db.neutral(write=False) as session:
-        assert session.scalar(select(func.count()).select_from(UserOperation)) == 0
+    assert scalar(services.db, select(func.count()).select_from(UserOperation)) == 0
     admitted = _admit(services, "alice", snapshot_request(job))
     after = services.admission.Lookup(lookup, metadata=metadata(Role.GATEWAY, "alice"))
     assert after.operation.id == admitted.operation.id

@@ -28,6 +28,7 @@ from tests.support.ai_worker import Journal, drain
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import SECRET, Services
 from tests.support.operations_client import ALICE, OpsClient
+from tests.support.stored import rows
 from tests.support.workspace_client import create_job, entitle
 
 LEASE_SECONDS = 600
@@ -62,8 +63,7 @@ def _operation_on_a_job(services: Services, key: str) -> str:
 
 
 def _notes(services: Services) -> list[str | None]:
-    with services.db.neutral(write=False) as session:
-        return list(session.scalars(select(AiWorkspaceNote.operation_id)))
+    return [row.operation_id for row in rows(services.db, select(AiWorkspaceNote.operation_id))]
 
 
 class HeldBeforePublishing(WorkspaceClient):

@@ -194,7 +194,7 @@ def test_work_the_poll_finds_wakes_one_claim_not_all(tmp_path: Path) -> None:
     request = operations.CreateRequest(
         task_type=NOOP[1], idempotency_key="k-poll", subject_type="doc", subject_id="1"
     )
-    database.run_core(lambda tx: operations.create(tx, request, utc_now()), owner_id="alice")
+    database.run(lambda tx: operations.create(tx, request, utc_now()), owner_id="alice")
 
     async def main() -> None:
         waiters = ClaimWaiters(database, utc_now, interval_seconds=0.05)

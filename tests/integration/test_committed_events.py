@@ -47,7 +47,7 @@ def test_a_committed_change_is_delivered_on_the_loop_thread(
     heard = Heard(database)
 
     async def run() -> int:
-        await database.run_core_async(_says, owner_id=None, short=short)
+        await database.run_async(_says, owner_id=None, short=short)
         return threading.get_ident()
 
     loop_thread = asyncio.run(run())
@@ -58,13 +58,13 @@ def test_a_committed_change_is_delivered_on_the_loop_thread(
 def test_a_rolled_back_change_is_never_delivered(database: Database) -> None:
     heard = Heard(database)
     with pytest.raises(InvalidArgument):
-        asyncio.run(database.run_core_async(_says_then_refuses, owner_id=None, short=True))
+        asyncio.run(database.run_async(_says_then_refuses, owner_id=None, short=True))
     assert heard.changes == []
 
 
 def test_a_synchronous_caller_wakes_nobody(database: Database) -> None:
     heard = Heard(database)
-    database.run_core(_says, owner_id=None)
+    database.run(_says, owner_id=None)
     assert heard.changes == []
 
 
@@ -73,10 +73,8 @@ def test_a_create_and_its_claim_say_what_they_changed(database: Database) -> Non
     request = operations.CreateRequest("report.build", "k", "report", "r1")
 
     async def run() -> None:
-        await database.run_core_async(
-            lambda tx: operations.create(tx, request, NOW), owner_id="alice"
-        )
-        await database.run_core_async(
+        await database.run_async(lambda tx: operations.create(tx, request, NOW), owner_id="alice")
+        await database.run_async(
             lambda tx: operations.claim(tx, ["report.build"], 30, NOW), owner_id=None
         )
 

@@ -59,7 +59,7 @@ def _row(operation_id: str, owner: str) -> dict[str, Any]:
 
 
 def _stored(database: Database, operation_id: str) -> dict[str, Any]:
-    row = database.run_core(
+    row = database.run(
         lambda tx: tx.execute(select(OPS).where(OPS.c.id == operation_id)).one(), owner_id=None
     )
     values = dict(row._mapping)
@@ -69,16 +69,16 @@ def _stored(database: Database, operation_id: str) -> dict[str, Any]:
 
 
 def test_a_direct_write_stores_what_the_usual_path_stores(database: Database) -> None:
-    database.run_core(lambda tx: tx.write(INSERT, _row("a" * 32, "alice")), owner_id=None)
-    database.run_core(lambda tx: tx.execute(INSERT, _row("b" * 32, "alice")), owner_id=None)
+    database.run(lambda tx: tx.write(INSERT, _row("a" * 32, "alice")), owner_id=None)
+    database.run(lambda tx: tx.execute(INSERT, _row("b" * 32, "alice")), owner_id=None)
     assert _stored(database, "a" * 32) == _stored(database, "b" * 32)
     assert _stored(database, "a" * 32)["created_at"] == NOW
 
     finish = {"now": NOW_EAST}
-    written = database.run_core(
+    written = database.run(
         lambda tx: tx.write(FINISH, {**finish, "operation_id": "a" * 32}), owner_id="alice"
     )
-    executed = database.run_core(
+    executed = database.run(
         lambda tx: tx.execute(FINISH, {**finish, "operation_id": "b" * 32}).rowcount,
         owner_id="alice",
     )
@@ -90,18 +90,18 @@ def test_a_direct_write_stores_what_the_usual_path_stores(database: Database) ->
 
 
 def test_a_direct_write_keeps_the_owner_scope(database: Database) -> None:
-    database.run_core(lambda tx: tx.write(INSERT, _row("c" * 32, "bob")), owner_id=None)
+    database.run(lambda tx: tx.write(INSERT, _row("c" * 32, "bob")), owner_id=None)
     other = {"now": NOW, "operation_id": "c" * 32, "scope_owner": "bob"}
-    assert database.run_core(lambda tx: tx.write(FINISH, other), owner_id="alice") == 0
+    assert database.run(lambda tx: tx.write(FINISH, other), owner_id="alice") == 0
     with pytest.raises(ScopeViolation):
-        database.run_core(lambda tx: tx.write(FINISH, other), owner_id=None)
+        database.run(lambda tx: tx.write(FINISH, other), owner_id=None)
     assert _stored(database, "c" * 32)["state"] == OperationState.QUEUED
 
 
 def test_a_duplicate_key_is_sqlalchemys_integrity_error_and_the_transaction_goes_on(
     database: Database,
 ) -> None:
-    database.run_core(lambda tx: tx.write(INSERT, _row("d" * 32, "carol")), owner_id=None)
+    database.run(lambda tx: tx.write(INSERT, _row("d" * 32, "carol")), owner_id=None)
 
     def again_then_finish(tx: Tx) -> int:
         with pytest.raises(IntegrityError):
@@ -110,7 +110,7 @@ def test_a_duplicate_key_is_sqlalchemys_integrity_error_and_the_transaction_goes
         finish = {"now": NOW, "operation_id": "d" * 32}
         return Tx(tx.connection, "carol").write(FINISH, finish)
 
-    assert database.run_core(again_then_finish, owner_id=None) == 1
+    assert database.run(again_then_finish, owner_id=None) == 1
     assert _stored(database, "d" * 32)["state"] == OperationState.SUCCEEDED
 
 
@@ -122,7 +122,7 @@ def test_writes_take_the_usual_path_while_statements_are_counted(database: Datab
 
     database.listen("before_cursor_execute", count)
     try:
-        database.run_core(lambda tx: tx.write(INSERT, _row("e" * 32, "dave")), owner_id=None)
+        database.run(lambda tx: tx.write(INSERT, _row("e" * 32, "dave")), owner_id=None)
     finally:
         database.unlisten("before_cursor_execute", count)
     assert [s for s in seen if s.startswith("INSERT INTO user_operations")]

@@ -35,13 +35,13 @@ def _create(db: Database, number: int, priority: int) -> str:
         priority=priority,
     )
     created = START + timedelta(seconds=number)
-    row, _ = db.run_core(lambda tx: operations.create(tx, request, created), owner_id="alice")
+    row, _ = db.run(lambda tx: operations.create(tx, request, created), owner_id="alice")
     return row.id
 
 
 def _claim(db: Database) -> str | None:
     now = START + timedelta(hours=1)
-    taken = db.run_core(lambda tx: operations.claim(tx, [TASK], 60, now), owner_id=None)
+    taken = db.run(lambda tx: operations.claim(tx, [TASK], 60, now), owner_id=None)
     return taken[0].operation.id if taken else None
 
 

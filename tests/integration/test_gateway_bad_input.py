@@ -29,6 +29,7 @@ from tests.support.gateway import (
     token,
 )
 from tests.support.grpc_services import Services, metadata, running_services
+from tests.support.stored import scalar
 from tests.support.workspace_client import CV_TEXT, JOB_TEXT, create_cv, create_job
 
 PROBLEM_JSON = "application/problem+json"
@@ -534,11 +535,10 @@ async def _send_text(
 
 def _stored_rows(services: Services) -> list[int]:
     """How many jobs, attachments and operations there are, for every owner."""
-    with services.db.neutral(write=False) as session:
-        return [
-            int(session.scalar(select(func.count()).select_from(table)) or 0)
-            for table in (Job, Attachment, UserOperation)
-        ]
+    return [
+        int(scalar(services.db, select(func.count()).select_from(table)) or 0)
+        for table in (Job, Attachment, UserOperation)
+    ]
 
 
 @pytest.mark.parametrize("text_field", TEXT_FIELDS, ids=str)

@@ -23,6 +23,7 @@ from tests.integration.test_gateway_wording import reads_as_a_sentence
 from tests.support.clock import ManualClock
 from tests.support.gateway import bearer, claim, complete, gateway_client, make_app, publish, run
 from tests.support.grpc_services import Services, running_services
+from tests.support.stored import scalar
 from tests.support.workspace_client import CV_TEXT, JOB_TEXT, entitle
 
 MISSING_ID = "0" * 32
@@ -37,8 +38,7 @@ def services(db_url: str) -> Iterator[Services]:
 
 
 def _operation_count(services: Services) -> int:
-    with services.db.neutral(write=False) as session:
-        return int(session.scalar(select(func.count()).select_from(UserOperation)) or 0)
+    return int(scalar(services.db, select(func.count()).select_from(UserOperation)) or 0)
 
 
 async def _job(client: httpx.AsyncClient, user: str = "alice") -> str:
@@ -366,7 +366,7 @@ def test_refusals_map_to_403_429_503_and_404(services: Services) -> None:
             missing = await start(MISSING_ID)
             assert _problem(theirs, 404, "job_not_found") == _problem(missing, 404, "job_not_found")
             services.db.run(
-                lambda s: capacity.set_ai_enabled(s, False, services.clock()), owner_id=None
+                lambda tx: capacity.set_ai_enabled(tx, False, services.clock()), owner_id=None
             )
             _problem(await start(jobs[2]), 503, "ai_unavailable")
 

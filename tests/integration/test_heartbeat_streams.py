@@ -20,6 +20,7 @@ from durable_ops.storage.schema import UserOperation
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services, running_services
 from tests.support.operations_client import OWNER_IDS, RUNNING, Lease, OpsClient
+from tests.support.stored import rows
 
 STREAMS = 200
 UNARY_CALLS = 50
@@ -138,12 +139,12 @@ def test_unary_calls_stay_responsive_with_two_hundred_open_streams(
         f"(mean {figures['idle_mean'] * 1000:.1f} ms); during a heartbeat wave: "
         f"max {figures['busy_max'] * 1000:.1f} ms (mean {figures['busy_mean'] * 1000:.1f} ms)"
     )
-    with services.db.neutral(write=False) as session:
-        rows = session.execute(
-            select(UserOperation.state, UserOperation.progress_percent, func.count()).group_by(
-                UserOperation.state, UserOperation.progress_percent
-            )
-        ).all()
-    assert [tuple(row) for row in rows] == [("running", 20, STREAMS)]
+    found = rows(
+        services.db,
+        select(UserOperation.state, UserOperation.progress_percent, func.count()).group_by(
+            UserOperation.state, UserOperation.progress_percent
+        ),
+    )
+    assert [tuple(row) for row in found] == [("running", 20, STREAMS)]
     # the streams closed cleanly: the leases are still held and usable
     assert ops.complete(leases[0]) == pb.OPERATION_STATE_SUCCEEDED

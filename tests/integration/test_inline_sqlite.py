@@ -21,6 +21,7 @@ from durable_ops.storage.db import Database
 from durable_ops.storage.inline_sqlite import CHECKPOINT_EVERY, InlineSqlite
 from durable_ops.storage.schema import UserOperation
 from durable_ops.storage.tx import Tx
+from tests.support.stored import rows, scalar
 
 OWNER = "inline-owner"
 # Holds SQLite's write lock from another process until its stdin closes.
@@ -63,7 +64,7 @@ def _create(number: int) -> operations.CreateRequest:
 
 
 async def _create_short(db: Database, number: int) -> str:
-    row, _ = await db.run_core_async(
+    row, _ = await db.run_async(
         lambda tx: operations.create(tx, _create(number), utc_now()), owner_id=OWNER, short=True
     )
     return row.id
@@ -78,8 +79,8 @@ def test_a_short_transaction_runs_on_the_loops_thread_and_others_on_the_pool(
     db: Database,
 ) -> None:
     async def threads() -> tuple[int, int, int]:
-        short = await db.run_core_async(_thread_of, owner_id=None, short=True)
-        pooled = await db.run_core_async(_thread_of, owner_id=None)
+        short = await db.run_async(_thread_of, owner_id=None, short=True)
+        pooled = await db.run_async(_thread_of, owner_id=None)
         return threading.get_ident(), short, pooled
 
     loop_thread, short, pooled = asyncio.run(threads())
@@ -96,12 +97,11 @@ def test_a_short_write_commits_and_an_error_in_it_rolls_back(db: Database) -> No
     async def scenario() -> str:
         made = await _create_short(db, 1)
         with pytest.raises(ValueError, match="own failure"):
-            await db.run_core_async(fails, owner_id=OWNER, short=True)
+            await db.run_async(fails, owner_id=OWNER, short=True)
         return made
 
     made = asyncio.run(scenario())
-    with db.neutral(write=False) as session:
-        assert session.scalars(select(UserOperation.id)).all() == [made]
+    assert rows(db, select(UserOperation.id)) == [(made,)]
 
 
 def test_a_write_lock_held_by_another_process_sends_it_to_the_pool_and_the_loop_answers(
@@ -135,8 +135,7 @@ def test_a_write_lock_held_by_another_process_sends_it_to_the_pool_and_the_loop_
         holder.wait()
     assert ticks == 20
     assert _inline(db).outcomes == {"busy": 1}
-    with db.owner(OWNER, write=False) as session:
-        assert session.scalars(select(UserOperation.id)).all() == [made]
+    assert rows(db, select(UserOperation.id)) == [(made,)]
 
 
 def test_the_connection_taken_by_another_thread_sends_it_to_the_pool(db: Database) -> None:
@@ -150,7 +149,7 @@ def test_the_connection_taken_by_another_thread_sends_it_to_the_pool(db: Databas
         release.wait(10)
 
     holding = threading.Thread(
-        target=lambda: asyncio.run(db.run_core_async(hold, owner_id=None, short=True))
+        target=lambda: asyncio.run(db.run_async(hold, owner_id=None, short=True))
     )
     holding.start()
     try:
@@ -164,7 +163,7 @@ def test_the_connection_taken_by_another_thread_sends_it_to_the_pool(db: Databas
 
 
 async def _where_it_ran(db: Database) -> tuple[int, int]:
-    ran_on = await db.run_core_async(_thread_of, owner_id=None, write=False, short=True)
+    ran_on = await db.run_async(_thread_of, owner_id=None, write=False, short=True)
     return threading.get_ident(), ran_on
 
 
@@ -186,8 +185,7 @@ def test_the_wal_is_checkpointed_by_the_pool_and_stays_bounded(
         _wait_for_checkpoints(db, done)
     assert _inline(db).outcomes == {"inline": 5 * CHECKPOINT_EVERY}
     assert sizes[-1] <= 2 * sizes[0], f"the WAL grew with every round: {sizes}"
-    with db.neutral(write=False) as session:
-        count = session.scalar(select(func.count()).select_from(UserOperation))
+    count = scalar(db, select(func.count()).select_from(UserOperation))
     assert count == 5 * CHECKPOINT_EVERY
 
 
@@ -210,7 +208,7 @@ def test_an_empty_owner_is_refused_on_the_loop_and_on_the_pool(db: Database) -> 
     async def both() -> None:
         for short in (True, False):
             with pytest.raises(ValueError, match="owner scope needs an owner id"):
-                await db.run_core_async(_thread_of, owner_id="", short=short)
+                await db.run_async(_thread_of, owner_id="", short=short)
 
     asyncio.run(both())
     assert _inline(db).outcomes == {}

@@ -32,6 +32,7 @@ from tests.support.operations_client import (
     OpsClient,
     expect_failure,
 )
+from tests.support.stored import rows, scalar
 
 ABORTED = grpc.StatusCode.ABORTED.value[0]
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
@@ -70,8 +71,7 @@ def _complete(
 
 
 def _attempts(services: Services) -> int:
-    with services.db.neutral(write=False) as session:
-        return int(session.scalar(select(func.count()).select_from(OperationAttempt)) or 0)
+    return int(scalar(services.db, select(func.count()).select_from(OperationAttempt)) or 0)
 
 
 def test_a_batch_claim_takes_the_best_operations_each_with_its_own_lease(
@@ -145,8 +145,7 @@ def test_an_operation_named_twice_in_a_batch_is_completed_once(
         (created, SUCCEEDED, 0),  # the exact repeat is recognised
     ]
     assert ops.notifications_per_operation() == {created: 1}
-    with services.db.neutral(write=False) as session:
-        attempt = session.scalars(select(OperationAttempt)).one()
+    (attempt,) = rows(services.db, select(OperationAttempt))
     assert (attempt.outcome, attempt.ended_at is not None) == ("succeeded", True)
 
 

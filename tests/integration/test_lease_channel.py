@@ -32,6 +32,7 @@ from tests.support.operations_client import (
     OpsClient,
     expect_failure,
 )
+from tests.support.stored import rows
 
 HANG_GUARD = 20.0
 ABORTED = grpc.StatusCode.ABORTED
@@ -172,9 +173,8 @@ def _publish(services: Services, ops: OpsClient, lease: Lease, body: str) -> Any
 
 
 def _notes(services: Services) -> list[tuple[str | None, str]]:
-    with services.db.neutral(write=False) as session:
-        rows = session.execute(select(AiWorkspaceNote.operation_id, AiWorkspaceNote.body)).all()
-    return [(row.operation_id, row.body) for row in rows]
+    found = rows(services.db, select(AiWorkspaceNote.operation_id, AiWorkspaceNote.body))
+    return [(row.operation_id, row.body) for row in found]
 
 
 def test_an_attempt_that_lost_its_lease_cannot_publish(

@@ -38,6 +38,7 @@ from tests.support.operations_client import (
     Metadata,
     OpsClient,
 )
+from tests.support.stored import scalar
 
 RETRY_DELAY = 2
 
@@ -59,12 +60,11 @@ def _owners_attempts(services: Services, owner: str, operation_id: str) -> list[
     def read(tx: Tx) -> list[OperationAttempt]:
         return operations.attempts(tx, operation_id)
 
-    return services.db.run_core(read, owner_id=owner, write=False)
+    return services.db.run(read, owner_id=owner, write=False)
 
 
 def _attempt_rows(services: Services) -> int:
-    with services.db.neutral(write=False) as session:
-        return int(session.scalar(select(func.count()).select_from(OperationAttempt)) or 0)
+    return int(scalar(services.db, select(func.count()).select_from(OperationAttempt)) or 0)
 
 
 def _retry_due(services: Services, clock: ManualClock) -> None:
@@ -208,7 +208,7 @@ def test_a_fallback_ends_the_local_attempt_and_the_external_claim_starts_another
             tx, [created.task_type], LEASE_SECONDS, clock(), external_route=True
         )
 
-    (claimed,) = services.db.run_core(claim_external, owner_id=None)
+    (claimed,) = services.db.run(claim_external, owner_id=None)
     external = Lease(created, ALICE, claimed.lease_token)
     assert ops.complete(external, provenance=pb.Provenance(model="big", route="external")) == (
         SUCCEEDED

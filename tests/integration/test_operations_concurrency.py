@@ -37,6 +37,7 @@ from tests.support.operations_client import (
     failure_of,
     later,
 )
+from tests.support.stored import rows, scalar
 
 PRIORITIES = (0, 5, 10)
 RACE_BUDGET_SECONDS = 90.0
@@ -132,12 +133,12 @@ def _race(services: Services, operations: int, workers: int) -> None:
     notifications = ops.notifications_per_operation()
     assert set(notifications) == set(ids)
     assert set(notifications.values()) == {1}
-    with services.db.neutral(write=False) as session:
-        progress = session.execute(
-            select(UserOperation.progress_percent, UserOperation.attempt, func.count()).group_by(
-                UserOperation.progress_percent, UserOperation.attempt
-            )
-        ).all()
+    progress = rows(
+        services.db,
+        select(UserOperation.progress_percent, UserOperation.attempt, func.count()).group_by(
+            UserOperation.progress_percent, UserOperation.attempt
+        ),
+    )
     assert [tuple(row) for row in progress] == [(100, 1, operations)]
     listed: list[str] = []
     for owner in OWNER_IDS:
@@ -168,8 +169,7 @@ def services(db_url: str) -> Iterator[Services]:
 
 
 def _operation_count(services: Services) -> int:
-    with services.db.neutral(write=False) as session:
-        return int(session.scalar(select(func.count()).select_from(UserOperation)) or 0)
+    return int(scalar(services.db, select(func.count()).select_from(UserOperation)) or 0)
 
 
 def _together(
@@ -224,8 +224,7 @@ def test_fifty_identical_concurrent_creates_make_one_operation(
     assert bobs.operation.id != operation_id
     assert ops.create_raw(BOB, request).operation.id == bobs.operation.id
     assert _operation_count(services) == 2
-    with services.db.neutral(write=False) as session:
-        owners = dict(session.execute(select(UserOperation.id, UserOperation.owner_user_id)).all())
+    owners = dict(rows(services.db, select(UserOperation.id, UserOperation.owner_user_id)))
     assert owners == {operation_id: ALICE, bobs.operation.id: BOB}
     # another task type is another idempotency scope too
     assert ops.create_raw(ALICE, ops.create_request("same-key", task_type=OTHER_TASK)).created
@@ -361,8 +360,7 @@ def test_cancels_racing_workers_and_the_sweeper_end_each_operation_once(
     assert Counter(log.completions) == claims
     assert set(ids) - set(targets) <= set(claims)  # everything not cancelled was run
 
-    with services.db.neutral(write=False) as session:
-        states = dict(session.execute(select(UserOperation.id, UserOperation.state)).all())
+    states = dict(rows(services.db, select(UserOperation.id, UserOperation.state)))
     assert set(states) == set(ids)
     assert {operation_id for operation_id, state in states.items() if state != "succeeded"} <= set(
         targets

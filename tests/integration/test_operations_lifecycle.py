@@ -42,6 +42,7 @@ from tests.support.operations_client import (
     later,
     timestamp,
 )
+from tests.support.stored import scalar
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 ABORTED = grpc.StatusCode.ABORTED
@@ -735,18 +736,17 @@ def test_the_fast_paths_write_what_the_model_decides(
     monkeypatch.setattr(lifecycle, "RETRY_JITTER", lambda: 0.0)  # the retry is due at its delay
 
     def owned(work: Callable[[Tx], T]) -> T:
-        return database.run_core(work, owner_id=ALICE)
+        return database.run(work, owner_id=ALICE)
 
     def neutral(work: Callable[[Tx], T]) -> T:
-        return database.run_core(work, owner_id=None)
+        return database.run(work, owner_id=None)
 
     def row(operation_id: str) -> UserOperation:
         return owned(lambda tx: operations.get(tx, operation_id))
 
     def notifications_of(operation_id: str) -> int:
-        with database.neutral(write=False) as session:
-            of_it = UserNotification.operation_id == operation_id
-            return int(session.scalar(select(func.count()).where(of_it)) or 0)
+        of_it = UserNotification.operation_id == operation_id
+        return int(scalar(database, select(func.count()).where(of_it)) or 0)
 
     def claimed(operation_id: str, at: datetime, event: Event) -> str:
         before = row(operation_id)

@@ -51,7 +51,7 @@ def test_the_driver_reports_the_transaction_it_is_in(db: Database) -> None:
 def test_a_committed_transaction_returns_its_connection_without_a_rollback(db: Database) -> None:
     resets = _rollbacks(db)
     for _ in range(3):
-        db.run(lambda s: s.execute(text("SELECT 1")).scalar(), owner_id="alice")
+        db.run(lambda tx: tx.execute(text("SELECT 1")).scalar(), owner_id="alice")
     assert resets
     assert not any(resets)
 
@@ -69,7 +69,7 @@ def test_a_connection_returned_inside_a_transaction_is_rolled_back(db: Database)
     raw.close()  # back to the pool with the INSERT uncommitted
     assert resets == [True]
     count = db.run(
-        lambda s: s.execute(text("SELECT COUNT(*) FROM jobs")).scalar(),
+        lambda tx: tx.execute(text("SELECT COUNT(*) FROM jobs")).scalar(),
         owner_id=None,
         write=False,
     )
@@ -82,13 +82,13 @@ def test_an_idle_connection_the_server_dropped_is_replaced_before_use(
     database = Database(migrated_mariadb_url, pool_size=1)
     try:
         first = database.run(
-            lambda s: s.execute(text("SELECT CONNECTION_ID()")).scalar(), owner_id=None
+            lambda tx: tx.execute(text("SELECT CONNECTION_ID()")).scalar(), owner_id=None
         )
         with closing(_admin_connection(migrated_mariadb_url)) as admin, admin.cursor() as cursor:
             cursor.execute(f"KILL {int(str(first))}")
         monkeypatch.setattr(pool, "IDLE_PING_SECONDS", 0.0)
         second = database.run(
-            lambda s: s.execute(text("SELECT CONNECTION_ID()")).scalar(), owner_id=None
+            lambda tx: tx.execute(text("SELECT CONNECTION_ID()")).scalar(), owner_id=None
         )
         assert second != first
     finally:

@@ -31,6 +31,7 @@ from tests.support.operations_client import (
     expect_failure,
     rpc_failure,
 )
+from tests.support.stored import rows
 from tests.support.workspace_client import create_job
 
 NOT_FOUND = grpc.StatusCode.NOT_FOUND
@@ -66,11 +67,8 @@ def _claimed_for(services: Services, ops: OpsClient, owner: str, key: str) -> Le
 
 
 def _notes(services: Services) -> list[tuple[str, str | None]]:
-    with services.db.neutral(write=False) as session:
-        rows = session.execute(
-            select(AiWorkspaceNote.owner_user_id, AiWorkspaceNote.operation_id)
-        ).all()
-    return [(row.owner_user_id, row.operation_id) for row in rows]
+    found = rows(services.db, select(AiWorkspaceNote.owner_user_id, AiWorkspaceNote.operation_id))
+    return [(row.owner_user_id, row.operation_id) for row in found]
 
 
 def _note_of(services: Services, ops: OpsClient, owner: str, subject_id: str) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select
 from structlog.testing import capture_logs
 
 from durable_ops.api.operator.v1 import operator_pb2 as opb
@@ -26,13 +26,12 @@ from durable_ops.model.retention import RetentionPolicy
 from durable_ops.model.scope import Role
 from durable_ops.operations.pruner import prune, run_pruner
 from durable_ops.operator_cli import EXIT_NOT_CONFIRMED
-from durable_ops.storage import retention
+from durable_ops.storage import retention, workspace
 from durable_ops.storage.schema import (
     AiWorkspaceNote,
     OperationAttempt,
     OperationTombstone,
     UserNotification,
-    UserOperation,
 )
 from durable_ops.storage.tx import OperatorTx
 from tests.support.clock import ManualClock
@@ -47,6 +46,7 @@ from tests.support.operations_client import (
     OpsClient,
     expect_failure,
 )
+from tests.support.stored import operation, row, rows, scalar
 
 DAY = 86400.0
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
@@ -85,39 +85,34 @@ def _fail(ops: OpsClient, owner: str, key: str) -> str:
 
 
 def ops_row_exists(services: Services, operation_id: str) -> bool:
-    with services.db.neutral(write=False) as session:
-        return session.get(UserOperation, operation_id) is not None
+    return operation(services.db, operation_id) is not None
 
 
 def _tombstones(services: Services) -> dict[str, OperationTombstone]:
-    with services.db.neutral(write=False) as session:
-        return {row.id: row for row in session.scalars(select(OperationTombstone))}
+    return {row.id: row for row in rows(services.db, select(OperationTombstone))}
 
 
 def _attempts_of(services: Services, operation_id: str) -> int:
-    with services.db.neutral(write=False) as session:
-        count = session.scalar(
-            select(func.count()).where(OperationAttempt.operation_id == operation_id)
-        )
-    return int(count or 0)
+    of_it = OperationAttempt.operation_id == operation_id
+    return int(scalar(services.db, select(func.count()).where(of_it)) or 0)
 
 
 def _note_of(services: Services, owner: str, operation_id: str) -> str:
     """A published workspace note of ``operation_id``, as the AI worker leaves one."""
-    note = AiWorkspaceNote(
-        id=operation_id[::-1],
-        owner_user_id=owner,
-        kind="ai.job_strategy_snapshot",
-        subject_type="job",
-        subject_id="job-1",
-        operation_id=operation_id,
-        body='{"summary": "kept"}',
-        created_at=services.clock(),
-        updated_at=services.clock(),
-    )
-    with services.db.neutral() as session:
-        session.add(note)
-    return note.id
+    note_id = operation_id[::-1]
+    note = {
+        "id": note_id,
+        "owner_user_id": owner,
+        "kind": "ai.job_strategy_snapshot",
+        "subject_type": "job",
+        "subject_id": "job-1",
+        "operation_id": operation_id,
+        "body": '{"summary": "kept"}',
+        "created_at": services.clock(),
+        "updated_at": services.clock(),
+    }
+    services.db.run(lambda tx: tx.execute(insert(workspace.NOTES), note), owner_id=None)
+    return note_id
 
 
 def test_prune_removes_only_terminal_operations_past_the_horizon(
@@ -158,11 +153,10 @@ def test_prune_removes_only_terminal_operations_past_the_horizon(
     # The notifications stay, without their operation; so does the published note.
     assert sorted(n.outcome for n in ops.all_notifications(BOB)) == ["cancelled", "failed"]
     assert [n.outcome for n in ops.all_notifications(ALICE)] == ["succeeded", "succeeded"]
-    with services.db.neutral(write=False) as session:
-        orphans = session.scalars(
-            select(UserNotification).where(UserNotification.operation_id.is_(None))
-        ).all()
-        kept_note = session.get(AiWorkspaceNote, note)
+    orphans = rows(
+        services.db, select(UserNotification).where(UserNotification.operation_id.is_(None))
+    )
+    kept_note = row(services.db, select(AiWorkspaceNote).where(AiWorkspaceNote.id == note))
     assert len(orphans) == 3
     assert kept_note is not None
     assert (kept_note.operation_id, kept_note.body) == (None, '{"summary": "kept"}')
@@ -223,7 +217,7 @@ def test_prune_works_in_bounded_batches_and_stops_at_its_time_limit(
     policy = RetentionPolicy(timedelta(days=1), timedelta(days=10))
 
     def batch(limit: int) -> int:
-        return services.db.run_core(
+        return services.db.run(
             lambda tx: retention.prune_batch(OperatorTx(tx), policy, clock(), limit).pruned,
             owner_id=None,
         )

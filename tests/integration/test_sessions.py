@@ -16,7 +16,6 @@ import httpx
 import jwt
 import pytest
 from sqlalchemy import inspect, select, text
-from sqlalchemy.orm import Session
 
 from durable_ops import cli
 from durable_ops.gateway.auth import SESSION_COOKIE
@@ -24,6 +23,7 @@ from durable_ops.model.errors import InvalidArgument, Unauthenticated
 from durable_ops.storage import migrate, sessions
 from durable_ops.storage.db import create_db_engine
 from durable_ops.storage.schema import UserSession
+from durable_ops.storage.tx import Tx
 from tests.support.clock import ManualClock
 from tests.support.gateway import (
     JWT_SECRET,
@@ -36,6 +36,7 @@ from tests.support.gateway import (
     token,
 )
 from tests.support.grpc_services import Services
+from tests.support.stored import rows
 
 PATH = "/api/notifications/unread-count"
 
@@ -51,8 +52,7 @@ def _with_cookie(session_id: str) -> dict[str, str]:
 
 
 def _stored(services: Services) -> list[UserSession]:
-    with services.db.neutral(write=False) as session:
-        return list(session.scalars(select(UserSession)).all())
+    return [UserSession(**row._mapping) for row in rows(services.db, select(UserSession))]
 
 
 def test_a_logged_out_cookie_gets_401(services: Services) -> None:
@@ -85,8 +85,7 @@ def test_the_session_id_is_stored_only_hashed(services: Services) -> None:
     (row,) = _stored(services)
     assert row.id == hashlib.sha256(session_id.encode()).hexdigest()
     assert row.owner_user_id == "alice"
-    with services.db.neutral(write=False) as session:
-        raw = session.execute(text("SELECT * FROM user_sessions")).all()
+    raw = rows(services.db, text("SELECT * FROM user_sessions"))
     assert session_id not in repr(raw)
 
 
@@ -177,7 +176,7 @@ def test_a_session_request_with_a_bad_ttl_or_id_is_refused_not_a_fault(
 ) -> None:
     with pytest.raises(InvalidArgument, match="ttl_seconds"):
         services.db.run(
-            lambda s: sessions.create_session(s, clock(), sessions.SESSION_MAX_SECONDS + 1),
+            lambda tx: sessions.create_session(tx, clock(), sessions.SESSION_MAX_SECONDS + 1),
             owner_id="alice",
         )
     for bad in ("", "x" * 65, "%%%"):
@@ -185,8 +184,8 @@ def test_a_session_request_with_a_bad_ttl_or_id_is_refused_not_a_fault(
             services.db.run(partial(_resolve, session_id=bad, now=clock()), owner_id=None)
 
 
-def _resolve(session: Session, *, session_id: str, now: datetime) -> str:
-    return sessions.resolve_session(session, session_id, now)
+def _resolve(tx: Tx, *, session_id: str, now: datetime) -> str:
+    return sessions.resolve_session(tx, session_id, now)
 
 
 def test_the_revision_goes_down_and_up(db_url: str) -> None:

@@ -36,6 +36,7 @@ from tests.support.ai_worker import drain
 from tests.support.clock import ManualClock
 from tests.support.gateway import bearer, gateway_client, make_app, run
 from tests.support.grpc_services import SECRET, Services, running_services
+from tests.support.stored import scalar
 from tests.support.workspace_client import entitle
 
 JOB = {"title": "Engineer", "company": "Acme", "description": "Python, Spark and SQL."}
@@ -87,10 +88,9 @@ def _statement(span: ReadableSpan) -> object:
 
 
 def _stored_trace_parent(services: Services, operation_id: str) -> str | None:
-    with services.db.neutral(write=False) as session:
-        return session.scalar(
-            select(UserOperation.trace_parent).where(UserOperation.id == operation_id)
-        )
+    query = select(UserOperation.trace_parent).where(UserOperation.id == operation_id)
+    found: str | None = scalar(services.db, query)
+    return found
 
 
 async def _post_snapshot(services: Services, exporter: InMemorySpanExporter) -> tuple[str, str]:
@@ -196,8 +196,7 @@ def test_one_request_is_one_trace_and_the_worker_links_to_it(
         and _trace_id(span) == _trace_id(execute)
     ]
     assert http, "the model request was not traced"
-    with services.db.neutral(write=False) as session:
-        state = session.scalar(select(UserOperation.state).where(UserOperation.id == operation_id))
+    state = scalar(services.db, select(UserOperation.state).where(UserOperation.id == operation_id))
     assert state == "succeeded"
 
 

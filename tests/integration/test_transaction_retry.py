@@ -11,37 +11,42 @@ from typing import Any
 import grpc
 import pymysql
 import pytest
-from sqlalchemy import select, text, update
+from sqlalchemy import Update, insert, select, text, update
 from sqlalchemy.exc import ProgrammingError
-from sqlalchemy.orm import Session
 
 from durable_ops.model.errors import Unavailable
 from durable_ops.model.held_leases import HeldLease
 from durable_ops.model.lifecycle import Event
 from durable_ops.rpc.errors import status_for
-from durable_ops.storage import operations
+from durable_ops.storage import operations, workspace
 from durable_ops.storage.db import Database
-from durable_ops.storage.schema import Job, UserOperation
+from durable_ops.storage.schema import UserOperation
+from durable_ops.storage.tx import SCOPE_OWNER, Tx
 from tests.conftest import _empty_all_tables
 from tests.support.ports import refusing_port
+from tests.support.stored import rows as stored_rows
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 FIRST, SECOND = "1" * 32, "2" * 32
 
 
+JOBS = workspace.JOBS
+
+
 def _seed(db: Database) -> None:
-    with db.owner("alice") as session:
-        for job_id in (FIRST, SECOND):
-            session.add(
-                Job(
-                    id=job_id,
-                    title="t",
-                    company="",
-                    description="d",
-                    created_at=NOW,
-                    updated_at=NOW,
-                )
-            )
+    job = {"title": "t", "company": "", "description": "d", "created_at": NOW, "updated_at": NOW}
+    stamped = insert(JOBS).values(owner_user_id=SCOPE_OWNER)
+    rows = [{"id": job_id, **job} for job_id in (FIRST, SECOND)]
+    db.run(lambda tx: tx.execute_many(stamped, rows), owner_id="alice")
+
+
+def _set(job_id: str, **values: str) -> Update:
+    """An UPDATE of the scope owner's job ``job_id``."""
+    return (
+        update(JOBS)
+        .where(JOBS.c.id == job_id, JOBS.c.owner_user_id == SCOPE_OWNER)
+        .values(**values)
+    )
 
 
 def test_a_deadlock_victim_is_retried_and_both_transactions_land(
@@ -55,12 +60,12 @@ def test_a_deadlock_victim_is_retried_and_both_transactions_land(
     errors: list[BaseException] = []
 
     def crossing(name: str, first: str, second: str) -> None:
-        def work(session: Session) -> None:
+        def work(tx: Tx) -> None:
             attempts[name] += 1
-            session.execute(update(Job).where(Job.id == first).values(title=f"{name}-1"))
+            tx.execute(_set(first, title=f"{name}-1"))
             if attempts[name] == 1:  # only the first attempt waits: the replay runs alone
                 both_hold_one.wait()
-            session.execute(update(Job).where(Job.id == second).values(company=name))
+            tx.execute(_set(second, company=name))
 
         try:
             db.run(work, owner_id="alice")
@@ -78,8 +83,7 @@ def test_a_deadlock_victim_is_retried_and_both_transactions_land(
     try:
         assert errors == []
         assert sorted(attempts.values()) == [1, 2]  # exactly one victim, replayed once
-        with db.owner("alice", write=False) as session:
-            companies = set(session.scalars(select(Job.company)))
+        companies = {company for (company,) in stored_rows(db, select(JOBS.c.company))}
         assert companies <= {"a", "b"}
         assert companies != {""}
     finally:
@@ -92,10 +96,10 @@ def test_errors_other_than_deadlock_or_lock_wait_are_not_retried(
     db = Database(migrated_mariadb_url, pool_size=1)
     calls = 0
 
-    def broken(session: Session) -> None:
+    def broken(tx: Tx) -> None:
         nonlocal calls
         calls += 1
-        session.connection().exec_driver_sql("SELECT * FROM no_such_table")
+        tx.connection.exec_driver_sql("SELECT * FROM no_such_table")
 
     try:
         with pytest.raises(ProgrammingError):
@@ -110,7 +114,7 @@ def test_an_unreachable_database_is_unavailable_not_an_internal_error() -> None:
     db = Database(f"mysql+pymysql://root@127.0.0.1:{refusing_port()}/nowhere", pool_size=1)
     try:
         with pytest.raises(Unavailable) as raised:
-            db.run(lambda session: session.execute(text("SELECT 1")), owner_id=None, write=False)
+            db.run(lambda tx: tx.execute(text("SELECT 1")), owner_id=None, write=False)
         assert raised.value.code == "database_unavailable"
         assert status_for(raised.value) == grpc.StatusCode.UNAVAILABLE
     finally:
@@ -129,11 +133,11 @@ def _request(key: str) -> operations.CreateRequest:
 
 
 def _create(db: Database, key: str) -> tuple[UserOperation, bool]:
-    return db.run_core(lambda tx: operations.create(tx, _request(key), NOW), owner_id="alice")
+    return db.run(lambda tx: operations.create(tx, _request(key), NOW), owner_id="alice")
 
 
 def _claim(db: Database) -> operations.Claim | None:
-    claims = db.run_core(lambda tx: operations.claim(tx, [TASK], 60, NOW), owner_id=None)
+    claims = db.run(lambda tx: operations.claim(tx, [TASK], 60, NOW), owner_id=None)
     return claims[0] if claims else None
 
 
@@ -212,18 +216,6 @@ def test_a_commit_refused_by_galera_is_replayed_as_a_whole(
     assert _states(mariadb) == {row.id: "queued"}  # the replay's row, the refused one is gone
     assert mariadb.retries[code] == 1
 
-    seen = _failing_commits(monkeypatch, mariadb, [_refused(code, message)])
-
-    def orm_work(session: Session) -> str:
-        job = Job(id="3" * 32, title="t", company="", description="d", created_at=NOW)
-        job.updated_at = NOW
-        session.add(job)
-        return job.id
-
-    assert mariadb.run(orm_work, owner_id="alice") == "3" * 32  # the ORM path too
-    assert seen == ["failed", "committed"]
-    assert mariadb.retries[code] == 2
-
 
 def test_a_claim_whose_commit_was_lost_but_landed_is_the_claim(
     mariadb: Database, monkeypatch: pytest.MonkeyPatch
@@ -237,7 +229,7 @@ def test_a_claim_whose_commit_was_lost_but_landed_is_the_claim(
     assert _states(mariadb)[claimed] == "running"
     assert sorted(_states(mariadb).values()) == ["queued", "running"]
     assert mariadb.lost_commits == {"committed": 1}
-    beat = mariadb.run_core(
+    beat = mariadb.run(
         lambda tx: operations.heartbeat(
             tx, HeldLease(claimed, "alice", claim.lease_token, 60), NOW
         ),
@@ -280,14 +272,12 @@ def test_lease_mutations_whose_commit_was_lost_are_resolved_by_rereading_the_row
     assert claim is not None
     op_id, token = claim.operation.id, claim.lease_token
     _failing_commits(monkeypatch, mariadb, [_committed_then_lost, _committed_then_lost])
-    mariadb.run_core(
+    mariadb.run(
         lambda tx: operations.heartbeat(tx, HeldLease(op_id, "alice", token, 60, 10), NOW),
         owner_id="alice",
     )
     completion = operations.Settlement("alice", op_id, token, Event.COMPLETE)
-    state = mariadb.run_core(
-        lambda tx: operations.settle_one(tx, completion, NOW), owner_id="alice"
-    )
+    state = mariadb.run(lambda tx: operations.settle_one(tx, completion, NOW), owner_id="alice")
     assert state == "succeeded"
     assert mariadb.lost_commits == {"committed": 2}
     with mariadb.engine.connect() as connection:
@@ -301,8 +291,8 @@ def test_a_lost_commit_of_work_that_cannot_tell_is_unavailable(
     _seed(mariadb)
     _failing_commits(monkeypatch, mariadb, [_committed_then_lost])
 
-    def rename(session: Session) -> None:
-        session.execute(update(Job).where(Job.id == FIRST).values(title="renamed"))
+    def rename(tx: Tx) -> None:
+        tx.execute(_set(FIRST, title="renamed"))
 
     with pytest.raises(Unavailable) as raised:
         mariadb.run(rename, owner_id="alice")

@@ -31,6 +31,7 @@ from tests.support.operations_client import (
     OpsClient,
 )
 from tests.support.running_worker import run_until
+from tests.support.stored import rows
 
 HANG_GUARD = 30.0
 T = TypeVar("T")
@@ -130,8 +131,7 @@ def test_progress_and_the_owners_cancel_reach_a_running_handler(
 
     run_until(worker, cancelled)
     assert stopped == [True]  # the handler saw the cancel, then its task was cancelled
-    with services.db.neutral(write=False) as session:
-        attempt = session.scalars(select(OperationAttempt)).one()
+    (attempt,) = rows(services.db, select(OperationAttempt))
     assert attempt.outcome == "cancelled"
 
 

@@ -48,6 +48,7 @@ from durable_ops.stack.children import Stack, process_specs
 from durable_ops.storage import migrate, workspace
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import AiWorkspaceNote, UserNotification, UserOperation
+from tests.support import stored
 from tests.support.ports import free_port, refusing_port
 
 SECRET = "ai-stack-test-service-secret-0123456789abcdef"
@@ -244,7 +245,7 @@ class AiStack:
     def entitle(self, owner: str, privacy: str = "local_only") -> None:
         """What ``opsctl users set-plan OWNER pro`` and the settings page do."""
         self.db.run(
-            lambda s: workspace.update_ai_settings(s, utc_now(), plan="pro"), owner_id=owner
+            lambda tx: workspace.update_ai_settings(tx, utc_now(), plan="pro"), owner_id=owner
         )
         self.workspace.UpdateAiSettings(
             wpb.UpdateAiSettingsRequest(ai_enabled=True, privacy=privacy), metadata=self.md(owner)
@@ -252,7 +253,7 @@ class AiStack:
 
     def revoke(self, owner: str) -> None:
         self.db.run(
-            lambda s: workspace.update_ai_settings(s, utc_now(), plan="free"), owner_id=owner
+            lambda tx: workspace.update_ai_settings(tx, utc_now(), plan="free"), owner_id=owner
         )
 
     def create_job(self, owner: str) -> str:
@@ -322,21 +323,19 @@ class AiStack:
     # ---- what only the database shows -----------------------------------------------------
 
     def row(self, operation_id: str) -> UserOperation:
-        with self.db.neutral(write=False) as session:
-            row = session.get(UserOperation, operation_id)
-            assert row is not None
-            return row
+        row = stored.operation(self.db, operation_id)
+        assert row is not None
+        return row
 
     def count_notes(self, operation_id: str) -> int:
         query = select(func.count()).select_from(AiWorkspaceNote)
-        with self.db.neutral(write=False) as session:
-            return session.scalar(query.where(AiWorkspaceNote.operation_id == operation_id)) or 0
+        where = AiWorkspaceNote.operation_id == operation_id
+        return int(stored.scalar(self.db, query.where(where)) or 0)
 
     def count_notifications(self, operation_id: str) -> int:
         query = select(func.count()).select_from(UserNotification)
-        with self.db.neutral(write=False) as session:
-            where = UserNotification.operation_id == operation_id
-            return session.scalar(query.where(where)) or 0
+        where = UserNotification.operation_id == operation_id
+        return int(stored.scalar(self.db, query.where(where)) or 0)
 
     def close(self) -> None:
         for channel in self.channels.values():

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select
 
@@ -24,6 +25,7 @@ from durable_ops.model.states import TERMINAL_STATES
 from durable_ops.stack.children import Stack, healthy
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import AiWorkspaceNote, UserNotification, UserOperation
+from durable_ops.storage.tx import Tx
 from tests.support.ai_stack import LogTee
 
 TERMINAL = frozenset(state.value for state in TERMINAL_STATES)
@@ -167,26 +169,27 @@ def audit(
     """Read every row of ``task_types`` and judge it; ``successes`` counts, per operation id,
     the successful completions the workers logged."""
     acknowledged = set(acknowledged)
-    with db.neutral(write=False) as session:
-        rows = session.execute(
-            select(
-                UserOperation.id,
-                UserOperation.state,
-                UserOperation.attempt,
-                UserOperation.max_attempts,
-                UserOperation.result_ref,
-                UserOperation.failure_code,
-            ).where(UserOperation.task_type.in_(list(task_types)))
-        ).all()
-        notifications = collections.Counter(
-            str(operation_id)
-            for (operation_id,) in session.execute(select(UserNotification.operation_id)).all()
-        )
-        notes: dict[str, list[str]] = collections.defaultdict(list)
-        for note_id, operation_id in session.execute(
-            select(AiWorkspaceNote.id, AiWorkspaceNote.operation_id)
-        ).all():
-            notes[str(operation_id)].append(str(note_id))
+    queries = (
+        select(
+            UserOperation.id,
+            UserOperation.state,
+            UserOperation.attempt,
+            UserOperation.max_attempts,
+            UserOperation.result_ref,
+            UserOperation.failure_code,
+        ).where(UserOperation.task_type.in_(list(task_types))),
+        select(UserNotification.operation_id),
+        select(AiWorkspaceNote.id, AiWorkspaceNote.operation_id),
+    )
+
+    def read(tx: Tx) -> list[list[Any]]:  # one transaction: one moment of the database
+        return [list(tx.execute(query)) for query in queries]
+
+    rows, notified, noted = db.run(read, owner_id=None, write=False)
+    notifications = collections.Counter(str(operation_id) for (operation_id,) in notified)
+    notes: dict[str, list[str]] = collections.defaultdict(list)
+    for note_id, operation_id in noted:
+        notes[str(operation_id)].append(str(note_id))
     by_id = {str(row.id): row for row in rows}
     notifications_wrong: dict[str, int] = {}
     notes_wrong: dict[str, int] = {}

@@ -22,6 +22,7 @@ from durable_ops.api.notifications.v1 import notifications_pb2 as npb
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.scope import Role
 from durable_ops.storage.schema import UserNotification, UserOperation
+from tests.support import stored
 from tests.support.grpc_services import Services, metadata
 
 TASK = "strategy.snapshot"
@@ -471,33 +472,27 @@ class OpsClient:
     # ---- the database, read directly --------------------------------------------------------
 
     def row(self, operation_id: str) -> UserOperation:
-        with self.services.db.neutral(write=False) as session:
-            found = session.get(UserOperation, operation_id)
+        found = stored.operation(self.services.db, operation_id)
         assert found is not None
         return found
 
     def notification_rows(self, operation_id: str) -> list[UserNotification]:
-        with self.services.db.neutral(write=False) as session:
-            return list(
-                session.scalars(
-                    select(UserNotification).where(UserNotification.operation_id == operation_id)
-                )
-            )
+        of_it = UserNotification.operation_id == operation_id
+        found = stored.rows(self.services.db, select(UserNotification).where(of_it))
+        return [UserNotification(**row._mapping) for row in found]
 
     def notifications_per_operation(self) -> dict[str | None, int]:
-        with self.services.db.neutral(write=False) as session:
-            rows = session.execute(
-                select(UserNotification.operation_id, func.count()).group_by(
-                    UserNotification.operation_id
-                )
-            ).all()
+        rows = stored.rows(
+            self.services.db,
+            select(UserNotification.operation_id, func.count()).group_by(
+                UserNotification.operation_id
+            ),
+        )
         return {operation_id: int(count) for operation_id, count in rows}
 
     def state_counts(self) -> dict[str, int]:
-        with self.services.db.neutral(write=False) as session:
-            rows = session.execute(
-                select(UserOperation.state, func.count()).group_by(UserOperation.state)
-            ).all()
+        query = select(UserOperation.state, func.count()).group_by(UserOperation.state)
+        rows = stored.rows(self.services.db, query)
         return {state: int(count) for state, count in rows}
 
 

@@ -36,6 +36,7 @@ from durable_ops.storage import operations
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import OperationAttempt, UserNotification, UserOperation
 from durable_ops.storage.tx import ScopeViolation, Tx
+from tests.support.stored import scalar
 
 S = OperationState
 NOW = datetime(2026, 12, 4, 9, 0, tzinfo=UTC)
@@ -54,10 +55,10 @@ class Store:
         self._keys = 0
 
     def owned(self, work: Callable[[Tx], T], owner: str | None = None) -> T:
-        return self.db.run_core(work, owner_id=owner or self.owner)
+        return self.db.run(work, owner_id=owner or self.owner)
 
     def neutral(self, work: Callable[[Tx], T]) -> T:
-        return self.db.run_core(work, owner_id=None)
+        return self.db.run(work, owner_id=None)
 
     def create(self, at: datetime = NOW, **fields: Any) -> UserOperation:
         self._keys += 1
@@ -97,9 +98,8 @@ class Store:
         return self.neutral(lambda tx: operations.extend(tx, [lease], at))[0]
 
     def notifications(self, operation_id: str) -> int:
-        with self.db.neutral(write=False) as session:
-            of_it = UserNotification.operation_id == operation_id
-            return int(session.scalar(select(func.count()).where(of_it)) or 0)
+        of_it = UserNotification.operation_id == operation_id
+        return int(scalar(self.db, select(func.count()).where(of_it)) or 0)
 
     def attempts(self, operation_id: str) -> list[OperationAttempt]:
         return self.owned(lambda tx: operations.attempts(tx, operation_id))

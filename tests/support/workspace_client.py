@@ -18,7 +18,7 @@ CV_TEXT = "Ten years of Python; built gRPC services on MariaDB; led on-call rota
 def entitle(db: Database, owner: str, *, plan: str = "pro", ai_enabled: bool = True) -> None:
     """What `opsctl users set-plan` and the settings page do, straight in the database."""
     db.run(
-        lambda s: workspace.update_ai_settings(s, utc_now(), ai_enabled=ai_enabled, plan=plan),
+        lambda tx: workspace.update_ai_settings(tx, utc_now(), ai_enabled=ai_enabled, plan=plan),
         owner_id=owner,
     )
 

@@ -194,3 +194,21 @@ def test_nothing_imports_the_source_folder_name() -> None:
                     f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] == "services"
                 ]
     assert found == []
+
+
+# The ORM's own transaction machinery: every statement runs in a storage.tx.Tx instead
+# (ADR 0008), where the one owner-scope rule is checked.
+ORM_SESSIONS = {"Session", "sessionmaker", "scoped_session", "with_loader_criteria"}
+
+
+def test_one_way_to_the_database_no_orm_session() -> None:
+    found = []
+    for folder in ("services", "tests", "benchmarks", "scripts"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                    "sqlalchemy.orm"
+                ):
+                    names = {alias.name for alias in node.names} & ORM_SESSIONS
+                    found += [f"{path.relative_to(ROOT)}: {name}" for name in sorted(names)]
+    assert found == []
