@@ -19,6 +19,7 @@ from durable_ops.model.bounds import (
 )
 from durable_ops.model.errors import PLAN_REQUIRED, InvalidArgument, NotFound, PermissionDenied
 from durable_ops.model.states import Plan, Privacy
+from durable_ops.model.subjects import SubjectKind
 from durable_ops.storage import operations
 from durable_ops.storage.operations import new_id
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
@@ -27,6 +28,7 @@ from durable_ops.storage.schema import (
     Attachment,
     Base,
     Job,
+    Owned,
     UserAiSettings,
 )
 from durable_ops.storage.tx import Tx
@@ -100,6 +102,24 @@ def list_attachments(session: Session, *, size: int, token: str) -> Page[Attachm
     query = newest_first(select(Attachment), Attachment.created_at, Attachment.id, token, size)
     rows = session.scalars(query).all()
     return paginate(rows, size, lambda row: (row.created_at, row.id))
+
+
+# ---- subjects ------------------------------------------------------------------------------
+
+
+def get_subject(session: Session, kind: SubjectKind, subject_id: str) -> Base:
+    """One of the owner's rows of ``kind``, found by the table the kind names (NotFound
+    otherwise): admission's ownership check of every subject kind, with no reader per kind."""
+    return _owned(session, _owned_rows(kind.table), subject_id, kind.name)
+
+
+def _owned_rows(table: str) -> type[Base]:
+    # Only owner-bearing tables qualify: a kind never names rows the owner scope does not filter.
+    for mapper in Base.registry.mappers:
+        rows: type[Base] = mapper.class_
+        if rows.__tablename__ == table and issubclass(rows, Owned):
+            return rows
+    raise ValueError(f"{table!r} is not an owner-bearing table")
 
 
 # ---- AI settings -----------------------------------------------------------------------------
