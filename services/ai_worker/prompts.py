@@ -1,9 +1,10 @@
 """What the AI tasks ask the model, and the exact shape of the answer they accept.
 
-For each task (``strategy.snapshot``, ``cv.review``) this module holds the chat
-messages; the JSON schema of the answer is the registry's, sent as the
-structured-output ``response_format`` and enforced again on the way back by
-``validate``.
+For each task (``strategy.snapshot``, ``cv.review``) this module holds what to
+ask (``INSTRUCTIONS``); the rest of the system message, the answer's fields and
+their limits, is rendered from the task's answer schema (``answers.describe``),
+the same schema sent as the structured-output ``response_format`` and enforced
+again on the way back by ``validate``.
 
 The user message holds the inputs, one ``SubjectText`` per referenced subject,
 in delimited sections, each opened by its kind's section line and the whole
@@ -81,23 +82,20 @@ class SubjectText:
         return lines
 
 
-# What each task asks the model; its answer schema is the registry's.
+# What each task asks the model. The answer's fields and limits are not restated here:
+# the prompt renders them from the task's answer schema.
 INSTRUCTIONS: Mapping[str, str] = MappingProxyType(
     {
         STRATEGY_SNAPSHOT.name: (
             "You are a careful career strategist. Judge how well the candidate's CV fits "
             "the job posting. If no CV is given, judge what the posting demands and set "
-            "fit_score to null. Answer with one JSON object: fit_score (integer 0-100), "
-            "summary (at most 600 characters), strengths, gaps and next_steps (each at "
-            "most 6 short items of at most 200 characters)."
+            "fit_score to null. Keep list items short."
         ),
         CV_REVIEW.name: (
             "You are a careful CV reviewer. Review the CV for structure, clarity and "
             "quantified achievements, and against the job posting when one is given. "
-            "Answer with one JSON object: overall_score (integer 0-100), summary (at most "
-            "600 characters), strengths and improvements (each at most 6 short items of "
-            "at most 200 characters), keywords_missing (at most 12 terms from the posting "
-            "that the CV lacks, each at most 60 characters; empty without a posting)."
+            "List in keywords_missing the terms from the posting that the CV lacks; leave "
+            "it empty without a posting. Keep list items short."
         ),
     }
 )
@@ -116,6 +114,12 @@ class Prompt:
     task: TaskType
     instructions: str
 
+    @property
+    def system(self) -> str:
+        """What to ask, the answer's shape in words (from its schema), the shared rules."""
+        shape = f"Answer with one JSON object: {answers.describe(self.task.answer)}."
+        return f"{self.instructions} {shape} {_SHARED_INSTRUCTIONS}"
+
     def messages(self, texts: Sequence[SubjectText]) -> list[dict[str, str]]:
         given = [text.kind for text in texts]
         if self.task.subject not in given:
@@ -128,7 +132,7 @@ class Prompt:
             lines += text.section()
         lines.append(END_SECTION)
         return [
-            {"role": "system", "content": f"{self.instructions} {_SHARED_INSTRUCTIONS}"},
+            {"role": "system", "content": self.system},
             {"role": "user", "content": "\n".join(lines)},
         ]
 

@@ -178,4 +178,4 @@ def test_the_worker_reads_its_text_into_a_section_of_the_prompt(services: Servic
         *LETTER.splitlines(),
         "### END",
     ]
-    assert system["content"].startswith(PROMPTS[LETTER_POLISH.name])
+    assert "summary (at most 600 characters), edits (at most 8 items" in system["content"]

@@ -99,6 +99,10 @@ def test_the_worker_has_a_handler_and_the_dev_model_answers_its_schema() -> None
     refs = handler.refs_for("job", "job-1", "cv-1")
     assert [(ref.kind, ref.id) for ref in refs] == [(subjects.JOB, "job-1"), (subjects.CV, "cv-1")]
     request = handler.request([JOB, CV])
+    assert (
+        "match_score (integer 0-100), letter (at most 2000 characters)"
+        in request.messages[0]["content"]
+    )
     assert request.schema_name == "cover_letter"
     assert request.schema == COVER_LETTER.answer
     assert request.expected_tokens == COVER_LETTER.answer_tokens

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from typing import Any
 
 import pytest
 
 from durable_ops.ai_worker.inference import InvalidModelOutput
 from durable_ops.ai_worker.prompts import (
+    INSTRUCTIONS,
     TRUNCATION_MARK,
     Prompt,
     SubjectText,
@@ -239,3 +241,60 @@ def test_build_request_validates_with_the_task_schema() -> None:
     assert request.validate(GOOD_REVIEW) == GOOD_REVIEW
     with pytest.raises(InvalidModelOutput):
         request.validate(GOOD_STRATEGY)
+
+
+# ---- the answer's stated limits: rendered from its schema ---------------------------------
+
+
+def test_the_prompt_states_the_answer_schema_limits() -> None:
+    system = build_messages(STRATEGY_SNAPSHOT, JOB, CV)[0]["content"]
+    assert (
+        "Answer with one JSON object: fit_score (integer 0-100, or null), summary (at most 600 "
+        "characters), strengths, gaps and next_steps (each at most 6 items of at most 200 "
+        "characters)."
+    ) in system
+    review = build_messages(CV_REVIEW, None, CV)[0]["content"]
+    assert (
+        "overall_score (integer 0-100), summary (at most 600 characters), strengths and "
+        "improvements (each at most 6 items of at most 200 characters), keywords_missing "
+        "(at most 12 items of at most 60 characters)."
+    ) in review
+
+
+def test_a_limit_changed_in_the_schema_changes_the_prompt() -> None:
+    schema = copy.deepcopy(dict(tasks.STRATEGY_SNAPSHOT.answer))
+    schema["properties"]["summary"] = tasks.text(300)
+    schema["properties"]["gaps"] = tasks.items("Gaps", 4, 100)
+    changed = dataclasses.replace(tasks.STRATEGY_SNAPSHOT, answer=schema)
+    system = Prompt(changed, INSTRUCTIONS[STRATEGY_SNAPSHOT]).system
+    assert "summary (at most 300 characters)" in system
+    assert "600" not in system
+    # gaps no longer shares its limits with its neighbours, so each is named on its own
+    assert (
+        "strengths (at most 6 items of at most 200 characters), "
+        "gaps (at most 4 items of at most 100 characters), "
+        "next_steps (at most 6 items of at most 200 characters)"
+    ) in system
+
+
+@pytest.mark.parametrize("task_type", list(INSTRUCTIONS))
+def test_instructions_say_what_to_ask_and_restate_no_limit(task_type: str) -> None:
+    assert not re.search(r"[0-9]", INSTRUCTIONS[task_type])
+
+
+@pytest.mark.parametrize(
+    ("schema", "words"),
+    [
+        ({"type": "integer"}, "integer"),
+        ({"type": "integer", "minimum": 1}, "integer of at least 1"),
+        ({"type": "integer", "maximum": 9}, "integer of at most 9"),
+        ({"type": "string"}, "text"),
+        ({"type": "array", "items": {"type": "string"}}, "any number of items of text"),
+        (
+            tasks.answer({"a": tasks.score("A"), "b": tasks.score("B")}),
+            "an object of a and b (each integer 0-100)",
+        ),
+    ],
+)
+def test_every_keyword_of_the_subset_is_put_into_words(schema: dict[str, Any], words: str) -> None:
+    assert answers.describe(tasks.answer({"x": schema})) == f"x ({words})"
