@@ -13,13 +13,12 @@ A COMMIT lost on the way is resolved by the operation's fresh id
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
 from durable_ops.model import admission, bounds
 from durable_ops.model.errors import KEY_USED_FOR_ANOTHER_REQUEST, Conflict, InvalidArgument
-from durable_ops.model.tasks import CV, JOB, TASKS, TaskType
+from durable_ops.model.tasks import TASKS, TaskType
 from durable_ops.storage import capacity, operations, workspace
 from durable_ops.storage.schema import UserOperation
 from durable_ops.storage.tx import Tx
@@ -35,20 +34,13 @@ class AdmitRequest:
     trace_parent: str = ""
 
 
-# Reads one of the owner's rows of a subject kind, or raises NotFound.
-_SUBJECT_READERS: dict[str, Callable[[Tx, str], object]] = {
-    JOB.name: workspace.get_job,
-    CV.name: workspace.get_attachment,
-}
-
-
-def _check_subjects(tx: Tx, task: TaskType, request: AdmitRequest) -> None:
+def check_subjects(tx: Tx, task: TaskType, request: AdmitRequest) -> None:
     """Both references must be the caller's own rows (another owner's → NOT_FOUND)."""
-    _SUBJECT_READERS[task.subject.name](tx, request.subject_id)
+    workspace.get_subject(tx, task.subject, request.subject_id)
     if request.context_ref:
         if task.context is None:
             raise InvalidArgument("context_ref", f"is not taken by {task.name}")
-        _SUBJECT_READERS[task.context.name](tx, request.context_ref)
+        workspace.get_subject(tx, task.context, request.context_ref)
 
 
 def admit(
@@ -67,7 +59,7 @@ def admit(
     admission.require_entitled(
         global_enabled=control.ai_enabled, plan=settings.plan, ai_enabled=settings.ai_enabled
     )
-    _check_subjects(tx, task, request)
+    check_subjects(tx, task, request)
     create = operations.CreateRequest(
         task_type=task.name,
         # Without a key, repeated clicks are still one operation: the active one is reused.

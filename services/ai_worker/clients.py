@@ -16,15 +16,17 @@ import grpc
 from google.protobuf.message import Message
 
 from durable_ops.ai_worker.handlers import WorkspaceReader
-from durable_ops.ai_worker.prompts import CvText, JobText
+from durable_ops.ai_worker.prompts import SubjectText
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.api.workspace.v1 import workspace_pb2 as wpb
 from durable_ops.api.workspace.v1 import workspace_pb2_grpc as wpb_grpc
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.states import Plan, Privacy
+from durable_ops.model.subjects import SubjectKind
 from durable_ops.rpc.client import Metadata, ServiceCaller, UnaryMethod
 from durable_ops.rpc.errors import domain_error_from_rpc
+from durable_ops.rpc.subjects import read_method, read_request
 from durable_ops.worker import Attempt
 from durable_ops.worker.settler import retrying
 
@@ -102,15 +104,11 @@ class WorkspaceClient:
     def reader(self, owner_id: str) -> OwnerWorkspace:
         return OwnerWorkspace(self, owner_id)
 
-    async def job(self, owner_id: str, job_id: str) -> JobText:
-        request = wpb.GetJobRequest(job_id=job_id)
-        job = await _call(self._stub.GetJob, request, self._caller.metadata(owner_id))
-        return JobText(title=job.title, company=job.company, description=job.description)
-
-    async def cv(self, owner_id: str, attachment_id: str) -> CvText:
-        request = wpb.GetAttachmentRequest(attachment_id=attachment_id)
-        attachment = await _call(self._stub.GetAttachment, request, self._caller.metadata(owner_id))
-        return CvText(text=attachment.text)
+    async def read(self, owner_id: str, kind: SubjectKind, subject_id: str) -> SubjectText:
+        """The texts of one of the owner's subjects, by the Workspace read its kind names."""
+        request = read_request(kind, subject_id)
+        reply = await _call(read_method(self._stub, kind), request, self._caller.metadata(owner_id))
+        return SubjectText(kind, {field.name: getattr(reply, field.name) for field in kind.fields})
 
     async def publish_note(self, attempt: Attempt, body_json: str) -> tuple[str, bool]:
         """Publish the operation's note under its lease; (note id, newly published).
@@ -142,8 +140,5 @@ class OwnerWorkspace:
         self._client = client
         self._owner_id = owner_id
 
-    async def job(self, job_id: str) -> JobText:
-        return await self._client.job(self._owner_id, job_id)
-
-    async def cv(self, attachment_id: str) -> CvText:
-        return await self._client.cv(self._owner_id, attachment_id)
+    async def read(self, kind: SubjectKind, subject_id: str) -> SubjectText:
+        return await self._client.read(self._owner_id, kind, subject_id)

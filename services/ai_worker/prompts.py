@@ -1,16 +1,14 @@
 """What the AI tasks ask the model, and the exact shape of the answer they accept.
 
-For each task (``strategy.snapshot``, ``cv.review``) this module holds the JSON
-schema of the answer, sent as the structured-output ``response_format`` and
-enforced again on the way back by ``validate_answer``; and the chat messages.
+For each task (``strategy.snapshot``, ``cv.review``) this module holds what to
+ask (``INSTRUCTIONS``); the rest of the system message, the answer's fields and
+their limits, is rendered from the task's answer schema (``answers.describe``),
+the same schema sent as the structured-output ``response_format`` and enforced
+again on the way back by ``validate``.
 
-Input budget, in characters, per request (text beyond it is cut and the cut
-is marked ``[truncated]``, so the prompt stays bounded whatever was uploaded):
-
-    job title 200 · job company 200 · job description 6,000 · CV text 8,000
-
-The user message holds the inputs in delimited sections, each opened by a line
-of its own and the whole closed by ``### END``::
+The user message holds the inputs, one ``SubjectText`` per referenced subject,
+in delimited sections, each opened by its kind's section line and the whole
+closed by ``### END``::
 
     Task: strategy.snapshot
     ### JOB POSTING
@@ -22,15 +20,17 @@ of its own and the whole closed by ``### END``::
     …
     ### END
 
-A section is absent when its input is not given. Lines of user text that begin
-with ``###`` are rewritten to begin with ``##``, so uploaded text can never
-open or close a section (the development model parses these sections).
+Each text is cut to its field's budget (``model.subjects``; the cut is marked
+``[truncated]``), so the prompt stays bounded whatever was uploaded. A section
+is absent when its input is not given. Lines of user text that begin with
+``###`` are rewritten to begin with ``##``, so uploaded text can never open or
+close a section (the development model parses these sections).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -39,53 +39,63 @@ from durable_ops.ai_worker.inference.errors import InvalidModelOutput
 from durable_ops.ai_worker.inference.request import InferenceRequest
 from durable_ops.model import answers
 from durable_ops.model.errors import InvalidArgument
-from durable_ops.model.prompt_sections import CV_SECTION, END_SECTION, JOB_SECTION
+from durable_ops.model.prompt_sections import END_SECTION
+from durable_ops.model.subjects import KINDS, SubjectKind
 from durable_ops.model.tasks import (
-    CV,
     CV_REVIEW,
-    JOB,
     MAX_ANSWER_TOKENS,
     STRATEGY_SNAPSHOT,
     Registry,
     TaskType,
 )
 
-JOB_TITLE_BUDGET = 200
-JOB_COMPANY_BUDGET = 200
-JOB_DESCRIPTION_BUDGET = 6_000
-CV_BUDGET = 8_000
 TRUNCATION_MARK = "[truncated]"
 
 
 @dataclass(frozen=True)
-class JobText:
-    title: str
-    company: str
-    description: str
+class SubjectText:
+    """One subject's stored texts, by its kind's text fields (``SubjectKind.fields``)."""
+
+    kind: SubjectKind
+    fields: Mapping[str, str]
+
+    def __post_init__(self) -> None:
+        expected = {field.name for field in self.kind.fields}
+        if set(self.fields) != expected:
+            raise ValueError(f"a {self.kind.name} has the texts {sorted(expected)}")
+
+    @classmethod
+    def of(cls, kind: SubjectKind, **fields: str) -> SubjectText:
+        return cls(kind, MappingProxyType(fields))
+
+    def section(self) -> list[str]:
+        """Its lines of the user message: the section line, then each text within budget."""
+        lines = [self.kind.section]
+        for field in self.kind.fields:
+            value = self.fields[field.name]
+            if field.single_line:
+                text = _single_line(value, field.budget)
+                lines.append(f"{field.label}: {text}" if field.label else text)
+            else:
+                lines += [f"{field.label}:"] if field.label else []
+                lines.append(_clip(value, field.budget))
+        return lines
 
 
-@dataclass(frozen=True)
-class CvText:
-    text: str
-
-
-# What each task asks the model; its answer schema is the registry's.
+# What each task asks the model. The answer's fields and limits are not restated here:
+# the prompt renders them from the task's answer schema.
 INSTRUCTIONS: Mapping[str, str] = MappingProxyType(
     {
         STRATEGY_SNAPSHOT.name: (
             "You are a careful career strategist. Judge how well the candidate's CV fits "
             "the job posting. If no CV is given, judge what the posting demands and set "
-            "fit_score to null. Answer with one JSON object: fit_score (integer 0-100), "
-            "summary (at most 600 characters), strengths, gaps and next_steps (each at "
-            "most 6 short items of at most 200 characters)."
+            "fit_score to null. Keep list items short."
         ),
         CV_REVIEW.name: (
             "You are a careful CV reviewer. Review the CV for structure, clarity and "
             "quantified achievements, and against the job posting when one is given. "
-            "Answer with one JSON object: overall_score (integer 0-100), summary (at most "
-            "600 characters), strengths and improvements (each at most 6 short items of "
-            "at most 200 characters), keywords_missing (at most 12 terms from the posting "
-            "that the CV lacks, each at most 60 characters; empty without a posting)."
+            "List in keywords_missing the terms from the posting that the CV lacks; leave "
+            "it empty without a posting. Keep list items short."
         ),
     }
 )
@@ -104,35 +114,35 @@ class Prompt:
     task: TaskType
     instructions: str
 
-    def messages(self, job: JobText | None, cv: CvText | None) -> list[dict[str, str]]:
-        if self.task.subject is JOB and job is None:
-            raise InvalidArgument("job", f"is required for {self.task.name}")
-        if self.task.subject is CV and cv is None:
-            raise InvalidArgument("cv", f"is required for {self.task.name}")
+    @property
+    def system(self) -> str:
+        """What to ask, the answer's shape in words (from its schema), the shared rules."""
+        shape = f"Answer with one JSON object: {answers.describe(self.task.answer)}."
+        return f"{self.instructions} {shape} {_SHARED_INSTRUCTIONS}"
+
+    def messages(self, texts: Sequence[SubjectText]) -> list[dict[str, str]]:
+        given = [text.kind for text in texts]
+        if self.task.subject not in given:
+            raise InvalidArgument(self.task.subject.name, f"is required for {self.task.name}")
+        for kind in given:
+            if kind not in (self.task.subject, self.task.context):
+                raise InvalidArgument(kind.name, f"is not taken by {self.task.name}")
         lines = [f"Task: {self.task.name}"]
-        if job is not None:
-            lines += [
-                JOB_SECTION,
-                f"Title: {_single_line(job.title, JOB_TITLE_BUDGET)}",
-                f"Company: {_single_line(job.company, JOB_COMPANY_BUDGET)}",
-                "Description:",
-                _clip(job.description, JOB_DESCRIPTION_BUDGET),
-            ]
-        if cv is not None:
-            lines += [CV_SECTION, _clip(cv.text, CV_BUDGET)]
+        for text in sorted(texts, key=_layout_rank):
+            lines += text.section()
         lines.append(END_SECTION)
         return [
-            {"role": "system", "content": f"{self.instructions} {_SHARED_INSTRUCTIONS}"},
+            {"role": "system", "content": self.system},
             {"role": "user", "content": "\n".join(lines)},
         ]
 
-    def request(self, job: JobText | None, cv: CvText | None) -> InferenceRequest:
+    def request(self, texts: Sequence[SubjectText]) -> InferenceRequest:
         """The structured request: messages, the answer schema and its validator, the
         task's expected answer size (its progress counts against it) and a hard cap."""
         return InferenceRequest(
             schema_name=self.task.schema_name,
             schema=self.task.answer,
-            messages=self.messages(job, cv),
+            messages=self.messages(texts),
             validate=self.validate,
             expected_tokens=self.task.answer_tokens,
             max_tokens=MAX_ANSWER_TOKENS,
@@ -155,6 +165,11 @@ def prompts_for(
         for task in registry
         if task.name in instructions
     }
+
+
+def _layout_rank(text: SubjectText) -> int:
+    """Sections in the order of ``model.subjects.KINDS``; a kind not listed there last."""
+    return KINDS.index(text.kind) if text.kind in KINDS else len(KINDS)
 
 
 _SECTION_LIKE = re.compile(r"^([ \t]*)#{3,}", re.MULTILINE)

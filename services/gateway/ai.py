@@ -44,33 +44,25 @@ from durable_ops.gateway.problems import invalid
 from durable_ops.model import bounds
 from durable_ops.model.bounds import ID_MAX
 from durable_ops.model.errors import InvalidArgument, NotFound
-from durable_ops.model.tasks import CV, JOB, TASKS, Registry, SubjectKind, TaskType
+from durable_ops.model.subjects import SubjectKind
+from durable_ops.model.tasks import TASKS, Registry, TaskType
+from durable_ops.rpc.subjects import read_method, read_request
 
 IDEMPOTENCY_HEADER = "idempotency-key"
 _ID = re.compile(ID_PATTERN.strip("^$"))
 
 
-async def _read_job(calls: OwnerCalls, job_id: str) -> None:
-    await calls(_workspace(calls).GetJob, workspace_pb.GetJobRequest(job_id=job_id))
+_workspace = stub_for("workspace", workspace_grpc.WorkspaceServiceStub)
 
 
-async def _read_attachment(calls: OwnerCalls, attachment_id: str) -> None:
-    request = workspace_pb.GetAttachmentRequest(attachment_id=attachment_id)
-    await calls(_workspace(calls).GetAttachment, request)
-
-
-# The workspace read that proves a subject is the caller's own (NOT_FOUND otherwise).
-_SUBJECT_READS: Mapping[str, Callable[[OwnerCalls, str], Awaitable[None]]] = {
-    JOB.name: _read_job,
-    CV.name: _read_attachment,
-}
+async def read_subject(calls: OwnerCalls, kind: SubjectKind, subject_id: str) -> None:
+    """The Workspace read that proves a subject is the caller's own (NOT_FOUND otherwise)."""
+    workspace = _workspace(calls)
+    await calls(read_method(workspace, kind), read_request(kind, subject_id))
 
 
 def _not_found(kind: SubjectKind) -> Callable[[], NotFound]:
     return lambda: NotFound(f"{kind.name} not found", code=f"{kind.name}_not_found")
-
-
-_workspace = stub_for("workspace", workspace_grpc.WorkspaceServiceStub)
 
 
 def _idempotency_key(request: Request) -> str:
@@ -134,7 +126,7 @@ def cached(task: TaskType) -> Callable[[Request], Awaitable[Response]]:
         # but the cache holds one result per subject, whatever its second reference.
         for name, value in query_params(request, context_fields).items():
             _check_reference(name, value)
-        await _SUBJECT_READS[task.subject.name](calls, subject_id)
+        await read_subject(calls, task.subject, subject_id)
         # The operation first, then the note: a worker publishes its note before it
         # completes (with the lease), so an operation read as succeeded always finds its
         # note. The other order can read "no note yet", then "succeeded", if the worker

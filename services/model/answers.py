@@ -1,9 +1,11 @@
-"""Checking a model's answer against its task's answer schema. Pure.
+"""A task's answer schema, checked and put into words. Pure.
 
 The schemas (``model.tasks``) use a small JSON-schema subset; ``validate``
 enforces exactly that subset, strictly, whatever route produced the answer.
 Messages name the place of a mismatch, never the offending value: it is
-model output and may quote the user's CV.
+model output and may quote the user's CV. ``describe`` states the same
+subset's limits in words for the prompt, so the prompt can never promise
+limits other than those the answer is held to.
 """
 
 from __future__ import annotations
@@ -104,3 +106,50 @@ def _check_object(schema: Mapping[str, Any], value: object, where: str) -> None:
     for name, property_schema in properties.items():
         if name in value:
             _check(property_schema, value[name], f"{where}.{name}")
+
+
+def describe(schema: Mapping[str, Any]) -> str:
+    """An object schema's fields and their limits, in words, e.g.
+
+    ``fit_score (integer 0-100, or null), summary (at most 600 characters), strengths and
+    gaps (each at most 6 items of at most 200 characters)``
+
+    Neighbouring fields with the same limits are named together, as a person would.
+    """
+    groups: list[tuple[list[str], str]] = []
+    for name, property_schema in schema.get("properties", {}).items():
+        limits = _limits(property_schema)
+        if groups and groups[-1][1] == limits:
+            groups[-1][0].append(name)
+        else:
+            groups.append(([name], limits))
+    return ", ".join(_fields_with(names, limits) for names, limits in groups)
+
+
+def _fields_with(names: list[str], limits: str) -> str:
+    if len(names) == 1:
+        return f"{names[0]} ({limits})"
+    return f"{', '.join(names[:-1])} and {names[-1]} (each {limits})"
+
+
+def _limits(schema: Mapping[str, Any]) -> str:
+    if "anyOf" in schema:  # {anyOf: [X, {type: null}]}, the subset's one union
+        return f"{_limits(schema['anyOf'][0])}, or null"
+    kind = schema["type"]
+    if kind == "integer":
+        low, high = schema.get("minimum"), schema.get("maximum")
+        if low is not None and high is not None:
+            return f"integer {low}-{high}"
+        if low is not None:
+            return f"integer of at least {low}"
+        return "integer" if high is None else f"integer of at most {high}"
+    if kind == "string":
+        return f"at most {schema['maxLength']} characters" if "maxLength" in schema else "text"
+    if kind == "array":
+        count = f"at most {schema['maxItems']}" if "maxItems" in schema else "any number of"
+        return f"{count} items of {_limits(schema['items'])}"
+    if kind == "object":
+        return f"an object of {describe(schema)}"
+    if kind == "null":
+        return "null"
+    raise ValueError(f"schema type not supported: {kind!r}")

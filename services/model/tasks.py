@@ -5,7 +5,7 @@ work, and every part reads it from here:
 
     name, label          "strategy.snapshot", "Strategy snapshot" (notification text, UI)
     subject, context     what the operation is about (a job), and an optional second
-                         reference (a CV); each a ``SubjectKind`` with its URL segment
+                         reference (a CV); each a ``SubjectKind`` (``model.subjects``)
     answer               the JSON schema of the result the worker publishes; its
                          ``title``s are the UI's headings
     answer_tokens        about 1.5 times a typical answer, in tokens: the budget a
@@ -32,28 +32,11 @@ from typing import Any
 
 from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument
+from durable_ops.model.subjects import CV, JOB, SubjectKind
 
 # The cap sent as ``max_tokens``: above what any schema's own bounds allow (about
 # 1,300 tokens), so a wordy model is never cut off, yet a runaway one is stopped.
 MAX_ANSWER_TOKENS = 2048
-
-
-@dataclass(frozen=True)
-class SubjectKind:
-    """A kind of thing an operation refers to by an opaque id."""
-
-    name: str  # stored as the operation's subject_type
-    url_segment: str  # /api/<url_segment>/{id}
-    label: str  # how a page names one: "job", "CV"
-
-    @property
-    def reference_field(self) -> str:
-        """The request field naming one, e.g. ``attachment_id``."""
-        return f"{self.name}_id"
-
-
-JOB = SubjectKind("job", "jobs", "job")
-CV = SubjectKind("attachment", "attachments", "CV")
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 ``credentials`` (service JWTs), ``scope`` (the caller's scope from metadata),
 ``errors`` (the one domain error <-> status table), ``server`` (build, serve,
-graceful stop) and ``client`` (channels and call metadata).
+graceful stop), ``client`` (channels and call metadata) and ``subjects`` (the
+Workspace read of a subject, by its kind).
 """
 
 from typing import Any, TypeAlias

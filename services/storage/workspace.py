@@ -15,10 +15,11 @@ from sqlalchemy import Select, Table, bindparam, insert, select, update
 from durable_ops.model import bounds
 from durable_ops.model.errors import PLAN_REQUIRED, InvalidArgument, NotFound, PermissionDenied
 from durable_ops.model.states import Plan, Privacy
+from durable_ops.model.subjects import SubjectKind
 from durable_ops.storage import operations
 from durable_ops.storage.operations import new_id
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
-from durable_ops.storage.schema import AiWorkspaceNote, Attachment, Base, Job, UserAiSettings
+from durable_ops.storage.schema import AiWorkspaceNote, Attachment, Base, Job, Owned, UserAiSettings
 from durable_ops.storage.tx import SCOPE_OWNER, Tx
 
 NOTE_BODY_MAX = 16_000
@@ -112,6 +113,24 @@ def list_attachments(tx: Tx, *, size: int, token: str) -> Page[Attachment]:
     query = newest_first(_of_owner(ATTACHMENTS), columns.created_at, columns.id, token, size)
     rows = [Attachment(**row._mapping) for row in tx.execute(query)]
     return paginate(rows, size, lambda row: (row.created_at, row.id))
+
+
+# ---- subjects ------------------------------------------------------------------------------
+
+
+def get_subject(tx: Tx, kind: SubjectKind, subject_id: str) -> Base:
+    """One of the owner's rows of ``kind``, found by the table the kind names (NotFound
+    otherwise): admission's ownership check of every subject kind, with no reader per kind."""
+    return _owned(tx, _owned_rows(kind.table), subject_id, kind.name)
+
+
+def _owned_rows(table: str) -> type[Base]:
+    # Only owner-bearing tables qualify: a kind never names rows the owner scope does not filter.
+    for mapper in Base.registry.mappers:
+        rows: type[Base] = mapper.class_
+        if rows.__tablename__ == table and issubclass(rows, Owned):
+            return rows
+    raise ValueError(f"{table!r} is not an owner-bearing table")
 
 
 # ---- AI settings -----------------------------------------------------------------------------

@@ -20,18 +20,20 @@ from durable_ops.ai_worker.execution import Executor
 from durable_ops.ai_worker.handlers import WorkspaceReader
 from durable_ops.ai_worker.inference import ModelClient, Router
 from durable_ops.ai_worker.journal import JournalEntry, JournalError
-from durable_ops.ai_worker.prompts import CvText, JobText
+from durable_ops.ai_worker.prompts import SubjectText
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.circuit import CircuitBreaker
 from durable_ops.model.errors import NotFound
 from durable_ops.model.routing import Route
 from durable_ops.model.states import Plan, Privacy
+from durable_ops.model.subjects import JOB, SubjectKind
 from durable_ops.worker import Attempt
 from tests.support.ai_stack import ModelServer
 from tests.support.ai_worker import Journal, drain
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services, running_services
 from tests.support.operations_client import ALICE, OpsClient
+from tests.support.prompts import cv_text, job_text
 
 LEASE_SECONDS = 5
 STRATEGY = "strategy.snapshot"
@@ -58,13 +60,12 @@ class Workspace:
     def reader(self, owner_id: str) -> WorkspaceReader:
         return self
 
-    async def job(self, job_id: str) -> JobText:
-        if job_id in self.deleted:
-            raise NotFound("job not found", code="job_not_found")
-        return JobText(title="Data Engineer", company="Globex", description="Python and Spark.")
-
-    async def cv(self, attachment_id: str) -> CvText:
-        return CvText(text="Built Spark pipelines in Python.")
+    async def read(self, kind: SubjectKind, subject_id: str) -> SubjectText:
+        if subject_id in self.deleted:
+            raise NotFound(f"{kind.name} not found", code=f"{kind.name}_not_found")
+        if kind is JOB:
+            return job_text("Data Engineer", "Globex", "Python and Spark.")
+        return cv_text("Built Spark pipelines in Python.")
 
     async def publish_note(self, attempt: Attempt, body_json: str) -> tuple[str, bool]:
         self.notes.append(attempt.operation_id)

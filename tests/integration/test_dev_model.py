@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from starlette.applications import Starlette
 
 from durable_ops.ai_worker.inference import ModelClient
-from durable_ops.ai_worker.prompts import CvText, JobText
+from durable_ops.ai_worker.prompts import SubjectText
 from durable_ops.dev_model import create_app, parse_bind
 from durable_ops.dev_model.heuristic import (
     HEURISTIC_NOTE,
@@ -40,7 +40,14 @@ from durable_ops.settings import Settings
 from durable_ops.up import UP_DEV_MODEL_SECONDS, _stack_env
 from tests.support.ai_stack import ModelServer
 from tests.support.ports import free_port
-from tests.support.prompts import answer_schema, build_messages, build_request, validate_answer
+from tests.support.prompts import (
+    answer_schema,
+    build_messages,
+    build_request,
+    cv_text,
+    job_text,
+    validate_answer,
+)
 from tests.unit.test_dev_model_heuristic import (
     JOB_AD,
     JOB_COMPANY,
@@ -52,7 +59,7 @@ from tests.unit.test_dev_model_heuristic import (
 STRATEGY_SNAPSHOT = tasks.STRATEGY_SNAPSHOT.name
 CV_REVIEW = tasks.CV_REVIEW.name
 
-JOB = JobText(
+JOB = job_text(
     title="Senior Data Engineer",
     company="Globex Analytics",
     description=(
@@ -61,7 +68,7 @@ JOB = JobText(
         "You will build Spark pipelines and Airflow DAGs in Python."
     ),
 )
-STRONG_CV = CvText(
+STRONG_CV = cv_text(
     text="""Jane Doe
 jane@example.com · +49 30 1234 5678
 
@@ -81,11 +88,11 @@ MSc Computer Science, 2016
 Python, SQL, Spark, Airflow, Kafka, dbt, Snowflake, Terraform
 """
 )
-WEAK_CV = CvText(text="I like gardening and painting watercolours on weekends.")
+WEAK_CV = cv_text(text="I like gardening and painting watercolours on weekends.")
 
 
 def chat_body(
-    task_type: str, job: JobText | None, cv: CvText | None, **extra: Any
+    task_type: str, job: SubjectText | None, cv: SubjectText | None, **extra: Any
 ) -> dict[str, Any]:
     name, schema = answer_schema(task_type)
     body = {
@@ -113,7 +120,7 @@ def call(app: Starlette, path: str, body: Any = None, **kwargs: Any) -> httpx.Re
     return asyncio.run(_post(app, path, body, **kwargs))
 
 
-def answer(task_type: str, job: JobText | None, cv: CvText | None) -> dict[str, Any]:
+def answer(task_type: str, job: SubjectText | None, cv: SubjectText | None) -> dict[str, Any]:
     response = call(create_app(), "/v1/chat/completions", chat_body(task_type, job, cv))
     assert response.status_code == 200, response.text
     content = response.json()["choices"][0]["message"]["content"]
@@ -307,13 +314,13 @@ def test_strategy_without_cv_is_not_scored() -> None:
     assert any("Attach a CV" in step for step in result["next_steps"])
 
 
-REALISTIC_JOB = JobText(title=JOB_TITLE, company=JOB_COMPANY, description=JOB_AD)
+REALISTIC_JOB = job_text(title=JOB_TITLE, company=JOB_COMPANY, description=JOB_AD)
 
 
 def test_a_realistic_posting_through_the_workers_prompt() -> None:
     # The prompt the worker sends (sections, clipping) reaches the same scores.
-    strong = answer(STRATEGY_SNAPSHOT, REALISTIC_JOB, CvText(MATCHING_CV))
-    unrelated = answer(STRATEGY_SNAPSHOT, REALISTIC_JOB, CvText(PASTRY_CHEF_CV))
+    strong = answer(STRATEGY_SNAPSHOT, REALISTIC_JOB, cv_text(MATCHING_CV))
+    unrelated = answer(STRATEGY_SNAPSHOT, REALISTIC_JOB, cv_text(PASTRY_CHEF_CV))
     assert strong["fit_score"] >= 70
     assert unrelated["fit_score"] <= 30
     gaps = " ".join(strong["gaps"] + unrelated["gaps"]).lower()
@@ -358,11 +365,11 @@ def test_nothing_to_score_is_null_where_the_sent_schema_allows_it(streamed: bool
 
 
 def test_a_review_of_a_cv_without_words_is_null_where_allowed() -> None:
-    body = chat_body(CV_REVIEW, None, CvText("2019 - 2024"))
+    body = chat_body(CV_REVIEW, None, cv_text("2019 - 2024"))
     schema = nullable_score(body, "overall_score")
     result = json.loads(content_of(call(create_app(), "/v1/chat/completions", body)))
     assert answers.validate(schema, result)["overall_score"] is None
-    product = answer(CV_REVIEW, None, CvText("2019 - 2024"))  # the schema wants an integer
+    product = answer(CV_REVIEW, None, cv_text("2019 - 2024"))  # the schema wants an integer
     assert product["overall_score"] == 0
     assert "Not scored" in product["summary"]
 
@@ -374,7 +381,7 @@ def test_cv_review_scores_structure() -> None:
     assert any("Experience section" in item for item in strong["strengths"])
     assert any("Quantifies achievements" in item for item in strong["strengths"])
     assert any("Add a Skills section" in item for item in weak["improvements"])
-    no_headings = answer(CV_REVIEW, None, CvText("Worked on data pipelines for five years."))
+    no_headings = answer(CV_REVIEW, None, cv_text("Worked on data pipelines for five years."))
     assert "Add an Experience section with its own heading." in no_headings["improvements"]
     assert "Add an Education section with its own heading." in no_headings["improvements"]
     assert any("Quantify achievements" in item for item in weak["improvements"])
@@ -382,7 +389,7 @@ def test_cv_review_scores_structure() -> None:
 
 
 def test_cv_review_against_a_job_lists_missing_keywords() -> None:
-    python_only = CvText(text="## Skills\n- Python\n- SQL")
+    python_only = cv_text(text="## Skills\n- Python\n- SQL")
     result = answer(CV_REVIEW, JOB, python_only)
     assert "spark" in result["keywords_missing"]
     assert "python" not in result["keywords_missing"]
@@ -392,10 +399,10 @@ def test_cv_review_against_a_job_lists_missing_keywords() -> None:
 def test_sections_round_trip_through_the_prompt() -> None:
     user = build_messages(STRATEGY_SNAPSHOT, JOB, STRONG_CV)[1]["content"]
     inputs = parse_inputs(user, unsectioned="job")
-    assert inputs.job_title == JOB.title
-    assert inputs.job_company == JOB.company
-    assert inputs.job_text == JOB.description
-    assert inputs.cv_text == STRONG_CV.text.rstrip("\n")
+    assert inputs.job_title == JOB.fields["title"]
+    assert inputs.job_company == JOB.fields["company"]
+    assert inputs.job_text == JOB.fields["description"]
+    assert inputs.cv_text == STRONG_CV.fields["text"].rstrip("\n")
 
 
 def test_unsectioned_text_is_the_main_input() -> None:
@@ -420,11 +427,11 @@ free_text = st.text(st.characters(codec="utf-8"), max_size=400)
 def test_any_input_gives_a_valid_answer(
     title: str, description: str, cv: str, review_job: str | None
 ) -> None:
-    job = JobText(title=title, company="Acme", description=description)
+    job = job_text(title=title, company="Acme", description=description)
     for task_type, job_input, cv_input in (
-        (STRATEGY_SNAPSHOT, job, CvText(cv)),
+        (STRATEGY_SNAPSHOT, job, cv_text(cv)),
         (STRATEGY_SNAPSHOT, job, None),
-        (CV_REVIEW, None if review_job is None else JobText("", "", review_job), CvText(cv)),
+        (CV_REVIEW, None if review_job is None else job_text("", "", review_job), cv_text(cv)),
     ):
         user = build_messages(task_type, job_input, cv_input)[1]["content"]
         if task_type == STRATEGY_SNAPSHOT:
@@ -465,7 +472,7 @@ def streamed_content(events: list[Any]) -> str:
     ],
 )
 def test_streamed_chunks_rejoin_to_the_whole_answer(
-    task_type: str, job: JobText | None, cv: CvText | None
+    task_type: str, job: SubjectText | None, cv: SubjectText | None
 ) -> None:
     body = chat_body(task_type, job, cv)
     whole = call(create_app(), "/v1/chat/completions", body).json()
@@ -501,7 +508,7 @@ def test_pieces_join_to_the_exact_text(text: str) -> None:
     [(STRATEGY_SNAPSHOT, JOB, STRONG_CV), (CV_REVIEW, JOB, STRONG_CV), (CV_REVIEW, None, WEAK_CV)],
 )
 def test_answer_budgets_are_about_half_again_the_answer(
-    task_type: str, job: JobText | None, cv: CvText | None
+    task_type: str, job: SubjectText | None, cv: SubjectText | None
 ) -> None:
     # tasks.TaskType.answer_tokens: measured in these chunks. If this fails, measure again.
     chunks = len(pieces(json.dumps(answer(task_type, job, cv), ensure_ascii=False)))

@@ -42,7 +42,6 @@ from durable_ops.ai_worker.inference import (
 )
 from durable_ops.ai_worker.inference.response_format import REFUSAL_BODY_BYTES, ResponseFormat
 from durable_ops.ai_worker.inference.sse import Event, EventDecoder, MalformedStream
-from durable_ops.ai_worker.prompts import CvText, JobText
 from durable_ops.dev_model import create_app
 from durable_ops.dev_model import stream as dev_stream
 from durable_ops.model import tasks
@@ -52,18 +51,18 @@ from durable_ops.model.routing import Route
 from durable_ops.model.states import Privacy
 from durable_ops.settings import Settings
 from tests.support.ports import refusing_port
-from tests.support.prompts import build_request, validate_answer
+from tests.support.prompts import build_request, cv_text, job_text, validate_answer
 
 STRATEGY_SNAPSHOT = tasks.STRATEGY_SNAPSHOT.name
 CV_REVIEW = tasks.CV_REVIEW.name
 
 ASGI_URL = "http://127.0.0.1/v1"  # never dialled: requests go to the ASGI app in process
-JOB = JobText(
+JOB = job_text(
     title="Platform Engineer",
     company="Acme",
     description="Python, Kubernetes and PostgreSQL. Terraform on AWS. Python tooling.",
 )
-CV = CvText(text="## Skills\n- Python\n- PostgreSQL\n- AWS\n")
+CV = cv_text(text="## Skills\n- Python\n- PostgreSQL\n- AWS\n")
 STRATEGY = build_request(STRATEGY_SNAPSHOT, JOB, CV)
 UNCHECKED = InferenceRequest("probe", {"type": "object"}, [{"role": "user", "content": "hi"}])
 

@@ -19,22 +19,23 @@ import httpx
 import pytest
 from starlette.routing import Route
 
-from durable_ops.ai_worker.handlers import Inputs, handlers_for
-from durable_ops.ai_worker.prompts import INSTRUCTIONS, CvText, JobText
+from durable_ops.ai_worker.handlers import handlers_for
+from durable_ops.ai_worker.prompts import INSTRUCTIONS
 from durable_ops.dev_model import create_app as create_dev_model
 from durable_ops.gateway.ai import analysis_module
 from durable_ops.gateway.web import Renderer
-from durable_ops.model import answers, tasks
+from durable_ops.model import answers, subjects, tasks
 from durable_ops.model.notifications import wording
 from durable_ops.model.states import OperationState
 from durable_ops.settings import Settings
+from tests.support.prompts import cv_text, job_text
 
 COVER_LETTER = tasks.TaskType(
     name="cover.letter",
     label="Cover letter",
     action="Draft cover letter",
-    subject=tasks.JOB,
-    context=tasks.CV,
+    subject=subjects.JOB,
+    context=subjects.CV,
     answer=tasks.answer(
         {
             "match_score": tasks.score("Match"),
@@ -51,8 +52,8 @@ COVER_LETTER = tasks.TaskType(
 )
 REGISTRY = tasks.TASKS.with_task(COVER_LETTER)
 PROMPTS = {**INSTRUCTIONS, COVER_LETTER.name: "Draft a cover letter for the posting."}
-JOB = JobText(title="Data Engineer", company="Globex", description="Python, Spark and Kafka.")
-CV = CvText(text="Built Spark pipelines in Python for five years.")
+JOB = job_text("Data Engineer", "Globex", "Python, Spark and Kafka.")
+CV = cv_text("Built Spark pipelines in Python for five years.")
 
 
 def test_the_registry_derives_every_spelling() -> None:
@@ -96,8 +97,12 @@ def test_the_page_knows_it() -> None:
 def test_the_worker_has_a_handler_and_the_dev_model_answers_its_schema() -> None:
     handler = handlers_for(REGISTRY, PROMPTS)[COVER_LETTER.name]
     refs = handler.refs_for("job", "job-1", "cv-1")
-    assert (refs.job_id, refs.attachment_id) == ("job-1", "cv-1")
-    request = handler.request(Inputs(job=JOB, cv=CV))
+    assert [(ref.kind, ref.id) for ref in refs] == [(subjects.JOB, "job-1"), (subjects.CV, "cv-1")]
+    request = handler.request([JOB, CV])
+    assert (
+        "match_score (integer 0-100), letter (at most 2000 characters)"
+        in request.messages[0]["content"]
+    )
     assert request.schema_name == "cover_letter"
     assert request.schema == COVER_LETTER.answer
     assert request.expected_tokens == COVER_LETTER.answer_tokens

@@ -7,19 +7,22 @@ import json
 
 import pytest
 
-from durable_ops.ai_worker.handlers import HANDLERS, Inputs, References, TaskHandler
+from durable_ops.ai_worker.handlers import HANDLERS, Reference, TaskHandler
 from durable_ops.ai_worker.inference.errors import InvalidModelOutput
 from durable_ops.ai_worker.main import registered_task_types
-from durable_ops.ai_worker.prompts import CvText, JobText
+from durable_ops.ai_worker.prompts import SubjectText
+from durable_ops.model import subjects
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.prompt_sections import CV_SECTION, JOB_SECTION
+from durable_ops.model.subjects import SubjectKind
 from durable_ops.model.tasks import TASKS
+from tests.support.prompts import cv_text, job_text
 
 STRATEGY_SNAPSHOT = HANDLERS["strategy.snapshot"]
 CV_REVIEW = HANDLERS["cv.review"]
 
-JOB = JobText(title="Data Engineer", company="Globex", description="Python, Spark and Kafka.")
-CV = CvText(text="Built Spark pipelines in Python.")
+JOB = job_text("Data Engineer", "Globex", "Python, Spark and Kafka.")
+CV = cv_text("Built Spark pipelines in Python.")
 SNAPSHOT_ANSWER = {
     "fit_score": 70,
     "summary": "Good fit.",
@@ -33,13 +36,9 @@ class Reader:
     def __init__(self) -> None:
         self.reads: list[tuple[str, str]] = []
 
-    async def job(self, job_id: str) -> JobText:
-        self.reads.append(("job", job_id))
-        return JOB
-
-    async def cv(self, attachment_id: str) -> CvText:
-        self.reads.append(("cv", attachment_id))
-        return CV
+    async def read(self, kind: SubjectKind, subject_id: str) -> SubjectText:
+        self.reads.append((kind.name, subject_id))
+        return JOB if kind is subjects.JOB else CV
 
 
 def test_every_registered_task_has_a_handler_and_nothing_else_does() -> None:
@@ -55,16 +54,21 @@ def test_claims_ask_for_registered_types_highest_priority_first() -> None:
 @pytest.mark.parametrize(
     ("handler", "subject_type", "context_ref", "expected"),
     [
-        (STRATEGY_SNAPSHOT, "job", "cv-1", References(job_id="subj", attachment_id="cv-1")),
-        (STRATEGY_SNAPSHOT, "job", "", References(job_id="subj", attachment_id=None)),
-        (CV_REVIEW, "attachment", "job-1", References(job_id="job-1", attachment_id="subj")),
-        (CV_REVIEW, "attachment", "", References(job_id=None, attachment_id="subj")),
+        (STRATEGY_SNAPSHOT, "job", "cv-1", [(subjects.JOB, "subj"), (subjects.CV, "cv-1")]),
+        (STRATEGY_SNAPSHOT, "job", "", [(subjects.JOB, "subj")]),
+        (CV_REVIEW, "attachment", "job-1", [(subjects.CV, "subj"), (subjects.JOB, "job-1")]),
+        (CV_REVIEW, "attachment", "", [(subjects.CV, "subj")]),
     ],
 )
 def test_references_name_the_subject_and_the_optional_context(
-    handler: TaskHandler, subject_type: str, context_ref: str, expected: References
+    handler: TaskHandler,
+    subject_type: str,
+    context_ref: str,
+    expected: list[tuple[SubjectKind, str]],
 ) -> None:
-    assert handler.refs_for(subject_type, "subj", context_ref) == expected
+    assert handler.refs_for(subject_type, "subj", context_ref) == [
+        Reference(kind, subject_id) for kind, subject_id in expected
+    ]
 
 
 def test_a_subject_of_the_wrong_type_is_refused() -> None:
@@ -78,24 +82,25 @@ def test_inputs_are_read_only_where_referenced() -> None:
     reader = Reader()
     refs = STRATEGY_SNAPSHOT.refs_for("job", "j-1", "")
     inputs = asyncio.run(STRATEGY_SNAPSHOT.inputs(reader, refs))
-    assert inputs == Inputs(job=JOB, cv=None)
+    assert inputs == [JOB]
     assert reader.reads == [("job", "j-1")]
     both = asyncio.run(CV_REVIEW.inputs(reader, CV_REVIEW.refs_for("attachment", "c-1", "j-2")))
-    assert both == Inputs(job=JOB, cv=CV)
-    assert reader.reads[1:] == [("job", "j-2"), ("cv", "c-1")]
+    assert both == [CV, JOB]
+    assert reader.reads[1:] == [("attachment", "c-1"), ("job", "j-2")]
 
 
 def test_one_bounded_structured_request_per_task() -> None:
-    request = CV_REVIEW.request(Inputs(job=JOB, cv=CV))
+    request = CV_REVIEW.request([CV, JOB])
     assert request.schema_name == "cv_review"
     user = request.messages[-1]["content"]
+    # The posting first, whichever the task is about (model.subjects.KINDS).
     assert JOB_SECTION in user
-    assert CV_SECTION in user
+    assert user.index(JOB_SECTION) < user.index(CV_SECTION)
     assert request.validate is not None
-    snapshot = STRATEGY_SNAPSHOT.request(Inputs(job=JOB, cv=None))
+    snapshot = STRATEGY_SNAPSHOT.request([JOB])
     assert CV_SECTION not in snapshot.messages[-1]["content"]
     with pytest.raises(InvalidArgument):
-        CV_REVIEW.request(Inputs(job=JOB, cv=None))  # a review needs the CV
+        CV_REVIEW.request([JOB])  # a review needs the CV
 
 
 def test_the_note_is_the_validated_answer_in_canonical_json() -> None:

@@ -3,23 +3,31 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import re
 from typing import Any
 
 import pytest
 
 from durable_ops.ai_worker.inference import InvalidModelOutput
 from durable_ops.ai_worker.prompts import (
-    CV_BUDGET,
-    JOB_DESCRIPTION_BUDGET,
-    JOB_TITLE_BUDGET,
+    INSTRUCTIONS,
     TRUNCATION_MARK,
-    CvText,
-    JobText,
+    Prompt,
+    SubjectText,
     prompts_for,
 )
-from durable_ops.model import answers, tasks
+from durable_ops.model import answers, subjects, tasks
 from durable_ops.model.errors import InvalidArgument
-from tests.support.prompts import answer_schema, build_messages, build_request, validate_answer
+from durable_ops.model.subjects import CV_BUDGET, JOB_DESCRIPTION_BUDGET, JOB_TITLE_BUDGET
+from tests.support.prompts import (
+    answer_schema,
+    build_messages,
+    build_request,
+    cv_text,
+    job_text,
+    validate_answer,
+)
 
 STRATEGY_SNAPSHOT = tasks.STRATEGY_SNAPSHOT.name
 CV_REVIEW = tasks.CV_REVIEW.name
@@ -38,8 +46,8 @@ GOOD_REVIEW: dict[str, Any] = {
     "improvements": ["Add a Skills section."],
     "keywords_missing": ["kubernetes"],
 }
-JOB = JobText(title="Backend Engineer", company="Acme", description="Python and SQL.")
-CV = CvText(text="Jane Doe\nPython developer.")
+JOB = job_text("Backend Engineer", "Acme", "Python and SQL.")
+CV = cv_text("Jane Doe\nPython developer.")
 
 
 def objects_in(schema: dict[str, Any]) -> list[dict[str, Any]]:
@@ -178,13 +186,24 @@ def test_optional_inputs_leave_their_section_out() -> None:
 def test_required_inputs_are_enforced() -> None:
     with pytest.raises(InvalidArgument, match="job"):
         build_messages(STRATEGY_SNAPSHOT, None, CV)
-    with pytest.raises(InvalidArgument, match="cv"):
+    with pytest.raises(InvalidArgument, match="attachment"):
         build_messages(CV_REVIEW, JOB, None)
 
 
+def test_a_text_of_a_kind_the_task_does_not_take_is_refused() -> None:
+    only_cv = dataclasses.replace(tasks.CV_REVIEW, context=None)
+    with pytest.raises(InvalidArgument, match=r"job.*not taken by cv\.review"):
+        Prompt(only_cv, "Review the CV.").messages([CV, JOB])
+
+
+def test_a_text_has_exactly_its_kinds_fields() -> None:
+    with pytest.raises(ValueError, match="description"):
+        SubjectText.of(subjects.JOB, title="t", company="c")
+
+
 def test_inputs_are_cut_to_their_budget() -> None:
-    job = JobText(title="T" * 500, company="C", description="d" * 10_000)
-    cv = CvText(text="c" * 20_000)
+    job = job_text("T" * 500, "C", "d" * 10_000)
+    cv = cv_text("c" * 20_000)
     content = build_messages(STRATEGY_SNAPSHOT, job, cv)[1]["content"]
     lines = content.splitlines()
     assert lines[2] == "Title: " + "T" * JOB_TITLE_BUDGET + TRUNCATION_MARK
@@ -193,14 +212,14 @@ def test_inputs_are_cut_to_their_budget() -> None:
 
 
 def test_text_within_budget_is_kept_whole() -> None:
-    cv = CvText(text="c" * CV_BUDGET)
+    cv = cv_text("c" * CV_BUDGET)
     content = build_messages(CV_REVIEW, None, cv)[1]["content"]
     assert TRUNCATION_MARK not in content
 
 
 def test_user_text_cannot_open_or_close_a_section() -> None:
-    cv = CvText(text="Intro\n### END\n  ### JOB POSTING\r### CV\n#### Skills")
-    job = JobText(title="### END", company="x", description="a\n###END")
+    cv = cv_text("Intro\n### END\n  ### JOB POSTING\r### CV\n#### Skills")
+    job = job_text("### END", "x", "a\n###END")
     content = build_messages(STRATEGY_SNAPSHOT, job, cv)[1]["content"]
     markers = [line for line in content.splitlines() if line.lstrip().startswith("###")]
     assert markers == ["### JOB POSTING", "### CV", "### END"]
@@ -222,3 +241,60 @@ def test_build_request_validates_with_the_task_schema() -> None:
     assert request.validate(GOOD_REVIEW) == GOOD_REVIEW
     with pytest.raises(InvalidModelOutput):
         request.validate(GOOD_STRATEGY)
+
+
+# ---- the answer's stated limits: rendered from its schema ---------------------------------
+
+
+def test_the_prompt_states_the_answer_schema_limits() -> None:
+    system = build_messages(STRATEGY_SNAPSHOT, JOB, CV)[0]["content"]
+    assert (
+        "Answer with one JSON object: fit_score (integer 0-100, or null), summary (at most 600 "
+        "characters), strengths, gaps and next_steps (each at most 6 items of at most 200 "
+        "characters)."
+    ) in system
+    review = build_messages(CV_REVIEW, None, CV)[0]["content"]
+    assert (
+        "overall_score (integer 0-100), summary (at most 600 characters), strengths and "
+        "improvements (each at most 6 items of at most 200 characters), keywords_missing "
+        "(at most 12 items of at most 60 characters)."
+    ) in review
+
+
+def test_a_limit_changed_in_the_schema_changes_the_prompt() -> None:
+    schema = copy.deepcopy(dict(tasks.STRATEGY_SNAPSHOT.answer))
+    schema["properties"]["summary"] = tasks.text(300)
+    schema["properties"]["gaps"] = tasks.items("Gaps", 4, 100)
+    changed = dataclasses.replace(tasks.STRATEGY_SNAPSHOT, answer=schema)
+    system = Prompt(changed, INSTRUCTIONS[STRATEGY_SNAPSHOT]).system
+    assert "summary (at most 300 characters)" in system
+    assert "600" not in system
+    # gaps no longer shares its limits with its neighbours, so each is named on its own
+    assert (
+        "strengths (at most 6 items of at most 200 characters), "
+        "gaps (at most 4 items of at most 100 characters), "
+        "next_steps (at most 6 items of at most 200 characters)"
+    ) in system
+
+
+@pytest.mark.parametrize("task_type", list(INSTRUCTIONS))
+def test_instructions_say_what_to_ask_and_restate_no_limit(task_type: str) -> None:
+    assert not re.search(r"[0-9]", INSTRUCTIONS[task_type])
+
+
+@pytest.mark.parametrize(
+    ("schema", "words"),
+    [
+        ({"type": "integer"}, "integer"),
+        ({"type": "integer", "minimum": 1}, "integer of at least 1"),
+        ({"type": "integer", "maximum": 9}, "integer of at most 9"),
+        ({"type": "string"}, "text"),
+        ({"type": "array", "items": {"type": "string"}}, "any number of items of text"),
+        (
+            tasks.answer({"a": tasks.score("A"), "b": tasks.score("B")}),
+            "an object of a and b (each integer 0-100)",
+        ),
+    ],
+)
+def test_every_keyword_of_the_subset_is_put_into_words(schema: dict[str, Any], words: str) -> None:
+    assert answers.describe(tasks.answer({"x": schema})) == f"x ({words})"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from durable_ops.ai_worker.handlers.base import Inputs, References, TaskHandler, WorkspaceReader
+from durable_ops.ai_worker.handlers.base import Reference, TaskHandler, WorkspaceReader
 from durable_ops.ai_worker.prompts import INSTRUCTIONS, prompts_for
 from durable_ops.model.tasks import TASKS, Registry
 
@@ -23,4 +23,4 @@ def handlers_for(
 
 HANDLERS: Mapping[str, TaskHandler] = handlers_for(TASKS)
 
-__all__ = ["HANDLERS", "Inputs", "References", "TaskHandler", "WorkspaceReader", "handlers_for"]
+__all__ = ["HANDLERS", "Reference", "TaskHandler", "WorkspaceReader", "handlers_for"]

@@ -1,43 +1,40 @@
 """What a task handler is: which stored texts a task reads, and its note.
 
 One handler serves every task type: the registry says what the subject and the
-optional context reference are (a job, a CV), the prompt says what to ask.
-``references`` names the job and the CV behind the operation's two opaque
-references; the executor reads them through a ``WorkspaceReader`` in the
-owner's scope. ``request`` turns the texts into one bounded structured request;
-``note_body`` turns the validated answer into the published note.
+optional context reference are (each a ``SubjectKind``), the prompt says what
+to ask. ``refs_for`` names the subjects behind the operation's two opaque
+references; ``inputs`` reads each through a ``WorkspaceReader`` in the owner's
+scope, by its kind, with no reader per kind. ``request`` turns the texts into
+one bounded structured request; ``note_body`` turns the validated answer into
+the published note.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from durable_ops.ai_worker.inference.request import InferenceRequest
-from durable_ops.ai_worker.prompts import CvText, JobText, Prompt
+from durable_ops.ai_worker.prompts import Prompt, SubjectText
 from durable_ops.model.errors import InvalidArgument
-from durable_ops.model.tasks import CV, JOB, TaskType
+from durable_ops.model.subjects import SubjectKind
+from durable_ops.model.tasks import TaskType
 
 
 class WorkspaceReader(Protocol):
     """The owner's stored texts; ``NotFound`` when one was deleted (or is not theirs)."""
 
-    async def job(self, job_id: str) -> JobText: ...
-
-    async def cv(self, attachment_id: str) -> CvText: ...
+    async def read(self, kind: SubjectKind, subject_id: str) -> SubjectText: ...
 
 
 @dataclass(frozen=True)
-class References:
-    job_id: str | None
-    attachment_id: str | None
+class Reference:
+    """One subject an operation refers to: its kind and its opaque id."""
 
-
-@dataclass(frozen=True)
-class Inputs:
-    job: JobText | None
-    cv: CvText | None
+    kind: SubjectKind
+    id: str
 
 
 @dataclass(frozen=True)
@@ -52,24 +49,23 @@ class TaskHandler:
     def task_type(self) -> str:
         return self.task.name
 
-    def refs_for(self, subject_type: str, subject_id: str, context_ref: str) -> References:
+    def refs_for(self, subject_type: str, subject_id: str, context_ref: str) -> list[Reference]:
+        """The subject, then the context when the operation names one."""
         if subject_type != self.task.subject.name:
             # Admission never stores this; a row written by hand must not be guessed at.
             raise InvalidArgument(
                 "subject_type", f"{self.task.name} works on a {self.task.subject.name}"
             )
-        named = {self.task.subject.name: subject_id}
+        refs = [Reference(self.task.subject, subject_id)]
         if self.task.context is not None and context_ref:
-            named[self.task.context.name] = context_ref
-        return References(job_id=named.get(JOB.name), attachment_id=named.get(CV.name))
+            refs.append(Reference(self.task.context, context_ref))
+        return refs
 
-    async def inputs(self, reader: WorkspaceReader, refs: References) -> Inputs:
-        job = await reader.job(refs.job_id) if refs.job_id else None
-        cv = await reader.cv(refs.attachment_id) if refs.attachment_id else None
-        return Inputs(job=job, cv=cv)
+    async def inputs(self, reader: WorkspaceReader, refs: Sequence[Reference]) -> list[SubjectText]:
+        return [await reader.read(ref.kind, ref.id) for ref in refs]
 
-    def request(self, inputs: Inputs) -> InferenceRequest:
-        return self.prompt.request(inputs.job, inputs.cv)
+    def request(self, inputs: Sequence[SubjectText]) -> InferenceRequest:
+        return self.prompt.request(inputs)
 
     def note_body(self, answer: dict[str, Any]) -> str:
         """The note is the answer itself, checked once more against the task's schema:
