@@ -57,7 +57,7 @@ from sqlalchemy.pool import StaticPool
 from durable_ops.model.errors import Unavailable
 from durable_ops.model.lifecycle import Draw, system_draw
 from durable_ops.private_files import prepare_sqlite_file
-from durable_ops.storage import direct, pool
+from durable_ops.storage import pool
 from durable_ops.storage.events import Bus, Committed, collecting
 from durable_ops.storage.inline_sqlite import InlineSqlite
 from durable_ops.storage.tx import Tx
@@ -158,8 +158,6 @@ def _on_mysql_connect(dbapi_connection: Any, record: Any) -> None:
     record.info[GALERA_KEY] = galera
 
 
-# Sent on the driver's cursor (``direct``): through ``exec_driver_sql`` a BEGIN cost a
-# full execution context, as much again as the create it began.
 _BEGIN = {mode: f"BEGIN {mode}" for mode in ("DEFERRED", "IMMEDIATE")}
 
 
@@ -196,7 +194,7 @@ def _sqlite_engine(url: URL, *, inline: bool = False) -> Engine:
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
         mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
-        direct.execute_sql(connection, _BEGIN[mode])
+        connection.exec_driver_sql(_BEGIN[mode])
 
     return engine
 

@@ -1,8 +1,7 @@
 """Core transactions in a scope: the one way every service reaches the database.
 
 Every aggregate's statements are Core statements, most built once at import,
-executed through a ``Tx`` (ADR 0008); the operation lifecycle's hot INSERTs
-and UPDATEs go through ``Tx.write``, on the driver's cursor (ADR 0028).
+executed through a ``Tx`` (ADR 0008).
 
 The owner scope holds by construction, in one place: ``Tx.execute`` in an
 owner scope refuses any statement that touches an owner-bearing table without
@@ -19,16 +18,14 @@ owner's scope (``as_owner``), where the owner rules hold as for the owner.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from sqlalchemy import BindParameter, Column, CursorResult, Executable, Table, bindparam
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import visitors
 
-from durable_ops.storage import direct
 from durable_ops.storage.schema import Base
-from durable_ops.storage.statement_cache import StatementCache
 
 SCOPE_OWNER_KEY = "scope_owner"
 SCOPE_OWNER: BindParameter[str] = bindparam(SCOPE_OWNER_KEY)
@@ -45,6 +42,9 @@ def _owner_tables() -> frozenset[str]:
     )
 
 
+# Keyed by the statement object (identity): the hot statements are module constants or
+# built once per batch size, so a few hundred entries hold them all.
+@lru_cache(maxsize=512)
 def _shape(statement: Executable) -> tuple[bool, bool]:
     """(touches an owner-bearing table, binds SCOPE_OWNER)."""
     owned = _owner_tables()
@@ -57,9 +57,6 @@ def _shape(statement: Executable) -> tuple[bool, bool]:
         elif isinstance(element, BindParameter) and element.key == SCOPE_OWNER_KEY:
             binds = True
     return touches, binds
-
-
-_shapes: StatementCache[tuple[bool, bool]] = StatementCache()
 
 
 class Tx:
@@ -86,14 +83,13 @@ class Tx:
         return self.connection.execute(statement, self._scoped(statement, parameters))
 
     def write(self, statement: Executable, parameters: Mapping[str, Any]) -> int:
-        """An INSERT or UPDATE of the hot path, under the same scope rule; the rows it
-        matched. Straight on the driver's cursor (``direct``): no result object."""
-        return direct.write(self.connection, statement, self._scoped(statement, parameters))
+        """An INSERT or UPDATE under the same scope rule; the rows it matched."""
+        return self.execute(statement, parameters).rowcount
 
     def _scoped(
         self, statement: Executable, parameters: Mapping[str, Any] | None
     ) -> dict[str, Any]:
-        touches, binds = _shapes.get(statement, lambda: _shape(statement))
+        touches, binds = _shape(statement)
         values = dict(parameters or {})
         if self.owner_id is not None:
             if touches and not binds:
@@ -109,7 +105,7 @@ class Tx:
     ) -> CursorResult[Any]:
         """``statement`` once per row, under the same scope rule (an INSERT of many rows
         goes to the database as one multi-row statement)."""
-        touches, binds = _shapes.get(statement, lambda: _shape(statement))
+        touches, binds = _shape(statement)
         if self.owner_id is not None and touches and not binds:
             raise ScopeViolation("an owner-scoped statement must filter by SCOPE_OWNER")
         if self.owner_id is None and binds:
