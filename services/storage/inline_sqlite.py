@@ -4,10 +4,12 @@ An async server hands each transaction to the database thread pool. On SQLite
 that costs more than the hop: the driver releases the GIL at every step, so
 the event loop's thread and a pool thread pass it back and forth about twice
 per statement, which measured as half of the Operations server's CPU per
-lifecycle (ADR 0030). A transaction marked short (a create, a claim, a
-settle, a heartbeat, a read by id) runs here instead, on one connection kept
-open for it (checking a connection out and in again cost a third of a create's
-transaction), when it can start at once:
+lifecycle (ADR 0030): figure 1 on SQLite (target 0.3) went from 0.14 to 0.28
+with this module, the one bypass under SQLAlchemy a user-facing figure needs.
+A transaction marked short (a create, a claim, a settle, a heartbeat, a read
+by id) runs here instead, on one connection kept open for it (checking a
+connection out and in again cost a third of a create's transaction), when it
+can start at once:
 
 - the connection's ``busy_timeout`` is 0, so a write lock held by another
   connection or process answers SQLITE_BUSY at ``BEGIN IMMEDIATE`` instead of
