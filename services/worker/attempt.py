@@ -89,14 +89,12 @@ class Claimed:
 
 
 class Attempt(Claimed):
-    """The claimed operation (its fields stay frozen), held by its lease while the handler runs.
+    """The claimed operation (its fields stay frozen) while a handler works on it.
 
-    ``progress`` reports 0 to 99 to the owner. ``cancelled`` is set when the
-    owner's cancel reaches the worker; the handler's task is cancelled at the
-    same time, so a handler that awaits anything stops there unless it catches it.
-    After the attempt's end, ``result`` is what the handler returned (if it did) and
-    ``ending`` what the service accepted (``None``: nothing, the lease was lost
-    or the settlement refused or never answered).
+    ``cancelled`` is set when the owner's cancel arrives, and the handler's task
+    is cancelled with it. Once it ended, ``result`` is what the handler returned
+    and ``ending`` what the service accepted (``None``: the lease was lost, or the
+    settlement refused or never answered).
     """
 
     def __init__(self, claimed: Claimed, leases: LeaseStream, lease_seconds: int) -> None:
@@ -120,12 +118,9 @@ class Attempt(Claimed):
         return self.lease is not None and self.lease.lost
 
     async def hold(self) -> Lease:
-        """Hold the lease on the worker's lease stream from now on, and return it.
-
-        The first beat answers whether the owner already cancelled: a handler
-        that calls this before expensive work starts none for a cancelled
-        operation (its task is cancelled at once). ``LeaseLost`` if it is gone.
-        """
+        """Hold the lease on the worker's lease stream from now on (``LeaseLost`` if it is
+        gone). The first beat says whether the owner already cancelled: a handler that holds
+        it before expensive work starts none for a cancelled operation."""
         if self.lease is None:
             self.lease = self._leases.join(self, self._lease_seconds)
             self.joined.set()
@@ -137,13 +132,9 @@ class Attempt(Claimed):
         lease.report_progress(percent)
 
     async def fenced(self, write: Awaitable[T]) -> T:
-        """Run ``write``, a call the service fences on this lease, to its end.
-
-        The owner's cancel (or the worker's stop) may arrive while it is in
-        flight; the write's own answer says which came first (``LeaseLost``, code
-        ``cancel_requested``, if the cancel did), so it is waited for rather than
-        abandoned, and a write that went through stands.
-        """
+        """Run ``write``, a call the service fences on this lease, to its answer even if a
+        cancel arrives meanwhile: the answer says which came first (``LeaseLost``, code
+        ``cancel_requested``), and a write that went through stands."""
         call = asyncio.ensure_future(write)
         interrupted = 0
         while not call.done():

@@ -1,13 +1,10 @@
-"""The completer: every attempt's end goes through one ``SettleOperations`` channel.
+"""The completer: every attempt's end is an item of one ``SettleOperations`` channel.
 
-A completion, a failure, a fallback and an acknowledged cancel are items of one
-call, each fenced by its own lease token. Batching needs no timer, as in
-River's batching completer: what ends while no call is in flight goes out on
-the next turn of the event loop; what ends while one is in flight goes out in
-one call when it returns (a full ``batch_size`` goes at once). UNAVAILABLE is
-asked again for up to ``RETRY_SECONDS``: a lease holder's repeated settlement
-answers the state it reached the first time. A settlement not sent is left to
-its lease, which runs out, and the work is tried again.
+No timer, as in River's batching completer: what ends while no call is in
+flight goes on the next turn of the event loop; what ends meanwhile goes in one
+call once that returns (a full ``batch_size`` at once). UNAVAILABLE is asked
+again for ``RETRY_SECONDS``: a lease holder's repeat answers what the first did.
+A settlement not sent is left to its lease, and the work is tried again.
 """
 
 from __future__ import annotations
@@ -111,13 +108,12 @@ class Completer:
     async def _call(self, batch: list[tuple[Item, asyncio.Future[Answer]]]) -> None:
         try:
             reply = await retrying(lambda: self._send([item for item, _ in batch]))
-            if len(reply.outcomes) != len(batch):
-                raise RuntimeError(f"{len(reply.outcomes)} answers for {len(batch)} settlements")
+            answered = list(zip(batch, reply.outcomes, strict=True))
         except Exception as error:
             for _, answer in batch:
                 answer.set_exception(error)
             return
-        for (_, answer), outcome in zip(batch, reply.outcomes, strict=True):
+        for (_, answer), outcome in answered:
             answer.set_result(outcome)
 
 

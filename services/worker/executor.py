@@ -1,13 +1,10 @@
 """The executor: one attempt, from its handler to the outcome the completer settles.
 
-A return completes the operation; an exception fails it as ``classify`` says;
-the owner's cancel is acknowledged; a lost lease settles nothing (the work is
-no longer this worker's). An attempt that runs longer than
-``HEARTBEAT_AFTER_SECONDS``, or holds its lease itself, joins the worker's lease
-stream, whose cancel or loss cancels the handler at once; shorter ones never
-join it: the claim's lease covers them. Interceptors wrap each attempt, the
-first one outermost (a journal, a trace, as in Temporal's SDK); if one fails,
-the attempt is given back and the worker stops.
+A return completes; an exception fails as ``classify`` says; the owner's cancel
+is acknowledged; a lost lease settles nothing. An attempt running longer than
+``HEARTBEAT_AFTER_SECONDS`` (or holding its lease itself) joins the lease stream,
+whose cancel or loss cancels the handler; shorter ones live on the claim's lease.
+Interceptors wrap each attempt, the first outermost, as in Temporal's SDK.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """One lease stream per worker holds the leases of all its running attempts (ADR 0026).
 
-A joining lease goes out whole on a beat sent at once; its answer says whether
-the owner already cancelled. The stream then beats every third of its shortest
-lease, so two beats land in every lease window, and about once a second while
-an attempt reports progress. One beat extends every lease on it with one
-UPDATE and is answered lease by lease; an owner's cancel is also pushed the
-moment it commits. A lease leaves the stream when its attempt closes it, its
-owner cancels or it is lost; the stream closes once it holds none.
-
-A lease is lost when an answer refuses it (it expired or moved to another
-attempt) or the stream stays broken until the lease runs out. A broken stream
-(its replica restarted) reopens, which round robin sends to another replica,
-and adds the live leases again. As in Temporal, a failed heartbeat stops the work.
+A joining lease goes out on a beat sent at once, whose answer says whether the
+owner already cancelled; then the stream beats every third of its shortest
+lease (two beats in every window), and about once a second while progress is
+new. The service also pushes an owner's cancel as it commits. A lease is lost
+when an answer refuses it, or when the stream stays broken until the lease runs
+out; a broken stream (its replica restarted) reopens with the live leases. As
+in Temporal, a failed heartbeat stops the work.
 """
 
 from __future__ import annotations
@@ -41,7 +36,7 @@ Outcome = pb.HoldLeasesResponse.Outcome
 _log = structlog.get_logger(__name__)
 
 
-class HeldOperation(Protocol):
+class HeldOperation(Protocol):  # a claimed attempt
     @property
     def operation_id(self) -> str: ...
     @property
