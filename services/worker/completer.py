@@ -106,15 +106,19 @@ class Completer:
         self._send_due()
 
     async def _call(self, batch: list[tuple[Item, asyncio.Future[Answer]]]) -> None:
+        answered: list[tuple[tuple[Item, asyncio.Future[Answer]], Answer | Exception]]
         try:
             reply = await retrying(lambda: self._send([item for item, _ in batch]))
             answered = list(zip(batch, reply.outcomes, strict=True))
         except Exception as error:
-            for _, answer in batch:
-                answer.set_exception(error)
-            return
+            answered = [(waiting, error) for waiting in batch]
         for (_, answer), outcome in answered:
-            answer.set_result(outcome)
+            if answer.cancelled():  # its attempt was cancelled at shutdown meanwhile
+                continue
+            if isinstance(outcome, Exception):
+                answer.set_exception(outcome)
+            else:
+                answer.set_result(outcome)
 
 
 def _item(attempt: Attempt, outcome: Outcome) -> tuple[Item, Ending]:
