@@ -28,7 +28,7 @@ from durable_ops.rpc.client import Metadata, ServiceCaller, UnaryMethod
 from durable_ops.rpc.errors import domain_error_from_rpc
 from durable_ops.rpc.subjects import read_method, read_request
 from durable_ops.worker import Attempt
-from durable_ops.worker.settler import retrying
+from durable_ops.worker.completer import retrying
 
 # Unary calls are short database transactions; a stuck one must not hold a lease hostage.
 CALL_TIMEOUT_SECONDS = 10.0

@@ -41,7 +41,6 @@ from durable_ops.worker import Worker, WorkerOptions
 CONCURRENCY_RANGE = (1, 64)
 # Shorter than the grace ``opsctl up`` and service managers give before SIGKILL.
 SHUTDOWN_GRACE_SECONDS = 5.0
-CLAIM_WAIT_SECONDS = 10.0
 BATCH_SIZE = 1  # why: the module's docstring
 
 _log = structlog.get_logger(__name__)
@@ -59,8 +58,6 @@ def worker_options(settings: Settings, routes: list[Route]) -> WorkerOptions:
         concurrency=settings.worker_concurrency,
         batch_size=BATCH_SIZE,
         lease_seconds=settings.worker_lease_seconds,
-        claim_wait_seconds=CLAIM_WAIT_SECONDS,
-        claim_retry_seconds=settings.worker_poll_seconds,
         shutdown_seconds=SHUTDOWN_GRACE_SECONDS,
         routes=tuple(routes),
         trace_name="ai_worker",

@@ -15,15 +15,17 @@ asyncio.run(worker.run())
 """
 
 from durable_ops.worker.attempt import Attempt, Claimed, Ending, Subject
+from durable_ops.worker.executor import Handler, Interceptor
 from durable_ops.worker.failures import (
+    Completed,
     ExternalFallback,
     HandlerFailure,
     PermanentFailure,
     RetryableFailure,
     WorkerShutdown,
 )
-from durable_ops.worker.outcomes import Completed
-from durable_ops.worker.runner import Handler, Interceptor, Worker, WorkerOptions
+from durable_ops.worker.producer import WorkerOptions
+from durable_ops.worker.runner import Worker
 
 __all__ = [
     "Attempt",

@@ -4,20 +4,18 @@ cancellation. The SDK's own types: no protobuf message leaves ``durable_ops.work
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TypeVar
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
-from durable_ops.model.errors import DomainError, LeaseLost
 from durable_ops.model.routing import Route
 from durable_ops.model.states import Privacy
 from durable_ops.rpc.states import route_from_pb
-from durable_ops.worker.lease import Lease
-from durable_ops.worker.outcomes import Completed
-from durable_ops.worker.routes import privacy_from_pb
+from durable_ops.worker.failures import Completed
+from durable_ops.worker.lease import Lease, LeaseStream
 
 T = TypeVar("T")
 
@@ -37,6 +35,13 @@ class Subject:
 
     type: str
     id: str
+
+
+def privacy_from_pb(value: pb.Privacy.ValueType) -> Privacy:
+    # Unspecified is treated as the stricter choice (the proto says so).
+    if value == pb.PRIVACY_EXTERNAL_ALLOWED:
+        return Privacy.EXTERNAL_ALLOWED
+    return Privacy.LOCAL_ONLY
 
 
 @dataclass(frozen=True)
@@ -72,70 +77,36 @@ class Claimed:
             lease_expires_at=claimed.lease_expires_at.ToDatetime(tzinfo=UTC),
         )
 
+    def log_fields(self) -> dict[str, object]:
+        """What a log line may say about the attempt (ids only, never content)."""
+        return {
+            "operation_id": self.operation_id,
+            "owner": self.owner_id,
+            "task_type": self.task_type,
+            "attempt": self.number,
+            "route": self.route.value,
+        }
 
-@dataclass(eq=False)
-class Attempt:
-    """One attempt at a claimed operation, held by its lease for as long as the handler runs.
 
-    ``progress`` reports 0 to 99 to the owner (the worker's lease stream carries
-    it, at most about once a second). ``cancelled`` is set when the owner's
-    cancel reaches the worker; the handler's task is cancelled at the same time,
-    so a handler that awaits anything stops there unless it catches it.
+class Attempt(Claimed):
+    """The claimed operation (its fields stay frozen) while a handler works on it.
 
-    After the attempt's end, ``result`` is what the handler returned (if it did) and
-    ``ending`` what the service accepted (``None``: nothing, the lease was lost
-    or the settlement refused or never answered).
+    ``cancelled`` is set when the owner's cancel arrives, and the handler's task
+    is cancelled with it. Once it ended, ``result`` is what the handler returned
+    and ``ending`` what the service accepted (``None``: the lease was lost, or the
+    settlement refused or never answered).
     """
 
-    claimed: Claimed
-    _hold: Callable[[Attempt], Awaitable[Lease]] = field(repr=False)
-    cancelled: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
-    held: asyncio.Event = field(default_factory=asyncio.Event, repr=False)  # the stream is open
-    lease: Lease | None = field(default=None, repr=False)
-    result: Completed | None = None
-    ending: Ending | None = None
-    _lost: bool = False  # the first beat found the lease gone
-    _opening: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)  # one stream only
-
-    @property
-    def operation_id(self) -> str:
-        return self.claimed.operation_id
-
-    @property
-    def owner_id(self) -> str:
-        return self.claimed.owner_id
-
-    @property
-    def lease_token(self) -> str:
-        return self.claimed.lease_token
-
-    @property
-    def task_type(self) -> str:
-        return self.claimed.task_type
-
-    @property
-    def subject(self) -> Subject:
-        return self.claimed.subject
-
-    @property
-    def context_ref(self) -> str:
-        return self.claimed.context_ref
-
-    @property
-    def number(self) -> int:
-        return self.claimed.number
-
-    @property
-    def route(self) -> Route:
-        return self.claimed.route
-
-    @property
-    def privacy(self) -> Privacy:
-        return self.claimed.privacy
-
-    @property
-    def trace_parent(self) -> str:
-        return self.claimed.trace_parent
+    def __init__(self, claimed: Claimed, leases: LeaseStream, lease_seconds: int) -> None:
+        super().__init__(**vars(claimed))
+        # A frozen dataclass lets a subclass set attributes that are not its fields.
+        self._leases = leases
+        self._lease_seconds = lease_seconds
+        self.cancelled = asyncio.Event()
+        self.joined = asyncio.Event()  # ``lease`` is set: the lease is on the stream
+        self.lease: Lease | None = None
+        self.result: Completed | None = None
+        self.ending: Ending | None = None
 
     @property
     def completed(self) -> bool:
@@ -144,26 +115,16 @@ class Attempt:
     @property
     def lease_lost(self) -> bool:
         """The lease expired or moved on: the work is no longer ours, and nothing is settled."""
-        return self._lost or (self.lease is not None and self.lease.lost)
+        return self.lease is not None and self.lease.lost
 
     async def hold(self) -> Lease:
-        """Hold the lease on its heartbeat stream from now on, and return it.
-
-        The first beat answers whether the owner already cancelled: a handler
-        that calls this before expensive work starts none for a cancelled
-        operation (its task is cancelled at once). ``LeaseLost`` if it is gone.
-        """
-        async with self._opening:
-            if self._lost:
-                raise LeaseLost("the first heartbeat found the lease gone")
-            try:
-                lease = self.lease or await self._hold(self)
-            except DomainError:
-                self._lost = True
-                raise
-            finally:
-                self.held.set()
-        return lease
+        """Hold the lease on the worker's lease stream from now on (``LeaseLost`` if it is
+        gone). The first beat says whether the owner already cancelled: a handler that holds
+        it before expensive work starts none for a cancelled operation."""
+        if self.lease is None:
+            self.lease = self._leases.join(self, self._lease_seconds)
+            self.joined.set()
+        return await self.lease.ready()
 
     async def progress(self, percent: int) -> None:
         """Report ``percent`` (0 to 99, never decreasing) to the owner."""
@@ -171,14 +132,9 @@ class Attempt:
         lease.report_progress(percent)
 
     async def fenced(self, write: Awaitable[T]) -> T:
-        """Run ``write``, a call the service fences on this lease, to its end.
-
-        The owner's cancel (or the worker's stop) may arrive while it is in
-        flight; the write's own answer says which came first (it is refused with
-        ``LeaseLost``, code ``cancel_requested``, if the cancel did), so it is
-        waited for rather than abandoned, and a write that went through stands:
-        the handler returns its result as if no cancel had come.
-        """
+        """Run ``write``, a call the service fences on this lease, to its answer even if a
+        cancel arrives meanwhile: the answer says which came first (``LeaseLost``, code
+        ``cancel_requested``), and a write that went through stands."""
         call = asyncio.ensure_future(write)
         interrupted = 0
         while not call.done():
@@ -191,13 +147,3 @@ class Attempt:
             if task is not None:
                 task.uncancel()
         return call.result()
-
-    def log_fields(self) -> dict[str, object]:
-        """What a log line may say about the attempt (ids only, never content)."""
-        return {
-            "operation_id": self.operation_id,
-            "owner": self.owner_id,
-            "task_type": self.task_type,
-            "attempt": self.number,
-            "route": self.route.value,
-        }

@@ -1,20 +1,18 @@
-"""How a handler says its work did not finish. Pure.
+"""How a handler's work ends. Pure.
 
-A handler raises ``PermanentFailure`` for work that cannot succeed (the
-operation fails now), ``RetryableFailure`` for work that may succeed later
-(another attempt, while attempts are left), ``ExternalFallback`` when the local
-route cannot serve it and the operation may wait for an external-route worker.
-Any other exception counts as retryable under ``HANDLER_ERROR``, named by its
-type only: its text may quote user content, and failure messages are stored.
-A worker may map exceptions its own way (``Worker(classify=...)``).
-
-Two refusals are not failures: ``LeaseLost`` raised by the handler (a write
-fenced on the lease was refused) means the work is no longer this worker's;
-with code ``cancel_requested`` it means the owner cancelled first, and the
-worker acknowledges the cancel.
+A handler returns a result reference or ``Completed`` (with the provenance of
+the model that made it); it raises ``PermanentFailure`` for work that cannot
+succeed, ``RetryableFailure`` for work that may succeed later (while attempts
+are left), ``ExternalFallback`` when the local route cannot serve it and an
+external-route worker may. Any other exception counts as retryable under
+``HANDLER_ERROR``, named by its type only: its text may quote user content, and
+failure messages are stored. ``LeaseLost`` is no failure: the work is no longer
+this worker's (with code ``cancel_requested``: the owner cancelled first).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from durable_ops.model import bounds
 from durable_ops.model.provenance import Provenance
@@ -23,12 +21,22 @@ HANDLER_ERROR = "handler_error"
 WORKER_SHUTDOWN = "worker_shutdown"
 
 
-class HandlerFailure(Exception):
-    """A failure the handler names: a stable ``code`` (≤ 64) and a stored ``message`` (≤ 512).
+@dataclass(frozen=True)
+class Completed:
+    """A handler's finished work: the result's reference and, optionally, its provenance."""
 
-    ``provenance`` names the model that answered, when one did (it is stored on
-    the operation as a completion's would be).
-    """
+    result_ref: str = ""
+    provenance: Provenance | None = None
+
+
+def completed(returned: str | Completed | None) -> Completed:
+    """A handler's return value as a completion (a string is the result's reference)."""
+    return returned if isinstance(returned, Completed) else Completed(returned or "")
+
+
+class HandlerFailure(Exception):
+    """A failure the handler names: a stable ``code`` (≤ 64), a stored ``message`` (≤ 512)
+    and the ``provenance`` of the model that answered, if one did."""
 
     retryable = True
 
@@ -60,12 +68,8 @@ class WorkerShutdown(RetryableFailure):
 
 
 class ExternalFallback(Exception):
-    """The local route cannot serve this attempt; an external-route worker may continue it.
-
-    The operation waits for the external fallback (the same attempt, claimed
-    again by a worker that names the external route); the service refuses this
-    unless the task and the owner's privacy snapshot allow external routes.
-    """
+    """The local route cannot serve this attempt: the operation waits for a worker naming
+    the external route (the service refuses unless the task and the owner allow it)."""
 
     def __init__(self, reason: str, *, provenance: Provenance | None = None) -> None:
         super().__init__(reason)
@@ -77,7 +81,7 @@ Settlement = HandlerFailure | ExternalFallback
 
 
 def failure_of(error: Exception) -> Settlement:
-    """What an exception a handler raised is stored as."""
+    """What an exception a handler raised is stored as (``Worker(classify=...)`` by default)."""
     if isinstance(error, HandlerFailure | ExternalFallback):
         return error
     return RetryableFailure(HANDLER_ERROR, type(error).__name__[: bounds.FAILURE_MESSAGE_MAX])

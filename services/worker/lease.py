@@ -1,24 +1,12 @@
 """One lease stream per worker holds the leases of all its running attempts (ADR 0026).
 
-An attempt's ``Lease`` joins its worker's ``LeaseStream``: the join goes out on the
-next beat at once, and its answer says whether the owner already asked to
-cancel. The stream then beats every third of the shortest lease it holds, so
-at least two beats land in every lease window, and sooner (at most about once
-a second) when an attempt reports new progress. Every beat extends every lease on
-the stream with one UPDATE on the service and is answered in order, lease by
-lease; besides those answers, the service pushes the owner's cancel of a lease
-the moment it is committed, so that attempt stops within a fraction of a second.
-A lease that ends (its attempt closes it, its owner cancels, it is lost) leaves the
-stream; the stream closes once it holds none.
-
-A lease's ``ended`` is set when the owner asked to cancel or the lease is lost:
-an answer refusing it (ABORTED: it expired or moved to another attempt), or a
-stream that stayed broken until the lease ran out. A stream that breaks (its
-Operations replica restarted) does not end the leases: the stream reopens,
-which round robin sends to another replica, and adds them again with their
-tokens, for as long as each is live by its own reckoning. The attempt then stops
-and, having lost the lease, publishes nothing. Temporal does the same: a
-failed heartbeat cancels the activity.
+A joining lease goes out on a beat sent at once, whose answer says whether the
+owner already cancelled; then the stream beats every third of its shortest
+lease (two beats in every window), and about once a second while progress is
+new. The service also pushes an owner's cancel as it commits. A lease is lost
+when an answer refuses it, or when the stream stays broken until the lease runs
+out; a broken stream (its replica restarted) reopens with the live leases. As
+in Temporal, a failed heartbeat stops the work.
 """
 
 from __future__ import annotations
@@ -26,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Protocol, TypeAlias
 
@@ -44,15 +31,12 @@ CLOSE_TIMEOUT_SECONDS = 2.0
 RECONNECT_FIRST_DELAY_SECONDS = 0.1
 RECONNECT_MAX_DELAY_SECONDS = 2.0
 
-_log = structlog.get_logger(__name__)
-
 HoldLeasesCall: TypeAlias = grpc.aio.StreamStreamCall[pb.HoldLeasesRequest, pb.HoldLeasesResponse]
 Outcome = pb.HoldLeasesResponse.Outcome
+_log = structlog.get_logger(__name__)
 
 
-class HeldOperation(Protocol):
-    """The claimed operation a lease is held for."""
-
+class HeldOperation(Protocol):  # a claimed attempt
     @property
     def operation_id(self) -> str: ...
     @property
@@ -62,60 +46,36 @@ class HeldOperation(Protocol):
     def log_fields(self) -> dict[str, object]: ...
 
 
-class HoldsLeases(Protocol):
-    """Whoever keeps a worker's one lease stream (the SDK's ``Worker``, the AI worker)."""
-
-    @property
-    def leases(self) -> LeaseStream: ...
-
-
 class StreamBroken(Exception):
     """The stream failed in transit; the leases themselves may well be live."""
 
 
-def _breaks_only_the_stream(error: DomainError) -> bool:
-    # UNAVAILABLE, CANCELLED, INTERNAL, UNKNOWN: the replica or the network, not the leases.
-    return isinstance(error, Unavailable) or type(error) is DomainError
-
-
 class _Call:
-    """One open HoldLeases call: beats written in turn, every message read by one reader."""
+    """One open HoldLeases call: one beat at a time; a reader takes every message."""
 
     def __init__(
         self, call: HoldLeasesCall, on_pushed: Callable[[Iterable[Outcome]], None]
     ) -> None:
         self._call = call
         self._on_pushed = on_pushed
-        self._answers: deque[asyncio.Future[pb.HoldLeasesResponse]] = deque()
-        self._writing = asyncio.Lock()
-        self.broken: BaseException | None = None
+        # Answers in order, or what broke the stream (kept there for every later beat).
+        self._answers: asyncio.Queue[pb.HoldLeasesResponse | BaseException] = asyncio.Queue()
         self._reader = asyncio.create_task(self._read())
 
     async def beat(self, request: pb.HoldLeasesRequest, timeout: float) -> pb.HoldLeasesResponse:
         """Send one beat and wait for its answer; ``StreamBroken`` or the refusal otherwise."""
-        if self.broken is not None:
-            raise self.broken
-        loop = asyncio.get_running_loop()
-        answer: asyncio.Future[pb.HoldLeasesResponse] = loop.create_future()
         try:
             async with asyncio.timeout(timeout):
-                async with self._writing:
-                    self._answers.append(answer)
-                    await self._call.write(request)
-                return await answer
+                await self._call.write(request)
+                answer = await self._answers.get()
         except TimeoutError:
             raise StreamBroken("no answer to the beat in time") from None
-        except grpc.aio.AioRpcError as exc:
-            raise self._failed(exc) from exc
-        except (grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
-            raise self._failed(StreamBroken("the lease stream is closed")) from exc
-        finally:
-            # A beat given up on (timed out, or its write failed) leaves its answer
-            # behind: done here, so a later failure of the stream is nobody's loose error.
-            if not answer.done():
-                answer.cancel()
-            elif not answer.cancelled():
-                answer.exception()
+        except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
+            raise _broken(exc) from exc
+        if isinstance(answer, BaseException):
+            self._answers.put_nowait(answer)
+            raise answer
+        return answer
 
     async def _read(self) -> None:
         try:
@@ -125,34 +85,14 @@ class _Call:
                     raise StreamBroken("the lease stream ended")
                 if message.pushed:
                     self._on_pushed(message.outcomes)
-                    continue
-                if not self._answers:
-                    raise StreamBroken("an answer to no beat")
-                answer = self._answers.popleft()
-                if not answer.done():
-                    answer.set_result(message)
-        except grpc.aio.AioRpcError as exc:
-            self._failed(exc)
-        except StreamBroken as exc:
-            self._failed(exc)
-
-    def _failed(self, error: BaseException) -> BaseException:
-        if self.broken is None:
-            if isinstance(error, grpc.aio.AioRpcError):
-                domain = domain_error_from_rpc(error)
-                error = StreamBroken(domain.code) if _breaks_only_the_stream(domain) else domain
-            self.broken = error
-            while self._answers:
-                answer = self._answers.popleft()
-                if not answer.done():
-                    answer.set_exception(error)
-        return self.broken
+                else:
+                    self._answers.put_nowait(message)
+        except (grpc.aio.AioRpcError, StreamBroken) as exc:
+            self._answers.put_nowait(_broken(exc))
 
     async def close(self) -> None:
-        """Half-close; the reader drains to the end, so the service ends the call cleanly.
-
-        (Cancelling a task blocked in ``read`` would cancel the whole call.)
-        """
+        """Half-close and let the reader drain, so the service ends the call cleanly
+        (cancelling a task blocked in ``read`` would cancel the whole call)."""
         try:
             async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
                 await self._call.done_writing()
@@ -165,8 +105,18 @@ class _Call:
         self._call.cancel()
 
 
+def _broken(error: BaseException) -> BaseException:
+    """UNAVAILABLE, CANCELLED, INTERNAL, UNKNOWN: the replica or the network broke the
+    stream (``StreamBroken``); any other status refuses it."""
+    if not isinstance(error, grpc.aio.AioRpcError):
+        return error if isinstance(error, StreamBroken) else StreamBroken("the call is closed")
+    domain = domain_error_from_rpc(error)
+    only_the_stream = isinstance(domain, Unavailable) or type(domain) is DomainError
+    return StreamBroken(domain.code) if only_the_stream else domain
+
+
 class LeaseStream:
-    """The one HoldLeases stream of a worker (of a channel), open while it holds leases."""
+    """The one HoldLeases stream of a worker, open while it holds leases."""
 
     def __init__(
         self,
@@ -177,51 +127,43 @@ class LeaseStream:
         self._open_call = open_call
         self._clock = clock
         self._leases: dict[str, Lease] = {}  # held, in the order they joined
-        self._on_call: set[str] = set()  # added on the current call; others join on the next beat
-        self._dropped: set[str] = set()  # left since the last beat; the service is told then
+        self._dropped: set[str] = set()  # left the current call since its last beat
         self._call: _Call | None = None
         self._keeper: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
-        self._urgent = False  # a lease asked to be confirmed: beat now
+        self._urgent = False  # a lease joined or asks to be confirmed: beat now
         self._last_beat = 0.0
+        self._reconnect_delay: float | None = None  # while the stream is broken
 
     @property
     def held(self) -> int:
         return len(self._leases)
 
-    async def hold(self, op: HeldOperation, lease_seconds: int) -> Lease:
-        """The lease of ``op``, held from the next beat on (sent at once) once answered;
-        the error that refused it. Asked again while held, the same ``Lease``: an attempt's
-        progress and its watch may both ask for it at the same moment."""
+    def join(self, op: HeldOperation, lease_seconds: int) -> Lease:
+        """The lease of ``op`` on the next beat (``Lease.ready`` waits for its answer);
+        the same ``Lease`` while it is held under the same token."""
         lease = self._leases.get(op.operation_id)
-        if lease is not None and lease.token != op.lease_token:  # claimed again since
-            self._lose([lease], LeaseLost("the operation was claimed again"))
-            self._on_call.discard(op.operation_id)  # the new token goes out whole
+        if lease is not None and lease.token == op.lease_token:
+            return lease
+        if lease is not None:  # claimed again since: the new token goes out whole
+            self._end(lease, LeaseLost("the operation was claimed again"))
             self._dropped.discard(op.operation_id)
-            lease = None
-        if lease is None:
-            lease = Lease(self, op, lease_seconds, clock=self._clock)
-            self._leases[op.operation_id] = lease
-            self._wake.set()
-            if self._keeper is None:
-                self._keeper = asyncio.create_task(self._keep())
-        await lease.answered_or_ended()
-        if lease.lost:
-            raise lease.error
+        lease = self._leases[op.operation_id] = Lease(self, op, lease_seconds, self._clock)
+        self.beat_soon(now=True)
+        if self._keeper is None:
+            self._keeper = asyncio.create_task(self._keep())
         return lease
 
     def leave(self, lease: Lease) -> None:
         """Stop holding ``lease``: it is not extended from the next beat on."""
-        if self._leases.get(lease.operation_id) is not lease:
-            return
-        del self._leases[lease.operation_id]
-        if lease.operation_id in self._on_call:
-            self._on_call.discard(lease.operation_id)
-            self._dropped.add(lease.operation_id)
-        self._wake.set()
+        if self._leases.get(lease.operation_id) is lease:
+            del self._leases[lease.operation_id]
+            if self._call is not None and lease.sent_on is self._call:
+                self._dropped.add(lease.operation_id)
+            self._wake.set()
 
     def beat_soon(self, *, now: bool = False) -> None:
-        """New progress (sent when it is due) or a confirmation (``now``) to send."""
+        """New progress (sent when it is due) or a lease to send at once (``now``)."""
         self._urgent = self._urgent or now
         self._wake.set()
 
@@ -233,56 +175,61 @@ class LeaseStream:
                 await self._keeper
         self._drop_call()
 
-    # ---- the keeper ------------------------------------------------------------------------
-
     async def _keep(self) -> None:
         try:
-            while True:
-                while self._leases:
-                    await self._until_due()
-                    if self._leases:
-                        await self._beat_or_reopen()
-                if self._call is not None:
+            while self._leases:
+                await self._until_due()
+                if self._leases:
+                    await self._beat_or_reopen()
+                if not self._leases and self._call is not None:
                     call, self._call = self._call, None
                     await call.close()
-                if not self._leases:  # none joined while the call closed
-                    return
         except Exception as error:  # a bug: the leases cannot be vouched for any more
             _log.warning("lease_stream_failed", code=type(error).__name__, held=self.held)
-            self._lose(list(self._leases.values()), LeaseLost("the lease stream failed"))
+            self._end_all(LeaseLost("the lease stream failed"))
         finally:
             self._keeper = None
 
-    def _due(self) -> float:
-        """When the next beat goes out: at once for a joining lease or a confirmation."""
-        if self._urgent or any(operation_id not in self._on_call for operation_id in self._leases):
-            return self._clock()
-        leases = self._leases.values()
-        due = self._last_beat + min(lease.interval for lease in leases)
-        if any(lease.progress_due for lease in leases):
-            due = min(due, self._last_beat + PROGRESS_BEAT_SECONDS)
-        return due
-
     async def _until_due(self) -> None:
-        while self._leases:
+        while self._leases and not self._urgent:
             self._wake.clear()
-            wait = self._due() - self._clock()
-            if wait <= 0:
+            leases = self._leases.values()
+            due = self._last_beat + min(lease.interval for lease in leases)
+            if any(lease.progress_due for lease in leases):
+                due = min(due, self._last_beat + PROGRESS_BEAT_SECONDS)
+            if due <= self._clock():
                 return
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait):
+                async with asyncio.timeout(due - self._clock()):
                     await self._wake.wait()
 
     async def _beat_or_reopen(self) -> None:
+        """One beat; if the stream broke, the leases that ran out are lost and the rest go
+        out on a new call, at once the first time, then after a growing pause."""
         try:
-            try:
-                await self._beat()
-            except StreamBroken as broken:
-                await self._reopen(broken)
+            await self._beat()
+        except StreamBroken as broken:
+            self._drop_call()
+            now = self._clock()
+            for lease in [lease for lease in self._leases.values() if lease.live_until <= now]:
+                self._end(lease, LeaseLost("the lease stream stayed broken until it ran out"))
+            self._urgent = True
+            if self._reconnect_delay is None:
+                _log.warning("heartbeat_stream_broken", reason=str(broken), held=self.held)
+                self._reconnect_delay = RECONNECT_FIRST_DELAY_SECONDS
+            elif self._leases:
+                soonest = min(lease.live_until for lease in self._leases.values())
+                await asyncio.sleep(min(self._reconnect_delay, max(soonest - now, 0)))
+                self._reconnect_delay = min(2 * self._reconnect_delay, RECONNECT_MAX_DELAY_SECONDS)
+            return
         except DomainError as refused:  # the service refused the stream itself: nothing is held
             _log.warning("lease_stream_refused", code=refused.code, held=self.held)
             self._drop_call()
-            self._lose(list(self._leases.values()), refused)
+            self._end_all(refused)
+            return
+        if self._reconnect_delay is not None:
+            _log.info("heartbeat_stream_reopened", held=self.held)
+            self._reconnect_delay = None
 
     def _drop_call(self) -> None:
         if self._call is not None:
@@ -292,119 +239,95 @@ class LeaseStream:
     async def _beat(self) -> None:
         if self._call is None:
             self._call = _Call(self._open_call(), self._cancels_pushed)
-            self._on_call.clear()
             self._dropped.clear()
-        beaten = dict(self._leases)
-        entries = [
-            lease.entry(added=operation_id not in self._on_call)
-            for operation_id, lease in beaten.items()
-        ]
+        call, beaten = self._call, dict(self._leases)
+        entries = [lease.entry(added=lease.sent_on is not call) for lease in beaten.values()]
         request = pb.HoldLeasesRequest(
             leases=[entry for entry in entries if entry is not None], dropped=sorted(self._dropped)
         )
-        sent = self._clock()
-        self._urgent = False
+        sent, self._urgent = self._clock(), False
         self._dropped.clear()
-        self._on_call.update(beaten)
-        answer = await self._call.beat(request, timeout=self._answer_within(sent, beaten.values()))
+        for lease in beaten.values():
+            lease.sent_on = call
+        # The answer may take until the first of these leases runs out.
+        timeout = max(min(lease.live_until for lease in beaten.values()) - sent, 0.001)
+        answer = await call.beat(request, timeout)
         self._last_beat = sent
-        gone: list[tuple[Lease, DomainError]] = []
         for outcome in answer.outcomes:
-            lease = beaten.get(outcome.operation_id)
-            if lease is None or self._leases.get(outcome.operation_id) is not lease:
+            answered = beaten.get(outcome.operation_id)
+            if answered is None or self._leases.get(outcome.operation_id) is not answered:
                 continue  # it left while the beat was on its way
             if outcome.status_code:
-                error = domain_error_from_status(
-                    outcome.status_code, outcome.error_code, outcome.message
-                )
-                gone.append((lease, error))
-            else:
-                lease.held(sent, cancel_requested=outcome.cancel_requested)
-                if outcome.cancel_requested:
-                    self.leave(lease)
-        for lease, error in gone:
-            self._on_call.discard(lease.operation_id)  # the service let go of it already
-            self._lose([lease], error)
-
-    def _answer_within(self, now: float, leases: Iterable[Lease]) -> float:
-        """How long an answer may take: until the first of these leases runs out."""
-        return max(min(lease.live_until for lease in leases) - now, 0.001)
-
-    async def _reopen(self, broken: StreamBroken) -> None:
-        """Reopen the stream while any lease is live; those that ran out meanwhile are lost."""
-        _log.warning("heartbeat_stream_broken", reason=str(broken), held=self.held)
-        delay = RECONNECT_FIRST_DELAY_SECONDS
-        while True:
-            self._drop_call()
-            now = self._clock()
-            ran_out = [lease for lease in self._leases.values() if lease.live_until <= now]
-            self._lose(ran_out, LeaseLost("the lease stream stayed broken until the lease ran out"))
-            if not self._leases:
-                return
-            try:
-                await self._beat()
-            except StreamBroken:
-                soonest = min(lease.live_until for lease in self._leases.values())
-                await asyncio.sleep(min(delay, max(soonest - self._clock(), 0)))
-                delay = min(delay * 2, RECONNECT_MAX_DELAY_SECONDS)
+                answered.sent_on = None  # the service let go of it already
+                status = (outcome.status_code, outcome.error_code, outcome.message)
+                self._end(answered, domain_error_from_status(*status))
                 continue
-            _log.info("heartbeat_stream_reopened", held=self.held)
-            return
+            answered.held(sent)
+            if outcome.cancel_requested:
+                self._end(answered, None)
 
     def _cancels_pushed(self, outcomes: Iterable[Outcome]) -> None:
         for outcome in outcomes:
             lease = self._leases.get(outcome.operation_id)
             if lease is not None and outcome.cancel_requested:
-                lease.cancelled()
-                self.leave(lease)
+                self._end(lease, None)
 
-    def _lose(self, leases: Iterable[Lease], error: DomainError) -> None:
-        for lease in leases:
-            self.leave(lease)
+    def _end(self, lease: Lease, error: DomainError | None) -> None:
+        """``lease`` leaves: lost with ``error``, or (``None``) the owner asked to cancel."""
+        self.leave(lease)
+        if error is not None:
             _log.warning("lease_lost", **lease.log_fields(), code=error.code)
-            lease.lose(error)
+        lease.error, lease.cancel_requested = error, error is None
+        lease.ended.set()
+        lease.answered.set()  # nothing waits for an answer that will not come
+
+    def _end_all(self, error: DomainError) -> None:
+        for lease in list(self._leases.values()):
+            self._end(lease, error)
 
 
 class Lease:
-    """One claimed operation's lease, held on its worker's lease stream while the attempt runs."""
+    """One attempt's lease on its worker's stream; ``ended`` once its owner asked to cancel
+    (``cancel_requested``) or it is lost (``error``)."""
 
     def __init__(
-        self,
-        stream: LeaseStream,
-        op: HeldOperation,
-        lease_seconds: int,
-        *,
-        clock: Callable[[], float] = time.monotonic,
+        self, stream: LeaseStream, op: HeldOperation, lease_seconds: int, clock: Callable[[], float]
     ) -> None:
         self._stream = stream
         self._op = op
+        self.token = op.lease_token
         self.lease_seconds = lease_seconds
         self.interval = lease_seconds / BEATS_PER_LEASE
         self._clock = clock
+        self.sent_on: _Call | None = None  # the call the service holds it on
         self.cancel_requested = False
-        self.lost = False
-        self.error: DomainError = LeaseLost("the lease was lost")
+        self.error: DomainError | None = None
         self.ended = asyncio.Event()
-        self._answered = asyncio.Event()
-        # Until its first answer, a lease is vouched for a third of a lease from its join:
-        # its claim is at most that old (``heartbeat_after_seconds``), so it is surely live.
-        self._held_until = clock() + self.interval
+        self.answered = asyncio.Event()
+        # When it runs out by this worker's reckoning. Until the first answer, a third of a
+        # lease from its join: its claim is at most a second old, so it is surely live.
+        self.live_until = clock() + self.interval
         self._progress = 0
         self._progress_sent = 0
-        self._progress_in_flight = 0
 
     @property
     def operation_id(self) -> str:
         return self._op.operation_id
 
     @property
-    def token(self) -> str:
-        return self._op.lease_token
+    def lost(self) -> bool:
+        return self.error is not None
 
-    @classmethod
-    async def open(cls, holder: HoldsLeases, op: HeldOperation, lease_seconds: int) -> Lease:
-        """Join the worker's lease stream and wait for the first answer; the error if refused."""
-        return await holder.leases.hold(op, lease_seconds)
+    @property
+    def progress_due(self) -> bool:
+        return self._progress > self._progress_sent
+
+    async def ready(self) -> Lease:
+        """This lease once a beat answered for it (or its owner cancelled); its error if lost."""
+        await self.answered.wait()
+        if self.error is not None:
+            raise self.error
+        return self
 
     def report_progress(self, percent: int) -> None:
         """The work's estimate, 0 to 99; sent on the next beat, at most about once a second."""
@@ -414,80 +337,34 @@ class Lease:
             self._stream.beat_soon()
 
     async def confirm(self) -> None:
-        """Make sure the lease has at least two thirds of its window left, else beat now.
-
-        Called before publishing: the stream normally guarantees it, unless the
-        event loop or the service was slow.
-        """
-        if self.lost:
-            raise self.error
-        if self._held_until - self._clock() >= self.lease_seconds - self.interval:
-            return
-        self._answered.clear()
-        self._stream.beat_soon(now=True)
-        await self.answered_or_ended()
-        if self.lost:
-            raise self.error
+        """Before publishing: beat now unless two thirds of the window are left (the stream
+        keeps them, unless the event loop or the service was slow)."""
+        left = self.live_until - self._clock()
+        if left < self.lease_seconds - self.interval and not self.ended.is_set():
+            self.answered.clear()
+            self._stream.beat_soon(now=True)
+        await self.ready()
 
     async def close(self) -> None:
         """Leave the lease stream; safe to call more than once."""
         self._stream.leave(self)
 
-    # ---- what the stream tells it --------------------------------------------------------
-
-    @property
-    def live_until(self) -> float:
-        """When the lease runs out by this worker's own reckoning."""
-        return self._held_until
-
-    @property
-    def progress_due(self) -> bool:
-        return self._progress > self._progress_sent
-
     def entry(self, *, added: bool) -> pb.HeldLease | None:
         """This lease in the next beat: all of it when added, else only new progress."""
-        progressed = self._progress > self._progress_sent
-        self._progress_in_flight = self._progress
-        if added:
-            entry = pb.HeldLease(
-                operation_id=self._op.operation_id,
-                owner_id=self._op.owner_id,
-                lease_token=self._op.lease_token,
-                lease_seconds=self.lease_seconds,
-            )
-        elif progressed:
-            entry = pb.HeldLease(operation_id=self._op.operation_id)
-        else:
+        if not added and not self.progress_due:
             return None
-        if progressed:
-            entry.progress_percent = self._progress
+        entry = pb.HeldLease(operation_id=self._op.operation_id)
+        if added:
+            entry.owner_id, entry.lease_token = self._op.owner_id, self.token
+            entry.lease_seconds = self.lease_seconds
+        if self._progress:  # an added lease carries it again: a broken call may have lost it
+            entry.progress_percent = self._progress_sent = self._progress
         return entry
 
-    def held(self, sent: float, *, cancel_requested: bool) -> None:
+    def held(self, sent: float) -> None:
         """A beat sent at ``sent`` was answered: the lease runs a whole window from then."""
-        self._held_until = sent + self.lease_seconds
-        self._progress_sent = max(self._progress_sent, self._progress_in_flight)
-        self._answered.set()
-        if cancel_requested:
-            self.cancelled()
-
-    def cancelled(self) -> None:
-        self.cancel_requested = True
-        self.ended.set()
-
-    def lose(self, error: DomainError) -> None:
-        self.lost = True
-        self.error = error
-        self.ended.set()
-
-    async def answered_or_ended(self) -> None:
-        answered = asyncio.ensure_future(self._answered.wait())
-        ended = asyncio.ensure_future(self.ended.wait())
-        try:
-            await asyncio.wait((answered, ended), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            answered.cancel()
-            ended.cancel()
+        self.live_until = sent + self.lease_seconds
+        self.answered.set()
 
     def log_fields(self) -> dict[str, object]:
         return self._op.log_fields()

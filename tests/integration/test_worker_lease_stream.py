@@ -20,7 +20,7 @@ import grpc
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.model.scope import Role
 from durable_ops.worker import Attempt, Worker, WorkerOptions
-from durable_ops.worker.lease import HoldLeasesCall, Lease, LeaseStream
+from durable_ops.worker.lease import HoldLeasesCall, LeaseStream
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import SECRET, Services, metadata
 from tests.support.operations_client import (
@@ -84,8 +84,6 @@ def test_the_long_jobs_of_many_owners_share_one_stream_and_one_update_per_beat(
             concurrency=6,
             batch_size=6,
             lease_seconds=LEASE_SECONDS,
-            heartbeat_after_seconds=0.1,
-            claim_wait_seconds=0.2,
         ),
     )
 
@@ -160,7 +158,7 @@ def test_a_broken_stream_is_reopened_with_its_leases_and_an_ended_lease_is_dropp
                 return call
 
             holder = _Holder(LeaseStream(open_call))
-            leases = [await Lease.open(holder, one, LEASE_SECONDS) for one in held]
+            leases = [await holder.leases.join(one, LEASE_SECONDS).ready() for one in held]
             assert len(calls) == 1
             calls[0].cancel()  # the connection to the replica went away
             clock.advance(1)

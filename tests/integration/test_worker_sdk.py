@@ -38,8 +38,6 @@ T = TypeVar("T")
 
 
 def _worker(services: Services, **options: float) -> Worker:
-    """A worker whose claims wait briefly, so that stopping it is quick."""
-    options.setdefault("claim_wait_seconds", 0.2)
     return Worker(services.target, SECRET, WorkerOptions(**options))  # type: ignore[arg-type]
 
 
@@ -109,7 +107,7 @@ def test_progress_and_the_owners_cancel_reach_a_running_handler(
     created = ops.create(ALICE, "k-long", task_type=OTHER_TASK).id
     reported = threading.Event()
     stopped: list[bool] = []
-    worker = _worker(services, heartbeat_after_seconds=0.1, lease_seconds=30)
+    worker = _worker(services, lease_seconds=30)
 
     @worker.handler(OTHER_TASK)
     async def long_work(attempt: Attempt) -> None:

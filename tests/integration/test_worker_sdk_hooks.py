@@ -189,7 +189,7 @@ def test_a_failing_interceptor_stops_the_worker_and_run_raises_it(
     worker = Worker(
         services.target,
         SECRET,
-        WorkerOptions(concurrency=1, batch_size=1, claim_wait_seconds=0.2),
+        WorkerOptions(concurrency=1, batch_size=1),
         interceptors=[around],
         classify=_journal_classify,
     )
@@ -218,8 +218,9 @@ def test_a_fenced_write_refused_for_the_owners_cancel_is_acknowledged(
     services: Services, ops: OpsClient
 ) -> None:
     created = _create(ops, ALICE, "k-refused")
-    # No heartbeat stream: the refusal alone tells the worker about the cancel.
-    worker = _drain(services, WorkerOptions(lease_seconds=60, heartbeat_after_seconds=20))
+    # The refusal alone tells the worker about the cancel (the attempt ends before its
+    # lease joins the stream).
+    worker = _drain(services, WorkerOptions(lease_seconds=60))
 
     @worker.handler(OTHER_TASK)
     async def publish(attempt: Attempt) -> str:
@@ -257,7 +258,7 @@ def test_a_fenced_write_that_went_through_stands_although_the_cancel_came_meanwh
 
 
 def test_stop_gives_up_a_waiting_claim(services: Services) -> None:
-    worker = Worker(services.target, SECRET, WorkerOptions(claim_wait_seconds=15))
+    worker = Worker(services.target, SECRET, WorkerOptions())
 
     @worker.handler(OTHER_TASK)
     async def never(attempt: Attempt) -> None:
@@ -272,4 +273,4 @@ def test_stop_gives_up_a_waiting_claim(services: Services) -> None:
         await asyncio.wait_for(running, HANG_GUARD)
         return loop.time() - asked
 
-    assert asyncio.run(stopped_soon()) < 5  # not the claim's 15 s
+    assert asyncio.run(stopped_soon()) < 5  # not the claim's 10 s

@@ -54,7 +54,6 @@ def test_a_beat_given_up_on_leaves_no_loose_error_when_the_stream_breaks() -> No
             await stream.beat(pb.HoldLeasesRequest(), timeout=0.05)
         call.end()
         await asyncio.sleep(0.05)  # the reader sees the end and fails what waits
-        assert isinstance(stream.broken, StreamBroken)
         with pytest.raises(StreamBroken):
             await stream.beat(pb.HoldLeasesRequest(), timeout=0.05)
         await stream.close()

@@ -31,7 +31,7 @@ PROCESSES = {
     "dev_model": "durable_ops.dev_model.server",
 }
 # telemetry: OpenTelemetry setup and span helpers, a leaf every process may use.
-SHARED = {"model", "settings", "clock", "logs", "api", "telemetry", "batching"}
+SHARED = {"model", "settings", "clock", "logs", "api", "telemetry"}
 # private_files: the modes of var/, the SQLite files and kept secrets (storage, local_secrets).
 SERVER_SIDE = SHARED | {"storage", "rpc", "wire", "serving", "private_files"}
 GRPC_CLIENT_SIDE = SHARED | {"rpc"}
@@ -42,7 +42,6 @@ ALLOWED: dict[str, set[str]] = {
     "api": set(),
     "settings": set(),
     "clock": set(),
-    "batching": set(),
     "logs": {"settings"},
     "telemetry": {"settings"},
     "private_files": {"settings"},

@@ -12,7 +12,7 @@ from durable_ops.model.states import OperationState, Privacy
 from durable_ops.rpc import states
 from durable_ops.rpc.states import route_to_pb
 from durable_ops.wire import operations as wire
-from durable_ops.worker.routes import privacy_from_pb
+from durable_ops.worker.attempt import privacy_from_pb
 
 UNKNOWN_STATE = pb.OperationState.ValueType(99)
 

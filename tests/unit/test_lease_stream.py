@@ -97,7 +97,7 @@ class Harness:
         return cast(HoldLeasesCall, self.calls[-1])
 
     async def open(self, operation_id: str) -> Lease:
-        return await Lease.open(self, Held(operation_id), LEASE_SECONDS)
+        return await self.leases.join(Held(operation_id), LEASE_SECONDS).ready()
 
 
 def _run(scenario: Callable[[Harness], Awaitable[None]]) -> None:
@@ -146,7 +146,9 @@ def test_a_refused_join_raises_and_a_lost_lease_ends_alone() -> None:
         going = await h.open("going")
         h.refused.add("going")
         await _until(going.ended.is_set)
-        assert (going.lost, going.cancel_requested, going.error.code) == (True, False, "lease_lost")
+        assert going.cancel_requested is False
+        assert isinstance(going.error, LeaseLost)
+        assert going.error.code == "lease_lost"
         assert not kept.ended.is_set()
         with pytest.raises(LeaseLost):
             await going.confirm()
@@ -197,7 +199,7 @@ def test_a_broken_call_is_reopened_with_every_live_lease() -> None:
 
 
 def test_a_lease_asked_for_twice_at_once_is_one_lease() -> None:
-    """A job's first progress and its watch may both open its lease at the same moment."""
+    """An attempt's first progress and its watch may both ask for its lease at the same moment."""
 
     async def scenario(h: Harness) -> None:
         first, second = await asyncio.gather(h.open("a"), h.open("a"))
@@ -213,7 +215,7 @@ def test_a_lease_asked_for_twice_at_once_is_one_lease() -> None:
 def test_a_new_claim_of_a_held_operation_replaces_its_lease_whole() -> None:
     async def scenario(h: Harness) -> None:
         old = await h.open("a")
-        new = await Lease.open(h, Held("a", lease_token="n" * 43), LEASE_SECONDS)
+        new = await h.leases.join(Held("a", lease_token="n" * 43), LEASE_SECONDS).ready()
         assert (old.lost, new.ended.is_set()) == (True, False)
         tokens = [entry.lease_token for entry in h.calls[0].requests[1].leases]
         assert tokens == ["n" * 43]

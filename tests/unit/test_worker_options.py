@@ -19,7 +19,6 @@ def test_the_defaults_are_valid() -> None:
         {"concurrency": 0},
         {"batch_size": 101},
         {"lease_seconds": 1},
-        {"lease_seconds": 6, "heartbeat_after_seconds": 3.0},
         {"routes": (Route.LOCAL, Route.LOCAL)},
     ],
 )

@@ -1,13 +1,10 @@
-"""The worker SDK's pure pieces: how a handler's end is settled, and route order."""
+"""The worker SDK's pure pieces: how a handler's end is settled."""
 
 from __future__ import annotations
 
 from durable_ops.model.provenance import Provenance
-from durable_ops.model.routing import Route
 from durable_ops.worker import Completed, ExternalFallback, RetryableFailure, WorkerShutdown
-from durable_ops.worker.failures import HANDLER_ERROR, failure_of
-from durable_ops.worker.outcomes import completed, provenance_to_pb
-from durable_ops.worker.routes import rotated
+from durable_ops.worker.failures import HANDLER_ERROR, completed, failure_of
 
 LOCAL = Provenance(provider="127.0.0.1", model="dev-heuristic", route="local")
 
@@ -31,15 +28,3 @@ def test_a_return_becomes_a_completion() -> None:
     assert completed("reports/1.pdf") == Completed("reports/1.pdf")
     with_model = Completed("note-1", LOCAL)
     assert completed(with_model) is with_model
-    assert provenance_to_pb(LOCAL).model == "dev-heuristic"
-    assert not provenance_to_pb(None).provider
-
-
-def test_each_claim_starts_with_the_next_route() -> None:
-    both = (Route.LOCAL, Route.EXTERNAL)
-    assert [rotated(both, turn) for turn in range(3)] == [
-        [Route.LOCAL, Route.EXTERNAL],
-        [Route.EXTERNAL, Route.LOCAL],
-        [Route.LOCAL, Route.EXTERNAL],
-    ]
-    assert rotated((), 5) == []

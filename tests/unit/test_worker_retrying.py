@@ -15,7 +15,7 @@ import pytest
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.errors import LeaseLost, Unavailable
-from durable_ops.worker import settler
+from durable_ops.worker import completer
 
 
 def _rpc_error(code: grpc.StatusCode) -> grpc.aio.AioRpcError:
@@ -37,7 +37,7 @@ class _Flaky:
 
 
 def _retried(method: _Flaky) -> Any:
-    return asyncio.run(settler.retrying(method))
+    return asyncio.run(completer.retrying(method))
 
 
 def test_unavailable_answers_are_asked_again_until_one_lands() -> None:
@@ -54,7 +54,7 @@ def test_any_other_refusal_is_final_at_once() -> None:
 
 
 def test_past_the_bound_the_last_unavailable_is_raised(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(settler, "RETRY_SECONDS", 0.3)
+    monkeypatch.setattr(completer, "RETRY_SECONDS", 0.3)
     flaky = _Flaky([grpc.StatusCode.UNAVAILABLE] * 1000)
     with pytest.raises(Unavailable):
         _retried(flaky)

@@ -1,0 +1,171 @@
+"""The completer: every attempt's end is an item of one ``SettleOperations`` channel.
+
+No timer, as in River's batching completer: what ends while no call is in
+flight goes on the next turn of the event loop; what ends meanwhile goes in one
+call once that returns (a full ``batch_size`` at once). UNAVAILABLE is asked
+again for ``RETRY_SECONDS``: a lease holder's repeat answers what the first did.
+A settlement not sent is left to its lease, and the work is tried again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Literal, TypeVar
+
+import grpc
+import structlog
+from google.protobuf.message import Message
+
+from durable_ops import telemetry
+from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.model.availability import next_attempt_in
+from durable_ops.model.errors import DomainError, Unavailable
+from durable_ops.rpc.errors import domain_error_from_rpc
+from durable_ops.worker.attempt import Attempt, Ending
+from durable_ops.worker.failures import Completed, ExternalFallback, HandlerFailure
+
+RETRY_SECONDS = 30.0
+CALL_TIMEOUT_SECONDS = 10.0
+
+Reply = TypeVar("Reply", bound=Message)
+Item = pb.SettleOperationsRequest.Item
+Answer = pb.LeaseMutationsResponse.Outcome
+Send = Callable[[Sequence[Item]], Awaitable[pb.LeaseMutationsResponse]]
+# What an attempt's end asks of the service (``Ending.CANCELLED``: acknowledge the cancel).
+Outcome = Completed | HandlerFailure | ExternalFallback | Literal[Ending.CANCELLED]
+_log = structlog.get_logger(__name__)
+
+
+class Completer:
+    def __init__(self, send: Send, batch_size: int, trace_name: str) -> None:
+        self._send = send
+        self._batch_size = batch_size
+        self._trace_name = trace_name
+        self._waiting: list[tuple[Item, asyncio.Future[Answer]]] = []
+        self._calls: set[asyncio.Task[None]] = set()
+        self.endings: Counter[Ending] = Counter()  # what the service accepted
+
+    async def settle(self, attempt: Attempt, outcome: Outcome) -> None:
+        """Settle ``attempt`` as ``outcome``; ``attempt.ending`` says what the service accepted."""
+        item, ending = _item(attempt, outcome)
+        trace = telemetry.span(
+            f"{self._trace_name}.complete",
+            link=attempt.trace_parent,
+            operation_id=attempt.operation_id,
+        )
+        try:
+            with trace if ending is Ending.COMPLETED else contextlib.nullcontext():
+                answer = await self._submit(item)
+        except Exception as error:
+            code = error.code if isinstance(error, DomainError) else type(error).__name__
+            _log.warning(
+                "worker_settlement_not_sent", **attempt.log_fields(), ending=ending, code=code
+            )
+            return
+        if answer.status_code:
+            _log.warning(
+                "worker_settlement_refused",
+                **attempt.log_fields(),
+                ending=ending,
+                code=answer.error_code,
+            )
+            return
+        attempt.ending = ending
+        self.endings[ending] += 1
+        if isinstance(outcome, ExternalFallback):
+            _log.info("worker_fell_back", **attempt.log_fields(), reason=outcome.reason)
+
+    async def drain(self) -> None:
+        """Send what waits, and wait for every call in flight."""
+        while self._waiting or self._calls:
+            self._send_due()
+            await asyncio.gather(*self._calls, return_exceptions=True)
+
+    async def _submit(self, item: Item) -> Answer:
+        answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._waiting.append((item, answer))
+        # Not at once: what else ends in this turn of the loop joins the call.
+        asyncio.get_running_loop().call_soon(self._send_due)
+        return await answer
+
+    def _send_due(self) -> None:
+        """A call if none is in flight, and one for each full batch waiting."""
+        while self._waiting and (not self._calls or len(self._waiting) >= self._batch_size):
+            batch = self._waiting[: self._batch_size]
+            del self._waiting[: self._batch_size]
+            call = asyncio.create_task(self._call(batch))
+            self._calls.add(call)
+            call.add_done_callback(self._call_done)
+
+    def _call_done(self, call: asyncio.Task[None]) -> None:
+        self._calls.discard(call)
+        self._send_due()
+
+    async def _call(self, batch: list[tuple[Item, asyncio.Future[Answer]]]) -> None:
+        answered: list[tuple[tuple[Item, asyncio.Future[Answer]], Answer | Exception]]
+        try:
+            reply = await retrying(lambda: self._send([item for item, _ in batch]))
+            answered = list(zip(batch, reply.outcomes, strict=True))
+        except Exception as error:
+            answered = [(waiting, error) for waiting in batch]
+        for (_, answer), outcome in answered:
+            if answer.cancelled():  # its attempt was cancelled at shutdown meanwhile
+                continue
+            if isinstance(outcome, Exception):
+                answer.set_exception(outcome)
+            else:
+                answer.set_result(outcome)
+
+
+def _item(attempt: Attempt, outcome: Outcome) -> tuple[Item, Ending]:
+    item = Item(owner_id=attempt.owner_id)
+    request: (
+        pb.CompleteOperationRequest
+        | pb.FailOperationRequest
+        | pb.RequestExternalFallbackRequest
+        | pb.AcknowledgeCancellationRequest
+    )
+    if isinstance(outcome, Completed):
+        ending, request = Ending.COMPLETED, item.complete
+        request.result_ref = outcome.result_ref
+    elif isinstance(outcome, HandlerFailure):
+        ending, request = Ending.FAILED, item.fail
+        request.retryable, request.failure_code = outcome.retryable, outcome.code
+        request.failure_message = outcome.message
+    elif isinstance(outcome, ExternalFallback):
+        ending, request = Ending.FELL_BACK, item.fallback
+    else:
+        ending, request = Ending.CANCELLED, item.acknowledge_cancel
+    request.operation_id, request.lease_token = attempt.operation_id, attempt.lease_token
+    provenance = None if isinstance(outcome, Ending) else outcome.provenance
+    if provenance is not None and not isinstance(request, pb.AcknowledgeCancellationRequest):
+        request.provenance.provider, request.provenance.model = (
+            provenance.provider,
+            provenance.model,
+        )
+        request.provenance.route = provenance.route
+    return item, ending
+
+
+async def retrying(call: Callable[[], Awaitable[Reply]]) -> Reply:
+    """``call``'s reply, asked again while the service answers UNAVAILABLE (within
+    ``RETRY_SECONDS``); any other refusal is raised at once as its ``DomainError``."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    failures = 0
+    while True:
+        try:
+            return await call()
+        except grpc.aio.AioRpcError as exc:
+            error = domain_error_from_rpc(exc)
+            if not isinstance(error, Unavailable):
+                raise error from exc
+            failures += 1
+            pause = next_attempt_in(failures, loop.time() - started, RETRY_SECONDS, random.random)
+            if pause is None:
+                raise error from exc
+            await asyncio.sleep(pause)

@@ -1,0 +1,118 @@
+"""The executor: one attempt, from its handler to the outcome the completer settles.
+
+A return completes; an exception fails as ``classify`` says; the owner's cancel
+is acknowledged; a lost lease settles nothing. An attempt running longer than
+``HEARTBEAT_AFTER_SECONDS`` (or holding its lease itself) joins the lease stream,
+whose cancel or loss cancels the handler; shorter ones live on the claim's lease.
+Interceptors wrap each attempt, the first outermost, as in Temporal's SDK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+
+import structlog
+
+from durable_ops.model.errors import CANCEL_REQUESTED, DomainError, LeaseLost
+from durable_ops.worker.attempt import Attempt, Claimed, Ending
+from durable_ops.worker.completer import Completer, Outcome
+from durable_ops.worker.failures import Completed, Settlement, WorkerShutdown, completed
+from durable_ops.worker.lease import LeaseStream
+
+HEARTBEAT_AFTER_SECONDS = 1.0  # at most a third of the shortest lease
+
+Handler = Callable[[Attempt], Awaitable[str | Completed | None]]
+# Entered before an attempt's handler runs, exited once the attempt is settled (``attempt.ending``).
+Interceptor = Callable[[Attempt], AbstractAsyncContextManager[object]]
+Classify = Callable[[Exception], Settlement]
+_log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Executor:
+    handlers: Mapping[str, Handler]
+    interceptors: Sequence[Interceptor]
+    classify: Classify
+    completer: Completer
+    leases: LeaseStream
+    lease_seconds: int
+    on_fatal: Callable[[Exception], None]  # an interceptor failed: the worker stops
+
+    async def run(self, claimed: Claimed) -> None:
+        attempt = Attempt(claimed, self.leases, self.lease_seconds)
+        try:
+            async with contextlib.AsyncExitStack() as around:
+                try:
+                    for interceptor in self.interceptors:
+                        await around.enter_async_context(interceptor(attempt))
+                except Exception as error:
+                    await self.completer.settle(attempt, self.classify(error))  # give it back
+                    raise
+                await self._handle(attempt)
+        except Exception as error:
+            _log.error(
+                "worker_interceptor_failed", **attempt.log_fields(), error=type(error).__name__
+            )
+            self.on_fatal(error)
+
+    async def _handle(self, attempt: Attempt) -> None:
+        work = asyncio.ensure_future(self.handlers[attempt.task_type](attempt))
+        watch = asyncio.create_task(self._watch(attempt, work))
+        outcome: Outcome | None
+        try:
+            returned = await asyncio.shield(work)
+        except asyncio.CancelledError:
+            if not work.done():  # the worker is shutting down: stop the handler first
+                work.cancel()
+                with contextlib.suppress(BaseException):
+                    await work
+            outcome = self._after_cancel(attempt)
+        except Exception as error:
+            outcome = self._after_error(attempt, error)
+        else:
+            outcome = attempt.result = completed(returned)
+        finally:
+            # Off the lease stream before settling: the settlement ends the lease, and a beat
+            # crossing it would find the lease gone and call it lost.
+            watch.cancel()
+            if attempt.lease is not None:
+                await attempt.lease.close()
+        if outcome is None:
+            _log.warning("worker_lease_lost", **attempt.log_fields())
+        else:
+            await self.completer.settle(attempt, outcome)
+
+    @staticmethod
+    def _after_cancel(attempt: Attempt) -> Outcome | None:
+        if attempt.cancelled.is_set():
+            return Ending.CANCELLED
+        if attempt.lease_lost:
+            return None
+        return WorkerShutdown()  # stop() ran out of time: release it for another worker now
+
+    def _after_error(self, attempt: Attempt, error: Exception) -> Outcome | None:
+        if isinstance(error, LeaseLost) and error.code == CANCEL_REQUESTED:
+            attempt.cancelled.set()  # a fenced write found the owner's cancel first
+        if attempt.cancelled.is_set():
+            return Ending.CANCELLED
+        if attempt.lease_lost or isinstance(error, LeaseLost):
+            return None
+        return self.classify(error)
+
+    @staticmethod
+    async def _watch(attempt: Attempt, work: asyncio.Future[str | Completed | None]) -> None:
+        """Hold the lease once the attempt runs long (or the handler held it); cancel the
+        work when the lease ends."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(HEARTBEAT_AFTER_SECONDS):
+                await attempt.joined.wait()
+        with contextlib.suppress(DomainError):  # else the first beat found the lease gone
+            lease = await attempt.hold()
+            await lease.ended.wait()
+            if lease.cancel_requested:
+                attempt.cancelled.set()
+        work.cancel()

@@ -1,0 +1,127 @@
+"""The worker's completer batches settlements without a timer, against a scripted call.
+
+What ends in one turn of the event loop goes in one call; what ends while a
+call is in flight waits for it and goes in the next, a full batch at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.model.routing import Route
+from durable_ops.model.states import Privacy
+from durable_ops.worker import Attempt, Claimed, Completed, Ending, PermanentFailure, Subject
+from durable_ops.worker.completer import Completer, Item
+from durable_ops.worker.lease import HoldLeasesCall, LeaseStream
+
+GUARD = 5.0
+REFUSED = 10  # ABORTED
+
+
+def _attempt(operation_id: str) -> Attempt:
+    claimed = Claimed(
+        operation_id=operation_id,
+        owner_id="alice",
+        task_type="report.render",
+        subject=Subject("report", "r-1"),
+        number=1,
+        context_ref="",
+        route=Route.LOCAL,
+        privacy=Privacy.LOCAL_ONLY,
+        trace_parent="",
+        lease_token="t" * 43,
+        lease_expires_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    return Attempt(claimed, LeaseStream(_no_stream), lease_seconds=30)
+
+
+def _no_stream() -> HoldLeasesCall:
+    raise AssertionError("settling opens no lease stream")
+
+
+class Service:
+    """Answers each call once ``release`` is set; refuses the operations in ``refused``."""
+
+    def __init__(self, refused: frozenset[str] = frozenset()) -> None:
+        self.calls: list[list[Item]] = []
+        self.release = asyncio.Event()
+        self._refused = refused
+
+    async def send(self, items: Sequence[Item]) -> pb.LeaseMutationsResponse:
+        self.calls.append(list(items))
+        await self.release.wait()
+        return pb.LeaseMutationsResponse(
+            outcomes=[
+                pb.LeaseMutationsResponse.Outcome(
+                    status_code=REFUSED if _operation(item) in self._refused else 0
+                )
+                for item in items
+            ]
+        )
+
+
+def _operation(item: Item) -> str:
+    kind = item.WhichOneof("outcome")
+    assert kind is not None
+    operation_id: str = getattr(item, kind).operation_id
+    return operation_id
+
+
+def _run(scenario: Coroutine[Any, Any, None]) -> None:
+    asyncio.run(asyncio.wait_for(scenario, GUARD))
+
+
+def test_what_ends_meanwhile_goes_in_one_call_once_the_one_in_flight_returns() -> None:
+    async def scenario() -> None:
+        service = Service()
+        completer = Completer(service.send, batch_size=10, trace_name="test")
+        attempts = [_attempt(f"op-{n}") for n in range(5)]
+        first = asyncio.create_task(completer.settle(attempts[0], Completed("r")))
+        await asyncio.sleep(0.01)
+        assert [len(call) for call in service.calls] == [1]  # alone: nothing else ended
+        later = [
+            asyncio.create_task(completer.settle(attempt, Completed("r")))
+            for attempt in attempts[1:]
+        ]
+        await asyncio.sleep(0.01)
+        assert [len(call) for call in service.calls] == [1]  # queued behind the call in flight
+        service.release.set()
+        await asyncio.gather(first, *later)
+        assert [[_operation(item) for item in call] for call in service.calls] == [
+            ["op-0"],
+            ["op-1", "op-2", "op-3", "op-4"],
+        ]
+        assert completer.endings == {Ending.COMPLETED: 5}
+
+    _run(scenario())
+
+
+def test_a_full_batch_goes_at_once_and_each_settlement_gets_its_own_answer() -> None:
+    async def scenario() -> None:
+        service = Service(refused=frozenset({"op-2"}))
+        completer = Completer(service.send, batch_size=2, trace_name="test")
+        attempts = [_attempt(f"op-{n}") for n in range(5)]
+        settled = [
+            asyncio.create_task(completer.settle(attempt, PermanentFailure("bad_input")))
+            for attempt in attempts
+        ]
+        await asyncio.sleep(0.01)
+        assert [len(call) for call in service.calls] == [2, 2]  # the fifth waits
+        service.release.set()
+        await asyncio.gather(*settled)
+        await completer.drain()
+        assert [len(call) for call in service.calls] == [2, 2, 1]
+        assert [attempt.ending for attempt in attempts] == [
+            Ending.FAILED,
+            Ending.FAILED,
+            None,  # refused: nothing was accepted
+            Ending.FAILED,
+            Ending.FAILED,
+        ]
+        assert service.calls[0][0].fail.failure_code == "bad_input"
+
+    _run(scenario())
