@@ -204,7 +204,7 @@ class Settings:
     )
     worker_poll_seconds: float = field(
         default=0.5,
-        metadata=_doc("AI worker pause after a failed claim; host-journal reconcile interval"),
+        metadata=_doc("how often the AI worker reconciles its host journal"),
     )
     worker_lease_seconds: int = field(
         default=60, metadata=_doc("lease the AI worker asks for on each claim")
