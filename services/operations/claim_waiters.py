@@ -145,15 +145,16 @@ class ClaimWaiters(SharedPoll):
     def _waiting(self) -> bool:
         return bool(self._waiters)
 
-    async def _poll(self) -> None:
+    async def _poll(self) -> bool:
         if all(waiter._woken.is_set() for waiter in self._waiters):
-            return
+            return False
         now = self._clock()
         found = await self._db.run_async(
             lambda tx: operations.claimable_kinds(tx, now), owner_id=None, write=False
         )
         for kind in found:  # one claim each: a full batch wakes the next (``took``)
             self._deal_one(kind)
+        return True
 
     def _committed(self, changes: Sequence[Committed]) -> None:
         for change in changes:

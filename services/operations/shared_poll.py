@@ -42,8 +42,9 @@ class SharedPoll(ABC):
         """Whether any call waits: the poll stops by itself once none does."""
 
     @abstractmethod
-    async def _poll(self) -> None:
-        """Ask the database once for every waiter, and wake those it answers."""
+    async def _poll(self) -> bool:
+        """Ask the database once for every waiter due, and wake those it answers; whether
+        it asked (``polls`` counts the queries)."""
 
     def _ensure_polling(self) -> None:
         if self._task is None or self._task.done():
@@ -59,13 +60,13 @@ class SharedPoll(ABC):
             if not self._waiting():
                 return
             try:
-                await self._poll()
+                asked = await self._poll()
             except Exception as exc:  # the next tick tries again; the lease/claim outlives it
                 if not self._failing:
                     _log.warning("poll_failing", poll=self._name, error=type(exc).__name__)
                 self._failing = True
                 continue
-            self.polls += 1
+            self.polls += asked
             if self._failing:
                 _log.info("poll_recovered", poll=self._name)
                 self._failing = False

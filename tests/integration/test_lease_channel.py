@@ -18,6 +18,7 @@ from sqlalchemy import select
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.workspace.v1 import workspace_pb2 as wpb
 from durable_ops.model.scope import Role
+from durable_ops.operations.watch import CANCEL
 from durable_ops.storage.schema import AiWorkspaceNote
 from tests.support.ai_stack import wait_for
 from tests.support.clock import ManualClock
@@ -98,14 +99,16 @@ def test_the_cancel_poll_asks_once_for_every_open_stream(
 
     services.db.listen("before_cursor_execute", count)
     try:
-        first = watch.polls
+        first, first_tick = watch.polls, watch.ticks
         wait_for(lambda: watch.polls >= first + 4, timeout=HANG_GUARD)
-        window = watch.polls - first
+        window, ticks = watch.polls - first, watch.ticks - first_tick
     finally:
         services.db.unlisten("before_cursor_execute", count)
     selects = [text for text in statements if "cancel_requested" in text]
     # one query per poll, never one per stream (a poll may straddle the window's edges)
     assert window <= len(selects) <= window + 1
+    # streams' cancels are asked every third tick only (figure 8's statements per second)
+    assert ticks >= CANCEL.every_ticks * (window - 1) > window
     for stream in streams:
         stream.close()
 
