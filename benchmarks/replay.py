@@ -197,6 +197,7 @@ class Replayer:
         found: list[tuple[str, str, str]] = []
 
         def seen(rows: list[tuple[Any, ...]], columns: list[str]) -> bool:
+            found.clear()  # a replayed try (a deadlock) answers afresh
             if not rows:
                 return False
             row = dict(zip(columns, rows[0], strict=True))
@@ -226,6 +227,7 @@ class Replayer:
         found: list[tuple[str, str, str]] = []
 
         def seen(rows: list[tuple[Any, ...]], columns: list[str]) -> bool:
+            found.clear()  # a replayed try (a deadlock) answers afresh
             if len(rows) < len(hashes):
                 return False
             for n, values in enumerate(rows):
