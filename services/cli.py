@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import re
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
@@ -240,8 +241,13 @@ child that dies is restarted with backoff; Ctrl-C or SIGTERM stops them all. Sec
 not set in OPS_JWT_SECRET and OPS_SERVICE_SECRET are kept in var/secrets.json."""
 
 
+def plain(docstring: str) -> str:
+    """A docstring's line as a terminal shows it: ``code`` and `code` lose their backquotes."""
+    return re.sub(r"``?([^`]+?)``?", r"\1", docstring)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="opsctl", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="opsctl", description=plain(__doc__.splitlines()[0]))
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -291,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Print a user JWT the gateway accepts (Authorization: Bearer, or pasted into the sign-in"
         " page)",
         "Signed with OPS_JWT_SECRET, else with the secret kept in var/secrets.json (the one\n"
-        "`opsctl up` uses when OPS_JWT_SECRET is unset); OPS_JWT_ISSUER and OPS_JWT_AUDIENCE\n"
+        "opsctl up uses when OPS_JWT_SECRET is unset); OPS_JWT_ISSUER and OPS_JWT_AUDIENCE\n"
         "are honoured. A token lives at most 30 days (--ttl 2592000); the gateway refuses a\n"
         "longer-lived one.",
     )

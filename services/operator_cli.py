@@ -57,7 +57,7 @@ retry   retry failed or cancelled operations by id, or by filter with --yes
 prune   delete terminal operations past a horizon, keeping their keys, with --yes
 
 Calls the Operations service at --target, else OPS_OPERATIONS_TARGET, else where the
-running `opsctl up` serves it (var/stack.json), else 127.0.0.1:50051, with an operator
+running opsctl up serves it (var/stack.json), else 127.0.0.1:50051, with an operator
 credential signed with OPS_SERVICE_SECRET (else the secret kept in var/secrets.json).
 Every call is logged by the service with --as (default: your login name). Exit codes:
 2 a usage error, or nothing answers at the address; 5 the service refused; 6 not
@@ -99,7 +99,7 @@ def _common_options(sub: argparse.ArgumentParser) -> None:
         "--target",
         metavar="HOST:PORT",
         help="the Operations service (default: OPS_OPERATIONS_TARGET, else the running"
-        " `opsctl up` from var/stack.json, else 127.0.0.1:50051)",
+        " opsctl up from var/stack.json, else 127.0.0.1:50051)",
     )
 
 

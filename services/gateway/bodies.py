@@ -37,7 +37,7 @@ _MALFORMED = "The body is not valid JSON."
 
 
 def _too_large(max_bytes: int) -> Problem:
-    return Problem(413, "payload_too_large", f"The body must be at most {max_bytes} bytes.")
+    return Problem(413, "payload_too_large", f"The body must be at most {max_bytes:,} bytes.")
 
 
 def _unsupported_media_type() -> Problem:
@@ -205,7 +205,7 @@ def string_field(
     if not isinstance(value, str):
         raise invalid(name, "must be a string")
     if len(value) > max_length:
-        raise invalid(name, f"must be at most {max_length} characters")
+        raise invalid(name, f"must be at most {max_length:,} characters")
     if required and not value.strip():
         raise invalid(name, "must not be empty")
     check = bounds.multi_line if multi_line else bounds.single_line

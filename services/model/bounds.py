@@ -63,7 +63,7 @@ def text(field: str, value: str, max_length: int, *, required: bool = True) -> s
     if required and not value:
         raise InvalidArgument(field, "is required")
     if len(value) > max_length:
-        raise InvalidArgument(field, f"must be at most {max_length} characters")
+        raise InvalidArgument(field, f"must be at most {max_length:,} characters")
     return value
 
 

@@ -48,6 +48,7 @@ def test_start_a_strategy_snapshot_and_read_its_result(
     expect(page.get_by_text("Plan: Pro")).to_be_visible()
 
     cv_form = page.get_by_role("form", name="Add a CV")
+    cv_form.get_by_label("File name").fill("cv.txt")
     cv_form.get_by_label("CV text").fill(CV_TEXT)
     cv_form.get_by_role("button", name="Add CV").click()
     expect(page.locator("#cvs-heading ~ ol li.item")).to_have_count(1)

@@ -184,6 +184,7 @@ def test_a_free_user_sees_why_and_the_command_and_cannot_switch_ai_on(
     # Forced on anyway (an old page, a crafted click): the API refuses and the page says so.
     switch.evaluate("element => { element.disabled = false; }")
     switch.click()
+    page.get_by_role("dialog").get_by_role("button", name="Switch on").click()
     alert = page.locator(".settings .form-error")
     expect(alert).to_be_visible()
     expect(alert).to_contain_text("The setting was not changed.")
@@ -200,6 +201,7 @@ def test_a_free_user_sees_why_and_the_command_and_cannot_switch_ai_on(
     expect(notice).to_have_count(0)
     expect(switch).to_be_enabled()
     switch.check()
+    page.get_by_role("dialog").get_by_role("button", name="Switch on").click()
     expect(alert).to_be_hidden()
     for _ in range(50):
         if ui_services.db.run(workspace.ai_settings, owner_id="carol", write=False).ai_enabled:

@@ -144,10 +144,14 @@ def test_workspace_bad_input_is_a_4xx_problem(services: Services) -> None:
             for response, code in cases:
                 assert 400 <= response.status_code < 500, response.text
                 assert response.json()["code"] == code
+            # Refused whole, never cut, in the number format the web UI uses.
+            assert cases[0][0].json()["detail"] == "description must be at most 20,000 characters."
+            assert cases[5][0].json()["detail"] == "text must be at most 200,000 characters."
             too_big = await client.post(
                 "/api/jobs", content=b'{"title": "' + b"x" * 300_000 + b'"}', headers=alice
             )
             _problem(too_big, 413, "payload_too_large")
+            assert too_big.json()["detail"] == "The body must be at most 262,144 bytes."
 
     run(scenario())
 

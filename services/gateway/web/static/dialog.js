@@ -1,13 +1,14 @@
 // A modal confirmation built on <dialog>: focus starts on the safe choice,
-// Escape or the safe button answers false.
+// Escape or the safe button answers false. `danger` marks a choice that stops or
+// removes something; a neutral one (switching a feature on) is a plain button.
 
 import { h } from "./dom.js";
 
-export function confirmDialog({ title, message, confirmLabel, cancelLabel = "Keep it" }) {
+export function confirmDialog({ title, message, confirmLabel, cancelLabel = "Keep it", danger = true }) {
   return new Promise((resolve) => {
     const titleId = `dialog-title-${Math.random().toString(36).slice(2)}`;
     const keep = h("button", { type: "button", class: "button button--quiet", value: "cancel" }, cancelLabel);
-    const confirm = h("button", { type: "button", class: "button button--danger", value: "confirm" }, confirmLabel);
+    const confirm = h("button", { type: "button", class: danger ? "button button--danger" : "button", value: "confirm" }, confirmLabel);
     const dialog = h(
       "dialog",
       { class: "dialog", "aria-labelledby": titleId },

@@ -55,6 +55,13 @@ export function sentence(text) {
   return /[.!?…]$/.test(capital) ? capital : `${capital}.`;
 }
 
+// The one number format of the UI, the server's sentences' too: "20,000".
+const numberFormat = new Intl.NumberFormat("en-US");
+
+export function formatNumber(value) {
+  return numberFormat.format(value);
+}
+
 const timeFormat = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "short" });
 
 export function formatTime(iso) {

@@ -128,7 +128,7 @@ export function mountNotifications(section) {
       readAll.hidden = unread === 0;
       list.setAttribute("aria-busy", "false");
       if (page.items.length === 0) {
-        replaceChildren(list, h("li", { class: "empty" }, "No notifications. You will see one here when an operation finishes."));
+        replaceChildren(list, h("li", { class: "empty" }, "No notifications. You will see one here when work you start on ", h("a", { href: "/jobs" }, "Jobs"), " finishes."));
       } else {
         replaceChildren(list, page.items.map((notification, index) => item(notification, details[index])));
       }

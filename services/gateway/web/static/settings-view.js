@@ -1,9 +1,11 @@
 // The caller's AI settings: the plan (read-only here), "Use AI analyses" and the
 // privacy choice. A Free user sees why analyses are off and the command an operator
 // runs to grant Pro (`opsctl users set-plan`), and cannot switch analyses on; if the
-// API refuses a change, its reason is shown and the control goes back.
+// API refuses a change, its reason is shown and the control goes back. Switching
+// analyses on or off is confirmed first and said afterwards.
 
 import { api, put } from "./api.js";
+import { confirmDialog } from "./dialog.js";
 import { h, replaceChildren } from "./dom.js";
 
 function currentUser() {
@@ -24,6 +26,20 @@ function freePlanNotice() {
     h("p", { class: "hint" }, "Once your plan is Pro, you can switch on “Use AI analyses” here."),
   );
 }
+
+const TURN_ON = {
+  title: "Switch AI analyses on?",
+  message: "Strategy snapshots and CV reviews can then run on your job postings and CVs, with the model your privacy choice allows.",
+  confirmLabel: "Switch on",
+  cancelLabel: "Keep them off",
+  danger: false,
+};
+const TURN_OFF = {
+  title: "Switch AI analyses off?",
+  message: "New analyses will not start until you switch them on again.",
+  confirmLabel: "Switch off",
+  cancelLabel: "Keep them on",
+};
 
 function privacyField(settings, save) {
   const privacy = h(
@@ -59,24 +75,40 @@ export async function mountAiSettings(slot) {
     "aria-describedby": pro ? null : "plan-notice",
   });
 
-  // `undo` puts the control back when the API refuses the change.
+  const done = h("p", { class: "status", role: "status" });
+
+  // `undo` puts the control back when the API refuses the change; answers whether it was saved.
   async function save(change, undo) {
     try {
       settings = await put("/api/settings/ai", { json: change });
       error.hidden = true;
+      return true;
     } catch (failure) {
       undo();
       error.textContent = `The setting was not changed. ${failure.message}`;
       error.hidden = false;
+      return false;
     }
   }
 
-  enabled.addEventListener("change", () => save({ ai_enabled: enabled.checked }, () => (enabled.checked = settings.ai_enabled)));
+  enabled.addEventListener("change", async () => {
+    const on = enabled.checked;
+    done.textContent = "";
+    const confirmed = await confirmDialog(on ? TURN_ON : TURN_OFF);
+    if (!confirmed) {
+      enabled.checked = settings.ai_enabled;
+      return;
+    }
+    if (await save({ ai_enabled: on }, () => (enabled.checked = settings.ai_enabled))) {
+      done.textContent = on ? "AI analyses are on: start one on a job posting or a CV." : "AI analyses are off: new ones do not start until you switch them on again.";
+    }
+  });
   replaceChildren(
     slot,
     h("p", { class: "hint" }, pro ? "Plan: Pro." : "Plan: Free (AI analyses need Pro)."),
     pro ? null : freePlanNotice(),
     h("label", { class: "check" }, enabled, " Use AI analyses"),
+    done,
     privacyField(settings, save),
     error,
   );

@@ -14,14 +14,18 @@ import { h, replaceChildren } from "../dom.js";
 import { createAnalysisView, isActive, isLiveAnswer } from "../analysis-view.js";
 import { notificationsChanged } from "../events.js";
 import { createFollower } from "../follow.js";
-import { isLive } from "../format.js";
+import { formatNumber, isLive } from "../format.js";
 import { highlight } from "../highlight.js";
 import { visiblePoller } from "../poller.js";
 import { mountAiSettings } from "../settings-view.js";
 import { taskPath, tasksFor } from "../tasks.js";
+import { limitText } from "../text-limit.js";
 
 export const ANALYSIS_POLL_MS = 2000;
 export const ANALYSIS_LIVE_POLL_MS = 500;
+// The server's bounds (model/bounds.py): JOB_DESCRIPTION_MAX and ATTACHMENT_TEXT_MAX.
+const JOB_DESCRIPTION_MAX = 20000;
+const CV_TEXT_MAX = 200000;
 
 function field(label, control, hint) {
   return h("label", { class: "field" }, h("span", { class: "field__label" }, label), control, hint ? h("span", { class: "hint" }, hint) : null);
@@ -86,22 +90,29 @@ export function mount(main) {
   function jobForm() {
     const title = h("input", { name: "title", required: true, maxlength: 200 });
     const company = h("input", { name: "company", maxlength: 200 });
-    const description = h("textarea", { name: "description", required: true, maxlength: 20000, rows: 5 });
+    const description = h("textarea", { name: "description", required: true, rows: 5 });
+    const limit = limitText(description, { max: JOB_DESCRIPTION_MAX, noun: "The description", action: "add the job" });
     const error = formError();
     const form = h(
       "form",
-      { class: "form", "aria-label": "Add a job posting" },
+      { class: "form", id: "add-job", "aria-label": "Add a job posting" },
       field("Title", title),
       field("Company", company),
-      field("Description", description, "Up to 20,000 characters."),
+      field("Description", description),
+      limit.element,
       error,
       h("button", { type: "submit", class: "button" }, "Add job"),
     );
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
+      if (limit.problem()) {
+        description.focus(); // the message under the field says what is wrong
+        return;
+      }
       try {
         await post("/api/jobs", { json: { title: title.value, company: company.value, description: description.value } });
         form.reset();
+        limit.refresh();
         showFormError(error, null);
         await load();
       } catch (failure) {
@@ -112,23 +123,31 @@ export function mount(main) {
   }
 
   function cvForm() {
-    const filename = h("input", { name: "filename", required: true, maxlength: 255, value: "cv.txt" });
-    const text = h("textarea", { name: "text", required: true, maxlength: 200000, rows: 4 });
+    const filename = h("input", { name: "filename", required: true, maxlength: 255, placeholder: "e.g. my-cv.txt" });
+    const text = h("textarea", { name: "text", required: true, rows: 4 });
+    const limit = limitText(text, { max: CV_TEXT_MAX, noun: "The CV text", action: "add the CV" });
     const error = formError();
     const form = h(
       "form",
-      { class: "form", "aria-label": "Add a CV" },
+      { class: "form", id: "add-cv", "aria-label": "Add a CV" },
       field("File name", filename),
       field("CV text", text, "Paste the text of your CV."),
+      limit.element,
       error,
       h("button", { type: "submit", class: "button" }, "Add CV"),
     );
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
+      if (limit.problem()) {
+        text.focus();
+        return;
+      }
       try {
         await post("/api/attachments", { json: { kind: "cv", filename: filename.value, text: text.value } });
-        text.value = "";
+        form.reset(); // ready for the next CV: a kept name would be sent with another text
+        limit.refresh();
         showFormError(error, null);
+        filename.focus();
         await load();
       } catch (failure) {
         showFormError(error, failure);
@@ -254,11 +273,22 @@ export function mount(main) {
     highlight(target);
   }
 
+  // A link from an empty list to the form that fills it; following it starts typing there.
+  function toForm(formId, text) {
+    const go = (event) => {
+      event.preventDefault();
+      const form = document.getElementById(formId);
+      form?.scrollIntoView({ block: "nearest" });
+      form?.querySelector("input, textarea")?.focus();
+    };
+    return h("a", { href: `#${formId}`, onclick: go }, text);
+  }
+
   function renderJobs() {
     replaceChildren(
       jobList,
       rows.job.length === 0
-        ? h("li", { class: "placeholder placeholder--empty" }, "No jobs yet: add a posting above.")
+        ? h("li", { class: "placeholder placeholder--empty" }, h("p", {}, "No jobs yet: ", toForm("add-job", "add a job posting"), " to analyse it."))
         : rows.job.map((job) =>
             h(
               "li",
@@ -281,13 +311,13 @@ export function mount(main) {
     replaceChildren(
       cvList,
       rows.attachment.length === 0
-        ? h("li", { class: "hint" }, "No CV yet.")
+        ? h("li", { class: "hint" }, "No CV yet: ", toForm("add-cv", "add your CV"), " to compare it with a job.")
         : rows.attachment.map((cv) =>
             h(
               "li",
               { class: "item", id: `attachment-${cv.id}` },
               h("h3", {}, cv.filename),
-              h("p", { class: "hint" }, `${cv.text_length.toLocaleString()} characters`),
+              h("p", { class: "hint" }, `${formatNumber(cv.text_length)} characters`),
               analysisBlocks("attachment", cv),
             ),
           ),

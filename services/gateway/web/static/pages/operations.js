@@ -32,6 +32,20 @@ const FILTERS = [
   ["cancelled", "Cancelled"],
 ];
 
+// The filter lives in the address (?state=failed): a reload keeps it, and Back and
+// Forward step through the filters chosen.
+function filterFromUrl() {
+  const state = new URLSearchParams(window.location.search).get("state") ?? "";
+  return FILTERS.some(([value]) => value === state) ? state : "";
+}
+
+function urlWithFilter(state) {
+  const url = new URL(window.location.href);
+  if (state) url.searchParams.set("state", state);
+  else url.searchParams.delete("state");
+  return url;
+}
+
 function targetFromHash() {
   const match = /^#operation-(.+)$/.exec(window.location.hash);
   return match ? decodeURIComponent(match[1]) : null;
@@ -126,12 +140,17 @@ export function mount(main) {
       list.hidden = true;
       cards.clear();
       list.replaceChildren();
-      const filtered = filter.value !== "";
-      showPlaceholder(
-        "empty",
-        h("p", { class: "placeholder__title" }, filtered ? "No operations in this state." : "No operations yet."),
-        h("p", {}, filtered ? "Choose another filter to see more." : "Work you start, such as a strategy snapshot, appears here with its progress."),
-      );
+      if (filter.value !== "") {
+        const showAll = h("button", { type: "button", class: "button", onclick: () => chooseFilter("") }, "Show all operations");
+        showPlaceholder("empty", h("p", { class: "placeholder__title" }, "No operations in this state."), showAll);
+      } else {
+        showPlaceholder(
+          "empty",
+          h("p", { class: "placeholder__title" }, "No operations yet."),
+          h("p", {}, "Work you start on a job posting or a CV, such as a strategy snapshot, appears here with its progress."),
+          h("a", { class: "button", href: "/jobs" }, "Go to Jobs"),
+        );
+      }
     } else {
       placeholder.hidden = true;
       list.hidden = false;
@@ -290,11 +309,32 @@ export function mount(main) {
   showPlaceholder("loading", h("span", { class: "spinner", "aria-hidden": "true" }), h("p", {}, "Loading operations…"));
   list.hidden = true;
 
-  filter.addEventListener("change", () => {
+  // A new filter shows its first page afresh.
+  function applyFilter() {
     limit = PAGE_STEP;
     loaded = false;
     section.setAttribute("aria-busy", "true");
     poller.refresh();
+  }
+
+  function chooseFilter(state) {
+    filter.value = state;
+    window.history.pushState(null, "", urlWithFilter(state));
+    applyFilter();
+    filter.focus(); // the button that chose it is gone with the placeholder
+  }
+
+  filter.value = filterFromUrl();
+  const asked = new URLSearchParams(window.location.search).get("state");
+  if (asked !== null && asked !== filter.value) window.history.replaceState(null, "", urlWithFilter("")); // an unknown state: all
+  filter.addEventListener("change", () => {
+    window.history.pushState(null, "", urlWithFilter(filter.value));
+    applyFilter();
+  });
+  window.addEventListener("popstate", () => {
+    if (filter.value === filterFromUrl()) return; // a move between #operation- links
+    filter.value = filterFromUrl();
+    applyFilter();
   });
   window.addEventListener("hashchange", () => {
     target = targetFromHash();
