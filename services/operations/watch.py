@@ -9,8 +9,9 @@ another replica, by the sweeper) is found by one primary-key query for every
 operation this process's calls watch (``storage.operations.versions_among``),
 every ``interval_seconds`` (a tick) and only while a call watches one it has
 not been woken for; an interest may ask less often (``every_ticks``), on
-ticks shared by all its calls, so that many of them still cost one query. An operation wakes a call once, until the call looks again
-(``Watch.rearm``). No call polls alone.
+ticks shared by all its calls, so that many of them still cost one query.
+An operation wakes a call once, until the call looks again (``Watch.rearm``).
+No call polls alone.
 """
 
 from __future__ import annotations
