@@ -39,8 +39,9 @@ from durable_ops.settings import Settings, SettingsError
 from durable_ops.worker import Worker, WorkerOptions
 
 CONCURRENCY_RANGE = (1, 64)
-# Shorter than the grace ``opsctl up`` and service managers give before SIGKILL.
-SHUTDOWN_GRACE_SECONDS = 5.0
+# Short: an inference cut off is released (queued again, its attempt not spent) and the
+# next worker starts it at once; and well inside the grace before SIGKILL.
+SHUTDOWN_GRACE_SECONDS = 1.0
 BATCH_SIZE = 1  # why: the module's docstring
 
 _log = structlog.get_logger(__name__)
