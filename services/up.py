@@ -5,8 +5,11 @@ clear message and exit 2). Dev-login is switched on only while the gateway
 listens on loopback alone; otherwise ``opsctl up`` says why and leaves it
 off. A child that dies after start-up comes back with backoff
 (``stack.restarts``) until its budget is spent; then, as on Ctrl-C or
-SIGTERM, every child is stopped. While it runs, ``var/stack.json`` says where
-(``stack.address_file``): the CLI's commands find the stack there.
+SIGTERM, every child is stopped, saying what it waits for and how long the
+stop took: the AI worker first hands back what it was running, then the
+services stop. A second Ctrl-C kills what is left at once. While it runs,
+``var/stack.json`` says where (``stack.address_file``): the CLI's commands find
+the stack there.
 """
 
 from __future__ import annotations
@@ -114,8 +117,11 @@ def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | Non
         as_json=as_json,
     )
     stopping = threading.Event()
+    forcing = threading.Event()
 
     def request_stop(_signum: int, _frame: object) -> None:
+        if stopping.is_set():
+            forcing.set()  # the second Ctrl-C
         stopping.set()
 
     signal.signal(signal.SIGINT, request_stop)
@@ -140,8 +146,30 @@ def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | Non
         say("start_failed", f"opsctl up: {exc}")
         return EXIT_UNAVAILABLE
     finally:
-        stack.stop()
+        _stop(stack, output, forcing)
         address_file.remove(pid=os.getpid())
+
+
+def _stop(stack: Stack, output: Output, forcing: threading.Event) -> None:
+    """Stop every child, saying what it waits for and how long it took."""
+    started = time.monotonic()
+    workers, services = stack.stopping_order()
+    if not (workers or services):
+        stack.stop()  # reaps what exited
+        return
+    waits = [f"{', '.join(workers)} to hand back running work"] if workers else []
+    waits += [f"{', '.join(services)} to stop"] if services else []
+    output.say(
+        "stopping",
+        f"\nstopping… waiting for {' then '.join(waits)} (Ctrl-C again to force)",
+        workers=workers,
+        services=services,
+    )
+    killed = stack.stop(force=forcing)
+    took = time.monotonic() - started
+    if killed:
+        output.say("killed", f"killed {', '.join(killed)}", children=killed)
+    output.say("stopped", f"stopped in {took:.1f} s", seconds=round(took, 3))
 
 
 def _supervise(
