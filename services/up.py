@@ -73,6 +73,14 @@ def _stack_env(settings: Settings, *, text_logs: bool = False) -> dict[str, str]
     return env
 
 
+def _where(database_url: str) -> str:
+    """The database as a user may be shown it: its engine and file or name, no password."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(database_url)
+    return f"{url.get_backend_name()} {url.database or ''}".strip()
+
+
 def _dev_login_refusal(settings: Settings) -> str | None:
     """Why the stack's gateway may not serve dev-login (it listens beyond loopback)."""
     return dev_login_refusal(replace(settings, dev_login=True))
@@ -108,6 +116,7 @@ def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | Non
             say("address_in_use", f"opsctl up: {problem}")
         return EXIT_USAGE
 
+    say("migrating", f"migrating the database ({_where(settings.database_url)})…")
     migrate.upgrade(settings.database_url)
     if demo_user:
         grant_ai(settings.database_url, demo_user)
@@ -116,6 +125,7 @@ def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | Non
         process_specs(settings, DEFAULT_PROCESSES),
         as_json=as_json,
     )
+    say("starting", f"starting {len(DEFAULT_PROCESSES)} processes…", processes=DEFAULT_PROCESSES)
     stopping = threading.Event()
     forcing = threading.Event()
 

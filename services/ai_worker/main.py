@@ -125,6 +125,7 @@ async def run(settings: Settings, *, stopping: asyncio.Event | None = None) -> N
             _log.info(
                 "ai_worker_idle",
                 reason="OPS_WORKERS_AI_OPERATIONS_ENABLED is not true: claiming nothing",
+                say="idle: OPS_WORKERS_AI_OPERATIONS_ENABLED is not true",
             )
             await stopping.wait()
         else:
@@ -133,7 +134,7 @@ async def run(settings: Settings, *, stopping: asyncio.Event | None = None) -> N
     finally:
         for signum in installed:
             asyncio.get_running_loop().remove_signal_handler(signum)
-        _log.info("ai_worker_stopped")
+        _log.info("ai_worker_stopped", say="stopped")
 
 
 async def _work(settings: Settings, stopping: asyncio.Event) -> None:
@@ -167,6 +168,8 @@ async def _work(settings: Settings, stopping: asyncio.Event) -> None:
         concurrency=settings.worker_concurrency,
         lease_seconds=settings.worker_lease_seconds,
         host_journal=isinstance(journal, HostStoreJournal),
+        say=f"ready: {len(registered_task_types())} AI task types on the"
+        f" {' and '.join(route.value for route in routes)} route",
     )
     try:
         operations = OperationsClient(operations_channel, caller)
