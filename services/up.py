@@ -30,6 +30,7 @@ from durable_ops.stack.children import Stack, process_specs
 from durable_ops.stack.output import Output
 from durable_ops.stack.preflight import problems
 from durable_ops.stack.restarts import RestartBudget
+from durable_ops.storage import schema_stamp
 
 EXIT_UNAVAILABLE = 1
 EXIT_USAGE = 2
@@ -75,10 +76,10 @@ def _stack_env(settings: Settings, *, text_logs: bool = False) -> dict[str, str]
 
 def _where(database_url: str) -> str:
     """The database as a user may be shown it: its engine and file or name, no password."""
-    from sqlalchemy.engine import make_url
-
-    url = make_url(database_url)
-    return f"{url.get_backend_name()} {url.database or ''}".strip()
+    scheme, _, rest = database_url.partition("://")
+    name = rest.rpartition("@")[2].partition("?")[0]  # no user or password
+    where = name.lstrip("/") if scheme != "sqlite" else name[1:]
+    return f"{scheme.partition('+')[0]} {where}".rstrip()
 
 
 def _dev_login_refusal(settings: Settings) -> str | None:
@@ -103,8 +104,6 @@ def grant_ai(database_url: str, user: str) -> None:
 
 
 def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | None = None) -> int:
-    from durable_ops.storage import migrate
-
     settings = local_to_the_stack(settings)
     as_json = use_json(settings.log_json, is_tty=sys.stdout.isatty())
     width = max(len(name) for name in DEFAULT_PROCESSES)
@@ -116,10 +115,13 @@ def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | Non
             say("address_in_use", f"opsctl up: {problem}")
         return EXIT_USAGE
 
-    say("migrating", f"migrating the database ({_where(settings.database_url)})…")
-    migrate.upgrade(settings.database_url)
-    if demo_user:
-        grant_ai(settings.database_url, demo_user)
+    if schema_stamp.sqlite_file_at_head(settings.database_url):
+        say("database", f"database {_where(settings.database_url)}: schema up to date")
+    else:
+        from durable_ops.storage import migrate
+
+        say("migrating", f"migrating the database ({_where(settings.database_url)})…")
+        migrate.upgrade(settings.database_url)
     stack = Stack(
         _stack_env(settings, text_logs=not as_json),
         process_specs(settings, DEFAULT_PROCESSES),
@@ -138,6 +140,8 @@ def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | Non
     signal.signal(signal.SIGTERM, request_stop)
     try:
         stack.start()
+        if demo_user:  # while the children start: they do not need it, the first sign-in does
+            grant_ai(settings.database_url, demo_user)
         stack.wait_healthy()
         # A wildcard bind's own address (0.0.0.0) is not a name the gateway answers to.
         url = f"http://{parse_address('gateway_bind', settings.gateway_bind).dialled}/"

@@ -11,8 +11,6 @@ revision with one SELECT and the head from the revision files' own lines.
 
 from __future__ import annotations
 
-import re
-from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +20,7 @@ from sqlalchemy import Engine, inspect, text
 import durable_ops.migrations
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.storage.db import Database, create_db_engine
+from durable_ops.storage.schema_stamp import quick_head
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -32,7 +31,6 @@ MIGRATIONS = Path(durable_ops.migrations.__file__).parent
 log = structlog.get_logger(__name__)
 VERSION_TABLE = "alembic_version"
 _STAMPED = text("SELECT version_num FROM alembic_version")
-_REVISION_LINE = re.compile(r'^(down_revision|revision) = (None|"([^"]+)")$', re.MULTILINE)
 
 
 class SchemaNotCurrent(RuntimeError):
@@ -61,26 +59,10 @@ def _scripts() -> ScriptDirectory:
 
 def head_revision() -> str:
     """The newest revision of ``migrations/`` (Alembic's answer: ``quick_head`` is checked
-    against it in the tests)."""
+    against it in the tests: ``schema_stamp.quick_head``)."""
     head = _scripts().get_current_head()
     assert head is not None
     return head
-
-
-@cache
-def quick_head() -> str | None:
-    """The head read from each revision file's ``revision`` and ``down_revision`` lines,
-    without Alembic; None when they do not name exactly one head (Alembic then decides)."""
-    revisions: set[str] = set()
-    parents: set[str] = set()
-    for script in (MIGRATIONS / "versions").glob("*.py"):
-        found = dict((name, value) for name, _, value in _REVISION_LINE.findall(script.read_text()))
-        if "revision" in found:
-            revisions.add(found["revision"])
-            if found.get("down_revision"):
-                parents.add(found["down_revision"])
-    heads = revisions - parents
-    return heads.pop() if len(heads) == 1 else None
 
 
 def current_revision(engine: Engine) -> str | None:
