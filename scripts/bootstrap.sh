@@ -22,7 +22,9 @@ if [ "${1:-}" = "--run" ]; then
   mode=run
 fi
 python=${PYTHON:-python3}
+step() { echo "bootstrap: $*"; }  # one line per step; nothing at all when it is up to date
 if [ ! -x .venv/bin/python ]; then
+  step "creating the environment (.venv, $("$python" --version 2>&1))…"
   "$python" -m venv .venv
 fi
 
@@ -45,14 +47,17 @@ have_uv() {
     && [ "$(.venv/bin/uv --version 2>/dev/null | cut -d' ' -f1-2)" = "uv $uv_version" ]
 }
 if ! have_uv; then
+  step "installing uv $uv_version…"
   .venv/bin/python -m pip install --quiet --disable-pip-version-check "uv==$uv_version" \
     >/dev/null 2>&1 || true
 fi
 if have_uv; then
-  UV_PYTHON_DOWNLOADS=never .venv/bin/uv sync --quiet --frozen --inexact "${extras[@]}"
+  step "installing durable-ops ($mode) at the versions uv.lock pins, with uv…"
+  # Not --quiet: uv's progress (bars on a terminal) and its summary are the step's output.
+  UV_PYTHON_DOWNLOADS=never .venv/bin/uv sync --frozen --inexact "${extras[@]}"
 else
-  echo "bootstrap: uv $uv_version cannot be installed; pip installs $requirements" >&2
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check \
+  step "uv $uv_version cannot be installed; pip installs $requirements (hashes checked)…"
+  .venv/bin/python -m pip install --disable-pip-version-check --progress-bar on \
     --require-hashes -r "$requirements"
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 fi

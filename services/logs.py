@@ -1,7 +1,10 @@
 """Logging for every process: structlog, one event per line on stderr.
 
 JSON when stderr is not a TTY (or ``OPS_LOG_JSON=true``), a console renderer
-otherwise. Library loggers (grpc, uvicorn, sqlalchemy) go through the same
+otherwise. On the console an info event that carries ``say`` (a short sentence
+for people: "ready on 127.0.0.1:50051") is that sentence alone, so a start or a
+stop reads as a few plain lines; JSON keeps the event and its fields as they
+were, without the sentence. Library loggers (grpc, uvicorn, sqlalchemy) go through the same
 renderer at WARNING so one process never mixes two formats. Events name
 ``operation_id`` and ``owner``, never raw user content. While a span is active
 (tracing on, see ``durable_ops.telemetry``) every event carries its ``trace_id``
@@ -19,6 +22,7 @@ from structlog.typing import EventDict, Processor, WrappedLogger
 
 from durable_ops.settings import Settings, SettingsError
 
+SAY = "say"  # an event's sentence for people, shown alone on the console
 LIBRARY_LOGGERS = ("grpc", "uvicorn", "uvicorn.error", "uvicorn.access", "sqlalchemy", "alembic")
 _HANDLER_NAME = "durable-ops"
 
@@ -58,6 +62,24 @@ def add_trace_ids(_logger: WrappedLogger, _method: str, event_dict: EventDict) -
     return event_dict
 
 
+def _drop_say(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
+    event_dict.pop(SAY, None)
+    return event_dict
+
+
+def _saying(renderer: Processor) -> Processor:
+    """``renderer``, except that an info (or debug) event with ``say`` is just that."""
+
+    def render(logger: WrappedLogger, method: str, event_dict: EventDict) -> str | bytes:
+        said = event_dict.pop(SAY, None)
+        if said is not None and event_dict.get("level") in ("info", "debug"):
+            return str(said)
+        rendered: str | bytes = renderer(logger, method, event_dict)  # type: ignore[assignment]
+        return rendered
+
+    return render
+
+
 def configure_logging(settings: Settings, process: str, *, final: bool = False) -> None:
     """Configure structlog and stdlib logging; calling it again replaces the setup.
 
@@ -77,10 +99,10 @@ def configure_logging(settings: Settings, process: str, *, final: bool = False) 
     renderer: Processor
     if json:
         # format_exc_info keeps a traceback inside the one JSON line.
-        shared.append(structlog.processors.format_exc_info)
+        shared.extend([structlog.processors.format_exc_info, _drop_say])
         renderer = structlog.processors.JSONRenderer()
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=True)
+        renderer = _saying(structlog.dev.ConsoleRenderer(colors=True))
 
     structlog.configure(
         processors=[*shared, renderer],

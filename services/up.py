@@ -5,8 +5,11 @@ clear message and exit 2). Dev-login is switched on only while the gateway
 listens on loopback alone; otherwise ``opsctl up`` says why and leaves it
 off. A child that dies after start-up comes back with backoff
 (``stack.restarts``) until its budget is spent; then, as on Ctrl-C or
-SIGTERM, every child is stopped. While it runs, ``var/stack.json`` says where
-(``stack.address_file``): the CLI's commands find the stack there.
+SIGTERM, every child is stopped, saying what it waits for and how long the
+stop took: the AI worker first hands back what it was running, then the
+services stop. A second Ctrl-C kills what is left at once. While it runs,
+``var/stack.json`` says where (``stack.address_file``): the CLI's commands find
+the stack there.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from durable_ops.stack.children import Stack, process_specs
 from durable_ops.stack.output import Output
 from durable_ops.stack.preflight import problems
 from durable_ops.stack.restarts import RestartBudget
+from durable_ops.storage import schema_stamp
 
 EXIT_UNAVAILABLE = 1
 EXIT_USAGE = 2
@@ -70,6 +74,14 @@ def _stack_env(settings: Settings, *, text_logs: bool = False) -> dict[str, str]
     return env
 
 
+def _where(database_url: str) -> str:
+    """The database as a user may be shown it: its engine and file or name, no password."""
+    scheme, _, rest = database_url.partition("://")
+    name = rest.rpartition("@")[2].partition("?")[0]  # no user or password
+    where = name.lstrip("/") if scheme != "sqlite" else name[1:]
+    return f"{scheme.partition('+')[0]} {where}".rstrip()
+
+
 def _dev_login_refusal(settings: Settings) -> str | None:
     """Why the stack's gateway may not serve dev-login (it listens beyond loopback)."""
     return dev_login_refusal(replace(settings, dev_login=True))
@@ -92,8 +104,6 @@ def grant_ai(database_url: str, user: str) -> None:
 
 
 def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | None = None) -> int:
-    from durable_ops.storage import migrate
-
     settings = local_to_the_stack(settings)
     as_json = use_json(settings.log_json, is_tty=sys.stdout.isatty())
     width = max(len(name) for name in DEFAULT_PROCESSES)
@@ -105,23 +115,33 @@ def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | Non
             say("address_in_use", f"opsctl up: {problem}")
         return EXIT_USAGE
 
-    migrate.upgrade(settings.database_url)
-    if demo_user:
-        grant_ai(settings.database_url, demo_user)
+    if schema_stamp.sqlite_file_at_head(settings.database_url):
+        say("database", f"database {_where(settings.database_url)}: schema up to date")
+    else:
+        from durable_ops.storage import migrate
+
+        say("migrating", f"migrating the database ({_where(settings.database_url)})…")
+        migrate.upgrade(settings.database_url)
     stack = Stack(
         _stack_env(settings, text_logs=not as_json),
         process_specs(settings, DEFAULT_PROCESSES),
         as_json=as_json,
     )
+    say("starting", f"starting {len(DEFAULT_PROCESSES)} processes…", processes=DEFAULT_PROCESSES)
     stopping = threading.Event()
+    forcing = threading.Event()
 
     def request_stop(_signum: int, _frame: object) -> None:
+        if stopping.is_set():
+            forcing.set()  # the second Ctrl-C
         stopping.set()
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
     try:
         stack.start()
+        if demo_user:  # while the children start: they do not need it, the first sign-in does
+            grant_ai(settings.database_url, demo_user)
         stack.wait_healthy()
         # A wildcard bind's own address (0.0.0.0) is not a name the gateway answers to.
         url = f"http://{parse_address('gateway_bind', settings.gateway_bind).dialled}/"
@@ -140,8 +160,30 @@ def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | Non
         say("start_failed", f"opsctl up: {exc}")
         return EXIT_UNAVAILABLE
     finally:
-        stack.stop()
+        _stop(stack, output, forcing)
         address_file.remove(pid=os.getpid())
+
+
+def _stop(stack: Stack, output: Output, forcing: threading.Event) -> None:
+    """Stop every child, saying what it waits for and how long it took."""
+    started = time.monotonic()
+    workers, services = stack.stopping_order()
+    if not (workers or services):
+        stack.stop()  # reaps what exited
+        return
+    waits = [f"{', '.join(workers)} to hand back running work"] if workers else []
+    waits += [f"{', '.join(services)} to stop"] if services else []
+    output.say(
+        "stopping",
+        f"\nstopping… waiting for {' then '.join(waits)} (Ctrl-C again to force)",
+        workers=workers,
+        services=services,
+    )
+    killed = stack.stop(force=forcing)
+    took = time.monotonic() - started
+    if killed:
+        output.say("killed", f"killed {', '.join(killed)}", children=killed)
+    output.say("stopped", f"stopped in {took:.1f} s", seconds=round(took, 3))
 
 
 def _supervise(

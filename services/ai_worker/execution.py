@@ -182,6 +182,12 @@ class Executor:
         note = attempt.result if isinstance(attempt.result, PublishedNote) else None
         if attempt.ending is Ending.CANCELLED:
             log.info("operation_cancelled")
+        elif attempt.ending is Ending.RELEASED:
+            log.info(
+                "attempt_released",
+                reason="worker_stopping",
+                say=f"handed {attempt.operation_id} back: queued, it resumes on the next start",
+            )
         elif attempt.ending in (Ending.FAILED, Ending.FELL_BACK):
             log.info("attempt_failed", ending=attempt.ending.value)
         elif note is not None and not attempt.completed:

@@ -39,8 +39,9 @@ from durable_ops.settings import Settings, SettingsError
 from durable_ops.worker import Worker, WorkerOptions
 
 CONCURRENCY_RANGE = (1, 64)
-# Shorter than the grace ``opsctl up`` and service managers give before SIGKILL.
-SHUTDOWN_GRACE_SECONDS = 5.0
+# Short: an inference cut off is released (queued again, its attempt not spent) and the
+# next worker starts it at once; and well inside the grace before SIGKILL.
+SHUTDOWN_GRACE_SECONDS = 1.0
 BATCH_SIZE = 1  # why: the module's docstring
 
 _log = structlog.get_logger(__name__)
@@ -124,6 +125,7 @@ async def run(settings: Settings, *, stopping: asyncio.Event | None = None) -> N
             _log.info(
                 "ai_worker_idle",
                 reason="OPS_WORKERS_AI_OPERATIONS_ENABLED is not true: claiming nothing",
+                say="idle: OPS_WORKERS_AI_OPERATIONS_ENABLED is not true",
             )
             await stopping.wait()
         else:
@@ -132,7 +134,7 @@ async def run(settings: Settings, *, stopping: asyncio.Event | None = None) -> N
     finally:
         for signum in installed:
             asyncio.get_running_loop().remove_signal_handler(signum)
-        _log.info("ai_worker_stopped")
+        _log.info("ai_worker_stopped", say="stopped")
 
 
 async def _work(settings: Settings, stopping: asyncio.Event) -> None:
@@ -166,6 +168,8 @@ async def _work(settings: Settings, stopping: asyncio.Event) -> None:
         concurrency=settings.worker_concurrency,
         lease_seconds=settings.worker_lease_seconds,
         host_journal=isinstance(journal, HostStoreJournal),
+        say=f"ready: {len(registered_task_types())} AI task types on the"
+        f" {' and '.join(route.value for route in routes)} route",
     )
     try:
         operations = OperationsClient(operations_channel, caller)

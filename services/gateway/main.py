@@ -16,7 +16,11 @@ def run(settings: Settings) -> None:
     configure_logging(settings, "gateway")
     host, port = parse_bind(settings.gateway_bind)
     app = create_app(settings, Backends.from_settings(settings))
-    structlog.get_logger(__name__).info("gateway_serving", bind=settings.gateway_bind)
+    structlog.get_logger(__name__).info(
+        "gateway_serving",
+        bind=settings.gateway_bind,
+        say=f"ready on http://{settings.gateway_bind}/",
+    )
     # log_config=None: structlog (configured above) stays in charge of every line.
     # proxy_headers=False: the app believes forwarded headers itself, from
     # OPS_GATEWAY_TRUSTED_PROXIES only (uvicorn's own default trusts 127.0.0.1).

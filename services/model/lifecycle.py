@@ -41,6 +41,7 @@ class Event(StrEnum):
     FAIL_PERMANENT = "fail_permanent"
     REQUEST_FALLBACK = "request_fallback"
     ACKNOWLEDGE_CANCEL = "acknowledge_cancel"
+    RELEASE = "release"  # a stopping worker hands the lease back unfinished
     CANCEL = "cancel"  # the owner
     RETRY = "retry"  # the owner
     SWEEP = "sweep"  # the sweeper: lease expiry or deadline
@@ -54,6 +55,7 @@ WORKER_EVENTS = frozenset(
         Event.FAIL_PERMANENT,
         Event.REQUEST_FALLBACK,
         Event.ACKNOWLEDGE_CANCEL,
+        Event.RELEASE,
     }
 )
 
@@ -65,6 +67,7 @@ DUPLICATE_RESULTS: dict[Event, frozenset[OperationState]] = {
     Event.FAIL_RETRYABLE: frozenset({S.WAITING_FOR_RETRY, S.FAILED, S.CANCELLED}),
     Event.REQUEST_FALLBACK: frozenset({S.WAITING_FOR_EXTERNAL_FALLBACK, S.CANCELLED}),
     Event.ACKNOWLEDGE_CANCEL: frozenset({S.CANCELLED}),
+    Event.RELEASE: frozenset({S.QUEUED, S.CANCELLED, S.FAILED}),
 }
 
 
@@ -256,6 +259,8 @@ def _worker(facts: Facts, event: Event, now: datetime, draw: Draw) -> Decision:
         return _terminal(facts, S.FAILED)
     if event is Event.FAIL_RETRYABLE:
         return _after_lost_attempt(facts, now, None, draw)
+    if event is Event.RELEASE:
+        return _release(facts, now)
     if event is Event.REQUEST_FALLBACK:
         if facts.cancel_requested:
             return _terminal(facts, S.CANCELLED)
@@ -264,6 +269,20 @@ def _worker(facts: Facts, event: Event, now: datetime, draw: Draw) -> Decision:
     if not facts.cancel_requested:
         raise InvalidTransition("cancellation was not requested")
     return _terminal(facts, S.CANCELLED)
+
+
+def _release(facts: Facts, now: datetime) -> Decision:
+    """A stopping worker gives the attempt back: queued at once, and the attempt it took
+    given back too, so the next claim is the same attempt number (no attempt is spent).
+
+    An owner's cancel or a passed deadline still ends the operation, as a lost attempt
+    would: queueing it again would only hand it to a claim that must not run it.
+    """
+    if facts.cancel_requested:
+        return _terminal(facts, S.CANCELLED)
+    if deadline_passed(facts, now):
+        return _fail_closed(facts)
+    return Decision(S.QUEUED, max(facts.attempt - 1, 0), False, None)
 
 
 def _cancel(facts: Facts) -> Decision:
@@ -309,6 +328,7 @@ class AttemptOutcome(StrEnum):
     CANCELLED = "cancelled"  # the worker acknowledged the owner's cancel
     EXPIRED = "expired"  # the sweeper found the lease expired
     DEADLINE = "deadline"  # ... and the deadline passed: failed closed
+    RELEASED = "released"  # the worker stopped and handed it back: not a failed attempt
 
 
 _ATTEMPT_ENDS: Final[dict[Event, AttemptOutcome]] = {
@@ -318,6 +338,7 @@ _ATTEMPT_ENDS: Final[dict[Event, AttemptOutcome]] = {
     Event.REQUEST_FALLBACK: AttemptOutcome.FALLBACK,
     Event.ACKNOWLEDGE_CANCEL: AttemptOutcome.CANCELLED,
     Event.SWEEP: AttemptOutcome.EXPIRED,
+    Event.RELEASE: AttemptOutcome.RELEASED,
 }
 
 
@@ -329,8 +350,10 @@ def attempt_outcome(
     if source is not S.RUNNING or decision.state is S.RUNNING or not decision.changed:
         return None
     outcome = _ATTEMPT_ENDS.get(event)
-    if outcome is AttemptOutcome.EXPIRED and decision.failure_code == DEADLINE_FAILURE_CODE:
+    if decision.failure_code == DEADLINE_FAILURE_CODE:
         return AttemptOutcome.DEADLINE
+    if outcome is AttemptOutcome.RELEASED and decision.state is S.CANCELLED:
+        return AttemptOutcome.CANCELLED
     return outcome
 
 

@@ -33,7 +33,9 @@ _SETTLED = {  # what the log calls each single settlement
     Event.FAIL_PERMANENT: "operation_failed",
     Event.REQUEST_FALLBACK: "operation_fallback",
     Event.ACKNOWLEDGE_CANCEL: "operation_cancel_acknowledged",
+    Event.RELEASE: "operation_released",
 }
+_LOGGED_ALONE = frozenset({Event.REQUEST_FALLBACK, Event.RELEASE})  # rare: each one a line
 
 
 def _owner(context: ServicerContext) -> str:
@@ -160,7 +162,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         refused = sum(1 for outcome in answer.outcomes if outcome.status_code)
         log.info(event, count=len(answer.outcomes), refused=refused)
         for item, outcome in zip(items, answer.outcomes, strict=True):
-            if item.event is Event.REQUEST_FALLBACK and not outcome.status_code:
+            if item.event in _LOGGED_ALONE and not outcome.status_code:
                 log.info(_SETTLED[item.event], operation_id=item.operation_id, owner=item.owner_id)
         return answer
 

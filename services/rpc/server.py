@@ -90,7 +90,10 @@ class _FollowingHealth(health.aio.HealthServicer):  # type: ignore[misc]
 
 
 class _Registration:
-    def __init__(self, health_servicer: _FollowingHealth, service_names: Sequence[str]) -> None:
+    def __init__(
+        self, health_servicer: _FollowingHealth, service_names: Sequence[str], bind: str
+    ) -> None:
+        self.bind = bind
         self.health = health_servicer
         self.service_names = tuple(service_names)
         self.accepting = False  # calls other than health and reflection (``_StartGate``)
@@ -188,7 +191,7 @@ def build_server(
     port: int = server.add_insecure_port(bind)
     if port == 0:
         raise RuntimeError(f"could not bind gRPC server to {bind}")
-    registration = _Registration(health_servicer, service_names)
+    registration = _Registration(health_servicer, service_names, bind)
     gate.registration = registration
     _registrations[server] = registration
     return server, port
@@ -246,11 +249,19 @@ async def serve(
     try:
         await start(server, serving=prepare is None)
         if prepare is not None:
-            _log.info("grpc_preparing", services=list(_registration(server).service_names))
+            _log.info(
+                "grpc_preparing",
+                services=list(_registration(server).service_names),
+                say="starting…",
+            )
             if not await _unless_stopped(prepare(), stop_requested):
                 return
             await mark_serving(server)
-        _log.info("grpc_serving", services=list(_registration(server).service_names))
+        _log.info(
+            "grpc_serving",
+            services=list(_registration(server).service_names),
+            say=f"ready on {_registration(server).bind}",
+        )
         signalled = asyncio.ensure_future(stop_requested.wait())
         # Shielded: cancelling a plain wait_for_termination() cancels the server's own
         # shutdown future, and stop() would then fail with CancelledError.
@@ -264,11 +275,11 @@ async def serve(
     finally:
         for signum in installed:
             loop.remove_signal_handler(signum)
-        _log.info("grpc_stopping", grace_seconds=grace)
+        _log.info("grpc_stopping", grace_seconds=grace, say="stopping")
         await stop(server, grace)
         if on_stop is not None:
             await on_stop()
-        _log.info("grpc_stopped")
+        _log.info("grpc_stopped", say="stopped")
 
 
 async def _unless_stopped(work: Awaitable[None], stop_requested: asyncio.Event) -> bool:

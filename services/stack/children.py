@@ -2,7 +2,9 @@
 
 ``Stack`` starts them, relays each line they print through ``Output``, waits
 until each answers its health check, restarts one on request, and stops them
-all (SIGTERM, then SIGKILL after a grace period). ``opsctl up`` and the
+all (SIGTERM, then SIGKILL after a grace period or when forced): the workers
+first, so the leases they release on their way out reach a running Operations
+service, then the rest together. ``opsctl up`` and the
 end-to-end tests use the same class with their own ports and database.
 """
 
@@ -27,6 +29,8 @@ from durable_ops.settings import Settings
 from durable_ops.stack.output import Output
 
 STOP_GRACE_SECONDS = 10.0
+STOP_FIRST = frozenset({"ai-worker"})  # hands its leases back through the services
+_STOP_POLL_SECONDS = 0.02
 HEALTH_TIMEOUT_SECONDS = 60.0
 
 
@@ -157,15 +161,38 @@ class Stack:
         child.kill()
         child.wait()
 
-    def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
-        for child in self.children.values():
+    def stop(
+        self, grace: float = STOP_GRACE_SECONDS, *, force: threading.Event | None = None
+    ) -> list[str]:
+        """SIGTERM the workers, then the others once the workers are gone; SIGKILL what
+        is still running after ``grace`` in all or as soon as ``force`` is set. Answers
+        the labels it had to kill."""
+        deadline = time.monotonic() + grace
+        force = force or threading.Event()
+        first = [label for label in self.children if self._launches[label].name in STOP_FIRST]
+        rest = [label for label in self.children if label not in first]
+        return self._terminate(first, deadline, force) + self._terminate(rest, deadline, force)
+
+    def stopping_order(self) -> tuple[list[str], list[str]]:
+        """The running children ``stop`` waits for: the workers first, then the others."""
+        running = [label for label, child in self.children.items() if child.poll() is None]
+        first = [label for label in running if self._launches[label].name in STOP_FIRST]
+        return first, [label for label in running if label not in first]
+
+    def _terminate(self, labels: list[str], deadline: float, force: threading.Event) -> list[str]:
+        children = [self.children[label] for label in labels]
+        for child in children:
             if child.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     child.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for child in self.children.values():
-            try:
-                child.wait(max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
+        while any(child.poll() is None for child in children):
+            if force.is_set() or time.monotonic() >= deadline:
+                break
+            force.wait(_STOP_POLL_SECONDS)
+        killed = []
+        for label, child in zip(labels, children, strict=True):
+            if child.poll() is None:
                 child.kill()
-                child.wait()
+                killed.append(label)
+            child.wait()
+        return killed

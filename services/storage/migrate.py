@@ -2,28 +2,35 @@
 
 As the seeds require, no service migrates at start-up: each one calls
 ``require_current`` and refuses to start on a database that is not at head.
+
+Alembic (with Mako and Pygments behind it, about a second of imports) is
+loaded only to move the schema or to judge a revision that is not head: a
+service's start and ``opsctl up`` on a current database read the stamped
+revision with one SELECT and the head from the revision files' own lines.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.script.revision import ResolutionError
-from alembic.util import CommandError
-from sqlalchemy import Engine
+from sqlalchemy import Engine, inspect, text
 
 import durable_ops.migrations
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.storage.db import Database, create_db_engine
+from durable_ops.storage.schema_stamp import quick_head
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
 
 # migrations/ at the repository root, installed as durable_ops.migrations.
 MIGRATIONS = Path(durable_ops.migrations.__file__).parent
 log = structlog.get_logger(__name__)
+VERSION_TABLE = "alembic_version"
+_STAMPED = text("SELECT version_num FROM alembic_version")
 
 
 class SchemaNotCurrent(RuntimeError):
@@ -36,6 +43,8 @@ def alembic_config(url: str, *, script_location: Path = MIGRATIONS) -> Config:
     ``script_location`` is another copy of the migrations folder only in tests
     that add a revision to a temporary copy.
     """
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(script_location))
     config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
@@ -43,26 +52,56 @@ def alembic_config(url: str, *, script_location: Path = MIGRATIONS) -> Config:
 
 
 def _scripts() -> ScriptDirectory:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(alembic_config("sqlite://"))
 
 
 def head_revision() -> str:
+    """The newest revision of ``migrations/`` (Alembic's answer: ``quick_head`` is checked
+    against it in the tests: ``schema_stamp.quick_head``)."""
     head = _scripts().get_current_head()
     assert head is not None
     return head
 
 
 def current_revision(engine: Engine) -> str | None:
+    """The revision stamped in the database; None when it has none (empty)."""
     with engine.connect() as connection:
+        if not inspect(connection).has_table(VERSION_TABLE):
+            return None
+        stamped = list(connection.execute(_STAMPED).scalars())
+        if len(stamped) <= 1:
+            return stamped[0] if stamped else None
+        # Branches, which these migrations never make: Alembic's own refusal.
+        from alembic.runtime.migration import MigrationContext
+
         return MigrationContext.configure(connection).get_current_revision()
 
 
 def upgrade(url: str, revision: str = "head", *, script_location: Path = MIGRATIONS) -> None:
     _prepare(url)
+    if revision == "head" and script_location == MIGRATIONS and _at_quick_head(url):
+        return  # nothing to do: no Alembic to load
+    from alembic import command
+
     command.upgrade(alembic_config(url, script_location=script_location), revision)
 
 
+def _at_quick_head(url: str) -> bool:
+    head = quick_head()
+    if head is None:
+        return False
+    engine = create_db_engine(url)
+    try:
+        return current_revision(engine) == head
+    finally:
+        engine.dispose()
+
+
 def downgrade(url: str, revision: str, *, script_location: Path = MIGRATIONS) -> None:
+    from alembic import command
+
     command.downgrade(alembic_config(url, script_location=script_location), revision)
 
 
@@ -73,6 +112,9 @@ def migrate_to(url: str, revision: str) -> None:
         current = current_revision(engine)
     finally:
         engine.dispose()
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
     script = ScriptDirectory.from_config(alembic_config(url))
     if revision == "base":
         downgrade(url, "base")
@@ -94,11 +136,11 @@ def migrate_to(url: str, revision: str) -> None:
 
 
 def _known(revision: str) -> bool:
+    from alembic.script.revision import ResolutionError
+    from alembic.util import CommandError
+
     try:
-        return (
-            ScriptDirectory.from_config(alembic_config("sqlite://")).get_revision(revision)
-            is not None
-        )
+        return _scripts().get_revision(revision) is not None
     except (ResolutionError, CommandError):  # alembic wraps the first in the second
         return False
 
@@ -110,7 +152,10 @@ def require_current(engine: Engine) -> None:
     revision only adds (tables, nullable columns, indexes), so an older release
     keeps working on it: that is the seeds' safer application rollback.
     """
-    current, head = current_revision(engine), head_revision()
+    current = current_revision(engine)
+    if current is not None and current == quick_head():
+        return
+    head = head_revision()
     if current == head:
         return
     if current is not None and not _known(current):

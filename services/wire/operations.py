@@ -208,6 +208,10 @@ def acknowledgement(owner: str, request: pb.AcknowledgeCancellationRequest) -> S
     return Settlement(owner, request.operation_id, request.lease_token, Event.ACKNOWLEDGE_CANCEL)
 
 
+def release(owner: str, request: pb.ReleaseOperationRequest) -> Settlement:
+    return Settlement(owner, request.operation_id, request.lease_token, Event.RELEASE)
+
+
 def settlement(item: pb.SettleOperationsRequest.Item) -> Settlement:
     """One item of the settlement channel, whichever outcome it carries."""
     outcome = item.WhichOneof("outcome")
@@ -219,7 +223,11 @@ def settlement(item: pb.SettleOperationsRequest.Item) -> Settlement:
         return fallback(item.owner_id, item.fallback)
     if outcome == "acknowledge_cancel":
         return acknowledgement(item.owner_id, item.acknowledge_cancel)
-    raise InvalidArgument("outcome", "is required: complete, fail, fallback or acknowledge_cancel")
+    if outcome == "release":
+        return release(item.owner_id, item.release)
+    raise InvalidArgument(
+        "outcome", "is required: complete, fail, fallback, acknowledge_cancel or release"
+    )
 
 
 def outcomes(

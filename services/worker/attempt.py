@@ -27,6 +27,7 @@ class Ending(StrEnum):
     FAILED = "failed"  # retryable or not
     FELL_BACK = "fell_back"  # waiting for an external-route worker
     CANCELLED = "cancelled"  # the owner's cancel, acknowledged
+    RELEASED = "released"  # the worker stopped first: queued again, the attempt not spent
 
 
 @dataclass(frozen=True)
@@ -92,9 +93,11 @@ class Attempt(Claimed):
     """The claimed operation (its fields stay frozen) while a handler works on it.
 
     ``cancelled`` is set when the owner's cancel arrives, and the handler's task
-    is cancelled with it. Once it ended, ``result`` is what the handler returned
-    and ``ending`` what the service accepted (``None``: the lease was lost, or the
-    settlement refused or never answered).
+    is cancelled with it; ``shutting_down`` is true instead when the worker's stop
+    cancels it (the attempt is then released, not cancelled). Once it ended,
+    ``result`` is what the handler returned and ``ending`` what the service
+    accepted (``None``: the lease was lost, or the settlement refused or never
+    answered).
     """
 
     def __init__(self, claimed: Claimed, leases: LeaseStream, lease_seconds: int) -> None:
@@ -103,6 +106,7 @@ class Attempt(Claimed):
         self._leases = leases
         self._lease_seconds = lease_seconds
         self.cancelled = asyncio.Event()
+        self.shutting_down = False
         self.joined = asyncio.Event()  # ``lease`` is set: the lease is on the stream
         self.lease: Lease | None = None
         self.result: Completed | None = None

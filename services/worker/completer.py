@@ -25,8 +25,13 @@ from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.availability import next_attempt_in
 from durable_ops.model.errors import DomainError, Unavailable
 from durable_ops.rpc.errors import domain_error_from_rpc
-from durable_ops.worker.attempt import Attempt, Ending
-from durable_ops.worker.failures import Completed, ExternalFallback, HandlerFailure
+from durable_ops.worker.attempt import Attempt, Claimed, Ending
+from durable_ops.worker.failures import (
+    Completed,
+    ExternalFallback,
+    HandlerFailure,
+    WorkerShutdown,
+)
 
 RETRY_SECONDS = 30.0
 CALL_TIMEOUT_SECONDS = 10.0
@@ -35,8 +40,9 @@ Reply = TypeVar("Reply", bound=Message)
 Item = pb.SettleOperationsRequest.Item
 Answer = pb.LeaseMutationsResponse.Outcome
 Send = Callable[[Sequence[Item]], Awaitable[pb.LeaseMutationsResponse]]
-# What an attempt's end asks of the service (``Ending.CANCELLED``: acknowledge the cancel).
-Outcome = Completed | HandlerFailure | ExternalFallback | Literal[Ending.CANCELLED]
+# What an attempt's end asks of the service (``Ending.CANCELLED``: acknowledge the cancel;
+# ``WorkerShutdown``: release the lease, the operation queued again).
+Outcome = Completed | HandlerFailure | ExternalFallback | WorkerShutdown | Literal[Ending.CANCELLED]
 _log = structlog.get_logger(__name__)
 
 
@@ -51,7 +57,7 @@ class Completer:
 
     async def settle(self, attempt: Attempt, outcome: Outcome) -> None:
         """Settle ``attempt`` as ``outcome``; ``attempt.ending`` says what the service accepted."""
-        item, ending = _item(attempt, outcome)
+        item, ending = settlement_item(attempt, outcome)
         trace = telemetry.span(
             f"{self._trace_name}.complete",
             link=attempt.trace_parent,
@@ -121,13 +127,15 @@ class Completer:
                 answer.set_result(outcome)
 
 
-def _item(attempt: Attempt, outcome: Outcome) -> tuple[Item, Ending]:
+def settlement_item(attempt: Claimed, outcome: Outcome) -> tuple[Item, Ending]:
+    """The item of the settlement channel that ends ``attempt`` as ``outcome``."""
     item = Item(owner_id=attempt.owner_id)
     request: (
         pb.CompleteOperationRequest
         | pb.FailOperationRequest
         | pb.RequestExternalFallbackRequest
         | pb.AcknowledgeCancellationRequest
+        | pb.ReleaseOperationRequest
     )
     if isinstance(outcome, Completed):
         ending, request = Ending.COMPLETED, item.complete
@@ -138,11 +146,19 @@ def _item(attempt: Attempt, outcome: Outcome) -> tuple[Item, Ending]:
         request.failure_message = outcome.message
     elif isinstance(outcome, ExternalFallback):
         ending, request = Ending.FELL_BACK, item.fallback
+    elif isinstance(outcome, WorkerShutdown):
+        ending, request = Ending.RELEASED, item.release
     else:
         ending, request = Ending.CANCELLED, item.acknowledge_cancel
     request.operation_id, request.lease_token = attempt.operation_id, attempt.lease_token
-    provenance = None if isinstance(outcome, Ending) else outcome.provenance
-    if provenance is not None and not isinstance(request, pb.AcknowledgeCancellationRequest):
+    provenance = (
+        outcome.provenance
+        if isinstance(outcome, Completed | HandlerFailure | ExternalFallback)
+        else None
+    )
+    if provenance is not None and not isinstance(
+        request, pb.AcknowledgeCancellationRequest | pb.ReleaseOperationRequest
+    ):
         request.provenance.provider, request.provenance.model = (
             provenance.provider,
             provenance.model,

@@ -1,7 +1,8 @@
 """The executor: one attempt, from its handler to the outcome the completer settles.
 
 A return completes; an exception fails as ``classify`` says; the owner's cancel
-is acknowledged; a lost lease settles nothing. An attempt running longer than
+is acknowledged; a lost lease settles nothing; the worker's stop, once its grace
+is over, cancels the handler as a shutdown and releases the lease. An attempt running longer than
 ``HEARTBEAT_AFTER_SECONDS`` (or holding its lease itself) joins the lease stream,
 whose cancel or loss cancels the handler; shorter ones live on the claim's lease.
 Interceptors wrap each attempt, the first outermost, as in Temporal's SDK.
@@ -67,6 +68,7 @@ class Executor:
             returned = await asyncio.shield(work)
         except asyncio.CancelledError:
             if not work.done():  # the worker is shutting down: stop the handler first
+                attempt.shutting_down = True
                 work.cancel()
                 with contextlib.suppress(BaseException):
                     await work
@@ -92,7 +94,8 @@ class Executor:
             return Ending.CANCELLED
         if attempt.lease_lost:
             return None
-        return WorkerShutdown()  # stop() ran out of time: release it for another worker now
+        # stop()'s grace ran out: hand it back, queued at once, the attempt not spent.
+        return WorkerShutdown()
 
     def _after_error(self, attempt: Attempt, error: Exception) -> Outcome | None:
         if isinstance(error, LeaseLost) and error.code == CANCEL_REQUESTED:

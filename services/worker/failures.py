@@ -18,7 +18,6 @@ from durable_ops.model import bounds
 from durable_ops.model.provenance import Provenance
 
 HANDLER_ERROR = "handler_error"
-WORKER_SHUTDOWN = "worker_shutdown"
 
 
 @dataclass(frozen=True)
@@ -60,11 +59,12 @@ class PermanentFailure(HandlerFailure):
     retryable = False
 
 
-class WorkerShutdown(RetryableFailure):
-    """The worker stopped before the attempt finished: another worker takes it at once."""
+class WorkerShutdown(Exception):
+    """The worker stopped before the attempt finished: it is released, not failed. The
+    operation is queued again at once with its progress, and the attempt is not spent."""
 
     def __init__(self) -> None:
-        super().__init__(WORKER_SHUTDOWN, "the worker stopped before the attempt finished")
+        super().__init__("the worker stopped before the attempt finished")
 
 
 class ExternalFallback(Exception):

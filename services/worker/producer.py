@@ -46,7 +46,9 @@ class WorkerOptions:
     # While attempts run and fewer than half a claim's worth of slots are free, how long the
     # worker waits for more before it claims; an idle worker claims at once (ADR 0031).
     claim_gather_seconds: float = 0.03
-    shutdown_seconds: float = 10.0  # how long stop() lets running attempts finish
+    # How long stop() lets running attempts finish before it cancels them and releases
+    # their leases. Short: a release spends no attempt and the operation is queued at once.
+    shutdown_seconds: float = 1.0
     # Named in every claim, each claim starting with the next: a claim fills its routes in
     # order, so work on a later route is served while the first keeps receiving more.
     # Empty: the local route.
@@ -99,7 +101,7 @@ class Producer:
 
     async def run(self, stub: pb_grpc.OperationsServiceAsyncStub, start: Start) -> None:
         """Claim and start attempts until stopped; then give the running ones
-        ``shutdown_seconds`` to finish, and cancel the rest."""
+        ``shutdown_seconds`` to finish, and cancel the rest (their leases released)."""
         while not self.stopped:
             self._free.clear()  # before counting: an attempt ending from here on wakes the wait
             if self._free_slots() <= 0:

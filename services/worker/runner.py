@@ -67,7 +67,8 @@ class Worker:
         return register
 
     def stop(self) -> None:
-        """Stop claiming; running attempts get ``shutdown_seconds`` to finish."""
+        """Stop claiming; running attempts get ``shutdown_seconds`` to finish, then are
+        cancelled as a shutdown and their leases released in one settlement call."""
         self._producer.stop()
 
     async def run(self) -> None:

@@ -72,6 +72,14 @@ def test_up_serves_the_ui_and_stops_every_child(
         children = _children(product.process.pid)
         assert len(children) == 7
         code = product.stop(signum)
+        relayed = time.monotonic() + 5
+        while not product.events("stopped") and time.monotonic() < relayed:
+            time.sleep(0.05)  # the relay's last lines
+        # It says what it waits for (the worker first, handing its work back) and how long.
+        (stopping,) = product.events("stopping")
+        assert (stopping["workers"], len(stopping["services"])) == (["ai-worker"], 6)
+        (stopped,) = product.events("stopped")
+        assert stopped["message"] == f"stopped in {stopped['seconds']:.1f} s"
     assert code == 0
     deadline = time.monotonic() + 5
     while any(_alive(child) for child in children) and time.monotonic() < deadline:

@@ -22,7 +22,7 @@ from sqlalchemy import CheckConstraint, Connection, Engine, String, insert, insp
 from sqlalchemy.dialects import mysql
 from sqlalchemy.types import TypeDecorator
 
-from durable_ops.storage import migrate
+from durable_ops.storage import migrate, schema_stamp
 from durable_ops.storage.db import create_db_engine
 from durable_ops.storage.schema import Base, OperationAttempt, UserNotification, UserOperation
 from tests.conftest import MakeDatabase
@@ -546,3 +546,18 @@ def test_a_database_behind_is_refused_and_a_newer_one_is_accepted(tmp_path: Path
         migrate.require_current(engine)
     finally:
         engine.dispose()
+
+
+def test_the_quick_head_read_without_alembic_is_alembics_head() -> None:
+    # A service's start and `opsctl up` trust it to skip loading Alembic on a current schema.
+    assert schema_stamp.quick_head() == migrate.head_revision()
+
+
+def test_a_sqlite_file_is_at_head_only_once_migrated(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'stamp.sqlite3'}"
+    assert schema_stamp.sqlite_file_at_head(url) is False  # no file yet
+    migrate.migrate_to(url, "0007_operation_tombstones")
+    assert schema_stamp.sqlite_file_at_head(url) is False  # behind
+    migrate.upgrade(url)
+    assert schema_stamp.sqlite_file_at_head(url) is True
+    assert schema_stamp.sqlite_file_at_head("mysql+pymysql://root@127.0.0.1/x") is None

@@ -24,6 +24,7 @@ from tests.support.operations_client import (
     FAILED,
     OTHER_TASK,
     OWNER_IDS,
+    QUEUED,
     RUNNING,
     SUCCEEDED,
     TASK,
@@ -133,27 +134,61 @@ def test_progress_and_the_owners_cancel_reach_a_running_handler(
     assert attempt.outcome == "cancelled"
 
 
-def test_stop_lets_short_jobs_finish_and_releases_the_rest(
+def test_stop_lets_short_jobs_finish_and_hands_the_rest_back(
     services: Services, ops: OpsClient
 ) -> None:
+    """A stop gives running handlers their grace, then cancels the late one as a shutdown
+    and releases its lease: queued at once with its progress, its attempt not spent; the
+    next worker takes it on its first claim and it succeeds as attempt 1 of a budget of 1."""
     quick = ops.create(ALICE, "k-quick", subject_id="quick").id
-    slow = ops.create(BOB, "k-slow", subject_id="slow").id
+    slow = ops.create(BOB, "k-slow", subject_id="slow", max_attempts=1).id
     started: set[str] = set()
+    shut_down: list[tuple[bool, bool]] = []
     worker = _worker(services, shutdown_seconds=0.3)
 
     @worker.handler(TASK)
     async def work(attempt: Attempt) -> None:
         started.add(attempt.subject.id)
-        await asyncio.sleep(0.1 if attempt.subject.id == "quick" else HANG_GUARD)
+        if attempt.subject.id == "quick":
+            await asyncio.sleep(0.1)
+            return
+        await attempt.progress(51)
+        try:
+            await asyncio.sleep(HANG_GUARD)
+        except asyncio.CancelledError:
+            shut_down.append((attempt.shutting_down, attempt.cancelled.is_set()))
+            raise
 
     async def both_started() -> None:
-        while started != {"quick", "slow"}:
+        while started != {"quick", "slow"} or ops.row(slow).progress_percent != 51:
             await asyncio.sleep(0.01)
 
     run_until(worker, both_started)
+    assert shut_down == [(True, False)]  # a shutdown, not the owner's cancel
     assert ops.get(ALICE, quick).state == SUCCEEDED
-    assert ops.get(BOB, slow).state == WAITING_FOR_RETRY  # released, not left to its lease
-    assert ops.row(slow).failure_code == "worker_shutdown"
+    handed_back = ops.get(BOB, slow)
+    assert (handed_back.state, handed_back.progress_percent) == (QUEUED, 51)
+    assert (ops.row(slow).attempt, ops.row(slow).failure_code) == (0, None)
+    assert ops.notification_rows(slow) == []
+
+    numbers: list[int] = []
+    again = _worker(services)
+
+    @again.handler(TASK)
+    async def finish(attempt: Attempt) -> None:
+        numbers.append(attempt.number)
+
+    async def taken_on_the_first_claim() -> float:
+        began = asyncio.get_running_loop().time()
+        await _state_is(ops, BOB, slow, SUCCEEDED)
+        return asyncio.get_running_loop().time() - began
+
+    # Claimable at once: no lease to wait out (a lost one would keep it for 30 s).
+    assert run_until(again, taken_on_the_first_claim) < 1.0
+    assert numbers == [1]
+    of_slow = OperationAttempt.operation_id == slow
+    history = rows(services.db, select(OperationAttempt).where(of_slow))
+    assert sorted((a.attempt, a.outcome) for a in history) == [(1, "released"), (1, "succeeded")]
 
 
 class _HeldJobs:

@@ -314,6 +314,41 @@ def an_acknowledged_cancel_ends_cancelled(db: Database) -> None:
     assert [a.outcome for a in store.attempts(claim.operation.id)] == ["cancelled"]
 
 
+def a_release_queues_the_operation_again_without_spending_its_attempt(db: Database) -> None:
+    store = Store(db)
+    op = store.create(max_attempts=1)
+    claim = store.claimed()
+    assert store.beat(claim, progress=51) is not None
+    assert store.settle(claim, Event.RELEASE) == S.QUEUED
+    assert store.settle(claim, Event.RELEASE) == S.QUEUED  # an exact repeat changes nothing
+    row = store.row(op.id)
+    assert (row.state, row.attempt, row.progress_percent) == (S.QUEUED, 0, 51)
+    assert (row.lease_expires_at, row.finished_at, row.failure_code) == (None, None, None)
+    assert store.notifications(op.id) == 0
+    _refused(store.settle(claim, Event.COMPLETE), LeaseLost)  # the lease is handed back
+    # Claimable at once, as the same attempt: a budget of one still has its attempt.
+    later = NOW + timedelta(seconds=1)
+    again = store.claimed(later)
+    assert (again.operation.id, again.operation.attempt) == (op.id, 1)
+    _refused(store.settle(claim, Event.RELEASE, later), LeaseLost)  # gone for good
+    assert store.settle(again, Event.COMPLETE, later) == S.SUCCEEDED
+    attempts = store.attempts(op.id)
+    assert [(a.attempt, a.outcome) for a in attempts] == [(1, "released"), (1, "succeeded")]
+
+
+def a_release_of_a_lost_lease_or_under_a_cancel_is_no_requeue(db: Database) -> None:
+    store = Store(db)
+    expired = store.fresh()
+    late = NOW + timedelta(seconds=LEASE)
+    _refused(store.settle(expired, Event.RELEASE, late), LeaseLost)
+    assert store.row(expired.operation.id).state == S.RUNNING  # left to the sweeper
+    cancelled = store.fresh()
+    store.owned(lambda tx: operations.cancel(tx, cancelled.operation.id, NOW))
+    assert store.settle(cancelled, Event.RELEASE) == S.CANCELLED
+    assert store.notifications(cancelled.operation.id) == 1
+    assert [a.outcome for a in store.attempts(cancelled.operation.id)] == ["cancelled"]
+
+
 # ---- the owner's cancel and retry -------------------------------------------------------
 
 
@@ -376,6 +411,8 @@ CASES: list[Callable[[Database], None]] = [
     a_permanent_failure_and_a_fallback_settle_as_decided,
     a_batch_answers_each_settlement_alone,
     an_acknowledged_cancel_ends_cancelled,
+    a_release_queues_the_operation_again_without_spending_its_attempt,
+    a_release_of_a_lost_lease_or_under_a_cancel_is_no_requeue,
     an_owner_cancels_what_is_pending_and_retries_what_ended,
     the_sweeper_expires_leases_and_fails_deadlines_closed,
 ]

@@ -33,7 +33,7 @@ if [ "$1" = --version ]; then echo "uv $(cat "$venv/uv-version") (x86_64-linux)"
 echo "uv $*" >> "$venv/calls"
 printf '#!/bin/sh\\n' > "$venv/bin/opsctl" && chmod +x "$venv/bin/opsctl"
 """
-SYNC = "uv sync --quiet --frozen --inexact"
+SYNC = "uv sync --frozen --inexact"  # not --quiet: its progress is the step's output
 
 
 def _locked_uv() -> str:
@@ -95,16 +95,39 @@ def test_without_uv_pip_installs_the_exported_lock_checking_hashes(tmp_path: Pat
     project = _project(tmp_path)
     (project / ".venv" / "no-uv").touch()
     pip = "-m pip install --quiet --disable-pip-version-check"
+    pip_shown = "-m pip install --disable-pip-version-check --progress-bar on"
     tried_uv = f"{pip} uv=={_locked_uv()}"
     assert _calls(project, "--run") == [
         tried_uv,
-        f"{pip} --require-hashes -r requirements/run.txt",
+        f"{pip_shown} --require-hashes -r requirements/run.txt",
         f"{pip} --no-deps -e .",
     ]
     assert _calls(project, "--run") == []
     assert _calls(project) == [
         tried_uv,
-        f"{pip} --require-hashes -r requirements/dev.txt",
+        f"{pip_shown} --require-hashes -r requirements/dev.txt",
         f"{pip} --no-deps -e .",
     ]
     assert _calls(project) == []
+
+
+def test_each_step_says_what_it_does_and_an_install_up_to_date_says_nothing(
+    tmp_path: Path,
+) -> None:
+    project = _project(tmp_path)
+
+    def said(*args: str) -> list[str]:
+        done = subprocess.run(
+            [project / "scripts" / "bootstrap.sh", *args],
+            check=True,
+            timeout=30,
+            capture_output=True,
+            text=True,
+        )
+        return [line for line in done.stdout.splitlines() if line.startswith("bootstrap:")]
+
+    assert said("--run") == [
+        f"bootstrap: installing uv {_locked_uv()}…",
+        "bootstrap: installing durable-ops (run) at the versions uv.lock pins, with uv…",
+    ]
+    assert said("--run") == []

@@ -29,10 +29,12 @@ from durable_ops.model.lifecycle import (
     DEADLINE_FAILURE_CODE,
     LEASE_FAILURE_CODE,
     REQUEUE,
+    AttemptOutcome,
     Decision,
     Event,
     Facts,
     Transition,
+    attempt_outcome,
     decide,
 )
 from durable_ops.model.states import OperationState
@@ -83,6 +85,7 @@ MATRIX: dict[tuple[OperationState, Event], Expected] = {
     (S.QUEUED, E.FAIL_PERMANENT):       LeaseLost,
     (S.QUEUED, E.REQUEST_FALLBACK):     LeaseLost,
     (S.QUEUED, E.ACKNOWLEDGE_CANCEL):   LeaseLost,
+    (S.QUEUED, E.RELEASE):              UNCHANGED,  # duplicate of its own release
     (S.QUEUED, E.CANCEL):               S.CANCELLED,
     (S.QUEUED, E.RETRY):                InvalidTransition,
     (S.QUEUED, E.SWEEP):                InvalidTransition,  # deadline ahead: nothing to sweep
@@ -95,6 +98,7 @@ MATRIX: dict[tuple[OperationState, Event], Expected] = {
     (S.RUNNING, E.FAIL_PERMANENT):      S.FAILED,
     (S.RUNNING, E.REQUEST_FALLBACK):    S.WAITING_FOR_EXTERNAL_FALLBACK,
     (S.RUNNING, E.ACKNOWLEDGE_CANCEL):  InvalidTransition,  # nothing was requested
+    (S.RUNNING, E.RELEASE):             S.QUEUED,  # the worker stops: handed back
     (S.RUNNING, E.CANCEL):              S.RUNNING,  # cooperative: cancel_requested set
     (S.RUNNING, E.RETRY):               InvalidTransition,
     (S.RUNNING, E.SWEEP):               InvalidTransition,  # lease live
@@ -107,6 +111,7 @@ MATRIX: dict[tuple[OperationState, Event], Expected] = {
     (S.WAITING_FOR_RETRY, E.FAIL_PERMANENT):     LeaseLost,
     (S.WAITING_FOR_RETRY, E.REQUEST_FALLBACK):   LeaseLost,
     (S.WAITING_FOR_RETRY, E.ACKNOWLEDGE_CANCEL): LeaseLost,
+    (S.WAITING_FOR_RETRY, E.RELEASE):            LeaseLost,
     (S.WAITING_FOR_RETRY, E.CANCEL):             S.CANCELLED,
     (S.WAITING_FOR_RETRY, E.RETRY):              InvalidTransition,
     (S.WAITING_FOR_RETRY, E.SWEEP):              S.QUEUED,  # due: requeued for the claim
@@ -119,6 +124,7 @@ MATRIX: dict[tuple[OperationState, Event], Expected] = {
     (S.WAITING_FOR_EXTERNAL_FALLBACK, E.FAIL_PERMANENT):     LeaseLost,
     (S.WAITING_FOR_EXTERNAL_FALLBACK, E.REQUEST_FALLBACK):   UNCHANGED,  # duplicate
     (S.WAITING_FOR_EXTERNAL_FALLBACK, E.ACKNOWLEDGE_CANCEL): LeaseLost,
+    (S.WAITING_FOR_EXTERNAL_FALLBACK, E.RELEASE):            LeaseLost,
     (S.WAITING_FOR_EXTERNAL_FALLBACK, E.CANCEL):             S.CANCELLED,
     (S.WAITING_FOR_EXTERNAL_FALLBACK, E.RETRY):              InvalidTransition,
     (S.WAITING_FOR_EXTERNAL_FALLBACK, E.SWEEP):              InvalidTransition,
@@ -131,6 +137,7 @@ MATRIX: dict[tuple[OperationState, Event], Expected] = {
     (S.SUCCEEDED, E.FAIL_PERMANENT):      LeaseLost,
     (S.SUCCEEDED, E.REQUEST_FALLBACK):    LeaseLost,
     (S.SUCCEEDED, E.ACKNOWLEDGE_CANCEL):  LeaseLost,
+    (S.SUCCEEDED, E.RELEASE):             LeaseLost,
     (S.SUCCEEDED, E.CANCEL):              InvalidTransition,  # already_terminal
     (S.SUCCEEDED, E.RETRY):               InvalidTransition,  # only failed/cancelled
     (S.SUCCEEDED, E.SWEEP):               InvalidTransition,
@@ -143,6 +150,7 @@ MATRIX: dict[tuple[OperationState, Event], Expected] = {
     (S.FAILED, E.FAIL_PERMANENT):         UNCHANGED,
     (S.FAILED, E.REQUEST_FALLBACK):       LeaseLost,
     (S.FAILED, E.ACKNOWLEDGE_CANCEL):     LeaseLost,
+    (S.FAILED, E.RELEASE):                UNCHANGED,  # a release past the deadline
     (S.FAILED, E.CANCEL):                 InvalidTransition,  # already_terminal
     (S.FAILED, E.RETRY):                  S.QUEUED,
     (S.FAILED, E.SWEEP):                  InvalidTransition,
@@ -155,6 +163,7 @@ MATRIX: dict[tuple[OperationState, Event], Expected] = {
     (S.CANCELLED, E.FAIL_PERMANENT):      LeaseLost,
     (S.CANCELLED, E.REQUEST_FALLBACK):    UNCHANGED,  # fallback under cancel
     (S.CANCELLED, E.ACKNOWLEDGE_CANCEL):  UNCHANGED,
+    (S.CANCELLED, E.RELEASE):             UNCHANGED,  # a release under cancel
     (S.CANCELLED, E.CANCEL):              UNCHANGED,  # owner's exact duplicate
     (S.CANCELLED, E.RETRY):               S.QUEUED,
     (S.CANCELLED, E.SWEEP):               InvalidTransition,
@@ -184,7 +193,7 @@ def assert_refused(facts: Facts, event: Event, error: type[DomainError]) -> Doma
 
 def test_matrix_covers_every_state_and_event() -> None:
     assert set(MATRIX) == set(itertools.product(OperationState, Event))
-    assert len(MATRIX) == len(OperationState) * len(Event) == 77
+    assert len(MATRIX) == len(OperationState) * len(Event) == 84
 
 
 @pytest.mark.parametrize(
@@ -206,6 +215,43 @@ def test_matrix(state: OperationState, event: Event) -> None:
 
 
 # --- attempts left vs exhausted -----------------------------------------------------------
+
+
+def test_a_release_queues_at_once_and_gives_the_attempt_back() -> None:
+    running = base_facts(S.RUNNING, attempt=2)
+    released = decide(running, E.RELEASE, NOW)
+    assert (released.state, released.attempt, released.next_attempt_at) == (S.QUEUED, 1, None)
+    assert (released.notify, released.failure_code, released.changed) == (False, None, True)
+    # The next claim is the same attempt again: the release spent nothing.
+    assert decide(base_facts(S.QUEUED, attempt=released.attempt), E.CLAIM, NOW).attempt == 2
+
+
+def test_a_release_on_the_last_attempt_still_queues() -> None:
+    last = base_facts(S.RUNNING, attempt=MAX_ATTEMPTS)
+    assert decide(last, E.RELEASE, NOW).state is S.QUEUED
+
+
+def test_a_release_of_an_expired_lease_is_lease_lost() -> None:
+    expired = base_facts(S.RUNNING, lease_expires_at=NOW - timedelta(microseconds=1))
+    assert assert_refused(expired, E.RELEASE, LeaseLost).code == "lease_lost"
+
+
+def test_a_release_under_the_owners_cancel_ends_cancelled() -> None:
+    released = decide(base_facts(S.RUNNING, cancel_requested=True), E.RELEASE, NOW)
+    assert (released.state, released.notify) == (S.CANCELLED, True)
+    assert attempt_outcome(S.RUNNING, E.RELEASE, released) is AttemptOutcome.CANCELLED
+
+
+def test_a_release_after_the_deadline_fails_closed() -> None:
+    late = base_facts(S.RUNNING, deadline_at=NOW - timedelta(seconds=1))
+    released = decide(late, E.RELEASE, NOW)
+    assert (released.state, released.failure_code) == (S.FAILED, DEADLINE_FAILURE_CODE)
+    assert attempt_outcome(S.RUNNING, E.RELEASE, released) is AttemptOutcome.DEADLINE
+
+
+def test_the_attempt_history_records_a_release_as_released() -> None:
+    released = decide(base_facts(S.RUNNING), E.RELEASE, NOW)
+    assert attempt_outcome(S.RUNNING, E.RELEASE, released) is AttemptOutcome.RELEASED
 
 
 def test_fail_retryable_with_attempts_left_waits_for_a_bounded_backoff() -> None:
@@ -323,6 +369,7 @@ WORKER_EVENTS: Final = [
     E.FAIL_PERMANENT,
     E.REQUEST_FALLBACK,
     E.ACKNOWLEDGE_CANCEL,
+    E.RELEASE,
 ]
 
 
@@ -652,7 +699,7 @@ def test_failure_codes_come_only_from_sweep_and_deadline_checks() -> None:
             assert event is E.SWEEP, context
             assert decision.state in (S.WAITING_FOR_RETRY, S.FAILED), context
         elif decision.failure_code == "deadline_exceeded":
-            assert event is E.SWEEP, context
+            assert event in (E.SWEEP, E.RELEASE), context
             assert decision.state is S.FAILED, context
         else:
             assert decision.failure_code is None, context

@@ -1,6 +1,7 @@
-"""Settling leases: complete, fail, hand to the external route, acknowledge a cancel.
+"""Settling leases: complete, fail, hand to the external route, acknowledge a cancel,
+release (a stopping worker hands the operation back, queued, its attempt not spent).
 
-One writer for all four outcomes, as River's ``JobSetStateIfRunningMany``: the
+One writer for all five outcomes, as River's ``JobSetStateIfRunningMany``: the
 named operations are read locked in one statement, each settlement is checked
 on its own (the operation is its owner's, the token is its lease's, and
 ``decide`` allows the event now), and every change is written by
@@ -43,6 +44,7 @@ SETTLING = frozenset(
         Event.FAIL_PERMANENT,
         Event.REQUEST_FALLBACK,
         Event.ACKNOWLEDGE_CANCEL,
+        Event.RELEASE,
     }
 )
 _FAILING = frozenset({Event.FAIL_RETRYABLE, Event.FAIL_PERMANENT})
@@ -81,8 +83,8 @@ class Settlement:
         bounds.owner_id(self.owner_id)
         if self.event not in SETTLING:
             raise InvalidArgument("event", "does not settle a lease")
-        if self.event is Event.ACKNOWLEDGE_CANCEL:
-            return {}
+        if self.event in (Event.ACKNOWLEDGE_CANCEL, Event.RELEASE):
+            return {}  # a release keeps the progress: the next attempt resumes from it
         values: dict[str, Any] = self.provenance.values()
         if self.event is Event.COMPLETE:
             bounds.text("result_ref", self.result_ref, bounds.SUBJECT_ID_MAX, required=False)

@@ -769,6 +769,34 @@ class AcknowledgeCancellationRequest(_message.Message):
 Global___AcknowledgeCancellationRequest: _TypeAlias = AcknowledgeCancellationRequest  # noqa: Y015
 
 @_typing.final
+class ReleaseOperationRequest(_message.Message):
+    """A stopping worker hands an unfinished attempt back: the operation is queued
+    again at once, its progress kept and the attempt not spent (the next claim
+    is the same attempt number); the attempt history records it as `released`.
+    After the owner's cancel it is cancelled; past its deadline, failed closed.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
+    operation_id: _builtins.str
+    lease_token: _builtins.str
+    def __init__(
+        self,
+        *,
+        operation_id: _builtins.str = ...,
+        lease_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_token", b"lease_token", "operation_id", b"operation_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReleaseOperationRequest: _TypeAlias = ReleaseOperationRequest  # noqa: Y015
+
+@_typing.final
 class ClaimOperationsRequest(_message.Message):
     """A batch of claims in one transaction (ADR 0022): up to `max_operations`
     operations, each with its own lease token, across the routes in order.
@@ -945,6 +973,7 @@ class SettleOperationsRequest(_message.Message):
         FAIL_FIELD_NUMBER: _builtins.int
         FALLBACK_FIELD_NUMBER: _builtins.int
         ACKNOWLEDGE_CANCEL_FIELD_NUMBER: _builtins.int
+        RELEASE_FIELD_NUMBER: _builtins.int
         owner_id: _builtins.str
         @_builtins.property
         def complete(self) -> Global___CompleteOperationRequest: ...
@@ -954,6 +983,8 @@ class SettleOperationsRequest(_message.Message):
         def fallback(self) -> Global___RequestExternalFallbackRequest: ...
         @_builtins.property
         def acknowledge_cancel(self) -> Global___AcknowledgeCancellationRequest: ...
+        @_builtins.property
+        def release(self) -> Global___ReleaseOperationRequest: ...
         def __init__(
             self,
             *,
@@ -962,12 +993,13 @@ class SettleOperationsRequest(_message.Message):
             fail: Global___FailOperationRequest | None = ...,
             fallback: Global___RequestExternalFallbackRequest | None = ...,
             acknowledge_cancel: Global___AcknowledgeCancellationRequest | None = ...,
+            release: Global___ReleaseOperationRequest | None = ...,
         ) -> None: ...
-        _HasFieldArgType: _TypeAlias = _typing.Literal["acknowledge_cancel", b"acknowledge_cancel", "complete", b"complete", "fail", b"fail", "fallback", b"fallback", "outcome", b"outcome"]  # noqa: Y015
+        _HasFieldArgType: _TypeAlias = _typing.Literal["acknowledge_cancel", b"acknowledge_cancel", "complete", b"complete", "fail", b"fail", "fallback", b"fallback", "outcome", b"outcome", "release", b"release"]  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["acknowledge_cancel", b"acknowledge_cancel", "complete", b"complete", "fail", b"fail", "fallback", b"fallback", "outcome", b"outcome", "owner_id", b"owner_id"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["acknowledge_cancel", b"acknowledge_cancel", "complete", b"complete", "fail", b"fail", "fallback", b"fallback", "outcome", b"outcome", "owner_id", b"owner_id", "release", b"release"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-        _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["complete", "fail", "fallback", "acknowledge_cancel"]  # noqa: Y015
+        _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["complete", "fail", "fallback", "acknowledge_cancel", "release"]  # noqa: Y015
         _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
         def WhichOneof(self, oneof_group: _WhichOneofArgType_outcome) -> _WhichOneofReturnType_outcome | None: ...
 
