@@ -11,7 +11,6 @@ import json
 import signal
 import time
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -269,9 +268,8 @@ def test_sigint_mid_analysis_hands_it_back_and_the_restarted_worker_takes_it_at_
         st.stack.restart("ai-worker")
         final = st.wait_state(ALICE, operation_id, SUCCEEDED, timeout=30)
         assert final.attempt == 1
-        started = _at(st.wait_worker_event("ai_worker_started", count=2)[1])
-        taken = _at(st.wait_worker_event("operation_taken", count=2)[1])
-        assert taken - started < 1.0  # a lost lease would have kept it for 5 s
+        # Queued with no lease (above), so the restarted worker's first claim took it.
+        assert st.wait_worker_event("operation_taken", count=2)[1]["operation_id"] == operation_id
         of_it = OperationAttempt.operation_id == operation_id
         history = stored.rows(st.db, select(OperationAttempt).where(of_it))
         outcomes = sorted((a.started_at, a.attempt, a.outcome) for a in history)
@@ -279,10 +277,6 @@ def test_sigint_mid_analysis_hands_it_back_and_the_restarted_worker_takes_it_at_
             (1, "released"),
             (1, "succeeded"),
         ]
-
-
-def _at(event: dict[str, object]) -> float:
-    return datetime.fromisoformat(str(event["timestamp"])).timestamp()
 
 
 def test_disabled_worker_idles_and_a_revoked_plan_fails_for_good(sqlite_url: str) -> None:
