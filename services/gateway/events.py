@@ -45,7 +45,7 @@ from durable_ops.gateway.openapi import endpoint, errors
 from durable_ops.gateway.pagination import query_params
 from durable_ops.gateway.partial import fields_so_far
 from durable_ops.gateway.problems import Problem, invalid
-from durable_ops.model.errors import InvalidArgument
+from durable_ops.model.errors import InvalidArgument, Unavailable
 from durable_ops.model.event_ids import event_time
 
 PATH = "/api/events"
@@ -154,7 +154,7 @@ async def _stream(calls: OwnerCalls, after: str, signals: UnreadSignals) -> Asyn
                 if marked.is_set():
                     marked.clear()
                     count = await _unread(calls)
-                    if count != unread:
+                    if count is not None and count != unread:
                         unread = count
                         yield frame("unread", {"unread": count})
                 got = await _next(changes, marked)
@@ -202,10 +202,15 @@ async def _next(
     return got.result() if got.done() and not got.cancelled() else None
 
 
-async def _unread(calls: OwnerCalls) -> int:
-    reply = await calls(
-        _notifications(calls).GetUnreadCount, notifications_pb.GetUnreadCountRequest()
-    )
+async def _unread(calls: OwnerCalls) -> int | None:
+    """The unread count; None while Notifications cannot say (the operation events go on,
+    the bell keeps its last count and its own poll)."""
+    try:
+        reply = await calls(
+            _notifications(calls).GetUnreadCount, notifications_pb.GetUnreadCountRequest()
+        )
+    except Unavailable:  # down, or no answer in time (``deadline_exceeded``)
+        return None
     return reply.count
 
 

@@ -41,6 +41,10 @@ from durable_ops.storage.schema import OperationAttempt, UserOperation
 from durable_ops.storage.tx import OperatorTx, Tx
 
 Answer = OperationState | DomainError
+# An owner's watch reads again this far behind its cursor (its caller drops what it sent
+# already): a change stamped by a replica whose clock lags, and, for a watch from now, one
+# committed while the page read what it shows, are not lost.
+WATCH_OVERLAP = timedelta(seconds=2)
 OwnerChange = tuple[UserOperation, drafts.Draft | None]
 
 
@@ -120,22 +124,25 @@ class OperationsApp:
             return [(row, found.get(row.id)) for row in rows]
 
         cursor = after or self.clock()
+        overlap = WATCH_OVERLAP
         # Registered before the first read, so a change between a read and the wait wakes it.
         with self.owners.watching(owner) as woken:
             while True:
                 woken.clear()
-                at = cursor
+                start = cursor - overlap
                 batch = await self.db.run_async(
-                    partial(read, cursor=at), owner_id=owner, write=False, short=True
+                    partial(read, cursor=start), owner_id=owner, write=False, short=True
                 )
                 if batch:
                     yield batch
                     newest = batch[-1][0].updated_at
-                    full = len(batch) == owner_changes.CHANGES_MAX
-                    # A full batch of one microsecond would be read again for ever.
-                    cursor = newest + timedelta(microseconds=1) if full and newest == at else newest
-                    if full:
+                    if len(batch) == owner_changes.CHANGES_MAX:  # more to read, from the newest
+                        # on; a full batch of one microsecond would be read again for ever
+                        step = timedelta(microseconds=1) if newest == start else timedelta(0)
+                        cursor, overlap = max(cursor, newest + step), timedelta(0)
                         continue
+                    cursor = max(cursor, newest)
+                overlap = WATCH_OVERLAP
                 await woken.wait()
 
     async def list_page(

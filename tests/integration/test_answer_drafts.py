@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import grpc
 from sqlalchemy import select
+from structlog.testing import capture_logs
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.drafts import ANSWER_DRAFT_MAX_BYTES, DRAFT_TOO_LARGE
@@ -69,8 +70,11 @@ def test_a_beat_with_text_keeps_the_attempts_draft_for_its_owner_alone(
     created = ops.create(ALICE, "drafted")
     lease = ops.claim_one()
     stream = ops.lease_stream()
-    assert _text_beat(stream, lease, '{"summary": "Stro', add=True).status_code == OK
-    assert _text_beat(stream, lease, '{"summary": "Strong fit"').status_code == OK
+    with capture_logs() as logged:
+        assert _text_beat(stream, lease, '{"summary": "Stro', add=True).status_code == OK
+        assert _text_beat(stream, lease, '{"summary": "Strong fit"').status_code == OK
+    assert logged, "the servers log the stream"
+    assert "Stro" not in repr(logged)  # the owner's content is never logged
 
     draft = _draft(ops, ALICE, created.id)
     assert (draft.attempt, draft.text) == (1, '{"summary": "Strong fit"')

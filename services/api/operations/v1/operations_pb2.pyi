@@ -1290,7 +1290,9 @@ class WatchOwnerRequest(_message.Message):
 
     AFTER_FIELD_NUMBER: _builtins.int
     after: _builtins.str
-    """An event id this stream (or an earlier one) gave: changes after it; empty: from now."""
+    """An event id this stream (or an earlier one) gave: changes from it on (what was sent
+    again is harmless, each change is whole); empty: from a moment ago.
+    """
     def __init__(
         self,
         *,
