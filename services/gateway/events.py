@@ -12,7 +12,7 @@ Each event says what changed, as the page shows it:
 The operation events come from the Operations service's ``WatchOwner`` (one
 call per stream, in the caller's owner scope: another owner's change cannot
 reach it), which resumes from the ``Last-Event-ID`` a reconnecting browser
-sends, on any replica (ADR: docs/adr/*-live-events.md). The id is read
+sends, on any replica (ADR 35). The id is read
 strictly: anything this service did not give is 400 ``bad_event_id``. A user
 holds at most OPS_GATEWAY_LONG_POLLS_PER_USER streams and long-polls together;
 one more gets 429 ``too_many_waits`` with ``Retry-After``.
@@ -147,12 +147,14 @@ async def _stream(calls: OwnerCalls, after: str, signals: UnreadSignals) -> Asyn
     changes: asyncio.Queue[pb.OwnerChange | BaseException] = asyncio.Queue()
     reader = asyncio.ensure_future(_read(watch, changes.put_nowait))
     unread: int | None = None
+    clock = asyncio.get_running_loop().time
+    counted_at = -UNREAD_REFRESH_SECONDS  # the count as the stream opens
     try:
         with signals.listening(calls.user.id) as marked:
-            marked.set()  # the count as the stream opens
             while True:
-                if marked.is_set():
+                if marked.is_set() or clock() - counted_at >= UNREAD_REFRESH_SECONDS:
                     marked.clear()
+                    counted_at = clock()
                     count = await _unread(calls)
                     if count is not None and count != unread:
                         unread = count
