@@ -149,17 +149,17 @@ class Executor:
             refs = handler.refs_for(attempt.subject.type, attempt.subject.id, attempt.context_ref)
             inputs = await handler.inputs(self._workspace.reader(attempt.owner_id), refs)
             request = handler.request(inputs)
-            progress = lease.report_progress
+            progress, text = lease.report_progress, lease.report_text
             with telemetry.span(
                 "ai_worker.inference", link=attempt.trace_parent, operation_id=attempt.operation_id
             ):
                 if attempt.route is Route.EXTERNAL:
                     result = await self._router.infer_external(
-                        request, privacy, external_allowed, on_progress=progress
+                        request, privacy, external_allowed, on_progress=progress, on_text=text
                     )
                 else:
                     result = await self._router.infer(
-                        request, privacy, external_allowed, on_progress=progress
+                        request, privacy, external_allowed, on_progress=progress, on_text=text
                     )
         try:
             body = handler.note_body(result.answer)

@@ -20,6 +20,8 @@ from starlette.routing import BaseRoute, Route
 
 from durable_ops.api.ai_admission.v1 import ai_admission_pb2 as admission_pb
 from durable_ops.api.ai_admission.v1 import ai_admission_pb2_grpc as admission_grpc
+from durable_ops.api.operations.v1 import operations_pb2 as operations_pb
+from durable_ops.api.operations.v1 import operations_pb2_grpc as operations_grpc
 from durable_ops.api.workspace.v1 import workspace_pb2 as workspace_pb
 from durable_ops.api.workspace.v1 import workspace_pb2_grpc as workspace_grpc
 from durable_ops.gateway import dto
@@ -40,6 +42,7 @@ from durable_ops.gateway.openapi import (
     single_line_text,
 )
 from durable_ops.gateway.pagination import query_params
+from durable_ops.gateway.partial import fields_so_far
 from durable_ops.gateway.problems import invalid
 from durable_ops.model import bounds
 from durable_ops.model.bounds import ID_MAX
@@ -152,10 +155,31 @@ def cached(task: TaskType) -> Callable[[Request], Awaitable[Response]]:
             }
         except NotFound:
             snapshot = None
-        return JSONResponse({"snapshot": snapshot, "operation": operation})
+        draft = None
+        if operation is not None and operation["state"] == "running":
+            draft = await _draft(calls, lookup.operation.id)
+        return JSONResponse({"snapshot": snapshot, "operation": operation, "draft": draft})
 
     return endpoint_
 
+
+async def _draft(calls: OwnerCalls, operation_id: str) -> dict[str, Any] | None:
+    """The running attempt's answer so far, as the fields present yet; None before any."""
+    try:
+        draft = await calls(
+            _operations(calls).GetAnswerDraft,
+            operations_pb.GetAnswerDraftRequest(operation_id=operation_id),
+        )
+    except NotFound:
+        return None
+    return {
+        "attempt": draft.attempt,
+        "partial": fields_so_far(draft.text),
+        "updated_at": dto.time_or_none(draft, "updated_at"),
+    }
+
+
+_operations = stub_for("operations", operations_grpc.OperationsServiceStub)
 
 _SCHEMAS: Mapping[str, Any] = {
     "Accepted": {
@@ -166,9 +190,23 @@ _SCHEMAS: Mapping[str, Any] = {
     },
     "AnalysisResult": {
         "type": "object",
-        "required": ["snapshot", "operation"],
+        "required": ["snapshot", "operation", "draft"],
         "additionalProperties": False,
         "properties": {
+            "draft": nullable(
+                {
+                    "type": "object",
+                    "description": "while an attempt runs: its answer so far (issue 39)",
+                    "required": ["attempt", "partial", "updated_at"],
+                    "properties": {
+                        "attempt": {"type": "integer"},
+                        "partial": nullable(
+                            {"type": "object", "description": "the answer's fields so far"}
+                        ),
+                        "updated_at": {"type": "string", "format": "date-time"},
+                    },
+                }
+            ),
             "snapshot": nullable(
                 {
                     "type": "object",

@@ -27,6 +27,7 @@ from durable_ops import telemetry
 from durable_ops.gateway import (
     ai,
     devlogin,
+    events,
     health,
     login,
     metrics,
@@ -51,6 +52,7 @@ from durable_ops.settings import Settings
 
 CORE_MODULES: tuple[RouteModule, ...] = (
     operations,
+    events,
     notifications,
     workspace,
     ai,
@@ -107,6 +109,7 @@ def create_app(
     app.state.long_polls = ConcurrencyLimit(
         settings.gateway_long_polls_per_user, retry_after=operations.WAIT_RETRY_AFTER_SECONDS
     )
+    app.state.unread_signals = events.UnreadSignals()
     app.state.sign_in_throttle = login.sign_in_throttle()
     refusal = dev_login_refusal(settings)
     if refusal is not None:

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from durable_ops.model import bounds
+from durable_ops.model.drafts import ANSWER_DRAFT_MAX_BYTES, DRAFT_TOO_LARGE
 from durable_ops.model.errors import DomainError, InvalidArgument
 
 HELD_LEASES_MAX = 1000  # a worker's concurrency bound: one stream carries all its leases
@@ -35,6 +36,7 @@ class Entry:
     token: str = ""
     lease_seconds: int = 0  # 0: unchanged (an added lease: DEFAULT_LEASE_SECONDS)
     progress: int | None = None
+    answer_text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class HeldLease:
     token: str
     lease_seconds: int
     progress: int | None = None  # what this beat writes; None leaves the row's progress
+    answer_text: str | None = None  # the attempt's answer so far, this beat's; None: unchanged
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ class HeldLeases:
             self._held.pop(operation_id, None)
         refused: dict[str, DomainError] = {}
         progress: dict[str, int] = {}
+        texts: dict[str, str] = {}
         for entry in entries:
             try:
                 lease = self._admit(entry)
@@ -98,12 +102,21 @@ class HeldLeases:
             self._held[entry.operation_id] = lease
             if entry.progress is not None:
                 progress[entry.operation_id] = entry.progress
+            if entry.answer_text is not None:
+                texts[entry.operation_id] = entry.answer_text
         if len(self._held) > self._max:
             self._held = before  # refused whole: the stream holds what it held
             raise InvalidArgument(
                 "leases", f"a stream holds at most {self._max} leases", code=TOO_MANY_LEASES
             )
-        held = [replace(lease, progress=progress.get(lease.operation_id)) for lease in self]
+        held = [
+            replace(
+                lease,
+                progress=progress.get(lease.operation_id),
+                answer_text=texts.get(lease.operation_id),
+            )
+            for lease in self
+        ]
         return Beat(held, refused)
 
     def lose(self, operation_id: str) -> None:
@@ -118,6 +131,12 @@ class HeldLeases:
         bounds.text("operation_id", entry.operation_id, bounds.ID_MAX)
         if entry.progress is not None:
             bounds.int_range("progress_percent", entry.progress, bounds.PROGRESS_RANGE)
+        if entry.answer_text is not None and len(entry.answer_text.encode()) > (
+            ANSWER_DRAFT_MAX_BYTES
+        ):
+            raise InvalidArgument(
+                "answer_text", f"is at most {ANSWER_DRAFT_MAX_BYTES} bytes", code=DRAFT_TOO_LARGE
+            )
         if entry.lease_seconds:
             bounds.int_range("lease_seconds", entry.lease_seconds, bounds.LEASE_SECONDS_RANGE)
         current = self._held.get(entry.operation_id)

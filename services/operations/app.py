@@ -12,8 +12,9 @@ waiters and the watch (``operations.watch``). Rules live in
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime, timedelta
+from functools import partial
 
 from durable_ops.clock import Clock
 from durable_ops.model import bounds, lifecycle
@@ -27,10 +28,11 @@ from durable_ops.model.routing import Route
 from durable_ops.model.states import OperationState
 from durable_ops.operations.claim_waiters import ClaimWaiters, Kind
 from durable_ops.operations.metrics import OperationsMetrics
+from durable_ops.operations.owner_watch import OwnerWatcher
 from durable_ops.operations.pruner import PruneResult, prune
 from durable_ops.operations.tuning import TUNING, Tuning
 from durable_ops.operations.watch import Watcher, moved
-from durable_ops.storage import operations, retention
+from durable_ops.storage import drafts, operations, owner_changes, retention
 from durable_ops.storage import operator as store
 from durable_ops.storage.db import Database
 from durable_ops.storage.operations import Claim, Held, Settlement
@@ -39,6 +41,11 @@ from durable_ops.storage.schema import OperationAttempt, UserOperation
 from durable_ops.storage.tx import OperatorTx, Tx
 
 Answer = OperationState | DomainError
+# An owner's watch reads again this far behind its cursor (its caller drops what it sent
+# already): a change stamped by a replica whose clock lags, and, for a watch from now, one
+# committed while the page read what it shows, are not lost.
+WATCH_OVERLAP = timedelta(seconds=2)
+OwnerChange = tuple[UserOperation, drafts.Draft | None]
 
 
 class OperationsApp:
@@ -55,10 +62,12 @@ class OperationsApp:
         self.metrics = metrics
         self.claims = ClaimWaiters(db, clock, tuning.claim_poll_interval_seconds)
         self.watch = Watcher(db, tuning.watch_interval_seconds)
+        self.owners = OwnerWatcher(db, tuning.watch_interval_seconds)
 
     async def close(self) -> None:
         await self.claims.close()
         await self.watch.close()
+        await self.owners.close()
 
     # ---- the owner's -------------------------------------------------------------------
 
@@ -95,6 +104,46 @@ class OperationsApp:
                         await watch.event.wait()
                 except TimeoutError:
                     return await self.get(owner, operation_id)
+
+    async def draft(self, owner: str, operation_id: str) -> drafts.Draft:
+        """The running attempt's answer so far (NOT_FOUND ``draft_not_found`` when none)."""
+        return await self.db.run_async(
+            lambda tx: drafts.get(tx, operation_id), owner_id=owner, write=False, short=True
+        )
+
+    async def owner_changes(
+        self, owner: str, after: datetime | None
+    ) -> AsyncIterator[list[OwnerChange]]:
+        """The owner's operations as they change, from ``after`` (inclusive; None: now) on,
+        each with its running attempt's draft: batches, oldest change first, for ever."""
+
+        def read(tx: Tx, cursor: datetime) -> list[OwnerChange]:
+            rows = owner_changes.since(tx, cursor)
+            running = [row.id for row in rows if row.state == OperationState.RUNNING]
+            found = drafts.current(tx, running)
+            return [(row, found.get(row.id)) for row in rows]
+
+        cursor = after or self.clock()
+        overlap = WATCH_OVERLAP
+        # Registered before the first read, so a change between a read and the wait wakes it.
+        with self.owners.watching(owner) as woken:
+            while True:
+                woken.clear()
+                start = cursor - overlap
+                batch = await self.db.run_async(
+                    partial(read, cursor=start), owner_id=owner, write=False, short=True
+                )
+                if batch:
+                    yield batch
+                    newest = batch[-1][0].updated_at
+                    if len(batch) == owner_changes.CHANGES_MAX:  # more to read, from the newest
+                        # on; a full batch of one microsecond would be read again for ever
+                        step = timedelta(microseconds=1) if newest == start else timedelta(0)
+                        cursor, overlap = max(cursor, newest + step), timedelta(0)
+                        continue
+                    cursor = max(cursor, newest)
+                overlap = WATCH_OVERLAP
+                await woken.wait()
 
     async def list_page(
         self, owner: str, *, size: int, token: str, state: OperationState | None, task_type: str

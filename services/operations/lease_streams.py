@@ -191,6 +191,7 @@ def _entries(request: pb.HoldLeasesRequest) -> list[held_leases.Entry]:
             token=lease.lease_token,
             lease_seconds=lease.lease_seconds,
             progress=lease.progress_percent if lease.HasField("progress_percent") else None,
+            answer_text=lease.answer_text if lease.HasField("answer_text") else None,
         )
         for lease in request.leases
     ]

@@ -26,6 +26,7 @@ class Changed:
     state: OperationState
     task_type: str = ""
     cancel_asked: bool = False  # this change asked a running attempt to stop
+    owner_id: str = ""  # whose operation: what an owner's watch (``WatchOwner``) is woken by
 
 
 @dataclass(frozen=True)

@@ -154,6 +154,8 @@ class UserOperation(Owned, Base):
         ),
         Index("ix_user_operations_owner_listing", "owner_user_id", "created_at", "id"),
         Index("ix_user_operations_state_deadline", "state", "deadline_at"),
+        # An owner's watch reads what changed since its cursor (``WatchOwner``).
+        Index("ix_user_operations_owner_updated", "owner_user_id", "updated_at"),
         # The prune reads the oldest finished operations first (ADR 0021).
         Index("ix_user_operations_finished_at", "finished_at"),
         Index(
@@ -304,6 +306,25 @@ class AiWorkspaceNote(Owned, Base):
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
 
     __table_args__ = (UniqueConstraint("owner_user_id", "kind", "subject_type", "subject_id"),)
+
+
+class AnswerDraft(Owned, Base):
+    """The answer a running attempt has written so far (issue 39): the owner's content, so
+    beside the notes, never in the operation row. One per operation: the attempt holding
+    the lease (``lease_token_hash``, its ``attempt`` number for the page) replaces an older
+    attempt's draft; the end of the operation deletes it, retention any left behind."""
+
+    __tablename__ = "ai_answer_drafts"
+
+    operation_id: Mapped[str] = mapped_column(
+        CHAR(ID_LENGTH), ForeignKey("user_operations.id", ondelete="CASCADE"), primary_key=True
+    )
+    attempt: Mapped[int] = mapped_column(Integer)
+    lease_token_hash: Mapped[str] = mapped_column(CHAR(64))
+    body: Mapped[str] = mapped_column(LongText)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+    __table_args__ = (Index("ix_ai_answer_drafts_updated_at", "updated_at"),)
 
 
 class AiAdmissionControl(Base):

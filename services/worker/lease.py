@@ -2,11 +2,13 @@
 
 A joining lease goes out on a beat sent at once, whose answer says whether the
 owner already cancelled; then the stream beats every third of its shortest
-lease (two beats in every window), and about once a second while progress is
-new. The service also pushes an owner's cancel as it commits. A lease is lost
-when an answer refuses it, or when the stream stays broken until the lease runs
-out; a broken stream (its replica restarted) reopens with the live leases. As
-in Temporal, a failed heartbeat stops the work.
+lease (two beats in every window), and about four times a second while
+progress or answer text is new (``NEWS_BEAT_SECONDS``: a streaming answer costs
+the database at most that many writes a second, however fast the model). The
+service also pushes an owner's cancel as it commits. A lease is lost when an
+answer refuses it, or when the stream stays broken until the lease runs out; a
+broken stream (its replica restarted) reopens with the live leases. As in
+Temporal, a failed heartbeat stops the work.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ import grpc
 import structlog
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.model.drafts import clipped
 from durable_ops.model.errors import DomainError, LeaseLost, Unavailable
 from durable_ops.model.progress import CEILING as PROGRESS_CEILING
 from durable_ops.rpc.errors import domain_error_from_rpc, domain_error_from_status
 
 BEATS_PER_LEASE = 3
-PROGRESS_BEAT_SECONDS = 1.0  # progress reaches the owner at most this often
+NEWS_BEAT_SECONDS = 0.25  # new progress or answer text reaches the owner at most this often
 CLOSE_TIMEOUT_SECONDS = 2.0
 RECONNECT_FIRST_DELAY_SECONDS = 0.1
 RECONNECT_MAX_DELAY_SECONDS = 2.0
@@ -195,8 +198,8 @@ class LeaseStream:
             self._wake.clear()
             leases = self._leases.values()
             due = self._last_beat + min(lease.interval for lease in leases)
-            if any(lease.progress_due for lease in leases):
-                due = min(due, self._last_beat + PROGRESS_BEAT_SECONDS)
+            if any(lease.news_due for lease in leases):
+                due = min(due, self._last_beat + NEWS_BEAT_SECONDS)
             if due <= self._clock():
                 return
             with contextlib.suppress(TimeoutError):
@@ -309,6 +312,8 @@ class Lease:
         self.live_until = clock() + self.interval
         self._progress = 0
         self._progress_sent = 0
+        self._text = ""  # the answer so far, as the next beat carries it
+        self._text_sent = ""
 
     @property
     def operation_id(self) -> str:
@@ -319,8 +324,8 @@ class Lease:
         return self.error is not None
 
     @property
-    def progress_due(self) -> bool:
-        return self._progress > self._progress_sent
+    def news_due(self) -> bool:
+        return self._progress > self._progress_sent or self._text != self._text_sent
 
     async def ready(self) -> Lease:
         """This lease once a beat answered for it (or its owner cancelled); its error if lost."""
@@ -334,6 +339,14 @@ class Lease:
         percent = max(0, min(percent, PROGRESS_CEILING))
         if percent > self._progress:
             self._progress = percent
+            self._stream.beat_soon()
+
+    def report_text(self, text: str) -> None:
+        """The answer so far (its owner's content: never logged), sent whole on a coming beat,
+        at most about four times a second, cut to the answer budget's bytes."""
+        text = clipped(text)
+        if text != self._text:
+            self._text = text
             self._stream.beat_soon()
 
     async def confirm(self) -> None:
@@ -350,8 +363,8 @@ class Lease:
         self._stream.leave(self)
 
     def entry(self, *, added: bool) -> pb.HeldLease | None:
-        """This lease in the next beat: all of it when added, else only new progress."""
-        if not added and not self.progress_due:
+        """This lease in the next beat: all of it when added, else only what is new."""
+        if not added and not self.news_due:
             return None
         entry = pb.HeldLease(operation_id=self._op.operation_id)
         if added:
@@ -359,6 +372,8 @@ class Lease:
             entry.lease_seconds = self.lease_seconds
         if self._progress:  # an added lease carries it again: a broken call may have lost it
             entry.progress_percent = self._progress_sent = self._progress
+        if self._text and (added or self._text != self._text_sent):
+            entry.answer_text = self._text_sent = self._text
         return entry
 
     def held(self, sent: float) -> None:

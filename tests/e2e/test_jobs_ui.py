@@ -214,24 +214,23 @@ def test_a_cancel_after_the_result_was_published_came_too_late(
     expect(job.get_by_text("Fit: 82")).to_be_visible()
 
 
-def test_a_live_analysis_is_followed_by_the_long_poll_not_polled(
+def test_a_live_analysis_is_followed_by_the_event_stream_not_polled(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
     polls = snapshot_requests(page)
-    waits: list[Request] = []
-    page.on("request", lambda request: waits.append(request) if ":wait?" in request.url else None)
+    streams: list[Request] = []
+    page.on("request", lambda r: streams.append(r) if r.url.endswith("/api/events") else None)
     job = open_job_with_a_snapshot(page, ui_gateway, ui_services)
     page.wait_for_timeout(1500)  # polling while live would read it three times by now
     looked = len(polls)
     assert looked <= 2, f"{looked} reads of the snapshot while it is followed"
-    assert waits, "no long-poll"
-    assert "seen=" in waits[-1].url
+    assert streams, "no event stream"
 
     claimed = claim(ui_services, ["strategy.snapshot"])
     expect(job.locator(".analysis .state")).to_have_text("Running")
     heartbeat(ui_services, claimed, 45)
     expect(job.get_by_label("Analysis progress")).to_have_attribute("value", "45")
-    assert len(polls) == looked, "the moves came by the long-poll"
+    assert len(polls) == looked, "the moves came by the event stream"
     publish(ui_services, claimed, ANSWER)
     complete(ui_services, claimed)
     expect(job.get_by_text("Fit: 82")).to_be_visible()  # the end loads the result once

@@ -467,14 +467,14 @@ def test_operations_poll_only_while_the_page_is_shown(page: Page, ui_gateway: Li
     wait_for_count(page, polls, hidden_at + 2)
 
 
-def test_a_live_operation_is_followed_by_the_long_poll_while_the_list_polls_slowly(
+def test_a_live_operation_is_followed_by_the_event_stream_while_the_list_polls_slowly(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
     operation = create_operation(ui_services, "ada", subject=("job", "job-follow"))
     claimed = claim(ui_services, ["strategy.snapshot"])
     polls = timed_requests(page, "/api/operations")
-    waits: list[Request] = []
-    page.on("request", lambda request: waits.append(request) if ":wait?" in request.url else None)
+    streams: list[Request] = []
+    page.on("request", lambda r: streams.append(r) if r.url.endswith("/api/events") else None)
     sign_in(page, ui_gateway, "ada")
     running = card(page, operation.id)
     expect(running.locator(".state")).to_have_text("Running")
@@ -482,8 +482,7 @@ def test_a_live_operation_is_followed_by_the_long_poll_while_the_list_polls_slow
     paced = gaps_ms(polls[:3])
     # Followed, so the list keeps its idle 2000 ms although one is live.
     assert all(gap >= 1900 for gap in paced), f"gaps while followed: {paced}"
-    assert waits, "no long-poll"
-    assert f"/api/operations/{operation.id}:wait?" in waits[-1].url
+    assert streams, "no event stream"
 
     heartbeat(ui_services, claimed, 65)
     progress = page.get_by_label("Progress of Strategy snapshot for job job-follow")

@@ -381,7 +381,7 @@ def test_get_strategy_snapshot_documents_and_checks_attachment_id(services: Serv
             for query in (f"?attachment_id={cv}", "?attachment_id=", ""):
                 response = await client.get(path + query, headers=bearer("alice"))
                 assert response.status_code == 200, (query, response.text)
-                assert response.json() == {"snapshot": None, "operation": None}
+                assert response.json() == {"snapshot": None, "operation": None, "draft": None}
             for query, field in (
                 ("?attachment_id=..%2Fx", "attachment_id"),
                 (f"?attachment_id={'a' * 65}", "attachment_id"),
@@ -426,7 +426,9 @@ def test_a_schema_driven_fuzz_finds_no_5xx_and_no_answer_off_the_schema(
     create_job(services.workspace, "alice")
     # schemathesis's in-process client names the server `testserver` in every Host header.
     app = make_app(services.target, gateway_allowed_hosts="testserver")
-    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+    # The event stream never ends by itself: an in-process call would wait for ever.
+    # tests/integration/test_gateway_events.py sends it hostile input over a live server.
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app).exclude(path="/api/events")
     checks = [
         not_a_server_error,
         status_code_conformance,

@@ -386,7 +386,7 @@ def test_get_is_cache_only_and_never_creates_work(services: Services) -> None:
             for path in (f"/api/jobs/{job}/strategy-snapshot", f"/api/attachments/{cv}/cv-review"):
                 for _ in range(3):
                     cached = await client.get(path, headers=bearer("alice"))
-                    assert cached.json() == {"snapshot": None, "operation": None}
+                    assert cached.json() == {"snapshot": None, "operation": None, "draft": None}
             theirs = await client.get(f"/api/jobs/{job}/strategy-snapshot", headers=bearer("bob"))
             _problem(theirs, 404, "job_not_found")
 

@@ -469,6 +469,18 @@ def test_progress_stops_at_99_and_never_repeats() -> None:
     assert progress == list(range(1, 100))  # one call per new percent, the last 99
 
 
+def test_the_answer_text_is_told_as_it_grows_each_piece_once() -> None:
+    told: list[str] = []
+
+    async def scenario() -> None:
+        async with scripted_client(lambda _: event_stream(streamed(ANSWER_PIECES))) as client:
+            result = await client.complete(InferenceRequest("s", {}, []), on_text=told.append)
+        assert result.answer == {"ok": [1, 2]}
+
+    run(scenario())
+    assert told == ["".join(ANSWER_PIECES[: n + 1]) for n in range(len(ANSWER_PIECES))]
+
+
 def test_the_servers_token_count_is_used_when_it_gives_one() -> None:
     body = sse(
         chunk(role="assistant"),

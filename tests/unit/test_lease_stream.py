@@ -15,6 +15,7 @@ import grpc
 import pytest
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.model.drafts import ANSWER_DRAFT_MAX_BYTES
 from durable_ops.model.errors import LeaseLost
 from durable_ops.worker.lease import HoldLeasesCall, Lease, LeaseStream
 
@@ -181,6 +182,26 @@ def test_progress_goes_up_with_a_beat_and_is_sent_once() -> None:
         assert (entry.operation_id, entry.progress_percent, entry.lease_token) == ("a", 40, "")
         await _until(lambda: len(call.requests) == 3)
         assert list(call.requests[2].leases) == []
+
+    _run(scenario)
+
+
+def test_answer_text_goes_whole_on_a_beat_only_when_it_changed_and_within_the_budget() -> None:
+    async def scenario(h: Harness) -> None:
+        lease = await h.open("a")
+        lease.report_text('{"summary": "Str')
+        lease.report_text('{"summary": "Strong')  # a beat carries the newest text, whole
+        call = h.calls[0]
+        await _until(lambda: len(call.requests) == 2)
+        entry = call.requests[1].leases[0]
+        assert (entry.operation_id, entry.answer_text) == ("a", '{"summary": "Strong')
+        lease.report_text('{"summary": "Strong')  # unchanged: nothing new to send
+        await _until(lambda: len(call.requests) == 3)
+        assert list(call.requests[2].leases) == []
+        lease.report_text("é" * ANSWER_DRAFT_MAX_BYTES)  # cut to the budget, never mid-character
+        await _until(lambda: len(call.requests) == 4)
+        sent = call.requests[3].leases[0].answer_text
+        assert sent == "é" * (ANSWER_DRAFT_MAX_BYTES // 2)
 
     _run(scenario)
 

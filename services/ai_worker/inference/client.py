@@ -27,6 +27,7 @@ import asyncio
 import functools
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
@@ -64,6 +65,8 @@ _log = structlog.get_logger(__name__)
 
 ProgressCallback = Callable[[int], None]
 """Told the percent of a streamed answer received so far (``model.progress``)."""
+TextCallback = Callable[[str], None]
+"""Told the text of a streamed answer received so far, each time it grew."""
 
 
 def provider_from_url(base_url: str) -> str:
@@ -143,18 +146,23 @@ class ModelClient:
         return body
 
     async def complete(
-        self, request: InferenceRequest, *, on_progress: ProgressCallback | None = None
+        self,
+        request: InferenceRequest,
+        *,
+        on_progress: ProgressCallback | None = None,
+        on_text: TextCallback | None = None,
     ) -> InferenceResult:
         """The validated answer to ``request``.
 
         ``on_progress(percent)`` is called as a streamed answer arrives, with the
         estimate of ``durable_ops.model.progress`` (1 to 99, each value higher
         than the last), synchronously from the task reading the stream: it must
-        be quick. A server that answers in one piece calls it never.
+        be quick. A server that answers in one piece calls it never. ``on_text``
+        likewise, with the answer's text so far each time it grew.
         Cancelling the awaiting task closes the connection at once.
         """
         try:
-            answer = await self._complete(request, on_progress)
+            answer = await self._complete(request, on_progress, on_text)
         except InferenceError as exc:
             if exc.provenance is None:
                 exc.provenance = self.provenance
@@ -162,16 +170,22 @@ class ModelClient:
         return InferenceResult(answer=answer, provenance=self.provenance)
 
     async def _complete(
-        self, request: InferenceRequest, on_progress: ProgressCallback | None
+        self,
+        request: InferenceRequest,
+        on_progress: ProgressCallback | None,
+        on_text: TextCallback | None,
     ) -> dict[str, Any]:
         budget = request.expected_tokens or request.max_tokens or DEFAULT_BUDGET_TOKENS
-        meter = ProgressMeter(budget)
-        report = _ignore if on_progress is None else on_progress
+        listener = _Listener(
+            ProgressMeter(budget),
+            _ignore_progress if on_progress is None else on_progress,
+            _ignore_text if on_text is None else on_text,
+        )
         # httpx's timeout bounds each phase; this one bounds the whole exchange,
         # so a server that trickles bytes cannot hold the worker forever.
         try:
             async with asyncio.timeout(self.timeout_seconds):
-                content = await self._ask(request, meter, report)
+                content = await self._ask(request, listener)
         except (TimeoutError, httpx.TimeoutException) as exc:
             raise ModelTimeout(
                 f"no answer within {self.timeout_seconds:g} seconds", provenance=self.provenance
@@ -183,30 +197,26 @@ class ModelClient:
         answer = _content_object(content)
         return request.validate(answer) if request.validate else answer
 
-    async def _ask(
-        self, request: InferenceRequest, meter: ProgressMeter, report: ProgressCallback
-    ) -> str:
+    async def _ask(self, request: InferenceRequest, listener: _Listener) -> str:
         """The answer's text, in the route's form; once more as json_object if it refuses."""
         form = self._form
         try:
             return await self._exchange(
                 self.payload(request, form),
-                meter,
-                report,
+                listener,
                 refusable=form is ResponseFormat.JSON_SCHEMA,
             )
         except _JsonSchemaRefused as refused:
             fallback = ResponseFormat.JSON_OBJECT
             adopt = functools.partial(self._adopt, fallback, refused.status)
             return await self._exchange(
-                self.payload(request, fallback), meter, report, on_accepted=adopt
+                self.payload(request, fallback), listener, on_accepted=adopt
             )
 
     async def _exchange(
         self,
         payload: dict[str, Any],
-        meter: ProgressMeter,
-        report: ProgressCallback,
+        listener: _Listener,
         *,
         refusable: bool = False,
         on_accepted: Callable[[], None] | None = None,
@@ -228,7 +238,7 @@ class ModelClient:
                 on_accepted()
             if _media_type(response) != "text/event-stream":
                 return _message_content(await _read(response))
-            return await _streamed_content(response, meter, report)
+            return await _streamed_content(response, listener)
 
     def _adopt(self, form: ResponseFormat, refused_status: int) -> None:
         """Keep ``form`` for this route from now on; say so once."""
@@ -254,8 +264,27 @@ class _JsonSchemaRefused(Exception):
         self.status = status
 
 
-def _ignore(percent: int) -> None:
+def _ignore_text(text: str) -> None:
     pass
+
+
+def _ignore_progress(percent: int) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class _Listener:
+    """Who is told how a streamed answer grows: its percent (when it rose) and its text."""
+
+    meter: ProgressMeter
+    progress: ProgressCallback
+    text: TextCallback
+
+    def grew(self, stream: _ChunkStream) -> None:
+        percent = self.meter.observe(stream.tokens)
+        if percent is not None:
+            self.progress(percent)
+        self.text(stream.content())
 
 
 class _Bounded:
@@ -298,9 +327,7 @@ def _retry_after(headers: httpx.Headers) -> float | None:
     return seconds if seconds >= 0 else None
 
 
-async def _streamed_content(
-    response: httpx.Response, meter: ProgressMeter, report: ProgressCallback
-) -> str:
+async def _streamed_content(response: httpx.Response, listener: _Listener) -> str:
     """The content of ``chat.completion.chunk`` events, reporting progress as it grows.
 
     The stream ends at ``data: [DONE]``, or at its end once a chunk gave the
@@ -314,11 +341,11 @@ async def _streamed_content(
     try:
         async for data in response.aiter_bytes():
             for event in decoder.feed(bound.add(data)):
+                tokens = stream.tokens
                 if stream.take(event):
                     return stream.content()
-                percent = meter.observe(stream.tokens)
-                if percent is not None:
-                    report(percent)
+                if stream.tokens != tokens:
+                    listener.grew(stream)
         for event in decoder.close():
             if stream.take(event):
                 return stream.content()

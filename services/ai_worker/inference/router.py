@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from durable_ops.ai_worker.inference.client import ModelClient, ProgressCallback
+from durable_ops.ai_worker.inference.client import ModelClient, ProgressCallback, TextCallback
 from durable_ops.ai_worker.inference.errors import (
     ExternalRouteNotPermitted,
     InferenceError,
@@ -85,8 +85,10 @@ class Router:
         task_external_allowed: bool,
         *,
         on_progress: ProgressCallback | None = None,
+        on_text: TextCallback | None = None,
     ) -> InferenceResult:
-        """Serve ``request`` on the local route; ``on_progress`` as in ``ModelClient.complete``."""
+        """Serve ``request`` on the local route; ``on_progress`` and ``on_text`` as in
+        ``ModelClient.complete``."""
         plan = route_plan(
             privacy,
             task_external_allowed=task_external_allowed,
@@ -100,7 +102,7 @@ class Router:
                 provenance=self.local.provenance,
             )
         try:
-            result = await self.local.complete(request, on_progress=on_progress)
+            result = await self.local.complete(request, on_progress=on_progress, on_text=on_text)
         except ModelUnavailable as exc:
             self.breaker.record_failure(self._clock())
             raise LocalRouteUnavailable(
@@ -120,6 +122,7 @@ class Router:
         task_external_allowed: bool,
         *,
         on_progress: ProgressCallback | None = None,
+        on_text: TextCallback | None = None,
     ) -> InferenceResult:
         """Serve an operation claimed from waiting_for_external_fallback.
 
@@ -129,4 +132,4 @@ class Router:
         """
         if self.external is None or not self.external_permitted(privacy, task_external_allowed):
             raise ExternalRouteNotPermitted("the external route is not permitted")
-        return await self.external.complete(request, on_progress=on_progress)
+        return await self.external.complete(request, on_progress=on_progress, on_text=on_text)

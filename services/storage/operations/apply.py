@@ -25,7 +25,7 @@ from sqlalchemy import Update, bindparam, update
 from durable_ops.model import lifecycle
 from durable_ops.model.lifecycle import Decision, Event
 from durable_ops.model.states import OperationState
-from durable_ops.storage import notifications
+from durable_ops.storage import drafts, notifications
 from durable_ops.storage.events import Changed, publish
 from durable_ops.storage.operations import history
 from durable_ops.storage.operations.rows import (
@@ -102,6 +102,7 @@ class Change:
             decision.state,
             self.row["task_type"],
             cancel_asked=asked and decision.state is S.RUNNING,
+            owner_id=self.row["owner_user_id"],
         )
 
     def ending(self) -> dict[str, Any] | None:
@@ -177,6 +178,8 @@ def write(tx: Tx, changes: Sequence[Change], now: datetime) -> list[dict[str, An
         history.end(tx, endings, now)
     for change in changes:
         publish(change.published())
+    ended = [change.row["id"] for change in changes if change.decision.state.is_terminal]
+    drafts.discard(tx, ended)  # the answer so far is the note now, or nothing
     removed = [change.row["id"] for change in changes if change.decision.remove_notification]
     if removed:
         notifications.delete_for_operations(tx, removed)

@@ -162,7 +162,8 @@ def claim(
             "next_attempt_at": None,
         }
         claims.append(Claim(detached({**found, **values}), token))
-        publish(Changed(found["id"], move.target, found["task_type"]))
+        owner = found["owner_user_id"]
+        publish(Changed(found["id"], move.target, found["task_type"], owner_id=owner))
         starts.append(
             {
                 "id": attempt_id(token_hash),

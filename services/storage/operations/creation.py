@@ -135,5 +135,5 @@ def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation
             raise Conflict(KEY_USED_FOR_ANOTHER_REQUEST)
         raise pruned(tombstone.final_state, tombstone.finished_at)
     recognise(values["id"])  # a fresh random id: only this INSERT wrote it
-    publish(Changed(values["id"], created.state, request.task_type))
+    publish(Changed(values["id"], created.state, request.task_type, owner_id=tx.owner_id))
     return detached({**values, "owner_user_id": tx.owner_id}), True

@@ -8,7 +8,9 @@ lease and, in the common beat, no cancel pending; each row given its own
 expiry and, when the beat carries one, its own progress. When fewer rows
 matched, one locked read says for each lease why (``decide``), and the same
 UPDATE without the cancel guard extends the leases still held whose owner
-asked to cancel: their holder learns it in the answer.
+asked to cancel: their holder learns it in the answer. The answer text a held
+lease's beat carries becomes its attempt's draft (``storage.drafts``) in the
+same transaction, so only a holder of the live lease ever writes one.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from durable_ops.model.errors import (
 )
 from durable_ops.model.held_leases import HeldLease
 from durable_ops.model.lifecycle import Event
+from durable_ops.storage import drafts
 from durable_ops.storage.events import Changed, publish
 from durable_ops.storage.operations.rows import (
     LOCKED,
@@ -118,9 +121,17 @@ def _beat(tx: Tx, leases: Sequence[HeldLease], now: datetime) -> list[Held | Dom
     if extended != len(leases):
         answers = _why(tx, leases, parameters, now)
     held = [n for n, answer in enumerate(answers) if not isinstance(answer, DomainError)]
+    texts = [
+        drafts.Text(lease.operation_id, lease.owner_id, parameters[f"token_hash_{n}"], text)
+        for n in held
+        if (text := (lease := leases[n]).answer_text) is not None
+    ]
+    drafts.write(tx, texts, now)  # the lease held: its text is this attempt's
     for n in held:
-        if leases[n].progress is not None:  # what a wait for the operation to move sees
-            publish(Changed(leases[n].operation_id, S.RUNNING))
+        lease = leases[n]
+        if lease.progress is not None or lease.answer_text is not None:
+            # what a wait for the operation to move, and its owner's watch, see
+            publish(Changed(lease.operation_id, S.RUNNING, owner_id=lease.owner_id))
     if held:
         recognise(
             leases[held[0]].operation_id,

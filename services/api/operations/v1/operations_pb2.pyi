@@ -1087,6 +1087,7 @@ class HeldLease(_message.Message):
     LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     LEASE_SECONDS_FIELD_NUMBER: _builtins.int
     PROGRESS_PERCENT_FIELD_NUMBER: _builtins.int
+    ANSWER_TEXT_FIELD_NUMBER: _builtins.int
     operation_id: _builtins.str
     owner_id: _builtins.str
     """The owner the operation was claimed for and its lease token: both required
@@ -1097,6 +1098,11 @@ class HeldLease(_message.Message):
     """5–600; 0: the value the stream holds it for, at first 30 s"""
     progress_percent: _builtins.int
     """0–100, as HeartbeatRequest's"""
+    answer_text: _builtins.str
+    """The answer as written so far by the attempt holding this lease (issue 39):
+    kept as the attempt's draft, written by this beat's transaction, at most
+    ANSWER_DRAFT_MAX_BYTES of UTF-8. Unset leaves the draft as it is.
+    """
     def __init__(
         self,
         *,
@@ -1105,13 +1111,19 @@ class HeldLease(_message.Message):
         lease_token: _builtins.str = ...,
         lease_seconds: _builtins.int = ...,
         progress_percent: _builtins.int | None = ...,
+        answer_text: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_progress_percent", b"_progress_percent", "progress_percent", b"progress_percent"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_answer_text", b"_answer_text", "_progress_percent", b"_progress_percent", "answer_text", b"answer_text", "progress_percent", b"progress_percent"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_progress_percent", b"_progress_percent", "lease_seconds", b"lease_seconds", "lease_token", b"lease_token", "operation_id", b"operation_id", "owner_id", b"owner_id", "progress_percent", b"progress_percent"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_answer_text", b"_answer_text", "_progress_percent", b"_progress_percent", "answer_text", b"answer_text", "lease_seconds", b"lease_seconds", "lease_token", b"lease_token", "operation_id", b"operation_id", "owner_id", b"owner_id", "progress_percent", b"progress_percent"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__answer_text: _TypeAlias = _typing.Literal["answer_text"]  # noqa: Y015
+    _WhichOneofArgType__answer_text: _TypeAlias = _typing.Literal["_answer_text", b"_answer_text"]  # noqa: Y015
     _WhichOneofReturnType__progress_percent: _TypeAlias = _typing.Literal["progress_percent"]  # noqa: Y015
     _WhichOneofArgType__progress_percent: _TypeAlias = _typing.Literal["_progress_percent", b"_progress_percent"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__answer_text) -> _WhichOneofReturnType__answer_text | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__progress_percent) -> _WhichOneofReturnType__progress_percent | None: ...
 
 Global___HeldLease: _TypeAlias = HeldLease  # noqa: Y015
@@ -1250,3 +1262,112 @@ class OperationResult(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___OperationResult: _TypeAlias = OperationResult  # noqa: Y015
+
+@_typing.final
+class GetAnswerDraftRequest(_message.Message):
+    """The owner's view of a running attempt's answer so far: never part of the Operation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    operation_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        operation_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["operation_id", b"operation_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetAnswerDraftRequest: _TypeAlias = GetAnswerDraftRequest  # noqa: Y015
+
+@_typing.final
+class AnswerDraft(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    UPDATED_AT_FIELD_NUMBER: _builtins.int
+    operation_id: _builtins.str
+    attempt: _builtins.int
+    """the attempt that wrote it; a new attempt starts a new draft"""
+    text: _builtins.str
+    @_builtins.property
+    def updated_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        operation_id: _builtins.str = ...,
+        attempt: _builtins.int = ...,
+        text: _builtins.str = ...,
+        updated_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["updated_at", b"updated_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "operation_id", b"operation_id", "text", b"text", "updated_at", b"updated_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AnswerDraft: _TypeAlias = AnswerDraft  # noqa: Y015
+
+@_typing.final
+class WatchOwnerRequest(_message.Message):
+    """Watch every change of the caller's own operations from `after` on."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AFTER_FIELD_NUMBER: _builtins.int
+    after: _builtins.str
+    """An event id this stream (or an earlier one) gave: changes from it on (what was sent
+    again is harmless, each change is whole); empty: from a moment ago.
+    """
+    def __init__(
+        self,
+        *,
+        after: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchOwnerRequest: _TypeAlias = WatchOwnerRequest  # noqa: Y015
+
+@_typing.final
+class OwnerChange(_message.Message):
+    """One change of one of the owner's operations, after COMMIT."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    DRAFT_FIELD_NUMBER: _builtins.int
+    event_id: _builtins.str
+    """"<updated_at micros>-<n>", increasing within the stream"""
+    @_builtins.property
+    def operation(self) -> Global___Operation: ...
+    @_builtins.property
+    def draft(self) -> Global___AnswerDraft:
+        """set while the running attempt has written some answer"""
+
+    def __init__(
+        self,
+        *,
+        event_id: _builtins.str = ...,
+        operation: Global___Operation | None = ...,
+        draft: Global___AnswerDraft | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_draft", b"_draft", "draft", b"draft", "operation", b"operation"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_draft", b"_draft", "draft", b"draft", "event_id", b"event_id", "operation", b"operation"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__draft: _TypeAlias = _typing.Literal["draft"]  # noqa: Y015
+    _WhichOneofArgType__draft: _TypeAlias = _typing.Literal["_draft", b"_draft"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__draft) -> _WhichOneofReturnType__draft | None: ...
+
+Global___OwnerChange: _TypeAlias = OwnerChange  # noqa: Y015

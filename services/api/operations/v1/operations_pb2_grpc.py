@@ -64,6 +64,16 @@ class OperationsServiceStub:
                 request_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.RetryOperationRequest.SerializeToString,
                 response_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.Operation.FromString,
                 _registered_method=True)
+        self.GetAnswerDraft = channel.unary_unary(
+                '/durable_ops.api.operations.v1.OperationsService/GetAnswerDraft',
+                request_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.GetAnswerDraftRequest.SerializeToString,
+                response_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.AnswerDraft.FromString,
+                _registered_method=True)
+        self.WatchOwner = channel.unary_stream(
+                '/durable_ops.api.operations.v1.OperationsService/WatchOwner',
+                request_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.WatchOwnerRequest.SerializeToString,
+                response_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.OwnerChange.FromString,
+                _registered_method=True)
         self.ClaimOperation = channel.unary_unary(
                 '/durable_ops.api.operations.v1.OperationsService/ClaimOperation',
                 request_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.ClaimOperationRequest.SerializeToString,
@@ -157,6 +167,22 @@ class OperationsServiceServicer:
 
     def RetryOperation(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetAnswerDraft(self, request, context):
+        """The running attempt's answer so far; NOT_FOUND `draft_not_found` when there is none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchOwner(self, request, context):
+        """The owner's operations as they change: a snapshot of the changes after
+        `after`, then each change as it commits (this replica at once, others by
+        the shared poll). Owner scope: another owner's change never appears.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -269,6 +295,16 @@ def add_OperationsServiceServicer_to_server(servicer, server):
                     servicer.RetryOperation,
                     request_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.RetryOperationRequest.FromString,
                     response_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.Operation.SerializeToString,
+            ),
+            'GetAnswerDraft': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAnswerDraft,
+                    request_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.GetAnswerDraftRequest.FromString,
+                    response_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.AnswerDraft.SerializeToString,
+            ),
+            'WatchOwner': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchOwner,
+                    request_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.WatchOwnerRequest.FromString,
+                    response_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.OwnerChange.SerializeToString,
             ),
             'ClaimOperation': grpc.unary_unary_rpc_method_handler(
                     servicer.ClaimOperation,
@@ -488,6 +524,60 @@ class OperationsService:
             '/durable_ops.api.operations.v1.OperationsService/RetryOperation',
             durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.RetryOperationRequest.SerializeToString,
             durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.Operation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAnswerDraft(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_ops.api.operations.v1.OperationsService/GetAnswerDraft',
+            durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.GetAnswerDraftRequest.SerializeToString,
+            durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.AnswerDraft.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchOwner(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/durable_ops.api.operations.v1.OperationsService/WatchOwner',
+            durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.WatchOwnerRequest.SerializeToString,
+            durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.OwnerChange.FromString,
             options,
             channel_credentials,
             insecure,

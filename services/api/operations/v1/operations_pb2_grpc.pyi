@@ -38,6 +38,13 @@ class OperationsServiceStub:
     WaitOperation: _grpc.UnaryUnaryMultiCallable[_operations_pb2.WaitOperationRequest, _operations_pb2.Operation]
     CancelOperation: _grpc.UnaryUnaryMultiCallable[_operations_pb2.CancelOperationRequest, _operations_pb2.Operation]
     RetryOperation: _grpc.UnaryUnaryMultiCallable[_operations_pb2.RetryOperationRequest, _operations_pb2.Operation]
+    GetAnswerDraft: _grpc.UnaryUnaryMultiCallable[_operations_pb2.GetAnswerDraftRequest, _operations_pb2.AnswerDraft]
+    """The running attempt's answer so far; NOT_FOUND `draft_not_found` when there is none."""
+    WatchOwner: _grpc.UnaryStreamMultiCallable[_operations_pb2.WatchOwnerRequest, _operations_pb2.OwnerChange]
+    """The owner's operations as they change: a snapshot of the changes after
+    `after`, then each change as it commits (this replica at once, others by
+    the shared poll). Owner scope: another owner's change never appears.
+    """
     ClaimOperation: _grpc.UnaryUnaryMultiCallable[_operations_pb2.ClaimOperationRequest, _operations_pb2.ClaimOperationResponse]
     """Neutral worker scope."""
     ClaimOperations: _grpc.UnaryUnaryMultiCallable[_operations_pb2.ClaimOperationsRequest, _operations_pb2.ClaimOperationsResponse]
@@ -72,6 +79,13 @@ class OperationsServiceAsyncStub(OperationsServiceStub):
     WaitOperation: _aio.UnaryUnaryMultiCallable[_operations_pb2.WaitOperationRequest, _operations_pb2.Operation]  # type: ignore[assignment]
     CancelOperation: _aio.UnaryUnaryMultiCallable[_operations_pb2.CancelOperationRequest, _operations_pb2.Operation]  # type: ignore[assignment]
     RetryOperation: _aio.UnaryUnaryMultiCallable[_operations_pb2.RetryOperationRequest, _operations_pb2.Operation]  # type: ignore[assignment]
+    GetAnswerDraft: _aio.UnaryUnaryMultiCallable[_operations_pb2.GetAnswerDraftRequest, _operations_pb2.AnswerDraft]  # type: ignore[assignment]
+    """The running attempt's answer so far; NOT_FOUND `draft_not_found` when there is none."""
+    WatchOwner: _aio.UnaryStreamMultiCallable[_operations_pb2.WatchOwnerRequest, _operations_pb2.OwnerChange]  # type: ignore[assignment]
+    """The owner's operations as they change: a snapshot of the changes after
+    `after`, then each change as it commits (this replica at once, others by
+    the shared poll). Owner scope: another owner's change never appears.
+    """
     ClaimOperation: _aio.UnaryUnaryMultiCallable[_operations_pb2.ClaimOperationRequest, _operations_pb2.ClaimOperationResponse]  # type: ignore[assignment]
     """Neutral worker scope."""
     ClaimOperations: _aio.UnaryUnaryMultiCallable[_operations_pb2.ClaimOperationsRequest, _operations_pb2.ClaimOperationsResponse]  # type: ignore[assignment]
@@ -139,6 +153,25 @@ class OperationsServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _operations_pb2.RetryOperationRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_operations_pb2.Operation, _abc.Awaitable[_operations_pb2.Operation]]: ...
+
+    @_abc_1.abstractmethod
+    def GetAnswerDraft(
+        self,
+        request: _operations_pb2.GetAnswerDraftRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_operations_pb2.AnswerDraft, _abc.Awaitable[_operations_pb2.AnswerDraft]]:
+        """The running attempt's answer so far; NOT_FOUND `draft_not_found` when there is none."""
+
+    @_abc_1.abstractmethod
+    def WatchOwner(
+        self,
+        request: _operations_pb2.WatchOwnerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_operations_pb2.OwnerChange], _abc.AsyncIterator[_operations_pb2.OwnerChange]]:
+        """The owner's operations as they change: a snapshot of the changes after
+        `after`, then each change as it commits (this replica at once, others by
+        the shared poll). Owner scope: another owner's change never appears.
+        """
 
     @_abc_1.abstractmethod
     def ClaimOperation(

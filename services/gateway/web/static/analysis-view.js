@@ -1,6 +1,8 @@
 // The result of an analysis (any registered task type), its progress and its
 // cancel. Updated in place on every poll, so focus survives and the live region
-// around it announces only what changed (a new state, a note, the result).
+// around it announces only what changed (a new state, a note, the result). While
+// it runs, the answer's fields written so far show as they arrive (the draft: out
+// of the live region's announcements, which would read every word).
 
 import { h, replaceChildren } from "./dom.js";
 import { TERMINAL_STATES, cancelCameTooLate, formatTime, isLive, stateLabel } from "./format.js";
@@ -43,6 +45,25 @@ function resultView(taskType, snapshot, operation) {
   );
 }
 
+// The running attempt's answer so far, in the result's layout: each field once it has
+// begun (a list item may still be growing). `partial` is what the gateway parsed.
+function draftView(taskType, partial) {
+  const properties = task(taskType)?.answer?.properties ?? {};
+  const shown = [];
+  for (const [name, schema] of Object.entries(properties)) {
+    const value = partial[name];
+    const title = schema.title ?? name;
+    if (typeof value === "number") shown.push(h("p", { class: "analysis__score" }, h("strong", {}, `${title}: ${value}`)));
+    else if (typeof value === "string" && value) shown.push(h("p", {}, value));
+    else if (Array.isArray(value) && value.length) {
+      const items = value.filter((item) => typeof item === "string" && item);
+      shown.push(h("div", { class: "analysis__list" }, h("h4", {}, title), h("ul", {}, items.map((item) => h("li", {}, item)))));
+    }
+  }
+  if (!shown.length) return null;
+  return h("div", { class: "analysis__draft" }, h("p", { class: "hint" }, "Being written…"), shown);
+}
+
 // A succeeded analysis shows only its result, unless a cancel came too late.
 function showsStatus(operation) {
   return Boolean(operation) && (operation.state !== "succeeded" || cancelCameTooLate(operation));
@@ -82,8 +103,11 @@ export function createAnalysisView(slot, taskType, { onCancel, focusFallback } =
     h("a", { href: "/operations" }, "See it in your operations"),
   );
   const resultSlot = h("div", { class: "analysis__result-slot" });
+  const draftSlot = h("div", { class: "analysis__draft-slot", "aria-live": "off" });
   let current = null;
   let resultKey = "";
+  let draft = null;
+  let draftKey = "";
   let mode = "";
 
   function updateProgress(operation) {
@@ -170,19 +194,34 @@ export function createAnalysisView(slot, taskType, { onCancel, focusFallback } =
     replaceChildren(resultSlot, snapshot ? resultView(taskType, snapshot, operation) : null);
   }
 
-  slot.append(resultSlot);
+  // Only a running operation shows a draft, and only its own attempt's (the gateway sends
+  // the current attempt's whole text each time: a new attempt replaces, never appends).
+  function updateDraft(operation) {
+    const shown = operation?.state === "running" && draft?.partial ? draft : null;
+    const key = shown ? JSON.stringify([operation.id, shown.attempt, shown.partial]) : "";
+    if (key === draftKey) return;
+    draftKey = key;
+    replaceChildren(draftSlot, shown ? draftView(taskType, shown.partial) : null);
+  }
+
+  slot.append(draftSlot, resultSlot);
 
   return {
     // Show a GET of the task's resource (e.g. …/strategy-snapshot): {snapshot, operation}.
     render(answer) {
       current = answer.operation ?? null;
+      draft = answer.draft ?? null;
       updateStatus(current);
+      updateDraft(current);
       updateResult(answer.snapshot ?? null, current);
     },
-    // Show a newer copy of the operation (e.g. the answer to a cancel), keeping the result.
-    showOperation(operation) {
+    // Show a newer copy of the operation (e.g. the answer to a cancel), keeping the result;
+    // with `newDraft` (an event of the tab's stream), its answer so far too.
+    showOperation(operation, newDraft) {
       current = operation;
+      if (newDraft !== undefined) draft = newDraft;
       updateStatus(operation);
+      updateDraft(operation);
     },
   };
 }

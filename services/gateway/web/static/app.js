@@ -3,6 +3,7 @@
 import { post } from "./api.js";
 import { startBell } from "./bell.js";
 import { AUTH_EXPIRED } from "./events.js";
+import { startLive } from "./live.js";
 
 const DEFAULT_UNREAD_POLL_MS = 60000;
 
@@ -16,6 +17,7 @@ export function unreadPollMs() {
 }
 
 function startShell() {
+  startLive();
   const bell = document.getElementById("bell");
   if (bell) startBell(bell, unreadPollMs());
 

@@ -1,10 +1,11 @@
 // /jobs: the caller's job postings and CVs, their AI settings, and AI analyses:
 // every registered task type (tasks.js) on the subjects it works on, e.g. a
 // strategy snapshot for a job (optionally against a CV); watch its progress,
-// cancel it, and read the result. A running analysis is followed by the
-// long-poll (follow.js), which answers the moment it moves; the rest are polled,
-// only while shown and only those still running: every half second while one is
-// live, else every few seconds.
+// cancel it, and read the result. The tab's event stream (live.js) shows each
+// analysis move the moment it commits, its answer as it is written, and a run
+// started in another tab; without the stream, a running analysis is followed by
+// the long-poll (follow.js) and the rest are polled, only while shown and only
+// those still running: every half second while one is live, else every few seconds.
 // A run's second reference (the CV of a snapshot, the job of a CV review) is kept
 // for the next run; /jobs#job-<id> scrolls to and highlights that job.
 
@@ -14,11 +15,12 @@ import { h, replaceChildren } from "../dom.js";
 import { createAnalysisView, isActive, isLiveAnswer } from "../analysis-view.js";
 import { notificationsChanged } from "../events.js";
 import { createFollower } from "../follow.js";
-import { formatNumber, isLive } from "../format.js";
+import { TERMINAL_STATES, formatNumber, isLive } from "../format.js";
 import { highlight } from "../highlight.js";
+import { LIVE_OPERATION, liveOpen } from "../live.js";
 import { visiblePoller } from "../poller.js";
 import { mountAiSettings } from "../settings-view.js";
-import { taskPath, tasksFor } from "../tasks.js";
+import { task as taskNamed, taskPath, tasksFor } from "../tasks.js";
 import { limitText } from "../text-limit.js";
 
 export const ANALYSIS_POLL_MS = 2000;
@@ -165,13 +167,14 @@ export function mount(main) {
     const slot = h("div", { class: "analysis", "aria-live": "polite" });
     const error = formError();
     const start = h("button", { type: "button", class: "button" }, task.action);
-    const entry = { view: null, active: true, live: false, looks: 0, over: null, operationId: null, endSeen: null };
+    const entry = { view: null, active: true, live: false, looks: 0, over: null, operationId: null, endSeen: null, starting: false, reading: false };
     entry.view = createAnalysisView(slot, taskType, {
       onCancel: (operation) => cancelAnalysis(entry, operation, `${task.label} for ${subjectName}`, error),
       focusFallback: () => start,
     });
     start.addEventListener("click", async () => {
       start.disabled = true;
+      entry.starting = true; // its own look follows: the stream's news of it needs none
       try {
         const choice = contextSelect ? contextSelect.value : "";
         const body = choice ? { [contextField]: choice } : {};
@@ -184,6 +187,7 @@ export function mount(main) {
         showFormError(error, { message: `${failure.message}${wait}` });
       } finally {
         start.disabled = false;
+        entry.starting = false;
       }
     });
     analyses.set(path, entry);
@@ -328,7 +332,13 @@ export function mount(main) {
     const entry = analyses.get(path);
     if (!entry) return;
     const look = ++entry.looks;
-    const answer = await api(path);
+    entry.reading = true;
+    let answer;
+    try {
+      answer = await api(path);
+    } finally {
+      if (look === entry.looks) entry.reading = false;
+    }
     if (look !== entry.looks) return; // a newer look is on its way
     const wasActive = entry.over === false;
     entry.active = isActive(answer);
@@ -338,7 +348,7 @@ export function mount(main) {
     if (entry.operationId && entry.operationId !== operationId) follower.stop(entry.operationId);
     entry.operationId = operationId;
     entry.view.render(answer);
-    if (entry.active) follower.follow(answer.operation);
+    if (entry.active && !liveOpen()) follower.follow(answer.operation);
     // Seen reaching its end here: its notification is new, so the bell looks now.
     if (wasActive && entry.over) notificationsChanged();
   }
@@ -372,8 +382,34 @@ export function mount(main) {
   });
 
   function polled(entry) {
-    return entry.active && !(entry.operationId && follower.isFollowed(entry.operationId));
+    const followed = liveOpen() || follower.isFollowed(entry.operationId);
+    return entry.active && !(entry.operationId && followed);
   }
+
+  // The stream's changes: a move of a shown analysis in place, with its answer so far;
+  // its end, or a run this page does not show yet (another tab started it), loads it.
+  window.addEventListener(LIVE_OPERATION, (event) => {
+    const { operation, draft } = event.detail;
+    const [path, entry] = entryOf(operation);
+    if (entry) {
+      if (TERMINAL_STATES.has(operation.state)) {
+        entry.active = false; // over: no poll reads it while its result loads
+        entry.endSeen = operation;
+        refreshAnalysis(path).catch(() => lookAgain(entry));
+        return;
+      }
+      entry.live = isLive(operation);
+      entry.view.showOperation(operation, draft);
+      return;
+    }
+    const known = taskNamed(operation.task_type);
+    const other = known ? taskPath(known, operation.subject.id) : null;
+    // A start of this tab's, or a look on its way, reads it already.
+    const shown = other ? analyses.get(other) : null;
+    if (shown && !shown.starting && !shown.reading && !TERMINAL_STATES.has(operation.state)) {
+      refreshAnalysis(other).catch(() => lookAgain(shown));
+    }
+  });
 
   // Every analysis once after loading, then those still running that no long-poll
   // follows; answers the delay before the next poll: short while any of them is live.

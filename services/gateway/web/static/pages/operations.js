@@ -1,6 +1,7 @@
 // /operations: the caller's operations, refreshed while the page is shown (every
-// few seconds; every half second while a live one is shown that no long-poll
-// follows: follow.js follows a few, which answer the moment they move), with cancel
+// few seconds; every half second while a live one is shown that neither the tab's
+// event stream (live.js) nor a long-poll follows: follow.js follows a few without
+// the stream, which answer the moment they move), with cancel
 // (confirmed) and retry; the notification list beside them. Each names its subject
 // (read from the workspace); /operations#operation-<id> scrolls to and highlights
 // one, shown above the list when the list does not hold it.
@@ -11,6 +12,7 @@ import { h, replaceChildren } from "../dom.js";
 import { notificationsChanged } from "../events.js";
 import { createFollower } from "../follow.js";
 import { highlight } from "../highlight.js";
+import { LIVE_OPERATION, liveOpen } from "../live.js";
 import { TERMINAL_STATES, cancelCameTooLate, isLive, stateLabel } from "../format.js";
 import { mountNotifications } from "../notifications-view.js";
 import { createCard, operationAnchor, operationName, showCardError, updateCard } from "../operations-view.js";
@@ -257,7 +259,8 @@ export function mount(main) {
       names = await Promise.race([naming, new Promise((resolve) => setTimeout(() => resolve(names), NAMES_WAIT_MS))]);
       render(page);
       await showTarget(page.items);
-      const unfollowed = page.items.filter((operation) => isLive(operation) && !follower.follow(operation));
+      const streamed = liveOpen();
+      const unfollowed = page.items.filter((operation) => isLive(operation) && !streamed && !follower.follow(operation));
       return unfollowed.length > 0 ? OPERATIONS_LIVE_POLL_MS : OPERATIONS_POLL_MS;
     } catch (error) {
       showError(error);
@@ -359,6 +362,17 @@ export function mount(main) {
     onFail() {
       poller.refresh();
     },
+  });
+  // The stream's changes: a move on its card at once; an end (its notification, a
+  // cancel's outcome) or an operation the list does not show yet reloads the list.
+  window.addEventListener(LIVE_OPERATION, (event) => {
+    const { operation } = event.detail;
+    const shown = cards.get(operation.id);
+    if (shown && !TERMINAL_STATES.has(operation.state)) {
+      updateCard(shown, operation, handlers, nameFrom(names, operation.subject));
+    } else {
+      poller.refresh();
+    }
   });
   const poller = visiblePoller(load, OPERATIONS_POLL_MS);
 }

@@ -1,0 +1,248 @@
+"""``GET /api/events``: one server-sent event stream per tab, of the caller's own changes.
+
+Each event says what changed, as the page shows it:
+
+* ``operation``: an operation of the caller's (as ``/api/operations/{id}``),
+  and while its attempt runs, the fields of its answer written so far
+  (``draft``: the attempt and ``partial``, ``partial.fields_so_far``);
+* ``unread``: the unread notification count, when the stream opens, when an
+  operation ends or is retried (its notification comes or goes) and when a tab
+  of this gateway marks or dismisses one; a slow refresh catches the rest.
+
+The operation events come from the Operations service's ``WatchOwner`` (one
+call per stream, in the caller's owner scope: another owner's change cannot
+reach it), which resumes from the ``Last-Event-ID`` a reconnecting browser
+sends, on any replica (ADR 36). The id is read
+strictly: anything this service did not give is 400 ``bad_event_id``. A user
+holds at most OPS_GATEWAY_LONG_POLLS_PER_USER streams and long-polls together;
+one more gets 429 ``too_many_waits`` with ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import grpc
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+
+from durable_ops.api.notifications.v1 import notifications_pb2 as notifications_pb
+from durable_ops.api.notifications.v1 import notifications_pb2_grpc as notifications_grpc
+from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
+from durable_ops.gateway import dto
+from durable_ops.gateway.backends import translate
+from durable_ops.gateway.calls import OwnerCalls, owner_calls, stub_for
+from durable_ops.gateway.context import long_polls_of
+from durable_ops.gateway.limits import LimitExceeded
+from durable_ops.gateway.openapi import endpoint, errors
+from durable_ops.gateway.pagination import query_params
+from durable_ops.gateway.partial import fields_so_far
+from durable_ops.gateway.problems import Problem, invalid
+from durable_ops.model.errors import InvalidArgument, Unavailable
+from durable_ops.model.event_ids import event_time
+
+PATH = "/api/events"
+LAST_EVENT_ID = "last-event-id"
+KEEPALIVE_SECONDS = 15.0  # a comment line: proxies keep the stream, a gone client is noticed
+UNREAD_REFRESH_SECONDS = 30.0  # marks made through another gateway replica
+RECONNECT_MILLISECONDS = 2000  # the browser's pause before it reconnects with Last-Event-ID
+# An operation entering one of these may have gained a notification (it ended) or lost one
+# (a retry queues it again): the unread count is read again.
+NOTICE_STATES = {"succeeded", "failed", "cancelled", "queued"}
+
+_operations = stub_for("operations", pb_grpc.OperationsServiceStub)
+_notifications = stub_for("notifications", notifications_grpc.NotificationsServiceStub)
+
+
+class UnreadSignals:
+    """The streams of each user in this process, told when a tab changed a notification."""
+
+    def __init__(self) -> None:
+        self._streams: dict[str, set[asyncio.Event]] = {}
+
+    @contextmanager
+    def listening(self, user_id: str) -> Iterator[asyncio.Event]:
+        changed = asyncio.Event()
+        self._streams.setdefault(user_id, set()).add(changed)
+        try:
+            yield changed
+        finally:
+            streams = self._streams.get(user_id, set())
+            streams.discard(changed)
+            if not streams:
+                self._streams.pop(user_id, None)
+
+    def changed(self, user_id: str) -> None:
+        for changed in self._streams.get(user_id, ()):
+            changed.set()
+
+
+def unread_signals_of(request: Request) -> UnreadSignals:
+    signals: UnreadSignals = request.app.state.unread_signals
+    return signals
+
+
+def frame(event: str, data: Mapping[str, Any], event_id: str | None = None) -> str:
+    """One server-sent event; ``data`` is one line of JSON (it never holds a raw newline)."""
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+def operation_event(change: pb.OwnerChange) -> str:
+    draft = None
+    if change.HasField("draft"):
+        draft = {"attempt": change.draft.attempt, "partial": fields_so_far(change.draft.text)}
+    body = {"operation": dto.operation(change.operation), "draft": draft}
+    return frame("operation", body, change.event_id)
+
+
+def _after(request: Request) -> str:
+    """The ``Last-Event-ID`` a reconnecting browser sent, checked; "" when none."""
+    value = request.headers.get(LAST_EVENT_ID, "")
+    if value:
+        try:
+            event_time(value, field="Last-Event-ID")
+        except InvalidArgument as exc:
+            raise invalid("Last-Event-ID", exc.reason, code=exc.code) from None
+    return value
+
+
+async def events(request: Request) -> Response:
+    calls = await owner_calls(request)
+    query_params(request, ())
+    after = _after(request)
+    slot = ExitStack()
+    try:
+        slot.enter_context(long_polls_of(request).hold(calls.user.id))
+    except LimitExceeded as exc:
+        raise Problem(
+            429,
+            "too_many_waits",
+            "you have too many event streams and waits open at once; close a tab or try again",
+            headers={"Retry-After": str(exc.retry_after)},
+        ) from None
+    signals = unread_signals_of(request)
+    return StreamingResponse(
+        _stream(calls, after, signals),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        background=BackgroundTask(slot.close),
+    )
+
+
+async def _stream(calls: OwnerCalls, after: str, signals: UnreadSignals) -> AsyncIterator[str]:
+    """Operation events as WatchOwner yields them, the unread count when it may have
+    changed, and a keepalive comment when all is quiet."""
+    yield f"retry: {RECONNECT_MILLISECONDS}\n\n"
+    watch = _operations(calls).WatchOwner(
+        pb.WatchOwnerRequest(after=after), metadata=calls.backends.metadata(calls.user.id)
+    )
+    changes: asyncio.Queue[pb.OwnerChange | BaseException] = asyncio.Queue()
+    reader = asyncio.ensure_future(_read(watch, changes.put_nowait))
+    unread: int | None = None
+    clock = asyncio.get_running_loop().time
+    counted_at = -UNREAD_REFRESH_SECONDS  # the count as the stream opens
+    try:
+        with signals.listening(calls.user.id) as marked:
+            while True:
+                if marked.is_set() or clock() - counted_at >= UNREAD_REFRESH_SECONDS:
+                    marked.clear()
+                    counted_at = clock()
+                    count = await _unread(calls)
+                    if count is not None and count != unread:
+                        unread = count
+                        yield frame("unread", {"unread": count})
+                got = await _next(changes, marked)
+                if got is None:
+                    yield ": keepalive\n\n"
+                    continue
+                if isinstance(got, BaseException):
+                    raise got
+                yield operation_event(got)
+                if dto.state_name(got.operation.state) in NOTICE_STATES:
+                    marked.set()
+    finally:
+        reader.cancel()
+        watch.cancel()
+
+
+async def _read(
+    watch: grpc.aio.UnaryStreamCall[pb.WatchOwnerRequest, pb.OwnerChange],
+    put: Callable[[pb.OwnerChange | BaseException], None],
+) -> None:
+    try:
+        async for change in watch:
+            put(change)
+        put(ConnectionError("the watch ended"))
+    except grpc.aio.AioRpcError as exc:
+        put(translate(exc))
+
+
+async def _next(
+    changes: asyncio.Queue[pb.OwnerChange | BaseException], marked: asyncio.Event
+) -> pb.OwnerChange | BaseException | None:
+    """The next change; None after a quiet ``KEEPALIVE_SECONDS`` or once ``marked`` is set."""
+    if not changes.empty():
+        return changes.get_nowait()
+    got = asyncio.ensure_future(changes.get())
+    woken = asyncio.ensure_future(marked.wait())
+    try:
+        await asyncio.wait(
+            (got, woken), timeout=KEEPALIVE_SECONDS, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        woken.cancel()
+        if not got.done():
+            got.cancel()
+    return got.result() if got.done() and not got.cancelled() else None
+
+
+async def _unread(calls: OwnerCalls) -> int | None:
+    """The unread count; None while Notifications cannot say (the operation events go on,
+    the bell keeps its last count and its own poll)."""
+    try:
+        reply = await calls(
+            _notifications(calls).GetUnreadCount, notifications_pb.GetUnreadCountRequest()
+        )
+    except Unavailable:  # down, or no answer in time (``deadline_exceeded``)
+        return None
+    return reply.count
+
+
+routes: Sequence[BaseRoute] = [Route(PATH, events, methods=["GET"])]
+
+openapi_paths: Mapping[str, Mapping[str, Any]] = {
+    PATH: {
+        "get": endpoint(
+            "The caller's changes as server-sent events (operation, unread), resumable",
+            "streamEvents",
+            "operations",
+            {
+                "200": {
+                    "description": "an event stream: `operation` events carry an id, "
+                    "`unread` events the unread notification count",
+                    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                },
+                **errors(400, 429, 503),
+            },
+            parameters=[
+                {
+                    "name": "Last-Event-ID",
+                    "in": "header",
+                    "required": False,
+                    "schema": {"type": "string", "pattern": "^[0-9]{1,18}-[0-9]{1,9}$"},
+                    "description": "the last id received: the stream resumes after it",
+                }
+            ],
+        )
+    }
+}
+
+openapi_schemas: Mapping[str, Any] = {}

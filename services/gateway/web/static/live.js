@@ -1,0 +1,39 @@
+// One event stream per tab (GET /api/events): the caller's operation changes, with
+// the answer a running analysis has written so far, and the unread count. Each is
+// re-dispatched on `window` (LIVE_OPERATION, LIVE_UNREAD) for the parts of the page
+// that show them. The browser reconnects by itself and sends the last event id, so
+// nothing is missed across a drop. While the stream is not open (refused, dropped,
+// or no EventSource), `liveOpen()` is false and the pages poll as they always did:
+// nothing is said about it.
+
+export const LIVE_OPERATION = "live:operation";
+export const LIVE_UNREAD = "live:unread";
+export const LIVE_OPENED = "live:opened";
+
+let source = null;
+
+export function liveOpen() {
+  return source !== null && source.readyState === EventSource.OPEN;
+}
+
+function relay(name, event) {
+  let detail;
+  try {
+    detail = JSON.parse(event.data);
+  } catch {
+    return;
+  }
+  window.dispatchEvent(new CustomEvent(name, { detail }));
+}
+
+export function startLive() {
+  if (source !== null || typeof EventSource !== "function") return;
+  source = new EventSource("/api/events");
+  source.addEventListener("open", () => window.dispatchEvent(new CustomEvent(LIVE_OPENED)));
+  source.addEventListener("operation", (event) => relay(LIVE_OPERATION, event));
+  source.addEventListener("unread", (event) => relay(LIVE_UNREAD, event));
+  // Pollers stop on pagehide; so does the stream (a restored page reloads, app.js).
+  window.addEventListener("pagehide", () => {
+    source?.close();
+  });
+}
