@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import bindparam, event, text
 
 from benchmarks.client import Claimed, OpsClient
 from benchmarks.processes import SERVICE_SECRET
@@ -141,10 +141,13 @@ def capture_lifecycle(database_url: str, task_type: str = "bench.capture") -> Re
                     assert claimed.operation_id == operation.id
                     recorder.phase = "heartbeat"
                     await client.heartbeat_once(claimed)
+                    recorder.phase = None
+                    (read,) = _updated_at(db, [claimed.operation_id])
                     recorder.phase = "complete"
                     await client.complete(claimed)
                     recorder.phase = None
                     _remember(recorder.recording, owner, key, subject, claimed)
+                    recorder.recording.known["updated_at"] = read
                 finally:
                     recorder.phase = None
                     await client.close()
@@ -173,6 +176,8 @@ def capture_batch(database_url: str, size: int, task_type: str = "bench.capture"
                     recorder.phase = "claim"
                     claims = await client.claim_many(size, task_type)
                     assert len(claims) == size
+                    recorder.phase = None
+                    read = _updated_at(db, [claimed.operation_id for claimed in claims])
                     recorder.phase = "complete"
                     assert await client.complete_many(claims) == 0
                     recorder.phase = None
@@ -180,6 +185,7 @@ def capture_batch(database_url: str, size: int, task_type: str = "bench.capture"
                         "operation_ids": [claimed.operation_id for claimed in claims],
                         "owners": [claimed.owner_id for claimed in claims],
                         "token_hashes": [hash_token(claimed.lease_token) for claimed in claims],
+                        "updated_ats": read,
                     }
                 finally:
                     recorder.phase = None
@@ -189,6 +195,22 @@ def capture_batch(database_url: str, size: int, task_type: str = "bench.capture"
     finally:
         db.dispose()
     return recorder.recording
+
+
+# Untyped columns: the values come as the driver gives them (SQLite's text), as captured.
+_UPDATED_AT = text("SELECT id, updated_at FROM user_operations WHERE id IN :ids").bindparams(
+    bindparam("ids", expanding=True)
+)
+
+
+def _updated_at(db: Database, operation_ids: list[str]) -> list[Any]:
+    """Each operation's ``updated_at`` as the driver gives it: a completion reads it and
+    guards its UPDATE on it, so the replay maps this captured value to its own row's."""
+    with db.engine.connect() as connection:
+        found: dict[str, Any] = dict(
+            connection.execute(_UPDATED_AT, {"ids": operation_ids}).tuples().all()
+        )
+    return [found[operation_id] for operation_id in operation_ids]
 
 
 def _remember(recording: Recording, owner: str, key: str, subject: str, claimed: Claimed) -> None:

@@ -64,6 +64,7 @@ from durable_ops.operations.app import OperationsApp
 from durable_ops.operations.service import SERVICE_NAME, OperationsService
 from durable_ops.operations.sweeper import run_sweeper
 from durable_ops.operations.tuning import TUNING
+from durable_ops.operations.watch import CANCEL
 from durable_ops.rpc.server import build_server, start, stop
 from durable_ops.settings import Settings
 from durable_ops.storage.db import Database
@@ -90,7 +91,7 @@ ROW_POLL_SECONDS = 0.005
 RUNNING_TIMEOUT_SECONDS = 30.0
 CANCELLED_TIMEOUT_SECONDS = 10.0  # a sample that times out counts as this long
 WARMUP_CANCELS = 2  # one through each path, not counted: fresh connections and code paths
-# Random pause before each cancel: four cancel-watch intervals (Tuning.watch_interval_seconds).
+# Random pause before each cancel: four ticks of the watch (Tuning.watch_interval_seconds).
 CANCEL_PHASE_SECONDS = 4 * TUNING.watch_interval_seconds
 
 STACK_ENV = {
@@ -555,7 +556,7 @@ async def measure_poll_cost(ctx: Context, url: str) -> PollCost:
         await stop(server, 0.5)
         await app.close()
         db.dispose()
-    return PollCost(idle, loaded, polls, TUNING.watch_interval_seconds)
+    return PollCost(idle, loaded, polls, TUNING.watch_interval_seconds * CANCEL.every_ticks)
 
 
 def _breakdown(window: Window) -> str:

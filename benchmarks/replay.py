@@ -97,7 +97,7 @@ class Substitution:
                     return moment.strftime(SQLITE_TIME_FORMAT)
                 return value
             if isinstance(value, datetime):
-                return value + offset
+                return self._values.get(value, value + offset)
             return value
 
         return rewrite
@@ -214,7 +214,13 @@ class Replayer:
         substitution = Substitution(self.recording.known, fresh)
         if heartbeat:
             self._run(self.recording.steps["heartbeat"], substitution)
-        self._run(self.recording.steps["complete"], substitution)
+
+        def seen(rows: list[tuple[Any, ...]], columns: list[str]) -> bool:
+            row = dict(zip(columns, rows[0], strict=True)) if rows else {}
+            substitution.bind(self.recording.known["updated_at"], row.get("updated_at"))
+            return True
+
+        self._run(self.recording.steps["complete"], substitution, seen)
 
     def claim_batch(self) -> list[tuple[str, str, str]]:
         """A whole batch's claim, or nothing (and nothing claimed) when fewer are claimable."""
@@ -248,7 +254,17 @@ class Replayer:
             substitution.bind(known["operation_ids"][n], operation_id)
             substitution.bind(known["owners"][n], owner)
             substitution.bind(known["token_hashes"][n], token_hash)
-        self._run(self.batch.steps["complete"], substitution)
+        positions = {operation_id: n for n, (operation_id, _, _) in enumerate(claimed)}
+
+        def seen(rows: list[tuple[Any, ...]], columns: list[str]) -> bool:
+            # The completion guards each row on the updated_at it read: the replay's own.
+            for values in rows:
+                row = dict(zip(columns, values, strict=True))
+                n = positions[str(row["id"])]
+                substitution.bind(known["updated_ats"][n], row["updated_at"])
+            return True
+
+        self._run(self.batch.steps["complete"], substitution, seen)
 
 
 def run_lifecycles(
@@ -323,4 +339,26 @@ def run_lifecycles(
     elapsed = time.perf_counter() - started
     if errors:
         raise errors[0]
+    _check_all_succeeded(database_url, run_id, total)
     return total / elapsed
+
+
+_SUCCEEDED = (
+    "SELECT COUNT(*) FROM user_operations WHERE state = 'succeeded' AND idempotency_key LIKE "
+)
+_SUCCEEDED_SQLITE, _SUCCEEDED_MARIADB = _SUCCEEDED + "?", _SUCCEEDED + "%s"
+
+
+def _check_all_succeeded(database_url: str, run_id: str, total: int) -> None:
+    """A replay whose guarded UPDATEs matched nothing would be a cheap, false baseline."""
+    connection = connect(database_url)
+    try:
+        cursor = connection.cursor()
+        sqlite = isinstance(connection, sqlite3.Connection)
+        cursor.execute(_SUCCEEDED_SQLITE if sqlite else _SUCCEEDED_MARIADB, (f"{run_id}-%",))
+        (succeeded,) = cursor.fetchone()
+        cursor.close()
+    finally:
+        connection.close()
+    if succeeded != total:
+        raise AssertionError(f"the replay completed {succeeded} of {total} operations")
