@@ -22,6 +22,7 @@ from tests.support.gateway import (
     create_operation,
     fail,
     heartbeat,
+    release,
     token,
 )
 from tests.support.grpc_services import Services, metadata
@@ -166,6 +167,11 @@ def test_progress_moves_while_the_page_polls(
     expect(running.locator(".progress__value")).to_have_text("65%")
     screenshot(page, "03-progress")
 
+    # A stopping worker hands it back: queued again, its progress kept and said to resume.
+    release(ui_services, claimed)
+    expect(running.locator(".state")).to_have_text("Interrupted, will resume")
+    expect(progress).to_have_attribute("value", "65")
+    claimed = claim(ui_services, ["strategy.snapshot"])
     complete(ui_services, claimed)
     expect(running.locator(".state")).to_have_text("Succeeded")
     expect(running.locator("progress")).to_have_count(0)

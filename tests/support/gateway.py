@@ -220,6 +220,16 @@ def fail(services: Services, claimed: Claimed, *, retryable: bool = False) -> No
     )
 
 
+def release(services: Services, claimed: Claimed) -> None:
+    """What a stopping worker does: hand the lease back, the operation queued again."""
+    item = ops_pb.SettleOperationsRequest.Item(owner_id=claimed.owner)
+    item.release.operation_id, item.release.lease_token = claimed.operation_id, claimed.lease_token
+    reply = services.operations.SettleOperations(
+        ops_pb.SettleOperationsRequest(items=[item]), metadata=metadata(Role.WORKER)
+    )
+    assert not reply.outcomes[0].status_code, reply.outcomes[0].error_code
+
+
 def acknowledge_cancel(services: Services, claimed: Claimed) -> None:
     services.operations.AcknowledgeCancellation(
         ops_pb.AcknowledgeCancellationRequest(

@@ -28,6 +28,8 @@ export function cancelCameTooLate(operation) {
 
 export function stateLabel(operation) {
   if (operation.cancel_requested && !TERMINAL_STATES.has(operation.state)) return "Cancelling";
+  // Queued with progress: an attempt got this far and was handed back or failed (issue 38).
+  if (operation.state === "queued" && operation.progress_percent > 0) return "Interrupted, will resume";
   return STATE_LABELS[operation.state] ?? operation.state;
 }
 
