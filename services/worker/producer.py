@@ -1,9 +1,19 @@
 """The producer: claims for the free slots and starts an attempt on each (ADR 0023).
 
 A claim asks for as many operations as there are free slots, up to
-``batch_size``. While attempts run and fewer than half a claim's worth of slots
-are free, it first waits up to ``claim_gather_seconds`` for more (ADR 0031):
-claiming for every attempt that ended made claims, and completions, of one or two.
+``batch_size``. One window, ``claim_gather_seconds``, keeps claims (and so
+completions) from shrinking to one or two operations each (ADR 0031):
+
+- after a claim that took some work but less than it asked for (a trickle),
+  the next claim waits the window, so that what arrives meanwhile is claimed
+  together (River's fetch cooldown; the server held claims so before ADR 34);
+- while attempts run and fewer than half a claim's worth of slots are free,
+  a claim first waits up to the window for more slots to free.
+
+A claim that filled its batch (a backlog) or found nothing (a quiet spell)
+lets the next go at once. Figure 1 (lifecycles through the SDK ÷ raw SQL)
+needs the first rule: without it claims took 1-2 operations each and the
+Operations server's CPU per lifecycle doubled.
 """
 
 from __future__ import annotations
@@ -43,9 +53,9 @@ class WorkerOptions:
     concurrency: int = 10  # attempts running at once
     batch_size: int = 10  # operations per claim, and settlements per call
     lease_seconds: int = 30
-    # While attempts run and fewer than half a claim's worth of slots are free, how long the
-    # worker waits for more before it claims; an idle worker claims at once (ADR 0031).
-    claim_gather_seconds: float = 0.03
+    # How long a claim waits for more work or slots after a short claim, or while few slots
+    # are free (the module's docstring; ADR 0031).
+    claim_gather_seconds: float = 0.1
     # How long stop() lets running attempts finish before it cancels them and releases
     # their leases. Short: a release spends no attempt and the operation is queued at once.
     shutdown_seconds: float = 1.0
@@ -115,7 +125,8 @@ class Producer:
                             await self._free.wait()
                 if self.stopped:
                     break
-            claimed = await self._claim(stub)
+            asked = min(self._free_slots(), self._options.batch_size)
+            claimed = await self._claim(stub, asked)
             if claimed is None:
                 continue
             if not claimed and self._until_empty:
@@ -126,6 +137,10 @@ class Producer:
                 task = asyncio.create_task(start(Claimed.from_pb(one)))
                 self._running.add(task)
                 task.add_done_callback(self._attempt_done)
+            if 0 < len(claimed) < asked:  # a trickle: let more arrive before the next claim
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._options.claim_gather_seconds):
+                        await self._stopping.wait()
         if self._running:
             _, late = await asyncio.wait(self._running, timeout=self._options.shutdown_seconds)
             for task in late:
@@ -140,11 +155,11 @@ class Producer:
         self._free.set()
 
     async def _claim(
-        self, stub: pb_grpc.OperationsServiceAsyncStub
+        self, stub: pb_grpc.OperationsServiceAsyncStub, asked: int
     ) -> list[pb.ClaimedOperation] | None:
         """What one claim took (nothing if the worker stopped meanwhile); ``None`` after a
         pause if the service refused it."""
-        self._claiming = asyncio.create_task(self._ask(stub))
+        self._claiming = asyncio.create_task(self._ask(stub, asked))
         try:
             await asyncio.wait({self._claiming})
         finally:
@@ -165,13 +180,15 @@ class Producer:
             self._claims_failing = False
         return self._claiming.result()
 
-    async def _ask(self, stub: pb_grpc.OperationsServiceAsyncStub) -> list[pb.ClaimedOperation]:
+    async def _ask(
+        self, stub: pb_grpc.OperationsServiceAsyncStub, asked: int
+    ) -> list[pb.ClaimedOperation]:
         routes, first = self._options.routes, self._turn % max(len(self._options.routes), 1)
         self._turn += 1
         request = pb.ClaimOperationsRequest(
             task_types=list(self._task_types),
             lease_seconds=self._options.lease_seconds,
-            max_operations=min(self._free_slots(), self._options.batch_size),
+            max_operations=asked,
             routes=[route_to_pb(route) for route in (*routes[first:], *routes[:first])],
         )
         wait = 0.0 if self._until_empty else CLAIM_WAIT_SECONDS

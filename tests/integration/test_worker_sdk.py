@@ -242,6 +242,26 @@ def test_a_busy_worker_gathers_free_slots_before_it_claims_again(
     assert attempts.worker.completed >= 6
 
 
+def test_after_a_short_claim_the_next_waits_the_window(services: Services, ops: OpsClient) -> None:
+    """A claim that took less than it asked for (one of four) holds the next claim back for
+    ``claim_gather_seconds`` (here a second): what arrives meanwhile is claimed together."""
+    ops.create(OWNER_IDS[0], "k-trickle-0", subject_id="t-0")
+    attempts = _HeldJobs(services, gather_seconds=1.0)
+
+    async def scenario() -> int:
+        await attempts.until_started(1)
+        for n in (1, 2):
+            ops.create(OWNER_IDS[n], f"k-trickle-{n}", subject_id=f"t-{n}")
+        await asyncio.sleep(0.25)  # inside the window: the two wait for the next claim
+        while_cooling = len(attempts.started)
+        await attempts.until_started(3)
+        attempts.let_all_go()
+        return while_cooling
+
+    assert run_until(attempts.worker, scenario) == 1
+    assert attempts.started[1:] in (["t-1", "t-2"], ["t-2", "t-1"])
+
+
 def test_gathering_free_slots_is_bounded_in_time(services: Services, ops: OpsClient) -> None:
     """One slot of four freed and no other: after ``claim_gather_seconds`` it is claimed."""
     for n in range(5):
