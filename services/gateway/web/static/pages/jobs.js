@@ -230,6 +230,7 @@ export function mount(main) {
   function lookAgain(entry) {
     entry.looks += 1;
     entry.active = true;
+    entry.lookWanted = true; // read once even while the stream follows it: a new run's id is news
     poller.refresh();
   }
 
@@ -382,6 +383,7 @@ export function mount(main) {
   });
 
   function polled(entry) {
+    if (entry.lookWanted) return true;
     const followed = liveOpen() || follower.isFollowed(entry.operationId);
     return entry.active && !(entry.operationId && followed);
   }
@@ -415,6 +417,7 @@ export function mount(main) {
   // follows; answers the delay before the next poll: short while any of them is live.
   async function tick() {
     const due = [...analyses].filter(([, entry]) => polled(entry)).map(([path]) => path);
+    for (const path of due) analyses.get(path).lookWanted = false;
     await Promise.all(due.map((path) => refreshAnalysis(path).catch(() => {})));
     const live = [...analyses.values()].some((entry) => polled(entry) && entry.live);
     return live ? ANALYSIS_LIVE_POLL_MS : ANALYSIS_POLL_MS;
