@@ -44,7 +44,7 @@ from durable_ops.gateway.limits import LimitExceeded
 from durable_ops.gateway.openapi import endpoint, errors
 from durable_ops.gateway.pagination import query_params
 from durable_ops.gateway.partial import fields_so_far
-from durable_ops.gateway.problems import Problem, invalid
+from durable_ops.gateway.problems import invalid, too_many_waits
 from durable_ops.model.errors import InvalidArgument, Unavailable
 from durable_ops.model.event_ids import event_time
 
@@ -122,11 +122,9 @@ async def events(request: Request) -> Response:
     try:
         slot.enter_context(long_polls_of(request).hold(calls.user.id))
     except LimitExceeded as exc:
-        raise Problem(
-            429,
-            "too_many_waits",
+        raise too_many_waits(
+            exc.retry_after,
             "you have too many event streams and waits open at once; close a tab or try again",
-            headers={"Retry-After": str(exc.retry_after)},
         ) from None
     signals = unread_signals_of(request)
     return StreamingResponse(

@@ -43,7 +43,7 @@ from durable_ops.gateway.openapi import (
     ref,
 )
 from durable_ops.gateway.pagination import PAGING_PARAMETERS, list_body, page_request, query_params
-from durable_ops.gateway.problems import Problem, invalid
+from durable_ops.gateway.problems import invalid, too_many_waits
 from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument, NotFound
 from durable_ops.model.states import OperationState
@@ -156,11 +156,9 @@ async def wait_operation(request: Request) -> Response:
                 return Response(status_code=204)  # nobody is left to read it
             return _answer(waiting.result())
     except LimitExceeded as exc:
-        raise Problem(
-            429,
-            "too_many_waits",
+        raise too_many_waits(
+            exc.retry_after,
             "you have too many waits open at once; close one or try again shortly",
-            headers={"Retry-After": str(exc.retry_after)},
         ) from None
 
 

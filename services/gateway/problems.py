@@ -121,6 +121,11 @@ def invalid(field: str, reason: str, *, code: str = "invalid_argument") -> Probl
     return Problem(400, code, f"{field} {reason}", field=field)
 
 
+def too_many_waits(retry_after: int, message: str) -> Problem:
+    """429 ``too_many_waits``: every long-poll slot of the user is taken (a wait, a stream)."""
+    return Problem(429, "too_many_waits", message, headers={"Retry-After": str(retry_after)})
+
+
 def problem_from_domain(error: DomainError) -> Problem:
     """The one mapping of a domain error to HTTP; unknown kinds are a backend failure (503)."""
     status = HTTP_STATUS_BY_CODE.get(error.code) or HTTP_STATUS_BY_KIND.get(error.kind)
