@@ -167,7 +167,7 @@ export function mount(main) {
     const slot = h("div", { class: "analysis", "aria-live": "polite" });
     const error = formError();
     const start = h("button", { type: "button", class: "button" }, task.action);
-    const entry = { view: null, active: true, live: false, looks: 0, over: null, operationId: null, endSeen: null, starting: false, reading: false };
+    const entry = { view: null, active: true, live: false, looks: 0, over: null, operationId: null, endSeen: null, endAsked: null, starting: false, reading: false };
     entry.view = createAnalysisView(slot, taskType, {
       onCancel: (operation) => cancelAnalysis(entry, operation, `${task.label} for ${subjectName}`, error),
       focusFallback: () => start,
@@ -213,7 +213,10 @@ export function mount(main) {
       const text = failure.status === 409 ? "This analysis's state changed; the view is updated." : failure.message;
       showFormError(error, { message: text });
     } finally {
-      if (!endLoadedSince(entry, updated)) lookAgain(entry);
+      if (!endLoadedSince(entry, updated)) {
+        lookAgain(entry);
+        entry.endAsked = updated; // the stream's news of this same end needs no look of its own
+      }
     }
   }
 
@@ -221,8 +224,17 @@ export function mount(main) {
   // already: a cancel that ends a queued analysis wakes the long-poll too, and its
   // answer can come before the cancel's; a second look would read the same again.
   function endLoadedSince(entry, operation) {
-    const seen = entry.endSeen;
-    return Boolean(operation && seen && seen.id === operation.id && seen.updated_at === operation.updated_at);
+    return sameVersion(entry.endSeen, operation);
+  }
+
+  // Whether the end the stream or the long-poll reports is the one the cancel's own
+  // look reads already: either may come first, and the page reads the end once.
+  function endAskedFor(entry, operation) {
+    return sameVersion(entry.endAsked, operation);
+  }
+
+  function sameVersion(a, b) {
+    return Boolean(a && b && a.id === b.id && a.updated_at === b.updated_at);
   }
 
   // After the user acted: drop answers to looks already on their way (they predate
@@ -372,6 +384,7 @@ export function mount(main) {
       if (!path) return;
       entry.active = false; // over: no poll reads it while its result loads
       entry.endSeen = operation;
+      if (endAskedFor(entry, operation)) return;
       refreshAnalysis(path).catch(() => {
         entry.active = true;
         poller.refresh();
@@ -397,7 +410,7 @@ export function mount(main) {
       if (TERMINAL_STATES.has(operation.state)) {
         entry.active = false; // over: no poll reads it while its result loads
         entry.endSeen = operation;
-        refreshAnalysis(path).catch(() => lookAgain(entry));
+        if (!endAskedFor(entry, operation)) refreshAnalysis(path).catch(() => lookAgain(entry));
         return;
       }
       entry.live = isLive(operation);
