@@ -39,6 +39,11 @@ JOB_COMPANY_MAX = 200
 JOB_DESCRIPTION_MAX = 20_000
 ATTACHMENT_FILENAME_MAX = 255
 ATTACHMENT_TEXT_MAX = 200_000
+# What one owner may store (SPEC "stored bytes"; issue 35): generous, a year of a job search
+# with a CV version a week, and a bound on what one account can make the database hold.
+OWNER_JOBS_MAX = 2_000
+OWNER_ATTACHMENTS_MAX = 500
+OWNER_STORED_BYTES_MAX = 64 * 1024 * 1024  # UTF-8 bytes of the texts a caller wrote
 PAGE_SIZE_RANGE = (1, 100)
 PAGE_SIZE_RULE = f"must be an integer between {PAGE_SIZE_RANGE[0]} and {PAGE_SIZE_RANGE[1]}"
 PAGE_SIZE_DEFAULT = 20

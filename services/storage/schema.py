@@ -21,6 +21,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     String,
     Text,
     UniqueConstraint,
@@ -275,6 +276,19 @@ class Attachment(Owned, Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
 
     __table_args__ = (Index("ix_attachments_owner_listing", "owner_user_id", "created_at", "id"),)
+
+
+class OwnerStorage(Owned, Base):
+    """What one owner stores, kept beside the rows so a create checks its quota with one
+    guarded UPDATE of this row (``storage.quota``) rather than a count of every row."""
+
+    __tablename__ = "owner_storage"
+
+    jobs: Mapped[int] = mapped_column(Integer)
+    attachments: Mapped[int] = mapped_column(Integer)
+    stored_bytes: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (PrimaryKeyConstraint("owner_user_id"),)
 
 
 class UserAiSettings(Owned, Base):

@@ -16,7 +16,7 @@ from durable_ops.model import bounds
 from durable_ops.model.errors import PLAN_REQUIRED, InvalidArgument, NotFound, PermissionDenied
 from durable_ops.model.states import Plan, Privacy
 from durable_ops.model.subjects import SubjectKind
-from durable_ops.storage import operations
+from durable_ops.storage import operations, quota
 from durable_ops.storage.operations import new_id
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
 from durable_ops.storage.schema import AiWorkspaceNote, Attachment, Base, Job, Owned, UserAiSettings
@@ -64,15 +64,13 @@ def _created(tx: Tx, model: type[Row], values: dict[str, Any]) -> Row:
 
 
 def create_job(tx: Tx, title: str, company: str, description: str, now: datetime) -> Job:
-    values = {
-        "id": new_id(),
+    texts = {
         "title": bounds.single_line("title", title, bounds.JOB_TITLE_MAX),
         "company": bounds.single_line("company", company, bounds.JOB_COMPANY_MAX, required=False),
         "description": bounds.multi_line("description", description, bounds.JOB_DESCRIPTION_MAX),
-        "created_at": now,
-        "updated_at": now,
     }
-    return _created(tx, Job, values)
+    quota.take(tx, jobs=1, stored_bytes=quota.utf8_bytes(*texts.values()))
+    return _created(tx, Job, {"id": new_id(), **texts, "created_at": now, "updated_at": now})
 
 
 def get_job(tx: Tx, job_id: str) -> Job:
@@ -93,14 +91,12 @@ def create_attachment(tx: Tx, kind: str, filename: str, text: str, now: datetime
     if kind not in ATTACHMENT_KINDS:
         kinds = " or ".join(f'"{name}"' for name in sorted(ATTACHMENT_KINDS))
         raise InvalidArgument("kind", f"must be {kinds}")
-    values = {
-        "id": new_id(),
-        "kind": kind,
+    texts = {
         "filename": bounds.single_line("filename", filename, bounds.ATTACHMENT_FILENAME_MAX),
         "text": bounds.multi_line("text", text, bounds.ATTACHMENT_TEXT_MAX),
-        "created_at": now,
     }
-    return _created(tx, Attachment, values)
+    quota.take(tx, attachments=1, stored_bytes=quota.utf8_bytes(*texts.values()))
+    return _created(tx, Attachment, {"id": new_id(), "kind": kind, **texts, "created_at": now})
 
 
 def get_attachment(tx: Tx, attachment_id: str) -> Attachment:

@@ -38,12 +38,13 @@ NOW = datetime(2026, 12, 1, 12, 0, 0, 123456, tzinfo=UTC)
 OPERATION_ID = "a" * 32
 NOTIFICATION_ID = "b" * 32
 ATTEMPT_ID = "c" * 32
+HEAD = schema_stamp.quick_head() or "no single head"
 
 # A later release's additive revision, as its author would write it.
 THROWAWAY_REVISION = '''"""Throwaway: one nullable column on user_operations.
 
 Revision ID: 0010_throwaway
-Revises: 0009_answer_drafts
+Revises: {HEAD}
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from alembic import op
 from durable_ops.migrations import ddl
 
 revision = "0010_throwaway"
-down_revision = "0009_answer_drafts"
+down_revision = "{HEAD}"
 branch_labels = None
 depends_on = None
 
@@ -408,7 +409,9 @@ def test_a_new_add_column_revision_round_trips(
     """
     scripts = tmp_path / "migrations"
     shutil.copytree(migrate.MIGRATIONS, scripts, ignore=shutil.ignore_patterns("__pycache__"))
-    (scripts / "versions" / "0010_throwaway.py").write_text(THROWAWAY_REVISION)
+    (scripts / "versions" / "0010_throwaway.py").write_text(
+        THROWAWAY_REVISION.replace("{HEAD}", HEAD)
+    )
     connection = connect(fresh_url)
 
     def state() -> tuple[str | None, bool]:
@@ -422,8 +425,8 @@ def test_a_new_add_column_revision_round_trips(
     migrate.require_current(connection.engine)  # this release accepts the newer schema
     _add_operation_and_notification(connection)
 
-    migrate.downgrade(fresh_url, "0009_answer_drafts", script_location=scripts)
-    assert state() == ("0009_answer_drafts", False)
+    migrate.downgrade(fresh_url, HEAD, script_location=scripts)
+    assert state() == (HEAD, False)
     assert _notification_operation(connection) == OPERATION_ID
     with connection.begin():
         assert _claim_index_keys(connection) == CLAIM_KEYS
@@ -440,13 +443,13 @@ def test_a_new_add_column_revision_round_trips(
 BREAKING_REVISION = '''"""Broken: a notification of an operation that does not exist.
 
 Revision ID: 0010_broken
-Revises: 0009_answer_drafts
+Revises: {HEAD}
 """
 
 from alembic import op
 
 revision = "0010_broken"
-down_revision = "0009_answer_drafts"
+down_revision = "{HEAD}"
 branch_labels = None
 depends_on = None
 
@@ -471,13 +474,13 @@ def test_a_sqlite_revision_that_breaks_a_reference_is_rolled_back(
     url = f"sqlite:///{tmp_path / 'ops.sqlite3'}"
     scripts = tmp_path / "migrations"
     shutil.copytree(migrate.MIGRATIONS, scripts, ignore=shutil.ignore_patterns("__pycache__"))
-    (scripts / "versions" / "0010_broken.py").write_text(BREAKING_REVISION)
+    (scripts / "versions" / "0010_broken.py").write_text(BREAKING_REVISION.replace("{HEAD}", HEAD))
     migrate.upgrade(url)
     with pytest.raises(RuntimeError, match="broken foreign keys"):
         migrate.upgrade(url, script_location=scripts)
     connection = connect(url)
     with connection.begin():
-        assert migrate.current_revision(connection.engine) == "0009_answer_drafts"
+        assert migrate.current_revision(connection.engine) == HEAD
         count = connection.execute(text("SELECT COUNT(*) FROM user_notifications")).scalar()
         assert count == 0
 

@@ -1,0 +1,81 @@
+"""What each owner stores, held under the per-owner quota (SPEC "stored bytes"; issue 35).
+
+One row per owner (``owner_storage``) counts its jobs, its CVs and the UTF-8 bytes
+of their texts. A create takes its share with one guarded UPDATE in the create's
+own transaction, so the quota holds exactly under concurrent creates: the row
+lock orders them on MariaDB, SQLite has one writer, and on Galera two nodes'
+takes of one owner's row fail certification and one is retried (``db``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from sqlalchemy import Insert, Table, bindparam, insert, select, update
+
+from durable_ops.model import bounds
+from durable_ops.model.errors import CapacityExceeded
+from durable_ops.storage.schema import OwnerStorage
+from durable_ops.storage.tx import SCOPE_OWNER, Tx
+
+STORAGE = cast(Table, OwnerStorage.__table__)
+# The code of the refusal. The quota does not renew by itself: the Retry-After of the
+# 429 (SPEC) is a day, the soonest asking again is worth it (a release may raise it).
+STORAGE_QUOTA_EXCEEDED = "storage_quota_exceeded"
+RETRY_AFTER_SECONDS = 86_400
+
+_COUNTED = ("jobs", "attachments", "stored_bytes")
+_LIMITS = {
+    "jobs": bounds.OWNER_JOBS_MAX,
+    "attachments": bounds.OWNER_ATTACHMENTS_MAX,
+    "stored_bytes": bounds.OWNER_STORED_BYTES_MAX,
+}
+_TAKE = (
+    update(STORAGE)
+    .where(
+        STORAGE.c.owner_user_id == SCOPE_OWNER,
+        *(STORAGE.c[name] + bindparam(name) <= _LIMITS[name] for name in _COUNTED),
+    )
+    .values({name: STORAGE.c[name] + bindparam(name) for name in _COUNTED})
+)
+_READ = select(*(STORAGE.c[name] for name in _COUNTED)).where(
+    STORAGE.c.owner_user_id == SCOPE_OWNER
+)
+_FIRST = insert(STORAGE).values(owner_user_id=SCOPE_OWNER, jobs=0, attachments=0, stored_bytes=0)
+# Two first creates of one owner may race to add the row: the loser's insert is a no-op.
+_FIRST_BY_DIALECT: dict[str, Insert] = {
+    "sqlite": _FIRST.prefix_with("OR IGNORE"),
+    "mysql": _FIRST.prefix_with("IGNORE"),
+    "mariadb": _FIRST.prefix_with("IGNORE"),
+}
+
+
+def utf8_bytes(*texts: str) -> int:
+    return sum(len(text.encode()) for text in texts)
+
+
+def take(tx: Tx, *, jobs: int = 0, attachments: int = 0, stored_bytes: int) -> None:
+    """Count a create's rows and bytes against the owner's quota, or refuse it (429)."""
+    share: dict[str, Any] = {"jobs": jobs, "attachments": attachments, "stored_bytes": stored_bytes}
+    if tx.write(_TAKE, share):
+        return
+    held = tx.execute(_READ).first()
+    if held is None:  # the owner's first create
+        tx.write(_FIRST_BY_DIALECT[tx.dialect], {})
+        if tx.write(_TAKE, share):
+            return
+        held = tx.execute(_READ).one()
+    raise _refusal(dict(held._mapping), share)
+
+
+def _refusal(held: dict[str, int], share: dict[str, int]) -> CapacityExceeded:
+    if held["jobs"] + share["jobs"] > bounds.OWNER_JOBS_MAX:
+        what = f"You have {bounds.OWNER_JOBS_MAX:,} jobs stored, the most an account keeps."
+    elif held["attachments"] + share["attachments"] > bounds.OWNER_ATTACHMENTS_MAX:
+        what = f"You have {bounds.OWNER_ATTACHMENTS_MAX:,} CVs stored, the most an account keeps."
+    else:
+        limit = bounds.OWNER_STORED_BYTES_MAX // (1024 * 1024)
+        what = f"This would take your account past its {limit} MiB of stored text."
+    error = CapacityExceeded(f"{what} Nothing was stored.", retry_after_seconds=RETRY_AFTER_SECONDS)
+    error.code = STORAGE_QUOTA_EXCEEDED
+    return error
