@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from durable_ops.private_files import private_directory, read_private_text
+from durable_ops.private_files import read_private_text, write_private_file
 from durable_ops.settings import Settings, SettingsError, variable
 
 SECRETS_PATH = Path("var") / "secrets.json"
@@ -63,21 +63,8 @@ def with_kept_secrets(
 
 
 def _create(path: Path) -> None:
-    private_directory(path.parent)
     fresh = {name: secrets.token_urlsafe(32) for name in KEPT}
-    draft = path.with_name(f".{path.name}.{secrets.token_hex(8)}.draft")
-    descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(descriptor, "w") as out:
-            json.dump(fresh, out)
-            out.flush()
-            os.fsync(out.fileno())
-        # link, not rename: when another process made the file first, theirs stays
-        os.link(draft, path)
-    except FileExistsError:
-        pass
-    finally:
-        draft.unlink(missing_ok=True)
+    write_private_file(path, json.dumps(fresh).encode())
 
 
 def _read(path: Path) -> dict[str, str]:
