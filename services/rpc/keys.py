@@ -30,7 +30,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,6 +141,27 @@ def create_key_pair(directory: Path, name: str) -> Path:
     if not public_path.exists() or public_path.read_bytes() != public_pem:
         write_private_file(public_path, public_pem, replace=True)
     return private_path
+
+
+def ensure_role_keys(directory: Path, roles: Iterable[Role] = tuple(Role)) -> list[str]:
+    """A key pair for each of ``roles`` in ``directory``, made where missing (``opsctl up``,
+    ``opsctl keys init``); answers the names made."""
+    names = [role.value for role in roles]
+    missing = [name for name in names if not private_key_path(directory, name).exists()]
+    for name in missing:
+        create_key_pair(directory, name)
+    return missing
+
+
+def rotate(directory: Path, name: str) -> Path:
+    """A new key for ``name``; its old public key stays trusted as ``<name>.previous.pub``
+    (replacing an older previous one) until the operator deletes it."""
+    public = directory / PUBLIC_DIR
+    current = public / f"{name}{PUBLIC_SUFFIX}"
+    if current.exists():
+        current.replace(public / f"{name}{PREVIOUS}{PUBLIC_SUFFIX}")
+    private_key_path(directory, name).unlink(missing_ok=True)
+    return create_key_pair(directory, name)
 
 
 def read_trusted(directory: Path) -> dict[str, TrustedKey]:
