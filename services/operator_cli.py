@@ -240,11 +240,10 @@ def _connect(settings: Settings, name: str) -> tuple[grpc.Channel, Operator]:
     from durable_ops.api.operator.v1 import operator_pb2_grpc as opb_grpc
     from durable_ops.model.scope import Role
     from durable_ops.rpc.credentials import mint_service_token
+    from durable_ops.rpc.keys import own_key
     from durable_ops.rpc.scope import AUTHORIZATION
 
-    token = mint_service_token(
-        settings.service_secret, Role.OPERATOR, TOKEN_TTL_SECONDS, subject=name
-    )
+    token = mint_service_token(own_key(settings, Role.OPERATOR), TOKEN_TTL_SECONDS, subject=name)
     channel = grpc.insecure_channel(settings.operations_target)
     stub = opb_grpc.OperatorServiceStub(channel)
     return channel, Operator(stub, ((AUTHORIZATION, f"Bearer {token}"),))

@@ -20,9 +20,11 @@ import sys
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from durable_ops.gateway.hosts import dev_login_refusal
 from durable_ops.logs import use_json
+from durable_ops.rpc.keys import ensure_role_keys
 from durable_ops.settings import Settings
 from durable_ops.stack import address_file
 from durable_ops.stack.binds import local_to_the_stack, parse_address, stack_binds
@@ -67,10 +69,10 @@ def _stack_env(settings: Settings, *, text_logs: bool = False) -> dict[str, str]
         env["OPS_DEV_MODEL_SECONDS"] = str(UP_DEV_MODEL_SECONDS)
     if text_logs and "OPS_LOG_JSON" not in os.environ:
         env["OPS_LOG_JSON"] = "false"  # the children's stdout is our pipe, not the terminal
-    # The operator's secrets, or the ones kept in var/ (``durable_ops.local_secrets``):
-    # every child signs and checks with the same ones, across restarts too.
+    # The operator's user-token secret, or the one kept in var/ (``local_secrets``), and the
+    # service keys (``stack_keys``): the same across restarts, so nobody is signed out.
     env["OPS_JWT_SECRET"] = settings.jwt_secret
-    env["OPS_SERVICE_SECRET"] = settings.service_secret
+    env["OPS_SERVICE_KEYS_DIR"] = settings.service_keys_dir
     return env
 
 
@@ -122,6 +124,9 @@ def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | Non
 
         say("migrating", f"migrating the database ({_where(settings.database_url)})…")
         migrate.upgrade(settings.database_url)
+    made = ensure_role_keys(Path(settings.service_keys_dir))
+    if made:
+        say("keys", f"made a service key for each role in {settings.service_keys_dir}")
     stack = Stack(
         _stack_env(settings, text_logs=not as_json),
         process_specs(settings, DEFAULT_PROCESSES),

@@ -35,6 +35,7 @@ from durable_ops.model import bounds
 from durable_ops.model.routing import Route
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller, open_channel
+from durable_ops.rpc.keys import own_key
 from durable_ops.settings import Settings, SettingsError
 from durable_ops.worker import Worker, WorkerOptions
 
@@ -72,7 +73,7 @@ def build_worker(
     (``until_empty``: until a claim finds nothing, a drain)."""
     worker = Worker(
         settings.operations_target,
-        settings.service_secret,
+        own_key(settings, Role.WORKER),
         worker_options(settings, routes),
         until_empty=until_empty,
         interceptors=[executor.journaled],

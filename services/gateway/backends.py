@@ -107,7 +107,7 @@ class Backends:
     @classmethod
     def from_settings(cls, settings: Settings, names: Sequence[str] = DEFAULT_BACKENDS) -> Backends:
         return cls(
-            ServiceCaller(settings.service_secret, Role.GATEWAY),
+            ServiceCaller.from_settings(settings, Role.GATEWAY),
             [spec_from_settings(settings, name) for name in names],
         )
 
