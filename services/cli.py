@@ -220,7 +220,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from durable_ops.model.scope import Role
-    from durable_ops.rpc import keys
+    from durable_ops.rpc import keys, tls
 
     directory = Path(_settings(args).service_keys_dir)
     if args.keys_command == "init":
@@ -229,7 +229,9 @@ def cmd_keys(args: argparse.Namespace) -> int:
             print(f"opsctl keys init: no role {', '.join(unknown)}", file=sys.stderr)
             return EXIT_USAGE
         made = keys.ensure_role_keys(directory, [Role(role) for role in args.roles] or list(Role))
-        print(f"made keys for {', '.join(made)}" if made else "every key exists already")
+        if tls.ensure_tls(directory, args.tls_names):
+            made.append("the services' TLS certificate")
+        print(f"made {', '.join(made)}" if made else "every key exists already")
         return 0
     if args.keys_command == "issue":
         name = keys.key_name(Role(args.role), args.label)
@@ -382,12 +384,22 @@ def build_parser() -> argparse.ArgumentParser:
     ).add_subparsers(dest="keys_command", required=True, metavar="COMMAND")
     init = key_commands.add_parser(
         "init",
-        help="make the key of each role that has none (opsctl up does this itself)",
-        description="Make a key pair for each ROLE (default: every role) that has none.",
+        help="make each role's key, and the services' TLS certificate, where missing",
+        description="Make a key pair for each ROLE (default: every role) that has none, and"
+        " a local authority and the gRPC services' certificate (for localhost, loopback, the"
+        " Compose service names and each --tls-name) if there is none.",
     )
     init.set_defaults(run=cmd_keys)
     # No ``choices``: argparse refuses an empty ``nargs="*"`` against them (Python 3.11).
     init.add_argument("roles", nargs="*", metavar="ROLE", help=f"of {', '.join(ROLES)}")
+    init.add_argument(
+        "--tls-name",
+        dest="tls_names",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a further name (or IP) the gRPC services are reached by, for their certificate",
+    )
     issue = key_commands.add_parser(
         "issue",
         help="make a key for a new SDK worker or producer and print its path",

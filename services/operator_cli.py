@@ -242,9 +242,12 @@ def _connect(settings: Settings, name: str) -> tuple[grpc.Channel, Operator]:
     from durable_ops.rpc.credentials import mint_service_token
     from durable_ops.rpc.keys import own_key
     from durable_ops.rpc.scope import AUTHORIZATION
+    from durable_ops.rpc.tls import authority_of, channel_credentials
 
     token = mint_service_token(own_key(settings, Role.OPERATOR), TOKEN_TTL_SECONDS, subject=name)
-    channel = grpc.insecure_channel(settings.operations_target)
+    target = settings.operations_target
+    tls = channel_credentials(target, authority_of(settings.service_keys_dir))
+    channel = grpc.secure_channel(target, tls) if tls else grpc.insecure_channel(target)
     stub = opb_grpc.OperatorServiceStub(channel)
     return channel, Operator(stub, ((AUTHORIZATION, f"Bearer {token}"),))
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from durable_ops.gateway.hosts import dev_login_refusal
 from durable_ops.logs import use_json
 from durable_ops.rpc.keys import ensure_role_keys
+from durable_ops.rpc.tls import ensure_tls
 from durable_ops.settings import Settings
 from durable_ops.stack import address_file
 from durable_ops.stack.binds import local_to_the_stack, parse_address, stack_binds
@@ -125,8 +126,9 @@ def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | Non
         say("migrating", f"migrating the database ({_where(settings.database_url)})…")
         migrate.upgrade(settings.database_url)
     made = ensure_role_keys(Path(settings.service_keys_dir))
-    if made:
-        say("keys", f"made a service key for each role in {settings.service_keys_dir}")
+    # The local authority `opsctl serve` beyond loopback uses too (rpc.tls).
+    if ensure_tls(Path(settings.service_keys_dir)) or made:
+        say("keys", f"made service keys and certificates in {settings.service_keys_dir}")
     stack = Stack(
         _stack_env(settings, text_logs=not as_json),
         process_specs(settings, DEFAULT_PROCESSES),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Protocol, TypeVar
 
 import grpc
@@ -14,6 +15,7 @@ from durable_ops.model.scope import Role
 from durable_ops.rpc.credentials import DEFAULT_TTL_SECONDS, mint_service_token
 from durable_ops.rpc.keys import SigningKey, own_key
 from durable_ops.rpc.scope import AUTHORIZATION, OWNER_ID
+from durable_ops.rpc.tls import channel_credentials
 from durable_ops.settings import Settings
 
 # Matches the server's SERVER_OPTIONS: pings no more often than it permits
@@ -51,12 +53,13 @@ class UnaryMethod(Protocol[_Request_contra, _Response_co]):
     ) -> Awaitable[_Response_co]: ...
 
 
-def open_channel(target: str) -> grpc.aio.Channel:
-    """An insecure channel to every replica ``target`` names, used in turn (round robin).
-
-    Our services talk over loopback or a private network only.
-    """
-    return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+def open_channel(target: str, ca: Path | None) -> grpc.aio.Channel:
+    """A channel to every replica ``target`` names, used in turn (round robin): plaintext
+    on loopback, else TLS trusting ``ca`` (``tls``)."""
+    credentials = channel_credentials(target, ca)
+    if credentials is None:
+        return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+    return grpc.aio.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
 
 
 class ServiceCaller:

@@ -37,6 +37,7 @@ from durable_ops.rpc.handlers import handler_like
 from durable_ops.rpc.keys import TrustedKeys, trusted_keys
 from durable_ops.rpc.metrics import GrpcServerMetrics, MetricsInterceptor
 from durable_ops.rpc.scope import remember_verified_role, role_from_metadata
+from durable_ops.rpc.tls import server_credentials
 from durable_ops.settings import Settings
 
 # Probes must work without a service credential; reflection, which lists every method
@@ -192,7 +193,8 @@ def build_server(
     reflection.enable_server_reflection(
         (*service_names, *PUBLIC_SERVICES, reflection.SERVICE_NAME), server
     )
-    port: int = server.add_insecure_port(bind)
+    tls = server_credentials(trusted.directory, bind)
+    port: int = server.add_secure_port(bind, tls) if tls else server.add_insecure_port(bind)
     if port == 0:
         raise RuntimeError(f"could not bind gRPC server to {bind}")
     registration = _Registration(health_servicer, service_names, bind)

@@ -33,8 +33,10 @@ class Worker:
         until_empty: bool = False,  # stop once a claim finds nothing and no attempt runs
         interceptors: Sequence[Interceptor] = (),
         classify: Classify = failure_of,
+        ca: str | Path | None = None,  # what TLS to a target beyond loopback trusts
     ) -> None:
         self._target = target
+        self._ca = Path(ca) if ca else None
         self._caller = ServiceCaller(worker_key(key))
         self.options = options = (options or WorkerOptions()).validated()
         self._handlers: dict[str, Handler] = {}
@@ -79,7 +81,7 @@ class Worker:
         then raise what made an interceptor fail, if one did."""
         if not self._handlers:
             raise ValueError("register a handler first")
-        channel = open_channel(self._target)
+        channel = open_channel(self._target, self._ca)
         self._stub = pb_grpc.OperationsServiceStub(channel)
         try:
             await self._producer.run(self._stub, self._executor.run)

@@ -287,7 +287,9 @@ def test_health_checks_probe_the_ports_the_processes_bind(resolved: dict[str, An
         bind_key = service_variable(str(target), "bind")
         port = _port(service["environment"][bind_key])
         if target in GRPC_SERVICES:
-            assert test[3:] == ["grpc", f"127.0.0.1:{port}"], (name, test)
+            # TLS only (the bind is beyond loopback), trusting the local authority.
+            ca = ["--ca", "/keys/public/ca.pem"]
+            assert test[3:] == ["grpc", f"127.0.0.1:{port}", *ca], (name, test)
         else:
             assert test[3] == "http", (name, test)
             assert test[4].startswith(f"http://127.0.0.1:{port}/"), (name, test)
@@ -331,15 +333,22 @@ def test_each_container_holds_only_its_own_service_key(resolved: dict[str, Any])
 
     public = {"/keys/public": ("public-keys", True)}
     for name in GRPC_SERVICES:
-        assert key_mounts(name) == public, name
+        assert key_mounts(name) == {**public, "/keys/tls": ("server-tls", True)}, name
         assert services[name]["environment"]["OPS_SERVICE_KEYS_DIR"] == "/keys"
-    assert key_mounts("gateway") == {"/keys/gateway": ("gateway-key", True)}
-    assert key_mounts("ai-worker") == {"/keys/worker": ("worker-key", True)}
-    assert key_mounts("opsctl") == {"/keys/operator": ("operator-key", True)}
+    assert key_mounts("gateway") == {**public, "/keys/gateway": ("gateway-key", True)}
+    assert key_mounts("ai-worker") == {**public, "/keys/worker": ("worker-key", True)}
+    assert key_mounts("opsctl") == {**public, "/keys/operator": ("operator-key", True)}
     assert key_mounts("migrate") == {}
     assert key_mounts("dev-model") == {}
     made = key_mounts("keys")
-    assert set(made) == {"/keys/public", "/keys/gateway", "/keys/worker", "/keys/operator"}
+    assert set(made) == {
+        "/keys/public",
+        "/keys/gateway",
+        "/keys/worker",
+        "/keys/operator",
+        "/keys/tls",
+        "/keys/tls-ca",
+    }
     assert not any(read_only for _, read_only in made.values())
     assert _argv(services["keys"]) == ["opsctl", "keys", "init", "gateway", "worker", "operator"]
     # The image prepares each mount point (ops, 0700); a fresh volume copies it.
