@@ -67,6 +67,15 @@ def require_worker_owner(scope: Scope) -> OwnerScope:
     return owner
 
 
+def require_gateway_owner(scope: Scope) -> OwnerScope:
+    """Creating a user's session: the gateway, for the user it signed in. The session id
+    is a cookie that signs its holder in as that user, so no other role makes one."""
+    owner = require_owner(scope)
+    if owner.role is not Role.GATEWAY:
+        raise PermissionDenied("sessions are made by the gateway", code="gateway_scope_required")
+    return owner
+
+
 def require_operator(scope: Scope) -> OperatorScope:
     """The operator service: nothing but an operator credential without ``x-owner-id``."""
     if not isinstance(scope, OperatorScope) or scope.role is not Role.OPERATOR:

@@ -11,7 +11,7 @@ from durable_ops.api.workspace.v1 import workspace_pb2 as pb
 from durable_ops.api.workspace.v1 import workspace_pb2_grpc as pb_grpc
 from durable_ops.clock import Clock
 from durable_ops.model.errors import InvalidArgument
-from durable_ops.model.scope import require_owner, require_worker_owner
+from durable_ops.model.scope import require_gateway_owner, require_owner, require_worker_owner
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.scope import caller_scope, require_gateway_without_owner
 from durable_ops.storage import sessions, workspace
@@ -158,7 +158,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
     async def CreateSession(
         self, request: pb.CreateSessionRequest, context: ServicerContext
     ) -> pb.CreateSessionResponse:
-        owner = require_owner(caller_scope(context)).owner_id
+        owner = require_gateway_owner(caller_scope(context)).owner_id
         now = self._clock()
         issued_at = (
             _instant(request.token_issued_at) if request.HasField("token_issued_at") else None
