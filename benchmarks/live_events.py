@@ -106,7 +106,7 @@ def main() -> None:
     with (
         _database(options.mariadb) as url,
         operations_server(url) as operations,
-        gateway_server(operations) as gateway,
+        gateway_server(operations, url) as gateway,
     ):
         latencies = asyncio.run(measure(operations, gateway, options.beats))
     engine = "MariaDB" if options.mariadb else "SQLite"
