@@ -79,7 +79,7 @@ class Waiters:
     """``WaitOperation`` calls on one replica, each noting when it answered done."""
 
     def __init__(self, target: str) -> None:
-        self._channel = open_channel(target)
+        self._channel = open_channel(target, None)
         self._stub = lro_grpc.OperationsStub(self._channel)
         self._metadata = caller(Role.GATEWAY).metadata(OWNER)
         self.answered: dict[str, float] = {}

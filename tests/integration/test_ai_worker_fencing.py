@@ -43,7 +43,7 @@ async def worker(
     workspace_type: type[WorkspaceClient] = WorkspaceClient,
     journal: Journal | None = None,
 ) -> AsyncIterator[Executor]:
-    channel = open_channel(services.target)
+    channel = open_channel(services.target, None)
     caller = ServiceCaller(signing_key(Role.WORKER))
     local = ModelClient(model.url, "dev-heuristic", route=Route.LOCAL, timeout_seconds=30)
     router = Router(local, CircuitBreaker(3, 30))

@@ -74,7 +74,7 @@ async def running(probe: Probe) -> AsyncIterator[grpc.aio.Channel]:
     server, port = build_server("127.0.0.1:0", probe.register, [SERVICE], trusted=trusted())
     await start(server)
     try:
-        async with open_channel(f"127.0.0.1:{port}") as channel:
+        async with open_channel(f"127.0.0.1:{port}", None) as channel:
             yield channel
     finally:
         await server.stop(None)
@@ -301,7 +301,7 @@ def test_sigterm_drains_health_finishes_calls_in_flight_and_stops() -> None:
         server, port = build_server("127.0.0.1:0", probe.register, [SERVICE], trusted=trusted())
         serving = asyncio.create_task(serve(server, grace=5.0, on_stop=on_stop))
         metadata = ServiceCaller(signing_key(Role.WORKER)).metadata()
-        async with open_channel(f"127.0.0.1:{port}") as channel:
+        async with open_channel(f"127.0.0.1:{port}", None) as channel:
             watch = health_pb2_grpc.HealthStub(channel).Watch(
                 health_pb2.HealthCheckRequest(service=SERVICE), wait_for_ready=True
             )
@@ -332,7 +332,7 @@ def test_cancelling_serve_stops_the_server_and_runs_on_stop() -> None:
     async def main() -> None:
         server, port = build_server("127.0.0.1:0", Probe().register, [SERVICE], trusted=trusted())
         serving = asyncio.create_task(serve(server, grace=0.5, on_stop=on_stop))
-        async with open_channel(f"127.0.0.1:{port}") as channel:
+        async with open_channel(f"127.0.0.1:{port}", None) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             await stub.Check(health_pb2.HealthCheckRequest(), wait_for_ready=True)
             serving.cancel()

@@ -154,7 +154,7 @@ def test_the_worker_reads_its_text_into_a_section_of_the_prompt(services: Servic
     handler = handlers_for(REGISTRY, PROMPTS)[LETTER_POLISH.name]
 
     async def scenario() -> list[SubjectText]:
-        channel = open_channel(services.target)
+        channel = open_channel(services.target, None)
         try:
             client = WorkspaceClient(channel, ServiceCaller(signing_key(Role.WORKER)))
             refs = handler.refs_for("cover_letter", draft, job)

@@ -111,7 +111,7 @@ async def _post_snapshot(services: Services, exporter: InMemorySpanExporter) -> 
 async def _work_it(services: Services, model: ModelServer) -> None:
     """The real worker (on the SDK), against the real services and a real model."""
     caller = ServiceCaller(signing_key(Role.WORKER))
-    channel = open_channel(services.target)
+    channel = open_channel(services.target, None)
     router = Router(
         ModelClient(model.url, "dev-heuristic", route=Route.LOCAL, timeout_seconds=30),
         CircuitBreaker(3, 30),
@@ -216,7 +216,7 @@ def test_create_operation_keeps_the_callers_trace_and_a_repeat_is_the_same_reque
     )
 
     async def create() -> tuple[str, bool, str]:
-        channel = open_channel(services.target)
+        channel = open_channel(services.target, None)
         try:
             stub = ops_grpc.OperationsServiceStub(channel)
             with telemetry.span("caller", root=True) as span:
