@@ -23,12 +23,12 @@ def test_in_step_with_the_tokens_up_to_the_expected_size() -> None:
 
 
 def test_a_longer_answer_moves_on_ever_more_slowly_and_stops_at_99() -> None:
-    # Each further 15 % of the expected size halves what is left to 100.
-    assert [percent_of(tokens, 100) for tokens in (101, 115, 130, 135, 200, 10_000)] == [
+    # Each further quarter of the expected size halves what is left to 100.
+    assert [percent_of(tokens, 100) for tokens in (101, 115, 130, 150, 160, 10_000)] == [
         95,
+        96,
         97,
         98,
-        99,
         99,
         99,
     ]
