@@ -5,7 +5,8 @@ the development model: admission → the worker's claim → a streamed,
 grammar-constrained structured answer → the validated note → the notification,
 with the provenance naming the model the server itself reports. While it runs,
 the answer's first words are readable (``GetAnswerDraft``, what the page shows)
-long before the end, and the text grows as the model writes it. A 270M model's
+long before the end, and the text grows as the model writes it; in a real
+browser on `opsctl up`, the job card shows them while the analysis runs. A 270M model's
 judgement is not the point; the protocol is: the grammar makes the answer
 match the schema, so the first attempt must succeed.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from playwright.sync_api import Page, expect
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from tests.support.ai_stack import (
@@ -37,7 +40,10 @@ from tests.support.ai_stack import (
     ai_stack,
     find_real_model,
 )
+from tests.support.jobs_page import add_job
+from tests.support.product import opsctl_up, product_env
 from tests.support.prompts import validate_answer
+from tests.support.signin import dev_sign_in
 
 # On 2 shared cores: about 30 tokens/s, and an answer is a few hundred tokens.
 TASK_TIMEOUT_SECONDS = 120
@@ -166,3 +172,31 @@ def test_strategy_snapshot_and_cv_review_on_a_real_model(
         outcomes = {n.operation_id: n.outcome for n in st.notifications_of(ALICE)}
         assert outcomes == dict.fromkeys(operations, "succeeded")
         assert [st.count_notifications(op) for op in operations] == [1, 1]
+
+
+@pytest.mark.browser
+def test_the_first_words_appear_on_the_page_before_the_real_models_answer_ends(
+    llama_server: LlamaServer, page: Page, tmp_path: Path
+) -> None:
+    env = product_env(
+        OPS_AI_LOCAL_URL=llama_server.url,
+        OPS_AI_LOCAL_MODEL=llama_server.model.name,
+        OPS_WORKER_TASK_TIMEOUT_SECONDS=str(TASK_TIMEOUT_SECONDS),
+    )
+    with opsctl_up(f"sqlite:///{tmp_path / 'ops.sqlite3'}", env, cwd=tmp_path) as product:
+        origin = product.url.rstrip("/")
+        dev_sign_in(page, origin, "demo")  # the demo user: Pro plan, AI on
+        page.goto(f"{origin}/jobs")
+        job = add_job(page, "Senior Data Engineer", "Globex Analytics", "Python, Spark and Kafka.")
+        job.get_by_role("button", name="Start strategy snapshot").click()
+        # The answer so far shows once a field of it has begun (in whatever order the
+        # model writes them), while the analysis still runs: not with the result.
+        draft = job.locator(".analysis__draft")
+        expect(draft).to_be_visible(timeout=TASK_TIMEOUT_SECONDS * 1000)
+        expect(job.locator(".analysis .state")).to_have_text("Running")
+        expect(draft).to_contain_text(re.compile(r"\w"))
+        # The end is not waited for (the test above sees answers end): cancelled, the
+        # stack stops at once instead of letting the model finish (CI time).
+        job.get_by_role("button", name="Cancel analysis").click()
+        page.get_by_role("button", name="Stop analysis").click()
+        expect(job.locator(".analysis .state")).to_have_text("Cancelled")
