@@ -283,7 +283,8 @@ def test_a_killed_worker_s_retry_writes_its_answer_afresh(
     assert first_attempt, shown
     after_kill = shown[killed_at:]
     # The first attempt's text left the page when the attempt ended ...
-    gone = next(i for i, (state, text) in enumerate(after_kill) if state != "Running")
+    gone = next((i for i, (state, _) in enumerate(after_kill) if state != "Running"), None)
+    assert gone is not None, f"the page never showed the first attempt end: {after_kill}"
     assert after_kill[gone][1] == "", after_kill[gone]
     # ... and the second attempt's began from its first words, never joined to it.
     second_attempt = [text for _, text in after_kill[gone:] if text]
