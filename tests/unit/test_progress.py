@@ -23,8 +23,8 @@ def test_in_step_with_the_tokens_up_to_the_expected_size() -> None:
 
 
 def test_a_longer_answer_moves_on_ever_more_slowly_and_stops_at_99() -> None:
-    # Each further quarter of the expected size halves what is left to 100.
-    assert [percent_of(tokens, 100) for tokens in (101, 115, 130, 150, 160, 10_000)] == [
+    # Each further 30 % of the expected size halves what is left to 100.
+    assert [percent_of(tokens, 100) for tokens in (101, 115, 130, 160, 175, 10_000)] == [
         95,
         96,
         97,
