@@ -398,7 +398,7 @@ def test_the_bell_leads_to_the_notifications_by_mouse_and_by_keyboard_alone(
         for shown in (heading, read_all, first_link):
             expect(shown).to_be_in_viewport()
         expect(page.locator("li.op")).to_have_count(10)
-        screenshot(page, f"10-bell-notifications-{viewport}")
+        screenshot(page, f"11-bell-notifications-{viewport}")
 
         # By keyboard alone, from another page: Tab to the bell, Enter, and on.
         page.goto(ui_gateway.url + "/jobs")
