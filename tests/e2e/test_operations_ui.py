@@ -428,10 +428,13 @@ def test_with_the_event_stream_open_the_bell_does_not_poll(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
     unread = count_requests(page, "/api/notifications/unread-count")
+    streams: list[str] = []
+    page.on("response", lambda r: streams.append(r.url) if r.url.endswith("/api/events") else None)
     page.clock.install()
     sign_in(page, ui_gateway, "ada")
     expect(bell(page)).to_have_accessible_name("Notifications, none unread")
     wait_for_count(page, unread, 1)  # the first look, before the stream opened
+    wait_for_count(page, streams, 1)  # the stream answered: it is open
     page.clock.run_for(125_000)  # two 60-s polls' time
     page.wait_for_timeout(300)
     assert len(unread) == 1, unread
