@@ -46,7 +46,7 @@ from durable_ops.dev_model import create_app
 from durable_ops.dev_model import stream as dev_stream
 from durable_ops.model import tasks
 from durable_ops.model.circuit import CircuitBreaker, CircuitState
-from durable_ops.model.progress import DEFAULT_BUDGET_TOKENS
+from durable_ops.model.progress import DEFAULT_BUDGET_TOKENS, percent_of
 from durable_ops.model.routing import Route
 from durable_ops.model.states import Privacy
 from durable_ops.settings import Settings
@@ -448,10 +448,12 @@ def test_streamed_answer_is_parsed_and_progress_climbs_with_it() -> None:
     answer = run(scenario())
     progress.check()
     assert len(progress) > 10  # it climbed, not jumped
-    # One percent per chunk of content, of the task's answer budget.
+    # Counted in chunks of content, against the task's expected size with its context.
     chunks = len(dev_stream.pieces(json.dumps(answer, ensure_ascii=False)))
-    assert STRATEGY.expected_tokens == tasks.STRATEGY_SNAPSHOT.answer_tokens
-    assert progress[-1] == chunks * 100 // tasks.STRATEGY_SNAPSHOT.answer_tokens
+    expected = tasks.STRATEGY_SNAPSHOT.answer_tokens.with_context
+    assert expected is not None
+    assert STRATEGY.expected_tokens == expected
+    assert progress[-1] == percent_of(chunks, expected)
 
 
 def test_progress_stops_at_99_and_never_repeats() -> None:
@@ -497,7 +499,7 @@ def test_the_servers_token_count_is_used_when_it_gives_one() -> None:
             assert (await client.complete(request, on_progress=progress)).answer == {"a": 1}
 
     run(scenario())
-    assert progress == [25, 50]
+    assert progress == [percent_of(30, 120), percent_of(60, 120)]  # 23, 47
 
 
 def test_progress_counts_against_the_cap_without_an_expected_size_else_a_default() -> None:
@@ -510,7 +512,7 @@ def test_progress_counts_against_the_cap_without_an_expected_size_else_a_default
 
     run(scenario())
     progress.check()
-    assert progress[-1] == 202 * 100 // DEFAULT_BUDGET_TOKENS
+    assert progress[-1] == percent_of(202, DEFAULT_BUDGET_TOKENS)
 
 
 def test_a_server_that_does_not_stream_still_works() -> None:
