@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 import grpc
+import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import func, select
 
+import durable_ops.gateway
 from durable_ops.ai_worker.clients import AiSettings
 from durable_ops.ai_worker.inference import ModelClient, Router
 from durable_ops.api.operations.v1 import operations_pb2 as pb
@@ -33,6 +38,7 @@ from tests.integration.test_ai_worker_executor import Workspace, executor_on
 from tests.support.ai_stack import ModelServer
 from tests.support.ai_worker import Journal, drain
 from tests.support.clock import ManualClock
+from tests.support.gateway import bearer, gateway_client, make_app
 from tests.support.grpc_services import Services
 from tests.support.operations_client import (
     ALICE,
@@ -290,6 +296,54 @@ def test_opsctl_operations_show_lists_the_usage_per_attempt(
     assert "300+112" in succeeded
     assert "3.1 s" in succeeded
     assert any(line.startswith("usage") and "412 tokens" in line for line in lines)
+
+
+# ---- the owner's view ----------------------------------------------------------------------
+
+PROVENANCE_JS = Path(durable_ops.gateway.__file__).parent / "web" / "static" / "provenance.js"
+# provenance.js as the operations page uses it, on the operation the gateway answered.
+USAGE_LINE = """
+globalThis.document = { getElementById: () => null };  // tasks.js reads its page at import
+const { usageLine } = await import(process.argv[1]);
+let input = "";
+for await (const chunk of process.stdin) input += chunk;
+process.stdout.write(usageLine(JSON.parse(input)));
+"""
+
+
+def _usage_line(operation: dict[str, object]) -> str:
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node to run provenance.js with")
+    shown = subprocess.run(
+        [node, "--input-type=module", "-e", USAGE_LINE, PROVENANCE_JS.as_uri()],
+        input=json.dumps(operation),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    return shown.stdout
+
+
+def test_the_owners_operation_shows_the_totals(services: Services, ops: OpsClient) -> None:
+    created = ops.create(ALICE, "k-dto")
+    lease = ops.claim_one()
+    _settle(ops, lease, _used(300, 112, 3100), pb.CompleteOperationRequest(provenance=LOCAL))
+    untouched = ops.create(ALICE, "k-none")
+
+    async def scenario() -> tuple[dict[str, object], dict[str, object]]:
+        async with gateway_client(make_app(services.target)) as client:
+            answered = await client.get(f"/api/operations/{created.id}", headers=bearer(ALICE))
+            assert answered.status_code == 200
+            other = await client.get(f"/api/operations/{untouched.id}", headers=bearer(ALICE))
+            return answered.json(), other.json()
+
+    shown, none_yet = asyncio.run(scenario())
+    assert shown["usage"] == {"prompt_tokens": 300, "completion_tokens": 112, "model_seconds": 3.1}
+    assert none_yet["usage"] is None
+    assert _usage_line(shown) == "412 tokens · 3.1 s · gemma-3-270m, local"
+    assert _usage_line(none_yet) == ""
 
 
 # ---- the AI worker fills it from the model server ------------------------------------------
