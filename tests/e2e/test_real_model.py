@@ -3,7 +3,9 @@
 The product's whole AI path against a real OpenAI-compatible server instead of
 the development model: admission → the worker's claim → a streamed,
 grammar-constrained structured answer → the validated note → the notification,
-with the provenance naming the model the server itself reports. A 270M model's
+with the provenance naming the model the server itself reports, and the tokens
+and model time the attempt recorded equal to what llama-server itself reported
+in its answer (read from its own bytes, through a recording proxy). A 270M model's
 judgement is not the point; the protocol is: the grammar makes the answer
 match the schema, so the first attempt must succeed.
 
@@ -22,8 +24,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.storage.schema import OperationAttempt
 from tests.support.ai_stack import (
     CV_REVIEW,
     STRATEGY,
@@ -33,6 +37,8 @@ from tests.support.ai_stack import (
     find_real_model,
 )
 from tests.support.prompts import validate_answer
+from tests.support.recording_proxy import Exchange, RecordingProxy
+from tests.support.stored import rows
 
 # On 2 shared cores: about 30 tokens/s, and an answer is a few hundred tokens.
 TASK_TIMEOUT_SECONDS = 120
@@ -82,14 +88,34 @@ def _run_to_success(st: AiStack, operation_id: str) -> tuple[pb.Operation, list[
     raise AssertionError(f"{operation_id} did not succeed in time")
 
 
+def _recorded_as_reported(st: AiStack, operation_id: str, answered: Exchange) -> str:
+    """The attempt's recorded usage, and the operation's totals, are llama-server's own."""
+    usage, timings = answered.reported("usage"), answered.reported("timings")
+    reported = (
+        usage["prompt_tokens"],
+        usage["completion_tokens"],
+        round(timings["prompt_ms"] + timings["predicted_ms"]),
+    )
+    assert reported[0] > 0
+    assert reported[1] > 0
+    (attempt,) = rows(
+        st.db, select(OperationAttempt).where(OperationAttempt.operation_id == operation_id)
+    )
+    assert (attempt.prompt_tokens, attempt.completion_tokens, attempt.model_ms) == reported
+    row = st.row(operation_id)
+    assert (row.prompt_tokens, row.completion_tokens, row.model_ms) == reported
+    return f"{reported[0]}+{reported[1]} tokens, {reported[2] / 1000:.1f} s"
+
+
 def test_strategy_snapshot_and_cv_review_on_a_real_model(
     llama_server: LlamaServer, tmp_path: Path
 ) -> None:
     name = llama_server.model.name
     assert llama_server.model_ids() == [name]  # the server itself names the model
+    proxy = RecordingProxy(f"http://127.0.0.1:{llama_server.port}")
     with ai_stack(
         f"sqlite:///{tmp_path / 'ops.sqlite3'}",
-        OPS_AI_LOCAL_URL=llama_server.url,
+        OPS_AI_LOCAL_URL=f"http://127.0.0.1:{proxy.port}/v1",
         OPS_AI_LOCAL_MODEL=name,
         OPS_WORKER_TASK_TIMEOUT_SECONDS=str(TASK_TIMEOUT_SECONDS),
     ) as st:
@@ -111,7 +137,12 @@ def test_strategy_snapshot_and_cv_review_on_a_real_model(
             assert note is not None
             assert note.operation_id == operation_id
             body = json.loads(note.body_json)
-            print(f"\n{task_type} on {name}: {elapsed:.1f} s, progress seen {progress}\n{body}")
+            (answered,) = proxy.completions()[len(operations) - 1 :]  # one request, answered
+            spent = _recorded_as_reported(st, operation_id, answered)
+            print(
+                f"\n{task_type} on {name}: {elapsed:.1f} s ({spent}), progress seen {progress}"
+                f"\n{body}"
+            )
             assert validate_answer(task_type, body) == body
             assert len(body["summary"].strip()) >= MIN_SUMMARY_CHARS
             assert final.attempt == 1  # grammar-constrained: valid the first time
@@ -128,3 +159,4 @@ def test_strategy_snapshot_and_cv_review_on_a_real_model(
         outcomes = {n.operation_id: n.outcome for n in st.notifications_of(ALICE)}
         assert outcomes == dict.fromkeys(operations, "succeeded")
         assert [st.count_notifications(op) for op in operations] == [1, 1]
+    proxy.stop()
