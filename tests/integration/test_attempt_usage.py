@@ -31,15 +31,18 @@ from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operator.v1 import operator_pb2 as opb
 from durable_ops.model.bounds import USAGE_TOKENS_MAX
 from durable_ops.model.circuit import CircuitBreaker
+from durable_ops.model.provenance import Provenance
 from durable_ops.model.routing import Route
 from durable_ops.model.states import Plan, Privacy
+from durable_ops.model.usage import Usage
 from durable_ops.storage.schema import OperationAttempt, UserOperation
+from durable_ops.worker import Attempt, Worker, WorkerOptions
 from tests.integration.test_ai_worker_executor import Workspace, executor_on
 from tests.support.ai_stack import ModelServer
 from tests.support.ai_worker import Journal, drain
 from tests.support.clock import ManualClock
 from tests.support.gateway import bearer, gateway_client, make_app
-from tests.support.grpc_services import Services
+from tests.support.grpc_services import SECRET, Services
 from tests.support.operations_client import (
     ALICE,
     BOB,
@@ -47,11 +50,13 @@ from tests.support.operations_client import (
     FAILED,
     QUEUED,
     SUCCEEDED,
+    TASK,
     WAITING_FOR_RETRY,
     Lease,
     Metadata,
     OpsClient,
 )
+from tests.support.running_worker import run_until
 from tests.support.stored import rows, scalar
 
 RETRY_DELAY = 2
@@ -438,3 +443,40 @@ def test_the_ai_worker_records_what_the_model_reported_on_either_route(
     )
     assert [row.prompt_tokens for row in external_attempts] == [None]
     assert external_model.completions == 1  # the permitted one alone
+
+
+# ---- the worker SDK carries it ---------------------------------------------------------------
+
+SDK_MODEL = Provenance("sdk-test", "tiny-model", "local")
+
+
+def test_the_sdk_settles_what_a_handler_recorded_a_release_included(
+    services: Services, ops: OpsClient, operator_md: Metadata
+) -> None:
+    """Two calls of a completed attempt are summed; a stopped worker's release carries what
+    its handler spent before the stop; each is counted in the metrics once accepted."""
+    done = ops.create(ALICE, "k-sdk-done", subject_id="done").id
+    stopped = ops.create(BOB, "k-sdk-stopped", subject_id="stopped").id
+    started: set[str] = set()
+    before = _tokens(TASK, "local", "tiny-model", "prompt")
+    worker = Worker(services.target, SECRET, WorkerOptions(shutdown_seconds=0.2))
+
+    @worker.handler(TASK)
+    async def work(attempt: Attempt) -> None:
+        started.add(attempt.subject.id)
+        attempt.used(Usage(100, 20, 1000), SDK_MODEL)
+        if attempt.subject.id == "done":
+            attempt.used(Usage(100, 30, 500), SDK_MODEL)  # a second call of the same attempt
+            return
+        await asyncio.sleep(60)  # cut short by the stop: released
+
+    async def both_started() -> None:
+        while started != {"done", "stopped"} or ops.get(ALICE, done).state != SUCCEEDED:
+            await asyncio.sleep(0.01)
+
+    run_until(worker, both_started)
+    assert _attempt_usage(services, operator_md, done) == [("succeeded", (200, 50, 1500))]
+    assert _attempt_usage(services, operator_md, stopped) == [("released", (100, 20, 1000))]
+    assert _totals(ops.get(BOB, stopped)) == (100, 20, 1000)
+    assert ops.get(BOB, stopped).state == QUEUED
+    assert _tokens(TASK, "local", "tiny-model", "prompt") - before == 300
