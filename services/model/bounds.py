@@ -180,3 +180,9 @@ def trace_parent(value: str) -> str:
             "trace_parent", "must be a W3C traceparent (00-<trace>-<span>-<flags>)"
         )
     return value
+
+
+# What one settlement may report of an attempt's model calls (issue 36): far above any
+# answer of ours (a few hundred tokens), low enough that totals never near 2**63.
+USAGE_TOKENS_MAX = 10_000_000
+MODEL_MS_MAX = 24 * 3600 * 1000  # a day of the model's own time, in milliseconds

@@ -3,7 +3,9 @@
 The product's whole AI path against a real OpenAI-compatible server instead of
 the development model: admission → the worker's claim → a streamed,
 grammar-constrained structured answer → the validated note → the notification,
-with the provenance naming the model the server itself reports. While it runs,
+with the provenance naming the model the server itself reports, and the tokens
+and model time the attempt recorded equal to what llama-server itself reported
+in its answer (read from its own bytes, through a recording proxy). While it runs,
 the answer's first words are readable (``GetAnswerDraft``, what the page shows)
 long before the end, and the text grows as the model writes it; in a real
 browser on `opsctl up`, the job card shows them while the analysis runs. A 270M model's
@@ -30,8 +32,10 @@ from pathlib import Path
 import grpc
 import pytest
 from playwright.sync_api import Page, expect
+from sqlalchemy import select
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.storage.schema import OperationAttempt
 from tests.support.ai_stack import (
     CV_REVIEW,
     STRATEGY,
@@ -43,7 +47,9 @@ from tests.support.ai_stack import (
 from tests.support.jobs_page import add_job
 from tests.support.product import opsctl_up, product_env
 from tests.support.prompts import validate_answer
+from tests.support.recording_proxy import Exchange, RecordingProxy
 from tests.support.signin import dev_sign_in
+from tests.support.stored import rows
 
 # On 2 shared cores: about 30 tokens/s, and an answer is a few hundred tokens.
 TASK_TIMEOUT_SECONDS = 120
@@ -115,14 +121,34 @@ def _run_to_success(st: AiStack, operation_id: str) -> tuple[pb.Operation, Seen]
     raise AssertionError(f"{operation_id} did not succeed in time")
 
 
+def _recorded_as_reported(st: AiStack, operation_id: str, answered: Exchange) -> str:
+    """The attempt's recorded usage, and the operation's totals, are llama-server's own."""
+    usage, timings = answered.reported("usage"), answered.reported("timings")
+    reported = (
+        usage["prompt_tokens"],
+        usage["completion_tokens"],
+        round(timings["prompt_ms"] + timings["predicted_ms"]),
+    )
+    assert reported[0] > 0
+    assert reported[1] > 0
+    (attempt,) = rows(
+        st.db, select(OperationAttempt).where(OperationAttempt.operation_id == operation_id)
+    )
+    assert (attempt.prompt_tokens, attempt.completion_tokens, attempt.model_ms) == reported
+    row = st.row(operation_id)
+    assert (row.prompt_tokens, row.completion_tokens, row.model_ms) == reported
+    return f"{reported[0]}+{reported[1]} tokens, {reported[2] / 1000:.1f} s"
+
+
 def test_strategy_snapshot_and_cv_review_on_a_real_model(
     llama_server: LlamaServer, tmp_path: Path
 ) -> None:
     name = llama_server.model.name
     assert llama_server.model_ids() == [name]  # the server itself names the model
+    proxy = RecordingProxy(f"http://127.0.0.1:{llama_server.port}")
     with ai_stack(
         f"sqlite:///{tmp_path / 'ops.sqlite3'}",
-        OPS_AI_LOCAL_URL=llama_server.url,
+        OPS_AI_LOCAL_URL=f"http://127.0.0.1:{proxy.port}/v1",
         OPS_AI_LOCAL_MODEL=name,
         OPS_WORKER_TASK_TIMEOUT_SECONDS=str(TASK_TIMEOUT_SECONDS),
     ) as st:
@@ -145,9 +171,11 @@ def test_strategy_snapshot_and_cv_review_on_a_real_model(
             assert note is not None
             assert note.operation_id == operation_id
             body = json.loads(note.body_json)
+            (answered,) = proxy.completions()[len(operations) - 1 :]  # one request, answered
+            spent = _recorded_as_reported(st, operation_id, answered)
             print(
-                f"\n{task_type} on {name}: {elapsed:.1f} s, progress seen {progress}, "
-                f"{len(seen.drafts)} texts seen\n{body}"
+                f"\n{task_type} on {name}: {elapsed:.1f} s ({spent}), progress seen {progress},"
+                f" {len(seen.drafts)} texts seen\n{body}"
             )
             assert validate_answer(task_type, body) == body
             assert len(body["summary"].strip()) >= MIN_SUMMARY_CHARS
@@ -172,6 +200,7 @@ def test_strategy_snapshot_and_cv_review_on_a_real_model(
         outcomes = {n.operation_id: n.outcome for n in st.notifications_of(ALICE)}
         assert outcomes == dict.fromkeys(operations, "succeeded")
         assert [st.count_notifications(op) for op in operations] == [1, 1]
+    proxy.stop()
 
 
 @pytest.mark.browser

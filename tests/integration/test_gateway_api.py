@@ -77,6 +77,7 @@ OPERATION_FIELDS = {
     "deadline_at",
     "next_attempt_at",
     "provenance",
+    "usage",
 }
 
 

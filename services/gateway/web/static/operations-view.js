@@ -4,7 +4,7 @@
 
 import { h, replaceChildren } from "./dom.js";
 import { TERMINAL_STATES, cancelCameTooLate, formatTime, stateLabel, subjectLabel, taskLabel } from "./format.js";
-import { isDevelopmentModel, modelSentence } from "./provenance.js";
+import { isDevelopmentModel, modelSentence, usageLine } from "./provenance.js";
 import { kindLabel } from "./subjects.js";
 import { task } from "./tasks.js";
 
@@ -154,7 +154,7 @@ export function updateCard(card, operation, handlers, subjectName = null) {
   replaceChildren(card.querySelector(".op__subject"), subjectLine(operation, subjectName), resultLink(operation));
   card.querySelector(".op__meta").textContent = metaLine(operation);
   const model = card.querySelector(".op__model");
-  model.textContent = modelLine(operation);
+  model.textContent = [modelLine(operation), usageLine(operation)].filter(Boolean).join(" ");
   model.hidden = !model.textContent;
 
   const slot = card.querySelector(".op__progress");
