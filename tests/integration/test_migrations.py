@@ -42,8 +42,8 @@ ATTEMPT_ID = "c" * 32
 # A later release's additive revision, as its author would write it.
 THROWAWAY_REVISION = '''"""Throwaway: one nullable column on user_operations.
 
-Revision ID: 0010_throwaway
-Revises: 0009_answer_drafts
+Revision ID: 0011_throwaway
+Revises: 0010_results_history
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ from alembic import op
 
 from durable_ops.migrations import ddl
 
-revision = "0010_throwaway"
-down_revision = "0009_answer_drafts"
+revision = "0011_throwaway"
+down_revision = "0010_results_history"
 branch_labels = None
 depends_on = None
 
@@ -408,7 +408,7 @@ def test_a_new_add_column_revision_round_trips(
     """
     scripts = tmp_path / "migrations"
     shutil.copytree(migrate.MIGRATIONS, scripts, ignore=shutil.ignore_patterns("__pycache__"))
-    (scripts / "versions" / "0010_throwaway.py").write_text(THROWAWAY_REVISION)
+    (scripts / "versions" / "0011_throwaway.py").write_text(THROWAWAY_REVISION)
     connection = connect(fresh_url)
 
     def state() -> tuple[str | None, bool]:
@@ -418,19 +418,19 @@ def test_a_new_add_column_revision_round_trips(
         return revision, present
 
     migrate.upgrade(fresh_url, script_location=scripts)
-    assert state() == ("0010_throwaway", True)
+    assert state() == ("0011_throwaway", True)
     migrate.require_current(connection.engine)  # this release accepts the newer schema
     _add_operation_and_notification(connection)
 
-    migrate.downgrade(fresh_url, "0009_answer_drafts", script_location=scripts)
-    assert state() == ("0009_answer_drafts", False)
+    migrate.downgrade(fresh_url, "0010_results_history", script_location=scripts)
+    assert state() == ("0010_results_history", False)
     assert _notification_operation(connection) == OPERATION_ID
     with connection.begin():
         assert _claim_index_keys(connection) == CLAIM_KEYS
         assert _drift(connection) == set()
 
     migrate.upgrade(fresh_url, script_location=scripts)
-    assert state() == ("0010_throwaway", True)
+    assert state() == ("0011_throwaway", True)
     assert _notification_operation(connection) == OPERATION_ID
     with connection.begin():
         assert _claim_index_keys(connection) == CLAIM_KEYS
@@ -439,14 +439,14 @@ def test_a_new_add_column_revision_round_trips(
 
 BREAKING_REVISION = '''"""Broken: a notification of an operation that does not exist.
 
-Revision ID: 0010_broken
-Revises: 0009_answer_drafts
+Revision ID: 0011_broken
+Revises: 0010_results_history
 """
 
 from alembic import op
 
-revision = "0010_broken"
-down_revision = "0009_answer_drafts"
+revision = "0011_broken"
+down_revision = "0010_results_history"
 branch_labels = None
 depends_on = None
 
@@ -471,13 +471,13 @@ def test_a_sqlite_revision_that_breaks_a_reference_is_rolled_back(
     url = f"sqlite:///{tmp_path / 'ops.sqlite3'}"
     scripts = tmp_path / "migrations"
     shutil.copytree(migrate.MIGRATIONS, scripts, ignore=shutil.ignore_patterns("__pycache__"))
-    (scripts / "versions" / "0010_broken.py").write_text(BREAKING_REVISION)
+    (scripts / "versions" / "0011_broken.py").write_text(BREAKING_REVISION)
     migrate.upgrade(url)
     with pytest.raises(RuntimeError, match="broken foreign keys"):
         migrate.upgrade(url, script_location=scripts)
     connection = connect(url)
     with connection.begin():
-        assert migrate.current_revision(connection.engine) == "0009_answer_drafts"
+        assert migrate.current_revision(connection.engine) == "0010_results_history"
         count = connection.execute(text("SELECT COUNT(*) FROM user_notifications")).scalar()
         assert count == 0
 
