@@ -288,3 +288,13 @@ def test_a_stop_that_crosses_the_end_on_its_way_is_no_error(
     expect(page.get_by_text("state changed")).to_have_count(0)
     expect(job.locator(".analysis .state")).to_have_count(0)  # succeeded: only the result
     expect(job.get_by_text("Fit: 82")).to_be_visible()
+
+
+def test_a_link_to_a_result_no_longer_kept_says_so_on_the_card(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    job = open_job(page, ui_gateway, ui_services, cv=False)
+    job_id = str(job.get_attribute("id")).removeprefix("job-")
+    page.goto(f"{ui_gateway.url}/jobs?result={'0' * 32}#job-{job_id}")
+    expect(job.get_by_role("status").filter(has_text="no longer kept")).to_be_visible()
+    expect(job.get_by_role("alert")).to_be_hidden()

@@ -285,14 +285,19 @@ export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFal
     },
     // Show a past run's own result (GET /api/operations/{id}/result, e.g. "View result" on
     // /operations) above the rest, until hidden; none when it is the result shown already.
+    // Answers the element that shows it.
     showEarlier(result) {
       if (shownSnapshot?.operation_id === result.operation_id) {
         replaceChildren(earlierSlot);
-        return false;
+        return resultSlot;
       }
-      const hide = h("button", { type: "button", class: "button button--quiet", onclick: () => replaceChildren(earlierSlot) }, "Hide this earlier result");
+      const hidden = () => {
+        replaceChildren(earlierSlot);
+        focusFallback?.()?.focus(); // the button went with it
+      };
+      const hide = h("button", { type: "button", class: "button button--quiet", onclick: hidden }, "Hide this earlier result");
       replaceChildren(earlierSlot, h("section", { class: "analysis__earlier", "aria-label": "Earlier result" }, resultView(taskType, result, null, "Earlier result"), hide));
-      return true;
+      return earlierSlot;
     },
   };
 }

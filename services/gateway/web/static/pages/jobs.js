@@ -345,15 +345,20 @@ export function mount(main) {
       const target = /^#(job|attachment)-(.+)$/.exec(window.location.hash);
       const path = target ? tasksFor(target[1]).map((known) => taskPath(known, decodeURIComponent(target[2])))[0] : null;
       const entry = path ? analyses.get(path) : null;
-      if (entry) showNotice(entry, failure.status === 404 ? "That run's result is no longer kept: only the newest results of each are." : failure.message);
+      if (entry) showNotice(entry, failure.status === 404 ? "That run's result is no longer kept: each analysis keeps its newest 20 results." : failure.message);
       return;
     }
     const known = taskNamed(result.task_type);
     const entry = known ? analyses.get(taskPath(known, result.subject.id)) : null;
     if (!entry) return;
-    if (entry.rendered) entry.view.showEarlier(result);
+    if (entry.rendered) openLinked(entry, result);
     else entry.earlier = result; // shown once the card has loaded
+  }
 
+  // The linked run's result on its card, brought into view: the card was scrolled to
+  // before its result had loaded below it.
+  function openLinked(entry, result) {
+    entry.view.showEarlier(result).scrollIntoView({ block: "nearest" });
   }
 
   // The job (or CV) a link named, e.g. "View result" on /operations: once per link,
@@ -441,7 +446,7 @@ export function mount(main) {
     entry.rendered = true;
     if (!entry.active) sawEnd(entry);
     if (entry.earlier) {
-      entry.view.showEarlier(entry.earlier);
+      openLinked(entry, entry.earlier);
       entry.earlier = null;
     }
     if (entry.active && !liveOpen()) follower.follow(answer.operation);
