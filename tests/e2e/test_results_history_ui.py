@@ -143,6 +143,7 @@ def test_a_cancelled_run_never_sits_above_an_older_result_as_its_own(
     heartbeat(ui_services, claimed, 40)
     job.get_by_role("button", name="Cancel analysis").click()
     page.get_by_role("button", name="Stop analysis").click()
+    expect(job.get_by_role("button", name="Cancelling…")).to_be_visible()  # the cancel landed
     assert heartbeat(ui_services, claimed, 45) is True
     acknowledge_cancel(ui_services, claimed)
     expect(job.locator(".analysis .state")).to_have_text("Cancelled")

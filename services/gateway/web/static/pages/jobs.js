@@ -172,9 +172,13 @@ export function mount(main) {
     const notice = h("p", { class: "hint analysis__notice", role: "status", hidden: true });
     const start = h("button", { type: "button", class: "button" }, task.action);
     const entry = { view: null, active: true, live: false, looks: 0, over: null, operationId: null, endSeen: null, endAsked: null, starting: false, reading: false };
-    entry.notice = notice;
-    entry.earlier = null; // a past run's result to show once the card has loaded
-    entry.dialogEnded = null; // tells an open cancel dialog its analysis ended
+    Object.assign(entry, {
+      notice,
+      noticeUntilEnd: false, // the notice is about the run under way (a retry's)
+      rendered: false, // the card has shown its first answer
+      earlier: null, // a past run's result to show once the card has loaded
+      dialogEnded: null, // tells an open cancel dialog its analysis ended
+    });
     const name = `${task.label} for ${subjectName}`;
     entry.view = createAnalysisView(slot, taskType, {
       onCancel: (operation) => cancelAnalysis(entry, operation, name, error),
