@@ -126,7 +126,7 @@ class Executor:
         try:
             await lease.confirm()
             note_id, new = await attempt.fenced(
-                self._workspace.publish_note(attempt, produced.body_json)
+                self._workspace.publish_note(attempt, produced.body_json, produced.provenance)
             )
         except LeaseLost as error:
             if error.code != CANCEL_REQUESTED:

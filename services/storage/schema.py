@@ -317,6 +317,13 @@ class UserAiSettings(Owned, Base):
 
 
 class AiWorkspaceNote(Owned, Base):
+    """One finished analysis: the validated answer an operation published (issue 39, point 4:
+    results as history). One per operation, several per (owner, kind, subject), newest first;
+    the newest ``RESULTS_KEPT_PER_SUBJECT`` are kept. It names what made it, as it was then:
+    the second reference (``context_ref``, e.g. the CV, and ``context_name``, its filename)
+    and the model (``provider``, ``model``, ``route``), so it reads the same after its
+    operation is deleted (``operation_id`` is then NULL)."""
+
     __tablename__ = "ai_workspace_notes"
 
     id: Mapped[str] = _id()
@@ -331,8 +338,23 @@ class AiWorkspaceNote(Owned, Base):
     body: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    context_ref: Mapped[str | None] = mapped_column(String(bounds.SUBJECT_ID_MAX))
+    context_name: Mapped[str | None] = mapped_column(String(bounds.RESULT_CONTEXT_NAME_MAX))
+    provider: Mapped[str | None] = mapped_column(String(bounds.PROVIDER_MAX))
+    model: Mapped[str | None] = mapped_column(String(bounds.MODEL_MAX))
+    route: Mapped[str | None] = mapped_column(String(bounds.ROUTE_MAX))
 
-    __table_args__ = (UniqueConstraint("owner_user_id", "kind", "subject_type", "subject_id"),)
+    __table_args__ = (
+        Index("uq_ai_workspace_notes_operation_id", "operation_id", unique=True),
+        Index(
+            "ix_ai_workspace_notes_subject_created",
+            "owner_user_id",
+            "kind",
+            "subject_type",
+            "subject_id",
+            "created_at",
+        ),
+    )
 
 
 class AnswerDraft(Owned, Base):

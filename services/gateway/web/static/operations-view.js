@@ -74,11 +74,12 @@ function buttons(operation, name, handlers) {
   );
 }
 
-// Registered tasks publish their result on the jobs page, next to their subject.
+// Registered tasks publish their result on the jobs page, next to their subject; the
+// link names the operation, so a past run opens its own result, not the newest.
 export function resultHref(operation) {
   const known = task(operation.task_type);
   if (!known || operation.state !== "succeeded" || !operation.subject?.id) return null;
-  return `/jobs#${known.subject.name}-${encodeURIComponent(operation.subject.id)}`;
+  return `/jobs?result=${encodeURIComponent(operation.id)}#${known.subject.name}-${encodeURIComponent(operation.subject.id)}`;
 }
 
 function resultLink(operation) {
