@@ -147,7 +147,10 @@ def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | Non
     served = [name for name in DEFAULT_PROCESSES if name not in workers]
     try:
         stack.start(served)
-        if demo_user:  # while the children start: they do not need it, the first sign-in does
+        # While the children start: they do not need it, the first sign-in does. Already so
+        # on a warm start, read without SQLAlchemy (whose import is a second of CPU the
+        # children's start would share).
+        if demo_user and not schema_stamp.sqlite_file_grants_ai(settings.database_url, demo_user):
             grant_ai(settings.database_url, demo_user)
         stack.wait_healthy(names=served)
         # The workers once their services answer: a first claim that fails would warn, and
