@@ -23,10 +23,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import IO
 
-import grpc
-import httpx
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 from durable_ops.settings import Settings
 from durable_ops.stack.output import Output
 
@@ -69,6 +65,12 @@ def process_specs(settings: Settings, names: Iterable[str]) -> list[ProcessSpec]
 
 def healthy(check: str) -> bool:
     """Answer one health check: ``grpc:HOST:PORT``, ``http:URL`` or ``alive``."""
+    # Imported at the first check, not with this module: `opsctl up` starts its children
+    # first, and its own imports then overlap theirs (a warm start's CPU is the bound).
+    import grpc
+    import httpx
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
     kind, _, target = check.partition(":")
     if kind == "grpc":
         with grpc.insecure_channel(target) as channel:
