@@ -41,7 +41,7 @@ EXIT_USAGE = 2
 UP_DEV_MODEL_SECONDS = 4.0
 SUPERVISE_SECONDS = 0.2
 # The four gRPC services share the first child (``stack.children.SHARED``): a Python
-# process costs ~1.5 s of CPU to start, and a warm start is mostly that (ADR 37).
+# process costs ~1.5 s of CPU to start, and a warm start is mostly that (ADR 38).
 DEFAULT_PROCESSES = ("services", "dev-model", "ai-worker", "gateway")
 
 
