@@ -72,7 +72,7 @@ def test_up_serves_the_ui_and_stops_every_child(
         children = _children(product.process.pid)
         # The four gRPC services share one process: what `opsctl up` said it starts.
         (starting,) = product.events("starting")
-        assert starting["processes"] == ["services", "dev-model", "ai-worker", "gateway"]
+        assert starting["processes"] == ["services", "dev-model", "gateway", "ai-worker"]
         assert starting["message"].startswith("starting 4 processes: services (operations,")
         assert len(children) == 4
         shared = b"serve\0operations\0notifications\0workspace\0ai-admission"
