@@ -5,7 +5,7 @@
 runs its sweeper and pruner beside its servicers, and builds its server itself).
 
 ``serve_together``: several services in one process (``opsctl serve operations
-notifications …``, what ``opsctl up`` runs; ADR 38). Each keeps its own server,
+notifications …``, what ``opsctl up`` runs; ADR 40). Each keeps its own server,
 address, database pool and metrics, as in a process of its own; they share the
 interpreter, so the imports are paid once, and one stop.
 """

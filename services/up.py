@@ -41,7 +41,7 @@ EXIT_USAGE = 2
 UP_DEV_MODEL_SECONDS = 4.0
 SUPERVISE_SECONDS = 0.2
 # The four gRPC services share the first child (``stack.children.SHARED``): a Python
-# process costs ~1.5 s of CPU to start, and a warm start is mostly that (ADR 38).
+# process costs ~1.5 s of CPU to start, and a warm start is mostly that (ADR 40).
 # Started stage by stage, each once the one before answers. The gateway after the
 # services: a call it made before them (an open tab retrying through a restart) left
 # its channel in gRPC's reconnect backoff, failing fast for seconds after they were up,

@@ -33,7 +33,7 @@ HEALTH_TIMEOUT_SECONDS = 60.0
 
 
 # Children that serve several targets of ``opsctl serve`` in one process: the four gRPC
-# services pay Python's start-up once (ADR 38). Any other child serves its own name.
+# services pay Python's start-up once (ADR 40). Any other child serves its own name.
 SHARED: dict[str, tuple[str, ...]] = {
     "services": ("operations", "notifications", "workspace", "ai-admission"),
 }
