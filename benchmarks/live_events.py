@@ -31,7 +31,11 @@ whose commits replica 1 finds by its shared poll
    ``/proc/<pid>/stat`` over ``CPU_WINDOW_SECONDS`` with nothing else running
    (replica 1's and Notifications' as info), then figure 1 again while they
    stay open. The window spans a stream's keepalive period twice and its unread
-   refresh once (``gateway.events``). One stream per owner: the per-user bound
+   refresh once (``gateway.events``).
+4. In full mode, when ``scripts/real-model.sh build`` has cached it, figure 1
+   on a real model: llama.cpp's ``llama-server`` with Gemma 3 270M behind the
+   relay instead of the development model (``REAL_ANSWERS`` answers, both
+   replicas' paths together: too few for one row each). One stream per owner: the per-user bound
    (``OPS_GATEWAY_LONG_POLLS_PER_USER``, 16) is respected, and a thousand
    owners is the heavier case, since the Operations replica's shared poll reads
    every watched owner's newest change (a thousand tabs of fewer users would
@@ -43,12 +47,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -59,7 +66,9 @@ from benchmarks.context import Context
 from benchmarks.databases import mariadb_connect, mariadb_database
 from benchmarks.processes import (
     JWT_SECRET,
+    LOG_DIR,
     AiStack,
+    Child,
     ai_stack,
     caller,
     free_port,
@@ -77,6 +86,7 @@ from durable_ops.api.workspace.v1 import workspace_pb2_grpc as wpb_grpc
 from durable_ops.gateway.auth import mint_user_token
 from durable_ops.gateway.partial import fields_so_far
 from durable_ops.model.scope import Role
+from durable_ops.stack.children import healthy
 from durable_ops.up import grant_ai
 from durable_ops.worker.lease import NEWS_BEAT_SECONDS
 
@@ -105,6 +115,10 @@ IDLE_SETTLE_SECONDS = 5.0  # after the last stream opened, before the CPU window
 CPU_WINDOW_SECONDS = 30.0
 REPLICAS = ("replica 1, the gateway's", "replica 2, found by replica 1's poll")
 TERMINAL = {"succeeded", "failed", "cancelled"}
+REAL_MODEL_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "real-model.sh"
+REAL_ANSWERS = 3
+REAL_ANSWER_TIMEOUT_SECONDS = 300.0  # one thread of a busy 2-core machine
+REAL_MODEL_READY_SECONDS = 120.0
 
 _COUNT_ROW = (
     " ON ai_answer_drafts FOR EACH ROW INSERT INTO bench_draft_writes"
@@ -123,14 +137,16 @@ def run(ctx: Context) -> list[Row]:
         grant_ai(url, OWNER)
         _count_draft_writes(url)
         found = asyncio.run(_measure(ctx, url, ctx.pick(4, 16), ctx.pick(4, 8)))
+        real = [] if ctx.quick else asyncio.run(_measure_real(ctx, url))
         writes = _draft_writes(url)
     loaded = f"{found.idle.streams:,} idle streams open besides"
     return [
         *(latency_rows(found.alone, "one stream open", holder) for holder in (0, 1)),
         beat_row(found.alone),
-        write_row(found.alone + found.loaded, writes),
+        write_row(found.alone + found.loaded + real, writes),
         cpu_row(found.idle),
         *(latency_rows(found.loaded, loaded, holder) for holder in (0, 1)),
+        *([latency_rows(real, "real model, llama-server with Gemma 3 270M", None)] if real else []),
     ]
 
 
@@ -213,6 +229,75 @@ async def _measure(ctx: Context, url: str, answers: int, loaded_answers: int) ->
     return found
 
 
+async def _measure_real(ctx: Context, url: str) -> list[Answer]:
+    """Figure 1 with llama-server behind the relay; none when it is not built."""
+    with _real_model() as served:
+        if served is None:
+            ctx.say("  no real model (scripts/real-model.sh build has not run): left out")
+            return []
+        port, name = served
+        async with TokenTap("127.0.0.1", port) as tap:
+            env = {
+                "OPS_AI_LOCAL_URL": f"http://127.0.0.1:{tap.port}/v1",
+                "OPS_AI_LOCAL_MODEL": name,
+            }
+            with (
+                ai_stack(url, replicas=2, env=env) as stack,
+                gateway_server(stack.replicas[0], stack.targets()) as gateway,
+            ):
+                page = _Page(gateway, OWNER)
+                admit = _Admitter(stack)
+                try:
+                    await page.open()
+                    return await _answers(
+                        ctx,
+                        stack,
+                        admit,
+                        page,
+                        tap,
+                        REAL_ANSWERS,
+                        "real model",
+                        timeout=REAL_ANSWER_TIMEOUT_SECONDS,
+                    )
+                finally:
+                    await page.close()
+                    await admit.close()
+
+
+@contextmanager
+def _real_model() -> Iterator[tuple[int, str] | None]:
+    """``scripts/real-model.sh serve`` on a free port, if it is built (never builds here):
+    its port and the model's name; None when it is not built."""
+    paths = subprocess.run(
+        ["bash", str(REAL_MODEL_SCRIPT), "paths"], capture_output=True, text=True, check=False
+    )
+    if paths.returncode != 0:
+        yield None
+        return
+    name = dict(line.split("=", 1) for line in paths.stdout.splitlines() if "=" in line)["MODEL"]
+    port = free_port()
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    log = LOG_DIR / f"llama-server-{secrets.token_hex(4)}.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            ["bash", str(REAL_MODEL_SCRIPT), "serve", "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    server = Child("llama-server", process, log)
+    try:
+        deadline = time.monotonic() + REAL_MODEL_READY_SECONDS
+        while not healthy(f"http:http://127.0.0.1:{port}/health"):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"llama-server did not start: {log}")
+            time.sleep(0.5)
+        yield port, name
+    finally:
+        server.stop()
+
+
 class _Admitter:
     """Admits one strategy snapshot of a fresh job, as the page's "Analyse" does."""
 
@@ -289,16 +374,22 @@ async def _answers(
     tap: TokenTap,
     count: int,
     label: str,
+    timeout: float = ANSWER_TIMEOUT_SECONDS,
 ) -> list[Answer]:
-    """``count`` answers (after the warm-up ones), one at a time, each to its end."""
+    """``count`` answers (after the warm-up ones), one at a time, each to its end; an
+    operation that asked the model other than once (a real model's answer refused and
+    tried again) is left out."""
     found: list[Answer] = []
     for index in range(WARMUP_ANSWERS + count):
         before = len(tap.completions)
         operation_id = await admit.admit()
-        async with asyncio.timeout(ANSWER_TIMEOUT_SECONDS):
+        async with asyncio.timeout(timeout):
             await page.ended(operation_id).wait()
         if len(tap.completions) != before + 1:
-            raise RuntimeError(f"{operation_id}: {len(tap.completions) - before} model answers")
+            ctx.say(
+                f"  {label}: {operation_id} asked {len(tap.completions) - before} times, left out"
+            )
+            continue
         answer = Answer(
             operation_id,
             tap.completions[-1],
@@ -310,11 +401,15 @@ async def _answers(
             ms = [s * 1000 for s in token_latencies(answer).seconds]
             ctx.say(
                 f"  {label} answer {index + 1 - WARMUP_ANSWERS}/{count}, beats on replica "
-                f"{'?' if answer.holder is None else answer.holder + 1}: "
+                f"{_replica(answer)}: "
                 f"{len(answer.completion.tokens)} tokens, {len(answer.events)} draft events, "
                 f"p50 {median(ms):.0f} ms, p95 {percentile(ms, 95):.0f} ms"
             )
     return found
+
+
+def _replica(answer: Answer) -> str:
+    return "?" if answer.holder is None else str(answer.holder + 1)
 
 
 def _holder(stack: AiStack, operation_id: str) -> int | None:
@@ -455,16 +550,20 @@ def _ms(values: Sequence[float]) -> str:
     return f"p50 {median(ms):.0f} ms, p95 {percentile(ms, 95):.0f} ms, max {max(ms):.0f} ms"
 
 
-def latency_rows(answers: list[Answer], where: str, holder: int) -> Row:
-    chosen = [answer for answer in answers if answer.holder == holder]
+def latency_rows(answers: list[Answer], where: str, holder: int | None) -> Row:
+    """Figure 1 of the answers whose beats ``holder`` held (None: all of them)."""
+    chosen = [answer for answer in answers if holder is None or answer.holder == holder]
     matched = [token_latencies(answer) for answer in chosen]
     seconds = [s for found in matched for s in found.seconds]
-    figure = f"token leaving the model → its text on /api/events, p95 ({where}, beats on "
-    figure += f"{REPLICAS[holder]})"
+    path = "either replica" if holder is None else REPLICAS[holder]
+    figure = f"token leaving the model → its text on /api/events, p95 ({where}, beats on {path})"
     if not seconds:
         return Row("12", figure, "no answer took this path", "", float("nan"), LATENCY_P95)
     per_answer = ", ".join(
-        f"{percentile([s * 1000 for s in found.seconds], 95):.0f}" for found in matched
+        f"{percentile([s * 1000 for s in found.seconds], 95):.0f}"
+        + ("" if holder is not None else f" (replica {_replica(answer)})")
+        for answer, found in zip(chosen, matched, strict=True)
+        if found.seconds
     )
     unshown = sum(found.unshown for found in matched)
     unmatched = sum(found.unmatched for found in matched)
@@ -475,9 +574,10 @@ def latency_rows(answers: list[Answer], where: str, holder: int) -> Row:
         "",
         percentile([s * 1000 for s in seconds], 95),
         LATENCY_P95,
-        f"{where}, replica {holder + 1}: {len(seconds):,} tokens of {len(chosen)} answers; "
-        f"per answer p95 {per_answer} ms; {unshown} tokens shown only by the result (after "
-        f"the last beat); {unmatched} events matched no text",
+        f"{where}, {'both replicas' if holder is None else f'replica {holder + 1}'}: "
+        f"{len(seconds):,} tokens of {len(chosen)} answers; per answer p95 {per_answer} ms; "
+        f"{unshown} tokens shown only by the result (after the last beat); {unmatched} "
+        "events matched no text",
         "ms",
     )
 
@@ -510,15 +610,16 @@ def beat_row(answers: list[Answer]) -> Row:
 
 
 def write_row(answers: list[Answer], writes: dict[str, int]) -> Row:
-    rates = []
+    rates, streaming = [], []
     for answer in answers:
         tokens = answer.completion.tokens
-        streaming = tokens[-1][0] - tokens[0][0]
-        rates.append(writes.get(answer.operation_id, 0) / streaming)
+        streaming.append(tokens[-1][0] - tokens[0][0])
+        rates.append(writes.get(answer.operation_id, 0) / streaming[-1])
     return Row(
         "12",
         "draft writes a second per streaming operation (the most of any)",
-        f"median {median(rates):.2f}/s over {len(rates)} answers of {MODEL_SECONDS:g} s",
+        f"median {median(rates):.2f}/s over {len(rates)} answers streaming "
+        f"{min(streaming):.0f}-{max(streaming):.0f} s",
         "",
         max(rates),
         WRITES_PER_SECOND,
