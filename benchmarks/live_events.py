@@ -45,6 +45,7 @@ whose commits replica 1 finds by its shared poll
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -216,8 +217,9 @@ async def _measure(ctx: Context, url: str, answers: int, loaded_answers: int) ->
                 await page.open()
                 found = Found()
                 found.alone = await _answers(ctx, stack, admit, page, tap, answers, "alone")
-                found.idle, idle = await _open_idle(ctx, stack, gateway)
+                idle = _spawn_idle(gateway)
                 try:
+                    found.idle = await _idle_cost(ctx, stack, gateway, idle)
                     found.loaded = await _answers(
                         ctx, stack, admit, page, tap, loaded_answers, "loaded"
                     )
@@ -470,13 +472,9 @@ def token_latencies(answer: Answer) -> TokenLatencies:
     return TokenLatencies(seconds, newest, len(changes), unmatched)
 
 
-async def _open_idle(
-    ctx: Context, stack: AiStack, gateway: str
-) -> tuple[IdleCost, subprocess.Popen[str]]:
-    """Open the idle streams; the gateway's (and services') CPU over a quiet window."""
-    streams = IDLE_OWNERS * IDLE_PER_OWNER
-    ctx.say(f"  opening {streams:,} idle event streams ({IDLE_OWNERS:,} owners)")
-    idle = subprocess.Popen(
+def _spawn_idle(gateway: str) -> subprocess.Popen[str]:
+    """The process holding the idle streams (``benchmarks.idle_streams``)."""
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -490,12 +488,20 @@ async def _open_idle(
         text=True,
         env={**os.environ, "OPS_JWT_SECRET": JWT_SECRET},
     )
+
+
+async def _idle_cost(
+    ctx: Context, stack: AiStack, gateway: str, idle: subprocess.Popen[str]
+) -> IdleCost:
+    """Once the idle streams are open: the gateway's (and services') CPU over a quiet
+    window."""
+    streams = IDLE_OWNERS * IDLE_PER_OWNER
+    ctx.say(f"  opening {streams:,} idle event streams ({IDLE_OWNERS:,} owners)")
     assert idle.stdout is not None
     loop = asyncio.get_running_loop()
     async with asyncio.timeout(IDLE_OPEN_TIMEOUT_SECONDS):
         line = await loop.run_in_executor(None, idle.stdout.readline)
     if line.strip() != f"open {streams}":
-        idle.kill()
         raise RuntimeError(f"the idle streams did not open: {line!r}")
     await asyncio.sleep(IDLE_SETTLE_SECONDS)
     window = CPU_WINDOW_SECONDS
@@ -520,7 +526,7 @@ async def _open_idle(
         + ", ".join(f"{name} {100 * used / seconds:.1f} %" for name, used in cpu.items())
     )
     carried = [after - before for before, after in zip(*received, strict=True)]
-    return IdleCost(streams, seconds, cpu, machine.load(), steal, carried), idle
+    return IdleCost(streams, seconds, cpu, machine.load(), steal, carried)
 
 
 async def _received(idle: subprocess.Popen[str]) -> tuple[int, int, int]:
@@ -537,7 +543,8 @@ async def _received(idle: subprocess.Popen[str]) -> tuple[int, int, int]:
 def _stop(idle: subprocess.Popen[str]) -> None:
     """Close the idle streams: their process ends when its standard input does."""
     if idle.stdin is not None:
-        idle.stdin.close()
+        with contextlib.suppress(BrokenPipeError):
+            idle.stdin.close()
     try:
         idle.wait(30)
     except subprocess.TimeoutExpired:
