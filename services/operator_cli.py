@@ -1,7 +1,7 @@
 """``opsctl operations``: the operator's commands, over gRPC to the OperatorService (ADR 19).
 
-Each call carries an ``operator`` service credential minted from
-``OPS_SERVICE_SECRET`` (else the secret ``opsctl up`` keeps in var/), naming
+Each call carries an ``operator`` service credential signed with the operator's
+key (``OPS_SERVICE_KEY``, else ``operator/operator.key`` in ``OPS_SERVICE_KEYS_DIR``), naming
 the operator (``--as``, default the login name) so the service's log says who
 did what. It goes to the Operations service at ``--target``, else
 ``OPS_OPERATIONS_TARGET``, else the address the running ``opsctl up`` wrote to
@@ -58,7 +58,7 @@ prune   delete terminal operations past a horizon, keeping their keys, with --ye
 
 Calls the Operations service at --target, else OPS_OPERATIONS_TARGET, else where the
 running opsctl up serves it (var/stack.json), else 127.0.0.1:50051, with an operator
-credential signed with OPS_SERVICE_SECRET (else the secret kept in var/secrets.json).
+credential signed with the operator key (OPS_SERVICE_KEY, else var/keys/operator/operator.key).
 Every call is logged by the service with --as (default: your login name). Exit codes:
 2 a usage error, or nothing answers at the address; 5 the service refused; 6 not
 confirmed."""
@@ -286,7 +286,31 @@ def view(message: opb.OperatorOperation) -> dict[str, Any]:
     found["lease_expires_at"] = _when(message, "lease_expires_at")
     found["failure_code"] = message.failure_code or None
     found["failure_message"] = message.failure_message or None
+    found["usage"] = usage_view(op, "usage")
     return found
+
+
+def usage_view(message: Any, field: str) -> dict[str, Any] | None:
+    """What model calls used, as the owner's DTO says it (the model's time in seconds)."""
+    if not message.HasField(field):
+        return None
+    usage = getattr(message, field)
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "model_seconds": usage.model_ms / 1000,
+    }
+
+
+def usage_text(usage: dict[str, Any] | None) -> str | None:
+    """``412 tokens (300 prompt + 112 completion) · 3.1 s``; None when nothing was used."""
+    if usage is None:
+        return None
+    prompt, completion = usage["prompt_tokens"], usage["completion_tokens"]
+    return (
+        f"{prompt + completion} tokens ({prompt} prompt + {completion} completion)"
+        f" · {usage['model_seconds']:.1f} s"
+    )
 
 
 def attempt_view(message: opb.OperatorAttempt) -> dict[str, Any]:
@@ -296,10 +320,21 @@ def attempt_view(message: opb.OperatorAttempt) -> dict[str, Any]:
         found[field] = _when(message, field)
     for field in ("outcome", "failure_code", "failure_message", "provider", "model"):
         found[field] = getattr(message, field) or None
+    found["usage"] = usage_view(message, "usage")
     return found
 
 
-ATTEMPT_HEADER = ("#", "ROUTE", "STARTED", "ENDED", "OUTCOME", "FAILURE", "PROVIDER/MODEL")
+ATTEMPT_HEADER = (
+    "#",
+    "ROUTE",
+    "STARTED",
+    "ENDED",
+    "OUTCOME",
+    "FAILURE",
+    "TOKENS",
+    "MODEL TIME",
+    "PROVIDER/MODEL",
+)
 
 
 def _attempts(rows: list[dict[str, Any]], out: TextIO) -> None:
@@ -314,17 +349,28 @@ def _attempts(rows: list[dict[str, Any]], out: TextIO) -> None:
             row["ended_at"] or "running",
             row["outcome"] or "",
             row["failure_code"] or "",
+            *_usage_cells(row["usage"]),
             "/".join(part for part in (row["provider"], row["model"]) if part),
         ]
         for row in rows
     ]
-    widths = [max(len(line[i]) for line in [ATTEMPT_HEADER, *cells]) for i in range(7)]
+    widths = [
+        max(len(line[i]) for line in [ATTEMPT_HEADER, *cells]) for i in range(len(ATTEMPT_HEADER))
+    ]
     for line in [ATTEMPT_HEADER, *cells]:
         text = "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
         print(f"  {text}".rstrip(), file=out)
     for row in rows:
         if row["failure_message"]:
             print(f"  #{row['attempt']} {row['route']}: {row['failure_message']}", file=out)
+
+
+def _usage_cells(usage: dict[str, Any] | None) -> tuple[str, str]:
+    """An attempt's tokens as prompt+completion, and the model's time; "-" for none."""
+    if usage is None:
+        return "-", "-"
+    tokens = f"{usage['prompt_tokens']}+{usage['completion_tokens']}"
+    return tokens, f"{usage['model_seconds']:.1f} s"
 
 
 def _when(message: Any, field: str) -> str | None:
@@ -364,6 +410,8 @@ def _details(row: dict[str, Any], out: TextIO) -> None:
     for key, value in row.items():
         if key == "subject":
             value = f"{value['type']}/{value['id']}"
+        elif key == "usage":
+            value = usage_text(value)
         print(f"{key:<17} {'-' if value is None else value}", file=out)
 
 

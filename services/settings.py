@@ -219,6 +219,13 @@ class Settings:
     worker_task_timeout_seconds: float = field(
         default=120.0, metadata=_doc("per-inference timeout enforced by the AI worker")
     )
+    gateway_metrics_bind: str = field(
+        default="",
+        metadata=_doc(
+            "when set (host:port), the gateway serves Prometheus `/metrics` there, never on"
+            " OPS_GATEWAY_BIND (where users are)"
+        ),
+    )
     worker_metrics_bind: str = field(
         default="",
         metadata=_doc("when set (host:port), the AI worker serves Prometheus `/metrics` there"),

@@ -22,6 +22,7 @@ from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.api.workspace.v1 import workspace_pb2 as wpb
 from durable_ops.api.workspace.v1 import workspace_pb2_grpc as wpb_grpc
 from durable_ops.model.errors import InvalidArgument
+from durable_ops.model.provenance import Provenance
 from durable_ops.model.states import Plan, Privacy
 from durable_ops.model.subjects import SubjectKind
 from durable_ops.rpc.client import Metadata, ServiceCaller, UnaryMethod
@@ -87,7 +88,9 @@ class WorkspaceCalls(Protocol):
 
     def reader(self, owner_id: str) -> WorkspaceReader: ...
 
-    async def publish_note(self, attempt: Attempt, body_json: str) -> tuple[str, bool]: ...
+    async def publish_note(
+        self, attempt: Attempt, body_json: str, provenance: Provenance | None
+    ) -> tuple[str, bool]: ...
 
 
 class WorkspaceClient:
@@ -110,8 +113,11 @@ class WorkspaceClient:
         reply = await _call(read_method(self._stub, kind), request, self._caller.metadata(owner_id))
         return SubjectText(kind, {field.name: getattr(reply, field.name) for field in kind.fields})
 
-    async def publish_note(self, attempt: Attempt, body_json: str) -> tuple[str, bool]:
-        """Publish the operation's note under its lease; (note id, newly published).
+    async def publish_note(
+        self, attempt: Attempt, body_json: str, provenance: Provenance | None
+    ) -> tuple[str, bool]:
+        """Publish the operation's note under its lease, naming the model that produced
+        it; (note id, newly published).
 
         Idempotent per operation; ``LeaseLost`` when the lease is gone, with code
         ``cancel_requested`` when the owner cancelled first.
@@ -124,6 +130,10 @@ class WorkspaceClient:
             lease_token=attempt.lease_token,
             body_json=body_json,
         )
+        if provenance is not None:
+            request.provider = provenance.provider
+            request.model = provenance.model
+            request.route = provenance.route
         metadata = self._caller.metadata(attempt.owner_id)
         # Fenced by the lease and safe to repeat (the holder's second publish answers the
         # first), so it is asked again while Workspace is away, as the SDK asks its settlements.

@@ -6,7 +6,8 @@
         │
     produce:  entitlement and privacy re-checked from live settings
         │     → the handler reads the owner's texts → one structured
-        │     request (local, or external for a fallback claim)
+        │     request (local, or external for a fallback claim; what it
+        │     used is recorded on the attempt and settled with it)
         │     → the answer validated and turned into the note body
         │     (the streamed answer's progress goes out on the heartbeat)
         ├─ the stream says cancel ──── the SDK cancels the work, acknowledges
@@ -125,7 +126,7 @@ class Executor:
         try:
             await lease.confirm()
             note_id, new = await attempt.fenced(
-                self._workspace.publish_note(attempt, produced.body_json)
+                self._workspace.publish_note(attempt, produced.body_json, produced.provenance)
             )
         except LeaseLost as error:
             if error.code != CANCEL_REQUESTED:
@@ -153,14 +154,20 @@ class Executor:
             with telemetry.span(
                 "ai_worker.inference", link=attempt.trace_parent, operation_id=attempt.operation_id
             ):
-                if attempt.route is Route.EXTERNAL:
-                    result = await self._router.infer_external(
-                        request, privacy, external_allowed, on_progress=progress, on_text=text
-                    )
-                else:
-                    result = await self._router.infer(
-                        request, privacy, external_allowed, on_progress=progress, on_text=text
-                    )
+                infer = (
+                    self._router.infer_external
+                    if attempt.route is Route.EXTERNAL
+                    else self._router.infer
+                )
+                # What the model used goes with the settlement, whatever the attempt's end.
+                result = await infer(
+                    request,
+                    privacy,
+                    external_allowed,
+                    on_progress=progress,
+                    on_text=text,
+                    on_usage=attempt.used,
+                )
         try:
             body = handler.note_body(result.answer)
         except InferenceError as error:

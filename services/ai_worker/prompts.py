@@ -138,13 +138,15 @@ class Prompt:
 
     def request(self, texts: Sequence[SubjectText]) -> InferenceRequest:
         """The structured request: messages, the answer schema and its validator, the
-        task's expected answer size (its progress counts against it) and a hard cap."""
+        task's expected answer size with or without its context (its progress counts
+        against it) and a hard cap."""
+        context_given = any(text.kind == self.task.context for text in texts)
         return InferenceRequest(
             schema_name=self.task.schema_name,
             schema=self.task.answer,
             messages=self.messages(texts),
             validate=self.validate,
-            expected_tokens=self.task.answer_tokens,
+            expected_tokens=self.task.answer_tokens.expected(context_given=context_given),
             max_tokens=MAX_ANSWER_TOKENS,
         )
 

@@ -17,7 +17,10 @@ no word that counts) the score is null where the sent schema allows it
 scored".
 
 With ``"stream": true`` the answer comes as server-sent ``chat.completion.chunk``
-events in token-sized pieces (``stream``), else as one ``chat.completion``.
+events in token-sized pieces (``stream``), else as one ``chat.completion``. Either
+form reports honest ``usage`` (the prompt and the answer counted in those pieces:
+the answer's count is the chunks it sent) and llama-server's ``timings`` (the times
+it measured), the stream's when asked with ``stream_options.include_usage``.
 ``delay_seconds`` is how long one completion takes: spread evenly over the
 chunks of a streamed answer, waited before a whole one (``opsctl serve
 dev-model`` reads it from ``OPS_DEV_MODEL_SECONDS``; ``opsctl up`` sets 4).
@@ -219,7 +222,10 @@ def _completion_id(body: bytes) -> str:
     return "chatcmpl-" + hashlib.sha256(body).hexdigest()[:24]
 
 
-def _completion(model: str, body: bytes, content: str, prompt_words: int) -> dict[str, Any]:
+def _completion(
+    model: str, body: bytes, content: str, prompt: int, prompt_ms: float, seconds: float
+) -> dict[str, Any]:
+    completion = len(stream.pieces(content))
     return {
         "id": _completion_id(body),
         "object": "chat.completion",
@@ -233,7 +239,8 @@ def _completion(model: str, body: bytes, content: str, prompt_words: int) -> dic
             }
         ],
         # Counted in the pieces a streamed answer would have, so both forms agree.
-        "usage": stream.usage(prompt_words, len(stream.pieces(content))),
+        "usage": stream.usage(prompt, completion),
+        "timings": stream.timings(prompt, prompt_ms, completion, seconds * 1000),
     }
 
 
@@ -244,8 +251,9 @@ class _Ask:
     task: str
     schema: dict[str, Any]
     user_text: str
-    prompt_words: int
+    prompt_tokens: int  # every message, counted in the answer's pieces
     streamed: bool  # "stream": true: answer in chat.completion.chunk events
+    include_usage: bool  # stream_options.include_usage: a streamed answer ends with its usage
 
 
 def _parse(raw: bytes, model: str) -> _Ask:
@@ -266,6 +274,10 @@ def _parse(raw: bytes, model: str) -> _Ask:
     streamed = body.get("stream", False)
     if not isinstance(streamed, bool):
         raise BadRequest("stream must be a boolean", param="stream")
+    options = body.get("stream_options") or {}
+    include_usage = options.get("include_usage", False) if isinstance(options, dict) else None
+    if not isinstance(include_usage, bool):
+        raise BadRequest("stream_options.include_usage must be a boolean", param="stream_options")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages must be a non-empty array", param="messages")
@@ -274,8 +286,8 @@ def _parse(raw: bytes, model: str) -> _Ask:
     if not user_texts:
         raise BadRequest("no user message", param="messages")
     task, schema = _schema_of(body)
-    prompt_words = sum(len(content.split()) for _, content in texts)
-    return _Ask(task, schema, user_texts[-1], prompt_words, streamed)
+    prompt = stream.prompt_tokens([content for _, content in texts])
+    return _Ask(task, schema, user_texts[-1], prompt, streamed, include_usage)
 
 
 def _answer(ask: _Ask, fail_mode: FailMode | None) -> str:
@@ -331,6 +343,7 @@ def create_app(
     async def chat_completions(request: Request) -> Response:
         try:
             raw = await _read_body(request)
+            read_at = time.monotonic()
             ask = _parse(raw, config.model)
             fail_mode = config.fail_mode
             seconds = config.delay_seconds
@@ -340,17 +353,30 @@ def create_app(
                 await asyncio.sleep(seconds)
                 return _drill_error(fail_mode)
             content = _answer(ask, fail_mode)
+            prompt_ms = (time.monotonic() - read_at) * 1000
         except BadRequest as exc:
             return _error(exc.message, exc.status_code, param=exc.param, code=exc.code)
         if ask.streamed:
             completion = stream.Completion(_completion_id(raw), int(time.time()), config.model)
+            events = stream.events(
+                completion,
+                content,
+                ask.prompt_tokens,
+                seconds,
+                prompt_ms=prompt_ms,
+                include_usage=ask.include_usage,
+            )
             return StreamingResponse(
-                stream.events(completion, content, ask.prompt_words, seconds),
+                events,
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache"},
             )
+        started = time.monotonic()
         await asyncio.sleep(seconds)
-        return JSONResponse(_completion(config.model, raw, content, ask.prompt_words))
+        spent = time.monotonic() - started
+        return JSONResponse(
+            _completion(config.model, raw, content, ask.prompt_tokens, prompt_ms, spent)
+        )
 
     app = Starlette(
         routes=[

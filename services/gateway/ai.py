@@ -3,8 +3,9 @@
 One resource per registered task type (``model.tasks``), at ``task.path``:
 ``POST /api/jobs/{id}/strategy-snapshot`` asks admission for an operation and
 answers 202 with its status URL; the GET twin is cache-only: it reads the
-published note and the newest operation for the subject and never starts work
-or reaches a model.
+newest published result and the newest operation for the subject and never starts
+work or reaches a model. Each finished analysis is its own result (issue 39, point 4):
+``GET /api/operations/{id}/result`` reads the one a past operation published.
 """
 
 from __future__ import annotations
@@ -126,7 +127,8 @@ def cached(task: TaskType) -> Callable[[Request], Awaitable[Response]]:
         subject_id = resource_id(request, _not_found(task.subject))
         # Read strictly, like every query string: a misspelt parameter is a 400. The context
         # reference is accepted (a client may send back what it started with) and checked,
-        # but the cache holds one result per subject, whatever its second reference.
+        # but the answer is the subject's newest result, whatever its second reference
+        # (each result names its own).
         for name, value in query_params(request, context_fields).items():
             _check_reference(name, value)
         await read_subject(calls, task.subject, subject_id)
@@ -148,17 +150,54 @@ def cached(task: TaskType) -> Callable[[Request], Awaitable[Response]]:
                     subject_id=subject_id,
                 ),
             )
-            snapshot: dict[str, Any] | None = {
-                "result": json.loads(note.body_json),
-                "operation_id": note.operation_id or None,
-                "updated_at": dto.time_or_none(note, "updated_at"),
-            }
+            snapshot: dict[str, Any] | None = _result(note, task)
         except NotFound:
             snapshot = None
         draft = None
         if operation is not None and operation["state"] == "running":
             draft = await _draft(calls, lookup.operation.id)
         return JSONResponse({"snapshot": snapshot, "operation": operation, "draft": draft})
+
+    return endpoint_
+
+
+def _result(note: workspace_pb.AiWorkspaceNote, task: TaskType | None) -> dict[str, Any]:
+    """One published result: the answer, when it was made, and with what (its second
+    reference, by the name it had then, and its model)."""
+    context = task.context if task is not None else None
+    return {
+        "result": json.loads(note.body_json),
+        "operation_id": note.operation_id or None,
+        "created_at": dto.time_or_none(note, "created_at"),
+        "updated_at": dto.time_or_none(note, "updated_at"),
+        "context": (
+            {"type": context.name, "id": note.context_ref, "name": note.context_name or None}
+            if context is not None and note.context_ref
+            else None
+        ),
+        "provenance": {"model": note.model, "route": note.route} if note.model else None,
+    }
+
+
+def _no_result() -> NotFound:
+    return NotFound("this operation has no result", code="result_not_found")
+
+
+def operation_result(registry: Registry) -> Callable[[Request], Awaitable[Response]]:
+    """``GET /api/operations/{id}/result``: the result that operation published ("View
+    result" on a past run opens its own, not the newest). 404 ``result_not_found`` for an
+    id that names none of the caller's results."""
+
+    async def endpoint_(request: Request) -> Response:
+        calls = await owner_calls(request)
+        operation_id = resource_id(request, _no_result)
+        note = await calls(
+            _workspace(calls).GetOperationNote,
+            workspace_pb.GetOperationNoteRequest(operation_id=operation_id),
+        )
+        task = registry.get(note.kind) if note.kind in registry else None
+        subject = {"type": note.subject_type, "id": note.subject_id}
+        return JSONResponse({**_result(note, task), "task_type": note.kind, "subject": subject})
 
     return endpoint_
 
@@ -181,7 +220,44 @@ async def _draft(calls: OwnerCalls, operation_id: str) -> dict[str, Any] | None:
 
 _operations = stub_for("operations", operations_grpc.OperationsServiceStub)
 
+_SNAPSHOT_PROPERTIES: Mapping[str, Any] = {
+    "result": {"type": "object", "description": "the validated model answer"},
+    "operation_id": nullable({"type": "string"}),
+    "created_at": {"type": "string", "format": "date-time"},
+    "updated_at": {"type": "string", "format": "date-time"},
+    "context": nullable(
+        {
+            "type": "object",
+            "description": "the run's second reference (e.g. the CV), named as it was then",
+            "required": ["type", "id", "name"],
+            "properties": {
+                "type": {"type": "string"},
+                "id": {"type": "string"},
+                "name": nullable({"type": "string"}),
+            },
+        }
+    ),
+    "provenance": nullable(ref("Provenance")),
+}
+
 _SCHEMAS: Mapping[str, Any] = {
+    "AnalysisSnapshot": {
+        "type": "object",
+        "description": "one published result (each finished analysis is its own)",
+        "required": list(_SNAPSHOT_PROPERTIES),
+        "additionalProperties": False,
+        "properties": _SNAPSHOT_PROPERTIES,
+    },
+    "OperationResult": {
+        "type": "object",
+        "required": [*_SNAPSHOT_PROPERTIES, "task_type", "subject"],
+        "additionalProperties": False,
+        "properties": {
+            **_SNAPSHOT_PROPERTIES,
+            "task_type": {"type": "string"},
+            "subject": ref("Subject"),
+        },
+    },
     "Accepted": {
         "type": "object",
         "required": ["operation_id", "status_url"],
@@ -207,17 +283,7 @@ _SCHEMAS: Mapping[str, Any] = {
                     },
                 }
             ),
-            "snapshot": nullable(
-                {
-                    "type": "object",
-                    "required": ["result", "operation_id", "updated_at"],
-                    "properties": {
-                        "result": {"type": "object", "description": "the validated model answer"},
-                        "operation_id": nullable({"type": "string"}),
-                        "updated_at": {"type": "string", "format": "date-time"},
-                    },
-                }
-            ),
+            "snapshot": nullable(ref("AnalysisSnapshot")),
             "operation": nullable(ref("Operation")),
         },
     },
@@ -242,8 +308,8 @@ def _context_parameters(task: TaskType) -> list[dict[str, Any]]:
         query(
             task.context.reference_field,
             schema,
-            f"optional {task.context.name} id, as sent to the POST; checked, but the cache holds"
-            " one result per subject, so it does not change the answer",
+            f"optional {task.context.name} id, as sent to the POST; checked, but the answer is"
+            " the subject's newest result whatever its second reference (each names its own)",
         )
     ]
 
@@ -295,6 +361,18 @@ def _openapi(task: TaskType) -> dict[str, Any]:
     }
 
 
+RESULT_PATH = "/api/operations/{id}/result"
+_RESULT_OPENAPI = {
+    "get": endpoint(
+        "The result an operation published (each finished analysis is its own)",
+        "get_operation_result",
+        "ai",
+        {"200": ok("its result", ref("OperationResult")), **errors(404, 503, 504)},
+        parameters=[path_id("operation id")],
+    )
+}
+
+
 def analysis_module(registry: Registry) -> RouteSet:
     """POST (start) and GET (cached result) for every task type of ``registry``."""
     routes = [
@@ -305,10 +383,19 @@ def analysis_module(registry: Registry) -> RouteSet:
             Route(task.path, cached(task), methods=["GET"]),
         )
     ]
-    return RouteSet(routes, {task.path: _openapi(task) for task in registry}, _SCHEMAS)
+    paths = {task.path: _openapi(task) for task in registry}
+    return RouteSet(routes, paths, _SCHEMAS)
 
 
+# The product's task types, and the one result route of a past operation (mounted once:
+# a module of further task types adds its own start and cache routes only).
 _DEFAULT = analysis_module(TASKS)
-routes: Sequence[BaseRoute] = _DEFAULT.routes
-openapi_paths: Mapping[str, Mapping[str, Any]] = _DEFAULT.openapi_paths
+routes: Sequence[BaseRoute] = [
+    *_DEFAULT.routes,
+    Route(RESULT_PATH, operation_result(TASKS), methods=["GET"]),
+]
+openapi_paths: Mapping[str, Mapping[str, Any]] = {
+    **_DEFAULT.openapi_paths,
+    RESULT_PATH: _RESULT_OPENAPI,
+}
 openapi_schemas: Mapping[str, Any] = _DEFAULT.openapi_schemas

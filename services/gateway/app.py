@@ -58,7 +58,6 @@ CORE_MODULES: tuple[RouteModule, ...] = (
     ai,
     login,
     health,
-    metrics,
     openapi,
 )
 

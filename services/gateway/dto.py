@@ -89,6 +89,17 @@ def operation(message: operations_pb2.Operation) -> dict[str, Any]:
             if message.HasField("produced_by")
             else None
         ),
+        "usage": usage(message.usage) if message.HasField("usage") else None,
+    }
+
+
+def usage(message: operations_pb2.Usage) -> dict[str, Any]:
+    """An operation's totals over its attempts (SPEC §5): tokens, and the model's own time
+    in seconds (stored in milliseconds)."""
+    return {
+        "prompt_tokens": message.prompt_tokens,
+        "completion_tokens": message.completion_tokens,
+        "model_seconds": message.model_ms / 1000,
     }
 
 

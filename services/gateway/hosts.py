@@ -4,9 +4,9 @@ A DNS-rebinding page reaches a local gateway under the attacker's host name:
 ``AllowedHostsMiddleware`` refuses every request whose ``Host`` is not in
 ``allowed_hosts`` (400 ``host_not_allowed``) before any route runs, so the
 same-origin checks, which compare ``Origin`` with ``Host``, only ever see a
-name the operator chose. The probes (``/healthz``, ``/readyz``, ``/metrics``)
-are left open: they carry no user's data and are addressed by whatever name
-an orchestrator or Prometheus uses for the container.
+name the operator chose. The probes (``/healthz``, ``/readyz``) are left
+open: they carry no user's data and are addressed by whatever name an
+orchestrator uses for the container.
 
 Dev-login signs anyone in, so it is served only while the gateway listens on
 loopback alone (``dev_login_refusal`` says why not otherwise).
@@ -22,7 +22,7 @@ from durable_ops.settings import Settings, SettingsError
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})  # noqa: S104
-UNCHECKED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+UNCHECKED_PATHS = frozenset({"/healthz", "/readyz"})
 
 
 def parse_bind(bind: str) -> tuple[str, int]:

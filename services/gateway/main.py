@@ -1,4 +1,5 @@
-"""``opsctl serve gateway``: the gateway app under uvicorn on ``OPS_GATEWAY_BIND``."""
+"""``opsctl serve gateway``: the gateway app under uvicorn on ``OPS_GATEWAY_BIND``, and its
+metrics on ``OPS_GATEWAY_METRICS_BIND`` when set."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from durable_ops.gateway.app import create_app
 from durable_ops.gateway.backends import Backends
 from durable_ops.gateway.hosts import parse_bind
 from durable_ops.logs import configure_logging
+from durable_ops.rpc.metrics import serve_metrics_if
 from durable_ops.settings import Settings
 
 
@@ -16,6 +18,9 @@ def run(settings: Settings) -> None:
     configure_logging(settings, "gateway")
     host, port = parse_bind(settings.gateway_bind)
     app = create_app(settings, Backends.from_settings(settings))
+    serve_metrics_if(
+        settings.gateway_metrics_bind, app.state.metrics.registry, setting="gateway_metrics_bind"
+    )
     structlog.get_logger(__name__).info(
         "gateway_serving",
         bind=settings.gateway_bind,

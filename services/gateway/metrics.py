@@ -1,25 +1,21 @@
-"""``/metrics``: request count and latency by route template and status, Prometheus format.
+"""Request count and latency by route template and status, Prometheus format.
 
-Each app has its own ``CollectorRegistry`` (tests build many apps). Labels
-use the route template (``/api/operations/{id}``), never the raw path, so
-ids and probes of unknown paths cannot grow the label set.
+Served on its own bind (``OPS_GATEWAY_METRICS_BIND``, ``gateway.main``), never
+on the port users reach: route names, volumes and error rates are the
+operator's. Each app has its own ``CollectorRegistry`` (tests build many
+apps). Labels use the route template (``/api/operations/{id}``), never the
+raw path, so ids and probes of unknown paths cannot grow the label set.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
 
 import structlog
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.exposition import generate_latest
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-from durable_ops.gateway.openapi import endpoint
 
 UNMATCHED = "unmatched"
 _log = structlog.get_logger(__name__)
@@ -94,23 +90,3 @@ class MetricsMiddleware:
                 status=status,
                 duration_ms=round(seconds * 1000, 1),
             )
-
-
-async def _metrics(request: Request) -> Response:
-    metrics: GatewayMetrics = request.app.state.metrics
-    return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
-
-
-routes: Sequence[BaseRoute] = [Route("/metrics", _metrics, methods=["GET"])]
-_EXPOSITION = {
-    "description": "Prometheus text exposition format",
-    "content": {"text/plain": {"schema": {"type": "string"}}},
-}
-openapi_paths: Mapping[str, Mapping[str, Any]] = {
-    "/metrics": {
-        "get": endpoint(
-            "Prometheus metrics", "getMetrics", "meta", {"200": _EXPOSITION}, secured=False
-        )
-    }
-}
-openapi_schemas: Mapping[str, Any] = {}

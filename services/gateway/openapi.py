@@ -268,6 +268,7 @@ SHARED_SCHEMAS: Mapping[str, JsonObject] = {
             "deadline_at",
             "next_attempt_at",
             "provenance",
+            "usage",
         ],
         "additionalProperties": False,
         "properties": {
@@ -295,6 +296,17 @@ SHARED_SCHEMAS: Mapping[str, JsonObject] = {
             "deadline_at": _OPTIONAL_TIME,
             "next_attempt_at": _OPTIONAL_TIME,
             "provenance": nullable(ref("Provenance")),  # which model answered; null before
+            "usage": nullable(ref("Usage")),  # the sums over its attempts; null before any
+        },
+    },
+    "Usage": {
+        "type": "object",
+        "required": ["prompt_tokens", "completion_tokens", "model_seconds"],
+        "additionalProperties": False,
+        "properties": {
+            "prompt_tokens": {"type": "integer", "minimum": 0},
+            "completion_tokens": {"type": "integer", "minimum": 0},
+            "model_seconds": {"type": "number", "minimum": 0},  # the model's own time
         },
     },
     "Provenance": {

@@ -44,6 +44,11 @@ ATTACHMENT_TEXT_MAX = 200_000
 OWNER_JOBS_MAX = 2_000
 OWNER_ATTACHMENTS_MAX = 500
 OWNER_STORED_BYTES_MAX = 64 * 1024 * 1024  # UTF-8 bytes of the texts a caller wrote
+# A result records the name of its second reference as it was (a CV's filename, a job's title).
+RESULT_CONTEXT_NAME_MAX = max(ATTACHMENT_FILENAME_MAX, JOB_TITLE_MAX)
+# Results kept per (owner, task type, subject): the newest; an older one is deleted when a
+# newer is published (``storage.workspace.publish_note`` says why this many).
+RESULTS_KEPT_PER_SUBJECT = 20
 PAGE_SIZE_RANGE = (1, 100)
 PAGE_SIZE_RULE = f"must be an integer between {PAGE_SIZE_RANGE[0]} and {PAGE_SIZE_RANGE[1]}"
 PAGE_SIZE_DEFAULT = 20
@@ -180,3 +185,9 @@ def trace_parent(value: str) -> str:
             "trace_parent", "must be a W3C traceparent (00-<trace>-<span>-<flags>)"
         )
     return value
+
+
+# What one settlement may report of an attempt's model calls (issue 36): far above any
+# answer of ours (a few hundred tokens), low enough that totals never near 2**63.
+USAGE_TOKENS_MAX = 10_000_000
+MODEL_MS_MAX = 24 * 3600 * 1000  # a day of the model's own time, in milliseconds

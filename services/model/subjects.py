@@ -48,6 +48,9 @@ class SubjectKind:
     workspace_read: str
     section: str
     fields: tuple[TextField, ...]
+    # The column of the workspace row a page names one by ("filename": "with cv.txt"); a
+    # result records it as it was when the result was made. Empty: named by its id only.
+    name_column: str = ""
 
     def __post_init__(self) -> None:
         if not self.fields:
@@ -78,6 +81,7 @@ JOB = SubjectKind(
         TextField("company", JOB_COMPANY_BUDGET, label="Company", single_line=True),
         TextField("description", JOB_DESCRIPTION_BUDGET, label="Description"),
     ),
+    name_column="title",
 )
 CV = SubjectKind(
     name="attachment",
@@ -87,6 +91,7 @@ CV = SubjectKind(
     workspace_read="GetAttachment",
     section=CV_SECTION,
     fields=(TextField("text", CV_BUDGET),),
+    name_column="filename",
 )
 
 # Every kind the product knows, in the order a prompt lays out their sections: the

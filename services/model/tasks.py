@@ -8,9 +8,10 @@ work, and every part reads it from here:
                          reference (a CV); each a ``SubjectKind`` (``model.subjects``)
     answer               the JSON schema of the result the worker publishes; its
                          ``title``s are the UI's headings
-    answer_tokens        about 1.5 times a typical answer, in tokens: the budget a
-                         streamed answer's progress is counted against (the hard
-                         cap sent as ``max_tokens`` is ``MAX_ANSWER_TOKENS``)
+    answer_tokens        the size most answers reach, in tokens, with and without the
+                         context: what a streamed answer's progress is counted
+                         against (``model.progress``; the hard cap sent as
+                         ``max_tokens`` is ``MAX_ANSWER_TOKENS``)
     priority … external_allowed
                          how admission creates it and which routes may run it
 
@@ -40,6 +41,27 @@ MAX_ANSWER_TOKENS = 2048
 
 
 @dataclass(frozen=True)
+class AnswerTokens:
+    """The size most answers of a task reach, in tokens (streamed chunks): a little under
+    the shortest usual answer, so progress ends near the top of the bar (``model.progress``
+    climbs to 95 % there, and on more slowly for a longer answer). An answer with the
+    task's context (a CV beside the posting) says more than one without: it has
+    something to compare."""
+
+    alone: int
+    with_context: int | None = None  # None: the same as alone (a task without context)
+
+    def __post_init__(self) -> None:
+        if self.alone < 1 or (self.with_context is not None and self.with_context < 1):
+            raise ValueError("answer_tokens must be positive")
+
+    def expected(self, *, context_given: bool) -> int:
+        if context_given and self.with_context is not None:
+            return self.with_context
+        return self.alone
+
+
+@dataclass(frozen=True)
 class TaskType:
     name: str
     label: str  # generic, never user content: it is in notification titles
@@ -47,9 +69,7 @@ class TaskType:
     subject: SubjectKind
     context: SubjectKind | None
     answer: Mapping[str, Any]
-    # About 1.5 times a typical answer, in tokens (streamed chunks): room for a
-    # longer one, and progress that climbs through most of the bar (model.progress).
-    answer_tokens: int
+    answer_tokens: AnswerTokens  # the expected answer size: what progress counts against
     priority: int
     time_budget: timedelta  # deadline = admission time + budget (fail closed after it)
     max_attempts: int
@@ -58,8 +78,6 @@ class TaskType:
 
     def __post_init__(self) -> None:
         bounds.task_type(self.name)
-        if self.answer_tokens < 1:
-            raise ValueError("answer_tokens must be positive")
         bounds.int_range("priority", self.priority, bounds.PRIORITY_RANGE)
         bounds.int_range("max_attempts", self.max_attempts, bounds.MAX_ATTEMPTS_RANGE)
         bounds.int_range(
@@ -185,7 +203,9 @@ STRATEGY_SNAPSHOT = TaskType(
             "next_steps": items("Next steps", 6, ITEM_MAX),
         }
     ),
-    answer_tokens=360,  # the development model's answer with a CV: 180 to 300 chunks, ~240
+    # The development model's answers (tests/integration/test_progress_evenness.py): 212 to
+    # 333 chunks with a CV, 186 to 189 without.
+    answer_tokens=AnswerTokens(alone=205, with_context=235),
     priority=10,
     time_budget=timedelta(minutes=30),
     max_attempts=3,
@@ -208,7 +228,8 @@ CV_REVIEW = TaskType(
             "keywords_missing": items("Missing keywords", 12, 60),
         }
     ),
-    answer_tokens=270,  # the development model's answer: 120 to 200 chunks, ~180
+    # The development model's answers: 149 to 234 chunks with a posting, 129 to 152 without.
+    answer_tokens=AnswerTokens(alone=142, with_context=165),
     priority=5,
     time_budget=timedelta(minutes=30),
     max_attempts=3,

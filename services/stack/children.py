@@ -1,11 +1,13 @@
 """``opsctl serve X`` children sharing one environment.
 
-``Stack`` starts them, relays each line they print through ``Output``, waits
-until each answers its health check, restarts one on request, and stops them
-all (SIGTERM, then SIGKILL after a grace period or when forced): the workers
-first, so the leases they release on their way out reach a running Operations
-service, then the rest together. ``opsctl up`` and the
-end-to-end tests use the same class with their own ports and database.
+A child is named by what it serves, except ``services``: the four gRPC
+services in one process (``SHARED``). ``Stack`` starts them, relays each line
+they print through ``Output``, waits until each answers its health checks,
+restarts one on request, and stops them all (SIGTERM, then SIGKILL after a
+grace period or when forced): the workers first, so the leases they release on
+their way out reach a running Operations service, then the rest together.
+``opsctl up`` and the end-to-end tests use the same class with their own ports
+and database.
 """
 
 from __future__ import annotations
@@ -22,12 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-import grpc
-import httpx
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 from durable_ops.model.scope import Role
-from durable_ops.rpc.keys import private_key_path
 from durable_ops.settings import Settings
 from durable_ops.stack.output import Output
 
@@ -37,10 +34,22 @@ _STOP_POLL_SECONDS = 0.02
 HEALTH_TIMEOUT_SECONDS = 60.0
 
 
+# Children that serve several targets of ``opsctl serve`` in one process: the four gRPC
+# services pay Python's start-up once (ADR 40). Any other child serves its own name.
+SHARED: dict[str, tuple[str, ...]] = {
+    "services": ("operations", "notifications", "workspace", "ai-admission"),
+}
+
+
 @dataclass(frozen=True)
 class ProcessSpec:
     name: str
-    health: str  # "grpc:HOST:PORT", "http:URL" or "alive"
+    health: tuple[str, ...]  # each "grpc:HOST:PORT", "http:URL" or "alive"
+
+
+def serves(name: str) -> tuple[str, ...]:
+    """The ``opsctl serve`` targets the child ``name`` runs."""
+    return SHARED.get(name, (name,))
 
 
 def process_specs(settings: Settings, names: Iterable[str]) -> list[ProcessSpec]:
@@ -53,7 +62,7 @@ def process_specs(settings: Settings, names: Iterable[str]) -> list[ProcessSpec]
         "gateway": f"http:http://{settings.gateway_bind}/healthz",
         "ai-worker": "alive",
     }
-    return [ProcessSpec(name, health[name]) for name in names]
+    return [ProcessSpec(name, tuple(health[part] for part in serves(name))) for name in names]
 
 
 # The processes that call the services, and the role whose key each is given: only its
@@ -67,11 +76,19 @@ def own_key_env(name: str, env: Mapping[str, str]) -> dict[str, str]:
     if role is None:
         return {}
     keys = Path(env.get("OPS_SERVICE_KEYS_DIR", "var/keys"))
-    return {"OPS_SERVICE_KEY": str(private_key_path(keys, role.value))}
+    # rpc.keys.private_key_path's layout, spelled here: importing rpc (and grpc) would
+    # cost the parent's start before its children run.
+    return {"OPS_SERVICE_KEY": str(keys / role.value / f"{role.value}.key")}
 
 
 def healthy(check: str) -> bool:
     """Answer one health check: ``grpc:HOST:PORT``, ``http:URL`` or ``alive``."""
+    # Imported at the first check, not with this module: `opsctl up` starts its children
+    # first, and its own imports then overlap theirs (a warm start's CPU is the bound).
+    import grpc
+    import httpx
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
     kind, _, target = check.partition(":")
     if kind == "grpc":
         with grpc.insecure_channel(target) as channel:
@@ -115,9 +132,10 @@ class Stack:
             self._output = Output(self.out, as_json=self.as_json, width=width)
         return self._output
 
-    def start(self) -> None:
-        for spec in self.specs:
-            self.start_one(spec.name)
+    def start(self, names: Iterable[str] | None = None) -> None:
+        """Start the children ``names`` (default: every spec's)."""
+        for name in [spec.name for spec in self.specs] if names is None else names:
+            self.start_one(name)
 
     def start_one(
         self,
@@ -139,7 +157,7 @@ class Stack:
         launch = self._launches[label]
         own_key = own_key_env(launch.name, self.env)
         child = subprocess.Popen(
-            [sys.executable, "-m", "durable_ops.cli", "serve", launch.name],
+            [sys.executable, "-m", "durable_ops.cli", "serve", *serves(launch.name)],
             env={**os.environ, **self.env, **own_key, **launch.extra_env},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -157,11 +175,18 @@ class Stack:
             self.output.child(label, line)
 
     def wait_healthy(
-        self, timeout: float = HEALTH_TIMEOUT_SECONDS, checks: Iterable[str] = ()
+        self,
+        timeout: float = HEALTH_TIMEOUT_SECONDS,
+        checks: Iterable[str] = (),
+        *,
+        names: Iterable[str] | None = None,
     ) -> None:
-        """Wait for every spec's health check, plus any extra ``checks`` given."""
+        """Wait for the health checks of the specs ``names`` (default: every spec), plus
+        any extra ``checks`` given."""
+        chosen = None if names is None else set(names)
+        specs = [spec for spec in self.specs if chosen is None or spec.name in chosen]
         deadline = time.monotonic() + timeout
-        for check in [*(spec.health for spec in self.specs), *checks]:
+        for check in [*(check for spec in specs for check in spec.health), *checks]:
             while not healthy(check):
                 dead = self.dead()
                 if dead:

@@ -143,6 +143,12 @@ class UserOperation(Owned, Base):
     result_ref: Mapped[str | None] = mapped_column(String(bounds.SUBJECT_ID_MAX))
     # The admitting request's W3C traceparent while tracing is on; the worker's spans link to it.
     trace_parent: Mapped[str | None] = mapped_column(String(bounds.TRACE_PARENT_MAX))
+    # The sums of its attempts' usage (issue 36, ADR 0038): written by the transition that
+    # ends an attempt, beside that attempt's own figures, so a list page reads no attempts.
+    # A manual retry keeps them: they count every attempt the operation ever had.
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    model_ms: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
 
     __table_args__ = (
         UniqueConstraint("owner_user_id", "task_type", "idempotency_key"),
@@ -178,10 +184,11 @@ class OperationAttempt(Owned, Base):
     """One attempt of an operation: one lease, from its claim to the transition that ended it.
 
     The claim inserts it; the end (completion, failure, fallback, acknowledged
-    cancel, lease expiry or deadline) writes outcome, end, failure and
-    provenance, each in the transition's own transaction. ``id`` is derived
-    from the lease token's hash (``operations.attempt_id``), so the end is a
-    primary-key UPDATE. A manual retry counts ``attempt`` from 1 again.
+    cancel, release, lease expiry or deadline) writes outcome, end, failure,
+    provenance and the usage its settlement reported, each in the transition's
+    own transaction. ``id`` is derived from the lease token's hash
+    (``operations.attempt_id``), so the end is a primary-key UPDATE. A manual
+    retry counts ``attempt`` from 1 again.
     """
 
     __tablename__ = "operation_attempts"
@@ -202,6 +209,12 @@ class OperationAttempt(Owned, Base):
     failure_message: Mapped[str | None] = mapped_column(String(bounds.FAILURE_MESSAGE_MAX))
     provider: Mapped[str | None] = mapped_column(String(bounds.PROVIDER_MAX))
     model: Mapped[str | None] = mapped_column(String(bounds.MODEL_MAX))
+    # What its model calls used, as the settlement that ended it reported (issue 36); None
+    # when nothing was reported: an attempt that never reached the model, or one whose
+    # worker died (its lease expired) costs nothing.
+    prompt_tokens: Mapped[int | None] = mapped_column(Integer)
+    completion_tokens: Mapped[int | None] = mapped_column(Integer)
+    model_ms: Mapped[int | None] = mapped_column(Integer)
 
     __table_args__ = (Index("ix_operation_attempts_operation", "operation_id", "started_at"),)
 
@@ -304,6 +317,13 @@ class UserAiSettings(Owned, Base):
 
 
 class AiWorkspaceNote(Owned, Base):
+    """One finished analysis: the validated answer an operation published (issue 39, point 4:
+    results as history). One per operation, several per (owner, kind, subject), newest first;
+    the newest ``RESULTS_KEPT_PER_SUBJECT`` are kept. It names what made it, as it was then:
+    the second reference (``context_ref``, e.g. the CV, and ``context_name``, its filename)
+    and the model (``provider``, ``model``, ``route``), so it reads the same after its
+    operation is deleted (``operation_id`` is then NULL)."""
+
     __tablename__ = "ai_workspace_notes"
 
     id: Mapped[str] = _id()
@@ -318,8 +338,23 @@ class AiWorkspaceNote(Owned, Base):
     body: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    context_ref: Mapped[str | None] = mapped_column(String(bounds.SUBJECT_ID_MAX))
+    context_name: Mapped[str | None] = mapped_column(String(bounds.RESULT_CONTEXT_NAME_MAX))
+    provider: Mapped[str | None] = mapped_column(String(bounds.PROVIDER_MAX))
+    model: Mapped[str | None] = mapped_column(String(bounds.MODEL_MAX))
+    route: Mapped[str | None] = mapped_column(String(bounds.ROUTE_MAX))
 
-    __table_args__ = (UniqueConstraint("owner_user_id", "kind", "subject_type", "subject_id"),)
+    __table_args__ = (
+        Index("uq_ai_workspace_notes_operation_id", "operation_id", unique=True),
+        Index(
+            "ix_ai_workspace_notes_subject_created",
+            "owner_user_id",
+            "kind",
+            "subject_type",
+            "subject_id",
+            "created_at",
+        ),
+    )
 
 
 class AnswerDraft(Owned, Base):

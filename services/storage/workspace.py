@@ -10,12 +10,13 @@ from datetime import datetime
 from functools import cache
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import Select, Table, bindparam, insert, select, update
+from sqlalchemy import Select, Table, bindparam, delete, insert, select, update
 
 from durable_ops.model import bounds
 from durable_ops.model.errors import PLAN_REQUIRED, InvalidArgument, NotFound, PermissionDenied
 from durable_ops.model.states import Plan, Privacy
 from durable_ops.model.subjects import SubjectKind
+from durable_ops.model.tasks import TASKS
 from durable_ops.storage import operations, quota
 from durable_ops.storage.operations import new_id
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
@@ -198,25 +199,54 @@ def update_ai_settings(
     return AiSettingsView(enabled, new_privacy, new_plan)
 
 
-# ---- AI workspace notes ----------------------------------------------------------------------
+# ---- AI workspace notes: each finished analysis, newest first ---------------------------------
 
+# How many results of one task type a subject keeps. A result is at most NOTE_BODY_MAX
+# characters, so a subject holds at most about 320 KB of them. Twenty is more than the page
+# ever shows at once (the newest, and the one a past operation's "View result" opens), and
+# covers the runs a user compares (one per CV, a re-run after editing one) with room to
+# spare; a past operation whose result has gone says so ("result_not_found"), the
+# operation's own record stays. Bounded, so a script that re-runs an analysis all day
+# costs the database a constant, not a growing, amount per subject.
+RESULTS_KEPT = bounds.RESULTS_KEPT_PER_SUBJECT
 
-_NOTE = _of_owner(NOTES).where(
+_SUBJECT = (
+    NOTES.c.owner_user_id == SCOPE_OWNER,
     NOTES.c.kind == bindparam("kind"),
     NOTES.c.subject_type == bindparam("subject_type"),
     NOTES.c.subject_id == bindparam("subject_id"),
 )
-_REPLACE_NOTE_BODY = update(NOTES).where(
-    NOTES.c.id == bindparam("note_id"), NOTES.c.owner_user_id == SCOPE_OWNER
+_NEWEST_FIRST = (NOTES.c.created_at.desc(), NOTES.c.id.desc())
+_NEWEST_NOTE = select(NOTES).where(*_SUBJECT).order_by(*_NEWEST_FIRST).limit(1)
+_NOTE_OF_OPERATION = _of_owner(NOTES).where(NOTES.c.operation_id == bindparam("operation_id"))
+_BEYOND_KEPT = select(NOTES.c.id).where(*_SUBJECT).order_by(*_NEWEST_FIRST).offset(RESULTS_KEPT)
+_DELETE_NOTES = delete(NOTES).where(
+    NOTES.c.owner_user_id == SCOPE_OWNER, NOTES.c.id.in_(bindparam("ids", expanding=True))
 )
 
 
 def get_note(tx: Tx, kind: str, subject_type: str, subject_id: str) -> AiWorkspaceNote:
+    """The subject's newest result of ``kind``; NotFound ``note_not_found`` before any."""
     subject = {"kind": kind, "subject_type": subject_type, "subject_id": subject_id}
-    row = tx.execute(_NOTE, subject).one_or_none()
+    row = tx.execute(_NEWEST_NOTE, subject).one_or_none()
     if row is None:
         raise NotFound("no note for this subject yet", code="note_not_found")
     return AiWorkspaceNote(**row._mapping)
+
+
+def get_operation_note(tx: Tx, operation_id: str) -> AiWorkspaceNote:
+    """The result the owner's operation published: NotFound ``result_not_found`` when it
+    published none, its result is kept no longer, or the id is not one of the owner's."""
+    issuable = 0 < len(operation_id) <= bounds.ID_MAX  # any other id was never issued
+    found = _note_of_operation(tx, operation_id) if issuable else None
+    if found is None:
+        raise NotFound("this operation has no result", code="result_not_found")
+    return found
+
+
+def _note_of_operation(tx: Tx, operation_id: str) -> AiWorkspaceNote | None:
+    row = tx.execute(_NOTE_OF_OPERATION, {"operation_id": operation_id}).one_or_none()
+    return AiWorkspaceNote(**row._mapping) if row is not None else None
 
 
 def publish_note(
@@ -229,8 +259,10 @@ def publish_note(
     lease_token: str,
     body_json: str,
     now: datetime,
+    provenance: tuple[str, str, str] = ("", "", ""),
 ) -> tuple[AiWorkspaceNote, bool]:
-    """Publish the one note of (owner, kind, subject) for the attempt holding the lease.
+    """Publish the result of the operation whose attempt holds the lease: a new result of
+    (owner, kind, subject), beside the earlier ones, never over them.
 
     The operation row is locked and its lease checked first
     (``operations.hold_for_publish``): the operation must be the scope
@@ -239,33 +271,59 @@ def publish_note(
     a stale attempt or a cancelled operation publishes nothing, and the note
     is of the operation's kind and about its subject. An attempt of
     the same operation that already published returns the note unchanged, so
-    a retried attempt never makes a second.
+    a retried attempt never makes a second. The result records the operation's
+    second reference and that row's name as they are now, and ``provenance``
+    (provider, model, route); the subject's results beyond the newest
+    ``RESULTS_KEPT`` are deleted in the same transaction.
     """
     bounds.task_type(kind)
     bounds.subject(subject_type, subject_id)
     bounds.text("body_json", body_json, NOTE_BODY_MAX)
     bounds.text("operation_id", operation_id, bounds.ID_MAX)
     bounds.text("lease_token", lease_token, bounds.LEASE_TOKEN_MAX)
+    provider, model, route = bounds.provenance(*provenance)
     subject = (subject_type, subject_id)
-    operations.hold_for_publish(tx, operation_id, lease_token, now, kind=kind, subject=subject)
-    try:
-        note = get_note(tx, kind, subject_type, subject_id)
-    except NotFound:
-        values = {
-            "id": new_id(),
-            "kind": kind,
-            "subject_type": subject_type,
-            "subject_id": subject_id,
-            "operation_id": operation_id,
-            "body": body_json,
-            "created_at": now,
-            "updated_at": now,
-        }
-        return _created(tx, AiWorkspaceNote, values), True
-    if note.operation_id == operation_id:
-        return note, False
-    replaced = {"operation_id": operation_id, "body": body_json, "updated_at": now}
-    tx.execute(_REPLACE_NOTE_BODY, {"note_id": note.id, **replaced})
-    for name, value in replaced.items():
-        setattr(note, name, value)
+    context_ref = operations.hold_for_publish(
+        tx, operation_id, lease_token, now, kind=kind, subject=subject
+    )
+    published = _note_of_operation(tx, operation_id)
+    if published is not None:
+        return published, False
+    values = {
+        "id": new_id(),
+        "kind": kind,
+        "subject_type": subject_type,
+        "subject_id": subject_id,
+        "operation_id": operation_id,
+        "body": body_json,
+        "created_at": now,
+        "updated_at": now,
+        "context_ref": context_ref,
+        "context_name": _context_name(tx, kind, context_ref),
+        "provider": provider or None,
+        "model": model or None,
+        "route": route or None,
+    }
+    note = _created(tx, AiWorkspaceNote, values)
+    _forget_beyond_kept(tx, {"kind": kind, "subject_type": subject_type, "subject_id": subject_id})
     return note, True
+
+
+def _context_name(tx: Tx, kind: str, context_ref: str | None) -> str | None:
+    """The name the second reference has now (a CV's filename): None without one, for a kind
+    named by its id only, or once the row is gone."""
+    context = TASKS.get(kind).context if kind in TASKS else None
+    if context_ref is None or context is None or not context.name_column:
+        return None
+    try:
+        row = get_subject(tx, context, context_ref)
+    except NotFound:
+        return None
+    name = getattr(row, context.name_column, None)
+    return str(name)[: bounds.RESULT_CONTEXT_NAME_MAX] if name else None
+
+
+def _forget_beyond_kept(tx: Tx, subject: dict[str, str]) -> None:
+    ids = [row.id for row in tx.execute(_BEYOND_KEPT, subject)]
+    if ids:
+        tx.execute(_DELETE_NOTES, {"ids": ids})

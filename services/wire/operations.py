@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from google.longrunning import operations_proto_pb2 as lro
@@ -15,6 +16,7 @@ from durable_ops.model.errors import DomainError, InvalidArgument
 from durable_ops.model.lifecycle import Event
 from durable_ops.model.routing import Route
 from durable_ops.model.states import OperationState, Privacy
+from durable_ops.model.usage import Usage
 from durable_ops.rpc import states
 from durable_ops.rpc.errors import status_for
 from durable_ops.storage.operations import Claim, CreateRequest, Provenance, Settlement
@@ -90,7 +92,29 @@ def operation(row: UserOperation) -> pb.Operation:
             getattr(message, field).CopyFrom(timestamp(value))
     if row.model:
         message.produced_by.CopyFrom(pb.Provenance(model=row.model, route=row.route or ""))
+    totals = Usage(row.prompt_tokens, row.completion_tokens, row.model_ms)
+    if totals != NO_USAGE:
+        message.usage.CopyFrom(usage_to_pb(totals))
     return message
+
+
+NO_USAGE = Usage()
+
+
+def usage_to_pb(usage: Usage) -> pb.Usage:
+    return pb.Usage(
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        model_ms=usage.model_ms,
+    )
+
+
+def usage_from_pb(message: Message, field: str = "usage") -> Usage | None:
+    """``message.field`` as a ``Usage``, None when unset (checked by the settlement)."""
+    if not message.HasField(field):
+        return None
+    found: pb.Usage = getattr(message, field)
+    return Usage(found.prompt_tokens, found.completion_tokens, found.model_ms)
 
 
 # ---- requests, as the application layer takes them ---------------------------------------
@@ -213,21 +237,25 @@ def release(owner: str, request: pb.ReleaseOperationRequest) -> Settlement:
 
 
 def settlement(item: pb.SettleOperationsRequest.Item) -> Settlement:
-    """One item of the settlement channel, whichever outcome it carries."""
+    """One item of the settlement channel, whichever outcome it carries, with its usage."""
     outcome = item.WhichOneof("outcome")
+    found: Settlement
     if outcome == "complete":
-        return completion(item.owner_id, item.complete)
-    if outcome == "fail":
-        return failure(item.owner_id, item.fail)
-    if outcome == "fallback":
-        return fallback(item.owner_id, item.fallback)
-    if outcome == "acknowledge_cancel":
-        return acknowledgement(item.owner_id, item.acknowledge_cancel)
-    if outcome == "release":
-        return release(item.owner_id, item.release)
-    raise InvalidArgument(
-        "outcome", "is required: complete, fail, fallback, acknowledge_cancel or release"
-    )
+        found = completion(item.owner_id, item.complete)
+    elif outcome == "fail":
+        found = failure(item.owner_id, item.fail)
+    elif outcome == "fallback":
+        found = fallback(item.owner_id, item.fallback)
+    elif outcome == "acknowledge_cancel":
+        found = acknowledgement(item.owner_id, item.acknowledge_cancel)
+    elif outcome == "release":
+        found = release(item.owner_id, item.release)
+    else:
+        raise InvalidArgument(
+            "outcome", "is required: complete, fail, fallback, acknowledge_cancel or release"
+        )
+    usage = usage_from_pb(item)
+    return found if usage is None else replace(found, usage=usage)
 
 
 def outcomes(

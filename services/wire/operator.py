@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from durable_ops.api.operator.v1 import operator_pb2 as opb
+from durable_ops.model.usage import Usage
 from durable_ops.storage.schema import OperationAttempt, UserOperation
 from durable_ops.wire import operations as convert
 
@@ -24,6 +25,9 @@ def operator_attempt(row: OperationAttempt) -> opb.OperatorAttempt:
     message.lease_expires_at.CopyFrom(convert.timestamp(row.lease_expires_at))
     if row.ended_at is not None:
         message.ended_at.CopyFrom(convert.timestamp(row.ended_at))
+    if row.prompt_tokens is not None:  # the three are written together
+        used = Usage(row.prompt_tokens, row.completion_tokens or 0, row.model_ms or 0)
+        message.usage.CopyFrom(convert.usage_to_pb(used))
     return message
 
 

@@ -53,4 +53,8 @@ def note(row: AiWorkspaceNote) -> pb.AiWorkspaceNote:
         body_json=row.body,
         created_at=_stamp(row.created_at),
         updated_at=_stamp(row.updated_at),
+        context_ref=row.context_ref or "",
+        context_name=row.context_name or "",
+        model=row.model or "",
+        route=row.route or "",
     )

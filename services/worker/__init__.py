@@ -10,12 +10,14 @@ async def render(attempt: Attempt) -> str:
     if attempt.subject.type != "report":
         raise PermanentFailure("unknown_subject", "only reports are rendered")
     await attempt.progress(50)
+    # attempt.used(Usage(...), provenance) for each model call: its settlement carries them
     return await render_report(attempt.subject.id)  # the result's reference
 
 asyncio.run(worker.run())
 """
 
-from durable_ops.worker.attempt import Attempt, Claimed, Ending, Subject
+from durable_ops.model.usage import Usage
+from durable_ops.worker.attempt import Attempt, Claimed, Ending, ModelCall, Subject
 from durable_ops.worker.executor import Handler, Interceptor
 from durable_ops.worker.failures import (
     Completed,
@@ -37,9 +39,11 @@ __all__ = [
     "Handler",
     "HandlerFailure",
     "Interceptor",
+    "ModelCall",
     "PermanentFailure",
     "RetryableFailure",
     "Subject",
+    "Usage",
     "Worker",
     "WorkerOptions",
     "WorkerShutdown",

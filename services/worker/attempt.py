@@ -11,8 +11,10 @@ from enum import StrEnum
 from typing import TypeVar
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.model.provenance import Provenance
 from durable_ops.model.routing import Route
 from durable_ops.model.states import Privacy
+from durable_ops.model.usage import Usage, total
 from durable_ops.rpc.states import route_from_pb
 from durable_ops.worker.failures import Completed
 from durable_ops.worker.lease import Lease, LeaseStream
@@ -28,6 +30,14 @@ class Ending(StrEnum):
     FELL_BACK = "fell_back"  # waiting for an external-route worker
     CANCELLED = "cancelled"  # the owner's cancel, acknowledged
     RELEASED = "released"  # the worker stopped first: queued again, the attempt not spent
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """What one model call used, and which model on which route spent it."""
+
+    usage: Usage
+    provenance: Provenance
 
 
 @dataclass(frozen=True)
@@ -111,6 +121,21 @@ class Attempt(Claimed):
         self.lease: Lease | None = None
         self.result: Completed | None = None
         self.ending: Ending | None = None
+        self.calls: list[ModelCall] = []  # what ``used`` recorded, in order
+
+    def used(self, usage: Usage, provenance: Provenance) -> None:
+        """Record what one model call of this attempt used, and which model on which route.
+
+        Whatever the attempt's end (a failure, a release or a cancel too), its settlement
+        carries the sum: the service keeps it on the attempt and adds it to the operation's
+        totals. A call that reached no model records nothing.
+        """
+        self.calls.append(ModelCall(usage.checked(), provenance))
+
+    @property
+    def usage(self) -> Usage | None:
+        """The sum of what ``used`` recorded; None when nothing was."""
+        return total([call.usage for call in self.calls])
 
     @property
     def completed(self) -> bool:

@@ -24,7 +24,9 @@ from durable_ops import telemetry
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.availability import next_attempt_in
 from durable_ops.model.errors import DomainError, Unavailable
+from durable_ops.model.usage import Usage
 from durable_ops.rpc.errors import domain_error_from_rpc
+from durable_ops.worker import metrics
 from durable_ops.worker.attempt import Attempt, Claimed, Ending
 from durable_ops.worker.failures import (
     Completed,
@@ -57,7 +59,7 @@ class Completer:
 
     async def settle(self, attempt: Attempt, outcome: Outcome) -> None:
         """Settle ``attempt`` as ``outcome``; ``attempt.ending`` says what the service accepted."""
-        item, ending = settlement_item(attempt, outcome)
+        item, ending = settlement_item(attempt, outcome, attempt.usage)
         trace = telemetry.span(
             f"{self._trace_name}.complete",
             link=attempt.trace_parent,
@@ -82,6 +84,7 @@ class Completer:
             return
         attempt.ending = ending
         self.endings[ending] += 1
+        metrics.count(attempt.task_type, attempt.calls)
         if isinstance(outcome, ExternalFallback):
             _log.info("worker_fell_back", **attempt.log_fields(), reason=outcome.reason)
 
@@ -127,9 +130,16 @@ class Completer:
                 answer.set_result(outcome)
 
 
-def settlement_item(attempt: Claimed, outcome: Outcome) -> tuple[Item, Ending]:
-    """The item of the settlement channel that ends ``attempt`` as ``outcome``."""
+def settlement_item(
+    attempt: Claimed, outcome: Outcome, usage: Usage | None = None
+) -> tuple[Item, Ending]:
+    """The item of the settlement channel that ends ``attempt`` as ``outcome``, carrying
+    what its model calls used (``usage``), whatever the outcome."""
     item = Item(owner_id=attempt.owner_id)
+    if usage is not None:
+        item.usage.prompt_tokens = usage.prompt_tokens
+        item.usage.completion_tokens = usage.completion_tokens
+        item.usage.model_ms = usage.model_ms
     request: (
         pb.CompleteOperationRequest
         | pb.FailOperationRequest

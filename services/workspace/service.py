@@ -134,6 +134,17 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
         )
         return convert.note(row)
 
+    async def GetOperationNote(
+        self, request: pb.GetOperationNoteRequest, context: ServicerContext
+    ) -> pb.AiWorkspaceNote:
+        owner = require_owner(caller_scope(context)).owner_id
+        row = await self._db.run_async(
+            lambda tx: workspace.get_operation_note(tx, request.operation_id),
+            owner_id=owner,
+            write=False,
+        )
+        return convert.note(row)
+
     async def PublishNote(
         self, request: pb.PublishNoteRequest, context: ServicerContext
     ) -> pb.PublishNoteResponse:
@@ -149,6 +160,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
                 lease_token=request.lease_token,
                 body_json=request.body_json,
                 now=now,
+                provenance=(request.provider, request.model, request.route),
             ),
             owner_id=owner,
         )

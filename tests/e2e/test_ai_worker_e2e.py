@@ -94,10 +94,14 @@ def test_admitted_work_is_published_notified_and_found(any_db_url: str) -> None:
         body = json.loads(note.body_json)
         assert validate_answer(STRATEGY, body) == body
         assert body["fit_score"] > 0  # the CV (context_ref) was read, not only the job
+        # The result names what made it: the worker's model, the operation's CV by its name.
+        assert (note.model, note.route) == ("dev-heuristic", "local")
+        assert (note.context_ref, note.context_name) == (cv, "cv.txt")
         review_note = st.notes_of(ALICE, CV_REVIEW, "attachment", cv)
         assert review_note is not None
         assert review_note.operation_id == review
         assert validate_answer(CV_REVIEW, json.loads(review_note.body_json))
+        assert (review_note.context_ref, review_note.context_name) == (job, "Senior Data Engineer")
 
         found = st.lookup(ALICE, STRATEGY, job)
         assert found is not None

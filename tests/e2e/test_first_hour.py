@@ -268,10 +268,10 @@ def test_the_first_hour(page: Page, tmp_path: Path, screenshot: Screenshot) -> N
 
         ready = page.locator(".note").filter(has_text="Strategy snapshot is ready").first
         ready.get_by_role("link", name=re.compile("^View the result")).click()
-        page.wait_for_url(re.compile(r"/jobs#job-\w+$"))
+        page.wait_for_url(re.compile(r"/jobs\?result=\w+#job-\w+$"))
         opened = page.locator("ol[aria-label='Your jobs'] li.item")
         expect(opened).to_have_class(re.compile("is-highlighted"))
-        expect(opened.locator(".analysis__score")).to_contain_text(re.compile(r"Fit: \d+"))
+        expect(opened.locator(".analysis__score").first).to_contain_text(re.compile(r"Fit: \d+"))
         shot("12-notification-opened-the-result")
 
         page.get_by_role("button", name="Sign out").click()

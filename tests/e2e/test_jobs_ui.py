@@ -73,7 +73,9 @@ def test_start_a_strategy_snapshot_and_read_its_result(
 
     page.goto(f"{ui_gateway.url}/operations")
     link = page.get_by_role("link", name="View result")
-    expect(link).to_have_attribute("href", f"/jobs#job-{claimed.subject_id}")
+    expect(link).to_have_attribute(
+        "href", f"/jobs?result={claimed.operation_id}#job-{claimed.subject_id}"
+    )
 
 
 def stored_state(services: Services, claimed: Claimed) -> ops_pb.Operation:

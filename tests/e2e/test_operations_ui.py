@@ -1,5 +1,5 @@
 """The web UI in a real browser: sign-in, live progress, cancel (and one too late), retry,
-the bell, errors, and the pace of the polls."""
+the bell and where it leads, errors, and the pace of the polls."""
 
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ from tests.support.signin import dev_sign_in
 
 pytestmark = pytest.mark.browser
 Screenshot = Callable[[Page, str], Path]
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 860}
 
 
 def sign_in(page: Page, gateway: LiveGateway, user: str) -> None:
@@ -354,6 +356,96 @@ def test_bell_follows_read_and_dismiss_at_once(
     screenshot(page, "07-notifications-after")
 
 
+def _tab_to(page: Page, element_id: str, presses: int = 30) -> None:
+    for _ in range(presses):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.id") == element_id:
+            return
+    pytest.fail(f"#{element_id} cannot be reached with Tab")
+
+
+@pytest.mark.parametrize("viewport", ["phone", "desktop"])
+def test_the_bell_leads_to_the_notifications_by_mouse_and_by_keyboard_alone(
+    browser: Browser,
+    ui_gateway: LiveGateway,
+    ui_services: Services,
+    screenshot: Screenshot,
+    viewport: str,
+) -> None:
+    for subject in ("job-done-1", "job-done-2"):
+        create_operation(ui_services, "ada", subject=("job", subject))
+        complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
+    for n in range(8):  # a phone shows these first, far above the notifications
+        create_operation(ui_services, "ada", subject=("job", f"job-waiting-{n}"))
+    phone = viewport == "phone"
+    context = browser.new_context(viewport=PHONE if phone else DESKTOP, is_mobile=phone)  # type: ignore[arg-type]
+    try:
+        page = context.new_page()
+        sign_in(page, ui_gateway, "ada")
+        expect(page.locator("li.op")).to_have_count(10)
+        heading = page.get_by_role("heading", name="Notifications", exact=True)
+        read_all = page.get_by_role("button", name="Mark all read")
+        first_link = page.locator(".note").first.get_by_role(
+            "link", name=re.compile("^Open the operation")
+        )
+        if phone:
+            expect(heading).not_to_be_in_viewport()  # below every operation
+
+        # By mouse, on this very page: no reload, the list stays.
+        bell(page).click()
+        expect(page).to_have_url(re.compile(r"/operations#notifications$"))
+        expect(heading).to_be_focused()
+        for shown in (heading, read_all, first_link):
+            expect(shown).to_be_in_viewport()
+        expect(page.locator("li.op")).to_have_count(10)
+        screenshot(page, f"11-bell-notifications-{viewport}")
+
+        # By keyboard alone, from another page: Tab to the bell, Enter, and on.
+        page.goto(ui_gateway.url + "/jobs")
+        expect(bell(page)).to_have_accessible_name("Notifications, 2 unread")
+        _tab_to(page, "bell")
+        page.keyboard.press("Enter")
+        page.wait_for_url(re.compile(r"/operations#notifications$"))
+        expect(heading).to_be_focused()
+        expect(read_all).to_be_visible()  # the list has loaded
+        for shown in (heading, read_all, first_link):
+            expect(shown).to_be_in_viewport()
+        page.keyboard.press("Tab")
+        expect(read_all).to_be_focused()
+        page.keyboard.press("Tab")
+        expect(first_link).to_be_focused()
+        page.keyboard.press("Shift+Tab")
+        page.keyboard.press("Enter")
+        expect(bell(page)).to_have_accessible_name("Notifications, none unread")
+        expect(page.locator(".note--unread")).to_have_count(0)
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"the page scrolls sideways by {overflow}px"
+    finally:
+        context.close()
+
+
+def test_with_the_event_stream_open_the_bell_does_not_poll(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    unread = count_requests(page, "/api/notifications/unread-count")
+    streams: list[str] = []
+    page.on("response", lambda r: streams.append(r.url) if r.url.endswith("/api/events") else None)
+    page.clock.install()
+    sign_in(page, ui_gateway, "ada")
+    expect(bell(page)).to_have_accessible_name("Notifications, none unread")
+    wait_for_count(page, unread, 1)  # the first look, before the stream opened
+    wait_for_count(page, streams, 1)  # the stream answered: it is open
+    page.clock.run_for(125_000)  # two 60-s polls' time
+    page.wait_for_timeout(300)
+    assert len(unread) == 1, unread
+
+    # The count comes from the stream, at once.
+    create_operation(ui_services, "ada", subject=("job", "job-streamed"))
+    complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
+    expect(bell(page)).to_have_accessible_name("Notifications, 1 unread", timeout=2000)
+    assert len(unread) == 1, unread
+
+
 # ---- loading, empty and error states ------------------------------------------------------
 
 
@@ -414,6 +506,7 @@ def test_loading_state_then_a_stopped_backend(
 def test_the_bell_polls_only_the_unread_count_every_60_seconds(
     page: Page, ui_gateway: LiveGateway
 ) -> None:
+    refuse_long_polls(page)  # the poll is the fallback while no event stream is open
     unread = count_requests(page, "/api/notifications/unread-count")
     lists = count_requests(page, "/api/notifications")
     page.clock.install()
@@ -438,6 +531,7 @@ def test_the_unread_poll_interval_is_configurable(
     page: Page, serve_ui: Callable[..., LiveGateway]
 ) -> None:
     gateway = serve_ui(ui_unread_poll_ms=5000)
+    refuse_long_polls(page)
     unread = count_requests(page, "/api/notifications/unread-count")
     page.clock.install()
     sign_in(page, gateway, "ada")
@@ -449,6 +543,7 @@ def test_the_unread_poll_interval_is_configurable(
 
 
 def test_operations_poll_only_while_the_page_is_shown(page: Page, ui_gateway: LiveGateway) -> None:
+    refuse_long_polls(page)  # the bell polls too: no event stream tells it the count
     polls = count_requests(page, "/api/operations")
     unread = count_requests(page, "/api/notifications/unread-count")
     page.clock.install()

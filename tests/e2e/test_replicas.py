@@ -92,7 +92,8 @@ class Cluster:
 @pytest.fixture
 def cluster(migrated_mariadb_url: str) -> Iterator[Cluster]:
     _empty_all_tables(migrated_mariadb_url)
-    ports = {name: [free_port() for _ in range(REPLICAS)] for name in [*GRPC_SERVICES, "gateway"]}
+    processes = [*GRPC_SERVICES, "gateway", "gateway-metrics"]
+    ports = {name: [free_port() for _ in range(REPLICAS)] for name in processes}
     model_bind = f"127.0.0.1:{free_port()}"
     env = {
         "OPS_DATABASE_URL": migrated_mariadb_url,
@@ -128,7 +129,10 @@ def cluster(migrated_mariadb_url: str) -> Iterator[Cluster]:
             stack.start_one(
                 "gateway",
                 label=f"gateway-{index}",
-                extra_env={"OPS_GATEWAY_BIND": f"127.0.0.1:{ports['gateway'][index]}"},
+                extra_env={
+                    "OPS_GATEWAY_BIND": f"127.0.0.1:{ports['gateway'][index]}",
+                    "OPS_GATEWAY_METRICS_BIND": f"127.0.0.1:{ports['gateway-metrics'][index]}",
+                },
             )
         stack.wait_healthy(
             timeout=90,
@@ -420,10 +424,13 @@ def test_replicas_survive_losing_one_of_each_and_never_exceed_capacity(
     assert reader.statuses[("after", survivor, 200)] > 0
     assert reader.statuses[("after", killed_gateway, 200)] == 0
     assert not [key for key in reader.statuses if key[0] != "kill" and key[2] >= 500]
-    _check_the_survivor_over_http(survivor, admitted)
+    metrics = f"http://127.0.0.1:{cluster.ports['gateway-metrics'][0]}/metrics"
+    _check_the_survivor_over_http(survivor, metrics, admitted)
 
 
-def _check_the_survivor_over_http(gateway: str, admitted: dict[str, tuple[str, str]]) -> None:
+def _check_the_survivor_over_http(
+    gateway: str, metrics_url: str, admitted: dict[str, tuple[str, str]]
+) -> None:
     """The surviving gateway reaches the surviving replicas for reads, lists and health."""
     assert httpx.get(f"{gateway}/readyz", timeout=10).status_code == 200
     by_owner: dict[str, set[str]] = collections.defaultdict(set)
@@ -440,5 +447,6 @@ def _check_the_survivor_over_http(gateway: str, admitted: dict[str, tuple[str, s
             assert {item["state"] for item in items} <= TERMINAL
             unread = client.get(f"{gateway}/api/notifications/unread-count", headers=bearer(owner))
             assert unread.json() == {"count": len(by_owner[owner])}
-        metrics = client.get(f"{gateway}/metrics").text
+        assert client.get(f"{gateway}/metrics").status_code == 404  # never where users are
+        metrics = client.get(metrics_url).text
     assert 'route="/api/operations"' in metrics

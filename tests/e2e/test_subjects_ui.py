@@ -117,7 +117,7 @@ def test_a_notification_names_its_task_and_links_to_the_operation_and_the_result
     expect(card(page, failed.id)).to_be_in_viewport()
 
     ready.get_by_role("link", name=re.compile("^View the result")).click()
-    page.wait_for_url(re.compile(f"/jobs#job-{job_id}$"))
+    page.wait_for_url(re.compile(f"/jobs\\?result=\\w+#job-{job_id}$"))
     job = page.locator(f"#job-{job_id}")
     expect(job).to_have_class(re.compile("is-highlighted"))
     expect(job.get_by_text("Fit: 82")).to_be_visible()

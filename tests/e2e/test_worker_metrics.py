@@ -1,4 +1,5 @@
-"""The AI worker exports the local circuit state where Prometheus can scrape it."""
+"""The AI worker exports the local circuit state, and the counters of what its model calls
+used, where Prometheus can scrape them."""
 
 from __future__ import annotations
 
@@ -51,6 +52,9 @@ def test_worker_serves_metrics_with_the_circuit_state(tmp_path: Path) -> None:
                     time.sleep(0.1)
             assert scraped.status_code == 200
             assert "durable_ops_ai_local_circuit_state 0.0" in scraped.text
+            # What settled attempts used, by task type, route and model (issue 36).
+            assert "# TYPE durable_ops_model_tokens_total counter" in scraped.text
+            assert "# TYPE durable_ops_model_seconds_total counter" in scraped.text
         finally:
             worker.terminate()
             worker.wait(timeout=15)

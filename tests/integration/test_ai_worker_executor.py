@@ -24,6 +24,7 @@ from durable_ops.ai_worker.prompts import SubjectText
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.circuit import CircuitBreaker
 from durable_ops.model.errors import NotFound
+from durable_ops.model.provenance import Provenance
 from durable_ops.model.routing import Route
 from durable_ops.model.states import Plan, Privacy
 from durable_ops.model.subjects import JOB, SubjectKind
@@ -67,7 +68,9 @@ class Workspace:
             return job_text("Data Engineer", "Globex", "Python and Spark.")
         return cv_text("Built Spark pipelines in Python.")
 
-    async def publish_note(self, attempt: Attempt, body_json: str) -> tuple[str, bool]:
+    async def publish_note(
+        self, attempt: Attempt, body_json: str, provenance: Provenance | None
+    ) -> tuple[str, bool]:
         self.notes.append(attempt.operation_id)
         return f"note-{len(self.notes)}", True
 

@@ -18,6 +18,7 @@ from durable_ops.ai_worker.clients import WorkspaceClient
 from durable_ops.ai_worker.execution import Executor
 from durable_ops.ai_worker.inference import ModelClient, Router
 from durable_ops.model.circuit import CircuitBreaker
+from durable_ops.model.provenance import Provenance
 from durable_ops.model.routing import Route
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller, open_channel
@@ -73,10 +74,12 @@ class HeldBeforePublishing(WorkspaceClient):
     reached: asyncio.Event
     gate: asyncio.Event
 
-    async def publish_note(self, attempt: Attempt, body_json: str) -> tuple[str, bool]:
+    async def publish_note(
+        self, attempt: Attempt, body_json: str, provenance: Provenance | None
+    ) -> tuple[str, bool]:
         self.reached.set()
         await self.gate.wait()
-        return await super().publish_note(attempt, body_json)
+        return await super().publish_note(attempt, body_json, provenance)
 
 
 def test_an_attempt_whose_lease_was_taken_over_publishes_nothing(
@@ -125,9 +128,11 @@ class CancelJustBeforePublishing(WorkspaceClient):
 
     services: Services
 
-    async def publish_note(self, attempt: Attempt, body_json: str) -> tuple[str, bool]:
+    async def publish_note(
+        self, attempt: Attempt, body_json: str, provenance: Provenance | None
+    ) -> tuple[str, bool]:
         await asyncio.to_thread(OpsClient(self.services).cancel, ALICE, attempt.operation_id)
-        return await super().publish_note(attempt, body_json)
+        return await super().publish_note(attempt, body_json, provenance)
 
 
 def test_a_cancel_that_lands_before_the_note_wins(services: Services) -> None:

@@ -35,6 +35,7 @@ from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller
 from durable_ops.rpc.errors import domain_error_from_rpc
 from durable_ops.rpc.keys import create_key_pair
+from durable_ops.rpc.metrics import serve_metrics
 from durable_ops.settings import SettingsError
 from durable_ops.storage import migrate
 from tests.support.clock import ManualClock
@@ -78,6 +79,7 @@ OPERATION_FIELDS = {
     "deadline_at",
     "next_attempt_at",
     "provenance",
+    "usage",
 }
 
 
@@ -604,19 +606,27 @@ def test_metrics_count_by_route_template_and_status(sqlite_services: Services) -
                 await client.get("/api/operations/" + "a" * 32, headers=bearer("alice"))
             await client.get("/api/operations", headers=bearer("alice"))
             await client.get("/no/such/path")
-            metrics = await client.get("/metrics")
+            # Never on the users' port: the operator's own bind serves them (gateway.main).
+            assert (await client.get("/metrics")).status_code == 404
+            exporter = serve_metrics("127.0.0.1:0", app.state.metrics.registry, setting="gateway")
+            try:
+                async with httpx.AsyncClient() as scraper:
+                    metrics = await scraper.get(f"http://127.0.0.1:{exporter.port}/metrics")
+            finally:
+                exporter.close()
             assert metrics.status_code == 200
             assert metrics.headers["content-type"].startswith("text/plain")
             text = metrics.text
             assert _sample(text, "/api/operations/{id}", 404) == 3.0
             assert _sample(text, "/api/operations", 200) == 1.0
-            assert _sample(text, "unmatched", 404) == 1.0
+            assert _sample(text, "unmatched", 404) == 2.0  # /no/such/path, /metrics
             assert "a" * 32 not in text
             assert "durable_ops_gateway_http_request_duration_seconds_bucket{" in text
             assert 'route="/api/operations/{id}"' in text
         async with gateway_client(other) as client:
-            fresh = (await client.get("/metrics")).text
-            assert _sample(fresh, "/api/operations/{id}", 404) is None
+            await client.get("/healthz")
+        fresh = other.state.metrics.exposition().decode()
+        assert _sample(fresh, "/api/operations/{id}", 404) is None
 
     run(scenario())
 

@@ -32,8 +32,8 @@ CV = {"kind": "cv", "filename": "cv.txt", "text": CV_TEXT}
 
 
 @pytest.fixture
-def services(db_url: str) -> Iterator[Services]:
-    with running_services(db_url, ManualClock(), Limits(per_user=2, global_=3)) as running:
+def services(db_url: str, clock: ManualClock) -> Iterator[Services]:
+    with running_services(db_url, clock, Limits(per_user=2, global_=3)) as running:
         yield running
 
 
@@ -401,15 +401,28 @@ WORKSPACE_ID_ROUTES = [
     ("POST", "/api/jobs/{id}/strategy-snapshot", "job"),
     ("GET", "/api/attachments/{id}/cv-review", "cv"),
     ("POST", "/api/attachments/{id}/cv-review", "cv"),
+    ("GET", "/api/operations/{id}/result", "result"),
 ]
 
 
 def test_every_workspace_id_route_hides_other_owners(services: Services) -> None:
     entitle(services.db, "bob")
+    entitle(services.db, "alice")
 
     async def scenario() -> None:
         async with gateway_client(make_app(services.target)) as client:
             ids = {"job": await _job(client), "cv": await _cv(client)}
+            started = await client.post(
+                f"/api/jobs/{ids['job']}/strategy-snapshot", headers=bearer("alice")
+            )
+            claimed = await asyncio.to_thread(claim, services, ["strategy.snapshot"])
+            await asyncio.to_thread(publish, services, claimed, {"fit_score": 1})
+            await asyncio.to_thread(complete, services, claimed)
+            ids["result"] = started.json()["operation_id"]
+            mine = await client.get(
+                f"/api/operations/{ids['result']}/result", headers=bearer("alice")
+            )
+            assert mine.status_code == 200, mine.text
             for method, template, which in WORKSPACE_ID_ROUTES:
                 theirs = await client.request(
                     method, template.format(id=ids[which]), headers=bearer("bob")
@@ -433,3 +446,54 @@ def test_isolation_lists_cover_every_id_route() -> None:
     }
     covered = {(method, path) for method, path, _ in [*OPERATION_ID_ROUTES, *WORKSPACE_ID_ROUTES]}
     assert routes == covered
+
+
+def test_each_finished_analysis_is_its_own_result(services: Services, clock: ManualClock) -> None:
+    """A re-run adds a result instead of overwriting it: the GET answers the newest, naming
+    its CV and model; a past operation's result reads by its id; an id naming none of the
+    caller's results is a 404 ``result_not_found``."""
+    entitle(services.db, "alice")
+
+    async def finish(score: int, model: str) -> None:
+        clock.advance(1)  # each run later than the last, as on any real clock
+        claimed = await asyncio.to_thread(claim, services, ["strategy.snapshot"])
+        await asyncio.to_thread(
+            publish, services, claimed, {"fit_score": score}, provenance=("h", model, "local")
+        )
+        await asyncio.to_thread(complete, services, claimed)
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            alice = bearer("alice")
+            job, cv = await _job(client), await _cv(client)
+            path = f"/api/jobs/{job}/strategy-snapshot"
+            first = (await client.post(path, json={"attachment_id": cv}, headers=alice)).json()
+            await finish(21, "qwen2.5-3b")
+            second = (await client.post(path, headers=alice)).json()
+            await finish(64, "dev-heuristic")
+
+            newest = (await client.get(path, headers=alice)).json()["snapshot"]
+            assert newest["result"] == {"fit_score": 64}
+            assert newest["operation_id"] == second["operation_id"]
+            assert newest["context"] is None  # this run had no CV
+            assert newest["provenance"] == {"model": "dev-heuristic", "route": "local"}
+
+            earlier = await client.get(
+                f"/api/operations/{first['operation_id']}/result", headers=alice
+            )
+            assert earlier.status_code == 200, earlier.text
+            body = earlier.json()
+            assert body["result"] == {"fit_score": 21}
+            assert body["context"] == {"type": "attachment", "id": cv, "name": "cv.txt"}
+            assert body["provenance"] == {"model": "qwen2.5-3b", "route": "local"}
+            assert (body["task_type"], body["subject"]) == (
+                "strategy.snapshot",
+                {"type": "job", "id": job},
+            )
+            assert body["created_at"] < newest["created_at"]
+
+            for bad in (MISSING_ID, "x" * 65, "not%20an%20id", "a.b"):
+                missing = await client.get(f"/api/operations/{bad}/result", headers=alice)
+                _problem(missing, 404, "result_not_found")
+
+    run(scenario())

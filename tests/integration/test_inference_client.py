@@ -46,9 +46,10 @@ from durable_ops.dev_model import create_app
 from durable_ops.dev_model import stream as dev_stream
 from durable_ops.model import tasks
 from durable_ops.model.circuit import CircuitBreaker, CircuitState
-from durable_ops.model.progress import DEFAULT_BUDGET_TOKENS
+from durable_ops.model.progress import DEFAULT_BUDGET_TOKENS, percent_of
 from durable_ops.model.routing import Route
 from durable_ops.model.states import Privacy
+from durable_ops.model.usage import Usage
 from durable_ops.settings import Settings
 from tests.support.ports import refusing_port
 from tests.support.prompts import build_request, cv_text, job_text, validate_answer
@@ -205,6 +206,7 @@ def test_request_is_openai_structured_output_at_temperature_zero() -> None:
     assert body["model"] == "dev-heuristic"
     assert body["temperature"] == 0
     assert body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}  # the server's own counts
     assert body["messages"] == [{"role": "user", "content": "hi"}]
     assert body["response_format"] == {
         "type": "json_schema",
@@ -448,10 +450,12 @@ def test_streamed_answer_is_parsed_and_progress_climbs_with_it() -> None:
     answer = run(scenario())
     progress.check()
     assert len(progress) > 10  # it climbed, not jumped
-    # One percent per chunk of content, of the task's answer budget.
+    # Counted in chunks of content, against the task's expected size with its context.
     chunks = len(dev_stream.pieces(json.dumps(answer, ensure_ascii=False)))
-    assert STRATEGY.expected_tokens == tasks.STRATEGY_SNAPSHOT.answer_tokens
-    assert progress[-1] == chunks * 100 // tasks.STRATEGY_SNAPSHOT.answer_tokens
+    expected = tasks.STRATEGY_SNAPSHOT.answer_tokens.with_context
+    assert expected is not None
+    assert STRATEGY.expected_tokens == expected
+    assert progress[-1] == percent_of(chunks, expected)
 
 
 def test_progress_stops_at_99_and_never_repeats() -> None:
@@ -497,7 +501,7 @@ def test_the_servers_token_count_is_used_when_it_gives_one() -> None:
             assert (await client.complete(request, on_progress=progress)).answer == {"a": 1}
 
     run(scenario())
-    assert progress == [25, 50]
+    assert progress == [percent_of(30, 120), percent_of(60, 120)]  # 23, 47
 
 
 def test_progress_counts_against_the_cap_without_an_expected_size_else_a_default() -> None:
@@ -510,7 +514,7 @@ def test_progress_counts_against_the_cap_without_an_expected_size_else_a_default
 
     run(scenario())
     progress.check()
-    assert progress[-1] == 202 * 100 // DEFAULT_BUDGET_TOKENS
+    assert progress[-1] == percent_of(202, DEFAULT_BUDGET_TOKENS)
 
 
 def test_a_server_that_does_not_stream_still_works() -> None:
@@ -1198,3 +1202,119 @@ def test_router_from_settings() -> None:
         await both.aclose()
 
     run(close())
+
+
+# --- what an exchange used (issue 36) ----------------------------------------
+
+
+class Used(list[tuple[Usage, Provenance]]):
+    """An ``on_usage`` that keeps what it was told."""
+
+    def __call__(self, usage: Usage, provenance: Provenance) -> None:
+        self.append((usage, provenance))
+
+
+LLAMA_USAGE = {"prompt_tokens": 41, "completion_tokens": 8, "total_tokens": 49}
+LLAMA_TIMINGS = {"prompt_n": 41, "prompt_ms": 120.4, "predicted_n": 8, "predicted_ms": 2979.8}
+
+
+def test_the_servers_usage_and_timings_are_what_an_exchange_used() -> None:
+    # As llama-server streams with include_usage: the finish, then usage with no choices.
+    usage_chunk = {"choices": [], "usage": LLAMA_USAGE, "timings": LLAMA_TIMINGS}
+    events = [chunk(role="assistant"), *(chunk(piece) for piece in ANSWER_PIECES)]
+    body = sse(*events, chunk(finish_reason="stop"), usage_chunk, "data: [DONE]\n\n")
+    used = Used()
+
+    async def scenario() -> None:
+        async with scripted_client(lambda _: event_stream(body), provider="llama") as client:
+            result = await client.complete(InferenceRequest("s", {}, []), on_usage=used)
+        assert result.answer == {"ok": [1, 2]}
+
+    run(scenario())
+    assert used == [(Usage(41, 8, 3100), Provenance("llama", "dev-heuristic", "local"))]
+
+
+def test_without_the_servers_usage_the_chunks_are_counted_and_the_time_measured() -> None:
+    used = Used()
+
+    async def scenario() -> None:
+        async with scripted_client(lambda _: event_stream(streamed(ANSWER_PIECES))) as client:
+            await client.complete(InferenceRequest("s", {}, []), on_usage=used)
+
+    run(scenario())
+    ((usage, _),) = used
+    assert (usage.prompt_tokens, usage.completion_tokens) == (0, len(ANSWER_PIECES))
+    assert 0 <= usage.model_ms < 10_000  # measured around the exchange
+
+
+def test_a_whole_completion_reports_its_usage_and_a_bad_answer_costs_its_tokens() -> None:
+    body = {**completion("not json"), "usage": LLAMA_USAGE}
+    used = Used()
+
+    async def scenario() -> None:
+        async with scripted_client(lambda _: httpx.Response(200, json=body)) as client:
+            with pytest.raises(InvalidModelOutput):
+                await client.complete(InferenceRequest("s", {}, []), on_usage=used)
+
+    run(scenario())
+    ((usage, _),) = used
+    assert (usage.prompt_tokens, usage.completion_tokens) == (41, 8)
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        httpx.Response(500, json={"error": {"message": "boom"}}),
+        event_stream(streamed(ANSWER_PIECES, done=False)[:-40]),  # cut short in transit
+    ],
+)
+def test_an_exchange_that_ended_without_an_answer_reports_nothing(
+    response: httpx.Response,
+) -> None:
+    used = Used()
+
+    async def scenario() -> None:
+        async with scripted_client(lambda _: response) as client:
+            with pytest.raises(InferenceError):
+                await client.complete(InferenceRequest("s", {}, []), on_usage=used)
+
+    run(scenario())
+    assert used == []
+
+
+def test_the_development_model_reports_what_it_sent_through_the_client() -> None:
+    used, told = Used(), list[str]()
+
+    async def scenario() -> dict[str, Any]:
+        async with asgi_client(create_app()) as client:
+            return (await client.complete(STRATEGY, on_usage=used, on_text=told.append)).answer
+
+    answer = run(scenario())
+    ((usage, provenance),) = used
+    content = json.dumps(answer, ensure_ascii=False)
+    assert usage.completion_tokens == len(dev_stream.pieces(content)) == len(told)
+    prompt = sum(len(dev_stream.pieces(message["content"])) for message in STRATEGY.messages)
+    assert usage.prompt_tokens == prompt
+    assert provenance.route == "local"
+
+
+def test_both_routes_report_usage_and_a_refused_external_route_spends_nothing() -> None:
+    local_used, external_used, refused_used = Used(), Used(), Used()
+
+    async def scenario() -> None:
+        external = asgi_client(create_app(), route=Route.EXTERNAL, provider="example-ai")
+        router, _ = make_router(asgi_client(create_app()), external)
+        request = build_request(CV_REVIEW, JOB, CV)
+        await router.infer(request, Privacy.LOCAL_ONLY, True, on_usage=local_used)
+        await router.infer_external(request, Privacy.EXTERNAL_ALLOWED, True, on_usage=external_used)
+        with pytest.raises(ExternalRouteNotPermitted):
+            await router.infer_external(request, Privacy.LOCAL_ONLY, True, on_usage=refused_used)
+        await router.aclose()
+
+    run(scenario())
+    ((local, at_home),) = local_used
+    ((external, away),) = external_used
+    assert (at_home.route, away.route) == ("local", "external")
+    assert away.provider == "example-ai"
+    assert local.tokens == external.tokens > 0  # the same answer, counted the same way
+    assert refused_used == []

@@ -38,13 +38,12 @@ NOW = datetime(2026, 12, 1, 12, 0, 0, 123456, tzinfo=UTC)
 OPERATION_ID = "a" * 32
 NOTIFICATION_ID = "b" * 32
 ATTEMPT_ID = "c" * 32
-HEAD = schema_stamp.quick_head() or "no single head"
 
 # A later release's additive revision, as its author would write it.
 THROWAWAY_REVISION = '''"""Throwaway: one nullable column on user_operations.
 
-Revision ID: 0010_throwaway
-Revises: {HEAD}
+Revision ID: 9999_throwaway
+Revises: {head}
 """
 
 from __future__ import annotations
@@ -54,8 +53,8 @@ from alembic import op
 
 from durable_ops.migrations import ddl
 
-revision = "0010_throwaway"
-down_revision = "{HEAD}"
+revision = "9999_throwaway"
+down_revision = "{head}"
 branch_labels = None
 depends_on = None
 
@@ -77,6 +76,11 @@ def downgrade() -> None:
         with ddl.sqlite_batch_alter_table("user_operations") as batch:
             batch.drop_column("throwaway_note")
 '''
+
+
+def after_head(revision: str) -> str:
+    """A later release's revision, revising this release's head (whatever it is)."""
+    return revision.replace("{head}", migrate.head_revision())
 
 
 @pytest.fixture
@@ -409,9 +413,7 @@ def test_a_new_add_column_revision_round_trips(
     """
     scripts = tmp_path / "migrations"
     shutil.copytree(migrate.MIGRATIONS, scripts, ignore=shutil.ignore_patterns("__pycache__"))
-    (scripts / "versions" / "0010_throwaway.py").write_text(
-        THROWAWAY_REVISION.replace("{HEAD}", HEAD)
-    )
+    (scripts / "versions" / "9999_throwaway.py").write_text(after_head(THROWAWAY_REVISION))
     connection = connect(fresh_url)
 
     def state() -> tuple[str | None, bool]:
@@ -421,19 +423,19 @@ def test_a_new_add_column_revision_round_trips(
         return revision, present
 
     migrate.upgrade(fresh_url, script_location=scripts)
-    assert state() == ("0010_throwaway", True)
+    assert state() == ("9999_throwaway", True)
     migrate.require_current(connection.engine)  # this release accepts the newer schema
     _add_operation_and_notification(connection)
 
-    migrate.downgrade(fresh_url, HEAD, script_location=scripts)
-    assert state() == (HEAD, False)
+    migrate.downgrade(fresh_url, migrate.head_revision(), script_location=scripts)
+    assert state() == (migrate.head_revision(), False)
     assert _notification_operation(connection) == OPERATION_ID
     with connection.begin():
         assert _claim_index_keys(connection) == CLAIM_KEYS
         assert _drift(connection) == set()
 
     migrate.upgrade(fresh_url, script_location=scripts)
-    assert state() == ("0010_throwaway", True)
+    assert state() == ("9999_throwaway", True)
     assert _notification_operation(connection) == OPERATION_ID
     with connection.begin():
         assert _claim_index_keys(connection) == CLAIM_KEYS
@@ -442,14 +444,14 @@ def test_a_new_add_column_revision_round_trips(
 
 BREAKING_REVISION = '''"""Broken: a notification of an operation that does not exist.
 
-Revision ID: 0010_broken
-Revises: {HEAD}
+Revision ID: 9999_broken
+Revises: {head}
 """
 
 from alembic import op
 
-revision = "0010_broken"
-down_revision = "{HEAD}"
+revision = "9999_broken"
+down_revision = "{head}"
 branch_labels = None
 depends_on = None
 
@@ -474,13 +476,13 @@ def test_a_sqlite_revision_that_breaks_a_reference_is_rolled_back(
     url = f"sqlite:///{tmp_path / 'ops.sqlite3'}"
     scripts = tmp_path / "migrations"
     shutil.copytree(migrate.MIGRATIONS, scripts, ignore=shutil.ignore_patterns("__pycache__"))
-    (scripts / "versions" / "0010_broken.py").write_text(BREAKING_REVISION.replace("{HEAD}", HEAD))
+    (scripts / "versions" / "9999_broken.py").write_text(after_head(BREAKING_REVISION))
     migrate.upgrade(url)
     with pytest.raises(RuntimeError, match="broken foreign keys"):
         migrate.upgrade(url, script_location=scripts)
     connection = connect(url)
     with connection.begin():
-        assert migrate.current_revision(connection.engine) == HEAD
+        assert migrate.current_revision(connection.engine) == migrate.head_revision()
         count = connection.execute(text("SELECT COUNT(*) FROM user_notifications")).scalar()
         assert count == 0
 

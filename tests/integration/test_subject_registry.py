@@ -61,7 +61,7 @@ LETTER_POLISH = tasks.TaskType(
     answer=tasks.answer(
         {"summary": tasks.text(600), "edits": tasks.items("Edits", 8, tasks.ITEM_MAX)}
     ),
-    answer_tokens=300,
+    answer_tokens=tasks.AnswerTokens(alone=300),
     priority=3,
     time_budget=timedelta(minutes=10),
     max_attempts=2,

@@ -43,7 +43,7 @@ COVER_LETTER = tasks.TaskType(
             "talking_points": tasks.items("Talking points", 5, 200),
         }
     ),
-    answer_tokens=900,
+    answer_tokens=tasks.AnswerTokens(alone=700, with_context=900),
     priority=3,
     time_budget=timedelta(minutes=10),
     max_attempts=2,
@@ -105,7 +105,7 @@ def test_the_worker_has_a_handler_and_the_dev_model_answers_its_schema() -> None
     )
     assert request.schema_name == "cover_letter"
     assert request.schema == COVER_LETTER.answer
-    assert request.expected_tokens == COVER_LETTER.answer_tokens
+    assert request.expected_tokens == 900  # with the CV, its context
     body = {
         "model": "dev-heuristic",
         "messages": request.messages,
@@ -123,7 +123,9 @@ def test_the_worker_has_a_handler_and_the_dev_model_answers_its_schema() -> None
 
 def test_its_answer_budget_must_be_positive() -> None:
     with pytest.raises(ValueError, match="answer_tokens"):
-        dataclasses.replace(COVER_LETTER, answer_tokens=0)
+        dataclasses.replace(COVER_LETTER, answer_tokens=tasks.AnswerTokens(alone=0))
+    with pytest.raises(ValueError, match="answer_tokens"):
+        tasks.AnswerTokens(alone=300, with_context=-1)
 
 
 def test_without_instructions_there_is_no_handler_to_claim_it() -> None:

@@ -246,8 +246,11 @@ def publish(
     *,
     kind: str = "strategy.snapshot",
     subject: str = "job",
+    provenance: tuple[str, str, str] = ("", "", ""),
 ) -> None:
-    """The worker's last step before it completes: the validated answer, with its lease."""
+    """The worker's last step before it completes: the validated answer, with its lease
+    and the (provider, model, route) that produced it."""
+    provider, model, route = provenance
     note = services.workspace.PublishNote(
         workspace_pb.PublishNoteRequest(
             kind=kind,
@@ -256,6 +259,9 @@ def publish(
             operation_id=claimed.operation_id,
             lease_token=claimed.lease_token,
             body_json=json.dumps(body),
+            provider=provider,
+            model=model,
+            route=route,
         ),
         metadata=metadata(Role.WORKER, claimed.owner),
     )

@@ -232,11 +232,18 @@ def test_build_request_validates_with_the_task_schema() -> None:
     assert request.schema == answer_schema(CV_REVIEW)[1]
     assert request.messages == build_messages(CV_REVIEW, JOB, CV)
     assert (request.expected_tokens, request.max_tokens) == (
-        tasks.CV_REVIEW.answer_tokens,
+        tasks.CV_REVIEW.answer_tokens.with_context,
         tasks.MAX_ANSWER_TOKENS,
     )
+    # The expected size follows the context: an answer with nothing to compare is shorter.
+    assert build_request(CV_REVIEW, CV).expected_tokens == tasks.CV_REVIEW.answer_tokens.alone
     strategy = build_request(STRATEGY_SNAPSHOT, JOB, CV)
-    assert strategy.expected_tokens == tasks.STRATEGY_SNAPSHOT.answer_tokens
+    assert strategy.expected_tokens == tasks.STRATEGY_SNAPSHOT.answer_tokens.with_context
+    alone = build_request(STRATEGY_SNAPSHOT, JOB)
+    assert alone.expected_tokens == tasks.STRATEGY_SNAPSHOT.answer_tokens.alone
+    assert tasks.STRATEGY_SNAPSHOT.answer_tokens.alone < (
+        tasks.STRATEGY_SNAPSHOT.answer_tokens.with_context or 0
+    )
     assert request.validate is not None
     assert request.validate(GOOD_REVIEW) == GOOD_REVIEW
     with pytest.raises(InvalidModelOutput):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -52,10 +53,12 @@ from durable_ops.ai_worker.inference.response_format import (
 )
 from durable_ops.ai_worker.inference.result import InferenceResult
 from durable_ops.ai_worker.inference.sse import Event, EventDecoder, MalformedStream
+from durable_ops.ai_worker.inference.usage import exchange_usage
 from durable_ops.model.bounds import PROVIDER_MAX
 from durable_ops.model.progress import DEFAULT_BUDGET_TOKENS, ProgressMeter
 from durable_ops.model.provenance import Provenance
 from durable_ops.model.routing import Route
+from durable_ops.model.usage import Usage
 
 GENERIC_PROVIDER = "openai-compatible"
 DEFAULT_TIMEOUT_SECONDS = 60.0
@@ -67,6 +70,9 @@ ProgressCallback = Callable[[int], None]
 """Told the percent of a streamed answer received so far (``model.progress``)."""
 TextCallback = Callable[[str], None]
 """Told the text of a streamed answer received so far, each time it grew."""
+UsageCallback = Callable[[Usage, Provenance], None]
+"""Told what one exchange used (``inference.usage``), and on which route and model, once
+the server finished an answer: a valid one or not. An exchange cut short tells nothing."""
 
 
 def provider_from_url(base_url: str) -> str:
@@ -137,6 +143,8 @@ class ModelClient:
             "messages": [dict(message) for message in request.messages],
             "temperature": 0,
             "stream": True,
+            # The server's own token counts in the stream's last chunk (OpenAI, llama.cpp).
+            "stream_options": {"include_usage": True},
             "response_format": response_format(
                 form or self._form, request.schema_name, request.schema
             ),
@@ -151,6 +159,7 @@ class ModelClient:
         *,
         on_progress: ProgressCallback | None = None,
         on_text: TextCallback | None = None,
+        on_usage: UsageCallback | None = None,
     ) -> InferenceResult:
         """The validated answer to ``request``.
 
@@ -158,11 +167,13 @@ class ModelClient:
         estimate of ``durable_ops.model.progress`` (1 to 99, each value higher
         than the last), synchronously from the task reading the stream: it must
         be quick. A server that answers in one piece calls it never. ``on_text``
-        likewise, with the answer's text so far each time it grew.
+        likewise, with the answer's text so far each time it grew. ``on_usage`` once
+        the server finished an answer, before it is checked: an answer that is not valid
+        cost its tokens too.
         Cancelling the awaiting task closes the connection at once.
         """
         try:
-            answer = await self._complete(request, on_progress, on_text)
+            answer = await self._complete(request, on_progress, on_text, on_usage)
         except InferenceError as exc:
             if exc.provenance is None:
                 exc.provenance = self.provenance
@@ -174,12 +185,15 @@ class ModelClient:
         request: InferenceRequest,
         on_progress: ProgressCallback | None,
         on_text: TextCallback | None,
+        on_usage: UsageCallback | None,
     ) -> dict[str, Any]:
         budget = request.expected_tokens or request.max_tokens or DEFAULT_BUDGET_TOKENS
         listener = _Listener(
             ProgressMeter(budget),
             _ignore_progress if on_progress is None else on_progress,
             _ignore_text if on_text is None else on_text,
+            _ignore_usage if on_usage is None else on_usage,
+            self.provenance,
         )
         # httpx's timeout bounds each phase; this one bounds the whole exchange,
         # so a server that trickles bytes cannot hold the worker forever.
@@ -227,6 +241,7 @@ class ModelClient:
         ``_JsonSchemaRefused`` instead of its error. ``on_accepted`` is called once
         the status says the request was taken.
         """
+        started = time.monotonic()
         async with self._http.stream("POST", self.url, json=payload) as response:
             if response.status_code >= 300:
                 body = await _read(response)  # as a whole, whatever its type
@@ -236,9 +251,13 @@ class ModelClient:
                 _raise_for_status(response)
             if on_accepted is not None:
                 on_accepted()
+            stream = _ChunkStream()
             if _media_type(response) != "text/event-stream":
-                return _message_content(await _read(response))
-            return await _streamed_content(response, listener)
+                content = _message_content(await _read(response), stream)
+            else:
+                content = await _streamed_content(response, listener, stream)
+        listener.used(stream, time.monotonic() - started)
+        return content
 
     def _adopt(self, form: ResponseFormat, refused_status: int) -> None:
         """Keep ``form`` for this route from now on; say so once."""
@@ -272,19 +291,32 @@ def _ignore_progress(percent: int) -> None:
     pass
 
 
+def _ignore_usage(usage: Usage, provenance: Provenance) -> None:
+    pass
+
+
 @dataclass(frozen=True)
 class _Listener:
-    """Who is told how a streamed answer grows: its percent (when it rose) and its text."""
+    """Who is told how a streamed answer grows (its percent when it rose, its text) and
+    what a finished exchange used."""
 
     meter: ProgressMeter
     progress: ProgressCallback
     text: TextCallback
+    usage: UsageCallback
+    provenance: Provenance
 
     def grew(self, stream: _ChunkStream) -> None:
         percent = self.meter.observe(stream.tokens)
         if percent is not None:
             self.progress(percent)
         self.text(stream.content())
+
+    def used(self, stream: _ChunkStream, seconds: float) -> None:
+        usage = exchange_usage(
+            stream.usage, stream.timings, counted_tokens=stream.tokens, measured_seconds=seconds
+        )
+        self.usage(usage, self.provenance)
 
 
 class _Bounded:
@@ -327,7 +359,9 @@ def _retry_after(headers: httpx.Headers) -> float | None:
     return seconds if seconds >= 0 else None
 
 
-async def _streamed_content(response: httpx.Response, listener: _Listener) -> str:
+async def _streamed_content(
+    response: httpx.Response, listener: _Listener, stream: _ChunkStream
+) -> str:
     """The content of ``chat.completion.chunk`` events, reporting progress as it grows.
 
     The stream ends at ``data: [DONE]``, or at its end once a chunk gave the
@@ -337,7 +371,7 @@ async def _streamed_content(response: httpx.Response, listener: _Listener) -> st
     counts it. A failure the server reports inside the stream is
     ``InvalidModelOutput``: it answered, with something that is not an answer.
     """
-    bound, decoder, stream = _Bounded(), EventDecoder(), _ChunkStream()
+    bound, decoder = _Bounded(), EventDecoder()
     try:
         async for data in response.aiter_bytes():
             for event in decoder.feed(bound.add(data)):
@@ -363,6 +397,8 @@ class _ChunkStream:
         self.pieces: list[str] = []
         self.tokens = 0
         self.finish_reason: str | None = None
+        self.usage: object = None  # the server's ``usage`` and ``timings``, as it sent them
+        self.timings: object = None
 
     def content(self) -> str:
         return "".join(self.pieces)
@@ -387,6 +423,7 @@ class _ChunkStream:
         if choices:  # the usage-only chunk of some servers has none
             self._choice(choices[0])
         self._usage(chunk.get("usage"))
+        self.timings = chunk.get("timings", self.timings)
         return False
 
     def _choice(self, choice: object) -> None:
@@ -406,20 +443,25 @@ class _ChunkStream:
             self.finish_reason = str(finish_reason)
 
     def _usage(self, usage: object) -> None:
+        if usage is None:
+            return
+        self.usage = usage
         # The server's own count, where it gives one, is the better estimate.
         counted = usage.get("completion_tokens") if isinstance(usage, dict) else None
         if isinstance(counted, int) and not isinstance(counted, bool):
             self.tokens = max(self.tokens, counted)
 
 
-def _message_content(body: bytes) -> str:
-    """The text in ``choices[0].message.content`` of a whole completion."""
+def _message_content(body: bytes, stream: _ChunkStream) -> str:
+    """The text in ``choices[0].message.content`` of a whole completion; its ``usage`` and
+    ``timings`` noted on ``stream``."""
     try:
         completion = json.loads(body)
         choice = completion["choices"][0]
         content = choice["message"]["content"]
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         raise InvalidModelOutput("response is not a chat completion") from exc
+    stream.usage, stream.timings = completion.get("usage"), completion.get("timings")
     if choice.get("finish_reason") == "length":
         raise InvalidModelOutput("answer was cut off at the token limit")
     if not isinstance(content, str):

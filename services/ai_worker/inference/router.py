@@ -13,7 +13,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from durable_ops.ai_worker.inference.client import ModelClient, ProgressCallback, TextCallback
+from durable_ops.ai_worker.inference.client import (
+    ModelClient,
+    ProgressCallback,
+    TextCallback,
+    UsageCallback,
+)
 from durable_ops.ai_worker.inference.errors import (
     ExternalRouteNotPermitted,
     InferenceError,
@@ -86,9 +91,10 @@ class Router:
         *,
         on_progress: ProgressCallback | None = None,
         on_text: TextCallback | None = None,
+        on_usage: UsageCallback | None = None,
     ) -> InferenceResult:
-        """Serve ``request`` on the local route; ``on_progress`` and ``on_text`` as in
-        ``ModelClient.complete``."""
+        """Serve ``request`` on the local route; ``on_progress``, ``on_text`` and
+        ``on_usage`` as in ``ModelClient.complete``."""
         plan = route_plan(
             privacy,
             task_external_allowed=task_external_allowed,
@@ -102,7 +108,9 @@ class Router:
                 provenance=self.local.provenance,
             )
         try:
-            result = await self.local.complete(request, on_progress=on_progress, on_text=on_text)
+            result = await self.local.complete(
+                request, on_progress=on_progress, on_text=on_text, on_usage=on_usage
+            )
         except ModelUnavailable as exc:
             self.breaker.record_failure(self._clock())
             raise LocalRouteUnavailable(
@@ -123,13 +131,17 @@ class Router:
         *,
         on_progress: ProgressCallback | None = None,
         on_text: TextCallback | None = None,
+        on_usage: UsageCallback | None = None,
     ) -> InferenceResult:
         """Serve an operation claimed from waiting_for_external_fallback.
 
         Privacy and the allowlist are checked again here, at the last moment
         before the user's text leaves the host: the owner may have switched to
-        ``local_only`` since the fallback was decided.
+        ``local_only`` since the fallback was decided. Refused here, the request is never
+        sent, and nothing is spent on the external route.
         """
         if self.external is None or not self.external_permitted(privacy, task_external_allowed):
             raise ExternalRouteNotPermitted("the external route is not permitted")
-        return await self.external.complete(request, on_progress=on_progress, on_text=on_text)
+        return await self.external.complete(
+            request, on_progress=on_progress, on_text=on_text, on_usage=on_usage
+        )

@@ -23,8 +23,9 @@ from typing import Any
 from sqlalchemy import Update, bindparam, update
 
 from durable_ops.model import lifecycle
-from durable_ops.model.lifecycle import Decision, Event
+from durable_ops.model.lifecycle import AttemptOutcome, Decision, Event
 from durable_ops.model.states import OperationState
+from durable_ops.model.usage import Usage
 from durable_ops.storage import drafts, notifications
 from durable_ops.storage.events import Changed, publish
 from durable_ops.storage.operations import history
@@ -39,6 +40,8 @@ from durable_ops.storage.operations.rows import (
 from durable_ops.storage.per_row import per_row, row_ids
 from durable_ops.storage.tx import Tx
 
+# The operation's sums of its attempts' usage, and the attempt's own figures: same names.
+USAGE_TOTALS = ("prompt_tokens", "completion_tokens", "model_ms")
 # What a decided transition may write; every other column keeps its value.
 WRITTEN = (
     "state",
@@ -57,6 +60,7 @@ WRITTEN = (
     "lease_token_hash",
     "started_at",
     "deadline_at",
+    *USAGE_TOTALS,
 )
 # The guard: the row still is the one the decision was made on.
 _AS_READ = ("owner_user_id", "state", "updated_at")
@@ -64,13 +68,20 @@ _AS_READ = ("owner_user_id", "state", "updated_at")
 
 @dataclass(frozen=True)
 class Change:
-    """One decided transition: the row as read (locked), the event, the decision, and
-    what the event itself writes (a result, provenance, a failure)."""
+    """One decided transition: the row as read (locked), the event, the decision, what
+    the event itself writes (a result, provenance, a failure) and the usage the settlement
+    reported of the attempt it ends.
+
+    The usage is written twice in the one UPDATE pair: as the ended attempt's own figures,
+    and added to the operation's totals (ADR 0038). A transition that ends no attempt
+    records none, so the totals are always the sum over the attempt rows.
+    """
 
     row: Mapping[str, Any]
     event: Event
     decision: Decision
     values: Mapping[str, Any] = field(default_factory=dict)
+    usage: Usage | None = None
 
     def written(self, now: datetime) -> dict[str, Any]:
         """Every ``WRITTEN`` column's new value."""
@@ -91,7 +102,20 @@ class Change:
             values["finished_at"] = now
         if self.event is Event.RETRY:
             values.update(_fresh_start(self.row, now))
+        charged = self._charged()
+        if charged is not None:
+            for name in USAGE_TOTALS:
+                values[name] = self.row[name] + getattr(charged, name)
         return values
+
+    def _outcome(self) -> AttemptOutcome | None:
+        if self.row["lease_token_hash"] is None:
+            return None
+        return lifecycle.attempt_outcome(S(self.row["state"]), self.event, self.decision)
+
+    def _charged(self) -> Usage | None:
+        """The usage recorded by this transition: the settlement's, if it ends an attempt."""
+        return self.usage if self._outcome() is not None else None
 
     def published(self) -> Changed:
         """What this process's waiters learn of it after COMMIT."""
@@ -107,18 +131,19 @@ class Change:
 
     def ending(self) -> dict[str, Any] | None:
         """How the attempt this transition ends ended, or None when it ends none."""
-        outcome = lifecycle.attempt_outcome(S(self.row["state"]), self.event, self.decision)
-        token_hash = self.row["lease_token_hash"]
-        if outcome is None or token_hash is None:
+        outcome = self._outcome()
+        if outcome is None:
             return None
+        charged = self._charged()
         return {
-            "attempt_id": attempt_id(token_hash),
+            "attempt_id": attempt_id(self.row["lease_token_hash"]),
             "outcome": outcome,
             "failure_code": self.decision.failure_code or self.values.get("failure_code"),
             "failure_message": self.values.get("failure_message"),
             "provider": self.values.get("provider"),
             "model": self.values.get("model"),
             "lease_expires_at": self.row["lease_expires_at"],
+            **{name: None if charged is None else getattr(charged, name) for name in USAGE_TOTALS},
         }
 
 

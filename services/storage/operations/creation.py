@@ -116,6 +116,9 @@ def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation
         deadline_at=request.deadline_at,
         created_at=now,
         updated_at=now,
+        prompt_tokens=0,
+        completion_tokens=0,
+        model_ms=0,
     )
     try:
         inserted = tx.write(_INSERT, values)

@@ -32,7 +32,18 @@ STARTS = insert(ATTEMPTS).values(
         )
     }
 )
-ENDING = ("outcome", "failure_code", "failure_message", "provider", "model", "lease_expires_at")
+ENDING = (
+    "outcome",
+    "failure_code",
+    "failure_message",
+    "provider",
+    "model",
+    "lease_expires_at",
+    # What the settlement reported its model calls used (None: nothing reported).
+    "prompt_tokens",
+    "completion_tokens",
+    "model_ms",
+)
 
 
 @cache

@@ -175,8 +175,9 @@ _LOCK_LEASE = select(OPS).where(OPS.c.id == bindparam("operation_id"), OWNED).wi
 
 def hold_for_publish(
     tx: Tx, operation_id: str, token: str, now: datetime, *, kind: str, subject: tuple[str, str]
-) -> None:
+) -> str | None:
     """Lock the operation row; pass only while ``token`` holds its live lease and no cancel waits.
+    Answers the operation's second reference (``context_ref``), which its result records.
 
     Runs in the transaction that writes the attempt's result, so a cancel or
     a takeover commits either before (and the result is refused) or after
@@ -207,3 +208,5 @@ def hold_for_publish(
         raise InvalidArgument("kind", "is not the operation's task type")
     if subject != (row.subject_type, row.subject_id):
         raise InvalidArgument("subject_id", "is not the operation's subject")
+    context_ref: str | None = row.context_ref
+    return context_ref

@@ -5,9 +5,10 @@ One writer for all five outcomes, as River's ``JobSetStateIfRunningMany``: the
 named operations are read locked in one statement, each settlement is checked
 on its own (the operation is its owner's, the token is its lease's, and
 ``decide`` allows the event now), and every change is written by
-``apply.write``. A refused settlement is answered alone with its error and the
-rest commit: nothing is written before all are decided. A single settlement
-(the single-operation RPCs) is a batch of one.
+``apply.write``, with the usage the worker reported of the attempt it ends.
+A refused settlement is answered alone with its error and the rest commit:
+nothing is written before all are decided. A single settlement (the
+single-operation RPCs) is a batch of one.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from durable_ops.model.errors import (
 )
 from durable_ops.model.lifecycle import Event
 from durable_ops.model.states import OperationState
+from durable_ops.model.usage import Usage
 from durable_ops.storage.operations import apply
 from durable_ops.storage.operations.rows import (
     LOCKED,
@@ -37,16 +39,7 @@ from durable_ops.storage.operations.rows import (
 )
 from durable_ops.storage.tx import Tx
 
-SETTLING = frozenset(
-    {
-        Event.COMPLETE,
-        Event.FAIL_RETRYABLE,
-        Event.FAIL_PERMANENT,
-        Event.REQUEST_FALLBACK,
-        Event.ACKNOWLEDGE_CANCEL,
-        Event.RELEASE,
-    }
-)
+SETTLING = lifecycle.WORKER_EVENTS - {Event.HEARTBEAT}  # every end a lease holder reports
 _FAILING = frozenset({Event.FAIL_RETRYABLE, Event.FAIL_PERMANENT})
 
 
@@ -77,12 +70,17 @@ class Settlement:
     result_ref: str = ""
     failure_code: str = ""
     failure_message: str = ""
+    # What the attempt's model calls used, whatever the outcome (a release and an
+    # acknowledged cancel too: tokens spent before the stop are spent). None: not reported.
+    usage: Usage | None = None
 
     def values(self) -> dict[str, Any]:
         """What the outcome writes beside the decision; refuses a bad field."""
         bounds.owner_id(self.owner_id)
         if self.event not in SETTLING:
             raise InvalidArgument("event", "does not settle a lease")
+        if self.usage is not None:
+            self.usage.checked()
         if self.event in (Event.ACKNOWLEDGE_CANCEL, Event.RELEASE):
             return {}  # a release keeps the progress: the next attempt resumes from it
         values: dict[str, Any] = self.provenance.values()
@@ -127,7 +125,7 @@ def settle(
             answers.append(LeaseLost("the lease was settled earlier in this batch"))
             continue
         if decision.changed:
-            change = apply.Change(row, item.event, decision, values)
+            change = apply.Change(row, item.event, decision, values, item.usage)
             changes.append(change)
             settled.add(item.operation_id)
             # A second settlement of the same lease in this batch sees this one's outcome.

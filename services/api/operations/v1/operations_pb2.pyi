@@ -139,6 +139,7 @@ class Operation(_message.Message):
     DEADLINE_AT_FIELD_NUMBER: _builtins.int
     NEXT_ATTEMPT_AT_FIELD_NUMBER: _builtins.int
     PRODUCED_BY_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     task_type: _builtins.str
     state: Global___OperationState.ValueType
@@ -167,6 +168,12 @@ class Operation(_message.Message):
         "external") only; the provider (an address) stays inside. Unset before.
         """
 
+    @_builtins.property
+    def usage(self) -> Global___Usage:
+        """The sums over every attempt of what its model calls used (issue 36).
+        Unset while no attempt reported any.
+        """
+
     def __init__(
         self,
         *,
@@ -186,14 +193,46 @@ class Operation(_message.Message):
         deadline_at: _timestamp_pb2.Timestamp | None = ...,
         next_attempt_at: _timestamp_pb2.Timestamp | None = ...,
         produced_by: Global___Provenance | None = ...,
+        usage: Global___Usage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "deadline_at", b"deadline_at", "finished_at", b"finished_at", "next_attempt_at", b"next_attempt_at", "produced_by", b"produced_by", "started_at", b"started_at", "subject", b"subject", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "deadline_at", b"deadline_at", "finished_at", b"finished_at", "next_attempt_at", b"next_attempt_at", "produced_by", b"produced_by", "started_at", b"started_at", "subject", b"subject", "updated_at", b"updated_at", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "deadline_at", b"deadline_at", "finished_at", b"finished_at", "id", b"id", "max_attempts", b"max_attempts", "next_attempt_at", b"next_attempt_at", "produced_by", b"produced_by", "progress_percent", b"progress_percent", "started_at", b"started_at", "state", b"state", "status_url", b"status_url", "subject", b"subject", "task_type", b"task_type", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "deadline_at", b"deadline_at", "finished_at", b"finished_at", "id", b"id", "max_attempts", b"max_attempts", "next_attempt_at", b"next_attempt_at", "produced_by", b"produced_by", "progress_percent", b"progress_percent", "started_at", b"started_at", "state", b"state", "status_url", b"status_url", "subject", b"subject", "task_type", b"task_type", "updated_at", b"updated_at", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Operation: _TypeAlias = Operation  # noqa: Y015
+
+@_typing.final
+class Usage(_message.Message):
+    """What model calls used: tokens as the model server counted them, and the
+    model's own time (its reported timings where it gives them, else measured by
+    the worker around the call). On a settlement item: one attempt's, each
+    figure 0–10,000,000 tokens and 0–86,400,000 ms; on an Operation: its totals.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROMPT_TOKENS_FIELD_NUMBER: _builtins.int
+    COMPLETION_TOKENS_FIELD_NUMBER: _builtins.int
+    MODEL_MS_FIELD_NUMBER: _builtins.int
+    prompt_tokens: _builtins.int
+    completion_tokens: _builtins.int
+    model_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        prompt_tokens: _builtins.int = ...,
+        completion_tokens: _builtins.int = ...,
+        model_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["completion_tokens", b"completion_tokens", "model_ms", b"model_ms", "prompt_tokens", b"prompt_tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Usage: _TypeAlias = Usage  # noqa: Y015
 
 @_typing.final
 class Provenance(_message.Message):
@@ -974,6 +1013,7 @@ class SettleOperationsRequest(_message.Message):
         FALLBACK_FIELD_NUMBER: _builtins.int
         ACKNOWLEDGE_CANCEL_FIELD_NUMBER: _builtins.int
         RELEASE_FIELD_NUMBER: _builtins.int
+        USAGE_FIELD_NUMBER: _builtins.int
         owner_id: _builtins.str
         @_builtins.property
         def complete(self) -> Global___CompleteOperationRequest: ...
@@ -985,6 +1025,14 @@ class SettleOperationsRequest(_message.Message):
         def acknowledge_cancel(self) -> Global___AcknowledgeCancellationRequest: ...
         @_builtins.property
         def release(self) -> Global___ReleaseOperationRequest: ...
+        @_builtins.property
+        def usage(self) -> Global___Usage:
+            """What the attempt's model calls used, whatever the outcome (a release or an
+            acknowledged cancel too): kept on the attempt the item ends and added to
+            the operation's totals in the same transaction. Unset: nothing reported,
+            and nothing is recorded (as for an attempt that never reached the model).
+            """
+
         def __init__(
             self,
             *,
@@ -994,10 +1042,11 @@ class SettleOperationsRequest(_message.Message):
             fallback: Global___RequestExternalFallbackRequest | None = ...,
             acknowledge_cancel: Global___AcknowledgeCancellationRequest | None = ...,
             release: Global___ReleaseOperationRequest | None = ...,
+            usage: Global___Usage | None = ...,
         ) -> None: ...
-        _HasFieldArgType: _TypeAlias = _typing.Literal["acknowledge_cancel", b"acknowledge_cancel", "complete", b"complete", "fail", b"fail", "fallback", b"fallback", "outcome", b"outcome", "release", b"release"]  # noqa: Y015
+        _HasFieldArgType: _TypeAlias = _typing.Literal["acknowledge_cancel", b"acknowledge_cancel", "complete", b"complete", "fail", b"fail", "fallback", b"fallback", "outcome", b"outcome", "release", b"release", "usage", b"usage"]  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["acknowledge_cancel", b"acknowledge_cancel", "complete", b"complete", "fail", b"fail", "fallback", b"fallback", "outcome", b"outcome", "owner_id", b"owner_id", "release", b"release"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["acknowledge_cancel", b"acknowledge_cancel", "complete", b"complete", "fail", b"fail", "fallback", b"fallback", "outcome", b"outcome", "owner_id", b"owner_id", "release", b"release", "usage", b"usage"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["complete", "fail", "fallback", "acknowledge_cancel", "release"]  # noqa: Y015
         _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015

@@ -99,6 +99,7 @@ class OperatorAttempt(_message.Message):
     FAILURE_MESSAGE_FIELD_NUMBER: _builtins.int
     PROVIDER_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
     attempt: _builtins.int
     """the operation's attempt number; a manual retry counts from 1 again"""
     route: _builtins.str
@@ -126,6 +127,12 @@ class OperatorAttempt(_message.Message):
     def ended_at(self) -> _timestamp_pb2.Timestamp:
         """unset while it runs"""
 
+    @_builtins.property
+    def usage(self) -> _operations_pb2.Usage:
+        """What its settlement reported its model calls used; unset: nothing (it never
+        reached the model, its lease expired, or it still runs).
+        """
+
     def __init__(
         self,
         *,
@@ -139,10 +146,11 @@ class OperatorAttempt(_message.Message):
         failure_message: _builtins.str = ...,
         provider: _builtins.str = ...,
         model: _builtins.str = ...,
+        usage: _operations_pb2.Usage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ended_at", b"ended_at", "lease_expires_at", b"lease_expires_at", "started_at", b"started_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ended_at", b"ended_at", "lease_expires_at", b"lease_expires_at", "started_at", b"started_at", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "ended_at", b"ended_at", "failure_code", b"failure_code", "failure_message", b"failure_message", "lease_expires_at", b"lease_expires_at", "model", b"model", "outcome", b"outcome", "provider", b"provider", "route", b"route", "started_at", b"started_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "ended_at", b"ended_at", "failure_code", b"failure_code", "failure_message", b"failure_message", "lease_expires_at", b"lease_expires_at", "model", b"model", "outcome", b"outcome", "provider", b"provider", "route", b"route", "started_at", b"started_at", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n,durable_ops/api/workspace/v1/workspace.proto\x12\x1c\x64urable_ops.api.workspace.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa6\x01\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x0f\n\x07\x63ompany\x18\x03 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x8b\x01\n\nAttachment\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x10\n\x08\x66ilename\x18\x03 \x01(\t\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x13\n\x0btext_length\x18\x05 \x01(\x05\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"?\n\nAiSettings\x12\x12\n\nai_enabled\x18\x01 \x01(\x08\x12\x0f\n\x07privacy\x18\x02 \x01(\t\x12\x0c\n\x04plan\x18\x03 \x01(\t\"\xde\x01\n\x0f\x41iWorkspaceNote\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x14\n\x0csubject_type\x18\x03 \x01(\t\x12\x12\n\nsubject_id\x18\x04 \x01(\t\x12\x14\n\x0coperation_id\x18\x05 \x01(\t\x12\x11\n\tbody_json\x18\x06 \x01(\t\x12.\n\ncreated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"G\n\x10\x43reateJobRequest\x12\r\n\x05title\x18\x01 \x01(\t\x12\x0f\n\x07\x63ompany\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"4\n\x0bListRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"\\\n\x10ListJobsResponse\x12/\n\x04jobs\x18\x01 \x03(\x0b\x32!.durable_ops.api.workspace.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"G\n\x17\x43reateAttachmentRequest\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x10\n\x08\x66ilename\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\"-\n\x14GetAttachmentRequest\x12\x15\n\rattachment_id\x18\x01 \x01(\t\"q\n\x17ListAttachmentsResponse\x12=\n\x0b\x61ttachments\x18\x01 \x03(\x0b\x32(.durable_ops.api.workspace.v1.Attachment\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x16\n\x14GetAiSettingsRequest\"c\n\x17UpdateAiSettingsRequest\x12\x17\n\nai_enabled\x18\x01 \x01(\x08H\x00\x88\x01\x01\x12\x14\n\x07privacy\x18\x02 \x01(\tH\x01\x88\x01\x01\x42\r\n\x0b_ai_enabledB\n\n\x08_privacy\"H\n\x0eGetNoteRequest\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x14\n\x0csubject_type\x18\x02 \x01(\t\x12\x12\n\nsubject_id\x18\x03 \x01(\t\"\x8a\x01\n\x12PublishNoteRequest\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x14\n\x0csubject_type\x18\x02 \x01(\t\x12\x12\n\nsubject_id\x18\x03 \x01(\t\x12\x14\n\x0coperation_id\x18\x04 \x01(\t\x12\x11\n\tbody_json\x18\x05 \x01(\t\x12\x13\n\x0blease_token\x18\x06 \x01(\t\"e\n\x13PublishNoteResponse\x12;\n\x04note\x18\x01 \x01(\x0b\x32-.durable_ops.api.workspace.v1.AiWorkspaceNote\x12\x11\n\tpublished\x18\x02 \x01(\x08\"]\n\x14\x43reateSessionRequest\x12\x13\n\x0bttl_seconds\x18\x01 \x01(\x05\x12\x1c\n\x0ftoken_issued_at\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x12\n\x10_token_issued_at\"[\n\x15\x43reateSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12.\n\nexpires_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"3\n\rVerifiedToken\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x11\n\tissued_at\x18\x02 \x01(\x03\"y\n\x15ResolveSessionRequest\x12\x14\n\nsession_id\x18\x01 \x01(\tH\x00\x12<\n\x05token\x18\x02 \x01(\x0b\x32+.durable_ops.api.workspace.v1.VerifiedTokenH\x00\x42\x0c\n\ncredential\")\n\x16ResolveSessionResponse\x12\x0f\n\x07user_id\x18\x01 \x01(\t\"*\n\x14\x44\x65leteSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"(\n\x15\x44\x65leteSessionResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\x32\xbd\x0b\n\x10WorkspaceService\x12^\n\tCreateJob\x12..durable_ops.api.workspace.v1.CreateJobRequest\x1a!.durable_ops.api.workspace.v1.Job\x12X\n\x06GetJob\x12+.durable_ops.api.workspace.v1.GetJobRequest\x1a!.durable_ops.api.workspace.v1.Job\x12\x65\n\x08ListJobs\x12).durable_ops.api.workspace.v1.ListRequest\x1a..durable_ops.api.workspace.v1.ListJobsResponse\x12s\n\x10\x43reateAttachment\x12\x35.durable_ops.api.workspace.v1.CreateAttachmentRequest\x1a(.durable_ops.api.workspace.v1.Attachment\x12m\n\rGetAttachment\x12\x32.durable_ops.api.workspace.v1.GetAttachmentRequest\x1a(.durable_ops.api.workspace.v1.Attachment\x12s\n\x0fListAttachments\x12).durable_ops.api.workspace.v1.ListRequest\x1a\x35.durable_ops.api.workspace.v1.ListAttachmentsResponse\x12m\n\rGetAiSettings\x12\x32.durable_ops.api.workspace.v1.GetAiSettingsRequest\x1a(.durable_ops.api.workspace.v1.AiSettings\x12s\n\x10UpdateAiSettings\x12\x35.durable_ops.api.workspace.v1.UpdateAiSettingsRequest\x1a(.durable_ops.api.workspace.v1.AiSettings\x12\x66\n\x07GetNote\x12,.durable_ops.api.workspace.v1.GetNoteRequest\x1a-.durable_ops.api.workspace.v1.AiWorkspaceNote\x12r\n\x0bPublishNote\x12\x30.durable_ops.api.workspace.v1.PublishNoteRequest\x1a\x31.durable_ops.api.workspace.v1.PublishNoteResponse\x12x\n\rCreateSession\x12\x32.durable_ops.api.workspace.v1.CreateSessionRequest\x1a\x33.durable_ops.api.workspace.v1.CreateSessionResponse\x12{\n\x0eResolveSession\x12\x33.durable_ops.api.workspace.v1.ResolveSessionRequest\x1a\x34.durable_ops.api.workspace.v1.ResolveSessionResponse\x12x\n\rDeleteSession\x12\x32.durable_ops.api.workspace.v1.DeleteSessionRequest\x1a\x33.durable_ops.api.workspace.v1.DeleteSessionResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n,durable_ops/api/workspace/v1/workspace.proto\x12\x1c\x64urable_ops.api.workspace.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa6\x01\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x0f\n\x07\x63ompany\x18\x03 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x8b\x01\n\nAttachment\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x10\n\x08\x66ilename\x18\x03 \x01(\t\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x13\n\x0btext_length\x18\x05 \x01(\x05\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"?\n\nAiSettings\x12\x12\n\nai_enabled\x18\x01 \x01(\x08\x12\x0f\n\x07privacy\x18\x02 \x01(\t\x12\x0c\n\x04plan\x18\x03 \x01(\t\"\xa7\x02\n\x0f\x41iWorkspaceNote\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x14\n\x0csubject_type\x18\x03 \x01(\t\x12\x12\n\nsubject_id\x18\x04 \x01(\t\x12\x14\n\x0coperation_id\x18\x05 \x01(\t\x12\x11\n\tbody_json\x18\x06 \x01(\t\x12.\n\ncreated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0b\x63ontext_ref\x18\t \x01(\t\x12\x14\n\x0c\x63ontext_name\x18\n \x01(\t\x12\r\n\x05model\x18\x0b \x01(\t\x12\r\n\x05route\x18\x0c \x01(\t\"G\n\x10\x43reateJobRequest\x12\r\n\x05title\x18\x01 \x01(\t\x12\x0f\n\x07\x63ompany\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"4\n\x0bListRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"\\\n\x10ListJobsResponse\x12/\n\x04jobs\x18\x01 \x03(\x0b\x32!.durable_ops.api.workspace.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"G\n\x17\x43reateAttachmentRequest\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x10\n\x08\x66ilename\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\"-\n\x14GetAttachmentRequest\x12\x15\n\rattachment_id\x18\x01 \x01(\t\"q\n\x17ListAttachmentsResponse\x12=\n\x0b\x61ttachments\x18\x01 \x03(\x0b\x32(.durable_ops.api.workspace.v1.Attachment\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x16\n\x14GetAiSettingsRequest\"c\n\x17UpdateAiSettingsRequest\x12\x17\n\nai_enabled\x18\x01 \x01(\x08H\x00\x88\x01\x01\x12\x14\n\x07privacy\x18\x02 \x01(\tH\x01\x88\x01\x01\x42\r\n\x0b_ai_enabledB\n\n\x08_privacy\"H\n\x0eGetNoteRequest\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x14\n\x0csubject_type\x18\x02 \x01(\t\x12\x12\n\nsubject_id\x18\x03 \x01(\t\"\xba\x01\n\x12PublishNoteRequest\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x14\n\x0csubject_type\x18\x02 \x01(\t\x12\x12\n\nsubject_id\x18\x03 \x01(\t\x12\x14\n\x0coperation_id\x18\x04 \x01(\t\x12\x11\n\tbody_json\x18\x05 \x01(\t\x12\x13\n\x0blease_token\x18\x06 \x01(\t\x12\x10\n\x08provider\x18\x07 \x01(\t\x12\r\n\x05model\x18\x08 \x01(\t\x12\r\n\x05route\x18\t \x01(\t\"/\n\x17GetOperationNoteRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"e\n\x13PublishNoteResponse\x12;\n\x04note\x18\x01 \x01(\x0b\x32-.durable_ops.api.workspace.v1.AiWorkspaceNote\x12\x11\n\tpublished\x18\x02 \x01(\x08\"]\n\x14\x43reateSessionRequest\x12\x13\n\x0bttl_seconds\x18\x01 \x01(\x05\x12\x1c\n\x0ftoken_issued_at\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x12\n\x10_token_issued_at\"[\n\x15\x43reateSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12.\n\nexpires_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"3\n\rVerifiedToken\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x11\n\tissued_at\x18\x02 \x01(\x03\"y\n\x15ResolveSessionRequest\x12\x14\n\nsession_id\x18\x01 \x01(\tH\x00\x12<\n\x05token\x18\x02 \x01(\x0b\x32+.durable_ops.api.workspace.v1.VerifiedTokenH\x00\x42\x0c\n\ncredential\")\n\x16ResolveSessionResponse\x12\x0f\n\x07user_id\x18\x01 \x01(\t\"*\n\x14\x44\x65leteSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"(\n\x15\x44\x65leteSessionResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\x32\xb7\x0c\n\x10WorkspaceService\x12^\n\tCreateJob\x12..durable_ops.api.workspace.v1.CreateJobRequest\x1a!.durable_ops.api.workspace.v1.Job\x12X\n\x06GetJob\x12+.durable_ops.api.workspace.v1.GetJobRequest\x1a!.durable_ops.api.workspace.v1.Job\x12\x65\n\x08ListJobs\x12).durable_ops.api.workspace.v1.ListRequest\x1a..durable_ops.api.workspace.v1.ListJobsResponse\x12s\n\x10\x43reateAttachment\x12\x35.durable_ops.api.workspace.v1.CreateAttachmentRequest\x1a(.durable_ops.api.workspace.v1.Attachment\x12m\n\rGetAttachment\x12\x32.durable_ops.api.workspace.v1.GetAttachmentRequest\x1a(.durable_ops.api.workspace.v1.Attachment\x12s\n\x0fListAttachments\x12).durable_ops.api.workspace.v1.ListRequest\x1a\x35.durable_ops.api.workspace.v1.ListAttachmentsResponse\x12m\n\rGetAiSettings\x12\x32.durable_ops.api.workspace.v1.GetAiSettingsRequest\x1a(.durable_ops.api.workspace.v1.AiSettings\x12s\n\x10UpdateAiSettings\x12\x35.durable_ops.api.workspace.v1.UpdateAiSettingsRequest\x1a(.durable_ops.api.workspace.v1.AiSettings\x12\x66\n\x07GetNote\x12,.durable_ops.api.workspace.v1.GetNoteRequest\x1a-.durable_ops.api.workspace.v1.AiWorkspaceNote\x12x\n\x10GetOperationNote\x12\x35.durable_ops.api.workspace.v1.GetOperationNoteRequest\x1a-.durable_ops.api.workspace.v1.AiWorkspaceNote\x12r\n\x0bPublishNote\x12\x30.durable_ops.api.workspace.v1.PublishNoteRequest\x1a\x31.durable_ops.api.workspace.v1.PublishNoteResponse\x12x\n\rCreateSession\x12\x32.durable_ops.api.workspace.v1.CreateSessionRequest\x1a\x33.durable_ops.api.workspace.v1.CreateSessionResponse\x12{\n\x0eResolveSession\x12\x33.durable_ops.api.workspace.v1.ResolveSessionRequest\x1a\x34.durable_ops.api.workspace.v1.ResolveSessionResponse\x12x\n\rDeleteSession\x12\x32.durable_ops.api.workspace.v1.DeleteSessionRequest\x1a\x33.durable_ops.api.workspace.v1.DeleteSessionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,45 +39,47 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_AISETTINGS']._serialized_start=422
   _globals['_AISETTINGS']._serialized_end=485
   _globals['_AIWORKSPACENOTE']._serialized_start=488
-  _globals['_AIWORKSPACENOTE']._serialized_end=710
-  _globals['_CREATEJOBREQUEST']._serialized_start=712
-  _globals['_CREATEJOBREQUEST']._serialized_end=783
-  _globals['_GETJOBREQUEST']._serialized_start=785
-  _globals['_GETJOBREQUEST']._serialized_end=816
-  _globals['_LISTREQUEST']._serialized_start=818
-  _globals['_LISTREQUEST']._serialized_end=870
-  _globals['_LISTJOBSRESPONSE']._serialized_start=872
-  _globals['_LISTJOBSRESPONSE']._serialized_end=964
-  _globals['_CREATEATTACHMENTREQUEST']._serialized_start=966
-  _globals['_CREATEATTACHMENTREQUEST']._serialized_end=1037
-  _globals['_GETATTACHMENTREQUEST']._serialized_start=1039
-  _globals['_GETATTACHMENTREQUEST']._serialized_end=1084
-  _globals['_LISTATTACHMENTSRESPONSE']._serialized_start=1086
-  _globals['_LISTATTACHMENTSRESPONSE']._serialized_end=1199
-  _globals['_GETAISETTINGSREQUEST']._serialized_start=1201
-  _globals['_GETAISETTINGSREQUEST']._serialized_end=1223
-  _globals['_UPDATEAISETTINGSREQUEST']._serialized_start=1225
-  _globals['_UPDATEAISETTINGSREQUEST']._serialized_end=1324
-  _globals['_GETNOTEREQUEST']._serialized_start=1326
-  _globals['_GETNOTEREQUEST']._serialized_end=1398
-  _globals['_PUBLISHNOTEREQUEST']._serialized_start=1401
-  _globals['_PUBLISHNOTEREQUEST']._serialized_end=1539
-  _globals['_PUBLISHNOTERESPONSE']._serialized_start=1541
-  _globals['_PUBLISHNOTERESPONSE']._serialized_end=1642
-  _globals['_CREATESESSIONREQUEST']._serialized_start=1644
-  _globals['_CREATESESSIONREQUEST']._serialized_end=1737
-  _globals['_CREATESESSIONRESPONSE']._serialized_start=1739
-  _globals['_CREATESESSIONRESPONSE']._serialized_end=1830
-  _globals['_VERIFIEDTOKEN']._serialized_start=1832
-  _globals['_VERIFIEDTOKEN']._serialized_end=1883
-  _globals['_RESOLVESESSIONREQUEST']._serialized_start=1885
-  _globals['_RESOLVESESSIONREQUEST']._serialized_end=2006
-  _globals['_RESOLVESESSIONRESPONSE']._serialized_start=2008
-  _globals['_RESOLVESESSIONRESPONSE']._serialized_end=2049
-  _globals['_DELETESESSIONREQUEST']._serialized_start=2051
-  _globals['_DELETESESSIONREQUEST']._serialized_end=2093
-  _globals['_DELETESESSIONRESPONSE']._serialized_start=2095
-  _globals['_DELETESESSIONRESPONSE']._serialized_end=2135
-  _globals['_WORKSPACESERVICE']._serialized_start=2138
-  _globals['_WORKSPACESERVICE']._serialized_end=3607
+  _globals['_AIWORKSPACENOTE']._serialized_end=783
+  _globals['_CREATEJOBREQUEST']._serialized_start=785
+  _globals['_CREATEJOBREQUEST']._serialized_end=856
+  _globals['_GETJOBREQUEST']._serialized_start=858
+  _globals['_GETJOBREQUEST']._serialized_end=889
+  _globals['_LISTREQUEST']._serialized_start=891
+  _globals['_LISTREQUEST']._serialized_end=943
+  _globals['_LISTJOBSRESPONSE']._serialized_start=945
+  _globals['_LISTJOBSRESPONSE']._serialized_end=1037
+  _globals['_CREATEATTACHMENTREQUEST']._serialized_start=1039
+  _globals['_CREATEATTACHMENTREQUEST']._serialized_end=1110
+  _globals['_GETATTACHMENTREQUEST']._serialized_start=1112
+  _globals['_GETATTACHMENTREQUEST']._serialized_end=1157
+  _globals['_LISTATTACHMENTSRESPONSE']._serialized_start=1159
+  _globals['_LISTATTACHMENTSRESPONSE']._serialized_end=1272
+  _globals['_GETAISETTINGSREQUEST']._serialized_start=1274
+  _globals['_GETAISETTINGSREQUEST']._serialized_end=1296
+  _globals['_UPDATEAISETTINGSREQUEST']._serialized_start=1298
+  _globals['_UPDATEAISETTINGSREQUEST']._serialized_end=1397
+  _globals['_GETNOTEREQUEST']._serialized_start=1399
+  _globals['_GETNOTEREQUEST']._serialized_end=1471
+  _globals['_PUBLISHNOTEREQUEST']._serialized_start=1474
+  _globals['_PUBLISHNOTEREQUEST']._serialized_end=1660
+  _globals['_GETOPERATIONNOTEREQUEST']._serialized_start=1662
+  _globals['_GETOPERATIONNOTEREQUEST']._serialized_end=1709
+  _globals['_PUBLISHNOTERESPONSE']._serialized_start=1711
+  _globals['_PUBLISHNOTERESPONSE']._serialized_end=1812
+  _globals['_CREATESESSIONREQUEST']._serialized_start=1814
+  _globals['_CREATESESSIONREQUEST']._serialized_end=1907
+  _globals['_CREATESESSIONRESPONSE']._serialized_start=1909
+  _globals['_CREATESESSIONRESPONSE']._serialized_end=2000
+  _globals['_VERIFIEDTOKEN']._serialized_start=2002
+  _globals['_VERIFIEDTOKEN']._serialized_end=2053
+  _globals['_RESOLVESESSIONREQUEST']._serialized_start=2055
+  _globals['_RESOLVESESSIONREQUEST']._serialized_end=2176
+  _globals['_RESOLVESESSIONRESPONSE']._serialized_start=2178
+  _globals['_RESOLVESESSIONRESPONSE']._serialized_end=2219
+  _globals['_DELETESESSIONREQUEST']._serialized_start=2221
+  _globals['_DELETESESSIONREQUEST']._serialized_end=2263
+  _globals['_DELETESESSIONRESPONSE']._serialized_start=2265
+  _globals['_DELETESESSIONRESPONSE']._serialized_end=2305
+  _globals['_WORKSPACESERVICE']._serialized_start=2308
+  _globals['_WORKSPACESERVICE']._serialized_end=3899
 # @@protoc_insertion_point(module_scope)

@@ -137,12 +137,24 @@ class AiWorkspaceNote(_message.Message):
     BODY_JSON_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
     UPDATED_AT_FIELD_NUMBER: _builtins.int
+    CONTEXT_REF_FIELD_NUMBER: _builtins.int
+    CONTEXT_NAME_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    ROUTE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     kind: _builtins.str
     subject_type: _builtins.str
     subject_id: _builtins.str
     operation_id: _builtins.str
     body_json: _builtins.str
+    context_ref: _builtins.str
+    """What made it, as it was then (issue 39, point 4): the second reference (e.g. the CV)
+    and its name (the CV's filename), empty when the run had none or it is no longer
+    known; the model and its route ("local" or "external"), empty when not recorded.
+    """
+    context_name: _builtins.str
+    model: _builtins.str
+    route: _builtins.str
     @_builtins.property
     def created_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -158,10 +170,14 @@ class AiWorkspaceNote(_message.Message):
         body_json: _builtins.str = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
         updated_at: _timestamp_pb2.Timestamp | None = ...,
+        context_ref: _builtins.str = ...,
+        context_name: _builtins.str = ...,
+        model: _builtins.str = ...,
+        route: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["body_json", b"body_json", "created_at", b"created_at", "id", b"id", "kind", b"kind", "operation_id", b"operation_id", "subject_id", b"subject_id", "subject_type", b"subject_type", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body_json", b"body_json", "context_name", b"context_name", "context_ref", b"context_ref", "created_at", b"created_at", "id", b"id", "kind", b"kind", "model", b"model", "operation_id", b"operation_id", "route", b"route", "subject_id", b"subject_id", "subject_type", b"subject_type", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -369,6 +385,8 @@ Global___UpdateAiSettingsRequest: _TypeAlias = UpdateAiSettingsRequest  # noqa: 
 
 @_typing.final
 class GetNoteRequest(_message.Message):
+    """The newest of the subject's results for one task type (several are kept, newest first)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     KIND_FIELD_NUMBER: _builtins.int
@@ -402,6 +420,9 @@ class PublishNoteRequest(_message.Message):
     OPERATION_ID_FIELD_NUMBER: _builtins.int
     BODY_JSON_FIELD_NUMBER: _builtins.int
     LEASE_TOKEN_FIELD_NUMBER: _builtins.int
+    PROVIDER_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    ROUTE_FIELD_NUMBER: _builtins.int
     kind: _builtins.str
     subject_type: _builtins.str
     subject_id: _builtins.str
@@ -414,6 +435,12 @@ class PublishNoteRequest(_message.Message):
     another attempt is ABORTED `lease_lost`, a cancel the owner requested
     is ABORTED `cancel_requested`. Cancel wins until the note is published.
     """
+    provider: _builtins.str
+    """Which model produced the answer (bounded: provider ≤ 32, model ≤ 128, route ≤ 16);
+    kept with the result. The second reference is the operation's own.
+    """
+    model: _builtins.str
+    route: _builtins.str
     def __init__(
         self,
         *,
@@ -423,14 +450,38 @@ class PublishNoteRequest(_message.Message):
         operation_id: _builtins.str = ...,
         body_json: _builtins.str = ...,
         lease_token: _builtins.str = ...,
+        provider: _builtins.str = ...,
+        model: _builtins.str = ...,
+        route: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["body_json", b"body_json", "kind", b"kind", "lease_token", b"lease_token", "operation_id", b"operation_id", "subject_id", b"subject_id", "subject_type", b"subject_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body_json", b"body_json", "kind", b"kind", "lease_token", b"lease_token", "model", b"model", "operation_id", b"operation_id", "provider", b"provider", "route", b"route", "subject_id", b"subject_id", "subject_type", b"subject_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PublishNoteRequest: _TypeAlias = PublishNoteRequest  # noqa: Y015
+
+@_typing.final
+class GetOperationNoteRequest(_message.Message):
+    """The result one operation published (a past run's, from "View result")."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    operation_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        operation_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["operation_id", b"operation_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetOperationNoteRequest: _TypeAlias = GetOperationNoteRequest  # noqa: Y015
 
 @_typing.final
 class PublishNoteResponse(_message.Message):

@@ -79,6 +79,11 @@ class WorkspaceServiceStub:
                 request_serializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.GetNoteRequest.SerializeToString,
                 response_deserializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.AiWorkspaceNote.FromString,
                 _registered_method=True)
+        self.GetOperationNote = channel.unary_unary(
+                '/durable_ops.api.workspace.v1.WorkspaceService/GetOperationNote',
+                request_serializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.GetOperationNoteRequest.SerializeToString,
+                response_deserializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.AiWorkspaceNote.FromString,
+                _registered_method=True)
         self.PublishNote = channel.unary_unary(
                 '/durable_ops.api.workspace.v1.WorkspaceService/PublishNote',
                 request_serializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.PublishNoteRequest.SerializeToString,
@@ -154,6 +159,14 @@ class WorkspaceServiceServicer:
 
     def GetNote(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetOperationNote(self, request, context):
+        """The note an operation of the caller's published; NOT_FOUND `result_not_found` when
+        there is none (never published, kept no longer, or another owner's).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -235,6 +248,11 @@ def add_WorkspaceServiceServicer_to_server(servicer, server):
             'GetNote': grpc.unary_unary_rpc_method_handler(
                     servicer.GetNote,
                     request_deserializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.GetNoteRequest.FromString,
+                    response_serializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.AiWorkspaceNote.SerializeToString,
+            ),
+            'GetOperationNote': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetOperationNote,
+                    request_deserializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.GetOperationNoteRequest.FromString,
                     response_serializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.AiWorkspaceNote.SerializeToString,
             ),
             'PublishNote': grpc.unary_unary_rpc_method_handler(
@@ -500,6 +518,33 @@ class WorkspaceService:
             target,
             '/durable_ops.api.workspace.v1.WorkspaceService/GetNote',
             durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.GetNoteRequest.SerializeToString,
+            durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.AiWorkspaceNote.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetOperationNote(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_ops.api.workspace.v1.WorkspaceService/GetOperationNote',
+            durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.GetOperationNoteRequest.SerializeToString,
             durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.AiWorkspaceNote.FromString,
             options,
             channel_credentials,

@@ -40,6 +40,10 @@ class WorkspaceServiceStub:
     GetAiSettings: _grpc.UnaryUnaryMultiCallable[_workspace_pb2.GetAiSettingsRequest, _workspace_pb2.AiSettings]
     UpdateAiSettings: _grpc.UnaryUnaryMultiCallable[_workspace_pb2.UpdateAiSettingsRequest, _workspace_pb2.AiSettings]
     GetNote: _grpc.UnaryUnaryMultiCallable[_workspace_pb2.GetNoteRequest, _workspace_pb2.AiWorkspaceNote]
+    GetOperationNote: _grpc.UnaryUnaryMultiCallable[_workspace_pb2.GetOperationNoteRequest, _workspace_pb2.AiWorkspaceNote]
+    """The note an operation of the caller's published; NOT_FOUND `result_not_found` when
+    there is none (never published, kept no longer, or another owner's).
+    """
     PublishNote: _grpc.UnaryUnaryMultiCallable[_workspace_pb2.PublishNoteRequest, _workspace_pb2.PublishNoteResponse]
     """Worker credential only, holding the operation's lease: the worker path
     is the only writer of notes, and only the attempt holding the lease.
@@ -66,6 +70,10 @@ class WorkspaceServiceAsyncStub(WorkspaceServiceStub):
     GetAiSettings: _aio.UnaryUnaryMultiCallable[_workspace_pb2.GetAiSettingsRequest, _workspace_pb2.AiSettings]  # type: ignore[assignment]
     UpdateAiSettings: _aio.UnaryUnaryMultiCallable[_workspace_pb2.UpdateAiSettingsRequest, _workspace_pb2.AiSettings]  # type: ignore[assignment]
     GetNote: _aio.UnaryUnaryMultiCallable[_workspace_pb2.GetNoteRequest, _workspace_pb2.AiWorkspaceNote]  # type: ignore[assignment]
+    GetOperationNote: _aio.UnaryUnaryMultiCallable[_workspace_pb2.GetOperationNoteRequest, _workspace_pb2.AiWorkspaceNote]  # type: ignore[assignment]
+    """The note an operation of the caller's published; NOT_FOUND `result_not_found` when
+    there is none (never published, kept no longer, or another owner's).
+    """
     PublishNote: _aio.UnaryUnaryMultiCallable[_workspace_pb2.PublishNoteRequest, _workspace_pb2.PublishNoteResponse]  # type: ignore[assignment]
     """Worker credential only, holding the operation's lease: the worker path
     is the only writer of notes, and only the attempt holding the lease.
@@ -143,6 +151,16 @@ class WorkspaceServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _workspace_pb2.GetNoteRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_workspace_pb2.AiWorkspaceNote, _abc.Awaitable[_workspace_pb2.AiWorkspaceNote]]: ...
+
+    @_abc_1.abstractmethod
+    def GetOperationNote(
+        self,
+        request: _workspace_pb2.GetOperationNoteRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_workspace_pb2.AiWorkspaceNote, _abc.Awaitable[_workspace_pb2.AiWorkspaceNote]]:
+        """The note an operation of the caller's published; NOT_FOUND `result_not_found` when
+        there is none (never published, kept no longer, or another owner's).
+        """
 
     @_abc_1.abstractmethod
     def PublishNote(

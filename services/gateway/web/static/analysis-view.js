@@ -1,11 +1,15 @@
-// The result of an analysis (any registered task type), its progress and its
-// cancel. Updated in place on every poll, so focus survives and the live region
-// around it announces only what changed (a new state, a note, the result). While
-// it runs, the answer's fields written so far show as they arrive (the draft: out
-// of the live region's announcements, which would read every word).
+// The result of an analysis (any registered task type), its progress, its cancel
+// and, once it was cancelled or failed, its retry. Updated in place on every poll, so
+// focus survives and the live region around it announces only what changed (a new
+// state, a note, the result). While it runs, the answer's fields written so far show
+// as they arrive (the draft: out of the live region's announcements, which would read
+// every word). Each finished analysis is its own result, headed by when it was made and
+// with what ("Previous result, 3 Dec 14:02, with cv.txt"): a result another run made
+// than the one shown is labelled the previous one, so a cancelled or failed run never
+// sits above an older result as if it were its own.
 
 import { h, replaceChildren } from "./dom.js";
-import { TERMINAL_STATES, cancelCameTooLate, formatTime, isLive, stateLabel } from "./format.js";
+import { TERMINAL_STATES, cancelCameTooLate, isLive, stateLabel } from "./format.js";
 import { actionsOf } from "./operations-view.js";
 import { modelLabel, provenanceOf } from "./provenance.js";
 import { task } from "./tasks.js";
@@ -20,10 +24,31 @@ export function scoreView(schema, value) {
   return [h("strong", {}, `${schema.title ?? "Score"}: ${value}`), h("span", { class: "hint" }, ` / ${schema.maximum ?? 100}`)];
 }
 
-// The result, laid out by the task's answer schema: each integer is a score
-// under its title, each string a paragraph, each non-empty array a titled list;
-// then which model produced it.
-function resultView(taskType, snapshot, operation) {
+const whenFormat = new Intl.DateTimeFormat(undefined, { day: "numeric", month: "short", hour: "2-digit", minute: "2-digit" });
+
+// "3 Dec 14:02" (in the reader's locale and time zone).
+export function formatWhen(iso) {
+  return iso ? whenFormat.format(new Date(iso)) : "";
+}
+
+// "with cv.txt", "without a CV", or "" for a task that takes no second reference.
+export function madeWith(taskType, snapshot) {
+  const context = task(taskType)?.context;
+  if (!context) return "";
+  if (!snapshot.context) return `without a ${context.label}`;
+  return snapshot.context.name ? `with ${snapshot.context.name}` : `with a ${context.label} no longer listed`;
+}
+
+// "Previous result, 3 Dec 14:02, with cv.txt": `kind` is "Result", "Previous result" or
+// "Earlier result".
+export function resultHeading(kind, taskType, snapshot) {
+  return [kind, formatWhen(snapshot.created_at ?? snapshot.updated_at), madeWith(taskType, snapshot)].filter(Boolean).join(", ");
+}
+
+// The result, laid out by the task's answer schema under its heading: each integer is
+// a score under its title, each string a paragraph, each non-empty array a titled
+// list; then which model produced it.
+function resultView(taskType, snapshot, operation, kind) {
   const properties = task(taskType)?.answer?.properties ?? {};
   const result = snapshot.result;
   const fields = Object.entries(properties);
@@ -32,17 +57,24 @@ function resultView(taskType, snapshot, operation) {
   const scores = fields.filter(([, schema]) => scoreSchema(schema).type === "integer");
   const texts = fields.filter(([, schema]) => schema.type === "string");
   const lists = fields.filter(([name, schema]) => schema.type === "array" && (result[name] ?? []).length > 0);
+  const modifier = kind === "Result" ? "" : ` analysis__result--${kind === "Previous result" ? "previous" : "earlier"}`;
   return h(
     "div",
-    { class: "analysis__result" },
+    { class: `analysis__result${modifier}` },
+    h("h4", { class: "analysis__result-heading" }, resultHeading(kind, taskType, snapshot)),
     scores.map(([name, schema]) => h("p", { class: "analysis__score" }, scoreView({ title: name, ...scoreSchema(schema) }, result[name]))),
     texts.filter(([name]) => result[name]).map(([name]) => h("p", {}, result[name])),
     lists.map(([name, schema]) =>
       h("div", { class: "analysis__list" }, h("h4", {}, schema.title ?? name), h("ul", {}, result[name].map((item) => h("li", {}, item)))),
     ),
     modelLabel(provenanceOf(snapshot, operation)),
-    h("p", { class: "hint analysis__updated" }, `Updated ${formatTime(snapshot.updated_at)}.`),
   );
+}
+
+// Whether the result shown is the shown run's own; else it is the previous one (a newer
+// run is queued, running, cancelled or failed), and says so.
+function ownResult(snapshot, operation) {
+  return !operation || snapshot.operation_id === operation.id;
 }
 
 // The running attempt's answer so far, in the result's layout: each field once it has
@@ -77,19 +109,23 @@ function stateClass(operation) {
   return `state state--${cancelling(operation) ? "cancelling" : operation.state}`;
 }
 
-// "cancel" (the button), "cancelling" (the same button, inert), or "" (none).
-function cancelMode(operation) {
+// "cancel" (the button), "cancelling" (the same button, inert), "retry" (after a cancel
+// or a failure, as on /operations), or "" (none).
+function actionMode(operation) {
   if (cancelling(operation)) return "cancelling";
-  return actionsOf(operation).includes("cancel") ? "cancel" : "";
+  const actions = actionsOf(operation);
+  if (actions.includes("cancel")) return "cancel";
+  return actions.includes("retry") ? "retry" : "";
 }
 
 function setText(element, text) {
   if (element.textContent !== text) element.textContent = text;
 }
 
-// One analysis shown in `slot` (a live region). `onCancel(operation)` cancels it;
-// focus moves to `focusFallback()` when the focused cancel button goes away.
-export function createAnalysisView(slot, taskType, { onCancel, focusFallback } = {}) {
+// One analysis shown in `slot` (a live region). `onCancel(operation)` cancels it,
+// `onRetry(operation)` runs it again; focus moves to `focusFallback()` when the focused
+// button goes away.
+export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFallback } = {}) {
   const state = h("span", { class: "state" });
   const progressSlot = h("span", { class: "analysis__progress" });
   const note = h("p", { class: "analysis__note", hidden: true });
@@ -103,12 +139,14 @@ export function createAnalysisView(slot, taskType, { onCancel, focusFallback } =
     h("a", { href: "/operations" }, "See it in your operations"),
   );
   const resultSlot = h("div", { class: "analysis__result-slot" });
+  const earlierSlot = h("div", { class: "analysis__earlier-slot" });
   const draftSlot = h("div", { class: "analysis__draft-slot", "aria-live": "off" });
   let current = null;
   let resultKey = "";
   let draft = null;
   let draftKey = "";
   let mode = "";
+  let shownSnapshot = null;
 
   function updateProgress(operation) {
     const bar = progressSlot.querySelector("progress");
@@ -146,15 +184,34 @@ export function createAnalysisView(slot, taskType, { onCancel, focusFallback } =
     if (hadFocus) focusFallback?.()?.focus();
   }
 
+  function retryButton() {
+    return h(
+      "button",
+      {
+        type: "button",
+        class: "button analysis__retry",
+        onclick: () => {
+          if (current) onRetry?.(current);
+        },
+      },
+      "Retry analysis",
+    );
+  }
+
   // The button keeps its element from "cancel" to "cancelling" so focus stays on it.
   function updateActions(operation) {
-    const next = cancelMode(operation);
+    const next = actionMode(operation);
     if (next === mode) return;
     if (!next) {
       clearActions();
       return;
     }
+    if (next === "retry" || mode === "retry") clearActions();
     mode = next;
+    if (next === "retry") {
+      actions.append(retryButton());
+      return;
+    }
     let button = actions.querySelector("button");
     if (!button) {
       button = cancelButton();
@@ -188,10 +245,12 @@ export function createAnalysisView(slot, taskType, { onCancel, focusFallback } =
 
   function updateResult(snapshot, operation) {
     const provenance = provenanceOf(snapshot, operation);
-    const key = snapshot ? JSON.stringify([snapshot, provenance]) : "";
+    const kind = snapshot && ownResult(snapshot, operation) ? "Result" : "Previous result";
+    const key = snapshot ? JSON.stringify([snapshot, provenance, kind]) : "";
+    shownSnapshot = snapshot;
     if (key === resultKey) return;
     resultKey = key;
-    replaceChildren(resultSlot, snapshot ? resultView(taskType, snapshot, operation) : null);
+    replaceChildren(resultSlot, snapshot ? resultView(taskType, snapshot, operation, kind) : null);
   }
 
   // Only a running operation shows a draft, and only its own attempt's (the gateway sends
@@ -204,7 +263,7 @@ export function createAnalysisView(slot, taskType, { onCancel, focusFallback } =
     replaceChildren(draftSlot, shown ? draftView(taskType, shown.partial) : null);
   }
 
-  slot.append(draftSlot, resultSlot);
+  slot.append(earlierSlot, draftSlot, resultSlot);
 
   return {
     // Show a GET of the task's resource (e.g. …/strategy-snapshot): {snapshot, operation}.
@@ -222,6 +281,23 @@ export function createAnalysisView(slot, taskType, { onCancel, focusFallback } =
       if (newDraft !== undefined) draft = newDraft;
       updateStatus(operation);
       updateDraft(operation);
+      updateResult(shownSnapshot, operation); // a new run makes the shown result the previous one
+    },
+    // Show a past run's own result (GET /api/operations/{id}/result, e.g. "View result" on
+    // /operations) above the rest, until hidden; none when it is the result shown already.
+    // Answers the element that shows it.
+    showEarlier(result) {
+      if (shownSnapshot?.operation_id === result.operation_id) {
+        replaceChildren(earlierSlot);
+        return resultSlot;
+      }
+      const hidden = () => {
+        replaceChildren(earlierSlot);
+        focusFallback?.()?.focus(); // the button went with it
+      };
+      const hide = h("button", { type: "button", class: "button button--quiet", onclick: hidden }, "Hide this earlier result");
+      replaceChildren(earlierSlot, h("section", { class: "analysis__earlier", "aria-label": "Earlier result" }, resultView(taskType, result, null, "Earlier result"), hide));
+      return earlierSlot;
     },
   };
 }

@@ -1,11 +1,13 @@
-// The bell: unread count as badge and accessible name. It asks ONLY for
-// /api/notifications/unread-count, every `intervalMs` while the page is shown,
-// and at once when this page changed notifications (NOTIFICATIONS_CHANGED); the
-// tab's event stream (live.js) tells it every change in between, at once.
+// The bell: unread count as badge and accessible name; it leads to the notifications
+// (/operations#notifications). While the tab's event stream (live.js) is open, the
+// count comes from it, at once. Otherwise the bell asks ONLY for
+// /api/notifications/unread-count, every `intervalMs` while the page is shown: the
+// fallback. It asks at once, stream or not, when this page changed notifications
+// (NOTIFICATIONS_CHANGED): its own change is shown without waiting for the stream.
 
 import { api } from "./api.js";
 import { NOTIFICATIONS_CHANGED, UNREAD_COUNT } from "./events.js";
-import { LIVE_UNREAD } from "./live.js";
+import { LIVE_UNREAD, liveOpen } from "./live.js";
 import { visiblePoller } from "./poller.js";
 
 export function bellLabel(count) {
@@ -24,6 +26,7 @@ function show(bell, count) {
 
 export function startBell(bell, intervalMs) {
   let last = null;
+  let asked = true; // the first look, and a change this page made
   function counted(count) {
     if (count !== last) {
       last = count;
@@ -32,13 +35,18 @@ export function startBell(bell, intervalMs) {
     show(bell, count);
   }
   const poller = visiblePoller(async () => {
+    if (!asked && liveOpen()) return; // the stream tells every change
+    asked = false;
     try {
       counted((await api("/api/notifications/unread-count")).count);
     } catch {
       show(bell, last);
     }
   }, intervalMs);
-  window.addEventListener(NOTIFICATIONS_CHANGED, () => poller.refresh());
+  window.addEventListener(NOTIFICATIONS_CHANGED, () => {
+    asked = true;
+    poller.refresh();
+  });
   window.addEventListener(LIVE_UNREAD, (event) => counted(event.detail.unread));
   return poller;
 }

@@ -4,7 +4,7 @@
 
 import { h, replaceChildren } from "./dom.js";
 import { TERMINAL_STATES, cancelCameTooLate, formatTime, stateLabel, subjectLabel, taskLabel } from "./format.js";
-import { isDevelopmentModel, modelSentence } from "./provenance.js";
+import { isDevelopmentModel, modelSentence, usageLine } from "./provenance.js";
 import { kindLabel } from "./subjects.js";
 import { task } from "./tasks.js";
 
@@ -74,11 +74,12 @@ function buttons(operation, name, handlers) {
   );
 }
 
-// Registered tasks publish their result on the jobs page, next to their subject.
+// Registered tasks publish their result on the jobs page, next to their subject; the
+// link names the operation, so a past run opens its own result, not the newest.
 export function resultHref(operation) {
   const known = task(operation.task_type);
   if (!known || operation.state !== "succeeded" || !operation.subject?.id) return null;
-  return `/jobs#${known.subject.name}-${encodeURIComponent(operation.subject.id)}`;
+  return `/jobs?result=${encodeURIComponent(operation.id)}#${known.subject.name}-${encodeURIComponent(operation.subject.id)}`;
 }
 
 function resultLink(operation) {
@@ -154,7 +155,7 @@ export function updateCard(card, operation, handlers, subjectName = null) {
   replaceChildren(card.querySelector(".op__subject"), subjectLine(operation, subjectName), resultLink(operation));
   card.querySelector(".op__meta").textContent = metaLine(operation);
   const model = card.querySelector(".op__model");
-  model.textContent = modelLine(operation);
+  model.textContent = [modelLine(operation), usageLine(operation)].filter(Boolean).join(" ");
   model.hidden = !model.textContent;
 
   const slot = card.querySelector(".op__progress");

@@ -3,6 +3,7 @@
 // arithmetic on the texts, not an AI assessment.
 
 import { h } from "./dom.js";
+import { formatNumber } from "./format.js";
 
 export const DEVELOPMENT_MODEL = "dev-heuristic";
 
@@ -37,4 +38,18 @@ export function modelLabel(provenance) {
     h("p", { class: "model-label__name" }, modelSentence(provenance)),
     development ? h("p", { class: "model-label__note" }, HEURISTIC_NOTE) : null,
   );
+}
+
+// What an operation's attempts used, in one line: "412 tokens · 3.1 s · gemma-3-270m, local"
+// (tokens as the model server counted them, the model's own time, and which model answered).
+// Empty when no attempt reported any.
+export function usageLine(operation) {
+  const usage = operation?.usage;
+  if (!usage) return "";
+  const tokens = usage.prompt_tokens + usage.completion_tokens;
+  const seconds = Math.round(usage.model_seconds * 10) / 10;
+  const parts = [`${formatNumber(tokens)} tokens`, `${formatNumber(seconds)} s`];
+  const { model, route } = operation.provenance ?? {};
+  if (model) parts.push(route ? `${model}, ${route}` : model);
+  return parts.join(" · ");
 }

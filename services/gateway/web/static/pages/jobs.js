@@ -7,7 +7,10 @@
 // the long-poll (follow.js) and the rest are polled, only while shown and only
 // those still running: every half second while one is live, else every few seconds.
 // A run's second reference (the CV of a snapshot, the job of a CV review) is kept
-// for the next run; /jobs#job-<id> scrolls to and highlights that job.
+// for the next run; /jobs#job-<id> scrolls to and highlights that job, and
+// /jobs?result=<operation id>#job-<id> ("View result" on a past run) shows that run's
+// own result there too. A cancelled or failed analysis is retried on its card, as on
+// /operations; a cancel dialog whose analysis ends while it is open says so.
 
 import { api, post, put } from "../api.js";
 import { confirmDialog } from "../dialog.js";
@@ -166,14 +169,25 @@ export function mount(main) {
     const contextField = task.context?.field;
     const slot = h("div", { class: "analysis", "aria-live": "polite" });
     const error = formError();
+    const notice = h("p", { class: "hint analysis__notice", role: "status", hidden: true });
     const start = h("button", { type: "button", class: "button" }, task.action);
     const entry = { view: null, active: true, live: false, looks: 0, over: null, operationId: null, endSeen: null, endAsked: null, starting: false, reading: false };
+    Object.assign(entry, {
+      notice,
+      noticeUntilEnd: false, // the notice is about the run under way (a retry's)
+      rendered: false, // the card has shown its first answer
+      earlier: null, // a past run's result to show once the card has loaded
+      dialogEnded: null, // tells an open cancel dialog its analysis ended
+    });
+    const name = `${task.label} for ${subjectName}`;
     entry.view = createAnalysisView(slot, taskType, {
-      onCancel: (operation) => cancelAnalysis(entry, operation, `${task.label} for ${subjectName}`, error),
+      onCancel: (operation) => cancelAnalysis(entry, operation, name, error),
+      onRetry: (operation) => retryAnalysis(entry, operation, error),
       focusFallback: () => start,
     });
     start.addEventListener("click", async () => {
       start.disabled = true;
+      showNotice(entry, "");
       entry.starting = true; // its own look follows: the stream's news of it needs none
       try {
         const choice = contextSelect ? contextSelect.value : "";
@@ -191,33 +205,74 @@ export function mount(main) {
       }
     });
     analyses.set(path, entry);
-    return h("div", { class: "analysis-block" }, h("div", { class: "analysis__start" }, contextSelect, start), error, slot);
+    return h("div", { class: "analysis-block" }, h("div", { class: "analysis__start" }, contextSelect, start), error, notice, slot);
+  }
+
+  function showNotice(entry, text) {
+    entry.noticeUntilEnd = false;
+    entry.notice.textContent = text;
+    entry.notice.hidden = !text;
   }
 
   // The same cancel as on /operations: confirmed first; a running analysis stops
   // at its next checkpoint, and the page looks again at once.
+  // While the dialog is open the analysis may end (it finishes, or another tab cancels
+  // it): the dialog then says so and offers only to close, and a confirm that crossed
+  // the end on its way (409) reads as what it is, not as an error.
   async function cancelAnalysis(entry, operation, name, error) {
+    const ended = new AbortController();
+    entry.dialogEnded = () => ended.abort();
     const confirmed = await confirmDialog({
       title: "Cancel this analysis?",
       message: `${name} will stop. An analysis that is already running stops at its next checkpoint.`,
       confirmLabel: "Stop analysis",
       cancelLabel: "Keep running",
+      signal: ended.signal,
+      endedMessage: `${name} has already finished: there is nothing left to stop.`,
     });
+    entry.dialogEnded = null;
     if (!confirmed) return;
+    showNotice(entry, "");
     let updated = null;
     try {
       updated = await post(`/api/operations/${encodeURIComponent(operation.id)}/cancel`);
       showFormError(error, null);
       entry.view.showOperation(updated);
     } catch (failure) {
-      const text = failure.status === 409 ? "This analysis's state changed; the view is updated." : failure.message;
-      showFormError(error, { message: text });
+      if (failure.status === 409) {
+        showFormError(error, null);
+        showNotice(entry, "The analysis had already finished: there was nothing left to stop.");
+      } else {
+        showFormError(error, failure);
+      }
     } finally {
       if (!endLoadedSince(entry, updated)) {
         lookAgain(entry);
         entry.endAsked = updated; // the stream's news of this same end needs no look of its own
       }
     }
+  }
+
+  // The same retry as on /operations: the operation runs again (a new attempt), and its
+  // earlier notification goes (seed 003); the user is told both where they clicked.
+  async function retryAnalysis(entry, operation, error) {
+    try {
+      const updated = await post(`/api/operations/${encodeURIComponent(operation.id)}/retry`);
+      showFormError(error, null);
+      showNotice(entry, "Queued again. The earlier notice is cleared; you will be told when this run ends.");
+      entry.noticeUntilEnd = true; // the run's end is the news it promised
+      entry.view.showOperation(updated);
+      notificationsChanged(); // the bell counts one notice fewer
+    } catch (failure) {
+      showFormError(error, failure);
+    } finally {
+      lookAgain(entry);
+    }
+  }
+
+  // An analysis seen ending: a cancel dialog open for it says so.
+  function sawEnd(entry) {
+    entry.dialogEnded?.();
   }
 
   // Whether the long-poll saw `operation` end as it is now and has loaded the result
@@ -276,7 +331,38 @@ export function mount(main) {
     renderJobs();
     renderCvs();
     showTarget();
+    showLinkedResult();
     poller.refresh();
+  }
+
+  // "View result" on a past run (/jobs?result=<operation id>#job-<id>): that run's own
+  // result, on its card, once per link; a result no longer kept says so there.
+  let shownResult = "";
+  async function showLinkedResult() {
+    const operationId = new URLSearchParams(window.location.search).get("result");
+    if (!operationId || shownResult === operationId) return;
+    shownResult = operationId;
+    let result;
+    try {
+      result = await api(`/api/operations/${encodeURIComponent(operationId)}/result`);
+    } catch (failure) {
+      const target = /^#(job|attachment)-(.+)$/.exec(window.location.hash);
+      const path = target ? tasksFor(target[1]).map((known) => taskPath(known, decodeURIComponent(target[2])))[0] : null;
+      const entry = path ? analyses.get(path) : null;
+      if (entry) showNotice(entry, failure.status === 404 ? "That run's result is no longer kept: each analysis keeps its newest 20 results." : failure.message);
+      return;
+    }
+    const known = taskNamed(result.task_type);
+    const entry = known ? analyses.get(taskPath(known, result.subject.id)) : null;
+    if (!entry) return;
+    if (entry.rendered) openLinked(entry, result);
+    else entry.earlier = result; // shown once the card has loaded
+  }
+
+  // The linked run's result on its card, brought into view: the card was scrolled to
+  // before its result had loaded below it.
+  function openLinked(entry, result) {
+    entry.view.showEarlier(result).scrollIntoView({ block: "nearest" });
   }
 
   // The job (or CV) a link named, e.g. "View result" on /operations: once per link,
@@ -361,9 +447,19 @@ export function mount(main) {
     if (entry.operationId && entry.operationId !== operationId) follower.stop(entry.operationId);
     entry.operationId = operationId;
     entry.view.render(answer);
+    entry.rendered = true;
+    if (!entry.active) sawEnd(entry);
+    if (entry.earlier) {
+      openLinked(entry, entry.earlier);
+      entry.earlier = null;
+    }
     if (entry.active && !liveOpen()) follower.follow(answer.operation);
     // Seen reaching its end here: its notification is new, so the bell looks now.
-    if (wasActive && entry.over) notificationsChanged();
+    if (wasActive && entry.over) {
+      notificationsChanged();
+      if (entry.noticeUntilEnd) showNotice(entry, "");
+      entry.noticeUntilEnd = false;
+    }
   }
 
   function entryOf(operation) {
@@ -384,6 +480,7 @@ export function mount(main) {
       if (!path) return;
       entry.active = false; // over: no poll reads it while its result loads
       entry.endSeen = operation;
+      sawEnd(entry);
       if (endAskedFor(entry, operation)) return;
       refreshAnalysis(path).catch(() => {
         entry.active = true;
@@ -410,6 +507,7 @@ export function mount(main) {
       if (TERMINAL_STATES.has(operation.state)) {
         entry.active = false; // over: no poll reads it while its result loads
         entry.endSeen = operation;
+        sawEnd(entry);
         if (!endAskedFor(entry, operation)) refreshAnalysis(path).catch(() => lookAgain(entry));
         return;
       }

@@ -4,7 +4,9 @@
 // the stream, which answer the moment they move), with cancel
 // (confirmed) and retry; the notification list beside them. Each names its subject
 // (read from the workspace); /operations#operation-<id> scrolls to and highlights
-// one, shown above the list when the list does not hold it.
+// one, shown above the list when the list does not hold it. The bell leads to
+// /operations#notifications: the notifications come first (on a phone, above the
+// operations; on a wide screen they keep their column) and focus moves to them.
 
 import { api, post } from "../api.js";
 import { confirmDialog } from "../dialog.js";
@@ -48,6 +50,8 @@ function urlWithFilter(state) {
   return url;
 }
 
+const NOTIFICATIONS_HASH = "#notifications";
+
 function targetFromHash() {
   const match = /^#operation-(.+)$/.exec(window.location.hash);
   return match ? decodeURIComponent(match[1]) : null;
@@ -60,7 +64,7 @@ export function mount(main) {
   const banner = h("div", { class: "banner", role: "alert", hidden: true });
   const announcer = h("p", { class: "visually-hidden", role: "status" });
   const more = h("button", { type: "button", class: "button button--quiet", hidden: true }, "Show more");
-  const notifications = h("aside", { class: "panel panel--side" });
+  const notifications = h("aside", { id: "notifications", class: "panel panel--side panel--notes" });
   const detail = h("ol", { class: "ops ops--detail", "aria-label": "The operation you opened", hidden: true });
   const cards = new Map();
   let limit = PAGE_STEP;
@@ -83,10 +87,10 @@ export function mount(main) {
     ),
     h(
       "div",
-      { class: "layout" },
+      { class: "layout layout--operations" },
       h(
         "section",
-        { class: "panel", "aria-labelledby": "operations-heading", "aria-busy": "true" },
+        { class: "panel panel--operations", "aria-labelledby": "operations-heading", "aria-busy": "true" },
         h("h2", { id: "operations-heading", class: "visually-hidden" }, "Your operations"),
         banner,
         detail,
@@ -100,6 +104,26 @@ export function mount(main) {
   );
   const section = list.closest("section");
   mountNotifications(notifications);
+
+  // The bell's destination: the notifications before the operations (so a phone shows
+  // them at the top and Tab walks them first), in view, with focus on their heading.
+  function showNotifications() {
+    if (section.previousElementSibling !== notifications) section.before(notifications);
+    notifications.scrollIntoView({ block: "start" });
+    notifications.querySelector("h2").focus({ preventScroll: true });
+  }
+  if (window.location.hash === NOTIFICATIONS_HASH) showNotifications();
+  // The bell on this page: the same, without loading the page again (the filter stays).
+  document.getElementById("bell")?.addEventListener("click", (event) => {
+    if (event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey || event.altKey) return;
+    event.preventDefault();
+    if (window.location.hash !== NOTIFICATIONS_HASH) {
+      const url = new URL(window.location.href);
+      url.hash = NOTIFICATIONS_HASH;
+      window.history.pushState(null, "", url);
+    }
+    showNotifications();
+  });
   const handlers = { cancel: cancelOperation, retry: retryOperation };
 
   function describe(operation) {
@@ -340,6 +364,7 @@ export function mount(main) {
     applyFilter();
   });
   window.addEventListener("hashchange", () => {
+    if (window.location.hash === NOTIFICATIONS_HASH) showNotifications();
     target = targetFromHash();
     targetShown = false;
     poller.refresh();

@@ -1,0 +1,53 @@
+"""What one exchange with a model server used, from what the server said of it. Pure.
+
+Tokens are the server's own ``usage`` counts (``prompt_tokens``,
+``completion_tokens``), asked for in a stream with ``stream_options.include_usage``.
+A server that gives none is counted by what the worker saw: its content chunks
+(one chunk is about one token, as the progress estimate counts them) and no
+prompt tokens, since the worker cannot tokenize. The model's own time is the
+server's ``timings`` (llama.cpp: ``prompt_ms`` + ``predicted_ms``) where given,
+else the time the worker measured from sending the request to the answer's end.
+Each figure is held within what one settlement may carry (``model.bounds``).
+"""
+
+from __future__ import annotations
+
+from durable_ops.model.bounds import MODEL_MS_MAX, USAGE_TOKENS_MAX
+from durable_ops.model.usage import Usage
+
+
+def _count(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return min(value, USAGE_TOKENS_MAX)
+
+
+def _milliseconds(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        return None
+    return float(value)
+
+
+def server_milliseconds(timings: object) -> float | None:
+    """The model's own time in a llama.cpp ``timings`` object; None without one."""
+    if not isinstance(timings, dict):
+        return None
+    parts = [_milliseconds(timings.get(name)) for name in ("prompt_ms", "predicted_ms")]
+    if any(part is None for part in parts):
+        return None
+    return sum(part for part in parts if part is not None)
+
+
+def exchange_usage(
+    usage: object, timings: object, *, counted_tokens: int, measured_seconds: float
+) -> Usage:
+    """The usage of one exchange: the server's figures where it gave them, else ours."""
+    given = usage if isinstance(usage, dict) else {}
+    prompt = _count(given.get("prompt_tokens"))
+    completion = _count(given.get("completion_tokens"))
+    if prompt is None or completion is None:
+        prompt, completion = 0, min(counted_tokens, USAGE_TOKENS_MAX)
+    milliseconds = server_milliseconds(timings)
+    if milliseconds is None:
+        milliseconds = max(0.0, measured_seconds) * 1000
+    return Usage(prompt, completion, min(round(milliseconds), MODEL_MS_MAX))

@@ -1,0 +1,119 @@
+"""What an attempt used: the pure rules (issue 36).
+
+The bounds of one settlement, the sum of calls, how an exchange's usage is read
+from what the model server said (its counts and llama.cpp's timings, else the
+worker's own), and the settlement item that carries it whatever the outcome.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from durable_ops.ai_worker.inference.usage import exchange_usage, server_milliseconds
+from durable_ops.model.bounds import MODEL_MS_MAX, USAGE_TOKENS_MAX
+from durable_ops.model.errors import InvalidArgument
+from durable_ops.model.routing import Route
+from durable_ops.model.states import Privacy
+from durable_ops.model.usage import Usage, total
+from durable_ops.worker import Claimed, Completed, Ending, Subject, WorkerShutdown
+from durable_ops.worker.completer import Outcome, settlement_item
+
+CLAIMED = Claimed(
+    operation_id="op-1",
+    owner_id="alice",
+    task_type="report.render",
+    subject=Subject("report", "r-1"),
+    number=1,
+    context_ref="",
+    route=Route.LOCAL,
+    privacy=Privacy.LOCAL_ONLY,
+    trace_parent="",
+    lease_token="t" * 43,
+    lease_expires_at=datetime(2026, 1, 1, tzinfo=UTC),
+)
+
+
+def test_a_settlements_usage_is_bounded() -> None:
+    assert Usage(USAGE_TOKENS_MAX, USAGE_TOKENS_MAX, MODEL_MS_MAX).checked()
+    for wrong in (
+        Usage(-1, 0, 0),
+        Usage(0, USAGE_TOKENS_MAX + 1, 0),
+        Usage(0, 0, MODEL_MS_MAX + 1),
+    ):
+        with pytest.raises(InvalidArgument):
+            wrong.checked()
+
+
+def test_calls_add_up_and_none_is_nothing() -> None:
+    assert total([]) is None
+    assert total([Usage(1, 2, 3), Usage(10, 20, 30)]) == Usage(11, 22, 33)
+    assert Usage(300, 112, 3100).tokens == 412
+    assert Usage(300, 112, 3100).model_seconds == 3.1
+
+
+def test_the_servers_counts_and_timings_win() -> None:
+    usage = {"prompt_tokens": 41, "completion_tokens": 8}
+    timings = {"prompt_ms": 120.4, "predicted_ms": 2979.8, "predicted_n": 8}
+    found = exchange_usage(usage, timings, counted_tokens=99, measured_seconds=9.0)
+    assert found == Usage(41, 8, 3100)
+
+
+def test_without_the_servers_figures_the_worker_counts_and_measures() -> None:
+    found = exchange_usage(None, None, counted_tokens=12, measured_seconds=1.2345)
+    assert found == Usage(0, 12, 1234)
+    # Half an answer is not an answer: a usage without both counts is not the server's.
+    assert exchange_usage({"completion_tokens": 8}, None, counted_tokens=5, measured_seconds=0) == (
+        Usage(0, 5, 0)
+    )
+
+
+@pytest.mark.parametrize(
+    "timings",
+    [
+        None,
+        [],
+        {"prompt_ms": 1.0},
+        {"prompt_ms": "1", "predicted_ms": 2},
+        {"prompt_ms": -1, "predicted_ms": 2},
+    ],
+)
+def test_timings_that_are_not_llamas_are_not_used(timings: object) -> None:
+    assert server_milliseconds(timings) is None
+
+
+def test_a_servers_absurd_figures_are_held_within_the_bounds() -> None:
+    usage = {"prompt_tokens": 10**12, "completion_tokens": True}
+    found = exchange_usage(
+        usage, {"prompt_ms": 1e12, "predicted_ms": 0}, counted_tokens=3, measured_seconds=0
+    )
+    assert found == Usage(0, 3, MODEL_MS_MAX)  # a bool is no count: the worker's own
+    big = exchange_usage(
+        {"prompt_tokens": 10**12, "completion_tokens": 1},
+        None,
+        counted_tokens=0,
+        measured_seconds=0,
+    )
+    assert big.prompt_tokens == USAGE_TOKENS_MAX
+    assert big.checked() == big
+
+
+@pytest.mark.parametrize(
+    ("outcome", "ending"),
+    [
+        (Completed("note-1"), Ending.COMPLETED),
+        (WorkerShutdown(), Ending.RELEASED),
+        (Ending.CANCELLED, Ending.CANCELLED),
+    ],
+)
+def test_every_settlement_item_carries_the_usage(outcome: Outcome, ending: Ending) -> None:
+    item, found = settlement_item(CLAIMED, outcome, Usage(300, 112, 3100))
+    assert found is ending
+    assert (item.usage.prompt_tokens, item.usage.completion_tokens, item.usage.model_ms) == (
+        300,
+        112,
+        3100,
+    )
+    bare, _ = settlement_item(CLAIMED, outcome)
+    assert not bare.HasField("usage")  # nothing reported: nothing recorded
