@@ -24,8 +24,6 @@ from pathlib import Path
 
 from durable_ops.gateway.hosts import dev_login_refusal
 from durable_ops.logs import use_json
-from durable_ops.rpc.keys import ensure_role_keys
-from durable_ops.rpc.tls import ensure_tls
 from durable_ops.settings import Settings
 from durable_ops.stack import address_file
 from durable_ops.stack.binds import local_to_the_stack, parse_address, stack_binds
@@ -84,6 +82,20 @@ def _listed(names: tuple[str, ...]) -> str:
     )
 
 
+# What `opsctl up` makes once in the keys folder (rpc.keys, rpc.tls), checked by path so a
+# warm start imports neither (nor grpc) before its children run.
+KEPT_KEYS = (
+    *(f"{role}/{role}.key" for role in ("gateway", "worker", "producer", "operator")),
+    "public/ca.pem",
+    "tls/server.pem",
+    "tls/server.key",
+)
+
+
+def _keys_made(directory: Path) -> bool:
+    return all((directory / kept).is_file() for kept in KEPT_KEYS)
+
+
 def _where(database_url: str) -> str:
     """The database as a user may be shown it: its engine and file or name, no password."""
     scheme, _, rest = database_url.partition("://")
@@ -132,9 +144,12 @@ def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | Non
 
         say("migrating", f"migrating the database ({_where(settings.database_url)})…")
         migrate.upgrade(settings.database_url)
-    made = ensure_role_keys(Path(settings.service_keys_dir))
-    # The local authority `opsctl serve` beyond loopback uses too (rpc.tls).
-    if ensure_tls(Path(settings.service_keys_dir)) or made:
+    if not _keys_made(Path(settings.service_keys_dir)):
+        from durable_ops.rpc.keys import ensure_role_keys
+        from durable_ops.rpc.tls import ensure_tls
+
+        ensure_role_keys(Path(settings.service_keys_dir))
+        ensure_tls(Path(settings.service_keys_dir))  # the authority `opsctl serve` uses too
         say("keys", f"made service keys and certificates in {settings.service_keys_dir}")
     stack = Stack(
         _stack_env(settings, text_logs=not as_json),
