@@ -123,6 +123,48 @@ def test_a_worker_or_producer_key_cannot_act_as_the_gateway(services: Services, 
     assert resolved.user_id == ALICE
 
 
+def test_workers_and_producers_reach_no_users_workspace(services: Services) -> None:
+    """Least privilege per role: a user's jobs, CVs, results, notifications and admissions
+    are the gateway's to act on; a worker reads the subject and AI settings of what it
+    runs (not yet tied to a held lease: docs/operations.md); a producer none of them."""
+    user_calls: dict[str, Callable[[Metadata], object]] = {
+        "list jobs": lambda md: services.workspace.ListJobs(wpb.ListRequest(), metadata=md),
+        "create job": lambda md: services.workspace.CreateJob(
+            wpb.CreateJobRequest(title="t", description="d"), metadata=md
+        ),
+        "list CVs": lambda md: services.workspace.ListAttachments(wpb.ListRequest(), metadata=md),
+        "AI settings": lambda md: services.workspace.UpdateAiSettings(
+            wpb.UpdateAiSettingsRequest(), metadata=md
+        ),
+        "notifications": lambda md: services.notifications.ListNotifications(
+            npb.ListNotificationsRequest(), metadata=md
+        ),
+        "unread": lambda md: services.notifications.GetUnreadCount(
+            npb.GetUnreadCountRequest(), metadata=md
+        ),
+    }
+    subject_reads: dict[str, Callable[[Metadata], object]] = {
+        "read a job": lambda md: services.workspace.GetJob(
+            wpb.GetJobRequest(job_id="0" * 32), metadata=md
+        ),
+        "read settings": lambda md: services.workspace.GetAiSettings(
+            wpb.GetAiSettingsRequest(), metadata=md
+        ),
+    }
+    for role in (Role.WORKER, Role.PRODUCER):
+        md = metadata(role, ALICE)
+        refused = user_calls | (subject_reads if role is Role.PRODUCER else {})
+        for name, call in refused.items():
+            failure = expect_failure(lambda call=call, md=md: call(md), DENIED)  # type: ignore[misc]
+            assert failure.error_code == "gateway_scope_required", (role, name)
+    worker = metadata(Role.WORKER, ALICE)
+    expect_failure(lambda: subject_reads["read a job"](worker), grpc.StatusCode.NOT_FOUND)
+    assert subject_reads["read settings"](worker) is not None
+    gateway = metadata(Role.GATEWAY, ALICE)
+    for call in user_calls.values():
+        assert call(gateway) is not None
+
+
 # ---- a key issued while the services run -----------------------------------------------------
 
 
@@ -149,10 +191,11 @@ def issue(
 
 
 def _unread_count(services: Services, key: SigningKey) -> grpc.StatusCode:
-    """One owner-scope call signed with ``key``: OK once the services trust it."""
+    """One owner-scope call a worker may make, signed with ``key``: OK once the services
+    trust it."""
     try:
-        services.notifications.GetUnreadCount(
-            npb.GetUnreadCountRequest(),
+        services.workspace.GetAiSettings(
+            wpb.GetAiSettingsRequest(),
             metadata=_bearer(mint_service_token(key), ALICE),
             timeout=5,
         )
