@@ -31,7 +31,8 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     && groupadd --system --gid 10001 ops \
     && useradd --system --uid 10001 --gid ops --no-create-home --home-dir /nonexistent \
        --shell /usr/sbin/nologin ops \
-    && install --directory --owner=ops --group=ops --mode=0700 /var/lib/durable-ops/host-store
+    && install --directory --owner=ops --group=ops --mode=0700 /var/lib/durable-ops/host-store \
+       /keys /keys/public /keys/gateway /keys/worker /keys/operator /keys/tls /keys/tls-ca
 # Container health checks (gRPC health service, HTTP endpoints); see deploy/healthcheck.py.
 COPY deploy/healthcheck.py /opt/durable-ops/deploy/healthcheck.py
 WORKDIR /opt/durable-ops

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import bindparam, event, text
 
 from benchmarks.client import Claimed, OpsClient
-from benchmarks.processes import SERVICE_SECRET
+from benchmarks.processes import trusted
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.operations.app import OperationsApp
 from durable_ops.operations.service import SERVICE_NAME, OperationsService
@@ -108,7 +108,7 @@ def in_process_operations(db: Database) -> Iterator[str]:
             "127.0.0.1:0",
             lambda s: pb_grpc.add_OperationsServiceServicer_to_server(OperationsService(app), s),
             [SERVICE_NAME],
-            secret=SERVICE_SECRET,
+            trusted=trusted(),
         )
         await start(server)
         return server, port

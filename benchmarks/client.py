@@ -36,7 +36,7 @@ class OpsClient:
     """One channel to the Operations service, with a producer and a worker credential."""
 
     def __init__(self, target: str) -> None:
-        self.channel = open_channel(target)
+        self.channel = open_channel(target, None)
         self.stub = pb_grpc.OperationsServiceStub(self.channel)
         self._producer = caller(Role.PRODUCER)
         self._worker = caller(Role.WORKER)

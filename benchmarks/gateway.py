@@ -104,7 +104,7 @@ def run(ctx: Context) -> list[Row]:
     with (
         mariadb_database() as url,
         operations_server(url) as target,
-        gateway_server(target) as base_url,
+        gateway_server(target, url) as base_url,
     ):
         latency, throughput = asyncio.run(_measure(ctx, base_url, target))
     return [

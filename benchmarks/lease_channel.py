@@ -49,7 +49,7 @@ from benchmarks import machine
 from benchmarks.client import Claimed, OpsClient
 from benchmarks.context import Context
 from benchmarks.databases import mariadb_connect, mariadb_database
-from benchmarks.processes import SERVICE_SECRET, AiStack, ai_stack, caller
+from benchmarks.processes import AiStack, ai_stack, caller, trusted
 from benchmarks.stats import median, percentile
 from benchmarks.table import Row, Target
 from durable_ops.api.ai_admission.v1 import ai_admission_pb2 as apb
@@ -533,7 +533,7 @@ async def measure_poll_cost(ctx: Context, url: str) -> PollCost:
         "127.0.0.1:0",
         lambda s: pb_grpc.add_OperationsServiceServicer_to_server(OperationsService(app), s),
         [SERVICE_NAME],
-        secret=SERVICE_SECRET,
+        trusted=trusted(),
     )
     await start(server)
     sweeper = asyncio.create_task(run_sweeper(db, utc_now, TUNING.sweep_interval_seconds))

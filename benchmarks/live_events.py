@@ -209,7 +209,7 @@ async def _measure(ctx: Context, url: str, answers: int, loaded_answers: int) ->
         # Starting the processes blocks this loop; nothing is relayed until they are up.
         with (
             ai_stack(url, replicas=2, env=env) as stack,
-            gateway_server(stack.replicas[0], stack.targets()) as gateway,
+            gateway_server(stack.replicas[0], env=stack.targets()) as gateway,
         ):
             page = _Page(gateway, OWNER)
             admit = _Admitter(stack)
@@ -245,7 +245,7 @@ async def _measure_real(ctx: Context, url: str) -> list[Answer]:
             }
             with (
                 ai_stack(url, replicas=2, env=env) as stack,
-                gateway_server(stack.replicas[0], stack.targets()) as gateway,
+                gateway_server(stack.replicas[0], env=stack.targets()) as gateway,
             ):
                 page = _Page(gateway, OWNER)
                 admit = _Admitter(stack)

@@ -31,7 +31,7 @@ from benchmarks.client import Claimed, OpsClient
 from benchmarks.context import Context
 from benchmarks.databases import mariadb_database
 from benchmarks.lease_channel import Window, _StatementCounter
-from benchmarks.processes import SERVICE_SECRET, caller
+from benchmarks.processes import caller, trusted
 from benchmarks.stats import median, percentile
 from benchmarks.table import Row, Target
 from durable_ops.clock import utc_now
@@ -70,9 +70,7 @@ class Replica:
 async def _replica(url: str) -> Replica:
     db = Database(url, pool_size=16)
     app = OperationsApp(db, utc_now)
-    server, port = build_server(
-        "127.0.0.1:0", registration(app), SERVICE_NAMES, secret=SERVICE_SECRET
-    )
+    server, port = build_server("127.0.0.1:0", registration(app), SERVICE_NAMES, trusted=trusted())
     await start(server)
     return Replica(app, db, server, f"127.0.0.1:{port}")
 
@@ -81,7 +79,7 @@ class Waiters:
     """``WaitOperation`` calls on one replica, each noting when it answered done."""
 
     def __init__(self, target: str) -> None:
-        self._channel = open_channel(target)
+        self._channel = open_channel(target, None)
         self._stub = lro_grpc.OperationsStub(self._channel)
         self._metadata = caller(Role.GATEWAY).metadata(OWNER)
         self.answered: dict[str, float] = {}

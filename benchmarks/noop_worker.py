@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 
 from benchmarks.client import TASK_TYPE, OpsClient, Producer
-from benchmarks.processes import SERVICE_SECRET
+from benchmarks.processes import signing_key
+from durable_ops.model.scope import Role
 from durable_ops.worker import Attempt, Worker, WorkerOptions
 
 OWNERS = 50
@@ -23,7 +24,8 @@ async def drain(target: str, workers: int, task_type: str = TASK_TYPE, batch: in
     completed in batches of up to ``batch``.
     """
     options = WorkerOptions(concurrency=batch, batch_size=batch)
-    pool = [Worker(target, SERVICE_SECRET, options, until_empty=True) for _ in range(workers)]
+    key = signing_key(Role.WORKER)
+    pool = [Worker(target, key, options, until_empty=True) for _ in range(workers)]
     for worker in pool:
         worker.handler(task_type)(_noop)
     await asyncio.gather(*(worker.run() for worker in pool))
@@ -45,7 +47,7 @@ async def lifecycles(
 ) -> float:
     """Figure 1's subject with the SDK: ``producers`` create ``total`` operations while
     ``workers`` SDK workers (default options: batches of 10) drain them; lifecycles/s."""
-    pool = [Worker(target, SERVICE_SECRET, WorkerOptions()) for _ in range(workers)]
+    pool = [Worker(target, signing_key(Role.WORKER), WorkerOptions()) for _ in range(workers)]
     for worker in pool:
         worker.handler(TASK_TYPE)(_noop)
     producer = Producer(client, total=total, owners=owners, run_id=run_id)

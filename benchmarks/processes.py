@@ -7,9 +7,11 @@ clients it measures.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,15 +21,16 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller
+from durable_ops.rpc.keys import SigningKey, TrustedKeys, ensure_role_keys, private_key_path
 from durable_ops.settings import service_variable
-from durable_ops.stack.children import healthy
+from durable_ops.stack.children import healthy, own_key_env
 
-SERVICE_SECRET = "bench-service-secret-" + secrets.token_hex(16)
 JWT_SECRET = "bench-jwt-secret-" + secrets.token_hex(16)
 START_TIMEOUT_SECONDS = 60.0
 STOP_GRACE_SECONDS = 10.0
@@ -41,8 +44,29 @@ def free_port() -> int:
         return port
 
 
+@cache
+def keys_dir() -> Path:
+    """A key pair per role for this benchmark run, in a private folder made once and removed
+    at exit; every child trusts its public keys and signs with its own role's key."""
+    directory = Path(tempfile.mkdtemp(prefix="durable-ops-bench-keys-"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    ensure_role_keys(directory)
+    return directory
+
+
+@cache
+def signing_key(role: Role) -> SigningKey:
+    return SigningKey.load(private_key_path(keys_dir(), role.value))
+
+
+@cache
+def trusted() -> TrustedKeys:
+    """The run's public keys, for servers built in this process."""
+    return TrustedKeys(keys_dir())
+
+
 def caller(role: Role) -> ServiceCaller:
-    return ServiceCaller(SERVICE_SECRET, role)
+    return ServiceCaller(signing_key(role))
 
 
 @dataclass
@@ -64,12 +88,14 @@ class Child:
 def _start(name: str, env: Mapping[str, str]) -> Child:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     log = LOG_DIR / f"{name}-{secrets.token_hex(4)}.log"
+    keys = {"OPS_SERVICE_KEYS_DIR": str(keys_dir())}
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "durable_ops.cli", "serve", name],
             env={
                 **os.environ,
-                "OPS_SERVICE_SECRET": SERVICE_SECRET,
+                **keys,
+                **own_key_env(name, keys),  # the gateway's or the AI worker's own key
                 "OPS_JWT_SECRET": JWT_SECRET,
                 "OPS_LOG_JSON": "true",
                 **env,
@@ -143,22 +169,41 @@ def gateway_pid(base: str) -> int:
 
 
 @contextmanager
-def gateway_server(operations_target: str, env: Mapping[str, str] | None = None) -> Iterator[str]:
+def gateway_server(
+    operations_target: str,
+    database_url: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[str]:
     """``opsctl serve gateway`` in front of ``operations_target`` (``env`` adds to its
-    environment, e.g. the other services' targets); yields its base URL."""
-    bind = f"127.0.0.1:{free_port()}"
-    child = _start(
-        "gateway",
-        {"OPS_GATEWAY_BIND": bind, "OPS_OPERATIONS_TARGET": operations_target, **(env or {})},
-    )
-    base = f"http://{bind}"
+    environment, e.g. the other services' targets); with ``database_url``, also the
+    Workspace service it asks on every request whether the user's token or session still
+    stands (issue 35). Yields its base URL."""
+    extra = dict(env or {})
+    children: list[Child] = []
+    base = ""
     try:
-        _wait(child, f"http:{base}/healthz")
-        _GATEWAYS[base] = child
+        if database_url is not None:
+            workspace = f"127.0.0.1:{free_port()}"
+            bind_variable = service_variable("workspace", "bind")
+            children.append(
+                _start("workspace", {"OPS_DATABASE_URL": database_url, bind_variable: workspace})
+            )
+            _wait(children[0], f"grpc:{workspace}")
+            extra[service_variable("workspace", "target")] = workspace
+        bind = f"127.0.0.1:{free_port()}"
+        gateway = _start(
+            "gateway",
+            {"OPS_GATEWAY_BIND": bind, "OPS_OPERATIONS_TARGET": operations_target, **extra},
+        )
+        children.append(gateway)
+        base = f"http://{bind}"
+        _wait(gateway, f"http:{base}/healthz")
+        _GATEWAYS[base] = gateway
         yield base
     finally:
         _GATEWAYS.pop(base, None)
-        child.stop()
+        for child in reversed(children):
+            child.stop()
 
 
 AI_SERVICES = ("notifications", "workspace", "ai-admission")

@@ -1,12 +1,13 @@
 """Container health check for durable-ops processes; exit 0 when healthy, 1 when not.
 
-    python /opt/durable-ops/deploy/healthcheck.py grpc 127.0.0.1:50051 [SERVICE]
+    python /opt/durable-ops/deploy/healthcheck.py grpc 127.0.0.1:50051 [SERVICE] [--ca FILE]
     python /opt/durable-ops/deploy/healthcheck.py http http://127.0.0.1:8080/readyz
 
 ``grpc`` asks the standard gRPC health service (``grpc.health.v1.Health/Check``)
 for ``SERVICE`` (default ``""``, the whole server) and wants ``SERVING``: a
 server that is draining on SIGTERM reports ``NOT_SERVING`` and fails the check.
-``http`` wants a 2xx answer. The image ships no ``grpc_health_probe``; this
+``--ca`` speaks TLS, trusting that certificate (a service bound beyond loopback
+serves TLS only). ``http`` wants a 2xx answer. The image ships no ``grpc_health_probe``; this
 script needs only grpcio, grpcio-health-checking (runtime dependencies of the
 package) and the standard library, and never imports the application.
 """
@@ -22,12 +23,20 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 TIMEOUT_SECONDS = 3.0
-USAGE = "usage: healthcheck.py grpc HOST:PORT [SERVICE] | healthcheck.py http URL"
+USAGE = "usage: healthcheck.py grpc HOST:PORT [SERVICE] [--ca FILE] | healthcheck.py http URL"
 
 
-def check_grpc(target: str, service: str = "", timeout: float = TIMEOUT_SECONDS) -> str | None:
-    """``None`` when ``target`` reports SERVING for ``service``, else why not."""
-    with grpc.insecure_channel(target) as channel:
+def check_grpc(
+    target: str, service: str = "", timeout: float = TIMEOUT_SECONDS, ca: bytes | None = None
+) -> str | None:
+    """``None`` when ``target`` reports SERVING for ``service``, else why not; over TLS
+    trusting ``ca`` when given."""
+    channel = (
+        grpc.secure_channel(target, grpc.ssl_channel_credentials(ca))
+        if ca is not None
+        else grpc.insecure_channel(target)
+    )
+    with channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=service), timeout=timeout
@@ -56,10 +65,21 @@ def check_http(url: str, timeout: float = TIMEOUT_SECONDS) -> str | None:
 
 
 def main(argv: Sequence[str]) -> int:
-    if len(argv) == 2 and argv[0] == "http":
-        problem = check_http(argv[1])
-    elif len(argv) in (2, 3) and argv[0] == "grpc":
-        problem = check_grpc(argv[1], argv[2] if len(argv) == 3 else "")
+    args = list(argv)
+    ca = None
+    if "--ca" in args[:-1]:
+        at = args.index("--ca")
+        try:
+            with open(args[at + 1], "rb") as file:
+                ca = file.read()
+        except OSError as exc:
+            print(f"unhealthy: {exc}", file=sys.stderr)
+            return 1
+        del args[at : at + 2]
+    if len(args) == 2 and args[0] == "http" and ca is None:
+        problem = check_http(args[1])
+    elif len(args) in (2, 3) and args[0] == "grpc":
+        problem = check_grpc(args[1], args[2] if len(args) == 3 else "", ca=ca)
     else:
         print(USAGE, file=sys.stderr)
         return 1  # Docker reserves exit status 2

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from durable_ops.local_secrets import KEPT, with_kept_secrets
+from durable_ops.local_secrets import with_kept_secrets
 from durable_ops.settings import Settings, SettingsError
 
 # `opsctl` exit codes (README "Exit codes"); 1 is anything unforeseen (a traceback).
@@ -29,21 +29,23 @@ GRPC_SERVICES: dict[str, str] = {
     "workspace": "durable_ops.workspace.main",
 }
 SERVE_TARGETS = [*GRPC_SERVICES, "gateway", "ai-worker", "dev-model"]
+ROLES = ["gateway", "worker", "producer", "operator"]  # model.scope.Role, without its import
 # What a process serving several gRPC services calls itself (logs, traces): `opsctl up`'s
 # child of that name runs all four.
 SERVICES_PROCESS = "services"
 
 
-def _settings(args: argparse.Namespace, *, keep_secrets: Sequence[str] = ()) -> Settings:
-    """Settings from the environment; the ``keep_secrets`` named, when unset, from var/."""
+def _settings(args: argparse.Namespace, *, keep_secret: bool = False) -> Settings:
+    """Settings from the environment; with ``keep_secret``, the user-token secret, when
+    unset, from var/."""
     settings = Settings.from_env()
     url = getattr(args, "database_url", None)
     if url:
         from dataclasses import replace
 
         settings = replace(settings, database_url=url)
-    if keep_secrets:
-        settings = with_kept_secrets(settings, keep_secrets)
+    if keep_secret:
+        settings = with_kept_secrets(settings)
     return settings
 
 
@@ -67,9 +69,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     process = SERVICES_PROCESS if together else targets[0]
-    # Only the gateway signs and checks user tokens; every process holds a service credential.
-    needed = KEPT if process == "gateway" else ("service_secret",)
-    settings = _settings(args, keep_secrets=needed)
+    # Only the gateway signs and checks user tokens; service keys are files (``rpc.keys``).
+    settings = _settings(args, keep_secret=process == "gateway")
     configure_logging(settings, process=process, final=True)
     # Before any server, channel or engine exists: the instrumentations wrap their constructors.
     configure_tracing(process)
@@ -137,7 +138,7 @@ def cmd_token(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    settings = _settings(args, keep_secrets=("jwt_secret",))
+    settings = _settings(args, keep_secret=True)
     bounds.owner_id(args.user)
     print(
         mint_user_token(
@@ -222,7 +223,7 @@ def cmd_ai(args: argparse.Namespace) -> int:
 def cmd_operations(args: argparse.Namespace) -> int:
     from durable_ops.operator_cli import run
 
-    return run(args, _settings(args, keep_secrets=("service_secret",)))
+    return run(args, _settings(args))
 
 
 def cmd_host_store_show(args: argparse.Namespace) -> int:
@@ -235,10 +236,39 @@ def cmd_up(args: argparse.Namespace) -> int:
     from durable_ops.stack.binds import with_port_base
     from durable_ops.up import run_stack
 
-    settings = _settings(args, keep_secrets=KEPT)
+    settings = _settings(args, keep_secret=True)
     if args.port_base is not None:
         settings = with_port_base(settings, args.port_base)
     return run_stack(settings, demo_user=args.demo_user)
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from durable_ops.model.scope import Role
+    from durable_ops.rpc import keys, tls
+
+    directory = Path(_settings(args).service_keys_dir)
+    if args.keys_command == "init":
+        unknown = sorted(set(args.roles) - set(ROLES))
+        if unknown:
+            print(f"opsctl keys init: no role {', '.join(unknown)}", file=sys.stderr)
+            return EXIT_USAGE
+        made = keys.ensure_role_keys(directory, [Role(role) for role in args.roles] or list(Role))
+        if tls.ensure_tls(directory, args.tls_names):
+            made.append("the services' TLS certificate")
+        print(f"made {', '.join(made)}" if made else "every key exists already")
+        return 0
+    if args.keys_command == "issue":
+        name = keys.key_name(Role(args.role), args.label)
+        if keys.private_key_path(directory, name).exists():
+            print(f"opsctl keys issue: {name} has a key already", file=sys.stderr)
+            return EXIT_USAGE
+        path = keys.create_key_pair(directory, name)
+    else:
+        path = keys.rotate(directory, keys.key_name(Role(args.role)))
+    print(path)
+    return 0
 
 
 def _version() -> str:
@@ -265,8 +295,9 @@ Every OPS_* variable is listed in the README."""
 UP_HELP = """\
 Migrates the database (OPS_DATABASE_URL, default the SQLite file var/durable-ops.sqlite3),
 checks that every address is free, then runs every process as a child of this one. A
-child that dies is restarted with backoff; Ctrl-C or SIGTERM stops them all. Secrets
-not set in OPS_JWT_SECRET and OPS_SERVICE_SECRET are kept in var/secrets.json."""
+child that dies is restarted with backoff; Ctrl-C or SIGTERM stops them all. The
+user-token secret, unless OPS_JWT_SECRET is set, is kept in var/secrets.json; a service
+key per role is made in OPS_SERVICE_KEYS_DIR (var/keys), each child given its own."""
 
 
 def plain(docstring: str) -> str:
@@ -377,6 +408,49 @@ def build_parser() -> argparse.ArgumentParser:
     ai.add_argument("switch", choices=["enable", "disable", "status"], help="what to do")
     ai.add_argument("--json", action="store_true", help="machine-readable output")
     database_option(ai)
+
+    key_commands = command(
+        "keys",
+        lambda _args: EXIT_USAGE,
+        "Issue and rotate service keys",
+        "Service keys live in OPS_SERVICE_KEYS_DIR (var/keys): <name>/<name>.key is a private\n"
+        "key (0600), public/<name>.pub what the services trust, read again each second.",
+    ).add_subparsers(dest="keys_command", required=True, metavar="COMMAND")
+    init = key_commands.add_parser(
+        "init",
+        help="make each role's key, and the services' TLS certificate, where missing",
+        description="Make a key pair for each ROLE (default: every role) that has none, and"
+        " a local authority and the gRPC services' certificate (for localhost, loopback, the"
+        " Compose service names and each --tls-name) if there is none.",
+    )
+    init.set_defaults(run=cmd_keys)
+    # No ``choices``: argparse refuses an empty ``nargs="*"`` against them (Python 3.11).
+    init.add_argument("roles", nargs="*", metavar="ROLE", help=f"of {', '.join(ROLES)}")
+    init.add_argument(
+        "--tls-name",
+        dest="tls_names",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a further name (or IP) the gRPC services are reached by, for their certificate",
+    )
+    issue = key_commands.add_parser(
+        "issue",
+        help="make a key for a new SDK worker or producer and print its path",
+        description="Make a key pair named <role>-<label> (the services trust it within a"
+        " second) and print the private key's path, for Worker(target, key=PATH).",
+    )
+    issue.set_defaults(run=cmd_keys)
+    issue.add_argument("label", help="who holds it: 1-48 of a-z, 0-9, '-' and '_'")
+    issue.add_argument("--role", choices=["worker", "producer"], default="worker")
+    rotate = key_commands.add_parser(
+        "rotate",
+        help="give a role a new key, trusting the old one until its holders restart",
+        description="Make a new key for ROLE; its old public key is kept as"
+        " public/ROLE.previous.pub (delete that file once every holder has restarted).",
+    )
+    rotate.set_defaults(run=cmd_keys)
+    rotate.add_argument("role", choices=ROLES)
 
     from durable_ops.operator_cli import HELP as OPERATIONS_HELP
     from durable_ops.operator_cli import add_parser as add_operations_commands

@@ -1,8 +1,9 @@
-"""The secrets an embedded stack keeps between runs: ``var/secrets.json``, mode 0600.
+"""The secret an embedded stack keeps between runs: ``var/secrets.json``, mode 0600.
 
-When ``OPS_JWT_SECRET`` or ``OPS_SERVICE_SECRET`` is not set, ``opsctl up``,
-``opsctl serve …`` and ``opsctl token`` use the secret kept here, made once
-from 256 random bits the first time any of them needs it. So a token from
+When ``OPS_JWT_SECRET`` is not set, ``opsctl up``, ``opsctl serve gateway``
+and ``opsctl token`` use the secret kept here, made once from 256 random
+bits the first time any of them needs it (service keys are kept apart, one
+per role: ``rpc.keys``). So a token from
 ``opsctl token`` works with the stack ``opsctl up`` runs, and a restart keeps
 everyone signed in. The built-in defaults are public and never used then.
 Rotate by deleting the file (everyone signs in again) or, without signing
@@ -16,15 +17,15 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from durable_ops.private_files import private_directory, read_private_text
+from durable_ops.private_files import read_private_text, write_private_file
 from durable_ops.settings import Settings, SettingsError, variable
 
 SECRETS_PATH = Path("var") / "secrets.json"
-KEPT = ("jwt_secret", "service_secret")
+KEPT = ("jwt_secret",)  # a file of an earlier release also holds a service secret: unused
 
 
 def load_or_create(path: Path = SECRETS_PATH) -> dict[str, str]:
@@ -36,48 +37,26 @@ def load_or_create(path: Path = SECRETS_PATH) -> dict[str, str]:
 
 def with_kept_secrets(
     settings: Settings,
-    needed: Sequence[str] = KEPT,
     *,
     environ: Mapping[str, str] | None = None,
     path: Path = SECRETS_PATH,
 ) -> Settings:
-    """``settings`` with the kept secret for each ``needed`` one the environment does not set."""
+    """``settings`` with the kept user-token secret when the environment sets none."""
     env = os.environ if environ is None else environ
-    missing = [name for name in needed if variable(name) not in env]
-    if not missing:
+    if variable("jwt_secret") in env:
         return settings
     try:
         kept = load_or_create(path)
     except OSError as error:
         raise SettingsError(
-            f"cannot keep generated secrets in {path} ({error.strerror}): set "
-            + " and ".join(variable(name) for name in missing)
+            f"cannot keep a generated secret in {path} ({error.strerror}): set OPS_JWT_SECRET"
         ) from error
-    return replace(
-        settings,
-        jwt_secret=kept["jwt_secret"] if "jwt_secret" in missing else settings.jwt_secret,
-        service_secret=(
-            kept["service_secret"] if "service_secret" in missing else settings.service_secret
-        ),
-    )
+    return replace(settings, jwt_secret=kept["jwt_secret"])
 
 
 def _create(path: Path) -> None:
-    private_directory(path.parent)
     fresh = {name: secrets.token_urlsafe(32) for name in KEPT}
-    draft = path.with_name(f".{path.name}.{secrets.token_hex(8)}.draft")
-    descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(descriptor, "w") as out:
-            json.dump(fresh, out)
-            out.flush()
-            os.fsync(out.fileno())
-        # link, not rename: when another process made the file first, theirs stays
-        os.link(draft, path)
-    except FileExistsError:
-        pass
-    finally:
-        draft.unlink(missing_ok=True)
+    write_private_file(path, json.dumps(fresh).encode())
 
 
 def _read(path: Path) -> dict[str, str]:

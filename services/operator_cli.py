@@ -1,7 +1,7 @@
 """``opsctl operations``: the operator's commands, over gRPC to the OperatorService (ADR 19).
 
-Each call carries an ``operator`` service credential minted from
-``OPS_SERVICE_SECRET`` (else the secret ``opsctl up`` keeps in var/), naming
+Each call carries an ``operator`` service credential signed with the operator's
+key (``OPS_SERVICE_KEY``, else ``operator/operator.key`` in ``OPS_SERVICE_KEYS_DIR``), naming
 the operator (``--as``, default the login name) so the service's log says who
 did what. It goes to the Operations service at ``--target``, else
 ``OPS_OPERATIONS_TARGET``, else the address the running ``opsctl up`` wrote to
@@ -58,7 +58,7 @@ prune   delete terminal operations past a horizon, keeping their keys, with --ye
 
 Calls the Operations service at --target, else OPS_OPERATIONS_TARGET, else where the
 running opsctl up serves it (var/stack.json), else 127.0.0.1:50051, with an operator
-credential signed with OPS_SERVICE_SECRET (else the secret kept in var/secrets.json).
+credential signed with the operator key (OPS_SERVICE_KEY, else var/keys/operator/operator.key).
 Every call is logged by the service with --as (default: your login name). Exit codes:
 2 a usage error, or nothing answers at the address; 5 the service refused; 6 not
 confirmed."""
@@ -240,12 +240,14 @@ def _connect(settings: Settings, name: str) -> tuple[grpc.Channel, Operator]:
     from durable_ops.api.operator.v1 import operator_pb2_grpc as opb_grpc
     from durable_ops.model.scope import Role
     from durable_ops.rpc.credentials import mint_service_token
+    from durable_ops.rpc.keys import own_key
     from durable_ops.rpc.scope import AUTHORIZATION
+    from durable_ops.rpc.tls import authority_of, channel_credentials
 
-    token = mint_service_token(
-        settings.service_secret, Role.OPERATOR, TOKEN_TTL_SECONDS, subject=name
-    )
-    channel = grpc.insecure_channel(settings.operations_target)
+    token = mint_service_token(own_key(settings, Role.OPERATOR), TOKEN_TTL_SECONDS, subject=name)
+    target = settings.operations_target
+    tls = channel_credentials(target, authority_of(settings.service_keys_dir))
+    channel = grpc.secure_channel(target, tls) if tls else grpc.insecure_channel(target)
     stub = opb_grpc.OperatorServiceStub(channel)
     return channel, Operator(stub, ((AUTHORIZATION, f"Bearer {token}"),))
 

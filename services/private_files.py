@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import stat
 from pathlib import Path
 
@@ -89,3 +90,23 @@ def read_private_text(path: Path) -> str:
                 f" run `chmod 600 {path}` (and rotate what it holds if they may have)"
             )
         return file.read()
+
+
+def write_private_file(path: Path, content: bytes, *, replace: bool = False) -> None:
+    """Write ``path`` 0600, whole or not at all: written aside, then linked in place, so
+    when another process made it first, theirs stays (``replace`` puts this one instead)."""
+    private_directory(path.parent)
+    draft = path.with_name(f".{path.name}.{secrets.token_hex(8)}.draft")
+    descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    try:
+        with os.fdopen(descriptor, "wb") as out:
+            out.write(content)
+            out.flush()
+            os.fsync(out.fileno())
+        if replace:
+            os.replace(draft, path)
+        else:
+            with contextlib.suppress(FileExistsError):
+                os.link(draft, path)
+    finally:
+        draft.unlink(missing_ok=True)

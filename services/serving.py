@@ -20,6 +20,7 @@ import grpc
 import structlog
 from prometheus_client import CollectorRegistry
 
+from durable_ops.rpc.keys import trusted_keys
 from durable_ops.rpc.metrics import GrpcServerMetrics, serve_metrics_if
 from durable_ops.rpc.server import build_server, serve, stop_on_signals
 from durable_ops.settings import Settings
@@ -56,7 +57,7 @@ async def serve_on_database(
         bind,
         lambda s: add_to_server(servicing, s),
         [service_name],
-        secret=settings.service_secret,
+        trusted=trusted_keys(settings),
         ready=DatabaseReadiness(db),
         metrics=GrpcServerMetrics(registry),
     )

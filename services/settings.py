@@ -98,11 +98,18 @@ class Settings:
     jwt_audience: str = field(
         default="", metadata=_doc("when set, user JWTs must carry this `aud`")
     )
-    service_secret: str = field(
-        default="dev-insecure-service-secret-change-me",
-        repr=False,
+    service_keys_dir: str = field(
+        default="var/keys",
         metadata=_doc(
-            "HS256 secret for service credentials between processes (kept like the JWT secret)"
+            "the folder of service keys: the public keys (`<role>[-<label>].pub`) the services"
+            " trust, and the private keys `opsctl up` gives each process"
+        ),
+    )
+    service_key: str = field(
+        default="",
+        metadata=_doc(
+            "this process's private service key (`<role>[-<label>].key`, mode 0600); default:"
+            " its role's key in OPS_SERVICE_KEYS_DIR"
         ),
     )
     service_credential_max_age_seconds: int = field(

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from durable_ops.gateway.hosts import dev_login_refusal
 from durable_ops.logs import use_json
@@ -67,10 +68,10 @@ def _stack_env(settings: Settings, *, text_logs: bool = False) -> dict[str, str]
         env["OPS_DEV_MODEL_SECONDS"] = str(UP_DEV_MODEL_SECONDS)
     if text_logs and "OPS_LOG_JSON" not in os.environ:
         env["OPS_LOG_JSON"] = "false"  # the children's stdout is our pipe, not the terminal
-    # The operator's secrets, or the ones kept in var/ (``durable_ops.local_secrets``):
-    # every child signs and checks with the same ones, across restarts too.
+    # The operator's user-token secret, or the one kept in var/ (``local_secrets``), and the
+    # service keys (``stack_keys``): the same across restarts, so nobody is signed out.
     env["OPS_JWT_SECRET"] = settings.jwt_secret
-    env["OPS_SERVICE_SECRET"] = settings.service_secret
+    env["OPS_SERVICE_KEYS_DIR"] = settings.service_keys_dir
     return env
 
 
@@ -79,6 +80,20 @@ def _listed(names: tuple[str, ...]) -> str:
     return ", ".join(
         f"{name} ({', '.join(serves(name))})" if serves(name) != (name,) else name for name in names
     )
+
+
+# What `opsctl up` makes once in the keys folder (rpc.keys, rpc.tls), checked by path so a
+# warm start imports neither (nor grpc) before its children run.
+KEPT_KEYS = (
+    *(f"{role}/{role}.key" for role in ("gateway", "worker", "producer", "operator")),
+    "public/ca.pem",
+    "tls/server.pem",
+    "tls/server.key",
+)
+
+
+def _keys_made(directory: Path) -> bool:
+    return all((directory / kept).is_file() for kept in KEPT_KEYS)
 
 
 def _where(database_url: str) -> str:
@@ -129,6 +144,13 @@ def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | Non
 
         say("migrating", f"migrating the database ({_where(settings.database_url)})…")
         migrate.upgrade(settings.database_url)
+    if not _keys_made(Path(settings.service_keys_dir)):
+        from durable_ops.rpc.keys import ensure_role_keys
+        from durable_ops.rpc.tls import ensure_tls
+
+        ensure_role_keys(Path(settings.service_keys_dir))
+        ensure_tls(Path(settings.service_keys_dir))  # the authority `opsctl serve` uses too
+        say("keys", f"made service keys and certificates in {settings.service_keys_dir}")
     stack = Stack(
         _stack_env(settings, text_logs=not as_json),
         process_specs(settings, DEFAULT_PROCESSES),

@@ -11,7 +11,7 @@ from durable_ops.api.ai_admission.v1 import ai_admission_pb2_grpc as pb_grpc
 from durable_ops.clock import Clock
 from durable_ops.model.admission import Limits
 from durable_ops.model.errors import DomainError
-from durable_ops.model.scope import require_owner
+from durable_ops.model.scope import require_user_agent
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.scope import caller_scope
 from durable_ops.storage.db import Database
@@ -32,7 +32,7 @@ class AiAdmissionService(pb_grpc.AiAdmissionServiceServicer):
         self._limits = limits
 
     async def Admit(self, request: pb.AdmitRequest, context: ServicerContext) -> pb.AdmitResponse:
-        owner = require_owner(caller_scope(context)).owner_id
+        owner = require_user_agent(caller_scope(context)).owner_id
         admit_request = AdmitRequest(
             task_type=request.task_type,
             subject_id=request.subject_id,
@@ -65,7 +65,7 @@ class AiAdmissionService(pb_grpc.AiAdmissionServiceServicer):
     async def Lookup(
         self, request: pb.LookupRequest, context: ServicerContext
     ) -> pb.LookupResponse:
-        owner = require_owner(caller_scope(context)).owner_id
+        owner = require_user_agent(caller_scope(context)).owner_id
         row = await self._db.run_async(
             lambda tx: lookup(tx, request.task_type, request.subject_id),
             owner_id=owner,

@@ -35,6 +35,8 @@ from durable_ops.model import bounds
 from durable_ops.model.routing import Route
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller, open_channel
+from durable_ops.rpc.keys import own_key
+from durable_ops.rpc.tls import authority_of
 from durable_ops.settings import Settings, SettingsError
 from durable_ops.worker import Worker, WorkerOptions
 
@@ -72,8 +74,9 @@ def build_worker(
     (``until_empty``: until a claim finds nothing, a drain)."""
     worker = Worker(
         settings.operations_target,
-        settings.service_secret,
+        own_key(settings, Role.WORKER),
         worker_options(settings, routes),
+        ca=authority_of(settings.service_keys_dir),
         until_empty=until_empty,
         interceptors=[executor.journaled],
         classify=failures.settlement,
@@ -151,8 +154,9 @@ async def _work(settings: Settings, stopping: asyncio.Event) -> None:
     if settings.worker_metrics_bind:
         serve_metrics(settings.worker_metrics_bind)
     caller = ServiceCaller.from_settings(settings, Role.WORKER)
-    operations_channel = open_channel(settings.operations_target)
-    workspace_channel = open_channel(settings.workspace_target)
+    ca = authority_of(settings.service_keys_dir)
+    operations_channel = open_channel(settings.operations_target, ca)
+    workspace_channel = open_channel(settings.workspace_target, ca)
     routes = [Route.LOCAL] if router.external is None else [Route.LOCAL, Route.EXTERNAL]
     executor = Executor(
         WorkspaceClient(workspace_channel, caller),

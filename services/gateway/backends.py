@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar, cast
 
 import grpc
@@ -27,6 +28,7 @@ from durable_ops.model.errors import DomainError, Unavailable
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller, open_channel
 from durable_ops.rpc.errors import domain_error_from_rpc
+from durable_ops.rpc.tls import authority_of
 from durable_ops.settings import Settings
 
 DEFAULT_CALL_TIMEOUT_SECONDS = 10.0
@@ -95,8 +97,10 @@ class Backends:
         specs: Iterable[BackendSpec],
         *,
         call_timeout: float = DEFAULT_CALL_TIMEOUT_SECONDS,
+        ca: Path | None = None,
     ) -> None:
         self.caller = caller
+        self.ca = ca  # what TLS to a service beyond loopback trusts
         self.specs: dict[str, BackendSpec] = {spec.name: spec for spec in specs}
         self.call_timeout = call_timeout
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -107,8 +111,9 @@ class Backends:
     @classmethod
     def from_settings(cls, settings: Settings, names: Sequence[str] = DEFAULT_BACKENDS) -> Backends:
         return cls(
-            ServiceCaller(settings.service_secret, Role.GATEWAY),
+            ServiceCaller.from_settings(settings, Role.GATEWAY),
             [spec_from_settings(settings, name) for name in names],
+            ca=authority_of(settings.service_keys_dir),
         )
 
     def metadata(self, owner_id: str) -> tuple[tuple[str, str], ...]:
@@ -124,7 +129,7 @@ class Backends:
             self._stubs = {}
         channel = self._channels.get(name)
         if channel is None:
-            channel = open_channel(self.specs[name].target)
+            channel = open_channel(self.specs[name].target, self.ca)
             self._channels[name] = channel
         return channel
 

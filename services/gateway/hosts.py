@@ -14,11 +14,10 @@ loopback alone (``dev_login_refusal`` says why not otherwise).
 
 from __future__ import annotations
 
-import ipaddress
-
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from durable_ops.gateway.problems import Problem
+from durable_ops.model.addresses import is_loopback
 from durable_ops.settings import Settings, SettingsError
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
@@ -32,16 +31,6 @@ def parse_bind(bind: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise SettingsError(f"OPS_GATEWAY_BIND must be host:port, not {bind!r}")
     return host.strip("[]"), int(port)
-
-
-def is_loopback(host: str) -> bool:
-    """``localhost`` or an address in 127.0.0.0/8 or ::1; a wildcard or any other name is not."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def allowed_hosts(settings: Settings) -> frozenset[str]:

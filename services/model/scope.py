@@ -67,6 +67,39 @@ def require_worker_owner(scope: Scope) -> OwnerScope:
     return owner
 
 
+def require_user_agent(scope: Scope) -> OwnerScope:
+    """What only a signed-in user does, through the gateway: their jobs, CVs, settings,
+    results, notifications and admissions. Workers and producers act on operations only."""
+    owner = require_owner(scope)
+    if owner.role is not Role.GATEWAY:
+        raise PermissionDenied(
+            f"the {owner.role.value} role acts on operations, not on a user's workspace",
+            code="gateway_scope_required",
+        )
+    return owner
+
+
+def require_subject_reader(scope: Scope) -> OwnerScope:
+    """Reading a subject and the owner's AI settings: the gateway for the user, or the
+    worker running an operation about it (the services do not yet tie the read to a
+    held lease: a worker key reads any owner's subjects; docs/operations.md)."""
+    owner = require_owner(scope)
+    if owner.role not in (Role.GATEWAY, Role.WORKER):
+        raise PermissionDenied(
+            f"the {owner.role.value} role reads no subjects", code="gateway_scope_required"
+        )
+    return owner
+
+
+def require_gateway_owner(scope: Scope) -> OwnerScope:
+    """Creating a user's session: the gateway, for the user it signed in. The session id
+    is a cookie that signs its holder in as that user, so no other role makes one."""
+    owner = require_owner(scope)
+    if owner.role is not Role.GATEWAY:
+        raise PermissionDenied("sessions are made by the gateway", code="gateway_scope_required")
+    return owner
+
+
 def require_operator(scope: Scope) -> OperatorScope:
     """The operator service: nothing but an operator credential without ``x-owner-id``."""
     if not isinstance(scope, OperatorScope) or scope.role is not Role.OPERATOR:

@@ -24,6 +24,7 @@ from durable_ops.operations.pruner import run_pruner
 from durable_ops.operations.service import SERVICE_NAME, OperationsService
 from durable_ops.operations.sweeper import run_sweeper
 from durable_ops.operations.tuning import TUNING, Tuning
+from durable_ops.rpc.keys import trusted_keys
 from durable_ops.rpc.metrics import GrpcServerMetrics, serve_metrics
 from durable_ops.rpc.server import build_server, serve
 from durable_ops.settings import Settings
@@ -89,7 +90,7 @@ async def run(
         settings.operations_bind,
         registration(app, tombstones=timedelta(days=settings.tombstone_retention_days)),
         SERVICE_NAMES,
-        secret=settings.service_secret,
+        trusted=trusted_keys(settings),
         ready=DatabaseReadiness(db),
         metrics=GrpcServerMetrics(registry),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Protocol, TypeVar
 
 import grpc
@@ -12,7 +13,9 @@ from google.protobuf.message import Message
 
 from durable_ops.model.scope import Role
 from durable_ops.rpc.credentials import DEFAULT_TTL_SECONDS, mint_service_token
+from durable_ops.rpc.keys import SigningKey, own_key
 from durable_ops.rpc.scope import AUTHORIZATION, OWNER_ID
+from durable_ops.rpc.tls import channel_credentials
 from durable_ops.settings import Settings
 
 # Matches the server's SERVER_OPTIONS: pings no more often than it permits
@@ -50,27 +53,27 @@ class UnaryMethod(Protocol[_Request_contra, _Response_co]):
     ) -> Awaitable[_Response_co]: ...
 
 
-def open_channel(target: str) -> grpc.aio.Channel:
-    """An insecure channel to every replica ``target`` names, used in turn (round robin).
-
-    Our services talk over loopback or a private network only.
-    """
-    return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+def open_channel(target: str, ca: Path | None) -> grpc.aio.Channel:
+    """A channel to every replica ``target`` names, used in turn (round robin): plaintext
+    on loopback, else TLS trusting ``ca`` (``tls``)."""
+    credentials = channel_credentials(target, ca)
+    if credentials is None:
+        return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+    return grpc.aio.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
 
 
 class ServiceCaller:
-    """Holds one process's service credential and renews it well before it expires."""
+    """Holds one process's service key and the credential it signs, renewed well before
+    it expires."""
 
     def __init__(
         self,
-        secret: str,
-        role: Role,
+        key: SigningKey,
         *,
         ttl_seconds: int = DEFAULT_TTL_SECONDS,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._secret = secret
-        self._role = role
+        self._key = key
         self._ttl = ttl_seconds
         # Renew with a third of the lifetime left: a call in flight never carries a stale token.
         self._renew_margin = ttl_seconds / 3
@@ -81,17 +84,19 @@ class ServiceCaller:
 
     @classmethod
     def from_settings(cls, settings: Settings, role: Role) -> ServiceCaller:
-        return cls(settings.service_secret, role)
+        """The caller with this process's key: ``OPS_SERVICE_KEY``, else ``role``'s key in
+        ``OPS_SERVICE_KEYS_DIR``."""
+        return cls(own_key(settings, role))
 
     @property
     def role(self) -> Role:
-        return self._role
+        return self._key.role
 
     def token(self) -> str:
         with self._lock:
             now = self._clock()
             if now >= self._renew_at:
-                self._token = mint_service_token(self._secret, self._role, self._ttl)
+                self._token = mint_service_token(self._key, self._ttl)
                 self._renew_at = now + self._ttl - self._renew_margin
             return self._token
 

@@ -1,7 +1,10 @@
-"""Service credentials: short-lived HS256 JWTs signed with ``OPS_SERVICE_SECRET``.
+"""Service credentials: short-lived EdDSA JWTs, each signed with its process's own key.
 
-Every RPC carries one, so verification results are cached (bounded LRU keyed by
-secret and token, never past the token's ``exp``).
+The signer's role is the role of the key that verifies the credential (``keys``,
+found by the header's ``kid``): a ``role`` claim is not needed, and one that names
+another role than the key's is refused. Every RPC carries a credential, so
+verification results are cached (bounded LRU keyed by token, never past the
+token's ``exp``, and at most a minute, so a deleted key stops working within it).
 
 A credential has a bounded life whatever its ``exp`` says: one minted to live
 longer than ``OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS`` (24 h by default), or
@@ -22,14 +25,15 @@ import jwt
 
 from durable_ops.model.errors import Unauthenticated
 from durable_ops.model.scope import Role
+from durable_ops.rpc.keys import SigningKey, TrustedKeys
 from durable_ops.settings import Settings
 
 ISSUER = "durable-ops"
-ALGORITHM = "HS256"
+ALGORITHM = "EdDSA"  # RFC 8037, Ed25519 keys
 DEFAULT_TTL_SECONDS = 300
 # Processes on different hosts may disagree on the time by a few seconds.
 CLOCK_LEEWAY_SECONDS = 10
-_REQUIRED_CLAIMS = ["role", "iat", "exp", "iss"]
+_REQUIRED_CLAIMS = ["iat", "exp", "iss"]
 
 
 @functools.cache
@@ -39,19 +43,18 @@ def configured_max_age_seconds() -> float:
 
 
 def mint_service_token(
-    secret: str, role: Role, ttl_seconds: int = DEFAULT_TTL_SECONDS, *, subject: str = ""
+    key: SigningKey, ttl_seconds: int = DEFAULT_TTL_SECONDS, *, subject: str = ""
 ) -> str:
-    """A credential for ``role``; ``subject`` (``sub``) names who holds it, for audit logs."""
+    """A credential signed with ``key``; ``subject`` (``sub``, default the key's name)
+    names who holds it, for audit logs."""
     now = int(time.time())
     claims: dict[str, str | int] = {
-        "role": role.value,
+        "sub": subject or key.name,
         "iat": now,
         "exp": now + ttl_seconds,
         "iss": ISSUER,
     }
-    if subject:
-        claims["sub"] = subject
-    return jwt.encode(claims, secret, algorithm=ALGORITHM)
+    return jwt.encode(claims, key.private_key, algorithm=ALGORITHM, headers={"kid": key.kid})
 
 
 class _VerifiedTokens:
@@ -63,11 +66,11 @@ class _VerifiedTokens:
         self._capacity = capacity
         self._max_age = max_age
         self._clock = clock
-        self._entries: OrderedDict[tuple[str, str], tuple[Role, float]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[Role, float]] = OrderedDict()
         # grpc may run sync handlers on pool threads; the dict must stay consistent.
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, str]) -> Role | None:
+    def get(self, key: str) -> Role | None:
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
@@ -79,7 +82,7 @@ class _VerifiedTokens:
             self._entries.move_to_end(key)
             return role
 
-    def put(self, key: tuple[str, str], role: Role, exp: float) -> None:
+    def put(self, key: str, role: Role, exp: float) -> None:
         valid_until = min(exp, self._clock() + self._max_age)
         with self._lock:
             self._entries[key] = (role, valid_until)
@@ -100,31 +103,38 @@ def _refused() -> Unauthenticated:
     return Unauthenticated("invalid service credential", code="invalid_service_credential")
 
 
-def verify_service_token(secret: str, token: str, *, max_age_seconds: float | None = None) -> Role:
-    """The caller's role, or ``Unauthenticated`` for anything but a valid HS256 credential.
+def verify_service_token(
+    trusted: TrustedKeys, token: str, *, max_age_seconds: float | None = None
+) -> Role:
+    """The role of the key that signed ``token``, or ``Unauthenticated`` for anything but a
+    valid EdDSA credential from a trusted key.
 
     ``max_age_seconds`` (default: the setting) bounds a credential's life: minted for
     longer (``exp - iat``), or issued longer ago than that (``iat``), it is refused.
     It is one value per process: a cached verdict lasts no longer than it allows.
     """
     max_age = configured_max_age_seconds() if max_age_seconds is None else max_age_seconds
-    key = (secret, token)
-    cached = _cache.get(key)
+    cached = _cache.get(token)
     if cached is not None:
         return cached
     try:
+        kid = jwt.get_unverified_header(token).get("kid")
+        key = trusted.find(kid) if isinstance(kid, str) else None
+        if key is None:
+            raise _refused()
         claims = jwt.decode(
             token,
-            secret,
-            algorithms=[ALGORITHM],  # pinned: refuses alg none, HS384, RS256...
+            key.public_key,
+            algorithms=[ALGORITHM],  # pinned: refuses alg none, HS256 with a public key...
             issuer=ISSUER,
             leeway=CLOCK_LEEWAY_SECONDS,
             options={"require": _REQUIRED_CLAIMS},
         )
-        role = Role(claims["role"])
         issued_at, expires_at = float(claims["iat"]), float(claims["exp"])
     except (jwt.PyJWTError, ValueError, TypeError) as exc:
         raise _refused() from exc
+    if claims.get("role", key.role.value) != key.role.value:
+        raise _refused()  # a key speaks only for its own role
     # PyJWT has refused an ``iat`` in the future, so with ``exp`` bounded by ``iat`` the
     # credential is also never used more than ``max_age`` after it was issued; the age is
     # checked as well, so the rule reads as stated.
@@ -132,5 +142,5 @@ def verify_service_token(secret: str, token: str, *, max_age_seconds: float | No
         raise _refused()  # minted to outlive the bound
     if time.time() >= issued_at + max_age + CLOCK_LEEWAY_SECONDS:
         raise _refused()  # issued too long ago
-    _cache.put(key, role, expires_at)
-    return role
+    _cache.put(token, key.role, expires_at)
+    return key.role

@@ -23,6 +23,7 @@ from durable_ops.model.errors import InvalidArgument, PermissionDenied, Unauthen
 from durable_ops.model.scope import NeutralScope, OperatorScope, OwnerScope, Role, Scope
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.credentials import verify_service_token
+from durable_ops.rpc.keys import TrustedKeys
 
 AUTHORIZATION = "authorization"
 OWNER_ID = "x-owner-id"
@@ -41,7 +42,7 @@ def _values(metadata: Metadata, key: str) -> list[str]:
     return found
 
 
-def role_from_metadata(metadata: Metadata, secret: str) -> Role:
+def role_from_metadata(metadata: Metadata, trusted: TrustedKeys) -> Role:
     """Verify ``authorization: Bearer <service jwt>``; exactly one such header."""
     headers = _values(metadata, AUTHORIZATION)
     if len(headers) != 1:
@@ -53,7 +54,7 @@ def role_from_metadata(metadata: Metadata, secret: str) -> Role:
         raise Unauthenticated(
             "a bearer service credential is required", code="service_credential_required"
         )
-    return verify_service_token(secret, token.strip())
+    return verify_service_token(trusted, token.strip())
 
 
 def scope_for(role: Role, metadata: Metadata) -> Scope:

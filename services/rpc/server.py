@@ -34,12 +34,15 @@ from durable_ops.model.errors import DomainError, Unavailable
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.errors import ErrorInterceptor, status_for, trailing_metadata_for
 from durable_ops.rpc.handlers import handler_like
+from durable_ops.rpc.keys import TrustedKeys, trusted_keys
 from durable_ops.rpc.metrics import GrpcServerMetrics, MetricsInterceptor
 from durable_ops.rpc.scope import remember_verified_role, role_from_metadata
+from durable_ops.rpc.tls import server_credentials
 from durable_ops.settings import Settings
 
-# Probes and tooling must work without a service credential.
-PUBLIC_SERVICES = (health.SERVICE_NAME, reflection.SERVICE_NAME)
+# Probes must work without a service credential; reflection, which lists every method
+# an attacker could try, answers only a caller with one (issue 35).
+PUBLIC_SERVICES = (health.SERVICE_NAME,)
 
 SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     # A second process on the same port must fail to bind, not share the traffic.
@@ -96,7 +99,7 @@ class _Registration:
         self.bind = bind
         self.health = health_servicer
         self.service_names = tuple(service_names)
-        self.accepting = False  # calls other than health and reflection (``_StartGate``)
+        self.accepting = False  # calls other than health (``_StartGate``)
 
 
 _registrations: weakref.WeakKeyDictionary[Any, _Registration] = weakref.WeakKeyDictionary()
@@ -123,8 +126,8 @@ def _rejecting_handler(handler: Any, error: DomainError) -> Any:
 class CredentialInterceptor(grpc.aio.ServerInterceptor):
     """Rejects calls without a valid service credential; remembers the caller's role."""
 
-    def __init__(self, secret: str) -> None:
-        self._secret = secret
+    def __init__(self, trusted: TrustedKeys) -> None:
+        self._trusted = trusted
 
     async def intercept_service(
         self, continuation: Callable[[Any], Awaitable[Any]], handler_call_details: Any
@@ -133,7 +136,7 @@ class CredentialInterceptor(grpc.aio.ServerInterceptor):
         if handler is None or _is_public(handler_call_details.method):
             return handler
         try:
-            role = role_from_metadata(handler_call_details.invocation_metadata or (), self._secret)
+            role = role_from_metadata(handler_call_details.invocation_metadata or (), self._trusted)
         except DomainError as error:
             return _rejecting_handler(handler, error)
         # grpc.aio calls the handler in this same contextvars.Context.
@@ -142,7 +145,7 @@ class CredentialInterceptor(grpc.aio.ServerInterceptor):
 
 
 class _StartGate(grpc.aio.ServerInterceptor):
-    """Refuses every call but health and reflection, UNAVAILABLE, until the server serves."""
+    """Refuses every call but health, UNAVAILABLE, until the server serves."""
 
     def __init__(self) -> None:
         self.registration: _Registration | None = None
@@ -163,22 +166,22 @@ def build_server(
     register: Callable[[grpc.aio.Server], None],
     service_names: Sequence[str],
     *,
-    secret: str | None = None,
+    trusted: TrustedKeys | None = None,
     ready: Ready | None = None,
     metrics: GrpcServerMetrics | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """A server with ``register``ed services, health and reflection; returns it and its port.
 
-    ``secret`` defaults to ``OPS_SERVICE_SECRET``; ``ready``, when given, is
+    ``trusted`` defaults to the keys in ``OPS_SERVICE_KEYS_DIR``; ``ready``, when given, is
     what health checks follow once the server serves; ``metrics``, when given,
     counts and times every call (outermost, so refused calls count too). Call
     from inside the event loop.
     """
-    service_secret = Settings.from_env().service_secret if secret is None else secret
+    trusted = trusted_keys(Settings.from_env()) if trusted is None else trusted
     gate = _StartGate()
     interceptors: tuple[grpc.aio.ServerInterceptor, ...] = (
         gate,
-        CredentialInterceptor(service_secret),
+        CredentialInterceptor(trusted),
         ErrorInterceptor(),
     )
     if metrics is not None:
@@ -187,8 +190,11 @@ def build_server(
     register(server)
     health_servicer = _FollowingHealth(ready, service_names)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection((*service_names, *PUBLIC_SERVICES), server)
-    port: int = server.add_insecure_port(bind)
+    reflection.enable_server_reflection(
+        (*service_names, *PUBLIC_SERVICES, reflection.SERVICE_NAME), server
+    )
+    tls = server_credentials(trusted.directory, bind)
+    port: int = server.add_secure_port(bind, tls) if tls else server.add_insecure_port(bind)
     if port == 0:
         raise RuntimeError(f"could not bind gRPC server to {bind}")
     registration = _Registration(health_servicer, service_names, bind)

@@ -21,8 +21,10 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO
 
+from durable_ops.model.scope import Role
 from durable_ops.settings import Settings
 from durable_ops.stack.output import Output
 
@@ -61,6 +63,22 @@ def process_specs(settings: Settings, names: Iterable[str]) -> list[ProcessSpec]
         "ai-worker": "alive",
     }
     return [ProcessSpec(name, tuple(health[part] for part in serves(name))) for name in names]
+
+
+# The processes that call the services, and the role whose key each is given: only its
+# own (SPEC §2). The services themselves hold public keys only.
+SIGNS_AS = {"gateway": Role.GATEWAY, "ai-worker": Role.WORKER}
+
+
+def own_key_env(name: str, env: Mapping[str, str]) -> dict[str, str]:
+    """``OPS_SERVICE_KEY`` for a child that signs: its role's key in the stack's keys folder."""
+    role = SIGNS_AS.get(name)
+    if role is None:
+        return {}
+    keys = Path(env.get("OPS_SERVICE_KEYS_DIR", "var/keys"))
+    # rpc.keys.private_key_path's layout, spelled here: importing rpc (and grpc) would
+    # cost the parent's start before its children run.
+    return {"OPS_SERVICE_KEY": str(keys / role.value / f"{role.value}.key")}
 
 
 def healthy(check: str) -> bool:
@@ -137,9 +155,10 @@ class Stack:
 
     def _spawn(self, label: str) -> subprocess.Popen[str]:
         launch = self._launches[label]
+        own_key = own_key_env(launch.name, self.env)
         child = subprocess.Popen(
             [sys.executable, "-m", "durable_ops.cli", "serve", *serves(launch.name)],
-            env={**os.environ, **self.env, **launch.extra_env},
+            env={**os.environ, **self.env, **own_key, **launch.extra_env},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

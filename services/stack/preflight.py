@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 
+from durable_ops.model.addresses import is_loopback
 from durable_ops.stack.binds import Bind, clashes
 
 
@@ -28,12 +29,22 @@ def in_use(bind: Bind) -> bool:
     return False
 
 
+GRPC_BINDS = ("operations_bind", "notifications_bind", "workspace_bind", "ai_admission_bind")
+
+
 def problems(binds: list[Bind]) -> list[str]:
     """One sentence per address that would stop the stack from starting."""
     found = [
         f"{second.variable} and {first.variable} both name {first.address}; "
         f"set one of them to another address."
         for first, second in clashes(binds)
+    ]
+    found += [
+        f"{bind.variable} is {bind.address}, beyond loopback: opsctl up serves the gRPC"
+        " services on loopback only (their clients are its children); serve them beyond it"
+        " with `opsctl serve`, which speaks TLS there (docs/operations.md)."
+        for bind in binds
+        if bind.setting in GRPC_BINDS and not is_loopback(bind.host)
     ]
     found += [
         f"{bind.address} is already in use ({bind.variable}); stop what listens there, "

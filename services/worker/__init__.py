@@ -2,7 +2,8 @@
 
 from durable_ops.worker import Attempt, PermanentFailure, Worker
 
-worker = Worker("127.0.0.1:50051", secret=os.environ["OPS_SERVICE_SECRET"])
+# A worker key of its own: `opsctl keys issue reports` prints where it put it.
+worker = Worker("127.0.0.1:50051", key="var/keys/worker-reports/worker-reports.key")
 
 @worker.handler("report.render")
 async def render(attempt: Attempt) -> str:

@@ -4,12 +4,15 @@ settles every end; the attempts' leases share one stream (ADR 0023)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.model import bounds
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller, open_channel
+from durable_ops.rpc.keys import SigningKey
+from durable_ops.settings import SettingsError
 from durable_ops.worker.attempt import Ending
 from durable_ops.worker.completer import CALL_TIMEOUT_SECONDS, Completer
 from durable_ops.worker.executor import Classify, Executor, Handler, Interceptor
@@ -24,15 +27,17 @@ class Worker:
     def __init__(
         self,
         target: str,
-        secret: str,
+        key: SigningKey | str | Path,
         options: WorkerOptions | None = None,
         *,
         until_empty: bool = False,  # stop once a claim finds nothing and no attempt runs
         interceptors: Sequence[Interceptor] = (),
         classify: Classify = failure_of,
+        ca: str | Path | None = None,  # what TLS to a target beyond loopback trusts
     ) -> None:
         self._target = target
-        self._caller = ServiceCaller(secret, Role.WORKER)
+        self._ca = Path(ca) if ca else None
+        self._caller = ServiceCaller(worker_key(key))
         self.options = options = (options or WorkerOptions()).validated()
         self._handlers: dict[str, Handler] = {}
         self._producer = Producer(options, self._handlers, self._caller, until_empty=until_empty)
@@ -76,7 +81,7 @@ class Worker:
         then raise what made an interceptor fail, if one did."""
         if not self._handlers:
             raise ValueError("register a handler first")
-        channel = open_channel(self._target)
+        channel = open_channel(self._target, self._ca)
         self._stub = pb_grpc.OperationsServiceStub(channel)
         try:
             await self._producer.run(self._stub, self._executor.run)
@@ -103,3 +108,11 @@ class Worker:
     def _stop_for(self, error: Exception) -> None:
         self._fatal = self._fatal or error
         self.stop()
+
+
+def worker_key(key: SigningKey | str | Path) -> SigningKey:
+    """A worker's key, given or read from its file; any other role's key is refused."""
+    signing_key = key if isinstance(key, SigningKey) else SigningKey.load(Path(key))
+    if signing_key.role is not Role.WORKER:
+        raise SettingsError(f"a worker signs with a worker key, not the {signing_key.role} key")
+    return signing_key

@@ -11,7 +11,12 @@ from durable_ops.api.workspace.v1 import workspace_pb2 as pb
 from durable_ops.api.workspace.v1 import workspace_pb2_grpc as pb_grpc
 from durable_ops.clock import Clock
 from durable_ops.model.errors import InvalidArgument
-from durable_ops.model.scope import require_owner, require_worker_owner
+from durable_ops.model.scope import (
+    require_gateway_owner,
+    require_subject_reader,
+    require_user_agent,
+    require_worker_owner,
+)
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.scope import caller_scope, require_gateway_without_owner
 from durable_ops.storage import sessions, workspace
@@ -28,7 +33,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
         self._clock = clock
 
     async def CreateJob(self, request: pb.CreateJobRequest, context: ServicerContext) -> pb.Job:
-        owner = require_owner(caller_scope(context)).owner_id
+        owner = require_user_agent(caller_scope(context)).owner_id
         now = self._clock()
         row = await self._db.run_async(
             lambda tx: workspace.create_job(
@@ -40,7 +45,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
         return convert.job(row)
 
     async def GetJob(self, request: pb.GetJobRequest, context: ServicerContext) -> pb.Job:
-        owner = require_owner(caller_scope(context)).owner_id
+        owner = require_subject_reader(caller_scope(context)).owner_id
         row = await self._db.run_async(
             lambda tx: workspace.get_job(tx, request.job_id), owner_id=owner, write=False
         )
@@ -49,7 +54,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
     async def ListJobs(
         self, request: pb.ListRequest, context: ServicerContext
     ) -> pb.ListJobsResponse:
-        owner = require_owner(caller_scope(context)).owner_id
+        owner = require_user_agent(caller_scope(context)).owner_id
         page = await self._db.run_async(
             lambda tx: workspace.list_jobs(tx, size=request.page_size, token=request.page_token),
             owner_id=owner,
@@ -62,7 +67,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
     async def CreateAttachment(
         self, request: pb.CreateAttachmentRequest, context: ServicerContext
     ) -> pb.Attachment:
-        owner = require_owner(caller_scope(context)).owner_id
+        owner = require_user_agent(caller_scope(context)).owner_id
         now = self._clock()
         row = await self._db.run_async(
             lambda tx: workspace.create_attachment(
@@ -76,7 +81,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
     async def GetAttachment(
         self, request: pb.GetAttachmentRequest, context: ServicerContext
     ) -> pb.Attachment:
-        owner = require_owner(caller_scope(context)).owner_id
+        owner = require_subject_reader(caller_scope(context)).owner_id
         row = await self._db.run_async(
             lambda tx: workspace.get_attachment(tx, request.attachment_id),
             owner_id=owner,
@@ -87,7 +92,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
     async def ListAttachments(
         self, request: pb.ListRequest, context: ServicerContext
     ) -> pb.ListAttachmentsResponse:
-        owner = require_owner(caller_scope(context)).owner_id
+        owner = require_user_agent(caller_scope(context)).owner_id
         page = await self._db.run_async(
             lambda tx: workspace.list_attachments(
                 tx, size=request.page_size, token=request.page_token
@@ -103,14 +108,14 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
     async def GetAiSettings(
         self, request: pb.GetAiSettingsRequest, context: ServicerContext
     ) -> pb.AiSettings:
-        owner = require_owner(caller_scope(context)).owner_id
+        owner = require_subject_reader(caller_scope(context)).owner_id
         view = await self._db.run_async(workspace.ai_settings, owner_id=owner, write=False)
         return convert.ai_settings(view)
 
     async def UpdateAiSettings(
         self, request: pb.UpdateAiSettingsRequest, context: ServicerContext
     ) -> pb.AiSettings:
-        owner = require_owner(caller_scope(context)).owner_id
+        owner = require_user_agent(caller_scope(context)).owner_id
         now = self._clock()
         enabled = request.ai_enabled if request.HasField("ai_enabled") else None
         privacy = request.privacy if request.HasField("privacy") else None
@@ -124,7 +129,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
     async def GetNote(
         self, request: pb.GetNoteRequest, context: ServicerContext
     ) -> pb.AiWorkspaceNote:
-        owner = require_owner(caller_scope(context)).owner_id
+        owner = require_user_agent(caller_scope(context)).owner_id
         row = await self._db.run_async(
             lambda tx: workspace.get_note(
                 tx, request.kind, request.subject_type, request.subject_id
@@ -137,7 +142,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
     async def GetOperationNote(
         self, request: pb.GetOperationNoteRequest, context: ServicerContext
     ) -> pb.AiWorkspaceNote:
-        owner = require_owner(caller_scope(context)).owner_id
+        owner = require_user_agent(caller_scope(context)).owner_id
         row = await self._db.run_async(
             lambda tx: workspace.get_operation_note(tx, request.operation_id),
             owner_id=owner,
@@ -170,7 +175,7 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
     async def CreateSession(
         self, request: pb.CreateSessionRequest, context: ServicerContext
     ) -> pb.CreateSessionResponse:
-        owner = require_owner(caller_scope(context)).owner_id
+        owner = require_gateway_owner(caller_scope(context)).owner_id
         now = self._clock()
         issued_at = (
             _instant(request.token_issued_at) if request.HasField("token_issued_at") else None

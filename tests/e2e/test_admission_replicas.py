@@ -17,13 +17,13 @@ from sqlalchemy import func, select
 from durable_ops.api.ai_admission.v1 import ai_admission_pb2_grpc
 from durable_ops.model.scope import Role
 from durable_ops.model.states import ACTIVE_STATES
-from durable_ops.rpc.credentials import mint_service_token
 from durable_ops.stack.children import Stack
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import UserOperation
 from tests.support import stored
 from tests.support.clock import ManualClock
-from tests.support.grpc_services import SECRET, Services, running_services
+from tests.support.grpc_services import Services, running_services
+from tests.support.keys import credential, key_env
 from tests.support.ports import free_port
 from tests.support.workspace_client import create_job, entitle, snapshot_request
 
@@ -39,7 +39,7 @@ def replicas(migrated_mariadb_url: str) -> Iterator[list[str]]:
     stack = Stack(
         env={
             "OPS_DATABASE_URL": migrated_mariadb_url,
-            "OPS_SERVICE_SECRET": SECRET,
+            **key_env(),
             "OPS_AI_USER_LIMIT": str(PER_USER),
             "OPS_AI_GLOBAL_LIMIT": str(GLOBAL),
             "OPS_LOG_LEVEL": "warning",
@@ -80,7 +80,7 @@ def test_replicas_admitting_at_once_never_exceed_the_limits(
     random.Random(7).shuffle(requests)
     channels = [grpc.insecure_channel(target) for target in replicas]
     stubs = itertools.cycle([ai_admission_pb2_grpc.AiAdmissionServiceStub(c) for c in channels])
-    token = mint_service_token(SECRET, Role.GATEWAY)
+    token = credential(Role.GATEWAY)
     outcomes: Counter[str] = Counter()
     lock = threading.Lock()
     start = threading.Barrier(16)

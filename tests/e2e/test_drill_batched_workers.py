@@ -24,11 +24,13 @@ import pytest
 from sqlalchemy import select
 
 from durable_ops.clock import utc_now
+from durable_ops.model.scope import Role
 from durable_ops.storage.schema import OperationAttempt
 from tests.conftest import _empty_all_tables
 from tests.support import stored
 from tests.support.figures import report
-from tests.support.grpc_services import SECRET, Services, running_services
+from tests.support.grpc_services import Services, running_services
+from tests.support.keys import key_env
 from tests.support.operations_client import OWNER_IDS, TASK, OpsClient
 from tests.support.sdk_worker import JOB_SECONDS
 
@@ -54,7 +56,7 @@ def _sweeping(services: Services, stop: threading.Event) -> None:
 def _start_worker(services: Services) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.support.sdk_worker", services.target, TASK],
-        env={**os.environ, "OPS_SERVICE_SECRET": SECRET},
+        env={**os.environ, **key_env(Role.WORKER)},
         stdout=subprocess.PIPE,
         text=True,
     )

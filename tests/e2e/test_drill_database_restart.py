@@ -43,7 +43,8 @@ from durable_ops.storage.schema import Job, UserOperation
 from tests.support.ai_stack import JOB
 from tests.support.drills import KeptLog
 from tests.support.figures import report
-from tests.support.grpc_services import SECRET, metadata
+from tests.support.grpc_services import metadata
+from tests.support.keys import key_env
 from tests.support.operations_client import failure_of
 from tests.support.ports import free_port
 from tests.support.stored import rows as read_rows
@@ -124,7 +125,7 @@ def product(
     migrate.upgrade(url)
     env = {
         "OPS_DATABASE_URL": url,
-        "OPS_SERVICE_SECRET": SECRET,
+        **key_env(),  # the gateway and the AI worker get their own key from it
         "OPS_JWT_SECRET": JWT_SECRET,
         "OPS_LOG_LEVEL": "warning",
         "OPS_LOG_JSON": "true",

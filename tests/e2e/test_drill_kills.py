@@ -42,7 +42,7 @@ from tests.support import stored
 from tests.support.ai_stack import JOB
 from tests.support.drills import Chaos, KeptLog, audit
 from tests.support.figures import report
-from tests.support.grpc_services import SECRET
+from tests.support.keys import key_env
 from tests.support.ports import free_port
 from tests.support.workspace_client import entitle
 
@@ -87,7 +87,7 @@ def drill(
     gateway_bind = f"127.0.0.1:{free_port()}"
     env = {
         "OPS_DATABASE_URL": url,
-        "OPS_SERVICE_SECRET": SECRET,
+        **key_env(),  # the gateway and the AI worker get their own key from it
         "OPS_JWT_SECRET": JWT_SECRET,
         "OPS_LOG_LEVEL": "warning",
         "OPS_LOG_JSON": "true",

@@ -170,7 +170,12 @@ def _token(user: str, env: dict[str, str], cwd: Path) -> str:
 
 def test_the_first_hour(page: Page, tmp_path: Path, screenshot: Screenshot) -> None:
     env = product_env()  # every port free; the dev model at `opsctl up`'s own pace
-    for name in ("OPS_JWT_SECRET", "OPS_SERVICE_SECRET", "OPS_DEV_MODEL_SECONDS"):
+    for name in (
+        "OPS_JWT_SECRET",
+        "OPS_SERVICE_KEYS_DIR",
+        "OPS_SERVICE_KEY",
+        "OPS_DEV_MODEL_SECONDS",
+    ):
         env.pop(name, None)  # what a new user has: nothing set
     database = f"sqlite:///{tmp_path / 'first-hour.sqlite3'}"
 

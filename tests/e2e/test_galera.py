@@ -54,7 +54,8 @@ from durable_ops.storage.schema import UserOperation
 from durable_ops.storage.tx import SCOPE_OWNER, Tx
 from tests.support.ai_stack import LogTee
 from tests.support.figures import report
-from tests.support.grpc_services import SECRET, running_services
+from tests.support.grpc_services import running_services
+from tests.support.keys import key_env
 from tests.support.operations_client import ALICE, SUCCEEDED, OpsClient
 from tests.support.ports import free_port
 from tests.support.storage_conformance import CASES
@@ -533,7 +534,7 @@ def test_the_product_spread_over_the_nodes_survives_a_node_crash(
     model_bind = f"127.0.0.1:{free_port()}"
     env = {
         "OPS_DATABASE_URL": on[0],
-        "OPS_SERVICE_SECRET": SECRET,
+        **key_env(),  # the gateway and the AI worker get their own key from it
         "OPS_JWT_SECRET": DRILL_JWT_SECRET,
         "OPS_LOG_LEVEL": "warning",
         "OPS_LOG_JSON": "true",

@@ -1,8 +1,9 @@
 """``opsctl operations`` as an operator runs it: a real process against ``opsctl serve``.
 
 The Operations process serves the operator service next to its own (ADR 19):
-an operator credential from ``OPS_SERVICE_SECRET`` lists and cancels another
-owner's operation, and the service logs who did it.
+a credential signed with the operator's own key (``OPS_SERVICE_KEY``, given to
+this command only) lists and cancels another owner's operation, and the service
+logs who did it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.model.scope import Role
 from tests.support.ai_stack import AiStack, ai_stack, wait_for
+from tests.support.keys import key_env
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +27,7 @@ pytestmark = pytest.mark.slow
 def _opsctl(stack: AiStack, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "durable_ops.cli", "operations", *args],
-        env={**os.environ, **stack.env},
+        env={**os.environ, **stack.env, **key_env(Role.OPERATOR)},
         capture_output=True,
         text=True,
         timeout=60,

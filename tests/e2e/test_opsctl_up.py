@@ -100,7 +100,7 @@ def test_a_token_from_opsctl_token_works_with_the_stack_and_survives_a_restart(
     tmp_path: Path,
 ) -> None:
     env = product_env(OPS_DEV_MODEL_SECONDS="0")
-    for name in ("OPS_JWT_SECRET", "OPS_SERVICE_SECRET"):
+    for name in ("OPS_JWT_SECRET", "OPS_SERVICE_KEYS_DIR", "OPS_SERVICE_KEY"):
         env.pop(name, None)  # what a new user has: nothing set
     url = f"sqlite:///{tmp_path / 'up.sqlite3'}"
     token = subprocess.run(
@@ -114,11 +114,17 @@ def test_a_token_from_opsctl_token_works_with_the_stack_and_survives_a_restart(
     kept = tmp_path / "var" / "secrets.json"
     assert stat.S_IMODE(kept.stat().st_mode) == 0o600
     bearer = {"Authorization": f"Bearer {token}"}
+    keys = tmp_path / "var" / "keys"
+    public_keys: list[bytes] = []
     for _run in ("first start", "restart"):
         with opsctl_up(url, env, cwd=tmp_path) as product:
             reply = httpx.get(f"{product.url.rstrip('/')}/api/settings/ai", headers=bearer)
             assert reply.status_code == 200, reply.text
             assert product.stop() == 0
+        # The service keys were made once, private, and kept across the restart too.
+        assert stat.S_IMODE((keys / "gateway" / "gateway.key").stat().st_mode) == 0o600
+        public_keys.append((keys / "public" / "gateway.pub").read_bytes())
+    assert public_keys[0] == public_keys[1]
 
 
 def test_a_gateway_beyond_loopback_serves_no_dev_login_and_answers_only_its_names(

@@ -45,7 +45,7 @@ from durable_ops.storage.schema import AiWorkspaceNote, UserNotification, UserOp
 from tests.conftest import _empty_all_tables
 from tests.support import stored
 from tests.support.ai_stack import LogTee
-from tests.support.grpc_services import SECRET
+from tests.support.keys import key_env
 from tests.support.ports import free_port
 from tests.support.workspace_client import create_job, entitle
 
@@ -97,7 +97,7 @@ def cluster(migrated_mariadb_url: str) -> Iterator[Cluster]:
     model_bind = f"127.0.0.1:{free_port()}"
     env = {
         "OPS_DATABASE_URL": migrated_mariadb_url,
-        "OPS_SERVICE_SECRET": SECRET,
+        **key_env(),  # the gateway and the AI worker get their own key from it
         "OPS_JWT_SECRET": JWT_SECRET,
         "OPS_LOG_LEVEL": "warning",
         "OPS_LOG_JSON": "true",

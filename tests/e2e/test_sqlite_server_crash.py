@@ -37,7 +37,8 @@ from durable_ops.storage.schema import UserNotification, UserOperation
 from tests.support import stored
 from tests.support.drills import KeptLog
 from tests.support.figures import report
-from tests.support.grpc_services import SECRET, metadata
+from tests.support.grpc_services import metadata
+from tests.support.keys import key_env
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
@@ -82,7 +83,7 @@ def product(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Product
     target = f"127.0.0.1:{free_port()}"
     env = {
         "OPS_DATABASE_URL": url,
-        "OPS_SERVICE_SECRET": SECRET,
+        **key_env(),
         "OPS_LOG_LEVEL": "warning",
         "OPS_OPERATIONS_BIND": target,
         "OPS_OPERATIONS_TARGET": target,

@@ -24,6 +24,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from durable_ops.model.scope import Role
+from tests.support.keys import key_env
 from tests.support.ports import free_port
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -84,6 +86,7 @@ def test_the_gateway_sends_its_request_spans_to_the_otlp_endpoint(
         **os.environ,
         "OPS_GATEWAY_BIND": bind,
         "OPS_LOG_JSON": "true",
+        **key_env(Role.GATEWAY),  # its own key: it signs every call to the services
         "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
         "OTEL_BSP_SCHEDULE_DELAY": "100",
     }

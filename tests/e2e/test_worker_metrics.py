@@ -11,9 +11,11 @@ from pathlib import Path
 
 import httpx
 
+from durable_ops.model.scope import Role
 from durable_ops.storage import migrate
 from tests.support.clock import ManualClock
-from tests.support.grpc_services import SECRET, running_services
+from tests.support.grpc_services import running_services
+from tests.support.keys import key_env
 from tests.support.ports import free_port, refusing_port
 
 
@@ -27,7 +29,7 @@ def test_worker_serves_metrics_with_the_circuit_state(tmp_path: Path) -> None:
             env={
                 **os.environ,
                 "OPS_WORKERS_AI_OPERATIONS_ENABLED": "true",
-                "OPS_SERVICE_SECRET": SECRET,
+                **key_env(Role.WORKER),
                 "OPS_OPERATIONS_TARGET": services.target,
                 "OPS_WORKSPACE_TARGET": services.target,
                 "OPS_AI_LOCAL_URL": f"http://127.0.0.1:{refusing_port()}/v1",

@@ -13,7 +13,8 @@ from structlog.testing import capture_logs
 from durable_ops import cli
 from durable_ops.model.scope import Role
 from tests.support.clock import ManualClock
-from tests.support.grpc_services import SECRET, Services, metadata, running_services
+from tests.support.grpc_services import Services, metadata, running_services
+from tests.support.keys import key_env
 from tests.support.operations_client import Metadata, OpsClient
 
 OPERATOR_NAME = "ops-carol"
@@ -58,7 +59,8 @@ def operator_md() -> Metadata:
 def opsctl(
     services: Services, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> Callable[..., tuple[int, str, str]]:
-    monkeypatch.setenv("OPS_SERVICE_SECRET", SECRET)
+    for name, value in key_env(Role.OPERATOR).items():  # the operator's own key
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("OPS_OPERATIONS_TARGET", services.target)
 
     def run(*args: str) -> tuple[int, str, str]:

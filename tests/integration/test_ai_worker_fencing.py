@@ -27,7 +27,8 @@ from durable_ops.worker import Attempt
 from tests.support.ai_stack import ModelServer
 from tests.support.ai_worker import Journal, drain
 from tests.support.clock import ManualClock
-from tests.support.grpc_services import SECRET, Services
+from tests.support.grpc_services import Services
+from tests.support.keys import signing_key
 from tests.support.operations_client import ALICE, OpsClient
 from tests.support.stored import rows
 from tests.support.workspace_client import create_job, entitle
@@ -43,8 +44,8 @@ async def worker(
     workspace_type: type[WorkspaceClient] = WorkspaceClient,
     journal: Journal | None = None,
 ) -> AsyncIterator[Executor]:
-    channel = open_channel(services.target)
-    caller = ServiceCaller(SECRET, Role.WORKER)
+    channel = open_channel(services.target, None)
+    caller = ServiceCaller(signing_key(Role.WORKER))
     local = ModelClient(model.url, "dev-heuristic", route=Route.LOCAL, timeout_seconds=30)
     router = Router(local, CircuitBreaker(3, 30))
     executor = Executor(

@@ -33,6 +33,7 @@ from durable_ops.model.bounds import USAGE_TOKENS_MAX
 from durable_ops.model.circuit import CircuitBreaker
 from durable_ops.model.provenance import Provenance
 from durable_ops.model.routing import Route
+from durable_ops.model.scope import Role
 from durable_ops.model.states import Plan, Privacy
 from durable_ops.model.usage import Usage
 from durable_ops.storage.schema import OperationAttempt, UserOperation
@@ -42,7 +43,8 @@ from tests.support.ai_stack import ModelServer
 from tests.support.ai_worker import Journal, drain
 from tests.support.clock import ManualClock
 from tests.support.gateway import bearer, gateway_client, make_app
-from tests.support.grpc_services import SECRET, Services
+from tests.support.grpc_services import Services
+from tests.support.keys import signing_key
 from tests.support.operations_client import (
     ALICE,
     BOB,
@@ -459,7 +461,7 @@ def test_the_sdk_settles_what_a_handler_recorded_a_release_included(
     stopped = ops.create(BOB, "k-sdk-stopped", subject_id="stopped").id
     started: set[str] = set()
     before = _tokens(TASK, "local", "tiny-model", "prompt")
-    worker = Worker(services.target, SECRET, WorkerOptions(shutdown_seconds=0.2))
+    worker = Worker(services.target, signing_key(Role.WORKER), WorkerOptions(shutdown_seconds=0.2))
 
     @worker.handler(TASK)
     async def work(attempt: Attempt) -> None:

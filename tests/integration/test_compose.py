@@ -36,7 +36,7 @@ HEALTHCHECK = ROOT / "deploy" / "healthcheck.py"
 OLLAMA_OVERLAY = ROOT / "deploy" / "compose.ollama.yaml"
 IMAGE_HEALTHCHECK = "/opt/durable-ops/deploy/healthcheck.py"
 IMAGE = "durable-ops:local"
-SECRETS = ("MARIADB_ROOT_PASSWORD", "MARIADB_PASSWORD", "OPS_JWT_SECRET", "OPS_SERVICE_SECRET")
+SECRETS = ("MARIADB_ROOT_PASSWORD", "MARIADB_PASSWORD", "OPS_JWT_SECRET")
 GRPC_SERVICES = {"operations", "notifications", "ai-admission", "workspace"}
 OPS_NAME = re.compile(r"\bOPS_[A-Z0-9_]+\b")
 INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
@@ -287,7 +287,9 @@ def test_health_checks_probe_the_ports_the_processes_bind(resolved: dict[str, An
         bind_key = service_variable(str(target), "bind")
         port = _port(service["environment"][bind_key])
         if target in GRPC_SERVICES:
-            assert test[3:] == ["grpc", f"127.0.0.1:{port}"], (name, test)
+            # TLS only (the bind is beyond loopback), trusting the local authority.
+            ca = ["--ca", "/keys/public/ca.pem"]
+            assert test[3:] == ["grpc", f"127.0.0.1:{port}", *ca], (name, test)
         else:
             assert test[3] == "http", (name, test)
             assert test[4].startswith(f"http://127.0.0.1:{port}/"), (name, test)
@@ -306,11 +308,53 @@ def test_migrate_runs_once_after_mariadb_and_everything_else_waits_for_it(
     assert migrate["depends_on"]["mariadb"]["condition"] == "service_healthy"
     tools = services.pop("opsctl")
     assert tools.get("profiles") == ["tools"]
+    keys = services.pop("keys")
+    assert keys["restart"] == "no"
+    assert not keys.get("depends_on")
     for name, service in services.items():
-        assert service["depends_on"]["migrate"]["condition"] == (
-            "service_completed_successfully"
-        ), name
+        for first in ("migrate", "keys"):
+            assert service["depends_on"][first]["condition"] == (
+                "service_completed_successfully"
+            ), (name, first)
         assert "migrate" not in _argv(service), name
+
+
+def test_each_container_holds_only_its_own_service_key(resolved: dict[str, Any]) -> None:
+    """SPEC §2: services hold public keys only, each client its own private key."""
+    services = _services(resolved)
+
+    def key_mounts(name: str) -> dict[str, tuple[str, bool]]:
+        mounts = services[name].get("volumes") or []
+        return {
+            m["target"]: (m["source"], bool(m.get("read_only")))
+            for m in mounts
+            if m["target"].startswith("/keys")
+        }
+
+    public = {"/keys/public": ("public-keys", True)}
+    for name in GRPC_SERVICES:
+        assert key_mounts(name) == {**public, "/keys/tls": ("server-tls", True)}, name
+        assert services[name]["environment"]["OPS_SERVICE_KEYS_DIR"] == "/keys"
+    assert key_mounts("gateway") == {**public, "/keys/gateway": ("gateway-key", True)}
+    assert key_mounts("ai-worker") == {**public, "/keys/worker": ("worker-key", True)}
+    assert key_mounts("opsctl") == {**public, "/keys/operator": ("operator-key", True)}
+    assert key_mounts("migrate") == {}
+    assert key_mounts("dev-model") == {}
+    made = key_mounts("keys")
+    assert set(made) == {
+        "/keys/public",
+        "/keys/gateway",
+        "/keys/worker",
+        "/keys/operator",
+        "/keys/tls",
+        "/keys/tls-ca",
+    }
+    assert not any(read_only for _, read_only in made.values())
+    assert _argv(services["keys"]) == ["opsctl", "keys", "init", "gateway", "worker", "operator"]
+    # The image prepares each mount point (ops, 0700); a fresh volume copies it.
+    assert re.search(
+        r"--mode=0700 .*/keys /keys/public /keys/gateway", DOCKERFILE.read_text(), re.S
+    )
 
 
 def test_the_gateway_is_published_on_8080(resolved: dict[str, Any]) -> None:

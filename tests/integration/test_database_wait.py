@@ -40,7 +40,8 @@ from durable_ops.storage import migrate
 from durable_ops.storage.availability import DatabaseReadiness, open_when_reachable
 from durable_ops.storage.db import Database
 from tests.support.gateway import gateway_client, make_app
-from tests.support.grpc_services import SECRET, metadata
+from tests.support.grpc_services import metadata
+from tests.support.keys import key_env, trusted
 from tests.support.ports import free_port, refusing_port
 from tests.support.throwaway_mariadb import ThrowawayMariadb, throwaway_mariadb
 
@@ -107,7 +108,7 @@ def serve_target(tmp_path: Path) -> Iterator[Callable[..., Served]]:
             **_inherited(),
             "OPS_DATABASE_URL": database_url,
             service_variable(target, "bind"): address,
-            "OPS_SERVICE_SECRET": SECRET,  # else the child keeps one in ./var
+            **key_env(),  # the keys this test signs with
             "OPS_LOG_JSON": "true",
             **env,
         }
@@ -290,7 +291,11 @@ def test_readyz_follows_the_database_of_the_backends(own_mariadb: ThrowawayMaria
     async def scenario() -> None:
         db = Database(own_mariadb.url("ops"), pool_size=2)
         server, port = build_server(
-            "127.0.0.1:0", lambda _server: None, names, secret=SECRET, ready=DatabaseReadiness(db)
+            "127.0.0.1:0",
+            lambda _server: None,
+            names,
+            trusted=trusted(),
+            ready=DatabaseReadiness(db),
         )
         serving = asyncio.create_task(
             serve(server, grace=0.1, prepare=lambda: open_when_reachable(db, 30.0))

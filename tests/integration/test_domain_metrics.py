@@ -31,7 +31,8 @@ from durable_ops.operations import main as operations_main
 from durable_ops.operations.tuning import TUNING
 from durable_ops.settings import Settings, service_variable
 from durable_ops.workspace import main as workspace_main
-from tests.support.grpc_services import SECRET, BackgroundLoop, metadata
+from tests.support.grpc_services import BackgroundLoop, metadata
+from tests.support.keys import key_env
 from tests.support.metrics_scrape import Scrape, scrape
 from tests.support.operations_client import ALICE, TASK
 
@@ -114,7 +115,7 @@ def stack(db_url: str) -> Iterator[Stack]:
     settings = Settings.from_env(
         {
             "OPS_DATABASE_URL": db_url,
-            "OPS_SERVICE_SECRET": SECRET,
+            **key_env(),
             "OPS_DATABASE_WAIT_SECONDS": "10",
             **{service_variable(name, "bind"): f"127.0.0.1:{grpc_ports[name]}" for name in RUNS},
             **{

@@ -34,6 +34,7 @@ from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller
 from durable_ops.rpc.errors import domain_error_from_rpc
+from durable_ops.rpc.keys import create_key_pair
 from durable_ops.rpc.metrics import serve_metrics
 from durable_ops.settings import SettingsError
 from durable_ops.storage import migrate
@@ -56,8 +57,8 @@ from tests.support.gateway import (
     sign_in,
     token,
 )
-from tests.support.grpc_services import SECRET as SERVICE_SECRET
 from tests.support.grpc_services import Services, running_services
+from tests.support.keys import key_env
 
 PROBLEM_JSON = "application/problem+json"
 TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
@@ -429,7 +430,7 @@ def test_backend_down_is_503_and_slow_is_504(sqlite_services: Services) -> None:
     slow = create_app(
         settings,
         Backends(
-            ServiceCaller(settings.service_secret, Role.GATEWAY),
+            ServiceCaller.from_settings(settings, Role.GATEWAY),
             Backends.from_settings(settings).specs.values(),
             call_timeout=0.000001,
         ),
@@ -448,10 +449,12 @@ def test_backend_down_is_503_and_slow_is_504(sqlite_services: Services) -> None:
     run(scenario())
 
 
-def test_a_gateway_with_the_wrong_service_secret_answers_503_not_401(
-    sqlite_services: Services,
+def test_a_gateway_whose_key_the_services_do_not_trust_answers_503_not_401(
+    sqlite_services: Services, tmp_path: Path
 ) -> None:
-    app = make_app(sqlite_services.target, service_secret="not-the-service-secret-" + "x" * 20)
+    """The services refuse its credential: the gateway's own fault, never the user's."""
+    untrusted = create_key_pair(tmp_path, "gateway")  # a gateway key, in no folder they read
+    app = make_app(sqlite_services.target, service_key=str(untrusted))
 
     async def scenario() -> None:
         async with gateway_client(app) as client:
@@ -933,7 +936,7 @@ def test_serve_gateway_runs_uvicorn_with_structlog(sqlite_services: Services) ->
         "OPS_NOTIFICATIONS_TARGET": sqlite_services.target,
         "OPS_WORKSPACE_TARGET": sqlite_services.target,
         "OPS_AI_ADMISSION_TARGET": sqlite_services.target,
-        "OPS_SERVICE_SECRET": SERVICE_SECRET,
+        **key_env(Role.GATEWAY),
         "OPS_JWT_SECRET": JWT_SECRET,
         "OPS_LOG_JSON": "true",
         "OPS_LOG_LEVEL": "debug",

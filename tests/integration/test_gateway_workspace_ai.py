@@ -278,7 +278,7 @@ def test_a_finished_analysis_is_never_read_without_its_result(
         monkeypatch.setattr(
             backends,
             "open_channel",
-            lambda target: grpc.aio.insecure_channel(
+            lambda target, _ca: grpc.aio.insecure_channel(
                 target, options=CHANNEL_OPTIONS, interceptors=[interceptor]
             ),
         )

@@ -20,11 +20,13 @@ from durable_ops import cli
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operator.v1 import operator_pb2 as opb
 from durable_ops.model.lifecycle import DEADLINE_FAILURE_CODE, LEASE_FAILURE_CODE
+from durable_ops.model.scope import Role
 from durable_ops.storage import operations
 from durable_ops.storage.schema import OperationAttempt
 from durable_ops.storage.tx import Tx
 from tests.support.clock import ManualClock
-from tests.support.grpc_services import SECRET, Services
+from tests.support.grpc_services import Services
+from tests.support.keys import key_env
 from tests.support.operations_client import (
     ALICE,
     BOB,
@@ -234,7 +236,8 @@ def test_opsctl_operations_show_prints_the_attempts(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setenv("OPS_SERVICE_SECRET", SECRET)
+    for name, value in key_env(Role.OPERATOR).items():  # the operator's own key
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("OPS_OPERATIONS_TARGET", services.target)
     created = ops.create(ALICE, "k-cli", max_attempts=1)
     ops.fail(ops.claim_one(), retryable=False, code="model_error", message="no answer")

@@ -10,11 +10,12 @@ import hashlib
 import hmac
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import grpc
 import jwt
 import pytest
+from cryptography.hazmat.primitives import serialization
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -23,9 +24,12 @@ from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.scope import Role
 from durable_ops.notifications.service import SERVICE_NAME as NOTIFICATIONS
 from durable_ops.operations.service import SERVICE_NAME as OPERATIONS
-from durable_ops.rpc.credentials import ISSUER, mint_service_token
+from durable_ops.rpc.credentials import mint_service_token
+from durable_ops.rpc.keys import SigningKey
 from tests.support.clock import ManualClock
-from tests.support.grpc_services import SECRET, Services, running_services
+from tests.support.forged import claims, signed, untrusted_key
+from tests.support.grpc_services import Services, running_services
+from tests.support.keys import credential, signing_key
 from tests.support.operations_client import (
     ALICE,
     BOB,
@@ -57,20 +61,28 @@ def lease(ops: OpsClient) -> Lease:
     return ops.claim_one()
 
 
-def _b64(data: dict[str, object]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
+def _b64(data: Mapping[str, object] | bytes) -> str:
+    raw = data if isinstance(data, bytes) else json.dumps(data).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _claims(role: str = "worker") -> dict[str, object]:
-    now = int(time.time())
-    return {"role": role, "iat": now, "exp": now + 300, "iss": ISSUER}
+def _worker_key() -> SigningKey:
+    return signing_key(Role.WORKER)
 
 
-def _signed(header: dict[str, object], claims: dict[str, object], digest: str) -> str:
-    """A JWT signed by hand: PyJWT refuses to sign with weak keys or odd algorithms."""
-    signing_input = f"{_b64(header)}.{_b64(claims)}"
-    mac = hmac.new(SECRET.encode(), signing_input.encode(), getattr(hashlib, digest)).digest()
-    return f"{signing_input}.{base64.urlsafe_b64encode(mac).decode().rstrip('=')}"
+def _public_pem(key: SigningKey) -> bytes:
+    return key.private_key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+
+def _mac_signed(alg: str, digest: str) -> str:
+    """An HMAC JWT naming the worker key's ``kid``, keyed with that key's public PEM, which
+    anyone may read (the algorithm-confusion forgery); PyJWT refuses to sign it."""
+    header = {"alg": alg, "typ": "JWT", "kid": _worker_key().kid}
+    signing_input = f"{_b64(header)}.{_b64(claims())}"
+    mac = hmac.new(_public_pem(_worker_key()), signing_input.encode(), getattr(hashlib, digest))
+    return f"{signing_input}.{_b64(mac.digest())}"
 
 
 def _bearer(token: str, owner: str | None = None) -> Metadata:
@@ -82,23 +94,32 @@ def _bearer(token: str, owner: str | None = None) -> Metadata:
 
 BAD_CREDENTIALS: dict[str, Callable[[], Metadata]] = {
     "none": lambda: (("x-owner-id", ALICE),),
-    "other_secret": lambda: _bearer(
-        mint_service_token("another-secret-of-at-least-32-bytes!!", Role.WORKER), ALICE
+    "untrusted_key": lambda: _bearer(mint_service_token(untrusted_key(Role.WORKER)), ALICE),
+    # A key of the forger's own under the kid of a trusted one: the signature decides.
+    "forged_kid": lambda: _bearer(
+        signed(untrusted_key(Role.WORKER), claims(), kid=_worker_key().kid), ALICE
     ),
-    "alg_none": lambda: _bearer(f"{_b64({'alg': 'none', 'typ': 'JWT'})}.{_b64(_claims())}.", ALICE),
-    "hs384": lambda: _bearer(_signed({"alg": "HS384", "typ": "JWT"}, _claims(), "sha384"), ALICE),
-    "alg_none_signed": lambda: _bearer(
-        _signed({"alg": "none", "typ": "JWT"}, _claims(), "sha256"), ALICE
+    "no_kid": lambda: _bearer(
+        jwt.encode(claims(), _worker_key().private_key, algorithm="EdDSA"), ALICE
     ),
-    "wrong_issuer": lambda: _bearer(
-        jwt.encode({**_claims(), "iss": "someone"}, SECRET, algorithm="HS256"), ALICE
-    ),
-    "expired": lambda: _bearer(
-        jwt.encode({**_claims(), "exp": int(time.time()) - 3600}, SECRET, algorithm="HS256"),
+    "alg_none": lambda: _bearer(
+        f"{_b64({'alg': 'none', 'typ': 'JWT', 'kid': _worker_key().kid})}.{_b64(claims())}.",
         ALICE,
     ),
-    "unknown_role": lambda: _bearer(jwt.encode(_claims("admin"), SECRET, algorithm="HS256"), ALICE),
-    "not_bearer": lambda: (("authorization", f"Basic {SECRET}"), ("x-owner-id", ALICE)),
+    "hs256_public_key": lambda: _bearer(_mac_signed("HS256", "sha256"), ALICE),
+    "hs384_public_key": lambda: _bearer(_mac_signed("HS384", "sha384"), ALICE),
+    "alg_none_signed": lambda: _bearer(_mac_signed("none", "sha256"), ALICE),
+    "wrong_issuer": lambda: _bearer(signed(_worker_key(), claims(iss="someone")), ALICE),
+    "expired": lambda: _bearer(signed(_worker_key(), claims(exp=int(time.time()) - 3600)), ALICE),
+    # The role is the key's: a claim of another one, known or not, is a forgery.
+    "unknown_role": lambda: _bearer(signed(_worker_key(), claims(role="admin")), ALICE),
+    "worker_key_claims_gateway": lambda: _bearer(
+        signed(_worker_key(), claims(role="gateway")), ALICE
+    ),
+    "not_bearer": lambda: (
+        ("authorization", f"Basic {credential(Role.WORKER)}"),
+        ("x-owner-id", ALICE),
+    ),
 }
 
 
@@ -125,17 +146,24 @@ def test_calls_without_a_valid_credential_are_unauthenticated(
     assert ops.list_page(ALICE).operations[0].id == lease.id
 
 
-def test_health_and_reflection_need_no_credential(services: Services) -> None:
+def test_health_needs_no_credential_and_reflection_answers_only_with_one(
+    services: Services,
+) -> None:
     health = health_pb2_grpc.HealthStub(services.channel)
     for service in ("", OPERATIONS, NOTIFICATIONS):
         answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
         assert answer.status == health_pb2.HealthCheckResponse.SERVING
     reflection = reflection_pb2_grpc.ServerReflectionStub(services.channel)
-    answers = list(
-        reflection.ServerReflectionInfo(
-            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5
-        )
-    )
+
+    def list_services(md: Metadata) -> list[reflection_pb2.ServerReflectionResponse]:
+        request = reflection_pb2.ServerReflectionRequest(list_services="")
+        return list(reflection.ServerReflectionInfo(iter([request]), metadata=md, timeout=5))
+
+    # Reflection lists every method an attacker could try (issue 35): no credential, no list.
+    for md in ((), BAD_CREDENTIALS["untrusted_key"]()):
+        failure = expect_failure(lambda md=md: list_services(md), UNAUTHENTICATED)  # type: ignore[misc]
+        assert failure.error_code in ("service_credential_required", "invalid_service_credential")
+    answers = list_services(_bearer(credential(Role.WORKER)))
     listed = {service.name for service in answers[0].list_services_response.service}
     assert {OPERATIONS, NOTIFICATIONS} <= listed
 
@@ -268,7 +296,7 @@ def test_another_owners_operation_looks_exactly_like_a_missing_one(
 
 
 def test_owner_header_must_be_well_formed(ops: OpsClient, lease: Lease) -> None:
-    token = mint_service_token(SECRET, Role.GATEWAY)
+    token = credential(Role.GATEWAY)
     for md in (
         (("authorization", f"Bearer {token}"), ("x-owner-id", "")),
         (("authorization", f"Bearer {token}"), ("x-owner-id", "a" * 65)),

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 
+from durable_ops.model.scope import Role
 from durable_ops.worker import Attempt, Worker, WorkerOptions
-from tests.support.grpc_services import SECRET, Services
+from tests.support.grpc_services import Services
+from tests.support.keys import signing_key
 from tests.support.operations_client import ALICE, QUEUED, RUNNING, SUCCEEDED, TASK, OpsClient
 from tests.support.running_worker import run_until
 
@@ -17,7 +19,7 @@ HANG_GUARD = 30.0
 
 
 def _worker(services: Services, **options: float) -> Worker:
-    return Worker(services.target, SECRET, WorkerOptions(**options))  # type: ignore[arg-type]
+    return Worker(services.target, signing_key(Role.WORKER), WorkerOptions(**options))  # type: ignore[arg-type]
 
 
 def test_the_next_run_starts_from_nothing_and_its_lower_report_stands(

@@ -13,7 +13,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import grpc
-import jwt
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
@@ -24,8 +23,9 @@ from durable_ops.rpc.client import ServiceCaller, open_channel
 from durable_ops.rpc.errors import domain_error_from_rpc
 from durable_ops.rpc.scope import caller_scope
 from durable_ops.rpc.server import build_server, serve, start
+from tests.support.forged import claims, signed, untrusted_key
+from tests.support.keys import signing_key, trusted
 
-SECRET = "integration-service-secret-" + "0123456789abcdef" * 3
 SERVICE = "test.Probe"
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -71,10 +71,10 @@ class Probe:
 
 @asynccontextmanager
 async def running(probe: Probe) -> AsyncIterator[grpc.aio.Channel]:
-    server, port = build_server("127.0.0.1:0", probe.register, [SERVICE], secret=SECRET)
+    server, port = build_server("127.0.0.1:0", probe.register, [SERVICE], trusted=trusted())
     await start(server)
     try:
-        async with open_channel(f"127.0.0.1:{port}") as channel:
+        async with open_channel(f"127.0.0.1:{port}", None) as channel:
             yield channel
     finally:
         await server.stop(None)
@@ -107,7 +107,7 @@ def _trailers(error: grpc.aio.AioRpcError) -> dict[str, str]:
 
 def test_a_gateway_with_x_owner_id_gets_an_owner_scope() -> None:
     async def scenario(probe: Probe, channel: Any) -> None:
-        metadata = ServiceCaller(SECRET, Role.GATEWAY).metadata("alice")
+        metadata = ServiceCaller(signing_key(Role.GATEWAY)).metadata("alice")
         answer = await _unary(channel, "Whoami")(b"", metadata=metadata)
         assert json.loads(answer) == {"role": "gateway", "owner": "alice"}
 
@@ -119,8 +119,7 @@ def test_a_gateway_with_x_owner_id_gets_an_owner_scope() -> None:
     [
         pytest.param((), id="no-credential"),
         pytest.param(
-            ServiceCaller("some-other-secret-" + "x" * 40, Role.GATEWAY).metadata("alice"),
-            id="wrong-secret",
+            ServiceCaller(untrusted_key(Role.GATEWAY)).metadata("alice"), id="untrusted-key"
         ),
         pytest.param(
             (
@@ -170,11 +169,8 @@ def test_calls_without_a_valid_credential_never_reach_the_handler(
 
 def _signed_credential(issued_ago: int, lifetime: int) -> tuple[tuple[str, str], ...]:
     iat = int(time.time()) - issued_ago
-    claims = {"role": "gateway", "iss": "durable-ops", "iat": iat, "exp": iat + lifetime}
-    return (
-        ("authorization", f"Bearer {jwt.encode(claims, SECRET, algorithm='HS256')}"),
-        ("x-owner-id", "alice"),
-    )
+    token = signed(signing_key(Role.GATEWAY), claims(iat=iat, exp=iat + lifetime))
+    return (("authorization", f"Bearer {token}"), ("x-owner-id", "alice"))
 
 
 DAY = 24 * 3600
@@ -207,7 +203,7 @@ def test_a_credential_past_the_maximum_lifetime_never_reaches_the_handler(
 
 def test_a_gateway_without_x_owner_id_is_denied_by_caller_scope() -> None:
     async def scenario(probe: Probe, channel: Any) -> None:
-        metadata = ServiceCaller(SECRET, Role.GATEWAY).metadata()
+        metadata = ServiceCaller(signing_key(Role.GATEWAY)).metadata()
         error = await _status_of(_unary(channel, "Whoami")(b"", metadata=metadata))
         assert error.code() == grpc.StatusCode.PERMISSION_DENIED
         assert _trailers(error)["x-error-code"] == "owner_scope_required"
@@ -218,7 +214,7 @@ def test_a_gateway_without_x_owner_id_is_denied_by_caller_scope() -> None:
 
 def test_a_worker_without_x_owner_id_is_neutral() -> None:
     async def scenario(probe: Probe, channel: Any) -> None:
-        metadata = ServiceCaller(SECRET, Role.WORKER).metadata()
+        metadata = ServiceCaller(signing_key(Role.WORKER)).metadata()
         answer = await _unary(channel, "Whoami")(b"", metadata=metadata)
         assert json.loads(answer) == {"role": "worker", "neutral": True}
 
@@ -227,7 +223,10 @@ def test_a_worker_without_x_owner_id_is_neutral() -> None:
 
 def test_a_duplicate_x_owner_id_is_refused() -> None:
     async def scenario(probe: Probe, channel: Any) -> None:
-        metadata = (*ServiceCaller(SECRET, Role.WORKER).metadata("alice"), ("x-owner-id", "bob"))
+        metadata = (
+            *ServiceCaller(signing_key(Role.WORKER)).metadata("alice"),
+            ("x-owner-id", "bob"),
+        )
         error = await _status_of(_unary(channel, "Whoami")(b"", metadata=metadata))
         assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert _trailers(error)["x-error-field"] == "x-owner-id"
@@ -237,7 +236,7 @@ def test_a_duplicate_x_owner_id_is_refused() -> None:
 
 def test_the_role_reaches_stream_handlers_too() -> None:
     async def scenario(probe: Probe, channel: Any) -> None:
-        metadata = ServiceCaller(SECRET, Role.WORKER).metadata("carol")
+        metadata = ServiceCaller(signing_key(Role.WORKER)).metadata("carol")
         chat = channel.stream_stream(f"/{SERVICE}/Chat")(iter([b"a", b"b"]), metadata=metadata)
         answers = [answer async for answer in chat]
         scope = b'{"role": "worker", "owner": "carol"}'
@@ -256,11 +255,17 @@ def test_health_answers_serving_without_a_credential() -> None:
     run(scenario)
 
 
-def test_reflection_lists_the_services_without_a_credential() -> None:
+def test_reflection_lists_the_services_only_to_a_caller_with_a_credential() -> None:
     async def scenario(probe: Probe, channel: Any) -> None:
         stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        # No request written: see the Chat call above (grpc/grpc#36066).
+        error = await _status_of(stub.ServerReflectionInfo().read())
+        assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert _trailers(error)["x-error-code"] == "service_credential_required"
         request = reflection_pb2.ServerReflectionRequest(list_services="")
-        replies = [reply async for reply in stub.ServerReflectionInfo(iter([request]))]
+        metadata = ServiceCaller(signing_key(Role.WORKER)).metadata()
+        listing = stub.ServerReflectionInfo(iter([request]), metadata=metadata)
+        replies = [reply async for reply in listing]
         names = {s.name for s in replies[0].list_services_response.service}
         assert names == {
             SERVICE,
@@ -273,7 +278,7 @@ def test_reflection_lists_the_services_without_a_credential() -> None:
 
 def test_a_domain_error_comes_back_with_its_status_and_code() -> None:
     async def scenario(probe: Probe, channel: Any) -> None:
-        metadata = ServiceCaller(SECRET, Role.GATEWAY).metadata("alice")
+        metadata = ServiceCaller(signing_key(Role.GATEWAY)).metadata("alice")
         error = await _status_of(_unary(channel, "Busy")(b"", metadata=metadata))
         assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert _trailers(error)["x-error-code"] == "capacity_exceeded"
@@ -293,10 +298,10 @@ def test_sigterm_drains_health_finishes_calls_in_flight_and_stops() -> None:
 
     async def main() -> None:
         probe = Probe()
-        server, port = build_server("127.0.0.1:0", probe.register, [SERVICE], secret=SECRET)
+        server, port = build_server("127.0.0.1:0", probe.register, [SERVICE], trusted=trusted())
         serving = asyncio.create_task(serve(server, grace=5.0, on_stop=on_stop))
-        metadata = ServiceCaller(SECRET, Role.WORKER).metadata()
-        async with open_channel(f"127.0.0.1:{port}") as channel:
+        metadata = ServiceCaller(signing_key(Role.WORKER)).metadata()
+        async with open_channel(f"127.0.0.1:{port}", None) as channel:
             watch = health_pb2_grpc.HealthStub(channel).Watch(
                 health_pb2.HealthCheckRequest(service=SERVICE), wait_for_ready=True
             )
@@ -325,9 +330,9 @@ def test_cancelling_serve_stops_the_server_and_runs_on_stop() -> None:
         stopped.append(True)
 
     async def main() -> None:
-        server, port = build_server("127.0.0.1:0", Probe().register, [SERVICE], secret=SECRET)
+        server, port = build_server("127.0.0.1:0", Probe().register, [SERVICE], trusted=trusted())
         serving = asyncio.create_task(serve(server, grace=0.5, on_stop=on_stop))
-        async with open_channel(f"127.0.0.1:{port}") as channel:
+        async with open_channel(f"127.0.0.1:{port}", None) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             await stub.Check(health_pb2.HealthCheckRequest(), wait_for_ready=True)
             serving.cancel()

@@ -18,7 +18,7 @@ from durable_ops.cli import EXIT_REFUSED, EXIT_USAGE, GRPC_SERVICES
 from durable_ops.settings import service_variable
 from durable_ops.stack.children import healthy
 from durable_ops.storage import migrate
-from tests.support.grpc_services import SECRET
+from tests.support.keys import key_env
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
@@ -32,7 +32,7 @@ def _serve(
     addresses = {target: f"127.0.0.1:{free_port()}" for target in targets}
     env = {key: value for key, value in os.environ.items() if not key.startswith("OPS_")}
     env |= {service_variable(target, "bind"): address for target, address in addresses.items()}
-    env |= {"OPS_DATABASE_URL": database_url, "OPS_SERVICE_SECRET": SECRET, "OPS_LOG_JSON": "true"}
+    env |= {"OPS_DATABASE_URL": database_url, **key_env(), "OPS_LOG_JSON": "true"}
     process = subprocess.Popen(
         [sys.executable, "-m", "durable_ops.cli", "serve", *targets],
         env=env,

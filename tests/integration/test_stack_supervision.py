@@ -12,6 +12,7 @@ from durable_ops.stack.children import Stack
 from durable_ops.stack.output import Output
 from durable_ops.stack.restarts import RestartBudget
 from durable_ops.up import EXIT_UNAVAILABLE, _supervise
+from tests.support.keys import key_env
 from tests.support.ports import free_port
 
 
@@ -20,7 +21,7 @@ def test_a_child_that_keeps_dying_spends_its_budget_and_stops_the_stack(tmp_path
     env = {
         "OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'empty.sqlite3'}",
         "OPS_LOG_JSON": "true",
-        "OPS_SERVICE_SECRET": "s" * 32,  # else the child keeps one in ./var, the checkout's
+        **key_env(),  # else the child reads the keys in ./var, the checkout's
         # Not the default port, which another test process's stack may hold (exit 1).
         "OPS_WORKSPACE_BIND": f"127.0.0.1:{free_port()}",
     }

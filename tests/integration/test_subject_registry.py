@@ -39,7 +39,8 @@ from durable_ops.storage.schema import Attachment
 from durable_ops.storage.tx import SCOPE_OWNER
 from tests.support.clock import ManualClock
 from tests.support.gateway import bearer, gateway_client, gateway_settings, run
-from tests.support.grpc_services import SECRET, Services, running_services
+from tests.support.grpc_services import Services, running_services
+from tests.support.keys import signing_key
 from tests.support.workspace_client import create_job
 
 COVER_LETTER = subjects.SubjectKind(
@@ -153,9 +154,9 @@ def test_the_worker_reads_its_text_into_a_section_of_the_prompt(services: Servic
     handler = handlers_for(REGISTRY, PROMPTS)[LETTER_POLISH.name]
 
     async def scenario() -> list[SubjectText]:
-        channel = open_channel(services.target)
+        channel = open_channel(services.target, None)
         try:
-            client = WorkspaceClient(channel, ServiceCaller(SECRET, Role.WORKER))
+            client = WorkspaceClient(channel, ServiceCaller(signing_key(Role.WORKER)))
             refs = handler.refs_for("cover_letter", draft, job)
             texts = await handler.inputs(OwnerWorkspace(client, "alice"), refs)
             with pytest.raises(NotFound):

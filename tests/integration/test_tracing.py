@@ -35,7 +35,8 @@ from tests.support.ai_stack import ModelServer
 from tests.support.ai_worker import drain
 from tests.support.clock import ManualClock
 from tests.support.gateway import bearer, gateway_client, make_app, run
-from tests.support.grpc_services import SECRET, Services, running_services
+from tests.support.grpc_services import Services, running_services
+from tests.support.keys import signing_key
 from tests.support.stored import scalar
 from tests.support.workspace_client import entitle
 
@@ -109,8 +110,8 @@ async def _post_snapshot(services: Services, exporter: InMemorySpanExporter) -> 
 
 async def _work_it(services: Services, model: ModelServer) -> None:
     """The real worker (on the SDK), against the real services and a real model."""
-    caller = ServiceCaller(SECRET, Role.WORKER)
-    channel = open_channel(services.target)
+    caller = ServiceCaller(signing_key(Role.WORKER))
+    channel = open_channel(services.target, None)
     router = Router(
         ModelClient(model.url, "dev-heuristic", route=Route.LOCAL, timeout_seconds=30),
         CircuitBreaker(3, 30),
@@ -205,7 +206,7 @@ def test_create_operation_keeps_the_callers_trace_and_a_repeat_is_the_same_reque
 ) -> None:
     """CreateOperation stores the traceparent it was called in; the trace is no part of the
     request's fingerprint, so the same create from another trace is the same operation."""
-    caller = ServiceCaller(SECRET, Role.GATEWAY)
+    caller = ServiceCaller(signing_key(Role.GATEWAY))
     request = ops_pb.CreateOperationRequest(
         task_type="demo.task",
         idempotency_key="traced-create",
@@ -215,7 +216,7 @@ def test_create_operation_keeps_the_callers_trace_and_a_repeat_is_the_same_reque
     )
 
     async def create() -> tuple[str, bool, str]:
-        channel = open_channel(services.target)
+        channel = open_channel(services.target, None)
         try:
             stub = ops_grpc.OperationsServiceStub(channel)
             with telemetry.span("caller", root=True) as span:

@@ -22,7 +22,8 @@ from durable_ops.model.scope import Role
 from durable_ops.worker import Attempt, Worker, WorkerOptions
 from durable_ops.worker.lease import HoldLeasesCall, LeaseStream
 from tests.support.clock import ManualClock
-from tests.support.grpc_services import SECRET, Services, metadata
+from tests.support.grpc_services import Services, metadata
+from tests.support.keys import signing_key
 from tests.support.operations_client import (
     CANCELLED,
     OWNER_IDS,
@@ -79,7 +80,7 @@ def test_the_long_jobs_of_many_owners_share_one_stream_and_one_update_per_beat(
     cancelled: list[str] = []
     worker = Worker(
         services.target,
-        SECRET,
+        signing_key(Role.WORKER),
         WorkerOptions(
             concurrency=6,
             batch_size=6,

@@ -14,9 +14,11 @@ from typing import TypeVar
 
 from sqlalchemy import select
 
+from durable_ops.model.scope import Role
 from durable_ops.storage.schema import OperationAttempt
 from durable_ops.worker import Attempt, PermanentFailure, RetryableFailure, Worker, WorkerOptions
-from tests.support.grpc_services import SECRET, Services
+from tests.support.grpc_services import Services
+from tests.support.keys import signing_key
 from tests.support.operations_client import (
     ALICE,
     BOB,
@@ -39,7 +41,7 @@ T = TypeVar("T")
 
 
 def _worker(services: Services, **options: float) -> Worker:
-    return Worker(services.target, SECRET, WorkerOptions(**options))  # type: ignore[arg-type]
+    return Worker(services.target, signing_key(Role.WORKER), WorkerOptions(**options))  # type: ignore[arg-type]
 
 
 async def _state_is(ops: OpsClient, owner: str, operation_id: str, state: int) -> None:
@@ -51,7 +53,10 @@ def test_a_worker_drains_many_owners_work_in_batches(services: Services, ops: Op
     ids = [ops.create(OWNER_IDS[n % 4], f"k-sdk-{n}", subject_id=f"s-{n}").id for n in range(30)]
     seen: list[tuple[str, str, str]] = []
     worker = Worker(
-        services.target, SECRET, WorkerOptions(concurrency=4, batch_size=5), until_empty=True
+        services.target,
+        signing_key(Role.WORKER),
+        WorkerOptions(concurrency=4, batch_size=5),
+        until_empty=True,
     )
 
     @worker.handler(TASK)

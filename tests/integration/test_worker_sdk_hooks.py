@@ -16,6 +16,7 @@ from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.errors import CANCEL_REQUESTED, LeaseLost
 from durable_ops.model.provenance import Provenance
 from durable_ops.model.routing import Route
+from durable_ops.model.scope import Role
 from durable_ops.model.states import Privacy
 from durable_ops.worker import (
     Attempt,
@@ -28,7 +29,8 @@ from durable_ops.worker import (
     WorkerOptions,
 )
 from durable_ops.worker.failures import failure_of
-from tests.support.grpc_services import SECRET, Services
+from tests.support.grpc_services import Services
+from tests.support.keys import signing_key
 from tests.support.operations_client import ALICE, BOB, CANCELLED, OTHER_TASK, OpsClient
 
 HANG_GUARD = 30.0
@@ -49,7 +51,7 @@ def _create(ops: OpsClient, owner: str, key: str, priority: int = 0) -> str:
 
 
 def _drain(services: Services, options: WorkerOptions, **kwargs: object) -> Worker:
-    return Worker(services.target, SECRET, options, until_empty=True, **kwargs)  # type: ignore[arg-type]
+    return Worker(services.target, signing_key(Role.WORKER), options, until_empty=True, **kwargs)  # type: ignore[arg-type]
 
 
 def _run(worker: Worker) -> None:
@@ -61,7 +63,10 @@ def test_a_fallback_waits_for_a_worker_that_names_the_external_route_in_turn(
 ) -> None:
     fallen = _create(ops, ALICE, "k-fallen")
     local_only = Worker(
-        services.target, SECRET, WorkerOptions(routes=(Route.LOCAL,)), until_empty=True
+        services.target,
+        signing_key(Role.WORKER),
+        WorkerOptions(routes=(Route.LOCAL,)),
+        until_empty=True,
     )
 
     @local_only.handler(OTHER_TASK)
@@ -188,7 +193,7 @@ def test_a_failing_interceptor_stops_the_worker_and_run_raises_it(
 
     worker = Worker(
         services.target,
-        SECRET,
+        signing_key(Role.WORKER),
         WorkerOptions(concurrency=1, batch_size=1),
         interceptors=[around],
         classify=_journal_classify,
@@ -258,7 +263,7 @@ def test_a_fenced_write_that_went_through_stands_although_the_cancel_came_meanwh
 
 
 def test_stop_gives_up_a_waiting_claim(services: Services) -> None:
-    worker = Worker(services.target, SECRET, WorkerOptions())
+    worker = Worker(services.target, signing_key(Role.WORKER), WorkerOptions())
 
     @worker.handler(OTHER_TASK)
     async def never(attempt: Attempt) -> None:

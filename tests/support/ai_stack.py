@@ -42,16 +42,15 @@ from durable_ops.cli import GRPC_SERVICES
 from durable_ops.clock import utc_now
 from durable_ops.dev_model import DevModelConfig, create_app
 from durable_ops.model.scope import Role
-from durable_ops.rpc.credentials import mint_service_token
 from durable_ops.settings import Settings, service_variable
 from durable_ops.stack.children import Stack, process_specs
 from durable_ops.storage import migrate, workspace
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import AiWorkspaceNote, UserNotification, UserOperation
 from tests.support import stored
+from tests.support.keys import credential, key_env
 from tests.support.ports import free_port, refusing_port
 
-SECRET = "ai-stack-test-service-secret-0123456789abcdef"
 SERVICES = ("operations", "notifications", "workspace", "ai-admission")
 STRATEGY = "strategy.snapshot"
 CV_REVIEW = "cv.review"
@@ -237,7 +236,7 @@ class AiStack:
 
     @staticmethod
     def md(owner: str) -> tuple[tuple[str, str], ...]:
-        token = mint_service_token(SECRET, Role.GATEWAY)
+        token = credential(Role.GATEWAY)
         return (("authorization", f"Bearer {token}"), ("x-owner-id", owner))
 
     # ---- the owner's side -----------------------------------------------------------------
@@ -346,7 +345,7 @@ class AiStack:
 def stack_env(db_url: str, **overrides: str) -> dict[str, str]:
     env = {
         "OPS_DATABASE_URL": db_url,
-        "OPS_SERVICE_SECRET": SECRET,
+        **key_env(),
         "OPS_LOG_JSON": "true",
         "OPS_WORKERS_AI_OPERATIONS_ENABLED": "true",
         "OPS_WORKER_LEASE_SECONDS": "5",

@@ -15,7 +15,8 @@ from durable_ops.ai_worker.journal import JournalEntry
 from durable_ops.ai_worker.main import build_worker
 from durable_ops.model.routing import Route
 from durable_ops.settings import Settings
-from tests.support.grpc_services import SECRET, Services
+from tests.support.grpc_services import Services
+from tests.support.keys import keys_dir
 
 
 class Journal:
@@ -42,7 +43,7 @@ def worker_settings(services: Services, lease_seconds: int) -> Settings:
     return replace(
         Settings(),
         operations_target=services.target,
-        service_secret=SECRET,
+        service_keys_dir=str(keys_dir()),
         worker_lease_seconds=lease_seconds,
         worker_concurrency=1,
     )

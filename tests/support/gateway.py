@@ -29,8 +29,8 @@ from durable_ops.gateway.auth import mint_user_token
 from durable_ops.gateway.backends import Backends
 from durable_ops.model.scope import Role
 from durable_ops.settings import Settings
-from tests.support.grpc_services import SECRET as SERVICE_SECRET
 from tests.support.grpc_services import Services, metadata
+from tests.support.keys import keys_dir
 
 JWT_SECRET = "test-user-jwt-secret-" + "0123456789abcdef" * 4
 BASE_URL = "http://localhost"
@@ -39,7 +39,7 @@ BASE_URL = "http://localhost"
 def gateway_settings(target: str, **overrides: Any) -> Settings:
     settings = Settings(
         jwt_secret=JWT_SECRET,
-        service_secret=SERVICE_SECRET,
+        service_keys_dir=str(keys_dir()),
         operations_target=target,
         notifications_target=target,
         workspace_target=target,

@@ -37,14 +37,12 @@ from durable_ops.operations.operator import OperatorService
 from durable_ops.operations.service import SERVICE_NAME as OPERATIONS
 from durable_ops.operations.service import OperationsService
 from durable_ops.operations.sweeper import sweep_once
-from durable_ops.rpc.credentials import mint_service_token
 from durable_ops.rpc.server import build_server, start, stop
 from durable_ops.storage.db import Database
 from durable_ops.storage.operations import SweepReport
 from durable_ops.workspace.service import SERVICE_NAME as WORKSPACE
 from durable_ops.workspace.service import WorkspaceService
-
-SECRET = "test-service-secret-of-at-least-32-bytes"
+from tests.support.keys import credential, trusted
 
 
 class BackgroundLoop:
@@ -68,7 +66,7 @@ class BackgroundLoop:
 def metadata(
     role: Role, owner: str | None = None, *, subject: str = ""
 ) -> tuple[tuple[str, str], ...]:
-    token = mint_service_token(SECRET, role, subject=subject)
+    token = credential(role, subject=subject)
     pairs = [("authorization", f"Bearer {token}")]
     if owner is not None:
         pairs.append(("x-owner-id", owner))
@@ -160,7 +158,7 @@ def running_services(
                 ]
             ),
             [OPERATIONS, LRO_SERVICE_NAME, OPERATOR, NOTIFICATIONS, WORKSPACE, ADMISSION],
-            secret=SECRET,
+            trusted=trusted(),
         )
         await start(server)
         return server, port

@@ -1,7 +1,7 @@
 """A worker process on the SDK, for the batched-lease drill: no-op attempts that take a moment.
 
-``python -m tests.support.sdk_worker TARGET TASK_TYPE`` with ``OPS_SERVICE_SECRET``
-set; SIGTERM stops it gracefully, SIGKILL is the drill. It prints ``worker_ready``,
+``python -m tests.support.sdk_worker TARGET TASK_TYPE`` with ``OPS_SERVICE_KEY`` (a
+worker key) set; SIGTERM stops it gracefully, SIGKILL is the drill. It prints ``worker_ready``,
 then ``job_started T`` as each attempt starts (``T`` on ``time.monotonic()``, one
 clock for every process of the host), so the drill can kill it while it holds
 the lease of a attempt that has not ended.
@@ -23,7 +23,7 @@ LEASE_SECONDS = 5  # the shortest lease: a killed worker's attempts come back so
 
 async def main(target: str, task_type: str) -> None:
     options = WorkerOptions(concurrency=10, batch_size=10, lease_seconds=LEASE_SECONDS)
-    worker = Worker(target, os.environ["OPS_SERVICE_SECRET"], options)
+    worker = Worker(target, os.environ["OPS_SERVICE_KEY"], options)
 
     @worker.handler(task_type)
     async def noop(attempt: Attempt) -> None:

@@ -34,7 +34,7 @@ PROCESSES = {
 SHARED = {"model", "settings", "clock", "logs", "api", "telemetry"}
 # private_files: the modes of var/, the SQLite files and kept secrets (storage, local_secrets).
 SERVER_SIDE = SHARED | {"storage", "rpc", "wire", "serving", "private_files"}
-GRPC_CLIENT_SIDE = SHARED | {"rpc"}
+GRPC_CLIENT_SIDE = SHARED | {"rpc", "private_files"}
 
 # What each package may import from durable_ops.* besides itself.
 ALLOWED: dict[str, set[str]] = {
@@ -46,10 +46,12 @@ ALLOWED: dict[str, set[str]] = {
     "telemetry": {"settings"},
     "private_files": {"settings"},
     "local_secrets": {"settings", "private_files"},
-    # stack.address_file: var/stack.json is private like the rest of var/.
-    "stack": {"settings", "private_files"},
+    # stack.address_file: var/stack.json is private like the rest of var/; each child is
+    # handed its own service key (rpc.keys).
+    "stack": {"settings", "private_files", "rpc", "model"},
     "storage": {"model", "settings", "clock", "private_files"},
-    "rpc": {"model", "settings", "clock", "api"},
+    # rpc.keys: a service key is a private file, refused when others may read it.
+    "rpc": {"model", "settings", "clock", "api", "private_files"},
     "wire": {"model", "storage", "api", "rpc"},
     # The life of a one-servicer process over the database (serve_on_database).
     "serving": {"settings", "storage", "rpc"},

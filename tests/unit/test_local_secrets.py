@@ -19,7 +19,6 @@ def test_the_secrets_are_made_once_and_only_the_owner_can_read_them(tmp_path: Pa
     first = load_or_create(path)
     assert load_or_create(path) == first
     assert len(first["jwt_secret"]) >= 43  # 256 bits, url-safe base64
-    assert first["jwt_secret"] != first["service_secret"]
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
 
@@ -32,19 +31,21 @@ def test_processes_starting_together_agree_on_one_set(tmp_path: Path) -> None:
     assert sorted(p.name for p in path.parent.iterdir()) == ["secrets.json"]  # no drafts left
 
 
-def test_only_unset_secrets_come_from_the_file(tmp_path: Path) -> None:
+def test_only_an_unset_secret_comes_from_the_file(tmp_path: Path) -> None:
     path = tmp_path / "secrets.json"
-    chosen = Settings(service_secret="the-operator-chose-this")
-    filled = with_kept_secrets(
-        chosen, environ={"OPS_SERVICE_SECRET": "the-operator-chose-this"}, path=path
-    )
-    assert filled.service_secret == "the-operator-chose-this"
+    filled = with_kept_secrets(Settings(), environ={}, path=path)
     assert filled.jwt_secret == load_or_create(path)["jwt_secret"]
-    untouched = with_kept_secrets(
-        Settings(), ("service_secret",), environ={"OPS_SERVICE_SECRET": "x"}, path=tmp_path / "no"
-    )
-    assert untouched == Settings()
+    chosen = Settings(jwt_secret="the-operator-chose-this")
+    untouched = with_kept_secrets(chosen, environ={"OPS_JWT_SECRET": "x"}, path=tmp_path / "no")
+    assert untouched == chosen
     assert not (tmp_path / "no").exists()
+
+
+def test_a_file_of_an_earlier_release_still_serves(tmp_path: Path) -> None:
+    path = tmp_path / "secrets.json"
+    path.write_text(json.dumps({"jwt_secret": "kept", "service_secret": "unused"}))
+    path.chmod(0o600)
+    assert with_kept_secrets(Settings(), environ={}, path=path).jwt_secret == "kept"
 
 
 def test_a_file_that_is_not_ours_or_a_place_that_cannot_hold_one_is_a_clear_error(
@@ -57,14 +58,13 @@ def test_a_file_that_is_not_ours_or_a_place_that_cannot_hold_one_is_a_clear_erro
         load_or_create(foreign)
     blocked = tmp_path / "file"
     blocked.write_text("")
-    with pytest.raises(SettingsError, match="OPS_JWT_SECRET and OPS_SERVICE_SECRET"):
+    with pytest.raises(SettingsError, match="set OPS_JWT_SECRET"):
         with_kept_secrets(Settings(), environ={}, path=blocked / "secrets.json")
 
 
 def test_secrets_never_show_in_the_settings_repr() -> None:
     settings = Settings(
         jwt_secret="jwt-s3cret",
-        service_secret="svc-s3cret",
         jwt_previous_secrets="old-s3cret",
         ai_external_api_key="key-s3cret",
     )

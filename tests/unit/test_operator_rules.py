@@ -27,9 +27,9 @@ from durable_ops.rpc.credentials import mint_service_token, verify_service_token
 from durable_ops.settings import Settings
 from durable_ops.storage import operator as store
 from durable_ops.storage.tx import OperatorTx, ScopeViolation, Tx
+from tests.support.keys import keys_dir, signing_key, trusted
 from tests.unit.test_architecture import SERVICES, _reach
 
-SECRET = "unit-test-service-secret-of-32-bytes!"
 NO_CONNECTION = cast(Connection, None)  # every check below refuses before any SQL
 
 
@@ -131,11 +131,15 @@ def test_the_operator_scope_is_neither_an_owner_nor_the_neutral_worker() -> None
 
 
 def test_an_operator_credential_names_its_holder() -> None:
-    token = mint_service_token(SECRET, Role.OPERATOR, subject="carol")
-    assert verify_service_token(SECRET, token, max_age_seconds=3600) is Role.OPERATOR
-    assert jwt.decode(token, SECRET, algorithms=["HS256"])["sub"] == "carol"
-    plain = mint_service_token(SECRET, Role.WORKER)
-    assert "sub" not in jwt.decode(plain, SECRET, algorithms=["HS256"])
+    token = mint_service_token(signing_key(Role.OPERATOR), subject="carol")
+    assert verify_service_token(trusted(), token, max_age_seconds=3600) is Role.OPERATOR
+    assert _subject(token) == "carol"
+    plain = mint_service_token(signing_key(Role.WORKER))
+    assert _subject(plain) == "worker"  # unnamed: the key's own name
+
+
+def _subject(verified: str) -> object:
+    return jwt.decode(verified, options={"verify_signature": False})["sub"]
 
 
 # ---- the operator Tx scope --------------------------------------------------------------------
@@ -191,7 +195,7 @@ def test_the_gateway_credential_and_routes_never_reach_the_operator_scope() -> N
     from durable_ops.gateway.app import create_app
     from durable_ops.gateway.backends import Backends
 
-    settings = Settings(service_secret=SECRET)
+    settings = Settings(service_keys_dir=str(keys_dir()))
     backends = Backends.from_settings(settings)
     assert backends.caller.role is Role.GATEWAY  # the only credential the gateway holds
     app = create_app(settings, backends)

@@ -1,4 +1,5 @@
-"""Service credentials, the verification cache, scopes from metadata, and the caller side."""
+"""Service keys and credentials, the verification cache, scopes from metadata, and the caller
+side."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import contextvars
 import hashlib
 import hmac
 import json
+import stat
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import jwt
@@ -19,9 +22,15 @@ from durable_ops.model.scope import NeutralScope, OperatorScope, OwnerScope, Rol
 from durable_ops.rpc import ServicerContext, client, credentials
 from durable_ops.rpc.client import ServiceCaller
 from durable_ops.rpc.credentials import mint_service_token, verify_service_token
+from durable_ops.rpc.keys import (
+    RESCAN_SECONDS,
+    SigningKey,
+    TrustedKeys,
+    create_key_pair,
+    private_key_path,
+)
 from durable_ops.rpc.scope import caller_scope, role_from_metadata, scope_for
-
-SECRET = "unit-test-service-secret-" + "0123456789abcdef" * 3
+from durable_ops.settings import SettingsError
 
 
 @pytest.fixture(autouse=True)
@@ -29,6 +38,24 @@ def _empty_cache() -> Iterator[None]:
     credentials._cache.clear()
     yield
     credentials._cache.clear()
+
+
+@pytest.fixture(scope="module")
+def key_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("keys")
+    for role in Role:
+        create_key_pair(directory, role.value)
+    create_key_pair(directory, "worker-batch1")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def trusted(key_dir: Path) -> TrustedKeys:
+    return TrustedKeys(key_dir)
+
+
+def key(key_dir: Path, name: str) -> SigningKey:
+    return SigningKey.load(private_key_path(key_dir, name))
 
 
 def _b64(data: bytes) -> str:
@@ -42,77 +69,139 @@ def _forged(header: dict[str, Any], claims: dict[str, Any], signature: bytes = b
 
 def _claims(**overrides: Any) -> dict[str, Any]:
     now = int(time.time())
-    claims: dict[str, Any] = {"role": "gateway", "iat": now, "exp": now + 60, "iss": "durable-ops"}
+    claims: dict[str, Any] = {"iat": now, "exp": now + 60, "iss": "durable-ops"}
     claims.update(overrides)
     return {k: v for k, v in claims.items() if v is not None}
 
 
+def _signed(signer: SigningKey, **overrides: Any) -> str:
+    return jwt.encode(
+        _claims(**overrides), signer.private_key, algorithm="EdDSA", headers={"kid": signer.kid}
+    )
+
+
 @pytest.mark.parametrize("role", list(Role))
-def test_a_minted_token_verifies_as_its_role(role: Role) -> None:
-    assert verify_service_token(SECRET, mint_service_token(SECRET, role)) is role
+def test_a_minted_token_verifies_as_the_role_of_its_key(
+    role: Role, key_dir: Path, trusted: TrustedKeys
+) -> None:
+    assert verify_service_token(trusted, mint_service_token(key(key_dir, role.value))) is role
 
 
-def test_minted_claims_carry_role_issuer_and_expiry() -> None:
-    token = mint_service_token(SECRET, Role.WORKER, ttl_seconds=120)
-    claims = jwt.decode(token, SECRET, algorithms=["HS256"])
-    assert claims["role"] == "worker"
+def test_an_issued_workers_key_is_a_worker(key_dir: Path, trusted: TrustedKeys) -> None:
+    signer = key(key_dir, "worker-batch1")
+    token = mint_service_token(signer)
+    assert verify_service_token(trusted, token) is Role.WORKER
+    assert jwt.decode(token, options={"verify_signature": False})["sub"] == "worker-batch1"
+
+
+def test_minted_claims_carry_issuer_expiry_and_the_keys_id(key_dir: Path) -> None:
+    signer = key(key_dir, "worker")
+    token = mint_service_token(signer, ttl_seconds=120, subject="sdk-1")
+    claims = jwt.decode(token, signer.private_key.public_key(), algorithms=["EdDSA"])
     assert claims["iss"] == "durable-ops"
+    assert claims["sub"] == "sdk-1"
     assert claims["exp"] - claims["iat"] == 120
-    assert jwt.get_unverified_header(token)["alg"] == "HS256"
+    assert "role" not in claims  # the key says the role
+    assert jwt.get_unverified_header(token) == {"alg": "EdDSA", "kid": signer.kid, "typ": "JWT"}
 
 
-def test_another_secret_is_refused() -> None:
-    token = mint_service_token("another-secret-of-sufficient-length-xyz", Role.GATEWAY)
+def test_the_gateways_key_claiming_operator_is_refused(key_dir: Path, trusted: TrustedKeys) -> None:
     with pytest.raises(Unauthenticated):
-        verify_service_token(SECRET, token)
+        verify_service_token(trusted, _signed(key(key_dir, "gateway"), role="operator"))
+    # Naming its own role is allowed: the claim only has to agree with the key.
+    assert verify_service_token(trusted, _signed(key(key_dir, "worker"), role="worker")) is (
+        Role.WORKER
+    )
 
 
-def test_alg_none_is_refused() -> None:
+def test_a_workers_key_under_the_gateways_kid_is_refused(
+    key_dir: Path, trusted: TrustedKeys
+) -> None:
+    worker = key(key_dir, "worker")
+    token = jwt.encode(
+        _claims(),
+        worker.private_key,
+        algorithm="EdDSA",
+        headers={"kid": key(key_dir, "gateway").kid},
+    )
     with pytest.raises(Unauthenticated):
-        verify_service_token(SECRET, _forged({"alg": "none", "typ": "JWT"}, _claims()))
+        verify_service_token(trusted, token)
 
 
-def test_hs384_signed_with_the_right_secret_is_refused() -> None:
-    token = jwt.encode(_claims(), SECRET, algorithm="HS384")
+def test_a_key_the_services_do_not_hold_is_refused(tmp_path: Path, trusted: TrustedKeys) -> None:
+    stranger = mint_service_token(SigningKey.load(create_key_pair(tmp_path, "operator")))
     with pytest.raises(Unauthenticated):
-        verify_service_token(SECRET, token)
+        verify_service_token(trusted, stranger)
 
 
-def test_rs256_header_with_an_hmac_signature_is_refused() -> None:
-    # The classic algorithm-confusion forgery: only a pinned algorithm list stops it.
-    header = {"alg": "RS256", "typ": "JWT"}
+def test_a_new_key_is_trusted_after_a_second_and_a_deleted_one_no_longer(tmp_path: Path) -> None:
+    now = [0.0]
+    trusted = TrustedKeys(tmp_path, clock=lambda: now[0])
+    token = mint_service_token(SigningKey.load(create_key_pair(tmp_path, "worker-late")))
+    with pytest.raises(Unauthenticated):
+        verify_service_token(trusted, token)
+    now[0] += RESCAN_SECONDS
+    assert verify_service_token(trusted, token) is Role.WORKER
+    credentials._cache.clear()
+    (tmp_path / "public" / "worker-late.pub").unlink()
+    now[0] += RESCAN_SECONDS
+    with pytest.raises(Unauthenticated):
+        verify_service_token(trusted, token)
+
+
+def test_a_previous_key_is_trusted_during_a_rotation(tmp_path: Path) -> None:
+    old = SigningKey.load(create_key_pair(tmp_path, "gateway"))
+    public = tmp_path / "public"
+    (public / "gateway.pub").rename(public / "gateway.previous.pub")
+    private_key_path(tmp_path, "gateway").unlink()
+    new = SigningKey.load(create_key_pair(tmp_path, "gateway"))
+    assert old.kid != new.kid
+    trusted = TrustedKeys(tmp_path)
+    for signer in (old, new):
+        assert verify_service_token(trusted, mint_service_token(signer)) is Role.GATEWAY
+
+
+def test_alg_none_is_refused(key_dir: Path, trusted: TrustedKeys) -> None:
+    header = {"alg": "none", "typ": "JWT", "kid": key(key_dir, "gateway").kid}
+    with pytest.raises(Unauthenticated):
+        verify_service_token(trusted, _forged(header, _claims()))
+
+
+def test_hs256_keyed_with_the_public_key_is_refused(key_dir: Path, trusted: TrustedKeys) -> None:
+    # The classic algorithm-confusion forgery: the public key used as an HMAC secret.
+    gateway = key(key_dir, "gateway")
+    public_pem = (key_dir / "public" / "gateway.pub").read_bytes()
+    header = {"alg": "HS256", "typ": "JWT", "kid": gateway.kid}
     unsigned = _forged(header, _claims()).rsplit(".", 1)[0]
-    signature = hmac.new(SECRET.encode(), unsigned.encode(), hashlib.sha256).digest()
+    signature = hmac.new(public_pem, unsigned.encode(), hashlib.sha256).digest()
     with pytest.raises(Unauthenticated):
-        verify_service_token(SECRET, f"{unsigned}.{_b64(signature)}")
+        verify_service_token(trusted, f"{unsigned}.{_b64(signature)}")
 
 
 @pytest.mark.parametrize(
     "claims",
     [
-        pytest.param(_claims(exp=None), id="no-exp"),
-        pytest.param(_claims(exp=int(time.time()) - 3600), id="expired"),
-        pytest.param(_claims(role="admin"), id="unknown-role"),
-        pytest.param(_claims(role=None), id="no-role"),
-        pytest.param(_claims(iss="someone-else"), id="wrong-issuer"),
-        pytest.param(_claims(iss=None), id="no-issuer"),
+        pytest.param({"exp": None}, id="no-exp"),
+        pytest.param({"exp": int(time.time()) - 3600}, id="expired"),
+        pytest.param({"role": "admin"}, id="unknown-role"),
+        pytest.param({"iss": "someone-else"}, id="wrong-issuer"),
+        pytest.param({"iss": None}, id="no-issuer"),
     ],
 )
-def test_incomplete_or_foreign_claims_are_refused(claims: dict[str, Any]) -> None:
+def test_incomplete_or_foreign_claims_are_refused(
+    claims: dict[str, Any], key_dir: Path, trusted: TrustedKeys
+) -> None:
     with pytest.raises(Unauthenticated):
-        verify_service_token(SECRET, jwt.encode(claims, SECRET, algorithm="HS256"))
+        verify_service_token(trusted, _signed(key(key_dir, "gateway"), **claims))
 
 
-def test_garbage_is_refused() -> None:
+@pytest.mark.parametrize("token", ["not.a.jwt", "", "a.b", "e30.e30.e30"])
+def test_garbage_is_refused(token: str, trusted: TrustedKeys) -> None:
     with pytest.raises(Unauthenticated):
-        verify_service_token(SECRET, "not.a.jwt")
+        verify_service_token(trusted, token)
 
 
 DAY = 24 * 3600
-
-
-def _signed(**overrides: Any) -> str:
-    return jwt.encode(_claims(**overrides), SECRET, algorithm="HS256")
 
 
 @pytest.mark.parametrize(
@@ -125,38 +214,48 @@ def _signed(**overrides: Any) -> str:
         pytest.param(-DAY, 3600, id="issued-tomorrow"),
     ],
 )
-def test_a_credential_past_the_maximum_lifetime_is_refused(issued_ago: int, lifetime: int) -> None:
+def test_a_credential_past_the_maximum_lifetime_is_refused(
+    issued_ago: int, lifetime: int, key_dir: Path, trusted: TrustedKeys
+) -> None:
     """24 h by default: whatever ``exp`` says, an old or long-lived credential is refused."""
     iat = int(time.time()) - issued_ago
-    token = _signed(iat=iat, exp=iat + lifetime)
+    token = _signed(key(key_dir, "gateway"), iat=iat, exp=iat + lifetime)
     with pytest.raises(Unauthenticated) as refused:
-        verify_service_token(SECRET, token)
+        verify_service_token(trusted, token)
     assert refused.value.code == "invalid_service_credential"
 
 
-def test_a_credential_within_the_maximum_lifetime_is_accepted() -> None:
+def test_a_credential_within_the_maximum_lifetime_is_accepted(
+    key_dir: Path, trusted: TrustedKeys
+) -> None:
     iat = int(time.time()) - DAY + 60
-    assert verify_service_token(SECRET, _signed(iat=iat, exp=iat + DAY)) is Role.GATEWAY
-    assert verify_service_token(SECRET, mint_service_token(SECRET, Role.WORKER, DAY)) is Role.WORKER
+    gateway = key(key_dir, "gateway")
+    assert verify_service_token(trusted, _signed(gateway, iat=iat, exp=iat + DAY)) is Role.GATEWAY
+    worker = mint_service_token(key(key_dir, "worker"), DAY)
+    assert verify_service_token(trusted, worker) is Role.WORKER
 
 
-def test_the_maximum_lifetime_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_maximum_lifetime_is_a_setting(
+    monkeypatch: pytest.MonkeyPatch, key_dir: Path, trusted: TrustedKeys
+) -> None:
+    worker, gateway = key(key_dir, "worker"), key(key_dir, "gateway")
     monkeypatch.setenv("OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS", "600")
     credentials.configured_max_age_seconds.cache_clear()
     try:
         assert credentials.configured_max_age_seconds() == 600
         with pytest.raises(Unauthenticated):
-            verify_service_token(SECRET, mint_service_token(SECRET, Role.WORKER, 601))
+            verify_service_token(trusted, mint_service_token(worker, 601))
         iat = int(time.time()) - 700
         with pytest.raises(Unauthenticated):
-            verify_service_token(SECRET, _signed(iat=iat, exp=iat + 600))
-        assert verify_service_token(SECRET, mint_service_token(SECRET, Role.WORKER, 600))
+            verify_service_token(trusted, _signed(gateway, iat=iat, exp=iat + 600))
+        assert verify_service_token(trusted, mint_service_token(worker, 600))
     finally:
         credentials.configured_max_age_seconds.cache_clear()
     # An explicit bound wins over the setting.
-    assert verify_service_token(SECRET, _signed(), max_age_seconds=60) is Role.GATEWAY
+    assert verify_service_token(trusted, _signed(gateway), max_age_seconds=60) is Role.GATEWAY
+    late = _signed(gateway, exp=int(time.time()) + 120)
     with pytest.raises(Unauthenticated):
-        verify_service_token(SECRET, _signed(exp=int(time.time()) + 120), max_age_seconds=60)
+        verify_service_token(trusted, late, max_age_seconds=60)
 
 
 def _count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -171,68 +270,83 @@ def _count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-def test_verification_is_cached_until_the_token_expires(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_verification_is_cached_until_the_token_expires(
+    monkeypatch: pytest.MonkeyPatch, key_dir: Path, trusted: TrustedKeys
+) -> None:
     calls = _count_decodes(monkeypatch)
     now = [time.time()]
     cache = credentials._VerifiedTokens(clock=lambda: now[0], max_age=3600)
     monkeypatch.setattr(credentials, "_cache", cache)
-    token = mint_service_token(SECRET, Role.WORKER, ttl_seconds=30)
+    token = mint_service_token(key(key_dir, "worker"), ttl_seconds=30)
 
-    verify_service_token(SECRET, token)
-    verify_service_token(SECRET, token)
+    verify_service_token(trusted, token)
+    verify_service_token(trusted, token)
     assert len(calls) == 1
 
     now[0] += 31  # past exp: the cache must not vouch for it any more
-    verify_service_token(SECRET, token)
+    verify_service_token(trusted, token)
     assert len(calls) == 2
-
-
-def test_a_cached_token_does_not_pass_under_another_secret() -> None:
-    token = mint_service_token(SECRET, Role.GATEWAY)
-    verify_service_token(SECRET, token)
-    with pytest.raises(Unauthenticated):
-        verify_service_token("a-different-secret-that-is-long-enough", token)
 
 
 def test_the_cache_is_bounded_and_evicts_the_least_recently_used() -> None:
     cache = credentials._VerifiedTokens(capacity=2)
     far = time.time() + 600
-    cache.put(("s", "a"), Role.GATEWAY, far)
-    cache.put(("s", "b"), Role.WORKER, far)
-    assert cache.get(("s", "a")) is Role.GATEWAY  # "a" is now the most recent
-    cache.put(("s", "c"), Role.PRODUCER, far)
-    assert cache.get(("s", "b")) is None
-    assert cache.get(("s", "a")) is Role.GATEWAY
-    assert cache.get(("s", "c")) is Role.PRODUCER
+    cache.put("a", Role.GATEWAY, far)
+    cache.put("b", Role.WORKER, far)
+    assert cache.get("a") is Role.GATEWAY  # "a" is now the most recent
+    cache.put("c", Role.PRODUCER, far)
+    assert cache.get("b") is None
+    assert cache.get("a") is Role.GATEWAY
+    assert cache.get("c") is Role.PRODUCER
 
 
-def _bearer(role: Role) -> tuple[str, str]:
-    return ("authorization", f"Bearer {mint_service_token(SECRET, role)}")
+def test_a_readable_private_key_is_refused(tmp_path: Path) -> None:
+    path = create_key_pair(tmp_path, "gateway")
+    path.chmod(0o644)
+    with pytest.raises(SettingsError, match="chmod 600"):
+        SigningKey.load(path)
 
 
-def test_role_from_metadata_reads_one_bearer_credential() -> None:
-    assert role_from_metadata([_bearer(Role.PRODUCER), ("x-owner-id", "u1")], SECRET) is (
-        Role.PRODUCER
-    )
+@pytest.mark.parametrize("name", ["admin", "gateway.extra", "Worker", "worker-", "worker-A b"])
+def test_a_key_file_must_name_a_role(name: str, tmp_path: Path) -> None:
+    path = tmp_path / f"{name}.key"
+    path.write_text("x")
+    path.chmod(0o600)
+    with pytest.raises(SettingsError, match="not a service key"):
+        SigningKey.load(path)
 
 
-@pytest.mark.parametrize(
-    "metadata",
-    [
-        pytest.param([], id="missing"),
-        pytest.param([("authorization", "Bearer ")], id="empty-token"),
-        pytest.param(
-            [("authorization", "Basic " + mint_service_token(SECRET, Role.GATEWAY))],
-            id="not-bearer",
-        ),
-        pytest.param([_bearer(Role.GATEWAY), _bearer(Role.WORKER)], id="two-credentials"),
-    ],
-)
-def test_role_from_metadata_refuses_missing_or_ambiguous_credentials(
-    metadata: list[tuple[str, str]],
+def test_create_key_pair_keeps_an_existing_key(tmp_path: Path) -> None:
+    first = SigningKey.load(create_key_pair(tmp_path, "worker")).kid
+    assert SigningKey.load(create_key_pair(tmp_path, "worker")).kid == first
+    assert stat.S_IMODE(private_key_path(tmp_path, "worker").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "public" / "worker.pub").stat().st_mode) == 0o600
+
+
+def _bearer(key_dir: Path, role: Role) -> tuple[str, str]:
+    return ("authorization", f"Bearer {mint_service_token(key(key_dir, role.value))}")
+
+
+def test_role_from_metadata_reads_one_bearer_credential(
+    key_dir: Path, trusted: TrustedKeys
 ) -> None:
+    metadata = [_bearer(key_dir, Role.PRODUCER), ("x-owner-id", "u1")]
+    assert role_from_metadata(metadata, trusted) is Role.PRODUCER
+
+
+@pytest.mark.parametrize("shape", ["missing", "empty-token", "not-bearer", "two-credentials"])
+def test_role_from_metadata_refuses_missing_or_ambiguous_credentials(
+    shape: str, key_dir: Path, trusted: TrustedKeys
+) -> None:
+    gateway = _bearer(key_dir, Role.GATEWAY)
+    metadata = {
+        "missing": [],
+        "empty-token": [("authorization", "Bearer ")],
+        "not-bearer": [("authorization", "Basic " + gateway[1].removeprefix("Bearer "))],
+        "two-credentials": [gateway, _bearer(key_dir, Role.WORKER)],
+    }[shape]
     with pytest.raises(Unauthenticated):
-        role_from_metadata(metadata, SECRET)
+        role_from_metadata(metadata, trusted)
 
 
 @pytest.mark.parametrize("role", [role for role in Role if role is not Role.OPERATOR])
@@ -275,24 +389,29 @@ def test_malformed_x_owner_id_is_an_invalid_argument(owners: list[str]) -> None:
         scope_for(Role.WORKER, [("x-owner-id", owner) for owner in owners])
 
 
-def test_service_caller_metadata_carries_a_valid_credential_and_the_owner() -> None:
-    caller = ServiceCaller(SECRET, Role.GATEWAY)
+def test_service_caller_metadata_carries_a_valid_credential_and_the_owner(
+    key_dir: Path, trusted: TrustedKeys
+) -> None:
+    caller = ServiceCaller(key(key_dir, "gateway"))
+    assert caller.role is Role.GATEWAY
     assert len(caller.metadata()) == 1
     metadata = caller.metadata("alice")
     assert dict(metadata)["x-owner-id"] == "alice"
-    assert role_from_metadata(metadata, SECRET) is Role.GATEWAY
+    assert role_from_metadata(metadata, trusted) is Role.GATEWAY
 
 
-def test_service_caller_renews_its_token_before_expiry(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_service_caller_renews_its_token_before_expiry(
+    monkeypatch: pytest.MonkeyPatch, key_dir: Path
+) -> None:
     minted: list[int] = []
 
-    def mint(secret: str, role: Role, ttl_seconds: int) -> str:
+    def mint(signer: SigningKey, ttl_seconds: int) -> str:
         minted.append(ttl_seconds)
         return f"token-{len(minted)}"
 
     monkeypatch.setattr(client, "mint_service_token", mint)
     now = [1000.0]
-    caller = ServiceCaller(SECRET, Role.WORKER, ttl_seconds=300, clock=lambda: now[0])
+    caller = ServiceCaller(key(key_dir, "worker"), ttl_seconds=300, clock=lambda: now[0])
 
     assert caller.token() == "token-1"
     now[0] += 150

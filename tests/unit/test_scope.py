@@ -19,6 +19,7 @@ from durable_ops.model.scope import (
     OwnerScope,
     Role,
     Scope,
+    require_gateway_owner,
     require_neutral_worker,
     require_owner,
     require_worker_owner,
@@ -83,6 +84,17 @@ def test_lease_mutation_from_neutral_scope_is_refused(role: Role) -> None:
 @pytest.mark.parametrize("role", [Role.GATEWAY, Role.PRODUCER])
 def test_lease_mutation_needs_a_worker_credential(role: Role) -> None:
     refused("worker_role_required", require_worker_owner, OwnerScope(role, OWNER))
+
+
+# --- require_gateway_owner (a user's session) -----------------------------------------------
+
+
+def test_only_the_gateway_in_owner_scope_makes_a_session() -> None:
+    scope = OwnerScope(Role.GATEWAY, OWNER)
+    assert require_gateway_owner(scope) is scope
+    for role in (Role.WORKER, Role.PRODUCER):
+        refused("gateway_scope_required", require_gateway_owner, OwnerScope(role, OWNER))
+    refused("owner_scope_required", require_gateway_owner, NeutralScope())
 
 
 def test_scope_checks_do_not_depend_on_which_owner() -> None:

@@ -18,6 +18,7 @@ from durable_ops.operator_cli import EXIT_UNREACHABLE, run
 from durable_ops.settings import Settings
 from durable_ops.stack import address_file
 from durable_ops.stack.address_file import Target, choose_target
+from tests.support.keys import keys_dir
 from tests.support.ports import refusing_port
 
 
@@ -97,7 +98,7 @@ def test_nothing_answering_is_one_sentence_naming_the_address_and_exit_2(
     argv = ["operations", "list", *(["--target", address] if how == "flag" else [])]
     environ = {"OPS_OPERATIONS_TARGET": address} if how == "variable" else {}
     args = build_parser().parse_args(argv)
-    code = run(args, replace(Settings(), service_secret="s" * 32), io.StringIO(), environ)
+    code = run(args, replace(Settings(), service_keys_dir=str(keys_dir())), io.StringIO(), environ)
     assert code == EXIT_UNREACHABLE == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line == (

@@ -1,0 +1,38 @@
+"""Which addresses stay on this host: loopback binds and targets need no TLS (SPEC §2)."""
+
+from __future__ import annotations
+
+import ipaddress
+
+# gRPC target schemes that name addresses (``ipv4:10.0.0.5:50051,10.0.0.6:50051``).
+_SCHEMES = ("dns:///", "dns:", "ipv4:", "ipv6:")
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` or an address in 127.0.0.0/8 or ::1; a wildcard or any other name is not."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def hosts_of(address: str) -> list[str]:
+    """The hosts a bind or a gRPC target names: ``host:port``, ``[v6]:port``, or a target
+    with a scheme and several addresses."""
+    rest = address
+    for scheme in _SCHEMES:
+        if rest.startswith(scheme):
+            rest = rest[len(scheme) :]
+            break
+    hosts = []
+    for part in rest.split(","):
+        host, sep, _port = part.rpartition(":")
+        hosts.append((host if sep else part).strip("[]"))
+    return hosts
+
+
+def stays_on_this_host(address: str) -> bool:
+    """Whether every host ``address`` names is loopback (so plaintext never leaves it)."""
+    return all(is_loopback(host) for host in hosts_of(address))
