@@ -3,8 +3,9 @@
 A settlement (complete, fail, fallback, acknowledged cancel), an owner's
 cancel or retry and the sweeper's expiries and deadlines all end here, in
 batches: one guarded UPDATE of the operations, each row given its own values
-(``CASE id``); one UPDATE of the attempts the transitions end; the
-notifications the decisions remove and write. Its callers read the rows
+(``CASE id``); one UPDATE of the attempts the transitions end; one of each
+owner's token-budget day they settle (ADR 0040); the notifications the
+decisions remove and write. Its callers read the rows
 locked (``FOR UPDATE``) before they decide, so the guard (the row still
 carries the owner, state and ``updated_at`` it was decided on) always holds;
 on Galera another node's write to the same row fails certification at
