@@ -178,7 +178,8 @@ def cmd_users_set_budget(args: argparse.Namespace) -> int:
         view = db.run(set_budget, owner_id=args.user)
     finally:
         db.dispose()
-    structlog.get_logger("opsctl").info(
+    # The audit line, on stderr: stdout is the answer.
+    structlog.wrap_logger(structlog.PrintLogger(sys.stderr)).info(
         "token_budget_set", owner=args.user, daily_tokens=daily_tokens, operator=set_by
     )
     source = "the plan's default" if daily_tokens is None else f"set by {set_by}"
