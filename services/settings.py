@@ -200,7 +200,7 @@ class Settings:
         default=0,
         metadata=_doc(
             "model tokens all users together may spend per UTC day; 0: no global budget"
-            " (each user's own daily budget still holds, ADR 0040)"
+            " (each user's own daily budget still holds, ADR 0041)"
         ),
     )
     workers_ai_operations_enabled: bool = field(

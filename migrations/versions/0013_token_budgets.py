@@ -1,4 +1,4 @@
-"""Daily token budgets (issue 36, point 3; ADR 0040).
+"""Daily token budgets (issue 36, point 3; ADR 0041).
 
 - ``token_budget_days``: per owner and UTC day, the tokens ``reserved`` by running
   analyses and ``spent`` by ended attempts; admission reserves there, the transition

@@ -3,7 +3,7 @@
 Under the admission lock it re-reads the live global switch, the plan and
 the user's AI setting, checks the subject is the owner's, returns an
 idempotent or still-active operation for the same work, counts capacity and
-reserves the analysis's expected tokens on the owner's day (ADR 0040), and
+reserves the analysis's expected tokens on the owner's day (ADR 0041), and
 only then writes the reservation on the control row and inserts. The
 operation stores the subject's id, never its text.
 
@@ -59,7 +59,7 @@ def reserve_tokens(
     tx: Tx, *, chars: int, plan: Plan, limits: admission.Limits, now: datetime
 ) -> tuple[date, int]:
     """Take the analysis's expected tokens from the owner's day and check the global day's
-    room, under the admission lock (ADR 0040); the day and the tokens reserved."""
+    room, under the admission lock (ADR 0041); the day and the tokens reserved."""
     day = budgets.budget_day(now)
     expected = budgets.expected_tokens(chars)
     everyone = budget_store.everyone_use(tx, day)

@@ -6,7 +6,7 @@ operator set), and all owners together may have one more (``OPS_AI_GLOBAL_DAILY_
 A day's use is ``reserved + spent``: admission reserves a task's expected tokens
 (``expected_tokens``) and refuses when that would pass a budget; each attempt's
 settlement moves its actual count from reserved to spent (``settle``), and the
-operation's end releases what is left of its reservation (ADR 0040).
+operation's end releases what is left of its reservation (ADR 0041).
 """
 
 from __future__ import annotations

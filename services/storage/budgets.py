@@ -1,4 +1,4 @@
-"""Daily token budgets on the database (issue 36, point 3; ADR 0040).
+"""Daily token budgets on the database (issue 36, point 3; ADR 0041).
 
 ``token_budget_days`` keeps, per owner and UTC day, the tokens reserved by running
 analyses and spent by ended attempts. Admission reserves in the transaction that

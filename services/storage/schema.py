@@ -151,7 +151,7 @@ class UserOperation(Owned, Base):
     completion_tokens: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     model_ms: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     # The UTC day whose token budget admission reserved on (NULL: not admitted by AI
-    # admission), and what is left of that reservation until the operation ends (ADR 0040).
+    # admission), and what is left of that reservation until the operation ends (ADR 0041).
     budget_day: Mapped[date | None] = mapped_column(Date)
     reserved_tokens: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
 
@@ -405,7 +405,7 @@ GLOBAL_CONTROL_ID = "global"
 
 
 class TokenBudgetDay(Owned, Base):
-    """One owner's use of its token budget on one UTC day (ADR 0040): ``reserved`` by
+    """One owner's use of its token budget on one UTC day (ADR 0041): ``reserved`` by
     running analyses, ``spent`` by ended attempts. Admission writes it in the reserving
     transaction; the transition writer settles it. The global budget is their sum."""
 

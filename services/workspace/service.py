@@ -233,5 +233,5 @@ def _instant(unix_seconds: int) -> datetime:
 
 
 def _settings_reply(tx: Tx, view: workspace.AiSettingsView, now: datetime) -> pb.AiSettings:
-    """The settings and, beside them, today's token budget (ADR 0040)."""
+    """The settings and, beside them, today's token budget (ADR 0041)."""
     return convert.ai_settings(view, budgets.view(tx, view.plan, now))

@@ -35,7 +35,7 @@ REPLICAS = 4
 USERS = 12
 JOBS_PER_USER = 4
 PER_USER, GLOBAL = 2, 15
-# The first users' daily token budgets leave room for one analysis each (ADR 0040).
+# The first users' daily token budgets leave room for one analysis each (ADR 0041).
 BUDGETED = 4
 ONE_ANALYSIS = budgets.expected_tokens(len("Engineer") + len("Acme") + len(JOB_TEXT))
 DAY_SPENT = TokenBudgetDay.spent

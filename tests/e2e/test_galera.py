@@ -436,7 +436,7 @@ def test_token_budgets_hold_with_admissions_through_two_nodes(
     cluster: tuple[Path, list[str]],
 ) -> None:
     """Sixteen admissions at once, alternately through node 1 and node 2, with room in
-    user0's own budget for two analyses and in the global one for six (ADR 0040). Read on
+    user0's own budget for two analyses and in the global one for six (ADR 0041). Read on
     node 3: no budget's reserved + spent passed it, and each reservation has its operation.
     """
     _, urls = cluster

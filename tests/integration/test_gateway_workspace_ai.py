@@ -164,7 +164,7 @@ def test_ai_settings_plan_is_read_only_and_privacy_changes(services: Services) -
             default = (await client.get("/api/settings/ai", headers=alice)).json()
             budget = default.pop("budget")
             assert default == {"ai_enabled": False, "privacy": "local_only", "plan": "free"}
-            # Free's budget is nothing (ADR 0040); Pro's is its plan's default.
+            # Free's budget is nothing (ADR 0041); Pro's is its plan's default.
             assert (budget["limit"], budget["spent"], budget["reserved"]) == (0, 0, 0)
             changed = await client.put(
                 "/api/settings/ai", json={"privacy": "external_allowed"}, headers=alice

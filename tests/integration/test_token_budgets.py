@@ -1,4 +1,4 @@
-"""Daily token budgets enforced at admission (issue 36, point 3; ADR 0040), on both engines.
+"""Daily token budgets enforced at admission (issue 36, point 3; ADR 0041), on both engines.
 
 Admission reserves an analysis's expected tokens on the owner's day in its reserving
 transaction; the settlement that ends an attempt spends the attempt's actual count and

@@ -1,4 +1,4 @@
-"""Daily token budgets: the pure rules (issue 36, point 3; ADR 0040).
+"""Daily token budgets: the pure rules (issue 36, point 3; ADR 0041).
 
 The day and its renewal, the limits by plan and override, what an analysis is
 expected to cost (held against the prompt the worker really sends), the refusal

@@ -4,7 +4,7 @@ A settlement (complete, fail, fallback, acknowledged cancel), an owner's
 cancel or retry and the sweeper's expiries and deadlines all end here, in
 batches: one guarded UPDATE of the operations, each row given its own values
 (``CASE id``); one UPDATE of the attempts the transitions end; one of each
-owner's token-budget day they settle (ADR 0040); the notifications the
+owner's token-budget day they settle (ADR 0041); the notifications the
 decisions remove and write. Its callers read the rows
 locked (``FOR UPDATE``) before they decide, so the guard (the row still
 carries the owner, state and ``updated_at`` it was decided on) always holds;
@@ -44,7 +44,7 @@ from durable_ops.storage.tx import Tx
 
 # The operation's sums of its attempts' usage, and the attempt's own figures: same names.
 USAGE_TOTALS = ("prompt_tokens", "completion_tokens", "model_ms")
-# What the operation holds of its day's token budget (ADR 0040).
+# What the operation holds of its day's token budget (ADR 0041).
 BUDGET = ("budget_day", "reserved_tokens")
 # What a decided transition may write; every other column keeps its value.
 WRITTEN = (
@@ -120,7 +120,7 @@ class Change:
 
     def _settled(self) -> budgets.Settled | None:
         """What this transition does to the operation's token budget: the ended attempt's
-        tokens spent, the reservation released when the operation ends (ADR 0040); None
+        tokens spent, the reservation released when the operation ends (ADR 0041); None
         for an operation admission reserved nothing for."""
         if self.row["budget_day"] is None:
             return None

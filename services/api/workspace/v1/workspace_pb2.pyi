@@ -111,7 +111,7 @@ class AiSettings(_message.Message):
     """free | pro; read-only through this API"""
     @_builtins.property
     def budget(self) -> Global___TokenBudget:
-        """today's, read-only (ADR 0040)"""
+        """today's, read-only (ADR 0041)"""
 
     def __init__(
         self,
