@@ -1,8 +1,8 @@
 """``python -m benchmarks [--quick] [--only N ...]``: measure, print the table of ratios.
 
 Every figure of sections 1-7 is a ratio of a subject to its baseline measured
-in the same run, interleaved, the median of at least three rounds; sections 8
-and 9 give absolute latencies and query rates against absolute targets. Sections:
+in the same run, interleaved, the median of at least three rounds; sections 8,
+9 and 12 give absolute latencies and query rates against absolute targets. Sections:
 
 1 end-to-end throughput (gRPC services vs raw SQL, MariaDB and SQLite)
 2 statements per operation (counted, not timed)
@@ -15,6 +15,7 @@ and 9 give absolute latencies and query rates against absolute targets. Sections
 9 google.longrunning WaitOperation (complete-to-done latency, 100 waiters' query cost)
 10 Galera (lifecycles/s through three nodes vs one, 1213 replays per 1,000 claims)
 11 lease stream (one beat of N leases on one stream vs N single streams, ADR 26)
+12 live events (token → /api/events latency, draft writes/s, 1,000 idle streams' CPU)
 
 A full run (without ``--quick``) waits for a quiet machine before each section
 and writes its table into ``benchmarks/RESULTS.md`` (``--no-results`` to skip).
@@ -42,6 +43,7 @@ from benchmarks import (
     lease_channel,
     lease_stream,
     listing,
+    live_events,
     long_running,
     machine,
     peer,
@@ -63,6 +65,7 @@ SECTIONS: dict[str, Callable[[Context], list[Row]]] = {
     "9": long_running.run,
     "10": galera.run,
     "11": lease_stream.run,
+    "12": live_events.run,
 }
 RESULTS = Path(__file__).with_name("RESULTS.md")
 BEGIN_MARK = "<!-- full-run:begin -->"
@@ -82,7 +85,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         nargs="+",
         choices=sorted(SECTIONS),
         metavar="N",
-        help="run only these sections (1-10)",
+        help="run only these sections (1-12)",
     )
     parser.add_argument(
         "--rounds",

@@ -98,14 +98,15 @@ def _wait(child: Child, check: str) -> None:
 _SERVING: dict[str, list[Child]] = {}
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User plus system CPU the process ``pid`` has used so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def cpu_seconds(target: str) -> float:
     """User plus system CPU the Operations processes behind ``target`` have used so far."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for child in _SERVING[target]:
-        fields = Path(f"/proc/{child.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
-    return total
+    return sum(process_cpu_seconds(child.process.pid) for child in _SERVING[target])
 
 
 @contextmanager
@@ -133,18 +134,30 @@ def operations_server(database_url: str, *, replicas: int = 1, **env: str) -> It
             child.stop()
 
 
+# The gateway child behind each base URL gateway_server yields, for gateway_pid.
+_GATEWAYS: dict[str, Child] = {}
+
+
+def gateway_pid(base: str) -> int:
+    return _GATEWAYS[base].process.pid
+
+
 @contextmanager
-def gateway_server(operations_target: str) -> Iterator[str]:
-    """``opsctl serve gateway`` in front of ``operations_target``; yields its base URL."""
+def gateway_server(operations_target: str, env: Mapping[str, str] | None = None) -> Iterator[str]:
+    """``opsctl serve gateway`` in front of ``operations_target`` (``env`` adds to its
+    environment, e.g. the other services' targets); yields its base URL."""
     bind = f"127.0.0.1:{free_port()}"
     child = _start(
-        "gateway", {"OPS_GATEWAY_BIND": bind, "OPS_OPERATIONS_TARGET": operations_target}
+        "gateway",
+        {"OPS_GATEWAY_BIND": bind, "OPS_OPERATIONS_TARGET": operations_target, **(env or {})},
     )
     base = f"http://{bind}"
     try:
         _wait(child, f"http:{base}/healthz")
+        _GATEWAYS[base] = child
         yield base
     finally:
+        _GATEWAYS.pop(base, None)
         child.stop()
 
 
@@ -160,6 +173,13 @@ class AiStack:
     workspace: str
     admission: str
     children: dict[str, Child]
+    services: dict[str, str]  # each of AI_SERVICES' address
+
+    def targets(self) -> dict[str, str]:
+        """The environment naming the services' targets (for a gateway in front of them)."""
+        return {
+            service_variable(name, "target"): address for name, address in self.services.items()
+        }
 
     def events(self, label: str, event: str) -> list[dict[str, Any]]:
         """The JSON log events named ``event`` that the child ``label`` has written so far."""
@@ -178,10 +198,12 @@ def ai_stack(
 ) -> Iterator[AiStack]:
     """``replicas`` Operations processes behind one target, Notifications, Workspace, AI
     Admission, the development model and one AI worker (local route only, no host store),
-    every address on a free loopback port; ``env`` overrides the shared environment.
-    Children are labelled ``operations-1``.., ``dev-model``, ``ai-worker`` and by name."""
+    every address on a free loopback port; ``env`` overrides the shared environment
+    (``OPS_DEV_MODEL_BIND`` too: the worker may be pointed through a relay with
+    ``OPS_AI_LOCAL_URL``). Children are labelled ``operations-1``.., ``dev-model``,
+    ``ai-worker`` and by name."""
     addresses = [f"127.0.0.1:{free_port()}" for _ in range(replicas)]
-    model = f"127.0.0.1:{free_port()}"
+    model = (env or {}).get("OPS_DEV_MODEL_BIND") or f"127.0.0.1:{free_port()}"
     shared = {
         "OPS_DATABASE_URL": database_url,
         "OPS_OPERATIONS_TARGET": "ipv4:" + ",".join(addresses),
@@ -219,6 +241,7 @@ def ai_stack(
             services["workspace"],
             services["ai-admission"],
             children,
+            services,
         )
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while not stack.events("ai-worker", "ai_worker_started"):

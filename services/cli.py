@@ -30,6 +30,9 @@ GRPC_SERVICES: dict[str, str] = {
     "workspace": "durable_ops.workspace.main",
 }
 SERVE_TARGETS = [*GRPC_SERVICES, "gateway", "ai-worker", "dev-model"]
+# What a process serving several gRPC services calls itself (logs, traces): `opsctl up`'s
+# child of that name runs all four.
+SERVICES_PROCESS = "services"
 
 
 def _settings(args: argparse.Namespace, *, keep_secrets: Sequence[str] = ()) -> Settings:
@@ -51,40 +54,63 @@ def _run_async(factory: Callable[[], Coroutine[Any, Any, None]]) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from importlib import import_module
-
     from durable_ops.logs import configure_logging
-    from durable_ops.storage.availability import DatabaseUnavailable
-    from durable_ops.storage.migrate import SchemaNotCurrent
     from durable_ops.telemetry import configure_tracing
 
+    targets: list[str] = list(dict.fromkeys(args.targets))
+    together = len(targets) > 1
+    if together and not set(targets) <= set(GRPC_SERVICES):
+        others = ", ".join(t for t in targets if t not in GRPC_SERVICES)
+        print(
+            f"opsctl serve: only gRPC services share a process ({', '.join(GRPC_SERVICES)});"
+            f" run {others} on its own",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    process = SERVICES_PROCESS if together else targets[0]
     # Only the gateway signs and checks user tokens; every process holds a service credential.
-    needed = KEPT if args.target == "gateway" else ("service_secret",)
+    needed = KEPT if process == "gateway" else ("service_secret",)
     settings = _settings(args, keep_secrets=needed)
-    configure_logging(settings, process=args.target, final=True)
+    configure_logging(settings, process=process, final=True)
     # Before any server, channel or engine exists: the instrumentations wrap their constructors.
-    configure_tracing(args.target)
+    configure_tracing(process)
+    if process == "gateway":
+        from durable_ops.gateway.main import run as run_gateway
+
+        run_gateway(settings)
+    elif process == "dev-model":
+        from durable_ops.dev_model import run as run_dev_model
+
+        run_dev_model(settings.dev_model_bind, seconds=settings.dev_model_seconds)
+    elif process == "ai-worker":
+        from durable_ops.ai_worker.main import run as run_worker
+
+        _run_async(lambda: run_worker(settings))
+    else:
+        return _serve_grpc(settings, targets, process)
+    return 0
+
+
+def _serve_grpc(settings: Settings, targets: list[str], process: str) -> int:
+    """One gRPC service, or several in one process; only these reach the database
+    (the other processes do not import SQLAlchemy at all)."""
+    from importlib import import_module
+
+    from durable_ops.serving import serve_together
+    from durable_ops.storage.availability import DatabaseUnavailable
+    from durable_ops.storage.migrate import SchemaNotCurrent
+
+    runs = {name: import_module(GRPC_SERVICES[name]).run for name in targets}
     try:
-        if args.target in GRPC_SERVICES:
-            module = import_module(GRPC_SERVICES[args.target])
-            _run_async(lambda: module.run(settings))
-        elif args.target == "gateway":
-            from durable_ops.gateway.main import run as run_gateway
-
-            run_gateway(settings)
-        elif args.target == "dev-model":
-            from durable_ops.dev_model import run as run_dev_model
-
-            run_dev_model(settings.dev_model_bind, seconds=settings.dev_model_seconds)
+        if len(runs) == 1:
+            _run_async(lambda: runs[process](settings))
         else:
-            from durable_ops.ai_worker.main import run as run_worker
-
-            _run_async(lambda: run_worker(settings))
+            _run_async(lambda: serve_together(settings, runs))
     except SchemaNotCurrent as exc:
-        print(f"opsctl serve {args.target}: {exc}", file=sys.stderr)
+        print(f"opsctl serve {process}: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     except DatabaseUnavailable as exc:
-        print(f"opsctl serve {args.target}: {exc}; exiting", file=sys.stderr)
+        print(f"opsctl serve {process}: {exc}; exiting", file=sys.stderr)
         return EXIT_DATABASE_UNAVAILABLE
     return 0
 
@@ -294,6 +320,8 @@ gateway        the HTTP API and web UI (OPS_GATEWAY_BIND, default 127.0.0.1:8080
 ai-worker      claims AI operations and runs them, one inference at a time
 dev-model      the built-in development model (OPS_DEV_MODEL_BIND, default 127.0.0.1:8090)
 
+Several gRPC services may share one process, each on its own address, and pay Python's
+start-up once: opsctl up runs operations, notifications, ai-admission and workspace so.
 Every OPS_* variable is listed in the README."""
 UP_HELP = """\
 Migrates the database (OPS_DATABASE_URL, default the SQLite file var/durable-ops.sqlite3),
@@ -343,7 +371,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     serve = command("serve", cmd_serve, "Run one process in the foreground", SERVE_HELP)
-    serve.add_argument("target", choices=SERVE_TARGETS, metavar="TARGET", help="what to run")
+    serve.add_argument(
+        "targets",
+        nargs="+",
+        choices=SERVE_TARGETS,
+        metavar="TARGET",
+        help="what to run; several gRPC services may share the process",
+    )
     database_option(serve)
 
     migrate = command(

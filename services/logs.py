@@ -3,7 +3,8 @@
 JSON when stderr is not a TTY (or ``OPS_LOG_JSON=true``), a console renderer
 otherwise. On the console an info event that carries ``say`` (a short sentence
 for people: "ready on 127.0.0.1:50051") is that sentence alone, so a start or a
-stop reads as a few plain lines; JSON keeps the event and its fields as they
+stop reads as a few plain lines (led by the service's name when several share
+the process: "operations ready on …"); JSON keeps the event and its fields as they
 were, without the sentence. Library loggers (grpc, uvicorn, sqlalchemy) go through the same
 renderer at WARNING so one process never mixes two formats. Events name
 ``operation_id`` and ``owner``, never raw user content. While a span is active
@@ -67,13 +68,15 @@ def _drop_say(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> Ev
     return event_dict
 
 
-def _saying(renderer: Processor) -> Processor:
-    """``renderer``, except that an info (or debug) event with ``say`` is just that."""
+def _saying(renderer: Processor, process: str) -> Processor:
+    """``renderer``, except that an info (or debug) event with ``say`` is just that,
+    named when a part of the process said it (a service among several in one)."""
 
     def render(logger: WrappedLogger, method: str, event_dict: EventDict) -> str | bytes:
         said = event_dict.pop(SAY, None)
         if said is not None and event_dict.get("level") in ("info", "debug"):
-            return str(said)
+            part = event_dict.get("process", process)
+            return str(said) if part == process else f"{part} {said}"
         rendered: str | bytes = renderer(logger, method, event_dict)  # type: ignore[assignment]
         return rendered
 
@@ -102,7 +105,7 @@ def configure_logging(settings: Settings, process: str, *, final: bool = False) 
         shared.extend([structlog.processors.format_exc_info, _drop_say])
         renderer = structlog.processors.JSONRenderer()
     else:
-        renderer = _saying(structlog.dev.ConsoleRenderer(colors=True))
+        renderer = _saying(structlog.dev.ConsoleRenderer(colors=True), process)
 
     structlog.configure(
         processors=[*shared, renderer],

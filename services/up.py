@@ -26,7 +26,7 @@ from durable_ops.logs import use_json
 from durable_ops.settings import Settings
 from durable_ops.stack import address_file
 from durable_ops.stack.binds import local_to_the_stack, parse_address, stack_binds
-from durable_ops.stack.children import Stack, process_specs
+from durable_ops.stack.children import Stack, process_specs, serves
 from durable_ops.stack.output import Output
 from durable_ops.stack.preflight import problems
 from durable_ops.stack.restarts import RestartBudget
@@ -40,15 +40,15 @@ EXIT_USAGE = 2
 # the tests default to 0).
 UP_DEV_MODEL_SECONDS = 4.0
 SUPERVISE_SECONDS = 0.2
-DEFAULT_PROCESSES = (
-    "operations",
-    "notifications",
-    "workspace",
-    "ai-admission",
-    "dev-model",
-    "ai-worker",
-    "gateway",
-)
+# The four gRPC services share the first child (``stack.children.SHARED``): a Python
+# process costs ~1.5 s of CPU to start, and a warm start is mostly that (ADR 40).
+# Started stage by stage, each once the one before answers. The gateway after the
+# services: a call it made before them (an open tab retrying through a restart) left
+# its channel in gRPC's reconnect backoff, failing fast for seconds after they were up,
+# and the first page after the sign-in link was a 503. The worker last: a first claim
+# that fails would warn, and nothing on the way to the link needs it.
+START_STAGES = (("services", "dev-model"), ("gateway",), ("ai-worker",))
+DEFAULT_PROCESSES = tuple(name for stage in START_STAGES for name in stage)
 
 
 def _stack_env(settings: Settings, *, text_logs: bool = False) -> dict[str, str]:
@@ -72,6 +72,13 @@ def _stack_env(settings: Settings, *, text_logs: bool = False) -> dict[str, str]
     env["OPS_JWT_SECRET"] = settings.jwt_secret
     env["OPS_SERVICE_SECRET"] = settings.service_secret
     return env
+
+
+def _listed(names: tuple[str, ...]) -> str:
+    """The children as a user may be told them: a shared one names what it serves."""
+    return ", ".join(
+        f"{name} ({', '.join(serves(name))})" if serves(name) != (name,) else name for name in names
+    )
 
 
 def _where(database_url: str) -> str:
@@ -127,7 +134,11 @@ def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | Non
         process_specs(settings, DEFAULT_PROCESSES),
         as_json=as_json,
     )
-    say("starting", f"starting {len(DEFAULT_PROCESSES)} processes…", processes=DEFAULT_PROCESSES)
+    say(
+        "starting",
+        f"starting {len(DEFAULT_PROCESSES)} processes: {_listed(DEFAULT_PROCESSES)}…",
+        processes=DEFAULT_PROCESSES,
+    )
     stopping = threading.Event()
     forcing = threading.Event()
 
@@ -138,11 +149,17 @@ def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | Non
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
+    # Already so on a warm start: read without SQLAlchemy, whose import is a second of CPU
+    # the children's start would share.
+    grant = bool(demo_user) and not schema_stamp.sqlite_file_grants_ai(
+        settings.database_url, demo_user
+    )
     try:
-        stack.start()
-        if demo_user:  # while the children start: they do not need it, the first sign-in does
-            grant_ai(settings.database_url, demo_user)
-        stack.wait_healthy()
+        for number, stage in enumerate(START_STAGES):
+            stack.start(stage)
+            if number == 0 and grant:  # while they start: the first sign-in needs it, not they
+                grant_ai(settings.database_url, demo_user)
+            stack.wait_healthy(names=stage)
         # A wildcard bind's own address (0.0.0.0) is not a name the gateway answers to.
         url = f"http://{parse_address('gateway_bind', settings.gateway_bind).dialled}/"
         # Where `opsctl operations` and the like find this stack without a variable.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from prometheus_client import CollectorRegistry
 
 from durable_ops.ai_admission.metrics import AdmissionMetrics
@@ -14,7 +16,12 @@ from durable_ops.settings import Settings
 from durable_ops.storage.db import Database
 
 
-async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
+async def run(
+    settings: Settings,
+    *,
+    clock: Clock = utc_now,
+    stop_requested: asyncio.Event | None = None,
+) -> None:
     limits = Limits(
         per_user=settings.ai_user_limit,
         global_=settings.ai_global_limit,
@@ -32,4 +39,5 @@ async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
         add_to_server=pb_grpc.add_AiAdmissionServiceServicer_to_server,
         servicer=servicer,
         service_name=SERVICE_NAME,
+        stop_requested=stop_requested,
     )

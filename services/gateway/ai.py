@@ -374,8 +374,7 @@ _RESULT_OPENAPI = {
 
 
 def analysis_module(registry: Registry) -> RouteSet:
-    """POST (start) and GET (cached result) for every task type of ``registry``, and the
-    result of one operation."""
+    """POST (start) and GET (cached result) for every task type of ``registry``."""
     routes = [
         route
         for task in registry
@@ -384,12 +383,19 @@ def analysis_module(registry: Registry) -> RouteSet:
             Route(task.path, cached(task), methods=["GET"]),
         )
     ]
-    routes.append(Route(RESULT_PATH, operation_result(registry), methods=["GET"]))
-    paths = {task.path: _openapi(task) for task in registry} | {RESULT_PATH: _RESULT_OPENAPI}
+    paths = {task.path: _openapi(task) for task in registry}
     return RouteSet(routes, paths, _SCHEMAS)
 
 
+# The product's task types, and the one result route of a past operation (mounted once:
+# a module of further task types adds its own start and cache routes only).
 _DEFAULT = analysis_module(TASKS)
-routes: Sequence[BaseRoute] = _DEFAULT.routes
-openapi_paths: Mapping[str, Mapping[str, Any]] = _DEFAULT.openapi_paths
+routes: Sequence[BaseRoute] = [
+    *_DEFAULT.routes,
+    Route(RESULT_PATH, operation_result(TASKS), methods=["GET"]),
+]
+openapi_paths: Mapping[str, Mapping[str, Any]] = {
+    **_DEFAULT.openapi_paths,
+    RESULT_PATH: _RESULT_OPENAPI,
+}
 openapi_schemas: Mapping[str, Any] = _DEFAULT.openapi_schemas

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from prometheus_client import CollectorRegistry
 
 from durable_ops.api.notifications.v1 import notifications_pb2_grpc as pb_grpc
@@ -13,7 +15,12 @@ from durable_ops.settings import Settings
 from durable_ops.storage.db import Database
 
 
-async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
+async def run(
+    settings: Settings,
+    *,
+    clock: Clock = utc_now,
+    stop_requested: asyncio.Event | None = None,
+) -> None:
     def servicer(db: Database, registry: CollectorRegistry) -> NotificationsService:
         register_notifications_metrics(registry, db)
         return NotificationsService(db, clock)
@@ -26,4 +33,5 @@ async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
         add_to_server=pb_grpc.add_NotificationsServiceServicer_to_server,
         servicer=servicer,
         service_name=SERVICE_NAME,
+        stop_requested=stop_requested,
     )

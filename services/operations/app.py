@@ -270,12 +270,9 @@ class OperationsApp:
         )
 
     async def show(self, operation_id: str) -> tuple[UserOperation, list[OperationAttempt]]:
-        def show(tx: Tx) -> tuple[UserOperation, list[OperationAttempt]]:
-            scope = OperatorTx(tx)
-            row = store.get(scope, operation_id)
-            return row, store.attempts(scope, row.id)
-
-        return await self.db.run_async(show, owner_id=None, write=False)
+        return await self.db.run_async(
+            lambda tx: store.show(OperatorTx(tx), operation_id), owner_id=None, write=False
+        )
 
     async def force_cancel(self, operation_id: str) -> UserOperation:
         now = self.clock()

@@ -48,7 +48,13 @@ def registration(
     return register
 
 
-async def run(settings: Settings, *, clock: Clock = utc_now, tuning: Tuning = TUNING) -> None:
+async def run(
+    settings: Settings,
+    *,
+    clock: Clock = utc_now,
+    tuning: Tuning = TUNING,
+    stop_requested: asyncio.Event | None = None,
+) -> None:
     db = Database(settings.database_url, pool_size=16)  # connects on first use
     registry = CollectorRegistry()
     metrics = OperationsMetrics(registry, db, clock, cache_seconds=tuning.metrics_cache_seconds)
@@ -87,4 +93,4 @@ async def run(settings: Settings, *, clock: Clock = utc_now, tuning: Tuning = TU
         ready=DatabaseReadiness(db),
         metrics=GrpcServerMetrics(registry),
     )
-    await serve(server, on_stop=stop, prepare=prepare)
+    await serve(server, on_stop=stop, prepare=prepare, stop_requested=stop_requested)

@@ -237,15 +237,21 @@ async def serve(
     grace: float = 5.0,
     on_stop: Callable[[], Awaitable[None]] | None = None,
     prepare: Callable[[], Awaitable[None]] | None = None,
+    stop_requested: asyncio.Event | None = None,
 ) -> None:
     """Start, run until SIGTERM/SIGINT (or cancellation), then stop gracefully.
 
     With ``prepare``: start NOT_SERVING, run it (a signal stops it and the
     server), then turn SERVING; what it raises is raised after the stop.
+    With ``stop_requested``: stop when it is set instead, leaving the signals
+    to the caller (several servers in one process share one event: a loop
+    has one handler per signal).
     """
     loop = asyncio.get_running_loop()
-    stop_requested = asyncio.Event()
-    installed = _install_signal_handlers(loop, stop_requested.set)
+    installed: list[signal.Signals] = []
+    if stop_requested is None:
+        stop_requested = asyncio.Event()
+        installed = stop_on_signals(loop, stop_requested.set)
     try:
         await start(server, serving=prepare is None)
         if prepare is not None:
@@ -302,9 +308,10 @@ async def _unless_stopped(work: Awaitable[None], stop_requested: asyncio.Event) 
     return True
 
 
-def _install_signal_handlers(
+def stop_on_signals(
     loop: asyncio.AbstractEventLoop, callback: Callable[[], None]
 ) -> list[signal.Signals]:
+    """``callback`` on SIGTERM and SIGINT; answers the signals it could take over."""
     installed = []
     for signum in (signal.SIGTERM, signal.SIGINT):
         # Not possible off the main thread or on Windows: then the caller stops us by cancelling.

@@ -1,11 +1,13 @@
 """``opsctl serve X`` children sharing one environment.
 
-``Stack`` starts them, relays each line they print through ``Output``, waits
-until each answers its health check, restarts one on request, and stops them
-all (SIGTERM, then SIGKILL after a grace period or when forced): the workers
-first, so the leases they release on their way out reach a running Operations
-service, then the rest together. ``opsctl up`` and the
-end-to-end tests use the same class with their own ports and database.
+A child is named by what it serves, except ``services``: the four gRPC
+services in one process (``SHARED``). ``Stack`` starts them, relays each line
+they print through ``Output``, waits until each answers its health checks,
+restarts one on request, and stops them all (SIGTERM, then SIGKILL after a
+grace period or when forced): the workers first, so the leases they release on
+their way out reach a running Operations service, then the rest together.
+``opsctl up`` and the end-to-end tests use the same class with their own ports
+and database.
 """
 
 from __future__ import annotations
@@ -21,10 +23,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import IO
 
-import grpc
-import httpx
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 from durable_ops.settings import Settings
 from durable_ops.stack.output import Output
 
@@ -34,10 +32,22 @@ _STOP_POLL_SECONDS = 0.02
 HEALTH_TIMEOUT_SECONDS = 60.0
 
 
+# Children that serve several targets of ``opsctl serve`` in one process: the four gRPC
+# services pay Python's start-up once (ADR 40). Any other child serves its own name.
+SHARED: dict[str, tuple[str, ...]] = {
+    "services": ("operations", "notifications", "workspace", "ai-admission"),
+}
+
+
 @dataclass(frozen=True)
 class ProcessSpec:
     name: str
-    health: str  # "grpc:HOST:PORT", "http:URL" or "alive"
+    health: tuple[str, ...]  # each "grpc:HOST:PORT", "http:URL" or "alive"
+
+
+def serves(name: str) -> tuple[str, ...]:
+    """The ``opsctl serve`` targets the child ``name`` runs."""
+    return SHARED.get(name, (name,))
 
 
 def process_specs(settings: Settings, names: Iterable[str]) -> list[ProcessSpec]:
@@ -50,11 +60,17 @@ def process_specs(settings: Settings, names: Iterable[str]) -> list[ProcessSpec]
         "gateway": f"http:http://{settings.gateway_bind}/healthz",
         "ai-worker": "alive",
     }
-    return [ProcessSpec(name, health[name]) for name in names]
+    return [ProcessSpec(name, tuple(health[part] for part in serves(name))) for name in names]
 
 
 def healthy(check: str) -> bool:
     """Answer one health check: ``grpc:HOST:PORT``, ``http:URL`` or ``alive``."""
+    # Imported at the first check, not with this module: `opsctl up` starts its children
+    # first, and its own imports then overlap theirs (a warm start's CPU is the bound).
+    import grpc
+    import httpx
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
     kind, _, target = check.partition(":")
     if kind == "grpc":
         with grpc.insecure_channel(target) as channel:
@@ -98,9 +114,10 @@ class Stack:
             self._output = Output(self.out, as_json=self.as_json, width=width)
         return self._output
 
-    def start(self) -> None:
-        for spec in self.specs:
-            self.start_one(spec.name)
+    def start(self, names: Iterable[str] | None = None) -> None:
+        """Start the children ``names`` (default: every spec's)."""
+        for name in [spec.name for spec in self.specs] if names is None else names:
+            self.start_one(name)
 
     def start_one(
         self,
@@ -121,7 +138,7 @@ class Stack:
     def _spawn(self, label: str) -> subprocess.Popen[str]:
         launch = self._launches[label]
         child = subprocess.Popen(
-            [sys.executable, "-m", "durable_ops.cli", "serve", launch.name],
+            [sys.executable, "-m", "durable_ops.cli", "serve", *serves(launch.name)],
             env={**os.environ, **self.env, **launch.extra_env},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -139,11 +156,18 @@ class Stack:
             self.output.child(label, line)
 
     def wait_healthy(
-        self, timeout: float = HEALTH_TIMEOUT_SECONDS, checks: Iterable[str] = ()
+        self,
+        timeout: float = HEALTH_TIMEOUT_SECONDS,
+        checks: Iterable[str] = (),
+        *,
+        names: Iterable[str] | None = None,
     ) -> None:
-        """Wait for every spec's health check, plus any extra ``checks`` given."""
+        """Wait for the health checks of the specs ``names`` (default: every spec), plus
+        any extra ``checks`` given."""
+        chosen = None if names is None else set(names)
+        specs = [spec for spec in self.specs if chosen is None or spec.name in chosen]
         deadline = time.monotonic() + timeout
-        for check in [*(spec.health for spec in self.specs), *checks]:
+        for check in [*(check for spec in specs for check in spec.health), *checks]:
             while not healthy(check):
                 dead = self.dead()
                 if dead:

@@ -28,14 +28,7 @@ from durable_ops.storage.schema import OperationAttempt, UserOperation
 from durable_ops.storage.tx import OperatorTx, ScopeViolation, Tx
 
 OPS = cast(Table, UserOperation.__table__)
-_GET = select(OPS).where(OPS.c.id == bindparam("operation_id"))
 _OWNER_OF = select(OPS.c.owner_user_id).where(OPS.c.id == bindparam("operation_id"))
-ATTEMPTS = cast(Table, OperationAttempt.__table__)
-_ATTEMPTS_OF = (
-    select(ATTEMPTS)
-    .where(ATTEMPTS.c.operation_id == bindparam("operation_id"))
-    .order_by(ATTEMPTS.c.started_at, ATTEMPTS.c.id)
-)
 
 
 def _operator(tx: Tx) -> OperatorTx:
@@ -52,24 +45,11 @@ def _issuable(operation_id: str) -> bool:
     return 0 < len(operation_id) <= bounds.ID_MAX  # a longer id was never issued
 
 
-def get(tx: OperatorTx, operation_id: str) -> UserOperation:
-    """Any owner's operation."""
-    row = (
-        _operator(tx).execute(_GET, {"operation_id": operation_id}).one_or_none()
-        if _issuable(operation_id)
-        else None
-    )
-    if row is None:
-        raise _not_found()
-    return operations.detached(row._mapping)
-
-
-def attempts(tx: OperatorTx, operation_id: str) -> list[OperationAttempt]:
-    """Any owner's operation's attempts, oldest first, with the stored failure messages."""
-    if not _issuable(operation_id):
-        return []
-    rows = _operator(tx).execute(_ATTEMPTS_OF, {"operation_id": operation_id})
-    return [OperationAttempt(**row._mapping) for row in rows]
+def show(tx: OperatorTx, operation_id: str) -> tuple[UserOperation, list[OperationAttempt]]:
+    """Any owner's operation and its attempts (oldest first), read as its owner reads them."""
+    owner = owner_of(tx, operation_id)  # first: it refuses any scope but the operator's
+    scope = tx.as_owner(owner)
+    return operations.get(scope, operation_id), operations.attempts(scope, operation_id)
 
 
 def owner_of(tx: OperatorTx, operation_id: str) -> str:
@@ -114,6 +94,3 @@ def retry(tx: OperatorTx, operation_id: str, now: datetime) -> UserOperation:
     """The owner's manual retry, in the owner's scope."""
     owner = owner_of(tx, operation_id)
     return operations.retry(tx.as_owner(owner), operation_id, now)
-
-
-__all__ = ["attempts", "cancel", "get", "list_page", "owner_of", "retry"]

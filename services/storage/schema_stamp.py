@@ -1,6 +1,8 @@
 """Is a database at the head revision? Answered without Alembic, and for a SQLite file
 without SQLAlchemy either: what ``opsctl up`` asks before it starts anything, so a warm
-start loads neither (``storage.migrate`` moves the schema when the answer is no).
+start loads neither (``storage.migrate`` moves the schema when the answer is no). So is
+its other question, whether its demo user has the Pro plan with AI on already (else
+``opsctl up`` grants it through ``storage.workspace``).
 
 The figure that needs this second answer beside Alembic's: the warm start of
 ``scripts/run.sh`` (issue 38, target 4 s; Alembic's imports cost each process
@@ -54,3 +56,16 @@ def sqlite_file_at_head(url: str) -> bool | None:
         except sqlite3.DatabaseError:  # no such table, or not a database
             return False
     return stamped == [(head,)]
+
+
+def sqlite_file_grants_ai(url: str, owner: str) -> bool:
+    """For a SQLite file at head: whether ``owner`` has the Pro plan with AI on. False
+    when that is not known so (any other URL, no such file or row): the caller grants."""
+    if not sqlite_file_at_head(url):
+        return False
+    path = Path(url[len(_SQLITE_FILE) :].partition("?")[0])
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as connection:
+        found = connection.execute(
+            "SELECT ai_enabled, plan FROM user_ai_settings WHERE owner_user_id = ?", (owner,)
+        ).fetchall()
+    return found == [(1, "pro")]

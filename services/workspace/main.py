@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from prometheus_client import CollectorRegistry
 
 from durable_ops.api.workspace.v1 import workspace_pb2_grpc as pb_grpc
@@ -12,7 +14,12 @@ from durable_ops.storage.db import Database
 from durable_ops.workspace.service import SERVICE_NAME, WorkspaceService
 
 
-async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
+async def run(
+    settings: Settings,
+    *,
+    clock: Clock = utc_now,
+    stop_requested: asyncio.Event | None = None,
+) -> None:
     def servicer(db: Database, _registry: CollectorRegistry) -> WorkspaceService:
         return WorkspaceService(db, clock)
 
@@ -24,4 +31,5 @@ async def run(settings: Settings, *, clock: Clock = utc_now) -> None:
         add_to_server=pb_grpc.add_WorkspaceServiceServicer_to_server,
         servicer=servicer,
         service_name=SERVICE_NAME,
+        stop_requested=stop_requested,
     )

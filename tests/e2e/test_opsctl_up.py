@@ -70,14 +70,23 @@ def test_up_serves_the_ui_and_stops_every_child(
         processes = {record["process"] for record in product.records}  # every line is JSON
         assert wanted <= processes
         children = _children(product.process.pid)
-        assert len(children) == 7
+        # The four gRPC services share one process: what `opsctl up` said it starts.
+        (starting,) = product.events("starting")
+        assert starting["processes"] == ["services", "dev-model", "gateway", "ai-worker"]
+        assert starting["message"].startswith("starting 4 processes: services (operations,")
+        assert len(children) == 4
+        shared = b"serve\0operations\0notifications\0workspace\0ai-admission"
+        assert [c for c in children if shared in Path(f"/proc/{c}/cmdline").read_bytes()] != []
+        hosted = {r["process"] for r in product.records if r.get("event") == "grpc_serving"}
+        assert hosted == {"operations", "notifications", "workspace", "ai-admission"}
         code = product.stop(signum)
         relayed = time.monotonic() + 5
         while not product.events("stopped") and time.monotonic() < relayed:
             time.sleep(0.05)  # the relay's last lines
         # It says what it waits for (the worker first, handing its work back) and how long.
         (stopping,) = product.events("stopping")
-        assert (stopping["workers"], len(stopping["services"])) == (["ai-worker"], 6)
+        assert stopping["workers"] == ["ai-worker"]
+        assert sorted(stopping["services"]) == ["dev-model", "gateway", "services"]
         (stopped,) = product.events("stopped")
         assert stopped["message"] == f"stopped in {stopped['seconds']:.1f} s"
     assert code == 0
@@ -230,11 +239,13 @@ def test_a_taken_port_is_a_clear_message_and_port_base_moves_every_port(tmp_path
     try:
         seen = _read_until(master, b"sign in:", 90)
         # The worker's health is "alive": its first line may come after the stack is up.
-        seen += b"" if b"ai-worker" in seen else _read_until(master, b"ai-worker", 30)
+        seen += b"" if b"ai-worker |" in seen else _read_until(master, b"ai-worker |", 30)
         shown = seen.decode(errors="replace")
         assert f"durable-ops is up at http://127.0.0.1:{base}/" in shown, shown
         prefixed = {line.split("|")[0].strip() for line in shown.splitlines() if " | " in line}
-        assert {"operations", "gateway", "ai-worker"} <= prefixed
+        assert {"services", "gateway", "ai-worker"} <= prefixed
+        # A service of the shared process names itself in its short lines.
+        assert f"services  | operations ready on 127.0.0.1:{base + 1}" in shown, shown
         assert '{"event"' not in shown  # text, not JSON
         assert httpx.get(f"http://127.0.0.1:{base}/healthz").status_code == 200
         for port in range(base + 1, base + 5):  # the gRPC services moved with it

@@ -184,6 +184,51 @@ def test_a_stream_resumes_after_its_last_event_id(services: Services, gateway: L
     run(scenario())
 
 
+def _draft(services: Services, stream: Any, operation_id: str, text: str) -> None:
+    stream.send(
+        pb.HoldLeasesRequest(leases=[pb.HeldLease(operation_id=operation_id, answer_text=text)])
+    )
+    stream.read()
+
+
+def test_no_last_event_id_replays_another_owners_changes_and_ids_tell_nothing_of_them(
+    services: Services, gateway: LiveGateway
+) -> None:
+    """Bob resumes from the start of time and from an id of Alice's stream: both replay his
+    changes alone. His ids count his own events (0, 1, 2, ...), whatever Alice does, and
+    none of his events names her operations or carries her text."""
+    ops = OpsClient(services)
+
+    async def scenario() -> None:
+        async with (
+            httpx.AsyncClient(base_url=gateway.url, timeout=HANG_GUARD) as client,
+            events(client, "alice") as alices,
+        ):
+            alices_ids = {create_operation(services, "alice", key="queued").id}
+            claimed = claim(services, ["strategy.snapshot"])
+            alices_ids |= {claimed.operation_id, create_operation(services, "alice").id}
+            stream = ops.lease_stream()
+            stream.beat((_lease(services, claimed),))
+            _draft(services, stream, claimed.operation_id, '{"summary": "Alice only')
+            drafted = await alices.until(lambda data: data["draft"] is not None)
+            bobs_first = create_operation(services, "bob", key="bobs", task_type="cv.review")
+
+            for resume_from in ("0-0", drafted["id"]):
+                async with events(client, "bob", resume_from) as bobs:
+                    await bobs.until(lambda data: data["operation"]["id"] == bobs_first.id)
+                    _draft(services, stream, claimed.operation_id, '{"summary": "Alice only!')
+                    last = create_operation(services, "bob", task_type="cv.review")
+                    await bobs.until(lambda data, last=last: data["operation"]["id"] == last.id)
+                seen = json.dumps(bobs.seen)
+                assert not any(operation_id in seen for operation_id in alices_ids), resume_from
+                assert "Alice only" not in seen
+                counts = [int(e["id"].split("-")[1]) for e in bobs.seen if "id" in e]
+                assert counts == list(range(len(counts))), resume_from
+            stream.close()
+
+    run(scenario())
+
+
 HOSTILE_IDS = [
     "abc",
     "1-2-3",
@@ -198,6 +243,9 @@ HOSTILE_IDS = [
     "1-1\t",
     "1.5-1",
     "x" * 10_000,
+    "\u0661-\u0661",  # Arabic-Indic digits: int() reads them, the id's shape does not
+    "1-1; 2-2",
+    "1-1,2-2",  # two ids, as a proxy folds a repeated header
 ]
 
 
@@ -207,7 +255,9 @@ def test_a_hostile_last_event_id_is_a_400_with_a_stable_code(
 ) -> None:
     async def scenario() -> None:
         async with gateway_client(make_app(services.target)) as client:
-            headers = {**bearer("alice"), "Last-Event-ID": hostile}
+            # Bytes: the header as sent on the wire, non-ASCII too (a str header is ASCII).
+            headers = [(k.encode(), v.encode()) for k, v in bearer("alice").items()]
+            headers.append((b"Last-Event-ID", hostile.encode()))
             refused = await client.get("/api/events", headers=headers)
             assert refused.status_code == 400, refused.text
             assert refused.json()["code"] == "bad_event_id"

@@ -56,3 +56,17 @@ def test_json_keeps_the_event_and_its_fields_without_the_sentence(
         "operations",
     )
     assert "say" not in record
+
+
+def test_a_service_sharing_the_process_names_itself_in_its_sentence(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    configure_logging(replace(Settings(), log_json="false"), "services")
+    log = structlog.get_logger("test")
+    log.info("grpc_serving", say="ready on 127.0.0.1:50051")  # the process itself
+    with structlog.contextvars.bound_contextvars(process="operations"):
+        log.info("grpc_serving", say="ready on 127.0.0.1:50051")
+    assert capsys.readouterr().err.splitlines() == [
+        "ready on 127.0.0.1:50051",
+        "operations ready on 127.0.0.1:50051",
+    ]

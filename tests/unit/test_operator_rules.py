@@ -158,7 +158,7 @@ def test_operator_storage_refuses_any_other_scope(owner: str | None) -> None:
     tx = cast(OperatorTx, Tx(NO_CONNECTION, owner))  # what a mistaken caller would pass
     now = datetime.now(UTC)
     with pytest.raises(ScopeViolation):
-        store.get(tx, "0" * 32)
+        store.show(tx, "0" * 32)
     with pytest.raises(ScopeViolation):
         store.list_page(tx, size=10, token="", filters=OperatorFilter(), now=now)
     with pytest.raises(ScopeViolation):

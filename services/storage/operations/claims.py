@@ -105,6 +105,10 @@ def _take(count: int, starts_attempt: bool) -> Update:
             started_at=func.coalesce(OPS.c.started_at, bindparam("now")),
             updated_at=bindparam("now"),
             next_attempt_at=None,
+            # The progress an earlier run left is shown while the operation waits ("will
+            # resume"); a new run starts from nothing, or the page would show it as its own
+            # until its first beat (which may well report less).
+            progress_percent=0,
         )
     )
 
@@ -160,6 +164,7 @@ def claim(
             "started_at": found["started_at"] or now,
             "updated_at": now,
             "next_attempt_at": None,
+            "progress_percent": 0,
         }
         claims.append(Claim(detached({**found, **values}), token))
         owner = found["owner_user_id"]

@@ -39,16 +39,7 @@ from durable_ops.storage.operations.rows import (
 )
 from durable_ops.storage.tx import Tx
 
-SETTLING = frozenset(
-    {
-        Event.COMPLETE,
-        Event.FAIL_RETRYABLE,
-        Event.FAIL_PERMANENT,
-        Event.REQUEST_FALLBACK,
-        Event.ACKNOWLEDGE_CANCEL,
-        Event.RELEASE,
-    }
-)
+SETTLING = lifecycle.WORKER_EVENTS - {Event.HEARTBEAT}  # every end a lease holder reports
 _FAILING = frozenset({Event.FAIL_RETRYABLE, Event.FAIL_PERMANENT})
 
 
