@@ -179,6 +179,34 @@ def test_a_retried_attempt_counts_and_a_killed_one_costs_nothing(
     assert _spent_by_attempts(services, "alice") == 340 + 420
 
 
+def test_a_manual_retry_the_next_day_spends_from_that_day(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    entitle(services.db, "frank")
+    admitted = _admit(services, "frank").operation
+    first = ops.claim_one(SNAPSHOT, LEASE_SECONDS)
+    failed = _settle(
+        ops,
+        first,
+        _used(100, 10, 500),
+        ops_pb.FailOperationRequest(retryable=False, failure_code="invalid_model_output"),
+    )
+    assert failed == FAILED
+    assert _day(services, "frank") == (0, 110)
+
+    clock.advance(24 * 3600)
+    tomorrow = (NOON + timedelta(days=1)).date()
+    ops.retry("frank", admitted.id)
+    again = ops.claim_one(SNAPSHOT, LEASE_SECONDS)
+    done = _settle(
+        ops, again, _used(200, 20, 700), ops_pb.CompleteOperationRequest(provenance=LOCAL)
+    )
+    assert done == SUCCEEDED
+    assert _day(services, "frank") == (0, 110)  # yesterday's stays as it was
+    assert _day(services, "frank", tomorrow) == (0, 220)
+    assert _spent_by_attempts(services, "frank") == 110 + 220
+
+
 def test_a_killed_last_attempt_releases_the_reservation_and_spends_nothing(
     services: Services, ops: OpsClient, clock: ManualClock
 ) -> None:
