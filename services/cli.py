@@ -21,6 +21,7 @@ from durable_ops.settings import Settings, SettingsError
 EXIT_USAGE = 2
 EXIT_REFUSED = 3  # the database schema is not the one this code needs: run `opsctl migrate`
 EXIT_DATABASE_UNAVAILABLE = 4  # the database did not answer within OPS_DATABASE_WAIT_SECONDS
+PRO_DAILY_TOKENS_HELP = "100,000"  # model.budgets.PRO_DAILY_TOKENS, not imported: a fast --help
 
 GRPC_SERVICES: dict[str, str] = {
     "operations": "durable_ops.operations.main",
@@ -169,6 +170,66 @@ def cmd_users_set_plan(args: argparse.Namespace) -> int:
         db.dispose()
     print(f"{args.user}: plan {view.plan}, ai_enabled {str(view.ai_enabled).lower()}")
     return 0
+
+
+def cmd_users_set_budget(args: argparse.Namespace) -> int:
+    import getpass
+
+    import structlog
+
+    from durable_ops.clock import utc_now
+    from durable_ops.model import bounds, budgets
+    from durable_ops.model.operator import operator_name
+    from durable_ops.storage import budgets as budget_store
+    from durable_ops.storage import workspace
+    from durable_ops.storage.migrate import open_migrated
+
+    bounds.owner_id(args.user)
+    try:
+        daily_tokens = _budget_tokens(args.tokens)
+    except ValueError as refused:
+        print(refused, file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        set_by = operator_name(getpass.getuser())
+    except Exception:  # no login name, or one the record would not take
+        set_by = "opsctl"
+    now = utc_now()
+
+    def set_budget(tx: Any) -> budget_store.BudgetView:
+        budget_store.set_override(tx, daily_tokens, set_by=set_by, now=now)
+        return budget_store.view(tx, workspace.ai_settings(tx).plan, now)
+
+    db = open_migrated(_settings(args).database_url, pool_size=1)
+    try:
+        view = db.run(set_budget, owner_id=args.user)
+    finally:
+        db.dispose()
+    # The audit line, on stderr: stdout is the answer.
+    structlog.wrap_logger(structlog.PrintLogger(sys.stderr)).info(
+        "token_budget_set", owner=args.user, daily_tokens=daily_tokens, operator=set_by
+    )
+    source = "the plan's default" if daily_tokens is None else f"set by {set_by}"
+    used = view.reserved + view.spent
+    print(
+        f"{args.user}: daily token budget {view.limit:,} ({source});"
+        f" {used:,} used today, renews {budgets.renews_at(now):%Y-%m-%d %H:%M} UTC"
+    )
+    return 0
+
+
+def _budget_tokens(raw: str) -> int | None:
+    """``default`` → None (the plan's), else whole tokens within what one owner may have."""
+    from durable_ops.model import budgets
+
+    if raw == "default":
+        return None
+    if not raw.isascii() or not raw.isdigit() or int(raw) > budgets.DAILY_TOKENS_MAX:
+        raise ValueError(
+            f"opsctl users set-budget: TOKENS must be `default` or a whole number from 0 to"
+            f" {budgets.DAILY_TOKENS_MAX:,}, not {raw!r}"
+        )
+    return int(raw)
 
 
 def cmd_sessions_revoke(args: argparse.Namespace) -> int:
@@ -382,6 +443,17 @@ def build_parser() -> argparse.ArgumentParser:
     set_plan.add_argument("user")
     set_plan.add_argument("plan", choices=["free", "pro"])
     database_option(set_plan)
+    set_budget = user_commands.add_parser(
+        "set-budget",
+        help="set a user's daily AI token budget",
+        description="Set how many model tokens a user's AI analyses may spend per UTC day"
+        " (admission refuses past it with 429 budget_exhausted), or default for the"
+        f" plan's ({PRO_DAILY_TOKENS_HELP} on Pro, 0 on Free). Records who ran it.",
+    )
+    set_budget.set_defaults(run=cmd_users_set_budget)
+    set_budget.add_argument("user")
+    set_budget.add_argument("tokens", metavar="TOKENS|default")
+    database_option(set_budget)
 
     sessions = command("sessions", lambda _args: EXIT_USAGE, "Manage sign-in sessions")
     session_commands = sessions.add_subparsers(

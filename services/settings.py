@@ -203,6 +203,13 @@ class Settings:
     )
     ai_user_limit: int = field(default=2, metadata=_doc("active AI operations allowed per user"))
     ai_global_limit: int = field(default=20, metadata=_doc("active AI operations allowed in total"))
+    ai_global_daily_tokens: int = field(
+        default=0,
+        metadata=_doc(
+            "model tokens all users together may spend per UTC day; 0: no global budget"
+            " (each user's own daily budget still holds, ADR 0041)"
+        ),
+    )
     workers_ai_operations_enabled: bool = field(
         default=False, metadata=_doc("the AI worker claims work only when true")
     )
@@ -291,6 +298,8 @@ class Settings:
             )
         if self.service_credential_max_age_seconds <= 0:
             raise SettingsError("OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS must be greater than 0")
+        if self.ai_global_daily_tokens < 0:
+            raise SettingsError("OPS_AI_GLOBAL_DAILY_TOKENS must be 0 (none) or a number of tokens")
         if self.gateway_long_polls_per_user < 1:
             raise SettingsError("OPS_GATEWAY_LONG_POLLS_PER_USER must be at least 1")
         _host_names(self.gateway_allowed_hosts)

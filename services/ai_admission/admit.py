@@ -3,6 +3,7 @@
 Under the admission lock it re-reads the live global switch, the plan and
 the user's AI setting, checks the subject is the owner's, returns an
 idempotent or still-active operation for the same work, counts capacity and
+reserves the analysis's expected tokens on the owner's day (ADR 0041), and
 only then writes the reservation on the control row and inserts. The
 operation stores the subject's id, never its text.
 
@@ -14,11 +15,14 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 
-from durable_ops.model import admission, bounds
+from durable_ops.model import admission, bounds, budgets
 from durable_ops.model.errors import KEY_USED_FOR_ANOTHER_REQUEST, Conflict, InvalidArgument
+from durable_ops.model.states import Plan
+from durable_ops.model.subjects import SubjectKind
 from durable_ops.model.tasks import TASKS, TaskType
+from durable_ops.storage import budgets as budget_store
 from durable_ops.storage import capacity, operations, workspace
 from durable_ops.storage.schema import UserOperation
 from durable_ops.storage.tx import Tx
@@ -34,13 +38,37 @@ class AdmitRequest:
     trace_parent: str = ""
 
 
-def check_subjects(tx: Tx, task: TaskType, request: AdmitRequest) -> None:
-    """Both references must be the caller's own rows (another owner's → NOT_FOUND)."""
-    workspace.get_subject(tx, task.subject, request.subject_id)
+def check_subjects(tx: Tx, task: TaskType, request: AdmitRequest) -> int:
+    """Both references must be the caller's own rows (another owner's → NOT_FOUND);
+    answers the characters of their texts the prompt will keep."""
+    subject = workspace.get_subject(tx, task.subject, request.subject_id)
+    chars = budgets.input_chars(task.subject, _texts(task.subject, subject))
     if request.context_ref:
         if task.context is None:
             raise InvalidArgument("context_ref", f"is not taken by {task.name}")
-        workspace.get_subject(tx, task.context, request.context_ref)
+        context = workspace.get_subject(tx, task.context, request.context_ref)
+        chars += budgets.input_chars(task.context, _texts(task.context, context))
+    return chars
+
+
+def _texts(kind: SubjectKind, row: object) -> dict[str, str]:
+    return {field.name: str(getattr(row, field.name)) for field in kind.fields}
+
+
+def reserve_tokens(
+    tx: Tx, *, chars: int, plan: Plan, limits: admission.Limits, now: datetime
+) -> tuple[date, int]:
+    """Take the analysis's expected tokens from the owner's day and check the global day's
+    room, under the admission lock (ADR 0041); the day and the tokens reserved."""
+    day = budgets.budget_day(now)
+    expected = budgets.expected_tokens(chars)
+    everyone = budget_store.everyone_use(tx, day)
+    limit = budget_store.owner_limit(tx, plan)
+    budget_store.reserve(tx, tokens=expected, limit=limit, day=day, now=now)
+    budgets.require_room(
+        expected=expected, everyone=everyone, global_limit=limits.global_daily_tokens, now=now
+    )
+    return day, expected
 
 
 def admit(
@@ -59,7 +87,7 @@ def admit(
     admission.require_entitled(
         global_enabled=control.ai_enabled, plan=settings.plan, ai_enabled=settings.ai_enabled
     )
-    check_subjects(tx, task, request)
+    chars = check_subjects(tx, task, request)
     create = operations.CreateRequest(
         task_type=task.name,
         # Without a key, repeated clicks are still one operation: the active one is reused.
@@ -92,8 +120,10 @@ def admit(
         everyone_active=capacity.active_for_everyone(tx, TASKS.names()),
         limits=limits,
     )
+    day, tokens = reserve_tokens(tx, chars=chars, plan=settings.plan, limits=limits, now=now)
     capacity.reserve(tx)  # what makes two nodes' admissions conflict (Galera)
     op, _created = operations.create(tx, create, now)
+    budget_store.reserved_for(tx, op.id, tokens=tokens, day=day)
     return op, False
 
 

@@ -22,7 +22,11 @@ async def run(
     clock: Clock = utc_now,
     stop_requested: asyncio.Event | None = None,
 ) -> None:
-    limits = Limits(per_user=settings.ai_user_limit, global_=settings.ai_global_limit)
+    limits = Limits(
+        per_user=settings.ai_user_limit,
+        global_=settings.ai_global_limit,
+        global_daily_tokens=settings.ai_global_daily_tokens or None,
+    )
 
     def servicer(db: Database, registry: CollectorRegistry) -> AiAdmissionService:
         return AiAdmissionService(db, clock, limits, AdmissionMetrics(registry))

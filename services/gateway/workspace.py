@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC
 from typing import Any
 
 from starlette.requests import Request
@@ -81,7 +82,18 @@ def attachment_dto(attachment: pb.Attachment, *, with_text: bool) -> dict[str, A
 
 
 def settings_dto(settings: pb.AiSettings) -> dict[str, Any]:
-    return {"ai_enabled": settings.ai_enabled, "privacy": settings.privacy, "plan": settings.plan}
+    budget = settings.budget
+    return {
+        "ai_enabled": settings.ai_enabled,
+        "privacy": settings.privacy,
+        "plan": settings.plan,
+        "budget": {
+            "limit": budget.limit,
+            "spent": budget.spent,
+            "reserved": budget.reserved,
+            "renews_at": dto.rfc3339(budget.renews_at.ToDatetime(tzinfo=UTC)),
+        },
+    }
 
 
 def _created(body: dict[str, Any], location: str) -> Response:
@@ -260,12 +272,26 @@ openapi_schemas: Mapping[str, Any] = {
     "AttachmentList": list_of("Attachment"),
     "AiSettings": {
         "type": "object",
-        "required": ["ai_enabled", "privacy", "plan"],
+        "required": ["ai_enabled", "privacy", "plan", "budget"],
         "additionalProperties": False,
         "properties": {
             "ai_enabled": {"type": "boolean"},
             "privacy": {"type": "string", "enum": list(PRIVACY_CHOICES)},
             "plan": {"type": "string", "enum": ["free", "pro"], "readOnly": True},
+            "budget": {
+                "type": "object",
+                "readOnly": True,
+                "description": "today's model-token budget; admission refuses past"
+                " reserved + spent (429 budget_exhausted)",
+                "required": ["limit", "spent", "reserved", "renews_at"],
+                "additionalProperties": False,
+                "properties": {
+                    "limit": {"type": "integer", "description": "tokens per UTC day"},
+                    "spent": {"type": "integer", "description": "by ended attempts today"},
+                    "reserved": {"type": "integer", "description": "held by running analyses"},
+                    "renews_at": _TIME,
+                },
+            },
         },
     },
     "AiSettingsUpdate": {

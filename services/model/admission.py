@@ -14,6 +14,8 @@ RETRY_AFTER_SECONDS = 15
 class Limits:
     per_user: int = 2
     global_: int = 20
+    # Tokens all owners together may spend per UTC day; None: no global budget.
+    global_daily_tokens: int | None = None
 
 
 def require_entitled(*, global_enabled: bool, plan: Plan, ai_enabled: bool) -> None:

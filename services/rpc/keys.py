@@ -1,4 +1,4 @@
-"""Service keys: one Ed25519 key pair per role, the role bound to the key (SPEC §2, ADR 37).
+"""Service keys: one Ed25519 key pair per role, the role bound to the key (SPEC §2, ADR 42).
 
 A process signs its service credentials (EdDSA JWTs, RFC 8037) with its own
 private key; the services hold only public keys and take the caller's role

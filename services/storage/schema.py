@@ -10,13 +10,14 @@ row read is handed on as a detached instance of its class.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
+    Date,
     ForeignKey,
     Index,
     Integer,
@@ -149,6 +150,10 @@ class UserOperation(Owned, Base):
     prompt_tokens: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     completion_tokens: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     model_ms: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    # The UTC day whose token budget admission reserved on (NULL: not admitted by AI
+    # admission), and what is left of that reservation until the operation ends (ADR 0041).
+    budget_day: Mapped[date | None] = mapped_column(Date)
+    reserved_tokens: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
 
     __table_args__ = (
         UniqueConstraint("owner_user_id", "task_type", "idempotency_key"),
@@ -397,6 +402,36 @@ class AiAdmissionControl(Base):
 
 
 GLOBAL_CONTROL_ID = "global"
+
+
+class TokenBudgetDay(Owned, Base):
+    """One owner's use of its token budget on one UTC day (ADR 0041): ``reserved`` by
+    running analyses, ``spent`` by ended attempts. Admission writes it in the reserving
+    transaction; the transition writer settles it. The global budget is their sum."""
+
+    __tablename__ = "token_budget_days"
+
+    day: Mapped[date] = mapped_column(Date)
+    reserved: Mapped[int] = mapped_column(BigInteger)
+    spent: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (
+        PrimaryKeyConstraint("owner_user_id", "day"),
+        Index("ix_token_budget_days_day", "day"),
+    )
+
+
+class OwnerTokenBudget(Owned, Base):
+    """An operator's daily token budget for one owner, in place of its plan's default
+    (``opsctl users set-budget``); no row: the plan's."""
+
+    __tablename__ = "owner_token_budgets"
+
+    daily_tokens: Mapped[int] = mapped_column(BigInteger)
+    set_by: Mapped[str] = mapped_column(String(bounds.OWNER_ID_MAX))
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+    __table_args__ = (PrimaryKeyConstraint("owner_user_id"),)
 
 
 class UserSession(Owned, Base):

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from durable_ops.api.workspace.v1 import workspace_pb2 as pb
+from durable_ops.storage.budgets import BudgetView
 from durable_ops.storage.schema import AiWorkspaceNote, Attachment, Job
 from durable_ops.storage.workspace import AiSettingsView
 
@@ -39,8 +40,18 @@ def attachment(row: Attachment, *, with_text: bool) -> pb.Attachment:
     )
 
 
-def ai_settings(view: AiSettingsView) -> pb.AiSettings:
-    return pb.AiSettings(ai_enabled=view.ai_enabled, privacy=view.privacy, plan=view.plan)
+def ai_settings(view: AiSettingsView, budget: BudgetView) -> pb.AiSettings:
+    return pb.AiSettings(
+        ai_enabled=view.ai_enabled,
+        privacy=view.privacy,
+        plan=view.plan,
+        budget=pb.TokenBudget(
+            limit=budget.limit,
+            spent=budget.spent,
+            reserved=budget.reserved,
+            renews_at=_stamp(budget.renews_at),
+        ),
+    )
 
 
 def note(row: AiWorkspaceNote) -> pb.AiWorkspaceNote:

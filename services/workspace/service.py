@@ -19,8 +19,9 @@ from durable_ops.model.scope import (
 )
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.scope import caller_scope, require_gateway_without_owner
-from durable_ops.storage import sessions, workspace
+from durable_ops.storage import budgets, sessions, workspace
 from durable_ops.storage.db import Database
+from durable_ops.storage.tx import Tx
 from durable_ops.wire import workspace as convert
 
 log = structlog.get_logger(__name__)
@@ -109,8 +110,12 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
         self, request: pb.GetAiSettingsRequest, context: ServicerContext
     ) -> pb.AiSettings:
         owner = require_subject_reader(caller_scope(context)).owner_id
-        view = await self._db.run_async(workspace.ai_settings, owner_id=owner, write=False)
-        return convert.ai_settings(view)
+        now = self._clock()
+        return await self._db.run_async(
+            lambda tx: _settings_reply(tx, workspace.ai_settings(tx), now),
+            owner_id=owner,
+            write=False,
+        )
 
     async def UpdateAiSettings(
         self, request: pb.UpdateAiSettingsRequest, context: ServicerContext
@@ -119,12 +124,16 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
         now = self._clock()
         enabled = request.ai_enabled if request.HasField("ai_enabled") else None
         privacy = request.privacy if request.HasField("privacy") else None
-        view = await self._db.run_async(
-            lambda tx: workspace.update_ai_settings(tx, now, ai_enabled=enabled, privacy=privacy),
+        reply = await self._db.run_async(
+            lambda tx: _settings_reply(
+                tx,
+                workspace.update_ai_settings(tx, now, ai_enabled=enabled, privacy=privacy),
+                now,
+            ),
             owner_id=owner,
         )
-        log.info("ai_settings_updated", owner=owner, ai_enabled=view.ai_enabled)
-        return convert.ai_settings(view)
+        log.info("ai_settings_updated", owner=owner, ai_enabled=reply.ai_enabled)
+        return reply
 
     async def GetNote(
         self, request: pb.GetNoteRequest, context: ServicerContext
@@ -226,3 +235,8 @@ def _instant(unix_seconds: int) -> datetime:
         return datetime.fromtimestamp(unix_seconds, UTC)
     except (OverflowError, OSError, ValueError):
         raise InvalidArgument("issued_at", "is not a time") from None
+
+
+def _settings_reply(tx: Tx, view: workspace.AiSettingsView, now: datetime) -> pb.AiSettings:
+    """The settings and, beside them, today's token budget (ADR 0041)."""
+    return convert.ai_settings(view, budgets.view(tx, view.plan, now))

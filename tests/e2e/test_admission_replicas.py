@@ -1,4 +1,5 @@
-"""Four admission processes on one MariaDB never exceed the capacity limits together."""
+"""Four admission processes on one MariaDB never exceed the capacity limits or a daily
+token budget together."""
 
 from __future__ import annotations
 
@@ -15,22 +16,29 @@ import pytest
 from sqlalchemy import func, select
 
 from durable_ops.api.ai_admission.v1 import ai_admission_pb2_grpc
+from durable_ops.clock import utc_now
+from durable_ops.model import budgets
 from durable_ops.model.scope import Role
 from durable_ops.model.states import ACTIVE_STATES
 from durable_ops.stack.children import Stack
+from durable_ops.storage import budgets as budget_store
 from durable_ops.storage.db import Database
-from durable_ops.storage.schema import UserOperation
+from durable_ops.storage.schema import TokenBudgetDay, UserOperation
 from tests.support import stored
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services, running_services
 from tests.support.keys import credential, key_env
 from tests.support.ports import free_port
-from tests.support.workspace_client import create_job, entitle, snapshot_request
+from tests.support.workspace_client import JOB_TEXT, create_job, entitle, snapshot_request
 
 REPLICAS = 4
 USERS = 12
 JOBS_PER_USER = 4
 PER_USER, GLOBAL = 2, 15
+# The first users' daily token budgets leave room for one analysis each (ADR 0041).
+BUDGETED = 4
+ONE_ANALYSIS = budgets.expected_tokens(len("Engineer") + len("Acme") + len(JOB_TEXT))
+DAY_SPENT = TokenBudgetDay.spent
 
 
 @pytest.fixture
@@ -76,6 +84,13 @@ def test_replicas_admitting_at_once_never_exceed_the_limits(
     for user in users:
         entitle(workspace.db, user)
         jobs[user] = [create_job(workspace.workspace, user) for _ in range(JOBS_PER_USER)]
+    for user in users[:BUDGETED]:
+        workspace.db.run(
+            lambda tx: budget_store.set_override(
+                tx, ONE_ANALYSIS + 10, set_by="test", now=utc_now()
+            ),
+            owner_id=user,
+        )
     requests = [(user, job) for user in users for job in jobs[user]]
     random.Random(7).shuffle(requests)
     channels = [grpc.insecure_channel(target) for target in replicas]
@@ -117,9 +132,19 @@ def test_replicas_admitting_at_once_never_exceed_the_limits(
                 .group_by(UserOperation.owner_user_id),
             )
         )
+        used = dict(
+            stored.rows(
+                db,
+                select(TokenBudgetDay.owner_user_id, TokenBudgetDay.reserved + DAY_SPENT),
+            )
+        )
     finally:
         db.dispose()
     assert set(outcomes) <= {"admitted", "RESOURCE_EXHAUSTED"}, outcomes
     assert sum(per_user.values()) == outcomes["admitted"]
     assert max(per_user.values()) <= PER_USER
     assert sum(per_user.values()) == GLOBAL  # saturated, and never beyond
+    for user in users[:BUDGETED]:  # their budgets held: one analysis each at most
+        assert per_user.get(user, 0) <= 1
+        assert used.get(user, 0) <= ONE_ANALYSIS + 10
+    assert sum(used.values()) == ONE_ANALYSIS * outcomes["admitted"]

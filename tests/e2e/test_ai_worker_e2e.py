@@ -18,6 +18,8 @@ from sqlalchemy import select
 
 from durable_ops import hoststore
 from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.clock import utc_now
+from durable_ops.storage import budgets
 from durable_ops.storage.schema import OperationAttempt
 from tests.conftest import MakeDatabase
 from tests.support import stored
@@ -112,6 +114,17 @@ def test_admitted_work_is_published_notified_and_found(any_db_url: str) -> None:
         assert _outcomes(st, ALICE) == {snapshot: ["succeeded"], review: ["succeeded"]}
         assert (st.count_notes(snapshot), st.count_notes(review)) == (1, 1)
         assert st.notes_of(BOB, STRATEGY, "job", job) is None  # the owner's only
+
+        # The day's budget spent what the worker reported, and holds nothing back (ADR 41).
+        used = st.db.run(
+            lambda tx: budgets.day_use(tx, utc_now().date()), owner_id=ALICE, write=False
+        )
+        spent = sum(
+            st.row(done).prompt_tokens + st.row(done).completion_tokens
+            for done in (snapshot, review)
+        )
+        assert (used.reserved, used.spent) == (0, spent)
+        assert spent > 0
 
 
 def test_heartbeats_outlast_the_lease_and_a_cancel_stops_the_inference(sqlite_url: str) -> None:

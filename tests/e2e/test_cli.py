@@ -52,6 +52,20 @@ def test_migrate_set_plan_switch_and_down(tmp_path: Path) -> None:
     assert "opsctl migrate" in refused.stderr
 
 
+def test_set_budget_answers_on_stdout_and_logs_who_ran_it(tmp_path: Path) -> None:
+    env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}"}
+    opsctl("migrate", env=env)
+    opsctl("users", "set-plan", "alice", "pro", env=env)
+    result = opsctl("users", "set-budget", "alice", "250000", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("alice: daily token budget 250,000 (set by ")
+    assert "token_budget_set" in result.stderr
+    assert "daily_tokens=250000" in result.stderr
+    assert "operator=" in result.stderr
+    back = opsctl("users", "set-budget", "alice", "default", env=env)
+    assert "daily token budget 100,000 (the plan's default)" in back.stdout
+
+
 def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
     env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}"}
     opsctl("migrate", env=env)

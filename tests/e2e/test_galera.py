@@ -10,8 +10,8 @@ failure. ``OPS_TEST_GALERA_DIR`` points the tests at a developer's cluster
 
 Then what Galera changes for the product (ADR 0017), each shown on the
 cluster: a certification conflict at COMMIT is replayed; reads through one
-node see what was just written through another; admission limits hold with
-admissions through two nodes; and how often claims through three nodes
+node see what was just written through another; admission limits and token budgets
+hold with admissions through two nodes; and how often claims through three nodes
 conflict, with and without spreading them over the head of the queue
 (a figure printed, not asserted).
 """
@@ -42,11 +42,13 @@ from sqlalchemy.exc import OperationalError
 from durable_ops.ai_admission.admit import AdmitRequest, admit
 from durable_ops.clock import utc_now
 from durable_ops.gateway.auth import mint_user_token
+from durable_ops.model import budgets
 from durable_ops.model.admission import Limits
 from durable_ops.model.errors import CapacityExceeded, DomainError, NotFound, Unavailable
 from durable_ops.model.lifecycle import Event
 from durable_ops.settings import service_variable
 from durable_ops.stack.children import Stack
+from durable_ops.storage import budgets as budget_store
 from durable_ops.storage import migrate, operations, workspace
 from durable_ops.storage.db import GALERA_SYNC_WAIT, Database, on_galera
 from durable_ops.storage.operations import claims
@@ -427,6 +429,73 @@ def test_admission_limits_hold_with_admissions_through_two_nodes(
         assert most_per_owner <= limits.per_user
         assert most_overall <= limits.global_
         assert admitted == rounds * limits.global_ or busy > 0  # the limit reached each round
+    finally:
+        _dispose(dbs)
+
+
+def test_token_budgets_hold_with_admissions_through_two_nodes(
+    cluster: tuple[Path, list[str]],
+) -> None:
+    """Sixteen admissions at once, alternately through node 1 and node 2, with room in
+    user0's own budget for two analyses and in the global one for six (ADR 0041). Read on
+    node 3: no budget's reserved + spent passed it, and each reservation has its operation.
+    """
+    _, urls = cluster
+    on = _migrated(urls, "ops_budgets")
+    dbs = _databases(on[:2], pool_size=8)
+    expected = budgets.expected_tokens(len("Engineer") + len("Acme") + len("text"))
+    limits = Limits(per_user=20, global_=50, global_daily_tokens=6 * expected + 10)
+    owner_limit = 2 * expected + 10
+    owners = [f"user{number}" for number in range(4)]
+    now = utc_now()
+    try:
+        work: list[tuple[str, str]] = []
+        for owner in owners:
+            entitle(dbs[0], owner)
+            for _ in range(4):
+                job = dbs[0].run(
+                    lambda tx: workspace.create_job(tx, "Engineer", "Acme", "text", now).id,
+                    owner_id=owner,
+                )
+                work.append((owner, job))
+        dbs[0].run(
+            lambda tx: budget_store.set_override(tx, owner_limit, set_by="test", now=now),
+            owner_id="user0",
+        )
+        busy = 0
+
+        def one(number: int, owner: str, job: str) -> bool:
+            nonlocal busy
+            try:
+                dbs[number % 2].run(
+                    lambda tx: admit(tx, AdmitRequest("strategy.snapshot", job), limits, utc_now()),
+                    owner_id=owner,
+                )
+            except CapacityExceeded:
+                return False
+            except Unavailable:
+                busy += 1
+                return False
+            return True
+
+        with ThreadPoolExecutor(max_workers=len(work)) as pool:
+            results = list(pool.map(one, range(len(work)), *zip(*work, strict=True)))
+        user0 = _scalar(
+            on[2], "SELECT reserved + spent FROM token_budget_days WHERE owner_user_id = 'user0'"
+        )
+        everyone = _scalar(on[2], "SELECT SUM(reserved + spent) FROM token_budget_days")
+        reserved_on_operations = _scalar(on[2], "SELECT SUM(reserved_tokens) FROM user_operations")
+        retries = sum(db.retries[1213] for db in dbs)
+        report(
+            f"\ntoken budgets via 2 nodes: {len(work)} admissions, {sum(results)} admitted,"
+            f" {busy} busy, {retries} certification retries; user0 used {user0} of"
+            f" {owner_limit}, everyone {everyone} of {limits.global_daily_tokens}"
+        )
+        assert isinstance(user0, int)
+        assert user0 <= owner_limit
+        assert int(str(everyone)) <= (limits.global_daily_tokens or 0)
+        assert int(str(everyone)) == int(str(reserved_on_operations)) == sum(results) * expected
+        assert sum(results) == 6 or busy > 0  # the global budget reached
     finally:
         _dispose(dbs)
 

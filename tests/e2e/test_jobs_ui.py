@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -13,6 +13,7 @@ from playwright.sync_api import APIResponse, Locator, Page, Request, Route, expe
 
 from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
 from durable_ops.model.scope import Role
+from durable_ops.storage import budgets
 from tests.support.gateway import (
     Claimed,
     LiveGateway,
@@ -322,3 +323,28 @@ def test_without_pro_the_refusal_is_shown(page: Page, ui_gateway: LiveGateway) -
     job = page.locator("ol[aria-label='Your jobs'] li.item")
     job.get_by_role("button", name="Start strategy snapshot").click()
     expect(job.get_by_role("alert")).to_contain_text("Pro")
+
+
+def test_past_the_daily_budget_the_page_says_when_it_renews(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    entitle(ui_services.db, "dana")
+    ui_services.db.run(
+        lambda tx: budgets.set_override(tx, 1_000, set_by="test", now=datetime.now(UTC)),
+        owner_id="dana",
+    )
+    dev_sign_in(page, ui_gateway.url, "dana")
+    page.goto(f"{ui_gateway.url}/jobs")
+    expect(page.locator("#ai-budget")).to_have_text(
+        "0 of 1,000 tokens used today; the budget renews at 00:00 UTC."
+    )
+    job_form = page.get_by_role("form", name="Add a job posting")
+    job_form.get_by_label("Title").fill("Engineer")
+    job_form.get_by_label("Description").fill(JOB_TEXT)
+    job_form.get_by_role("button", name="Add job").click()
+    job = page.locator("ol[aria-label='Your jobs'] li.item")
+    job.get_by_role("button", name="Start strategy snapshot").click()
+    # The 429's own sentence, without "try again in 40,000 s".
+    expect(job.get_by_role("alert")).to_have_text(
+        "Your daily AI budget is used up; it renews at 00:00 UTC."
+    )

@@ -15,6 +15,7 @@ from starlette.routing import Route
 
 from durable_ops.gateway import backends
 from durable_ops.model.admission import Limits
+from durable_ops.model.budgets import PRO_DAILY_TOKENS
 from durable_ops.rpc.client import CHANNEL_OPTIONS
 from durable_ops.storage import capacity
 from durable_ops.storage.schema import UserOperation
@@ -161,7 +162,10 @@ def test_ai_settings_plan_is_read_only_and_privacy_changes(services: Services) -
         async with gateway_client(make_app(services.target)) as client:
             alice = bearer("alice")
             default = (await client.get("/api/settings/ai", headers=alice)).json()
+            budget = default.pop("budget")
             assert default == {"ai_enabled": False, "privacy": "local_only", "plan": "free"}
+            # Free's budget is nothing (ADR 0041); Pro's is its plan's default.
+            assert (budget["limit"], budget["spent"], budget["reserved"]) == (0, 0, 0)
             changed = await client.put(
                 "/api/settings/ai", json={"privacy": "external_allowed"}, headers=alice
             )
@@ -169,6 +173,7 @@ def test_ai_settings_plan_is_read_only_and_privacy_changes(services: Services) -
                 "ai_enabled": False,
                 "privacy": "external_allowed",
                 "plan": "free",
+                "budget": budget,
             }
             entitle(services.db, "alice", plan="pro", ai_enabled=False)  # `opsctl users set-plan`
             assert (await client.get("/api/settings/ai", headers=alice)).json()["plan"] == "pro"
@@ -179,6 +184,7 @@ def test_ai_settings_plan_is_read_only_and_privacy_changes(services: Services) -
                 "ai_enabled": True,
                 "privacy": "external_allowed",
                 "plan": "pro",
+                "budget": {**budget, "limit": PRO_DAILY_TOKENS},
             }
 
     run(scenario())
@@ -197,6 +203,7 @@ def test_a_free_user_cannot_switch_ai_on(services: Services) -> None:
                 )
                 assert "field" not in problem
             after = (await client.get("/api/settings/ai", headers=alice)).json()
+            after.pop("budget")
             assert after == {"ai_enabled": False, "privacy": "local_only", "plan": "free"}
             switched_off = await client.put(
                 "/api/settings/ai", json={"ai_enabled": False}, headers=alice

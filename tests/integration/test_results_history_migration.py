@@ -82,7 +82,7 @@ def test_notes_from_before_name_their_cv_and_model_and_a_downgrade_keeps_the_new
             text(NOTE_ROW), {"id": "n1", "operation": OPERATION, "body": "{}", "at": AT}
         )
 
-    migrate.upgrade(url)
+    migrate.upgrade(url, AFTER)
     with engine.begin() as connection:
         assert migrate.current_revision(engine) == AFTER
         assert _note_columns(connection) == ("cv-1", "cv.txt", "127.0.0.1", "qwen2.5-3b", "local")
@@ -96,6 +96,6 @@ def test_notes_from_before_name_their_cv_and_model_and_a_downgrade_keeps_the_new
     with engine.begin() as connection:
         kept = connection.execute(text("SELECT id FROM ai_workspace_notes")).scalars().all()
         assert kept == ["n2"]  # the subject's newest
-    migrate.upgrade(url)  # and up again, from the one-per-subject table
+    migrate.upgrade(url, AFTER)  # and up again, from the one-per-subject table
     with engine.begin() as connection:
         assert migrate.current_revision(engine) == AFTER

@@ -1,4 +1,4 @@
-"""A key per role (issue 35, ADR 37) at the real services, on both engines.
+"""A key per role (issue 35, ADR 42) at the real services, on both engines.
 
 The role is the key's: the gateway's key claiming ``operator`` is refused, and a
 worker's key cannot do what only the gateway does (sessions). A key issued with

@@ -1,4 +1,4 @@
-"""Several gRPC services in one ``opsctl serve`` process (what ``opsctl up`` runs, ADR 37):
+"""Several gRPC services in one ``opsctl serve`` process (what ``opsctl up`` runs, ADR 40):
 each on its own address, each line naming its service, one stop for all, and a start
 that fails for one ends them all with the one-line message a single service gives."""
 

@@ -3,8 +3,9 @@
 A settlement (complete, fail, fallback, acknowledged cancel), an owner's
 cancel or retry and the sweeper's expiries and deadlines all end here, in
 batches: one guarded UPDATE of the operations, each row given its own values
-(``CASE id``); one UPDATE of the attempts the transitions end; the
-notifications the decisions remove and write. Its callers read the rows
+(``CASE id``); one UPDATE of the attempts the transitions end; one of each
+owner's token-budget day they settle (ADR 0041); the notifications the
+decisions remove and write. Its callers read the rows
 locked (``FOR UPDATE``) before they decide, so the guard (the row still
 carries the owner, state and ``updated_at`` it was decided on) always holds;
 on Galera another node's write to the same row fails certification at
@@ -22,10 +23,11 @@ from typing import Any
 
 from sqlalchemy import Update, bindparam, update
 
-from durable_ops.model import lifecycle
+from durable_ops.model import budgets, lifecycle
 from durable_ops.model.lifecycle import AttemptOutcome, Decision, Event
 from durable_ops.model.states import OperationState
 from durable_ops.model.usage import Usage
+from durable_ops.storage import budgets as budget_store
 from durable_ops.storage import drafts, notifications
 from durable_ops.storage.events import Changed, publish
 from durable_ops.storage.operations import history
@@ -42,6 +44,8 @@ from durable_ops.storage.tx import Tx
 
 # The operation's sums of its attempts' usage, and the attempt's own figures: same names.
 USAGE_TOTALS = ("prompt_tokens", "completion_tokens", "model_ms")
+# What the operation holds of its day's token budget (ADR 0041).
+BUDGET = ("budget_day", "reserved_tokens")
 # What a decided transition may write; every other column keeps its value.
 WRITTEN = (
     "state",
@@ -61,6 +65,7 @@ WRITTEN = (
     "started_at",
     "deadline_at",
     *USAGE_TOTALS,
+    *BUDGET,
 )
 # The guard: the row still is the one the decision was made on.
 _AS_READ = ("owner_user_id", "state", "updated_at")
@@ -106,7 +111,34 @@ class Change:
         if charged is not None:
             for name in USAGE_TOTALS:
                 values[name] = self.row[name] + getattr(charged, name)
+        settled = self._settled()
+        if settled is not None:
+            values["reserved_tokens"] = settled.outstanding
+            if self.event is Event.RETRY:  # a manual retry spends from the day it runs
+                values["budget_day"] = budgets.budget_day(now)
         return values
+
+    def _settled(self) -> budgets.Settled | None:
+        """What this transition does to the operation's token budget: the ended attempt's
+        tokens spent, the reservation released when the operation ends (ADR 0041); None
+        for an operation admission reserved nothing for."""
+        if self.row["budget_day"] is None:
+            return None
+        charged = self._charged()
+        return budgets.settle(
+            outstanding=self.row["reserved_tokens"],
+            tokens=0 if charged is None else charged.tokens,
+            ends=self.decision.state.is_terminal,
+        )
+
+    def budget_charge(self) -> budget_store.Charge | None:
+        """The owner's day this transition charges, if it moves anything."""
+        settled = self._settled()
+        if settled is None or not settled.moves:
+            return None
+        return budget_store.Charge(
+            self.row["owner_user_id"], self.row["budget_day"], settled.reserved, settled.spent
+        )
 
     def _outcome(self) -> AttemptOutcome | None:
         if self.row["lease_token_hash"] is None:
@@ -201,6 +233,7 @@ def write(tx: Tx, changes: Sequence[Change], now: datetime) -> list[dict[str, An
     endings = [ending for change in changes if (ending := change.ending()) is not None]
     if endings:
         history.end(tx, endings, now)
+    budget_store.charge(tx, [charge for change in changes if (charge := change.budget_charge())])
     for change in changes:
         publish(change.published())
     ended = [change.row["id"] for change in changes if change.decision.state.is_terminal]

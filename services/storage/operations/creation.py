@@ -119,6 +119,7 @@ def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation
         prompt_tokens=0,
         completion_tokens=0,
         model_ms=0,
+        reserved_tokens=0,  # admission records its reservation after (storage.budgets)
     )
     try:
         inserted = tx.write(_INSERT, values)

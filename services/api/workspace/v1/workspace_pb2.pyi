@@ -103,25 +103,67 @@ class AiSettings(_message.Message):
     AI_ENABLED_FIELD_NUMBER: _builtins.int
     PRIVACY_FIELD_NUMBER: _builtins.int
     PLAN_FIELD_NUMBER: _builtins.int
+    BUDGET_FIELD_NUMBER: _builtins.int
     ai_enabled: _builtins.bool
     privacy: _builtins.str
     """local_only | external_allowed"""
     plan: _builtins.str
     """free | pro; read-only through this API"""
+    @_builtins.property
+    def budget(self) -> Global___TokenBudget:
+        """today's, read-only (ADR 0041)"""
+
     def __init__(
         self,
         *,
         ai_enabled: _builtins.bool = ...,
         privacy: _builtins.str = ...,
         plan: _builtins.str = ...,
+        budget: Global___TokenBudget | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ai_enabled", b"ai_enabled", "plan", b"plan", "privacy", b"privacy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ai_enabled", b"ai_enabled", "budget", b"budget", "plan", b"plan", "privacy", b"privacy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AiSettings: _TypeAlias = AiSettings  # noqa: Y015
+
+@_typing.final
+class TokenBudget(_message.Message):
+    """The owner's daily model-token budget today: admission refuses past reserved + spent."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LIMIT_FIELD_NUMBER: _builtins.int
+    SPENT_FIELD_NUMBER: _builtins.int
+    RESERVED_FIELD_NUMBER: _builtins.int
+    RENEWS_AT_FIELD_NUMBER: _builtins.int
+    limit: _builtins.int
+    """tokens per UTC day: the plan's default or an operator's"""
+    spent: _builtins.int
+    """by ended attempts today"""
+    reserved: _builtins.int
+    """held by running analyses"""
+    @_builtins.property
+    def renews_at(self) -> _timestamp_pb2.Timestamp:
+        """the next 00:00 UTC"""
+
+    def __init__(
+        self,
+        *,
+        limit: _builtins.int = ...,
+        spent: _builtins.int = ...,
+        reserved: _builtins.int = ...,
+        renews_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["renews_at", b"renews_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "renews_at", b"renews_at", "reserved", b"reserved", "spent", b"spent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TokenBudget: _TypeAlias = TokenBudget  # noqa: Y015
 
 @_typing.final
 class AiWorkspaceNote(_message.Message):

@@ -2,11 +2,13 @@
 // privacy choice. A Free user sees why analyses are off and the command an operator
 // runs to grant Pro (`opsctl users set-plan`), and cannot switch analyses on; if the
 // API refuses a change, its reason is shown and the control goes back. Switching
-// analyses on or off is confirmed first and said afterwards.
+// analyses on or off is confirmed first and said afterwards. A Pro user also sees
+// today's use of their daily token budget (reserved by running analyses and spent).
 
 import { api, put } from "./api.js";
 import { confirmDialog } from "./dialog.js";
 import { h, replaceChildren } from "./dom.js";
+import { formatNumber } from "./format.js";
 
 function currentUser() {
   return document.querySelector(".app-header .user")?.textContent.trim() || "USER_ID";
@@ -25,6 +27,11 @@ function freePlanNotice() {
     h("pre", { class: "command" }, h("code", {}, grantProCommand())),
     h("p", { class: "hint" }, "Once your plan is Pro, you can switch on “Use AI analyses” here."),
   );
+}
+
+export function budgetLine(budget) {
+  const used = budget.spent + budget.reserved;
+  return `${formatNumber(used)} of ${formatNumber(budget.limit)} tokens used today; the budget renews at 00:00 UTC.`;
 }
 
 const TURN_ON = {
@@ -106,6 +113,7 @@ export async function mountAiSettings(slot) {
   replaceChildren(
     slot,
     h("p", { class: "hint" }, pro ? "Plan: Pro." : "Plan: Free (AI analyses need Pro)."),
+    pro && settings.budget ? h("p", { class: "hint", id: "ai-budget" }, budgetLine(settings.budget)) : null,
     pro ? null : freePlanNotice(),
     h("label", { class: "check" }, enabled, " Use AI analyses"),
     done,

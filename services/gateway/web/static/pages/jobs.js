@@ -197,7 +197,8 @@ export function mount(main) {
         showFormError(error, null);
         lookAgain(entry); // shows the new analysis now, then polls at its pace
       } catch (failure) {
-        const wait = failure.retryAfter ? ` Try again in ${failure.retryAfter} s.` : "";
+        // A spent daily budget's sentence says when it renews; seconds to midnight would not help.
+        const wait = failure.retryAfter && failure.code !== "budget_exhausted" ? ` Try again in ${failure.retryAfter} s.` : "";
         showFormError(error, { message: `${failure.message}${wait}` });
       } finally {
         start.disabled = false;

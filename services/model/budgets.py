@@ -1,0 +1,131 @@
+"""Daily token budgets (issue 36, point 3): what admission reserves and the settlement
+charges. Pure.
+
+Each owner has a budget of model tokens per UTC day (its plan's default, or what an
+operator set), and all owners together may have one more (``OPS_AI_GLOBAL_DAILY_TOKENS``).
+A day's use is ``reserved + spent``: admission reserves a task's expected tokens
+(``expected_tokens``) and refuses when that would pass a budget; each attempt's
+settlement moves its actual count from reserved to spent (``settle``), and the
+operation's end releases what is left of its reservation (ADR 0041).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+
+from durable_ops.model.errors import CapacityExceeded
+from durable_ops.model.states import Plan
+from durable_ops.model.subjects import SubjectKind
+from durable_ops.model.tasks import MAX_ANSWER_TOKENS
+
+BUDGET_EXHAUSTED = "budget_exhausted"
+OWNER_EXHAUSTED = "Your daily AI budget is used up; it renews at 00:00 UTC."
+GLOBAL_EXHAUSTED = "Today's AI budget for everyone is used up; it renews at 00:00 UTC."
+
+# A Pro owner's tokens per UTC day. On the real model (Gemma 3 270M, issue 36 point 2) a
+# strategy snapshot spends about 316 prompt + 271 completion tokens and a CV review about
+# 338 + 346: some 600 to 700 an analysis, so 100,000 is about 150 analyses a day at
+# today's sizes, or 100 with inputs twice as long, more than one person runs by hand.
+# Admission reserves an analysis's worst case (``expected_tokens``: up to about 7,300 at
+# the largest inputs), so even the last analysis of a busy day still fits.
+PRO_DAILY_TOKENS = 100_000
+# Free cannot run AI at all (``admission.require_entitled``): its budget is nothing.
+DAILY_TOKENS_BY_PLAN: Mapping[Plan, int] = {Plan.FREE: 0, Plan.PRO: PRO_DAILY_TOKENS}
+DAILY_TOKENS_MAX = 1_000_000_000  # what an operator may set for one owner
+
+# The prompt's fixed part: the system message (instructions and the answer's shape in
+# words, 566 to 698 characters today), the section lines and the chat template. A test
+# holds every task's rendered frame under it (tests/unit/test_budgets.py).
+PROMPT_FRAME_TOKENS = 400
+# Characters per prompt token, counted low: Gemma's tokenizer averages about 4 on English
+# text; 3 leaves room for denser text (numbers, other scripts) before the estimate is short.
+CHARS_PER_TOKEN = 3
+
+
+@dataclass(frozen=True)
+class DayUse:
+    """One budget's day: tokens reserved by running analyses, and spent by ended attempts."""
+
+    reserved: int = 0
+    spent: int = 0
+
+    @property
+    def used(self) -> int:
+        return self.reserved + self.spent
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What one transition does to its operation's budget day: the deltas of the day's
+    ``reserved`` (never positive) and ``spent``, and the reservation left outstanding."""
+
+    reserved: int
+    spent: int
+    outstanding: int
+
+    @property
+    def moves(self) -> bool:
+        return self.reserved != 0 or self.spent != 0
+
+
+def daily_limit(plan: Plan, override: int | None) -> int:
+    """The owner's tokens per day: what an operator set, else the plan's default."""
+    return DAILY_TOKENS_BY_PLAN[plan] if override is None else override
+
+
+def input_chars(kind: SubjectKind, texts: Mapping[str, str]) -> int:
+    """The characters of one subject the prompt keeps: each text cut to its budget, as
+    the worker cuts it (``ai_worker.prompts``)."""
+    return sum(min(len(texts[field.name]), field.budget) for field in kind.fields)
+
+
+def expected_tokens(chars: int) -> int:
+    """What one attempt of an analysis may spend: the prompt estimated from the inputs'
+    ``chars``, and the answer's hard cap (``max_tokens``). Most answers stay far under the
+    cap, so the settlement gives most of it back."""
+    prompt = PROMPT_FRAME_TOKENS + -(-chars // CHARS_PER_TOKEN)
+    return prompt + MAX_ANSWER_TOKENS
+
+
+def budget_day(now: datetime) -> date:
+    return now.astimezone(UTC).date()
+
+
+def renews_at(now: datetime) -> datetime:
+    """The next 00:00 UTC."""
+    return datetime.combine(budget_day(now) + timedelta(days=1), time(), tzinfo=UTC)
+
+
+def seconds_to_renewal(now: datetime) -> int:
+    """Whole seconds to the next 00:00 UTC, at least 1 (a ``Retry-After``)."""
+    return max(1, math.ceil((renews_at(now) - now).total_seconds()))
+
+
+def exhausted(message: str, now: datetime) -> CapacityExceeded:
+    refused = CapacityExceeded(message, retry_after_seconds=seconds_to_renewal(now))
+    refused.code = BUDGET_EXHAUSTED
+    return refused
+
+
+def require_room(
+    *, expected: int, everyone: DayUse, global_limit: int | None, now: datetime
+) -> None:
+    """The global budget, when there is one, takes ``expected`` more tokens today."""
+    if global_limit is not None and everyone.used + expected > global_limit:
+        raise exhausted(GLOBAL_EXHAUSTED, now)
+
+
+def fits(*, expected: int, owner: DayUse, limit: int) -> bool:
+    return owner.used + expected <= limit
+
+
+def settle(*, outstanding: int, tokens: int, ends: bool) -> Settled:
+    """An attempt's actual ``tokens`` (0 when it reported none) are spent; as many come
+    off the operation's ``outstanding`` reservation (a retry draws on what is left, and
+    past it on the day's budget); when the operation ``ends``, the rest is released."""
+    drawn = min(tokens, outstanding)
+    left = 0 if ends else outstanding - drawn
+    return Settled(reserved=left - outstanding, spent=tokens, outstanding=left)

@@ -1,0 +1,380 @@
+"""Daily token budgets enforced at admission (issue 36, point 3; ADR 0041), on both engines.
+
+Admission reserves an analysis's expected tokens on the owner's day in its reserving
+transaction; the settlement that ends an attempt spends the attempt's actual count and
+the operation's end releases the rest, so a day's ``spent`` is the sum over its
+attempts. Past a budget, 429 ``budget_exhausted`` with ``Retry-After`` to 00:00 UTC and
+the page's sentence. Concurrent admissions through two replicas never pass a budget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, date, datetime, timedelta
+
+import grpc
+import httpx
+import pytest
+from sqlalchemy import func, select
+
+from durable_ops import cli
+from durable_ops.api.ai_admission.v1 import ai_admission_pb2 as pb
+from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
+from durable_ops.api.workspace.v1 import workspace_pb2
+from durable_ops.model import budgets
+from durable_ops.model.admission import Limits
+from durable_ops.model.scope import Role
+from durable_ops.storage import budgets as budget_store
+from durable_ops.storage.schema import OperationAttempt, OwnerTokenBudget
+from tests.integration.test_attempt_usage import LOCAL, _settle, _used
+from tests.integration.test_gateway_workspace_ai import CV, JOB, _problem
+from tests.support.clock import ManualClock
+from tests.support.gateway import bearer, gateway_client, make_app, run
+from tests.support.grpc_services import Services, metadata, running_services
+from tests.support.operations_client import (
+    FAILED,
+    SUCCEEDED,
+    WAITING_FOR_RETRY,
+    OpsClient,
+)
+from tests.support.stored import operation, scalar
+from tests.support.workspace_client import (
+    CV_TEXT,
+    JOB_TEXT,
+    create_cv,
+    create_job,
+    entitle,
+    snapshot_request,
+)
+
+NOON = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0)
+SNAPSHOT = ("strategy.snapshot",)
+LEASE_SECONDS = 5
+ROOMY = Limits(per_user=20, global_=50)
+# What a snapshot of the helpers' job (and CV) is expected to cost.
+JOB_CHARS = len("Engineer") + len("Acme") + len(JOB_TEXT)
+EXPECTED = budgets.expected_tokens(JOB_CHARS + len(CV_TEXT))
+ALONE = budgets.expected_tokens(JOB_CHARS)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(NOON)
+
+
+@pytest.fixture
+def services(db_url: str, clock: ManualClock) -> Iterator[Services]:
+    with running_services(db_url, clock, ROOMY) as running:
+        yield running
+
+
+def _day(services: Services, owner: str, day: date | None = None) -> tuple[int, int]:
+    """(reserved, spent) of the owner's day, as stored; (0, 0) without a row."""
+    found = services.db.run(
+        lambda tx: budget_store.day_use(tx, day or NOON.date()), owner_id=owner, write=False
+    )
+    return found.reserved, found.spent
+
+
+def _spent_by_attempts(services: Services, owner: str) -> int:
+    attempt = OperationAttempt
+    summed = select(
+        func.coalesce(func.sum(attempt.prompt_tokens + attempt.completion_tokens), 0)
+    ).where(attempt.owner_user_id == owner)
+    return int(scalar(services.db, summed) or 0)
+
+
+def _set_budget(services: Services, owner: str, tokens: int | None) -> None:
+    services.db.run(
+        lambda tx: budget_store.set_override(tx, tokens, set_by="test", now=NOON), owner_id=owner
+    )
+
+
+def _admit(services: Services, owner: str, cv: bool = True) -> pb.AdmitResponse:
+    """A snapshot of a new job of ``owner``'s (and a new CV of theirs)."""
+    job = create_job(services.workspace, owner)
+    context = create_cv(services.workspace, owner) if cv else ""
+    response: pb.AdmitResponse = services.admission.Admit(
+        snapshot_request(job, context), metadata=metadata(Role.GATEWAY, owner)
+    )
+    return response
+
+
+def _trailers(error: grpc.RpcError) -> dict[str, str]:
+    return {item.key: str(item.value) for item in error.trailing_metadata() or ()}
+
+
+def _refusal(call: Callable[[], object]) -> tuple[str, str, str]:
+    """(error code, Retry-After seconds, message) of a refused call."""
+    with pytest.raises(grpc.RpcError) as caught:
+        call()
+    trailers = _trailers(caught.value)
+    return (
+        str(trailers["x-error-code"]),
+        str(trailers["x-retry-after"]),
+        str(caught.value.details()),
+    )
+
+
+def test_the_reservation_is_settled_with_the_actual_count_and_released_at_the_end(
+    services: Services, ops: OpsClient
+) -> None:
+    entitle(services.db, "alice")
+    admitted = _admit(services, "alice").operation
+    row = operation(services.db, admitted.id)
+    assert row is not None
+    assert (row.budget_day, row.reserved_tokens) == (NOON.date(), EXPECTED)
+    assert _day(services, "alice") == (EXPECTED, 0)
+
+    lease = ops.claim_one(SNAPSHOT)
+    done = _settle(
+        ops, lease, _used(316, 271, 900), ops_pb.CompleteOperationRequest(provenance=LOCAL)
+    )
+    assert done == SUCCEEDED
+    # The actual count is spent, the rest of the reservation given back.
+    assert _day(services, "alice") == (0, 316 + 271)
+    assert _spent_by_attempts(services, "alice") == 316 + 271
+    row = operation(services.db, admitted.id)
+    assert row is not None
+    assert row.reserved_tokens == 0
+
+
+def test_a_retried_attempt_counts_and_a_killed_one_costs_nothing(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    entitle(services.db, "alice")
+    admitted = _admit(services, "alice").operation
+
+    first = ops.claim_one(SNAPSHOT, LEASE_SECONDS)
+    failed = _settle(
+        ops,
+        first,
+        _used(300, 40, 800),
+        ops_pb.FailOperationRequest(retryable=True, failure_code="invalid_model_output"),
+    )
+    assert failed == WAITING_FOR_RETRY
+    # Drawn from the reservation, which still covers the next attempt's rest.
+    assert _day(services, "alice") == (EXPECTED - 340, 340)
+
+    def retry_due() -> None:
+        clock.advance(60)
+        assert services.sweep().promoted == 1
+
+    retry_due()
+    ops.claim_one(SNAPSHOT, LEASE_SECONDS)  # the worker dies before the model answers
+    clock.advance(LEASE_SECONDS + 1)
+    services.sweep()
+    assert ops.get("alice", admitted.id).state == WAITING_FOR_RETRY
+    assert _day(services, "alice") == (EXPECTED - 340, 340)  # it cost nothing
+
+    retry_due()
+    third = ops.claim_one(SNAPSHOT, LEASE_SECONDS)
+    done = _settle(
+        ops, third, _used(300, 120, 900), ops_pb.CompleteOperationRequest(provenance=LOCAL)
+    )
+    assert done == SUCCEEDED
+    assert _day(services, "alice") == (0, 340 + 420)
+    assert _spent_by_attempts(services, "alice") == 340 + 420
+
+
+def test_a_manual_retry_the_next_day_spends_from_that_day(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    entitle(services.db, "frank")
+    admitted = _admit(services, "frank").operation
+    first = ops.claim_one(SNAPSHOT, LEASE_SECONDS)
+    failed = _settle(
+        ops,
+        first,
+        _used(100, 10, 500),
+        ops_pb.FailOperationRequest(retryable=False, failure_code="invalid_model_output"),
+    )
+    assert failed == FAILED
+    assert _day(services, "frank") == (0, 110)
+
+    clock.advance(24 * 3600)
+    tomorrow = (NOON + timedelta(days=1)).date()
+    ops.retry("frank", admitted.id)
+    again = ops.claim_one(SNAPSHOT, LEASE_SECONDS)
+    done = _settle(
+        ops, again, _used(200, 20, 700), ops_pb.CompleteOperationRequest(provenance=LOCAL)
+    )
+    assert done == SUCCEEDED
+    assert _day(services, "frank") == (0, 110)  # yesterday's stays as it was
+    assert _day(services, "frank", tomorrow) == (0, 220)
+    assert _spent_by_attempts(services, "frank") == 110 + 220
+
+
+def test_a_killed_last_attempt_releases_the_reservation_and_spends_nothing(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    entitle(services.db, "bob")
+    admitted = _admit(services, "bob").operation
+    for attempt in range(3):  # every attempt's worker dies before the model answers
+        ops.claim_one(SNAPSHOT, LEASE_SECONDS)
+        clock.advance(LEASE_SECONDS + 1)
+        services.sweep()
+        if attempt < 2:
+            clock.advance(60)
+            services.sweep()
+    assert ops.get("bob", admitted.id).state == FAILED
+    assert _day(services, "bob") == (0, 0)
+
+
+def test_a_cancelled_queued_analysis_gives_its_reservation_back(
+    services: Services, ops: OpsClient
+) -> None:
+    entitle(services.db, "carol")
+    admitted = _admit(services, "carol").operation
+    ops.cancel("carol", admitted.id)
+    assert _day(services, "carol") == (0, 0)
+
+
+def test_past_the_budget_the_gateway_answers_429_with_retry_after_and_the_sentence(
+    services: Services, ops: OpsClient
+) -> None:
+    entitle(services.db, "alice")
+    _set_budget(services, "alice", EXPECTED + 600)
+
+    async def start(client: httpx.AsyncClient) -> httpx.Response:
+        job = await client.post("/api/jobs", json=JOB, headers=bearer("alice"))
+        cv = await client.post("/api/attachments", json=CV, headers=bearer("alice"))
+        path = f"/api/jobs/{job.json()['id']}/strategy-snapshot"
+        return await client.post(
+            path, json={"attachment_id": cv.json()["id"]}, headers=bearer("alice")
+        )
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            first = await start(client)
+            assert first.status_code == 202
+            settings = (await client.get("/api/settings/ai", headers=bearer("alice"))).json()
+            assert settings["budget"] == {
+                "limit": EXPECTED + 600,
+                "spent": 0,
+                "reserved": EXPECTED,
+                "renews_at": (NOON.replace(hour=0) + timedelta(days=1)).strftime(
+                    "%Y-%m-%dT%H:%M:%S.%fZ"
+                ),
+            }
+
+            over = await start(client)
+            body = _problem(over, 429, "budget_exhausted")
+            assert body["detail"] == "Your daily AI budget is used up; it renews at 00:00 UTC."
+            assert over.headers["retry-after"] == str(12 * 3600)  # noon to midnight UTC
+
+            # The first analysis ends having spent 587: its reservation's rest comes back.
+            lease = ops.claim_one(SNAPSHOT)
+            _settle(
+                ops, lease, _used(316, 271, 900), ops_pb.CompleteOperationRequest(provenance=LOCAL)
+            )
+            again = await start(client)
+            assert again.status_code == 202
+
+    run(scenario())
+    assert _day(services, "alice") == (EXPECTED, 587)
+
+
+def test_an_operator_can_stop_an_owners_analyses_and_give_back_the_plans_budget(
+    services: Services,
+) -> None:
+    entitle(services.db, "dana")
+    _set_budget(services, "dana", 0)
+    code, retry_after, message = _refusal(lambda: _admit(services, "dana"))
+    assert (code, message) == ("budget_exhausted", budgets.OWNER_EXHAUSTED)
+    assert int(retry_after) == 12 * 3600
+    _set_budget(services, "dana", None)  # back to the plan's
+    assert _admit(services, "dana").reused is False
+    reply = services.workspace.GetAiSettings(
+        workspace_pb2.GetAiSettingsRequest(), metadata=metadata(Role.GATEWAY, "dana")
+    )
+    assert (reply.budget.limit, reply.budget.reserved) == (budgets.PRO_DAILY_TOKENS, EXPECTED)
+
+
+def test_the_global_budget_holds_across_owners(db_url: str, clock: ManualClock) -> None:
+    limits = Limits(per_user=20, global_=50, global_daily_tokens=2 * EXPECTED + 10)
+    with running_services(db_url, clock, limits) as services:
+        for owner in ("alice", "bob"):
+            entitle(services.db, owner)
+            assert _admit(services, owner).reused is False
+        entitle(services.db, "carol")
+        code, _retry_after, message = _refusal(lambda: _admit(services, "carol"))
+    assert (code, message) == ("budget_exhausted", budgets.GLOBAL_EXHAUSTED)
+
+
+def test_concurrent_admissions_through_two_replicas_never_pass_a_budget(
+    db_url: str, clock: ManualClock
+) -> None:
+    """Admissions at once through two admission replicas. First six of alice's, whose own
+    budget has room for three; then three of bob's and three of carol's, with the global
+    budget's room for five in all, two of them left. Exactly as many are admitted as fit,
+    and reserved + spent stays within each budget."""
+    limits = Limits(per_user=20, global_=50, global_daily_tokens=5 * ALONE + 10)
+    with contextlib.ExitStack() as stack:
+        replicas = [stack.enter_context(running_services(db_url, clock, limits)) for _ in "ab"]
+        for owner in ("alice", "bob", "carol"):
+            entitle(replicas[0].db, owner)
+        _set_budget(replicas[0], "alice", 3 * ALONE + 10)
+
+        def race(owners: list[str]) -> list[str]:
+            requests = [
+                (owner, snapshot_request(create_job(replicas[0].workspace, owner)))
+                for owner in owners
+            ]
+
+            def admit(n: int) -> str:
+                owner, request = requests[n]
+                try:
+                    replicas[n % 2].admission.Admit(request, metadata=metadata(Role.GATEWAY, owner))
+                except grpc.RpcError as refused:
+                    return f"{owner}:{_trailers(refused)['x-error-code']}"
+                return f"{owner}:admitted"
+
+            with ThreadPoolExecutor(len(requests)) as pool:
+                return sorted(pool.map(admit, range(len(requests))))
+
+        alone = race(["alice"] * 6)
+        assert alone == ["alice:admitted"] * 3 + ["alice:budget_exhausted"] * 3
+        alice = _day(replicas[0], "alice")
+        assert alice == (3 * ALONE, 0)
+
+        together = race(["bob", "carol"] * 3)
+        everyone = replicas[0].db.run(
+            lambda tx: budget_store.everyone_use(tx, NOON.date()), owner_id=None, write=False
+        )
+    admitted = [answer for answer in together if answer.endswith(":admitted")]
+    assert len(admitted) == 2, together
+    assert len(together) - len(admitted) == together.count("bob:budget_exhausted") + (
+        together.count("carol:budget_exhausted")
+    )
+    assert everyone.used == 5 * ALONE <= 5 * ALONE + 10
+
+
+def test_opsctl_users_set_budget(
+    services: Services,
+    db_url: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("getpass.getuser", lambda: "ops.admin")
+    entitle(services.db, "erin")
+    assert cli.main(["users", "set-budget", "erin", "2000", "--database-url", db_url]) == 0
+    out = capsys.readouterr().out
+    assert "erin: daily token budget 2,000 (set by ops.admin); 0 used today" in out
+    kept = select(OwnerTokenBudget.daily_tokens, OwnerTokenBudget.set_by)
+    assert services.db.run(
+        lambda tx: tuple(tx.across_owners().execute(kept).one()), owner_id=None
+    ) == (2000, "ops.admin")
+    code, _retry_after, _message = _refusal(lambda: _admit(services, "erin"))
+    assert code == "budget_exhausted"  # 2,000 is less than one analysis's reservation
+
+    assert cli.main(["users", "set-budget", "erin", "default", "--database-url", db_url]) == 0
+    assert "daily token budget 100,000 (the plan's default)" in capsys.readouterr().out
+    assert scalar(services.db, select(func.count()).select_from(OwnerTokenBudget)) == 0
+    assert _admit(services, "erin").reused is False
+
+    for wrong in ("-1", "lots", "1e6", str(budgets.DAILY_TOKENS_MAX + 1), "٣"):
+        assert cli.main(["users", "set-budget", "erin", wrong, "--database-url", db_url]) == 2
+        assert "TOKENS must be `default` or a whole number" in capsys.readouterr().err
