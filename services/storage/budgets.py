@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import cast
 
-from sqlalchemy import Insert, Table, bindparam, delete, func, insert, select, update
+from sqlalchemy import Table, bindparam, delete, func, insert, select, update
 
 from durable_ops.model import budgets
 from durable_ops.model.budgets import DayUse
@@ -44,17 +44,7 @@ _EVERYONE = select(
 _OPENED = insert(DAYS).values(
     owner_user_id=bindparam("owner"), day=bindparam("on_day"), reserved=0, spent=0
 )
-# Two first admissions (or settlements) of one owner's day may race to add the row: the
-# loser's insert is a no-op.
-_OPEN_BY_DIALECT: dict[str, Insert] = {
-    "sqlite": _OPENED.prefix_with("OR IGNORE"),
-    "mysql": _OPENED.prefix_with("IGNORE"),
-    "mariadb": _OPENED.prefix_with("IGNORE"),
-}
-_OPEN_OWN = {
-    dialect: statement.values(owner_user_id=SCOPE_OWNER)
-    for dialect, statement in _OPEN_BY_DIALECT.items()
-}
+_OPEN_OWN = _OPENED.values(owner_user_id=SCOPE_OWNER)
 _CHARGE = (
     update(DAYS)
     .where(DAYS.c.owner_user_id == bindparam("owner"), DAYS.c.day == bindparam("on_day"))
@@ -131,7 +121,7 @@ def reserve(tx: Tx, *, tokens: int, limit: int, day: date, now: datetime) -> Non
     """Reserve ``tokens`` of the scope owner's ``day``, or refuse (429) past ``limit``."""
     taken = {"on_day": day, "tokens": tokens, "limit": limit}
     if not tx.write(_TAKE, taken):
-        tx.write(_OPEN_OWN[tx.dialect], {"on_day": day})
+        tx.insert_if_absent(_OPEN_OWN, {"on_day": day})  # first admissions may race
         if not tx.write(_TAKE, taken):
             raise budgets.exhausted(budgets.OWNER_EXHAUSTED, now)
 
@@ -156,7 +146,7 @@ def charge(tx: Tx, charges: Iterable[Charge]) -> None:
         written.update(reserved_delta=reserved_delta, spent_delta=spent_delta)
         if not tx.write(_CHARGE, written):
             # A manual retry moved the operation to a day it has no row for yet: open it.
-            tx.write(_OPEN_BY_DIALECT[tx.dialect], {"owner": owner, "on_day": day})
+            tx.insert_if_absent(_OPENED, {"owner": owner, "on_day": day})
             tx.write(_CHARGE, written)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from sqlalchemy import Insert, Table, bindparam, insert, select, update
+from sqlalchemy import Table, bindparam, insert, select, update
 
 from durable_ops.model import bounds
 from durable_ops.model.errors import CapacityExceeded
@@ -42,12 +42,6 @@ _READ = select(*(STORAGE.c[name] for name in _COUNTED)).where(
     STORAGE.c.owner_user_id == SCOPE_OWNER
 )
 _FIRST = insert(STORAGE).values(owner_user_id=SCOPE_OWNER, jobs=0, attachments=0, stored_bytes=0)
-# Two first creates of one owner may race to add the row: the loser's insert is a no-op.
-_FIRST_BY_DIALECT: dict[str, Insert] = {
-    "sqlite": _FIRST.prefix_with("OR IGNORE"),
-    "mysql": _FIRST.prefix_with("IGNORE"),
-    "mariadb": _FIRST.prefix_with("IGNORE"),
-}
 
 
 def utf8_bytes(*texts: str) -> int:
@@ -61,7 +55,7 @@ def take(tx: Tx, *, jobs: int = 0, attachments: int = 0, stored_bytes: int) -> N
         return
     held = tx.execute(_READ).first()
     if held is None:  # the owner's first create
-        tx.write(_FIRST_BY_DIALECT[tx.dialect], {})
+        tx.insert_if_absent(_FIRST, {})  # two first creates of one owner may race
         if tx.write(_TAKE, share):
             return
         held = tx.execute(_READ).one()

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from functools import cache, lru_cache
 from typing import Any
 
-from sqlalchemy import BindParameter, Column, CursorResult, Executable, Table, bindparam
+from sqlalchemy import BindParameter, Column, CursorResult, Executable, Insert, Table, bindparam
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import visitors
 
@@ -100,6 +100,12 @@ class Tx:
             raise ScopeViolation("the neutral scope has no owner to bind")
         return values
 
+    def insert_if_absent(self, statement: Insert, parameters: Mapping[str, Any]) -> int:
+        """``statement`` as an INSERT that leaves a row with the same key as it is: two
+        first writers of one row may race, and the loser's insert is a no-op. The rows
+        it inserted (0 or 1)."""
+        return self.write(_ignoring_duplicates(statement, self.dialect), parameters)
+
     def execute_many(
         self, statement: Executable, rows: Sequence[Mapping[str, Any]]
     ) -> CursorResult[Any]:
@@ -112,6 +118,12 @@ class Tx:
             raise ScopeViolation("the neutral scope has no owner to bind")
         extra = {SCOPE_OWNER_KEY: self.owner_id} if binds else {}
         return self.connection.execute(statement, [{**row, **extra} for row in rows])
+
+
+@cache
+def _ignoring_duplicates(statement: Insert, dialect: str) -> Insert:
+    # One statement object per dialect, so the scope check's cache keeps recognising it.
+    return statement.prefix_with("OR IGNORE" if dialect == "sqlite" else "IGNORE")
 
 
 class OperatorTx(Tx):
