@@ -1,10 +1,11 @@
-"""``python -m benchmarks.warm_start [--rounds N] [--checkout DIR] [--steps]``: the stack's
-warm start and its stop.
+"""``python -m benchmarks.warm_start [--rounds N] [--checkout DIR] [--steps] [--mariadb]``:
+the stack's warm start and its stop.
 
 Each round runs ``scripts/run.sh`` (of ``--checkout``, default this one: time
 another commit's in a checkout of its own) as a user would (a warm machine: the
 environment is installed, the database is migrated after the first round) on
-its own free ports and a SQLite database of its own, and times, from the
+its own free ports and a SQLite database of its own (``--mariadb``: a fresh
+MariaDB database), and times, from the
 command to the line:
 
 - **start**: the sign-in link (``sign in: …``), and the CPU seconds the command's
@@ -26,6 +27,7 @@ SQLite file, to its health check: wall and CPU seconds, what each costs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import selectors
 import signal
@@ -38,6 +40,8 @@ from pathlib import Path
 from typing import IO
 
 import httpx
+
+from benchmarks.databases import mariadb_database
 
 ROOT = Path(__file__).resolve().parent.parent
 PORTS = 6  # --port-base and the five after it
@@ -238,6 +242,7 @@ def main() -> None:
         "--checkout", type=Path, default=ROOT, help="whose scripts/run.sh (default: this one)"
     )
     parser.add_argument("--steps", action="store_true", help="each child alone instead")
+    parser.add_argument("--mariadb", action="store_true", help="on MariaDB instead of SQLite")
     args = parser.parse_args()
     checkout: Path = args.checkout.resolve()
     print(f"{checkout} at load {os.getloadavg()[0]:.2f}")
@@ -248,8 +253,13 @@ def main() -> None:
     cpus: list[float] = []
     stops: list[float] = []
     handed_back: list[str] = []
-    with tempfile.TemporaryDirectory() as scratch:
-        database_url = f"sqlite:///{Path(scratch) / 'warm-start.sqlite3'}"
+    with contextlib.ExitStack() as stack:
+        scratch = stack.enter_context(tempfile.TemporaryDirectory())
+        database_url = (
+            stack.enter_context(mariadb_database(migrated=False))
+            if args.mariadb
+            else f"sqlite:///{Path(scratch) / 'warm-start.sqlite3'}"
+        )
         left: str | None = None  # the analysis the previous round's stop interrupted
         for number in range(args.rounds + 1):
             run = Run(checkout, database_url, _free_port_base())
