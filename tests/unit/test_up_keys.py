@@ -8,6 +8,7 @@ from pathlib import Path
 from durable_ops.model.scope import Role
 from durable_ops.rpc.keys import ensure_role_keys, private_key_path
 from durable_ops.rpc.tls import CA_CERT, SERVER_CERT, SERVER_KEY, ensure_tls
+from durable_ops.stack.children import SIGNS_AS, own_key_env
 from durable_ops.up import KEPT_KEYS, _keys_made
 
 
@@ -27,3 +28,14 @@ def test_one_missing_key_is_made_again(tmp_path: Path) -> None:
     ensure_tls(tmp_path)
     private_key_path(tmp_path, "operator").unlink()
     assert not _keys_made(tmp_path)
+
+
+def test_each_signing_child_is_handed_the_key_rpc_keys_makes(tmp_path: Path) -> None:
+    """``stack.children`` spells the private key's path itself (importing rpc would load
+    grpc before the children start): it must be the path ``rpc.keys`` writes."""
+    env = {"OPS_SERVICE_KEYS_DIR": str(tmp_path)}
+    for name, role in SIGNS_AS.items():
+        assert own_key_env(name, env) == {
+            "OPS_SERVICE_KEY": str(private_key_path(tmp_path, role.value))
+        }
+    assert own_key_env("services", env) == {}  # the services sign nothing
