@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,7 @@ from durable_ops.api.ai_admission.v1 import ai_admission_pb2
 from durable_ops.api.notifications.v1 import notifications_pb2
 from durable_ops.api.operations.v1 import operations_pb2
 from durable_ops.api.workspace.v1 import workspace_pb2
+from durable_ops.model.addresses import named_host, replica_targets
 from durable_ops.model.errors import DomainError, Unavailable
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller, open_channel
@@ -33,6 +36,9 @@ from durable_ops.settings import Settings
 
 DEFAULT_CALL_TIMEOUT_SECONDS = 10.0
 HEALTH_TIMEOUT_SECONDS = 2.0
+# How long the replicas a DNS name resolved to are used before it is resolved again: an
+# event stream opened after a scale-up watches the new replica within it (figure 12).
+RESOLVED_SECONDS = 10.0
 
 _log = structlog.get_logger(__name__)
 # The backend refused the gateway's own credential: a deployment fault, not the user's.
@@ -105,8 +111,10 @@ class Backends:
         self.call_timeout = call_timeout
         self._loop: asyncio.AbstractEventLoop | None = None
         self._channels: dict[str, grpc.aio.Channel] = {}
-        # (backend, factory) -> factory(that backend's channel); see ``stub``.
+        # (backend or backend@replica, factory) -> factory(its channel); see ``stub``.
         self._stubs: dict[tuple[str, StubFactory[object]], object] = {}
+        self._resolved: dict[str, tuple[float, list[str]]] = {}  # backend -> (when, replicas)
+        self._server_names: dict[str, str] = {}  # a resolved replica -> the name it came from
 
     @classmethod
     def from_settings(cls, settings: Settings, names: Sequence[str] = DEFAULT_BACKENDS) -> Backends:
@@ -120,20 +128,52 @@ class Backends:
         """The gateway credential and the authenticated user as ``x-owner-id``."""
         return self.caller.metadata(owner_id)
 
-    def channel(self, name: str) -> grpc.aio.Channel:
+    def channel(self, name: str, target: str | None = None) -> grpc.aio.Channel:
+        """The channel to backend ``name``: to every replica in turn, or to the one
+        ``target`` (one of ``replicas``)."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             # A new loop (tests run several): channels of the old one cannot be used here.
             self._loop = loop
             self._channels = {}
             self._stubs = {}
-        channel = self._channels.get(name)
+        key = name if target is None else f"{name}@{target}"
+        channel = self._channels.get(key)
         if channel is None:
-            channel = open_channel(self.specs[name].target, self.ca)
-            self._channels[name] = channel
+            if target is None:
+                channel = open_channel(self.specs[name].target, self.ca)
+            else:
+                channel = open_channel(target, self.ca, self._server_names.get(target, ""))
+            self._channels[key] = channel
         return channel
 
-    def stub(self, name: str, factory: StubFactory[StubT]) -> StubT:
+    async def replicas(self, name: str) -> list[str]:
+        """A target for each replica of backend ``name``: the addresses its target lists,
+        or those its DNS name resolves to (IPv4; a Compose service scaled to several
+        containers), again at most every ``RESOLVED_SECONDS``; the target itself when
+        neither gives any."""
+        target = self.specs[name].target
+        named = named_host(target)
+        if named is None:
+            return replica_targets(target)
+        host, port = named
+        now = time.monotonic()
+        resolved = self._resolved.get(name)
+        if resolved is not None and now - resolved[0] < RESOLVED_SECONDS:
+            return resolved[1]
+        try:
+            found = await asyncio.get_running_loop().getaddrinfo(
+                host, port, family=socket.AF_INET, type=socket.SOCK_STREAM
+            )
+        except OSError:
+            return [target]
+        replicas = [f"ipv4:{address}:{port}" for address in sorted({info[4][0] for info in found})]
+        for replica in replicas:
+            self._server_names[replica] = host
+        self._resolved[name] = (now, replicas or [target])
+        return replicas or [target]
+
+    def stub(self, name: str, factory: StubFactory[StubT], target: str | None = None) -> StubT:
         """A generated stub (``factory`` is its class) bound to the channel of ``name``.
 
         Built once per backend and factory (a stub builds one callable per method).
@@ -141,8 +181,8 @@ class Backends:
         ``...Stub`` class gives its ``...AsyncStub`` (awaitable, typed methods) once
         grpc's own types (types-grpcio) are installed; without them its methods are Any.
         """
-        channel = self.channel(name)
-        key = (name, factory)
+        channel = self.channel(name, target)
+        key = (name if target is None else f"{name}@{target}", factory)
         cached = self._stubs.get(key)
         if cached is not None:
             # The cache holds what ``factory`` built under this very key: its StubT.

@@ -33,8 +33,10 @@ class OwnerCalls:
     backends: Backends
     user: User
 
-    def stub(self, backend: str, factory: Callable[[grpc.aio.Channel], StubT]) -> StubT:
-        return self.backends.stub(backend, factory)
+    def stub(
+        self, backend: str, factory: Callable[[grpc.aio.Channel], StubT], target: str | None = None
+    ) -> StubT:
+        return self.backends.stub(backend, factory, target)
 
     async def __call__(
         self,

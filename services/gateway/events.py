@@ -21,7 +21,9 @@ one more gets 429 ``too_many_waits`` with ``Retry-After``.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -46,7 +48,7 @@ from durable_ops.gateway.pagination import query_params
 from durable_ops.gateway.partial import fields_so_far
 from durable_ops.gateway.problems import invalid, too_many_waits
 from durable_ops.model.errors import InvalidArgument, Unavailable
-from durable_ops.model.event_ids import event_time
+from durable_ops.model.event_ids import event_id, event_time
 
 PATH = "/api/events"
 LAST_EVENT_ID = "last-event-id"
@@ -57,7 +59,6 @@ RECONNECT_MILLISECONDS = 2000  # the browser's pause before it reconnects with L
 # (a retry queues it again): the unread count is read again.
 NOTICE_STATES = {"succeeded", "failed", "cancelled", "queued"}
 
-_operations = stub_for("operations", pb_grpc.OperationsServiceStub)
 _notifications = stub_for("notifications", notifications_grpc.NotificationsServiceStub)
 
 
@@ -95,12 +96,14 @@ def frame(event: str, data: Mapping[str, Any], event_id: str | None = None) -> s
     return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
 
 
-def operation_event(change: pb.OwnerChange) -> str:
+def operation_event(change: pb.OwnerChange, n: int) -> str:
+    """The change as the stream's ``n``-th operation event: its id keeps the time the
+    replica gave (where a resumed stream reads on) and counts this stream's events."""
     draft = None
     if change.HasField("draft"):
         draft = {"attempt": change.draft.attempt, "partial": fields_so_far(change.draft.text)}
     body = {"operation": dto.operation(change.operation), "draft": draft}
-    return frame("operation", body, change.event_id)
+    return frame("operation", body, event_id(event_time(change.event_id), n))
 
 
 def _after(request: Request) -> str:
@@ -136,14 +139,27 @@ async def events(request: Request) -> Response:
 
 
 async def _stream(calls: OwnerCalls, after: str, signals: UnreadSignals) -> AsyncIterator[str]:
-    """Operation events as WatchOwner yields them, the unread count when it may have
-    changed, and a keepalive comment when all is quiet."""
+    """Operation events as the replicas' WatchOwner calls yield them, the unread count
+    when it may have changed, and a keepalive comment when all is quiet.
+
+    One watch per Operations replica the target lists: the replica that commits a change
+    (the one holding a streaming answer's lease) pushes it at once, where another replica
+    would find it only by its shared poll (figure 12: token → page p95 ≤ 250 ms through
+    any replica). The stream goes on while one watch does."""
     yield f"retry: {RECONNECT_MILLISECONDS}\n\n"
-    watch = _operations(calls).WatchOwner(
-        pb.WatchOwnerRequest(after=after), metadata=calls.backends.metadata(calls.user.id)
-    )
+    request = pb.WatchOwnerRequest(after=after)
+    metadata = calls.backends.metadata(calls.user.id)
+    watches = [
+        calls.stub("operations", pb_grpc.OperationsServiceStub, target).WatchOwner(
+            request, metadata=metadata
+        )
+        for target in await calls.backends.replicas("operations")
+    ]
     changes: asyncio.Queue[pb.OwnerChange | BaseException] = asyncio.Queue()
-    reader = asyncio.ensure_future(_read(watch, changes.put_nowait))
+    readers = [asyncio.ensure_future(_read(watch, changes.put_nowait)) for watch in watches]
+    watching = len(watches)
+    sent = SentChanges()
+    sent_count = 0
     unread: int | None = None
     clock = asyncio.get_running_loop().time
     counted_at = -UNREAD_REFRESH_SECONDS  # the count as the stream opens
@@ -162,13 +178,61 @@ async def _stream(calls: OwnerCalls, after: str, signals: UnreadSignals) -> Asyn
                     yield ": keepalive\n\n"
                     continue
                 if isinstance(got, BaseException):
-                    raise got
-                yield operation_event(got)
+                    watching -= 1
+                    if not watching:
+                        raise got
+                    continue
+                if not sent.to_send(got):
+                    continue
+                yield operation_event(got, sent_count)
+                sent_count += 1
                 if dto.state_name(got.operation.state) in NOTICE_STATES:
                     marked.set()
     finally:
-        reader.cancel()
-        watch.cancel()
+        for reader in readers:
+            reader.cancel()
+        for watch in watches:
+            watch.cancel()
+
+
+class SentChanges:
+    """Which versions of each operation a stream sent, so that of the changes every
+    replica's watch reports, each goes to the page once and a late one does not undo a
+    newer one.
+
+    A version is the operation as read (``updated_at`` included) with its draft. A
+    version never sent goes out (a replica's clock may stamp a newer change earlier,
+    so stamps alone cannot rank it); one sent before goes out again only when it is
+    newer than the last one sent, which heals a page that a late read had set back."""
+
+    REMEMBERED = 16  # versions per operation: a replica's poll lags by a few at most
+
+    def __init__(self) -> None:
+        self._versions: dict[str, OrderedDict[bytes, tuple[int, int]]] = {}
+        self._last: dict[str, tuple[int, int]] = {}
+
+    def to_send(self, change: pb.OwnerChange) -> bool:
+        """Whether ``change`` is to be sent (and it is then remembered as sent)."""
+        operation = change.operation
+        stamp = (operation.updated_at.seconds, operation.updated_at.nanos)
+        key = _version(change)
+        versions = self._versions.setdefault(operation.id, OrderedDict())
+        if key in versions and stamp <= self._last[operation.id]:
+            return False
+        versions[key] = stamp
+        versions.move_to_end(key)
+        while len(versions) > self.REMEMBERED:
+            versions.popitem(last=False)
+        self._last[operation.id] = stamp
+        return True
+
+
+def _version(change: pb.OwnerChange) -> bytes:
+    """The operation and its draft as read, without the event id each replica numbers."""
+    hashed = hashlib.blake2b(change.operation.SerializeToString(deterministic=True), digest_size=16)
+    if change.HasField("draft"):
+        hashed.update(change.draft.SerializeToString(deterministic=True))
+    return hashed.digest()
 
 
 async def _read(

@@ -36,3 +36,36 @@ def hosts_of(address: str) -> list[str]:
 def stays_on_this_host(address: str) -> bool:
     """Whether every host ``address`` names is loopback (so plaintext never leaves it)."""
     return all(is_loopback(host) for host in hosts_of(address))
+
+
+def replica_targets(target: str) -> list[str]:
+    """One target per replica that ``target`` lists (``ipv4:a:1,b:2`` → ``ipv4:a:1``,
+    ``ipv4:b:2``); any other target is one (a DNS name is resolved by gRPC, replica
+    unknown)."""
+    for scheme in ("ipv4:", "ipv6:"):
+        if target.startswith(scheme):
+            parts = [part for part in target[len(scheme) :].split(",") if part]
+            return [scheme + part for part in parts] or [target]
+    return [target]
+
+
+def named_host(target: str) -> tuple[str, int] | None:
+    """The DNS name and port of a target that names one host by name (``operations:50051``,
+    ``dns:///operations:50051``): its replicas are the addresses it resolves to. None for
+    address literals and lists."""
+    rest = target
+    for scheme in ("dns:///", "dns:"):
+        if rest.startswith(scheme):
+            rest = rest[len(scheme) :]
+            break
+    else:
+        if rest.startswith(("ipv4:", "ipv6:", "unix:")):
+            return None
+    host, sep, port = rest.rpartition(":")
+    if not sep or "," in rest or not port.isdigit() or not host or host.startswith("["):
+        return None
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return host, int(port)
+    return None

@@ -53,13 +53,17 @@ class UnaryMethod(Protocol[_Request_contra, _Response_co]):
     ) -> Awaitable[_Response_co]: ...
 
 
-def open_channel(target: str, ca: Path | None) -> grpc.aio.Channel:
+def open_channel(target: str, ca: Path | None, server_name: str = "") -> grpc.aio.Channel:
     """A channel to every replica ``target`` names, used in turn (round robin): plaintext
-    on loopback, else TLS trusting ``ca`` (``tls``)."""
+    on loopback, else TLS trusting ``ca`` (``tls``) and expecting the certificate of
+    ``server_name`` when given (a replica reached by the address its name resolved to)."""
     credentials = channel_credentials(target, ca)
     if credentials is None:
         return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
-    return grpc.aio.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
+    options = CHANNEL_OPTIONS
+    if server_name:
+        options += (("grpc.ssl_target_name_override", server_name),)
+    return grpc.aio.secure_channel(target, credentials, options=options)
 
 
 class ServiceCaller:

@@ -23,6 +23,7 @@ import pytest
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.gateway.app import create_app
 from durable_ops.gateway.backends import Backends
+from durable_ops.operations.tuning import Tuning
 from tests.support.clock import ManualClock
 from tests.support.gateway import (
     LiveGateway,
@@ -37,6 +38,7 @@ from tests.support.gateway import (
 )
 from tests.support.grpc_services import Services, running_services
 from tests.support.operations_client import Lease, OpsClient
+from tests.support.ports import refusing_port
 from tests.support.workspace_client import JOB_TEXT, entitle
 
 HANG_GUARD = 10.0
@@ -338,3 +340,41 @@ def test_the_analysis_read_carries_the_running_attempts_answer_so_far(
             stream.close()
 
     run(scenario())
+
+
+def test_a_stream_watches_every_replica_the_target_lists(db_url: str) -> None:
+    """Each replica's own commits reach the stream at once, though neither replica's poll
+    for the other's commits runs within the test (figure 12 through any replica); a
+    replica that is down leaves the stream to the others."""
+    clock = ManualClock()
+    no_poll = Tuning(watch_interval_seconds=600.0)
+    with (
+        running_services(db_url, clock, tuning=no_poll) as one,
+        running_services(db_url, clock, tuning=no_poll) as two,
+    ):
+        down = f"127.0.0.1:{refusing_port()}"
+        settings = gateway_settings(
+            one.target, operations_target=f"ipv4:{one.target},{two.target},{down}"
+        )
+        with LiveGateway(create_app(settings, Backends.from_settings(settings))) as gateway:
+
+            async def scenario() -> None:
+                async with (
+                    httpx.AsyncClient(base_url=gateway.url, timeout=HANG_GUARD) as client,
+                    events(client, "alice") as alices,
+                ):
+                    assert (await alices.next())["event"] == "unread"
+                    for replica, key in (
+                        (two, "through-two"),
+                        (one, "through-one"),
+                        (two, "again"),
+                    ):
+                        created = create_operation(replica, "alice", key=key).id
+                        got = await alices.until(
+                            lambda data, created=created: data["operation"]["id"] == created
+                        )
+                        assert got["data"]["operation"]["state"] == "queued"
+                    ids = [event["id"] for event in alices.seen if event["event"] == "operation"]
+                    assert len(ids) == len(set(ids))  # each replica's report of one change: once
+
+            run(scenario())

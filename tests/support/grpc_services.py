@@ -37,6 +37,7 @@ from durable_ops.operations.operator import OperatorService
 from durable_ops.operations.service import SERVICE_NAME as OPERATIONS
 from durable_ops.operations.service import OperationsService
 from durable_ops.operations.sweeper import sweep_once
+from durable_ops.operations.tuning import TUNING, Tuning
 from durable_ops.rpc.server import build_server, start, stop
 from durable_ops.storage.db import Database
 from durable_ops.storage.operations import SweepReport
@@ -123,11 +124,12 @@ def running_services(
     db_url: str,
     clock: Clock,
     limits: Limits | None = None,
+    tuning: Tuning = TUNING,
 ) -> Iterator[Services]:
     """Every gRPC service in one server; the processes serve the same servicers one each."""
     loop = BackgroundLoop()
     db = Database(db_url, pool_size=16)
-    operations = OperationsApp(db, clock)
+    operations = OperationsApp(db, clock, tuning=tuning)
 
     async def boot() -> tuple[Any, int]:
         server, port = build_server(
