@@ -19,6 +19,7 @@ from datetime import date, datetime
 
 from durable_ops.model import admission, bounds, budgets
 from durable_ops.model.errors import KEY_USED_FOR_ANOTHER_REQUEST, Conflict, InvalidArgument
+from durable_ops.model.lifecycle import RETRYABLE_STATES
 from durable_ops.model.states import Plan
 from durable_ops.model.subjects import SubjectKind
 from durable_ops.model.tasks import TASKS, TaskType
@@ -82,11 +83,7 @@ def admit(
         raise InvalidArgument("subject_id", "is required")
     if request.idempotency_key:
         bounds.idempotency_key(request.idempotency_key)
-    control = capacity.lock_control(tx)
-    settings = workspace.ai_settings(tx)
-    admission.require_entitled(
-        global_enabled=control.ai_enabled, plan=settings.plan, ai_enabled=settings.ai_enabled
-    )
+    settings = _entitled(tx)
     chars = check_subjects(tx, task, request)
     create = operations.CreateRequest(
         task_type=task.name,
@@ -115,16 +112,53 @@ def admit(
     active = operations.active_for_subject(tx, task.name, task.subject.name, request.subject_id)
     if active is not None:
         return active, True
+    day, tokens = _reserve(tx, chars, settings.plan, limits, now)
+    op, _created = operations.create(tx, create, now)
+    budget_store.reserved_for(tx, op.id, tokens=tokens, day=day)
+    return op, False
+
+
+def retry(tx: Tx, operation_id: str, limits: admission.Limits, now: datetime) -> UserOperation:
+    """The owner's retry of a failed or cancelled operation. An analysis runs again only
+    as admitted again: entitled, within capacity, its expected tokens reserved on today's
+    budget (a retry draws from the same budget as the first run). Any other operation,
+    or one in another state (409 from the lifecycle), is left to the retry itself."""
+    op = operations.get(tx, operation_id)
+    if op.task_type not in TASKS or op.state not in RETRYABLE_STATES:
+        return operations.retry(tx, operation_id, now)
+    task = TASKS.get(op.task_type)
+    settings = _entitled(tx)
+    again = AdmitRequest(task.name, op.subject_id, op.context_ref or "")
+    chars = check_subjects(tx, task, again)
+    day, tokens = _reserve(tx, chars, settings.plan, limits, now)
+    retried = operations.retry(tx, operation_id, now)
+    budget_store.reserved_for(tx, retried.id, tokens=tokens, day=day)
+    return retried
+
+
+def _entitled(tx: Tx) -> workspace.AiSettingsView:
+    """Take the admission lock, then check the global switch, plan and the user's setting."""
+    control = capacity.lock_control(tx)
+    settings = workspace.ai_settings(tx)
+    admission.require_entitled(
+        global_enabled=control.ai_enabled, plan=settings.plan, ai_enabled=settings.ai_enabled
+    )
+    return settings
+
+
+def _reserve(
+    tx: Tx, chars: int, plan: Plan, limits: admission.Limits, now: datetime
+) -> tuple[date, int]:
+    """Count capacity, reserve the expected tokens and write the control row (under the
+    lock ``_entitled`` took); the day and the tokens reserved."""
     admission.require_capacity(
         owner_active=capacity.active_for_owner(tx, TASKS.names()),
         everyone_active=capacity.active_for_everyone(tx, TASKS.names()),
         limits=limits,
     )
-    day, tokens = reserve_tokens(tx, chars=chars, plan=settings.plan, limits=limits, now=now)
+    day, tokens = reserve_tokens(tx, chars=chars, plan=plan, limits=limits, now=now)
     capacity.reserve(tx)  # what makes two nodes' admissions conflict (Galera)
-    op, _created = operations.create(tx, create, now)
-    budget_store.reserved_for(tx, op.id, tokens=tokens, day=day)
-    return op, False
+    return day, tokens
 
 
 def lookup(tx: Tx, task_type: str, subject_id: str) -> UserOperation | None:

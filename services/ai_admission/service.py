@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import structlog
 
-from durable_ops.ai_admission.admit import AdmitRequest, admit, lookup
+from durable_ops.ai_admission.admit import AdmitRequest, admit, lookup, retry
 from durable_ops.ai_admission.metrics import AdmissionMetrics
 from durable_ops.api.ai_admission.v1 import ai_admission_pb2 as pb
 from durable_ops.api.ai_admission.v1 import ai_admission_pb2_grpc as pb_grpc
@@ -61,6 +61,20 @@ class AiAdmissionService(pb_grpc.AiAdmissionServiceServicer):
         return pb.AdmitResponse(
             operation=operation(row), reused=reused, status_url=status_url(row.id)
         )
+
+    async def Retry(self, request: pb.RetryRequest, context: ServicerContext) -> pb.AdmitResponse:
+        owner = require_user_agent(caller_scope(context)).owner_id
+        now = self._clock()
+        try:
+            row = await self._db.run_async(
+                lambda tx: retry(tx, request.operation_id, self._limits, now), owner_id=owner
+            )
+        except DomainError as refused:
+            if self._metrics is not None:
+                self._metrics.refused_for(refused.code)
+            raise
+        log.info("operation_retried", operation_id=row.id, owner=owner, task_type=row.task_type)
+        return pb.AdmitResponse(operation=operation(row), status_url=status_url(row.id))
 
     async def Lookup(
         self, request: pb.LookupRequest, context: ServicerContext

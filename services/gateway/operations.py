@@ -24,6 +24,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from durable_ops.api.ai_admission.v1 import ai_admission_pb2 as admission_pb
+from durable_ops.api.ai_admission.v1 import ai_admission_pb2_grpc as admission_grpc
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.gateway import dto
@@ -63,6 +65,7 @@ def _not_found() -> NotFound:
 
 
 _stub = stub_for(BACKEND, pb_grpc.OperationsServiceStub)
+_admission = stub_for("ai_admission", admission_grpc.AiAdmissionServiceStub)
 
 
 def _answer(operation: pb.Operation) -> JSONResponse:
@@ -182,10 +185,11 @@ async def retry_operation(request: Request) -> Response:
     calls = await owner_calls(request)
     operation_id = resource_id(request, _not_found)
     await no_body(request)
+    # Through admission: an analysis runs again only as admitted again (capacity, budget).
     reply = await calls(
-        _stub(calls).RetryOperation, pb.RetryOperationRequest(operation_id=operation_id)
+        _admission(calls).Retry, admission_pb.RetryRequest(operation_id=operation_id)
     )
-    return JSONResponse(dto.operation(reply))
+    return JSONResponse(dto.operation(reply.operation))
 
 
 routes: Sequence[BaseRoute] = [
@@ -275,12 +279,13 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
     },
     "/api/operations/{id}/retry": {
         "post": endpoint(
-            "Retry a failed or cancelled operation with a fresh attempt budget",
+            "Retry a failed or cancelled operation with a fresh attempt budget; an AI"
+            " analysis is admitted again (entitlement, capacity, its daily token budget)",
             "retryOperation",
             _TAG,
             {
                 "200": ok("the operation, queued again", ref("Operation")),
-                **errors(400, 403, 404, 409, 413, 415, 503, 504),
+                **errors(400, 403, 404, 409, 413, 415, 429, 503, 504),
             },
             parameters=[_ID],
             request_body=NO_BODY,

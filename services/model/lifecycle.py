@@ -297,8 +297,12 @@ def _cancel(facts: Facts) -> Decision:
     raise InvalidTransition(f"the operation has already {facts.state}", code="already_terminal")
 
 
+# What an owner may retry: the rest is still under way or done well.
+RETRYABLE_STATES: Final = frozenset({S.FAILED, S.CANCELLED})
+
+
 def _retry(facts: Facts) -> Decision:
-    if facts.state not in (S.FAILED, S.CANCELLED):
+    if facts.state not in RETRYABLE_STATES:
         raise InvalidTransition(
             f"only failed or cancelled operations can be retried, not {facts.state}",
             code="not_retryable",

@@ -29,6 +29,7 @@ from tests.support.gateway import (
 from tests.support.grpc_services import Services, metadata
 from tests.support.long_polls import refuse_long_polls
 from tests.support.signin import dev_sign_in
+from tests.support.workspace_client import create_job, entitle, snapshot_request
 
 pytestmark = pytest.mark.browser
 Screenshot = Callable[[Page, str], Path]
@@ -305,19 +306,23 @@ def test_the_page_works_from_the_keyboard_on_a_phone(
 def test_retry_a_failed_operation(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
-    operation = create_operation(ui_services, "ada", subject=("job", "job-3"), max_attempts=1)
+    # An analysis as a page starts one (its retry is admitted again: entitled, its job there).
+    entitle(ui_services.db, "ada")
+    job = create_job(ui_services.workspace, "ada")
+    operation = ui_services.admission.Admit(
+        snapshot_request(job), metadata=metadata(Role.GATEWAY, "ada")
+    ).operation
     fail(ui_services, claim(ui_services, ["strategy.snapshot"]))
     sign_in(page, ui_gateway, "ada")
     failed = card(page, operation.id)
     expect(failed.locator(".state")).to_have_text("Failed")
     expect(bell(page)).to_have_attribute("aria-label", "Notifications, 1 unread")
-    expect(page.get_by_role("button", name="Cancel Strategy snapshot for job job-3")).to_have_count(
-        0
-    )
+    name = "Strategy snapshot for Engineer at Acme"
+    expect(page.get_by_role("button", name=f"Cancel {name}")).to_have_count(0)
 
-    page.get_by_role("button", name="Retry Strategy snapshot for job job-3").click()
+    page.get_by_role("button", name=f"Retry {name}").click()
     expect(failed.locator(".state")).to_have_text("Queued")
-    expect(failed.locator(".op__meta")).to_contain_text("Attempt 0 of 1")
+    expect(failed.locator(".op__meta")).to_contain_text("Attempt 0 of 3")
     # Retrying removed the failure notice: bell and list follow without waiting for a poll.
     expect(bell(page)).to_have_attribute("aria-label", "Notifications, none unread")
     expect(page.locator(".note")).to_have_count(0)

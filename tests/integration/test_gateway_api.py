@@ -170,7 +170,9 @@ def test_operations_list_get_filter_and_page(services: Services, clock: ManualCl
 def test_progress_cancel_and_retry(services: Services) -> None:
     finished = create_operation(services, "alice", key="finished", task_type="strategy.snapshot")
     complete(services, claim(services, ["strategy.snapshot"]))
-    queued = create_operation(services, "alice", key="queued")
+    # An SDK task: its retry is the lifecycle's alone (an analysis's is admitted again:
+    # tests/integration/test_token_budgets.py).
+    queued = create_operation(services, "alice", key="queued", task_type="report.render")
     worked = create_operation(services, "alice", key="worked", task_type="cv.review")
     claimed = claim(services, ["cv.review"])
     assert claimed.operation_id == worked.id
@@ -306,8 +308,8 @@ def test_wait_with_the_seen_version_answers_on_progress(
 
 
 def test_a_failed_operation_shows_no_failure_text_and_can_be_retried(services: Services) -> None:
-    operation = create_operation(services, "alice", max_attempts=1)
-    fail(services, claim(services, ["strategy.snapshot"]))
+    operation = create_operation(services, "alice", max_attempts=1, task_type="report.render")
+    fail(services, claim(services, ["report.render"]))
 
     async def scenario() -> None:
         async with gateway_client(make_app(services.target)) as client:
@@ -737,7 +739,7 @@ def test_mint_and_verify_user_tokens() -> None:
 
 
 def test_cookie_changes_from_another_origin_are_refused(sqlite_services: Services) -> None:
-    operation = create_operation(sqlite_services, "alice")
+    operation = create_operation(sqlite_services, "alice", task_type="report.render")
     app = make_app(sqlite_services.target)
     cancel = f"/api/operations/{operation.id}/cancel"
 
@@ -775,7 +777,7 @@ def test_cookie_changes_from_another_origin_are_refused(sqlite_services: Service
 
 def test_a_cookie_write_that_names_no_origin_is_refused(sqlite_services: Services) -> None:
     """Neither ``Origin`` nor a same-origin ``Referer``: 403, whatever else the request says."""
-    operation = create_operation(sqlite_services, "alice")
+    operation = create_operation(sqlite_services, "alice", task_type="report.render")
     app = make_app(sqlite_services.target)
     cancel = f"/api/operations/{operation.id}/cancel"
 

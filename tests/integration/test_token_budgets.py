@@ -34,6 +34,7 @@ from tests.support.clock import ManualClock
 from tests.support.gateway import bearer, gateway_client, make_app, run
 from tests.support.grpc_services import Services, metadata, running_services
 from tests.support.operations_client import (
+    CANCELLED,
     FAILED,
     SUCCEEDED,
     WAITING_FOR_RETRY,
@@ -196,7 +197,8 @@ def test_a_manual_retry_the_next_day_spends_from_that_day(
 
     clock.advance(24 * 3600)
     tomorrow = (NOON + timedelta(days=1)).date()
-    ops.retry("frank", admitted.id)
+    _retry(services, "frank", admitted.id)
+    assert _day(services, "frank", tomorrow) == (EXPECTED, 0)  # admitted again, that day
     again = ops.claim_one(SNAPSHOT, LEASE_SECONDS)
     done = _settle(
         ops, again, _used(200, 20, 700), ops_pb.CompleteOperationRequest(provenance=LOCAL)
@@ -205,6 +207,55 @@ def test_a_manual_retry_the_next_day_spends_from_that_day(
     assert _day(services, "frank") == (0, 110)  # yesterday's stays as it was
     assert _day(services, "frank", tomorrow) == (0, 220)
     assert _spent_by_attempts(services, "frank") == 110 + 220
+
+
+def _retry(services: Services, owner: str, operation_id: str) -> pb.AdmitResponse:
+    response: pb.AdmitResponse = services.admission.Retry(
+        pb.RetryRequest(operation_id=operation_id), metadata=metadata(Role.GATEWAY, owner)
+    )
+    return response
+
+
+def test_a_manual_retry_is_admitted_again_past_the_budget_capacity_or_ai_off_it_is_refused(
+    db_url: str, clock: ManualClock
+) -> None:
+    with running_services(db_url, clock, Limits(per_user=1, global_=50)) as services:
+        ops = OpsClient(services)
+        entitle(services.db, "gina")
+        admitted = _admit(services, "gina").operation
+        ops.cancel("gina", admitted.id)
+        assert _day(services, "gina") == (0, 0)
+
+        async def scenario() -> None:
+            path = f"/api/operations/{admitted.id}/retry"
+            async with gateway_client(make_app(services.target)) as client:
+                _set_budget(services, "gina", EXPECTED - 1)
+                over = await client.post(path, headers=bearer("gina"))
+                _problem(over, 429, "budget_exhausted")
+                assert over.headers["retry-after"] == str(12 * 3600)
+                _set_budget(services, "gina", None)
+
+                busy = _admit(services, "gina").operation  # the one analysis gina may run
+                _problem(await client.post(path, headers=bearer("gina")), 429, "capacity_exceeded")
+                ops.cancel("gina", busy.id)
+
+                entitle(services.db, "gina", ai_enabled=False)
+                _problem(await client.post(path, headers=bearer("gina")), 403, "ai_disabled")
+                entitle(services.db, "gina")
+
+                # Refused, nothing moved: the operation stayed cancelled, nothing reserved.
+                assert ops.get("gina", admitted.id).state == CANCELLED
+                assert _day(services, "gina") == (0, 0)
+
+                retried = await client.post(path, headers=bearer("gina"))
+                assert retried.status_code == 200, retried.text
+                assert retried.json()["state"] == "queued"
+
+        run(scenario())
+        row = operation(services.db, admitted.id)
+        assert row is not None
+        assert (row.budget_day, row.reserved_tokens) == (NOON.date(), EXPECTED)
+        assert _day(services, "gina") == (EXPECTED, 0)
 
 
 def test_a_killed_last_attempt_releases_the_reservation_and_spends_nothing(

@@ -77,6 +77,26 @@ class AdmitResponse(_message.Message):
 Global___AdmitResponse: _TypeAlias = AdmitResponse  # noqa: Y015
 
 @_typing.final
+class RetryRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    operation_id: _builtins.str
+    """the caller's failed or cancelled operation"""
+    def __init__(
+        self,
+        *,
+        operation_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["operation_id", b"operation_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetryRequest: _TypeAlias = RetryRequest  # noqa: Y015
+
+@_typing.final
 class LookupRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -39,6 +39,11 @@ class AiAdmissionServiceStub:
                 request_serializer=durable__ops_dot_api_dot_ai__admission_dot_v1_dot_ai__admission__pb2.AdmitRequest.SerializeToString,
                 response_deserializer=durable__ops_dot_api_dot_ai__admission_dot_v1_dot_ai__admission__pb2.AdmitResponse.FromString,
                 _registered_method=True)
+        self.Retry = channel.unary_unary(
+                '/durable_ops.api.ai_admission.v1.AiAdmissionService/Retry',
+                request_serializer=durable__ops_dot_api_dot_ai__admission_dot_v1_dot_ai__admission__pb2.RetryRequest.SerializeToString,
+                response_deserializer=durable__ops_dot_api_dot_ai__admission_dot_v1_dot_ai__admission__pb2.AdmitResponse.FromString,
+                _registered_method=True)
         self.Lookup = channel.unary_unary(
                 '/durable_ops.api.ai_admission.v1.AiAdmissionService/Lookup',
                 request_serializer=durable__ops_dot_api_dot_ai__admission_dot_v1_dot_ai__admission__pb2.LookupRequest.SerializeToString,
@@ -51,6 +56,14 @@ class AiAdmissionServiceServicer:
 
     def Admit(self, request, context):
         """Re-checks the global switch, plan, ai_enabled and capacity; never starts inference itself.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Retry(self, request, context):
+        """An owner's retry of a failed or cancelled operation: an analysis is admitted again
+        first (switch, plan, ai_enabled, capacity, its expected tokens), as by Admit.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -69,6 +82,11 @@ def add_AiAdmissionServiceServicer_to_server(servicer, server):
             'Admit': grpc.unary_unary_rpc_method_handler(
                     servicer.Admit,
                     request_deserializer=durable__ops_dot_api_dot_ai__admission_dot_v1_dot_ai__admission__pb2.AdmitRequest.FromString,
+                    response_serializer=durable__ops_dot_api_dot_ai__admission_dot_v1_dot_ai__admission__pb2.AdmitResponse.SerializeToString,
+            ),
+            'Retry': grpc.unary_unary_rpc_method_handler(
+                    servicer.Retry,
+                    request_deserializer=durable__ops_dot_api_dot_ai__admission_dot_v1_dot_ai__admission__pb2.RetryRequest.FromString,
                     response_serializer=durable__ops_dot_api_dot_ai__admission_dot_v1_dot_ai__admission__pb2.AdmitResponse.SerializeToString,
             ),
             'Lookup': grpc.unary_unary_rpc_method_handler(
@@ -103,6 +121,33 @@ class AiAdmissionService:
             target,
             '/durable_ops.api.ai_admission.v1.AiAdmissionService/Admit',
             durable__ops_dot_api_dot_ai__admission_dot_v1_dot_ai__admission__pb2.AdmitRequest.SerializeToString,
+            durable__ops_dot_api_dot_ai__admission_dot_v1_dot_ai__admission__pb2.AdmitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Retry(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_ops.api.ai_admission.v1.AiAdmissionService/Retry',
+            durable__ops_dot_api_dot_ai__admission_dot_v1_dot_ai__admission__pb2.RetryRequest.SerializeToString,
             durable__ops_dot_api_dot_ai__admission_dot_v1_dot_ai__admission__pb2.AdmitResponse.FromString,
             options,
             channel_credentials,

@@ -33,6 +33,10 @@ class AiAdmissionServiceStub:
     def __new__(cls, channel: _aio.Channel) -> AiAdmissionServiceAsyncStub: ...
     Admit: _grpc.UnaryUnaryMultiCallable[_ai_admission_pb2.AdmitRequest, _ai_admission_pb2.AdmitResponse]
     """Re-checks the global switch, plan, ai_enabled and capacity; never starts inference itself."""
+    Retry: _grpc.UnaryUnaryMultiCallable[_ai_admission_pb2.RetryRequest, _ai_admission_pb2.AdmitResponse]
+    """An owner's retry of a failed or cancelled operation: an analysis is admitted again
+    first (switch, plan, ai_enabled, capacity, its expected tokens), as by Admit.
+    """
     Lookup: _grpc.UnaryUnaryMultiCallable[_ai_admission_pb2.LookupRequest, _ai_admission_pb2.LookupResponse]
     """The newest operation of this task for this subject: the cache-only GET uses it."""
 
@@ -41,6 +45,10 @@ class AiAdmissionServiceAsyncStub(AiAdmissionServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Admit: _aio.UnaryUnaryMultiCallable[_ai_admission_pb2.AdmitRequest, _ai_admission_pb2.AdmitResponse]  # type: ignore[assignment]
     """Re-checks the global switch, plan, ai_enabled and capacity; never starts inference itself."""
+    Retry: _aio.UnaryUnaryMultiCallable[_ai_admission_pb2.RetryRequest, _ai_admission_pb2.AdmitResponse]  # type: ignore[assignment]
+    """An owner's retry of a failed or cancelled operation: an analysis is admitted again
+    first (switch, plan, ai_enabled, capacity, its expected tokens), as by Admit.
+    """
     Lookup: _aio.UnaryUnaryMultiCallable[_ai_admission_pb2.LookupRequest, _ai_admission_pb2.LookupResponse]  # type: ignore[assignment]
     """The newest operation of this task for this subject: the cache-only GET uses it."""
 
@@ -52,6 +60,16 @@ class AiAdmissionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_ai_admission_pb2.AdmitResponse, _abc.Awaitable[_ai_admission_pb2.AdmitResponse]]:
         """Re-checks the global switch, plan, ai_enabled and capacity; never starts inference itself."""
+
+    @_abc_1.abstractmethod
+    def Retry(
+        self,
+        request: _ai_admission_pb2.RetryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_ai_admission_pb2.AdmitResponse, _abc.Awaitable[_ai_admission_pb2.AdmitResponse]]:
+        """An owner's retry of a failed or cancelled operation: an analysis is admitted again
+        first (switch, plan, ai_enabled, capacity, its expected tokens), as by Admit.
+        """
 
     @_abc_1.abstractmethod
     def Lookup(
