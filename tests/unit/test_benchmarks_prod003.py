@@ -58,7 +58,7 @@ def test_events_set_the_first_text_and_the_end() -> None:
     analysis = Analysis("cv.review", clicked=10.0, operation_id="op")
     running = {"operation": {"id": "op", "state": "running"}}
     _apply(analysis, 11.0, {**running, "draft": {"partial": {"summary": ""}}})
-    assert analysis.first_text is None  # nothing a page would show yet
+    assert not analysis.first_text  # nothing a page would show yet
     _apply(analysis, 12.0, {**running, "draft": {"partial": {"summary": "Str"}}})
     _apply(analysis, 13.0, {**running, "draft": {"partial": {"summary": "Strong"}}})
     _apply(analysis, 14.0, {"operation": {"id": "op", "state": "succeeded"}})
