@@ -222,11 +222,14 @@ def plan(quick: bool) -> list[tuple[int, int]]:
     return [(concurrency, slots) for slots in SLOTS for concurrency in CONCURRENCIES]
 
 
-def measure(ctx: Context, cells: Sequence[tuple[int, int]] | None = None) -> Found:
+def measure(
+    ctx: Context, cells: Sequence[tuple[int, int]] | None = None, analyses: int | None = None
+) -> Found:
+    """The cells (default: ``plan``), each of ``analyses`` (default: the mode's)."""
     found = Found()
     if not ctx.quick and real_model_paths() is None:
         raise RuntimeError("full mode needs the real model: run scripts/real-model.sh build")
-    analyses = ctx.pick(ANALYSES_QUICK, ANALYSES_FULL)
+    analyses = analyses or ctx.pick(ANALYSES_QUICK, ANALYSES_FULL)
     for concurrency, slots in cells or plan(ctx.quick):
         ctx.say(f"  cell: worker concurrency {concurrency}, {slots} slot(s), {analyses} analyses")
         run_ = asyncio.run(_cell(ctx, concurrency, slots, analyses))
