@@ -611,7 +611,8 @@ def decision_row(ctx: Context, found: Found, model: str) -> Row:
         "",
         value,
         note=(
-            f"the rule: {said}. Model {model}, llama-server threads {found.threads};"
+            f"the rule: {said}. Each cell ran once (a fresh stack and model server each),"
+            f" not in interleaved rounds. Model {model}, llama-server threads {found.threads};"
             f" machine {machine.describe()}"
         ),
     )
