@@ -16,6 +16,7 @@ in the same run, interleaved, the median of at least three rounds; sections 8,
 10 Galera (lifecycles/s through three nodes vs one, 1213 replays per 1,000 claims)
 11 lease stream (one beat of N leases on one stream vs N single streams, ADR 26)
 12 live events (token → /api/events latency, draft writes/s, 1,000 idle streams' CPU)
+13 PROD-003 local-model concurrency (worker concurrency x llama-server slots, ADR 43)
 
 A full run (without ``--quick``) waits for a quiet machine before each section
 and writes its table into ``benchmarks/RESULTS.md`` (``--no-results`` to skip).
@@ -47,6 +48,7 @@ from benchmarks import (
     long_running,
     machine,
     peer,
+    prod003,
     statements,
     throughput,
 )
@@ -66,6 +68,7 @@ SECTIONS: dict[str, Callable[[Context], list[Row]]] = {
     "10": galera.run,
     "11": lease_stream.run,
     "12": live_events.run,
+    "13": prod003.run,
 }
 RESULTS = Path(__file__).with_name("RESULTS.md")
 BEGIN_MARK = "<!-- full-run:begin -->"
@@ -85,7 +88,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         nargs="+",
         choices=sorted(SECTIONS),
         metavar="N",
-        help="run only these sections (1-12)",
+        help="run only these sections (1-13)",
     )
     parser.add_argument(
         "--rounds",

@@ -5,7 +5,9 @@ server; the bytes pass unchanged in both directions. On the way back it reads
 the ``data: {chunk}`` events of each streamed chat completion and records, for
 every chunk carrying text, the time its bytes came off the model server's
 socket and the answer's text up to and including it: the moment a token left
-the model server, as the benchmark sees it, with no hook in the server.
+the model server, as the benchmark sees it, with no hook in the server. The
+last ``timings`` and ``usage`` objects the server sent with an answer are kept
+too (llama-server's own ``predicted_per_second``, its token counts).
 
 Each event of a streamed answer is one ``yield`` of the server's response and
 so one HTTP chunk, never cut by the chunk framing: the events are found in the
@@ -20,6 +22,7 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 _EVENT = re.compile(rb"data: ([^\n]*)\n\n")
 READ_BYTES = 65536
@@ -31,6 +34,9 @@ class Completion:
 
     tokens: list[tuple[float, str]] = field(default_factory=list)
     done: bool = False
+    # The last ``timings`` (llama-server's) and ``usage`` objects sent with the answer.
+    timings: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None
 
     def add(self, at: float, piece: str) -> None:
         text = (self.tokens[-1][1] if self.tokens else "") + piece
@@ -114,13 +120,25 @@ class AnswerReader:
             self._current = None
             return
         with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
-            delta = json.loads(data)["choices"][0]["delta"]
+            event = json.loads(data)
+            self._note(event)
+            delta = event["choices"][0]["delta"]
             if self._current is None:
                 self._current = Completion()
                 self._completions.append(self._current)
             piece = delta.get("content")
             if isinstance(piece, str) and piece:
                 self._current.add(at, piece)
+
+    def _note(self, event: Any) -> None:
+        """The server's ``timings`` and ``usage``, on whichever chunk carries them (the
+        usage chunk has no choices): kept on the answer under way."""
+        if not isinstance(event, dict) or self._current is None:
+            return
+        for name in ("timings", "usage"):
+            value = event.get(name)
+            if isinstance(value, dict):
+                setattr(self._current, name, value)
 
 
 async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:

@@ -214,7 +214,12 @@ class Settings:
         default=False, metadata=_doc("the AI worker claims work only when true")
     )
     worker_concurrency: int = field(
-        default=1, metadata=_doc("inferences one AI worker runs at once")
+        default=1,
+        metadata=_doc(
+            "inferences one AI worker runs at once (answers per minute against each answer's"
+            " speed); 0: the local model server's slot count read at start-up (llama-server"
+            " /props), at most 4, 1 when it does not say (ADR 0043)"
+        ),
     )
     worker_poll_seconds: float = field(
         default=0.5,

@@ -7,11 +7,13 @@ then runs a worker SDK ``Worker`` (``durable_ops.worker``) with a handler per
 AI task type (ADR 0027) until it is told to stop.
 
 How it sets the SDK: ``concurrency`` is ``OPS_WORKER_CONCURRENCY`` (1 by
-default: one inference at a time); ``batch_size`` 1, since an attempt lasts
-seconds and runs one at a time, a batch would only hold leases idle while the
-first ran, and each claim starts with the next route (ADR 0022 fills a claim's
-routes in order), so one operation per claim keeps local and fallback work
-taking turns; completions gain nothing from waiting for company either.
+default: one inference at a time; 0 follows the local model server's slot count,
+read once at start-up and bounded, ``model.concurrency`` and ADR 0043);
+``batch_size`` 1, since an attempt lasts seconds and runs one at a time, a batch
+would only hold leases idle while the first ran, and each claim starts with the
+next route (ADR 0022 fills a claim's routes in order), so one operation per claim
+keeps local and fallback work taking turns; completions gain nothing from
+waiting for company either.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import asyncio
 import contextlib
 import signal
 import socket
+from dataclasses import replace
 
 import prometheus_client
 import structlog
@@ -31,7 +34,9 @@ from durable_ops.ai_worker.handlers import HANDLERS
 from durable_ops.ai_worker.inference.router import Router
 from durable_ops.ai_worker.journal import HostStoreJournal, JournalError, open_journal
 from durable_ops.ai_worker.reconcile import reconcile
+from durable_ops.ai_worker.server_slots import read_server_slots
 from durable_ops.model import bounds
+from durable_ops.model.concurrency import FOLLOW_SERVER_SLOTS, Startup, startup_concurrency
 from durable_ops.model.routing import Route
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller, open_channel
@@ -40,7 +45,7 @@ from durable_ops.rpc.tls import authority_of
 from durable_ops.settings import Settings, SettingsError
 from durable_ops.worker import Worker, WorkerOptions
 
-CONCURRENCY_RANGE = (1, 64)
+CONCURRENCY_RANGE = (0, 64)  # 0: follow the local server's slot count (FOLLOW_SERVER_SLOTS)
 # Short: an inference cut off is released (queued again, its attempt not spent) and the
 # next worker starts it at once; and well inside the grace before SIGKILL.
 SHUTDOWN_GRACE_SECONDS = 1.0
@@ -95,9 +100,20 @@ def check_settings(settings: Settings) -> None:
         raise SettingsError(
             "OPS_WORKER_TASK_TIMEOUT_SECONDS and OPS_WORKER_POLL_SECONDS must be > 0"
         )
-    if settings.host_store_dir and settings.worker_concurrency != 1:
+    if settings.host_store_dir and settings.worker_concurrency not in (1, FOLLOW_SERVER_SLOTS):
         # The host store admits one unfinished operation at a time: one inference per host.
         raise SettingsError("OPS_HOST_STORE_DIR needs OPS_WORKER_CONCURRENCY=1")
+
+
+async def resolve_concurrency(settings: Settings) -> Startup:
+    """The inferences this worker runs at once: ``OPS_WORKER_CONCURRENCY``, or with 0 the
+    local model server's slot count read now (``model.concurrency.startup_concurrency``)."""
+    slots = None
+    if settings.worker_concurrency == FOLLOW_SERVER_SLOTS and not settings.host_store_dir:
+        slots = await read_server_slots(settings.ai_local_url)
+    return startup_concurrency(
+        settings.worker_concurrency, slots, host_store=bool(settings.host_store_dir)
+    )
 
 
 def serve_metrics(bind: str) -> None:
@@ -151,6 +167,8 @@ async def _work(settings: Settings, stopping: asyncio.Event) -> None:
     except JournalError as error:
         await router.aclose()
         raise SystemExit(f"opsctl serve ai-worker: {error.message}") from error
+    startup = await resolve_concurrency(settings)
+    settings = replace(settings, worker_concurrency=startup.concurrency)
     if settings.worker_metrics_bind:
         serve_metrics(settings.worker_metrics_bind)
     caller = ServiceCaller.from_settings(settings, Role.WORKER)
@@ -170,6 +188,7 @@ async def _work(settings: Settings, stopping: asyncio.Event) -> None:
         task_types=registered_task_types(),
         routes=[route.value for route in routes],
         concurrency=settings.worker_concurrency,
+        concurrency_why=startup.why,
         lease_seconds=settings.worker_lease_seconds,
         host_journal=isinstance(journal, HostStoreJournal),
         say=f"ready: {len(registered_task_types())} AI task types on the"

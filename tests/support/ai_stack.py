@@ -441,7 +441,8 @@ def find_real_model() -> RealModel | None:
 class LlamaServer:
     """``llama-server`` serving ``model`` on a free loopback port; its output goes to ``log``.
 
-    One slot (requests queue rather than split the cores), a 4096-token context
+    One slot unless ``parallel`` says more (requests queue rather than split the
+    cores), a 4096-token context per slot
     (a prompt is about 300 tokens, an answer at most 2048), the GGUF's own chat
     template, and all cores but one: ggml's threads spin waiting for each other,
     so on 2 busy cores two threads generate 4 to 8 times slower than one.
@@ -450,7 +451,9 @@ class LlamaServer:
 
     READY_SECONDS = 90
 
-    def __init__(self, model: RealModel, log: Path, *, threads: int | None = None) -> None:
+    def __init__(
+        self, model: RealModel, log: Path, *, threads: int | None = None, parallel: int = 1
+    ) -> None:
         self.model = model
         self.port = free_port()
         self._log: IO[str] = log.open("w")
@@ -459,7 +462,9 @@ class LlamaServer:
                 str(model.server),
                 *("--model", str(model.gguf), "--alias", model.name),
                 *("--host", "127.0.0.1", "--port", str(self.port)),
-                *("--ctx-size", "4096", "--parallel", "1", "--no-webui"),
+                # Each slot gets the context one slot has (llama.cpp divides it).
+                *("--ctx-size", str(4096 * parallel), "--parallel", str(parallel)),
+                "--no-webui",
                 *("--threads", str(threads or max(1, (os.cpu_count() or 2) - 1))),
             ],
             stdout=self._log,

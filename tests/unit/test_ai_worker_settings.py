@@ -27,7 +27,8 @@ def test_defaults_are_accepted() -> None:
     [
         ({"worker_lease_seconds": 4}, InvalidArgument),
         ({"worker_lease_seconds": 601}, InvalidArgument),
-        ({"worker_concurrency": 0}, InvalidArgument),
+        ({"worker_concurrency": -1}, InvalidArgument),
+        ({"worker_concurrency": 65}, InvalidArgument),
         ({"worker_task_timeout_seconds": 0.0}, SettingsError),
         ({"worker_poll_seconds": -1.0}, SettingsError),
         ({"host_store_dir": "/var/lib/ops", "worker_concurrency": 2}, SettingsError),
