@@ -16,7 +16,7 @@ in the same run, interleaved, the median of at least three rounds; sections 8,
 10 Galera (lifecycles/s through three nodes vs one, 1213 replays per 1,000 claims)
 11 lease stream (one beat of N leases on one stream vs N single streams, ADR 26)
 12 live events (token → /api/events latency, draft writes/s, 1,000 idle streams' CPU)
-13 PROD-003 local-model concurrency (worker concurrency x llama-server slots, ADR 43)
+13 PROD-003 local-model concurrency (worker concurrency x llama-server slots, ADR 44)
 
 A full run (without ``--quick``) waits for a quiet machine before each section
 and writes its table into ``benchmarks/RESULTS.md`` (``--no-results`` to skip).

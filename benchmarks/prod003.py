@@ -1,4 +1,4 @@
-"""Figure 13: PROD-003, the local-model concurrency benchmark (issue 36 point 1, ADR 0043).
+"""Figure 13: PROD-003, the local-model concurrency benchmark (issue 36 point 1, ADR 0044).
 
 What a queue of analyses costs on the local model, end to end as a user meets
 it, for each AI worker concurrency (``OPS_WORKER_CONCURRENCY``) 1, 2 and 4

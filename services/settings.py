@@ -218,7 +218,7 @@ class Settings:
         metadata=_doc(
             "inferences one AI worker runs at once (answers per minute against each answer's"
             " speed); 0: the local model server's slot count read at start-up (llama-server"
-            " /props), at most 4, 1 when it does not say (ADR 0043)"
+            " /props), at most 4, 1 when it does not say (ADR 0044)"
         ),
     )
     worker_poll_seconds: float = field(

@@ -8,7 +8,7 @@ AI task type (ADR 0027) until it is told to stop.
 
 How it sets the SDK: ``concurrency`` is ``OPS_WORKER_CONCURRENCY`` (1 by
 default: one inference at a time; 0 follows the local model server's slot count,
-read once at start-up and bounded, ``model.concurrency`` and ADR 0043);
+read once at start-up and bounded, ``model.concurrency`` and ADR 0044);
 ``batch_size`` 1, since an attempt lasts seconds and runs one at a time, a batch
 would only hold leases idle while the first ran, and each claim starts with the
 next route (ADR 0022 fills a claim's routes in order), so one operation per claim

@@ -1,4 +1,4 @@
-"""How many inferences one AI worker runs at once (PROD-003, ADR 0043). Pure rules, no I/O.
+"""How many inferences one AI worker runs at once (PROD-003, ADR 0044). Pure rules, no I/O.
 
 Two rules live here, so the next machine re-decides with the same arithmetic:
 

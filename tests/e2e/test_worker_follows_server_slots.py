@@ -1,5 +1,5 @@
 """``OPS_WORKER_CONCURRENCY=0``: the AI worker runs as many inferences as the local model
-server has slots, read at start-up (ADR 0043, ``model.concurrency``).
+server has slots, read at start-up (ADR 0044, ``model.concurrency``).
 
 Against the real llama-server (``scripts/real-model.sh build``; skipped without it
 unless ``OPS_REQUIRE_REAL_MODEL=1``) started with ``--parallel 3``: its ``/props``
