@@ -12,6 +12,7 @@ retries exactly the operations named.
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import grpc
@@ -167,27 +168,23 @@ def test_only_the_operator_key_makes_links_and_revokes(
         metadata(Role.PRODUCER, ALICE),
         _console_md(session_id),
     ):
-        expect_failure(
-            lambda md=md: services.operator.CreateConsoleLink(
-                opb.CreateConsoleLinkRequest(), metadata=md
-            ),
-            DENIED,
+        link_call = partial(
+            services.operator.CreateConsoleLink, opb.CreateConsoleLinkRequest(), metadata=md
         )
-        expect_failure(
-            lambda md=md: services.operator.EndOperatorSessions(
-                opb.EndOperatorSessionsRequest(), metadata=md
-            ),
-            DENIED,
+        expect_failure(link_call, DENIED)
+        revoke_call = partial(
+            services.operator.EndOperatorSessions, opb.EndOperatorSessionsRequest(), metadata=md
         )
+        expect_failure(revoke_call, DENIED)
     # Only the gateway opens a link: not the operator's key, not a worker's.
     link = _link(services, operator_md)
     for md in (operator_md, metadata(Role.WORKER), metadata(Role.GATEWAY, ALICE)):
-        expect_failure(
-            lambda md=md: services.operator.OpenConsoleSession(
-                opb.OpenConsoleSessionRequest(link_secret=link), metadata=md
-            ),
-            DENIED,
+        open_call = partial(
+            services.operator.OpenConsoleSession,
+            opb.OpenConsoleSessionRequest(link_secret=link),
+            metadata=md,
         )
+        expect_failure(open_call, DENIED)
     assert _open(services, link).operator == OPERATOR_NAME  # still unspent
 
 
@@ -208,12 +205,10 @@ def test_the_gateway_key_reaches_the_operator_scope_only_with_a_live_session(
     with_owner = (*metadata(Role.GATEWAY, ALICE), (OPERATOR_SESSION, session_id))
     expect_failure(lambda: services.operator.ListOperations(listing, metadata=with_owner), DENIED)
     for role in (Role.WORKER, Role.PRODUCER):
-        expect_failure(
-            lambda role=role: services.operator.ListOperations(
-                listing, metadata=_console_md(session_id, role)
-            ),
-            DENIED,
+        other_role = partial(
+            services.operator.ListOperations, listing, metadata=_console_md(session_id, role)
         )
+        expect_failure(other_role, DENIED)
     # A console session reaches the console's calls, and not prune.
     found: opb.ListOperationsResponse = services.operator.ListOperations(
         listing, metadata=_console_md(session_id)
