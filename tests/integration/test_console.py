@@ -11,8 +11,11 @@ retries exactly the operations named.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -492,3 +495,54 @@ def test_a_bad_link_is_a_clear_refusal(services: Services, link: str) -> None:
     assert answer.status_code in (400, 401)
     assert answer.json()["code"] in ("invalid_argument", console.LINK_UNUSABLE)
     assert "ops_console" not in answer.headers.get("set-cookie", "")
+
+
+# ---- opsctl console ----------------------------------------------------------------------
+
+
+def test_opsctl_console_link_prints_a_link_that_signs_in_once_and_revoke_ends_it(
+    services: Services,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    opsctl: Callable[..., tuple[int, str, str]],  # the operator's key and the target, set
+) -> None:
+    from durable_ops import cli
+
+    def console_cli(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        with capture_logs():
+            code = cli.main(["console", *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    monkeypatch.chdir(tmp_path)  # no var/stack.json here: the default gateway address
+    code, out, err = console_cli(
+        "link", "--as", "ops-dan", "--json", "--url", "https://ops.example"
+    )
+    assert (code, err) == (0, "")
+    printed = json.loads(out)
+    assert printed["operator"] == "ops-dan"
+    prefix = "https://ops.example/console/sign-in#link="
+    assert printed["link"].startswith(prefix)
+    opened = _open(services, printed["link"].removeprefix(prefix))
+    assert opened.operator == "ops-dan"
+
+    code, out, _ = console_cli("link", "--as", "ops-dan")
+    assert code == 0
+    assert "http://127.0.0.1:8080/console/sign-in#link=" in out
+    assert "works once" in out
+
+    code, out, _ = console_cli("revoke", "--as", "ops-erin", "--operator", "ops-dan")
+    assert code == 0
+    assert "Ended 2 console sign-in(s) of ops-dan" in out  # the session and the unopened link
+    ended = rpc_failure(
+        lambda: services.operator.GetConsoleSession(
+            opb.GetConsoleSessionRequest(), metadata=_console_md(opened.session_id)
+        )
+    )
+    assert ended.error_code == console.SESSION_ENDED
+
+    code, _, err = console_cli("link", "--url", "ftp://nowhere")
+    assert code == 2
+    assert "not an http(s) address" in err

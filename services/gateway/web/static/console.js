@@ -17,6 +17,7 @@ const selected = new Set();
 let shown = []; // the operations listed, in order
 let nextToken = null;
 let filters = {};
+let listing = null; // the list request under way: a newer search aborts it
 
 window.addEventListener(AUTH_EXPIRED, () => window.location.assign("/console"), { once: true });
 
@@ -209,19 +210,38 @@ async function loadOperations({ more = false } = {}) {
   const error = byId("console-search-error");
   status.textContent = more ? "Loading more…" : "Searching…";
   error.hidden = true;
+  listing?.abort();
+  const mine = new AbortController();
+  listing = mine;
   try {
-    const page = await api(query(more ? nextToken : null));
+    const page = await api(query(more ? nextToken : null), { signal: mine.signal });
     shown = more ? [...shown, ...page.items] : page.items;
     nextToken = page.next_page_token;
     byId("console-more").hidden = !nextToken;
     status.textContent = `${plural(shown.length, "operation")} shown${nextToken ? "; more match" : ""}.`;
     renderList();
   } catch (problem) {
+    if (problem.name === "AbortError") return; // a newer search answers instead
     status.textContent = "";
     if (problem instanceof ApiError && problem.status === 401) return;
-    error.textContent = problem.message;
+    error.textContent = searchProblem(problem.message);
     error.hidden = false;
   }
+}
+
+// "Older_than must be …" -> "Older than must be …": a field named as its label says it.
+const SEARCH_LABELS = {
+  owner: "Owner",
+  state: "State",
+  task_type: "Task type",
+  older_than: "Older than",
+  failure_code: "Failure code",
+};
+
+function searchProblem(message) {
+  const [first, ...rest] = message.split(" ");
+  const label = SEARCH_LABELS[first.toLowerCase()];
+  return label ? [label, ...rest].join(" ") : message;
 }
 
 const searchForm = byId("console-search");
@@ -256,7 +276,7 @@ async function bulk(verb) {
     title: `${words.title} ${count}?`,
     message: words.what,
     confirmLabel: `${words.title} ${count}`,
-    cancelLabel: "Keep them",
+    cancelLabel: ids.length === 1 ? "Keep it" : "Keep them",
     danger: words.danger,
   });
   if (!confirmed) return;
@@ -301,7 +321,7 @@ function detailList(operation) {
     ["Failure code", operation.failure_code ? h("code", {}, operation.failure_code) : "—"],
     ["Failure message", operation.failure_message ?? "—"],
   ];
-  return h("dl", { class: "console-facts" }, entries.map(([term, value]) => [h("dt", {}, term), h("dd", {}, value)]));
+  return h("dl", { class: "console-facts" }, entries.flatMap(([term, value]) => [h("dt", {}, term), h("dd", {}, value)]));
 }
 
 function attemptsTable(attempts) {
