@@ -39,7 +39,7 @@ link    print a one-time sign-in link to the operator console (works once, for 1
 revoke  end every console link and session of an operator (default: yours)
 
 Signs with the operator key (OPS_SERVICE_KEY, else var/keys/operator/operator.key) and
-calls the Operations service as `opsctl operations` does (--target, OPS_OPERATIONS_TARGET,
+calls the Operations service as opsctl operations does (--target, OPS_OPERATIONS_TARGET,
 var/stack.json, 127.0.0.1:50051). Every console action is logged with the name the link
 was made for (--as, default: your login name)."""
 
