@@ -36,7 +36,7 @@ CALL_TIMEOUT_SECONDS = 10.0
 
 HELP = """\
 link    print a one-time sign-in link to the operator console (works once, for 10 minutes)
-revoke  end every console link and session of an operator (default: yours)
+revoke  end every console link and session of an operator (default: yours; --all: everyone's)
 
 Signs with the operator key (OPS_SERVICE_KEY, else var/keys/operator/operator.key) and
 calls the Operations service as opsctl operations does (--target, OPS_OPERATIONS_TARGET,
@@ -66,7 +66,11 @@ def add_parser(console: argparse.ArgumentParser) -> None:
         description="End at once every console sign-in link and session of --operator"
         " (default: the name you act as).",
     )
-    revoke.add_argument("--operator", dest="whose", metavar="NAME", help="whose sign-ins")
+    whose = revoke.add_mutually_exclusive_group()
+    whose.add_argument("--operator", dest="whose", metavar="NAME", help="whose sign-ins")
+    whose.add_argument(
+        "--all", dest="everyone", action="store_true", help="every operator's (a stolen key)"
+    )
     for sub in (link, revoke):
         sub.add_argument(
             "--as", dest="operator", metavar="NAME", help="who you are (default: login name)"
@@ -128,11 +132,12 @@ def run(
     try:
         if args.console_command == "revoke":
             ended = operator.stub.EndOperatorSessions(
-                opb.EndOperatorSessionsRequest(operator=whose),
+                opb.EndOperatorSessionsRequest(operator=whose, everyone=args.everyone),
                 metadata=operator.metadata,
                 timeout=CALL_TIMEOUT_SECONDS,
             )
-            print(f"Ended {ended.ended} console sign-in(s) of {whose or name}.", file=out)
+            of = "every operator" if args.everyone else whose or name
+            print(f"Ended {ended.ended} console sign-in(s) of {of}.", file=out)
             return 0
         made = operator.stub.CreateConsoleLink(
             opb.CreateConsoleLinkRequest(), metadata=operator.metadata, timeout=CALL_TIMEOUT_SECONDS

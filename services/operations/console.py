@@ -43,7 +43,8 @@ class ConsoleSignIns:
             lambda tx: store.end(tx, session_id), owner_id=None, short=True
         )
 
-    async def end_operator(self, operator: str) -> int:
+    async def end_operator(self, operator: str | None) -> int:
+        """End ``operator``'s links and sessions, or everyone's for ``None``."""
         return await self._db.run_async(
             lambda tx: store.end_operator(OperatorTx(tx), operator), owner_id=None, short=True
         )

@@ -255,9 +255,13 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
     async def EndOperatorSessions(
         self, request: opb.EndOperatorSessionsRequest, context: ServicerContext
     ) -> opb.EndOperatorSessionsResponse:
-        """The operator's own key: end an operator's every console link and session."""
+        """The operator's own key: end an operator's (or everyone's) console sign-ins."""
         who = _operator(context)
-        whose = operator_name(request.operator or who)
+        if request.everyone and request.operator:
+            raise InvalidArgument("operator", "must be empty when everyone is set")
+        whose = None if request.everyone else operator_name(request.operator or who)
         ended = await self._console.end_operator(whose)
-        log.info("operator_console_revoke", operator=who, via="opsctl", whose=whose, ended=ended)
+        log.info(
+            "operator_console_revoke", operator=who, via="opsctl", whose=whose or "*", ended=ended
+        )
         return opb.EndOperatorSessionsResponse(ended=ended)

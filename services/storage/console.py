@@ -41,6 +41,7 @@ _EXPIRED = (
 )
 _DELETE_KEYS = delete(ROWS).where(ROWS.c.id.in_(bindparam("keys", expanding=True)))
 _DELETE_OPERATORS = delete(ROWS).where(ROWS.c.operator == bindparam("operator"))
+_DELETE_ALL = delete(ROWS)
 
 
 @dataclass(frozen=True)
@@ -129,8 +130,11 @@ def end(tx: Tx, session_id: str) -> bool:
     return deleted.rowcount > 0
 
 
-def end_operator(tx: OperatorTx, operator: str) -> int:
-    """End every link and session of ``operator`` (``opsctl console sign-out``); how many."""
+def end_operator(tx: OperatorTx, operator: str | None) -> int:
+    """End every link and session of ``operator``, or of everyone for ``None``
+    (``opsctl console revoke``); how many."""
     if not isinstance(tx, OperatorTx):
         raise ScopeViolation("an operator's sign-ins are ended in the operator scope")
+    if operator is None:
+        return int(tx.execute(_DELETE_ALL).rowcount)
     return int(tx.execute(_DELETE_OPERATORS, {"operator": operator_name(operator)}).rowcount)

@@ -51,11 +51,11 @@ DENIED = grpc.StatusCode.PERMISSION_DENIED
 UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
 
 
-def _link(services: Services, operator_md: Metadata) -> str:
+def _link(services: Services, operator_md: Metadata, operator: str = OPERATOR_NAME) -> str:
     made: opb.CreateConsoleLinkResponse = services.operator.CreateConsoleLink(
         opb.CreateConsoleLinkRequest(), metadata=operator_md
     )
-    assert made.operator == OPERATOR_NAME
+    assert made.operator == operator
     return made.link_secret
 
 
@@ -542,6 +542,25 @@ def test_opsctl_console_link_prints_a_link_that_signs_in_once_and_revoke_ends_it
         )
     )
     assert ended.error_code == console.SESSION_ENDED
+
+    others = [
+        _open(services, _link(services, metadata(Role.OPERATOR, subject=name), name)).session_id
+        for name in ("ops-a", "ops-b")
+    ]
+    code, out, _ = console_cli("revoke", "--all")
+    assert code == 0
+    assert "Ended 2 console sign-in(s) of every operator" in out
+    for session_id in others:
+        asking = partial(
+            services.operator.GetConsoleSession,
+            opb.GetConsoleSessionRequest(),
+            metadata=_console_md(session_id),
+        )
+        gone = rpc_failure(asking)
+        assert gone.error_code == console.SESSION_ENDED
+    with pytest.raises(SystemExit) as usage:
+        console_cli("revoke", "--all", "--operator", "ops-dan")
+    assert usage.value.code == 2  # one or the other
 
     code, _, err = console_cli("link", "--url", "ftp://nowhere")
     assert code == 2

@@ -596,20 +596,26 @@ Global___EndConsoleSessionResponse: _TypeAlias = EndConsoleSessionResponse  # no
 
 @_typing.final
 class EndOperatorSessionsRequest(_message.Message):
-    """End every console link and session of `operator` (empty: the caller's own name)."""
+    """End every console link and session of `operator` (empty: the caller's own name),
+    or with `everyone`, of every operator (after a stolen key or a departure).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     OPERATOR_FIELD_NUMBER: _builtins.int
+    EVERYONE_FIELD_NUMBER: _builtins.int
     operator: _builtins.str
+    everyone: _builtins.bool
+    """`operator` must then be empty"""
     def __init__(
         self,
         *,
         operator: _builtins.str = ...,
+        everyone: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["operator", b"operator"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["everyone", b"everyone", "operator", b"operator"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
