@@ -252,7 +252,7 @@ async def sign_in_page(_request: Request) -> Response:
     return _sign_in_page()
 
 
-def _link_secret(text: str) -> str:
+def link_secret(text: str) -> str:
     """The secret of a pasted link (``…#link=SECRET``) or of the bare secret."""
     text = text.strip()
     _, marker, after = text.partition("link=")
@@ -262,7 +262,7 @@ def _link_secret(text: str) -> str:
 async def sign_in(request: Request) -> Response:
     check_same_origin(request, require_origin=True)
     body = await json_object(request, ("link",), max_bytes=1024)
-    link = _link_secret(string_field(body, "link", max_length=_LINK_MAX) or "")
+    link = link_secret(string_field(body, "link", max_length=_LINK_MAX) or "")
     throttle_sign_in(request, None)
     if not console.plausible_secret(link):
         raise Problem(401, console.LINK_UNUSABLE, console.link_unusable().message)
