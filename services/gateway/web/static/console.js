@@ -10,6 +10,8 @@ import { h, replaceChildren } from "./dom.js";
 import { formatNumber, formatTime, stateLabel } from "./format.js";
 
 const PAGE_SIZE = 50;
+// Queue depths move on their own: read again this often while the tab is shown.
+const QUEUES_REFRESH_MS = 15000;
 const byId = (id) => document.getElementById(id);
 const bulkMax = Number.parseInt(byId("console-bulk").dataset.max, 10) || 100;
 
@@ -117,6 +119,9 @@ async function loadQueues() {
 }
 
 byId("console-queues-refresh").addEventListener("click", loadQueues);
+setInterval(() => {
+  if (document.visibilityState === "visible") loadQueues();
+}, QUEUES_REFRESH_MS);
 
 // ---- operations ---------------------------------------------------------------------------
 
