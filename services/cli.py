@@ -287,6 +287,12 @@ def cmd_operations(args: argparse.Namespace) -> int:
     return run(args, _settings(args))
 
 
+def cmd_console(args: argparse.Namespace) -> int:
+    from durable_ops.console_cli import run
+
+    return run(args, _settings(args))
+
+
 def cmd_host_store_show(args: argparse.Namespace) -> int:
     from durable_ops.hoststore.view import show
 
@@ -533,6 +539,18 @@ def build_parser() -> argparse.ArgumentParser:
             cmd_operations,
             "List, show, cancel and retry operations of every owner (operator scope)",
             OPERATIONS_HELP,
+        )
+    )
+
+    from durable_ops.console_cli import HELP as CONSOLE_HELP
+    from durable_ops.console_cli import add_parser as add_console_commands
+
+    add_console_commands(
+        command(
+            "console",
+            cmd_console,
+            "Sign in to the operator console: a one-time link (operator key)",
+            CONSOLE_HELP,
         )
     )
 

@@ -26,6 +26,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from durable_ops import telemetry
 from durable_ops.gateway import (
     ai,
+    console,
     devlogin,
     events,
     health,
@@ -57,6 +58,7 @@ CORE_MODULES: tuple[RouteModule, ...] = (
     workspace,
     ai,
     login,
+    console,
     health,
     openapi,
 )

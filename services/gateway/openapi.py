@@ -324,6 +324,8 @@ SHARED_SCHEMAS: Mapping[str, JsonObject] = {
 SECURITY_SCHEMES: JsonObject = {
     "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT (HS256)"},
     "cookieAuth": {"type": "apiKey", "in": "cookie", "name": "ops_session"},
+    # The operator console's session (gateway.console): never an owner's credential.
+    "consoleAuth": {"type": "apiKey", "in": "cookie", "name": "ops_console"},
 }
 
 

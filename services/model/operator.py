@@ -57,12 +57,15 @@ class OperatorFilter:
     state: OperationState | None = None
     task_type: str = ""
     older_than: timedelta | None = None
+    failure_code: str = ""  # what the worker reported (``model_error``); the console's search
 
     def validated(self) -> OperatorFilter:
         if self.owner_id:
             bounds.owner_id(self.owner_id)
         if self.task_type:
             bounds.task_type(self.task_type)
+        if self.failure_code:
+            bounds.text("failure_code", self.failure_code, bounds.FAILURE_CODE_MAX)
         if self.older_than is not None and not (
             timedelta(0) <= self.older_than <= bounds.OLDER_THAN_MAX
         ):
@@ -73,7 +76,9 @@ class OperatorFilter:
 
     @property
     def is_empty(self) -> bool:
-        return not (self.owner_id or self.state or self.task_type or self.older_than)
+        return not (
+            self.owner_id or self.state or self.task_type or self.older_than or self.failure_code
+        )
 
     def created_before(self, now: datetime) -> datetime | None:
         """The newest ``created_at`` that matches, or ``None`` for any age."""
@@ -86,6 +91,7 @@ class OperatorFilter:
             f"state={self.state.value}" if self.state else "",
             f"task={self.task_type}" if self.task_type else "",
             f"older_than={_seconds(self.older_than)}" if self.older_than is not None else "",
+            f"failure={self.failure_code}" if self.failure_code else "",
         ]
         return " ".join(part for part in parts if part) or "all operations"
 

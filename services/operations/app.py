@@ -274,6 +274,11 @@ class OperationsApp:
             lambda tx: store.show(OperatorTx(tx), operation_id), owner_id=None, write=False
         )
 
+    async def queue_depths(self) -> list[store.QueueDepth]:
+        return await self.db.run_async(
+            lambda tx: store.queue_depths(OperatorTx(tx)), owner_id=None, write=False
+        )
+
     async def force_cancel(self, operation_id: str) -> UserOperation:
         now = self.clock()
         return await self.db.run_async(

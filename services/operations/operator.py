@@ -2,36 +2,56 @@
 
 Served next to the Operations service, on its watches: an operator's cancel of
 a running operation is pushed to the lease holder at once, as the owner's is.
-Every call is logged with who made it (the credential's ``sub``) and what.
+Every call is logged with who made it (the credential's ``sub``, or the console
+session's operator) and what, and ``via``: ``opsctl`` for the operator's own
+key, ``console`` for the gateway acting with a console session (ADR 0043).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 
 import structlog
 
 from durable_ops.api.operator.v1 import operator_pb2 as opb
 from durable_ops.api.operator.v1 import operator_pb2_grpc as opb_grpc
+from durable_ops.model import console
 from durable_ops.model import retention as retention_rules
-from durable_ops.model.errors import InvalidArgument
-from durable_ops.model.operator import OperatorFilter
+from durable_ops.model.errors import InvalidArgument, Unauthenticated
+from durable_ops.model.operator import OperatorFilter, operator_name
 from durable_ops.model.retention import RetentionPolicy
 from durable_ops.model.scope import require_operator
 from durable_ops.operations.app import OperationsApp
+from durable_ops.operations.console import ConsoleSignIns
 from durable_ops.rpc import ServicerContext
-from durable_ops.rpc.scope import caller_name, caller_scope
+from durable_ops.rpc.scope import (
+    caller_name,
+    caller_scope,
+    console_session_of,
+    require_gateway_without_owner,
+)
 from durable_ops.settings import DEFAULT_TOMBSTONE_RETENTION_DAYS
+from durable_ops.storage.console import Signed
 from durable_ops.wire import operations as convert
-from durable_ops.wire.operator import operator_operation
+from durable_ops.wire.operator import operator_operation, queue_depth
 
 log = structlog.get_logger(__name__)
 SERVICE_NAME = opb.DESCRIPTOR.services_by_name["OperatorService"].full_name
 DEFAULT_TOMBSTONES = timedelta(days=DEFAULT_TOMBSTONE_RETENTION_DAYS)
 
 
+@dataclass(frozen=True)
+class Acting:
+    """Who makes an operator call, as the audit log names them, and through what."""
+
+    operator: str
+    via: str  # "opsctl": the operator's own key; "console": the gateway with a session
+
+
 def _operator(context: ServicerContext) -> str:
-    """The operator scope, or PERMISSION_DENIED; answers who is calling, for the log."""
+    """The operator's own key (the operator scope), or PERMISSION_DENIED; answers who
+    is calling, for the log."""
     require_operator(caller_scope(context))
     return caller_name(context) or "unnamed"
 
@@ -53,23 +73,56 @@ def _filters(request: opb.ListOperationsRequest) -> OperatorFilter:
         state=convert.state_from_pb(request.state),
         task_type=request.task_type,
         older_than=older_than,
+        failure_code=request.failure_code,
     ).validated()
+
+
+def _signed_in(context: ServicerContext) -> str:
+    """The console session a gateway call names; UNAUTHENTICATED without one."""
+    session_id = console_session_of(context)
+    if session_id is None:
+        require_gateway_without_owner(context)
+        raise console.session_ended()
+    return session_id
+
+
+def _session(signed: Signed, session_id: str = "") -> opb.ConsoleSession:
+    answer = opb.ConsoleSession(session_id=session_id, operator=signed.operator)
+    answer.expires_at.FromDatetime(signed.expires_at)
+    return answer
 
 
 class OperatorService(opb_grpc.OperatorServiceServicer):
     def __init__(self, app: OperationsApp, *, tombstones: timedelta = DEFAULT_TOMBSTONES) -> None:
         self._app = app
         self._tombstones = tombstones  # a prune's tombstone horizon when its call names none
+        self._console = ConsoleSignIns(app.db, app.clock)
+
+    async def _acting(self, context: ServicerContext, method: str) -> Acting:
+        """The operator behind this call: the operator's own key, or the gateway with a
+        live console session, for the calls a console may make (``model.console``)."""
+        session_id = console_session_of(context)
+        if session_id is None:
+            return Acting(_operator(context), "opsctl")
+        console.require_console_call(method)
+        signed = await self._console.resolve(session_id)
+        return Acting(signed.operator, "console")
 
     async def ListOperations(
         self, request: opb.ListOperationsRequest, context: ServicerContext
     ) -> opb.ListOperationsResponse:
-        who = _operator(context)
+        who = await self._acting(context, "ListOperations")
         filters = _filters(request)
         page = await self._app.inspect(
             size=request.page_size, token=request.page_token, filters=filters
         )
-        log.info("operator_list", operator=who, filters=filters.describe(), count=len(page.items))
+        log.info(
+            "operator_list",
+            operator=who.operator,
+            via=who.via,
+            filters=filters.describe(),
+            count=len(page.items),
+        )
         return opb.ListOperationsResponse(
             operations=[operator_operation(row) for row in page.items],
             next_page_token=page.next_token or "",
@@ -78,19 +131,26 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
     async def GetOperation(
         self, request: opb.GetOperationRequest, context: ServicerContext
     ) -> opb.OperatorOperation:
-        who = _operator(context)
+        who = await self._acting(context, "GetOperation")
         row, attempts = await self._app.show(request.operation_id)
-        log.info("operator_show", operator=who, operation_id=row.id, owner=row.owner_user_id)
+        log.info(
+            "operator_show",
+            operator=who.operator,
+            via=who.via,
+            operation_id=row.id,
+            owner=row.owner_user_id,
+        )
         return operator_operation(row, attempts)
 
     async def CancelOperation(
         self, request: opb.CancelOperationRequest, context: ServicerContext
     ) -> opb.OperatorOperation:
-        who = _operator(context)
+        who = await self._acting(context, "CancelOperation")
         row = await self._app.force_cancel(request.operation_id)
         log.info(
             "operator_cancel",
-            operator=who,
+            operator=who.operator,
+            via=who.via,
             operation_id=row.id,
             owner=row.owner_user_id,
             state=row.state,
@@ -101,11 +161,12 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
     async def RetryOperation(
         self, request: opb.RetryOperationRequest, context: ServicerContext
     ) -> opb.OperatorOperation:
-        who = _operator(context)
+        who = await self._acting(context, "RetryOperation")
         row = await self._app.force_retry(request.operation_id)
         log.info(
             "operator_retry",
-            operator=who,
+            operator=who.operator,
+            via=who.via,
             operation_id=row.id,
             owner=row.owner_user_id,
             state=row.state,
@@ -124,6 +185,7 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         log.info(
             "operator_prune",
             operator=who,
+            via="opsctl",
             older_than=int(policy.operations.total_seconds()),
             tombstones_older_than=int(policy.tombstones.total_seconds()),
             dry_run=request.dry_run,
@@ -137,3 +199,69 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         answer.finished_before.FromDatetime(policy.operations_finished_before(now))
         answer.tombstones_finished_before.FromDatetime(policy.tombstones_finished_before(now))
         return answer
+
+    async def GetQueueDepths(
+        self, request: opb.GetQueueDepthsRequest, context: ServicerContext
+    ) -> opb.GetQueueDepthsResponse:
+        who = await self._acting(context, "GetQueueDepths")
+        depths = await self._app.queue_depths()
+        log.info("operator_queues", operator=who.operator, via=who.via, task_types=len(depths))
+        answer = opb.GetQueueDepthsResponse(queues=[queue_depth(depth) for depth in depths])
+        answer.read_at.FromDatetime(self._app.clock())
+        return answer
+
+    # ---- the console's sign-in (ADR 0043) ------------------------------------------------
+
+    async def CreateConsoleLink(
+        self, request: opb.CreateConsoleLinkRequest, context: ServicerContext
+    ) -> opb.CreateConsoleLinkResponse:
+        """The operator's own key only: a console session cannot make another."""
+        who = operator_name(_operator(context))
+        link = await self._console.link(who)
+        log.info("operator_console_link", operator=who, via="opsctl")
+        answer = opb.CreateConsoleLinkResponse(link_secret=link.secret, operator=who)
+        answer.expires_at.FromDatetime(link.expires_at)
+        return answer
+
+    async def OpenConsoleSession(
+        self, request: opb.OpenConsoleSessionRequest, context: ServicerContext
+    ) -> opb.ConsoleSession:
+        require_gateway_without_owner(context)
+        try:
+            signed = await self._console.open(request.link_secret)
+        except Unauthenticated:
+            log.info("operator_console_link_refused", via="console")
+            raise
+        log.info("operator_console_sign_in", operator=signed.operator, via="console")
+        return _session(signed, signed.secret)
+
+    async def GetConsoleSession(
+        self, request: opb.GetConsoleSessionRequest, context: ServicerContext
+    ) -> opb.ConsoleSession:
+        return _session(await self._console.resolve(_signed_in(context)))
+
+    async def EndConsoleSession(
+        self, request: opb.EndConsoleSessionRequest, context: ServicerContext
+    ) -> opb.EndConsoleSessionResponse:
+        session_id = _signed_in(context)
+        try:
+            signed = await self._console.resolve(session_id)
+        except Unauthenticated:
+            return opb.EndConsoleSessionResponse()  # already ended: the outcome is the same
+        await self._console.end(session_id)
+        log.info("operator_console_sign_out", operator=signed.operator, via="console")
+        return opb.EndConsoleSessionResponse()
+
+    async def EndOperatorSessions(
+        self, request: opb.EndOperatorSessionsRequest, context: ServicerContext
+    ) -> opb.EndOperatorSessionsResponse:
+        """The operator's own key: end an operator's (or everyone's) console sign-ins."""
+        who = _operator(context)
+        if request.everyone and request.operator:
+            raise InvalidArgument("operator", "must be empty when everyone is set")
+        whose = None if request.everyone else operator_name(request.operator or who)
+        ended = await self._console.end_operator(whose)
+        log.info(
+            "operator_console_revoke", operator=who, via="opsctl", whose=whose or "*", ended=ended
+        )
+        return opb.EndOperatorSessionsResponse(ended=ended)

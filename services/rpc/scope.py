@@ -27,6 +27,9 @@ from durable_ops.rpc.keys import TrustedKeys
 
 AUTHORIZATION = "authorization"
 OWNER_ID = "x-owner-id"
+# The operator console's session id (ADR 0043): the gateway's only way into the operator
+# scope, checked by the operator service against the sessions it keeps.
+OPERATOR_SESSION = "x-operator-session"
 NAME_MAX = 64  # of a credential's ``sub`` as logged
 
 Metadata = Iterable[tuple[str, str | bytes]]
@@ -112,6 +115,22 @@ def require_gateway_without_owner(context: ServicerContext) -> None:
             "sessions are resolved by the gateway, without x-owner-id",
             code="gateway_scope_required",
         )
+
+
+def console_session_of(context: ServicerContext) -> str | None:
+    """The console session id a gateway call names (``x-operator-session``), else ``None``.
+
+    Only the gateway's verified credential, without ``x-owner-id``, carries one: from
+    any other role, or beside an owner, the header means nothing and is not read. The
+    id is not checked here: the operator service resolves it (ADR 0043).
+    """
+    metadata: Metadata = context.invocation_metadata() or ()
+    if _verified_role.get() is not Role.GATEWAY or _values(metadata, OWNER_ID):
+        return None
+    sessions = _values(metadata, OPERATOR_SESSION)
+    if len(sessions) > 1:
+        raise InvalidArgument(OPERATOR_SESSION, "must appear at most once")
+    return sessions[0] if sessions else None
 
 
 def caller_name(context: ServicerContext) -> str:

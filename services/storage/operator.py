@@ -14,14 +14,16 @@ its own.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Select, Table, bindparam, select
+from sqlalchemy import Select, Table, bindparam, func, select
 
 from durable_ops.model import bounds
 from durable_ops.model.errors import NotFound
 from durable_ops.model.operator import OperatorFilter
+from durable_ops.model.states import OperationState
 from durable_ops.storage import operations
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
 from durable_ops.storage.schema import OperationAttempt, UserOperation
@@ -76,12 +78,56 @@ def list_page(
         query = query.where(OPS.c.state == filters.state)
     if filters.task_type:
         query = query.where(OPS.c.task_type == filters.task_type)
+    if filters.failure_code:
+        query = query.where(OPS.c.failure_code == filters.failure_code)
     created_before = filters.created_before(now)
     if created_before is not None:
         query = query.where(OPS.c.created_at <= created_before)
     query = newest_first(query, OPS.c.created_at, OPS.c.id, token, size)
     rows = [operations.detached(row._mapping) for row in _operator(tx).execute(query)]
     return paginate(rows, size, lambda op: (op.created_at, op.id))
+
+
+# Work not finished yet: what a queue holds, what runs, what waits to go back to it.
+UNFINISHED = (
+    OperationState.QUEUED,
+    OperationState.RUNNING,
+    OperationState.WAITING_FOR_RETRY,
+    OperationState.WAITING_FOR_EXTERNAL_FALLBACK,
+)
+_BY_TYPE_AND_STATE = (
+    select(
+        OPS.c.task_type,
+        OPS.c.state,
+        func.count().label("total"),
+        func.min(OPS.c.created_at).label("oldest"),
+    )
+    .where(OPS.c.state.in_([state.value for state in UNFINISHED]))
+    .group_by(OPS.c.task_type, OPS.c.state)
+)
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    """One task type's unfinished work: operations by state, and when the oldest of
+    its queued ones was created (``None`` with none queued)."""
+
+    task_type: str
+    counts: dict[OperationState, int]
+    oldest_queued_at: datetime | None
+
+
+def queue_depths(tx: OperatorTx) -> list[QueueDepth]:
+    """Per task type with unfinished work, by name: one grouped read of the unfinished
+    states (the claim index leads with the state; finished rows are not read)."""
+    found: dict[str, QueueDepth] = {}
+    for row in _operator(tx).execute(_BY_TYPE_AND_STATE):
+        depth = found.setdefault(row.task_type, QueueDepth(row.task_type, {}, None))
+        state = OperationState(row.state)
+        depth.counts[state] = int(row.total)
+        if state is OperationState.QUEUED:
+            found[row.task_type] = QueueDepth(row.task_type, depth.counts, row.oldest)
+    return [found[name] for name in sorted(found)]
 
 
 def cancel(tx: OperatorTx, operation_id: str, now: datetime) -> UserOperation:

@@ -466,3 +466,25 @@ class UserTokenFloor(Owned, Base):
 
     owner_user_id: Mapped[str] = mapped_column(String(bounds.OWNER_ID_MAX), primary_key=True)
     not_before: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class OperatorConsoleSession(Base):
+    """An operator's sign-in to the console (ADR 0043): a one-time link, then a session.
+
+    ``opsctl console link`` (the operator's own key) stores a ``link``; opening it
+    in the gateway deletes the link and stores a ``session``, whose id the console
+    cookie carries. Like ``UserSession``, ``id`` is the SHA-256 of the random
+    value handed out, so a copy of the table signs nobody in; ``operator`` is the
+    name the audit log gives every console action. No owner: an operator is none.
+    """
+
+    __tablename__ = "operator_console_sessions"
+
+    id: Mapped[str] = mapped_column(CHAR(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(8))  # "link" or "session"
+    operator: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+    # Sign-ins prune the expired ones, oldest first.
+    __table_args__ = (Index("ix_operator_console_sessions_expires_at", "expires_at"),)

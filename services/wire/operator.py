@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from durable_ops.api.operator.v1 import operator_pb2 as opb
+from durable_ops.model.states import OperationState
 from durable_ops.model.usage import Usage
+from durable_ops.storage.operator import QueueDepth
 from durable_ops.storage.schema import OperationAttempt, UserOperation
 from durable_ops.wire import operations as convert
 
@@ -46,4 +48,19 @@ def operator_operation(
     )
     if row.lease_expires_at is not None:
         message.lease_expires_at.CopyFrom(convert.timestamp(row.lease_expires_at))
+    return message
+
+
+def queue_depth(depth: QueueDepth) -> opb.QueueDepth:
+    """One task type's unfinished operations by state, and its oldest queued one."""
+    counts = depth.counts
+    message = opb.QueueDepth(
+        task_type=depth.task_type,
+        queued=counts.get(OperationState.QUEUED, 0),
+        running=counts.get(OperationState.RUNNING, 0),
+        waiting_for_retry=counts.get(OperationState.WAITING_FOR_RETRY, 0),
+        waiting_for_external_fallback=counts.get(OperationState.WAITING_FOR_EXTERNAL_FALLBACK, 0),
+    )
+    if depth.oldest_queued_at is not None:
+        message.oldest_queued_at.CopyFrom(convert.timestamp(depth.oldest_queued_at))
     return message

@@ -481,6 +481,7 @@ TEXT_FIELDS = [
     TextField("POST", "/api/attachments/{id}/cv-review", "job_id"),
     TextField("POST", "/api/attachments/{id}/cv-review", "Idempotency-Key", header=True),
     TextField("POST", "/auth/login", "token"),
+    TextField("POST", "/console/sign-in", "link"),
 ]
 
 
@@ -503,6 +504,7 @@ class Valid:
             "/api/jobs/{id}/strategy-snapshot": {"attachment_id": self.cv_id},
             "/api/attachments/{id}/cv-review": {"job_id": self.job_id},
             "/auth/login": {"token": token("alice")},
+            "/console/sign-in": {"link": "a" * 43},
         }
         return dict(by_path[text_field.path])
 
@@ -515,7 +517,7 @@ def _with(value: str, character: str) -> str:
 async def _send_text(
     client: httpx.AsyncClient, valid: Valid, text_field: TextField, character: str, *, raw: bool
 ) -> httpx.Response:
-    headers = bearer("alice")
+    headers = {**bearer("alice"), "Origin": BASE_URL}  # a same-origin write, as pages send
     body = valid.body(text_field)
     if text_field.header:
         headers["Idempotency-Key"] = _with("click-42", character)

@@ -9,7 +9,7 @@ import jwt
 import pytest
 from sqlalchemy.engine import Connection
 
-from durable_ops.model import bounds
+from durable_ops.model import bounds, console
 from durable_ops.model.errors import InvalidArgument, PermissionDenied
 from durable_ops.model.operator import OperatorFilter, operator_name, parse_duration
 from durable_ops.model.scope import (
@@ -171,13 +171,14 @@ def test_operator_storage_refuses_any_other_scope(owner: str | None) -> None:
         store.retry(tx, "0" * 32, now)
 
 
-# ---- the gateway never grants it ---------------------------------------------------------------
+# ---- the gateway reaches it only for the console, with a session (ADR 0043) -------------------
+
+CONSOLE_MODULES = ("gateway/console.py", "gateway/console_calls.py")
 
 
-def test_the_gateway_reaches_no_operator_service() -> None:
+def test_only_the_console_modules_of_the_gateway_reach_the_operator_service() -> None:
     reached = _reach("durable_ops.gateway.main")
-    assert not [m for m in reached if m.startswith("durable_ops.api.operator")]
-    assert "durable_ops.operations.operator" not in reached
+    assert "durable_ops.operations.operator" not in reached  # the servicer stays in its process
     mentions = [
         str(path.relative_to(SERVICES))
         for path in sorted((SERVICES / "gateway").rglob("*"))
@@ -188,10 +189,14 @@ def test_the_gateway_reaches_no_operator_service() -> None:
             for needle in ("Role.OPERATOR", "OperatorService", "operator_pb2", '"operator"')
         )
     ]
-    assert mentions == []
+    assert sorted(mentions) == sorted(CONSOLE_MODULES)
+    calls = (SERVICES / "gateway" / "console_calls.py").read_text()
+    assert "Role.OPERATOR" not in calls  # it signs with the gateway's key only
+    assert calls.count("metadata=") == 2  # the session call, and the sign-in's (no session yet)
+    assert "OPERATOR_SESSION, self.session_id" in calls
 
 
-def test_the_gateway_credential_and_routes_never_reach_the_operator_scope() -> None:
+def test_the_gateway_credential_and_routes_reach_the_operator_scope_only_under_console() -> None:
     from durable_ops.gateway.app import create_app
     from durable_ops.gateway.backends import Backends
 
@@ -202,4 +207,37 @@ def test_the_gateway_credential_and_routes_never_reach_the_operator_scope() -> N
     paths = [str(getattr(route, "path", "")) for route in app.routes]
     assert paths
     assert [path for path in paths if "operator" in path.lower()] == []
-    assert "operator" not in str(app.state.openapi).lower()
+    console_paths = [path for path in paths if path.startswith("/console")]
+    assert console_paths
+    assert all(path == "/console" or path.startswith("/console/") for path in console_paths)
+
+
+@pytest.mark.parametrize("method", sorted(console.CONSOLE_CALLS))
+def test_a_console_session_makes_the_console_calls(method: str) -> None:
+    console.require_console_call(method)
+
+
+@pytest.mark.parametrize(
+    "method", ["PruneOperations", "CreateConsoleLink", "EndOperatorSessions", "Anything"]
+)
+def test_a_console_session_makes_no_other_call(method: str) -> None:
+    with pytest.raises(PermissionDenied) as refused:
+        console.require_console_call(method)
+    assert refused.value.code == "operator_scope_required"
+
+
+def test_a_bulk_action_names_one_to_a_hundred_operations_once_each() -> None:
+    assert console.bulk_ids(["b", "a", "b"]) == ["b", "a"]
+    with pytest.raises(InvalidArgument):
+        console.bulk_ids([])
+    with pytest.raises(InvalidArgument):
+        console.bulk_ids([f"{n}" for n in range(console.BULK_MAX + 1)])
+    assert len(console.bulk_ids(["x"] * 500)) == 1
+
+
+def test_the_filter_searches_by_failure_code_within_bounds() -> None:
+    found = OperatorFilter(failure_code="model_error").validated()
+    assert not found.is_empty
+    assert found.describe() == "failure=model_error"
+    with pytest.raises(InvalidArgument):
+        OperatorFilter(failure_code="x" * (bounds.FAILURE_CODE_MAX + 1)).validated()

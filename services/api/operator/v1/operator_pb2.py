@@ -27,7 +27,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*durable_ops/api/operator/v1/operator.proto\x12\x1b\x64urable_ops.api.operator.v1\x1a.durable_ops/api/operations/v1/operations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd2\x02\n\x11OperatorOperation\x12;\n\toperation\x18\x01 \x01(\x0b\x32(.durable_ops.api.operations.v1.Operation\x12\x10\n\x08owner_id\x18\x02 \x01(\t\x12\x10\n\x08priority\x18\x03 \x01(\x05\x12\x37\n\x07privacy\x18\x04 \x01(\x0e\x32&.durable_ops.api.operations.v1.Privacy\x12\x34\n\x10lease_expires_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0c\x66\x61ilure_code\x18\x06 \x01(\t\x12\x17\n\x0f\x66\x61ilure_message\x18\x07 \x01(\t\x12>\n\x08\x61ttempts\x18\x08 \x03(\x0b\x32,.durable_ops.api.operator.v1.OperatorAttempt\"\xdb\x02\n\x0fOperatorAttempt\x12\x0f\n\x07\x61ttempt\x18\x01 \x01(\x05\x12\r\n\x05route\x18\x02 \x01(\t\x12.\n\nstarted_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x10lease_expires_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nded_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07outcome\x18\x06 \x01(\t\x12\x14\n\x0c\x66\x61ilure_code\x18\x07 \x01(\t\x12\x17\n\x0f\x66\x61ilure_message\x18\x08 \x01(\t\x12\x10\n\x08provider\x18\t \x01(\t\x12\r\n\x05model\x18\n \x01(\t\x12\x33\n\x05usage\x18\x0b \x01(\x0b\x32$.durable_ops.api.operations.v1.Usage\"\xd0\x01\n\x15ListOperationsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x10\n\x08owner_id\x18\x03 \x01(\t\x12<\n\x05state\x18\x04 \x01(\x0e\x32-.durable_ops.api.operations.v1.OperationState\x12\x11\n\ttask_type\x18\x05 \x01(\t\x12-\n\nolder_than\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\"u\n\x16ListOperationsResponse\x12\x42\n\noperations\x18\x01 \x03(\x0b\x32..durable_ops.api.operator.v1.OperatorOperation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"+\n\x13GetOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\".\n\x16\x43\x61ncelOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"-\n\x15RetryOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"\xa6\x01\n\x16PruneOperationsRequest\x12-\n\nolder_than\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x38\n\x15tombstones_older_than\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nbatch_size\x18\x03 \x01(\x05\x12\x0f\n\x07\x64ry_run\x18\x04 \x01(\x08\"\xbf\x01\n\x17PruneOperationsResponse\x12\x0e\n\x06pruned\x18\x01 \x01(\x03\x12\x11\n\tforgotten\x18\x02 \x01(\x03\x12\x0c\n\x04more\x18\x03 \x01(\x08\x12\x33\n\x0f\x66inished_before\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12>\n\x1atombstones_finished_before\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp2\xea\x04\n\x0fOperatorService\x12y\n\x0eListOperations\x12\x32.durable_ops.api.operator.v1.ListOperationsRequest\x1a\x33.durable_ops.api.operator.v1.ListOperationsResponse\x12p\n\x0cGetOperation\x12\x30.durable_ops.api.operator.v1.GetOperationRequest\x1a..durable_ops.api.operator.v1.OperatorOperation\x12v\n\x0f\x43\x61ncelOperation\x12\x33.durable_ops.api.operator.v1.CancelOperationRequest\x1a..durable_ops.api.operator.v1.OperatorOperation\x12t\n\x0eRetryOperation\x12\x32.durable_ops.api.operator.v1.RetryOperationRequest\x1a..durable_ops.api.operator.v1.OperatorOperation\x12|\n\x0fPruneOperations\x12\x33.durable_ops.api.operator.v1.PruneOperationsRequest\x1a\x34.durable_ops.api.operator.v1.PruneOperationsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*durable_ops/api/operator/v1/operator.proto\x12\x1b\x64urable_ops.api.operator.v1\x1a.durable_ops/api/operations/v1/operations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd2\x02\n\x11OperatorOperation\x12;\n\toperation\x18\x01 \x01(\x0b\x32(.durable_ops.api.operations.v1.Operation\x12\x10\n\x08owner_id\x18\x02 \x01(\t\x12\x10\n\x08priority\x18\x03 \x01(\x05\x12\x37\n\x07privacy\x18\x04 \x01(\x0e\x32&.durable_ops.api.operations.v1.Privacy\x12\x34\n\x10lease_expires_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0c\x66\x61ilure_code\x18\x06 \x01(\t\x12\x17\n\x0f\x66\x61ilure_message\x18\x07 \x01(\t\x12>\n\x08\x61ttempts\x18\x08 \x03(\x0b\x32,.durable_ops.api.operator.v1.OperatorAttempt\"\xdb\x02\n\x0fOperatorAttempt\x12\x0f\n\x07\x61ttempt\x18\x01 \x01(\x05\x12\r\n\x05route\x18\x02 \x01(\t\x12.\n\nstarted_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x10lease_expires_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nded_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07outcome\x18\x06 \x01(\t\x12\x14\n\x0c\x66\x61ilure_code\x18\x07 \x01(\t\x12\x17\n\x0f\x66\x61ilure_message\x18\x08 \x01(\t\x12\x10\n\x08provider\x18\t \x01(\t\x12\r\n\x05model\x18\n \x01(\t\x12\x33\n\x05usage\x18\x0b \x01(\x0b\x32$.durable_ops.api.operations.v1.Usage\"\xe6\x01\n\x15ListOperationsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x10\n\x08owner_id\x18\x03 \x01(\t\x12<\n\x05state\x18\x04 \x01(\x0e\x32-.durable_ops.api.operations.v1.OperationState\x12\x11\n\ttask_type\x18\x05 \x01(\t\x12-\n\nolder_than\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x14\n\x0c\x66\x61ilure_code\x18\x07 \x01(\t\"u\n\x16ListOperationsResponse\x12\x42\n\noperations\x18\x01 \x03(\x0b\x32..durable_ops.api.operator.v1.OperatorOperation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"+\n\x13GetOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\".\n\x16\x43\x61ncelOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"-\n\x15RetryOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"\xa6\x01\n\x16PruneOperationsRequest\x12-\n\nolder_than\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x38\n\x15tombstones_older_than\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nbatch_size\x18\x03 \x01(\x05\x12\x0f\n\x07\x64ry_run\x18\x04 \x01(\x08\"\xbf\x01\n\x17PruneOperationsResponse\x12\x0e\n\x06pruned\x18\x01 \x01(\x03\x12\x11\n\tforgotten\x18\x02 \x01(\x03\x12\x0c\n\x04more\x18\x03 \x01(\x08\x12\x33\n\x0f\x66inished_before\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12>\n\x1atombstones_finished_before\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xb8\x01\n\nQueueDepth\x12\x11\n\ttask_type\x18\x01 \x01(\t\x12\x0e\n\x06queued\x18\x02 \x01(\x03\x12\x0f\n\x07running\x18\x03 \x01(\x03\x12\x19\n\x11waiting_for_retry\x18\x04 \x01(\x03\x12%\n\x1dwaiting_for_external_fallback\x18\x05 \x01(\x03\x12\x34\n\x10oldest_queued_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x17\n\x15GetQueueDepthsRequest\"~\n\x16GetQueueDepthsResponse\x12\x37\n\x06queues\x18\x01 \x03(\x0b\x32\'.durable_ops.api.operator.v1.QueueDepth\x12+\n\x07read_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x1a\n\x18\x43reateConsoleLinkRequest\"r\n\x19\x43reateConsoleLinkResponse\x12\x13\n\x0blink_secret\x18\x01 \x01(\t\x12.\n\nexpires_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08operator\x18\x03 \x01(\t\"0\n\x19OpenConsoleSessionRequest\x12\x13\n\x0blink_secret\x18\x01 \x01(\t\"f\n\x0e\x43onsoleSession\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08operator\x18\x02 \x01(\t\x12.\n\nexpires_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x1a\n\x18GetConsoleSessionRequest\"\x1a\n\x18\x45ndConsoleSessionRequest\"\x1b\n\x19\x45ndConsoleSessionResponse\"@\n\x1a\x45ndOperatorSessionsRequest\x12\x10\n\x08operator\x18\x01 \x01(\t\x12\x10\n\x08\x65veryone\x18\x02 \x01(\x08\",\n\x1b\x45ndOperatorSessionsResponse\x12\r\n\x05\x65nded\x18\x01 \x01(\x03\x32\xee\n\n\x0fOperatorService\x12y\n\x0eListOperations\x12\x32.durable_ops.api.operator.v1.ListOperationsRequest\x1a\x33.durable_ops.api.operator.v1.ListOperationsResponse\x12p\n\x0cGetOperation\x12\x30.durable_ops.api.operator.v1.GetOperationRequest\x1a..durable_ops.api.operator.v1.OperatorOperation\x12v\n\x0f\x43\x61ncelOperation\x12\x33.durable_ops.api.operator.v1.CancelOperationRequest\x1a..durable_ops.api.operator.v1.OperatorOperation\x12t\n\x0eRetryOperation\x12\x32.durable_ops.api.operator.v1.RetryOperationRequest\x1a..durable_ops.api.operator.v1.OperatorOperation\x12|\n\x0fPruneOperations\x12\x33.durable_ops.api.operator.v1.PruneOperationsRequest\x1a\x34.durable_ops.api.operator.v1.PruneOperationsResponse\x12y\n\x0eGetQueueDepths\x12\x32.durable_ops.api.operator.v1.GetQueueDepthsRequest\x1a\x33.durable_ops.api.operator.v1.GetQueueDepthsResponse\x12\x82\x01\n\x11\x43reateConsoleLink\x12\x35.durable_ops.api.operator.v1.CreateConsoleLinkRequest\x1a\x36.durable_ops.api.operator.v1.CreateConsoleLinkResponse\x12y\n\x12OpenConsoleSession\x12\x36.durable_ops.api.operator.v1.OpenConsoleSessionRequest\x1a+.durable_ops.api.operator.v1.ConsoleSession\x12w\n\x11GetConsoleSession\x12\x35.durable_ops.api.operator.v1.GetConsoleSessionRequest\x1a+.durable_ops.api.operator.v1.ConsoleSession\x12\x82\x01\n\x11\x45ndConsoleSession\x12\x35.durable_ops.api.operator.v1.EndConsoleSessionRequest\x1a\x36.durable_ops.api.operator.v1.EndConsoleSessionResponse\x12\x88\x01\n\x13\x45ndOperatorSessions\x12\x37.durable_ops.api.operator.v1.EndOperatorSessionsRequest\x1a\x38.durable_ops.api.operator.v1.EndOperatorSessionsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,19 +39,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OPERATORATTEMPT']._serialized_start=530
   _globals['_OPERATORATTEMPT']._serialized_end=877
   _globals['_LISTOPERATIONSREQUEST']._serialized_start=880
-  _globals['_LISTOPERATIONSREQUEST']._serialized_end=1088
-  _globals['_LISTOPERATIONSRESPONSE']._serialized_start=1090
-  _globals['_LISTOPERATIONSRESPONSE']._serialized_end=1207
-  _globals['_GETOPERATIONREQUEST']._serialized_start=1209
-  _globals['_GETOPERATIONREQUEST']._serialized_end=1252
-  _globals['_CANCELOPERATIONREQUEST']._serialized_start=1254
-  _globals['_CANCELOPERATIONREQUEST']._serialized_end=1300
-  _globals['_RETRYOPERATIONREQUEST']._serialized_start=1302
-  _globals['_RETRYOPERATIONREQUEST']._serialized_end=1347
-  _globals['_PRUNEOPERATIONSREQUEST']._serialized_start=1350
-  _globals['_PRUNEOPERATIONSREQUEST']._serialized_end=1516
-  _globals['_PRUNEOPERATIONSRESPONSE']._serialized_start=1519
-  _globals['_PRUNEOPERATIONSRESPONSE']._serialized_end=1710
-  _globals['_OPERATORSERVICE']._serialized_start=1713
-  _globals['_OPERATORSERVICE']._serialized_end=2331
+  _globals['_LISTOPERATIONSREQUEST']._serialized_end=1110
+  _globals['_LISTOPERATIONSRESPONSE']._serialized_start=1112
+  _globals['_LISTOPERATIONSRESPONSE']._serialized_end=1229
+  _globals['_GETOPERATIONREQUEST']._serialized_start=1231
+  _globals['_GETOPERATIONREQUEST']._serialized_end=1274
+  _globals['_CANCELOPERATIONREQUEST']._serialized_start=1276
+  _globals['_CANCELOPERATIONREQUEST']._serialized_end=1322
+  _globals['_RETRYOPERATIONREQUEST']._serialized_start=1324
+  _globals['_RETRYOPERATIONREQUEST']._serialized_end=1369
+  _globals['_PRUNEOPERATIONSREQUEST']._serialized_start=1372
+  _globals['_PRUNEOPERATIONSREQUEST']._serialized_end=1538
+  _globals['_PRUNEOPERATIONSRESPONSE']._serialized_start=1541
+  _globals['_PRUNEOPERATIONSRESPONSE']._serialized_end=1732
+  _globals['_QUEUEDEPTH']._serialized_start=1735
+  _globals['_QUEUEDEPTH']._serialized_end=1919
+  _globals['_GETQUEUEDEPTHSREQUEST']._serialized_start=1921
+  _globals['_GETQUEUEDEPTHSREQUEST']._serialized_end=1944
+  _globals['_GETQUEUEDEPTHSRESPONSE']._serialized_start=1946
+  _globals['_GETQUEUEDEPTHSRESPONSE']._serialized_end=2072
+  _globals['_CREATECONSOLELINKREQUEST']._serialized_start=2074
+  _globals['_CREATECONSOLELINKREQUEST']._serialized_end=2100
+  _globals['_CREATECONSOLELINKRESPONSE']._serialized_start=2102
+  _globals['_CREATECONSOLELINKRESPONSE']._serialized_end=2216
+  _globals['_OPENCONSOLESESSIONREQUEST']._serialized_start=2218
+  _globals['_OPENCONSOLESESSIONREQUEST']._serialized_end=2266
+  _globals['_CONSOLESESSION']._serialized_start=2268
+  _globals['_CONSOLESESSION']._serialized_end=2370
+  _globals['_GETCONSOLESESSIONREQUEST']._serialized_start=2372
+  _globals['_GETCONSOLESESSIONREQUEST']._serialized_end=2398
+  _globals['_ENDCONSOLESESSIONREQUEST']._serialized_start=2400
+  _globals['_ENDCONSOLESESSIONREQUEST']._serialized_end=2426
+  _globals['_ENDCONSOLESESSIONRESPONSE']._serialized_start=2428
+  _globals['_ENDCONSOLESESSIONRESPONSE']._serialized_end=2455
+  _globals['_ENDOPERATORSESSIONSREQUEST']._serialized_start=2457
+  _globals['_ENDOPERATORSESSIONSREQUEST']._serialized_end=2521
+  _globals['_ENDOPERATORSESSIONSRESPONSE']._serialized_start=2523
+  _globals['_ENDOPERATORSESSIONSRESPONSE']._serialized_end=2567
+  _globals['_OPERATORSERVICE']._serialized_start=2570
+  _globals['_OPERATORSERVICE']._serialized_end=3960
 # @@protoc_insertion_point(module_scope)

@@ -25,8 +25,13 @@ DESCRIPTOR: _descriptor.FileDescriptor
 class OperatorOperation(_message.Message):
     """The operator scope (SPEC §2, ADR 19): an `operator` service credential and
     no `x-owner-id`. Reads cross owners; a cancel or a retry runs in the scope
-    of the operation's owner, under every owner rule. The gateway never calls
-    this service, and no other credential reaches it.
+    of the operation's owner, under every owner rule.
+
+    The operator console (ADR 0043): the gateway's credential reaches the list,
+    show, cancel, retry and queue depths only with the metadata
+    `x-operator-session` naming a live console session (made by opening a link
+    from CreateConsoleLink), and acts under that session's operator's name. No
+    other credential reaches this service; the gateway never prunes nor makes links.
 
     What an operator sees of an operation: the owner's view, and what the owner's
     view keeps inside (owner, priority, privacy, lease expiry, failure code and
@@ -166,6 +171,7 @@ class ListOperationsRequest(_message.Message):
     STATE_FIELD_NUMBER: _builtins.int
     TASK_TYPE_FIELD_NUMBER: _builtins.int
     OLDER_THAN_FIELD_NUMBER: _builtins.int
+    FAILURE_CODE_FIELD_NUMBER: _builtins.int
     page_size: _builtins.int
     """1–100; 0 means 20"""
     page_token: _builtins.str
@@ -176,6 +182,8 @@ class ListOperationsRequest(_message.Message):
     """unspecified: any"""
     task_type: _builtins.str
     """empty: any"""
+    failure_code: _builtins.str
+    """empty: any (a worker's code, such as "model_error")"""
     @_builtins.property
     def older_than(self) -> _duration_pb2.Duration:
         """Only operations created at least this long ago; unset: any age."""
@@ -189,10 +197,11 @@ class ListOperationsRequest(_message.Message):
         state: _operations_pb2.OperationState.ValueType = ...,
         task_type: _builtins.str = ...,
         older_than: _duration_pb2.Duration | None = ...,
+        failure_code: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["older_than", b"older_than"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["older_than", b"older_than", "owner_id", b"owner_id", "page_size", b"page_size", "page_token", b"page_token", "state", b"state", "task_type", b"task_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure_code", b"failure_code", "older_than", b"older_than", "owner_id", b"owner_id", "page_size", b"page_size", "page_token", b"page_token", "state", b"state", "task_type", b"task_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -363,3 +372,270 @@ class PruneOperationsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PruneOperationsResponse: _TypeAlias = PruneOperationsResponse  # noqa: Y015
+
+@_typing.final
+class QueueDepth(_message.Message):
+    """One task type's unfinished operations."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_TYPE_FIELD_NUMBER: _builtins.int
+    QUEUED_FIELD_NUMBER: _builtins.int
+    RUNNING_FIELD_NUMBER: _builtins.int
+    WAITING_FOR_RETRY_FIELD_NUMBER: _builtins.int
+    WAITING_FOR_EXTERNAL_FALLBACK_FIELD_NUMBER: _builtins.int
+    OLDEST_QUEUED_AT_FIELD_NUMBER: _builtins.int
+    task_type: _builtins.str
+    queued: _builtins.int
+    running: _builtins.int
+    waiting_for_retry: _builtins.int
+    waiting_for_external_fallback: _builtins.int
+    @_builtins.property
+    def oldest_queued_at(self) -> _timestamp_pb2.Timestamp:
+        """When the oldest of its queued operations was created; unset: none queued."""
+
+    def __init__(
+        self,
+        *,
+        task_type: _builtins.str = ...,
+        queued: _builtins.int = ...,
+        running: _builtins.int = ...,
+        waiting_for_retry: _builtins.int = ...,
+        waiting_for_external_fallback: _builtins.int = ...,
+        oldest_queued_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["oldest_queued_at", b"oldest_queued_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["oldest_queued_at", b"oldest_queued_at", "queued", b"queued", "running", b"running", "task_type", b"task_type", "waiting_for_external_fallback", b"waiting_for_external_fallback", "waiting_for_retry", b"waiting_for_retry"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QueueDepth: _TypeAlias = QueueDepth  # noqa: Y015
+
+@_typing.final
+class GetQueueDepthsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetQueueDepthsRequest: _TypeAlias = GetQueueDepthsRequest  # noqa: Y015
+
+@_typing.final
+class GetQueueDepthsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUES_FIELD_NUMBER: _builtins.int
+    READ_AT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def queues(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueueDepth]:
+        """by task type; only types with unfinished work"""
+
+    @_builtins.property
+    def read_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        queues: _abc.Iterable[Global___QueueDepth] | None = ...,
+        read_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["read_at", b"read_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["queues", b"queues", "read_at", b"read_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetQueueDepthsResponse: _TypeAlias = GetQueueDepthsResponse  # noqa: Y015
+
+@_typing.final
+class CreateConsoleLinkRequest(_message.Message):
+    """A one-time console sign-in link for the calling operator (the credential's
+    `sub`): the operator's own key only.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateConsoleLinkRequest: _TypeAlias = CreateConsoleLinkRequest  # noqa: Y015
+
+@_typing.final
+class CreateConsoleLinkResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINK_SECRET_FIELD_NUMBER: _builtins.int
+    EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    OPERATOR_FIELD_NUMBER: _builtins.int
+    link_secret: _builtins.str
+    """handed out here only; opened once, before expires_at"""
+    operator: _builtins.str
+    @_builtins.property
+    def expires_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        link_secret: _builtins.str = ...,
+        expires_at: _timestamp_pb2.Timestamp | None = ...,
+        operator: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["expires_at", b"expires_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires_at", b"expires_at", "link_secret", b"link_secret", "operator", b"operator"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateConsoleLinkResponse: _TypeAlias = CreateConsoleLinkResponse  # noqa: Y015
+
+@_typing.final
+class OpenConsoleSessionRequest(_message.Message):
+    """The gateway spends a link on a session (its credential, no x-owner-id)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINK_SECRET_FIELD_NUMBER: _builtins.int
+    link_secret: _builtins.str
+    def __init__(
+        self,
+        *,
+        link_secret: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["link_secret", b"link_secret"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OpenConsoleSessionRequest: _TypeAlias = OpenConsoleSessionRequest  # noqa: Y015
+
+@_typing.final
+class ConsoleSession(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    OPERATOR_FIELD_NUMBER: _builtins.int
+    EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """from OpenConsoleSession only: the console cookie's value"""
+    operator: _builtins.str
+    @_builtins.property
+    def expires_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        operator: _builtins.str = ...,
+        expires_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["expires_at", b"expires_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires_at", b"expires_at", "operator", b"operator", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConsoleSession: _TypeAlias = ConsoleSession  # noqa: Y015
+
+@_typing.final
+class GetConsoleSessionRequest(_message.Message):
+    """The session named by `x-operator-session`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetConsoleSessionRequest: _TypeAlias = GetConsoleSessionRequest  # noqa: Y015
+
+@_typing.final
+class EndConsoleSessionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EndConsoleSessionRequest: _TypeAlias = EndConsoleSessionRequest  # noqa: Y015
+
+@_typing.final
+class EndConsoleSessionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EndConsoleSessionResponse: _TypeAlias = EndConsoleSessionResponse  # noqa: Y015
+
+@_typing.final
+class EndOperatorSessionsRequest(_message.Message):
+    """End every console link and session of `operator` (empty: the caller's own name),
+    or with `everyone`, of every operator (after a stolen key or a departure).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATOR_FIELD_NUMBER: _builtins.int
+    EVERYONE_FIELD_NUMBER: _builtins.int
+    operator: _builtins.str
+    everyone: _builtins.bool
+    """`operator` must then be empty"""
+    def __init__(
+        self,
+        *,
+        operator: _builtins.str = ...,
+        everyone: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["everyone", b"everyone", "operator", b"operator"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EndOperatorSessionsRequest: _TypeAlias = EndOperatorSessionsRequest  # noqa: Y015
+
+@_typing.final
+class EndOperatorSessionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENDED_FIELD_NUMBER: _builtins.int
+    ended: _builtins.int
+    def __init__(
+        self,
+        *,
+        ended: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ended", b"ended"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EndOperatorSessionsResponse: _TypeAlias = EndOperatorSessionsResponse  # noqa: Y015

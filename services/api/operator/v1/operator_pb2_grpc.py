@@ -59,6 +59,36 @@ class OperatorServiceStub:
                 request_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.PruneOperationsRequest.SerializeToString,
                 response_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.PruneOperationsResponse.FromString,
                 _registered_method=True)
+        self.GetQueueDepths = channel.unary_unary(
+                '/durable_ops.api.operator.v1.OperatorService/GetQueueDepths',
+                request_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.GetQueueDepthsRequest.SerializeToString,
+                response_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.GetQueueDepthsResponse.FromString,
+                _registered_method=True)
+        self.CreateConsoleLink = channel.unary_unary(
+                '/durable_ops.api.operator.v1.OperatorService/CreateConsoleLink',
+                request_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.CreateConsoleLinkRequest.SerializeToString,
+                response_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.CreateConsoleLinkResponse.FromString,
+                _registered_method=True)
+        self.OpenConsoleSession = channel.unary_unary(
+                '/durable_ops.api.operator.v1.OperatorService/OpenConsoleSession',
+                request_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.OpenConsoleSessionRequest.SerializeToString,
+                response_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.ConsoleSession.FromString,
+                _registered_method=True)
+        self.GetConsoleSession = channel.unary_unary(
+                '/durable_ops.api.operator.v1.OperatorService/GetConsoleSession',
+                request_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.GetConsoleSessionRequest.SerializeToString,
+                response_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.ConsoleSession.FromString,
+                _registered_method=True)
+        self.EndConsoleSession = channel.unary_unary(
+                '/durable_ops.api.operator.v1.OperatorService/EndConsoleSession',
+                request_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.EndConsoleSessionRequest.SerializeToString,
+                response_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.EndConsoleSessionResponse.FromString,
+                _registered_method=True)
+        self.EndOperatorSessions = channel.unary_unary(
+                '/durable_ops.api.operator.v1.OperatorService/EndOperatorSessions',
+                request_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.EndOperatorSessionsRequest.SerializeToString,
+                response_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.EndOperatorSessionsResponse.FromString,
+                _registered_method=True)
 
 
 class OperatorServiceServicer:
@@ -97,6 +127,43 @@ class OperatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetQueueDepths(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateConsoleLink(self, request, context):
+        """The console's sign-in (ADR 0043).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OpenConsoleSession(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetConsoleSession(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndConsoleSession(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndOperatorSessions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -124,6 +191,36 @@ def add_OperatorServiceServicer_to_server(servicer, server):
                     servicer.PruneOperations,
                     request_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.PruneOperationsRequest.FromString,
                     response_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.PruneOperationsResponse.SerializeToString,
+            ),
+            'GetQueueDepths': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetQueueDepths,
+                    request_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.GetQueueDepthsRequest.FromString,
+                    response_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.GetQueueDepthsResponse.SerializeToString,
+            ),
+            'CreateConsoleLink': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateConsoleLink,
+                    request_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.CreateConsoleLinkRequest.FromString,
+                    response_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.CreateConsoleLinkResponse.SerializeToString,
+            ),
+            'OpenConsoleSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.OpenConsoleSession,
+                    request_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.OpenConsoleSessionRequest.FromString,
+                    response_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.ConsoleSession.SerializeToString,
+            ),
+            'GetConsoleSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetConsoleSession,
+                    request_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.GetConsoleSessionRequest.FromString,
+                    response_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.ConsoleSession.SerializeToString,
+            ),
+            'EndConsoleSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndConsoleSession,
+                    request_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.EndConsoleSessionRequest.FromString,
+                    response_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.EndConsoleSessionResponse.SerializeToString,
+            ),
+            'EndOperatorSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndOperatorSessions,
+                    request_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.EndOperatorSessionsRequest.FromString,
+                    response_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.EndOperatorSessionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -261,6 +358,168 @@ class OperatorService:
             '/durable_ops.api.operator.v1.OperatorService/PruneOperations',
             durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.PruneOperationsRequest.SerializeToString,
             durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.PruneOperationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetQueueDepths(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_ops.api.operator.v1.OperatorService/GetQueueDepths',
+            durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.GetQueueDepthsRequest.SerializeToString,
+            durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.GetQueueDepthsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateConsoleLink(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_ops.api.operator.v1.OperatorService/CreateConsoleLink',
+            durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.CreateConsoleLinkRequest.SerializeToString,
+            durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.CreateConsoleLinkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OpenConsoleSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_ops.api.operator.v1.OperatorService/OpenConsoleSession',
+            durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.OpenConsoleSessionRequest.SerializeToString,
+            durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.ConsoleSession.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetConsoleSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_ops.api.operator.v1.OperatorService/GetConsoleSession',
+            durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.GetConsoleSessionRequest.SerializeToString,
+            durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.ConsoleSession.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndConsoleSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_ops.api.operator.v1.OperatorService/EndConsoleSession',
+            durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.EndConsoleSessionRequest.SerializeToString,
+            durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.EndConsoleSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndOperatorSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_ops.api.operator.v1.OperatorService/EndOperatorSessions',
+            durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.EndOperatorSessionsRequest.SerializeToString,
+            durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.EndOperatorSessionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -40,6 +40,13 @@ class OperatorServiceStub:
     RetryOperation: _grpc.UnaryUnaryMultiCallable[_operator_pb2.RetryOperationRequest, _operator_pb2.OperatorOperation]
     """The owner's manual retry, in the owner's scope."""
     PruneOperations: _grpc.UnaryUnaryMultiCallable[_operator_pb2.PruneOperationsRequest, _operator_pb2.PruneOperationsResponse]
+    GetQueueDepths: _grpc.UnaryUnaryMultiCallable[_operator_pb2.GetQueueDepthsRequest, _operator_pb2.GetQueueDepthsResponse]
+    CreateConsoleLink: _grpc.UnaryUnaryMultiCallable[_operator_pb2.CreateConsoleLinkRequest, _operator_pb2.CreateConsoleLinkResponse]
+    """The console's sign-in (ADR 0043)."""
+    OpenConsoleSession: _grpc.UnaryUnaryMultiCallable[_operator_pb2.OpenConsoleSessionRequest, _operator_pb2.ConsoleSession]
+    GetConsoleSession: _grpc.UnaryUnaryMultiCallable[_operator_pb2.GetConsoleSessionRequest, _operator_pb2.ConsoleSession]
+    EndConsoleSession: _grpc.UnaryUnaryMultiCallable[_operator_pb2.EndConsoleSessionRequest, _operator_pb2.EndConsoleSessionResponse]
+    EndOperatorSessions: _grpc.UnaryUnaryMultiCallable[_operator_pb2.EndOperatorSessionsRequest, _operator_pb2.EndOperatorSessionsResponse]
 
 @_typing.type_check_only
 class OperatorServiceAsyncStub(OperatorServiceStub):
@@ -53,6 +60,13 @@ class OperatorServiceAsyncStub(OperatorServiceStub):
     RetryOperation: _aio.UnaryUnaryMultiCallable[_operator_pb2.RetryOperationRequest, _operator_pb2.OperatorOperation]  # type: ignore[assignment]
     """The owner's manual retry, in the owner's scope."""
     PruneOperations: _aio.UnaryUnaryMultiCallable[_operator_pb2.PruneOperationsRequest, _operator_pb2.PruneOperationsResponse]  # type: ignore[assignment]
+    GetQueueDepths: _aio.UnaryUnaryMultiCallable[_operator_pb2.GetQueueDepthsRequest, _operator_pb2.GetQueueDepthsResponse]  # type: ignore[assignment]
+    CreateConsoleLink: _aio.UnaryUnaryMultiCallable[_operator_pb2.CreateConsoleLinkRequest, _operator_pb2.CreateConsoleLinkResponse]  # type: ignore[assignment]
+    """The console's sign-in (ADR 0043)."""
+    OpenConsoleSession: _aio.UnaryUnaryMultiCallable[_operator_pb2.OpenConsoleSessionRequest, _operator_pb2.ConsoleSession]  # type: ignore[assignment]
+    GetConsoleSession: _aio.UnaryUnaryMultiCallable[_operator_pb2.GetConsoleSessionRequest, _operator_pb2.ConsoleSession]  # type: ignore[assignment]
+    EndConsoleSession: _aio.UnaryUnaryMultiCallable[_operator_pb2.EndConsoleSessionRequest, _operator_pb2.EndConsoleSessionResponse]  # type: ignore[assignment]
+    EndOperatorSessions: _aio.UnaryUnaryMultiCallable[_operator_pb2.EndOperatorSessionsRequest, _operator_pb2.EndOperatorSessionsResponse]  # type: ignore[assignment]
 
 class OperatorServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -93,5 +107,48 @@ class OperatorServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _operator_pb2.PruneOperationsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_operator_pb2.PruneOperationsResponse, _abc.Awaitable[_operator_pb2.PruneOperationsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetQueueDepths(
+        self,
+        request: _operator_pb2.GetQueueDepthsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_operator_pb2.GetQueueDepthsResponse, _abc.Awaitable[_operator_pb2.GetQueueDepthsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CreateConsoleLink(
+        self,
+        request: _operator_pb2.CreateConsoleLinkRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_operator_pb2.CreateConsoleLinkResponse, _abc.Awaitable[_operator_pb2.CreateConsoleLinkResponse]]:
+        """The console's sign-in (ADR 0043)."""
+
+    @_abc_1.abstractmethod
+    def OpenConsoleSession(
+        self,
+        request: _operator_pb2.OpenConsoleSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_operator_pb2.ConsoleSession, _abc.Awaitable[_operator_pb2.ConsoleSession]]: ...
+
+    @_abc_1.abstractmethod
+    def GetConsoleSession(
+        self,
+        request: _operator_pb2.GetConsoleSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_operator_pb2.ConsoleSession, _abc.Awaitable[_operator_pb2.ConsoleSession]]: ...
+
+    @_abc_1.abstractmethod
+    def EndConsoleSession(
+        self,
+        request: _operator_pb2.EndConsoleSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_operator_pb2.EndConsoleSessionResponse, _abc.Awaitable[_operator_pb2.EndConsoleSessionResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def EndOperatorSessions(
+        self,
+        request: _operator_pb2.EndOperatorSessionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_operator_pb2.EndOperatorSessionsResponse, _abc.Awaitable[_operator_pb2.EndOperatorSessionsResponse]]: ...
 
 def add_OperatorServiceServicer_to_server(servicer: OperatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

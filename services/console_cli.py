@@ -1,0 +1,170 @@
+"""``opsctl console``: sign in to the operator console (issue 37, point 5; ADR 0043).
+
+``link`` asks the operator service, with the operator's own key (as
+``opsctl operations`` does), for a one-time sign-in link in the name of
+``--as`` (default: the login name), and prints it:
+``<gateway>/console/sign-in#link=<secret>``. It works once, for ten minutes,
+and opens a console session of eight hours. The gateway's address is
+``--url``, else the one the running ``opsctl up`` wrote to ``var/stack.json``,
+else ``http://127.0.0.1:8080/``. ``revoke`` ends every console link and
+session of an operator at once (default: your own).
+
+Only argparse and pure modules are imported here at load; grpc when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import UTC
+from typing import TYPE_CHECKING, TextIO
+from urllib.parse import urlsplit
+
+from durable_ops.model.operator import operator_name
+from durable_ops.operator_cli import EXIT_FAILED, EXIT_UNREACHABLE
+
+if TYPE_CHECKING:
+    from durable_ops.settings import Settings
+
+DEFAULT_GATEWAY_URL = "http://127.0.0.1:8080/"
+SIGN_IN_PATH = "console/sign-in"
+CALL_TIMEOUT_SECONDS = 10.0
+
+HELP = """\
+link    print a one-time sign-in link to the operator console (works once, for 10 minutes)
+revoke  end every console link and session of an operator (default: yours; --all: everyone's)
+
+Signs with the operator key (OPS_SERVICE_KEY, else var/keys/operator/operator.key) and
+calls the Operations service as opsctl operations does (--target, OPS_OPERATIONS_TARGET,
+var/stack.json, 127.0.0.1:50051). Every console action is logged with the name the link
+was made for (--as, default: your login name)."""
+
+
+def add_parser(console: argparse.ArgumentParser) -> None:
+    verbs = console.add_subparsers(dest="console_command", required=True, metavar="COMMAND")
+    link = verbs.add_parser(
+        "link",
+        help="print a one-time sign-in link to the operator console",
+        description="Print a link that signs its opener in to the operator console as --as."
+        " It works once, for ten minutes; the session it opens lasts eight hours or until"
+        " Sign out. Open it yourself: whoever opens it acts in your name.",
+    )
+    link.add_argument(
+        "--url",
+        metavar="URL",
+        help="the gateway's address as your browser reaches it (default: the running opsctl"
+        f" up's, from var/stack.json, else {DEFAULT_GATEWAY_URL})",
+    )
+    link.add_argument("--json", action="store_true", help="machine-readable output")
+    revoke = verbs.add_parser(
+        "revoke",
+        help="end every console link and session of an operator",
+        description="End at once every console sign-in link and session of --operator"
+        " (default: the name you act as).",
+    )
+    whose = revoke.add_mutually_exclusive_group()
+    whose.add_argument("--operator", dest="whose", metavar="NAME", help="whose sign-ins")
+    whose.add_argument(
+        "--all", dest="everyone", action="store_true", help="every operator's (a stolen key)"
+    )
+    for sub in (link, revoke):
+        sub.add_argument(
+            "--as", dest="operator", metavar="NAME", help="who you are (default: login name)"
+        )
+        sub.add_argument(
+            "--target",
+            metavar="HOST:PORT",
+            help="the Operations service (default: OPS_OPERATIONS_TARGET, else the running"
+            " opsctl up from var/stack.json, else 127.0.0.1:50051)",
+        )
+
+
+def gateway_url(flag: str | None) -> str:
+    """Where the browser reaches the gateway, ending in ``/``; ``ArgumentTypeError`` for a
+    ``--url`` that is not an http(s) address."""
+    from durable_ops.stack import address_file
+
+    if flag:
+        parts = urlsplit(flag)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise argparse.ArgumentTypeError(f"--url {flag!r} is not an http(s) address")
+        return flag if flag.endswith("/") else flag + "/"
+    running = address_file.read()
+    found = running.get("gateway_url") if running else None
+    return found if isinstance(found, str) and found else DEFAULT_GATEWAY_URL
+
+
+def sign_in_link(base: str, secret: str) -> str:
+    """The address the operator opens: the secret in the fragment, which no request sends."""
+    return f"{base}{SIGN_IN_PATH}#link={secret}"
+
+
+def run(
+    args: argparse.Namespace,
+    settings: Settings,
+    out: TextIO | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> int:
+    import grpc
+
+    from durable_ops.api.operator.v1 import operator_pb2 as opb
+    from durable_ops.operator_cli import _connect, _name, _refused, _unreachable
+    from durable_ops.stack.address_file import choose_target
+
+    out = sys.stdout if out is None else out
+    where = f"opsctl console {args.console_command}"
+    target = choose_target(
+        "operations_target", args.target, os.environ if environ is None else environ
+    )
+    settings = replace(settings, operations_target=target.address)
+    try:
+        name = _name(args)
+        base = gateway_url(getattr(args, "url", None))
+        whose = operator_name(args.whose) if getattr(args, "whose", None) else ""
+        channel, operator = _connect(settings, name)
+    except (argparse.ArgumentTypeError, ValueError) as exc:
+        print(f"{where}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if args.console_command == "revoke":
+            ended = operator.stub.EndOperatorSessions(
+                opb.EndOperatorSessionsRequest(operator=whose, everyone=args.everyone),
+                metadata=operator.metadata,
+                timeout=CALL_TIMEOUT_SECONDS,
+            )
+            of = "every operator" if args.everyone else whose or name
+            print(f"Ended {ended.ended} console sign-in(s) of {of}.", file=out)
+            return 0
+        made = operator.stub.CreateConsoleLink(
+            opb.CreateConsoleLinkRequest(), metadata=operator.metadata, timeout=CALL_TIMEOUT_SECONDS
+        )
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.UNAVAILABLE and _unreachable(channel):
+            print(
+                f"{where}: nothing answers at {target.address} ({target.source}); start the"
+                " stack with `opsctl up`, or point at another with --target HOST:PORT or"
+                " OPS_OPERATIONS_TARGET.",
+                file=sys.stderr,
+            )
+            return EXIT_UNREACHABLE
+        print(_refused(exc, where), file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        channel.close()
+    link = sign_in_link(base, made.link_secret)
+    expires = made.expires_at.ToDatetime(tzinfo=UTC)
+    if args.json:
+        answer = {"link": link, "operator": made.operator, "expires_at": expires.isoformat()}
+        print(json.dumps(answer), file=out)
+        return 0
+    print(
+        f"Operator console sign-in for {made.operator} (works once, until"
+        f" {expires:%H:%M:%S} UTC):\n\n  {link}\n\nOpen it yourself; whoever opens it"
+        " acts in your name.",
+        file=out,
+    )
+    return 0
