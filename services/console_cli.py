@@ -1,4 +1,4 @@
-"""``opsctl console``: sign in to the operator console (issue 37, point 5; ADR 0043).
+"""``opsctl console``: sign in to the operator console (issue 37, point 5; ADR 0045).
 
 ``link`` asks the operator service, with the operator's own key (as
 ``opsctl operations`` does), for a one-time sign-in link in the name of

@@ -1,4 +1,4 @@
-"""operator_console_sessions: the operator console's sign-ins (issue 37, point 5; ADR 0043).
+"""operator_console_sessions: the operator console's sign-ins (issue 37, point 5; ADR 0045).
 
 One row per one-time sign-in link (``kind='link'``, made by ``opsctl console
 link``) or console session (``kind='session'``, made by opening a link): the

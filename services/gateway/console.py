@@ -1,4 +1,4 @@
-"""The operator console (issue 37, point 5; ADR 0043): a page and its JSON under ``/console``.
+"""The operator console (issue 37, point 5; ADR 0045): a page and its JSON under ``/console``.
 
 Signing in: ``opsctl console link`` (the operator's own key) prints
 ``<gateway>/console/sign-in#link=<secret>``, a link that works once, for ten

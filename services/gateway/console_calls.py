@@ -1,4 +1,4 @@
-"""The operator console's calls to the operator service, as the signed-in operator (ADR 0043).
+"""The operator console's calls to the operator service, as the signed-in operator (ADR 0045).
 
 The gateway holds only its own key. It reaches the operator service's console
 calls by naming, beside that key's credential, the console session the

@@ -1,4 +1,4 @@
-"""The operator console's sign-in (ADR 0043): one-time links, sessions that end. Pure.
+"""The operator console's sign-in (ADR 0045): one-time links, sessions that end. Pure.
 
 ``opsctl console link`` (the operator's own key) makes a sign-in link that
 works once and for ``LINK_SECONDS``; opening it in the gateway makes a

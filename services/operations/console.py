@@ -1,4 +1,4 @@
-"""The operator console's sign-ins as use cases (ADR 0043): one short transaction each.
+"""The operator console's sign-ins as use cases (ADR 0045): one short transaction each.
 
 Links are made in the operator scope (``OperatorTx``: the operator's own key);
 opening one, resolving a session and signing out run in the neutral scope,

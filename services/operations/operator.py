@@ -4,7 +4,7 @@ Served next to the Operations service, on its watches: an operator's cancel of
 a running operation is pushed to the lease holder at once, as the owner's is.
 Every call is logged with who made it (the credential's ``sub``, or the console
 session's operator) and what, and ``via``: ``opsctl`` for the operator's own
-key, ``console`` for the gateway acting with a console session (ADR 0043).
+key, ``console`` for the gateway acting with a console session (ADR 0045).
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         answer.read_at.FromDatetime(self._app.clock())
         return answer
 
-    # ---- the console's sign-in (ADR 0043) ------------------------------------------------
+    # ---- the console's sign-in (ADR 0045) ------------------------------------------------
 
     async def CreateConsoleLink(
         self, request: opb.CreateConsoleLinkRequest, context: ServicerContext

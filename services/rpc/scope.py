@@ -27,7 +27,7 @@ from durable_ops.rpc.keys import TrustedKeys
 
 AUTHORIZATION = "authorization"
 OWNER_ID = "x-owner-id"
-# The operator console's session id (ADR 0043): the gateway's only way into the operator
+# The operator console's session id (ADR 0045): the gateway's only way into the operator
 # scope, checked by the operator service against the sessions it keeps.
 OPERATOR_SESSION = "x-operator-session"
 NAME_MAX = 64  # of a credential's ``sub`` as logged
@@ -122,7 +122,7 @@ def console_session_of(context: ServicerContext) -> str | None:
 
     Only the gateway's verified credential, without ``x-owner-id``, carries one: from
     any other role, or beside an owner, the header means nothing and is not read. The
-    id is not checked here: the operator service resolves it (ADR 0043).
+    id is not checked here: the operator service resolves it (ADR 0045).
     """
     metadata: Metadata = context.invocation_metadata() or ()
     if _verified_role.get() is not Role.GATEWAY or _values(metadata, OWNER_ID):

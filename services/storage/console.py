@@ -1,4 +1,4 @@
-"""All SQL of the operator console's sign-ins (ADR 0043).
+"""All SQL of the operator console's sign-ins (ADR 0045).
 
 A link or a session id is 256 random bits handed out once and stored only as
 its SHA-256 (``OperatorConsoleSession.id``). Making a link takes the

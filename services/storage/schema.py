@@ -469,7 +469,7 @@ class UserTokenFloor(Owned, Base):
 
 
 class OperatorConsoleSession(Base):
-    """An operator's sign-in to the console (ADR 0043): a one-time link, then a session.
+    """An operator's sign-in to the console (ADR 0045): a one-time link, then a session.
 
     ``opsctl console link`` (the operator's own key) stores a ``link``; opening it
     in the gateway deletes the link and stores a ``session``, whose id the console

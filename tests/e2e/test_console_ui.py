@@ -1,4 +1,4 @@
-"""The operator console in a real browser (issue 37, point 5; ADR 0043): sign-in only with
+"""The operator console in a real browser (issue 37, point 5; ADR 0045): sign-in only with
 a link from `opsctl console link` (an owner's session gets nothing), search, bulk retry
 after a confirmation that names the count, one operation's attempt history, at 390 and
 1280 px."""

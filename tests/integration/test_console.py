@@ -1,4 +1,4 @@
-"""The operator console (issue 37, point 5; ADR 0043) through the real servers, on both engines.
+"""The operator console (issue 37, point 5; ADR 0045) through the real servers, on both engines.
 
 Sign-in: a link from the operator's own key opens one console session, once,
 within ten minutes; the session ends after eight hours, at sign-out, or by

@@ -1,4 +1,4 @@
-"""The operator console's pure parts (ADR 0043): link and session lifetimes, secrets,
+"""The operator console's pure parts (ADR 0045): link and session lifetimes, secrets,
 the search a query string asks for, and the secret of a pasted link."""
 
 from __future__ import annotations

@@ -171,7 +171,7 @@ def test_operator_storage_refuses_any_other_scope(owner: str | None) -> None:
         store.retry(tx, "0" * 32, now)
 
 
-# ---- the gateway reaches it only for the console, with a session (ADR 0043) -------------------
+# ---- the gateway reaches it only for the console, with a session (ADR 0045) -------------------
 
 CONSOLE_MODULES = ("gateway/console.py", "gateway/console_calls.py")
 

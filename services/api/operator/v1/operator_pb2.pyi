@@ -27,7 +27,7 @@ class OperatorOperation(_message.Message):
     no `x-owner-id`. Reads cross owners; a cancel or a retry runs in the scope
     of the operation's owner, under every owner rule.
 
-    The operator console (ADR 0043): the gateway's credential reaches the list,
+    The operator console (ADR 0045): the gateway's credential reaches the list,
     show, cancel, retry and queue depths only with the metadata
     `x-operator-session` naming a live console session (made by opening a link
     from CreateConsoleLink), and acts under that session's operator's name. No

@@ -134,7 +134,7 @@ class OperatorServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CreateConsoleLink(self, request, context):
-        """The console's sign-in (ADR 0043).
+        """The console's sign-in (ADR 0045).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

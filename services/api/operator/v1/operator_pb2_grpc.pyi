@@ -42,7 +42,7 @@ class OperatorServiceStub:
     PruneOperations: _grpc.UnaryUnaryMultiCallable[_operator_pb2.PruneOperationsRequest, _operator_pb2.PruneOperationsResponse]
     GetQueueDepths: _grpc.UnaryUnaryMultiCallable[_operator_pb2.GetQueueDepthsRequest, _operator_pb2.GetQueueDepthsResponse]
     CreateConsoleLink: _grpc.UnaryUnaryMultiCallable[_operator_pb2.CreateConsoleLinkRequest, _operator_pb2.CreateConsoleLinkResponse]
-    """The console's sign-in (ADR 0043)."""
+    """The console's sign-in (ADR 0045)."""
     OpenConsoleSession: _grpc.UnaryUnaryMultiCallable[_operator_pb2.OpenConsoleSessionRequest, _operator_pb2.ConsoleSession]
     GetConsoleSession: _grpc.UnaryUnaryMultiCallable[_operator_pb2.GetConsoleSessionRequest, _operator_pb2.ConsoleSession]
     EndConsoleSession: _grpc.UnaryUnaryMultiCallable[_operator_pb2.EndConsoleSessionRequest, _operator_pb2.EndConsoleSessionResponse]
@@ -62,7 +62,7 @@ class OperatorServiceAsyncStub(OperatorServiceStub):
     PruneOperations: _aio.UnaryUnaryMultiCallable[_operator_pb2.PruneOperationsRequest, _operator_pb2.PruneOperationsResponse]  # type: ignore[assignment]
     GetQueueDepths: _aio.UnaryUnaryMultiCallable[_operator_pb2.GetQueueDepthsRequest, _operator_pb2.GetQueueDepthsResponse]  # type: ignore[assignment]
     CreateConsoleLink: _aio.UnaryUnaryMultiCallable[_operator_pb2.CreateConsoleLinkRequest, _operator_pb2.CreateConsoleLinkResponse]  # type: ignore[assignment]
-    """The console's sign-in (ADR 0043)."""
+    """The console's sign-in (ADR 0045)."""
     OpenConsoleSession: _aio.UnaryUnaryMultiCallable[_operator_pb2.OpenConsoleSessionRequest, _operator_pb2.ConsoleSession]  # type: ignore[assignment]
     GetConsoleSession: _aio.UnaryUnaryMultiCallable[_operator_pb2.GetConsoleSessionRequest, _operator_pb2.ConsoleSession]  # type: ignore[assignment]
     EndConsoleSession: _aio.UnaryUnaryMultiCallable[_operator_pb2.EndConsoleSessionRequest, _operator_pb2.EndConsoleSessionResponse]  # type: ignore[assignment]
@@ -121,7 +121,7 @@ class OperatorServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _operator_pb2.CreateConsoleLinkRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_operator_pb2.CreateConsoleLinkResponse, _abc.Awaitable[_operator_pb2.CreateConsoleLinkResponse]]:
-        """The console's sign-in (ADR 0043)."""
+        """The console's sign-in (ADR 0045)."""
 
     @_abc_1.abstractmethod
     def OpenConsoleSession(
