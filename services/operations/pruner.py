@@ -22,7 +22,7 @@ from durable_ops.clock import Clock
 from durable_ops.model.retention import RetentionPolicy
 from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.operations.tuning import TUNING, Tuning
-from durable_ops.storage import drafts, retention
+from durable_ops.storage import budgets, drafts, retention
 from durable_ops.storage.db import Database
 from durable_ops.storage.tx import OperatorTx, Tx
 
@@ -42,6 +42,7 @@ def _batch(policy: RetentionPolicy, now: datetime, limit: int, tx: Tx) -> retent
     # Drafts no beat wrote for a day (an operation's end deletes its own draft, so these
     # are few): deleted whatever the horizons, the index on updated_at finds them.
     drafts.prune_stale(tx, now)
+    budgets.prune_old_days(tx, now.date())  # likewise few: a row per owner per day used
     return retention.prune_batch(OperatorTx(tx), policy, now, limit)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import cast
 
 from sqlalchemy import Table, bindparam, delete, func, insert, select, update
@@ -58,6 +58,8 @@ _RESERVED_ON = (
     .where(OPS.c.id == bindparam("operation_id"), OPS.c.owner_user_id == SCOPE_OWNER)
     .values(budget_day=bindparam("on_day"), reserved_tokens=bindparam("tokens"))
 )
+DAYS_KEPT = 31
+_OLD_DAYS = delete(DAYS).where(DAYS.c.day < bindparam("before"))
 _OVERRIDE = select(OVERRIDES.c.daily_tokens).where(OVERRIDES.c.owner_user_id == SCOPE_OWNER)
 _CLEAR_OVERRIDE = delete(OVERRIDES).where(OVERRIDES.c.owner_user_id == SCOPE_OWNER)
 _SET_OVERRIDE = insert(OVERRIDES).values(
@@ -129,6 +131,13 @@ def reserve(tx: Tx, *, tokens: int, limit: int, day: date, now: datetime) -> Non
 def reserved_for(tx: Tx, operation_id: str, *, tokens: int, day: date) -> None:
     """Record on the operation what it holds of which day (the settlement's to release)."""
     tx.write(_RESERVED_ON, {"operation_id": operation_id, "on_day": day, "tokens": tokens})
+
+
+def prune_old_days(tx: Tx, today: date) -> int:
+    """Every owner's day rows older than ``DAYS_KEPT`` days, deleted (admission and the
+    settings page read today's; the rest is history an operator may look back on)."""
+    before = today - timedelta(days=DAYS_KEPT)
+    return tx.across_owners().execute(_OLD_DAYS, {"before": before}).rowcount
 
 
 def charge(tx: Tx, charges: Iterable[Charge]) -> None:

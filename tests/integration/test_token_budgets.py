@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime, timedelta
+from functools import partial
 
 import grpc
 import httpx
@@ -25,7 +26,9 @@ from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
 from durable_ops.api.workspace.v1 import workspace_pb2
 from durable_ops.model import budgets
 from durable_ops.model.admission import Limits
+from durable_ops.model.retention import RetentionPolicy
 from durable_ops.model.scope import Role
+from durable_ops.operations import pruner
 from durable_ops.storage import budgets as budget_store
 from durable_ops.storage.schema import OperationAttempt, OwnerTokenBudget
 from tests.integration.test_attempt_usage import LOCAL, _settle, _used
@@ -429,3 +432,21 @@ def test_opsctl_users_set_budget(
     for wrong in ("-1", "lots", "1e6", str(budgets.DAILY_TOKENS_MAX + 1), "٣"):
         assert cli.main(["users", "set-budget", "erin", wrong, "--database-url", db_url]) == 2
         assert "TOKENS must be `default` or a whole number" in capsys.readouterr().err
+
+
+def test_the_prune_forgets_day_rows_older_than_a_month_and_keeps_the_rest(
+    services: Services, clock: ManualClock
+) -> None:
+    entitle(services.db, "hana")
+    kept_back = NOON.date() - timedelta(days=budget_store.DAYS_KEPT)
+    for day in (NOON.date() - timedelta(days=400), kept_back - timedelta(days=1), kept_back):
+        services.db.run(
+            partial(budget_store.reserve, tokens=5, limit=10, day=day, now=NOON), owner_id="hana"
+        )
+    _admit(services, "hana")
+    policy = RetentionPolicy(operations=timedelta(days=30), tombstones=timedelta(days=30))
+    run(pruner.prune(services.db, clock, policy, 100))
+    assert _day(services, "hana", NOON.date() - timedelta(days=400)) == (0, 0)
+    assert _day(services, "hana", kept_back - timedelta(days=1)) == (0, 0)
+    assert _day(services, "hana", kept_back) == (5, 0)
+    assert _day(services, "hana") == (EXPECTED, 0)
