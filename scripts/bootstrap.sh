@@ -54,7 +54,10 @@ fi
 if have_uv; then
   step "installing durable-ops ($mode) at the versions uv.lock pins, with uv…"
   # Not --quiet: uv's progress (bars on a terminal) and its summary are the step's output.
-  UV_PYTHON_DOWNLOADS=never .venv/bin/uv sync --frozen --inexact "${extras[@]}"
+  # --compile-bytecode: once here (5 s), not on every start where Python may not write
+  # its caches (PYTHONDONTWRITEBYTECODE, a read-only tree): compiling SQLAlchemy, grpc
+  # and the rest from source cost each start about 1.5 s of CPU (issue 38, warm start).
+  UV_PYTHON_DOWNLOADS=never .venv/bin/uv sync --frozen --inexact --compile-bytecode "${extras[@]}"
 else
   step "uv $uv_version cannot be installed; pip installs $requirements (hashes checked)…"
   .venv/bin/python -m pip install --disable-pip-version-check --progress-bar on \
