@@ -36,6 +36,8 @@ class AdmitRequest:
     idempotency_key: str = ""
     # The admitting request's W3C traceparent (tracing on): a trace id, never content.
     trace_parent: str = ""
+    # Run it not before then (ADR 0043); its time budget counts from it.
+    not_before: datetime | None = None
 
 
 def check_subjects(tx: Tx, task: TaskType, request: AdmitRequest) -> int:
@@ -88,6 +90,7 @@ def admit(
         global_enabled=control.ai_enabled, plan=settings.plan, ai_enabled=settings.ai_enabled
     )
     chars = check_subjects(tx, task, request)
+    due = now if request.not_before is None else bounds.not_before(request.not_before, now)
     create = operations.CreateRequest(
         task_type=task.name,
         # Without a key, repeated clicks are still one operation: the active one is reused.
@@ -99,7 +102,8 @@ def admit(
         max_attempts=task.max_attempts,
         retry_delay_seconds=task.retry_delay_seconds,
         privacy=settings.privacy,
-        deadline_at=now + task.time_budget,
+        not_before=request.not_before,
+        deadline_at=due + task.time_budget,
         time_budget_seconds=int(task.time_budget.total_seconds()),
         trace_parent=request.trace_parent,
     )

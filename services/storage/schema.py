@@ -133,6 +133,9 @@ class UserOperation(Owned, Base):
     next_attempt_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     deadline_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    # Claimable from (ADR 0043): the create's ``not_before``, else its creation. The claim
+    # orders a priority's line by it, so a scheduled operation joins the line when due.
+    not_before: Mapped[datetime] = mapped_column(UtcDateTime)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
@@ -157,12 +160,12 @@ class UserOperation(Owned, Base):
 
     __table_args__ = (
         UniqueConstraint("owner_user_id", "task_type", "idempotency_key"),
-        # The claim walks this index in its ORDER BY: queued, highest priority, oldest.
+        # The claim walks this index in its ORDER BY: queued, highest priority, due longest.
         Index(
             "ix_user_operations_claim",
             "state",
             text("priority DESC"),
-            "created_at",
+            "not_before",
         ),
         Index("ix_user_operations_owner_listing", "owner_user_id", "created_at", "id"),
         Index("ix_user_operations_state_deadline", "state", "deadline_at"),

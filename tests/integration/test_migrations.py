@@ -201,7 +201,7 @@ def _claim_index_keys(connection: Connection) -> list[tuple[str, bool]]:
     return [(row.column_name, row.collation == "D") for row in rows]
 
 
-CLAIM_KEYS = [("state", False), ("priority", True), ("created_at", False)]
+CLAIM_KEYS = [("state", False), ("priority", True), ("not_before", False)]
 
 
 def test_upgrade_downgrade_upgrade(fresh_url: str) -> None:
@@ -363,6 +363,7 @@ def _add_operation_and_notification(connection: Connection) -> None:
                 progress_percent=0,
                 cancel_requested=False,
                 created_at=NOW,
+                not_before=NOW,
                 updated_at=NOW,
             )
         )

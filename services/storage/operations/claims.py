@@ -1,7 +1,7 @@
 """The claim: the best claimable rows, each under a fresh lease token.
 
-Three statements for a batch: ``SELECT … ORDER BY priority DESC, created_at
-LIMIT n FOR UPDATE SKIP LOCKED`` walks the claim index (ADR 0001), so
+Three statements for a batch: ``SELECT … ORDER BY priority DESC, not_before
+LIMIT n FOR UPDATE SKIP LOCKED`` walks the claim index (ADRs 0001, 0043), so
 concurrent claims take different rows instead of queueing on the head of the
 queue; one UPDATE of the rows it locked, each given its own token hash
 (``CASE id``); one multi-row INSERT of their attempts. Only the hash of a
@@ -55,8 +55,9 @@ _CLAIMABLE = (
     OPS.c.state == bindparam("from_state"),
     OPS.c.task_type.in_(bindparam("task_types", expanding=True)),
     deadline_open(),
+    OPS.c.not_before <= bindparam("now"),  # a scheduled operation is due (ADR 0043)
 )
-_QUEUE_ORDER = (OPS.c.priority.desc(), OPS.c.created_at)
+_QUEUE_ORDER = (OPS.c.priority.desc(), OPS.c.not_before)
 _CANDIDATES = (
     select(OPS)
     .where(*_CLAIMABLE)

@@ -36,6 +36,8 @@ class CreateRequest:
     privacy: Privacy = Privacy.LOCAL_ONLY
     deadline_at: datetime | None = None
     time_budget_seconds: int | None = None
+    # Claimable from then, not before (ADR 0043); None: at once. At most 30 days ahead.
+    not_before: datetime | None = None
     context_ref: str = ""
     # The creating request's W3C traceparent (tracing on), so later spans can link to it.
     trace_parent: str = ""
@@ -51,14 +53,22 @@ class CreateRequest:
         bounds.int_range(
             "retry_delay_seconds", self.retry_delay_seconds, bounds.RETRY_DELAY_SECONDS_RANGE
         )
+        if self.not_before is not None:
+            bounds.not_before(self.not_before, now)
         if self.deadline_at is not None:
-            bounds.deadline(self.deadline_at, now)
+            bounds.deadline(self.deadline_at, now, self.not_before)
+
+    def due(self, now: datetime) -> datetime:
+        """When the operation becomes claimable: its ``not_before``, or ``now``."""
+        return now if self.not_before is None else bounds.not_before(self.not_before, now)
 
     def fingerprint(self) -> str:
         """What makes two creates "the same request". The deadline is left out:
         a repeated click computes a later absolute deadline for the same work, and
         its own trace."""
-        fields = {name: getattr(self, name) for name in _FINGERPRINTED}
+        fields: dict[str, Any] = {name: getattr(self, name) for name in _FINGERPRINTED}
+        if self.not_before is not None:  # absent otherwise: earlier fingerprints stay valid
+            fields["not_before"] = self.not_before.isoformat()
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
@@ -66,7 +76,7 @@ class CreateRequest:
 _FINGERPRINTED = tuple(
     name
     for name in CreateRequest.__dataclass_fields__
-    if name not in ("idempotency_key", "deadline_at", "trace_parent")
+    if name not in ("idempotency_key", "deadline_at", "trace_parent", "not_before")
 )
 _COLUMNS = tuple(c.name for c in OPS.columns if c.name != "owner_user_id")
 _BINDS = {name: bindparam(name, type_=OPS.c[name].type) for name in _COLUMNS}
@@ -115,6 +125,7 @@ def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation
         next_attempt_at=created.next_attempt_at,
         deadline_at=request.deadline_at,
         created_at=now,
+        not_before=request.due(now),
         updated_at=now,
         prompt_tokens=0,
         completion_tokens=0,
@@ -139,5 +150,14 @@ def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation
             raise Conflict(KEY_USED_FOR_ANOTHER_REQUEST)
         raise pruned(tombstone.final_state, tombstone.finished_at)
     recognise(values["id"])  # a fresh random id: only this INSERT wrote it
-    publish(Changed(values["id"], created.state, request.task_type, owner_id=tx.owner_id))
+    scheduled = values["not_before"] > now
+    publish(
+        Changed(
+            values["id"],
+            created.state,
+            request.task_type,
+            owner_id=tx.owner_id,
+            scheduled=scheduled,
+        )
+    )
     return detached({**values, "owner_user_id": tx.owner_id}), True

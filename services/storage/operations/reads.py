@@ -120,6 +120,7 @@ _CLAIMABLE_KINDS = (
     .where(
         OPS.c.state.in_([move.source.value for move in lifecycle.CLAIMS.values()]),
         deadline_open(),
+        OPS.c.not_before <= bindparam("now"),
     )
     .distinct()
 )
