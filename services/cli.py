@@ -287,6 +287,12 @@ def cmd_operations(args: argparse.Namespace) -> int:
     return run(args, _settings(args))
 
 
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from durable_ops.operator_cli import run_tasks
+
+    return run_tasks(args, _settings(args))
+
+
 def cmd_host_store_show(args: argparse.Namespace) -> int:
     from durable_ops.hoststore.view import show
 
@@ -533,6 +539,18 @@ def build_parser() -> argparse.ArgumentParser:
             cmd_operations,
             "List, show, cancel and retry operations of every owner (operator scope)",
             OPERATIONS_HELP,
+        )
+    )
+
+    from durable_ops.operator_cli import TASKS_HELP
+    from durable_ops.operator_cli import add_tasks_parser as add_tasks_commands
+
+    add_tasks_commands(
+        command(
+            "tasks",
+            cmd_tasks,
+            "Pause, resume and list task types (operator scope)",
+            TASKS_HELP,
         )
     )
 

@@ -18,14 +18,22 @@ from dataclasses import dataclass
 from datetime import date, datetime
 
 from durable_ops.model import admission, bounds, budgets
-from durable_ops.model.errors import KEY_USED_FOR_ANOTHER_REQUEST, Conflict, InvalidArgument
+from durable_ops.model.errors import (
+    KEY_USED_FOR_ANOTHER_REQUEST,
+    Conflict,
+    InvalidArgument,
+    Unavailable,
+)
 from durable_ops.model.states import Plan
 from durable_ops.model.subjects import SubjectKind
 from durable_ops.model.tasks import TASKS, TaskType
 from durable_ops.storage import budgets as budget_store
-from durable_ops.storage import capacity, operations, workspace
+from durable_ops.storage import capacity, operations, task_pauses, workspace
 from durable_ops.storage.schema import UserOperation
 from durable_ops.storage.tx import Tx
+
+# The stable code of a refusal because an operator paused the task type (HTTP 503).
+TASK_PAUSED = "task_paused"
 
 
 @dataclass(frozen=True)
@@ -119,6 +127,11 @@ def admit(
     active = operations.active_for_subject(tx, task.name, task.subject.name, request.subject_id)
     if active is not None:
         return active, True
+    if task_pauses.is_paused(tx, task.name):  # an operator's pause (ADR 0044)
+        raise Unavailable(
+            f"{task.label} is paused by an operator for now; try again later",
+            code=TASK_PAUSED,
+        )
     admission.require_capacity(
         owner_active=capacity.active_for_owner(tx, TASKS.names()),
         everyone_active=capacity.active_for_everyone(tx, TASKS.names()),

@@ -32,12 +32,13 @@ from durable_ops.operations.owner_watch import OwnerWatcher
 from durable_ops.operations.pruner import PruneResult, prune
 from durable_ops.operations.tuning import TUNING, Tuning
 from durable_ops.operations.watch import Watcher, moved
-from durable_ops.storage import drafts, operations, owner_changes, retention
+from durable_ops.storage import drafts, operations, owner_changes, retention, task_pauses
 from durable_ops.storage import operator as store
 from durable_ops.storage.db import Database
 from durable_ops.storage.operations import Claim, Held, Settlement
 from durable_ops.storage.pages import Page
 from durable_ops.storage.schema import OperationAttempt, UserOperation
+from durable_ops.storage.task_pauses import Pause
 from durable_ops.storage.tx import OperatorTx, Tx
 
 Answer = OperationState | DomainError
@@ -285,6 +286,23 @@ class OperationsApp:
         return await self.db.run_async(
             lambda tx: store.retry(OperatorTx(tx), operation_id, now), owner_id=None
         )
+
+    async def pause_task_type(self, task_type: str, by: str) -> tuple[Pause | None, bool]:
+        """Pause ``task_type`` (ADR 0044): its pause, and whether this call made it."""
+        now = self.clock()
+
+        def pause(tx: Tx) -> tuple[Pause | None, bool]:
+            changed = task_pauses.pause(tx, task_type, by, now)
+            return task_pauses.find(tx, task_type), changed
+
+        return await self.db.run_async(pause, owner_id=None)
+
+    async def resume_task_type(self, task_type: str) -> bool:
+        """Resume ``task_type``: whether it was paused."""
+        return await self.db.run_async(lambda tx: task_pauses.resume(tx, task_type), owner_id=None)
+
+    async def paused_task_types(self) -> list[Pause]:
+        return await self.db.run_async(task_pauses.paused, owner_id=None, write=False)
 
     async def prune(
         self, policy: RetentionPolicy, batch: int, now: datetime, *, dry_run: bool

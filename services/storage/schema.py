@@ -437,6 +437,18 @@ class OwnerTokenBudget(Owned, Base):
     __table_args__ = (PrimaryKeyConstraint("owner_user_id"),)
 
 
+class PausedTaskType(Base):
+    """A task type an operator paused (``opsctl tasks pause``, ADR 0044): the claim takes
+    none of its operations and admission starts none, until ``resume`` deletes the row.
+    Who paused it and when, for ``opsctl tasks list``."""
+
+    __tablename__ = "paused_task_types"
+
+    task_type: Mapped[str] = mapped_column(String(bounds.TASK_TYPE_MAX), primary_key=True)
+    paused_by: Mapped[str] = mapped_column(String(bounds.OWNER_ID_MAX))
+    paused_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
 class UserSession(Owned, Base):
     """A browser sign-in: the cookie carries a random id, the table only its SHA-256.
 

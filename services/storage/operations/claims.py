@@ -46,6 +46,7 @@ from durable_ops.storage.operations.rows import (
 )
 from durable_ops.storage.per_row import per_row, row_ids
 from durable_ops.storage.schema import UserOperation
+from durable_ops.storage.task_pauses import not_paused
 from durable_ops.storage.tx import ScopeViolation, Tx
 
 CLAIM_BATCH_MAX = ROWS_MAX
@@ -56,6 +57,7 @@ _CLAIMABLE = (
     OPS.c.task_type.in_(bindparam("task_types", expanding=True)),
     deadline_open(),
     OPS.c.not_before <= bindparam("now"),  # a scheduled operation is due (ADR 0043)
+    not_paused(),  # an operator's pause (ADR 0044): a subquery, not a statement more
 )
 _QUEUE_ORDER = (OPS.c.priority.desc(), OPS.c.not_before)
 _CANDIDATES = (

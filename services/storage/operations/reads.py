@@ -23,6 +23,7 @@ from durable_ops.storage.operations.rows import (
 )
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
 from durable_ops.storage.schema import OperationAttempt, UserOperation
+from durable_ops.storage.task_pauses import not_paused
 from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
 
 _GET = select(OPS).where(OPS.c.id == bindparam("operation_id"), OWNED)
@@ -121,6 +122,7 @@ _CLAIMABLE_KINDS = (
         OPS.c.state.in_([move.source.value for move in lifecycle.CLAIMS.values()]),
         deadline_open(),
         OPS.c.not_before <= bindparam("now"),
+        not_paused(),
     )
     .distinct()
 )
