@@ -12,13 +12,14 @@ waiters and the watch (``operations.watch``). Rules live in
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 
 from durable_ops.clock import Clock
 from durable_ops.model import bounds, lifecycle
 from durable_ops.model import retention as retention_rules
+from durable_ops.model.concurrency import Concurrency
 from durable_ops.model.errors import DomainError
 from durable_ops.model.held_leases import HeldLease
 from durable_ops.model.lifecycle import Event
@@ -26,6 +27,7 @@ from durable_ops.model.operator import OperatorFilter
 from durable_ops.model.retention import RetentionPolicy
 from durable_ops.model.routing import Route
 from durable_ops.model.states import OperationState
+from durable_ops.model.tasks import TASKS
 from durable_ops.operations.claim_waiters import ClaimWaiters, Kind
 from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.operations.owner_watch import OwnerWatcher
@@ -57,10 +59,13 @@ class OperationsApp:
         *,
         tuning: Tuning = TUNING,
         metrics: OperationsMetrics | None = None,
+        limits: Mapping[str, Concurrency] | None = None,
     ) -> None:
         self.db = db
         self.clock = clock
         self.metrics = metrics
+        # The registry's concurrency limits (ADR 0045); a test may run other task types.
+        self.limits = TASKS.limits() if limits is None else limits
         self.claims = ClaimWaiters(db, clock, tuning.claim_poll_interval_seconds)
         self.watch = Watcher(db, tuning.watch_interval_seconds)
         self.owners = OwnerWatcher(db, tuning.watch_interval_seconds)
@@ -200,7 +205,13 @@ class OperationsApp:
             for route in routes:
                 external = route is Route.EXTERNAL
                 batch = operations.claim(
-                    tx, names, lease_seconds, now, limit=limit - len(found), external_route=external
+                    tx,
+                    names,
+                    lease_seconds,
+                    now,
+                    limit=limit - len(found),
+                    external_route=external,
+                    limits=self.limits,
                 )
                 found += [(claim, route) for claim in batch]
                 if len(found) == limit:

@@ -34,6 +34,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 from sqlalchemy.types import CHAR, DateTime, TypeDecorator
 
 from durable_ops.model import bounds, notifications
+from durable_ops.model.concurrency import SLOT_ID_MAX
 
 ID_LENGTH = 32  # uuid4 hex: unguessable, fixed width
 ATTACHMENT_KIND_MAX = 16
@@ -136,6 +137,11 @@ class UserOperation(Owned, Base):
     # Claimable from (ADR 0043): the create's ``not_before``, else its creation. The claim
     # orders a priority's line by it, so a scheduled operation joins the line when due.
     not_before: Mapped[datetime] = mapped_column(UtcDateTime)
+    # What a per-key concurrency limit counts this operation under (ADR 0045): the create's
+    # key, NULL for its subject id; and the key slot it holds while running under a limit
+    # ("" when its type limits only the total; NULL when it holds none).
+    concurrency_key: Mapped[str | None] = mapped_column(String(bounds.SUBJECT_ID_MAX))
+    slot_key: Mapped[str | None] = mapped_column(String(SLOT_ID_MAX))
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
@@ -447,6 +453,20 @@ class PausedTaskType(Base):
     task_type: Mapped[str] = mapped_column(String(bounds.TASK_TYPE_MAX), primary_key=True)
     paused_by: Mapped[str] = mapped_column(String(bounds.OWNER_ID_MAX))
     paused_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class ConcurrencySlot(Base):
+    """How many operations hold one slot now (ADR 0045): a task type's (``type|``) or one
+    owner's key of it (``type|owner/key``). The claim reads the rows it needs locked and
+    writes their counts in its own transaction; the transition that ends a run takes its
+    operation's slots back. ``capacity`` is the registry's limit as the last claim saw it
+    (NULL: none), so a claim's SELECT can leave out operations whose slot is full."""
+
+    __tablename__ = "concurrency_slots"
+
+    id: Mapped[str] = mapped_column(String(SLOT_ID_MAX), primary_key=True)
+    running: Mapped[int] = mapped_column(Integer)
+    capacity: Mapped[int | None] = mapped_column(Integer)
 
 
 class UserSession(Owned, Base):

@@ -147,6 +147,7 @@ def create_request(request: pb.CreateOperationRequest, trace_parent: str) -> Cre
         context_ref=request.context_ref,
         deadline_at=_time(request, "deadline"),
         not_before=_time(request, "not_before"),
+        concurrency_key=request.concurrency_key,
         trace_parent=trace_parent,
     )
 

@@ -36,6 +36,7 @@ STRICT_TABLES = (
     "token_budget_days",
     "owner_token_budgets",
     "paused_task_types",
+    "concurrency_slots",
 )
 NOW = datetime(2026, 12, 1, 12, 0, 0, 123456, tzinfo=UTC)
 OPERATION_ID = "a" * 32

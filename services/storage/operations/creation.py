@@ -38,6 +38,9 @@ class CreateRequest:
     time_budget_seconds: int | None = None
     # Claimable from then, not before (ADR 0043); None: at once. At most 30 days ahead.
     not_before: datetime | None = None
+    # What a per-key concurrency limit of the task type counts it under (ADR 0045), among
+    # its owner's keys; empty: its subject id.
+    concurrency_key: str = ""
     context_ref: str = ""
     # The creating request's W3C traceparent (tracing on), so later spans can link to it.
     trace_parent: str = ""
@@ -48,6 +51,9 @@ class CreateRequest:
         bounds.subject(self.subject_type, self.subject_id)
         bounds.text("context_ref", self.context_ref, bounds.SUBJECT_ID_MAX, required=False)
         bounds.trace_parent(self.trace_parent)
+        bounds.single_line(
+            "concurrency_key", self.concurrency_key, bounds.SUBJECT_ID_MAX, required=False
+        )
         bounds.int_range("priority", self.priority, bounds.PRIORITY_RANGE)
         bounds.int_range("max_attempts", self.max_attempts, bounds.MAX_ATTEMPTS_RANGE)
         bounds.int_range(
@@ -67,8 +73,11 @@ class CreateRequest:
         a repeated click computes a later absolute deadline for the same work, and
         its own trace."""
         fields: dict[str, Any] = {name: getattr(self, name) for name in _FINGERPRINTED}
-        if self.not_before is not None:  # absent otherwise: earlier fingerprints stay valid
+        # Each absent unless given: the fingerprints of earlier creates stay the same.
+        if self.not_before is not None:
             fields["not_before"] = self.not_before.isoformat()
+        if self.concurrency_key:
+            fields["concurrency_key"] = self.concurrency_key
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
@@ -76,7 +85,8 @@ class CreateRequest:
 _FINGERPRINTED = tuple(
     name
     for name in CreateRequest.__dataclass_fields__
-    if name not in ("idempotency_key", "deadline_at", "trace_parent", "not_before")
+    if name
+    not in ("idempotency_key", "deadline_at", "trace_parent", "not_before", "concurrency_key")
 )
 _COLUMNS = tuple(c.name for c in OPS.columns if c.name != "owner_user_id")
 _BINDS = {name: bindparam(name, type_=OPS.c[name].type) for name in _COLUMNS}
@@ -126,6 +136,7 @@ def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation
         deadline_at=request.deadline_at,
         created_at=now,
         not_before=request.due(now),
+        concurrency_key=request.concurrency_key or None,
         updated_at=now,
         prompt_tokens=0,
         completion_tokens=0,

@@ -12,6 +12,7 @@ from sqlalchemy import Select, bindparam, select
 from durable_ops.model import bounds, lifecycle
 from durable_ops.model.errors import NotFound
 from durable_ops.model.states import PENDING_STATES, OperationState
+from durable_ops.storage.operations import slots
 from durable_ops.storage.operations.rows import (
     ATTEMPTS,
     OPS,
@@ -123,6 +124,7 @@ _CLAIMABLE_KINDS = (
         deadline_open(),
         OPS.c.not_before <= bindparam("now"),
         not_paused(),
+        slots.has_room(),  # a full key's backlog wakes no claim (ADR 0045)
     )
     .distinct()
 )

@@ -283,6 +283,7 @@ class CreateOperationRequest(_message.Message):
     PRIVACY_FIELD_NUMBER: _builtins.int
     CONTEXT_REF_FIELD_NUMBER: _builtins.int
     NOT_BEFORE_FIELD_NUMBER: _builtins.int
+    CONCURRENCY_KEY_FIELD_NUMBER: _builtins.int
     task_type: _builtins.str
     idempotency_key: _builtins.str
     priority: _builtins.int
@@ -293,6 +294,10 @@ class CreateOperationRequest(_message.Message):
     privacy: Global___Privacy.ValueType
     context_ref: _builtins.str
     """optional second opaque reference (≤ 64), never content"""
+    concurrency_key: _builtins.str
+    """optional (≤ 64): what the task type's per-key concurrency limit counts it under,
+    among this owner's keys; empty: the subject id.
+    """
     @_builtins.property
     def subject(self) -> Global___Subject: ...
     @_builtins.property
@@ -319,10 +324,11 @@ class CreateOperationRequest(_message.Message):
         privacy: Global___Privacy.ValueType = ...,
         context_ref: _builtins.str = ...,
         not_before: _timestamp_pb2.Timestamp | None = ...,
+        concurrency_key: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "not_before", b"not_before", "subject", b"subject"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_ref", b"context_ref", "deadline", b"deadline", "idempotency_key", b"idempotency_key", "max_attempts", b"max_attempts", "not_before", b"not_before", "priority", b"priority", "privacy", b"privacy", "retry_delay_seconds", b"retry_delay_seconds", "subject", b"subject", "task_type", b"task_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency_key", b"concurrency_key", "context_ref", b"context_ref", "deadline", b"deadline", "idempotency_key", b"idempotency_key", "max_attempts", b"max_attempts", "not_before", b"not_before", "priority", b"priority", "privacy", b"privacy", "retry_delay_seconds", b"retry_delay_seconds", "subject", b"subject", "task_type", b"task_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
