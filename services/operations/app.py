@@ -64,6 +64,7 @@ class OperationsApp:
         self.db = db
         self.clock = clock
         self.metrics = metrics
+        self.fair_shares = tuning.fair_shares
         # The registry's concurrency limits (ADR 0045); a test may run other task types.
         self.limits = TASKS.limits() if limits is None else limits
         self.claims = ClaimWaiters(db, clock, tuning.claim_poll_interval_seconds)
@@ -82,7 +83,9 @@ class OperationsApp:
     ) -> tuple[UserOperation, bool]:
         now = self.clock()
         return await self.db.run_async(
-            lambda tx: operations.create(tx, request, now), owner_id=owner, short=True
+            lambda tx: operations.create(tx, request, now, fair=self.fair_shares),
+            owner_id=owner,
+            short=True,
         )
 
     async def get(self, owner: str, operation_id: str) -> UserOperation:

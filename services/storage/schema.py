@@ -137,6 +137,12 @@ class UserOperation(Owned, Base):
     # Claimable from (ADR 0043): the create's ``not_before``, else its creation. The claim
     # orders a priority's line by it, so a scheduled operation joins the line when due.
     not_before: Mapped[datetime] = mapped_column(UtcDateTime)
+    # Its turn within its priority (ADR 0046): a virtual start tag given at create, so the
+    # claim serves owners in turn; with fairness off, its due time in µs (first due, first out).
+    fair_tag: Mapped[int] = mapped_column(BigInteger)
+    # The priority it was created with, once aging raised ``priority`` (ADR 0046); NULL
+    # before: aging raises it at most ``fairness.AGING_MAX`` levels above this.
+    base_priority: Mapped[int | None] = mapped_column(Integer)
     # What a per-key concurrency limit counts this operation under (ADR 0045): the create's
     # key, NULL for its subject id; and the key slot it holds while running under a limit
     # ("" when its type limits only the total; NULL when it holds none).
@@ -166,13 +172,17 @@ class UserOperation(Owned, Base):
 
     __table_args__ = (
         UniqueConstraint("owner_user_id", "task_type", "idempotency_key"),
-        # The claim walks this index in its ORDER BY: queued, highest priority, due longest.
+        # The claim walks this index in its ORDER BY: queued, highest priority, then each
+        # owner's turn (ADR 0046), the one due longest first among equal turns.
         Index(
             "ix_user_operations_claim",
             "state",
             text("priority DESC"),
+            "fair_tag",
             "not_before",
         ),
+        # A create reads its owner's last turn at its priority here (ADR 0046).
+        Index("ix_user_operations_owner_turn", "owner_user_id", "priority", "fair_tag"),
         Index("ix_user_operations_owner_listing", "owner_user_id", "created_at", "id"),
         Index("ix_user_operations_state_deadline", "state", "deadline_at"),
         # An owner's watch reads what changed since its cursor (``WatchOwner``).
@@ -467,6 +477,19 @@ class ConcurrencySlot(Base):
     id: Mapped[str] = mapped_column(String(SLOT_ID_MAX), primary_key=True)
     running: Mapped[int] = mapped_column(Integer)
     capacity: Mapped[int | None] = mapped_column(Integer)
+
+
+class OwnerShare(Owned, Base):
+    """An operator's share for one owner in the claim's turns (``opsctl users set-share``,
+    ADR 0046): weight 2 gets two turns for another's one. No row: weight 1."""
+
+    __tablename__ = "owner_shares"
+
+    weight: Mapped[int] = mapped_column(Integer)
+    set_by: Mapped[str] = mapped_column(String(bounds.OWNER_ID_MAX))
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+    __table_args__ = (PrimaryKeyConstraint("owner_user_id"),)
 
 
 class UserSession(Owned, Base):

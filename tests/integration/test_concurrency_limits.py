@@ -23,6 +23,7 @@ from durable_ops.clock import utc_now
 from durable_ops.model.concurrency import Concurrency
 from durable_ops.model.scope import Role
 from durable_ops.storage import operations
+from durable_ops.storage.operations import claims
 from durable_ops.storage.schema import ConcurrencySlot, UserOperation
 from durable_ops.worker import Attempt, Worker, WorkerOptions
 from tests.support.clock import ManualClock
@@ -77,7 +78,9 @@ def test_a_claim_starts_no_more_than_the_key_and_the_type_allow(
     bob_a = create(BOB, "a", 0)  # bob's "a" is a key of bob's
     alice_b = create(ALICE, "b", 0)
     claimed = _claim_batch(ops, BOTH, 10)
-    assert [lease.id for lease in claimed] == [*alice_a[:2], bob_a]
+    # In turn (ADR 0046): bob's first before alice's second; alice's third waits for her
+    # key, alice's "b" for the type.
+    assert [lease.id for lease in claimed] == [alice_a[0], bob_a, alice_a[1]]
     assert ops.claim((BOTH,)) is None  # the type is full
     assert _slots(services) == {f"{BOTH}|": 3, f"{BOTH}|{ALICE}/a": 2, f"{BOTH}|{BOB}/a": 1}
 
@@ -246,3 +249,19 @@ def test_no_limit_is_exceeded_under_eight_workers_on_two_replicas(db_url: str) -
         assert max(max_in_handlers[(KEYED, o, k)] for o, k in keys) == 2
         assert max_in_handlers[(CAPPED, "", "")] == 3
         assert _slots(first) == {}  # every slot given back
+
+
+def test_the_galera_spread_keeps_the_limits_too(
+    services: Services, ops: OpsClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Galera the claim picks rows at random among the head (ADR 17); the slots are
+    counted the same way after the pick."""
+    monkeypatch.setattr(claims, "spreads", lambda _tx: True)
+    for n in range(6):
+        _create(ops, ALICE, "k", KEYED, n)
+        _create(ops, BOB, f"s{n}", CAPPED, n)
+    keyed = _claim_batch(ops, KEYED, 10)
+    capped = _claim_batch(ops, CAPPED, 10)
+    assert (len(keyed), len(capped)) == (2, 3)
+    assert _slots(services) == {f"{KEYED}|": 2, f"{KEYED}|{ALICE}/k": 2, f"{CAPPED}|": 3}
+    assert _claim_batch(ops, KEYED, 10) == []

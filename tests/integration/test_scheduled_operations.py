@@ -75,11 +75,11 @@ def test_a_due_scheduled_operation_joins_its_priority_line_at_its_time(
 ) -> None:
     scheduled = ops.create(ALICE, "at-10", not_before=clock() + timedelta(seconds=10))
     clock.advance(5)
-    earlier = ops.create(BOB, "at-5")
+    earlier = ops.create(BOB, "at-5")  # due before the scheduled one: goes first
     clock.advance(10)
-    later_one = ops.create(BOB, "at-15")
+    alices_next = ops.create(ALICE, "at-15")  # alice's next turn is after her scheduled one
     taken = [ops.claim_one().id for _ in range(3)]
-    assert taken == [earlier.id, scheduled.id, later_one.id]
+    assert taken == [earlier.id, scheduled.id, alices_next.id]
 
 
 def test_a_not_before_in_the_past_means_now_and_jumps_no_line(

@@ -61,7 +61,8 @@ _CLAIMABLE = (
     OPS.c.not_before <= bindparam("now"),  # a scheduled operation is due (ADR 0043)
     not_paused(),  # an operator's pause (ADR 0044): a subquery, not a statement more
 )
-_QUEUE_ORDER = (OPS.c.priority.desc(), OPS.c.not_before)
+# Priorities strict; within one, each owner's turn (ADR 0046), then the one due longest.
+_QUEUE_ORDER = (OPS.c.priority.desc(), OPS.c.fair_tag, OPS.c.not_before)
 # Galera: leaving out the rows this batch took.
 _NOT_TAKEN = OPS.c.id.not_in(bindparam("taken", expanding=True))
 

@@ -7,12 +7,12 @@ import hmac
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import bindparam, insert, select
+from sqlalchemy import Table, bindparam, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
-from durable_ops.model import bounds, lifecycle
+from durable_ops.model import bounds, fairness, lifecycle
 from durable_ops.model.errors import KEY_USED_FOR_ANOTHER_REQUEST, Conflict
 from durable_ops.model.retention import pruned
 from durable_ops.model.states import Privacy
@@ -20,7 +20,7 @@ from durable_ops.storage import retention
 from durable_ops.storage.events import Changed, publish
 from durable_ops.storage.operations.reads import find_by_key
 from durable_ops.storage.operations.rows import OPS, detached, new_id, recognise
-from durable_ops.storage.schema import UserOperation
+from durable_ops.storage.schema import OwnerShare, UserOperation
 from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
 
 
@@ -88,6 +88,7 @@ _FINGERPRINTED = tuple(
     if name
     not in ("idempotency_key", "deadline_at", "trace_parent", "not_before", "concurrency_key")
 )
+SHARES = cast(Table, OwnerShare.__table__)
 _COLUMNS = tuple(c.name for c in OPS.columns if c.name != "owner_user_id")
 _BINDS = {name: bindparam(name, type_=OPS.c[name].type) for name in _COLUMNS}
 # One statement: the row, unless the owner's key has a tombstone (its operation was pruned).
@@ -99,8 +100,45 @@ _INSERT = insert(OPS).from_select(
 )
 
 
-def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation, bool]:
+# What a create's turn is computed from: the head of its priority's due queue (the claim
+# index's first row), its owner's last turn there, and its owner's share.
+_TURN_INPUTS = select(
+    select(OPS.c.fair_tag)
+    .where(
+        OPS.c.state == lifecycle.CREATED.state,
+        OPS.c.priority == bindparam("priority"),
+        OPS.c.not_before <= bindparam("now"),
+    )
+    .order_by(OPS.c.fair_tag)
+    .limit(1)
+    .scalar_subquery()
+    .label("head"),
+    select(func.max(OPS.c.fair_tag))
+    .where(OPS.c.owner_user_id == SCOPE_OWNER, OPS.c.priority == bindparam("priority"))
+    .scalar_subquery()
+    .label("owner_last"),
+    select(SHARES.c.weight)
+    .where(SHARES.c.owner_user_id == SCOPE_OWNER)
+    .scalar_subquery()
+    .label("share"),
+)
+
+
+def _turn(tx: Tx, priority: int, now: datetime, due: datetime) -> int:
+    """The owner's next turn at ``priority`` (ADR 0046): one SELECT of three probes."""
+    found = tx.execute(_TURN_INPUTS, {"priority": priority, "now": now}).one()
+    return fairness.start_tag(
+        head=found.head, owner_last=found.owner_last, share=found.share, now=now, due=due
+    )
+
+
+def create(
+    tx: Tx, request: CreateRequest, now: datetime, *, fair: bool = True
+) -> tuple[UserOperation, bool]:
     """Insert the operation, or return the one this owner already made with this key.
+
+    ``fair`` (the default) gives it its owner's turn within its priority (ADR 0046), at
+    the cost of one SELECT before the INSERT; without, its turn is its due time.
 
     The INSERT goes first, and a new key (the common case) costs that statement
     alone: it inserts nothing when the key has a tombstone (a pruned key is
@@ -113,6 +151,8 @@ def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation
     request.validate(now)
     fingerprint = request.fingerprint()
     created = lifecycle.CREATED
+    due = request.due(now)
+    turn = _turn(tx, request.priority, now, due) if fair else fairness.fifo_tag(due)
     values: dict[str, Any] = dict.fromkeys(_COLUMNS)
     values.update(
         id=new_id(),
@@ -135,7 +175,8 @@ def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation
         next_attempt_at=created.next_attempt_at,
         deadline_at=request.deadline_at,
         created_at=now,
-        not_before=request.due(now),
+        not_before=due,
+        fair_tag=turn,
         concurrency_key=request.concurrency_key or None,
         updated_at=now,
         prompt_tokens=0,
@@ -156,7 +197,7 @@ def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation
     if not inserted:  # the key's operation finished long ago and was pruned
         tombstone = retention.tombstone_for(tx, request.task_type, request.idempotency_key)
         if tombstone is None:  # forgotten since the INSERT looked: the key is free again
-            return create(tx, request, now)
+            return create(tx, request, now, fair=fair)
         if not hmac.compare_digest(tombstone.request_hash, fingerprint):
             raise Conflict(KEY_USED_FOR_ANOTHER_REQUEST)
         raise pruned(tombstone.final_state, tombstone.finished_at)
