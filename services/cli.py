@@ -218,6 +218,55 @@ def cmd_users_set_budget(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_users_set_share(args: argparse.Namespace) -> int:
+    import getpass
+
+    import structlog
+
+    from durable_ops.clock import utc_now
+    from durable_ops.model import bounds, fairness
+    from durable_ops.model.operator import operator_name
+    from durable_ops.storage import shares
+    from durable_ops.storage.migrate import open_migrated
+
+    bounds.owner_id(args.user)
+    low, high = fairness.WEIGHT_RANGE
+    raw = args.weight
+    if raw != "default" and not (raw.isascii() and raw.isdigit() and low <= int(raw) <= high):
+        print(
+            f"opsctl users set-share: WEIGHT must be `default` or a whole number from {low}"
+            f" to {high}, not {raw!r}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    weight = None if raw == "default" else int(raw)
+    try:
+        set_by = operator_name(getpass.getuser())
+    except Exception:  # no login name, or one the record would not take
+        set_by = "opsctl"
+    now = utc_now()
+
+    def set_share(tx: Any) -> int:
+        shares.set_weight(tx, weight, set_by=set_by, now=now)
+        return shares.weight_of(tx)
+
+    db = open_migrated(_settings(args).database_url, pool_size=1)
+    try:
+        effective = db.run(set_share, owner_id=args.user)
+    finally:
+        db.dispose()
+    # The audit line, on stderr: stdout is the answer.
+    structlog.wrap_logger(structlog.PrintLogger(sys.stderr)).info(
+        "owner_share_set", owner=args.user, weight=weight, operator=set_by
+    )
+    source = "the default" if weight is None else f"set by {set_by}"
+    print(
+        f"{args.user}: share {effective} ({source}); within a priority, {effective} turn(s)"
+        " for each turn of an owner of share 1, from their next operation"
+    )
+    return 0
+
+
 def _budget_tokens(raw: str) -> int | None:
     """``default`` → None (the plan's), else whole tokens within what one owner may have."""
     from durable_ops.model import budgets
@@ -291,6 +340,12 @@ def cmd_console(args: argparse.Namespace) -> int:
     from durable_ops.console_cli import run
 
     return run(args, _settings(args))
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from durable_ops.operator_cli import run_tasks
+
+    return run_tasks(args, _settings(args))
 
 
 def cmd_host_store_show(args: argparse.Namespace) -> int:
@@ -461,6 +516,18 @@ def build_parser() -> argparse.ArgumentParser:
     set_budget.add_argument("tokens", metavar="TOKENS|default")
     database_option(set_budget)
 
+    set_share = user_commands.add_parser(
+        "set-share",
+        help="set a user's share of the claim's turns",
+        description="Set a user's weight among owners within a priority (1-100; default 1):"
+        " an owner of weight 2 gets two turns for another's one when both wait."
+        " Records who ran it.",
+    )
+    set_share.set_defaults(run=cmd_users_set_share)
+    set_share.add_argument("user")
+    set_share.add_argument("weight", metavar="WEIGHT|default")
+    database_option(set_share)
+
     sessions = command("sessions", lambda _args: EXIT_USAGE, "Manage sign-in sessions")
     session_commands = sessions.add_subparsers(
         dest="sessions_command", required=True, metavar="COMMAND"
@@ -551,6 +618,18 @@ def build_parser() -> argparse.ArgumentParser:
             cmd_console,
             "Sign in to the operator console: a one-time link (operator key)",
             CONSOLE_HELP,
+        )
+    )
+
+    from durable_ops.operator_cli import TASKS_HELP
+    from durable_ops.operator_cli import add_tasks_parser as add_tasks_commands
+
+    add_tasks_commands(
+        command(
+            "tasks",
+            cmd_tasks,
+            "Pause, resume and list task types (operator scope)",
+            TASKS_HELP,
         )
     )
 

@@ -562,6 +562,121 @@ def cmd_prune(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
     return 0
 
 
+# ---- opsctl tasks (ADR 0047) -------------------------------------------------------------------
+
+TASKS_HELP = """\
+list    every registered task type and every paused one, with who paused it and when
+pause   stop claims of TYPE: queued work waits, running work finishes, new analyses
+        are refused (task_paused)
+resume  let claims take TYPE again
+
+Calls the Operations service as opsctl operations does (--target, --as); the
+service logs every pause and resume with the operator's name."""
+
+
+def add_tasks_parser(tasks: argparse.ArgumentParser) -> None:
+    """The ``list``, ``pause`` and ``resume`` subcommands of ``opsctl tasks``."""
+    verbs = tasks.add_subparsers(dest="tasks_command", required=True, metavar="COMMAND")
+    listing = verbs.add_parser(
+        "list",
+        help="task types, paused or not",
+        description="Every registered task type and every paused one, by name.",
+    )
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    _common_options(listing)
+    for verb, description in (
+        (
+            "pause",
+            "Pause TYPE: no claim takes its operations (they stay queued), a running one"
+            " finishes, and admission refuses new analyses of it until it is resumed.",
+        ),
+        ("resume", "Resume TYPE: claims take its queued operations again at once."),
+    ):
+        sub = verbs.add_parser(verb, help=f"{verb} a task type", description=description)
+        sub.add_argument("task_type", metavar="TYPE")
+        sub.add_argument("--json", action="store_true", help="machine-readable output")
+        _common_options(sub)
+
+
+def task_type_view(message: opb.TaskTypeStatus) -> dict[str, Any]:
+    return {
+        "task_type": message.task_type,
+        "paused": message.paused,
+        "paused_by": message.paused_by or None,
+        "paused_at": _when(message, "paused_at"),
+    }
+
+
+def cmd_tasks_list(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
+    from durable_ops.api.operator.v1 import operator_pb2 as opb
+
+    answer = operator.stub.ListTaskTypes(
+        opb.ListTaskTypesRequest(), metadata=operator.metadata, timeout=CALL_TIMEOUT_SECONDS
+    )
+    rows = [task_type_view(status) for status in answer.task_types]
+    if args.json:
+        print(json.dumps(rows), file=out)
+        return 0
+    cells = [
+        [
+            row["task_type"],
+            "paused" if row["paused"] else "running",
+            f"by {row['paused_by']} at {row['paused_at']}" if row["paused"] else "",
+        ]
+        for row in rows
+    ]
+    header = ["TASK", "STATE", "PAUSED"]
+    widths = [max(len(line[i]) for line in [header, *cells]) for i in range(len(header))]
+    for line in [header, *cells]:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip(),
+            file=out,
+        )
+    return 0
+
+
+def cmd_tasks_change(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
+    from durable_ops.api.operator.v1 import operator_pb2 as opb
+
+    verb = args.tasks_command
+    if verb == "pause":
+        answer = operator.stub.PauseTaskType(
+            opb.PauseTaskTypeRequest(task_type=args.task_type),
+            metadata=operator.metadata,
+            timeout=CALL_TIMEOUT_SECONDS,
+        )
+    else:
+        answer = operator.stub.ResumeTaskType(
+            opb.ResumeTaskTypeRequest(task_type=args.task_type),
+            metadata=operator.metadata,
+            timeout=CALL_TIMEOUT_SECONDS,
+        )
+    row = {**task_type_view(answer.status), "changed": answer.changed}
+    if args.json:
+        print(json.dumps(row), file=out)
+    elif verb == "pause":
+        already = "" if answer.changed else " (already paused)"
+        print(
+            f"{row['task_type']}: paused by {row['paused_by']} at {row['paused_at']}{already};"
+            " queued operations wait, running ones finish",
+            file=out,
+        )
+    else:
+        print(
+            f"{row['task_type']}: "
+            + ("resumed; claims take it again" if answer.changed else "was not paused"),
+            file=out,
+        )
+    return 0
+
+
+TASK_COMMANDS: dict[str, Callable[[argparse.Namespace, Operator, TextIO], int]] = {
+    "list": cmd_tasks_list,
+    "pause": cmd_tasks_change,
+    "resume": cmd_tasks_change,
+}
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Operator, TextIO], int]] = {
     "list": cmd_list,
     "show": cmd_show,
@@ -588,12 +703,35 @@ def run(
     environ: Mapping[str, str] | None = None,
 ) -> int:
     """Run the ``opsctl operations`` command ``args`` chose; usage errors exit 2."""
+    verb = args.operations_command
+    return _run("operations", verb, COMMANDS[verb], args, settings, out, environ)
+
+
+def run_tasks(
+    args: argparse.Namespace,
+    settings: Settings,
+    out: TextIO | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> int:
+    """Run the ``opsctl tasks`` command ``args`` chose; usage errors exit 2."""
+    verb = args.tasks_command
+    return _run("tasks", verb, TASK_COMMANDS[verb], args, settings, out, environ)
+
+
+def _run(
+    group: str,
+    verb: str,
+    command: Callable[[argparse.Namespace, Operator, TextIO], int],
+    args: argparse.Namespace,
+    settings: Settings,
+    out: TextIO | None,
+    environ: Mapping[str, str] | None,
+) -> int:
     import grpc
 
     from durable_ops.stack.address_file import choose_target
 
     out = sys.stdout if out is None else out
-    command = COMMANDS[args.operations_command]
     target = choose_target(
         "operations_target", args.target, os.environ if environ is None else environ
     )
@@ -602,15 +740,15 @@ def run(
         name = _name(args)
         channel, operator = _connect(settings, name)
     except argparse.ArgumentTypeError as exc:
-        print(f"opsctl operations: {exc}", file=sys.stderr)
+        print(f"opsctl {group}: {exc}", file=sys.stderr)
         return 2
     try:
         return command(args, operator, out)
     except argparse.ArgumentTypeError as exc:
-        print(f"opsctl operations {args.operations_command}: {exc}", file=sys.stderr)
+        print(f"opsctl {group} {verb}: {exc}", file=sys.stderr)
         return 2
     except grpc.RpcError as exc:
-        where = f"opsctl operations {args.operations_command}"
+        where = f"opsctl {group} {verb}"
         if exc.code() == grpc.StatusCode.UNAVAILABLE and _unreachable(channel):
             print(
                 f"{where}: nothing answers at {target.address} ({target.source}); start the"

@@ -18,15 +18,23 @@ from dataclasses import dataclass
 from datetime import date, datetime
 
 from durable_ops.model import admission, bounds, budgets
-from durable_ops.model.errors import KEY_USED_FOR_ANOTHER_REQUEST, Conflict, InvalidArgument
+from durable_ops.model.errors import (
+    KEY_USED_FOR_ANOTHER_REQUEST,
+    Conflict,
+    InvalidArgument,
+    Unavailable,
+)
 from durable_ops.model.lifecycle import RETRYABLE_STATES
 from durable_ops.model.states import Plan
 from durable_ops.model.subjects import SubjectKind
 from durable_ops.model.tasks import TASKS, TaskType
 from durable_ops.storage import budgets as budget_store
-from durable_ops.storage import capacity, operations, workspace
+from durable_ops.storage import capacity, operations, task_pauses, workspace
 from durable_ops.storage.schema import UserOperation
 from durable_ops.storage.tx import Tx
+
+# The stable code of a refusal because an operator paused the task type (HTTP 503).
+TASK_PAUSED = "task_paused"
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,8 @@ class AdmitRequest:
     idempotency_key: str = ""
     # The admitting request's W3C traceparent (tracing on): a trace id, never content.
     trace_parent: str = ""
+    # Run it not before then (ADR 0046); its time budget counts from it.
+    not_before: datetime | None = None
 
 
 def check_subjects(tx: Tx, task: TaskType, request: AdmitRequest) -> int:
@@ -85,6 +95,7 @@ def admit(
         bounds.idempotency_key(request.idempotency_key)
     settings = _entitled(tx)
     chars = check_subjects(tx, task, request)
+    due = now if request.not_before is None else bounds.not_before(request.not_before, now)
     create = operations.CreateRequest(
         task_type=task.name,
         # Without a key, repeated clicks are still one operation: the active one is reused.
@@ -96,7 +107,8 @@ def admit(
         max_attempts=task.max_attempts,
         retry_delay_seconds=task.retry_delay_seconds,
         privacy=settings.privacy,
-        deadline_at=now + task.time_budget,
+        not_before=request.not_before,
+        deadline_at=due + task.time_budget,
         time_budget_seconds=int(task.time_budget.total_seconds()),
         trace_parent=request.trace_parent,
     )
@@ -112,7 +124,7 @@ def admit(
     active = operations.active_for_subject(tx, task.name, task.subject.name, request.subject_id)
     if active is not None:
         return active, True
-    day, tokens = _reserve(tx, chars, settings.plan, limits, now)
+    day, tokens = _reserve(tx, task, chars, settings.plan, limits, now)
     op, _created = operations.create(tx, create, now)
     budget_store.reserved_for(tx, op.id, tokens=tokens, day=day)
     return op, False
@@ -130,7 +142,7 @@ def retry(tx: Tx, operation_id: str, limits: admission.Limits, now: datetime) ->
     settings = _entitled(tx)
     again = AdmitRequest(task.name, op.subject_id, op.context_ref or "")
     chars = check_subjects(tx, task, again)
-    day, tokens = _reserve(tx, chars, settings.plan, limits, now)
+    day, tokens = _reserve(tx, task, chars, settings.plan, limits, now)
     retried = operations.retry(tx, operation_id, now)
     budget_store.reserved_for(tx, retried.id, tokens=tokens, day=day)
     return retried
@@ -147,10 +159,14 @@ def _entitled(tx: Tx) -> workspace.AiSettingsView:
 
 
 def _reserve(
-    tx: Tx, chars: int, plan: Plan, limits: admission.Limits, now: datetime
+    tx: Tx, task: TaskType, chars: int, plan: Plan, limits: admission.Limits, now: datetime
 ) -> tuple[date, int]:
-    """Count capacity, reserve the expected tokens and write the control row (under the
-    lock ``_entitled`` took); the day and the tokens reserved."""
+    """Refuse a paused task type, count capacity, reserve the expected tokens and write
+    the control row (under the lock ``_entitled`` took); the day and the tokens reserved."""
+    if task_pauses.is_paused(tx, task.name):  # an operator's pause (ADR 0047)
+        raise Unavailable(
+            f"{task.label} is paused by an operator for now; try again later", code=TASK_PAUSED
+        )
     admission.require_capacity(
         owner_active=capacity.active_for_owner(tx, TASKS.names()),
         everyone_active=capacity.active_for_everyone(tx, TASKS.names()),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import structlog
 
 from durable_ops.ai_admission.admit import AdmitRequest, admit, lookup, retry
@@ -10,13 +12,13 @@ from durable_ops.api.ai_admission.v1 import ai_admission_pb2 as pb
 from durable_ops.api.ai_admission.v1 import ai_admission_pb2_grpc as pb_grpc
 from durable_ops.clock import Clock
 from durable_ops.model.admission import Limits
-from durable_ops.model.errors import DomainError
+from durable_ops.model.errors import DomainError, InvalidArgument
 from durable_ops.model.scope import require_user_agent
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.scope import caller_scope
 from durable_ops.storage.db import Database
 from durable_ops.telemetry import current_traceparent
-from durable_ops.wire.operations import operation, status_url
+from durable_ops.wire.operations import from_timestamp, operation, status_url
 
 log = structlog.get_logger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AiAdmissionService"].full_name
@@ -38,6 +40,7 @@ class AiAdmissionService(pb_grpc.AiAdmissionServiceServicer):
             subject_id=request.subject_id,
             context_ref=request.context_ref,
             idempotency_key=request.idempotency_key,
+            not_before=_not_before(request),
             trace_parent=current_traceparent(),
         )
         now = self._clock()
@@ -86,3 +89,12 @@ class AiAdmissionService(pb_grpc.AiAdmissionServiceServicer):
             write=False,
         )
         return pb.LookupResponse(operation=operation(row)) if row else pb.LookupResponse()
+
+
+def _not_before(request: pb.AdmitRequest) -> datetime | None:
+    if not request.HasField("not_before"):
+        return None
+    try:
+        return from_timestamp(request.not_before)
+    except ValueError:
+        raise InvalidArgument("not_before", "is not a valid timestamp") from None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from starlette.requests import Request
@@ -89,20 +90,21 @@ def start(task: TaskType) -> Callable[[Request], Awaitable[Response]]:
         calls = await owner_calls(request)
         subject_id = resource_id(request, _not_found(task.subject))
         key = _idempotency_key(request)
-        body = await json_object(request, context_fields, optional=True)
+        body = await json_object(request, (*context_fields, NOT_BEFORE), optional=True)
         context_ref = ""
         if task.context is not None:
             field = task.context.reference_field
             context_ref = string_field(body, field, max_length=ID_MAX, required=False) or ""
-        reply = await calls(
-            _admission(calls).Admit,
-            admission_pb.AdmitRequest(
-                task_type=task.name,
-                subject_id=subject_id,
-                context_ref=context_ref,
-                idempotency_key=key,
-            ),
+        admit = admission_pb.AdmitRequest(
+            task_type=task.name,
+            subject_id=subject_id,
+            context_ref=context_ref,
+            idempotency_key=key,
         )
+        not_before = _not_before(body)
+        if not_before is not None:
+            admit.not_before.FromDatetime(not_before)
+        reply = await calls(_admission(calls).Admit, admit)
         return JSONResponse(
             {"operation_id": reply.operation.id, "status_url": reply.status_url},
             status_code=202,
@@ -111,6 +113,22 @@ def start(task: TaskType) -> Callable[[Request], Awaitable[Response]]:
         )
 
     return endpoint_
+
+
+NOT_BEFORE = "not_before"
+
+
+def _not_before(body: dict[str, Any]) -> datetime | None:
+    """The optional schedule of a start (ADR 0046): an RFC 3339 time with its offset."""
+    text = string_field(body, NOT_BEFORE, max_length=64, required=False)
+    if text is None:
+        return None
+    try:
+        return dto.parse_rfc3339(text)
+    except ValueError:
+        raise invalid(
+            NOT_BEFORE, "must be an RFC 3339 time with its offset, e.g. 2026-12-24T09:00:00Z"
+        ) from None
 
 
 def _check_reference(name: str, value: str) -> None:
@@ -315,7 +333,17 @@ def _context_parameters(task: TaskType) -> list[dict[str, Any]]:
 
 
 def _start_body(context: dict[str, Any]) -> dict[str, Any]:
-    body: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": context}
+    properties = {
+        **context,
+        # Not before then (≤ 30 days ahead, else 400 not_before_too_far); the time budget
+        # counts from it.
+        NOT_BEFORE: {"type": "string", "format": "date-time"},
+    }
+    body: dict[str, Any] = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": properties,
+    }
     if context:
         # What ``start`` checks of the member (``string_field``): one line, an id's length at
         # most. An id that is not the caller's is admission's 404.
@@ -347,7 +375,7 @@ def _openapi(task: TaskType) -> dict[str, Any]:
             parameters=[subject, _IDEMPOTENCY_PARAMETER],
             request_body=json_body(
                 _start_body(context),
-                f"optional {', '.join(context) or 'nothing'}",
+                f"optional {', '.join([*context, NOT_BEFORE])}",
                 required=False,
             ),
         ),

@@ -84,6 +84,7 @@ def operation(message: operations_pb2.Operation) -> dict[str, Any]:
         "finished_at": time_or_none(message, "finished_at"),
         "deadline_at": time_or_none(message, "deadline_at"),
         "next_attempt_at": time_or_none(message, "next_attempt_at"),
+        "not_before": time_or_none(message, "not_before"),  # scheduled: not claimed before
         "provenance": (
             {"model": message.produced_by.model, "route": message.produced_by.route}
             if message.HasField("produced_by")

@@ -267,6 +267,7 @@ SHARED_SCHEMAS: Mapping[str, JsonObject] = {
             "finished_at",
             "deadline_at",
             "next_attempt_at",
+            "not_before",
             "provenance",
             "usage",
         ],
@@ -295,6 +296,7 @@ SHARED_SCHEMAS: Mapping[str, JsonObject] = {
             "finished_at": _OPTIONAL_TIME,
             "deadline_at": _OPTIONAL_TIME,
             "next_attempt_at": _OPTIONAL_TIME,
+            "not_before": _OPTIONAL_TIME,  # a scheduled operation is not claimed before then
             "provenance": nullable(ref("Provenance")),  # which model answered; null before
             "usage": nullable(ref("Usage")),  # the sums over its attempts; null before any
         },

@@ -24,7 +24,11 @@ LEASE_SECONDS_RANGE = (5, 600)
 LEASE_TOKEN_MAX = 128  # the services issue 43 characters
 CLAIM_WAIT_SECONDS_MAX = 20  # a waiting claim answers within this, claimed or not
 WAIT_SECONDS_MAX = 30.0  # WaitOperation and the HTTP long-poll answer within this, done or not
-DEADLINE_MAX_AHEAD = timedelta(hours=24)
+DEADLINE_MAX_AHEAD = timedelta(hours=24)  # ahead of the operation's not_before
+# How far ahead a create may schedule its operation (``not_before``, ADR 0046): a month of
+# reminders fits, and a mistyped year is refused instead of parked in the queue for ever.
+NOT_BEFORE_MAX_AHEAD = timedelta(days=30)
+NOT_BEFORE_TOO_FAR = "not_before_too_far"
 PROGRESS_RANGE = (0, 100)
 PRIORITY_RANGE = (-1000, 1000)
 FAILURE_CODE_MAX = 64
@@ -157,12 +161,29 @@ def subject(subject_type: str, subject_id: str) -> tuple[str, str]:
     return subject_type, subject_id
 
 
-def deadline(value: datetime, now: datetime) -> datetime:
+def deadline(value: datetime, now: datetime, not_before: datetime | None = None) -> datetime:
+    """A deadline after ``now`` and at most 24 hours after the operation becomes due
+    (``not_before``, when it is scheduled later than ``now``)."""
     if value <= now:
         raise InvalidArgument("deadline", "must be in the future")
-    if value - now > DEADLINE_MAX_AHEAD:
-        raise InvalidArgument("deadline", "must be at most 24 hours ahead")
+    due = now if not_before is None else max(now, not_before)
+    if value <= due:
+        raise InvalidArgument("deadline", "must be after not_before")
+    if value - due > DEADLINE_MAX_AHEAD:
+        raise InvalidArgument("deadline", "must be at most 24 hours after the operation is due")
     return value
+
+
+def not_before(value: datetime, now: datetime) -> datetime:
+    """When a scheduled operation becomes claimable: at most 30 days ahead. A moment
+    already past means "now": it never puts the operation ahead of those due before."""
+    if value - now > NOT_BEFORE_MAX_AHEAD:
+        raise InvalidArgument(
+            "not_before",
+            f"must be at most {NOT_BEFORE_MAX_AHEAD.days} days ahead",
+            code=NOT_BEFORE_TOO_FAR,
+        )
+    return max(value, now)
 
 
 def provenance(provider: str, model: str, route: str) -> tuple[str, str, str]:

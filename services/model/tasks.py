@@ -14,6 +14,7 @@ work, and every part reads it from here:
                          ``max_tokens`` is ``MAX_ANSWER_TOKENS``)
     priority … external_allowed
                          how admission creates it and which routes may run it
+    concurrency          how many may run at once per owner's key and in all (ADR 0048)
 
 Derived spellings live here too, so nothing spells a task a second way: the
 URL segment ``strategy-snapshot``, the structured-output schema name
@@ -32,6 +33,7 @@ from types import MappingProxyType
 from typing import Any
 
 from durable_ops.model import bounds
+from durable_ops.model.concurrency_limits import UNLIMITED, Concurrency
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.subjects import CV, JOB, SubjectKind
 
@@ -75,6 +77,9 @@ class TaskType:
     max_attempts: int
     retry_delay_seconds: int
     external_allowed: bool  # on the external-route allowlist
+    # How many may run at once, per owner's concurrency key and in all (ADR 0048): what keeps
+    # one subject's (or one owner's) burst from holding every worker. Default: no limit.
+    concurrency: Concurrency = UNLIMITED
 
     def __post_init__(self) -> None:
         bounds.task_type(self.name)
@@ -155,6 +160,13 @@ class Registry:
 
     def public(self) -> list[dict[str, Any]]:
         return [task.public() for task in self]
+
+    def limits(self) -> Mapping[str, Concurrency]:
+        """The concurrency limits of the task types that declare any, by name: what the
+        claim counts (a type absent here costs a claim nothing more)."""
+        return MappingProxyType(
+            {task.name: task.concurrency for task in self if task.concurrency.limited}
+        )
 
 
 # ---- answer schemas: the JSON-schema subset of ``model.answers`` ------------------------

@@ -12,13 +12,14 @@ waiters and the watch (``operations.watch``). Rules live in
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 
 from durable_ops.clock import Clock
 from durable_ops.model import bounds, lifecycle
 from durable_ops.model import retention as retention_rules
+from durable_ops.model.concurrency_limits import Concurrency
 from durable_ops.model.errors import DomainError
 from durable_ops.model.held_leases import HeldLease
 from durable_ops.model.lifecycle import Event
@@ -26,18 +27,20 @@ from durable_ops.model.operator import OperatorFilter
 from durable_ops.model.retention import RetentionPolicy
 from durable_ops.model.routing import Route
 from durable_ops.model.states import OperationState
+from durable_ops.model.tasks import TASKS
 from durable_ops.operations.claim_waiters import ClaimWaiters, Kind
 from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.operations.owner_watch import OwnerWatcher
 from durable_ops.operations.pruner import PruneResult, prune
 from durable_ops.operations.tuning import TUNING, Tuning
 from durable_ops.operations.watch import Watcher, moved
-from durable_ops.storage import drafts, operations, owner_changes, retention
+from durable_ops.storage import drafts, operations, owner_changes, retention, task_pauses
 from durable_ops.storage import operator as store
 from durable_ops.storage.db import Database
 from durable_ops.storage.operations import Claim, Held, Settlement
 from durable_ops.storage.pages import Page
 from durable_ops.storage.schema import OperationAttempt, UserOperation
+from durable_ops.storage.task_pauses import Pause
 from durable_ops.storage.tx import OperatorTx, Tx
 
 Answer = OperationState | DomainError
@@ -56,10 +59,14 @@ class OperationsApp:
         *,
         tuning: Tuning = TUNING,
         metrics: OperationsMetrics | None = None,
+        limits: Mapping[str, Concurrency] | None = None,
     ) -> None:
         self.db = db
         self.clock = clock
         self.metrics = metrics
+        self.fair_shares = tuning.fair_shares
+        # The registry's concurrency limits (ADR 0048); a test may run other task types.
+        self.limits = TASKS.limits() if limits is None else limits
         self.claims = ClaimWaiters(db, clock, tuning.claim_poll_interval_seconds)
         self.watch = Watcher(db, tuning.watch_interval_seconds)
         self.owners = OwnerWatcher(db, tuning.watch_interval_seconds)
@@ -76,7 +83,9 @@ class OperationsApp:
     ) -> tuple[UserOperation, bool]:
         now = self.clock()
         return await self.db.run_async(
-            lambda tx: operations.create(tx, request, now), owner_id=owner, short=True
+            lambda tx: operations.create(tx, request, now, fair=self.fair_shares),
+            owner_id=owner,
+            short=True,
         )
 
     async def get(self, owner: str, operation_id: str) -> UserOperation:
@@ -199,7 +208,13 @@ class OperationsApp:
             for route in routes:
                 external = route is Route.EXTERNAL
                 batch = operations.claim(
-                    tx, names, lease_seconds, now, limit=limit - len(found), external_route=external
+                    tx,
+                    names,
+                    lease_seconds,
+                    now,
+                    limit=limit - len(found),
+                    external_route=external,
+                    limits=self.limits,
                 )
                 found += [(claim, route) for claim in batch]
                 if len(found) == limit:
@@ -290,6 +305,23 @@ class OperationsApp:
         return await self.db.run_async(
             lambda tx: store.retry(OperatorTx(tx), operation_id, now), owner_id=None
         )
+
+    async def pause_task_type(self, task_type: str, by: str) -> tuple[Pause | None, bool]:
+        """Pause ``task_type`` (ADR 0047): its pause, and whether this call made it."""
+        now = self.clock()
+
+        def pause(tx: Tx) -> tuple[Pause | None, bool]:
+            changed = task_pauses.pause(tx, task_type, by, now)
+            return task_pauses.find(tx, task_type), changed
+
+        return await self.db.run_async(pause, owner_id=None)
+
+    async def resume_task_type(self, task_type: str) -> bool:
+        """Resume ``task_type``: whether it was paused."""
+        return await self.db.run_async(lambda tx: task_pauses.resume(tx, task_type), owner_id=None)
+
+    async def paused_task_types(self) -> list[Pause]:
+        return await self.db.run_async(task_pauses.paused, owner_id=None, write=False)
 
     async def prune(
         self, policy: RetentionPolicy, batch: int, now: datetime, *, dry_run: bool

@@ -160,5 +160,5 @@ class ClaimWaiters(SharedPoll):
         for change in changes:
             if isinstance(change, Requeued):
                 self.arrived_any()
-            elif change.state in CLAIMABLE:
+            elif change.state in CLAIMABLE and not change.scheduled:
                 self.arrived(change.state, change.task_type)

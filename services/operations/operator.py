@@ -16,12 +16,13 @@ import structlog
 
 from durable_ops.api.operator.v1 import operator_pb2 as opb
 from durable_ops.api.operator.v1 import operator_pb2_grpc as opb_grpc
-from durable_ops.model import console
+from durable_ops.model import bounds, console
 from durable_ops.model import retention as retention_rules
 from durable_ops.model.errors import InvalidArgument, Unauthenticated
 from durable_ops.model.operator import OperatorFilter, operator_name
 from durable_ops.model.retention import RetentionPolicy
 from durable_ops.model.scope import require_operator
+from durable_ops.model.tasks import TASKS
 from durable_ops.operations.app import OperationsApp
 from durable_ops.operations.console import ConsoleSignIns
 from durable_ops.rpc import ServicerContext
@@ -33,6 +34,7 @@ from durable_ops.rpc.scope import (
 )
 from durable_ops.settings import DEFAULT_TOMBSTONE_RETENTION_DAYS
 from durable_ops.storage.console import Signed
+from durable_ops.storage.task_pauses import Pause
 from durable_ops.wire import operations as convert
 from durable_ops.wire.operator import operator_operation, queue_depth
 
@@ -90,6 +92,14 @@ def _session(signed: Signed, session_id: str = "") -> opb.ConsoleSession:
     answer = opb.ConsoleSession(session_id=session_id, operator=signed.operator)
     answer.expires_at.FromDatetime(signed.expires_at)
     return answer
+
+
+def _status(task_type: str, pause: Pause | None) -> opb.TaskTypeStatus:
+    status = opb.TaskTypeStatus(task_type=task_type, paused=pause is not None)
+    if pause is not None:
+        status.paused_by = pause.paused_by
+        status.paused_at.CopyFrom(convert.timestamp(pause.paused_at))
+    return status
 
 
 class OperatorService(opb_grpc.OperatorServiceServicer):
@@ -173,6 +183,35 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
             attempt=row.attempt,
         )
         return operator_operation(row)
+
+    async def PauseTaskType(
+        self, request: opb.PauseTaskTypeRequest, context: ServicerContext
+    ) -> opb.TaskTypeChange:
+        who = _operator(context)
+        task_type = bounds.task_type(request.task_type)
+        pause, changed = await self._app.pause_task_type(task_type, who)
+        log.info("operator_pause_task_type", operator=who, task_type=task_type, changed=changed)
+        return opb.TaskTypeChange(status=_status(task_type, pause), changed=changed)
+
+    async def ResumeTaskType(
+        self, request: opb.ResumeTaskTypeRequest, context: ServicerContext
+    ) -> opb.TaskTypeChange:
+        who = _operator(context)
+        task_type = bounds.task_type(request.task_type)
+        changed = await self._app.resume_task_type(task_type)
+        log.info("operator_resume_task_type", operator=who, task_type=task_type, changed=changed)
+        return opb.TaskTypeChange(status=_status(task_type, None), changed=changed)
+
+    async def ListTaskTypes(
+        self, request: opb.ListTaskTypesRequest, context: ServicerContext
+    ) -> opb.ListTaskTypesResponse:
+        who = _operator(context)
+        pauses = {pause.task_type: pause for pause in await self._app.paused_task_types()}
+        names = sorted({*TASKS.names(), *pauses})
+        log.info("operator_list_task_types", operator=who, paused=len(pauses))
+        return opb.ListTaskTypesResponse(
+            task_types=[_status(name, pauses.get(name)) for name in names]
+        )
 
     async def PruneOperations(
         self, request: opb.PruneOperationsRequest, context: ServicerContext

@@ -41,8 +41,16 @@ class Tuning:
     """How long the gauges read from the database at scrape time are reused, so that
     several scrapers cost one read."""
 
+    fair_shares: bool = True
+    """Whether a create takes its owner's turn within its priority (ADR 0049), so one
+    owner's backlog does not delay another's next operation (the benchmark's "fairness"
+    section: the other owners' pickup p95 at most twice the idle one). Off only for that
+    section's comparison run: first due, first out, and one SELECT less per create."""
+
     def __post_init__(self) -> None:
         for each in fields(self):  # zero would spin; none of them means "off"
+            if each.type in ("bool", bool):
+                continue
             if not getattr(self, each.name) > 0:  # also NaN
                 raise ValueError(f"Tuning.{each.name} must be greater than 0")
 

@@ -27,6 +27,9 @@ class Changed:
     task_type: str = ""
     cancel_asked: bool = False  # this change asked a running attempt to stop
     owner_id: str = ""  # whose operation: what an owner's watch (``WatchOwner``) is woken by
+    # Queued but not claimable yet (a later ``not_before``): no claim is woken for it; the
+    # claim poll finds it once due (ADR 0046).
+    scheduled: bool = False
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 from sqlalchemy.types import CHAR, DateTime, TypeDecorator
 
 from durable_ops.model import bounds, notifications
+from durable_ops.model.concurrency_limits import SLOT_ID_MAX
 
 ID_LENGTH = 32  # uuid4 hex: unguessable, fixed width
 ATTACHMENT_KIND_MAX = 16
@@ -133,6 +134,20 @@ class UserOperation(Owned, Base):
     next_attempt_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     deadline_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    # Claimable from (ADR 0046): the create's ``not_before``, else its creation. The claim
+    # orders a priority's line by it, so a scheduled operation joins the line when due.
+    not_before: Mapped[datetime] = mapped_column(UtcDateTime)
+    # Its turn within its priority (ADR 0049): a virtual start tag given at create, so the
+    # claim serves owners in turn; with fairness off, its due time in µs (first due, first out).
+    fair_tag: Mapped[int] = mapped_column(BigInteger)
+    # The priority it was created with, once aging raised ``priority`` (ADR 0049); NULL
+    # before: aging raises it at most ``fairness.AGING_MAX`` levels above this.
+    base_priority: Mapped[int | None] = mapped_column(Integer)
+    # What a per-key concurrency limit counts this operation under (ADR 0048): the create's
+    # key, NULL for its subject id; and the key slot it holds while running under a limit
+    # ("" when its type limits only the total; NULL when it holds none).
+    concurrency_key: Mapped[str | None] = mapped_column(String(bounds.SUBJECT_ID_MAX))
+    slot_key: Mapped[str | None] = mapped_column(String(SLOT_ID_MAX))
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
@@ -157,13 +172,17 @@ class UserOperation(Owned, Base):
 
     __table_args__ = (
         UniqueConstraint("owner_user_id", "task_type", "idempotency_key"),
-        # The claim walks this index in its ORDER BY: queued, highest priority, oldest.
+        # The claim walks this index in its ORDER BY: queued, highest priority, then each
+        # owner's turn (ADR 0049), the one due longest first among equal turns.
         Index(
             "ix_user_operations_claim",
             "state",
             text("priority DESC"),
-            "created_at",
+            "fair_tag",
+            "not_before",
         ),
+        # A create reads its owner's last turn at its priority here (ADR 0049).
+        Index("ix_user_operations_owner_turn", "owner_user_id", "priority", "fair_tag"),
         Index("ix_user_operations_owner_listing", "owner_user_id", "created_at", "id"),
         Index("ix_user_operations_state_deadline", "state", "deadline_at"),
         # An owner's watch reads what changed since its cursor (``WatchOwner``).
@@ -428,6 +447,45 @@ class OwnerTokenBudget(Owned, Base):
     __tablename__ = "owner_token_budgets"
 
     daily_tokens: Mapped[int] = mapped_column(BigInteger)
+    set_by: Mapped[str] = mapped_column(String(bounds.OWNER_ID_MAX))
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+    __table_args__ = (PrimaryKeyConstraint("owner_user_id"),)
+
+
+class PausedTaskType(Base):
+    """A task type an operator paused (``opsctl tasks pause``, ADR 0047): the claim takes
+    none of its operations and admission starts none, until ``resume`` deletes the row.
+    Who paused it and when, for ``opsctl tasks list``."""
+
+    __tablename__ = "paused_task_types"
+
+    task_type: Mapped[str] = mapped_column(String(bounds.TASK_TYPE_MAX), primary_key=True)
+    paused_by: Mapped[str] = mapped_column(String(bounds.OWNER_ID_MAX))
+    paused_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class ConcurrencySlot(Base):
+    """How many operations hold one slot now (ADR 0048): a task type's (``type|``) or one
+    owner's key of it (``type|owner/key``). The claim reads the rows it needs locked and
+    writes their counts in its own transaction; the transition that ends a run takes its
+    operation's slots back. ``capacity`` is the registry's limit as the last claim saw it
+    (NULL: none), so a claim's SELECT can leave out operations whose slot is full."""
+
+    __tablename__ = "concurrency_slots"
+
+    id: Mapped[str] = mapped_column(String(SLOT_ID_MAX), primary_key=True)
+    running: Mapped[int] = mapped_column(Integer)
+    capacity: Mapped[int | None] = mapped_column(Integer)
+
+
+class OwnerShare(Owned, Base):
+    """An operator's share for one owner in the claim's turns (``opsctl users set-share``,
+    ADR 0049): weight 2 gets two turns for another's one. No row: weight 1."""
+
+    __tablename__ = "owner_shares"
+
+    weight: Mapped[int] = mapped_column(Integer)
     set_by: Mapped[str] = mapped_column(String(bounds.OWNER_ID_MAX))
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
 

@@ -90,6 +90,8 @@ def operation(row: UserOperation) -> pb.Operation:
         value = getattr(row, field)
         if value is not None:
             getattr(message, field).CopyFrom(timestamp(value))
+    if row.not_before > row.created_at:  # scheduled (ADR 0046)
+        message.not_before.CopyFrom(timestamp(row.not_before))
     if row.model:
         message.produced_by.CopyFrom(pb.Provenance(model=row.model, route=row.route or ""))
     totals = Usage(row.prompt_tokens, row.completion_tokens, row.model_ms)
@@ -144,6 +146,8 @@ def create_request(request: pb.CreateOperationRequest, trace_parent: str) -> Cre
         privacy=privacy_from_pb(request.privacy),
         context_ref=request.context_ref,
         deadline_at=_time(request, "deadline"),
+        not_before=_time(request, "not_before"),
+        concurrency_key=request.concurrency_key,
         trace_parent=trace_parent,
     )
 

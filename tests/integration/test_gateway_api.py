@@ -78,6 +78,7 @@ OPERATION_FIELDS = {
     "finished_at",
     "deadline_at",
     "next_attempt_at",
+    "not_before",
     "provenance",
     "usage",
 }

@@ -6,6 +6,7 @@ import base64
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import grpc
@@ -478,7 +479,9 @@ TEXT_FIELDS = [
     TextField("PUT", "/api/settings/ai", "privacy"),
     TextField("POST", "/api/jobs/{id}/strategy-snapshot", "attachment_id"),
     TextField("POST", "/api/jobs/{id}/strategy-snapshot", "Idempotency-Key", header=True),
+    TextField("POST", "/api/jobs/{id}/strategy-snapshot", "not_before"),
     TextField("POST", "/api/attachments/{id}/cv-review", "job_id"),
+    TextField("POST", "/api/attachments/{id}/cv-review", "not_before"),
     TextField("POST", "/api/attachments/{id}/cv-review", "Idempotency-Key", header=True),
     TextField("POST", "/auth/login", "token"),
     TextField("POST", "/console/sign-in", "link"),
@@ -506,7 +509,11 @@ class Valid:
             "/auth/login": {"token": token("alice")},
             "/console/sign-in": {"link": "a" * 43},
         }
-        return dict(by_path[text_field.path])
+        body = dict(by_path[text_field.path])
+        if text_field.name == "not_before":  # optional: a schedule an hour ahead
+            soon = datetime.now(UTC) + timedelta(hours=1)
+            body["not_before"] = soon.isoformat()
+        return body
 
 
 def _with(value: str, character: str) -> str:

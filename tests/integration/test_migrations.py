@@ -35,6 +35,9 @@ STRICT_TABLES = (
     "ai_admission_control",
     "token_budget_days",
     "owner_token_budgets",
+    "paused_task_types",
+    "concurrency_slots",
+    "owner_shares",
 )
 NOW = datetime(2026, 12, 1, 12, 0, 0, 123456, tzinfo=UTC)
 OPERATION_ID = "a" * 32
@@ -201,7 +204,7 @@ def _claim_index_keys(connection: Connection) -> list[tuple[str, bool]]:
     return [(row.column_name, row.collation == "D") for row in rows]
 
 
-CLAIM_KEYS = [("state", False), ("priority", True), ("created_at", False)]
+CLAIM_KEYS = [("state", False), ("priority", True), ("fair_tag", False), ("not_before", False)]
 
 
 def test_upgrade_downgrade_upgrade(fresh_url: str) -> None:
@@ -363,6 +366,8 @@ def _add_operation_and_notification(connection: Connection) -> None:
                 progress_percent=0,
                 cancel_requested=False,
                 created_at=NOW,
+                not_before=NOW,
+                fair_tag=0,
                 updated_at=NOW,
             )
         )

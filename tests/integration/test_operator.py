@@ -217,6 +217,13 @@ OPERATOR_CALLS: dict[str, Callable[[Services, Metadata], object]] = {
     "retry": lambda s, md: s.operator.RetryOperation(
         opb.RetryOperationRequest(operation_id="0" * 32), metadata=md
     ),
+    "pause": lambda s, md: s.operator.PauseTaskType(
+        opb.PauseTaskTypeRequest(task_type="bench.noop"), metadata=md
+    ),
+    "resume": lambda s, md: s.operator.ResumeTaskType(
+        opb.ResumeTaskTypeRequest(task_type="bench.noop"), metadata=md
+    ),
+    "task types": lambda s, md: s.operator.ListTaskTypes(opb.ListTaskTypesRequest(), metadata=md),
 }
 
 

@@ -77,7 +77,8 @@ def test_the_gateway_routes_it_with_its_openapi_entry() -> None:
     assert ("/api/jobs/{id}/cover-letter", "GET") in methods
     post = module.openapi_paths["/api/jobs/{id}/cover-letter"]["post"]
     assert post["requestBody"]["content"]["application/json"]["schema"]["properties"] == {
-        "attachment_id": {"type": "string"}
+        "attachment_id": {"type": "string"},
+        "not_before": {"type": "string", "format": "date-time"},
     }
 
 

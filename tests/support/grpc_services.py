@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,6 +25,7 @@ from durable_ops.api.operator.v1 import operator_pb2_grpc
 from durable_ops.api.workspace.v1 import workspace_pb2_grpc
 from durable_ops.clock import Clock
 from durable_ops.model.admission import Limits
+from durable_ops.model.concurrency_limits import Concurrency
 from durable_ops.model.scope import Role
 from durable_ops.notifications.service import SERVICE_NAME as NOTIFICATIONS
 from durable_ops.notifications.service import NotificationsService
@@ -125,11 +126,14 @@ def running_services(
     clock: Clock,
     limits: Limits | None = None,
     tuning: Tuning = TUNING,
+    concurrency: Mapping[str, Concurrency] | None = None,
 ) -> Iterator[Services]:
-    """Every gRPC service in one server; the processes serve the same servicers one each."""
+    """Every gRPC service in one server; the processes serve the same servicers one each.
+    ``concurrency``: the task types' concurrency limits the claim applies (default: the
+    registry's)."""
     loop = BackgroundLoop()
     db = Database(db_url, pool_size=16)
-    operations = OperationsApp(db, clock, tuning=tuning)
+    operations = OperationsApp(db, clock, tuning=tuning, limits=concurrency)
 
     async def boot() -> tuple[Any, int]:
         server, port = build_server(

@@ -273,6 +273,7 @@ class OpsClient:
         max_attempts: int = 3,
         retry_delay_seconds: int = 30,
         deadline: datetime | None = None,
+        not_before: datetime | None = None,
     ) -> pb.CreateOperationRequest:
         request = pb.CreateOperationRequest(
             task_type=task_type,
@@ -284,6 +285,8 @@ class OpsClient:
         )
         if deadline is not None:
             request.deadline.CopyFrom(timestamp(deadline))
+        if not_before is not None:
+            request.not_before.CopyFrom(timestamp(not_before))
         return request
 
     def create_raw(

@@ -33,7 +33,8 @@ if [ "$1" = --version ]; then echo "uv $(cat "$venv/uv-version") (x86_64-linux)"
 echo "uv $*" >> "$venv/calls"
 printf '#!/bin/sh\\n' > "$venv/bin/opsctl" && chmod +x "$venv/bin/opsctl"
 """
-SYNC = "uv sync --frozen --inexact --compile-bytecode"  # not --quiet: its progress is the step's output
+# Not --quiet: its progress is the step's output.
+SYNC = "uv sync --frozen --inexact --compile-bytecode"
 
 
 def _locked_uv() -> str:

@@ -102,7 +102,7 @@ def test_the_retention_bound_is_the_operators_bound() -> None:
     assert timedelta(days=RETENTION_DAYS_MAX) == OLDER_THAN_MAX
 
 
-@pytest.mark.parametrize("name", [each.name for each in fields(Tuning)])
+@pytest.mark.parametrize("name", [each.name for each in fields(Tuning) if each.type != "bool"])
 def test_a_tuning_interval_of_zero_is_refused_rather_than_spun_on(name: str) -> None:
     with pytest.raises(ValueError, match=name):
-        Tuning(**{name: 0.0})
+        Tuning(**{name: 0.0})  # type: ignore[arg-type]

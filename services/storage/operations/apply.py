@@ -5,7 +5,8 @@ cancel or retry and the sweeper's expiries and deadlines all end here, in
 batches: one guarded UPDATE of the operations, each row given its own values
 (``CASE id``); one UPDATE of the attempts the transitions end; one of each
 owner's token-budget day they settle (ADR 0041); the notifications the
-decisions remove and write. Its callers read the rows
+decisions remove and write; the concurrency slots the ended runs held (ADR 0048,
+only for task types with limits). Its callers read the rows
 locked (``FOR UPDATE``) before they decide, so the guard (the row still
 carries the owner, state and ``updated_at`` it was decided on) always holds;
 on Galera another node's write to the same row fails certification at
@@ -30,7 +31,7 @@ from durable_ops.model.usage import Usage
 from durable_ops.storage import budgets as budget_store
 from durable_ops.storage import drafts, notifications
 from durable_ops.storage.events import Changed, publish
-from durable_ops.storage.operations import history
+from durable_ops.storage.operations import history, slots
 from durable_ops.storage.operations.rows import (
     OPS,
     ROWS_MAX,
@@ -66,6 +67,7 @@ WRITTEN = (
     "deadline_at",
     *USAGE_TOTALS,
     *BUDGET,
+    "slot_key",
 )
 # The guard: the row still is the one the decision was made on.
 _AS_READ = ("owner_user_id", "state", "updated_at")
@@ -103,6 +105,7 @@ class Change:
             values["failure_code"] = decision.failure_code
         if decision.state is not S.RUNNING:
             values["lease_expires_at"] = None
+            values["slot_key"] = None  # its concurrency slots go back (``slots.release``)
         if decision.terminal:
             values["finished_at"] = now
         if self.event is Event.RETRY:
@@ -160,6 +163,14 @@ class Change:
             cancel_asked=asked and decision.state is S.RUNNING,
             owner_id=self.row["owner_user_id"],
         )
+
+    def slot_given_back(self) -> tuple[str, str] | None:
+        """(task type, key slot or "") of the concurrency slots this transition's run held
+        and gives back (ADR 0048); None when it held none or keeps running."""
+        held = self.row["slot_key"]
+        if held is None or self.decision.state is S.RUNNING:
+            return None
+        return self.row["task_type"], held
 
     def ending(self) -> dict[str, Any] | None:
         """How the attempt this transition ends ended, or None when it ends none."""
@@ -234,6 +245,7 @@ def write(tx: Tx, changes: Sequence[Change], now: datetime) -> list[dict[str, An
     if endings:
         history.end(tx, endings, now)
     budget_store.charge(tx, [charge for change in changes if (charge := change.budget_charge())])
+    slots.release(tx, [held for change in changes if (held := change.slot_given_back())])
     for change in changes:
         publish(change.published())
     ended = [change.row["id"] for change in changes if change.decision.state.is_terminal]

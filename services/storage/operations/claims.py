@@ -1,7 +1,7 @@
 """The claim: the best claimable rows, each under a fresh lease token.
 
-Three statements for a batch: ``SELECT … ORDER BY priority DESC, created_at
-LIMIT n FOR UPDATE SKIP LOCKED`` walks the claim index (ADR 0001), so
+Three statements for a batch: ``SELECT … ORDER BY priority DESC, not_before
+LIMIT n FOR UPDATE SKIP LOCKED`` walks the claim index (ADRs 0001, 0043), so
 concurrent claims take different rows instead of queueing on the head of the
 queue; one UPDATE of the rows it locked, each given its own token hash
 (``CASE id``); one multi-row INSERT of their attempts. Only the hash of a
@@ -21,20 +21,21 @@ from __future__ import annotations
 
 import random
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Row, Update, bindparam, func, select, update
+from sqlalchemy import Row, Select, Update, bindparam, func, select, update
 
 from durable_ops.model import bounds, lifecycle
+from durable_ops.model.concurrency_limits import Concurrency
 from durable_ops.model.lifecycle import Event
 from durable_ops.model.routing import Route
 from durable_ops.storage.db import on_galera
 from durable_ops.storage.events import Changed, publish
-from durable_ops.storage.operations import history
+from durable_ops.storage.operations import history, slots
 from durable_ops.storage.operations.rows import (
     OPS,
     ROWS_MAX,
@@ -46,37 +47,61 @@ from durable_ops.storage.operations.rows import (
 )
 from durable_ops.storage.per_row import per_row, row_ids
 from durable_ops.storage.schema import UserOperation
+from durable_ops.storage.task_pauses import not_paused
 from durable_ops.storage.tx import ScopeViolation, Tx
 
 CLAIM_BATCH_MAX = ROWS_MAX
 CLAIM_SPREAD = 8
+NO_LIMITS: Mapping[str, Concurrency] = {}
 
 _CLAIMABLE = (
     OPS.c.state == bindparam("from_state"),
     OPS.c.task_type.in_(bindparam("task_types", expanding=True)),
     deadline_open(),
+    OPS.c.not_before <= bindparam("now"),  # a scheduled operation is due (ADR 0046)
+    not_paused(),  # an operator's pause (ADR 0047): a subquery, not a statement more
 )
-_QUEUE_ORDER = (OPS.c.priority.desc(), OPS.c.created_at)
-_CANDIDATES = (
-    select(OPS)
-    .where(*_CLAIMABLE)
-    .order_by(*_QUEUE_ORDER)
-    .limit(bindparam("limit"))
-    .with_for_update(skip_locked=True)
-)
-# Galera: the head of the queue without locks (leaving out the rows this batch took) …
+# Priorities strict; within one, each owner's turn (ADR 0049), then the one due longest.
+_QUEUE_ORDER = (OPS.c.priority.desc(), OPS.c.fair_tag, OPS.c.not_before)
+# Galera: leaving out the rows this batch took.
 _NOT_TAKEN = OPS.c.id.not_in(bindparam("taken", expanding=True))
-_HEAD = (
-    select(OPS.c.id, OPS.c.priority)
-    .where(*_CLAIMABLE, _NOT_TAKEN)
-    .order_by(*_QUEUE_ORDER)
-    .limit(CLAIM_SPREAD)
-)
-# … then one of its top-priority rows, locked, or the next free one when all are held.
-_PICK = (
-    select(OPS).where(OPS.c.id == bindparam("pick"), *_CLAIMABLE).with_for_update(skip_locked=True)
-)
-_NEXT_FREE = _CANDIDATES.where(_NOT_TAKEN)
+
+
+@dataclass(frozen=True)
+class _Statements:
+    candidates: Select[Any]
+    head: Select[Any]  # Galera: the head of the queue without locks …
+    pick: Select[Any]  # … then one of its top-priority rows, locked,
+    next_free: Select[Any]  # … or the next free one when all are held.
+
+
+@cache
+def _statements(limited: bool) -> _Statements:
+    """The claim's SELECTs; a claim naming a type with concurrency limits (ADR 0048) also
+    leaves out operations whose slot was full at its last count."""
+    claimable = (*_CLAIMABLE, slots.has_room()) if limited else _CLAIMABLE
+    candidates = (
+        select(OPS)
+        .where(*claimable)
+        .order_by(*_QUEUE_ORDER)
+        .limit(bindparam("limit"))
+        .with_for_update(skip_locked=True)
+    )
+    return _Statements(
+        candidates=candidates,
+        head=(
+            select(OPS.c.id, OPS.c.priority)
+            .where(*claimable, _NOT_TAKEN)
+            .order_by(*_QUEUE_ORDER)
+            .limit(CLAIM_SPREAD)
+        ),
+        pick=(
+            select(OPS)
+            .where(OPS.c.id == bindparam("pick"), *claimable)
+            .with_for_update(skip_locked=True)
+        ),
+        next_free=candidates.where(_NOT_TAKEN),
+    )
 
 
 @dataclass(frozen=True)
@@ -91,9 +116,11 @@ def spreads(tx: Tx) -> bool:
 
 
 @cache
-def _take(count: int, starts_attempt: bool) -> Update:
-    """One UPDATE of ``count`` locked rows, each given its own token hash."""
+def _take(count: int, starts_attempt: bool, holds_slots: bool) -> Update:
+    """One UPDATE of ``count`` locked rows, each given its own token hash (and, under
+    concurrency limits, the key slot it holds)."""
     ids = row_ids("id", count)
+    held = {"slot_key": per_row(OPS.c.id, ids, "slot")} if holds_slots else {}
     return (
         update(OPS)
         .where(OPS.c.id.in_(ids), OPS.c.state == bindparam("from_state"))
@@ -109,6 +136,7 @@ def _take(count: int, starts_attempt: bool) -> Update:
             # resume"); a new run starts from nothing, or the page would show it as its own
             # until its first beat (which may well report less).
             progress_percent=0,
+            **held,
         )
     )
 
@@ -121,8 +149,10 @@ def claim(
     *,
     limit: int = 1,
     external_route: bool = False,
+    limits: Mapping[str, Concurrency] = NO_LIMITS,
 ) -> list[Claim]:
-    """Up to ``limit`` claims of these task types, each with its own lease token."""
+    """Up to ``limit`` claims of these task types, each with its own lease token, never
+    past the concurrency ``limits`` of their types (the registry's, ADR 0048)."""
     if tx.owner_id is not None:
         raise ScopeViolation("the claim runs in the neutral scope")
     bounds.int_range("max_operations", limit, (1, CLAIM_BATCH_MAX))
@@ -133,7 +163,15 @@ def claim(
     expires = lifecycle.lease_expiry(now, lease_seconds)
     move = lifecycle.CLAIMS[Event.CLAIM_EXTERNAL if external_route else Event.CLAIM]
     where = {"from_state": move.source, "task_types": list(task_types), "now": now}
-    rows = _spread(tx, where, limit) if spreads(tx) else _head(tx, where, limit)
+    limited = {name: limits[name] for name in task_types if name in limits}
+    statements = _statements(bool(limited))
+    if spreads(tx):
+        rows = _spread(tx, statements, where, limit)
+    else:
+        rows = list(tx.execute(statements.candidates, {**where, "limit": limit}))
+    held: dict[str, str] = {}
+    if limited and rows:
+        rows, held = slots.take(tx, rows, limited)
     if not rows:
         return []
     tokens = [secrets.token_urlsafe(32) for _ in rows]  # 256 random bits each
@@ -147,7 +185,9 @@ def claim(
     for n, (row, token_hash) in enumerate(zip(rows, hashes, strict=True)):
         parameters[f"id_{n}"] = row.id
         parameters[f"hash_{n}"] = token_hash
-    taken = tx.write(_take(len(rows), move.starts_attempt), parameters)
+        if limited:
+            parameters[f"slot_{n}"] = held.get(row.id)
+    taken = tx.write(_take(len(rows), move.starts_attempt, bool(limited)), parameters)
     if taken != len(rows):  # unreachable while the rows are locked
         raise RuntimeError(f"claimed {taken} of the {len(rows)} rows locked")
     recognise(rows[0].id, lease_token_hash=hashes[0])
@@ -166,6 +206,8 @@ def claim(
             "next_attempt_at": None,
             "progress_percent": 0,
         }
+        if limited:
+            values["slot_key"] = held.get(found["id"])
         claims.append(Claim(detached({**found, **values}), token))
         owner = found["owner_user_id"]
         publish(Changed(found["id"], move.target, found["task_type"], owner_id=owner))
@@ -184,32 +226,30 @@ def claim(
     return claims
 
 
-def _head(tx: Tx, where: dict[str, Any], limit: int) -> list[Row[Any]]:
-    return list(tx.execute(_CANDIDATES, {**where, "limit": limit}))
-
-
-def _spread(tx: Tx, where: dict[str, Any], limit: int) -> list[Row[Any]]:
+def _spread(tx: Tx, statements: _Statements, where: dict[str, Any], limit: int) -> list[Row[Any]]:
     """Up to ``limit`` rows, each picked at random among the top priority of the head."""
     rows: list[Row[Any]] = []
     while len(rows) < limit:
         choice = {**where, "taken": [row.id for row in rows]}
-        picked = _pick(tx, where, choice)
+        picked = _pick(tx, statements, where, choice)
         if picked is None:
             break
         rows.append(picked)
     return rows
 
 
-def _pick(tx: Tx, where: dict[str, Any], choice: dict[str, Any]) -> Row[Any] | None:
+def _pick(
+    tx: Tx, statements: _Statements, where: dict[str, Any], choice: dict[str, Any]
+) -> Row[Any] | None:
     """One of the head's top-priority rows not locked elsewhere, at random; when all are
     held, the next free row of the queue."""
-    head = tx.execute(_HEAD, choice).all()
+    head = tx.execute(statements.head, choice).all()
     if not head:
         return None
     ids = [row.id for row in head if row.priority == head[0].priority]
     random.shuffle(ids)
     for pick in ids:
-        row = tx.execute(_PICK, {**where, "pick": pick}).first()
+        row = tx.execute(statements.pick, {**where, "pick": pick}).first()
         if row is not None:
             return row
-    return tx.execute(_NEXT_FREE, {**choice, "limit": 1}).first()
+    return tx.execute(statements.next_free, {**choice, "limit": 1}).first()

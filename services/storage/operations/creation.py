@@ -7,12 +7,12 @@ import hmac
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import bindparam, insert, select
+from sqlalchemy import Table, bindparam, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
-from durable_ops.model import bounds, lifecycle
+from durable_ops.model import bounds, fairness, lifecycle
 from durable_ops.model.errors import KEY_USED_FOR_ANOTHER_REQUEST, Conflict
 from durable_ops.model.retention import pruned
 from durable_ops.model.states import Privacy
@@ -20,7 +20,7 @@ from durable_ops.storage import retention
 from durable_ops.storage.events import Changed, publish
 from durable_ops.storage.operations.reads import find_by_key
 from durable_ops.storage.operations.rows import OPS, detached, new_id, recognise
-from durable_ops.storage.schema import UserOperation
+from durable_ops.storage.schema import OwnerShare, UserOperation
 from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
 
 
@@ -36,6 +36,11 @@ class CreateRequest:
     privacy: Privacy = Privacy.LOCAL_ONLY
     deadline_at: datetime | None = None
     time_budget_seconds: int | None = None
+    # Claimable from then, not before (ADR 0046); None: at once. At most 30 days ahead.
+    not_before: datetime | None = None
+    # What a per-key concurrency limit of the task type counts it under (ADR 0048), among
+    # its owner's keys; empty: its subject id.
+    concurrency_key: str = ""
     context_ref: str = ""
     # The creating request's W3C traceparent (tracing on), so later spans can link to it.
     trace_parent: str = ""
@@ -46,19 +51,33 @@ class CreateRequest:
         bounds.subject(self.subject_type, self.subject_id)
         bounds.text("context_ref", self.context_ref, bounds.SUBJECT_ID_MAX, required=False)
         bounds.trace_parent(self.trace_parent)
+        bounds.single_line(
+            "concurrency_key", self.concurrency_key, bounds.SUBJECT_ID_MAX, required=False
+        )
         bounds.int_range("priority", self.priority, bounds.PRIORITY_RANGE)
         bounds.int_range("max_attempts", self.max_attempts, bounds.MAX_ATTEMPTS_RANGE)
         bounds.int_range(
             "retry_delay_seconds", self.retry_delay_seconds, bounds.RETRY_DELAY_SECONDS_RANGE
         )
+        if self.not_before is not None:
+            bounds.not_before(self.not_before, now)
         if self.deadline_at is not None:
-            bounds.deadline(self.deadline_at, now)
+            bounds.deadline(self.deadline_at, now, self.not_before)
+
+    def due(self, now: datetime) -> datetime:
+        """When the operation becomes claimable: its ``not_before``, or ``now``."""
+        return now if self.not_before is None else bounds.not_before(self.not_before, now)
 
     def fingerprint(self) -> str:
         """What makes two creates "the same request". The deadline is left out:
         a repeated click computes a later absolute deadline for the same work, and
         its own trace."""
-        fields = {name: getattr(self, name) for name in _FINGERPRINTED}
+        fields: dict[str, Any] = {name: getattr(self, name) for name in _FINGERPRINTED}
+        # Each absent unless given: the fingerprints of earlier creates stay the same.
+        if self.not_before is not None:
+            fields["not_before"] = self.not_before.isoformat()
+        if self.concurrency_key:
+            fields["concurrency_key"] = self.concurrency_key
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
@@ -66,8 +85,10 @@ class CreateRequest:
 _FINGERPRINTED = tuple(
     name
     for name in CreateRequest.__dataclass_fields__
-    if name not in ("idempotency_key", "deadline_at", "trace_parent")
+    if name
+    not in ("idempotency_key", "deadline_at", "trace_parent", "not_before", "concurrency_key")
 )
+SHARES = cast(Table, OwnerShare.__table__)
 _COLUMNS = tuple(c.name for c in OPS.columns if c.name != "owner_user_id")
 _BINDS = {name: bindparam(name, type_=OPS.c[name].type) for name in _COLUMNS}
 # One statement: the row, unless the owner's key has a tombstone (its operation was pruned).
@@ -79,8 +100,45 @@ _INSERT = insert(OPS).from_select(
 )
 
 
-def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation, bool]:
+# What a create's turn is computed from: the head of its priority's due queue (the claim
+# index's first row), its owner's last turn there, and its owner's share.
+_TURN_INPUTS = select(
+    select(OPS.c.fair_tag)
+    .where(
+        OPS.c.state == lifecycle.CREATED.state,
+        OPS.c.priority == bindparam("priority"),
+        OPS.c.not_before <= bindparam("now"),
+    )
+    .order_by(OPS.c.fair_tag)
+    .limit(1)
+    .scalar_subquery()
+    .label("head"),
+    select(func.max(OPS.c.fair_tag))
+    .where(OPS.c.owner_user_id == SCOPE_OWNER, OPS.c.priority == bindparam("priority"))
+    .scalar_subquery()
+    .label("owner_last"),
+    select(SHARES.c.weight)
+    .where(SHARES.c.owner_user_id == SCOPE_OWNER)
+    .scalar_subquery()
+    .label("share"),
+)
+
+
+def _turn(tx: Tx, priority: int, now: datetime, due: datetime) -> int:
+    """The owner's next turn at ``priority`` (ADR 0049): one SELECT of three probes."""
+    found = tx.execute(_TURN_INPUTS, {"priority": priority, "now": now}).one()
+    return fairness.start_tag(
+        head=found.head, owner_last=found.owner_last, share=found.share, now=now, due=due
+    )
+
+
+def create(
+    tx: Tx, request: CreateRequest, now: datetime, *, fair: bool = True
+) -> tuple[UserOperation, bool]:
     """Insert the operation, or return the one this owner already made with this key.
+
+    ``fair`` (the default) gives it its owner's turn within its priority (ADR 0049), at
+    the cost of one SELECT before the INSERT; without, its turn is its due time.
 
     The INSERT goes first, and a new key (the common case) costs that statement
     alone: it inserts nothing when the key has a tombstone (a pruned key is
@@ -93,6 +151,8 @@ def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation
     request.validate(now)
     fingerprint = request.fingerprint()
     created = lifecycle.CREATED
+    due = request.due(now)
+    turn = _turn(tx, request.priority, now, due) if fair else fairness.fifo_tag(due)
     values: dict[str, Any] = dict.fromkeys(_COLUMNS)
     values.update(
         id=new_id(),
@@ -115,6 +175,9 @@ def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation
         next_attempt_at=created.next_attempt_at,
         deadline_at=request.deadline_at,
         created_at=now,
+        not_before=due,
+        fair_tag=turn,
+        concurrency_key=request.concurrency_key or None,
         updated_at=now,
         prompt_tokens=0,
         completion_tokens=0,
@@ -134,10 +197,19 @@ def create(tx: Tx, request: CreateRequest, now: datetime) -> tuple[UserOperation
     if not inserted:  # the key's operation finished long ago and was pruned
         tombstone = retention.tombstone_for(tx, request.task_type, request.idempotency_key)
         if tombstone is None:  # forgotten since the INSERT looked: the key is free again
-            return create(tx, request, now)
+            return create(tx, request, now, fair=fair)
         if not hmac.compare_digest(tombstone.request_hash, fingerprint):
             raise Conflict(KEY_USED_FOR_ANOTHER_REQUEST)
         raise pruned(tombstone.final_state, tombstone.finished_at)
     recognise(values["id"])  # a fresh random id: only this INSERT wrote it
-    publish(Changed(values["id"], created.state, request.task_type, owner_id=tx.owner_id))
+    scheduled = values["not_before"] > now
+    publish(
+        Changed(
+            values["id"],
+            created.state,
+            request.task_type,
+            owner_id=tx.owner_id,
+            scheduled=scheduled,
+        )
+    )
     return detached({**values, "owner_user_id": tx.owner_id}), True

@@ -12,6 +12,7 @@ from sqlalchemy import Select, bindparam, select
 from durable_ops.model import bounds, lifecycle
 from durable_ops.model.errors import NotFound
 from durable_ops.model.states import PENDING_STATES, OperationState
+from durable_ops.storage.operations import slots
 from durable_ops.storage.operations.rows import (
     ATTEMPTS,
     OPS,
@@ -23,6 +24,7 @@ from durable_ops.storage.operations.rows import (
 )
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
 from durable_ops.storage.schema import OperationAttempt, UserOperation
+from durable_ops.storage.task_pauses import not_paused
 from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
 
 _GET = select(OPS).where(OPS.c.id == bindparam("operation_id"), OWNED)
@@ -120,6 +122,9 @@ _CLAIMABLE_KINDS = (
     .where(
         OPS.c.state.in_([move.source.value for move in lifecycle.CLAIMS.values()]),
         deadline_open(),
+        OPS.c.not_before <= bindparam("now"),
+        not_paused(),
+        slots.has_room(),  # a full key's backlog wakes no claim (ADR 0048)
     )
     .distinct()
 )

@@ -1,4 +1,5 @@
-"""The sweeper's transitions: leases that ran out, deadlines that passed, retries now due.
+"""The sweeper's transitions: leases that ran out, deadlines that passed, retries now due;
+and the aging of queued priorities (``aging``, ADR 0049).
 
 The rows are read locked, skipping rows a claim or a settlement holds (the
 next sweep finds them if they are still due), decided (``Event.SWEEP``) and
@@ -18,7 +19,7 @@ from durable_ops.model import lifecycle
 from durable_ops.model.lifecycle import Event
 from durable_ops.model.states import PENDING_STATES
 from durable_ops.storage.events import Requeued, publish
-from durable_ops.storage.operations import apply
+from durable_ops.storage.operations import aging, apply
 from durable_ops.storage.operations.rows import OPS, ROWS_MAX, S, deadline_open, facts
 from durable_ops.storage.tx import ScopeViolation, Tx
 
@@ -48,10 +49,11 @@ class SweepReport:
     expired_leases: int = 0
     deadlines: int = 0
     promoted: int = 0
+    aged: int = 0  # queued operations whose priority rose with their wait (ADR 0049)
 
     @property
     def total(self) -> int:
-        return self.expired_leases + self.deadlines + self.promoted
+        return self.expired_leases + self.deadlines + self.promoted + self.aged
 
     @property
     def full(self) -> bool:
@@ -67,6 +69,7 @@ def sweep(tx: Tx, now: datetime) -> SweepReport:
         expired_leases=_sweep(tx, _EXPIRED_LEASES, now),
         deadlines=_sweep(tx, _PAST_DEADLINE, now),
         promoted=tx.write(_PROMOTE_DUE_RETRIES, {"now": now}),
+        aged=aging.age(tx, now),
     )
     if report.promoted:
         publish(Requeued())

@@ -6,6 +6,7 @@ isort:skip_file
 from durable_ops.api.operations.v1 import operations_pb2 as _operations_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -25,6 +26,7 @@ class AdmitRequest(_message.Message):
     SUBJECT_ID_FIELD_NUMBER: _builtins.int
     CONTEXT_REF_FIELD_NUMBER: _builtins.int
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
+    NOT_BEFORE_FIELD_NUMBER: _builtins.int
     task_type: _builtins.str
     """strategy.snapshot | cv.review"""
     subject_id: _builtins.str
@@ -33,6 +35,10 @@ class AdmitRequest(_message.Message):
     """optional: the CV for a snapshot, the job for a review"""
     idempotency_key: _builtins.str
     """optional; repeats return the same operation"""
+    @_builtins.property
+    def not_before(self) -> _timestamp_pb2.Timestamp:
+        """optional: run it not before then (≤ 30 days ahead; its time budget counts from it)"""
+
     def __init__(
         self,
         *,
@@ -40,10 +46,11 @@ class AdmitRequest(_message.Message):
         subject_id: _builtins.str = ...,
         context_ref: _builtins.str = ...,
         idempotency_key: _builtins.str = ...,
+        not_before: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["not_before", b"not_before"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_ref", b"context_ref", "idempotency_key", b"idempotency_key", "subject_id", b"subject_id", "task_type", b"task_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_ref", b"context_ref", "idempotency_key", b"idempotency_key", "not_before", b"not_before", "subject_id", b"subject_id", "task_type", b"task_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

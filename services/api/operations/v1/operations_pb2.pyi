@@ -140,6 +140,7 @@ class Operation(_message.Message):
     NEXT_ATTEMPT_AT_FIELD_NUMBER: _builtins.int
     PRODUCED_BY_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
+    NOT_BEFORE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     task_type: _builtins.str
     state: Global___OperationState.ValueType
@@ -174,6 +175,12 @@ class Operation(_message.Message):
         Unset while no attempt reported any.
         """
 
+    @_builtins.property
+    def not_before(self) -> _timestamp_pb2.Timestamp:
+        """A scheduled operation: not claimed before this moment (its deadline counts from
+        it). Unset for an operation claimable from its creation.
+        """
+
     def __init__(
         self,
         *,
@@ -194,10 +201,11 @@ class Operation(_message.Message):
         next_attempt_at: _timestamp_pb2.Timestamp | None = ...,
         produced_by: Global___Provenance | None = ...,
         usage: Global___Usage | None = ...,
+        not_before: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "deadline_at", b"deadline_at", "finished_at", b"finished_at", "next_attempt_at", b"next_attempt_at", "produced_by", b"produced_by", "started_at", b"started_at", "subject", b"subject", "updated_at", b"updated_at", "usage", b"usage"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "deadline_at", b"deadline_at", "finished_at", b"finished_at", "next_attempt_at", b"next_attempt_at", "not_before", b"not_before", "produced_by", b"produced_by", "started_at", b"started_at", "subject", b"subject", "updated_at", b"updated_at", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "deadline_at", b"deadline_at", "finished_at", b"finished_at", "id", b"id", "max_attempts", b"max_attempts", "next_attempt_at", b"next_attempt_at", "produced_by", b"produced_by", "progress_percent", b"progress_percent", "started_at", b"started_at", "state", b"state", "status_url", b"status_url", "subject", b"subject", "task_type", b"task_type", "updated_at", b"updated_at", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "deadline_at", b"deadline_at", "finished_at", b"finished_at", "id", b"id", "max_attempts", b"max_attempts", "next_attempt_at", b"next_attempt_at", "not_before", b"not_before", "produced_by", b"produced_by", "progress_percent", b"progress_percent", "started_at", b"started_at", "state", b"state", "status_url", b"status_url", "subject", b"subject", "task_type", b"task_type", "updated_at", b"updated_at", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -274,6 +282,8 @@ class CreateOperationRequest(_message.Message):
     DEADLINE_FIELD_NUMBER: _builtins.int
     PRIVACY_FIELD_NUMBER: _builtins.int
     CONTEXT_REF_FIELD_NUMBER: _builtins.int
+    NOT_BEFORE_FIELD_NUMBER: _builtins.int
+    CONCURRENCY_KEY_FIELD_NUMBER: _builtins.int
     task_type: _builtins.str
     idempotency_key: _builtins.str
     priority: _builtins.int
@@ -284,11 +294,22 @@ class CreateOperationRequest(_message.Message):
     privacy: Global___Privacy.ValueType
     context_ref: _builtins.str
     """optional second opaque reference (≤ 64), never content"""
+    concurrency_key: _builtins.str
+    """optional (≤ 64): what the task type's per-key concurrency limit counts it under,
+    among this owner's keys; empty: the subject id.
+    """
     @_builtins.property
     def subject(self) -> Global___Subject: ...
     @_builtins.property
     def deadline(self) -> _timestamp_pb2.Timestamp:
         """optional; at most 24 h ahead"""
+
+    @_builtins.property
+    def not_before(self) -> _timestamp_pb2.Timestamp:
+        """optional: queued but not claimed before then; at most 30 days ahead (else
+        INVALID_ARGUMENT, reason not_before_too_far); a past moment means now. The
+        deadline, if any, is at most 24 h after it.
+        """
 
     def __init__(
         self,
@@ -302,10 +323,12 @@ class CreateOperationRequest(_message.Message):
         deadline: _timestamp_pb2.Timestamp | None = ...,
         privacy: Global___Privacy.ValueType = ...,
         context_ref: _builtins.str = ...,
+        not_before: _timestamp_pb2.Timestamp | None = ...,
+        concurrency_key: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "subject", b"subject"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "not_before", b"not_before", "subject", b"subject"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_ref", b"context_ref", "deadline", b"deadline", "idempotency_key", b"idempotency_key", "max_attempts", b"max_attempts", "priority", b"priority", "privacy", b"privacy", "retry_delay_seconds", b"retry_delay_seconds", "subject", b"subject", "task_type", b"task_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency_key", b"concurrency_key", "context_ref", b"context_ref", "deadline", b"deadline", "idempotency_key", b"idempotency_key", "max_attempts", b"max_attempts", "not_before", b"not_before", "priority", b"priority", "privacy", b"privacy", "retry_delay_seconds", b"retry_delay_seconds", "subject", b"subject", "task_type", b"task_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

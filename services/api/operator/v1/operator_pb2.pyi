@@ -639,3 +639,137 @@ class EndOperatorSessionsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___EndOperatorSessionsResponse: _TypeAlias = EndOperatorSessionsResponse  # noqa: Y015
+
+@_typing.final
+class TaskTypeStatus(_message.Message):
+    """A task type as the claim sees it (ADR 0047): paused (by whom, since when) or not."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_TYPE_FIELD_NUMBER: _builtins.int
+    PAUSED_FIELD_NUMBER: _builtins.int
+    PAUSED_BY_FIELD_NUMBER: _builtins.int
+    PAUSED_AT_FIELD_NUMBER: _builtins.int
+    task_type: _builtins.str
+    paused: _builtins.bool
+    paused_by: _builtins.str
+    """the operator who paused it"""
+    @_builtins.property
+    def paused_at(self) -> _timestamp_pb2.Timestamp:
+        """unset when not paused"""
+
+    def __init__(
+        self,
+        *,
+        task_type: _builtins.str = ...,
+        paused: _builtins.bool = ...,
+        paused_by: _builtins.str = ...,
+        paused_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["paused_at", b"paused_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["paused", b"paused", "paused_at", b"paused_at", "paused_by", b"paused_by", "task_type", b"task_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskTypeStatus: _TypeAlias = TaskTypeStatus  # noqa: Y015
+
+@_typing.final
+class PauseTaskTypeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_TYPE_FIELD_NUMBER: _builtins.int
+    task_type: _builtins.str
+    """any task type (≤ 64 of a-z 0-9 . _ -), registered or an SDK's"""
+    def __init__(
+        self,
+        *,
+        task_type: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["task_type", b"task_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PauseTaskTypeRequest: _TypeAlias = PauseTaskTypeRequest  # noqa: Y015
+
+@_typing.final
+class ResumeTaskTypeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_TYPE_FIELD_NUMBER: _builtins.int
+    task_type: _builtins.str
+    def __init__(
+        self,
+        *,
+        task_type: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["task_type", b"task_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResumeTaskTypeRequest: _TypeAlias = ResumeTaskTypeRequest  # noqa: Y015
+
+@_typing.final
+class TaskTypeChange(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    CHANGED_FIELD_NUMBER: _builtins.int
+    changed: _builtins.bool
+    """false: it was paused (or running) already"""
+    @_builtins.property
+    def status(self) -> Global___TaskTypeStatus: ...
+    def __init__(
+        self,
+        *,
+        status: Global___TaskTypeStatus | None = ...,
+        changed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changed", b"changed", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskTypeChange: _TypeAlias = TaskTypeChange  # noqa: Y015
+
+@_typing.final
+class ListTaskTypesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTaskTypesRequest: _TypeAlias = ListTaskTypesRequest  # noqa: Y015
+
+@_typing.final
+class ListTaskTypesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_TYPES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def task_types(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskTypeStatus]:
+        """The registry's task types and every paused one, by name."""
+
+    def __init__(
+        self,
+        *,
+        task_types: _abc.Iterable[Global___TaskTypeStatus] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["task_types", b"task_types"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTaskTypesResponse: _TypeAlias = ListTaskTypesResponse  # noqa: Y015

@@ -89,6 +89,21 @@ class OperatorServiceStub:
                 request_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.EndOperatorSessionsRequest.SerializeToString,
                 response_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.EndOperatorSessionsResponse.FromString,
                 _registered_method=True)
+        self.PauseTaskType = channel.unary_unary(
+                '/durable_ops.api.operator.v1.OperatorService/PauseTaskType',
+                request_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.PauseTaskTypeRequest.SerializeToString,
+                response_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.TaskTypeChange.FromString,
+                _registered_method=True)
+        self.ResumeTaskType = channel.unary_unary(
+                '/durable_ops.api.operator.v1.OperatorService/ResumeTaskType',
+                request_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.ResumeTaskTypeRequest.SerializeToString,
+                response_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.TaskTypeChange.FromString,
+                _registered_method=True)
+        self.ListTaskTypes = channel.unary_unary(
+                '/durable_ops.api.operator.v1.OperatorService/ListTaskTypes',
+                request_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.ListTaskTypesRequest.SerializeToString,
+                response_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.ListTaskTypesResponse.FromString,
+                _registered_method=True)
 
 
 class OperatorServiceServicer:
@@ -164,6 +179,26 @@ class OperatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PauseTaskType(self, request, context):
+        """No claim takes its operations until resumed; running ones finish; admission
+        refuses new analyses of it (task_paused).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeTaskType(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTaskTypes(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -221,6 +256,21 @@ def add_OperatorServiceServicer_to_server(servicer, server):
                     servicer.EndOperatorSessions,
                     request_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.EndOperatorSessionsRequest.FromString,
                     response_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.EndOperatorSessionsResponse.SerializeToString,
+            ),
+            'PauseTaskType': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseTaskType,
+                    request_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.PauseTaskTypeRequest.FromString,
+                    response_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.TaskTypeChange.SerializeToString,
+            ),
+            'ResumeTaskType': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeTaskType,
+                    request_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.ResumeTaskTypeRequest.FromString,
+                    response_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.TaskTypeChange.SerializeToString,
+            ),
+            'ListTaskTypes': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTaskTypes,
+                    request_deserializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.ListTaskTypesRequest.FromString,
+                    response_serializer=durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.ListTaskTypesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -520,6 +570,87 @@ class OperatorService:
             '/durable_ops.api.operator.v1.OperatorService/EndOperatorSessions',
             durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.EndOperatorSessionsRequest.SerializeToString,
             durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.EndOperatorSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseTaskType(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_ops.api.operator.v1.OperatorService/PauseTaskType',
+            durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.PauseTaskTypeRequest.SerializeToString,
+            durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.TaskTypeChange.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeTaskType(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_ops.api.operator.v1.OperatorService/ResumeTaskType',
+            durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.ResumeTaskTypeRequest.SerializeToString,
+            durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.TaskTypeChange.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTaskTypes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_ops.api.operator.v1.OperatorService/ListTaskTypes',
+            durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.ListTaskTypesRequest.SerializeToString,
+            durable__ops_dot_api_dot_operator_dot_v1_dot_operator__pb2.ListTaskTypesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -47,6 +47,12 @@ class OperatorServiceStub:
     GetConsoleSession: _grpc.UnaryUnaryMultiCallable[_operator_pb2.GetConsoleSessionRequest, _operator_pb2.ConsoleSession]
     EndConsoleSession: _grpc.UnaryUnaryMultiCallable[_operator_pb2.EndConsoleSessionRequest, _operator_pb2.EndConsoleSessionResponse]
     EndOperatorSessions: _grpc.UnaryUnaryMultiCallable[_operator_pb2.EndOperatorSessionsRequest, _operator_pb2.EndOperatorSessionsResponse]
+    PauseTaskType: _grpc.UnaryUnaryMultiCallable[_operator_pb2.PauseTaskTypeRequest, _operator_pb2.TaskTypeChange]
+    """No claim takes its operations until resumed; running ones finish; admission
+    refuses new analyses of it (task_paused).
+    """
+    ResumeTaskType: _grpc.UnaryUnaryMultiCallable[_operator_pb2.ResumeTaskTypeRequest, _operator_pb2.TaskTypeChange]
+    ListTaskTypes: _grpc.UnaryUnaryMultiCallable[_operator_pb2.ListTaskTypesRequest, _operator_pb2.ListTaskTypesResponse]
 
 @_typing.type_check_only
 class OperatorServiceAsyncStub(OperatorServiceStub):
@@ -67,6 +73,12 @@ class OperatorServiceAsyncStub(OperatorServiceStub):
     GetConsoleSession: _aio.UnaryUnaryMultiCallable[_operator_pb2.GetConsoleSessionRequest, _operator_pb2.ConsoleSession]  # type: ignore[assignment]
     EndConsoleSession: _aio.UnaryUnaryMultiCallable[_operator_pb2.EndConsoleSessionRequest, _operator_pb2.EndConsoleSessionResponse]  # type: ignore[assignment]
     EndOperatorSessions: _aio.UnaryUnaryMultiCallable[_operator_pb2.EndOperatorSessionsRequest, _operator_pb2.EndOperatorSessionsResponse]  # type: ignore[assignment]
+    PauseTaskType: _aio.UnaryUnaryMultiCallable[_operator_pb2.PauseTaskTypeRequest, _operator_pb2.TaskTypeChange]  # type: ignore[assignment]
+    """No claim takes its operations until resumed; running ones finish; admission
+    refuses new analyses of it (task_paused).
+    """
+    ResumeTaskType: _aio.UnaryUnaryMultiCallable[_operator_pb2.ResumeTaskTypeRequest, _operator_pb2.TaskTypeChange]  # type: ignore[assignment]
+    ListTaskTypes: _aio.UnaryUnaryMultiCallable[_operator_pb2.ListTaskTypesRequest, _operator_pb2.ListTaskTypesResponse]  # type: ignore[assignment]
 
 class OperatorServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -150,5 +162,29 @@ class OperatorServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _operator_pb2.EndOperatorSessionsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_operator_pb2.EndOperatorSessionsResponse, _abc.Awaitable[_operator_pb2.EndOperatorSessionsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def PauseTaskType(
+        self,
+        request: _operator_pb2.PauseTaskTypeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_operator_pb2.TaskTypeChange, _abc.Awaitable[_operator_pb2.TaskTypeChange]]:
+        """No claim takes its operations until resumed; running ones finish; admission
+        refuses new analyses of it (task_paused).
+        """
+
+    @_abc_1.abstractmethod
+    def ResumeTaskType(
+        self,
+        request: _operator_pb2.ResumeTaskTypeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_operator_pb2.TaskTypeChange, _abc.Awaitable[_operator_pb2.TaskTypeChange]]: ...
+
+    @_abc_1.abstractmethod
+    def ListTaskTypes(
+        self,
+        request: _operator_pb2.ListTaskTypesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_operator_pb2.ListTaskTypesResponse, _abc.Awaitable[_operator_pb2.ListTaskTypesResponse]]: ...
 
 def add_OperatorServiceServicer_to_server(servicer: OperatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -25,6 +25,9 @@ function metaLine(operation) {
   if (operation.state === "waiting_for_retry" && operation.next_attempt_at) {
     parts.push(`next try ${formatTime(operation.next_attempt_at)}`);
   }
+  if (operation.state === "queued" && operation.not_before) {
+    parts.push(`scheduled for ${formatTime(operation.not_before)}`);
+  }
   if (operation.finished_at) parts.push(`finished ${formatTime(operation.finished_at)}`);
   else if (operation.started_at) parts.push(`started ${formatTime(operation.started_at)}`);
   else parts.push(`created ${formatTime(operation.created_at)}`);

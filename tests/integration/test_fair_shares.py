@@ -1,0 +1,164 @@
+"""Fair shares across owners within a priority (issue 37 point 1, ADR 0049), both engines.
+
+One owner's backlog does not delay another owner's next operation; weights give an
+owner more turns; priorities stay strict; with fairness off the order is first due,
+first out. The storage is driven directly (``operations.create`` / ``claim``) with a
+clock moved by hand, so each order is exact.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from itertools import pairwise
+
+import pytest
+from sqlalchemy import select
+
+from durable_ops import cli
+from durable_ops.model import fairness
+from durable_ops.storage import operations, shares
+from durable_ops.storage.db import Database
+from durable_ops.storage.schema import OwnerShare, UserOperation
+from tests.support.grpc_services import Services
+
+TASK = "fleet.work"
+START = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
+
+
+class Queue:
+    """Creates and claims on one database, one tick of the clock per create."""
+
+    def __init__(self, db: Database, *, fair: bool = True) -> None:
+        self.db = db
+        self.fair = fair
+        self.now = START
+        self.owner_of: dict[str, str] = {}
+        self._made = 0
+
+    def create(self, owner: str, count: int = 1, priority: int = 0) -> list[str]:
+        made = []
+        for _ in range(count):
+            self._made += 1
+            self.now += timedelta(milliseconds=1)
+            request = operations.CreateRequest(
+                task_type=TASK,
+                idempotency_key=f"k-{self._made}",
+                subject_type="job",
+                subject_id=f"s-{self._made}",
+                priority=priority,
+            )
+            operation, _ = self.db.run(
+                partial(operations.create, request=request, now=self.now, fair=self.fair),
+                owner_id=owner,
+            )
+            self.owner_of[operation.id] = owner
+            made.append(operation.id)
+        return made
+
+    def claim(self, count: int = 1) -> list[str]:
+        self.now += timedelta(milliseconds=1)
+        now = self.now
+        claims = self.db.run(
+            lambda tx: operations.claim(tx, [TASK], 30, now, limit=count), owner_id=None
+        )
+        return [claim.operation.id for claim in claims]
+
+    def owners(self, ids: list[str]) -> list[str]:
+        return [self.owner_of[operation_id] for operation_id in ids]
+
+
+@pytest.fixture
+def queue(services: Services) -> Queue:
+    return Queue(services.db)
+
+
+def test_a_big_backlog_does_not_delay_another_owners_next_operation(queue: Queue) -> None:
+    queue.create("alice", 50)
+    others = [queue.create(owner)[0] for owner in ("bob", "carol", "dave")]
+    first = [queue.claim()[0] for _ in range(4)]
+    assert set(others) <= set(first)  # each after at most one of alice's
+    assert queue.owners(first).count("alice") == 1
+
+
+def test_two_backlogs_take_turns_and_a_batch_claim_alternates(queue: Queue) -> None:
+    queue.create("alice", 20)
+    queue.create("bob", 20)
+    taken = queue.owners(queue.claim(10))
+    assert Counter(taken) == {"alice": 5, "bob": 5}
+    assert all(a != b for a, b in pairwise(taken))
+
+
+def test_a_weight_of_two_gets_two_turns_for_one(queue: Queue) -> None:
+    queue.db.run(lambda tx: shares.set_weight(tx, 2, set_by="ops", now=START), owner_id="alice")
+    queue.create("alice", 40)
+    queue.create("bob", 40)
+    counts = Counter(queue.owners(queue.claim(30)))
+    assert abs(counts["alice"] - 20) <= 1
+    assert abs(counts["bob"] - 10) <= 1
+
+
+def test_priorities_stay_strict_between_levels(queue: Queue) -> None:
+    low = queue.create("bob", 3)
+    high = queue.create("alice", 3, priority=5)
+    assert queue.claim(6) == [*high, *low]
+
+
+def test_aging_bounds_a_low_prioritys_wait(queue: Queue) -> None:
+    (low,) = queue.create("bob", priority=0)
+    for step in range(fairness.AGING_MAX):
+        queue.create("alice", 2, priority=5)  # a stream of work five levels above
+        assert queue.owners(queue.claim()) == ["alice"], step  # strict, until aged
+        queue.now += fairness.AGING_STEP
+        report = queue.db.run(lambda tx: operations.sweep(tx, queue.now), owner_id=None)
+        assert report.aged == 1
+    # Five steps waited: at alice's level now, with the oldest turn there.
+    assert queue.claim() == [low]
+    stored = queue.db.run(
+        lambda tx: tx.execute(
+            select(UserOperation.priority, UserOperation.base_priority).where(
+                UserOperation.id == low
+            )
+        ).one(),
+        owner_id=None,
+    )
+    assert tuple(stored) == (5, 0)
+
+
+def test_aging_is_bounded(queue: Queue) -> None:
+    (low,) = queue.create("bob", priority=0)
+    queue.create("alice", 1, priority=9)
+    queue.now += fairness.AGING_STEP * 20
+    queue.db.run(lambda tx: operations.sweep(tx, queue.now), owner_id=None)
+    assert queue.owners(queue.claim()) == ["alice"]  # 0 + AGING_MAX < 9: still strict
+    assert queue.claim() == [low]
+
+
+def test_with_fairness_off_the_first_due_goes_first(services: Services) -> None:
+    queue = Queue(services.db, fair=False)
+    backlog = queue.create("alice", 20)
+    late = queue.create("bob")
+    assert queue.claim(21) == [*backlog, *late]
+
+
+def test_opsctl_users_set_share(
+    services: Services,
+    db_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr("getpass.getuser", lambda: "ops.admin")
+    assert cli.main(["users", "set-share", "erin", "3", "--database-url", db_url]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("erin: share 3 (set by ops.admin)")
+    kept = select(OwnerShare.weight, OwnerShare.set_by)
+    stored = services.db.run(
+        lambda tx: tuple(tx.across_owners().execute(kept).one()), owner_id=None
+    )
+    assert stored == (3, "ops.admin")
+    assert cli.main(["users", "set-share", "erin", "default", "--database-url", db_url]) == 0
+    assert "share 1 (the default)" in capsys.readouterr().out
+    for wrong in ("0", "101", "two", "-1"):
+        assert cli.main(["users", "set-share", "erin", wrong, "--database-url", db_url]) == 2
+        assert "WEIGHT must be `default` or a whole number" in capsys.readouterr().err

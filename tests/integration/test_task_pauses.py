@@ -1,0 +1,145 @@
+"""Pausing a task type (issue 37 point 4, ADR 0047) through the real services, both engines.
+
+``opsctl tasks pause|resume|list`` against the running Operations service: a paused
+type is never claimed (its queued work waits, a running one finishes), a resumed one is
+claimed again (a waiting claim within a poll), admission refuses a new analysis of a
+paused type with 503 ``task_paused`` and a sentence, and the service logs who did it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from durable_ops import cli
+from durable_ops.ai_admission.admit import TASK_PAUSED
+from durable_ops.model.scope import Role
+from tests.integration.test_gateway_wording import reads_as_a_sentence
+from tests.support.gateway import bearer, gateway_client, make_app, run
+from tests.support.grpc_services import Services
+from tests.support.keys import key_env
+from tests.support.operations_client import ALICE, BOB, OTHER_TASK, RUNNING, TASK, OpsClient
+from tests.support.workspace_client import JOB_TEXT, entitle
+
+OPERATOR_NAME = "ops-dana"
+WAIT_SECONDS = 10.0
+Logs = list[MutableMapping[str, Any]]
+Opsctl = Callable[..., tuple[int, str, str, Logs]]
+
+
+@pytest.fixture
+def tasks(
+    services: Services, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Opsctl:
+    """``opsctl tasks …`` in-process against the running service: exit code, output, and
+    the service's log lines."""
+    for name, value in key_env(Role.OPERATOR).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("OPS_OPERATIONS_TARGET", services.target)
+
+    def run_tasks(*args: str) -> tuple[int, str, str, Logs]:
+        capsys.readouterr()
+        with capture_logs() as logs:
+            code = cli.main(["tasks", *args, "--as", OPERATOR_NAME])
+        out, err = capsys.readouterr()
+        return code, out, err, logs
+
+    return run_tasks
+
+
+def _logged(logs: Logs, event: str) -> dict[str, object]:
+    """The one line the service logged for ``event``: who, what, whether it changed."""
+    (line,) = [line for line in logs if line["event"] == event]
+    return {key: line[key] for key in ("operator", "task_type", "changed")}
+
+
+def test_a_paused_type_is_not_claimed_and_a_resumed_one_is(
+    ops: OpsClient, tasks: Opsctl, pool: ThreadPoolExecutor
+) -> None:
+    running = ops.create(ALICE, "running")
+    lease = ops.claim_one()
+    assert lease.id == running.id
+    waiting = ops.create(ALICE, "waiting")
+    other = ops.create(BOB, "other", task_type=OTHER_TASK, subject_type="attachment")
+
+    code, out, _, logs = tasks("pause", TASK)
+    assert code == 0, out
+    assert f"{TASK}: paused by {OPERATOR_NAME}" in out
+    assert _logged(logs, "operator_pause_task_type") == {
+        "operator": OPERATOR_NAME,
+        "task_type": TASK,
+        "changed": True,
+    }
+
+    assert ops.claim((TASK,)) is None  # queued work of a paused type waits
+    assert ops.claim_one((TASK, OTHER_TASK)).id == other.id  # other types go on
+    assert ops.get(ALICE, running.id).state == RUNNING  # a running one finishes
+    ops.complete(lease)
+
+    code, out, _, _ = tasks("list", "--json")
+    assert code == 0
+    listed = {row["task_type"]: row for row in json.loads(out)}
+    assert listed[TASK]["paused"] is True
+    assert listed[TASK]["paused_by"] == OPERATOR_NAME
+    assert listed[OTHER_TASK]["paused"] is False
+    assert tasks("pause", TASK)[1].endswith(
+        "(already paused); queued operations wait, running ones finish\n"
+    )
+
+    claim = pool.submit(ops.claim, (TASK,), wait_seconds=WAIT_SECONDS)
+    code, out, _, logs = tasks("resume", TASK)
+    assert (code, out) == (0, f"{TASK}: resumed; claims take it again\n")
+    assert _logged(logs, "operator_resume_task_type")["operator"] == OPERATOR_NAME
+    resumed = claim.result(timeout=WAIT_SECONDS)
+    assert resumed is not None
+    assert resumed.id == waiting.id
+    code, out, _, _ = tasks("list")
+    assert [line.split()[:2] for line in out.splitlines()[1:]] == [
+        [OTHER_TASK, "running"],
+        [TASK, "running"],
+    ]
+
+
+def test_any_task_type_may_be_paused_and_a_bad_name_is_refused(
+    ops: OpsClient, tasks: Opsctl
+) -> None:
+    created = ops.create(ALICE, "sdk", task_type="report.render")
+    assert tasks("pause", "report.render")[0] == 0
+    assert ops.claim(("report.render",)) is None
+    code, out, _, _ = tasks("list", "--json")
+    assert {"task_type": "report.render", "paused": True}.items() <= json.loads(out)[1].items()
+    assert tasks("resume", "report.render")[0] == 0
+    assert tasks("resume", "report.render")[1] == "report.render: was not paused\n"
+    assert ops.claim_one(("report.render",)).id == created.id
+    code, _, err, _ = tasks("pause", "Not A Type")
+    assert code == 5
+    assert "invalid_argument" in err
+
+
+def test_admission_refuses_a_new_analysis_of_a_paused_type_in_a_sentence(
+    services: Services, tasks: Opsctl
+) -> None:
+    entitle(services.db, "alice")
+    job = {"title": "Engineer", "company": "Acme", "description": JOB_TEXT}
+    assert tasks("pause", TASK)[0] == 0
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            created = await client.post("/api/jobs", json=job, headers=bearer("alice"))
+            path = f"/api/jobs/{created.json()['id']}/strategy-snapshot"
+            refused = await client.post(path, headers=bearer("alice"))
+            assert refused.status_code == 503, refused.text
+            problem = refused.json()
+            assert problem["code"] == TASK_PAUSED
+            assert "paused" in problem["detail"]
+            assert reads_as_a_sentence(problem), problem
+            assert tasks("resume", TASK)[0] == 0
+            admitted = await client.post(path, headers=bearer("alice"))
+            assert admitted.status_code == 202, admitted.text
+
+    run(scenario())
