@@ -21,9 +21,8 @@ A bulk action is a list of at most ``model.console.BULK_MAX`` ids, each the
 owner's own cancel or retry in its own transaction; the answer says, per id,
 what became of it. The page asks first, naming the count ("Retry 12 operations?").
 
-Paused task types: ``queues`` answers ``paused_task_types`` as ``None`` (the
-page then leaves that panel hidden) until the pause storage lands; see
-``paused_task_types`` below.
+Paused task types (``opsctl tasks pause``): ``queues`` lists them; the page shows
+them in a panel of their own and marks them in the queue table.
 """
 
 from __future__ import annotations
@@ -325,27 +324,19 @@ async def show_operation(request: Request) -> Response:
     return _answer(operation_json(found))
 
 
-def paused_task_types() -> list[str] | None:
-    """PAUSED TYPES: the task types an operator paused (``opsctl tasks pause``).
-
-    ``None`` until the pause storage is merged (issue 37, point 4): the lead wires its
-    read here (one more operator call, made with ``calls``), and the page shows the
-    "Paused task types" panel and marks those types in the queue table.
-    """
-    return None
-
-
 async def queues(request: Request) -> Response:
     calls = _calls(request)
     try:
         found = await calls(calls.stub.GetQueueDepths, opb.GetQueueDepthsRequest())
+        types = await calls(calls.stub.ListTaskTypes, opb.ListTaskTypesRequest())
     except ConsoleEnded:
         return _ended(request)
     return _answer(
         {
             "queues": [queue_json(depth) for depth in found.queues],
             "read_at": dto.time_or_none(found, "read_at"),
-            "paused_task_types": paused_task_types(),
+            # Paused by an operator (`opsctl tasks pause`): not claimed until resumed.
+            "paused_task_types": [t.task_type for t in types.task_types if t.paused],
         },
     )
 

@@ -27,7 +27,14 @@ SESSION_ENDED = "console_session_ended"
 # The operator service's calls a console session may make, through the gateway: reads,
 # the owner's own cancel and retry. Not prune, not links, not ending others' sessions.
 CONSOLE_CALLS = frozenset(
-    {"ListOperations", "GetOperation", "CancelOperation", "RetryOperation", "GetQueueDepths"}
+    {
+        "ListOperations",
+        "GetOperation",
+        "CancelOperation",
+        "RetryOperation",
+        "GetQueueDepths",
+        "ListTaskTypes",
+    }
 )
 LINK_UNUSABLE = "console_link_unusable"
 

@@ -205,10 +205,10 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
     async def ListTaskTypes(
         self, request: opb.ListTaskTypesRequest, context: ServicerContext
     ) -> opb.ListTaskTypesResponse:
-        who = _operator(context)
+        who = await self._acting(context, "ListTaskTypes")
         pauses = {pause.task_type: pause for pause in await self._app.paused_task_types()}
         names = sorted({*TASKS.names(), *pauses})
-        log.info("operator_list_task_types", operator=who, paused=len(pauses))
+        log.info("operator_list_task_types", operator=who.operator, via=who.via, paused=len(pauses))
         return opb.ListTaskTypesResponse(
             task_types=[_status(name, pauses.get(name)) for name in names]
         )

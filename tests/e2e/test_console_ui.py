@@ -157,10 +157,16 @@ def test_search_by_owner_state_task_type_and_failure_code(
     alice_failed = fail_for_good(ui_services, "alice", code="model_error")
     bob_failed = fail_for_good(ui_services, "bob", code="model_timeout")
     bob_queued = create_operation(ui_services, "bob", task_type="cv.review").id
+    ui_services.operator.PauseTaskType(
+        opb.PauseTaskTypeRequest(task_type="cv.review"),
+        metadata=metadata(Role.OPERATOR, subject=OPERATOR),
+    )
     sign_in_to_console(page, ui_services, ui_gateway)
     expect(rows(page)).to_have_count(3)
     queue = page.locator('#console-queues tr[data-task="cv.review"]')
     expect(queue.locator("td").first).to_have_text("1")
+    expect(queue.locator("th")).to_have_text("cv.review (paused)")
+    expect(page.locator("#console-paused-list li")).to_have_text(["cv.review"])
 
     search(page, owner="bob")
     expect(rows(page)).to_have_count(2)

@@ -475,7 +475,12 @@ def test_bulk_cancel_and_search_and_attempt_history_over_http(
             )
             assert cancelled.json()["succeeded"] == 1
             queues = (await client.get("/console/api/queues")).json()
-            assert queues["paused_task_types"] is None  # PAUSED TYPES: not wired yet
+            assert queues["paused_task_types"] == []
+            services.operator.PauseTaskType(
+                opb.PauseTaskTypeRequest(task_type="report.render"), metadata=operator_md
+            )
+            queues = (await client.get("/console/api/queues")).json()
+            assert queues["paused_task_types"] == ["report.render"]
             assert [queue["task_type"] for queue in queues["queues"]] == [TASK]
             assert queues["queues"][0]["queued"] == 1
 

@@ -100,19 +100,14 @@ async function loadQueues() {
         table("Unfinished operations per task type", ["Task type", "Queued", "Running", "Waiting", "Oldest queued"], rows),
       );
     }
-    // PAUSED TYPES: the panel shows once the API answers a list (gateway.console.paused_task_types).
-    const panel = byId("console-paused");
-    if (Array.isArray(found.paused_task_types)) {
-      replaceChildren(
-        byId("console-paused-list"),
-        found.paused_task_types.length
-          ? found.paused_task_types.map((name) => h("li", {}, name))
-          : [h("li", { class: "hint" }, "None paused.")],
-      );
-      panel.hidden = false;
-    } else {
-      panel.hidden = true;
-    }
+    // Paused by an operator (`opsctl tasks pause`): not claimed until resumed.
+    replaceChildren(
+      byId("console-paused-list"),
+      found.paused_task_types.length
+        ? found.paused_task_types.map((name) => h("li", {}, name))
+        : [h("li", { class: "hint" }, "None paused.")],
+    );
+    byId("console-paused").hidden = false;
   } catch (error) {
     status.textContent = `Queues could not be read. ${error.message}`;
   }
