@@ -208,10 +208,14 @@ def _over(
             operation_id = call.args["operation_id"]
             ends[operation_id] = min(ends.get(operation_id, FOREVER), call.invoked)
     points: list[tuple[float, int, str, int]] = []  # time, +1 begins / -1 ends, owner, weight
-    for call in calls:
+    counted: set[str] = set()  # an admission of a subject with an active one reuses it
+    for call in sorted(calls, key=lambda call: call.ended):
         if call.kind is not Kind.ADMIT or call.outcome is not Outcome.OK:
             continue
         operation_id = call.result["operation_id"]
+        if operation_id in counted:
+            continue
+        counted.add(operation_id)
         row = stored.get(operation_id)
         if operation_id in ends:
             end = ends[operation_id]

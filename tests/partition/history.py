@@ -69,12 +69,16 @@ class Pending:
         self.kind = kind
         self.args = dict(args)
         self.invoked = time.monotonic()
-        self.done = False
+        self.outcome: Outcome | None = None
+
+    @property
+    def outcome_unknown(self) -> bool:
+        return self.outcome is Outcome.UNKNOWN
 
     def _end(self, outcome: Outcome, result: Mapping[str, str]) -> None:
-        if self.done:
+        if self.outcome is not None:
             return
-        self.done = True
+        self.outcome = outcome
         self._history.add(
             Call(self.process, self.kind, self.invoked, time.monotonic(), outcome,
                  self.args, dict(result))

@@ -87,6 +87,10 @@ class Network:
         while sh("iptables", "-D", *self._forward_rule(), check=False).returncode == 0:
             pass
         for i in self.indexes:
+            # Whatever still runs in a namespace of ours (a node a killed run left behind)
+            # would keep the namespace alive after its name is gone.
+            for pid in sh("ip", "netns", "pids", self.namespace(i), check=False).stdout.split():
+                sh("kill", "-9", pid, check=False)
             sh("ip", "netns", "del", self.namespace(i), check=False)
             sh("ip", "link", "del", f"{self.tag}v{i}", check=False)
             shutil.rmtree(Path("/etc/netns") / self.namespace(i), ignore_errors=True)

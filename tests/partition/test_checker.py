@@ -135,6 +135,9 @@ def test_capacity_exceeded_per_user_and_overall() -> None:
     rows = [row("a", state="queued"), row("b", state="queued"), row("c", "bob", state="queued")]
     assert only(check(calls, rows, {}, Limits(per_user=1))) == {"capacity_exceeded": 1}
     assert only(check(calls, rows, {}, Limits(global_=2))) == {"capacity_exceeded": 1}
+    # An admission answered with the active operation of the same subject holds nothing more.
+    reused = [*calls[:1], admit(0.5, "alice", "k4", "a"), *calls[2:]]
+    assert only(check(reused, rows[:1] + rows[2:], {}, Limits(per_user=1, global_=2))) == {}
     # Once the first is cancelled (the call began before the second admission ended), it fits.
     freed = [*calls[:1], cancel(0.5, "alice", "a"), *calls[1:]]
     rows[0] = row("a", state="cancelled")
