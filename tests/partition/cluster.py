@@ -179,6 +179,15 @@ class Cluster:
         self.launch(node, *([f"--wsrep_start_position={position}"] if position else []))
         self.wait_synced(node, timeout)
 
+    def restart_all(self, timeout: float = 180.0) -> None:
+        """After every node crashed: each from its recovered position at once; Galera's
+        ``pc.recovery`` (on by default) re-forms the last primary component from
+        ``gvwstate.dat`` once all its members are back, with no node bootstrapped by hand."""
+        positions = {node: self.recovered_position(node) for node in self.network.indexes}
+        for node, position in positions.items():
+            self.launch(node, *([f"--wsrep_start_position={position}"] if position else []))
+        self.wait_all_synced(timeout)
+
     def stop(self) -> None:
         for node in sorted(self.processes, reverse=True):
             process = self.processes[node]

@@ -94,6 +94,16 @@ def _restart_node(h: Harness) -> None:
         h.cluster.restart(3)
 
 
+def _crash_every_node(h: Harness) -> None:
+    for node in h.network.indexes:
+        h.cluster.kill(node)
+
+
+def _restart_every_node(h: Harness) -> None:
+    if not any(h.cluster.alive(node) for node in h.network.indexes):
+        h.cluster.restart_all()
+
+
 def _pause_processes(h: Harness) -> None:
     h.product.pause("operations-0")
     h.product.pause("sdk-worker")
@@ -113,6 +123,7 @@ SCHEDULES = {
         Schedule("packet-loss", lambda h: h.network.lose(0.2), _heal_network),
         Schedule("node-pause", lambda h: h.cluster.pause(2), lambda h: h.cluster.resume(2)),
         Schedule("node-kill", _kill_node, _restart_node),
+        Schedule("cluster-crash", _crash_every_node, _restart_every_node),
         Schedule(
             "process-pause",
             _pause_processes,
