@@ -53,10 +53,10 @@ class Harness:
 
 
 @contextmanager
-def harness(tag: str = "dj0", prefix: str = "10.77.0") -> Iterator[Harness]:
+def harness(tag: str = "dj0", prefix: str = "10.77.0", flush: int = 1) -> Iterator[Harness]:
     """The network, the cluster and the product; all of it removed on the way out."""
     network = Network(tag, prefix)
-    cluster = Cluster(network)
+    cluster = Cluster(network, flush_log_at_trx_commit=flush)
     product = Product(cluster)
     try:
         network.up()
@@ -144,7 +144,7 @@ class Timing:
 
     @classmethod
     def full(cls) -> Timing:
-        return cls(load=60.0, calm=5.0, fault=15.0, settle=20.0)
+        return cls(load=60.0, calm=4.0, fault=15.0, settle=20.0)  # three rounds
 
     @classmethod
     def short(cls) -> Timing:
@@ -198,12 +198,12 @@ def run_schedule(h: Harness, schedule: Schedule, timing: Timing, out: Path | Non
                 schedule.heal(h)
         time.sleep(max(left, 0.0))
         load.stop_clients()
-    finally:
         schedule.heal(h)
-        load.stop_clients()
-    h.cluster.wait_all_synced(180)
-    _drain(h, f"{slug}-%", timing.settle)
-    load.join()
+        h.cluster.wait_all_synced(180)
+        _drain(h, f"{slug}-%", timing.settle)
+    finally:
+        schedule.heal(h)  # also when the schedule failed half way: nothing stays cut
+        load.join()
     if load.errors:
         raise RuntimeError(f"a client failed: {load.errors[0]!r}") from load.errors[0]
     history.extend(h.product.take_sdk_calls())
@@ -290,6 +290,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="keep each schedule's history")
     parser.add_argument("--tag", default="dj0")
     parser.add_argument("--prefix", default="10.77.0")
+    parser.add_argument(
+        "--flush-log-at-trx-commit", type=int, default=1, choices=(0, 1, 2),
+        help="the nodes' innodb_flush_log_at_trx_commit; 0 shows a crash losing commits",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     timing = Timing.full() if args.full else Timing.short()
     chosen = [SCHEDULES[name] for name in args.schedules.split(",")]
@@ -300,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, terminate)
     results: list[Result] = []
     began = time.monotonic()
-    with harness(args.tag, args.prefix) as h:
+    with harness(args.tag, args.prefix, args.flush_log_at_trx_commit) as h:
         print(f"cluster and product up in {time.monotonic() - began:.0f} s", flush=True)
         for schedule in chosen:
             result = run_schedule(h, schedule, timing, args.out)
