@@ -10,8 +10,9 @@ unrelated rows or the order of notifications (docs/partitions.md).
 Times are the history's (one monotonic clock). Where the history cannot tell
 when something happened inside a call, the checker takes the reading that
 acquits: an admission holds capacity only from the end of its acknowledged call
-to the start of the call that ended the operation, so a count over a limit is
-certain, never an artefact of overlapping calls.
+to the start of the first call that may have ended the operation (a completion
+or cancel answered ok or of unknown outcome), so a count over a limit is
+certain, never an artefact of overlapping calls or of a retried call.
 """
 
 from __future__ import annotations
@@ -202,9 +203,11 @@ def _over(
     (an admission's count, or its reserved tokens) passed the owner's or the global limit."""
     if not per_owner and not overall:
         return 0
-    ends: dict[str, float] = {}  # the first call that certainly ended the operation began
+    # When the first call that may have ended the operation began: an unknown completion or
+    # cancel may have taken effect at once, and an ok one asked again later says nothing more.
+    ends: dict[str, float] = {}
     for call in calls:
-        if call.outcome is Outcome.OK and call.kind in (Kind.COMPLETE, Kind.CANCEL):
+        if call.outcome is not Outcome.FAIL and call.kind in (Kind.COMPLETE, Kind.CANCEL):
             operation_id = call.args["operation_id"]
             ends[operation_id] = min(ends.get(operation_id, FOREVER), call.invoked)
     points: list[tuple[float, int, str, int]] = []  # time, +1 begins / -1 ends, owner, weight

@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -217,7 +217,9 @@ def run_schedule(h: Harness, schedule: Schedule, timing: Timing, out: Path | Non
     )
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / f"{schedule.name.replace('|', '-')}.history.jsonl").write_text(history.dump())
+        (out / f"{slug}.history.jsonl").write_text(history.dump())
+        final = {"operations": [asdict(row) for row in rows], "notifications": notifications}
+        (out / f"{slug}.rows.json").write_text(json.dumps(final))
     return Result(
         schedule=schedule.name,
         calls=len(calls),

@@ -144,6 +144,22 @@ def test_capacity_exceeded_per_user_and_overall() -> None:
     assert only(check(freed, rows, {"a": 1}, Limits(per_user=1, global_=2))) == {}
 
 
+def test_a_completion_of_unknown_outcome_may_have_freed_the_capacity() -> None:
+    """The first try timed out but took effect; its retry (the same lease) is answered ok
+    later. The hold ends when the first try began, not when the retry did."""
+    calls = [
+        admit(0, "alice", "k1", "a"),
+        claim(0.5, "a", "t1"),
+        complete(1, "a", "t1", UNKNOWN),
+        admit(2, "alice", "k2", "b"),
+        complete(3, "a", "t1"),
+    ]
+    rows = [row("a"), row("b", state="queued")]
+    assert only(check(calls, rows, {"a": 1}, Limits(per_user=1))) == {}
+    certain = [call for call in calls if call.outcome is not UNKNOWN]
+    assert only(check(certain, rows, {"a": 1}, Limits(per_user=1))) == {"capacity_exceeded": 1}
+
+
 def test_a_token_budget_exceeded() -> None:
     calls = [admit(0, "alice", "k1", "a", 60), admit(1, "bob", "k2", "b", 60)]
     rows = [row("a", state="queued", reserved=60), row("b", "bob", state="queued", reserved=60)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -37,9 +38,10 @@ def cluster() -> Iterator[Harness]:
 
 
 @pytest.mark.parametrize("name", list(SCHEDULES))
-def test_the_promises_hold_under_the_schedule(cluster: Harness, name: str) -> None:
-    result = run_schedule(cluster, SCHEDULES[name], Timing.short(), out=None)
+def test_the_promises_hold_under_the_schedule(cluster: Harness, name: str, tmp_path: Path) -> None:
+    result = run_schedule(cluster, SCHEDULES[name], Timing.short(), out=tmp_path)
     report(f"\n{result.line()}")
     assert result.faults >= 1
     assert result.outcomes.get("ok", 0) > 0  # the load ran
-    assert result.counts.as_dict() == dict.fromkeys(result.counts.as_dict(), 0), result.line()
+    zeros = dict.fromkeys(result.counts.as_dict(), 0)
+    assert result.counts.as_dict() == zeros, f"{result.line()}; history and rows in {tmp_path}"
