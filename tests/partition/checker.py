@@ -146,7 +146,15 @@ def _unknown_twice(calls: Sequence[Call], rows: Iterable[StoredOperation]) -> in
 
 
 def _accepted_completions(calls: Sequence[Call]) -> list[Call]:
-    return [call for call in calls if call.kind is Kind.COMPLETE and call.outcome is Outcome.OK]
+    """Completions answered ok with the operation succeeded (an answer may name another
+    state, as for a cancel that won: then this completion did not complete it)."""
+    return [
+        call
+        for call in calls
+        if call.kind is Kind.COMPLETE
+        and call.outcome is Outcome.OK
+        and call.result.get("state", "OPERATION_STATE_SUCCEEDED") == "OPERATION_STATE_SUCCEEDED"
+    ]
 
 
 def _completed_twice(calls: Sequence[Call]) -> int:

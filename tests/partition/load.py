@@ -432,7 +432,7 @@ class Load:
             with self.history.call(name, Kind.COMPLETE, operation_id=claimed.operation.id,
                                    lease_token=claimed.lease_token) as pending:  # fmt: skip
                 try:
-                    stub.CompleteOperation(
+                    answer = stub.CompleteOperation(
                         pb.CompleteOperationRequest(operation_id=claimed.operation.id,
                                                     lease_token=claimed.lease_token),
                         metadata=md, timeout=CALL_TIMEOUT,
@@ -440,7 +440,7 @@ class Load:
                 except grpc.RpcError as error:
                     grpc_outcome(pending, error)
                 else:
-                    pending.ok()
+                    pending.ok(state=pb.OperationState.Name(answer.state))
             if not pending.outcome_unknown or self.workers_stop.is_set():
                 return
             time.sleep(0.3)

@@ -112,6 +112,13 @@ def test_an_acknowledged_completion_the_row_does_not_show() -> None:
     calls = [claim(0, "a", "t1"), complete(1, "a", "t1")]
     rows = [row("a", state="running")]
     assert only(check(calls, rows, {})) == {"lost_acknowledged_completions": 1}
+    # Answered with another state (a cancel won): it did not complete the operation.
+    cancelled = Call(
+        "worker", Kind.COMPLETE, 1, 1.1, OK, {"operation_id": "a", "lease_token": "t1"},
+        {"state": "OPERATION_STATE_CANCELLED"},
+    )  # fmt: skip
+    rows = [row("a", state="cancelled")]
+    assert only(check([calls[0], cancelled], rows, {"a": 1})) == {}
 
 
 def test_a_terminal_state_without_exactly_one_notification() -> None:
