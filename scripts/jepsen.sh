@@ -4,8 +4,9 @@
 # (issue 40; docs/partitions.md).
 #
 #   scripts/jepsen.sh            short schedules (about 10 s of load each, as the suite runs)
-#   scripts/jepsen.sh --full     60 s of load per schedule, rounds of 5 s calm + 15 s fault
+#   scripts/jepsen.sh --full     60 s of load per schedule, rounds of 4 s calm + 15 s fault
 #   scripts/jepsen.sh --full --schedules partition-1\|2,node-kill --out var/jepsen/run1
+#   scripts/jepsen.sh --schedules cluster-crash --flush-log-at-trx-commit 0   # shows the loss
 #
 # Prints, per schedule: calls, ok/fail/unknown, and every checker count; exits 1 when a
 # count the product promises is not 0. Needs root (namespaces, iptables, the mysql user),
