@@ -68,10 +68,12 @@ T = TypeVar("T")
 # 1205 lock wait timeout; 1213 deadlock, or (Galera) a write set that lost certification,
 # raised at any statement or at COMMIT; 1047 a Galera node not (yet) in the primary component.
 RETRYABLE_MYSQL_ERRORS = frozenset({1047, 1205, 1213})
-# The server is away (cannot connect, gone, lost mid-query, shutting down): an expected
-# state the caller may retry, not a fault of ours. A COMMIT lost this way may have
-# committed: the transaction's own check (``on_unknown_commit``) tells which.
-UNREACHABLE_MYSQL_ERRORS = frozenset({1053, 2002, 2003, 2006, 2013, 2055})
+# The server is away (cannot connect, gone, lost mid-query, shutting down), or (1180, a
+# Galera node) left the primary component during the COMMIT: an expected state the caller
+# may retry, not a fault of ours. A COMMIT lost this way may have committed (a write set
+# in flight when the node left may still be applied by the others): the transaction's
+# own check (``on_unknown_commit``) tells which.
+UNREACHABLE_MYSQL_ERRORS = frozenset({1053, 1180, 2002, 2003, 2006, 2013, 2055})
 MAX_TRANSACTION_ATTEMPTS = 8
 TRANSACTION_RETRY_BASE_SECONDS = 0.002
 TRANSACTION_RETRY_MAX_SECONDS = 0.2

@@ -3,13 +3,9 @@
 Found by the partition schedules (issue 40): when the other nodes vanish while
 a transaction is in flight, the node answers its COMMIT with 1180 ("Error while
 appending streaming replication fragment (provider status: Not connected to
-Primary Component)"). ``Database.run`` knows 1047, 1205, 1213 and the
-lost-connection codes, not 1180, so the raw ``OperationalError`` escapes and
-the RPC answers INTERNAL, a 500 at the gateway, where it should answer
-UNAVAILABLE (the database away, try again) like any other refusal of a node
-outside the primary component. The clients' retries make it harmless to the
-promises (the history counts it as unknown and the checker's counts stay 0),
-but it breaks "never a 500" and logs an error per call.
+Primary Component)"). It escaped ``Database.run`` as a raw ``OperationalError``
+(gRPC INTERNAL, a 500 at the gateway); it is now a COMMIT of unknown outcome like
+a lost connection, so the call answers UNAVAILABLE (the database away, try again).
 """
 
 from __future__ import annotations
@@ -49,12 +45,6 @@ def cluster() -> Iterator[Cluster]:
         made.remove()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug: MariaDB error 1180 at COMMIT (node left the primary component)"
-    " is not classified, so it escapes as OperationalError (gRPC INTERNAL) instead of"
-    " Unavailable; services/storage/db.py RETRYABLE/UNREACHABLE codes lack 1180",
-)
 def test_a_commit_refused_outside_the_primary_component_is_unavailable(cluster: Cluster) -> None:
     migrate.upgrade(cluster.url(3))
     db = Database(cluster.url(3), pool_size=2)
