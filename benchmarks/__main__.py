@@ -17,6 +17,7 @@ in the same run, interleaved, the median of at least three rounds; sections 8,
 11 lease stream (one beat of N leases on one stream vs N single streams, ADR 26)
 12 live events (token → /api/events latency, draft writes/s, 1,000 idle streams' CPU)
 13 PROD-003 local-model concurrency (worker concurrency x llama-server slots, ADR 44)
+14 fair shares (one owner's backlog against four others' pickups, ADR 49)
 
 A full run (without ``--quick``) waits for a quiet machine before each section
 and writes its table into ``benchmarks/RESULTS.md`` (``--no-results`` to skip).
@@ -37,6 +38,7 @@ from pathlib import Path
 import structlog
 
 from benchmarks import (
+    fairness,
     galera,
     gateway,
     heartbeats,
@@ -69,6 +71,7 @@ SECTIONS: dict[str, Callable[[Context], list[Row]]] = {
     "11": lease_stream.run,
     "12": live_events.run,
     "13": prod003.run,
+    "14": fairness.run,
 }
 RESULTS = Path(__file__).with_name("RESULTS.md")
 BEGIN_MARK = "<!-- full-run:begin -->"
@@ -88,7 +91,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         nargs="+",
         choices=sorted(SECTIONS),
         metavar="N",
-        help="run only these sections (1-13)",
+        help="run only these sections (1-14)",
     )
     parser.add_argument(
         "--rounds",

@@ -1,4 +1,5 @@
-"""``python -m benchmarks.fairness [--backlog N] [--sqlite-only]``: fair shares (ADR 0049).
+"""Section 14, fair shares (ADR 0049); also ``python -m benchmarks.fairness [--backlog N]
+[--sqlite-only]`` alone.
 
 Owner A has ``--backlog`` (10,000) queued no-op operations; owners B-E each create one
 every 100 ms; four claim loops take batches of 10 through the storage's one claim (as
@@ -19,7 +20,9 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
+from benchmarks.context import Context
 from benchmarks.databases import mariadb_database, sqlite_database
+from benchmarks.table import Row, Target
 from durable_ops.clock import utc_now
 from durable_ops.storage import operations
 from durable_ops.storage.db import Database
@@ -114,13 +117,63 @@ def one_run(url: str, *, backlog: int, fair: bool, seconds_idle: float = 3.0) ->
         db.dispose()
 
 
-def report(
-    engine: str, url_factory: Callable[[], AbstractContextManager[str]], backlog: int
-) -> None:
+ENGINES: tuple[tuple[str, Callable[[], AbstractContextManager[str]]], ...] = (
+    ("MariaDB", mariadb_database),
+    ("SQLite", sqlite_database),
+)
+FULL_BACKLOG = 10_000
+QUICK_BACKLOG = 2_000
+
+
+def runs_of(url_factory: Callable[[], AbstractContextManager[str]], backlog: int) -> dict[str, Run]:
+    """The idle, fair and fairness-off runs, each on a fresh database."""
     runs = {}
     for name, size, fair in (("idle", 0, True), ("fair", backlog, True), ("off", backlog, False)):
         with url_factory() as url:
             runs[name] = one_run(url, backlog=size, fair=fair)
+    return runs
+
+
+def run(ctx: Context) -> list[Row]:
+    ctx.begin_section("14 fair shares (a 10,000-operation backlog of one owner, four others)")
+    backlog = QUICK_BACKLOG if ctx.quick else FULL_BACKLOG
+    rows: list[Row] = []
+    for engine, url_factory in ENGINES:
+        runs = runs_of(url_factory, backlog)
+        idle, fair_run, off = runs["idle"], runs["fair"], runs["off"]
+        ms = {
+            name: (r.percentile(0.5) * 1000, r.percentile(0.95) * 1000) for name, r in runs.items()
+        }
+        shown = "; ".join(f"{n} p50 {p50:.1f} / p95 {p95:.1f} ms" for n, (p50, p95) in ms.items())
+        rows.append(
+            Row(
+                "14",
+                f"B-E pickup p95 with fairness ÷ idle ({engine}, backlog {backlog:,})",
+                "fair",
+                "idle",
+                fair_run.percentile(0.95) / idle.percentile(0.95),
+                Target("<=", 2.0),
+                f"one run each (a backlog drains once); {shown}",
+            )
+        )
+        rows.append(
+            Row(
+                "14",
+                f"claims per second with fairness ÷ without ({engine})",
+                "fair",
+                "off",
+                fair_run.claims_per_second / off.claims_per_second,
+                Target(">=", 0.9),
+                f"{fair_run.claims_per_second:,.0f}/s vs {off.claims_per_second:,.0f}/s",
+            )
+        )
+    return rows
+
+
+def report(
+    engine: str, url_factory: Callable[[], AbstractContextManager[str]], backlog: int
+) -> None:
+    runs = runs_of(url_factory, backlog)
     idle, fair_run, off = runs["idle"], runs["fair"], runs["off"]
     print(f"{engine}: backlog {backlog}, load {os.getloadavg()[0]:.1f}")
     for name, run in runs.items():
@@ -139,7 +192,7 @@ def report(
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.fairness")
-    parser.add_argument("--backlog", type=int, default=10_000)
+    parser.add_argument("--backlog", type=int, default=FULL_BACKLOG)
     parser.add_argument("--sqlite-only", action="store_true")
     args = parser.parse_args(argv)
     report("SQLite", sqlite_database, args.backlog)
