@@ -85,10 +85,20 @@ def test_targets_and_table() -> None:
 def test_every_section_can_be_chosen() -> None:
     from benchmarks.__main__ import SECTIONS, parse
 
-    assert sorted(SECTIONS, key=int) == [str(number) for number in range(1, 13)]
-    assert parse(["--only", "12"]).only == ["12"]
+    assert sorted(SECTIONS, key=int) == [str(number) for number in range(1, 14)]
+    assert parse(["--only", "13"]).only == ["13"]
     with pytest.raises(SystemExit):
-        parse(["--only", "13"])
+        parse(["--only", "14"])
+
+
+def test_the_soak_runs_only_when_named_and_for_its_minutes() -> None:
+    from benchmarks.__main__ import OPT_IN, parse
+
+    assert frozenset({"13"}) == OPT_IN  # a plain or full run leaves the 30-minute soak out
+    assert parse(["--only", "13", "--minutes", "10"]).minutes == 10
+    assert parse(["--nightly"]).nightly
+    with pytest.raises(SystemExit):
+        parse(["--minutes", "0"])
 
 
 def test_absolute_figures_show_their_unit_and_ratios_none() -> None:
