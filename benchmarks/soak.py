@@ -93,6 +93,7 @@ from benchmarks.processes import (
     gateway_pid,
     gateway_server,
     keys_dir,
+    process_cpu_seconds,
 )
 from benchmarks.soak_worker import HELD_MS, parse_subject
 from benchmarks.stats import median, percentile
@@ -209,7 +210,12 @@ class Minute:
     db_threads_connected: int  # the whole server's
     db_by_user: dict[str, int]
     db_ours: int  # connections to this run's database
+    # each process's open connections to the database server (its sockets to the server's
+    # port, counted from /proc: a pool's size as the process sees it)
+    db_held: dict[str, int]
     counts: dict[str, int]  # calls of the minute by kind (creates, long-polls, events, ...)
+    # each process's CPU over the minute, % of one core ("soak-load": this load generator)
+    cpu_percent: dict[str, float]
     load: float  # the machine's 1-minute load average
 
 
@@ -326,6 +332,45 @@ def rss_kib(pid: int) -> int | None:
     except (FileNotFoundError, ProcessLookupError):
         return None
     return None
+
+
+def _socket_inodes_to(port: int) -> set[str]:
+    """The inodes of this machine's TCP sockets (IPv4 and IPv6) connected to ``port``."""
+    found: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+                if remote_port == port and fields[3] == "01":  # ESTABLISHED
+                    found.add(fields[9])
+    return found
+
+
+def database_sockets(pids: Mapping[str, int], port: int) -> dict[str, int]:
+    """How many connections to the database server's ``port`` each process holds open:
+    its fds that are sockets (``/proc/PID/fd``) among those connected to the port."""
+    inodes = _socket_inodes_to(port)
+    held: dict[str, int] = {}
+    for name, pid in pids.items():
+        count = 0
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                    link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if link.startswith("socket:[") and link[8:-1] in inodes:
+                        count += 1
+        held[name] = count
+    return held
+
+
+def _cpu_seconds(pids: Mapping[str, int]) -> dict[str, float]:
+    """User plus system CPU each live process has used so far."""
+    used: dict[str, float] = {}
+    for name, pid in pids.items():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError, IndexError):
+            used[name] = process_cpu_seconds(pid)
+    return used
 
 
 def open_fds(pid: int) -> int | None:
@@ -678,6 +723,7 @@ def row_text(row: Minute, processes: Sequence[str], header: bool = False) -> str
         "pickup",
         "db conns all/ours",
         "ops/min",
+        "CPU % all",
         "load",
     ]
     cells = [
@@ -691,6 +737,7 @@ def row_text(row: Minute, processes: Sequence[str], header: bool = False) -> str
         _fmt_latency(row.pickup),
         f"{row.db_threads_connected}/{row.db_ours}",
         str(row.create_grpc.count + row.create_http.count),
+        f"{sum(row.cpu_percent.values()):.0f}",
         f"{row.load:.2f}",
     ]
     widths = [max(len(n), len(c)) for n, c in zip(names, cells, strict=True)]
@@ -780,12 +827,21 @@ async def _soak(
         grant_ai(url, owner)
     series: list[Minute] = []
     loop = asyncio.get_running_loop()
+    cpu_pids = {**pids, "soak-load": os.getpid()}
     try:
         loops = soak.loops()
         started = loop.time()
+        cpu_before = _cpu_seconds(cpu_pids)
         for minute in range(1, minutes + 1):
             await asyncio.sleep(max(0.0, started + minute * MINUTE_SECONDS - loop.time()))
             grpc_s, http_s, pickup_s, counts = tally.take_minute()
+            cpu_now = _cpu_seconds(cpu_pids)
+            cpu = {
+                n: round(100 * (cpu_now[n] - cpu_before[n]) / MINUTE_SECONDS, 1)
+                for n in cpu_now
+                if n in cpu_before
+            }
+            cpu_before = cpu_now
             rss = {n: v for n, p in pids.items() if (v := rss_kib(p)) is not None}
             fds = {n: v for n, p in pids.items() if (v := open_fds(p)) is not None}
             threads, by_user, ours = await asyncio.to_thread(database_connections, url)
@@ -801,6 +857,8 @@ async def _soak(
                 db_by_user=by_user,
                 db_ours=ours,
                 counts=counts,
+                cpu_percent=cpu,
+                db_held=database_sockets(pids, make_url(url).port or 3306),
                 load=machine.load(),
             )
             series.append(row)
@@ -1005,11 +1063,14 @@ def write_results(lines: Sequence[str], table: Sequence[Row]) -> None:
 
 def header(run: SoakRun) -> list[str]:
     loads = [row.load for row in run.series]
+    cpus = [sum(row.cpu_percent.values()) for row in run.series]
     return [
         f"soak, {run.minutes} min of steady load from {run.started_at}, {len(run.processes)}"
         " processes on MariaDB",
         f"machine: {run.machine}",
-        f"load average during the run: median {median(loads):.2f}, max {max(loads):.2f}"
+        f"load average during the run: median {median(loads):.2f}, max {max(loads):.2f};"
+        f" the soak's own processes (services, workers, load generator) used a median"
+        f" {median(cpus):.0f} % of one core a minute (the machine has {os.cpu_count()} cores)"
         if loads
         else "load average: none recorded",
         f"offered load: {run.load.grpc_creates_per_second:g} gRPC creates/s,"

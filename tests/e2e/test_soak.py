@@ -62,6 +62,8 @@ def test_three_minutes_of_mixed_load_keep_every_invariant(
         assert set(row.fds) == PROCESSES
         assert all(kib > 0 for kib in row.rss_kib.values())
         assert row.db_ours > 0
+        assert row.db_held["operations-1"] > 0  # its pool, seen from /proc
+        assert row.db_held["gateway"] == 0  # the gateway has no database
         # the whole mix ran in every minute
         assert row.create_grpc.count > 0
         assert row.create_http.count > 0

@@ -35,6 +35,8 @@ def _minute(
         db_by_user={"root": db + 5},
         db_ours=db,
         counts={},
+        cpu_percent={"gateway": 2.0},
+        db_held={"gateway": 0},
         load=1.0,
     )
 
