@@ -30,8 +30,11 @@ first attempt, both on this machine's wall clock; it can be slightly negative
 when the worker starts before the answer has reached this process); and the
 database's connections: the server's ``Threads_connected`` (the server is
 shared, so other clients count there too), ``information_schema.PROCESSLIST``
-by user, and the connections to this run's own database. A sample belongs to
-the minute in which it ended.
+by user, the connections to this run's own database, and each process's own
+(its sockets connected to the server's port, from ``/proc``: a pool as the
+process holds it). Also kept: each process's CPU over the minute (``soak-load``
+is this process; the printed row shows their sum), and the calls of the minute
+by kind and answer. A sample belongs to the minute in which it ended.
 
 Targets (printed MET / NOT MET, never asserted by a test), for runs of at
 least ``MIN_MINUTES_FOR_TARGETS`` minutes. The *baseline* is minutes 4 to 6
@@ -71,6 +74,7 @@ import random
 import secrets
 import signal
 import sys
+import tempfile
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -1084,7 +1088,9 @@ def run(ctx: Context) -> list[Row]:
     """Section 13 of ``python -m benchmarks``: the soak of ``ctx.soak_minutes``."""
     ctx.begin_section(f"13 soak ({ctx.soak_minutes} min, MariaDB, every service a process)")
     found = run_soak(ctx.soak_minutes, say=ctx.say)
-    save(found, HERE / "soak.json", HERE / "soak.png", ctx.say)
+    # A quick run's curve is not one to keep beside RESULTS.md: it goes to a temporary folder.
+    folder = Path(tempfile.mkdtemp(prefix="durable-ops-soak-")) if ctx.quick else HERE
+    save(found, folder / "soak.json", folder / "soak.png", ctx.say)
     return rows(found)
 
 
