@@ -255,7 +255,7 @@ def verdict_rows(series: Sequence[Minute], processes: Sequence[str]) -> list[Row
             Row(
                 "13",
                 f"drift targets need a run of at least {MIN_MINUTES_FOR_TARGETS} minutes",
-                f"{len(series)} minutes run",
+                f"{len(series)} minute{'' if len(series) == 1 else 's'} run",
                 "",
                 math.nan,
                 None,
