@@ -1,4 +1,4 @@
-"""``python -m benchmarks [--quick] [--only N ...]``: measure, print the table of ratios.
+"""``python -m benchmarks [--quick] [--only N ...] [--nightly] [--minutes M]``: measure, print.
 
 Every figure of sections 1-7 is a ratio of a subject to its baseline measured
 in the same run, interleaved, the median of at least three rounds; sections 8,
@@ -18,6 +18,8 @@ in the same run, interleaved, the median of at least three rounds; sections 8,
 12 live events (token → /api/events latency, draft writes/s, 1,000 idle streams' CPU)
 13 PROD-003 local-model concurrency (worker concurrency x llama-server slots, ADR 44)
 14 fair shares (one owner's backlog against four others' pickups, ADR 49)
+15 soak (``--minutes`` of steady mixed load: RSS, fds, p99 drift, connections a minute);
+   run only when named (``--only 15``) or with ``--nightly`` (every section and the soak)
 
 A full run (without ``--quick``) waits for a quiet machine before each section
 and writes its table into ``benchmarks/RESULTS.md`` (``--no-results`` to skip).
@@ -51,6 +53,7 @@ from benchmarks import (
     machine,
     peer,
     prod003,
+    soak,
     statements,
     throughput,
 )
@@ -72,7 +75,10 @@ SECTIONS: dict[str, Callable[[Context], list[Row]]] = {
     "12": live_events.run,
     "13": prod003.run,
     "14": fairness.run,
+    "15": soak.run,
 }
+# Sections a plain run leaves out: the soak takes its --minutes (30 by default).
+OPT_IN = frozenset({"15"})
 RESULTS = Path(__file__).with_name("RESULTS.md")
 BEGIN_MARK = "<!-- full-run:begin -->"
 END_MARK = "<!-- full-run:end -->"
@@ -91,7 +97,18 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         nargs="+",
         choices=sorted(SECTIONS),
         metavar="N",
-        help="run only these sections (1-14)",
+        help="run only these sections (1-15)",
+    )
+    parser.add_argument(
+        "--nightly",
+        action="store_true",
+        help="every section, the soak (15) included: the nightly or by-hand run",
+    )
+    parser.add_argument(
+        "--minutes",
+        type=int,
+        default=None,
+        help="minutes of load of the soak, section 15 (default 30; 3 with --quick)",
     )
     parser.add_argument(
         "--rounds",
@@ -108,6 +125,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.rounds < MIN_ROUNDS:
         parser.error(f"--rounds must be at least {MIN_ROUNDS}")
+    if args.minutes is not None and args.minutes < 1:
+        parser.error("--minutes must be at least 1")
     return args
 
 
@@ -165,9 +184,19 @@ def write_results(lines: list[str], rows: list[Row]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     _quiet_logs()
-    ctx = Context(quick=args.quick, rounds=args.rounds, quiet_wait=0.0 if args.no_wait else 120.0)
+    minutes = args.minutes if args.minutes is not None else (3 if args.quick else 30)
+    ctx = Context(
+        quick=args.quick,
+        rounds=args.rounds,
+        quiet_wait=0.0 if args.no_wait else 120.0,
+        soak_minutes=minutes,
+    )
     started, clock = datetime.now(UTC), time.perf_counter()
-    chosen = [name for name in SECTIONS if not args.only or name in args.only]
+    chosen = [
+        name
+        for name in SECTIONS
+        if (name in args.only if args.only else args.nightly or name not in OPT_IN)
+    ]
     rows: list[Row] = []
     failed = False
     for name in chosen:

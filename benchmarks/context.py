@@ -16,6 +16,8 @@ class Context:
     rounds: int = MIN_ROUNDS
     # Seconds a full-mode section waits for the load to fall below machine.QUIET_LOAD.
     quiet_wait: float = 120.0
+    # Minutes of load of section 15, the soak (``--minutes``).
+    soak_minutes: int = 30
     loads: dict[str, float] = field(default_factory=dict)
     # The hypervisor's share of the CPUs while each section ran (machine.steal_share).
     steal: dict[str, float] = field(default_factory=dict)

@@ -85,10 +85,20 @@ def test_targets_and_table() -> None:
 def test_every_section_can_be_chosen() -> None:
     from benchmarks.__main__ import SECTIONS, parse
 
-    assert sorted(SECTIONS, key=int) == [str(number) for number in range(1, 15)]
-    assert parse(["--only", "14"]).only == ["14"]
+    assert sorted(SECTIONS, key=int) == [str(number) for number in range(1, 16)]
+    assert parse(["--only", "15"]).only == ["15"]
     with pytest.raises(SystemExit):
-        parse(["--only", "15"])
+        parse(["--only", "16"])
+
+
+def test_the_soak_runs_only_when_named_and_for_its_minutes() -> None:
+    from benchmarks.__main__ import OPT_IN, parse
+
+    assert frozenset({"15"}) == OPT_IN  # a plain or full run leaves the 30-minute soak out
+    assert parse(["--only", "15", "--minutes", "10"]).minutes == 10
+    assert parse(["--nightly"]).nightly
+    with pytest.raises(SystemExit):
+        parse(["--minutes", "0"])
 
 
 def test_absolute_figures_show_their_unit_and_ratios_none() -> None:
