@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, TextIO
 from urllib.parse import urlsplit
 
 from durable_ops.model.operator import operator_name
-from durable_ops.operator_cli import EXIT_FAILED, EXIT_UNREACHABLE
 
 if TYPE_CHECKING:
     from durable_ops.settings import Settings
@@ -112,7 +111,7 @@ def run(
     import grpc
 
     from durable_ops.api.operator.v1 import operator_pb2 as opb
-    from durable_ops.operator_cli import _connect, _name, _refused, _unreachable
+    from durable_ops.operator_cli import _connect, _name, failed_call
     from durable_ops.stack.address_file import choose_target
 
     out = sys.stdout if out is None else out
@@ -143,16 +142,7 @@ def run(
             opb.CreateConsoleLinkRequest(), metadata=operator.metadata, timeout=CALL_TIMEOUT_SECONDS
         )
     except grpc.RpcError as exc:
-        if exc.code() == grpc.StatusCode.UNAVAILABLE and _unreachable(channel):
-            print(
-                f"{where}: nothing answers at {target.address} ({target.source}); start the"
-                " stack with `opsctl up`, or point at another with --target HOST:PORT or"
-                " OPS_OPERATIONS_TARGET.",
-                file=sys.stderr,
-            )
-            return EXIT_UNREACHABLE
-        print(_refused(exc, where), file=sys.stderr)
-        return EXIT_FAILED
+        return failed_call(exc, channel, target, where)
     finally:
         channel.close()
     link = sign_in_link(base, made.link_secret)

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from durable_ops.api.operator.v1 import operator_pb2 as opb
     from durable_ops.api.operator.v1 import operator_pb2_grpc as opb_grpc
     from durable_ops.settings import Settings
+    from durable_ops.stack.address_file import Target
 
 EXIT_UNREACHABLE = 2  # nothing answers at the target: one sentence names it and how to move it
 EXIT_FAILED = 5  # the service refused a call (the reason is printed)
@@ -748,16 +749,22 @@ def _run(
         print(f"opsctl {group} {verb}: {exc}", file=sys.stderr)
         return 2
     except grpc.RpcError as exc:
-        where = f"opsctl {group} {verb}"
-        if exc.code() == grpc.StatusCode.UNAVAILABLE and _unreachable(channel):
-            print(
-                f"{where}: nothing answers at {target.address} ({target.source}); start the"
-                " stack with `opsctl up`, or point at another with --target HOST:PORT or"
-                " OPS_OPERATIONS_TARGET.",
-                file=sys.stderr,
-            )
-            return EXIT_UNREACHABLE
-        print(_refused(exc, where), file=sys.stderr)
-        return EXIT_FAILED
+        return failed_call(exc, channel, target, f"opsctl {group} {verb}")
     finally:
         channel.close()
+
+
+def failed_call(exc: grpc.RpcError, channel: grpc.Channel, target: Target, where: str) -> int:
+    """Say why a call to the Operations service failed; the exit code that says it."""
+    import grpc
+
+    if exc.code() == grpc.StatusCode.UNAVAILABLE and _unreachable(channel):
+        print(
+            f"{where}: nothing answers at {target.address} ({target.source}); start the"
+            " stack with `opsctl up`, or point at another with --target HOST:PORT or"
+            " OPS_OPERATIONS_TARGET.",
+            file=sys.stderr,
+        )
+        return EXIT_UNREACHABLE
+    print(_refused(exc, where), file=sys.stderr)
+    return EXIT_FAILED
