@@ -48,7 +48,6 @@ import asyncio
 import contextlib
 import json
 import os
-import secrets
 import subprocess
 import sys
 import time
@@ -56,7 +55,6 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -67,15 +65,15 @@ from benchmarks.context import Context
 from benchmarks.databases import mariadb_connect, mariadb_database
 from benchmarks.processes import (
     JWT_SECRET,
-    LOG_DIR,
     AiStack,
-    Child,
     ai_stack,
     caller,
     free_port,
     gateway_pid,
     gateway_server,
+    llama_server,
     process_cpu_seconds,
+    real_model_paths,
 )
 from benchmarks.stats import median, percentile
 from benchmarks.table import Row, Target
@@ -87,7 +85,6 @@ from durable_ops.api.workspace.v1 import workspace_pb2_grpc as wpb_grpc
 from durable_ops.gateway.auth import mint_user_token
 from durable_ops.gateway.partial import fields_so_far
 from durable_ops.model.scope import Role
-from durable_ops.stack.children import healthy
 from durable_ops.up import grant_ai
 from durable_ops.worker.lease import NEWS_BEAT_SECONDS
 
@@ -116,10 +113,8 @@ IDLE_SETTLE_SECONDS = 5.0  # after the last stream opened, before the CPU window
 CPU_WINDOW_SECONDS = 30.0
 REPLICAS = ("replica 1", "replica 2")
 TERMINAL = {"succeeded", "failed", "cancelled"}
-REAL_MODEL_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "real-model.sh"
 REAL_ANSWERS = 3
 REAL_ANSWER_TIMEOUT_SECONDS = 300.0  # one thread of a busy 2-core machine
-REAL_MODEL_READY_SECONDS = 120.0
 
 _COUNT_ROW = (
     " ON ai_answer_drafts FOR EACH ROW INSERT INTO bench_draft_writes"
@@ -270,34 +265,13 @@ async def _measure_real(ctx: Context, url: str) -> list[Answer]:
 def _real_model() -> Iterator[tuple[int, str] | None]:
     """``scripts/real-model.sh serve`` on a free port, if it is built (never builds here):
     its port and the model's name; None when it is not built."""
-    paths = subprocess.run(
-        ["bash", str(REAL_MODEL_SCRIPT), "paths"], capture_output=True, text=True, check=False
-    )
-    if paths.returncode != 0:
+    paths = real_model_paths()
+    if paths is None:
         yield None
         return
-    name = dict(line.split("=", 1) for line in paths.stdout.splitlines() if "=" in line)["MODEL"]
     port = free_port()
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    log = LOG_DIR / f"llama-server-{secrets.token_hex(4)}.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            ["bash", str(REAL_MODEL_SCRIPT), "serve", "--port", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    server = Child("llama-server", process, log)
-    try:
-        deadline = time.monotonic() + REAL_MODEL_READY_SECONDS
-        while not healthy(f"http:http://127.0.0.1:{port}/health"):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"llama-server did not start: {log}")
-            time.sleep(0.5)
-        yield port, name
-    finally:
-        server.stop()
+    with llama_server(port):
+        yield port, paths["MODEL"]
 
 
 class _Admitter:

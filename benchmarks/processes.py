@@ -301,3 +301,44 @@ def ai_stack(
             worker.stop()
         for child in children.values():
             child.stop()
+
+
+REAL_MODEL_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "real-model.sh"
+REAL_MODEL_READY_SECONDS = 120.0  # loading the model on a busy 2-core machine
+
+
+def real_model_paths() -> dict[str, str] | None:
+    """``scripts/real-model.sh paths`` (LLAMA_SERVER, GGUF, MODEL), or None when not built
+    (a benchmark never builds it)."""
+    found = subprocess.run(
+        ["bash", str(REAL_MODEL_SCRIPT), "paths"], capture_output=True, text=True, check=False
+    )
+    if found.returncode != 0:
+        return None
+    return dict(line.split("=", 1) for line in found.stdout.splitlines() if "=" in line)
+
+
+@contextmanager
+def llama_server(port: int, *options: str) -> Iterator[Child]:
+    """``scripts/real-model.sh serve`` on ``port`` (``options``: llama-server's own), once
+    its ``/health`` answers; stopped at the end."""
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    log = LOG_DIR / f"llama-server-{secrets.token_hex(4)}.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            ["bash", str(REAL_MODEL_SCRIPT), "serve", "--port", str(port), *options],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    server = Child("llama-server", process, log)
+    try:
+        deadline = time.monotonic() + REAL_MODEL_READY_SECONDS
+        while not healthy(f"http:http://127.0.0.1:{port}/health"):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"llama-server did not start: {log}")
+            time.sleep(0.5)
+        yield server
+    finally:
+        server.stop()

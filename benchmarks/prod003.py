@@ -51,13 +51,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import secrets
-import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -67,11 +64,11 @@ from benchmarks.context import Context
 from benchmarks.databases import mariadb_database
 from benchmarks.processes import (
     JWT_SECRET,
-    LOG_DIR,
-    Child,
     ai_stack,
     free_port,
     gateway_server,
+    llama_server,
+    real_model_paths,
 )
 from benchmarks.stats import median, percentile
 from benchmarks.table import Row
@@ -80,7 +77,6 @@ from durable_ops.clock import utc_now
 from durable_ops.gateway.auth import mint_user_token
 from durable_ops.model.concurrency import Cell, Decision, decide
 from durable_ops.model.tasks import CV_REVIEW, STRATEGY_SNAPSHOT
-from durable_ops.stack.children import healthy
 from durable_ops.storage import budgets as budget_store
 from durable_ops.storage.migrate import open_migrated
 from durable_ops.up import grant_ai
@@ -100,8 +96,6 @@ DAILY_TOKENS = 100_000_000
 # own per-inference timeout is the product's default (120 s), which a cell may meet.
 ANSWER_SECONDS_FULL = 120.0
 ANSWER_SECONDS_QUICK = 20.0
-REAL_MODEL_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "real-model.sh"
-REAL_MODEL_READY_SECONDS = 120.0
 TERMINAL = {"succeeded", "failed", "cancelled"}
 BASELINE = (1, 1)
 
@@ -309,16 +303,6 @@ def _entitle(url: str) -> None:
         db.dispose()
 
 
-def real_model_paths() -> dict[str, str] | None:
-    """``scripts/real-model.sh paths`` (LLAMA_SERVER, GGUF, MODEL), or None when not built."""
-    found = subprocess.run(
-        ["bash", str(REAL_MODEL_SCRIPT), "paths"], capture_output=True, text=True, check=False
-    )
-    if found.returncode != 0:
-        return None
-    return dict(line.split("=", 1) for line in found.stdout.splitlines() if "=" in line)
-
-
 @contextmanager
 def _model_server(quick: bool, slots: int) -> Iterator[tuple[int, str]]:
     """The model's port and name: in quick mode a port for the stack's development model
@@ -329,33 +313,11 @@ def _model_server(quick: bool, slots: int) -> Iterator[tuple[int, str]]:
         return
     paths = real_model_paths()
     assert paths is not None
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    log = LOG_DIR / f"llama-server-{secrets.token_hex(4)}.log"
-    command = [
-        *("bash", str(REAL_MODEL_SCRIPT), "serve", "--port", str(port)),
-        *("--parallel", str(slots), "--ctx-size", str(CTX_PER_SLOT * slots)),
-    ]
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            command,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    server = Child("llama-server", process, log)
-    try:
-        deadline = time.monotonic() + REAL_MODEL_READY_SECONDS
-        while not healthy(f"http:http://127.0.0.1:{port}/health"):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"llama-server did not start: {log}")
-            time.sleep(0.5)
+    with llama_server(port, "--parallel", str(slots), "--ctx-size", str(CTX_PER_SLOT * slots)):
         props = httpx.get(f"http://127.0.0.1:{port}/props", timeout=5).json()
         if props.get("total_slots") != slots:
             raise RuntimeError(f"llama-server has {props.get('total_slots')} slots, not {slots}")
         yield port, paths["MODEL"]
-    finally:
-        server.stop()
 
 
 @dataclass(frozen=True)
