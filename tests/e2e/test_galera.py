@@ -44,6 +44,7 @@ from durable_ops.clock import utc_now
 from durable_ops.gateway.auth import mint_user_token
 from durable_ops.model import budgets
 from durable_ops.model.admission import Limits
+from durable_ops.model.concurrency_limits import Concurrency
 from durable_ops.model.errors import CapacityExceeded, DomainError, NotFound, Unavailable
 from durable_ops.model.lifecycle import Event
 from durable_ops.settings import service_variable
@@ -496,6 +497,69 @@ def test_token_budgets_hold_with_admissions_through_two_nodes(
         assert int(str(everyone)) <= (limits.global_daily_tokens or 0)
         assert int(str(everyone)) == int(str(reserved_on_operations)) == sum(results) * expected
         assert sum(results) == 6 or busy > 0  # the global budget reached
+    finally:
+        _dispose(dbs)
+
+
+def test_concurrency_limits_hold_with_claims_through_two_nodes(
+    cluster: tuple[Path, list[str]],
+) -> None:
+    """Eight claim loops at once, four through node 1 and four through node 2, over a
+    type limited to 2 per owner's key and one limited to 3 in all (ADR 0048): the slot
+    rows both nodes write conflict at certification, so the limits hold across nodes.
+    Read on node 3: exactly the limits run, no more."""
+    _, urls = cluster
+    on = _migrated(urls, "ops_limits")
+    dbs = _databases(on[:2], pool_size=8)
+    keyed, capped = "fleet.keyed", "fleet.capped"
+    limits = {keyed: Concurrency(per_key=2), capped: Concurrency(total=3)}
+    try:
+        for n in range(12):
+            for task_type in (keyed, capped):
+                request = operations.CreateRequest(
+                    task_type=task_type,
+                    idempotency_key=f"{task_type}-{n}",
+                    subject_type="job",
+                    subject_id=f"s{n}",
+                    concurrency_key="k" if task_type == keyed else "",
+                )
+                dbs[n % 2].run(partial(_create, request=request), owner_id=ALICE)
+        claimed: Counter[str] = Counter()
+        busy = 0
+
+        def loop(number: int) -> None:
+            nonlocal busy
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:
+                try:
+                    taken = dbs[number % 2].run(
+                        lambda tx: operations.claim(
+                            tx, [keyed, capped], 60, utc_now(), limit=4, limits=limits
+                        ),
+                        owner_id=None,
+                    )
+                except Unavailable:
+                    busy += 1
+                    continue
+                for claim in taken:
+                    claimed[claim.operation.task_type] += 1
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(loop, range(8)))
+        running = dict(
+            _rows(
+                on[2],
+                "SELECT task_type, COUNT(*) FROM user_operations WHERE state = 'running'"
+                " GROUP BY task_type",
+            )
+        )
+        retries = sum(db.retries[1213] for db in dbs)
+        report(
+            f"\nconcurrency limits via 2 nodes: claimed {dict(claimed)}, running {running},"
+            f" {busy} busy, {retries} certification retries"
+        )
+        assert claimed == {keyed: 2, capped: 3}
+        assert running == {keyed: 2, capped: 3}
     finally:
         _dispose(dbs)
 
