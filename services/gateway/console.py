@@ -58,7 +58,7 @@ from durable_ops.gateway.openapi import (
 )
 from durable_ops.gateway.pagination import page_request, query_params
 from durable_ops.gateway.problems import Problem, invalid, problem_from_domain
-from durable_ops.model import console
+from durable_ops.model import bounds, console
 from durable_ops.model.errors import DomainError, InvalidArgument, NotFound
 from durable_ops.model.operator import DURATION_RULE, parse_duration
 
@@ -418,6 +418,9 @@ def _console_endpoint(
 
 
 _TEXT = {"type": "string"}
+_OWNER = {"type": "string", "maxLength": bounds.OWNER_ID_MAX, "pattern": "^[A-Za-z0-9._@:-]*$"}
+_TASK_TYPE = {"type": "string", "maxLength": bounds.TASK_TYPE_MAX, "pattern": "^[a-z0-9._-]*$"}
+_FAILURE_CODE = {"type": "string", "maxLength": bounds.FAILURE_CODE_MAX}
 _IDS_BODY = json_body(
     {
         "type": "object",
@@ -511,11 +514,11 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
             "consoleListOperations",
             {"200": ok("a page", {"type": "object"}), **errors(400, 503)},
             parameters=[
-                query("owner", _TEXT, "this owner only"),
+                query("owner", _OWNER, "this owner only"),
                 query("state", {"type": "string", "enum": list(dto.STATE_NAMES)}, "this state"),
-                query("task_type", _TEXT, "this task type only"),
+                query("task_type", _TASK_TYPE, "this task type only"),
                 query("older_than", _TEXT, "created at least this long ago: 30m, 2h, 7d"),
-                query("failure_code", _TEXT, "this failure code only"),
+                query("failure_code", _FAILURE_CODE, "this failure code only"),
                 *PAGE_PARAMETERS,
             ],
         )

@@ -406,6 +406,8 @@ UNDESCRIBABLE_QUERY: dict[str, tuple[str, ...]] = {
     "GET /api/jobs": ("page_token",),
     "GET /api/attachments": ("page_token",),
     "GET /api/notifications": ("page_token",),
+    # A duration's bounds (more than 0, at most bounds.OLDER_THAN_MAX) are no pattern.
+    "GET /console/api/operations": ("page_token", "older_than"),
 }
 FUZZ_EXAMPLES = 250
 FUZZ_SECONDS = 60.0
