@@ -184,3 +184,25 @@ def test_a_history_round_trips_through_its_lines() -> None:
     calls = load(history.dump().splitlines())
     assert [call.outcome for call in calls] == [OK, UNKNOWN]
     assert calls[0].result == {"operation_id": "a"}
+
+
+def test_an_earlier_schedules_leftover_claimed_here_is_left_to_that_schedule() -> None:
+    """A schedule's workers may claim what an earlier one on the same cluster left queued;
+    its rows are not this schedule's, so its calls are not counted here."""
+    from tests.partition.run import own_calls
+
+    leftover = Call(
+        "worker", Kind.CLAIM, 0, 0.1, OK, {},
+        {"operation_id": "old", "owner": "one-way-alice", "lease_token": "t0"},
+    )  # fmt: skip
+    mine = Call(
+        "worker", Kind.CLAIM, 0, 0.1, OK, {},
+        {"operation_id": "new", "owner": "node-kill-alice", "lease_token": "t1"},
+    )  # fmt: skip
+    calls = [leftover, complete(1, "old", "t0"), mine, complete(1, "new", "t1")]
+    assert only(check(calls, [row("new", owner="node-kill-alice")], {"new": 1})) == {
+        "lost_acknowledged_completions": 1
+    }
+    kept = own_calls(calls, "node-kill")
+    assert kept == [mine, calls[3]]
+    assert only(check(kept, [row("new", owner="node-kill-alice")], {"new": 1})) == {}
