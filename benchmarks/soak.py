@@ -119,6 +119,7 @@ NO_GROWTH = Target("<=", 1.0)
 BASELINE_MINUTES = (4, 5, 6)
 END_MINUTES = 3
 MIN_MINUTES_FOR_TARGETS = 9  # baseline 4-6 and an end window after it that does not touch it
+KEEPALIVE_SECONDS = 2.0  # an idle client connection's life: under the gateway's 5 s
 MINUTE_SECONDS = 60.0
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "RESULTS.md"
@@ -480,6 +481,10 @@ class Soak:
                 base_url=gateway,
                 headers={"Authorization": f"Bearer {mint_user_token(JWT_SECRET, owner, 86400)}"},
                 timeout=httpx.Timeout(30.0),
+                # An idle connection is let go before the gateway's (uvicorn's 5 s) would
+                # close it: else a request sent on it as it closes fails, as a browser's
+                # would be retried (a client's race, not the product's).
+                limits=httpx.Limits(keepalive_expiry=KEEPALIVE_SECONDS),
             )
             for owner in self.owners
         }
