@@ -214,11 +214,12 @@ class Settings:
         default=False, metadata=_doc("the AI worker claims work only when true")
     )
     worker_concurrency: int = field(
-        default=1,
+        default=0,
         metadata=_doc(
             "inferences one AI worker runs at once (answers per minute against each answer's"
-            " speed); 0: the local model server's slot count read at start-up (llama-server"
-            " /props), at most 4, 1 when it does not say (ADR 0044)"
+            " speed); 0 (the default, decided by PROD-003): the local model server's slot"
+            " count read at start-up (llama-server /props), at most 4, 1 when it does not say"
+            " or with a host store (ADR 0044)"
         ),
     )
     worker_poll_seconds: float = field(

@@ -6,9 +6,10 @@ journal, settles what a previous worker on this host left unfinished, and
 then runs a worker SDK ``Worker`` (``durable_ops.worker``) with a handler per
 AI task type (ADR 0027) until it is told to stop.
 
-How it sets the SDK: ``concurrency`` is ``OPS_WORKER_CONCURRENCY`` (1 by
-default: one inference at a time; 0 follows the local model server's slot count,
-read once at start-up and bounded, ``model.concurrency`` and ADR 0044);
+How it sets the SDK: ``concurrency`` is ``OPS_WORKER_CONCURRENCY``; by default (0,
+decided by the PROD-003 benchmark, ADR 0044) the local model server's slot count,
+read once at start-up and bounded (``model.concurrency``): one inference at a time
+on a one-slot server, on a server that does not say, and with a host store;
 ``batch_size`` 1, since an attempt lasts seconds and runs one at a time, a batch
 would only hold leases idle while the first ran, and each claim starts with the
 next route (ADR 0022 fills a claim's routes in order), so one operation per claim
