@@ -114,3 +114,33 @@ def test_operations_are_ranked_apart() -> None:
     assert sent.to_send(change("a", 12, SUCCEEDED))
     assert sent.to_send(change("b", 12, SUCCEEDED))
     assert not sent.to_send(change("b", 12, SUCCEEDED, replica=1))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_stream_remembers_the_operations_of_its_last_minute_not_all_it_saw() -> None:
+    clock = Clock()
+    sent = SentChanges(clock)
+    for n in range(10_000):  # a day-long stream: one operation finished every 6 s
+        clock.now = n * 6.0
+        assert sent.to_send(change(f"op-{n}", n, SUCCEEDED))
+    assert len(sent) == SentChanges.FORGET_SECONDS // 6 + 1
+
+
+def test_an_operation_reported_again_within_the_minute_is_still_remembered() -> None:
+    clock = Clock()
+    sent = SentChanges(clock)
+    assert sent.to_send(change("a", 10, SUCCEEDED))
+    for _ in range(5):  # each watch's overlapping re-read keeps it
+        clock.now += SentChanges.FORGET_SECONDS / 2
+        assert sent.to_send(change("b", int(clock.now), RUNNING))
+        assert not sent.to_send(change("a", 10, SUCCEEDED, replica=1))
+    clock.now += SentChanges.FORGET_SECONDS + 1
+    assert sent.to_send(change("c", int(clock.now), RUNNING))
+    assert len(sent) == 1  # a and b forgotten: nothing reports them any more
