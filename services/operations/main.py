@@ -65,17 +65,18 @@ async def run(
         exporter = serve_metrics(
             settings.operations_metrics_bind, registry, setting="OPS_OPERATIONS_METRICS_BIND"
         )
-    loops: list[asyncio.Task[None]] = []  # the sweeper, and the pruner when retention is on
+    loops: list[asyncio.Task[None]] = []  # the sweeper and the pruner
 
     async def prepare() -> None:
         # Health says NOT_SERVING (and calls are refused) until the database answers.
         await open_when_reachable(db, settings.database_wait_seconds)
         sweeper = run_sweeper(db, clock, tuning.sweep_interval_seconds, metrics=metrics)
         loops.append(asyncio.create_task(sweeper))
+        policy = None  # retention off: the pruner keeps house only
         if settings.retention_days:
             policy = policy_of_days(settings.retention_days, settings.tombstone_retention_days)
-            pruner = run_pruner(db, clock, policy, PRUNE_BATCH, tuning, metrics=metrics)
-            loops.append(asyncio.create_task(pruner))
+        pruner = run_pruner(db, clock, policy, PRUNE_BATCH, tuning, metrics=metrics)
+        loops.append(asyncio.create_task(pruner))
 
     async def stop() -> None:
         for task in loops:

@@ -4,7 +4,9 @@
 transaction, until one comes back short or a time limit passes; the operator's
 ``PruneOperations`` uses it with a limit, and the periodic prune
 (``OPS_RETENTION_DAYS``) without one, resting between batches so the work it
-shares the database with goes first. Safe with several replicas: a row locked
+shares the database with goes first. With retention off the periodic run still
+keeps house: stale drafts, old budget days and idle concurrency slots, which are
+the product's own bookkeeping, not the owners' history. Safe with several replicas: a row locked
 by one batch is skipped by the others, and a row deleted is deleted once.
 """
 
@@ -24,6 +26,7 @@ from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.operations.tuning import TUNING, Tuning
 from durable_ops.storage import budgets, drafts, retention
 from durable_ops.storage.db import Database
+from durable_ops.storage.operations import slots
 from durable_ops.storage.tx import OperatorTx, Tx
 
 log = structlog.get_logger(__name__)
@@ -38,18 +41,25 @@ class PruneResult:
     more: bool  # stopped at the time limit with a full last batch
 
 
-def _batch(policy: RetentionPolicy, now: datetime, limit: int, tx: Tx) -> retention.PruneBatch:
+def _batch(
+    policy: RetentionPolicy | None, now: datetime, limit: int, tx: Tx
+) -> tuple[retention.PruneBatch, bool]:
+    """One batch, and whether it was full (another may find more)."""
     # Drafts no beat wrote for a day (an operation's end deletes its own draft, so these
     # are few): deleted whatever the horizons, the index on updated_at finds them.
     drafts.prune_stale(tx, now)
     budgets.prune_old_days(tx, now.date())  # likewise few: a row per owner per day used
-    return retention.prune_batch(OperatorTx(tx), policy, now, limit)
+    idle = slots.prune_idle(tx, limit)  # a row per key that ever ran, back when next needed
+    batch = retention.PruneBatch(pruned=0, forgotten=0)
+    if policy is not None:
+        batch = retention.prune_batch(OperatorTx(tx), policy, now, limit)
+    return batch, max(idle, batch.pruned, batch.forgotten) >= limit
 
 
 async def prune(
     db: Database,
     clock: Clock,
-    policy: RetentionPolicy,
+    policy: RetentionPolicy | None,
     batch_size: int,
     *,
     seconds: float | None = None,
@@ -61,7 +71,9 @@ async def prune(
     pruned = forgotten = raced = 0
     while True:
         try:
-            batch = await db.run_async(partial(_batch, policy, clock(), batch_size), owner_id=None)
+            batch, full = await db.run_async(
+                partial(_batch, policy, clock(), batch_size), owner_id=None
+            )
         except retention.PruneRaced:
             raced += 1
             if raced >= RACED_BATCHES_MAX:
@@ -71,7 +83,7 @@ async def prune(
         forgotten += batch.forgotten
         if metrics is not None:
             metrics.pruned(batch)
-        if batch.pruned < batch_size and batch.forgotten < batch_size:
+        if not full:
             return PruneResult(pruned, forgotten, more=False)
         if give_up_at is not None and time.monotonic() >= give_up_at:
             return PruneResult(pruned, forgotten, more=True)
@@ -81,7 +93,7 @@ async def prune(
 async def run_pruner(
     db: Database,
     clock: Clock,
-    policy: RetentionPolicy,
+    policy: RetentionPolicy | None,
     batch_size: int,
     tuning: Tuning = TUNING,
     *,

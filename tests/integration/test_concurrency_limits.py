@@ -22,6 +22,7 @@ from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.clock import utc_now
 from durable_ops.model.concurrency_limits import Concurrency
 from durable_ops.model.scope import Role
+from durable_ops.operations import pruner
 from durable_ops.storage import operations
 from durable_ops.storage.operations import claims
 from durable_ops.storage.schema import ConcurrencySlot, UserOperation
@@ -109,6 +110,37 @@ def test_every_end_of_a_run_gives_its_slots_back(
     assert _slots(services)[f"{KEYED}|{ALICE}/k"] == 1  # third's only
     assert ops.claim_one((KEYED,)).id in ids
     assert ops.claim((KEYED,)) is None
+
+
+def test_the_prune_deletes_idle_slots_and_the_limits_hold_after_it(
+    services: Services, ops: OpsClient
+) -> None:
+    def prune() -> None:  # as the Operations process does hourly, retention off (the default)
+        services.loop.call(pruner.prune(services.db, services.clock, None, batch_size=100))
+
+    def slot_rows() -> dict[str, int]:
+        return {row.id: row.running for row in rows(services.db, select(ConcurrencySlot))}
+
+    for key in ("s0", "s1"):  # two keys that ran once and are idle now
+        _create(ops, ALICE, key, KEYED, 0)
+        ops.complete(ops.claim_one((KEYED,)))
+    held = []
+    for n in range(2):
+        _create(ops, ALICE, "k", KEYED, n)
+        held.append(ops.claim_one((KEYED,)))
+    assert f"{KEYED}|{ALICE}/s0" in slot_rows()
+    prune()
+    assert slot_rows() == {f"{KEYED}|": 2, f"{KEYED}|{ALICE}/k": 2}  # the idle keys' are gone
+    _create(ops, ALICE, "k", KEYED, 2)
+    assert ops.claim((KEYED,)) is None  # the held key is still counted
+    for lease in held:
+        ops.complete(lease)
+    prune()
+    assert slot_rows() == {}
+    for n in range(3, 5):
+        _create(ops, ALICE, "k", KEYED, n)
+    assert [ops.claim((KEYED,)) is not None for _ in range(3)] == [True, True, False]
+    assert slot_rows()[f"{KEYED}|{ALICE}/k"] == 2  # the key's row came back and counts
 
 
 def test_a_type_without_limits_costs_a_claim_no_statement_more(

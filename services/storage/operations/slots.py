@@ -17,6 +17,9 @@ backlog does not hold the head of the queue.
 The transition that ends a run (``apply.write``) gives its slots back with one
 relative UPDATE (``release``); an operation of a type without limits holds none
 (``slot_key`` NULL), so its transitions pay nothing.
+
+A slot at 0 is deleted by the periodic prune (``prune_idle``): a key is usually a
+subject id, so without it the table would keep a row for every subject that ever ran.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from sqlalchemy import (
     Table,
     bindparam,
     case,
+    delete,
     exists,
     func,
     insert,
@@ -154,3 +158,21 @@ def release(tx: Tx, held: Iterable[tuple[str, str]]) -> None:
         .values(running=SLOTS.c.running - case(*whens, else_=0)),
         parameters,
     )
+
+
+_IDLE = select(SLOTS.c.id).where(SLOTS.c.running == 0).limit(bindparam("limit"))
+_DELETE_IDLE = delete(SLOTS).where(
+    SLOTS.c.id.in_(bindparam("ids", expanding=True)), SLOTS.c.running == 0
+)
+
+
+def prune_idle(tx: Tx, limit: int) -> int:
+    """Up to ``limit`` slot rows no run holds, deleted; the next claim that needs one
+    inserts it again at 0 (a missing row counts as a slot with room).
+
+    Safe beside claims: a claim's ``INSERT IGNORE`` of an existing row locks it until the
+    claim commits, so the DELETE, which checks ``running = 0`` again on the row it locks,
+    finds the count that claim wrote; on Galera the two writes of one row certify in
+    turn, and the claim that lost is retried from its start."""
+    ids = [row.id for row in tx.execute(_IDLE, {"limit": limit})]
+    return tx.write(_DELETE_IDLE, {"ids": ids}) if ids else 0
