@@ -280,6 +280,7 @@ def view(message: opb.OperatorOperation) -> dict[str, Any]:
         "updated_at",
         "started_at",
         "finished_at",
+        "not_before",
         "deadline_at",
         "next_attempt_at",
     ):

@@ -289,6 +289,12 @@ def test_opsctl_operations_list_show_and_bulk_cancel(
     code, out, _ = opsctl("show", alices.id, "--json")
     assert code == 0
     assert json.loads(out)["owner_id"] == ALICE
+    assert json.loads(out)["not_before"] is None
+    due = clock() + timedelta(hours=2)
+    scheduled = ops.create_raw(ALICE, ops.create_request("k-cli-later", not_before=due))
+    code, out, _ = opsctl("show", scheduled.operation.id)
+    assert code == 0
+    assert f"not_before        {due.isoformat()}" in out
     code, out, _ = opsctl("list", "--owner", BOB, "--limit", "2")
     assert code == 0
     assert out.splitlines()[0].split()[:2] == ["ID", "OWNER"]

@@ -315,6 +315,7 @@ function detailList(operation) {
     ["Created", formatTime(operation.created_at)],
     ["Updated", formatTime(operation.updated_at)],
     ["Lease expires", operation.lease_expires_at ? formatTime(operation.lease_expires_at) : "—"],
+    ["Not before", operation.not_before ? formatTime(operation.not_before) : "—"],
     ["Next attempt", operation.next_attempt_at ? formatTime(operation.next_attempt_at) : "—"],
     ["Deadline", operation.deadline_at ? formatTime(operation.deadline_at) : "—"],
     ["Tokens", tokens(operation.usage)],
