@@ -27,6 +27,7 @@ them in a panel of their own and marks them in the queue table.
 
 from __future__ import annotations
 
+import asyncio
 import html
 from collections.abc import Mapping, Sequence
 from datetime import UTC, timedelta
@@ -327,8 +328,10 @@ async def show_operation(request: Request) -> Response:
 async def queues(request: Request) -> Response:
     calls = _calls(request)
     try:
-        found = await calls(calls.stub.GetQueueDepths, opb.GetQueueDepthsRequest())
-        types = await calls(calls.stub.ListTaskTypes, opb.ListTaskTypesRequest())
+        found, types = await asyncio.gather(  # both at once: the page refreshes them together
+            calls(calls.stub.GetQueueDepths, opb.GetQueueDepthsRequest()),
+            calls(calls.stub.ListTaskTypes, opb.ListTaskTypesRequest()),
+        )
     except ConsoleEnded:
         return _ended(request)
     return _answer(
