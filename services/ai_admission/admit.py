@@ -67,17 +67,22 @@ def _texts(kind: SubjectKind, row: object) -> dict[str, str]:
 
 
 def reserve_tokens(
-    tx: Tx, *, chars: int, plan: Plan, limits: admission.Limits, now: datetime
+    tx: Tx, *, chars: int, plan: Plan, limits: admission.Limits, now: datetime, runs_at: datetime
 ) -> tuple[date, int]:
-    """Take the analysis's expected tokens from the owner's day and check the global day's
-    room, under the admission lock (ADR 0041); the day and the tokens reserved."""
-    day = budgets.budget_day(now)
+    """Take the analysis's expected tokens from the owner's budget of the day it is due
+    to run (today, or a scheduled one's day) and check the global room of that day, under
+    the admission lock (ADR 0041); the day and the tokens reserved."""
+    day = budgets.budget_day(runs_at)
     expected = budgets.expected_tokens(chars)
     everyone = budget_store.everyone_use(tx, day)
     limit = budget_store.owner_limit(tx, plan)
     budget_store.reserve(tx, tokens=expected, limit=limit, day=day, now=now)
     budgets.require_room(
-        expected=expected, everyone=everyone, global_limit=limits.global_daily_tokens, now=now
+        expected=expected,
+        everyone=everyone,
+        global_limit=limits.global_daily_tokens,
+        now=now,
+        day=day,
     )
     return day, expected
 
@@ -124,7 +129,7 @@ def admit(
     active = operations.active_for_subject(tx, task.name, task.subject.name, request.subject_id)
     if active is not None:
         return active, True
-    day, tokens = _reserve(tx, task, chars, settings.plan, limits, now)
+    day, tokens = _reserve(tx, task, chars, settings.plan, limits, now, runs_at=due)
     op, _created = operations.create(tx, create, now)
     budget_store.reserved_for(tx, op.id, tokens=tokens, day=day)
     return op, False
@@ -142,7 +147,7 @@ def retry(tx: Tx, operation_id: str, limits: admission.Limits, now: datetime) ->
     settings = _entitled(tx)
     again = AdmitRequest(task.name, op.subject_id, op.context_ref or "")
     chars = check_subjects(tx, task, again)
-    day, tokens = _reserve(tx, task, chars, settings.plan, limits, now)
+    day, tokens = _reserve(tx, task, chars, settings.plan, limits, now, runs_at=now)
     retried = operations.retry(tx, operation_id, now)
     budget_store.reserved_for(tx, retried.id, tokens=tokens, day=day)
     return retried
@@ -159,7 +164,14 @@ def _entitled(tx: Tx) -> workspace.AiSettingsView:
 
 
 def _reserve(
-    tx: Tx, task: TaskType, chars: int, plan: Plan, limits: admission.Limits, now: datetime
+    tx: Tx,
+    task: TaskType,
+    chars: int,
+    plan: Plan,
+    limits: admission.Limits,
+    now: datetime,
+    *,
+    runs_at: datetime,
 ) -> tuple[date, int]:
     """Refuse a paused task type, count capacity, reserve the expected tokens and write
     the control row (under the lock ``_entitled`` took); the day and the tokens reserved."""
@@ -172,7 +184,9 @@ def _reserve(
         everyone_active=capacity.active_for_everyone(tx, TASKS.names()),
         limits=limits,
     )
-    day, tokens = reserve_tokens(tx, chars=chars, plan=plan, limits=limits, now=now)
+    day, tokens = reserve_tokens(
+        tx, chars=chars, plan=plan, limits=limits, now=now, runs_at=runs_at
+    )
     capacity.reserve(tx)  # what makes two nodes' admissions conflict (Galera)
     return day, tokens
 

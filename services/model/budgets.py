@@ -24,6 +24,10 @@ from durable_ops.model.tasks import MAX_ANSWER_TOKENS
 BUDGET_EXHAUSTED = "budget_exhausted"
 OWNER_EXHAUSTED = "Your daily AI budget is used up; it renews at 00:00 UTC."
 GLOBAL_EXHAUSTED = "Today's AI budget for everyone is used up; it renews at 00:00 UTC."
+SCHEDULED_DAY_EXHAUSTED = (
+    "The AI budget of {day}, the day this analysis is scheduled for, is used up by what is"
+    " already scheduled then; choose a later day."
+)
 
 # A Pro owner's tokens per UTC day. On the real model (Gemma 3 270M, issue 36 point 2) a
 # strategy snapshot spends about 316 prompt + 271 completion tokens and a CV review about
@@ -96,7 +100,12 @@ def budget_day(now: datetime) -> date:
 
 def renews_at(now: datetime) -> datetime:
     """The next 00:00 UTC."""
-    return datetime.combine(budget_day(now) + timedelta(days=1), time(), tzinfo=UTC)
+    return renewal_of(budget_day(now))
+
+
+def renewal_of(day: date) -> datetime:
+    """The 00:00 UTC that ends ``day``."""
+    return datetime.combine(day + timedelta(days=1), time(), tzinfo=UTC)
 
 
 def seconds_to_renewal(now: datetime) -> int:
@@ -104,18 +113,27 @@ def seconds_to_renewal(now: datetime) -> int:
     return max(1, math.ceil((renews_at(now) - now).total_seconds()))
 
 
-def exhausted(message: str, now: datetime) -> CapacityExceeded:
-    refused = CapacityExceeded(message, retry_after_seconds=seconds_to_renewal(now))
+def exhausted(message: str, now: datetime, day: date | None = None) -> CapacityExceeded:
+    """The refusal of a reservation on ``day`` (today when None): ``Retry-After`` is when
+    that day's budget renews; a later day's (a scheduled analysis) says which day it is."""
+    if day is None or day <= budget_day(now):
+        return _exhausted(message, seconds_to_renewal(now))
+    seconds = max(1, math.ceil((renewal_of(day) - now).total_seconds()))
+    return _exhausted(SCHEDULED_DAY_EXHAUSTED.format(day=day.isoformat()), seconds)
+
+
+def _exhausted(message: str, retry_after_seconds: int) -> CapacityExceeded:
+    refused = CapacityExceeded(message, retry_after_seconds=retry_after_seconds)
     refused.code = BUDGET_EXHAUSTED
     return refused
 
 
 def require_room(
-    *, expected: int, everyone: DayUse, global_limit: int | None, now: datetime
+    *, expected: int, everyone: DayUse, global_limit: int | None, now: datetime, day: date
 ) -> None:
-    """The global budget, when there is one, takes ``expected`` more tokens today."""
+    """The global budget of ``day``, when there is one, takes ``expected`` more tokens."""
     if global_limit is not None and everyone.used + expected > global_limit:
-        raise exhausted(GLOBAL_EXHAUSTED, now)
+        raise exhausted(GLOBAL_EXHAUSTED, now, day)
 
 
 def fits(*, expected: int, owner: DayUse, limit: int) -> bool:

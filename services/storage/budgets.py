@@ -125,7 +125,7 @@ def reserve(tx: Tx, *, tokens: int, limit: int, day: date, now: datetime) -> Non
     if not tx.write(_TAKE, taken):
         tx.insert_if_absent(_OPEN_OWN, {"on_day": day})  # first admissions may race
         if not tx.write(_TAKE, taken):
-            raise budgets.exhausted(budgets.OWNER_EXHAUSTED, now)
+            raise budgets.exhausted(budgets.OWNER_EXHAUSTED, now, day)
 
 
 def reserved_for(tx: Tx, operation_id: str, *, tokens: int, day: date) -> None:

@@ -261,6 +261,41 @@ def test_a_manual_retry_is_admitted_again_past_the_budget_capacity_or_ai_off_it_
         assert _day(services, "gina") == (EXPECTED, 0)
 
 
+def test_a_scheduled_analysis_draws_on_the_budget_of_the_day_it_runs(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    entitle(services.db, "grace")
+    _set_budget(services, "grace", EXPECTED + 600)  # one analysis a day
+    tomorrow = NOON + timedelta(days=1)
+
+    def scheduled() -> pb.AdmitResponse:
+        request = snapshot_request(create_job(services.workspace, "grace"))
+        request.not_before.FromDatetime(tomorrow)
+        response: pb.AdmitResponse = services.admission.Admit(
+            request, metadata=metadata(Role.GATEWAY, "grace")
+        )
+        return response
+
+    admitted = scheduled().operation
+    row = operation(services.db, admitted.id)
+    assert row is not None
+    assert (row.budget_day, row.reserved_tokens) == (tomorrow.date(), ALONE)
+    assert _day(services, "grace") == (0, 0)  # today's budget is untouched
+    assert _day(services, "grace", tomorrow.date()) == (ALONE, 0)
+    _admit(services, "grace")  # so today's analysis is still admitted
+
+    code, retry_after, message = _refusal(scheduled)  # tomorrow's budget is taken
+    assert code == "budget_exhausted"
+    assert tomorrow.date().isoformat() in message
+    assert int(retry_after) == 36 * 3600  # noon today to the end of tomorrow
+
+    clock.advance(24 * 3600)
+    lease = ops.claim_one(SNAPSHOT)
+    assert lease.id == admitted.id
+    _settle(ops, lease, _used(300, 200, 900), ops_pb.CompleteOperationRequest(provenance=LOCAL))
+    assert _day(services, "grace", tomorrow.date()) == (0, 500)
+
+
 def test_a_killed_last_attempt_releases_the_reservation_and_spends_nothing(
     services: Services, ops: OpsClient, clock: ManualClock
 ) -> None:

@@ -77,10 +77,15 @@ def test_the_measured_prompts_are_under_their_estimate() -> None:
 
 
 def test_past_the_global_budget_admission_refuses_until_midnight() -> None:
-    budgets.require_room(expected=10, everyone=DayUse(40, 50), global_limit=100, now=NOON)
-    budgets.require_room(expected=10**9, everyone=DayUse(), global_limit=None, now=NOON)
+    today = NOON.date()
+    budgets.require_room(
+        expected=10, everyone=DayUse(40, 50), global_limit=100, now=NOON, day=today
+    )
+    budgets.require_room(expected=10**9, everyone=DayUse(), global_limit=None, now=NOON, day=today)
     with pytest.raises(CapacityExceeded) as refused:
-        budgets.require_room(expected=11, everyone=DayUse(40, 50), global_limit=100, now=NOON)
+        budgets.require_room(
+            expected=11, everyone=DayUse(40, 50), global_limit=100, now=NOON, day=today
+        )
     assert refused.value.code == "budget_exhausted"
     assert refused.value.retry_after_seconds == 12 * 3600
     assert refused.value.message == budgets.GLOBAL_EXHAUSTED
@@ -94,6 +99,18 @@ def test_the_owners_refusal_says_the_sentence_of_the_page() -> None:
     )
     assert budgets.fits(expected=10, owner=DayUse(50, 40), limit=100)
     assert not budgets.fits(expected=11, owner=DayUse(50, 40), limit=100)
+
+
+def test_a_scheduled_days_refusal_names_that_day_and_waits_for_its_end() -> None:
+    later = NOON.date() + timedelta(days=2)
+    refused = budgets.exhausted(budgets.OWNER_EXHAUSTED, NOON, later)
+    assert refused.code == "budget_exhausted"
+    assert refused.message == budgets.SCHEDULED_DAY_EXHAUSTED.format(day=later.isoformat())
+    assert later.isoformat() in refused.message
+    assert refused.retry_after_seconds == (12 + 48) * 3600  # noon to the end of that day
+    assert budgets.exhausted(budgets.OWNER_EXHAUSTED, NOON, NOON.date()).retry_after_seconds == (
+        12 * 3600
+    )
 
 
 def test_a_settlement_moves_its_tokens_from_reserved_to_spent() -> None:
