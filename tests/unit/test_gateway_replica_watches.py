@@ -12,6 +12,7 @@ from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.gateway.backends import Backends, BackendSpec
 from durable_ops.gateway.events import SentChanges
 from durable_ops.model.addresses import named_host, replica_targets
+from tests.unit.test_gateway_limits import Clock
 
 
 @pytest.mark.parametrize(
@@ -114,14 +115,6 @@ def test_operations_are_ranked_apart() -> None:
     assert sent.to_send(change("a", 12, SUCCEEDED))
     assert sent.to_send(change("b", 12, SUCCEEDED))
     assert not sent.to_send(change("b", 12, SUCCEEDED, replica=1))
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_a_stream_remembers_the_operations_of_its_last_minute_not_all_it_saw() -> None:
