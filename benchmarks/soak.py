@@ -53,7 +53,7 @@ When the load stops the run waits (bounded) for the operations to end, then
 audits the database: every acknowledged create is there (none lost), each
 repeated create named the same operation, every terminal operation has exactly
 one notification and no other operation has one, and no process died.
-``tests/e2e/test_soak.py`` runs three minutes of it and asserts exactly these
+``tests/e2e/test_soak.py`` runs two minutes of it and asserts exactly these
 invariants and the series' shape, not the timing targets.
 
 Run by hand or nightly: ``python -m benchmarks.soak --minutes 30`` (writes
