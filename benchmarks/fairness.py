@@ -5,7 +5,9 @@ Owner A has ``--backlog`` (10,000) queued no-op operations; owners B-E each crea
 every 100 ms; four claim loops take batches of 10 through the storage's one claim (as
 the Operations service does, without gRPC), until A's backlog is gone. Printed per
 engine: B-E's pickup (create to claim) p50/p95, with fairness on, off, and with no
-backlog (idle), and the claims per second of each run. Targets (issue 37): B-E p95 with
+backlog (idle), the claims per second of each run, and how long one claim took (its
+statements, start to end): a pickup is at least the claim that takes the operation, so
+this says how much of the pickup is the claim itself. Targets (issue 37): B-E p95 with
 fairness at most 2x idle; throughput at least 0.9x fairness off. Figures, not asserts.
 """
 
@@ -38,10 +40,18 @@ EVERY_SECONDS = 0.1
 class Run:
     pickups: list[float]
     claims_per_second: float
+    claim_seconds: list[float]  # each claim, start to end
 
     def percentile(self, q: float) -> float:
-        ordered = sorted(self.pickups)
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+        return _percentile(self.pickups, q)
+
+    def claim_percentile(self, q: float) -> float:
+        return _percentile(self.claim_seconds, q)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 def _create(db: Database, owner: str, key: str, fair: bool) -> str:
@@ -65,6 +75,7 @@ def one_run(url: str, *, backlog: int, fair: bool, seconds_idle: float = 3.0) ->
         _backlog(db, backlog, fair)
         created_at: dict[str, float] = {}
         picked: dict[str, float] = {}
+        claim_seconds: list[float] = []
         claimed = 0
         lock = threading.Lock()
         stop = threading.Event()
@@ -72,12 +83,14 @@ def one_run(url: str, *, backlog: int, fair: bool, seconds_idle: float = 3.0) ->
         def claimer() -> None:
             nonlocal claimed
             while not stop.is_set():
+                began = time.monotonic()
                 taken = db.run(
                     lambda tx: operations.claim(tx, [TASK], 600, utc_now(), limit=BATCH),
                     owner_id=None,
                 )
                 at = time.monotonic()
                 with lock:
+                    claim_seconds.append(at - began)
                     claimed += len(taken)
                     for claim in taken:
                         if claim.operation.owner_user_id != "owner-a":
@@ -112,7 +125,7 @@ def one_run(url: str, *, backlog: int, fair: bool, seconds_idle: float = 3.0) ->
             thread.join()
         with lock:
             pickups = [picked[i] - created_at[i] for i in picked if i in created_at]
-            return Run(pickups, claimed / elapsed)
+            return Run(pickups, claimed / elapsed, claim_seconds)
     finally:
         db.dispose()
 
@@ -145,6 +158,10 @@ def run(ctx: Context) -> list[Row]:
             name: (r.percentile(0.5) * 1000, r.percentile(0.95) * 1000) for name, r in runs.items()
         }
         shown = "; ".join(f"{n} p50 {p50:.1f} / p95 {p95:.1f} ms" for n, (p50, p95) in ms.items())
+        shown += "; one claim p50/p95: " + ", ".join(
+            f"{n} {r.claim_percentile(0.5) * 1000:.1f}/{r.claim_percentile(0.95) * 1000:.1f} ms"
+            for n, r in runs.items()
+        )
         rows.append(
             Row(
                 "14",
@@ -181,6 +198,8 @@ def report(
             f"  {name:<5} B-E pickup p50 {run.percentile(0.5) * 1000:7.1f} ms"
             f"  p95 {run.percentile(0.95) * 1000:8.1f} ms  ({len(run.pickups)} picked)"
             f"  claims {run.claims_per_second:7.0f}/s"
+            f"  one claim p50 {run.claim_percentile(0.5) * 1000:5.1f} ms"
+            f" p95 {run.claim_percentile(0.95) * 1000:5.1f} ms"
         )
     print(
         f"  fair p95 / idle p95 = {fair_run.percentile(0.95) / idle.percentile(0.95):.2f}"
