@@ -6,8 +6,9 @@ transaction, until one comes back short or a time limit passes; the operator's
 (``OPS_RETENTION_DAYS``) without one, resting between batches so the work it
 shares the database with goes first. With retention off the periodic run still
 keeps house: stale drafts, old budget days and idle concurrency slots, which are
-the product's own bookkeeping, not the owners' history. Safe with several replicas: a row locked
-by one batch is skipped by the others, and a row deleted is deleted once.
+the product's own bookkeeping, not the owners' history. Safe with several
+replicas: a row locked by one batch is skipped by the others, and a row deleted
+is deleted once.
 """
 
 from __future__ import annotations
