@@ -108,22 +108,20 @@ def renewal_of(day: date) -> datetime:
     return datetime.combine(day + timedelta(days=1), time(), tzinfo=UTC)
 
 
-def seconds_to_renewal(now: datetime) -> int:
-    """Whole seconds to the next 00:00 UTC, at least 1 (a ``Retry-After``)."""
-    return max(1, math.ceil((renews_at(now) - now).total_seconds()))
+def seconds_to_renewal(now: datetime, day: date | None = None) -> int:
+    """Whole seconds to the 00:00 UTC that ends ``day`` (today when None), at least 1
+    (a ``Retry-After``)."""
+    renews = renews_at(now) if day is None else renewal_of(day)
+    return max(1, math.ceil((renews - now).total_seconds()))
 
 
 def exhausted(message: str, now: datetime, day: date | None = None) -> CapacityExceeded:
     """The refusal of a reservation on ``day`` (today when None): ``Retry-After`` is when
     that day's budget renews; a later day's (a scheduled analysis) says which day it is."""
-    if day is None or day <= budget_day(now):
-        return _exhausted(message, seconds_to_renewal(now))
-    seconds = max(1, math.ceil((renewal_of(day) - now).total_seconds()))
-    return _exhausted(SCHEDULED_DAY_EXHAUSTED.format(day=day.isoformat()), seconds)
-
-
-def _exhausted(message: str, retry_after_seconds: int) -> CapacityExceeded:
-    refused = CapacityExceeded(message, retry_after_seconds=retry_after_seconds)
+    later = day if day is not None and day > budget_day(now) else None
+    if later is not None:
+        message = SCHEDULED_DAY_EXHAUSTED.format(day=later.isoformat())
+    refused = CapacityExceeded(message, retry_after_seconds=seconds_to_renewal(now, later))
     refused.code = BUDGET_EXHAUSTED
     return refused
 

@@ -1,7 +1,8 @@
 """The claim: the best claimable rows, each under a fresh lease token.
 
-Three statements for a batch: ``SELECT … ORDER BY priority DESC, not_before
-LIMIT n FOR UPDATE SKIP LOCKED`` walks the claim index (ADRs 0001, 0046), so
+Three statements for a batch: ``SELECT … ORDER BY priority DESC, fair_tag,
+not_before LIMIT n FOR UPDATE SKIP LOCKED`` walks the claim index (ADRs 0001,
+0046, 0049), so
 concurrent claims take different rows instead of queueing on the head of the
 queue; one UPDATE of the rows it locked, each given its own token hash
 (``CASE id``); one multi-row INSERT of their attempts. Only the hash of a
