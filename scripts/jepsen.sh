@@ -16,4 +16,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "jepsen: needs root" >&2; exit 2; }
 [ -x .venv/bin/python ] || scripts/bootstrap.sh
+if ! command -v iptables >/dev/null && command -v apt-get >/dev/null; then
+  echo "== installing iptables for the faults" >&2  # docker.io brings it on a CI machine
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables >/dev/null
+fi
 PYTHONPATH=. exec .venv/bin/python -m tests.partition.run "$@"

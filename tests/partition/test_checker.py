@@ -186,23 +186,27 @@ def test_a_history_round_trips_through_its_lines() -> None:
     assert calls[0].result == {"operation_id": "a"}
 
 
-def test_an_earlier_schedules_leftover_claimed_here_is_left_to_that_schedule() -> None:
-    """A schedule's workers may claim what an earlier one on the same cluster left queued;
-    its rows are not this schedule's, so its calls are not counted here."""
-    from tests.partition.run import own_calls
+def test_every_operation_a_call_names_is_read_back() -> None:
+    """A schedule's workers also claim what an earlier schedule left queued, and the SDK
+    worker reports a completion as the service settles it, maybe after its schedule read
+    its history: the rows read back are those of every operation the history names."""
+    from tests.partition.run import named_operations
 
     leftover = Call(
         "worker", Kind.CLAIM, 0, 0.1, OK, {},
         {"operation_id": "old", "owner": "one-way-alice", "lease_token": "t0"},
     )  # fmt: skip
-    mine = Call(
-        "worker", Kind.CLAIM, 0, 0.1, OK, {},
-        {"operation_id": "new", "owner": "node-kill-alice", "lease_token": "t1"},
-    )  # fmt: skip
-    calls = [leftover, complete(1, "old", "t0"), mine, complete(1, "new", "t1")]
-    assert only(check(calls, [row("new", owner="node-kill-alice")], {"new": 1})) == {
-        "lost_acknowledged_completions": 1
+    created = Call("grpc", Kind.CREATE, 0, 0.1, OK, {"owner": "node-kill-bob", "key": "k"},
+                   {"operation_id": "new"})  # fmt: skip
+    unknown = Call("grpc", Kind.CREATE, 0, 0.1, UNKNOWN, {"owner": "node-kill-bob", "key": "j"})
+    late = complete(1, "settled-late", "t9")
+    calls = [leftover, created, unknown, late, complete(2, "new", "t1")]
+    assert named_operations(calls) == {"old", "new", "settled-late"}
+    rows = [row("old", owner="one-way-alice"), row("new"), row("settled-late")]
+    notes = {"old": 1, "new": 1, "settled-late": 1}
+    assert only(check(calls, rows, notes)) == {}
+    unsettled = [*rows[:2], row("settled-late", state="running")]
+    assert only(check(calls, unsettled, notes)) == {
+        "lost_acknowledged_completions": 1,
+        "notification_without_terminal": 1,
     }
-    kept = own_calls(calls, "node-kill")
-    assert kept == [mine, calls[3]]
-    assert only(check(kept, [row("new", owner="node-kill-alice")], {"new": 1})) == {}
