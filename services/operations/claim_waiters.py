@@ -146,7 +146,10 @@ class ClaimWaiters(SharedPoll):
         return bool(self._waiters)
 
     async def _poll(self) -> bool:
-        if all(waiter._woken.is_set() for waiter in self._waiters):
+        # Only a claim that found nothing and waits needs the poll: one about to try (or
+        # trying) will see what is there. The question reads every claimable row, so a
+        # poll asked while claims drain a backlog cost that drain a sixth of its time.
+        if not any(waiter._waiting and not waiter._woken.is_set() for waiter in self._waiters):
             return False
         now = self._clock()
         found = await self._db.run_async(

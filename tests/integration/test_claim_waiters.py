@@ -214,3 +214,30 @@ def test_work_the_poll_finds_wakes_one_claim_not_all(tmp_path: Path) -> None:
         asyncio.run(main())
     finally:
         database.dispose()
+
+
+def test_no_poll_is_asked_while_no_claim_waits(tmp_path: Path) -> None:
+    """A claim about to try, or trying, will see what is there: the poll (a read of every
+    claimable row) is asked only for a claim that found nothing and waits."""
+    url = f"sqlite:///{tmp_path / 'ops.db'}"
+    migrate.upgrade(url)
+    database = Database(url)
+
+    async def main() -> None:
+        waiters = ClaimWaiters(database, utc_now, interval_seconds=0.01)
+        try:
+            with waiters.waiting(frozenset({NOOP})) as claim:
+                claim.trying()  # draining: it tries again and again, and never waits
+                await asyncio.sleep(0.2)
+                assert waiters.polls == 0
+                task = await _waiting(claim)
+                await asyncio.sleep(0.2)
+                assert waiters.polls > 0
+                task.cancel()
+        finally:
+            await waiters.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        database.dispose()
