@@ -6,12 +6,21 @@ all their waiters for what other processes commit, at a short interval and
 only while any waits: the cost is a query per interval per replica, whatever
 the number of open streams or waiting claims. A failed poll is logged once and
 tried again on the next tick.
+
+A question can grow slow: the claim poll's reads every claimable row, and a
+backlog no claim here can take (a paused type, operations scheduled for later,
+a type whose workers are away) may be large: 24 ms at 10,000 rows and 115 ms at
+50,000 on MariaDB here. A poll therefore rests at least ``REST_PER_POLL_SECOND``
+times as long as it took, so it holds the database at most a fifth of the time
+whatever the backlog; what it finds is picked up later by as much (figure 8's
+create-to-claimed p50, 50 ms at most, is met while a poll takes under 12 ms).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
@@ -21,6 +30,12 @@ from durable_ops.storage.db import Database
 from durable_ops.storage.events import Committed
 
 _log = structlog.get_logger(__name__)
+REST_PER_POLL_SECOND = 4.0
+
+
+def rest_after(interval: float, took: float) -> float:
+    """How long to wait before the next poll, after one that took ``took`` seconds."""
+    return max(interval, REST_PER_POLL_SECOND * took)
 
 
 class SharedPoll(ABC):
@@ -55,10 +70,12 @@ class SharedPoll(ABC):
             )
 
     async def _run(self) -> None:
+        rest = self._interval
         while True:
-            await asyncio.sleep(self._interval)
+            await asyncio.sleep(rest)
             if not self._waiting():
                 return
+            began = time.monotonic()
             try:
                 asked = await self._poll()
             except Exception as exc:  # the next tick tries again; the lease/claim outlives it
@@ -66,6 +83,8 @@ class SharedPoll(ABC):
                     _log.warning("poll_failing", poll=self._name, error=type(exc).__name__)
                 self._failing = True
                 continue
+            finally:
+                rest = rest_after(self._interval, time.monotonic() - began)
             self.polls += asked
             if self._failing:
                 _log.info("poll_recovered", poll=self._name)
