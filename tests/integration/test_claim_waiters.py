@@ -32,9 +32,23 @@ def db(tmp_path: Path) -> Iterator[Database]:
     database.dispose()
 
 
-def _run(db: Database, scenario: Callable[[ClaimWaiters], Awaitable[None]]) -> None:
+@pytest.fixture
+def migrated(tmp_path: Path) -> Iterator[Database]:
+    """A database the poll can ask: migrated."""
+    url = f"sqlite:///{tmp_path / 'ops.db'}"
+    migrate.upgrade(url)
+    database = Database(url)
+    yield database
+    database.dispose()
+
+
+def _run(
+    db: Database,
+    scenario: Callable[[ClaimWaiters], Awaitable[None]],
+    interval_seconds: float = 3600,
+) -> None:
     async def main() -> None:
-        waiters = ClaimWaiters(db, utc_now, interval_seconds=3600)
+        waiters = ClaimWaiters(db, utc_now, interval_seconds=interval_seconds)
         try:
             await scenario(waiters)
         finally:
@@ -185,59 +199,39 @@ def test_turns_are_one_at_a_time(db: Database) -> None:
     _run(db, scenario)
 
 
-def test_work_the_poll_finds_wakes_one_claim_not_all(tmp_path: Path) -> None:
+def test_work_the_poll_finds_wakes_one_claim_not_all(migrated: Database) -> None:
     """Work that appeared through another replica, found by the shared poll, wakes one
     claim, not every claim that can take it (a full batch wakes the next, above)."""
-    url = f"sqlite:///{tmp_path / 'ops.db'}"
-    migrate.upgrade(url)
-    database = Database(url)
     request = operations.CreateRequest(
         task_type=NOOP[1], idempotency_key="k-poll", subject_type="doc", subject_id="1"
     )
-    database.run(lambda tx: operations.create(tx, request, utc_now()), owner_id="alice")
+    migrated.run(lambda tx: operations.create(tx, request, utc_now()), owner_id="alice")
 
-    async def main() -> None:
-        waiters = ClaimWaiters(database, utc_now, interval_seconds=0.05)
-        try:
-            with ExitStack() as stack:
-                claims = [stack.enter_context(waiters.waiting(frozenset({NOOP}))) for _ in range(3)]
-                tasks = [await _waiting(claim) for claim in claims]
-                await asyncio.wait(tasks, timeout=HANG_GUARD, return_when=asyncio.FIRST_COMPLETED)
-                await _settled()
-                assert sum(task.done() for task in tasks) == 1
-                for task in tasks:
-                    task.cancel()
-        finally:
-            await waiters.close()
+    async def scenario(waiters: ClaimWaiters) -> None:
+        with ExitStack() as stack:
+            claims = [stack.enter_context(waiters.waiting(frozenset({NOOP}))) for _ in range(3)]
+            tasks = [await _waiting(claim) for claim in claims]
+            await asyncio.wait(tasks, timeout=HANG_GUARD, return_when=asyncio.FIRST_COMPLETED)
+            await _settled()
+            assert sum(task.done() for task in tasks) == 1
+            for task in tasks:
+                task.cancel()
 
-    try:
-        asyncio.run(main())
-    finally:
-        database.dispose()
+    _run(migrated, scenario, interval_seconds=0.05)
 
 
-def test_no_poll_is_asked_while_no_claim_waits(tmp_path: Path) -> None:
+def test_no_poll_is_asked_while_no_claim_waits(migrated: Database) -> None:
     """A claim about to try, or trying, will see what is there: the poll (a read of every
     claimable row) is asked only for a claim that found nothing and waits."""
-    url = f"sqlite:///{tmp_path / 'ops.db'}"
-    migrate.upgrade(url)
-    database = Database(url)
 
-    async def main() -> None:
-        waiters = ClaimWaiters(database, utc_now, interval_seconds=0.01)
-        try:
-            with waiters.waiting(frozenset({NOOP})) as claim:
-                claim.trying()  # draining: it tries again and again, and never waits
-                await asyncio.sleep(0.2)
-                assert waiters.polls == 0
-                task = await _waiting(claim)
-                await asyncio.sleep(0.2)
-                assert waiters.polls > 0
-                task.cancel()
-        finally:
-            await waiters.close()
+    async def scenario(waiters: ClaimWaiters) -> None:
+        with waiters.waiting(frozenset({NOOP})) as claim:
+            claim.trying()  # draining: it tries again and again, and never waits
+            await asyncio.sleep(0.2)
+            assert waiters.polls == 0
+            task = await _waiting(claim)
+            await asyncio.sleep(0.2)
+            assert waiters.polls > 0
+            task.cancel()
 
-    try:
-        asyncio.run(main())
-    finally:
-        database.dispose()
+    _run(migrated, scenario, interval_seconds=0.01)
