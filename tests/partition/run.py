@@ -299,13 +299,13 @@ def _final_rows(
         )
     ]
     rows = [row for row in rows if row.owner.startswith(f"{slug}-") or row.id in named]
-    ids = {row.id for row in rows}
+    wanted = {row.id for row in rows} | named
     notes = _query(
         cluster,
         "SELECT operation_id, COUNT(*) FROM user_notifications WHERE operation_id IS NOT NULL"
         " GROUP BY operation_id",
     )
-    return rows, {str(r[0]): int(r[1]) for r in notes if str(r[0]) in ids | named}
+    return rows, {str(r[0]): int(r[1]) for r in notes if str(r[0]) in wanted}
 
 
 def main(argv: list[str] | None = None) -> int:
