@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    ConsoleMessage,
+    Page,
+    expect,
+    sync_playwright,
+)
 
 from durable_ops.clock import utc_now
 from durable_ops.storage import migrate
@@ -105,12 +112,19 @@ def context(browser: Browser) -> Iterator[BrowserContext]:
 
 @pytest.fixture
 def page(context: BrowserContext) -> Iterator[Page]:
-    """A tab that fails the test on any uncaught script error."""
+    """A tab that fails the test on any uncaught script error. Errors the page logs (a page
+    module that failed to load is one) are printed, so a failed test shows them."""
     opened = context.new_page()
     errors: list[str] = []
     opened.on("pageerror", lambda error: errors.append(str(error)))
+    opened.on("console", lambda message: _print_error(message))
     yield opened
     assert errors == [], f"uncaught errors in the page: {errors}"
+
+
+def _print_error(message: ConsoleMessage) -> None:
+    if message.type == "error":
+        print(f"page console error: {message.text}")
 
 
 @pytest.fixture
