@@ -27,7 +27,7 @@ from tests.support.gateway import (
     publish,
 )
 from tests.support.grpc_services import Services
-from tests.support.long_polls import refuse_long_polls
+from tests.support.long_polls import RequestsInFlight, refuse_long_polls
 from tests.support.signin import dev_sign_in
 from tests.support.workspace_client import create_cv, create_job, entitle
 
@@ -277,10 +277,15 @@ def test_a_stop_that_crosses_the_end_on_its_way_is_no_error(
     user confirms: the cancel answers 409, and the page says the analysis had already
     finished, in no red alert, and shows its result."""
     refuse_long_polls(page)
+    requests = RequestsInFlight(page)
     page.clock.install()
     job = open_job(page, ui_gateway, ui_services, cv=False)
     start(job)
     page.clock.pause_at(datetime.now() + timedelta(minutes=1))
+    # Pausing fires the timers due, and a failed long-poll makes the page read at once (its
+    # 503 is this test's route, which answers only while the test waits on the page): the
+    # end must not come while such a read is still on its way.
+    requests.wait_quiet()
     job.get_by_role("button", name="Cancel analysis").click()
     finish(ui_services, 82)
     page.get_by_role("button", name="Stop analysis").click()

@@ -1,9 +1,11 @@
 """Browser-side faults of the gateway's long-poll and event stream, for the pages' fallback
-to polling."""
+to polling, and a wait for such a page to fall quiet."""
 
 from __future__ import annotations
 
-from playwright.sync_api import Page
+import time
+
+from playwright.sync_api import Page, Request
 
 
 def refuse_long_polls(page: Page) -> None:
@@ -15,3 +17,36 @@ def refuse_long_polls(page: Page) -> None:
                 status=503, content_type="application/problem+json", body="{}"
             ),
         )
+
+
+class RequestsInFlight:
+    """The page's requests under way, counted from construction (so before the page sends
+    any): with the page's clock paused and its stream refused, a page that sent nothing for
+    a while sends nothing more until the test acts. A failed long-poll makes the page read
+    at once, and that read's answer may start another, so "nothing in flight" alone is not
+    quiet: it must last."""
+
+    def __init__(self, page: Page) -> None:
+        self._page = page
+        self._open: set[Request] = set()
+        self._changed = time.monotonic()
+        page.on("request", self._sent)
+        page.on("requestfinished", self._ended)
+        page.on("requestfailed", self._ended)
+
+    def _sent(self, request: Request) -> None:
+        self._open.add(request)
+        self._changed = time.monotonic()
+
+    def _ended(self, request: Request) -> None:
+        self._open.discard(request)
+        self._changed = time.monotonic()
+
+    def wait_quiet(self, quiet_ms: int = 750, timeout_ms: int = 15_000) -> None:
+        """Returns once nothing was in flight or sent for ``quiet_ms``."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        while time.monotonic() < deadline:
+            self._page.wait_for_timeout(50)  # lets Playwright deliver the page's events
+            if not self._open and time.monotonic() - self._changed >= quiet_ms / 1000:
+                return
+        raise AssertionError(f"the page kept sending for {timeout_ms} ms: {self._open}")
