@@ -603,6 +603,35 @@ def test_a_live_operation_is_followed_by_the_event_stream_while_the_list_polls_s
     expect(running.locator(".state")).to_have_text("Succeeded", timeout=1000)
 
 
+def test_a_change_the_stream_tells_while_the_list_loads_is_not_loaded_twice(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """The stream opens as the list's first load is on its way: a change it tells then,
+    which that load shows, asks for no second load (only one it does not show would)."""
+    operation = create_operation(ui_services, "ada", subject=("job", "job-early"))
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    page.add_init_script(
+        "window.heard = 0; addEventListener('live:operation', () => { window.heard += 1; });"
+    )
+    held: list[Route] = []
+    page.route(
+        "**/api/operations?*", lambda route: held.append(route) if not held else route.continue_()
+    )
+    polls = timed_requests(page, "/api/operations")
+    sign_in(page, ui_gateway, "ada")  # lands on /operations
+    wait_for_count(page, held, 1)
+    heartbeat(ui_services, claimed, 40)
+    page.wait_for_function("window.heard > 0")
+    held[0].continue_()
+    running = card(page, operation.id)
+    expect(page.get_by_label("Progress of Strategy snapshot for job job-early")).to_have_attribute(
+        "value", "40"
+    )
+    expect(running.locator(".state")).to_have_text("Running")
+    page.wait_for_timeout(1000)
+    assert len(polls) == 1, f"loads: {[request.url for request in polls]}"
+
+
 def test_when_the_long_poll_fails_the_list_polls_fast_while_one_is_live(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:

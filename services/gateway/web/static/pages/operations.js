@@ -272,10 +272,16 @@ export function mount(main) {
     targetShown = true;
   }
 
+  // Changes the stream told while a poll was on its way (it also tells those made just
+  // before the page opened): that poll's answer may show them already, so each is looked
+  // at once the answer is shown, and only one it does not show asks for another poll.
+  let heardWhileLoading = null;
+
   // One poll; answers the delay before the next: short while any shown operation is live.
   async function load() {
     const query = new URLSearchParams({ page_size: String(limit) });
     if (filter.value) query.set("state", filter.value);
+    heardWhileLoading = [];
     try {
       const page = await api(`/api/operations?${query}`);
       // Names that take long arrive with a later poll: the list never waits on them.
@@ -283,12 +289,18 @@ export function mount(main) {
       names = await Promise.race([naming, new Promise((resolve) => setTimeout(() => resolve(names), NAMES_WAIT_MS))]);
       render(page);
       await showTarget(page.items);
+      const loaded = new Map(page.items.map((operation) => [operation.id, operation.updated_at]));
+      for (const operation of heardWhileLoading) {
+        if (loaded.get(operation.id) !== operation.updated_at) showChange(operation);
+      }
       const streamed = liveOpen();
       const unfollowed = page.items.filter((operation) => isLive(operation) && !streamed && !follower.follow(operation));
       return unfollowed.length > 0 ? OPERATIONS_LIVE_POLL_MS : OPERATIONS_POLL_MS;
     } catch (error) {
       showError(error);
       return OPERATIONS_POLL_MS;
+    } finally {
+      heardWhileLoading = null; // after a failure the next poll reads them all
     }
   }
 
@@ -392,12 +404,16 @@ export function mount(main) {
   // cancel's outcome) or an operation the list does not show yet reloads the list.
   window.addEventListener(LIVE_OPERATION, (event) => {
     const { operation } = event.detail;
+    if (heardWhileLoading) heardWhileLoading.push(operation);
+    else showChange(operation);
+  });
+  function showChange(operation) {
     const shown = cards.get(operation.id);
     if (shown && !TERMINAL_STATES.has(operation.state)) {
       updateCard(shown, operation, handlers, nameFrom(names, operation.subject));
     } else {
       poller.refresh();
     }
-  });
+  }
   const poller = visiblePoller(load, OPERATIONS_POLL_MS);
 }
