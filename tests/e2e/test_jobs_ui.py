@@ -325,6 +325,20 @@ def test_without_pro_the_refusal_is_shown(page: Page, ui_gateway: LiveGateway) -
     expect(job.get_by_role("alert")).to_contain_text("Pro")
 
 
+def test_a_page_whose_module_did_not_load_says_so_and_offers_a_reload(
+    page: Page, ui_gateway: LiveGateway
+) -> None:
+    dev_sign_in(page, ui_gateway.url, "carol")
+    page.route("**/static/pages/jobs.js", lambda route: route.abort("connectionreset"))
+    page.goto(f"{ui_gateway.url}/jobs")
+    failed = page.get_by_role("alert")
+    expect(failed).to_contain_text("This page could not load.")
+    page.unroute("**/static/pages/jobs.js")
+    failed.get_by_role("button", name="Reload").click()
+    expect(page.get_by_role("form", name="Add a job posting")).to_be_visible()
+    expect(page.get_by_role("alert")).to_have_count(0)
+
+
 def test_past_the_daily_budget_the_page_says_when_it_renews(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:

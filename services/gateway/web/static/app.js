@@ -2,6 +2,7 @@
 
 import { post } from "./api.js";
 import { startBell } from "./bell.js";
+import { h } from "./dom.js";
 import { AUTH_EXPIRED } from "./events.js";
 import { startLive } from "./live.js";
 
@@ -39,9 +40,20 @@ window.addEventListener("pageshow", (event) => {
 
 if (meta("ops-signed-in") === "true") startShell();
 
+// A page whose module did not load (a dropped connection, a deploy under way) would
+// otherwise stay empty: the user is told, and offered the reload that fetches it again.
+function showPageFailed(main) {
+  const reload = h("button", { type: "button", class: "button", onclick: () => window.location.reload() }, "Reload");
+  main.prepend(h("div", { class: "form-error", role: "alert" }, h("p", {}, "This page could not load."), reload));
+}
+
 const page = document.body.dataset.page;
 if (page && /^[a-z0-9-]+$/.test(page)) {
+  const main = document.getElementById("main");
   import(`./pages/${page}.js`)
-    .then((module) => module.mount(document.getElementById("main")))
-    .catch((error) => console.error(`page ${page} failed to start`, error));
+    .then((module) => module.mount(main))
+    .catch((error) => {
+      console.error(`page ${page} failed to start`, error);
+      showPageFailed(main);
+    });
 }
