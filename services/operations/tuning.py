@@ -26,8 +26,9 @@ class Tuning:
     tick (``watch.CANCEL``: figure 8's statements per second)."""
 
     sweep_interval_seconds: float = 1.0
-    """How often the sweeper looks for expired leases, passed deadlines and due retries;
-    leases are 5 s at the least, so a second is fine-grained enough."""
+    """How often the sweeper looks for expired leases, passed deadlines, due retries and
+    scheduled operations now due (ADR 0050: they start at most this long after their
+    ``not_before``); leases are 5 s at the least, so a second is fine-grained enough."""
 
     retention_interval_seconds: float = 3600.0
     """How often the periodic prune runs (when ``OPS_RETENTION_DAYS`` is set); retention

@@ -137,6 +137,9 @@ class UserOperation(Owned, Base):
     # Claimable from (ADR 0046): the create's ``not_before``, else its creation. The claim
     # orders a priority's line by it, so a scheduled operation joins the line when due.
     not_before: Mapped[datetime] = mapped_column(UtcDateTime)
+    # A queued operation scheduled for later stays out of the claim's line until this
+    # moment, when the sweeper clears it (ADR 0050): the claim never walks over it.
+    held_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
     # Its turn within its priority (ADR 0049): a virtual start tag given at create, so the
     # claim serves owners in turn; with fairness off, its due time in µs (first due, first out).
     fair_tag: Mapped[int] = mapped_column(BigInteger)
@@ -172,11 +175,14 @@ class UserOperation(Owned, Base):
 
     __table_args__ = (
         UniqueConstraint("owner_user_id", "task_type", "idempotency_key"),
-        # The claim walks this index in its ORDER BY: queued, highest priority, then each
-        # owner's turn (ADR 0049), the one due longest first among equal turns.
+        # The claim walks this index in its ORDER BY: queued and in line (not held for
+        # later, ADR 0050), highest priority, then each owner's turn (ADR 0049), the one
+        # due longest first among equal turns. The sweeper finds the held rows now due
+        # by its first two columns.
         Index(
             "ix_user_operations_claim",
             "state",
+            "held_until",
             text("priority DESC"),
             "fair_tag",
             "not_before",

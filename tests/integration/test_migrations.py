@@ -204,7 +204,13 @@ def _claim_index_keys(connection: Connection) -> list[tuple[str, bool]]:
     return [(row.column_name, row.collation == "D") for row in rows]
 
 
-CLAIM_KEYS = [("state", False), ("priority", True), ("fair_tag", False), ("not_before", False)]
+CLAIM_KEYS = [
+    ("state", False),
+    ("held_until", False),
+    ("priority", True),
+    ("fair_tag", False),
+    ("not_before", False),
+]
 
 
 def test_upgrade_downgrade_upgrade(fresh_url: str) -> None:

@@ -1,8 +1,9 @@
 """Scheduled operations (issue 37 point 2, ADR 0046) through the real services, both engines.
 
-Time moves only by ``ManualClock.advance``: an operation scheduled for ``t`` is never
-claimed while the clock reads before ``t``, and a claim waiting when ``t`` passes is
-answered by the next claim poll (0.05 s), long before its own wait runs out.
+Time moves only by ``ManualClock.advance``, and the sweeper runs only when a test calls
+``services.sweep()``: an operation scheduled for ``t`` is held out of the claim's line
+and never claimed while the clock reads before ``t``; the first sweep after ``t`` lets it
+in (ADR 0050), and a claim waiting then is woken by it, long before its own wait runs out.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ JOB = {"title": "Engineer", "company": "Acme", "description": JOB_TEXT}
 
 
 def test_a_scheduled_operation_is_queued_but_never_claimed_before_its_time(
-    clock: ManualClock, ops: OpsClient
+    clock: ManualClock, services: Services, ops: OpsClient
 ) -> None:
     due = clock() + timedelta(minutes=5)
     created = ops.create(ALICE, "later", not_before=due)
@@ -39,8 +40,10 @@ def test_a_scheduled_operation_is_queued_but_never_claimed_before_its_time(
     assert created.not_before.ToDatetime().replace(tzinfo=due.tzinfo) == due
     assert ops.claim() is None
     clock.advance(299.9)
+    assert services.sweep().promoted == 0  # not due yet: still held
     assert ops.claim() is None
     clock.advance(0.1)
+    assert services.sweep().promoted == 1  # due: let into the claim's line
     lease = ops.claim_one()
     assert lease.id == created.id
     assert lease.operation.not_before == created.not_before  # the owner still sees it
@@ -52,32 +55,35 @@ def test_an_operation_without_not_before_shows_none(ops: OpsClient) -> None:
     assert ops.claim_one().id == created.id
 
 
-def test_a_waiting_claim_takes_it_within_one_poll_of_its_time(
-    clock: ManualClock, ops: OpsClient, pool: ThreadPoolExecutor
+def test_a_waiting_claim_takes_it_at_the_first_sweep_after_its_time(
+    clock: ManualClock, services: Services, ops: OpsClient, pool: ThreadPoolExecutor
 ) -> None:
     created = ops.create(ALICE, "soon", not_before=clock() + timedelta(seconds=30))
     waiting = pool.submit(ops.claim, wait_seconds=WAIT_SECONDS)
     time.sleep(0.5)  # ten claim polls: none may take it early
+    services.sweep()
     assert not waiting.done()
     clock.advance(30)
-    advanced = time.monotonic()
+    services.sweep()
+    swept = time.monotonic()
     lease = waiting.result(timeout=WAIT_SECONDS)
-    answered_after = time.monotonic() - advanced
+    answered_after = time.monotonic() - swept
     assert lease is not None
     assert lease.id == created.id
-    # Answered by a poll, not by the end of the wait (a functional bound; the figure is
-    # one claim poll, 0.05 s).
+    # Woken by the sweep, not by the end of the wait (a functional bound; the figure is
+    # the sweep interval, 1 s, after its time).
     assert answered_after < WAIT_SECONDS / 2
 
 
 def test_a_due_scheduled_operation_joins_its_priority_line_at_its_time(
-    clock: ManualClock, ops: OpsClient
+    clock: ManualClock, services: Services, ops: OpsClient
 ) -> None:
     scheduled = ops.create(ALICE, "at-10", not_before=clock() + timedelta(seconds=10))
     clock.advance(5)
     earlier = ops.create(BOB, "at-5")  # due before the scheduled one: goes first
     clock.advance(10)
     alices_next = ops.create(ALICE, "at-15")  # alice's next turn is after her scheduled one
+    services.sweep()
     taken = [ops.claim_one().id for _ in range(3)]
     assert taken == [earlier.id, scheduled.id, alices_next.id]
 

@@ -290,6 +290,7 @@ def test_a_scheduled_analysis_draws_on_the_budget_of_the_day_it_runs(
     assert int(retry_after) == 36 * 3600  # noon today to the end of tomorrow
 
     clock.advance(24 * 3600)
+    services.sweep()  # its time came: in the claim's line
     lease = ops.claim_one(SNAPSHOT)
     assert lease.id == admitted.id
     _settle(ops, lease, _used(300, 200, 900), ops_pb.CompleteOperationRequest(provenance=LOCAL))

@@ -18,16 +18,19 @@ from typing import Any
 from sqlalchemy import Update, bindparam, func, select, update
 
 from durable_ops.model import bounds, fairness, lifecycle
-from durable_ops.storage.operations.rows import OPS, ROWS_MAX
+from durable_ops.storage.operations.rows import OPS, ROWS_MAX, in_line
 from durable_ops.storage.per_row import per_row, row_ids
 from durable_ops.storage.tx import Tx
 
 _QUEUED = OPS.c.state == lifecycle.CREATED.state
-_NEXT_LEVEL = select(func.max(OPS.c.priority)).where(_QUEUED, OPS.c.priority < bindparam("below"))
+_NEXT_LEVEL = select(func.max(OPS.c.priority)).where(
+    _QUEUED, in_line(), OPS.c.priority < bindparam("below")
+)
 _HEAD = (
     select(OPS.c.id, OPS.c.priority, OPS.c.base_priority, OPS.c.not_before)
     .where(
         _QUEUED,
+        in_line(),
         OPS.c.priority == bindparam("level"),
         OPS.c.not_before <= bindparam("waited_since"),
     )

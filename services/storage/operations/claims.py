@@ -44,6 +44,7 @@ from durable_ops.storage.operations.rows import (
     deadline_open,
     detached,
     hash_token,
+    in_line,
     recognise,
 )
 from durable_ops.storage.per_row import per_row, row_ids
@@ -57,6 +58,7 @@ NO_LIMITS: Mapping[str, Concurrency] = {}
 
 _CLAIMABLE = (
     OPS.c.state == bindparam("from_state"),
+    in_line(),  # a row held for later is not even walked over (ADR 0050)
     OPS.c.task_type.in_(bindparam("task_types", expanding=True)),
     deadline_open(),
     OPS.c.not_before <= bindparam("now"),  # a scheduled operation is due (ADR 0046)

@@ -19,7 +19,7 @@ from durable_ops.model.states import Privacy
 from durable_ops.storage import retention
 from durable_ops.storage.events import Changed, publish
 from durable_ops.storage.operations.reads import find_by_key
-from durable_ops.storage.operations.rows import OPS, detached, new_id, recognise
+from durable_ops.storage.operations.rows import OPS, detached, in_line, new_id, recognise
 from durable_ops.storage.schema import OwnerShare, UserOperation
 from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
 
@@ -106,6 +106,7 @@ _TURN_INPUTS = select(
     select(OPS.c.fair_tag)
     .where(
         OPS.c.state == lifecycle.CREATED.state,
+        in_line(),
         OPS.c.priority == bindparam("priority"),
         OPS.c.not_before <= bindparam("now"),
     )
@@ -176,6 +177,7 @@ def create(
         deadline_at=request.deadline_at,
         created_at=now,
         not_before=due,
+        held_until=due if due > now else None,  # out of the claim's line till then
         fair_tag=turn,
         concurrency_key=request.concurrency_key or None,
         updated_at=now,
@@ -202,7 +204,7 @@ def create(
             raise Conflict(KEY_USED_FOR_ANOTHER_REQUEST)
         raise pruned(tombstone.final_state, tombstone.finished_at)
     recognise(values["id"])  # a fresh random id: only this INSERT wrote it
-    scheduled = values["not_before"] > now
+    scheduled = values["held_until"] is not None
     publish(
         Changed(
             values["id"],

@@ -19,6 +19,7 @@ from durable_ops.storage.operations.rows import (
     OWNED,
     S,
     deadline_open,
+    in_line,
     one,
     operation,
 )
@@ -121,6 +122,7 @@ _CLAIMABLE_KINDS = (
     select(OPS.c.state, OPS.c.task_type)
     .where(
         OPS.c.state.in_([move.source.value for move in lifecycle.CLAIMS.values()]),
+        in_line(),
         deadline_open(),
         OPS.c.not_before <= bindparam("now"),
         not_paused(),

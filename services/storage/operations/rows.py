@@ -1,9 +1,10 @@
-"""The operation table's shared vocabulary: rows, facts, the two guards, recognition.
+"""The operation table's shared vocabulary: rows, facts, the guards, recognition.
 
 Every writer of the aggregate builds on these, so each is said once:
 
 - ``lease_live``: the row is running under a lease that has not run out;
 - ``deadline_open``: the row has no deadline or it lies ahead;
+- ``in_line``: the row is not held out of the claim's line until its time;
 - ``recognise``: how a writer tells ``db.on_unknown_commit`` what its COMMIT
   left behind, should the COMMIT's connection be lost (ADR 0017).
 """
@@ -39,6 +40,11 @@ ROWS_MAX = 100
 def lease_live() -> ColumnElement[bool]:
     """Running, under a lease that has not run out at ``:now``."""
     return (OPS.c.state == S.RUNNING) & (OPS.c.lease_expires_at > bindparam("now"))
+
+
+def in_line() -> ColumnElement[bool]:
+    """Not held out of the claim's line as scheduled for later (ADR 0050)."""
+    return OPS.c.held_until.is_(None)
 
 
 def deadline_open() -> ColumnElement[bool]:

@@ -1,5 +1,6 @@
 """The sweeper's transitions: leases that ran out, deadlines that passed, retries now due;
-and the aging of queued priorities (``aging``, ADR 0049).
+scheduled operations let into the claim's line at their time (ADR 0050); and the aging of
+queued priorities (``aging``, ADR 0049).
 
 The rows are read locked, skipping rows a claim or a settlement holds (the
 next sweep finds them if they are still due), decided (``Event.SWEEP``) and
@@ -42,13 +43,20 @@ _PROMOTE_DUE_RETRIES = (
     # The attempt is not written: REQUEUE does not start one (a test ties the two).
     .values(state=lifecycle.REQUEUE.target, next_attempt_at=None, updated_at=bindparam("now"))
 )
+# A seek on the claim index's first two columns: the held rows now due, not every held one.
+# Nothing the owner sees changes (the operation was and stays queued): no ``updated_at``.
+_LET_DUE_INTO_LINE = (
+    update(OPS)
+    .where(OPS.c.state == lifecycle.CREATED.state, OPS.c.held_until <= bindparam("now"))
+    .values(held_until=None)
+)
 
 
 @dataclass
 class SweepReport:
     expired_leases: int = 0
     deadlines: int = 0
-    promoted: int = 0
+    promoted: int = 0  # due retries queued again, and scheduled operations now in line
     aged: int = 0  # queued operations whose priority rose with their wait (ADR 0049)
 
     @property
@@ -62,13 +70,15 @@ class SweepReport:
 
 
 def sweep(tx: Tx, now: datetime) -> SweepReport:
-    """Expire leases, fail passed deadlines closed, make due retries claimable."""
+    """Expire leases, fail passed deadlines closed, make due retries and scheduled
+    operations claimable."""
     if tx.owner_id is not None:
         raise ScopeViolation("the sweeper runs in the neutral scope")
     report = SweepReport(
         expired_leases=_sweep(tx, _EXPIRED_LEASES, now),
         deadlines=_sweep(tx, _PAST_DEADLINE, now),
-        promoted=tx.write(_PROMOTE_DUE_RETRIES, {"now": now}),
+        promoted=tx.write(_PROMOTE_DUE_RETRIES, {"now": now})
+        + tx.write(_LET_DUE_INTO_LINE, {"now": now}),
         aged=aging.age(tx, now),
     )
     if report.promoted:
