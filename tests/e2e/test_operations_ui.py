@@ -7,7 +7,7 @@ import itertools
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from pathlib import Path
 
 import pytest
@@ -85,9 +85,7 @@ def gaps_ms(requests: list[Request]) -> list[float]:
     return [later - earlier for earlier, later in itertools.pairwise(starts)]
 
 
-def wait_for_count(
-    page: Page, seen: list[str] | list[Request], expected: int, timeout_ms: int = 5000
-) -> None:
+def wait_for_count(page: Page, seen: Sized, expected: int, timeout_ms: int = 5000) -> None:
     for _ in range(timeout_ms // 50):
         if len(seen) >= expected:
             return
