@@ -170,6 +170,18 @@ def a_claim_passes_over_a_passed_deadline_and_only_the_neutral_scope_claims(db: 
         store.owned(lambda tx: operations.claim(tx, [store.task], LEASE, NOW))
 
 
+def a_scheduled_operation_waits_out_of_line_until_a_sweep_at_its_time(db: Database) -> None:
+    store = Store(db)
+    due = NOW + timedelta(minutes=5)
+    later = store.create(not_before=due)
+    assert store.claim(due) == []  # due by the claimer's clock, but held out of the line
+    store.neutral(lambda tx: operations.sweep(tx, due - timedelta(seconds=1)))
+    assert store.claim(due) == []  # a sweep before its time leaves it held
+    store.neutral(lambda tx: operations.sweep(tx, due))
+    assert store.claim(due - timedelta(seconds=1)) == []  # a claimer whose clock is behind
+    assert [claim.operation.id for claim in store.claim(due)] == [later.id]
+
+
 # ---- leases -----------------------------------------------------------------------------
 
 
@@ -402,6 +414,7 @@ CASES: list[Callable[[Database], None]] = [
     claim_takes_the_top_priority_then_the_oldest,
     a_claim_batch_gives_each_its_own_lease,
     a_claim_passes_over_a_passed_deadline_and_only_the_neutral_scope_claims,
+    a_scheduled_operation_waits_out_of_line_until_a_sweep_at_its_time,
     a_beat_extends_only_a_live_lease_of_its_owner,
     a_beat_after_a_cancel_says_so_and_still_extends,
     a_result_is_published_only_under_a_live_uncancelled_lease,
