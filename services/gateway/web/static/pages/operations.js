@@ -273,8 +273,9 @@ export function mount(main) {
   }
 
   // Changes the stream told while a poll was on its way (it also tells those made just
-  // before the page opened): that poll's answer may show them already, so each is looked
-  // at once the answer is shown, and only one it does not show asks for another poll.
+  // before the page opened): that poll's answer may show them already, or a later version,
+  // so each is looked at once the answer is shown, and only one newer than the answer's, or
+  // of an operation it does not show, is shown or asks for another poll.
   let heardWhileLoading = null;
 
   // One poll; answers the delay before the next: short while any shown operation is live.
@@ -291,7 +292,8 @@ export function mount(main) {
       await showTarget(page.items);
       const loaded = new Map(page.items.map((operation) => [operation.id, operation.updated_at]));
       for (const operation of heardWhileLoading) {
-        if (loaded.get(operation.id) !== operation.updated_at) showChange(operation);
+        const shown = loaded.get(operation.id); // fixed-width RFC 3339: the text orders as the time
+        if (shown === undefined || operation.updated_at > shown) showChange(operation);
       }
       const streamed = liveOpen();
       const unfollowed = page.items.filter((operation) => isLive(operation) && !streamed && !follower.follow(operation));
