@@ -8,12 +8,13 @@ the number of open streams or waiting claims. A failed poll is logged once and
 tried again on the next tick.
 
 A question can grow slow: the claim poll's reads every claimable row, and a
-backlog no claim here can take (a paused type, operations scheduled for later,
-a type whose workers are away) may be large: 24 ms at 10,000 rows and 115 ms at
-50,000 on MariaDB here. A poll therefore rests at least ``REST_PER_POLL_SECOND``
-times as long as it took, so it holds the database at most a fifth of the time
-whatever the backlog; what it finds is picked up later by as much (figure 8's
-create-to-claimed p50, 50 ms at most, is met while a poll takes under 12 ms).
+backlog no claim here can take (a paused type, a type whose workers are away;
+operations scheduled for later are held out of it, ADR 0050) may be large:
+24 ms at 10,000 rows and 115 ms at 50,000 on MariaDB here. A poll therefore
+rests at least ``REST_PER_POLL_SECOND`` times as long as it took, so it holds
+the database at most a fifth of the time whatever the backlog; what it finds
+is picked up later by as much (figure 8's create-to-claimed p50, 50 ms at
+most, is met while a poll takes under 12 ms).
 """
 
 from __future__ import annotations
