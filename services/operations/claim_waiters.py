@@ -147,13 +147,15 @@ class ClaimWaiters(SharedPoll):
 
     async def _poll(self) -> bool:
         # Only a claim that found nothing and waits needs the poll: one about to try (or
-        # trying) will see what is there. The question reads every claimable row, so a
-        # poll asked while claims drain a backlog cost that drain a sixth of its time.
-        if not any(waiter._waiting and not waiter._woken.is_set() for waiter in self._waiters):
+        # trying) will see what is there, and a poll asked while claims drain a backlog
+        # would only slow the drain.
+        idle = [w for w in self._waiters if w._waiting and not w._woken.is_set()]
+        if not idle:
             return False
         now = self._clock()
+        kinds = frozenset().union(*(waiter.kinds for waiter in idle))
         found = await self._db.run_async(
-            lambda tx: operations.claimable_kinds(tx, now), owner_id=None, write=False
+            lambda tx: operations.claimable_kinds(tx, now, kinds), owner_id=None, write=False
         )
         for kind in found:  # one claim each: a full batch wakes the next (``took``)
             self._deal_one(kind)

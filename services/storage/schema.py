@@ -175,12 +175,23 @@ class UserOperation(Owned, Base):
 
     __table_args__ = (
         UniqueConstraint("owner_user_id", "task_type", "idempotency_key"),
-        # The claim walks this index in its ORDER BY: queued and in line (not held for
-        # later, ADR 0050), highest priority, then each owner's turn (ADR 0049), the one
-        # due longest first among equal turns. The sweeper finds the held rows now due
-        # by its first two columns.
+        # The claim walks this index in its ORDER BY, one task type at a time (ADR 0051):
+        # queued and in line (not held for later, ADR 0050), of the type, highest
+        # priority, then each owner's turn (ADR 0049), the one due longest first among
+        # equal turns. The sweeper finds the held rows now due by its first two columns.
         Index(
             "ix_user_operations_claim",
+            "state",
+            "held_until",
+            "task_type",
+            text("priority DESC"),
+            "fair_tag",
+            "not_before",
+        ),
+        # The queue across task types, in the claim's order: a create's turn reads the
+        # head of its priority here (ADR 0049), aging the levels and their heads.
+        Index(
+            "ix_user_operations_queue",
             "state",
             "held_until",
             text("priority DESC"),

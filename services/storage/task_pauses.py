@@ -2,11 +2,12 @@
 
 An operator pauses a task type (``opsctl tasks pause TYPE``): a row in
 ``paused_task_types``, with who and when. The claim's own statement leaves out
-every paused type (``NOT_PAUSED``, a subquery on this small table: no statement
-is added to a claim), and so does the claim poll, so a waiting claim is not woken
-for work it may not take. A running operation is not touched: it finishes, and
-what it would retry waits, queued, until ``resume`` deletes the row. Admission
-refuses a new analysis of a paused type (``is_paused``).
+every paused type (``unless_paused``, a subquery on this small table: no
+statement is added to a claim, and no row of the type is read), and so does the
+claim poll, so a waiting claim is not woken for work it may not take. A running
+operation is not touched: it finishes, and what it would retry waits, queued,
+until ``resume`` deletes the row. Admission refuses a new analysis of a paused
+type (``is_paused``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import ColumnElement, Table, bindparam, delete, insert, select
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    ScalarSelect,
+    Table,
+    bindparam,
+    delete,
+    exists,
+    insert,
+    select,
+)
 
 from durable_ops.model import bounds
 from durable_ops.storage.events import Requeued, publish
@@ -27,8 +38,19 @@ OPS = cast(Table, UserOperation.__table__)
 
 
 def not_paused() -> ColumnElement[bool]:
-    """The operation's task type is not paused: the claim's and the claim poll's guard."""
+    """The operation's task type is not paused: a claim's guard on a row it picks by id."""
     return OPS.c.task_type.not_in(select(PAUSED.c.task_type).scalar_subquery())
+
+
+def unless_paused(task_type: BindParameter[str]) -> ScalarSelect[str]:
+    """``task_type``, or NULL when it is paused: the claim's and the claim poll's guard.
+
+    Compared with the operation's type, it is the key of the claim index's seek,
+    answered once before any row is read, so a paused type's backlog is not
+    walked (ADR 0051); a guard on each row would read every one of them.
+    """
+    paused = exists().where(PAUSED.c.task_type == task_type)
+    return select(task_type).where(~paused).scalar_subquery()
 
 
 _PAUSE = insert(PAUSED).values(

@@ -27,7 +27,17 @@ from durable_ops.storage.db import create_db_engine
 from durable_ops.storage.schema import Base, OperationAttempt, UserNotification, UserOperation
 from tests.conftest import MakeDatabase
 
-CLAIM_INDEX = "ix_user_operations_claim"
+QUEUE_KEYS = [("priority", True), ("fair_tag", False), ("not_before", False)]
+# The indexes with a DESC key part, and their keys (name, descending), read from the engine.
+DESC_INDEXES = {
+    "ix_user_operations_claim": [
+        ("state", False),
+        ("held_until", False),
+        ("task_type", False),
+        *QUEUE_KEYS,
+    ],
+    "ix_user_operations_queue": [("state", False), ("held_until", False), *QUEUE_KEYS],
+}
 STRICT_TABLES = (
     "user_operations",
     "user_notifications",
@@ -124,8 +134,8 @@ def _columns(connection: Connection, table: str) -> list[str]:
 
 
 def _ignore_desc_index(obj: object, name: str | None, type_: str, *_: object) -> bool:
-    # Alembic cannot reflect a DESC key part; the claim index is checked directly below.
-    return not (type_ == "index" and name == CLAIM_INDEX)
+    # Alembic cannot reflect a DESC key part; these indexes are checked directly below.
+    return not (type_ == "index" and name in DESC_INDEXES)
 
 
 def _check_names(connection: Connection) -> set[tuple[str, str]]:
@@ -189,28 +199,19 @@ def _drift(connection: Connection) -> set[tuple[str, str, str]]:
     return found
 
 
-def _claim_index_keys(connection: Connection) -> list[tuple[str, bool]]:
-    """The claim index's key parts and whether each is descending, read from the engine."""
+def _index_keys(connection: Connection, index: str) -> list[tuple[str, bool]]:
+    """An index's key parts and whether each is descending, read from the engine."""
     if connection.dialect.name == "sqlite":
-        rows = connection.execute(text(f"PRAGMA index_xinfo({CLAIM_INDEX})")).all()
+        rows = connection.execute(text(f"PRAGMA index_xinfo({index})")).all()
         return [(row.name, row.desc == 1) for row in rows if row.key]
     rows = connection.execute(
         text(
             "SELECT column_name, collation FROM information_schema.statistics "
             "WHERE table_schema = DATABASE() AND index_name = :name ORDER BY seq_in_index"
         ),
-        {"name": CLAIM_INDEX},
+        {"name": index},
     ).all()
     return [(row.column_name, row.collation == "D") for row in rows]
-
-
-CLAIM_KEYS = [
-    ("state", False),
-    ("held_until", False),
-    ("priority", True),
-    ("fair_tag", False),
-    ("not_before", False),
-]
 
 
 def test_upgrade_downgrade_upgrade(fresh_url: str) -> None:
@@ -230,10 +231,11 @@ def test_no_drift_between_models_and_migrated_database(
     assert _drift(connect(db_url)) == set()
 
 
-def test_claim_index_orders_priority_descending(
-    db_url: str, connect: Callable[[str], Connection]
+@pytest.mark.parametrize("index", sorted(DESC_INDEXES))
+def test_queue_indexes_order_priority_descending(
+    db_url: str, connect: Callable[[str], Connection], index: str
 ) -> None:
-    assert _claim_index_keys(connect(db_url)) == CLAIM_KEYS
+    assert _index_keys(connect(db_url), index) == DESC_INDEXES[index]
 
 
 Drift = Callable[[Operations], None]
@@ -421,7 +423,7 @@ def test_a_new_add_column_revision_round_trips(
     """A copy of the migrations plus a later revision: upgrade, downgrade, upgrade.
 
     On SQLite the downgrade rebuilds ``user_operations``; the rows, the
-    notification's reference to its operation and the claim index's DESC key
+    notification's reference to its operation and the queue indexes' DESC keys
     must all survive that.
     """
     scripts = tmp_path / "migrations"
@@ -444,14 +446,14 @@ def test_a_new_add_column_revision_round_trips(
     assert state() == (migrate.head_revision(), False)
     assert _notification_operation(connection) == OPERATION_ID
     with connection.begin():
-        assert _claim_index_keys(connection) == CLAIM_KEYS
+        assert {name: _index_keys(connection, name) for name in DESC_INDEXES} == DESC_INDEXES
         assert _drift(connection) == set()
 
     migrate.upgrade(fresh_url, script_location=scripts)
     assert state() == ("9999_throwaway", True)
     assert _notification_operation(connection) == OPERATION_ID
     with connection.begin():
-        assert _claim_index_keys(connection) == CLAIM_KEYS
+        assert {name: _index_keys(connection, name) for name in DESC_INDEXES} == DESC_INDEXES
         assert _drift(connection) == {("remove_column", "user_operations", "throwaway_note")}
 
 

@@ -60,18 +60,21 @@ class Store:
     def neutral(self, work: Callable[[Tx], T]) -> T:
         return self.db.run(work, owner_id=None)
 
-    def create(self, at: datetime = NOW, **fields: Any) -> UserOperation:
+    def create(self, at: datetime = NOW, task: str = "", **fields: Any) -> UserOperation:
         self._keys += 1
         fields.setdefault("max_attempts", 2)
-        request = operations.CreateRequest(self.task, f"k{self._keys}", "job", "j", **fields)
+        request = operations.CreateRequest(
+            task or self.task, f"k{self._keys}", "job", "j", **fields
+        )
         row, created = self.owned(lambda tx: operations.create(tx, request, at))
         assert created
         return row
 
-    def claim(self, at: datetime = NOW, limit: int = 1, **how: Any) -> list[operations.Claim]:
-        return self.neutral(
-            lambda tx: operations.claim(tx, [self.task], LEASE, at, limit=limit, **how)
-        )
+    def claim(
+        self, at: datetime = NOW, limit: int = 1, tasks: list[str] | None = None, **how: Any
+    ) -> list[operations.Claim]:
+        named = tasks or [self.task]
+        return self.neutral(lambda tx: operations.claim(tx, named, LEASE, at, limit=limit, **how))
 
     def claimed(self, at: datetime = NOW) -> operations.Claim:
         (claim,) = self.claim(at)
@@ -160,6 +163,24 @@ def a_claim_batch_gives_each_its_own_lease(db: Database) -> None:
         assert (row.state, row.attempt) == (S.RUNNING, 1)
         assert row.lease_expires_at == NOW + timedelta(seconds=LEASE)
         assert [a.attempt for a in store.attempts(row.id)] == [1]
+
+
+def a_claim_of_several_types_takes_their_top_priority_and_no_other_type(db: Database) -> None:
+    store = Store(db)
+    other, unnamed = f"{store.task}-b", f"{store.task}-c"
+    low = store.create(NOW - timedelta(seconds=5))
+    high = store.create(task=other, priority=5)
+    middle = store.create(task=other, priority=3)
+    store.create(task=unnamed, priority=9)
+    asked = [store.task, other, store.task]  # a type named twice is one type
+    due = {(S.QUEUED.value, store.task), (S.QUEUED.value, other), (S.QUEUED.value, unnamed)}
+    assert store.neutral(lambda tx: operations.claimable_kinds(tx, NOW, due)) == due
+    taken = store.claim(limit=2, tasks=asked)
+    assert [claim.operation.id for claim in taken] == [high.id, middle.id]
+    assert [claim.operation.id for claim in store.claim(limit=5, tasks=asked)] == [low.id]
+    assert store.claim(limit=5, tasks=asked) == []
+    left = store.neutral(lambda tx: operations.claimable_kinds(tx, NOW, due))
+    assert left == {(S.QUEUED.value, unnamed)}
 
 
 def a_claim_passes_over_a_passed_deadline_and_only_the_neutral_scope_claims(db: Database) -> None:
@@ -413,6 +434,7 @@ CASES: list[Callable[[Database], None]] = [
     create_is_deduplicated_by_the_owners_key,
     claim_takes_the_top_priority_then_the_oldest,
     a_claim_batch_gives_each_its_own_lease,
+    a_claim_of_several_types_takes_their_top_priority_and_no_other_type,
     a_claim_passes_over_a_passed_deadline_and_only_the_neutral_scope_claims,
     a_scheduled_operation_waits_out_of_line_until_a_sweep_at_its_time,
     a_beat_extends_only_a_live_lease_of_its_owner,

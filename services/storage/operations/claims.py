@@ -1,10 +1,12 @@
 """The claim: the best claimable rows, each under a fresh lease token.
 
 Three statements for a batch: ``SELECT … ORDER BY priority DESC, fair_tag,
-not_before LIMIT n FOR UPDATE SKIP LOCKED`` walks the claim index (ADRs 0001,
-0046, 0049), so
+not_before LIMIT n FOR UPDATE SKIP LOCKED`` per task type the claim names
+walks that type's part of the claim index (ADRs 0001, 0046, 0049, 0051), so
 concurrent claims take different rows instead of queueing on the head of the
-queue; one UPDATE of the rows it locked, each given its own token hash
+queue, and a backlog of a type the claim does not name is never read; a claim
+of several types is one statement, the ``UNION ALL`` of those SELECTs, ordered
+and limited again; one UPDATE of the rows it locked, each given its own token hash
 (``CASE id``); one multi-row INSERT of their attempts. Only the hash of a
 token is stored. (SQLite has no row locks: its writers hold the database lock
 from ``BEGIN IMMEDIATE``, so the same statements are safe.)
@@ -22,13 +24,23 @@ from __future__ import annotations
 
 import random
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Row, Select, Update, bindparam, func, select, update
+from sqlalchemy import (
+    ColumnElement,
+    CompoundSelect,
+    Row,
+    Select,
+    Update,
+    bindparam,
+    func,
+    select,
+    update,
+)
 
 from durable_ops.model import bounds, lifecycle
 from durable_ops.model.concurrency_limits import Concurrency
@@ -45,6 +57,8 @@ from durable_ops.storage.operations.rows import (
     detached,
     hash_token,
     in_line,
+    of_type,
+    one_statement,
     recognise,
 )
 from durable_ops.storage.per_row import per_row, row_ids
@@ -59,10 +73,8 @@ NO_LIMITS: Mapping[str, Concurrency] = {}
 _CLAIMABLE = (
     OPS.c.state == bindparam("from_state"),
     in_line(),  # a row held for later is not even walked over (ADR 0050)
-    OPS.c.task_type.in_(bindparam("task_types", expanding=True)),
     deadline_open(),
     OPS.c.not_before <= bindparam("now"),  # a scheduled operation is due (ADR 0046)
-    not_paused(),  # an operator's pause (ADR 0047): a subquery, not a statement more
 )
 # Priorities strict; within one, each owner's turn (ADR 0049), then the one due longest.
 _QUEUE_ORDER = (OPS.c.priority.desc(), OPS.c.fair_tag, OPS.c.not_before)
@@ -70,40 +82,65 @@ _QUEUE_ORDER = (OPS.c.priority.desc(), OPS.c.fair_tag, OPS.c.not_before)
 _NOT_TAKEN = OPS.c.id.not_in(bindparam("taken", expanding=True))
 
 
+Query = Select[Any] | CompoundSelect[Any]
+
+
 @dataclass(frozen=True)
 class _Statements:
-    candidates: Select[Any]
-    head: Select[Any]  # Galera: the head of the queue without locks …
-    pick: Select[Any]  # … then one of its top-priority rows, locked,
-    next_free: Select[Any]  # … or the next free one when all are held.
+    candidates: Query
+    head: Query  # Galera: the head of the queue without locks …
+    pick: Query  # … then one of its top-priority rows, locked,
+    next_free: Query  # … or the next free one when all are held.
+
+
+def _per_type(types: int, part: Callable[[ColumnElement[bool]], Select[Any]]) -> Query:
+    """``part`` for each of ``types`` task types, as one statement in the queue's order.
+
+    Each part walks only its own type's rows of the claim index, and none of a
+    paused type's (ADR 0051); an ``IN`` list of types would walk every type's
+    rows, or sort them all."""
+    union = one_statement([part(of_type(n)) for n in range(types)])
+    if isinstance(union, Select):
+        return union
+    ordered = union.selected_columns
+    return union.order_by(ordered.priority.desc(), ordered.fair_tag, ordered.not_before).limit(
+        bindparam("limit")
+    )
 
 
 @cache
-def _statements(limited: bool) -> _Statements:
-    """The claim's SELECTs; a claim naming a type with concurrency limits (ADR 0048) also
-    leaves out operations whose slot was full at its last count."""
+def _statements(types: int, limited: bool) -> _Statements:
+    """The claim's SELECTs for ``types`` task types; a claim naming a type with
+    concurrency limits (ADR 0048) also leaves out operations whose slot was full at its
+    last count."""
     claimable = (*_CLAIMABLE, slots.has_room()) if limited else _CLAIMABLE
-    candidates = (
-        select(OPS)
-        .where(*claimable)
-        .order_by(*_QUEUE_ORDER)
-        .limit(bindparam("limit"))
-        .with_for_update(skip_locked=True)
-    )
-    return _Statements(
-        candidates=candidates,
-        head=(
-            select(OPS.c.id, OPS.c.priority)
-            .where(*claimable, _NOT_TAKEN)
+
+    def candidates(of_type: ColumnElement[bool], *more: ColumnElement[bool]) -> Select[Any]:
+        return (
+            select(OPS)
+            .where(*claimable, of_type, *more)
+            .order_by(*_QUEUE_ORDER)
+            .limit(bindparam("limit"))
+            .with_for_update(skip_locked=True)
+        )
+
+    def head(of_type: ColumnElement[bool]) -> Select[Any]:
+        return (
+            select(OPS.c.id, OPS.c.priority, OPS.c.fair_tag, OPS.c.not_before)
+            .where(*claimable, of_type, _NOT_TAKEN)
             .order_by(*_QUEUE_ORDER)
             .limit(CLAIM_SPREAD)
-        ),
+        )
+
+    return _Statements(
+        candidates=_per_type(types, candidates),
+        head=_per_type(types, head),
         pick=(
             select(OPS)
-            .where(OPS.c.id == bindparam("pick"), *claimable)
+            .where(OPS.c.id == bindparam("pick"), *claimable, not_paused())
             .with_for_update(skip_locked=True)
         ),
-        next_free=candidates.where(_NOT_TAKEN),
+        next_free=_per_type(types, lambda of_type: candidates(of_type, _NOT_TAKEN)),
     )
 
 
@@ -165,9 +202,11 @@ def claim(
         return []
     expires = lifecycle.lease_expiry(now, lease_seconds)
     move = lifecycle.CLAIMS[Event.CLAIM_EXTERNAL if external_route else Event.CLAIM]
-    where = {"from_state": move.source, "task_types": list(task_types), "now": now}
-    limited = {name: limits[name] for name in task_types if name in limits}
-    statements = _statements(bool(limited))
+    names = list(dict.fromkeys(task_types))
+    where: dict[str, Any] = {"from_state": move.source, "now": now}
+    where.update({f"of_type_{n}": name for n, name in enumerate(names)})
+    limited = {name: limits[name] for name in names if name in limits}
+    statements = _statements(len(names), bool(limited))
     if spreads(tx):
         rows = _spread(tx, statements, where, limit)
     else:
@@ -246,7 +285,7 @@ def _pick(
 ) -> Row[Any] | None:
     """One of the head's top-priority rows not locked elsewhere, at random; when all are
     held, the next free row of the queue."""
-    head = tx.execute(statements.head, choice).all()
+    head = tx.execute(statements.head, {**choice, "limit": CLAIM_SPREAD}).all()
     if not head:
         return None
     ids = [row.id for row in head if row.priority == head[0].priority]

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any
 
-from sqlalchemy import Select, bindparam, select
+from sqlalchemy import CompoundSelect, Select, bindparam, select
 
-from durable_ops.model import bounds, lifecycle
+from durable_ops.model import bounds
 from durable_ops.model.errors import NotFound
 from durable_ops.model.states import PENDING_STATES, OperationState
 from durable_ops.storage.operations import slots
@@ -20,12 +21,13 @@ from durable_ops.storage.operations.rows import (
     S,
     deadline_open,
     in_line,
+    of_type,
     one,
+    one_statement,
     operation,
 )
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
 from durable_ops.storage.schema import OperationAttempt, UserOperation
-from durable_ops.storage.task_pauses import not_paused
 from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
 
 _GET = select(OPS).where(OPS.c.id == bindparam("operation_id"), OWNED)
@@ -118,18 +120,27 @@ IDS_PER_QUERY_MAX = 1000  # ids per IN list; a replica watching more asks in par
 _VERSIONS_AMONG = select(OPS.c.id, OPS.c.state, OPS.c.updated_at, OPS.c.cancel_requested).where(
     OPS.c.id.in_(bindparam("ids", expanding=True))
 )
-_CLAIMABLE_KINDS = (
-    select(OPS.c.state, OPS.c.task_type)
-    .where(
-        OPS.c.state.in_([move.source.value for move in lifecycle.CLAIMS.values()]),
-        in_line(),
-        deadline_open(),
-        OPS.c.not_before <= bindparam("now"),
-        not_paused(),
-        slots.has_room(),  # a full key's backlog wakes no claim (ADR 0048)
+
+
+@cache
+def _claimable_kinds(count: int) -> Select[Any] | CompoundSelect[Any]:
+    """For each of ``count`` kinds (``of_state_n``, ``of_type_n``): the kind, if an operation
+    of it is claimable; one seek of the claim index each (ADR 0051)."""
+    return one_statement(
+        [
+            select(OPS.c.state, OPS.c.task_type)
+            .where(
+                OPS.c.state == bindparam(f"of_state_{n}"),
+                in_line(),
+                of_type(n),
+                deadline_open(),
+                OPS.c.not_before <= bindparam("now"),
+                slots.has_room(),  # a full key's backlog wakes no claim (ADR 0048)
+            )
+            .limit(1)
+            for n in range(count)
+        ]
     )
-    .distinct()
-)
 
 
 @dataclass(frozen=True)
@@ -156,12 +167,21 @@ def versions_among(tx: Tx, operation_ids: Sequence[str]) -> dict[str, Version]:
     return found
 
 
-def claimable_kinds(tx: Tx, now: datetime) -> set[tuple[str, str]]:
-    """(state, task type) of every kind of operation a claim could take now.
+def claimable_kinds(
+    tx: Tx, now: datetime, kinds: Collection[tuple[str, str]]
+) -> set[tuple[str, str]]:
+    """Which of these kinds, (state, task type), a claim could take now.
 
-    Walks the claim index by state; waiting claims ask this once per poll for
-    all of them, and only the claims that match try to claim.
+    Waiting claims ask this once per poll for the kinds they all wait for, and
+    only the claims that match try to claim.
     """
     if tx.owner_id is not None:
         raise ScopeViolation("the claim poll runs in the neutral scope")
-    return {(row.state, row.task_type) for row in tx.execute(_CLAIMABLE_KINDS, {"now": now})}
+    if not kinds:
+        return set()
+    parameters: dict[str, Any] = {"now": now}
+    for n, (state, task_type) in enumerate(sorted(kinds)):
+        parameters[f"of_state_{n}"] = state
+        parameters[f"of_type_{n}"] = task_type
+    rows = tx.execute(_claimable_kinds(len(kinds)), parameters)
+    return {(row.state, row.task_type) for row in rows}

@@ -5,6 +5,7 @@ Every writer of the aggregate builds on these, so each is said once:
 - ``lease_live``: the row is running under a lease that has not run out;
 - ``deadline_open``: the row has no deadline or it lies ahead;
 - ``in_line``: the row is not held out of the claim's line until its time;
+- ``of_type``: the row is of a task type the statement names, not paused;
 - ``recognise``: how a writer tells ``db.on_unknown_commit`` what its COMMIT
   left behind, should the COMMIT's connection be lost (ADR 0017).
 """
@@ -14,11 +15,21 @@ from __future__ import annotations
 import hashlib
 import hmac
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Row, Select, Table, bindparam, select
+from sqlalchemy import (
+    ColumnElement,
+    CompoundSelect,
+    Row,
+    Select,
+    String,
+    Table,
+    bindparam,
+    select,
+    union_all,
+)
 from sqlalchemy.orm import ClassManager, configure_mappers
 from sqlalchemy.orm.attributes import manager_of_class
 
@@ -27,6 +38,7 @@ from durable_ops.model.lifecycle import Facts
 from durable_ops.model.states import OperationState
 from durable_ops.storage.db import on_unknown_commit
 from durable_ops.storage.schema import ID_LENGTH, OperationAttempt, UserOperation
+from durable_ops.storage.task_pauses import unless_paused
 from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
 
 S = OperationState
@@ -40,6 +52,21 @@ ROWS_MAX = 100
 def lease_live() -> ColumnElement[bool]:
     """Running, under a lease that has not run out at ``:now``."""
     return (OPS.c.state == S.RUNNING) & (OPS.c.lease_expires_at > bindparam("now"))
+
+
+def of_type(n: int) -> ColumnElement[bool]:
+    """Of the ``n``-th task type a statement names (``of_type_n``), unless an operator
+    paused it: the key of a seek of the claim index (ADR 0051)."""
+    return OPS.c.task_type == unless_paused(bindparam(f"of_type_{n}", type_=String))
+
+
+def one_statement(parts: Sequence[Select[Any]]) -> Select[Any] | CompoundSelect[Any]:
+    """These SELECTs as one statement: the only one itself, else their ``UNION ALL``, each
+    a derived table (SQLite takes no parenthesised member, so each keeps its own ORDER BY
+    and LIMIT only so)."""
+    if len(parts) == 1:
+        return parts[0]
+    return union_all(*(select(part.subquery(f"part_{n}")) for n, part in enumerate(parts)))
 
 
 def in_line() -> ColumnElement[bool]:

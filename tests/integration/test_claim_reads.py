@@ -1,0 +1,102 @@
+"""What a claim reads (ADR 0051): the rows of the task types it names, never a backlog of
+another type, nor of a type it names that an operator paused; and so the claim poll.
+
+Counted, not timed: on MariaDB the session's handler reads (rows and index entries) of
+the statement, on SQLite its virtual machine's steps (``set_progress_handler``), with a
+backlog of a few operations and again with one of hundreds ahead in the queue's order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from durable_ops.storage import operations, task_pauses
+from durable_ops.storage.db import Database
+from durable_ops.storage.tx import Tx
+
+NOW = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
+NAMED, UNNAMED, PAUSED = "reads.named", "reads.unnamed", "reads.paused"
+BACKLOG = 400  # of each of the two types the claim may not take
+# What reading the backlog would add at the least: a row or index entry each on MariaDB,
+# some ten VM steps each on SQLite. Growth beyond a tenth of it fails.
+WALK = {"mysql": 2 * BACKLOG, "sqlite": 10 * 2 * BACKLOG}
+
+
+def _fill(db: Database, task_type: str, count: int, start: int = 0) -> None:
+    def create(tx: Tx) -> None:
+        for n in range(start, start + count):
+            key = f"{task_type}-{n}"
+            request = operations.CreateRequest(task_type, key, "job", "j", priority=9)
+            operations.create(tx, request, NOW - timedelta(seconds=1), fair=False)
+
+    db.run(create, owner_id="backlog")
+
+
+def _handler_reads(tx: Tx) -> int:
+    rows = tx.connection.exec_driver_sql("SHOW SESSION STATUS LIKE 'Handler_read%%'")
+    return sum(int(value) for _, value in rows)
+
+
+def _cost(db: Database, work: Callable[[Tx], object]) -> int:
+    """What ``work`` read, rolled back: MariaDB's handler reads, SQLite's VM steps."""
+
+    def measured(tx: Tx) -> int:
+        if tx.connection.dialect.name == "sqlite":
+            steps = [0]
+
+            def step() -> int:
+                steps[0] += 1
+                return 0
+
+            raw: Any = tx.connection.connection.driver_connection
+            raw.set_progress_handler(step, 1)
+            try:
+                work(tx)
+            finally:
+                raw.set_progress_handler(None, 1)
+            raise _Measured(steps[0])
+        asking = -_handler_reads(tx) + _handler_reads(tx)  # what a look at them adds
+        before = _handler_reads(tx)
+        work(tx)
+        raise _Measured(_handler_reads(tx) - before - asking)
+
+    try:
+        db.run(measured, owner_id=None)
+    except _Measured as measured_cost:
+        return measured_cost.cost
+    raise AssertionError("unreachable")
+
+
+class _Measured(Exception):
+    """Carries a cost out of its transaction, which it rolls back."""
+
+    def __init__(self, cost: int) -> None:
+        self.cost = cost
+
+
+def _claim(tx: Tx) -> object:
+    claimed = operations.claim(tx, [NAMED, PAUSED], 30, NOW, limit=1)
+    assert [claim.operation.task_type for claim in claimed] == [NAMED]
+    return claimed
+
+
+def _poll(tx: Tx) -> object:
+    asked = {("queued", NAMED), ("queued", PAUSED)}
+    assert operations.claimable_kinds(tx, NOW, asked) == {("queued", NAMED)}
+    return asked
+
+
+def test_a_claim_and_the_claim_poll_read_no_backlog_they_may_not_take(
+    database: Database,
+) -> None:
+    for task_type in (NAMED, UNNAMED, PAUSED):
+        _fill(database, task_type, 3)
+    database.run(lambda tx: task_pauses.pause(tx, PAUSED, "test", NOW), owner_id=None)
+    before = {"claim": _cost(database, _claim), "poll": _cost(database, _poll)}
+    _fill(database, UNNAMED, BACKLOG, start=3)
+    _fill(database, PAUSED, BACKLOG, start=3)
+    after = {"claim": _cost(database, _claim), "poll": _cost(database, _poll)}
+    walk = WALK[database.dialect]
+    assert all(after[name] - before[name] < walk / 10 for name in before), (before, after)
