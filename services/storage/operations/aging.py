@@ -3,7 +3,7 @@ have waited, a level per ``AGING_STEP``, at most ``AGING_MAX`` levels above thei
 
 Bounded work per sweep, never the backlog: the queued priority levels are found one
 index seek each (``MAX(priority) … < p``, from the top), and of each level below the
-top only its head (the claim index, ``LIMIT ROWS_MAX``) is read, locked ``SKIP
+top only its head (the queue index, ``LIMIT ROWS_MAX``) is read, locked ``SKIP
 LOCKED``; the rows that have waited long enough get their new priority in one UPDATE.
 An aged row keeps its turn (``fair_tag``), so at its new level it is among the first.
 ``base_priority`` keeps the priority it was created with.
