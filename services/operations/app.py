@@ -124,7 +124,19 @@ class OperationsApp:
         self, owner: str, after: datetime | None
     ) -> AsyncIterator[list[OwnerChange]]:
         """The owner's operations as they change, from ``after`` (inclusive; None: now) on,
-        each with its running attempt's draft: batches, oldest change first, for ever."""
+        each with its running attempt's draft: batches, oldest change first, for ever.
+        A change is yielded once it differs from what this watch last yielded of that
+        operation (a plain beat moves ``updated_at`` and nothing the owner sees)."""
+        sent: dict[str, tuple[object, ...]] = {}
+        async for batch in self._owner_changes(owner, after):
+            fresh = [change for change in batch if sent.get(change[0].id) != _seen(change)]
+            sent.update((change[0].id, _seen(change)) for change in fresh)
+            if fresh:
+                yield fresh
+
+    async def _owner_changes(
+        self, owner: str, after: datetime | None
+    ) -> AsyncIterator[list[OwnerChange]]:
 
         def read(tx: Tx, cursor: datetime) -> list[OwnerChange]:
             rows = owner_changes.since(tx, cursor)
@@ -345,3 +357,16 @@ class OperationsApp:
 def _claim_source(route: Route) -> OperationState:
     event = Event.CLAIM_EXTERNAL if route is Route.EXTERNAL else Event.CLAIM
     return lifecycle.CLAIMS[event].source
+
+
+def _seen(change: OwnerChange) -> tuple[object, ...]:
+    """What the owner sees of one change: the operation's visible fields, its draft's version."""
+    row, draft = change
+    return (
+        row.state,
+        row.progress_percent,
+        row.cancel_requested,
+        row.attempt,
+        row.finished_at,
+        None if draft is None else (draft.attempt, draft.updated_at),
+    )

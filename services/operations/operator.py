@@ -19,8 +19,7 @@ from durable_ops.api.operator.v1 import operator_pb2_grpc as opb_grpc
 from durable_ops.model import bounds, console
 from durable_ops.model import retention as retention_rules
 from durable_ops.model.errors import InvalidArgument, Unauthenticated
-from durable_ops.model.operator import OperatorFilter, operator_name
-from durable_ops.model.retention import RetentionPolicy
+from durable_ops.model.operator import operator_name
 from durable_ops.model.scope import require_operator
 from durable_ops.model.tasks import TASKS
 from durable_ops.operations.app import OperationsApp
@@ -33,10 +32,14 @@ from durable_ops.rpc.scope import (
     require_gateway_without_owner,
 )
 from durable_ops.settings import DEFAULT_TOMBSTONE_RETENTION_DAYS
-from durable_ops.storage.console import Signed
-from durable_ops.storage.task_pauses import Pause
-from durable_ops.wire import operations as convert
-from durable_ops.wire.operator import operator_operation, queue_depth
+from durable_ops.wire.operator import (
+    console_session,
+    operator_filter,
+    operator_operation,
+    queue_depth,
+    retention_policy,
+    task_type_status,
+)
 
 log = structlog.get_logger(__name__)
 SERVICE_NAME = opb.DESCRIPTOR.services_by_name["OperatorService"].full_name
@@ -50,33 +53,14 @@ class Acting:
     operator: str
     via: str  # "opsctl": the operator's own key; "console": the gateway with a session
 
+    def audit(self, event: str, **fields: object) -> None:
+        log.info(event, operator=self.operator, via=self.via, **fields)
 
-def _operator(context: ServicerContext) -> str:
-    """The operator's own key (the operator scope), or PERMISSION_DENIED; answers who
-    is calling, for the log."""
+
+def _operator(context: ServicerContext) -> Acting:
+    """The operator's own key (the operator scope), or PERMISSION_DENIED."""
     require_operator(caller_scope(context))
-    return caller_name(context) or "unnamed"
-
-
-def _policy(request: opb.PruneOperationsRequest, tombstones: timedelta) -> RetentionPolicy:
-    if not request.HasField("older_than"):
-        raise InvalidArgument("older_than", "is required: how long after it finished")
-    if request.HasField("tombstones_older_than"):
-        tombstones = request.tombstones_older_than.ToTimedelta()
-    return RetentionPolicy(request.older_than.ToTimedelta(), tombstones).validated()
-
-
-def _filters(request: opb.ListOperationsRequest) -> OperatorFilter:
-    older_than: timedelta | None = None
-    if request.HasField("older_than"):
-        older_than = request.older_than.ToTimedelta()
-    return OperatorFilter(
-        owner_id=request.owner_id,
-        state=convert.state_from_pb(request.state),
-        task_type=request.task_type,
-        older_than=older_than,
-        failure_code=request.failure_code,
-    ).validated()
+    return Acting(caller_name(context) or "unnamed", "opsctl")
 
 
 def _signed_in(context: ServicerContext) -> str:
@@ -86,20 +70,6 @@ def _signed_in(context: ServicerContext) -> str:
         require_gateway_without_owner(context)
         raise console.session_ended()
     return session_id
-
-
-def _session(signed: Signed, session_id: str = "") -> opb.ConsoleSession:
-    answer = opb.ConsoleSession(session_id=session_id, operator=signed.operator)
-    answer.expires_at.FromDatetime(signed.expires_at)
-    return answer
-
-
-def _status(task_type: str, pause: Pause | None) -> opb.TaskTypeStatus:
-    status = opb.TaskTypeStatus(task_type=task_type, paused=pause is not None)
-    if pause is not None:
-        status.paused_by = pause.paused_by
-        status.paused_at.CopyFrom(convert.timestamp(pause.paused_at))
-    return status
 
 
 class OperatorService(opb_grpc.OperatorServiceServicer):
@@ -113,7 +83,7 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         live console session, for the calls a console may make (``model.console``)."""
         session_id = console_session_of(context)
         if session_id is None:
-            return Acting(_operator(context), "opsctl")
+            return _operator(context)
         console.require_console_call(method)
         signed = await self._console.resolve(session_id)
         return Acting(signed.operator, "console")
@@ -122,17 +92,11 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         self, request: opb.ListOperationsRequest, context: ServicerContext
     ) -> opb.ListOperationsResponse:
         who = await self._acting(context, "ListOperations")
-        filters = _filters(request)
+        filters = operator_filter(request)
         page = await self._app.inspect(
             size=request.page_size, token=request.page_token, filters=filters
         )
-        log.info(
-            "operator_list",
-            operator=who.operator,
-            via=who.via,
-            filters=filters.describe(),
-            count=len(page.items),
-        )
+        who.audit("operator_list", filters=filters.describe(), count=len(page.items))
         return opb.ListOperationsResponse(
             operations=[operator_operation(row) for row in page.items],
             next_page_token=page.next_token or "",
@@ -143,13 +107,7 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
     ) -> opb.OperatorOperation:
         who = await self._acting(context, "GetOperation")
         row, attempts = await self._app.show(request.operation_id)
-        log.info(
-            "operator_show",
-            operator=who.operator,
-            via=who.via,
-            operation_id=row.id,
-            owner=row.owner_user_id,
-        )
+        who.audit("operator_show", operation_id=row.id, owner=row.owner_user_id)
         return operator_operation(row, attempts)
 
     async def CancelOperation(
@@ -157,10 +115,8 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
     ) -> opb.OperatorOperation:
         who = await self._acting(context, "CancelOperation")
         row = await self._app.force_cancel(request.operation_id)
-        log.info(
+        who.audit(
             "operator_cancel",
-            operator=who.operator,
-            via=who.via,
             operation_id=row.id,
             owner=row.owner_user_id,
             state=row.state,
@@ -173,10 +129,8 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
     ) -> opb.OperatorOperation:
         who = await self._acting(context, "RetryOperation")
         row = await self._app.force_retry(request.operation_id)
-        log.info(
+        who.audit(
             "operator_retry",
-            operator=who.operator,
-            via=who.via,
             operation_id=row.id,
             owner=row.owner_user_id,
             state=row.state,
@@ -189,9 +143,9 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
     ) -> opb.TaskTypeChange:
         who = _operator(context)
         task_type = bounds.task_type(request.task_type)
-        pause, changed = await self._app.pause_task_type(task_type, who)
-        log.info("operator_pause_task_type", operator=who, task_type=task_type, changed=changed)
-        return opb.TaskTypeChange(status=_status(task_type, pause), changed=changed)
+        pause, changed = await self._app.pause_task_type(task_type, who.operator)
+        who.audit("operator_pause_task_type", task_type=task_type, changed=changed)
+        return opb.TaskTypeChange(status=task_type_status(task_type, pause), changed=changed)
 
     async def ResumeTaskType(
         self, request: opb.ResumeTaskTypeRequest, context: ServicerContext
@@ -199,8 +153,8 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         who = _operator(context)
         task_type = bounds.task_type(request.task_type)
         changed = await self._app.resume_task_type(task_type)
-        log.info("operator_resume_task_type", operator=who, task_type=task_type, changed=changed)
-        return opb.TaskTypeChange(status=_status(task_type, None), changed=changed)
+        who.audit("operator_resume_task_type", task_type=task_type, changed=changed)
+        return opb.TaskTypeChange(status=task_type_status(task_type, None), changed=changed)
 
     async def ListTaskTypes(
         self, request: opb.ListTaskTypesRequest, context: ServicerContext
@@ -208,23 +162,21 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         who = await self._acting(context, "ListTaskTypes")
         pauses = {pause.task_type: pause for pause in await self._app.paused_task_types()}
         names = sorted({*TASKS.names(), *pauses})
-        log.info("operator_list_task_types", operator=who.operator, via=who.via, paused=len(pauses))
+        who.audit("operator_list_task_types", paused=len(pauses))
         return opb.ListTaskTypesResponse(
-            task_types=[_status(name, pauses.get(name)) for name in names]
+            task_types=[task_type_status(name, pauses.get(name)) for name in names]
         )
 
     async def PruneOperations(
         self, request: opb.PruneOperationsRequest, context: ServicerContext
     ) -> opb.PruneOperationsResponse:
         who = _operator(context)
-        policy = _policy(request, self._tombstones)
+        policy = retention_policy(request, self._tombstones)
         batch = retention_rules.batch_size(request.batch_size)
         now = self._app.clock()
         result = await self._app.prune(policy, batch, now, dry_run=request.dry_run)
-        log.info(
+        who.audit(
             "operator_prune",
-            operator=who,
-            via="opsctl",
             older_than=int(policy.operations.total_seconds()),
             tombstones_older_than=int(policy.tombstones.total_seconds()),
             dry_run=request.dry_run,
@@ -244,7 +196,7 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
     ) -> opb.GetQueueDepthsResponse:
         who = await self._acting(context, "GetQueueDepths")
         depths = await self._app.queue_depths()
-        log.info("operator_queues", operator=who.operator, via=who.via, task_types=len(depths))
+        who.audit("operator_queues", task_types=len(depths))
         answer = opb.GetQueueDepthsResponse(queues=[queue_depth(depth) for depth in depths])
         answer.read_at.FromDatetime(self._app.clock())
         return answer
@@ -255,10 +207,10 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         self, request: opb.CreateConsoleLinkRequest, context: ServicerContext
     ) -> opb.CreateConsoleLinkResponse:
         """The operator's own key only: a console session cannot make another."""
-        who = operator_name(_operator(context))
-        link = await self._console.link(who)
-        log.info("operator_console_link", operator=who, via="opsctl")
-        answer = opb.CreateConsoleLinkResponse(link_secret=link.secret, operator=who)
+        who = _operator(context)
+        link = await self._console.link(operator_name(who.operator))
+        who.audit("operator_console_link")
+        answer = opb.CreateConsoleLinkResponse(link_secret=link.secret, operator=link.operator)
         answer.expires_at.FromDatetime(link.expires_at)
         return answer
 
@@ -272,12 +224,12 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
             log.info("operator_console_link_refused", via="console")
             raise
         log.info("operator_console_sign_in", operator=signed.operator, via="console")
-        return _session(signed, signed.secret)
+        return console_session(signed, signed.secret)
 
     async def GetConsoleSession(
         self, request: opb.GetConsoleSessionRequest, context: ServicerContext
     ) -> opb.ConsoleSession:
-        return _session(await self._console.resolve(_signed_in(context)))
+        return console_session(await self._console.resolve(_signed_in(context)))
 
     async def EndConsoleSession(
         self, request: opb.EndConsoleSessionRequest, context: ServicerContext
@@ -298,9 +250,7 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         who = _operator(context)
         if request.everyone and request.operator:
             raise InvalidArgument("operator", "must be empty when everyone is set")
-        whose = None if request.everyone else operator_name(request.operator or who)
+        whose = None if request.everyone else operator_name(request.operator or who.operator)
         ended = await self._console.end_operator(whose)
-        log.info(
-            "operator_console_revoke", operator=who, via="opsctl", whose=whose or "*", ended=ended
-        )
+        who.audit("operator_console_revoke", whose=whose or "*", ended=ended)
         return opb.EndOperatorSessionsResponse(ended=ended)

@@ -18,10 +18,9 @@ from durable_ops.model import bounds, event_ids
 from durable_ops.model.lifecycle import Event
 from durable_ops.model.scope import require_neutral_worker, require_owner, require_worker_owner
 from durable_ops.operations import lease_streams
-from durable_ops.operations.app import OperationsApp, OwnerChange
+from durable_ops.operations.app import OperationsApp
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.scope import caller_scope
-from durable_ops.storage.drafts import Draft
 from durable_ops.storage.operations import CLAIM_BATCH_MAX, Settlement
 from durable_ops.telemetry import current_traceparent
 from durable_ops.wire import operations as convert
@@ -110,27 +109,20 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     async def GetAnswerDraft(
         self, request: pb.GetAnswerDraftRequest, context: ServicerContext
     ) -> pb.AnswerDraft:
-        return _draft(await self.app.draft(_owner(context), request.operation_id))
+        return convert.draft(await self.app.draft(_owner(context), request.operation_id))
 
     async def WatchOwner(
         self, request: pb.WatchOwnerRequest, context: ServicerContext
     ) -> AsyncIterator[pb.OwnerChange]:
-        """The owner's changes, each sent once it differs from what this stream last sent
-        of that operation (a plain beat moves ``updated_at`` and nothing the owner sees)."""
         owner = _owner(context)
         after = event_ids.event_time(request.after) if request.after else None
-        sent: dict[str, tuple[object, ...]] = {}
         n = 0
         async for batch in self.app.owner_changes(owner, after):
             for row, draft in batch:
-                seen = _seen((row, draft))
-                if sent.get(row.id) == seen:
-                    continue
-                sent[row.id] = seen
                 yield pb.OwnerChange(
                     event_id=event_ids.event_id(row.updated_at, n),
                     operation=convert.operation(row),
-                    draft=_draft(draft) if draft is not None else None,
+                    draft=convert.draft(draft) if draft is not None else None,
                 )
                 n += 1
 
@@ -241,25 +233,3 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             failure_code=settlement.failure_code or None,
         )
         return pb.LeaseMutationResponse(state=convert.state_to_pb(state))
-
-
-def _draft(draft: Draft) -> pb.AnswerDraft:
-    return pb.AnswerDraft(
-        operation_id=draft.operation_id,
-        attempt=draft.attempt,
-        text=draft.text,
-        updated_at=convert.timestamp(draft.updated_at),
-    )
-
-
-def _seen(change: OwnerChange) -> tuple[object, ...]:
-    """What the owner sees of one change: the operation's visible fields, its draft's version."""
-    row, draft = change
-    return (
-        row.state,
-        row.progress_percent,
-        row.cancel_requested,
-        row.attempt,
-        row.finished_at,
-        None if draft is None else (draft.attempt, draft.updated_at),
-    )

@@ -19,6 +19,7 @@ from durable_ops.model.states import OperationState, Privacy
 from durable_ops.model.usage import Usage
 from durable_ops.rpc import states
 from durable_ops.rpc.errors import status_for
+from durable_ops.storage.drafts import Draft
 from durable_ops.storage.operations import Claim, CreateRequest, Provenance, Settlement
 from durable_ops.storage.schema import UserOperation
 
@@ -284,3 +285,12 @@ def outcomes(
                 )
             )
     return pb.LeaseMutationsResponse(outcomes=found)
+
+
+def draft(found: Draft) -> pb.AnswerDraft:
+    return pb.AnswerDraft(
+        operation_id=found.operation_id,
+        attempt=found.attempt,
+        text=found.text,
+        updated_at=timestamp(found.updated_at),
+    )

@@ -1,14 +1,21 @@
-"""Rows ⇄ protobuf messages of the Operator API: the operator's view of an operation."""
+"""Rows ⇄ protobuf messages of the Operator API: the operator's view of an operation, its
+filters and prune policy, task types' pauses and console sessions."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 
 from durable_ops.api.operator.v1 import operator_pb2 as opb
+from durable_ops.model.errors import InvalidArgument
+from durable_ops.model.operator import OperatorFilter
+from durable_ops.model.retention import RetentionPolicy
 from durable_ops.model.states import OperationState
 from durable_ops.model.usage import Usage
+from durable_ops.storage.console import Signed
 from durable_ops.storage.operator import QueueDepth
 from durable_ops.storage.schema import OperationAttempt, UserOperation
+from durable_ops.storage.task_pauses import Pause
 from durable_ops.wire import operations as convert
 
 
@@ -64,3 +71,39 @@ def queue_depth(depth: QueueDepth) -> opb.QueueDepth:
     if depth.oldest_queued_at is not None:
         message.oldest_queued_at.CopyFrom(convert.timestamp(depth.oldest_queued_at))
     return message
+
+
+def retention_policy(request: opb.PruneOperationsRequest, tombstones: timedelta) -> RetentionPolicy:
+    """A prune's policy; ``tombstones`` is the tombstone horizon when the request names none."""
+    if not request.HasField("older_than"):
+        raise InvalidArgument("older_than", "is required: how long after it finished")
+    if request.HasField("tombstones_older_than"):
+        tombstones = request.tombstones_older_than.ToTimedelta()
+    return RetentionPolicy(request.older_than.ToTimedelta(), tombstones).validated()
+
+
+def operator_filter(request: opb.ListOperationsRequest) -> OperatorFilter:
+    older_than: timedelta | None = None
+    if request.HasField("older_than"):
+        older_than = request.older_than.ToTimedelta()
+    return OperatorFilter(
+        owner_id=request.owner_id,
+        state=convert.state_from_pb(request.state),
+        task_type=request.task_type,
+        older_than=older_than,
+        failure_code=request.failure_code,
+    ).validated()
+
+
+def console_session(signed: Signed, session_id: str = "") -> opb.ConsoleSession:
+    answer = opb.ConsoleSession(session_id=session_id, operator=signed.operator)
+    answer.expires_at.FromDatetime(signed.expires_at)
+    return answer
+
+
+def task_type_status(task_type: str, pause: Pause | None) -> opb.TaskTypeStatus:
+    status = opb.TaskTypeStatus(task_type=task_type, paused=pause is not None)
+    if pause is not None:
+        status.paused_by = pause.paused_by
+        status.paused_at.CopyFrom(convert.timestamp(pause.paused_at))
+    return status
