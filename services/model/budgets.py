@@ -134,10 +134,6 @@ def require_room(
         raise exhausted(GLOBAL_EXHAUSTED, now, day)
 
 
-def fits(*, expected: int, owner: DayUse, limit: int) -> bool:
-    return owner.used + expected <= limit
-
-
 def settle(*, outstanding: int, tokens: int, ends: bool) -> Settled:
     """An attempt's actual ``tokens`` (0 when it reported none) are spent; as many come
     off the operation's ``outstanding`` reservation (a retry draws on what is left, and

@@ -99,13 +99,6 @@ class CapacityExceeded(DomainError):
         self.retry_after_seconds = retry_after_seconds
 
 
-class NotImplementedYet(DomainError):
-    """A standard call this server knows but does not carry out (yet); nothing changed."""
-
-    kind = "unimplemented"
-    code = "unimplemented"
-
-
 class Unavailable(DomainError):
     kind = "unavailable"
     code = "unavailable"

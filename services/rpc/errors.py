@@ -51,7 +51,6 @@ STATUS_BY_KIND: Mapping[str, grpc.StatusCode] = {
     "aborted": grpc.StatusCode.ABORTED,
     "resource_exhausted": grpc.StatusCode.RESOURCE_EXHAUSTED,
     "unavailable": grpc.StatusCode.UNAVAILABLE,
-    "unimplemented": grpc.StatusCode.UNIMPLEMENTED,
 }
 
 # The inverse, for the classes whose constructor takes only a message.
