@@ -62,8 +62,8 @@ def of_type(n: int) -> ColumnElement[bool]:
 
 def one_statement(parts: Sequence[Select[Any]]) -> Select[Any] | CompoundSelect[Any]:
     """These SELECTs as one statement: the only one itself, else their ``UNION ALL``, each
-    a derived table (SQLite takes no parenthesised member, so each keeps its own ORDER BY
-    and LIMIT only so)."""
+    a derived table: SQLite takes no parenthesised member of a UNION, and only so does
+    each keep its own ORDER BY and LIMIT."""
     if len(parts) == 1:
         return parts[0]
     return union_all(*(select(part.subquery(f"part_{n}")) for n, part in enumerate(parts)))
