@@ -1,10 +1,11 @@
 """The SQL behind the domain gauges, read in the neutral scope at scrape time.
 
 Two cheap statements: operations counted by state and task type (one GROUP BY;
-the claim index leads with ``state``) and the oldest queued row's creation time
-(the claim index's first entry for ``state='queued'`` by ``created_at``), plus
-notifications stored by outcome. Callers cache the answers (a scrape every few
-seconds must not become a query per scrape per replica).
+the claim index leads with ``state``) and since when the longest-waiting queued
+operation has been due (the earliest ``not_before`` in the claim's line: one
+scheduled for later is not waiting yet), plus notifications stored by outcome.
+Callers cache the answers (a scrape every few seconds must not become a query
+per scrape per replica).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ NOTIFICATIONS = cast(Table, UserNotification.__table__)
 _BY_STATE_AND_TYPE = select(OPS.c.state, OPS.c.task_type, func.count()).group_by(
     OPS.c.state, OPS.c.task_type
 )
-_OLDEST_QUEUED = select(func.min(OPS.c.created_at)).where(
-    OPS.c.state == OperationState.QUEUED.value
+_OLDEST_QUEUED = select(func.min(OPS.c.not_before)).where(
+    OPS.c.state == OperationState.QUEUED.value, OPS.c.held_until.is_(None)
 )
 _NOTIFICATIONS_BY_OUTCOME = select(NOTIFICATIONS.c.outcome, func.count()).group_by(
     NOTIFICATIONS.c.outcome
@@ -40,7 +41,8 @@ class OperationCounts:
 
 
 def operation_counts(tx: Tx) -> OperationCounts:
-    """Every owner's operations by (state, task type), and when the oldest queued one came."""
+    """Every owner's operations by (state, task type), and since when the longest-waiting
+    queued one has been due."""
     counts: dict[tuple[str, str], int] = {}
     for row in tx.execute(_BY_STATE_AND_TYPE).all():
         state, task_type, count = tuple(row)

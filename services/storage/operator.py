@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Select, Table, bindparam, func, select
+from sqlalchemy import Select, Table, bindparam, case, func, select
 
 from durable_ops.model import bounds
 from durable_ops.model.errors import NotFound
@@ -100,7 +100,8 @@ _BY_TYPE_AND_STATE = (
         OPS.c.task_type,
         OPS.c.state,
         func.count().label("total"),
-        func.min(OPS.c.created_at).label("oldest"),
+        # Due since: a queued operation held for later (ADR 0050) is not waiting yet.
+        func.min(case((OPS.c.held_until.is_(None), OPS.c.not_before))).label("oldest"),
     )
     .where(OPS.c.state.in_([state.value for state in UNFINISHED]))
     .group_by(OPS.c.task_type, OPS.c.state)
@@ -109,8 +110,9 @@ _BY_TYPE_AND_STATE = (
 
 @dataclass(frozen=True)
 class QueueDepth:
-    """One task type's unfinished work: operations by state, and when the oldest of
-    its queued ones was created (``None`` with none queued)."""
+    """One task type's unfinished work: operations by state, and since when the
+    longest-waiting of its queued ones has been due (``None`` with none waiting: none
+    queued, or all scheduled for later)."""
 
     task_type: str
     counts: dict[OperationState, int]

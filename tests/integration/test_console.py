@@ -263,6 +263,8 @@ def test_failure_code_search_and_queue_depths(
     services: Services, ops: OpsClient, clock: ManualClock, operator_md: Metadata
 ) -> None:
     failed = _failed(ops, ALICE, "k-failed")
+    # Queued before the others, but not waiting: it is due only tomorrow.
+    ops.create(ALICE, "k-tomorrow", task_type=OTHER_TASK, not_before=clock() + timedelta(days=1))
     clock.advance(60)
     queued_old = ops.create(BOB, "k-queued-old", task_type=OTHER_TASK)
     clock.advance(60)
@@ -290,7 +292,7 @@ def test_failure_code_search_and_queue_depths(
     )
     by_type = {depth.task_type: depth for depth in depths.queues}
     assert set(by_type) == {TASK, OTHER_TASK}  # the failed one is finished: not counted
-    assert (by_type[OTHER_TASK].queued, by_type[OTHER_TASK].running) == (2, 0)
+    assert (by_type[OTHER_TASK].queued, by_type[OTHER_TASK].running) == (3, 0)
     assert by_type[OTHER_TASK].oldest_queued_at == queued_old.created_at
     assert (by_type[TASK].queued, by_type[TASK].running) == (0, 1)
     assert not by_type[TASK].HasField("oldest_queued_at")

@@ -12,6 +12,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -30,6 +31,8 @@ from durable_ops.notifications import main as notifications_main
 from durable_ops.operations import main as operations_main
 from durable_ops.operations.tuning import TUNING
 from durable_ops.settings import Settings, service_variable
+from durable_ops.storage import metrics_queries, operations
+from durable_ops.storage.db import Database
 from durable_ops.workspace import main as workspace_main
 from tests.support.grpc_services import BackgroundLoop, metadata
 from tests.support.keys import key_env
@@ -265,3 +268,25 @@ def test_every_service_exports_its_domain_metrics_and_they_move(stack: Stack) ->
         ),
         "the cancelled health watch was counted",
     )
+
+
+def test_the_oldest_queued_age_counts_an_operation_from_when_it_is_due(
+    database: Database,
+) -> None:
+    """One scheduled for later is queued but not waiting: it would age from its create
+    and look like a stuck queue for as long as its schedule lies ahead."""
+    now = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+
+    def create(key: str, at: datetime, not_before: datetime | None = None) -> None:
+        request = operations.CreateRequest(TASK, key, "job", key, not_before=not_before)
+        database.run(lambda tx: operations.create(tx, request, at), owner_id=ALICE)
+
+    def counts() -> metrics_queries.OperationCounts:
+        return database.run(metrics_queries.operation_counts, owner_id=None, write=False)
+
+    create("scheduled", now - timedelta(hours=2), not_before=now + timedelta(days=1))
+    assert counts().oldest_queued_at is None  # queued, but nothing waits yet
+    create("due", now - timedelta(hours=1))
+    found = counts()
+    assert found.by_state_and_type[("queued", TASK)] == 2
+    assert found.oldest_queued_at == now - timedelta(hours=1)

@@ -392,7 +392,9 @@ class QueueDepth(_message.Message):
     waiting_for_external_fallback: _builtins.int
     @_builtins.property
     def oldest_queued_at(self) -> _timestamp_pb2.Timestamp:
-        """When the oldest of its queued operations was created; unset: none queued."""
+        """Since when the longest-waiting of its queued operations has been due (its
+        not_before); unset: none waiting (none queued, or all scheduled for later).
+        """
 
     def __init__(
         self,
