@@ -97,7 +97,7 @@ async function loadQueues() {
       );
       replaceChildren(
         byId("console-queues"),
-        table("Unfinished operations per task type", ["Task type", "Queued", "Running", "Waiting", "Oldest queued"], rows),
+        table("Unfinished operations per task type", ["Task type", "Queued", "Running", "Waiting", "Longest wait"], rows),
       );
     }
     // Paused by an operator (`opsctl tasks pause`): not claimed until resumed.
