@@ -115,19 +115,19 @@ def _statements(types: int, limited: bool) -> _Statements:
     last count."""
     claimable = (*_CLAIMABLE, slots.has_room()) if limited else _CLAIMABLE
 
-    def candidates(of_type: ColumnElement[bool], *more: ColumnElement[bool]) -> Select[Any]:
+    def candidates(typed: ColumnElement[bool], *more: ColumnElement[bool]) -> Select[Any]:
         return (
             select(OPS)
-            .where(*claimable, of_type, *more)
+            .where(*claimable, typed, *more)
             .order_by(*_QUEUE_ORDER)
             .limit(bindparam("limit"))
             .with_for_update(skip_locked=True)
         )
 
-    def head(of_type: ColumnElement[bool]) -> Select[Any]:
+    def head(typed: ColumnElement[bool]) -> Select[Any]:
         return (
             select(OPS.c.id, OPS.c.priority, OPS.c.fair_tag, OPS.c.not_before)
-            .where(*claimable, of_type, _NOT_TAKEN)
+            .where(*claimable, typed, _NOT_TAKEN)
             .order_by(*_QUEUE_ORDER)
             .limit(CLAIM_SPREAD)
         )
@@ -140,7 +140,7 @@ def _statements(types: int, limited: bool) -> _Statements:
             .where(OPS.c.id == bindparam("pick"), *claimable, not_paused())
             .with_for_update(skip_locked=True)
         ),
-        next_free=_per_type(types, lambda of_type: candidates(of_type, _NOT_TAKEN)),
+        next_free=_per_type(types, lambda typed: candidates(typed, _NOT_TAKEN)),
     )
 
 
