@@ -7,14 +7,15 @@ only while any waits: the cost is a query per interval per replica, whatever
 the number of open streams or waiting claims. A failed poll is logged once and
 tried again on the next tick.
 
-A question can grow slow: the claim poll's reads every claimable row, and a
-backlog no claim here can take (a paused type, a type whose workers are away;
-operations scheduled for later are held out of it, ADR 0050) may be large:
-24 ms at 10,000 rows and 115 ms at 50,000 on MariaDB here. A poll therefore
-rests at least ``REST_PER_POLL_SECOND`` times as long as it took, so it holds
-the database at most a fifth of the time whatever the backlog; what it finds
-is picked up later by as much (figure 8's create-to-claimed p50, 50 ms at
-most, is met while a poll takes under 12 ms).
+A question can grow slow: the watch's with the operations it watches, the
+claim poll's with a backlog of a kind it waits for that no claim may take yet
+(a key whose concurrency slot is full, ADR 0048, is read and passed over).
+Before ADR 0051 the claim poll read every claimable row of every type: 24 ms
+at 10,000 rows and 115 ms at 50,000 on MariaDB here. A poll therefore rests
+at least ``REST_PER_POLL_SECOND`` times as long as it took, so it holds the
+database at most a fifth of the time whatever the backlog; what it finds is
+picked up later by as much (figure 8's create-to-claimed p50, 50 ms at most,
+is met while a poll takes under 12 ms).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from typing import cast
 from sqlalchemy import Table, func, select
 
 from durable_ops.model.states import OperationState
+from durable_ops.storage.operations import in_line
 from durable_ops.storage.schema import UserNotification, UserOperation
 from durable_ops.storage.tx import Tx
 
@@ -27,7 +28,7 @@ _BY_STATE_AND_TYPE = select(OPS.c.state, OPS.c.task_type, func.count()).group_by
     OPS.c.state, OPS.c.task_type
 )
 _OLDEST_QUEUED = select(func.min(OPS.c.not_before)).where(
-    OPS.c.state == OperationState.QUEUED.value, OPS.c.held_until.is_(None)
+    OPS.c.state == OperationState.QUEUED.value, in_line()
 )
 _NOTIFICATIONS_BY_OUTCOME = select(NOTIFICATIONS.c.outcome, func.count()).group_by(
     NOTIFICATIONS.c.outcome

@@ -101,7 +101,7 @@ _BY_TYPE_AND_STATE = (
         OPS.c.state,
         func.count().label("total"),
         # Due since: a queued operation held for later (ADR 0050) is not waiting yet.
-        func.min(case((OPS.c.held_until.is_(None), OPS.c.not_before))).label("oldest"),
+        func.min(case((operations.in_line(), OPS.c.not_before))).label("oldest"),
     )
     .where(OPS.c.state.in_([state.value for state in UNFINISHED]))
     .group_by(OPS.c.task_type, OPS.c.state)

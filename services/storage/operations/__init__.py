@@ -38,6 +38,7 @@ from durable_ops.storage.operations.rows import (
     detached,
     facts,
     hash_token,
+    in_line,
     new_id,
 )
 from durable_ops.storage.operations.settlement import Provenance, Settlement, settle, settle_one
@@ -70,6 +71,7 @@ __all__ = [
     "hash_token",
     "heartbeat",
     "hold_for_publish",
+    "in_line",
     "latest_for_subject",
     "list_page",
     "new_id",
