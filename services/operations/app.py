@@ -129,8 +129,12 @@ class OperationsApp:
         operation (a plain beat moves ``updated_at`` and nothing the owner sees)."""
         sent: dict[str, tuple[object, ...]] = {}
         async for batch in self._owner_changes(owner, after):
-            fresh = [change for change in batch if sent.get(change[0].id) != _seen(change)]
-            sent.update((change[0].id, _seen(change)) for change in fresh)
+            fresh: list[OwnerChange] = []
+            for change in batch:
+                seen = _seen(change)
+                if sent.get(change[0].id) != seen:
+                    sent[change[0].id] = seen
+                    fresh.append(change)
             if fresh:
                 yield fresh
 
