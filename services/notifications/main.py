@@ -8,7 +8,6 @@ from prometheus_client import CollectorRegistry
 
 from durable_ops.api.notifications.v1 import notifications_pb2_grpc as pb_grpc
 from durable_ops.clock import Clock, utc_now
-from durable_ops.notifications.metrics import register_notifications_metrics
 from durable_ops.notifications.service import SERVICE_NAME, NotificationsService
 from durable_ops.serving import serve_on_database
 from durable_ops.settings import Settings
@@ -21,8 +20,7 @@ async def run(
     clock: Clock = utc_now,
     stop_requested: asyncio.Event | None = None,
 ) -> None:
-    def servicer(db: Database, registry: CollectorRegistry) -> NotificationsService:
-        register_notifications_metrics(registry, db)
+    def servicer(db: Database, _registry: CollectorRegistry) -> NotificationsService:
         return NotificationsService(db, clock)
 
     await serve_on_database(

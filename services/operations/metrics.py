@@ -1,15 +1,18 @@
 """The Operations process's domain metrics (``durable_ops_`` names, one registry).
 
-Counted where they happen: claims (``ClaimOperation``), sweeper runs and what
-each changed (lease expiries among them), retention's prunes. Read from the database at scrape
-time, cached for ``Tuning.metrics_cache_seconds``: operations by state and task type
-and the age of the oldest queued one, for every owner (neutral scope).
+Counted where they happen: claims (``ClaimOperation``), operations ended (each
+terminal transition this replica commits, as ``Database.events`` tells it: every
+one writes its operation's notification in the same transaction), sweeper runs
+and what each changed (lease expiries among them), retention's prunes. Read from
+the database at scrape time, cached for ``Tuning.metrics_cache_seconds``:
+unfinished operations by state and task type and the age of the oldest queued
+one, for every owner (neutral scope).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC
 
 from prometheus_client import CollectorRegistry, Counter
@@ -17,11 +20,12 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from durable_ops.clock import Clock
-from durable_ops.model.states import OperationState
+from durable_ops.model.states import ACTIVE_STATES
 from durable_ops.operations.tuning import TUNING
 from durable_ops.rpc.metrics import PREFIX, CachedReading
 from durable_ops.storage import metrics_queries
 from durable_ops.storage.db import Database
+from durable_ops.storage.events import Changed, Committed
 from durable_ops.storage.operations import SweepReport
 from durable_ops.storage.retention import PruneBatch
 
@@ -46,7 +50,7 @@ class _OperationsCollector(Collector):
     def _families(self, counts: metrics_queries.OperationCounts | None) -> list[GaugeMetricFamily]:
         operations = GaugeMetricFamily(
             f"{PREFIX}operations",
-            "Operations of every owner, by state and task type",
+            "Unfinished operations of every owner, by state and task type",
             labels=["state", "task_type"],
         )
         oldest = GaugeMetricFamily(
@@ -55,11 +59,11 @@ class _OperationsCollector(Collector):
         )
         if counts is None:
             return [operations, oldest]
-        task_types = sorted({task for _state, task in counts.by_state_and_type})
+        task_types = sorted({task for _state, task in counts.unfinished})
+        states = sorted(state.value for state in ACTIVE_STATES)
         for task in task_types:  # every state of a seen task type, zeros too: stable series
-            for state in OperationState:
-                value = counts.by_state_and_type.get((state.value, task), 0)
-                operations.add_metric([state.value, task], value)
+            for state in states:
+                operations.add_metric([state, task], counts.unfinished.get((state, task), 0))
         age = 0.0
         if counts.oldest_queued_at is not None:
             queued_at = counts.oldest_queued_at
@@ -89,6 +93,13 @@ class OperationsMetrics:
             "task_type",
             "route",
         )
+        self.finished = counter(
+            "operations_finished",
+            "Operations this replica ended, by outcome (succeeded, failed, cancelled) and task"
+            " type; each wrote its one notification",
+            "outcome",
+            "task_type",
+        )
         self.lease_expiries = counter(
             "lease_expiries", "Leases the sweeper found expired (their operation retried or failed)"
         )
@@ -112,6 +123,12 @@ class OperationsMetrics:
         for change in SWEEP_CHANGES:
             self.sweeper_changes.labels(change=change)
         registry.register(_OperationsCollector(db, clock, cache_seconds))
+        db.events.subscribe(self._committed)
+
+    def _committed(self, changes: Sequence[Committed]) -> None:
+        for change in changes:
+            if isinstance(change, Changed) and change.state.is_terminal:
+                self.finished.labels(outcome=change.state.value, task_type=change.task_type).inc()
 
     def claimed(self, task_type: str, route: str) -> None:
         self.claims.labels(task_type=task_type, route=route).inc()

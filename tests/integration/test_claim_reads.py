@@ -1,20 +1,18 @@
 """What a claim reads (ADR 0051): the rows of the task types it names, never a backlog of
 another type, nor of a type it names that an operator paused; and so the claim poll.
 
-Counted, not timed: on MariaDB the session's handler reads (rows and index entries) of
-the statement, on SQLite its virtual machine's steps (``set_progress_handler``), with a
-backlog of a few operations and again with one of hundreds ahead in the queue's order.
+Counted, not timed (``tests.support.statement_reads``), with a backlog of a few
+operations and again with one of hundreds ahead in the queue's order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from durable_ops.storage import operations, task_pauses
 from durable_ops.storage.db import Database
 from durable_ops.storage.tx import Tx
+from tests.support.statement_reads import reads_of
 
 NOW = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
 NAMED, UNNAMED, PAUSED = "reads.named", "reads.unnamed", "reads.paused"
@@ -32,37 +30,6 @@ def _fill(db: Database, task_type: str, count: int, start: int = 0) -> None:
             operations.create(tx, request, NOW - timedelta(seconds=1), fair=False)
 
     db.run(create, owner_id="backlog")
-
-
-def _handler_reads(tx: Tx) -> int:
-    rows = tx.connection.exec_driver_sql("SHOW SESSION STATUS LIKE 'Handler_read%%'")
-    return sum(int(value) for _, value in rows)
-
-
-def _cost(db: Database, work: Callable[[Tx], object]) -> int:
-    """What ``work`` read: MariaDB's handler reads, SQLite's VM steps."""
-
-    def measured(tx: Tx) -> int:
-        if tx.connection.dialect.name == "sqlite":
-            steps = [0]
-
-            def step() -> int:
-                steps[0] += 1
-                return 0
-
-            raw: Any = tx.connection.connection.driver_connection
-            raw.set_progress_handler(step, 1)
-            try:
-                work(tx)
-            finally:
-                raw.set_progress_handler(None, 1)
-            return steps[0]
-        asking = -_handler_reads(tx) + _handler_reads(tx)  # what a look at them adds
-        before = _handler_reads(tx)
-        work(tx)
-        return _handler_reads(tx) - before - asking
-
-    return db.run(measured, owner_id=None)
 
 
 def _claim(tx: Tx) -> object:  # one of the three claimable, each time
@@ -83,9 +50,9 @@ def test_a_claim_and_the_claim_poll_read_no_backlog_they_may_not_take(
     for task_type in (NAMED, UNNAMED, PAUSED):
         _fill(database, task_type, 3)
     database.run(lambda tx: task_pauses.pause(tx, PAUSED, "test", NOW), owner_id=None)
-    before = {"claim": _cost(database, _claim), "poll": _cost(database, _poll)}
+    before = {"claim": reads_of(database, _claim), "poll": reads_of(database, _poll)}
     _fill(database, UNNAMED, BACKLOG, start=3)
     _fill(database, PAUSED, BACKLOG, start=3)
-    after = {"claim": _cost(database, _claim), "poll": _cost(database, _poll)}
+    after = {"claim": reads_of(database, _claim), "poll": reads_of(database, _poll)}
     walk = WALK[database.dialect]
     assert all(after[name] - before[name] < walk / 10 for name in before), (before, after)

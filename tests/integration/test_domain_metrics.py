@@ -33,11 +33,13 @@ from durable_ops.operations.tuning import TUNING
 from durable_ops.settings import Settings, service_variable
 from durable_ops.storage import metrics_queries, operations
 from durable_ops.storage.db import Database
+from durable_ops.storage.tx import Tx
 from durable_ops.workspace import main as workspace_main
 from tests.support.grpc_services import BackgroundLoop, metadata
 from tests.support.keys import key_env
 from tests.support.metrics_scrape import Scrape, scrape
 from tests.support.operations_client import ALICE, TASK
+from tests.support.statement_reads import reads_of
 
 OPS = "/durable_ops.api.operations.v1.OperationsService/"
 GRPC_NAMES = {
@@ -49,13 +51,14 @@ EXPECTED = {
     "operations": GRPC_NAMES
     | {
         "durable_ops_operations",
+        "durable_ops_operations_finished_total",
         "durable_ops_oldest_queued_operation_age_seconds",
         "durable_ops_operation_claims_total",
         "durable_ops_lease_expiries_total",
         "durable_ops_sweeper_runs_total",
         "durable_ops_sweeper_changes_total",
     },
-    "notifications": GRPC_NAMES | {"durable_ops_notifications"},
+    "notifications": GRPC_NAMES,
     "workspace": GRPC_NAMES,
     "ai_admission": GRPC_NAMES
     | {"durable_ops_admissions_total", "durable_ops_admissions_refused_total"},
@@ -219,9 +222,12 @@ def test_every_service_exports_its_domain_metrics_and_they_move(stack: Stack) ->
     )
 
     operations = stack.scrape("operations")
-    assert operations.value("durable_ops_operations", state="succeeded", task_type=TASK) == 1
     assert operations.value("durable_ops_operations", state="queued", task_type=TASK) == 1
-    assert operations.value("durable_ops_operations", state="failed", task_type=TASK) == 0
+    assert operations.value("durable_ops_operations", state="running", task_type=TASK) == 0
+    assert operations.total("durable_ops_operations", state="succeeded") == 0  # not read back
+    finished = "durable_ops_operations_finished_total"
+    assert operations.value(finished, outcome="succeeded", task_type=TASK) == 1
+    assert operations.total(finished) == 1
     assert operations.value("durable_ops_oldest_queued_operation_age_seconds") > 0
     assert (
         operations.value("durable_ops_operation_claims_total", task_type=TASK, route="local") == 1
@@ -237,8 +243,6 @@ def test_every_service_exports_its_domain_metrics_and_they_move(stack: Stack) ->
     assert operations.value("durable_ops_grpc_server_requests_total", **heartbeats) == 1
 
     notifications = stack.scrape("notifications")
-    assert notifications.value("durable_ops_notifications", outcome="succeeded") == 1
-    assert notifications.value("durable_ops_notifications", outcome="failed") == 0
     listed = notifications.total(
         "durable_ops_grpc_server_requests_total",
         method="/durable_ops.api.notifications.v1.NotificationsService/ListNotifications",
@@ -288,5 +292,35 @@ def test_the_oldest_queued_age_counts_an_operation_from_when_it_is_due(
     assert counts().oldest_queued_at is None  # queued, but nothing waits yet
     create("due", now - timedelta(hours=1))
     found = counts()
-    assert found.by_state_and_type[("queued", TASK)] == 2
+    assert found.unfinished[("queued", TASK)] == 2
     assert found.oldest_queued_at == now - timedelta(hours=1)
+
+
+def test_the_unfinished_gauge_reads_no_finished_operation(database: Database) -> None:
+    """Finished operations stay until retention prunes them, millions on a busy system:
+    the gauge read at every scrape walks only what is still to do."""
+    now = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+    finished = 400
+
+    def create_and_cancel(count: int, start: int) -> None:
+        def work(tx: Tx) -> None:
+            for n in range(start, start + count):
+                request = operations.CreateRequest(TASK, f"done-{n}", "job", "j")
+                created, _ = operations.create(tx, request, now, fair=False)
+                operations.cancel(tx, created.id, now)
+
+        database.run(work, owner_id=ALICE)
+
+    def read_counts(tx: Tx) -> object:
+        return metrics_queries.operation_counts(tx)
+
+    request = operations.CreateRequest(TASK, "waiting", "job", "j")
+    database.run(lambda tx: operations.create(tx, request, now), owner_id=ALICE)
+    create_and_cancel(3, 0)
+    before = reads_of(database, read_counts)
+    create_and_cancel(finished, 3)
+    after = reads_of(database, read_counts)
+    walked = {"mysql": finished, "sqlite": 10 * finished}[database.dialect]
+    assert after - before < walked / 10, (before, after)
+    counts = database.run(metrics_queries.operation_counts, owner_id=None, write=False)
+    assert counts.unfinished == {("queued", TASK): 1}

@@ -22,7 +22,6 @@ from durable_ops.ai_admission.metrics import AdmissionMetrics
 from durable_ops.ai_worker.inference import metrics as worker_metrics
 from durable_ops.clock import utc_now
 from durable_ops.gateway.metrics import GatewayMetrics
-from durable_ops.notifications.metrics import register_notifications_metrics
 from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.rpc.metrics import GrpcServerMetrics
 from durable_ops.storage import migrate
@@ -158,8 +157,6 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[set[str]]:
         GrpcServerMetrics(registry)
         if name == "operations":
             OperationsMetrics(registry, db, utc_now)
-        elif name == "notifications":
-            register_notifications_metrics(registry, db)
         elif name == "ai_admission":
             AdmissionMetrics(registry)
         names |= registered_names(registry)
@@ -203,7 +200,7 @@ def test_every_panel_query_names_only_series_the_services_export(exported: set[s
         "durable_ops_lease_expiries_total",
         "durable_ops_sweeper_runs_total",
         "durable_ops_sweeper_changes_total",
-        "durable_ops_notifications",
+        "durable_ops_operations_finished_total",
         "durable_ops_admissions_refused_total",
         "durable_ops_grpc_server_requests_total",
         "durable_ops_grpc_server_request_duration_seconds_bucket",
