@@ -4,9 +4,10 @@ Counted where they happen: claims (``ClaimOperation``), operations ended (each
 terminal transition this replica commits, as ``Database.events`` tells it: every
 one writes its operation's notification in the same transaction), sweeper runs
 and what each changed (lease expiries among them), retention's prunes. Read from
-the database at scrape time, cached for ``Tuning.metrics_cache_seconds``:
-unfinished operations by state and task type and the age of the oldest queued
-one, for every owner (neutral scope).
+the database at scrape time, cached for ``Tuning.metrics_cache_seconds``, as
+the console reads them (``storage.operator.queue_depths``, ADR 0052): unfinished
+operations by state and task type and the age of the oldest queued one, for
+every owner.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from durable_ops.clock import Clock
 from durable_ops.model.states import ACTIVE_STATES
 from durable_ops.operations.tuning import TUNING
 from durable_ops.rpc.metrics import PREFIX, CachedReading
-from durable_ops.storage import metrics_queries
+from durable_ops.storage import operator
 from durable_ops.storage.db import Database
 from durable_ops.storage.events import Changed, Committed
 from durable_ops.storage.operations import SweepReport
 from durable_ops.storage.retention import PruneBatch
+from durable_ops.storage.tx import OperatorTx
 
 SWEEP_CHANGES = ("expired_lease", "deadline", "promoted")
 
@@ -35,8 +37,10 @@ SWEEP_CHANGES = ("expired_lease", "deadline", "promoted")
 class _OperationsCollector(Collector):
     def __init__(self, db: Database, clock: Clock, seconds: float) -> None:
         self._clock = clock
-        self._counts = CachedReading(
-            lambda: db.run(metrics_queries.operation_counts, owner_id=None, write=False),
+        self._depths = CachedReading(
+            lambda: db.run(
+                lambda tx: operator.queue_depths(OperatorTx(tx)), owner_id=None, write=False
+            ),
             seconds,
             time.monotonic,
         )
@@ -45,9 +49,9 @@ class _OperationsCollector(Collector):
         return iter(self._families(None))
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        return iter(self._families(self._counts.get()))
+        return iter(self._families(self._depths.get()))
 
-    def _families(self, counts: metrics_queries.OperationCounts | None) -> list[GaugeMetricFamily]:
+    def _families(self, depths: list[operator.QueueDepth] | None) -> list[GaugeMetricFamily]:
         operations = GaugeMetricFamily(
             f"{PREFIX}operations",
             "Unfinished operations of every owner, by state and task type",
@@ -57,16 +61,16 @@ class _OperationsCollector(Collector):
             f"{PREFIX}oldest_queued_operation_age_seconds",
             "How long the oldest queued operation has waited to be claimed (0: none queued)",
         )
-        if counts is None:
+        if depths is None:
             return [operations, oldest]
-        task_types = sorted({task for _state, task in counts.unfinished})
-        states = sorted(state.value for state in ACTIVE_STATES)
-        for task in task_types:  # every state of a seen task type, zeros too: stable series
+        states = sorted(ACTIVE_STATES)
+        for depth in depths:  # every state of a seen task type, zeros too: stable series
             for state in states:
-                operations.add_metric([state, task], counts.unfinished.get((state, task), 0))
+                operations.add_metric([state, depth.task_type], depth.counts.get(state, 0))
+        waiting = [depth.oldest_queued_at for depth in depths if depth.oldest_queued_at]
         age = 0.0
-        if counts.oldest_queued_at is not None:
-            queued_at = counts.oldest_queued_at
+        if waiting:
+            queued_at = min(waiting)
             if queued_at.tzinfo is None:
                 queued_at = queued_at.replace(tzinfo=UTC)
             age = max(0.0, (self._clock() - queued_at).total_seconds())

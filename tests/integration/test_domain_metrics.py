@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client import CollectorRegistry
 
 from durable_ops.ai_admission import main as admission_main
 from durable_ops.api.ai_admission.v1 import ai_admission_pb2, ai_admission_pb2_grpc
@@ -27,13 +28,15 @@ from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc
 from durable_ops.api.workspace.v1 import workspace_pb2, workspace_pb2_grpc
 from durable_ops.model.scope import Role
+from durable_ops.model.states import OperationState
 from durable_ops.notifications import main as notifications_main
 from durable_ops.operations import main as operations_main
+from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.operations.tuning import TUNING
 from durable_ops.settings import Settings, service_variable
-from durable_ops.storage import metrics_queries, operations
+from durable_ops.storage import operations, operator
 from durable_ops.storage.db import Database
-from durable_ops.storage.tx import Tx
+from durable_ops.storage.tx import OperatorTx, Tx
 from durable_ops.workspace import main as workspace_main
 from tests.support.grpc_services import BackgroundLoop, metadata
 from tests.support.keys import key_env
@@ -285,15 +288,18 @@ def test_the_oldest_queued_age_counts_an_operation_from_when_it_is_due(
         request = operations.CreateRequest(TASK, key, "job", key, not_before=not_before)
         database.run(lambda tx: operations.create(tx, request, at), owner_id=ALICE)
 
-    def counts() -> metrics_queries.OperationCounts:
-        return database.run(metrics_queries.operation_counts, owner_id=None, write=False)
+    def gauge(name: str, **labels: str) -> float | None:
+        registry = CollectorRegistry()  # a fresh one: nothing cached
+        OperationsMetrics(registry, database, lambda: now)
+        return registry.get_sample_value(name, labels)
 
+    age = "durable_ops_oldest_queued_operation_age_seconds"
     create("scheduled", now - timedelta(hours=2), not_before=now + timedelta(days=1))
-    assert counts().oldest_queued_at is None  # queued, but nothing waits yet
+    assert gauge(age) == 0  # queued, but nothing waits yet
     create("due", now - timedelta(hours=1))
-    found = counts()
-    assert found.unfinished[("queued", TASK)] == 2
-    assert found.oldest_queued_at == now - timedelta(hours=1)
+    create("newer", now - timedelta(minutes=5))
+    assert gauge(age) == 3600
+    assert gauge("durable_ops_operations", state="queued", task_type=TASK) == 3
 
 
 def test_the_unfinished_gauge_reads_no_finished_operation(database: Database) -> None:
@@ -311,8 +317,8 @@ def test_the_unfinished_gauge_reads_no_finished_operation(database: Database) ->
 
         database.run(work, owner_id=ALICE)
 
-    def read_counts(tx: Tx) -> object:
-        return metrics_queries.operation_counts(tx)
+    def read_counts(tx: Tx) -> list[operator.QueueDepth]:
+        return operator.queue_depths(OperatorTx(tx))
 
     request = operations.CreateRequest(TASK, "waiting", "job", "j")
     database.run(lambda tx: operations.create(tx, request, now), owner_id=ALICE)
@@ -322,5 +328,5 @@ def test_the_unfinished_gauge_reads_no_finished_operation(database: Database) ->
     after = reads_of(database, read_counts)
     walked = {"mysql": finished, "sqlite": 10 * finished}[database.dialect]
     assert after - before < walked / 10, (before, after)
-    counts = database.run(metrics_queries.operation_counts, owner_id=None, write=False)
-    assert counts.unfinished == {("queued", TASK): 1}
+    [depth] = database.run(read_counts, owner_id=None, write=False)
+    assert (depth.task_type, depth.counts) == (TASK, {OperationState.QUEUED: 1})
