@@ -17,9 +17,9 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import Table, bindparam, func, select, update
+from sqlalchemy import ColumnElement, Select, Table, bindparam, func, select, update
 
-from durable_ops.model.states import ACTIVE_STATES
+from durable_ops.storage.operations import each_active_state
 from durable_ops.storage.schema import GLOBAL_CONTROL_ID, AiAdmissionControl, UserOperation
 from durable_ops.storage.tx import SCOPE_OWNER, Tx
 
@@ -28,15 +28,17 @@ OPS = cast(Table, UserOperation.__table__)
 _LOCK = select(CONTROL).where(CONTROL.c.id == GLOBAL_CONTROL_ID).with_for_update()
 _CONTROL = update(CONTROL).where(CONTROL.c.id == GLOBAL_CONTROL_ID)
 _RESERVE = _CONTROL.values(reservations=CONTROL.c.reservations + 1)
-_ACTIVE = (
-    select(func.count())
-    .select_from(OPS)
-    .where(
-        OPS.c.task_type.in_(bindparam("task_types", expanding=True)),
-        OPS.c.state.in_([state.value for state in ACTIVE_STATES]),
-    )
-)
-_ACTIVE_FOR_OWNER = _ACTIVE.where(OPS.c.owner_user_id == SCOPE_OWNER)
+_OF_TYPES = OPS.c.task_type.in_(bindparam("task_types", expanding=True))
+
+
+def _count_active(*where: ColumnElement[bool]) -> Select[int]:
+    active = each_active_state(lambda state: select(OPS.c.id).where(OPS.c.state == state, *where))
+    return select(func.count()).select_from(active.subquery())
+
+
+_ACTIVE = _count_active(_OF_TYPES)
+# A seek of ix_user_operations_owner_state: the owner's history is not read.
+_ACTIVE_FOR_OWNER = _count_active(OPS.c.owner_user_id == SCOPE_OWNER, _OF_TYPES)
 
 
 def lock_control(tx: Tx) -> AiAdmissionControl:

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Select, Table, bindparam, case, func, select, union_all
+from sqlalchemy import Select, Table, bindparam, case, func, select
 
 from durable_ops.model import bounds
 from durable_ops.model.errors import NotFound
 from durable_ops.model.operator import OperatorFilter
-from durable_ops.model.states import ACTIVE_STATES, OperationState
+from durable_ops.model.states import OperationState
 from durable_ops.storage import operations
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
 from durable_ops.storage.schema import OperationAttempt, UserOperation
@@ -88,11 +88,8 @@ def list_page(
     return paginate(rows, size, lambda op: (op.created_at, op.id))
 
 
-# One SELECT per unfinished state, not ``state IN (…)``: MariaDB reads an IN list over a
-# table it thinks small as a scan of the whole index, finished rows too, and an equality
-# always as a seek (ADR 0052; tests/integration/test_domain_metrics.py counts the reads).
-_BY_TYPE_AND_STATE = union_all(
-    *(
+_BY_TYPE_AND_STATE = operations.each_active_state(
+    lambda state: (
         select(
             OPS.c.task_type,
             OPS.c.state,
@@ -102,7 +99,6 @@ _BY_TYPE_AND_STATE = union_all(
         )
         .where(OPS.c.state == state)
         .group_by(OPS.c.task_type, OPS.c.state)
-        for state in sorted(state.value for state in ACTIVE_STATES)
     )
 )
 

@@ -28,21 +28,18 @@ from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc
 from durable_ops.api.workspace.v1 import workspace_pb2, workspace_pb2_grpc
 from durable_ops.model.scope import Role
-from durable_ops.model.states import OperationState
 from durable_ops.notifications import main as notifications_main
 from durable_ops.operations import main as operations_main
 from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.operations.tuning import TUNING
 from durable_ops.settings import Settings, service_variable
-from durable_ops.storage import operations, operator
+from durable_ops.storage import operations
 from durable_ops.storage.db import Database
-from durable_ops.storage.tx import OperatorTx, Tx
 from durable_ops.workspace import main as workspace_main
 from tests.support.grpc_services import BackgroundLoop, metadata
 from tests.support.keys import key_env
 from tests.support.metrics_scrape import Scrape, scrape
 from tests.support.operations_client import ALICE, TASK
-from tests.support.statement_reads import reads_of
 
 OPS = "/durable_ops.api.operations.v1.OperationsService/"
 GRPC_NAMES = {
@@ -300,33 +297,3 @@ def test_the_oldest_queued_age_counts_an_operation_from_when_it_is_due(
     create("newer", now - timedelta(minutes=5))
     assert gauge(age) == 3600
     assert gauge("durable_ops_operations", state="queued", task_type=TASK) == 3
-
-
-def test_the_unfinished_gauge_reads_no_finished_operation(database: Database) -> None:
-    """Finished operations stay until retention prunes them, millions on a busy system:
-    the gauge read at every scrape walks only what is still to do."""
-    now = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
-    finished = 400
-
-    def create_and_cancel(count: int, start: int) -> None:
-        def work(tx: Tx) -> None:
-            for n in range(start, start + count):
-                request = operations.CreateRequest(TASK, f"done-{n}", "job", "j")
-                created, _ = operations.create(tx, request, now, fair=False)
-                operations.cancel(tx, created.id, now)
-
-        database.run(work, owner_id=ALICE)
-
-    def read_counts(tx: Tx) -> list[operator.QueueDepth]:
-        return operator.queue_depths(OperatorTx(tx))
-
-    request = operations.CreateRequest(TASK, "waiting", "job", "j")
-    database.run(lambda tx: operations.create(tx, request, now), owner_id=ALICE)
-    create_and_cancel(3, 0)
-    before = reads_of(database, read_counts)
-    create_and_cancel(finished, 3)
-    after = reads_of(database, read_counts)
-    walked = {"mysql": finished, "sqlite": 10 * finished}[database.dialect]
-    assert after - before < walked / 10, (before, after)
-    [depth] = database.run(read_counts, owner_id=None, write=False)
-    assert (depth.task_type, depth.counts) == (TASK, {OperationState.QUEUED: 1})

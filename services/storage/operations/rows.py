@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from typing import Any, cast
 
@@ -35,7 +35,7 @@ from sqlalchemy.orm.attributes import manager_of_class
 
 from durable_ops.model.errors import LeaseLost, NotFound
 from durable_ops.model.lifecycle import Facts
-from durable_ops.model.states import OperationState
+from durable_ops.model.states import ACTIVE_STATES, OperationState
 from durable_ops.storage.db import on_unknown_commit
 from durable_ops.storage.schema import ID_LENGTH, OperationAttempt, UserOperation
 from durable_ops.storage.task_pauses import unless_paused
@@ -72,6 +72,16 @@ def one_statement(parts: Sequence[Select[Any]]) -> Select[Any] | CompoundSelect[
 def in_line() -> ColumnElement[bool]:
     """Not held out of the claim's line as scheduled for later (ADR 0050)."""
     return OPS.c.held_until.is_(None)
+
+
+def each_active_state(part: Callable[[str], Select[Any]]) -> CompoundSelect[Any]:
+    """``part(state)`` for each unfinished state, joined by ``UNION ALL``.
+
+    An equality on ``state`` is a seek on both engines. MariaDB reads ``state IN (…)``
+    over a table it thinks small as a scan of the whole index, finished rows too
+    (ADR 0052; tests/integration/test_read_costs.py counts the reads).
+    """
+    return union_all(*(part(state) for state in sorted(ACTIVE_STATES)))
 
 
 def deadline_open() -> ColumnElement[bool]:
