@@ -4,7 +4,8 @@
   type, nor of a type it names that an operator paused; and so the claim poll;
 - the queue gauges and the console's queues (ADR 0052): no finished operation;
 - admission's count of its owner's active operations, under the global admission
-  lock: none of the owner's finished ones.
+  lock: none of the owner's finished ones (ADR 0053); nor the unread count the
+  owner's read notifications.
 
 Counted, not timed (``tests.support.statement_reads``), with a few rows and again with
 hundreds more that must not be read.
@@ -15,7 +16,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from durable_ops.model.states import OperationState
-from durable_ops.storage import capacity, operations, operator, task_pauses
+from durable_ops.storage import capacity, notifications, operations, operator, task_pauses
 from durable_ops.storage.db import Database
 from durable_ops.storage.tx import OperatorTx, Tx
 from tests.support.statement_reads import reads_of
@@ -66,13 +67,15 @@ def test_a_claim_and_the_claim_poll_read_no_backlog_they_may_not_take(
 
 
 def _history(db: Database, count: int, start: int) -> None:
-    """``count`` operations of the owner ``OWNER`` created and cancelled."""
+    """``count`` operations of the owner ``OWNER`` created and cancelled, their
+    notifications read."""
 
     def work(tx: Tx) -> None:
         for n in range(start, start + count):
             request = operations.CreateRequest(NAMED, f"done-{n}", "job", "j")
             created, _ = operations.create(tx, request, NOW, fair=False)
             operations.cancel(tx, created.id, NOW)
+        notifications.mark_all_read(tx, NOW)
 
     db.run(work, owner_id=OWNER)
 
@@ -85,11 +88,19 @@ def _owners_active(tx: Tx) -> int:
     return capacity.active_for_owner(Tx(tx.connection, OWNER), [NAMED])
 
 
+def _owners_unread(tx: Tx) -> int:
+    return notifications.unread_count(Tx(tx.connection, OWNER))
+
+
 def _costs(db: Database) -> dict[str, int]:
-    return {"depths": reads_of(db, _queue_depths), "active": reads_of(db, _owners_active)}
+    return {
+        "depths": reads_of(db, _queue_depths),
+        "active": reads_of(db, _owners_active),
+        "unread": reads_of(db, _owners_unread),
+    }
 
 
-def test_the_queue_depths_and_admissions_count_read_no_finished_operation(
+def test_the_queue_depths_admissions_count_and_the_unread_count_read_no_history(
     database: Database,
 ) -> None:
     _fill(database, NAMED, 1)
@@ -104,3 +115,4 @@ def test_the_queue_depths_and_admissions_count_read_no_finished_operation(
     [depth] = database.run(_queue_depths, owner_id=None, write=False)
     assert depth.counts == {OperationState.QUEUED: 2}
     assert database.run(_owners_active, owner_id=None, write=False) == 1
+    assert database.run(_owners_unread, owner_id=None, write=False) == 0
