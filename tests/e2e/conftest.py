@@ -20,6 +20,7 @@ from playwright.sync_api import (
     BrowserContext,
     ConsoleMessage,
     Page,
+    Request,
     expect,
     sync_playwright,
 )
@@ -110,16 +111,41 @@ def context(browser: Browser) -> Iterator[BrowserContext]:
     made.close()
 
 
+# Chromium fails the requests in flight when the host's interfaces change (a veth or
+# bridge of a network-namespace test, a container's start, in the other test process):
+# ERR_NETWORK_CHANGED, the product's part in it none. A browser test that failed after
+# its page saw that runs once more (pytest-rerunfailures; it evaluates the condition
+# after the failure, with ``config`` in scope); any other failure fails.
+NETWORK_CHANGED = "net::ERR_NETWORK_CHANGED"
+_SAW_NETWORK_CHANGE = "e2e_page_saw_network_change"
+RERUN_WHEN = f"vars(config).get({_SAW_NETWORK_CHANGE!r}, False)"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "page" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.flaky(reruns=1, condition=RERUN_WHEN))
+
+
 @pytest.fixture
-def page(context: BrowserContext) -> Iterator[Page]:
+def page(context: BrowserContext, request: pytest.FixtureRequest) -> Iterator[Page]:
     """A tab that fails the test on any uncaught script error. Errors the page logs (a page
     module that failed to load is one) are printed, so a failed test shows them."""
+    seen = vars(request.config)
+    seen[_SAW_NETWORK_CHANGE] = False
     opened = context.new_page()
     errors: list[str] = []
     opened.on("pageerror", lambda error: errors.append(str(error)))
     opened.on("console", lambda message: _print_error(message))
+    opened.on("requestfailed", lambda failed: _note_network_change(seen, failed))
     yield opened
     assert errors == [], f"uncaught errors in the page: {errors}"
+
+
+def _note_network_change(seen: dict[str, Any], failed: Request) -> None:
+    if NETWORK_CHANGED in (failed.failure or ""):
+        print(f"the host network changed under {failed.url}: this test may run again")
+        seen[_SAW_NETWORK_CHANGE] = True
 
 
 def _print_error(message: ConsoleMessage) -> None:
