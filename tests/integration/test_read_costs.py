@@ -1,11 +1,11 @@
-"""What the reads made all the time read: not a backlog they may not take, nor history.
+"""What the frequent reads read: never a backlog they may not take, nor history.
 
 - a claim (ADR 0051): the rows of the task types it names, never a backlog of another
   type, nor of a type it names that an operator paused; and so the claim poll;
 - the queue gauges and the console's queues (ADR 0052): no finished operation;
 - admission's count of its owner's active operations, under the global admission
-  lock: none of the owner's finished ones (ADR 0053); nor the unread count the
-  owner's read notifications.
+  lock: none of the owner's finished ones; the unread count: none of the owner's
+  read notifications (ADR 0053).
 
 Counted, not timed (``tests.support.statement_reads``), with a few rows and again with
 hundreds more that must not be read.
