@@ -4,18 +4,20 @@ Every writer of an operation sets its ``updated_at`` (a beat too, and a beat's
 draft shares its time), so one cursor, a time, finds every change of state,
 progress and answer so far. ``ix_user_operations_owner_updated`` serves both
 reads: the owner's changes since the cursor, and, for the shared poll of every
-watch on a replica, each watched owner's newest change.
+watch on a replica, each watched owner's newest change (a seek per owner, not
+the owner's history).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import cache
+from typing import Any
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import CompoundSelect, Select, bindparam, select
 
-from durable_ops.storage.operations.reads import IDS_PER_QUERY_MAX
-from durable_ops.storage.operations.rows import OPS, OWNED, operation
+from durable_ops.storage.operations.rows import OPS, OWNED, one_statement, operation
 from durable_ops.storage.schema import UserOperation
 from durable_ops.storage.tx import ScopeViolation, Tx
 
@@ -27,11 +29,23 @@ _SINCE = (
     .order_by(OPS.c.updated_at, OPS.c.id)
     .limit(CHANGES_MAX)
 )
-_NEWEST = (
-    select(OPS.c.owner_user_id, func.max(OPS.c.updated_at).label("newest"))
-    .where(OPS.c.owner_user_id.in_(bindparam("owners", expanding=True)))
-    .group_by(OPS.c.owner_user_id)
-)
+# One ``ORDER BY … DESC LIMIT 1`` per owner: a seek to the end of the owner's part of
+# the index on both engines, and no row for an owner with no operation yet. A GROUP BY
+# over an IN list read every operation each owner ever made, ten times a second
+# (tests/integration/test_read_costs.py counts the reads).
+OWNERS_PER_QUERY = 500  # SQLite takes at most 500 SELECTs in one compound
+
+
+@cache
+def _newest(owners: int) -> Select[Any] | CompoundSelect[Any]:
+    parts = [
+        select(OPS.c.owner_user_id, OPS.c.updated_at.label("newest"))
+        .where(OPS.c.owner_user_id == bindparam(f"owner_{n}"))
+        .order_by(OPS.c.updated_at.desc())
+        .limit(1)
+        for n in range(owners)
+    ]
+    return one_statement(parts)
 
 
 def since(tx: Tx, after: datetime) -> list[UserOperation]:
@@ -46,8 +60,9 @@ def newest_among(tx: Tx, owners: Sequence[str]) -> dict[str, datetime]:
     if tx.owner_id is not None:
         raise ScopeViolation("the owners' watch polls in the neutral scope")
     found: dict[str, datetime] = {}
-    for start in range(0, len(owners), IDS_PER_QUERY_MAX):
-        chunk = list(owners[start : start + IDS_PER_QUERY_MAX])
-        for row in tx.execute(_NEWEST, {"owners": chunk}):
+    for start in range(0, len(owners), OWNERS_PER_QUERY):
+        chunk = owners[start : start + OWNERS_PER_QUERY]
+        asked = {f"owner_{n}": owner for n, owner in enumerate(chunk)}
+        for row in tx.execute(_newest(len(chunk)), asked):
             found[row.owner_user_id] = row.newest
     return found

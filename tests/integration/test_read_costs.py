@@ -5,7 +5,8 @@
 - the queue gauges and the console's queues (ADR 0052): no finished operation;
 - admission's count of its owner's active operations, under the global admission
   lock: none of the owner's finished ones; the unread count: none of the owner's
-  read notifications (ADR 0053).
+  read notifications (ADR 0053); the owner watch's poll, ten times a second: each
+  watched owner's newest change, not all of them.
 
 Counted, not timed (``tests.support.statement_reads``), with a few rows and again with
 hundreds more that must not be read.
@@ -16,7 +17,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from durable_ops.model.states import OperationState
-from durable_ops.storage import capacity, notifications, operations, operator, task_pauses
+from durable_ops.storage import (
+    capacity,
+    notifications,
+    operations,
+    operator,
+    owner_changes,
+    task_pauses,
+)
 from durable_ops.storage.db import Database
 from durable_ops.storage.tx import OperatorTx, Tx
 from tests.support.statement_reads import reads_of
@@ -92,15 +100,20 @@ def _owners_unread(tx: Tx) -> int:
     return notifications.unread_count(Tx(tx.connection, OWNER))
 
 
+def _owners_newest(tx: Tx) -> dict[str, datetime]:
+    return owner_changes.newest_among(tx, ["someone-else", OWNER])
+
+
 def _costs(db: Database) -> dict[str, int]:
     return {
         "depths": reads_of(db, _queue_depths),
         "active": reads_of(db, _owners_active),
         "unread": reads_of(db, _owners_unread),
+        "watch": reads_of(db, _owners_newest),
     }
 
 
-def test_the_queue_depths_admissions_count_and_the_unread_count_read_no_history(
+def test_the_queue_depths_the_owner_counts_and_the_watch_poll_read_no_history(
     database: Database,
 ) -> None:
     _fill(database, NAMED, 1)
@@ -116,3 +129,4 @@ def test_the_queue_depths_admissions_count_and_the_unread_count_read_no_history(
     assert depth.counts == {OperationState.QUEUED: 2}
     assert database.run(_owners_active, owner_id=None, write=False) == 1
     assert database.run(_owners_unread, owner_id=None, write=False) == 0
+    assert list(database.run(_owners_newest, owner_id=None, write=False)) == [OWNER]
