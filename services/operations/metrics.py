@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from datetime import UTC
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
@@ -67,13 +66,10 @@ class _OperationsCollector(Collector):
         for depth in depths:  # every state of a seen task type, zeros too: stable series
             for state in states:
                 operations.add_metric([state, depth.task_type], depth.counts.get(state, 0))
-        waiting = [depth.oldest_queued_at for depth in depths if depth.oldest_queued_at]
+        waiting = [d.oldest_queued_at for d in depths if d.oldest_queued_at is not None]
         age = 0.0
-        if waiting:
-            queued_at = min(waiting)
-            if queued_at.tzinfo is None:
-                queued_at = queued_at.replace(tzinfo=UTC)
-            age = max(0.0, (self._clock() - queued_at).total_seconds())
+        if waiting:  # aware: the column type (``UtcDateTime``) makes every read UTC
+            age = max(0.0, (self._clock() - min(waiting)).total_seconds())
         oldest.add_metric([], age)
         return [operations, oldest]
 
