@@ -35,6 +35,7 @@ from durable_ops.gateway import (
     notifications,
     openapi,
     operations,
+    standing,
     workspace,
 )
 from durable_ops.gateway.backends import Backends
@@ -90,7 +91,8 @@ def create_app(
     app = Starlette(
         routes=[route for module in all_modules for route in module.routes],
         # Outermost first: the peer's forwarded headers are judged on the raw connection;
-        # a refused Host is counted and carries the security headers like any answer.
+        # a refused Host is counted and carries the security headers like any answer; a
+        # refused credential whose check ran beside the route replaces the route's answer.
         middleware=[
             Middleware(
                 ProxyHeadersMiddleware, trusted_hosts=settings.gateway_trusted_proxy_networks
@@ -98,6 +100,7 @@ def create_app(
             Middleware(metrics.MetricsMiddleware, metrics=gateway_metrics),
             Middleware(SecurityHeadersMiddleware),
             Middleware(AllowedHostsMiddleware, hosts=allowed_hosts(settings)),
+            Middleware(standing.CheckBeforeAnswering),
         ],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,

@@ -15,7 +15,8 @@ opaque id of a session the Workspace service keeps, which lives at most
 ``SESSION_COOKIE_MAX_AGE_SECONDS`` (7 days), whatever the token's ``exp``, and
 ends at logout. Each request resolves its credential there (one RPC, one
 primary-key read): the cookie's session, or whether ``opsctl sessions revoke``
-came after a bearer token's ``iat``. Any
+came after a bearer token's ``iat``; for a read, the latter beside the read's own
+calls (``gateway.standing``, ADR 54). Any
 identity header a client sends (``x-owner-id`` and the like) is never read:
 the owner is the verified ``sub`` and nothing else.
 """
@@ -31,7 +32,8 @@ import jwt
 from starlette.requests import Request
 from starlette.responses import Response
 
-from durable_ops.gateway import sessions
+from durable_ops.gateway import sessions, standing
+from durable_ops.gateway.backends import Backends
 from durable_ops.gateway.context import backends_of, settings_of
 from durable_ops.gateway.problems import Problem
 from durable_ops.model import bounds
@@ -55,6 +57,7 @@ SAME_ORIGIN_FETCH_SITES = frozenset({"same-origin", "none"})
 class User:
     id: str
     via: Literal["bearer", "cookie"]
+    check: standing.Check | None = None  # whether the credential stands, when still asked
 
 
 class InvalidToken(Exception):
@@ -152,8 +155,13 @@ def _credential(request: Request) -> tuple[str, Literal["bearer", "cookie"]] | N
     return None
 
 
-async def authenticate(request: Request) -> User | None:
-    """The caller, ``None`` when no credential was sent; 401 ``Problem`` for a bad one."""
+async def authenticate(request: Request, *, defer_check: bool = False) -> User | None:
+    """The caller, ``None`` when no credential was sent; 401 ``Problem`` for a bad one.
+
+    With ``defer_check``, a bearer token on a safe method is answered once its
+    signature is verified, and whether it was revoked is asked beside the request's
+    own calls (``standing``): ``User.check`` is that question, pending.
+    """
     credential = _credential(request)
     if credential is None:
         return None
@@ -166,10 +174,24 @@ async def authenticate(request: Request) -> User | None:
             raise _unauthenticated("the session has ended: sign in again") from None
     try:
         user_id = verify_with_settings(settings_of(request), value)
-        await sessions.check_token(backends, user_id, token_issued_at(value))
-    except (InvalidToken, sessions.Ended):
-        raise _unauthenticated("the token is invalid, expired or revoked") from None
+    except InvalidToken:
+        raise _refused_token() from None
+    stands = _token_stands(backends, user_id, token_issued_at(value))
+    if defer_check and request.method in SAFE_METHODS:
+        return User(user_id, via, standing.defer(request, stands))
+    await stands
     return User(user_id, via)
+
+
+def _refused_token() -> Problem:
+    return _unauthenticated("the token is invalid, expired or revoked")
+
+
+async def _token_stands(backends: Backends, user_id: str, issued_at: int) -> None:
+    try:
+        await sessions.check_token(backends, user_id, issued_at)
+    except sessions.Ended:
+        raise _refused_token() from None
 
 
 def _cross_origin() -> Problem:
@@ -220,9 +242,10 @@ def _is_own_host(origin: str, request: Request) -> bool:
     return parsed.scheme in ("http", "https") and bool(host) and parsed.netloc == host
 
 
-async def require_user(request: Request) -> User:
-    """The authenticated caller of an API route (the auth "dependency" every route calls)."""
-    user = await authenticate(request)
+async def require_user(request: Request, *, defer_check: bool = False) -> User:
+    """The authenticated caller of an API route (the auth "dependency" every route calls);
+    ``defer_check`` as ``authenticate`` takes it."""
+    user = await authenticate(request, defer_check=defer_check)
     if user is None:
         raise _unauthenticated("sign in: send a bearer token or the session cookie")
     if user.via == "cookie" and request.method not in SAFE_METHODS:

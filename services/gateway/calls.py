@@ -10,6 +10,7 @@ type, both as the generated stubs declare them.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -18,6 +19,7 @@ import grpc
 from google.protobuf.message import Message
 from starlette.requests import Request
 
+from durable_ops.gateway import standing
 from durable_ops.gateway.auth import User, require_user
 from durable_ops.gateway.backends import Backends, translate
 from durable_ops.gateway.context import backends_of
@@ -50,19 +52,34 @@ class OwnerCalls:
         ``waits``: seconds the call may rightly wait server-side (a long-poll), on
         top of the usual call timeout.
         """
-        try:
-            return await method(
+        reply = asyncio.ensure_future(
+            method(
                 message,
                 metadata=self.backends.metadata(self.user.id),
                 timeout=self.backends.call_timeout + waits,
             )
+        )
+        try:
+            await self.stands()
+            return await reply
         except grpc.aio.AioRpcError as exc:
             raise translate(exc) from exc
+        finally:
+            reply.cancel()  # a refused caller's call is dropped; once answered, a no-op
+
+    async def stands(self) -> None:
+        """Return once the caller's credential is known to stand; raise the refusal if not."""
+        if self.user.check is not None:
+            await standing.passed(self.user.check)
 
 
 async def owner_calls(request: Request) -> OwnerCalls:
-    """Authenticate the request and bind backend calls to its user."""
-    return OwnerCalls(backends_of(request), await require_user(request))
+    """Authenticate the request and bind backend calls to its user.
+
+    A bearer token's revocation check runs beside the calls of a safe method
+    (``gateway.standing``): each call's reply waits for it.
+    """
+    return OwnerCalls(backends_of(request), await require_user(request, defer_check=True))
 
 
 def stub_for(

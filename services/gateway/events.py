@@ -123,6 +123,7 @@ async def events(request: Request) -> Response:
     calls = await owner_calls(request)
     query_params(request, ())
     after = _after(request)
+    await calls.stands()  # before a stream slot is taken: a refused stream never holds one
     slot = ExitStack()
     try:
         slot.enter_context(long_polls_of(request).hold(calls.user.id))

@@ -6,6 +6,7 @@ service over the test's database.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from datetime import datetime
@@ -28,6 +29,7 @@ from tests.support.clock import ManualClock
 from tests.support.gateway import (
     JWT_SECRET,
     bearer,
+    create_operation,
     dev_login,
     gateway_client,
     make_app,
@@ -36,6 +38,7 @@ from tests.support.gateway import (
     token,
 )
 from tests.support.grpc_services import Services
+from tests.support.ports import free_port
 from tests.support.stored import rows
 
 PATH = "/api/notifications/unread-count"
@@ -159,6 +162,58 @@ def test_revoking_a_user_ends_their_sessions_and_tokens_only(
             assert (await client.get(PATH)).status_code == 200
 
     run(after())
+
+
+def _revoke(services: Services, user: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPS_DATABASE_URL", raising=False)
+    revoke = ["sessions", "revoke", "--user", user, "--database-url", services.db.url]
+    assert cli.main(revoke) == 0
+
+
+def test_a_revoked_token_reads_nothing_though_its_check_runs_beside_the_read(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read's revocation check runs beside the read (``gateway.standing``): whatever the
+    route would have answered, a revoked token gets 401 and only that, at once."""
+    revoked = {"Authorization": f"Bearer {token('alice')}"}
+    queued = create_operation(services, "alice").id
+    _revoke(services, "alice", monkeypatch)
+    app = make_app(services.target)
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+            for path in (
+                f"/api/operations/{queued}",  # a backend's answer: 200 otherwise
+                "/api/operations/not*an*id",  # the route's own: 404 otherwise
+                f"/api/operations/{queued}:wait?timeout=30",  # a long-poll, dropped at once
+                "/api/events",  # a stream, never opened
+                "/api/operations",
+            ):
+                answer = await asyncio.wait_for(client.get(path, headers=revoked), 10)
+                _unauthenticated(answer)
+            # A change is sent only once its token stands: the cancel never reached the service.
+            _unauthenticated(await client.post(f"/api/operations/{queued}/cancel", headers=revoked))
+            assert app.state.long_polls.held("alice") == 0
+            fresh = {"Authorization": f"Bearer {_signed('alice', int(time.time()) + 2)}"}
+            mine = await client.get(f"/api/operations/{queued}", headers=fresh)
+            assert mine.json()["state"] == "queued"
+
+    run(scenario())
+
+
+def test_a_read_whose_check_cannot_be_asked_answers_503_not_the_data(services: Services) -> None:
+    """The Workspace down: the read's answer was there, but it never leaves."""
+    queued = create_operation(services, "alice").id
+    app = make_app(services.target, workspace_target=f"127.0.0.1:{free_port()}")
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+            for path in (f"/api/operations/{queued}", "/api/operations/not*an*id"):
+                answer = await client.get(path, headers=bearer("alice"))
+                assert answer.status_code == 503, answer.text
+                assert answer.json()["code"] == "unavailable"
+
+    run(scenario())
 
 
 def test_opsctl_sessions_revoke_refuses_a_malformed_user(
