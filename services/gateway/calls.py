@@ -10,7 +10,6 @@ type, both as the generated stubs declare them.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -52,7 +51,7 @@ class OwnerCalls:
         ``waits``: seconds the call may rightly wait server-side (a long-poll), on
         top of the usual call timeout.
         """
-        reply = asyncio.ensure_future(
+        reply = standing.beside(
             method(
                 message,
                 metadata=self.backends.metadata(self.user.id),

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Awaitable, Coroutine
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -35,14 +35,21 @@ from durable_ops.model.errors import DomainError
 _CHECK = "durable_ops.credential_check"  # the request's deferred check, in its ASGI scope
 
 Check = asyncio.Future[None]
+T = TypeVar("T")
 
 
 def defer(request: Request, check: Coroutine[Any, Any, None]) -> Check:
     """Start ``check`` and make the request's answer wait for it."""
-    task = asyncio.ensure_future(check)
-    # Whoever answers the request raises the refusal; asyncio need not report it again.
-    task.add_done_callback(lambda done: done.cancelled() or done.exception())
+    task = beside(check)
     request.scope[_CHECK] = task
+    return task
+
+
+def beside(work: Awaitable[T]) -> asyncio.Future[T]:
+    """``work`` started as a task whose failure, when nobody waits for it any more, is not
+    reported again: a refused request's answer is its refusal."""
+    task = asyncio.ensure_future(work)
+    task.add_done_callback(lambda done: done.cancelled() or done.exception())
     return task
 
 
