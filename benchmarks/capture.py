@@ -160,7 +160,7 @@ def capture_lifecycle(database_url: str, task_type: str = "bench.capture") -> Re
 
 def capture_batch(database_url: str, size: int, task_type: str = "bench.capture") -> Recording:
     """``size`` operations claimed with one ``ClaimOperations`` and completed with one
-    ``CompleteOperations``; the creates are not recorded. ``known`` lists the
+    ``SettleOperations``; the creates are not recorded. ``known`` lists the
     claimed operations' ids, owners and token hashes in claim order (the
     batched replay of figure 1 maps them to the rows it claims)."""
     db = Database(database_url, pool_size=4)

@@ -110,13 +110,13 @@ class OpsClient:
         return [Claimed(one.operation.id, one.owner_id, one.lease_token) for one in reply.claimed]
 
     async def complete_many(self, claims: Sequence[Claimed]) -> int:
-        """Complete ``claims`` in one ``CompleteOperations``; how many were refused."""
-        reply = await self.stub.CompleteOperations(
-            pb.CompleteOperationsRequest(
+        """Complete ``claims`` in one ``SettleOperations``; how many were refused."""
+        reply = await self.stub.SettleOperations(
+            pb.SettleOperationsRequest(
                 items=[
-                    pb.CompleteOperationsRequest.Item(
+                    pb.SettleOperationsRequest.Item(
                         owner_id=claimed.owner_id,
-                        completion=pb.CompleteOperationRequest(
+                        complete=pb.CompleteOperationRequest(
                             operation_id=claimed.operation_id, lease_token=claimed.lease_token
                         ),
                     )

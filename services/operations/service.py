@@ -156,31 +156,14 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             log.info("operations_claimed", count=len(found))
         return pb.ClaimOperationsResponse(claimed=[convert.claimed(*each) for each in found])
 
-    async def CompleteOperations(
-        self, request: pb.CompleteOperationsRequest, context: ServicerContext
-    ) -> pb.LeaseMutationsResponse:
-        require_neutral_worker(caller_scope(context))
-        items = [convert.completion(item.owner_id, item.completion) for item in request.items]
-        return await self._settle_many(items, "operations_completed")
-
-    async def FailOperations(
-        self, request: pb.FailOperationsRequest, context: ServicerContext
-    ) -> pb.LeaseMutationsResponse:
-        require_neutral_worker(caller_scope(context))
-        items = [convert.failure(item.owner_id, item.failure) for item in request.items]
-        return await self._settle_many(items, "operations_failed")
-
     async def SettleOperations(
         self, request: pb.SettleOperationsRequest, context: ServicerContext
     ) -> pb.LeaseMutationsResponse:
         require_neutral_worker(caller_scope(context))
         items = [convert.settlement(item) for item in request.items]
-        return await self._settle_many(items, "operations_settled")
-
-    async def _settle_many(self, items: list[Settlement], event: str) -> pb.LeaseMutationsResponse:
         answer = convert.outcomes(items, await self.app.settle(items, owner=None))
         refused = sum(1 for outcome in answer.outcomes if outcome.status_code)
-        log.info(event, count=len(answer.outcomes), refused=refused)
+        log.info("operations_settled", count=len(answer.outcomes), refused=refused)
         for item, outcome in zip(items, answer.outcomes, strict=True):
             if item.event in _LOGGED_ALONE and not outcome.status_code:
                 log.info(_SETTLED[item.event], operation_id=item.operation_id, owner=item.owner_id)

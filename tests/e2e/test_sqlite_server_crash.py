@@ -142,12 +142,12 @@ def _drain_once(stub: pb_grpc.OperationsServiceStub, wait_seconds: int) -> set[s
     ).claimed
     if not claimed:
         return set()
-    reply = stub.CompleteOperations(
-        pb.CompleteOperationsRequest(
+    reply = stub.SettleOperations(
+        pb.SettleOperationsRequest(
             items=[
-                pb.CompleteOperationsRequest.Item(
+                pb.SettleOperationsRequest.Item(
                     owner_id=lease.owner_id,
-                    completion=pb.CompleteOperationRequest(
+                    complete=pb.CompleteOperationRequest(
                         operation_id=lease.operation.id, lease_token=lease.lease_token
                     ),
                 )

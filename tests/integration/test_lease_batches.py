@@ -1,10 +1,10 @@
 """Batched leases (ADR 0022) through the real server, on both engines.
 
 ``ClaimOperations`` claims up to N operations in one transaction, each with
-its own token and attempt row; ``CompleteOperations`` / ``FailOperations``
-settle many leases of many owners in one transaction, each in its owner's
-scope and guarded on its own token: a stale one is refused alone, the others
-commit with their notifications.
+its own token and attempt row; ``SettleOperations`` settles many leases of
+many owners in one transaction, each in its owner's scope and guarded on its
+own token: a stale one is refused alone, the others commit with their
+notifications.
 """
 
 from __future__ import annotations
@@ -51,23 +51,31 @@ def _claim(
     return list(response.claimed)
 
 
+def _settle(
+    ops: OpsClient, items: list[pb.SettleOperationsRequest.Item]
+) -> list[pb.LeaseMutationsResponse.Outcome]:
+    response: pb.LeaseMutationsResponse = ops.stub.SettleOperations(
+        pb.SettleOperationsRequest(items=items), metadata=ops.neutral
+    )
+    return list(response.outcomes)
+
+
+def _completion(
+    owner_id: str, one: pb.ClaimedOperation, token: str | None = None
+) -> pb.SettleOperationsRequest.Item:
+    return pb.SettleOperationsRequest.Item(
+        owner_id=owner_id,
+        complete=pb.CompleteOperationRequest(
+            operation_id=one.operation.id, lease_token=token or one.lease_token
+        ),
+    )
+
+
 def _complete(
     ops: OpsClient, claimed: list[pb.ClaimedOperation], **tokens: str
 ) -> list[pb.LeaseMutationsResponse.Outcome]:
-    items = [
-        pb.CompleteOperationsRequest.Item(
-            owner_id=one.owner_id,
-            completion=pb.CompleteOperationRequest(
-                operation_id=one.operation.id,
-                lease_token=tokens.get(one.operation.id, one.lease_token),
-            ),
-        )
-        for one in claimed
-    ]
-    response: pb.LeaseMutationsResponse = ops.stub.CompleteOperations(
-        pb.CompleteOperationsRequest(items=items), metadata=ops.neutral
-    )
-    return list(response.outcomes)
+    items = [_completion(one.owner_id, one, tokens.get(one.operation.id)) for one in claimed]
+    return _settle(ops, items)
 
 
 def _attempts(services: Services) -> int:
@@ -154,9 +162,9 @@ def test_a_batch_failure_retries_or_fails_each_as_asked(services: Services, ops:
     failed = ops.create(BOB, "k-fail-final").id
     claimed = {one.operation.id: one for one in _claim(ops, 2)}
     items = [
-        pb.FailOperationsRequest.Item(
+        pb.SettleOperationsRequest.Item(
             owner_id=claimed[operation_id].owner_id,
-            failure=pb.FailOperationRequest(
+            fail=pb.FailOperationRequest(
                 operation_id=operation_id,
                 lease_token=claimed[operation_id].lease_token,
                 retryable=retryable,
@@ -166,10 +174,8 @@ def test_a_batch_failure_retries_or_fails_each_as_asked(services: Services, ops:
         )
         for operation_id, retryable in ((retried, True), (failed, False))
     ]
-    response: pb.LeaseMutationsResponse = ops.stub.FailOperations(
-        pb.FailOperationsRequest(items=items), metadata=ops.neutral
-    )
-    assert [outcome.state for outcome in response.outcomes] == [WAITING_FOR_RETRY, FAILED]
+    outcomes = _settle(ops, items)
+    assert [outcome.state for outcome in outcomes] == [WAITING_FOR_RETRY, FAILED]
     assert ops.get(BOB, failed).state == FAILED
     assert ops.notifications_per_operation() == {failed: 1}
 
@@ -179,28 +185,15 @@ def test_each_item_runs_in_the_owner_it_names(services: Services, ops: OpsClient
     ops.create(ALICE, "k-owner-a")
     ops.create(ALICE, "k-owner-b")
     mine, other = _claim(ops, 2)
-    wrong = pb.CompleteOperationsRequest.Item(
-        owner_id=BOB,
-        completion=pb.CompleteOperationRequest(
-            operation_id=other.operation.id, lease_token=other.lease_token
-        ),
+    outcomes = _settle(
+        ops,
+        [  # another owner's, an owner id that cannot be one, and the right one
+            _completion(BOB, other),
+            _completion("not an owner!", other),
+            _completion(ALICE, mine),
+        ],
     )
-    bad = pb.CompleteOperationsRequest.Item(
-        owner_id="not an owner!",
-        completion=pb.CompleteOperationRequest(
-            operation_id=other.operation.id, lease_token=other.lease_token
-        ),
-    )
-    right = pb.CompleteOperationsRequest.Item(
-        owner_id=ALICE,
-        completion=pb.CompleteOperationRequest(
-            operation_id=mine.operation.id, lease_token=mine.lease_token
-        ),
-    )
-    response: pb.LeaseMutationsResponse = ops.stub.CompleteOperations(
-        pb.CompleteOperationsRequest(items=[wrong, bad, right]), metadata=ops.neutral
-    )
-    codes = [(outcome.status_code, outcome.error_code) for outcome in response.outcomes]
+    codes = [(outcome.status_code, outcome.error_code) for outcome in outcomes]
     assert codes[0][0] == grpc.StatusCode.NOT_FOUND.value[0]  # bob has no such operation
     assert codes[1] == (INVALID.value[0], "invalid_argument")
     assert codes[2] == (0, "")
@@ -211,11 +204,7 @@ def test_each_item_runs_in_the_owner_it_names(services: Services, ops: OpsClient
 def test_batches_refuse_bad_sizes_and_the_wrong_scope(services: Services, ops: OpsClient) -> None:
     for limit in (0, 101):
         expect_failure(lambda limit=limit: _claim(ops, limit), INVALID, field="max_operations")  # type: ignore[misc]
-    expect_failure(
-        lambda: ops.stub.CompleteOperations(pb.CompleteOperationsRequest(), metadata=ops.neutral),
-        INVALID,
-        field="items",
-    )
+    expect_failure(lambda: _settle(ops, []), INVALID, field="items")
     denied = grpc.StatusCode.PERMISSION_DENIED
     expect_failure(
         lambda: ops.stub.ClaimOperations(
@@ -225,8 +214,8 @@ def test_batches_refuse_bad_sizes_and_the_wrong_scope(services: Services, ops: O
         denied,
     )
     expect_failure(
-        lambda: ops.stub.CompleteOperations(
-            pb.CompleteOperationsRequest(items=[pb.CompleteOperationsRequest.Item()]),
+        lambda: ops.stub.SettleOperations(
+            pb.SettleOperationsRequest(items=[pb.SettleOperationsRequest.Item()]),
             metadata=ops.gateway(ALICE),
         ),
         denied,

@@ -925,100 +925,12 @@ class ClaimOperationsResponse(_message.Message):
 Global___ClaimOperationsResponse: _TypeAlias = ClaimOperationsResponse  # noqa: Y015
 
 @_typing.final
-class CompleteOperationsRequest(_message.Message):
+class SettleOperationsRequest(_message.Message):
     """Batched lease mutations (ADR 0022), from the neutral worker scope: each item
     names the owner it was claimed for and runs in that owner's scope, guarded on
     its own token, in one transaction for the batch. A refused item (a lost
     lease, a bad field) is answered alone; the others commit.
-    """
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    @_typing.final
-    class Item(_message.Message):
-        DESCRIPTOR: _descriptor.Descriptor
-
-        OWNER_ID_FIELD_NUMBER: _builtins.int
-        COMPLETION_FIELD_NUMBER: _builtins.int
-        owner_id: _builtins.str
-        @_builtins.property
-        def completion(self) -> Global___CompleteOperationRequest: ...
-        def __init__(
-            self,
-            *,
-            owner_id: _builtins.str = ...,
-            completion: Global___CompleteOperationRequest | None = ...,
-        ) -> None: ...
-        _HasFieldArgType: _TypeAlias = _typing.Literal["completion", b"completion"]  # noqa: Y015
-        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["completion", b"completion", "owner_id", b"owner_id"]  # noqa: Y015
-        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-        def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-    ITEMS_FIELD_NUMBER: _builtins.int
-    @_builtins.property
-    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___CompleteOperationsRequest.Item]:
-        """1–100"""
-
-    def __init__(
-        self,
-        *,
-        items: _abc.Iterable[Global___CompleteOperationsRequest.Item] | None = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___CompleteOperationsRequest: _TypeAlias = CompleteOperationsRequest  # noqa: Y015
-
-@_typing.final
-class FailOperationsRequest(_message.Message):
-    DESCRIPTOR: _descriptor.Descriptor
-
-    @_typing.final
-    class Item(_message.Message):
-        DESCRIPTOR: _descriptor.Descriptor
-
-        OWNER_ID_FIELD_NUMBER: _builtins.int
-        FAILURE_FIELD_NUMBER: _builtins.int
-        owner_id: _builtins.str
-        @_builtins.property
-        def failure(self) -> Global___FailOperationRequest: ...
-        def __init__(
-            self,
-            *,
-            owner_id: _builtins.str = ...,
-            failure: Global___FailOperationRequest | None = ...,
-        ) -> None: ...
-        _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure"]  # noqa: Y015
-        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "owner_id", b"owner_id"]  # noqa: Y015
-        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-        def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-    ITEMS_FIELD_NUMBER: _builtins.int
-    @_builtins.property
-    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___FailOperationsRequest.Item]:
-        """1–100"""
-
-    def __init__(
-        self,
-        *,
-        items: _abc.Iterable[Global___FailOperationsRequest.Item] | None = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___FailOperationsRequest: _TypeAlias = FailOperationsRequest  # noqa: Y015
-
-@_typing.final
-class SettleOperationsRequest(_message.Message):
-    """Every way a lease holder ends a lease, batched (ADR 33), from the neutral
+    Every way a lease holder ends a lease, batched (ADR 33), from the neutral
     worker scope: each item names the owner it was claimed for and one outcome,
     guarded on its own token, in one transaction for the batch. A refused item
     is answered alone; the others commit. The one settlement channel of the SDK.

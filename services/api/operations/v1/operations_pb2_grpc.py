@@ -84,16 +84,6 @@ class OperationsServiceStub:
                 request_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.ClaimOperationsRequest.SerializeToString,
                 response_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.ClaimOperationsResponse.FromString,
                 _registered_method=True)
-        self.CompleteOperations = channel.unary_unary(
-                '/durable_ops.api.operations.v1.OperationsService/CompleteOperations',
-                request_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.CompleteOperationsRequest.SerializeToString,
-                response_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationsResponse.FromString,
-                _registered_method=True)
-        self.FailOperations = channel.unary_unary(
-                '/durable_ops.api.operations.v1.OperationsService/FailOperations',
-                request_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.FailOperationsRequest.SerializeToString,
-                response_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationsResponse.FromString,
-                _registered_method=True)
         self.SettleOperations = channel.unary_unary(
                 '/durable_ops.api.operations.v1.OperationsService/SettleOperations',
                 request_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.SettleOperationsRequest.SerializeToString,
@@ -200,21 +190,9 @@ class OperationsServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def CompleteOperations(self, request, context):
+    def SettleOperations(self, request, context):
         """Neutral worker scope, each item in its owner's scope with its lease token.
         """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def FailOperations(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def SettleOperations(self, request, context):
-        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -315,16 +293,6 @@ def add_OperationsServiceServicer_to_server(servicer, server):
                     servicer.ClaimOperations,
                     request_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.ClaimOperationsRequest.FromString,
                     response_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.ClaimOperationsResponse.SerializeToString,
-            ),
-            'CompleteOperations': grpc.unary_unary_rpc_method_handler(
-                    servicer.CompleteOperations,
-                    request_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.CompleteOperationsRequest.FromString,
-                    response_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationsResponse.SerializeToString,
-            ),
-            'FailOperations': grpc.unary_unary_rpc_method_handler(
-                    servicer.FailOperations,
-                    request_deserializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.FailOperationsRequest.FromString,
-                    response_serializer=durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationsResponse.SerializeToString,
             ),
             'SettleOperations': grpc.unary_unary_rpc_method_handler(
                     servicer.SettleOperations,
@@ -632,60 +600,6 @@ class OperationsService:
             '/durable_ops.api.operations.v1.OperationsService/ClaimOperations',
             durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.ClaimOperationsRequest.SerializeToString,
             durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.ClaimOperationsResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def CompleteOperations(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/durable_ops.api.operations.v1.OperationsService/CompleteOperations',
-            durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.CompleteOperationsRequest.SerializeToString,
-            durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationsResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def FailOperations(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/durable_ops.api.operations.v1.OperationsService/FailOperations',
-            durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.FailOperationsRequest.SerializeToString,
-            durable__ops_dot_api_dot_operations_dot_v1_dot_operations__pb2.LeaseMutationsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -48,10 +48,8 @@ class OperationsServiceStub:
     ClaimOperation: _grpc.UnaryUnaryMultiCallable[_operations_pb2.ClaimOperationRequest, _operations_pb2.ClaimOperationResponse]
     """Neutral worker scope."""
     ClaimOperations: _grpc.UnaryUnaryMultiCallable[_operations_pb2.ClaimOperationsRequest, _operations_pb2.ClaimOperationsResponse]
-    CompleteOperations: _grpc.UnaryUnaryMultiCallable[_operations_pb2.CompleteOperationsRequest, _operations_pb2.LeaseMutationsResponse]
-    """Neutral worker scope, each item in its owner's scope with its lease token."""
-    FailOperations: _grpc.UnaryUnaryMultiCallable[_operations_pb2.FailOperationsRequest, _operations_pb2.LeaseMutationsResponse]
     SettleOperations: _grpc.UnaryUnaryMultiCallable[_operations_pb2.SettleOperationsRequest, _operations_pb2.LeaseMutationsResponse]
+    """Neutral worker scope, each item in its owner's scope with its lease token."""
     HoldLeases: _grpc.StreamStreamMultiCallable[_operations_pb2.HoldLeasesRequest, _operations_pb2.HoldLeasesResponse]
     """One stream holds every lease a worker holds (ADR 0026), each entry naming
     its owner and token: a beat extends them all, the owner's cancel is pushed
@@ -89,10 +87,8 @@ class OperationsServiceAsyncStub(OperationsServiceStub):
     ClaimOperation: _aio.UnaryUnaryMultiCallable[_operations_pb2.ClaimOperationRequest, _operations_pb2.ClaimOperationResponse]  # type: ignore[assignment]
     """Neutral worker scope."""
     ClaimOperations: _aio.UnaryUnaryMultiCallable[_operations_pb2.ClaimOperationsRequest, _operations_pb2.ClaimOperationsResponse]  # type: ignore[assignment]
-    CompleteOperations: _aio.UnaryUnaryMultiCallable[_operations_pb2.CompleteOperationsRequest, _operations_pb2.LeaseMutationsResponse]  # type: ignore[assignment]
-    """Neutral worker scope, each item in its owner's scope with its lease token."""
-    FailOperations: _aio.UnaryUnaryMultiCallable[_operations_pb2.FailOperationsRequest, _operations_pb2.LeaseMutationsResponse]  # type: ignore[assignment]
     SettleOperations: _aio.UnaryUnaryMultiCallable[_operations_pb2.SettleOperationsRequest, _operations_pb2.LeaseMutationsResponse]  # type: ignore[assignment]
+    """Neutral worker scope, each item in its owner's scope with its lease token."""
     HoldLeases: _aio.StreamStreamMultiCallable[_operations_pb2.HoldLeasesRequest, _operations_pb2.HoldLeasesResponse]  # type: ignore[assignment]
     """One stream holds every lease a worker holds (ADR 0026), each entry naming
     its owner and token: a beat extends them all, the owner's cancel is pushed
@@ -189,26 +185,12 @@ class OperationsServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_operations_pb2.ClaimOperationsResponse, _abc.Awaitable[_operations_pb2.ClaimOperationsResponse]]: ...
 
     @_abc_1.abstractmethod
-    def CompleteOperations(
-        self,
-        request: _operations_pb2.CompleteOperationsRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_operations_pb2.LeaseMutationsResponse, _abc.Awaitable[_operations_pb2.LeaseMutationsResponse]]:
-        """Neutral worker scope, each item in its owner's scope with its lease token."""
-
-    @_abc_1.abstractmethod
-    def FailOperations(
-        self,
-        request: _operations_pb2.FailOperationsRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_operations_pb2.LeaseMutationsResponse, _abc.Awaitable[_operations_pb2.LeaseMutationsResponse]]: ...
-
-    @_abc_1.abstractmethod
     def SettleOperations(
         self,
         request: _operations_pb2.SettleOperationsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_operations_pb2.LeaseMutationsResponse, _abc.Awaitable[_operations_pb2.LeaseMutationsResponse]]: ...
+    ) -> _typing.Union[_operations_pb2.LeaseMutationsResponse, _abc.Awaitable[_operations_pb2.LeaseMutationsResponse]]:
+        """Neutral worker scope, each item in its owner's scope with its lease token."""
 
     @_abc_1.abstractmethod
     def HoldLeases(
