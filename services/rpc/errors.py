@@ -19,6 +19,7 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import grpc
 import structlog
+from google.protobuf.message import DecodeError
 
 from durable_ops.model.errors import (
     CapacityExceeded,
@@ -33,7 +34,7 @@ from durable_ops.model.errors import (
     Unavailable,
 )
 from durable_ops.rpc import ServicerContext
-from durable_ops.rpc.handlers import SwappingInterceptor
+from durable_ops.rpc.handlers import SwappingInterceptor, behaviour_of, handler_like
 
 ERROR_CODE = "x-error-code"
 ERROR_FIELD = "x-error-field"
@@ -109,14 +110,58 @@ async def _abort_for(context: ServicerContext, exc: Exception, where: str) -> No
     await abort_with(context, DomainError(INTERNAL_MESSAGE))
 
 
-def translated(behaviour: Callable[..., Any], where: str) -> Callable[..., Any]:
+class _Undecodable:
+    """What a request's bytes became when they are no message of the method's type."""
+
+
+UNDECODABLE = _Undecodable()
+
+
+def malformed_request() -> InvalidArgument:
+    return InvalidArgument("request", "is not a valid message", code="malformed_request")
+
+
+def tolerant(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """``deserializer`` answering ``UNDECODABLE`` instead of raising. grpc.aio runs a
+    handler's deserializer before any interceptor's behaviour and answers its error as
+    UNKNOWN with a logged stack trace, credential or not; the behaviour refuses it instead
+    (``translated``), after the credential check, as INVALID_ARGUMENT."""
+
+    def parse(raw: bytes) -> Any:
+        try:
+            return deserializer(raw)
+        except DecodeError:  # bad wire format, or a string field that is not UTF-8
+            return UNDECODABLE
+
+    return parse
+
+
+async def _decoded(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async for request in requests:
+        if request is UNDECODABLE:
+            raise malformed_request()
+        yield request
+
+
+def translated(
+    behaviour: Callable[..., Any], where: str, *, request_streaming: bool = False
+) -> Callable[..., Any]:
     """``behaviour`` (a servicer method: coroutine or async generator) with every error
-    it raises ended as its status; ``where`` names it in the log."""
+    it raises ended as its status, and a request that did not decode (``tolerant``)
+    refused; ``where`` names it in the log."""
+
+    def checked(request: Any) -> Any:
+        if request_streaming:
+            return _decoded(request)
+        if request is UNDECODABLE:
+            raise malformed_request()
+        return request
+
     if inspect.isasyncgenfunction(behaviour):
 
         async def streaming(request: Any, context: ServicerContext) -> AsyncIterator[Any]:
             try:
-                async for item in behaviour(request, context):
+                async for item in behaviour(checked(request), context):
                     yield item
             except grpc.aio.AbortError:
                 raise
@@ -127,7 +172,7 @@ def translated(behaviour: Callable[..., Any], where: str) -> Callable[..., Any]:
 
     async def unary(request: Any, context: ServicerContext) -> Any:
         try:
-            return await behaviour(request, context)
+            return await behaviour(checked(request), context)
         except grpc.aio.AbortError:
             raise
         except Exception as exc:
@@ -140,8 +185,12 @@ class ErrorInterceptor(SwappingInterceptor):
     """Error translation for every method a server serves, in one place: innermost, so
     the interceptors around it (metrics) see the status the caller gets."""
 
-    def swap(self, method: str, behaviour: Callable[..., Any]) -> Callable[..., Any]:
-        return translated(behaviour, method)
+    def swap(self, method: str, handler: Any) -> Any:
+        behaviour = translated(
+            behaviour_of(handler), method, request_streaming=handler.request_streaming
+        )
+        parse = handler.request_deserializer
+        return handler_like(handler, behaviour, tolerant(parse) if parse is not None else None)
 
 
 def _trailers(exc: grpc.aio.AioRpcError) -> dict[str, str]:

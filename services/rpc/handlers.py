@@ -19,8 +19,13 @@ def behaviour_of(handler: Any) -> Callable[..., Any]:
     return handler.unary_unary  # type: ignore[no-any-return]
 
 
-def handler_like(handler: Any, behaviour: Callable[..., Any]) -> Any:
-    """A handler of ``handler``'s shape (streaming sides, codecs) running ``behaviour``."""
+def handler_like(
+    handler: Any,
+    behaviour: Callable[..., Any],
+    request_deserializer: Callable[[bytes], Any] | None = None,
+) -> Any:
+    """A handler of ``handler``'s shape (streaming sides, codecs) running ``behaviour``;
+    ``request_deserializer`` replaces its own when given."""
     if handler.request_streaming and handler.response_streaming:
         factory = grpc.stream_stream_rpc_method_handler
     elif handler.request_streaming:
@@ -31,7 +36,7 @@ def handler_like(handler: Any, behaviour: Callable[..., Any]) -> Any:
         factory = grpc.unary_unary_rpc_method_handler
     return factory(
         behaviour,
-        request_deserializer=handler.request_deserializer,
+        request_deserializer=request_deserializer or handler.request_deserializer,
         response_serializer=handler.response_serializer,
     )
 
@@ -43,7 +48,8 @@ class SwappingInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self) -> None:
         self._swapped: dict[str, tuple[Any, Any]] = {}
 
-    def swap(self, method: str, behaviour: Callable[..., Any]) -> Callable[..., Any]:
+    def swap(self, method: str, handler: Any) -> Any:
+        """The handler that serves ``method`` instead of ``handler``."""
         raise NotImplementedError
 
     async def intercept_service(
@@ -56,6 +62,6 @@ class SwappingInterceptor(grpc.aio.ServerInterceptor):
         known = self._swapped.get(method)
         if known is not None and known[0] is handler:
             return known[1]
-        swapped = handler_like(handler, self.swap(method, behaviour_of(handler)))
+        swapped = self.swap(method, handler)
         self._swapped[method] = (handler, swapped)
         return swapped

@@ -25,7 +25,7 @@ import prometheus_client
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from durable_ops.rpc.handlers import SwappingInterceptor
+from durable_ops.rpc.handlers import SwappingInterceptor, behaviour_of, handler_like
 from durable_ops.settings import SettingsError
 
 PREFIX = "durable_ops_"
@@ -89,11 +89,12 @@ class MetricsInterceptor(SwappingInterceptor):
         super().__init__()
         self._metrics = metrics
 
-    def swap(self, method: str, behaviour: Callable[..., Any]) -> Callable[..., Any]:
+    def swap(self, method: str, handler: Any) -> Any:
         # A streaming answer is an async generator, or a coroutine that calls context.write.
+        behaviour = behaviour_of(handler)
         if inspect.isasyncgenfunction(behaviour):
-            return self._streaming(method, behaviour)
-        return self._unary(method, behaviour)
+            return handler_like(handler, self._streaming(method, behaviour))
+        return handler_like(handler, self._unary(method, behaviour))
 
     def _unary(self, method: str, behaviour: Callable[..., Any]) -> Callable[..., Any]:
         async def timed(request: Any, context: Any) -> Any:

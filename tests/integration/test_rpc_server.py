@@ -60,12 +60,30 @@ class Probe:
             self.calls += 1
             yield request + b" " + _describe(caller_scope(context))
 
+    async def Echo(self, request: health_pb2.HealthCheckRequest, context: Any) -> bytes:
+        self.calls += 1
+        return request.service.encode()
+
+    async def EchoAll(
+        self, requests: AsyncIterator[health_pb2.HealthCheckRequest], context: Any
+    ) -> AsyncIterator[bytes]:
+        async for request in requests:
+            self.calls += 1
+            yield request.service.encode()
+
     def register(self, server: Any) -> None:
         handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
             name: grpc.unary_unary_rpc_method_handler(getattr(self, name))
             for name in ("Whoami", "Busy", "Slow")
         }
         handlers["Chat"] = grpc.stream_stream_rpc_method_handler(self.Chat)
+        parse = health_pb2.HealthCheckRequest.FromString  # a message with a string field
+        handlers["Echo"] = grpc.unary_unary_rpc_method_handler(
+            self.Echo, request_deserializer=parse
+        )
+        handlers["EchoAll"] = grpc.stream_stream_rpc_method_handler(
+            self.EchoAll, request_deserializer=parse
+        )
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
 
 
@@ -243,6 +261,42 @@ def test_the_role_reaches_stream_handlers_too() -> None:
         assert answers == [b"a " + scope, b"b " + scope]
 
     run(scenario)
+
+
+NOT_A_MESSAGE = b"\xff\xff\xff"  # a field header with no end
+NOT_UTF_8 = b"\x0a\x03a\xc3\x28"  # field 1, a string, three bytes that are no UTF-8
+
+
+@pytest.mark.parametrize("raw", [NOT_A_MESSAGE, NOT_UTF_8], ids=["garbage", "not-utf-8"])
+def test_a_request_that_does_not_decode_is_refused_after_the_credential_check(
+    raw: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """UNAUTHENTICATED without a credential, INVALID_ARGUMENT with one; never UNKNOWN,
+    and nothing logged as an error (an anonymous client could fill the log)."""
+
+    async def scenario(probe: Probe, channel: Any) -> None:
+        echo = _unary(channel, "Echo")
+        assert (
+            await echo(b"\x0a\x02ok", metadata=ServiceCaller(signing_key(Role.GATEWAY)).metadata())
+            == b"ok"
+        )
+        error = await _status_of(echo(raw))
+        assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+        metadata = ServiceCaller(signing_key(Role.GATEWAY)).metadata()
+        error = await _status_of(echo(raw, metadata=metadata))
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert _trailers(error)["x-error-code"] == "malformed_request"
+        chat = channel.stream_stream(f"/{SERVICE}/EchoAll")(metadata=metadata)
+        await chat.write(b"\x0a\x05first")
+        assert await chat.read() == b"first"
+        await chat.write(raw)
+        error = await _status_of(chat.read())
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert _trailers(error)["x-error-code"] == "malformed_request"
+
+    with caplog.at_level("ERROR"):
+        assert run(scenario).calls == 2  # the two good requests, nothing else
+    assert [record.getMessage() for record in caplog.records if record.levelname == "ERROR"] == []
 
 
 def test_health_answers_serving_without_a_credential() -> None:
