@@ -62,14 +62,16 @@ class Probe:
 
     async def Echo(self, request: health_pb2.HealthCheckRequest, context: Any) -> bytes:
         self.calls += 1
-        return request.service.encode()
+        service: str = request.service
+        return service.encode()
 
     async def EchoAll(
         self, requests: AsyncIterator[health_pb2.HealthCheckRequest], context: Any
     ) -> AsyncIterator[bytes]:
         async for request in requests:
             self.calls += 1
-            yield request.service.encode()
+            service: str = request.service
+            yield service.encode()
 
     def register(self, server: Any) -> None:
         handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
