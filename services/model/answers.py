@@ -10,6 +10,7 @@ limits other than those the answer is held to.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,6 +37,23 @@ _SUPPORTED_KEYWORDS = frozenset(
         "anyOf",
     }
 )
+
+
+def _not_json(constant: str) -> None:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def published(body_json: str) -> dict[str, Any]:
+    """A result's text as it may be kept and shown: JSON of an object, without NaN or
+    Infinity (Python reads them; JSON, and so the page that shows the result, has no such
+    number). Its shape is the worker's to check (``validate``): it made the answer."""
+    try:
+        data = json.loads(body_json, parse_constant=_not_json)
+    except ValueError:
+        raise AnswerMismatch("answer: is not JSON") from None
+    if not isinstance(data, dict):
+        raise AnswerMismatch("answer: expected an object")
+    return data
 
 
 def validate(schema: Mapping[str, Any], data: object) -> dict[str, Any]:

@@ -7,6 +7,7 @@ so a bound and the column that stores it cannot disagree.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from durable_ops.model.errors import CONTROL_CHARACTER, InvalidArgument
@@ -23,6 +24,9 @@ DEFAULT_RETRY_DELAY_SECONDS = 30  # a create that names none
 LEASE_SECONDS_RANGE = (5, 600)
 LEASE_TOKEN_MAX = 128  # the services issue 43 characters
 CLAIM_WAIT_SECONDS_MAX = 20  # a waiting claim answers within this, claimed or not
+# Task types one claim may name: each is a part of the claim's UNION (ADR 0051) and each
+# count its own prepared statement, so the claim's cost and the statements kept are bounded.
+CLAIM_TASK_TYPES_MAX = 32
 WAIT_SECONDS_MAX = 30.0  # WaitOperation and the HTTP long-poll answer within this, done or not
 DEADLINE_MAX_AHEAD = timedelta(hours=24)  # ahead of the operation's not_before
 # How far ahead a create may schedule its operation (``not_before``, ADR 0046): a month of
@@ -59,7 +63,7 @@ PAGE_SIZE_DEFAULT = 20
 PAGE_TOKEN_MAX = 512
 OLDER_THAN_MAX = timedelta(days=3660)  # the operator's "created at least this long ago"
 
-_TASK_TYPE = re.compile(r"[a-z0-9._-]+")
+_TASK_TYPE = re.compile(r"[a-z0-9._-]+")  # a task type, and a failure's stable code
 _TRACE_PARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 _OWNER_ID = re.compile(r"[A-Za-z0-9._@:-]+")
 _KEY_TEXT = re.compile(r"[\x21-\x7e]+")
@@ -136,6 +140,14 @@ def task_type(value: str) -> str:
     return value
 
 
+def claim_task_types(values: Sequence[str]) -> list[str]:
+    """The task types a claim names, each once, in order; at most ``CLAIM_TASK_TYPES_MAX``."""
+    names = list(dict.fromkeys(task_type(value) for value in values))
+    if len(names) > CLAIM_TASK_TYPES_MAX:
+        raise InvalidArgument("task_types", f"may name at most {CLAIM_TASK_TYPES_MAX} task types")
+    return names
+
+
 def owner_id(value: str) -> str:
     text("owner", value, OWNER_ID_MAX)
     if not _OWNER_ID.fullmatch(value):
@@ -195,6 +207,8 @@ def provenance(provider: str, model: str, route: str) -> tuple[str, str, str]:
 
 def failure(code: str, message: str) -> tuple[str, str]:
     text("failure_code", code, FAILURE_CODE_MAX)
+    if not _TASK_TYPE.fullmatch(code):  # shown to the owner (google.longrunning's reason)
+        raise InvalidArgument("failure_code", "may contain only a-z, 0-9, '.', '_' and '-'")
     text("failure_message", message, FAILURE_MESSAGE_MAX, required=False)
     return code, message
 

@@ -213,7 +213,7 @@ class OperationsApp:
         """Up to ``limit`` claims over ``routes`` in order, in one transaction; waits up
         to ``wait`` seconds for the first, woken by this replica's claim waiters. One
         claim transaction runs at a time on the replica (ADR 0024)."""
-        names = [bounds.task_type(name) for name in task_types]
+        names = bounds.claim_task_types(task_types)
         kinds: frozenset[Kind] = frozenset(
             (_claim_source(route).value, name) for route in routes for name in names
         )

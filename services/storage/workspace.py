@@ -12,7 +12,7 @@ from typing import Any, TypeVar, cast
 
 from sqlalchemy import Select, Table, bindparam, delete, insert, select, update
 
-from durable_ops.model import bounds
+from durable_ops.model import answers, bounds
 from durable_ops.model.errors import PLAN_REQUIRED, InvalidArgument, NotFound, PermissionDenied
 from durable_ops.model.states import Plan, Privacy
 from durable_ops.model.subjects import SubjectKind
@@ -249,6 +249,14 @@ def _note_of_operation(tx: Tx, operation_id: str) -> AiWorkspaceNote | None:
     return AiWorkspaceNote(**row._mapping) if row is not None else None
 
 
+def _check_answer(body_json: str) -> None:
+    """The page shows what is kept: a body it cannot show is refused, not stored."""
+    try:
+        answers.published(body_json)
+    except answers.AnswerMismatch as mismatch:
+        raise InvalidArgument("body_json", str(mismatch), code="answer_mismatch") from None
+
+
 def publish_note(
     tx: Tx,
     *,
@@ -279,6 +287,7 @@ def publish_note(
     bounds.task_type(kind)
     bounds.subject(subject_type, subject_id)
     bounds.text("body_json", body_json, NOTE_BODY_MAX)
+    _check_answer(body_json)
     bounds.text("operation_id", operation_id, bounds.ID_MAX)
     bounds.text("lease_token", lease_token, bounds.LEASE_TOKEN_MAX)
     provider, model, route = bounds.provenance(*provenance)

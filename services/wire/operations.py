@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from google.longrunning import operations_proto_pb2 as lro
 from google.protobuf.message import Message
@@ -135,6 +135,25 @@ def _time(message: Message, field: str) -> datetime | None:
         raise InvalidArgument(field, "is not a valid timestamp") from None
 
 
+# protobuf's own bound on a Duration (10,000 years); a larger one cannot be a timedelta.
+_DURATION_SECONDS_MAX = 315_576_000_000
+_NANOS = 1_000_000_000
+
+
+def duration(message: Message, field: str) -> timedelta | None:
+    """An optional Duration field; one outside protobuf's valid range is the caller's error
+    (``ToTimedelta`` would raise OverflowError, or carry nanos of the other sign)."""
+    if not message.HasField(field):
+        return None
+    value = getattr(message, field)
+    seconds, nanos = value.seconds, value.nanos
+    same_sign = seconds == 0 or nanos == 0 or (seconds > 0) == (nanos > 0)
+    if abs(seconds) > _DURATION_SECONDS_MAX or not -_NANOS < nanos < _NANOS or not same_sign:
+        raise InvalidArgument(field, "is not a valid duration")
+    delta: timedelta = value.ToTimedelta()
+    return delta
+
+
 def create_request(request: pb.CreateOperationRequest, trace_parent: str) -> CreateRequest:
     return CreateRequest(
         task_type=request.task_type,
@@ -158,27 +177,35 @@ def seen(request: pb.WaitOperationRequest) -> datetime | None:
 
 
 def wait_seconds(request: WaitRequest) -> float:
-    """The timeout asked for, at most the server's; unset means the server's."""
-    if not request.HasField("timeout"):
+    """The timeout asked for; unset means the most the server waits. Ours says 0 to 30 s;
+    google.longrunning's may ask longer (its contract lets the server answer sooner)."""
+    timeout = duration(request, "timeout")
+    if timeout is None:
         return bounds.WAIT_SECONDS_MAX
-    seconds: float = request.timeout.ToTimedelta().total_seconds()
-    if seconds < 0:
-        raise InvalidArgument("timeout", "must not be negative")
+    seconds = timeout.total_seconds()
+    longest = bounds.WAIT_SECONDS_MAX if isinstance(request, pb.WaitOperationRequest) else None
+    if seconds < 0 or (longest is not None and seconds > longest):
+        raise InvalidArgument("timeout", f"must be 0 to {bounds.WAIT_SECONDS_MAX:g} seconds")
     return min(seconds, bounds.WAIT_SECONDS_MAX)
 
 
 def claim_wait_seconds(request: pb.ClaimOperationRequest | pb.ClaimOperationsRequest) -> float:
-    if not request.HasField("wait"):
-        return 0.0
-    seconds = request.wait.ToTimedelta().total_seconds()
+    wait = duration(request, "wait")
+    seconds = 0.0 if wait is None else wait.total_seconds()
     if not 0 <= seconds <= bounds.CLAIM_WAIT_SECONDS_MAX:
         raise InvalidArgument("wait", f"must be 0 to {bounds.CLAIM_WAIT_SECONDS_MAX} seconds")
     return seconds
 
 
+_ROUTES = {pb.ROUTE_UNSPECIFIED: Route.LOCAL, pb.ROUTE_LOCAL: Route.LOCAL}
+_ROUTES[pb.ROUTE_EXTERNAL] = Route.EXTERNAL
+
+
 def routes(asked: Sequence[pb.Route.ValueType]) -> list[Route]:
-    """The routes a claim asked for, in order, each once."""
-    return list(dict.fromkeys(states.route_from_pb(route) for route in asked))
+    """The routes a claim asked for, in order, each once; unspecified is the local one."""
+    if unknown := [value for value in asked if value not in _ROUTES]:
+        raise InvalidArgument("routes", f"{unknown[0]} is not a route")
+    return list(dict.fromkeys(_ROUTES[value] for value in asked))
 
 
 def claimed(claim: Claim, route: Route) -> pb.ClaimedOperation:

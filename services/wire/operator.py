@@ -77,20 +77,18 @@ def retention_policy(request: opb.PruneOperationsRequest, tombstones: timedelta)
     """A prune's policy; ``tombstones`` is the tombstone horizon when the request names none."""
     if not request.HasField("older_than"):
         raise InvalidArgument("older_than", "is required: how long after it finished")
-    if request.HasField("tombstones_older_than"):
-        tombstones = request.tombstones_older_than.ToTimedelta()
-    return RetentionPolicy(request.older_than.ToTimedelta(), tombstones).validated()
+    older_than = convert.duration(request, "older_than")
+    assert older_than is not None
+    asked = convert.duration(request, "tombstones_older_than")
+    return RetentionPolicy(older_than, tombstones if asked is None else asked).validated()
 
 
 def operator_filter(request: opb.ListOperationsRequest) -> OperatorFilter:
-    older_than: timedelta | None = None
-    if request.HasField("older_than"):
-        older_than = request.older_than.ToTimedelta()
     return OperatorFilter(
         owner_id=request.owner_id,
         state=convert.state_from_pb(request.state),
         task_type=request.task_type,
-        older_than=older_than,
+        older_than=convert.duration(request, "older_than"),
         failure_code=request.failure_code,
     ).validated()
 

@@ -204,6 +204,9 @@ def test_each_item_runs_in_the_owner_it_names(services: Services, ops: OpsClient
 def test_batches_refuse_bad_sizes_and_the_wrong_scope(services: Services, ops: OpsClient) -> None:
     for limit in (0, 101):
         expect_failure(lambda limit=limit: _claim(ops, limit), INVALID, field="max_operations")  # type: ignore[misc]
+    many = tuple(f"type-{n}" for n in range(33))  # each is one part of the claim's UNION
+    expect_failure(lambda: _claim(ops, 1, many), INVALID, field="task_types")
+    expect_failure(lambda: _claim(ops, 1, routes=[pb.ROUTE_LOCAL, 99]), INVALID, field="routes")
     expect_failure(lambda: _settle(ops, []), INVALID, field="items")
     denied = grpc.StatusCode.PERMISSION_DENIED
     expect_failure(

@@ -247,3 +247,26 @@ def test_a_note_of_another_kind_or_subject_than_its_operation_is_refused(
         field="kind",
     )
     assert _notes(services) == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["<script>alert(1)</script>", "[1, 2]", '"text"', '{"score": NaN}', "{"],
+    ids=["markup", "a-list", "a-string", "nan", "cut-short"],
+)
+def test_a_body_the_page_cannot_show_is_refused_and_the_lease_publishes_after(
+    services: Services, body: str
+) -> None:
+    """The results page reads the body as a JSON object (a 500 once it was stored)."""
+    ops = OpsClient(services)
+    lease = _claimed_for(services, ops, ALICE, "alice-op")
+    subject_id = lease.operation.subject.id
+    publish = {"owner": ALICE, "operation_id": lease.id, "token": lease.token}
+    expect_failure(
+        lambda: _publish(services, ops, subject_id=subject_id, body=body, **publish),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "answer_mismatch",
+        field="body_json",
+    )
+    assert _notes(services) == []
+    assert _publish(services, ops, subject_id=subject_id, **publish).published

@@ -222,6 +222,19 @@ def test_subject_names_the_offending_half() -> None:
     rejected("subject_id", lambda: bounds.subject("job", "1" * 65))
 
 
+@pytest.mark.parametrize("code", ["c\x00d", "ç" * 3, "Model_Error", "model error", "a/b"])
+def test_a_failure_code_is_a_stable_code_not_text(code: str) -> None:
+    """The owner sees it (google.longrunning's ErrorInfo.reason): no control or free text."""
+    rejected("failure_code", lambda: bounds.failure(code, ""))
+
+
+def test_a_claim_names_each_task_type_once_and_at_most_32() -> None:
+    names = [f"t{n}" for n in range(32)]
+    assert bounds.claim_task_types([*names, "t0", "t5"]) == names
+    rejected("task_types", lambda: bounds.claim_task_types([*names, "t32"]))
+    rejected("task_type", lambda: bounds.claim_task_types(["ok", "Not OK"]))
+
+
 def test_failure_names_the_offending_half() -> None:
     rejected("failure_code", lambda: bounds.failure("x" * 65, "m" * 513))
     rejected("failure_message", lambda: bounds.failure("timeout", "m" * 513))

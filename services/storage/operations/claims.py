@@ -196,13 +196,11 @@ def claim(
     if tx.owner_id is not None:
         raise ScopeViolation("the claim runs in the neutral scope")
     bounds.int_range("max_operations", limit, (1, CLAIM_BATCH_MAX))
-    for task_type in task_types:
-        bounds.task_type(task_type)
-    if not task_types:
+    names = bounds.claim_task_types(task_types)
+    if not names:
         return []
     expires = lifecycle.lease_expiry(now, lease_seconds)
     move = lifecycle.CLAIMS[Event.CLAIM_EXTERNAL if external_route else Event.CLAIM]
-    names = list(dict.fromkeys(task_types))
     where: dict[str, Any] = {"from_state": move.source, "now": now}
     where.update({f"of_type_{n}": name for n, name in enumerate(names)})
     limited = {name: limits[name] for name in names if name in limits}
