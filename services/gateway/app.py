@@ -113,7 +113,7 @@ def create_app(
     app.state.long_polls = ConcurrencyLimit(
         settings.gateway_long_polls_per_user, retry_after=operations.WAIT_RETRY_AFTER_SECONDS
     )
-    app.state.unread_signals = events.UnreadSignals()
+    app.state.stream_signals = events.StreamSignals()
     app.state.sign_in_throttle = login.sign_in_throttle()
     refusal = dev_login_refusal(settings)
     if refusal is not None:

@@ -253,6 +253,16 @@ async def require_user(request: Request, *, defer_check: bool = False) -> User:
     return user
 
 
+async def still_signed_in(request: Request, user: User) -> bool:
+    """Whether ``request``'s credential still signs ``user`` in, asked again (a stream that
+    runs on after its start); raises ``Unavailable`` when the Workspace cannot say."""
+    try:
+        again = await authenticate(request)
+    except Problem:  # ended, expired or revoked
+        return False
+    return again is not None and again.id == user.id
+
+
 async def session_user(request: Request) -> str | None:
     """For pages: the cookie's user, or ``None`` when there is no live session."""
     session_id = request.cookies.get(SESSION_COOKIE)

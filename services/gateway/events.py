@@ -7,7 +7,12 @@ Each event says what changed, as the page shows it:
   (``draft``: the attempt and ``partial``, ``partial.fields_so_far``);
 * ``unread``: the unread notification count, when the stream opens, when an
   operation ends or is retried (its notification comes or goes) and when a tab
-  of this gateway marks or dismisses one; a slow refresh catches the rest.
+  of this gateway marks or dismisses one; a slow refresh catches the rest;
+* ``signed_out``: the last event of a stream whose credential stopped standing
+  (logout, ``opsctl sessions revoke``, expiry). The stream asks again whether it
+  stands before it sends anything a second or more after it last asked, at every
+  keepalive, and at once when a session of the user ends through this gateway: no
+  change leaves more than a second after the sign-in ended (SPEC §2, "end it at once").
 
 The operation events come from the Operations service's ``WatchOwner`` (one
 call per stream, in the caller's owner scope: another owner's change cannot
@@ -25,9 +30,9 @@ import hashlib
 import json
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -41,6 +46,7 @@ from durable_ops.api.notifications.v1 import notifications_pb2_grpc as notificat
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.gateway import dto
+from durable_ops.gateway.auth import still_signed_in
 from durable_ops.gateway.backends import translate
 from durable_ops.gateway.calls import OwnerCalls, owner_calls, stub_for
 from durable_ops.gateway.context import long_polls_of
@@ -57,6 +63,9 @@ LAST_EVENT_ID = "last-event-id"
 KEEPALIVE_SECONDS = 15.0  # a comment line: proxies keep the stream, a gone client is noticed
 UNREAD_REFRESH_SECONDS = 30.0  # marks made through another gateway replica
 RECONNECT_MILLISECONDS = 2000  # the browser's pause before it reconnects with Last-Event-ID
+# A running stream asks whether its credential still stands before it sends what it got
+# this long after it last asked: a Workspace read a second at most, however busy.
+RECHECK_SECONDS = 1.0
 # An operation entering one of these may have gained a notification (it ended) or lost one
 # (a retry queues it again): the unread count is read again.
 NOTICE_STATES = {"succeeded", "failed", "cancelled", "queued"}
@@ -64,32 +73,75 @@ NOTICE_STATES = {"succeeded", "failed", "cancelled", "queued"}
 _notifications = stub_for("notifications", notifications_grpc.NotificationsServiceStub)
 
 
-class UnreadSignals:
-    """The streams of each user in this process, told when a tab changed a notification."""
+@dataclass(eq=False)
+class Heard:
+    """What one stream was told since it last looked; ``woken`` when anything was."""
+
+    woken: asyncio.Event = field(default_factory=asyncio.Event)
+    unread: bool = False  # a tab changed a notification, or an operation ended
+    session_ended: bool = False  # a session of the user ended through this gateway
+
+    def mark_unread(self) -> None:
+        self.unread = True
+        self.woken.set()
+
+    def take(self) -> tuple[bool, bool]:
+        """(unread, session_ended), cleared."""
+        self.woken.clear()
+        taken = (self.unread, self.session_ended)
+        self.unread = self.session_ended = False
+        return taken
+
+
+class StreamSignals:
+    """The streams of each user in this process, told when a tab changed a notification
+    or a session of the user ended."""
 
     def __init__(self) -> None:
-        self._streams: dict[str, set[asyncio.Event]] = {}
+        self._streams: dict[str, set[Heard]] = {}
 
     @contextmanager
-    def listening(self, user_id: str) -> Iterator[asyncio.Event]:
-        changed = asyncio.Event()
-        self._streams.setdefault(user_id, set()).add(changed)
+    def listening(self, user_id: str) -> Iterator[Heard]:
+        heard = Heard()
+        self._streams.setdefault(user_id, set()).add(heard)
         try:
-            yield changed
+            yield heard
         finally:
             streams = self._streams.get(user_id, set())
-            streams.discard(changed)
+            streams.discard(heard)
             if not streams:
                 self._streams.pop(user_id, None)
 
-    def changed(self, user_id: str) -> None:
-        for changed in self._streams.get(user_id, ()):
-            changed.set()
+    def unread_changed(self, user_id: str) -> None:
+        for heard in self._streams.get(user_id, ()):
+            heard.mark_unread()
+
+    def session_ended(self, user_id: str) -> None:
+        for heard in self._streams.get(user_id, ()):
+            heard.session_ended = True
+            heard.woken.set()
 
 
-def unread_signals_of(request: Request) -> UnreadSignals:
-    signals: UnreadSignals = request.app.state.unread_signals
+def stream_signals_of(request: Request) -> StreamSignals:
+    signals: StreamSignals = request.app.state.stream_signals
     return signals
+
+
+class Standing:
+    """Whether a stream's credential still stands: asked again when ``RECHECK_SECONDS``
+    have passed since it was last asked, or at once when told to."""
+
+    def __init__(self, ask: Callable[[], Awaitable[bool]], clock: Callable[[], float]) -> None:
+        self._ask = ask
+        self._clock = clock
+        self._asked_at = clock()  # the stream opened on a credential just checked
+
+    async def holds(self, *, now: bool = False) -> bool:
+        """Raises ``Unavailable`` when the Workspace cannot say."""
+        if not now and self._clock() - self._asked_at < RECHECK_SECONDS:
+            return True
+        self._asked_at = self._clock()
+        return await self._ask()
 
 
 def frame(event: str, data: Mapping[str, Any], event_id: str | None = None) -> str:
@@ -132,18 +184,26 @@ async def events(request: Request) -> Response:
             exc.retry_after,
             "you have too many event streams and waits open at once; close a tab or try again",
         ) from None
-    signals = unread_signals_of(request)
+    signals = stream_signals_of(request)
+    standing = Standing(lambda: still_signed_in(request, calls.user), _monotonic)
     return StreamingResponse(
-        _stream(calls, after, signals),
+        _stream(calls, after, signals, standing),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         background=BackgroundTask(slot.close),
     )
 
 
-async def _stream(calls: OwnerCalls, after: str, signals: UnreadSignals) -> AsyncIterator[str]:
+def _monotonic() -> float:
+    return asyncio.get_running_loop().time()
+
+
+async def _stream(
+    calls: OwnerCalls, after: str, signals: StreamSignals, standing: Standing
+) -> AsyncIterator[str]:
     """Operation events as the replicas' WatchOwner calls yield them, the unread count
-    when it may have changed, and a keepalive comment when all is quiet.
+    when it may have changed, and a keepalive comment when all is quiet; each sent only
+    while the credential stands (``Standing``), else ``signed_out`` ends the stream.
 
     One watch per Operations replica the target lists: the replica that commits a change
     (the one holding a streaming answer's lease) pushes it at once, where another replica
@@ -166,31 +226,36 @@ async def _stream(calls: OwnerCalls, after: str, signals: UnreadSignals) -> Asyn
     unread: int | None = None
     clock = asyncio.get_running_loop().time
     counted_at = -UNREAD_REFRESH_SECONDS  # the count as the stream opens
+    got: pb.OwnerChange | BaseException | None = None
     try:
-        with signals.listening(calls.user.id) as marked:
+        with signals.listening(calls.user.id) as heard:
             while True:
-                if marked.is_set() or clock() - counted_at >= UNREAD_REFRESH_SECONDS:
-                    marked.clear()
+                recount, session_ended = heard.take()
+                try:
+                    stands = await standing.holds(now=session_ended)
+                except Unavailable:
+                    return  # the Workspace cannot say: the browser's reconnect asks again
+                if not stands:
+                    yield frame("signed_out", {})
+                    return
+                if recount or clock() - counted_at >= UNREAD_REFRESH_SECONDS:
                     counted_at = clock()
                     count = await _unread(calls)
                     if count is not None and count != unread:
                         unread = count
                         yield frame("unread", {"unread": count})
-                got = await _next(changes, marked)
-                if got is None:
-                    yield ": keepalive\n\n"
-                    continue
                 if isinstance(got, BaseException):
                     watching -= 1
                     if not watching:
                         raise got
-                    continue
-                if not sent.to_send(got):
-                    continue
-                yield operation_event(got, sent_count)
-                sent_count += 1
-                if dto.state_name(got.operation.state) in NOTICE_STATES:
-                    marked.set()
+                elif got is not None and sent.to_send(got):
+                    yield operation_event(got, sent_count)
+                    sent_count += 1
+                    if dto.state_name(got.operation.state) in NOTICE_STATES:
+                        heard.mark_unread()
+                got = await _next(changes, heard.woken)
+                if got is None:
+                    yield ": keepalive\n\n"
     finally:
         for reader in readers:
             reader.cancel()
@@ -279,19 +344,19 @@ async def _read(
 
 
 async def _next(
-    changes: asyncio.Queue[pb.OwnerChange | BaseException], marked: asyncio.Event
+    changes: asyncio.Queue[pb.OwnerChange | BaseException], woken: asyncio.Event
 ) -> pb.OwnerChange | BaseException | None:
-    """The next change; None after a quiet ``KEEPALIVE_SECONDS`` or once ``marked`` is set."""
+    """The next change; None after a quiet ``KEEPALIVE_SECONDS`` or once ``woken`` is set."""
     if not changes.empty():
         return changes.get_nowait()
     got = asyncio.ensure_future(changes.get())
-    woken = asyncio.ensure_future(marked.wait())
+    waking = asyncio.ensure_future(woken.wait())
     try:
         await asyncio.wait(
-            (got, woken), timeout=KEEPALIVE_SECONDS, return_when=asyncio.FIRST_COMPLETED
+            (got, waking), timeout=KEEPALIVE_SECONDS, return_when=asyncio.FIRST_COMPLETED
         )
     finally:
-        woken.cancel()
+        waking.cancel()
         if not got.done():
             got.cancel()
     return got.result() if got.done() and not got.cancelled() else None

@@ -38,6 +38,7 @@ from durable_ops.gateway.auth import (
     check_same_origin,
     clear_session_cookie,
     session_lifetime,
+    session_user,
     set_session_cookie,
     token_issued_at,
     token_lifetime,
@@ -45,6 +46,7 @@ from durable_ops.gateway.auth import (
 )
 from durable_ops.gateway.bodies import json_object, string_field
 from durable_ops.gateway.context import backends_of, settings_of, sign_in_throttle_of
+from durable_ops.gateway.events import stream_signals_of
 from durable_ops.gateway.limits import LimitExceeded, Throttle, client_key
 from durable_ops.gateway.openapi import endpoint, errors, json_body, ok, single_line_text
 from durable_ops.gateway.problems import Problem
@@ -107,7 +109,10 @@ async def logout(request: Request) -> Response:
     check_same_origin(request)
     session_id = request.cookies.get(SESSION_COOKIE)
     if session_id:
+        user = await session_user(request)
         await sessions.end(backends_of(request), session_id)
+        if user is not None:  # its open streams here end now, not at their next event
+            stream_signals_of(request).session_ended(user)
     response = Response(status_code=204)
     clear_session_cookie(response, request)
     return response

@@ -15,7 +15,7 @@ from durable_ops.api.notifications.v1 import notifications_pb2_grpc as pb_grpc
 from durable_ops.gateway import dto
 from durable_ops.gateway.bodies import no_body
 from durable_ops.gateway.calls import owner_calls, stub_for
-from durable_ops.gateway.events import unread_signals_of
+from durable_ops.gateway.events import stream_signals_of
 from durable_ops.gateway.ids import resource_id
 from durable_ops.gateway.openapi import (
     NO_BODY,
@@ -63,7 +63,7 @@ async def mark_read(request: Request) -> Response:
     notification_id = resource_id(request, _not_found)
     await no_body(request)
     reply = await calls(_stub(calls).MarkRead, pb.MarkReadRequest(notification_id=notification_id))
-    unread_signals_of(request).changed(calls.user.id)  # the user's other tabs' bells
+    stream_signals_of(request).unread_changed(calls.user.id)  # the user's other tabs' bells
     return JSONResponse(dto.notification(reply))
 
 
@@ -72,7 +72,7 @@ async def dismiss(request: Request) -> Response:
     notification_id = resource_id(request, _not_found)
     await no_body(request)
     reply = await calls(_stub(calls).Dismiss, pb.DismissRequest(notification_id=notification_id))
-    unread_signals_of(request).changed(calls.user.id)
+    stream_signals_of(request).unread_changed(calls.user.id)
     return JSONResponse(dto.notification(reply))
 
 
@@ -80,7 +80,7 @@ async def mark_all_read(request: Request) -> Response:
     calls = await owner_calls(request)
     await no_body(request)
     reply = await calls(_stub(calls).MarkAllRead, pb.MarkAllReadRequest())
-    unread_signals_of(request).changed(calls.user.id)
+    stream_signals_of(request).unread_changed(calls.user.id)
     return JSONResponse({"marked": reply.marked})
 
 

@@ -362,3 +362,19 @@ def test_past_the_daily_budget_the_page_says_when_it_renews(
     expect(job.get_by_role("alert")).to_have_text(
         "Your daily AI budget is used up; it renews at 00:00 UTC."
     )
+
+
+def test_signing_out_in_one_tab_signs_out_a_jobs_tab_at_once(
+    page: Page, ui_gateway: LiveGateway
+) -> None:
+    """The jobs page polls nothing while its event stream is open: the stream's
+    ``signed_out`` is what moves it, with no change of the user's to carry it."""
+    dev_sign_in(page, ui_gateway.url, "ada")
+    page.goto(ui_gateway.url + "/jobs")
+    expect(page.locator("header .user")).to_have_text("ada")
+    other = page.context.new_page()
+    other.goto(ui_gateway.url + "/operations")
+    other.get_by_role("button", name="Sign out").click()
+    other.wait_for_url(ui_gateway.url + "/")
+    page.wait_for_url(ui_gateway.url + "/?expired=1", timeout=5_000)  # the keepalive is 15 s
+    other.close()

@@ -20,7 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
+from durable_ops import cli
 from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.gateway import events as events_route
 from durable_ops.gateway.app import create_app
 from durable_ops.gateway.backends import Backends
 from durable_ops.operations.tuning import Tuning
@@ -35,6 +37,7 @@ from tests.support.gateway import (
     gateway_settings,
     make_app,
     run,
+    sign_in,
 )
 from tests.support.grpc_services import Services, running_services
 from tests.support.operations_client import Lease, OpsClient
@@ -167,6 +170,56 @@ def test_a_stream_carries_the_owners_changes_with_the_answer_so_far_and_no_one_e
             await bobs.until(lambda data: data["operation"]["id"] == last.id)
             assert created.id not in json.dumps(bobs.seen)
             assert "Strong fit" not in json.dumps(bobs.seen)
+
+    run(scenario())
+
+
+async def _ended(stream: Events) -> None:
+    with pytest.raises(AssertionError, match="the stream ended"):
+        await stream.next()
+
+
+def test_a_revoked_tokens_stream_says_signed_out_and_sends_nothing_after(
+    services: Services, gateway: LiveGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asked again before every send here (``RECHECK_SECONDS`` 0): the revocation, made by
+    another process, is seen at the next change, which does not leave."""
+    monkeypatch.setattr(events_route, "RECHECK_SECONDS", 0.0)
+
+    async def scenario() -> None:
+        async with (
+            httpx.AsyncClient(base_url=gateway.url, timeout=HANG_GUARD) as client,
+            events(client, "alice") as alices,
+        ):
+            assert (await alices.next())["event"] == "unread"
+            monkeypatch.delenv("OPS_DATABASE_URL", raising=False)
+            revoke = ["sessions", "revoke", "--user", "alice", "--database-url", services.db.url]
+            assert cli.main(revoke) == 0
+            create_operation(services, "alice", key="after-the-revocation")
+            assert (await alices.next())["event"] == "signed_out"
+            await _ended(alices)
+
+    run(scenario())
+
+
+def test_a_logout_here_ends_that_sessions_streams_at_once_and_no_other(
+    services: Services, gateway: LiveGateway
+) -> None:
+    async def scenario() -> None:
+        async with (
+            httpx.AsyncClient(base_url=gateway.url, timeout=HANG_GUARD) as client,
+            events(client, "alice") as by_token,
+        ):
+            await sign_in(client, "alice")
+            async with client.stream("GET", "/api/events") as response:
+                assert response.status_code == 200
+                by_cookie = Events(response)
+                assert (await by_cookie.next())["event"] == "unread"
+                assert (await client.post("/auth/logout")).status_code == 204
+                assert (await by_cookie.next())["event"] == "signed_out"  # with no change
+                await _ended(by_cookie)
+            created = create_operation(services, "alice", key="after-the-logout")
+            await by_token.until(lambda data: data["operation"]["id"] == created.id)
 
     run(scenario())
 

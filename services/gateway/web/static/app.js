@@ -4,7 +4,7 @@ import { post } from "./api.js";
 import { startBell } from "./bell.js";
 import { h } from "./dom.js";
 import { AUTH_EXPIRED } from "./events.js";
-import { startLive } from "./live.js";
+import { startLive, stopLive } from "./live.js";
 
 const DEFAULT_UNREAD_POLL_MS = 60000;
 
@@ -23,6 +23,7 @@ function startShell() {
   if (bell) startBell(bell, unreadPollMs());
 
   document.getElementById("sign-out")?.addEventListener("click", async () => {
+    stopLive(); // this tab is leaving: its stream's `signed_out` is for the other tabs
     try {
       await post("/auth/logout");
     } finally {

@@ -4,7 +4,10 @@
 // that show them. The browser reconnects by itself and sends the last event id, so
 // nothing is missed across a drop. While the stream is not open (refused, dropped,
 // or no EventSource), `liveOpen()` is false and the pages poll as they always did:
-// nothing is said about it.
+// nothing is said about it. A stream whose sign-in ended (logout in any tab, a
+// revocation, expiry) says so last (`signed_out`): the tab leaves as a 401 would make it.
+
+import { AUTH_EXPIRED } from "./events.js";
 
 export const LIVE_OPERATION = "live:operation";
 export const LIVE_UNREAD = "live:unread";
@@ -32,8 +35,14 @@ export function startLive() {
   source.addEventListener("open", () => window.dispatchEvent(new CustomEvent(LIVE_OPENED)));
   source.addEventListener("operation", (event) => relay(LIVE_OPERATION, event));
   source.addEventListener("unread", (event) => relay(LIVE_UNREAD, event));
-  // Pollers stop on pagehide; so does the stream (a restored page reloads, app.js).
-  window.addEventListener("pagehide", () => {
-    source?.close();
+  source.addEventListener("signed_out", () => {
+    source.close();
+    window.dispatchEvent(new CustomEvent(AUTH_EXPIRED));
   });
+  // Pollers stop on pagehide; so does the stream (a restored page reloads, app.js).
+  window.addEventListener("pagehide", stopLive);
+}
+
+export function stopLive() {
+  source?.close();
 }
