@@ -27,7 +27,7 @@ from typing import Any
 
 import structlog
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Match, Route
 
@@ -176,6 +176,14 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     return Problem(exc.status_code, code, detail, headers=headers).response()
 
 
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    """The client left before its body arrived: its own doing, and nobody to answer (the
+    answer is made for the record only). Not a 500: Starlette re-raises what reaches the
+    catch-all handler, and the server then logs it as a fault, a log anyone could fill."""
+    _log.info("gateway_client_gone", path=request.url.path)
+    return Problem(400, "client_gone", "The request ended before its body arrived.").response()
+
+
 async def _unexpected(request: Request, exc: Exception) -> Response:
     # Type and stack only: the exception text may quote a request.
     _log.error(
@@ -193,5 +201,6 @@ EXCEPTION_HANDLERS: Mapping[Any, Any] = {
     Problem: _problem,
     DomainError: _domain_error,
     HTTPException: _http_exception,
+    ClientDisconnect: _client_gone,
     Exception: _unexpected,
 }

@@ -30,6 +30,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from durable_ops.gateway import bodies
 from durable_ops.gateway.app import create_app
 from durable_ops.gateway.backends import Backends
 from tests.support.clock import ManualClock
@@ -157,6 +158,44 @@ def test_a_huge_number_neither_fails_the_server_nor_drops_the_connection() -> No
             ],
         )
     assert statuses == [400, 401, 200]
+
+
+def _short_body(port: int) -> socket.socket:
+    """A connection that announced 100 bytes of body and sent 4."""
+    connection = socket.create_connection(("127.0.0.1", port), timeout=5)
+    head = _http("POST", "/auth/login", "x" * 100).split(b"\r\n\r\n")[0] + b"\r\n\r\n"
+    connection.sendall(head + b'{"to')
+    return connection
+
+
+def test_a_client_gone_before_its_body_arrived_is_not_logged_as_a_fault(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = gateway_settings("127.0.0.1:1")
+    with (
+        caplog.at_level("ERROR"),
+        LiveGateway(create_app(settings, Backends.from_settings(settings))) as gateway,
+    ):
+        _short_body(gateway.port).close()
+        said = ""
+        deadline = time.monotonic() + 5  # a hang guard: the server notices at once
+        while "gateway_client_gone" not in said and time.monotonic() < deadline:
+            time.sleep(0.05)
+            said += capsys.readouterr().out
+    assert "gateway_client_gone" in said
+    assert "gateway_unexpected_error" not in said
+    assert [record.getMessage() for record in caplog.records if record.levelname == "ERROR"] == []
+
+
+def test_a_body_that_stops_short_is_a_408_not_a_connection_held_for_good(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(bodies, "BODY_SECONDS", 0.5)
+    settings = gateway_settings("127.0.0.1:1")
+    app = create_app(settings, Backends.from_settings(settings))
+    with LiveGateway(app) as gateway, _short_body(gateway.port) as connection:
+        status_line = connection.makefile("rb").readline()
+    assert status_line.split()[1] == b"408"
 
 
 def test_a_content_length_of_thousands_of_digits_is_too_large(services: Services) -> None:
