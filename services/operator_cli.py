@@ -23,12 +23,17 @@ import argparse
 import getpass
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, TextIO
 
+from durable_ops.model import bounds
+from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.operator import OperatorFilter, operator_name, parse_duration
+from durable_ops.model.retention import PRUNE_BATCH, PRUNE_BATCH_MAX, RetentionPolicy
 from durable_ops.model.states import OperationState
 
 if TYPE_CHECKING:
@@ -75,12 +80,23 @@ def _duration(text: str) -> Any:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _durations_may_be_negative(sub: argparse.ArgumentParser) -> None:
+    """Let ``--older-than -5m`` reach the duration's own check, which says it is negative.
+
+    argparse reads only a bare number (``-5``) after an option as its value; ``-5m`` it
+    takes for an option, and answers "expected one argument". This makes any ``-`` then
+    a digit a value, in this subcommand only (none of its options is spelled so).
+    """
+    sub._negative_number_matcher = re.compile(r"-\.?\d")
+
+
 def _filter_options(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("--owner", default="", metavar="U", help="this owner only")
+    _durations_may_be_negative(sub)
+    sub.add_argument("--owner", metavar="U", help="this owner only")
     sub.add_argument(
         "--state", choices=[state.value for state in OperationState], help="this state only"
     )
-    sub.add_argument("--task", default="", metavar="T", help="this task type only")
+    sub.add_argument("--task", metavar="T", help="this task type only")
     sub.add_argument(
         "--older-than",
         type=_duration,
@@ -153,6 +169,7 @@ def add_parser(operations: argparse.ArgumentParser) -> None:
         " forget tombstones past --tombstones-older-than (ADR 0021). Prints what it would"
         " remove and stops, unless --yes.",
     )
+    _durations_may_be_negative(prune)
     prune.add_argument(
         "--older-than",
         type=_duration,
@@ -170,9 +187,8 @@ def add_parser(operations: argparse.ArgumentParser) -> None:
     prune.add_argument(
         "--batch-size",
         type=int,
-        default=0,
         metavar="N",
-        help="operations per transaction, 1-5000 (default: 500)",
+        help=f"operations per transaction, 1-{PRUNE_BATCH_MAX} (default: {PRUNE_BATCH})",
     )
     prune.add_argument("--yes", action="store_true", help="go ahead and delete")
     prune.add_argument("--json", action="store_true", help="machine-readable output")
@@ -180,17 +196,25 @@ def add_parser(operations: argparse.ArgumentParser) -> None:
 
 
 def filter_of(args: argparse.Namespace) -> OperatorFilter:
+    """The filter the options name; one given empty is refused, not read as "any"."""
+    for flag, value in (("--owner", args.owner), ("--task", args.task)):
+        if value == "":
+            raise argparse.ArgumentTypeError(f"{flag} is empty; leave it out to match any")
     return OperatorFilter(
-        owner_id=args.owner,
+        owner_id=args.owner or "",
         state=OperationState(args.state) if args.state else None,
-        task_type=args.task,
+        task_type=args.task or "",
         older_than=args.older_than,
     ).validated()
 
 
 def _name(args: argparse.Namespace) -> str:
-    if args.operator:
-        return operator_name(args.operator)
+    """``--as``, else the login name; ``--as ''`` is refused, not taken for "not given"."""
+    if args.operator is not None:
+        try:
+            return operator_name(args.operator)
+        except InvalidArgument as exc:
+            raise argparse.ArgumentTypeError(f"--as {exc.reason}") from None
     try:
         return operator_name(getpass.getuser())
     except Exception:  # no login name, or one the log would not take
@@ -200,12 +224,36 @@ def _name(args: argparse.Namespace) -> str:
 # ---- the service -------------------------------------------------------------------------------
 
 
-@dataclass
-class Operator:
-    """The stub and the credential of one ``opsctl operations`` run."""
-
+@dataclass(frozen=True)
+class Connection:
+    channel: grpc.Channel
     stub: opb_grpc.OperatorServiceStub
     metadata: tuple[tuple[str, str], ...]
+
+
+class Operator:
+    """The stub and the credential of one ``opsctl`` run, made at its first call: a value
+    refused before that call needs neither the operator's key nor a channel."""
+
+    def __init__(self, settings: Settings, name: str) -> None:
+        self._settings = settings
+        self._name = name
+
+    @cached_property
+    def connection(self) -> Connection:
+        return _connect(self._settings, self._name)
+
+    @property
+    def stub(self) -> opb_grpc.OperatorServiceStub:
+        return self.connection.stub
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return self.connection.metadata
+
+    def close(self) -> None:
+        if "connection" in self.__dict__:  # made: cached_property keeps it there
+            self.connection.channel.close()
 
     def list_all(self, filters: OperatorFilter, limit: int | None) -> Iterator[Any]:
         from durable_ops.api.operator.v1 import operator_pb2 as opb
@@ -235,7 +283,7 @@ class Operator:
                 return
 
 
-def _connect(settings: Settings, name: str) -> tuple[grpc.Channel, Operator]:
+def _connect(settings: Settings, name: str) -> Connection:
     import grpc
 
     from durable_ops.api.operator.v1 import operator_pb2_grpc as opb_grpc
@@ -250,7 +298,7 @@ def _connect(settings: Settings, name: str) -> tuple[grpc.Channel, Operator]:
     tls = channel_credentials(target, authority_of(settings.service_keys_dir))
     channel = grpc.secure_channel(target, tls) if tls else grpc.insecure_channel(target)
     stub = opb_grpc.OperatorServiceStub(channel)
-    return channel, Operator(stub, ((AUTHORIZATION, f"Bearer {token}"),))
+    return Connection(channel, stub, ((AUTHORIZATION, f"Bearer {token}"),))
 
 
 # ---- output ------------------------------------------------------------------------------------
@@ -522,7 +570,11 @@ def cmd_prune(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
     """A dry run without ``--yes``; else calls until the service has nothing more to prune."""
     from durable_ops.api.operator.v1 import operator_pb2 as opb
 
-    request = opb.PruneOperationsRequest(batch_size=args.batch_size, dry_run=not args.yes)
+    if args.batch_size is not None:  # 0 is the service's "default"; here it is a mistake
+        bounds.int_range("--batch-size", args.batch_size, (1, PRUNE_BATCH_MAX))
+    if args.tombstones_older_than is not None:  # the service's rule, checked before calling
+        RetentionPolicy(args.older_than, args.tombstones_older_than).validated()
+    request = opb.PruneOperationsRequest(batch_size=args.batch_size or 0, dry_run=not args.yes)
     request.older_than.FromTimedelta(args.older_than)
     if args.tombstones_older_than is not None:
         request.tombstones_older_than.FromTimedelta(args.tombstones_older_than)
@@ -641,6 +693,7 @@ def cmd_tasks_change(args: argparse.Namespace, operator: Operator, out: TextIO) 
     from durable_ops.api.operator.v1 import operator_pb2 as opb
 
     verb = args.tasks_command
+    bounds.task_type(args.task_type)
     if verb == "pause":
         answer = operator.stub.PauseTaskType(
             opb.PauseTaskTypeRequest(task_type=args.task_type),
@@ -738,21 +791,21 @@ def _run(
         "operations_target", args.target, os.environ if environ is None else environ
     )
     settings = replace(settings, operations_target=target.address)
+    where = f"opsctl {group} {verb}"
     try:
-        name = _name(args)
-        channel, operator = _connect(settings, name)
+        operator = Operator(settings, _name(args))
     except argparse.ArgumentTypeError as exc:
-        print(f"opsctl {group}: {exc}", file=sys.stderr)
+        print(f"{where}: {exc}", file=sys.stderr)
         return 2
     try:
         return command(args, operator, out)
-    except argparse.ArgumentTypeError as exc:
-        print(f"opsctl {group} {verb}: {exc}", file=sys.stderr)
+    except (argparse.ArgumentTypeError, InvalidArgument) as exc:  # refused before any call
+        print(f"{where}: {exc}", file=sys.stderr)
         return 2
     except grpc.RpcError as exc:
-        return failed_call(exc, channel, target, f"opsctl {group} {verb}")
+        return failed_call(exc, operator.connection.channel, target, where)
     finally:
-        channel.close()
+        operator.close()
 
 
 def failed_call(exc: grpc.RpcError, channel: grpc.Channel, target: Target, where: str) -> int:

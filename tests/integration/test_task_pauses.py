@@ -116,9 +116,10 @@ def test_any_task_type_may_be_paused_and_a_bad_name_is_refused(
     assert tasks("resume", "report.render")[0] == 0
     assert tasks("resume", "report.render")[1] == "report.render: was not paused\n"
     assert ops.claim_one(("report.render",)).id == created.id
-    code, _, err, _ = tasks("pause", "Not A Type")
-    assert code == 5
-    assert "invalid_argument" in err
+    code, _, err, logs = tasks("pause", "Not A Type")
+    assert code == 2  # refused before any call
+    assert "task_type: may contain only" in err
+    assert not [line for line in logs if line["event"] == "operator_pause_task_type"]
 
 
 def test_admission_refuses_a_new_analysis_of_a_paused_type_in_a_sentence(

@@ -1,0 +1,95 @@
+"""``opsctl operations|tasks|console`` as an operator meets it, against the real services.
+
+What the command line can know is wrong is refused there, with exit 2 and one line,
+before any call reaches the service (its log says so: no ``operator_*`` line).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from durable_ops import cli
+from durable_ops.model.scope import Role
+from tests.support.grpc_services import Services
+from tests.support.keys import key_env
+
+OPERATOR_NAME = "ops-erin"
+Logs = list[MutableMapping[str, Any]]
+Opsctl = Callable[..., tuple[int, str, str, Logs]]
+
+
+@pytest.fixture
+def opsctl(
+    services: Services, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Opsctl:
+    """``opsctl ARGS…`` in-process against the running service: exit code, output, and the
+    service's log lines."""
+    for name, value in key_env(Role.OPERATOR).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("OPS_OPERATIONS_TARGET", services.target)
+
+    def run(*args: str) -> tuple[int, str, str, Logs]:
+        capsys.readouterr()
+        with capture_logs() as logs:
+            try:
+                code = cli.main(list(args))
+            except SystemExit as exited:  # argparse's own refusals
+                code = int(exited.code or 0)
+        out, err = capsys.readouterr()
+        return code, out, err, logs
+
+    return run
+
+
+def _called(logs: Logs) -> list[str]:
+    return [str(line["event"]) for line in logs if str(line["event"]).startswith("operator_")]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("operations", "prune", "--older-than", "1s", "--batch-size", "0"),
+        ("operations", "prune", "--older-than", "1s", "--batch-size", "99999"),
+        ("operations", "prune", "--older-than", "30d", "--tombstones-older-than", "1d"),
+        ("tasks", "pause", "BAD TYPE!"),
+        ("operations", "list", "--owner", ""),
+        ("operations", "cancel", "--task", "", "--state", "queued", "--yes"),
+        ("operations", "list", "--as", ""),
+        ("console", "link", "--as", ""),
+        ("console", "revoke", "--operator", ""),
+    ],
+    ids=" ".join,
+)
+def test_a_value_the_cli_knows_is_wrong_is_refused_in_one_line_before_any_call(
+    opsctl: Opsctl, args: tuple[str, ...]
+) -> None:
+    code, out, err, logs = opsctl(*args)
+    assert (code, out) == (2, "")
+    assert len(err.splitlines()) == 1, err
+    assert _called(logs) == []
+
+
+@pytest.mark.parametrize("args", [("--older-than", "-5m"), ("--older-than=-5m",)])
+def test_a_negative_age_is_named_as_such(opsctl: Opsctl, args: tuple[str, ...]) -> None:
+    code, _, err, logs = opsctl("operations", "list", *args)
+    assert code == 2
+    assert "'-5m' is negative" in err
+    assert _called(logs) == []
+
+
+def test_a_wrong_value_is_named_before_the_key_is_looked_for(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Without a key the first sentence would be "no service key": the value comes first."""
+    monkeypatch.setenv("OPS_SERVICE_KEYS_DIR", str(tmp_path))
+    monkeypatch.delenv("OPS_SERVICE_KEY", raising=False)
+    code = cli.main(["operations", "prune", "--older-than", "1d", "--batch-size", "0"])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "opsctl operations prune: --batch-size: must be between 1 and 5000\n"
+    )
