@@ -527,8 +527,6 @@ def _act(verb: str, operator: Operator) -> Callable[[str], Any]:
 
 def cmd_act(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
     """``cancel`` / ``retry``: the ids named, or every match of the filter once confirmed."""
-    import grpc
-
     verb = args.operations_command
     filters = filter_of(args)
     if args.operation_ids and not filters.is_empty:
@@ -537,15 +535,38 @@ def cmd_act(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
         raise argparse.ArgumentTypeError(
             "name operation ids, or a filter (--owner, --state, --task, --older-than)"
         )
-    ids: list[str] = list(dict.fromkeys(args.operation_ids))
-    if not ids:
-        ids = [found.operation.id for found in operator.list_all(filters, None)]
-        if not args.yes:
-            print(f"would {verb} {len(ids)} operations ({filters.describe()}):", file=out)
-            for operation_id in ids:
-                print(f"  {operation_id}", file=out)
-            print(f"opsctl operations {verb}: not confirmed; add --yes", file=sys.stderr)
-            return EXIT_NOT_CONFIRMED
+    if args.operation_ids:
+        return _act_on(list(dict.fromkeys(args.operation_ids)), args, operator, out)
+    matched = [view(found) for found in operator.list_all(filters, None)]
+    if not matched:  # nothing to confirm, nothing to do: that is the whole answer
+        nothing = f"no operation matches {filters.describe()}; nothing to {verb}"
+        print("[]" if args.json else nothing, file=out)
+        return 0
+    if not args.yes:
+        _plan(verb, filters, matched, args.json, out)
+        print(f"opsctl operations {verb}: not confirmed; add --yes", file=sys.stderr)
+        return EXIT_NOT_CONFIRMED
+    return _act_on([row["id"] for row in matched], args, operator, out)
+
+
+def _plan(
+    verb: str, filters: OperatorFilter, matched: list[dict[str, Any]], as_json: bool, out: TextIO
+) -> None:
+    """What a bulk cancel or retry would do, printed for the operator to confirm."""
+    if as_json:
+        plan = {"would": verb, "filter": filters.describe(), "operations": matched}
+        print(json.dumps(plan), file=out)
+        return
+    print(f"would {verb} {len(matched)} operations ({filters.describe()}):", file=out)
+    for row in matched:
+        print(f"  {row['id']}  {row['owner_id']}  {row['state']}", file=out)
+
+
+def _act_on(ids: list[str], args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
+    """Cancel or retry each of ``ids``; one refused does not stop the others (exit 5)."""
+    import grpc
+
+    verb = args.operations_command
     act = _act(verb, operator)
     done: list[dict[str, Any]] = []
     failed = 0

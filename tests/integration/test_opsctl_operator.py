@@ -6,6 +6,7 @@ before any call reaches the service (its log says so: no ``operator_*`` line).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,10 @@ from structlog.testing import capture_logs
 
 from durable_ops import cli
 from durable_ops.model.scope import Role
+from durable_ops.operator_cli import EXIT_NOT_CONFIRMED
 from tests.support.grpc_services import Services
 from tests.support.keys import key_env
+from tests.support.operations_client import ALICE, BOB, QUEUED, OpsClient
 
 OPERATOR_NAME = "ops-erin"
 Logs = list[MutableMapping[str, Any]]
@@ -93,3 +96,35 @@ def test_a_wrong_value_is_named_before_the_key_is_looked_for(
     assert capsys.readouterr().err == (
         "opsctl operations prune: --batch-size: must be between 1 and 5000\n"
     )
+
+
+# ---- bulk cancel and retry ---------------------------------------------------------------------
+
+
+def test_a_bulk_plan_asked_for_as_json_is_json(ops: OpsClient, opsctl: Opsctl) -> None:
+    queued = [ops.create(BOB, f"k-plan-{n}") for n in range(2)]
+    code, out, err, _ = opsctl("operations", "cancel", "--owner", BOB, "--json")
+    assert code == EXIT_NOT_CONFIRMED
+    plan = json.loads(out)
+    assert (plan["would"], plan["filter"]) == ("cancel", f"owner={BOB}")
+    assert sorted(row["id"] for row in plan["operations"]) == sorted(op.id for op in queued)
+    assert "--yes" in err
+    assert {ops.get(BOB, op.id).state for op in queued} == {QUEUED}
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("retry", "--state", "failed"), "no operation matches state=failed; nothing to retry"),
+        (
+            ("cancel", "--task", "nosuch.x", "--yes"),
+            "no operation matches task=nosuch.x; nothing to cancel",
+        ),
+    ],
+)
+def test_a_filter_that_matches_nothing_says_so_and_is_done(
+    ops: OpsClient, opsctl: Opsctl, args: tuple[str, ...], said: str
+) -> None:
+    ops.create(ALICE, "k-unmatched")
+    assert opsctl("operations", *args)[:3] == (0, f"{said}\n", "")
+    assert opsctl("operations", *args, "--json")[:3] == (0, "[]\n", "")
