@@ -674,8 +674,11 @@ def add_tasks_parser(tasks: argparse.ArgumentParser) -> None:
 
 
 def task_type_view(message: opb.TaskTypeStatus) -> dict[str, Any]:
+    """A task type's pause as JSON. Its state is ``active`` or ``paused``: never an operation's
+    word (``running``), which would read as work in progress."""
     return {
         "task_type": message.task_type,
+        "state": "paused" if message.paused else "active",
         "paused": message.paused,
         "paused_by": message.paused_by or None,
         "paused_at": _when(message, "paused_at"),
@@ -695,7 +698,7 @@ def cmd_tasks_list(args: argparse.Namespace, operator: Operator, out: TextIO) ->
     cells = [
         [
             row["task_type"],
-            "paused" if row["paused"] else "running",
+            row["state"],
             f"by {row['paused_by']} at {row['paused_at']}" if row["paused"] else "",
         ]
         for row in rows
@@ -721,6 +724,7 @@ def cmd_tasks_change(args: argparse.Namespace, operator: Operator, out: TextIO) 
             metadata=operator.metadata,
             timeout=CALL_TIMEOUT_SECONDS,
         )
+        _warn_if_unregistered(args.task_type)
     else:
         answer = operator.stub.ResumeTaskType(
             opb.ResumeTaskTypeRequest(task_type=args.task_type),
@@ -744,6 +748,19 @@ def cmd_tasks_change(args: argparse.Namespace, operator: Operator, out: TextIO) 
             file=out,
         )
     return 0
+
+
+def _warn_if_unregistered(task_type: str) -> None:
+    """A type the registry does not know may be paused (its worker deployed later, an SDK
+    worker's own type), but it may be a misspelling, which would pause nothing: say so."""
+    from durable_ops.model.tasks import TASKS
+
+    if task_type not in TASKS:
+        print(
+            f"opsctl tasks pause: warning: {task_type} is not a registered task type;"
+            " paused anyway (check the spelling: opsctl tasks list shows the registered ones)",
+            file=sys.stderr,
+        )
 
 
 TASK_COMMANDS: dict[str, Callable[[argparse.Namespace, Operator, TextIO], int]] = {
