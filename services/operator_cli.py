@@ -501,9 +501,30 @@ def cmd_show(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
     if args.json:
         print(json.dumps(row), file=out)
     else:
-        _details({key: value for key, value in row.items() if key != "attempts"}, out)
+        _details(_failure_labelled({key: row[key] for key in row if key != "attempts"}), out)
         _attempts(row["attempts"], out)
     return 0
+
+
+# Where the operation's stored failure is its present one.
+FAILING_STATES = frozenset(
+    {
+        OperationState.FAILED.value,
+        OperationState.WAITING_FOR_RETRY.value,
+        OperationState.WAITING_FOR_EXTERNAL_FALLBACK.value,
+    }
+)
+
+
+def _failure_labelled(row: dict[str, Any]) -> dict[str, Any]:
+    """The stored failure is the last one an attempt reported: a later attempt that succeeds
+    (or a cancel) leaves it, only a retry clears it. Outside a failing state it is shown as
+    ``last_failure_*``, so a succeeded operation does not read as failed; the attempts say
+    which one it was."""
+    if row["state"] in FAILING_STATES:
+        return row
+    last = {"failure_code": "last_failure_code", "failure_message": "last_failure_message"}
+    return {last.get(key, key): value for key, value in row.items()}
 
 
 def _act(verb: str, operator: Operator) -> Callable[[str], Any]:
@@ -549,6 +570,14 @@ def cmd_act(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
     return _act_on([row["id"] for row in matched], args, operator, out)
 
 
+def _state_text(row: dict[str, Any]) -> str:
+    """A state as the operator reads it: a running operation asked to stop says so (the
+    cancel is pushed to its worker, and it is running until the worker stops)."""
+    if row["state"] == OperationState.RUNNING.value and row["cancel_requested"]:
+        return "running, cancel requested"
+    return str(row["state"])
+
+
 def _plan(
     verb: str, filters: OperatorFilter, matched: list[dict[str, Any]], as_json: bool, out: TextIO
 ) -> None:
@@ -581,7 +610,7 @@ def _act_on(ids: list[str], args: argparse.Namespace, operator: Operator, out: T
             continue
         done.append(row)
         if not args.json:
-            print(f"{row['id']}  {row['owner_id']}  {row['state']}", file=out)
+            print(f"{row['id']}  {row['owner_id']}  {_state_text(row)}", file=out)
     if args.json:
         print(json.dumps(done), file=out)
     return EXIT_FAILED if failed else 0

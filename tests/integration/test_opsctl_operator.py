@@ -17,6 +17,7 @@ from structlog.testing import capture_logs
 from durable_ops import cli
 from durable_ops.model.scope import Role
 from durable_ops.operator_cli import EXIT_NOT_CONFIRMED
+from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services
 from tests.support.keys import key_env
 from tests.support.operations_client import ALICE, BOB, QUEUED, OpsClient
@@ -128,3 +129,40 @@ def test_a_filter_that_matches_nothing_says_so_and_is_done(
     ops.create(ALICE, "k-unmatched")
     assert opsctl("operations", *args)[:3] == (0, f"{said}\n", "")
     assert opsctl("operations", *args, "--json")[:3] == (0, "[]\n", "")
+
+
+# ---- what a cancel and a show say --------------------------------------------------------------
+
+
+def test_cancelling_a_running_operation_says_the_cancel_was_requested(
+    ops: OpsClient, opsctl: Opsctl
+) -> None:
+    created = ops.create(BOB, "k-cancel-running")
+    ops.claim_one()
+    code, out, _, _ = opsctl("operations", "cancel", created.id)
+    assert (code, out) == (0, f"{created.id}  {BOB}  running, cancel requested\n")
+
+
+def test_show_labels_a_failure_an_attempt_left_on_a_succeeded_operation_as_the_last(
+    services: Services, ops: OpsClient, clock: ManualClock, opsctl: Opsctl
+) -> None:
+    created = ops.create(BOB, "k-expired-then-done", retry_delay_seconds=1)
+    ops.claim_one(lease_seconds=5)
+    clock.advance(5.1)
+    assert services.sweep().expired_leases == 1
+    clock.advance(2)  # past the jittered retry delay
+    assert services.sweep().promoted == 1
+    ops.complete(ops.claim_one())
+
+    code, out, _, _ = opsctl("operations", "show", created.id)
+    assert code == 0
+    fields = dict(line.split(maxsplit=1) for line in out.splitlines() if not line.startswith(" "))
+    assert (fields["state"], fields["last_failure_code"]) == ("succeeded", "lease_expired")
+    assert "failure_code" not in fields
+    shown = json.loads(opsctl("operations", "show", created.id, "--json")[1])
+    assert [attempt["outcome"] for attempt in shown["attempts"]] == ["expired", "succeeded"]
+
+    failed = ops.create(BOB, "k-failed", max_attempts=1)
+    ops.fail(ops.claim_one(), retryable=False, code="model_error", message="no")
+    out = opsctl("operations", "show", failed.id)[1]
+    assert "\nfailure_code      model_error\n" in out
