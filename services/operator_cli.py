@@ -27,6 +27,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -61,6 +62,7 @@ show    one operation, with what only an operator sees (owner, lease, failure)
 cancel  cancel operations by id, or by filter with --yes
 retry   retry failed or cancelled operations by id, or by filter with --yes
 prune   delete terminal operations past a horizon, keeping their keys, with --yes
+queues  unfinished operations per task type, and how long the oldest queued one waits
 
 Calls the Operations service at --target, else OPS_OPERATIONS_TARGET, else where the
 running opsctl up serves it (var/stack.json), else 127.0.0.1:50051, with an operator
@@ -98,6 +100,9 @@ def _filter_options(sub: argparse.ArgumentParser) -> None:
     )
     sub.add_argument("--task", metavar="T", help="this task type only")
     sub.add_argument(
+        "--failure-code", metavar="CODE", help="this stored failure only (model_error, …)"
+    )
+    sub.add_argument(
         "--older-than",
         type=_duration,
         metavar="D",
@@ -121,7 +126,7 @@ def _common_options(sub: argparse.ArgumentParser) -> None:
 
 
 def add_parser(operations: argparse.ArgumentParser) -> None:
-    """The ``list``, ``show``, ``cancel``, ``retry`` and ``prune`` subcommands."""
+    """The ``list``, ``show``, ``cancel``, ``retry``, ``prune`` and ``queues`` subcommands."""
     verbs = operations.add_subparsers(dest="operations_command", required=True, metavar="COMMAND")
 
     listing = verbs.add_parser(
@@ -194,10 +199,20 @@ def add_parser(operations: argparse.ArgumentParser) -> None:
     prune.add_argument("--json", action="store_true", help="machine-readable output")
     _common_options(prune)
 
+    queues = verbs.add_parser(
+        "queues",
+        help="unfinished operations per task type",
+        description="Per task type: its queued, running and waiting operations, and how long"
+        " the oldest queued one has been due (the console's queue table).",
+    )
+    queues.add_argument("--json", action="store_true", help="machine-readable output")
+    _common_options(queues)
+
 
 def filter_of(args: argparse.Namespace) -> OperatorFilter:
     """The filter the options name; one given empty is refused, not read as "any"."""
-    for flag, value in (("--owner", args.owner), ("--task", args.task)):
+    given = (("--owner", args.owner), ("--task", args.task), ("--failure-code", args.failure_code))
+    for flag, value in given:
         if value == "":
             raise argparse.ArgumentTypeError(f"{flag} is empty; leave it out to match any")
     return OperatorFilter(
@@ -205,6 +220,7 @@ def filter_of(args: argparse.Namespace) -> OperatorFilter:
         state=OperationState(args.state) if args.state else None,
         task_type=args.task or "",
         older_than=args.older_than,
+        failure_code=args.failure_code or "",
     ).validated()
 
 
@@ -267,6 +283,7 @@ class Operator:
                 page_token=token,
                 owner_id=filters.owner_id,
                 task_type=filters.task_type,
+                failure_code=filters.failure_code,
             )
             if filters.state is not None:
                 request.state = state_to_pb(filters.state)
@@ -424,8 +441,6 @@ def _usage_cells(usage: dict[str, Any] | None) -> tuple[str, str]:
 
 
 def _when(message: Any, field: str) -> str | None:
-    from datetime import UTC
-
     if not message.HasField(field):
         return None
     stamp: str = getattr(message, field).ToDatetime(tzinfo=UTC).isoformat()
@@ -448,6 +463,11 @@ def _table(rows: list[dict[str, Any]], out: TextIO) -> None:
         for row in rows
     ]
     header = ["ID", "OWNER", "TASK", "STATE", "ATTEMPT", "CREATED"]
+    _print_table(header, cells, out)
+
+
+def _print_table(header: list[str], cells: list[list[str]], out: TextIO) -> None:
+    """Columns as wide as their widest cell, two spaces apart."""
     widths = [max(len(line[i]) for line in [header, *cells]) for i in range(len(header))]
     for line in [header, *cells]:
         print(
@@ -554,7 +574,8 @@ def cmd_act(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
         raise argparse.ArgumentTypeError("name operation ids or a filter, not both")
     if not args.operation_ids and filters.is_empty:
         raise argparse.ArgumentTypeError(
-            "name operation ids, or a filter (--owner, --state, --task, --older-than)"
+            "name operation ids, or a filter (--owner, --state, --task, --older-than,"
+            " --failure-code)"
         )
     if args.operation_ids:
         return _act_on(list(dict.fromkeys(args.operation_ids)), args, operator, out)
@@ -666,6 +687,75 @@ def cmd_prune(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
     return 0
 
 
+def cmd_queues(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
+    """The Operator service's queue depths (as the console and the metrics read them)."""
+    from durable_ops.api.operator.v1 import operator_pb2 as opb
+
+    answer = operator.stub.GetQueueDepths(
+        opb.GetQueueDepthsRequest(), metadata=operator.metadata, timeout=CALL_TIMEOUT_SECONDS
+    )
+    read_at = answer.read_at.ToDatetime(tzinfo=UTC)
+    rows = [queue_view(depth, read_at) for depth in answer.queues]
+    if args.json:
+        print(json.dumps({"read_at": read_at.isoformat(), "queues": rows}), file=out)
+    elif not rows:
+        print("no unfinished operations", file=out)
+    else:
+        _queue_table(rows, out)
+    return 0
+
+
+def queue_view(message: opb.QueueDepth, read_at: datetime) -> dict[str, Any]:
+    """One task type's queue as JSON; the oldest queued one's wait counted to ``read_at``,
+    the service's own clock, so a skewed local clock does not change it."""
+    waited = None
+    if message.HasField("oldest_queued_at"):
+        since = message.oldest_queued_at.ToDatetime(tzinfo=UTC)
+        waited = max(0, int((read_at - since).total_seconds()))
+    return {
+        "task_type": message.task_type,
+        "queued": message.queued,
+        "running": message.running,
+        "waiting_for_retry": message.waiting_for_retry,
+        "waiting_for_external_fallback": message.waiting_for_external_fallback,
+        "oldest_queued_at": _when(message, "oldest_queued_at"),
+        "oldest_queued_seconds": waited,
+    }
+
+
+def _queue_table(rows: list[dict[str, Any]], out: TextIO) -> None:
+    header = ["TASK", "QUEUED", "RUNNING", "RETRY", "FALLBACK", "OLDEST QUEUED"]
+    cells = [
+        [
+            row["task_type"],
+            *(
+                str(row[state])
+                for state in (
+                    "queued",
+                    "running",
+                    "waiting_for_retry",
+                    "waiting_for_external_fallback",
+                )
+            ),
+            "-" if row["oldest_queued_seconds"] is None else _age(row["oldest_queued_seconds"]),
+        ]
+        for row in rows
+    ]
+    _print_table(header, cells, out)
+
+
+def _age(seconds: int) -> str:
+    """``45s``, ``12m 5s``, ``3h 20m``, ``2d 4h``: two units say how long a queue waits."""
+    minutes, secs = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {secs}s" if minutes else f"{secs}s"
+
+
 # ---- opsctl tasks (ADR 0047) -------------------------------------------------------------------
 
 TASKS_HELP = """\
@@ -733,12 +823,7 @@ def cmd_tasks_list(args: argparse.Namespace, operator: Operator, out: TextIO) ->
         for row in rows
     ]
     header = ["TASK", "STATE", "PAUSED"]
-    widths = [max(len(line[i]) for line in [header, *cells]) for i in range(len(header))]
-    for line in [header, *cells]:
-        print(
-            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip(),
-            file=out,
-        )
+    _print_table(header, cells, out)
     return 0
 
 
@@ -805,6 +890,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Operator, TextIO], int]] = {
     "cancel": cmd_act,
     "retry": cmd_act,
     "prune": cmd_prune,
+    "queues": cmd_queues,
 }
 
 

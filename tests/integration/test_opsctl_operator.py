@@ -20,7 +20,7 @@ from durable_ops.operator_cli import EXIT_NOT_CONFIRMED
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services
 from tests.support.keys import key_env
-from tests.support.operations_client import ALICE, BOB, QUEUED, OpsClient
+from tests.support.operations_client import ALICE, BOB, OTHER_TASK, QUEUED, TASK, OpsClient
 
 OPERATOR_NAME = "ops-erin"
 Logs = list[MutableMapping[str, Any]]
@@ -166,3 +166,45 @@ def test_show_labels_a_failure_an_attempt_left_on_a_succeeded_operation_as_the_l
     ops.fail(ops.claim_one(), retryable=False, code="model_error", message="no")
     out = opsctl("operations", "show", failed.id)[1]
     assert "\nfailure_code      model_error\n" in out
+
+
+# ---- queues and the failure-code filter ---------------------------------------------------------
+
+
+def test_queues_show_each_task_types_depth_and_oldest_queued_wait(
+    ops: OpsClient, clock: ManualClock, opsctl: Opsctl
+) -> None:
+    assert opsctl("operations", "queues")[:2] == (0, "no unfinished operations\n")
+    ops.create(ALICE, "k-queued-long")
+    clock.advance(3700)
+    ops.create(BOB, "k-queued-now")
+    ops.create(BOB, "k-running", task_type=OTHER_TASK, subject_type="attachment")
+    ops.claim_one((OTHER_TASK,))
+
+    code, out, _, logs = opsctl("operations", "queues", "--as", OPERATOR_NAME)
+    assert code == 0
+    assert [line.split() for line in out.splitlines()] == [
+        ["TASK", "QUEUED", "RUNNING", "RETRY", "FALLBACK", "OLDEST", "QUEUED"],
+        [OTHER_TASK, "0", "1", "0", "0", "-"],
+        [TASK, "2", "0", "0", "0", "1h", "1m"],
+    ]
+    assert [line["operator"] for line in logs if line["event"] == "operator_queues"] == [
+        OPERATOR_NAME
+    ]
+    depths = json.loads(opsctl("operations", "queues", "--json")[1])
+    by_type = {row["task_type"]: row for row in depths["queues"]}
+    assert by_type[TASK]["oldest_queued_seconds"] == 3700
+    assert by_type[OTHER_TASK]["oldest_queued_seconds"] is None
+
+
+def test_list_and_retry_by_failure_code(ops: OpsClient, opsctl: Opsctl) -> None:
+    failed = ops.create(BOB, "k-model-error", max_attempts=1)
+    ops.fail(ops.claim_one(), retryable=False, code="model_error", message="the model said no")
+    ops.create(BOB, "k-still-queued")
+
+    code, out, _, _ = opsctl("operations", "list", "--failure-code", "model_error", "--json")
+    assert code == 0
+    assert [row["id"] for row in json.loads(out)] == [failed.id]
+    code, out, _, _ = opsctl("operations", "retry", "--failure-code", "model_error", "--yes")
+    assert (code, out) == (0, f"{failed.id}  {BOB}  queued\n")
+    assert opsctl("operations", "list", "--failure-code", "")[0] == 2
