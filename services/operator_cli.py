@@ -242,6 +242,8 @@ def _name(args: argparse.Namespace) -> str:
 
 @dataclass(frozen=True)
 class Connection:
+    """An open channel to the Operator service, and the credential every call carries."""
+
     channel: grpc.Channel
     stub: opb_grpc.OperatorServiceStub
     metadata: tuple[tuple[str, str], ...]
@@ -687,6 +689,10 @@ def cmd_prune(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
     return 0
 
 
+# A queue's unfinished operations by state, as QueueDepth names them.
+QUEUE_COUNTS = ("queued", "running", "waiting_for_retry", "waiting_for_external_fallback")
+
+
 def cmd_queues(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
     """The Operator service's queue depths (as the console and the metrics read them)."""
     from durable_ops.api.operator.v1 import operator_pb2 as opb
@@ -714,10 +720,7 @@ def queue_view(message: opb.QueueDepth, read_at: datetime) -> dict[str, Any]:
         waited = max(0, int((read_at - since).total_seconds()))
     return {
         "task_type": message.task_type,
-        "queued": message.queued,
-        "running": message.running,
-        "waiting_for_retry": message.waiting_for_retry,
-        "waiting_for_external_fallback": message.waiting_for_external_fallback,
+        **{count: getattr(message, count) for count in QUEUE_COUNTS},
         "oldest_queued_at": _when(message, "oldest_queued_at"),
         "oldest_queued_seconds": waited,
     }
@@ -728,15 +731,7 @@ def _queue_table(rows: list[dict[str, Any]], out: TextIO) -> None:
     cells = [
         [
             row["task_type"],
-            *(
-                str(row[state])
-                for state in (
-                    "queued",
-                    "running",
-                    "waiting_for_retry",
-                    "waiting_for_external_fallback",
-                )
-            ),
+            *(str(row[count]) for count in QUEUE_COUNTS),
             "-" if row["oldest_queued_seconds"] is None else _age(row["oldest_queued_seconds"]),
         ]
         for row in rows
