@@ -24,6 +24,7 @@ from datetime import UTC
 from typing import TYPE_CHECKING, TextIO
 from urllib.parse import urlsplit
 
+from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.operator import operator_name
 
 if TYPE_CHECKING:
@@ -97,6 +98,17 @@ def gateway_url(flag: str | None) -> str:
     return found if isinstance(found, str) and found else DEFAULT_GATEWAY_URL
 
 
+def _whose(flag: str | None) -> str:
+    """``revoke --operator NAME``'s name; "" (the caller's own) when not given. Given empty,
+    it is refused rather than read as "not given"."""
+    if flag is None:
+        return ""
+    try:
+        return operator_name(flag)
+    except InvalidArgument as exc:
+        raise argparse.ArgumentTypeError(f"--operator {exc.reason}") from None
+
+
 def sign_in_link(base: str, secret: str) -> str:
     """The address the operator opens: the secret in the fragment, which no request sends."""
     return f"{base}{SIGN_IN_PATH}#link={secret}"
@@ -123,8 +135,8 @@ def run(
     try:
         name = _name(args)
         base = gateway_url(getattr(args, "url", None))
-        whose = operator_name(args.whose) if getattr(args, "whose", None) else ""
-        channel, operator = _connect(settings, name)
+        whose = _whose(getattr(args, "whose", None))
+        operator = _connect(settings, name)
     except (argparse.ArgumentTypeError, ValueError) as exc:
         print(f"{where}: {exc}", file=sys.stderr)
         return 2
@@ -142,9 +154,9 @@ def run(
             opb.CreateConsoleLinkRequest(), metadata=operator.metadata, timeout=CALL_TIMEOUT_SECONDS
         )
     except grpc.RpcError as exc:
-        return failed_call(exc, channel, target, where)
+        return failed_call(exc, operator.channel, target, where)
     finally:
-        channel.close()
+        operator.channel.close()
     link = sign_in_link(base, made.link_secret)
     expires = made.expires_at.ToDatetime(tzinfo=UTC)
     if args.json:

@@ -23,12 +23,18 @@ import argparse
 import getpass
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, TextIO
 
+from durable_ops.model import bounds
+from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.operator import OperatorFilter, operator_name, parse_duration
+from durable_ops.model.retention import PRUNE_BATCH, PRUNE_BATCH_MAX, RetentionPolicy
 from durable_ops.model.states import OperationState
 
 if TYPE_CHECKING:
@@ -56,6 +62,7 @@ show    one operation, with what only an operator sees (owner, lease, failure)
 cancel  cancel operations by id, or by filter with --yes
 retry   retry failed or cancelled operations by id, or by filter with --yes
 prune   delete terminal operations past a horizon, keeping their keys, with --yes
+queues  unfinished operations per task type, and how long the oldest queued one waits
 
 Calls the Operations service at --target, else OPS_OPERATIONS_TARGET, else where the
 running opsctl up serves it (var/stack.json), else 127.0.0.1:50051, with an operator
@@ -75,12 +82,26 @@ def _duration(text: str) -> Any:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _durations_may_be_negative(sub: argparse.ArgumentParser) -> None:
+    """Let ``--older-than -5m`` reach the duration's own check, which says it is negative.
+
+    argparse reads only a bare number (``-5``) after an option as its value; ``-5m`` it
+    takes for an option, and answers "expected one argument". This makes any ``-`` then
+    a digit a value, in this subcommand only (none of its options is spelled so).
+    """
+    sub._negative_number_matcher = re.compile(r"-\.?\d")
+
+
 def _filter_options(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("--owner", default="", metavar="U", help="this owner only")
+    _durations_may_be_negative(sub)
+    sub.add_argument("--owner", metavar="U", help="this owner only")
     sub.add_argument(
         "--state", choices=[state.value for state in OperationState], help="this state only"
     )
-    sub.add_argument("--task", default="", metavar="T", help="this task type only")
+    sub.add_argument("--task", metavar="T", help="this task type only")
+    sub.add_argument(
+        "--failure-code", metavar="CODE", help="this stored failure only (model_error, …)"
+    )
     sub.add_argument(
         "--older-than",
         type=_duration,
@@ -105,7 +126,7 @@ def _common_options(sub: argparse.ArgumentParser) -> None:
 
 
 def add_parser(operations: argparse.ArgumentParser) -> None:
-    """The ``list``, ``show``, ``cancel``, ``retry`` and ``prune`` subcommands."""
+    """The ``list``, ``show``, ``cancel``, ``retry``, ``prune`` and ``queues`` subcommands."""
     verbs = operations.add_subparsers(dest="operations_command", required=True, metavar="COMMAND")
 
     listing = verbs.add_parser(
@@ -153,6 +174,7 @@ def add_parser(operations: argparse.ArgumentParser) -> None:
         " forget tombstones past --tombstones-older-than (ADR 0021). Prints what it would"
         " remove and stops, unless --yes.",
     )
+    _durations_may_be_negative(prune)
     prune.add_argument(
         "--older-than",
         type=_duration,
@@ -170,27 +192,45 @@ def add_parser(operations: argparse.ArgumentParser) -> None:
     prune.add_argument(
         "--batch-size",
         type=int,
-        default=0,
         metavar="N",
-        help="operations per transaction, 1-5000 (default: 500)",
+        help=f"operations per transaction, 1-{PRUNE_BATCH_MAX} (default: {PRUNE_BATCH})",
     )
     prune.add_argument("--yes", action="store_true", help="go ahead and delete")
     prune.add_argument("--json", action="store_true", help="machine-readable output")
     _common_options(prune)
 
+    queues = verbs.add_parser(
+        "queues",
+        help="unfinished operations per task type",
+        description="Per task type: its queued, running and waiting operations, and how long"
+        " the oldest queued one has been due (the console's queue table).",
+    )
+    queues.add_argument("--json", action="store_true", help="machine-readable output")
+    _common_options(queues)
+
 
 def filter_of(args: argparse.Namespace) -> OperatorFilter:
+    """The filter the options name; one given empty is refused, not read as "any"."""
+    given = (("--owner", args.owner), ("--task", args.task), ("--failure-code", args.failure_code))
+    for flag, value in given:
+        if value == "":
+            raise argparse.ArgumentTypeError(f"{flag} is empty; leave it out to match any")
     return OperatorFilter(
-        owner_id=args.owner,
+        owner_id=args.owner or "",
         state=OperationState(args.state) if args.state else None,
-        task_type=args.task,
+        task_type=args.task or "",
         older_than=args.older_than,
+        failure_code=args.failure_code or "",
     ).validated()
 
 
 def _name(args: argparse.Namespace) -> str:
-    if args.operator:
-        return operator_name(args.operator)
+    """``--as``, else the login name; ``--as ''`` is refused, not taken for "not given"."""
+    if args.operator is not None:
+        try:
+            return operator_name(args.operator)
+        except InvalidArgument as exc:
+            raise argparse.ArgumentTypeError(f"--as {exc.reason}") from None
     try:
         return operator_name(getpass.getuser())
     except Exception:  # no login name, or one the log would not take
@@ -200,12 +240,38 @@ def _name(args: argparse.Namespace) -> str:
 # ---- the service -------------------------------------------------------------------------------
 
 
-@dataclass
-class Operator:
-    """The stub and the credential of one ``opsctl operations`` run."""
+@dataclass(frozen=True)
+class Connection:
+    """An open channel to the Operator service, and the credential every call carries."""
 
+    channel: grpc.Channel
     stub: opb_grpc.OperatorServiceStub
     metadata: tuple[tuple[str, str], ...]
+
+
+class Operator:
+    """The stub and the credential of one ``opsctl`` run, made at its first call: a value
+    refused before that call needs neither the operator's key nor a channel."""
+
+    def __init__(self, settings: Settings, name: str) -> None:
+        self._settings = settings
+        self._name = name
+
+    @cached_property
+    def connection(self) -> Connection:
+        return _connect(self._settings, self._name)
+
+    @property
+    def stub(self) -> opb_grpc.OperatorServiceStub:
+        return self.connection.stub
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return self.connection.metadata
+
+    def close(self) -> None:
+        if "connection" in self.__dict__:  # made: cached_property keeps it there
+            self.connection.channel.close()
 
     def list_all(self, filters: OperatorFilter, limit: int | None) -> Iterator[Any]:
         from durable_ops.api.operator.v1 import operator_pb2 as opb
@@ -219,6 +285,7 @@ class Operator:
                 page_token=token,
                 owner_id=filters.owner_id,
                 task_type=filters.task_type,
+                failure_code=filters.failure_code,
             )
             if filters.state is not None:
                 request.state = state_to_pb(filters.state)
@@ -235,7 +302,7 @@ class Operator:
                 return
 
 
-def _connect(settings: Settings, name: str) -> tuple[grpc.Channel, Operator]:
+def _connect(settings: Settings, name: str) -> Connection:
     import grpc
 
     from durable_ops.api.operator.v1 import operator_pb2_grpc as opb_grpc
@@ -250,7 +317,7 @@ def _connect(settings: Settings, name: str) -> tuple[grpc.Channel, Operator]:
     tls = channel_credentials(target, authority_of(settings.service_keys_dir))
     channel = grpc.secure_channel(target, tls) if tls else grpc.insecure_channel(target)
     stub = opb_grpc.OperatorServiceStub(channel)
-    return channel, Operator(stub, ((AUTHORIZATION, f"Bearer {token}"),))
+    return Connection(channel, stub, ((AUTHORIZATION, f"Bearer {token}"),))
 
 
 # ---- output ------------------------------------------------------------------------------------
@@ -376,8 +443,6 @@ def _usage_cells(usage: dict[str, Any] | None) -> tuple[str, str]:
 
 
 def _when(message: Any, field: str) -> str | None:
-    from datetime import UTC
-
     if not message.HasField(field):
         return None
     stamp: str = getattr(message, field).ToDatetime(tzinfo=UTC).isoformat()
@@ -400,6 +465,11 @@ def _table(rows: list[dict[str, Any]], out: TextIO) -> None:
         for row in rows
     ]
     header = ["ID", "OWNER", "TASK", "STATE", "ATTEMPT", "CREATED"]
+    _print_table(header, cells, out)
+
+
+def _print_table(header: list[str], cells: list[list[str]], out: TextIO) -> None:
+    """Columns as wide as their widest cell, two spaces apart."""
     widths = [max(len(line[i]) for line in [header, *cells]) for i in range(len(header))]
     for line in [header, *cells]:
         print(
@@ -453,9 +523,30 @@ def cmd_show(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
     if args.json:
         print(json.dumps(row), file=out)
     else:
-        _details({key: value for key, value in row.items() if key != "attempts"}, out)
+        _details(_failure_labelled({key: row[key] for key in row if key != "attempts"}), out)
         _attempts(row["attempts"], out)
     return 0
+
+
+# Where the operation's stored failure is its present one.
+FAILING_STATES = frozenset(
+    {
+        OperationState.FAILED.value,
+        OperationState.WAITING_FOR_RETRY.value,
+        OperationState.WAITING_FOR_EXTERNAL_FALLBACK.value,
+    }
+)
+
+
+def _failure_labelled(row: dict[str, Any]) -> dict[str, Any]:
+    """The stored failure is the last one an attempt reported: a later attempt that succeeds
+    (or a cancel) leaves it, only a retry clears it. Outside a failing state it is shown as
+    ``last_failure_*``, so a succeeded operation does not read as failed; the attempts say
+    which one it was."""
+    if row["state"] in FAILING_STATES:
+        return row
+    last = {"failure_code": "last_failure_code", "failure_message": "last_failure_message"}
+    return {last.get(key, key): value for key, value in row.items()}
 
 
 def _act(verb: str, operator: Operator) -> Callable[[str], Any]:
@@ -479,25 +570,55 @@ def _act(verb: str, operator: Operator) -> Callable[[str], Any]:
 
 def cmd_act(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
     """``cancel`` / ``retry``: the ids named, or every match of the filter once confirmed."""
-    import grpc
-
     verb = args.operations_command
     filters = filter_of(args)
     if args.operation_ids and not filters.is_empty:
         raise argparse.ArgumentTypeError("name operation ids or a filter, not both")
     if not args.operation_ids and filters.is_empty:
         raise argparse.ArgumentTypeError(
-            "name operation ids, or a filter (--owner, --state, --task, --older-than)"
+            "name operation ids, or a filter (--owner, --state, --task, --older-than,"
+            " --failure-code)"
         )
-    ids: list[str] = list(dict.fromkeys(args.operation_ids))
-    if not ids:
-        ids = [found.operation.id for found in operator.list_all(filters, None)]
-        if not args.yes:
-            print(f"would {verb} {len(ids)} operations ({filters.describe()}):", file=out)
-            for operation_id in ids:
-                print(f"  {operation_id}", file=out)
-            print(f"opsctl operations {verb}: not confirmed; add --yes", file=sys.stderr)
-            return EXIT_NOT_CONFIRMED
+    if args.operation_ids:
+        return _act_on(list(dict.fromkeys(args.operation_ids)), args, operator, out)
+    matched = [view(found) for found in operator.list_all(filters, None)]
+    if not matched:  # nothing to confirm, nothing to do: that is the whole answer
+        nothing = f"no operation matches {filters.describe()}; nothing to {verb}"
+        print("[]" if args.json else nothing, file=out)
+        return 0
+    if not args.yes:
+        _plan(verb, filters, matched, args.json, out)
+        print(f"opsctl operations {verb}: not confirmed; add --yes", file=sys.stderr)
+        return EXIT_NOT_CONFIRMED
+    return _act_on([row["id"] for row in matched], args, operator, out)
+
+
+def _state_text(row: dict[str, Any]) -> str:
+    """A state as the operator reads it: a running operation asked to stop says so (the
+    cancel is pushed to its worker, and it is running until the worker stops)."""
+    if row["state"] == OperationState.RUNNING.value and row["cancel_requested"]:
+        return "running, cancel requested"
+    return str(row["state"])
+
+
+def _plan(
+    verb: str, filters: OperatorFilter, matched: list[dict[str, Any]], as_json: bool, out: TextIO
+) -> None:
+    """What a bulk cancel or retry would do, printed for the operator to confirm."""
+    if as_json:
+        plan = {"would": verb, "filter": filters.describe(), "operations": matched}
+        print(json.dumps(plan), file=out)
+        return
+    print(f"would {verb} {len(matched)} operations ({filters.describe()}):", file=out)
+    for row in matched:
+        print(f"  {row['id']}  {row['owner_id']}  {row['state']}", file=out)
+
+
+def _act_on(ids: list[str], args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
+    """Cancel or retry each of ``ids``; one refused does not stop the others (exit 5)."""
+    import grpc
+
+    verb = args.operations_command
     act = _act(verb, operator)
     done: list[dict[str, Any]] = []
     failed = 0
@@ -512,7 +633,7 @@ def cmd_act(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
             continue
         done.append(row)
         if not args.json:
-            print(f"{row['id']}  {row['owner_id']}  {row['state']}", file=out)
+            print(f"{row['id']}  {row['owner_id']}  {_state_text(row)}", file=out)
     if args.json:
         print(json.dumps(done), file=out)
     return EXIT_FAILED if failed else 0
@@ -522,7 +643,11 @@ def cmd_prune(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
     """A dry run without ``--yes``; else calls until the service has nothing more to prune."""
     from durable_ops.api.operator.v1 import operator_pb2 as opb
 
-    request = opb.PruneOperationsRequest(batch_size=args.batch_size, dry_run=not args.yes)
+    if args.batch_size is not None:  # 0 is the service's "default"; here it is a mistake
+        bounds.int_range("--batch-size", args.batch_size, (1, PRUNE_BATCH_MAX))
+    if args.tombstones_older_than is not None:  # the service's rule, checked before calling
+        RetentionPolicy(args.older_than, args.tombstones_older_than).validated()
+    request = opb.PruneOperationsRequest(batch_size=args.batch_size or 0, dry_run=not args.yes)
     request.older_than.FromTimedelta(args.older_than)
     if args.tombstones_older_than is not None:
         request.tombstones_older_than.FromTimedelta(args.tombstones_older_than)
@@ -564,6 +689,68 @@ def cmd_prune(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
     return 0
 
 
+# A queue's unfinished operations by state, as QueueDepth names them.
+QUEUE_COUNTS = ("queued", "running", "waiting_for_retry", "waiting_for_external_fallback")
+
+
+def cmd_queues(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
+    """The Operator service's queue depths (as the console and the metrics read them)."""
+    from durable_ops.api.operator.v1 import operator_pb2 as opb
+
+    answer = operator.stub.GetQueueDepths(
+        opb.GetQueueDepthsRequest(), metadata=operator.metadata, timeout=CALL_TIMEOUT_SECONDS
+    )
+    read_at = answer.read_at.ToDatetime(tzinfo=UTC)
+    rows = [queue_view(depth, read_at) for depth in answer.queues]
+    if args.json:
+        print(json.dumps({"read_at": read_at.isoformat(), "queues": rows}), file=out)
+    elif not rows:
+        print("no unfinished operations", file=out)
+    else:
+        _queue_table(rows, out)
+    return 0
+
+
+def queue_view(message: opb.QueueDepth, read_at: datetime) -> dict[str, Any]:
+    """One task type's queue as JSON; the oldest queued one's wait counted to ``read_at``,
+    the service's own clock, so a skewed local clock does not change it."""
+    waited = None
+    if message.HasField("oldest_queued_at"):
+        since = message.oldest_queued_at.ToDatetime(tzinfo=UTC)
+        waited = max(0, int((read_at - since).total_seconds()))
+    return {
+        "task_type": message.task_type,
+        **{count: getattr(message, count) for count in QUEUE_COUNTS},
+        "oldest_queued_at": _when(message, "oldest_queued_at"),
+        "oldest_queued_seconds": waited,
+    }
+
+
+def _queue_table(rows: list[dict[str, Any]], out: TextIO) -> None:
+    header = ["TASK", "QUEUED", "RUNNING", "RETRY", "FALLBACK", "OLDEST QUEUED"]
+    cells = [
+        [
+            row["task_type"],
+            *(str(row[count]) for count in QUEUE_COUNTS),
+            "-" if row["oldest_queued_seconds"] is None else _age(row["oldest_queued_seconds"]),
+        ]
+        for row in rows
+    ]
+    _print_table(header, cells, out)
+
+
+def _age(seconds: int) -> str:
+    """``45s``, ``12m 5s``, ``3h 20m``, ``2d 4h``: two units say how long a queue waits."""
+    minutes, secs = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {secs}s" if minutes else f"{secs}s"
+
+
 # ---- opsctl tasks (ADR 0047) -------------------------------------------------------------------
 
 TASKS_HELP = """\
@@ -601,8 +788,11 @@ def add_tasks_parser(tasks: argparse.ArgumentParser) -> None:
 
 
 def task_type_view(message: opb.TaskTypeStatus) -> dict[str, Any]:
+    """A task type's pause as JSON. Its state is ``active`` or ``paused``: never an operation's
+    word (``running``), which would read as work in progress."""
     return {
         "task_type": message.task_type,
+        "state": "paused" if message.paused else "active",
         "paused": message.paused,
         "paused_by": message.paused_by or None,
         "paused_at": _when(message, "paused_at"),
@@ -622,18 +812,13 @@ def cmd_tasks_list(args: argparse.Namespace, operator: Operator, out: TextIO) ->
     cells = [
         [
             row["task_type"],
-            "paused" if row["paused"] else "running",
+            row["state"],
             f"by {row['paused_by']} at {row['paused_at']}" if row["paused"] else "",
         ]
         for row in rows
     ]
     header = ["TASK", "STATE", "PAUSED"]
-    widths = [max(len(line[i]) for line in [header, *cells]) for i in range(len(header))]
-    for line in [header, *cells]:
-        print(
-            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip(),
-            file=out,
-        )
+    _print_table(header, cells, out)
     return 0
 
 
@@ -641,12 +826,14 @@ def cmd_tasks_change(args: argparse.Namespace, operator: Operator, out: TextIO) 
     from durable_ops.api.operator.v1 import operator_pb2 as opb
 
     verb = args.tasks_command
+    bounds.task_type(args.task_type)
     if verb == "pause":
         answer = operator.stub.PauseTaskType(
             opb.PauseTaskTypeRequest(task_type=args.task_type),
             metadata=operator.metadata,
             timeout=CALL_TIMEOUT_SECONDS,
         )
+        _warn_if_unregistered(args.task_type)
     else:
         answer = operator.stub.ResumeTaskType(
             opb.ResumeTaskTypeRequest(task_type=args.task_type),
@@ -672,6 +859,19 @@ def cmd_tasks_change(args: argparse.Namespace, operator: Operator, out: TextIO) 
     return 0
 
 
+def _warn_if_unregistered(task_type: str) -> None:
+    """A type the registry does not know may be paused (its worker deployed later, an SDK
+    worker's own type), but it may be a misspelling, which would pause nothing: say so."""
+    from durable_ops.model.tasks import TASKS
+
+    if task_type not in TASKS:
+        print(
+            f"opsctl tasks pause: warning: {task_type} is not a registered task type;"
+            " paused anyway (check the spelling: opsctl tasks list shows the registered ones)",
+            file=sys.stderr,
+        )
+
+
 TASK_COMMANDS: dict[str, Callable[[argparse.Namespace, Operator, TextIO], int]] = {
     "list": cmd_tasks_list,
     "pause": cmd_tasks_change,
@@ -685,6 +885,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Operator, TextIO], int]] = {
     "cancel": cmd_act,
     "retry": cmd_act,
     "prune": cmd_prune,
+    "queues": cmd_queues,
 }
 
 
@@ -738,21 +939,21 @@ def _run(
         "operations_target", args.target, os.environ if environ is None else environ
     )
     settings = replace(settings, operations_target=target.address)
+    where = f"opsctl {group} {verb}"
     try:
-        name = _name(args)
-        channel, operator = _connect(settings, name)
+        operator = Operator(settings, _name(args))
     except argparse.ArgumentTypeError as exc:
-        print(f"opsctl {group}: {exc}", file=sys.stderr)
+        print(f"{where}: {exc}", file=sys.stderr)
         return 2
     try:
         return command(args, operator, out)
-    except argparse.ArgumentTypeError as exc:
-        print(f"opsctl {group} {verb}: {exc}", file=sys.stderr)
+    except (argparse.ArgumentTypeError, InvalidArgument) as exc:  # refused before any call
+        print(f"{where}: {exc}", file=sys.stderr)
         return 2
     except grpc.RpcError as exc:
-        return failed_call(exc, channel, target, f"opsctl {group} {verb}")
+        return failed_call(exc, operator.connection.channel, target, where)
     finally:
-        channel.close()
+        operator.close()
 
 
 def failed_call(exc: grpc.RpcError, channel: grpc.Channel, target: Target, where: str) -> int:

@@ -28,6 +28,8 @@ def parse_duration(text: str) -> timedelta:
 
     ``ValueError`` for anything else (no unit, a sign, spaces, zero, too long).
     """
+    if text.startswith("-"):
+        raise ValueError(f"{text!r} is negative: an age is {DURATION_RULE}")
     if len(text) > 32 or _DURATION.fullmatch(text) is None:
         raise ValueError(f"{text!r} is not {DURATION_RULE}")
     seconds = sum(

@@ -4,13 +4,16 @@ Served next to the Operations service, on its watches: an operator's cancel of
 a running operation is pushed to the lease holder at once, as the owner's is.
 Every call is logged with who made it (the credential's ``sub``, or the console
 session's operator) and what, and ``via``: ``opsctl`` for the operator's own
-key, ``console`` for the gateway acting with a console session (ADR 0045).
+key, ``console`` for the gateway acting with a console session (ADR 0045); a
+call the service refuses, with its stable code (``operator_call``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypeVar
 
 import structlog
 
@@ -18,7 +21,7 @@ from durable_ops.api.operator.v1 import operator_pb2 as opb
 from durable_ops.api.operator.v1 import operator_pb2_grpc as opb_grpc
 from durable_ops.model import bounds, console
 from durable_ops.model import retention as retention_rules
-from durable_ops.model.errors import InvalidArgument, Unauthenticated
+from durable_ops.model.errors import DomainError, InvalidArgument, Unauthenticated
 from durable_ops.model.operator import operator_name
 from durable_ops.model.scope import require_operator
 from durable_ops.model.tasks import TASKS
@@ -57,10 +60,26 @@ class Acting:
         log.info(event, operator=self.operator, via=self.via, **fields)
 
 
-def _operator(context: ServicerContext) -> Acting:
-    """The operator's own key (the operator scope), or PERMISSION_DENIED."""
-    require_operator(caller_scope(context))
-    return Acting(caller_name(context) or "unnamed", "opsctl")
+Request = TypeVar("Request")
+Reply = TypeVar("Reply")
+
+
+def operator_call(
+    handler: Callable[[OperatorService, Request, ServicerContext, Acting], Awaitable[Reply]],
+) -> Callable[[OperatorService, Request, ServicerContext], Awaitable[Reply]]:
+    """An operator's method: who acts is found first (``_acting``); a call refused after that
+    is logged once, ``operator_refused`` with who, via, the method and the stable code."""
+    method = handler.__name__
+
+    async def call(self: OperatorService, request: Request, context: ServicerContext) -> Reply:
+        who = await self._acting(context, method)
+        try:
+            return await handler(self, request, context, who)
+        except DomainError as refused:
+            who.audit("operator_refused", call=method, code=refused.code)
+            raise
+
+    return call
 
 
 def _signed_in(context: ServicerContext) -> str:
@@ -82,16 +101,17 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         """The operator behind this call: the operator's own key, or the gateway with a
         live console session, for the calls a console may make (``model.console``)."""
         session_id = console_session_of(context)
-        if session_id is None:
-            return _operator(context)
+        if session_id is None:  # the operator's own key (the operator scope), or refused
+            require_operator(caller_scope(context))
+            return Acting(caller_name(context) or "unnamed", "opsctl")
         console.require_console_call(method)
         signed = await self._console.resolve(session_id)
         return Acting(signed.operator, "console")
 
+    @operator_call
     async def ListOperations(
-        self, request: opb.ListOperationsRequest, context: ServicerContext
+        self, request: opb.ListOperationsRequest, context: ServicerContext, who: Acting
     ) -> opb.ListOperationsResponse:
-        who = await self._acting(context, "ListOperations")
         filters = operator_filter(request)
         page = await self._app.inspect(
             size=request.page_size, token=request.page_token, filters=filters
@@ -102,18 +122,18 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
             next_page_token=page.next_token or "",
         )
 
+    @operator_call
     async def GetOperation(
-        self, request: opb.GetOperationRequest, context: ServicerContext
+        self, request: opb.GetOperationRequest, context: ServicerContext, who: Acting
     ) -> opb.OperatorOperation:
-        who = await self._acting(context, "GetOperation")
         row, attempts = await self._app.show(request.operation_id)
         who.audit("operator_show", operation_id=row.id, owner=row.owner_user_id)
         return operator_operation(row, attempts)
 
+    @operator_call
     async def CancelOperation(
-        self, request: opb.CancelOperationRequest, context: ServicerContext
+        self, request: opb.CancelOperationRequest, context: ServicerContext, who: Acting
     ) -> opb.OperatorOperation:
-        who = await self._acting(context, "CancelOperation")
         row = await self._app.force_cancel(request.operation_id)
         who.audit(
             "operator_cancel",
@@ -124,10 +144,10 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         )
         return operator_operation(row)
 
+    @operator_call
     async def RetryOperation(
-        self, request: opb.RetryOperationRequest, context: ServicerContext
+        self, request: opb.RetryOperationRequest, context: ServicerContext, who: Acting
     ) -> opb.OperatorOperation:
-        who = await self._acting(context, "RetryOperation")
         row = await self._app.force_retry(request.operation_id)
         who.audit(
             "operator_retry",
@@ -138,28 +158,28 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         )
         return operator_operation(row)
 
+    @operator_call
     async def PauseTaskType(
-        self, request: opb.PauseTaskTypeRequest, context: ServicerContext
+        self, request: opb.PauseTaskTypeRequest, context: ServicerContext, who: Acting
     ) -> opb.TaskTypeChange:
-        who = _operator(context)
         task_type = bounds.task_type(request.task_type)
         pause, changed = await self._app.pause_task_type(task_type, who.operator)
         who.audit("operator_pause_task_type", task_type=task_type, changed=changed)
         return opb.TaskTypeChange(status=task_type_status(task_type, pause), changed=changed)
 
+    @operator_call
     async def ResumeTaskType(
-        self, request: opb.ResumeTaskTypeRequest, context: ServicerContext
+        self, request: opb.ResumeTaskTypeRequest, context: ServicerContext, who: Acting
     ) -> opb.TaskTypeChange:
-        who = _operator(context)
         task_type = bounds.task_type(request.task_type)
         changed = await self._app.resume_task_type(task_type)
         who.audit("operator_resume_task_type", task_type=task_type, changed=changed)
         return opb.TaskTypeChange(status=task_type_status(task_type, None), changed=changed)
 
+    @operator_call
     async def ListTaskTypes(
-        self, request: opb.ListTaskTypesRequest, context: ServicerContext
+        self, request: opb.ListTaskTypesRequest, context: ServicerContext, who: Acting
     ) -> opb.ListTaskTypesResponse:
-        who = await self._acting(context, "ListTaskTypes")
         pauses = {pause.task_type: pause for pause in await self._app.paused_task_types()}
         names = sorted({*TASKS.names(), *pauses})
         who.audit("operator_list_task_types", paused=len(pauses))
@@ -167,10 +187,10 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
             task_types=[task_type_status(name, pauses.get(name)) for name in names]
         )
 
+    @operator_call
     async def PruneOperations(
-        self, request: opb.PruneOperationsRequest, context: ServicerContext
+        self, request: opb.PruneOperationsRequest, context: ServicerContext, who: Acting
     ) -> opb.PruneOperationsResponse:
-        who = _operator(context)
         policy = retention_policy(request, self._tombstones)
         batch = retention_rules.batch_size(request.batch_size)
         now = self._app.clock()
@@ -191,10 +211,10 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         answer.tombstones_finished_before.FromDatetime(policy.tombstones_finished_before(now))
         return answer
 
+    @operator_call
     async def GetQueueDepths(
-        self, request: opb.GetQueueDepthsRequest, context: ServicerContext
+        self, request: opb.GetQueueDepthsRequest, context: ServicerContext, who: Acting
     ) -> opb.GetQueueDepthsResponse:
-        who = await self._acting(context, "GetQueueDepths")
         depths = await self._app.queue_depths()
         who.audit("operator_queues", task_types=len(depths))
         answer = opb.GetQueueDepthsResponse(queues=[queue_depth(depth) for depth in depths])
@@ -203,11 +223,11 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
 
     # ---- the console's sign-in (ADR 0045) ------------------------------------------------
 
+    @operator_call
     async def CreateConsoleLink(
-        self, request: opb.CreateConsoleLinkRequest, context: ServicerContext
+        self, request: opb.CreateConsoleLinkRequest, context: ServicerContext, who: Acting
     ) -> opb.CreateConsoleLinkResponse:
         """The operator's own key only: a console session cannot make another."""
-        who = _operator(context)
         link = await self._console.link(operator_name(who.operator))
         who.audit("operator_console_link")
         answer = opb.CreateConsoleLinkResponse(link_secret=link.secret, operator=link.operator)
@@ -243,11 +263,11 @@ class OperatorService(opb_grpc.OperatorServiceServicer):
         log.info("operator_console_sign_out", operator=signed.operator, via="console")
         return opb.EndConsoleSessionResponse()
 
+    @operator_call
     async def EndOperatorSessions(
-        self, request: opb.EndOperatorSessionsRequest, context: ServicerContext
+        self, request: opb.EndOperatorSessionsRequest, context: ServicerContext, who: Acting
     ) -> opb.EndOperatorSessionsResponse:
         """The operator's own key: end an operator's (or everyone's) console sign-ins."""
-        who = _operator(context)
         if request.everyone and request.operator:
             raise InvalidArgument("operator", "must be empty when everyone is set")
         whose = None if request.everyone else operator_name(request.operator or who.operator)

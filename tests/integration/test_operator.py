@@ -24,6 +24,7 @@ from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operator.v1 import operator_pb2 as opb
 from durable_ops.model.scope import Role
 from durable_ops.operator_cli import EXIT_NOT_CONFIRMED
+from durable_ops.rpc.scope import OPERATOR_SESSION
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services, metadata
 from tests.support.operations_client import (
@@ -202,6 +203,46 @@ def test_operator_retry_follows_the_owner_rules(
         "not_retryable",
     )
     assert ops.get(ALICE, queued.id).state == QUEUED
+
+
+def test_a_refused_operator_call_is_logged_once_with_who_and_its_code(
+    services: Services, ops: OpsClient, operator_md: Metadata
+) -> None:
+    created = ops.create(BOB, "k-refused")
+    ops.complete(ops.claim_one())
+    console_md = (*metadata(Role.GATEWAY, subject="gateway"), (OPERATOR_SESSION, "ended"))
+    with capture_logs() as logs:
+        expect_failure(
+            lambda: services.operator.CancelOperation(
+                opb.CancelOperationRequest(operation_id=created.id), metadata=operator_md
+            ),
+            grpc.StatusCode.FAILED_PRECONDITION,
+        )
+        expect_failure(
+            lambda: services.operator.GetOperation(
+                opb.GetOperationRequest(operation_id="0" * 32), metadata=operator_md
+            ),
+            NOT_FOUND,
+        )
+        expect_failure(
+            lambda: services.operator.PauseTaskType(
+                opb.PauseTaskTypeRequest(task_type="Bad Type"), metadata=operator_md
+            ),
+            INVALID,
+        )
+        expect_failure(  # refused before anyone is known to act: no operator to name
+            lambda: services.operator.ListOperations(
+                opb.ListOperationsRequest(), metadata=console_md
+            ),
+            grpc.StatusCode.UNAUTHENTICATED,
+        )
+    refused = [entry for entry in logs if entry["event"] == "operator_refused"]
+    assert [(e["operator"], e["via"], e["call"], e["code"]) for e in refused] == [
+        (OPERATOR_NAME, "opsctl", "CancelOperation", "already_terminal"),
+        (OPERATOR_NAME, "opsctl", "GetOperation", "operation_not_found"),
+        (OPERATOR_NAME, "opsctl", "PauseTaskType", "invalid_argument"),
+    ]
+    assert [entry["event"] for entry in logs if "operator" in entry] == ["operator_refused"] * 3
 
 
 # ---- nobody else reaches it, and it reaches nothing else -------------------------------------

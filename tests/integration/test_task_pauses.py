@@ -67,8 +67,8 @@ def test_a_paused_type_is_not_claimed_and_a_resumed_one_is(
     waiting = ops.create(ALICE, "waiting")
     other = ops.create(BOB, "other", task_type=OTHER_TASK, subject_type="attachment")
 
-    code, out, _, logs = tasks("pause", TASK)
-    assert code == 0, out
+    code, out, err, logs = tasks("pause", TASK)
+    assert (code, err) == (0, "")  # a registered type: no warning
     assert f"{TASK}: paused by {OPERATOR_NAME}" in out
     assert _logged(logs, "operator_pause_task_type") == {
         "operator": OPERATOR_NAME,
@@ -84,9 +84,15 @@ def test_a_paused_type_is_not_claimed_and_a_resumed_one_is(
     code, out, _, _ = tasks("list", "--json")
     assert code == 0
     listed = {row["task_type"]: row for row in json.loads(out)}
-    assert listed[TASK]["paused"] is True
+    assert (listed[TASK]["state"], listed[TASK]["paused"]) == ("paused", True)
     assert listed[TASK]["paused_by"] == OPERATOR_NAME
-    assert listed[OTHER_TASK]["paused"] is False
+    assert (listed[OTHER_TASK]["state"], listed[OTHER_TASK]["paused"]) == ("active", False)
+    code, out, _, _ = tasks("list")
+    assert [line.split()[:2] for line in out.splitlines()] == [
+        ["TASK", "STATE"],
+        [OTHER_TASK, "active"],  # never "running": that is an operation's state
+        [TASK, "paused"],
+    ]
     assert tasks("pause", TASK)[1].endswith(
         "(already paused); queued operations wait, running ones finish\n"
     )
@@ -100,8 +106,8 @@ def test_a_paused_type_is_not_claimed_and_a_resumed_one_is(
     assert resumed.id == waiting.id
     code, out, _, _ = tasks("list")
     assert [line.split()[:2] for line in out.splitlines()[1:]] == [
-        [OTHER_TASK, "running"],
-        [TASK, "running"],
+        [OTHER_TASK, "active"],
+        [TASK, "active"],
     ]
 
 
@@ -109,16 +115,22 @@ def test_any_task_type_may_be_paused_and_a_bad_name_is_refused(
     ops: OpsClient, tasks: Opsctl
 ) -> None:
     created = ops.create(ALICE, "sdk", task_type="report.render")
-    assert tasks("pause", "report.render")[0] == 0
+    code, _, err, _ = tasks("pause", "report.render")
+    assert code == 0  # paused, with a warning: the registry does not know it
+    assert err == (
+        "opsctl tasks pause: warning: report.render is not a registered task type;"
+        " paused anyway (check the spelling: opsctl tasks list shows the registered ones)\n"
+    )
     assert ops.claim(("report.render",)) is None
     code, out, _, _ = tasks("list", "--json")
     assert {"task_type": "report.render", "paused": True}.items() <= json.loads(out)[1].items()
     assert tasks("resume", "report.render")[0] == 0
     assert tasks("resume", "report.render")[1] == "report.render: was not paused\n"
     assert ops.claim_one(("report.render",)).id == created.id
-    code, _, err, _ = tasks("pause", "Not A Type")
-    assert code == 5
-    assert "invalid_argument" in err
+    code, _, err, logs = tasks("pause", "Not A Type")
+    assert code == 2  # refused before any call
+    assert "task_type: may contain only" in err
+    assert not [line for line in logs if line["event"] == "operator_pause_task_type"]
 
 
 def test_admission_refuses_a_new_analysis_of_a_paused_type_in_a_sentence(

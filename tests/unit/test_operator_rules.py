@@ -61,6 +61,11 @@ def test_anything_else_is_not_a_duration(text: str) -> None:
         parse_duration(text)
 
 
+def test_a_negative_duration_is_named_as_such() -> None:
+    with pytest.raises(ValueError, match=r"^'-5m' is negative: an age is a duration such as"):
+        parse_duration("-5m")
+
+
 # ---- filters -----------------------------------------------------------------------------------
 
 

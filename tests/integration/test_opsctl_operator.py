@@ -1,0 +1,210 @@
+"""``opsctl operations|tasks|console`` as an operator meets it, against the real services.
+
+What the command line can know is wrong is refused there, with exit 2 and one line,
+before any call reaches the service (its log says so: no ``operator_*`` line).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from durable_ops import cli
+from durable_ops.model.scope import Role
+from durable_ops.operator_cli import EXIT_NOT_CONFIRMED
+from tests.support.clock import ManualClock
+from tests.support.grpc_services import Services
+from tests.support.keys import key_env
+from tests.support.operations_client import ALICE, BOB, OTHER_TASK, QUEUED, TASK, OpsClient
+
+OPERATOR_NAME = "ops-erin"
+Logs = list[MutableMapping[str, Any]]
+Opsctl = Callable[..., tuple[int, str, str, Logs]]
+
+
+@pytest.fixture
+def opsctl(
+    services: Services, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Opsctl:
+    """``opsctl ARGS…`` in-process against the running service: exit code, output, and the
+    service's log lines."""
+    for name, value in key_env(Role.OPERATOR).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("OPS_OPERATIONS_TARGET", services.target)
+
+    def run(*args: str) -> tuple[int, str, str, Logs]:
+        capsys.readouterr()
+        with capture_logs() as logs:
+            try:
+                code = cli.main(list(args))
+            except SystemExit as exited:  # argparse's own refusals
+                code = int(exited.code or 0)
+        out, err = capsys.readouterr()
+        return code, out, err, logs
+
+    return run
+
+
+def _called(logs: Logs) -> list[str]:
+    return [str(line["event"]) for line in logs if str(line["event"]).startswith("operator_")]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("operations", "prune", "--older-than", "1s", "--batch-size", "0"),
+        ("operations", "prune", "--older-than", "1s", "--batch-size", "99999"),
+        ("operations", "prune", "--older-than", "30d", "--tombstones-older-than", "1d"),
+        ("tasks", "pause", "BAD TYPE!"),
+        ("operations", "list", "--owner", ""),
+        ("operations", "cancel", "--task", "", "--state", "queued", "--yes"),
+        ("operations", "list", "--as", ""),
+        ("console", "link", "--as", ""),
+        ("console", "revoke", "--operator", ""),
+    ],
+    ids=" ".join,
+)
+def test_a_value_the_cli_knows_is_wrong_is_refused_in_one_line_before_any_call(
+    opsctl: Opsctl, args: tuple[str, ...]
+) -> None:
+    code, out, err, logs = opsctl(*args)
+    assert (code, out) == (2, "")
+    assert len(err.splitlines()) == 1, err
+    assert _called(logs) == []
+
+
+@pytest.mark.parametrize("args", [("--older-than", "-5m"), ("--older-than=-5m",)])
+def test_a_negative_age_is_named_as_such(opsctl: Opsctl, args: tuple[str, ...]) -> None:
+    code, _, err, logs = opsctl("operations", "list", *args)
+    assert code == 2
+    assert "'-5m' is negative" in err
+    assert _called(logs) == []
+
+
+def test_a_wrong_value_is_named_before_the_key_is_looked_for(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Without a key the first sentence would be "no service key": the value comes first."""
+    monkeypatch.setenv("OPS_SERVICE_KEYS_DIR", str(tmp_path))
+    monkeypatch.delenv("OPS_SERVICE_KEY", raising=False)
+    code = cli.main(["operations", "prune", "--older-than", "1d", "--batch-size", "0"])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "opsctl operations prune: --batch-size: must be between 1 and 5000\n"
+    )
+
+
+# ---- bulk cancel and retry ---------------------------------------------------------------------
+
+
+def test_a_bulk_plan_asked_for_as_json_is_json(ops: OpsClient, opsctl: Opsctl) -> None:
+    queued = [ops.create(BOB, f"k-plan-{n}") for n in range(2)]
+    code, out, err, _ = opsctl("operations", "cancel", "--owner", BOB, "--json")
+    assert code == EXIT_NOT_CONFIRMED
+    plan = json.loads(out)
+    assert (plan["would"], plan["filter"]) == ("cancel", f"owner={BOB}")
+    assert sorted(row["id"] for row in plan["operations"]) == sorted(op.id for op in queued)
+    assert "--yes" in err
+    assert {ops.get(BOB, op.id).state for op in queued} == {QUEUED}
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("retry", "--state", "failed"), "no operation matches state=failed; nothing to retry"),
+        (
+            ("cancel", "--task", "nosuch.x", "--yes"),
+            "no operation matches task=nosuch.x; nothing to cancel",
+        ),
+    ],
+)
+def test_a_filter_that_matches_nothing_says_so_and_is_done(
+    ops: OpsClient, opsctl: Opsctl, args: tuple[str, ...], said: str
+) -> None:
+    ops.create(ALICE, "k-unmatched")
+    assert opsctl("operations", *args)[:3] == (0, f"{said}\n", "")
+    assert opsctl("operations", *args, "--json")[:3] == (0, "[]\n", "")
+
+
+# ---- what a cancel and a show say --------------------------------------------------------------
+
+
+def test_cancelling_a_running_operation_says_the_cancel_was_requested(
+    ops: OpsClient, opsctl: Opsctl
+) -> None:
+    created = ops.create(BOB, "k-cancel-running")
+    ops.claim_one()
+    code, out, _, _ = opsctl("operations", "cancel", created.id)
+    assert (code, out) == (0, f"{created.id}  {BOB}  running, cancel requested\n")
+
+
+def test_show_labels_a_failure_an_attempt_left_on_a_succeeded_operation_as_the_last(
+    services: Services, ops: OpsClient, clock: ManualClock, opsctl: Opsctl
+) -> None:
+    created = ops.create(BOB, "k-expired-then-done", retry_delay_seconds=1)
+    ops.claim_one(lease_seconds=5)
+    clock.advance(5.1)
+    assert services.sweep().expired_leases == 1
+    clock.advance(2)  # past the jittered retry delay
+    assert services.sweep().promoted == 1
+    ops.complete(ops.claim_one())
+
+    code, out, _, _ = opsctl("operations", "show", created.id)
+    assert code == 0
+    fields = dict(line.split(maxsplit=1) for line in out.splitlines() if not line.startswith(" "))
+    assert (fields["state"], fields["last_failure_code"]) == ("succeeded", "lease_expired")
+    assert "failure_code" not in fields
+    shown = json.loads(opsctl("operations", "show", created.id, "--json")[1])
+    assert [attempt["outcome"] for attempt in shown["attempts"]] == ["expired", "succeeded"]
+
+    failed = ops.create(BOB, "k-failed", max_attempts=1)
+    ops.fail(ops.claim_one(), retryable=False, code="model_error", message="no")
+    out = opsctl("operations", "show", failed.id)[1]
+    assert "\nfailure_code      model_error\n" in out
+
+
+# ---- queues and the failure-code filter ---------------------------------------------------------
+
+
+def test_queues_show_each_task_types_depth_and_oldest_queued_wait(
+    ops: OpsClient, clock: ManualClock, opsctl: Opsctl
+) -> None:
+    assert opsctl("operations", "queues")[:2] == (0, "no unfinished operations\n")
+    ops.create(ALICE, "k-queued-long")
+    clock.advance(3700)
+    ops.create(BOB, "k-queued-now")
+    ops.create(BOB, "k-running", task_type=OTHER_TASK, subject_type="attachment")
+    ops.claim_one((OTHER_TASK,))
+
+    code, out, _, logs = opsctl("operations", "queues", "--as", OPERATOR_NAME)
+    assert code == 0
+    assert [line.split() for line in out.splitlines()] == [
+        ["TASK", "QUEUED", "RUNNING", "RETRY", "FALLBACK", "OLDEST", "QUEUED"],
+        [OTHER_TASK, "0", "1", "0", "0", "-"],
+        [TASK, "2", "0", "0", "0", "1h", "1m"],
+    ]
+    assert [line["operator"] for line in logs if line["event"] == "operator_queues"] == [
+        OPERATOR_NAME
+    ]
+    depths = json.loads(opsctl("operations", "queues", "--json")[1])
+    by_type = {row["task_type"]: row for row in depths["queues"]}
+    assert by_type[TASK]["oldest_queued_seconds"] == 3700
+    assert by_type[OTHER_TASK]["oldest_queued_seconds"] is None
+
+
+def test_list_and_retry_by_failure_code(ops: OpsClient, opsctl: Opsctl) -> None:
+    failed = ops.create(BOB, "k-model-error", max_attempts=1)
+    ops.fail(ops.claim_one(), retryable=False, code="model_error", message="the model said no")
+    ops.create(BOB, "k-still-queued")
+
+    code, out, _, _ = opsctl("operations", "list", "--failure-code", "model_error", "--json")
+    assert code == 0
+    assert [row["id"] for row in json.loads(out)] == [failed.id]
+    code, out, _, _ = opsctl("operations", "retry", "--failure-code", "model_error", "--yes")
+    assert (code, out) == (0, f"{failed.id}  {BOB}  queued\n")
+    assert opsctl("operations", "list", "--failure-code", "")[0] == 2
