@@ -215,7 +215,7 @@ def string_field(
         raise invalid(name, "must be a string")
     if len(value) > max_length:
         raise invalid(name, f"must be at most {max_length:,} characters")
-    if required and not value.strip():
+    if required and bounds.blank(value):
         raise invalid(name, "must not be empty")
     check = bounds.multi_line if multi_line else bounds.single_line
     try:

@@ -93,9 +93,9 @@ def errors(*statuses: int) -> JsonObject:
 # single line may have blanks at its edges, which are trimmed; a multi-line text keeps tab,
 # LF and CR), and a required one has a character that is not white space.
 _EDGE = r"[\t\n\r ]*"
-_LINE_CHAR = r"[^\x00-\x1f\x7f]"
-_TEXT_CHAR = r"[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
-_VISIBLE = r"[^\s\x00-\x1f\x7f\x85]"
+_LINE_CHAR = bounds.LINE_CHAR
+_TEXT_CHAR = bounds.TEXT_CHAR
+_VISIBLE = bounds.VISIBLE_CHAR
 ID_PATTERN = "^[A-Za-z0-9_-]+$"  # ``ids.resource_id``
 PAGE_TOKEN_PATTERN = "^[A-Za-z0-9_=-]*$"  # noqa: S105 ``pagination.page_request``
 

@@ -67,10 +67,23 @@ _TASK_TYPE = re.compile(r"[a-z0-9._-]+")  # a task type, and a failure's stable 
 _TRACE_PARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 _OWNER_ID = re.compile(r"[A-Za-z0-9._@:-]+")
 _KEY_TEXT = re.compile(r"[\x21-\x7e]+")
-# C0 controls and DEL. A line of text (a title, a filename, a key) has none; text that may
-# span lines (a job description, a CV) keeps tab, line feed and carriage return.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_CONTROL_BETWEEN_LINES = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# C0 controls, DEL and C1 controls (U+0085 "next line", U+009B the terminal's escape).
+# A line of text (a title, a filename, a key) has none, nor Unicode's line and paragraph
+# separators; text that may span lines (a job description, a CV) keeps tab, line feed,
+# carriage return and those two separators.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROL_BETWEEN_LINES = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# The patterns of those rules, for the API document (``gateway.openapi``).
+LINE_CHAR = r"[^\x00-\x1f\x7f-\x9f\u2028\u2029]"
+TEXT_CHAR = r"[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]"
+# Format characters of the Basic Multilingual Plane (Unicode's Cf: the soft hyphen, zero-width
+# spaces and joiners, bidi controls, the BOM): they show nothing, so text of them alone is blank.
+_FORMAT = (
+    "\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb"
+)
+VISIBLE_CHAR = f"[^\\s\\x00-\\x1f\\x7f-\\x9f{_FORMAT}]"
+_VISIBLE = re.compile(VISIBLE_CHAR)
 # JSON can spell a lone surrogate (\ud800): that is not text, and protobuf cannot encode it.
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 # What a pasted line may carry around it; trimmed, where any other control is refused.
@@ -103,19 +116,30 @@ def _refuse_unprintable(field: str, value: str, control: re.Pattern[str], allowe
         )
 
 
+def blank(value: str) -> bool:
+    """Nothing in ``value`` shows: white space, and format characters (zero-width space, BOM)."""
+    return _VISIBLE.search(value) is None
+
+
 def single_line(field: str, value: str, max_length: int, *, required: bool = True) -> str:
-    """A line of text, trimmed: no control character in it (code ``control_character``)."""
+    """A line of text, trimmed: no control character or line break in it (code
+    ``control_character``); when required, something in it shows."""
     trimmed = text(field, value.strip(), max_length, required=required)
-    _refuse_unprintable(field, value.strip(_LINE_BLANKS), _CONTROL, "")
+    _refuse_unprintable(field, value.strip(_LINE_BLANKS), _CONTROL, " or line breaks")
+    if required and blank(trimmed):
+        raise InvalidArgument(field, "must not be empty")
     return trimmed
 
 
 def multi_line(field: str, value: str, max_length: int, *, required: bool = True) -> str:
-    """Text that may span lines: tab, LF and CR are kept; any other control is refused."""
+    """Text that may span lines: tab, LF and CR are kept; any other control is refused;
+    when required, something in it shows."""
     text(field, value, max_length, required=required)
     _refuse_unprintable(
         field, value, _CONTROL_BETWEEN_LINES, " other than tab, line feed and carriage return"
     )
+    if required and blank(value):
+        raise InvalidArgument(field, "must not be empty")
     return value
 
 

@@ -336,6 +336,10 @@ TEXT_SAMPLES = [
     "\x0b",
     "a\x00",
     "a\x7f",
+    "a\x9b31mRED",  # C1: the terminal's control sequence introducer
+    "a\u2028b",  # a line separator: a line break in a one-line field
+    "\u200b\ufeff",  # nothing that shows
+    "a\u200bb",
     "été",
     "line one\nline two",
 ]

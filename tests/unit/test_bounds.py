@@ -31,6 +31,13 @@ def rejected(field: str, call: Callable[[], object]) -> InvalidArgument:
     return error
 
 
+def rejected_with(field: str, code: str, call: Callable[[], object]) -> InvalidArgument:
+    with pytest.raises(InvalidArgument) as caught:
+        call()
+    assert (caught.value.field, caught.value.code) == (field, code)
+    return caught.value
+
+
 # --- text lengths -------------------------------------------------------------------------
 
 # (field, validator taking one string and returning what it accepted, SPEC limit, filler)
@@ -220,6 +227,30 @@ def test_deadline_not_in_the_future_is_rejected(ahead: timedelta) -> None:
 def test_subject_names_the_offending_half() -> None:
     rejected("subject_type", lambda: bounds.subject("j" * 33, "1" * 65))
     rejected("subject_id", lambda: bounds.subject("job", "1" * 65))
+
+
+@pytest.mark.parametrize("value", ["a\x85b", "a\x9b31mRED", "a\u2028b", "a\u2029b"])
+def test_a_line_refuses_c1_controls_and_unicode_line_breaks(value: str) -> None:
+    error = rejected_with(
+        "title", "control_character", lambda: bounds.single_line("title", value, 99)
+    )
+    assert "U+" in error.reason
+
+
+@pytest.mark.parametrize("value", ["\u200b", "\ufeff \u200d", "\u00ad", "\u202e\u2066"])
+def test_a_required_line_of_nothing_that_shows_is_refused(value: str) -> None:
+    rejected("title", lambda: bounds.single_line("title", value, 99))
+    assert bounds.single_line("title", value, 99, required=False) == value.strip()
+
+
+def test_text_across_lines_of_nothing_that_shows_is_refused_when_required() -> None:
+    rejected("text", lambda: bounds.multi_line("text", "\u200b\n\ufeff", 99))
+    assert bounds.multi_line("text", "\u200b", 99, required=False) == "\u200b"
+
+
+def test_text_across_lines_keeps_unicode_line_breaks_and_refuses_c1() -> None:
+    assert bounds.multi_line("text", "one\u2028two", 99) == "one\u2028two"
+    rejected_with("text", "control_character", lambda: bounds.multi_line("text", "a\x85b", 99))
 
 
 @pytest.mark.parametrize("code", ["c\x00d", "ç" * 3, "Model_Error", "model error", "a/b"])
