@@ -71,13 +71,14 @@ def _not_found(kind: SubjectKind) -> Callable[[], NotFound]:
 
 
 def _idempotency_key(request: Request) -> str:
-    key = request.headers.get(IDEMPOTENCY_HEADER, "")
-    if key:
-        try:
-            bounds.idempotency_key(key)
-        except InvalidArgument as exc:
-            raise invalid("Idempotency-Key", exc.reason, code=exc.code) from None
-    return key
+    """The header's key; "" when none was sent (an empty one is refused, not read as none)."""
+    key = request.headers.get(IDEMPOTENCY_HEADER)
+    if key is None:
+        return ""
+    try:
+        return bounds.idempotency_key(key)
+    except InvalidArgument as exc:
+        raise invalid("Idempotency-Key", exc.reason, code=exc.code) from None
 
 
 _admission = stub_for("ai_admission", admission_grpc.AiAdmissionServiceStub)

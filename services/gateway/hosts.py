@@ -14,6 +14,8 @@ loopback alone (``dev_login_refusal`` says why not otherwise).
 
 from __future__ import annotations
 
+import re
+
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from durable_ops.gateway.problems import Problem
@@ -62,13 +64,15 @@ def serves_dev_login(settings: Settings) -> bool:
     return settings.dev_login and dev_login_refusal(settings) is None
 
 
+# A host name or a bracketed IPv6 address, then at most a port of digits.
+_HOST = re.compile(r"(?P<name>\[[^\]]*\]|[^:\[\]]*)(?::[0-9]{1,5})?")
+
+
 def host_name(header: str) -> str:
-    """The ``Host`` header without its port, lower case: ``[::1]:8080`` -> ``[::1]``."""
-    header = header.strip().lower()
-    if header.startswith("["):
-        name, bracket, rest = header.partition("]")
-        return name + bracket if bracket and (not rest or rest.startswith(":")) else header
-    return header.partition(":")[0]
+    """The ``Host`` header without its port, lower case: ``[::1]:8080`` -> ``[::1]``; ""
+    when it is no name and port (``localhost:abc``), which no allowed name is."""
+    found = _HOST.fullmatch(header.strip().lower())
+    return found["name"] if found else ""
 
 
 class AllowedHostsMiddleware:

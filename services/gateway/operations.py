@@ -16,6 +16,7 @@ going away (the wait is then cut short).
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -74,15 +75,16 @@ def _answer(operation: pb.Operation) -> JSONResponse:
     return JSONResponse(dto.operation(operation), headers=headers)
 
 
+_SECONDS = re.compile(r"[0-9]{1,6}(\.[0-9]{1,6})?")
+
+
 def _wait_seconds(params: Mapping[str, str]) -> float:
     raw = params.get("timeout")
     if raw is None:
         return bounds.WAIT_SECONDS_MAX
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds <= bounds.WAIT_SECONDS_MAX:  # NaN fails too
+    # Digits and a point only: float() would also read "1_0", "+2", "1e1" and full-width digits.
+    seconds = float(raw) if _SECONDS.fullmatch(raw) else -1.0
+    if not 0 <= seconds <= bounds.WAIT_SECONDS_MAX:
         raise invalid(
             "timeout", f"must be a number of seconds from 0 to {bounds.WAIT_SECONDS_MAX:g}"
         )

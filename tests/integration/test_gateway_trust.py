@@ -136,9 +136,12 @@ def test_the_default_names_are_loopback_and_the_bind_host(bind: str, extra: set[
         ("localhost:8080", "localhost"),
         ("[::1]:8080", "[::1]"),
         ("[::1]", "[::1]"),
-        ("[::1", "[::1"),  # no closing bracket: never an allowed name
-        ("[::1]x", "[::1]x"),
+        ("[::1", ""),  # no closing bracket: no name, never an allowed one
+        ("[::1]x", ""),
         ("Example.COM", "example.com"),
+        ("localhost:abc", ""),  # a port that is no port
+        ("localhost:9100:1", ""),
+        ("[::1]:x", ""),
     ],
 )
 def test_the_host_header_is_read_without_its_port(header: str, name: str) -> None:
