@@ -140,3 +140,12 @@ def test_an_unknown_revision_and_the_version_are_answered_plainly(tmp_path: Path
     version = opsctl("--version")
     assert version.returncode == 0
     assert version.stdout.strip() == f"opsctl {metadata.version('durable-ops')}"
+
+
+def test_up_refuses_a_bad_log_level_before_anything_starts(tmp_path: Path) -> None:
+    refused = opsctl("up", env={"OPS_LOG_LEVEL": "bogus"}, cwd=tmp_path)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert refused.stderr.strip() == (
+        "opsctl: OPS_LOG_LEVEL must be debug, info, warning or error, not 'bogus'"
+    )
+    assert list(tmp_path.iterdir()) == []  # no child started, nothing kept
