@@ -458,8 +458,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--port-base",
         type=int,
         metavar="N",
-        help="listen on N (gateway), N+1 … N+5 (services, dev model) instead of the OPS_*_BIND"
-        " addresses",
+        help="listen on N (gateway), N+1 … N+4 (gRPC services), N+5 (dev model) instead of the"
+        " OPS_*_BIND addresses; each OPS_*_METRICS_BIND that is set moves too: the worker's to"
+        " N+6, the gateway's, operations', notifications', ai-admission's, workspace's to"
+        " N+7 … N+11",
     )
 
     serve = command("serve", cmd_serve, "Run one process in the foreground", SERVE_HELP)

@@ -12,7 +12,9 @@ from typing import Any
 
 from durable_ops.settings import Settings, SettingsError, variable
 
-# Offsets from --port-base, in the order a reader scans a process list.
+# Offsets from --port-base, in the order a reader scans a process list. Every metrics
+# bind moves too (when set): one left behind would clash with the same stack run twice
+# on two bases, and --port-base promises to move every port.
 PORT_OFFSETS = {
     "gateway_bind": 0,
     "operations_bind": 1,
@@ -21,6 +23,11 @@ PORT_OFFSETS = {
     "workspace_bind": 4,
     "dev_model_bind": 5,
     "worker_metrics_bind": 6,
+    "gateway_metrics_bind": 7,
+    "operations_metrics_bind": 8,
+    "notifications_metrics_bind": 9,
+    "ai_admission_metrics_bind": 10,
+    "workspace_metrics_bind": 11,
 }
 PORT_BASE_MAX = 65535 - max(PORT_OFFSETS.values())
 # Which client target each gRPC bind serves.
@@ -68,7 +75,7 @@ def parse_address(setting: str, raw: str) -> Bind:
 
 
 def stack_binds(settings: Settings) -> list[Bind]:
-    """The addresses ``opsctl up`` listens on; the worker's metrics only when set."""
+    """The addresses ``opsctl up`` listens on; each metrics bind only when set."""
     return [
         parse_address(name, getattr(settings, name))
         for name in PORT_OFFSETS
