@@ -9,18 +9,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import re
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from durable_ops.local_secrets import with_kept_secrets
 from durable_ops.settings import Settings, SettingsError
 
+if TYPE_CHECKING:
+    from durable_ops.stack.address_file import Target
+    from durable_ops.storage.db import Database
+
 # `opsctl` exit codes (README "Exit codes"); 1 is anything unforeseen (a traceback).
-EXIT_USAGE = 2
+EXIT_USAGE = 2  # a bad setting or argument, an address already in use included
 EXIT_REFUSED = 3  # the database schema is not the one this code needs: run `opsctl migrate`
-EXIT_DATABASE_UNAVAILABLE = 4  # the database did not answer within OPS_DATABASE_WAIT_SECONDS
+# The database did not answer (within OPS_DATABASE_WAIT_SECONDS, for a service), or refused us.
+EXIT_DATABASE_UNAVAILABLE = 4
+Answer = TypeVar("Answer")
 PRO_DAILY_TOKENS_HELP = "100,000"  # model.budgets.PRO_DAILY_TOKENS, not imported: a fast --help
 
 GRPC_SERVICES: dict[str, str] = {
@@ -37,17 +44,47 @@ SERVICES_PROCESS = "services"
 
 
 def _settings(args: argparse.Namespace, *, keep_secret: bool = False) -> Settings:
-    """Settings from the environment; with ``keep_secret``, the user-token secret, when
-    unset, from var/."""
-    settings = Settings.from_env()
-    url = getattr(args, "database_url", None)
-    if url:
-        from dataclasses import replace
+    """Settings from the environment, the database as ``--database-url`` says when given;
+    with ``keep_secret``, the user-token secret, when unset, from var/."""
+    from dataclasses import replace
 
-        settings = replace(settings, database_url=url)
+    settings = Settings.from_env()
+    if getattr(args, "database_url", None):
+        settings = replace(settings, database_url=args.database_url)
     if keep_secret:
         settings = with_kept_secrets(settings)
     return settings
+
+
+def _database(args: argparse.Namespace, *, running_stack: bool = True) -> Target:
+    """The database URL a command uses, and where it came from: ``--database-url``, else
+    OPS_DATABASE_URL, else (``running_stack``) the one the running ``opsctl up`` recorded in
+    var/stack.json, else the SQLite file. A command that writes to the database itself
+    thus writes where the running stack reads."""
+    from durable_ops.stack.address_file import STACK_PATH, choose_target
+
+    return choose_target(
+        "database_url",
+        getattr(args, "database_url", None),
+        os.environ,
+        STACK_PATH if running_stack else None,
+        flag_name="--database-url",
+    )
+
+
+def _on_database(args: argparse.Namespace, work: Callable[[Database], Answer]) -> Answer:
+    """``work`` on the command's database (``_database``) at the head revision, asked once;
+    a failure to reach it is one line and an exit code (``main``)."""
+    from durable_ops.storage.availability import reaching
+    from durable_ops.storage.migrate import open_migrated
+
+    database = _database(args)
+    with reaching(database.address, database.source):
+        db = open_migrated(database.address, pool_size=1)
+        try:
+            return work(db)
+        finally:
+            db.dispose()
 
 
 def _run_async(factory: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -60,8 +97,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from durable_ops.telemetry import configure_tracing
 
     targets: list[str] = list(dict.fromkeys(args.targets))
-    together = len(targets) > 1
-    if together and not set(targets) <= set(GRPC_SERVICES):
+    if len(targets) > 1 and not set(targets) <= set(GRPC_SERVICES):
         others = ", ".join(t for t in targets if t not in GRPC_SERVICES)
         print(
             f"opsctl serve: only gRPC services share a process ({', '.join(GRPC_SERVICES)});"
@@ -69,7 +105,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    process = SERVICES_PROCESS if together else targets[0]
+    process = _serve_process(targets)
     # Only the gateway signs and checks user tokens; service keys are files (``rpc.keys``).
     settings = _settings(args, keep_secret=process == "gateway")
     configure_logging(settings, process=process, final=True)
@@ -88,42 +124,44 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         _run_async(lambda: run_worker(settings))
     else:
-        return _serve_grpc(settings, targets, process)
+        source = _database(args, running_stack=False).source
+        return _serve_grpc(settings, targets, process, source)
     return 0
 
 
-def _serve_grpc(settings: Settings, targets: list[str], process: str) -> int:
+def _serve_process(targets: list[str]) -> str:
+    """What the process serving ``targets`` calls itself (its logs, its last word)."""
+    return SERVICES_PROCESS if len(targets) > 1 else targets[0]
+
+
+def _serve_grpc(settings: Settings, targets: list[str], process: str, database_source: str) -> int:
     """One gRPC service, or several in one process; only these reach the database
-    (the other processes do not import SQLAlchemy at all)."""
+    (the other processes do not import SQLAlchemy at all). A schema behind this code,
+    or a database that stays away, ends it with one line (``main``)."""
     from importlib import import_module
 
     from durable_ops.serving import serve_together
-    from durable_ops.storage.availability import DatabaseUnavailable
-    from durable_ops.storage.migrate import SchemaNotCurrent
+    from durable_ops.storage.availability import reaching
 
     runs = {name: import_module(GRPC_SERVICES[name]).run for name in targets}
-    try:
+    with reaching(settings.database_url, database_source):
         if len(runs) == 1:
             _run_async(lambda: runs[process](settings))
         else:
             _run_async(lambda: serve_together(settings, runs))
-    except SchemaNotCurrent as exc:
-        print(f"opsctl serve {process}: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    except DatabaseUnavailable as exc:
-        print(f"opsctl serve {process}: {exc}; exiting", file=sys.stderr)
-        return EXIT_DATABASE_UNAVAILABLE
     return 0
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     from durable_ops.storage import migrate
+    from durable_ops.storage.availability import reaching
 
-    settings = _settings(args)
-    if args.to:
-        migrate.migrate_to(settings.database_url, args.to)
-    else:
-        migrate.upgrade(settings.database_url)
+    database = _database(args)
+    with reaching(database.address, database.source):
+        if args.to:
+            migrate.migrate_to(database.address, args.to)
+        else:
+            migrate.upgrade(database.address)
     print(f"schema at {args.to or migrate.head_revision()}")
     return 0
 
@@ -157,17 +195,15 @@ def cmd_users_set_plan(args: argparse.Namespace) -> int:
     from durable_ops.clock import utc_now
     from durable_ops.model import bounds
     from durable_ops.storage import workspace
-    from durable_ops.storage.migrate import open_migrated
 
     bounds.owner_id(args.user)
-    db = open_migrated(_settings(args).database_url, pool_size=1)
-    try:
-        view = db.run(
+    view = _on_database(
+        args,
+        lambda db: db.run(
             lambda tx: workspace.update_ai_settings(tx, utc_now(), plan=args.plan),
             owner_id=args.user,
-        )
-    finally:
-        db.dispose()
+        ),
+    )
     print(f"{args.user}: plan {view.plan}, ai_enabled {str(view.ai_enabled).lower()}")
     return 0
 
@@ -182,7 +218,6 @@ def cmd_users_set_budget(args: argparse.Namespace) -> int:
     from durable_ops.model.operator import operator_name
     from durable_ops.storage import budgets as budget_store
     from durable_ops.storage import workspace
-    from durable_ops.storage.migrate import open_migrated
 
     bounds.owner_id(args.user)
     try:
@@ -200,11 +235,7 @@ def cmd_users_set_budget(args: argparse.Namespace) -> int:
         budget_store.set_override(tx, daily_tokens, set_by=set_by, now=now)
         return budget_store.view(tx, workspace.ai_settings(tx).plan, now)
 
-    db = open_migrated(_settings(args).database_url, pool_size=1)
-    try:
-        view = db.run(set_budget, owner_id=args.user)
-    finally:
-        db.dispose()
+    view = _on_database(args, lambda db: db.run(set_budget, owner_id=args.user))
     # The audit line, on stderr: stdout is the answer.
     structlog.wrap_logger(structlog.PrintLogger(sys.stderr)).info(
         "token_budget_set", owner=args.user, daily_tokens=daily_tokens, operator=set_by
@@ -227,7 +258,6 @@ def cmd_users_set_share(args: argparse.Namespace) -> int:
     from durable_ops.model import bounds, fairness
     from durable_ops.model.operator import operator_name
     from durable_ops.storage import shares
-    from durable_ops.storage.migrate import open_migrated
 
     bounds.owner_id(args.user)
     low, high = fairness.WEIGHT_RANGE
@@ -250,11 +280,7 @@ def cmd_users_set_share(args: argparse.Namespace) -> int:
         shares.set_weight(tx, weight, set_by=set_by, now=now)
         return shares.weight_of(tx)
 
-    db = open_migrated(_settings(args).database_url, pool_size=1)
-    try:
-        effective = db.run(set_share, owner_id=args.user)
-    finally:
-        db.dispose()
+    effective = _on_database(args, lambda db: db.run(set_share, owner_id=args.user))
     # The audit line, on stderr: stdout is the answer.
     structlog.wrap_logger(structlog.PrintLogger(sys.stderr)).info(
         "owner_share_set", owner=args.user, weight=weight, operator=set_by
@@ -285,14 +311,11 @@ def cmd_sessions_revoke(args: argparse.Namespace) -> int:
     from durable_ops.clock import utc_now
     from durable_ops.model import bounds
     from durable_ops.storage import sessions
-    from durable_ops.storage.migrate import open_migrated
 
     bounds.owner_id(args.user)
-    db = open_migrated(_settings(args).database_url, pool_size=1)
-    try:
-        ended = db.run(lambda tx: sessions.revoke_user(tx, utc_now()), owner_id=args.user)
-    finally:
-        db.dispose()
+    ended = _on_database(
+        args, lambda db: db.run(lambda tx: sessions.revoke_user(tx, utc_now()), owner_id=args.user)
+    )
     print(f"{args.user}: {ended} session(s) ended; tokens issued until now are refused")
     return 0
 
@@ -303,11 +326,10 @@ def cmd_ai(args: argparse.Namespace) -> int:
     from durable_ops.clock import utc_now
     from durable_ops.model.tasks import TASKS
     from durable_ops.storage import capacity
-    from durable_ops.storage.migrate import open_migrated
 
     settings = _settings(args)
-    db = open_migrated(settings.database_url, pool_size=1)
-    try:
+
+    def switch_and_read(db: Database) -> tuple[bool, int]:
         if args.switch != "status":
             enabled = args.switch == "enable"
             db.run(lambda tx: capacity.set_ai_enabled(tx, enabled, utc_now()), owner_id=None)
@@ -315,8 +337,9 @@ def cmd_ai(args: argparse.Namespace) -> int:
         active = db.run(
             lambda tx: capacity.active_for_everyone(tx, TASKS.names()), owner_id=None, write=False
         )
-    finally:
-        db.dispose()
+        return state, active
+
+    state, active = _on_database(args, switch_and_read)
     if args.json:
         status = {
             "ai_enabled": state,
@@ -361,7 +384,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     settings = _settings(args, keep_secret=True)
     if args.port_base is not None:
         settings = with_port_base(settings, args.port_base)
-    return run_stack(settings, demo_user=args.demo_user)
+    # Not the running stack's database: this is a stack.
+    database_source = _database(args, running_stack=False).source
+    return run_stack(settings, demo_user=args.demo_user, database_source=database_source)
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
@@ -444,13 +469,16 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(run=run)
         return sub
 
-    def database_option(sub: Any) -> None:
+    def database_option(sub: Any, *, running_stack: bool = True) -> None:
+        stack = ", else the running `opsctl up`'s (var/stack.json)" if running_stack else ""
         sub.add_argument(
-            "--database-url", help="the database (default: OPS_DATABASE_URL, else the SQLite file)"
+            "--database-url",
+            help=f"the database (default: OPS_DATABASE_URL{stack}, else the SQLite file"
+            " var/durable-ops.sqlite3)",
         )
 
     up = command("up", cmd_up, "Run the whole product on this machine", UP_HELP)
-    database_option(up)
+    database_option(up, running_stack=False)
     up.add_argument(
         "--demo-user", default="demo", help="user given Pro and AI; '' for none (default: demo)"
     )
@@ -472,7 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TARGET",
         help="what to run; several gRPC services may share the process",
     )
-    database_option(serve)
+    database_option(serve, running_stack=False)
 
     migrate = command(
         "migrate", cmd_migrate, "Upgrade the schema to the newest revision, or move it to --to REV"
@@ -652,17 +680,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         result: int = args.run(args)
-    except SettingsError as exc:
-        print(f"opsctl: {exc}", file=sys.stderr)
-        return EXIT_USAGE
     except Exception as exc:
+        code = _exit_code(exc)
+        if code is None:
+            raise  # unforeseen: the traceback is the report
+        print(_last_word(args, exc, code), file=sys.stderr)
+        return code
+    return result
+
+
+def _exit_code(error: Exception) -> int | None:
+    """The README's exit code for an error a command reports in one line; None for one
+    nobody foresaw. The one place these are mapped, for every command."""
+    if isinstance(error, SettingsError):
+        return EXIT_USAGE
+    # Only a command that went to the database meets these: no SQLAlchemy import otherwise.
+    if "durable_ops.storage.migrate" in sys.modules:
+        from durable_ops.storage.availability import DatabaseUnavailable
+        from durable_ops.storage.migrate import SchemaNotCurrent
+
+        if isinstance(error, SchemaNotCurrent):
+            return EXIT_REFUSED
+        if isinstance(error, DatabaseUnavailable):
+            return EXIT_DATABASE_UNAVAILABLE
+    if "durable_ops.model.errors" in sys.modules:
         from durable_ops.model.errors import DomainError
 
-        if isinstance(exc, DomainError):
-            print(f"opsctl: {exc.message}", file=sys.stderr)
+        if isinstance(error, DomainError):
             return EXIT_USAGE
-        raise
-    return result
+    return None
+
+
+def _last_word(args: argparse.Namespace, error: Exception, code: int) -> str:
+    """The one line: a served process names itself, and says it exits (it may have waited)."""
+    if args.command != "serve":
+        return f"opsctl: {getattr(error, 'message', error)}"
+    process = _serve_process(list(dict.fromkeys(args.targets)))
+    ending = "; exiting" if code == EXIT_DATABASE_UNAVAILABLE else ""
+    return f"opsctl serve {process}: {error}{ending}"
 
 
 if __name__ == "__main__":

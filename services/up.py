@@ -125,7 +125,15 @@ def grant_ai(database_url: str, user: str) -> None:
         db.dispose()
 
 
-def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | None = None) -> int:
+def run_stack(
+    settings: Settings,
+    *,
+    demo_user: str,
+    database_source: str = "OPS_DATABASE_URL",
+    budget: RestartBudget | None = None,
+) -> int:
+    """Run the stack until Ctrl-C or SIGTERM; ``database_source`` says where
+    ``settings.database_url`` came from, for a message that cannot reach it."""
     settings = local_to_the_stack(settings)
     as_json = use_json(settings.log_json, is_tty=sys.stdout.isatty())
     width = max(len(name) for name in DEFAULT_PROCESSES)
@@ -141,9 +149,11 @@ def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | Non
         say("database", f"database {_where(settings.database_url)}: schema up to date")
     else:
         from durable_ops.storage import migrate
+        from durable_ops.storage.availability import reaching
 
-        say("migrating", f"migrating the database ({_where(settings.database_url)})…")
-        migrate.upgrade(settings.database_url)
+        with reaching(settings.database_url, database_source):  # a bad URL: refused, exit 2
+            say("migrating", f"migrating the database ({_where(settings.database_url)})…")
+            migrate.upgrade(settings.database_url)
     if not _keys_made(Path(settings.service_keys_dir)):
         from durable_ops.rpc.keys import ensure_role_keys
         from durable_ops.rpc.tls import ensure_tls
