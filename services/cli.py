@@ -381,7 +381,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from durable_ops.stack.binds import with_port_base
     from durable_ops.up import run_stack
 
-    settings = _settings(args, keep_secret=True)
+    settings = _settings(args)  # the kept secret only once the start-up checks passed
     if args.port_base is not None:
         settings = with_port_base(settings, args.port_base)
     # Not the running stack's database: this is a stack.
@@ -444,7 +444,8 @@ Migrates the database (OPS_DATABASE_URL, default the SQLite file var/durable-ops
 checks that every address is free, then runs every process as a child of this one. A
 child that dies is restarted with backoff; Ctrl-C or SIGTERM stops them all. The
 user-token secret, unless OPS_JWT_SECRET is set, is kept in var/secrets.json; a service
-key per role is made in OPS_SERVICE_KEYS_DIR (var/keys), each child given its own."""
+key per role is made in OPS_SERVICE_KEYS_DIR (var/keys), each child given its own. One
+opsctl up per directory: a second one is refused while the first runs (var/up.lock)."""
 
 
 def plain(docstring: str) -> str:
