@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from durable_ops.stack.address_file import Target
     from durable_ops.storage.db import Database
 
-# `opsctl` exit codes (README "Exit codes"); 1 is anything unforeseen (a traceback).
+# `opsctl` exit codes (README "Exit codes").
+EXIT_UNFORESEEN = 1  # a traceback, or a server that did not start for a reason it logged
 EXIT_USAGE = 2  # a bad setting or argument, an address already in use included
 EXIT_REFUSED = 3  # the database schema is not the one this code needs: run `opsctl migrate`
 # The database did not answer (within OPS_DATABASE_WAIT_SECONDS, for a service), or refused us.
@@ -106,26 +107,62 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     process = _serve_process(targets)
-    # Only the gateway signs and checks user tokens; service keys are files (``rpc.keys``).
-    settings = _settings(args, keep_secret=process == "gateway")
+    settings = _settings(args)
+    taken = _taken_addresses(settings, targets)
+    if taken:
+        for problem in taken:
+            print(f"opsctl serve {process}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    if process == "gateway":
+        # Only the gateway signs and checks user tokens; service keys are files (``rpc.keys``).
+        settings = with_kept_secrets(settings)
     configure_logging(settings, process=process, final=True)
     # Before any server, channel or engine exists: the instrumentations wrap their constructors.
     configure_tracing(process)
     if process == "gateway":
-        from durable_ops.gateway.main import run as run_gateway
-
-        run_gateway(settings)
-    elif process == "dev-model":
+        return _serve_gateway(settings)
+    if process == "dev-model":
         from durable_ops.dev_model import run as run_dev_model
 
         run_dev_model(settings.dev_model_bind, seconds=settings.dev_model_seconds)
-    elif process == "ai-worker":
+        return 0
+    if process == "ai-worker":
         from durable_ops.ai_worker.main import run as run_worker
 
         _run_async(lambda: run_worker(settings))
-    else:
-        source = _database(args, running_stack=False).source
-        return _serve_grpc(settings, targets, process, source)
+        return 0
+    source = _database(args, running_stack=False).source
+    return _serve_grpc(settings, targets, process, source)
+
+
+def _taken_addresses(settings: Settings, targets: list[str]) -> list[str]:
+    """One sentence per address of ``targets`` that something already listens on: a bad
+    setting (exit 2) said before anything starts, as ``opsctl up`` says it."""
+    from durable_ops.stack.binds import serve_binds
+    from durable_ops.stack.preflight import in_use
+
+    return [
+        f"{bind.address} is already in use ({bind.variable}); stop what listens there or set"
+        f" {bind.variable} to another address"
+        for bind in serve_binds(settings, targets)
+        if in_use(bind)
+    ]
+
+
+def _serve_gateway(settings: Settings) -> int:
+    from uvicorn.config import STARTUP_FAILURE
+
+    from durable_ops.gateway.main import run as run_gateway
+
+    try:
+        run_gateway(settings)
+    except SystemExit as ended:
+        # uvicorn's 3 would read as "schema not current" here; what failed (an address
+        # taken since our check, say) is its log line just above.
+        if ended.code != STARTUP_FAILURE:
+            raise
+        print("opsctl serve gateway: the server did not start (its log says why)", file=sys.stderr)
+        return EXIT_UNFORESEEN
     return 0
 
 

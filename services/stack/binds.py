@@ -83,6 +83,29 @@ def stack_binds(settings: Settings) -> list[Bind]:
     ]
 
 
+# What each `opsctl serve` target listens on: its own address (the AI worker has none)
+# and its metrics, when set.
+SERVE_BINDS = {
+    "operations": ("operations_bind", "operations_metrics_bind"),
+    "notifications": ("notifications_bind", "notifications_metrics_bind"),
+    "ai-admission": ("ai_admission_bind", "ai_admission_metrics_bind"),
+    "workspace": ("workspace_bind", "workspace_metrics_bind"),
+    "gateway": ("gateway_bind", "gateway_metrics_bind"),
+    "dev-model": ("dev_model_bind",),
+    "ai-worker": ("worker_metrics_bind",),
+}
+
+
+def serve_binds(settings: Settings, targets: list[str]) -> list[Bind]:
+    """The addresses ``opsctl serve targets…`` listens on; each metrics bind only when set."""
+    return [
+        parse_address(name, getattr(settings, name))
+        for target in targets
+        for name in SERVE_BINDS[target]
+        if getattr(settings, name)
+    ]
+
+
 def clashes(binds: list[Bind]) -> list[tuple[Bind, Bind]]:
     """Pairs of settings that name the same port on the same host."""
     seen: dict[tuple[str, int], Bind] = {}

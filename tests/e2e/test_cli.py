@@ -149,3 +149,36 @@ def test_up_refuses_a_bad_log_level_before_anything_starts(tmp_path: Path) -> No
         "opsctl: OPS_LOG_LEVEL must be debug, info, warning or error, not 'bogus'"
     )
     assert list(tmp_path.iterdir()) == []  # no child started, nothing kept
+
+
+@pytest.mark.parametrize(
+    ("target", "setting"),
+    [
+        ("operations", "OPS_OPERATIONS_BIND"),
+        ("gateway", "OPS_GATEWAY_BIND"),
+        ("gateway", "OPS_GATEWAY_METRICS_BIND"),
+        ("dev-model", "OPS_DEV_MODEL_BIND"),
+    ],
+)
+def test_serve_on_a_taken_address_names_it_and_its_setting_and_exits_2(
+    target: str, setting: str, tmp_path: Path
+) -> None:
+    import socket
+
+    from tests.support.ports import free_port
+
+    env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}"}
+    opsctl("migrate", env=env)
+    # Its own addresses free, but for the one something else listens on.
+    env |= {service_variable(target, "bind"): f"127.0.0.1:{free_port()}"}
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = f"127.0.0.1:{squatter.getsockname()[1]}"
+        refused = opsctl("serve", target, env={**env, setting: taken}, cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.splitlines() == [
+        f"opsctl serve {target}: {taken} is already in use ({setting}); stop what listens"
+        f" there or set {setting} to another address"
+    ]
+    assert not (tmp_path / "var").exists()  # refused before the gateway kept a secret
