@@ -88,6 +88,28 @@ def _on_database(args: argparse.Namespace, work: Callable[[Database], Answer]) -
             db.dispose()
 
 
+def _operator() -> str:
+    """Who runs this command, as the records and the audit lines name them."""
+    import getpass
+
+    from durable_ops.model.operator import operator_name
+
+    try:
+        return operator_name(getpass.getuser())
+    except Exception:  # no login name, or one the record would not take
+        return "opsctl"
+
+
+def _audit(event: str, *, operator: str | None = None, **fields: Any) -> None:
+    """The audit line of a change an operator made: what, and who (``operator``, default
+    the login name). On stderr: stdout is the command's answer."""
+    import structlog
+
+    structlog.wrap_logger(structlog.PrintLogger(sys.stderr)).info(
+        event, **fields, operator=operator or _operator()
+    )
+
+
 def _run_async(factory: Callable[[], Coroutine[Any, Any, None]]) -> None:
     with contextlib.suppress(KeyboardInterrupt):  # the servers stop themselves on SIGINT
         asyncio.run(factory())
@@ -241,18 +263,14 @@ def cmd_users_set_plan(args: argparse.Namespace) -> int:
             owner_id=args.user,
         ),
     )
+    _audit("plan_set", owner=args.user, plan=view.plan)
     print(f"{args.user}: plan {view.plan}, ai_enabled {str(view.ai_enabled).lower()}")
     return 0
 
 
 def cmd_users_set_budget(args: argparse.Namespace) -> int:
-    import getpass
-
-    import structlog
-
     from durable_ops.clock import utc_now
     from durable_ops.model import bounds, budgets
-    from durable_ops.model.operator import operator_name
     from durable_ops.storage import budgets as budget_store
     from durable_ops.storage import workspace
 
@@ -262,10 +280,7 @@ def cmd_users_set_budget(args: argparse.Namespace) -> int:
     except ValueError as refused:
         print(refused, file=sys.stderr)
         return EXIT_USAGE
-    try:
-        set_by = operator_name(getpass.getuser())
-    except Exception:  # no login name, or one the record would not take
-        set_by = "opsctl"
+    set_by = _operator()
     now = utc_now()
 
     def set_budget(tx: Any) -> budget_store.BudgetView:
@@ -273,10 +288,7 @@ def cmd_users_set_budget(args: argparse.Namespace) -> int:
         return budget_store.view(tx, workspace.ai_settings(tx).plan, now)
 
     view = _on_database(args, lambda db: db.run(set_budget, owner_id=args.user))
-    # The audit line, on stderr: stdout is the answer.
-    structlog.wrap_logger(structlog.PrintLogger(sys.stderr)).info(
-        "token_budget_set", owner=args.user, daily_tokens=daily_tokens, operator=set_by
-    )
+    _audit("token_budget_set", owner=args.user, daily_tokens=daily_tokens, operator=set_by)
     source = "the plan's default" if daily_tokens is None else f"set by {set_by}"
     used = view.reserved + view.spent
     print(
@@ -287,13 +299,8 @@ def cmd_users_set_budget(args: argparse.Namespace) -> int:
 
 
 def cmd_users_set_share(args: argparse.Namespace) -> int:
-    import getpass
-
-    import structlog
-
     from durable_ops.clock import utc_now
     from durable_ops.model import bounds, fairness
-    from durable_ops.model.operator import operator_name
     from durable_ops.storage import shares
 
     bounds.owner_id(args.user)
@@ -307,10 +314,7 @@ def cmd_users_set_share(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     weight = None if raw == "default" else int(raw)
-    try:
-        set_by = operator_name(getpass.getuser())
-    except Exception:  # no login name, or one the record would not take
-        set_by = "opsctl"
+    set_by = _operator()
     now = utc_now()
 
     def set_share(tx: Any) -> int:
@@ -318,10 +322,7 @@ def cmd_users_set_share(args: argparse.Namespace) -> int:
         return shares.weight_of(tx)
 
     effective = _on_database(args, lambda db: db.run(set_share, owner_id=args.user))
-    # The audit line, on stderr: stdout is the answer.
-    structlog.wrap_logger(structlog.PrintLogger(sys.stderr)).info(
-        "owner_share_set", owner=args.user, weight=weight, operator=set_by
-    )
+    _audit("owner_share_set", owner=args.user, weight=weight, operator=set_by)
     source = "the default" if weight is None else f"set by {set_by}"
     print(
         f"{args.user}: share {effective} ({source}); within a priority, {effective} turn(s)"
@@ -353,6 +354,7 @@ def cmd_sessions_revoke(args: argparse.Namespace) -> int:
     ended = _on_database(
         args, lambda db: db.run(lambda tx: sessions.revoke_user(tx, utc_now()), owner_id=args.user)
     )
+    _audit("sessions_revoked", owner=args.user, sessions=ended)
     print(f"{args.user}: {ended} session(s) ended; tokens issued until now are refused")
     return 0
 
@@ -377,6 +379,8 @@ def cmd_ai(args: argparse.Namespace) -> int:
         return state, active
 
     state, active = _on_database(args, switch_and_read)
+    if args.switch != "status":
+        _audit("ai_switched", enabled=state)
     if args.json:
         status = {
             "ai_enabled": state,
@@ -441,6 +445,8 @@ def cmd_keys(args: argparse.Namespace) -> int:
         made = keys.ensure_role_keys(directory, [Role(role) for role in args.roles] or list(Role))
         if tls.ensure_tls(directory, args.tls_names):
             made.append("the services' TLS certificate")
+        if made:
+            _audit("service_keys_made", made=made, directory=str(directory))
         print(f"made {', '.join(made)}" if made else "every key exists already")
         return 0
     if args.keys_command == "issue":
@@ -449,8 +455,10 @@ def cmd_keys(args: argparse.Namespace) -> int:
             print(f"opsctl keys issue: {name} has a key already", file=sys.stderr)
             return EXIT_USAGE
         path = keys.create_key_pair(directory, name)
+        _audit("service_key_issued", key=name, role=args.role, directory=str(directory))
     else:
         path = keys.rotate(directory, keys.key_name(Role(args.role)))
+        _audit("service_key_rotated", role=args.role, directory=str(directory))
     print(path)
     return 0
 

@@ -182,3 +182,29 @@ def test_serve_on_a_taken_address_names_it_and_its_setting_and_exits_2(
         f" there or set {setting} to another address"
     ]
     assert not (tmp_path / "var").exists()  # refused before the gateway kept a secret
+
+
+def test_every_change_an_operator_makes_is_an_audit_line_naming_them(tmp_path: Path) -> None:
+    import getpass
+
+    env = {
+        "OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}",
+        "OPS_SERVICE_KEYS_DIR": str(tmp_path / "keys"),
+    }
+    assert opsctl("migrate", env=env).returncode == 0
+    changes = {
+        "plan_set": ["users", "set-plan", "alice", "pro"],
+        "sessions_revoked": ["sessions", "revoke", "--user", "alice"],
+        "ai_switched": ["ai", "disable"],
+        "service_keys_made": ["keys", "init", "operator"],
+        "service_key_issued": ["keys", "issue", "reports", "--role", "worker"],
+        "service_key_rotated": ["keys", "rotate", "operator"],
+    }
+    for event, command in changes.items():
+        done = opsctl(*command, env=env, cwd=tmp_path)
+        assert done.returncode == 0, (command, done.stderr)
+        [line] = [line for line in done.stderr.splitlines() if event in line]
+        assert f"operator={getpass.getuser()}" in line, line
+        assert event not in done.stdout  # stdout stays the answer
+    status = opsctl("ai", "status", env=env, cwd=tmp_path)
+    assert status.stderr == ""  # reading changes nothing: no audit line
