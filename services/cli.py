@@ -212,16 +212,25 @@ def _serve_grpc(settings: Settings, targets: list[str], process: str, database_s
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    from durable_ops.operator_cli import EXIT_NOT_CONFIRMED
     from durable_ops.storage import migrate
-    from durable_ops.storage.availability import reaching
+    from durable_ops.storage.availability import reaching, shown_url
 
     database = _database(args)
+    shown = shown_url(database.address, database.source)
     with reaching(database.address, database.source):
+        before = migrate.stamped_revision(database.address)
+        if args.to == "base" and before is not None and not args.yes:
+            print(f"would drop every table of {shown} (from {database.source}), at {before}")
+            print("opsctl migrate --to base: not confirmed; add --yes", file=sys.stderr)
+            return EXIT_NOT_CONFIRMED
         if args.to:
             migrate.migrate_to(database.address, args.to)
         else:
             migrate.upgrade(database.address)
-    print(f"schema at {args.to or migrate.head_revision()}")
+        reached = migrate.stamped_revision(database.address)
+    _audit("schema_migrated", database=shown, from_revision=before, to_revision=reached)
+    print(f"schema at {reached or 'base (no tables)'}")
     return 0
 
 
@@ -549,9 +558,14 @@ def build_parser() -> argparse.ArgumentParser:
     database_option(serve, running_stack=False)
 
     migrate = command(
-        "migrate", cmd_migrate, "Upgrade the schema to the newest revision, or move it to --to REV"
+        "migrate",
+        cmd_migrate,
+        "Upgrade the schema to the newest revision, or move it to --to REV",
+        "Prints the revision reached. --to base drops every table, and all they hold: without\n"
+        "--yes it prints what it would drop and exits 6.",
     )
     migrate.add_argument("--to", metavar="REV", help="revision to move to, e.g. base or 0002")
+    migrate.add_argument("--yes", action="store_true", help="confirm --to base")
     database_option(migrate)
 
     token = command(

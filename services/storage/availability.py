@@ -154,7 +154,7 @@ def reaching(url: str, source: str) -> Iterator[None]:
     both. A URL SQLAlchemy cannot use is a ``SettingsError``; a database that does not
     answer, or refuses us, ``DatabaseUnavailable``; a schema behind this code
     ``SchemaNotCurrent``."""
-    database = f"{_shown(url, source)} (from {source})"
+    database = f"{shown_url(url, source)} (from {source})"
     try:
         yield
     except OperationalError as error:
@@ -170,7 +170,7 @@ def reaching(url: str, source: str) -> Iterator[None]:
         raise SchemaNotCurrent(f"the database {database}: {behind}") from behind
 
 
-def _shown(url: str, source: str) -> str:
+def shown_url(url: str, source: str) -> str:
     """``url`` as it may be printed (no password); a ``SettingsError`` unless SQLAlchemy
     can use it. The URL itself is not repeated then: it may hold a password."""
     try:

@@ -46,7 +46,19 @@ def test_migrate_set_plan_switch_and_down(tmp_path: Path) -> None:
     assert result.stdout.strip() == "alice: plan pro, ai_enabled false"
     assert opsctl("ai", "disable", env=env).stdout.strip() == "AI globally disabled"
     assert opsctl("ai", "status", env=env).stdout.strip() == "AI globally disabled"
-    assert opsctl("migrate", "--to", "base", env=env).returncode == 0
+    # Dropping every table asks first: the plan, and exit 6 with nothing dropped.
+    unconfirmed = opsctl("migrate", "--to", "base", env=env)
+    assert unconfirmed.returncode == 6, unconfirmed.stderr
+    assert unconfirmed.stdout.startswith(f"would drop every table of {env['OPS_DATABASE_URL']}")
+    assert "not confirmed; add --yes" in unconfirmed.stderr
+    assert opsctl("ai", "status", env=env).returncode == 0  # still there
+    dropped = opsctl("migrate", "--to", "base", "--yes", env=env)
+    assert dropped.returncode == 0, dropped.stderr
+    assert dropped.stdout.strip() == "schema at base (no tables)"
+    [audit] = [line for line in dropped.stderr.splitlines() if "schema_migrated" in line]
+    assert f"from_revision={head_revision()}" in audit
+    assert "to_revision=None" in audit
+    assert "operator=" in audit
     refused = opsctl("users", "set-plan", "alice", "pro", env=env)
     assert refused.returncode != 0
     assert "opsctl migrate" in refused.stderr
@@ -133,6 +145,10 @@ def test_ai_status_as_json(tmp_path: Path) -> None:
 
 def test_an_unknown_revision_and_the_version_are_answered_plainly(tmp_path: Path) -> None:
     env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}"}
+    # --to head says the revision it reached, not "head".
+    assert opsctl("migrate", "--to", "head", env=env).stdout.strip() == (
+        f"schema at {head_revision()}"
+    )
     unknown = opsctl("migrate", "--to", "nope", env=env)
     assert unknown.returncode == 2
     assert "no revision 'nope'; known: base, 0001_operations" in unknown.stderr
