@@ -400,6 +400,11 @@ def cmd_ai(args: argparse.Namespace) -> int:
         print(json.dumps(status))
     else:
         print(f"AI globally {'enabled' if state else 'disabled'}")
+        print(
+            f"{active} AI operation{'' if active == 1 else 's'} active; limits:"
+            f" {settings.ai_global_limit} in total (OPS_AI_GLOBAL_LIMIT),"
+            f" {settings.ai_user_limit} per user (OPS_AI_USER_LIMIT)"
+        )
     return 0
 
 

@@ -44,8 +44,8 @@ def test_migrate_set_plan_switch_and_down(tmp_path: Path) -> None:
     assert f"schema at {head_revision()}" in opsctl("migrate", env=env).stdout
     result = opsctl("users", "set-plan", "alice", "pro", env=env)
     assert result.stdout.strip() == "alice: plan pro, ai_enabled false"
-    assert opsctl("ai", "disable", env=env).stdout.strip() == "AI globally disabled"
-    assert opsctl("ai", "status", env=env).stdout.strip() == "AI globally disabled"
+    assert opsctl("ai", "disable", env=env).stdout.startswith("AI globally disabled\n")
+    assert opsctl("ai", "status", env=env).stdout.startswith("AI globally disabled\n")
     # Dropping every table asks first: the plan, and exit 6 with nothing dropped.
     unconfirmed = opsctl("migrate", "--to", "base", env=env)
     assert unconfirmed.returncode == 6, unconfirmed.stderr
@@ -128,6 +128,16 @@ def test_help_says_what_a_command_does_and_its_defaults(
     shown = " ".join(opsctl(*command, "--help").stdout.split())  # argparse wraps lines
     for text in says:
         assert " ".join(text.split()) in shown, (command, text)
+
+
+def test_ai_status_shows_the_switch_the_active_operations_and_the_limits(tmp_path: Path) -> None:
+    env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}", "OPS_AI_USER_LIMIT": "3"}
+    opsctl("migrate", env=env)
+    assert opsctl("ai", "status", env=env).stdout.splitlines() == [
+        "AI globally enabled",
+        "0 AI operations active; limits: 20 in total (OPS_AI_GLOBAL_LIMIT), 3 per user"
+        " (OPS_AI_USER_LIMIT)",
+    ]
 
 
 def test_ai_status_as_json(tmp_path: Path) -> None:
