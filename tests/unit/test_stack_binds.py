@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -59,7 +60,7 @@ def test_port_base_moves_every_bind_and_keeps_each_host() -> None:
 
 
 def test_port_base_moves_every_metrics_bind_that_is_set_and_leaves_the_unset_off() -> None:
-    explicit = {
+    explicit: dict[str, Any] = {
         "gateway_metrics_bind": "127.0.0.1:9464",
         "operations_metrics_bind": "0.0.0.0:9465",
         "notifications_metrics_bind": "127.0.0.1:9466",
