@@ -7,6 +7,7 @@ local model URL follows the development model while it is the default.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -97,13 +98,15 @@ SERVE_BINDS = {
 
 
 def serve_binds(settings: Settings, targets: list[str]) -> list[Bind]:
-    """The addresses ``opsctl serve targets…`` listens on; each metrics bind only when set."""
-    return [
-        parse_address(name, getattr(settings, name))
-        for target in targets
-        for name in SERVE_BINDS[target]
-        if getattr(settings, name)
-    ]
+    """The HOST:PORT addresses ``opsctl serve targets…`` listens on; each metrics bind only
+    when set. Any other form (port 0: any free port; a gRPC ``unix:`` address) is left to
+    the server, which takes it or says why not."""
+    found = []
+    for name in (name for target in targets for name in SERVE_BINDS[target]):
+        with contextlib.suppress(BadAddress):
+            if getattr(settings, name):
+                found.append(parse_address(name, getattr(settings, name)))
+    return found
 
 
 def clashes(binds: list[Bind]) -> list[tuple[Bind, Bind]]:
