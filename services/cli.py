@@ -530,7 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     def database_option(sub: Any, *, running_stack: bool = True) -> None:
-        stack = ", else the running `opsctl up`'s (var/stack.json)" if running_stack else ""
+        stack = ", else the running opsctl up's (var/stack.json)" if running_stack else ""
         sub.add_argument(
             "--database-url",
             help=f"the database (default: OPS_DATABASE_URL{stack}, else the SQLite file"
