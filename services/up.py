@@ -132,7 +132,7 @@ def run_stack(
     settings: Settings,
     *,
     demo_user: str,
-    database_source: str = "OPS_DATABASE_URL",
+    database_source: str,
     budget: RestartBudget | None = None,
 ) -> int:
     """Run the stack until Ctrl-C or SIGTERM; ``database_source`` says where
@@ -144,17 +144,13 @@ def run_stack(
     # Both checked before any file is made: a refused start leaves nothing behind.
     try:
         lock.check_free()
-    except lock.StackRunning as running:
-        output.say("already_running", f"opsctl up: {running}", pid=running.pid)
-        return EXIT_USAGE
-    taken = problems(stack_binds(settings))
-    if taken:
+        taken = problems(stack_binds(settings))
         for problem in taken:
             output.say("address_in_use", f"opsctl up: {problem}")
-        return EXIT_USAGE
-    try:
-        held = lock.take()
-    except lock.StackRunning as running:  # one started since the check
+        if taken:
+            return EXIT_USAGE
+        held = lock.take()  # refused too if another stack started since the check
+    except lock.StackRunning as running:
         output.say("already_running", f"opsctl up: {running}", pid=running.pid)
         return EXIT_USAGE
     try:
