@@ -9,18 +9,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import re
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from durable_ops.local_secrets import with_kept_secrets
 from durable_ops.settings import Settings, SettingsError
 
-# `opsctl` exit codes (README "Exit codes"); 1 is anything unforeseen (a traceback).
-EXIT_USAGE = 2
+if TYPE_CHECKING:
+    from durable_ops.stack.address_file import Target
+    from durable_ops.storage.db import Database
+
+# `opsctl` exit codes (README "Exit codes").
+EXIT_UNFORESEEN = 1  # a traceback, or a server that did not start for a reason it logged
+EXIT_USAGE = 2  # a bad setting or argument, an address already in use included
 EXIT_REFUSED = 3  # the database schema is not the one this code needs: run `opsctl migrate`
-EXIT_DATABASE_UNAVAILABLE = 4  # the database did not answer within OPS_DATABASE_WAIT_SECONDS
+# The database did not answer (within OPS_DATABASE_WAIT_SECONDS, for a service), or refused us.
+EXIT_DATABASE_UNAVAILABLE = 4
+Answer = TypeVar("Answer")
 PRO_DAILY_TOKENS_HELP = "100,000"  # model.budgets.PRO_DAILY_TOKENS, not imported: a fast --help
 
 GRPC_SERVICES: dict[str, str] = {
@@ -37,17 +45,69 @@ SERVICES_PROCESS = "services"
 
 
 def _settings(args: argparse.Namespace, *, keep_secret: bool = False) -> Settings:
-    """Settings from the environment; with ``keep_secret``, the user-token secret, when
-    unset, from var/."""
-    settings = Settings.from_env()
-    url = getattr(args, "database_url", None)
-    if url:
-        from dataclasses import replace
+    """Settings from the environment, the database as ``--database-url`` says when given;
+    with ``keep_secret``, the user-token secret, when unset, from var/."""
+    from dataclasses import replace
 
-        settings = replace(settings, database_url=url)
+    settings = Settings.from_env()
+    if getattr(args, "database_url", None):
+        settings = replace(settings, database_url=args.database_url)
     if keep_secret:
         settings = with_kept_secrets(settings)
     return settings
+
+
+def _database(args: argparse.Namespace, *, running_stack: bool = True) -> Target:
+    """The database URL a command uses, and where it came from: ``--database-url``, else
+    OPS_DATABASE_URL, else (``running_stack``) the one the running ``opsctl up`` recorded in
+    var/stack.json, else the SQLite file. A command that writes to the database itself
+    thus writes where the running stack reads."""
+    from durable_ops.stack.address_file import STACK_PATH, choose_target
+
+    return choose_target(
+        "database_url",
+        getattr(args, "database_url", None),
+        os.environ,
+        STACK_PATH if running_stack else None,
+        flag_name="--database-url",
+    )
+
+
+def _on_database(args: argparse.Namespace, work: Callable[[Database], Answer]) -> Answer:
+    """``work`` on the command's database (``_database``) at the head revision, asked once;
+    a failure to reach it is one line and an exit code (``main``)."""
+    from durable_ops.storage.availability import reaching
+    from durable_ops.storage.migrate import open_migrated
+
+    database = _database(args)
+    with reaching(database.address, database.source):
+        db = open_migrated(database.address, pool_size=1)
+        try:
+            return work(db)
+        finally:
+            db.dispose()
+
+
+def _operator() -> str:
+    """Who runs this command, as the records and the audit lines name them."""
+    import getpass
+
+    from durable_ops.model.operator import operator_name
+
+    try:
+        return operator_name(getpass.getuser())
+    except Exception:  # no login name, or one the record would not take
+        return "opsctl"
+
+
+def _audit(event: str, *, operator: str | None = None, **fields: Any) -> None:
+    """The audit line of a change an operator made: what, and who (``operator``, default
+    the login name). On stderr: stdout is the command's answer."""
+    import structlog
+
+    structlog.wrap_logger(structlog.PrintLogger(sys.stderr)).info(
+        event, **fields, operator=operator or _operator()
+    )
 
 
 def _run_async(factory: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -60,8 +120,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from durable_ops.telemetry import configure_tracing
 
     targets: list[str] = list(dict.fromkeys(args.targets))
-    together = len(targets) > 1
-    if together and not set(targets) <= set(GRPC_SERVICES):
+    if len(targets) > 1 and not set(targets) <= set(GRPC_SERVICES):
         others = ", ".join(t for t in targets if t not in GRPC_SERVICES)
         print(
             f"opsctl serve: only gRPC services share a process ({', '.join(GRPC_SERVICES)});"
@@ -69,62 +128,109 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    process = SERVICES_PROCESS if together else targets[0]
-    # Only the gateway signs and checks user tokens; service keys are files (``rpc.keys``).
-    settings = _settings(args, keep_secret=process == "gateway")
+    process = _serve_process(targets)
+    settings = _settings(args)
+    taken = _taken_addresses(settings, targets)
+    if taken:
+        for problem in taken:
+            print(f"opsctl serve {process}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    if process == "gateway":
+        # Only the gateway signs and checks user tokens; service keys are files (``rpc.keys``).
+        settings = with_kept_secrets(settings)
     configure_logging(settings, process=process, final=True)
     # Before any server, channel or engine exists: the instrumentations wrap their constructors.
     configure_tracing(process)
     if process == "gateway":
-        from durable_ops.gateway.main import run as run_gateway
-
-        run_gateway(settings)
-    elif process == "dev-model":
+        return _serve_gateway(settings)
+    if process == "dev-model":
         from durable_ops.dev_model import run as run_dev_model
 
         run_dev_model(settings.dev_model_bind, seconds=settings.dev_model_seconds)
-    elif process == "ai-worker":
+        return 0
+    if process == "ai-worker":
         from durable_ops.ai_worker.main import run as run_worker
 
         _run_async(lambda: run_worker(settings))
-    else:
-        return _serve_grpc(settings, targets, process)
+        return 0
+    source = _database(args, running_stack=False).source
+    return _serve_grpc(settings, targets, process, source)
+
+
+def _taken_addresses(settings: Settings, targets: list[str]) -> list[str]:
+    """One sentence per address of ``targets`` that something already listens on: a bad
+    setting (exit 2) said before anything starts, as ``opsctl up`` says it."""
+    from durable_ops.stack.binds import serve_binds
+    from durable_ops.stack.preflight import in_use
+
+    return [
+        f"{bind.address} is already in use ({bind.variable}); stop what listens there or set"
+        f" {bind.variable} to another address"
+        for bind in serve_binds(settings, targets)
+        if in_use(bind)
+    ]
+
+
+def _serve_gateway(settings: Settings) -> int:
+    from uvicorn.config import STARTUP_FAILURE
+
+    from durable_ops.gateway.main import run as run_gateway
+
+    try:
+        run_gateway(settings)
+    except SystemExit as ended:
+        # uvicorn's 3 would read as "schema not current" here; what failed (an address
+        # taken since our check, say) is its log line just above.
+        if ended.code != STARTUP_FAILURE:
+            raise
+        print("opsctl serve gateway: the server did not start (its log says why)", file=sys.stderr)
+        return EXIT_UNFORESEEN
     return 0
 
 
-def _serve_grpc(settings: Settings, targets: list[str], process: str) -> int:
+def _serve_process(targets: list[str]) -> str:
+    """What the process serving ``targets`` calls itself (its logs, its last word)."""
+    return SERVICES_PROCESS if len(targets) > 1 else targets[0]
+
+
+def _serve_grpc(settings: Settings, targets: list[str], process: str, database_source: str) -> int:
     """One gRPC service, or several in one process; only these reach the database
-    (the other processes do not import SQLAlchemy at all)."""
+    (the other processes do not import SQLAlchemy at all). A schema behind this code,
+    or a database that stays away, ends it with one line (``main``)."""
     from importlib import import_module
 
     from durable_ops.serving import serve_together
-    from durable_ops.storage.availability import DatabaseUnavailable
-    from durable_ops.storage.migrate import SchemaNotCurrent
+    from durable_ops.storage.availability import reaching
 
     runs = {name: import_module(GRPC_SERVICES[name]).run for name in targets}
-    try:
+    with reaching(settings.database_url, database_source):
         if len(runs) == 1:
             _run_async(lambda: runs[process](settings))
         else:
             _run_async(lambda: serve_together(settings, runs))
-    except SchemaNotCurrent as exc:
-        print(f"opsctl serve {process}: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    except DatabaseUnavailable as exc:
-        print(f"opsctl serve {process}: {exc}; exiting", file=sys.stderr)
-        return EXIT_DATABASE_UNAVAILABLE
     return 0
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    from durable_ops.operator_cli import EXIT_NOT_CONFIRMED
     from durable_ops.storage import migrate
+    from durable_ops.storage.availability import reaching, shown_url
 
-    settings = _settings(args)
-    if args.to:
-        migrate.migrate_to(settings.database_url, args.to)
-    else:
-        migrate.upgrade(settings.database_url)
-    print(f"schema at {args.to or migrate.head_revision()}")
+    database = _database(args)
+    shown = shown_url(database.address, database.source)
+    with reaching(database.address, database.source):
+        before = migrate.stamped_revision(database.address)
+        if args.to == "base" and before is not None and not args.yes:
+            print(f"would drop every table of {shown} (from {database.source}), at {before}")
+            print("opsctl migrate --to base: not confirmed; add --yes", file=sys.stderr)
+            return EXIT_NOT_CONFIRMED
+        if args.to:
+            migrate.migrate_to(database.address, args.to)
+        else:
+            migrate.upgrade(database.address)
+        reached = migrate.stamped_revision(database.address)
+    _audit("schema_migrated", database=shown, from_revision=before, to_revision=reached)
+    print(f"schema at {reached or 'base (no tables)'}")
     return 0
 
 
@@ -157,32 +263,25 @@ def cmd_users_set_plan(args: argparse.Namespace) -> int:
     from durable_ops.clock import utc_now
     from durable_ops.model import bounds
     from durable_ops.storage import workspace
-    from durable_ops.storage.migrate import open_migrated
 
     bounds.owner_id(args.user)
-    db = open_migrated(_settings(args).database_url, pool_size=1)
-    try:
-        view = db.run(
+    view = _on_database(
+        args,
+        lambda db: db.run(
             lambda tx: workspace.update_ai_settings(tx, utc_now(), plan=args.plan),
             owner_id=args.user,
-        )
-    finally:
-        db.dispose()
+        ),
+    )
+    _audit("plan_set", owner=args.user, plan=view.plan)
     print(f"{args.user}: plan {view.plan}, ai_enabled {str(view.ai_enabled).lower()}")
     return 0
 
 
 def cmd_users_set_budget(args: argparse.Namespace) -> int:
-    import getpass
-
-    import structlog
-
     from durable_ops.clock import utc_now
     from durable_ops.model import bounds, budgets
-    from durable_ops.model.operator import operator_name
     from durable_ops.storage import budgets as budget_store
     from durable_ops.storage import workspace
-    from durable_ops.storage.migrate import open_migrated
 
     bounds.owner_id(args.user)
     try:
@@ -190,25 +289,15 @@ def cmd_users_set_budget(args: argparse.Namespace) -> int:
     except ValueError as refused:
         print(refused, file=sys.stderr)
         return EXIT_USAGE
-    try:
-        set_by = operator_name(getpass.getuser())
-    except Exception:  # no login name, or one the record would not take
-        set_by = "opsctl"
+    set_by = _operator()
     now = utc_now()
 
     def set_budget(tx: Any) -> budget_store.BudgetView:
         budget_store.set_override(tx, daily_tokens, set_by=set_by, now=now)
         return budget_store.view(tx, workspace.ai_settings(tx).plan, now)
 
-    db = open_migrated(_settings(args).database_url, pool_size=1)
-    try:
-        view = db.run(set_budget, owner_id=args.user)
-    finally:
-        db.dispose()
-    # The audit line, on stderr: stdout is the answer.
-    structlog.wrap_logger(structlog.PrintLogger(sys.stderr)).info(
-        "token_budget_set", owner=args.user, daily_tokens=daily_tokens, operator=set_by
-    )
+    view = _on_database(args, lambda db: db.run(set_budget, owner_id=args.user))
+    _audit("token_budget_set", owner=args.user, daily_tokens=daily_tokens, operator=set_by)
     source = "the plan's default" if daily_tokens is None else f"set by {set_by}"
     used = view.reserved + view.spent
     print(
@@ -219,15 +308,9 @@ def cmd_users_set_budget(args: argparse.Namespace) -> int:
 
 
 def cmd_users_set_share(args: argparse.Namespace) -> int:
-    import getpass
-
-    import structlog
-
     from durable_ops.clock import utc_now
     from durable_ops.model import bounds, fairness
-    from durable_ops.model.operator import operator_name
     from durable_ops.storage import shares
-    from durable_ops.storage.migrate import open_migrated
 
     bounds.owner_id(args.user)
     low, high = fairness.WEIGHT_RANGE
@@ -240,25 +323,15 @@ def cmd_users_set_share(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     weight = None if raw == "default" else int(raw)
-    try:
-        set_by = operator_name(getpass.getuser())
-    except Exception:  # no login name, or one the record would not take
-        set_by = "opsctl"
+    set_by = _operator()
     now = utc_now()
 
     def set_share(tx: Any) -> int:
         shares.set_weight(tx, weight, set_by=set_by, now=now)
         return shares.weight_of(tx)
 
-    db = open_migrated(_settings(args).database_url, pool_size=1)
-    try:
-        effective = db.run(set_share, owner_id=args.user)
-    finally:
-        db.dispose()
-    # The audit line, on stderr: stdout is the answer.
-    structlog.wrap_logger(structlog.PrintLogger(sys.stderr)).info(
-        "owner_share_set", owner=args.user, weight=weight, operator=set_by
-    )
+    effective = _on_database(args, lambda db: db.run(set_share, owner_id=args.user))
+    _audit("owner_share_set", owner=args.user, weight=weight, operator=set_by)
     source = "the default" if weight is None else f"set by {set_by}"
     print(
         f"{args.user}: share {effective} ({source}); within a priority, {effective} turn(s)"
@@ -285,14 +358,12 @@ def cmd_sessions_revoke(args: argparse.Namespace) -> int:
     from durable_ops.clock import utc_now
     from durable_ops.model import bounds
     from durable_ops.storage import sessions
-    from durable_ops.storage.migrate import open_migrated
 
     bounds.owner_id(args.user)
-    db = open_migrated(_settings(args).database_url, pool_size=1)
-    try:
-        ended = db.run(lambda tx: sessions.revoke_user(tx, utc_now()), owner_id=args.user)
-    finally:
-        db.dispose()
+    ended = _on_database(
+        args, lambda db: db.run(lambda tx: sessions.revoke_user(tx, utc_now()), owner_id=args.user)
+    )
+    _audit("sessions_revoked", owner=args.user, sessions=ended)
     print(f"{args.user}: {ended} session(s) ended; tokens issued until now are refused")
     return 0
 
@@ -303,11 +374,10 @@ def cmd_ai(args: argparse.Namespace) -> int:
     from durable_ops.clock import utc_now
     from durable_ops.model.tasks import TASKS
     from durable_ops.storage import capacity
-    from durable_ops.storage.migrate import open_migrated
 
     settings = _settings(args)
-    db = open_migrated(settings.database_url, pool_size=1)
-    try:
+
+    def switch_and_read(db: Database) -> tuple[bool, int]:
         if args.switch != "status":
             enabled = args.switch == "enable"
             db.run(lambda tx: capacity.set_ai_enabled(tx, enabled, utc_now()), owner_id=None)
@@ -315,8 +385,11 @@ def cmd_ai(args: argparse.Namespace) -> int:
         active = db.run(
             lambda tx: capacity.active_for_everyone(tx, TASKS.names()), owner_id=None, write=False
         )
-    finally:
-        db.dispose()
+        return state, active
+
+    state, active = _on_database(args, switch_and_read)
+    if args.switch != "status":
+        _audit("ai_switched", enabled=state)
     if args.json:
         status = {
             "ai_enabled": state,
@@ -327,6 +400,11 @@ def cmd_ai(args: argparse.Namespace) -> int:
         print(json.dumps(status))
     else:
         print(f"AI globally {'enabled' if state else 'disabled'}")
+        print(
+            f"{active} AI operation{'' if active == 1 else 's'} active; limits:"
+            f" {settings.ai_global_limit} in total (OPS_AI_GLOBAL_LIMIT),"
+            f" {settings.ai_user_limit} per user (OPS_AI_USER_LIMIT)"
+        )
     return 0
 
 
@@ -358,10 +436,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     from durable_ops.stack.binds import with_port_base
     from durable_ops.up import run_stack
 
-    settings = _settings(args, keep_secret=True)
+    settings = _settings(args)  # the kept secret only once the start-up checks passed
     if args.port_base is not None:
         settings = with_port_base(settings, args.port_base)
-    return run_stack(settings, demo_user=args.demo_user)
+    # Not the running stack's database: this is a stack.
+    database_source = _database(args, running_stack=False).source
+    return run_stack(settings, demo_user=args.demo_user, database_source=database_source)
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
@@ -379,6 +459,8 @@ def cmd_keys(args: argparse.Namespace) -> int:
         made = keys.ensure_role_keys(directory, [Role(role) for role in args.roles] or list(Role))
         if tls.ensure_tls(directory, args.tls_names):
             made.append("the services' TLS certificate")
+        if made:
+            _audit("service_keys_made", made=made, directory=str(directory))
         print(f"made {', '.join(made)}" if made else "every key exists already")
         return 0
     if args.keys_command == "issue":
@@ -387,8 +469,10 @@ def cmd_keys(args: argparse.Namespace) -> int:
             print(f"opsctl keys issue: {name} has a key already", file=sys.stderr)
             return EXIT_USAGE
         path = keys.create_key_pair(directory, name)
+        _audit("service_key_issued", key=name, role=args.role, directory=str(directory))
     else:
         path = keys.rotate(directory, keys.key_name(Role(args.role)))
+        _audit("service_key_rotated", role=args.role, directory=str(directory))
     print(path)
     return 0
 
@@ -419,7 +503,8 @@ Migrates the database (OPS_DATABASE_URL, default the SQLite file var/durable-ops
 checks that every address is free, then runs every process as a child of this one. A
 child that dies is restarted with backoff; Ctrl-C or SIGTERM stops them all. The
 user-token secret, unless OPS_JWT_SECRET is set, is kept in var/secrets.json; a service
-key per role is made in OPS_SERVICE_KEYS_DIR (var/keys), each child given its own."""
+key per role is made in OPS_SERVICE_KEYS_DIR (var/keys), each child given its own. One
+opsctl up per directory: a second one is refused while the first runs (var/up.lock)."""
 
 
 def plain(docstring: str) -> str:
@@ -444,13 +529,16 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(run=run)
         return sub
 
-    def database_option(sub: Any) -> None:
+    def database_option(sub: Any, *, running_stack: bool = True) -> None:
+        stack = ", else the running opsctl up's (var/stack.json)" if running_stack else ""
         sub.add_argument(
-            "--database-url", help="the database (default: OPS_DATABASE_URL, else the SQLite file)"
+            "--database-url",
+            help=f"the database (default: OPS_DATABASE_URL{stack}, else the SQLite file"
+            " var/durable-ops.sqlite3)",
         )
 
     up = command("up", cmd_up, "Run the whole product on this machine", UP_HELP)
-    database_option(up)
+    database_option(up, running_stack=False)
     up.add_argument(
         "--demo-user", default="demo", help="user given Pro and AI; '' for none (default: demo)"
     )
@@ -458,8 +546,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--port-base",
         type=int,
         metavar="N",
-        help="listen on N (gateway), N+1 … N+5 (services, dev model) instead of the OPS_*_BIND"
-        " addresses",
+        help="listen on N (gateway), N+1 … N+4 (gRPC services), N+5 (dev model) instead of the"
+        " OPS_*_BIND addresses; each OPS_*_METRICS_BIND that is set moves too: the worker's to"
+        " N+6, the gateway's, operations', notifications', ai-admission's, workspace's to"
+        " N+7 … N+11",
     )
 
     serve = command("serve", cmd_serve, "Run one process in the foreground", SERVE_HELP)
@@ -470,12 +560,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TARGET",
         help="what to run; several gRPC services may share the process",
     )
-    database_option(serve)
+    database_option(serve, running_stack=False)
 
     migrate = command(
-        "migrate", cmd_migrate, "Upgrade the schema to the newest revision, or move it to --to REV"
+        "migrate",
+        cmd_migrate,
+        "Upgrade the schema to the newest revision, or move it to --to REV",
+        "Prints the revision reached. --to base drops every table, and all they hold: without\n"
+        "--yes it prints what it would drop and exits 6.",
     )
     migrate.add_argument("--to", metavar="REV", help="revision to move to, e.g. base or 0002")
+    migrate.add_argument("--yes", action="store_true", help="confirm --to base")
     database_option(migrate)
 
     token = command(
@@ -650,17 +745,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         result: int = args.run(args)
-    except SettingsError as exc:
-        print(f"opsctl: {exc}", file=sys.stderr)
-        return EXIT_USAGE
     except Exception as exc:
+        code = _exit_code(exc)
+        if code is None:
+            raise  # unforeseen: the traceback is the report
+        print(_last_word(args, exc, code), file=sys.stderr)
+        return code
+    return result
+
+
+def _exit_code(error: Exception) -> int | None:
+    """The README's exit code for an error a command reports in one line; None for one
+    nobody foresaw. The one place these are mapped, for every command."""
+    if isinstance(error, SettingsError):
+        return EXIT_USAGE
+    # Only a command that went to the database meets these: no SQLAlchemy import otherwise.
+    if "durable_ops.storage.migrate" in sys.modules:
+        from durable_ops.storage.availability import DatabaseUnavailable
+        from durable_ops.storage.migrate import SchemaNotCurrent
+
+        if isinstance(error, SchemaNotCurrent):
+            return EXIT_REFUSED
+        if isinstance(error, DatabaseUnavailable):
+            return EXIT_DATABASE_UNAVAILABLE
+    if "durable_ops.model.errors" in sys.modules:
         from durable_ops.model.errors import DomainError
 
-        if isinstance(exc, DomainError):
-            print(f"opsctl: {exc.message}", file=sys.stderr)
+        if isinstance(error, DomainError):
             return EXIT_USAGE
-        raise
-    return result
+    return None
+
+
+def _last_word(args: argparse.Namespace, error: Exception, code: int) -> str:
+    """The one line: a served process names itself, and says it exits (it may have waited)."""
+    if args.command != "serve":
+        return f"opsctl: {getattr(error, 'message', error)}"
+    process = _serve_process(list(dict.fromkeys(args.targets)))
+    ending = "; exiting" if code == EXIT_DATABASE_UNAVAILABLE else ""
+    return f"opsctl serve {process}: {error}{ending}"
 
 
 if __name__ == "__main__":

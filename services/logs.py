@@ -29,10 +29,8 @@ _HANDLER_NAME = "durable-ops"
 
 
 def _level(raw: str) -> int:
-    level = logging.getLevelNamesMapping().get(raw.strip().upper())
-    if level is None:
-        raise SettingsError(f"OPS_LOG_LEVEL must be debug, info, warning or error, not {raw!r}")
-    return level
+    """OPS_LOG_LEVEL's number; ``Settings`` has refused any other name than its four."""
+    return logging.getLevelNamesMapping()[raw.strip().upper()]
 
 
 def use_json(raw: str, *, is_tty: bool) -> bool:

@@ -20,6 +20,7 @@ from pathlib import Path
 DEFAULT_SQLITE_PATH = Path("var") / "durable-ops.sqlite3"
 DEFAULT_TOMBSTONE_RETENTION_DAYS = 400
 RETENTION_DAYS_MAX = 3660  # bounds.OLDER_THAN_MAX: settings import nothing of the product
+LOG_LEVELS = ("debug", "info", "warning", "error")  # what OPS_LOG_LEVEL may name, in any case
 
 
 class SettingsError(ValueError):
@@ -310,6 +311,11 @@ class Settings:
             raise SettingsError("OPS_GATEWAY_LONG_POLLS_PER_USER must be at least 1")
         _host_names(self.gateway_allowed_hosts)
         _networks(self.gateway_trusted_proxies)
+        # Here, not only where logging starts: `opsctl up` refuses it before any child runs.
+        if self.log_level.strip().lower() not in LOG_LEVELS:
+            raise SettingsError(
+                f"OPS_LOG_LEVEL must be debug, info, warning or error, not {self.log_level!r}"
+            )
 
     @property
     def gateway_allowed_host_names(self) -> list[str]:

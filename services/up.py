@@ -9,7 +9,9 @@ SIGTERM, every child is stopped, saying what it waits for and how long the
 stop took: the AI worker first hands back what it was running, then the
 services stop. A second Ctrl-C kills what is left at once. While it runs,
 ``var/stack.json`` says where (``stack.address_file``): the CLI's commands find
-the stack there.
+the stack there. It holds ``var/up.lock`` all along (``stack.lock``): a second
+``opsctl up`` from the same directory is refused, naming the first one's pid.
+A refusal at start (another stack, an address taken) leaves no file behind.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from durable_ops.gateway.hosts import dev_login_refusal
+from durable_ops.local_secrets import with_kept_secrets
 from durable_ops.logs import use_json
 from durable_ops.settings import Settings
-from durable_ops.stack import address_file
+from durable_ops.stack import address_file, lock
 from durable_ops.stack.binds import local_to_the_stack, parse_address, stack_binds
 from durable_ops.stack.children import Stack, process_specs, serves
 from durable_ops.stack.output import Output
@@ -125,25 +128,58 @@ def grant_ai(database_url: str, user: str) -> None:
         db.dispose()
 
 
-def run_stack(settings: Settings, *, demo_user: str, budget: RestartBudget | None = None) -> int:
+def run_stack(
+    settings: Settings,
+    *,
+    demo_user: str,
+    database_source: str,
+    budget: RestartBudget | None = None,
+) -> int:
+    """Run the stack until Ctrl-C or SIGTERM; ``database_source`` says where
+    ``settings.database_url`` came from, for a message that cannot reach it."""
     settings = local_to_the_stack(settings)
     as_json = use_json(settings.log_json, is_tty=sys.stdout.isatty())
     width = max(len(name) for name in DEFAULT_PROCESSES)
     output = Output(sys.stdout, as_json=as_json, width=width)
-    say = output.say
-    taken = problems(stack_binds(settings))
-    if taken:
+    # Both checked before any file is made: a refused start leaves nothing behind.
+    try:
+        lock.check_free()
+        taken = problems(stack_binds(settings))
         for problem in taken:
-            say("address_in_use", f"opsctl up: {problem}")
+            output.say("address_in_use", f"opsctl up: {problem}")
+        if taken:
+            return EXIT_USAGE
+        held = lock.take()  # refused too if another stack started since the check
+    except lock.StackRunning as running:
+        output.say("already_running", f"opsctl up: {running}", pid=running.pid)
         return EXIT_USAGE
+    try:
+        return _run_held(
+            with_kept_secrets(settings), output, demo_user, database_source, budget, as_json
+        )
+    finally:
+        os.close(held)  # the lock goes with it
 
+
+def _run_held(
+    settings: Settings,
+    output: Output,
+    demo_user: str,
+    database_source: str,
+    budget: RestartBudget | None,
+    as_json: bool,
+) -> int:
+    """Everything after the start-up checks, with the directory's lock held."""
+    say = output.say
     if schema_stamp.sqlite_file_at_head(settings.database_url):
         say("database", f"database {_where(settings.database_url)}: schema up to date")
     else:
         from durable_ops.storage import migrate
+        from durable_ops.storage.availability import reaching
 
-        say("migrating", f"migrating the database ({_where(settings.database_url)})…")
-        migrate.upgrade(settings.database_url)
+        with reaching(settings.database_url, database_source):  # a bad URL: refused, exit 2
+            say("migrating", f"migrating the database ({_where(settings.database_url)})…")
+            migrate.upgrade(settings.database_url)
     if not _keys_made(Path(settings.service_keys_dir)):
         from durable_ops.rpc.keys import ensure_role_keys
         from durable_ops.rpc.tls import ensure_tls

@@ -218,10 +218,14 @@ def own_key(settings: Settings, role: Role) -> SigningKey:
     path = (
         Path(settings.service_key) if settings.service_key else private_key_path(keys, role.value)
     )
+    if settings.service_key and not path.is_file():
+        raise SettingsError(f"no service key at {path} (OPS_SERVICE_KEY)")
     if not path.is_file():
+        # `keys init ROLE` makes exactly this file; `keys issue` makes <role>-<label> keys,
+        # and for workers and producers only.
         raise SettingsError(
             f"no service key at {path}: `opsctl up` makes one per role in"
-            f" {settings.service_keys_dir}, `opsctl keys issue --role {role.value}` another"
+            f" {settings.service_keys_dir}, and so does `opsctl keys init {role.value}`"
         )
     key = SigningKey.load(path)
     if key.role is not role:

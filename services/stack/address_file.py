@@ -1,8 +1,9 @@
 """Where the running ``opsctl up`` serves: ``var/stack.json``, mode 0600.
 
 ``opsctl up`` writes it once every child is healthy (atomically: a draft
-renamed over it, so a reader never sees half a file) with every gRPC target
-and the gateway's URL, and removes it when it stops. Removed rather than
+renamed over it, so a reader never sees half a file) with every gRPC target,
+the gateway's URL and the database URL (which may hold a password: hence
+0600), and removes it when it stops. Removed rather than
 marked stopped: no reader has a use for a stopped stack's addresses, and an
 absent file cannot be misread. A stack killed without a chance to clean up
 leaves its file behind; the file names the pid of ``opsctl up``, and a reader
@@ -10,7 +11,9 @@ ignores it once that process is gone.
 
 A command that talks to a service picks its target by ``choose_target``:
 its ``--target`` flag, else the variable (``OPS_OPERATIONS_TARGET``), else
-this file, else the setting's default.
+this file, else the setting's default. A command that writes to the database
+itself (``opsctl users set-plan``…) picks ``database_url`` the same way, so it
+writes where the running stack reads.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ def write(settings: Settings, gateway_url: str, *, pid: int, path: Path = STACK_
     """Record the addresses ``settings`` serves, as dialled from this host (mode 0600)."""
     found: dict[str, Any] = {"pid": pid, "gateway_url": gateway_url}
     found.update({target: getattr(settings, target) for target in TARGETS.values()})
+    found["database_url"] = settings.database_url
     private_directory(path.parent)
     draft = path.with_name(f".{path.name}.{secrets.token_hex(8)}.draft")
     descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
@@ -71,15 +75,18 @@ def choose_target(
     setting: str,
     flag: str | None,
     environ: Mapping[str, str],
-    path: Path = STACK_PATH,
+    path: Path | None = STACK_PATH,
+    *,
+    flag_name: str = "--target",
 ) -> Target:
-    """``setting``'s address: the flag, else its variable, else ``path``, else its default."""
+    """``setting``'s address: the flag, else its variable, else ``path`` (None: no running
+    stack is asked), else its default."""
     if flag:
-        return Target(flag, "--target")
+        return Target(flag, flag_name)
     name = variable(setting)
     if environ.get(name):
         return Target(environ[name], name)
-    running = read(path)
+    running = None if path is None else read(path)
     if running is not None and isinstance(running.get(setting), str) and running[setting]:
         return Target(running[setting], f"{path}, written by `opsctl up`")
     default = next(f.default for f in fields(Settings) if f.name == setting)

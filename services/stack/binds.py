@@ -7,12 +7,15 @@ local model URL follows the development model while it is the default.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from durable_ops.settings import Settings, SettingsError, variable
 
-# Offsets from --port-base, in the order a reader scans a process list.
+# Offsets from --port-base, in the order a reader scans a process list. Every metrics
+# bind moves too (when set): one left behind would clash with the same stack run twice
+# on two bases, and --port-base promises to move every port.
 PORT_OFFSETS = {
     "gateway_bind": 0,
     "operations_bind": 1,
@@ -21,6 +24,11 @@ PORT_OFFSETS = {
     "workspace_bind": 4,
     "dev_model_bind": 5,
     "worker_metrics_bind": 6,
+    "gateway_metrics_bind": 7,
+    "operations_metrics_bind": 8,
+    "notifications_metrics_bind": 9,
+    "ai_admission_metrics_bind": 10,
+    "workspace_metrics_bind": 11,
 }
 PORT_BASE_MAX = 65535 - max(PORT_OFFSETS.values())
 # Which client target each gRPC bind serves.
@@ -68,12 +76,37 @@ def parse_address(setting: str, raw: str) -> Bind:
 
 
 def stack_binds(settings: Settings) -> list[Bind]:
-    """The addresses ``opsctl up`` listens on; the worker's metrics only when set."""
+    """The addresses ``opsctl up`` listens on; each metrics bind only when set."""
     return [
         parse_address(name, getattr(settings, name))
         for name in PORT_OFFSETS
         if getattr(settings, name)
     ]
+
+
+# What each `opsctl serve` target listens on: its own address (the AI worker has none)
+# and its metrics, when set.
+SERVE_BINDS = {
+    "operations": ("operations_bind", "operations_metrics_bind"),
+    "notifications": ("notifications_bind", "notifications_metrics_bind"),
+    "ai-admission": ("ai_admission_bind", "ai_admission_metrics_bind"),
+    "workspace": ("workspace_bind", "workspace_metrics_bind"),
+    "gateway": ("gateway_bind", "gateway_metrics_bind"),
+    "dev-model": ("dev_model_bind",),
+    "ai-worker": ("worker_metrics_bind",),
+}
+
+
+def serve_binds(settings: Settings, targets: list[str]) -> list[Bind]:
+    """The HOST:PORT addresses ``opsctl serve targets…`` listens on; each metrics bind only
+    when set. Any other form (port 0: any free port; a gRPC ``unix:`` address) is left to
+    the server, which takes it or says why not."""
+    found = []
+    for name in (name for target in targets for name in SERVE_BINDS[target]):
+        with contextlib.suppress(BadAddress):
+            if getattr(settings, name):
+                found.append(parse_address(name, getattr(settings, name)))
+    return found
 
 
 def clashes(binds: list[Bind]) -> list[tuple[Bind, Bind]]:

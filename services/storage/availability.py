@@ -9,6 +9,9 @@ A database that is away is an expected state, not a crash (ADR 16):
   answers but refuses us (a wrong password, no such database: waiting would
   not cure it). ``open_when_reachable`` then checks the schema, as services
   always did at start.
+- ``reaching`` is a command's single visit (``opsctl migrate``, ``users set-plan``…):
+  no wait, since a person is waiting, and each failure one line naming the database
+  and where its URL came from.
 - ``DatabaseReadiness`` answers "does the database answer?" for the gRPC
   health service, from an answer at most ``READING_MAX_AGE_SECONDS`` old, so
   probes do not hammer the database; it logs each change, not each probe.
@@ -20,18 +23,22 @@ Only ``Database.engine`` is used: the transactions and their error mapping
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 import structlog
 from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
 from durable_ops.model.availability import READING_MAX_AGE_SECONDS, is_fresh, next_attempt_in
+from durable_ops.model.errors import Unavailable
 from durable_ops.model.lifecycle import Draw, system_draw
+from durable_ops.settings import SettingsError
 from durable_ops.storage.db import UNREACHABLE_MYSQL_ERRORS, Database
-from durable_ops.storage.migrate import require_current
+from durable_ops.storage.migrate import SchemaNotCurrent, require_current
 
 log = structlog.get_logger(__name__)
 
@@ -138,6 +145,42 @@ async def open_when_reachable(db: Database, bound_seconds: float) -> None:
     """
     await wait_for_database(db, bound_seconds)
     await asyncio.to_thread(require_current, db.engine)
+
+
+@contextlib.contextmanager
+def reaching(url: str, source: str) -> Iterator[None]:
+    """Around a command's work on the database at ``url``, which came from ``source``
+    (``--database-url``, ``OPS_DATABASE_URL``, …): each failure becomes one line naming
+    both. A URL SQLAlchemy cannot use is a ``SettingsError``; a database that does not
+    answer, or refuses us, ``DatabaseUnavailable``; a schema behind this code
+    ``SchemaNotCurrent``."""
+    database = f"{shown_url(url, source)} (from {source})"
+    try:
+        yield
+    except OperationalError as error:
+        how = "did not answer" if worth_waiting_for(error) else "refused us"
+        raise DatabaseUnavailable(
+            f"the database {database} {how}: {describe(error)}", attempts=1
+        ) from error
+    except Unavailable as away:  # what Database.run makes of a connection lost mid-way
+        if away.code != "database_unavailable":
+            raise
+        raise DatabaseUnavailable(f"the database {database}: {away.message}", attempts=1) from away
+    except SchemaNotCurrent as behind:
+        raise SchemaNotCurrent(f"the database {database}: {behind}") from behind
+
+
+def shown_url(url: str, source: str) -> str:
+    """``url`` as it may be printed (no password); a ``SettingsError`` unless SQLAlchemy
+    can use it. The URL itself is not repeated then: it may hold a password."""
+    try:
+        parsed = make_url(url)
+        parsed.get_dialect()  # NoSuchModuleError, an ArgumentError, for an unknown scheme
+    except (ArgumentError, ValueError) as bad:  # ValueError: a port that is not a number
+        raise SettingsError(
+            f"{source} is not a database URL SQLAlchemy can use ({describe(bad)})"
+        ) from None
+    return parsed.render_as_string(hide_password=True)
 
 
 class DatabaseReadiness:

@@ -79,6 +79,15 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(connection).get_current_revision()
 
 
+def stamped_revision(url: str) -> str | None:
+    """The revision stamped in the database at ``url``; None when it has none (empty)."""
+    engine = create_db_engine(url)
+    try:
+        return current_revision(engine)
+    finally:
+        engine.dispose()
+
+
 def upgrade(url: str, revision: str = "head", *, script_location: Path = MIGRATIONS) -> None:
     _prepare(url)
     if revision == "head" and script_location == MIGRATIONS and _at_quick_head(url):
@@ -90,13 +99,7 @@ def upgrade(url: str, revision: str = "head", *, script_location: Path = MIGRATI
 
 def _at_quick_head(url: str) -> bool:
     head = quick_head()
-    if head is None:
-        return False
-    engine = create_db_engine(url)
-    try:
-        return current_revision(engine) == head
-    finally:
-        engine.dispose()
+    return head is not None and stamped_revision(url) == head
 
 
 def downgrade(url: str, revision: str, *, script_location: Path = MIGRATIONS) -> None:
@@ -107,11 +110,7 @@ def downgrade(url: str, revision: str, *, script_location: Path = MIGRATIONS) ->
 
 def migrate_to(url: str, revision: str) -> None:
     """Upgrade or downgrade, whichever reaches ``revision`` (``base`` drops everything)."""
-    engine = create_db_engine(url)
-    try:
-        current = current_revision(engine)
-    finally:
-        engine.dispose()
+    current = stamped_revision(url)
     from alembic.script import ScriptDirectory
     from alembic.util import CommandError
 

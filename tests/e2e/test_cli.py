@@ -44,9 +44,21 @@ def test_migrate_set_plan_switch_and_down(tmp_path: Path) -> None:
     assert f"schema at {head_revision()}" in opsctl("migrate", env=env).stdout
     result = opsctl("users", "set-plan", "alice", "pro", env=env)
     assert result.stdout.strip() == "alice: plan pro, ai_enabled false"
-    assert opsctl("ai", "disable", env=env).stdout.strip() == "AI globally disabled"
-    assert opsctl("ai", "status", env=env).stdout.strip() == "AI globally disabled"
-    assert opsctl("migrate", "--to", "base", env=env).returncode == 0
+    assert opsctl("ai", "disable", env=env).stdout.startswith("AI globally disabled\n")
+    assert opsctl("ai", "status", env=env).stdout.startswith("AI globally disabled\n")
+    # Dropping every table asks first: the plan, and exit 6 with nothing dropped.
+    unconfirmed = opsctl("migrate", "--to", "base", env=env)
+    assert unconfirmed.returncode == 6, unconfirmed.stderr
+    assert unconfirmed.stdout.startswith(f"would drop every table of {env['OPS_DATABASE_URL']}")
+    assert "not confirmed; add --yes" in unconfirmed.stderr
+    assert opsctl("ai", "status", env=env).returncode == 0  # still there
+    dropped = opsctl("migrate", "--to", "base", "--yes", env=env)
+    assert dropped.returncode == 0, dropped.stderr
+    assert dropped.stdout.strip() == "schema at base (no tables)"
+    [audit] = [line for line in dropped.stderr.splitlines() if "schema_migrated" in line]
+    assert f"from_revision={head_revision()}" in audit
+    assert "to_revision=None" in audit
+    assert "operator=" in audit
     refused = opsctl("users", "set-plan", "alice", "pro", env=env)
     assert refused.returncode != 0
     assert "opsctl migrate" in refused.stderr
@@ -118,6 +130,16 @@ def test_help_says_what_a_command_does_and_its_defaults(
         assert " ".join(text.split()) in shown, (command, text)
 
 
+def test_ai_status_shows_the_switch_the_active_operations_and_the_limits(tmp_path: Path) -> None:
+    env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}", "OPS_AI_USER_LIMIT": "3"}
+    opsctl("migrate", env=env)
+    assert opsctl("ai", "status", env=env).stdout.splitlines() == [
+        "AI globally enabled",
+        "0 AI operations active; limits: 20 in total (OPS_AI_GLOBAL_LIMIT), 3 per user"
+        " (OPS_AI_USER_LIMIT)",
+    ]
+
+
 def test_ai_status_as_json(tmp_path: Path) -> None:
     env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}", "OPS_AI_USER_LIMIT": "3"}
     opsctl("migrate", env=env)
@@ -133,6 +155,10 @@ def test_ai_status_as_json(tmp_path: Path) -> None:
 
 def test_an_unknown_revision_and_the_version_are_answered_plainly(tmp_path: Path) -> None:
     env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}"}
+    # --to head says the revision it reached, not "head".
+    assert opsctl("migrate", "--to", "head", env=env).stdout.strip() == (
+        f"schema at {head_revision()}"
+    )
     unknown = opsctl("migrate", "--to", "nope", env=env)
     assert unknown.returncode == 2
     assert "no revision 'nope'; known: base, 0001_operations" in unknown.stderr
@@ -140,3 +166,71 @@ def test_an_unknown_revision_and_the_version_are_answered_plainly(tmp_path: Path
     version = opsctl("--version")
     assert version.returncode == 0
     assert version.stdout.strip() == f"opsctl {metadata.version('durable-ops')}"
+
+
+def test_up_refuses_a_bad_log_level_before_anything_starts(tmp_path: Path) -> None:
+    refused = opsctl("up", env={"OPS_LOG_LEVEL": "bogus"}, cwd=tmp_path)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert refused.stderr.strip() == (
+        "opsctl: OPS_LOG_LEVEL must be debug, info, warning or error, not 'bogus'"
+    )
+    assert list(tmp_path.iterdir()) == []  # no child started, nothing kept
+
+
+@pytest.mark.parametrize(
+    ("target", "setting"),
+    [
+        ("operations", "OPS_OPERATIONS_BIND"),
+        ("gateway", "OPS_GATEWAY_BIND"),
+        ("gateway", "OPS_GATEWAY_METRICS_BIND"),
+        ("dev-model", "OPS_DEV_MODEL_BIND"),
+    ],
+)
+def test_serve_on_a_taken_address_names_it_and_its_setting_and_exits_2(
+    target: str, setting: str, tmp_path: Path
+) -> None:
+    import socket
+
+    from tests.support.ports import free_port
+
+    env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}"}
+    opsctl("migrate", env=env)
+    # Its own addresses free, but for the one something else listens on.
+    env |= {service_variable(target, "bind"): f"127.0.0.1:{free_port()}"}
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = f"127.0.0.1:{squatter.getsockname()[1]}"
+        refused = opsctl("serve", target, env={**env, setting: taken}, cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.splitlines() == [
+        f"opsctl serve {target}: {taken} is already in use ({setting}); stop what listens"
+        f" there or set {setting} to another address"
+    ]
+    assert not (tmp_path / "var").exists()  # refused before the gateway kept a secret
+
+
+def test_every_change_an_operator_makes_is_an_audit_line_naming_them(tmp_path: Path) -> None:
+    import getpass
+
+    env = {
+        "OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}",
+        "OPS_SERVICE_KEYS_DIR": str(tmp_path / "keys"),
+    }
+    assert opsctl("migrate", env=env).returncode == 0
+    changes = {
+        "plan_set": ["users", "set-plan", "alice", "pro"],
+        "sessions_revoked": ["sessions", "revoke", "--user", "alice"],
+        "ai_switched": ["ai", "disable"],
+        "service_keys_made": ["keys", "init", "operator"],
+        "service_key_issued": ["keys", "issue", "reports", "--role", "worker"],
+        "service_key_rotated": ["keys", "rotate", "operator"],
+    }
+    for event, command in changes.items():
+        done = opsctl(*command, env=env, cwd=tmp_path)
+        assert done.returncode == 0, (command, done.stderr)
+        [line] = [line for line in done.stderr.splitlines() if event in line]
+        assert f"operator={getpass.getuser()}" in line, line
+        assert event not in done.stdout  # stdout stays the answer
+    status = opsctl("ai", "status", env=env, cwd=tmp_path)
+    assert status.stderr == ""  # reading changes nothing: no audit line

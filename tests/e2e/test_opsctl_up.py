@@ -333,3 +333,59 @@ def test_opsctl_operations_finds_a_stack_moved_by_port_base_and_says_when_it_is_
         " (OPS_OPERATIONS_TARGET); start the stack with `opsctl up`, or point at another with"
         " --target HOST:PORT or OPS_OPERATIONS_TARGET."
     ]
+
+
+def test_one_stack_per_directory_and_the_operators_writes_land_in_its_database(
+    tmp_path: Path,
+) -> None:
+    env = product_env(OPS_DEV_MODEL_SECONDS="0")
+    env.pop("OPS_DATABASE_URL", None)  # the operator's shell: nothing set
+    stack_file = tmp_path / "var" / "stack.json"
+    url = f"sqlite:///{tmp_path / 'up.sqlite3'}"
+    with opsctl_up(url, env, cwd=tmp_path) as first:
+        # `users set-plan` with no URL writes where the running stack reads, not the default.
+        plan = _opsctl("users", "set-plan", "bob", "pro", env=env, cwd=tmp_path)
+        assert plan.returncode == 0, plan.stderr
+        with httpx.Client() as client:
+            assert first.sign_in(client, user="bob").status_code == 200
+            assert client.get(f"{first.url}api/settings/ai").json()["plan"] == "pro"
+        assert not (tmp_path / "var" / "durable-ops.sqlite3").exists()
+
+        # A second stack from the same directory, on ports of its own: refused at once.
+        second = _up("--database-url", url, env=product_env(), cwd=tmp_path)
+        assert second.returncode == 2, second.stdout + second.stderr
+        [refusal] = [json.loads(line) for line in second.stdout.splitlines()]
+        assert refusal["event"] == "already_running"
+        assert refusal["pid"] == first.process.pid
+        assert (
+            f"another opsctl up (pid {first.process.pid}) runs from this directory"
+            in (refusal["message"])
+        )
+        assert "Traceback" not in second.stderr
+        # The first one's address file is still there, still its own.
+        assert json.loads(stack_file.read_text())["pid"] == first.process.pid
+
+        # From another directory, on the first one's ports: refused, and nothing made there.
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        fresh = {key: value for key, value in env.items() if key != "OPS_JWT_SECRET"}
+        taken = _up(env=fresh, cwd=elsewhere)
+        assert taken.returncode == 2
+        assert json.loads(taken.stdout.splitlines()[0])["event"] == "address_in_use"
+        assert list(elsewhere.iterdir()) == []  # no var/, no secrets.json
+        assert first.stop() == 0
+    assert not stack_file.exists()
+    # Stopped, the directory is free again (the lock went with the process).
+    with opsctl_up(url, env, cwd=tmp_path) as again:
+        assert again.stop() == 0
+
+
+def _opsctl(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "durable_ops.cli", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )

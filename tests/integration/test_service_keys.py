@@ -257,3 +257,22 @@ def test_the_readme_worker_runs_with_an_issued_key(
     assert worker.completed == 1
     assert ops.get(ALICE, created.id).state == SUCCEEDED
     assert ops.row(created.id).result_ref == "reports/q3.pdf"
+
+
+@pytest.mark.parametrize("role", list(Role))
+def test_a_missing_key_names_a_command_that_makes_it(
+    role: Role, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from durable_ops.rpc.keys import own_key
+    from durable_ops.settings import Settings, SettingsError
+
+    keys = tmp_path / "keys"
+    monkeypatch.setenv("OPS_SERVICE_KEYS_DIR", str(keys))
+    monkeypatch.delenv("OPS_SERVICE_KEY", raising=False)
+    settings = Settings.from_env()
+    with pytest.raises(SettingsError) as missing:
+        own_key(settings, role)
+    hinted = [part for part in str(missing.value).split("`") if part.startswith("opsctl keys")]
+    assert len(hinted) == 1, missing.value
+    assert cli.main(hinted[0].split()[1:]) == 0  # the hinted command, as a user would type it
+    assert own_key(settings, role).role is role

@@ -78,6 +78,8 @@ def test_values_are_parsed_by_type() -> None:
         ("OPS_GATEWAY_TRUSTED_PROXIES", "*"),
         ("OPS_GATEWAY_TRUSTED_PROXIES", "proxy.internal"),
         ("OPS_GATEWAY_TRUSTED_PROXIES", "10.0.0.0/33"),
+        ("OPS_LOG_LEVEL", "bogus"),
+        ("OPS_LOG_LEVEL", "critical"),
     ],
 )
 def test_bad_values_are_refused_with_the_variable_named(name: str, value: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -56,6 +57,27 @@ def test_port_base_moves_every_bind_and_keeps_each_host() -> None:
         "127.0.0.1:20005",
         "127.0.0.1:20006",
     ]
+
+
+def test_port_base_moves_every_metrics_bind_that_is_set_and_leaves_the_unset_off() -> None:
+    explicit: dict[str, Any] = {
+        "gateway_metrics_bind": "127.0.0.1:9464",
+        "operations_metrics_bind": "0.0.0.0:9465",
+        "notifications_metrics_bind": "127.0.0.1:9466",
+        "ai_admission_metrics_bind": "127.0.0.1:9467",
+        "workspace_metrics_bind": "127.0.0.1:9468",
+    }
+    moved = with_port_base(replace(Settings(), **explicit), 20000)
+    assert {name: getattr(moved, name) for name in explicit} == {
+        "gateway_metrics_bind": "127.0.0.1:20007",
+        "operations_metrics_bind": "0.0.0.0:20008",
+        "notifications_metrics_bind": "127.0.0.1:20009",
+        "ai_admission_metrics_bind": "127.0.0.1:20010",
+        "workspace_metrics_bind": "127.0.0.1:20011",
+    }
+    assert moved.worker_metrics_bind == ""  # unset: still off
+    # Each is checked before start-up and handed to the children like the other binds.
+    assert {bind.setting for bind in stack_binds(moved)} >= set(explicit)
 
 
 @pytest.mark.parametrize("base", [0, PORT_BASE_MAX + 1])

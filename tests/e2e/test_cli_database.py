@@ -1,0 +1,163 @@
+"""The commands that open the database themselves (``opsctl migrate``, ``users``,
+``sessions revoke``, ``ai``, ``up``), as a user runs them: which database they use,
+and one line with the README's exit code when they cannot use it. Real databases,
+real subprocesses."""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from tests.e2e.test_cli import opsctl
+from tests.support.ports import refusing_port
+
+DIRECT_COMMANDS = [
+    ["migrate"],
+    ["users", "set-plan", "alice", "pro"],
+    ["users", "set-budget", "alice", "5000"],
+    ["users", "set-share", "alice", "2"],
+    ["sessions", "revoke", "--user", "alice"],
+    ["ai", "status"],
+    ["ai", "enable"],
+]
+
+
+def _one_line(result: subprocess.CompletedProcess[str], code: int) -> str:
+    """The single line a refused command printed, after checking its exit code."""
+    assert result.returncode == code, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", DIRECT_COMMANDS, ids=" ".join)
+def test_a_database_that_does_not_answer_is_one_line_and_exit_4(
+    command: list[str], tmp_path: Path
+) -> None:
+    url = f"mysql+pymysql://root@127.0.0.1:{refusing_port()}/x"
+    line = _one_line(opsctl(*command, "--database-url", url, cwd=tmp_path), 4)
+    assert line.startswith(f"opsctl: the database {url} (from --database-url) did not answer: ")
+    assert "Connection refused" in line
+
+
+@pytest.mark.parametrize(
+    ("command", "url"),
+    [
+        *((command, "bogus://x") for command in DIRECT_COMMANDS),
+        (["users", "set-plan", "alice", "pro"], "not a url"),
+        (["users", "set-plan", "alice", "pro"], "mysql+pymysql://root@h:port/x"),
+    ],
+)
+def test_a_url_that_is_no_database_url_is_one_line_and_exit_2(
+    command: list[str], url: str, tmp_path: Path
+) -> None:
+    line = _one_line(opsctl(*command, env={"OPS_DATABASE_URL": url}, cwd=tmp_path), 2)
+    assert line.startswith("opsctl: OPS_DATABASE_URL is not a database URL SQLAlchemy can use (")
+    assert not (tmp_path / "var").exists()  # the default SQLite file was not made instead
+
+
+@pytest.mark.parametrize("command", [c for c in DIRECT_COMMANDS if c != ["migrate"]], ids=" ".join)
+def test_a_schema_behind_the_code_is_one_line_naming_migrate_and_exit_3(
+    command: list[str], tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'empty.sqlite3'}"
+    line = _one_line(opsctl(*command, env={"OPS_DATABASE_URL": url}, cwd=tmp_path), 3)
+    assert line.startswith(f"opsctl: the database {url} (from OPS_DATABASE_URL): database schema")
+    assert line.endswith("run `opsctl migrate` first")
+
+
+@pytest.mark.parametrize(
+    "command", [["migrate"], ["users", "set-plan", "alice", "pro"]], ids=" ".join
+)
+def test_an_unknown_database_or_a_wrong_password_is_refused_in_one_line_and_exit_4(
+    command: list[str], mariadb_server_url: str, tmp_path: Path
+) -> None:
+    server = make_url(mariadb_server_url)
+    unknown = server.set(database=f"ops_absent_{secrets.token_hex(4)}")
+    stranger = unknown.set(username=f"nobody_{secrets.token_hex(4)}", password="wrong")
+    for url, says in [(unknown, "Unknown database"), (stranger, "Access denied")]:
+        raw = url.render_as_string(hide_password=False)
+        line = _one_line(opsctl(*command, "--database-url", raw, cwd=tmp_path), 4)
+        assert " (from --database-url) refused us: " in line, line
+        assert says in line
+        assert "wrong" not in line  # the password is not repeated
+
+
+def test_up_with_a_database_it_cannot_use_says_so_in_one_line(tmp_path: Path) -> None:
+    from tests.support.product import product_env
+
+    env = product_env()
+    bad = opsctl("up", "--database-url", "bogus://x", env=env, cwd=tmp_path)
+    assert _one_line(bad, 2).startswith("opsctl: --database-url is not a database URL")
+    away = f"mysql+pymysql://root@127.0.0.1:{refusing_port()}/x"
+    unreachable = opsctl("up", "--database-url", away, env=env, cwd=tmp_path)
+    assert _one_line(unreachable, 4).startswith(
+        f"opsctl: the database {away} (from --database-url)"
+    )
+
+
+def _clean_env(**chosen: str) -> dict[str, str]:
+    """This process's environment without any database or stack of its own, plus ``chosen``."""
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "OPS_DATABASE_URL"} | chosen
+
+
+def test_the_database_is_the_flag_else_the_variable_else_the_running_stacks(
+    tmp_path: Path,
+) -> None:
+    import os
+    import stat
+    import sys
+    from dataclasses import replace
+
+    from durable_ops.settings import Settings
+    from durable_ops.stack import address_file
+    from durable_ops.storage import migrate
+
+    urls = {name: f"sqlite:///{tmp_path / name}.sqlite3" for name in ("stack", "env", "flag")}
+    for url in urls.values():
+        migrate.upgrade(url)
+    # What a running `opsctl up` records (this test's pid stands for it: alive).
+    stack_file = tmp_path / "var" / "stack.json"
+    running = replace(Settings(), database_url=urls["stack"])
+    address_file.write(running, "http://127.0.0.1:9/", pid=os.getpid(), path=stack_file)
+    assert stat.S_IMODE(stack_file.stat().st_mode) == 0o600  # the URL may hold a password
+
+    def set_plan(user: str, *flag: str, **env: str) -> None:
+        done = subprocess.run(
+            [sys.executable, "-m", "durable_ops.cli", "users", "set-plan", user, "pro", *flag],
+            env=_clean_env(**env),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+
+    set_plan("to-stack")
+    set_plan("to-env", OPS_DATABASE_URL=urls["env"])
+    set_plan("to-flag", "--database-url", urls["flag"], OPS_DATABASE_URL=urls["env"])
+    assert {name: _pro_users(url) for name, url in urls.items()} == {
+        "stack": ["to-stack"],
+        "env": ["to-env"],
+        "flag": ["to-flag"],
+    }
+    assert not (tmp_path / "var" / "durable-ops.sqlite3").exists()  # never the default file
+
+
+def _pro_users(url: str) -> list[str]:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(text("SELECT owner_user_id FROM user_ai_settings"))
+            return sorted(row[0] for row in rows)
+    finally:
+        engine.dispose()
