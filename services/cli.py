@@ -699,7 +699,7 @@ def build_parser() -> argparse.ArgumentParser:
         command(
             "operations",
             cmd_operations,
-            "List, show, cancel and retry operations of every owner (operator scope)",
+            "List, show, cancel, retry and prune operations of every owner, and see the queues (operator scope)",
             OPERATIONS_HELP,
         )
     )
