@@ -699,7 +699,7 @@ def build_parser() -> argparse.ArgumentParser:
         command(
             "operations",
             cmd_operations,
-            "List, show, cancel, retry and prune operations of every owner, and see the queues (operator scope)",
+            "List, show, cancel, retry and prune every owner's operations; see the queues",
             OPERATIONS_HELP,
         )
     )
