@@ -75,6 +75,8 @@ def _idempotency_key(request: Request) -> str:
     key = request.headers.get(IDEMPOTENCY_HEADER)
     if key is None:
         return ""
+    if not key:
+        raise invalid("Idempotency-Key", "must not be empty: send a key, or no header")
     try:
         return bounds.idempotency_key(key)
     except InvalidArgument as exc:
@@ -312,8 +314,13 @@ _IDEMPOTENCY_PARAMETER = {
     "name": "Idempotency-Key",
     "in": "header",
     "required": False,
-    # ``bounds.idempotency_key``: printable ASCII without spaces.
-    "schema": {"type": "string", "maxLength": bounds.IDEMPOTENCY_KEY_MAX, "pattern": "^[!-~]*$"},
+    # ``bounds.idempotency_key``: printable ASCII without spaces; sent empty, it is refused.
+    "schema": {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": bounds.IDEMPOTENCY_KEY_MAX,
+        "pattern": "^[!-~]+$",
+    },
     "description": "repeats with the same key return the same operation",
 }
 

@@ -75,14 +75,15 @@ def _answer(operation: pb.Operation) -> JSONResponse:
     return JSONResponse(dto.operation(operation), headers=headers)
 
 
-_SECONDS = re.compile(r"[0-9]{1,6}(\.[0-9]{1,6})?")
+# A number as JSON writes one, unsigned (the document says "number"); at most 32 characters.
+_SECONDS = re.compile(r"(?=.{1,32}$)[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 
 
 def _wait_seconds(params: Mapping[str, str]) -> float:
     raw = params.get("timeout")
     if raw is None:
         return bounds.WAIT_SECONDS_MAX
-    # Digits and a point only: float() would also read "1_0", "+2", "1e1" and full-width digits.
+    # Not float() alone: it also reads "1_0", "+2", " 2" and full-width digits.
     seconds = float(raw) if _SECONDS.fullmatch(raw) else -1.0
     if not 0 <= seconds <= bounds.WAIT_SECONDS_MAX:
         raise invalid(
