@@ -67,6 +67,19 @@ def require_worker_owner(scope: Scope) -> OwnerScope:
     return owner
 
 
+def require_operation_changer(scope: Scope) -> OwnerScope:
+    """Creating, cancelling, retrying or deleting an owner's operation: the gateway for the
+    user, or a producer. A worker changes only the operations it holds, with their lease
+    tokens (``require_worker_owner``)."""
+    owner = require_owner(scope)
+    if owner.role not in (Role.GATEWAY, Role.PRODUCER):
+        raise PermissionDenied(
+            "a worker changes only the operations it holds, with their lease tokens",
+            code="worker_role_refused",
+        )
+    return owner
+
+
 def require_user_agent(scope: Scope) -> OwnerScope:
     """What only a signed-in user does, through the gateway: their jobs, CVs, settings,
     results, notifications and admissions. Workers and producers act on operations only."""

@@ -18,7 +18,7 @@ from google.protobuf.empty_pb2 import Empty
 
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.operation_filter import parse_filter
-from durable_ops.model.scope import require_owner
+from durable_ops.model.scope import require_operation_changer, require_owner
 from durable_ops.operations.app import OperationsApp
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.scope import caller_scope
@@ -62,7 +62,7 @@ class LongRunningOperations(lro_grpc.OperationsServicer):
     async def CancelOperation(
         self, request: lro.CancelOperationRequest, context: ServicerContext
     ) -> Empty:
-        owner = require_owner(caller_scope(context)).owner_id
+        owner = require_operation_changer(caller_scope(context)).owner_id
         row = await self._app.cancel(owner, convert.id_from_name(request.name))
         log.info("operation_cancel", operation_id=row.id, owner=owner, state=row.state)
         return Empty()
@@ -70,7 +70,7 @@ class LongRunningOperations(lro_grpc.OperationsServicer):
     async def DeleteOperation(
         self, request: lro.DeleteOperationRequest, context: ServicerContext
     ) -> Empty:
-        owner = require_owner(caller_scope(context)).owner_id
+        owner = require_operation_changer(caller_scope(context)).owner_id
         operation_id = convert.id_from_name(request.name)
         await self._app.delete(owner, operation_id)
         log.info("operation_delete", operation_id=operation_id, owner=owner)

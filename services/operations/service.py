@@ -16,7 +16,12 @@ from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.model import bounds, event_ids
 from durable_ops.model.lifecycle import Event
-from durable_ops.model.scope import require_neutral_worker, require_owner, require_worker_owner
+from durable_ops.model.scope import (
+    require_neutral_worker,
+    require_operation_changer,
+    require_owner,
+    require_worker_owner,
+)
 from durable_ops.operations import lease_streams
 from durable_ops.operations.app import OperationsApp
 from durable_ops.rpc import ServicerContext
@@ -42,6 +47,11 @@ def _owner(context: ServicerContext) -> str:
     return require_owner(caller_scope(context)).owner_id
 
 
+def _changer(context: ServicerContext) -> str:
+    """The owner whose operations the gateway (for the user) or a producer changes."""
+    return require_operation_changer(caller_scope(context)).owner_id
+
+
 def _holder(context: ServicerContext) -> str:
     """The owner a worker acts for, holding one of the owner's leases."""
     return require_worker_owner(caller_scope(context)).owner_id
@@ -56,7 +66,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     async def CreateOperation(
         self, request: pb.CreateOperationRequest, context: ServicerContext
     ) -> pb.CreateOperationResponse:
-        owner = _owner(context)
+        owner = _changer(context)
         create = convert.create_request(request, current_traceparent())
         row, created = await self.app.create(owner, create)
         if created:
@@ -93,7 +103,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     async def CancelOperation(
         self, request: pb.CancelOperationRequest, context: ServicerContext
     ) -> pb.Operation:
-        owner = _owner(context)
+        owner = _changer(context)
         row = await self.app.cancel(owner, request.operation_id)
         log.info("operation_cancel", operation_id=row.id, owner=owner, state=row.state)
         return convert.operation(row)
@@ -101,7 +111,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     async def RetryOperation(
         self, request: pb.RetryOperationRequest, context: ServicerContext
     ) -> pb.Operation:
-        owner = _owner(context)
+        owner = _changer(context)
         row = await self.app.retry(owner, request.operation_id)
         log.info("operation_retried", operation_id=row.id, owner=owner)
         return convert.operation(row)
