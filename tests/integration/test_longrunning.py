@@ -209,3 +209,18 @@ def test_wait_refuses_a_negative_timeout(services: Services, ops: OpsClient) -> 
             request, metadata=ops.gateway(ALICE), timeout=HANG_GUARD
         )
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_worker_key_cancels_and_deletes_nothing(
+    ops: OpsClient, standard: operations_v1.OperationsClient
+) -> None:
+    """Only the gateway and producers change an owner's operations (worker_role_refused)."""
+    created = ops.create(ALICE, "lro-by-a-worker")
+    worker = list(ops.worker_for(ALICE))
+    name = f"operations/{created.id}"
+    with pytest.raises(exceptions.PermissionDenied, match="lease tokens"):
+        standard.cancel_operation(name, metadata=worker)
+    with pytest.raises(exceptions.PermissionDenied, match="lease tokens"):
+        standard.delete_operation(name, metadata=worker)
+    assert standard.get_operation(name, metadata=worker).name == name
+    assert ops.get(ALICE, created.id).state == pb.OPERATION_STATE_QUEUED

@@ -16,8 +16,6 @@ import grpc
 import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
-from google.longrunning import operations_pb2_grpc as lro_grpc
-from google.longrunning import operations_proto_pb2 as lro
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -315,7 +313,8 @@ def test_owner_header_must_be_well_formed(ops: OpsClient, lease: Lease) -> None:
 def test_a_worker_changes_only_the_operations_it_holds(ops: OpsClient, lease: Lease) -> None:
     """A worker key with ``x-owner-id`` reads the owner's operations (the AI worker reads the
     one it runs) but creates, cancels and retries none: the gateway (for the user) and
-    producers do. Its lease mutations need the token (above)."""
+    producers do (google.longrunning's cancel and delete too: test_longrunning). Its lease
+    mutations need the token (above)."""
     worker = ops.worker_for(ALICE)
     assert ops.stub.GetOperation(pb.GetOperationRequest(operation_id=lease.id), metadata=worker)
     refused = {
@@ -332,12 +331,6 @@ def test_a_worker_changes_only_the_operations_it_holds(ops: OpsClient, lease: Le
         ),
         "retry": lambda: ops.stub.RetryOperation(
             pb.RetryOperationRequest(operation_id=lease.id), metadata=worker
-        ),
-        "longrunning cancel": lambda: lro_grpc.OperationsStub(ops.services.channel).CancelOperation(
-            lro.CancelOperationRequest(name=f"operations/{lease.id}"), metadata=worker
-        ),
-        "longrunning delete": lambda: lro_grpc.OperationsStub(ops.services.channel).DeleteOperation(
-            lro.DeleteOperationRequest(name=f"operations/{lease.id}"), metadata=worker
         ),
     }
     for call in refused.values():
