@@ -111,6 +111,8 @@ def verify_user_token(secret: str, token: str, *, issuer: str = "", audience: st
             leeway=CLOCK_LEEWAY_SECONDS,
             options={"require": required, "verify_aud": bool(audience)},
         )
+        if not all(_numeric_date(claims[name]) for name in ("exp", "iat")):
+            raise InvalidToken("exp and iat must be numbers (RFC 7519's NumericDate)")
         if int(claims["exp"]) - int(claims["iat"]) > MAX_USER_TOKEN_SECONDS:
             raise InvalidToken("lives longer than 30 days")
         subject = claims["sub"]
@@ -119,6 +121,11 @@ def verify_user_token(secret: str, token: str, *, issuer: str = "", audience: st
         return bounds.owner_id(subject)
     except (jwt.PyJWTError, InvalidArgument, KeyError, TypeError, ValueError) as exc:
         raise InvalidToken(type(exc).__name__) from exc
+
+
+def _numeric_date(value: object) -> bool:
+    # PyJWT reads a numeric string too ("exp": " 1796… "); bool is an int in Python only.
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def verify_with_settings(settings: Settings, token: str) -> str:

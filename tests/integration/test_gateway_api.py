@@ -25,7 +25,12 @@ from starlette.routing import Mount, Route
 
 from durable_ops.gateway import login
 from durable_ops.gateway.app import create_app
-from durable_ops.gateway.auth import SESSION_COOKIE, mint_user_token, verify_user_token
+from durable_ops.gateway.auth import (
+    SESSION_COOKIE,
+    InvalidToken,
+    mint_user_token,
+    verify_user_token,
+)
 from durable_ops.gateway.backends import Backends
 from durable_ops.gateway.hosts import parse_bind
 from durable_ops.gateway.limits import Throttle
@@ -737,6 +742,26 @@ def test_mint_and_verify_user_tokens() -> None:
         mint_user_token(JWT_SECRET, "not valid!")
     with pytest.raises(InvalidArgument):
         mint_user_token(JWT_SECRET, "x" * 65)
+
+
+@pytest.mark.parametrize(
+    ("exp", "iat"),
+    [(" {exp} ", "{iat}"), ("{exp}", " {iat}"), ("{exp}", "True")],
+    ids=["exp-a-string", "iat-a-string", "iat-a-boolean"],
+)
+def test_a_token_whose_dates_are_not_numbers_is_refused(exp: str, iat: str) -> None:
+    """RFC 7519's NumericDate; PyJWT alone reads a numeric string."""
+    now = int(time.time())
+
+    def date(spelt: str) -> object:
+        value = spelt.format(exp=now + 60, iat=now)
+        return True if value == "True" else int(value) if value == value.strip() else value
+
+    token = jwt.encode({"sub": "carol", "exp": date(exp), "iat": date(iat)}, JWT_SECRET)
+    with pytest.raises(InvalidToken):
+        verify_user_token(JWT_SECRET, token)
+    fine = jwt.encode({"sub": "carol", "exp": now + 60, "iat": now}, JWT_SECRET)
+    assert verify_user_token(JWT_SECRET, fine) == "carol"
 
 
 def test_cookie_changes_from_another_origin_are_refused(sqlite_services: Services) -> None:
