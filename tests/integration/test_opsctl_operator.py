@@ -7,47 +7,25 @@ before any call reaches the service (its log says so: no ``operator_*`` line).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, MutableMapping
 from pathlib import Path
-from typing import Any
 
 import pytest
-from structlog.testing import capture_logs
 
 from durable_ops import cli
-from durable_ops.model.scope import Role
 from durable_ops.operator_cli import EXIT_NOT_CONFIRMED
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services
-from tests.support.keys import key_env
 from tests.support.operations_client import ALICE, BOB, OTHER_TASK, QUEUED, TASK, OpsClient
+from tests.support.opsctl import Logs, Opsctl, in_process_opsctl
 
 OPERATOR_NAME = "ops-erin"
-Logs = list[MutableMapping[str, Any]]
-Opsctl = Callable[..., tuple[int, str, str, Logs]]
 
 
 @pytest.fixture
 def opsctl(
     services: Services, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> Opsctl:
-    """``opsctl ARGS…`` in-process against the running service: exit code, output, and the
-    service's log lines."""
-    for name, value in key_env(Role.OPERATOR).items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("OPS_OPERATIONS_TARGET", services.target)
-
-    def run(*args: str) -> tuple[int, str, str, Logs]:
-        capsys.readouterr()
-        with capture_logs() as logs:
-            try:
-                code = cli.main(list(args))
-            except SystemExit as exited:  # argparse's own refusals
-                code = int(exited.code or 0)
-        out, err = capsys.readouterr()
-        return code, out, err, logs
-
-    return run
+    return in_process_opsctl(services, monkeypatch, capsys)
 
 
 def _called(logs: Logs) -> list[str]:

@@ -9,47 +9,30 @@ paused type with 503 ``task_paused`` and a sentence, and the service logs who di
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import pytest
-from structlog.testing import capture_logs
 
-from durable_ops import cli
 from durable_ops.ai_admission.admit import TASK_PAUSED
-from durable_ops.model.scope import Role
 from tests.integration.test_gateway_wording import reads_as_a_sentence
 from tests.support.gateway import bearer, gateway_client, make_app, run
 from tests.support.grpc_services import Services
-from tests.support.keys import key_env
 from tests.support.operations_client import ALICE, BOB, OTHER_TASK, RUNNING, TASK, OpsClient
+from tests.support.opsctl import Logs, Opsctl, in_process_opsctl
 from tests.support.workspace_client import JOB_TEXT, entitle
 
 OPERATOR_NAME = "ops-dana"
 WAIT_SECONDS = 10.0
-Logs = list[MutableMapping[str, Any]]
-Opsctl = Callable[..., tuple[int, str, str, Logs]]
 
 
 @pytest.fixture
 def tasks(
     services: Services, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> Opsctl:
-    """``opsctl tasks …`` in-process against the running service: exit code, output, and
-    the service's log lines."""
-    for name, value in key_env(Role.OPERATOR).items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("OPS_OPERATIONS_TARGET", services.target)
-
-    def run_tasks(*args: str) -> tuple[int, str, str, Logs]:
-        capsys.readouterr()
-        with capture_logs() as logs:
-            code = cli.main(["tasks", *args, "--as", OPERATOR_NAME])
-        out, err = capsys.readouterr()
-        return code, out, err, logs
-
-    return run_tasks
+    """``opsctl tasks …`` as ``OPERATOR_NAME``."""
+    return in_process_opsctl(
+        services, monkeypatch, capsys, before=("tasks",), after=("--as", OPERATOR_NAME)
+    )
 
 
 def _logged(logs: Logs, event: str) -> dict[str, object]:
