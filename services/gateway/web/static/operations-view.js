@@ -4,7 +4,7 @@
 
 import { h, replaceChildren } from "./dom.js";
 import { TERMINAL_STATES, cancelCameTooLate, formatTime, stateLabel, subjectLabel, taskLabel } from "./format.js";
-import { isDevelopmentModel, modelSentence, usageLine } from "./provenance.js";
+import { usageLine } from "./provenance.js";
 import { kindLabel } from "./subjects.js";
 import { task } from "./tasks.js";
 
@@ -117,13 +117,6 @@ function subjectLine(operation, subjectName) {
   ];
 }
 
-// A succeeded operation says which model produced its result, when that is recorded.
-function modelLine(operation) {
-  if (operation.state !== "succeeded" || !operation.provenance?.model) return "";
-  const heuristic = isDevelopmentModel(operation.provenance) ? " It is not an AI assessment." : "";
-  return `${modelSentence(operation.provenance)}${heuristic}`;
-}
-
 export function createCard(operation) {
   const card = h("li", { class: "op", id: operationAnchor(operation.id), dataset: { id: operation.id } });
   card.append(
@@ -136,7 +129,7 @@ export function createCard(operation) {
     h("p", { class: "op__subject" }),
     h("div", { class: "op__progress" }),
     h("p", { class: "op__meta" }),
-    h("p", { class: "op__model", hidden: true }),
+    h("p", { class: "op__usage", hidden: true }),
     h("div", { class: "op__note-slot" }),
     h("p", { class: "op__error", role: "alert", hidden: true }),
     h("div", { class: "op__actions" }),
@@ -157,9 +150,9 @@ export function updateCard(card, operation, handlers, subjectName = null) {
   card.dataset.state = operation.state;
   replaceChildren(card.querySelector(".op__subject"), subjectLine(operation, subjectName), resultLink(operation));
   card.querySelector(".op__meta").textContent = metaLine(operation);
-  const model = card.querySelector(".op__model");
-  model.textContent = [modelLine(operation), usageLine(operation)].filter(Boolean).join(" ");
-  model.hidden = !model.textContent;
+  const usage = card.querySelector(".op__usage");
+  usage.textContent = usageLine(operation);
+  usage.hidden = !usage.textContent;
 
   const slot = card.querySelector(".op__progress");
   const bar = slot.querySelector("progress");
