@@ -24,7 +24,7 @@ from tests.support.gateway import (
     publish,
 )
 from tests.support.grpc_services import Services, metadata
-from tests.support.jobs_page import add_job
+from tests.support.jobs_page import JOBS, add_job
 from tests.support.long_polls import refuse_long_polls
 from tests.support.signin import dev_sign_in
 from tests.support.workspace_client import CV_TEXT, JOB_TEXT, create_job, entitle
@@ -378,3 +378,29 @@ def test_signing_out_in_one_tab_signs_out_a_jobs_tab_at_once(
     other.wait_for_url(ui_gateway.url + "/")
     page.wait_for_url(ui_gateway.url + "/?expired=1", timeout=5_000)  # the keepalive is 15 s
     other.close()
+
+
+def test_a_double_click_adds_one_job_and_one_cv(page: Page, ui_gateway: LiveGateway) -> None:
+    """The second click of a double click lands while the first one's request is on its way:
+    the form sends once."""
+    created: list[str] = []
+    page.on(
+        "request",
+        lambda r: created.append(r.url) if r.method == "POST" and "/api/" in r.url else None,
+    )
+    dev_sign_in(page, ui_gateway.url, "carol")
+    page.goto(f"{ui_gateway.url}/jobs")
+    job_form = page.get_by_role("form", name="Add a job posting")
+    job_form.get_by_label("Title").fill("Engineer")
+    job_form.get_by_label("Description").fill(JOB_TEXT)
+    job_form.get_by_role("button", name="Add job").dblclick()
+    cv_form = page.get_by_role("form", name="Add a CV")
+    cv_form.get_by_label("File name").fill("cv.txt")
+    cv_form.get_by_label("CV text").fill(CV_TEXT)
+    cv_form.get_by_role("button", name="Add CV").dblclick()
+    expect(page.locator("#cvs-heading ~ ol li.item")).to_have_count(1)
+
+    page.reload()  # the lists as stored, after both forms' requests have answered
+    expect(page.locator(JOBS)).to_have_count(1)
+    expect(page.locator("#cvs-heading ~ ol li.item")).to_have_count(1)
+    assert [url.rsplit("/", 1)[1] for url in created] == ["jobs", "attachments"]

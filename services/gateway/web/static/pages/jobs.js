@@ -45,6 +45,27 @@ function showFormError(element, error) {
   element.hidden = !error;
 }
 
+// `send()` on the form's submit, at most once at a time: the second click of a double
+// click (or Enter pressed again) while the first request is on its way would add the
+// job or CV twice. The button says it is busy (aria-disabled keeps its focus, where
+// `disabled` would drop it to the page).
+function onSubmitOnce(form, send) {
+  const button = form.querySelector("button[type=submit]");
+  let sending = false;
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    if (sending) return;
+    sending = true;
+    button.setAttribute("aria-disabled", "true");
+    try {
+      await send();
+    } finally {
+      sending = false;
+      button.removeAttribute("aria-disabled");
+    }
+  });
+}
+
 // The second reference of a task's last run from this browser, per task resource:
 // operations keep it to themselves, so the page remembers the choice it sent.
 const CHOICE_PREFIX = "durable-ops:context:";
@@ -108,8 +129,7 @@ export function mount(main) {
       error,
       h("button", { type: "submit", class: "button" }, "Add job"),
     );
-    form.addEventListener("submit", async (event) => {
-      event.preventDefault();
+    onSubmitOnce(form, async () => {
       if (limit.problem()) {
         description.focus(); // the message under the field says what is wrong
         return;
@@ -141,8 +161,7 @@ export function mount(main) {
       error,
       h("button", { type: "submit", class: "button" }, "Add CV"),
     );
-    form.addEventListener("submit", async (event) => {
-      event.preventDefault();
+    onSubmitOnce(form, async () => {
       if (limit.problem()) {
         text.focus();
         return;
