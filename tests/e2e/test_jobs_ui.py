@@ -189,6 +189,22 @@ def test_cancel_a_running_analysis_shows_cancelling_until_the_worker_stops(
     expect(job.get_by_text("cancel came too late")).to_have_count(0)
 
 
+def test_closing_the_dialog_of_an_analysis_that_ended_leaves_focus_on_its_card(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    job = open_job_with_a_snapshot(page, ui_gateway, ui_services)
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    expect(job.locator(".analysis .state")).to_have_text("Running")
+    job.get_by_role("button", name="Cancel analysis").click()
+    dialog = page.get_by_role("dialog", name="Cancel this analysis?")
+    publish(ui_services, claimed, ANSWER)
+    complete(ui_services, claimed)
+    expect(dialog).to_contain_text("has already finished: there is nothing left to stop.")
+    dialog.get_by_role("button", name="Close").click()
+    expect(dialog).to_have_count(0)
+    expect(job.get_by_role("button", name="Start strategy snapshot")).to_be_focused()
+
+
 def test_a_cancel_after_the_result_was_published_came_too_late(
     page: Page, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
 ) -> None:

@@ -265,6 +265,50 @@ def test_a_cancel_after_the_work_finished_is_said_to_be_too_late(
     expect(late.locator(".op__note")).to_contain_text("The cancel came too late")
 
 
+def test_a_cancel_dialog_whose_operation_ends_says_so_and_focus_stays_on_its_card(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    operation = create_operation(ui_services, "ada", subject=("job", "job-ends"))
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    sign_in(page, ui_gateway, "ada")
+    page.get_by_role("button", name="Cancel Strategy snapshot for job job-ends").click()
+    dialog = page.get_by_role("dialog", name="Cancel this operation?")
+    expect(dialog).to_contain_text("Strategy snapshot for job job-ends will stop.")
+
+    complete(ui_services, claimed)  # it finishes while the question is open
+    expect(dialog).to_contain_text(
+        "Strategy snapshot for job job-ends has already finished: there is nothing left to stop."
+    )
+    expect(dialog.get_by_role("button", name="Cancel operation")).to_have_count(0)
+    close = dialog.get_by_role("button", name="Close")
+    expect(close).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(dialog).to_have_count(0)
+    # The Cancel button it came from is gone: focus goes to what the card offers now.
+    ended = card(page, operation.id)
+    expect(ended.get_by_role("link", name=re.compile("^View result"))).to_be_focused()
+    expect(ended.locator(".op__error")).to_be_hidden()
+
+
+def test_an_operation_that_ends_under_the_keyboard_keeps_focus_on_its_card(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    failing = create_operation(ui_services, "ada", subject=("job", "job-fails"), max_attempts=1)
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    sign_in(page, ui_gateway, "ada")
+    page.get_by_role("button", name="Cancel Strategy snapshot for job job-fails").focus()
+    fail(ui_services, claimed)
+    expect(card(page, failing.id).locator(".state")).to_have_text("Failed")
+    expect(page.get_by_role("button", name="Retry Strategy snapshot for job job-fails")).to_be_focused()
+
+    done = create_operation(ui_services, "ada", subject=("job", "job-done"))
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    page.get_by_role("button", name="Cancel Strategy snapshot for job job-done").focus()
+    complete(ui_services, claimed)
+    link = card(page, done.id).get_by_role("link", name=re.compile("^View result"))
+    expect(link).to_be_focused()
+
+
 def test_the_page_works_from_the_keyboard_on_a_phone(
     browser: Browser, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
 ) -> None:

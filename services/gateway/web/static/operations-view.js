@@ -167,8 +167,17 @@ export function updateCard(card, operation, handlers, subjectName = null) {
   if (signature !== previous) {
     card.dataset.signature = signature;
     replaceChildren(card.querySelector(".op__note-slot"), noteOf(operation));
-    replaceChildren(card.querySelector(".op__actions"), buttons(operation, fullName, handlers));
+    const actions = card.querySelector(".op__actions");
+    const hadFocus = actions.contains(document.activeElement);
+    replaceChildren(actions, buttons(operation, fullName, handlers));
+    if (hadFocus) focusTarget(card).focus(); // the focused button went: not to the page
   }
+}
+
+// Where focus goes when the focused button of a card goes away (its operation ended, or
+// a dialog closed after it did): the card's next action, else its result, else its heading.
+export function focusTarget(card) {
+  return card.querySelector(".op__actions button") ?? card.querySelector(".op__result") ?? card.querySelector(".op__title");
 }
 
 export function showCardError(card, message) {

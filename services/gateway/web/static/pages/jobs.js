@@ -13,7 +13,7 @@
 // /operations; a cancel dialog whose analysis ends while it is open says so.
 
 import { api, post, put } from "../api.js";
-import { confirmDialog } from "../dialog.js";
+import { cancelDialogs } from "../dialog.js";
 import { h, replaceChildren } from "../dom.js";
 import { createAnalysisView, isActive, isLiveAnswer } from "../analysis-view.js";
 import { notificationsChanged } from "../events.js";
@@ -93,6 +93,7 @@ export function mount(main) {
   const analyses = new Map(); // path -> {view, active, live, looks, over, operationId}
   const choices = new Map(); // path -> the second reference chosen here: kept across redraws
   const rows = { job: [], attachment: [] }; // the caller's jobs and CVs, by subject kind
+  const cancels = cancelDialogs(); // keyed by analysis entry
 
   replaceChildren(
     main,
@@ -196,11 +197,10 @@ export function mount(main) {
       noticeUntilEnd: false, // the notice is about the run under way (a retry's)
       rendered: false, // the card has shown its first answer
       earlier: null, // a past run's result to show once the card has loaded
-      dialogEnded: null, // tells an open cancel dialog its analysis ended
     });
     const name = `${task.label} for ${subjectName}`;
     entry.view = createAnalysisView(slot, taskType, {
-      onCancel: (operation) => cancelAnalysis(entry, operation, name, error),
+      onCancel: (operation) => cancelAnalysis(entry, operation, name, error, () => start),
       onRetry: (operation) => retryAnalysis(entry, operation, error),
       focusFallback: () => start,
     });
@@ -238,19 +238,16 @@ export function mount(main) {
   // at its next checkpoint, and the page looks again at once.
   // While the dialog is open the analysis may end (it finishes, or another tab cancels
   // it): the dialog then says so and offers only to close, and a confirm that crossed
-  // the end on its way (409) reads as what it is, not as an error.
-  async function cancelAnalysis(entry, operation, name, error) {
-    const ended = new AbortController();
-    entry.dialogEnded = () => ended.abort();
-    const confirmed = await confirmDialog({
+  // the end on its way (409) reads as what it is, not as an error. Its Cancel button
+  // gone with the end, focus goes back to `focusFallback()`.
+  async function cancelAnalysis(entry, operation, name, error, focusFallback) {
+    const confirmed = await cancels.confirm(entry, {
+      name,
       title: "Cancel this analysis?",
       message: `${name} will stop. An analysis that is already running stops at its next checkpoint.`,
       confirmLabel: "Stop analysis",
-      cancelLabel: "Keep running",
-      signal: ended.signal,
-      endedMessage: `${name} has already finished: there is nothing left to stop.`,
+      focusFallback,
     });
-    entry.dialogEnded = null;
     if (!confirmed) return;
     showNotice(entry, "");
     let updated = null;
@@ -292,7 +289,7 @@ export function mount(main) {
 
   // An analysis seen ending: a cancel dialog open for it says so.
   function sawEnd(entry) {
-    entry.dialogEnded?.();
+    cancels.ended(entry);
   }
 
   // Whether the long-poll saw `operation` end as it is now and has loaded the result

@@ -2,14 +2,14 @@
 // few seconds; every half second while a live one is shown that neither the tab's
 // event stream (live.js) nor a long-poll follows: follow.js follows a few without
 // the stream, which answer the moment they move), with cancel
-// (confirmed) and retry; the notification list beside them. Each names its subject
+// (confirmed; a dialog whose operation ends while it is open says so) and retry; the notification list beside them. Each names its subject
 // (read from the workspace); /operations#operation-<id> scrolls to and highlights
 // one, shown above the list when the list does not hold it. The bell leads to
 // /operations#notifications: the notifications come first (on a phone, above the
 // operations; on a wide screen they keep their column) and focus moves to them.
 
 import { api, post } from "../api.js";
-import { confirmDialog } from "../dialog.js";
+import { cancelDialogs } from "../dialog.js";
 import { h, replaceChildren } from "../dom.js";
 import { notificationsChanged } from "../events.js";
 import { createFollower } from "../follow.js";
@@ -17,7 +17,7 @@ import { highlight } from "../highlight.js";
 import { LIVE_OPERATION, liveOpen } from "../live.js";
 import { TERMINAL_STATES, cancelCameTooLate, isLive, stateLabel } from "../format.js";
 import { mountNotifications } from "../notifications-view.js";
-import { createCard, operationAnchor, operationName, showCardError, updateCard } from "../operations-view.js";
+import { createCard, focusTarget, operationAnchor, operationName, showCardError, updateCard } from "../operations-view.js";
 import { visiblePoller } from "../poller.js";
 import { nameFrom, subjectNames } from "../subjects.js";
 
@@ -76,6 +76,7 @@ export function mount(main) {
   let target = targetFromHash(); // an operation a link asked for
   let targetShown = false;
   const cancelling = new Map(); // id -> name: cancels asked for here, until they end
+  const cancels = cancelDialogs(); // keyed by operation id
 
   replaceChildren(
     main,
@@ -128,6 +129,17 @@ export function mount(main) {
 
   function describe(operation) {
     return operationName(operation, nameFrom(names, operation.subject));
+  }
+
+  // Every card shows an operation through here: one seen ending tells a cancel dialog
+  // open for it, which then says so.
+  function showOnCard(card, operation) {
+    updateCard(card, operation, handlers, nameFrom(names, operation.subject));
+    if (TERMINAL_STATES.has(operation.state)) cancels.ended(operation.id);
+  }
+
+  function cardOf(operationId) {
+    return cards.get(operationId) ?? detail.querySelector(`li.op[data-id="${CSS.escape(operationId)}"]`);
   }
 
   function showPlaceholder(kind, ...content) {
@@ -188,7 +200,7 @@ export function mount(main) {
           card = createCard(operation);
           cards.set(operation.id, card);
         }
-        updateCard(card, operation, handlers, nameFrom(names, operation.subject));
+        showOnCard(card, operation);
         if (list.children[index] !== card) list.insertBefore(card, list.children[index] ?? null);
       });
       for (const [id, card] of cards) {
@@ -266,7 +278,7 @@ export function mount(main) {
       card = createCard(operation);
       replaceChildren(detail, card);
     }
-    updateCard(card, operation, handlers, nameFrom(names, operation.subject));
+    showOnCard(card, operation);
     detail.hidden = false;
     if (!targetShown) highlight(card);
     targetShown = true;
@@ -306,20 +318,27 @@ export function mount(main) {
     }
   }
 
+  // As on /jobs: confirmed first; a dialog whose operation ends while it is open says
+  // so, and a confirm that crossed the end on its way (409) reads as what it is.
   async function cancelOperation(operation) {
     const name = describe(operation);
-    const confirmed = await confirmDialog({
+    const confirmed = await cancels.confirm(operation.id, {
+      name,
       title: "Cancel this operation?",
       message: `${name} will stop. Work that is already running stops at its next checkpoint.`,
       confirmLabel: "Cancel operation",
-      cancelLabel: "Keep running",
+      focusFallback: () => {
+        const card = cardOf(operation.id);
+        return card ? focusTarget(card) : null;
+      },
     });
     if (!confirmed) return;
+    const tooLate = `${name} had already finished: there was nothing left to stop.`;
     await act(operation, "cancel", (updated) => {
       if (TERMINAL_STATES.has(updated.state)) return cancelOutcome(name, updated);
       cancelling.set(updated.id, name);
       return `Cancel requested for ${name}.`;
-    });
+    }, tooLate);
   }
 
   async function retryOperation(operation) {
@@ -327,19 +346,20 @@ export function mount(main) {
     if (await act(operation, "retry", () => `${describe(operation)} queued again.`)) notificationsChanged();
   }
 
-  async function act(operation, action, message) {
-    const card = cards.get(operation.id) ?? detail.querySelector(`li.op[data-id="${CSS.escape(operation.id)}"]`);
+  // `conflict` is what a 409 means for this action: the operation was not in a state for it.
+  async function act(operation, action, message, conflict = "This operation's state changed; the list is updated.") {
+    const card = cardOf(operation.id);
     try {
       const updated = await post(`/api/operations/${encodeURIComponent(operation.id)}/${action}`);
       if (card) {
         showCardError(card, "");
-        updateCard(card, updated, handlers, nameFrom(names, updated.subject));
+        showOnCard(card, updated);
         card.querySelector(".op__actions button, .op__title")?.focus?.();
       }
       announcer.textContent = message(updated);
       return true;
     } catch (error) {
-      const text = error.status === 409 ? "This operation's state changed; the list is updated." : error.message;
+      const text = error.status === 409 ? conflict : error.message;
       if (card) showCardError(card, text);
       return false;
     } finally {
@@ -393,7 +413,7 @@ export function mount(main) {
   const follower = createFollower({
     onMove(operation) {
       const card = cards.get(operation.id);
-      if (card) updateCard(card, operation, handlers, nameFrom(names, operation.subject));
+      if (card) showOnCard(card, operation);
     },
     onEnd() {
       poller.refresh();
@@ -412,8 +432,9 @@ export function mount(main) {
   function showChange(operation) {
     const shown = cards.get(operation.id);
     if (shown && !TERMINAL_STATES.has(operation.state)) {
-      updateCard(shown, operation, handlers, nameFrom(names, operation.subject));
+      showOnCard(shown, operation);
     } else {
+      if (TERMINAL_STATES.has(operation.state)) cancels.ended(operation.id); // before the list reloads
       poller.refresh();
     }
   }
