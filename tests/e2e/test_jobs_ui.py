@@ -4,6 +4,7 @@ cancel it (in time, or too late), and the poll's pace while it is live."""
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -377,6 +378,38 @@ def test_past_the_daily_budget_the_page_says_when_it_renews(
     # The 429's own sentence, without "try again in 40,000 s".
     expect(job.get_by_role("alert")).to_have_text(
         "Your daily AI budget is used up; it renews at 00:00 UTC."
+    )
+
+
+def complete_having_used(services: Services, claimed: Claimed, tokens: int) -> None:
+    """What the worker SDK sends at the end: the outcome with what the model counted."""
+    used = ops_pb.Usage(prompt_tokens=tokens - 100, completion_tokens=100, model_ms=900)
+    item = ops_pb.SettleOperationsRequest.Item(owner_id=claimed.owner, usage=used)
+    item.complete.operation_id, item.complete.lease_token = (
+        claimed.operation_id,
+        claimed.lease_token,
+    )
+    reply = services.operations.SettleOperations(
+        ops_pb.SettleOperationsRequest(items=[item]), metadata=metadata(Role.WORKER)
+    )
+    assert not reply.outcomes[0].status_code, reply.outcomes[0].error_code
+
+
+def test_the_token_line_follows_an_analysis_and_tells_reserved_from_used(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    job = open_job_with_a_snapshot(page, ui_gateway, ui_services)
+    budget = page.locator("#ai-budget")
+    # Running analyses hold a reservation: not spent, and not said to be.
+    expect(budget).to_have_text(
+        re.compile(r"^0 used and [1-9][\d,]* reserved of 100,000 tokens today; the budget renews")
+    )
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    publish(ui_services, claimed, ANSWER)
+    complete_having_used(ui_services, claimed, 590)
+    expect(job.get_by_text("Fit: 82")).to_be_visible()
+    expect(budget).to_have_text(
+        "590 of 100,000 tokens used today; the budget renews at 00:00 UTC."
     )
 
 

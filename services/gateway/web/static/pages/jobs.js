@@ -16,7 +16,7 @@ import { api, post, put } from "../api.js";
 import { cancelDialogs } from "../dialog.js";
 import { h, replaceChildren } from "../dom.js";
 import { createAnalysisView, isActive, isLiveAnswer } from "../analysis-view.js";
-import { notificationsChanged } from "../events.js";
+import { budgetChanged, notificationsChanged } from "../events.js";
 import { createFollower } from "../follow.js";
 import { TERMINAL_STATES, formatNumber, isLive } from "../format.js";
 import { highlight } from "../highlight.js";
@@ -214,6 +214,7 @@ export function mount(main) {
         await post(path, { json: body, headers: { "Idempotency-Key": `${taskType}-${path}-${Date.now()}` } });
         keepChoice(path, choice);
         showFormError(error, null);
+        budgetChanged(); // its reservation is taken
         lookAgain(entry); // shows the new analysis now, then polls at its pace
       } catch (failure) {
         // A spent daily budget's sentence says when it renews; seconds to midnight would not help.
@@ -280,6 +281,7 @@ export function mount(main) {
       entry.noticeUntilEnd = true; // the run's end is the news it promised
       entry.view.showOperation(updated);
       notificationsChanged(); // the bell counts one notice fewer
+      budgetChanged(); // runs again: the budget line reads again, as after a start
     } catch (failure) {
       showFormError(error, failure);
     } finally {
@@ -471,9 +473,11 @@ export function mount(main) {
       entry.earlier = null;
     }
     if (entry.active && !liveOpen()) follower.follow(answer.operation);
-    // Seen reaching its end here: its notification is new, so the bell looks now.
+    // Seen reaching its end here: its notification is new, so the bell looks now; its
+    // reservation is settled into what it spent.
     if (wasActive && entry.over) {
       notificationsChanged();
+      budgetChanged();
       if (entry.noticeUntilEnd) showNotice(entry, "");
       entry.noticeUntilEnd = false;
     }
