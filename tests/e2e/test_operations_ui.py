@@ -309,6 +309,18 @@ def test_an_operation_that_ends_under_the_keyboard_keeps_focus_on_its_card(
     expect(link).to_be_focused()
 
 
+def test_each_result_link_names_its_operation(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    for job in ("job-a", "job-b"):
+        create_operation(ui_services, "ada", subject=("job", job))
+        complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
+    sign_in(page, ui_gateway, "ada")
+    for job in ("job-a", "job-b"):
+        name = f"View result: Strategy snapshot for job {job}"
+        expect(page.get_by_role("link", name=name, exact=True)).to_be_visible()
+
+
 def test_the_page_works_from_the_keyboard_on_a_phone(
     browser: Browser, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
 ) -> None:

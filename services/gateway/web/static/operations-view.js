@@ -85,9 +85,10 @@ export function resultHref(operation) {
   return `/jobs?result=${encodeURIComponent(operation.id)}#${known.subject.name}-${encodeURIComponent(operation.subject.id)}`;
 }
 
-function resultLink(operation) {
+// Named after its operation: a list of links all called "View result" tells nothing apart.
+function resultLink(operation, fullName) {
   const href = resultHref(operation);
-  return href ? h("a", { class: "op__result", href }, "View result") : null;
+  return href ? h("a", { class: "op__result", href, "aria-label": `View result: ${fullName}` }, "View result") : null;
 }
 
 // "Strategy snapshot for Platform engineer at Acme" (or "… for job job-42").
@@ -148,7 +149,7 @@ export function updateCard(card, operation, handlers, subjectName = null) {
   state.textContent = stateLabel(operation);
   state.className = `state state--${operation.cancel_requested && !TERMINAL_STATES.has(operation.state) ? "cancelling" : operation.state}`;
   card.dataset.state = operation.state;
-  replaceChildren(card.querySelector(".op__subject"), subjectLine(operation, subjectName), resultLink(operation));
+  replaceChildren(card.querySelector(".op__subject"), subjectLine(operation, subjectName), resultLink(operation, fullName));
   card.querySelector(".op__meta").textContent = metaLine(operation);
   const usage = card.querySelector(".op__usage");
   usage.textContent = usageLine(operation);
