@@ -342,6 +342,20 @@ def test_without_pro_the_refusal_is_shown(page: Page, ui_gateway: LiveGateway) -
     expect(job.get_by_role("alert")).to_contain_text("Pro")
 
 
+def test_help_text_describes_its_field_and_is_no_part_of_its_name(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    entitle(ui_services.db, "dana")
+    dev_sign_in(page, ui_gateway.url, "dana")
+    page.goto(f"{ui_gateway.url}/jobs")
+    privacy = page.get_by_role("combobox", name="Privacy", exact=True)
+    expect(privacy).to_have_accessible_description(
+        "External models see your text only when you allow it."
+    )
+    cv_text = page.get_by_role("textbox", name="CV text", exact=True)
+    expect(cv_text).to_have_accessible_description(re.compile("^Paste the text of your CV\\."))
+
+
 def test_a_page_whose_module_did_not_load_says_so_and_offers_a_reload(
     page: Page, ui_gateway: LiveGateway
 ) -> None:

@@ -10,6 +10,7 @@ import { api, put } from "./api.js";
 import { confirmDialog } from "./dialog.js";
 import { h, replaceChildren } from "./dom.js";
 import { BUDGET_CHANGED } from "./events.js";
+import { field } from "./fields.js";
 import { formatNumber } from "./format.js";
 
 function currentUser() {
@@ -74,13 +75,7 @@ function privacyField(settings, save) {
     h("option", { value: "external_allowed", selected: settings.privacy === "external_allowed" }, "External model allowed"),
   );
   privacy.addEventListener("change", () => save({ privacy: privacy.value }, () => (privacy.value = settings.privacy)));
-  return h(
-    "label",
-    { class: "field" },
-    h("span", { class: "field__label" }, "Privacy"),
-    privacy,
-    h("span", { class: "hint" }, "External models see your text only when you allow it."),
-  );
+  return field("Privacy", privacy, "External models see your text only when you allow it.");
 }
 
 export async function mountAiSettings(slot) {

@@ -17,6 +17,7 @@ import { cancelDialogs } from "../dialog.js";
 import { h, replaceChildren } from "../dom.js";
 import { createAnalysisView, isActive, isLiveAnswer } from "../analysis-view.js";
 import { budgetChanged, notificationsChanged } from "../events.js";
+import { field } from "../fields.js";
 import { createFollower } from "../follow.js";
 import { TERMINAL_STATES, formatNumber, isLive } from "../format.js";
 import { highlight } from "../highlight.js";
@@ -31,10 +32,6 @@ export const ANALYSIS_LIVE_POLL_MS = 500;
 // The server's bounds (model/bounds.py): JOB_DESCRIPTION_MAX and ATTACHMENT_TEXT_MAX.
 const JOB_DESCRIPTION_MAX = 20000;
 const CV_TEXT_MAX = 200000;
-
-function field(label, control, hint) {
-  return h("label", { class: "field" }, h("span", { class: "field__label" }, label), control, hint ? h("span", { class: "hint" }, hint) : null);
-}
 
 function formError() {
   return h("p", { class: "form-error", role: "alert", hidden: true });
