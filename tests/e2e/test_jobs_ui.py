@@ -356,6 +356,23 @@ def test_help_text_describes_its_field_and_is_no_part_of_its_name(
     expect(cv_text).to_have_accessible_description(re.compile("^Paste the text of your CV\\."))
 
 
+def test_the_field_the_server_refused_is_marked_invalid_until_it_is_edited(
+    page: Page, ui_gateway: LiveGateway
+) -> None:
+    dev_sign_in(page, ui_gateway.url, "carol")
+    page.goto(f"{ui_gateway.url}/jobs")
+    form = page.get_by_role("form", name="Add a job posting")
+    form.get_by_label("Title").fill("Engineer")
+    description = form.get_by_label("Description")
+    description.fill("   ")  # passes `required`; the server finds nothing in it
+    form.get_by_role("button", name="Add job").click()
+    expect(form.get_by_role("alert")).to_have_text("Description must not be empty.")
+    expect(description).to_have_attribute("aria-invalid", "true")
+    expect(form.get_by_label("Title")).not_to_have_attribute("aria-invalid", "true")
+    description.press_sequentially("Python")
+    expect(description).to_have_attribute("aria-invalid", "false")
+
+
 def test_a_page_whose_module_did_not_load_says_so_and_offers_a_reload(
     page: Page, ui_gateway: LiveGateway
 ) -> None:

@@ -17,7 +17,7 @@ import { cancelDialogs } from "../dialog.js";
 import { h, replaceChildren } from "../dom.js";
 import { createAnalysisView, isActive, isLiveAnswer } from "../analysis-view.js";
 import { budgetChanged, notificationsChanged } from "../events.js";
-import { field } from "../fields.js";
+import { field, markRefusedField } from "../fields.js";
 import { createFollower } from "../follow.js";
 import { TERMINAL_STATES, formatNumber, isLive } from "../format.js";
 import { highlight } from "../highlight.js";
@@ -140,6 +140,7 @@ export function mount(main) {
         await load();
       } catch (failure) {
         showFormError(error, failure);
+        markRefusedField(form, failure);
       }
     });
     return form;
@@ -173,6 +174,7 @@ export function mount(main) {
         await load();
       } catch (failure) {
         showFormError(error, failure);
+        markRefusedField(form, failure);
       }
     });
     return form;
