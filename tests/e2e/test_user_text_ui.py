@@ -1,7 +1,8 @@
 """User text the layout did not expect, in a real browser: a job title of 200 letters
 without a space, a file name of 255, on a wide screen and on a 375-px phone. Each
 stays in its card and wraps there; nothing pushes the page sideways, a state badge
-off the screen or a button's label out of its button."""
+off the screen or a button's label out of its button. A right-to-left name (an Arabic
+file name) is laid out right to left wherever it shows."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ Screenshot = Callable[[Page, str], Path]
 LONG_TITLE = "Principal" + "X" * 191  # JOB_TITLE_MAX, and not one place to break a line
 LONG_COMPANY = "Acme" + "Y" * 196
 LONG_FILENAME = "cv-" + "Z" * 248 + ".txt"  # ATTACHMENT_FILENAME_MAX
+ARABIC_FILENAME = "السيرة الذاتية.txt"
 PHONE = {"width": 375, "height": 812}
 CARDS = "li.op, li.item, li.note"
 ANSWER = {
@@ -121,3 +123,30 @@ def test_long_names_wrap_inside_their_cards_on_a_phone(
         screenshot(page, "93-long-names-jobs-phone")
     finally:
         context.close()
+
+
+def direction(page: Page, selector: str) -> str:
+    return str(page.locator(selector).first.evaluate("element => getComputedStyle(element).direction"))
+
+
+def test_a_right_to_left_name_is_laid_out_right_to_left(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    entitle(ui_services.db, "ada")
+    cv = ui_services.workspace.CreateAttachment(
+        workspace_pb.CreateAttachmentRequest(kind="cv", filename=ARABIC_FILENAME, text=CV_TEXT),
+        metadata=metadata(Role.GATEWAY, "ada"),
+    )
+    create_operation(ui_services, "ada", task_type="cv.review", subject=("attachment", cv.id))
+    complete(ui_services, claim(ui_services, ["cv.review"]))  # its notification names it too
+
+    dev_sign_in(page, ui_gateway.url, "ada")
+    expect(page.locator("li.op .op__subject-name")).to_have_text(ARABIC_FILENAME)
+    assert direction(page, "li.op .op__subject-name") == "rtl"
+    name_in_note = page.locator("li.note .note__about [dir='auto']")
+    expect(name_in_note).to_have_text(ARABIC_FILENAME)
+    assert direction(page, "li.note .note__about [dir='auto']") == "rtl"
+
+    page.goto(f"{ui_gateway.url}/jobs")
+    expect(page.get_by_role("heading", name=ARABIC_FILENAME)).to_be_visible()
+    assert direction(page, f"#attachment-{cv.id} h3") == "rtl"

@@ -108,7 +108,7 @@ function subjectLine(operation, subjectName) {
     return [
       h("span", { class: "op__subject-type" }, `${kind.charAt(0).toUpperCase()}${kind.slice(1)}:`),
       " ",
-      h("strong", { class: "op__subject-name" }, subjectName),
+      h("strong", { class: "op__subject-name", dir: "auto" }, subjectName), // user text: its own direction
     ];
   }
   return [

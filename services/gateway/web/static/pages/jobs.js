@@ -327,7 +327,7 @@ export function mount(main) {
       "select",
       { "aria-label": `${label} to compare with` },
       h("option", { value: "" }, `Without a ${kind.label}`),
-      rows[kind.name].map((row) => h("option", { value: row.id, selected: row.id === chosen }, rowName(kind.name, row))),
+      rows[kind.name].map((row) => h("option", { value: row.id, selected: row.id === chosen, dir: "auto" }, rowName(kind.name, row))),
     );
   }
 
@@ -405,6 +405,8 @@ export function mount(main) {
     return h("a", { href: `#${formId}`, onclick: go }, text);
   }
 
+  // User text (a title, a file name) sets its own direction (dir="auto"): an Arabic
+  // file name reads right to left.
   function renderJobs() {
     replaceChildren(
       jobList,
@@ -414,13 +416,13 @@ export function mount(main) {
             h(
               "li",
               { class: "item", id: `job-${job.id}` },
-              h("h3", {}, job.title),
-              job.company ? h("p", { class: "hint" }, job.company) : null,
+              h("h3", { dir: "auto" }, job.title),
+              job.company ? h("p", { class: "hint", dir: "auto" }, job.company) : null,
               h(
                 "details",
                 { class: "item__description" },
                 h("summary", {}, "Description"),
-                h("div", { class: "item__description-text" }, job.description),
+                h("div", { class: "item__description-text", dir: "auto" }, job.description),
               ),
               analysisBlocks("job", job),
             ),
@@ -437,7 +439,7 @@ export function mount(main) {
             h(
               "li",
               { class: "item", id: `attachment-${cv.id}` },
-              h("h3", {}, cv.filename),
+              h("h3", { dir: "auto" }, cv.filename),
               h("p", { class: "hint" }, `${formatNumber(cv.text_length)} characters`),
               analysisBlocks("attachment", cv),
             ),
