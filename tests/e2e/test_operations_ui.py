@@ -511,6 +511,31 @@ def test_with_the_event_stream_open_the_bell_does_not_poll(
     assert len(unread) == 1, unread
 
 
+# ---- the shell ------------------------------------------------------------------------------
+
+
+def test_an_unknown_page_is_a_page_while_the_api_keeps_its_problem_json(
+    page: Page, ui_gateway: LiveGateway, screenshot: Screenshot
+) -> None:
+    answer = page.goto(f"{ui_gateway.url}/nope")
+    assert answer is not None
+    assert answer.status == 404
+    assert answer.headers["content-type"].startswith("text/html")
+    expect(page.get_by_role("heading", name="Page not found")).to_be_visible()
+    expect(page.get_by_role("link", name="Go to durable-ops")).to_have_attribute("href", "/")
+    screenshot(page, "15-page-not-found")
+
+    html_asked = {"Accept": "text/html"}
+    api = page.request.get(f"{ui_gateway.url}/api/nope", headers=html_asked)
+    assert api.status == 404
+    assert api.headers["content-type"].startswith("application/problem+json")
+    assert api.json()["code"] == "not_found"
+
+    icon = page.request.get(f"{ui_gateway.url}/favicon.ico")
+    assert icon.status == 200
+    assert icon.headers["content-type"].startswith("image/svg+xml")
+
+
 # ---- loading, empty and error states ------------------------------------------------------
 
 
