@@ -373,6 +373,16 @@ def test_the_field_the_server_refused_is_marked_invalid_until_it_is_edited(
     expect(description).to_have_attribute("aria-invalid", "false")
 
 
+def test_a_result_link_to_no_result_of_the_users_says_so(
+    page: Page, ui_gateway: LiveGateway
+) -> None:
+    dev_sign_in(page, ui_gateway.url, "carol")
+    page.goto(f"{ui_gateway.url}/jobs?result=no-such-operation")
+    expect(page.get_by_role("alert")).to_have_text(
+        "The result you opened is not among yours, or no longer kept."
+    )
+
+
 def test_a_page_whose_module_did_not_load_says_so_and_offers_a_reload(
     page: Page, ui_gateway: LiveGateway
 ) -> None:

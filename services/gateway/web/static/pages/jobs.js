@@ -91,10 +91,12 @@ export function mount(main) {
   const choices = new Map(); // path -> the second reference chosen here: kept across redraws
   const rows = { job: [], attachment: [] }; // the caller's jobs and CVs, by subject kind
   const cancels = cancelDialogs(); // keyed by analysis entry
+  const linkNotice = h("p", { class: "notice", role: "alert", hidden: true }); // a link's result not shown
 
   replaceChildren(
     main,
     h("div", { class: "page-head" }, h("h1", {}, "Jobs")),
+    linkNotice,
     h(
       "div",
       { class: "layout" },
@@ -354,7 +356,8 @@ export function mount(main) {
   }
 
   // "View result" on a past run (/jobs?result=<operation id>#job-<id>): that run's own
-  // result, on its card, once per link; a result no longer kept says so there.
+  // result, on its card, once per link; a result no longer kept says so there, and one
+  // with no card to show it on says so at the top, as /operations does for its links.
   let shownResult = "";
   async function showLinkedResult() {
     const operationId = new URLSearchParams(window.location.search).get("result");
@@ -368,13 +371,22 @@ export function mount(main) {
       const path = target ? tasksFor(target[1]).map((known) => taskPath(known, decodeURIComponent(target[2])))[0] : null;
       const entry = path ? analyses.get(path) : null;
       if (entry) showNotice(entry, failure.status === 404 ? "That run's result is no longer kept: each analysis keeps its newest 20 results." : failure.message);
+      else showLinkNotice(failure.status === 404 ? "The result you opened is not among yours, or no longer kept." : `The result you opened could not be loaded. ${failure.message}`);
       return;
     }
     const known = taskNamed(result.task_type);
     const entry = known ? analyses.get(taskPath(known, result.subject.id)) : null;
-    if (!entry) return;
+    if (!entry) {
+      showLinkNotice("The result you opened is of a job or CV not listed here.");
+      return;
+    }
     if (entry.rendered) openLinked(entry, result);
     else entry.earlier = result; // shown once the card has loaded
+  }
+
+  function showLinkNotice(text) {
+    linkNotice.textContent = text;
+    linkNotice.hidden = false;
   }
 
   // The linked run's result on its card, brought into view: the card was scrolled to
