@@ -682,6 +682,29 @@ def test_a_live_operation_is_followed_by_the_event_stream_while_the_list_polls_s
     expect(running.locator(".state")).to_have_text("Succeeded", timeout=1000)
 
 
+def test_with_the_stream_open_and_nothing_live_the_list_does_not_poll(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    finished = create_operation(ui_services, "ada", subject=("job", "job-quiet"))
+    complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
+    polls = count_requests(page, "/api/operations")
+    streams: list[str] = []
+    page.on("response", lambda r: streams.append(r.url) if r.url.endswith("/api/events") else None)
+    page.clock.install()
+    sign_in(page, ui_gateway, "ada")
+    expect(card(page, finished.id).locator(".state")).to_have_text("Succeeded")
+    wait_for_count(page, streams, 1)  # the stream answered: it is open
+    page.wait_for_timeout(300)
+    settled = len(polls)
+    page.clock.run_for(10_000)  # five idle polls' time
+    page.wait_for_timeout(300)
+    assert len(polls) == settled, polls
+
+    # What the stream tells still shows at once.
+    queued = create_operation(ui_services, "ada", subject=("job", "job-new"))
+    expect(card(page, queued.id).locator(".state")).to_have_text("Queued", timeout=2000)
+
+
 def wait_until_heard(page: Page, progress: int) -> None:
     """Until the page's stream told it of this progress (``window.heard``). Asked from here:
     the page's CSP refuses the evaluated predicate ``wait_for_function`` polls with."""

@@ -1,7 +1,8 @@
 // /operations: the caller's operations, refreshed while the page is shown (every
 // few seconds; every half second while a live one is shown that neither the tab's
 // event stream (live.js) nor a long-poll follows: follow.js follows a few without
-// the stream, which answer the moment they move), with cancel
+// the stream, which answer the moment they move; not at all while the stream is open
+// and nothing shown is live: the stream tells every change), with cancel
 // (confirmed; a dialog whose operation ends while it is open says so) and retry; the notification list beside them. Each names its subject
 // (read from the workspace); /operations#operation-<id> scrolls to and highlights
 // one, shown above the list when the list does not hold it. The bell leads to
@@ -156,7 +157,7 @@ export function mount(main) {
   }
 
   function showError(error) {
-    const retry = h("button", { type: "button", class: "button", onclick: () => poller.refresh() }, "Retry");
+    const retry = h("button", { type: "button", class: "button", onclick: () => lookNow() }, "Retry");
     if (!loaded) {
       list.hidden = true;
       showPlaceholder(
@@ -290,6 +291,38 @@ export function mount(main) {
   // of an operation it does not show, is shown or asks for another poll.
   let heardWhileLoading = null;
 
+  // While the tab's stream is open it tells every change, so the list loads only when
+  // asked (a change heard, even while hidden; an action; a filter) or while it shows
+  // live work; without the stream it polls as ever. A failed load is asked for again.
+  let loadWanted = true;
+  let showsLive = false;
+
+  function lookNow() {
+    loadWanted = true;
+    poller.refresh();
+  }
+
+  async function tick() {
+    if (!loadWanted && !showsLive && liveOpen()) return OPERATIONS_POLL_MS;
+    loadWanted = false;
+    return load();
+  }
+
+  // A look when names that took long have come: the list never waits on them.
+  async function namesOf(items) {
+    const naming = subjectNames(items.map((operation) => operation.subject));
+    let late = false;
+    const waited = new Promise((resolve) =>
+      setTimeout(() => {
+        late = true;
+        resolve(names);
+      }, NAMES_WAIT_MS),
+    );
+    const found = await Promise.race([naming, waited]);
+    if (late) naming.then(lookNow, () => {});
+    return found;
+  }
+
   // One poll; answers the delay before the next: short while any shown operation is live.
   async function load() {
     const query = new URLSearchParams({ page_size: String(limit) });
@@ -297,9 +330,7 @@ export function mount(main) {
     heardWhileLoading = [];
     try {
       const page = await api(`/api/operations?${query}`);
-      // Names that take long arrive with a later poll: the list never waits on them.
-      const naming = subjectNames(page.items.map((operation) => operation.subject));
-      names = await Promise.race([naming, new Promise((resolve) => setTimeout(() => resolve(names), NAMES_WAIT_MS))]);
+      names = await namesOf(page.items);
       render(page);
       await showTarget(page.items);
       const loaded = new Map(page.items.map((operation) => [operation.id, operation.updated_at]));
@@ -307,11 +338,13 @@ export function mount(main) {
         const shown = loaded.get(operation.id); // fixed-width RFC 3339: the text orders as the time
         if (shown === undefined || operation.updated_at > shown) showChange(operation);
       }
+      showsLive = page.items.some(isLive);
       const streamed = liveOpen();
       const unfollowed = page.items.filter((operation) => isLive(operation) && !streamed && !follower.follow(operation));
       return unfollowed.length > 0 ? OPERATIONS_LIVE_POLL_MS : OPERATIONS_POLL_MS;
     } catch (error) {
       showError(error);
+      loadWanted = true;
       return OPERATIONS_POLL_MS;
     } finally {
       heardWhileLoading = null; // after a failure the next poll reads them all
@@ -363,7 +396,7 @@ export function mount(main) {
       if (card) showCardError(card, text);
       return false;
     } finally {
-      poller.refresh();
+      lookNow();
     }
   }
 
@@ -375,7 +408,7 @@ export function mount(main) {
     limit = PAGE_STEP;
     loaded = false;
     section.setAttribute("aria-busy", "true");
-    poller.refresh();
+    lookNow();
   }
 
   function chooseFilter(state) {
@@ -401,11 +434,11 @@ export function mount(main) {
     if (window.location.hash === NOTIFICATIONS_HASH) showNotifications();
     target = targetFromHash();
     targetShown = false;
-    poller.refresh();
+    lookNow();
   });
   more.addEventListener("click", () => {
     limit = Math.min(PAGE_MAX, limit + PAGE_STEP);
-    poller.refresh();
+    lookNow();
   });
 
   // A move is shown on its card at once; the end reloads the list (its notification,
@@ -416,10 +449,10 @@ export function mount(main) {
       if (card) showOnCard(card, operation);
     },
     onEnd() {
-      poller.refresh();
+      lookNow();
     },
     onFail() {
-      poller.refresh();
+      lookNow();
     },
   });
   // The stream's changes: a move on its card at once; an end (its notification, a
@@ -435,8 +468,8 @@ export function mount(main) {
       showOnCard(shown, operation);
     } else {
       if (TERMINAL_STATES.has(operation.state)) cancels.ended(operation.id); // before the list reloads
-      poller.refresh();
+      lookNow();
     }
   }
-  const poller = visiblePoller(load, OPERATIONS_POLL_MS);
+  const poller = visiblePoller(tick, OPERATIONS_POLL_MS);
 }
