@@ -449,9 +449,7 @@ def test_the_token_line_follows_an_analysis_and_tells_reserved_from_used(
     publish(ui_services, claimed, ANSWER)
     complete_having_used(ui_services, claimed, 590)
     expect(job.get_by_text("Fit: 82")).to_be_visible()
-    expect(budget).to_have_text(
-        "590 of 100,000 tokens used today; the budget renews at 00:00 UTC."
-    )
+    expect(budget).to_have_text("590 of 100,000 tokens used today; the budget renews at 00:00 UTC.")
 
 
 def test_signing_out_in_one_tab_signs_out_a_jobs_tab_at_once(

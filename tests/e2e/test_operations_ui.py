@@ -299,7 +299,8 @@ def test_an_operation_that_ends_under_the_keyboard_keeps_focus_on_its_card(
     page.get_by_role("button", name="Cancel Strategy snapshot for job job-fails").focus()
     fail(ui_services, claimed)
     expect(card(page, failing.id).locator(".state")).to_have_text("Failed")
-    expect(page.get_by_role("button", name="Retry Strategy snapshot for job job-fails")).to_be_focused()
+    retry = page.get_by_role("button", name="Retry Strategy snapshot for job job-fails")
+    expect(retry).to_be_focused()
 
     done = create_operation(ui_services, "ada", subject=("job", "job-done"))
     claimed = claim(ui_services, ["strategy.snapshot"])

@@ -6,7 +6,7 @@ file name) is laid out right to left wherever it shows."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -53,7 +53,7 @@ CUT_LABELS = """() => [...document.querySelectorAll("main button")]
 
 
 @pytest.fixture
-def long_names(ui_services: Services) -> Iterator[None]:
+def long_names(ui_services: Services) -> None:
     """Ada (Pro) with a job and a CV of long names: a snapshot of the job succeeded (so a
     notification names it), a review of the CV is queued (so its card offers Cancel)."""
     entitle(ui_services.db, "ada")
@@ -70,7 +70,6 @@ def long_names(ui_services: Services) -> Iterator[None]:
     publish(ui_services, claimed, ANSWER)
     complete(ui_services, claimed)
     create_operation(ui_services, "ada", task_type="cv.review", subject=("attachment", cv.id))
-    yield
 
 
 def assert_fits(page: Page) -> None:
@@ -126,7 +125,8 @@ def test_long_names_wrap_inside_their_cards_on_a_phone(
 
 
 def direction(page: Page, selector: str) -> str:
-    return str(page.locator(selector).first.evaluate("element => getComputedStyle(element).direction"))
+    first = page.locator(selector).first
+    return str(first.evaluate("element => getComputedStyle(element).direction"))
 
 
 def test_a_right_to_left_name_is_laid_out_right_to_left(
