@@ -132,7 +132,7 @@ class Renderer:
         return self.render(settings, title="Sign in", module="signin", user=None, main=main)
 
     def not_found(self, settings: Settings) -> str:
-        """No page module and no session read: the page cannot fail as the unknown path did."""
+        """The 404 page: it reads no session (a 404 needs no backend) and runs no page module."""
         main = self._not_found.substitute(product=PRODUCT_NAME)
         return self.render(settings, title="Page not found", module="", user=None, main=main)
 
