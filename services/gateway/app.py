@@ -50,6 +50,7 @@ from durable_ops.gateway.limits import ConcurrencyLimit
 from durable_ops.gateway.modules import RouteModule
 from durable_ops.gateway.problems import EXCEPTION_HANDLERS
 from durable_ops.gateway.web import CORE_PAGES, Page, Renderer, web_module
+from durable_ops.gateway.web import EXCEPTION_HANDLERS as WEB_EXCEPTION_HANDLERS
 from durable_ops.settings import Settings
 
 CORE_MODULES: tuple[RouteModule, ...] = (
@@ -102,7 +103,7 @@ def create_app(
             Middleware(AllowedHostsMiddleware, hosts=allowed_hosts(settings)),
             Middleware(standing.CheckBeforeAnswering),
         ],
-        exception_handlers=EXCEPTION_HANDLERS,
+        exception_handlers={**EXCEPTION_HANDLERS, **WEB_EXCEPTION_HANDLERS},
         lifespan=lifespan,
     )
     app.state.settings = settings

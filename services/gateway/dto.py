@@ -2,8 +2,9 @@
 
 Times are UTC with microseconds, e.g. ``2026-11-30T12:00:00.123456Z``, and
 ``null`` when unset. The Operation DTO lists its fields explicitly so that
-nothing the proto grows later (lease, provenance, failure text, result
-reference) can reach a client by accident.
+nothing the proto carries or grows later (lease, provenance, failure text, result
+reference) can reach a client by accident: which model made a result travels
+with the result (``gateway.ai``), never with the operation.
 """
 
 from __future__ import annotations
@@ -85,11 +86,6 @@ def operation(message: operations_pb2.Operation) -> dict[str, Any]:
         "deadline_at": time_or_none(message, "deadline_at"),
         "next_attempt_at": time_or_none(message, "next_attempt_at"),
         "not_before": time_or_none(message, "not_before"),  # scheduled: not claimed before
-        "provenance": (
-            {"model": message.produced_by.model, "route": message.produced_by.route}
-            if message.HasField("produced_by")
-            else None
-        ),
         "usage": usage(message.usage) if message.HasField("usage") else None,
     }
 

@@ -268,7 +268,6 @@ SHARED_SCHEMAS: Mapping[str, JsonObject] = {
             "deadline_at",
             "next_attempt_at",
             "not_before",
-            "provenance",
             "usage",
         ],
         "additionalProperties": False,
@@ -297,7 +296,6 @@ SHARED_SCHEMAS: Mapping[str, JsonObject] = {
             "deadline_at": _OPTIONAL_TIME,
             "next_attempt_at": _OPTIONAL_TIME,
             "not_before": _OPTIONAL_TIME,  # a scheduled operation is not claimed before then
-            "provenance": nullable(ref("Provenance")),  # which model answered; null before
             "usage": nullable(ref("Usage")),  # the sums over its attempts; null before any
         },
     },

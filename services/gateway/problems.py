@@ -160,7 +160,7 @@ def allowed_methods(request: Request) -> list[str]:
     return sorted(found, key=lambda m: (*_METHOD_ORDER, m).index(m))
 
 
-async def _http_exception(request: Request, exc: Exception) -> Response:
+async def http_exception(request: Request, exc: Exception) -> Response:
     """Starlette's own errors (unknown path, wrong method) in the same shape."""
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
@@ -200,7 +200,7 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 EXCEPTION_HANDLERS: Mapping[Any, Any] = {
     Problem: _problem,
     DomainError: _domain_error,
-    HTTPException: _http_exception,
+    HTTPException: http_exception,
     ClientDisconnect: _client_gone,
     Exception: _unexpected,
 }

@@ -8,6 +8,11 @@ in; every other page needs the session cookie and otherwise redirects to
 scripts as ``<meta name="ops-unread-poll-ms">``, and the task registry
 (``model.tasks``: labels, paths, answer schemas) as the JSON script element
 ``#ops-tasks``, so the page never keeps a copy of it.
+
+An unknown address a browser navigates to (its ``Accept`` names ``text/html``)
+answers a small HTML 404 page; API clients, and anything under ``/api/``, keep
+the problem+json 404 (``problems.http_exception``). ``/favicon.ico``, which
+browsers ask for whatever the page links, is the UI's icon.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from string import Template
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
@@ -32,6 +37,7 @@ from durable_ops.gateway.context import settings_of
 from durable_ops.gateway.hosts import serves_dev_login
 from durable_ops.gateway.modules import RouteSet
 from durable_ops.gateway.openapi import endpoint
+from durable_ops.gateway.problems import http_exception
 from durable_ops.model.tasks import TASKS, Registry
 from durable_ops.settings import Settings
 
@@ -82,6 +88,7 @@ class Renderer:
         self._header = _template("header.html")
         self._signin = _template("signin.html")
         self._devlogin = _template("devlogin.html")
+        self._not_found = _template("notfound.html")
 
     def _nav(self, current: Page | None) -> str:
         items = []
@@ -124,6 +131,11 @@ class Renderer:
         main = self._signin.substitute(dev_login=dev, product=PRODUCT_NAME)
         return self.render(settings, title="Sign in", module="signin", user=None, main=main)
 
+    def not_found(self, settings: Settings) -> str:
+        """The 404 page: it reads no session (a 404 needs no backend) and runs no page module."""
+        main = self._not_found.substitute(product=PRODUCT_NAME)
+        return self.render(settings, title="Page not found", module="", user=None, main=main)
+
 
 def _html(body: str) -> HTMLResponse:
     return HTMLResponse(body, headers=NO_STORE)
@@ -138,6 +150,30 @@ async def home(request: Request) -> Response:
     if await session_user(request) is not None:
         return RedirectResponse(OPERATIONS_PAGE.path, status_code=303, headers=NO_STORE)
     return _html(_renderer(request).signin(settings_of(request)))
+
+
+def _wants_a_page(request: Request) -> bool:
+    """A browser's navigation outside the API: it asks for HTML, not a problem document."""
+    api = request.url.path == "/api" or request.url.path.startswith("/api/")
+    return not api and "text/html" in request.headers.get("accept", "")
+
+
+async def not_found(request: Request, exc: Exception) -> Response:
+    """The 404 of an unknown path: a page for a browser, problem+json for everyone else."""
+    if not _wants_a_page(request):
+        return await http_exception(request, exc)
+    body = _renderer(request).not_found(settings_of(request))
+    return HTMLResponse(body, status_code=404, headers=NO_STORE)
+
+
+# The exception handlers the web UI adds to the app's (``problems.EXCEPTION_HANDLERS``).
+EXCEPTION_HANDLERS: Mapping[Any, Any] = {404: not_found}
+
+
+async def favicon(_request: Request) -> Response:
+    return FileResponse(
+        STATIC_DIR / "icon.svg", media_type="image/svg+xml", headers={"Cache-Control": "no-cache"}
+    )
 
 
 def _page_endpoint(page: Page) -> Callable[[Request], Awaitable[Response]]:
@@ -185,6 +221,16 @@ def web_module(pages: Sequence[Page]) -> RouteSet:
                 secured=False,
             )
         }
+    routes.append(Route("/favicon.ico", favicon, methods=["GET"]))
+    paths["/favicon.ico"] = {
+        "get": endpoint(
+            "The web UI's icon (SVG), where browsers look for it",
+            "getFavicon",
+            "web",
+            {"200": {"description": "the icon", "content": {"image/svg+xml": {}}}},
+            secured=False,
+        )
+    }
     routes.append(Mount("/static", UIFiles(directory=STATIC_DIR), name="static"))
     paths["/static/{path}"] = {
         "get": {

@@ -4,6 +4,7 @@ cancel it (in time, or too late), and the poll's pace while it is live."""
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,7 +25,7 @@ from tests.support.gateway import (
     publish,
 )
 from tests.support.grpc_services import Services, metadata
-from tests.support.jobs_page import add_job
+from tests.support.jobs_page import JOBS, add_job
 from tests.support.long_polls import refuse_long_polls
 from tests.support.signin import dev_sign_in
 from tests.support.workspace_client import CV_TEXT, JOB_TEXT, create_job, entitle
@@ -189,6 +190,22 @@ def test_cancel_a_running_analysis_shows_cancelling_until_the_worker_stops(
     expect(job.get_by_text("cancel came too late")).to_have_count(0)
 
 
+def test_closing_the_dialog_of_an_analysis_that_ended_leaves_focus_on_its_card(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    job = open_job_with_a_snapshot(page, ui_gateway, ui_services)
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    expect(job.locator(".analysis .state")).to_have_text("Running")
+    job.get_by_role("button", name="Cancel analysis").click()
+    dialog = page.get_by_role("dialog", name="Cancel this analysis?")
+    publish(ui_services, claimed, ANSWER)
+    complete(ui_services, claimed)
+    expect(dialog).to_contain_text("has already finished: there is nothing left to stop.")
+    dialog.get_by_role("button", name="Close").click()
+    expect(dialog).to_have_count(0)
+    expect(job.get_by_role("button", name="Start strategy snapshot")).to_be_focused()
+
+
 def test_a_cancel_after_the_result_was_published_came_too_late(
     page: Page, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
 ) -> None:
@@ -325,6 +342,47 @@ def test_without_pro_the_refusal_is_shown(page: Page, ui_gateway: LiveGateway) -
     expect(job.get_by_role("alert")).to_contain_text("Pro")
 
 
+def test_help_text_describes_its_field_and_is_no_part_of_its_name(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    entitle(ui_services.db, "dana")
+    dev_sign_in(page, ui_gateway.url, "dana")
+    page.goto(f"{ui_gateway.url}/jobs")
+    privacy = page.get_by_role("combobox", name="Privacy", exact=True)
+    expect(privacy).to_have_accessible_description(
+        "External models see your text only when you allow it."
+    )
+    cv_text = page.get_by_role("textbox", name="CV text", exact=True)
+    expect(cv_text).to_have_accessible_description(re.compile("^Paste the text of your CV\\."))
+
+
+def test_the_field_the_server_refused_is_marked_invalid_until_it_is_edited(
+    page: Page, ui_gateway: LiveGateway
+) -> None:
+    dev_sign_in(page, ui_gateway.url, "carol")
+    page.goto(f"{ui_gateway.url}/jobs")
+    form = page.get_by_role("form", name="Add a job posting")
+    form.get_by_label("Title").fill("Engineer")
+    description = form.get_by_label("Description")
+    description.fill("   ")  # passes `required`; the server finds nothing in it
+    form.get_by_role("button", name="Add job").click()
+    expect(form.get_by_role("alert")).to_have_text("Description must not be empty.")
+    expect(description).to_have_attribute("aria-invalid", "true")
+    expect(form.get_by_label("Title")).not_to_have_attribute("aria-invalid", "true")
+    description.press_sequentially("Python")
+    expect(description).to_have_attribute("aria-invalid", "false")
+
+
+def test_a_result_link_to_no_result_of_the_users_says_so(
+    page: Page, ui_gateway: LiveGateway
+) -> None:
+    dev_sign_in(page, ui_gateway.url, "carol")
+    page.goto(f"{ui_gateway.url}/jobs?result=no-such-operation")
+    expect(page.get_by_role("alert")).to_have_text(
+        "The result you opened is not among yours, or no longer kept."
+    )
+
+
 def test_a_page_whose_module_did_not_load_says_so_and_offers_a_reload(
     page: Page, ui_gateway: LiveGateway
 ) -> None:
@@ -364,6 +422,36 @@ def test_past_the_daily_budget_the_page_says_when_it_renews(
     )
 
 
+def complete_having_used(services: Services, claimed: Claimed, tokens: int) -> None:
+    """What the worker SDK sends at the end: the outcome with what the model counted."""
+    used = ops_pb.Usage(prompt_tokens=tokens - 100, completion_tokens=100, model_ms=900)
+    item = ops_pb.SettleOperationsRequest.Item(owner_id=claimed.owner, usage=used)
+    item.complete.operation_id, item.complete.lease_token = (
+        claimed.operation_id,
+        claimed.lease_token,
+    )
+    reply = services.operations.SettleOperations(
+        ops_pb.SettleOperationsRequest(items=[item]), metadata=metadata(Role.WORKER)
+    )
+    assert not reply.outcomes[0].status_code, reply.outcomes[0].error_code
+
+
+def test_the_token_line_follows_an_analysis_and_tells_reserved_from_used(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    job = open_job_with_a_snapshot(page, ui_gateway, ui_services)
+    budget = page.locator("#ai-budget")
+    # Running analyses hold a reservation: not spent, and not said to be.
+    expect(budget).to_have_text(
+        re.compile(r"^0 used and [1-9][\d,]* reserved of 100,000 tokens today; the budget renews")
+    )
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    publish(ui_services, claimed, ANSWER)
+    complete_having_used(ui_services, claimed, 590)
+    expect(job.get_by_text("Fit: 82")).to_be_visible()
+    expect(budget).to_have_text("590 of 100,000 tokens used today; the budget renews at 00:00 UTC.")
+
+
 def test_signing_out_in_one_tab_signs_out_a_jobs_tab_at_once(
     page: Page, ui_gateway: LiveGateway
 ) -> None:
@@ -378,3 +466,29 @@ def test_signing_out_in_one_tab_signs_out_a_jobs_tab_at_once(
     other.wait_for_url(ui_gateway.url + "/")
     page.wait_for_url(ui_gateway.url + "/?expired=1", timeout=5_000)  # the keepalive is 15 s
     other.close()
+
+
+def test_a_double_click_adds_one_job_and_one_cv(page: Page, ui_gateway: LiveGateway) -> None:
+    """The second click of a double click lands while the first one's request is on its way:
+    the form sends once."""
+    created: list[str] = []
+    page.on(
+        "request",
+        lambda r: created.append(r.url) if r.method == "POST" and "/api/" in r.url else None,
+    )
+    dev_sign_in(page, ui_gateway.url, "carol")
+    page.goto(f"{ui_gateway.url}/jobs")
+    job_form = page.get_by_role("form", name="Add a job posting")
+    job_form.get_by_label("Title").fill("Engineer")
+    job_form.get_by_label("Description").fill(JOB_TEXT)
+    job_form.get_by_role("button", name="Add job").dblclick()
+    cv_form = page.get_by_role("form", name="Add a CV")
+    cv_form.get_by_label("File name").fill("cv.txt")
+    cv_form.get_by_label("CV text").fill(CV_TEXT)
+    cv_form.get_by_role("button", name="Add CV").dblclick()
+    expect(page.locator("#cvs-heading ~ ol li.item")).to_have_count(1)
+
+    page.reload()  # the lists as stored, after both forms' requests have answered
+    expect(page.locator(JOBS)).to_have_count(1)
+    expect(page.locator("#cvs-heading ~ ol li.item")).to_have_count(1)
+    assert [url.rsplit("/", 1)[1] for url in created] == ["jobs", "attachments"]

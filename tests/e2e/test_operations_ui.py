@@ -265,6 +265,63 @@ def test_a_cancel_after_the_work_finished_is_said_to_be_too_late(
     expect(late.locator(".op__note")).to_contain_text("The cancel came too late")
 
 
+def test_a_cancel_dialog_whose_operation_ends_says_so_and_focus_stays_on_its_card(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    operation = create_operation(ui_services, "ada", subject=("job", "job-ends"))
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    sign_in(page, ui_gateway, "ada")
+    page.get_by_role("button", name="Cancel Strategy snapshot for job job-ends").click()
+    dialog = page.get_by_role("dialog", name="Cancel this operation?")
+    expect(dialog).to_contain_text("Strategy snapshot for job job-ends will stop.")
+
+    complete(ui_services, claimed)  # it finishes while the question is open
+    expect(dialog).to_contain_text(
+        "Strategy snapshot for job job-ends has already finished: there is nothing left to stop."
+    )
+    expect(dialog.get_by_role("button", name="Cancel operation")).to_have_count(0)
+    close = dialog.get_by_role("button", name="Close")
+    expect(close).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(dialog).to_have_count(0)
+    # The Cancel button it came from is gone: focus goes to what the card offers now.
+    ended = card(page, operation.id)
+    expect(ended.get_by_role("link", name=re.compile("^View result"))).to_be_focused()
+    expect(ended.locator(".op__error")).to_be_hidden()
+
+
+def test_an_operation_that_ends_under_the_keyboard_keeps_focus_on_its_card(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    failing = create_operation(ui_services, "ada", subject=("job", "job-fails"), max_attempts=1)
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    sign_in(page, ui_gateway, "ada")
+    page.get_by_role("button", name="Cancel Strategy snapshot for job job-fails").focus()
+    fail(ui_services, claimed)
+    expect(card(page, failing.id).locator(".state")).to_have_text("Failed")
+    retry = page.get_by_role("button", name="Retry Strategy snapshot for job job-fails")
+    expect(retry).to_be_focused()
+
+    done = create_operation(ui_services, "ada", subject=("job", "job-done"))
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    page.get_by_role("button", name="Cancel Strategy snapshot for job job-done").focus()
+    complete(ui_services, claimed)
+    link = card(page, done.id).get_by_role("link", name=re.compile("^View result"))
+    expect(link).to_be_focused()
+
+
+def test_each_result_link_names_its_operation(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    for job in ("job-a", "job-b"):
+        create_operation(ui_services, "ada", subject=("job", job))
+        complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
+    sign_in(page, ui_gateway, "ada")
+    for job in ("job-a", "job-b"):
+        name = f"View result: Strategy snapshot for job {job}"
+        expect(page.get_by_role("link", name=name, exact=True)).to_be_visible()
+
+
 def test_the_page_works_from_the_keyboard_on_a_phone(
     browser: Browser, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
 ) -> None:
@@ -455,6 +512,31 @@ def test_with_the_event_stream_open_the_bell_does_not_poll(
     assert len(unread) == 1, unread
 
 
+# ---- the shell ------------------------------------------------------------------------------
+
+
+def test_an_unknown_page_is_a_page_while_the_api_keeps_its_problem_json(
+    page: Page, ui_gateway: LiveGateway, screenshot: Screenshot
+) -> None:
+    answer = page.goto(f"{ui_gateway.url}/nope")
+    assert answer is not None
+    assert answer.status == 404
+    assert answer.headers["content-type"].startswith("text/html")
+    expect(page.get_by_role("heading", name="Page not found")).to_be_visible()
+    expect(page.get_by_role("link", name="Go to durable-ops")).to_have_attribute("href", "/")
+    screenshot(page, "15-page-not-found")
+
+    html_asked = {"Accept": "text/html"}
+    api = page.request.get(f"{ui_gateway.url}/api/nope", headers=html_asked)
+    assert api.status == 404
+    assert api.headers["content-type"].startswith("application/problem+json")
+    assert api.json()["code"] == "not_found"
+
+    icon = page.request.get(f"{ui_gateway.url}/favicon.ico")
+    assert icon.status == 200
+    assert icon.headers["content-type"].startswith("image/svg+xml")
+
+
 # ---- loading, empty and error states ------------------------------------------------------
 
 
@@ -599,6 +681,29 @@ def test_a_live_operation_is_followed_by_the_event_stream_while_the_list_polls_s
     expect(progress).to_have_attribute("value", "65", timeout=1000)  # before the next list poll
     complete(ui_services, claimed)
     expect(running.locator(".state")).to_have_text("Succeeded", timeout=1000)
+
+
+def test_with_the_stream_open_and_nothing_live_the_list_does_not_poll(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    finished = create_operation(ui_services, "ada", subject=("job", "job-quiet"))
+    complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
+    polls = count_requests(page, "/api/operations")
+    streams: list[str] = []
+    page.on("response", lambda r: streams.append(r.url) if r.url.endswith("/api/events") else None)
+    page.clock.install()
+    sign_in(page, ui_gateway, "ada")
+    expect(card(page, finished.id).locator(".state")).to_have_text("Succeeded")
+    wait_for_count(page, streams, 1)  # the stream answered: it is open
+    page.wait_for_timeout(300)
+    settled = len(polls)
+    page.clock.run_for(10_000)  # five idle polls' time
+    page.wait_for_timeout(300)
+    assert len(polls) == settled, polls
+
+    # What the stream tells still shows at once.
+    queued = create_operation(ui_services, "ada", subject=("job", "job-new"))
+    expect(card(page, queued.id).locator(".state")).to_have_text("Queued", timeout=2000)
 
 
 def wait_until_heard(page: Page, progress: int) -> None:

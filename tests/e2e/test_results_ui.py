@@ -272,8 +272,8 @@ def test_a_result_without_its_model_says_so(
     snapshot = job.page.evaluate(
         "path => fetch(path).then(r => r.json())", f"/api/jobs/{job_id}/strategy-snapshot"
     )
-    note, operation = snapshot["snapshot"] or {}, snapshot["operation"] or {}
-    recorded = note.get("provenance") or operation.get("provenance")
+    assert "provenance" not in (snapshot["operation"] or {})  # the result's to say (SPEC §5)
+    recorded = (snapshot["snapshot"] or {}).get("provenance")
     if recorded:  # the API names the model: the label does too
         expect(label).to_contain_text(f"Produced by {recorded['model']}")
     else:

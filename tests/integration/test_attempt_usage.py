@@ -349,7 +349,7 @@ def test_the_owners_operation_shows_the_totals(services: Services, ops: OpsClien
     shown, none_yet = asyncio.run(scenario())
     assert shown["usage"] == {"prompt_tokens": 300, "completion_tokens": 112, "model_seconds": 3.1}
     assert none_yet["usage"] is None
-    assert _usage_line(shown) == "412 tokens · 3.1 s · gemma-3-270m, local"
+    assert _usage_line(shown) == "412 tokens · 3.1 s"  # the model is the result's to name
     assert _usage_line(none_yet) == ""
 
 

@@ -84,7 +84,6 @@ OPERATION_FIELDS = {
     "deadline_at",
     "next_attempt_at",
     "not_before",
-    "provenance",
     "usage",
 }
 

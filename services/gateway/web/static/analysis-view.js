@@ -11,7 +11,7 @@
 import { h, replaceChildren } from "./dom.js";
 import { TERMINAL_STATES, cancelCameTooLate, isLive, stateLabel } from "./format.js";
 import { actionsOf } from "./operations-view.js";
-import { modelLabel, provenanceOf } from "./provenance.js";
+import { modelLabel } from "./provenance.js";
 import { task } from "./tasks.js";
 
 export const TOO_LATE_NOTE = "The cancel came too late: the analysis had already finished.";
@@ -47,8 +47,8 @@ export function resultHeading(kind, taskType, snapshot) {
 
 // The result, laid out by the task's answer schema under its heading: each integer is
 // a score under its title, each string a paragraph, each non-empty array a titled
-// list; then which model produced it.
-function resultView(taskType, snapshot, operation, kind) {
+// list; then which model produced it (the result's own record of it).
+function resultView(taskType, snapshot, kind) {
   const properties = task(taskType)?.answer?.properties ?? {};
   const result = snapshot.result;
   const fields = Object.entries(properties);
@@ -67,7 +67,7 @@ function resultView(taskType, snapshot, operation, kind) {
     lists.map(([name, schema]) =>
       h("div", { class: "analysis__list" }, h("h4", {}, schema.title ?? name), h("ul", {}, result[name].map((item) => h("li", {}, item)))),
     ),
-    modelLabel(provenanceOf(snapshot, operation)),
+    modelLabel(snapshot.provenance ?? null),
   );
 }
 
@@ -244,13 +244,12 @@ export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFal
   }
 
   function updateResult(snapshot, operation) {
-    const provenance = provenanceOf(snapshot, operation);
     const kind = snapshot && ownResult(snapshot, operation) ? "Result" : "Previous result";
-    const key = snapshot ? JSON.stringify([snapshot, provenance, kind]) : "";
+    const key = snapshot ? JSON.stringify([snapshot, kind]) : "";
     shownSnapshot = snapshot;
     if (key === resultKey) return;
     resultKey = key;
-    replaceChildren(resultSlot, snapshot ? resultView(taskType, snapshot, operation, kind) : null);
+    replaceChildren(resultSlot, snapshot ? resultView(taskType, snapshot, kind) : null);
   }
 
   // Only a running operation shows a draft, and only its own attempt's (the gateway sends
@@ -296,7 +295,7 @@ export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFal
         focusFallback?.()?.focus(); // the button went with it
       };
       const hide = h("button", { type: "button", class: "button button--quiet", onclick: hidden }, "Hide this earlier result");
-      replaceChildren(earlierSlot, h("section", { class: "analysis__earlier", "aria-label": "Earlier result" }, resultView(taskType, result, null, "Earlier result"), hide));
+      replaceChildren(earlierSlot, h("section", { class: "analysis__earlier", "aria-label": "Earlier result" }, resultView(taskType, result, "Earlier result"), hide));
       return earlierSlot;
     },
   };

@@ -9,6 +9,7 @@ export class ApiError extends Error {
     super(sentence(problem.detail || problem.title || `The server answered HTTP ${status}`));
     this.status = status;
     this.code = problem.code || "error";
+    this.field = problem.field ?? null; // the request's field it is about, when it is one
     this.retryAfter = problem.retryAfter ?? null;
   }
 }

@@ -3,11 +3,12 @@
 // removes something; a neutral one (switching a feature on) is a plain button.
 // `signal` aborts the question when its subject goes away while it is open (the
 // analysis to cancel ends): the dialog then says `endedMessage`, offers only "Close",
-// and answers false.
+// and answers false. Closed, it gives focus back to what had it, or, when that went
+// away meanwhile (the Cancel button of what ended), to `focusFallback()`.
 
 import { h } from "./dom.js";
 
-export function confirmDialog({ title, message, confirmLabel, cancelLabel = "Keep it", danger = true, signal, endedMessage }) {
+export function confirmDialog({ title, message, confirmLabel, cancelLabel = "Keep it", danger = true, signal, endedMessage, focusFallback }) {
   return new Promise((resolve) => {
     const titleId = `dialog-title-${Math.random().toString(36).slice(2)}`;
     const keep = h("button", { type: "button", class: "button button--quiet", value: "cancel" }, cancelLabel);
@@ -30,7 +31,8 @@ export function confirmDialog({ title, message, confirmLabel, cancelLabel = "Kee
       signal?.removeEventListener("abort", ended);
       dialog.close();
       dialog.remove();
-      if (previous instanceof HTMLElement && previous.isConnected) previous.focus();
+      const back = previous instanceof HTMLElement && previous.isConnected ? previous : focusFallback?.();
+      back?.focus();
       resolve(answer);
     }
 
@@ -55,4 +57,30 @@ export function confirmDialog({ title, message, confirmLabel, cancelLabel = "Kee
     if (signal?.aborted) ended();
     else signal?.addEventListener("abort", ended);
   });
+}
+
+// The cancel dialogs of a page (/jobs, /operations), at most one open per `key` (an
+// analysis, an operation): `ended(key)` tells the one open for it that what it would
+// cancel has ended, and it says so instead of offering a cancel that would fail.
+export function cancelDialogs() {
+  const open = new Map(); // key -> AbortController of the dialog open for it
+  return {
+    async confirm(key, { name, ...question }) {
+      const ended = new AbortController();
+      open.set(key, ended);
+      try {
+        return await confirmDialog({
+          cancelLabel: "Keep running",
+          endedMessage: `${name} has already finished: there is nothing left to stop.`,
+          ...question,
+          signal: ended.signal,
+        });
+      } finally {
+        if (open.get(key) === ended) open.delete(key);
+      }
+    },
+    ended(key) {
+      open.get(key)?.abort();
+    },
+  };
 }

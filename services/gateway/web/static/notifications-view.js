@@ -83,7 +83,8 @@ export function mountNotifications(section) {
 
   function item(notification, details) {
     const isUnread = notification.read_at === null;
-    const about = details.name ? `${taskLabel(notification.task_type)} for ${details.name}` : taskLabel(notification.task_type);
+    // The subject's name is user text: it sets its own direction (an Arabic file name).
+    const about = details.name ? [`${taskLabel(notification.task_type)} for `, h("span", { dir: "auto" }, details.name)] : taskLabel(notification.task_type);
     return h(
       "li",
       { class: `note${isUnread ? " note--unread" : ""}`, dataset: { id: notification.id } },

@@ -4,7 +4,7 @@
 
 import { h, replaceChildren } from "./dom.js";
 import { TERMINAL_STATES, cancelCameTooLate, formatTime, stateLabel, subjectLabel, taskLabel } from "./format.js";
-import { isDevelopmentModel, modelSentence, usageLine } from "./provenance.js";
+import { usageLine } from "./provenance.js";
 import { kindLabel } from "./subjects.js";
 import { task } from "./tasks.js";
 
@@ -85,9 +85,10 @@ export function resultHref(operation) {
   return `/jobs?result=${encodeURIComponent(operation.id)}#${known.subject.name}-${encodeURIComponent(operation.subject.id)}`;
 }
 
-function resultLink(operation) {
+// Named after its operation: a list of links all called "View result" tells nothing apart.
+function resultLink(operation, fullName) {
   const href = resultHref(operation);
-  return href ? h("a", { class: "op__result", href }, "View result") : null;
+  return href ? h("a", { class: "op__result", href, "aria-label": `View result: ${fullName}` }, "View result") : null;
 }
 
 // "Strategy snapshot for Platform engineer at Acme" (or "… for job job-42").
@@ -107,7 +108,7 @@ function subjectLine(operation, subjectName) {
     return [
       h("span", { class: "op__subject-type" }, `${kind.charAt(0).toUpperCase()}${kind.slice(1)}:`),
       " ",
-      h("strong", { class: "op__subject-name" }, subjectName),
+      h("strong", { class: "op__subject-name", dir: "auto" }, subjectName), // user text: its own direction
     ];
   }
   return [
@@ -115,13 +116,6 @@ function subjectLine(operation, subjectName) {
     " ",
     h("code", { class: "op__subject-id" }, operation.subject?.id ?? ""),
   ];
-}
-
-// A succeeded operation says which model produced its result, when that is recorded.
-function modelLine(operation) {
-  if (operation.state !== "succeeded" || !operation.provenance?.model) return "";
-  const heuristic = isDevelopmentModel(operation.provenance) ? " It is not an AI assessment." : "";
-  return `${modelSentence(operation.provenance)}${heuristic}`;
 }
 
 export function createCard(operation) {
@@ -136,7 +130,7 @@ export function createCard(operation) {
     h("p", { class: "op__subject" }),
     h("div", { class: "op__progress" }),
     h("p", { class: "op__meta" }),
-    h("p", { class: "op__model", hidden: true }),
+    h("p", { class: "op__usage", hidden: true }),
     h("div", { class: "op__note-slot" }),
     h("p", { class: "op__error", role: "alert", hidden: true }),
     h("div", { class: "op__actions" }),
@@ -155,11 +149,11 @@ export function updateCard(card, operation, handlers, subjectName = null) {
   state.textContent = stateLabel(operation);
   state.className = `state state--${operation.cancel_requested && !TERMINAL_STATES.has(operation.state) ? "cancelling" : operation.state}`;
   card.dataset.state = operation.state;
-  replaceChildren(card.querySelector(".op__subject"), subjectLine(operation, subjectName), resultLink(operation));
+  replaceChildren(card.querySelector(".op__subject"), subjectLine(operation, subjectName), resultLink(operation, fullName));
   card.querySelector(".op__meta").textContent = metaLine(operation);
-  const model = card.querySelector(".op__model");
-  model.textContent = [modelLine(operation), usageLine(operation)].filter(Boolean).join(" ");
-  model.hidden = !model.textContent;
+  const usage = card.querySelector(".op__usage");
+  usage.textContent = usageLine(operation);
+  usage.hidden = !usage.textContent;
 
   const slot = card.querySelector(".op__progress");
   const bar = slot.querySelector("progress");
@@ -174,8 +168,17 @@ export function updateCard(card, operation, handlers, subjectName = null) {
   if (signature !== previous) {
     card.dataset.signature = signature;
     replaceChildren(card.querySelector(".op__note-slot"), noteOf(operation));
-    replaceChildren(card.querySelector(".op__actions"), buttons(operation, fullName, handlers));
+    const actions = card.querySelector(".op__actions");
+    const hadFocus = actions.contains(document.activeElement);
+    replaceChildren(actions, buttons(operation, fullName, handlers));
+    if (hadFocus) focusTarget(card).focus(); // the focused button went: not to the page
   }
+}
+
+// Where focus goes when the focused button of a card goes away (its operation ended, or
+// a dialog closed after it did): the card's next action, else its result, else its heading.
+export function focusTarget(card) {
+  return card.querySelector(".op__actions button") ?? card.querySelector(".op__result") ?? card.querySelector(".op__title");
 }
 
 export function showCardError(card, message) {

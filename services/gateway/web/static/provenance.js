@@ -14,14 +14,6 @@ export function isDevelopmentModel(provenance) {
   return Boolean(provenance && (provenance.development === true || provenance.model === DEVELOPMENT_MODEL));
 }
 
-// The provenance of a published result: the note's own, else that of the operation
-// that published it (a newer operation for the same subject may not have finished).
-export function provenanceOf(snapshot, operation) {
-  if (snapshot?.provenance) return snapshot.provenance;
-  if (operation?.provenance && (!snapshot || snapshot.operation_id === operation.id)) return operation.provenance;
-  return null;
-}
-
 export function modelSentence(provenance) {
   if (!provenance?.model) return "The model that produced this result is not recorded.";
   if (isDevelopmentModel(provenance)) return `Produced by ${provenance.model}, the built-in development heuristic.`;
@@ -40,16 +32,13 @@ export function modelLabel(provenance) {
   );
 }
 
-// What an operation's attempts used, in one line: "412 tokens · 3.1 s · gemma-3-270m, local"
-// (tokens as the model server counted them, the model's own time, and which model answered).
-// Empty when no attempt reported any.
+// What an operation's attempts used, in one line: "412 tokens · 3.1 s" (tokens as the
+// model server counted them, and the model's own time). Empty when no attempt reported
+// any. Which model answered is the result's to say (SPEC §5: never the operation's).
 export function usageLine(operation) {
   const usage = operation?.usage;
   if (!usage) return "";
   const tokens = usage.prompt_tokens + usage.completion_tokens;
   const seconds = Math.round(usage.model_seconds * 10) / 10;
-  const parts = [`${formatNumber(tokens)} tokens`, `${formatNumber(seconds)} s`];
-  const { model, route } = operation.provenance ?? {};
-  if (model) parts.push(route ? `${model}, ${route}` : model);
-  return parts.join(" · ");
+  return `${formatNumber(tokens)} tokens · ${formatNumber(seconds)} s`;
 }

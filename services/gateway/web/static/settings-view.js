@@ -3,11 +3,14 @@
 // runs to grant Pro (`opsctl users set-plan`), and cannot switch analyses on; if the
 // API refuses a change, its reason is shown and the control goes back. Switching
 // analyses on or off is confirmed first and said afterwards. A Pro user also sees
-// today's use of their daily token budget (reserved by running analyses and spent).
+// today's use of their daily token budget: what ended analyses spent and, apart, what
+// running ones hold reserved; read again whenever an analysis starts or ends.
 
 import { api, put } from "./api.js";
 import { confirmDialog } from "./dialog.js";
 import { h, replaceChildren } from "./dom.js";
+import { BUDGET_CHANGED } from "./events.js";
+import { field } from "./fields.js";
 import { formatNumber } from "./format.js";
 
 function currentUser() {
@@ -29,9 +32,25 @@ function freePlanNotice() {
   );
 }
 
-export function budgetLine(budget) {
-  const used = budget.spent + budget.reserved;
-  return `${formatNumber(used)} of ${formatNumber(budget.limit)} tokens used today; the budget renews at 00:00 UTC.`;
+// A reservation is not spent: it is settled to what the model counted when its analysis ends.
+export function budgetLine({ spent, reserved, limit }) {
+  const use =
+    reserved > 0
+      ? `${formatNumber(spent)} used and ${formatNumber(reserved)} reserved of ${formatNumber(limit)} tokens today`
+      : `${formatNumber(spent)} of ${formatNumber(limit)} tokens used today`;
+  return `${use}; the budget renews at 00:00 UTC.`;
+}
+
+// The budget line follows the analyses that move it; a failed read keeps the last figures.
+function followBudget(line) {
+  window.addEventListener(BUDGET_CHANGED, async () => {
+    try {
+      const { budget } = await api("/api/settings/ai");
+      if (budget) line.textContent = budgetLine(budget);
+    } catch {
+      // The next start or end reads it again.
+    }
+  });
 }
 
 const TURN_ON = {
@@ -56,13 +75,7 @@ function privacyField(settings, save) {
     h("option", { value: "external_allowed", selected: settings.privacy === "external_allowed" }, "External model allowed"),
   );
   privacy.addEventListener("change", () => save({ privacy: privacy.value }, () => (privacy.value = settings.privacy)));
-  return h(
-    "label",
-    { class: "field" },
-    h("span", { class: "field__label" }, "Privacy"),
-    privacy,
-    h("span", { class: "hint" }, "External models see your text only when you allow it."),
-  );
+  return field("Privacy", privacy, "External models see your text only when you allow it.");
 }
 
 export async function mountAiSettings(slot) {
@@ -110,10 +123,12 @@ export async function mountAiSettings(slot) {
       done.textContent = on ? "AI analyses are on: start one on a job posting or a CV." : "AI analyses are off: new ones do not start until you switch them on again.";
     }
   });
+  const budget = pro && settings.budget ? h("p", { class: "hint", id: "ai-budget" }, budgetLine(settings.budget)) : null;
+  if (budget) followBudget(budget);
   replaceChildren(
     slot,
     h("p", { class: "hint" }, pro ? "Plan: Pro." : "Plan: Free (AI analyses need Pro)."),
-    pro && settings.budget ? h("p", { class: "hint", id: "ai-budget" }, budgetLine(settings.budget)) : null,
+    budget,
     pro ? null : freePlanNotice(),
     h("label", { class: "check" }, enabled, " Use AI analyses"),
     done,

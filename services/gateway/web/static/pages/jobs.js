@@ -13,10 +13,11 @@
 // /operations; a cancel dialog whose analysis ends while it is open says so.
 
 import { api, post, put } from "../api.js";
-import { confirmDialog } from "../dialog.js";
+import { cancelDialogs } from "../dialog.js";
 import { h, replaceChildren } from "../dom.js";
 import { createAnalysisView, isActive, isLiveAnswer } from "../analysis-view.js";
-import { notificationsChanged } from "../events.js";
+import { budgetChanged, notificationsChanged } from "../events.js";
+import { field, markRefusedField } from "../fields.js";
 import { createFollower } from "../follow.js";
 import { TERMINAL_STATES, formatNumber, isLive } from "../format.js";
 import { highlight } from "../highlight.js";
@@ -32,10 +33,6 @@ export const ANALYSIS_LIVE_POLL_MS = 500;
 const JOB_DESCRIPTION_MAX = 20000;
 const CV_TEXT_MAX = 200000;
 
-function field(label, control, hint) {
-  return h("label", { class: "field" }, h("span", { class: "field__label" }, label), control, hint ? h("span", { class: "hint" }, hint) : null);
-}
-
 function formError() {
   return h("p", { class: "form-error", role: "alert", hidden: true });
 }
@@ -43,6 +40,27 @@ function formError() {
 function showFormError(element, error) {
   element.textContent = error ? error.message : "";
   element.hidden = !error;
+}
+
+// `send()` on the form's submit, at most once at a time: the second click of a double
+// click (or Enter pressed again) while the first request is on its way would add the
+// job or CV twice. The button says it is busy (aria-disabled keeps its focus, where
+// `disabled` would drop it to the page).
+function onSubmitOnce(form, send) {
+  const button = form.querySelector("button[type=submit]");
+  let sending = false;
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    if (sending) return;
+    sending = true;
+    button.setAttribute("aria-disabled", "true");
+    try {
+      await send();
+    } finally {
+      sending = false;
+      button.removeAttribute("aria-disabled");
+    }
+  });
 }
 
 // The second reference of a task's last run from this browser, per task resource:
@@ -72,10 +90,13 @@ export function mount(main) {
   const analyses = new Map(); // path -> {view, active, live, looks, over, operationId}
   const choices = new Map(); // path -> the second reference chosen here: kept across redraws
   const rows = { job: [], attachment: [] }; // the caller's jobs and CVs, by subject kind
+  const cancels = cancelDialogs(); // keyed by analysis entry
+  const linkNotice = h("p", { class: "notice", role: "alert", hidden: true }); // a link's result not shown
 
   replaceChildren(
     main,
     h("div", { class: "page-head" }, h("h1", {}, "Jobs")),
+    linkNotice,
     h(
       "div",
       { class: "layout" },
@@ -108,8 +129,7 @@ export function mount(main) {
       error,
       h("button", { type: "submit", class: "button" }, "Add job"),
     );
-    form.addEventListener("submit", async (event) => {
-      event.preventDefault();
+    onSubmitOnce(form, async () => {
       if (limit.problem()) {
         description.focus(); // the message under the field says what is wrong
         return;
@@ -122,6 +142,7 @@ export function mount(main) {
         await load();
       } catch (failure) {
         showFormError(error, failure);
+        markRefusedField(form, failure);
       }
     });
     return form;
@@ -141,8 +162,7 @@ export function mount(main) {
       error,
       h("button", { type: "submit", class: "button" }, "Add CV"),
     );
-    form.addEventListener("submit", async (event) => {
-      event.preventDefault();
+    onSubmitOnce(form, async () => {
       if (limit.problem()) {
         text.focus();
         return;
@@ -156,6 +176,7 @@ export function mount(main) {
         await load();
       } catch (failure) {
         showFormError(error, failure);
+        markRefusedField(form, failure);
       }
     });
     return form;
@@ -177,11 +198,10 @@ export function mount(main) {
       noticeUntilEnd: false, // the notice is about the run under way (a retry's)
       rendered: false, // the card has shown its first answer
       earlier: null, // a past run's result to show once the card has loaded
-      dialogEnded: null, // tells an open cancel dialog its analysis ended
     });
     const name = `${task.label} for ${subjectName}`;
     entry.view = createAnalysisView(slot, taskType, {
-      onCancel: (operation) => cancelAnalysis(entry, operation, name, error),
+      onCancel: (operation) => cancelAnalysis(entry, operation, name, error, () => start),
       onRetry: (operation) => retryAnalysis(entry, operation, error),
       focusFallback: () => start,
     });
@@ -195,6 +215,7 @@ export function mount(main) {
         await post(path, { json: body, headers: { "Idempotency-Key": `${taskType}-${path}-${Date.now()}` } });
         keepChoice(path, choice);
         showFormError(error, null);
+        budgetChanged(); // its reservation is taken
         lookAgain(entry); // shows the new analysis now, then polls at its pace
       } catch (failure) {
         // A spent daily budget's sentence says when it renews; seconds to midnight would not help.
@@ -219,19 +240,16 @@ export function mount(main) {
   // at its next checkpoint, and the page looks again at once.
   // While the dialog is open the analysis may end (it finishes, or another tab cancels
   // it): the dialog then says so and offers only to close, and a confirm that crossed
-  // the end on its way (409) reads as what it is, not as an error.
-  async function cancelAnalysis(entry, operation, name, error) {
-    const ended = new AbortController();
-    entry.dialogEnded = () => ended.abort();
-    const confirmed = await confirmDialog({
+  // the end on its way (409) reads as what it is, not as an error. Its Cancel button
+  // gone with the end, focus goes back to `focusFallback()`.
+  async function cancelAnalysis(entry, operation, name, error, focusFallback) {
+    const confirmed = await cancels.confirm(entry, {
+      name,
       title: "Cancel this analysis?",
       message: `${name} will stop. An analysis that is already running stops at its next checkpoint.`,
       confirmLabel: "Stop analysis",
-      cancelLabel: "Keep running",
-      signal: ended.signal,
-      endedMessage: `${name} has already finished: there is nothing left to stop.`,
+      focusFallback,
     });
-    entry.dialogEnded = null;
     if (!confirmed) return;
     showNotice(entry, "");
     let updated = null;
@@ -264,6 +282,7 @@ export function mount(main) {
       entry.noticeUntilEnd = true; // the run's end is the news it promised
       entry.view.showOperation(updated);
       notificationsChanged(); // the bell counts one notice fewer
+      budgetChanged(); // runs again: the budget line reads again, as after a start
     } catch (failure) {
       showFormError(error, failure);
     } finally {
@@ -273,7 +292,7 @@ export function mount(main) {
 
   // An analysis seen ending: a cancel dialog open for it says so.
   function sawEnd(entry) {
-    entry.dialogEnded?.();
+    cancels.ended(entry);
   }
 
   // Whether the long-poll saw `operation` end as it is now and has loaded the result
@@ -310,7 +329,7 @@ export function mount(main) {
       "select",
       { "aria-label": `${label} to compare with` },
       h("option", { value: "" }, `Without a ${kind.label}`),
-      rows[kind.name].map((row) => h("option", { value: row.id, selected: row.id === chosen }, rowName(kind.name, row))),
+      rows[kind.name].map((row) => h("option", { value: row.id, selected: row.id === chosen, dir: "auto" }, rowName(kind.name, row))),
     );
   }
 
@@ -337,7 +356,8 @@ export function mount(main) {
   }
 
   // "View result" on a past run (/jobs?result=<operation id>#job-<id>): that run's own
-  // result, on its card, once per link; a result no longer kept says so there.
+  // result, on its card, once per link; a result no longer kept says so there, and one
+  // with no card to show it on says so at the top, as /operations does for its links.
   let shownResult = "";
   async function showLinkedResult() {
     const operationId = new URLSearchParams(window.location.search).get("result");
@@ -351,13 +371,22 @@ export function mount(main) {
       const path = target ? tasksFor(target[1]).map((known) => taskPath(known, decodeURIComponent(target[2])))[0] : null;
       const entry = path ? analyses.get(path) : null;
       if (entry) showNotice(entry, failure.status === 404 ? "That run's result is no longer kept: each analysis keeps its newest 20 results." : failure.message);
+      else showLinkNotice(failure.status === 404 ? "The result you opened is not among yours, or no longer kept." : `The result you opened could not be loaded. ${failure.message}`);
       return;
     }
     const known = taskNamed(result.task_type);
     const entry = known ? analyses.get(taskPath(known, result.subject.id)) : null;
-    if (!entry) return;
+    if (!entry) {
+      showLinkNotice("The result you opened is of a job or CV not listed here.");
+      return;
+    }
     if (entry.rendered) openLinked(entry, result);
     else entry.earlier = result; // shown once the card has loaded
+  }
+
+  function showLinkNotice(text) {
+    linkNotice.textContent = text;
+    linkNotice.hidden = false;
   }
 
   // The linked run's result on its card, brought into view: the card was scrolled to
@@ -388,6 +417,8 @@ export function mount(main) {
     return h("a", { href: `#${formId}`, onclick: go }, text);
   }
 
+  // User text (a title, a file name) sets its own direction (dir="auto"): an Arabic
+  // file name reads right to left.
   function renderJobs() {
     replaceChildren(
       jobList,
@@ -397,13 +428,13 @@ export function mount(main) {
             h(
               "li",
               { class: "item", id: `job-${job.id}` },
-              h("h3", {}, job.title),
-              job.company ? h("p", { class: "hint" }, job.company) : null,
+              h("h3", { dir: "auto" }, job.title),
+              job.company ? h("p", { class: "hint", dir: "auto" }, job.company) : null,
               h(
                 "details",
                 { class: "item__description" },
                 h("summary", {}, "Description"),
-                h("div", { class: "item__description-text" }, job.description),
+                h("div", { class: "item__description-text", dir: "auto" }, job.description),
               ),
               analysisBlocks("job", job),
             ),
@@ -420,7 +451,7 @@ export function mount(main) {
             h(
               "li",
               { class: "item", id: `attachment-${cv.id}` },
-              h("h3", {}, cv.filename),
+              h("h3", { dir: "auto" }, cv.filename),
               h("p", { class: "hint" }, `${formatNumber(cv.text_length)} characters`),
               analysisBlocks("attachment", cv),
             ),
@@ -455,9 +486,11 @@ export function mount(main) {
       entry.earlier = null;
     }
     if (entry.active && !liveOpen()) follower.follow(answer.operation);
-    // Seen reaching its end here: its notification is new, so the bell looks now.
+    // Seen reaching its end here: its notification is new, so the bell looks now; its
+    // reservation is settled into what it spent.
     if (wasActive && entry.over) {
       notificationsChanged();
+      budgetChanged();
       if (entry.noticeUntilEnd) showNotice(entry, "");
       entry.noticeUntilEnd = false;
     }

@@ -1,15 +1,16 @@
 // /operations: the caller's operations, refreshed while the page is shown (every
 // few seconds; every half second while a live one is shown that neither the tab's
 // event stream (live.js) nor a long-poll follows: follow.js follows a few without
-// the stream, which answer the moment they move), with cancel
-// (confirmed) and retry; the notification list beside them. Each names its subject
+// the stream, which answer the moment they move; not at all while the stream is open
+// and nothing shown is live: the stream tells every change), with cancel
+// (confirmed; a dialog whose operation ends while it is open says so) and retry; the notification list beside them. Each names its subject
 // (read from the workspace); /operations#operation-<id> scrolls to and highlights
 // one, shown above the list when the list does not hold it. The bell leads to
 // /operations#notifications: the notifications come first (on a phone, above the
 // operations; on a wide screen they keep their column) and focus moves to them.
 
 import { api, post } from "../api.js";
-import { confirmDialog } from "../dialog.js";
+import { cancelDialogs } from "../dialog.js";
 import { h, replaceChildren } from "../dom.js";
 import { notificationsChanged } from "../events.js";
 import { createFollower } from "../follow.js";
@@ -17,7 +18,7 @@ import { highlight } from "../highlight.js";
 import { LIVE_OPERATION, liveOpen } from "../live.js";
 import { TERMINAL_STATES, cancelCameTooLate, isLive, stateLabel } from "../format.js";
 import { mountNotifications } from "../notifications-view.js";
-import { createCard, operationAnchor, operationName, showCardError, updateCard } from "../operations-view.js";
+import { createCard, focusTarget, operationAnchor, operationName, showCardError, updateCard } from "../operations-view.js";
 import { visiblePoller } from "../poller.js";
 import { nameFrom, subjectNames } from "../subjects.js";
 
@@ -76,6 +77,7 @@ export function mount(main) {
   let target = targetFromHash(); // an operation a link asked for
   let targetShown = false;
   const cancelling = new Map(); // id -> name: cancels asked for here, until they end
+  const cancels = cancelDialogs(); // keyed by operation id
 
   replaceChildren(
     main,
@@ -130,6 +132,17 @@ export function mount(main) {
     return operationName(operation, nameFrom(names, operation.subject));
   }
 
+  // Every card shows an operation through here: one seen ending tells a cancel dialog
+  // open for it, which then says so.
+  function showOnCard(card, operation) {
+    updateCard(card, operation, handlers, nameFrom(names, operation.subject));
+    if (TERMINAL_STATES.has(operation.state)) cancels.ended(operation.id);
+  }
+
+  function cardOf(operationId) {
+    return cards.get(operationId) ?? detail.querySelector(`li.op[data-id="${CSS.escape(operationId)}"]`);
+  }
+
   function showPlaceholder(kind, ...content) {
     placeholder.className = `placeholder placeholder--${kind}`;
     replaceChildren(placeholder, ...content);
@@ -144,7 +157,7 @@ export function mount(main) {
   }
 
   function showError(error) {
-    const retry = h("button", { type: "button", class: "button", onclick: () => poller.refresh() }, "Retry");
+    const retry = h("button", { type: "button", class: "button", onclick: () => lookNow() }, "Retry");
     if (!loaded) {
       list.hidden = true;
       showPlaceholder(
@@ -188,7 +201,7 @@ export function mount(main) {
           card = createCard(operation);
           cards.set(operation.id, card);
         }
-        updateCard(card, operation, handlers, nameFrom(names, operation.subject));
+        showOnCard(card, operation);
         if (list.children[index] !== card) list.insertBefore(card, list.children[index] ?? null);
       });
       for (const [id, card] of cards) {
@@ -266,7 +279,7 @@ export function mount(main) {
       card = createCard(operation);
       replaceChildren(detail, card);
     }
-    updateCard(card, operation, handlers, nameFrom(names, operation.subject));
+    showOnCard(card, operation);
     detail.hidden = false;
     if (!targetShown) highlight(card);
     targetShown = true;
@@ -278,6 +291,38 @@ export function mount(main) {
   // of an operation it does not show, is shown or asks for another poll.
   let heardWhileLoading = null;
 
+  // While the tab's stream is open it tells every change, so the list loads only when
+  // asked (a change heard, even while hidden; an action; a filter) or while it shows
+  // live work; without the stream it polls as ever. A failed load is asked for again.
+  let loadWanted = true;
+  let showsLive = false;
+
+  function lookNow() {
+    loadWanted = true;
+    poller.refresh();
+  }
+
+  async function tick() {
+    if (!loadWanted && !showsLive && liveOpen()) return OPERATIONS_POLL_MS;
+    loadWanted = false;
+    return load();
+  }
+
+  // A look when names that took long have come: the list never waits on them.
+  async function namesOf(items) {
+    const naming = subjectNames(items.map((operation) => operation.subject));
+    let late = false;
+    const waited = new Promise((resolve) =>
+      setTimeout(() => {
+        late = true;
+        resolve(names);
+      }, NAMES_WAIT_MS),
+    );
+    const found = await Promise.race([naming, waited]);
+    if (late) naming.then(lookNow, () => {});
+    return found;
+  }
+
   // One poll; answers the delay before the next: short while any shown operation is live.
   async function load() {
     const query = new URLSearchParams({ page_size: String(limit) });
@@ -285,9 +330,7 @@ export function mount(main) {
     heardWhileLoading = [];
     try {
       const page = await api(`/api/operations?${query}`);
-      // Names that take long arrive with a later poll: the list never waits on them.
-      const naming = subjectNames(page.items.map((operation) => operation.subject));
-      names = await Promise.race([naming, new Promise((resolve) => setTimeout(() => resolve(names), NAMES_WAIT_MS))]);
+      names = await namesOf(page.items);
       render(page);
       await showTarget(page.items);
       const loaded = new Map(page.items.map((operation) => [operation.id, operation.updated_at]));
@@ -295,31 +338,40 @@ export function mount(main) {
         const shown = loaded.get(operation.id); // fixed-width RFC 3339: the text orders as the time
         if (shown === undefined || operation.updated_at > shown) showChange(operation);
       }
+      showsLive = page.items.some(isLive);
       const streamed = liveOpen();
       const unfollowed = page.items.filter((operation) => isLive(operation) && !streamed && !follower.follow(operation));
       return unfollowed.length > 0 ? OPERATIONS_LIVE_POLL_MS : OPERATIONS_POLL_MS;
     } catch (error) {
       showError(error);
+      loadWanted = true;
       return OPERATIONS_POLL_MS;
     } finally {
       heardWhileLoading = null; // after a failure the next poll reads them all
     }
   }
 
+  // As on /jobs: confirmed first; a dialog whose operation ends while it is open says
+  // so, and a confirm that crossed the end on its way (409) reads as what it is.
   async function cancelOperation(operation) {
     const name = describe(operation);
-    const confirmed = await confirmDialog({
+    const confirmed = await cancels.confirm(operation.id, {
+      name,
       title: "Cancel this operation?",
       message: `${name} will stop. Work that is already running stops at its next checkpoint.`,
       confirmLabel: "Cancel operation",
-      cancelLabel: "Keep running",
+      focusFallback: () => {
+        const card = cardOf(operation.id);
+        return card ? focusTarget(card) : null;
+      },
     });
     if (!confirmed) return;
+    const tooLate = `${name} had already finished: there was nothing left to stop.`;
     await act(operation, "cancel", (updated) => {
       if (TERMINAL_STATES.has(updated.state)) return cancelOutcome(name, updated);
       cancelling.set(updated.id, name);
       return `Cancel requested for ${name}.`;
-    });
+    }, tooLate);
   }
 
   async function retryOperation(operation) {
@@ -327,23 +379,24 @@ export function mount(main) {
     if (await act(operation, "retry", () => `${describe(operation)} queued again.`)) notificationsChanged();
   }
 
-  async function act(operation, action, message) {
-    const card = cards.get(operation.id) ?? detail.querySelector(`li.op[data-id="${CSS.escape(operation.id)}"]`);
+  // `conflict` is what a 409 means for this action: the operation was not in a state for it.
+  async function act(operation, action, message, conflict = "This operation's state changed; the list is updated.") {
+    const card = cardOf(operation.id);
     try {
       const updated = await post(`/api/operations/${encodeURIComponent(operation.id)}/${action}`);
       if (card) {
         showCardError(card, "");
-        updateCard(card, updated, handlers, nameFrom(names, updated.subject));
+        showOnCard(card, updated);
         card.querySelector(".op__actions button, .op__title")?.focus?.();
       }
       announcer.textContent = message(updated);
       return true;
     } catch (error) {
-      const text = error.status === 409 ? "This operation's state changed; the list is updated." : error.message;
+      const text = error.status === 409 ? conflict : error.message;
       if (card) showCardError(card, text);
       return false;
     } finally {
-      poller.refresh();
+      lookNow();
     }
   }
 
@@ -355,7 +408,7 @@ export function mount(main) {
     limit = PAGE_STEP;
     loaded = false;
     section.setAttribute("aria-busy", "true");
-    poller.refresh();
+    lookNow();
   }
 
   function chooseFilter(state) {
@@ -381,11 +434,11 @@ export function mount(main) {
     if (window.location.hash === NOTIFICATIONS_HASH) showNotifications();
     target = targetFromHash();
     targetShown = false;
-    poller.refresh();
+    lookNow();
   });
   more.addEventListener("click", () => {
     limit = Math.min(PAGE_MAX, limit + PAGE_STEP);
-    poller.refresh();
+    lookNow();
   });
 
   // A move is shown on its card at once; the end reloads the list (its notification,
@@ -393,13 +446,13 @@ export function mount(main) {
   const follower = createFollower({
     onMove(operation) {
       const card = cards.get(operation.id);
-      if (card) updateCard(card, operation, handlers, nameFrom(names, operation.subject));
+      if (card) showOnCard(card, operation);
     },
     onEnd() {
-      poller.refresh();
+      lookNow();
     },
     onFail() {
-      poller.refresh();
+      lookNow();
     },
   });
   // The stream's changes: a move on its card at once; an end (its notification, a
@@ -412,10 +465,11 @@ export function mount(main) {
   function showChange(operation) {
     const shown = cards.get(operation.id);
     if (shown && !TERMINAL_STATES.has(operation.state)) {
-      updateCard(shown, operation, handlers, nameFrom(names, operation.subject));
+      showOnCard(shown, operation);
     } else {
-      poller.refresh();
+      if (TERMINAL_STATES.has(operation.state)) cancels.ended(operation.id); // before the list reloads
+      lookNow();
     }
   }
-  const poller = visiblePoller(load, OPERATIONS_POLL_MS);
+  const poller = visiblePoller(tick, OPERATIONS_POLL_MS);
 }
