@@ -22,8 +22,9 @@ from prometheus_client import CollectorRegistry
 
 from durable_ops.rpc.keys import trusted_keys
 from durable_ops.rpc.metrics import GrpcServerMetrics, serve_metrics_if
-from durable_ops.rpc.server import build_server, serve, stop_on_signals
+from durable_ops.rpc.server import build_server, serve
 from durable_ops.settings import Settings
+from durable_ops.stop_signals import stop_on_signals
 from durable_ops.storage.availability import DatabaseReadiness, open_when_reachable
 from durable_ops.storage.db import Database
 

@@ -20,8 +20,6 @@ waiting for company either.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import signal
 import socket
 from dataclasses import replace
 
@@ -44,6 +42,7 @@ from durable_ops.rpc.client import ServiceCaller, open_channel
 from durable_ops.rpc.keys import own_key
 from durable_ops.rpc.tls import authority_of
 from durable_ops.settings import Settings, SettingsError
+from durable_ops.stop_signals import stopping_on_signals
 from durable_ops.worker import Worker, WorkerOptions
 
 CONCURRENCY_RANGE = (0, 64)  # 0: follow the local server's slot count (FOLLOW_SERVER_SLOTS)
@@ -126,34 +125,21 @@ def serve_metrics(bind: str) -> None:
     _log.info("ai_worker_metrics", bind=bind)
 
 
-def _install_signal_handlers(stopping: asyncio.Event) -> list[signal.Signals]:
-    loop = asyncio.get_running_loop()
-    installed = []
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        # Impossible off the main thread: then the caller stops us by cancelling.
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(signum, stopping.set)
-            installed.append(signum)
-    return installed
-
-
 async def run(settings: Settings, *, stopping: asyncio.Event | None = None) -> None:
     stopping = stopping or asyncio.Event()
-    installed = _install_signal_handlers(stopping)
     try:
-        if not settings.workers_ai_operations_enabled:
-            _log.info(
-                "ai_worker_idle",
-                reason="OPS_WORKERS_AI_OPERATIONS_ENABLED is not true: claiming nothing",
-                say="idle: OPS_WORKERS_AI_OPERATIONS_ENABLED is not true",
-            )
-            await stopping.wait()
-        else:
-            check_settings(settings)
-            await _work(settings, stopping)
+        with stopping_on_signals(stopping.set):
+            if not settings.workers_ai_operations_enabled:
+                _log.info(
+                    "ai_worker_idle",
+                    reason="OPS_WORKERS_AI_OPERATIONS_ENABLED is not true: claiming nothing",
+                    say="idle: OPS_WORKERS_AI_OPERATIONS_ENABLED is not true",
+                )
+                await stopping.wait()
+            else:
+                check_settings(settings)
+                await _work(settings, stopping)
     finally:
-        for signum in installed:
-            asyncio.get_running_loop().remove_signal_handler(signum)
         _log.info("ai_worker_stopped", say="stopped")
 
 
@@ -212,7 +198,7 @@ async def _work(settings: Settings, stopping: asyncio.Event) -> None:
 async def _run_until(worker: Worker, stopping: asyncio.Event) -> None:
     """Run ``worker`` until ``stopping`` is set (or it stops itself: a journal failure,
     which ``run`` raises once the running attempts are drained)."""
-    running = asyncio.create_task(worker.run())
+    running = asyncio.create_task(worker.run(stop_on_signals=False))  # ours set ``stopping``
     told = asyncio.create_task(stopping.wait())
     try:
         await asyncio.wait({running, told}, return_when=asyncio.FIRST_COMPLETED)

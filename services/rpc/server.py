@@ -39,6 +39,7 @@ from durable_ops.rpc.metrics import GrpcServerMetrics, MetricsInterceptor
 from durable_ops.rpc.scope import remember_verified_role, role_from_metadata
 from durable_ops.rpc.tls import server_credentials
 from durable_ops.settings import Settings
+from durable_ops.stop_signals import stop_on_signals
 
 # Probes must work without a service credential; reflection, which lists every method
 # an attacker could try, answers only a caller with one (issue 35).
@@ -312,16 +313,3 @@ async def _unless_stopped(work: Awaitable[None], stop_requested: asyncio.Event) 
         return False
     working.result()
     return True
-
-
-def stop_on_signals(
-    loop: asyncio.AbstractEventLoop, callback: Callable[[], None]
-) -> list[signal.Signals]:
-    """``callback`` on SIGTERM and SIGINT; answers the signals it could take over."""
-    installed = []
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        # Not possible off the main thread or on Windows: then the caller stops us by cancelling.
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(signum, callback)
-            installed.append(signum)
-    return installed

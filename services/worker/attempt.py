@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.model import bounds
 from durable_ops.model.provenance import Provenance
 from durable_ops.model.routing import Route
 from durable_ops.model.states import Privacy
@@ -156,7 +157,10 @@ class Attempt(Claimed):
         return await self.lease.ready()
 
     async def progress(self, percent: int) -> None:
-        """Report ``percent`` (0 to 99, never decreasing) to the owner."""
+        """Report ``percent`` to the owner: 0 to 100 (``InvalidArgument`` beyond, raised
+        here in the handler), shown at most 99 until the operation completes; a value
+        below one reported before is not shown (progress never goes back)."""
+        bounds.int_range("progress_percent", percent, bounds.PROGRESS_RANGE)
         lease = await self.hold()
         lease.report_progress(percent)
 

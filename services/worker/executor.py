@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import traceback
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -21,7 +22,14 @@ import structlog
 from durable_ops.model.errors import CANCEL_REQUESTED, DomainError, LeaseLost
 from durable_ops.worker.attempt import Attempt, Claimed, Ending
 from durable_ops.worker.completer import Completer, Outcome
-from durable_ops.worker.failures import Completed, Settlement, WorkerShutdown, completed
+from durable_ops.worker.failures import (
+    Completed,
+    ExternalFallback,
+    HandlerFailure,
+    Settlement,
+    WorkerShutdown,
+    completed,
+)
 from durable_ops.worker.lease import LeaseStream
 
 HEARTBEAT_AFTER_SECONDS = 1.0  # at most a third of the shortest lease
@@ -76,7 +84,11 @@ class Executor:
         except Exception as error:
             outcome = self._after_error(attempt, error)
         else:
-            outcome = attempt.result = completed(returned)
+            outcome = completed(returned)
+            if isinstance(outcome, Completed):
+                attempt.result = outcome
+            else:
+                _log.warning("worker_result_refused", **attempt.log_fields(), why=str(outcome))
         finally:
             # Off the lease stream before settling: the settlement ends the lease, and a beat
             # crossing it would find the lease gone and call it lost.
@@ -104,6 +116,15 @@ class Executor:
             return Ending.CANCELLED
         if attempt.lease_lost or isinstance(error, LeaseLost):
             return None
+        if not isinstance(error, HandlerFailure | ExternalFallback):
+            # Type and stack only, as the services log a fault: the text may quote user
+            # content. What the developer has to go on; the owner sees the code alone.
+            _log.warning(
+                "worker_handler_raised",
+                **attempt.log_fields(),
+                error_type=type(error).__qualname__,
+                stack="".join(traceback.format_tb(error.__traceback__)),
+            )
         return self.classify(error)
 
     @staticmethod

@@ -18,6 +18,9 @@ from durable_ops.model import bounds
 from durable_ops.model.provenance import Provenance
 
 HANDLER_ERROR = "handler_error"
+INVALID_RESULT = "invalid_result"  # what the handler returned no completion can carry
+# The services keep a reference to the result, never the result: as long as a subject id.
+RESULT_REF_MAX = bounds.SUBJECT_ID_MAX
 
 
 @dataclass(frozen=True)
@@ -28,14 +31,28 @@ class Completed:
     provenance: Provenance | None = None
 
 
-def completed(returned: str | Completed | None) -> Completed:
-    """A handler's return value as a completion (a string is the result's reference)."""
-    return returned if isinstance(returned, Completed) else Completed(returned or "")
+def completed(returned: object) -> Completed | PermanentFailure:
+    """A handler's return value as a completion (a string is the result's reference), or,
+    for a value no completion can carry (not a string, too long a reference), a permanent
+    ``INVALID_RESULT`` failure: the same handler would return it again."""
+    if returned is None or isinstance(returned, str):
+        returned = Completed(returned or "")
+    if not isinstance(returned, Completed) or not isinstance(returned.result_ref, str):
+        kind = type(returned).__name__
+        return PermanentFailure(INVALID_RESULT, f"the handler returned a {kind}, not a str")
+    if len(returned.result_ref) > RESULT_REF_MAX:
+        return PermanentFailure(
+            INVALID_RESULT,
+            f"the result reference is {len(returned.result_ref)} characters,"
+            f" at most {RESULT_REF_MAX}: return a reference to the result, not the result",
+        )
+    return returned
 
 
 class HandlerFailure(Exception):
-    """A failure the handler names: a stable ``code`` (≤ 64), a stored ``message`` (≤ 512)
-    and the ``provenance`` of the model that answered, if one did."""
+    """A failure the handler names: a stable ``code`` (≤ 64 of ``a-z0-9._-``: the owner sees
+    it), a stored ``message`` (≤ 512) and the ``provenance`` of the model that answered, if
+    one did. A code outside those raises ``InvalidArgument`` here, in the handler."""
 
     retryable = True
 

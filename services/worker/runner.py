@@ -3,8 +3,11 @@ settles every end; the attempts' leases share one stream (ADR 0023)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+import structlog
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
@@ -13,12 +16,15 @@ from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller, open_channel
 from durable_ops.rpc.keys import SigningKey
 from durable_ops.settings import SettingsError
+from durable_ops.stop_signals import stopping_on_signals
 from durable_ops.worker.attempt import Ending
 from durable_ops.worker.completer import CALL_TIMEOUT_SECONDS, Completer
 from durable_ops.worker.executor import Classify, Executor, Handler, Interceptor
 from durable_ops.worker.failures import failure_of
 from durable_ops.worker.lease import HoldLeasesCall, LeaseStream
 from durable_ops.worker.producer import Producer, WorkerOptions
+
+_log = structlog.get_logger(__name__)
 
 
 class Worker:
@@ -76,16 +82,22 @@ class Worker:
         cancelled as a shutdown and their leases released in one settlement call."""
         self._producer.stop()
 
-    async def run(self) -> None:
+    async def run(self, *, stop_on_signals: bool = True) -> None:
         """Claim and run until ``stop()`` (or, ``until_empty``, until the queue is empty);
-        then raise what made an interceptor fail, if one did."""
+        then raise what made an interceptor fail, if one did. With ``stop_on_signals``,
+        SIGTERM and SIGINT call ``stop()`` while it runs (in the main thread), so the
+        leases of the running attempts are released, not left to run out."""
         if not self._handlers:
             raise ValueError("register a handler first")
         channel = open_channel(self._target, self._ca)
         self._stub = pb_grpc.OperationsServiceStub(channel)
+        signals = stopping_on_signals(self.stop) if stop_on_signals else contextlib.nullcontext()
+        # Where it claims, said once: a claim that fails says only why (``unavailable``).
+        _log.info("worker_started", target=self._target, task_types=sorted(self._handlers))
         try:
-            await self._producer.run(self._stub, self._executor.run)
-            await self._completer.drain()
+            with signals:
+                await self._producer.run(self._stub, self._executor.run)
+                await self._completer.drain()
         finally:
             await self.leases.close()
             await channel.close()

@@ -13,6 +13,7 @@ import threading
 from typing import TypeVar
 
 from sqlalchemy import select
+from structlog.testing import capture_logs
 
 from durable_ops.model.scope import Role
 from durable_ops.storage.schema import OperationAttempt
@@ -37,6 +38,7 @@ from tests.support.running_worker import run_until
 from tests.support.stored import rows
 
 HANG_GUARD = 30.0
+SECRET = "a secret in the message"
 T = TypeVar("T")
 
 
@@ -86,14 +88,19 @@ def test_failures_are_permanent_or_retryable_by_exception_type(
             raise PermanentFailure("unsupported_subject", "this subject cannot be analysed")
         if attempt.subject.id == "retryable":
             raise RetryableFailure("model_busy")
-        raise KeyError("a secret in the message")
+        raise KeyError(SECRET.upper())  # made as it runs: the stack shows code, not values
 
     async def all_failed() -> None:
         await _state_is(ops, ALICE, permanent, FAILED)
         await _state_is(ops, ALICE, retryable, WAITING_FOR_RETRY)
         await _state_is(ops, BOB, crashed, WAITING_FOR_RETRY)
 
-    run_until(worker, all_failed)
+    with capture_logs() as logs:
+        run_until(worker, all_failed)
+    (raised,) = [line for line in logs if line["event"] == "worker_handler_raised"]
+    assert raised["error_type"] == "KeyError"
+    assert "raise KeyError" in raised["stack"]
+    assert SECRET.upper() not in repr(logs)
     assert (ops.row(permanent).failure_code, ops.row(permanent).failure_message) == (
         "unsupported_subject",
         "this subject cannot be analysed",
@@ -105,6 +112,45 @@ def test_failures_are_permanent_or_retryable_by_exception_type(
         "KeyError",
     )
     assert ops.notifications_per_operation() == {permanent: 1}
+
+
+def test_what_no_completion_can_carry_fails_the_operation_and_the_worker_goes_on(
+    services: Services, ops: OpsClient
+) -> None:
+    """A handler returning a number, or a result instead of its reference, fails its
+    operation for good (``invalid_result``); progress past 100 raises in the handler."""
+    ids = {
+        name: ops.create(ALICE, f"k-{n}", subject_id=name.replace(" ", "-")).id
+        for n, name in enumerate(RETURNS)
+    }
+    worker = Worker(services.target, signing_key(Role.WORKER), until_empty=True)
+
+    @worker.handler(TASK)  # type: ignore[arg-type]  # the mistake under test
+    async def wrong(attempt: Attempt) -> object:
+        if attempt.subject.id == "progress":
+            await attempt.progress(150)
+        return RETURNS[attempt.subject.id.replace("-", " ")]
+
+    with capture_logs() as logs:
+        asyncio.run(asyncio.wait_for(worker.run(), HANG_GUARD))
+    for name in ("number", "whole result"):
+        row = ops.row(ids[name])
+        assert (row.state, row.failure_code) == ("failed", "invalid_result"), name
+    assert ops.row(ids["reference"]).state == "succeeded"
+    progressed = ops.row(ids["progress"])
+    assert (progressed.state, progressed.failure_message) == (
+        "waiting_for_retry",
+        "InvalidArgument",
+    )
+    assert [line["event"] for line in logs].count("worker_result_refused") == 2
+
+
+RETURNS: dict[str, object] = {
+    "number": 42,
+    "whole result": "r" * 65,
+    "reference": "r" * 64,
+    "progress": "",
+}
 
 
 def test_progress_and_the_owners_cancel_reach_a_running_handler(

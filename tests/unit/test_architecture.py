@@ -30,8 +30,9 @@ PROCESSES = {
     "ai_worker": "durable_ops.ai_worker.main",
     "dev_model": "durable_ops.dev_model.server",
 }
-# telemetry: OpenTelemetry setup and span helpers, a leaf every process may use.
-SHARED = {"model", "settings", "clock", "logs", "api", "telemetry"}
+# telemetry: OpenTelemetry setup and span helpers, a leaf every process may use;
+# stop_signals: SIGTERM and SIGINT as a request to stop, in every long-running process.
+SHARED = {"model", "settings", "clock", "logs", "api", "telemetry", "stop_signals"}
 # private_files: the modes of var/, the SQLite files and kept secrets (storage, local_secrets).
 SERVER_SIDE = SHARED | {"storage", "rpc", "wire", "serving", "private_files"}
 GRPC_CLIENT_SIDE = SHARED | {"rpc", "private_files"}
@@ -42,6 +43,7 @@ ALLOWED: dict[str, set[str]] = {
     "api": set(),
     "settings": set(),
     "clock": set(),
+    "stop_signals": set(),
     "logs": {"settings"},
     "telemetry": {"settings"},
     "private_files": {"settings"},
@@ -51,10 +53,10 @@ ALLOWED: dict[str, set[str]] = {
     "stack": {"settings", "private_files", "rpc", "model"},
     "storage": {"model", "settings", "clock", "private_files"},
     # rpc.keys: a service key is a private file, refused when others may read it.
-    "rpc": {"model", "settings", "clock", "api", "private_files"},
+    "rpc": {"model", "settings", "clock", "api", "private_files", "stop_signals"},
     "wire": {"model", "storage", "api", "rpc"},
     # The life of a one-servicer process over the database (serve_on_database).
-    "serving": {"settings", "storage", "rpc"},
+    "serving": {"settings", "storage", "rpc", "stop_signals"},
     "hoststore": set(),
     **{service: SERVER_SIDE for service in GRPC_SERVICES},
     "gateway": GRPC_CLIENT_SIDE,
