@@ -745,6 +745,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         result: int = args.run(args)
+        sys.stdout.flush()  # here, where a reader gone is caught, not at the exit
+    except BrokenPipeError:
+        # The reader left (`opsctl operations list | head`): what it read was all it wanted.
+        # Python's own flush of stdout at exit would fail again: point it at nothing.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:
         code = _exit_code(exc)
         if code is None:

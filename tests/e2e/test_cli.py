@@ -90,6 +90,22 @@ def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
     assert "OPS_AI_USER_LIMIT" in bad_setting.stderr
 
 
+def test_a_reader_that_leaves_early_is_no_error() -> None:
+    """``opsctl operations list | head``: the pipe closes before opsctl is done writing."""
+    reader_gone = subprocess.Popen(
+        [sys.executable, "-m", "durable_ops.cli", "token", "--user", "alice"],
+        env={**os.environ, "OPS_JWT_SECRET": "s" * 32},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert reader_gone.stdout is not None
+    reader_gone.stdout.close()  # long before it prints: its imports take a while
+    errors = reader_gone.communicate(timeout=60)[1]
+    assert reader_gone.returncode == 0, errors
+    assert "BrokenPipeError" not in errors
+
+
 def test_token_prints_a_jwt_for_the_user() -> None:
     import jwt
 
