@@ -253,6 +253,9 @@ async def _stream(
                     sent_count += 1
                     if dto.state_name(got.operation.state) in NOTICE_STATES:
                         heard.mark_unread()
+                got = None
+                if heard.woken.is_set():
+                    continue  # told something already (by this very turn, say): look at once
                 got = await _next(changes, heard.woken)
                 if got is None:
                     yield ": keepalive\n\n"
