@@ -37,11 +37,28 @@ STOP_GRACE_SECONDS = 10.0
 LOG_DIR = Path(tempfile.gettempdir()) / "durable-ops-bench-logs"
 
 
+# Below the kernel's ephemeral range (32768-60999 here), above the tests' own
+# (tests/support/ports.py) and the Galera tests' (23311-24570): a port drawn from the
+# ephemeral range (bind to 0) can become an outgoing connection's local port before the
+# child binds it (the CI soak lost a replica so).
+PORTS = range(25000, 32000)
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
+    """A loopback port nothing listens on, never handed out twice by this process."""
+    for _ in range(200):
+        port = secrets.choice(PORTS)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
         return port
+    raise RuntimeError(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
 
 
 @cache
