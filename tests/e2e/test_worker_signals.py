@@ -30,6 +30,15 @@ def services(db_url: str) -> Iterator[Services]:
         yield running
 
 
+def _until_printed(worker: subprocess.Popen[str], word: str) -> None:
+    """Read the worker's lines (its log's among them) until one starts with ``word``."""
+    assert worker.stdout is not None
+    for line in worker.stdout:
+        if line.startswith(word):
+            return
+    raise AssertionError(f"the worker ended before it printed {word}")
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_a_signal_releases_the_running_attempt(services: Services, signum: int) -> None:
     ops = OpsClient(services)
@@ -42,9 +51,7 @@ def test_a_signal_releases_the_running_attempt(services: Services, signum: int) 
         text=True,
     )
     try:
-        assert worker.stdout is not None
-        assert worker.stdout.readline().strip() == "worker_ready"
-        assert worker.stdout.readline().startswith("job_started")  # it holds the lease now
+        _until_printed(worker, "job_started")  # it holds the lease now
         worker.send_signal(signum)
         _, errors = worker.communicate(timeout=HANG_GUARD)
     finally:
