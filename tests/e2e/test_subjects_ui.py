@@ -23,19 +23,12 @@ from tests.support.gateway import (
 )
 from tests.support.grpc_services import Services
 from tests.support.signin import dev_sign_in
-from tests.support.workspace_client import create_cv, create_job, entitle
+from tests.support.workspace_client import ANSWER, create_cv, create_job, entitle
 
 pytestmark = pytest.mark.browser
 Screenshot = Callable[[Page, str], Path]
 BELL_MS = 2000  # the bar: the bell changes within 2 s (its own poll is 60 s)
 IDLE_POLL_MS = 2000  # OPERATIONS_POLL_MS of pages/operations.js: the pace while nothing is live
-ANSWER = {
-    "fit_score": 82,
-    "summary": "A strong match on Python and gRPC.",
-    "strengths": ["Python"],
-    "gaps": ["Kubernetes"],
-    "next_steps": ["Mention the on-call rotation"],
-}
 
 
 def sign_in(page: Page, gateway: LiveGateway, user: str, path: str = "/operations") -> None:

@@ -17,7 +17,7 @@ from durable_ops.model.scope import Role
 from tests.support.gateway import LiveGateway, claim, complete, create_operation, publish
 from tests.support.grpc_services import Services, metadata
 from tests.support.signin import dev_sign_in
-from tests.support.workspace_client import CV_TEXT, JOB_TEXT, entitle
+from tests.support.workspace_client import ANSWER, CV_TEXT, JOB_TEXT, entitle
 
 pytestmark = pytest.mark.browser
 Screenshot = Callable[[Page, str], Path]
@@ -27,13 +27,6 @@ LONG_FILENAME = "cv-" + "Z" * 248 + ".txt"  # ATTACHMENT_FILENAME_MAX
 ARABIC_FILENAME = "السيرة الذاتية.txt"
 PHONE = {"width": 375, "height": 812}
 CARDS = "li.op, li.item, li.note"
-ANSWER = {
-    "fit_score": 82,
-    "summary": "A strong match on Python and gRPC.",
-    "strengths": ["Python"],
-    "gaps": ["Kubernetes"],
-    "next_steps": ["Mention the on-call rotation"],
-}
 # Every element of each card whose box reaches past the card's right edge.
 OUT_OF_CARD = """selector => {
   const out = [];

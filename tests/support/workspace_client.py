@@ -13,6 +13,14 @@ from tests.support.grpc_services import metadata
 
 JOB_TEXT = "Senior Python engineer: gRPC, MariaDB, distributed systems, on-call"
 CV_TEXT = "Ten years of Python; built gRPC services on MariaDB; led on-call rotations"
+# A strategy snapshot's answer, as the model would give it.
+ANSWER = {
+    "fit_score": 82,
+    "summary": "A strong match on Python and gRPC.",
+    "strengths": ["Python"],
+    "gaps": ["Kubernetes"],
+    "next_steps": ["Mention the on-call rotation"],
+}
 
 
 def entitle(db: Database, owner: str, *, plan: str = "pro", ai_enabled: bool = True) -> None:
