@@ -71,11 +71,13 @@ _KEY_TEXT = re.compile(r"[\x21-\x7e]+")
 # A line of text (a title, a filename, a key) has none, nor Unicode's line and paragraph
 # separators; text that may span lines (a job description, a CV) keeps tab, line feed,
 # carriage return and those two separators.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-_CONTROL_BETWEEN_LINES = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-# The patterns of those rules, for the API document (``gateway.openapi``).
-LINE_CHAR = r"[^\x00-\x1f\x7f-\x9f\u2028\u2029]"
-TEXT_CHAR = r"[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]"
+_NOT_IN_A_LINE = r"\x00-\x1f\x7f-\x9f\u2028\u2029"
+_NOT_IN_TEXT = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f"
+_CONTROL = re.compile(f"[{_NOT_IN_A_LINE}]")
+_CONTROL_BETWEEN_LINES = re.compile(f"[{_NOT_IN_TEXT}]")
+# The same rules as patterns of the characters allowed, for the API document (``openapi``).
+LINE_CHAR = f"[^{_NOT_IN_A_LINE}]"
+TEXT_CHAR = f"[^{_NOT_IN_TEXT}]"
 # Format characters of the Basic Multilingual Plane (Unicode's Cf: the soft hyphen, zero-width
 # spaces and joiners, bidi controls, the BOM): they show nothing, so text of them alone is blank.
 _FORMAT = (
