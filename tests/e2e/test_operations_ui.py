@@ -505,10 +505,20 @@ def test_with_the_event_stream_open_the_bell_does_not_poll(
     page.wait_for_timeout(300)
     assert len(unread) == 1, unread
 
-    # The count comes from the stream, at once.
+    # The count comes from the stream, at once. The list's reload is held until the
+    # operation is over, so the list sees it new and finished: the bell still waits
+    # for the stream rather than asking.
+    held: list[Route] = []
+    page.route("**/api/operations?*", lambda route: held.append(route))
     create_operation(ui_services, "ada", subject=("job", "job-streamed"))
     complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
+    wait_for_count(page, held, 1)
+    for route in held:
+        route.continue_()
+    page.unroute("**/api/operations?*")
     expect(bell(page)).to_have_accessible_name("Notifications, 1 unread", timeout=2000)
+    expect(page.locator("li.op")).to_have_count(1)
+    page.wait_for_timeout(300)
     assert len(unread) == 1, unread
 
 

@@ -233,8 +233,9 @@ export function mount(main) {
   }
 
   // A newly finished operation has a new notification: the bell and the list refresh
-  // now. Newly finished: seen here in another state, or new since the first look and
-  // already over (it ran between two polls).
+  // now, unless the tab's event stream is open (it brings the new count itself, and
+  // the list follows the count). Newly finished: seen here in another state, or new
+  // since the first look and already over (it ran between two polls).
   function noticeFinished(items) {
     const firstLook = !looked;
     looked = true;
@@ -247,7 +248,7 @@ export function mount(main) {
       states.set(operation.id, operation.state);
       if (operation.created_at > newestSeen) newestSeen = operation.created_at;
     }
-    if (finished) notificationsChanged();
+    if (finished && !liveOpen()) notificationsChanged();
   }
 
   // The operation a link named: its card in the list, else one shown above the list.
