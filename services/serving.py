@@ -24,7 +24,7 @@ from durable_ops.rpc.keys import trusted_keys
 from durable_ops.rpc.metrics import GrpcServerMetrics, serve_metrics_if
 from durable_ops.rpc.server import build_server, serve
 from durable_ops.settings import Settings
-from durable_ops.stop_signals import stop_on_signals
+from durable_ops.stop_signals import stopping_on_signals
 from durable_ops.storage.availability import DatabaseReadiness, open_when_reachable
 from durable_ops.storage.db import Database
 
@@ -84,19 +84,16 @@ async def serve_together(settings: Settings, runs: Mapping[str, ServiceLife]) ->
     ends on its own (a start that failed: the schema, the database), the others stop
     too and its error is raised: the process is restarted whole, as any other."""
     stop_requested = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    installed = stop_on_signals(loop, stop_requested.set)
-    lives = [
-        asyncio.create_task(_named(name, run(settings, stop_requested=stop_requested)))
-        for name, run in runs.items()
-    ]
-    try:
-        await asyncio.wait(lives, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stop_requested.set()
-        ended = await asyncio.gather(*lives, return_exceptions=True)
-        for signum in installed:
-            loop.remove_signal_handler(signum)
+    with stopping_on_signals(stop_requested.set):
+        lives = [
+            asyncio.create_task(_named(name, run(settings, stop_requested=stop_requested)))
+            for name, run in runs.items()
+        ]
+        try:
+            await asyncio.wait(lives, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop_requested.set()
+            ended = await asyncio.gather(*lives, return_exceptions=True)
     for outcome in ended:
         if isinstance(outcome, BaseException):
             raise outcome

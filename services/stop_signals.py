@@ -9,24 +9,16 @@ import signal
 from collections.abc import Callable, Iterator
 
 
-def stop_on_signals(
-    loop: asyncio.AbstractEventLoop, callback: Callable[[], None]
-) -> list[signal.Signals]:
-    """``callback`` on SIGTERM and SIGINT; answers the signals it could take over."""
+@contextlib.contextmanager
+def stopping_on_signals(callback: Callable[[], None]) -> Iterator[None]:
+    """``callback`` on SIGTERM and SIGINT while inside; the loop's own handling after."""
+    loop = asyncio.get_running_loop()
     installed = []
     for signum in (signal.SIGTERM, signal.SIGINT):
         # Not possible off the main thread or on Windows: then the caller stops us by cancelling.
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signum, callback)
             installed.append(signum)
-    return installed
-
-
-@contextlib.contextmanager
-def stopping_on_signals(callback: Callable[[], None]) -> Iterator[None]:
-    """``callback`` on SIGTERM and SIGINT while inside; the loop's own handling after."""
-    loop = asyncio.get_running_loop()
-    installed = stop_on_signals(loop, callback)
     try:
         yield
     finally:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -39,7 +38,7 @@ from durable_ops.rpc.metrics import GrpcServerMetrics, MetricsInterceptor
 from durable_ops.rpc.scope import remember_verified_role, role_from_metadata
 from durable_ops.rpc.tls import server_credentials
 from durable_ops.settings import Settings
-from durable_ops.stop_signals import stop_on_signals
+from durable_ops.stop_signals import stopping_on_signals
 
 # Probes must work without a service credential; reflection, which lists every method
 # an attacker could try, answers only a caller with one (issue 35).
@@ -254,45 +253,48 @@ async def serve(
     to the caller (several servers in one process share one event: a loop
     has one handler per signal).
     """
-    loop = asyncio.get_running_loop()
-    installed: list[signal.Signals] = []
+    signals: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if stop_requested is None:
         stop_requested = asyncio.Event()
-        installed = stop_on_signals(loop, stop_requested.set)
+        signals = stopping_on_signals(stop_requested.set)
     try:
-        await start(server, serving=prepare is None)
-        if prepare is not None:
+        # The signals are ours until the stop begins: a second Ctrl-C then ends it hard.
+        with signals:
+            await start(server, serving=prepare is None)
+            if prepare is not None:
+                _log.info(
+                    "grpc_preparing",
+                    services=list(_registration(server).service_names),
+                    say="starting…",
+                )
+                if not await _unless_stopped(prepare(), stop_requested):
+                    return
+                await mark_serving(server)
             _log.info(
-                "grpc_preparing",
+                "grpc_serving",
                 services=list(_registration(server).service_names),
-                say="starting…",
+                say=f"ready on {_registration(server).bind}",
             )
-            if not await _unless_stopped(prepare(), stop_requested):
-                return
-            await mark_serving(server)
-        _log.info(
-            "grpc_serving",
-            services=list(_registration(server).service_names),
-            say=f"ready on {_registration(server).bind}",
-        )
-        signalled = asyncio.ensure_future(stop_requested.wait())
-        # Shielded: cancelling a plain wait_for_termination() cancels the server's own
-        # shutdown future, and stop() would then fail with CancelledError.
-        terminated = asyncio.shield(server.wait_for_termination())
-        try:
-            either: set[asyncio.Future[Any]] = {signalled, terminated}
-            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            signalled.cancel()
-            terminated.cancel()
+            await _until_stopped(server, stop_requested)
     finally:
-        for signum in installed:
-            loop.remove_signal_handler(signum)
         _log.info("grpc_stopping", grace_seconds=grace, say="stopping")
         await stop(server, grace)
         if on_stop is not None:
             await on_stop()
         _log.info("grpc_stopped", say="stopped")
+
+
+async def _until_stopped(server: grpc.aio.Server, stop_requested: asyncio.Event) -> None:
+    signalled = asyncio.ensure_future(stop_requested.wait())
+    # Shielded: cancelling a plain wait_for_termination() cancels the server's own
+    # shutdown future, and stop() would then fail with CancelledError.
+    terminated = asyncio.shield(server.wait_for_termination())
+    try:
+        either: set[asyncio.Future[Any]] = {signalled, terminated}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        signalled.cancel()
+        terminated.cancel()
 
 
 async def _unless_stopped(work: Awaitable[None], stop_requested: asyncio.Event) -> bool:
