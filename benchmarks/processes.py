@@ -13,7 +13,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from durable_ops.rpc.client import ServiceCaller
 from durable_ops.rpc.keys import SigningKey, TrustedKeys, ensure_role_keys, private_key_path
 from durable_ops.settings import service_variable
 from durable_ops.stack.children import healthy, own_key_env
+from tests.support import ports
 
 JWT_SECRET = "bench-jwt-secret-" + secrets.token_hex(16)
 START_TIMEOUT_SECONDS = 60.0
@@ -42,23 +42,11 @@ LOG_DIR = Path(tempfile.gettempdir()) / "durable-ops-bench-logs"
 # ephemeral range (bind to 0) can become an outgoing connection's local port before the
 # child binds it (the CI soak lost a replica so).
 PORTS = range(25000, 32000)
-_handed_out: set[int] = set()
 
 
 def free_port() -> int:
-    """A loopback port nothing listens on, never handed out twice by this process."""
-    for _ in range(200):
-        port = secrets.choice(PORTS)
-        if port in _handed_out:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _handed_out.add(port)
-        return port
-    raise RuntimeError(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
+    """A loopback port of ``PORTS`` nothing listens on, never handed out twice by this process."""
+    return ports.free_port(PORTS)
 
 
 @cache

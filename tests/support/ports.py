@@ -19,9 +19,10 @@ _handed_out: set[int] = set()
 _held: list[socket.socket] = []
 
 
-def free_port() -> int:
+def free_port(within: range = PORTS) -> int:
+    """A loopback port of ``within`` nothing listens on, never handed out twice here."""
     for _ in range(200):
-        port = random.choice(PORTS)
+        port = random.choice(within)
         if port in _handed_out:
             continue
         with socket.socket() as sock:
@@ -31,7 +32,7 @@ def free_port() -> int:
                 continue
         _handed_out.add(port)
         return port
-    raise AssertionError(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
+    raise RuntimeError(f"no free port in {within.start}-{within.stop - 1}")
 
 
 def refusing_port() -> int:
