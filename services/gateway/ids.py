@@ -7,19 +7,16 @@ malformed id, an unknown id and another user's id are indistinguishable.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 from starlette.requests import Request
 
-from durable_ops.model.bounds import ID_MAX
+from durable_ops.model.bounds import could_be_id
 from durable_ops.model.errors import NotFound
-
-_ID = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def resource_id(request: Request, not_found: Callable[[], NotFound], name: str = "id") -> str:
     value = str(request.path_params[name])
-    if len(value) > ID_MAX or not _ID.fullmatch(value):
+    if not could_be_id(value):
         raise not_found()
     return value

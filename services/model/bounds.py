@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from durable_ops.model.errors import CONTROL_CHARACTER, InvalidArgument
 
 ID_MAX = 64  # any row id a caller names; ids the services issue are 32 hex characters
+_ID = re.compile(f"[A-Za-z0-9_-]{{1,{ID_MAX}}}")
 TASK_TYPE_MAX = 64
 IDEMPOTENCY_KEY_MAX = 128
 SUBJECT_TYPE_MAX = 32
@@ -90,6 +91,11 @@ _VISIBLE = re.compile(VISIBLE_CHAR)
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 # What a pasted line may carry around it; trimmed, where any other control is refused.
 _LINE_BLANKS = " \t\r\n"
+
+
+def could_be_id(value: str) -> bool:
+    """Whether ``value`` has the shape of a row id (one a service could have issued)."""
+    return _ID.fullmatch(value) is not None
 
 
 def text(field: str, value: str, max_length: int, *, required: bool = True) -> str:

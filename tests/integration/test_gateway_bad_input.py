@@ -223,6 +223,17 @@ def cases(operation_id: str) -> list[Case]:
             400,
         ),
         Case("notification token", "GET", "/api/notifications?page_token=Zm9vYmFy", 400),
+        # A lone surrogate in the id reached the database's driver (INTERNAL, 503).
+        *[
+            Case(
+                f"{listed} token surrogate id",
+                "GET",
+                f"{listed}?page_token={_token({'c': '2026-01-01T00:00:00Z', 'i': chr(0xD800)})}",
+                400,
+                "invalid_argument",
+            )
+            for listed in ("/api/operations", "/api/jobs", "/api/notifications", "/api/attachments")
+        ],
         # filters and unknown parameters
         Case("unknown state", "GET", f"{listing}?state=done", 400, "invalid_argument"),
         Case("state nul", "GET", f"{listing}?state=%00", 400, "invalid_argument"),
