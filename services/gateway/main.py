@@ -8,6 +8,7 @@ import uvicorn
 
 from durable_ops.gateway.app import create_app
 from durable_ops.gateway.backends import Backends
+from durable_ops.gateway.connections import HeadDeadlineProtocol
 from durable_ops.gateway.hosts import parse_bind
 from durable_ops.logs import configure_logging
 from durable_ops.rpc.metrics import serve_metrics_if
@@ -29,4 +30,12 @@ def run(settings: Settings) -> None:
     # log_config=None: structlog (configured above) stays in charge of every line.
     # proxy_headers=False: the app believes forwarded headers itself, from
     # OPS_GATEWAY_TRUSTED_PROXIES only (uvicorn's own default trusts 127.0.0.1).
-    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, proxy_headers=False)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        http=HeadDeadlineProtocol,
+        log_config=None,
+        access_log=False,
+        proxy_headers=False,
+    )

@@ -30,7 +30,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from durable_ops.gateway import bodies
+from durable_ops.gateway import bodies, connections
 from durable_ops.gateway.app import create_app
 from durable_ops.gateway.backends import Backends
 from tests.support.clock import ManualClock
@@ -196,6 +196,41 @@ def test_a_body_that_stops_short_is_a_408_not_a_connection_held_for_good(
     with LiveGateway(app) as gateway, _short_body(gateway.port) as connection:
         status_line = connection.makefile("rb").readline()
     assert status_line.split()[1] == b"408"
+
+
+def test_a_head_sent_a_line_at_a_time_is_cut_off_at_its_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A header line now and then kept a connection for ever (no account needed): one
+    client held every file descriptor. The head has a deadline as a whole; a request whose
+    head arrives in time is served, and so is the next one on its kept-alive connection."""
+    monkeypatch.setattr(connections, "HEAD_SECONDS", 1.0)
+    settings = gateway_settings("127.0.0.1:1")
+    app = create_app(settings, Backends.from_settings(settings))
+    with LiveGateway(app) as gateway:
+        slow = socket.create_connection(("127.0.0.1", gateway.port), timeout=5)
+        slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        for _ in range(20):  # a header line every 0.2 s: each byte restarted uvicorn's timer
+            time.sleep(0.2)
+            try:
+                slow.sendall(b"X-Slow: 1\r\n")
+            except OSError:
+                break
+        assert slow.recv(1024) == b"", "the slow head's connection was not closed"
+
+        kept = socket.create_connection(("127.0.0.1", gateway.port), timeout=5)
+        reader = kept.makefile("rb")
+        for _ in range(2):  # two requests on one connection, each head sent whole at once
+            kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert reader.readline().split()[1] == b"200"
+            length = 0
+            while (line := reader.readline()) not in (b"\r\n", b""):
+                name, _, value = line.partition(b":")
+                if name.lower() == b"content-length":
+                    length = int(value)
+            reader.read(length)
+            time.sleep(0.3)  # kept alive, under the deadline: the next head may still come
+        kept.close()
 
 
 def test_a_content_length_of_thousands_of_digits_is_too_large(services: Services) -> None:

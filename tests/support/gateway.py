@@ -27,6 +27,7 @@ from durable_ops.api.workspace.v1 import workspace_pb2 as workspace_pb
 from durable_ops.gateway.app import create_app
 from durable_ops.gateway.auth import mint_user_token
 from durable_ops.gateway.backends import Backends
+from durable_ops.gateway.connections import HeadDeadlineProtocol
 from durable_ops.model.scope import Role
 from durable_ops.settings import Settings
 from tests.support.grpc_services import Services, metadata
@@ -108,7 +109,12 @@ class LiveGateway:
         self.url = f"http://127.0.0.1:{self.port}"
         # A page's open long poll would hold the stop for its whole wait: cut it short.
         config = uvicorn.Config(
-            app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=1
+            app,
+            http=HeadDeadlineProtocol,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=1,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
