@@ -32,6 +32,6 @@ def long_polls_of(request: Request) -> ConcurrencyLimit:
 
 
 def sign_in_throttle_of(request: Request) -> Throttle:
-    """The sign-in attempts of each client address and claimed user, in this process."""
+    """The sign-in attempts of each client address and user, in this process."""
     throttle: Throttle = request.app.state.sign_in_throttle
     return throttle

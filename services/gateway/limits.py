@@ -5,7 +5,7 @@
   manager that takes a slot or raises ``LimitExceeded`` and gives it back
   however the block ends (answer, error or cancellation).
 * ``TokenBucket`` / ``Throttle`` rate-limit attempts per key (a client address,
-  a claimed user): a burst of ``capacity`` attempts, then one more every
+  a user): a burst of ``capacity`` attempts, then one more every
   ``refill_seconds``. The clock is injected (seconds, monotonic), so the tests
   move it by hand.
 

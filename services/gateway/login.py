@@ -12,7 +12,8 @@ Development sign-in is ``devlogin``, mounted only where it is safe.
 
 Sign-in attempts are throttled (``throttle_sign_in``): a token bucket per client
 address (the ASGI client, as corrected for trusted proxies; IPv6 by its /64)
-and per claimed user (the token's unverified ``sub``, dev-login's ``user``),
+and per user (the one a token that verified names, dev-login's ``user``; never an
+unverified ``sub``, which let anyone lock a chosen user out of signing in),
 each a burst of ``SIGN_IN_BURST`` then one attempt every
 ``SIGN_IN_REFILL_SECONDS``: at most 19 a minute, far fewer than 100 failures.
 Every attempt takes a token, a successful one too (and no more); a throttled
@@ -25,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import jwt
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -53,7 +53,7 @@ from durable_ops.gateway.problems import Problem
 
 SIGN_IN_BURST = 10
 SIGN_IN_REFILL_SECONDS = 6.0
-_CLAIMED_USER_MAX = 256  # characters of a claimed user kept as a throttle key
+_USER_KEY_MAX = 256  # characters of a user kept as a throttle key
 
 
 def sign_in_throttle() -> Throttle:
@@ -61,11 +61,11 @@ def sign_in_throttle() -> Throttle:
     return Throttle(SIGN_IN_BURST, SIGN_IN_REFILL_SECONDS)
 
 
-def throttle_sign_in(request: Request, claimed_user: str | None) -> None:
-    """Count a sign-in attempt from this client (and for ``claimed_user``), or 429."""
+def throttle_sign_in(request: Request, user: str | None) -> None:
+    """Count a sign-in attempt from this client (and for ``user``), or 429."""
     keys = [client_key(request.client.host if request.client else None)]
-    if claimed_user:
-        keys.append("user:" + claimed_user[:_CLAIMED_USER_MAX])
+    if user:
+        keys.append("user:" + user[:_USER_KEY_MAX])
     try:
         sign_in_throttle_of(request).attempt(keys)
     except LimitExceeded as exc:
@@ -77,29 +77,27 @@ def throttle_sign_in(request: Request, claimed_user: str | None) -> None:
         ) from None
 
 
-def _claimed_user(token: str) -> str | None:
-    """The ``sub`` a token names, unverified: only to throttle attempts per user."""
-    try:
-        claims = jwt.decode(token, options={"verify_signature": False})
-    except jwt.PyJWTError:
-        return None
-    subject = claims.get("sub") if isinstance(claims, dict) else None
-    return subject if isinstance(subject, str) else None
+def _refused() -> Problem:
+    return Problem(401, "unauthenticated", "the token is invalid, expired or revoked")
 
 
 async def login(request: Request) -> Response:
     check_same_origin(request)
     body = await json_object(request, ("token",), max_bytes=8192)
     token = (string_field(body, "token", max_length=MAX_TOKEN_LENGTH) or "").strip()
-    throttle_sign_in(request, _claimed_user(token))
     try:
         user = verify_with_settings(settings_of(request), token)
+    except InvalidToken:
+        throttle_sign_in(request, None)  # counted for its client address alone
+        raise _refused() from None
+    throttle_sign_in(request, user)
+    try:
         lifetime = session_lifetime(token_lifetime(token))
         session_id = await sessions.create(
             backends_of(request), user, lifetime, token_issued_at=token_issued_at(token)
         )
     except (InvalidToken, sessions.Ended):
-        raise Problem(401, "unauthenticated", "the token is invalid, expired or revoked") from None
+        raise _refused() from None
     response = JSONResponse({"user": user})
     set_session_cookie(response, request, session_id, lifetime)
     return response
