@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from durable_ops.model.errors import PermissionDenied
+from durable_ops.model.tasks import TASKS
 
 
 class Role(StrEnum):
@@ -78,6 +79,18 @@ def require_operation_changer(scope: Scope) -> OwnerScope:
             code="worker_role_refused",
         )
     return owner
+
+
+def require_admission_for_analyses(owner: OwnerScope, task_type: str) -> None:
+    """An analysis (a task type of the registry) starts and runs again only through AI
+    admission, which checks the owner's plan, daily token budget and capacity: the gateway
+    sends it there, while a producer's key, which admission never sees, would spend the
+    owner's tokens past all three."""
+    if owner.role is Role.PRODUCER and task_type in TASKS:
+        raise PermissionDenied(
+            "an analysis starts only through AI admission (the owner's plan, budget and capacity)",
+            code="admission_required",
+        )
 
 
 def require_user_agent(scope: Scope) -> OwnerScope:

@@ -12,7 +12,7 @@ waiters and the watch (``operations.watch``). Rules live in
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 
@@ -187,11 +187,17 @@ class OperationsApp:
             lambda tx: operations.cancel(tx, operation_id, now), owner_id=owner, short=True
         )
 
-    async def retry(self, owner: str, operation_id: str) -> UserOperation:
+    async def retry(
+        self, owner: str, operation_id: str, check: Callable[[str], None] = lambda _task: None
+    ) -> UserOperation:
+        """``check``: raises when the caller may not retry an operation of this task type."""
         now = self.clock()
-        return await self.db.run_async(
-            lambda tx: operations.retry(tx, operation_id, now), owner_id=owner, short=True
-        )
+
+        def retried(tx: Tx) -> UserOperation:
+            check(operations.get(tx, operation_id).task_type)
+            return operations.retry(tx, operation_id, now)
+
+        return await self.db.run_async(retried, owner_id=owner, short=True)
 
     async def delete(self, owner: str, operation_id: str) -> None:
         """The owner's finished operation removed; its tombstone keeps the key (ADR 0021)."""

@@ -17,9 +17,12 @@ from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.model import bounds, event_ids
 from durable_ops.model.lifecycle import Event
 from durable_ops.model.scope import (
+    OwnerScope,
+    require_admission_for_analyses,
     require_neutral_worker,
     require_operation_changer,
     require_owner,
+    require_user_agent,
     require_worker_owner,
 )
 from durable_ops.operations import lease_streams
@@ -47,9 +50,15 @@ def _owner(context: ServicerContext) -> str:
     return require_owner(caller_scope(context)).owner_id
 
 
-def _changer(context: ServicerContext) -> str:
+def _changer(context: ServicerContext) -> OwnerScope:
     """The owner whose operations the gateway (for the user) or a producer changes."""
-    return require_operation_changer(caller_scope(context)).owner_id
+    return require_operation_changer(caller_scope(context))
+
+
+def _reader(context: ServicerContext) -> str:
+    """The owner whose answers so far the gateway reads for them: they quote the owner's
+    jobs and CVs, which no other role reads."""
+    return require_user_agent(caller_scope(context)).owner_id
 
 
 def _holder(context: ServicerContext) -> str:
@@ -66,7 +75,9 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     async def CreateOperation(
         self, request: pb.CreateOperationRequest, context: ServicerContext
     ) -> pb.CreateOperationResponse:
-        owner = _changer(context)
+        changer = _changer(context)
+        require_admission_for_analyses(changer, request.task_type)
+        owner = changer.owner_id
         create = convert.create_request(request, current_traceparent())
         row, created = await self.app.create(owner, create)
         if created:
@@ -103,7 +114,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     async def CancelOperation(
         self, request: pb.CancelOperationRequest, context: ServicerContext
     ) -> pb.Operation:
-        owner = _changer(context)
+        owner = _changer(context).owner_id
         row = await self.app.cancel(owner, request.operation_id)
         log.info("operation_cancel", operation_id=row.id, owner=owner, state=row.state)
         return convert.operation(row)
@@ -111,20 +122,25 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     async def RetryOperation(
         self, request: pb.RetryOperationRequest, context: ServicerContext
     ) -> pb.Operation:
-        owner = _changer(context)
-        row = await self.app.retry(owner, request.operation_id)
+        changer = _changer(context)
+        owner = changer.owner_id
+        row = await self.app.retry(
+            owner,
+            request.operation_id,
+            check=lambda task_type: require_admission_for_analyses(changer, task_type),
+        )
         log.info("operation_retried", operation_id=row.id, owner=owner)
         return convert.operation(row)
 
     async def GetAnswerDraft(
         self, request: pb.GetAnswerDraftRequest, context: ServicerContext
     ) -> pb.AnswerDraft:
-        return convert.draft(await self.app.draft(_owner(context), request.operation_id))
+        return convert.draft(await self.app.draft(_reader(context), request.operation_id))
 
     async def WatchOwner(
         self, request: pb.WatchOwnerRequest, context: ServicerContext
     ) -> AsyncIterator[pb.OwnerChange]:
-        owner = _owner(context)
+        owner = _reader(context)
         after = event_ids.event_time(request.after) if request.after else None
         n = 0
         async for batch in self.app.owner_changes(owner, after):

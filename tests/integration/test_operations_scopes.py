@@ -22,6 +22,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from durable_ops.api.notifications.v1 import notifications_pb2 as npb
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.scope import Role
+from durable_ops.model.tasks import TASKS
 from durable_ops.notifications.service import SERVICE_NAME as NOTIFICATIONS
 from durable_ops.operations.service import SERVICE_NAME as OPERATIONS
 from durable_ops.rpc.credentials import mint_service_token
@@ -33,6 +34,7 @@ from tests.support.keys import credential, signing_key
 from tests.support.operations_client import (
     ALICE,
     BOB,
+    CANCELLED,
     QUEUED,
     RUNNING,
     SUCCEEDED,
@@ -344,3 +346,41 @@ def test_a_worker_changes_only_the_operations_it_holds(ops: OpsClient, lease: Le
         pb.CancelOperationRequest(operation_id=lease.id), metadata=producer
     )
     assert cancelled.cancel_requested
+
+
+def test_a_producer_starts_no_analysis_and_reads_no_answer(ops: OpsClient) -> None:
+    """A producer key creates and retries the task types its own workers run, but an
+    analysis (a registered task type) only through admission, which checks the owner's
+    plan, budget and capacity: a stolen producer key ran analyses past the global switch
+    and the budget. The answer so far quotes the owner's job and CV, which the gateway
+    alone reads, in one call or the owner's watch."""
+    producer = ops.md(Role.PRODUCER, ALICE)
+    for task_type in TASKS.names():
+        refused = ops.create_request(f"k-producer-{task_type}", task_type=task_type)
+        failure = expect_failure(
+            lambda refused=refused: ops.stub.CreateOperation(refused, metadata=producer),  # type: ignore[misc]
+            DENIED,
+        )
+        assert failure.error_code == "admission_required", task_type
+    assert ops.list_page(ALICE).operations == []
+    own = ops.create_request("k-producer-own", task_type="report.render")
+    assert ops.stub.CreateOperation(own, metadata=producer).created
+
+    analysis = ops.create(ALICE, "k-analysis")  # as admission makes it
+    ops.cancel(ALICE, analysis.id)
+    retry = pb.RetryOperationRequest(operation_id=analysis.id)
+    failure = expect_failure(lambda: ops.stub.RetryOperation(retry, metadata=producer), DENIED)
+    assert failure.error_code == "admission_required"
+    assert ops.get(ALICE, analysis.id).state == CANCELLED
+
+    draft = pb.GetAnswerDraftRequest(operation_id=analysis.id)
+    for role in (Role.PRODUCER, Role.WORKER):
+        md = ops.md(role, ALICE)
+        failure = expect_failure(
+            lambda md=md: ops.stub.GetAnswerDraft(draft, metadata=md),  # type: ignore[misc]
+            DENIED,
+        )
+        assert failure.error_code == "gateway_scope_required", role
+        watch = ops.stub.WatchOwner(pb.WatchOwnerRequest(), metadata=md)
+        failure = expect_failure(lambda watch=watch: next(watch), DENIED)  # type: ignore[misc]
+        assert failure.error_code == "gateway_scope_required", role

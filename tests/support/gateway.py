@@ -165,7 +165,7 @@ def create_operation(
             max_attempts=max_attempts,
             retry_delay_seconds=1,
         ),
-        metadata=metadata(Role.PRODUCER, owner),
+        metadata=metadata(Role.GATEWAY, owner),  # as admission would make it for the user
     )
     operation: ops_pb.Operation = reply.operation
     return operation
