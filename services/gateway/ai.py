@@ -45,7 +45,7 @@ from durable_ops.gateway.openapi import (
 )
 from durable_ops.gateway.pagination import query_params
 from durable_ops.gateway.partial import fields_so_far
-from durable_ops.gateway.problems import invalid
+from durable_ops.gateway.problems import invalid, one_header
 from durable_ops.model import bounds
 from durable_ops.model.bounds import ID_MAX
 from durable_ops.model.errors import InvalidArgument, NotFound
@@ -53,7 +53,7 @@ from durable_ops.model.subjects import SubjectKind
 from durable_ops.model.tasks import TASKS, Registry, TaskType
 from durable_ops.rpc.subjects import read_method, read_request
 
-IDEMPOTENCY_HEADER = "idempotency-key"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 _ID = re.compile(ID_PATTERN.strip("^$"))
 
 
@@ -72,7 +72,7 @@ def _not_found(kind: SubjectKind) -> Callable[[], NotFound]:
 
 def _idempotency_key(request: Request) -> str:
     """The header's key; "" when none was sent (an empty one is refused, not read as none)."""
-    key = request.headers.get(IDEMPOTENCY_HEADER)
+    key = one_header(request, IDEMPOTENCY_HEADER)
     if key is None:
         return ""
     if not key:

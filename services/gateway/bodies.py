@@ -5,7 +5,9 @@ that is not JSON (400 ``malformed_json``), not an object (400), or names a
 field outside ``allowed`` (400 ``unknown_field``). A number of more than
 ``NUMBER_DIGITS_MAX`` digits is refused before Python converts it (400
 ``number_too_long``: no field takes one, and converting a huge one is slow or
-fails), as are ``NaN`` and ``Infinity``, which are not JSON. The ``*_field``
+fails), as are ``NaN`` and ``Infinity``, which are not JSON, and a member named
+twice in one object (400 naming it: parsers disagree on which one counts, so a
+filter in front could read one and this server the other). The ``*_field``
 helpers check one member's type and length, and refuse ``null`` for any field
 (400 naming it: "absent" is spelt by leaving the member out); ``string_field``
 is also the one place a text field of a body is checked for control characters
@@ -102,6 +104,15 @@ def _not_a_number(_name: str) -> Any:
     raise Problem(400, "malformed_json", _MALFORMED)
 
 
+def _members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    members: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in members:
+            raise invalid(printable(name[:64]), "must be sent once")
+        members[name] = value
+    return members
+
+
 def _parse(raw: bytes) -> Any:
     # Not strict: a raw control character inside a string then reaches the field's own
     # check, which names the field, instead of failing the whole body without saying where.
@@ -112,6 +123,7 @@ def _parse(raw: bytes) -> Any:
             parse_int=_integer,
             parse_float=_number,
             parse_constant=_not_a_number,
+            object_pairs_hook=_members,
         )
     except (UnicodeDecodeError, RecursionError, ValueError):  # JSONDecodeError is a ValueError
         raise Problem(400, "malformed_json", _MALFORMED) from None

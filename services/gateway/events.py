@@ -54,12 +54,12 @@ from durable_ops.gateway.limits import LimitExceeded
 from durable_ops.gateway.openapi import endpoint, errors
 from durable_ops.gateway.pagination import query_params
 from durable_ops.gateway.partial import fields_so_far
-from durable_ops.gateway.problems import invalid, too_many_waits
+from durable_ops.gateway.problems import invalid, one_header, too_many_waits
 from durable_ops.model.errors import InvalidArgument, Unavailable
 from durable_ops.model.event_ids import event_id, event_time
 
 PATH = "/api/events"
-LAST_EVENT_ID = "last-event-id"
+LAST_EVENT_ID = "Last-Event-ID"
 KEEPALIVE_SECONDS = 15.0  # a comment line: proxies keep the stream, a gone client is noticed
 UNREAD_REFRESH_SECONDS = 30.0  # marks made through another gateway replica
 RECONNECT_MILLISECONDS = 2000  # the browser's pause before it reconnects with Last-Event-ID
@@ -162,7 +162,7 @@ def operation_event(change: pb.OwnerChange, n: int) -> str:
 
 def _after(request: Request) -> str:
     """The ``Last-Event-ID`` a reconnecting browser sent, checked; "" when none."""
-    value = request.headers.get(LAST_EVENT_ID, "")
+    value = one_header(request, LAST_EVENT_ID) or ""
     if value:
         try:
             event_time(value, field="Last-Event-ID")

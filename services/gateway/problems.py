@@ -121,6 +121,15 @@ def invalid(field: str, reason: str, *, code: str = "invalid_argument") -> Probl
     return Problem(400, code, f"{field} {reason}", field=field)
 
 
+def one_header(request: Request, name: str) -> str | None:
+    """The header ``name``, or None; sent twice it is refused (400), never one of the two
+    picked: a proxy in front may have read the other."""
+    values = request.headers.getlist(name)
+    if len(values) > 1:
+        raise invalid(name, "must be sent once")
+    return values[0] if values else None
+
+
 def too_many_waits(retry_after: int, message: str) -> Problem:
     """429 ``too_many_waits``: every long-poll slot of the user is taken (a wait, a stream)."""
     return Problem(429, "too_many_waits", message, headers={"Retry-After": str(retry_after)})

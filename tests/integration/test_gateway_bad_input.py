@@ -731,3 +731,57 @@ def test_admission_refuses_a_control_character_in_the_idempotency_key(services: 
             "control_character",
             "idempotency_key",
         )
+
+
+def test_a_header_or_a_member_sent_twice_is_refused_not_guessed(services: Services) -> None:
+    """A proxy in front may read the other one of two: an idempotency key sent twice was
+    read as its first (the second alone then made another analysis), a member named twice
+    in a body as its last."""
+    job = create_job(services.workspace, "alice")
+    twice: list[tuple[str, str, list[tuple[str, str]], bytes | None, str]] = [
+        (
+            "POST",
+            f"/api/jobs/{job}/strategy-snapshot",
+            [("Idempotency-Key", "a"), ("Idempotency-Key", "b")],
+            None,
+            "Idempotency-Key",
+        ),
+        (
+            "GET",
+            "/api/events",
+            [("Last-Event-ID", "0-0"), ("Last-Event-ID", "0-1")],
+            None,
+            "Last-Event-ID",
+        ),
+        (
+            "POST",
+            "/api/jobs",
+            [("Content-Type", "application/json")],
+            b'{"title": "A", "title": "B", "description": "x"}',
+            "title",
+        ),
+        (
+            "PUT",
+            "/api/settings/ai",
+            [("Content-Type", "application/json")],
+            b'{"privacy": "local_only", "privacy": "external_allowed"}',
+            "privacy",
+        ),
+    ]
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            for method, path, headers, content, name in twice:
+                response = await client.request(
+                    method, path, headers=[*bearer("alice").items(), *headers], content=content
+                )
+                problem = response.json()
+                assert (response.status_code, problem["code"]) == (400, "invalid_argument"), path
+                assert problem["field"] == name, problem
+                assert problem["detail"].endswith("must be sent once."), problem
+            jobs = await client.get("/api/jobs", headers=bearer("alice"))
+            assert [item["id"] for item in jobs.json()["items"]] == [job]
+            settings = await client.get("/api/settings/ai", headers=bearer("alice"))
+            assert settings.json()["privacy"] == "local_only"
+
+    run(scenario())
