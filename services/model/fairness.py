@@ -10,6 +10,11 @@ the clock), ``owner_last`` the highest tag the owner used at that priority, and
 ``weight`` the owner's share (``owner_shares``, default 1). An owner with nothing
 waiting starts at the head; a backlog is spread a stride apart, so the claim
 alternates between owners in proportion to their weights.
+
+An operation scheduled for later takes its turn when it joins the line, at its
+time (the sweeper, ADR 0056), as if created then: a backlog's ``V`` lags the clock
+by as long as the backlog takes, so a turn set to its due time at create put it
+behind every operation a greedy owner made before that moment.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from durable_ops.model import bounds
 # Virtual µs between two operations of a weight-1 owner: the axis is the clock's (an
 # empty queue starts at the clock), so fairness off is the same axis (the due time).
 STRIDE = 1000
+HELD_TAG = 0  # a scheduled operation's tag until it joins the line: below any owner's last
 WEIGHT_RANGE = (1, 100)
 DEFAULT_WEIGHT = 1
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -45,16 +51,11 @@ def start_tag(
     owner_last: int | None,
     share: int | None,
     now: datetime,
-    due: datetime | None = None,
 ) -> int:
-    """The virtual start tag of an owner's new operation at one priority. One scheduled for
-    later (``due``) starts no earlier than its due time on the axis: it joins the line
-    when due (ADR 0046), not when created."""
+    """The virtual start tag of an owner's operation joining the line at one priority."""
     tag = micros(now) if head is None else head
     if owner_last is not None:
         tag = max(tag, owner_last + STRIDE // weight(share))
-    if due is not None and due > now:
-        tag = max(tag, micros(due))
     return tag
 
 

@@ -37,7 +37,9 @@ class Queue:
         self.owner_of: dict[str, str] = {}
         self._made = 0
 
-    def create(self, owner: str, count: int = 1, priority: int = 0) -> list[str]:
+    def create(
+        self, owner: str, count: int = 1, priority: int = 0, not_before: datetime | None = None
+    ) -> list[str]:
         made = []
         for _ in range(count):
             self._made += 1
@@ -48,6 +50,7 @@ class Queue:
                 subject_type="job",
                 subject_id=f"s-{self._made}",
                 priority=priority,
+                not_before=not_before,
             )
             operation, _ = self.db.run(
                 partial(operations.create, request=request, now=self.now, fair=self.fair),
@@ -64,6 +67,10 @@ class Queue:
             lambda tx: operations.claim(tx, [TASK], 30, now, limit=count), owner_id=None
         )
         return [claim.operation.id for claim in claims]
+
+    def sweep(self) -> operations.SweepReport:
+        now = self.now
+        return self.db.run(lambda tx: operations.sweep(tx, now), owner_id=None)
 
     def owners(self, ids: list[str]) -> list[str]:
         return [self.owner_of[operation_id] for operation_id in ids]
@@ -88,6 +95,23 @@ def test_two_backlogs_take_turns_and_a_batch_claim_alternates(queue: Queue) -> N
     taken = queue.owners(queue.claim(10))
     assert Counter(taken) == {"alice": 5, "bob": 5}
     assert all(a != b for a, b in pairwise(taken))
+
+
+def test_a_scheduled_operation_takes_its_turn_when_it_joins_the_line(queue: Queue) -> None:
+    """Its turn was its due time, set at create: a backlog's turns lag the clock by as long
+    as it takes, so the operation waited behind every one a greedy owner made before that
+    moment (12 s behind 200 in the outside test), and its owner's next plain operation
+    behind it."""
+    queue.create("alice", 50)
+    later = queue.create("bob", not_before=queue.now + timedelta(seconds=3))[0]
+    queue.create("carol", not_before=queue.now + timedelta(days=1))
+    carol_now = queue.create("carol")[0]
+    first = queue.claim(2)
+    assert carol_now in first, queue.owners(first)
+    queue.now += timedelta(seconds=3)
+    assert queue.sweep().let_in == 1
+    taken = queue.claim(2)
+    assert later in taken, queue.owners(taken)
 
 
 def test_a_weight_of_two_gets_two_turns_for_one(queue: Queue) -> None:

@@ -81,9 +81,10 @@ def test_a_due_scheduled_operation_joins_its_priority_line_at_its_time(
     scheduled = ops.create(ALICE, "at-10", not_before=clock() + timedelta(seconds=10))
     clock.advance(5)
     earlier = ops.create(BOB, "at-5")  # due before the scheduled one: goes first
-    clock.advance(10)
+    clock.advance(5)
+    assert services.sweep().let_in == 1  # at its time it joins the line, with alice's turn
+    clock.advance(5)
     alices_next = ops.create(ALICE, "at-15")  # alice's next turn is after her scheduled one
-    services.sweep()
     taken = [ops.claim_one().id for _ in range(3)]
     assert taken == [earlier.id, scheduled.id, alices_next.id]
 

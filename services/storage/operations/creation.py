@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, insert, select
+from sqlalchemy import BindParameter, Select, Table, bindparam, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from durable_ops.model import bounds, fairness, lifecycle
@@ -100,36 +100,40 @@ _INSERT = insert(OPS).from_select(
 )
 
 
-# What a create's turn is computed from: the head of its priority's due queue (the claim
-# index's first row), its owner's last turn there, and its owner's share.
-_TURN_INPUTS = select(
-    select(OPS.c.fair_tag)
-    .where(
-        OPS.c.state == lifecycle.CREATED.state,
-        in_line(),
-        OPS.c.priority == bindparam("priority"),
-        OPS.c.not_before <= bindparam("now"),
+def turn_inputs(owner: BindParameter[str]) -> Select[Any]:
+    """What an owner's next turn is computed from: the head of its priority's due queue (the
+    claim index's first row), the owner's last turn there, and the owner's share."""
+    return select(
+        select(OPS.c.fair_tag)
+        .where(
+            OPS.c.state == lifecycle.CREATED.state,
+            in_line(),
+            OPS.c.priority == bindparam("priority"),
+            OPS.c.not_before <= bindparam("now"),
+        )
+        .order_by(OPS.c.fair_tag)
+        .limit(1)
+        .scalar_subquery()
+        .label("head"),
+        select(func.max(OPS.c.fair_tag))
+        .where(OPS.c.owner_user_id == owner, OPS.c.priority == bindparam("priority"))
+        .scalar_subquery()
+        .label("owner_last"),
+        select(SHARES.c.weight)
+        .where(SHARES.c.owner_user_id == owner)
+        .scalar_subquery()
+        .label("share"),
     )
-    .order_by(OPS.c.fair_tag)
-    .limit(1)
-    .scalar_subquery()
-    .label("head"),
-    select(func.max(OPS.c.fair_tag))
-    .where(OPS.c.owner_user_id == SCOPE_OWNER, OPS.c.priority == bindparam("priority"))
-    .scalar_subquery()
-    .label("owner_last"),
-    select(SHARES.c.weight)
-    .where(SHARES.c.owner_user_id == SCOPE_OWNER)
-    .scalar_subquery()
-    .label("share"),
-)
 
 
-def _turn(tx: Tx, priority: int, now: datetime, due: datetime) -> int:
+_TURN_INPUTS = turn_inputs(SCOPE_OWNER)
+
+
+def _turn(tx: Tx, priority: int, now: datetime) -> int:
     """The owner's next turn at ``priority`` (ADR 0049): one SELECT of three probes."""
     found = tx.execute(_TURN_INPUTS, {"priority": priority, "now": now}).one()
     return fairness.start_tag(
-        head=found.head, owner_last=found.owner_last, share=found.share, now=now, due=due
+        head=found.head, owner_last=found.owner_last, share=found.share, now=now
     )
 
 
@@ -153,7 +157,13 @@ def create(
     fingerprint = request.fingerprint()
     created = lifecycle.CREATED
     due = request.due(now)
-    turn = _turn(tx, request.priority, now, due) if fair else fairness.fifo_tag(due)
+    held = due > now
+    if not fair:
+        turn = fairness.fifo_tag(due)
+    elif held:
+        turn = fairness.HELD_TAG  # its turn is taken when it joins the line (sweeps)
+    else:
+        turn = _turn(tx, request.priority, now)
     values: dict[str, Any] = dict.fromkeys(_COLUMNS)
     values.update(
         id=new_id(),
@@ -177,7 +187,7 @@ def create(
         deadline_at=request.deadline_at,
         created_at=now,
         not_before=due,
-        held_until=due if due > now else None,  # out of the claim's line till then
+        held_until=due if held else None,  # out of the claim's line till then
         fair_tag=turn,
         concurrency_key=request.concurrency_key or None,
         updated_at=now,
