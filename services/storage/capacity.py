@@ -19,7 +19,7 @@ from typing import cast
 
 from sqlalchemy import ColumnElement, Select, Table, bindparam, func, select, update
 
-from durable_ops.storage.operations import each_active_state
+from durable_ops.storage.operations import each_active_state, in_line
 from durable_ops.storage.schema import GLOBAL_CONTROL_ID, AiAdmissionControl, UserOperation
 from durable_ops.storage.tx import SCOPE_OWNER, Tx
 
@@ -32,7 +32,12 @@ _OF_TYPES = OPS.c.task_type.in_(bindparam("task_types", expanding=True))
 
 
 def _count_active(*where: ColumnElement[bool]) -> Select[int]:
-    active = each_active_state(lambda state: select(OPS.c.id).where(OPS.c.state == state, *where))
+    """Active and due: an analysis scheduled for later takes no capacity until its time, or
+    any user could hold every slot for a month (the claim's concurrency limits, ADR 0048,
+    still bound what runs at once when many come due together)."""
+    active = each_active_state(
+        lambda state: select(OPS.c.id).where(OPS.c.state == state, in_line(), *where)
+    )
     return select(func.count()).select_from(active.subquery())
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import grpc
 import pytest
@@ -29,8 +30,13 @@ from tests.support.workspace_client import (
 
 
 @pytest.fixture
-def services(db_url: str) -> Iterator[Services]:
-    with running_services(db_url, ManualClock(), Limits(per_user=2, global_=3)) as running:
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def services(db_url: str, clock: ManualClock) -> Iterator[Services]:
+    with running_services(db_url, clock, Limits(per_user=2, global_=3)) as running:
         yield running
 
 
@@ -248,6 +254,29 @@ def test_capacity_per_user_and_global(services: Services) -> None:
     _admit(services, "bob", snapshot_request(bob_jobs[0]))  # global limit 3 reached
     everyone = _refusal(services, "bob", snapshot_request(bob_jobs[1]))
     assert everyone.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_analyses_scheduled_for_later_take_no_capacity_until_their_time(
+    services: Services, clock: ManualClock
+) -> None:
+    """They counted from the moment they were made: two analyses scheduled for the end of
+    the month refused the user's analysis of today, and a few users' could refuse everyone."""
+    for owner in ("alice", "bob"):
+        entitle(services.db, owner)
+    later = clock() + timedelta(days=20)
+
+    def scheduled(owner: str) -> pb.AdmitRequest:
+        request = snapshot_request(create_job(services.workspace, owner))
+        request.not_before.FromDatetime(later)
+        return request
+
+    for owner in ("alice", "alice", "bob", "bob"):  # more than the global limit of 3
+        _admit(services, owner, scheduled(owner))
+    _admit(services, "alice", snapshot_request(create_job(services.workspace, "alice")))
+    clock.advance(20 * 24 * 3600)
+    services.sweep()  # their time came: they count now
+    refused = _refusal(services, "bob", snapshot_request(create_job(services.workspace, "bob")))
+    assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 def test_cancelled_operations_free_capacity(services: Services) -> None:
