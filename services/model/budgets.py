@@ -115,15 +115,46 @@ def seconds_to_renewal(now: datetime, day: date | None = None) -> int:
     return max(1, math.ceil((renews - now).total_seconds()))
 
 
-def exhausted(message: str, now: datetime, day: date | None = None) -> CapacityExceeded:
-    """The refusal of a reservation on ``day`` (today when None): ``Retry-After`` is when
-    that day's budget renews; a later day's (a scheduled analysis) says which day it is."""
+def exhausted(
+    now: datetime,
+    day: date | None = None,
+    *,
+    limit: int = 0,
+    used: int = 0,
+    needed: int = 0,
+    everyone: bool = False,
+) -> CapacityExceeded:
+    """The refusal of a reservation of ``needed`` tokens on ``day`` (today when None), of a
+    budget of ``limit`` with ``used`` taken: ``Retry-After`` is when that day's budget
+    renews; a later day's (a scheduled analysis) says which day it is."""
     later = day if day is not None and day > budget_day(now) else None
-    if later is not None:
-        message = SCHEDULED_DAY_EXHAUSTED.format(day=later.isoformat())
+    message = _refusal(limit=limit, used=used, needed=needed, everyone=everyone, later=later)
     refused = CapacityExceeded(message, retry_after_seconds=seconds_to_renewal(now, later))
     refused.code = BUDGET_EXHAUSTED
     return refused
+
+
+def _refusal(*, limit: int, used: int, needed: int, everyone: bool, later: date | None) -> str:
+    """Why: "used up" only when it is. An analysis reserves its worst case, so a budget
+    with most of it unused may still be too small for one; the user is told how small."""
+    whose = "Today's AI budget for everyone" if everyone else "Your daily AI budget"
+    if 0 < limit < needed:
+        return (
+            f"{whose} ({limit:,} tokens) is less than one analysis may use ({needed:,}):"
+            " none can start until the budget is raised."
+        )
+    left = max(0, limit - used)
+    short = f"has {left:,} tokens left, fewer than one analysis may use ({needed:,})"
+    if later is not None:
+        if not left:
+            return SCHEDULED_DAY_EXHAUSTED.format(day=later.isoformat())
+        return (
+            f"The AI budget of {later.isoformat()}, the day this analysis is scheduled for,"
+            f" {short}; choose a later day."
+        )
+    if not left:
+        return GLOBAL_EXHAUSTED if everyone else OWNER_EXHAUSTED
+    return f"{whose} {short}; it renews at 00:00 UTC."
 
 
 def require_room(
@@ -131,7 +162,9 @@ def require_room(
 ) -> None:
     """The global budget of ``day``, when there is one, takes ``expected`` more tokens."""
     if global_limit is not None and everyone.used + expected > global_limit:
-        raise exhausted(GLOBAL_EXHAUSTED, now, day)
+        raise exhausted(
+            now, day, limit=global_limit, used=everyone.used, needed=expected, everyone=True
+        )
 
 
 def settle(*, outstanding: int, tokens: int, ends: bool) -> Settled:

@@ -125,7 +125,8 @@ def reserve(tx: Tx, *, tokens: int, limit: int, day: date, now: datetime) -> Non
     if not tx.write(_TAKE, taken):
         tx.insert_if_absent(_OPEN_OWN, {"on_day": day})  # first admissions may race
         if not tx.write(_TAKE, taken):
-            raise budgets.exhausted(budgets.OWNER_EXHAUSTED, now, day)
+            used = day_use(tx, day).used  # read only to say why
+            raise budgets.exhausted(now, day, limit=limit, used=used, needed=tokens)
 
 
 def reserved_for(tx: Tx, operation_id: str, *, tokens: int, day: date) -> None:

@@ -88,27 +88,51 @@ def test_past_the_global_budget_admission_refuses_until_midnight() -> None:
         )
     assert refused.value.code == "budget_exhausted"
     assert refused.value.retry_after_seconds == 12 * 3600
-    assert refused.value.message == budgets.GLOBAL_EXHAUSTED
+    assert refused.value.message == (
+        "Today's AI budget for everyone has 10 tokens left, fewer than one analysis may use"
+        " (11); it renews at 00:00 UTC."
+    )
 
 
 def test_the_owners_refusal_says_the_sentence_of_the_page() -> None:
-    refused = budgets.exhausted(budgets.OWNER_EXHAUSTED, NOON)
+    refused = budgets.exhausted(NOON, limit=3000, used=3000, needed=2500)
     assert (refused.code, refused.message) == (
         "budget_exhausted",
         "Your daily AI budget is used up; it renews at 00:00 UTC.",
     )
 
 
+def test_a_refusal_says_used_up_only_when_it_is() -> None:
+    """An analysis reserves its worst case: 3,000 with 658 used refused one that may take
+    2,460, and said the budget was used up while the page said "658 of 3000 used"."""
+    short = budgets.exhausted(NOON, limit=3000, used=658, needed=2460)
+    assert short.message == (
+        "Your daily AI budget has 2,342 tokens left, fewer than one analysis may use"
+        " (2,460); it renews at 00:00 UTC."
+    )
+    small = budgets.exhausted(NOON, limit=1000, used=0, needed=2460)
+    assert small.message == (
+        "Your daily AI budget (1,000 tokens) is less than one analysis may use (2,460):"
+        " none can start until the budget is raised."
+    )
+    later = NOON.date() + timedelta(days=1)
+    scheduled = budgets.exhausted(NOON, later, limit=3000, used=1000, needed=2460)
+    assert scheduled.message == (
+        f"The AI budget of {later.isoformat()}, the day this analysis is scheduled for,"
+        " has 2,000 tokens left, fewer than one analysis may use (2,460); choose a later day."
+    )
+    everyone = budgets.exhausted(NOON, limit=10_000, used=9_000, needed=2460, everyone=True)
+    assert everyone.message.startswith("Today's AI budget for everyone has 1,000 tokens left")
+
+
 def test_a_scheduled_days_refusal_names_that_day_and_waits_for_its_end() -> None:
     later = NOON.date() + timedelta(days=2)
-    refused = budgets.exhausted(budgets.OWNER_EXHAUSTED, NOON, later)
+    refused = budgets.exhausted(NOON, later, limit=3000, used=3000, needed=2500)
     assert refused.code == "budget_exhausted"
     assert refused.message == budgets.SCHEDULED_DAY_EXHAUSTED.format(day=later.isoformat())
     assert later.isoformat() in refused.message
     assert refused.retry_after_seconds == (12 + 48) * 3600  # noon to the end of that day
-    assert budgets.exhausted(budgets.OWNER_EXHAUSTED, NOON, NOON.date()).retry_after_seconds == (
-        12 * 3600
-    )
+    assert budgets.exhausted(NOON, NOON.date()).retry_after_seconds == 12 * 3600
 
 
 def test_a_settlement_moves_its_tokens_from_reserved_to_spent() -> None:
