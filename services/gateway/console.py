@@ -61,7 +61,7 @@ from durable_ops.gateway.pagination import page_request, query_params
 from durable_ops.gateway.problems import Problem, invalid, problem_from_domain
 from durable_ops.model import bounds, console
 from durable_ops.model.errors import DomainError, InvalidArgument, NotFound
-from durable_ops.model.operator import DURATION_RULE, parse_duration
+from durable_ops.model.operator import parse_duration
 
 COOKIE = "ops_console"
 COOKIE_PATH = "/console"
@@ -204,8 +204,8 @@ def list_request(params: Mapping[str, str]) -> opb.ListOperationsRequest:
     if older_than:
         try:
             age: timedelta = parse_duration(older_than)
-        except ValueError:
-            raise invalid("older_than", f"must be {DURATION_RULE}") from None
+        except ValueError as exc:  # the CLI's --older-than words it the same (one rule)
+            raise invalid("older_than", str(exc)) from None
         request.older_than.FromTimedelta(age)
     return request
 

@@ -3,6 +3,7 @@ the search a query string asks for, and the secret of a pasted link."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -12,6 +13,7 @@ from durable_ops.gateway.console import link_secret, list_request
 from durable_ops.gateway.problems import Problem
 from durable_ops.model import console
 from durable_ops.model.console import Kind
+from durable_ops.model.operator import parse_duration
 
 NOW = datetime(2026, 12, 5, 6, 0, tzinfo=UTC)
 
@@ -82,3 +84,21 @@ def test_a_bad_search_is_a_400_naming_its_field(params: dict[str, str], field: s
     with pytest.raises(Problem) as refused:
         list_request(params)
     assert (refused.value.status, refused.value.field) == (400, field)
+
+
+@pytest.mark.parametrize("text", ["0s", "0m", "0d0h", "soon", "-5m", "5", "9999d"])
+def test_a_bad_older_than_is_worded_as_the_cli_words_it(text: str) -> None:
+    """One rule, one wording: the console's 400 says what ``opsctl operations list
+    --older-than`` says (``'0s' is not a positive duration``, not the general rule)."""
+    with pytest.raises(ValueError, match=re.escape(repr(text))) as cli:
+        parse_duration(text)
+    with pytest.raises(Problem) as refused:
+        list_request({"older_than": text})
+    assert (refused.value.status, refused.value.field) == (400, "older_than")
+    assert refused.value.detail.rstrip(".") == f"older_than {cli.value}"
+
+
+def test_a_zero_older_than_is_refused_as_not_positive() -> None:
+    with pytest.raises(Problem) as refused:
+        list_request({"older_than": "0s"})
+    assert refused.value.detail == "older_than '0s' is not a positive duration."
