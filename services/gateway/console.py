@@ -56,6 +56,7 @@ from durable_ops.gateway.openapi import (
     ok,
     path_id,
     query,
+    single_line_text,
 )
 from durable_ops.gateway.pagination import page_request, query_params
 from durable_ops.gateway.problems import Problem, invalid, problem_from_domain
@@ -184,8 +185,20 @@ def queue_json(message: opb.QueueDepth) -> dict[str, Any]:
     }
 
 
+def _query_lines(params: Mapping[str, str]) -> None:
+    """Every query value is a line of text (SPEC §5): 400 ``control_character`` for a
+    control character or line break in any, before any is parsed or searched for; at
+    most ``PAGE_TOKEN_MAX`` characters (the longest a value has reason to be)."""
+    for name, value in params.items():
+        try:
+            bounds.single_line(name, value, bounds.PAGE_TOKEN_MAX, required=False)
+        except InvalidArgument as exc:
+            raise invalid(name, exc.reason, code=exc.code) from None
+
+
 def list_request(params: Mapping[str, str]) -> opb.ListOperationsRequest:
     """The search of the console's list: each filter empty for any; 400 for a bad one."""
+    _query_lines(params)
     page = page_request(params)
     request = opb.ListOperationsRequest(
         page_size=page.size,
@@ -426,10 +439,10 @@ def _console_endpoint(
     return described
 
 
-_TEXT = {"type": "string"}
+_TEXT = single_line_text(bounds.PAGE_TOKEN_MAX, required=False)  # as ``_query_lines``
 _OWNER = {"type": "string", "maxLength": bounds.OWNER_ID_MAX, "pattern": "^[A-Za-z0-9._@:-]*$"}
 _TASK_TYPE = {"type": "string", "maxLength": bounds.TASK_TYPE_MAX, "pattern": "^[a-z0-9._-]*$"}
-_FAILURE_CODE = {"type": "string", "maxLength": bounds.FAILURE_CODE_MAX}
+_FAILURE_CODE = single_line_text(bounds.FAILURE_CODE_MAX, required=False)
 _IDS_BODY = json_body(
     {
         "type": "object",

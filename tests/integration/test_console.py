@@ -486,6 +486,12 @@ def test_bulk_cancel_and_search_and_attempt_history_over_http(
             assert bad.json()["field"] == "older_than"
             bad_state = await client.get("/console/api/operations", params={"state": "done"})
             assert bad_state.status_code == 400
+            for name in ("failure_code", "owner", "task_type", "older_than", "state"):
+                nul = await client.get("/console/api/operations", params={name: "model\x00error"})
+                assert nul.status_code == 400, (name, nul.text)
+                assert (nul.json()["code"], nul.json()["field"]) == ("control_character", name)
+            zero = await client.get("/console/api/operations", params={"older_than": "0s"})
+            assert zero.json()["detail"] == "older_than '0s' is not a positive duration."
 
             shown = (await client.get(f"/console/api/operations/{created.id}")).json()
             assert shown["owner_id"] == BOB
