@@ -13,7 +13,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from durable_ops.local_secrets import with_kept_secrets
 from durable_ops.settings import Settings, SettingsError
@@ -512,8 +512,20 @@ def plain(docstring: str) -> str:
     return re.sub(r"``?([^`]+?)``?", r"\1", docstring)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error is one line on stderr and exit 2 (SPEC §1), not argparse's usage block:
+    ``opsctl users set-plan: argument plan: invalid choice: ...``. ``--help`` is unchanged.
+
+    Every subcommand's parser is one too: ``add_subparsers`` makes its parsers of the
+    class of the parser it is called on.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {' '.join(message.splitlines())}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="opsctl", description=plain(__doc__.splitlines()[0]))
+    parser = OneLineParser(prog="opsctl", description=plain(__doc__.splitlines()[0]))
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

@@ -205,12 +205,16 @@ def _cross_origin() -> Problem:
     return Problem(403, "cross_origin_request", "cross-origin requests are refused")
 
 
-def check_same_origin(request: Request, *, require_origin: bool = False) -> None:
+def check_same_origin(
+    request: Request, *, require_origin: bool = False, bearer_accepted: bool = True
+) -> None:
     """403 unless an ``Origin``/``Sec-Fetch-Site`` sent with the request names this origin.
 
     With ``require_origin``, a request naming no origin at all (neither ``Origin`` nor
     ``Referer``) is refused too (403 ``origin_required``); a ``Referer`` then counts only
-    when ``Origin`` is absent, and only when it is of this host.
+    when ``Origin`` is absent, and only when it is of this host. That refusal offers a
+    bearer token instead only where the route takes one: not ``bearer_accepted`` (the
+    operator console), it names the ``Origin`` header alone.
     """
     fetch_site = request.headers.get("sec-fetch-site")
     if fetch_site is not None and fetch_site.lower() not in SAME_ORIGIN_FETCH_SITES:
@@ -224,12 +228,14 @@ def check_same_origin(request: Request, *, require_origin: bool = False) -> None
         return
     referer = request.headers.get("referer")
     if referer is None:
-        raise Problem(
-            403,
-            "origin_required",
-            "a change signed in by the session cookie must say where it comes from:"
-            " send the Origin header (browsers do), or use a bearer token",
-        )
+        if bearer_accepted:
+            detail = (
+                "a change signed in by the session cookie must say where it comes from:"
+                " send the Origin header (browsers do), or use a bearer token"
+            )
+        else:
+            detail = "a change must say where it comes from: send the Origin header (browsers do)"
+        raise Problem(403, "origin_required", detail)
     if not _is_own_host(referer, request):
         raise _cross_origin()
 

@@ -56,12 +56,13 @@ from durable_ops.gateway.openapi import (
     ok,
     path_id,
     query,
+    single_line_text,
 )
 from durable_ops.gateway.pagination import page_request, query_params
 from durable_ops.gateway.problems import Problem, invalid, problem_from_domain
 from durable_ops.model import bounds, console
 from durable_ops.model.errors import DomainError, InvalidArgument, NotFound
-from durable_ops.model.operator import DURATION_RULE, parse_duration
+from durable_ops.model.operator import parse_duration
 
 COOKIE = "ops_console"
 COOKIE_PATH = "/console"
@@ -103,6 +104,12 @@ def _clear_cookie(response: Response, request: Request) -> None:
         samesite="strict",
         secure=request.url.scheme == "https",
     )
+
+
+def _check_same_origin(request: Request) -> None:
+    """A console write names this origin; the console takes no bearer token, so a
+    refusal never offers one."""
+    check_same_origin(request, require_origin=True, bearer_accepted=False)
 
 
 def _sign_in_required() -> Problem:
@@ -178,8 +185,20 @@ def queue_json(message: opb.QueueDepth) -> dict[str, Any]:
     }
 
 
+def _query_lines(params: Mapping[str, str]) -> None:
+    """Every query value is a line of text (SPEC §5): 400 ``control_character`` for a
+    control character or line break in any, before any is parsed or searched for; at
+    most ``PAGE_TOKEN_MAX`` characters (the longest a value has reason to be)."""
+    for name, value in params.items():
+        try:
+            bounds.single_line(name, value, bounds.PAGE_TOKEN_MAX, required=False)
+        except InvalidArgument as exc:
+            raise invalid(name, exc.reason, code=exc.code) from None
+
+
 def list_request(params: Mapping[str, str]) -> opb.ListOperationsRequest:
     """The search of the console's list: each filter empty for any; 400 for a bad one."""
+    _query_lines(params)
     page = page_request(params)
     request = opb.ListOperationsRequest(
         page_size=page.size,
@@ -198,8 +217,8 @@ def list_request(params: Mapping[str, str]) -> opb.ListOperationsRequest:
     if older_than:
         try:
             age: timedelta = parse_duration(older_than)
-        except ValueError:
-            raise invalid("older_than", f"must be {DURATION_RULE}") from None
+        except ValueError as exc:  # the CLI's --older-than words it the same (one rule)
+            raise invalid("older_than", str(exc)) from None
         request.older_than.FromTimedelta(age)
     return request
 
@@ -260,7 +279,7 @@ def link_secret(text: str) -> str:
 
 
 async def sign_in(request: Request) -> Response:
-    check_same_origin(request, require_origin=True)
+    _check_same_origin(request)
     body = await json_object(request, ("link",), max_bytes=1024)
     link = link_secret(string_field(body, "link", max_length=_LINK_MAX) or "")
     throttle_sign_in(request, None)
@@ -276,7 +295,7 @@ async def sign_in(request: Request) -> Response:
 
 
 async def sign_out(request: Request) -> Response:
-    check_same_origin(request, require_origin=True)
+    _check_same_origin(request)
     session_id = request.cookies.get(COOKIE, "")
     if console.plausible_secret(session_id):
         await console_calls.end(ConsoleCalls(backends_of(request), session_id))
@@ -355,7 +374,7 @@ def _ids(body: Mapping[str, Any]) -> list[str]:
 
 
 async def _bulk(request: Request, verb: str) -> Response:
-    check_same_origin(request, require_origin=True)
+    _check_same_origin(request)
     calls = _calls(request)
     body = await json_object(request, ("ids",), max_bytes=16384)
     ids = _ids(body)
@@ -420,10 +439,10 @@ def _console_endpoint(
     return described
 
 
-_TEXT = {"type": "string"}
+_TEXT = single_line_text(bounds.PAGE_TOKEN_MAX, required=False)  # as ``_query_lines``
 _OWNER = {"type": "string", "maxLength": bounds.OWNER_ID_MAX, "pattern": "^[A-Za-z0-9._@:-]*$"}
 _TASK_TYPE = {"type": "string", "maxLength": bounds.TASK_TYPE_MAX, "pattern": "^[a-z0-9._-]*$"}
-_FAILURE_CODE = {"type": "string", "maxLength": bounds.FAILURE_CODE_MAX}
+_FAILURE_CODE = single_line_text(bounds.FAILURE_CODE_MAX, required=False)
 _IDS_BODY = json_body(
     {
         "type": "object",

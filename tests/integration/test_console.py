@@ -385,6 +385,31 @@ def test_sign_in_sets_a_console_cookie_that_sign_out_ends(
     run(scenario())
 
 
+def test_a_console_write_naming_no_origin_is_not_offered_a_bearer_token(
+    services: Services,
+) -> None:
+    """The console takes no bearer token: its 403 names the Origin header alone."""
+    app = make_app(services.target)
+    writes = [
+        ("/console/sign-in", {"link": "a" * 43}),
+        ("/console/sign-out", None),
+        ("/console/api/cancel", {"ids": ["a" * 32]}),
+        ("/console/api/retry", {"ids": ["a" * 32]}),
+    ]
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+            for path, body in writes:
+                refused = await client.post(path, json=body)
+                assert refused.status_code == 403, path
+                problem = refused.json()
+                assert problem["code"] == "origin_required", path
+                assert "Origin" in problem["detail"], path
+                assert "bearer" not in problem["detail"].lower(), path
+
+    run(scenario())
+
+
 def test_bulk_retry_retries_exactly_the_operations_named_and_refuses_cross_origin(
     services: Services, ops: OpsClient, operator_md: Metadata
 ) -> None:
@@ -461,6 +486,12 @@ def test_bulk_cancel_and_search_and_attempt_history_over_http(
             assert bad.json()["field"] == "older_than"
             bad_state = await client.get("/console/api/operations", params={"state": "done"})
             assert bad_state.status_code == 400
+            for name in ("failure_code", "owner", "task_type", "older_than", "state"):
+                nul = await client.get("/console/api/operations", params={name: "model\x00error"})
+                assert nul.status_code == 400, (name, nul.text)
+                assert (nul.json()["code"], nul.json()["field"]) == ("control_character", name)
+            zero = await client.get("/console/api/operations", params={"older_than": "0s"})
+            assert zero.json()["detail"] == "older_than '0s' is not a positive duration."
 
             shown = (await client.get(f"/console/api/operations/{created.id}")).json()
             assert shown["owner_id"] == BOB

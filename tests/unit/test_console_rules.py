@@ -3,6 +3,7 @@ the search a query string asks for, and the secret of a pasted link."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -12,6 +13,7 @@ from durable_ops.gateway.console import link_secret, list_request
 from durable_ops.gateway.problems import Problem
 from durable_ops.model import console
 from durable_ops.model.console import Kind
+from durable_ops.model.operator import parse_duration
 
 NOW = datetime(2026, 12, 5, 6, 0, tzinfo=UTC)
 
@@ -82,3 +84,53 @@ def test_a_bad_search_is_a_400_naming_its_field(params: dict[str, str], field: s
     with pytest.raises(Problem) as refused:
         list_request(params)
     assert (refused.value.status, refused.value.field) == (400, field)
+
+
+@pytest.mark.parametrize("text", ["0s", "0m", "0d0h", "soon", "-5m", "5", "9999d"])
+def test_a_bad_older_than_is_worded_as_the_cli_words_it(text: str) -> None:
+    """One rule, one wording: the console's 400 says what ``opsctl operations list
+    --older-than`` says (``'0s' is not a positive duration``, not the general rule)."""
+    with pytest.raises(ValueError, match=re.escape(repr(text))) as cli:
+        parse_duration(text)
+    with pytest.raises(Problem) as refused:
+        list_request({"older_than": text})
+    assert (refused.value.status, refused.value.field) == (400, "older_than")
+    assert refused.value.detail.rstrip(".") == f"older_than {cli.value}"
+
+
+def test_a_zero_older_than_is_refused_as_not_positive() -> None:
+    with pytest.raises(Problem) as refused:
+        list_request({"older_than": "0s"})
+    assert refused.value.detail == "older_than '0s' is not a positive duration."
+
+
+CONSOLE_QUERY = (
+    "owner",
+    "state",
+    "task_type",
+    "older_than",
+    "failure_code",
+    "page_size",
+    "page_token",
+)
+
+
+@pytest.mark.parametrize("name", CONSOLE_QUERY)
+@pytest.mark.parametrize("value", ["\x00", "model\x00error", "a\nb", "\x1b[2J", "x\x85", "x\u2028"])
+def test_a_control_character_in_any_query_parameter_is_refused(name: str, value: str) -> None:
+    """SPEC §5: control characters in text are refused, with a stable code, naming the
+    parameter; ``?failure_code=%00`` was searched for (200, an empty list)."""
+    with pytest.raises(Problem) as refused:
+        list_request({name: value})
+    assert (refused.value.status, refused.value.code) == (400, "control_character")
+    assert refused.value.field == name
+
+
+def test_a_query_value_longer_than_any_has_reason_to_be_is_refused() -> None:
+    with pytest.raises(Problem) as refused:
+        list_request({"failure_code": "x" * 513})
+    assert (refused.value.status, refused.value.field) == (400, "failure_code")
+
+
+def test_blanks_around_a_filter_are_trimmed_not_refused() -> None:
+    assert list_request({"owner": "\talice \r\n"}).owner_id == "alice"
