@@ -148,7 +148,10 @@ class OperationsApp:
             found = drafts.current(tx, running)
             return [(row, found.get(row.id)) for row in rows]
 
-        cursor = after or self.clock()
+        # A cursor ahead of this replica's clock (another's clock ran ahead, or a client made
+        # it up) would hide every change until the clock caught up: nothing is newer than now.
+        now = self.clock()
+        cursor = now if after is None else min(after, now)
         overlap = WATCH_OVERLAP
         # Registered before the first read, so a change between a read and the wait wakes it.
         with self.owners.watching(owner) as woken:

@@ -15,6 +15,7 @@ import json
 import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -25,6 +26,7 @@ from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.gateway import events as events_route
 from durable_ops.gateway.app import create_app
 from durable_ops.gateway.backends import Backends
+from durable_ops.model import event_ids
 from durable_ops.operations.tuning import Tuning
 from tests.support.clock import ManualClock
 from tests.support.gateway import (
@@ -235,6 +237,25 @@ def test_a_stream_resumes_after_its_last_event_id(services: Services, gateway: L
             async with events(client, "alice", running["id"]) as resumed:
                 done = await resumed.until(lambda data: data["operation"]["state"] == "succeeded")
                 assert done["data"]["operation"]["id"] == created.id
+
+    run(scenario())
+
+
+def test_a_last_event_id_ahead_of_the_clock_hides_no_change(
+    services: Services, gateway: LiveGateway
+) -> None:
+    """An id from a replica whose clock ran ahead (or made up) was taken as the cursor:
+    the stream then said nothing of any change until the clock caught up."""
+    ahead = event_ids.event_id(datetime(2100, 1, 1, tzinfo=UTC), 0)
+
+    async def scenario() -> None:
+        async with (
+            httpx.AsyncClient(base_url=gateway.url, timeout=HANG_GUARD) as client,
+            events(client, "alice", ahead) as stream,
+        ):
+            created = create_operation(services, "alice", key="after-a-future-id")
+            seen = await stream.until(lambda data: data["operation"]["id"] == created.id)
+            assert seen["data"]["operation"]["state"] == "queued"
 
     run(scenario())
 
