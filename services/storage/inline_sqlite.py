@@ -56,11 +56,16 @@ SQLITE_LOCKED = 6
 CHECKPOINT_EVERY = 200
 
 
-def is_busy(exc: OperationalError) -> bool:
-    """Whether SQLite refused for a lock held elsewhere (any extended BUSY or LOCKED code)."""
+def sqlite_code(exc: OperationalError) -> int | None:
+    """SQLite's primary result code behind ``exc`` (its extended code's low byte), if any."""
     orig = exc.orig
     code = getattr(orig, "sqlite_errorcode", None) if isinstance(orig, sqlite3.Error) else None
-    return code is not None and code & 0xFF in (SQLITE_BUSY, SQLITE_LOCKED)
+    return code & 0xFF if isinstance(code, int) else None
+
+
+def is_busy(exc: OperationalError) -> bool:
+    """Whether SQLite refused for a lock held elsewhere (any extended BUSY or LOCKED code)."""
+    return sqlite_code(exc) in (SQLITE_BUSY, SQLITE_LOCKED)
 
 
 @dataclass(frozen=True)
