@@ -24,6 +24,12 @@ any unreachable database (ADR 0017). In the same way the work says what it
 changed (``events.publish``); what a committed attempt said is delivered to
 ``Database.events`` after COMMIT, by the async runners.
 
+On SQLite, a full disk (SQLITE_FULL, also a file capped by ``max_page_count``)
+or an I/O error is ``Unavailable`` (``database_unavailable``), as an unreachable
+server is: nothing was written, the caller may retry once space is back. It is
+logged as one line (``database_disk_full``, ``database_io_error``) per minute at
+most, with how many more failed meanwhile, instead of a stack trace per call.
+
 On a Galera node (``wsrep_on``) every session sets ``wsrep_sync_wait`` so a
 read sees every write the cluster committed before it, whichever node took it.
 
@@ -59,7 +65,7 @@ from durable_ops.model.lifecycle import Draw, system_draw
 from durable_ops.private_files import prepare_sqlite_file
 from durable_ops.storage import pool
 from durable_ops.storage.events import Bus, Committed, collecting
-from durable_ops.storage.inline_sqlite import InlineSqlite
+from durable_ops.storage.inline_sqlite import InlineSqlite, sqlite_code
 from durable_ops.storage.tx import Tx
 
 log = structlog.get_logger(__name__)
@@ -88,6 +94,22 @@ COMMIT_CHECK_FIRST_PAUSE_SECONDS = 0.05
 # alone let it miss the claim another node just committed.
 GALERA_SYNC_WAIT = 1 | 2 | 4
 GALERA_KEY = "galera"  # in a pooled connection's info: the server is a Galera node
+# SQLite's primary codes for the storage under the database failing: an I/O error, and a
+# full disk (or a file at its max_page_count). The transaction did not commit.
+SQLITE_IOERR = 10
+SQLITE_FULL = 13
+# What each says, to the caller and in the log (one line per fault and per minute at most).
+STORAGE_FAULTS = {
+    SQLITE_FULL: (
+        "database_disk_full",
+        "the database's disk is full; try again once space is freed",
+    ),
+    SQLITE_IOERR: (
+        "database_io_error",
+        "the database's disk failed a read or write; try again",
+    ),
+}
+STORAGE_FAULT_LOG_EVERY_SECONDS = 60.0
 
 CommitCheck = Callable[[Tx], bool]
 _COMMIT_CHECKS: contextvars.ContextVar[list[CommitCheck] | None] = contextvars.ContextVar(
@@ -276,6 +298,10 @@ class Database:
         self.retries: Counter[int] = Counter()
         self.lost_commits: Counter[str] = Counter()
         self._counting = threading.Lock()
+        # SQLite storage faults by log event: how many, when last logged, how many since.
+        self.storage_faults: Counter[str] = Counter()
+        self._fault_logged_at: dict[str, float] = {}
+        self._faults_unlogged: Counter[str] = Counter()
         # SQLite: short transactions of async servers run on the loop's thread when they
         # can start at once (ADR 0030). An in-memory database is one per connection.
         self.checkpoints = 0  # WAL checkpoints asked of the pool for the inline connection
@@ -334,6 +360,8 @@ class Database:
             except OperationalError as exc:
                 if _is_unreachable(exc):
                     raise _unavailable() from exc
+                if (refusal := self._storage_fault(exc)) is not None:
+                    raise refusal from exc
                 if not _is_retryable(exc):
                     raise
                 if number == MAX_TRANSACTION_ATTEMPTS:  # transient still: the caller may retry
@@ -422,7 +450,12 @@ class Database:
                 said.extend(changes)
                 return result
 
-            ran = self.inline.try_run(inline, write=write)
+            try:
+                ran = self.inline.try_run(inline, write=write)
+            except OperationalError as exc:
+                if (refusal := self._storage_fault(exc)) is not None:
+                    raise refusal from exc
+                raise
             if ran is not None:
                 self.events.deliver(said)
                 return ran.result
@@ -430,6 +463,34 @@ class Database:
         result = await self._in_executor(call)
         self.events.deliver(said)
         return result
+
+    def _storage_fault(self, exc: OperationalError) -> Unavailable | None:
+        """What a full disk or an I/O error under SQLite answers (``Unavailable``), or None
+        for any other error. Logged once per fault and per minute at most, with how many
+        more there were since the last line, and without a stack trace."""
+        code = sqlite_code(exc) if self.is_sqlite else None
+        if code not in STORAGE_FAULTS:
+            return None
+        event_name, message = STORAGE_FAULTS[code]
+        now = time.monotonic()
+        with self._counting:
+            self.storage_faults[event_name] += 1
+            last = self._fault_logged_at.get(event_name)
+            quiet = last is not None and now - last < STORAGE_FAULT_LOG_EVERY_SECONDS
+            since = 0
+            if quiet:
+                self._faults_unlogged[event_name] += 1
+            else:
+                self._fault_logged_at[event_name] = now
+                since = self._faults_unlogged.pop(event_name, 0)
+        if not quiet:
+            log.error(
+                event_name,
+                database=self.engine.url.database,
+                error=str(exc.orig),
+                failed_since_last_line=since,
+            )
+        return Unavailable(message, code="database_unavailable")
 
     def _checkpoint_soon(self) -> None:
         """A passive WAL checkpoint on the pool, for the inline connection's commits;

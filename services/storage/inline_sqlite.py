@@ -23,10 +23,17 @@ can start at once:
 
 A transaction refused here has done nothing: SQLite rolled it back, and the
 pool replays it whole, as a deadlock victim is replayed on MariaDB.
+
+Any other failure goes to the caller, and the connection is never left in a
+transaction: a COMMIT that failed (a full disk) leaves SQLAlchemy's transaction
+attached to the connection, which would refuse every later ``begin()``, so
+such a connection, or one a disk or I/O error struck, is dropped (closing it
+rolls back what SQLite held open) and the next transaction opens another.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 from collections import Counter
@@ -38,6 +45,8 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError
 
+from durable_ops.storage.pool import in_transaction
+
 T = TypeVar("T")
 
 SQLITE_BUSY = 5
@@ -47,11 +56,16 @@ SQLITE_LOCKED = 6
 CHECKPOINT_EVERY = 200
 
 
-def is_busy(exc: OperationalError) -> bool:
-    """Whether SQLite refused for a lock held elsewhere (any extended BUSY or LOCKED code)."""
+def sqlite_code(exc: OperationalError) -> int | None:
+    """SQLite's primary result code behind ``exc`` (its extended code's low byte), if any."""
     orig = exc.orig
     code = getattr(orig, "sqlite_errorcode", None) if isinstance(orig, sqlite3.Error) else None
-    return code is not None and code & 0xFF in (SQLITE_BUSY, SQLITE_LOCKED)
+    return code & 0xFF if isinstance(code, int) else None
+
+
+def is_busy(exc: OperationalError) -> bool:
+    """Whether SQLite refused for a lock held elsewhere (any extended BUSY or LOCKED code)."""
+    return sqlite_code(exc) in (SQLITE_BUSY, SQLITE_LOCKED)
 
 
 @dataclass(frozen=True)
@@ -90,8 +104,14 @@ class InlineSqlite:
             )
             try:
                 result = attempt(connection)
-            except OperationalError as exc:
-                if not is_busy(exc):
+            except BaseException as exc:
+                busy = isinstance(exc, OperationalError) and is_busy(exc)
+                # A COMMIT that failed leaves the connection marked as in a transaction
+                # (and SQLite may still hold it open); a disk or I/O error may leave it
+                # broken: either way the next transaction gets a fresh connection.
+                if (isinstance(exc, OperationalError) and not busy) or not self._settled():
+                    self._discard()
+                if not busy:
                     raise
                 self.outcomes["busy"] += 1
                 return None
@@ -101,6 +121,29 @@ class InlineSqlite:
             return Ran(result)
         finally:
             self._taken.release()
+
+    def _settled(self) -> bool:
+        """Whether the connection is in no transaction, for SQLAlchemy and for SQLite."""
+        connection = self._connection
+        if connection is None:
+            return True
+        try:
+            return connection.get_transaction() is None and not in_transaction(
+                connection.connection.dbapi_connection
+            )
+        except Exception:  # closed or invalidated: not one to use again
+            return False
+
+    def _discard(self) -> None:
+        """Drop the connection, rolling back whatever it held open (closing a SQLite
+        connection does); the next transaction opens another."""
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        with contextlib.suppress(Exception):
+            connection.invalidate()  # closes the driver's connection: no reset of it asked
+        with contextlib.suppress(Exception):
+            connection.close()
 
     def close(self) -> None:
         """Close the connection and the engine; a later transaction opens them again."""
