@@ -122,7 +122,10 @@ class HostStoreJournal:
                 "one host runs one local-model worker"
             ) from exc
         except HostStoreError as exc:
-            raise JournalError(f"cannot open the host store at {directory}: {exc.message}") from exc
+            raise JournalError(
+                f"cannot open the host store at {directory}: {exc.message} "
+                "(docs/operations.md, 'A damaged store', says what to do)"
+            ) from exc
         try:
             session.compact(older_than=COMPACT_AFTER)
             session.forget(older_than=FORGET_AFTER)
