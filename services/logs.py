@@ -14,8 +14,11 @@ and ``span_id``, in the hex form trace viewers show.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import sys
+from typing import TextIO, cast
 
 import structlog
 from opentelemetry import trace
@@ -81,6 +84,46 @@ def _saying(renderer: Processor, process: str) -> Processor:
     return render
 
 
+class _DroppedWhenBroken:
+    """A log stream whose lines are dropped once its reader is gone.
+
+    The log is a side channel: when its reader has left (the pipe to ``opsctl up``, killed,
+    or a ``| head`` that exited) a line has nowhere to go, and the BrokenPipeError of its
+    write would land in whatever logged: a request that had committed answered UNKNOWN,
+    the sweeper's loop ended. Dropping the lines is the simplest behaviour that keeps the
+    work right. Stopping is not the log's call: a child of ``opsctl up`` stops on its
+    parent-death signal (``stack.children``), with its usual graceful stop, and a process
+    run by hand serves on as it would with its log sent to /dev/null. That is where the
+    stream's descriptor goes at the first broken write, as ``cli.main`` does for stdout:
+    the pipe stays broken, so every later line (and what the stream still buffers, which
+    the interpreter flushes at exit) is written there without an error.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            self._to_nothing()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            self._to_nothing()
+
+    def _to_nothing(self) -> None:
+        with contextlib.suppress(OSError, ValueError):  # no descriptor: nothing to move
+            nothing = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(nothing, self.stream.fileno())
+            finally:
+                os.close(nothing)
+
+
 def configure_logging(settings: Settings, process: str, *, final: bool = False) -> None:
     """Configure structlog and stdlib logging; calling it again replaces the setup.
 
@@ -105,21 +148,25 @@ def configure_logging(settings: Settings, process: str, *, final: bool = False) 
     else:
         renderer = _saying(structlog.dev.ConsoleRenderer(colors=True), process)
 
+    stream = _DroppedWhenBroken(sys.stderr)
     structlog.configure(
         processors=[*shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # PrintLogger's print() needs write and flush only; its annotation says TextIO.
+        logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, stream)),
         cache_logger_on_first_use=final,
     )
-    _route_stdlib(shared, renderer, level)
+    _route_stdlib(shared, renderer, level, stream)
 
 
-def _route_stdlib(shared: list[Processor], renderer: Processor, level: int) -> None:
+def _route_stdlib(
+    shared: list[Processor], renderer: Processor, level: int, stream: _DroppedWhenBroken
+) -> None:
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(stream)
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(formatter)
     root = logging.getLogger()

@@ -191,6 +191,7 @@ def _run_held(
         _stack_env(settings, text_logs=not as_json),
         process_specs(settings, DEFAULT_PROCESSES),
         as_json=as_json,
+        tethered=True,  # a killed `opsctl up` takes its children with it
     )
     say(
         "starting",

@@ -7,6 +7,7 @@ the rows another sweep holds, so two sweepers racing over one row change it once
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import structlog
 
@@ -52,6 +53,9 @@ async def run_sweeper(
         except Exception as exc:  # the sweeper must outlive a database hiccup
             if metrics is not None:
                 metrics.swept(None)
-            log.warning("sweep_failed", error=type(exc).__name__)
+            # Nor may its report of one end it: a line the log cannot take (its reader gone,
+            # ``logs``) is the log's loss, and the next tick sweeps again.
+            with contextlib.suppress(Exception):
+                log.warning("sweep_failed", error=type(exc).__name__)
         if not more:  # a full batch: sweep on at once, more may be due
             await asyncio.sleep(interval_seconds)

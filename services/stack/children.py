@@ -27,6 +27,7 @@ from typing import IO
 from durable_ops.model.scope import Role
 from durable_ops.settings import Settings
 from durable_ops.stack.output import Output
+from durable_ops.stack.tethered import command as tethered_command
 
 STOP_GRACE_SECONDS = 10.0
 STOP_FIRST = frozenset({"ai-worker"})  # hands its leases back through the services
@@ -121,6 +122,12 @@ class Stack:
     specs: list[ProcessSpec]
     out: IO[str] = field(default_factory=lambda: sys.stdout)
     as_json: bool = False  # True: one JSON object per line (``Output``)
+    # True: each child gets SIGTERM from Linux if this process dies without stopping it
+    # (``stack.tethered``), so none outlives a killed supervisor. Then every start and
+    # restart must come from a thread that lives as long as the children: the signal
+    # follows the thread that started one. Off for the tests' stacks, whose fault drills
+    # restart children from a thread of their own.
+    tethered: bool = False
     children: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
     _launches: dict[str, _Launch] = field(default_factory=dict)
     _output: Output | None = None
@@ -156,8 +163,11 @@ class Stack:
     def _spawn(self, label: str) -> subprocess.Popen[str]:
         launch = self._launches[label]
         own_key = own_key_env(launch.name, self.env)
+        args = ["serve", *serves(launch.name)]
         child = subprocess.Popen(
-            [sys.executable, "-m", "durable_ops.cli", "serve", *serves(launch.name)],
+            tethered_command(os.getpid(), args)
+            if self.tethered
+            else [sys.executable, "-m", "durable_ops.cli", *args],
             env={**os.environ, **self.env, **own_key, **launch.extra_env},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
