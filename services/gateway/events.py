@@ -241,7 +241,10 @@ async def _stream(
                 if recount or clock() - counted_at >= UNREAD_REFRESH_SECONDS:
                     counted_at = clock()
                     count = await _unread(calls)
-                    if count is not None and count != unread:
+                    # After a change, sent even when it is the count this stream sent last:
+                    # the page may have shown another since (its own read after a retry),
+                    # which this stream never saw when the change it missed was brief.
+                    if count is not None and (recount or count != unread):
                         unread = count
                         yield frame("unread", {"unread": count})
                 if isinstance(got, BaseException):

@@ -22,11 +22,13 @@ import httpx
 import pytest
 
 from durable_ops import cli
+from durable_ops.api.notifications.v1 import notifications_pb2 as npb
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.gateway import events as events_route
 from durable_ops.gateway.app import create_app
 from durable_ops.gateway.backends import Backends
 from durable_ops.model import event_ids
+from durable_ops.model.scope import Role
 from durable_ops.operations.tuning import Tuning
 from tests.support.clock import ManualClock
 from tests.support.gateway import (
@@ -41,7 +43,7 @@ from tests.support.gateway import (
     run,
     sign_in,
 )
-from tests.support.grpc_services import Services, running_services
+from tests.support.grpc_services import Services, metadata, running_services
 from tests.support.operations_client import Lease, OpsClient
 from tests.support.ports import refusing_port
 from tests.support.workspace_client import JOB_TEXT, entitle
@@ -239,6 +241,42 @@ def test_a_stream_resumes_after_its_last_event_id(services: Services, gateway: L
                 assert done["data"]["operation"]["id"] == created.id
 
     run(scenario())
+
+
+def test_after_an_operation_ends_the_count_is_sent_even_when_this_stream_sent_it_last(
+    services: Services, gateway: LiveGateway
+) -> None:
+    """The page may show another count since (its own read after a retry, a mark through
+    another gateway): a stream that sent 1, missed the change to 0, and counted 1 again
+    after an operation ended kept quiet, and the bell stayed at 0."""
+
+    complete(services, claim_one_of(services, "alice", "first"))
+    second = claim_one_of(services, "alice", "second")  # running: no queued state to come
+
+    async def scenario() -> None:
+        async with (
+            httpx.AsyncClient(base_url=gateway.url, timeout=HANG_GUARD) as client,
+            events(client, "alice") as stream,
+        ):
+            assert (await stream.next())["data"] == {"unread": 1}
+            notes = services.notifications.ListNotifications(
+                npb.ListNotificationsRequest(), metadata=metadata(Role.GATEWAY, "alice")
+            )
+            services.notifications.MarkRead(  # as another gateway would: this one hears nothing
+                npb.MarkReadRequest(notification_id=notes.notifications[0].id),
+                metadata=metadata(Role.GATEWAY, "alice"),
+            )
+            complete(services, second)
+            await stream.until(lambda data: data["operation"]["state"] == "succeeded")
+            unread = await stream.next()
+            assert (unread["event"], unread["data"]) == ("unread", {"unread": 1})
+
+    run(scenario())
+
+
+def claim_one_of(services: Services, owner: str, key: str) -> Any:
+    create_operation(services, owner, key=key)
+    return claim(services, ["strategy.snapshot"])
 
 
 def test_a_last_event_id_ahead_of_the_clock_hides_no_change(
