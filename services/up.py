@@ -16,6 +16,7 @@ A refusal at start (another stack, an address taken) leaves no file behind.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -153,12 +154,29 @@ def run_stack(
     except lock.StackRunning as running:
         output.say("already_running", f"opsctl up: {running}", pid=running.pid)
         return EXIT_USAGE
+    except OSError as error:
+        return _cannot_write(output, error)
     try:
         return _run_held(
             with_kept_secrets(settings), output, demo_user, database_source, budget, as_json
         )
+    except OSError as error:
+        return _cannot_write(output, error)
     finally:
         os.close(held)  # the lock goes with it
+
+
+# What a start that cannot write its files meets: a full disk, a read-only or foreign var/.
+_UNWRITABLE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def _cannot_write(output: Output, error: OSError) -> int:
+    """One line for a start that could not write its files; any other error is raised."""
+    if error.errno not in _UNWRITABLE:
+        raise error
+    where = f" {error.filename}" if error.filename else ""
+    output.say("cannot_write", f"opsctl up: cannot write{where}: {error.strerror or error}")
+    return EXIT_UNAVAILABLE
 
 
 def _run_held(

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from durable_ops.stack.children import healthy
+from tests.support import disks
 from tests.support.product import opsctl_up, product_env
 
 pytestmark = pytest.mark.slow
@@ -261,6 +262,18 @@ def test_a_taken_port_is_a_clear_message_and_port_base_moves_every_port(tmp_path
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0
         os.close(master)
+
+
+def test_a_full_disk_is_one_line_and_exit_1_not_a_traceback(tmp_path: Path) -> None:
+    with disks.small_disk(tmp_path / "disk", size="1m") as disk:
+        disks.fill(disk / "filler")
+        env = product_env(OPS_DEV_MODEL_SECONDS="0")
+        full = _up("--database-url", f"sqlite:///{disk / 'up.sqlite3'}", env=env, cwd=disk)
+    assert full.returncode == 1, full.stdout + full.stderr
+    assert "Traceback" not in full.stdout + full.stderr
+    [event] = [json.loads(line) for line in full.stdout.splitlines()]
+    assert event["event"] == "cannot_write"
+    assert "No space left on device" in event["message"], event
 
 
 def test_a_killed_child_comes_back_and_the_page_keeps_working(tmp_path: Path) -> None:

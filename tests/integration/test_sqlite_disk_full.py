@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import os
 import resource
 import signal
-import subprocess
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -37,6 +34,7 @@ from durable_ops.storage import migrate, operations
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import UserOperation
 from durable_ops.storage.tx import Tx
+from tests.support import disks
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import running_services
 from tests.support.operations_client import OpsClient
@@ -208,36 +206,8 @@ def test_an_io_error_at_commit_is_unavailable_and_the_next_call_works(
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 16 MB tmpfs, unmounted after; the test is skipped where it cannot be mounted."""
-    mount_point = tmp_path / "small-disk"
-    mount_point.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount_point)],
-        capture_output=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr!r}")
-    try:
+    with disks.small_disk(tmp_path / "small-disk") as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=True)
-
-
-def _fill(path: Path) -> None:
-    """Write ``path`` until the disk has not a byte left."""
-    block = b"\0" * 65536
-    with path.open("wb", buffering=0) as filler:
-        while True:
-            try:
-                filler.write(block)
-            except OSError as full:
-                if full.errno != errno.ENOSPC:
-                    raise
-                if len(block) == 1:
-                    return
-                block = block[: len(block) // 2]
 
 
 def test_a_full_disk_at_commit_is_unavailable_and_creates_resume_once_space_is_back(
@@ -252,7 +222,7 @@ def test_a_full_disk_at_commit_is_unavailable_and_creates_resume_once_space_is_b
         first = asyncio.run(_create(db, "before"))
         created, refused = ["before"], []
         with capture_logs() as logs:
-            _fill(filler)
+            disks.fill(filler)
             # A write may still fit where the WAL already took space: each call either
             # creates (and says so) or is refused as unavailable, never anything else.
             for number in range(10):
@@ -310,7 +280,7 @@ def test_a_client_gets_unavailable_on_a_full_disk_and_its_creates_resume_after(
         ops = OpsClient(services)
         first = ops.create(OWNER, "before")
         created, refused = ["before"], []
-        _fill(filler)
+        disks.fill(filler)
         for number in range(10):
             key = f"full-{number}"
             try:
