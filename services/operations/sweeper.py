@@ -12,6 +12,7 @@ import contextlib
 import structlog
 
 from durable_ops.clock import Clock
+from durable_ops.model.errors import DomainError
 from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.storage import operations
 from durable_ops.storage.db import Database
@@ -56,6 +57,11 @@ async def run_sweeper(
             # Nor may its report of one end it: a line the log cannot take (its reader gone,
             # ``logs``) is the log's loss, and the next tick sweeps again.
             with contextlib.suppress(Exception):
-                log.warning("sweep_failed", error=type(exc).__name__)
+                # A domain error's words are the product's own (never a row's): they say
+                # what an operator looks for ("the database cannot be reached").
+                said: dict[str, str] = {}
+                if isinstance(exc, DomainError):
+                    said = {"code": exc.code, "reason": exc.message}
+                log.warning("sweep_failed", error=type(exc).__name__, **said)
         if not more:  # a full batch: sweep on at once, more may be due
             await asyncio.sleep(interval_seconds)

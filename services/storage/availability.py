@@ -60,7 +60,20 @@ class DatabaseUnavailable(RuntimeError):
 
 
 def ping(db: Database) -> None:
-    """One ``SELECT 1`` on a pooled connection; raises what the driver raises."""
+    """One ``SELECT 1`` on a pooled connection; raises what the driver raises. A pooled
+    connection the server dropped (a restart, a ``KILL``) is asked no more, and the
+    question is asked once more on a fresh one: the pool pings only a connection idle
+    for a while (``pool``), and one dead connection said "database unreachable" of a
+    database that answered."""
+    try:
+        _select_one(db)
+    except DBAPIError as error:
+        if not error.connection_invalidated:
+            raise
+        _select_one(db)
+
+
+def _select_one(db: Database) -> None:
     with db.engine.connect() as connection:
         connection.execute(text("SELECT 1"))
 

@@ -330,3 +330,20 @@ async def _until_async(
     while (await check()) != wanted:
         assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f} s"
         await asyncio.sleep(0.1)
+
+
+def test_readiness_is_not_fooled_by_a_pooled_connection_the_server_dropped(
+    migrated_mariadb_url: str,
+) -> None:
+    """A ``KILL`` of the service's idle connections (as a server restart does) made the next
+    probe say the database was unreachable while it answered."""
+    db = Database(migrated_mariadb_url, pool_size=1)
+    try:
+        with db.engine.connect() as connection:
+            pooled = connection.exec_driver_sql("SELECT CONNECTION_ID()").scalar_one()
+        with Database(migrated_mariadb_url, pool_size=1).engine.connect() as admin:
+            admin.exec_driver_sql(f"KILL {int(pooled)}")
+        readiness = DatabaseReadiness(db)
+        assert asyncio.run(readiness()) is True
+    finally:
+        db.dispose()

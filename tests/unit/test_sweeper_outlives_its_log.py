@@ -7,7 +7,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+import structlog.testing
 
+from durable_ops.model.errors import Unavailable
 from durable_ops.operations import sweeper
 from durable_ops.storage.db import Database
 
@@ -47,3 +49,27 @@ def test_a_failed_sweep_whose_warning_cannot_be_written_is_retried(
 
     assert asyncio.run(run())
     assert tries >= 3
+
+
+def test_a_sweep_the_database_failed_says_so_in_its_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An outage logged only ``sweep_failed error=Unavailable`` a second: nothing said it
+    was the database (nothing logs ``database_unreachable`` unless health is asked)."""
+
+    async def unreachable(_db: Database, _clock: object) -> None:
+        raise Unavailable("the database cannot be reached; try again", code="database_unavailable")
+
+    monkeypatch.setattr(sweeper, "sweep_once", unreachable)
+
+    async def run() -> None:
+        loop = asyncio.create_task(
+            sweeper.run_sweeper(None, lambda: datetime.now(UTC), 0.01)  # type: ignore[arg-type]
+        )
+        await asyncio.sleep(0.05)
+        loop.cancel()
+
+    with structlog.testing.capture_logs() as lines:
+        asyncio.run(run())
+    failed = [line for line in lines if line["event"] == "sweep_failed"]
+    assert failed
+    assert failed[0]["code"] == "database_unavailable"
+    assert failed[0]["reason"] == "the database cannot be reached; try again"
