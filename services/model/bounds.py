@@ -238,11 +238,17 @@ def provenance(provider: str, model: str, route: str) -> tuple[str, str, str]:
 
 
 def failure(code: str, message: str) -> tuple[str, str]:
+    failure_code(code)
+    text("failure_message", message, FAILURE_MESSAGE_MAX, required=False)
+    return code, message
+
+
+def failure_code(code: str) -> str:
+    """A failure code as a worker reports it and an operator searches for it."""
     text("failure_code", code, FAILURE_CODE_MAX)
     if not _TASK_TYPE.fullmatch(code):  # shown to the owner (google.longrunning's reason)
         raise InvalidArgument("failure_code", "may contain only a-z, 0-9, '.', '_' and '-'")
-    text("failure_message", message, FAILURE_MESSAGE_MAX, required=False)
-    return code, message
+    return code
 
 
 def trace_parent(value: str) -> str:

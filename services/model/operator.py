@@ -67,7 +67,7 @@ class OperatorFilter:
         if self.task_type:
             bounds.task_type(self.task_type)
         if self.failure_code:
-            bounds.text("failure_code", self.failure_code, bounds.FAILURE_CODE_MAX)
+            bounds.failure_code(self.failure_code)  # no stored code has another character
         if self.older_than is not None and not (
             timedelta(0) <= self.older_than <= bounds.OLDER_THAN_MAX
         ):

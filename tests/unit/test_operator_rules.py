@@ -246,3 +246,7 @@ def test_the_filter_searches_by_failure_code_within_bounds() -> None:
     assert found.describe() == "failure=model_error"
     with pytest.raises(InvalidArgument):
         OperatorFilter(failure_code="x" * (bounds.FAILURE_CODE_MAX + 1)).validated()
+    # The CLI sent a control character on to the database: no stored code has one.
+    for odd in ("model\x00error", "model\x1b[2J", "Model Error"):
+        with pytest.raises(InvalidArgument):
+            OperatorFilter(failure_code=odd).validated()
