@@ -1261,25 +1261,68 @@ def test_a_whole_completion_reports_its_usage_and_a_bad_answer_costs_its_tokens(
     assert (usage.prompt_tokens, usage.completion_tokens) == (41, 8)
 
 
-@pytest.mark.parametrize(
-    "response",
-    [
-        httpx.Response(500, json={"error": {"message": "boom"}}),
-        event_stream(streamed(ANSWER_PIECES, done=False)[:-40]),  # cut short in transit
-    ],
-)
-def test_an_exchange_that_ended_without_an_answer_reports_nothing(
-    response: httpx.Response,
-) -> None:
+def test_a_request_refused_or_never_received_reports_nothing() -> None:
     used = Used()
 
+    def refusing(_: httpx.Request) -> httpx.Response:
+        return httpx.Response(500, json={"error": {"message": "boom"}})
+
     async def scenario() -> None:
-        async with scripted_client(lambda _: response) as client:
-            with pytest.raises(InferenceError):
+        async with scripted_client(refusing) as client:
+            with pytest.raises(ModelServerError):
+                await client.complete(InferenceRequest("s", {}, []), on_usage=used)
+        async with ModelClient(refused_url(), "m", route=Route.LOCAL) as client:
+            with pytest.raises(ModelConnectionError):
                 await client.complete(InferenceRequest("s", {}, []), on_usage=used)
 
     run(scenario())
     assert used == []
+
+
+def test_a_stream_cut_short_in_transit_reports_the_chunks_it_got() -> None:
+    """Neither [DONE] nor a finish reason: the connection was lost mid-answer (the server
+    killed, a reset); what came was spent, counted by its content chunks (ADR 38)."""
+    used = Used()
+    cut = event_stream(sse(chunk(role="assistant"), *(chunk(p) for p in ANSWER_PIECES[:5])))
+
+    async def scenario() -> None:
+        async with scripted_client(lambda _: cut) as client:
+            with pytest.raises(ModelConnectionError):
+                await client.complete(InferenceRequest("s", {}, []), on_usage=used)
+
+    run(scenario())
+    ((usage, provenance),) = used
+    assert (usage.prompt_tokens, usage.completion_tokens) == (0, 5)
+    assert provenance.route == "local"
+
+
+def test_an_answer_cancelled_or_timed_out_midway_reports_the_chunks_it_got() -> None:
+    """The caller's cancel (the owner's) and the exchange's own timeout cut the stream of
+    ``stalling_app`` after its first content chunk: that one was spent, and is told."""
+    disconnected = threading.Event()
+    cancelled, timed_out = Used(), Used()
+
+    async def scenario(url: str) -> None:
+        request = InferenceRequest("s", {}, [], max_tokens=10)
+        async with ModelClient(url, "m", route=Route.LOCAL, timeout_seconds=30) as client:
+            first = asyncio.Event()
+            task = asyncio.create_task(
+                client.complete(request, on_progress=lambda _: first.set(), on_usage=cancelled)
+            )
+            await asyncio.wait_for(first.wait(), 5)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        async with ModelClient(url, "m", route=Route.LOCAL, timeout_seconds=0.5) as client:
+            with pytest.raises(ModelTimeout):
+                await client.complete(request, on_usage=timed_out)
+
+    with serving(stalling_app(disconnected)) as url:
+        run(scenario(url))
+    for used in (cancelled, timed_out):
+        ((usage, _),) = used
+        assert (usage.prompt_tokens, usage.completion_tokens) == (0, 1)
+        assert usage.model_ms > 0
 
 
 def test_the_development_model_reports_what_it_sent_through_the_client() -> None:
