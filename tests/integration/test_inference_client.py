@@ -41,6 +41,7 @@ from durable_ops.ai_worker.inference import (
     provider_from_url,
 )
 from durable_ops.ai_worker.inference.response_format import REFUSAL_BODY_BYTES, ResponseFormat
+from durable_ops.ai_worker.inference.router import CIRCUIT_POLL_SECONDS
 from durable_ops.ai_worker.inference.sse import Event, EventDecoder, MalformedStream
 from durable_ops.dev_model import create_app
 from durable_ops.dev_model import stream as dev_stream
@@ -1078,18 +1079,44 @@ def test_circuit_opens_then_recovers_through_one_trial() -> None:
         assert router.breaker.state(clock()) is CircuitState.OPEN
         assert gauge() == 2
 
-        with pytest.raises(LocalRouteUnavailable, match="circuit_open") as caught:
-            await router.infer(STRATEGY, Privacy.LOCAL_ONLY, True)
-        assert not caught.value.fallback_permitted
-        assert len(calls) == 2  # the open circuit spared the model
-
+        # With nowhere else to go, a call waits for the circuit instead of failing
+        # circuit_open at once, and the open circuit spares the model meanwhile.
+        waiting = asyncio.create_task(router.infer(STRATEGY, Privacy.LOCAL_ONLY, False))
+        await asyncio.sleep(3 * CIRCUIT_POLL_SECONDS)
+        assert not waiting.done()
+        assert len(calls) == 2
         clock.now += 30
         assert gauge() == 1
         app.state.config.fail_mode = None  # the model came back
-        result = await router.infer(STRATEGY, Privacy.LOCAL_ONLY, False)
+        result = await asyncio.wait_for(waiting, 5)  # the half-open trial
         assert result.answer["fit_score"] >= 0
         assert router.breaker.state(clock()) is CircuitState.CLOSED
         assert gauge() == 0
+        assert len(calls) == 3
+        await router.aclose()
+
+    run(scenario())
+
+
+def test_a_call_waiting_for_the_circuit_fails_once_another_calls_trial_failed() -> None:
+    """Another call took the half-open trial: the waiting call waits for its outcome, and
+    when the trial failed (the circuit open again) it fails ``circuit_open`` without
+    reaching the model."""
+
+    async def scenario() -> None:
+        local = ModelClient(refused_url(), "dev-heuristic", route=Route.LOCAL)
+        router, clock = make_router(local, threshold=1)
+        with pytest.raises(LocalRouteUnavailable, match="model_connection_error"):
+            await router.infer(STRATEGY, Privacy.LOCAL_ONLY, False)
+        waiting = asyncio.create_task(router.infer(STRATEGY, Privacy.LOCAL_ONLY, False))
+        await asyncio.sleep(2 * CIRCUIT_POLL_SECONDS)
+        clock.now += 30
+        assert router.breaker.allow(clock())  # another call took the trial
+        await asyncio.sleep(2 * CIRCUIT_POLL_SECONDS)
+        assert not waiting.done()  # the trial may still close the circuit
+        router.breaker.record_failure(clock())  # it did not
+        with pytest.raises(LocalRouteUnavailable, match="circuit_open"):
+            await asyncio.wait_for(waiting, 5)
         await router.aclose()
 
     run(scenario())
