@@ -51,8 +51,9 @@ from durable_ops.model.routing import Route
 from durable_ops.worker import Attempt, Completed, Ending, Worker
 from durable_ops.worker.lease import Lease
 
-# The model call is bounded by the client's own timeout (the task timeout); this
-# margin lets that classified timeout win, leaving the attempt-wide one as a backstop.
+# The model call is bounded by the client's own timeout (the task timeout), after at most
+# one circuit cooldown waiting for an open local circuit (``Router.infer``); this margin
+# lets that classified timeout win, leaving the attempt-wide one as a backstop.
 ATTEMPT_TIMEOUT_MARGIN_SECONDS = 2.0
 
 _log = structlog.get_logger(__name__)
@@ -84,7 +85,9 @@ class Executor:
         self._workspace = workspace
         self._router = router
         self._journal = journal
-        self._attempt_timeout = task_timeout_seconds + ATTEMPT_TIMEOUT_MARGIN_SECONDS
+        self._attempt_timeout = (
+            task_timeout_seconds + router.circuit_wait_seconds + ATTEMPT_TIMEOUT_MARGIN_SECONDS
+        )
         self._handlers = handlers
 
     def register(self, worker: Worker) -> None:

@@ -234,6 +234,9 @@ def test_local_route_down_falls_back_only_where_permitted(sqlite_url: str) -> No
             OPS_AI_LOCAL_URL=closed_port_url(),
             OPS_AI_EXTERNAL_URL=external.url,
             OPS_AI_EXTERNAL_MODEL="dev-heuristic",
+            # A local-only attempt waits for the open circuit's trial (inference.router):
+            # a short cooldown keeps the outage that never ends as short as the retries.
+            OPS_AI_CIRCUIT_COOLDOWN_SECONDS="2",
         ) as st:
             st.entitle(open_owner, privacy="external_allowed")
             st.entitle(private_owner, privacy="local_only")

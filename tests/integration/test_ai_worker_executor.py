@@ -234,14 +234,19 @@ def test_the_circuit_opens_falls_back_where_permitted_and_half_opens(services: S
             ids = {f"down-{n}": await run(f"down-{n}", pb.PRIVACY_LOCAL_ONLY) for n in range(3)}
             assert (_circuit_state(), model.completions) == (2, 3)  # open
             ids["permitted"] = await run("permitted", pb.PRIVACY_EXTERNAL_ALLOWED)
-            ids["private"] = await run("private", pb.PRIVACY_LOCAL_ONLY)
+            # Nowhere else to go: it waits for the circuit, its attempt not spent on a refusal.
+            private = asyncio.create_task(run("private", pb.PRIVACY_LOCAL_ONLY))
+            await asyncio.sleep(1)
+            assert not private.done()
             assert model.completions == 3  # an open circuit does not call the model
 
             monotonic.now += 30
             assert _circuit_state() == 1  # half-open: one trial may go
             model.config.fail_mode = None
-            ids["healed"] = await run("healed", pb.PRIVACY_LOCAL_ONLY)
+            ids["private"] = await private  # the trial
             assert (_circuit_state(), model.completions) == (0, 4)
+            ids["healed"] = await run("healed", pb.PRIVACY_LOCAL_ONLY)
+            assert (_circuit_state(), model.completions) == (0, 5)
             await run(ids["permitted"], pb.PRIVACY_EXTERNAL_ALLOWED, Route.EXTERNAL)
             return ids
 
@@ -256,11 +261,12 @@ def test_the_circuit_opens_falls_back_where_permitted_and_half_opens(services: S
 
     for n in range(3):
         assert outcome(f"down-{n}") == ("waiting_for_retry", "model_server_error", "local")
-    assert outcome("private") == ("waiting_for_retry", "circuit_open", "local")
+    assert outcome("private") == ("succeeded", None, "local")
+    assert ops.row(ids["private"]).attempt == 1
     assert outcome("healed") == ("succeeded", None, "local")
     assert outcome("permitted") == ("succeeded", None, "external")
     assert ops.row(ids["permitted"]).attempt == 1  # the fallback continued the attempt
-    assert workspace.notes == [ids["healed"], ids["permitted"]]
+    assert workspace.notes == [ids["private"], ids["healed"], ids["permitted"]]
 
 
 class BrokenJournal(Journal):

@@ -41,6 +41,7 @@ from durable_ops.ai_worker.inference import (
     provider_from_url,
 )
 from durable_ops.ai_worker.inference.response_format import REFUSAL_BODY_BYTES, ResponseFormat
+from durable_ops.ai_worker.inference.router import CIRCUIT_POLL_SECONDS
 from durable_ops.ai_worker.inference.sse import Event, EventDecoder, MalformedStream
 from durable_ops.dev_model import create_app
 from durable_ops.dev_model import stream as dev_stream
@@ -1078,18 +1079,44 @@ def test_circuit_opens_then_recovers_through_one_trial() -> None:
         assert router.breaker.state(clock()) is CircuitState.OPEN
         assert gauge() == 2
 
-        with pytest.raises(LocalRouteUnavailable, match="circuit_open") as caught:
-            await router.infer(STRATEGY, Privacy.LOCAL_ONLY, True)
-        assert not caught.value.fallback_permitted
-        assert len(calls) == 2  # the open circuit spared the model
-
+        # With nowhere else to go, a call waits for the circuit instead of failing
+        # circuit_open at once, and the open circuit spares the model meanwhile.
+        waiting = asyncio.create_task(router.infer(STRATEGY, Privacy.LOCAL_ONLY, False))
+        await asyncio.sleep(3 * CIRCUIT_POLL_SECONDS)
+        assert not waiting.done()
+        assert len(calls) == 2
         clock.now += 30
         assert gauge() == 1
         app.state.config.fail_mode = None  # the model came back
-        result = await router.infer(STRATEGY, Privacy.LOCAL_ONLY, False)
+        result = await asyncio.wait_for(waiting, 5)  # the half-open trial
         assert result.answer["fit_score"] >= 0
         assert router.breaker.state(clock()) is CircuitState.CLOSED
         assert gauge() == 0
+        assert len(calls) == 3
+        await router.aclose()
+
+    run(scenario())
+
+
+def test_a_call_waiting_for_the_circuit_fails_once_another_calls_trial_failed() -> None:
+    """Another call took the half-open trial: the waiting call waits for its outcome, and
+    when the trial failed (the circuit open again) it fails ``circuit_open`` without
+    reaching the model."""
+
+    async def scenario() -> None:
+        local = ModelClient(refused_url(), "dev-heuristic", route=Route.LOCAL)
+        router, clock = make_router(local, threshold=1)
+        with pytest.raises(LocalRouteUnavailable, match="model_connection_error"):
+            await router.infer(STRATEGY, Privacy.LOCAL_ONLY, False)
+        waiting = asyncio.create_task(router.infer(STRATEGY, Privacy.LOCAL_ONLY, False))
+        await asyncio.sleep(2 * CIRCUIT_POLL_SECONDS)
+        clock.now += 30
+        assert router.breaker.allow(clock())  # another call took the trial
+        await asyncio.sleep(2 * CIRCUIT_POLL_SECONDS)
+        assert not waiting.done()  # the trial may still close the circuit
+        router.breaker.record_failure(clock())  # it did not
+        with pytest.raises(LocalRouteUnavailable, match="circuit_open"):
+            await asyncio.wait_for(waiting, 5)
         await router.aclose()
 
     run(scenario())
@@ -1261,25 +1288,68 @@ def test_a_whole_completion_reports_its_usage_and_a_bad_answer_costs_its_tokens(
     assert (usage.prompt_tokens, usage.completion_tokens) == (41, 8)
 
 
-@pytest.mark.parametrize(
-    "response",
-    [
-        httpx.Response(500, json={"error": {"message": "boom"}}),
-        event_stream(streamed(ANSWER_PIECES, done=False)[:-40]),  # cut short in transit
-    ],
-)
-def test_an_exchange_that_ended_without_an_answer_reports_nothing(
-    response: httpx.Response,
-) -> None:
+def test_a_request_refused_or_never_received_reports_nothing() -> None:
     used = Used()
 
+    def refusing(_: httpx.Request) -> httpx.Response:
+        return httpx.Response(500, json={"error": {"message": "boom"}})
+
     async def scenario() -> None:
-        async with scripted_client(lambda _: response) as client:
-            with pytest.raises(InferenceError):
+        async with scripted_client(refusing) as client:
+            with pytest.raises(ModelServerError):
+                await client.complete(InferenceRequest("s", {}, []), on_usage=used)
+        async with ModelClient(refused_url(), "m", route=Route.LOCAL) as client:
+            with pytest.raises(ModelConnectionError):
                 await client.complete(InferenceRequest("s", {}, []), on_usage=used)
 
     run(scenario())
     assert used == []
+
+
+def test_a_stream_cut_short_in_transit_reports_the_chunks_it_got() -> None:
+    """Neither [DONE] nor a finish reason: the connection was lost mid-answer (the server
+    killed, a reset); what came was spent, counted by its content chunks (ADR 38)."""
+    used = Used()
+    cut = event_stream(sse(chunk(role="assistant"), *(chunk(p) for p in ANSWER_PIECES[:5])))
+
+    async def scenario() -> None:
+        async with scripted_client(lambda _: cut) as client:
+            with pytest.raises(ModelConnectionError):
+                await client.complete(InferenceRequest("s", {}, []), on_usage=used)
+
+    run(scenario())
+    ((usage, provenance),) = used
+    assert (usage.prompt_tokens, usage.completion_tokens) == (0, 5)
+    assert provenance.route == "local"
+
+
+def test_an_answer_cancelled_or_timed_out_midway_reports_the_chunks_it_got() -> None:
+    """The caller's cancel (the owner's) and the exchange's own timeout cut the stream of
+    ``stalling_app`` after its first content chunk: that one was spent, and is told."""
+    disconnected = threading.Event()
+    cancelled, timed_out = Used(), Used()
+
+    async def scenario(url: str) -> None:
+        request = InferenceRequest("s", {}, [], max_tokens=10)
+        async with ModelClient(url, "m", route=Route.LOCAL, timeout_seconds=30) as client:
+            first = asyncio.Event()
+            task = asyncio.create_task(
+                client.complete(request, on_progress=lambda _: first.set(), on_usage=cancelled)
+            )
+            await asyncio.wait_for(first.wait(), 5)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        async with ModelClient(url, "m", route=Route.LOCAL, timeout_seconds=0.5) as client:
+            with pytest.raises(ModelTimeout):
+                await client.complete(request, on_usage=timed_out)
+
+    with serving(stalling_app(disconnected)) as url:
+        run(scenario(url))
+    for used in (cancelled, timed_out):
+        ((usage, _),) = used
+        assert (usage.prompt_tokens, usage.completion_tokens) == (0, 1)
+        assert usage.model_ms > 0
 
 
 def test_the_development_model_reports_what_it_sent_through_the_client() -> None:

@@ -137,12 +137,13 @@ class LogTee(io.StringIO):
 class ModelServer:
     """``create_app(...)`` served by uvicorn on a free port, in a thread of the test.
 
-    ``completions`` counts the chat-completion requests it received.
+    ``completions`` counts the chat-completion requests it received. ``port``: where it
+    listens (a free one when None), so a test can bring a model back where it was down.
     """
 
-    def __init__(self, **app_options: Any) -> None:
+    def __init__(self, *, port: int | None = None, **app_options: Any) -> None:
         self.app = create_app(**app_options)
-        self.port = free_port()
+        self.port = port or free_port()
         self.completions = 0
         config = uvicorn.Config(
             self._counting,

@@ -72,7 +72,9 @@ TextCallback = Callable[[str], None]
 """Told the text of a streamed answer received so far, each time it grew."""
 UsageCallback = Callable[[Usage, Provenance], None]
 """Told what one exchange used (``inference.usage``), and on which route and model, once
-the server finished an answer: a valid one or not. An exchange cut short tells nothing."""
+per exchange the server took, however it ended: a valid answer or not, or one cut short
+(cancelled, timed out, its connection lost). An exchange the server refused or never
+received tells nothing. Called synchronously, also while a cancel passes: it must be quick."""
 
 
 def provider_from_url(base_url: str) -> str:
@@ -168,8 +170,9 @@ class ModelClient:
         than the last), synchronously from the task reading the stream: it must
         be quick. A server that answers in one piece calls it never. ``on_text``
         likewise, with the answer's text so far each time it grew. ``on_usage`` once
-        the server finished an answer, before it is checked: an answer that is not valid
-        cost its tokens too.
+        per exchange the server took, before its answer is checked, however it ended:
+        an answer that is not valid, or one cut off by a cancel, the timeout or a lost
+        connection, cost its tokens too.
         Cancelling the awaiting task closes the connection at once.
         """
         try:
@@ -240,24 +243,36 @@ class ModelClient:
         ``refusable``: an error response that refuses the json_schema form raises
         ``_JsonSchemaRefused`` instead of its error. ``on_accepted`` is called once
         the status says the request was taken.
+
+        Once the server took the request, the exchange tells ``listener`` what it used
+        however it ends: a finished answer, and also one cut off by the caller's cancel,
+        the exchange's timeout, a lost connection or a broken stream, with what the server
+        said of it (its ``usage`` comes last, so a cut-off stream is counted by the content
+        chunks received, as ADR 38 counts a server that sends none). Otherwise cancelling
+        an answer before its end would make it free (the daily budget's ``spent``). A
+        request the server refused (an HTTP error status) or never received used nothing.
         """
         started = time.monotonic()
-        async with self._http.stream("POST", self.url, json=payload) as response:
-            if response.status_code >= 300:
-                body = await _read(response)  # as a whole, whatever its type
-                # Looked at only to tell a refusal of the json_schema form; never kept or logged.
-                if refusable and refuses_json_schema(response.status_code, body):
-                    raise _JsonSchemaRefused(response.status_code)
-                _raise_for_status(response)
-            if on_accepted is not None:
-                on_accepted()
-            stream = _ChunkStream()
-            if _media_type(response) != "text/event-stream":
-                content = _message_content(await _read(response), stream)
-            else:
-                content = await _streamed_content(response, listener, stream)
-        listener.used(stream, time.monotonic() - started)
-        return content
+        stream: _ChunkStream | None = None  # set once the server took the request
+        try:
+            async with self._http.stream("POST", self.url, json=payload) as response:
+                if response.status_code >= 300:
+                    body = await _read(response)  # as a whole, whatever its type
+                    # Looked at only to tell a refusal of the json_schema form; never kept.
+                    if refusable and refuses_json_schema(response.status_code, body):
+                        raise _JsonSchemaRefused(response.status_code)
+                    _raise_for_status(response)
+                if on_accepted is not None:
+                    on_accepted()
+                stream = _ChunkStream()
+                if _media_type(response) != "text/event-stream":
+                    return _message_content(await _read(response), stream)
+                return await _streamed_content(response, listener, stream)
+        finally:
+            # Also while a CancelledError or TimeoutError passes: what reached the model
+            # was spent whether or not the answer was waited for.
+            if stream is not None:
+                listener.used(stream, time.monotonic() - started)
 
     def _adopt(self, form: ResponseFormat, refused_status: int) -> None:
         """Keep ``form`` for this route from now on; say so once."""

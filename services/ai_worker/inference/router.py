@@ -6,12 +6,34 @@ breaker. When the local route is down or its circuit open, ``infer`` raises
 external route; it never calls the external model itself, because the
 fallback is a state of the operation that a worker holding the external
 route claims and serves with ``infer_external``.
+
+An open circuit that leaves an operation nowhere else to go (no fallback
+permitted) does not fail its attempt at once: ``infer`` waits, holding the
+attempt (its lease beats on, a cancel still stops it), for the circuit to admit
+a call, at most one cooldown (``OPS_AI_CIRCUIT_COOLDOWN_SECONDS``), and then asks
+the model as the half-open trial. A ``circuit_open`` refusal never reached the
+model, yet it spent an attempt. The figure that needs the wait, from an outside
+test of a short model-server outage: attempts 1 and 2 failed
+``model_connection_error``, attempt 3 was claimed ~11 s later while the circuit
+was still open (30 s cooldown) and failed ``circuit_open`` at once, so the
+analysis ended ``failed`` ~26 s into the outage, before the model was back.
+Waiting, the third attempt runs as the trial once the circuit half-opens, 30 s
+after it opened, so the analysis survives a model outage of about 30 s
+(tests/integration/test_ai_worker_outage.py: a model that refuses connections,
+then comes back). Only a circuit that opened again after its cooldown (another
+attempt's trial failed: the model is still down) fails the waiting attempt
+``circuit_open``, so a long outage still ends its analyses. Waiting was chosen over giving the
+operation back (a release spends no attempt): the worker would claim it again
+at once and release it again, over and over until the circuit half-opened.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
+
+import structlog
 
 from durable_ops.ai_worker.inference.client import (
     ModelClient,
@@ -28,10 +50,15 @@ from durable_ops.ai_worker.inference.errors import (
 from durable_ops.ai_worker.inference.metrics import export_local_circuit
 from durable_ops.ai_worker.inference.request import InferenceRequest
 from durable_ops.ai_worker.inference.result import InferenceResult
-from durable_ops.model.circuit import CircuitBreaker
+from durable_ops.model.circuit import CircuitBreaker, CircuitState
 from durable_ops.model.routing import Route, external_route_permitted, route_plan
 from durable_ops.model.states import Privacy
 from durable_ops.settings import Settings
+
+# How often a call waiting for the open circuit looks at it again.
+CIRCUIT_POLL_SECONDS = 0.2
+
+_log = structlog.get_logger(__name__)
 
 
 class Router:
@@ -94,12 +121,16 @@ class Router:
         on_usage: UsageCallback | None = None,
     ) -> InferenceResult:
         """Serve ``request`` on the local route; ``on_progress``, ``on_text`` and
-        ``on_usage`` as in ``ModelClient.complete``."""
+        ``on_usage`` as in ``ModelClient.complete``. An open circuit with no fallback
+        permitted is waited for, at most ``circuit_wait_seconds`` (the module says why)."""
+        allows = self.breaker.allow(self._clock())
+        if not allows and not self.external_permitted(privacy, task_external_allowed):
+            allows = await self._wait_for_circuit()
         plan = route_plan(
             privacy,
             task_external_allowed=task_external_allowed,
             external_configured=self.external is not None,
-            local_circuit_allows=self.breaker.allow(self._clock()),
+            local_circuit_allows=allows,
         )
         if not plan.try_local:
             raise LocalRouteUnavailable(
@@ -122,6 +153,32 @@ class Router:
             raise
         self.breaker.record_success(self._clock())
         return result
+
+    @property
+    def circuit_wait_seconds(self) -> float:
+        """The longest ``infer`` waits for an open circuit to admit a call: its cooldown,
+        and then the half-open trial of another call, which lasts at most a model timeout."""
+        return self.breaker.cooldown_seconds + self.local.timeout_seconds
+
+    async def _wait_for_circuit(self) -> bool:
+        """Whether the local circuit admitted this call (as the half-open trial, or once
+        another call's trial closed it). False, the model still down, once the circuit
+        is open again after its cooldown (a trial failed), or after
+        ``circuit_wait_seconds``."""
+        started = self._clock()
+        _log.info("local_circuit_wait", wait_at_most_seconds=self.circuit_wait_seconds)
+        while True:
+            await asyncio.sleep(CIRCUIT_POLL_SECONDS)
+            now = self._clock()
+            if self.breaker.allow(now):
+                return True
+            waited = now - started
+            # The circuit opened before the wait began: open after a cooldown, it reopened.
+            reopened = waited >= self.breaker.cooldown_seconds and (
+                self.breaker.state(now) is CircuitState.OPEN
+            )
+            if reopened or waited >= self.circuit_wait_seconds:
+                return False
 
     async def infer_external(
         self,

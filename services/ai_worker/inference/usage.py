@@ -7,6 +7,9 @@ A server that gives none is counted by what the worker saw: its content chunks
 prompt tokens, since the worker cannot tokenize. The model's own time is the
 server's ``timings`` (llama.cpp: ``prompt_ms`` + ``predicted_ms``) where given,
 else the time the worker measured from sending the request to the answer's end.
+An answer cut off partway (a cancel, the timeout, a lost connection) is counted the
+same way with what came before the cut: its server's ``usage`` comes last, so it is
+counted by its content chunks.
 Each figure is held within what one settlement may carry (``model.bounds``).
 """
 
