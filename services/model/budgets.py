@@ -47,6 +47,15 @@ PROMPT_FRAME_TOKENS = 400
 # Characters per prompt token, counted low: Gemma's tokenizer averages about 4 on English
 # text; 3 leaves room for denser text (numbers, other scripts) before the estimate is short.
 CHARS_PER_TOKEN = 3
+# What a prompt was when its server did not say (an answer cut off before the usage that
+# comes last, a server that sends none): the tokenizer's average, not the low count above,
+# so what is charged is neither a reservation's worst case nor nothing.
+CHARS_PER_TOKEN_USUALLY = 4
+
+
+def prompt_tokens_of(chars: int) -> int:
+    """The tokens a prompt of ``chars`` characters most likely was."""
+    return -(-chars // CHARS_PER_TOKEN_USUALLY)
 
 
 @dataclass(frozen=True)

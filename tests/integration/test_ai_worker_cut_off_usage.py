@@ -6,7 +6,8 @@ all the same (ADR 38: "a failed attempt ... and an acknowledged cancel spent the
 tokens too"). The real AI worker handler runs against the real Operations service and
 admission's budget; the model is a loopback HTTP server streaming the start of an
 answer and then stalling (cancel, timeout) or dropping the connection (a killed server).
-It sends no ``usage`` (that comes last), so the worker counts the content chunks.
+It sends no ``usage`` (that comes last), so the worker counts the content chunks, and
+the prompt the server had read by then as estimated from its characters.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 from durable_ops.ai_worker.inference import ModelClient, Router
+from durable_ops.model.budgets import prompt_tokens_of
 from durable_ops.model.circuit import CircuitBreaker
 from durable_ops.model.routing import Route
 from durable_ops.storage.schema import OperationAttempt
@@ -54,11 +56,15 @@ class CutOffModel:
     def __init__(self, *, drop: bool) -> None:
         self.drop = drop
         self.sent = threading.Event()  # the chunks are out
+        self.prompt_chars = 0
         self.app = Starlette(
             routes=[routing.Route("/v1/chat/completions", self._answer, methods=["POST"])]
         )
 
     async def _answer(self, request: Request) -> StreamingResponse:
+        messages = (await request.json())["messages"]
+        self.prompt_chars = sum(len(message["content"]) for message in messages)
+
         async def body() -> AsyncIterator[bytes]:
             yield sse(chunk(role="assistant"))
             for n in range(STREAMED):
@@ -121,31 +127,41 @@ def _run(
 def test_a_cancel_midway_charges_what_the_model_streamed(services: Services) -> None:
     entitle(services.db, OWNER)
     operation_id = _admit(services, OWNER).operation.id
-    _run(services, CutOffModel(drop=False), timeout=30, cancel_after_sent=operation_id)
+    model = CutOffModel(drop=False)
+    _run(services, model, timeout=30, cancel_after_sent=operation_id)
 
+    prompt = prompt_tokens_of(model.prompt_chars)
+    assert prompt > 100
     assert OpsClient(services).row(operation_id).state == "cancelled"
-    assert _attempts(services, operation_id) == [("cancelled", None, 0, STREAMED)]
+    assert _attempts(services, operation_id) == [("cancelled", None, prompt, STREAMED)]
     assert all(ms is not None and ms > 0 for ms in _model_ms(services, operation_id))
-    assert _day(services, OWNER) == (0, STREAMED)  # spent, the rest of the reservation freed
+    # Spent, the rest of the reservation freed: a cancel is no way to run for free.
+    assert _day(services, OWNER) == (0, prompt + STREAMED)
 
 
 def test_a_task_timeout_midway_charges_what_the_model_streamed(services: Services) -> None:
     entitle(services.db, OWNER)
     operation_id = _admit(services, OWNER).operation.id
-    _run(services, CutOffModel(drop=False), timeout=1)
+    model = CutOffModel(drop=False)
+    _run(services, model, timeout=1)
 
+    prompt = prompt_tokens_of(model.prompt_chars)
     assert OpsClient(services).row(operation_id).state == "waiting_for_retry"
-    assert _attempts(services, operation_id) == [("failed_retryable", "model_timeout", 0, STREAMED)]
-    assert _day(services, OWNER) == (EXPECTED - STREAMED, STREAMED)
+    assert _attempts(services, operation_id) == [
+        ("failed_retryable", "model_timeout", prompt, STREAMED)
+    ]
+    assert _day(services, OWNER) == (EXPECTED - prompt - STREAMED, prompt + STREAMED)
 
 
 def test_a_model_server_lost_midway_charges_what_it_streamed(services: Services) -> None:
     entitle(services.db, OWNER)
     operation_id = _admit(services, OWNER).operation.id
-    _run(services, CutOffModel(drop=True), timeout=30)
+    model = CutOffModel(drop=True)
+    _run(services, model, timeout=30)
 
+    prompt = prompt_tokens_of(model.prompt_chars)
     assert OpsClient(services).row(operation_id).state == "waiting_for_retry"
     assert _attempts(services, operation_id) == [
-        ("failed_retryable", "model_connection_error", 0, STREAMED)
+        ("failed_retryable", "model_connection_error", prompt, STREAMED)
     ]
-    assert _day(services, OWNER) == (EXPECTED - STREAMED, STREAMED)
+    assert _day(services, OWNER) == (EXPECTED - prompt - STREAMED, prompt + STREAMED)

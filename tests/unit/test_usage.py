@@ -69,6 +69,14 @@ def test_without_the_servers_figures_the_worker_counts_and_measures() -> None:
     )
 
 
+def test_without_the_servers_figures_a_prompt_it_had_read_is_estimated() -> None:
+    """A cancel before the usage (which comes last) charged the prompt nothing."""
+    read = exchange_usage(None, None, counted_tokens=7, measured_seconds=1, prompt_chars=1001)
+    assert read == Usage(251, 7, 1000)  # 4 characters a token, rounded up
+    unread = exchange_usage(None, None, counted_tokens=0, measured_seconds=1, prompt_chars=1001)
+    assert unread == Usage(0, 0, 1000)  # no content came: it may never have been read
+
+
 @pytest.mark.parametrize(
     "timings",
     [

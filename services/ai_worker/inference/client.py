@@ -197,6 +197,7 @@ class ModelClient:
             _ignore_text if on_text is None else on_text,
             _ignore_usage if on_usage is None else on_usage,
             self.provenance,
+            sum(len(message.get("content", "")) for message in request.messages),
         )
         # httpx's timeout bounds each phase; this one bounds the whole exchange,
         # so a server that trickles bytes cannot hold the worker forever.
@@ -320,6 +321,7 @@ class _Listener:
     text: TextCallback
     usage: UsageCallback
     provenance: Provenance
+    prompt_chars: int  # what the prompt is estimated from when the server does not count it
 
     def grew(self, stream: _ChunkStream) -> None:
         percent = self.meter.observe(stream.tokens)
@@ -329,7 +331,11 @@ class _Listener:
 
     def used(self, stream: _ChunkStream, seconds: float) -> None:
         usage = exchange_usage(
-            stream.usage, stream.timings, counted_tokens=stream.tokens, measured_seconds=seconds
+            stream.usage,
+            stream.timings,
+            counted_tokens=stream.tokens,
+            measured_seconds=seconds,
+            prompt_chars=self.prompt_chars,
         )
         self.usage(usage, self.provenance)
 

@@ -3,8 +3,11 @@
 Tokens are the server's own ``usage`` counts (``prompt_tokens``,
 ``completion_tokens``), asked for in a stream with ``stream_options.include_usage``.
 A server that gives none is counted by what the worker saw: its content chunks
-(one chunk is about one token, as the progress estimate counts them) and no
-prompt tokens, since the worker cannot tokenize. The model's own time is the
+(one chunk is about one token, as the progress estimate counts them) and, once
+any content came (the server had read the prompt), the prompt estimated from its
+characters (``budgets.prompt_tokens_of``), since the worker cannot tokenize: an
+answer cancelled before its end was otherwise charged as if the prompt were free.
+The model's own time is the
 server's ``timings`` (llama.cpp: ``prompt_ms`` + ``predicted_ms``) where given,
 else the time the worker measured from sending the request to the answer's end.
 An answer cut off partway (a cancel, the timeout, a lost connection) is counted the
@@ -16,6 +19,7 @@ Each figure is held within what one settlement may carry (``model.bounds``).
 from __future__ import annotations
 
 from durable_ops.model.bounds import MODEL_MS_MAX, USAGE_TOKENS_MAX
+from durable_ops.model.budgets import prompt_tokens_of
 from durable_ops.model.usage import Usage
 
 
@@ -42,14 +46,21 @@ def server_milliseconds(timings: object) -> float | None:
 
 
 def exchange_usage(
-    usage: object, timings: object, *, counted_tokens: int, measured_seconds: float
+    usage: object,
+    timings: object,
+    *,
+    counted_tokens: int,
+    measured_seconds: float,
+    prompt_chars: int = 0,
 ) -> Usage:
     """The usage of one exchange: the server's figures where it gave them, else ours."""
     given = usage if isinstance(usage, dict) else {}
     prompt = _count(given.get("prompt_tokens"))
     completion = _count(given.get("completion_tokens"))
     if prompt is None or completion is None:
-        prompt, completion = 0, min(counted_tokens, USAGE_TOKENS_MAX)
+        read = counted_tokens > 0  # content came: the server had read the prompt
+        prompt = min(prompt_tokens_of(prompt_chars), USAGE_TOKENS_MAX) if read else 0
+        completion = min(counted_tokens, USAGE_TOKENS_MAX)
     milliseconds = server_milliseconds(timings)
     if milliseconds is None:
         milliseconds = max(0.0, measured_seconds) * 1000
