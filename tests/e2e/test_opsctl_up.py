@@ -19,26 +19,10 @@ import httpx
 import pytest
 
 from durable_ops.stack.children import healthy
-from tests.support import disks
+from tests.support import disks, procs
 from tests.support.product import opsctl_up, product_env
 
 pytestmark = pytest.mark.slow
-
-
-def _children(pid: int) -> set[int]:
-    found: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        children = (task / "children").read_text().split()
-        found.update(int(child) for child in children)
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 @pytest.mark.parametrize(
@@ -70,7 +54,7 @@ def test_up_serves_the_ui_and_stops_every_child(
             time.sleep(0.1)
         processes = {record["process"] for record in product.records}  # every line is JSON
         assert wanted <= processes
-        children = _children(product.process.pid)
+        children = procs.children(product.process.pid)
         # The four gRPC services share one process: what `opsctl up` said it starts.
         (starting,) = product.events("starting")
         assert starting["processes"] == ["services", "dev-model", "gateway", "ai-worker"]
@@ -92,9 +76,9 @@ def test_up_serves_the_ui_and_stops_every_child(
         assert stopped["message"] == f"stopped in {stopped['seconds']:.1f} s"
     assert code == 0
     deadline = time.monotonic() + 5
-    while any(_alive(child) for child in children) and time.monotonic() < deadline:
+    while any(procs.alive(child) for child in children) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert [child for child in children if _alive(child)] == []
+    assert [child for child in children if procs.alive(child)] == []
 
 
 def test_a_token_from_opsctl_token_works_with_the_stack_and_survives_a_restart(
@@ -284,7 +268,7 @@ def test_a_killed_child_comes_back_and_the_page_keeps_working(tmp_path: Path) ->
             assert product.sign_in(client).status_code == 200
             [victim] = [
                 pid
-                for pid in _children(product.process.pid)
+                for pid in procs.children(product.process.pid)
                 if b"serve\0gateway" in Path(f"/proc/{pid}/cmdline").read_bytes()
             ]
             os.kill(victim, signal.SIGKILL)

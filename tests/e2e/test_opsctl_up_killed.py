@@ -12,26 +12,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support import procs
 from tests.support.product import opsctl_up, product_env
 
 pytestmark = pytest.mark.slow
 
 GONE_SECONDS = 5.0
-
-
-def _children(pid: int) -> set[int]:
-    found: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        found.update(int(child) for child in (task / "children").read_text().split())
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 def _listened(address: str) -> bool:
@@ -53,19 +39,19 @@ def test_a_killed_opsctl_up_leaves_no_child_and_frees_every_port(tmp_path: Path)
     ]
     url = f"sqlite:///{tmp_path / 'up.sqlite3'}"
     with opsctl_up(url, env, cwd=tmp_path) as product:
-        children = _children(product.process.pid)
+        children = procs.children(product.process.pid)
         assert len(children) == 4
         assert all(_listened(address) for address in binds)
         os.kill(product.process.pid, signal.SIGKILL)
         product.process.wait(timeout=10)
         deadline = time.monotonic() + GONE_SECONDS
         while time.monotonic() < deadline and (
-            any(_alive(child) for child in children) or any(_listened(a) for a in binds)
+            any(procs.alive(child) for child in children) or any(_listened(a) for a in binds)
         ):
             time.sleep(0.1)
-        left = [Path(f"/proc/{c}/cmdline").read_bytes() for c in children if _alive(c)]
+        left = [Path(f"/proc/{c}/cmdline").read_bytes() for c in children if procs.alive(c)]
         for child in children:  # a failed run must not leave them running either
-            if _alive(child):
+            if procs.alive(child):
                 os.kill(child, signal.SIGKILL)
         assert left == []
         assert [address for address in binds if _listened(address)] == []

@@ -11,6 +11,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from tests.support import procs
+
 GRANDCHILD = textwrap.dedent(
     """
     import os, signal, sys, time
@@ -36,14 +38,6 @@ PARENT = textwrap.dedent(
 )
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
-
-
 def test_a_tethered_child_is_sent_sigterm_when_its_parent_is_killed(tmp_path: Path) -> None:
     said = tmp_path / "grandchild.txt"
     parent = subprocess.Popen(
@@ -59,12 +53,12 @@ def test_a_tethered_child_is_sent_sigterm_when_its_parent_is_killed(tmp_path: Pa
         parent.kill()  # no handler, no stop: only the kernel can tell the child
         parent.wait()
         deadline = time.monotonic() + 5
-        while _alive(child) and time.monotonic() < deadline:
+        while procs.alive(child) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(child)
+        assert not procs.alive(child)
         assert said.read_text() == "tethered\nSIGTERM\n"  # its own handler: a graceful stop
     finally:
-        if _alive(child):
+        if procs.alive(child):
             os.kill(child, signal.SIGKILL)
 
 
