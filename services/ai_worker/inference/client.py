@@ -249,7 +249,8 @@ class ModelClient:
         however it ends: a finished answer, and also one cut off by the caller's cancel,
         the exchange's timeout, a lost connection or a broken stream, with what the server
         said of it (its ``usage`` comes last, so a cut-off stream is counted by the content
-        chunks received, as ADR 38 counts a server that sends none). Otherwise cancelling
+        chunks received and its prompt estimated, as a server that sends none: ADR 38, 57).
+        Otherwise cancelling
         an answer before its end would make it free (the daily budget's ``spent``). A
         request the server refused (an HTTP error status) or never received used nothing.
         """

@@ -11,8 +11,7 @@ The model's own time is the
 server's ``timings`` (llama.cpp: ``prompt_ms`` + ``predicted_ms``) where given,
 else the time the worker measured from sending the request to the answer's end.
 An answer cut off partway (a cancel, the timeout, a lost connection) is counted the
-same way with what came before the cut: its server's ``usage`` comes last, so it is
-counted by its content chunks.
+same way, with what came before the cut: its server's ``usage`` comes last (ADR 57).
 Each figure is held within what one settlement may carry (``model.bounds``).
 """
 
