@@ -47,9 +47,9 @@ def main(argv: Sequence[str]) -> int:
     parent, *args = argv
     if not tether(int(parent)):
         return 0  # its supervisor is gone: what it would have served is not wanted
-    from durable_ops.cli import main as opsctl
-
-    return opsctl(args)
+    # The parent-death signal outlives exec; opsctl then runs as any child's would.
+    opsctl = [sys.executable, "-m", "durable_ops.cli", *args]
+    os.execv(sys.executable, opsctl)  # noqa: S606 - our interpreter, our own module
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ def _count_active(*where: ColumnElement[bool]) -> Select[int]:
 
 
 _ACTIVE = _count_active(_OF_TYPES)
-# A seek of ix_user_operations_owner_state: the owner's history is not read.
+# A seek of ix_user_operations_owner_state, which holds held_until: no row is read.
 _ACTIVE_FOR_OWNER = _count_active(OPS.c.owner_user_id == SCOPE_OWNER, _OF_TYPES)
 
 

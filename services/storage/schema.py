@@ -202,7 +202,9 @@ class UserOperation(Owned, Base):
         Index("ix_user_operations_owner_turn", "owner_user_id", "priority", "fair_tag"),
         # Admission counts its owner's active operations here, under its global lock
         # (``capacity``): the owner's history is not read.
-        Index("ix_user_operations_owner_state", "owner_user_id", "state", "task_type"),
+        Index(
+            "ix_user_operations_owner_state", "owner_user_id", "state", "task_type", "held_until"
+        ),
         Index("ix_user_operations_owner_listing", "owner_user_id", "created_at", "id"),
         Index("ix_user_operations_state_deadline", "state", "deadline_at"),
         # An owner's watch reads what changed since its cursor (``WatchOwner``).

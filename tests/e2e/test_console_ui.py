@@ -183,7 +183,9 @@ def test_search_by_owner_state_task_type_and_failure_code(
     search(page, older_than="1h")
     expect(page.get_by_text("No operations match.")).to_be_visible()
     search(page, older_than="soon")
-    expect(page.locator("#console-search-error")).to_contain_text("Older than must be a duration")
+    expect(page.locator("#console-search-error")).to_contain_text(
+        "Older than 'soon' is not a duration such as 90s"
+    )
     screenshot(page, "console-02-search")
 
 

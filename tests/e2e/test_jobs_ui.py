@@ -397,7 +397,7 @@ def test_a_page_whose_module_did_not_load_says_so_and_offers_a_reload(
     expect(page.get_by_role("alert")).to_have_count(0)
 
 
-def test_past_the_daily_budget_the_page_says_when_it_renews(
+def test_past_the_daily_budget_the_page_says_why(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
     entitle(ui_services.db, "dana")
@@ -416,9 +416,13 @@ def test_past_the_daily_budget_the_page_says_when_it_renews(
     job_form.get_by_role("button", name="Add job").click()
     job = page.locator("ol[aria-label='Your jobs'] li.item")
     job.get_by_role("button", name="Start strategy snapshot").click()
-    # The 429's own sentence, without "try again in 40,000 s".
+    # The 429's own sentence, without "try again in 40,000 s": a budget smaller than one
+    # analysis's worst case is not "used up" (the line above says 0 of 1,000 used).
     expect(job.get_by_role("alert")).to_have_text(
-        "Your daily AI budget is used up; it renews at 00:00 UTC."
+        re.compile(
+            r"Your daily AI budget \(1,000 tokens\) is less than one analysis may use"
+            r" \([\d,]+\): none can start until the budget is raised\."
+        )
     )
 
 
