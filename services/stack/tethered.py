@@ -7,10 +7,11 @@ whose handlers never run) still takes its children down, each through its usual
 graceful stop, and frees their ports. Done here, at the top of the child, rather than
 in ``subprocess``'s ``preexec_fn``: the supervisor has threads (each child's relay,
 the health checks' gRPC), and Python code run between fork and exec in a threaded
-process may deadlock. The signal survives the exec that started this interpreter, so
-doing it first thing here covers all of the child's life except the moment before,
-which the ``getppid`` check covers: a parent that died before the request (the child
-now belongs to init or a subreaper) means no signal will come, and nothing is started.
+process may deadlock. The request survives an exec, so this module then execs
+``opsctl`` itself (importing the CLI from here would turn the layers upside down), and
+it covers all of the child's life but the moment before it was made, which the
+``getppid`` check covers: a parent that died before the request (the child now belongs
+to init or a subreaper) means no signal will come, and nothing is started.
 
 Linux sends the signal when the *thread* that started the child ends, not the
 process: the supervisor must start and restart its tethered children from a thread
