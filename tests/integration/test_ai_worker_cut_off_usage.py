@@ -139,29 +139,23 @@ def test_a_cancel_midway_charges_what_the_model_streamed(services: Services) -> 
     assert _day(services, OWNER) == (0, prompt + STREAMED)
 
 
-def test_a_task_timeout_midway_charges_what_the_model_streamed(services: Services) -> None:
+@pytest.mark.parametrize(
+    ("drop", "timeout", "failure_code"),
+    [(False, 1, "model_timeout"), (True, 30, "model_connection_error")],
+    ids=["task-timeout", "server-lost"],
+)
+def test_an_attempt_that_fails_midway_charges_what_the_model_streamed(
+    services: Services, drop: bool, timeout: float, failure_code: str
+) -> None:
+    """The task timeout (the model stalls), or the model server lost mid-answer."""
     entitle(services.db, OWNER)
     operation_id = _admit(services, OWNER).operation.id
-    model = CutOffModel(drop=False)
-    _run(services, model, timeout=1)
+    model = CutOffModel(drop=drop)
+    _run(services, model, timeout=timeout)
 
     prompt = prompt_tokens_of(model.prompt_chars)
     assert OpsClient(services).row(operation_id).state == "waiting_for_retry"
     assert _attempts(services, operation_id) == [
-        ("failed_retryable", "model_timeout", prompt, STREAMED)
-    ]
-    assert _day(services, OWNER) == (EXPECTED - prompt - STREAMED, prompt + STREAMED)
-
-
-def test_a_model_server_lost_midway_charges_what_it_streamed(services: Services) -> None:
-    entitle(services.db, OWNER)
-    operation_id = _admit(services, OWNER).operation.id
-    model = CutOffModel(drop=True)
-    _run(services, model, timeout=30)
-
-    prompt = prompt_tokens_of(model.prompt_chars)
-    assert OpsClient(services).row(operation_id).state == "waiting_for_retry"
-    assert _attempts(services, operation_id) == [
-        ("failed_retryable", "model_connection_error", prompt, STREAMED)
+        ("failed_retryable", failure_code, prompt, STREAMED)
     ]
     assert _day(services, OWNER) == (EXPECTED - prompt - STREAMED, prompt + STREAMED)
