@@ -234,8 +234,9 @@ def test_local_route_down_falls_back_only_where_permitted(sqlite_url: str) -> No
             OPS_AI_LOCAL_URL=closed_port_url(),
             OPS_AI_EXTERNAL_URL=external.url,
             OPS_AI_EXTERNAL_MODEL="dev-heuristic",
-            # A local-only attempt waits for the open circuit's trial (inference.router):
-            # a short cooldown keeps the outage that never ends as short as the retries.
+            # A local-only attempt asks again until the circuit opens and waits for its
+            # trial (inference.router): a short cooldown keeps the outage that never ends
+            # about as short as the retries.
             OPS_AI_CIRCUIT_COOLDOWN_SECONDS="2",
         ) as st:
             st.entitle(open_owner, privacy="external_allowed")
@@ -249,7 +250,7 @@ def test_local_route_down_falls_back_only_where_permitted(sqlite_url: str) -> No
             assert st.row(review).route == "external"
             assert st.count_notes(review) == 1
             for owner, operation_id in ((open_owner, snapshot), (private_owner, private)):
-                final = st.wait_state(owner, operation_id, FAILED, timeout=45)
+                final = st.wait_state(owner, operation_id, FAILED, timeout=60)
                 assert final.attempt == 3
                 row = st.row(operation_id)
                 assert row.route == "local"

@@ -1,12 +1,13 @@
-"""A short model-server outage does not use up an analysis's attempts, on both engines.
+"""A model-server outage does not use up an analysis's attempts, on both engines.
 
-The local model refuses connections, then comes back. The first two attempts fail
-``model_connection_error`` and open the circuit; the third, claimed while it is still
-open, must not be refused ``circuit_open`` (a refusal that never reached the model,
-yet spent the last attempt: the analysis failed before the model was back). It waits
-for the circuit to half-open and runs as its trial (``inference.router``). The real AI
-worker handler runs against the real Operations service; the breaker on the real clock,
-with a cooldown of a few seconds standing for the 30 s default.
+The local model refuses connections. An analysis with nowhere else to go (no
+fallback) asks again within its attempt until the refusals open the circuit, then
+waits for the circuit to half-open and runs as its trial (``inference.router``):
+before, each attempt failed ``model_connection_error`` at once, and a lone analysis
+spent its three attempts in about 26 s, before the default circuit (3 failures) ever
+opened. The real AI worker handler runs against the real Operations service; the
+breaker is the default one on the real clock, with a cooldown of a few seconds
+standing for the 30 s default.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from durable_ops.ai_worker.inference import ModelClient, Router
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.circuit import CircuitBreaker, CircuitState
 from durable_ops.model.routing import Route
+from durable_ops.settings import Settings
 from durable_ops.storage.schema import OperationAttempt
 from tests.integration.test_ai_worker_executor import Workspace, executor_on
 from tests.support.ai_stack import ModelServer
@@ -34,7 +36,8 @@ from tests.support.stored import rows
 
 LEASE_SECONDS = 5
 COOLDOWN_SECONDS = 3.0
-BACK_AFTER_SECONDS = 1.0  # into the third attempt's wait: the outage is over
+RECONNECT_SECONDS = 0.3  # standing for the 1 s default
+FAILURES_TO_OPEN = Settings().ai_circuit_failures
 
 
 @pytest.fixture
@@ -43,7 +46,7 @@ def services(db_url: str) -> Iterator[Services]:
         yield running
 
 
-def _failure_codes(services: Services, operation_id: str) -> list[tuple[str | None, ...]]:
+def _attempts(services: Services, operation_id: str) -> list[tuple[str | None, ...]]:
     found = rows(
         services.db,
         select(OperationAttempt)
@@ -53,56 +56,70 @@ def _failure_codes(services: Services, operation_id: str) -> list[tuple[str | No
     return [(row.outcome, row.failure_code) for row in found]
 
 
-def test_an_analysis_survives_a_model_outage_shorter_than_the_cooldown(
-    services: Services,
-) -> None:
-    ops = OpsClient(services)
-    clock = services.clock
-    assert isinstance(clock, ManualClock)
-    port = free_port()  # nothing listens yet: every connection is refused
+def _analysis(ops: OpsClient) -> str:
     request = ops.create_request(
         "outage", task_type="strategy.snapshot", max_attempts=3, retry_delay_seconds=5
     )
     request.privacy = pb.PRIVACY_LOCAL_ONLY  # nowhere else to go: no fallback
-    operation_id = str(ops.create_raw(ALICE, request).operation.id)
-    breaker = CircuitBreaker(2, COOLDOWN_SECONDS)
+    return str(ops.create_raw(ALICE, request).operation.id)
+
+
+def _router(port: int, breaker: CircuitBreaker) -> Router:
+    local = ModelClient(
+        f"http://127.0.0.1:{port}/v1", "dev-heuristic", route=Route.LOCAL, timeout_seconds=10
+    )
+    return Router(local, breaker, reconnect_seconds=RECONNECT_SECONDS)
+
+
+def test_one_attempt_rides_out_a_model_restart(services: Services) -> None:
+    ops = OpsClient(services)
+    port = free_port()  # nothing listens yet: every connection is refused
+    operation_id = _analysis(ops)
+    breaker = CircuitBreaker(FAILURES_TO_OPEN, COOLDOWN_SECONDS)
     servers: list[ModelServer] = []
 
-    def retry_due() -> None:
-        clock.advance(60)
-        assert services.sweep().promoted == 1
-
     async def scenario() -> float:
-        local = ModelClient(
-            f"http://127.0.0.1:{port}/v1", "dev-heuristic", route=Route.LOCAL, timeout_seconds=10
-        )
-        router = Router(local, breaker)
-        async with executor_on(router, Workspace(), Journal(), 10) as executor:
-            for _ in range(2):
-                await drain(services, executor, LEASE_SECONDS)
-                await asyncio.to_thread(retry_due)
-            assert breaker.state(time.monotonic()) is CircuitState.OPEN
+        async with executor_on(_router(port, breaker), Workspace(), Journal(), 10) as executor:
             started = time.monotonic()
-            third = asyncio.create_task(drain(services, executor, LEASE_SECONDS))
-            await asyncio.sleep(BACK_AFTER_SECONDS)
-            assert not third.done()  # waiting for the circuit, not failed circuit_open
+            attempt = asyncio.create_task(drain(services, executor, LEASE_SECONDS))
+            while breaker.state(time.monotonic()) is not CircuitState.OPEN:
+                assert not attempt.done()  # asking again, not failed
+                await asyncio.sleep(0.05)
+            assert not attempt.done()  # waiting for the circuit, not failed
             servers.append(await asyncio.to_thread(ModelServer, port=port))  # it is back
-            await asyncio.wait_for(third, COOLDOWN_SECONDS + 10)
+            await asyncio.wait_for(attempt, COOLDOWN_SECONDS + 10)
             return time.monotonic() - started
 
     try:
-        waited = asyncio.run(scenario())
+        took = asyncio.run(scenario())
     finally:
         for server in servers:
             server.stop()
 
     row = ops.row(operation_id)
-    assert (row.state, row.attempt) == ("succeeded", 3)
-    assert _failure_codes(services, operation_id) == [
-        ("failed_retryable", "model_connection_error"),
-        ("failed_retryable", "model_connection_error"),
-        ("succeeded", None),
-    ]
+    assert (row.state, row.attempt) == ("succeeded", 1)
+    assert _attempts(services, operation_id) == [("succeeded", None)]
     (server,) = servers
     assert server.completions == 1  # the half-open trial, once the circuit let it go
-    assert waited < COOLDOWN_SECONDS + 5
+    assert took >= COOLDOWN_SECONDS  # the open circuit spared the model meanwhile
+    assert breaker.state(time.monotonic()) is CircuitState.CLOSED
+
+
+def test_an_attempt_ends_once_the_models_trial_fails_too(services: Services) -> None:
+    ops = OpsClient(services)
+    operation_id = _analysis(ops)
+    breaker = CircuitBreaker(FAILURES_TO_OPEN, COOLDOWN_SECONDS)
+    router = _router(free_port(), breaker)  # nothing ever listens there
+
+    async def scenario() -> float:
+        async with executor_on(router, Workspace(), Journal(), 10) as executor:
+            started = time.monotonic()
+            await asyncio.wait_for(drain(services, executor, LEASE_SECONDS), 30)
+            return time.monotonic() - started
+
+    took = asyncio.run(scenario())
+    row = ops.row(operation_id)
+    assert (row.state, row.attempt) == ("waiting_for_retry", 1)
+    assert _attempts(services, operation_id) == [("failed_retryable", "model_connection_error")]
+    assert breaker.state(time.monotonic()) is CircuitState.OPEN  # the trial reopened it
+    assert COOLDOWN_SECONDS <= took < router.circuit_wait_seconds

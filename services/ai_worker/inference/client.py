@@ -44,6 +44,7 @@ from durable_ops.ai_worker.inference.errors import (
     ModelRequestRejected,
     ModelServerError,
     ModelTimeout,
+    ModelUnreachable,
 )
 from durable_ops.ai_worker.inference.request import InferenceRequest
 from durable_ops.ai_worker.inference.response_format import (
@@ -208,9 +209,13 @@ class ModelClient:
             raise ModelTimeout(
                 f"no answer within {self.timeout_seconds:g} seconds", provenance=self.provenance
             ) from exc
+        except httpx.ConnectError as exc:
+            raise ModelUnreachable(
+                f"cannot reach the model ({type(exc).__name__})", provenance=self.provenance
+            ) from exc
         except httpx.TransportError as exc:
             raise ModelConnectionError(
-                f"cannot reach the model ({type(exc).__name__})", provenance=self.provenance
+                f"lost the model's connection ({type(exc).__name__})", provenance=self.provenance
             ) from exc
         answer = _content_object(content)
         return request.validate(answer) if request.validate else answer

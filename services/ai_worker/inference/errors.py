@@ -6,7 +6,8 @@ table of its own::
     InferenceError                    retryable
     ├── ModelUnavailable              yes  the route is down; the local breaker counts it
     │   ├── ModelTimeout              yes  no complete answer within the timeout
-    │   ├── ModelConnectionError      yes  refused, reset, DNS, protocol error
+    │   ├── ModelConnectionError      yes  reset, broken stream, protocol error
+    │   │   └── ModelUnreachable      yes  refused, no route, DNS: nothing was sent
     │   ├── ModelServerError          yes  HTTP 5xx
     │   └── ModelRateLimited          yes  HTTP 429 (carries retry_after_seconds)
     ├── InvalidModelOutput            yes  answered, but not JSON or not the schema
@@ -49,6 +50,11 @@ class ModelTimeout(ModelUnavailable):
 
 class ModelConnectionError(ModelUnavailable):
     code = "model_connection_error"
+
+
+class ModelUnreachable(ModelConnectionError):
+    """No connection was made (refused, no route to it): nothing reached the model, so
+    asking again spends nothing (``Router.infer`` does, while its circuit lets it)."""
 
 
 class ModelServerError(ModelUnavailable):

@@ -25,6 +25,16 @@ attempt's trial failed: the model is still down) fails the waiting attempt
 ``circuit_open``, so a long outage still ends its analyses. Waiting was chosen over giving the
 operation back (a release spends no attempt): the worker would claim it again
 at once and release it again, over and over until the circuit half-opened.
+
+With the default breaker (3 failures open it) waiting alone was not enough: each
+attempt failed once, so a lone analysis spent its 3 attempts on refused connections
+in about 26 s and failed before the circuit ever opened. A connection that could not
+be made (``ModelUnreachable``) reached nothing, so with no fallback permitted
+``infer`` asks again within the attempt, ``RECONNECT_SECONDS`` apart, until the
+failures open the circuit, and then waits for it as above: one attempt rides out a
+model server's restart of about 3 s + the 30 s cooldown, and the analysis's three
+about 90 s (tests/integration/test_ai_worker_outage.py). The spacing keeps a blip of
+a second from opening the circuit for a whole cooldown.
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ from durable_ops.ai_worker.inference.errors import (
     InferenceError,
     LocalRouteUnavailable,
     ModelUnavailable,
+    ModelUnreachable,
 )
 from durable_ops.ai_worker.inference.metrics import export_local_circuit
 from durable_ops.ai_worker.inference.request import InferenceRequest
@@ -57,6 +68,8 @@ from durable_ops.settings import Settings
 
 # How often a call waiting for the open circuit looks at it again.
 CIRCUIT_POLL_SECONDS = 0.2
+# How long a call the model's server refused waits before asking again (module docstring).
+RECONNECT_SECONDS = 1.0
 
 _log = structlog.get_logger(__name__)
 
@@ -69,11 +82,13 @@ class Router:
         external: ModelClient | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        reconnect_seconds: float = RECONNECT_SECONDS,
     ) -> None:
         self.local = local
         self.external = external
         self.breaker = breaker
         self._clock = clock
+        self._reconnect_seconds = reconnect_seconds
         export_local_circuit(breaker, clock)
 
     @classmethod
@@ -121,44 +136,58 @@ class Router:
         on_usage: UsageCallback | None = None,
     ) -> InferenceResult:
         """Serve ``request`` on the local route; ``on_progress``, ``on_text`` and
-        ``on_usage`` as in ``ModelClient.complete``. An open circuit with no fallback
-        permitted is waited for, at most ``circuit_wait_seconds`` (the module says why)."""
-        allows = self.breaker.allow(self._clock())
-        if not allows and not self.external_permitted(privacy, task_external_allowed):
-            allows = await self._wait_for_circuit()
-        plan = route_plan(
-            privacy,
-            task_external_allowed=task_external_allowed,
-            external_configured=self.external is not None,
-            local_circuit_allows=allows,
-        )
-        if not plan.try_local:
-            raise LocalRouteUnavailable(
-                plan.on_local_unavailable,
-                reason="circuit_open",
-                provenance=self.local.provenance,
+        ``on_usage`` as in ``ModelClient.complete``. With no fallback permitted, a refused
+        connection is asked again and an open circuit waited for, in all at most
+        ``circuit_wait_seconds`` besides the model calls (the module says why)."""
+        may_fall_back = self.external_permitted(privacy, task_external_allowed)
+        tries = 0
+        while True:
+            tries += 1
+            allows = self.breaker.allow(self._clock())
+            waited = not allows and not may_fall_back
+            if waited:
+                allows = await self._wait_for_circuit()
+            plan = route_plan(
+                privacy,
+                task_external_allowed=task_external_allowed,
+                external_configured=self.external is not None,
+                local_circuit_allows=allows,
             )
-        try:
-            result = await self.local.complete(
-                request, on_progress=on_progress, on_text=on_text, on_usage=on_usage
-            )
-        except ModelUnavailable as exc:
-            self.breaker.record_failure(self._clock())
-            raise LocalRouteUnavailable(
-                plan.on_local_unavailable, reason=exc.code, provenance=exc.provenance
-            ) from exc
-        except InferenceError:
-            # The model answered (badly, or refused the request): the route is up.
+            if not plan.try_local:
+                raise LocalRouteUnavailable(
+                    plan.on_local_unavailable,
+                    reason="circuit_open",
+                    provenance=self.local.provenance,
+                )
+            try:
+                result = await self.local.complete(
+                    request, on_progress=on_progress, on_text=on_text, on_usage=on_usage
+                )
+            except ModelUnavailable as exc:
+                self.breaker.record_failure(self._clock())
+                # Until the failures open the circuit, and once more to wait for it.
+                asks_again = tries <= self.breaker.failure_threshold and not waited
+                if isinstance(exc, ModelUnreachable) and not may_fall_back and asks_again:
+                    await asyncio.sleep(self._reconnect_seconds)
+                    continue
+                raise LocalRouteUnavailable(
+                    plan.on_local_unavailable, reason=exc.code, provenance=exc.provenance
+                ) from exc
+            except InferenceError:
+                # The model answered (badly, or refused the request): the route is up.
+                self.breaker.record_success(self._clock())
+                raise
             self.breaker.record_success(self._clock())
-            raise
-        self.breaker.record_success(self._clock())
-        return result
+            return result
 
     @property
     def circuit_wait_seconds(self) -> float:
-        """The longest ``infer`` waits for an open circuit to admit a call: its cooldown,
-        and then the half-open trial of another call, which lasts at most a model timeout."""
-        return self.breaker.cooldown_seconds + self.local.timeout_seconds
+        """The longest ``infer`` waits besides its own model calls: a spacing before each
+        call asked again while the circuit is closed, then the open circuit's cooldown,
+        and then the half-open trial of another call, which lasts at most a model
+        timeout."""
+        reconnects = self.breaker.failure_threshold * self._reconnect_seconds
+        return reconnects + self.breaker.cooldown_seconds + self.local.timeout_seconds
 
     async def _wait_for_circuit(self) -> bool:
         """Whether the local circuit admitted this call (as the half-open trial, or once
