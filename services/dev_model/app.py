@@ -27,7 +27,8 @@ dev-model`` reads it from ``OPS_DEV_MODEL_SECONDS``; ``opsctl up`` sets 4).
 
 Fault drills: ``create_app(fail_mode=…, delay_seconds=…)`` stands up a model
 that misbehaves in one chosen way, streamed or not: "500" and "429" answer an
-error status (as JSON, after the delay, never a stream), "invalid_json" and
+error status (as JSON, after the delay, never a stream), "loading" the 503 that
+llama-server answers every request with while it loads its model, "invalid_json" and
 "schema_mismatch" answer content that is not JSON or not the schema, "slow"
 takes 60 s unless a delay is given. ``app.state.config`` may be changed while
 it runs, e.g. to let a "broken" model recover; a request reads it when it
@@ -67,7 +68,7 @@ DEFAULT_MODEL = "dev-heuristic"
 MAX_REQUEST_BYTES = 1 << 20
 SLOW_DEFAULT_SECONDS = 60.0
 
-FailMode = Literal["invalid_json", "schema_mismatch", "500", "429", "slow"]
+FailMode = Literal["invalid_json", "schema_mismatch", "500", "429", "loading", "slow"]
 FAIL_MODES: tuple[str, ...] = get_args(FailMode)
 
 
@@ -313,9 +314,11 @@ def _answer(ask: _Ask, fail_mode: FailMode | None) -> str:
     return json.dumps(answer, ensure_ascii=False)
 
 
-def _drill_error(fail_mode: Literal["500", "429"]) -> JSONResponse:
+def _drill_error(fail_mode: Literal["500", "429", "loading"]) -> JSONResponse:
     if fail_mode == "500":
         return _error("drill: the model failed", 500, error_type="server_error")
+    if fail_mode == "loading":  # llama-server's own words (tools/server/server-http.cpp)
+        return _error("Loading model", 503, error_type="unavailable_error")
     return _error(
         "drill: the model is busy",
         429,
@@ -349,7 +352,7 @@ def create_app(
             seconds = config.delay_seconds
             if fail_mode == "slow" and not seconds:
                 seconds = SLOW_DEFAULT_SECONDS
-            if fail_mode in ("500", "429"):
+            if fail_mode in ("500", "429", "loading"):
                 await asyncio.sleep(seconds)
                 return _drill_error(fail_mode)
             content = _answer(ask, fail_mode)

@@ -36,7 +36,7 @@ from tests.support.stored import rows
 
 LEASE_SECONDS = 5
 COOLDOWN_SECONDS = 3.0
-RECONNECT_SECONDS = 0.3  # standing for the 1 s default
+ASK_AGAIN_SECONDS = 0.3  # standing for the 1 s default
 FAILURES_TO_OPEN = Settings().ai_circuit_failures
 
 
@@ -68,7 +68,7 @@ def _router(port: int, breaker: CircuitBreaker) -> Router:
     local = ModelClient(
         f"http://127.0.0.1:{port}/v1", "dev-heuristic", route=Route.LOCAL, timeout_seconds=10
     )
-    return Router(local, breaker, reconnect_seconds=RECONNECT_SECONDS)
+    return Router(local, breaker, ask_again_seconds=ASK_AGAIN_SECONDS)
 
 
 def test_one_attempt_rides_out_a_model_restart(services: Services) -> None:

@@ -1050,7 +1050,7 @@ def test_local_down_says_whether_to_fall_back(
         local = ModelClient(refused_url(), "dev-heuristic", route=Route.LOCAL)
         # On the real clock: with no fallback the call asks again and waits for the
         # circuit's trial before it gives up.
-        router = Router(local, CircuitBreaker(1, 0.2), external, reconnect_seconds=0.01)
+        router = Router(local, CircuitBreaker(1, 0.2), external, ask_again_seconds=0.01)
         with pytest.raises(LocalRouteUnavailable) as caught:
             await router.infer(STRATEGY, privacy, task_allowed)
         assert caught.value.fallback_permitted is fallback
@@ -1095,6 +1095,38 @@ def test_circuit_opens_then_recovers_through_one_trial() -> None:
         assert result.answer["fit_score"] >= 0
         assert router.breaker.state(clock()) is CircuitState.CLOSED
         assert gauge() == 0
+        assert len(calls) == 3
+        await router.aclose()
+
+    run(scenario())
+
+
+def test_a_loading_model_is_asked_again_until_the_circuit_opens_then_waited_for() -> None:
+    """llama-server answers 503 while it loads its model: no model took the request, so a
+    call with nowhere else to go asks again, and once the 503s open the circuit it waits
+    for the half-open trial instead of spending its attempt."""
+    calls: list[int] = []
+    app = create_app(fail_mode="loading")
+
+    async def counting(scope: Any, receive: Any, send: Any) -> None:
+        calls.append(1)
+        await app(scope, receive, send)
+
+    async def scenario() -> None:
+        transport = httpx.ASGITransport(counting)
+        local = ModelClient(ASGI_URL, "dev-heuristic", route=Route.LOCAL, transport=transport)
+        clock = Clock()
+        router = Router(local, CircuitBreaker(2, 30.0), clock=clock, ask_again_seconds=0.01)
+        waiting = asyncio.create_task(router.infer(STRATEGY, Privacy.LOCAL_ONLY, False))
+        while router.breaker.state(clock()) is not CircuitState.OPEN:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(3 * CIRCUIT_POLL_SECONDS)
+        assert not waiting.done()
+        assert len(calls) == 2  # the open circuit spares the loading model
+        app.state.config.fail_mode = None  # loaded
+        clock.now += 30
+        result = await asyncio.wait_for(waiting, 5)
+        assert result.answer["fit_score"] >= 0
         assert len(calls) == 3
         await router.aclose()
 

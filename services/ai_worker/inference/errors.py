@@ -8,7 +8,7 @@ table of its own::
     │   ├── ModelTimeout              yes  no complete answer within the timeout
     │   ├── ModelConnectionError      yes  reset, broken stream, protocol error
     │   │   └── ModelUnreachable      yes  refused, no route, DNS: nothing was sent
-    │   ├── ModelServerError          yes  HTTP 5xx
+    │   ├── ModelServerError          yes  HTTP 5xx (503: nothing taken, ``took_nothing``)
     │   └── ModelRateLimited          yes  HTTP 429 (carries retry_after_seconds)
     ├── InvalidModelOutput            yes  answered, but not JSON or not the schema
     ├── ModelRequestRejected          no   any other HTTP status >= 300 (key, model, request)
@@ -33,6 +33,8 @@ from durable_ops.model.routing import LocalUnavailableAction
 class InferenceError(Exception):
     code = "inference_error"
     retryable = True
+    # Nothing reached a model: asking again at once spends nothing (``Router.infer``).
+    took_nothing = False
 
     def __init__(self, message: str, *, provenance: Provenance | None = None) -> None:
         super().__init__(message)
@@ -53,8 +55,9 @@ class ModelConnectionError(ModelUnavailable):
 
 
 class ModelUnreachable(ModelConnectionError):
-    """No connection was made (refused, no route to it): nothing reached the model, so
-    asking again spends nothing (``Router.infer`` does, while its circuit lets it)."""
+    """No connection was made (refused, no route to it)."""
+
+    took_nothing = True
 
 
 class ModelServerError(ModelUnavailable):
@@ -63,6 +66,8 @@ class ModelServerError(ModelUnavailable):
     def __init__(self, status_code: int, *, provenance: Provenance | None = None) -> None:
         super().__init__(f"model answered HTTP {status_code}", provenance=provenance)
         self.status_code = status_code
+        # 503: llama-server while it loads its model, or with no slot free.
+        self.took_nothing = status_code == 503
 
 
 class ModelRateLimited(ModelUnavailable):

@@ -29,12 +29,13 @@ at once and release it again, over and over until the circuit half-opened.
 With the default breaker (3 failures open it) waiting alone was not enough: each
 attempt failed once, so a lone analysis spent its 3 attempts on refused connections
 in about 26 s and failed before the circuit ever opened. A connection that could not
-be made (``ModelUnreachable``) reached nothing, so with no fallback permitted
-``infer`` asks again within the attempt, ``RECONNECT_SECONDS`` apart, until the
-failures open the circuit, and then waits for it as above: one attempt rides out a
-model server's restart of about 3 s + the 30 s cooldown, and the analysis's three
-about 90 s (tests/integration/test_ai_worker_outage.py). The spacing keeps a blip of
-a second from opening the circuit for a whole cooldown.
+be made, or a 503 (llama-server loading its model), reached no model
+(``took_nothing``), so with no fallback permitted ``infer`` asks again within the
+attempt, ``ASK_AGAIN_SECONDS`` apart, until the failures open the circuit, and then
+waits for it as above: one attempt rides out a model server's restart of about 3 s +
+the 30 s cooldown, and the analysis's three about 90 s
+(tests/integration/test_ai_worker_outage.py). The spacing keeps a blip of a second
+from opening the circuit for a whole cooldown.
 """
 
 from __future__ import annotations
@@ -56,7 +57,6 @@ from durable_ops.ai_worker.inference.errors import (
     InferenceError,
     LocalRouteUnavailable,
     ModelUnavailable,
-    ModelUnreachable,
 )
 from durable_ops.ai_worker.inference.metrics import export_local_circuit
 from durable_ops.ai_worker.inference.request import InferenceRequest
@@ -68,8 +68,8 @@ from durable_ops.settings import Settings
 
 # How often a call waiting for the open circuit looks at it again.
 CIRCUIT_POLL_SECONDS = 0.2
-# How long a call the model's server refused waits before asking again (module docstring).
-RECONNECT_SECONDS = 1.0
+# How long a call no model took waits before asking again (the module docstring says why).
+ASK_AGAIN_SECONDS = 1.0
 
 _log = structlog.get_logger(__name__)
 
@@ -82,13 +82,13 @@ class Router:
         external: ModelClient | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
-        reconnect_seconds: float = RECONNECT_SECONDS,
+        ask_again_seconds: float = ASK_AGAIN_SECONDS,
     ) -> None:
         self.local = local
         self.external = external
         self.breaker = breaker
         self._clock = clock
-        self._reconnect_seconds = reconnect_seconds
+        self._ask_again_seconds = ask_again_seconds
         export_local_circuit(breaker, clock)
 
     @classmethod
@@ -167,8 +167,8 @@ class Router:
                 self.breaker.record_failure(self._clock())
                 # Until the failures open the circuit, and once more to wait for it.
                 asks_again = tries <= self.breaker.failure_threshold and not waited
-                if isinstance(exc, ModelUnreachable) and not may_fall_back and asks_again:
-                    await asyncio.sleep(self._reconnect_seconds)
+                if exc.took_nothing and not may_fall_back and asks_again:
+                    await asyncio.sleep(self._ask_again_seconds)
                     continue
                 raise LocalRouteUnavailable(
                     plan.on_local_unavailable, reason=exc.code, provenance=exc.provenance
@@ -186,8 +186,8 @@ class Router:
         call asked again while the circuit is closed, then the open circuit's cooldown,
         and then the half-open trial of another call, which lasts at most a model
         timeout."""
-        reconnects = self.breaker.failure_threshold * self._reconnect_seconds
-        return reconnects + self.breaker.cooldown_seconds + self.local.timeout_seconds
+        asking_again = self.breaker.failure_threshold * self._ask_again_seconds
+        return asking_again + self.breaker.cooldown_seconds + self.local.timeout_seconds
 
     async def _wait_for_circuit(self) -> bool:
         """Whether the local circuit admitted this call (as the half-open trial, or once
