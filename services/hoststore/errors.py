@@ -10,7 +10,7 @@ Callers branch on the class or on ``code``; messages are for people. The tree:
     ├── UnsupportedFileSystem unsupported_file_system  NFS, SMB, FUSE, ... or unknown
     ├── UnsafeFile            unsafe_file              host.lock/state.json not a private
     │                                                  regular file of the current user
-    ├── HostLocked            host_locked              another session holds host.lock
+    ├── HostLocked            host_locked              another session holds the store
     ├── LockFileInvalid       lock_file_invalid        host.lock holds foreign bytes
     ├── LockReplaced          lock_replaced            host.lock or the directory swapped
     │                                                  behind the holder (poisons)

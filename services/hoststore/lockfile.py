@@ -1,10 +1,26 @@
-"""``host.lock``: the host-wide exclusive lock and the initialization marker.
+"""The store's exclusive lock, and ``host.lock`` with its initialization marker.
 
-The lock is a non-blocking exclusive ``flock`` (not ``lockf``: ``flock`` belongs
-to the open file description, so a second acquire in the same process is refused
-too, and closing an unrelated descriptor of the file does not drop it). The file's
-inode is the lock's identity, so the file is never deleted, replaced or
-truncated; the marker is written in place at offset 0 and synced.
+A session takes two non-blocking exclusive ``flock``s, first on the store
+directory it holds open, then on ``host.lock`` (``flock``, not ``lockf``: it
+belongs to the open file description, so a second acquire in the same process
+is refused too, and closing an unrelated descriptor of the file does not drop it).
+
+The directory's lock is what keeps the store exclusive. A lock on a file is
+only as good as the file's name: once ``host.lock`` is deleted or replaced
+behind its holder, the next acquire opens (or creates) another inode, locks it
+and runs beside the holder, and the holder only finds out at its next write.
+Nothing that happens to the names inside the directory moves the directory's
+lock, so while a session holds it every other acquire is refused before it
+touches a file. (Renaming the directory away and making another in its place
+gives a new, empty store; the holder refuses its next write, as below.)
+
+``host.lock`` keeps its own lock so that a worker of an older version, which
+locks only that file, and this one exclude each other during an upgrade; and it
+carries the marker. Its inode is that lock's identity, so the file is never
+deleted, replaced or truncated here; the marker is written in place at offset 0
+and synced. Before each write the session still checks that ``host.lock`` names
+the file it locked (``check_held``) and poisons itself if not: the marker went
+with the old file, and an older worker would take the new one.
 """
 
 from __future__ import annotations
@@ -28,9 +44,12 @@ MARKER: Final = b"durable-ops host-store initialized v1\n"
 
 
 def open_and_lock(fs: FileSystem, dir_fd: int, directory: str) -> int:
-    """Open (creating if needed) and exclusively lock ``host.lock``; refuse at once if held."""
-    import fcntl  # Linux only; importing it at module level would break import on Windows
+    """Lock the directory, then open (creating if needed) and lock ``host.lock``.
 
+    Refuses at once if either is held. The directory's lock lasts as long as
+    ``dir_fd`` stays open, so closing ``dir_fd`` releases it, on failure too.
+    """
+    _lock_or_refuse(dir_fd, directory)
     # O_NONBLOCK: a FIFO or a device in its place never makes the open wait; fstat refuses it.
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
@@ -41,16 +60,22 @@ def open_and_lock(fs: FileSystem, dir_fd: int, directory: str) -> int:
         raise UnsafeFile(f"cannot open {LOCK_NAME} in {directory}: {exc.strerror}") from exc
     try:
         check_private_file(os.fstat(fd), LOCK_NAME)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise HostLocked(f"the host store in {directory} is held by another session") from None
+        _lock_or_refuse(fd, directory)
         # Someone may have swapped the file between our open and our flock.
         check_held(dir_fd, fd)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _lock_or_refuse(fd: int, directory: str) -> None:
+    import fcntl  # Linux only; importing it at module level would break import on Windows
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise HostLocked(f"the host store in {directory} is held by another session") from None
 
 
 def check_held(dir_fd: int, lock_fd: int, held: tuple[int, int] | None = None) -> None:

@@ -1,11 +1,11 @@
 """``acquire`` and the ``Session`` that holds a host store.
 
-A session owns the directory descriptor and the locked ``host.lock`` descriptor
-until ``close``. It keeps the last snapshot it persisted (or loaded) in memory;
-the file is only read at acquire. Any error on the save path, or finding
-``host.lock`` or the directory replaced, poisons the session: the rename may or
-may not have happened, so the caller must close, reacquire and query before
-deciding anything.
+A session owns the directory descriptor and the ``host.lock`` descriptor, both
+locked (``lockfile``), until ``close``. It keeps the last snapshot it persisted
+(or loaded) in memory; the file is only read at acquire. Any error on the save
+path, or finding ``host.lock`` or the directory replaced, poisons the session:
+the rename may or may not have happened, so the caller must close, reacquire
+and query before deciding anything.
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
-"""host.lock across processes: exclusion, release on SIGKILL, replacement detection."""
+"""The store lock across processes: exclusion, release on SIGKILL, replacement detection."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,18 +25,20 @@ from durable_ops.hoststore import (
 ROOT = Path(__file__).resolve().parents[3]
 
 HOLDER = """
-import sys, time
+import sys
 from durable_ops.hoststore import HostStoreError, acquire
 session = acquire(sys.argv[1], "runner-1")
 print("held", flush=True)
-command = sys.stdin.readline().strip()
-if command == "begin":
-    try:
-        session.begin("op-after", "hash")
-        print("ok", flush=True)
-    except HostStoreError as exc:
-        print(exc.code, "poisoned" if session.poisoned else "healthy", flush=True)
-time.sleep(600)
+for command in sys.stdin:
+    if command.strip() == "begin":
+        try:
+            session.begin("op-after", "hash")
+            print("ok", flush=True)
+        except HostStoreError as exc:
+            print(exc.code, "poisoned" if session.poisoned else "healthy", flush=True)
+    elif command.strip() == "close":
+        session.close()
+        print("closed", flush=True)
 """
 
 ATTEMPT = """
@@ -133,17 +136,46 @@ def _replace_lock(store: Path) -> None:
     os.replace(fresh, store / "host.lock")
 
 
-def test_replacing_host_lock_behind_another_process_is_detected(
-    store: Path, holder: subprocess.Popen[str]
-) -> None:
-    _replace_lock(store)
+def _delete_lock(store: Path) -> None:
+    (store / "host.lock").unlink()
+
+
+def _tell(holder: subprocess.Popen[str], command: str) -> list[str]:
     assert holder.stdin is not None
     assert holder.stdout is not None
-    holder.stdin.write("begin\n")
+    holder.stdin.write(f"{command}\n")
     holder.stdin.flush()
-    assert holder.stdout.readline().split() == ["lock_replaced", "poisoned"]
+    return holder.stdout.readline().split()
+
+
+@pytest.mark.parametrize("change", [_delete_lock, _replace_lock], ids=["deleted", "replaced"])
+def test_a_changed_host_lock_neither_admits_a_second_session_nor_lets_the_holder_write(
+    store: Path, holder: subprocess.Popen[str], change: Callable[[Path], None]
+) -> None:
+    change(store)
+    lock_after_change = sorted(os.listdir(store))
+    assert _attempt_from_another_process(store) == "host_locked"
+    with pytest.raises(HostLocked):
+        acquire(store, "runner-1")
+    assert sorted(os.listdir(store)) == lock_after_change, "a refused acquire touches no file"
+    assert _tell(holder, "begin") == ["lock_replaced", "poisoned"]
+    assert _attempt_from_another_process(store) == "host_locked", "held until closed"
+    assert _tell(holder, "close") == ["closed"]
     with acquire(store, "runner-1") as session:
         assert session.records() == (), "the refused begin must not have been written"
+
+
+def test_a_lock_on_host_lock_alone_still_refuses(store: Path) -> None:
+    """What a worker of an older version holds: the flock on host.lock, not the directory's."""
+    acquire(store, "runner-1").close()
+    older_worker = os.open(store / "host.lock", os.O_RDWR | os.O_CLOEXEC)
+    try:
+        fcntl.flock(older_worker, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(HostLocked):
+            acquire(store, "runner-1")
+    finally:
+        os.close(older_worker)
+    acquire(store, "runner-1").close()
 
 
 def test_replacing_host_lock_poisons_the_session(store: Path) -> None:
