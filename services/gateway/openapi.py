@@ -28,8 +28,10 @@ METHODS = ("get", "put", "post", "delete", "patch")
 ERROR_DESCRIPTIONS: Mapping[int, str] = {
     400: (
         "Invalid argument: a bound, type or format broken (`field` names it; code"
-        " `control_character` for a control character in text; `null` for a field is one"
-        " too: leave the field out instead); or a body that is not JSON (`malformed_json`)"
+        " `control_character` for a control character in text or in a query parameter;"
+        " `null` for a field is one too: leave the field out instead); a query parameter"
+        " the route does not take (`unknown_parameter`); or a body that is not JSON"
+        " (`malformed_json`)"
         f" or holds a number of more than {NUMBER_DIGITS_MAX} digits (`number_too_long`);"
         " or a `Host` the gateway does not answer to (`host_not_allowed`, on every route)"
     ),

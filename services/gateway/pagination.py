@@ -1,7 +1,12 @@
 """Query strings and list pages: ``page_size`` (``bounds.PAGE_SIZE_RANGE``), a ``page_token``.
 
-``query_params`` reads a route's query string strictly (an unknown or repeated
-parameter is a 400: a misspelt filter must not silently widen a list);
+``query_params`` reads a route's query string strictly, by one rule for every route
+(the owners' API and the console alike): an unknown parameter is a 400
+``unknown_parameter`` (a misspelt filter must not silently widen a list), a repeated
+one a 400 ``invalid_argument``, and each value is a line of text (SPEC §5) of at most
+``PAGE_TOKEN_MAX`` characters (the longest a value has reason to be): a control
+character or line break in it is a 400 ``control_character`` naming the parameter,
+before any route parses it or searches for it;
 ``page_request`` parses the two paging parameters; ``list_body`` shapes
 ``{"items": [...], "next_page_token": "..."|null}``.
 """
@@ -31,7 +36,8 @@ class PageRequest:
 
 
 def query_params(request: Request, allowed: Collection[str]) -> dict[str, str]:
-    """The query string as a dict; 400 for a parameter not in ``allowed`` or sent twice."""
+    """The query string as a dict, values as sent; 400 for a parameter not in ``allowed``,
+    sent twice, or whose value is not a line of text (see the module's docstring)."""
     found: dict[str, str] = {}
     for name, value in request.query_params.multi_items():
         if name not in allowed:
@@ -43,6 +49,10 @@ def query_params(request: Request, allowed: Collection[str]) -> dict[str, str]:
             )
         if name in found:
             raise invalid(name, "must appear at most once")
+        try:
+            bounds.single_line(name, value, PAGE_TOKEN_MAX, required=False)
+        except InvalidArgument as exc:
+            raise invalid(name, exc.reason, code=exc.code) from None
         found[name] = value
     return found
 

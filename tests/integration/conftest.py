@@ -1,17 +1,21 @@
 """Fixtures of the integration tests: every gRPC service on one server (and a second
-replica), time moved by hand, typed clients over it, and ``opsctl operations`` run
-in-process against it."""
+replica), time moved by hand, typed clients over it, ``opsctl operations`` run
+in-process against it, and a migrated SQLite file (``sqlite_path``, ``sqlite_db``) for
+the tests of SQLite itself."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
 
 from durable_ops import cli
 from durable_ops.model.scope import Role
+from durable_ops.storage import migrate
+from durable_ops.storage.db import Database
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services, metadata, running_services
 from tests.support.keys import key_env
@@ -36,6 +40,22 @@ def other_replica(db_url: str, clock: ManualClock, services: Services) -> Iterat
     """A second replica of the services on the same database."""
     with running_services(db_url, clock) as running:
         yield running
+
+
+@pytest.fixture
+def sqlite_path(tmp_path: Path) -> Path:
+    """A SQLite database file, migrated."""
+    path = tmp_path / "ops.sqlite3"
+    migrate.upgrade(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture
+def sqlite_db(sqlite_path: Path) -> Iterator[Database]:
+    """``sqlite_path`` opened: not ``db`` (modules have their own of that name)."""
+    database = Database(f"sqlite:///{sqlite_path}")
+    yield database
+    database.dispose()
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from structlog.testing import capture_logs
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operator.v1 import operator_pb2 as opb
+from durable_ops.gateway import console as gateway_console
 from durable_ops.model import console
 from durable_ops.model.scope import Role
 from durable_ops.rpc.scope import OPERATOR_SESSION
@@ -486,7 +487,7 @@ def test_bulk_cancel_and_search_and_attempt_history_over_http(
             assert bad.json()["field"] == "older_than"
             bad_state = await client.get("/console/api/operations", params={"state": "done"})
             assert bad_state.status_code == 400
-            for name in ("failure_code", "owner", "task_type", "older_than", "state"):
+            for name in gateway_console.LIST_PARAMETERS:
                 nul = await client.get("/console/api/operations", params={name: "model\x00error"})
                 assert nul.status_code == 400, (name, nul.text)
                 assert (nul.json()["code"], nul.json()["field"]) == ("control_character", name)

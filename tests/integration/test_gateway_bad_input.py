@@ -16,7 +16,10 @@ from sqlalchemy import func, select
 
 from durable_ops.api.ai_admission.v1 import ai_admission_pb2 as admission_pb
 from durable_ops.api.workspace.v1 import workspace_pb2 as workspace_pb
+from durable_ops.gateway import operations
+from durable_ops.gateway.pagination import PAGING_PARAMETERS
 from durable_ops.model.scope import Role
+from durable_ops.model.tasks import TASKS
 from durable_ops.storage.schema import Attachment, Job, UserOperation
 from tests.integration.test_gateway_wording import reads_as_a_sentence
 from tests.support.clock import ManualClock
@@ -236,7 +239,8 @@ def cases(operation_id: str) -> list[Case]:
         ],
         # filters and unknown parameters
         Case("unknown state", "GET", f"{listing}?state=done", 400, "invalid_argument"),
-        Case("state nul", "GET", f"{listing}?state=%00", 400, "invalid_argument"),
+        Case("state nul", "GET", f"{listing}?state=%00", 400, "control_character"),
+        Case("state control", "GET", f"{listing}?state=%01", 400, "control_character"),
         Case(
             "bad task type",
             "GET",
@@ -384,6 +388,47 @@ def test_invalid_argument_names_the_field(services: Services) -> None:
                 assert response.json()["field"] == field_name, query
 
     run(scenario())
+
+
+# Control characters and line breaks: C0, ESC opening a terminal sequence, C1's NEL, and
+# U+2028 (a line separator).
+CONTROL_VALUES = ("\x01", "model\x00error", "a\nb", "\x1b[2J", "x\x85", "x\u2028")
+
+
+def test_a_control_character_in_any_query_parameter_is_refused_by_name(
+    services: Services,
+) -> None:
+    """One rule for every route's query string (``pagination.query_params``), as the
+    console has it: ``?state=%01`` was a 400 ``invalid_argument``, ``?page_token=%01``
+    "is not a token this server issued"."""
+    operation = create_operation(services, "alice")
+    reading = [
+        ("/api/operations", operations.LIST_PARAMETERS),
+        (f"/api/operations/{operation.id}:wait", ("timeout", "seen")),
+        *[(listed, PAGING_PARAMETERS) for listed in ("/api/jobs", "/api/attachments")],
+        ("/api/notifications", PAGING_PARAMETERS),
+        *[
+            (task.path.format(id="f" * 32), (task.context.reference_field,))
+            for task in TASKS
+            if task.context is not None
+        ],
+    ]
+    failures: list[str] = []
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            for path, names in reading:
+                for name in names:
+                    for value in CONTROL_VALUES:
+                        answer = await client.get(
+                            path, params={name: value}, headers=bearer("alice")
+                        )
+                        found = (answer.status_code, answer.json().get("code"))
+                        if found != (400, "control_character") or answer.json()["field"] != name:
+                            failures.append(f"{path}?{name}={value!r}: {answer.text[:200]}")
+
+    run(scenario())
+    assert failures == []
 
 
 BAD_VALUES = [

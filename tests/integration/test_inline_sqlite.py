@@ -9,14 +9,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select, text
 
 from durable_ops.clock import utc_now
-from durable_ops.storage import migrate, operations
+from durable_ops.storage import operations
 from durable_ops.storage.db import Database
 from durable_ops.storage.inline_sqlite import CHECKPOINT_EVERY, InlineSqlite
 from durable_ops.storage.schema import UserOperation
@@ -33,20 +32,6 @@ print("locked", flush=True)
 sys.stdin.read()
 connection.execute("COMMIT")
 """
-
-
-@pytest.fixture
-def sqlite_path(tmp_path: Path) -> Path:
-    path = tmp_path / "ops.sqlite3"
-    migrate.upgrade(f"sqlite:///{path}")
-    return path
-
-
-@pytest.fixture
-def db(sqlite_path: Path) -> Iterator[Database]:
-    database = Database(f"sqlite:///{sqlite_path}")
-    yield database
-    database.dispose()
 
 
 def _inline(db: Database) -> InlineSqlite:
@@ -76,36 +61,36 @@ def _thread_of(tx: Tx) -> int:
 
 
 def test_a_short_transaction_runs_on_the_loops_thread_and_others_on_the_pool(
-    db: Database,
+    sqlite_db: Database,
 ) -> None:
     async def threads() -> tuple[int, int, int]:
-        short = await db.run_async(_thread_of, owner_id=None, short=True)
-        pooled = await db.run_async(_thread_of, owner_id=None)
+        short = await sqlite_db.run_async(_thread_of, owner_id=None, short=True)
+        pooled = await sqlite_db.run_async(_thread_of, owner_id=None)
         return threading.get_ident(), short, pooled
 
     loop_thread, short, pooled = asyncio.run(threads())
     assert short == loop_thread
     assert pooled != loop_thread
-    assert _inline(db).outcomes == {"inline": 1}
+    assert _inline(sqlite_db).outcomes == {"inline": 1}
 
 
-def test_a_short_write_commits_and_an_error_in_it_rolls_back(db: Database) -> None:
+def test_a_short_write_commits_and_an_error_in_it_rolls_back(sqlite_db: Database) -> None:
     def fails(tx: Tx) -> None:
         operations.create(tx, _create(2), utc_now())
         raise ValueError("the work's own failure")
 
     async def scenario() -> str:
-        made = await _create_short(db, 1)
+        made = await _create_short(sqlite_db, 1)
         with pytest.raises(ValueError, match="own failure"):
-            await db.run_async(fails, owner_id=OWNER, short=True)
+            await sqlite_db.run_async(fails, owner_id=OWNER, short=True)
         return made
 
     made = asyncio.run(scenario())
-    assert rows(db, select(UserOperation.id)) == [(made,)]
+    assert rows(sqlite_db, select(UserOperation.id)) == [(made,)]
 
 
 def test_a_write_lock_held_by_another_process_sends_it_to_the_pool_and_the_loop_answers(
-    db: Database, sqlite_path: Path
+    sqlite_db: Database, sqlite_path: Path
 ) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD_THE_WRITE_LOCK, str(sqlite_path)],
@@ -119,7 +104,7 @@ def test_a_write_lock_held_by_another_process_sends_it_to_the_pool_and_the_loop_
         assert holder.stdout.readline() == "locked\n"
 
         async def scenario() -> tuple[str, int]:
-            create = asyncio.create_task(_create_short(db, 1))
+            create = asyncio.create_task(_create_short(sqlite_db, 1))
             ticks = 0  # the loop answering meanwhile, as a health check would
             while ticks < 20:
                 await asyncio.sleep(0.01)
@@ -134,12 +119,12 @@ def test_a_write_lock_held_by_another_process_sends_it_to_the_pool_and_the_loop_
             holder.kill()
         holder.wait()
     assert ticks == 20
-    assert _inline(db).outcomes == {"busy": 1}
-    assert rows(db, select(UserOperation.id)) == [(made,)]
+    assert _inline(sqlite_db).outcomes == {"busy": 1}
+    assert rows(sqlite_db, select(UserOperation.id)) == [(made,)]
 
 
-def test_the_connection_taken_by_another_thread_sends_it_to_the_pool(db: Database) -> None:
-    inline = _inline(db)
+def test_the_connection_taken_by_another_thread_sends_it_to_the_pool(sqlite_db: Database) -> None:
+    inline = _inline(sqlite_db)
     inside = threading.Event()
     release = threading.Event()
 
@@ -149,12 +134,12 @@ def test_the_connection_taken_by_another_thread_sends_it_to_the_pool(db: Databas
         release.wait(10)
 
     holding = threading.Thread(
-        target=lambda: asyncio.run(db.run_async(hold, owner_id=None, short=True))
+        target=lambda: asyncio.run(sqlite_db.run_async(hold, owner_id=None, short=True))
     )
     holding.start()
     try:
         assert inside.wait(10)
-        loop_thread, ran_on = asyncio.run(_where_it_ran(db))
+        loop_thread, ran_on = asyncio.run(_where_it_ran(sqlite_db))
     finally:
         release.set()
         holding.join()
@@ -168,7 +153,7 @@ async def _where_it_ran(db: Database) -> tuple[int, int]:
 
 
 def test_the_wal_is_checkpointed_by_the_pool_and_stays_bounded(
-    db: Database, sqlite_path: Path
+    sqlite_db: Database, sqlite_path: Path
 ) -> None:
     """The inline connection never checkpoints; every CHECKPOINT_EVERY writes one is asked
     of the pool, so the WAL is reused from its start instead of growing with every write."""
@@ -176,16 +161,16 @@ def test_the_wal_is_checkpointed_by_the_pool_and_stays_bounded(
 
     async def writes(first: int, count: int) -> None:
         for number in range(first, first + count):
-            await _create_short(db, number)
+            await _create_short(sqlite_db, number)
 
     sizes = []
     for done in range(1, 6):
         asyncio.run(writes((done - 1) * CHECKPOINT_EVERY, CHECKPOINT_EVERY))
         sizes.append(wal.stat().st_size)
-        _wait_for_checkpoints(db, done)
-    assert _inline(db).outcomes == {"inline": 5 * CHECKPOINT_EVERY}
+        _wait_for_checkpoints(sqlite_db, done)
+    assert _inline(sqlite_db).outcomes == {"inline": 5 * CHECKPOINT_EVERY}
     assert sizes[-1] <= 2 * sizes[0], f"the WAL grew with every round: {sizes}"
-    count = scalar(db, select(func.count()).select_from(UserOperation))
+    count = scalar(sqlite_db, select(func.count()).select_from(UserOperation))
     assert count == 5 * CHECKPOINT_EVERY
 
 
@@ -204,11 +189,11 @@ def test_an_in_memory_database_has_no_inline_connection() -> None:
         memory.dispose()
 
 
-def test_an_empty_owner_is_refused_on_the_loop_and_on_the_pool(db: Database) -> None:
+def test_an_empty_owner_is_refused_on_the_loop_and_on_the_pool(sqlite_db: Database) -> None:
     async def both() -> None:
         for short in (True, False):
             with pytest.raises(ValueError, match="owner scope needs an owner id"):
-                await db.run_async(_thread_of, owner_id="", short=short)
+                await sqlite_db.run_async(_thread_of, owner_id="", short=short)
 
     asyncio.run(both())
-    assert _inline(db).outcomes == {}
+    assert _inline(sqlite_db).outcomes == {}

@@ -42,20 +42,6 @@ from tests.support.operations_client import OpsClient
 OWNER = "disk-owner"
 
 
-@pytest.fixture
-def sqlite_path(tmp_path: Path) -> Path:
-    path = tmp_path / "ops.sqlite3"
-    migrate.upgrade(f"sqlite:///{path}")
-    return path
-
-
-@pytest.fixture
-def db(sqlite_path: Path) -> Iterator[Database]:
-    database = Database(f"sqlite:///{sqlite_path}")
-    yield database
-    database.dispose()
-
-
 def _request(key: str) -> operations.CreateRequest:
     return operations.CreateRequest(
         task_type="strategy.snapshot",
@@ -134,15 +120,15 @@ def _capped(db: Database) -> Iterator[None]:
 
 
 def test_a_full_file_is_unavailable_inline_and_on_the_pool_and_writes_resume_after(
-    db: Database, sqlite_path: Path
+    sqlite_db: Database, sqlite_path: Path
 ) -> None:
-    first = asyncio.run(_create(db, "before"))
-    with capture_logs() as logs, _capped(db):
+    first = asyncio.run(_create(sqlite_db, "before"))
+    with capture_logs() as logs, _capped(sqlite_db):
         refused: Unavailable | None = None
         for number in range(200):  # until the capped file has no page left
             failed = f"full-{number}"
             try:
-                asyncio.run(_create(db, failed))
+                asyncio.run(_create(sqlite_db, failed))
             except Unavailable as full:
                 refused = full
                 break
@@ -150,16 +136,16 @@ def test_a_full_file_is_unavailable_inline_and_on_the_pool_and_writes_resume_aft
         assert refused.code == "database_unavailable"
         assert "disk is full" in refused.message
         # Still full: every call is refused the same way, inline and on the pool.
-        _refused_as_unavailable(db, "full-again")
-        _refused_as_unavailable(db, "full-pooled", short=False)
-        assert asyncio.run(_read(db, first)) == first  # reads still work
+        _refused_as_unavailable(sqlite_db, "full-again")
+        _refused_as_unavailable(sqlite_db, "full-pooled", short=False)
+        assert asyncio.run(_read(sqlite_db, first)) == first  # reads still work
     assert len(_storage_lines(logs)) == 1, logs
     assert _storage_lines(logs)[0]["event"] == "database_disk_full"
     # Space is back: the very next calls work, inline and on the pool.
-    asyncio.run(_create(db, "after"))
-    asyncio.run(_create(db, "after-pooled", short=False))
-    assert db.inline is not None
-    assert db.inline.outcomes["inline"] >= 2
+    asyncio.run(_create(sqlite_db, "after"))
+    asyncio.run(_create(sqlite_db, "after-pooled", short=False))
+    assert sqlite_db.inline is not None
+    assert sqlite_db.inline.outcomes["inline"] >= 2
     stored = _stored_keys(sqlite_path)
     assert not set(stored) & {failed, "full-again", "full-pooled"}
     assert {"before", "after", "after-pooled"} <= set(stored)
@@ -182,20 +168,20 @@ def _files_may_not_grow_past(size: int) -> Iterator[None]:
 
 
 def test_an_io_error_at_commit_is_unavailable_and_the_next_call_works(
-    db: Database, sqlite_path: Path
+    sqlite_db: Database, sqlite_path: Path
 ) -> None:
     """The tester's defect: a COMMIT that fails left the inline connection unusable
     (InvalidRequestError at ``begin()`` on every later call, until a restart)."""
-    first = asyncio.run(_create(db, "before"))
+    first = asyncio.run(_create(sqlite_db, "before"))
     wal = sqlite_path.with_name(sqlite_path.name + "-wal")
     with capture_logs() as logs:
         with _files_may_not_grow_past(wal.stat().st_size):
-            refused = _refused_as_unavailable(db, "at-commit")
+            refused = _refused_as_unavailable(sqlite_db, "at-commit")
             assert "disk" in refused.message
-            _refused_as_unavailable(db, "at-commit-again")
-        assert asyncio.run(_read(db, first)) == first
-        made = asyncio.run(_create(db, "after"))
-    assert asyncio.run(_read(db, made)) == made
+            _refused_as_unavailable(sqlite_db, "at-commit-again")
+        assert asyncio.run(_read(sqlite_db, first)) == first
+        made = asyncio.run(_create(sqlite_db, "after"))
+    assert asyncio.run(_read(sqlite_db, made)) == made
     assert [line["event"] for line in _storage_lines(logs)] == ["database_io_error"]
     assert _stored_keys(sqlite_path) == ["after", "before"]
 
@@ -247,7 +233,7 @@ def test_a_full_disk_at_commit_is_unavailable_and_creates_resume_once_space_is_b
     assert _stored_keys(path) == sorted(created)
 
 
-def test_a_commit_refused_leaves_the_inline_connection_usable(db: Database) -> None:
+def test_a_commit_refused_leaves_the_inline_connection_usable(sqlite_db: Database) -> None:
     """Whatever refuses a COMMIT (here a deferred foreign key), the next short
     transaction begins on a connection in no transaction."""
 
@@ -261,11 +247,11 @@ def test_a_commit_refused_leaves_the_inline_connection_usable(db: Database) -> N
 
     async def scenario() -> str:
         with pytest.raises(IntegrityError, match="FOREIGN KEY"):
-            await db.run_async(dangling, owner_id=None, short=True)
-        return await _create(db, "after")
+            await sqlite_db.run_async(dangling, owner_id=None, short=True)
+        return await _create(sqlite_db, "after")
 
     made = asyncio.run(scenario())
-    assert asyncio.run(_read(db, made)) == made
+    assert asyncio.run(_read(sqlite_db, made)) == made
 
 
 def test_a_client_gets_unavailable_on_a_full_disk_and_its_creates_resume_after(
