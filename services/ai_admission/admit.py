@@ -7,6 +7,15 @@ reserves the analysis's expected tokens on the owner's day (ADR 0041), and
 only then writes the reservation on the control row and inserts. The
 operation stores the subject's id, never its text.
 
+A returned operation keeps its own time (ADR 0058): the caller is told it was
+reused and when it is due. A request that names another time than that one
+is refused, never answered with an analysis due when it did not ask: an
+idempotency key sent again with another ``not_before`` is
+``idempotency_conflict`` (as the Operations service's fingerprint refuses
+it), and a start for a subject whose active analysis is due at another time
+is ``analysis_already_scheduled`` (both 409). A start that names no time
+reuses the active analysis whenever it is due.
+
 A COMMIT lost on the way is resolved by the operation's fresh id
 (``operations.create`` registers the check), never guessed.
 """
@@ -120,14 +129,23 @@ def admit(
     if request.idempotency_key:
         existing = operations.find_by_key(tx, task.name, request.idempotency_key)
         if existing is not None:
-            if (existing.subject_id, existing.context_ref or "") != (
+            # Its time as its first request stored it: a past one meant its creation.
+            asked_due = admission.due_at(request.not_before, existing.created_at)
+            if (existing.subject_id, existing.context_ref or "", existing.not_before) != (
                 request.subject_id,
                 request.context_ref,
+                asked_due,
             ):
                 raise Conflict(KEY_USED_FOR_ANOTHER_REQUEST)
             return existing, True
     active = operations.active_for_subject(tx, task.name, task.subject.name, request.subject_id)
     if active is not None:
+        admission.require_same_time(
+            request.not_before,
+            active_not_before=active.not_before,
+            now=now,
+            subject=task.subject.label,
+        )
         return active, True
     day, tokens = _reserve(tx, task, chars, settings.plan, limits, now, runs_at=due)
     op, _created = operations.create(tx, create, now)

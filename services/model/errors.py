@@ -11,7 +11,8 @@ and the gateway maps on to HTTP:
     ├── PermissionDenied     kind=permission_denied    (wrong scope, not entitled, AI off for user,
     │                                                    plan_required: AI switched on on Free)
     ├── NotFound             kind=not_found            (also another owner's row: never leaks)
-    ├── Conflict             kind=conflict             (idempotency key reused for another request)
+    ├── Conflict             kind=conflict             (idempotency key reused for another request,
+    │                                                    analysis_already_scheduled: another time)
     ├── InvalidTransition    kind=failed_precondition  (the state does not allow the event)
     ├── LeaseLost            kind=aborted              (token wrong, lease expired or taken over)
     ├── CapacityExceeded     kind=resource_exhausted   (carries retry_after_seconds)
