@@ -7,14 +7,12 @@ reserves the analysis's expected tokens on the owner's day (ADR 0041), and
 only then writes the reservation on the control row and inserts. The
 operation stores the subject's id, never its text.
 
-A returned operation keeps its own time (ADR 0058): the caller is told it was
-reused and when it is due. A request that names another time than that one
-is refused, never answered with an analysis due when it did not ask: an
-idempotency key sent again with another ``not_before`` is
-``idempotency_conflict`` (as the Operations service's fingerprint refuses
-it), and a start for a subject whose active analysis is due at another time
-is ``analysis_already_scheduled`` (both 409). A start that names no time
-reuses the active analysis whenever it is due.
+A returned operation keeps its own time (ADR 0058): the answer says it was
+reused and when it is due, so a start naming another ``not_before`` than its
+subject's active analysis learns that it runs then (SPEC: an active one is
+reused, 202, the same id). An idempotency key sent again with another
+``not_before`` is another request: ``idempotency_conflict`` (409), as the
+Operations service's fingerprint refuses it.
 
 A COMMIT lost on the way is resolved by the operation's fresh id
 (``operations.create`` registers the check), never guessed.
@@ -140,12 +138,6 @@ def admit(
             return existing, True
     active = operations.active_for_subject(tx, task.name, task.subject.name, request.subject_id)
     if active is not None:
-        admission.require_same_time(
-            request.not_before,
-            active_not_before=active.not_before,
-            now=now,
-            subject=task.subject.label,
-        )
         return active, True
     day, tokens = _reserve(tx, task, chars, settings.plan, limits, now, runs_at=due)
     op, _created = operations.create(tx, create, now)

@@ -5,9 +5,7 @@ One resource per registered task type (``model.tasks``), at ``task.path``:
 answers 202 with its status URL, whether it was ``reused`` (the subject's active
 analysis, or the one the same Idempotency-Key made) and the later time it waits for
 (``not_before``, null when it is due now), so a page can say "already scheduled
-for …". A start naming another ``not_before`` than that analysis is due at is refused
-(409 ``analysis_already_scheduled``; with the same key, ``idempotency_conflict``),
-never silently run at the other time (ADR 0058). The GET twin is cache-only: it reads the
+for …" to a start that named another time (ADR 0058). The GET twin is cache-only: it reads the
 newest published result and the newest operation for the subject and never starts
 work or reaches a model. Each finished analysis is its own result (issue 39, point 4):
 ``GET /api/operations/{id}/result`` reads the one a past operation published.
@@ -407,9 +405,8 @@ def _openapi(task: TaskType) -> dict[str, Any]:
             parameters=[subject, _IDEMPOTENCY_PARAMETER],
             request_body=json_body(
                 _start_body(context),
-                f"optional {', '.join([*context, NOT_BEFORE])}; a {NOT_BEFORE} other than the"
-                " time the subject's active analysis is due at is 409"
-                " analysis_already_scheduled",
+                f"optional {', '.join([*context, NOT_BEFORE])}; the subject's active"
+                f" analysis is reused at its own {NOT_BEFORE}, which the answer gives",
                 required=False,
             ),
         ),

@@ -1,18 +1,15 @@
 """AI admission rules: who may start AI work, whether there is room for it, and when a
-start reuses its subject's active analysis."""
+reused analysis runs."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
-from durable_ops.model.errors import CapacityExceeded, Conflict, PermissionDenied, Unavailable
+from durable_ops.model.errors import CapacityExceeded, PermissionDenied, Unavailable
 from durable_ops.model.states import OperationState, Plan, Privacy
 
 RETRY_AFTER_SECONDS = 15
-# The stable code of a start that names another time than its subject's active analysis is
-# due at (HTTP 409, ADR 0058): reusing it would run the analysis at a time not asked for.
-ANALYSIS_ALREADY_SCHEDULED = "analysis_already_scheduled"
 
 
 @dataclass(frozen=True)
@@ -62,27 +59,3 @@ def waits_until(state: str, not_before: datetime, now: datetime) -> datetime | N
     """The later time a queued operation waits for; None when it is due now (or no longer
     queued: running, waiting for a retry, ended)."""
     return not_before if state == OperationState.QUEUED and not_before > now else None
-
-
-def require_same_time(
-    asked: datetime | None, *, active_not_before: datetime, now: datetime, subject: str
-) -> None:
-    """A start of an analysis whose ``subject`` (its label: "job", "CV") has one active
-    reuses it (202, the same id) only when it names no time (``asked`` None: "analyse
-    this", whenever it runs) or a time due with it; another time is refused (409
-    ``analysis_already_scheduled``, ADR 0058), as an idempotency key sent again with another
-    body is, never reused at a time the caller did not ask for."""
-    if asked is None:
-        return
-    active_due = due_at(active_not_before, now)
-    if due_at(asked, now) == active_due:
-        return
-    when = (
-        f"scheduled for {active_due.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC; cancel it"
-        if active_due > now
-        else "under way; cancel it, or wait for it to end,"
-    )
-    raise Conflict(
-        f"An analysis of this {subject} is already {when} to schedule one for another time",
-        code=ANALYSIS_ALREADY_SCHEDULED,
-    )

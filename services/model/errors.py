@@ -11,8 +11,7 @@ and the gateway maps on to HTTP:
     ├── PermissionDenied     kind=permission_denied    (wrong scope, not entitled, AI off for user,
     │                                                    plan_required: AI switched on on Free)
     ├── NotFound             kind=not_found            (also another owner's row: never leaks)
-    ├── Conflict             kind=conflict             (idempotency key reused for another request,
-    │                                                    analysis_already_scheduled: another time)
+    ├── Conflict             kind=conflict             (idempotency key reused for another request)
     ├── InvalidTransition    kind=failed_precondition  (the state does not allow the event)
     ├── LeaseLost            kind=aborted              (token wrong, lease expired or taken over)
     ├── CapacityExceeded     kind=resource_exhausted   (carries retry_after_seconds)

@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from durable_ops.api.ai_admission.v1 import ai_admission_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
 from durable_ops.api.workspace.v1 import workspace_pb2 as workspace_pb
-from durable_ops.model.admission import ANALYSIS_ALREADY_SCHEDULED, Limits
+from durable_ops.model.admission import Limits
 from durable_ops.model.errors import KEY_USED_FOR_ANOTHER_REQUEST
 from durable_ops.model.scope import Role
 from durable_ops.storage import capacity
@@ -285,30 +285,30 @@ def test_a_reused_analysis_says_when_it_is_due(services: Services, clock: Manual
     assert (due.operation.id, due.reused, _waits_until(due)) == (scheduled.operation.id, True, None)
 
 
-def test_another_time_than_the_active_analysis_is_refused_not_dropped(
+def test_a_start_naming_another_time_learns_when_the_active_analysis_runs(
     services: Services, clock: ManualClock
 ) -> None:
-    """It was answered with the active analysis, the time it named silently dropped: the
-    user believed it would run when asked."""
+    """It was answered with the active analysis and nothing said the time it named was not
+    kept: the user believed it would run when asked. The answer now gives the time it runs
+    (SPEC: an active one is reused, 202, the same id)."""
     entitle(services.db, "alice")
     job, other = create_job(services.workspace, "alice"), create_job(services.workspace, "alice")
     later = (clock() + timedelta(hours=3)).replace(microsecond=0)
-    _admit(services, "alice", _at(snapshot_request(job), later))
+    scheduled = _admit(services, "alice", _at(snapshot_request(job), later))
     for another in (later + timedelta(minutes=1), clock() - timedelta(minutes=1)):
-        refused = _refusal(services, "alice", _at(snapshot_request(job, key="another"), another))
-        assert refused.code() == grpc.StatusCode.ALREADY_EXISTS
-        assert _code(refused) == ANALYSIS_ALREADY_SCHEDULED
-        assert refused.details() == (
-            f"An analysis of this job is already scheduled for {later:%Y-%m-%d %H:%M:%S} UTC;"
-            " cancel it to schedule one for another time"
-        )
+        reused = _admit(services, "alice", _at(snapshot_request(job, key="another"), another))
+        assert (reused.operation.id, reused.reused) == (scheduled.operation.id, True)
+        assert _waits_until(reused) == later
 
-    _admit(services, "alice", snapshot_request(other))  # due now
-    refused = _refusal(services, "alice", _at(snapshot_request(other), later))
-    assert _code(refused) == ANALYSIS_ALREADY_SCHEDULED
-    assert "already under way" in str(refused.details())
+    now = _admit(services, "alice", snapshot_request(other))  # due now
+    reused = _admit(services, "alice", _at(snapshot_request(other), later))
+    assert (reused.operation.id, reused.reused, _waits_until(reused)) == (
+        now.operation.id,
+        True,
+        None,
+    )
     rows = scalar(services.db, select(func.count()).select_from(UserOperation))
-    assert rows == 2  # nothing was made for the refused times
+    assert rows == 2  # nothing was made for the other times
 
 
 def test_an_idempotency_key_sent_again_with_another_time_is_another_request(

@@ -72,8 +72,8 @@ class AdmitResponse(_message.Message):
     @_builtins.property
     def not_before(self) -> _timestamp_pb2.Timestamp:
         """set while the operation waits for a later time (its not_before, still ahead);
-        unset: it is due now (or no longer queued). A reused one keeps its own time: a request
-        naming another is refused (ALREADY_EXISTS), never answered with this one (ADR 0058).
+        unset: it is due now (or no longer queued). A reused one keeps its own time, whatever
+        time the request named (ADR 0058).
         """
 
     def __init__(
