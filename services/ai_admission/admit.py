@@ -7,6 +7,13 @@ reserves the analysis's expected tokens on the owner's day (ADR 0041), and
 only then writes the reservation on the control row and inserts. The
 operation stores the subject's id, never its text.
 
+A returned operation keeps its own time (ADR 0058): the answer says it was
+reused and when it is due, so a start naming another ``not_before`` than its
+subject's active analysis learns that it runs then (SPEC: an active one is
+reused, 202, the same id). An idempotency key sent again with another
+``not_before`` is another request: ``idempotency_conflict`` (409), as the
+Operations service's fingerprint refuses it.
+
 A COMMIT lost on the way is resolved by the operation's fresh id
 (``operations.create`` registers the check), never guessed.
 """
@@ -120,9 +127,12 @@ def admit(
     if request.idempotency_key:
         existing = operations.find_by_key(tx, task.name, request.idempotency_key)
         if existing is not None:
-            if (existing.subject_id, existing.context_ref or "") != (
+            # Its time as its first request stored it: a past one meant its creation.
+            asked_due = admission.due_at(request.not_before, existing.created_at)
+            if (existing.subject_id, existing.context_ref or "", existing.not_before) != (
                 request.subject_id,
                 request.context_ref,
+                asked_due,
             ):
                 raise Conflict(KEY_USED_FOR_ANOTHER_REQUEST)
             return existing, True

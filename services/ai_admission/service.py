@@ -11,6 +11,7 @@ from durable_ops.ai_admission.metrics import AdmissionMetrics
 from durable_ops.api.ai_admission.v1 import ai_admission_pb2 as pb
 from durable_ops.api.ai_admission.v1 import ai_admission_pb2_grpc as pb_grpc
 from durable_ops.clock import Clock
+from durable_ops.model import admission
 from durable_ops.model.admission import Limits
 from durable_ops.model.errors import DomainError, InvalidArgument
 from durable_ops.model.scope import require_user_agent
@@ -18,7 +19,7 @@ from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.scope import caller_scope
 from durable_ops.storage.db import Database
 from durable_ops.telemetry import current_traceparent
-from durable_ops.wire.operations import from_timestamp, operation, status_url
+from durable_ops.wire.operations import from_timestamp, operation, status_url, timestamp
 
 log = structlog.get_logger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AiAdmissionService"].full_name
@@ -61,9 +62,13 @@ class AiAdmissionService(pb_grpc.AiAdmissionServiceServicer):
             task_type=row.task_type,
             reused=reused,
         )
-        return pb.AdmitResponse(
+        response = pb.AdmitResponse(
             operation=operation(row), reused=reused, status_url=status_url(row.id)
         )
+        waits_until = admission.waits_until(row.state, row.not_before, now)
+        if waits_until is not None:
+            response.not_before.CopyFrom(timestamp(waits_until))
+        return response
 
     async def Retry(self, request: pb.RetryRequest, context: ServicerContext) -> pb.AdmitResponse:
         owner = require_user_agent(caller_scope(context)).owner_id

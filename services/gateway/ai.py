@@ -2,7 +2,10 @@
 
 One resource per registered task type (``model.tasks``), at ``task.path``:
 ``POST /api/jobs/{id}/strategy-snapshot`` asks admission for an operation and
-answers 202 with its status URL; the GET twin is cache-only: it reads the
+answers 202 with its status URL, whether it was ``reused`` (the subject's active
+analysis, or the one the same Idempotency-Key made) and the later time it waits for
+(``not_before``, null when it is due now), so a page can say "already scheduled
+for …" to a start that named another time (ADR 0058). The GET twin is cache-only: it reads the
 newest published result and the newest operation for the subject and never starts
 work or reaches a model. Each finished analysis is its own result (issue 39, point 4):
 ``GET /api/operations/{id}/result`` reads the one a past operation published.
@@ -109,7 +112,12 @@ def start(task: TaskType) -> Callable[[Request], Awaitable[Response]]:
             admit.not_before.FromDatetime(not_before)
         reply = await calls(_admission(calls).Admit, admit)
         return JSONResponse(
-            {"operation_id": reply.operation.id, "status_url": reply.status_url},
+            {
+                "operation_id": reply.operation.id,
+                "status_url": reply.status_url,
+                "reused": reply.reused,
+                NOT_BEFORE: dto.time_or_none(reply, NOT_BEFORE),
+            },
             status_code=202,
             # Where to look, and when: the analysis is queued, a worker takes it within moments.
             headers={"Location": reply.status_url, "Retry-After": "1"},
@@ -281,9 +289,23 @@ _SCHEMAS: Mapping[str, Any] = {
     },
     "Accepted": {
         "type": "object",
-        "required": ["operation_id", "status_url"],
+        "required": ["operation_id", "status_url", "reused", NOT_BEFORE],
         "additionalProperties": False,
-        "properties": {"operation_id": {"type": "string"}, "status_url": {"type": "string"}},
+        "properties": {
+            "operation_id": {"type": "string"},
+            "status_url": {"type": "string"},
+            "reused": {
+                "type": "boolean",
+                "description": "the subject's active analysis (or the key's) was returned",
+            },
+            NOT_BEFORE: nullable(
+                {
+                    "type": "string",
+                    "format": "date-time",
+                    "description": "the later time it waits for; null: it is due now",
+                }
+            ),
+        },
     },
     "AnalysisResult": {
         "type": "object",
@@ -383,7 +405,8 @@ def _openapi(task: TaskType) -> dict[str, Any]:
             parameters=[subject, _IDEMPOTENCY_PARAMETER],
             request_body=json_body(
                 _start_body(context),
-                f"optional {', '.join([*context, NOT_BEFORE])}",
+                f"optional {', '.join([*context, NOT_BEFORE])}; the subject's active"
+                f" analysis is reused at its own {NOT_BEFORE}, which the answer gives",
                 required=False,
             ),
         ),

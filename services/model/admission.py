@@ -1,11 +1,13 @@
-"""AI admission rules: who may start AI work, and whether there is room for it."""
+"""AI admission rules: who may start AI work, whether there is room for it, and when a
+reused analysis runs."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from durable_ops.model.errors import CapacityExceeded, PermissionDenied, Unavailable
-from durable_ops.model.states import Plan, Privacy
+from durable_ops.model.states import OperationState, Plan, Privacy
 
 RETRY_AFTER_SECONDS = 15
 
@@ -45,3 +47,15 @@ def effective_privacy(snapshot: Privacy, current: Privacy) -> Privacy:
     if Privacy.LOCAL_ONLY in (snapshot, current):
         return Privacy.LOCAL_ONLY
     return Privacy.EXTERNAL_ALLOWED
+
+
+def due_at(asked: datetime | None, now: datetime) -> datetime:
+    """When an analysis asked at ``now`` to run not before ``asked`` is due: ``asked``, or
+    ``now`` when it names no time or one already past (as ``bounds.not_before`` stores it)."""
+    return now if asked is None else max(asked, now)
+
+
+def waits_until(state: str, not_before: datetime, now: datetime) -> datetime | None:
+    """The later time a queued operation waits for; None when it is due now (or no longer
+    queued: running, waiting for a retry, ended)."""
+    return not_before if state == OperationState.QUEUED and not_before > now else None

@@ -28,7 +28,13 @@ from tests.support.grpc_services import Services, metadata
 from tests.support.jobs_page import JOBS, add_job
 from tests.support.long_polls import refuse_long_polls
 from tests.support.signin import dev_sign_in
-from tests.support.workspace_client import CV_TEXT, JOB_TEXT, create_job, entitle
+from tests.support.workspace_client import (
+    CV_TEXT,
+    JOB_TEXT,
+    create_job,
+    entitle,
+    snapshot_request,
+)
 
 pytestmark = pytest.mark.browser
 Screenshot = Callable[[Page, str], Path]
@@ -158,6 +164,36 @@ def test_cancel_a_queued_analysis_from_the_jobs_page(
 
     page.goto(f"{ui_gateway.url}/operations")
     expect(page.locator("li.op .state")).to_have_text("Cancelled")
+
+
+def test_starting_an_analysis_already_under_way_or_scheduled_says_so(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """A start that found its analysis already there looked like a new one (ADR 0058)."""
+    entitle(ui_services.db, "alice")
+    now_job = create_job(ui_services.workspace, "alice")
+    scheduled_job = create_job(ui_services.workspace, "alice")
+    later = snapshot_request(scheduled_job)
+    later.not_before.FromDatetime(datetime.now(UTC) + timedelta(days=2))
+    ui_services.admission.Admit(later, metadata=metadata(Role.GATEWAY, "alice"))
+    dev_sign_in(page, ui_gateway.url, "alice")
+    page.goto(f"{ui_gateway.url}/jobs")
+
+    job = page.locator(f"#job-{now_job}")
+    start = job.get_by_role("button", name="Start strategy snapshot")
+    start.click()
+    expect(job.locator(".analysis .state")).to_have_text("Queued")
+    expect(job.locator(".analysis__notice")).to_be_hidden()  # a new one: nothing to say
+    start.click()
+    expect(job.locator(".analysis__notice")).to_have_text(
+        "This analysis is already under way: no second one was started."
+    )
+    scheduled = page.locator(f"#job-{scheduled_job}")
+    scheduled.get_by_role("button", name="Start strategy snapshot").click()
+    expect(scheduled.locator(".analysis__notice")).to_have_text(
+        re.compile(r"^This analysis is already scheduled for .+: no second one was started\.$")
+    )
+    expect(page.get_by_role("alert")).to_have_count(0)
 
 
 def test_cancel_a_running_analysis_shows_cancelling_until_the_worker_stops(

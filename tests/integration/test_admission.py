@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import grpc
 import pytest
@@ -15,9 +15,11 @@ from durable_ops.api.ai_admission.v1 import ai_admission_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
 from durable_ops.api.workspace.v1 import workspace_pb2 as workspace_pb
 from durable_ops.model.admission import Limits
+from durable_ops.model.errors import KEY_USED_FOR_ANOTHER_REQUEST
 from durable_ops.model.scope import Role
 from durable_ops.storage import capacity
 from durable_ops.storage.schema import UserOperation
+from durable_ops.wire.operations import from_timestamp
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services, metadata, running_services
 from tests.support.stored import operation, scalar
@@ -239,6 +241,103 @@ def test_idempotency_key_returns_the_same_operation_and_guards_its_subject(
     )
     error = _refusal(services, "alice", snapshot_request(other, key="click-1"))
     assert error.code() == grpc.StatusCode.ALREADY_EXISTS
+
+
+def _at(request: pb.AdmitRequest, when: datetime) -> pb.AdmitRequest:
+    request.not_before.FromDatetime(when)
+    return request
+
+
+def _waits_until(response: pb.AdmitResponse) -> datetime | None:
+    return from_timestamp(response.not_before) if response.HasField("not_before") else None
+
+
+def test_a_reused_analysis_says_when_it_is_due(services: Services, clock: ManualClock) -> None:
+    """A start that names no time, or the same time, gets the subject's active analysis and
+    is told when that one runs: later (its not_before) or now (unset)."""
+    entitle(services.db, "alice")
+    job, other = create_job(services.workspace, "alice"), create_job(services.workspace, "alice")
+    later = clock() + timedelta(hours=3)
+    scheduled = _admit(services, "alice", _at(snapshot_request(job), later))
+    assert (scheduled.reused, _waits_until(scheduled)) == (False, later)
+    for again in (snapshot_request(job), _at(snapshot_request(job), later)):
+        reused = _admit(services, "alice", again)
+        assert (reused.operation.id, reused.reused) == (scheduled.operation.id, True)
+        assert _waits_until(reused) == later
+
+    now = _admit(services, "alice", snapshot_request(other))
+    assert (now.reused, _waits_until(now)) == (False, None)
+    # A time already past means now: the same as the active one's.
+    for again in (
+        snapshot_request(other),
+        _at(snapshot_request(other), clock() - timedelta(days=1)),
+    ):
+        reused = _admit(services, "alice", again)
+        assert (reused.operation.id, reused.reused, _waits_until(reused)) == (
+            now.operation.id,
+            True,
+            None,
+        )
+
+    clock.advance(3 * 3600)
+    services.sweep()  # its time came: it is due now
+    due = _admit(services, "alice", snapshot_request(job))
+    assert (due.operation.id, due.reused, _waits_until(due)) == (scheduled.operation.id, True, None)
+
+
+def test_a_start_naming_another_time_learns_when_the_active_analysis_runs(
+    services: Services, clock: ManualClock
+) -> None:
+    """It was answered with the active analysis and nothing said the time it named was not
+    kept: the user believed it would run when asked. The answer now gives the time it runs
+    (SPEC: an active one is reused, 202, the same id)."""
+    entitle(services.db, "alice")
+    job, other = create_job(services.workspace, "alice"), create_job(services.workspace, "alice")
+    later = (clock() + timedelta(hours=3)).replace(microsecond=0)
+    scheduled = _admit(services, "alice", _at(snapshot_request(job), later))
+    for another in (later + timedelta(minutes=1), clock() - timedelta(minutes=1)):
+        reused = _admit(services, "alice", _at(snapshot_request(job, key="another"), another))
+        assert (reused.operation.id, reused.reused) == (scheduled.operation.id, True)
+        assert _waits_until(reused) == later
+
+    now = _admit(services, "alice", snapshot_request(other))  # due now
+    reused = _admit(services, "alice", _at(snapshot_request(other), later))
+    assert (reused.operation.id, reused.reused, _waits_until(reused)) == (
+        now.operation.id,
+        True,
+        None,
+    )
+    rows = scalar(services.db, select(func.count()).select_from(UserOperation))
+    assert rows == 2  # nothing was made for the other times
+
+
+def test_an_idempotency_key_sent_again_with_another_time_is_another_request(
+    services: Services, clock: ManualClock
+) -> None:
+    """As the Operations service's fingerprint refuses it: the key's first request named
+    when it runs, and a replay naming another time is not that request."""
+    entitle(services.db, "alice")
+    job, other = create_job(services.workspace, "alice"), create_job(services.workspace, "alice")
+    later = clock() + timedelta(hours=1)
+    first = _admit(services, "alice", _at(snapshot_request(job, key="k-1"), later))
+    clock.advance(7200)  # a replay after its time still names the time it named then
+    replay = _admit(services, "alice", _at(snapshot_request(job, key="k-1"), later))
+    assert (replay.operation.id, replay.reused) == (first.operation.id, True)
+    for another in (
+        snapshot_request(job, key="k-1"),
+        _at(snapshot_request(job, key="k-1"), clock()),
+    ):
+        refused = _refusal(services, "alice", another)
+        assert _code(refused) == "idempotency_conflict"
+        assert refused.details() == KEY_USED_FOR_ANOTHER_REQUEST
+
+    plain = _admit(services, "alice", snapshot_request(other, key="k-2"))
+    clock.advance(60)
+    # A time before its creation meant its creation; one after it is another time.
+    before = _at(snapshot_request(other, key="k-2"), clock() - timedelta(minutes=5))
+    assert _admit(services, "alice", before).operation.id == plain.operation.id
+    refused = _refusal(services, "alice", _at(snapshot_request(other, key="k-2"), clock()))
+    assert _code(refused) == "idempotency_conflict"
 
 
 def test_capacity_per_user_and_global(services: Services) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import grpc
 from google.longrunning import operations_pb2_grpc as lro_grpc
@@ -194,3 +194,50 @@ def test_an_analysis_started_over_http_for_later_shows_when_and_counts_its_budge
 
     run(scenario())
     assert OpsClient(services).claim(("strategy.snapshot",)) is None  # not before 3 h
+
+
+def test_a_start_over_http_says_it_reused_an_analysis_and_when_that_one_runs(
+    clock: ManualClock, services: Services
+) -> None:
+    """A subject's active analysis answers a start (202, the same id), and the body says so
+    with the time it runs, also to a start naming another time, whose time used to be
+    dropped without a word."""
+    entitle(services.db, "alice")
+    due = (clock() + timedelta(hours=3)).replace(microsecond=0)
+    other_time = due + timedelta(hours=1)
+
+    def at(when: datetime) -> dict[str, str]:
+        return {"not_before": dto.rfc3339(when)}
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            alice = bearer("alice")
+            job = await client.post("/api/jobs", json=JOB, headers=alice)
+            path = f"/api/jobs/{job.json()['id']}/strategy-snapshot"
+            started = await client.post(path, json=at(due), headers=alice)
+            assert started.status_code == 202, started.text
+            first = started.json()
+            assert (first["reused"], first["not_before"]) == (False, dto.rfc3339(due))
+            for body in ({}, at(due)):  # no time, or the same one
+                again = await client.post(path, json=body, headers=alice)
+                assert again.status_code == 202, again.text
+                assert again.json() == {**first, "reused": True}
+
+            elsewhen = await client.post(path, json=at(other_time), headers=alice)
+            assert elsewhen.status_code == 202, elsewhen.text
+            assert elsewhen.json() == {**first, "reused": True}  # it runs at its own time
+
+            keyed = {**alice, "Idempotency-Key": "plan-1"}
+            other = await client.post("/api/jobs", json=JOB, headers=alice)
+            other_path = f"/api/jobs/{other.json()['id']}/strategy-snapshot"
+            now = (await client.post(other_path, headers=keyed)).json()
+            assert (now["reused"], now["not_before"]) == (False, None)
+            replay = await client.post(other_path, headers=keyed)
+            assert replay.json() == {**now, "reused": True}
+            changed = await client.post(other_path, json=at(other_time), headers=keyed)
+            assert changed.status_code == 409, changed.text
+            assert changed.json()["code"] == "idempotency_conflict"
+
+    run(scenario())
+    assert OpsClient(services).claim(("strategy.snapshot",)) is not None  # the one due now
+    assert OpsClient(services).claim(("strategy.snapshot",)) is None  # the other: in 3 h

@@ -26,7 +26,7 @@ from durable_ops.api.operations.v1 import operations_pb2 as durable__ops_dot_api
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n2durable_ops/api/ai_admission/v1/ai_admission.proto\x12\x1f\x64urable_ops.api.ai_admission.v1\x1a.durable_ops/api/operations/v1/operations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x93\x01\n\x0c\x41\x64mitRequest\x12\x11\n\ttask_type\x18\x01 \x01(\t\x12\x12\n\nsubject_id\x18\x02 \x01(\t\x12\x13\n\x0b\x63ontext_ref\x18\x03 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x04 \x01(\t\x12.\n\nnot_before\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"p\n\rAdmitResponse\x12;\n\toperation\x18\x01 \x01(\x0b\x32(.durable_ops.api.operations.v1.Operation\x12\x0e\n\x06reused\x18\x02 \x01(\x08\x12\x12\n\nstatus_url\x18\x03 \x01(\t\"$\n\x0cRetryRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"6\n\rLookupRequest\x12\x11\n\ttask_type\x18\x01 \x01(\t\x12\x12\n\nsubject_id\x18\x02 \x01(\t\"M\n\x0eLookupResponse\x12;\n\toperation\x18\x01 \x01(\x0b\x32(.durable_ops.api.operations.v1.Operation2\xcf\x02\n\x12\x41iAdmissionService\x12\x66\n\x05\x41\x64mit\x12-.durable_ops.api.ai_admission.v1.AdmitRequest\x1a..durable_ops.api.ai_admission.v1.AdmitResponse\x12\x66\n\x05Retry\x12-.durable_ops.api.ai_admission.v1.RetryRequest\x1a..durable_ops.api.ai_admission.v1.AdmitResponse\x12i\n\x06Lookup\x12..durable_ops.api.ai_admission.v1.LookupRequest\x1a/.durable_ops.api.ai_admission.v1.LookupResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n2durable_ops/api/ai_admission/v1/ai_admission.proto\x12\x1f\x64urable_ops.api.ai_admission.v1\x1a.durable_ops/api/operations/v1/operations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x93\x01\n\x0c\x41\x64mitRequest\x12\x11\n\ttask_type\x18\x01 \x01(\t\x12\x12\n\nsubject_id\x18\x02 \x01(\t\x12\x13\n\x0b\x63ontext_ref\x18\x03 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x04 \x01(\t\x12.\n\nnot_before\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xa0\x01\n\rAdmitResponse\x12;\n\toperation\x18\x01 \x01(\x0b\x32(.durable_ops.api.operations.v1.Operation\x12\x0e\n\x06reused\x18\x02 \x01(\x08\x12\x12\n\nstatus_url\x18\x03 \x01(\t\x12.\n\nnot_before\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"$\n\x0cRetryRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"6\n\rLookupRequest\x12\x11\n\ttask_type\x18\x01 \x01(\t\x12\x12\n\nsubject_id\x18\x02 \x01(\t\"M\n\x0eLookupResponse\x12;\n\toperation\x18\x01 \x01(\x0b\x32(.durable_ops.api.operations.v1.Operation2\xcf\x02\n\x12\x41iAdmissionService\x12\x66\n\x05\x41\x64mit\x12-.durable_ops.api.ai_admission.v1.AdmitRequest\x1a..durable_ops.api.ai_admission.v1.AdmitResponse\x12\x66\n\x05Retry\x12-.durable_ops.api.ai_admission.v1.RetryRequest\x1a..durable_ops.api.ai_admission.v1.AdmitResponse\x12i\n\x06Lookup\x12..durable_ops.api.ai_admission.v1.LookupRequest\x1a/.durable_ops.api.ai_admission.v1.LookupResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,14 +35,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ADMITREQUEST']._serialized_start=169
   _globals['_ADMITREQUEST']._serialized_end=316
-  _globals['_ADMITRESPONSE']._serialized_start=318
-  _globals['_ADMITRESPONSE']._serialized_end=430
-  _globals['_RETRYREQUEST']._serialized_start=432
-  _globals['_RETRYREQUEST']._serialized_end=468
-  _globals['_LOOKUPREQUEST']._serialized_start=470
-  _globals['_LOOKUPREQUEST']._serialized_end=524
-  _globals['_LOOKUPRESPONSE']._serialized_start=526
-  _globals['_LOOKUPRESPONSE']._serialized_end=603
-  _globals['_AIADMISSIONSERVICE']._serialized_start=606
-  _globals['_AIADMISSIONSERVICE']._serialized_end=941
+  _globals['_ADMITRESPONSE']._serialized_start=319
+  _globals['_ADMITRESPONSE']._serialized_end=479
+  _globals['_RETRYREQUEST']._serialized_start=481
+  _globals['_RETRYREQUEST']._serialized_end=517
+  _globals['_LOOKUPREQUEST']._serialized_start=519
+  _globals['_LOOKUPREQUEST']._serialized_end=573
+  _globals['_LOOKUPRESPONSE']._serialized_start=575
+  _globals['_LOOKUPRESPONSE']._serialized_end=652
+  _globals['_AIADMISSIONSERVICE']._serialized_start=655
+  _globals['_AIADMISSIONSERVICE']._serialized_end=990
 # @@protoc_insertion_point(module_scope)

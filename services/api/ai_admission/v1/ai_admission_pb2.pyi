@@ -63,21 +63,30 @@ class AdmitResponse(_message.Message):
     OPERATION_FIELD_NUMBER: _builtins.int
     REUSED_FIELD_NUMBER: _builtins.int
     STATUS_URL_FIELD_NUMBER: _builtins.int
+    NOT_BEFORE_FIELD_NUMBER: _builtins.int
     reused: _builtins.bool
     """an active or idempotent operation was returned instead of a new one"""
     status_url: _builtins.str
     @_builtins.property
     def operation(self) -> _operations_pb2.Operation: ...
+    @_builtins.property
+    def not_before(self) -> _timestamp_pb2.Timestamp:
+        """set while the operation waits for a later time (its not_before, still ahead);
+        unset: it is due now (or no longer queued). A reused one keeps its own time, whatever
+        time the request named (ADR 0058).
+        """
+
     def __init__(
         self,
         *,
         operation: _operations_pb2.Operation | None = ...,
         reused: _builtins.bool = ...,
         status_url: _builtins.str = ...,
+        not_before: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["operation", b"operation"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["not_before", b"not_before", "operation", b"operation"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["operation", b"operation", "reused", b"reused", "status_url", b"status_url"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["not_before", b"not_before", "operation", b"operation", "reused", b"reused", "status_url", b"status_url"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

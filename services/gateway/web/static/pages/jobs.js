@@ -19,7 +19,7 @@ import { createAnalysisView, isActive, isLiveAnswer } from "../analysis-view.js"
 import { budgetChanged, notificationsChanged } from "../events.js";
 import { field, markRefusedField } from "../fields.js";
 import { createFollower } from "../follow.js";
-import { TERMINAL_STATES, formatNumber, isLive } from "../format.js";
+import { TERMINAL_STATES, formatNumber, formatTime, isLive } from "../format.js";
 import { highlight } from "../highlight.js";
 import { LIVE_OPERATION, liveOpen } from "../live.js";
 import { visiblePoller } from "../poller.js";
@@ -212,10 +212,16 @@ export function mount(main) {
       try {
         const choice = contextSelect ? contextSelect.value : "";
         const body = choice ? { [contextField]: choice } : {};
-        await post(path, { json: body, headers: { "Idempotency-Key": `${taskType}-${path}-${Date.now()}` } });
+        const started = await post(path, { json: body, headers: { "Idempotency-Key": `${taskType}-${path}-${Date.now()}` } });
         keepChoice(path, choice);
         showFormError(error, null);
-        budgetChanged(); // its reservation is taken
+        if (started.reused) {
+          // The analysis under way answered (ADR 0058): no second one, and when this one runs.
+          showNotice(entry, reusedNotice(started));
+          entry.noticeUntilEnd = true; // about this run: gone when it ends
+        } else {
+          budgetChanged(); // its reservation is taken
+        }
         lookAgain(entry); // shows the new analysis now, then polls at its pace
       } catch (failure) {
         // A spent daily budget's sentence says when it renews; seconds to midnight would not help.
@@ -228,6 +234,13 @@ export function mount(main) {
     });
     analyses.set(path, entry);
     return h("div", { class: "analysis-block" }, h("div", { class: "analysis__start" }, contextSelect, start), error, notice, slot);
+  }
+
+  // What a start that found its analysis already under way says: it started no second one,
+  // and when the one there runs ("already scheduled for …" when it waits for a later time).
+  function reusedNotice(started) {
+    const when = started.not_before ? `scheduled for ${formatTime(started.not_before)}` : "under way";
+    return `This analysis is already ${when}: no second one was started.`;
   }
 
   function showNotice(entry, text) {
