@@ -14,9 +14,10 @@ work or reaches a model. Each finished analysis is its own result (issue 39, poi
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
@@ -119,11 +120,19 @@ def start(task: TaskType) -> Callable[[Request], Awaitable[Response]]:
                 NOT_BEFORE: dto.time_or_none(reply, NOT_BEFORE),
             },
             status_code=202,
-            # Where to look, and when: the analysis is queued, a worker takes it within moments.
-            headers={"Location": reply.status_url, "Retry-After": "1"},
+            headers={"Location": reply.status_url, "Retry-After": _look_again_after(reply)},
         )
 
     return endpoint_
+
+
+def _look_again_after(reply: admission_pb.AdmitResponse) -> str:
+    """When the status may have moved: within moments for an analysis due now (a worker
+    takes it), not before its time for a scheduled one."""
+    if not reply.HasField(NOT_BEFORE):
+        return "1"
+    waits = reply.not_before.ToDatetime(tzinfo=UTC) - datetime.now(UTC)
+    return str(max(1, math.ceil(waits.total_seconds())))
 
 
 NOT_BEFORE = "not_before"

@@ -218,6 +218,8 @@ def test_a_start_over_http_says_it_reused_an_analysis_and_when_that_one_runs(
             assert started.status_code == 202, started.text
             first = started.json()
             assert (first["reused"], first["not_before"]) == (False, dto.rfc3339(due))
+            # Look again not before its time (about 3 h), not in a second.
+            assert 3 * 3600 - 60 < int(started.headers["Retry-After"]) <= 3 * 3600
             for body in ({}, at(due)):  # no time, or the same one
                 again = await client.post(path, json=body, headers=alice)
                 assert again.status_code == 202, again.text
@@ -230,7 +232,9 @@ def test_a_start_over_http_says_it_reused_an_analysis_and_when_that_one_runs(
             keyed = {**alice, "Idempotency-Key": "plan-1"}
             other = await client.post("/api/jobs", json=JOB, headers=alice)
             other_path = f"/api/jobs/{other.json()['id']}/strategy-snapshot"
-            now = (await client.post(other_path, headers=keyed)).json()
+            started_now = await client.post(other_path, headers=keyed)
+            assert started_now.headers["Retry-After"] == "1"
+            now = started_now.json()
             assert (now["reused"], now["not_before"]) == (False, None)
             replay = await client.post(other_path, headers=keyed)
             assert replay.json() == {**now, "reused": True}
