@@ -129,7 +129,7 @@ def start(task: TaskType) -> Callable[[Request], Awaitable[Response]]:
 def _look_again_after(reply: admission_pb.AdmitResponse) -> str:
     """When the status may have moved: within moments for an analysis due now (a worker
     takes it), not before its time for a scheduled one."""
-    if not reply.HasField(NOT_BEFORE):
+    if not reply.HasField("not_before"):
         return "1"
     waits = reply.not_before.ToDatetime(tzinfo=UTC) - datetime.now(UTC)
     return str(max(1, math.ceil(waits.total_seconds())))
