@@ -25,6 +25,7 @@ from benchmarks.processes import trusted
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.operations.app import OperationsApp
 from durable_ops.operations.service import SERVICE_NAME, OperationsService
+from durable_ops.rpc.open_calls import OpenCalls
 from durable_ops.rpc.server import build_server, start, stop
 from durable_ops.storage.db import Database
 from durable_ops.storage.operations import hash_token
@@ -106,7 +107,9 @@ def in_process_operations(db: Database) -> Iterator[str]:
     async def boot() -> tuple[Any, int]:
         server, port = build_server(
             "127.0.0.1:0",
-            lambda s: pb_grpc.add_OperationsServiceServicer_to_server(OperationsService(app), s),
+            lambda s: pb_grpc.add_OperationsServiceServicer_to_server(
+                OperationsService(app, OpenCalls()), s
+            ),
             [SERVICE_NAME],
             trusted=trusted(),
         )

@@ -65,6 +65,7 @@ from durable_ops.operations.service import SERVICE_NAME, OperationsService
 from durable_ops.operations.sweeper import run_sweeper
 from durable_ops.operations.tuning import TUNING
 from durable_ops.operations.watch import CANCEL
+from durable_ops.rpc.open_calls import OpenCalls
 from durable_ops.rpc.server import build_server, start, stop
 from durable_ops.settings import Settings
 from durable_ops.storage.db import Database
@@ -531,7 +532,9 @@ async def measure_poll_cost(ctx: Context, url: str) -> PollCost:
     app = OperationsApp(db, utc_now)
     server, port = build_server(
         "127.0.0.1:0",
-        lambda s: pb_grpc.add_OperationsServiceServicer_to_server(OperationsService(app), s),
+        lambda s: pb_grpc.add_OperationsServiceServicer_to_server(
+            OperationsService(app, OpenCalls()), s
+        ),
         [SERVICE_NAME],
         trusted=trusted(),
     )

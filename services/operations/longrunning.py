@@ -3,7 +3,8 @@
 The same owner scope, credentials and use cases as ``OperationsService``
 (``OperationsApp``); only the shapes are Google's (``wire.longrunning``).
 ``WaitOperation`` waits on the replica's watch (``operations.watch``): no waiter
-polls alone.
+polls alone, and each holds a slot of its caller's key (``rpc.open_calls``), counted
+with those of ``OperationsService``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from durable_ops.model.operation_filter import parse_filter
 from durable_ops.model.scope import require_operation_changer, require_owner
 from durable_ops.operations.app import OperationsApp
 from durable_ops.rpc import ServicerContext
+from durable_ops.rpc.open_calls import OpenCalls
 from durable_ops.rpc.scope import caller_scope
 from durable_ops.wire import longrunning as convert
 from durable_ops.wire.operations import wait_seconds
@@ -30,8 +32,9 @@ SERVICE_NAME = lro.DESCRIPTOR.services_by_name["Operations"].full_name
 
 
 class LongRunningOperations(lro_grpc.OperationsServicer):
-    def __init__(self, app: OperationsApp) -> None:
+    def __init__(self, app: OperationsApp, open_calls: OpenCalls) -> None:
         self._app = app
+        self._open_calls = open_calls
 
     async def GetOperation(
         self, request: lro.GetOperationRequest, context: ServicerContext
@@ -81,7 +84,9 @@ class LongRunningOperations(lro_grpc.OperationsServicer):
     ) -> lro.Operation:
         owner = require_owner(caller_scope(context)).owner_id
         operation_id = convert.id_from_name(request.name)
-        return convert.operation(await self._app.wait(owner, operation_id, wait_seconds(request)))
+        with self._open_calls.holding():
+            row = await self._app.wait(owner, operation_id, wait_seconds(request))
+        return convert.operation(row)
 
 
 # Typed here: googleapis-common-protos generates its gRPC registration without annotations.

@@ -26,6 +26,7 @@ from durable_ops.operations.sweeper import run_sweeper
 from durable_ops.operations.tuning import TUNING, Tuning
 from durable_ops.rpc.keys import trusted_keys
 from durable_ops.rpc.metrics import GrpcServerMetrics, serve_metrics
+from durable_ops.rpc.open_calls import OpenCalls
 from durable_ops.rpc.server import build_server, serve
 from durable_ops.settings import Settings
 from durable_ops.storage.availability import DatabaseReadiness, open_when_reachable
@@ -37,12 +38,14 @@ SERVICE_NAMES = (SERVICE_NAME, LRO_SERVICE_NAME, OPERATOR_SERVICE_NAME)
 def registration(
     app: OperationsApp, *, tombstones: timedelta = DEFAULT_TOMBSTONES
 ) -> Callable[[grpc.aio.Server], None]:
-    """Both faces of the service on one server, ours and google.longrunning's, and the
-    operator's service on the same watches (ADR 19)."""
+    """Both faces of the service on one server, ours and google.longrunning's, counting
+    their callers' open calls together, and the operator's service on the same watches
+    (ADR 19)."""
 
     def register(server: grpc.aio.Server) -> None:
-        pb_grpc.add_OperationsServiceServicer_to_server(OperationsService(app), server)
-        add_lro_to_server(LongRunningOperations(app), server)
+        open_calls = OpenCalls()
+        pb_grpc.add_OperationsServiceServicer_to_server(OperationsService(app, open_calls), server)
+        add_lro_to_server(LongRunningOperations(app, open_calls), server)
         operator = OperatorService(app, tombstones=tombstones)
         operator_pb2_grpc.add_OperatorServiceServicer_to_server(operator, server)
 

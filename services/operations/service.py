@@ -4,6 +4,8 @@ Each method checks the scope it runs in, converts the request
 (``wire.operations``), runs one use case of the application layer
 (``OperationsApp``, which owns the transactions) and converts the answer.
 Errors are translated once, by the server's interceptor (``rpc.errors``).
+Every call that stays open (a claim that may wait, a wait, a watch, a lease
+stream) holds a slot of its caller's key while it does (``rpc.open_calls``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from durable_ops.model.scope import (
 from durable_ops.operations import lease_streams
 from durable_ops.operations.app import OperationsApp
 from durable_ops.rpc import ServicerContext
+from durable_ops.rpc.open_calls import OpenCalls
 from durable_ops.rpc.scope import caller_scope
 from durable_ops.storage.operations import CLAIM_BATCH_MAX, Settlement
 from durable_ops.telemetry import current_traceparent
@@ -67,8 +70,9 @@ def _holder(context: ServicerContext) -> str:
 
 
 class OperationsService(pb_grpc.OperationsServiceServicer):
-    def __init__(self, app: OperationsApp) -> None:
+    def __init__(self, app: OperationsApp, open_calls: OpenCalls) -> None:
         self.app = app
+        self.open_calls = open_calls  # shared with the server's google.longrunning face
 
     # ---- the owner's -------------------------------------------------------------------
 
@@ -94,7 +98,9 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     ) -> pb.Operation:
         owner = _owner(context)
         seen, seconds = convert.seen(request), convert.wait_seconds(request)
-        return convert.operation(await self.app.wait(owner, request.operation_id, seconds, seen))
+        with self.open_calls.holding():
+            row = await self.app.wait(owner, request.operation_id, seconds, seen)
+        return convert.operation(row)
 
     async def ListOperations(
         self, request: pb.ListOperationsRequest, context: ServicerContext
@@ -143,14 +149,15 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         owner = _reader(context)
         after = event_ids.event_time(request.after) if request.after else None
         n = 0
-        async for batch in self.app.owner_changes(owner, after):
-            for row, draft in batch:
-                yield pb.OwnerChange(
-                    event_id=event_ids.event_id(row.updated_at, n),
-                    operation=convert.operation(row),
-                    draft=convert.draft(draft) if draft is not None else None,
-                )
-                n += 1
+        with self.open_calls.holding():
+            async for batch in self.app.owner_changes(owner, after):
+                for row, draft in batch:
+                    yield pb.OwnerChange(
+                        event_id=event_ids.event_id(row.updated_at, n),
+                        operation=convert.operation(row),
+                        draft=convert.draft(draft) if draft is not None else None,
+                    )
+                    n += 1
 
     # ---- the worker's, in the neutral scope ------------------------------------------------
 
@@ -160,7 +167,8 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         require_neutral_worker(caller_scope(context))
         routes = convert.routes(request.routes or [request.route])
         wait = convert.claim_wait_seconds(request)
-        found = await self.app.claim(request.task_types, request.lease_seconds, routes, wait, 1)
+        with self.open_calls.holding():
+            found = await self.app.claim(request.task_types, request.lease_seconds, routes, wait, 1)
         if not found:
             return pb.ClaimOperationResponse()
         claim, route = found[0]
@@ -177,7 +185,10 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         limit = bounds.int_range("max_operations", request.max_operations, (1, CLAIM_BATCH_MAX))
         routes = convert.routes(request.routes or [pb.ROUTE_LOCAL])
         wait = convert.claim_wait_seconds(request)
-        found = await self.app.claim(request.task_types, request.lease_seconds, routes, wait, limit)
+        with self.open_calls.holding():
+            found = await self.app.claim(
+                request.task_types, request.lease_seconds, routes, wait, limit
+            )
         if found:
             log.info("operations_claimed", count=len(found))
         return pb.ClaimOperationsResponse(claimed=[convert.claimed(*each) for each in found])
@@ -199,8 +210,9 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         self, request_iterator: AsyncIterator[pb.HoldLeasesRequest], context: ServicerContext
     ) -> AsyncIterator[pb.HoldLeasesResponse]:
         require_neutral_worker(caller_scope(context))
-        async for answer in lease_streams.hold_leases(self.app, request_iterator):
-            yield answer
+        with self.open_calls.holding():
+            async for answer in lease_streams.hold_leases(self.app, request_iterator):
+                yield answer
 
     # ---- the worker's, in the owner's scope, holding one lease ----------------------------
 
@@ -208,8 +220,9 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         self, request_iterator: AsyncIterator[pb.HeartbeatRequest], context: ServicerContext
     ) -> AsyncIterator[pb.HeartbeatResponse]:
         owner = _holder(context)
-        async for answer in lease_streams.heartbeat(self.app, owner, request_iterator):
-            yield answer
+        with self.open_calls.holding():
+            async for answer in lease_streams.heartbeat(self.app, owner, request_iterator):
+                yield answer
 
     async def CompleteOperation(
         self, request: pb.CompleteOperationRequest, context: ServicerContext

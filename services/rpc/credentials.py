@@ -24,8 +24,7 @@ from collections.abc import Callable
 import jwt
 
 from durable_ops.model.errors import Unauthenticated
-from durable_ops.model.scope import Role
-from durable_ops.rpc.keys import SigningKey, TrustedKeys
+from durable_ops.rpc.keys import SigningKey, TrustedKey, TrustedKeys
 from durable_ops.settings import Settings
 
 ISSUER = "durable-ops"
@@ -58,7 +57,8 @@ def mint_service_token(
 
 
 class _VerifiedTokens:
-    """A small LRU of verified tokens; an entry lives until its token expires or ``max_age``."""
+    """A small LRU of verified tokens, each with the key that signed it; an entry lives until
+    its token expires or ``max_age``."""
 
     def __init__(
         self, capacity: int = 512, max_age: float = 60.0, clock: Callable[[], float] = time.time
@@ -66,27 +66,27 @@ class _VerifiedTokens:
         self._capacity = capacity
         self._max_age = max_age
         self._clock = clock
-        self._entries: OrderedDict[str, tuple[Role, float]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[TrustedKey, float]] = OrderedDict()
         # grpc may run sync handlers on pool threads; the dict must stay consistent.
         self._lock = threading.Lock()
 
-    def get(self, key: str) -> Role | None:
+    def get(self, token: str) -> TrustedKey | None:
         with self._lock:
-            entry = self._entries.get(key)
+            entry = self._entries.get(token)
             if entry is None:
                 return None
-            role, valid_until = entry
+            signer, valid_until = entry
             if self._clock() >= valid_until:
-                del self._entries[key]
+                del self._entries[token]
                 return None
-            self._entries.move_to_end(key)
-            return role
+            self._entries.move_to_end(token)
+            return signer
 
-    def put(self, key: str, role: Role, exp: float) -> None:
+    def put(self, token: str, signer: TrustedKey, exp: float) -> None:
         valid_until = min(exp, self._clock() + self._max_age)
         with self._lock:
-            self._entries[key] = (role, valid_until)
-            self._entries.move_to_end(key)
+            self._entries[token] = (signer, valid_until)
+            self._entries.move_to_end(token)
             while len(self._entries) > self._capacity:
                 self._entries.popitem(last=False)
 
@@ -105,9 +105,9 @@ def _refused() -> Unauthenticated:
 
 def verify_service_token(
     trusted: TrustedKeys, token: str, *, max_age_seconds: float | None = None
-) -> Role:
-    """The role of the key that signed ``token``, or ``Unauthenticated`` for anything but a
-    valid EdDSA credential from a trusted key.
+) -> TrustedKey:
+    """The trusted key that signed ``token`` (its role is the caller's), or
+    ``Unauthenticated`` for anything but a valid EdDSA credential from a trusted key.
 
     ``max_age_seconds`` (default: the setting) bounds a credential's life: minted for
     longer (``exp - iat``), or issued longer ago than that (``iat``), it is refused.
@@ -142,5 +142,5 @@ def verify_service_token(
         raise _refused()  # minted to outlive the bound
     if time.time() >= issued_at + max_age + CLOCK_LEEWAY_SECONDS:
         raise _refused()  # issued too long ago
-    _cache.put(token, key.role, expires_at)
-    return key.role
+    _cache.put(token, key, expires_at)
+    return key

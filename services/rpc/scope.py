@@ -1,9 +1,10 @@
 """The caller's scope (SPEC §2), built from invocation metadata.
 
 The server interceptor verifies the service credential once per call and keeps
-the role in a context variable; grpc.aio runs the handler in that same
-``contextvars.Context``, so ``caller_scope`` reads the role from there and only
-has to interpret ``x-owner-id``.
+the key that signed it (its role, its name) in a context variable; grpc.aio runs
+the handler in that same ``contextvars.Context``, so ``caller_scope`` reads the
+role from there and only has to interpret ``x-owner-id``, and ``caller_key``
+names the key the call's bounds are counted against (``rpc.open_calls``).
 
 Problems with the credential are ``Unauthenticated``; problems with the shape
 of ``x-owner-id`` (empty, malformed, sent twice) are ``InvalidArgument``: the
@@ -23,7 +24,7 @@ from durable_ops.model.errors import InvalidArgument, PermissionDenied, Unauthen
 from durable_ops.model.scope import NeutralScope, OperatorScope, OwnerScope, Role, Scope
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.credentials import verify_service_token
-from durable_ops.rpc.keys import TrustedKeys
+from durable_ops.rpc.keys import TrustedKey, TrustedKeys
 
 AUTHORIZATION = "authorization"
 OWNER_ID = "x-owner-id"
@@ -34,7 +35,7 @@ NAME_MAX = 64  # of a credential's ``sub`` as logged
 
 Metadata = Iterable[tuple[str, str | bytes]]
 
-_verified_role: ContextVar[Role | None] = ContextVar("verified_service_role", default=None)
+_verified_key: ContextVar[TrustedKey | None] = ContextVar("verified_service_key", default=None)
 
 
 def _values(metadata: Metadata, key: str) -> list[str]:
@@ -45,8 +46,9 @@ def _values(metadata: Metadata, key: str) -> list[str]:
     return found
 
 
-def role_from_metadata(metadata: Metadata, trusted: TrustedKeys) -> Role:
-    """Verify ``authorization: Bearer <service jwt>``; exactly one such header."""
+def key_from_metadata(metadata: Metadata, trusted: TrustedKeys) -> TrustedKey:
+    """Verify ``authorization: Bearer <service jwt>`` (exactly one such header): the
+    trusted key that signed it."""
     headers = _values(metadata, AUTHORIZATION)
     if len(headers) != 1:
         raise Unauthenticated(
@@ -85,17 +87,25 @@ def scope_for(role: Role, metadata: Metadata) -> Scope:
     )
 
 
-def remember_verified_role(role: Role) -> None:
+def remember_verified_key(key: TrustedKey) -> None:
     """Called by the interceptor in the context the handler will run in."""
-    _verified_role.set(role)
+    _verified_key.set(key)
+
+
+def caller_key() -> TrustedKey:
+    """The key that signed the current call's credential: who holds it, as the services
+    know it (its name, shared by a key and its ``.previous`` one during a rotation), not
+    as the credential's ``sub`` says, which its holder writes."""
+    key = _verified_key.get()
+    if key is None:
+        # Only reachable without the credential interceptor: fail closed.
+        raise Unauthenticated("no verified service credential", code="service_credential_required")
+    return key
 
 
 def caller_scope(context: ServicerContext) -> Scope:
     """The scope of the current call (SPEC §2)."""
-    role = _verified_role.get()
-    if role is None:
-        # Only reachable without the credential interceptor: fail closed.
-        raise Unauthenticated("no verified service credential", code="service_credential_required")
+    role = caller_key().role
     metadata: Metadata = context.invocation_metadata() or ()
     return scope_for(role, metadata)
 
@@ -106,9 +116,7 @@ def require_gateway_without_owner(context: ServicerContext) -> None:
     The session id is the credential and the owner is the answer, so the call
     names none: an ``x-owner-id`` would be an identity nobody verified.
     """
-    role = _verified_role.get()
-    if role is None:
-        raise Unauthenticated("no verified service credential", code="service_credential_required")
+    role = caller_key().role
     metadata: Metadata = context.invocation_metadata() or ()
     if role is not Role.GATEWAY or _values(metadata, OWNER_ID):
         raise PermissionDenied(
@@ -125,7 +133,8 @@ def console_session_of(context: ServicerContext) -> str | None:
     id is not checked here: the operator service resolves it (ADR 0045).
     """
     metadata: Metadata = context.invocation_metadata() or ()
-    if _verified_role.get() is not Role.GATEWAY or _values(metadata, OWNER_ID):
+    key = _verified_key.get()
+    if key is None or key.role is not Role.GATEWAY or _values(metadata, OWNER_ID):
         return None
     sessions = _values(metadata, OPERATOR_SESSION)
     if len(sessions) > 1:
@@ -141,7 +150,7 @@ def caller_name(context: ServicerContext) -> str:
     """
     metadata: Metadata = context.invocation_metadata() or ()
     headers = _values(metadata, AUTHORIZATION)
-    if _verified_role.get() is None or len(headers) != 1:
+    if _verified_key.get() is None or len(headers) != 1:
         return ""
     token = headers[0].partition(" ")[2].strip()
     try:

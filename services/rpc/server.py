@@ -35,7 +35,7 @@ from durable_ops.rpc.errors import ErrorInterceptor, status_for, trailing_metada
 from durable_ops.rpc.handlers import handler_like
 from durable_ops.rpc.keys import TrustedKeys, trusted_keys
 from durable_ops.rpc.metrics import GrpcServerMetrics, MetricsInterceptor
-from durable_ops.rpc.scope import remember_verified_role, role_from_metadata
+from durable_ops.rpc.scope import key_from_metadata, remember_verified_key
 from durable_ops.rpc.tls import server_credentials
 from durable_ops.settings import Settings
 from durable_ops.stop_signals import stopping_on_signals
@@ -124,7 +124,7 @@ def _rejecting_handler(handler: Any, error: DomainError) -> Any:
 
 
 class CredentialInterceptor(grpc.aio.ServerInterceptor):
-    """Rejects calls without a valid service credential; remembers the caller's role."""
+    """Rejects calls without a valid service credential; remembers the caller's key."""
 
     def __init__(self, trusted: TrustedKeys) -> None:
         self._trusted = trusted
@@ -136,11 +136,11 @@ class CredentialInterceptor(grpc.aio.ServerInterceptor):
         if handler is None or _is_public(handler_call_details.method):
             return handler
         try:
-            role = role_from_metadata(handler_call_details.invocation_metadata or (), self._trusted)
+            key = key_from_metadata(handler_call_details.invocation_metadata or (), self._trusted)
         except DomainError as error:
             return _rejecting_handler(handler, error)
         # grpc.aio calls the handler in this same contextvars.Context.
-        remember_verified_role(role)
+        remember_verified_key(key)
         return handler
 
 

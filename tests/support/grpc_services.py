@@ -39,6 +39,7 @@ from durable_ops.operations.service import SERVICE_NAME as OPERATIONS
 from durable_ops.operations.service import OperationsService
 from durable_ops.operations.sweeper import sweep_once
 from durable_ops.operations.tuning import TUNING, Tuning
+from durable_ops.rpc.open_calls import OpenCalls
 from durable_ops.rpc.server import build_server, start, stop
 from durable_ops.storage.db import Database
 from durable_ops.storage.operations import SweepReport
@@ -82,6 +83,7 @@ class Services:
     clock: Clock
     loop: BackgroundLoop
     operations_app: OperationsApp
+    open_calls: OpenCalls
     channel: grpc.Channel = field(init=False)
 
     def __post_init__(self) -> None:
@@ -127,13 +129,16 @@ def running_services(
     limits: Limits | None = None,
     tuning: Tuning = TUNING,
     concurrency: Mapping[str, Concurrency] | None = None,
+    open_calls: OpenCalls | None = None,
 ) -> Iterator[Services]:
     """Every gRPC service in one server; the processes serve the same servicers one each.
     ``concurrency``: the task types' concurrency limits the claim applies (default: the
-    registry's)."""
+    registry's); ``open_calls``: the bound on each key's long-lived calls (default: the
+    servers')."""
     loop = BackgroundLoop()
     db = Database(db_url, pool_size=16)
     operations = OperationsApp(db, clock, tuning=tuning, limits=concurrency)
+    open_calls = open_calls or OpenCalls()
 
     async def boot() -> tuple[Any, int]:
         server, port = build_server(
@@ -142,9 +147,9 @@ def running_services(
                 [
                     (
                         operations_pb2_grpc.add_OperationsServiceServicer_to_server,
-                        OperationsService(operations),
+                        OperationsService(operations, open_calls),
                     ),
-                    (add_lro_to_server, LongRunningOperations(operations)),
+                    (add_lro_to_server, LongRunningOperations(operations, open_calls)),
                     (
                         operator_pb2_grpc.add_OperatorServiceServicer_to_server,
                         OperatorService(operations),
@@ -170,7 +175,7 @@ def running_services(
         return server, port
 
     server, port = loop.call(boot())
-    services = Services(f"127.0.0.1:{port}", db, clock, loop, operations)
+    services = Services(f"127.0.0.1:{port}", db, clock, loop, operations, open_calls)
     try:
         yield services
     finally:

@@ -137,7 +137,7 @@ def test_the_operator_scope_is_neither_an_owner_nor_the_neutral_worker() -> None
 
 def test_an_operator_credential_names_its_holder() -> None:
     token = mint_service_token(signing_key(Role.OPERATOR), subject="carol")
-    assert verify_service_token(trusted(), token, max_age_seconds=3600) is Role.OPERATOR
+    assert verify_service_token(trusted(), token, max_age_seconds=3600).role is Role.OPERATOR
     assert _subject(token) == "carol"
     plain = mint_service_token(signing_key(Role.WORKER))
     assert _subject(plain) == "worker"  # unnamed: the key's own name

@@ -29,7 +29,7 @@ from durable_ops.rpc.keys import (
     create_key_pair,
     private_key_path,
 )
-from durable_ops.rpc.scope import caller_scope, role_from_metadata, scope_for
+from durable_ops.rpc.scope import caller_scope, key_from_metadata, scope_for
 from durable_ops.settings import SettingsError
 
 
@@ -84,13 +84,14 @@ def _signed(signer: SigningKey, **overrides: Any) -> str:
 def test_a_minted_token_verifies_as_the_role_of_its_key(
     role: Role, key_dir: Path, trusted: TrustedKeys
 ) -> None:
-    assert verify_service_token(trusted, mint_service_token(key(key_dir, role.value))) is role
+    assert verify_service_token(trusted, mint_service_token(key(key_dir, role.value))).role is role
 
 
 def test_an_issued_workers_key_is_a_worker(key_dir: Path, trusted: TrustedKeys) -> None:
     signer = key(key_dir, "worker-batch1")
     token = mint_service_token(signer)
-    assert verify_service_token(trusted, token) is Role.WORKER
+    verified = verify_service_token(trusted, token)
+    assert (verified.role, verified.name) == (Role.WORKER, "worker-batch1")
     assert jwt.decode(token, options={"verify_signature": False})["sub"] == "worker-batch1"
 
 
@@ -109,9 +110,8 @@ def test_the_gateways_key_claiming_operator_is_refused(key_dir: Path, trusted: T
     with pytest.raises(Unauthenticated):
         verify_service_token(trusted, _signed(key(key_dir, "gateway"), role="operator"))
     # Naming its own role is allowed: the claim only has to agree with the key.
-    assert verify_service_token(trusted, _signed(key(key_dir, "worker"), role="worker")) is (
-        Role.WORKER
-    )
+    signed = _signed(key(key_dir, "worker"), role="worker")
+    assert verify_service_token(trusted, signed).role is Role.WORKER
 
 
 def test_a_workers_key_under_the_gateways_kid_is_refused(
@@ -141,7 +141,7 @@ def test_a_new_key_is_trusted_after_a_second_and_a_deleted_one_no_longer(tmp_pat
     with pytest.raises(Unauthenticated):
         verify_service_token(trusted, token)
     now[0] += RESCAN_SECONDS
-    assert verify_service_token(trusted, token) is Role.WORKER
+    assert verify_service_token(trusted, token).role is Role.WORKER
     credentials._cache.clear()
     (tmp_path / "public" / "worker-late.pub").unlink()
     now[0] += RESCAN_SECONDS
@@ -157,8 +157,9 @@ def test_a_previous_key_is_trusted_during_a_rotation(tmp_path: Path) -> None:
     new = SigningKey.load(create_key_pair(tmp_path, "gateway"))
     assert old.kid != new.kid
     trusted = TrustedKeys(tmp_path)
-    for signer in (old, new):
-        assert verify_service_token(trusted, mint_service_token(signer)) is Role.GATEWAY
+    for signer in (old, new):  # one name: the holder is the same
+        verified = verify_service_token(trusted, mint_service_token(signer))
+        assert (verified.role, verified.name) == (Role.GATEWAY, "gateway")
 
 
 def test_alg_none_is_refused(key_dir: Path, trusted: TrustedKeys) -> None:
@@ -230,9 +231,10 @@ def test_a_credential_within_the_maximum_lifetime_is_accepted(
 ) -> None:
     iat = int(time.time()) - DAY + 60
     gateway = key(key_dir, "gateway")
-    assert verify_service_token(trusted, _signed(gateway, iat=iat, exp=iat + DAY)) is Role.GATEWAY
+    signed = _signed(gateway, iat=iat, exp=iat + DAY)
+    assert verify_service_token(trusted, signed).role is Role.GATEWAY
     worker = mint_service_token(key(key_dir, "worker"), DAY)
-    assert verify_service_token(trusted, worker) is Role.WORKER
+    assert verify_service_token(trusted, worker).role is Role.WORKER
 
 
 def test_the_maximum_lifetime_is_a_setting(
@@ -252,7 +254,7 @@ def test_the_maximum_lifetime_is_a_setting(
     finally:
         credentials.configured_max_age_seconds.cache_clear()
     # An explicit bound wins over the setting.
-    assert verify_service_token(trusted, _signed(gateway), max_age_seconds=60) is Role.GATEWAY
+    assert verify_service_token(trusted, _signed(gateway), max_age_seconds=60).role is Role.GATEWAY
     late = _signed(gateway, exp=int(time.time()) + 120)
     with pytest.raises(Unauthenticated):
         verify_service_token(trusted, late, max_age_seconds=60)
@@ -288,16 +290,22 @@ def test_verification_is_cached_until_the_token_expires(
     assert len(calls) == 2
 
 
-def test_the_cache_is_bounded_and_evicts_the_least_recently_used() -> None:
+def test_the_cache_is_bounded_and_evicts_the_least_recently_used(
+    key_dir: Path, trusted: TrustedKeys
+) -> None:
+    gateway, worker, producer = (
+        verify_service_token(trusted, mint_service_token(key(key_dir, name)))
+        for name in ("gateway", "worker", "producer")
+    )
     cache = credentials._VerifiedTokens(capacity=2)
     far = time.time() + 600
-    cache.put("a", Role.GATEWAY, far)
-    cache.put("b", Role.WORKER, far)
-    assert cache.get("a") is Role.GATEWAY  # "a" is now the most recent
-    cache.put("c", Role.PRODUCER, far)
+    cache.put("a", gateway, far)
+    cache.put("b", worker, far)
+    assert cache.get("a") is gateway  # "a" is now the most recent
+    cache.put("c", producer, far)
     assert cache.get("b") is None
-    assert cache.get("a") is Role.GATEWAY
-    assert cache.get("c") is Role.PRODUCER
+    assert cache.get("a") is gateway
+    assert cache.get("c") is producer
 
 
 def test_a_readable_private_key_is_refused(tmp_path: Path) -> None:
@@ -327,15 +335,13 @@ def _bearer(key_dir: Path, role: Role) -> tuple[str, str]:
     return ("authorization", f"Bearer {mint_service_token(key(key_dir, role.value))}")
 
 
-def test_role_from_metadata_reads_one_bearer_credential(
-    key_dir: Path, trusted: TrustedKeys
-) -> None:
+def test_key_from_metadata_reads_one_bearer_credential(key_dir: Path, trusted: TrustedKeys) -> None:
     metadata = [_bearer(key_dir, Role.PRODUCER), ("x-owner-id", "u1")]
-    assert role_from_metadata(metadata, trusted) is Role.PRODUCER
+    assert key_from_metadata(metadata, trusted).role is Role.PRODUCER
 
 
 @pytest.mark.parametrize("shape", ["missing", "empty-token", "not-bearer", "two-credentials"])
-def test_role_from_metadata_refuses_missing_or_ambiguous_credentials(
+def test_key_from_metadata_refuses_missing_or_ambiguous_credentials(
     shape: str, key_dir: Path, trusted: TrustedKeys
 ) -> None:
     gateway = _bearer(key_dir, Role.GATEWAY)
@@ -346,7 +352,7 @@ def test_role_from_metadata_refuses_missing_or_ambiguous_credentials(
         "two-credentials": [gateway, _bearer(key_dir, Role.WORKER)],
     }[shape]
     with pytest.raises(Unauthenticated):
-        role_from_metadata(metadata, trusted)
+        key_from_metadata(metadata, trusted)
 
 
 @pytest.mark.parametrize("role", [role for role in Role if role is not Role.OPERATOR])
@@ -397,7 +403,7 @@ def test_service_caller_metadata_carries_a_valid_credential_and_the_owner(
     assert len(caller.metadata()) == 1
     metadata = caller.metadata("alice")
     assert dict(metadata)["x-owner-id"] == "alice"
-    assert role_from_metadata(metadata, trusted) is Role.GATEWAY
+    assert key_from_metadata(metadata, trusted).role is Role.GATEWAY
 
 
 def test_service_caller_renews_its_token_before_expiry(
