@@ -34,8 +34,8 @@ be made, or a 503 (llama-server loading its model), reached no model
 attempt, ``ASK_AGAIN_SECONDS`` apart, until the failures open the circuit, and then
 waits for it as above: one attempt rides out a model server's restart of about 3 s +
 the 30 s cooldown, and the analysis's three about 90 s
-(tests/integration/test_ai_worker_outage.py). The spacing keeps a blip of a second
-from opening the circuit for a whole cooldown.
+(tests/integration/test_ai_worker_outage.py; ADR 59). The spacing keeps a blip of a
+second from opening the circuit for a whole cooldown.
 """
 
 from __future__ import annotations
