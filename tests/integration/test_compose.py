@@ -22,6 +22,9 @@ from typing import Any
 import pytest
 
 from durable_ops.cli import SERVE_TARGETS
+from durable_ops.model.addresses import stays_on_this_host
+from durable_ops.rpc.keys import private_key_path
+from durable_ops.rpc.tls import authority_of
 from durable_ops.settings import Settings, documented_variables, service_variable
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import running_services
@@ -355,6 +358,33 @@ def test_each_container_holds_only_its_own_service_key(resolved: dict[str, Any])
     assert re.search(
         r"--mode=0700 .*/keys /keys/public /keys/gateway", DOCKERFILE.read_text(), re.S
     )
+
+
+def test_the_tools_service_calls_the_operations_service_over_tls_as_the_operator(
+    resolved: dict[str, Any],
+) -> None:
+    """`docker compose run --rm opsctl operations|tasks|console …` reaches the Operations
+    service by its name (not 127.0.0.1 in its own container), over TLS trusting the
+    authority the `keys` one-shot made, signed with the operator key it made."""
+    services = _services(resolved)
+    tools, keys = services["opsctl"], services["keys"]
+    settings = Settings.from_env({k: str(v) for k, v in tools["environment"].items()})
+    bind = services["operations"]["environment"][service_variable("operations", "bind")]
+    assert settings.operations_target == f"operations:{_port(bind)}"
+    assert not stays_on_this_host(settings.operations_target), "so the call is TLS"
+    assert keys["environment"]["OPS_SERVICE_KEYS_DIR"] == settings.service_keys_dir
+
+    def volume_holding(service: Service, path: Path) -> str | None:
+        for mount in service.get("volumes") or []:
+            if path.is_relative_to(mount["target"]):
+                return str(mount["source"])
+        return None
+
+    keys_dir = Path(settings.service_keys_dir)
+    for needed in (authority_of(keys_dir), private_key_path(keys_dir, "operator")):
+        held = volume_holding(tools, needed)
+        assert held is not None, f"the tools service has no {needed}"
+        assert held == volume_holding(keys, needed), f"`keys` writes {needed} elsewhere"
 
 
 def test_the_gateway_is_published_on_8080(resolved: dict[str, Any]) -> None:
