@@ -37,6 +37,8 @@ DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 HEALTHCHECK = ROOT / "deploy" / "healthcheck.py"
 OLLAMA_OVERLAY = ROOT / "deploy" / "compose.ollama.yaml"
+MONITORING_OVERLAY = ROOT / "deploy" / "compose.monitoring.yaml"
+GUIDE = ROOT / "docs" / "operations.md"
 IMAGE_HEALTHCHECK = "/opt/durable-ops/deploy/healthcheck.py"
 IMAGE = "durable-ops:local"
 SECRETS = ("MARIADB_ROOT_PASSWORD", "MARIADB_PASSWORD", "OPS_JWT_SECRET")
@@ -44,6 +46,42 @@ GRPC_SERVICES = {"operations", "notifications", "ai-admission", "workspace"}
 OPS_NAME = re.compile(r"\bOPS_[A-Z0-9_]+\b")
 INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
 Service = dict[str, Any]
+# The compose services whose processes read each OPS_* variable .env.example lists: an
+# operator's value in .env must reach every one of them.
+READERS: dict[str, set[str]] = {
+    "OPS_JWT_SECRET": {"gateway", "opsctl"},
+    "OPS_JWT_ISSUER": {"gateway", "opsctl"},
+    "OPS_JWT_AUDIENCE": {"gateway", "opsctl"},
+    "OPS_GATEWAY_ALLOWED_HOSTS": {"gateway"},
+    "OPS_GATEWAY_TRUSTED_PROXIES": {"gateway"},
+    "OPS_UI_UNREAD_POLL_MS": {"gateway"},
+    "OPS_LOG_LEVEL": {*SERVE_TARGETS, "migrate", "opsctl"},
+    "OPS_RETENTION_DAYS": {"operations"},
+    "OPS_TOMBSTONE_RETENTION_DAYS": {"operations"},
+    "OPS_AI_USER_LIMIT": {"ai-admission"},
+    "OPS_AI_GLOBAL_LIMIT": {"ai-admission"},
+    "OPS_AI_GLOBAL_DAILY_TOKENS": {"ai-admission"},
+    "OPS_WORKERS_AI_OPERATIONS_ENABLED": {"ai-worker"},
+    "OPS_WORKER_POLL_SECONDS": {"ai-worker"},
+    "OPS_WORKER_LEASE_SECONDS": {"ai-worker"},
+    "OPS_WORKER_TASK_TIMEOUT_SECONDS": {"ai-worker"},
+    "OPS_HOST_ID": {"ai-worker"},
+    "OPS_AI_LOCAL_URL": {"ai-worker"},
+    "OPS_AI_LOCAL_MODEL": {"ai-worker"},
+    "OPS_AI_EXTERNAL_URL": {"ai-worker"},
+    "OPS_AI_EXTERNAL_MODEL": {"ai-worker"},
+    "OPS_AI_EXTERNAL_API_KEY": {"ai-worker"},
+    "OPS_AI_CIRCUIT_FAILURES": {"ai-worker"},
+    "OPS_AI_CIRCUIT_COOLDOWN_SECONDS": {"ai-worker"},
+}
+# Settings the operations guide names that no compose file sets, on purpose: each stays
+# at its default under Compose, for the reason given.
+LEFT_AT_DEFAULT = {
+    "OPS_DEV_LOGIN": "never served by a gateway that listens beyond loopback",
+    "OPS_WORKER_CONCURRENCY": "the worker's host store admits one inference at a time",
+    "OPS_DATABASE_WAIT_SECONDS": "the restart policy brings back a service that gave up",
+    "OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS": "a bound on credentials minted for minutes",
+}
 
 
 def _compose_binary() -> str | None:
@@ -220,6 +258,53 @@ def test_every_ops_variable_is_a_real_setting() -> None:
 def test_env_example_lists_exactly_the_variables_compose_reads() -> None:
     interpolated = set(INTERPOLATION.findall(COMPOSE_FILE.read_text()))
     assert sorted(interpolated ^ set(_env_example())) == []
+
+
+def test_each_env_variable_reaches_every_process_that_reads_it(
+    compose_bin: str, tmp_path: Path, test_env_file: Path
+) -> None:
+    """A value set in .env is what the processes reading it get: none is dropped on the
+    way (OPS_RETENTION_DAYS once reached no process, so the hourly prune never ran)."""
+    values = _env_example()
+    assert sorted(set(READERS) ^ {name for name in values if name.startswith("OPS_")}) == []
+    marked = test_env_file.read_text() + "".join(f"{name}=set-{name}\n" for name in READERS)
+    env_file = tmp_path / "marked.env"
+    env_file.write_text(marked)  # a later line wins: each variable holds its marker
+    result = _compose(
+        compose_bin, tmp_path, env_file, "--profile", "tools", "config", "--format", "json"
+    )
+    assert result.returncode == 0, result.stderr
+    services = _services(json.loads(result.stdout))
+    missed = {
+        (name, reader)
+        for name, readers in READERS.items()
+        for reader in readers
+        if (services[reader].get("environment") or {}).get(name) != f"set-{name}"
+    }
+    assert sorted(missed) == []
+
+
+def test_every_setting_the_guide_names_is_set_under_compose_or_left_on_purpose(
+    compose_bin: str, tmp_path: Path, test_env_file: Path
+) -> None:
+    """docs/operations.md tells operators what to set; compose.yaml and its overlays must
+    pass each of those settings to a process, or keep it at its default for a reason."""
+    overlays = ["-f", str(OLLAMA_OVERLAY), "-f", str(MONITORING_OVERLAY)]
+    profiles = ["--profile", "tools", "--profile", "monitoring"]
+    result = _compose(
+        compose_bin, tmp_path, test_env_file, *overlays, *profiles, "config", "--format", "json"
+    )
+    assert result.returncode == 0, result.stderr
+    passed = {
+        name
+        for service in _services(json.loads(result.stdout)).values()
+        for name in service.get("environment") or {}
+    }
+    settings = {name for name, _default, _doc in documented_variables()}
+    named = set(OPS_NAME.findall(GUIDE.read_text())) & settings
+    assert sorted(named - passed - set(LEFT_AT_DEFAULT)) == []
+    assert sorted(set(LEFT_AT_DEFAULT) & passed) == []
+    assert set(LEFT_AT_DEFAULT) <= named, "a setting the guide no longer names"
 
 
 def test_secrets_are_interpolated_as_required() -> None:
