@@ -22,6 +22,9 @@ from typing import Any
 import pytest
 
 from durable_ops.cli import SERVE_TARGETS
+from durable_ops.model.addresses import stays_on_this_host
+from durable_ops.rpc.keys import private_key_path
+from durable_ops.rpc.tls import authority_of
 from durable_ops.settings import Settings, documented_variables, service_variable
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import running_services
@@ -34,6 +37,8 @@ DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 HEALTHCHECK = ROOT / "deploy" / "healthcheck.py"
 OLLAMA_OVERLAY = ROOT / "deploy" / "compose.ollama.yaml"
+MONITORING_OVERLAY = ROOT / "deploy" / "compose.monitoring.yaml"
+GUIDE = ROOT / "docs" / "operations.md"
 IMAGE_HEALTHCHECK = "/opt/durable-ops/deploy/healthcheck.py"
 IMAGE = "durable-ops:local"
 SECRETS = ("MARIADB_ROOT_PASSWORD", "MARIADB_PASSWORD", "OPS_JWT_SECRET")
@@ -41,6 +46,42 @@ GRPC_SERVICES = {"operations", "notifications", "ai-admission", "workspace"}
 OPS_NAME = re.compile(r"\bOPS_[A-Z0-9_]+\b")
 INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
 Service = dict[str, Any]
+# The compose services whose processes read each OPS_* variable .env.example lists: an
+# operator's value in .env must reach every one of them.
+READERS: dict[str, set[str]] = {
+    "OPS_JWT_SECRET": {"gateway", "opsctl"},
+    "OPS_JWT_ISSUER": {"gateway", "opsctl"},
+    "OPS_JWT_AUDIENCE": {"gateway", "opsctl"},
+    "OPS_GATEWAY_ALLOWED_HOSTS": {"gateway"},
+    "OPS_GATEWAY_TRUSTED_PROXIES": {"gateway"},
+    "OPS_UI_UNREAD_POLL_MS": {"gateway"},
+    "OPS_LOG_LEVEL": {*SERVE_TARGETS, "migrate", "opsctl"},
+    "OPS_RETENTION_DAYS": {"operations"},
+    "OPS_TOMBSTONE_RETENTION_DAYS": {"operations"},
+    "OPS_AI_USER_LIMIT": {"ai-admission"},
+    "OPS_AI_GLOBAL_LIMIT": {"ai-admission"},
+    "OPS_AI_GLOBAL_DAILY_TOKENS": {"ai-admission"},
+    "OPS_WORKERS_AI_OPERATIONS_ENABLED": {"ai-worker"},
+    "OPS_WORKER_POLL_SECONDS": {"ai-worker"},
+    "OPS_WORKER_LEASE_SECONDS": {"ai-worker"},
+    "OPS_WORKER_TASK_TIMEOUT_SECONDS": {"ai-worker"},
+    "OPS_HOST_ID": {"ai-worker"},
+    "OPS_AI_LOCAL_URL": {"ai-worker"},
+    "OPS_AI_LOCAL_MODEL": {"ai-worker"},
+    "OPS_AI_EXTERNAL_URL": {"ai-worker"},
+    "OPS_AI_EXTERNAL_MODEL": {"ai-worker"},
+    "OPS_AI_EXTERNAL_API_KEY": {"ai-worker"},
+    "OPS_AI_CIRCUIT_FAILURES": {"ai-worker"},
+    "OPS_AI_CIRCUIT_COOLDOWN_SECONDS": {"ai-worker"},
+}
+# Settings the operations guide names that no compose file sets, on purpose: each stays
+# at its default under Compose, for the reason given.
+LEFT_AT_DEFAULT = {
+    "OPS_DEV_LOGIN": "never served by a gateway that listens beyond loopback",
+    "OPS_WORKER_CONCURRENCY": "the worker's host store admits one inference at a time",
+    "OPS_DATABASE_WAIT_SECONDS": "the restart policy brings back a service that gave up",
+    "OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS": "a bound on credentials minted for minutes",
+}
 
 
 def _compose_binary() -> str | None:
@@ -219,6 +260,53 @@ def test_env_example_lists_exactly_the_variables_compose_reads() -> None:
     assert sorted(interpolated ^ set(_env_example())) == []
 
 
+def test_each_env_variable_reaches_every_process_that_reads_it(
+    compose_bin: str, tmp_path: Path, test_env_file: Path
+) -> None:
+    """A value set in .env is what the processes reading it get: none is dropped on the
+    way (OPS_RETENTION_DAYS once reached no process, so the hourly prune never ran)."""
+    values = _env_example()
+    assert sorted(set(READERS) ^ {name for name in values if name.startswith("OPS_")}) == []
+    marked = test_env_file.read_text() + "".join(f"{name}=set-{name}\n" for name in READERS)
+    env_file = tmp_path / "marked.env"
+    env_file.write_text(marked)  # a later line wins: each variable holds its marker
+    result = _compose(
+        compose_bin, tmp_path, env_file, "--profile", "tools", "config", "--format", "json"
+    )
+    assert result.returncode == 0, result.stderr
+    services = _services(json.loads(result.stdout))
+    missed = {
+        (name, reader)
+        for name, readers in READERS.items()
+        for reader in readers
+        if (services[reader].get("environment") or {}).get(name) != f"set-{name}"
+    }
+    assert sorted(missed) == []
+
+
+def test_every_setting_the_guide_names_is_set_under_compose_or_left_on_purpose(
+    compose_bin: str, tmp_path: Path, test_env_file: Path
+) -> None:
+    """docs/operations.md tells operators what to set; compose.yaml and its overlays must
+    pass each of those settings to a process, or keep it at its default for a reason."""
+    overlays = ["-f", str(OLLAMA_OVERLAY), "-f", str(MONITORING_OVERLAY)]
+    profiles = ["--profile", "tools", "--profile", "monitoring"]
+    result = _compose(
+        compose_bin, tmp_path, test_env_file, *overlays, *profiles, "config", "--format", "json"
+    )
+    assert result.returncode == 0, result.stderr
+    passed = {
+        name
+        for service in _services(json.loads(result.stdout)).values()
+        for name in service.get("environment") or {}
+    }
+    settings = {name for name, _default, _doc in documented_variables()}
+    named = set(OPS_NAME.findall(GUIDE.read_text())) & settings
+    assert sorted(named - passed - set(LEFT_AT_DEFAULT)) == []
+    assert sorted(set(LEFT_AT_DEFAULT) & passed) == []
+    assert set(LEFT_AT_DEFAULT) <= named, "a setting the guide no longer names"
+
+
 def test_secrets_are_interpolated_as_required() -> None:
     text = COMPOSE_FILE.read_text()
     for secret in SECRETS:
@@ -355,6 +443,33 @@ def test_each_container_holds_only_its_own_service_key(resolved: dict[str, Any])
     assert re.search(
         r"--mode=0700 .*/keys /keys/public /keys/gateway", DOCKERFILE.read_text(), re.S
     )
+
+
+def test_the_tools_service_calls_the_operations_service_over_tls_as_the_operator(
+    resolved: dict[str, Any],
+) -> None:
+    """`docker compose run --rm opsctl operations|tasks|console …` reaches the Operations
+    service by its name (not 127.0.0.1 in its own container), over TLS trusting the
+    authority the `keys` one-shot made, signed with the operator key it made."""
+    services = _services(resolved)
+    tools, keys = services["opsctl"], services["keys"]
+    settings = Settings.from_env({k: str(v) for k, v in tools["environment"].items()})
+    bind = services["operations"]["environment"][service_variable("operations", "bind")]
+    assert settings.operations_target == f"operations:{_port(bind)}"
+    assert not stays_on_this_host(settings.operations_target), "so the call is TLS"
+    assert keys["environment"]["OPS_SERVICE_KEYS_DIR"] == settings.service_keys_dir
+
+    def volume_holding(service: Service, path: Path) -> str | None:
+        for mount in service.get("volumes") or []:
+            if path.is_relative_to(mount["target"]):
+                return str(mount["source"])
+        return None
+
+    keys_dir = Path(settings.service_keys_dir)
+    for needed in (authority_of(keys_dir), private_key_path(keys_dir, "operator")):
+        held = volume_holding(tools, needed)
+        assert held is not None, f"the tools service has no {needed}"
+        assert held == volume_holding(keys, needed), f"`keys` writes {needed} elsewhere"
 
 
 def test_the_gateway_is_published_on_8080(resolved: dict[str, Any]) -> None:
