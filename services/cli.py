@@ -444,6 +444,19 @@ def cmd_up(args: argparse.Namespace) -> int:
     return run_stack(settings, demo_user=args.demo_user, database_source=database_source)
 
 
+def _key_label(text: str) -> str:
+    """An issued key's label, checked as the arguments are parsed: a bad one is a usage
+    error naming the command. The rule is the same for every role."""
+    from durable_ops.model.scope import Role
+    from durable_ops.rpc import keys
+
+    try:
+        keys.key_name(Role.WORKER, text)
+    except SettingsError as bad:
+        raise argparse.ArgumentTypeError(str(bad)) from None
+    return text
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -695,7 +708,7 @@ def build_parser() -> argparse.ArgumentParser:
         " second) and print the private key's path, for Worker(target, key=PATH).",
     )
     issue.set_defaults(run=cmd_keys)
-    issue.add_argument("label", help="who holds it: 1-48 of a-z, 0-9, '-' and '_'")
+    issue.add_argument("label", type=_key_label, help="who holds it: 1-48 of a-z, 0-9, '-' and '_'")
     issue.add_argument("--role", choices=["worker", "producer"], default="worker")
     rotate = key_commands.add_parser(
         "rotate",
