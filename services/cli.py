@@ -444,6 +444,19 @@ def cmd_up(args: argparse.Namespace) -> int:
     return run_stack(settings, demo_user=args.demo_user, database_source=database_source)
 
 
+def _key_label(text: str) -> str:
+    """An issued key's label, checked as the arguments are parsed: a bad one is a usage
+    error naming the command. The rule is the same for every role."""
+    from durable_ops.model.scope import Role
+    from durable_ops.rpc import keys
+
+    try:
+        keys.key_name(Role.WORKER, text)
+    except SettingsError as bad:
+        raise argparse.ArgumentTypeError(str(bad)) from None
+    return text
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -492,19 +505,21 @@ notifications  the Notifications gRPC service (OPS_NOTIFICATIONS_BIND, default 1
 ai-admission   the AI Admission gRPC service (OPS_AI_ADMISSION_BIND, default 127.0.0.1:50053)
 workspace      the Workspace gRPC service (OPS_WORKSPACE_BIND, default 127.0.0.1:50054)
 gateway        the HTTP API and web UI (OPS_GATEWAY_BIND, default 127.0.0.1:8080)
-ai-worker      claims AI operations and runs them, one inference at a time
+ai-worker      claims AI operations (only with OPS_WORKERS_AI_OPERATIONS_ENABLED=true) and
+               runs them, as many at once as OPS_WORKER_CONCURRENCY says
 dev-model      the built-in development model (OPS_DEV_MODEL_BIND, default 127.0.0.1:8090)
 
 Several gRPC services may share one process, each on its own address, and pay Python's
 start-up once: opsctl up runs operations, notifications, ai-admission and workspace so.
 Every OPS_* variable is listed in the README."""
 UP_HELP = """\
-Migrates the database (OPS_DATABASE_URL, default the SQLite file var/durable-ops.sqlite3),
-checks that every address is free, then runs every process as a child of this one. A
-child that dies is restarted with backoff; Ctrl-C or SIGTERM stops them all. The
-user-token secret, unless OPS_JWT_SECRET is set, is kept in var/secrets.json; a service
-key per role is made in OPS_SERVICE_KEYS_DIR (var/keys), each child given its own. One
-opsctl up per directory: a second one is refused while the first runs (var/up.lock)."""
+Checks that every address is free (one taken: exit 2, and no file is made), migrates the
+database (OPS_DATABASE_URL, default the SQLite file var/durable-ops.sqlite3), then runs
+every process as a child of this one. A child that dies is restarted with backoff;
+Ctrl-C or SIGTERM stops them all. The user-token secret, unless OPS_JWT_SECRET is set,
+is kept in var/secrets.json; a service key per role is made in OPS_SERVICE_KEYS_DIR
+(var/keys), each child given its own. One opsctl up per directory: a second one is
+refused while the first runs (var/up.lock)."""
 
 
 def plain(docstring: str) -> str:
@@ -693,7 +708,7 @@ def build_parser() -> argparse.ArgumentParser:
         " second) and print the private key's path, for Worker(target, key=PATH).",
     )
     issue.set_defaults(run=cmd_keys)
-    issue.add_argument("label", help="who holds it: 1-48 of a-z, 0-9, '-' and '_'")
+    issue.add_argument("label", type=_key_label, help="who holds it: 1-48 of a-z, 0-9, '-' and '_'")
     issue.add_argument("--role", choices=["worker", "producer"], default="worker")
     rotate = key_commands.add_parser(
         "rotate",

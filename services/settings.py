@@ -2,7 +2,8 @@
 
 What an operator sets (addresses, the database, secrets, retention, limits,
 logging) lives here so the README table and the code cannot drift apart:
-``tests/unit/test_settings.py`` checks that each field is documented. A value
+``tests/unit/test_settings.py`` checks that each field has a row in the README's
+table with this default and, word for word, this description. A value
 no operator needs to set is not a setting: the Operations server's timing is
 ``durable_ops.operations.tuning`` (ADR 0034).
 """
@@ -148,9 +149,9 @@ class Settings:
     gateway_long_polls_per_user: int = field(
         default=16,
         metadata=_doc(
-            "long-polls (`GET /api/operations/{id}:wait`) one user may hold open at once,"
-            " counted per gateway process: one more gets 429 `too_many_waits` with"
-            " `Retry-After`"
+            "long-polls and event streams (`GET /api/operations/{id}:wait`, `GET /api/events`)"
+            " one user may hold open at once, counted per gateway process: one more gets 429"
+            " `too_many_waits` with `Retry-After`"
         ),
     )
     operations_bind: str = field(
@@ -202,8 +203,18 @@ class Settings:
             " at least OPS_RETENTION_DAYS (also the default of `opsctl operations prune`)"
         ),
     )
-    ai_user_limit: int = field(default=2, metadata=_doc("active AI operations allowed per user"))
-    ai_global_limit: int = field(default=20, metadata=_doc("active AI operations allowed in total"))
+    ai_user_limit: int = field(
+        default=2,
+        metadata=_doc(
+            "active AI operations allowed per user (one scheduled for later counts from its time)"
+        ),
+    )
+    ai_global_limit: int = field(
+        default=20,
+        metadata=_doc(
+            "active AI operations allowed in total (one scheduled for later counts from its time)"
+        ),
+    )
     ai_global_daily_tokens: int = field(
         default=0,
         metadata=_doc(
@@ -225,7 +236,11 @@ class Settings:
     )
     worker_poll_seconds: float = field(
         default=0.5,
-        metadata=_doc("how often the AI worker reconciles its host journal"),
+        metadata=_doc(
+            "how often the AI worker, at start and before it claims, asks again whether an"
+            " attempt its host journal left open is over (a claim the service refused is"
+            " retried after 0.5 s, not this)"
+        ),
     )
     worker_lease_seconds: int = field(
         default=60, metadata=_doc("lease the AI worker asks for on each claim")

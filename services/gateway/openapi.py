@@ -15,8 +15,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from durable_ops.gateway.bodies import NUMBER_DIGITS_MAX
+from durable_ops.gateway.bodies import BODY_SECONDS, NUMBER_DIGITS_MAX
 from durable_ops.gateway.dto import STATE_NAMES
+from durable_ops.gateway.hosts import UNCHECKED_PATHS
 from durable_ops.gateway.modules import RouteModule
 from durable_ops.gateway.problems import PROBLEM_JSON
 from durable_ops.model import bounds
@@ -24,6 +25,9 @@ from durable_ops.model.bounds import PAGE_SIZE_DEFAULT, PAGE_SIZE_RANGE, PAGE_TO
 
 JsonObject = dict[str, Any]
 METHODS = ("get", "put", "post", "delete", "patch")
+
+# Served under any host name (``hosts``): what an orchestrator probes.
+_PROBES = " and ".join(f"`{path}`" for path in sorted(UNCHECKED_PATHS))
 
 ERROR_DESCRIPTIONS: Mapping[int, str] = {
     400: (
@@ -33,7 +37,8 @@ ERROR_DESCRIPTIONS: Mapping[int, str] = {
         " the route does not take (`unknown_parameter`); or a body that is not JSON"
         " (`malformed_json`)"
         f" or holds a number of more than {NUMBER_DIGITS_MAX} digits (`number_too_long`);"
-        " or a `Host` the gateway does not answer to (`host_not_allowed`, on every route)"
+        " or a `Host` the gateway does not answer to (`host_not_allowed`, on every route but"
+        f" the probes {_PROBES})"
     ),
     401: "Not signed in: missing, malformed, expired or wrongly signed token",
     403: (
@@ -42,10 +47,17 @@ ERROR_DESCRIPTIONS: Mapping[int, str] = {
         " naming no origin, neither `Origin` nor a same-origin `Referer`: `origin_required`)"
     ),
     404: "No such resource for this user (another user's resource looks the same)",
+    408: (
+        f"The body did not arrive within {BODY_SECONDS:g} s of the request's head"
+        " (`request_timeout`); the connection is closed"
+    ),
     409: "The resource's state does not allow this, or the idempotency key was used before",
     413: "The body is too large",
     415: "The body is not of the media type the operation takes (JSON unless it says)",
-    429: "Over capacity; `Retry-After` says when to try again",
+    429: (
+        "Past a bound (`code` says which: capacity, budget, stored jobs and CVs, open waits,"
+        " sign-in attempts); `Retry-After` says when to try again"
+    ),
     503: "A backend service is unavailable",
     504: "A backend service did not answer in time",
 }
@@ -189,12 +201,17 @@ def endpoint(
     request_body: JsonObject | None = None,
     secured: bool = True,
 ) -> JsonObject:
-    """One OpenAPI operation object; API routes are secured and answer 401 by default."""
+    """One OpenAPI operation object; API routes are secured and answer 401 by default, and
+    a route that takes a body answers 408 when it comes too slowly (``bodies``)."""
     operation: JsonObject = {
         "summary": summary,
         "operationId": operation_id,
         "tags": [tag],
-        "responses": {**responses, **(errors(401) if secured else {})},
+        "responses": {
+            **responses,
+            **(errors(401) if secured else {}),
+            **(errors(408) if request_body is not None else {}),
+        },
     }
     params = list(parameters)
     if params:
@@ -353,7 +370,8 @@ def build_document(modules: Iterable[RouteModule], *, version: str = "1") -> Jso
             "description": "Owner-scoped durable operations and notifications. "
             "Errors are application/problem+json (RFC 9457) with a stable `code`. "
             "A request whose `Host` is not one of the gateway's names "
-            "(OPS_GATEWAY_ALLOWED_HOSTS) is refused before routing: 400 `host_not_allowed`.",
+            "(OPS_GATEWAY_ALLOWED_HOSTS) is refused before routing: 400 `host_not_allowed`; "
+            f"the probes {_PROBES} answer under any name.",
         },
         "paths": dict(sorted(paths.items())),
         "components": {"schemas": schemas, "securitySchemes": SECURITY_SCHEMES},

@@ -217,6 +217,8 @@ routes: Sequence[BaseRoute] = [
 
 _TIME = {"type": "string", "format": "date-time"}
 _WRITE_ERRORS = errors(400, 403, 413, 415, 503, 504)
+# A job or a CV more than the owner may store is 429 ``storage_quota_exceeded``.
+_CREATE_ERRORS = errors(400, 403, 413, 415, 429, 503, 504)
 openapi_schemas: Mapping[str, Any] = {
     "Job": {
         "type": "object",
@@ -310,7 +312,7 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
             "Save a job posting",
             "createJob",
             _JOBS,
-            {"201": ok("the job", ref("Job")), **_WRITE_ERRORS},
+            {"201": ok("the job", ref("Job")), **_CREATE_ERRORS},
             request_body=json_body(ref("NewJob")),
         ),
         "get": endpoint(
@@ -335,7 +337,7 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
             "Save a CV as text",
             "createAttachment",
             _ATTACHMENTS,
-            {"201": ok("the attachment, without its text", ref("Attachment")), **_WRITE_ERRORS},
+            {"201": ok("the attachment, without its text", ref("Attachment")), **_CREATE_ERRORS},
             request_body=json_body(ref("NewAttachment")),
         ),
         "get": endpoint(

@@ -196,6 +196,11 @@ def test_a_body_that_stops_short_is_a_408_not_a_connection_held_for_good(
     with LiveGateway(app) as gateway, _short_body(gateway.port) as connection:
         status_line = connection.makefile("rb").readline()
     assert status_line.split()[1] == b"408"
+    # /openapi.json says so for every route that takes a body.
+    for path, item in app.state.openapi["paths"].items():
+        for method, operation in item.items():
+            if "requestBody" in operation:
+                assert "408" in operation["responses"], f"{method.upper()} {path}"
 
 
 def test_a_head_sent_a_line_at_a_time_is_cut_off_at_its_deadline(

@@ -3,7 +3,7 @@
 The role is the key's: the gateway's key claiming ``operator`` is refused, and a
 worker's key cannot do what only the gateway does (sessions). A key issued with
 ``opsctl keys issue`` is trusted by the running services without a restart, and
-the README's SDK worker runs with it. Deadlines only keep a broken build from
+the README's SDK producer and worker run with theirs. Deadlines only keep a broken build from
 hanging; nothing is timed.
 """
 
@@ -23,9 +23,12 @@ from structlog.testing import capture_logs
 
 from durable_ops import cli
 from durable_ops.api.notifications.v1 import notifications_pb2 as npb
+from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.api.operations.v1.operations_pb2_grpc import OperationsServiceStub
 from durable_ops.api.operator.v1 import operator_pb2 as opb
 from durable_ops.api.workspace.v1 import workspace_pb2 as wpb
 from durable_ops.model.scope import Role
+from durable_ops.rpc.client import ServiceCaller, open_channel
 from durable_ops.rpc.credentials import mint_service_token
 from durable_ops.rpc.keys import PUBLIC_DIR, RESCAN_SECONDS, SigningKey
 from durable_ops.worker import Attempt, PermanentFailure, Worker, WorkerOptions
@@ -171,17 +174,17 @@ def test_workers_and_producers_reach_no_users_workspace(services: Services) -> N
 @pytest.fixture
 def issue(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> Iterator[Callable[[str], Path]]:
-    """``opsctl keys issue LABEL`` into the keys folder the running services read; the
-    keys it made are removed afterwards (the folder is the whole test process's)."""
+) -> Iterator[Callable[..., Path]]:
+    """``opsctl keys issue LABEL [--role ROLE]`` into the keys folder the running services
+    read; the keys it made are removed afterwards (the folder is the whole test process's)."""
     monkeypatch.setenv("OPS_SERVICE_KEYS_DIR", str(keys_dir()))
     monkeypatch.delenv("OPS_SERVICE_KEY", raising=False)
     made: list[str] = []
 
-    def run(label: str) -> Path:
+    def run(label: str, role: str = "worker") -> Path:
         capsys.readouterr()
-        assert cli.main(["keys", "issue", label]) == 0
-        made.append(f"worker-{label}")
+        assert cli.main(["keys", "issue", label, "--role", role]) == 0
+        made.append(f"{role}-{label}")
         return Path(capsys.readouterr().out.strip())
 
     yield run
@@ -215,7 +218,7 @@ def _until_trusted(services: Services, key: SigningKey) -> list[grpc.StatusCode]
 
 
 def test_a_key_from_opsctl_keys_issue_is_trusted_without_a_restart(
-    services: Services, issue: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
+    services: Services, issue: Callable[..., Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert _unread_count(services, signing_key(Role.WORKER)) == grpc.StatusCode.OK  # serving
     label = f"batch-{secrets.token_hex(4)}"
@@ -234,14 +237,33 @@ def test_a_key_from_opsctl_keys_issue_is_trusted_without_a_restart(
     assert SigningKey.load(path).kid == key.kid
 
 
-def test_the_readme_worker_runs_with_an_issued_key(
-    services: Services, ops: OpsClient, issue: Callable[[str], Path]
+async def _readme_producer(target: str, key: Path) -> pb.CreateOperationResponse:
+    """The README's producer, on this test's server, its key given as the printed path."""
+    caller = ServiceCaller(SigningKey.load(key))
+    async with open_channel(target, ca=None) as channel:
+        reply: pb.CreateOperationResponse = await OperationsServiceStub(channel).CreateOperation(
+            pb.CreateOperationRequest(
+                task_type="report.render",
+                idempotency_key="report-q3",
+                subject=pb.Subject(type="report", id="q3"),
+            ),
+            metadata=caller.metadata("alice"),
+        )
+    return reply
+
+
+def test_the_readme_producer_and_worker_run_with_issued_keys(
+    services: Services, ops: OpsClient, issue: Callable[..., Path]
 ) -> None:
-    created = ops.create(
-        ALICE, "k-readme", task_type="report.render", subject_type="report", subject_id="q3"
-    )
-    key = issue(f"reports-{secrets.token_hex(4)}")
+    label = f"reports-{secrets.token_hex(4)}"
+    producer_key = issue(label, "producer")
+    key = issue(label)  # trusted in the same reading of the folder as the producer's, or after
     assert _until_trusted(services, SigningKey.load(key))[-1] == grpc.StatusCode.OK
+    created = asyncio.run(_readme_producer(services.target, producer_key))
+    assert created.created
+    assert ops.get(ALICE, created.operation.id).task_type == "report.render"  # alice's
+    again = asyncio.run(_readme_producer(services.target, producer_key))
+    assert (again.created, again.operation.id) == (False, created.operation.id)
     # The README's example, on this test's server, its key given as the printed path.
     worker = Worker(services.target, str(key), WorkerOptions(concurrency=8), until_empty=True)
 
@@ -255,8 +277,8 @@ def test_the_readme_worker_runs_with_an_issued_key(
     with capture_logs():
         asyncio.run(asyncio.wait_for(worker.run(), HANG_GUARD))
     assert worker.completed == 1
-    assert ops.get(ALICE, created.id).state == SUCCEEDED
-    assert ops.row(created.id).result_ref == "reports/q3.pdf"
+    assert ops.get(ALICE, created.operation.id).state == SUCCEEDED
+    assert ops.row(created.operation.id).result_ref == "reports/q3.pdf"
 
 
 @pytest.mark.parametrize("role", list(Role))

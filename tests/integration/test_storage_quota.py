@@ -62,8 +62,14 @@ CV_BYTES = utf8_bytes(CV["filename"], CV["text"])
 def test_each_create_counts_its_rows_and_bytes_and_the_last_one_over_is_a_429(
     services: Services,
 ) -> None:
+    app = make_app(services.target)
+    for path in ("/api/jobs", "/api/attachments"):  # /openapi.json says so, with Retry-After
+        assert (
+            "Retry-After" in app.state.openapi["paths"][path]["post"]["responses"]["429"]["headers"]
+        )
+
     async def scenario() -> None:
-        async with gateway_client(make_app(services.target)) as client:
+        async with gateway_client(app) as client:
             assert (await client.post("/api/jobs", json=JOB, headers=bearer("alice"))).is_success
             cv = await client.post("/api/attachments", json=CV, headers=bearer("alice"))
             assert cv.is_success

@@ -52,6 +52,11 @@ def test_every_subcommand_parser_answers_a_usage_error_in_one_line() -> None:
         (["token"], "opsctl token: the following arguments are required: --user"),
         (["tasks", "pause"], "opsctl tasks pause: the following arguments are required: TYPE"),
         ([], "opsctl: the following arguments are required: COMMAND"),
+        (
+            ["keys", "issue", "Bad Name"],
+            "opsctl keys issue: argument label: 'Bad Name' is not a key label: use 1-48"
+            " lowercase letters, digits, '-' or '_'",
+        ),
     ],
 )
 def test_a_usage_error_is_one_line_naming_the_command(
