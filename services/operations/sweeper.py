@@ -44,7 +44,7 @@ async def run_sweeper(
             more = report.full
             if metrics is not None:
                 metrics.swept(report)
-            if report.total:
+            if report.total > report.aged:  # aging alone changes no state: no line
                 log.info(
                     "sweep",
                     expired_leases=report.expired_leases,

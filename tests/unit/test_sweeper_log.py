@@ -1,4 +1,6 @@
-"""The sweeper's loop outlives a failed sweep whose report the log cannot take."""
+"""The sweeper's lines: one for a sweep that changed a state, none for one that only aged
+waiting operations, and a loop that outlives a failed sweep whose report the log cannot
+take."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import structlog.testing
 from durable_ops.model.errors import Unavailable
 from durable_ops.operations import sweeper
 from durable_ops.storage.db import Database
+from durable_ops.storage.operations import SweepReport
 
 
 class _BrokenLog:
@@ -73,3 +76,28 @@ def test_a_sweep_the_database_failed_says_so_in_its_line(monkeypatch: pytest.Mon
     assert failed
     assert failed[0]["code"] == "database_unavailable"
     assert failed[0]["reason"] == "the database cannot be reached; try again"
+
+
+def test_a_sweep_that_only_aged_waiting_operations_writes_no_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under a backlog of mixed priorities aging raises some waiting operation's priority
+    nearly every second: a soak logged 137 ``sweep`` lines, every counter in them 0."""
+    reports = iter([SweepReport(aged=3), SweepReport(aged=2, expired_leases=1)])
+
+    async def sweeping(_db: Database, _clock: object) -> SweepReport:
+        return next(reports, SweepReport())
+
+    monkeypatch.setattr(sweeper, "sweep_once", sweeping)
+
+    async def run() -> None:
+        loop = asyncio.create_task(
+            sweeper.run_sweeper(None, lambda: datetime.now(UTC), 0.01)  # type: ignore[arg-type]
+        )
+        await asyncio.sleep(0.1)
+        loop.cancel()
+
+    with structlog.testing.capture_logs() as lines:
+        asyncio.run(run())
+    swept = [line for line in lines if line["event"] == "sweep"]
+    assert [line["expired_leases"] for line in swept] == [1]
