@@ -44,7 +44,7 @@ from durable_ops.ai_worker.inference.errors import ModelUnreachable
 from durable_ops.ai_worker.inference.response_format import REFUSAL_BODY_BYTES, ResponseFormat
 from durable_ops.ai_worker.inference.router import CIRCUIT_POLL_SECONDS
 from durable_ops.ai_worker.inference.sse import Event, EventDecoder, MalformedStream
-from durable_ops.dev_model import create_app
+from durable_ops.dev_model import FailMode, create_app
 from durable_ops.dev_model import stream as dev_stream
 from durable_ops.model import tasks
 from durable_ops.model.circuit import CircuitBreaker, CircuitState
@@ -1064,17 +1064,24 @@ def test_local_down_says_whether_to_fall_back(
     run(scenario())
 
 
-def test_circuit_opens_then_recovers_through_one_trial() -> None:
+def counted_local(fail_mode: FailMode) -> tuple[Starlette, list[int], ModelClient]:
+    """A local route to a dev model failing in ``fail_mode``, and the requests it got."""
     calls: list[int] = []
-    app = create_app(fail_mode="500")
+    app = create_app(fail_mode=fail_mode)
 
     async def counting(scope: Any, receive: Any, send: Any) -> None:
         calls.append(1)
         await app(scope, receive, send)
 
+    transport = httpx.ASGITransport(counting)
+    local = ModelClient(ASGI_URL, "dev-heuristic", route=Route.LOCAL, transport=transport)
+    return app, calls, local
+
+
+def test_circuit_opens_then_recovers_through_one_trial() -> None:
+    app, calls, local = counted_local("500")
+
     async def scenario() -> None:
-        transport = httpx.ASGITransport(counting)
-        local = ModelClient(ASGI_URL, "dev-heuristic", route=Route.LOCAL, transport=transport)
         router, clock = make_router(local, threshold=2)
         for _ in range(2):
             with pytest.raises(LocalRouteUnavailable, match="model_server_error"):
@@ -1105,16 +1112,9 @@ def test_a_loading_model_is_asked_again_until_the_circuit_opens_then_waited_for(
     """llama-server answers 503 while it loads its model: no model took the request, so a
     call with nowhere else to go asks again, and once the 503s open the circuit it waits
     for the half-open trial instead of spending its attempt."""
-    calls: list[int] = []
-    app = create_app(fail_mode="loading")
-
-    async def counting(scope: Any, receive: Any, send: Any) -> None:
-        calls.append(1)
-        await app(scope, receive, send)
+    app, calls, local = counted_local("loading")
 
     async def scenario() -> None:
-        transport = httpx.ASGITransport(counting)
-        local = ModelClient(ASGI_URL, "dev-heuristic", route=Route.LOCAL, transport=transport)
         clock = Clock()
         router = Router(local, CircuitBreaker(2, 30.0), clock=clock, ask_again_seconds=0.01)
         waiting = asyncio.create_task(router.infer(STRATEGY, Privacy.LOCAL_ONLY, False))
