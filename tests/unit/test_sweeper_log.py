@@ -27,6 +27,21 @@ class _BrokenLog:
         return write
 
 
+def _lines_of_a_sweeper_run(seconds: float) -> list[dict[str, Any]]:
+    """What the sweeper logs, ticking every 10 ms for ``seconds``, on no database."""
+
+    async def run() -> None:
+        loop = asyncio.create_task(
+            sweeper.run_sweeper(None, lambda: datetime.now(UTC), 0.01)  # type: ignore[arg-type]
+        )
+        await asyncio.sleep(seconds)
+        loop.cancel()
+
+    with structlog.testing.capture_logs() as lines:
+        asyncio.run(run())
+    return lines
+
+
 def test_a_failed_sweep_whose_warning_cannot_be_written_is_retried(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -62,16 +77,7 @@ def test_a_sweep_the_database_failed_says_so_in_its_line(monkeypatch: pytest.Mon
         raise Unavailable("the database cannot be reached; try again", code="database_unavailable")
 
     monkeypatch.setattr(sweeper, "sweep_once", unreachable)
-
-    async def run() -> None:
-        loop = asyncio.create_task(
-            sweeper.run_sweeper(None, lambda: datetime.now(UTC), 0.01)  # type: ignore[arg-type]
-        )
-        await asyncio.sleep(0.05)
-        loop.cancel()
-
-    with structlog.testing.capture_logs() as lines:
-        asyncio.run(run())
+    lines = _lines_of_a_sweeper_run(0.05)
     failed = [line for line in lines if line["event"] == "sweep_failed"]
     assert failed
     assert failed[0]["code"] == "database_unavailable"
@@ -89,15 +95,5 @@ def test_a_sweep_that_only_aged_waiting_operations_writes_no_line(
         return next(reports, SweepReport())
 
     monkeypatch.setattr(sweeper, "sweep_once", sweeping)
-
-    async def run() -> None:
-        loop = asyncio.create_task(
-            sweeper.run_sweeper(None, lambda: datetime.now(UTC), 0.01)  # type: ignore[arg-type]
-        )
-        await asyncio.sleep(0.1)
-        loop.cancel()
-
-    with structlog.testing.capture_logs() as lines:
-        asyncio.run(run())
-    swept = [line for line in lines if line["event"] == "sweep"]
+    swept = [line for line in _lines_of_a_sweeper_run(0.1) if line["event"] == "sweep"]
     assert [line["expired_leases"] for line in swept] == [1]
