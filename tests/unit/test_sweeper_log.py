@@ -5,6 +5,7 @@ take."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import MutableMapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,7 +28,7 @@ class _BrokenLog:
         return write
 
 
-def _lines_of_a_sweeper_run(seconds: float) -> list[dict[str, Any]]:
+def _lines_of_a_sweeper_run(seconds: float) -> list[MutableMapping[str, Any]]:
     """What the sweeper logs, ticking every 10 ms for ``seconds``, on no database."""
 
     async def run() -> None:
