@@ -89,12 +89,34 @@ def stamped_revision(url: str) -> str | None:
 
 
 def upgrade(url: str, revision: str = "head", *, script_location: Path = MIGRATIONS) -> None:
+    """Move the schema up to ``revision``. A database a newer release migrated is left as
+    it is for head (this release runs on it: ``require_current``), and refused for a
+    named revision, which this release cannot reach from a revision it does not know."""
     _prepare(url)
     if revision == "head" and script_location == MIGRATIONS and _at_quick_head(url):
         return  # nothing to do: no Alembic to load
+    if _newer_than_code(url, revision, script_location):
+        return
     from alembic import command
 
     command.upgrade(alembic_config(url, script_location=script_location), revision)
+
+
+def _newer_than_code(url: str, revision: str, script_location: Path) -> bool:
+    """Whether the database is at a revision a newer release wrote: logged for head, which
+    it is past already; a ``SchemaNotCurrent`` for any other target. Alembic itself only
+    says "Can't locate revision", in a traceback: the older release's application rollback
+    (docs/operations.md) failed at its migrate step, and Compose then started nothing."""
+    current = stamped_revision(url)
+    if current is None or _known(current, script_location):
+        return False
+    if revision == "head":
+        log.warning("schema_newer_than_code", database_revision=current)
+        return True
+    raise SchemaNotCurrent(
+        f"the database schema is at {current}, which a newer release wrote and this one"
+        f" does not know: move it to {revision} with that release's `opsctl migrate --to`"
+    )
 
 
 def _at_quick_head(url: str) -> bool:
@@ -115,6 +137,8 @@ def migrate_to(url: str, revision: str) -> None:
     from alembic.util import CommandError
 
     script = ScriptDirectory.from_config(alembic_config(url))
+    if _newer_than_code(url, revision, MIGRATIONS):
+        return
     if revision == "base":
         downgrade(url, "base")
         return
@@ -134,12 +158,14 @@ def migrate_to(url: str, revision: str) -> None:
         upgrade(url, target.revision)
 
 
-def _known(revision: str) -> bool:
+def _known(revision: str, script_location: Path = MIGRATIONS) -> bool:
+    from alembic.script import ScriptDirectory
     from alembic.script.revision import ResolutionError
     from alembic.util import CommandError
 
+    config = alembic_config("sqlite://", script_location=script_location)
     try:
-        return _scripts().get_revision(revision) is not None
+        return ScriptDirectory.from_config(config).get_revision(revision) is not None
     except (ResolutionError, CommandError):  # alembic wraps the first in the second
         return False
 

@@ -6,6 +6,7 @@ real subprocesses."""
 from __future__ import annotations
 
 import secrets
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -69,6 +70,24 @@ def test_a_schema_behind_the_code_is_one_line_naming_migrate_and_exit_3(
     line = _one_line(opsctl(*command, env={"OPS_DATABASE_URL": url}, cwd=tmp_path), 3)
     assert line.startswith(f"opsctl: the database {url} (from OPS_DATABASE_URL): database schema")
     assert line.endswith("run `opsctl migrate` first")
+
+
+def test_migrate_leaves_a_newer_releases_schema_and_refuses_to_move_it_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """The older release's application rollback (docs/operations.md) runs its migrate
+    step on the newer schema: it ended in a traceback, exit 1, and Compose started nothing."""
+    url = f"sqlite:///{tmp_path / 'ops.sqlite3'}"
+    env = {"OPS_DATABASE_URL": url}
+    assert opsctl("migrate", env=env, cwd=tmp_path).returncode == 0
+    with sqlite3.connect(tmp_path / "ops.sqlite3") as connection:
+        connection.execute("UPDATE alembic_version SET version_num = '0099_future'")
+    kept = opsctl("migrate", env=env, cwd=tmp_path)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert "schema at 0099_future" in kept.stdout
+    line = _one_line(opsctl("migrate", "--to", "0002_notifications", env=env, cwd=tmp_path), 3)
+    assert "0099_future, which a newer release wrote" in line
+    assert line.endswith("move it to 0002_notifications with that release's `opsctl migrate --to`")
 
 
 @pytest.mark.parametrize(

@@ -572,6 +572,27 @@ def test_a_database_behind_is_refused_and_a_newer_one_is_accepted(tmp_path: Path
         engine.dispose()
 
 
+def test_a_newer_releases_schema_is_left_as_it_is_and_not_moved_blindly(tmp_path: Path) -> None:
+    """The older release's application rollback runs its own ``opsctl migrate`` (and
+    ``opsctl up`` migrates): on a revision it did not know, Alembic's "Can't locate
+    revision" ended it in a traceback, and under Compose nothing started."""
+    url = f"sqlite:///{tmp_path / 'ops.sqlite3'}"
+    migrate.upgrade(url)
+    engine = create_db_engine(url)
+    try:
+        with engine.begin() as connection:  # what a newer release's additive revision leaves
+            connection.execute(text("UPDATE alembic_version SET version_num = '0099_future'"))
+    finally:
+        engine.dispose()
+    migrate.upgrade(url)  # past head already: nothing to do
+    migrate.migrate_to(url, "head")
+    assert migrate.stamped_revision(url) == "0099_future"
+    for target in (migrate.head_revision(), "base"):
+        with pytest.raises(migrate.SchemaNotCurrent, match="0099_future, which a newer release"):
+            migrate.migrate_to(url, target)
+    assert migrate.stamped_revision(url) == "0099_future"
+
+
 def test_the_quick_head_read_without_alembic_is_alembics_head() -> None:
     # A service's start and `opsctl up` trust it to skip loading Alembic on a current schema.
     assert schema_stamp.quick_head() == migrate.head_revision()
