@@ -111,7 +111,7 @@ def _newer_than_code(url: str, revision: str, script_location: Path) -> bool:
     if current is None or _known(current, script_location):
         return False
     if revision == "head":
-        log.warning("schema_newer_than_code", database_revision=current)
+        log.warning("schema_newer_than_code", database_revision=current, code_head=head_revision())
         return True
     raise SchemaNotCurrent(
         f"the database schema is at {current}, which a newer release wrote and this one"
