@@ -1,7 +1,8 @@
 """Query strings and list pages: ``page_size`` (``bounds.PAGE_SIZE_RANGE``), a ``page_token``.
 
 ``query_params`` reads a route's query string strictly, by one rule for every route
-(the owners' API and the console alike): an unknown parameter is a 400
+that takes parameters (the owners' API and the console alike; a route that takes
+none does not read its query string): an unknown parameter is a 400
 ``unknown_parameter`` (a misspelt filter must not silently widen a list), a repeated
 one a 400 ``invalid_argument``, and each value is a line of text (SPEC §5) of at most
 ``PAGE_TOKEN_MAX`` characters (the longest a value has reason to be): a control

@@ -101,7 +101,9 @@ class OpenCalls:
                 self._full.add(key.name)
                 _log.warning("open_calls_refused", key=key.name, role=key.role.value, open=held)
             refused = CapacityExceeded(
-                "this caller holds too many long-lived calls open at once; end one first",
+                # Neutral: behind the gateway's key the one refused is a user, not the holder.
+                "the service holds too many long-lived calls open for this caller's key;"
+                " try again shortly",
                 retry_after_seconds=RETRY_AFTER_SECONDS,
             )
             refused.code = TOO_MANY_OPEN_CALLS

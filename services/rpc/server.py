@@ -32,7 +32,6 @@ from grpc_reflection.v1alpha import reflection
 from durable_ops.model.errors import DomainError, Unavailable
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.errors import ErrorInterceptor, status_for, trailing_metadata_for
-from durable_ops.rpc.handlers import handler_like
 from durable_ops.rpc.keys import TrustedKeys, trusted_keys
 from durable_ops.rpc.metrics import GrpcServerMetrics, MetricsInterceptor
 from durable_ops.rpc.scope import key_from_metadata, remember_verified_key
@@ -111,16 +110,26 @@ def _is_public(method: str) -> bool:
 
 
 def _rejecting_handler(handler: Any, error: DomainError) -> Any:
-    """A handler of the same shape as ``handler`` that only aborts with ``error``."""
+    """A handler that only aborts with ``error``, before it reads any request.
 
-    async def reject(_request: Any, context: ServicerContext) -> None:
+    Always request-streaming, whatever the method's shape: grpc.aio reads a unary
+    request whole before it calls the handler, so an unauthenticated caller could hold
+    a call open by never finishing its message, each pinning up to 4 MiB (an outside
+    test held 1.6 GB with 400 streams on one connection, no key needed). A stream's
+    handler runs on the call's headers; the wire format is the same either way."""
+
+    async def reject(_requests: Any, context: ServicerContext) -> None:
         await context.abort(
             status_for(error),
             error.message,
             trailing_metadata=trailing_metadata_for(error),
         )
 
-    return handler_like(handler, reject)
+    return grpc.stream_stream_rpc_method_handler(
+        reject,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
 
 
 class CredentialInterceptor(grpc.aio.ServerInterceptor):
