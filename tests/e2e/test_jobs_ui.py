@@ -532,3 +532,29 @@ def test_a_double_click_adds_one_job_and_one_cv(page: Page, ui_gateway: LiveGate
     expect(page.locator(JOBS)).to_have_count(1)
     expect(page.locator("#cvs-heading ~ ol li.item")).to_have_count(1)
     assert [url.rsplit("/", 1)[1] for url in created] == ["jobs", "attachments"]
+
+
+def test_the_tab_that_signs_out_goes_home_though_a_call_of_its_was_refused_meanwhile(
+    page: Page, ui_gateway: LiveGateway
+) -> None:
+    """A call of the signing-out tab answered 401 while the logout was on its way (its
+    session ending under it) and sent the tab to "your session expired" instead of home:
+    a CI run saw a poll do it. The logout and the call are held here to order them."""
+    held: dict[str, Route] = {}
+    dev_sign_in(page, ui_gateway.url, "ada")
+    page.goto(ui_gateway.url + "/operations")
+    expect(page.locator("header .user")).to_have_text("ada")
+    page.route("**/api/settings/ai", lambda route: held.setdefault("call", route))
+    page.route("**/auth/logout", lambda route: held.setdefault("logout", route))
+    page.evaluate(
+        "() => { import('/static/api.js').then((m) => m.api('/api/settings/ai')).catch(() => {}); }"
+    )
+    page.get_by_role("button", name="Sign out").click()
+    for _ in range(100):
+        if len(held) == 2:
+            break
+        page.wait_for_timeout(50)
+    held["call"].fulfill(status=401, json={"code": "unauthenticated"})
+    page.wait_for_timeout(300)  # the refused call's handlers have run
+    held["logout"].continue_()
+    page.wait_for_url(ui_gateway.url + "/", timeout=5_000)

@@ -22,7 +22,9 @@ function startShell() {
   const bell = document.getElementById("bell");
   if (bell) startBell(bell, unreadPollMs());
 
+  let signingOut = false;
   document.getElementById("sign-out")?.addEventListener("click", async () => {
+    signingOut = true;
     stopLive(); // this tab is leaving: its stream's `signed_out` is for the other tabs
     try {
       await post("/auth/logout");
@@ -31,7 +33,15 @@ function startShell() {
     }
   });
 
-  window.addEventListener(AUTH_EXPIRED, () => window.location.assign("/?expired=1"), { once: true });
+  // Not for the tab that signs out: a poll of its answered 401 once the session had ended,
+  // after the logout's answer, and sent it to "your session expired" (a CI run saw it).
+  window.addEventListener(
+    AUTH_EXPIRED,
+    () => {
+      if (!signingOut) window.location.assign("/?expired=1");
+    },
+    { once: true },
+  );
 }
 
 // Pollers stop on pagehide; a page restored from the back/forward cache starts afresh.
