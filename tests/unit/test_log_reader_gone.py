@@ -14,15 +14,13 @@ import structlog
 
 from durable_ops.logs import configure_logging
 from durable_ops.settings import Settings
+from tests.support.logging_reset import reset_logging
 
 
 @pytest.fixture(autouse=True)
 def _restore_logging() -> Iterator[None]:
     yield
-    structlog.reset_defaults()
-    root = logging.getLogger()
-    for handler in [h for h in root.handlers if h.get_name() == "durable-ops"]:
-        root.removeHandler(handler)
+    reset_logging()
 
 
 @pytest.mark.parametrize("as_json", ["true", "false"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -12,15 +11,13 @@ import structlog
 
 from durable_ops.logs import configure_logging
 from durable_ops.settings import Settings
+from tests.support.logging_reset import reset_logging
 
 
 @pytest.fixture(autouse=True)
 def _restore_logging() -> Iterator[None]:
     yield
-    structlog.reset_defaults()
-    root = logging.getLogger()
-    for handler in [h for h in root.handlers if h.get_name() == "durable-ops"]:
-        root.removeHandler(handler)
+    reset_logging()
 
 
 def _line(capsys: pytest.CaptureFixture[str], as_json: bool, level: str = "info") -> str:

@@ -32,6 +32,7 @@ from durable_ops.rpc.errors import (
     translated,
 )
 from durable_ops.settings import Settings, SettingsError
+from tests.support.logging_reset import reset_logging
 
 SC = grpc.StatusCode
 
@@ -222,10 +223,7 @@ def json_logs(capsys: pytest.CaptureFixture[str]) -> Iterator[Any]:
         return [json.loads(line) for line in capsys.readouterr().err.splitlines() if line]
 
     yield lines
-    structlog.reset_defaults()
-    root = logging.getLogger()
-    for handler in [h for h in root.handlers if h.get_name() == "durable-ops"]:
-        root.removeHandler(handler)
+    reset_logging()
 
 
 def test_an_unexpected_error_is_internal_and_logged_without_its_text(json_logs: Any) -> None:
