@@ -2,10 +2,11 @@
 
 The servicers check the caller's scope and convert messages; each use case
 here runs its storage calls in one transaction whose mode it names (the
-owner's scope or the neutral one, read or write, short), and returns what the
-call answers. What a transaction changed is published after its COMMIT
-(``Database.events``) to the waiters the calls below wait on: the claim
-waiters and the watch (``operations.watch``). Rules live in
+owner's scope or the neutral one, read or write, short), returns what the
+call answers and logs what it changed, once, whichever face was called
+(``OperationsService``, ``google.longrunning``). What a transaction changed
+is published after its COMMIT (``Database.events``) to the waiters the calls
+below wait on: the claim waiters and the watch (``operations.watch``). Rules live in
 ``durable_ops.model``; SQL in ``durable_ops.storage``.
 """
 
@@ -15,6 +16,8 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
+
+import structlog
 
 from durable_ops.clock import Clock
 from durable_ops.model import bounds, lifecycle
@@ -43,7 +46,18 @@ from durable_ops.storage.schema import OperationAttempt, UserOperation
 from durable_ops.storage.task_pauses import Pause
 from durable_ops.storage.tx import OperatorTx, Tx
 
+log = structlog.get_logger(__name__)
 Answer = OperationState | DomainError
+_SETTLED = {  # what the log calls each settlement
+    Event.COMPLETE: "operation_completed",
+    Event.FAIL_RETRYABLE: "operation_failed",
+    Event.FAIL_PERMANENT: "operation_failed",
+    Event.REQUEST_FALLBACK: "operation_fallback",
+    Event.ACKNOWLEDGE_CANCEL: "operation_cancel_acknowledged",
+    Event.RELEASE: "operation_released",
+}
+# In a batch, rare settlements get a line each; the rest are counted.
+_LOGGED_ALONE = frozenset({Event.REQUEST_FALLBACK, Event.RELEASE})
 # An owner's watch reads again this far behind its cursor (its caller drops what it sent
 # already): a change stamped by a replica whose clock lags, and, for a watch from now, one
 # committed while the page read what it shows, are not lost.
@@ -82,11 +96,14 @@ class OperationsApp:
         self, owner: str, request: operations.CreateRequest
     ) -> tuple[UserOperation, bool]:
         now = self.clock()
-        return await self.db.run_async(
+        row, created = await self.db.run_async(
             lambda tx: operations.create(tx, request, now, fair=self.fair_shares),
             owner_id=owner,
             short=True,
         )
+        if created:
+            log.info("operation_created", operation_id=row.id, owner=owner, task_type=row.task_type)
+        return row, created
 
     async def get(self, owner: str, operation_id: str) -> UserOperation:
         return await self.db.run_async(
@@ -186,9 +203,11 @@ class OperationsApp:
 
     async def cancel(self, owner: str, operation_id: str) -> UserOperation:
         now = self.clock()
-        return await self.db.run_async(
+        row = await self.db.run_async(
             lambda tx: operations.cancel(tx, operation_id, now), owner_id=owner, short=True
         )
+        log.info("operation_cancel", operation_id=row.id, owner=owner, state=row.state)
+        return row
 
     async def retry(
         self, owner: str, operation_id: str, check: Callable[[str], None] = lambda _task: None
@@ -200,7 +219,9 @@ class OperationsApp:
             check(operations.get(tx, operation_id).task_type)
             return operations.retry(tx, operation_id, now)
 
-        return await self.db.run_async(retried, owner_id=owner, short=True)
+        row = await self.db.run_async(retried, owner_id=owner, short=True)
+        log.info("operation_retried", operation_id=row.id, owner=owner)
+        return row
 
     async def delete(self, owner: str, operation_id: str) -> None:
         """The owner's finished operation removed; its tombstone keeps the key (ADR 0021)."""
@@ -208,6 +229,7 @@ class OperationsApp:
         await self.db.run_async(
             lambda tx: retention.delete_finished(tx, operation_id, now), owner_id=owner
         )
+        log.info("operation_delete", operation_id=operation_id, owner=owner)
 
     # ---- the worker's --------------------------------------------------------------------
 
@@ -257,6 +279,16 @@ class OperationsApp:
                 left = give_up_at - loop.time()
                 if found or left <= 0 or not names or not await waiter.wait(left):
                     break
+        if len(found) == 1:
+            row = found[0][0].operation
+            log.info(
+                "operation_claimed",
+                operation_id=row.id,
+                owner=row.owner_user_id,
+                attempt=row.attempt,
+            )
+        elif found:  # a batch is one line, not one a claim
+            log.info("operations_claimed", count=len(found))
         if self.metrics is not None:
             for claim, route in found:
                 self.metrics.claimed(claim.operation.task_type, route.value)
@@ -266,18 +298,36 @@ class OperationsApp:
         """Settle leases in one transaction: a batch of many owners (``owner`` None), or one
         lease of ``owner``'s; answer each alone."""
         now = self.clock()
-        return await self.db.run_async(
+        answers = await self.db.run_async(
             lambda tx: operations.settle(tx, settlements, now), owner_id=owner, short=True
         )
+        settled = [
+            item
+            for item, answer in zip(settlements, answers, strict=True)
+            if not isinstance(answer, DomainError)
+        ]
+        log.info("operations_settled", count=len(answers), refused=len(answers) - len(settled))
+        for item in settled:
+            if item.event in _LOGGED_ALONE:
+                log.info(_SETTLED[item.event], operation_id=item.operation_id, owner=item.owner_id)
+        return answers
 
     async def settle_one(self, settlement: Settlement) -> OperationState:
         """One lease of its owner's, settled in the owner's scope; a refusal raised."""
         now = self.clock()
-        return await self.db.run_async(
+        state = await self.db.run_async(
             lambda tx: operations.settle_one(tx, settlement, now),
             owner_id=settlement.owner_id,
             short=True,
         )
+        log.info(
+            _SETTLED[settlement.event],
+            operation_id=settlement.operation_id,
+            owner=settlement.owner_id,
+            state=state,
+            failure_code=settlement.failure_code or None,
+        )
+        return state
 
     async def beat(self, lease: HeldLease) -> Held:
         """One lease extended in its owner's scope; a refusal raised."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import grpc
-import structlog
 from google.longrunning import operations_pb2_grpc as lro_grpc
 from google.longrunning import operations_proto_pb2 as lro
 from google.protobuf.empty_pb2 import Empty
@@ -27,7 +26,6 @@ from durable_ops.rpc.scope import caller_scope
 from durable_ops.wire import longrunning as convert
 from durable_ops.wire.operations import wait_seconds
 
-log = structlog.get_logger(__name__)
 SERVICE_NAME = lro.DESCRIPTOR.services_by_name["Operations"].full_name
 
 
@@ -66,17 +64,14 @@ class LongRunningOperations(lro_grpc.OperationsServicer):
         self, request: lro.CancelOperationRequest, context: ServicerContext
     ) -> Empty:
         owner = require_operation_changer(caller_scope(context)).owner_id
-        row = await self._app.cancel(owner, convert.id_from_name(request.name))
-        log.info("operation_cancel", operation_id=row.id, owner=owner, state=row.state)
+        await self._app.cancel(owner, convert.id_from_name(request.name))
         return Empty()
 
     async def DeleteOperation(
         self, request: lro.DeleteOperationRequest, context: ServicerContext
     ) -> Empty:
         owner = require_operation_changer(caller_scope(context)).owner_id
-        operation_id = convert.id_from_name(request.name)
-        await self._app.delete(owner, operation_id)
-        log.info("operation_delete", operation_id=operation_id, owner=owner)
+        await self._app.delete(owner, convert.id_from_name(request.name))
         return Empty()
 
     async def WaitOperation(

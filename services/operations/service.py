@@ -2,8 +2,9 @@
 
 Each method checks the scope it runs in, converts the request
 (``wire.operations``), runs one use case of the application layer
-(``OperationsApp``, which owns the transactions) and converts the answer.
-Errors are translated once, by the server's interceptor (``rpc.errors``).
+(``OperationsApp``, which owns the transactions and logs what changed) and
+converts the answer. Errors are translated once, by the server's interceptor
+(``rpc.errors``).
 Every call that stays open (a claim that may wait, a wait, a watch, a lease
 stream) holds a slot of its caller's key while it does (``rpc.open_calls``).
 """
@@ -12,12 +13,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import structlog
-
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.model import bounds, event_ids
-from durable_ops.model.lifecycle import Event
 from durable_ops.model.scope import (
     OwnerScope,
     require_admission_for_analyses,
@@ -36,17 +34,7 @@ from durable_ops.storage.operations import CLAIM_BATCH_MAX, Settlement
 from durable_ops.telemetry import current_traceparent
 from durable_ops.wire import operations as convert
 
-log = structlog.get_logger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["OperationsService"].full_name
-_SETTLED = {  # what the log calls each single settlement
-    Event.COMPLETE: "operation_completed",
-    Event.FAIL_RETRYABLE: "operation_failed",
-    Event.FAIL_PERMANENT: "operation_failed",
-    Event.REQUEST_FALLBACK: "operation_fallback",
-    Event.ACKNOWLEDGE_CANCEL: "operation_cancel_acknowledged",
-    Event.RELEASE: "operation_released",
-}
-_LOGGED_ALONE = frozenset({Event.REQUEST_FALLBACK, Event.RELEASE})  # rare: each one a line
 
 
 def _owner(context: ServicerContext) -> str:
@@ -81,11 +69,8 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     ) -> pb.CreateOperationResponse:
         changer = _changer(context)
         require_admission_for_analyses(changer, request.task_type)
-        owner = changer.owner_id
         create = convert.create_request(request, current_traceparent())
-        row, created = await self.app.create(owner, create)
-        if created:
-            log.info("operation_created", operation_id=row.id, owner=owner, task_type=row.task_type)
+        row, created = await self.app.create(changer.owner_id, create)
         return pb.CreateOperationResponse(operation=convert.operation(row), created=created)
 
     async def GetOperation(
@@ -120,22 +105,19 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     async def CancelOperation(
         self, request: pb.CancelOperationRequest, context: ServicerContext
     ) -> pb.Operation:
-        owner = _changer(context).owner_id
-        row = await self.app.cancel(owner, request.operation_id)
-        log.info("operation_cancel", operation_id=row.id, owner=owner, state=row.state)
-        return convert.operation(row)
+        return convert.operation(
+            await self.app.cancel(_changer(context).owner_id, request.operation_id)
+        )
 
     async def RetryOperation(
         self, request: pb.RetryOperationRequest, context: ServicerContext
     ) -> pb.Operation:
         changer = _changer(context)
-        owner = changer.owner_id
         row = await self.app.retry(
-            owner,
+            changer.owner_id,
             request.operation_id,
             check=lambda task_type: require_admission_for_analyses(changer, task_type),
         )
-        log.info("operation_retried", operation_id=row.id, owner=owner)
         return convert.operation(row)
 
     async def GetAnswerDraft(
@@ -169,14 +151,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         wait = convert.claim_wait_seconds(request)
         with self.open_calls.holding():
             found = await self.app.claim(request.task_types, request.lease_seconds, routes, wait, 1)
-        if not found:
-            return pb.ClaimOperationResponse()
-        claim, route = found[0]
-        row = claim.operation
-        log.info(
-            "operation_claimed", operation_id=row.id, owner=row.owner_user_id, attempt=row.attempt
-        )
-        return pb.ClaimOperationResponse(claimed=convert.claimed(claim, route))
+        return pb.ClaimOperationResponse(claimed=convert.claimed(*found[0]) if found else None)
 
     async def ClaimOperations(
         self, request: pb.ClaimOperationsRequest, context: ServicerContext
@@ -189,8 +164,6 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
             found = await self.app.claim(
                 request.task_types, request.lease_seconds, routes, wait, limit
             )
-        if found:
-            log.info("operations_claimed", count=len(found))
         return pb.ClaimOperationsResponse(claimed=[convert.claimed(*each) for each in found])
 
     async def SettleOperations(
@@ -198,13 +171,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     ) -> pb.LeaseMutationsResponse:
         require_neutral_worker(caller_scope(context))
         items = [convert.settlement(item) for item in request.items]
-        answer = convert.outcomes(items, await self.app.settle(items, owner=None))
-        refused = sum(1 for outcome in answer.outcomes if outcome.status_code)
-        log.info("operations_settled", count=len(answer.outcomes), refused=refused)
-        for item, outcome in zip(items, answer.outcomes, strict=True):
-            if item.event in _LOGGED_ALONE and not outcome.status_code:
-                log.info(_SETTLED[item.event], operation_id=item.operation_id, owner=item.owner_id)
-        return answer
+        return convert.outcomes(items, await self.app.settle(items, owner=None))
 
     async def HoldLeases(
         self, request_iterator: AsyncIterator[pb.HoldLeasesRequest], context: ServicerContext
@@ -247,11 +214,4 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     async def _settle_one(self, settlement: Settlement) -> pb.LeaseMutationResponse:
         """A single-lease RPC: a batch of one through the same writer."""
         state = await self.app.settle_one(settlement)
-        log.info(
-            _SETTLED[settlement.event],
-            operation_id=settlement.operation_id,
-            owner=settlement.owner_id,
-            state=state,
-            failure_code=settlement.failure_code or None,
-        )
         return pb.LeaseMutationResponse(state=convert.state_to_pb(state))

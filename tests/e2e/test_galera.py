@@ -813,8 +813,8 @@ def test_the_product_spread_over_the_nodes_survives_a_node_crash(
     succeeded = {op for op, state in states.items() if state == "succeeded"}
     lost = set(admitted) - set(states)
     doubled = [op for op, n in notes.items() if n > 1] + [op for op, n in notices.items() if n > 1]
-    # The AI workers claim in batches (one "operations_claimed" line each); a single
-    # ClaimOperation logs "operation_claimed".
+    # A claim of one operation logs "operation_claimed"; a batch of more, one
+    # "operations_claimed" line with its count.
     claims = sum(
         len(logs.events(f"operations-{r}", "operation_claimed"))
         + sum(int(event["count"]) for event in logs.events(f"operations-{r}", "operations_claimed"))
