@@ -4,7 +4,7 @@ filters and prune policy, task types' pauses and console sessions."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from durable_ops.api.operator.v1 import operator_pb2 as opb
 from durable_ops.model.errors import InvalidArgument
@@ -81,6 +81,16 @@ def retention_policy(request: opb.PruneOperationsRequest, tombstones: timedelta)
     assert older_than is not None
     asked = convert.duration(request, "tombstones_older_than")
     return RetentionPolicy(older_than, tombstones if asked is None else asked).validated()
+
+
+def prune_response(
+    pruned: int, forgotten: int, more: bool, policy: RetentionPolicy, now: datetime
+) -> opb.PruneOperationsResponse:
+    """What a prune did (or, dry, would do), and the horizons it measured from ``now``."""
+    answer = opb.PruneOperationsResponse(pruned=pruned, forgotten=forgotten, more=more)
+    answer.finished_before.FromDatetime(policy.operations_finished_before(now))
+    answer.tombstones_finished_before.FromDatetime(policy.tombstones_finished_before(now))
+    return answer
 
 
 def operator_filter(request: opb.ListOperationsRequest) -> OperatorFilter:
