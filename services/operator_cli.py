@@ -310,12 +310,16 @@ def _connect(settings: Settings, name: str) -> Connection:
     from durable_ops.rpc.credentials import mint_service_token
     from durable_ops.rpc.keys import own_key
     from durable_ops.rpc.scope import AUTHORIZATION
-    from durable_ops.rpc.tls import authority_of, channel_credentials
+    from durable_ops.rpc.tls import authority_of, channel_credentials, checked_name_options
 
     token = mint_service_token(own_key(settings, Role.OPERATOR), TOKEN_TTL_SECONDS, subject=name)
     target = settings.operations_target
     tls = channel_credentials(target, authority_of(settings.service_keys_dir))
-    channel = grpc.secure_channel(target, tls) if tls else grpc.insecure_channel(target)
+    channel = (
+        grpc.secure_channel(target, tls, options=checked_name_options(target))
+        if tls
+        else grpc.insecure_channel(target)
+    )
     stub = opb_grpc.OperatorServiceStub(channel)
     return Connection(channel, stub, ((AUTHORIZATION, f"Bearer {token}"),))
 

@@ -49,6 +49,24 @@ def replica_targets(target: str) -> list[str]:
     return [target]
 
 
+def first_listed_address(target: str) -> str | None:
+    """The first address of a target that lists addresses (``ipv4:10.0.0.5:50051,10.0.0.6:50051``
+    → ``10.0.0.5:50051``, ``ipv6:[fd00::5]:50051,…`` → ``[fd00::5]:50051``); None for any
+    other target.
+
+    What TLS checks the certificate against for such a target: left alone, gRPC checks the
+    whole list as one host name (``10.0.0.5:50051,10.0.0.6:50051``), which no certificate
+    holds. Every replica of a list presents the services' one certificate, which names
+    every address (``opsctl keys init --tls-name``), so checking the first one on each
+    connection still refuses a certificate made for other hosts.
+    """
+    for scheme in ("ipv4:", "ipv6:"):
+        if target.startswith(scheme):
+            first = target[len(scheme) :].split(",")[0]
+            return first or None
+    return None
+
+
 def named_host(target: str) -> tuple[str, int] | None:
     """The DNS name and port of a target that names one host by name (``operations:50051``,
     ``dns:///operations:50051``): its replicas are the addresses it resolves to. None for

@@ -15,7 +15,7 @@ from durable_ops.model.scope import Role
 from durable_ops.rpc.credentials import DEFAULT_TTL_SECONDS, mint_service_token
 from durable_ops.rpc.keys import SigningKey, own_key
 from durable_ops.rpc.scope import AUTHORIZATION, OWNER_ID
-from durable_ops.rpc.tls import channel_credentials
+from durable_ops.rpc.tls import channel_credentials, checked_name_options
 from durable_ops.settings import Settings
 
 # Matches the server's SERVER_OPTIONS: pings no more often than it permits
@@ -56,13 +56,12 @@ class UnaryMethod(Protocol[_Request_contra, _Response_co]):
 def open_channel(target: str, ca: Path | None, server_name: str = "") -> grpc.aio.Channel:
     """A channel to every replica ``target`` names, used in turn (round robin): plaintext
     on loopback, else TLS trusting ``ca`` (``tls``) and expecting the certificate of
-    ``server_name`` when given (a replica reached by the address its name resolved to)."""
+    ``server_name`` when given (a replica reached by the address its name resolved to),
+    of a list's first address otherwise (``checked_name_options``)."""
     credentials = channel_credentials(target, ca)
     if credentials is None:
         return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
-    options = CHANNEL_OPTIONS
-    if server_name:
-        options += (("grpc.ssl_target_name_override", server_name),)
+    options = CHANNEL_OPTIONS + checked_name_options(target, server_name)
     return grpc.aio.secure_channel(target, credentials, options=options)
 
 

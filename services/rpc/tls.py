@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from durable_ops.model.addresses import stays_on_this_host
+from durable_ops.model.addresses import first_listed_address, stays_on_this_host
 from durable_ops.private_files import read_private_text, write_private_file
 from durable_ops.settings import SettingsError
 
@@ -65,6 +65,15 @@ def channel_credentials(target: str, ca: Path | None) -> grpc.ChannelCredentials
     if stays_on_this_host(target):
         return None
     return grpc.ssl_channel_credentials(ca.read_bytes() if ca and ca.is_file() else None)
+
+
+def checked_name_options(target: str, server_name: str = "") -> tuple[tuple[str, str], ...]:
+    """The channel option that has TLS check the certificate for ``server_name`` (a replica
+    reached by an address its name resolved to), else for the first address of a list
+    target (``first_listed_address``); none where gRPC's own choice, the target's host,
+    is right."""
+    name = server_name or first_listed_address(target)
+    return (("grpc.ssl_target_name_override", name),) if name else ()
 
 
 def authority_of(keys_dir: str | Path) -> Path:
