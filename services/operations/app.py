@@ -214,12 +214,11 @@ class OperationsApp:
     ) -> UserOperation:
         """``check``: raises when the caller may not retry an operation of this task type."""
         now = self.clock()
-
-        def retried(tx: Tx) -> UserOperation:
-            check(operations.get(tx, operation_id).task_type)
-            return operations.retry(tx, operation_id, now)
-
-        row = await self.db.run_async(retried, owner_id=owner, short=True)
+        row = await self.db.run_async(
+            lambda tx: operations.retry(tx, operation_id, now, lambda op: check(op.task_type)),
+            owner_id=owner,
+            short=True,
+        )
         log.info("operation_retried", operation_id=row.id, owner=owner)
         return row
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 from durable_ops.model import lifecycle
@@ -13,17 +14,31 @@ from durable_ops.storage.schema import UserOperation
 from durable_ops.storage.tx import Tx
 
 
+def _any(_op: UserOperation) -> None:
+    """Any caller in the owner's scope may: the scope already checked whose it is."""
+
+
 def cancel(tx: Tx, operation_id: str, now: datetime) -> UserOperation:
     return _owner_event(tx, operation_id, Event.CANCEL, now)
 
 
-def retry(tx: Tx, operation_id: str, now: datetime) -> UserOperation:
-    return _owner_event(tx, operation_id, Event.RETRY, now)
+def retry(
+    tx: Tx, operation_id: str, now: datetime, may_retry: Callable[[UserOperation], None] = _any
+) -> UserOperation:
+    """``may_retry`` raises when the caller may not retry this operation (its task type)."""
+    return _owner_event(tx, operation_id, Event.RETRY, now, may_retry)
 
 
-def _owner_event(tx: Tx, operation_id: str, event: Event, now: datetime) -> UserOperation:
+def _owner_event(
+    tx: Tx,
+    operation_id: str,
+    event: Event,
+    now: datetime,
+    may: Callable[[UserOperation], None] = _any,
+) -> UserOperation:
     """Decide on the row read locked, write through ``apply``; answer the row as it is now."""
     op = get(tx, operation_id, lock=True)
+    may(op)
     row = dict(op.__dict__)
     decision = lifecycle.decide(facts(row), event, now)
     if not decision.changed:
