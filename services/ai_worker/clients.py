@@ -9,6 +9,7 @@ never sees a gRPC status.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -94,9 +95,16 @@ class WorkspaceCalls(Protocol):
 
 
 class WorkspaceClient:
-    def __init__(self, channel: grpc.aio.Channel, caller: ServiceCaller) -> None:
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        caller: ServiceCaller,
+        *,
+        stopping: asyncio.Event | None = None,  # set when the worker stops
+    ) -> None:
         self._stub = wpb_grpc.WorkspaceServiceStub(channel)
         self._caller = caller
+        self._stopping = stopping or asyncio.Event()
 
     async def ai_settings(self, owner_id: str) -> AiSettings:
         reply = await _call(
@@ -136,9 +144,14 @@ class WorkspaceClient:
             request.route = provenance.route
         metadata = self._caller.metadata(attempt.owner_id)
         # Fenced by the lease and safe to repeat (the holder's second publish answers the
-        # first), so it is asked again while Workspace is away, as the SDK asks its settlements.
+        # first), so it is asked again while Workspace is away, as the SDK asks its settlements;
+        # not once the worker stops (Workspace may be stopping with it): the attempt is then
+        # handed back, or left to its lease.
         reply = await retrying(
-            lambda: self._stub.PublishNote(request, metadata=metadata, timeout=CALL_TIMEOUT_SECONDS)
+            lambda: self._stub.PublishNote(
+                request, metadata=metadata, timeout=CALL_TIMEOUT_SECONDS
+            ),
+            stopping=self._stopping,
         )
         return reply.note.id, reply.published
 

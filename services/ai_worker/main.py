@@ -164,7 +164,7 @@ async def _work(settings: Settings, stopping: asyncio.Event) -> None:
     workspace_channel = open_channel(settings.workspace_target, ca)
     routes = [Route.LOCAL] if router.external is None else [Route.LOCAL, Route.EXTERNAL]
     executor = Executor(
-        WorkspaceClient(workspace_channel, caller),
+        WorkspaceClient(workspace_channel, caller, stopping=stopping),
         router,
         journal,
         task_timeout_seconds=settings.worker_task_timeout_seconds,

@@ -4,7 +4,10 @@ No timer, as in River's batching completer: what ends while no call is in
 flight goes on the next turn of the event loop; what ends meanwhile goes in one
 call once that returns (a full ``batch_size`` at once). UNAVAILABLE is asked
 again for ``RETRY_SECONDS``: a lease holder's repeat answers what the first did.
-A settlement not sent is left to its lease, and the work is tried again.
+Once the worker stops, it is asked no more (a pause under way ends in one last
+ask): the services may be stopping with it (``opsctl up`` killed outright sends
+every child SIGTERM at once) and the stop must not wait for them. A settlement
+not sent is left to its lease, and the work is tried again.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ class Completer:
         self._trace_name = trace_name
         self._waiting: list[tuple[Item, asyncio.Future[Answer]]] = []
         self._calls: set[asyncio.Task[None]] = set()
+        self._stopping = asyncio.Event()  # the worker stops: UNAVAILABLE is asked no more
         self.endings: Counter[Ending] = Counter()  # what the service accepted
 
     async def settle(self, attempt: Attempt, outcome: Outcome) -> None:
@@ -88,6 +92,11 @@ class Completer:
         if isinstance(outcome, ExternalFallback):
             _log.info("worker_fell_back", **attempt.log_fields(), reason=outcome.reason)
 
+    def stop(self) -> None:
+        """The worker stops: what the service cannot take from now on is left to its lease
+        (the module's docstring)."""
+        self._stopping.set()
+
     async def drain(self) -> None:
         """Send what waits, and wait for every call in flight."""
         while self._waiting or self._calls:
@@ -117,7 +126,9 @@ class Completer:
     async def _call(self, batch: list[tuple[Item, asyncio.Future[Answer]]]) -> None:
         answered: list[tuple[tuple[Item, asyncio.Future[Answer]], Answer | Exception]]
         try:
-            reply = await retrying(lambda: self._send([item for item, _ in batch]))
+            reply = await retrying(
+                lambda: self._send([item for item, _ in batch]), stopping=self._stopping
+            )
             answered = list(zip(batch, reply.outcomes, strict=True))
         except Exception as error:
             answered = [(waiting, error) for waiting in batch]
@@ -177,9 +188,13 @@ def settlement_item(
     return item, ending
 
 
-async def retrying(call: Callable[[], Awaitable[Reply]]) -> Reply:
+async def retrying(
+    call: Callable[[], Awaitable[Reply]], *, stopping: asyncio.Event | None = None
+) -> Reply:
     """``call``'s reply, asked again while the service answers UNAVAILABLE (within
-    ``RETRY_SECONDS``); any other refusal is raised at once as its ``DomainError``."""
+    ``RETRY_SECONDS``, and not once ``stopping`` is set: a pause it cuts short ends in
+    one last ask); any other refusal is raised at once as its ``DomainError``."""
+    stopping = stopping or asyncio.Event()
     loop = asyncio.get_running_loop()
     started = loop.time()
     failures = 0
@@ -192,6 +207,8 @@ async def retrying(call: Callable[[], Awaitable[Reply]]) -> Reply:
                 raise error from exc
             failures += 1
             pause = next_attempt_in(failures, loop.time() - started, RETRY_SECONDS, random.random)
-            if pause is None:
+            if pause is None or stopping.is_set():
                 raise error from exc
-            await asyncio.sleep(pause)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(pause):
+                    await stopping.wait()

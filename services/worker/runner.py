@@ -79,8 +79,10 @@ class Worker:
 
     def stop(self) -> None:
         """Stop claiming; running attempts get ``shutdown_seconds`` to finish, then are
-        cancelled as a shutdown and their leases released in one settlement call."""
+        cancelled as a shutdown and their leases released in one settlement call (asked
+        once: a service that cannot take it leaves it to the lease, and the stop is quick)."""
         self._producer.stop()
+        self._completer.stop()
 
     async def run(self, *, stop_on_signals: bool = True) -> None:
         """Claim and run until ``stop()`` (or, ``until_empty``, until the queue is empty);

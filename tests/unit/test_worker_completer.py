@@ -1,7 +1,8 @@
 """The worker's completer batches settlements without a timer, against a scripted call.
 
 What ends in one turn of the event loop goes in one call; what ends while a
-call is in flight waits for it and goes in the next, a full batch at once.
+call is in flight waits for it and goes in the next, a full batch at once. Once
+the worker stops, a service that cannot take a settlement is not asked again.
 """
 
 from __future__ import annotations
@@ -11,10 +12,20 @@ from collections.abc import Coroutine, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import grpc
+
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.routing import Route
 from durable_ops.model.states import Privacy
-from durable_ops.worker import Attempt, Claimed, Completed, Ending, PermanentFailure, Subject
+from durable_ops.worker import (
+    Attempt,
+    Claimed,
+    Completed,
+    Ending,
+    PermanentFailure,
+    Subject,
+    WorkerShutdown,
+)
 from durable_ops.worker.completer import Completer, Item
 from durable_ops.worker.lease import HoldLeasesCall, LeaseStream
 
@@ -123,5 +134,36 @@ def test_a_full_batch_goes_at_once_and_each_settlement_gets_its_own_answer() -> 
             Ending.FAILED,
         ]
         assert service.calls[0][0].fail.failure_code == "bad_input"
+
+    _run(scenario())
+
+
+class Gone:
+    """The Operations service stopped: every call is refused UNAVAILABLE."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[Item]] = []
+
+    async def send(self, items: Sequence[Item]) -> pb.LeaseMutationsResponse:
+        self.calls.append(list(items))
+        raise grpc.aio.AioRpcError(
+            grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "gone"
+        )
+
+
+def test_a_stopping_worker_hands_back_once_and_leaves_the_rest_to_the_lease() -> None:
+    """A release the stopped service cannot take is not asked again: the stop does not
+    wait out ``RETRY_SECONDS`` (the lease hands the operation back instead)."""
+
+    async def scenario() -> None:
+        service = Gone()
+        completer = Completer(service.send, batch_size=10, trace_name="test")
+        attempt = _attempt("op-0")
+        completer.stop()
+        await completer.settle(attempt, WorkerShutdown())
+        await completer.drain()
+        assert [[_operation(item) for item in call] for call in service.calls] == [["op-0"]]
+        assert attempt.ending is None  # not accepted: its lease runs out instead
+        assert completer.endings == {}
 
     _run(scenario())

@@ -59,3 +59,35 @@ def test_past_the_bound_the_last_unavailable_is_raised(monkeypatch: pytest.Monke
     with pytest.raises(Unavailable):
         _retried(flaky)
     assert 2 <= flaky.calls < 20
+
+
+def test_once_the_worker_stops_unavailable_is_final_at_once() -> None:
+    """What a stopping worker settles goes once: the service may be stopping with it."""
+    flaky = _Flaky([grpc.StatusCode.UNAVAILABLE] * 1000)
+
+    async def stopped_first() -> Any:
+        stopping = asyncio.Event()
+        stopping.set()
+        return await completer.retrying(flaky, stopping=stopping)
+
+    with pytest.raises(Unavailable):
+        asyncio.run(stopped_first())
+    assert flaky.calls == 1
+
+
+def test_a_stop_ends_the_pause_in_one_last_ask() -> None:
+    flaky = _Flaky([grpc.StatusCode.UNAVAILABLE] * 1000)
+    asked_at_stop: list[int] = []
+
+    async def stopped_while_asking_again() -> Any:
+        stopping = asyncio.Event()
+        asking = asyncio.create_task(completer.retrying(flaky, stopping=stopping))
+        while flaky.calls < 2:  # asked again: pausing before the next ask
+            await asyncio.sleep(0.005)
+        asked_at_stop.append(flaky.calls)
+        stopping.set()
+        return await asking
+
+    with pytest.raises(Unavailable):
+        asyncio.run(asyncio.wait_for(stopped_while_asking_again(), 5.0))
+    assert flaky.calls == asked_at_stop[0] + 1
