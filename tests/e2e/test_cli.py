@@ -184,12 +184,51 @@ def test_an_unknown_revision_and_the_version_are_answered_plainly(tmp_path: Path
     assert version.stdout.strip() == f"opsctl {metadata.version('durable-ops')}"
 
 
-def test_up_refuses_a_bad_log_level_before_anything_starts(tmp_path: Path) -> None:
-    refused = opsctl("up", env={"OPS_LOG_LEVEL": "bogus"}, cwd=tmp_path)
+# What `opsctl up` refuses before any child starts, and the one line it says.
+UP_REFUSES = [
+    (
+        {"OPS_LOG_LEVEL": "bogus"},
+        "OPS_LOG_LEVEL must be debug, info, warning or error, not 'bogus'",
+    ),
+    # Each of these only the AI worker used to refuse: the stack started, and stopped
+    # when the worker had exited 2 five times.
+    ({"OPS_AI_CIRCUIT_FAILURES": "0"}, "OPS_AI_CIRCUIT_FAILURES must be at least 1, not 0"),
+    (
+        {"OPS_WORKER_CONCURRENCY": "99"},
+        "OPS_WORKER_CONCURRENCY must be between 0 and 64, not 99",
+    ),
+    (
+        {"OPS_WORKER_LEASE_SECONDS": "0"},
+        "OPS_WORKER_LEASE_SECONDS must be between 5 and 600, not 0",
+    ),
+    (
+        {"OPS_AI_EXTERNAL_URL": "https://models.example/v1"},
+        "OPS_AI_EXTERNAL_MODEL must be 1 to 128 characters when OPS_AI_EXTERNAL_URL is set, not ''",
+    ),
+    # The worker's metrics server refused it; tracing, every child.
+    (
+        {"OPS_WORKER_METRICS_BIND": ":9100"},
+        "OPS_WORKER_METRICS_BIND must be HOST:PORT with a port 1-65535 (0.0.0.0:PORT for"
+        " every interface), not ':9100'",
+    ),
+    (
+        {"OTEL_TRACES_EXPORTER": "jaeger"},
+        "OTEL_TRACES_EXPORTER must be otlp, console or none, not jaeger",
+    ),
+    # Accepted, and every analysis was refused.
+    ({"OPS_AI_USER_LIMIT": "-1"}, "OPS_AI_USER_LIMIT must be at least 1, not -1"),
+]
+
+
+@pytest.mark.parametrize(
+    ("env", "said"), UP_REFUSES, ids=[next(iter(env)) for env, _said in UP_REFUSES]
+)
+def test_up_refuses_a_setting_a_child_would_refuse_before_anything_starts(
+    env: dict[str, str], said: str, tmp_path: Path
+) -> None:
+    refused = opsctl("up", env=env, cwd=tmp_path)
     assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert refused.stderr.strip() == (
-        "opsctl: OPS_LOG_LEVEL must be debug, info, warning or error, not 'bogus'"
-    )
+    assert refused.stderr.strip() == f"opsctl: {said}"
     assert list(tmp_path.iterdir()) == []  # no child started, nothing kept
 
 
@@ -224,6 +263,22 @@ def test_serve_on_a_taken_address_names_it_and_its_setting_and_exits_2(
         f" there or set {setting} to another address"
     ]
     assert not (tmp_path / "var").exists()  # refused before the gateway kept a secret
+
+
+def test_serve_gateway_names_the_metrics_variable_it_refuses(tmp_path: Path) -> None:
+    from tests.support.keys import key_env
+    from tests.support.ports import free_port
+
+    env = {
+        **key_env(),
+        "OPS_GATEWAY_BIND": f"127.0.0.1:{free_port()}",
+        "OPS_GATEWAY_METRICS_BIND": ":9464",  # no host: the metrics server refuses it
+    }
+    refused = opsctl("serve", "gateway", env=env, cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.splitlines()[-1] == (
+        "opsctl serve gateway: OPS_GATEWAY_METRICS_BIND must be host:port, not ':9464'"
+    )
 
 
 def test_every_change_an_operator_makes_is_an_audit_line_naming_them(tmp_path: Path) -> None:
