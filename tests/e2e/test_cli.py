@@ -149,10 +149,11 @@ def test_help_says_what_a_command_does_and_its_defaults(
 def test_ai_status_shows_the_switch_the_active_operations_and_the_limits(tmp_path: Path) -> None:
     env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}", "OPS_AI_USER_LIMIT": "3"}
     opsctl("migrate", env=env)
-    assert opsctl("ai", "status", env=env).stdout.splitlines() == [
+    # No stack runs on this database: the limits are this environment's, and it says so.
+    assert opsctl("ai", "status", env=env, cwd=tmp_path).stdout.splitlines() == [
         "AI globally enabled",
-        "0 AI operations active; limits: 20 in total (OPS_AI_GLOBAL_LIMIT), 3 per user"
-        " (OPS_AI_USER_LIMIT)",
+        "0 AI operations active; limits as set in this environment (not read from the AI"
+        " Admission service): 20 in total (OPS_AI_GLOBAL_LIMIT), 3 per user (OPS_AI_USER_LIMIT)",
     ]
 
 
@@ -160,13 +161,41 @@ def test_ai_status_as_json(tmp_path: Path) -> None:
     env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}", "OPS_AI_USER_LIMIT": "3"}
     opsctl("migrate", env=env)
     assert json.loads(opsctl("ai", "disable", "--json", env=env).stdout)["ai_enabled"] is False
-    status = json.loads(opsctl("ai", "status", "--json", env=env).stdout)
+    status = json.loads(opsctl("ai", "status", "--json", env=env, cwd=tmp_path).stdout)
     assert status == {
         "ai_enabled": False,
         "active_operations": 0,
         "global_limit": 20,
         "user_limit": 3,
+        "limits_from": "environment",
     }
+
+
+def test_ai_status_shows_the_running_stacks_limits_not_the_callers(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from durable_ops.settings import Settings
+    from durable_ops.stack import address_file
+
+    url = f"sqlite:///{tmp_path / 'ops.sqlite3'}"
+    opsctl("migrate", env={"OPS_DATABASE_URL": url})
+    # What `opsctl up` records once its children run (this test's pid: a stack alive).
+    stack = replace(Settings(), database_url=url, ai_user_limit=4)
+    address_file.write(
+        stack, "http://127.0.0.1:1/", pid=os.getpid(), path=tmp_path / "var/stack.json"
+    )
+    env = {"OPS_DATABASE_URL": url, "OPS_AI_USER_LIMIT": "7"}  # the caller's shell says 7
+    assert opsctl("ai", "status", env=env, cwd=tmp_path).stdout.splitlines()[1] == (
+        f"0 AI operations active; limits of the running stack (`opsctl up`, pid {os.getpid()}):"
+        " 20 in total (OPS_AI_GLOBAL_LIMIT), 4 per user (OPS_AI_USER_LIMIT)"
+    )
+    status = json.loads(opsctl("ai", "status", "--json", env=env, cwd=tmp_path).stdout)
+    assert (status["user_limit"], status["limits_from"]) == (4, "running_stack")
+    # Another database is not that stack's: the environment's limits, said as such.
+    other = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'other.sqlite3'}"}
+    opsctl("migrate", env=other)
+    status = json.loads(opsctl("ai", "status", "--json", env=env | other, cwd=tmp_path).stdout)
+    assert (status["user_limit"], status["limits_from"]) == (7, "environment")
 
 
 def test_an_unknown_revision_and_the_version_are_answered_plainly(tmp_path: Path) -> None:
