@@ -390,22 +390,45 @@ def cmd_ai(args: argparse.Namespace) -> int:
     state, active = _on_database(args, switch_and_read)
     if args.switch != "status":
         _audit("ai_switched", enabled=state)
+    global_limit, user_limit, running_pid = _ai_limits(settings, _database(args).address)
     if args.json:
         status = {
             "ai_enabled": state,
             "active_operations": active,
-            "global_limit": settings.ai_global_limit,
-            "user_limit": settings.ai_user_limit,
+            "global_limit": global_limit,
+            "user_limit": user_limit,
+            "limits_from": "environment" if running_pid is None else "running_stack",
         }
         print(json.dumps(status))
     else:
+        whose = (
+            "as set in this environment (not read from the AI Admission service)"
+            if running_pid is None
+            else f"of the running stack (`opsctl up`, pid {running_pid})"
+        )
         print(f"AI globally {'enabled' if state else 'disabled'}")
         print(
-            f"{active} AI operation{'' if active == 1 else 's'} active; limits:"
-            f" {settings.ai_global_limit} in total (OPS_AI_GLOBAL_LIMIT),"
-            f" {settings.ai_user_limit} per user (OPS_AI_USER_LIMIT)"
+            f"{active} AI operation{'' if active == 1 else 's'} active; limits {whose}:"
+            f" {global_limit} in total (OPS_AI_GLOBAL_LIMIT),"
+            f" {user_limit} per user (OPS_AI_USER_LIMIT)"
         )
     return 0
+
+
+def _ai_limits(settings: Settings, database_url: str) -> tuple[int, int, int | None]:
+    """The AI limits (in total, per user) and the pid of the ``opsctl up`` they are from.
+
+    The running stack's own, as it recorded them in var/stack.json, when it uses this
+    database; else (pid None) those this environment sets, said as such: a service started
+    elsewhere read its own environment, and no call asks it for its limits."""
+    from durable_ops.stack import address_file
+
+    running = address_file.read()
+    if running is not None and running.get("database_url") == database_url:
+        global_limit, user_limit = running.get("ai_global_limit"), running.get("ai_user_limit")
+        if isinstance(global_limit, int) and isinstance(user_limit, int):  # not an older file
+            return global_limit, user_limit, int(running["pid"])
+    return settings.ai_global_limit, settings.ai_user_limit, None
 
 
 def cmd_operations(args: argparse.Namespace) -> int:

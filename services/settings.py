@@ -17,10 +17,21 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from urllib.parse import urlsplit
 
 DEFAULT_SQLITE_PATH = Path("var") / "durable-ops.sqlite3"
 DEFAULT_TOMBSTONE_RETENTION_DAYS = 400
-RETENTION_DAYS_MAX = 3660  # bounds.OLDER_THAN_MAX: settings import nothing of the product
+# Settings import nothing of the product: a bound the product keeps elsewhere is repeated
+# here, and tests/unit/test_settings.py checks that the two agree.
+RETENTION_DAYS_MAX = 3660  # bounds.OLDER_THAN_MAX
+WORKER_LEASE_SECONDS_RANGE = (5, 600)  # bounds.LEASE_SECONDS_RANGE, what a claim may ask for
+MODEL_NAME_MAX = 128  # bounds.MODEL_MAX, the provenance column a model's name is stored in
+# 0: follow the local server's slot count (concurrency.FOLLOW_SERVER_SLOTS); 64 is far
+# above any slot count a single model server on one host offers.
+WORKER_CONCURRENCY_RANGE = (0, 64)
+# A second to a day: quicker is a request a tab sends without need, and a browser's timer
+# fires at once for a delay beyond 2**31 - 1 ms.
+UI_UNREAD_POLL_MS_RANGE = (1000, 86_400_000)
 LOG_LEVELS = ("debug", "info", "warning", "error")  # what OPS_LOG_LEVEL may name, in any case
 
 
@@ -59,6 +70,47 @@ def _float(name: str, raw: str) -> float:
         return float(raw)
     except ValueError as exc:
         raise SettingsError(f"{variable(name)} must be a number, not {raw!r}") from exc
+
+
+_SECONDS_OR_ZERO = "a number of seconds, 0 or more"
+_SECONDS = "a number of seconds above 0"
+
+
+def _within(
+    setting: str,
+    value: float,
+    low: float,
+    high: float = math.inf,
+    *,
+    above: bool = False,
+    rule: str = "",
+) -> None:
+    """Refuse ``value`` below ``low`` (with ``above``, at it too), above ``high``, and NaN or
+    infinity, naming the variable; ``rule`` says the range in the setting's own words."""
+    inside = low < value if above else low <= value
+    if not (inside and value <= high and math.isfinite(value)):
+        if not rule:
+            rule = f"at least {low}" if high == math.inf else f"between {low} and {high}"
+        raise SettingsError(f"{variable(setting)} must be {rule}, not {value!r}")
+
+
+def _model_url(setting: str, url: str) -> None:
+    """A model server's base URL: what the AI worker's client can call."""
+    parts = urlsplit(url)
+    if parts.scheme not in {"http", "https"} or not parts.netloc:
+        raise SettingsError(
+            f"{variable(setting)} must be an http or https URL (e.g. http://127.0.0.1:8081/v1),"
+            f" not {url!r}"
+        )
+
+
+def _model_name(setting: str, name: str, *, needed_by: str = "") -> None:
+    """A model's name, as the provenance of each result stores it."""
+    if not 1 <= len(name) <= MODEL_NAME_MAX:
+        when = f" when {variable(needed_by)} is set" if needed_by else ""
+        raise SettingsError(
+            f"{variable(setting)} must be 1 to {MODEL_NAME_MAX} characters{when}, not {name!r}"
+        )
 
 
 def _doc(text: str) -> dict[str, str]:
@@ -228,8 +280,8 @@ class Settings:
     worker_concurrency: int = field(
         default=0,
         metadata=_doc(
-            "inferences one AI worker runs at once (answers per minute against each answer's"
-            " speed); 0 (the default, decided by PROD-003): the local model server's slot"
+            "inferences one AI worker runs at once, 1 to 64 (answers per minute against each"
+            " answer's speed); 0 (the default, decided by PROD-003): the local model server's slot"
             " count read at start-up (llama-server /props), at most 4, 1 when it does not say"
             " or with a host store (ADR 0044)"
         ),
@@ -243,7 +295,7 @@ class Settings:
         ),
     )
     worker_lease_seconds: int = field(
-        default=60, metadata=_doc("lease the AI worker asks for on each claim")
+        default=60, metadata=_doc("lease the AI worker asks for on each claim, 5 to 600 seconds")
     )
     worker_task_timeout_seconds: float = field(
         default=120.0, metadata=_doc("per-inference timeout enforced by the AI worker")
@@ -303,34 +355,77 @@ class Settings:
         default="auto", metadata=_doc("`auto` (JSON unless on a TTY), `true` or `false`")
     )
     ui_unread_poll_ms: int = field(
-        default=60000, metadata=_doc("bell unread-count poll interval in the web UI")
+        default=60000,
+        metadata=_doc(
+            "bell unread-count poll interval in the web UI, 1000 (a second) to 86400000 (a day)"
+        ),
     )
 
     def __post_init__(self) -> None:
-        if self.dev_model_seconds < 0:
-            raise SettingsError("OPS_DEV_MODEL_SECONDS must not be negative")
-        if not 0 <= self.database_wait_seconds < math.inf:  # also NaN
-            raise SettingsError("OPS_DATABASE_WAIT_SECONDS must be a number of seconds, 0 or more")
-        if self.retention_days < 0:
-            raise SettingsError("OPS_RETENTION_DAYS must be 0 (off) or a number of days")
+        """Refuse what any process would refuse, each with one line naming its variable:
+        here, every process checks them all, so ``opsctl up`` refuses a value before any
+        child runs rather than watching the child that needs it exit again and again."""
+        self._check_numbers()
+        self._check_ai_worker()
+        _host_names(self.gateway_allowed_hosts)
+        _networks(self.gateway_trusted_proxies)
+        if self.log_level.strip().lower() not in LOG_LEVELS:
+            raise SettingsError(
+                f"OPS_LOG_LEVEL must be debug, info, warning or error, not {self.log_level!r}"
+            )
+
+    def _check_numbers(self) -> None:
+        """Each number within the range that makes sense for it (never NaN nor infinity)."""
+        _within("database_wait_seconds", self.database_wait_seconds, 0, rule=_SECONDS_OR_ZERO)
+        _within("service_credential_max_age_seconds", self.service_credential_max_age_seconds, 1)
+        _within("gateway_long_polls_per_user", self.gateway_long_polls_per_user, 1)
+        _within("dev_model_seconds", self.dev_model_seconds, 0, rule=_SECONDS_OR_ZERO)
+        _within("retention_days", self.retention_days, 0, rule="0 (off) or a number of days")
         if not max(1, self.retention_days) <= self.tombstone_retention_days <= RETENTION_DAYS_MAX:
             raise SettingsError(
                 "OPS_TOMBSTONE_RETENTION_DAYS must be at least 1 and at least OPS_RETENTION_DAYS,"
                 f" and at most {RETENTION_DAYS_MAX}"
             )
-        if self.service_credential_max_age_seconds <= 0:
-            raise SettingsError("OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS must be greater than 0")
-        if self.ai_global_daily_tokens < 0:
-            raise SettingsError("OPS_AI_GLOBAL_DAILY_TOKENS must be 0 (none) or a number of tokens")
-        if self.gateway_long_polls_per_user < 1:
-            raise SettingsError("OPS_GATEWAY_LONG_POLLS_PER_USER must be at least 1")
-        _host_names(self.gateway_allowed_hosts)
-        _networks(self.gateway_trusted_proxies)
-        # Here, not only where logging starts: `opsctl up` refuses it before any child runs.
-        if self.log_level.strip().lower() not in LOG_LEVELS:
+        _within("ai_user_limit", self.ai_user_limit, 1)
+        _within("ai_global_limit", self.ai_global_limit, 1)
+        _within(
+            "ai_global_daily_tokens",
+            self.ai_global_daily_tokens,
+            0,
+            rule="0 (none) or a number of tokens",
+        )
+        _within("worker_concurrency", self.worker_concurrency, *WORKER_CONCURRENCY_RANGE)
+        _within("worker_poll_seconds", self.worker_poll_seconds, 0, above=True, rule=_SECONDS)
+        _within("worker_lease_seconds", self.worker_lease_seconds, *WORKER_LEASE_SECONDS_RANGE)
+        _within(
+            "worker_task_timeout_seconds",
+            self.worker_task_timeout_seconds,
+            0,
+            above=True,
+            rule=_SECONDS,
+        )
+        _within("ai_circuit_failures", self.ai_circuit_failures, 1)
+        _within(
+            "ai_circuit_cooldown_seconds",
+            self.ai_circuit_cooldown_seconds,
+            0,
+            rule=_SECONDS_OR_ZERO,
+        )
+        _within("ui_unread_poll_ms", self.ui_unread_poll_ms, *UI_UNREAD_POLL_MS_RANGE)
+
+    def _check_ai_worker(self) -> None:
+        """What the AI worker's model routes and host store need."""
+        if self.host_store_dir and self.worker_concurrency > 1:
+            # The host store admits one unfinished operation at a time: one inference per host.
             raise SettingsError(
-                f"OPS_LOG_LEVEL must be debug, info, warning or error, not {self.log_level!r}"
+                "OPS_HOST_STORE_DIR needs OPS_WORKER_CONCURRENCY 1 or 0 (the default),"
+                f" not {self.worker_concurrency}: a host store runs one inference at a time"
             )
+        _model_url("ai_local_url", self.ai_local_url)
+        _model_name("ai_local_model", self.ai_local_model)
+        if self.ai_external_url:
+            _model_url("ai_external_url", self.ai_external_url)
+            _model_name("ai_external_model", self.ai_external_model, needed_by="ai_external_url")
 
     @property
     def gateway_allowed_host_names(self) -> list[str]:

@@ -53,6 +53,7 @@ TRACEPARENT = "traceparent"
 TRACEPARENT_LENGTH = 55  # "00-" + 32 hex + "-" + 16 hex + "-" + 2 hex
 _TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 _EXPORTERS = frozenset({"otlp", "console"})
+_PROTOCOLS = frozenset({"http/protobuf", "grpc"})
 _TRACER_NAME = "durable_ops"
 
 
@@ -84,28 +85,37 @@ def tracing_enabled(environ: Mapping[str, str]) -> bool:
     return bool(_exporter_names(environ))
 
 
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Refuse the ``OTEL_*`` values ``configure_tracing`` would refuse, importing no exporter:
+    ``opsctl up`` asks before its children start, each of which would refuse them."""
+    if "otlp" in _exporter_names(environ):
+        _otlp_protocol(environ)
+
+
+def _otlp_protocol(environ: Mapping[str, str]) -> str:
+    """The OTLP protocol named (the traces' own variable first), refused with its variable."""
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        protocol = environ.get(name, "").strip()
+        if protocol and protocol not in _PROTOCOLS:
+            raise SettingsError(f"{name} must be http/protobuf or grpc, not {protocol!r}")
+        if protocol:
+            return protocol
+    return "http/protobuf"
+
+
 def otlp_exporter(environ: Mapping[str, str]) -> SpanExporter:
     """The OTLP span exporter of the protocol the environment names (http/protobuf by default)."""
-    protocol = (
-        environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or "http/protobuf"
-    ).strip()
-    if protocol == "grpc":
+    if _otlp_protocol(environ) == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
             OTLPSpanExporter as GrpcExporter,
         )
 
         return GrpcExporter()
-    if protocol == "http/protobuf":
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-            OTLPSpanExporter as HttpExporter,
-        )
-
-        return HttpExporter()
-    raise SettingsError(
-        f"OTEL_EXPORTER_OTLP_PROTOCOL must be http/protobuf or grpc, not {protocol!r}"
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as HttpExporter,
     )
+
+    return HttpExporter()
 
 
 def _processors(names: list[str], environ: Mapping[str, str]) -> list[SpanProcessor]:

@@ -1,17 +1,19 @@
 """``opsctl up``: every process of the product as children of one command.
 
-Before the first child starts, every address is checked (a taken one is a
-clear message and exit 2). Dev-login is switched on only while the gateway
-listens on loopback alone; otherwise ``opsctl up`` says why and leaves it
-off. A child that dies after start-up comes back with backoff
-(``stack.restarts``) until its budget is spent; then, as on Ctrl-C or
-SIGTERM, every child is stopped, saying what it waits for and how long the
-stop took: the AI worker first hands back what it was running, then the
-services stop. A second Ctrl-C kills what is left at once. While it runs,
-``var/stack.json`` says where (``stack.address_file``): the CLI's commands find
-the stack there. It holds ``var/up.lock`` all along (``stack.lock``): a second
-``opsctl up`` from the same directory is refused, naming the first one's pid.
-A refusal at start (another stack, an address taken) leaves no file behind.
+Before the first child starts, every setting a child would refuse and every
+address is checked (a bad or taken one is a clear message and exit 2).
+Dev-login is switched on only while the gateway listens on loopback alone;
+otherwise ``opsctl up`` says why and leaves it off. A child that dies after
+start-up comes back with backoff (``stack.restarts``) until its budget is
+spent; then, as on Ctrl-C or SIGTERM, every child is stopped, saying what it
+waits for and how long the stop took: the AI worker first hands back what it
+was running, then the services stop. A second Ctrl-C kills what is left at
+once. While it runs, ``var/stack.json`` says where (``stack.address_file``):
+the CLI's commands find the stack there. It holds ``var/up.lock`` all along
+(``stack.lock``): a second ``opsctl up`` from the same directory is refused,
+naming the first one's pid.
+A refusal at start (a bad setting, another stack, an address taken) leaves no
+file behind.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from durable_ops.stack.output import Output
 from durable_ops.stack.preflight import problems
 from durable_ops.stack.restarts import RestartBudget
 from durable_ops.storage import schema_stamp
+from durable_ops.telemetry import check_environment
 
 EXIT_UNAVAILABLE = 1
 EXIT_USAGE = 2
@@ -139,7 +142,10 @@ def run_stack(
     """Run the stack until Ctrl-C or SIGTERM; ``database_source`` says where
     ``settings.database_url`` came from, for a message that cannot reach it."""
     settings = local_to_the_stack(settings)
+    # A value a child would refuse is refused here, before any child runs: the OPS_* ones
+    # were checked as they were read (``Settings``), the log format and OTEL_* ones now.
     as_json = use_json(settings.log_json, is_tty=sys.stdout.isatty())
+    check_environment(os.environ)
     width = max(len(name) for name in DEFAULT_PROCESSES)
     output = Output(sys.stdout, as_json=as_json, width=width)
     # Both checked before any file is made: a refused start leaves nothing behind.

@@ -34,7 +34,6 @@ from durable_ops.ai_worker.inference.router import Router
 from durable_ops.ai_worker.journal import HostStoreJournal, JournalError, open_journal
 from durable_ops.ai_worker.reconcile import reconcile
 from durable_ops.ai_worker.server_slots import read_server_slots
-from durable_ops.model import bounds
 from durable_ops.model.concurrency import FOLLOW_SERVER_SLOTS, Startup, startup_concurrency
 from durable_ops.model.routing import Route
 from durable_ops.model.scope import Role
@@ -45,7 +44,6 @@ from durable_ops.settings import Settings, SettingsError
 from durable_ops.stop_signals import stopping_on_signals
 from durable_ops.worker import Worker, WorkerOptions
 
-CONCURRENCY_RANGE = (0, 64)  # 0: follow the local server's slot count (FOLLOW_SERVER_SLOTS)
 # Short: an inference cut off is released (queued again, its attempt not spent) and the
 # next worker starts it at once; and well inside the grace before SIGKILL.
 SHUTDOWN_GRACE_SECONDS = 1.0
@@ -90,21 +88,6 @@ def build_worker(
     return worker
 
 
-def check_settings(settings: Settings) -> None:
-    """Refuse settings the worker cannot honour, before anything is claimed."""
-    bounds.int_range(
-        "OPS_WORKER_LEASE_SECONDS", settings.worker_lease_seconds, bounds.LEASE_SECONDS_RANGE
-    )
-    bounds.int_range("OPS_WORKER_CONCURRENCY", settings.worker_concurrency, CONCURRENCY_RANGE)
-    if settings.worker_task_timeout_seconds <= 0 or settings.worker_poll_seconds <= 0:
-        raise SettingsError(
-            "OPS_WORKER_TASK_TIMEOUT_SECONDS and OPS_WORKER_POLL_SECONDS must be > 0"
-        )
-    if settings.host_store_dir and settings.worker_concurrency not in (1, FOLLOW_SERVER_SLOTS):
-        # The host store admits one unfinished operation at a time: one inference per host.
-        raise SettingsError("OPS_HOST_STORE_DIR needs OPS_WORKER_CONCURRENCY=1")
-
-
 async def resolve_concurrency(settings: Settings) -> Startup:
     """The inferences this worker runs at once: ``OPS_WORKER_CONCURRENCY``, or with 0 the
     local model server's slot count read now (``model.concurrency.startup_concurrency``)."""
@@ -137,17 +120,13 @@ async def run(settings: Settings, *, stopping: asyncio.Event | None = None) -> N
                 )
                 await stopping.wait()
             else:
-                check_settings(settings)
                 await _work(settings, stopping)
     finally:
         _log.info("ai_worker_stopped", say="stopped")
 
 
 async def _work(settings: Settings, stopping: asyncio.Event) -> None:
-    try:
-        router = Router.from_settings(settings)
-    except ValueError as error:  # a model URL that is not http(s)
-        raise SettingsError(f"OPS_AI_LOCAL_URL / OPS_AI_EXTERNAL_URL: {error}") from error
+    router = Router.from_settings(settings)  # its URLs and names: checked by ``Settings``
     host_id = settings.host_id or socket.gethostname()
     try:
         journal = open_journal(settings.host_store_dir, host_id)

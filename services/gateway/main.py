@@ -20,7 +20,9 @@ def run(settings: Settings) -> None:
     host, port = parse_bind(settings.gateway_bind)
     app = create_app(settings, Backends.from_settings(settings))
     serve_metrics_if(
-        settings.gateway_metrics_bind, app.state.metrics.registry, setting="gateway_metrics_bind"
+        settings.gateway_metrics_bind,
+        app.state.metrics.registry,
+        setting="OPS_GATEWAY_METRICS_BIND",
     )
     structlog.get_logger(__name__).info(
         "gateway_serving",

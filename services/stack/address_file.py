@@ -2,12 +2,13 @@
 
 ``opsctl up`` writes it once every child is healthy (atomically: a draft
 renamed over it, so a reader never sees half a file) with every gRPC target,
-the gateway's URL and the database URL (which may hold a password: hence
-0600), and removes it when it stops. Removed rather than
-marked stopped: no reader has a use for a stopped stack's addresses, and an
-absent file cannot be misread. A stack killed without a chance to clean up
-leaves its file behind; the file names the pid of ``opsctl up``, and a reader
-ignores it once that process is gone.
+the gateway's URL, the database URL (which may hold a password: hence 0600)
+and the AI limits its AI Admission service admits by (``RECORDED_SETTINGS``,
+what ``opsctl ai status`` reports), and removes it when it stops. Removed
+rather than marked stopped: no reader has a use for a stopped stack's
+addresses, and an absent file cannot be misread. A stack killed without a
+chance to clean up leaves its file behind; the file names the pid of
+``opsctl up``, and a reader ignores it once that process is gone.
 
 A command that talks to a service picks its target by ``choose_target``:
 its ``--target`` flag, else the variable (``OPS_OPERATIONS_TARGET``), else
@@ -31,6 +32,9 @@ from durable_ops.settings import Settings, variable
 from durable_ops.stack.binds import TARGETS
 
 STACK_PATH = Path("var") / "stack.json"
+# Settings of the running stack a command reports as the stack's own: the caller's
+# environment says nothing of what its children were started with.
+RECORDED_SETTINGS = ("ai_global_limit", "ai_user_limit")
 
 
 def write(settings: Settings, gateway_url: str, *, pid: int, path: Path = STACK_PATH) -> None:
@@ -38,6 +42,7 @@ def write(settings: Settings, gateway_url: str, *, pid: int, path: Path = STACK_
     found: dict[str, Any] = {"pid": pid, "gateway_url": gateway_url}
     found.update({target: getattr(settings, target) for target in TARGETS.values()})
     found["database_url"] = settings.database_url
+    found.update({name: getattr(settings, name) for name in RECORDED_SETTINGS})
     private_directory(path.parent)
     draft = path.with_name(f".{path.name}.{secrets.token_hex(8)}.draft")
     descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)

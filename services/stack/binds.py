@@ -39,7 +39,7 @@ TARGETS = {
     "workspace_bind": "workspace_target",
 }
 # A wildcard bind is reached on loopback; nothing here binds it.
-_WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}  # noqa: S104
+_WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104
 
 
 @dataclass(frozen=True)
@@ -67,11 +67,16 @@ class BadAddress(SettingsError):
 
 
 def parse_address(setting: str, raw: str) -> Bind:
-    """``HOST:PORT`` or ``[V6]:PORT`` into a Bind; a clear error naming the variable."""
+    """``HOST:PORT`` or ``[V6]:PORT`` into a Bind; a clear error naming the variable. The
+    host is required: the gateway, the development model and the metrics servers refuse
+    ``:PORT``, and ``opsctl up`` refuses it before they would."""
     host, sep, port = raw.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")
-    if not sep or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise BadAddress(f"{variable(setting)} must be HOST:PORT with a port 1-65535, not {raw!r}")
+    if not host or not sep or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise BadAddress(
+            f"{variable(setting)} must be HOST:PORT with a port 1-65535 (0.0.0.0:PORT for"
+            f" every interface), not {raw!r}"
+        )
     return Bind(setting, host, int(port))
 
 

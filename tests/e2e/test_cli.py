@@ -149,10 +149,11 @@ def test_help_says_what_a_command_does_and_its_defaults(
 def test_ai_status_shows_the_switch_the_active_operations_and_the_limits(tmp_path: Path) -> None:
     env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}", "OPS_AI_USER_LIMIT": "3"}
     opsctl("migrate", env=env)
-    assert opsctl("ai", "status", env=env).stdout.splitlines() == [
+    # No stack runs on this database: the limits are this environment's, and it says so.
+    assert opsctl("ai", "status", env=env, cwd=tmp_path).stdout.splitlines() == [
         "AI globally enabled",
-        "0 AI operations active; limits: 20 in total (OPS_AI_GLOBAL_LIMIT), 3 per user"
-        " (OPS_AI_USER_LIMIT)",
+        "0 AI operations active; limits as set in this environment (not read from the AI"
+        " Admission service): 20 in total (OPS_AI_GLOBAL_LIMIT), 3 per user (OPS_AI_USER_LIMIT)",
     ]
 
 
@@ -160,13 +161,41 @@ def test_ai_status_as_json(tmp_path: Path) -> None:
     env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}", "OPS_AI_USER_LIMIT": "3"}
     opsctl("migrate", env=env)
     assert json.loads(opsctl("ai", "disable", "--json", env=env).stdout)["ai_enabled"] is False
-    status = json.loads(opsctl("ai", "status", "--json", env=env).stdout)
+    status = json.loads(opsctl("ai", "status", "--json", env=env, cwd=tmp_path).stdout)
     assert status == {
         "ai_enabled": False,
         "active_operations": 0,
         "global_limit": 20,
         "user_limit": 3,
+        "limits_from": "environment",
     }
+
+
+def test_ai_status_shows_the_running_stacks_limits_not_the_callers(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from durable_ops.settings import Settings
+    from durable_ops.stack import address_file
+
+    url = f"sqlite:///{tmp_path / 'ops.sqlite3'}"
+    opsctl("migrate", env={"OPS_DATABASE_URL": url})
+    # What `opsctl up` records once its children run (this test's pid: a stack alive).
+    stack = replace(Settings(), database_url=url, ai_user_limit=4)
+    address_file.write(
+        stack, "http://127.0.0.1:1/", pid=os.getpid(), path=tmp_path / "var/stack.json"
+    )
+    env = {"OPS_DATABASE_URL": url, "OPS_AI_USER_LIMIT": "7"}  # the caller's shell says 7
+    assert opsctl("ai", "status", env=env, cwd=tmp_path).stdout.splitlines()[1] == (
+        f"0 AI operations active; limits of the running stack (`opsctl up`, pid {os.getpid()}):"
+        " 20 in total (OPS_AI_GLOBAL_LIMIT), 4 per user (OPS_AI_USER_LIMIT)"
+    )
+    status = json.loads(opsctl("ai", "status", "--json", env=env, cwd=tmp_path).stdout)
+    assert (status["user_limit"], status["limits_from"]) == (4, "running_stack")
+    # Another database is not that stack's: the environment's limits, said as such.
+    other = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'other.sqlite3'}"}
+    opsctl("migrate", env=other)
+    status = json.loads(opsctl("ai", "status", "--json", env=env | other, cwd=tmp_path).stdout)
+    assert (status["user_limit"], status["limits_from"]) == (7, "environment")
 
 
 def test_an_unknown_revision_and_the_version_are_answered_plainly(tmp_path: Path) -> None:
@@ -184,12 +213,51 @@ def test_an_unknown_revision_and_the_version_are_answered_plainly(tmp_path: Path
     assert version.stdout.strip() == f"opsctl {metadata.version('durable-ops')}"
 
 
-def test_up_refuses_a_bad_log_level_before_anything_starts(tmp_path: Path) -> None:
-    refused = opsctl("up", env={"OPS_LOG_LEVEL": "bogus"}, cwd=tmp_path)
+# What `opsctl up` refuses before any child starts, and the one line it says.
+UP_REFUSES = [
+    (
+        {"OPS_LOG_LEVEL": "bogus"},
+        "OPS_LOG_LEVEL must be debug, info, warning or error, not 'bogus'",
+    ),
+    # Each of these only the AI worker used to refuse: the stack started, and stopped
+    # when the worker had exited 2 five times.
+    ({"OPS_AI_CIRCUIT_FAILURES": "0"}, "OPS_AI_CIRCUIT_FAILURES must be at least 1, not 0"),
+    (
+        {"OPS_WORKER_CONCURRENCY": "99"},
+        "OPS_WORKER_CONCURRENCY must be between 0 and 64, not 99",
+    ),
+    (
+        {"OPS_WORKER_LEASE_SECONDS": "0"},
+        "OPS_WORKER_LEASE_SECONDS must be between 5 and 600, not 0",
+    ),
+    (
+        {"OPS_AI_EXTERNAL_URL": "https://models.example/v1"},
+        "OPS_AI_EXTERNAL_MODEL must be 1 to 128 characters when OPS_AI_EXTERNAL_URL is set, not ''",
+    ),
+    # The worker's metrics server refused it; tracing, every child.
+    (
+        {"OPS_WORKER_METRICS_BIND": ":9100"},
+        "OPS_WORKER_METRICS_BIND must be HOST:PORT with a port 1-65535 (0.0.0.0:PORT for"
+        " every interface), not ':9100'",
+    ),
+    (
+        {"OTEL_TRACES_EXPORTER": "jaeger"},
+        "OTEL_TRACES_EXPORTER must be otlp, console or none, not jaeger",
+    ),
+    # Accepted, and every analysis was refused.
+    ({"OPS_AI_USER_LIMIT": "-1"}, "OPS_AI_USER_LIMIT must be at least 1, not -1"),
+]
+
+
+@pytest.mark.parametrize(
+    ("env", "said"), UP_REFUSES, ids=[next(iter(env)) for env, _said in UP_REFUSES]
+)
+def test_up_refuses_a_setting_a_child_would_refuse_before_anything_starts(
+    env: dict[str, str], said: str, tmp_path: Path
+) -> None:
+    refused = opsctl("up", env=env, cwd=tmp_path)
     assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert refused.stderr.strip() == (
-        "opsctl: OPS_LOG_LEVEL must be debug, info, warning or error, not 'bogus'"
-    )
+    assert refused.stderr.strip() == f"opsctl: {said}"
     assert list(tmp_path.iterdir()) == []  # no child started, nothing kept
 
 
@@ -224,6 +292,22 @@ def test_serve_on_a_taken_address_names_it_and_its_setting_and_exits_2(
         f" there or set {setting} to another address"
     ]
     assert not (tmp_path / "var").exists()  # refused before the gateway kept a secret
+
+
+def test_serve_gateway_names_the_metrics_variable_it_refuses(tmp_path: Path) -> None:
+    from tests.support.keys import key_env
+    from tests.support.ports import free_port
+
+    env = {
+        **key_env(),
+        "OPS_GATEWAY_BIND": f"127.0.0.1:{free_port()}",
+        "OPS_GATEWAY_METRICS_BIND": ":9464",  # no host: the metrics server refuses it
+    }
+    refused = opsctl("serve", "gateway", env=env, cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.splitlines()[-1] == (
+        "opsctl serve gateway: OPS_GATEWAY_METRICS_BIND must be host:port, not ':9464'"
+    )
 
 
 def test_every_change_an_operator_makes_is_an_audit_line_naming_them(tmp_path: Path) -> None:

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import Field, fields
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from durable_ops.cli import GRPC_SERVICES
-from durable_ops.model.bounds import OLDER_THAN_MAX
+from durable_ops.model.bounds import LEASE_SECONDS_RANGE, MODEL_MAX, OLDER_THAN_MAX
+from durable_ops.model.concurrency import FOLLOW_SERVER_SLOTS
 from durable_ops.operations.tuning import Tuning
 from durable_ops.settings import (
+    MODEL_NAME_MAX,
     RETENTION_DAYS_MAX,
+    WORKER_CONCURRENCY_RANGE,
+    WORKER_LEASE_SECONDS_RANGE,
     Settings,
     SettingsError,
     documented_variables,
     service_variable,
+    variable,
 )
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -97,11 +103,67 @@ def test_values_are_parsed_by_type() -> None:
         ("OPS_GATEWAY_TRUSTED_PROXIES", "10.0.0.0/33"),
         ("OPS_LOG_LEVEL", "bogus"),
         ("OPS_LOG_LEVEL", "critical"),
+        ("OPS_AI_USER_LIMIT", "-1"),
+        ("OPS_AI_USER_LIMIT", "0"),
+        ("OPS_AI_GLOBAL_LIMIT", "0"),
+        ("OPS_DEV_MODEL_SECONDS", "nan"),
+        ("OPS_UI_UNREAD_POLL_MS", "0"),
+        ("OPS_UI_UNREAD_POLL_MS", "999"),
+        ("OPS_UI_UNREAD_POLL_MS", "86400001"),
+        ("OPS_WORKER_LEASE_SECONDS", "0"),
+        ("OPS_WORKER_CONCURRENCY", "99"),
+        ("OPS_AI_CIRCUIT_FAILURES", "0"),
+        ("OPS_AI_CIRCUIT_COOLDOWN_SECONDS", "inf"),
+        ("OPS_WORKER_TASK_TIMEOUT_SECONDS", "nan"),
     ],
 )
 def test_bad_values_are_refused_with_the_variable_named(name: str, value: str) -> None:
     with pytest.raises(SettingsError, match=name):
         Settings.from_env({name: value})
+
+
+def test_the_ai_limits_refusal_says_the_range_and_the_value() -> None:
+    with pytest.raises(SettingsError) as refused:
+        Settings.from_env({"OPS_AI_USER_LIMIT": "-1"})
+    assert str(refused.value) == "OPS_AI_USER_LIMIT must be at least 1, not -1"
+
+
+NUMBERS = [each for each in fields(Settings) if each.type in ("int", "float")]
+
+
+@pytest.mark.parametrize("setting", NUMBERS, ids=[each.name for each in NUMBERS])
+def test_every_number_has_a_range_and_a_refusal_names_its_variable(setting: Field[Any]) -> None:
+    """No number is taken as it comes: each refuses -1 (all of them start at 0 or above),
+    and a number of seconds refuses NaN and infinity, which would never come or end."""
+    name = variable(setting.name)
+    refused = ["-1", "nan", "inf", "-inf"] if setting.type == "float" else ["-1"]
+    for raw in refused:
+        with pytest.raises(SettingsError, match=f"^{name} "):
+            Settings.from_env({name: raw})
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("OPS_AI_USER_LIMIT", "1"),
+        ("OPS_UI_UNREAD_POLL_MS", "1000"),
+        ("OPS_UI_UNREAD_POLL_MS", "86400000"),
+        ("OPS_WORKER_LEASE_SECONDS", "5"),
+        ("OPS_WORKER_LEASE_SECONDS", "600"),
+        ("OPS_WORKER_CONCURRENCY", "0"),
+        ("OPS_WORKER_CONCURRENCY", "64"),
+        ("OPS_AI_CIRCUIT_COOLDOWN_SECONDS", "0"),
+        ("OPS_DEV_MODEL_SECONDS", "0"),
+    ],
+)
+def test_the_ends_of_each_range_are_accepted(name: str, value: str) -> None:
+    Settings.from_env({name: value})
+
+
+def test_the_worker_bounds_are_the_products() -> None:
+    assert WORKER_LEASE_SECONDS_RANGE == LEASE_SECONDS_RANGE  # what a claim may ask for
+    assert MODEL_NAME_MAX == MODEL_MAX  # the provenance column
+    assert WORKER_CONCURRENCY_RANGE[0] == FOLLOW_SERVER_SLOTS
 
 
 def test_the_database_wait_is_a_minute_unless_set_and_zero_asks_once() -> None:

@@ -47,6 +47,8 @@ def test_the_file_is_private_names_every_target_and_goes_when_its_stack_stops(
         "127.0.0.1:9101",
         "127.0.0.1:9104",
     ]
+    # What `opsctl ai status` reports as the stack's, whatever its caller's environment says.
+    assert (found["ai_global_limit"], found["ai_user_limit"]) == (20, 2)
     address_file.remove(pid=os.getpid() + 1, path=path)  # not its file: left alone
     assert path.exists()
     address_file.remove(pid=os.getpid(), path=path)

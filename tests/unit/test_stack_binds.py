@@ -34,7 +34,11 @@ def test_the_default_stack_listens_on_six_addresses() -> None:
     assert binds[0].address == "127.0.0.1:8080"
 
 
-@pytest.mark.parametrize("raw", ["8080", "localhost:", "host:http", "host:0", "host:70000"])
+# ":8080" too: the gateway, the development model and the metrics servers refuse it, and a
+# child that refuses its address at every restart is what `opsctl up` checks to avoid.
+@pytest.mark.parametrize(
+    "raw", ["8080", "localhost:", "host:http", "host:0", "host:70000", ":8080", "[]:8080"]
+)
 def test_a_bad_address_names_its_variable(raw: str) -> None:
     with pytest.raises(BadAddress, match="OPS_GATEWAY_BIND must be HOST:PORT"):
         parse_address("gateway_bind", raw)
@@ -100,7 +104,6 @@ def test_targets_and_the_default_model_follow_the_binds() -> None:
     [
         ("0.0.0.0:8080", "127.0.0.1:8080"),
         ("[::]:8080", "[::1]:8080"),
-        (":8080", "127.0.0.1:8080"),
         ("192.0.2.10:8080", "192.0.2.10:8080"),
         ("[::1]:8080", "[::1]:8080"),
     ],

@@ -73,6 +73,40 @@ def test_an_unsupported_protocol_is_a_settings_error() -> None:
         telemetry.otlp_exporter({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
 
 
+@pytest.mark.parametrize(
+    ("environ", "named"),
+    [
+        ({"OTEL_TRACES_EXPORTER": "jaeger"}, "OTEL_TRACES_EXPORTER"),
+        (
+            {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"},
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+        ),
+        (
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json",
+            },
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        ),
+    ],
+)
+def test_what_configure_tracing_would_refuse_is_refused_without_it(
+    environ: dict[str, str], named: str
+) -> None:
+    """``opsctl up`` asks this before its children start (each would refuse the value)."""
+    with pytest.raises(SettingsError, match=f"^{named} must be"):
+        telemetry.check_environment(environ)
+    assert telemetry.active() is None
+
+
+def test_a_protocol_tracing_does_not_use_is_not_checked() -> None:
+    telemetry.check_environment({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})  # tracing off
+    telemetry.check_environment(
+        {"OTEL_TRACES_EXPORTER": "console", "OTEL_EXPORTER_OTLP_PROTOCOL": "x"}
+    )
+
+
 def test_off_configures_nothing() -> None:
     assert telemetry.configure_tracing("gateway", environ={"OTEL_TRACES_EXPORTER": "none"}) is None
     assert telemetry.active() is None
