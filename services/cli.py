@@ -535,6 +535,18 @@ class OneLineParser(argparse.ArgumentParser):
     class of the parser it is called on.
     """
 
+    def parse_known_args(  # type: ignore[override]  # typeshed's overloads; same signature
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """Refuse an argument this parser does not know here, where it is known whose it
+        was: argparse hands a subcommand's leftovers up to the top parser, whose error
+        names only ``opsctl`` (``opsctl: unrecognized arguments: --bogus``); this names
+        ``opsctl operations list``. So nothing is ever left over."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: {' '.join(message.splitlines())}\n")
 
