@@ -495,11 +495,19 @@ def _details(row: dict[str, Any], out: TextIO) -> None:
 
 
 def _refused(exc: Exception, what: str) -> str:
+    """``what: code: message``, the code the product's own: the stable one the service
+    logs and sends (``not_retryable``, ``operation_not_found``), not the gRPC status it
+    travels as (``failed_precondition``), which several codes share. A failure no service
+    of ours answered (a deadline, a proxy) has none: its status names it."""
     import grpc
+
+    from durable_ops.rpc.errors import ERROR_CODE
 
     if isinstance(exc, grpc.RpcError):
         call: Any = exc
-        return f"{what}: {call.code().name.lower()}: {call.details()}"
+        trailers = dict(call.trailing_metadata() or ())
+        code = trailers.get(ERROR_CODE) or call.code().name.lower()
+        return f"{what}: {code}: {call.details()}"
     return f"{what}: {exc}"
 
 
