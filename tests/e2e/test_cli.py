@@ -166,6 +166,14 @@ def test_every_command_has_help() -> None:
         (["serve"], ["Run one process", "gateway        the HTTP API", "default 127.0.0.1:8080"]),
         (["ai"], ["Switch AI admission", "OPS_AI_GLOBAL_LIMIT, default 20", "--json"]),
         (["up"], ["restarted with backoff", "--port-base N", "(default: demo)"]),
+        (
+            ["console", "revoke"],
+            [
+                "by default your own (the name --as gives",
+                "--operator NAME's",
+                "with --all, of every",
+            ],
+        ),
     ],
 )
 def test_help_says_what_a_command_does_and_its_defaults(
