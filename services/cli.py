@@ -220,9 +220,20 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     shown = shown_url(database.address, database.source)
     with reaching(database.address, database.source):
         before = migrate.stamped_revision(database.address)
-        if args.to == "base" and before is not None and not args.yes:
-            print(f"would drop every table of {shown} (from {database.source}), at {before}")
-            print("opsctl migrate --to base: not confirmed; add --yes", file=sys.stderr)
+        # A move down drops what each revision undone added, with all it holds: asked first.
+        undone = migrate.revisions_undone(before, args.to) if args.to else []
+        if undone and not args.yes:
+            where = f"{shown} (from {database.source})"
+            if args.to == "base":
+                print(f"would drop every table of {where}, at {before}, undoing:")
+            else:
+                print(
+                    f"would move {where} down from {before} to {args.to}, dropping what these"
+                    " added (tables, columns, indexes) and all it holds:"
+                )
+            for revision, added in undone:
+                print(f"  {revision}  {plain(added)}")
+            print(f"opsctl migrate --to {args.to}: not confirmed; add --yes", file=sys.stderr)
             return EXIT_NOT_CONFIRMED
         if args.to:
             migrate.migrate_to(database.address, args.to)
@@ -558,6 +569,18 @@ class OneLineParser(argparse.ArgumentParser):
     class of the parser it is called on.
     """
 
+    def parse_known_args(  # type: ignore[override]  # typeshed's overloads; same signature
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """Refuse an argument this parser does not know here, where it is known whose it
+        was: argparse hands a subcommand's leftovers up to the top parser, whose error
+        names only ``opsctl`` (``opsctl: unrecognized arguments: --bogus``); this names
+        ``opsctl operations list``. So nothing is ever left over."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: {' '.join(message.splitlines())}\n")
 
@@ -616,11 +639,12 @@ def build_parser() -> argparse.ArgumentParser:
         "migrate",
         cmd_migrate,
         "Upgrade the schema to the newest revision, or move it to --to REV",
-        "Prints the revision reached. --to base drops every table, and all they hold: without\n"
-        "--yes it prints what it would drop and exits 6.",
+        "Prints the revision reached. A move down (--to an older revision, or base: every\n"
+        "table) drops what each revision it undoes added, and all it holds: without --yes\n"
+        "it prints those revisions and exits 6.",
     )
     migrate.add_argument("--to", metavar="REV", help="revision to move to, e.g. base or 0002")
-    migrate.add_argument("--yes", action="store_true", help="confirm --to base")
+    migrate.add_argument("--yes", action="store_true", help="confirm a move down")
     database_option(migrate)
 
     token = command(

@@ -7,7 +7,8 @@
 and opens a console session of eight hours. The gateway's address is
 ``--url``, else the one the running ``opsctl up`` wrote to ``var/stack.json``,
 else ``http://127.0.0.1:8080/``. ``revoke`` ends every console link and
-session of an operator at once (default: your own).
+session of an operator at once: your own (the name ``--as`` gives), ``--operator``
+NAME's, or with ``--all`` every operator's.
 
 Only argparse and pure modules are imported here at load; grpc when a command runs.
 """
@@ -63,11 +64,14 @@ def add_parser(console: argparse.ArgumentParser) -> None:
     revoke = verbs.add_parser(
         "revoke",
         help="end every console link and session of an operator",
-        description="End at once every console sign-in link and session of --operator"
-        " (default: the name you act as).",
+        description="End at once every console sign-in link and session of one operator:"
+        " by default your own (the name --as gives, default your login name), else"
+        " --operator NAME's; or, with --all, of every operator.",
     )
     whose = revoke.add_mutually_exclusive_group()
-    whose.add_argument("--operator", dest="whose", metavar="NAME", help="whose sign-ins")
+    whose.add_argument(
+        "--operator", dest="whose", metavar="NAME", help="whose sign-ins (default: your own)"
+    )
     whose.add_argument(
         "--all", dest="everyone", action="store_true", help="every operator's (a stolen key)"
     )

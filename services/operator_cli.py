@@ -47,7 +47,9 @@ if TYPE_CHECKING:
 
 EXIT_UNREACHABLE = 2  # nothing answers at the target: one sentence names it and how to move it
 EXIT_FAILED = 5  # the service refused a call (the reason is printed)
-EXIT_NOT_CONFIRMED = 6  # a cancel or retry by filter without --yes: the plan is printed
+# A cancel or retry by filter, a prune, or a move of the schema down (`opsctl migrate`), with
+# something to do and without --yes: the plan is printed.
+EXIT_NOT_CONFIRMED = 6
 CALL_TIMEOUT_SECONDS = 10.0
 # After a call failed as unavailable: how long the channel may take to connect before
 # the target counts as unreachable (rather than a service that answered "unavailable").
@@ -495,11 +497,19 @@ def _details(row: dict[str, Any], out: TextIO) -> None:
 
 
 def _refused(exc: Exception, what: str) -> str:
+    """``what: code: message``, the code the product's own: the stable one the service
+    logs and sends (``not_retryable``, ``operation_not_found``), not the gRPC status it
+    travels as (``failed_precondition``), which several codes share. A failure no service
+    of ours answered (a deadline, a proxy) has none: its status names it."""
     import grpc
+
+    from durable_ops.rpc.errors import ERROR_CODE
 
     if isinstance(exc, grpc.RpcError):
         call: Any = exc
-        return f"{what}: {call.code().name.lower()}: {call.details()}"
+        trailers = dict(call.trailing_metadata() or ())
+        code = trailers.get(ERROR_CODE) or call.code().name.lower()
+        return f"{what}: {code}: {call.details()}"
     return f"{what}: {exc}"
 
 
@@ -644,7 +654,8 @@ def _act_on(ids: list[str], args: argparse.Namespace, operator: Operator, out: T
 
 
 def cmd_prune(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
-    """A dry run without ``--yes``; else calls until the service has nothing more to prune."""
+    """A dry run without ``--yes`` (exit 6 unless it found nothing to prune); else calls
+    until the service has nothing more to prune."""
     from durable_ops.api.operator.v1 import operator_pb2 as opb
 
     if args.batch_size is not None:  # 0 is the service's "default"; here it is a mistake
@@ -673,6 +684,13 @@ def cmd_prune(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
     }
     if args.json:
         print(json.dumps(summary), file=out)
+    elif not (pruned or forgotten):
+        print(
+            f"nothing to prune: no operation finished before {summary['finished_before']}"
+            " and no tombstone of one finished before"
+            f" {summary['tombstones_finished_before']}",
+            file=out,
+        )
     elif args.yes:
         print(
             f"pruned {pruned} operations finished before {summary['finished_before']};"
@@ -687,7 +705,7 @@ def cmd_prune(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
             f" {summary['tombstones_finished_before']}",
             file=out,
         )
-    if not args.yes:
+    if not args.yes and (pruned or forgotten):  # nothing to do asks nothing, as cancel
         print("opsctl operations prune: not confirmed; add --yes", file=sys.stderr)
         return EXIT_NOT_CONFIRMED
     return 0

@@ -29,12 +29,12 @@ from pathlib import Path
 
 from durable_ops.gateway.hosts import dev_login_refusal
 from durable_ops.local_secrets import with_kept_secrets
-from durable_ops.logs import use_json
+from durable_ops.logs import configure_logging, use_json
 from durable_ops.settings import Settings
 from durable_ops.stack import address_file, lock
 from durable_ops.stack.binds import local_to_the_stack, parse_address, stack_binds
 from durable_ops.stack.children import Stack, process_specs, serves
-from durable_ops.stack.output import Output
+from durable_ops.stack.output import STACK, Output
 from durable_ops.stack.preflight import problems
 from durable_ops.stack.restarts import RestartBudget
 from durable_ops.storage import schema_stamp
@@ -148,6 +148,10 @@ def run_stack(
     check_environment(os.environ)
     width = max(len(name) for name in DEFAULT_PROCESSES)
     output = Output(sys.stdout, as_json=as_json, width=width)
+    # Its own log events (a schema a newer release wrote, say) go where every process's
+    # go: stderr, JSON off a terminal. Unconfigured, structlog printed them as text on
+    # stdout, among lines that are all JSON when piped.
+    configure_logging(settings, process=STACK)
     # Both checked before any file is made: a refused start leaves nothing behind.
     try:
         lock.check_free()

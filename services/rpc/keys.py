@@ -229,10 +229,13 @@ def own_key(settings: Settings, role: Role) -> SigningKey:
         )
     key = SigningKey.load(path)
     if key.role is not role:
-        raise SettingsError(
-            f"{path} is a {key.role.value} key; this process needs a {role.value} key"
-        )
+        raise SettingsError(f"{path} is {_a(key.role)} key; this process needs {_a(role)} key")
     return key
+
+
+def _a(role: Role) -> str:
+    """The role with its article: "a gateway", "an operator"."""
+    return f"{'an' if role.value[0] in 'aeiou' else 'a'} {role.value}"
 
 
 def trusted_keys(settings: Settings) -> TrustedKeys:

@@ -24,7 +24,7 @@ from durable_ops.storage.schema_stamp import quick_head
 
 if TYPE_CHECKING:
     from alembic.config import Config
-    from alembic.script import ScriptDirectory
+    from alembic.script import Script, ScriptDirectory
 
 # migrations/ at the repository root, installed as durable_ops.migrations.
 MIGRATIONS = Path(durable_ops.migrations.__file__).parent
@@ -133,29 +133,63 @@ def downgrade(url: str, revision: str, *, script_location: Path = MIGRATIONS) ->
 def migrate_to(url: str, revision: str) -> None:
     """Upgrade or downgrade, whichever reaches ``revision`` (``base`` drops everything)."""
     current = stamped_revision(url)
-    from alembic.script import ScriptDirectory
-    from alembic.util import CommandError
-
-    script = ScriptDirectory.from_config(alembic_config(url))
     if _newer_than_code(url, revision, MIGRATIONS):
         return
     if revision == "base":
         downgrade(url, "base")
         return
-    try:
-        target = script.get_revision(revision)
-    except CommandError:  # alembic's word for a name no revision has
+    script = _scripts()
+    target = _revision(script, revision).revision
+    if _undone(script, current, target):
+        downgrade(url, target)
+    else:
+        upgrade(url, target)
+
+
+def revisions_undone(current: str | None, revision: str) -> list[tuple[str, str]]:
+    """What moving the schema from ``current`` to ``revision`` undoes, newest first: each
+    revision and what it added (the first paragraph of its docstring), all of which the
+    move drops with what it holds; what ``opsctl migrate --to`` asks about. Empty for a
+    move up or none, and where ``migrate_to`` refuses the move itself: a ``current`` a
+    newer release wrote, a ``revision`` there is none of."""
+    if current is None or not _known(current):
+        return []
+    script = _scripts()
+    if revision == "base":
         target = None
-    if target is None:
+    else:
+        try:
+            target = _revision(script, revision).revision
+        except InvalidArgument:
+            return []
+    return [(rev.revision, " ".join(rev.doc.split())) for rev in _undone(script, current, target)]
+
+
+def _revision(script: ScriptDirectory, revision: str) -> Script:
+    """The revision ``revision`` names (``head``, or a unique beginning such as ``0002``);
+    ``InvalidArgument`` listing the known ones for a name no revision has."""
+    from alembic.util import CommandError
+
+    try:
+        found = script.get_revision(revision)
+    except CommandError:  # alembic's word for a name no revision has
+        found = None
+    if found is None:
         known = ", ".join(["base", *sorted(rev.revision for rev in script.walk_revisions())])
         raise InvalidArgument("--to", f"no revision {revision!r}; known: {known}")
-    ancestors_of_current = (
-        {rev.revision for rev in script.iterate_revisions(current, "base")} if current else set()
-    )
-    if target.revision in ancestors_of_current and target.revision != current:
-        downgrade(url, target.revision)
-    else:
-        upgrade(url, target.revision)
+    return found
+
+
+def _undone(script: ScriptDirectory, current: str | None, target: str | None) -> list[Script]:
+    """The revisions from ``current`` down to, not including, ``target`` (None: base),
+    newest first: what a downgrade undoes. Empty when ``target`` is not below ``current``."""
+    if current is None:
+        return []
+    below = list(script.iterate_revisions(current, "base"))  # ``current`` first
+    if target is None:
+        return below
+    found = [rev.revision for rev in below]
+    return below[: found.index(target)] if target in found else []
 
 
 def _known(revision: str, script_location: Path = MIGRATIONS) -> bool:

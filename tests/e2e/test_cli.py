@@ -13,7 +13,7 @@ import pytest
 
 from durable_ops.cli import GRPC_SERVICES, build_parser
 from durable_ops.settings import service_variable
-from durable_ops.storage.migrate import head_revision
+from durable_ops.storage.migrate import MIGRATIONS, head_revision, stamped_revision
 
 
 def opsctl(
@@ -62,6 +62,36 @@ def test_migrate_set_plan_switch_and_down(tmp_path: Path) -> None:
     refused = opsctl("users", "set-plan", "alice", "pro", env=env)
     assert refused.returncode != 0
     assert "opsctl migrate" in refused.stderr
+
+
+def test_every_move_down_asks_first_naming_the_revisions_it_undoes(tmp_path: Path) -> None:
+    """Not only ``--to base``: a move to an older revision drops tables and columns too."""
+    url = f"sqlite:///{tmp_path / 'ops.sqlite3'}"
+    env = {"OPS_DATABASE_URL": url}
+    opsctl("migrate", env=env)
+    newest_first = sorted(path.stem for path in (MIGRATIONS / "versions").glob("0*.py"))[::-1]
+
+    unconfirmed = opsctl("migrate", "--to", "0002_notifications", env=env)
+    assert unconfirmed.returncode == 6, unconfirmed.stderr
+    said, *undone = unconfirmed.stdout.splitlines()
+    assert said.startswith(
+        f"would move {url} (from OPS_DATABASE_URL) down from {head_revision()} to"
+        " 0002_notifications, dropping what these added"
+    )
+    assert [line.split()[0] for line in undone] == newest_first[:-2]
+    assert undone[-1] == (
+        "  0003_workspace_ai  Workspace and AI: jobs, attachments, AI settings, workspace notes,"
+        " admission control."
+    )
+    assert unconfirmed.stderr.strip() == (
+        "opsctl migrate --to 0002_notifications: not confirmed; add --yes"
+    )
+    assert stamped_revision(url) == head_revision()  # nothing undone
+
+    dropped = opsctl("migrate", "--to", "0002_notifications", "--yes", env=env)
+    assert (dropped.returncode, dropped.stdout) == (0, "schema at 0002_notifications\n")
+    raised = opsctl("migrate", "--to", "0003_workspace_ai", env=env)  # a move up asks nothing
+    assert (raised.returncode, raised.stdout) == (0, "schema at 0003_workspace_ai\n")
 
 
 def test_set_budget_answers_on_stdout_and_logs_who_ran_it(tmp_path: Path) -> None:
@@ -136,6 +166,14 @@ def test_every_command_has_help() -> None:
         (["serve"], ["Run one process", "gateway        the HTTP API", "default 127.0.0.1:8080"]),
         (["ai"], ["Switch AI admission", "OPS_AI_GLOBAL_LIMIT, default 20", "--json"]),
         (["up"], ["restarted with backoff", "--port-base N", "(default: demo)"]),
+        (
+            ["console", "revoke"],
+            [
+                "by default your own (the name --as gives",
+                "--operator NAME's",
+                "with --all, of every",
+            ],
+        ),
     ],
 )
 def test_help_says_what_a_command_does_and_its_defaults(

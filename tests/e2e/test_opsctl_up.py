@@ -9,6 +9,7 @@ import random
 import select
 import signal
 import socket
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import httpx
 import pytest
 
 from durable_ops.stack.children import healthy
+from durable_ops.storage.migrate import upgrade
 from tests.support import disks, procs
 from tests.support.product import opsctl_up, product_env
 
@@ -79,6 +81,23 @@ def test_up_serves_the_ui_and_stops_every_child(
     while any(procs.alive(child) for child in children) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [child for child in children if procs.alive(child)] == []
+
+
+def test_on_a_schema_a_newer_release_wrote_its_own_warning_is_a_json_line_too(
+    tmp_path: Path,
+) -> None:
+    """The stack's own log events were structlog's default: text on stdout, among lines
+    that are all JSON when piped. (``opsctl_up`` reads each line, stderr's too, as JSON.)"""
+    database = tmp_path / "up.sqlite3"
+    upgrade(f"sqlite:///{database}")
+    with sqlite3.connect(database) as connection:
+        connection.execute("UPDATE alembic_version SET version_num = '0099_future'")
+    env = product_env(OPS_DEV_MODEL_SECONDS="0")
+    with opsctl_up(f"sqlite:///{database}", env, cwd=tmp_path) as product:
+        warned = [r for r in product.events("schema_newer_than_code") if r["process"] == "up"]
+        assert warned, product.lines
+        assert warned[0]["database_revision"] == "0099_future"
+        assert product.stop() == 0
 
 
 def test_a_token_from_opsctl_token_works_with_the_stack_and_survives_a_restart(

@@ -112,6 +112,27 @@ def test_a_filter_that_matches_nothing_says_so_and_is_done(
 # ---- what a cancel and a show say --------------------------------------------------------------
 
 
+def test_a_refusal_is_named_by_the_code_the_service_logs_not_its_grpc_status(
+    ops: OpsClient, opsctl: Opsctl
+) -> None:
+    """``not_retryable``, as the service's log and the owner's API say it; gRPC's
+    ``failed_precondition`` is shared by several refusals and named none."""
+    done = ops.create(BOB, "k-done-then-retried")
+    ops.complete(ops.claim_one())
+    refusals = [
+        (("retry", done.id), f"opsctl operations retry: {done.id}: not_retryable: "),
+        (("cancel", done.id), f"opsctl operations cancel: {done.id}: already_terminal: "),
+        (("show", "0" * 32), "opsctl operations show: operation_not_found: "),
+    ]
+    for args, said in refusals:
+        code, out, err, logs = opsctl("operations", *args)
+        assert (code, out) == (5, "")
+        [logged] = [line["code"] for line in logs if line["event"] == "operator_refused"]
+        assert err.startswith(said), err
+        assert f": {logged}: " in err
+        assert len(err.splitlines()) == 1, err
+
+
 def test_cancelling_a_running_operation_says_the_cancel_was_requested(
     ops: OpsClient, opsctl: Opsctl
 ) -> None:

@@ -282,6 +282,24 @@ def test_prune_refuses_bad_requests_and_other_credentials(
         )
 
 
+def test_opsctl_operations_prune_with_nothing_to_prune_says_so_and_asks_nothing(
+    ops: OpsClient, clock: ManualClock, opsctl: Callable[..., tuple[int, str, str]]
+) -> None:
+    """As a cancel by a filter that matches nothing: no plan to confirm, exit 0."""
+    _succeed(ops, ALICE, "k-cli-recent")
+    clock.advance(DAY)
+
+    code, said, err = opsctl("prune", "--older-than", "30d")
+    assert (code, err) == (0, "")
+    assert said.startswith("nothing to prune: no operation finished before ")
+    assert " and no tombstone of one finished before " in said
+    code, out, err = opsctl("prune", "--older-than", "30d", "--json")
+    assert (code, err) == (0, "")
+    summary = json.loads(out)
+    assert (summary["dry_run"], summary["pruned"], summary["forgotten"]) == (True, 0, 0)
+    assert opsctl("prune", "--older-than", "30d", "--yes") == (0, said, "")
+
+
 def test_opsctl_operations_prune_counts_then_prunes_with_yes(
     services: Services,
     ops: OpsClient,

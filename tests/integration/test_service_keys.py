@@ -298,3 +298,23 @@ def test_a_missing_key_names_a_command_that_makes_it(
     assert len(hinted) == 1, missing.value
     assert cli.main(hinted[0].split()[1:]) == 0  # the hinted command, as a user would type it
     assert own_key(settings, role).role is role
+
+
+@pytest.mark.parametrize(
+    ("holds", "needed", "said"),
+    [
+        (Role.GATEWAY, Role.OPERATOR, "is a gateway key; this process needs an operator key"),
+        (Role.OPERATOR, Role.WORKER, "is an operator key; this process needs a worker key"),
+    ],
+)
+def test_another_roles_key_is_refused_naming_both_roles(
+    holds: Role, needed: Role, said: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from durable_ops.rpc.keys import create_key_pair, own_key
+    from durable_ops.settings import Settings, SettingsError
+
+    monkeypatch.setenv("OPS_SERVICE_KEYS_DIR", str(tmp_path / "keys"))
+    monkeypatch.setenv("OPS_SERVICE_KEY", str(create_key_pair(tmp_path / "keys", holds.value)))
+    with pytest.raises(SettingsError) as refused:
+        own_key(Settings.from_env(), needed)
+    assert str(refused.value).endswith(said)

@@ -57,6 +57,23 @@ def test_every_subcommand_parser_answers_a_usage_error_in_one_line() -> None:
             "opsctl keys issue: argument label: 'Bad Name' is not a key label: use 1-48"
             " lowercase letters, digits, '-' or '_'",
         ),
+        # What a parser does not know, it names itself as the one refusing it; argparse
+        # leaves it to the top parser, whose line said only `opsctl: unrecognized …`.
+        (
+            ["operations", "list", "--bogus"],
+            "opsctl operations list: unrecognized arguments: --bogus",
+        ),
+        (
+            ["operations", "cancel", "--limit", "1"],
+            "opsctl operations cancel: unrecognized arguments: --limit",
+        ),
+        (["operations", "--bogus", "list"], "opsctl operations: unrecognized arguments: --bogus"),
+        (
+            ["users", "set-plan", "alice", "pro", "gold"],
+            "opsctl users set-plan: unrecognized arguments: gold",
+        ),
+        (["migrate", "--bogus"], "opsctl migrate: unrecognized arguments: --bogus"),
+        (["--bogus", "migrate"], "opsctl: unrecognized arguments: --bogus"),
     ],
 )
 def test_a_usage_error_is_one_line_naming_the_command(
@@ -82,6 +99,16 @@ def test_usage_errors_of_other_subcommands_are_one_line(
     argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert _usage_error(argv, capsys).startswith("opsctl")
+
+
+def test_every_subcommand_names_itself_for_an_argument_it_does_not_know(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for parser in _parsers(build_parser()):
+        if parser.prog == "opsctl":
+            continue
+        line = _usage_error([*parser.prog.split()[1:], "--no-such-option"], capsys)
+        assert line.startswith(f"{parser.prog}: "), line
 
 
 def test_help_is_still_the_whole_page(capsys: pytest.CaptureFixture[str]) -> None:
