@@ -51,7 +51,11 @@ ERROR_DESCRIPTIONS: Mapping[int, str] = {
         f"The body did not arrive within {BODY_SECONDS:g} s of the request's head"
         " (`request_timeout`); the connection is closed"
     ),
-    409: "The resource's state does not allow this, or the idempotency key was used before",
+    409: (
+        "The resource's state does not allow this, or the idempotency key was used before"
+        " (code `analysis_active`: an unfinished analysis uses the job or CV to delete;"
+        " `operation_id` names it: cancel it first)"
+    ),
     413: "The body is too large",
     415: "The body is not of the media type the operation takes (JSON unless it says)",
     429: (
@@ -256,6 +260,10 @@ SHARED_SCHEMAS: Mapping[str, JsonObject] = {
             "detail": {"type": "string"},
             "code": {"type": "string", "description": "stable; branch on this"},
             "field": {"type": "string", "description": "the invalid argument (400 only)"},
+            "operation_id": {
+                "type": "string",
+                "description": "the unfinished operation to cancel first (409 analysis_active)",
+            },
         },
     },
     "Subject": {

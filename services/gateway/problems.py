@@ -31,7 +31,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Match, Route
 
-from durable_ops.model.errors import CapacityExceeded, DomainError, InvalidArgument
+from durable_ops.model.errors import CapacityExceeded, DomainError, InUse, InvalidArgument
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_PREFIX = "urn:durable-ops:problem:"
@@ -145,7 +145,9 @@ def problem_from_domain(error: DomainError) -> Problem:
     headers: dict[str, str] = {}
     if isinstance(error, CapacityExceeded):
         headers["Retry-After"] = str(max(0, error.retry_after_seconds))
-    return Problem(status, error.code, error.message, headers=headers)
+    # The operation to cancel first: the page offers it without parsing the sentence.
+    extra = {"operation_id": error.operation_id} if isinstance(error, InUse) else None
+    return Problem(status, error.code, error.message, headers=headers, extra=extra)
 
 
 async def _problem(_request: Request, exc: Exception) -> Response:

@@ -1,4 +1,9 @@
-"""``/api/jobs``, ``/api/attachments`` and ``/api/settings/ai``: the caller's workspace."""
+"""``/api/jobs``, ``/api/attachments`` and ``/api/settings/ai``: the caller's workspace.
+
+A job or CV is deleted with ``DELETE`` (204): what was made from it goes too, and its share
+of the storage quota comes back; 409 ``analysis_active`` names, in ``operation_id``, the
+unfinished analysis to cancel first (ADR 60).
+"""
 
 from __future__ import annotations
 
@@ -134,6 +139,13 @@ async def get_job(request: Request) -> Response:
     return JSONResponse(job_dto(job))
 
 
+async def delete_job(request: Request) -> Response:
+    calls = await owner_calls(request)
+    job_id = resource_id(request, _job_not_found)
+    await calls(_stub(calls).DeleteJob, pb.DeleteJobRequest(job_id=job_id))
+    return Response(status_code=204)
+
+
 # ---- attachments ------------------------------------------------------------------------------
 
 
@@ -175,6 +187,14 @@ async def get_attachment(request: Request) -> Response:
     return JSONResponse(attachment_dto(attachment, with_text=True))
 
 
+async def delete_attachment(request: Request) -> Response:
+    calls = await owner_calls(request)
+    attachment_id = resource_id(request, _attachment_not_found)
+    message = pb.DeleteAttachmentRequest(attachment_id=attachment_id)
+    await calls(_stub(calls).DeleteAttachment, message)
+    return Response(status_code=204)
+
+
 # ---- AI settings --------------------------------------------------------------------------------
 
 
@@ -208,9 +228,11 @@ routes: Sequence[BaseRoute] = [
     Route("/api/jobs", create_job, methods=["POST"]),
     Route("/api/jobs", list_jobs, methods=["GET"]),
     Route("/api/jobs/{id}", get_job, methods=["GET"]),
+    Route("/api/jobs/{id}", delete_job, methods=["DELETE"]),
     Route("/api/attachments", create_attachment, methods=["POST"]),
     Route("/api/attachments", list_attachments, methods=["GET"]),
     Route("/api/attachments/{id}", get_attachment, methods=["GET"]),
+    Route("/api/attachments/{id}", delete_attachment, methods=["DELETE"]),
     Route("/api/settings/ai", get_ai_settings, methods=["GET"]),
     Route("/api/settings/ai", put_ai_settings, methods=["PUT"]),
 ]
@@ -219,6 +241,15 @@ _TIME = {"type": "string", "format": "date-time"}
 _WRITE_ERRORS = errors(400, 403, 413, 415, 503, 504)
 # A job or a CV more than the owner may store is 429 ``storage_quota_exceeded``.
 _CREATE_ERRORS = errors(400, 403, 413, 415, 429, 503, 504)
+# 403: a cookie's change from another origin; 409 ``analysis_active``.
+_DELETE_ERRORS = errors(403, 404, 409, 503, 504)
+_DELETED = (
+    "Deleted, with every analysis result made from it (as its subject or with it as the"
+    " second reference) and its share of the storage quota given back. Finished operations"
+    " and their notifications stay; a past operation's result is then `result_not_found`."
+    " While an analysis that uses it has not finished: 409 `analysis_active`, whose"
+    " `operation_id` names the operation to cancel first"
+)
 openapi_schemas: Mapping[str, Any] = {
     "Job": {
         "type": "object",
@@ -330,7 +361,14 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
             _JOBS,
             {"200": ok("the job", ref("Job")), **errors(404, 503, 504)},
             parameters=[path_id("job id")],
-        )
+        ),
+        "delete": endpoint(
+            "Delete one job of the caller and the results made from it",
+            "deleteJob",
+            _JOBS,
+            {"204": ok(_DELETED), **_DELETE_ERRORS},
+            parameters=[path_id("job id")],
+        ),
     },
     "/api/attachments": {
         "post": endpoint(
@@ -355,7 +393,14 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
             _ATTACHMENTS,
             {"200": ok("the attachment", ref("Attachment")), **errors(404, 503, 504)},
             parameters=[path_id("attachment id")],
-        )
+        ),
+        "delete": endpoint(
+            "Delete one CV of the caller and the results made from it",
+            "deleteAttachment",
+            _ATTACHMENTS,
+            {"204": ok(_DELETED), **_DELETE_ERRORS},
+            parameters=[path_id("attachment id")],
+        ),
     },
     "/api/settings/ai": {
         "get": endpoint(

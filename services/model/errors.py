@@ -13,6 +13,8 @@ and the gateway maps on to HTTP:
     ├── NotFound             kind=not_found            (also another owner's row: never leaks)
     ├── Conflict             kind=conflict             (idempotency key reused for another request)
     ├── InvalidTransition    kind=failed_precondition  (the state does not allow the event)
+    │   └── InUse                                      (analysis_active: an unfinished operation
+    │                                                    reads the row; names it)
     ├── LeaseLost            kind=aborted              (token wrong, lease expired or taken over)
     ├── CapacityExceeded     kind=resource_exhausted   (carries retry_after_seconds)
     └── Unavailable          kind=unavailable          (AI off globally, dependency down)
@@ -79,6 +81,18 @@ KEY_USED_FOR_ANOTHER_REQUEST = "This key was used for a different request."
 class InvalidTransition(DomainError):
     kind = "failed_precondition"
     code = "invalid_state"
+
+
+class InUse(InvalidTransition):
+    """A row an unfinished operation reads (its subject, or its second reference) cannot be
+    deleted until that operation ends: the refusal names the operation, so the caller can
+    cancel it and try again."""
+
+    code = "analysis_active"
+
+    def __init__(self, message: str, *, operation_id: str) -> None:
+        super().__init__(message)
+        self.operation_id = operation_id
 
 
 class LeaseLost(DomainError):

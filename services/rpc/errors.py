@@ -3,7 +3,7 @@
 Servers: ``ErrorInterceptor`` (every server ``build_server`` makes has it) wraps
 every servicer method once; a ``DomainError`` ends the call with the status of
 its ``kind`` and its stable ``code`` in the trailing metadata ``x-error-code``
-(plus ``x-error-field`` / ``x-retry-after``).
+(plus ``x-error-field`` / ``x-retry-after`` / ``x-error-operation-id``).
 Anything else is ``INTERNAL`` with a generic message and is logged without its
 text, which may quote user content.
 
@@ -25,6 +25,7 @@ from durable_ops.model.errors import (
     CapacityExceeded,
     Conflict,
     DomainError,
+    InUse,
     InvalidArgument,
     InvalidTransition,
     LeaseLost,
@@ -40,6 +41,7 @@ ERROR_CODE = "x-error-code"
 ERROR_FIELD = "x-error-field"
 ERROR_REASON = "x-error-reason"  # what is wrong with the field, without its name
 RETRY_AFTER = "x-retry-after"
+ERROR_OPERATION = "x-error-operation-id"  # the unfinished operation an ``InUse`` names
 INTERNAL_MESSAGE = "internal error"
 
 STATUS_BY_KIND: Mapping[str, grpc.StatusCode] = {
@@ -83,6 +85,8 @@ def trailing_metadata_for(error: DomainError) -> tuple[tuple[str, str], ...]:
         trailers += [(ERROR_FIELD, error.field), (ERROR_REASON, error.reason)]
     if isinstance(error, CapacityExceeded):
         trailers.append((RETRY_AFTER, str(error.retry_after_seconds)))
+    if isinstance(error, InUse):
+        trailers.append((ERROR_OPERATION, error.operation_id))
     return tuple(trailers)
 
 
@@ -249,6 +253,8 @@ def _rebuild(status: grpc.StatusCode, details: str, trailers: Mapping[str, str])
     if status == grpc.StatusCode.DEADLINE_EXCEEDED:
         # No domain class for it; the code lets the gateway answer 504 rather than 503.
         return Unavailable("the service did not answer in time", code="deadline_exceeded")
+    if status == grpc.StatusCode.FAILED_PRECONDITION and ERROR_OPERATION in trailers:
+        return InUse(details or "in use", operation_id=trailers[ERROR_OPERATION])
     plain = _PLAIN_ERROR_BY_STATUS.get(status)
     if plain is None:
         return DomainError(INTERNAL_MESSAGE)

@@ -6,7 +6,8 @@ beat that carried it, after the beat's guarded UPDATE held the lease: the row
 is the lease's own (its token hash), so a new attempt replaces an older
 attempt's text instead of appending to it. The operation's end
 (``operations.apply.write``) deletes it; retention deletes one left behind.
-The owner reads only the draft of the attempt that holds the lease now.
+The owner reads only the draft of the attempt that holds the lease now. A deleted job
+or CV takes the drafts of the operations that read it along (``forget_reading``).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from typing import cast
 from sqlalchemy import Table, bindparam, delete, insert, select, update
 
 from durable_ops.model.errors import NotFound
+from durable_ops.storage.operations.reads import reading_row
 from durable_ops.storage.operations.rows import OPS, OWNED, S
 from durable_ops.storage.schema import AnswerDraft
-from durable_ops.storage.tx import Tx
+from durable_ops.storage.tx import SCOPE_OWNER, Tx
 
 DRAFTS = cast(Table, AnswerDraft.__table__)
 STALE_AFTER = timedelta(days=1)  # no beat wrote it for this long: its attempt is long gone
@@ -83,6 +85,17 @@ _CURRENT = (
         OPS.c.lease_token_hash == DRAFTS.c.lease_token_hash,
     )
 )
+# Driven from the drafts, a small table (one row per running attempt, and the few left
+# behind): the owner's operation history is never scanned for a second reference.
+_OF_READERS = (
+    select(DRAFTS.c.operation_id)
+    .join(OPS, OPS.c.id == DRAFTS.c.operation_id)
+    .where(DRAFTS.c.owner_user_id == SCOPE_OWNER, reading_row())
+)
+_FORGET = delete(DRAFTS).where(
+    DRAFTS.c.owner_user_id == SCOPE_OWNER,
+    DRAFTS.c.operation_id.in_(bindparam("ids", expanding=True)),
+)
 _STALE = delete(DRAFTS).where(DRAFTS.c.updated_at < bindparam("stale_before"))
 
 
@@ -109,6 +122,14 @@ def discard(tx: Tx, operation_ids: Sequence[str]) -> None:
     """The operations ended: their drafts go (the validated note is the result)."""
     if operation_ids:
         tx.across_owners().execute(_DISCARD, {"ids": list(operation_ids)})
+
+
+def forget_reading(tx: Tx, row_type: str, row_id: str) -> int:
+    """The scope owner's drafts of the operations that read one workspace row (as subject or
+    second reference) are deleted with the row: they quote it. How many went."""
+    row = {"row_type": row_type, "row_id": row_id}
+    ids = [found.operation_id for found in tx.execute(_OF_READERS, row)]
+    return tx.execute(_FORGET, {"ids": ids}).rowcount if ids else 0
 
 
 def current(tx: Tx, operation_ids: Sequence[str]) -> dict[str, Draft]:

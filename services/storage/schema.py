@@ -404,6 +404,9 @@ class AiWorkspaceNote(Owned, Base):
             "subject_id",
             "created_at",
         ),
+        # Deleting a CV deletes the results made with it (ADR 60): found here, not by
+        # reading every result of the owner.
+        Index("ix_ai_workspace_notes_owner_context", "owner_user_id", "context_ref"),
     )
 
 

@@ -1,10 +1,12 @@
 """All SQL of the workspace: jobs, attachments, AI settings, AI workspace notes.
 
 Every statement runs in the owner's ``Tx`` and filters (inserting, stamps) by ``SCOPE_OWNER``.
+A job or CV is deleted with what was made from it (``delete_job``, ``delete_attachment``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -13,12 +15,19 @@ from typing import Any, TypeVar, cast
 from sqlalchemy import Select, Table, bindparam, delete, insert, select, update
 
 from durable_ops.model import answers, bounds
-from durable_ops.model.errors import PLAN_REQUIRED, InvalidArgument, NotFound, PermissionDenied
-from durable_ops.model.states import Plan, Privacy
-from durable_ops.model.subjects import SubjectKind
+from durable_ops.model.errors import (
+    PLAN_REQUIRED,
+    InUse,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+)
+from durable_ops.model.states import OperationState, Plan, Privacy
+from durable_ops.model.subjects import CV, JOB, SubjectKind
 from durable_ops.model.tasks import TASKS
-from durable_ops.storage import operations, quota
+from durable_ops.storage import capacity, drafts, operations, quota
 from durable_ops.storage.operations import new_id
+from durable_ops.storage.operations.reads import Reader, active_reading
 from durable_ops.storage.pages import Page, newest_first, page_size, paginate
 from durable_ops.storage.schema import AiWorkspaceNote, Attachment, Base, Job, Owned, UserAiSettings
 from durable_ops.storage.tx import SCOPE_OWNER, Tx
@@ -336,3 +345,112 @@ def _forget_beyond_kept(tx: Tx, subject: dict[str, str]) -> None:
     ids = [row.id for row in tx.execute(_BEYOND_KEPT, subject)]
     if ids:
         tx.execute(_DELETE_NOTES, {"ids": ids})
+
+
+# ---- deleting a job or a CV ------------------------------------------------------------------
+
+_RESULTS_ABOUT = delete(NOTES).where(
+    NOTES.c.owner_user_id == SCOPE_OWNER,
+    NOTES.c.subject_type == bindparam("row_type"),
+    NOTES.c.subject_id == bindparam("row_id"),
+)
+# A reference is a fresh uuid4: the context alone names one row, whatever its kind.
+_RESULTS_WITH = delete(NOTES).where(
+    NOTES.c.owner_user_id == SCOPE_OWNER, NOTES.c.context_ref == bindparam("row_id")
+)
+_STATE_WORDS = {
+    OperationState.QUEUED: "queued",
+    OperationState.RUNNING: "running",
+    OperationState.WAITING_FOR_RETRY: "waiting to try again",
+    OperationState.WAITING_FOR_EXTERNAL_FALLBACK: "waiting for the external model",
+}
+
+
+@cache
+def _deleting(table: Table) -> Any:
+    return delete(table).where(
+        table.c.owner_user_id == SCOPE_OWNER, table.c.id == bindparam("row_id")
+    )
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """What went with a deleted row, for the log: counts, never content."""
+
+    results: int
+    drafts: int
+    stored_bytes: int
+
+
+def delete_job(tx: Tx, job_id: str) -> Deleted:
+    """Delete one of the owner's jobs and what was made from it (``_delete``)."""
+
+    def share(job: Job) -> dict[str, int]:
+        return {
+            "jobs": 1,
+            "stored_bytes": quota.utf8_bytes(job.title, job.company, job.description),
+        }
+
+    return _delete(tx, JOB, job_id, share)
+
+
+def delete_attachment(tx: Tx, attachment_id: str) -> Deleted:
+    """Delete one of the owner's CVs and what was made from it (``_delete``)."""
+
+    def share(cv: Attachment) -> dict[str, int]:
+        return {"attachments": 1, "stored_bytes": quota.utf8_bytes(cv.filename, cv.text)}
+
+    return _delete(tx, CV, attachment_id, share)
+
+
+def _delete(
+    tx: Tx, kind: SubjectKind, row_id: str, share: Callable[[Any], dict[str, int]]
+) -> Deleted:
+    """Delete the owner's row of ``kind`` and everything made from it, in one transaction.
+
+    Refused (``InUse`` ``analysis_active``, naming the operation) while an operation that
+    reads the row, as its subject or as its second reference, has not finished: the
+    worker would read a row that is gone. Another owner's row, or one already deleted,
+    is NotFound ``<kind>_not_found``, as for a read.
+
+    Goes with it: every result that read it, as its subject or as its second reference
+    (a snapshot of a job made with this CV quotes the CV: privacy first, one rule for
+    both kinds), and the answer drafts of the operations that read it. Its share of the
+    owner's quota is given back. Finished operations and their notifications stay: they
+    hold only the opaque id, and a past operation's result then answers
+    ``result_not_found``, as one no longer kept does.
+
+    Racing an admission of an analysis of the row, the outcome is one or the other, never
+    an operation admitted on a row already gone: the delete first takes the lock
+    admission takes before it reads the subject (the ``ai_admission_control`` row,
+    ``capacity.lock_control``; SQLite's ``BEGIN IMMEDIATE`` serialises the two as
+    well). Whichever locks second reads what the first committed (READ COMMITTED): the
+    admission then finds no row (404), or the delete an unfinished operation (409). On
+    Galera a row lock holds on its own node only, so the delete also writes that row
+    (``capacity.reserve``), as every admission that creates does: of two such
+    transactions through two nodes, certification lets one commit and the other is
+    retried (``db``), and reads again.
+    """
+    capacity.lock_control(tx)
+    row = get_subject(tx, kind, row_id)
+    reader = active_reading(tx, kind.name, row_id)
+    if reader is not None:
+        raise _in_use(kind, reader)
+    reference = {"row_type": kind.name, "row_id": row_id}
+    results = tx.write(_RESULTS_ABOUT, reference) + tx.write(_RESULTS_WITH, reference)
+    drafts_gone = drafts.forget_reading(tx, kind.name, row_id)
+    tx.write(_deleting(cast(Table, type(row).__table__)), {"row_id": row_id})
+    given_back = share(row)
+    quota.give_back(tx, **given_back)
+    capacity.reserve(tx)
+    return Deleted(results, drafts_gone, given_back["stored_bytes"])
+
+
+def _in_use(kind: SubjectKind, reader: Reader) -> InUse:
+    what = f"An analysis that uses this {kind.label}"
+    if reader.cancel_requested:
+        message = f"{what} is being cancelled; delete the {kind.label} once it has stopped."
+    else:
+        state = _STATE_WORDS[reader.state]
+        message = f"{what} is still {state}; cancel it first, then delete the {kind.label}."
+    return InUse(message, operation_id=reader.operation_id)

@@ -106,6 +106,26 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
             next_page_token=page.next_token or "",
         )
 
+    async def DeleteJob(
+        self, request: pb.DeleteJobRequest, context: ServicerContext
+    ) -> pb.DeleteJobResponse:
+        owner = require_user_agent(caller_scope(context)).owner_id
+        gone = await self._db.run_async(
+            lambda tx: workspace.delete_job(tx, request.job_id), owner_id=owner
+        )
+        _log_deleted("job_deleted", owner, gone, job_id=request.job_id)
+        return pb.DeleteJobResponse()
+
+    async def DeleteAttachment(
+        self, request: pb.DeleteAttachmentRequest, context: ServicerContext
+    ) -> pb.DeleteAttachmentResponse:
+        owner = require_user_agent(caller_scope(context)).owner_id
+        gone = await self._db.run_async(
+            lambda tx: workspace.delete_attachment(tx, request.attachment_id), owner_id=owner
+        )
+        _log_deleted("attachment_deleted", owner, gone, attachment_id=request.attachment_id)
+        return pb.DeleteAttachmentResponse()
+
     async def GetAiSettings(
         self, request: pb.GetAiSettingsRequest, context: ServicerContext
     ) -> pb.AiSettings:
@@ -228,6 +248,18 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
             lambda tx: sessions.delete_session(tx, request.session_id), owner_id=None
         )
         return pb.DeleteSessionResponse(deleted=deleted)
+
+
+def _log_deleted(event: str, owner: str, gone: workspace.Deleted, **row_id: str) -> None:
+    """Counts of what went with the row, never its content."""
+    log.info(
+        event,
+        owner=owner,
+        **row_id,
+        results=gone.results,
+        drafts=gone.drafts,
+        stored_bytes=gone.stored_bytes,
+    )
 
 
 def _instant(unix_seconds: int) -> datetime:

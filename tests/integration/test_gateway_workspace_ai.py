@@ -404,7 +404,9 @@ def test_get_is_cache_only_and_never_creates_work(services: Services) -> None:
 
 WORKSPACE_ID_ROUTES = [
     ("GET", "/api/jobs/{id}", "job"),
+    ("DELETE", "/api/jobs/{id}", "job"),
     ("GET", "/api/attachments/{id}", "cv"),
+    ("DELETE", "/api/attachments/{id}", "cv"),
     ("GET", "/api/jobs/{id}/strategy-snapshot", "job"),
     ("POST", "/api/jobs/{id}/strategy-snapshot", "job"),
     ("GET", "/api/attachments/{id}/cv-review", "cv"),

@@ -17,6 +17,7 @@ from durable_ops.model.errors import (
     CapacityExceeded,
     Conflict,
     DomainError,
+    InUse,
     InvalidArgument,
     InvalidTransition,
     LeaseLost,
@@ -43,6 +44,7 @@ EXPECTED = [
     (NotFound("no such operation"), SC.NOT_FOUND),
     (Conflict("key reused"), SC.ALREADY_EXISTS),
     (InvalidTransition("already terminal"), SC.FAILED_PRECONDITION),
+    (InUse("an analysis uses it", operation_id="f" * 32), SC.FAILED_PRECONDITION),
     (LeaseLost("lease taken over"), SC.ABORTED),
     (CapacityExceeded("too many", retry_after_seconds=7), SC.RESOURCE_EXHAUSTED),
     (Unavailable("AI is off", code="ai_disabled"), SC.UNAVAILABLE),
@@ -100,6 +102,9 @@ def test_rebuilt_errors_keep_field_and_retry_after() -> None:
     busy = domain_error_from_rpc(_aio_error(CapacityExceeded("busy", retry_after_seconds=9)))
     assert isinstance(busy, CapacityExceeded)
     assert busy.retry_after_seconds == 9
+    in_use = domain_error_from_rpc(_aio_error(InUse("used", operation_id="0" * 32)))
+    assert isinstance(in_use, InUse)
+    assert (in_use.code, in_use.operation_id) == ("analysis_active", "0" * 32)
 
 
 def test_transport_failures_do_not_pass_grpc_text_on() -> None:

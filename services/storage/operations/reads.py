@@ -8,7 +8,7 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import CompoundSelect, Select, bindparam, select
+from sqlalchemy import ColumnElement, CompoundSelect, Select, bindparam, select
 
 from durable_ops.model import bounds
 from durable_ops.model.errors import NotFound
@@ -20,6 +20,7 @@ from durable_ops.storage.operations.rows import (
     OWNED,
     S,
     deadline_open,
+    each_active_state,
     in_line,
     of_type,
     one,
@@ -106,6 +107,43 @@ def latest_for_subject(
 ) -> UserOperation | None:
     subject = {"task_type": task_type, "subject_type": subject_type, "subject_id": subject_id}
     return one(tx, _LATEST_FOR_SUBJECT, subject)
+
+
+def reading_row() -> ColumnElement[bool]:
+    """The scope owner's operations that read one workspace row (``:row_type``, ``:row_id``):
+    as their subject, or as their second reference. A reference is a fresh uuid4, so
+    ``context_ref`` alone names one row whatever its kind."""
+    about = (OPS.c.subject_type == bindparam("row_type")) & (
+        OPS.c.subject_id == bindparam("row_id")
+    )
+    return OWNED & (about | (OPS.c.context_ref == bindparam("row_id")))
+
+
+# One seek of ix_user_operations_owner_state per unfinished state (ADR 0052): an owner's
+# unfinished operations are few (admission's capacity bounds them), its history is not read.
+_ACTIVE_READING = each_active_state(
+    lambda state: select(OPS.c.id, OPS.c.state, OPS.c.cancel_requested, OPS.c.created_at).where(
+        OPS.c.state == state, reading_row()
+    )
+)
+
+
+@dataclass(frozen=True)
+class Reader:
+    """An unfinished operation that reads a row: what a refusal to delete the row names."""
+
+    operation_id: str
+    state: OperationState
+    cancel_requested: bool
+
+
+def active_reading(tx: Tx, row_type: str, row_id: str) -> Reader | None:
+    """The newest of the scope owner's unfinished operations that read the row, or None."""
+    rows = tx.execute(_ACTIVE_READING, {"row_type": row_type, "row_id": row_id}).all()
+    if not rows:
+        return None
+    newest = max(rows, key=lambda row: (row.created_at, row.id))
+    return Reader(newest.id, OperationState(newest.state), bool(newest.cancel_requested))
 
 
 def attempts(tx: Tx, operation_id: str) -> list[OperationAttempt]:

@@ -382,6 +382,82 @@ class ListAttachmentsResponse(_message.Message):
 Global___ListAttachmentsResponse: _TypeAlias = ListAttachmentsResponse  # noqa: Y015
 
 @_typing.final
+class DeleteJobRequest(_message.Message):
+    """Deleting a job or a CV (ADR 60): the row, every result that read it (as subject or as
+    second reference) and its answer drafts go in one transaction, and its share of the
+    owner's storage quota is given back. Finished operations and their notifications stay
+    (they hold only the id). NOT_FOUND `job_not_found` / `attachment_not_found` for another
+    owner's or a deleted one; FAILED_PRECONDITION `analysis_active`, naming the operation in
+    the trailer `x-error-operation-id`, while an unfinished operation reads it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteJobRequest: _TypeAlias = DeleteJobRequest  # noqa: Y015
+
+@_typing.final
+class DeleteJobResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteJobResponse: _TypeAlias = DeleteJobResponse  # noqa: Y015
+
+@_typing.final
+class DeleteAttachmentRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ATTACHMENT_ID_FIELD_NUMBER: _builtins.int
+    attachment_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        attachment_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachment_id", b"attachment_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteAttachmentRequest: _TypeAlias = DeleteAttachmentRequest  # noqa: Y015
+
+@_typing.final
+class DeleteAttachmentResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteAttachmentResponse: _TypeAlias = DeleteAttachmentResponse  # noqa: Y015
+
+@_typing.final
 class GetAiSettingsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

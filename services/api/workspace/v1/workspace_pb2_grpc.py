@@ -64,6 +64,16 @@ class WorkspaceServiceStub:
                 request_serializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.ListRequest.SerializeToString,
                 response_deserializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.ListAttachmentsResponse.FromString,
                 _registered_method=True)
+        self.DeleteJob = channel.unary_unary(
+                '/durable_ops.api.workspace.v1.WorkspaceService/DeleteJob',
+                request_serializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.DeleteJobRequest.SerializeToString,
+                response_deserializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.DeleteJobResponse.FromString,
+                _registered_method=True)
+        self.DeleteAttachment = channel.unary_unary(
+                '/durable_ops.api.workspace.v1.WorkspaceService/DeleteAttachment',
+                request_serializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.DeleteAttachmentRequest.SerializeToString,
+                response_deserializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.DeleteAttachmentResponse.FromString,
+                _registered_method=True)
         self.GetAiSettings = channel.unary_unary(
                 '/durable_ops.api.workspace.v1.WorkspaceService/GetAiSettings',
                 request_serializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.GetAiSettingsRequest.SerializeToString,
@@ -140,6 +150,19 @@ class WorkspaceServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListAttachments(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteJob(self, request, context):
+        """Gateway credential, for the signed-in user only (see DeleteJobRequest).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAttachment(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -234,6 +257,16 @@ def add_WorkspaceServiceServicer_to_server(servicer, server):
                     servicer.ListAttachments,
                     request_deserializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.ListRequest.FromString,
                     response_serializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.ListAttachmentsResponse.SerializeToString,
+            ),
+            'DeleteJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteJob,
+                    request_deserializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.DeleteJobRequest.FromString,
+                    response_serializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.DeleteJobResponse.SerializeToString,
+            ),
+            'DeleteAttachment': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAttachment,
+                    request_deserializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.DeleteAttachmentRequest.FromString,
+                    response_serializer=durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.DeleteAttachmentResponse.SerializeToString,
             ),
             'GetAiSettings': grpc.unary_unary_rpc_method_handler(
                     servicer.GetAiSettings,
@@ -438,6 +471,60 @@ class WorkspaceService:
             '/durable_ops.api.workspace.v1.WorkspaceService/ListAttachments',
             durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.ListRequest.SerializeToString,
             durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.ListAttachmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_ops.api.workspace.v1.WorkspaceService/DeleteJob',
+            durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.DeleteJobRequest.SerializeToString,
+            durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.DeleteJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAttachment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_ops.api.workspace.v1.WorkspaceService/DeleteAttachment',
+            durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.DeleteAttachmentRequest.SerializeToString,
+            durable__ops_dot_api_dot_workspace_dot_v1_dot_workspace__pb2.DeleteAttachmentResponse.FromString,
             options,
             channel_credentials,
             insecure,

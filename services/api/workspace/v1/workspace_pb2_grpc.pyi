@@ -37,6 +37,9 @@ class WorkspaceServiceStub:
     CreateAttachment: _grpc.UnaryUnaryMultiCallable[_workspace_pb2.CreateAttachmentRequest, _workspace_pb2.Attachment]
     GetAttachment: _grpc.UnaryUnaryMultiCallable[_workspace_pb2.GetAttachmentRequest, _workspace_pb2.Attachment]
     ListAttachments: _grpc.UnaryUnaryMultiCallable[_workspace_pb2.ListRequest, _workspace_pb2.ListAttachmentsResponse]
+    DeleteJob: _grpc.UnaryUnaryMultiCallable[_workspace_pb2.DeleteJobRequest, _workspace_pb2.DeleteJobResponse]
+    """Gateway credential, for the signed-in user only (see DeleteJobRequest)."""
+    DeleteAttachment: _grpc.UnaryUnaryMultiCallable[_workspace_pb2.DeleteAttachmentRequest, _workspace_pb2.DeleteAttachmentResponse]
     GetAiSettings: _grpc.UnaryUnaryMultiCallable[_workspace_pb2.GetAiSettingsRequest, _workspace_pb2.AiSettings]
     UpdateAiSettings: _grpc.UnaryUnaryMultiCallable[_workspace_pb2.UpdateAiSettingsRequest, _workspace_pb2.AiSettings]
     GetNote: _grpc.UnaryUnaryMultiCallable[_workspace_pb2.GetNoteRequest, _workspace_pb2.AiWorkspaceNote]
@@ -67,6 +70,9 @@ class WorkspaceServiceAsyncStub(WorkspaceServiceStub):
     CreateAttachment: _aio.UnaryUnaryMultiCallable[_workspace_pb2.CreateAttachmentRequest, _workspace_pb2.Attachment]  # type: ignore[assignment]
     GetAttachment: _aio.UnaryUnaryMultiCallable[_workspace_pb2.GetAttachmentRequest, _workspace_pb2.Attachment]  # type: ignore[assignment]
     ListAttachments: _aio.UnaryUnaryMultiCallable[_workspace_pb2.ListRequest, _workspace_pb2.ListAttachmentsResponse]  # type: ignore[assignment]
+    DeleteJob: _aio.UnaryUnaryMultiCallable[_workspace_pb2.DeleteJobRequest, _workspace_pb2.DeleteJobResponse]  # type: ignore[assignment]
+    """Gateway credential, for the signed-in user only (see DeleteJobRequest)."""
+    DeleteAttachment: _aio.UnaryUnaryMultiCallable[_workspace_pb2.DeleteAttachmentRequest, _workspace_pb2.DeleteAttachmentResponse]  # type: ignore[assignment]
     GetAiSettings: _aio.UnaryUnaryMultiCallable[_workspace_pb2.GetAiSettingsRequest, _workspace_pb2.AiSettings]  # type: ignore[assignment]
     UpdateAiSettings: _aio.UnaryUnaryMultiCallable[_workspace_pb2.UpdateAiSettingsRequest, _workspace_pb2.AiSettings]  # type: ignore[assignment]
     GetNote: _aio.UnaryUnaryMultiCallable[_workspace_pb2.GetNoteRequest, _workspace_pb2.AiWorkspaceNote]  # type: ignore[assignment]
@@ -130,6 +136,21 @@ class WorkspaceServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _workspace_pb2.ListRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_workspace_pb2.ListAttachmentsResponse, _abc.Awaitable[_workspace_pb2.ListAttachmentsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteJob(
+        self,
+        request: _workspace_pb2.DeleteJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_workspace_pb2.DeleteJobResponse, _abc.Awaitable[_workspace_pb2.DeleteJobResponse]]:
+        """Gateway credential, for the signed-in user only (see DeleteJobRequest)."""
+
+    @_abc_1.abstractmethod
+    def DeleteAttachment(
+        self,
+        request: _workspace_pb2.DeleteAttachmentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_workspace_pb2.DeleteAttachmentResponse, _abc.Awaitable[_workspace_pb2.DeleteAttachmentResponse]]: ...
 
     @_abc_1.abstractmethod
     def GetAiSettings(
