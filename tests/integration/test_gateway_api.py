@@ -34,7 +34,7 @@ from durable_ops.gateway.auth import (
 from durable_ops.gateway.backends import Backends
 from durable_ops.gateway.hosts import parse_bind
 from durable_ops.gateway.limits import Throttle
-from durable_ops.gateway.problems import problem_from_domain
+from durable_ops.gateway.problems import BACKEND_UNAVAILABLE, problem_from_domain
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller
@@ -445,7 +445,10 @@ def test_backend_down_is_503_and_slow_is_504(sqlite_services: Services) -> None:
 
     async def scenario() -> None:
         async with gateway_client(down) as client:
-            _problem(await client.get("/api/operations", headers=bearer("alice")), 503)
+            answer = await client.get("/api/operations", headers=bearer("alice"))
+            # Nothing listens: the code says so, the sentence is the one of a service down.
+            problem = _problem(answer, 503, "unavailable")
+            assert problem["detail"] == BACKEND_UNAVAILABLE
         async with gateway_client(slow) as client:
             _problem(
                 await client.get("/api/operations", headers=bearer("alice")),
