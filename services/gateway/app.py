@@ -49,6 +49,7 @@ from durable_ops.gateway.hosts import (
 from durable_ops.gateway.limits import ConcurrencyLimit
 from durable_ops.gateway.modules import RouteModule
 from durable_ops.gateway.problems import EXCEPTION_HANDLERS
+from durable_ops.gateway.stopping import Draining
 from durable_ops.gateway.web import CORE_PAGES, Page, Renderer, web_module
 from durable_ops.gateway.web import EXCEPTION_HANDLERS as WEB_EXCEPTION_HANDLERS
 from durable_ops.settings import Settings
@@ -115,6 +116,7 @@ def create_app(
         settings.gateway_long_polls_per_user, retry_after=operations.WAIT_RETRY_AFTER_SECONDS
     )
     app.state.stream_signals = events.StreamSignals()
+    app.state.draining = Draining()  # begun by ``stopping.GatewayServer``
     app.state.sign_in_throttle = login.sign_in_throttle()
     refusal = dev_login_refusal(settings)
     if refusal is not None:

@@ -26,11 +26,12 @@ from durable_ops.api.ai_admission.v1 import ai_admission_pb2
 from durable_ops.api.notifications.v1 import notifications_pb2
 from durable_ops.api.operations.v1 import operations_pb2
 from durable_ops.api.workspace.v1 import workspace_pb2
+from durable_ops.gateway.problems import BACKEND_UNAVAILABLE
 from durable_ops.model.addresses import named_host, replica_targets
 from durable_ops.model.errors import DomainError, Unavailable
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller, open_channel
-from durable_ops.rpc.errors import domain_error_from_rpc
+from durable_ops.rpc.errors import ERROR_CODE, domain_error_from_rpc
 from durable_ops.rpc.tls import authority_of
 from durable_ops.settings import Settings
 
@@ -81,12 +82,22 @@ DEFAULT_BACKENDS = ("operations", "notifications", "workspace", "ai_admission")
 
 
 def translate(exc: grpc.aio.AioRpcError) -> DomainError:
-    """The domain error of a failed call; failures that are not the caller's are a 503."""
+    """The domain error of a failed call; failures that are not the caller's are a 503,
+    and a service the call could not reach reads as one (``BACKEND_UNAVAILABLE``)."""
     error = domain_error_from_rpc(exc)
     if error.kind == "internal" or error.code in _GATEWAY_CREDENTIAL_CODES:
         _log.error("backend_call_failed", status=exc.code().name, code=error.code)
-        return Unavailable("backend unavailable", code="backend_unavailable")
+        return Unavailable(BACKEND_UNAVAILABLE, code="backend_unavailable")
+    if exc.code() == grpc.StatusCode.UNAVAILABLE and not _worded_by_the_service(exc):
+        # gRPC's own status (nothing listens, the connection broke), which the rebuilt
+        # error words "remote call failed: unavailable": pages show the sentence instead.
+        return Unavailable(BACKEND_UNAVAILABLE)
     return error
+
+
+def _worded_by_the_service(exc: grpc.aio.AioRpcError) -> bool:
+    """Whether the service itself answered with its error code (and its own words)."""
+    return any(key == ERROR_CODE for key, _value in exc.trailing_metadata() or ())
 
 
 def spec_from_settings(settings: Settings, name: str) -> BackendSpec:

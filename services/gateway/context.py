@@ -1,9 +1,9 @@
 """What the app keeps for its routes (``app.state``), read back with types.
 
 ``create_app`` stores the settings, the backends, the metrics, the page
-renderer, the OpenAPI document and the in-memory bounds (``limits``) on
-``app.state``; routes read the settings, the backends and the bounds through
-these accessors.
+renderer, the OpenAPI document, the in-memory bounds (``limits``) and the
+stop's ``Draining`` on ``app.state``; routes read the settings, the backends,
+the bounds and the stop through these accessors.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from starlette.requests import Request
 
 from durable_ops.gateway.backends import Backends
 from durable_ops.gateway.limits import ConcurrencyLimit, Throttle
+from durable_ops.gateway.stopping import Draining
 from durable_ops.settings import Settings
 
 
@@ -35,3 +36,9 @@ def sign_in_throttle_of(request: Request) -> Throttle:
     """The sign-in attempts of each client address and user, in this process."""
     throttle: Throttle = request.app.state.sign_in_throttle
     return throttle
+
+
+def draining_of(request: Request) -> Draining:
+    """Whether this gateway is stopping: its streams and long-polls end (``stopping``)."""
+    draining: Draining = request.app.state.draining
+    return draining

@@ -7,6 +7,11 @@ POST that must name this origin (``auth.check_same_origin``), so neither a
 cross-site navigation (a GET: 405) nor a cross-site form signs anyone in: a
 forged session would show the victim the attacker's data (login CSRF).
 Its attempts are throttled as ``/auth/login``'s (``login.throttle_sign_in``).
+
+A refused sign-in answers a browser's form post (its ``Accept`` names
+``text/html``) with the sign-in page again, saying why beside the form (too
+many attempts: when to try again) with the problem's status and
+``Retry-After``; an API client gets the problem+json (``web.form_refused``).
 """
 
 from __future__ import annotations
@@ -24,17 +29,29 @@ from durable_ops.gateway.bodies import FORM, form_fields
 from durable_ops.gateway.context import backends_of
 from durable_ops.gateway.login import throttle_sign_in
 from durable_ops.gateway.openapi import endpoint, errors
-from durable_ops.gateway.problems import invalid
+from durable_ops.gateway.problems import Problem, invalid, problem_from_domain
+from durable_ops.gateway.web import DEV_LOGIN_USER, form_refused, wants_a_page
 from durable_ops.model import bounds
-from durable_ops.model.errors import InvalidArgument
+from durable_ops.model.errors import DomainError, InvalidArgument
 
 DEV_LOGIN_TTL_SECONDS = 8 * 3600
 AFTER_LOGIN = "/operations"
 
 
 async def dev_login(request: Request) -> Response:
-    check_same_origin(request, require_origin=True)
-    user = (await form_fields(request, ("user",), max_bytes=1024)).get("user", "")
+    user = DEV_LOGIN_USER  # until the form's is read
+    try:
+        check_same_origin(request, require_origin=True)
+        user = (await form_fields(request, ("user",), max_bytes=1024)).get("user", "")
+        return await _sign_in(request, user)
+    except (Problem, DomainError) as exc:
+        if not wants_a_page(request):
+            raise
+        problem = exc if isinstance(exc, Problem) else problem_from_domain(exc)
+        return form_refused(request, problem, user)
+
+
+async def _sign_in(request: Request, user: str) -> Response:
     throttle_sign_in(request, user)
     try:
         bounds.owner_id(user)
@@ -54,7 +71,8 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
             "Development sign-in as any user: sets the session cookie and redirects to"
             " /operations. Served only with OPS_DEV_LOGIN=1 on a gateway that listens on"
             " loopback alone (absent otherwise); the request must name this origin"
-            " (`Origin`, or a same-origin `Referer`)",
+            " (`Origin`, or a same-origin `Referer`). A refused browser form post (`Accept`"
+            " naming text/html) gets the sign-in page again, saying why, with the same status",
             "devLogin",
             "auth",
             {

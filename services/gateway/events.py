@@ -14,6 +14,10 @@ Each event says what changed, as the page shows it:
   keepalive, and at once when a session of the user ends through this gateway: no
   change leaves more than a second after the sign-in ended (SPEC §2, "end it at once").
 
+A stream ends, with no last event, as the gateway's stop begins (``stopping``):
+the browser's EventSource reconnects after ``RECONNECT_MILLISECONDS`` with the
+last id it got, to the gateway that replaces this one, and misses nothing.
+
 The operation events come from the Operations service's ``WatchOwner`` (one
 call per stream, in the caller's owner scope: another owner's change cannot
 reach it), which resumes from the ``Last-Event-ID`` a reconnecting browser
@@ -49,12 +53,13 @@ from durable_ops.gateway import dto
 from durable_ops.gateway.auth import still_signed_in
 from durable_ops.gateway.backends import translate
 from durable_ops.gateway.calls import OwnerCalls, owner_calls, stub_for
-from durable_ops.gateway.context import long_polls_of
+from durable_ops.gateway.context import draining_of, long_polls_of
 from durable_ops.gateway.limits import LimitExceeded
 from durable_ops.gateway.openapi import endpoint, errors
 from durable_ops.gateway.pagination import query_params
 from durable_ops.gateway.partial import fields_so_far
 from durable_ops.gateway.problems import invalid, one_header, too_many_waits
+from durable_ops.gateway.stopping import Draining
 from durable_ops.model.errors import InvalidArgument, Unavailable
 from durable_ops.model.event_ids import event_id, event_time
 
@@ -187,7 +192,7 @@ async def events(request: Request) -> Response:
     signals = stream_signals_of(request)
     standing = Standing(lambda: still_signed_in(request, calls.user), _monotonic)
     return StreamingResponse(
-        _stream(calls, after, signals, standing),
+        _stream(calls, after, signals, standing, draining_of(request)),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         background=BackgroundTask(slot.close),
@@ -199,11 +204,16 @@ def _monotonic() -> float:
 
 
 async def _stream(
-    calls: OwnerCalls, after: str, signals: StreamSignals, standing: Standing
+    calls: OwnerCalls,
+    after: str,
+    signals: StreamSignals,
+    standing: Standing,
+    draining: Draining,
 ) -> AsyncIterator[str]:
     """Operation events as the replicas' WatchOwner calls yield them, the unread count
     when it may have changed, and a keepalive comment when all is quiet; each sent only
     while the credential stands (``Standing``), else ``signed_out`` ends the stream.
+    The gateway's stop ends it as it begins (``draining``).
 
     One watch per Operations replica the target lists: the replica that commits a change
     (the one holding a streaming answer's lease) pushes it at once, where another replica
@@ -228,8 +238,10 @@ async def _stream(
     counted_at = -UNREAD_REFRESH_SECONDS  # the count as the stream opens
     got: pb.OwnerChange | BaseException | None = None
     try:
-        with signals.listening(calls.user.id) as heard:
+        with signals.listening(calls.user.id) as heard, draining.watching() as stopping:
             while True:
+                if stopping.is_set():
+                    return  # what was not sent yet, the reconnected stream sends
                 recount, session_ended = heard.take()
                 try:
                     stands = await standing.holds(now=session_ended)
@@ -259,8 +271,8 @@ async def _stream(
                 got = None
                 if heard.woken.is_set():
                     continue  # told something already (by this very turn, say): look at once
-                got = await _next(changes, heard.woken)
-                if got is None:
+                got = await _next(changes, heard.woken, stopping)
+                if got is None and not stopping.is_set():
                     yield ": keepalive\n\n"
     finally:
         for reader in readers:
@@ -350,19 +362,20 @@ async def _read(
 
 
 async def _next(
-    changes: asyncio.Queue[pb.OwnerChange | BaseException], woken: asyncio.Event
+    changes: asyncio.Queue[pb.OwnerChange | BaseException], *wakers: asyncio.Event
 ) -> pb.OwnerChange | BaseException | None:
-    """The next change; None after a quiet ``KEEPALIVE_SECONDS`` or once ``woken`` is set."""
+    """The next change; None after a quiet ``KEEPALIVE_SECONDS`` or once a waker is set."""
     if not changes.empty():
         return changes.get_nowait()
     got = asyncio.ensure_future(changes.get())
-    waking = asyncio.ensure_future(woken.wait())
+    waking = [asyncio.ensure_future(waker.wait()) for waker in wakers]
     try:
         await asyncio.wait(
-            (got, waking), timeout=KEEPALIVE_SECONDS, return_when=asyncio.FIRST_COMPLETED
+            (got, *waking), timeout=KEEPALIVE_SECONDS, return_when=asyncio.FIRST_COMPLETED
         )
     finally:
-        waking.cancel()
+        for waiter in waking:
+            waiter.cancel()
         if not got.done():
             got.cancel()
     return got.result() if got.done() and not got.cancelled() else None

@@ -1,15 +1,20 @@
 """``opsctl serve gateway``: the gateway app under uvicorn on ``OPS_GATEWAY_BIND``, and its
-metrics on ``OPS_GATEWAY_METRICS_BIND`` when set."""
+metrics on ``OPS_GATEWAY_METRICS_BIND`` when set. SIGTERM or SIGINT stops it
+(``stopping``): its streams and long-polls end at once, and it exits."""
 
 from __future__ import annotations
 
+import sys
+
 import structlog
 import uvicorn
+from uvicorn.config import STARTUP_FAILURE
 
 from durable_ops.gateway.app import create_app
 from durable_ops.gateway.backends import Backends
 from durable_ops.gateway.connections import HeadDeadlineProtocol
 from durable_ops.gateway.hosts import parse_bind
+from durable_ops.gateway.stopping import STOP_GRACE_SECONDS, GatewayServer
 from durable_ops.logs import configure_logging
 from durable_ops.rpc.metrics import serve_metrics_if
 from durable_ops.settings import Settings
@@ -32,7 +37,7 @@ def run(settings: Settings) -> None:
     # log_config=None: structlog (configured above) stays in charge of every line.
     # proxy_headers=False: the app believes forwarded headers itself, from
     # OPS_GATEWAY_TRUSTED_PROXIES only (uvicorn's own default trusts 127.0.0.1).
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=host,
         port=port,
@@ -40,4 +45,9 @@ def run(settings: Settings) -> None:
         log_config=None,
         access_log=False,
         proxy_headers=False,
+        timeout_graceful_shutdown=STOP_GRACE_SECONDS,
     )
+    server = GatewayServer(config, app.state.draining)
+    server.run()
+    if not server.started:
+        sys.exit(STARTUP_FAILURE)  # as ``uvicorn.run``: its log line says why

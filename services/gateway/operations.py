@@ -11,6 +11,10 @@ default), counted in this gateway process's memory (``limits.ConcurrencyLimit``)
 one more gets 429 ``too_many_waits`` with ``Retry-After``. A slot is given back
 when the wait ends, whatever ends it: the answer, an error, or the client
 going away (the wait is then cut short).
+
+As the gateway's stop begins (``stopping``) a wait answers at once, as at its
+timeout: the operation as it is then, on a connection that then closes; the
+client's next wait reaches the gateway that replaces this one.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.gateway import dto
 from durable_ops.gateway.bodies import no_body
 from durable_ops.gateway.calls import owner_calls, stub_for
-from durable_ops.gateway.context import long_polls_of
+from durable_ops.gateway.context import draining_of, long_polls_of
 from durable_ops.gateway.ids import resource_id
 from durable_ops.gateway.limits import LimitExceeded
 from durable_ops.gateway.openapi import (
@@ -150,17 +154,29 @@ async def wait_operation(request: Request) -> Response:
     if "seen" in params:
         wait.seen_updated_at.FromDatetime(_seen(params["seen"]))
     try:
-        with long_polls_of(request).hold(calls.user.id):
+        with (
+            long_polls_of(request).hold(calls.user.id),
+            draining_of(request).watching() as stopping,
+        ):
             waiting = asyncio.ensure_future(calls(_stub(calls).WaitOperation, wait, waits=seconds))
             gone = asyncio.ensure_future(_disconnected(request))
+            stop = asyncio.ensure_future(stopping.wait())
             try:
-                await asyncio.wait((waiting, gone), return_when=asyncio.FIRST_COMPLETED)
+                ended, _ = await asyncio.wait(
+                    (waiting, gone, stop), return_when=asyncio.FIRST_COMPLETED
+                )
             finally:
-                for task in (waiting, gone):
+                for task in (waiting, gone, stop):
                     task.cancel()
-            if not waiting.done() or waiting.cancelled():
+            if waiting in ended:
+                return _answer(waiting.result())
+            if gone in ended:
                 return Response(status_code=204)  # nobody is left to read it
-            return _answer(waiting.result())
+        # The gateway stops: the operation as it is now, as the wait's timeout would answer.
+        reply = await calls(
+            _stub(calls).GetOperation, pb.GetOperationRequest(operation_id=operation_id)
+        )
+        return _answer(reply)
     except LimitExceeded as exc:
         raise too_many_waits(
             exc.retry_after,

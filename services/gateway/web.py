@@ -11,8 +11,10 @@ scripts as ``<meta name="ops-unread-poll-ms">``, and the task registry
 
 An unknown address a browser navigates to (its ``Accept`` names ``text/html``)
 answers a small HTML 404 page; API clients, and anything under ``/api/``, keep
-the problem+json 404 (``problems.http_exception``). ``/favicon.ico``, which
-browsers ask for whatever the page links, is the UI's icon.
+the problem+json 404 (``problems.http_exception``). So does a refused
+development sign-in: the browser gets the sign-in page again, saying why
+(``form_refused``). ``/favicon.ico``, which browsers ask for whatever the page
+links, is the UI's icon.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from durable_ops.gateway.context import settings_of
 from durable_ops.gateway.hosts import serves_dev_login
 from durable_ops.gateway.modules import RouteSet
 from durable_ops.gateway.openapi import endpoint
-from durable_ops.gateway.problems import http_exception
+from durable_ops.gateway.problems import Problem, as_sentence, http_exception
 from durable_ops.model.tasks import TASKS, Registry
 from durable_ops.settings import Settings
 
@@ -45,6 +47,7 @@ WEB_DIR = Path(__file__).parent / "web"
 STATIC_DIR = WEB_DIR / "static"
 PRODUCT_NAME = "durable-ops"
 NO_STORE = {"Cache-Control": "no-store"}
+DEV_LOGIN_USER = "demo"  # the development form's user until one is typed (opsctl up's)
 
 
 @dataclass(frozen=True)
@@ -126,8 +129,20 @@ class Renderer:
             main=main,
         )
 
-    def signin(self, settings: Settings) -> str:
-        dev = self._devlogin.template if serves_dev_login(settings) else ""
+    def signin(
+        self, settings: Settings, *, dev_user: str = DEV_LOGIN_USER, dev_error: str = ""
+    ) -> str:
+        """The sign-in page; ``dev_error``: why the development form's last try was refused,
+        shown beside it with the user it named (``dev_user``)."""
+        dev = ""
+        if serves_dev_login(settings):
+            error = ""
+            if dev_error:
+                error = (
+                    '<p class="form-error" id="dev-error" role="alert">'
+                    f"{html.escape(dev_error)}</p>"
+                )
+            dev = self._devlogin.substitute(user=html.escape(dev_user), error=error)
         main = self._signin.substitute(dev_login=dev, product=PRODUCT_NAME)
         return self.render(settings, title="Sign in", module="signin", user=None, main=main)
 
@@ -152,15 +167,25 @@ async def home(request: Request) -> Response:
     return _html(_renderer(request).signin(settings_of(request)))
 
 
-def _wants_a_page(request: Request) -> bool:
+def wants_a_page(request: Request) -> bool:
     """A browser's navigation outside the API: it asks for HTML, not a problem document."""
     api = request.url.path == "/api" or request.url.path.startswith("/api/")
     return not api and "text/html" in request.headers.get("accept", "")
 
 
+def form_refused(request: Request, problem: Problem, user: str) -> Response:
+    """The sign-in page again, saying why the development form's sign-in as ``user`` was
+    refused: a browser's answer to the form (its post navigates), with the problem's status
+    and headers (``Retry-After``); an API client keeps the problem document."""
+    body = _renderer(request).signin(
+        settings_of(request), dev_user=user, dev_error=as_sentence(problem.detail)
+    )
+    return HTMLResponse(body, status_code=problem.status, headers={**problem.headers, **NO_STORE})
+
+
 async def not_found(request: Request, exc: Exception) -> Response:
     """The 404 of an unknown path: a page for a browser, problem+json for everyone else."""
-    if not _wants_a_page(request):
+    if not wants_a_page(request):
         return await http_exception(request, exc)
     body = _renderer(request).not_found(settings_of(request))
     return HTMLResponse(body, status_code=404, headers=NO_STORE)

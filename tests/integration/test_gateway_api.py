@@ -34,7 +34,7 @@ from durable_ops.gateway.auth import (
 from durable_ops.gateway.backends import Backends
 from durable_ops.gateway.hosts import parse_bind
 from durable_ops.gateway.limits import Throttle
-from durable_ops.gateway.problems import problem_from_domain
+from durable_ops.gateway.problems import BACKEND_UNAVAILABLE, problem_from_domain
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller
@@ -445,7 +445,10 @@ def test_backend_down_is_503_and_slow_is_504(sqlite_services: Services) -> None:
 
     async def scenario() -> None:
         async with gateway_client(down) as client:
-            _problem(await client.get("/api/operations", headers=bearer("alice")), 503)
+            answer = await client.get("/api/operations", headers=bearer("alice"))
+            # Nothing listens: the code says so, the sentence is the one of a service down.
+            problem = _problem(answer, 503, "unavailable")
+            assert problem["detail"] == BACKEND_UNAVAILABLE
         async with gateway_client(slow) as client:
             _problem(
                 await client.get("/api/operations", headers=bearer("alice")),
@@ -871,6 +874,68 @@ def test_dev_login_exists_only_when_enabled(sqlite_services: Services) -> None:
             home = await client.get("/")
             assert home.status_code == 303
             assert home.headers["location"] == "/operations"
+
+    run(scenario())
+
+
+# What a browser sends with a form's post: the form's answer is the page it shows next.
+BROWSER_FORM = {"Origin": BASE_URL, "Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+
+
+def _refusal_page(response: httpx.Response, status: int, saying: str) -> str:
+    """The sign-in page again, with the development form saying why it refused."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("text/html")
+    assert SESSION_COOKIE not in response.headers.get("set-cookie", "")
+    page = response.text
+    assert 'method="post" action="/auth/dev-login"' in page
+    assert '<p class="form-error" id="dev-error" role="alert">' in page
+    assert saying in page, page
+    return page
+
+
+def test_a_refused_dev_login_form_shows_the_sign_in_page_saying_why(
+    sqlite_services: Services,
+) -> None:
+    """A browser's form post that is refused gets a page, never raw problem+json (the
+    throttled form showed ``{"type":"urn:durable-ops:problem:too_many_sign_ins",…}``);
+    an API client still gets the problem document."""
+    app = make_app(sqlite_services.target, dev_login=True)
+    seconds = _Seconds()
+    app.state.sign_in_throttle = Throttle(
+        login.SIGN_IN_BURST, login.SIGN_IN_REFILL_SECONDS, clock=seconds
+    )
+    down = make_app(sqlite_services.target, dev_login=True, workspace_target=_closed_port())
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+
+            async def post(user: str, headers: dict[str, str]) -> httpx.Response:
+                return await client.post("/auth/dev-login", data={"user": user}, headers=headers)
+
+            for _ in range(login.SIGN_IN_BURST):
+                assert (await post("dave", BROWSER_FORM)).status_code == 303
+            throttled = await post("dave", BROWSER_FORM)
+            page = _refusal_page(
+                throttled, 429, "Too many sign-in attempts; try again in 6 seconds."
+            )
+            assert throttled.headers["retry-after"] == "6"
+            assert 'value="dave"' in page  # the user it named, to try again with
+            _problem(await post("dave", {"Origin": BASE_URL}), 429, "too_many_sign_ins")
+            seconds.now += 6 * 5
+
+            # The form's other refusals read the same way; what was typed comes back escaped.
+            typed = '"><script>alert(1)</script>'
+            page = _refusal_page(await post(typed, BROWSER_FORM), 400, "User may contain only")
+            assert "<script>alert" not in page
+            assert 'value="&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;"' in page
+            elsewhere = {**BROWSER_FORM, "Origin": "https://attacker.example"}
+            _refusal_page(await post("dave", elsewhere), 403, "Cross-origin requests are refused.")
+        async with gateway_client(down) as client:
+            unavailable = await client.post(
+                "/auth/dev-login", data={"user": "dave"}, headers=BROWSER_FORM
+            )
+            _refusal_page(unavailable, 503, "unavailable right now; try again shortly.")
 
     run(scenario())
 

@@ -28,6 +28,7 @@ from durable_ops.gateway.app import create_app
 from durable_ops.gateway.auth import mint_user_token
 from durable_ops.gateway.backends import Backends
 from durable_ops.gateway.connections import HeadDeadlineProtocol
+from durable_ops.gateway.stopping import GatewayServer
 from durable_ops.model.scope import Role
 from durable_ops.settings import Settings
 from tests.support.grpc_services import Services, metadata
@@ -107,7 +108,8 @@ class LiveGateway:
         self._socket.bind(("127.0.0.1", 0))
         self.port: int = self._socket.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        # A page's open long poll would hold the stop for its whole wait: cut it short.
+        # The process's server (gateway.main): its streams and long-polls end as the stop
+        # begins; anything else a page left running is cut short after a second.
         config = uvicorn.Config(
             app,
             http=HeadDeadlineProtocol,
@@ -116,7 +118,7 @@ class LiveGateway:
             lifespan="on",
             timeout_graceful_shutdown=1,
         )
-        self._server = uvicorn.Server(config)
+        self._server = GatewayServer(config, app.state.draining)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True
         )

@@ -1,0 +1,49 @@
+"""The development sign-in form in a real browser, when it is refused: a page that says
+why, never the raw problem+json the throttled form used to show."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from durable_ops.gateway.limits import Throttle
+from tests.support.gateway import LiveGateway
+from tests.support.signin import dev_sign_in
+
+pytestmark = pytest.mark.browser
+
+
+class _Seconds:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_throttled_dev_sign_in_shows_when_to_try_again(
+    page: Page, ui_gateway: LiveGateway
+) -> None:
+    seconds = _Seconds()
+    # One attempt, then one more every 6 s: the second sign-in in a row is refused.
+    ui_gateway.app.state.sign_in_throttle = Throttle(1, 6.0, clock=seconds)
+    dev_sign_in(page, ui_gateway.url, "ada")
+
+    page.context.clear_cookies()
+    page.goto(ui_gateway.url + "/")
+    page.get_by_label("User id").fill("ada")
+    page.get_by_role("button", name="Sign in as this user").click()
+    page.wait_for_url(ui_gateway.url + "/auth/dev-login")
+    expect(page.get_by_role("alert")).to_have_text(
+        "Too many sign-in attempts; try again in 6 seconds."
+    )
+    expect(page.get_by_label("User id")).to_have_value("ada")
+    assert "urn:durable-ops:problem" not in page.content()
+
+    # Once the wait is over, the same form signs in.
+    seconds.now += 6
+    page.get_by_role("button", name="Sign in as this user").click()
+    page.wait_for_url(ui_gateway.url + "/operations")
+    expect(page.locator("header .user")).to_have_text("ada")
