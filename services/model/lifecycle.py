@@ -301,6 +301,36 @@ def _cancel(facts: Facts) -> Decision:
 RETRYABLE_STATES: Final = frozenset({S.FAILED, S.CANCELLED})
 
 
+@dataclass(frozen=True)
+class Restart:
+    """When an owner's retry of an operation runs, and the deadline it runs under."""
+
+    runs_at: datetime
+    deadline_at: datetime | None
+
+
+def restart(
+    *,
+    now: datetime,
+    not_before: datetime,
+    time_budget_seconds: int | None,
+    deadline_at: datetime | None,
+) -> Restart:
+    """What a manual retry keeps of the operation's schedule (SPEC §3, "Scheduled").
+
+    It runs at its ``not_before`` while that lies ahead (a scheduled operation cancelled
+    before its time and retried keeps its time), else now, as a create naming a time
+    already past does. An operation with a time
+    budget (every AI analysis) gets a new deadline that counts from when it runs, as a
+    create's does; one with only an absolute deadline keeps it. Admission reserves its
+    tokens on the budget of the day it runs (``runs_at``), as it does a create's.
+    """
+    runs_at = max(now, not_before)
+    if time_budget_seconds:
+        deadline_at = runs_at + timedelta(seconds=time_budget_seconds)
+    return Restart(runs_at, deadline_at)
+
+
 def _retry(facts: Facts) -> Decision:
     if facts.state not in RETRYABLE_STATES:
         raise InvalidTransition(

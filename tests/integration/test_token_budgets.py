@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime, timedelta
 from functools import partial
+from typing import Any
 
 import grpc
 import httpx
@@ -23,11 +24,14 @@ from sqlalchemy import func, select
 from durable_ops import cli
 from durable_ops.api.ai_admission.v1 import ai_admission_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
+from durable_ops.api.operator.v1 import operator_pb2 as opb
 from durable_ops.api.workspace.v1 import workspace_pb2
+from durable_ops.gateway import dto
 from durable_ops.model import budgets
 from durable_ops.model.admission import Limits
 from durable_ops.model.retention import RetentionPolicy
 from durable_ops.model.scope import Role
+from durable_ops.model.tasks import STRATEGY_SNAPSHOT
 from durable_ops.operations import pruner
 from durable_ops.storage import budgets as budget_store
 from durable_ops.storage.schema import OperationAttempt, OwnerTokenBudget
@@ -39,8 +43,10 @@ from tests.support.grpc_services import Services, metadata, running_services
 from tests.support.operations_client import (
     CANCELLED,
     FAILED,
+    QUEUED,
     SUCCEEDED,
     WAITING_FOR_RETRY,
+    Metadata,
     OpsClient,
 )
 from tests.support.stored import operation, scalar
@@ -295,6 +301,115 @@ def test_a_scheduled_analysis_draws_on_the_budget_of_the_day_it_runs(
     assert lease.id == admitted.id
     _settle(ops, lease, _used(300, 200, 900), ops_pb.CompleteOperationRequest(provenance=LOCAL))
     assert _day(services, "grace", tomorrow.date()) == (0, 500)
+
+
+def _scheduled_then_cancelled(services: Services, owner: str, runs_at: datetime) -> str:
+    """What a user did: an analysis started over HTTP for ``runs_at``, then cancelled; its id."""
+
+    async def scenario() -> str:
+        async with gateway_client(make_app(services.target)) as client:
+            headers = bearer(owner)
+            job = await client.post("/api/jobs", json=JOB, headers=headers)
+            started = await client.post(
+                f"/api/jobs/{job.json()['id']}/strategy-snapshot",
+                json={"not_before": dto.rfc3339(runs_at)},
+                headers=headers,
+            )
+            assert started.status_code == 202, started.text
+            operation_id = str(started.json()["operation_id"])
+            cancelled = await client.post(f"/api/operations/{operation_id}/cancel", headers=headers)
+            assert cancelled.json()["state"] == "cancelled", cancelled.text
+            return operation_id
+
+    return str(run(scenario()))
+
+
+def _retried_over_http(services: Services, owner: str, operation_id: str) -> dict[str, Any]:
+    async def scenario() -> dict[str, Any]:
+        async with gateway_client(make_app(services.target)) as client:
+            path = f"/api/operations/{operation_id}/retry"
+            retried = await client.post(path, headers=bearer(owner))
+            assert retried.status_code == 200, retried.text
+            answer: dict[str, Any] = retried.json()
+            return answer
+
+    retried: dict[str, Any] = run(scenario())
+    return retried
+
+
+def test_a_retried_scheduled_analysis_keeps_its_time_and_its_day_and_runs_then(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    """Scheduled two days ahead, cancelled, retried an hour later: it still runs at its
+    time, its deadline counts from then (it used to be the retry's time + 30 min, so it
+    failed as deadline_exceeded before its time came), and its tokens are reserved on the
+    budget of that day, not on today's."""
+    entitle(services.db, "hana")
+    runs_at = NOON + timedelta(days=2)
+    operation_id = _scheduled_then_cancelled(services, "hana", runs_at)
+    clock.advance(3600)
+    retried = _retried_over_http(services, "hana", operation_id)
+    assert retried["state"] == "queued"
+    assert dto.parse_rfc3339(retried["not_before"]) == runs_at
+    assert dto.parse_rfc3339(retried["deadline_at"]) == runs_at + STRATEGY_SNAPSHOT.time_budget
+    row = operation(services.db, operation_id)
+    assert row is not None
+    assert (row.budget_day, row.reserved_tokens) == (runs_at.date(), ALONE)
+    assert _day(services, "hana") == (0, 0)  # today's budget holds nothing for it
+    assert _day(services, "hana", runs_at.date()) == (ALONE, 0)
+
+    clock.advance(STRATEGY_SNAPSHOT.time_budget.total_seconds() + 60)  # past retry + budget
+    services.sweep()
+    assert ops.get("hana", operation_id).state == QUEUED  # not failed: its time is to come
+    assert ops.claim(SNAPSHOT) is None  # nor run before it
+    clock.advance((runs_at - clock()).total_seconds())
+    assert services.sweep().let_in == 1
+    lease = ops.claim_one(SNAPSHOT)
+    assert lease.id == operation_id
+    _settle(ops, lease, _used(300, 200, 900), ops_pb.CompleteOperationRequest(provenance=LOCAL))
+    assert _day(services, "hana", runs_at.date()) == (0, 500)
+
+
+def test_a_retry_after_its_scheduled_time_runs_now_on_todays_budget(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    entitle(services.db, "ivan")
+    runs_at = NOON + timedelta(hours=1)
+    operation_id = _scheduled_then_cancelled(services, "ivan", runs_at)
+    clock.advance(2 * 24 * 3600)  # two days later, its time long past
+    today = clock()
+    retried = _retried_over_http(services, "ivan", operation_id)
+    assert dto.parse_rfc3339(retried["deadline_at"]) == today + STRATEGY_SNAPSHOT.time_budget
+    row = operation(services.db, operation_id)
+    assert row is not None
+    assert (row.budget_day, row.reserved_tokens) == (today.date(), ALONE)
+    assert _day(services, "ivan", today.date()) == (ALONE, 0)
+    assert _day(services, "ivan", runs_at.date()) == (0, 0)
+    services.sweep()
+    assert ops.claim_one(SNAPSHOT).id == operation_id
+
+
+def test_an_operators_retry_of_a_scheduled_analysis_keeps_its_time_too(
+    services: Services, ops: OpsClient, clock: ManualClock, operator_md: Metadata
+) -> None:
+    """The operator's retry is the owner's storage retry: the same schedule and deadline;
+    it reserves nothing (ADR 41), and spends on the day it runs."""
+    entitle(services.db, "jane")
+    runs_at = NOON + timedelta(days=2)
+    operation_id = _scheduled_then_cancelled(services, "jane", runs_at)
+    clock.advance(3600)
+    retried: opb.OperatorOperation = services.operator.RetryOperation(
+        opb.RetryOperationRequest(operation_id=operation_id), metadata=operator_md
+    )
+    assert retried.operation.state == QUEUED
+    deadline = retried.operation.deadline_at.ToDatetime(tzinfo=UTC)
+    assert deadline == runs_at + STRATEGY_SNAPSHOT.time_budget
+    row = operation(services.db, operation_id)
+    assert row is not None
+    assert (row.budget_day, row.reserved_tokens) == (runs_at.date(), 0)
+    clock.advance(STRATEGY_SNAPSHOT.time_budget.total_seconds() + 60)
+    services.sweep()
+    assert ops.get("jane", operation_id).state == QUEUED
 
 
 def test_a_killed_last_attempt_releases_the_reservation_and_spends_nothing(
