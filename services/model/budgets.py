@@ -135,19 +135,23 @@ def exhausted(
 ) -> CapacityExceeded:
     """The refusal of a reservation of ``needed`` tokens on ``day`` (today when None), of a
     budget of ``limit`` with ``used`` taken: ``Retry-After`` is when that day's budget
-    renews; a later day's (a scheduled analysis) says which day it is."""
+    renews; a later day's (a scheduled analysis) says which day it is. A budget smaller
+    than one analysis (an operator's 0 too) renews as small: waiting does not help, so
+    there is no ``Retry-After``, and the sentence says it must be raised."""
     later = day if day is not None and day > budget_day(now) else None
     message = _refusal(limit=limit, used=used, needed=needed, everyone=everyone, later=later)
-    refused = CapacityExceeded(message, retry_after_seconds=seconds_to_renewal(now, later))
+    retry_after = None if limit < needed else seconds_to_renewal(now, later)
+    refused = CapacityExceeded(message, retry_after_seconds=retry_after)
     refused.code = BUDGET_EXHAUSTED
     return refused
 
 
 def _refusal(*, limit: int, used: int, needed: int, everyone: bool, later: date | None) -> str:
     """Why: "used up" only when it is. An analysis reserves its worst case, so a budget
-    with most of it unused may still be too small for one; the user is told how small."""
+    with most of it unused may still be too small for one; the user is told how small,
+    and that it must be raised (a budget of 0 is never "used up" to renew)."""
     whose = "Today's AI budget for everyone" if everyone else "Your daily AI budget"
-    if 0 < limit < needed:
+    if limit < needed:
         return (
             f"{whose} ({limit:,} tokens) is less than one analysis may use ({needed:,}):"
             " none can start until the budget is raised."

@@ -15,6 +15,7 @@ transition has one rule.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -350,6 +351,37 @@ def _sweep(facts: Facts, now: datetime, draw: Draw) -> Decision:
     if facts.state is REQUEUE.source and is_due(facts, now):
         return REQUEUE.decision(facts)
     raise InvalidTransition("nothing to sweep")
+
+
+# How soon a reader of a live operation may look again when nothing it knows says later:
+# a worker may take a due one at any moment (the page's own pace is 0.5 s).
+LOOK_AGAIN_SECONDS: Final = 1
+
+
+def look_again_after(
+    state: OperationState,
+    *,
+    not_before: datetime | None,
+    next_attempt_at: datetime | None,
+    deadline_at: datetime | None,
+    now: datetime,
+) -> int | None:
+    """The ``Retry-After`` of an answer that shows an operation: when it may have moved.
+
+    None for an ended one: it never changes again, so there is nothing to look again
+    for. A queued one scheduled for later, or one waiting for its next attempt, cannot
+    move by itself before that time (nor its deadline, if that comes first): the whole
+    seconds until then. Any other live one: ``LOOK_AGAIN_SECONDS``. Only its owner's
+    own cancel or retry could move it sooner, and they learn that from its answer.
+    """
+    if state.is_terminal:
+        return None
+    waits_for = {S.QUEUED: not_before, S.WAITING_FOR_RETRY: next_attempt_at}.get(state)
+    if waits_for is None:
+        return LOOK_AGAIN_SECONDS
+    if deadline_at is not None:
+        waits_for = min(waits_for, deadline_at)
+    return max(LOOK_AGAIN_SECONDS, math.ceil((waits_for - now).total_seconds()))
 
 
 class AttemptOutcome(StrEnum):

@@ -116,14 +116,14 @@ def _trailers(error: grpc.RpcError) -> dict[str, str]:
     return {item.key: str(item.value) for item in error.trailing_metadata() or ()}
 
 
-def _refusal(call: Callable[[], object]) -> tuple[str, str, str]:
-    """(error code, Retry-After seconds, message) of a refused call."""
+def _refusal(call: Callable[[], object]) -> tuple[str, str | None, str]:
+    """(error code, Retry-After seconds or None without one, message) of a refused call."""
     with pytest.raises(grpc.RpcError) as caught:
         call()
     trailers = _trailers(caught.value)
     return (
         str(trailers["x-error-code"]),
-        str(trailers["x-retry-after"]),
+        trailers.get("x-retry-after"),
         str(caught.value.details()),
     )
 
@@ -241,7 +241,7 @@ def test_a_manual_retry_is_admitted_again_past_the_budget_capacity_or_ai_off_it_
                 _set_budget(services, "gina", EXPECTED - 1)
                 over = await client.post(path, headers=bearer("gina"))
                 _problem(over, 429, "budget_exhausted")
-                assert over.headers["retry-after"] == str(12 * 3600)
+                assert "retry-after" not in over.headers  # too small a budget: raise it
                 _set_budget(services, "gina", None)
 
                 busy = _admit(services, "gina").operation  # the one analysis gina may run
@@ -293,7 +293,7 @@ def test_a_scheduled_analysis_draws_on_the_budget_of_the_day_it_runs(
     code, retry_after, message = _refusal(scheduled)  # tomorrow's budget is taken
     assert code == "budget_exhausted"
     assert tomorrow.date().isoformat() in message
-    assert int(retry_after) == 36 * 3600  # noon today to the end of tomorrow
+    assert retry_after == str(36 * 3600)  # noon today to the end of tomorrow
 
     clock.advance(24 * 3600)
     services.sweep()  # its time came: in the claim's line
@@ -485,14 +485,38 @@ def test_past_the_budget_the_gateway_answers_429_with_retry_after_and_the_senten
     assert _day(services, "alice") == (EXPECTED, 587)
 
 
+def test_a_budget_smaller_than_one_analysis_is_429_without_retry_after_over_http(
+    services: Services,
+) -> None:
+    """The detail says none can start until the budget is raised: a ``Retry-After`` to
+    midnight (it was 47,297 s) would send a client back to the same refusal."""
+    entitle(services.db, "kim")
+    _set_budget(services, "kim", EXPECTED // 2)
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            job = await client.post("/api/jobs", json=JOB, headers=bearer("kim"))
+            path = f"/api/jobs/{job.json()['id']}/strategy-snapshot"
+            refused = await client.post(path, headers=bearer("kim"))
+            body = _problem(refused, 429, "budget_exhausted")
+            assert body["detail"].endswith("none can start until the budget is raised.")
+            assert "retry-after" not in refused.headers
+
+    run(scenario())
+
+
 def test_an_operator_can_stop_an_owners_analyses_and_give_back_the_plans_budget(
     services: Services,
 ) -> None:
     entitle(services.db, "dana")
     _set_budget(services, "dana", 0)
     code, retry_after, message = _refusal(lambda: _admit(services, "dana"))
-    assert (code, message) == ("budget_exhausted", budgets.OWNER_EXHAUSTED)
-    assert int(retry_after) == 12 * 3600
+    # Not "used up; it renews at 00:00 UTC" with a Retry-After to then: it renews to 0.
+    assert (code, retry_after) == ("budget_exhausted", None)
+    assert message == (
+        f"Your daily AI budget (0 tokens) is less than one analysis may use ({EXPECTED:,}):"
+        " none can start until the budget is raised."
+    )
     _set_budget(services, "dana", None)  # back to the plan's
     assert _admit(services, "dana").reused is False
     reply = services.workspace.GetAiSettings(

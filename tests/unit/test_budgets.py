@@ -115,6 +115,7 @@ def test_a_refusal_says_used_up_only_when_it_is() -> None:
         "Your daily AI budget (1,000 tokens) is less than one analysis may use (2,460):"
         " none can start until the budget is raised."
     )
+    assert small.retry_after_seconds is None  # it renews as small: waiting does not help
     later = NOON.date() + timedelta(days=1)
     scheduled = budgets.exhausted(NOON, later, limit=3000, used=1000, needed=2460)
     assert scheduled.message == (
@@ -123,6 +124,37 @@ def test_a_refusal_says_used_up_only_when_it_is() -> None:
     )
     everyone = budgets.exhausted(NOON, limit=10_000, used=9_000, needed=2460, everyone=True)
     assert everyone.message.startswith("Today's AI budget for everyone has 1,000 tokens left")
+
+
+@pytest.mark.parametrize("everyone", [False, True])
+def test_a_budget_smaller_than_one_analysis_has_no_retry_after_a_day_would_not_help(
+    everyone: bool,
+) -> None:
+    """429 said ``Retry-After`` to midnight (47,297 s) with "none can start until the budget
+    is raised": tomorrow's budget is as small."""
+    for day in (NOON.date(), NOON.date() + timedelta(days=1)):
+        refused = budgets.exhausted(NOON, day, limit=2000, used=0, needed=2460, everyone=everyone)
+        assert refused.retry_after_seconds is None
+        assert refused.message.endswith("none can start until the budget is raised.")
+
+
+def test_an_operators_zero_is_not_used_up_it_must_be_raised() -> None:
+    """``opsctl users set-budget U 0`` stops U's analyses: the refusal said "used up; it
+    renews at 00:00 UTC", and it renews to 0."""
+    stopped = budgets.exhausted(NOON, limit=0, used=0, needed=2460)
+    assert stopped.message == (
+        "Your daily AI budget (0 tokens) is less than one analysis may use (2,460):"
+        " none can start until the budget is raised."
+    )
+    assert stopped.retry_after_seconds is None
+
+
+def test_a_budget_used_up_today_says_when_it_renews() -> None:
+    used_up = budgets.exhausted(NOON, limit=3000, used=3000, needed=2460)
+    assert (used_up.message, used_up.retry_after_seconds) == (
+        budgets.OWNER_EXHAUSTED,
+        12 * 3600,
+    )
 
 
 def test_a_scheduled_days_refusal_names_that_day_and_waits_for_its_end() -> None:
