@@ -103,6 +103,14 @@ def expected_tokens(chars: int) -> int:
     return prompt + MAX_ANSWER_TOKENS
 
 
+def used_today(*, spent: int, reserved: int) -> str:
+    """A day's use in the settings page's words: "N used today", or, while analyses hold a
+    reservation, "N used and R reserved today" (reserved tokens are not spent yet)."""
+    if not reserved:
+        return f"{spent:,} used today"
+    return f"{spent:,} used and {reserved:,} reserved today"
+
+
 def budget_day(now: datetime) -> date:
     return now.astimezone(UTC).date()
 

@@ -10,6 +10,7 @@ the page's sentence. Concurrent admissions through two replicas never pass a bud
 from __future__ import annotations
 
 import contextlib
+import io
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime, timedelta
@@ -614,6 +615,47 @@ def test_opsctl_users_set_budget(
     for wrong in ("-1", "lots", "1e6", str(budgets.DAILY_TOKENS_MAX + 1), "٣"):
         assert cli.main(["users", "set-budget", "erin", wrong, "--database-url", db_url]) == 2
         assert "TOKENS must be `default` or a whole number" in capsys.readouterr().err
+
+
+class _Terminal(io.StringIO):
+    """A stderr that is a person's terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_opsctl_set_budget_says_used_and_reserved_as_the_page_and_logs_nothing_to_a_person(
+    services: Services,
+    ops: OpsClient,
+    db_url: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It said "19,881 used today" where the page said "17,422 used and 2,459 reserved", and
+    printed a ``[info] token_budget_set`` log line beside its answer on the terminal."""
+    monkeypatch.setattr("getpass.getuser", lambda: "ops.admin")
+    entitle(services.db, "fay")
+    _admit(services, "fay")
+    lease = ops.claim_one(SNAPSHOT)
+    _settle(ops, lease, _used(316, 271, 900), ops_pb.CompleteOperationRequest(provenance=LOCAL))
+    _admit(services, "fay")  # holds its reservation
+    assert _day(services, "fay") == (EXPECTED, 587)
+    capsys.readouterr()  # the services' own lines so far
+    terminal = _Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    assert cli.main(["users", "set-budget", "fay", "50000", "--database-url", db_url]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(
+        f"fay: daily token budget 50,000 (set by ops.admin); 587 used and {EXPECTED:,} reserved"
+        " today, renews "
+    ), out
+    assert terminal.getvalue() == ""  # the answer says it all to a person
+    monkeypatch.undo()
+    # Redirected (a script, a service's journal), the audit line is written as before.
+    assert cli.main(["users", "set-budget", "fay", "default", "--database-url", db_url]) == 0
+    said = capsys.readouterr()
+    assert "token_budget_set" in said.err
+    assert "token_budget_set" not in said.out
 
 
 def test_the_prune_forgets_day_rows_older_than_a_month_and_keeps_the_rest(

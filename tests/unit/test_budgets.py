@@ -167,6 +167,13 @@ def test_a_scheduled_days_refusal_names_that_day_and_waits_for_its_end() -> None
     assert budgets.exhausted(NOON, NOON.date()).retry_after_seconds == 12 * 3600
 
 
+def test_a_days_use_is_said_as_the_settings_page_says_it() -> None:
+    assert budgets.used_today(spent=17_422, reserved=2_459) == (
+        "17,422 used and 2,459 reserved today"
+    )
+    assert budgets.used_today(spent=17_422, reserved=0) == "17,422 used today"
+
+
 def test_a_settlement_moves_its_tokens_from_reserved_to_spent() -> None:
     # One attempt that succeeded: spent its count, the rest of the reservation released.
     assert budgets.settle(outstanding=3_000, tokens=600, ends=True) == Settled(-3_000, 600, 0)
