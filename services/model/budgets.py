@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
 from durable_ops.model.errors import CapacityExceeded
+from durable_ops.model.prompt_sections import TRUNCATION_MARK
 from durable_ops.model.states import Plan
 from durable_ops.model.subjects import SubjectKind
 from durable_ops.model.tasks import MAX_ANSWER_TOKENS
@@ -90,9 +91,15 @@ def daily_limit(plan: Plan, override: int | None) -> int:
 
 
 def input_chars(kind: SubjectKind, texts: Mapping[str, str]) -> int:
-    """The characters of one subject the prompt keeps: each text cut to its budget, as
-    the worker cuts it (``ai_worker.prompts``)."""
-    return sum(min(len(texts[field.name]), field.budget) for field in kind.fields)
+    """The characters of one subject the prompt sends: each text cut to its budget and
+    then marked, as the worker cuts it (``ai_worker.prompts``). What is cut is neither
+    sent nor reserved for. The worker's cleaning only shortens a text (line endings,
+    folded spaces), so this is never less than what it sends."""
+    return sum(_sent(len(texts[field.name]), field.budget) for field in kind.fields)
+
+
+def _sent(length: int, budget: int) -> int:
+    return length if length <= budget else budget + len(TRUNCATION_MARK)
 
 
 def expected_tokens(chars: int) -> int:

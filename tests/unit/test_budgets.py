@@ -15,8 +15,9 @@ from durable_ops.ai_worker.prompts import SubjectText, prompts_for
 from durable_ops.model import budgets
 from durable_ops.model.budgets import DayUse, Settled
 from durable_ops.model.errors import CapacityExceeded
+from durable_ops.model.prompt_sections import TRUNCATION_MARK
 from durable_ops.model.states import Plan
-from durable_ops.model.subjects import CV, JOB
+from durable_ops.model.subjects import CV, CV_BUDGET, JOB
 from durable_ops.model.tasks import MAX_ANSWER_TOKENS, TASKS
 
 NOON = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
@@ -50,8 +51,27 @@ def test_the_pro_default_covers_a_hundred_analyses_at_the_measured_sizes() -> No
 
 def test_input_chars_are_cut_to_each_fields_budget() -> None:
     job = {"title": "Engineer", "company": "ACME", "description": "x" * 10_000}
-    assert budgets.input_chars(JOB, job) == len("Engineer") + 4 + 6_000
+    mark = len(TRUNCATION_MARK)
+    assert budgets.input_chars(JOB, job) == len("Engineer") + 4 + 6_000 + mark
     assert budgets.input_chars(CV, {"text": ""}) == 0
+    assert budgets.input_chars(CV, {"text": "x" * CV_BUDGET}) == CV_BUDGET  # not cut
+
+
+@pytest.mark.parametrize("size", [0, 100, 7_999, 8_000, 8_001, 200_000])
+def test_the_estimate_counts_exactly_the_input_the_prompt_sends(size: int) -> None:
+    """A 200,000-character CV with a 20,000-character posting reserved 7,118 tokens for a
+    prompt of 2,806: for the parts the prompt sends (8,000 and 6,000 characters, and the
+    mark of each cut), at 3 characters a token, not for the whole texts."""
+    snapshot = prompts_for(TASKS)["strategy.snapshot"]
+
+    def user_message(job: dict[str, str], cv: str) -> str:
+        texts = [SubjectText.of(JOB, **job), SubjectText.of(CV, text=cv)]
+        return snapshot.messages(texts)[-1]["content"]
+
+    job = {"title": "T" * (size // 100), "company": "C" * (size // 50), "description": "d" * size}
+    empty = user_message(dict.fromkeys(job, ""), "")
+    sent = len(user_message(job, "c" * size)) - len(empty)
+    assert budgets.input_chars(JOB, job) + budgets.input_chars(CV, {"text": "c" * size}) == sent
 
 
 def test_an_analysis_is_expected_to_cost_its_prompt_and_the_answer_cap() -> None:
