@@ -308,12 +308,15 @@ def cmd_users_set_budget(args: argparse.Namespace) -> int:
         return budget_store.view(tx, workspace.ai_settings(tx).plan, now)
 
     view = _on_database(args, lambda db: db.run(set_budget, owner_id=args.user))
-    _audit("token_budget_set", owner=args.user, daily_tokens=daily_tokens, operator=set_by)
+    if not sys.stderr.isatty():
+        # For the logs a script's or a service's stderr goes to. A person at a terminal has
+        # it all in the answer below, which a log line beside it would only clutter.
+        _audit("token_budget_set", owner=args.user, daily_tokens=daily_tokens, operator=set_by)
     source = "the plan's default" if daily_tokens is None else f"set by {set_by}"
-    used = view.reserved + view.spent
     print(
         f"{args.user}: daily token budget {view.limit:,} ({source});"
-        f" {used:,} used today, renews {budgets.renews_at(now):%Y-%m-%d %H:%M} UTC"
+        f" {budgets.used_today(spent=view.spent, reserved=view.reserved)},"
+        f" renews {budgets.renews_at(now):%Y-%m-%d %H:%M} UTC"
     )
     return 0
 

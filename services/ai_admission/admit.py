@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import date, datetime
 
-from durable_ops.model import admission, bounds, budgets
+from durable_ops.model import admission, bounds, budgets, lifecycle
 from durable_ops.model.errors import (
     KEY_USED_FOR_ANOTHER_REQUEST,
     Conflict,
@@ -147,9 +147,11 @@ def admit(
 
 def retry(tx: Tx, operation_id: str, limits: admission.Limits, now: datetime) -> UserOperation:
     """The owner's retry of a failed or cancelled operation. An analysis runs again only
-    as admitted again: entitled, within capacity, its expected tokens reserved on today's
-    budget (a retry draws from the same budget as the first run). Any other operation,
-    or one in another state (409 from the lifecycle), is left to the retry itself."""
+    as admitted again: entitled, within capacity, its expected tokens reserved on the
+    budget of the day it runs, as a create's are: today, or the day of the time it is
+    still scheduled for (``lifecycle.restart``; a retry draws from the same budget as the
+    first run). Any other operation, or one in another state (409 from the lifecycle),
+    is left to the retry itself."""
     op = operations.get(tx, operation_id)
     if op.task_type not in TASKS or op.state not in RETRYABLE_STATES:
         return operations.retry(tx, operation_id, now)
@@ -157,7 +159,13 @@ def retry(tx: Tx, operation_id: str, limits: admission.Limits, now: datetime) ->
     settings = _entitled(tx)
     again = AdmitRequest(task.name, op.subject_id, op.context_ref or "")
     chars = check_subjects(tx, task, again)
-    day, tokens = _reserve(tx, task, chars, settings.plan, limits, now, runs_at=now)
+    runs_at = lifecycle.restart(
+        now=now,
+        not_before=op.not_before,
+        time_budget_seconds=op.time_budget_seconds,
+        deadline_at=op.deadline_at,
+    ).runs_at
+    day, tokens = _reserve(tx, task, chars, settings.plan, limits, now, runs_at=runs_at)
     retried = operations.retry(tx, operation_id, now)
     budget_store.reserved_for(tx, retried.id, tokens=tokens, day=day)
     return retried

@@ -39,7 +39,7 @@ from durable_ops.ai_worker.inference.errors import InvalidModelOutput
 from durable_ops.ai_worker.inference.request import InferenceRequest
 from durable_ops.model import answers
 from durable_ops.model.errors import InvalidArgument
-from durable_ops.model.prompt_sections import END_SECTION
+from durable_ops.model.prompt_sections import END_SECTION, TRUNCATION_MARK
 from durable_ops.model.subjects import KINDS, SubjectKind
 from durable_ops.model.tasks import (
     CV_REVIEW,
@@ -48,8 +48,6 @@ from durable_ops.model.tasks import (
     Registry,
     TaskType,
 )
-
-TRUNCATION_MARK = "[truncated]"
 
 
 @dataclass(frozen=True)

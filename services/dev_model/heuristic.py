@@ -31,7 +31,12 @@ from typing import Any, Literal
 from durable_ops.dev_model.schema import allows_null, kind_of
 from durable_ops.dev_model.terms import Term, is_skill, terms, with_implied
 from durable_ops.dev_model.terms import words as words  # the tests' and callers' name
-from durable_ops.model.prompt_sections import CV_SECTION, END_SECTION, JOB_SECTION
+from durable_ops.model.prompt_sections import (
+    CV_SECTION,
+    END_SECTION,
+    JOB_SECTION,
+    TRUNCATION_MARK,
+)
 
 HEURISTIC_NOTE = "Built-in heuristic, not an AI assessment."
 KEY_TERM_LIMIT = 20
@@ -95,7 +100,10 @@ def parse_inputs(user_text: str, *, unsectioned: Section) -> Inputs:
     """Read the sections of ``durable_ops.model.prompt_sections``.
 
     Text without any section line is taken whole as the input named by
-    ``unsectioned`` ("job" or "cv"), so a hand-written prompt works too.
+    ``unsectioned`` ("job" or "cv"), so a hand-written prompt works too. The mark
+    the worker ends a cut text with is no word of the posting or the CV: it is left
+    out, and so is the piece of a word before it (both came back as key terms of a
+    long posting: "The CV mentions 'truncated'", "… 'eng' …").
     """
     sections: dict[str, list[str]] = {}
     current: list[str] | None = None
@@ -117,11 +125,22 @@ def parse_inputs(user_text: str, *, unsectioned: Section) -> Inputs:
         title, company, job_lines = _job_header(job_lines)
     cv_lines = sections.get(CV_SECTION)
     return Inputs(
-        job_title=title,
-        job_company=company,
-        job_text=None if job_lines is None else "\n".join(job_lines),
-        cv_text=None if cv_lines is None else "\n".join(cv_lines),
+        job_title=_uncut(title),
+        job_company=_uncut(company),
+        job_text=None if job_lines is None else _uncut("\n".join(job_lines)),
+        cv_text=None if cv_lines is None else _uncut("\n".join(cv_lines)),
     )
+
+
+_LAST_WORD = re.compile(r"\S*\Z")
+
+
+def _uncut(text: str) -> str:
+    """``text`` without the mark of a cut (``TRUNCATION_MARK``) at its end, nor the word
+    the cut ended in: it may be a piece of one ("eng" of "engineer")."""
+    if not text.endswith(TRUNCATION_MARK):
+        return text
+    return _LAST_WORD.sub("", text.removesuffix(TRUNCATION_MARK))
 
 
 def _job_header(lines: list[str]) -> tuple[str, str, list[str]]:

@@ -14,12 +14,12 @@ work or reaches a model. Each finished analysis is its own result (issue 39, poi
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from google.protobuf.timestamp_pb2 import Timestamp
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -50,9 +50,10 @@ from durable_ops.gateway.openapi import (
 from durable_ops.gateway.pagination import query_params
 from durable_ops.gateway.partial import fields_so_far
 from durable_ops.gateway.problems import invalid, one_header
-from durable_ops.model import bounds
+from durable_ops.model import bounds, lifecycle
 from durable_ops.model.bounds import ID_MAX
 from durable_ops.model.errors import InvalidArgument, NotFound
+from durable_ops.model.states import OperationState
 from durable_ops.model.subjects import SubjectKind
 from durable_ops.model.tasks import TASKS, Registry, TaskType
 from durable_ops.rpc.subjects import read_method, read_request
@@ -120,19 +121,31 @@ def start(task: TaskType) -> Callable[[Request], Awaitable[Response]]:
                 NOT_BEFORE: dto.time_or_none(reply, NOT_BEFORE),
             },
             status_code=202,
-            headers={"Location": reply.status_url, "Retry-After": _look_again_after(reply)},
+            headers={"Location": reply.status_url, **look_again_headers(reply.operation)},
         )
 
     return endpoint_
 
 
-def _look_again_after(reply: admission_pb.AdmitResponse) -> str:
-    """When the status may have moved: within moments for an analysis due now (a worker
-    takes it), not before its time for a scheduled one."""
-    if not reply.HasField("not_before"):
-        return "1"
-    waits = reply.not_before.ToDatetime(tzinfo=UTC) - datetime.now(UTC)
-    return str(max(1, math.ceil(waits.total_seconds())))
+def look_again_headers(operation: operations_pb.Operation) -> dict[str, str]:
+    """``Retry-After``, when the status may have moved (``lifecycle.look_again_after``):
+    within moments for an analysis due now (a worker takes it), not before its time for a
+    scheduled one, and none for one that has ended (a reused, finished analysis): its
+    status is final. Also the header of ``GET /api/operations/{id}`` and its ``:wait``."""
+    seconds = lifecycle.look_again_after(
+        OperationState(dto.state_name(operation.state)),
+        not_before=_time_or_none(operation.HasField("not_before"), operation.not_before),
+        next_attempt_at=_time_or_none(
+            operation.HasField("next_attempt_at"), operation.next_attempt_at
+        ),
+        deadline_at=_time_or_none(operation.HasField("deadline_at"), operation.deadline_at),
+        now=datetime.now(UTC),
+    )
+    return {} if seconds is None else {"Retry-After": str(seconds)}
+
+
+def _time_or_none(present: bool, stamp: Timestamp) -> datetime | None:
+    return stamp.ToDatetime(tzinfo=UTC) if present else None
 
 
 NOT_BEFORE = "not_before"
@@ -405,7 +418,12 @@ def _openapi(task: TaskType) -> dict[str, Any]:
                     "description": "admitted",
                     "headers": {
                         "Location": {"schema": {"type": "string"}},
-                        "Retry-After": {"schema": {"type": "integer"}},
+                        "Retry-After": {
+                            "description": "seconds until the status may have moved: 1 for"
+                            " an analysis due now, until its not_before for a scheduled one;"
+                            " absent when the reused analysis has already ended",
+                            "schema": {"type": "integer", "minimum": 1},
+                        },
                     },
                     "content": {"application/json": {"schema": ref("Accepted")}},
                 },

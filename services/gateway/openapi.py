@@ -60,7 +60,8 @@ ERROR_DESCRIPTIONS: Mapping[int, str] = {
     415: "The body is not of the media type the operation takes (JSON unless it says)",
     429: (
         "Past a bound (`code` says which: capacity, budget, stored jobs and CVs, open waits,"
-        " sign-in attempts); `Retry-After` says when to try again"
+        " sign-in attempts); `Retry-After` says when to try again, and is absent when"
+        " waiting would not help (a daily budget smaller than one analysis)"
     ),
     503: "A backend service is unavailable",
     504: "A backend service did not answer in time",

@@ -34,6 +34,7 @@ from durable_ops.api.ai_admission.v1 import ai_admission_pb2_grpc as admission_g
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.gateway import dto
+from durable_ops.gateway.ai import look_again_headers
 from durable_ops.gateway.bodies import no_body
 from durable_ops.gateway.calls import owner_calls, stub_for
 from durable_ops.gateway.context import draining_of, long_polls_of
@@ -53,15 +54,12 @@ from durable_ops.gateway.pagination import PAGING_PARAMETERS, list_body, page_re
 from durable_ops.gateway.problems import invalid, too_many_waits
 from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument, NotFound
-from durable_ops.model.states import OperationState
 
 # A refused wait may try again this soon: another wait of the user may have ended by then.
 WAIT_RETRY_AFTER_SECONDS = 2
 
 BACKEND = "operations"
 LIST_PARAMETERS = (*PAGING_PARAMETERS, "state", "task_type")
-# A live operation is worth a look again after this long (the page's own pace is 0.5 s).
-RETRY_AFTER_SECONDS = 1
 
 
 def _not_found() -> NotFound:
@@ -74,9 +72,7 @@ _admission = stub_for("ai_admission", admission_grpc.AiAdmissionServiceStub)
 
 
 def _answer(operation: pb.Operation) -> JSONResponse:
-    live = not OperationState(dto.state_name(operation.state)).is_terminal
-    headers = {"Retry-After": str(RETRY_AFTER_SECONDS)} if live else None
-    return JSONResponse(dto.operation(operation), headers=headers)
+    return JSONResponse(dto.operation(operation), headers=look_again_headers(operation))
 
 
 # A number as JSON writes one, unsigned (the document says "number"); at most 32 characters.

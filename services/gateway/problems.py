@@ -143,7 +143,7 @@ def problem_from_domain(error: DomainError) -> Problem:
     if isinstance(error, InvalidArgument):
         return invalid(error.field, error.reason, code=error.code)
     headers: dict[str, str] = {}
-    if isinstance(error, CapacityExceeded):
+    if isinstance(error, CapacityExceeded) and error.retry_after_seconds is not None:
         headers["Retry-After"] = str(max(0, error.retry_after_seconds))
     # The operation to cancel first: the page offers it without parsing the sentence.
     extra = {"operation_id": error.operation_id} if isinstance(error, InUse) else None

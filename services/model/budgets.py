@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
 from durable_ops.model.errors import CapacityExceeded
+from durable_ops.model.prompt_sections import TRUNCATION_MARK
 from durable_ops.model.states import Plan
 from durable_ops.model.subjects import SubjectKind
 from durable_ops.model.tasks import MAX_ANSWER_TOKENS
@@ -90,9 +91,15 @@ def daily_limit(plan: Plan, override: int | None) -> int:
 
 
 def input_chars(kind: SubjectKind, texts: Mapping[str, str]) -> int:
-    """The characters of one subject the prompt keeps: each text cut to its budget, as
-    the worker cuts it (``ai_worker.prompts``)."""
-    return sum(min(len(texts[field.name]), field.budget) for field in kind.fields)
+    """The characters of one subject the prompt sends: each text cut to its budget and
+    then marked, as the worker cuts it (``ai_worker.prompts``). What is cut is neither
+    sent nor reserved for. The worker's cleaning only shortens a text (line endings,
+    folded spaces), so this is never less than what it sends."""
+    return sum(_sent(len(texts[field.name]), field.budget) for field in kind.fields)
+
+
+def _sent(length: int, budget: int) -> int:
+    return length if length <= budget else budget + len(TRUNCATION_MARK)
 
 
 def expected_tokens(chars: int) -> int:
@@ -101,6 +108,14 @@ def expected_tokens(chars: int) -> int:
     cap, so the settlement gives most of it back."""
     prompt = PROMPT_FRAME_TOKENS + -(-chars // CHARS_PER_TOKEN)
     return prompt + MAX_ANSWER_TOKENS
+
+
+def used_today(*, spent: int, reserved: int) -> str:
+    """A day's use in the settings page's words: "N used today", or, while analyses hold a
+    reservation, "N used and R reserved today" (reserved tokens are not spent yet)."""
+    if not reserved:
+        return f"{spent:,} used today"
+    return f"{spent:,} used and {reserved:,} reserved today"
 
 
 def budget_day(now: datetime) -> date:
@@ -135,19 +150,23 @@ def exhausted(
 ) -> CapacityExceeded:
     """The refusal of a reservation of ``needed`` tokens on ``day`` (today when None), of a
     budget of ``limit`` with ``used`` taken: ``Retry-After`` is when that day's budget
-    renews; a later day's (a scheduled analysis) says which day it is."""
+    renews; a later day's (a scheduled analysis) says which day it is. A budget smaller
+    than one analysis (an operator's 0 too) renews as small: waiting does not help, so
+    there is no ``Retry-After``, and the sentence says it must be raised."""
     later = day if day is not None and day > budget_day(now) else None
     message = _refusal(limit=limit, used=used, needed=needed, everyone=everyone, later=later)
-    refused = CapacityExceeded(message, retry_after_seconds=seconds_to_renewal(now, later))
+    retry_after = None if limit < needed else seconds_to_renewal(now, later)
+    refused = CapacityExceeded(message, retry_after_seconds=retry_after)
     refused.code = BUDGET_EXHAUSTED
     return refused
 
 
 def _refusal(*, limit: int, used: int, needed: int, everyone: bool, later: date | None) -> str:
     """Why: "used up" only when it is. An analysis reserves its worst case, so a budget
-    with most of it unused may still be too small for one; the user is told how small."""
+    with most of it unused may still be too small for one; the user is told how small,
+    and that it must be raised (a budget of 0 is never "used up" to renew)."""
     whose = "Today's AI budget for everyone" if everyone else "Your daily AI budget"
-    if 0 < limit < needed:
+    if limit < needed:
         return (
             f"{whose} ({limit:,} tokens) is less than one analysis may use ({needed:,}):"
             " none can start until the budget is raised."

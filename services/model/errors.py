@@ -108,8 +108,10 @@ class CapacityExceeded(DomainError):
     kind = "resource_exhausted"
     code = "capacity_exceeded"
 
-    def __init__(self, message: str, *, retry_after_seconds: int) -> None:
+    def __init__(self, message: str, *, retry_after_seconds: int | None) -> None:
         super().__init__(message)
+        # Whole seconds until trying again may help (``Retry-After``); None when waiting
+        # does not help (a budget smaller than one analysis): no ``Retry-After`` then.
         self.retry_after_seconds = retry_after_seconds
 
 

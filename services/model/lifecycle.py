@@ -15,6 +15,7 @@ transition has one rule.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -301,6 +302,36 @@ def _cancel(facts: Facts) -> Decision:
 RETRYABLE_STATES: Final = frozenset({S.FAILED, S.CANCELLED})
 
 
+@dataclass(frozen=True)
+class Restart:
+    """When an owner's retry of an operation runs, and the deadline it runs under."""
+
+    runs_at: datetime
+    deadline_at: datetime | None
+
+
+def restart(
+    *,
+    now: datetime,
+    not_before: datetime,
+    time_budget_seconds: int | None,
+    deadline_at: datetime | None,
+) -> Restart:
+    """What a manual retry keeps of the operation's schedule (SPEC §3, "Scheduled").
+
+    It runs at its ``not_before`` while that lies ahead (a scheduled operation cancelled
+    before its time and retried keeps its time), else now, as a create naming a time
+    already past does. An operation with a time
+    budget (every AI analysis) gets a new deadline that counts from when it runs, as a
+    create's does; one with only an absolute deadline keeps it. Admission reserves its
+    tokens on the budget of the day it runs (``runs_at``), as it does a create's.
+    """
+    runs_at = max(now, not_before)
+    if time_budget_seconds:
+        deadline_at = runs_at + timedelta(seconds=time_budget_seconds)
+    return Restart(runs_at, deadline_at)
+
+
 def _retry(facts: Facts) -> Decision:
     if facts.state not in RETRYABLE_STATES:
         raise InvalidTransition(
@@ -320,6 +351,37 @@ def _sweep(facts: Facts, now: datetime, draw: Draw) -> Decision:
     if facts.state is REQUEUE.source and is_due(facts, now):
         return REQUEUE.decision(facts)
     raise InvalidTransition("nothing to sweep")
+
+
+# How soon a reader of a live operation may look again when nothing it knows says later:
+# a worker may take a due one at any moment (the page's own pace is 0.5 s).
+LOOK_AGAIN_SECONDS: Final = 1
+
+
+def look_again_after(
+    state: OperationState,
+    *,
+    not_before: datetime | None,
+    next_attempt_at: datetime | None,
+    deadline_at: datetime | None,
+    now: datetime,
+) -> int | None:
+    """The ``Retry-After`` of an answer that shows an operation: when it may have moved.
+
+    None for an ended one: it never changes again, so there is nothing to look again
+    for. A queued one scheduled for later, or one waiting for its next attempt, cannot
+    move by itself before that time (nor its deadline, if that comes first): the whole
+    seconds until then. Any other live one: ``LOOK_AGAIN_SECONDS``. Only its owner's
+    own cancel or retry could move it sooner, and they learn that from its answer.
+    """
+    if state.is_terminal:
+        return None
+    waits_for = {S.QUEUED: not_before, S.WAITING_FOR_RETRY: next_attempt_at}.get(state)
+    if waits_for is None:
+        return LOOK_AGAIN_SECONDS
+    if deadline_at is not None:
+        waits_for = min(waits_for, deadline_at)
+    return max(LOOK_AGAIN_SECONDS, math.ceil((waits_for - now).total_seconds()))
 
 
 class AttemptOutcome(StrEnum):

@@ -83,7 +83,7 @@ def trailing_metadata_for(error: DomainError) -> tuple[tuple[str, str], ...]:
     trailers = [(ERROR_CODE, error.code)]
     if isinstance(error, InvalidArgument):
         trailers += [(ERROR_FIELD, error.field), (ERROR_REASON, error.reason)]
-    if isinstance(error, CapacityExceeded):
+    if isinstance(error, CapacityExceeded) and error.retry_after_seconds is not None:
         trailers.append((RETRY_AFTER, str(error.retry_after_seconds)))
     if isinstance(error, InUse):
         trailers.append((ERROR_OPERATION, error.operation_id))
@@ -205,9 +205,13 @@ def _trailers(exc: grpc.aio.AioRpcError) -> dict[str, str]:
     return found
 
 
-def _retry_after(raw: str | None) -> int:
+def _retry_after(raw: str | None, *, ours: bool) -> int | None:
+    """The refusal's ``x-retry-after``. Without one: None from our own server (it sends
+    none when waiting does not help), 1 from anything else (a proxy, the transport)."""
+    if raw is None:
+        return None if ours else 1
     try:
-        return max(0, int(raw)) if raw is not None else 1
+        return max(0, int(raw))
     except ValueError:
         return 1
 
@@ -248,7 +252,9 @@ def _rebuild(status: grpc.StatusCode, details: str, trailers: Mapping[str, str])
     if status == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return CapacityExceeded(
             details or "over capacity",
-            retry_after_seconds=_retry_after(trailers.get(RETRY_AFTER)),
+            retry_after_seconds=_retry_after(
+                trailers.get(RETRY_AFTER), ours=ERROR_CODE in trailers
+            ),
         )
     if status == grpc.StatusCode.DEADLINE_EXCEEDED:
         # No domain class for it; the code lets the gateway answer 504 rather than 503.

@@ -245,3 +245,64 @@ def test_a_start_over_http_says_it_reused_an_analysis_and_when_that_one_runs(
     run(scenario())
     assert OpsClient(services).claim(("strategy.snapshot",)) is not None  # the one due now
     assert OpsClient(services).claim(("strategy.snapshot",)) is None  # the other: in 3 h
+
+
+def test_the_status_of_an_analysis_scheduled_for_later_says_look_again_at_its_time(
+    clock: ManualClock, services: Services
+) -> None:
+    """``GET /api/operations/{id}`` and its ``:wait`` said ``Retry-After: 1`` of an analysis
+    due in two days; the 202 of its start already said its time (ADR 58)."""
+    entitle(services.db, "alice")
+    due = (clock() + timedelta(days=2)).replace(microsecond=0)
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            alice = bearer("alice")
+            job = await client.post("/api/jobs", json=JOB, headers=alice)
+            path = f"/api/jobs/{job.json()['id']}/strategy-snapshot"
+            started = await client.post(path, json={"not_before": dto.rfc3339(due)}, headers=alice)
+            assert started.status_code == 202, started.text
+            status_url = started.json()["status_url"]
+            for url in (status_url, f"{status_url}:wait?timeout=0"):
+                status = await client.get(url, headers=alice)
+                assert status.json()["state"] == "queued", status.text
+                assert 2 * 86400 - 60 < int(status.headers["Retry-After"]) <= 2 * 86400, url
+
+            other = await client.post("/api/jobs", json=JOB, headers=alice)
+            now = await client.post(
+                f"/api/jobs/{other.json()['id']}/strategy-snapshot", headers=alice
+            )
+            due_now = await client.get(now.json()["status_url"], headers=alice)
+            assert due_now.headers["Retry-After"] == "1"  # a worker may take it any moment
+
+    run(scenario())
+
+
+def test_a_start_that_reuses_an_ended_analysis_has_no_retry_after(
+    clock: ManualClock, services: Services
+) -> None:
+    """The same Idempotency-Key again after its analysis ended answers that analysis (202,
+    ``reused``, as the first answer was), without the ``Retry-After: 1`` it had: its status
+    will not move again."""
+    entitle(services.db, "alice")
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            alice = bearer("alice")
+            keyed = {**alice, "Idempotency-Key": "ended-1"}
+            job = await client.post("/api/jobs", json=JOB, headers=alice)
+            path = f"/api/jobs/{job.json()['id']}/strategy-snapshot"
+            first = await client.post(path, headers=keyed)
+            assert (first.status_code, first.headers["Retry-After"]) == (202, "1"), first.text
+            operation_id = first.json()["operation_id"]
+            cancel = await client.post(f"/api/operations/{operation_id}/cancel", headers=alice)
+            assert cancel.json()["state"] == "cancelled", cancel.text
+            again = await client.post(path, headers=keyed)
+            assert again.status_code == 202, again.text
+            assert again.json() == {**first.json(), "reused": True}
+            assert "Retry-After" not in again.headers
+            assert again.headers["Location"] == first.headers["Location"]
+            ended = await client.get(first.json()["status_url"], headers=alice)
+            assert "Retry-After" not in ended.headers
+
+    run(scenario())

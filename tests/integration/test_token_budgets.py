@@ -10,10 +10,12 @@ the page's sentence. Concurrent admissions through two replicas never pass a bud
 from __future__ import annotations
 
 import contextlib
+import io
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime, timedelta
 from functools import partial
+from typing import Any
 
 import grpc
 import httpx
@@ -23,11 +25,14 @@ from sqlalchemy import func, select
 from durable_ops import cli
 from durable_ops.api.ai_admission.v1 import ai_admission_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
+from durable_ops.api.operator.v1 import operator_pb2 as opb
 from durable_ops.api.workspace.v1 import workspace_pb2
+from durable_ops.gateway import dto
 from durable_ops.model import budgets
 from durable_ops.model.admission import Limits
 from durable_ops.model.retention import RetentionPolicy
 from durable_ops.model.scope import Role
+from durable_ops.model.tasks import STRATEGY_SNAPSHOT
 from durable_ops.operations import pruner
 from durable_ops.storage import budgets as budget_store
 from durable_ops.storage.schema import OperationAttempt, OwnerTokenBudget
@@ -39,8 +44,10 @@ from tests.support.grpc_services import Services, metadata, running_services
 from tests.support.operations_client import (
     CANCELLED,
     FAILED,
+    QUEUED,
     SUCCEEDED,
     WAITING_FOR_RETRY,
+    Metadata,
     OpsClient,
 )
 from tests.support.stored import operation, scalar
@@ -110,14 +117,14 @@ def _trailers(error: grpc.RpcError) -> dict[str, str]:
     return {item.key: str(item.value) for item in error.trailing_metadata() or ()}
 
 
-def _refusal(call: Callable[[], object]) -> tuple[str, str, str]:
-    """(error code, Retry-After seconds, message) of a refused call."""
+def _refusal(call: Callable[[], object]) -> tuple[str, str | None, str]:
+    """(error code, Retry-After seconds or None without one, message) of a refused call."""
     with pytest.raises(grpc.RpcError) as caught:
         call()
     trailers = _trailers(caught.value)
     return (
         str(trailers["x-error-code"]),
-        str(trailers["x-retry-after"]),
+        trailers.get("x-retry-after"),
         str(caught.value.details()),
     )
 
@@ -235,7 +242,7 @@ def test_a_manual_retry_is_admitted_again_past_the_budget_capacity_or_ai_off_it_
                 _set_budget(services, "gina", EXPECTED - 1)
                 over = await client.post(path, headers=bearer("gina"))
                 _problem(over, 429, "budget_exhausted")
-                assert over.headers["retry-after"] == str(12 * 3600)
+                assert "retry-after" not in over.headers  # too small a budget: raise it
                 _set_budget(services, "gina", None)
 
                 busy = _admit(services, "gina").operation  # the one analysis gina may run
@@ -287,7 +294,7 @@ def test_a_scheduled_analysis_draws_on_the_budget_of_the_day_it_runs(
     code, retry_after, message = _refusal(scheduled)  # tomorrow's budget is taken
     assert code == "budget_exhausted"
     assert tomorrow.date().isoformat() in message
-    assert int(retry_after) == 36 * 3600  # noon today to the end of tomorrow
+    assert retry_after == str(36 * 3600)  # noon today to the end of tomorrow
 
     clock.advance(24 * 3600)
     services.sweep()  # its time came: in the claim's line
@@ -295,6 +302,115 @@ def test_a_scheduled_analysis_draws_on_the_budget_of_the_day_it_runs(
     assert lease.id == admitted.id
     _settle(ops, lease, _used(300, 200, 900), ops_pb.CompleteOperationRequest(provenance=LOCAL))
     assert _day(services, "grace", tomorrow.date()) == (0, 500)
+
+
+def _scheduled_then_cancelled(services: Services, owner: str, runs_at: datetime) -> str:
+    """What a user did: an analysis started over HTTP for ``runs_at``, then cancelled; its id."""
+
+    async def scenario() -> str:
+        async with gateway_client(make_app(services.target)) as client:
+            headers = bearer(owner)
+            job = await client.post("/api/jobs", json=JOB, headers=headers)
+            started = await client.post(
+                f"/api/jobs/{job.json()['id']}/strategy-snapshot",
+                json={"not_before": dto.rfc3339(runs_at)},
+                headers=headers,
+            )
+            assert started.status_code == 202, started.text
+            operation_id = str(started.json()["operation_id"])
+            cancelled = await client.post(f"/api/operations/{operation_id}/cancel", headers=headers)
+            assert cancelled.json()["state"] == "cancelled", cancelled.text
+            return operation_id
+
+    return str(run(scenario()))
+
+
+def _retried_over_http(services: Services, owner: str, operation_id: str) -> dict[str, Any]:
+    async def scenario() -> dict[str, Any]:
+        async with gateway_client(make_app(services.target)) as client:
+            path = f"/api/operations/{operation_id}/retry"
+            retried = await client.post(path, headers=bearer(owner))
+            assert retried.status_code == 200, retried.text
+            answer: dict[str, Any] = retried.json()
+            return answer
+
+    retried: dict[str, Any] = run(scenario())
+    return retried
+
+
+def test_a_retried_scheduled_analysis_keeps_its_time_and_its_day_and_runs_then(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    """Scheduled two days ahead, cancelled, retried an hour later: it still runs at its
+    time, its deadline counts from then (it used to be the retry's time + 30 min, so it
+    failed as deadline_exceeded before its time came), and its tokens are reserved on the
+    budget of that day, not on today's."""
+    entitle(services.db, "hana")
+    runs_at = NOON + timedelta(days=2)
+    operation_id = _scheduled_then_cancelled(services, "hana", runs_at)
+    clock.advance(3600)
+    retried = _retried_over_http(services, "hana", operation_id)
+    assert retried["state"] == "queued"
+    assert dto.parse_rfc3339(retried["not_before"]) == runs_at
+    assert dto.parse_rfc3339(retried["deadline_at"]) == runs_at + STRATEGY_SNAPSHOT.time_budget
+    row = operation(services.db, operation_id)
+    assert row is not None
+    assert (row.budget_day, row.reserved_tokens) == (runs_at.date(), ALONE)
+    assert _day(services, "hana") == (0, 0)  # today's budget holds nothing for it
+    assert _day(services, "hana", runs_at.date()) == (ALONE, 0)
+
+    clock.advance(STRATEGY_SNAPSHOT.time_budget.total_seconds() + 60)  # past retry + budget
+    services.sweep()
+    assert ops.get("hana", operation_id).state == QUEUED  # not failed: its time is to come
+    assert ops.claim(SNAPSHOT) is None  # nor run before it
+    clock.advance((runs_at - clock()).total_seconds())
+    assert services.sweep().let_in == 1
+    lease = ops.claim_one(SNAPSHOT)
+    assert lease.id == operation_id
+    _settle(ops, lease, _used(300, 200, 900), ops_pb.CompleteOperationRequest(provenance=LOCAL))
+    assert _day(services, "hana", runs_at.date()) == (0, 500)
+
+
+def test_a_retry_after_its_scheduled_time_runs_now_on_todays_budget(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    entitle(services.db, "ivan")
+    runs_at = NOON + timedelta(hours=1)
+    operation_id = _scheduled_then_cancelled(services, "ivan", runs_at)
+    clock.advance(2 * 24 * 3600)  # two days later, its time long past
+    today = clock()
+    retried = _retried_over_http(services, "ivan", operation_id)
+    assert dto.parse_rfc3339(retried["deadline_at"]) == today + STRATEGY_SNAPSHOT.time_budget
+    row = operation(services.db, operation_id)
+    assert row is not None
+    assert (row.budget_day, row.reserved_tokens) == (today.date(), ALONE)
+    assert _day(services, "ivan", today.date()) == (ALONE, 0)
+    assert _day(services, "ivan", runs_at.date()) == (0, 0)
+    services.sweep()
+    assert ops.claim_one(SNAPSHOT).id == operation_id
+
+
+def test_an_operators_retry_of_a_scheduled_analysis_keeps_its_time_too(
+    services: Services, ops: OpsClient, clock: ManualClock, operator_md: Metadata
+) -> None:
+    """The operator's retry is the owner's storage retry: the same schedule and deadline;
+    it reserves nothing (ADR 41), and spends on the day it runs."""
+    entitle(services.db, "jane")
+    runs_at = NOON + timedelta(days=2)
+    operation_id = _scheduled_then_cancelled(services, "jane", runs_at)
+    clock.advance(3600)
+    retried: opb.OperatorOperation = services.operator.RetryOperation(
+        opb.RetryOperationRequest(operation_id=operation_id), metadata=operator_md
+    )
+    assert retried.operation.state == QUEUED
+    deadline = retried.operation.deadline_at.ToDatetime(tzinfo=UTC)
+    assert deadline == runs_at + STRATEGY_SNAPSHOT.time_budget
+    row = operation(services.db, operation_id)
+    assert row is not None
+    assert (row.budget_day, row.reserved_tokens) == (runs_at.date(), 0)
+    clock.advance(STRATEGY_SNAPSHOT.time_budget.total_seconds() + 60)
+    services.sweep()
+    assert ops.get("jane", operation_id).state == QUEUED
 
 
 def test_a_killed_last_attempt_releases_the_reservation_and_spends_nothing(
@@ -370,14 +486,38 @@ def test_past_the_budget_the_gateway_answers_429_with_retry_after_and_the_senten
     assert _day(services, "alice") == (EXPECTED, 587)
 
 
+def test_a_budget_smaller_than_one_analysis_is_429_without_retry_after_over_http(
+    services: Services,
+) -> None:
+    """The detail says none can start until the budget is raised: a ``Retry-After`` to
+    midnight (it was 47,297 s) would send a client back to the same refusal."""
+    entitle(services.db, "kim")
+    _set_budget(services, "kim", EXPECTED // 2)
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            job = await client.post("/api/jobs", json=JOB, headers=bearer("kim"))
+            path = f"/api/jobs/{job.json()['id']}/strategy-snapshot"
+            refused = await client.post(path, headers=bearer("kim"))
+            body = _problem(refused, 429, "budget_exhausted")
+            assert body["detail"].endswith("none can start until the budget is raised.")
+            assert "retry-after" not in refused.headers
+
+    run(scenario())
+
+
 def test_an_operator_can_stop_an_owners_analyses_and_give_back_the_plans_budget(
     services: Services,
 ) -> None:
     entitle(services.db, "dana")
     _set_budget(services, "dana", 0)
     code, retry_after, message = _refusal(lambda: _admit(services, "dana"))
-    assert (code, message) == ("budget_exhausted", budgets.OWNER_EXHAUSTED)
-    assert int(retry_after) == 12 * 3600
+    # Not "used up; it renews at 00:00 UTC" with a Retry-After to then: it renews to 0.
+    assert (code, retry_after) == ("budget_exhausted", None)
+    assert message == (
+        f"Your daily AI budget (0 tokens) is less than one analysis may use ({EXPECTED:,}):"
+        " none can start until the budget is raised."
+    )
     _set_budget(services, "dana", None)  # back to the plan's
     assert _admit(services, "dana").reused is False
     reply = services.workspace.GetAiSettings(
@@ -475,6 +615,47 @@ def test_opsctl_users_set_budget(
     for wrong in ("-1", "lots", "1e6", str(budgets.DAILY_TOKENS_MAX + 1), "٣"):
         assert cli.main(["users", "set-budget", "erin", wrong, "--database-url", db_url]) == 2
         assert "TOKENS must be `default` or a whole number" in capsys.readouterr().err
+
+
+class _Terminal(io.StringIO):
+    """A stderr that is a person's terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_opsctl_set_budget_says_used_and_reserved_as_the_page_and_logs_nothing_to_a_person(
+    services: Services,
+    ops: OpsClient,
+    db_url: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It said "19,881 used today" where the page said "17,422 used and 2,459 reserved", and
+    printed a ``[info] token_budget_set`` log line beside its answer on the terminal."""
+    monkeypatch.setattr("getpass.getuser", lambda: "ops.admin")
+    entitle(services.db, "fay")
+    _admit(services, "fay")
+    lease = ops.claim_one(SNAPSHOT)
+    _settle(ops, lease, _used(316, 271, 900), ops_pb.CompleteOperationRequest(provenance=LOCAL))
+    _admit(services, "fay")  # holds its reservation
+    assert _day(services, "fay") == (EXPECTED, 587)
+    capsys.readouterr()  # the services' own lines so far
+    terminal = _Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    assert cli.main(["users", "set-budget", "fay", "50000", "--database-url", db_url]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(
+        f"fay: daily token budget 50,000 (set by ops.admin); 587 used and {EXPECTED:,} reserved"
+        " today, renews "
+    ), out
+    assert terminal.getvalue() == ""  # the answer says it all to a person
+    monkeypatch.undo()
+    # Redirected (a script, a service's journal), the audit line is written as before.
+    assert cli.main(["users", "set-budget", "fay", "default", "--database-url", db_url]) == 0
+    said = capsys.readouterr()
+    assert "token_budget_set" in said.err
+    assert "token_budget_set" not in said.out
 
 
 def test_the_prune_forgets_day_rows_older_than_a_month_and_keeps_the_rest(

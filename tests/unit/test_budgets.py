@@ -15,8 +15,9 @@ from durable_ops.ai_worker.prompts import SubjectText, prompts_for
 from durable_ops.model import budgets
 from durable_ops.model.budgets import DayUse, Settled
 from durable_ops.model.errors import CapacityExceeded
+from durable_ops.model.prompt_sections import TRUNCATION_MARK
 from durable_ops.model.states import Plan
-from durable_ops.model.subjects import CV, JOB
+from durable_ops.model.subjects import CV, CV_BUDGET, JOB
 from durable_ops.model.tasks import MAX_ANSWER_TOKENS, TASKS
 
 NOON = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
@@ -50,8 +51,27 @@ def test_the_pro_default_covers_a_hundred_analyses_at_the_measured_sizes() -> No
 
 def test_input_chars_are_cut_to_each_fields_budget() -> None:
     job = {"title": "Engineer", "company": "ACME", "description": "x" * 10_000}
-    assert budgets.input_chars(JOB, job) == len("Engineer") + 4 + 6_000
+    mark = len(TRUNCATION_MARK)
+    assert budgets.input_chars(JOB, job) == len("Engineer") + 4 + 6_000 + mark
     assert budgets.input_chars(CV, {"text": ""}) == 0
+    assert budgets.input_chars(CV, {"text": "x" * CV_BUDGET}) == CV_BUDGET  # not cut
+
+
+@pytest.mark.parametrize("size", [0, 100, 7_999, 8_000, 8_001, 200_000])
+def test_the_estimate_counts_exactly_the_input_the_prompt_sends(size: int) -> None:
+    """A 200,000-character CV with a 20,000-character posting reserved 7,118 tokens for a
+    prompt of 2,806: for the parts the prompt sends (8,000 and 6,000 characters, and the
+    mark of each cut), at 3 characters a token, not for the whole texts."""
+    snapshot = prompts_for(TASKS)["strategy.snapshot"]
+
+    def user_message(job: dict[str, str], cv: str) -> str:
+        texts = [SubjectText.of(JOB, **job), SubjectText.of(CV, text=cv)]
+        return snapshot.messages(texts)[-1]["content"]
+
+    job = {"title": "T" * (size // 100), "company": "C" * (size // 50), "description": "d" * size}
+    empty = user_message(dict.fromkeys(job, ""), "")
+    sent = len(user_message(job, "c" * size)) - len(empty)
+    assert budgets.input_chars(JOB, job) + budgets.input_chars(CV, {"text": "c" * size}) == sent
 
 
 def test_an_analysis_is_expected_to_cost_its_prompt_and_the_answer_cap() -> None:
@@ -115,6 +135,7 @@ def test_a_refusal_says_used_up_only_when_it_is() -> None:
         "Your daily AI budget (1,000 tokens) is less than one analysis may use (2,460):"
         " none can start until the budget is raised."
     )
+    assert small.retry_after_seconds is None  # it renews as small: waiting does not help
     later = NOON.date() + timedelta(days=1)
     scheduled = budgets.exhausted(NOON, later, limit=3000, used=1000, needed=2460)
     assert scheduled.message == (
@@ -125,6 +146,37 @@ def test_a_refusal_says_used_up_only_when_it_is() -> None:
     assert everyone.message.startswith("Today's AI budget for everyone has 1,000 tokens left")
 
 
+@pytest.mark.parametrize("everyone", [False, True])
+def test_a_budget_smaller_than_one_analysis_has_no_retry_after_a_day_would_not_help(
+    everyone: bool,
+) -> None:
+    """429 said ``Retry-After`` to midnight (47,297 s) with "none can start until the budget
+    is raised": tomorrow's budget is as small."""
+    for day in (NOON.date(), NOON.date() + timedelta(days=1)):
+        refused = budgets.exhausted(NOON, day, limit=2000, used=0, needed=2460, everyone=everyone)
+        assert refused.retry_after_seconds is None
+        assert refused.message.endswith("none can start until the budget is raised.")
+
+
+def test_an_operators_zero_is_not_used_up_it_must_be_raised() -> None:
+    """``opsctl users set-budget U 0`` stops U's analyses: the refusal said "used up; it
+    renews at 00:00 UTC", and it renews to 0."""
+    stopped = budgets.exhausted(NOON, limit=0, used=0, needed=2460)
+    assert stopped.message == (
+        "Your daily AI budget (0 tokens) is less than one analysis may use (2,460):"
+        " none can start until the budget is raised."
+    )
+    assert stopped.retry_after_seconds is None
+
+
+def test_a_budget_used_up_today_says_when_it_renews() -> None:
+    used_up = budgets.exhausted(NOON, limit=3000, used=3000, needed=2460)
+    assert (used_up.message, used_up.retry_after_seconds) == (
+        budgets.OWNER_EXHAUSTED,
+        12 * 3600,
+    )
+
+
 def test_a_scheduled_days_refusal_names_that_day_and_waits_for_its_end() -> None:
     later = NOON.date() + timedelta(days=2)
     refused = budgets.exhausted(NOON, later, limit=3000, used=3000, needed=2500)
@@ -133,6 +185,13 @@ def test_a_scheduled_days_refusal_names_that_day_and_waits_for_its_end() -> None
     assert later.isoformat() in refused.message
     assert refused.retry_after_seconds == (12 + 48) * 3600  # noon to the end of that day
     assert budgets.exhausted(NOON, NOON.date()).retry_after_seconds == 12 * 3600
+
+
+def test_a_days_use_is_said_as_the_settings_page_says_it() -> None:
+    assert budgets.used_today(spent=17_422, reserved=2_459) == (
+        "17,422 used and 2,459 reserved today"
+    )
+    assert budgets.used_today(spent=17_422, reserved=0) == "17,422 used today"
 
 
 def test_a_settlement_moves_its_tokens_from_reserved_to_spent() -> None:

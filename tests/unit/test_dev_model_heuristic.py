@@ -19,6 +19,7 @@ from durable_ops.dev_model.heuristic import (
     Inputs,
     cv_review,
     key_terms,
+    parse_inputs,
     schema_answer,
     strategy_snapshot,
 )
@@ -27,6 +28,8 @@ from durable_ops.dev_model.stemmer import stem
 from durable_ops.dev_model.terms import terms, tokens, with_implied, words
 from durable_ops.dev_model.vocabulary import CALENDAR_WORDS, SKILLS, STOP_WORDS
 from durable_ops.model import answers, tasks
+from durable_ops.model.prompt_sections import TRUNCATION_MARK
+from tests.support.prompts import build_messages, cv_text, job_text
 
 JOB_TITLE = "Backend Engineer (Python)"
 JOB_COMPANY = "Northwind Payments"
@@ -256,6 +259,40 @@ def test_the_vocabulary_names_each_spelling_once() -> None:
         for spelling in {*(s.lower() for s in own), *(a.lower() for a in skill.aliases)}:
             key = tuple(token.stem for token in tokens(spelling))
             assert spellings.setdefault(key, skill.name) == skill.name, spelling
+
+
+# --- inputs the worker cut ---------------------------------------------------------------
+
+
+def test_the_mark_of_a_cut_input_is_no_word_of_it() -> None:
+    """A 200,000-character CV against a 20,000-character posting: both cut, each ending
+    with the worker's mark, which came back as a key term ("The CV mentions 'truncated',
+    a key term of the posting."), and so did the piece of a word the cut left ("eng")."""
+    long_ad = "We need a Python engineer who knows SQL and Docker. " * 400
+    long_cv = "Python engineer, five years of SQL and Docker. " * 4_300
+    title = "Backend Engineer " * 20  # past the title's budget too
+    messages = build_messages(
+        tasks.STRATEGY_SNAPSHOT.name, job_text(title, "Acme", long_ad), cv_text(long_cv)
+    )
+    user = messages[-1]["content"]
+    assert user.count(TRUNCATION_MARK) == 3  # the title, the description and the CV
+    inputs = parse_inputs(user, unsectioned="job")
+    for text in (inputs.job_title, inputs.job_text, inputs.cv_text):
+        assert text
+        assert TRUNCATION_MARK not in text
+    assert set(terms(inputs.job_text or "")) == set(terms(long_ad))  # no piece of a word
+    assert {"truncated", "eng"}.isdisjoint(display for display, _ in key_terms(inputs).values())
+    for answer in (strategy_snapshot(inputs), cv_review(inputs)):
+        said = json.dumps(answer).lower()
+        assert "truncated" not in said, answer
+        assert "'eng'" not in said, answer
+
+
+def test_a_text_that_was_not_cut_is_read_whole() -> None:
+    user = "\n".join(
+        ["### JOB POSTING", "Title: Engineer", "Description:", "Ends [truncated", "### END"]
+    )
+    assert parse_inputs(user, unsectioned="job").job_text == "Ends [truncated"
 
 
 # --- the fit score ---------------------------------------------------------------------

@@ -33,9 +33,11 @@ from durable_ops.model.lifecycle import (
     Decision,
     Event,
     Facts,
+    Restart,
     Transition,
     attempt_outcome,
     decide,
+    restart,
 )
 from durable_ops.model.states import OperationState
 
@@ -602,6 +604,38 @@ def test_after_retry_the_whole_attempt_budget_is_available_again() -> None:
     assert decide(base_facts(S.RUNNING, attempt=last.attempt), E.FAIL_RETRYABLE, NOW).state is (
         S.FAILED
     )
+
+
+BUDGET: Final = timedelta(minutes=30)
+
+
+def test_a_retry_before_its_scheduled_time_keeps_it_and_its_deadline_counts_from_it() -> None:
+    scheduled = NOW + timedelta(days=2)
+    again = restart(
+        now=NOW,
+        not_before=scheduled,
+        time_budget_seconds=int(BUDGET.total_seconds()),
+        deadline_at=scheduled + BUDGET,
+    )
+    assert again == Restart(runs_at=scheduled, deadline_at=scheduled + BUDGET)
+
+
+@pytest.mark.parametrize("since", [timedelta(0), timedelta(seconds=1), timedelta(days=3)])
+def test_a_retry_at_or_after_its_time_runs_now_with_a_new_deadline(since: timedelta) -> None:
+    again = restart(
+        now=NOW,
+        not_before=NOW - since,
+        time_budget_seconds=int(BUDGET.total_seconds()),
+        deadline_at=NOW - since + BUDGET,
+    )
+    assert again == Restart(runs_at=NOW, deadline_at=NOW + BUDGET)
+
+
+@pytest.mark.parametrize("deadline", [None, FUTURE_DEADLINE, NOW - timedelta(minutes=1)])
+def test_without_a_time_budget_a_retry_keeps_its_deadline(deadline: datetime | None) -> None:
+    scheduled = NOW + timedelta(minutes=5)
+    again = restart(now=NOW, not_before=scheduled, time_budget_seconds=None, deadline_at=deadline)
+    assert again == Restart(runs_at=scheduled, deadline_at=deadline)
 
 
 @pytest.mark.parametrize("state", [s for s in OperationState if s not in (S.FAILED, S.CANCELLED)])

@@ -12,13 +12,13 @@ import pytest
 from durable_ops.ai_worker.inference import InvalidModelOutput
 from durable_ops.ai_worker.prompts import (
     INSTRUCTIONS,
-    TRUNCATION_MARK,
     Prompt,
     SubjectText,
     prompts_for,
 )
 from durable_ops.model import answers, subjects, tasks
 from durable_ops.model.errors import InvalidArgument
+from durable_ops.model.prompt_sections import TRUNCATION_MARK
 from durable_ops.model.subjects import CV_BUDGET, JOB_DESCRIPTION_BUDGET, JOB_TITLE_BUDGET
 from tests.support.prompts import (
     answer_schema,

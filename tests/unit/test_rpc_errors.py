@@ -107,6 +107,23 @@ def test_rebuilt_errors_keep_field_and_retry_after() -> None:
     assert (in_use.code, in_use.operation_id) == ("analysis_active", "0" * 32)
 
 
+def test_a_refusal_waiting_would_not_help_travels_without_retry_after() -> None:
+    """A budget smaller than one analysis: no ``x-retry-after``, and none made up (1) on
+    the way back; a RESOURCE_EXHAUSTED that is not ours (no ``x-error-code``) still gets 1."""
+    hopeless = CapacityExceeded("too small", retry_after_seconds=None)
+    assert "x-retry-after" not in dict(trailing_metadata_for(hopeless))
+    rebuilt = domain_error_from_rpc(_aio_error(hopeless))
+    assert isinstance(rebuilt, CapacityExceeded)
+    assert rebuilt.retry_after_seconds is None
+    foreign = domain_error_from_rpc(
+        grpc.aio.AioRpcError(
+            SC.RESOURCE_EXHAUSTED, grpc.aio.Metadata(), grpc.aio.Metadata(), details="full"
+        )
+    )
+    assert isinstance(foreign, CapacityExceeded)
+    assert foreign.retry_after_seconds == 1
+
+
 def test_transport_failures_do_not_pass_grpc_text_on() -> None:
     exc = grpc.aio.AioRpcError(
         SC.UNAVAILABLE,

@@ -1,4 +1,5 @@
-"""The pure rules of a long-poll: when a waiter has its answer, and how ``seen`` is read."""
+"""The pure rules of a long-poll: when a waiter has its answer, how ``seen`` is read, and
+the ``Retry-After`` of an answer."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from durable_ops.gateway.dto import parse_rfc3339, rfc3339
+from durable_ops.model.lifecycle import LOOK_AGAIN_SECONDS, look_again_after
 from durable_ops.model.states import OperationState
 from durable_ops.operations.watch import answers
 from durable_ops.storage.operations import Version
@@ -75,3 +77,61 @@ def test_what_the_dto_writes_reads_back_exactly() -> None:
 def test_anything_else_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match=r"."):
         parse_rfc3339(text)
+
+
+# ---- Retry-After: when an answer's operation may have moved (``lifecycle.look_again_after``)
+
+
+def _look_again(
+    state: OperationState,
+    *,
+    not_before: datetime | None = None,
+    next_attempt_at: datetime | None = None,
+    deadline_at: datetime | None = None,
+) -> int | None:
+    return look_again_after(
+        state,
+        not_before=not_before,
+        next_attempt_at=next_attempt_at,
+        deadline_at=deadline_at,
+        now=SEEN,
+    )
+
+
+@pytest.mark.parametrize("state", [state for state in OperationState if state.is_terminal])
+def test_an_ended_operation_has_no_retry_after(state: OperationState) -> None:
+    assert _look_again(state, not_before=SEEN + timedelta(days=2)) is None
+
+
+def test_a_scheduled_operation_is_worth_a_look_at_its_time_not_in_a_second() -> None:
+    in_two_days = SEEN + timedelta(days=2)
+    waits = _look_again(
+        OperationState.QUEUED, not_before=in_two_days, deadline_at=in_two_days + timedelta(hours=1)
+    )
+    assert waits == 2 * 24 * 3600
+    assert _look_again(OperationState.QUEUED, not_before=SEEN + timedelta(seconds=0.2)) == 1
+
+
+def test_a_waiting_retry_is_worth_a_look_at_its_next_attempt_or_its_deadline() -> None:
+    soon = SEEN + timedelta(seconds=90.5)
+    assert _look_again(OperationState.WAITING_FOR_RETRY, next_attempt_at=soon) == 91
+    deadline = SEEN + timedelta(seconds=30)
+    waits = _look_again(
+        OperationState.WAITING_FOR_RETRY, next_attempt_at=soon, deadline_at=deadline
+    )
+    assert waits == 30  # failed closed then, before its next attempt
+
+
+@pytest.mark.parametrize(
+    ("state", "not_before"),
+    [
+        (OperationState.QUEUED, None),  # due now: a worker may take it at any moment
+        (OperationState.QUEUED, SEEN - timedelta(days=1)),  # its time has passed
+        (OperationState.RUNNING, SEEN - timedelta(days=1)),
+        (OperationState.WAITING_FOR_EXTERNAL_FALLBACK, None),
+    ],
+)
+def test_any_other_live_operation_is_worth_a_look_in_a_second(
+    state: OperationState, not_before: datetime | None
+) -> None:
+    assert _look_again(state, not_before=not_before) == LOOK_AGAIN_SECONDS == 1

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import cache
 from typing import Any
 
@@ -108,8 +108,9 @@ class Change:
             values["slot_key"] = None  # its concurrency slots go back (``slots.release``)
         if decision.terminal:
             values["finished_at"] = now
-        if self.event is Event.RETRY:
-            values.update(_fresh_start(self.row, now))
+        restart = _restart(self.row, now) if self.event is Event.RETRY else None
+        if restart is not None:
+            values.update(_fresh_start(restart))
         charged = self._charged()
         if charged is not None:
             for name in USAGE_TOTALS:
@@ -117,8 +118,8 @@ class Change:
         settled = self._settled()
         if settled is not None:
             values["reserved_tokens"] = settled.outstanding
-            if self.event is Event.RETRY:  # a manual retry spends from the day it runs
-                values["budget_day"] = budgets.budget_day(now)
+            if restart is not None:  # a manual retry spends from the day it runs
+                values["budget_day"] = budgets.budget_day(restart.runs_at)
         return values
 
     def _settled(self) -> budgets.Settled | None:
@@ -190,9 +191,19 @@ class Change:
         }
 
 
-def _fresh_start(row: Mapping[str, Any], now: datetime) -> dict[str, Any]:
-    """A manual retry: a new attempt budget and, when the task has one, a new deadline."""
-    budget = row["time_budget_seconds"]
+def _restart(row: Mapping[str, Any], now: datetime) -> lifecycle.Restart:
+    """When a manual retry of ``row`` runs and its deadline (``lifecycle.restart``)."""
+    return lifecycle.restart(
+        now=now,
+        not_before=row["not_before"],
+        time_budget_seconds=row["time_budget_seconds"],
+        deadline_at=row["deadline_at"],
+    )
+
+
+def _fresh_start(restart: lifecycle.Restart) -> dict[str, Any]:
+    """A manual retry: a new attempt budget, and the deadline it runs under. Its
+    ``not_before`` (and ``held_until``, ADR 50) are left as they are: it runs at its time."""
     return {
         "progress_percent": 0,
         "lease_token_hash": None,
@@ -202,7 +213,7 @@ def _fresh_start(row: Mapping[str, Any], now: datetime) -> dict[str, Any]:
         "failure_code": None,
         "failure_message": None,
         "result_ref": None,
-        "deadline_at": now + timedelta(seconds=budget) if budget else row["deadline_at"],
+        "deadline_at": restart.deadline_at,
     }
 
 
