@@ -102,7 +102,11 @@ def _operator() -> str:
 
 def _audit(event: str, *, operator: str | None = None, **fields: Any) -> None:
     """The audit line of a change an operator made: what, and who (``operator``, default
-    the login name). On stderr: stdout is the command's answer."""
+    the login name). On stderr: stdout is the command's answer. Only for the logs a
+    script's or a service's stderr goes to: a person at a terminal has it all in the
+    answer, which a log line beside it would only clutter."""
+    if sys.stderr.isatty():
+        return
     import structlog
 
     structlog.wrap_logger(structlog.PrintLogger(sys.stderr)).info(
@@ -308,10 +312,7 @@ def cmd_users_set_budget(args: argparse.Namespace) -> int:
         return budget_store.view(tx, workspace.ai_settings(tx).plan, now)
 
     view = _on_database(args, lambda db: db.run(set_budget, owner_id=args.user))
-    if not sys.stderr.isatty():
-        # For the logs a script's or a service's stderr goes to. A person at a terminal has
-        # it all in the answer below, which a log line beside it would only clutter.
-        _audit("token_budget_set", owner=args.user, daily_tokens=daily_tokens, operator=set_by)
+    _audit("token_budget_set", owner=args.user, daily_tokens=daily_tokens, operator=set_by)
     source = "the plan's default" if daily_tokens is None else f"set by {set_by}"
     print(
         f"{args.user}: daily token budget {view.limit:,} ({source});"
