@@ -11,19 +11,17 @@ kill: ``tests/e2e/test_opsctl_up_killed.py``).
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 
 import pytest
 
 from durable_ops.ai_worker.clients import WorkspaceClient
 from durable_ops.model.errors import Unavailable
-from durable_ops.model.routing import Route
 from durable_ops.model.scope import Role
-from durable_ops.model.states import Privacy
 from durable_ops.rpc.client import ServiceCaller, open_channel
-from durable_ops.worker import Attempt, Claimed, Subject
+from durable_ops.worker import Attempt, Subject
 from durable_ops.worker.completer import RETRY_SECONDS
 from durable_ops.worker.lease import HoldLeasesCall, LeaseStream
+from tests.support.claimed import a_claim
 from tests.support.keys import signing_key
 from tests.support.ports import free_port
 
@@ -31,19 +29,7 @@ ASKING_AGAIN_SECONDS = 0.3  # a few asks into the retries, far from their end
 
 
 def _attempt() -> Attempt:
-    claimed = Claimed(
-        operation_id="op-1",
-        owner_id="alice",
-        task_type="strategy.snapshot",
-        subject=Subject("job", "job-1"),
-        number=1,
-        context_ref="",
-        route=Route.LOCAL,
-        privacy=Privacy.LOCAL_ONLY,
-        trace_parent="",
-        lease_token="t" * 43,
-        lease_expires_at=datetime(2026, 1, 1, tzinfo=UTC),
-    )
+    claimed = a_claim(task_type="strategy.snapshot", subject=Subject("job", "job-1"))
     return Attempt(claimed, LeaseStream(_no_stream), lease_seconds=30)
 
 

@@ -7,32 +7,17 @@ worker's own), and the settlement item that carries it whatever the outcome.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pytest
 
 from durable_ops.ai_worker.inference.usage import exchange_usage, server_milliseconds
 from durable_ops.model.bounds import MODEL_MS_MAX, USAGE_TOKENS_MAX
 from durable_ops.model.errors import InvalidArgument
-from durable_ops.model.routing import Route
-from durable_ops.model.states import Privacy
 from durable_ops.model.usage import Usage, total
-from durable_ops.worker import Claimed, Completed, Ending, Subject, WorkerShutdown
+from durable_ops.worker import Completed, Ending, WorkerShutdown
 from durable_ops.worker.completer import Outcome, settlement_item
+from tests.support.claimed import a_claim
 
-CLAIMED = Claimed(
-    operation_id="op-1",
-    owner_id="alice",
-    task_type="report.render",
-    subject=Subject("report", "r-1"),
-    number=1,
-    context_ref="",
-    route=Route.LOCAL,
-    privacy=Privacy.LOCAL_ONLY,
-    trace_parent="",
-    lease_token="t" * 43,
-    lease_expires_at=datetime(2026, 1, 1, tzinfo=UTC),
-)
+CLAIMED = a_claim()
 
 
 def test_a_settlements_usage_is_bounded() -> None:

@@ -9,44 +9,28 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import grpc
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
-from durable_ops.model.routing import Route
-from durable_ops.model.states import Privacy
 from durable_ops.worker import (
     Attempt,
-    Claimed,
     Completed,
     Ending,
     PermanentFailure,
-    Subject,
     WorkerShutdown,
 )
 from durable_ops.worker.completer import Completer, Item
 from durable_ops.worker.lease import HoldLeasesCall, LeaseStream
+from tests.support.claimed import a_claim
 
 GUARD = 5.0
 REFUSED = 10  # ABORTED
 
 
 def _attempt(operation_id: str) -> Attempt:
-    claimed = Claimed(
-        operation_id=operation_id,
-        owner_id="alice",
-        task_type="report.render",
-        subject=Subject("report", "r-1"),
-        number=1,
-        context_ref="",
-        route=Route.LOCAL,
-        privacy=Privacy.LOCAL_ONLY,
-        trace_parent="",
-        lease_token="t" * 43,
-        lease_expires_at=datetime(2026, 1, 1, tzinfo=UTC),
-    )
+    claimed = a_claim(operation_id)
     return Attempt(claimed, LeaseStream(_no_stream), lease_seconds=30)
 
 

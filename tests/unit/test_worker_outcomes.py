@@ -2,38 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from durable_ops.model.provenance import Provenance
-from durable_ops.model.routing import Route
-from durable_ops.model.states import Privacy
 from durable_ops.worker import (
-    Claimed,
     Completed,
     Ending,
     ExternalFallback,
     HandlerFailure,
     RetryableFailure,
-    Subject,
     WorkerShutdown,
 )
 from durable_ops.worker.completer import settlement_item
 from durable_ops.worker.failures import HANDLER_ERROR, completed, failure_of
+from tests.support.claimed import a_claim
 
 LOCAL = Provenance(provider="127.0.0.1", model="dev-heuristic", route="local")
-ATTEMPT = Claimed(
-    operation_id="op-1",
-    owner_id="alice",
-    task_type="report.render",
-    subject=Subject("report", "r-1"),
-    number=1,
-    context_ref="",
-    route=Route.LOCAL,
-    privacy=Privacy.LOCAL_ONLY,
-    trace_parent="",
-    lease_token="token-1",
-    lease_expires_at=datetime(2026, 12, 4, tzinfo=UTC),
-)
+ATTEMPT = a_claim(lease_token="token-1")
 
 
 def test_shutdown_is_a_release_not_a_failure() -> None:
