@@ -225,6 +225,11 @@ class Coverage:
         )
 
 
+def _count(number: int, noun: str) -> str:
+    """A count with its noun, singular for one: "1 line", "3 lines"."""
+    return f"{number} {noun if number == 1 else noun + 's'}"
+
+
 def _quote(terms: list[str]) -> str:
     return ", ".join(f"'{term[:40]}'" for term in terms)
 
@@ -289,7 +294,7 @@ def strategy_snapshot(inputs: Inputs, unscored: Score = 0) -> dict[str, Any]:
         "fit_score": coverage.score,
         "summary": (
             f"{HEURISTIC_NOTE} Estimated fit {coverage.score}/100 for {role}: the CV shows "
-            f"{len(coverage.matched)} of the posting's {coverage.total} key terms"
+            f"{len(coverage.matched)} of the posting's {_count(coverage.total, 'key term')}"
             f"{_skills_note(coverage)}."
         ),
         "strengths": [
@@ -307,7 +312,7 @@ def _skills_note(coverage: Coverage) -> str:
     if not coverage.skills_total:
         return ""
     return (
-        f", {coverage.skills_matched} of its {coverage.skills_total} named skills"
+        f", {coverage.skills_matched} of its {_count(coverage.skills_total, 'named skill')}"
         f" (a skill counts {SKILL_WEIGHT} times a word)"
     )
 
@@ -355,11 +360,13 @@ def cv_review(inputs: Inputs, unscored: Score = 0) -> dict[str, Any]:
         strengths.append("Opens with a profile or summary.")
     score += 3 * min(quantified, 5)
     if quantified >= 3:
-        strengths.append(f"Quantifies achievements ({quantified} lines with figures).")
+        strengths.append(f"Quantifies achievements ({_count(quantified, 'line')} with figures).")
     else:
         improvements.append("Quantify achievements: numbers, percentages, amounts, scale.")
     if word_count < SHORT_CV_WORDS:
-        improvements.append(f"The CV is short ({word_count} words): describe impact in detail.")
+        improvements.append(
+            f"The CV is short ({_count(word_count, 'word')}): describe impact in detail."
+        )
     elif word_count > LONG_CV_WORDS:
         score += 5
         improvements.append(f"The CV is long ({word_count} words): tighten it to two pages.")
@@ -386,7 +393,7 @@ def cv_review(inputs: Inputs, unscored: Score = 0) -> dict[str, Any]:
             keywords_missing = [term[:60] for term in coverage.missing[:KEYWORDS_MISSING_LIMIT]]
             posting_note = (
                 f" Against the posting it mentions {len(coverage.matched)} of "
-                f"{coverage.total} key terms."
+                f"{_count(coverage.total, 'key term')}."
             )
             if coverage.missing:
                 improvements.append(
@@ -396,9 +403,9 @@ def cv_review(inputs: Inputs, unscored: Score = 0) -> dict[str, Any]:
     return {
         "overall_score": score,
         "summary": (
-            f"{HEURISTIC_NOTE} Overall {score}/100: {word_count} words, "
-            f"{len(headings)} recognised sections, "
-            f"{quantified} lines with figures.{posting_note}"
+            f"{HEURISTIC_NOTE} Overall {score}/100: {_count(word_count, 'word')}, "
+            f"{_count(len(headings), 'recognised section')}, "
+            f"{_count(quantified, 'line')} with figures.{posting_note}"
         ),
         "strengths": strengths[:LIST_LIMIT],
         "improvements": improvements[:LIST_LIMIT],

@@ -1,5 +1,6 @@
 """The jobs page in a real browser: add a job and a CV, start a snapshot, watch it finish,
-cancel it (in time, or too late), and the poll's pace while it is live."""
+cancel it (in time, or too late), and the poll's pace while it is live; a read that fails
+is tried again; more jobs and CVs than one page; the names of each card's controls."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from tests.support.signin import dev_sign_in
 from tests.support.workspace_client import (
     CV_TEXT,
     JOB_TEXT,
+    create_cv,
     create_job,
     entitle,
     snapshot_request,
@@ -189,6 +191,10 @@ def test_starting_an_analysis_already_under_way_or_scheduled_says_so(
         "This analysis is already under way: no second one was started."
     )
     scheduled = page.locator(f"#job-{scheduled_job}")
+    # Queued, and when it runs, as /operations says it.
+    expect(scheduled.locator(".analysis .state")).to_have_text("Queued")
+    expect(scheduled.locator(".analysis__when")).to_have_text(re.compile(r"^scheduled for .+\d"))
+    expect(job.locator(".analysis__when")).to_be_hidden()
     scheduled.get_by_role("button", name="Start strategy snapshot").click()
     expect(scheduled.locator(".analysis__notice")).to_have_text(
         re.compile(r"^This analysis is already scheduled for .+: no second one was started\.$")
@@ -407,6 +413,9 @@ def test_the_field_the_server_refused_is_marked_invalid_until_it_is_edited(
     expect(form.get_by_label("Title")).not_to_have_attribute("aria-invalid", "true")
     description.press_sequentially("Python")
     expect(description).to_have_attribute("aria-invalid", "false")
+    # The refusal was about the text before: it goes with the edit, not at the next send.
+    expect(form.locator(".form-error")).to_have_count(2)  # its own, and the length warning
+    expect(form.locator(".form-error").filter(has_text="must not be empty")).to_be_hidden()
 
 
 def test_a_result_link_to_no_result_of_the_users_says_so(
@@ -415,7 +424,7 @@ def test_a_result_link_to_no_result_of_the_users_says_so(
     dev_sign_in(page, ui_gateway.url, "carol")
     page.goto(f"{ui_gateway.url}/jobs?result=no-such-operation")
     expect(page.get_by_role("alert")).to_have_text(
-        "The result you opened is not among yours, or no longer kept."
+        "The result you opened was not found among yours."
     )
 
 
@@ -558,3 +567,217 @@ def test_the_tab_that_signs_out_goes_home_though_a_call_of_its_was_refused_meanw
     page.wait_for_timeout(300)  # the refused call's handlers have run
     held["logout"].continue_()
     page.wait_for_url(ui_gateway.url + "/", timeout=5_000)
+
+
+# ---- a read that fails, the stream that reconnects ------------------------------------------
+
+
+def refuse_reads(page: Page) -> list[str]:
+    """The page's reads of a snapshot fail from now on, as with the gateway away; their URLs."""
+    refused: list[str] = []
+
+    def refuse(route: Route) -> None:
+        refused.append(route.request.url)
+        route.abort("connectionrefused")
+
+    page.route("**/strategy-snapshot", refuse)
+    return refused
+
+
+def test_a_read_that_fails_after_the_stream_told_the_end_is_tried_again(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """The stream told the end; the one read of the result failed and was never tried
+    again: the card said "Running", its draft "Being written…", for good."""
+    job = open_job_with_a_snapshot(page, ui_gateway, ui_services)
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    expect(job.locator(".analysis .state")).to_have_text("Running")
+    refused = refuse_reads(page)
+    publish(ui_services, claimed, ANSWER)
+    complete(ui_services, claimed)
+
+    paused = page.get_by_role("alert").filter(has_text="Updates paused.")
+    expect(paused).to_contain_text("The service is not reachable right now.")
+    # The end as the stream told it, not "Running" with a cancel.
+    expect(job.get_by_role("button", name="Cancel analysis")).to_have_count(0)
+    expect(job.locator(".analysis__notice")).to_have_text(
+        "This analysis has finished: its result shows here once it can be loaded."
+    )
+    for _ in range(100):  # tried again by itself
+        if len(refused) >= 2:
+            break
+        page.wait_for_timeout(50)
+    assert len(refused) >= 2, refused
+    page.unroute("**/strategy-snapshot")
+    expect(job.get_by_text("Fit: 82")).to_be_visible()
+    expect(paused).to_have_count(0)
+    expect(job.locator(".analysis__notice")).to_be_hidden()
+
+
+def test_when_the_stream_reconnects_the_page_reads_again_at_once(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """A read failed while the gateway was away and waits its turn (here the page's
+    timers are stopped, so it never comes): the stream open again reads it at once."""
+    entitle(ui_services.db, "alice")
+    create_job(ui_services.workspace, "alice")
+    page.clock.install()
+    dev_sign_in(page, ui_gateway.url, "alice")
+    streams: list[Route] = []
+
+    def stream(route: Route) -> None:
+        streams.append(route)
+        if len(streams) == 1:  # opens, then ends: the browser asks again, and waits
+            route.fulfill(status=200, content_type="text/event-stream", body="retry: 100\n\n")
+
+    page.route("**/api/events", stream)
+    refuse_reads(page)
+    page.goto(f"{ui_gateway.url}/jobs")
+    paused = page.get_by_role("alert").filter(has_text="Updates paused.")
+    expect(paused).to_be_visible()
+    for _ in range(100):
+        if len(streams) == 2:
+            break
+        page.wait_for_timeout(50)
+    assert len(streams) == 2, "the stream was not asked for again"
+    page.clock.pause_at(datetime.now() + timedelta(minutes=1))
+    page.wait_for_timeout(500)  # a read the jump's timers made has been refused
+    page.unroute("**/strategy-snapshot")
+    page.wait_for_timeout(500)
+    expect(paused).to_be_visible()  # nothing reads it by itself
+
+    streams[1].continue_()  # the gateway is back: the stream opens again
+    expect(paused).to_have_count(0)
+    expect(page.locator(JOBS).get_by_role("button", name="Start strategy snapshot")).to_be_visible()
+
+
+# ---- the keyboard, and names ------------------------------------------------------------------
+
+
+def test_starting_from_the_keyboard_keeps_focus_on_the_start_button(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    entitle(ui_services.db, "alice")
+    create_job(ui_services.workspace, "alice")
+    dev_sign_in(page, ui_gateway.url, "alice")
+    page.goto(f"{ui_gateway.url}/jobs")
+    job = page.locator(JOBS)
+    start = job.get_by_role("button", name="Start strategy snapshot")
+    start.focus()
+    page.keyboard.press("Enter")
+    expect(job.locator(".analysis .state")).to_have_text("Queued")
+    expect(start).not_to_have_attribute("aria-disabled", "true")
+    expect(start).to_be_focused()
+
+
+def test_each_cards_controls_say_which_job_or_cv_they_are_for(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    entitle(ui_services.db, "alice")
+    for title in ("Engineer", "Designer"):
+        create_job(ui_services.workspace, "alice", title=title)
+    create_cv(ui_services.workspace, "alice")
+    dev_sign_in(page, ui_gateway.url, "alice")
+    page.goto(f"{ui_gateway.url}/jobs")
+    expect(page.locator(JOBS)).to_have_count(2)
+    for title in ("Engineer", "Designer"):
+        name = f"{title} at Acme"
+        expect(
+            page.get_by_role("button", name=f"Start strategy snapshot: {name}", exact=True)
+        ).to_have_count(1)
+        expect(
+            page.get_by_role("combobox", name=f"CV to compare with {name}", exact=True)
+        ).to_have_count(1)
+        job = page.locator(JOBS).filter(has=page.get_by_role("heading", name=title))
+        expect(job.locator("summary")).to_have_accessible_name(f"Description: {name}")
+    expect(page.get_by_role("button", name="Review CV: cv.txt", exact=True)).to_have_count(1)
+    job_choice = page.get_by_role("combobox", name="Job to compare with cv.txt", exact=True)
+    expect(job_choice).to_have_count(1)
+
+    job = page.locator(JOBS).filter(has_text="Designer")
+    job.get_by_role("button", name="Start strategy snapshot").click()
+    name = "Strategy snapshot for Designer at Acme"
+    expect(job.get_by_role("button", name=f"Cancel analysis: {name}", exact=True)).to_be_visible()
+    progress = job.get_by_role("progressbar", name=f"Analysis progress: {name}", exact=True)
+    expect(progress).to_be_visible()
+
+
+# ---- settings -----------------------------------------------------------------------------------
+
+
+def test_changing_privacy_is_confirmed_and_said_as_switching_ai_is(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    entitle(ui_services.db, "dana")
+    dev_sign_in(page, ui_gateway.url, "dana")
+    page.goto(f"{ui_gateway.url}/jobs")
+    privacy = page.get_by_role("combobox", name="Privacy", exact=True)
+    expect(privacy).to_have_value("local_only")
+
+    privacy.select_option("external_allowed")
+    dialog = page.get_by_role("dialog", name="Allow an external model?")
+    dialog.get_by_role("button", name="Keep local only").click()
+    expect(dialog).to_have_count(0)
+    expect(privacy).to_have_value("local_only")
+    assert page.request.get(f"{ui_gateway.url}/api/settings/ai").json()["privacy"] == "local_only"
+
+    privacy.select_option("external_allowed")
+    dialog.get_by_role("button", name="Allow external").click()
+    expect(page.get_by_role("status").filter(has_text="Privacy saved")).to_have_text(
+        "Privacy saved: new analyses may use an external model."
+    )
+    expect(privacy).to_have_value("external_allowed")
+    assert page.request.get(f"{ui_gateway.url}/api/settings/ai").json()["privacy"] == (
+        "external_allowed"
+    )
+
+
+# ---- more than a page ---------------------------------------------------------------------------
+
+
+def test_show_more_lists_older_jobs_and_cvs_and_every_cv_is_offered(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    entitle(ui_services.db, "alice")
+    create_job(ui_services.workspace, "alice", title="Oldest job")
+    create_cv(ui_services.workspace, "alice", filename="oldest-cv.txt")
+    for n in range(50):
+        create_job(ui_services.workspace, "alice", title=f"Job {n}")
+        create_cv(ui_services.workspace, "alice", filename=f"cv-{n}.txt")
+    dev_sign_in(page, ui_gateway.url, "alice")
+    page.goto(f"{ui_gateway.url}/jobs")
+    jobs = page.locator(JOBS)
+    cvs = page.locator("#cvs-heading ~ ol li.item")
+    expect(jobs).to_have_count(50)
+    expect(cvs).to_have_count(50)
+    # Every CV is offered on each job; a CV's choice of a job says how to reach older ones.
+    newest_job = jobs.first
+    expect(newest_job.get_by_label("CV to compare with").locator("option")).to_have_count(52)
+    newest_job.get_by_label("CV to compare with").select_option(label="oldest-cv.txt")
+    choice = cvs.first.get_by_label("Job to compare with")
+    expect(choice.locator("option:not([disabled])")).to_have_count(51)
+    expect(choice.locator("option[disabled]")).to_have_text(re.compile("Show more jobs"))
+
+    more_jobs = page.get_by_role("button", name="Show more jobs")
+    more_jobs.focus()
+    page.keyboard.press("Enter")
+    expect(jobs).to_have_count(51)
+    oldest = jobs.last
+    expect(oldest.get_by_role("heading", name="Oldest job")).to_be_focused()
+    expect(more_jobs).to_be_hidden()
+    expect(oldest.locator(".analysis__start")).to_be_visible()
+    expect(choice.locator("option:not([disabled])")).to_have_count(52)  # offered now
+    expect(choice.locator("option[disabled]")).to_have_count(0)
+
+    page.get_by_role("button", name="Show more CVs").click()
+    expect(cvs).to_have_count(51)
+    expect(cvs.last.get_by_role("heading", name="oldest-cv.txt")).to_be_focused()
+    expect(page.get_by_role("button", name="Show more CVs")).to_be_hidden()
+
+    # A job added keeps the older ones shown.
+    add_job_form = page.get_by_role("form", name="Add a job posting")
+    add_job_form.get_by_label("Title").fill("Newest job")
+    add_job_form.get_by_label("Description").fill(JOB_TEXT)
+    add_job_form.get_by_role("button", name="Add job").click()
+    expect(jobs.first.get_by_role("heading")).to_have_text("Newest job")
+    expect(jobs).to_have_count(52)

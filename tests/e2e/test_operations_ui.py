@@ -118,7 +118,12 @@ def test_sign_in_with_dev_login_then_with_a_token(
     expect(page.get_by_text("opsctl token --user YOUR_ID")).to_be_visible()
     screenshot(page, "01-sign-in")
 
-    page.get_by_label("User id").fill("ada")
+    user_id = page.get_by_label("User id")
+    # What it takes, before a refusal says only "Please match the requested format".
+    expect(user_id).to_have_accessible_description(
+        re.compile(r"digits and \. _ @ : - \(no spaces\)")
+    )
+    user_id.fill("ada")
     page.get_by_role("button", name="Sign in as this user").click()
     page.wait_for_url(ui_gateway.url + "/operations")
     expect(page.locator("header .user")).to_have_text("ada")
@@ -375,13 +380,38 @@ def test_retry_a_failed_operation(
     name = "Strategy snapshot for Engineer at Acme"
     expect(page.get_by_role("button", name=f"Cancel {name}")).to_have_count(0)
 
-    page.get_by_role("button", name=f"Retry {name}").click()
+    retried: list[str] = []
+    page.on("request", lambda r: retried.append(r.url) if r.url.endswith("/retry") else None)
+    page.get_by_role("button", name=f"Retry {name}").dblclick()
     expect(failed.locator(".state")).to_have_text("Queued")
-    expect(failed.locator(".op__meta")).to_contain_text("Attempt 0 of 3")
+    # Its new run has not started: not "Attempt 0 of 3".
+    expect(failed.locator(".op__meta")).to_contain_text("Not started yet (up to 3 attempts)")
+    expect(failed.locator(".op__error")).to_be_hidden()
+    assert len(retried) == 1, f"one retry for a double click: {retried}"
     # Retrying removed the failure notice: bell and list follow without waiting for a poll.
     expect(bell(page)).to_have_attribute("aria-label", "Notifications, none unread")
     expect(page.locator(".note")).to_have_count(0)
     assert stored(ui_services, "ada", operation.id).state == ops_pb.OPERATION_STATE_QUEUED
+
+
+# ---- more than a page ------------------------------------------------------------------------
+
+
+def test_the_last_show_more_leaves_focus_on_the_first_card_it_brought(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """The last "Show more" hides itself: focus fell to the page."""
+    oldest = create_operation(ui_services, "ada", subject=("job", "job-oldest"))
+    for n in range(20):
+        create_operation(ui_services, "ada", subject=("job", f"job-{n}"))
+    sign_in(page, ui_gateway, "ada")
+    expect(page.locator("li.op")).to_have_count(20)
+    more = page.get_by_role("button", name="Show more")
+    more.focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("li.op")).to_have_count(21)
+    expect(more).to_be_hidden()
+    expect(card(page, oldest.id).locator(".op__title")).to_be_focused()
 
 
 # ---- notifications and the bell -------------------------------------------------------------
@@ -400,6 +430,11 @@ def test_bell_follows_read_and_dismiss_at_once(
     expect(bell(page)).to_have_attribute("aria-label", "Notifications, 2 unread")
     expect(badge).to_have_text("2")
     expect(page.locator(".note--unread")).to_have_count(2)
+    # Each button says which notification it is for; no line sends the reader to this page.
+    for job in ("job-a", "job-b"):
+        mark = re.compile(rf"^Mark read: Strategy snapshot is ready \(job {job}, ")
+        expect(page.get_by_role("button", name=mark)).to_have_count(1)
+    expect(page.get_by_text("Open your operations to see it.")).to_have_count(0)
     screenshot(page, "06-notifications")
     requests_before = len(counts)
 

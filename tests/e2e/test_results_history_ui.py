@@ -229,20 +229,63 @@ def test_retry_on_the_card_after_a_failure_clears_the_earlier_notice(
     assert len(notifications_of(page, ui_gateway, claimed.operation_id)) == 1
 
 
-def test_retry_on_the_card_after_a_cancel(
-    page: Page, ui_gateway: LiveGateway, ui_services: Services
-) -> None:
-    job = open_job(page, ui_gateway, ui_services, cv=False)
-    start(job)
+def retries(page: Page) -> list[str]:
+    """The retries the page sends from now on."""
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(r.url) if r.url.endswith("/retry") else None)
+    return sent
+
+
+def cancel_on_the_card(page: Page, job: Locator) -> None:
     job.get_by_role("button", name="Cancel analysis").click()
     page.get_by_role("button", name="Stop analysis").click()
     expect(job.locator(".analysis .state")).to_have_text("Cancelled")
+
+
+def test_retry_on_the_card_after_a_cancel_sends_one_retry_for_a_double_click(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """The second click of a double click sent a second retry, whose 409 stood in red beside
+    "Queued again"."""
+    sent = retries(page)
+    job = open_job(page, ui_gateway, ui_services, cv=False)
+    start(job)
+    cancel_on_the_card(page, job)
     retry = job.get_by_role("button", name="Retry analysis")
-    retry.click()
+    retry.dblclick()
     expect(job.locator(".analysis .state")).to_have_text("Queued")
     expect(job.get_by_text(CLEARED)).to_be_visible()
     expect(job.get_by_role("button", name="Cancel analysis")).to_be_visible()
     expect(retry).to_have_count(0)
+    page.wait_for_timeout(300)
+    assert len(sent) == 1, sent
+    expect(job.get_by_role("alert")).to_be_hidden()
+
+
+def test_a_retry_that_found_the_analysis_started_again_is_no_error(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """Another tab retried it first: the retry answers 409, which says what happened."""
+    job = open_job(page, ui_gateway, ui_services, cv=False)
+    start(job)
+    cancel_on_the_card(page, job)
+    problem = {
+        "title": "Conflict",
+        "status": 409,
+        "detail": "Only failed or cancelled operations can be retried, not queued.",
+        "code": "failed_precondition",
+    }
+    page.route(
+        "**/api/operations/*/retry",
+        lambda route: route.fulfill(
+            status=409, content_type="application/problem+json", json=problem
+        ),
+    )
+    job.get_by_role("button", name="Retry analysis").click()
+    expect(job.locator(".analysis__notice")).to_have_text(
+        "This analysis had already been started again: there was nothing to retry."
+    )
+    expect(job.get_by_role("alert")).to_be_hidden()
 
 
 def test_the_cancel_dialog_says_already_finished_when_the_analysis_ends_while_open(
@@ -300,7 +343,27 @@ def test_a_link_to_a_result_no_longer_kept_says_so_on_the_card(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
     job = open_job(page, ui_gateway, ui_services, cv=False)
-    job_id = str(job.get_attribute("id")).removeprefix("job-")
-    page.goto(f"{ui_gateway.url}/jobs?result={'0' * 32}#job-{job_id}")
+    start(job)
+    claimed = finish(ui_services, 40)
+    expect(job.get_by_text("Fit: 40")).to_be_visible()
+    # Its result pruned, as each analysis keeps only its newest 20.
+    page.route(
+        f"**/api/operations/{claimed.operation_id}/result",
+        lambda route: route.fulfill(status=404, json={"code": "result_not_found"}),
+    )
+    page.goto(f"{ui_gateway.url}/jobs?result={claimed.operation_id}#job-{claimed.subject_id}")
     expect(job.get_by_role("status").filter(has_text="no longer kept")).to_be_visible()
+    expect(job.get_by_role("alert")).to_be_hidden()
+
+
+def test_a_link_to_no_run_of_the_users_says_not_found_on_the_card(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """A mistyped link said the result was "no longer kept", as if it had been there."""
+    job = open_job(page, ui_gateway, ui_services, cv=False)
+    job_id = str(job.get_attribute("id")).removeprefix("job-")
+    page.goto(f"{ui_gateway.url}/jobs?result=deadbeef#job-{job_id}")
+    expect(job.locator(".analysis__notice")).to_have_text(
+        "That result was not found: the link names no run of yours."
+    )
     expect(job.get_by_role("alert")).to_be_hidden()

@@ -32,20 +32,28 @@ def entitle(db: Database, owner: str, *, plan: str = "pro", ai_enabled: bool = T
 
 
 def create_job(
-    stub: workspace_pb2_grpc.WorkspaceServiceStub, owner: str, description: str = JOB_TEXT
+    stub: workspace_pb2_grpc.WorkspaceServiceStub,
+    owner: str,
+    description: str = JOB_TEXT,
+    *,
+    title: str = "Engineer",
 ) -> str:
     job = stub.CreateJob(
-        workspace_pb.CreateJobRequest(title="Engineer", company="Acme", description=description),
+        workspace_pb.CreateJobRequest(title=title, company="Acme", description=description),
         metadata=metadata(Role.GATEWAY, owner),
     )
     return str(job.id)
 
 
 def create_cv(
-    stub: workspace_pb2_grpc.WorkspaceServiceStub, owner: str, text: str = CV_TEXT
+    stub: workspace_pb2_grpc.WorkspaceServiceStub,
+    owner: str,
+    text: str = CV_TEXT,
+    *,
+    filename: str = "cv.txt",
 ) -> str:
     attachment = stub.CreateAttachment(
-        workspace_pb.CreateAttachmentRequest(kind="cv", filename="cv.txt", text=text),
+        workspace_pb.CreateAttachmentRequest(kind="cv", filename=filename, text=text),
         metadata=metadata(Role.GATEWAY, owner),
     )
     return str(attachment.id)

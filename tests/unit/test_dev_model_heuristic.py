@@ -463,3 +463,13 @@ def test_reading_a_property_type() -> None:
     assert allows_null(nullable_score)
     assert not allows_null({"type": "integer"})
     assert bounds_of(nullable_score) == {"type": "integer", "maximum": 9}
+
+
+def test_a_count_of_one_reads_in_the_singular() -> None:
+    """A CV with one line of figures read "1 lines with figures"."""
+    review = cv_review(Inputs(cv_text="Experience\nCut costs by 20% in 2023"))
+    text = json.dumps(review)
+    assert "1 line with figures" in review["summary"]
+    assert "1 recognised section," in review["summary"]
+    assert not re.search(r"\b1 (lines|words|recognised sections|key terms|named skills)\b", text)
+    assert "0 lines with figures" in cv_review(Inputs(cv_text="Experience\nPython"))["summary"]

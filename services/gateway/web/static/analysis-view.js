@@ -10,7 +10,7 @@
 
 import { h, replaceChildren } from "./dom.js";
 import { TERMINAL_STATES, cancelCameTooLate, isLive, stateLabel } from "./format.js";
-import { actionsOf } from "./operations-view.js";
+import { actionsOf, nextRunOf } from "./operations-view.js";
 import { modelLabel } from "./provenance.js";
 import { task } from "./tasks.js";
 
@@ -123,10 +123,14 @@ function setText(element, text) {
 }
 
 // One analysis shown in `slot` (a live region). `onCancel(operation)` cancels it,
-// `onRetry(operation)` runs it again; focus moves to `focusFallback()` when the focused
-// button goes away.
-export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFallback } = {}) {
+// `onRetry(operation)` runs it again (a promise: the button asks nothing more until it
+// settles); focus moves to `focusFallback()` when the focused button goes away. `name`
+// ("Strategy snapshot for Engineer at Acme") is in the accessible name of each control,
+// which every card of the page repeats.
+export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFallback, name = "" } = {}) {
+  const named = (label) => (name ? `${label}: ${name}` : label);
   const state = h("span", { class: "state" });
+  const when = h("span", { class: "analysis__when", hidden: true }); // "scheduled for …", as on /operations
   const progressSlot = h("span", { class: "analysis__progress" });
   const note = h("p", { class: "analysis__note", hidden: true });
   const actions = h("span", { class: "analysis__actions" });
@@ -134,9 +138,10 @@ export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFal
     "div",
     { class: "analysis__status" },
     state,
+    when,
     progressSlot,
     actions,
-    h("a", { href: "/operations" }, "See it in your operations"),
+    h("a", { href: "/operations", "aria-label": named("See it in your operations") }, "See it in your operations"),
   );
   const resultSlot = h("div", { class: "analysis__result-slot" });
   const earlierSlot = h("div", { class: "analysis__earlier-slot" });
@@ -155,7 +160,7 @@ export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFal
     } else if (!bar) {
       replaceChildren(
         progressSlot,
-        h("progress", { max: 100, value: operation.progress_percent, "aria-label": "Analysis progress" }, `${operation.progress_percent}%`),
+        h("progress", { max: 100, value: operation.progress_percent, "aria-label": named("Analysis progress") }, `${operation.progress_percent}%`),
       );
     } else if (bar.value !== operation.progress_percent) {
       bar.value = operation.progress_percent;
@@ -184,14 +189,24 @@ export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFal
     if (hadFocus) focusFallback?.()?.focus();
   }
 
+  // One retry per intent: the second click of a double click, while the first one's
+  // request is on its way, asks nothing (aria-disabled keeps the button's focus).
   function retryButton() {
     return h(
       "button",
       {
         type: "button",
         class: "button analysis__retry",
-        onclick: () => {
-          if (current) onRetry?.(current);
+        "aria-label": named("Retry analysis"),
+        onclick: async (event) => {
+          const button = event.currentTarget;
+          if (button.getAttribute("aria-disabled") === "true" || !current) return;
+          button.setAttribute("aria-disabled", "true");
+          try {
+            await onRetry?.(current);
+          } finally {
+            button.removeAttribute("aria-disabled");
+          }
         },
       },
       "Retry analysis",
@@ -217,13 +232,11 @@ export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFal
       button = cancelButton();
       actions.append(button);
     }
-    if (next === "cancelling") {
-      button.setAttribute("aria-disabled", "true");
-      setText(button, "Cancelling…");
-    } else {
-      button.removeAttribute("aria-disabled");
-      setText(button, "Cancel analysis");
-    }
+    const label = next === "cancelling" ? "Cancelling…" : "Cancel analysis";
+    if (next === "cancelling") button.setAttribute("aria-disabled", "true");
+    else button.removeAttribute("aria-disabled");
+    setText(button, label);
+    button.setAttribute("aria-label", named(label));
   }
 
   function updateStatus(operation) {
@@ -235,6 +248,9 @@ export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFal
     }
     setText(state, stateLabel(operation));
     if (state.className !== stateClass(operation)) state.className = stateClass(operation);
+    const next = cancelling(operation) ? "" : nextRunOf(operation);
+    setText(when, next);
+    when.hidden = !next;
     updateProgress(operation);
     updateActions(operation);
     const text = cancelCameTooLate(operation) ? TOO_LATE_NOTE : "";
@@ -294,7 +310,7 @@ export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFal
         replaceChildren(earlierSlot);
         focusFallback?.()?.focus(); // the button went with it
       };
-      const hide = h("button", { type: "button", class: "button button--quiet", onclick: hidden }, "Hide this earlier result");
+      const hide = h("button", { type: "button", class: "button button--quiet", "aria-label": named("Hide this earlier result"), onclick: hidden }, "Hide this earlier result");
       replaceChildren(earlierSlot, h("section", { class: "analysis__earlier", "aria-label": "Earlier result" }, resultView(taskType, result, "Earlier result"), hide));
       return earlierSlot;
     },

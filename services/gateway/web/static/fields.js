@@ -21,11 +21,16 @@ export function field(label, control, hint) {
 
 // The control of `form` that a refusal (an ApiError) names, marked invalid and focused,
 // so its message is not the only thing that says which field is wrong. Editing it clears
-// the mark, before any check of its own (a length limit) judges it again.
-export function markRefusedField(form, failure) {
+// the mark, before any check of its own (a length limit) judges it again, and calls
+// `edited()` (the form drops the refusal's message: it was about the text before).
+export function markRefusedField(form, failure, edited = () => {}) {
   const control = failure.field ? form.elements.namedItem(failure.field) : null;
   if (!(control instanceof HTMLElement)) return;
   control.setAttribute("aria-invalid", "true");
-  control.addEventListener("input", () => control.setAttribute("aria-invalid", "false"), { once: true, capture: true });
+  const cleared = () => {
+    control.setAttribute("aria-invalid", "false");
+    edited();
+  };
+  control.addEventListener("input", cleared, { once: true, capture: true });
   control.focus();
 }

@@ -14,6 +14,7 @@ export const LIVE_UNREAD = "live:unread";
 export const LIVE_OPENED = "live:opened";
 
 let source = null;
+let opens = 0;
 
 export function liveOpen() {
   return source !== null && source.readyState === EventSource.OPEN;
@@ -32,7 +33,12 @@ function relay(name, event) {
 export function startLive() {
   if (source !== null || typeof EventSource !== "function") return;
   source = new EventSource("/api/events");
-  source.addEventListener("open", () => window.dispatchEvent(new CustomEvent(LIVE_OPENED)));
+  // `reopened`: open again after a drop, when what it told meanwhile may not all have
+  // reached the page (a read it asked for failed while the gateway was away).
+  source.addEventListener("open", () => {
+    opens += 1;
+    window.dispatchEvent(new CustomEvent(LIVE_OPENED, { detail: { reopened: opens > 1 } }));
+  });
   source.addEventListener("operation", (event) => relay(LIVE_OPERATION, event));
   source.addEventListener("unread", (event) => relay(LIVE_UNREAD, event));
   source.addEventListener("signed_out", () => {

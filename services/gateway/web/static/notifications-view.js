@@ -1,12 +1,13 @@
 // The notification list: each names its task type and subject (the notification
 // keeps only the operation's id; the page reads the rest) and links to its operation
 // and, for a success, to the result; read one, read all, dismiss, then tell the bell
-// (NOTIFICATIONS_CHANGED).
+// (NOTIFICATIONS_CHANGED). Its buttons and links are named after their notification's
+// subject and time: a list of "Mark read: Strategy snapshot is ready" tells nothing apart.
 
 import { api, post } from "./api.js";
 import { h, replaceChildren } from "./dom.js";
 import { NOTIFICATIONS_CHANGED, UNREAD_COUNT, notificationsChanged } from "./events.js";
-import { formatTime, taskLabel } from "./format.js";
+import { formatTime, subjectLabel, taskLabel } from "./format.js";
 import { operationAnchor, resultHref } from "./operations-view.js";
 import { subjectName } from "./subjects.js";
 
@@ -31,7 +32,21 @@ async function detailsOf(notification) {
   const operation = await operationOf(notification.operation_id);
   const name = operation ? await subjectName(operation.subject) : null;
   const result = operation && notification.outcome === "succeeded" ? resultHref({ ...operation, state: "succeeded" }) : null;
-  return { name, result };
+  return { name, result, subject: operation?.subject ?? null };
+}
+
+// The stored line says where to look ("Open your operations to see it."), which reads
+// oddly on the operations page itself, the one page that lists notifications: here a
+// notification with an operation says what its links lead to instead, by outcome.
+const LINES_HERE = {
+  succeeded: null, // "View the result" says it
+  failed: "Open the operation to retry it.",
+  cancelled: "Open the operation to retry it.",
+};
+
+function lineOf(notification) {
+  if (!notification.operation_id || !(notification.outcome in LINES_HERE)) return notification.body;
+  return LINES_HERE[notification.outcome];
 }
 
 export function mountNotifications(section) {
@@ -68,21 +83,30 @@ export function mountNotifications(section) {
     heading.focus();
   });
 
-  function links(notification, { result }) {
+  // "Strategy snapshot is ready (Platform engineer at Acme, 6 Dec 2026, 11:22)", or by
+  // the subject's reference ("job job-42") when its name cannot be read.
+  function which(notification, details) {
+    const about = [subjectLabel(details.subject, details.name), formatTime(notification.created_at)].filter(Boolean).join(", ");
+    return about ? `${notification.title} (${about})` : notification.title;
+  }
+
+  function links(notification, details, name) {
     return [
       notification.operation_id
         ? h(
             "a",
-            { class: "note__link", href: `/operations#${operationAnchor(notification.operation_id)}`, "aria-label": `Open the operation: ${notification.title}` },
+            { class: "note__link", href: `/operations#${operationAnchor(notification.operation_id)}`, "aria-label": `Open the operation: ${name}` },
             "Open the operation",
           )
         : null,
-      result ? h("a", { class: "note__link", href: result, "aria-label": `View the result: ${notification.title}` }, "View the result") : null,
+      details.result ? h("a", { class: "note__link", href: details.result, "aria-label": `View the result: ${name}` }, "View the result") : null,
     ];
   }
 
   function item(notification, details) {
     const isUnread = notification.read_at === null;
+    const name = which(notification, details);
+    const line = lineOf(notification);
     // The subject's name is user text: it sets its own direction (an Arabic file name).
     const about = details.name ? [`${taskLabel(notification.task_type)} for `, h("span", { dir: "auto" }, details.name)] : taskLabel(notification.task_type);
     return h(
@@ -98,8 +122,8 @@ export function mountNotifications(section) {
           notification.title,
         ),
         h("p", { class: "note__about" }, about),
-        notification.body ? h("p", { class: "note__body" }, notification.body) : null,
-        h("p", { class: "note__links" }, links(notification, details)),
+        line ? h("p", { class: "note__body" }, line) : null,
+        h("p", { class: "note__links" }, links(notification, details, name)),
         h("time", { class: "note__time", datetime: notification.created_at }, formatTime(notification.created_at)),
       ),
       h(
@@ -108,13 +132,13 @@ export function mountNotifications(section) {
         isUnread
           ? h(
               "button",
-              { type: "button", class: "button button--quiet", "aria-label": `Mark read: ${notification.title}`, onclick: () => act(notification, "read") },
+              { type: "button", class: "button button--quiet", "aria-label": `Mark read: ${name}`, onclick: () => act(notification, "read") },
               "Mark read",
             )
           : null,
         h(
           "button",
-          { type: "button", class: "button button--quiet", "aria-label": `Dismiss: ${notification.title}`, onclick: () => act(notification, "dismiss") },
+          { type: "button", class: "button button--quiet", "aria-label": `Dismiss: ${name}`, onclick: () => act(notification, "dismiss") },
           "Dismiss",
         ),
       ),

@@ -20,14 +20,27 @@ export function actionsOf(operation) {
   return actions;
 }
 
+// When waiting work runs next: "next try 3 Dec 2025, 14:05" (after a failed attempt),
+// "scheduled for …" (started for a later time), else "". /jobs says it on its cards too.
+export function nextRunOf(operation) {
+  if (operation.state === "waiting_for_retry" && operation.next_attempt_at) return `next try ${formatTime(operation.next_attempt_at)}`;
+  if (operation.state === "queued" && operation.not_before) return `scheduled for ${formatTime(operation.not_before)}`;
+  return "";
+}
+
+// "Attempt 2 of 3"; with no attempt yet (a retry starts counting again), that it has not
+// started, or never did (cancelled while queued): "Attempt 0" reads as a count gone wrong.
+function attemptOf(operation) {
+  if (operation.attempt > 0) return `Attempt ${operation.attempt} of ${operation.max_attempts}`;
+  if (TERMINAL_STATES.has(operation.state)) return "Never started";
+  const allowed = operation.max_attempts === 1 ? "1 attempt" : `${operation.max_attempts} attempts`;
+  return `Not started yet (up to ${allowed})`;
+}
+
 function metaLine(operation) {
-  const parts = [`Attempt ${operation.attempt} of ${operation.max_attempts}`];
-  if (operation.state === "waiting_for_retry" && operation.next_attempt_at) {
-    parts.push(`next try ${formatTime(operation.next_attempt_at)}`);
-  }
-  if (operation.state === "queued" && operation.not_before) {
-    parts.push(`scheduled for ${formatTime(operation.not_before)}`);
-  }
+  const parts = [attemptOf(operation)];
+  const next = nextRunOf(operation);
+  if (next) parts.push(next);
   if (operation.finished_at) parts.push(`finished ${formatTime(operation.finished_at)}`);
   else if (operation.started_at) parts.push(`started ${formatTime(operation.started_at)}`);
   else parts.push(`created ${formatTime(operation.created_at)}`);

@@ -2,7 +2,8 @@
 // privacy choice. A Free user sees why analyses are off and the command an operator
 // runs to grant Pro (`opsctl users set-plan`), and cannot switch analyses on; if the
 // API refuses a change, its reason is shown and the control goes back. Switching
-// analyses on or off is confirmed first and said afterwards. A Pro user also sees
+// analyses on or off, and the privacy choice, are confirmed first and said afterwards
+// (each applies to analyses started from then on). A Pro user also sees
 // today's use of their daily token budget: what ended analyses spent and, apart, what
 // running ones hold reserved; read again whenever an analysis starts or ends.
 
@@ -67,15 +68,37 @@ const TURN_OFF = {
   cancelLabel: "Keep them on",
 };
 
-function privacyField(settings, save) {
-  const privacy = h(
+// Each operation keeps the privacy choice it started with: a change is for the next ones.
+const PRIVACY = {
+  external_allowed: {
+    question: {
+      title: "Allow an external model?",
+      message: "New analyses may then send your job and CV text to an external model, where this server has one for them. Analyses already started keep the choice they started with.",
+      confirmLabel: "Allow external",
+      cancelLabel: "Keep local only",
+      danger: false,
+    },
+    saved: "Privacy saved: new analyses may use an external model.",
+  },
+  local_only: {
+    question: {
+      title: "Use the local model only?",
+      message: "New analyses then run on this server's own model only: your text goes to no external model. Analyses already started keep the choice they started with.",
+      confirmLabel: "Local only",
+      cancelLabel: "Keep external allowed",
+      danger: false,
+    },
+    saved: "Privacy saved: new analyses use the local model only.",
+  },
+};
+
+function privacySelect(settings) {
+  return h(
     "select",
     { id: "ai-privacy" },
     h("option", { value: "local_only", selected: settings.privacy === "local_only" }, "Local model only"),
     h("option", { value: "external_allowed", selected: settings.privacy === "external_allowed" }, "External model allowed"),
   );
-  privacy.addEventListener("change", () => save({ privacy: privacy.value }, () => (privacy.value = settings.privacy)));
-  return field("Privacy", privacy, "External models see your text only when you allow it.");
 }
 
 export async function mountAiSettings(slot) {
@@ -95,7 +118,7 @@ export async function mountAiSettings(slot) {
     "aria-describedby": pro ? null : "plan-notice",
   });
 
-  const done = h("p", { class: "status", role: "status" });
+  const done = h("p", { class: "status", role: "status" }); // what a change did, below both controls
 
   // `undo` puts the control back when the API refuses the change; answers whether it was saved.
   async function save(change, undo) {
@@ -123,6 +146,16 @@ export async function mountAiSettings(slot) {
       done.textContent = on ? "AI analyses are on: start one on a job posting or a CV." : "AI analyses are off: new ones do not start until you switch them on again.";
     }
   });
+  const privacy = privacySelect(settings);
+  privacy.addEventListener("change", async () => {
+    const choice = PRIVACY[privacy.value];
+    done.textContent = "";
+    if (!choice || !(await confirmDialog(choice.question))) {
+      privacy.value = settings.privacy;
+      return;
+    }
+    if (await save({ privacy: privacy.value }, () => (privacy.value = settings.privacy))) done.textContent = choice.saved;
+  });
   const budget = pro && settings.budget ? h("p", { class: "hint", id: "ai-budget" }, budgetLine(settings.budget)) : null;
   if (budget) followBudget(budget);
   replaceChildren(
@@ -131,8 +164,8 @@ export async function mountAiSettings(slot) {
     budget,
     pro ? null : freePlanNotice(),
     h("label", { class: "check" }, enabled, " Use AI analyses"),
+    field("Privacy", privacy, "External models see your text only when you allow it."),
     done,
-    privacyField(settings, save),
     error,
   );
 }

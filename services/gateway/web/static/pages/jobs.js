@@ -11,6 +11,10 @@
 // /jobs?result=<operation id>#job-<id> ("View result" on a past run) shows that run's
 // own result there too. A cancelled or failed analysis is retried on its card, as on
 // /operations; a cancel dialog whose analysis ends while it is open says so.
+// A read of an analysis that failed (a dropped connection, a gateway restarting) is tried
+// again, later each time, and at once when the stream reconnects; until it succeeds the
+// page says its updates are paused. Jobs load a page at a time ("Show more jobs"); every
+// CV is read (each is offered as the CV to compare with), and shown a step at a time.
 
 import { api, post, put } from "../api.js";
 import { cancelDialogs } from "../dialog.js";
@@ -21,14 +25,24 @@ import { field, markRefusedField } from "../fields.js";
 import { createFollower } from "../follow.js";
 import { TERMINAL_STATES, formatNumber, formatTime, isLive } from "../format.js";
 import { highlight } from "../highlight.js";
-import { LIVE_OPERATION, liveOpen } from "../live.js";
+import { LIVE_OPENED, LIVE_OPERATION, liveOpen } from "../live.js";
 import { visiblePoller } from "../poller.js";
 import { mountAiSettings } from "../settings-view.js";
-import { task as taskNamed, taskPath, tasksFor } from "../tasks.js";
+import { TASKS, task as taskNamed, taskPath, tasksFor } from "../tasks.js";
 import { limitText } from "../text-limit.js";
 
 export const ANALYSIS_POLL_MS = 2000;
 export const ANALYSIS_LIVE_POLL_MS = 500;
+// A failed read of an analysis is tried again after READ_RETRY_FIRST_MS, twice as long
+// after each further failure, at most READ_RETRY_MAX_MS apart; meanwhile no poll reads it.
+export const READ_RETRY_FIRST_MS = 1000;
+export const READ_RETRY_MAX_MS = 30000;
+// Jobs come with their description (up to 20,000 characters each): JOBS_PAGE at a time.
+export const JOBS_PAGE = 50;
+// CVs come without their text, so all of them are read, a page of PAGE_SIZE_MAX (the API's
+// largest, model/bounds.py PAGE_SIZE_RANGE) at a time; the list shows CVS_STEP at a time.
+export const CVS_STEP = 50;
+const PAGE_SIZE_MAX = 100;
 // The server's bounds (model/bounds.py): JOB_DESCRIPTION_MAX and ATTACHMENT_TEXT_MAX.
 const JOB_DESCRIPTION_MAX = 20000;
 const CV_TEXT_MAX = 200000;
@@ -37,9 +51,17 @@ function formError() {
   return h("p", { class: "form-error", role: "alert", hidden: true });
 }
 
+const shownErrors = new WeakMap(); // a form's error element -> the error it shows
+
 function showFormError(element, error) {
   element.textContent = error ? error.message : "";
   element.hidden = !error;
+  shownErrors.set(element, error);
+}
+
+// A refusal's message goes once its field is edited, unless a newer one has replaced it.
+function clearFormError(element, error) {
+  if (shownErrors.get(element) === error) showFormError(element, null);
 }
 
 // `send()` on the form's submit, at most once at a time: the second click of a double
@@ -89,18 +111,33 @@ export function mount(main) {
   const cvList = h("ol", { class: "items", "aria-label": "Your CVs" });
   const analyses = new Map(); // path -> {view, active, live, looks, over, operationId}
   const choices = new Map(); // path -> the second reference chosen here: kept across redraws
-  const rows = { job: [], attachment: [] }; // the caller's jobs and CVs, by subject kind
+  const rows = { job: [], attachment: [] }; // the caller's jobs (loaded so far) and CVs (all), by subject kind
+  let jobsNext = ""; // the token of the jobs not loaded yet, "" when none
+  let cvsShown = CVS_STEP;
   const cancels = cancelDialogs(); // keyed by analysis entry
   const linkNotice = h("p", { class: "notice", role: "alert", hidden: true }); // a link's result not shown
+  const readTrouble = h("div", { class: "banner", role: "alert", hidden: true }); // reads failing: updates paused
+  const moreJobs = h("button", { type: "button", class: "button button--quiet", hidden: true }, "Show more jobs");
+  const moreJobsError = formError();
+  const moreCvs = h("button", { type: "button", class: "button button--quiet", hidden: true }, "Show more CVs");
 
   replaceChildren(
     main,
     h("div", { class: "page-head" }, h("h1", {}, "Jobs")),
     linkNotice,
+    readTrouble,
     h(
       "div",
       { class: "layout" },
-      h("section", { class: "panel", "aria-labelledby": "jobs-heading" }, h("h2", { id: "jobs-heading" }, "Job postings"), jobForm(), jobList),
+      h(
+        "section",
+        { class: "panel", "aria-labelledby": "jobs-heading" },
+        h("h2", { id: "jobs-heading" }, "Job postings"),
+        jobForm(),
+        jobList,
+        moreJobs,
+        moreJobsError,
+      ),
       h(
         "aside",
         { class: "panel panel--side" },
@@ -109,6 +146,7 @@ export function mount(main) {
         h("h2", { id: "cvs-heading" }, "CVs"),
         cvForm(),
         cvList,
+        moreCvs,
       ),
     ),
   );
@@ -139,10 +177,10 @@ export function mount(main) {
         form.reset();
         limit.refresh();
         showFormError(error, null);
-        await load();
+        await load(1);
       } catch (failure) {
         showFormError(error, failure);
-        markRefusedField(form, failure);
+        markRefusedField(form, failure, () => clearFormError(error, failure)); // edited: the refusal is moot
       }
     });
     return form;
@@ -176,37 +214,50 @@ export function mount(main) {
         await load();
       } catch (failure) {
         showFormError(error, failure);
-        markRefusedField(form, failure);
+        markRefusedField(form, failure, () => clearFormError(error, failure)); // edited: the refusal is moot
       }
     });
     return form;
   }
 
+  // Every card repeats its controls, so each one's accessible name says whose it is
+  // ("Start strategy snapshot: Engineer at Acme"), starting with the words it shows.
   function analysisBlock(task, subjectId, subjectName) {
     const path = taskPath(task, subjectId);
     const taskType = task.name;
-    const contextSelect = task.context ? referenceSelect(task.context, choices.get(path) ?? lastChoice(path)) : null;
+    const contextSelect = task.context ? referenceSelect(task.context, choices.get(path) ?? lastChoice(path), subjectName) : null;
     contextSelect?.addEventListener("change", () => choices.set(path, contextSelect.value)); // survives a redraw
     const contextField = task.context?.field;
     const slot = h("div", { class: "analysis", "aria-live": "polite" });
     const error = formError();
     const notice = h("p", { class: "hint analysis__notice", role: "status", hidden: true });
-    const start = h("button", { type: "button", class: "button" }, task.action);
+    const start = h("button", { type: "button", class: "button", "aria-label": `${task.action}: ${subjectName}` }, task.action);
     const entry = { view: null, active: true, live: false, looks: 0, over: null, operationId: null, endSeen: null, endAsked: null, starting: false, reading: false };
     Object.assign(entry, {
+      path,
       notice,
       noticeUntilEnd: false, // the notice is about the run under way (a retry's)
+      noticeUntilRead: false, // the notice is about a result still to load
       rendered: false, // the card has shown its first answer
       earlier: null, // a past run's result to show once the card has loaded
+      retrying: false, // a retry of this card's is on its way
+      readFailures: 0, // reads failed in a row
+      readFailure: null, // the last one's error
+      retryTimer: null, // the next read after a failure, while it waits
     });
     const name = `${task.label} for ${subjectName}`;
     entry.view = createAnalysisView(slot, taskType, {
       onCancel: (operation) => cancelAnalysis(entry, operation, name, error, () => start),
       onRetry: (operation) => retryAnalysis(entry, operation, error),
       focusFallback: () => start,
+      name,
     });
+    // At most one start at a time: a second click, or Enter pressed again, while the first
+    // start is on its way asks nothing. aria-disabled says it is busy and keeps its focus
+    // (`disabled` would drop focus to the page).
     start.addEventListener("click", async () => {
-      start.disabled = true;
+      if (entry.starting) return;
+      start.setAttribute("aria-disabled", "true");
       showNotice(entry, "");
       entry.starting = true; // its own look follows: the stream's news of it needs none
       try {
@@ -228,7 +279,7 @@ export function mount(main) {
         const wait = failure.retryAfter && failure.code !== "budget_exhausted" ? ` Try again in ${failure.retryAfter} s.` : "";
         showFormError(error, { message: `${failure.message}${wait}` });
       } finally {
-        start.disabled = false;
+        start.removeAttribute("aria-disabled");
         entry.starting = false;
       }
     });
@@ -245,6 +296,7 @@ export function mount(main) {
 
   function showNotice(entry, text) {
     entry.noticeUntilEnd = false;
+    entry.noticeUntilRead = false;
     entry.notice.textContent = text;
     entry.notice.hidden = !text;
   }
@@ -286,8 +338,12 @@ export function mount(main) {
   }
 
   // The same retry as on /operations: the operation runs again (a new attempt), and its
-  // earlier notification goes (seed 003); the user is told both where they clicked.
+  // earlier notification goes (seed 003); the user is told both where they clicked. One
+  // request at a time per card; a retry that found the analysis no longer failed or
+  // cancelled (409: another tab retried it first) says so calmly, as /operations does.
   async function retryAnalysis(entry, operation, error) {
+    if (entry.retrying) return;
+    entry.retrying = true;
     try {
       const updated = await post(`/api/operations/${encodeURIComponent(operation.id)}/retry`);
       showFormError(error, null);
@@ -297,8 +353,14 @@ export function mount(main) {
       notificationsChanged(); // the bell counts one notice fewer
       budgetChanged(); // runs again: the budget line reads again, as after a start
     } catch (failure) {
-      showFormError(error, failure);
+      if (failure.status === 409) {
+        showFormError(error, null);
+        showNotice(entry, "This analysis had already been started again: there was nothing to retry.");
+      } else {
+        showFormError(error, failure);
+      }
     } finally {
+      entry.retrying = false;
       lookAgain(entry);
     }
   }
@@ -328,22 +390,48 @@ export function mount(main) {
   // After the user acted: drop answers to looks already on their way (they predate
   // the change) and look now, whatever the last answer said.
   function lookAgain(entry) {
+    clearTimeout(entry.retryTimer);
+    entry.retryTimer = null;
     entry.looks += 1;
     entry.active = true;
     entry.lookWanted = true; // read once even while the stream follows it: a new run's id is news
     poller.refresh();
   }
 
-  // A choice of the caller's rows of one kind, for a task's optional second
-  // reference; `chosen` (the last run's) is selected while it is still there.
-  function referenceSelect(kind, chosen) {
+  // A choice of the caller's rows of one kind, for a task's optional second reference
+  // ("CV to compare with Engineer at Acme"); `chosen` (the last run's) is selected while
+  // it is still there. Every CV is offered; jobs as far as they are loaded, and while
+  // older ones are not, the last option says how to reach them.
+  function referenceSelect(kind, chosen, subjectName) {
     const label = kind.label.charAt(0).toUpperCase() + kind.label.slice(1);
-    return h(
-      "select",
-      { "aria-label": `${label} to compare with` },
-      h("option", { value: "" }, `Without a ${kind.label}`),
-      rows[kind.name].map((row) => h("option", { value: row.id, selected: row.id === chosen, dir: "auto" }, rowName(kind.name, row))),
-    );
+    const select = h("select", { "aria-label": `${label} to compare with ${subjectName}`, dataset: { kind: kind.name } });
+    fillReferences(select, chosen);
+    return select;
+  }
+
+  // The options of every card's choice of one kind are the same: built once per change
+  // of the rows, then copied into each card's select (a list of 500 CVs, on 50 cards).
+  const optionTemplates = new Map(); // kind name -> DocumentFragment of its options
+  function fillReferences(select, chosen) {
+    const kindName = select.dataset.kind;
+    if (!optionTemplates.has(kindName)) {
+      const kind = TASKS.find((known) => known.context?.name === kindName)?.context;
+      const fragment = document.createDocumentFragment();
+      fragment.append(
+        h("option", { value: "" }, `Without a ${kind?.label ?? kindName}`),
+        ...rows[kindName].map((row) => h("option", { value: row.id, dir: "auto" }, rowName(kindName, row))),
+      );
+      if (kindName === "job" && jobsNext) fragment.append(h("option", { value: "", disabled: true }, "Older jobs: use “Show more jobs” to list them here"));
+      optionTemplates.set(kindName, fragment);
+    }
+    select.replaceChildren(optionTemplates.get(kindName).cloneNode(true));
+    select.value = rows[kindName].some((row) => row.id === chosen) ? chosen : "";
+  }
+
+  // More jobs loaded: each card's choice of a job offers them too, its choice kept.
+  function refreshReferences(kindName) {
+    optionTemplates.delete(kindName);
+    for (const select of document.querySelectorAll(`select[data-kind="${kindName}"]`)) fillReferences(select, select.value);
   }
 
   function rowName(kind, row) {
@@ -355,18 +443,79 @@ export function mount(main) {
     return tasksFor(kind).map((task) => analysisBlock(task, row.id, rowName(kind, row)));
   }
 
-  // Both lists first: each kind's rows offer the other kind as a task's context.
-  async function load() {
-    const [jobs, cvs] = await Promise.all([api("/api/jobs?page_size=50"), api("/api/attachments?page_size=50")]);
+  // Up to `count` rows of a collection (e.g. "/api/jobs"), from `token` on, in pages of at
+  // most PAGE_SIZE_MAX; and the token of the rest, "" when there is none.
+  async function listed(collection, count, token = "") {
+    const items = [];
+    do {
+      const query = new URLSearchParams({ page_size: String(Math.min(PAGE_SIZE_MAX, count - items.length)) });
+      if (token) query.set("page_token", token);
+      const page = await api(`${collection}?${query}`);
+      items.push(...page.items);
+      token = page.next_page_token ?? "";
+    } while (token && items.length < count);
+    return { items, next: token };
+  }
+
+  // Both lists first: each kind's rows offer the other kind as a task's context. Every
+  // CV, and as many jobs as were shown and `added` since (what "Show more" showed stays).
+  async function load(added = 0) {
+    const jobCount = Math.max(JOBS_PAGE, rows.job.length + added);
+    const [jobs, cvs] = await Promise.all([listed("/api/jobs", jobCount), listed("/api/attachments", Infinity)]);
     rows.job = jobs.items;
+    jobsNext = jobs.next;
     rows.attachment = cvs.items;
+    for (const entry of analyses.values()) clearTimeout(entry.retryTimer);
     analyses.clear();
+    optionTemplates.clear();
     renderJobs();
     renderCvs();
+    showReadTrouble();
     showTarget();
     showLinkedResult();
     poller.refresh();
   }
+
+  // The next page of jobs below the others; focus moves to the first of them (the button
+  // goes once there are no more, and focus must not fall to the page).
+  async function showMoreJobs() {
+    if (moreJobs.getAttribute("aria-disabled") === "true") return;
+    moreJobs.setAttribute("aria-disabled", "true");
+    try {
+      const page = await listed("/api/jobs", JOBS_PAGE, jobsNext);
+      const shown = new Set(rows.job.map((job) => job.id));
+      const added = page.items.filter((job) => !shown.has(job.id)); // one added meanwhile moved the pages
+      rows.job.push(...added);
+      jobsNext = page.next;
+      showFormError(moreJobsError, null);
+      const items = added.map(jobItem);
+      jobList.append(...items);
+      moreJobs.hidden = !jobsNext;
+      refreshReferences("job");
+      (items[0]?.querySelector("h3") ?? jobList.lastElementChild?.querySelector("h3"))?.focus();
+      poller.refresh(); // their analyses' first look
+    } catch (failure) {
+      showFormError(moreJobsError, { message: `More jobs could not be loaded. ${failure.message}` });
+    } finally {
+      moreJobs.removeAttribute("aria-disabled");
+    }
+  }
+
+  // CVs up to the `count`th below those shown; answers the first of them.
+  function revealCvs(count) {
+    const items = rows.attachment.slice(cvsShown, count).map(cvItem);
+    cvsShown = Math.max(cvsShown, count);
+    cvList.append(...items);
+    moreCvs.hidden = rows.attachment.length <= cvsShown;
+    if (items.length) poller.refresh();
+    return items[0] ?? null;
+  }
+
+  function showMoreCvs() {
+    revealCvs(cvsShown + CVS_STEP)?.querySelector("h3").focus();
+  }
+  moreJobs.addEventListener("click", showMoreJobs);
+  moreCvs.addEventListener("click", showMoreCvs);
 
   // "View result" on a past run (/jobs?result=<operation id>#job-<id>): that run's own
   // result, on its card, once per link; a result no longer kept says so there, and one
@@ -383,8 +532,9 @@ export function mount(main) {
       const target = /^#(job|attachment)-(.+)$/.exec(window.location.hash);
       const path = target ? tasksFor(target[1]).map((known) => taskPath(known, decodeURIComponent(target[2])))[0] : null;
       const entry = path ? analyses.get(path) : null;
-      if (entry) showNotice(entry, failure.status === 404 ? "That run's result is no longer kept: each analysis keeps its newest 20 results." : failure.message);
-      else showLinkNotice(failure.status === 404 ? "The result you opened is not among yours, or no longer kept." : `The result you opened could not be loaded. ${failure.message}`);
+      const missing = failure.status === 404 ? await whyNoResult(operationId) : null;
+      if (entry) showNotice(entry, missing ? missing.onCard : failure.message);
+      else showLinkNotice(missing ? missing.atTop : `The result you opened could not be loaded. ${failure.message}`);
       return;
     }
     const known = taskNamed(result.task_type);
@@ -395,6 +545,28 @@ export function mount(main) {
     }
     if (entry.rendered) openLinked(entry, result);
     else entry.earlier = result; // shown once the card has loaded
+  }
+
+  // Why a run has no result to show (its result answered 404), read from the run itself:
+  // not a run of the caller's at all (a mistyped link), no longer kept, or never made.
+  // Answers the sentence for its card and the one for the top of the page.
+  async function whyNoResult(operationId) {
+    let operation;
+    try {
+      operation = await api(`/api/operations/${encodeURIComponent(operationId)}`);
+    } catch (failure) {
+      if (failure.status === 404) {
+        return { onCard: "That result was not found: the link names no run of yours.", atTop: "The result you opened was not found among yours." };
+      }
+      return { onCard: "That run's result could not be found.", atTop: "The result you opened is not among yours, or no longer kept." };
+    }
+    if (operation.state === "succeeded") {
+      const gone = "That run's result is no longer kept: each analysis keeps its newest 20 results.";
+      return { onCard: gone, atTop: gone };
+    }
+    const ended = { failed: "failed", cancelled: "was cancelled" }[operation.state];
+    const none = ended ? `That run ${ended}, so it has no result.` : "That run has not finished yet, so it has no result.";
+    return { onCard: none, atTop: none };
   }
 
   function showLinkNotice(text) {
@@ -413,7 +585,10 @@ export function mount(main) {
   let shownHash = "";
   function showTarget() {
     const match = /^#((?:job|attachment)-.+)$/.exec(window.location.hash);
-    const target = match ? document.getElementById(decodeURIComponent(match[1])) : null;
+    const id = match ? decodeURIComponent(match[1]) : "";
+    const cv = rows.attachment.findIndex((row) => `attachment-${row.id}` === id);
+    if (cv >= cvsShown) revealCvs(cv + 1); // every CV is loaded: one further down is shown
+    const target = id ? document.getElementById(id) : null;
     if (!target || shownHash === window.location.hash) return;
     shownHash = window.location.hash;
     highlight(target);
@@ -432,27 +607,42 @@ export function mount(main) {
 
   // User text (a title, a file name) sets its own direction (dir="auto"): an Arabic
   // file name reads right to left.
+  // A heading takes focus (tabindex -1) when "Show more" brings its item.
+  function jobItem(job) {
+    const name = rowName("job", job);
+    return h(
+      "li",
+      { class: "item", id: `job-${job.id}` },
+      h("h3", { dir: "auto", tabindex: "-1" }, job.title),
+      job.company ? h("p", { class: "hint", dir: "auto" }, job.company) : null,
+      h(
+        "details",
+        { class: "item__description" },
+        h("summary", { "aria-label": `Description: ${name}` }, "Description"),
+        h("div", { class: "item__description-text", dir: "auto" }, job.description),
+      ),
+      analysisBlocks("job", job),
+    );
+  }
+
+  function cvItem(cv) {
+    return h(
+      "li",
+      { class: "item", id: `attachment-${cv.id}` },
+      h("h3", { dir: "auto", tabindex: "-1" }, cv.filename),
+      h("p", { class: "hint" }, `${formatNumber(cv.text_length)} characters`),
+      analysisBlocks("attachment", cv),
+    );
+  }
+
   function renderJobs() {
     replaceChildren(
       jobList,
       rows.job.length === 0
         ? h("li", { class: "placeholder placeholder--empty" }, h("p", {}, "No jobs yet: ", toForm("add-job", "add a job posting"), " to analyse it."))
-        : rows.job.map((job) =>
-            h(
-              "li",
-              { class: "item", id: `job-${job.id}` },
-              h("h3", { dir: "auto" }, job.title),
-              job.company ? h("p", { class: "hint", dir: "auto" }, job.company) : null,
-              h(
-                "details",
-                { class: "item__description" },
-                h("summary", {}, "Description"),
-                h("div", { class: "item__description-text", dir: "auto" }, job.description),
-              ),
-              analysisBlocks("job", job),
-            ),
-          ),
+        : rows.job.map(jobItem),
     );
+    moreJobs.hidden = !jobsNext;
   }
 
   function renderCvs() {
@@ -460,19 +650,15 @@ export function mount(main) {
       cvList,
       rows.attachment.length === 0
         ? h("li", { class: "hint" }, "No CV yet: ", toForm("add-cv", "add your CV"), " to compare it with a job.")
-        : rows.attachment.map((cv) =>
-            h(
-              "li",
-              { class: "item", id: `attachment-${cv.id}` },
-              h("h3", { dir: "auto" }, cv.filename),
-              h("p", { class: "hint" }, `${formatNumber(cv.text_length)} characters`),
-              analysisBlocks("attachment", cv),
-            ),
-          ),
+        : rows.attachment.slice(0, cvsShown).map(cvItem),
     );
+    moreCvs.hidden = rows.attachment.length <= cvsShown;
   }
 
-  async function refreshAnalysis(path) {
+  // One read of an analysis, shown on its card. `ended` is its operation as the stream or
+  // the long-poll saw it end: a read that fails shows that end meanwhile (not "Running",
+  // its draft still growing), and is tried again (readFailed).
+  async function refreshAnalysis(path, ended = null) {
     const entry = analyses.get(path);
     if (!entry) return;
     const look = ++entry.looks;
@@ -480,10 +666,15 @@ export function mount(main) {
     let answer;
     try {
       answer = await api(path);
-    } finally {
-      if (look === entry.looks) entry.reading = false;
+    } catch (failure) {
+      if (look !== entry.looks) return; // a newer look is on its way
+      entry.reading = false;
+      readFailed(entry, failure, ended);
+      return;
     }
     if (look !== entry.looks) return; // a newer look is on its way
+    entry.reading = false;
+    readSucceeded(entry);
     const wasActive = entry.over === false;
     entry.active = isActive(answer);
     entry.live = isLiveAnswer(answer);
@@ -509,6 +700,57 @@ export function mount(main) {
     }
   }
 
+  // A failed read is tried again after a pause that doubles with each failure in a row;
+  // until then no poll reads it (lookAgain, the stream's news or its reconnect do).
+  function readFailed(entry, failure, ended) {
+    entry.readFailures += 1;
+    entry.readFailure = failure;
+    const delay = Math.min(READ_RETRY_MAX_MS, READ_RETRY_FIRST_MS * 2 ** (entry.readFailures - 1));
+    clearTimeout(entry.retryTimer);
+    entry.retryTimer = setTimeout(() => {
+      entry.retryTimer = null;
+      if (analyses.get(entry.path) === entry) lookAgain(entry);
+    }, delay);
+    if (ended) {
+      entry.view.showOperation(ended);
+      if (ended.state === "succeeded") {
+        showNotice(entry, "This analysis has finished: its result shows here once it can be loaded.");
+        entry.noticeUntilRead = true;
+      }
+    }
+    showReadTrouble();
+  }
+
+  function readSucceeded(entry) {
+    if (entry.readFailures === 0) return;
+    entry.readFailures = 0;
+    entry.readFailure = null;
+    clearTimeout(entry.retryTimer);
+    entry.retryTimer = null;
+    if (entry.noticeUntilRead) showNotice(entry, "");
+    showReadTrouble();
+  }
+
+  // While any card's reads fail, the top of the page says its updates are paused and
+  // offers to try now, as /operations does.
+  const troubleText = h("span");
+  const retryReads = h("button", { type: "button", class: "button", onclick: () => failingEntries().forEach(lookAgain) }, "Retry now");
+  readTrouble.append(troubleText, retryReads);
+
+  function failingEntries() {
+    return [...analyses.values()].filter((entry) => entry.readFailures > 0);
+  }
+
+  function showReadTrouble() {
+    const failing = failingEntries();
+    const failure = failing.at(-1)?.readFailure;
+    const why = !failure ? "" : failure.status === 0 || failure.status >= 500 ? "The service is not reachable right now." : failure.message;
+    const text = failure ? `Updates paused. ${why} The page keeps trying; you can also retry now.` : "";
+    if (troubleText.textContent !== text) troubleText.textContent = text;
+    if (!failure && readTrouble.contains(document.activeElement)) main.focus({ preventScroll: true }); // its button goes
+    readTrouble.hidden = !failure;
+  }
+
   function entryOf(operation) {
     for (const [path, entry] of analyses) if (entry.operationId === operation.id) return [path, entry];
     return [null, null];
@@ -529,10 +771,7 @@ export function mount(main) {
       entry.endSeen = operation;
       sawEnd(entry);
       if (endAskedFor(entry, operation)) return;
-      refreshAnalysis(path).catch(() => {
-        entry.active = true;
-        poller.refresh();
-      });
+      refreshAnalysis(path, operation);
     },
     onFail() {
       poller.refresh();
@@ -541,6 +780,7 @@ export function mount(main) {
 
   function polled(entry) {
     if (entry.lookWanted) return true;
+    if (entry.retryTimer !== null) return false; // a failed read waits its turn
     const followed = liveOpen() || follower.isFollowed(entry.operationId);
     return entry.active && !(entry.operationId && followed);
   }
@@ -555,7 +795,7 @@ export function mount(main) {
         entry.active = false; // over: no poll reads it while its result loads
         entry.endSeen = operation;
         sawEnd(entry);
-        if (!endAskedFor(entry, operation)) refreshAnalysis(path).catch(() => lookAgain(entry));
+        if (!endAskedFor(entry, operation)) refreshAnalysis(path, operation);
         return;
       }
       entry.live = isLive(operation);
@@ -567,7 +807,7 @@ export function mount(main) {
     // A start of this tab's, or a look on its way, reads it already.
     const shown = other ? analyses.get(other) : null;
     if (shown && !shown.starting && !shown.reading && !TERMINAL_STATES.has(operation.state)) {
-      refreshAnalysis(other).catch(() => lookAgain(shown));
+      refreshAnalysis(other);
     }
   });
 
@@ -576,10 +816,22 @@ export function mount(main) {
   async function tick() {
     const due = [...analyses].filter(([, entry]) => polled(entry)).map(([path]) => path);
     for (const path of due) analyses.get(path).lookWanted = false;
-    await Promise.all(due.map((path) => refreshAnalysis(path).catch(() => {})));
+    await Promise.all(due.map((path) => refreshAnalysis(path)));
     const live = [...analyses.values()].some((entry) => polled(entry) && entry.live);
     return live ? ANALYSIS_LIVE_POLL_MS : ANALYSIS_POLL_MS;
   }
+
+  // The stream open again after a drop (a gateway restarted, a network came back): a read
+  // that failed meanwhile may wait long for its turn, so every card reads again now.
+  window.addEventListener(LIVE_OPENED, (event) => {
+    if (!event.detail?.reopened) return;
+    for (const entry of analyses.values()) {
+      clearTimeout(entry.retryTimer);
+      entry.retryTimer = null;
+      entry.lookWanted = true;
+    }
+    poller.refresh();
+  });
 
   const poller = visiblePoller(tick, ANALYSIS_POLL_MS);
   window.addEventListener("hashchange", () => {

@@ -77,6 +77,8 @@ export function mount(main) {
   let target = targetFromHash(); // an operation a link asked for
   let targetShown = false;
   const cancelling = new Map(); // id -> name: cancels asked for here, until they end
+  const acting = new Set(); // "id:action" asked here and not answered yet: one request per intent
+  let moreFocus = null; // after "Show more": {index, limit} of the first card it brings, to focus
   const cancels = cancelDialogs(); // keyed by operation id
 
   replaceChildren(
@@ -171,7 +173,8 @@ export function mount(main) {
     }
   }
 
-  function render(page) {
+  // `asked`: the page size the answer was asked with.
+  function render(page, asked) {
     loaded = true;
     banner.hidden = true;
     section.setAttribute("aria-busy", "false");
@@ -212,8 +215,18 @@ export function mount(main) {
       }
     }
     more.hidden = !page.next_page_token || limit >= PAGE_MAX;
+    focusShownMore(asked);
     noticeFinished(page.items);
     announceCancelOutcomes(page.items);
+  }
+
+  // Focus on the first card "Show more" brought, once a load asked for them has answered:
+  // the button may be gone (nothing more to show), and focus must not fall to the page.
+  function focusShownMore(asked) {
+    if (!moreFocus || asked < moreFocus.limit) return;
+    const first = list.children[moreFocus.index] ?? list.lastElementChild;
+    moreFocus = null;
+    first?.querySelector(".op__title")?.focus();
   }
 
   // How a cancel asked for here ended, once it has: stopped, or too late.
@@ -326,13 +339,14 @@ export function mount(main) {
 
   // One poll; answers the delay before the next: short while any shown operation is live.
   async function load() {
-    const query = new URLSearchParams({ page_size: String(limit) });
+    const asked = limit;
+    const query = new URLSearchParams({ page_size: String(asked) });
     if (filter.value) query.set("state", filter.value);
     heardWhileLoading = [];
     try {
       const page = await api(`/api/operations?${query}`);
       names = await namesOf(page.items);
-      render(page);
+      render(page, asked);
       await showTarget(page.items);
       const loaded = new Map(page.items.map((operation) => [operation.id, operation.updated_at]));
       for (const operation of heardWhileLoading) {
@@ -381,7 +395,11 @@ export function mount(main) {
   }
 
   // `conflict` is what a 409 means for this action: the operation was not in a state for it.
+  // The second click of a double click, while the first one's request is on its way, asks nothing.
   async function act(operation, action, message, conflict = "This operation's state changed; the list is updated.") {
+    const key = `${operation.id}:${action}`;
+    if (acting.has(key)) return false;
+    acting.add(key);
     const card = cardOf(operation.id);
     try {
       const updated = await post(`/api/operations/${encodeURIComponent(operation.id)}/${action}`);
@@ -397,6 +415,7 @@ export function mount(main) {
       if (card) showCardError(card, text);
       return false;
     } finally {
+      acting.delete(key);
       lookNow();
     }
   }
@@ -407,6 +426,7 @@ export function mount(main) {
   // A new filter shows its first page afresh.
   function applyFilter() {
     limit = PAGE_STEP;
+    moreFocus = null;
     loaded = false;
     section.setAttribute("aria-busy", "true");
     lookNow();
@@ -438,7 +458,8 @@ export function mount(main) {
     lookNow();
   });
   more.addEventListener("click", () => {
-    limit = Math.min(PAGE_MAX, limit + PAGE_STEP);
+    moreFocus = { index: list.children.length, limit: Math.min(PAGE_MAX, limit + PAGE_STEP) };
+    limit = moreFocus.limit;
     lookNow();
   });
 
