@@ -29,7 +29,7 @@ from tests.support.gateway import (
 from tests.support.grpc_services import Services, metadata
 from tests.support.long_polls import refuse_long_polls
 from tests.support.signin import dev_sign_in
-from tests.support.workspace_client import create_job, entitle, snapshot_request
+from tests.support.workspace_client import create_cv, create_job, entitle, snapshot_request
 
 pytestmark = pytest.mark.browser
 Screenshot = Callable[[Page, str], Path]
@@ -39,6 +39,17 @@ DESKTOP = {"width": 1280, "height": 860}
 
 def sign_in(page: Page, gateway: LiveGateway, user: str) -> None:
     dev_sign_in(page, gateway.url, user)
+
+
+def named_job(services: Services, title: str) -> tuple[str, str]:
+    """An operation's subject: a job of Ada's titled `title` at Acme, as the page names it.
+    An id of no job would read as a deleted job (ADR 60)."""
+    return ("job", create_job(services.workspace, "ada", title=title))
+
+
+def named_cv(services: Services, filename: str) -> tuple[str, str]:
+    """An operation's subject: a CV of Ada's named `filename`."""
+    return ("attachment", create_cv(services.workspace, "ada", filename=filename))
 
 
 def card(page: Page, operation_id: str) -> Locator:
@@ -152,9 +163,9 @@ def test_sign_in_with_dev_login_then_with_a_token(
 def test_progress_moves_while_the_page_polls(
     page: Page, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
 ) -> None:
-    operation = create_operation(ui_services, "ada", subject=("job", "job-42"))
+    operation = create_operation(ui_services, "ada", subject=named_job(ui_services, "job-42"))
     queued = create_operation(
-        ui_services, "ada", task_type="cv.review", subject=("attachment", "cv-7")
+        ui_services, "ada", task_type="cv.review", subject=named_cv(ui_services, "cv-7")
     )
     claimed = claim(ui_services, ["strategy.snapshot"])
     heartbeat(ui_services, claimed, 15)
@@ -163,10 +174,10 @@ def test_progress_moves_while_the_page_polls(
     running = card(page, operation.id)
     expect(running.locator(".op__title")).to_have_text("Strategy snapshot")
     expect(running.locator(".state")).to_have_text("Running")
-    expect(running.locator(".op__subject")).to_have_text("job job-42")
-    progress = page.get_by_label("Progress of Strategy snapshot for job job-42")
+    expect(running.locator(".op__subject")).to_have_text("Job: job-42 at Acme")
+    progress = page.get_by_label("Progress of Strategy snapshot for job-42 at Acme")
     expect(progress).to_have_attribute("value", "15")
-    expect(card(page, queued.id).locator(".op__subject")).to_have_text("attachment cv-7")
+    expect(card(page, queued.id).locator(".op__subject")).to_have_text("CV: cv-7")
     expect(card(page, queued.id).locator(".state")).to_have_text("Queued")
 
     heartbeat(ui_services, claimed, 65)
@@ -193,14 +204,14 @@ def test_progress_moves_while_the_page_polls(
 def test_cancel_asks_first_then_shows_cancel_requested(
     page: Page, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
 ) -> None:
-    operation = create_operation(ui_services, "ada", subject=("job", "job-1"))
+    operation = create_operation(ui_services, "ada", subject=named_job(ui_services, "job-1"))
     claimed = claim(ui_services, ["strategy.snapshot"])
     queued = create_operation(
-        ui_services, "ada", task_type="cv.review", subject=("attachment", "a-9")
+        ui_services, "ada", task_type="cv.review", subject=named_cv(ui_services, "a-9")
     )
     sign_in(page, ui_gateway, "ada")
     running = card(page, operation.id)
-    cancel = page.get_by_role("button", name="Cancel Strategy snapshot for job job-1")
+    cancel = page.get_by_role("button", name="Cancel Strategy snapshot for job-1 at Acme")
 
     cancel.click()
     dialog = page.get_by_role("dialog", name="Cancel this operation?")
@@ -226,11 +237,15 @@ def test_cancel_asks_first_then_shows_cancel_requested(
     assert heartbeat(ui_services, claimed, 30) is True
     acknowledge_cancel(ui_services, claimed)
     expect(running.locator(".state")).to_have_text("Cancelled")
-    expect(page.get_by_role("button", name="Retry Strategy snapshot for job job-1")).to_be_visible()
+    expect(
+        page.get_by_role("button", name="Retry Strategy snapshot for job-1 at Acme")
+    ).to_be_visible()
     expect(running.locator(".op__note")).to_have_count(0)
-    expect(page.get_by_role("status")).to_have_text("Strategy snapshot for job job-1 cancelled.")
+    expect(page.get_by_role("status")).to_have_text(
+        "Strategy snapshot for job-1 at Acme cancelled."
+    )
 
-    page.get_by_role("button", name="Cancel CV review for attachment a-9").click()
+    page.get_by_role("button", name="Cancel CV review for a-9").click()
     page.get_by_role("button", name="Cancel operation").click()
     expect(card(page, queued.id).locator(".state")).to_have_text("Cancelled")
     expect(bell(page)).to_have_attribute("aria-label", "Notifications, 2 unread")
@@ -239,13 +254,13 @@ def test_cancel_asks_first_then_shows_cancel_requested(
 def test_a_cancel_after_the_work_finished_is_said_to_be_too_late(
     page: Page, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
 ) -> None:
-    operation = create_operation(ui_services, "ada", subject=("job", "job-late"))
+    operation = create_operation(ui_services, "ada", subject=named_job(ui_services, "job-late"))
     claimed = claim(ui_services, ["strategy.snapshot"])
     sign_in(page, ui_gateway, "ada")
     late = card(page, operation.id)
     expect(late.locator(".state")).to_have_text("Running")
 
-    page.get_by_role("button", name="Cancel Strategy snapshot for job job-late").click()
+    page.get_by_role("button", name="Cancel Strategy snapshot for job-late at Acme").click()
     page.get_by_role("button", name="Cancel operation").click()
     expect(late.locator(".state")).to_have_text("Cancelling")
     # The worker had already published its result: completing still succeeds.
@@ -256,7 +271,7 @@ def test_a_cancel_after_the_work_finished_is_said_to_be_too_late(
         "The cancel came too late: the work had already finished."
     )
     expect(page.get_by_role("status")).to_have_text(
-        "Strategy snapshot for job job-late succeeded: the cancel came too late,"
+        "Strategy snapshot for job-late at Acme succeeded: the cancel came too late,"
         " it had already finished."
     )
     expect(late.get_by_role("link", name="View result")).to_be_visible()
@@ -273,16 +288,17 @@ def test_a_cancel_after_the_work_finished_is_said_to_be_too_late(
 def test_a_cancel_dialog_whose_operation_ends_says_so_and_focus_stays_on_its_card(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
-    operation = create_operation(ui_services, "ada", subject=("job", "job-ends"))
+    operation = create_operation(ui_services, "ada", subject=named_job(ui_services, "job-ends"))
     claimed = claim(ui_services, ["strategy.snapshot"])
     sign_in(page, ui_gateway, "ada")
-    page.get_by_role("button", name="Cancel Strategy snapshot for job job-ends").click()
+    page.get_by_role("button", name="Cancel Strategy snapshot for job-ends at Acme").click()
     dialog = page.get_by_role("dialog", name="Cancel this operation?")
-    expect(dialog).to_contain_text("Strategy snapshot for job job-ends will stop.")
+    expect(dialog).to_contain_text("Strategy snapshot for job-ends at Acme will stop.")
 
     complete(ui_services, claimed)  # it finishes while the question is open
     expect(dialog).to_contain_text(
-        "Strategy snapshot for job job-ends has already finished: there is nothing left to stop."
+        "Strategy snapshot for job-ends at Acme has already finished:"
+        " there is nothing left to stop."
     )
     expect(dialog.get_by_role("button", name="Cancel operation")).to_have_count(0)
     close = dialog.get_by_role("button", name="Close")
@@ -298,18 +314,20 @@ def test_a_cancel_dialog_whose_operation_ends_says_so_and_focus_stays_on_its_car
 def test_an_operation_that_ends_under_the_keyboard_keeps_focus_on_its_card(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
-    failing = create_operation(ui_services, "ada", subject=("job", "job-fails"), max_attempts=1)
+    failing = create_operation(
+        ui_services, "ada", subject=named_job(ui_services, "job-fails"), max_attempts=1
+    )
     claimed = claim(ui_services, ["strategy.snapshot"])
     sign_in(page, ui_gateway, "ada")
-    page.get_by_role("button", name="Cancel Strategy snapshot for job job-fails").focus()
+    page.get_by_role("button", name="Cancel Strategy snapshot for job-fails at Acme").focus()
     fail(ui_services, claimed)
     expect(card(page, failing.id).locator(".state")).to_have_text("Failed")
-    retry = page.get_by_role("button", name="Retry Strategy snapshot for job job-fails")
+    retry = page.get_by_role("button", name="Retry Strategy snapshot for job-fails at Acme")
     expect(retry).to_be_focused()
 
-    done = create_operation(ui_services, "ada", subject=("job", "job-done"))
+    done = create_operation(ui_services, "ada", subject=named_job(ui_services, "job-done"))
     claimed = claim(ui_services, ["strategy.snapshot"])
-    page.get_by_role("button", name="Cancel Strategy snapshot for job job-done").focus()
+    page.get_by_role("button", name="Cancel Strategy snapshot for job-done at Acme").focus()
     complete(ui_services, claimed)
     link = card(page, done.id).get_by_role("link", name=re.compile("^View result"))
     expect(link).to_be_focused()
@@ -319,18 +337,18 @@ def test_each_result_link_names_its_operation(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
     for job in ("job-a", "job-b"):
-        create_operation(ui_services, "ada", subject=("job", job))
+        create_operation(ui_services, "ada", subject=named_job(ui_services, job))
         complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
     sign_in(page, ui_gateway, "ada")
     for job in ("job-a", "job-b"):
-        name = f"View result: Strategy snapshot for job {job}"
+        name = f"View result: Strategy snapshot for {job} at Acme"
         expect(page.get_by_role("link", name=name, exact=True)).to_be_visible()
 
 
 def test_the_page_works_from_the_keyboard_on_a_phone(
     browser: Browser, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
 ) -> None:
-    operation = create_operation(ui_services, "ada", subject=("job", "job-phone"))
+    operation = create_operation(ui_services, "ada", subject=named_job(ui_services, "job-phone"))
     claim(ui_services, ["strategy.snapshot"])
     context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
     try:
@@ -341,7 +359,7 @@ def test_the_page_works_from_the_keyboard_on_a_phone(
         assert overflow <= 0, f"the page scrolls sideways by {overflow}px"
         screenshot(page, "08-phone")
 
-        label = "Cancel Strategy snapshot for job job-phone"
+        label = "Cancel Strategy snapshot for job-phone at Acme"
         for _ in range(40):
             page.keyboard.press("Tab")
             if page.evaluate("document.activeElement.getAttribute('aria-label')") == label:
@@ -421,7 +439,7 @@ def test_bell_follows_read_and_dismiss_at_once(
     page: Page, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
 ) -> None:
     for subject in ("job-a", "job-b"):
-        create_operation(ui_services, "ada", subject=("job", subject))
+        create_operation(ui_services, "ada", subject=named_job(ui_services, subject))
         complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
     create_operation(ui_services, "ada", task_type="cv.review", subject=("attachment", "cv-1"))
     counts = count_requests(page, "/api/notifications/unread-count")
@@ -432,7 +450,7 @@ def test_bell_follows_read_and_dismiss_at_once(
     expect(page.locator(".note--unread")).to_have_count(2)
     # Each button says which notification it is for; no line sends the reader to this page.
     for job in ("job-a", "job-b"):
-        mark = re.compile(rf"^Mark read: Strategy snapshot is ready \(job {job}, ")
+        mark = re.compile(rf"^Mark read: Strategy snapshot is ready \({job} at Acme, ")
         expect(page.get_by_role("button", name=mark)).to_have_count(1)
     expect(page.get_by_text("Open your operations to see it.")).to_have_count(0)
     screenshot(page, "06-notifications")
@@ -707,7 +725,7 @@ def test_operations_poll_only_while_the_page_is_shown(page: Page, ui_gateway: Li
 def test_a_live_operation_is_followed_by_the_event_stream_while_the_list_polls_slowly(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
-    operation = create_operation(ui_services, "ada", subject=("job", "job-follow"))
+    operation = create_operation(ui_services, "ada", subject=named_job(ui_services, "job-follow"))
     claimed = claim(ui_services, ["strategy.snapshot"])
     polls = timed_requests(page, "/api/operations")
     streams: list[Request] = []
@@ -722,7 +740,7 @@ def test_a_live_operation_is_followed_by_the_event_stream_while_the_list_polls_s
     assert streams, "no event stream"
 
     heartbeat(ui_services, claimed, 65)
-    progress = page.get_by_label("Progress of Strategy snapshot for job job-follow")
+    progress = page.get_by_label("Progress of Strategy snapshot for job-follow at Acme")
     expect(progress).to_have_attribute("value", "65", timeout=1000)  # before the next list poll
     complete(ui_services, claimed)
     expect(running.locator(".state")).to_have_text("Succeeded", timeout=1000)
@@ -767,7 +785,7 @@ def test_a_change_the_stream_tells_while_the_list_loads_is_not_loaded_twice(
     """The stream opens as the list's first load is on its way: the changes it tells then,
     which that load shows (or a later one), ask for no second load (only one it does not
     show would), and the older one does not set the card back."""
-    operation = create_operation(ui_services, "ada", subject=("job", "job-early"))
+    operation = create_operation(ui_services, "ada", subject=named_job(ui_services, "job-early"))
     claimed = claim(ui_services, ["strategy.snapshot"])
     page.add_init_script(
         "window.heard = [];"
@@ -787,7 +805,7 @@ def test_a_change_the_stream_tells_while_the_list_loads_is_not_loaded_twice(
     wait_until_heard(page, 60)
     held[0].continue_()  # reads 60, with 40 and 60 heard on its way
     running = card(page, operation.id)
-    progress = page.get_by_label("Progress of Strategy snapshot for job job-early")
+    progress = page.get_by_label("Progress of Strategy snapshot for job-early at Acme")
     expect(progress).to_have_attribute("value", "60")
     expect(running.locator(".state")).to_have_text("Running")
     page.wait_for_timeout(1000)
@@ -799,7 +817,7 @@ def test_when_the_long_poll_fails_the_list_polls_fast_while_one_is_live(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
     refuse_long_polls(page)
-    operation = create_operation(ui_services, "ada", subject=("job", "job-pace"))
+    operation = create_operation(ui_services, "ada", subject=named_job(ui_services, "job-pace"))
     claimed = claim(ui_services, ["strategy.snapshot"])
     polls = timed_requests(page, "/api/operations")
     sign_in(page, ui_gateway, "ada")
@@ -811,9 +829,9 @@ def test_when_the_long_poll_fails_the_list_polls_fast_while_one_is_live(
     assert all(gap < 1500 for gap in live), f"gaps while running: {live}"
 
     heartbeat(ui_services, claimed, 55)
-    expect(page.get_by_label("Progress of Strategy snapshot for job job-pace")).to_have_attribute(
-        "value", "55"
-    )
+    expect(
+        page.get_by_label("Progress of Strategy snapshot for job-pace at Acme")
+    ).to_have_attribute("value", "55")
     complete(ui_services, claimed)
     expect(running.locator(".state")).to_have_text("Succeeded")
     settled = len(polls)
@@ -827,9 +845,9 @@ def test_the_pace_slows_once_the_last_live_operation_is_cancelled(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
     refuse_long_polls(page)  # else it is followed and the list never polls fast
-    finished = create_operation(ui_services, "ada", subject=("job", "job-done"))
+    finished = create_operation(ui_services, "ada", subject=named_job(ui_services, "job-done"))
     complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
-    queued = create_operation(ui_services, "ada", subject=("job", "job-waiting"))
+    queued = create_operation(ui_services, "ada", subject=named_job(ui_services, "job-waiting"))
     polls = timed_requests(page, "/api/operations")
     sign_in(page, ui_gateway, "ada")
     expect(card(page, finished.id).locator(".state")).to_have_text("Succeeded")
@@ -838,7 +856,7 @@ def test_the_pace_slows_once_the_last_live_operation_is_cancelled(
     live = gaps_ms(polls[:3])
     assert all(gap < 1500 for gap in live), f"gaps while one is queued: {live}"
 
-    page.get_by_role("button", name="Cancel Strategy snapshot for job job-waiting").click()
+    page.get_by_role("button", name="Cancel Strategy snapshot for job-waiting at Acme").click()
     page.get_by_role("button", name="Cancel operation").click()
     expect(card(page, queued.id).locator(".state")).to_have_text("Cancelled")
     page.wait_for_timeout(300)  # the poll the cancel asked for has answered

@@ -60,8 +60,9 @@ def test_operations_and_the_cancel_dialog_name_the_subject(
     sign_in(page, ui_gateway, "ada")
     expect(card(page, snapshot.id).locator(".op__subject")).to_have_text("Job: Engineer at Acme")
     expect(card(page, review.id).locator(".op__subject")).to_have_text("CV: cv.txt")
-    # Another owner's job is not readable through Ada's workspace: only its reference shows.
-    expect(card(page, foreign.id).locator(".op__subject")).to_have_text(f"job {other_job}")
+    # Another owner's job is not readable through Ada's workspace: its read is the 404 of a
+    # deleted one (ADR 60), and that is all she is told of it.
+    expect(card(page, foreign.id).locator(".op__subject")).to_have_text("A deleted job")
     expect(card(page, foreign.id)).not_to_contain_text("Engineer")
     screenshot(page, "40-operations-named")
 

@@ -11,6 +11,7 @@ export class ApiError extends Error {
     this.code = problem.code || "error";
     this.field = problem.field ?? null; // the request's field it is about, when it is one
     this.retryAfter = problem.retryAfter ?? null;
+    this.operationId = problem.operation_id ?? null; // the analysis a 409 analysis_active names
   }
 }
 
@@ -58,4 +59,8 @@ export function post(path, options = {}) {
 
 export function put(path, options = {}) {
   return api(path, { ...options, method: "PUT" });
+}
+
+export function del(path, options = {}) {
+  return api(path, { ...options, method: "DELETE" });
 }

@@ -1,11 +1,12 @@
 // One operation as a card, updated in place so focus and scroll survive each poll.
 // Its subject shows by name (the job's title and company, the CV's filename) when
-// the page could read it from the workspace, else by its reference.
+// the page could read it from the workspace, "A deleted job" when it is gone, else by its
+// reference.
 
 import { h, replaceChildren } from "./dom.js";
 import { TERMINAL_STATES, cancelCameTooLate, formatTime, stateLabel, subjectLabel, taskLabel } from "./format.js";
 import { usageLine } from "./provenance.js";
-import { kindLabel } from "./subjects.js";
+import { kindLabel, wasDeleted } from "./subjects.js";
 import { task } from "./tasks.js";
 
 const CANCELLABLE = new Set(["queued", "running", "waiting_for_retry", "waiting_for_external_fallback"]);
@@ -16,7 +17,7 @@ export const TOO_LATE_NOTE = "The cancel came too late: the work had already fin
 export function actionsOf(operation) {
   const actions = [];
   if (CANCELLABLE.has(operation.state) && !operation.cancel_requested) actions.push("cancel");
-  if (RETRYABLE.has(operation.state)) actions.push("retry");
+  if (RETRYABLE.has(operation.state) && !wasDeleted(operation.subject)) actions.push("retry"); // its subject is gone: admission would refuse it
   return actions;
 }
 
@@ -91,10 +92,11 @@ function buttons(operation, name, handlers) {
 }
 
 // Registered tasks publish their result on the jobs page, next to their subject; the
-// link names the operation, so a past run opens its own result, not the newest.
+// link names the operation, so a past run opens its own result, not the newest. A deleted
+// subject's results went with it: none to open.
 export function resultHref(operation) {
   const known = task(operation.task_type);
-  if (!known || operation.state !== "succeeded" || !operation.subject?.id) return null;
+  if (!known || operation.state !== "succeeded" || !operation.subject?.id || wasDeleted(operation.subject)) return null;
   return `/jobs?result=${encodeURIComponent(operation.id)}#${known.subject.name}-${encodeURIComponent(operation.subject.id)}`;
 }
 
@@ -117,6 +119,7 @@ export function operationAnchor(operationId) {
 
 function subjectLine(operation, subjectName) {
   const kind = kindLabel(operation.subject?.type);
+  if (wasDeleted(operation.subject)) return h("span", { class: "op__subject-deleted" }, `A deleted ${kind}`);
   if (subjectName) {
     return [
       h("span", { class: "op__subject-type" }, `${kind.charAt(0).toUpperCase()}${kind.slice(1)}:`),

@@ -1,6 +1,8 @@
 // What an operation is about, by name: operations and notifications keep only an
 // opaque reference ({type, id}); the page asks the owner's own workspace API for
-// the job's title and company or the CV's filename, once per subject.
+// the job's title and company or the CV's filename, once per subject. A subject the
+// workspace no longer has (404) was deleted: its finished operations and notifications
+// stay (ADR 60), and name it "a deleted job", "a deleted CV".
 
 import { api } from "./api.js";
 import { TASKS } from "./tasks.js";
@@ -23,12 +25,14 @@ function kindOf(type) {
   return null;
 }
 
-function collectionOf(type) {
+// The API collection of a subject kind: "/api/jobs", "/api/attachments".
+export function collectionOf(type) {
   const entry = TASKS.find((candidate) => candidate.subject.name === type);
   return entry ? entry.path.slice(0, entry.path.indexOf("/{id}")) : null;
 }
 
 const names = new Map(); // "type:id" -> Promise<string | null>
+const deleted = new Set(); // "type:id" of the subjects found gone, or deleted from this page
 const listed = new Map(); // type -> Promise<void>: the first page of the collection, once
 
 function key(type, id) {
@@ -51,7 +55,14 @@ function listOnce(type) {
   return listed.get(type);
 }
 
-// The subject's name, or null when it is not the caller's (any more) or cannot be read.
+// How a page names a subject that is gone: "a deleted job", "a deleted CV".
+function deletedName(type) {
+  return `a deleted ${kindLabel(type)}`;
+}
+
+// The subject's name; "a deleted job" when the workspace answers 404 (an operation's
+// subject was its owner's when it was admitted, so a 404 means it has been deleted since);
+// null when it cannot be read now (asked again next time) or is of no kind the page names.
 export async function subjectName(subject) {
   const type = subject?.type;
   const id = subject?.id;
@@ -62,12 +73,28 @@ export async function subjectName(subject) {
     const read = api(`${collectionOf(type)}/${encodeURIComponent(id)}`)
       .then((row) => NAMERS[type](row))
       .catch((error) => {
-        if (error.status !== 404) names.delete(cacheKey); // try again next time
+        if (error.status === 404) {
+          deleted.add(cacheKey);
+          return deletedName(type);
+        }
+        names.delete(cacheKey); // try again next time
         return null;
       });
     names.set(cacheKey, read);
   }
   return names.get(cacheKey);
+}
+
+// Whether `subject` is known to be gone: its name is then "a deleted …", and nothing of
+// it (a result made from it) can be opened any more.
+export function wasDeleted(subject) {
+  return Boolean(subject && deleted.has(key(subject.type, subject.id)));
+}
+
+// A subject this page deleted, or found gone: named as deleted from now on.
+export function forgetSubject(type, id) {
+  deleted.add(key(type, id));
+  names.set(key(type, id), Promise.resolve(deletedName(type)));
 }
 
 // Names for many subjects at once: Map "type:id" -> name (or null).

@@ -15,11 +15,13 @@
 // again, later each time, and at once when the stream reconnects; until it succeeds the
 // page says its updates are paused. Jobs load a page at a time ("Show more jobs"); every
 // CV is read (each is offered as the CV to compare with), and shown a step at a time.
+// Each job and CV is deleted from its card (delete-subject.js), and forgotten here.
 
 import { api, post, put } from "../api.js";
 import { cancelDialogs } from "../dialog.js";
 import { h, replaceChildren } from "../dom.js";
 import { createAnalysisView, isActive, isLiveAnswer } from "../analysis-view.js";
+import { subjectDeleter } from "../delete-subject.js";
 import { budgetChanged, notificationsChanged } from "../events.js";
 import { field, markRefusedField } from "../fields.js";
 import { createFollower } from "../follow.js";
@@ -116,6 +118,7 @@ export function mount(main) {
   let cvsShown = CVS_STEP;
   const cancels = cancelDialogs(); // keyed by analysis entry
   const linkNotice = h("p", { class: "notice", role: "alert", hidden: true }); // a link's result not shown
+  const deleter = subjectDeleter({ headings: { job: "jobs-heading", attachment: "cvs-heading" }, onGone: forget });
   const readTrouble = h("div", { class: "banner", role: "alert", hidden: true }); // reads failing: updates paused
   const moreJobs = h("button", { type: "button", class: "button button--quiet", hidden: true }, "Show more jobs");
   const moreJobsError = formError();
@@ -428,7 +431,8 @@ export function mount(main) {
     select.value = rows[kindName].some((row) => row.id === chosen) ? chosen : "";
   }
 
-  // More jobs loaded: each card's choice of a job offers them too, its choice kept.
+  // The rows of a kind changed (more jobs loaded, one deleted): each card's choice offers
+  // them, its choice kept while its row is there.
   function refreshReferences(kindName) {
     optionTemplates.delete(kindName);
     for (const select of document.querySelectorAll(`select[data-kind="${kindName}"]`)) fillReferences(select, select.value);
@@ -622,6 +626,7 @@ export function mount(main) {
         h("div", { class: "item__description-text", dir: "auto" }, job.description),
       ),
       analysisBlocks("job", job),
+      deleter.control("job", job.id, name),
     );
   }
 
@@ -632,7 +637,22 @@ export function mount(main) {
       h("h3", { dir: "auto", tabindex: "-1" }, cv.filename),
       h("p", { class: "hint" }, `${formatNumber(cv.text_length)} characters`),
       analysisBlocks("attachment", cv),
+      deleter.control("attachment", cv.id, rowName("attachment", cv)),
     );
+  }
+
+  // A job or CV deleted, or found gone: no choice offers it and no poll reads its analyses.
+  // The results made with it went too (ADR 60), so every other card reads its own again.
+  function forget(kind, id) {
+    rows[kind] = rows[kind].filter((row) => row.id !== id);
+    if (kind === "attachment") cvsShown -= 1; // its card was one of those shown
+    for (const known of tasksFor(kind)) {
+      clearTimeout(analyses.get(taskPath(known, id))?.retryTimer);
+      analyses.delete(taskPath(known, id));
+    }
+    refreshReferences(kind);
+    for (const entry of analyses.values()) lookAgain(entry);
+    if (rows[kind].length === 0 && !(kind === "job" && jobsNext)) (kind === "job" ? renderJobs : renderCvs)(); // says how to add one
   }
 
   function renderJobs() {
