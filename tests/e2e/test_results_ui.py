@@ -62,6 +62,44 @@ def job_item(page: Page, job_id: str) -> Locator:
     return page.locator(f"#job-{job_id}")
 
 
+def test_an_end_heard_while_the_starts_look_is_on_its_way_is_shown(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """The start's first look at its run is answered from before the run ended, and the
+    stream's news of the end comes while that look is on its way: the card read again
+    (CI once left it "Running" for good: the news was dropped as "a look reads it")."""
+    entitle(ui_services.db, "alice")
+    job_id = create_job(ui_services.workspace, "alice")
+    open_jobs(page, ui_gateway, "alice")
+    job = job_item(page, job_id)
+    expect(job.get_by_role("button", name="Start strategy snapshot")).to_be_visible()
+    page.evaluate(
+        """window.addEventListener("live:operation", (event) => {
+            if (event.detail.operation.state === "succeeded") window.endHeard = true;
+        })"""
+    )
+    held: list[tuple[Route, Any]] = []
+
+    def hold_the_first_look(route: Route) -> None:
+        if route.request.method == "GET" and not held:
+            held.append((route, route.fetch()))  # answered now, before the run ends
+        else:
+            route.continue_()
+
+    page.route(f"**/api/jobs/{job_id}/strategy-snapshot", hold_the_first_look)
+    job.get_by_role("button", name="Start strategy snapshot").click()
+    for _ in range(100):  # the handler runs while the page waits
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert held, "the start's look never came"
+    finish_snapshot(ui_services)
+    page.wait_for_function("window.endHeard === true")
+    route, stale = held[0]
+    route.fulfill(response=stale)
+    expect(job.get_by_text("Fit: 82")).to_be_visible()
+
+
 # ---- results stay put ------------------------------------------------------------------------
 
 

@@ -824,9 +824,18 @@ export function mount(main) {
     }
     const known = taskNamed(operation.task_type);
     const other = known ? taskPath(known, operation.subject.id) : null;
-    // A start of this tab's, or a look on its way, reads it already.
     const shown = other ? analyses.get(other) : null;
-    if (shown && !shown.starting && !shown.reading && !TERMINAL_STATES.has(operation.state)) {
+    if (!shown) return;
+    const ended = TERMINAL_STATES.has(operation.state);
+    if (shown.starting || shown.reading) {
+      // A look on its way reads this change, unless it was answered before the change
+      // committed: a move then comes again by the stream, an end never does. One more look
+      // after it, for an end.
+      if (ended) {
+        shown.lookWanted = true;
+        poller.refresh();
+      }
+    } else if (!ended) {
       refreshAnalysis(other);
     }
   });
