@@ -4,6 +4,7 @@ metrics on ``OPS_GATEWAY_METRICS_BIND`` when set. SIGTERM or SIGINT stops it
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import structlog
@@ -48,6 +49,10 @@ def run(settings: Settings) -> None:
         timeout_graceful_shutdown=STOP_GRACE_SECONDS,
     )
     server = GatewayServer(config, app.state.draining)
-    server.run()
+    # After its graceful stop uvicorn raises the signal that stopped it again, for the
+    # handler it had replaced; a SIGINT then reaches asyncio's runner as KeyboardInterrupt
+    # if the serving task has not quite returned. The stop is done: that is no error.
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
     if not server.started:
         sys.exit(STARTUP_FAILURE)  # as ``uvicorn.run``: its log line says why
