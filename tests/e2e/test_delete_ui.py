@@ -19,8 +19,7 @@ from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
 from durable_ops.model.scope import Role
 from tests.support.gateway import LiveGateway, claim, complete, create_operation, publish
 from tests.support.grpc_services import Services, metadata
-from tests.support.jobs_page import JOBS
-from tests.support.signin import dev_sign_in
+from tests.support.jobs_page import JOBS, open_jobs
 from tests.support.workspace_client import (
     ANSWER,
     create_cv,
@@ -53,11 +52,6 @@ def refuse_deletes(route: Route) -> None:
         route.continue_()
 
 
-def open_jobs(page: Page, gateway: LiveGateway, user: str) -> None:
-    dev_sign_in(page, gateway.url, user)
-    page.goto(f"{gateway.url}/jobs")
-
-
 def state_of(services: Services, owner: str, operation_id: str) -> int:
     reply: ops_pb.Operation = services.operations.GetOperation(
         ops_pb.GetOperationRequest(operation_id=operation_id),
@@ -82,7 +76,7 @@ def test_delete_a_job_asks_first_and_escape_keeps_it(
 ) -> None:
     first = create_job(ui_services.workspace, "ada", title="First")
     create_job(ui_services.workspace, "ada", title="Second")
-    open_jobs(page, ui_gateway, "ada")
+    open_jobs(page, ui_gateway.url, "ada")
     expect(page.locator(JOBS)).to_have_count(2)
 
     delete = page.get_by_role("button", name="Delete job: First at Acme")
@@ -117,7 +111,7 @@ def test_an_analysis_under_way_is_cancelled_first_then_the_job_goes(
     publish(ui_services, claimed, ANSWER)
     complete(ui_services, claimed)
     queued = create_operation(ui_services, "ada", subject=("job", job_id), key="queued")
-    open_jobs(page, ui_gateway, "ada")
+    open_jobs(page, ui_gateway.url, "ada")
 
     delete = confirm_delete(page, "job", "Engineer at Acme")
     blocker = page.locator(f"#job-{job_id} .item__delete")
@@ -175,7 +169,7 @@ def test_a_deleted_cv_leaves_every_choice_and_what_was_made_with_it(
     claimed = claim(ui_services, ["strategy.snapshot"])
     publish(ui_services, claimed, ANSWER)
     complete(ui_services, claimed)
-    open_jobs(page, ui_gateway, "ada")
+    open_jobs(page, ui_gateway.url, "ada")
     job = page.locator(f"#job-{job_id}")
     expect(job.get_by_text("Fit: 82")).to_be_visible()
     choice = job.get_by_role("combobox", name="CV to compare with")

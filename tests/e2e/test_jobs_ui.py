@@ -26,7 +26,7 @@ from tests.support.gateway import (
     publish,
 )
 from tests.support.grpc_services import Services, metadata
-from tests.support.jobs_page import JOBS, add_job
+from tests.support.jobs_page import JOBS, add_job, open_jobs
 from tests.support.long_polls import refuse_long_polls
 from tests.support.signin import dev_sign_in
 from tests.support.workspace_client import (
@@ -53,8 +53,7 @@ def test_start_a_strategy_snapshot_and_read_its_result(
     page: Page, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
 ) -> None:
     entitle(ui_services.db, "alice")
-    dev_sign_in(page, ui_gateway.url, "alice")
-    page.goto(f"{ui_gateway.url}/jobs")
+    open_jobs(page, ui_gateway.url, "alice")
     expect(page.get_by_text("Plan: Pro")).to_be_visible()
 
     cv_form = page.get_by_role("form", name="Add a CV")
@@ -101,8 +100,7 @@ def open_job_with_a_snapshot(page: Page, gateway: LiveGateway, services: Service
     as no AI worker runs in these tests."""
     entitle(services.db, "alice")
     create_job(services.workspace, "alice")
-    dev_sign_in(page, gateway.url, "alice")
-    page.goto(f"{gateway.url}/jobs")
+    open_jobs(page, gateway.url, "alice")
     job = page.locator("ol[aria-label='Your jobs'] li.item")
     expect(job).to_have_count(1)
     job.get_by_role("button", name="Start strategy snapshot").click()
@@ -178,8 +176,7 @@ def test_starting_an_analysis_already_under_way_or_scheduled_says_so(
     later = snapshot_request(scheduled_job)
     later.not_before.FromDatetime(datetime.now(UTC) + timedelta(days=2))
     ui_services.admission.Admit(later, metadata=metadata(Role.GATEWAY, "alice"))
-    dev_sign_in(page, ui_gateway.url, "alice")
-    page.goto(f"{ui_gateway.url}/jobs")
+    open_jobs(page, ui_gateway.url, "alice")
 
     job = page.locator(f"#job-{now_job}")
     start = job.get_by_role("button", name="Start strategy snapshot")
@@ -372,8 +369,7 @@ def test_a_cancel_whose_answer_comes_after_the_long_polls_looks_once(
 
 
 def test_without_pro_the_refusal_is_shown(page: Page, ui_gateway: LiveGateway) -> None:
-    dev_sign_in(page, ui_gateway.url, "carol")
-    page.goto(f"{ui_gateway.url}/jobs")
+    open_jobs(page, ui_gateway.url, "carol")
     expect(page.get_by_text("Free (AI analyses need Pro)")).to_be_visible()
     job_form = page.get_by_role("form", name="Add a job posting")
     job_form.get_by_label("Title").fill("Engineer")
@@ -388,8 +384,7 @@ def test_help_text_describes_its_field_and_is_no_part_of_its_name(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
     entitle(ui_services.db, "dana")
-    dev_sign_in(page, ui_gateway.url, "dana")
-    page.goto(f"{ui_gateway.url}/jobs")
+    open_jobs(page, ui_gateway.url, "dana")
     privacy = page.get_by_role("combobox", name="Privacy", exact=True)
     expect(privacy).to_have_accessible_description(
         "External models see your text only when you allow it."
@@ -401,8 +396,7 @@ def test_help_text_describes_its_field_and_is_no_part_of_its_name(
 def test_the_field_the_server_refused_is_marked_invalid_until_it_is_edited(
     page: Page, ui_gateway: LiveGateway
 ) -> None:
-    dev_sign_in(page, ui_gateway.url, "carol")
-    page.goto(f"{ui_gateway.url}/jobs")
+    open_jobs(page, ui_gateway.url, "carol")
     form = page.get_by_role("form", name="Add a job posting")
     form.get_by_label("Title").fill("Engineer")
     description = form.get_by_label("Description")
@@ -450,8 +444,7 @@ def test_past_the_daily_budget_the_page_says_why(
         lambda tx: budgets.set_override(tx, 1_000, set_by="test", now=datetime.now(UTC)),
         owner_id="dana",
     )
-    dev_sign_in(page, ui_gateway.url, "dana")
-    page.goto(f"{ui_gateway.url}/jobs")
+    open_jobs(page, ui_gateway.url, "dana")
     expect(page.locator("#ai-budget")).to_have_text(
         "0 of 1,000 tokens used today; the budget renews at 00:00 UTC."
     )
@@ -525,8 +518,7 @@ def test_a_double_click_adds_one_job_and_one_cv(page: Page, ui_gateway: LiveGate
         "request",
         lambda r: created.append(r.url) if r.method == "POST" and "/api/" in r.url else None,
     )
-    dev_sign_in(page, ui_gateway.url, "carol")
-    page.goto(f"{ui_gateway.url}/jobs")
+    open_jobs(page, ui_gateway.url, "carol")
     job_form = page.get_by_role("form", name="Add a job posting")
     job_form.get_by_label("Title").fill("Engineer")
     job_form.get_by_label("Description").fill(JOB_TEXT)
@@ -659,8 +651,7 @@ def test_starting_from_the_keyboard_keeps_focus_on_the_start_button(
 ) -> None:
     entitle(ui_services.db, "alice")
     create_job(ui_services.workspace, "alice")
-    dev_sign_in(page, ui_gateway.url, "alice")
-    page.goto(f"{ui_gateway.url}/jobs")
+    open_jobs(page, ui_gateway.url, "alice")
     job = page.locator(JOBS)
     start = job.get_by_role("button", name="Start strategy snapshot")
     start.focus()
@@ -677,8 +668,7 @@ def test_each_cards_controls_say_which_job_or_cv_they_are_for(
     for title in ("Engineer", "Designer"):
         create_job(ui_services.workspace, "alice", title=title)
     create_cv(ui_services.workspace, "alice")
-    dev_sign_in(page, ui_gateway.url, "alice")
-    page.goto(f"{ui_gateway.url}/jobs")
+    open_jobs(page, ui_gateway.url, "alice")
     expect(page.locator(JOBS)).to_have_count(2)
     for title in ("Engineer", "Designer"):
         name = f"{title} at Acme"
@@ -709,8 +699,7 @@ def test_changing_privacy_is_confirmed_and_said_as_switching_ai_is(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
     entitle(ui_services.db, "dana")
-    dev_sign_in(page, ui_gateway.url, "dana")
-    page.goto(f"{ui_gateway.url}/jobs")
+    open_jobs(page, ui_gateway.url, "dana")
     privacy = page.get_by_role("combobox", name="Privacy", exact=True)
     expect(privacy).to_have_value("local_only")
 
@@ -744,8 +733,7 @@ def test_show_more_lists_older_jobs_and_cvs_and_every_cv_is_offered(
     for n in range(50):
         create_job(ui_services.workspace, "alice", title=f"Job {n}")
         create_cv(ui_services.workspace, "alice", filename=f"cv-{n}.txt")
-    dev_sign_in(page, ui_gateway.url, "alice")
-    page.goto(f"{ui_gateway.url}/jobs")
+    open_jobs(page, ui_gateway.url, "alice")
     jobs = page.locator(JOBS)
     cvs = page.locator("#cvs-heading ~ ol li.item")
     expect(jobs).to_have_count(50)

@@ -29,10 +29,9 @@ import pytest
 from playwright.sync_api import Locator, Page, Request, expect
 
 from durable_ops.up import grant_ai
-from tests.support.jobs_page import JOBS, add_job
+from tests.support.jobs_page import JOBS, add_job, open_jobs
 from tests.support.long_polls import refuse_long_polls
 from tests.support.product import Product, opsctl_up, product_env
-from tests.support.signin import dev_sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 Screenshot = Callable[[Page, str], Path]
@@ -68,8 +67,7 @@ def user(database_url: str, product: Product) -> str:
 
 
 def _start_snapshot(page: Page, product: Product, user: str) -> Locator:
-    dev_sign_in(page, product.url.rstrip("/"), user)
-    page.goto(f"{product.url.rstrip('/')}/jobs")
+    open_jobs(page, product.url.rstrip("/"), user)
     job = add_job(page, "Platform engineer", "Acme")
     job.get_by_role("button", name="Start strategy snapshot").click()
     return job
@@ -152,8 +150,7 @@ def test_the_page_polls_when_the_long_poll_fails(page: Page, product: Product, u
 def test_the_answer_appears_as_it_is_written_and_a_second_tab_sees_the_run_at_once(
     page: Page, product: Product, user: str, screenshot: Screenshot
 ) -> None:
-    dev_sign_in(page, product.url.rstrip("/"), user)
-    page.goto(f"{product.url.rstrip('/')}/jobs")
+    open_jobs(page, product.url.rstrip("/"), user)
     job = add_job(page, "Data engineer", "Initech")
     other = page.context.new_page()  # the same user's second tab, open before the run
     other.goto(f"{product.url.rstrip('/')}/jobs")

@@ -18,8 +18,7 @@ from playwright.sync_api import Locator, Page, Route, expect
 from durable_ops.storage import workspace
 from tests.support.gateway import Claimed, LiveGateway, claim, complete, publish
 from tests.support.grpc_services import Services
-from tests.support.jobs_page import JOBS, add_job
-from tests.support.signin import dev_sign_in
+from tests.support.jobs_page import JOBS, add_job, open_jobs
 from tests.support.workspace_client import create_cv, create_job, entitle
 
 pytestmark = pytest.mark.browser
@@ -46,11 +45,6 @@ AD = (
 DEV_MODEL = {"provider": "127.0.0.1", "model": "dev-heuristic", "route": "local"}
 
 
-def open_jobs(page: Page, gateway: LiveGateway, user: str) -> None:
-    dev_sign_in(page, gateway.url, user)
-    page.goto(f"{gateway.url}/jobs")
-
-
 def finish_snapshot(services: Services) -> Claimed:
     claimed = claim(services, ["strategy.snapshot"])
     publish(services, claimed, SNAPSHOT)
@@ -70,7 +64,7 @@ def test_an_end_heard_while_the_starts_look_is_on_its_way_is_shown(
     (CI once left it "Running" for good: the news was dropped as "a look reads it")."""
     entitle(ui_services.db, "alice")
     job_id = create_job(ui_services.workspace, "alice")
-    open_jobs(page, ui_gateway, "alice")
+    open_jobs(page, ui_gateway.url, "alice")
     job = job_item(page, job_id)
     expect(job.get_by_role("button", name="Start strategy snapshot")).to_be_visible()
     page.evaluate(
@@ -109,7 +103,7 @@ def test_a_rerun_keeps_the_cv_of_the_last_run(
     entitle(ui_services.db, "alice")
     job_id = create_job(ui_services.workspace, "alice")
     cv_id = create_cv(ui_services.workspace, "alice")
-    open_jobs(page, ui_gateway, "alice")
+    open_jobs(page, ui_gateway.url, "alice")
     job = job_item(page, job_id)
     choice = job.get_by_label("CV to compare with")
     expect(choice).to_have_value("")  # nothing chosen yet: "Without a CV"
@@ -141,7 +135,7 @@ def test_view_result_scrolls_to_and_highlights_the_job(
     first = create_job(ui_services.workspace, "alice")  # the oldest: last in the list
     for _ in range(5):
         create_job(ui_services.workspace, "alice")
-    open_jobs(page, ui_gateway, "alice")
+    open_jobs(page, ui_gateway.url, "alice")
     expect(page.locator(JOBS)).to_have_count(6)
     job_item(page, first).get_by_role("button", name="Start strategy snapshot").click()
     expect(job_item(page, first).locator(".analysis .state")).to_have_text("Queued")
@@ -162,7 +156,7 @@ def test_view_result_scrolls_to_and_highlights_the_job(
 def test_a_saved_jobs_description_opens_again(
     page: Page, ui_gateway: LiveGateway, screenshot: Screenshot
 ) -> None:
-    open_jobs(page, ui_gateway, "alice")
+    open_jobs(page, ui_gateway.url, "alice")
     job = add_job(page, "Platform engineer", "Acme", AD)
     description = job.locator(".item__description-text")
     expect(description).to_be_hidden()  # folded, so the list stays short
@@ -183,7 +177,7 @@ def test_a_cv_review_is_tied_to_a_job_from_the_page(
 ) -> None:
     entitle(ui_services.db, "alice")
     cv_id = create_cv(ui_services.workspace, "alice")
-    open_jobs(page, ui_gateway, "alice")
+    open_jobs(page, ui_gateway.url, "alice")
     job_id = add_job(page, "Platform engineer", "Acme", AD).get_attribute("id") or ""
     cv = page.locator(f"#attachment-{cv_id}")
     cv.get_by_label("Job to compare with").select_option(label="Platform engineer at Acme")
@@ -209,7 +203,7 @@ def test_a_cv_review_is_tied_to_a_job_from_the_page(
 def test_a_free_user_sees_why_and_the_command_and_cannot_switch_ai_on(
     page: Page, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
 ) -> None:
-    open_jobs(page, ui_gateway, "carol")
+    open_jobs(page, ui_gateway.url, "carol")
     notice = page.locator("#plan-notice")
     expect(notice).to_contain_text("Your plan is Free, so AI analyses are off")
     # The exact command of `opsctl` (services/cli.py: users set-plan USER {free,pro}).
@@ -279,7 +273,7 @@ def test_every_result_names_its_model_and_the_heuristic_says_what_it_is(
             body["snapshot"]["provenance"] = provenance
 
     with_snapshot_changes(page, add_provenance)
-    open_jobs(page, ui_gateway, "alice")
+    open_jobs(page, ui_gateway.url, "alice")
     job = job_item(page, job_id)
     job.get_by_role("button", name="Start strategy snapshot").click()
     expect(job.locator(".analysis .state")).to_have_text("Queued")
@@ -300,7 +294,7 @@ def test_a_result_without_its_model_says_so(
 ) -> None:
     entitle(ui_services.db, "alice")
     job_id = create_job(ui_services.workspace, "alice")
-    open_jobs(page, ui_gateway, "alice")
+    open_jobs(page, ui_gateway.url, "alice")
     job = job_item(page, job_id)
     job.get_by_role("button", name="Start strategy snapshot").click()
     expect(job.locator(".analysis .state")).to_have_text("Queued")
@@ -335,7 +329,7 @@ def test_a_missing_score_reads_not_scored_never_zero(
             body["snapshot"]["provenance"] = DEV_MODEL
 
     with_snapshot_changes(page, unscored)
-    open_jobs(page, ui_gateway, "alice")
+    open_jobs(page, ui_gateway.url, "alice")
     job = job_item(page, job_id)
     job.get_by_role("button", name="Start strategy snapshot").click()
     expect(job.locator(".analysis .state")).to_have_text("Queued")

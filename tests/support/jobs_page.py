@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from playwright.sync_api import Locator, Page, expect
 
+from tests.support.signin import dev_sign_in
 from tests.support.workspace_client import JOB_TEXT
 
 JOBS = "ol[aria-label='Your jobs'] li.item"
+
+
+def open_jobs(page: Page, base_url: str, user: str) -> None:
+    """Sign in as `user` and open the Jobs page."""
+    dev_sign_in(page, base_url, user)
+    page.goto(f"{base_url}/jobs")
 
 
 def add_job(page: Page, title: str, company: str, description: str = JOB_TEXT) -> Locator:
