@@ -93,6 +93,16 @@ def require_admission_for_analyses(owner: OwnerScope, task_type: str) -> None:
         )
 
 
+def require_user_for_analyses(owner: OwnerScope, task_type: str) -> None:
+    """An analysis is cancelled or deleted only by its user, through the gateway: a
+    producer's key, which starts none (``require_admission_for_analyses``), ends none."""
+    if owner.role is Role.PRODUCER and task_type in TASKS:
+        raise PermissionDenied(
+            "an analysis is cancelled or deleted only by its user, through the gateway",
+            code="analysis_of_a_user",
+        )
+
+
 def require_user_agent(scope: Scope) -> OwnerScope:
     """What only a signed-in user does, through the gateway: their jobs, CVs, settings,
     results, notifications and admissions. Workers and producers act on operations only."""

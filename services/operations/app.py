@@ -65,6 +65,10 @@ WATCH_OVERLAP = timedelta(seconds=2)
 OwnerChange = tuple[UserOperation, drafts.Draft | None]
 
 
+def _any_task(_task_type: str) -> None:
+    """Any caller in the owner's scope may: the scope already checked whose it is."""
+
+
 class OperationsApp:
     def __init__(
         self,
@@ -201,16 +205,21 @@ class OperationsApp:
             write=False,
         )
 
-    async def cancel(self, owner: str, operation_id: str) -> UserOperation:
+    async def cancel(
+        self, owner: str, operation_id: str, check: Callable[[str], None] = _any_task
+    ) -> UserOperation:
+        """``check``: raises when the caller may not cancel an operation of this task type."""
         now = self.clock()
         row = await self.db.run_async(
-            lambda tx: operations.cancel(tx, operation_id, now), owner_id=owner, short=True
+            lambda tx: operations.cancel(tx, operation_id, now, lambda op: check(op.task_type)),
+            owner_id=owner,
+            short=True,
         )
         log.info("operation_cancel", operation_id=row.id, owner=owner, state=row.state)
         return row
 
     async def retry(
-        self, owner: str, operation_id: str, check: Callable[[str], None] = lambda _task: None
+        self, owner: str, operation_id: str, check: Callable[[str], None] = _any_task
     ) -> UserOperation:
         """``check``: raises when the caller may not retry an operation of this task type."""
         now = self.clock()
@@ -222,11 +231,14 @@ class OperationsApp:
         log.info("operation_retried", operation_id=row.id, owner=owner)
         return row
 
-    async def delete(self, owner: str, operation_id: str) -> None:
-        """The owner's finished operation removed; its tombstone keeps the key (ADR 0021)."""
+    async def delete(
+        self, owner: str, operation_id: str, check: Callable[[str], None] = _any_task
+    ) -> None:
+        """The owner's finished operation removed; its tombstone keeps the key (ADR 0021).
+        ``check``: raises when the caller may not delete an operation of this task type."""
         now = self.clock()
         await self.db.run_async(
-            lambda tx: retention.delete_finished(tx, operation_id, now), owner_id=owner
+            lambda tx: retention.delete_finished(tx, operation_id, now, check), owner_id=owner
         )
         log.info("operation_delete", operation_id=operation_id, owner=owner)
 

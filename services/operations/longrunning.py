@@ -18,7 +18,11 @@ from google.protobuf.empty_pb2 import Empty
 
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.operation_filter import parse_filter
-from durable_ops.model.scope import require_operation_changer, require_owner
+from durable_ops.model.scope import (
+    require_operation_changer,
+    require_owner,
+    require_user_for_analyses,
+)
 from durable_ops.operations.app import OperationsApp
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.open_calls import OpenCalls
@@ -63,15 +67,23 @@ class LongRunningOperations(lro_grpc.OperationsServicer):
     async def CancelOperation(
         self, request: lro.CancelOperationRequest, context: ServicerContext
     ) -> Empty:
-        owner = require_operation_changer(caller_scope(context)).owner_id
-        await self._app.cancel(owner, convert.id_from_name(request.name))
+        changer = require_operation_changer(caller_scope(context))
+        await self._app.cancel(
+            changer.owner_id,
+            convert.id_from_name(request.name),
+            check=lambda task_type: require_user_for_analyses(changer, task_type),
+        )
         return Empty()
 
     async def DeleteOperation(
         self, request: lro.DeleteOperationRequest, context: ServicerContext
     ) -> Empty:
-        owner = require_operation_changer(caller_scope(context)).owner_id
-        await self._app.delete(owner, convert.id_from_name(request.name))
+        changer = require_operation_changer(caller_scope(context))
+        await self._app.delete(
+            changer.owner_id,
+            convert.id_from_name(request.name),
+            check=lambda task_type: require_user_for_analyses(changer, task_type),
+        )
         return Empty()
 
     async def WaitOperation(

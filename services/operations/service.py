@@ -23,6 +23,7 @@ from durable_ops.model.scope import (
     require_operation_changer,
     require_owner,
     require_user_agent,
+    require_user_for_analyses,
     require_worker_owner,
 )
 from durable_ops.operations import lease_streams
@@ -105,9 +106,13 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     async def CancelOperation(
         self, request: pb.CancelOperationRequest, context: ServicerContext
     ) -> pb.Operation:
-        return convert.operation(
-            await self.app.cancel(_changer(context).owner_id, request.operation_id)
+        changer = _changer(context)
+        row = await self.app.cancel(
+            changer.owner_id,
+            request.operation_id,
+            check=lambda task_type: require_user_for_analyses(changer, task_type),
         )
+        return convert.operation(row)
 
     async def RetryOperation(
         self, request: pb.RetryOperationRequest, context: ServicerContext

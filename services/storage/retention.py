@@ -20,7 +20,7 @@ it and the read that follows sees the tombstone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -52,7 +52,7 @@ _PRUNABLE = (
     .limit(bindparam("limit"))
     .with_for_update(skip_locked=True)
 )
-_FINISHED_OWN = select(OPS.c.id, OPS.c.state, OPS.c.finished_at).where(
+_FINISHED_OWN = select(OPS.c.id, OPS.c.task_type, OPS.c.state, OPS.c.finished_at).where(
     OPS.c.id == bindparam("operation_id"), OPS.c.owner_user_id == SCOPE_OWNER
 )
 _DELETE_FINISHED = delete(OPS).where(
@@ -172,11 +172,19 @@ def prunable(tx: OperatorTx, policy: RetentionPolicy, now: datetime) -> Prunable
     return Prunable(operations=int(operations), tombstones=int(tombstones))
 
 
-def delete_finished(tx: Tx, operation_id: str, now: datetime) -> None:
-    """The owner's own finished operation removed, its key kept (google.longrunning Delete)."""
+def _any_task(_task_type: str) -> None:
+    """Any caller in the owner's scope may: the scope already checked whose it is."""
+
+
+def delete_finished(
+    tx: Tx, operation_id: str, now: datetime, may_delete: Callable[[str], None] = _any_task
+) -> None:
+    """The owner's own finished operation removed, its key kept (google.longrunning Delete).
+    ``may_delete`` raises when the caller may not delete an operation of this task type."""
     row = tx.execute(_FINISHED_OWN, {"operation_id": operation_id}).one_or_none()
     if row is None:
         raise NotFound("operation not found", code="operation_not_found")
+    may_delete(row.task_type)
     if row.finished_at is None or row.state not in TERMINAL_STATES:
         raise InvalidTransition(
             "only a finished operation can be deleted; cancel it first", code="not_terminal"

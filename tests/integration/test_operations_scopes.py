@@ -16,6 +16,8 @@ import grpc
 import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
+from google.longrunning import operations_pb2_grpc as lro_grpc
+from google.longrunning import operations_proto_pb2 as lro
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -340,12 +342,7 @@ def test_a_worker_changes_only_the_operations_it_holds(ops: OpsClient, lease: Le
     current = ops.get(ALICE, lease.id)
     assert (current.state, current.cancel_requested) == (RUNNING, False)
     assert [operation.id for operation in ops.list_page(ALICE).operations] == [lease.id]
-    # A producer changes them, as the gateway does for the user.
-    producer = ops.md(Role.PRODUCER, ALICE)
-    cancelled = ops.stub.CancelOperation(
-        pb.CancelOperationRequest(operation_id=lease.id), metadata=producer
-    )
-    assert cancelled.cancel_requested
+    assert ops.cancel(ALICE, lease.id).cancel_requested  # as the gateway does for the user
 
 
 def test_a_producer_starts_no_analysis_and_reads_no_answer(ops: OpsClient) -> None:
@@ -372,6 +369,46 @@ def test_a_producer_starts_no_analysis_and_reads_no_answer(ops: OpsClient) -> No
     failure = expect_failure(lambda: ops.stub.RetryOperation(retry, metadata=producer), DENIED)
     assert failure.error_code == "admission_required"
     assert ops.get(ALICE, analysis.id).state == CANCELLED
+
+
+def test_a_producer_ends_no_analysis_but_its_own_operations(
+    ops: OpsClient, services: Services
+) -> None:
+    """Nor does a producer key cancel or delete a user's analysis (a stolen one erased
+    them): the task types its own workers run, it does."""
+    producer = ops.md(Role.PRODUCER, ALICE)
+    standard = lro_grpc.OperationsStub(services.channel)
+    analysis = ops.create(ALICE, "k-analysis")  # as admission makes it
+    own = ops.stub.CreateOperation(
+        ops.create_request("k-own", task_type="report.render"), metadata=producer
+    ).operation
+    refused = {
+        "cancel": lambda: ops.stub.CancelOperation(
+            pb.CancelOperationRequest(operation_id=analysis.id), metadata=producer
+        ),
+        "google.longrunning cancel": lambda: standard.CancelOperation(
+            lro.CancelOperationRequest(name=f"operations/{analysis.id}"), metadata=producer
+        ),
+    }
+    for call in refused.values():
+        expect_failure(call, DENIED, "analysis_of_a_user")
+    assert ops.get(ALICE, analysis.id).state == QUEUED
+    ops.cancel(ALICE, analysis.id)
+    expect_failure(
+        lambda: standard.DeleteOperation(
+            lro.DeleteOperationRequest(name=f"operations/{analysis.id}"), metadata=producer
+        ),
+        DENIED,
+        "analysis_of_a_user",
+    )
+    assert ops.get(ALICE, analysis.id).state == CANCELLED
+
+    cancel_own = pb.CancelOperationRequest(operation_id=own.id)
+    assert ops.stub.CancelOperation(cancel_own, metadata=producer).state == CANCELLED
+    standard.DeleteOperation(
+        lro.DeleteOperationRequest(name=f"operations/{own.id}"), metadata=producer
+    )
+    expect_failure(lambda: ops.get(ALICE, own.id), NOT_FOUND)
 
     draft = pb.GetAnswerDraftRequest(operation_id=analysis.id)
     for role in (Role.PRODUCER, Role.WORKER):

@@ -18,8 +18,11 @@ def _any(_op: UserOperation) -> None:
     """Any caller in the owner's scope may: the scope already checked whose it is."""
 
 
-def cancel(tx: Tx, operation_id: str, now: datetime) -> UserOperation:
-    return _owner_event(tx, operation_id, Event.CANCEL, now)
+def cancel(
+    tx: Tx, operation_id: str, now: datetime, may_cancel: Callable[[UserOperation], None] = _any
+) -> UserOperation:
+    """``may_cancel`` raises when the caller may not cancel this operation (its task type)."""
+    return _owner_event(tx, operation_id, Event.CANCEL, now, may_cancel)
 
 
 def retry(
