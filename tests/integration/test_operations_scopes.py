@@ -377,7 +377,7 @@ def test_a_producer_ends_no_analysis_but_its_own_operations(
     """Nor does a producer key cancel or delete a user's analysis (a stolen one erased
     them): the task types its own workers run, it does."""
     producer = ops.md(Role.PRODUCER, ALICE)
-    standard = lro_grpc.OperationsStub(services.channel)
+    standard = lro_grpc.OperationsStub(services.channel)  # type: ignore[no-untyped-call]
     analysis = ops.create(ALICE, "k-analysis")  # as admission makes it
     own = ops.stub.CreateOperation(
         ops.create_request("k-own", task_type="report.render"), metadata=producer
