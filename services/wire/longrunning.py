@@ -2,7 +2,7 @@
 
 ``name`` is ``operations/{id}``; ``done`` is true exactly in the terminal
 states; ``metadata`` packs the owner's ``Operation``; a success packs an
-``OperationResult`` (where the result is, not the result); a cancel is
+``OperationResult`` (where the result is: its reference, not the result); a cancel is
 ``CANCELLED`` and a failure a mapped code with ``ErrorInfo{reason: failure
 code}``. The stored failure text never leaves: it may quote a model.
 """
@@ -69,6 +69,7 @@ def operation(row: UserOperation) -> lro.Operation:
                 task_type=row.task_type,
                 subject=pb.Subject(type=row.subject_type, id=row.subject_id),
                 status_url=convert.status_url(row.id),
+                result_ref=row.result_ref or "",
             )
         )
     elif row.state == OperationState.CANCELLED:

@@ -98,6 +98,13 @@ def operation(row: UserOperation) -> pb.Operation:
     totals = Usage(row.prompt_tokens, row.completion_tokens, row.model_ms)
     if totals != NO_USAGE:
         message.usage.CopyFrom(usage_to_pb(totals))
+    # What the outcome left for the owner to read: only in the state it belongs to (a
+    # waiting retry keeps its last code for the operator, not as the owner's answer).
+    # Never the failure message: it may quote a model or carry diagnostics.
+    if row.state == OperationState.SUCCEEDED:
+        message.result_ref = row.result_ref or ""
+    elif row.state == OperationState.FAILED:
+        message.failure_code = row.failure_code or ""
     return message
 
 

@@ -43,9 +43,13 @@ def operator_attempt(row: OperationAttempt) -> opb.OperatorAttempt:
 def operator_operation(
     row: UserOperation, attempts: Sequence[OperationAttempt] = ()
 ) -> opb.OperatorOperation:
-    """The owner's view, plus what only an operator sees (never the lease token's hash)."""
+    """The owner's view, plus what only an operator sees (never the lease token's hash).
+
+    Less the result reference: where an owner's result is stays the owner's (ADR 0019)."""
+    owners = convert.operation(row)
+    owners.ClearField("result_ref")
     message = opb.OperatorOperation(
-        operation=convert.operation(row),
+        operation=owners,
         owner_id=row.owner_user_id,
         priority=row.priority,
         privacy=convert.privacy_to_pb(row.privacy),

@@ -47,6 +47,7 @@ from tests.support.clock import ManualClock
 from tests.support.gateway import (
     BASE_URL,
     JWT_SECRET,
+    OPERATION_FIELDS,
     LiveGateway,
     bearer,
     claim,
@@ -67,25 +68,6 @@ from tests.support.keys import key_env
 
 PROBLEM_JSON = "application/problem+json"
 TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
-OPERATION_FIELDS = {
-    "id",
-    "task_type",
-    "state",
-    "progress_percent",
-    "attempt",
-    "max_attempts",
-    "cancel_requested",
-    "subject",
-    "status_url",
-    "created_at",
-    "updated_at",
-    "started_at",
-    "finished_at",
-    "deadline_at",
-    "next_attempt_at",
-    "not_before",
-    "usage",
-}
 
 
 @pytest.fixture

@@ -333,6 +333,7 @@ def test_fail_retryable_and_permanent_store_provenance_and_show_only_the_model(
     assert ops.fail(first, retryable=True, code="timeout", message=message) == WAITING_FOR_RETRY
     waiting = ops.get(ALICE, created.id)
     assert waiting.state == WAITING_FOR_RETRY
+    assert waiting.failure_code == ""  # the owner reads a code only once it failed for good
     assert waiting.next_attempt_at.ToDatetime() == (
         services.clock() + timedelta(seconds=10)
     ).replace(tzinfo=None)
@@ -363,19 +364,19 @@ def test_fail_retryable_and_permanent_store_provenance_and_show_only_the_model(
         "model",
         "route",
         "idempotency_key",
-        "failure_code",
         "failure_message",
         "lease_token",
         "lease_token_hash",
         "lease_expires_at",
-        "result_ref",
         "owner_user_id",
     }
     fields = set(pb.Operation.DESCRIPTOR.fields_by_name)
     assert fields & hidden == set()
-    assert not any(name.startswith(("lease", "failure", "provenance")) for name in fields)
+    assert not any(name.startswith(("lease", "provenance")) for name in fields)
+    assert {name for name in fields if name.startswith("failure")} == {"failure_code"}
     shown = ops.get(ALICE, created.id)
-    for value in (message, "acme", "k-fail", "refused"):  # the provider is an address
+    assert shown.failure_code == "refused"  # the stable code, never the message
+    for value in (message, "acme", "k-fail"):  # the provider is an address
         assert value not in str(shown)
         assert value.encode() not in shown.SerializeToString()
     # Results say which model made them (SPEC): the model and its route, nothing else.

@@ -36,6 +36,29 @@ from tests.support.keys import keys_dir
 
 JWT_SECRET = "test-user-jwt-secret-" + "0123456789abcdef" * 4
 BASE_URL = "http://localhost"
+# The Operation DTO's keys, all of them (SPEC §5): never the idempotency key, lease,
+# provider, failure code or text, nor the result reference the gRPC message carries.
+OPERATION_FIELDS = frozenset(
+    {
+        "id",
+        "task_type",
+        "state",
+        "progress_percent",
+        "attempt",
+        "max_attempts",
+        "cancel_requested",
+        "subject",
+        "status_url",
+        "created_at",
+        "updated_at",
+        "started_at",
+        "finished_at",
+        "deadline_at",
+        "next_attempt_at",
+        "not_before",
+        "usage",
+    }
+)
 
 
 def gateway_settings(target: str, **overrides: Any) -> Settings:

@@ -118,7 +118,7 @@ Global___Subject: _TypeAlias = Subject  # noqa: Y015
 @_typing.final
 class Operation(_message.Message):
     """What an owner may see of an operation. No idempotency key, lease, failure
-    text, result reference or model address, by design.
+    text or model address, by design. (The HTTP DTO shows less: SPEC §5.)
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -141,6 +141,8 @@ class Operation(_message.Message):
     PRODUCED_BY_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
     NOT_BEFORE_FIELD_NUMBER: _builtins.int
+    RESULT_REF_FIELD_NUMBER: _builtins.int
+    FAILURE_CODE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     task_type: _builtins.str
     state: Global___OperationState.ValueType
@@ -149,6 +151,15 @@ class Operation(_message.Message):
     max_attempts: _builtins.int
     cancel_requested: _builtins.bool
     status_url: _builtins.str
+    result_ref: _builtins.str
+    """Where a succeeded operation's result is, as its worker completed it (≤ 64): a
+    reference, never the result. Empty in any other state, or when none was given.
+    """
+    failure_code: _builtins.str
+    """Why a failed operation failed: its stable code (`a-z0-9._-`, ≤ 64), e.g.
+    `unsupported_format`, `deadline_exceeded`; never the failure message (it may carry
+    diagnostics). Empty in any other state.
+    """
     @_builtins.property
     def subject(self) -> Global___Subject: ...
     @_builtins.property
@@ -202,10 +213,12 @@ class Operation(_message.Message):
         produced_by: Global___Provenance | None = ...,
         usage: Global___Usage | None = ...,
         not_before: _timestamp_pb2.Timestamp | None = ...,
+        result_ref: _builtins.str = ...,
+        failure_code: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "deadline_at", b"deadline_at", "finished_at", b"finished_at", "next_attempt_at", b"next_attempt_at", "not_before", b"not_before", "produced_by", b"produced_by", "started_at", b"started_at", "subject", b"subject", "updated_at", b"updated_at", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "deadline_at", b"deadline_at", "finished_at", b"finished_at", "id", b"id", "max_attempts", b"max_attempts", "next_attempt_at", b"next_attempt_at", "not_before", b"not_before", "produced_by", b"produced_by", "progress_percent", b"progress_percent", "started_at", b"started_at", "state", b"state", "status_url", b"status_url", "subject", b"subject", "task_type", b"task_type", "updated_at", b"updated_at", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "deadline_at", b"deadline_at", "failure_code", b"failure_code", "finished_at", b"finished_at", "id", b"id", "max_attempts", b"max_attempts", "next_attempt_at", b"next_attempt_at", "not_before", b"not_before", "produced_by", b"produced_by", "progress_percent", b"progress_percent", "result_ref", b"result_ref", "started_at", b"started_at", "state", b"state", "status_url", b"status_url", "subject", b"subject", "task_type", b"task_type", "updated_at", b"updated_at", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1227,9 +1240,12 @@ class OperationResult(_message.Message):
     TASK_TYPE_FIELD_NUMBER: _builtins.int
     SUBJECT_FIELD_NUMBER: _builtins.int
     STATUS_URL_FIELD_NUMBER: _builtins.int
+    RESULT_REF_FIELD_NUMBER: _builtins.int
     task_type: _builtins.str
     status_url: _builtins.str
     """The owner's HTTP view of the operation, e.g. "/api/operations/{id}"."""
+    result_ref: _builtins.str
+    """The reference the worker completed it with (≤ 64); empty when none was given."""
     @_builtins.property
     def subject(self) -> Global___Subject: ...
     def __init__(
@@ -1238,10 +1254,11 @@ class OperationResult(_message.Message):
         task_type: _builtins.str = ...,
         subject: Global___Subject | None = ...,
         status_url: _builtins.str = ...,
+        result_ref: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["subject", b"subject"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["status_url", b"status_url", "subject", b"subject", "task_type", b"task_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["result_ref", b"result_ref", "status_url", b"status_url", "subject", b"subject", "task_type", b"task_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
