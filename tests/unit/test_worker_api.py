@@ -1,0 +1,33 @@
+"""The worker SDK's public surface: what a worker imports, all from ``durable_ops.worker``."""
+
+from __future__ import annotations
+
+import durable_ops.worker
+from durable_ops.model import errors, provenance, routing, states
+from durable_ops.worker import lease
+
+
+def test_the_types_the_sdk_takes_and_raises_are_exported_by_it() -> None:
+    # Completed, the failures and used() take a Provenance; WorkerOptions.routes holds Routes;
+    # hold() returns a Lease and, like fenced(), raises LeaseLost (cancel_requested: the
+    # owner's cancel); Claimed.privacy is a Privacy.
+    from durable_ops.worker import (
+        CANCEL_REQUESTED,
+        Lease,
+        LeaseLost,
+        Privacy,
+        Provenance,
+        Route,
+    )
+
+    assert (Provenance, Route, LeaseLost, Lease, Privacy, CANCEL_REQUESTED) == (
+        provenance.Provenance,
+        routing.Route,
+        errors.LeaseLost,
+        lease.Lease,
+        states.Privacy,
+        errors.CANCEL_REQUESTED,
+    )
+    exported = set(durable_ops.worker.__all__)
+    assert {"Provenance", "Route", "LeaseLost", "Lease", "Privacy", "CANCEL_REQUESTED"} <= exported
+    assert all(hasattr(durable_ops.worker, name) for name in exported)
