@@ -69,10 +69,15 @@ class Worker:
         return self._completer.endings[Ending.FAILED] + self._completer.endings[Ending.FELL_BACK]
 
     def handler(self, task_type: str) -> Callable[[Handler], Handler]:
-        """``@worker.handler("report.render")`` on ``async def render(attempt) -> str | None``."""
+        """``@worker.handler("report.render")`` on ``async def render(attempt) -> str | None``;
+        one handler per task type (a second one raises ``ValueError``)."""
 
         def register(function: Handler) -> Handler:
-            self._handlers[bounds.task_type(task_type)] = function
+            bounds.task_type(task_type)
+            # A second handler replacing the first would leave one silently unused.
+            if task_type in self._handlers:
+                raise ValueError(f"a handler for task type {task_type!r} is registered already")
+            self._handlers[task_type] = function
             return function
 
         return register

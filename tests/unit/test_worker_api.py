@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 import durable_ops.worker
 from durable_ops.model import errors, provenance, routing, states
-from durable_ops.worker import lease
+from durable_ops.model.scope import Role
+from durable_ops.worker import Attempt, Worker, lease
+from tests.support.keys import signing_key
 
 
 def test_the_types_the_sdk_takes_and_raises_are_exported_by_it() -> None:
@@ -31,3 +35,19 @@ def test_the_types_the_sdk_takes_and_raises_are_exported_by_it() -> None:
     exported = set(durable_ops.worker.__all__)
     assert {"Provenance", "Route", "LeaseLost", "Lease", "Privacy", "CANCEL_REQUESTED"} <= exported
     assert all(hasattr(durable_ops.worker, name) for name in exported)
+
+
+def test_a_second_handler_for_a_task_type_is_refused_and_the_first_kept() -> None:
+    worker = Worker("127.0.0.1:1", signing_key(Role.WORKER))
+
+    @worker.handler("report.render")
+    async def first(attempt: Attempt) -> str:
+        return "first"
+
+    async def second(attempt: Attempt) -> str:
+        return "second"
+
+    with pytest.raises(ValueError, match=r"'report\.render'"):
+        worker.handler("report.render")(second)
+    worker.handler("report.other")(second)  # another task type is another handler
+    assert worker._handlers == {"report.render": first, "report.other": second}
