@@ -140,6 +140,7 @@ class Attempt(Claimed):
 
     @property
     def completed(self) -> bool:
+        """Whether the service accepted this attempt's completion."""
         return self.ending is Ending.COMPLETED
 
     @property

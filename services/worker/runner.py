@@ -62,10 +62,14 @@ class Worker:
 
     @property
     def completed(self) -> int:
+        """How many attempts this worker completed (the service accepted their completion)."""
         return self._completer.endings[Ending.COMPLETED]
 
     @property
     def failed(self) -> int:
+        """How many attempts this worker failed, retryable or not, or handed to the external
+        route. An attempt released at stop, cancelled by its owner, whose lease was lost or
+        whose settlement the service refused is counted in neither."""
         return self._completer.endings[Ending.FAILED] + self._completer.endings[Ending.FELL_BACK]
 
     def handler(self, task_type: str) -> Callable[[Handler], Handler]:

@@ -51,3 +51,15 @@ def test_a_second_handler_for_a_task_type_is_refused_and_the_first_kept() -> Non
         worker.handler("report.render")(second)
     worker.handler("report.other")(second)  # another task type is another handler
     assert worker._handlers == {"report.render": first, "report.other": second}
+
+
+@pytest.mark.parametrize("kind", [Worker, Attempt])
+def test_every_public_method_and_property_says_what_it_does(kind: type) -> None:
+    undocumented = [
+        name
+        for name, member in vars(kind).items()
+        if not name.startswith("_")
+        and callable(getattr(member, "fget", member))
+        and not getattr(member, "__doc__", None)
+    ]
+    assert undocumented == []
