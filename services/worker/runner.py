@@ -112,6 +112,7 @@ class Worker:
         finally:
             await self.leases.close()
             await channel.close()
+            _log.info("worker_stopped", completed=self.completed, failed=self.failed)
         if self._fatal is not None:
             raise self._fatal
 

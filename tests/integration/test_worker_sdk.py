@@ -100,7 +100,21 @@ def test_failures_are_permanent_or_retryable_by_exception_type(
     (raised,) = [line for line in logs if line["event"] == "worker_handler_raised"]
     assert raised["error_type"] == "KeyError"
     assert "raise KeyError" in raised["stack"]
+    # One line for each failure, by its code: a handler's message is not logged.
+    failures = {
+        line["operation_id"]: (line["code"], line["retryable"])
+        for line in logs
+        if line["event"] == "worker_attempt_failed"
+    }
+    assert failures == {
+        permanent: ("unsupported_subject", False),
+        retryable: ("model_busy", True),
+        crashed: ("handler_error", True),
+    }
+    (stopped,) = [line for line in logs if line["event"] == "worker_stopped"]
+    assert (stopped["completed"], stopped["failed"]) == (0, 3)
     assert SECRET.upper() not in repr(logs)
+    assert "this subject cannot be analysed" not in repr(logs)
     assert (ops.row(permanent).failure_code, ops.row(permanent).failure_message) == (
         "unsupported_subject",
         "this subject cannot be analysed",
