@@ -19,7 +19,9 @@ retried rather than failed for good. Messages are our own wording, never a
 model answer or user text. ``settlement`` hands the worker SDK the outcome
 as the exception type it settles by (a handler's own ``HandlerFailure`` or
 ``ExternalFallback`` passes as it is). A lost lease and the owner's cancel are
-not failures: the SDK settles those itself.
+not failures: the SDK settles those itself, as it does a call of its own API out
+of its bounds (``InvalidHandlerCall``, an ``InvalidArgument`` that never reaches
+``settlement``: failed as ``invalid_handler_call``, not ``invalid_input``).
 """
 
 from __future__ import annotations

@@ -16,6 +16,11 @@ async def render(attempt: Attempt) -> str:
 asyncio.run(worker.run())
 """
 
+# The model's types the SDK's own API takes or raises, so a worker imports only from here.
+from durable_ops.model.errors import CANCEL_REQUESTED, LeaseLost
+from durable_ops.model.provenance import Provenance
+from durable_ops.model.routing import Route
+from durable_ops.model.states import Privacy
 from durable_ops.model.usage import Usage
 from durable_ops.worker.attempt import Attempt, Claimed, Ending, ModelCall, Subject
 from durable_ops.worker.executor import Handler, Interceptor
@@ -23,14 +28,17 @@ from durable_ops.worker.failures import (
     Completed,
     ExternalFallback,
     HandlerFailure,
+    InvalidHandlerCall,
     PermanentFailure,
     RetryableFailure,
     WorkerShutdown,
 )
+from durable_ops.worker.lease import Lease
 from durable_ops.worker.producer import WorkerOptions
 from durable_ops.worker.runner import Worker
 
 __all__ = [
+    "CANCEL_REQUESTED",
     "Attempt",
     "Claimed",
     "Completed",
@@ -39,9 +47,15 @@ __all__ = [
     "Handler",
     "HandlerFailure",
     "Interceptor",
+    "InvalidHandlerCall",
+    "Lease",
+    "LeaseLost",
     "ModelCall",
     "PermanentFailure",
+    "Privacy",
+    "Provenance",
     "RetryableFailure",
+    "Route",
     "Subject",
     "Usage",
     "Worker",

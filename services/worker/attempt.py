@@ -17,7 +17,7 @@ from durable_ops.model.routing import Route
 from durable_ops.model.states import Privacy
 from durable_ops.model.usage import Usage, total
 from durable_ops.rpc.states import route_from_pb
-from durable_ops.worker.failures import Completed
+from durable_ops.worker.failures import Completed, handler_call
 from durable_ops.worker.lease import Lease, LeaseStream
 
 T = TypeVar("T")
@@ -129,9 +129,12 @@ class Attempt(Claimed):
 
         Whatever the attempt's end (a failure, a release or a cancel too), its settlement
         carries the sum: the service keeps it on the attempt and adds it to the operation's
-        totals. A call that reached no model records nothing.
+        totals. A call that reached no model records nothing. A figure beyond what one
+        settlement may carry raises ``InvalidHandlerCall`` here, in the handler.
         """
-        self.calls.append(ModelCall(usage.checked(), provenance))
+        with handler_call():
+            usage.checked()
+        self.calls.append(ModelCall(usage, provenance))
 
     @property
     def usage(self) -> Usage | None:
@@ -140,6 +143,7 @@ class Attempt(Claimed):
 
     @property
     def completed(self) -> bool:
+        """Whether the service accepted this attempt's completion."""
         return self.ending is Ending.COMPLETED
 
     @property
@@ -157,10 +161,11 @@ class Attempt(Claimed):
         return await self.lease.ready()
 
     async def progress(self, percent: int) -> None:
-        """Report ``percent`` to the owner: 0 to 100 (``InvalidArgument`` beyond, raised
+        """Report ``percent`` to the owner: 0 to 100 (``InvalidHandlerCall`` beyond, raised
         here in the handler), shown at most 99 until the operation completes; a value
         below one reported before is not shown (progress never goes back)."""
-        bounds.int_range("progress_percent", percent, bounds.PROGRESS_RANGE)
+        with handler_call():
+            bounds.int_range("progress_percent", percent, bounds.PROGRESS_RANGE)
         lease = await self.hold()
         lease.report_progress(percent)
 

@@ -91,6 +91,14 @@ class Completer:
         metrics.count(attempt.task_type, attempt.calls)
         if isinstance(outcome, ExternalFallback):
             _log.info("worker_fell_back", **attempt.log_fields(), reason=outcome.reason)
+        elif isinstance(outcome, HandlerFailure):
+            # The code, not the message: a handler's message may quote its owner's content.
+            _log.info(
+                "worker_attempt_failed",
+                **attempt.log_fields(),
+                code=outcome.code,
+                retryable=outcome.retryable,
+            )
 
     def stop(self) -> None:
         """The worker stops: what the service cannot take from now on is left to its lease

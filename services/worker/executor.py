@@ -1,6 +1,7 @@
 """The executor: one attempt, from its handler to the outcome the completer settles.
 
-A return completes; an exception fails as ``classify`` says; the owner's cancel
+A return completes; an exception fails as ``classify`` says, but for the SDK's
+``InvalidHandlerCall``, which fails at once (``failures``); the owner's cancel
 is acknowledged; a lost lease settles nothing; the worker's stop, once its grace
 is over, cancels the handler as a shutdown and releases the lease. An attempt running longer than
 ``HEARTBEAT_AFTER_SECONDS`` (or holding its lease itself) joins the lease stream,
@@ -26,6 +27,7 @@ from durable_ops.worker.failures import (
     Completed,
     ExternalFallback,
     HandlerFailure,
+    InvalidHandlerCall,
     Settlement,
     WorkerShutdown,
     completed,
@@ -116,6 +118,16 @@ class Executor:
             return Ending.CANCELLED
         if attempt.lease_lost or isinstance(error, LeaseLost):
             return None
+        if isinstance(error, InvalidHandlerCall):
+            # The SDK's own wording, which quotes no user content: the developer reads what
+            # was wrong, and the stack shows the call.
+            _log.warning(
+                "worker_handler_call_refused",
+                **attempt.log_fields(),
+                why=error.message,
+                stack=_stack(error),
+            )
+            return error.failure()
         if not isinstance(error, HandlerFailure | ExternalFallback):
             # Type and stack only, as the services log a fault: the text may quote user
             # content. What the developer has to go on; the owner sees the code alone.
@@ -123,7 +135,7 @@ class Executor:
                 "worker_handler_raised",
                 **attempt.log_fields(),
                 error_type=type(error).__qualname__,
-                stack="".join(traceback.format_tb(error.__traceback__)),
+                stack=_stack(error),
             )
         return self.classify(error)
 
@@ -140,3 +152,8 @@ class Executor:
             if lease.cancel_requested:
                 attempt.cancelled.set()
         work.cancel()
+
+
+def _stack(error: Exception) -> str:
+    """Where ``error`` was raised, as the frames' code lines (no values)."""
+    return "".join(traceback.format_tb(error.__traceback__))

@@ -8,17 +8,27 @@ external-route worker may. Any other exception counts as retryable under
 ``HANDLER_ERROR``, named by its type only: its text may quote user content, and
 failure messages are stored. ``LeaseLost`` is no failure: the work is no longer
 this worker's (with code ``cancel_requested``: the owner cancelled first).
+
+A call of the SDK's own API that breaks its bounds (a progress past 100, a failure
+code outside its alphabet) raises ``InvalidHandlerCall`` in the handler. Unless the
+handler catches it, the attempt fails at once, for good, under ``INVALID_HANDLER_CALL``
+with that error's message, whatever ``classify`` says: the same handler would call it
+so again, and the SDK's wording quotes no user content.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from durable_ops.model import bounds
+from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.provenance import Provenance
 
 HANDLER_ERROR = "handler_error"
 INVALID_RESULT = "invalid_result"  # what the handler returned no completion can carry
+INVALID_HANDLER_CALL = "invalid_handler_call"  # the handler called the SDK out of its bounds
 # The services keep a reference to the result, never the result: as long as a subject id.
 RESULT_REF_MAX = bounds.SUBJECT_ID_MAX
 
@@ -49,17 +59,40 @@ def completed(returned: object) -> Completed | PermanentFailure:
     return returned
 
 
+class InvalidHandlerCall(InvalidArgument):
+    """The handler called the SDK out of its bounds; raised by the SDK alone, so that the
+    message is the SDK's own (the module's docstring)."""
+
+    code = INVALID_HANDLER_CALL
+
+    def failure(self) -> PermanentFailure:
+        """What the attempt fails as: the same handler would make the same call again."""
+        return PermanentFailure(INVALID_HANDLER_CALL, self.message[: bounds.FAILURE_MESSAGE_MAX])
+
+
+@contextmanager
+def handler_call() -> Iterator[None]:
+    """Around the SDK's check of what a handler passed it: a bound it breaks is raised as
+    ``InvalidHandlerCall``, not as the plain ``InvalidArgument`` a handler's own code may
+    raise (which may quote user content)."""
+    try:
+        yield
+    except InvalidArgument as error:
+        raise InvalidHandlerCall(error.field, error.reason) from None
+
+
 class HandlerFailure(Exception):
     """A failure the handler names: a stable ``code`` (≤ 64 of ``a-z0-9._-``: the owner sees
     it), a stored ``message`` (≤ 512) and the ``provenance`` of the model that answered, if
-    one did. A code outside those raises ``InvalidArgument`` here, in the handler."""
+    one did. Beyond those, ``InvalidHandlerCall`` is raised here, in the handler."""
 
     retryable = True
 
     def __init__(
         self, code: str, message: str = "", *, provenance: Provenance | None = None
     ) -> None:
-        bounds.failure(code, message)
+        with handler_call():
+            bounds.failure(code, message)
         super().__init__(f"{code}: {message}" if message else code)
         self.code = code
         self.message = message
@@ -98,7 +131,8 @@ Settlement = HandlerFailure | ExternalFallback
 
 
 def failure_of(error: Exception) -> Settlement:
-    """What an exception a handler raised is stored as (``Worker(classify=...)`` by default)."""
+    """What an exception a handler raised is stored as (``Worker(classify=...)`` by default;
+    an ``InvalidHandlerCall`` is settled before any ``classify`` sees it)."""
     if isinstance(error, HandlerFailure | ExternalFallback):
         return error
     return RetryableFailure(HANDLER_ERROR, type(error).__name__[: bounds.FAILURE_MESSAGE_MAX])

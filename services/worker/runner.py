@@ -62,17 +62,26 @@ class Worker:
 
     @property
     def completed(self) -> int:
+        """How many attempts this worker completed (the service accepted their completion)."""
         return self._completer.endings[Ending.COMPLETED]
 
     @property
     def failed(self) -> int:
+        """How many attempts this worker failed, retryable or not, or handed to the external
+        route. An attempt released at stop, cancelled by its owner, whose lease was lost or
+        whose settlement the service refused is counted in neither."""
         return self._completer.endings[Ending.FAILED] + self._completer.endings[Ending.FELL_BACK]
 
     def handler(self, task_type: str) -> Callable[[Handler], Handler]:
-        """``@worker.handler("report.render")`` on ``async def render(attempt) -> str | None``."""
+        """``@worker.handler("report.render")`` on ``async def render(attempt) -> str | None``;
+        one handler per task type (a second one raises ``ValueError``)."""
 
         def register(function: Handler) -> Handler:
-            self._handlers[bounds.task_type(task_type)] = function
+            bounds.task_type(task_type)
+            # A second handler replacing the first would leave one silently unused.
+            if task_type in self._handlers:
+                raise ValueError(f"a handler for task type {task_type!r} is registered already")
+            self._handlers[task_type] = function
             return function
 
         return register
@@ -103,6 +112,7 @@ class Worker:
         finally:
             await self.leases.close()
             await channel.close()
+            _log.info("worker_stopped", completed=self.completed, failed=self.failed)
         if self._fatal is not None:
             raise self._fatal
 

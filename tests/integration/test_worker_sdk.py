@@ -10,14 +10,27 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from typing import TypeVar
 
+import pytest
 from sqlalchemy import select
 from structlog.testing import capture_logs
 
+from durable_ops.ai_worker import failures as ai_failures
+from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.scope import Role
 from durable_ops.storage.schema import OperationAttempt
-from durable_ops.worker import Attempt, PermanentFailure, RetryableFailure, Worker, WorkerOptions
+from durable_ops.worker import (
+    Attempt,
+    ExternalFallback,
+    HandlerFailure,
+    PermanentFailure,
+    RetryableFailure,
+    Worker,
+    WorkerOptions,
+)
+from durable_ops.worker.failures import failure_of
 from tests.support.grpc_services import Services
 from tests.support.keys import signing_key
 from tests.support.operations_client import (
@@ -100,7 +113,21 @@ def test_failures_are_permanent_or_retryable_by_exception_type(
     (raised,) = [line for line in logs if line["event"] == "worker_handler_raised"]
     assert raised["error_type"] == "KeyError"
     assert "raise KeyError" in raised["stack"]
+    # One line for each failure, by its code: a handler's message is not logged.
+    failures = {
+        line["operation_id"]: (line["code"], line["retryable"])
+        for line in logs
+        if line["event"] == "worker_attempt_failed"
+    }
+    assert failures == {
+        permanent: ("unsupported_subject", False),
+        retryable: ("model_busy", True),
+        crashed: ("handler_error", True),
+    }
+    (stopped,) = [line for line in logs if line["event"] == "worker_stopped"]
+    assert (stopped["completed"], stopped["failed"]) == (0, 3)
     assert SECRET.upper() not in repr(logs)
+    assert "this subject cannot be analysed" not in repr(logs)
     assert (ops.row(permanent).failure_code, ops.row(permanent).failure_message) == (
         "unsupported_subject",
         "this subject cannot be analysed",
@@ -118,7 +145,7 @@ def test_what_no_completion_can_carry_fails_the_operation_and_the_worker_goes_on
     services: Services, ops: OpsClient
 ) -> None:
     """A handler returning a number, or a result instead of its reference, fails its
-    operation for good (``invalid_result``); progress past 100 raises in the handler."""
+    operation for good (``invalid_result``)."""
     ids = {
         name: ops.create(ALICE, f"k-{n}", subject_id=name.replace(" ", "-")).id
         for n, name in enumerate(RETURNS)
@@ -127,8 +154,6 @@ def test_what_no_completion_can_carry_fails_the_operation_and_the_worker_goes_on
 
     @worker.handler(TASK)  # type: ignore[arg-type]  # the mistake under test
     async def wrong(attempt: Attempt) -> object:
-        if attempt.subject.id == "progress":
-            await attempt.progress(150)
         return RETURNS[attempt.subject.id.replace("-", " ")]
 
     with capture_logs() as logs:
@@ -137,11 +162,6 @@ def test_what_no_completion_can_carry_fails_the_operation_and_the_worker_goes_on
         row = ops.row(ids[name])
         assert (row.state, row.failure_code) == ("failed", "invalid_result"), name
     assert ops.row(ids["reference"]).state == "succeeded"
-    progressed = ops.row(ids["progress"])
-    assert (progressed.state, progressed.failure_message) == (
-        "waiting_for_retry",
-        "InvalidArgument",
-    )
     assert [line["event"] for line in logs].count("worker_result_refused") == 2
 
 
@@ -149,7 +169,62 @@ RETURNS: dict[str, object] = {
     "number": 42,
     "whole result": "r" * 65,
     "reference": "r" * 64,
-    "progress": "",
+}
+
+
+async def _call_wrongly(attempt: Attempt) -> None:
+    """Each subject a mistake: two calls of the SDK out of its bounds, and the handler's own
+    ``InvalidArgument``, which the SDK did not raise."""
+    if attempt.subject.id == "progress":
+        await attempt.progress(150)
+    if attempt.subject.id == "code":
+        raise PermanentFailure("Bad Code!")
+    raise InvalidArgument("cv", SECRET)
+
+
+@pytest.mark.parametrize(
+    ("classify", "own_error"),
+    [
+        (failure_of, ("waiting_for_retry", "handler_error", "InvalidArgument")),
+        # The AI worker's classify: its own InvalidArgument is input the task cannot use.
+        (ai_failures.settlement, ("failed", "invalid_input", f"cv: {SECRET}")),
+    ],
+)
+def test_a_call_of_the_sdk_out_of_its_bounds_fails_at_once_saying_why(
+    services: Services,
+    ops: OpsClient,
+    classify: Callable[[Exception], HandlerFailure | ExternalFallback],
+    own_error: tuple[str, str, str],
+) -> None:
+    """Whatever ``classify`` says: the same handler would make the same call on every
+    attempt, and the SDK's own message (no user content) is stored and logged."""
+    subjects = [*WRONG_CALLS, "own"]
+    ids = {name: ops.create(ALICE, f"k-{name}", subject_id=name).id for name in subjects}
+    worker = Worker(services.target, signing_key(Role.WORKER), until_empty=True, classify=classify)
+    worker.handler(TASK)(_call_wrongly)
+
+    with capture_logs() as logs:
+        asyncio.run(asyncio.wait_for(worker.run(), HANG_GUARD))
+    for name, why in WRONG_CALLS.items():
+        row = ops.row(ids[name])
+        assert (row.state, row.attempt) == ("failed", 1), name
+        assert (row.failure_code, row.failure_message) == ("invalid_handler_call", why)
+    refused = {
+        line["operation_id"]: (line["why"], "_call_wrongly" in line["stack"])
+        for line in logs
+        if line["event"] == "worker_handler_call_refused"
+    }
+    assert refused == {ids[name]: (why, True) for name, why in WRONG_CALLS.items()}
+    # Only what the SDK raised: the handler's own InvalidArgument is classified as before.
+    own = ops.row(ids["own"])
+    assert (own.state, own.failure_code, own.failure_message) == own_error
+    if classify is failure_of:  # the AI worker's classify stores the message of its own
+        assert SECRET not in repr(logs)
+
+
+WRONG_CALLS = {
+    "progress": "progress_percent: must be between 0 and 100",
+    "code": "failure_code: may contain only a-z, 0-9, '.', '_' and '-'",
 }
 
 

@@ -13,18 +13,19 @@ from contextlib import asynccontextmanager
 import pytest
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
-from durable_ops.model.errors import CANCEL_REQUESTED, LeaseLost
-from durable_ops.model.provenance import Provenance
-from durable_ops.model.routing import Route
 from durable_ops.model.scope import Role
-from durable_ops.model.states import Privacy
 from durable_ops.worker import (
+    CANCEL_REQUESTED,
     Attempt,
     Completed,
     ExternalFallback,
     HandlerFailure,
     Interceptor,
+    LeaseLost,
+    Privacy,
+    Provenance,
     RetryableFailure,
+    Route,
     Worker,
     WorkerOptions,
 )

@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import pytest
+
+from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.provenance import Provenance
 from durable_ops.worker import (
+    Attempt,
     Completed,
     Ending,
     ExternalFallback,
     HandlerFailure,
+    InvalidHandlerCall,
+    PermanentFailure,
     RetryableFailure,
+    Usage,
     WorkerShutdown,
 )
 from durable_ops.worker.completer import settlement_item
-from durable_ops.worker.failures import HANDLER_ERROR, completed, failure_of
+from durable_ops.worker.failures import (
+    HANDLER_ERROR,
+    INVALID_HANDLER_CALL,
+    completed,
+    failure_of,
+)
+from durable_ops.worker.lease import LeaseStream
 from tests.support.claimed import a_claim
 
 LOCAL = Provenance(provider="127.0.0.1", model="dev-heuristic", route="local")
@@ -43,3 +56,29 @@ def test_a_return_becomes_a_completion() -> None:
     assert completed("reports/1.pdf") == Completed("reports/1.pdf")
     with_model = Completed("note-1", LOCAL)
     assert completed(with_model) is with_model
+
+
+def test_a_failure_out_of_its_bounds_is_the_sdks_invalid_handler_call() -> None:
+    with pytest.raises(InvalidHandlerCall) as raised:
+        PermanentFailure("Bad Code!")
+    # Still an InvalidArgument, as before, for a handler that catches that.
+    assert isinstance(raised.value, InvalidArgument)
+    failure = raised.value.failure()
+    assert (failure.retryable, failure.code, failure.message) == (
+        False,
+        INVALID_HANDLER_CALL,
+        "failure_code: may contain only a-z, 0-9, '.', '_' and '-'",
+    )
+    with pytest.raises(InvalidHandlerCall, match="failure_message: must be at most 512"):
+        RetryableFailure("model_busy", "m" * 513)
+
+
+def test_usage_beyond_what_a_settlement_carries_is_an_invalid_handler_call() -> None:
+    def no_stream() -> object:
+        raise AssertionError("used() needs no lease stream")
+
+    attempt = Attempt(a_claim(), LeaseStream(no_stream), lease_seconds=30)  # type: ignore[arg-type]
+    with pytest.raises(InvalidHandlerCall, match=r"usage\.prompt_tokens: must be between 0"):
+        attempt.used(Usage(prompt_tokens=-1), LOCAL)
+    attempt.used(Usage(prompt_tokens=3), LOCAL)
+    assert attempt.usage == Usage(prompt_tokens=3)
