@@ -70,9 +70,10 @@ _OWNER_ID = re.compile(r"[A-Za-z0-9._@:-]+")
 _KEY_TEXT = re.compile(r"[\x21-\x7e]+")
 # C0 controls, DEL and C1 controls (U+0085 "next line", U+009B the terminal's escape).
 # A line of text (a title, a filename, a key) has none, nor Unicode's line and paragraph
-# separators; text that may span lines (a job description, a CV) keeps tab, line feed,
-# carriage return and those two separators.
-_NOT_IN_A_LINE = r"\x00-\x1f\x7f-\x9f\u2028\u2029"
+# separators, nor the bidi embeddings, overrides and isolates, which make a name show
+# other than it reads ("cv\u202efdp.exe" shows as "cvexe.pdf"); text that may span lines
+# (a job description, a CV) keeps tab, line feed, carriage return and those separators.
+_NOT_IN_A_LINE = r"\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
 _NOT_IN_TEXT = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f"
 _CONTROL = re.compile(f"[{_NOT_IN_A_LINE}]")
 _CONTROL_BETWEEN_LINES = re.compile(f"[{_NOT_IN_TEXT}]")

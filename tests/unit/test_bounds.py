@@ -237,7 +237,21 @@ def test_a_line_refuses_c1_controls_and_unicode_line_breaks(value: str) -> None:
     assert "U+" in error.reason
 
 
-@pytest.mark.parametrize("value", ["\u200b", "\ufeff \u200d", "\u00ad", "\u202e\u2066"])
+@pytest.mark.parametrize("control", ["\u202a", "\u202d", "\u202e", "\u2066", "\u2069"])
+def test_a_line_refuses_the_bidi_controls_that_make_a_name_show_other_than_it_reads(
+    control: str,
+) -> None:
+    value = f"cv{control}fdp.exe"
+    error = rejected_with(
+        "filename", "control_character", lambda: bounds.single_line("filename", value, 99)
+    )
+    assert f"U+{ord(control):04X} at character 3" in error.reason
+    # Right-to-left text itself, and the marks that order it, stay.
+    assert bounds.single_line("title", "מהנדס\u200f (Python)", 99) == "מהנדס\u200f (Python)"
+    assert bounds.multi_line("text", f"quoted {control}text", 99) == f"quoted {control}text"
+
+
+@pytest.mark.parametrize("value", ["\u200b", "\ufeff \u200d", "\u00ad", "\u200e\u200f"])
 def test_a_required_line_of_nothing_that_shows_is_refused(value: str) -> None:
     rejected("title", lambda: bounds.single_line("title", value, 99))
     assert bounds.single_line("title", value, 99, required=False) == value.strip()
