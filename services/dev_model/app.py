@@ -261,7 +261,7 @@ def _parse(raw: bytes, model: str) -> _Ask:
     """The request in ``raw``, or ``BadRequest`` saying what is wrong with it."""
     try:
         body = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the parser's depth: no request of ours
         raise BadRequest("request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")

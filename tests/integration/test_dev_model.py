@@ -255,6 +255,11 @@ def test_body_that_is_not_json_or_too_large() -> None:
     assert "JSON" in broken.json()["error"]["message"]
     huge = call(app, "/v1/chat/completions", content=b" " * ((1 << 20) + 1))
     assert huge.status_code == 413
+    # Nested past the parser's depth (a 500 and a traceback, once).
+    deep = b'{"messages":[{"role":"user","content":' + b"[" * 100_000 + b"]" * 100_000 + b"}]}"
+    nested = call(app, "/v1/chat/completions", content=deep)
+    assert nested.status_code == 400
+    assert nested.json()["error"]["type"] == "invalid_request_error"
 
 
 def test_schema_it_cannot_satisfy_is_refused() -> None:
