@@ -28,11 +28,12 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
-from starlette.staticfiles import StaticFiles
-from starlette.types import Scope
+from starlette.staticfiles import NotModifiedResponse, StaticFiles
+from starlette.types import Receive, Scope, Send
 
 from durable_ops.gateway.auth import session_user
 from durable_ops.gateway.context import settings_of
@@ -63,14 +64,32 @@ JOBS_PAGE = Page("/jobs", "jobs", "Jobs", "Jobs")
 CORE_PAGES: tuple[Page, ...] = (OPERATIONS_PAGE, JOBS_PAGE)
 
 
+class UIFile(FileResponse):
+    """A file of the UI, which browsers revalidate (ETag) on every load: no build step, no
+    stale UI. It is sent whole whatever ``Range`` asks: the files are small and no page asks
+    for part of one, and Starlette answers a range it cannot serve (``bytes=abc``, one past
+    the end) in text/plain of its own, outside SPEC §5's problem+json. RFC 9110 lets a server
+    ignore ``Range``; ``Accept-Ranges: none`` says it does."""
+
+    def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
+        super().__init__(path, **options)
+        self.headers["Cache-Control"] = "no-cache"
+        self.headers["Accept-Ranges"] = "none"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = [(name, value) for name, value in scope["headers"] if name != b"range"]
+        await super().__call__({**scope, "headers": headers}, receive, send)
+
+
 class UIFiles(StaticFiles):
-    """Static files that browsers revalidate (ETag) on every load: no build step, no stale UI."""
+    """The UI's static files, each a ``UIFile``; unchanged since the browser's copy, a 304."""
 
     def file_response(
         self, full_path: Any, stat_result: os.stat_result, scope: Scope, status_code: int = 200
     ) -> Response:
-        response = super().file_response(full_path, stat_result, scope, status_code)
-        response.headers["Cache-Control"] = "no-cache"
+        response = UIFile(full_path, status_code=status_code, stat_result=stat_result)
+        if self.is_not_modified(response.headers, Headers(scope=scope)):
+            return NotModifiedResponse(response.headers)
         return response
 
 
@@ -196,9 +215,7 @@ EXCEPTION_HANDLERS: Mapping[Any, Any] = {404: not_found}
 
 
 async def favicon(_request: Request) -> Response:
-    return FileResponse(
-        STATIC_DIR / "icon.svg", media_type="image/svg+xml", headers={"Cache-Control": "no-cache"}
-    )
+    return UIFile(STATIC_DIR / "icon.svg", media_type="image/svg+xml")
 
 
 def _page_endpoint(page: Page) -> Callable[[Request], Awaitable[Response]]:

@@ -347,6 +347,38 @@ def test_a_405_allows_every_method_the_path_serves(services: Services) -> None:
     run(scenario())
 
 
+# ---- static files ---------------------------------------------------------------------------
+
+
+def test_a_static_file_is_sent_whole_whatever_range_asks() -> None:
+    """Starlette answered a range it could not serve in text/plain (416, or 400 "Range
+    header: ..."): off SPEC §5. The files are small; each is sent whole, saying so."""
+    app = make_app("127.0.0.1:1")
+    ranges = ["bytes=99999999-", "bytes=abc", "bytes=5-1", "bytes=0-3", "bytes=0-1,2-3", "x"]
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+            for path in ("/static/app.js", "/favicon.ico"):
+                whole = await client.get(path)
+                assert whole.status_code == 200
+                for asked in ranges:
+                    response = await client.get(path, headers={"Range": asked})
+                    assert response.status_code == 200, (path, asked, response.text)
+                    assert response.content == whole.content, (path, asked)
+                    assert response.headers["cache-control"] == "no-cache"
+                    assert "content-range" not in response.headers
+                head = await client.head(path, headers={"Range": "bytes=abc"})
+                assert head.status_code == 200
+                assert whole.headers["accept-ranges"] == "none"
+            etag = (await client.get("/static/app.js")).headers["etag"]
+            again = {"If-None-Match": etag, "Range": "bytes=abc"}
+            unchanged = await client.get("/static/app.js", headers=again)
+            assert unchanged.status_code == 304
+            assert unchanged.headers["cache-control"] == "no-cache"
+
+    run(scenario())
+
+
 # ---- the document describes the server's rules -----------------------------------------------
 
 
