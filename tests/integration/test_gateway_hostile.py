@@ -238,6 +238,30 @@ def test_a_head_sent_a_line_at_a_time_is_cut_off_at_its_deadline(
         kept.close()
 
 
+def test_an_upgrade_to_websocket_is_an_ordinary_request_and_no_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The gateway serves no WebSockets: uvicorn logged two warnings for each request asking
+    to upgrade (no account needed). Now it is answered as any request, on a connection
+    that serves the next one."""
+    upgrade = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13"}
+    lines = "".join(f"{name}: {value}\r\n" for name, value in upgrade.items()).encode()
+    settings = gateway_settings("127.0.0.1:1")
+    with (
+        caplog.at_level("WARNING"),
+        LiveGateway(create_app(settings, Backends.from_settings(settings))) as gateway,
+    ):
+        asked = [
+            _http("GET", path).replace(b"\r\n\r\n", b"\r\n" + lines + b"\r\n", 1)
+            for path in ("/healthz", "/api/operations", "/nowhere", "/static/app.js")
+        ]
+        statuses = _exchange(gateway.port, [*asked, _http("GET", "/healthz")])
+        answer = httpx.get(f"{gateway.url}/api/events", headers=upgrade)
+    assert statuses == [200, 401, 404, 200, 200]
+    _problem(answer, 401, "unauthenticated")
+    assert [record.getMessage() for record in caplog.records] == []
+
+
 def test_a_content_length_of_thousands_of_digits_is_too_large(services: Services) -> None:
     async def scenario() -> None:
         async with gateway_client(make_app(services.target)) as client:
