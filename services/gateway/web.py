@@ -47,7 +47,6 @@ from durable_ops.settings import Settings
 WEB_DIR = Path(__file__).parent / "web"
 STATIC_DIR = WEB_DIR / "static"
 PRODUCT_NAME = "durable-ops"
-NO_STORE = {"Cache-Control": "no-store"}
 DEV_LOGIN_USER = "demo"  # the development form's user until one is typed (opsctl up's)
 
 
@@ -171,10 +170,6 @@ class Renderer:
         return self.render(settings, title="Page not found", module="", user=None, main=main)
 
 
-def _html(body: str) -> HTMLResponse:
-    return HTMLResponse(body, headers=NO_STORE)
-
-
 def _renderer(request: Request) -> Renderer:
     renderer: Renderer = request.app.state.renderer
     return renderer
@@ -182,8 +177,8 @@ def _renderer(request: Request) -> Renderer:
 
 async def home(request: Request) -> Response:
     if await session_user(request) is not None:
-        return RedirectResponse(OPERATIONS_PAGE.path, status_code=303, headers=NO_STORE)
-    return _html(_renderer(request).signin(settings_of(request)))
+        return RedirectResponse(OPERATIONS_PAGE.path, status_code=303)
+    return HTMLResponse(_renderer(request).signin(settings_of(request)))
 
 
 def wants_a_page(request: Request) -> bool:
@@ -199,7 +194,7 @@ def form_refused(request: Request, problem: Problem, user: str) -> Response:
     body = _renderer(request).signin(
         settings_of(request), dev_user=user, dev_error=as_sentence(problem.detail)
     )
-    return HTMLResponse(body, status_code=problem.status, headers={**problem.headers, **NO_STORE})
+    return HTMLResponse(body, status_code=problem.status, headers=problem.headers)
 
 
 async def not_found(request: Request, exc: Exception) -> Response:
@@ -207,7 +202,7 @@ async def not_found(request: Request, exc: Exception) -> Response:
     if not wants_a_page(request):
         return await http_exception(request, exc)
     body = _renderer(request).not_found(settings_of(request))
-    return HTMLResponse(body, status_code=404, headers=NO_STORE)
+    return HTMLResponse(body, status_code=404)
 
 
 # The exception handlers the web UI adds to the app's (``problems.EXCEPTION_HANDLERS``).
@@ -222,11 +217,11 @@ def _page_endpoint(page: Page) -> Callable[[Request], Awaitable[Response]]:
     async def show(request: Request) -> Response:
         user = await session_user(request)
         if user is None:
-            return RedirectResponse("/", status_code=303, headers=NO_STORE)
+            return RedirectResponse("/", status_code=303)
         body = _renderer(request).render(
             settings_of(request), title=page.title, module=page.module, user=user, current=page
         )
-        return _html(body)
+        return HTMLResponse(body)
 
     show.__name__ = f"page_{page.module}"
     return show
