@@ -19,7 +19,8 @@ pages' cookie writes must.
 
 A bulk action is a list of at most ``model.console.BULK_MAX`` ids, each the
 owner's own cancel or retry in its own transaction; the answer says, per id,
-what became of it. The page asks first, naming the count ("Retry 12 operations?").
+what became of it. A list naming anything that cannot be an id (the pattern the
+API document states) is refused whole (400 naming ``ids``), nothing done. The page asks first, naming the count ("Retry 12 operations?").
 
 Paused task types (``opsctl tasks pause``): ``queues`` lists them; the page shows
 them in a panel of their own and marks them in the queue table.
@@ -49,6 +50,7 @@ from durable_ops.gateway.context import backends_of
 from durable_ops.gateway.ids import resource_id
 from durable_ops.gateway.login import throttle_sign_in
 from durable_ops.gateway.openapi import (
+    ID_PATTERN,
     PAGE_PARAMETERS,
     endpoint,
     errors,
@@ -351,6 +353,11 @@ def _ids(body: Mapping[str, Any]) -> list[str]:
     raw = body.get("ids")
     if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
         raise invalid("ids", "must be a list of operation ids")
+    # One that could never have been issued ("\u0000") is the request's fault, not a missing
+    # operation: the whole request is refused, nothing done, and the id is not echoed.
+    for number, item in enumerate(raw, start=1):
+        if not bounds.could_be_id(item):
+            raise invalid("ids", f"must be a list of operation ids; item {number} cannot be one")
     try:
         return console.bulk_ids(raw)
     except InvalidArgument as exc:
@@ -437,7 +444,12 @@ _IDS_BODY = json_body(
                 "type": "array",
                 "minItems": 1,
                 "maxItems": console.BULK_MAX,
-                "items": {"type": "string"},
+                "items": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": bounds.ID_MAX,
+                    "pattern": ID_PATTERN,
+                },
             }
         },
     }
