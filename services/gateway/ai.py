@@ -59,6 +59,9 @@ from durable_ops.model.tasks import TASKS, Registry, TaskType
 from durable_ops.rpc.subjects import read_method, read_request
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+# ``bounds.idempotency_key``'s text, as the API document states it.
+_KEY_PATTERN = "^[!-~]+$"
+_KEY = re.compile(_KEY_PATTERN)
 _ID = re.compile(ID_PATTERN.strip("^$"))
 
 
@@ -82,6 +85,11 @@ def _idempotency_key(request: Request) -> str:
         return ""
     if not key:
         raise invalid("Idempotency-Key", "must not be empty: send a key, or no header")
+    # A header is bytes, read as latin-1: UTF-8's "ключ" holds a byte that reads as the C1
+    # control U+008E, which the key never had. Any byte outside printable ASCII (tab, a
+    # control, anything past ~) gets this one answer, never a character it may not be.
+    if not _KEY.fullmatch(key):
+        raise invalid("Idempotency-Key", "must be printable ASCII without spaces")
     try:
         return bounds.idempotency_key(key)
     except InvalidArgument as exc:
@@ -363,7 +371,7 @@ _IDEMPOTENCY_PARAMETER = {
         "type": "string",
         "minLength": 1,
         "maxLength": bounds.IDEMPOTENCY_KEY_MAX,
-        "pattern": "^[!-~]+$",
+        "pattern": _KEY_PATTERN,
     },
     "description": "repeats with the same key return the same operation",
 }

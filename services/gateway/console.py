@@ -19,7 +19,8 @@ pages' cookie writes must.
 
 A bulk action is a list of at most ``model.console.BULK_MAX`` ids, each the
 owner's own cancel or retry in its own transaction; the answer says, per id,
-what became of it. The page asks first, naming the count ("Retry 12 operations?").
+what became of it. A list naming anything that cannot be an id (the pattern the
+API document states) is refused whole (400 naming ``ids``), nothing done. The page asks first, naming the count ("Retry 12 operations?").
 
 Paused task types (``opsctl tasks pause``): ``queues`` lists them; the page shows
 them in a panel of their own and marks them in the queue table.
@@ -49,6 +50,7 @@ from durable_ops.gateway.context import backends_of
 from durable_ops.gateway.ids import resource_id
 from durable_ops.gateway.login import throttle_sign_in
 from durable_ops.gateway.openapi import (
+    ID_PATTERN,
     PAGE_PARAMETERS,
     endpoint,
     errors,
@@ -68,7 +70,6 @@ COOKIE = "ops_console"
 COOKIE_PATH = "/console"
 SIGN_IN_PATH = "/console/sign-in"
 WEB_DIR = Path(__file__).parent / "web"
-NO_STORE = {"Cache-Control": "no-store"}
 _LINK_MAX = 256  # characters of a pasted sign-in link (its secret is 43)
 LIST_PARAMETERS = (
     "owner",
@@ -126,10 +127,6 @@ def _calls(request: Request) -> ConsoleCalls:
     if not console.plausible_secret(session_id):
         raise _sign_in_required()
     return ConsoleCalls(backends_of(request), session_id)
-
-
-def _answer(body: Any) -> Response:
-    return JSONResponse(body, headers=NO_STORE)
 
 
 def _ended(request: Request) -> Response:
@@ -233,7 +230,7 @@ def _page(*, title: str, module: str, operator: str | None, main: str) -> HTMLRe
         main=main,
         header_hidden="" if operator is not None else " hidden",
     )
-    return HTMLResponse(body, headers=NO_STORE)
+    return HTMLResponse(body)
 
 
 def _sign_in_page(*, ended: bool = False) -> HTMLResponse:
@@ -276,7 +273,7 @@ async def sign_in(request: Request) -> Response:
         raise Problem(401, console.LINK_UNUSABLE, console.link_unusable().message)
     session = await console_calls.open_session(backends_of(request), link)
     max_age = int((session.expires_at.ToDatetime(tzinfo=UTC) - utc_now()).total_seconds())
-    response = _answer(
+    response = JSONResponse(
         {"operator": session.operator, "expires_at": dto.time_or_none(session, "expires_at")},
     )
     _set_cookie(response, request, session.session_id, max_age)
@@ -288,7 +285,7 @@ async def sign_out(request: Request) -> Response:
     session_id = request.cookies.get(COOKIE, "")
     if console.plausible_secret(session_id):
         await console_calls.end(ConsoleCalls(backends_of(request), session_id))
-    response = Response(status_code=204, headers=NO_STORE)
+    response = Response(status_code=204)
     _clear_cookie(response, request)
     return response
 
@@ -301,7 +298,7 @@ async def session_info(request: Request) -> Response:
         session = await console_calls.who(_calls(request))
     except ConsoleEnded:
         return _ended(request)
-    return _answer(
+    return JSONResponse(
         {"operator": session.operator, "expires_at": dto.time_or_none(session, "expires_at")},
     )
 
@@ -314,7 +311,7 @@ async def list_operations(request: Request) -> Response:
     except ConsoleEnded:
         return _ended(request)
     items = [operation_json(found) for found in page.operations]
-    return _answer({"items": items, "next_page_token": page.next_page_token or None})
+    return JSONResponse({"items": items, "next_page_token": page.next_page_token or None})
 
 
 def _not_found() -> NotFound:
@@ -330,7 +327,7 @@ async def show_operation(request: Request) -> Response:
         )
     except ConsoleEnded:
         return _ended(request)
-    return _answer(operation_json(found))
+    return JSONResponse(operation_json(found))
 
 
 async def queues(request: Request) -> Response:
@@ -342,7 +339,7 @@ async def queues(request: Request) -> Response:
         )
     except ConsoleEnded:
         return _ended(request)
-    return _answer(
+    return JSONResponse(
         {
             "queues": [queue_json(depth) for depth in found.queues],
             "read_at": dto.time_or_none(found, "read_at"),
@@ -356,6 +353,11 @@ def _ids(body: Mapping[str, Any]) -> list[str]:
     raw = body.get("ids")
     if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
         raise invalid("ids", "must be a list of operation ids")
+    # One that could never have been issued ("\u0000") is the request's fault, not a missing
+    # operation: the whole request is refused, nothing done, and the id is not echoed.
+    for number, item in enumerate(raw, start=1):
+        if not bounds.could_be_id(item):
+            raise invalid("ids", f"must be a list of operation ids; item {number} cannot be one")
     try:
         return console.bulk_ids(raw)
     except InvalidArgument as exc:
@@ -381,7 +383,7 @@ async def _bulk(request: Request, verb: str) -> Response:
             continue
         results.append({"id": operation_id, "ok": True, "operation": operation_json(done)})
     done_count = sum(1 for result in results if result["ok"])
-    return _answer(
+    return JSONResponse(
         {"results": results, "succeeded": done_count, "failed": len(results) - done_count},
     )
 
@@ -442,7 +444,12 @@ _IDS_BODY = json_body(
                 "type": "array",
                 "minItems": 1,
                 "maxItems": console.BULK_MAX,
-                "items": {"type": "string"},
+                "items": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": bounds.ID_MAX,
+                    "pattern": ID_PATTERN,
+                },
             }
         },
     }

@@ -1,4 +1,11 @@
-"""Security headers on every response: the pages load only their own scripts and styles."""
+"""Security headers on every response: the pages load only their own scripts and styles,
+and nothing is stored by a browser or a shared cache unless its route says otherwise.
+
+Answers under /api/, /auth/ and /console/ are the caller's own (its jobs, operations,
+results, session), and so are the pages: ``Cache-Control: no-store`` is every response's
+default. Only the UI's static files say otherwise (``web.UIFile``: ``no-cache``, revalidated
+on each load); an event stream names its own.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
     "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
 }
 
 
@@ -30,7 +38,7 @@ class SecurityHeadersMiddleware:
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)
-                for name, value in SECURITY_HEADERS.items():
+                for name, value in SECURITY_HEADERS.items():  # a response's own header wins
                     headers.setdefault(name, value)
             await send(message)
 

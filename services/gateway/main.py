@@ -8,12 +8,11 @@ import contextlib
 import sys
 
 import structlog
-import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 
 from durable_ops.gateway.app import create_app
 from durable_ops.gateway.backends import Backends
-from durable_ops.gateway.connections import HeadDeadlineProtocol
+from durable_ops.gateway.connections import server_config
 from durable_ops.gateway.hosts import parse_bind
 from durable_ops.gateway.stopping import STOP_GRACE_SECONDS, GatewayServer
 from durable_ops.logs import configure_logging
@@ -35,19 +34,7 @@ def run(settings: Settings) -> None:
         bind=settings.gateway_bind,
         say=f"ready on http://{settings.gateway_bind}/",
     )
-    # log_config=None: structlog (configured above) stays in charge of every line.
-    # proxy_headers=False: the app believes forwarded headers itself, from
-    # OPS_GATEWAY_TRUSTED_PROXIES only (uvicorn's own default trusts 127.0.0.1).
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        http=HeadDeadlineProtocol,
-        log_config=None,
-        access_log=False,
-        proxy_headers=False,
-        timeout_graceful_shutdown=STOP_GRACE_SECONDS,
-    )
+    config = server_config(app, host=host, port=port, timeout_graceful_shutdown=STOP_GRACE_SECONDS)
     server = GatewayServer(config, app.state.draining)
     # After its graceful stop uvicorn raises the signal that stopped it again, for the
     # handler it had replaced; a SIGINT then reaches asyncio's runner as KeyboardInterrupt

@@ -28,11 +28,12 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
-from starlette.staticfiles import StaticFiles
-from starlette.types import Scope
+from starlette.staticfiles import NotModifiedResponse, StaticFiles
+from starlette.types import Receive, Scope, Send
 
 from durable_ops.gateway.auth import session_user
 from durable_ops.gateway.context import settings_of
@@ -46,7 +47,6 @@ from durable_ops.settings import Settings
 WEB_DIR = Path(__file__).parent / "web"
 STATIC_DIR = WEB_DIR / "static"
 PRODUCT_NAME = "durable-ops"
-NO_STORE = {"Cache-Control": "no-store"}
 DEV_LOGIN_USER = "demo"  # the development form's user until one is typed (opsctl up's)
 
 
@@ -63,14 +63,32 @@ JOBS_PAGE = Page("/jobs", "jobs", "Jobs", "Jobs")
 CORE_PAGES: tuple[Page, ...] = (OPERATIONS_PAGE, JOBS_PAGE)
 
 
+class UIFile(FileResponse):
+    """A file of the UI, which browsers revalidate (ETag) on every load: no build step, no
+    stale UI. It is sent whole whatever ``Range`` asks: the files are small and no page asks
+    for part of one, and Starlette answers a range it cannot serve (``bytes=abc``, one past
+    the end) in text/plain of its own, outside SPEC §5's problem+json. RFC 9110 lets a server
+    ignore ``Range``; ``Accept-Ranges: none`` says it does."""
+
+    def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
+        super().__init__(path, **options)
+        self.headers["Cache-Control"] = "no-cache"
+        self.headers["Accept-Ranges"] = "none"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = [(name, value) for name, value in scope["headers"] if name != b"range"]
+        await super().__call__({**scope, "headers": headers}, receive, send)
+
+
 class UIFiles(StaticFiles):
-    """Static files that browsers revalidate (ETag) on every load: no build step, no stale UI."""
+    """The UI's static files, each a ``UIFile``; unchanged since the browser's copy, a 304."""
 
     def file_response(
         self, full_path: Any, stat_result: os.stat_result, scope: Scope, status_code: int = 200
     ) -> Response:
-        response = super().file_response(full_path, stat_result, scope, status_code)
-        response.headers["Cache-Control"] = "no-cache"
+        response = UIFile(full_path, status_code=status_code, stat_result=stat_result)
+        if self.is_not_modified(response.headers, Headers(scope=scope)):
+            return NotModifiedResponse(response.headers)
         return response
 
 
@@ -152,10 +170,6 @@ class Renderer:
         return self.render(settings, title="Page not found", module="", user=None, main=main)
 
 
-def _html(body: str) -> HTMLResponse:
-    return HTMLResponse(body, headers=NO_STORE)
-
-
 def _renderer(request: Request) -> Renderer:
     renderer: Renderer = request.app.state.renderer
     return renderer
@@ -163,8 +177,8 @@ def _renderer(request: Request) -> Renderer:
 
 async def home(request: Request) -> Response:
     if await session_user(request) is not None:
-        return RedirectResponse(OPERATIONS_PAGE.path, status_code=303, headers=NO_STORE)
-    return _html(_renderer(request).signin(settings_of(request)))
+        return RedirectResponse(OPERATIONS_PAGE.path, status_code=303)
+    return HTMLResponse(_renderer(request).signin(settings_of(request)))
 
 
 def wants_a_page(request: Request) -> bool:
@@ -180,7 +194,7 @@ def form_refused(request: Request, problem: Problem, user: str) -> Response:
     body = _renderer(request).signin(
         settings_of(request), dev_user=user, dev_error=as_sentence(problem.detail)
     )
-    return HTMLResponse(body, status_code=problem.status, headers={**problem.headers, **NO_STORE})
+    return HTMLResponse(body, status_code=problem.status, headers=problem.headers)
 
 
 async def not_found(request: Request, exc: Exception) -> Response:
@@ -188,7 +202,7 @@ async def not_found(request: Request, exc: Exception) -> Response:
     if not wants_a_page(request):
         return await http_exception(request, exc)
     body = _renderer(request).not_found(settings_of(request))
-    return HTMLResponse(body, status_code=404, headers=NO_STORE)
+    return HTMLResponse(body, status_code=404)
 
 
 # The exception handlers the web UI adds to the app's (``problems.EXCEPTION_HANDLERS``).
@@ -196,20 +210,18 @@ EXCEPTION_HANDLERS: Mapping[Any, Any] = {404: not_found}
 
 
 async def favicon(_request: Request) -> Response:
-    return FileResponse(
-        STATIC_DIR / "icon.svg", media_type="image/svg+xml", headers={"Cache-Control": "no-cache"}
-    )
+    return UIFile(STATIC_DIR / "icon.svg", media_type="image/svg+xml")
 
 
 def _page_endpoint(page: Page) -> Callable[[Request], Awaitable[Response]]:
     async def show(request: Request) -> Response:
         user = await session_user(request)
         if user is None:
-            return RedirectResponse("/", status_code=303, headers=NO_STORE)
+            return RedirectResponse("/", status_code=303)
         body = _renderer(request).render(
             settings_of(request), title=page.title, module=page.module, user=user, current=page
         )
-        return _html(body)
+        return HTMLResponse(body)
 
     show.__name__ = f"page_{page.module}"
     return show

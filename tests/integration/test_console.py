@@ -452,6 +452,37 @@ def test_bulk_retry_retries_exactly_the_operations_named_and_refuses_cross_origi
     assert ops.get(BOB, still_queued).state == QUEUED
 
 
+def test_a_bulk_action_naming_what_cannot_be_an_id_is_refused_whole(
+    services: Services, ops: OpsClient, operator_md: Metadata
+) -> None:
+    """An id that could never have been issued was tried, and answered per id as
+    ``operation_not_found``, echoing it (a NUL). It is bad input: a 400 naming ``ids``,
+    with nothing done to the others."""
+    failed = _failed(ops, ALICE, "k-a1")
+    queued = ops.create(BOB, "k-queued").id
+    link = _link(services, operator_md)
+    app = make_app(services.target)
+    bad = ["\u0000", "", "../x", "a" * 65, "a b", "é", "\ud800"]
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+            assert (await _console_client(client, link)).status_code == 200
+            for path in ("/console/api/retry", "/console/api/cancel"):
+                for item in bad:
+                    # json.dumps escapes the lone surrogate, which httpx's json= cannot send.
+                    body = json.dumps({"ids": [failed, queued, item]})
+                    headers = {**SAME_ORIGIN, "Content-Type": "application/json"}
+                    response = await client.post(path, content=body, headers=headers)
+                    assert response.status_code == 400, (item, response.text)
+                    problem = response.json()
+                    assert (problem["code"], problem["field"]) == ("invalid_argument", "ids")
+                    assert "item 3" in problem["detail"], problem
+
+    run(scenario())
+    assert ops.get(ALICE, failed).state == FAILED
+    assert ops.get(BOB, queued).state == QUEUED
+
+
 def test_bulk_cancel_and_search_and_attempt_history_over_http(
     services: Services, ops: OpsClient, clock: ManualClock, operator_md: Metadata
 ) -> None:

@@ -65,6 +65,7 @@ from tests.support.gateway import (
 )
 from tests.support.grpc_services import Services, running_services
 from tests.support.keys import key_env
+from tests.support.workspace_client import create_cv, create_job
 
 PROBLEM_JSON = "application/problem+json"
 TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
@@ -988,6 +989,46 @@ def test_login_with_a_token_and_logout(sqlite_services: Services) -> None:
             _problem(await client.get("/static/nope.js"), 404)
 
     run(scenario())
+
+
+def test_no_answer_but_the_ui_files_may_be_stored(services: Services) -> None:
+    """Every answer under /api/, /auth/ and /console/, and every page, is the caller's own:
+    ``Cache-Control: no-store``, an error's too. Only the UI's files are kept (and
+    revalidated, ``no-cache``). The event stream is tested with its route."""
+    operation = create_operation(services, "alice")
+    job, cv = create_job(services.workspace, "alice"), create_cv(services.workspace, "alice")
+    app = make_app(services.target, dev_login=True)
+    ids = {"/api/operations/": operation.id, "/api/jobs/": job, "/api/attachments/": cv}
+    stored: list[str] = []
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+            for path, item in app.state.openapi["paths"].items():
+                if path == "/api/events":
+                    continue  # never ends in-process
+                prefix = path.partition("{id}")[0]
+                concrete = path.replace("{id}", ids.get(prefix, "f" * 32))
+                concrete = concrete.replace("{path}", "app.js").replace(":wait", ":wait?timeout=0")
+                for method in item:
+                    for headers in (bearer("alice"), {}):
+                        response = await client.request(
+                            method, concrete, json={}, headers={**headers, "Origin": BASE_URL}
+                        )
+                        said = response.headers.get("cache-control")
+                        kept = path in ("/static/{path}", "/favicon.ico")
+                        if said != ("no-cache" if kept else "no-store"):
+                            stored.append(f"{method} {path} {response.status_code}: {said}")
+            for response in (
+                await client.post("/auth/login", json={"token": token("alice")}),
+                await client.get("/api/nowhere"),
+                await client.get("/nowhere", headers={"Accept": "text/html"}),
+                await client.get("/api/operations?page_size=0", headers=bearer("alice")),
+            ):
+                if response.headers.get("cache-control") != "no-store":
+                    stored.append(f"{response.request.url} {response.status_code}")
+
+    run(scenario())
+    assert stored == []
 
 
 # ---- the process --------------------------------------------------------------------------

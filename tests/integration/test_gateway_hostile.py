@@ -238,6 +238,30 @@ def test_a_head_sent_a_line_at_a_time_is_cut_off_at_its_deadline(
         kept.close()
 
 
+def test_an_upgrade_to_websocket_is_an_ordinary_request_and_no_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The gateway serves no WebSockets: uvicorn logged two warnings for each request asking
+    to upgrade (no account needed). Now it is answered as any request, on a connection
+    that serves the next one."""
+    upgrade = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13"}
+    lines = "".join(f"{name}: {value}\r\n" for name, value in upgrade.items()).encode()
+    settings = gateway_settings("127.0.0.1:1")
+    with (
+        caplog.at_level("WARNING"),
+        LiveGateway(create_app(settings, Backends.from_settings(settings))) as gateway,
+    ):
+        asked = [
+            _http("GET", path).replace(b"\r\n\r\n", b"\r\n" + lines + b"\r\n", 1)
+            for path in ("/healthz", "/api/operations", "/nowhere", "/static/app.js")
+        ]
+        statuses = _exchange(gateway.port, [*asked, _http("GET", "/healthz")])
+        answer = httpx.get(f"{gateway.url}/api/events", headers=upgrade)
+    assert statuses == [200, 401, 404, 200, 200]
+    _problem(answer, 401, "unauthenticated")
+    assert [record.getMessage() for record in caplog.records] == []
+
+
 def test_a_content_length_of_thousands_of_digits_is_too_large(services: Services) -> None:
     async def scenario() -> None:
         async with gateway_client(make_app(services.target)) as client:
@@ -343,6 +367,38 @@ def test_a_405_allows_every_method_the_path_serves(services: Services) -> None:
                     allowed = {m.strip() for m in response.headers["allow"].split(",")}
                     expected = served | ({"HEAD"} if "GET" in served else set())
                     assert allowed == expected, where
+
+    run(scenario())
+
+
+# ---- static files ---------------------------------------------------------------------------
+
+
+def test_a_static_file_is_sent_whole_whatever_range_asks() -> None:
+    """Starlette answered a range it could not serve in text/plain (416, or 400 "Range
+    header: ..."): off SPEC §5. The files are small; each is sent whole, saying so."""
+    app = make_app("127.0.0.1:1")
+    ranges = ["bytes=99999999-", "bytes=abc", "bytes=5-1", "bytes=0-3", "bytes=0-1,2-3", "x"]
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+            for path in ("/static/app.js", "/favicon.ico"):
+                whole = await client.get(path)
+                assert whole.status_code == 200
+                for asked in ranges:
+                    response = await client.get(path, headers={"Range": asked})
+                    assert response.status_code == 200, (path, asked, response.text)
+                    assert response.content == whole.content, (path, asked)
+                    assert response.headers["cache-control"] == "no-cache"
+                    assert "content-range" not in response.headers
+                head = await client.head(path, headers={"Range": "bytes=abc"})
+                assert head.status_code == 200
+                assert whole.headers["accept-ranges"] == "none"
+            etag = (await client.get("/static/app.js")).headers["etag"]
+            again = {"If-None-Match": etag, "Range": "bytes=abc"}
+            unchanged = await client.get("/static/app.js", headers=again)
+            assert unchanged.status_code == 304
+            assert unchanged.headers["cache-control"] == "no-cache"
 
     run(scenario())
 

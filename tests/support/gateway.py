@@ -19,7 +19,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
-import uvicorn
 from starlette.applications import Starlette
 
 from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
@@ -27,7 +26,7 @@ from durable_ops.api.workspace.v1 import workspace_pb2 as workspace_pb
 from durable_ops.gateway.app import create_app
 from durable_ops.gateway.auth import mint_user_token
 from durable_ops.gateway.backends import Backends
-from durable_ops.gateway.connections import HeadDeadlineProtocol
+from durable_ops.gateway.connections import server_config
 from durable_ops.gateway.stopping import GatewayServer
 from durable_ops.model.scope import Role
 from durable_ops.settings import Settings
@@ -133,14 +132,7 @@ class LiveGateway:
         self.url = f"http://127.0.0.1:{self.port}"
         # The process's server (gateway.main): its streams and long-polls end as the stop
         # begins; anything else a page left running is cut short after a second.
-        config = uvicorn.Config(
-            app,
-            http=HeadDeadlineProtocol,
-            log_config=None,
-            access_log=False,
-            lifespan="on",
-            timeout_graceful_shutdown=1,
-        )
+        config = server_config(app, lifespan="on", timeout_graceful_shutdown=1)
         self._server = GatewayServer(config, app.state.draining)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True
