@@ -20,7 +20,8 @@ pages' cookie writes must.
 A bulk action is a list of at most ``model.console.BULK_MAX`` ids, each the
 owner's own cancel or retry in its own transaction; the answer says, per id,
 what became of it. A list naming anything that cannot be an id (the pattern the
-API document states) is refused whole (400 naming ``ids``), nothing done. The page asks first, naming the count ("Retry 12 operations?").
+API document states) is refused whole (400 naming ``ids``), nothing done. The page
+asks first, naming the count ("Retry 12 operations?").
 
 Paused task types (``opsctl tasks pause``): ``queues`` lists them; the page shows
 them in a panel of their own and marks them in the queue table.
