@@ -115,6 +115,15 @@ def require_user_agent(scope: Scope) -> OwnerScope:
     return owner
 
 
+@dataclass(frozen=True)
+class ReadLease:
+    """The operation a worker reads for and that operation's lease token (ADR 62): empty
+    from the gateway."""
+
+    operation_id: str
+    token: str
+
+
 def require_subject_reader(scope: Scope) -> OwnerScope:
     """Reading a subject and the owner's AI settings: the gateway for the user, or the
     worker running an operation about it (the services do not yet tie the read to a
