@@ -1,7 +1,9 @@
 """The AI worker's own gRPC calls to Workspace and Operations, spelled once.
 
 Claims and lease mutations go through the worker SDK; these are the rest.
-Every call carries the worker credential with the claimed operation's owner.
+Every call carries the worker credential with the claimed operation's owner,
+and every Workspace read the attempt's operation and lease token: a worker
+reads only what the operation it runs refers to (ADR 62).
 A failed call becomes the typed ``DomainError`` it stands for
 (``durable_ops.rpc.errors.domain_error_from_rpc``), so the rest of the worker
 never sees a gRPC status.
@@ -24,6 +26,7 @@ from durable_ops.api.workspace.v1 import workspace_pb2 as wpb
 from durable_ops.api.workspace.v1 import workspace_pb2_grpc as wpb_grpc
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.provenance import Provenance
+from durable_ops.model.scope import ReadLease
 from durable_ops.model.states import Plan, Privacy
 from durable_ops.model.subjects import SubjectKind
 from durable_ops.rpc.client import Metadata, ServiceCaller, UnaryMethod
@@ -83,11 +86,12 @@ def _parse_settings(reply: wpb.AiSettings) -> AiSettings:
 
 
 class WorkspaceCalls(Protocol):
-    """What the executor needs of Workspace (tests stand in for it)."""
+    """What the executor needs of Workspace, each read under the attempt's lease (tests
+    stand in for it)."""
 
-    async def ai_settings(self, owner_id: str) -> AiSettings: ...
+    async def ai_settings(self, attempt: Attempt) -> AiSettings: ...
 
-    def reader(self, owner_id: str) -> WorkspaceReader: ...
+    def reader(self, attempt: Attempt) -> WorkspaceReader: ...
 
     async def publish_note(
         self, attempt: Attempt, body_json: str, provenance: Provenance | None
@@ -106,18 +110,22 @@ class WorkspaceClient:
         self._caller = caller
         self._stopping = stopping or asyncio.Event()
 
-    async def ai_settings(self, owner_id: str) -> AiSettings:
-        reply = await _call(
-            self._stub.GetAiSettings, wpb.GetAiSettingsRequest(), self._caller.metadata(owner_id)
-        )
-        return _parse_settings(reply)
+    async def ai_settings(self, attempt: Attempt) -> AiSettings:
+        """The owner's settings as they are now, read under the attempt's lease."""
+        lease = read_lease(attempt)
+        request = wpb.GetAiSettingsRequest(operation_id=lease.operation_id, lease_token=lease.token)
+        metadata = self._caller.metadata(attempt.owner_id)
+        return _parse_settings(await _call(self._stub.GetAiSettings, request, metadata))
 
-    def reader(self, owner_id: str) -> OwnerWorkspace:
-        return OwnerWorkspace(self, owner_id)
+    def reader(self, attempt: Attempt) -> OwnerWorkspace:
+        return OwnerWorkspace(self, attempt.owner_id, read_lease(attempt))
 
-    async def read(self, owner_id: str, kind: SubjectKind, subject_id: str) -> SubjectText:
-        """The texts of one of the owner's subjects, by the Workspace read its kind names."""
-        request = read_request(kind, subject_id)
+    async def read(
+        self, owner_id: str, lease: ReadLease, kind: SubjectKind, subject_id: str
+    ) -> SubjectText:
+        """The texts of one of the owner's subjects, by the Workspace read its kind names,
+        under ``lease``: ``NotFound`` unless the leased operation refers to it."""
+        request = read_request(kind, subject_id, lease)
         reply = await _call(read_method(self._stub, kind), request, self._caller.metadata(owner_id))
         return SubjectText(kind, {field.name: getattr(reply, field.name) for field in kind.fields})
 
@@ -156,12 +164,19 @@ class WorkspaceClient:
         return reply.note.id, reply.published
 
 
-class OwnerWorkspace:
-    """The ``WorkspaceReader`` of one owner: reads filtered by that owner, by the service."""
+def read_lease(attempt: Attempt) -> ReadLease:
+    """The lease the attempt reads under: its operation's, with its token."""
+    return ReadLease(attempt.operation_id, attempt.lease_token)
 
-    def __init__(self, client: WorkspaceClient, owner_id: str) -> None:
+
+class OwnerWorkspace:
+    """The ``WorkspaceReader`` of one attempt: reads filtered by its owner, by the service,
+    and by the references of the operation whose lease it holds."""
+
+    def __init__(self, client: WorkspaceClient, owner_id: str, lease: ReadLease) -> None:
         self._client = client
         self._owner_id = owner_id
+        self._lease = lease
 
     async def read(self, kind: SubjectKind, subject_id: str) -> SubjectText:
-        return await self._client.read(self._owner_id, kind, subject_id)
+        return await self._client.read(self._owner_id, self._lease, kind, subject_id)

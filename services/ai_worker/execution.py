@@ -144,14 +144,14 @@ class Executor:
         handler = self._handlers[attempt.task_type]
         external_allowed = handler.task.external_allowed
         async with asyncio.timeout(self._attempt_timeout):
-            settings = await self._workspace.ai_settings(attempt.owner_id)
+            settings = await self._workspace.ai_settings(attempt)
             # The global switch is admission's concern; admitted work runs while the worker does.
             require_entitled(
                 global_enabled=True, plan=settings.plan, ai_enabled=settings.ai_enabled
             )
             privacy = effective_privacy(attempt.privacy, settings.privacy)
             refs = handler.refs_for(attempt.subject.type, attempt.subject.id, attempt.context_ref)
-            inputs = await handler.inputs(self._workspace.reader(attempt.owner_id), refs)
+            inputs = await handler.inputs(self._workspace.reader(attempt), refs)
             request = handler.request(inputs)
             progress, text = lease.report_progress, lease.report_text
             with telemetry.span(

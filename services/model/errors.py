@@ -62,6 +62,9 @@ class PermissionDenied(DomainError):
 
 # The code of a PermissionDenied that refuses switching AI on for an owner on the Free plan.
 PLAN_REQUIRED = "plan_required"
+# The code of a PermissionDenied that refuses a worker's read naming no operation and lease
+# (ADR 62).
+LEASE_REQUIRED = "lease_required"
 
 
 class NotFound(DomainError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from durable_ops.model.errors import PermissionDenied
+from durable_ops.model.errors import LEASE_REQUIRED, PermissionDenied
 from durable_ops.model.tasks import TASKS
 
 
@@ -115,16 +115,43 @@ def require_user_agent(scope: Scope) -> OwnerScope:
     return owner
 
 
-def require_subject_reader(scope: Scope) -> OwnerScope:
+@dataclass(frozen=True)
+class ReadLease:
+    """The operation a worker reads for and that operation's lease token (ADR 62): empty
+    from the gateway."""
+
+    operation_id: str
+    token: str
+
+
+@dataclass(frozen=True)
+class SubjectReader:
+    """Who reads a subject or the owner's AI settings, and under which lease: ``None`` for
+    the gateway, which reads any of its user's."""
+
+    owner_id: str
+    lease: ReadLease | None
+
+
+def require_subject_reader(scope: Scope, lease: ReadLease) -> SubjectReader:
     """Reading a subject and the owner's AI settings: the gateway for the user, or the
-    worker running an operation about it (the services do not yet tie the read to a
-    held lease: a worker key reads any owner's subjects; docs/operations.md)."""
+    worker running an operation about it, under that operation's lease. The storage
+    layer checks the lease is live and the subject is the operation's own
+    (``storage.workspace``), so a worker key reads only what it holds leases on, never
+    any owner's CVs (ADR 62)."""
     owner = require_owner(scope)
-    if owner.role not in (Role.GATEWAY, Role.WORKER):
+    if owner.role is Role.GATEWAY:
+        return SubjectReader(owner.owner_id, None)
+    if owner.role is not Role.WORKER:
         raise PermissionDenied(
             f"the {owner.role.value} role reads no subjects", code="gateway_scope_required"
         )
-    return owner
+    if not lease.operation_id or not lease.token:
+        raise PermissionDenied(
+            "a worker reads only for an operation it runs: name it and its lease token",
+            code=LEASE_REQUIRED,
+        )
+    return SubjectReader(owner.owner_id, lease)
 
 
 def require_gateway_owner(scope: Scope) -> OwnerScope:

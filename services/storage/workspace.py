@@ -22,6 +22,7 @@ from durable_ops.model.errors import (
     NotFound,
     PermissionDenied,
 )
+from durable_ops.model.scope import ReadLease
 from durable_ops.model.states import OperationState, Plan, Privacy
 from durable_ops.model.subjects import CV, JOB, SubjectKind
 from durable_ops.model.tasks import TASKS
@@ -61,8 +62,26 @@ def _owned(tx: Tx, model: type[Row], row_id: str, what: str) -> Row:
     query = _by_id(cast(Table, model.__table__))
     found = tx.execute(query, {"row_id": row_id}).one_or_none() if issuable else None
     if found is None:
-        raise NotFound(f"{what} not found", code=f"{what}_not_found")
+        raise _missing(what)
     return model(**found._mapping)
+
+
+def _missing(what: str) -> NotFound:
+    return NotFound(f"{what} not found", code=f"{what}_not_found")
+
+
+def _read(
+    tx: Tx, model: type[Row], row_id: str, what: str, lease: ReadLease | None, now: datetime
+) -> Row:
+    """One of the owner's rows, read by the gateway (``lease`` None) or by a worker under
+    the live lease of an operation that refers to it, as its subject or its second
+    reference (ADR 62). Any other row answers exactly as a missing one: what a worker
+    does not hold, it cannot tell from what does not exist."""
+    if lease is not None:
+        held = operations.held_references(tx, lease.operation_id, lease.token, now)
+        if row_id not in held:
+            raise _missing(what)
+    return _owned(tx, model, row_id, what)
 
 
 def _created(tx: Tx, model: type[Row], values: dict[str, Any]) -> Row:
@@ -83,8 +102,9 @@ def create_job(tx: Tx, title: str, company: str, description: str, now: datetime
     return _created(tx, Job, {"id": new_id(), **texts, "created_at": now, "updated_at": now})
 
 
-def get_job(tx: Tx, job_id: str) -> Job:
-    return _owned(tx, Job, job_id, "job")
+def get_job(tx: Tx, job_id: str, *, lease: ReadLease | None, now: datetime) -> Job:
+    """A job, for the gateway or the worker holding ``lease`` (``_read``)."""
+    return _read(tx, Job, job_id, "job", lease, now)
 
 
 def list_jobs(tx: Tx, *, size: int, token: str) -> Page[Job]:
@@ -109,8 +129,11 @@ def create_attachment(tx: Tx, kind: str, filename: str, text: str, now: datetime
     return _created(tx, Attachment, {"id": new_id(), "kind": kind, **texts, "created_at": now})
 
 
-def get_attachment(tx: Tx, attachment_id: str) -> Attachment:
-    return _owned(tx, Attachment, attachment_id, "attachment")
+def get_attachment(
+    tx: Tx, attachment_id: str, *, lease: ReadLease | None, now: datetime
+) -> Attachment:
+    """A CV, for the gateway or the worker holding ``lease`` (``_read``)."""
+    return _read(tx, Attachment, attachment_id, "attachment", lease, now)
 
 
 def list_attachments(tx: Tx, *, size: int, token: str) -> Page[Attachment]:
@@ -173,6 +196,14 @@ def ai_settings(tx: Tx) -> AiSettingsView:
     if row is None:
         return DEFAULT_AI_SETTINGS
     return AiSettingsView(row.ai_enabled, Privacy(row.privacy), Plan(row.plan))
+
+
+def read_ai_settings(tx: Tx, *, lease: ReadLease | None, now: datetime) -> AiSettingsView:
+    """The settings, for the gateway or a worker holding the live ``lease`` of one of the
+    owner's operations (ADR 62): any operation it runs reads them."""
+    if lease is not None:
+        operations.held_references(tx, lease.operation_id, lease.token, now)
+    return ai_settings(tx)
 
 
 def update_ai_settings(

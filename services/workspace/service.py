@@ -12,6 +12,7 @@ from durable_ops.api.workspace.v1 import workspace_pb2_grpc as pb_grpc
 from durable_ops.clock import Clock
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.scope import (
+    ReadLease,
     require_gateway_owner,
     require_subject_reader,
     require_user_agent,
@@ -46,9 +47,12 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
         return convert.job(row)
 
     async def GetJob(self, request: pb.GetJobRequest, context: ServicerContext) -> pb.Job:
-        owner = require_subject_reader(caller_scope(context)).owner_id
+        reader = require_subject_reader(caller_scope(context), _lease(request))
+        now = self._clock()
         row = await self._db.run_async(
-            lambda tx: workspace.get_job(tx, request.job_id), owner_id=owner, write=False
+            lambda tx: workspace.get_job(tx, request.job_id, lease=reader.lease, now=now),
+            owner_id=reader.owner_id,
+            write=False,
         )
         return convert.job(row)
 
@@ -82,10 +86,13 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
     async def GetAttachment(
         self, request: pb.GetAttachmentRequest, context: ServicerContext
     ) -> pb.Attachment:
-        owner = require_subject_reader(caller_scope(context)).owner_id
+        reader = require_subject_reader(caller_scope(context), _lease(request))
+        now = self._clock()
         row = await self._db.run_async(
-            lambda tx: workspace.get_attachment(tx, request.attachment_id),
-            owner_id=owner,
+            lambda tx: workspace.get_attachment(
+                tx, request.attachment_id, lease=reader.lease, now=now
+            ),
+            owner_id=reader.owner_id,
             write=False,
         )
         return convert.attachment(row, with_text=True)
@@ -129,11 +136,13 @@ class WorkspaceService(pb_grpc.WorkspaceServiceServicer):
     async def GetAiSettings(
         self, request: pb.GetAiSettingsRequest, context: ServicerContext
     ) -> pb.AiSettings:
-        owner = require_subject_reader(caller_scope(context)).owner_id
+        reader = require_subject_reader(caller_scope(context), _lease(request))
         now = self._clock()
         return await self._db.run_async(
-            lambda tx: _settings_reply(tx, workspace.ai_settings(tx), now),
-            owner_id=owner,
+            lambda tx: _settings_reply(
+                tx, workspace.read_ai_settings(tx, lease=reader.lease, now=now), now
+            ),
+            owner_id=reader.owner_id,
             write=False,
         )
 
@@ -260,6 +269,13 @@ def _log_deleted(event: str, owner: str, gone: workspace.Deleted, **row_id: str)
         drafts=gone.drafts,
         stored_bytes=gone.stored_bytes,
     )
+
+
+def _lease(
+    request: pb.GetJobRequest | pb.GetAttachmentRequest | pb.GetAiSettingsRequest,
+) -> ReadLease:
+    """The lease a worker's read names (empty from the gateway)."""
+    return ReadLease(request.operation_id, request.lease_token)
 
 
 def _instant(unix_seconds: int) -> datetime:

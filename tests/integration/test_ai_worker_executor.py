@@ -55,10 +55,10 @@ class Workspace:
         self.notes: list[str] = []
         self.deleted: set[str] = set()
 
-    async def ai_settings(self, owner_id: str) -> AiSettings:
+    async def ai_settings(self, attempt: Attempt) -> AiSettings:
         return self.settings
 
-    def reader(self, owner_id: str) -> WorkspaceReader:
+    def reader(self, attempt: Attempt) -> WorkspaceReader:
         return self
 
     async def read(self, kind: SubjectKind, subject_id: str) -> SubjectText:

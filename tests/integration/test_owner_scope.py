@@ -76,7 +76,9 @@ def test_another_owners_row_cannot_be_inserted_in_an_owner_scope(two_owners: Dat
 
 def test_the_neutral_scope_refuses_a_statement_that_needs_an_owner(two_owners: Database) -> None:
     with pytest.raises(ScopeViolation):
-        two_owners.run(lambda tx: workspace.get_job(tx, "a" * 32), owner_id=None)
+        two_owners.run(
+            lambda tx: workspace.get_job(tx, "a" * 32, lease=None, now=NOW), owner_id=None
+        )
     with pytest.raises(ScopeViolation):
         two_owners.run(notifications.unread_count, owner_id=None)
 
@@ -85,7 +87,9 @@ def test_the_workspace_reads_and_writes_only_the_scope_owners_rows(two_owners: D
     page = two_owners.run(lambda tx: workspace.list_jobs(tx, size=10, token=""), owner_id="alice")
     assert [job.id for job in page.items] == ["a" * 32]
     with pytest.raises(NotFound):
-        two_owners.run(lambda tx: workspace.get_job(tx, "b" * 32), owner_id="alice")
+        two_owners.run(
+            lambda tx: workspace.get_job(tx, "b" * 32, lease=None, now=NOW), owner_id="alice"
+        )
     made = two_owners.run(lambda tx: workspace.create_job(tx, "x", "", "y", NOW), owner_id="bob")
     assert made.owner_user_id == "bob"
     stored = scalar(two_owners, select(JOBS.c.owner_user_id).where(JOBS.c.id == made.id))
@@ -126,7 +130,9 @@ def test_notifications_and_sessions_stay_with_their_owner(database: Database) ->
 
 
 def test_times_round_trip_as_utc_with_microseconds(two_owners: Database) -> None:
-    job = two_owners.run(lambda tx: workspace.get_job(tx, "a" * 32), owner_id="alice")
+    job = two_owners.run(
+        lambda tx: workspace.get_job(tx, "a" * 32, lease=None, now=NOW), owner_id="alice"
+    )
     assert job.created_at == NOW
     assert job.created_at.tzinfo is UTC
 

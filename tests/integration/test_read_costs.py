@@ -6,7 +6,8 @@
 - admission's count of its owner's active operations, under the global admission
   lock: none of the owner's finished ones; the unread count: none of the owner's
   read notifications (ADR 0053); the owner watch's poll, ten times a second: each
-  watched owner's newest change, not all of them.
+  watched owner's newest change, not all of them;
+- a worker's read of a subject under its lease (ADR 62): the one operation it names.
 
 Counted, not timed (``tests.support.statement_reads``), with a few rows and again with
 hundreds more that must not be read.
@@ -130,3 +131,22 @@ def test_the_queue_depths_the_owner_counts_and_the_watch_poll_read_no_history(
     assert database.run(_owners_active, owner_id=None, write=False) == 1
     assert database.run(_owners_unread, owner_id=None, write=False) == 0
     assert list(database.run(_owners_newest, owner_id=None, write=False)) == [OWNER]
+
+
+def test_a_workers_read_under_its_lease_reads_its_operation_only(database: Database) -> None:
+    """The lease check of a subject read is one primary-key read: none of the owner's
+    history (``operations.held_references``)."""
+    running = operations.CreateRequest(NAMED, "running", "job", "j", context_ref="cv")
+    database.run(lambda tx: operations.create(tx, running, NOW), owner_id=OWNER)
+    [claimed] = database.run(lambda tx: operations.claim(tx, [NAMED], 30, NOW), owner_id=None)
+
+    def check(tx: Tx) -> frozenset[str]:
+        held = Tx(tx.connection, OWNER)
+        return operations.held_references(held, claimed.operation.id, claimed.lease_token, NOW)
+
+    _history(database, 3, 0)
+    before = reads_of(database, check)
+    _history(database, BACKLOG, 3)
+    after = reads_of(database, check)
+    assert after - before < WALK[database.dialect] / 2 / 10, (before, after)
+    assert database.run(check, owner_id=None, write=False) == {"j", "cv"}

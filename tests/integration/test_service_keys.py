@@ -129,7 +129,8 @@ def test_a_worker_or_producer_key_cannot_act_as_the_gateway(services: Services, 
 def test_workers_and_producers_reach_no_users_workspace(services: Services) -> None:
     """Least privilege per role: a user's jobs, CVs, results, notifications and admissions
     are the gateway's to act on; a worker reads the subject and AI settings of what it
-    runs (not yet tied to a held lease: docs/operations.md); a producer none of them."""
+    runs, only under its lease (test_worker_reads.py), so none without one; a producer
+    none of them."""
     user_calls: dict[str, Callable[[Metadata], object]] = {
         "list jobs": lambda md: services.workspace.ListJobs(wpb.ListRequest(), metadata=md),
         "create job": lambda md: services.workspace.CreateJob(
@@ -161,8 +162,9 @@ def test_workers_and_producers_reach_no_users_workspace(services: Services) -> N
             failure = expect_failure(lambda call=call, md=md: call(md), DENIED)  # type: ignore[misc]
             assert failure.error_code == "gateway_scope_required", (role, name)
     worker = metadata(Role.WORKER, ALICE)
-    expect_failure(lambda: subject_reads["read a job"](worker), grpc.StatusCode.NOT_FOUND)
-    assert subject_reads["read settings"](worker) is not None
+    for name, call in subject_reads.items():
+        failure = expect_failure(lambda call=call: call(worker), DENIED)  # type: ignore[misc]
+        assert failure.error_code == "lease_required", name
     gateway = metadata(Role.GATEWAY, ALICE)
     for call in user_calls.values():
         assert call(gateway) is not None
@@ -193,12 +195,12 @@ def issue(
         (keys_dir() / PUBLIC_DIR / f"{name}.pub").unlink(missing_ok=True)
 
 
-def _unread_count(services: Services, key: SigningKey) -> grpc.StatusCode:
+def _owner_call(services: Services, key: SigningKey) -> grpc.StatusCode:
     """One owner-scope call a worker may make, signed with ``key``: OK once the services
     trust it."""
     try:
-        services.workspace.GetAiSettings(
-            wpb.GetAiSettingsRequest(),
+        services.operations.ListOperations(
+            pb.ListOperationsRequest(),
             metadata=_bearer(mint_service_token(key), ALICE),
             timeout=5,
         )
@@ -209,18 +211,18 @@ def _unread_count(services: Services, key: SigningKey) -> grpc.StatusCode:
 
 def _until_trusted(services: Services, key: SigningKey) -> list[grpc.StatusCode]:
     """The answers to ``key``'s calls until one is OK."""
-    answers = [_unread_count(services, key)]
+    answers = [_owner_call(services, key)]
     deadline = time.monotonic() + TRUSTED_WITHIN_SECONDS
     while answers[-1] != grpc.StatusCode.OK and time.monotonic() < deadline:
         time.sleep(0.05)
-        answers.append(_unread_count(services, key))
+        answers.append(_owner_call(services, key))
     return answers
 
 
 def test_a_key_from_opsctl_keys_issue_is_trusted_without_a_restart(
     services: Services, issue: Callable[..., Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert _unread_count(services, signing_key(Role.WORKER)) == grpc.StatusCode.OK  # serving
+    assert _owner_call(services, signing_key(Role.WORKER)) == grpc.StatusCode.OK  # serving
     label = f"batch-{secrets.token_hex(4)}"
     path = issue(label)
     assert path == keys_dir() / f"worker-{label}" / f"worker-{label}.key"

@@ -32,7 +32,7 @@ from durable_ops.gateway.backends import Backends
 from durable_ops.gateway.calls import OwnerCalls
 from durable_ops.model import subjects, tasks
 from durable_ops.model.errors import NotFound
-from durable_ops.model.scope import Role
+from durable_ops.model.scope import ReadLease, Role
 from durable_ops.rpc.client import ServiceCaller, open_channel
 from durable_ops.storage.operations import new_id
 from durable_ops.storage.schema import Attachment
@@ -41,6 +41,7 @@ from tests.support.clock import ManualClock
 from tests.support.gateway import bearer, gateway_client, gateway_settings, run
 from tests.support.grpc_services import Services, running_services
 from tests.support.keys import signing_key
+from tests.support.operations_client import OpsClient
 from tests.support.workspace_client import create_job
 
 COVER_LETTER = subjects.SubjectKind(
@@ -148,19 +149,33 @@ def test_admission_proves_the_subject_is_the_callers_own(services: Services) -> 
     assert caught.value.code == "cover_letter_not_found"
 
 
+def _running(services: Services, draft: str, job: str) -> ReadLease:
+    """A polish of the draft with the job beside it, claimed: the lease the worker reads
+    under (ADR 62)."""
+    ops = OpsClient(services)
+    request = ops.create_request(
+        "polish", task_type=LETTER_POLISH.name, subject_type=COVER_LETTER.name, subject_id=draft
+    )
+    request.context_ref = job
+    ops.create_raw("alice", request)
+    lease = ops.claim_one((LETTER_POLISH.name,))
+    return ReadLease(lease.id, lease.token)
+
+
 def test_the_worker_reads_its_text_into_a_section_of_the_prompt(services: Services) -> None:
     draft = _draft(services, "alice")
     job = create_job(services.workspace, "alice", description="Python and Spark.")
     handler = handlers_for(REGISTRY, PROMPTS)[LETTER_POLISH.name]
+    lease = _running(services, draft, job)
 
     async def scenario() -> list[SubjectText]:
         channel = open_channel(services.target, None)
         try:
             client = WorkspaceClient(channel, ServiceCaller(signing_key(Role.WORKER)))
             refs = handler.refs_for("cover_letter", draft, job)
-            texts = await handler.inputs(OwnerWorkspace(client, "alice"), refs)
+            texts = await handler.inputs(OwnerWorkspace(client, "alice", lease), refs)
             with pytest.raises(NotFound):
-                await client.read("bob", COVER_LETTER, draft)
+                await client.read("bob", lease, COVER_LETTER, draft)
             return texts
         finally:
             await channel.close()

@@ -379,7 +379,12 @@ def test_an_admission_first_makes_a_racing_delete_refused(database: Database) ->
             after.result(timeout=30)
     operation = scalar(database, select(UserOperation.id))
     assert refused.value.operation_id == operation
-    assert database.run(lambda tx: workspace.get_job(tx, job), owner_id="alice").id == job
+    assert (
+        database.run(
+            lambda tx: workspace.get_job(tx, job, lease=None, now=NOW), owner_id="alice"
+        ).id
+        == job
+    )
 
 
 def test_a_delete_first_makes_a_racing_admission_not_found(database: Database) -> None:

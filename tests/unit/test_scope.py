@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Final
 
 import pytest
@@ -17,11 +18,14 @@ from durable_ops.model.errors import PermissionDenied
 from durable_ops.model.scope import (
     NeutralScope,
     OwnerScope,
+    ReadLease,
     Role,
     Scope,
+    SubjectReader,
     require_gateway_owner,
     require_neutral_worker,
     require_owner,
+    require_subject_reader,
     require_worker_owner,
 )
 
@@ -84,6 +88,32 @@ def test_lease_mutation_from_neutral_scope_is_refused(role: Role) -> None:
 @pytest.mark.parametrize("role", [Role.GATEWAY, Role.PRODUCER])
 def test_lease_mutation_needs_a_worker_credential(role: Role) -> None:
     refused("worker_role_required", require_worker_owner, OwnerScope(role, OWNER))
+
+
+# --- require_subject_reader (a job, a CV, the AI settings; ADR 62) ---------------------------
+
+LEASE: Final = ReadLease("op-1", "token-1")
+NO_LEASE: Final = ReadLease("", "")
+
+
+def test_the_gateway_reads_its_users_subjects_without_a_lease() -> None:
+    for lease in (NO_LEASE, LEASE):  # whatever it sends: the gateway holds no lease
+        reader = require_subject_reader(OwnerScope(Role.GATEWAY, OWNER), lease)
+        assert reader == SubjectReader(OWNER, None)
+
+
+def test_a_worker_reads_only_under_the_lease_it_names() -> None:
+    worker = OwnerScope(Role.WORKER, OWNER)
+    assert require_subject_reader(worker, LEASE) == SubjectReader(OWNER, LEASE)
+    for lease in (NO_LEASE, ReadLease("op-1", ""), ReadLease("", "token-1")):
+        refused("lease_required", partial(require_subject_reader, lease=lease), worker)
+
+
+@pytest.mark.parametrize("role", [Role.PRODUCER, Role.OPERATOR])
+def test_other_roles_read_no_subject_even_with_a_lease(role: Role) -> None:
+    read = partial(require_subject_reader, lease=LEASE)
+    refused("gateway_scope_required", read, OwnerScope(role, OWNER))
+    refused("owner_scope_required", read, NeutralScope())
 
 
 # --- require_gateway_owner (a user's session) -----------------------------------------------

@@ -2,7 +2,7 @@
 
 The readers hold no per-kind table: they take the kind's names on trust. These
 checks make the names good for every registered kind: the Workspace RPC exists
-and takes the id as its one field, its reply has the kind's text fields, the
+and takes the id and a worker's lease (ADR 62), its reply has the kind's text fields, the
 table is owner-bearing, and the spellings and prompt sections are unique.
 """
 
@@ -13,17 +13,23 @@ from google.protobuf.descriptor import FieldDescriptor
 
 from durable_ops.model import subjects, tasks
 from durable_ops.model.prompt_sections import END_SECTION
+from durable_ops.model.scope import ReadLease
 from durable_ops.model.subjects import KINDS, SubjectKind
-from durable_ops.rpc.subjects import WORKSPACE_SERVICE, read_request
+from durable_ops.rpc.subjects import LEASE_FIELDS, WORKSPACE_SERVICE, read_request
 from durable_ops.storage.schema import Base
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.name)
 def test_the_workspace_read_takes_the_id_and_answers_the_texts(kind: SubjectKind) -> None:
     method = WORKSPACE_SERVICE.methods_by_name[kind.workspace_read]
-    (id_field,) = method.input_type.fields
-    assert id_field.type == FieldDescriptor.TYPE_STRING
+    fields = method.input_type.fields_by_name
+    (id_field,) = (field for name, field in fields.items() if name not in LEASE_FIELDS)
+    assert {id_field.name, *LEASE_FIELDS} == set(fields)
+    for name, request_field in fields.items():
+        assert request_field.type == FieldDescriptor.TYPE_STRING, name
     assert getattr(read_request(kind, "some-id"), id_field.name) == "some-id"
+    leased = read_request(kind, "some-id", ReadLease("op-1", "token-1"))
+    assert (leased.operation_id, leased.lease_token) == ("op-1", "token-1")  # type: ignore[attr-defined]
     reply = method.output_type.fields_by_name
     for field in kind.fields:
         assert reply[field.name].type == FieldDescriptor.TYPE_STRING, field.name

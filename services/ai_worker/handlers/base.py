@@ -4,9 +4,9 @@ One handler serves every task type: the registry says what the subject and the
 optional context reference are (each a ``SubjectKind``), the prompt says what
 to ask. ``refs_for`` names the subjects behind the operation's two opaque
 references; ``inputs`` reads each through a ``WorkspaceReader`` in the owner's
-scope, by its kind, with no reader per kind. ``request`` turns the texts into
-one bounded structured request; ``note_body`` turns the validated answer into
-the published note.
+scope, under the attempt's lease (ADR 62), by its kind, with no reader per
+kind. ``request`` turns the texts into one bounded structured request;
+``note_body`` turns the validated answer into the published note.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from durable_ops.model.tasks import TaskType
 
 
 class WorkspaceReader(Protocol):
-    """The owner's stored texts; ``NotFound`` when one was deleted (or is not theirs)."""
+    """The owner's stored texts the attempt's operation refers to; ``NotFound`` when one
+    was deleted (or is not theirs, or not the operation's)."""
 
     async def read(self, kind: SubjectKind, subject_id: str) -> SubjectText: ...
 

@@ -18,7 +18,13 @@ vocabulary (the lease and deadline guards, recognition) is ``rows``.
 
 from durable_ops.storage.operations.claims import CLAIM_BATCH_MAX, CLAIM_SPREAD, Claim, claim
 from durable_ops.storage.operations.creation import CreateRequest, create
-from durable_ops.storage.operations.leases import Held, extend, heartbeat, hold_for_publish
+from durable_ops.storage.operations.leases import (
+    Held,
+    extend,
+    heartbeat,
+    held_references,
+    hold_for_publish,
+)
 from durable_ops.storage.operations.owner import cancel, retry
 from durable_ops.storage.operations.reads import (
     IDS_PER_QUERY_MAX,
@@ -72,6 +78,7 @@ __all__ = [
     "get",
     "hash_token",
     "heartbeat",
+    "held_references",
     "hold_for_publish",
     "in_line",
     "latest_for_subject",

@@ -1,4 +1,5 @@
-"""A lease holder's beats, and the lock a result's publication takes on its lease.
+"""A lease holder's beats, the lock a result's publication takes on its lease, and the
+check of a worker's read under its lease (``held_references``, ADR 62).
 
 One writer for every beat, a single ``Heartbeat`` (a batch of one) and a
 lease stream's beat of up to ``ROWS_MAX`` leases alike: one guarded UPDATE,
@@ -21,7 +22,7 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Update, bindparam, func, select, update
+from sqlalchemy import Row, Select, Update, bindparam, func, select, update
 
 from durable_ops.model import bounds, lifecycle
 from durable_ops.model.errors import (
@@ -170,7 +171,32 @@ def _why(
     return answers
 
 
-_LOCK_LEASE = select(OPS).where(OPS.c.id == bindparam("operation_id"), OWNED).with_for_update()
+# The operation row with whether its lease is live at ``:now``, in the owner scope.
+_LEASE = select(OPS, lease_live().label("lease_live")).where(
+    OPS.c.id == bindparam("operation_id"), OWNED
+)
+_LOCK_LEASE = _LEASE.with_for_update()
+
+
+def _held(tx: Tx, statement: Select[Any], operation_id: str, token: str, now: datetime) -> Row[Any]:
+    """The operation's row while ``token`` holds its live lease. The operation must be
+    the scope owner's: another owner's answers exactly like a missing one (NOT_FOUND
+    ``operation_not_found``), before any lease is looked at; any other lease, or one
+    that ended or ran out, is ``LeaseLost``."""
+    issuable = 0 < len(operation_id) <= bounds.ID_MAX  # any other id was never issued
+    parameters = {"operation_id": operation_id, "now": now}
+    row = tx.execute(statement, parameters).one_or_none() if issuable else None
+    if row is None:
+        raise NotFound("operation not found", code="operation_not_found")
+    token_hash = row.lease_token_hash
+    held = (
+        bool(row.lease_live)
+        and token_hash is not None
+        and hmac.compare_digest(token_hash, hash_token(token))
+    )
+    if not held:
+        raise LeaseLost("the lease is not live: the operation ended or another attempt holds it")
+    return row
 
 
 def hold_for_publish(
@@ -182,25 +208,9 @@ def hold_for_publish(
     Runs in the transaction that writes the attempt's result, so a cancel or
     a takeover commits either before (and the result is refused) or after
     (and finds the result published). Cancel wins until then. The operation
-    must be the scope owner's: another owner's answers exactly like a missing
-    one (NOT_FOUND ``operation_not_found``), before any lease is looked at.
+    must be the scope owner's (``_held``).
     """
-    issuable = 0 < len(operation_id) <= bounds.ID_MAX  # any other id was never issued
-    row = (
-        tx.execute(_LOCK_LEASE, {"operation_id": operation_id}).one_or_none() if issuable else None
-    )
-    if row is None:
-        raise NotFound("operation not found", code="operation_not_found")
-    token_hash = row.lease_token_hash
-    lease = facts(row._mapping)
-    held = (
-        lease.state is S.RUNNING
-        and not lifecycle.lease_expired(lease, now)
-        and token_hash is not None
-        and hmac.compare_digest(token_hash, hash_token(token))
-    )
-    if not held:
-        raise LeaseLost("the lease is not live: the result belongs to another attempt")
+    row = _held(tx, _LOCK_LEASE, operation_id, token, now)
     if row.cancel_requested:
         raise LeaseLost("the owner cancelled the operation", code=CANCEL_REQUESTED)
     # The result is the operation's own: of its kind, about its subject.
@@ -210,3 +220,13 @@ def hold_for_publish(
         raise InvalidArgument("subject_id", "is not the operation's subject")
     context_ref: str | None = row.context_ref
     return context_ref
+
+
+def held_references(tx: Tx, operation_id: str, token: str, now: datetime) -> frozenset[str]:
+    """The ids of the rows the operation refers to (its subject and its second reference),
+    while ``token`` holds its live lease (``_held``): what a worker running it may read
+    (ADR 62). One primary-key read, no lock: a read changes nothing a takeover races."""
+    bounds.text("operation_id", operation_id, bounds.ID_MAX)
+    bounds.text("lease_token", token, bounds.LEASE_TOKEN_MAX)
+    row = _held(tx, _LEASE, operation_id, token, now)
+    return frozenset(ref for ref in (row.subject_id, row.context_ref) if ref)

@@ -252,18 +252,32 @@ Global___CreateJobRequest: _TypeAlias = CreateJobRequest  # noqa: Y015
 
 @_typing.final
 class GetJobRequest(_message.Message):
+    """A worker reads a job, a CV or the owner's AI settings only for the operation it runs
+    (ADR 62): it names that operation and its lease token; the gateway sends neither.
+    Without them a worker is PERMISSION_DENIED `lease_required`; a lease that is not live
+    (ended, expired, another attempt's) is ABORTED `lease_lost`; a job or CV the operation
+    does not refer to (as its subject or second reference) is NOT_FOUND, as a missing one.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     JOB_ID_FIELD_NUMBER: _builtins.int
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
+    operation_id: _builtins.str
+    """a worker's: see above"""
+    lease_token: _builtins.str
     def __init__(
         self,
         *,
         job_id: _builtins.str = ...,
+        operation_id: _builtins.str = ...,
+        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "lease_token", b"lease_token", "operation_id", b"operation_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -344,15 +358,22 @@ class GetAttachmentRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ATTACHMENT_ID_FIELD_NUMBER: _builtins.int
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     attachment_id: _builtins.str
+    operation_id: _builtins.str
+    """a worker's: see GetJobRequest"""
+    lease_token: _builtins.str
     def __init__(
         self,
         *,
         attachment_id: _builtins.str = ...,
+        operation_id: _builtins.str = ...,
+        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachment_id", b"attachment_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachment_id", b"attachment_id", "lease_token", b"lease_token", "operation_id", b"operation_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -461,12 +482,20 @@ Global___DeleteAttachmentResponse: _TypeAlias = DeleteAttachmentResponse  # noqa
 class GetAiSettingsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
+    operation_id: _builtins.str
+    """a worker's: see GetJobRequest (any operation it holds)"""
+    lease_token: _builtins.str
     def __init__(
         self,
+        *,
+        operation_id: _builtins.str = ...,
+        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_token", b"lease_token", "operation_id", b"operation_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
