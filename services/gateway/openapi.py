@@ -32,7 +32,8 @@ _PROBES = " and ".join(f"`{path}`" for path in sorted(UNCHECKED_PATHS))
 ERROR_DESCRIPTIONS: Mapping[int, str] = {
     400: (
         "Invalid argument: a bound, type or format broken (`field` names it; code"
-        " `control_character` for a control character in text or in a query parameter;"
+        " `control_character` for a control character in text or in a query parameter,"
+        " or a bidi embedding, override or isolate in a one-line field;"
         " `null` for a field is one too: leave the field out instead); a query parameter"
         " the route does not take (`unknown_parameter`); or a body that is not JSON"
         " (`malformed_json`)"

@@ -79,7 +79,7 @@ def _read(
     does not hold, it cannot tell from what does not exist."""
     if lease is not None:
         held = operations.held_references(tx, lease.operation_id, lease.token, now)
-        if row_id not in held:
+        if (model.__tablename__, row_id) not in held:
             raise _missing(what)
     return _owned(tx, model, row_id, what)
 

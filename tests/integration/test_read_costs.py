@@ -136,11 +136,12 @@ def test_the_queue_depths_the_owner_counts_and_the_watch_poll_read_no_history(
 def test_a_workers_read_under_its_lease_reads_its_operation_only(database: Database) -> None:
     """The lease check of a subject read is one primary-key read: none of the owner's
     history (``operations.held_references``)."""
-    running = operations.CreateRequest(NAMED, "running", "job", "j", context_ref="cv")
+    snapshot = "strategy.snapshot"  # an analysis: only its lease grants a read
+    running = operations.CreateRequest(snapshot, "running", "job", "j", context_ref="cv")
     database.run(lambda tx: operations.create(tx, running, NOW), owner_id=OWNER)
-    [claimed] = database.run(lambda tx: operations.claim(tx, [NAMED], 30, NOW), owner_id=None)
+    [claimed] = database.run(lambda tx: operations.claim(tx, [snapshot], 30, NOW), owner_id=None)
 
-    def check(tx: Tx) -> frozenset[str]:
+    def check(tx: Tx) -> frozenset[tuple[str, str]]:
         held = Tx(tx.connection, OWNER)
         return operations.held_references(held, claimed.operation.id, claimed.lease_token, NOW)
 
@@ -149,4 +150,4 @@ def test_a_workers_read_under_its_lease_reads_its_operation_only(database: Datab
     _history(database, BACKLOG, 3)
     after = reads_of(database, check)
     assert after - before < WALK[database.dialect] / 2 / 10, (before, after)
-    assert database.run(check, owner_id=None, write=False) == {"j", "cv"}
+    assert database.run(check, owner_id=None, write=False) == {("jobs", "j"), ("attachments", "cv")}

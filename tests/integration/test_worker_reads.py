@@ -155,6 +155,26 @@ def test_a_worker_reads_the_job_and_cv_of_the_operation_it_holds_and_no_other(
         _same_answer(existing, refused(read, uuid.uuid4().hex))
 
 
+def test_a_producers_own_operation_naming_a_users_rows_opens_none(
+    services: Services, ops: OpsClient
+) -> None:
+    """A stolen producer key reads alice's operations, so their job and CV ids; it makes an
+    operation of its own task type naming them, which a stolen worker key claims: only an
+    analysis (the registry's, which admission alone starts) refers to a user's rows."""
+    analysis = _analysis(services, ops, "alices")
+    producer = ops.md(Role.PRODUCER, ALICE)
+    request = ops.create_request(
+        "named", task_type="report.render", subject_type="job", subject_id=analysis.job
+    )
+    request.context_ref = analysis.cv
+    own = ops.stub.CreateOperation(request, metadata=producer).operation
+    lease = ops.claim_one(("report.render",))
+    assert lease.id == own.id
+    worker = Reads(services, ops, Role.WORKER)
+    expect_failure(lambda: worker.job(analysis.job, _held(lease)), NOT_FOUND, "job_not_found")
+    expect_failure(lambda: worker.cv(analysis.cv, _held(lease)), NOT_FOUND, "attachment_not_found")
+
+
 def test_a_lease_of_another_owners_operation_reads_nothing(
     services: Services, ops: OpsClient
 ) -> None:

@@ -35,6 +35,7 @@ from durable_ops.model.errors import (
 )
 from durable_ops.model.held_leases import HeldLease
 from durable_ops.model.lifecycle import Event
+from durable_ops.model.tasks import TASKS
 from durable_ops.storage import drafts
 from durable_ops.storage.events import Changed, publish
 from durable_ops.storage.operations.rows import (
@@ -222,11 +223,27 @@ def hold_for_publish(
     return context_ref
 
 
-def held_references(tx: Tx, operation_id: str, token: str, now: datetime) -> frozenset[str]:
-    """The ids of the rows the operation refers to (its subject and its second reference),
-    while ``token`` holds its live lease (``_held``): what a worker running it may read
-    (ADR 62). One primary-key read, no lock: a read changes nothing a takeover races."""
+def held_references(
+    tx: Tx, operation_id: str, token: str, now: datetime
+) -> frozenset[tuple[str, str]]:
+    """The rows the operation refers to, as (table, id): its subject and its second
+    reference, while ``token`` holds its live lease (``_held``): what a worker running it
+    may read (ADR 62). One primary-key read, no lock: a read changes nothing a takeover
+    races.
+
+    Only an analysis (a task type of the registry, which admission alone starts) refers to
+    a user's rows, and only of the kinds it takes: a producer's own operation naming a
+    user's job or CV grants its worker nothing, so a stolen producer key and a stolen
+    worker key together still read no row they name."""
     bounds.text("operation_id", operation_id, bounds.ID_MAX)
     bounds.text("lease_token", token, bounds.LEASE_TOKEN_MAX)
     row = _held(tx, _LEASE, operation_id, token, now)
-    return frozenset(ref for ref in (row.subject_id, row.context_ref) if ref)
+    if row.task_type not in TASKS:
+        return frozenset()
+    task = TASKS.get(row.task_type)
+    held: set[tuple[str, str]] = set()
+    if row.subject_type == task.subject.name:
+        held.add((task.subject.table, row.subject_id))
+    if task.context is not None and row.context_ref:
+        held.add((task.context.table, row.context_ref))
+    return frozenset(held)
