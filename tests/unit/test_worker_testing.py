@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
 import pytest
 from structlog.testing import capture_logs
@@ -31,7 +30,6 @@ from durable_ops.worker import (
 from durable_ops.worker.failures import HANDLER_ERROR, INVALID_HANDLER_CALL, INVALID_RESULT
 from durable_ops.worker.testing import HandlerRun, HandlerTest
 
-T = TypeVar("T")
 HANG_GUARD = 5.0
 LOCAL = Provenance(provider="127.0.0.1", model="small", route="local")
 A_REPORT = Subject("report", "q3")
@@ -44,7 +42,7 @@ def _run(
 
 
 async def _long_work(attempt: Attempt) -> str:
-    """Reports 10, 40 and 70 with a wait after each; ``seen`` says what cancelled it."""
+    """Reports 10, 40 and 70 with a wait after each, then runs until cancelled."""
     for percent in (10, 40, 70):
         await attempt.progress(percent)
         await asyncio.sleep(0)
