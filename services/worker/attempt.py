@@ -18,7 +18,7 @@ from durable_ops.model.states import Privacy
 from durable_ops.model.usage import Usage, total
 from durable_ops.rpc.states import route_from_pb
 from durable_ops.worker.failures import Completed, handler_call
-from durable_ops.worker.lease import Lease, LeaseStream
+from durable_ops.worker.lease import Lease, Leases
 
 T = TypeVar("T")
 
@@ -111,7 +111,7 @@ class Attempt(Claimed):
     answered).
     """
 
-    def __init__(self, claimed: Claimed, leases: LeaseStream, lease_seconds: int) -> None:
+    def __init__(self, claimed: Claimed, leases: Leases, lease_seconds: int) -> None:
         super().__init__(**vars(claimed))
         # A frozen dataclass lets a subclass set attributes that are not its fields.
         self._leases = leases

@@ -76,68 +76,25 @@ class Executor:
         outcome: Outcome | None
         try:
             returned = await asyncio.shield(work)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as cancel:
             if not work.done():  # the worker is shutting down: stop the handler first
                 attempt.shutting_down = True
                 work.cancel()
                 with contextlib.suppress(BaseException):
                     await work
-            outcome = self._after_cancel(attempt)
+            outcome = outcome_of(attempt, self.classify, raised=cancel)
         except Exception as error:
-            outcome = self._after_error(attempt, error)
+            outcome = outcome_of(attempt, self.classify, raised=error)
         else:
-            outcome = completed(returned)
-            if isinstance(outcome, Completed):
-                attempt.result = outcome
-            else:
-                _log.warning("worker_result_refused", **attempt.log_fields(), why=str(outcome))
+            outcome = outcome_of(attempt, self.classify, returned=returned)
         finally:
             # Off the lease stream before settling: the settlement ends the lease, and a beat
             # crossing it would find the lease gone and call it lost.
             watch.cancel()
             if attempt.lease is not None:
                 await attempt.lease.close()
-        if outcome is None:
-            _log.warning("worker_lease_lost", **attempt.log_fields())
-        else:
+        if outcome is not None:
             await self.completer.settle(attempt, outcome)
-
-    @staticmethod
-    def _after_cancel(attempt: Attempt) -> Outcome | None:
-        if attempt.cancelled.is_set():
-            return Ending.CANCELLED
-        if attempt.lease_lost:
-            return None
-        # stop()'s grace ran out: hand it back, queued at once, the attempt not spent.
-        return WorkerShutdown()
-
-    def _after_error(self, attempt: Attempt, error: Exception) -> Outcome | None:
-        if isinstance(error, LeaseLost) and error.code == CANCEL_REQUESTED:
-            attempt.cancelled.set()  # a fenced write found the owner's cancel first
-        if attempt.cancelled.is_set():
-            return Ending.CANCELLED
-        if attempt.lease_lost or isinstance(error, LeaseLost):
-            return None
-        if isinstance(error, InvalidHandlerCall):
-            # The SDK's own wording, which quotes no user content: the developer reads what
-            # was wrong, and the stack shows the call.
-            _log.warning(
-                "worker_handler_call_refused",
-                **attempt.log_fields(),
-                why=error.message,
-                stack=_stack(error),
-            )
-            return error.failure()
-        if not isinstance(error, HandlerFailure | ExternalFallback):
-            # Type and stack only, as the services log a fault: the text may quote user
-            # content. What the developer has to go on; the owner sees the code alone.
-            _log.warning(
-                "worker_handler_raised",
-                **attempt.log_fields(),
-                error_type=type(error).__qualname__,
-                stack=_stack(error),
-            )
-        return self.classify(error)
 
     @staticmethod
     async def _watch(attempt: Attempt, work: asyncio.Future[str | Completed | None]) -> None:
@@ -152,6 +109,57 @@ class Executor:
             if lease.cancel_requested:
                 attempt.cancelled.set()
         work.cancel()
+
+
+def outcome_of(
+    attempt: Attempt,
+    classify: Classify,
+    *,
+    returned: object = None,
+    raised: Exception | asyncio.CancelledError | None = None,
+) -> Outcome | None:
+    """What ``attempt`` is settled as, its handler having returned ``returned`` or raised
+    ``raised`` (``CancelledError``: its task was cancelled); None settles nothing (the lease
+    is lost). The SDK's one rule for it, which the executor and ``durable_ops.worker.testing``
+    both follow, so that a handler's unit test cannot drift from the worker. It calls no
+    service; it keeps ``attempt.result`` and ``attempt.cancelled`` and logs what it decided."""
+    if raised is None:
+        outcome = completed(returned)
+        if isinstance(outcome, Completed):
+            attempt.result = outcome
+        else:
+            _log.warning("worker_result_refused", **attempt.log_fields(), why=str(outcome))
+        return outcome
+    if isinstance(raised, LeaseLost) and raised.code == CANCEL_REQUESTED:
+        attempt.cancelled.set()  # a fenced write found the owner's cancel first
+    if attempt.cancelled.is_set():
+        return Ending.CANCELLED
+    if attempt.lease_lost or isinstance(raised, LeaseLost):
+        _log.warning("worker_lease_lost", **attempt.log_fields())
+        return None
+    if isinstance(raised, asyncio.CancelledError):
+        # stop()'s grace ran out: hand it back, queued at once, the attempt not spent.
+        return WorkerShutdown()
+    if isinstance(raised, InvalidHandlerCall):
+        # The SDK's own wording, which quotes no user content: the developer reads what
+        # was wrong, and the stack shows the call.
+        _log.warning(
+            "worker_handler_call_refused",
+            **attempt.log_fields(),
+            why=raised.message,
+            stack=_stack(raised),
+        )
+        return raised.failure()
+    if not isinstance(raised, HandlerFailure | ExternalFallback):
+        # Type and stack only, as the services log a fault: the text may quote user
+        # content. What the developer has to go on; the owner sees the code alone.
+        _log.warning(
+            "worker_handler_raised",
+            **attempt.log_fields(),
+            error_type=type(raised).__qualname__,
+            stack=_stack(raised),
+        )
+    return classify(raised)
 
 
 def _stack(error: Exception) -> str:

@@ -49,6 +49,15 @@ class HeldOperation(Protocol):  # a claimed attempt
     def log_fields(self) -> dict[str, object]: ...
 
 
+class Leases(Protocol):
+    """Where attempts hold their leases: the worker's ``LeaseStream``, or the in-memory
+    stand-in of ``durable_ops.worker.testing``."""
+
+    def join(self, op: HeldOperation, lease_seconds: int) -> Lease: ...
+    def leave(self, lease: Lease) -> None: ...
+    def beat_soon(self, *, now: bool = False) -> None: ...
+
+
 class StreamBroken(Exception):
     """The stream failed in transit; the leases themselves may well be live."""
 
@@ -280,9 +289,7 @@ class LeaseStream:
         self.leave(lease)
         if error is not None:
             _log.warning("lease_lost", **lease.log_fields(), code=error.code)
-        lease.error, lease.cancel_requested = error, error is None
-        lease.ended.set()
-        lease.answered.set()  # nothing waits for an answer that will not come
+        lease.end(error)
 
     def _end_all(self, error: DomainError) -> None:
         for lease in list(self._leases.values()):
@@ -294,7 +301,7 @@ class Lease:
     (``cancel_requested``) or it is lost (``error``)."""
 
     def __init__(
-        self, stream: LeaseStream, op: HeldOperation, lease_seconds: int, clock: Callable[[], float]
+        self, stream: Leases, op: HeldOperation, lease_seconds: int, clock: Callable[[], float]
     ) -> None:
         self._stream = stream
         self._op = op
@@ -375,6 +382,12 @@ class Lease:
         if self._text and (added or self._text != self._text_sent):
             entry.answer_text = self._text_sent = self._text
         return entry
+
+    def end(self, error: DomainError | None) -> None:
+        """Lost with ``error``, or (``None``) its owner asked to cancel; called by its stream."""
+        self.error, self.cancel_requested = error, error is None
+        self.ended.set()
+        self.answered.set()  # nothing waits for an answer that will not come
 
     def held(self, sent: float) -> None:
         """A beat sent at ``sent`` was answered: the lease runs a whole window from then."""
