@@ -36,6 +36,15 @@ def services(db_url: str, clock: ManualClock) -> Iterator[Services]:
 
 
 @pytest.fixture
+def sqlite_services(tmp_path: Path, clock: ManualClock) -> Iterator[Services]:
+    """For tests of what no engine changes (HTTP, a process's stop): SQLite alone."""
+    url = f"sqlite:///{tmp_path / 'gateway.sqlite3'}"
+    migrate.upgrade(url)
+    with running_services(url, clock) as running:
+        yield running
+
+
+@pytest.fixture
 def other_replica(db_url: str, clock: ManualClock, services: Services) -> Iterator[Services]:
     """A second replica of the services on the same database."""
     with running_services(db_url, clock) as running:

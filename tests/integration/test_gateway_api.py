@@ -42,7 +42,6 @@ from durable_ops.rpc.errors import domain_error_from_rpc
 from durable_ops.rpc.keys import create_key_pair
 from durable_ops.rpc.metrics import serve_metrics
 from durable_ops.settings import SettingsError
-from durable_ops.storage import migrate
 from tests.support.clock import ManualClock
 from tests.support.gateway import (
     BASE_URL,
@@ -63,21 +62,12 @@ from tests.support.gateway import (
     sign_in,
     token,
 )
-from tests.support.grpc_services import Services, running_services
+from tests.support.grpc_services import Services
 from tests.support.keys import key_env
 from tests.support.workspace_client import create_cv, create_job
 
 PROBLEM_JSON = "application/problem+json"
 TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
-
-
-@pytest.fixture
-def sqlite_services(tmp_path: Path, clock: ManualClock) -> Iterator[Services]:
-    """For tests about HTTP concerns only: one engine is enough."""
-    url = f"sqlite:///{tmp_path / 'gateway.sqlite3'}"
-    migrate.upgrade(url)
-    with running_services(url, clock) as running:
-        yield running
 
 
 def _closed_port() -> str:

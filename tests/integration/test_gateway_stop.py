@@ -17,18 +17,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 
 from durable_ops.model.scope import Role
-from durable_ops.storage import migrate
-from tests.support.clock import ManualClock
 from tests.support.gateway import JWT_SECRET, bearer, create_operation
-from tests.support.grpc_services import Services, running_services
+from tests.support.grpc_services import Services
 from tests.support.keys import key_env
 from tests.support.ports import free_port
 
@@ -39,12 +36,9 @@ STARTED_WITHIN_SECONDS = 20.0
 
 
 @pytest.fixture
-def services(tmp_path: Path, clock: ManualClock) -> Iterator[Services]:
+def services(sqlite_services: Services) -> Services:
     """One engine is enough: the stop is the gateway's own."""
-    url = f"sqlite:///{tmp_path / 'gateway.sqlite3'}"
-    migrate.upgrade(url)
-    with running_services(url, clock) as running:
-        yield running
+    return sqlite_services
 
 
 def _start_gateway(services: Services, bind: str) -> subprocess.Popen[str]:
