@@ -59,9 +59,6 @@ from durable_ops.model.tasks import TASKS, Registry, TaskType
 from durable_ops.rpc.subjects import read_method, read_request
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
-# ``bounds.idempotency_key``'s text, as the API document states it.
-_KEY_PATTERN = "^[!-~]+$"
-_KEY = re.compile(_KEY_PATTERN)
 _ID = re.compile(ID_PATTERN.strip("^$"))
 
 
@@ -88,7 +85,7 @@ def _idempotency_key(request: Request) -> str:
     # A header is bytes, read as latin-1: UTF-8's "ключ" holds a byte that reads as the C1
     # control U+008E, which the key never had. Any byte outside printable ASCII (tab, a
     # control, anything past ~) gets this one answer, never a character it may not be.
-    if not _KEY.fullmatch(key):
+    if not re.fullmatch(bounds.KEY_PATTERN, key):
         raise invalid("Idempotency-Key", "must be printable ASCII without spaces")
     try:
         return bounds.idempotency_key(key)
@@ -371,7 +368,7 @@ _IDEMPOTENCY_PARAMETER = {
         "type": "string",
         "minLength": 1,
         "maxLength": bounds.IDEMPOTENCY_KEY_MAX,
-        "pattern": _KEY_PATTERN,
+        "pattern": bounds.KEY_PATTERN,
     },
     "description": "repeats with the same key return the same operation",
 }

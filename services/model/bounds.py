@@ -67,7 +67,9 @@ OLDER_THAN_MAX = timedelta(days=3660)  # the operator's "created at least this l
 _TASK_TYPE = re.compile(r"[a-z0-9._-]+")  # a task type, and a failure's stable code
 _TRACE_PARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 _OWNER_ID = re.compile(r"[A-Za-z0-9._@:-]+")
-_KEY_TEXT = re.compile(r"[\x21-\x7e]+")
+# Printable ASCII without spaces: an idempotency key, a subject id (the API document states it).
+KEY_PATTERN = "^[!-~]+$"
+_KEY_TEXT = re.compile(KEY_PATTERN)
 # C0 controls, DEL and C1 controls (U+0085 "next line", U+009B the terminal's escape).
 # A line of text (a title, a filename, a key) has none, nor Unicode's line and paragraph
 # separators, nor the bidi embeddings, overrides and isolates, which make a name show
