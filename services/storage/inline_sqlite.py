@@ -61,6 +61,11 @@ def sqlite_code(exc: OperationalError) -> int | None:
     return code & 0xFF if isinstance(code, int) else None
 
 
+def is_busy(exc: OperationalError) -> bool:
+    """Whether SQLite refused for a lock held elsewhere (any extended BUSY or LOCKED code)."""
+    return sqlite_code(exc) in (SQLITE_BUSY, SQLITE_LOCKED)
+
+
 @dataclass(frozen=True)
 class Ran(Generic[T]):
     """A transaction that ran here, and what it answered."""
@@ -98,13 +103,11 @@ class InlineSqlite:
             try:
                 result = attempt(connection)
             except BaseException as exc:
-                failed = isinstance(exc, OperationalError)
-                # A lock held elsewhere: any extended BUSY or LOCKED code.
-                busy = failed and sqlite_code(exc) in (SQLITE_BUSY, SQLITE_LOCKED)
+                busy = isinstance(exc, OperationalError) and is_busy(exc)
                 # A COMMIT that failed leaves the connection marked as in a transaction
                 # (and SQLite may still hold it open); a disk or I/O error may leave it
                 # broken: either way the next transaction gets a fresh connection.
-                if (failed and not busy) or not _settled(connection):
+                if (isinstance(exc, OperationalError) and not busy) or not _settled(connection):
                     self._discard(connection)
                 if not busy:
                     raise
