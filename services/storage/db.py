@@ -136,11 +136,13 @@ def on_galera(connection: Connection) -> bool:
 
 
 class _CommitLost(Exception):
-    """The connection was lost during COMMIT: the outcome is unknown, the result is here."""
+    """The connection was lost during COMMIT: the outcome is unknown; the result, and what
+    the work said it changed, are here."""
 
-    def __init__(self, result: object, cause: OperationalError) -> None:
+    def __init__(self, result: object, said: list[Committed], cause: OperationalError) -> None:
         super().__init__("the connection was lost during COMMIT")
         self.result = result
+        self.said = said
         self.cause = cause
 
 
@@ -170,15 +172,12 @@ def create_db_engine(url: str, *, pool_size: int = 10) -> Engine:
 
 def _on_mysql_connect(dbapi_connection: Any, record: Any) -> None:
     """Detect Galera once per connection and make its reads causal (``wsrep_sync_wait``)."""
-    cursor = dbapi_connection.cursor()
-    try:
+    with dbapi_connection.cursor() as cursor:
         cursor.execute("SHOW VARIABLES LIKE 'wsrep_on'")
         row = cursor.fetchone()
         galera = row is not None and str(row[1]).upper() == "ON"
         if galera:
             cursor.execute(f"SET SESSION wsrep_sync_wait = {GALERA_SYNC_WAIT}")
-    finally:
-        cursor.close()
     record.info[GALERA_KEY] = galera
 
 
@@ -218,28 +217,23 @@ def _mysql_code(exc: OperationalError) -> object:
     return exc.orig.args[0] if exc.orig is not None and exc.orig.args else None
 
 
-def _is_retryable(exc: OperationalError) -> bool:
-    return _mysql_code(exc) in RETRYABLE_MYSQL_ERRORS
-
-
-def _is_unreachable(exc: OperationalError) -> bool:
-    return _mysql_code(exc) in UNREACHABLE_MYSQL_ERRORS
-
-
-def _transaction(connection: Connection, work: Callable[[Tx], T], owner_id: str | None) -> T:
-    """One try of a transaction on ``connection``; its COMMIT inside, so a 1213 there
-    is replayed, and a COMMIT whose connection is lost is ``_CommitLost`` (outcome
-    unknown), carrying the result."""
+def _transaction(
+    connection: Connection, work: Callable[[Tx], T], owner_id: str | None, said: list[Committed]
+) -> T:
+    """One try of a transaction on ``connection``; once it committed, what it said it
+    changed goes to ``said``. Its COMMIT is inside, so a 1213 there is replayed, and a
+    COMMIT whose connection is lost is ``_CommitLost`` (outcome unknown)."""
     if owner_id == "":
         raise ValueError("an owner scope needs an owner id")
-    with connection.begin() as transaction:
+    with collecting() as changes, connection.begin() as transaction:
         result = work(Tx(connection, owner_id))
         try:
             transaction.commit()
         except OperationalError as exc:
-            if _is_unreachable(exc):
-                raise _CommitLost(result, exc) from exc
+            if _mysql_code(exc) in UNREACHABLE_MYSQL_ERRORS:
+                raise _CommitLost(result, changes, exc) from exc
             raise
+    said.extend(changes)
     return result
 
 
@@ -321,12 +315,13 @@ class Database:
         """Run ``work`` in one transaction in the given scope, retrying on deadlock;
         what its committed attempt said it changed goes to ``said``."""
         engine = self._writer if write else self.engine
+        said = [] if said is None else said
         for number in range(1, MAX_TRANSACTION_ATTEMPTS + 1):
             checks: list[CommitCheck] = []
             scope = _COMMIT_CHECKS.set(checks)
             try:
-                with collecting() as changes, engine.connect() as connection:
-                    result = _transaction(connection, work, owner_id)
+                with engine.connect() as connection:
+                    result = _transaction(connection, work, owner_id, said)
             except _CommitLost as lost:
                 if not checks:
                     raise _unavailable() from lost.cause
@@ -339,13 +334,14 @@ class Database:
                     log.info("commit_lost_replayed", attempt=number)  # it never happened
                     continue
                 log.info("commit_lost_but_committed", attempt=number)
+                said.extend(lost.said)
                 result = cast(T, lost.result)
             except OperationalError as exc:
-                if _is_unreachable(exc):
+                if _mysql_code(exc) in UNREACHABLE_MYSQL_ERRORS:
                     raise _unavailable() from exc
                 if (refusal := self._storage_fault(exc)) is not None:
                     raise refusal from exc
-                if not _is_retryable(exc):
+                if _mysql_code(exc) not in RETRYABLE_MYSQL_ERRORS:
                     raise
                 if number == MAX_TRANSACTION_ATTEMPTS:  # transient still: the caller may retry
                     raise Unavailable(
@@ -360,8 +356,6 @@ class Database:
                 continue
             finally:
                 _COMMIT_CHECKS.reset(scope)
-            if said is not None:
-                said.extend(changes)
             return result
         raise AssertionError("unreachable")
 
@@ -376,7 +370,7 @@ class Database:
                 with self.engine.connect() as connection:  # closing it rolls back: it only read
                     return any(check(Tx(connection, owner_id)) for check in checks)
             except OperationalError as exc:
-                if not (_is_unreachable(exc) or _is_retryable(exc)):
+                if _mysql_code(exc) not in UNREACHABLE_MYSQL_ERRORS | RETRYABLE_MYSQL_ERRORS:
                     raise
                 if number == COMMIT_CHECK_ATTEMPTS:
                     raise Unavailable(
@@ -404,13 +398,7 @@ class Database:
         """
         said: list[Committed] = []
         if short and self.inline is not None:
-
-            def inline(connection: Connection) -> T:
-                with collecting() as changes:
-                    result = _transaction(connection, work, owner_id)
-                said.extend(changes)
-                return result
-
+            inline = partial(_transaction, work=work, owner_id=owner_id, said=said)
             try:
                 ran = self.inline.try_run(inline, write=write)
             except OperationalError as exc:
