@@ -258,10 +258,11 @@ class Database:
         self.url = url
         self.engine = create_db_engine(url, pool_size=pool_size)
         self.dialect = self.engine.dialect.name
+        self.is_sqlite = self.dialect == "sqlite"
         # SQLite writers take the write lock at BEGIN (see _sqlite_engine).
         self._writer = (
             self.engine.execution_options(sqlite_begin="IMMEDIATE")
-            if self.dialect == "sqlite"
+            if self.is_sqlite
             else self.engine
         )
         # Async servers run blocking transactions here; sized to the connection pool so
@@ -285,10 +286,6 @@ class Database:
             if self.is_sqlite and self.engine.url.database not in (None, "", ":memory:")
             else None
         )
-
-    @property
-    def is_sqlite(self) -> bool:
-        return self.dialect == "sqlite"
 
     @property
     def engines(self) -> tuple[Engine, ...]:
