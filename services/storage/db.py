@@ -136,11 +136,13 @@ def on_galera(connection: Connection) -> bool:
 
 
 class _CommitLost(Exception):
-    """The connection was lost during COMMIT: the outcome is unknown, the result is here."""
+    """The connection was lost during COMMIT: the outcome is unknown; the result, and what
+    the work said it changed, are here."""
 
-    def __init__(self, result: object, cause: OperationalError) -> None:
+    def __init__(self, result: object, said: list[Committed], cause: OperationalError) -> None:
         super().__init__("the connection was lost during COMMIT")
         self.result = result
+        self.said = said
         self.cause = cause
 
 
@@ -170,19 +172,13 @@ def create_db_engine(url: str, *, pool_size: int = 10) -> Engine:
 
 def _on_mysql_connect(dbapi_connection: Any, record: Any) -> None:
     """Detect Galera once per connection and make its reads causal (``wsrep_sync_wait``)."""
-    cursor = dbapi_connection.cursor()
-    try:
+    with dbapi_connection.cursor() as cursor:
         cursor.execute("SHOW VARIABLES LIKE 'wsrep_on'")
         row = cursor.fetchone()
         galera = row is not None and str(row[1]).upper() == "ON"
         if galera:
             cursor.execute(f"SET SESSION wsrep_sync_wait = {GALERA_SYNC_WAIT}")
-    finally:
-        cursor.close()
     record.info[GALERA_KEY] = galera
-
-
-_BEGIN = {mode: f"BEGIN {mode}" for mode in ("DEFERRED", "IMMEDIATE")}
 
 
 def _sqlite_engine(url: URL, *, inline: bool = False) -> Engine:
@@ -193,32 +189,26 @@ def _sqlite_engine(url: URL, *, inline: bool = False) -> Engine:
     engine = sqlalchemy.create_engine(
         url,
         pool_reset_on_return=None,
+        # The driver's timeout is the connection's busy_timeout (0: never wait for a lock).
         connect_args={"timeout": 0 if inline else 30, "check_same_thread": False},
         **({"poolclass": StaticPool} if inline else {}),
     )
     pool.install(engine, ping=False)
-    pragmas = (
-        ("PRAGMA busy_timeout=0", "PRAGMA wal_autocheckpoint=0")
-        if inline
-        else ("PRAGMA busy_timeout=30000",)
-    )
+    pragmas = ["journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON"]
+    if inline:
+        pragmas.append("wal_autocheckpoint=0")
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Let SQLAlchemy, not pysqlite, issue BEGIN so writers can BEGIN IMMEDIATE.
         dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
         for pragma in pragmas:
-            cursor.execute(pragma)
-        cursor.close()
+            dbapi_connection.execute(f"PRAGMA {pragma}").close()
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
         mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
-        connection.exec_driver_sql(_BEGIN[mode])
+        connection.exec_driver_sql(f"BEGIN {mode}")
 
     return engine
 
@@ -227,38 +217,23 @@ def _mysql_code(exc: OperationalError) -> object:
     return exc.orig.args[0] if exc.orig is not None and exc.orig.args else None
 
 
-def _is_retryable(exc: OperationalError) -> bool:
-    return _mysql_code(exc) in RETRYABLE_MYSQL_ERRORS
-
-
-def _is_unreachable(exc: OperationalError) -> bool:
-    return _mysql_code(exc) in UNREACHABLE_MYSQL_ERRORS
-
-
-def _commit(commit: Callable[[], None], result: object) -> None:
-    """COMMIT; a lost connection becomes ``_CommitLost`` (outcome unknown), carrying ``result``."""
-    try:
-        commit()
-    except OperationalError as exc:
-        if _is_unreachable(exc):
-            raise _CommitLost(result, exc) from exc
-        raise
-
-
-def _attempt(engine: Engine, work: Callable[[Tx], T], owner_id: str | None) -> T:
-    """One try of a transaction on a connection of ``engine``'s pool."""
-    with engine.connect() as connection:
-        return _transaction(connection, work, owner_id)
-
-
-def _transaction(connection: Connection, work: Callable[[Tx], T], owner_id: str | None) -> T:
-    """One try of a transaction on ``connection``; its COMMIT inside, so a 1213 there
-    is replayed."""
+def _transaction(
+    connection: Connection, work: Callable[[Tx], T], owner_id: str | None, said: list[Committed]
+) -> T:
+    """One try of a transaction on ``connection``; once it committed, what it said it
+    changed goes to ``said``. Its COMMIT is inside, so a 1213 there is replayed, and a
+    COMMIT whose connection is lost is ``_CommitLost`` (outcome unknown)."""
     if owner_id == "":
         raise ValueError("an owner scope needs an owner id")
-    with connection.begin() as transaction:
+    with collecting() as changes, connection.begin() as transaction:
         result = work(Tx(connection, owner_id))
-        _commit(transaction.commit, result)
+        try:
+            transaction.commit()
+        except OperationalError as exc:
+            if _mysql_code(exc) in UNREACHABLE_MYSQL_ERRORS:
+                raise _CommitLost(result, changes, exc) from exc
+            raise
+    said.extend(changes)
     return result
 
 
@@ -283,10 +258,11 @@ class Database:
         self.url = url
         self.engine = create_db_engine(url, pool_size=pool_size)
         self.dialect = self.engine.dialect.name
+        self.is_sqlite = self.dialect == "sqlite"
         # SQLite writers take the write lock at BEGIN (see _sqlite_engine).
         self._writer = (
             self.engine.execution_options(sqlite_begin="IMMEDIATE")
-            if self.dialect == "sqlite"
+            if self.is_sqlite
             else self.engine
         )
         # Async servers run blocking transactions here; sized to the connection pool so
@@ -298,8 +274,7 @@ class Database:
         self.retries: Counter[int] = Counter()
         self.lost_commits: Counter[str] = Counter()
         self._counting = threading.Lock()
-        # SQLite storage faults by log event: how many, when last logged, how many since.
-        self.storage_faults: Counter[str] = Counter()
+        # SQLite storage faults by log event: when last logged, how many since.
         self._fault_logged_at: dict[str, float] = {}
         self._faults_unlogged: Counter[str] = Counter()
         # SQLite: short transactions of async servers run on the loop's thread when they
@@ -311,10 +286,6 @@ class Database:
             if self.is_sqlite and self.engine.url.database not in (None, "", ":memory:")
             else None
         )
-
-    @property
-    def is_sqlite(self) -> bool:
-        return self.dialect == "sqlite"
 
     @property
     def engines(self) -> tuple[Engine, ...]:
@@ -341,28 +312,33 @@ class Database:
         """Run ``work`` in one transaction in the given scope, retrying on deadlock;
         what its committed attempt said it changed goes to ``said``."""
         engine = self._writer if write else self.engine
-        return self._retrying(partial(_attempt, engine, work, owner_id), owner_id, said)
-
-    def _retrying(
-        self, attempt: Callable[[], T], owner_id: str | None, said: list[Committed] | None
-    ) -> T:
+        said = [] if said is None else said
         for number in range(1, MAX_TRANSACTION_ATTEMPTS + 1):
             checks: list[CommitCheck] = []
             scope = _COMMIT_CHECKS.set(checks)
             try:
-                with collecting() as changes:
-                    result = self._landed(attempt, checks, owner_id, number)
+                with engine.connect() as connection:
+                    result = _transaction(connection, work, owner_id, said)
             except _CommitLost as lost:
-                self._count_lost_commit("not_committed")
-                if number == MAX_TRANSACTION_ATTEMPTS:
+                if not checks:
                     raise _unavailable() from lost.cause
-                log.info("commit_lost_replayed", attempt=number)  # it never happened
+                landed = self._committed(list(checks), owner_id)
+                with self._counting:
+                    self.lost_commits["committed" if landed else "not_committed"] += 1
+                if not landed:
+                    if number == MAX_TRANSACTION_ATTEMPTS:
+                        raise _unavailable() from lost.cause
+                    log.info("commit_lost_replayed", attempt=number)  # it never happened
+                    continue
+                log.info("commit_lost_but_committed", attempt=number)
+                said.extend(lost.said)
+                result = cast(T, lost.result)
             except OperationalError as exc:
-                if _is_unreachable(exc):
+                if _mysql_code(exc) in UNREACHABLE_MYSQL_ERRORS:
                     raise _unavailable() from exc
                 if (refusal := self._storage_fault(exc)) is not None:
                     raise refusal from exc
-                if not _is_retryable(exc):
+                if _mysql_code(exc) not in RETRYABLE_MYSQL_ERRORS:
                     raise
                 if number == MAX_TRANSACTION_ATTEMPTS:  # transient still: the caller may retry
                     raise Unavailable(
@@ -374,29 +350,11 @@ class Database:
                     self.retries[code] += 1
                 log.info("transaction_retry", attempt=number, code=code)
                 time.sleep(transaction_retry_pause(number, TRANSACTION_RETRY_JITTER))
-            else:
-                if said is not None:
-                    said.extend(changes)
-                return result
+                continue
             finally:
                 _COMMIT_CHECKS.reset(scope)
+            return result
         raise AssertionError("unreachable")
-
-    def _landed(
-        self, attempt: Callable[[], T], checks: list[CommitCheck], owner_id: str | None, number: int
-    ) -> T:
-        """One attempt's result, also when its COMMIT was lost but its checks find it landed;
-        ``_CommitLost`` when it did not land."""
-        try:
-            return attempt()
-        except _CommitLost as lost:
-            if not checks:
-                raise _unavailable() from lost.cause
-            if not self._committed(list(checks), owner_id):
-                raise
-            self._count_lost_commit("committed")
-            log.info("commit_lost_but_committed", attempt=number)
-            return cast(T, lost.result)
 
     def _committed(self, checks: list[CommitCheck], owner_id: str | None) -> bool:
         """Whether a transaction whose COMMIT was lost committed: its checks, read afresh.
@@ -406,12 +364,10 @@ class Database:
         """
         for number in range(1, COMMIT_CHECK_ATTEMPTS + 1):
             try:
-                with self.engine.connect() as connection, connection.begin() as reading:
-                    found = any(check(Tx(connection, owner_id)) for check in checks)
-                    reading.rollback()  # it only read
-                    return found
+                with self.engine.connect() as connection:  # closing it rolls back: it only read
+                    return any(check(Tx(connection, owner_id)) for check in checks)
             except OperationalError as exc:
-                if not (_is_unreachable(exc) or _is_retryable(exc)):
+                if _mysql_code(exc) not in UNREACHABLE_MYSQL_ERRORS | RETRYABLE_MYSQL_ERRORS:
                     raise
                 if number == COMMIT_CHECK_ATTEMPTS:
                     raise Unavailable(
@@ -421,10 +377,6 @@ class Database:
                     ) from exc
                 time.sleep(COMMIT_CHECK_FIRST_PAUSE_SECONDS * 2 ** (number - 1))
         raise AssertionError("unreachable")
-
-    def _count_lost_commit(self, outcome: str) -> None:
-        with self._counting:
-            self.lost_commits[outcome] += 1
 
     async def run_async(
         self,
@@ -443,13 +395,7 @@ class Database:
         """
         said: list[Committed] = []
         if short and self.inline is not None:
-
-            def inline(connection: Connection) -> T:
-                with collecting() as changes:
-                    result = _transaction(connection, work, owner_id)
-                said.extend(changes)
-                return result
-
+            inline = partial(_transaction, work=work, owner_id=owner_id, said=said)
             try:
                 ran = self.inline.try_run(inline, write=write)
             except OperationalError as exc:
@@ -459,8 +405,11 @@ class Database:
             if ran is not None:
                 self.events.deliver(said)
                 return ran.result
+        # In the caller's context (as asyncio.to_thread does): a traced RPC's SQL
+        # statements are spans of its trace, and context-bound log fields carry over.
+        context = contextvars.copy_context()
         call = partial(self.run, work, owner_id=owner_id, write=write, said=said)
-        result = await self._in_executor(call)
+        result = await asyncio.get_running_loop().run_in_executor(self._executor, context.run, call)
         self.events.deliver(said)
         return result
 
@@ -472,25 +421,22 @@ class Database:
         if code not in STORAGE_FAULTS:
             return None
         event_name, message = STORAGE_FAULTS[code]
+        refusal = Unavailable(message, code="database_unavailable")
         now = time.monotonic()
         with self._counting:
-            self.storage_faults[event_name] += 1
             last = self._fault_logged_at.get(event_name)
-            quiet = last is not None and now - last < STORAGE_FAULT_LOG_EVERY_SECONDS
-            since = 0
-            if quiet:
+            if last is not None and now - last < STORAGE_FAULT_LOG_EVERY_SECONDS:
                 self._faults_unlogged[event_name] += 1
-            else:
-                self._fault_logged_at[event_name] = now
-                since = self._faults_unlogged.pop(event_name, 0)
-        if not quiet:
-            log.error(
-                event_name,
-                database=self.engine.url.database,
-                error=str(exc.orig),
-                failed_since_last_line=since,
-            )
-        return Unavailable(message, code="database_unavailable")
+                return refusal
+            self._fault_logged_at[event_name] = now
+            since = self._faults_unlogged.pop(event_name, 0)
+        log.error(
+            event_name,
+            database=self.engine.url.database,
+            error=str(exc.orig),
+            failed_since_last_line=since,
+        )
+        return refusal
 
     def _checkpoint_soon(self) -> None:
         """A passive WAL checkpoint on the pool, for the inline connection's commits;
@@ -509,12 +455,6 @@ class Database:
             return
         with self._counting:
             self.checkpoints += 1
-
-    async def _in_executor(self, call: Callable[[], T]) -> T:
-        # In the caller's context (as asyncio.to_thread does): a traced RPC's SQL
-        # statements are spans of its trace, and context-bound log fields carry over.
-        context = contextvars.copy_context()
-        return await asyncio.get_running_loop().run_in_executor(self._executor, context.run, call)
 
     def dispose(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -34,7 +34,6 @@ rolls back what SQLite held open) and the next transaction opens another.
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -58,8 +57,7 @@ CHECKPOINT_EVERY = 200
 
 def sqlite_code(exc: OperationalError) -> int | None:
     """SQLite's primary result code behind ``exc`` (its extended code's low byte), if any."""
-    orig = exc.orig
-    code = getattr(orig, "sqlite_errorcode", None) if isinstance(orig, sqlite3.Error) else None
+    code = getattr(exc.orig, "sqlite_errorcode", None)  # sqlite3.Error's, since Python 3.11
     return code & 0xFF if isinstance(code, int) else None
 
 
@@ -109,37 +107,25 @@ class InlineSqlite:
                 # A COMMIT that failed leaves the connection marked as in a transaction
                 # (and SQLite may still hold it open); a disk or I/O error may leave it
                 # broken: either way the next transaction gets a fresh connection.
-                if (isinstance(exc, OperationalError) and not busy) or not self._settled():
-                    self._discard()
+                if (isinstance(exc, OperationalError) and not busy) or not _settled(connection):
+                    self._discard(connection)
                 if not busy:
                     raise
                 self.outcomes["busy"] += 1
                 return None
             self.outcomes["inline"] += 1
             if write:
-                self._count_write()
+                self._writes = (self._writes + 1) % CHECKPOINT_EVERY
+                if self._writes == 0:
+                    self._checkpoint()
             return Ran(result)
         finally:
             self._taken.release()
 
-    def _settled(self) -> bool:
-        """Whether the connection is in no transaction, for SQLAlchemy and for SQLite."""
-        connection = self._connection
-        if connection is None:
-            return True
-        try:
-            return connection.get_transaction() is None and not in_transaction(
-                connection.connection.dbapi_connection
-            )
-        except Exception:  # closed or invalidated: not one to use again
-            return False
-
-    def _discard(self) -> None:
+    def _discard(self, connection: Connection) -> None:
         """Drop the connection, rolling back whatever it held open (closing a SQLite
         connection does); the next transaction opens another."""
-        connection, self._connection = self._connection, None
-        if connection is None:
-            return
+        self._connection = None
         with contextlib.suppress(Exception):
             connection.invalidate()  # closes the driver's connection: no reset of it asked
         with contextlib.suppress(Exception):
@@ -153,8 +139,12 @@ class InlineSqlite:
                 self._connection = None
         self.engine.dispose()
 
-    def _count_write(self) -> None:
-        self._writes += 1
-        if self._writes >= CHECKPOINT_EVERY:
-            self._writes = 0
-            self._checkpoint()
+
+def _settled(connection: Connection) -> bool:
+    """Whether ``connection`` is in no transaction, for SQLAlchemy and for SQLite."""
+    try:
+        return connection.get_transaction() is None and not in_transaction(
+            connection.connection.dbapi_connection
+        )
+    except Exception:  # closed or invalidated: not one to use again
+        return False

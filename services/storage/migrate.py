@@ -51,10 +51,10 @@ def alembic_config(url: str, *, script_location: Path = MIGRATIONS) -> Config:
     return config
 
 
-def _scripts() -> ScriptDirectory:
+def _scripts(script_location: Path = MIGRATIONS) -> ScriptDirectory:
     from alembic.script import ScriptDirectory
 
-    return ScriptDirectory.from_config(alembic_config("sqlite://"))
+    return ScriptDirectory.from_config(alembic_config("sqlite://", script_location=script_location))
 
 
 def head_revision() -> str:
@@ -92,22 +92,23 @@ def upgrade(url: str, revision: str = "head", *, script_location: Path = MIGRATI
     """Move the schema up to ``revision``. A database a newer release migrated is left as
     it is for head (this release runs on it: ``require_current``), and refused for a
     named revision, which this release cannot reach from a revision it does not know."""
-    _prepare(url)
-    if revision == "head" and script_location == MIGRATIONS and _at_quick_head(url):
+    current = stamped_revision(url)  # its engine makes the SQLite file and its folder, private
+    if revision == "head" and script_location == MIGRATIONS and _at_quick_head(current):
         return  # nothing to do: no Alembic to load
-    if _newer_than_code(url, revision, script_location):
+    if _newer_than_code(current, revision, script_location):
         return
     from alembic import command
 
     command.upgrade(alembic_config(url, script_location=script_location), revision)
 
 
-def _newer_than_code(url: str, revision: str, script_location: Path) -> bool:
+def _newer_than_code(
+    current: str | None, revision: str, script_location: Path = MIGRATIONS
+) -> bool:
     """Whether the database is at a revision a newer release wrote: logged for head, which
     it is past already; a ``SchemaNotCurrent`` for any other target. Alembic itself only
     says "Can't locate revision", in a traceback: the older release's application rollback
     (docs/operations.md) failed at its migrate step, and Compose then started nothing."""
-    current = stamped_revision(url)
     if current is None or _known(current, script_location):
         return False
     if revision == "head":
@@ -119,9 +120,9 @@ def _newer_than_code(url: str, revision: str, script_location: Path) -> bool:
     )
 
 
-def _at_quick_head(url: str) -> bool:
-    head = quick_head()
-    return head is not None and stamped_revision(url) == head
+def _at_quick_head(current: str | None) -> bool:
+    """Whether ``current`` is the head the revision files name, read without Alembic."""
+    return current is not None and current == quick_head()
 
 
 def downgrade(url: str, revision: str, *, script_location: Path = MIGRATIONS) -> None:
@@ -133,7 +134,7 @@ def downgrade(url: str, revision: str, *, script_location: Path = MIGRATIONS) ->
 def migrate_to(url: str, revision: str) -> None:
     """Upgrade or downgrade, whichever reaches ``revision`` (``base`` drops everything)."""
     current = stamped_revision(url)
-    if _newer_than_code(url, revision, MIGRATIONS):
+    if _newer_than_code(current, revision):
         return
     if revision == "base":
         downgrade(url, "base")
@@ -193,13 +194,11 @@ def _undone(script: ScriptDirectory, current: str | None, target: str | None) ->
 
 
 def _known(revision: str, script_location: Path = MIGRATIONS) -> bool:
-    from alembic.script import ScriptDirectory
     from alembic.script.revision import ResolutionError
     from alembic.util import CommandError
 
-    config = alembic_config("sqlite://", script_location=script_location)
     try:
-        return ScriptDirectory.from_config(config).get_revision(revision) is not None
+        return _scripts(script_location).get_revision(revision) is not None
     except (ResolutionError, CommandError):  # alembic wraps the first in the second
         return False
 
@@ -212,23 +211,15 @@ def require_current(engine: Engine) -> None:
     keeps working on it: that is the seeds' safer application rollback.
     """
     current = current_revision(engine)
-    if current is not None and current == quick_head():
+    if _at_quick_head(current):
         return
     head = head_revision()
-    if current == head:
-        return
-    if current is not None and not _known(current):
-        log.warning("schema_newer_than_code", database_revision=current, code_head=head)
+    if current == head or _newer_than_code(current, "head"):
         return
     raise SchemaNotCurrent(
         f"database schema is at {current or 'nothing (empty database)'}, "
         f"this code needs {head}: run `opsctl migrate` first"
     )
-
-
-def _prepare(url: str) -> None:
-    engine = create_db_engine(url)  # creates the SQLite file and its folder, private
-    engine.dispose()
 
 
 def open_migrated(url: str, *, pool_size: int = 10) -> Database:

@@ -19,7 +19,7 @@ from sqlalchemy import CompoundSelect, Select, bindparam, select
 
 from durable_ops.storage.operations.rows import OPS, OWNED, one_statement, operation
 from durable_ops.storage.schema import UserOperation
-from durable_ops.storage.tx import ScopeViolation, Tx
+from durable_ops.storage.tx import Tx
 
 CHANGES_MAX = 100  # one read's worth; a watch reads again from the last one it got
 
@@ -56,9 +56,8 @@ def since(tx: Tx, after: datetime) -> list[UserOperation]:
 
 
 def newest_among(tx: Tx, owners: Sequence[str]) -> dict[str, datetime]:
-    """Each of these owners' newest ``updated_at`` (neutral scope: the shared poll)."""
-    if tx.owner_id is not None:
-        raise ScopeViolation("the owners' watch polls in the neutral scope")
+    """Each of these owners' newest ``updated_at`` (neutral scope: the shared poll; in an
+    owner scope ``Tx`` refuses the statement, which does not filter by ``SCOPE_OWNER``)."""
     found: dict[str, datetime] = {}
     for start in range(0, len(owners), OWNERS_PER_QUERY):
         chunk = owners[start : start + OWNERS_PER_QUERY]

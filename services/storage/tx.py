@@ -80,25 +80,23 @@ class Tx:
     def execute(
         self, statement: Executable, parameters: Mapping[str, Any] | None = None
     ) -> CursorResult[Any]:
-        return self.connection.execute(statement, self._scoped(statement, parameters))
+        return self.connection.execute(statement, {**(parameters or {}), **self._scope(statement)})
 
     def write(self, statement: Executable, parameters: Mapping[str, Any]) -> int:
         """An INSERT or UPDATE under the same scope rule; the rows it matched."""
         return self.execute(statement, parameters).rowcount
 
-    def _scoped(
-        self, statement: Executable, parameters: Mapping[str, Any] | None
-    ) -> dict[str, Any]:
+    def _scope(self, statement: Executable) -> dict[str, Any]:
+        """The parameters the scope adds to ``statement`` (its owner for ``SCOPE_OWNER``),
+        once the statement is known to keep to the scope."""
         touches, binds = _shape(statement)
-        values = dict(parameters or {})
-        if self.owner_id is not None:
-            if touches and not binds:
-                raise ScopeViolation("an owner-scoped statement must filter by SCOPE_OWNER")
+        if self.owner_id is None:
             if binds:
-                values[SCOPE_OWNER_KEY] = self.owner_id
-        elif binds:
-            raise ScopeViolation("the neutral scope has no owner to bind")
-        return values
+                raise ScopeViolation("the neutral scope has no owner to bind")
+            return {}
+        if touches and not binds:
+            raise ScopeViolation("an owner-scoped statement must filter by SCOPE_OWNER")
+        return {SCOPE_OWNER_KEY: self.owner_id} if binds else {}
 
     def insert_if_absent(self, statement: Insert, parameters: Mapping[str, Any]) -> int:
         """``statement`` as an INSERT that leaves a row with the same key as it is: two
@@ -111,13 +109,8 @@ class Tx:
     ) -> CursorResult[Any]:
         """``statement`` once per row, under the same scope rule (an INSERT of many rows
         goes to the database as one multi-row statement)."""
-        touches, binds = _shape(statement)
-        if self.owner_id is not None and touches and not binds:
-            raise ScopeViolation("an owner-scoped statement must filter by SCOPE_OWNER")
-        if self.owner_id is None and binds:
-            raise ScopeViolation("the neutral scope has no owner to bind")
-        extra = {SCOPE_OWNER_KEY: self.owner_id} if binds else {}
-        return self.connection.execute(statement, [{**row, **extra} for row in rows])
+        scope = self._scope(statement)
+        return self.connection.execute(statement, [{**row, **scope} for row in rows])
 
 
 @cache
