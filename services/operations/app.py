@@ -37,11 +37,11 @@ from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.operations.owner_watch import OwnerWatcher
 from durable_ops.operations.pruner import PruneResult, prune
 from durable_ops.operations.tuning import TUNING, Tuning
-from durable_ops.operations.watch import Watcher, moved
+from durable_ops.operations.watch import Watcher, answers, moved
 from durable_ops.storage import drafts, operations, owner_changes, retention, task_pauses
 from durable_ops.storage import operator as store
 from durable_ops.storage.db import Database
-from durable_ops.storage.operations import Claim, Held, Settlement
+from durable_ops.storage.operations import Claim, Held, Settlement, Version
 from durable_ops.storage.pages import Page
 from durable_ops.storage.schema import OperationAttempt, UserOperation
 from durable_ops.storage.task_pauses import Pause
@@ -123,8 +123,7 @@ class OperationsApp:
                 watch.rearm()
                 row = await self.get(owner, operation_id)
                 left = give_up_at - loop.time()
-                changed = seen is not None and row.updated_at != seen
-                if OperationState(row.state).is_terminal or changed or left <= 0:
+                if left <= 0 or answers(seen, Version(OperationState(row.state), row.updated_at)):
                     return row
                 with suppress(TimeoutError):  # then read once more, and answer that
                     async with asyncio.timeout(left):
