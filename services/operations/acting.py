@@ -61,8 +61,7 @@ async def acting(context: ServicerContext, method: str, sign_ins: ConsoleSignIns
 
 
 class ServesOperators(Protocol):
-    @property
-    def sign_ins(self) -> ConsoleSignIns: ...
+    sign_ins: ConsoleSignIns
 
 
 Servicer = TypeVar("Servicer", bound=ServesOperators)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import suppress
 from datetime import datetime, timedelta
 from functools import partial
 
@@ -36,11 +37,11 @@ from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.operations.owner_watch import OwnerWatcher
 from durable_ops.operations.pruner import PruneResult, prune
 from durable_ops.operations.tuning import TUNING, Tuning
-from durable_ops.operations.watch import Watcher, moved
+from durable_ops.operations.watch import Watcher, answers, moved
 from durable_ops.storage import drafts, operations, owner_changes, retention, task_pauses
 from durable_ops.storage import operator as store
 from durable_ops.storage.db import Database
-from durable_ops.storage.operations import Claim, Held, Settlement
+from durable_ops.storage.operations import Claim, Held, Settlement, Version
 from durable_ops.storage.pages import Page
 from durable_ops.storage.schema import OperationAttempt, UserOperation
 from durable_ops.storage.task_pauses import Pause
@@ -63,10 +64,6 @@ _LOGGED_ALONE = frozenset({Event.REQUEST_FALLBACK, Event.RELEASE})
 # committed while the page read what it shows, are not lost.
 WATCH_OVERLAP = timedelta(seconds=2)
 OwnerChange = tuple[UserOperation, drafts.Draft | None]
-
-
-def _any_task(_task_type: str) -> None:
-    """Any caller in the owner's scope may: the scope already checked whose it is."""
 
 
 class OperationsApp:
@@ -126,14 +123,11 @@ class OperationsApp:
                 watch.rearm()
                 row = await self.get(owner, operation_id)
                 left = give_up_at - loop.time()
-                changed = seen is not None and row.updated_at != seen
-                if OperationState(row.state).is_terminal or changed or left <= 0:
+                if left <= 0 or answers(seen, Version(OperationState(row.state), row.updated_at)):
                     return row
-                try:
+                with suppress(TimeoutError):  # then read once more, and answer that
                     async with asyncio.timeout(left):
                         await watch.event.wait()
-                except TimeoutError:
-                    return await self.get(owner, operation_id)
 
     async def draft(self, owner: str, operation_id: str) -> drafts.Draft:
         """The running attempt's answer so far (NOT_FOUND ``draft_not_found`` when none)."""
@@ -148,20 +142,6 @@ class OperationsApp:
         each with its running attempt's draft: batches, oldest change first, for ever.
         A change is yielded once it differs from what this watch last yielded of that
         operation (a plain beat moves ``updated_at`` and nothing the owner sees)."""
-        sent: dict[str, tuple[object, ...]] = {}
-        async for batch in self._owner_changes(owner, after):
-            fresh: list[OwnerChange] = []
-            for change in batch:
-                seen = _seen(change)
-                if sent.get(change[0].id) != seen:
-                    sent[change[0].id] = seen
-                    fresh.append(change)
-            if fresh:
-                yield fresh
-
-    async def _owner_changes(
-        self, owner: str, after: datetime | None
-    ) -> AsyncIterator[list[OwnerChange]]:
 
         def read(tx: Tx, cursor: datetime) -> list[OwnerChange]:
             rows = owner_changes.since(tx, cursor)
@@ -174,6 +154,7 @@ class OperationsApp:
         now = self.clock()
         cursor = now if after is None else min(after, now)
         overlap = WATCH_OVERLAP
+        sent: dict[str, tuple[object, ...]] = {}  # what this watch last yielded of each
         # Registered before the first read, so a change between a read and the wait wakes it.
         with self.owners.watching(owner) as woken:
             while True:
@@ -183,7 +164,11 @@ class OperationsApp:
                     partial(read, cursor=start), owner_id=owner, write=False, short=True
                 )
                 if batch:
-                    yield batch
+                    seen = {row.id: _seen(row, draft) for row, draft in batch}
+                    fresh = [each for each in batch if sent.get(each[0].id) != seen[each[0].id]]
+                    sent.update(seen)
+                    if fresh:
+                        yield fresh
                     newest = batch[-1][0].updated_at
                     if len(batch) == owner_changes.CHANGES_MAX:  # more to read, from the newest
                         # on; a full batch of one microsecond would be read again for ever
@@ -206,7 +191,7 @@ class OperationsApp:
         )
 
     async def cancel(
-        self, owner: str, operation_id: str, check: Callable[[str], None] = _any_task
+        self, owner: str, operation_id: str, check: Callable[[str], None]
     ) -> UserOperation:
         """``check``: raises when the caller may not cancel an operation of this task type."""
         now = self.clock()
@@ -219,7 +204,7 @@ class OperationsApp:
         return row
 
     async def retry(
-        self, owner: str, operation_id: str, check: Callable[[str], None] = _any_task
+        self, owner: str, operation_id: str, check: Callable[[str], None]
     ) -> UserOperation:
         """``check``: raises when the caller may not retry an operation of this task type."""
         now = self.clock()
@@ -231,9 +216,7 @@ class OperationsApp:
         log.info("operation_retried", operation_id=row.id, owner=owner)
         return row
 
-    async def delete(
-        self, owner: str, operation_id: str, check: Callable[[str], None] = _any_task
-    ) -> None:
+    async def delete(self, owner: str, operation_id: str, check: Callable[[str], None]) -> None:
         """The owner's finished operation removed; its tombstone keeps the key (ADR 0021).
         ``check``: raises when the caller may not delete an operation of this task type."""
         now = self.clock()
@@ -264,14 +247,13 @@ class OperationsApp:
             now = self.clock()
             found: list[tuple[Claim, Route]] = []
             for route in routes:
-                external = route is Route.EXTERNAL
                 batch = operations.claim(
                     tx,
                     names,
                     lease_seconds,
                     now,
                     limit=limit - len(found),
-                    external_route=external,
+                    external_route=route is Route.EXTERNAL,
                     limits=self.limits,
                 )
                 found += [(claim, route) for claim in batch]
@@ -312,14 +294,10 @@ class OperationsApp:
         answers = await self.db.run_async(
             lambda tx: operations.settle(tx, settlements, now), owner_id=owner, short=True
         )
-        settled = [
-            item
-            for item, answer in zip(settlements, answers, strict=True)
-            if not isinstance(answer, DomainError)
-        ]
-        log.info("operations_settled", count=len(answers), refused=len(answers) - len(settled))
-        for item in settled:
-            if item.event in _LOGGED_ALONE:
+        refused = sum(isinstance(answer, DomainError) for answer in answers)
+        log.info("operations_settled", count=len(answers), refused=refused)
+        for item, answer in zip(settlements, answers, strict=True):
+            if item.event in _LOGGED_ALONE and not isinstance(answer, DomainError):
                 log.info(_SETTLED[item.event], operation_id=item.operation_id, owner=item.owner_id)
         return answers
 
@@ -433,9 +411,8 @@ def _claim_source(route: Route) -> OperationState:
     return lifecycle.CLAIMS[event].source
 
 
-def _seen(change: OwnerChange) -> tuple[object, ...]:
+def _seen(row: UserOperation, draft: drafts.Draft | None) -> tuple[object, ...]:
     """What the owner sees of one change: the operation's visible fields, its draft's version."""
-    row, draft = change
     return (
         row.state,
         row.progress_percent,

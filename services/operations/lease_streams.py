@@ -30,6 +30,7 @@ from durable_ops.wire import operations as convert
 
 log = structlog.get_logger(__name__)
 Beat = TypeVar("Beat")
+Outcome = pb.HoldLeasesResponse.Outcome
 
 
 class Pushed:
@@ -70,28 +71,21 @@ async def heartbeat(
     app: OperationsApp, owner: str, requests: AsyncIterator[pb.HeartbeatRequest]
 ) -> AsyncIterator[pb.HeartbeatResponse]:
     """One lease, named by the first beat; a later beat may leave it out or repeat it."""
-    with closing(BeatReader(requests)) as beats:
-        async for reply in _heartbeat(app, owner, beats):
-            yield reply
-
-
-async def _heartbeat(
-    app: OperationsApp, owner: str, beats: BeatReader[pb.HeartbeatRequest]
-) -> AsyncIterator[pb.HeartbeatResponse]:
-    first = await beats.next()
-    if not isinstance(first, pb.HeartbeatRequest):
-        return
-    operation_id, token = first.operation_id, first.lease_token
-    if not operation_id or not token:
-        raise InvalidArgument("lease_token", "the first heartbeat names the lease")
-    lease = HeldLease(
-        operation_id, owner, token, first.lease_seconds or held_leases.DEFAULT_LEASE_SECONDS
-    )
-    reply = await _beat(app, lease, first)
-    log.info("lease_stream_opened", operation_id=operation_id, owner=owner)
-    yield reply
-    pushed = reply.cancel_requested  # the holder knows already
-    with app.watch.watching(CANCEL, operation_id) as cancelled:
+    with closing(BeatReader(requests)) as beats, app.watch.watching(CANCEL) as cancelled:
+        first = await beats.next()
+        if not isinstance(first, pb.HeartbeatRequest):
+            return
+        operation_id, token = first.operation_id, first.lease_token
+        if not operation_id or not token:
+            raise InvalidArgument("lease_token", "the first heartbeat names the lease")
+        lease = HeldLease(
+            operation_id, owner, token, first.lease_seconds or held_leases.DEFAULT_LEASE_SECONDS
+        )
+        reply = await _beat(app, lease, first)
+        log.info("lease_stream_opened", operation_id=operation_id, owner=owner)
+        yield reply
+        pushed = reply.cancel_requested  # the holder knows already
+        cancelled.add(operation_id)
         while True:
             beat = await beats.next(unless=None if pushed else cancelled.event)
             if beat is None:
@@ -130,19 +124,12 @@ async def hold_leases(
             if request is None:
                 return
             if isinstance(request, Pushed):
-                cancelled = sorted(cancels.take() & {lease.operation_id for lease in held})
-                for operation_id in cancelled:
+                outcomes = []
+                for operation_id in sorted(cancels.take() & {lease.operation_id for lease in held}):
                     log.info("cancel_pushed", operation_id=operation_id)
-                if cancelled:
-                    yield pb.HoldLeasesResponse(
-                        outcomes=[
-                            pb.HoldLeasesResponse.Outcome(
-                                operation_id=operation_id, cancel_requested=True
-                            )
-                            for operation_id in cancelled
-                        ],
-                        pushed=True,
-                    )
+                    outcomes.append(Outcome(operation_id=operation_id, cancel_requested=True))
+                if outcomes:
+                    yield pb.HoldLeasesResponse(outcomes=outcomes, pushed=True)
                 continue
             for operation_id in request.dropped:
                 cancels.discard(operation_id)
@@ -174,7 +161,7 @@ async def _hold(
         if lease.operation_id in added:
             log.info("lease_stream_opened", operation_id=lease.operation_id, owner=lease.owner_id)
         outcomes.append(
-            pb.HoldLeasesResponse.Outcome(
+            Outcome(
                 operation_id=lease.operation_id,
                 lease_expires_at=convert.timestamp(expires),
                 cancel_requested=cancel_requested,
@@ -197,8 +184,8 @@ def _entries(request: pb.HoldLeasesRequest) -> list[held_leases.Entry]:
     ]
 
 
-def _refusal(operation_id: str, error: DomainError) -> pb.HoldLeasesResponse.Outcome:
-    return pb.HoldLeasesResponse.Outcome(
+def _refusal(operation_id: str, error: DomainError) -> Outcome:
+    return Outcome(
         operation_id=operation_id,
         status_code=status_for(error).value[0],
         error_code=error.code,

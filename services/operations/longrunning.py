@@ -10,6 +10,7 @@ with those of ``OperationsService``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import grpc
 from google.longrunning import operations_pb2_grpc as lro_grpc
@@ -71,7 +72,7 @@ class LongRunningOperations(lro_grpc.OperationsServicer):
         await self._app.cancel(
             changer.owner_id,
             convert.id_from_name(request.name),
-            check=lambda task_type: require_user_for_analyses(changer, task_type),
+            partial(require_user_for_analyses, changer),
         )
         return Empty()
 
@@ -82,7 +83,7 @@ class LongRunningOperations(lro_grpc.OperationsServicer):
         await self._app.delete(
             changer.owner_id,
             convert.id_from_name(request.name),
-            check=lambda task_type: require_user_for_analyses(changer, task_type),
+            partial(require_user_for_analyses, changer),
         )
         return Empty()
 

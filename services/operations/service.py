@@ -12,6 +12,7 @@ stream) holds a slot of its caller's key while it does (``rpc.open_calls``).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from functools import partial
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
@@ -108,9 +109,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     ) -> pb.Operation:
         changer = _changer(context)
         row = await self.app.cancel(
-            changer.owner_id,
-            request.operation_id,
-            check=lambda task_type: require_user_for_analyses(changer, task_type),
+            changer.owner_id, request.operation_id, partial(require_user_for_analyses, changer)
         )
         return convert.operation(row)
 
@@ -119,9 +118,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     ) -> pb.Operation:
         changer = _changer(context)
         row = await self.app.retry(
-            changer.owner_id,
-            request.operation_id,
-            check=lambda task_type: require_admission_for_analyses(changer, task_type),
+            changer.owner_id, request.operation_id, partial(require_admission_for_analyses, changer)
         )
         return convert.operation(row)
 

@@ -50,9 +50,7 @@ class Tuning:
 
     def __post_init__(self) -> None:
         for each in fields(self):  # zero would spin; none of them means "off"
-            if each.type in ("bool", bool):
-                continue
-            if not getattr(self, each.name) > 0:  # also NaN
+            if each.type != "bool" and not getattr(self, each.name) > 0:  # also NaN
                 raise ValueError(f"Tuning.{each.name} must be greater than 0")
 
 

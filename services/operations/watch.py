@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -126,13 +126,10 @@ class Watcher(SharedPoll):
     @contextmanager
     def watching(self, interest: Interest, *operation_ids: str) -> Iterator[Watch]:
         """A watch for ``interest`` of these operations and those the caller adds."""
-        watch = Watch(self, interest)
-        try:
+        with closing(Watch(self, interest)) as watch:
             for operation_id in operation_ids:
                 watch.add(operation_id)
             yield watch
-        finally:
-            watch.close()
 
     def _register(self, operation_id: str, watch: Watch) -> None:
         self._watches.setdefault(operation_id, set()).add(watch)
