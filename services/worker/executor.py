@@ -32,7 +32,7 @@ from durable_ops.worker.failures import (
     WorkerShutdown,
     completed,
 )
-from durable_ops.worker.lease import LeaseStream
+from durable_ops.worker.lease import LeaseStream, wait_set
 
 HEARTBEAT_AFTER_SECONDS = 1.0  # at most a third of the shortest lease
 
@@ -100,9 +100,7 @@ class Executor:
     async def _watch(attempt: Attempt, work: asyncio.Future[str | Completed | None]) -> None:
         """Hold the lease once the attempt runs long (or the handler held it); cancel the
         work when the lease ends."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(HEARTBEAT_AFTER_SECONDS):
-                await attempt.joined.wait()
+        await wait_set(attempt.joined, HEARTBEAT_AFTER_SECONDS)
         with contextlib.suppress(DomainError):  # else the first beat found the lease gone
             lease = await attempt.hold()
             await lease.ended.wait()

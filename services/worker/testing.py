@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import Enum
@@ -236,7 +235,7 @@ class _Leases:
 
     def join(self, op: HeldOperation, lease_seconds: int) -> Lease:
         if self.lease is None:
-            self.lease = _Lease(self, op, lease_seconds, time.monotonic)
+            self.lease = _Lease(self, op, lease_seconds)
             self.lease.held(time.monotonic())
             if self.ended is not None:
                 self.lease.end(*self.ended)
@@ -259,10 +258,8 @@ class _Leases:
 class _Lease(Lease):
     """The SDK's own ``Lease``, recording what the handler reports on it."""
 
-    def __init__(
-        self, leases: _Leases, op: HeldOperation, lease_seconds: int, clock: Callable[[], float]
-    ) -> None:
-        super().__init__(leases, op, lease_seconds, clock)
+    def __init__(self, leases: _Leases, op: HeldOperation, lease_seconds: int) -> None:
+        super().__init__(leases, op, lease_seconds)
         self._record = leases
 
     def report_progress(self, percent: int) -> None:
