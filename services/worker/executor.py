@@ -76,15 +76,13 @@ class Executor:
         outcome: Outcome | None
         try:
             returned = await asyncio.shield(work)
-        except asyncio.CancelledError as cancel:
+        except (asyncio.CancelledError, Exception) as raised:
             if not work.done():  # the worker is shutting down: stop the handler first
                 attempt.shutting_down = True
                 work.cancel()
                 with contextlib.suppress(BaseException):
                     await work
-            outcome = outcome_of(attempt, self.classify, raised=cancel)
-        except Exception as error:
-            outcome = outcome_of(attempt, self.classify, raised=error)
+            outcome = outcome_of(attempt, self.classify, raised=raised)
         else:
             outcome = outcome_of(attempt, self.classify, returned=returned)
         finally:

@@ -90,7 +90,7 @@ class Producer:
         self._task_types = task_types
         self._caller = caller
         self._until_empty = until_empty  # claims do not wait; stop when one finds nothing
-        # Fewer free slots than this, with attempts running, are gathered before a claim.
+        # Fewer free slots than this (so attempts run) are gathered before a claim.
         self._enough_free = min(options.batch_size, options.concurrency) // 2
         self._running: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
@@ -118,7 +118,7 @@ class Producer:
             if self._free_slots() <= 0:
                 await self._free.wait()
                 continue
-            if self._running and self._free_slots() < self._enough_free:
+            if self._free_slots() < self._enough_free:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self._options.claim_gather_seconds):
                         while self._free_slots() < self._enough_free and not self.stopped:
