@@ -232,15 +232,14 @@ class LeaseStream:
                 soonest = min(lease.live_until for lease in self._leases.values())
                 await asyncio.sleep(min(self._reconnect_delay, soonest - now))
                 self._reconnect_delay = min(2 * self._reconnect_delay, RECONNECT_MAX_DELAY_SECONDS)
-            return
         except DomainError as refused:  # the service refused the stream itself: nothing is held
             _log.warning("lease_stream_refused", code=refused.code, held=self.held)
             self._drop_call()
             self._end_all(refused)
-            return
-        if self._reconnect_delay is not None:
-            _log.info("heartbeat_stream_reopened", held=self.held)
-            self._reconnect_delay = None
+        else:
+            if self._reconnect_delay is not None:
+                _log.info("heartbeat_stream_reopened", held=self.held)
+                self._reconnect_delay = None
 
     def _drop_call(self) -> None:
         if self._call is not None:
