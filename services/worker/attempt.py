@@ -174,14 +174,10 @@ class Attempt(Claimed):
         cancel arrives meanwhile: the answer says which came first (``LeaseLost``, code
         ``cancel_requested``), and a write that went through stands."""
         call = asyncio.ensure_future(write)
-        interrupted = 0
         while not call.done():
             try:
                 await asyncio.wait({call})  # never cancels the call, never raises its error
             except asyncio.CancelledError:
-                interrupted += 1
-        task = asyncio.current_task()
-        for _ in range(interrupted):
-            if task is not None:
-                task.uncancel()
+                if task := asyncio.current_task():
+                    task.uncancel()
         return call.result()

@@ -17,6 +17,8 @@ import contextlib
 import random
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict
+from functools import partial
 from typing import Literal, TypeVar
 
 import grpc
@@ -27,6 +29,7 @@ from durable_ops import telemetry
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.availability import next_attempt_in
 from durable_ops.model.errors import DomainError, Unavailable
+from durable_ops.model.provenance import Provenance
 from durable_ops.model.usage import Usage
 from durable_ops.rpc.errors import domain_error_from_rpc
 from durable_ops.worker import metrics
@@ -37,11 +40,13 @@ from durable_ops.worker.failures import (
     HandlerFailure,
     WorkerShutdown,
 )
+from durable_ops.worker.lease import wait_set
 
 RETRY_SECONDS = 30.0
 CALL_TIMEOUT_SECONDS = 10.0
 
 Reply = TypeVar("Reply", bound=Message)
+M = TypeVar("M", bound=Message)
 Item = pb.SettleOperationsRequest.Item
 Answer = pb.LeaseMutationsResponse.Outcome
 Send = Callable[[Sequence[Item]], Awaitable[pb.LeaseMutationsResponse]]
@@ -154,46 +159,34 @@ def settlement_item(
 ) -> tuple[Item, Ending]:
     """The item of the settlement channel that ends ``attempt`` as ``outcome``, carrying
     what its model calls used (``usage``), whatever the outcome."""
-    item = Item(owner_id=attempt.owner_id)
-    if usage is not None:
-        item.usage.prompt_tokens = usage.prompt_tokens
-        item.usage.completion_tokens = usage.completion_tokens
-        item.usage.model_ms = usage.model_ms
-    request: (
-        pb.CompleteOperationRequest
-        | pb.FailOperationRequest
-        | pb.RequestExternalFallbackRequest
-        | pb.AcknowledgeCancellationRequest
-        | pb.ReleaseOperationRequest
-    )
+    item = partial(Item, owner_id=attempt.owner_id, usage=_message(pb.Usage, usage))
+    lease = {"operation_id": attempt.operation_id, "lease_token": attempt.lease_token}
+    if isinstance(outcome, WorkerShutdown):
+        return item(release=pb.ReleaseOperationRequest(**lease)), Ending.RELEASED
+    if not isinstance(outcome, Completed | HandlerFailure | ExternalFallback):
+        return item(acknowledge_cancel=pb.AcknowledgeCancellationRequest(**lease)), Ending.CANCELLED
+    provenance = _message(pb.Provenance, outcome.provenance)
+    if isinstance(outcome, ExternalFallback):
+        fallback = pb.RequestExternalFallbackRequest(**lease, provenance=provenance)
+        return item(fallback=fallback), Ending.FELL_BACK
     if isinstance(outcome, Completed):
-        ending, request = Ending.COMPLETED, item.complete
-        request.result_ref = outcome.result_ref
-    elif isinstance(outcome, HandlerFailure):
-        ending, request = Ending.FAILED, item.fail
-        request.retryable, request.failure_code = outcome.retryable, outcome.code
-        request.failure_message = outcome.message
-    elif isinstance(outcome, ExternalFallback):
-        ending, request = Ending.FELL_BACK, item.fallback
-    elif isinstance(outcome, WorkerShutdown):
-        ending, request = Ending.RELEASED, item.release
-    else:
-        ending, request = Ending.CANCELLED, item.acknowledge_cancel
-    request.operation_id, request.lease_token = attempt.operation_id, attempt.lease_token
-    provenance = (
-        outcome.provenance
-        if isinstance(outcome, Completed | HandlerFailure | ExternalFallback)
-        else None
-    )
-    if provenance is not None and not isinstance(
-        request, pb.AcknowledgeCancellationRequest | pb.ReleaseOperationRequest
-    ):
-        request.provenance.provider, request.provenance.model = (
-            provenance.provider,
-            provenance.model,
+        complete = pb.CompleteOperationRequest(
+            **lease, provenance=provenance, result_ref=outcome.result_ref
         )
-        request.provenance.route = provenance.route
-    return item, ending
+        return item(complete=complete), Ending.COMPLETED
+    fail = pb.FailOperationRequest(
+        **lease,
+        provenance=provenance,
+        retryable=outcome.retryable,
+        failure_code=outcome.code,
+        failure_message=outcome.message,
+    )
+    return item(fail=fail), Ending.FAILED
+
+
+def _message(message: type[M], fields: Usage | Provenance | None) -> M | None:
+    """``fields`` (a dataclass named as the message's fields) as ``message``; None as unset."""
+    return None if fields is None else message(**asdict(fields))
 
 
 async def retrying(
@@ -217,6 +210,4 @@ async def retrying(
             pause = next_attempt_in(failures, loop.time() - started, RETRY_SECONDS, random.random)
             if pause is None or stopping.is_set():
                 raise error from exc
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(pause):
-                    await stopping.wait()
+            await wait_set(stopping, pause)

@@ -32,7 +32,7 @@ from durable_ops.worker.failures import (
     WorkerShutdown,
     completed,
 )
-from durable_ops.worker.lease import LeaseStream
+from durable_ops.worker.lease import LeaseStream, wait_set
 
 HEARTBEAT_AFTER_SECONDS = 1.0  # at most a third of the shortest lease
 
@@ -76,15 +76,13 @@ class Executor:
         outcome: Outcome | None
         try:
             returned = await asyncio.shield(work)
-        except asyncio.CancelledError as cancel:
+        except (asyncio.CancelledError, Exception) as raised:
             if not work.done():  # the worker is shutting down: stop the handler first
                 attempt.shutting_down = True
                 work.cancel()
                 with contextlib.suppress(BaseException):
                     await work
-            outcome = outcome_of(attempt, self.classify, raised=cancel)
-        except Exception as error:
-            outcome = outcome_of(attempt, self.classify, raised=error)
+            outcome = outcome_of(attempt, self.classify, raised=raised)
         else:
             outcome = outcome_of(attempt, self.classify, returned=returned)
         finally:
@@ -100,9 +98,7 @@ class Executor:
     async def _watch(attempt: Attempt, work: asyncio.Future[str | Completed | None]) -> None:
         """Hold the lease once the attempt runs long (or the handler held it); cancel the
         work when the lease ends."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(HEARTBEAT_AFTER_SECONDS):
-                await attempt.joined.wait()
+        await wait_set(attempt.joined, HEARTBEAT_AFTER_SECONDS)
         with contextlib.suppress(DomainError):  # else the first beat found the lease gone
             lease = await attempt.hold()
             await lease.ended.wait()

@@ -58,6 +58,13 @@ class Leases(Protocol):
     def beat_soon(self, *, now: bool = False) -> None: ...
 
 
+async def wait_set(event: asyncio.Event, seconds: float) -> None:
+    """Wait until ``event`` is set, ``seconds`` at most."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await event.wait()
+
+
 class StreamBroken(Exception):
     """The stream failed in transit; the leases themselves may well be live."""
 
@@ -130,14 +137,8 @@ def _broken(error: BaseException) -> BaseException:
 class LeaseStream:
     """The one HoldLeases stream of a worker, open while it holds leases."""
 
-    def __init__(
-        self,
-        open_call: Callable[[], HoldLeasesCall],
-        *,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, open_call: Callable[[], HoldLeasesCall]) -> None:
         self._open_call = open_call
-        self._clock = clock
         self._leases: dict[str, Lease] = {}  # held, in the order they joined
         self._dropped: set[str] = set()  # left the current call since its last beat
         self._call: _Call | None = None
@@ -160,7 +161,7 @@ class LeaseStream:
         if lease is not None:  # claimed again since: the new token goes out whole
             self._end(lease, LeaseLost("the operation was claimed again"))
             self._dropped.discard(op.operation_id)
-        lease = self._leases[op.operation_id] = Lease(self, op, lease_seconds, self._clock)
+        lease = self._leases[op.operation_id] = Lease(self, op, lease_seconds)
         self.beat_soon(now=True)
         if self._keeper is None:
             self._keeper = asyncio.create_task(self._keep())
@@ -209,11 +210,9 @@ class LeaseStream:
             due = self._last_beat + min(lease.interval for lease in leases)
             if any(lease.news_due for lease in leases):
                 due = min(due, self._last_beat + NEWS_BEAT_SECONDS)
-            if due <= self._clock():
+            if due <= time.monotonic():
                 return
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(due - self._clock()):
-                    await self._wake.wait()
+            await wait_set(self._wake, due - time.monotonic())
 
     async def _beat_or_reopen(self) -> None:
         """One beat; if the stream broke, the leases that ran out are lost and the rest go
@@ -222,7 +221,7 @@ class LeaseStream:
             await self._beat()
         except StreamBroken as broken:
             self._drop_call()
-            now = self._clock()
+            now = time.monotonic()
             for lease in [lease for lease in self._leases.values() if lease.live_until <= now]:
                 self._end(lease, LeaseLost("the lease stream stayed broken until it ran out"))
             self._urgent = True
@@ -231,17 +230,16 @@ class LeaseStream:
                 self._reconnect_delay = RECONNECT_FIRST_DELAY_SECONDS
             elif self._leases:
                 soonest = min(lease.live_until for lease in self._leases.values())
-                await asyncio.sleep(min(self._reconnect_delay, max(soonest - now, 0)))
+                await asyncio.sleep(min(self._reconnect_delay, soonest - now))
                 self._reconnect_delay = min(2 * self._reconnect_delay, RECONNECT_MAX_DELAY_SECONDS)
-            return
         except DomainError as refused:  # the service refused the stream itself: nothing is held
             _log.warning("lease_stream_refused", code=refused.code, held=self.held)
             self._drop_call()
             self._end_all(refused)
-            return
-        if self._reconnect_delay is not None:
-            _log.info("heartbeat_stream_reopened", held=self.held)
-            self._reconnect_delay = None
+        else:
+            if self._reconnect_delay is not None:
+                _log.info("heartbeat_stream_reopened", held=self.held)
+                self._reconnect_delay = None
 
     def _drop_call(self) -> None:
         if self._call is not None:
@@ -257,7 +255,7 @@ class LeaseStream:
         request = pb.HoldLeasesRequest(
             leases=[entry for entry in entries if entry is not None], dropped=sorted(self._dropped)
         )
-        sent, self._urgent = self._clock(), False
+        sent, self._urgent = time.monotonic(), False
         self._dropped.clear()
         for lease in beaten.values():
             lease.sent_on = call
@@ -300,15 +298,12 @@ class Lease:
     """One attempt's lease on its worker's stream; ``ended`` once its owner asked to cancel
     (``cancel_requested``) or it is lost (``error``)."""
 
-    def __init__(
-        self, stream: Leases, op: HeldOperation, lease_seconds: int, clock: Callable[[], float]
-    ) -> None:
+    def __init__(self, stream: Leases, op: HeldOperation, lease_seconds: int) -> None:
         self._stream = stream
         self._op = op
         self.token = op.lease_token
         self.lease_seconds = lease_seconds
         self.interval = lease_seconds / BEATS_PER_LEASE
-        self._clock = clock
         self.sent_on: _Call | None = None  # the call the service holds it on
         self.cancel_requested = False
         self.error: DomainError | None = None
@@ -316,7 +311,7 @@ class Lease:
         self.answered = asyncio.Event()
         # When it runs out by this worker's reckoning. Until the first answer, a third of a
         # lease from its join: its claim is at most a second old, so it is surely live.
-        self.live_until = clock() + self.interval
+        self.live_until = time.monotonic() + self.interval
         self._progress = 0
         self._progress_sent = 0
         self._text = ""  # the answer so far, as the next beat carries it
@@ -359,7 +354,7 @@ class Lease:
     async def confirm(self) -> None:
         """Before publishing: beat now unless two thirds of the window are left (the stream
         keeps them, unless the event loop or the service was slow)."""
-        left = self.live_until - self._clock()
+        left = self.live_until - time.monotonic()
         if left < self.lease_seconds - self.interval and not self.ended.is_set():
             self.answered.clear()
             self._stream.beat_soon(now=True)

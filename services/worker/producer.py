@@ -39,6 +39,7 @@ from durable_ops.rpc.errors import domain_error_from_rpc
 from durable_ops.rpc.states import route_to_pb
 from durable_ops.worker.attempt import Claimed
 from durable_ops.worker.completer import CALL_TIMEOUT_SECONDS
+from durable_ops.worker.lease import wait_set
 
 # How long a claim waits in the service for work: the one call an idle worker makes.
 CLAIM_WAIT_SECONDS = 10.0
@@ -89,7 +90,7 @@ class Producer:
         self._task_types = task_types
         self._caller = caller
         self._until_empty = until_empty  # claims do not wait; stop when one finds nothing
-        # Fewer free slots than this, with attempts running, are gathered before a claim.
+        # Fewer free slots than this (so attempts run) are gathered before a claim.
         self._enough_free = min(options.batch_size, options.concurrency) // 2
         self._running: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
@@ -117,7 +118,7 @@ class Producer:
             if self._free_slots() <= 0:
                 await self._free.wait()
                 continue
-            if self._running and self._free_slots() < self._enough_free:
+            if self._free_slots() < self._enough_free:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self._options.claim_gather_seconds):
                         while self._free_slots() < self._enough_free and not self.stopped:
@@ -138,9 +139,7 @@ class Producer:
                 self._running.add(task)
                 task.add_done_callback(self._attempt_done)
             if 0 < len(claimed) < asked:  # a trickle: let more arrive before the next claim
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._options.claim_gather_seconds):
-                        await self._stopping.wait()
+                await wait_set(self._stopping, self._options.claim_gather_seconds)
         if self._running:
             _, late = await asyncio.wait(self._running, timeout=self._options.shutdown_seconds)
             for task in late:
@@ -171,9 +170,7 @@ class Producer:
             if not self._claims_failing:
                 _log.warning("worker_claim_failing", code=error.code)
             self._claims_failing = True
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(CLAIM_RETRY_SECONDS):
-                    await self._stopping.wait()
+            await wait_set(self._stopping, CLAIM_RETRY_SECONDS)
             return None
         if self._claims_failing:
             _log.info("worker_claim_recovered")

@@ -122,12 +122,11 @@ class Worker:
     async def _send(
         self, items: Sequence[pb.SettleOperationsRequest.Item]
     ) -> pb.LeaseMutationsResponse:
-        reply: pb.LeaseMutationsResponse = await self._stub.SettleOperations(
+        return await self._stub.SettleOperations(
             pb.SettleOperationsRequest(items=items),
             metadata=self._caller.metadata(),
             timeout=CALL_TIMEOUT_SECONDS,
         )
-        return reply
 
     def _stop_for(self, error: Exception) -> None:
         self._fatal = self._fatal or error

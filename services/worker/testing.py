@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import Enum
@@ -127,7 +126,7 @@ class HandlerTest:
         self._lease_seconds = lease_seconds
         self._classify = classify
         self._requests: list[_Request] = []
-        self._running: _Running | None = None
+        self._leases: _Leases | None = None  # while a handler runs
 
     def cancel(self, *, at_progress: int | None = None) -> None:
         """The owner cancels: ``attempt.cancelled`` is set and the handler's task cancelled
@@ -147,15 +146,15 @@ class HandlerTest:
     async def run(self, handler: Handler) -> HandlerRun:
         """Run ``handler`` to its end on a new attempt; the requests made so far, and those
         made while it runs, are this attempt's."""
-        if self._running is not None:
+        if self._leases is not None:
             raise RuntimeError("this HandlerTest runs a handler already")
-        running = self._running = _Running(self.claimed, self._lease_seconds)
-        attempt = running.attempt
+        leases = self._leases = _Leases()
+        attempt = Attempt(self.claimed, leases, self._lease_seconds)
         if (stop := self._due([])) is not None and stop is not _Stop.SHUTDOWN:
-            running.leases.end(_lease_end(stop))  # what the lease's first beat will say
+            leases.end(_lease_end(stop))  # what the lease's first beat will say
         work = asyncio.ensure_future(handler(attempt))
         # Made after the handler's task, so that the handler runs to its first wait first.
-        watch = asyncio.create_task(self._watch(running, work))
+        watch = asyncio.create_task(self._watch(leases, attempt, work))
         try:
             await asyncio.wait({work})
         except asyncio.CancelledError:  # the test itself was cancelled (its timeout)
@@ -163,28 +162,24 @@ class HandlerTest:
             raise
         finally:
             watch.cancel()
-            self._running = None
+            self._leases = None
             self._requests.clear()
         raised = asyncio.CancelledError() if work.cancelled() else work.exception()
         if raised is not None and not isinstance(raised, Exception | asyncio.CancelledError):
             raise raised  # SystemExit and the like end the worker too, not only the attempt
-        held = running.held if running.held is not None else attempt.lease is not None
-        if attempt.lease is not None:
-            await attempt.lease.close()
+        held = leases.held if leases.held is not None else attempt.lease is not None
         # The worker settles a shutdown as one, whatever the handler did once it was told.
         ended = asyncio.CancelledError() if attempt.shutting_down else raised
         returned = work.result() if ended is None else None
         outcome = outcome_of(attempt, self._classify, returned=returned, raised=ended)
         if outcome is not None:
             _, attempt.ending = settlement_item(attempt, outcome, attempt.usage)
-        return HandlerRun(
-            attempt, outcome, raised, tuple(running.leases.progress), running.leases.text, held
-        )
+        return HandlerRun(attempt, outcome, raised, tuple(leases.progress), leases.text, held)
 
     def _request(self, stop: _Stop, at_progress: int | None) -> None:
         self._requests.append(_Request(stop, at_progress))
-        if self._running is not None:
-            self._running.leases.news.set()
+        if self._leases is not None:
+            self._leases.news.set()
 
     def _due(self, reported: list[int]) -> _Stop | None:
         for request in self._requests:
@@ -192,9 +187,10 @@ class HandlerTest:
                 return request.stop
         return None
 
-    async def _watch(self, running: _Running, work: asyncio.Future[Returned]) -> None:
+    async def _watch(
+        self, leases: _Leases, attempt: Attempt, work: asyncio.Future[Returned]
+    ) -> None:
         """Deliver the first request that is due, as the worker's executor would."""
-        leases, attempt = running.leases, running.attempt
         while (stop := self._due(leases.progress)) is None:
             leases.news.clear()
             await leases.news.wait()
@@ -205,7 +201,7 @@ class HandlerTest:
         else:
             leases.end(_lease_end(stop))
             # The worker's watch holds the lease of an attempt that runs on: its end shows there.
-            running.held = attempt.lease is not None
+            leases.held = attempt.lease is not None
             with contextlib.suppress(DomainError):
                 await attempt.hold()
             if attempt.lease is not None and attempt.lease.cancel_requested:
@@ -217,13 +213,6 @@ def _lease_end(stop: _Stop) -> DomainError | None:
     return LeaseLost("the lease was lost") if stop is _Stop.LEASE_LOST else None
 
 
-class _Running:
-    def __init__(self, claimed: Claimed, lease_seconds: int) -> None:
-        self.leases = _Leases()
-        self.attempt = Attempt(claimed, self.leases, lease_seconds)
-        self.held: bool | None = None  # whether the handler held the lease, once the watch did
-
-
 @dataclass
 class _Leases:
     """The lease side in memory: every beat answered at once, what is reported recorded."""
@@ -233,10 +222,11 @@ class _Leases:
     news: asyncio.Event = field(default_factory=asyncio.Event)  # a request or a progress
     lease: Lease | None = None
     ended: tuple[DomainError | None] | None = None  # how the lease ended, once it did
+    held: bool | None = None  # whether the handler held the lease, once the watch did
 
     def join(self, op: HeldOperation, lease_seconds: int) -> Lease:
         if self.lease is None:
-            self.lease = _Lease(self, op, lease_seconds, time.monotonic)
+            self.lease = _Lease(self, op, lease_seconds)
             self.lease.held(time.monotonic())
             if self.ended is not None:
                 self.lease.end(*self.ended)
@@ -259,17 +249,13 @@ class _Leases:
 class _Lease(Lease):
     """The SDK's own ``Lease``, recording what the handler reports on it."""
 
-    def __init__(
-        self, leases: _Leases, op: HeldOperation, lease_seconds: int, clock: Callable[[], float]
-    ) -> None:
-        super().__init__(leases, op, lease_seconds, clock)
-        self._record = leases
+    _stream: _Leases
 
     def report_progress(self, percent: int) -> None:
-        self._record.progress.append(percent)
-        self._record.news.set()
+        self._stream.progress.append(percent)
+        self._stream.news.set()
         super().report_progress(percent)
 
     def report_text(self, text: str) -> None:
-        self._record.text = text
+        self._stream.text = text
         super().report_text(text)
