@@ -18,7 +18,6 @@ asyncio.run(worker.run())
 
 # The model's types the SDK's own API takes or raises, so a worker imports only from here.
 from durable_ops.model.errors import CANCEL_REQUESTED, LeaseLost
-from durable_ops.model.provenance import Provenance
 from durable_ops.model.routing import Route
 from durable_ops.model.states import Privacy
 from durable_ops.model.usage import Usage
@@ -30,6 +29,7 @@ from durable_ops.worker.failures import (
     HandlerFailure,
     InvalidHandlerCall,
     PermanentFailure,
+    Provenance,
     RetryableFailure,
     WorkerShutdown,
 )

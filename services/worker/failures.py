@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument
-from durable_ops.model.provenance import Provenance
+from durable_ops.model.provenance import Provenance as ModelProvenance
 
 HANDLER_ERROR = "handler_error"
 INVALID_RESULT = "invalid_result"  # what the handler returned no completion can carry
@@ -34,11 +34,24 @@ RESULT_REF_MAX = bounds.SUBJECT_ID_MAX
 
 
 @dataclass(frozen=True)
+class Provenance(ModelProvenance):
+    """Which model answered (provider, model, route: each 1 to its column's length), as a
+    handler reports it; out of those bounds it is an ``InvalidHandlerCall``, as every other
+    value a handler hands the SDK is, not a ``ValueError`` retried as ``handler_error``."""
+
+    def __post_init__(self) -> None:
+        try:
+            super().__post_init__()
+        except ValueError as error:
+            raise InvalidHandlerCall("provenance", str(error)) from None
+
+
+@dataclass(frozen=True)
 class Completed:
     """A handler's finished work: the result's reference and, optionally, its provenance."""
 
     result_ref: str = ""
-    provenance: Provenance | None = None
+    provenance: ModelProvenance | None = None
 
 
 def completed(returned: object) -> Completed | PermanentFailure:
@@ -89,7 +102,7 @@ class HandlerFailure(Exception):
     retryable = True
 
     def __init__(
-        self, code: str, message: str = "", *, provenance: Provenance | None = None
+        self, code: str, message: str = "", *, provenance: ModelProvenance | None = None
     ) -> None:
         with handler_call():
             bounds.failure(code, message)
@@ -121,7 +134,7 @@ class ExternalFallback(Exception):
     """The local route cannot serve this attempt: the operation waits for a worker naming
     the external route (the service refuses unless the task and the owner allow it)."""
 
-    def __init__(self, reason: str, *, provenance: Provenance | None = None) -> None:
+    def __init__(self, reason: str, *, provenance: ModelProvenance | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.provenance = provenance

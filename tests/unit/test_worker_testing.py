@@ -168,6 +168,21 @@ def test_usage_out_of_bounds_is_an_invalid_handler_call() -> None:
     assert run.calls == ()
 
 
+def test_a_provenance_out_of_bounds_is_an_invalid_handler_call() -> None:
+    """The SDK's ``Provenance`` is a value the handler hands it: an empty model name fails
+    the attempt for good, named by the SDK, not as a ``ValueError`` retried for ever."""
+
+    async def no_model(attempt: Attempt) -> Completed:
+        return Completed("reports/q3.pdf", Provenance("127.0.0.1", "", "local"))
+
+    run = _run(HandlerTest(), no_model)
+    assert _failure(run) == (
+        INVALID_HANDLER_CALL,
+        False,
+        "provenance: model must be 1 to 128 characters",
+    )
+
+
 def test_the_owners_cancel_at_a_chosen_progress_cancels_the_handler() -> None:
     seen: list[tuple[bool, bool, bool]] = []
 
