@@ -26,16 +26,16 @@ import asyncio
 import contextlib
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import structlog
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
-from durable_ops.model.availability import READING_MAX_AGE_SECONDS, is_fresh, next_attempt_in
+from durable_ops.model.availability import is_fresh, next_attempt_in
 from durable_ops.model.errors import Unavailable
-from durable_ops.model.lifecycle import Draw, system_draw
+from durable_ops.model.lifecycle import system_draw
 from durable_ops.settings import SettingsError
 from durable_ops.storage.db import UNREACHABLE_MYSQL_ERRORS, Database
 from durable_ops.storage.migrate import SchemaNotCurrent, require_current
@@ -47,8 +47,6 @@ log = structlog.get_logger(__name__)
 BUSY_MYSQL_ERRORS = frozenset({1040, 1047})
 # How long a health check waits for a probe in flight; a slower database is not serving.
 PROBE_ANSWER_SECONDS = 1.0
-# What the wait draws its jitter from; tests may replace it.
-WAIT_JITTER: Draw = system_draw
 
 
 class DatabaseUnavailable(RuntimeError):
@@ -96,24 +94,17 @@ def describe(error: BaseException) -> str:
     return words if len(words) <= 300 else words[:299] + "…"
 
 
-async def wait_for_database(
-    db: Database,
-    bound_seconds: float,
-    *,
-    draw: Draw | None = None,
-    monotonic: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-) -> int:
+async def wait_for_database(db: Database, bound_seconds: float) -> int:
     """Ask until the database answers; return the attempts it took.
 
     Raises ``DatabaseUnavailable`` when ``bound_seconds`` have passed (every
     failed attempt is one log line, the last included) or when the database
     refuses us. An attempt that hangs is abandoned at the bound.
     """
-    started = monotonic()
+    started = time.monotonic()
     failures = 0
     while True:
-        budget = max(bound_seconds - (monotonic() - started), PROBE_ANSWER_SECONDS)
+        budget = max(bound_seconds - (time.monotonic() - started), PROBE_ANSWER_SECONDS)
         try:
             await asyncio.wait_for(asyncio.to_thread(ping, db), budget)
         except DBAPIError as error:
@@ -129,11 +120,11 @@ async def wait_for_database(
                 log.info(
                     "database_reachable",
                     attempts=failures + 1,
-                    waited_seconds=round(monotonic() - started, 3),
+                    waited_seconds=round(time.monotonic() - started, 3),
                 )
             return failures + 1
         failures += 1
-        pause = next_attempt_in(failures, monotonic() - started, bound_seconds, draw or WAIT_JITTER)
+        pause = next_attempt_in(failures, time.monotonic() - started, bound_seconds, system_draw)
         log.warning(
             "database_unreachable",
             attempt=failures,
@@ -148,7 +139,7 @@ async def wait_for_database(
                 f" (OPS_DATABASE_WAIT_SECONDS; {attempts}, the last: {reason})",
                 attempts=failures,
             )
-        await sleep(pause)
+        await asyncio.sleep(pause)
 
 
 async def open_when_reachable(db: Database, bound_seconds: float) -> None:
@@ -209,13 +200,11 @@ class DatabaseReadiness:
         self,
         db: Database,
         *,
-        max_age: float = READING_MAX_AGE_SECONDS,
         answer_within: float = PROBE_ANSWER_SECONDS,
         monotonic: Callable[[], float] = time.monotonic,
         probe: Callable[[Database], None] = ping,
     ) -> None:
         self._db = db
-        self._max_age = max_age
         self._answer_within = answer_within
         self._monotonic = monotonic
         self._probe = probe
@@ -224,9 +213,7 @@ class DatabaseReadiness:
         self._reading: asyncio.Task[bool] | None = None
 
     async def __call__(self) -> bool:
-        if self._reachable is not None and is_fresh(
-            self._read_at, self._monotonic(), self._max_age
-        ):
+        if self._reachable is not None and is_fresh(self._read_at, self._monotonic()):
             return self._reachable
         if self._reading is None:
             self._reading = asyncio.create_task(self._read())
