@@ -90,14 +90,9 @@ class Charge:
     spent_delta: int
 
 
-def override(tx: Tx) -> int | None:
-    """The operator's daily budget for the scope's owner, or None (the plan's)."""
-    found = tx.execute(_OVERRIDE).scalar()
-    return None if found is None else int(found)
-
-
 def owner_limit(tx: Tx, plan: Plan) -> int:
-    return budgets.daily_limit(plan, override(tx))
+    """The scope owner's daily budget: the operator's (``set_override``), else the plan's."""
+    return budgets.daily_limit(plan, tx.execute(_OVERRIDE).scalar())
 
 
 def set_override(tx: Tx, daily_tokens: int | None, *, set_by: str, now: datetime) -> None:
