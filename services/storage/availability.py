@@ -52,10 +52,6 @@ PROBE_ANSWER_SECONDS = 1.0
 class DatabaseUnavailable(RuntimeError):
     """The database did not answer within the wait at start, or refused us."""
 
-    def __init__(self, message: str, *, attempts: int) -> None:
-        super().__init__(message)
-        self.attempts = attempts
-
 
 def ping(db: Database) -> None:
     """One ``SELECT 1`` on a pooled connection; raises what the driver raises. A pooled
@@ -94,8 +90,8 @@ def describe(error: BaseException) -> str:
     return words if len(words) <= 300 else words[:299] + "…"
 
 
-async def wait_for_database(db: Database, bound_seconds: float) -> int:
-    """Ask until the database answers; return the attempts it took.
+async def wait_for_database(db: Database, bound_seconds: float) -> None:
+    """Ask until the database answers.
 
     Raises ``DatabaseUnavailable`` when ``bound_seconds`` have passed (every
     failed attempt is one log line, the last included) or when the database
@@ -110,9 +106,7 @@ async def wait_for_database(db: Database, bound_seconds: float) -> int:
         except DBAPIError as error:
             reason = describe(error)
             if not worth_waiting_for(error):
-                raise DatabaseUnavailable(
-                    f"the database refused us: {reason}", attempts=failures + 1
-                ) from error
+                raise DatabaseUnavailable(f"the database refused us: {reason}") from error
         except TimeoutError:
             reason = f"no answer within {budget:g} s"
         else:
@@ -122,7 +116,7 @@ async def wait_for_database(db: Database, bound_seconds: float) -> int:
                     attempts=failures + 1,
                     waited_seconds=round(time.monotonic() - started, 3),
                 )
-            return failures + 1
+            return
         failures += 1
         pause = next_attempt_in(failures, time.monotonic() - started, bound_seconds, system_draw)
         log.warning(
@@ -136,8 +130,7 @@ async def wait_for_database(db: Database, bound_seconds: float) -> int:
             attempts = "1 attempt" if failures == 1 else f"{failures} attempts"
             raise DatabaseUnavailable(
                 f"the database did not answer within {bound_seconds:g} s"
-                f" (OPS_DATABASE_WAIT_SECONDS; {attempts}, the last: {reason})",
-                attempts=failures,
+                f" (OPS_DATABASE_WAIT_SECONDS; {attempts}, the last: {reason})"
             )
         await asyncio.sleep(pause)
 
@@ -163,13 +156,11 @@ def reaching(url: str, source: str) -> Iterator[None]:
         yield
     except OperationalError as error:
         how = "did not answer" if worth_waiting_for(error) else "refused us"
-        raise DatabaseUnavailable(
-            f"the database {database} {how}: {describe(error)}", attempts=1
-        ) from error
+        raise DatabaseUnavailable(f"the database {database} {how}: {describe(error)}") from error
     except Unavailable as away:  # what Database.run makes of a connection lost mid-way
         if away.code != "database_unavailable":
             raise
-        raise DatabaseUnavailable(f"the database {database}: {away.message}", attempts=1) from away
+        raise DatabaseUnavailable(f"the database {database}: {away.message}") from away
     except SchemaNotCurrent as behind:
         raise SchemaNotCurrent(f"the database {database}: {behind}") from behind
 

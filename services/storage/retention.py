@@ -115,10 +115,6 @@ class PruneBatch:
     pruned: int
     forgotten: int
 
-    @property
-    def total(self) -> int:
-        return self.pruned + self.forgotten
-
 
 @dataclass(frozen=True)
 class Prunable:
