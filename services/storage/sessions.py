@@ -95,21 +95,17 @@ def create_session(
     return session_id, row
 
 
-def _ended() -> Unauthenticated:
-    return Unauthenticated("the session is unknown, expired or ended", code=SESSION_ENDED)
-
-
 def resolve_session(tx: Tx, session_id: str, now: datetime) -> str:
     """The owner of a live session (neutral scope: the owner is what is asked).
 
     One primary-key read; an unknown, expired or deleted session is
     ``Unauthenticated`` ``session_ended``, the same for each so nothing tells them apart.
     """
-    if not 0 < len(session_id) <= SESSION_ID_MAX:
-        raise _ended()
-    row = tx.execute(_SESSION, {"key": session_key(session_id)}).one_or_none()
+    row = None
+    if 0 < len(session_id) <= SESSION_ID_MAX:  # a longer value is no id of ours
+        row = tx.execute(_SESSION, {"key": session_key(session_id)}).one_or_none()
     if row is None or row.expires_at <= now:
-        raise _ended()
+        raise Unauthenticated("the session is unknown, expired or ended", code=SESSION_ENDED)
     return str(row.owner_user_id)
 
 
