@@ -26,16 +26,16 @@ import asyncio
 import contextlib
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import structlog
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
-from durable_ops.model.availability import READING_MAX_AGE_SECONDS, is_fresh, next_attempt_in
+from durable_ops.model.availability import is_fresh, next_attempt_in
 from durable_ops.model.errors import Unavailable
-from durable_ops.model.lifecycle import Draw, system_draw
+from durable_ops.model.lifecycle import system_draw
 from durable_ops.settings import SettingsError
 from durable_ops.storage.db import UNREACHABLE_MYSQL_ERRORS, Database
 from durable_ops.storage.migrate import SchemaNotCurrent, require_current
@@ -47,16 +47,10 @@ log = structlog.get_logger(__name__)
 BUSY_MYSQL_ERRORS = frozenset({1040, 1047})
 # How long a health check waits for a probe in flight; a slower database is not serving.
 PROBE_ANSWER_SECONDS = 1.0
-# What the wait draws its jitter from; tests may replace it.
-WAIT_JITTER: Draw = system_draw
 
 
 class DatabaseUnavailable(RuntimeError):
     """The database did not answer within the wait at start, or refused us."""
-
-    def __init__(self, message: str, *, attempts: int) -> None:
-        super().__init__(message)
-        self.attempts = attempts
 
 
 def ping(db: Database) -> None:
@@ -96,32 +90,23 @@ def describe(error: BaseException) -> str:
     return words if len(words) <= 300 else words[:299] + "…"
 
 
-async def wait_for_database(
-    db: Database,
-    bound_seconds: float,
-    *,
-    draw: Draw | None = None,
-    monotonic: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-) -> int:
-    """Ask until the database answers; return the attempts it took.
+async def wait_for_database(db: Database, bound_seconds: float) -> None:
+    """Ask until the database answers.
 
     Raises ``DatabaseUnavailable`` when ``bound_seconds`` have passed (every
     failed attempt is one log line, the last included) or when the database
     refuses us. An attempt that hangs is abandoned at the bound.
     """
-    started = monotonic()
+    started = time.monotonic()
     failures = 0
     while True:
-        budget = max(bound_seconds - (monotonic() - started), PROBE_ANSWER_SECONDS)
+        budget = max(bound_seconds - (time.monotonic() - started), PROBE_ANSWER_SECONDS)
         try:
             await asyncio.wait_for(asyncio.to_thread(ping, db), budget)
         except DBAPIError as error:
             reason = describe(error)
             if not worth_waiting_for(error):
-                raise DatabaseUnavailable(
-                    f"the database refused us: {reason}", attempts=failures + 1
-                ) from error
+                raise DatabaseUnavailable(f"the database refused us: {reason}") from error
         except TimeoutError:
             reason = f"no answer within {budget:g} s"
         else:
@@ -129,11 +114,11 @@ async def wait_for_database(
                 log.info(
                     "database_reachable",
                     attempts=failures + 1,
-                    waited_seconds=round(monotonic() - started, 3),
+                    waited_seconds=round(time.monotonic() - started, 3),
                 )
-            return failures + 1
+            return
         failures += 1
-        pause = next_attempt_in(failures, monotonic() - started, bound_seconds, draw or WAIT_JITTER)
+        pause = next_attempt_in(failures, time.monotonic() - started, bound_seconds, system_draw)
         log.warning(
             "database_unreachable",
             attempt=failures,
@@ -145,10 +130,9 @@ async def wait_for_database(
             attempts = "1 attempt" if failures == 1 else f"{failures} attempts"
             raise DatabaseUnavailable(
                 f"the database did not answer within {bound_seconds:g} s"
-                f" (OPS_DATABASE_WAIT_SECONDS; {attempts}, the last: {reason})",
-                attempts=failures,
+                f" (OPS_DATABASE_WAIT_SECONDS; {attempts}, the last: {reason})"
             )
-        await sleep(pause)
+        await asyncio.sleep(pause)
 
 
 async def open_when_reachable(db: Database, bound_seconds: float) -> None:
@@ -172,13 +156,11 @@ def reaching(url: str, source: str) -> Iterator[None]:
         yield
     except OperationalError as error:
         how = "did not answer" if worth_waiting_for(error) else "refused us"
-        raise DatabaseUnavailable(
-            f"the database {database} {how}: {describe(error)}", attempts=1
-        ) from error
+        raise DatabaseUnavailable(f"the database {database} {how}: {describe(error)}") from error
     except Unavailable as away:  # what Database.run makes of a connection lost mid-way
         if away.code != "database_unavailable":
             raise
-        raise DatabaseUnavailable(f"the database {database}: {away.message}", attempts=1) from away
+        raise DatabaseUnavailable(f"the database {database}: {away.message}") from away
     except SchemaNotCurrent as behind:
         raise SchemaNotCurrent(f"the database {database}: {behind}") from behind
 
@@ -209,13 +191,11 @@ class DatabaseReadiness:
         self,
         db: Database,
         *,
-        max_age: float = READING_MAX_AGE_SECONDS,
         answer_within: float = PROBE_ANSWER_SECONDS,
         monotonic: Callable[[], float] = time.monotonic,
         probe: Callable[[Database], None] = ping,
     ) -> None:
         self._db = db
-        self._max_age = max_age
         self._answer_within = answer_within
         self._monotonic = monotonic
         self._probe = probe
@@ -224,9 +204,7 @@ class DatabaseReadiness:
         self._reading: asyncio.Task[bool] | None = None
 
     async def __call__(self) -> bool:
-        if self._reachable is not None and is_fresh(
-            self._read_at, self._monotonic(), self._max_age
-        ):
+        if self._reachable is not None and is_fresh(self._read_at, self._monotonic()):
             return self._reachable
         if self._reading is None:
             self._reading = asyncio.create_task(self._read())

@@ -41,9 +41,8 @@ _EVERYONE = select(
     func.coalesce(func.sum(DAYS.c.reserved), 0).label("reserved"),
     func.coalesce(func.sum(DAYS.c.spent), 0).label("spent"),
 ).where(DAYS.c.day == bindparam("on_day"))
-_OPENED = insert(DAYS).values(
-    owner_user_id=bindparam("owner"), day=bindparam("on_day"), reserved=0, spent=0
-)
+# An INSERT's other columns are its parameters' (Core derives them).
+_OPENED = insert(DAYS).values(reserved=0, spent=0)
 _OPEN_OWN = _OPENED.values(owner_user_id=SCOPE_OWNER)
 _CHARGE = (
     update(DAYS)
@@ -62,12 +61,7 @@ DAYS_KEPT = 31
 _OLD_DAYS = delete(DAYS).where(DAYS.c.day < bindparam("before"))
 _OVERRIDE = select(OVERRIDES.c.daily_tokens).where(OVERRIDES.c.owner_user_id == SCOPE_OWNER)
 _CLEAR_OVERRIDE = delete(OVERRIDES).where(OVERRIDES.c.owner_user_id == SCOPE_OWNER)
-_SET_OVERRIDE = insert(OVERRIDES).values(
-    owner_user_id=SCOPE_OWNER,
-    daily_tokens=bindparam("daily_tokens"),
-    set_by=bindparam("set_by"),
-    updated_at=bindparam("now"),
-)
+_SET_OVERRIDE = insert(OVERRIDES).values(owner_user_id=SCOPE_OWNER)
 
 
 @dataclass(frozen=True)
@@ -90,21 +84,17 @@ class Charge:
     spent_delta: int
 
 
-def override(tx: Tx) -> int | None:
-    """The operator's daily budget for the scope's owner, or None (the plan's)."""
-    found = tx.execute(_OVERRIDE).scalar()
-    return None if found is None else int(found)
-
-
 def owner_limit(tx: Tx, plan: Plan) -> int:
-    return budgets.daily_limit(plan, override(tx))
+    """The scope owner's daily budget: the operator's (``set_override``), else the plan's."""
+    return budgets.daily_limit(plan, tx.execute(_OVERRIDE).scalar())
 
 
 def set_override(tx: Tx, daily_tokens: int | None, *, set_by: str, now: datetime) -> None:
     """Set the scope's owner's daily budget, or (None) give it back its plan's."""
     tx.write(_CLEAR_OVERRIDE, {})
     if daily_tokens is not None:
-        tx.write(_SET_OVERRIDE, {"daily_tokens": daily_tokens, "set_by": set_by, "now": now})
+        row = {"daily_tokens": daily_tokens, "set_by": set_by, "updated_at": now}
+        tx.write(_SET_OVERRIDE, row)
 
 
 def day_use(tx: Tx, day: date) -> DayUse:
@@ -123,7 +113,7 @@ def reserve(tx: Tx, *, tokens: int, limit: int, day: date, now: datetime) -> Non
     """Reserve ``tokens`` of the scope owner's ``day``, or refuse (429) past ``limit``."""
     taken = {"on_day": day, "tokens": tokens, "limit": limit}
     if not tx.write(_TAKE, taken):
-        tx.insert_if_absent(_OPEN_OWN, {"on_day": day})  # first admissions may race
+        tx.insert_if_absent(_OPEN_OWN, {"day": day})  # first admissions may race
         if not tx.write(_TAKE, taken):
             used = day_use(tx, day).used  # read only to say why
             raise budgets.exhausted(now, day, limit=limit, used=used, needed=tokens)
@@ -156,7 +146,7 @@ def charge(tx: Tx, charges: Iterable[Charge]) -> None:
         written.update(reserved_delta=reserved_delta, spent_delta=spent_delta)
         if not tx.write(_CHARGE, written):
             # A manual retry moved the operation to a day it has no row for yet: open it.
-            tx.insert_if_absent(_OPENED, {"owner": owner, "on_day": day})
+            tx.insert_if_absent(_OPENED, {"owner_user_id": owner, "day": day})
             tx.write(_CHARGE, written)
 
 

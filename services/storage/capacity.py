@@ -61,13 +61,13 @@ def reserve(tx: Tx) -> None:
 
 def active_for_owner(tx: Tx, task_types: Iterable[str]) -> int:
     """Counted in the owner scope: the scope's owner's only."""
-    return int(tx.execute(_ACTIVE_FOR_OWNER, {"task_types": list(task_types)}).scalar() or 0)
+    return int(tx.execute(_ACTIVE_FOR_OWNER, {"task_types": list(task_types)}).scalar_one())
 
 
 def active_for_everyone(tx: Tx, task_types: Iterable[str]) -> int:
     """The one cross-owner read admission needs: a count over the table, no rows."""
-    counted = tx.across_owners().execute(_ACTIVE, {"task_types": list(task_types)})
-    return int(counted.scalar() or 0)
+    everyone = tx.across_owners()
+    return int(everyone.execute(_ACTIVE, {"task_types": list(task_types)}).scalar_one())
 
 
 def set_ai_enabled(tx: Tx, enabled: bool, now: datetime) -> None:

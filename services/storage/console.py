@@ -7,13 +7,12 @@ resolving a session and ending one run in the neutral scope, where the gateway
 asks with the secret it was handed and learns the operator's name. Opening
 deletes the link in the same transaction that stores the session, guarded on
 its row count, so two openings of one link make one session. Each new link
-prunes up to ``PRUNE_BATCH`` expired rows, so they never outgrow the sign-ins
-that made them.
+prunes expired rows (``sessions.prune_expired``), so they never outgrow the
+sign-ins that made them.
 """
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,21 +24,14 @@ from durable_ops.model import console
 from durable_ops.model.console import Kind
 from durable_ops.model.operator import operator_name
 from durable_ops.storage.schema import OperatorConsoleSession
+from durable_ops.storage.sessions import prune_expired, session_key
 from durable_ops.storage.tx import OperatorTx, ScopeViolation, Tx
 
-PRUNE_BATCH = 100
 ROWS = cast(Table, OperatorConsoleSession.__table__)
 _BY_KEY = (ROWS.c.id == bindparam("key")) & (ROWS.c.kind == bindparam("kind"))
 _READ = select(ROWS.c.operator, ROWS.c.expires_at).where(_BY_KEY)
 _DELETE = delete(ROWS).where(_BY_KEY)
 _INSERT = insert(ROWS)
-_EXPIRED = (
-    select(ROWS.c.id)
-    .where(ROWS.c.expires_at <= bindparam("now"))
-    .order_by(ROWS.c.expires_at)
-    .limit(PRUNE_BATCH)
-)
-_DELETE_KEYS = delete(ROWS).where(ROWS.c.id.in_(bindparam("keys", expanding=True)))
 _DELETE_OPERATORS = delete(ROWS).where(ROWS.c.operator == bindparam("operator"))
 _DELETE_ALL = delete(ROWS)
 
@@ -53,15 +45,14 @@ class Signed:
     secret: str = ""
 
 
-def key(secret: str) -> str:
-    """What is stored of a link or session id: its SHA-256, hex."""
-    return hashlib.sha256(secret.encode()).hexdigest()
-
-
 def _neutral(tx: Tx) -> Tx:
     if tx.owner_id is not None:
         raise ScopeViolation("console sign-ins belong to no owner")
     return tx
+
+
+def _key(kind: Kind, secret: str) -> dict[str, str]:
+    return {"key": session_key(secret), "kind": kind.value}
 
 
 def _store(tx: Tx, kind: Kind, operator: str, now: datetime) -> Signed:
@@ -70,7 +61,7 @@ def _store(tx: Tx, kind: Kind, operator: str, now: datetime) -> Signed:
     tx.execute(
         _INSERT,
         {
-            "id": key(secret),
+            "id": session_key(secret),
             "kind": kind.value,
             "operator": operator,
             "created_at": now,
@@ -84,20 +75,14 @@ def create_link(tx: OperatorTx, operator: str, now: datetime) -> Signed:
     """A one-time sign-in link for ``operator`` (the operator's key's caller only)."""
     if not isinstance(tx, OperatorTx):
         raise ScopeViolation("console links are made in the operator scope")
-    _prune_expired(tx, now)
+    prune_expired(tx, ROWS, now)
     return _store(tx, Kind.LINK, operator_name(operator), now)
-
-
-def _prune_expired(tx: Tx, now: datetime) -> None:
-    keys = tx.execute(_EXPIRED, {"now": now}).scalars().all()
-    if keys:
-        tx.execute(_DELETE_KEYS, {"keys": list(keys)})
 
 
 def _live(tx: Tx, kind: Kind, secret: str, now: datetime) -> Signed | None:
     if not console.plausible_secret(secret):
         return None
-    row = tx.execute(_READ, {"key": key(secret), "kind": kind.value}).one_or_none()
+    row = tx.execute(_READ, _key(kind, secret)).one_or_none()
     if row is None or row.expires_at <= now:
         return None
     return Signed(str(row.operator), row.expires_at)
@@ -109,7 +94,7 @@ def open_link(tx: Tx, link: str, now: datetime) -> Signed:
     tx = _neutral(tx)
     found = _live(tx, Kind.LINK, link, now)
     # The delete decides: of two openings racing on one link, one deletes it.
-    if found is None or tx.execute(_DELETE, {"key": key(link), "kind": Kind.LINK}).rowcount != 1:
+    if found is None or tx.execute(_DELETE, _key(Kind.LINK, link)).rowcount != 1:
         raise console.link_unusable()
     return _store(tx, Kind.SESSION, found.operator, now)
 
@@ -126,8 +111,7 @@ def end(tx: Tx, session_id: str) -> bool:
     """Sign out: delete the session (already gone is fine); whether there was one."""
     if not console.plausible_secret(session_id):
         return False
-    deleted = _neutral(tx).execute(_DELETE, {"key": key(session_id), "kind": Kind.SESSION})
-    return deleted.rowcount > 0
+    return _neutral(tx).execute(_DELETE, _key(Kind.SESSION, session_id)).rowcount > 0
 
 
 def end_operator(tx: OperatorTx, operator: str | None) -> int:

@@ -75,7 +75,9 @@ _START = insert(DRAFTS).from_select(
 )
 _DISCARD = delete(DRAFTS).where(DRAFTS.c.operation_id.in_(bindparam("ids", expanding=True)))
 _CURRENT = (
-    select(DRAFTS.c.operation_id, DRAFTS.c.attempt, DRAFTS.c.body, DRAFTS.c.updated_at)
+    select(
+        DRAFTS.c.operation_id, DRAFTS.c.attempt, DRAFTS.c.body.label("text"), DRAFTS.c.updated_at
+    )
     .join(OPS, OPS.c.id == DRAFTS.c.operation_id)
     .where(
         DRAFTS.c.operation_id.in_(bindparam("ids", expanding=True)),
@@ -138,10 +140,7 @@ def current(tx: Tx, operation_ids: Sequence[str]) -> dict[str, Draft]:
     if not operation_ids:
         return {}
     rows = tx.execute(_CURRENT, {"ids": list(operation_ids)})
-    return {
-        row.operation_id: Draft(row.operation_id, row.attempt, row.body, row.updated_at)
-        for row in rows
-    }
+    return {row.operation_id: Draft(**row._mapping) for row in rows}
 
 
 def get(tx: Tx, operation_id: str) -> Draft:

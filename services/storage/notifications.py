@@ -14,19 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import (
-    ColumnElement,
-    Executable,
-    Table,
-    bindparam,
-    case,
-    delete,
-    func,
-    insert,
-    literal,
-    select,
-    update,
-)
+from sqlalchemy import Insert, Table, bindparam, case, delete, func, insert, literal, select, update
 
 from durable_ops.model import bounds
 from durable_ops.model.errors import NotFound
@@ -43,16 +31,17 @@ NOTIFICATIONS = cast(Table, UserNotification.__table__)
 _OWNED = NOTIFICATIONS.c.owner_user_id == SCOPE_OWNER
 
 
-def _insert_selected(
-    outcome: OperationState, notification_id: ColumnElement[str], *where: ColumnElement[bool]
-) -> Executable:
-    """``INSERT … SELECT`` of one outcome's notification from each operation row ``where``
-    picks. The wording is fixed per outcome (a CASE over the task type), so the statement
-    is built once and only ids and times are parameters."""
+@functools.cache
+def _insert_many_from_operations(outcome: OperationState, count: int) -> Insert:
+    """``INSERT … SELECT`` of ``count`` operations' notifications, of many owners at once (a
+    batch of lease settlements, neutral scope): one notification id per operation, by
+    ``CASE id``. The wording is fixed per outcome (a CASE over the task type), so the
+    statement is built once and only ids and times are parameters."""
+    ids = row_ids("operation_id", count)
     titles = {task_type: wording(task_type, outcome).title for task_type in TASKS.names()}
     generic = wording("", outcome)
     source = select(
-        notification_id,
+        per_row(OPS.c.id, ids, "notification_id"),
         OPS.c.owner_user_id,
         OPS.c.id,
         OPS.c.task_type,
@@ -60,17 +49,9 @@ def _insert_selected(
         case(titles, value=OPS.c.task_type, else_=generic.title),
         literal(generic.body),
         bindparam("now", type_=UtcDateTime),
-    ).where(*where)
+    ).where(OPS.c.id.in_(ids))
     columns = ["id", "owner_user_id", "operation_id", "task_type", "outcome", "title", "body"]
     return insert(NOTIFICATIONS).from_select([*columns, "created_at"], source)
-
-
-@functools.cache
-def _insert_many_from_operations(outcome: OperationState, count: int) -> Executable:
-    """``count`` operations' notifications, of many owners at once (a batch of lease
-    settlements, neutral scope): one notification id per operation, by ``CASE id``."""
-    ids = row_ids("operation_id", count)
-    return _insert_selected(outcome, per_row(OPS.c.id, ids, "notification_id"), OPS.c.id.in_(ids))
 
 
 def insert_for_operations(

@@ -14,11 +14,11 @@ its own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, cast
+from typing import cast
 
-from sqlalchemy import Select, Table, bindparam, case, func, select
+from sqlalchemy import Table, bindparam, case, func, select
 
 from durable_ops.model import bounds
 from durable_ops.model.errors import NotFound
@@ -39,14 +39,6 @@ def _operator(tx: Tx) -> OperatorTx:
     return tx
 
 
-def _not_found() -> NotFound:
-    return NotFound("operation not found", code="operation_not_found")
-
-
-def _issuable(operation_id: str) -> bool:
-    return 0 < len(operation_id) <= bounds.ID_MAX  # a longer id was never issued
-
-
 def show(tx: OperatorTx, operation_id: str) -> tuple[UserOperation, list[OperationAttempt]]:
     """Any owner's operation and its attempts (oldest first), read as its owner reads them."""
     owner = owner_of(tx, operation_id)  # first: it refuses any scope but the operator's
@@ -55,14 +47,12 @@ def show(tx: OperatorTx, operation_id: str) -> tuple[UserOperation, list[Operati
 
 
 def owner_of(tx: OperatorTx, operation_id: str) -> str:
-    row = (
-        _operator(tx).execute(_OWNER_OF, {"operation_id": operation_id}).one_or_none()
-        if _issuable(operation_id)
-        else None
-    )
-    if row is None:
-        raise _not_found()
-    return str(row.owner_user_id)
+    owner = None
+    if 0 < len(operation_id) <= bounds.ID_MAX:  # a longer id was never issued
+        owner = _operator(tx).execute(_OWNER_OF, {"operation_id": operation_id}).scalar()
+    if owner is None:
+        raise NotFound("operation not found", code="operation_not_found")
+    return str(owner)
 
 
 def list_page(
@@ -71,19 +61,17 @@ def list_page(
     """Operations of every owner (or of ``filters.owner_id``), newest first."""
     size = page_size(size)
     filters = filters.validated()
-    query: Select[Any] = select(OPS)
-    if filters.owner_id:
-        query = query.where(OPS.c.owner_user_id == filters.owner_id)
-    if filters.state is not None:
-        query = query.where(OPS.c.state == filters.state)
-    if filters.task_type:
-        query = query.where(OPS.c.task_type == filters.task_type)
-    if filters.failure_code:
-        query = query.where(OPS.c.failure_code == filters.failure_code)
+    equal = (
+        (OPS.c.owner_user_id, filters.owner_id),
+        (OPS.c.state, filters.state),
+        (OPS.c.task_type, filters.task_type),
+        (OPS.c.failure_code, filters.failure_code),
+    )
+    matching = [column == value for column, value in equal if value]  # left empty: any
     created_before = filters.created_before(now)
     if created_before is not None:
-        query = query.where(OPS.c.created_at <= created_before)
-    query = newest_first(query, OPS.c.created_at, OPS.c.id, token, size)
+        matching.append(OPS.c.created_at <= created_before)
+    query = newest_first(select(OPS).where(*matching), OPS.c.created_at, OPS.c.id, token, size)
     rows = [operations.detached(row._mapping) for row in _operator(tx).execute(query)]
     return paginate(rows, size, lambda op: (op.created_at, op.id))
 
@@ -121,10 +109,9 @@ def queue_depths(tx: OperatorTx) -> list[QueueDepth]:
     found: dict[str, QueueDepth] = {}
     for row in _operator(tx).execute(_BY_TYPE_AND_STATE):
         depth = found.setdefault(row.task_type, QueueDepth(row.task_type, {}, None))
-        state = OperationState(row.state)
-        depth.counts[state] = int(row.total)
-        if state is OperationState.QUEUED:
-            found[row.task_type] = QueueDepth(row.task_type, depth.counts, row.oldest)
+        depth.counts[OperationState(row.state)] = int(row.total)
+        if row.state == OperationState.QUEUED:
+            found[row.task_type] = replace(depth, oldest_queued_at=row.oldest)
     return [found[name] for name in sorted(found)]
 
 

@@ -29,8 +29,7 @@ STORAGE = cast(Table, OwnerStorage.__table__)
 STORAGE_QUOTA_EXCEEDED = "storage_quota_exceeded"
 RETRY_AFTER_SECONDS = 86_400
 
-_COUNTED = ("jobs", "attachments", "stored_bytes")
-_LIMITS = {
+_LIMITS = {  # what is counted, and its bound
     "jobs": bounds.OWNER_JOBS_MAX,
     "attachments": bounds.OWNER_ATTACHMENTS_MAX,
     "stored_bytes": bounds.OWNER_STORED_BYTES_MAX,
@@ -39,9 +38,9 @@ _TAKE = (
     update(STORAGE)
     .where(
         STORAGE.c.owner_user_id == SCOPE_OWNER,
-        *(STORAGE.c[name] + bindparam(name) <= _LIMITS[name] for name in _COUNTED),
+        *(STORAGE.c[name] + bindparam(name) <= limit for name, limit in _LIMITS.items()),
     )
-    .values({name: STORAGE.c[name] + bindparam(name) for name in _COUNTED})
+    .values({name: STORAGE.c[name] + bindparam(name) for name in _LIMITS})
 )
 # Each count less the share, held at zero: a count that disagreed with the rows (it never
 # should) is not made negative, which would let a later take pass the bound.
@@ -53,13 +52,11 @@ _GIVE_BACK = (
             name: case(
                 (STORAGE.c[name] > bindparam(name), STORAGE.c[name] - bindparam(name)), else_=0
             )
-            for name in _COUNTED
+            for name in _LIMITS
         }
     )
 )
-_READ = select(*(STORAGE.c[name] for name in _COUNTED)).where(
-    STORAGE.c.owner_user_id == SCOPE_OWNER
-)
+_READ = select(*(STORAGE.c[name] for name in _LIMITS)).where(STORAGE.c.owner_user_id == SCOPE_OWNER)
 _FIRST = insert(STORAGE).values(owner_user_id=SCOPE_OWNER, jobs=0, attachments=0, stored_bytes=0)
 
 

@@ -25,7 +25,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Exists, Table, bindparam, delete, exists, func, insert, select
+from sqlalchemy import (
+    ColumnElement,
+    Delete,
+    Exists,
+    Insert,
+    Select,
+    Table,
+    bindparam,
+    delete,
+    exists,
+    func,
+    insert,
+    select,
+)
 
 from durable_ops.model.errors import InvalidTransition, NotFound
 from durable_ops.model.retention import RetentionPolicy
@@ -36,57 +49,44 @@ from durable_ops.storage.tx import SCOPE_OWNER, OperatorTx, Tx
 OPS = cast(Table, UserOperation.__table__)
 TOMBSTONES = cast(Table, OperationTombstone.__table__)
 _TERMINAL = sorted(TERMINAL_STATES)
-_BURIED_COLUMNS = (
-    OPS.c.id,
-    OPS.c.owner_user_id,
-    OPS.c.task_type,
-    OPS.c.idempotency_key,
-    OPS.c.request_hash,
-    OPS.c.state,
-    OPS.c.finished_at,
-)
-_PRUNABLE = (
-    select(OPS.c.id)
-    .where(OPS.c.finished_at < bindparam("finished_before"), OPS.c.state.in_(_TERMINAL))
-    .order_by(OPS.c.finished_at, OPS.c.id)
-    .limit(bindparam("limit"))
-    .with_for_update(skip_locked=True)
-)
+# What a tombstone copies of the row it replaces (in the database), besides the state.
+_COPIED = ("id", "owner_user_id", "task_type", "idempotency_key", "request_hash", "finished_at")
+
+
+def _finished_before(table: Table, *where: ColumnElement[bool]) -> tuple[Select[Any], Select[Any]]:
+    """The rows of ``table`` finished before the horizon: the oldest ``limit`` of them, locked
+    (``SKIP LOCKED``: a busy row is left for the next batch), and how many there are."""
+    old = (table.c.finished_at < bindparam("finished_before"), *where)
+    oldest = (
+        select(table.c.id)
+        .where(*old)
+        .order_by(table.c.finished_at, table.c.id)
+        .limit(bindparam("limit"))
+        .with_for_update(skip_locked=True)
+    )
+    return oldest, select(func.count()).where(*old)
+
+
+def _burying(*where: ColumnElement[bool]) -> tuple[Insert, Delete]:
+    """The INSERT of the tombstones of the operations ``ids``, and their DELETE, which
+    repeats the facts they were chosen on."""
+    ids = OPS.c.id.in_(bindparam("ids", expanding=True))
+    deleted_at = bindparam("deleted_at", type_=UtcDateTime())
+    copies = select(*(OPS.c[name] for name in _COPIED), OPS.c.state, deleted_at).where(ids, *where)
+    finished = (OPS.c.state.in_(_TERMINAL), OPS.c.finished_at.is_not(None))
+    return (
+        insert(TOMBSTONES).from_select([*_COPIED, "final_state", "deleted_at"], copies),
+        delete(OPS).where(ids, *finished, *where),
+    )
+
+
+_PRUNABLE, _COUNT_PRUNABLE = _finished_before(OPS, OPS.c.state.in_(_TERMINAL))
+_FORGETTABLE, _COUNT_FORGETTABLE = _finished_before(TOMBSTONES)
 _FINISHED_OWN = select(OPS.c.id, OPS.c.task_type, OPS.c.state, OPS.c.finished_at).where(
     OPS.c.id == bindparam("operation_id"), OPS.c.owner_user_id == SCOPE_OWNER
 )
-_DELETE_FINISHED = delete(OPS).where(
-    OPS.c.id.in_(bindparam("ids", expanding=True)),
-    OPS.c.state.in_(_TERMINAL),
-    OPS.c.finished_at.is_not(None),
-)
-# The tombstones are copied from the rows they replace, in the database.
-_TOMBSTONE_COLUMNS = (
-    "id",
-    "owner_user_id",
-    "task_type",
-    "idempotency_key",
-    "request_hash",
-    "final_state",
-    "finished_at",
-    "deleted_at",
-)
-_TOMBSTONES_OF = select(*_BURIED_COLUMNS, bindparam("deleted_at", type_=UtcDateTime())).where(
-    OPS.c.id.in_(bindparam("ids", expanding=True))
-)
-_INSERT_TOMBSTONES = insert(TOMBSTONES).from_select(_TOMBSTONE_COLUMNS, _TOMBSTONES_OF)
-# The same two in an owner's scope, which binds the owner itself.
-_DELETE_OWN_FINISHED = _DELETE_FINISHED.where(OPS.c.owner_user_id == SCOPE_OWNER)
-_INSERT_OWN_TOMBSTONES = insert(TOMBSTONES).from_select(
-    _TOMBSTONE_COLUMNS, _TOMBSTONES_OF.where(OPS.c.owner_user_id == SCOPE_OWNER)
-)
-_FORGETTABLE = (
-    select(TOMBSTONES.c.id)
-    .where(TOMBSTONES.c.finished_at < bindparam("finished_before"))
-    .order_by(TOMBSTONES.c.finished_at, TOMBSTONES.c.id)
-    .limit(bindparam("limit"))
-    .with_for_update(skip_locked=True)
-)
+_BURY = _burying()
+_BURY_OWN = _burying(OPS.c.owner_user_id == SCOPE_OWNER)  # an owner's scope binds the owner
 _FORGET = delete(TOMBSTONES).where(TOMBSTONES.c.id.in_(bindparam("ids", expanding=True)))
 
 
@@ -104,12 +104,6 @@ def _of_key(
 _TOMBSTONE_BY_KEY = select(TOMBSTONES).where(
     *_of_key(bindparam("task_type"), bindparam("idempotency_key"))
 )
-_COUNT_PRUNABLE = select(func.count()).where(
-    OPS.c.finished_at < bindparam("finished_before"), OPS.c.state.in_(_TERMINAL)
-)
-_COUNT_FORGETTABLE = select(func.count()).where(
-    TOMBSTONES.c.finished_at < bindparam("finished_before")
-)
 
 
 class PruneRaced(RuntimeError):
@@ -120,10 +114,6 @@ class PruneRaced(RuntimeError):
 class PruneBatch:
     pruned: int
     forgotten: int
-
-    @property
-    def total(self) -> int:
-        return self.pruned + self.forgotten
 
 
 @dataclass(frozen=True)
@@ -137,11 +127,9 @@ def _bury(tx: Tx, ids: Sequence[str], now: datetime) -> int:
     deleted; all or nothing."""
     if not ids:
         return 0
-    owned = tx.owner_id is not None
-    tx.execute(
-        _INSERT_OWN_TOMBSTONES if owned else _INSERT_TOMBSTONES, {"ids": ids, "deleted_at": now}
-    )
-    deleted = tx.execute(_DELETE_OWN_FINISHED if owned else _DELETE_FINISHED, {"ids": ids}).rowcount
+    inserting, deleting = _BURY if tx.owner_id is None else _BURY_OWN
+    tx.execute(inserting, {"ids": ids, "deleted_at": now})
+    deleted = tx.execute(deleting, {"ids": ids}).rowcount
     if deleted != len(ids):
         raise PruneRaced(f"deleted {deleted} of the {len(ids)} operations read")
     return deleted
@@ -155,9 +143,7 @@ def prune_batch(tx: OperatorTx, policy: RetentionPolicy, now: datetime, limit: i
     finished_before = policy.tombstones_finished_before(now)
     keys = tx.execute(_FORGETTABLE, {"finished_before": finished_before, "limit": limit})
     forgettable = list(keys.scalars())
-    forgotten = 0
-    if forgettable:
-        forgotten = tx.execute(_FORGET, {"ids": forgettable}).rowcount
+    forgotten = tx.execute(_FORGET, {"ids": forgettable}).rowcount if forgettable else 0
     return PruneBatch(pruned=pruned, forgotten=forgotten)
 
 
@@ -172,12 +158,8 @@ def prunable(tx: OperatorTx, policy: RetentionPolicy, now: datetime) -> Prunable
     return Prunable(operations=int(operations), tombstones=int(tombstones))
 
 
-def _any_task(_task_type: str) -> None:
-    """Any caller in the owner's scope may: the scope already checked whose it is."""
-
-
 def delete_finished(
-    tx: Tx, operation_id: str, now: datetime, may_delete: Callable[[str], None] = _any_task
+    tx: Tx, operation_id: str, now: datetime, may_delete: Callable[[str], None]
 ) -> None:
     """The owner's own finished operation removed, its key kept (google.longrunning Delete).
     ``may_delete`` raises when the caller may not delete an operation of this task type."""
@@ -203,15 +185,3 @@ def tombstone_for(tx: Tx, task_type: str, idempotency_key: str) -> OperationTomb
         _TOMBSTONE_BY_KEY, {"task_type": task_type, "idempotency_key": idempotency_key}
     ).one_or_none()
     return None if row is None else OperationTombstone(**row._mapping)
-
-
-__all__ = [
-    "Prunable",
-    "PruneBatch",
-    "PruneRaced",
-    "delete_finished",
-    "prunable",
-    "prune_batch",
-    "tombstone_for",
-    "tombstoned",
-]

@@ -14,9 +14,10 @@ from __future__ import annotations
 import hashlib
 import secrets
 from datetime import datetime, timedelta
-from typing import cast
+from functools import cache
+from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, delete, insert, select, update
+from sqlalchemy import Delete, Select, Table, bindparam, delete, insert, select, update
 
 from durable_ops.model.errors import InvalidArgument, Unauthenticated
 from durable_ops.storage.schema import UserSession, UserTokenFloor
@@ -38,24 +39,36 @@ _BY_KEY = SESSIONS.c.id == bindparam("key")
 _SESSION = select(SESSIONS.c.owner_user_id, SESSIONS.c.expires_at).where(_BY_KEY)
 _DELETE_SESSION = delete(SESSIONS).where(_BY_KEY)
 _DELETE_OWNERS_SESSIONS = delete(SESSIONS).where(SESSIONS.c.owner_user_id == SCOPE_OWNER)
-_EXPIRED = (
-    select(SESSIONS.c.id)
-    .where(SESSIONS.c.expires_at <= bindparam("now"))
-    .order_by(SESSIONS.c.expires_at)
-    .limit(PRUNE_BATCH)
-)
-_DELETE_SESSIONS = delete(SESSIONS).where(SESSIONS.c.id.in_(bindparam("keys", expanding=True)))
 
 
-def session_key(session_id: str) -> str:
-    """What is stored of a session id: its SHA-256, hex."""
-    return hashlib.sha256(session_id.encode()).hexdigest()
+def session_key(secret: str) -> str:
+    """What is stored of a session id or a console sign-in (``storage.console``): its
+    SHA-256, hex."""
+    return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def _refuse_revoked(tx: Tx, issued_at: datetime) -> None:
-    floor = tx.execute(_FLOOR).scalar()
-    if floor is not None and issued_at < floor:
-        raise Unauthenticated("this token was revoked; sign in again", code=REVOKED)
+@cache  # one pair of statements per table: Tx checks a statement's scope once
+def _expiry(table: Table) -> tuple[Select[Any], Delete]:
+    expired = (
+        select(table.c.id)
+        .where(table.c.expires_at <= bindparam("now"))
+        .order_by(table.c.expires_at)
+        .limit(PRUNE_BATCH)
+    )
+    return expired, delete(table).where(table.c.id.in_(bindparam("keys", expanding=True)))
+
+
+def prune_expired(tx: Tx, table: Table, now: datetime) -> None:
+    """Delete up to ``PRUNE_BATCH`` expired rows of ``table`` (sessions, or the console's
+    sign-ins), of any owner, oldest first.
+
+    Across owners on purpose: pruning reads nobody's data, and deletes by key.
+    """
+    expired, deleting = _expiry(table)
+    everyone = tx.across_owners()
+    keys = everyone.execute(expired, {"now": now}).scalars().all()
+    if keys:
+        everyone.execute(deleting, {"keys": list(keys)})
 
 
 def create_session(
@@ -69,8 +82,8 @@ def create_session(
     if not 1 <= ttl_seconds <= SESSION_MAX_SECONDS:
         raise InvalidArgument("ttl_seconds", f"must be between 1 and {SESSION_MAX_SECONDS}")
     if token_issued_at is not None:
-        _refuse_revoked(tx, token_issued_at)
-    _prune_expired(tx, now)
+        check_token(tx, token_issued_at)
+    prune_expired(tx, SESSIONS, now)
     session_id = secrets.token_urlsafe(SESSION_ID_BYTES)
     row = UserSession(
         id=session_key(session_id),
@@ -82,32 +95,17 @@ def create_session(
     return session_id, row
 
 
-def _prune_expired(tx: Tx, now: datetime) -> None:
-    """Delete up to ``PRUNE_BATCH`` expired sessions of any owner, oldest first.
-
-    Across owners on purpose: pruning reads nobody's data, and deletes by key.
-    """
-    everyone = tx.across_owners()
-    keys = everyone.execute(_EXPIRED, {"now": now}).scalars().all()
-    if keys:
-        everyone.execute(_DELETE_SESSIONS, {"keys": list(keys)})
-
-
-def _ended() -> Unauthenticated:
-    return Unauthenticated("the session is unknown, expired or ended", code=SESSION_ENDED)
-
-
 def resolve_session(tx: Tx, session_id: str, now: datetime) -> str:
     """The owner of a live session (neutral scope: the owner is what is asked).
 
     One primary-key read; an unknown, expired or deleted session is
     ``Unauthenticated`` ``session_ended``, the same for each so nothing tells them apart.
     """
-    if not 0 < len(session_id) <= SESSION_ID_MAX:
-        raise _ended()
-    row = tx.execute(_SESSION, {"key": session_key(session_id)}).one_or_none()
+    row = None
+    if 0 < len(session_id) <= SESSION_ID_MAX:  # a longer value is no id of ours
+        row = tx.execute(_SESSION, {"key": session_key(session_id)}).one_or_none()
     if row is None or row.expires_at <= now:
-        raise _ended()
+        raise Unauthenticated("the session is unknown, expired or ended", code=SESSION_ENDED)
     return str(row.owner_user_id)
 
 
@@ -117,7 +115,9 @@ def check_token(tx: Tx, issued_at: datetime) -> None:
     One primary-key read. ``iat`` has whole seconds: a token minted in the
     second of a revocation counts as before it.
     """
-    _refuse_revoked(tx, issued_at)
+    floor = tx.execute(_FLOOR).scalar()
+    if floor is not None and issued_at < floor:
+        raise Unauthenticated("this token was revoked; sign in again", code=REVOKED)
 
 
 def delete_session(tx: Tx, session_id: str) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import Table, bindparam, delete, insert, select
+from sqlalchemy import Table, delete, insert, select
 
 from durable_ops.model import fairness
 from durable_ops.storage.schema import OwnerShare
@@ -17,12 +17,7 @@ from durable_ops.storage.tx import SCOPE_OWNER, Tx
 
 SHARES = cast(Table, OwnerShare.__table__)
 _CLEAR = delete(SHARES).where(SHARES.c.owner_user_id == SCOPE_OWNER)
-_SET = insert(SHARES).values(
-    owner_user_id=SCOPE_OWNER,
-    weight=bindparam("weight"),
-    set_by=bindparam("set_by"),
-    updated_at=bindparam("now"),
-)
+_SET = insert(SHARES).values(owner_user_id=SCOPE_OWNER)  # the other columns: the parameters
 _READ = select(SHARES.c.weight).where(SHARES.c.owner_user_id == SCOPE_OWNER)
 
 
@@ -31,7 +26,7 @@ def set_weight(tx: Tx, weight: int | None, *, set_by: str, now: datetime) -> Non
     tx.write(_CLEAR, {})
     if weight is not None:
         fairness.weight(weight)
-        tx.write(_SET, {"weight": weight, "set_by": set_by, "now": now})
+        tx.write(_SET, {"weight": weight, "set_by": set_by, "updated_at": now})
 
 
 def weight_of(tx: Tx) -> int:

@@ -53,9 +53,7 @@ def unless_paused(task_type: BindParameter[str]) -> ScalarSelect[str]:
     return select(task_type).where(~paused).scalar_subquery()
 
 
-_PAUSE = insert(PAUSED).values(
-    task_type=bindparam("task_type"), paused_by=bindparam("by"), paused_at=bindparam("now")
-)
+_PAUSE = insert(PAUSED)  # the columns: the parameters
 _RESUME = delete(PAUSED).where(PAUSED.c.task_type == bindparam("task_type"))
 _ALL = select(PAUSED).order_by(PAUSED.c.task_type)
 _ONE = select(PAUSED).where(PAUSED.c.task_type == bindparam("task_type"))
@@ -71,7 +69,8 @@ class Pause:
 def pause(tx: Tx, task_type: str, by: str, now: datetime) -> bool:
     """Pause ``task_type``; False when it was paused already (the first pause is kept)."""
     bounds.task_type(task_type)
-    return tx.insert_if_absent(_PAUSE, {"task_type": task_type, "by": by, "now": now}) == 1
+    row = {"task_type": task_type, "paused_by": by, "paused_at": now}
+    return tx.insert_if_absent(_PAUSE, row) == 1
 
 
 def resume(tx: Tx, task_type: str) -> bool:
@@ -87,13 +86,13 @@ def resume(tx: Tx, task_type: str) -> bool:
 
 def paused(tx: Tx) -> list[Pause]:
     """Every paused task type, by name."""
-    return [Pause(row.task_type, row.paused_by, row.paused_at) for row in tx.execute(_ALL)]
+    return [Pause(**row._mapping) for row in tx.execute(_ALL)]
 
 
 def find(tx: Tx, task_type: str) -> Pause | None:
     """``task_type``'s pause, None when it is not paused."""
     row = tx.execute(_ONE, {"task_type": task_type}).first()
-    return None if row is None else Pause(row.task_type, row.paused_by, row.paused_at)
+    return None if row is None else Pause(**row._mapping)
 
 
 def is_paused(tx: Tx, task_type: str) -> bool:

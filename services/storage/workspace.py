@@ -6,7 +6,6 @@ A job or CV is deleted with what was made from it (``delete_job``, ``delete_atta
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -37,7 +36,6 @@ NOTE_BODY_MAX = 16_000
 ATTACHMENT_KINDS = frozenset({"cv"})
 Row = TypeVar("Row", bound=Base)
 JOBS = cast(Table, Job.__table__)
-ATTACHMENTS = cast(Table, Attachment.__table__)
 SETTINGS = cast(Table, UserAiSettings.__table__)
 NOTES = cast(Table, AiWorkspaceNote.__table__)
 
@@ -108,10 +106,7 @@ def get_job(tx: Tx, job_id: str, *, lease: ReadLease | None, now: datetime) -> J
 
 
 def list_jobs(tx: Tx, *, size: int, token: str) -> Page[Job]:
-    size = page_size(size)
-    query = newest_first(_of_owner(JOBS), JOBS.c.created_at, JOBS.c.id, token, size)
-    rows = [Job(**row._mapping) for row in tx.execute(query)]
-    return paginate(rows, size, lambda job: (job.created_at, job.id))
+    return _newest_first(tx, Job, size, token)
 
 
 # ---- attachments ---------------------------------------------------------------------------
@@ -137,10 +132,14 @@ def get_attachment(
 
 
 def list_attachments(tx: Tx, *, size: int, token: str) -> Page[Attachment]:
+    return _newest_first(tx, Attachment, size, token)
+
+
+def _newest_first(tx: Tx, model: type[Row], size: int, token: str) -> Page[Row]:
     size = page_size(size)
-    columns = ATTACHMENTS.c
-    query = newest_first(_of_owner(ATTACHMENTS), columns.created_at, columns.id, token, size)
-    rows = [Attachment(**row._mapping) for row in tx.execute(query)]
+    table = cast(Table, model.__table__)
+    query = newest_first(_of_owner(table), table.c.created_at, table.c.id, token, size)
+    rows = [model(**row._mapping) for row in tx.execute(query)]
     return paginate(rows, size, lambda row: (row.created_at, row.id))
 
 
@@ -173,19 +172,6 @@ class AiSettingsView:
 
 
 DEFAULT_AI_SETTINGS = AiSettingsView(ai_enabled=False, privacy=Privacy.LOCAL_ONLY, plan=Plan.FREE)
-# What an operator runs to grant Pro (``opsctl users set-plan USER pro`` in ``durable_ops.cli``).
-GRANT_PRO_COMMAND = "opsctl users set-plan {owner} pro"
-
-
-def plan_required(owner: str) -> PermissionDenied:
-    command = GRANT_PRO_COMMAND.format(owner=owner or "USER")
-    return PermissionDenied(
-        "AI analyses need the Pro plan, and this account is on the Free plan; "
-        f"an operator grants Pro with `{command}`.",
-        code=PLAN_REQUIRED,
-    )
-
-
 _SETTINGS = _of_owner(SETTINGS)
 # The columns it sets are the parameters' (Core derives SET from them).
 _UPDATE_SETTINGS = update(SETTINGS).where(SETTINGS.c.owner_user_id == SCOPE_OWNER)
@@ -231,7 +217,12 @@ def update_ai_settings(
     except ValueError:
         raise InvalidArgument("plan", "must be free or pro") from None
     if ai_enabled and not current.ai_enabled and new_plan is not Plan.PRO:
-        raise plan_required(tx.owner_id or "")
+        # What an operator runs to grant Pro: ``opsctl users set-plan`` (``durable_ops.cli``).
+        raise PermissionDenied(
+            "AI analyses need the Pro plan, and this account is on the Free plan; "
+            f"an operator grants Pro with `opsctl users set-plan {tx.owner_id} pro`.",
+            code=PLAN_REQUIRED,
+        )
     enabled = current.ai_enabled if ai_enabled is None else ai_enabled
     values = {"ai_enabled": enabled, "privacy": new_privacy, "plan": new_plan, "updated_at": now}
     if tx.execute(_UPDATE_SETTINGS, values).rowcount == 0:  # rows matched: the owner has none
@@ -289,14 +280,6 @@ def _note_of_operation(tx: Tx, operation_id: str) -> AiWorkspaceNote | None:
     return AiWorkspaceNote(**row._mapping) if row is not None else None
 
 
-def _check_answer(body_json: str) -> None:
-    """The page shows what is kept: a body it cannot show is refused, not stored."""
-    try:
-        answers.published(body_json)
-    except answers.AnswerMismatch as mismatch:
-        raise InvalidArgument("body_json", str(mismatch), code="answer_mismatch") from None
-
-
 def publish_note(
     tx: Tx,
     *,
@@ -327,22 +310,23 @@ def publish_note(
     bounds.task_type(kind)
     bounds.subject(subject_type, subject_id)
     bounds.text("body_json", body_json, NOTE_BODY_MAX)
-    _check_answer(body_json)
+    try:  # the page shows what is kept: a body it cannot show is refused, not stored
+        answers.published(body_json)
+    except answers.AnswerMismatch as mismatch:
+        raise InvalidArgument("body_json", str(mismatch), code="answer_mismatch") from None
     bounds.text("operation_id", operation_id, bounds.ID_MAX)
     bounds.text("lease_token", lease_token, bounds.LEASE_TOKEN_MAX)
     provider, model, route = bounds.provenance(*provenance)
-    subject = (subject_type, subject_id)
     context_ref = operations.hold_for_publish(
-        tx, operation_id, lease_token, now, kind=kind, subject=subject
+        tx, operation_id, lease_token, now, kind=kind, subject=(subject_type, subject_id)
     )
     published = _note_of_operation(tx, operation_id)
     if published is not None:
         return published, False
+    subject = {"kind": kind, "subject_type": subject_type, "subject_id": subject_id}
     values = {
         "id": new_id(),
-        "kind": kind,
-        "subject_type": subject_type,
-        "subject_id": subject_id,
+        **subject,
         "operation_id": operation_id,
         "body": body_json,
         "created_at": now,
@@ -354,7 +338,7 @@ def publish_note(
         "route": route or None,
     }
     note = _created(tx, AiWorkspaceNote, values)
-    _forget_beyond_kept(tx, {"kind": kind, "subject_type": subject_type, "subject_id": subject_id})
+    _forget_beyond_kept(tx, subject)
     return note, True
 
 
@@ -415,27 +399,16 @@ class Deleted:
 
 def delete_job(tx: Tx, job_id: str) -> Deleted:
     """Delete one of the owner's jobs and what was made from it (``_delete``)."""
-
-    def share(job: Job) -> dict[str, int]:
-        return {
-            "jobs": 1,
-            "stored_bytes": quota.utf8_bytes(job.title, job.company, job.description),
-        }
-
-    return _delete(tx, JOB, job_id, share)
+    return _delete(tx, JOB, job_id, "jobs", ("title", "company", "description"))
 
 
 def delete_attachment(tx: Tx, attachment_id: str) -> Deleted:
     """Delete one of the owner's CVs and what was made from it (``_delete``)."""
-
-    def share(cv: Attachment) -> dict[str, int]:
-        return {"attachments": 1, "stored_bytes": quota.utf8_bytes(cv.filename, cv.text)}
-
-    return _delete(tx, CV, attachment_id, share)
+    return _delete(tx, CV, attachment_id, "attachments", ("filename", "text"))
 
 
 def _delete(
-    tx: Tx, kind: SubjectKind, row_id: str, share: Callable[[Any], dict[str, int]]
+    tx: Tx, kind: SubjectKind, row_id: str, counted: str, texts: tuple[str, ...]
 ) -> Deleted:
     """Delete the owner's row of ``kind`` and everything made from it, in one transaction.
 
@@ -447,9 +420,9 @@ def _delete(
     Goes with it: every result that read it, as its subject or as its second reference
     (a snapshot of a job made with this CV quotes the CV: privacy first, one rule for
     both kinds), and the answer drafts of the operations that read it. Its share of the
-    owner's quota is given back. Finished operations and their notifications stay: they
-    hold only the opaque id, and a past operation's result then answers
-    ``result_not_found``, as one no longer kept does.
+    owner's quota is given back (one of the ``counted`` rows, and its ``texts``' bytes).
+    Finished operations and their notifications stay: they hold only the opaque id, and a
+    past operation's result then answers ``result_not_found``, as one no longer kept does.
 
     Racing an admission of an analysis of the row, the outcome is one or the other, never
     an operation admitted on a row already gone: the delete first takes the lock
@@ -471,10 +444,10 @@ def _delete(
     results = tx.write(_RESULTS_ABOUT, reference) + tx.write(_RESULTS_WITH, reference)
     drafts_gone = drafts.forget_reading(tx, kind.name, row_id)
     tx.write(_deleting(cast(Table, type(row).__table__)), {"row_id": row_id})
-    given_back = share(row)
-    quota.give_back(tx, **given_back)
+    stored_bytes = quota.utf8_bytes(*(getattr(row, name) for name in texts))
+    quota.give_back(tx, **{counted: 1}, stored_bytes=stored_bytes)
     capacity.reserve(tx)
-    return Deleted(results, drafts_gone, given_back["stored_bytes"])
+    return Deleted(results, drafts_gone, stored_bytes)
 
 
 def _in_use(kind: SubjectKind, reader: Reader) -> InUse:
