@@ -34,10 +34,11 @@ from durable_ops.storage.events import Changed, publish
 from durable_ops.storage.operations import history, slots
 from durable_ops.storage.operations.rows import (
     OPS,
-    ROWS_MAX,
     S,
     attempt_id,
+    batches,
     neutral,
+    numbered,
     recognise,
 )
 from durable_ops.storage.per_row import per_row, row_ids
@@ -68,6 +69,16 @@ WRITTEN = (
     *USAGE_TOTALS,
     *BUDGET,
     "slot_key",
+)
+# What a manual retry clears (its progress goes back to 0): the run before it is forgotten.
+_CLEARED_BY_RETRY = (
+    "lease_token_hash",
+    "lease_expires_at",
+    "started_at",
+    "finished_at",
+    "failure_code",
+    "failure_message",
+    "result_ref",
 )
 # The guard: the row still is the one the decision was made on.
 _AS_READ = ("owner_user_id", "state", "updated_at")
@@ -108,9 +119,18 @@ class Change:
             values["slot_key"] = None  # its concurrency slots go back (``slots.release``)
         if decision.terminal:
             values["finished_at"] = now
-        restart = _restart(self.row, now) if self.event is Event.RETRY else None
-        if restart is not None:
-            values.update(_fresh_start(restart))
+        restart: lifecycle.Restart | None = None
+        if self.event is Event.RETRY:
+            # A new attempt budget, and the deadline it runs under; its ``not_before`` (and
+            # ``held_until``, ADR 50) are left as they are: it runs at its time.
+            restart = lifecycle.restart(
+                now=now,
+                not_before=self.row["not_before"],
+                time_budget_seconds=self.row["time_budget_seconds"],
+                deadline_at=self.row["deadline_at"],
+            )
+            values.update(dict.fromkeys(_CLEARED_BY_RETRY), deadline_at=restart.deadline_at)
+            values["progress_percent"] = 0
         charged = self._charged()
         if charged is not None:
             for name in USAGE_TOTALS:
@@ -191,32 +211,6 @@ class Change:
         }
 
 
-def _restart(row: Mapping[str, Any], now: datetime) -> lifecycle.Restart:
-    """When a manual retry of ``row`` runs and its deadline (``lifecycle.restart``)."""
-    return lifecycle.restart(
-        now=now,
-        not_before=row["not_before"],
-        time_budget_seconds=row["time_budget_seconds"],
-        deadline_at=row["deadline_at"],
-    )
-
-
-def _fresh_start(restart: lifecycle.Restart) -> dict[str, Any]:
-    """A manual retry: a new attempt budget, and the deadline it runs under. Its
-    ``not_before`` (and ``held_until``, ADR 50) are left as they are: it runs at its time."""
-    return {
-        "progress_percent": 0,
-        "lease_token_hash": None,
-        "lease_expires_at": None,
-        "started_at": None,
-        "finished_at": None,
-        "failure_code": None,
-        "failure_message": None,
-        "result_ref": None,
-        "deadline_at": restart.deadline_at,
-    }
-
-
 @cache
 def _update(count: int) -> Update:
     """One UPDATE of ``count`` rows, each guarded on and given its own values."""
@@ -239,15 +233,12 @@ def write(tx: Tx, changes: Sequence[Change], now: datetime) -> list[dict[str, An
         return []
     tx = neutral(tx, [change.row["owner_user_id"] for change in changes])
     written = [change.written(now) for change in changes]
-    for first in range(0, len(changes), ROWS_MAX):
-        part = range(first, min(first + ROWS_MAX, len(changes)))
-        parameters: dict[str, Any] = {"now": now}
-        for n, k in enumerate(part):
-            row = changes[k].row
-            parameters[f"id_{n}"] = row["id"]
-            parameters.update({f"was_{name}_{n}": row[name] for name in _AS_READ})
-            parameters.update({f"{name}_{n}": value for name, value in written[k].items()})
-        matched = tx.write(_update(len(part)), parameters)
+    each = [
+        {"id": change.row["id"], **{f"was_{name}": change.row[name] for name in _AS_READ}, **values}
+        for change, values in zip(changes, written, strict=True)
+    ]
+    for part in batches(each):
+        matched = tx.write(_update(len(part)), numbered(part, now=now))
         if matched != len(part):  # unreachable while the rows are locked
             raise RuntimeError(f"wrote {matched} of the {len(part)} operations read locked")
     first_change = changes[0]

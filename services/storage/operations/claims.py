@@ -57,6 +57,7 @@ from durable_ops.storage.operations.rows import (
     detached,
     hash_token,
     in_line,
+    numbered,
     of_type,
     one_statement,
     recognise,
@@ -216,18 +217,12 @@ def claim(
         return []
     tokens = [secrets.token_urlsafe(32) for _ in rows]  # 256 random bits each
     hashes = [hash_token(token) for token in tokens]
-    parameters: dict[str, Any] = {
-        "from_state": move.source,
-        "to_state": move.target,
-        "expires": expires,
-        "now": now,
-    }
-    for n, (row, token_hash) in enumerate(zip(rows, hashes, strict=True)):
-        parameters[f"id_{n}"] = row.id
-        parameters[f"hash_{n}"] = token_hash
-        if limited:
-            parameters[f"slot_{n}"] = held.get(row.id)
-    taken = tx.write(_take(len(rows), move.starts_attempt, bool(limited)), parameters)
+    each = [
+        {"id": row.id, "hash": token_hash, **({"slot": held.get(row.id)} if limited else {})}
+        for row, token_hash in zip(rows, hashes, strict=True)
+    ]
+    shared = {"from_state": move.source, "to_state": move.target, "expires": expires, "now": now}
+    taken = tx.write(_take(len(rows), move.starts_attempt, bool(limited)), numbered(each, **shared))
     if taken != len(rows):  # unreachable while the rows are locked
         raise RuntimeError(f"claimed {taken} of the {len(rows)} rows locked")
     recognise(rows[0].id, lease_token_hash=hashes[0])
@@ -245,17 +240,16 @@ def claim(
             "updated_at": now,
             "next_attempt_at": None,
             "progress_percent": 0,
+            **({"slot_key": held.get(row.id)} if limited else {}),
         }
-        if limited:
-            values["slot_key"] = held.get(found["id"])
         claims.append(Claim(detached({**found, **values}), token))
         owner = found["owner_user_id"]
-        publish(Changed(found["id"], move.target, found["task_type"], owner_id=owner))
+        publish(Changed(row.id, move.target, found["task_type"], owner_id=owner))
         starts.append(
             {
                 "id": attempt_id(token_hash),
-                "operation_id": found["id"],
-                "owner_user_id": found["owner_user_id"],
+                "operation_id": row.id,
+                "owner_user_id": owner,
                 "attempt": values["attempt"],
                 "route": route,
                 "started_at": now,
@@ -269,20 +263,17 @@ def claim(
 def _spread(tx: Tx, statements: _Statements, where: dict[str, Any], limit: int) -> list[Row[Any]]:
     """Up to ``limit`` rows, each picked at random among the top priority of the head."""
     rows: list[Row[Any]] = []
-    while len(rows) < limit:
-        choice = {**where, "taken": [row.id for row in rows]}
-        picked = _pick(tx, statements, where, choice)
-        if picked is None:
-            break
+    while len(rows) < limit and (picked := _pick(tx, statements, where, rows)) is not None:
         rows.append(picked)
     return rows
 
 
 def _pick(
-    tx: Tx, statements: _Statements, where: dict[str, Any], choice: dict[str, Any]
+    tx: Tx, statements: _Statements, where: dict[str, Any], taken: list[Row[Any]]
 ) -> Row[Any] | None:
-    """One of the head's top-priority rows not locked elsewhere, at random; when all are
-    held, the next free row of the queue."""
+    """One of the head's top-priority rows not locked elsewhere nor ``taken``, at random;
+    when all are held, the next free row of the queue."""
+    choice = {**where, "taken": [row.id for row in taken]}
     head = tx.execute(statements.head, {**choice, "limit": CLAIM_SPREAD}).all()
     if not head:
         return None
