@@ -11,7 +11,6 @@ from typing import Any
 from sqlalchemy import ColumnElement, CompoundSelect, Select, bindparam, select
 
 from durable_ops.model import bounds
-from durable_ops.model.errors import NotFound
 from durable_ops.model.states import PENDING_STATES, OperationState
 from durable_ops.storage.operations import slots
 from durable_ops.storage.operations.rows import (
@@ -19,6 +18,7 @@ from durable_ops.storage.operations.rows import (
     OPS,
     OWNED,
     S,
+    by_id,
     deadline_open,
     each_active_state,
     in_line,
@@ -32,6 +32,7 @@ from durable_ops.storage.schema import OperationAttempt, UserOperation
 from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
 
 _GET = select(OPS).where(OPS.c.id == bindparam("operation_id"), OWNED)
+_GET_LOCKED = _GET.with_for_update()
 _BY_KEY = select(OPS).where(
     OPS.c.task_type == bindparam("task_type"),
     OPS.c.idempotency_key == bindparam("idempotency_key"),
@@ -64,12 +65,7 @@ _ATTEMPTS_OF = (
 def get(tx: Tx, operation_id: str, *, lock: bool = False) -> UserOperation:
     """The scope owner's operation (another owner's is not found); ``lock`` holds its row
     for the transaction, as every decided transition reads it."""
-    issuable = 0 < len(operation_id) <= bounds.ID_MAX  # any other id was never issued
-    query = _GET.with_for_update() if lock else _GET
-    op = one(tx, query, {"operation_id": operation_id}) if issuable else None
-    if op is None:
-        raise NotFound("operation not found", code="operation_not_found")
-    return op
+    return operation(by_id(tx, _GET_LOCKED if lock else _GET, operation_id))
 
 
 def list_page(
