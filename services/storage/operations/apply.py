@@ -203,9 +203,7 @@ class Change:
             "attempt_id": attempt_id(self.row["lease_token_hash"]),
             "outcome": outcome,
             "failure_code": self.decision.failure_code or self.values.get("failure_code"),
-            "failure_message": self.values.get("failure_message"),
-            "provider": self.values.get("provider"),
-            "model": self.values.get("model"),
+            **{name: self.values.get(name) for name in ("failure_message", "provider", "model")},
             "lease_expires_at": self.row["lease_expires_at"],
             **{name: None if charged is None else getattr(charged, name) for name in USAGE_TOTALS},
         }

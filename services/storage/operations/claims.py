@@ -31,6 +31,7 @@ from functools import cache
 from typing import Any
 
 from sqlalchemy import (
+    BindParameter,
     ColumnElement,
     CompoundSelect,
     Row,
@@ -71,12 +72,6 @@ CLAIM_BATCH_MAX = ROWS_MAX
 CLAIM_SPREAD = 8
 NO_LIMITS: Mapping[str, Concurrency] = {}
 
-_CLAIMABLE = (
-    OPS.c.state == bindparam("from_state"),
-    in_line(),  # a row held for later is not even walked over (ADR 0050)
-    deadline_open(),
-    OPS.c.not_before <= bindparam("now"),  # a scheduled operation is due (ADR 0046)
-)
 # Priorities strict; within one, each owner's turn (ADR 0049), then the one due longest.
 _QUEUE_ORDER = (OPS.c.priority.desc(), OPS.c.fair_tag, OPS.c.not_before)
 # Galera: leaving out the rows this batch took.
@@ -84,6 +79,18 @@ _NOT_TAKEN = OPS.c.id.not_in(bindparam("taken", expanding=True))
 
 
 Query = Select[Any] | CompoundSelect[Any]
+
+
+def claimable(state: BindParameter[Any], *, limited: bool) -> tuple[ColumnElement[bool], ...]:
+    """Claimable at ``:now`` from ``state``; when ``limited`` (a type with concurrency
+    limits, ADR 0048), also not of a slot that was full at its last count."""
+    where = (
+        OPS.c.state == state,
+        in_line(),  # a row held for later is not even walked over (ADR 0050)
+        deadline_open(),
+        OPS.c.not_before <= bindparam("now"),  # a scheduled operation is due (ADR 0046)
+    )
+    return (*where, slots.has_room()) if limited else where
 
 
 @dataclass(frozen=True)
@@ -111,15 +118,13 @@ def _per_type(types: int, part: Callable[[ColumnElement[bool]], Select[Any]]) ->
 
 @cache
 def _statements(types: int, limited: bool) -> _Statements:
-    """The claim's SELECTs for ``types`` task types; a claim naming a type with
-    concurrency limits (ADR 0048) also leaves out operations whose slot was full at its
-    last count."""
-    claimable = (*_CLAIMABLE, slots.has_room()) if limited else _CLAIMABLE
+    """The claim's SELECTs for ``types`` task types (``limited``: see ``claimable``)."""
+    where = claimable(bindparam("from_state"), limited=limited)
 
     def candidates(typed: ColumnElement[bool], *more: ColumnElement[bool]) -> Select[Any]:
         return (
             select(OPS)
-            .where(*claimable, typed, *more)
+            .where(*where, typed, *more)
             .order_by(*_QUEUE_ORDER)
             .limit(bindparam("limit"))
             .with_for_update(skip_locked=True)
@@ -128,7 +133,7 @@ def _statements(types: int, limited: bool) -> _Statements:
     def head(typed: ColumnElement[bool]) -> Select[Any]:
         return (
             select(OPS.c.id, OPS.c.priority, OPS.c.fair_tag, OPS.c.not_before)
-            .where(*claimable, typed, _NOT_TAKEN)
+            .where(*where, typed, _NOT_TAKEN)
             .order_by(*_QUEUE_ORDER)
             .limit(CLAIM_SPREAD)
         )
@@ -138,7 +143,7 @@ def _statements(types: int, limited: bool) -> _Statements:
         head=_per_type(types, head),
         pick=(
             select(OPS)
-            .where(OPS.c.id == bindparam("pick"), *claimable, not_paused())
+            .where(OPS.c.id == bindparam("pick"), *where, not_paused())
             .with_for_update(skip_locked=True)
         ),
         next_free=_per_type(types, lambda typed: candidates(typed, _NOT_TAKEN)),

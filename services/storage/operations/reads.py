@@ -12,16 +12,15 @@ from sqlalchemy import ColumnElement, CompoundSelect, Select, bindparam, select
 
 from durable_ops.model import bounds
 from durable_ops.model.states import PENDING_STATES, OperationState
-from durable_ops.storage.operations import slots
+from durable_ops.storage.operations.claims import claimable
 from durable_ops.storage.operations.rows import (
     ATTEMPTS,
     OPS,
     OWNED,
     S,
+    batches,
     by_id,
-    deadline_open,
     each_active_state,
-    in_line,
     of_type,
     one,
     one_statement,
@@ -163,14 +162,8 @@ def _claimable_kinds(count: int) -> Select[Any] | CompoundSelect[Any]:
     return one_statement(
         [
             select(OPS.c.state, OPS.c.task_type)
-            .where(
-                OPS.c.state == bindparam(f"of_state_{n}"),
-                in_line(),
-                of_type(n),
-                deadline_open(),
-                OPS.c.not_before <= bindparam("now"),
-                slots.has_room(),  # a full key's backlog wakes no claim (ADR 0048)
-            )
+            # limited: a full key's backlog wakes no claim (ADR 0048)
+            .where(*claimable(bindparam(f"of_state_{n}"), limited=True), of_type(n))
             .limit(1)
             for n in range(count)
         ]
@@ -193,9 +186,8 @@ def versions_among(tx: Tx, operation_ids: Sequence[str]) -> dict[str, Version]:
     if tx.owner_id is not None:
         raise ScopeViolation("the watches run in the neutral scope")
     found: dict[str, Version] = {}
-    for start in range(0, len(operation_ids), IDS_PER_QUERY_MAX):
-        ids = list(operation_ids[start : start + IDS_PER_QUERY_MAX])
-        for row in tx.execute(_VERSIONS_AMONG, {"ids": ids}):
+    for ids in batches(operation_ids, IDS_PER_QUERY_MAX):
+        for row in tx.execute(_VERSIONS_AMONG, {"ids": list(ids)}):
             state = OperationState(row.state)
             found[row.id] = Version(state, row.updated_at, bool(row.cancel_requested))
     return found

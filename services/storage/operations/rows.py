@@ -121,13 +121,8 @@ def facts(op: UserOperation | Mapping[Any, Any]) -> Facts:
     """The facts ``decide`` needs, from a row or a detached operation."""
     get = op.__getitem__ if isinstance(op, Mapping) else op.__getattribute__
     values = {name: get(name) for name in Facts.__dataclass_fields__}
-    return Facts(
-        **{
-            **values,
-            "state": S(values["state"]),
-            "cancel_requested": bool(values["cancel_requested"]),
-        }
-    )
+    values.update(state=S(values["state"]), cancel_requested=bool(values["cancel_requested"]))
+    return Facts(**values)
 
 
 @cache
@@ -173,11 +168,6 @@ def by_id(tx: Tx, statement: Select[Any], operation_id: str, **parameters: Any) 
     return row
 
 
-def owned_scope(tx: Tx) -> list[ColumnElement[bool]]:
-    """The owner criterion when ``tx`` is an owner scope, for statements built per call."""
-    return [] if tx.owner_id is None else [OWNED]
-
-
 def neutral(tx: Tx, owners: list[str]) -> Tx:
     """The neutral side of ``tx`` for a batched statement that binds each row's owner.
 
@@ -210,10 +200,9 @@ def held_row(row: Mapping[Any, Any] | None, owner_id: str, token_hash: str) -> M
 
 
 def _row_is(tx: Tx, operation_id: str, columns: dict[str, Any]) -> bool:
+    owned = [] if tx.owner_id is None else [OWNED]  # the owner criterion of an owner scope
     query = select(OPS.c.id).where(
-        OPS.c.id == operation_id,
-        *owned_scope(tx),
-        *(OPS.c[name] == value for name, value in columns.items()),
+        OPS.c.id == operation_id, *owned, *(OPS.c[name] == value for name, value in columns.items())
     )
     return tx.execute(query).first() is not None
 
