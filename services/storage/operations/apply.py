@@ -241,9 +241,7 @@ def write(tx: Tx, changes: Sequence[Change], now: datetime) -> list[dict[str, An
             raise RuntimeError(f"wrote {matched} of the {len(part)} operations read locked")
     first_change = changes[0]
     recognise(first_change.row["id"], state=first_change.decision.state, updated_at=now)
-    endings = [ending for change in changes if (ending := change.ending()) is not None]
-    if endings:
-        history.end(tx, endings, now)
+    history.end(tx, [ending for change in changes if (ending := change.ending())], now)
     budget_store.charge(tx, [charge for change in changes if (charge := change.budget_charge())])
     slots.release(tx, [held for change in changes if (held := change.slot_given_back())])
     for change in changes:

@@ -173,13 +173,8 @@ def _held(tx: Tx, statement: Select[Any], operation_id: str, token: str, now: da
     ``operation_not_found``), before any lease is looked at; any other lease, or one
     that ended or ran out, is ``LeaseLost``."""
     row = by_id(tx, statement, operation_id, now=now)
-    token_hash = row.lease_token_hash
-    held = (
-        bool(row.lease_live)
-        and token_hash is not None
-        and hmac.compare_digest(token_hash, hash_token(token))
-    )
-    if not held:
+    held = row.lease_token_hash
+    if not (row.lease_live and held and hmac.compare_digest(held, hash_token(token))):
         raise LeaseLost("the lease is not live: the operation ended or another attempt holds it")
     return row
 

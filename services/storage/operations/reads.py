@@ -32,19 +32,17 @@ from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
 
 _GET = select(OPS).where(OPS.c.id == bindparam("operation_id"), OWNED)
 _GET_LOCKED = _GET.with_for_update()
-_BY_KEY = select(OPS).where(
-    OPS.c.task_type == bindparam("task_type"),
-    OPS.c.idempotency_key == bindparam("idempotency_key"),
-    OWNED,
-)
+
+
+def _equal(*columns: str) -> list[ColumnElement[bool]]:
+    """Each of these columns equal to the parameter of its name."""
+    return [OPS.c[name] == bindparam(name) for name in columns]
+
+
+_BY_KEY = select(OPS).where(*_equal("task_type", "idempotency_key"), OWNED)
 _LATEST_FOR_SUBJECT = (
     select(OPS)
-    .where(
-        OPS.c.task_type == bindparam("task_type"),
-        OPS.c.subject_type == bindparam("subject_type"),
-        OPS.c.subject_id == bindparam("subject_id"),
-        OWNED,
-    )
+    .where(*_equal("task_type", "subject_type", "subject_id"), OWNED)
     .order_by(OPS.c.created_at.desc(), OPS.c.id.desc())
     .limit(1)
 )

@@ -51,11 +51,7 @@ class Provenance:
 
     def values(self) -> dict[str, str | None]:
         bounds.provenance(self.provider, self.model, self.route)
-        return {
-            "provider": self.provider or None,
-            "model": self.model or None,
-            "route": self.route or None,
-        }
+        return {name: getattr(self, name) or None for name in ("provider", "model", "route")}
 
 
 @dataclass(frozen=True)
