@@ -70,6 +70,8 @@ WRITTEN = (
     *BUDGET,
     "slot_key",
 )
+# What a decision always says, of the columns it writes.
+_DECIDED = ("state", "attempt", "cancel_requested", "next_attempt_at")
 # What a manual retry clears (its progress goes back to 0): the run before it is forgotten.
 _CLEARED_BY_RETRY = (
     "lease_token_hash",
@@ -106,12 +108,7 @@ class Change:
         decision = self.decision
         values = {name: self.row[name] for name in WRITTEN}
         values.update(self.values)
-        values.update(
-            state=decision.state,
-            attempt=decision.attempt,
-            cancel_requested=decision.cancel_requested,
-            next_attempt_at=decision.next_attempt_at,
-        )
+        values.update({name: getattr(decision, name) for name in _DECIDED})
         if decision.failure_code is not None:
             values["failure_code"] = decision.failure_code
         if decision.state is not S.RUNNING:
@@ -133,8 +130,7 @@ class Change:
             values["progress_percent"] = 0
         charged = self._charged()
         if charged is not None:
-            for name in USAGE_TOTALS:
-                values[name] = self.row[name] + getattr(charged, name)
+            values.update({name: self.row[name] + getattr(charged, name) for name in USAGE_TOTALS})
         settled = self._settled()
         if settled is not None:
             values["reserved_tokens"] = settled.outstanding

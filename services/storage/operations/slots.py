@@ -76,7 +76,7 @@ def take(
     """The rows (locked candidates, in queue order) that may start under ``limits``, and
     the key slot each limited one will hold (by operation id; "" for a type limited only
     in total). Writes the slots' new counts."""
-    limited = [row._mapping for row in rows if row._mapping["task_type"] in limits]
+    limited = [row._mapping for row in rows if row.task_type in limits]
     if not limited:
         return list(rows), {}
     candidates = [Candidate(found["task_type"], _key_slot(found, limits)) for found in limited]
@@ -100,8 +100,7 @@ def take(
         for found, candidate, go in zip(limited, candidates, chosen, strict=True)
         if go
     }
-    refused = {found["id"] for found, go in zip(limited, chosen, strict=True) if not go}
-    return [row for row in rows if row._mapping["id"] not in refused], held
+    return [row for row in rows if row.task_type not in limits or row.id in held], held
 
 
 def _key_slot(found: Mapping[Any, Any], limits: Mapping[str, Concurrency]) -> str | None:
