@@ -207,8 +207,7 @@ def claim(
         return []
     expires = lifecycle.lease_expiry(now, lease_seconds)
     move = lifecycle.CLAIMS[Event.CLAIM_EXTERNAL if external_route else Event.CLAIM]
-    where: dict[str, Any] = {"from_state": move.source, "now": now}
-    where.update({f"of_type_{n}": name for n, name in enumerate(names)})
+    where = numbered([{"of_type": name} for name in names], from_state=move.source, now=now)
     limited = {name: limits[name] for name in names if name in limits}
     statements = _statements(len(names), bool(limited))
     if spreads(tx):

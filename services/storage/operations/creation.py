@@ -82,8 +82,8 @@ class CreateRequest:
 
 
 # What a fingerprint covers: every field of the request but these (asdict is slower).
-_UNPRINTED = {"idempotency_key", "deadline_at", "trace_parent", "not_before", "concurrency_key"}
-_FINGERPRINTED = tuple(f for f in CreateRequest.__dataclass_fields__ if f not in _UNPRINTED)
+_LEFT_OUT = {"idempotency_key", "deadline_at", "trace_parent", "not_before", "concurrency_key"}
+_FINGERPRINTED = tuple(f for f in CreateRequest.__dataclass_fields__ if f not in _LEFT_OUT)
 SHARES = cast(Table, OwnerShare.__table__)
 _COLUMNS = tuple(c.name for c in OPS.columns if c.name != "owner_user_id")
 _BINDS = {name: bindparam(name, type_=OPS.c[name].type) for name in _COLUMNS}

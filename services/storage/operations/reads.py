@@ -21,6 +21,7 @@ from durable_ops.storage.operations.rows import (
     batches,
     by_id,
     each_active_state,
+    numbered,
     of_type,
     one,
     one_statement,
@@ -203,9 +204,6 @@ def claimable_kinds(
         raise ScopeViolation("the claim poll runs in the neutral scope")
     if not kinds:
         return set()
-    parameters: dict[str, Any] = {"now": now}
-    for n, (state, task_type) in enumerate(sorted(kinds)):
-        parameters[f"of_state_{n}"] = state
-        parameters[f"of_type_{n}"] = task_type
-    rows = tx.execute(_claimable_kinds(len(kinds)), parameters)
+    each = [{"of_state": state, "of_type": task_type} for state, task_type in sorted(kinds)]
+    rows = tx.execute(_claimable_kinds(len(kinds)), numbered(each, now=now))
     return {(row.state, row.task_type) for row in rows}
