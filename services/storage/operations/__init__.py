@@ -27,7 +27,6 @@ from durable_ops.storage.operations.leases import (
 )
 from durable_ops.storage.operations.owner import cancel, retry
 from durable_ops.storage.operations.reads import (
-    IDS_PER_QUERY_MAX,
     Version,
     active_for_subject,
     attempts,
@@ -39,7 +38,6 @@ from durable_ops.storage.operations.reads import (
     versions_among,
 )
 from durable_ops.storage.operations.rows import (
-    ROWS_MAX,
     attempt_id,
     detached,
     each_active_state,
@@ -54,8 +52,6 @@ from durable_ops.storage.operations.sweeps import SweepReport, sweep
 __all__ = [
     "CLAIM_BATCH_MAX",
     "CLAIM_SPREAD",
-    "IDS_PER_QUERY_MAX",
-    "ROWS_MAX",
     "Claim",
     "CreateRequest",
     "Held",

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import Update, bindparam, func, select, update
 
 from durable_ops.model import bounds, fairness, lifecycle
-from durable_ops.storage.operations.rows import OPS, ROWS_MAX, in_line
+from durable_ops.storage.operations.rows import OPS, ROWS_MAX, batches, in_line, numbered
 from durable_ops.storage.per_row import per_row, row_ids
 from durable_ops.storage.tx import Tx
 
@@ -64,18 +64,13 @@ def age(tx: Tx, now: datetime) -> int:
             break
         levels.append(level)
         below = level
-    risen: list[tuple[str, int]] = []
+    risen: list[dict[str, Any]] = []
     for level in levels[1:]:  # the top level has nothing to rise to
         for row in tx.execute(_HEAD, {"level": level, "waited_since": now - fairness.AGING_STEP}):
             base = row.priority if row.base_priority is None else row.base_priority
             new = fairness.aged_priority(base, now - row.not_before)
             if new > row.priority:
-                risen.append((row.id, new))
-    for start in range(0, len(risen), ROWS_MAX):
-        part = risen[start : start + ROWS_MAX]
-        parameters: dict[str, Any] = {}
-        for n, (operation_id, priority) in enumerate(part):
-            parameters[f"id_{n}"] = operation_id
-            parameters[f"priority_{n}"] = priority
-        tx.write(_raise(len(part)), parameters)
+                risen.append({"id": row.id, "priority": new})
+    for part in batches(risen):
+        tx.write(_raise(len(part)), numbered(part))
     return len(risen)

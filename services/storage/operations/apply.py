@@ -34,10 +34,11 @@ from durable_ops.storage.events import Changed, publish
 from durable_ops.storage.operations import history, slots
 from durable_ops.storage.operations.rows import (
     OPS,
-    ROWS_MAX,
     S,
     attempt_id,
+    batches,
     neutral,
+    numbered,
     recognise,
 )
 from durable_ops.storage.per_row import per_row, row_ids
@@ -69,6 +70,18 @@ WRITTEN = (
     *BUDGET,
     "slot_key",
 )
+# What a decision always says, of the columns it writes.
+_DECIDED = ("state", "attempt", "cancel_requested", "next_attempt_at")
+# What a manual retry clears (its progress goes back to 0): the run before it is forgotten.
+_CLEARED_BY_RETRY = (
+    "lease_token_hash",
+    "lease_expires_at",
+    "started_at",
+    "finished_at",
+    "failure_code",
+    "failure_message",
+    "result_ref",
+)
 # The guard: the row still is the one the decision was made on.
 _AS_READ = ("owner_user_id", "state", "updated_at")
 
@@ -95,12 +108,7 @@ class Change:
         decision = self.decision
         values = {name: self.row[name] for name in WRITTEN}
         values.update(self.values)
-        values.update(
-            state=decision.state,
-            attempt=decision.attempt,
-            cancel_requested=decision.cancel_requested,
-            next_attempt_at=decision.next_attempt_at,
-        )
+        values.update({name: getattr(decision, name) for name in _DECIDED})
         if decision.failure_code is not None:
             values["failure_code"] = decision.failure_code
         if decision.state is not S.RUNNING:
@@ -108,13 +116,21 @@ class Change:
             values["slot_key"] = None  # its concurrency slots go back (``slots.release``)
         if decision.terminal:
             values["finished_at"] = now
-        restart = _restart(self.row, now) if self.event is Event.RETRY else None
-        if restart is not None:
-            values.update(_fresh_start(restart))
+        restart: lifecycle.Restart | None = None
+        if self.event is Event.RETRY:
+            # A new attempt budget, and the deadline it runs under; its ``not_before`` (and
+            # ``held_until``, ADR 50) are left as they are: it runs at its time.
+            restart = lifecycle.restart(
+                now=now,
+                not_before=self.row["not_before"],
+                time_budget_seconds=self.row["time_budget_seconds"],
+                deadline_at=self.row["deadline_at"],
+            )
+            values.update(dict.fromkeys(_CLEARED_BY_RETRY), deadline_at=restart.deadline_at)
+            values["progress_percent"] = 0
         charged = self._charged()
         if charged is not None:
-            for name in USAGE_TOTALS:
-                values[name] = self.row[name] + getattr(charged, name)
+            values.update({name: self.row[name] + getattr(charged, name) for name in USAGE_TOTALS})
         settled = self._settled()
         if settled is not None:
             values["reserved_tokens"] = settled.outstanding
@@ -183,38 +199,10 @@ class Change:
             "attempt_id": attempt_id(self.row["lease_token_hash"]),
             "outcome": outcome,
             "failure_code": self.decision.failure_code or self.values.get("failure_code"),
-            "failure_message": self.values.get("failure_message"),
-            "provider": self.values.get("provider"),
-            "model": self.values.get("model"),
+            **{name: self.values.get(name) for name in ("failure_message", "provider", "model")},
             "lease_expires_at": self.row["lease_expires_at"],
             **{name: None if charged is None else getattr(charged, name) for name in USAGE_TOTALS},
         }
-
-
-def _restart(row: Mapping[str, Any], now: datetime) -> lifecycle.Restart:
-    """When a manual retry of ``row`` runs and its deadline (``lifecycle.restart``)."""
-    return lifecycle.restart(
-        now=now,
-        not_before=row["not_before"],
-        time_budget_seconds=row["time_budget_seconds"],
-        deadline_at=row["deadline_at"],
-    )
-
-
-def _fresh_start(restart: lifecycle.Restart) -> dict[str, Any]:
-    """A manual retry: a new attempt budget, and the deadline it runs under. Its
-    ``not_before`` (and ``held_until``, ADR 50) are left as they are: it runs at its time."""
-    return {
-        "progress_percent": 0,
-        "lease_token_hash": None,
-        "lease_expires_at": None,
-        "started_at": None,
-        "finished_at": None,
-        "failure_code": None,
-        "failure_message": None,
-        "result_ref": None,
-        "deadline_at": restart.deadline_at,
-    }
 
 
 @cache
@@ -239,22 +227,17 @@ def write(tx: Tx, changes: Sequence[Change], now: datetime) -> list[dict[str, An
         return []
     tx = neutral(tx, [change.row["owner_user_id"] for change in changes])
     written = [change.written(now) for change in changes]
-    for first in range(0, len(changes), ROWS_MAX):
-        part = range(first, min(first + ROWS_MAX, len(changes)))
-        parameters: dict[str, Any] = {"now": now}
-        for n, k in enumerate(part):
-            row = changes[k].row
-            parameters[f"id_{n}"] = row["id"]
-            parameters.update({f"was_{name}_{n}": row[name] for name in _AS_READ})
-            parameters.update({f"{name}_{n}": value for name, value in written[k].items()})
-        matched = tx.write(_update(len(part)), parameters)
+    each = [
+        {"id": change.row["id"], **{f"was_{name}": change.row[name] for name in _AS_READ}, **values}
+        for change, values in zip(changes, written, strict=True)
+    ]
+    for part in batches(each):
+        matched = tx.write(_update(len(part)), numbered(part, now=now))
         if matched != len(part):  # unreachable while the rows are locked
             raise RuntimeError(f"wrote {matched} of the {len(part)} operations read locked")
     first_change = changes[0]
     recognise(first_change.row["id"], state=first_change.decision.state, updated_at=now)
-    endings = [ending for change in changes if (ending := change.ending()) is not None]
-    if endings:
-        history.end(tx, endings, now)
+    history.end(tx, [ending for change in changes if (ending := change.ending())], now)
     budget_store.charge(tx, [charge for change in changes if (charge := change.budget_charge())])
     slots.release(tx, [held for change in changes if (held := change.slot_given_back())])
     for change in changes:

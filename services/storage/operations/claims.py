@@ -31,6 +31,7 @@ from functools import cache
 from typing import Any
 
 from sqlalchemy import (
+    BindParameter,
     ColumnElement,
     CompoundSelect,
     Row,
@@ -57,6 +58,7 @@ from durable_ops.storage.operations.rows import (
     detached,
     hash_token,
     in_line,
+    numbered,
     of_type,
     one_statement,
     recognise,
@@ -70,12 +72,6 @@ CLAIM_BATCH_MAX = ROWS_MAX
 CLAIM_SPREAD = 8
 NO_LIMITS: Mapping[str, Concurrency] = {}
 
-_CLAIMABLE = (
-    OPS.c.state == bindparam("from_state"),
-    in_line(),  # a row held for later is not even walked over (ADR 0050)
-    deadline_open(),
-    OPS.c.not_before <= bindparam("now"),  # a scheduled operation is due (ADR 0046)
-)
 # Priorities strict; within one, each owner's turn (ADR 0049), then the one due longest.
 _QUEUE_ORDER = (OPS.c.priority.desc(), OPS.c.fair_tag, OPS.c.not_before)
 # Galera: leaving out the rows this batch took.
@@ -83,6 +79,18 @@ _NOT_TAKEN = OPS.c.id.not_in(bindparam("taken", expanding=True))
 
 
 Query = Select[Any] | CompoundSelect[Any]
+
+
+def claimable(state: BindParameter[Any], *, limited: bool) -> tuple[ColumnElement[bool], ...]:
+    """Claimable at ``:now`` from ``state``; when ``limited`` (a type with concurrency
+    limits, ADR 0048), also not of a slot that was full at its last count."""
+    where = (
+        OPS.c.state == state,
+        in_line(),  # a row held for later is not even walked over (ADR 0050)
+        deadline_open(),
+        OPS.c.not_before <= bindparam("now"),  # a scheduled operation is due (ADR 0046)
+    )
+    return (*where, slots.has_room()) if limited else where
 
 
 @dataclass(frozen=True)
@@ -110,15 +118,13 @@ def _per_type(types: int, part: Callable[[ColumnElement[bool]], Select[Any]]) ->
 
 @cache
 def _statements(types: int, limited: bool) -> _Statements:
-    """The claim's SELECTs for ``types`` task types; a claim naming a type with
-    concurrency limits (ADR 0048) also leaves out operations whose slot was full at its
-    last count."""
-    claimable = (*_CLAIMABLE, slots.has_room()) if limited else _CLAIMABLE
+    """The claim's SELECTs for ``types`` task types (``limited``: see ``claimable``)."""
+    where = claimable(bindparam("from_state"), limited=limited)
 
     def candidates(typed: ColumnElement[bool], *more: ColumnElement[bool]) -> Select[Any]:
         return (
             select(OPS)
-            .where(*claimable, typed, *more)
+            .where(*where, typed, *more)
             .order_by(*_QUEUE_ORDER)
             .limit(bindparam("limit"))
             .with_for_update(skip_locked=True)
@@ -127,7 +133,7 @@ def _statements(types: int, limited: bool) -> _Statements:
     def head(typed: ColumnElement[bool]) -> Select[Any]:
         return (
             select(OPS.c.id, OPS.c.priority, OPS.c.fair_tag, OPS.c.not_before)
-            .where(*claimable, typed, _NOT_TAKEN)
+            .where(*where, typed, _NOT_TAKEN)
             .order_by(*_QUEUE_ORDER)
             .limit(CLAIM_SPREAD)
         )
@@ -137,7 +143,7 @@ def _statements(types: int, limited: bool) -> _Statements:
         head=_per_type(types, head),
         pick=(
             select(OPS)
-            .where(OPS.c.id == bindparam("pick"), *claimable, not_paused())
+            .where(OPS.c.id == bindparam("pick"), *where, not_paused())
             .with_for_update(skip_locked=True)
         ),
         next_free=_per_type(types, lambda typed: candidates(typed, _NOT_TAKEN)),
@@ -201,8 +207,7 @@ def claim(
         return []
     expires = lifecycle.lease_expiry(now, lease_seconds)
     move = lifecycle.CLAIMS[Event.CLAIM_EXTERNAL if external_route else Event.CLAIM]
-    where: dict[str, Any] = {"from_state": move.source, "now": now}
-    where.update({f"of_type_{n}": name for n, name in enumerate(names)})
+    where = numbered([{"of_type": name} for name in names], from_state=move.source, now=now)
     limited = {name: limits[name] for name in names if name in limits}
     statements = _statements(len(names), bool(limited))
     if spreads(tx):
@@ -216,18 +221,12 @@ def claim(
         return []
     tokens = [secrets.token_urlsafe(32) for _ in rows]  # 256 random bits each
     hashes = [hash_token(token) for token in tokens]
-    parameters: dict[str, Any] = {
-        "from_state": move.source,
-        "to_state": move.target,
-        "expires": expires,
-        "now": now,
-    }
-    for n, (row, token_hash) in enumerate(zip(rows, hashes, strict=True)):
-        parameters[f"id_{n}"] = row.id
-        parameters[f"hash_{n}"] = token_hash
-        if limited:
-            parameters[f"slot_{n}"] = held.get(row.id)
-    taken = tx.write(_take(len(rows), move.starts_attempt, bool(limited)), parameters)
+    each = [
+        {"id": row.id, "hash": token_hash, **({"slot": held.get(row.id)} if limited else {})}
+        for row, token_hash in zip(rows, hashes, strict=True)
+    ]
+    shared = {"from_state": move.source, "to_state": move.target, "expires": expires, "now": now}
+    taken = tx.write(_take(len(rows), move.starts_attempt, bool(limited)), numbered(each, **shared))
     if taken != len(rows):  # unreachable while the rows are locked
         raise RuntimeError(f"claimed {taken} of the {len(rows)} rows locked")
     recognise(rows[0].id, lease_token_hash=hashes[0])
@@ -245,17 +244,16 @@ def claim(
             "updated_at": now,
             "next_attempt_at": None,
             "progress_percent": 0,
+            **({"slot_key": held.get(row.id)} if limited else {}),
         }
-        if limited:
-            values["slot_key"] = held.get(found["id"])
         claims.append(Claim(detached({**found, **values}), token))
         owner = found["owner_user_id"]
-        publish(Changed(found["id"], move.target, found["task_type"], owner_id=owner))
+        publish(Changed(row.id, move.target, found["task_type"], owner_id=owner))
         starts.append(
             {
                 "id": attempt_id(token_hash),
-                "operation_id": found["id"],
-                "owner_user_id": found["owner_user_id"],
+                "operation_id": row.id,
+                "owner_user_id": owner,
                 "attempt": values["attempt"],
                 "route": route,
                 "started_at": now,
@@ -269,20 +267,17 @@ def claim(
 def _spread(tx: Tx, statements: _Statements, where: dict[str, Any], limit: int) -> list[Row[Any]]:
     """Up to ``limit`` rows, each picked at random among the top priority of the head."""
     rows: list[Row[Any]] = []
-    while len(rows) < limit:
-        choice = {**where, "taken": [row.id for row in rows]}
-        picked = _pick(tx, statements, where, choice)
-        if picked is None:
-            break
+    while len(rows) < limit and (picked := _pick(tx, statements, where, rows)) is not None:
         rows.append(picked)
     return rows
 
 
 def _pick(
-    tx: Tx, statements: _Statements, where: dict[str, Any], choice: dict[str, Any]
+    tx: Tx, statements: _Statements, where: dict[str, Any], taken: list[Row[Any]]
 ) -> Row[Any] | None:
-    """One of the head's top-priority rows not locked elsewhere, at random; when all are
-    held, the next free row of the queue."""
+    """One of the head's top-priority rows not locked elsewhere nor ``taken``, at random;
+    when all are held, the next free row of the queue."""
+    choice = {**where, "taken": [row.id for row in taken]}
     head = tx.execute(statements.head, {**choice, "limit": CLAIM_SPREAD}).all()
     if not head:
         return None

@@ -82,12 +82,8 @@ class CreateRequest:
 
 
 # What a fingerprint covers: every field of the request but these (asdict is slower).
-_FINGERPRINTED = tuple(
-    name
-    for name in CreateRequest.__dataclass_fields__
-    if name
-    not in ("idempotency_key", "deadline_at", "trace_parent", "not_before", "concurrency_key")
-)
+_LEFT_OUT = {"idempotency_key", "deadline_at", "trace_parent", "not_before", "concurrency_key"}
+_FINGERPRINTED = tuple(f for f in CreateRequest.__dataclass_fields__ if f not in _LEFT_OUT)
 SHARES = cast(Table, OwnerShare.__table__)
 _COLUMNS = tuple(c.name for c in OPS.columns if c.name != "owner_user_id")
 _BINDS = {name: bindparam(name, type_=OPS.c[name].type) for name in _COLUMNS}
@@ -129,12 +125,11 @@ def turn_inputs(owner: BindParameter[str]) -> Select[Any]:
 _TURN_INPUTS = turn_inputs(SCOPE_OWNER)
 
 
-def _turn(tx: Tx, priority: int, now: datetime) -> int:
-    """The owner's next turn at ``priority`` (ADR 0049): one SELECT of three probes."""
-    found = tx.execute(_TURN_INPUTS, {"priority": priority, "now": now}).one()
-    return fairness.start_tag(
-        head=found.head, owner_last=found.owner_last, share=found.share, now=now
-    )
+def next_turn(tx: Tx, inputs: Select[Any], now: datetime, **parameters: Any) -> int:
+    """The owner's next turn at ``:priority`` (ADR 0049): one SELECT of three probes,
+    ``turn_inputs``, whose labels are ``start_tag``'s arguments."""
+    found = tx.execute(inputs, {**parameters, "now": now}).one()
+    return fairness.start_tag(**found._mapping, now=now)
 
 
 def create(
@@ -163,7 +158,7 @@ def create(
     elif held:
         turn = fairness.HELD_TAG  # its turn is taken when it joins the line (sweeps)
     else:
-        turn = _turn(tx, request.priority, now)
+        turn = next_turn(tx, _TURN_INPUTS, now, priority=request.priority)
     values: dict[str, Any] = dict.fromkeys(_COLUMNS)
     values.update(
         id=new_id(),
@@ -213,15 +208,7 @@ def create(
         if not hmac.compare_digest(tombstone.request_hash, fingerprint):
             raise Conflict(KEY_USED_FOR_ANOTHER_REQUEST)
         raise pruned(tombstone.final_state, tombstone.finished_at)
-    recognise(values["id"])  # a fresh random id: only this INSERT wrote it
-    scheduled = values["held_until"] is not None
-    publish(
-        Changed(
-            values["id"],
-            created.state,
-            request.task_type,
-            owner_id=tx.owner_id,
-            scheduled=scheduled,
-        )
-    )
-    return detached({**values, "owner_user_id": tx.owner_id}), True
+    operation_id, owner = values["id"], tx.owner_id
+    recognise(operation_id)  # a fresh random id: only this INSERT wrote it
+    publish(Changed(operation_id, created.state, request.task_type, owner_id=owner, scheduled=held))
+    return detached({**values, "owner_user_id": owner}), True

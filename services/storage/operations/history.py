@@ -14,24 +14,12 @@ from typing import Any
 
 from sqlalchemy import Update, bindparam, insert, update
 
-from durable_ops.storage.operations.rows import ATTEMPTS, ROWS_MAX
+from durable_ops.storage.operations.rows import ATTEMPTS, batches, numbered
 from durable_ops.storage.per_row import per_row, row_ids
 from durable_ops.storage.tx import Tx
 
-STARTS = insert(ATTEMPTS).values(
-    {
-        name: bindparam(name)
-        for name in (
-            "id",
-            "operation_id",
-            "owner_user_id",
-            "attempt",
-            "route",
-            "started_at",
-            "lease_expires_at",
-        )
-    }
-)
+# The attempt rows of a claim, one multi-row INSERT of the columns each start names.
+STARTS = insert(ATTEMPTS)
 ENDING = (
     "outcome",
     "failure_code",
@@ -67,10 +55,5 @@ def start(tx: Tx, rows: Sequence[dict[str, Any]]) -> None:
 def end(tx: Tx, endings: Sequence[dict[str, Any]], now: datetime) -> None:
     """How each attempt ended (``attempt_id`` and the ``ENDING`` columns), one UPDATE per
     ``ROWS_MAX`` attempts (neutral scope)."""
-    for first in range(0, len(endings), ROWS_MAX):
-        part = endings[first : first + ROWS_MAX]
-        parameters: dict[str, Any] = {"now": now}
-        for n, ending in enumerate(part):
-            parameters[f"attempt_id_{n}"] = ending["attempt_id"]
-            parameters.update({f"{name}_{n}": ending[name] for name in ENDING})
-        tx.write(_ends(len(part)), parameters)
+    for part in batches(endings):
+        tx.write(_ends(len(part)), numbered(part, now=now))

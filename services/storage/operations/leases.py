@@ -30,7 +30,6 @@ from durable_ops.model.errors import (
     DomainError,
     InvalidArgument,
     LeaseLost,
-    NotFound,
     refusal_raised,
 )
 from durable_ops.model.held_leases import HeldLease
@@ -42,13 +41,15 @@ from durable_ops.storage.operations.rows import (
     LOCKED,
     OPS,
     OWNED,
-    ROWS_MAX,
     S,
+    batches,
+    by_id,
     facts,
     hash_token,
     held_row,
     lease_live,
     neutral,
+    numbered,
     recognise,
 )
 from durable_ops.storage.per_row import per_row, row_ids
@@ -88,8 +89,8 @@ def extend(tx: Tx, leases: Sequence[HeldLease], now: datetime) -> list[Held | Do
     owner; answer each one alone, in order."""
     tx = neutral(tx, [lease.owner_id for lease in leases])
     answers: list[Held | DomainError] = []
-    for first in range(0, len(leases), ROWS_MAX):
-        answers += _beat(tx, leases[first : first + ROWS_MAX], now)
+    for part in batches(leases):
+        answers += _beat(tx, part, now)
     return answers
 
 
@@ -98,33 +99,28 @@ def heartbeat(tx: Tx, lease: HeldLease, now: datetime) -> Held:
     return refusal_raised(extend(tx, [lease], now)[0])
 
 
-def _parameters(leases: Sequence[HeldLease], now: datetime) -> dict[str, Any]:
-    parameters: dict[str, Any] = {"now": now}
-    for n, lease in enumerate(leases):
-        if lease.progress is not None:
-            bounds.int_range("progress_percent", lease.progress, bounds.PROGRESS_RANGE)
-        parameters.update(
-            {
-                f"id_{n}": lease.operation_id,
-                f"owner_{n}": lease.owner_id,
-                f"token_hash_{n}": hash_token(lease.token),
-                f"expires_{n}": lifecycle.lease_expiry(now, lease.lease_seconds),
-                f"progress_{n}": lease.progress,
-            }
-        )
-    return parameters
+def _own(lease: HeldLease, now: datetime) -> dict[str, Any]:
+    """The lease's own values in the beat's UPDATE (``_extend``)."""
+    if lease.progress is not None:
+        bounds.int_range("progress_percent", lease.progress, bounds.PROGRESS_RANGE)
+    return {
+        "id": lease.operation_id,
+        "owner": lease.owner_id,
+        "token_hash": hash_token(lease.token),
+        "expires": lifecycle.lease_expiry(now, lease.lease_seconds),
+        "progress": lease.progress,
+    }
 
 
 def _beat(tx: Tx, leases: Sequence[HeldLease], now: datetime) -> list[Held | DomainError]:
-    parameters = _parameters(leases, now)
-    expiries = [parameters[f"expires_{n}"] for n in range(len(leases))]
-    extended = tx.write(_extend(len(leases), unless_cancelled=True), parameters)
-    answers: list[Held | DomainError] = [(expires, False) for expires in expiries]
-    if extended != len(leases):
-        answers = _why(tx, leases, parameters, now)
+    beats = [_own(lease, now) for lease in leases]
+    extended = tx.write(_extend(len(beats), unless_cancelled=True), numbered(beats, now=now))
+    answers: list[Held | DomainError] = [(beat["expires"], False) for beat in beats]
+    if extended != len(beats):
+        answers = _why(tx, beats, now)
     held = [n for n, answer in enumerate(answers) if not isinstance(answer, DomainError)]
     texts = [
-        drafts.Text(lease.operation_id, lease.owner_id, parameters[f"token_hash_{n}"], text)
+        drafts.Text(lease.operation_id, lease.owner_id, beats[n]["token_hash"], text)
         for n in held
         if (text := (lease := leases[n]).answer_text) is not None
     ]
@@ -135,39 +131,31 @@ def _beat(tx: Tx, leases: Sequence[HeldLease], now: datetime) -> list[Held | Dom
             # what a wait for the operation to move, and its owner's watch, see
             publish(Changed(lease.operation_id, S.RUNNING, owner_id=lease.owner_id))
     if held:
+        first = beats[held[0]]
         recognise(
-            leases[held[0]].operation_id,
-            lease_token_hash=parameters[f"token_hash_{held[0]}"],
-            lease_expires_at=expiries[held[0]],
+            first["id"], lease_token_hash=first["token_hash"], lease_expires_at=first["expires"]
         )
     return answers
 
 
-def _why(
-    tx: Tx, leases: Sequence[HeldLease], parameters: dict[str, Any], now: datetime
-) -> list[Held | DomainError]:
+def _why(tx: Tx, beats: list[dict[str, Any]], now: datetime) -> list[Held | DomainError]:
     """The rare beat: a cancel is pending, or some leases are not this holder's any more."""
-    rows = {
-        row.id: row._mapping
-        for row in tx.execute(LOCKED, {"ids": [x.operation_id for x in leases]})
-    }
+    rows = {row.id: row._mapping for row in tx.execute(LOCKED, {"ids": [b["id"] for b in beats]})}
     answers: list[Held | DomainError] = []
-    cancelled: list[HeldLease] = []
-    for n, lease in enumerate(leases):
-        expires = parameters[f"expires_{n}"]
+    cancelled: list[dict[str, Any]] = []
+    for beat in beats:
         try:
-            found = rows.get(lease.operation_id)
-            row = held_row(found, lease.owner_id, parameters[f"token_hash_{n}"])
+            row = held_row(rows.get(beat["id"]), beat["owner"], beat["token_hash"])
             lifecycle.decide(facts(row), Event.HEARTBEAT, now)  # LeaseLost when it is gone
         except DomainError as refused:
             answers.append(refused)
             continue
         if row["cancel_requested"]:  # held, so left alone by the guarded beat above
-            cancelled.append(lease)
-        answers.append((expires, bool(row["cancel_requested"])))
+            cancelled.append(beat)
+        answers.append((beat["expires"], bool(row["cancel_requested"])))
     if cancelled:
         statement = _extend(len(cancelled), unless_cancelled=False)
-        if tx.write(statement, _parameters(cancelled, now)) != len(cancelled):
+        if tx.write(statement, numbered(cancelled, now=now)) != len(cancelled):
             raise RuntimeError("a lease read held and locked was not extended")  # unreachable
     return answers
 
@@ -184,18 +172,9 @@ def _held(tx: Tx, statement: Select[Any], operation_id: str, token: str, now: da
     the scope owner's: another owner's answers exactly like a missing one (NOT_FOUND
     ``operation_not_found``), before any lease is looked at; any other lease, or one
     that ended or ran out, is ``LeaseLost``."""
-    issuable = 0 < len(operation_id) <= bounds.ID_MAX  # any other id was never issued
-    parameters = {"operation_id": operation_id, "now": now}
-    row = tx.execute(statement, parameters).one_or_none() if issuable else None
-    if row is None:
-        raise NotFound("operation not found", code="operation_not_found")
-    token_hash = row.lease_token_hash
-    held = (
-        bool(row.lease_live)
-        and token_hash is not None
-        and hmac.compare_digest(token_hash, hash_token(token))
-    )
-    if not held:
+    row = by_id(tx, statement, operation_id, now=now)
+    held = row.lease_token_hash
+    if not (row.lease_live and held and hmac.compare_digest(held, hash_token(token))):
         raise LeaseLost("the lease is not live: the operation ended or another attempt holds it")
     return row
 

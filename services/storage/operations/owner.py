@@ -13,32 +13,24 @@ from durable_ops.storage.operations.rows import facts
 from durable_ops.storage.schema import UserOperation
 from durable_ops.storage.tx import Tx
 
+May = Callable[[UserOperation], None]
+
 
 def _any(_op: UserOperation) -> None:
     """Any caller in the owner's scope may: the scope already checked whose it is."""
 
 
-def cancel(
-    tx: Tx, operation_id: str, now: datetime, may_cancel: Callable[[UserOperation], None] = _any
-) -> UserOperation:
+def cancel(tx: Tx, operation_id: str, now: datetime, may_cancel: May = _any) -> UserOperation:
     """``may_cancel`` raises when the caller may not cancel this operation (its task type)."""
     return _owner_event(tx, operation_id, Event.CANCEL, now, may_cancel)
 
 
-def retry(
-    tx: Tx, operation_id: str, now: datetime, may_retry: Callable[[UserOperation], None] = _any
-) -> UserOperation:
+def retry(tx: Tx, operation_id: str, now: datetime, may_retry: May = _any) -> UserOperation:
     """``may_retry`` raises when the caller may not retry this operation (its task type)."""
     return _owner_event(tx, operation_id, Event.RETRY, now, may_retry)
 
 
-def _owner_event(
-    tx: Tx,
-    operation_id: str,
-    event: Event,
-    now: datetime,
-    may: Callable[[UserOperation], None] = _any,
-) -> UserOperation:
+def _owner_event(tx: Tx, operation_id: str, event: Event, now: datetime, may: May) -> UserOperation:
     """Decide on the row read locked, write through ``apply``; answer the row as it is now."""
     op = get(tx, operation_id, lock=True)
     may(op)

@@ -11,17 +11,17 @@ from typing import Any
 from sqlalchemy import ColumnElement, CompoundSelect, Select, bindparam, select
 
 from durable_ops.model import bounds
-from durable_ops.model.errors import NotFound
 from durable_ops.model.states import PENDING_STATES, OperationState
-from durable_ops.storage.operations import slots
+from durable_ops.storage.operations.claims import claimable
 from durable_ops.storage.operations.rows import (
     ATTEMPTS,
     OPS,
     OWNED,
     S,
-    deadline_open,
+    batches,
+    by_id,
     each_active_state,
-    in_line,
+    numbered,
     of_type,
     one,
     one_statement,
@@ -32,19 +32,18 @@ from durable_ops.storage.schema import OperationAttempt, UserOperation
 from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
 
 _GET = select(OPS).where(OPS.c.id == bindparam("operation_id"), OWNED)
-_BY_KEY = select(OPS).where(
-    OPS.c.task_type == bindparam("task_type"),
-    OPS.c.idempotency_key == bindparam("idempotency_key"),
-    OWNED,
-)
+_GET_LOCKED = _GET.with_for_update()
+
+
+def _equal(*columns: str) -> list[ColumnElement[bool]]:
+    """Each of these columns equal to the parameter of its name."""
+    return [OPS.c[name] == bindparam(name) for name in columns]
+
+
+_BY_KEY = select(OPS).where(*_equal("task_type", "idempotency_key"), OWNED)
 _LATEST_FOR_SUBJECT = (
     select(OPS)
-    .where(
-        OPS.c.task_type == bindparam("task_type"),
-        OPS.c.subject_type == bindparam("subject_type"),
-        OPS.c.subject_id == bindparam("subject_id"),
-        OWNED,
-    )
+    .where(*_equal("task_type", "subject_type", "subject_id"), OWNED)
     .order_by(OPS.c.created_at.desc(), OPS.c.id.desc())
     .limit(1)
 )
@@ -64,12 +63,7 @@ _ATTEMPTS_OF = (
 def get(tx: Tx, operation_id: str, *, lock: bool = False) -> UserOperation:
     """The scope owner's operation (another owner's is not found); ``lock`` holds its row
     for the transaction, as every decided transition reads it."""
-    issuable = 0 < len(operation_id) <= bounds.ID_MAX  # any other id was never issued
-    query = _GET.with_for_update() if lock else _GET
-    op = one(tx, query, {"operation_id": operation_id}) if issuable else None
-    if op is None:
-        raise NotFound("operation not found", code="operation_not_found")
-    return op
+    return operation(by_id(tx, _GET_LOCKED if lock else _GET, operation_id))
 
 
 def list_page(
@@ -167,14 +161,8 @@ def _claimable_kinds(count: int) -> Select[Any] | CompoundSelect[Any]:
     return one_statement(
         [
             select(OPS.c.state, OPS.c.task_type)
-            .where(
-                OPS.c.state == bindparam(f"of_state_{n}"),
-                in_line(),
-                of_type(n),
-                deadline_open(),
-                OPS.c.not_before <= bindparam("now"),
-                slots.has_room(),  # a full key's backlog wakes no claim (ADR 0048)
-            )
+            # limited: a full key's backlog wakes no claim (ADR 0048)
+            .where(*claimable(bindparam(f"of_state_{n}"), limited=True), of_type(n))
             .limit(1)
             for n in range(count)
         ]
@@ -197,9 +185,8 @@ def versions_among(tx: Tx, operation_ids: Sequence[str]) -> dict[str, Version]:
     if tx.owner_id is not None:
         raise ScopeViolation("the watches run in the neutral scope")
     found: dict[str, Version] = {}
-    for start in range(0, len(operation_ids), IDS_PER_QUERY_MAX):
-        ids = list(operation_ids[start : start + IDS_PER_QUERY_MAX])
-        for row in tx.execute(_VERSIONS_AMONG, {"ids": ids}):
+    for ids in batches(operation_ids, IDS_PER_QUERY_MAX):
+        for row in tx.execute(_VERSIONS_AMONG, {"ids": list(ids)}):
             state = OperationState(row.state)
             found[row.id] = Version(state, row.updated_at, bool(row.cancel_requested))
     return found
@@ -217,9 +204,6 @@ def claimable_kinds(
         raise ScopeViolation("the claim poll runs in the neutral scope")
     if not kinds:
         return set()
-    parameters: dict[str, Any] = {"now": now}
-    for n, (state, task_type) in enumerate(sorted(kinds)):
-        parameters[f"of_state_{n}"] = state
-        parameters[f"of_type_{n}"] = task_type
-    rows = tx.execute(_claimable_kinds(len(kinds)), parameters)
+    each = [{"of_state": state, "of_type": task_type} for state, task_type in sorted(kinds)]
+    rows = tx.execute(_claimable_kinds(len(kinds)), numbered(each, now=now))
     return {(row.state, row.task_type) for row in rows}

@@ -15,9 +15,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cache
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import (
     ColumnElement,
@@ -33,6 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import ClassManager, configure_mappers
 from sqlalchemy.orm.attributes import manager_of_class
 
+from durable_ops.model import bounds
 from durable_ops.model.errors import LeaseLost, NotFound
 from durable_ops.model.lifecycle import Facts
 from durable_ops.model.states import ACTIVE_STATES, OperationState
@@ -47,6 +48,19 @@ ATTEMPTS = cast(Table, OperationAttempt.__table__)
 OWNED = OPS.c.owner_user_id == SCOPE_OWNER
 # At most this many rows per batched statement (a claim, a beat, a settlement, a sweep).
 ROWS_MAX = 100
+T = TypeVar("T")
+
+
+def batches(items: Sequence[T], size: int = ROWS_MAX) -> Iterator[Sequence[T]]:
+    """``items`` in parts of at most ``size``, one batched statement each."""
+    return (items[first : first + size] for first in range(0, len(items), size))
+
+
+def numbered(rows: Iterable[Mapping[str, Any]], **shared: Any) -> dict[str, Any]:
+    """A batched statement's parameters: ``shared`` as they are, and each row's own values
+    named ``{name}_{n}`` for the ``n``-th row (``per_row``)."""
+    own = {f"{name}_{n}": value for n, row in enumerate(rows) for name, value in row.items()}
+    return {**shared, **own}
 
 
 def lease_live() -> ColumnElement[bool]:
@@ -107,13 +121,8 @@ def facts(op: UserOperation | Mapping[Any, Any]) -> Facts:
     """The facts ``decide`` needs, from a row or a detached operation."""
     get = op.__getitem__ if isinstance(op, Mapping) else op.__getattribute__
     values = {name: get(name) for name in Facts.__dataclass_fields__}
-    return Facts(
-        **{
-            **values,
-            "state": S(values["state"]),
-            "cancel_requested": bool(values["cancel_requested"]),
-        }
-    )
+    values.update(state=S(values["state"]), cancel_requested=bool(values["cancel_requested"]))
+    return Facts(**values)
 
 
 @cache
@@ -143,9 +152,20 @@ def one(tx: Tx, statement: Select[Any], parameters: dict[str, Any]) -> UserOpera
     return None if row is None else operation(row)
 
 
-def owned_scope(tx: Tx) -> list[ColumnElement[bool]]:
-    """The owner criterion when ``tx`` is an owner scope, for statements built per call."""
-    return [] if tx.owner_id is None else [OWNED]
+def not_found() -> NotFound:
+    """What a missing operation, or another owner's, answers."""
+    return NotFound("operation not found", code="operation_not_found")
+
+
+def by_id(tx: Tx, statement: Select[Any], operation_id: str, **parameters: Any) -> Row[Any]:
+    """The row ``statement`` reads by ``:operation_id``, or ``not_found``: an id no
+    operation was ever issued is not looked up."""
+    issuable = 0 < len(operation_id) <= bounds.ID_MAX
+    found = {"operation_id": operation_id, **parameters}
+    row = tx.execute(statement, found).one_or_none() if issuable else None
+    if row is None:
+        raise not_found()
+    return row
 
 
 def neutral(tx: Tx, owners: list[str]) -> Tx:
@@ -172,7 +192,7 @@ def held_row(row: Mapping[Any, Any] | None, owner_id: str, token_hash: str) -> M
     """``row`` when it is ``owner_id``'s and carries the lease token of ``token_hash``:
     another owner's answers as a missing one, another lease's as a lost one."""
     if row is None or row["owner_user_id"] != owner_id:
-        raise NotFound("operation not found", code="operation_not_found")
+        raise not_found()
     held = row["lease_token_hash"]
     if held is None or not hmac.compare_digest(held, token_hash):
         raise LeaseLost("the lease token does not match this operation's lease")
@@ -180,10 +200,9 @@ def held_row(row: Mapping[Any, Any] | None, owner_id: str, token_hash: str) -> M
 
 
 def _row_is(tx: Tx, operation_id: str, columns: dict[str, Any]) -> bool:
+    owned = [] if tx.owner_id is None else [OWNED]  # the owner criterion of an owner scope
     query = select(OPS.c.id).where(
-        OPS.c.id == operation_id,
-        *owned_scope(tx),
-        *(OPS.c[name] == value for name, value in columns.items()),
+        OPS.c.id == operation_id, *owned, *(OPS.c[name] == value for name, value in columns.items())
     )
     return tx.execute(query).first() is not None
 

@@ -51,11 +51,7 @@ class Provenance:
 
     def values(self) -> dict[str, str | None]:
         bounds.provenance(self.provider, self.model, self.route)
-        return {
-            "provider": self.provider or None,
-            "model": self.model or None,
-            "route": self.route or None,
-        }
+        return {name: getattr(self, name) or None for name in ("provider", "model", "route")}
 
 
 @dataclass(frozen=True)
@@ -109,29 +105,26 @@ def settle(
         row.id: dict(row._mapping) for row in neutral_tx.execute(LOCKED, {"ids": ids})
     }
     answers: list[OperationState | DomainError] = []
-    changes: list[apply.Change] = []
-    settled: set[str] = set()
+    changes: dict[str, apply.Change] = {}  # apply writes a row once: by operation id
     for item in settlements:
         try:
             values = item.values()
-            found = rows.get(item.operation_id)
-            row = dict(held_row(found, item.owner_id, hash_token(item.token)))
+            row = held_row(rows.get(item.operation_id), item.owner_id, hash_token(item.token))
             decision = lifecycle.decide(facts(row), item.event, now)
         except DomainError as refused:
             answers.append(refused)
             continue
-        if decision.changed and item.operation_id in settled:
-            # apply writes a row once: a second change of one lease waits for its own batch.
+        if decision.changed and item.operation_id in changes:
+            # A second change of one lease waits for its own batch.
             answers.append(LeaseLost("the lease was settled earlier in this batch"))
             continue
         if decision.changed:
             change = apply.Change(row, item.event, decision, values, item.usage)
-            changes.append(change)
-            settled.add(item.operation_id)
+            changes[item.operation_id] = change
             # A second settlement of the same lease in this batch sees this one's outcome.
             rows[item.operation_id] = {**row, **change.written(now)}
         answers.append(decision.state)
-    apply.write(neutral_tx, changes, now)
+    apply.write(neutral_tx, list(changes.values()), now)
     return answers
 
 

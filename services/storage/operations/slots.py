@@ -26,14 +26,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
 from typing import Any, cast
 
 from sqlalchemy import (
     ColumnElement,
     Row,
     Table,
+    Update,
     bindparam,
-    case,
     delete,
     exists,
     func,
@@ -43,12 +44,13 @@ from sqlalchemy import (
 )
 
 from durable_ops.model import concurrency_limits
-from durable_ops.model.concurrency_limits import Candidate, Concurrency
-from durable_ops.storage.schema import ConcurrencySlot, UserOperation
+from durable_ops.model.concurrency_limits import Candidate, Concurrency, capacity
+from durable_ops.storage.operations.rows import OPS, numbered
+from durable_ops.storage.per_row import per_row, row_ids
+from durable_ops.storage.schema import ConcurrencySlot
 from durable_ops.storage.tx import Tx
 
 SLOTS = cast(Table, ConcurrencySlot.__table__)
-OPS = cast(Table, UserOperation.__table__)
 
 
 def _full(slot_id: ColumnElement[str]) -> ColumnElement[bool]:
@@ -68,26 +70,16 @@ def has_room() -> ColumnElement[bool]:
     return ~_full(type_slot) & ~_full(key_slot)
 
 
-def _key(row: Mapping[Any, Any]) -> str:
-    return str(row["concurrency_key"] or row["subject_id"])
-
-
 def take(
     tx: Tx, rows: Sequence[Row[Any]], limits: Mapping[str, Concurrency]
 ) -> tuple[list[Row[Any]], dict[str, str]]:
     """The rows (locked candidates, in queue order) that may start under ``limits``, and
     the key slot each limited one will hold (by operation id; "" for a type limited only
     in total). Writes the slots' new counts."""
-    limited = [row for row in rows if row._mapping["task_type"] in limits]
+    limited = [row._mapping for row in rows if row.task_type in limits]
     if not limited:
         return list(rows), {}
-    candidates: list[Candidate] = []
-    for row in limited:
-        found = row._mapping
-        _, key_slot = concurrency_limits.slots_of(
-            found["task_type"], found["owner_user_id"], _key(found), limits[found["task_type"]]
-        )
-        candidates.append(Candidate(found["task_type"], key_slot))
+    candidates = [Candidate(found["task_type"], _key_slot(found, limits)) for found in limited]
     needed = sorted(
         {concurrency_limits.type_slot(c.task_type) for c in candidates}
         | {c.key_slot for c in candidates if c.key_slot is not None}
@@ -96,68 +88,64 @@ def take(
         insert(SLOTS).values([{"id": slot, "running": 0, "capacity": None} for slot in needed]),
         {},
     )
-    locked = tx.execute(
-        select(SLOTS.c.id, SLOTS.c.running)
-        .where(SLOTS.c.id.in_(bindparam("ids", expanding=True)))
-        .order_by(SLOTS.c.id)  # one lock order for every claim
-        .with_for_update(),
-        {"ids": needed},
-    )
-    running = {row.id: row.running for row in locked}
+    running = {row.id: row.running for row in tx.execute(_LOCKED, {"ids": needed})}
     chosen, counts = concurrency_limits.admitted(candidates, running, limits)
-    _write(tx, {slot: counts.get(slot, 0) for slot in needed}, limits)
-    started = dict(zip((row._mapping["id"] for row in limited), chosen, strict=True))
-    kept = [row for row in rows if started.get(row._mapping["id"], True)]
+    each = [
+        {"slot": slot, "running": counts.get(slot, 0), "capacity": capacity(slot, limits)}
+        for slot in needed
+    ]
+    tx.write(_counts(len(each)), numbered(each))
     held = {
-        row._mapping["id"]: candidate.key_slot or ""
-        for row, candidate, go in zip(limited, candidates, chosen, strict=True)
+        found["id"]: candidate.key_slot or ""
+        for found, candidate, go in zip(limited, candidates, chosen, strict=True)
         if go
     }
-    return kept, held
+    return [row for row in rows if row.task_type not in limits or row.id in held], held
 
 
-def _write(tx: Tx, counts: Mapping[str, int], limits: Mapping[str, Concurrency]) -> None:
-    slots = list(counts)
-    parameters: dict[str, Any] = {"ids": slots}
-    running_whens: list[tuple[ColumnElement[bool], Any]] = []
-    capacity_whens: list[tuple[ColumnElement[bool], Any]] = []
-    for n, slot in enumerate(slots):
-        parameters[f"slot_{n}"] = slot
-        parameters[f"running_{n}"] = counts[slot]
-        parameters[f"capacity_{n}"] = concurrency_limits.capacity(slot, limits)
-        running_whens.append((SLOTS.c.id == bindparam(f"slot_{n}"), bindparam(f"running_{n}")))
-        capacity_whens.append((SLOTS.c.id == bindparam(f"slot_{n}"), bindparam(f"capacity_{n}")))
-    tx.write(
-        update(SLOTS)
-        .where(SLOTS.c.id.in_(bindparam("ids", expanding=True)))
-        .values(running=case(*running_whens), capacity=case(*capacity_whens)),
-        parameters,
-    )
+def _key_slot(found: Mapping[Any, Any], limits: Mapping[str, Concurrency]) -> str | None:
+    """The key slot the operation would hold (None: its type has no per-key limit)."""
+    task_type, owner = found["task_type"], found["owner_user_id"]
+    key = str(found["concurrency_key"] or found["subject_id"])
+    return concurrency_limits.slots_of(task_type, owner, key, limits[task_type])[1]
+
+
+_LOCKED = (
+    select(SLOTS.c.id, SLOTS.c.running)
+    .where(SLOTS.c.id.in_(bindparam("ids", expanding=True)))
+    .order_by(SLOTS.c.id)  # one lock order for every claim
+    .with_for_update()
+)
+
+
+@cache
+def _counts(count: int) -> Update:
+    """Each of ``count`` slots given its new count and limit (``CASE id``)."""
+    ids = row_ids("slot", count)
+    own = {name: per_row(SLOTS.c.id, ids, name) for name in ("running", "capacity")}
+    return update(SLOTS).where(SLOTS.c.id.in_(ids)).values(own)
+
+
+@cache
+def _given_back(count: int) -> Update:
+    """Each of ``count`` slots given back its own number of runs (``CASE id``)."""
+    ids = row_ids("slot", count)
+    back = per_row(SLOTS.c.id, ids, "back")
+    return update(SLOTS).where(SLOTS.c.id.in_(ids)).values(running=SLOTS.c.running - back)
 
 
 def release(tx: Tx, held: Iterable[tuple[str, str]]) -> None:
     """Give back the slots of runs that ended: (task type, key slot or "") each, in one
     UPDATE of relative counts (a claim may hold a row's lock: this waits, then subtracts)."""
-    given_back: Counter[str] = Counter()
-    for task_type, key_slot in held:
-        given_back[concurrency_limits.type_slot(task_type)] += 1
-        if key_slot:
-            given_back[key_slot] += 1
-    if not given_back:
-        return
-    slots = sorted(given_back)
-    parameters: dict[str, Any] = {"ids": slots}
-    whens: list[tuple[ColumnElement[bool], Any]] = []
-    for n, slot in enumerate(slots):
-        parameters[f"slot_{n}"] = slot
-        parameters[f"back_{n}"] = given_back[slot]
-        whens.append((SLOTS.c.id == bindparam(f"slot_{n}"), bindparam(f"back_{n}")))
-    tx.write(
-        update(SLOTS)
-        .where(SLOTS.c.id.in_(bindparam("ids", expanding=True)))
-        .values(running=SLOTS.c.running - case(*whens, else_=0)),
-        parameters,
+    given_back = Counter(
+        slot
+        for task_type, key_slot in held
+        for slot in (concurrency_limits.type_slot(task_type), key_slot)
+        if slot
     )
+    if given_back:
+        each = [{"slot": slot, "back": given_back[slot]} for slot in sorted(given_back)]
+        tx.write(_given_back(len(each)), numbered(each))
 
 
 _IDLE = select(SLOTS.c.id).where(SLOTS.c.running == 0).limit(bindparam("limit"))

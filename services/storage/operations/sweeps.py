@@ -16,12 +16,12 @@ from typing import Any
 
 from sqlalchemy import Select, bindparam, select, update
 
-from durable_ops.model import fairness, lifecycle
+from durable_ops.model import lifecycle
 from durable_ops.model.lifecycle import Event
 from durable_ops.model.states import PENDING_STATES
 from durable_ops.storage.events import Requeued, publish
 from durable_ops.storage.operations import aging, apply
-from durable_ops.storage.operations.creation import turn_inputs
+from durable_ops.storage.operations.creation import next_turn, turn_inputs
 from durable_ops.storage.operations.rows import OPS, ROWS_MAX, S, deadline_open, facts
 from durable_ops.storage.tx import ScopeViolation, Tx
 
@@ -102,12 +102,7 @@ def _let_due_into_line(tx: Tx, now: datetime) -> int:
     one write per operation, so a thousand due at once join in ten sweeps."""
     due = sorted(tx.execute(_HELD_NOW_DUE, {"now": now}), key=lambda row: (row.not_before, row.id))
     for row in due:
-        inputs = tx.execute(
-            _OWNERS_TURN, {"owner": row.owner_user_id, "priority": row.priority, "now": now}
-        ).one()
-        turn = fairness.start_tag(
-            head=inputs.head, owner_last=inputs.owner_last, share=inputs.share, now=now
-        )
+        turn = next_turn(tx, _OWNERS_TURN, now, owner=row.owner_user_id, priority=row.priority)
         tx.write(_INTO_LINE, {"operation_id": row.id, "turn": turn})
     return len(due)
 
