@@ -33,7 +33,7 @@ def require_entitled(*, global_enabled: bool, plan: Plan, ai_enabled: bool) -> N
 def require_capacity(*, owner_active: int, everyone_active: int, limits: Limits) -> None:
     if owner_active >= limits.per_user:
         raise CapacityExceeded(
-            f"at most {limits.per_user} AI analyses may run at once per user",
+            f"at most {limits.per_user} AI analyses may be queued or running at once per user",
             retry_after_seconds=RETRY_AFTER_SECONDS,
         )
     if everyone_active >= limits.global_:

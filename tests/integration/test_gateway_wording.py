@@ -79,7 +79,9 @@ def test_both_over_capacity_answers_are_full_sentences(services: Services) -> No
                 assert (await _start(client, job, "alice")).status_code == 202
             per_user = await _start(client, alices[2], "alice")
             assert per_user.status_code == 429
-            assert per_user.json()["detail"] == "At most 2 AI analyses may run at once per user."
+            assert per_user.json()["detail"] == (
+                "At most 2 AI analyses may be queued or running at once per user."
+            )
             assert (await _start(client, bobs[0], "bob")).status_code == 202  # 3 of 3 in use
             everyone = await _start(client, bobs[1], "bob")
             assert everyone.status_code == 429
