@@ -1,9 +1,11 @@
 """``/api/operations``: list, get, wait for, cancel and retry the caller's operations.
 
-``GET /api/operations/{id}:wait?timeout=S`` is a long-poll: it answers as soon
-as the operation is done, or after ``S`` seconds (at most 30) with its state
-then. With ``seen=<updated_at>`` (as the caller last read it) any change also
-answers, so a page follows state and progress without polling. A live
+``GET /api/operations/{id}:wait?timeout=S`` is a long-poll (SPEC §5): it
+answers as soon as the operation's state differs from the state it had as the
+wait began (a claim, a retry's wait, the end), or after ``S`` seconds (at most
+30) with its state then. With ``seen=<updated_at>`` (as the caller last read
+it) any change also answers, so a page follows progress without polling. The
+rule is ``OperationsService.WaitOperation``'s (``OperationsApp.wait``). A live
 operation's answers carry ``Retry-After``: when to look again.
 
 A user holds at most OPS_GATEWAY_LONG_POLLS_PER_USER waits open at once (16 by
@@ -253,12 +255,14 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
     },
     "/api/operations/{id}:wait": {
         "get": endpoint(
-            "Wait until the operation is done or changes, or the timeout passes (a long-poll)",
+            "Wait until the operation's state changes (or, given `seen`, anything changes),"
+            " or the timeout passes (a long-poll)",
             "waitOperation",
             _TAG,
             {
                 "200": ok(
-                    "the operation: done, or as it is at the timeout (then with Retry-After)",
+                    "the operation: in another state than at the start (or changed from"
+                    " `seen`), or as it is at the timeout; live, with Retry-After",
                     ref("Operation"),
                 ),
                 **errors(400, 404, 429, 503, 504),
@@ -273,8 +277,8 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
                 query(
                     "seen",
                     {"type": "string", "format": "date-time"},
-                    "the operation's `updated_at` as last read: any change answers too;"
-                    " without it only the end does",
+                    "the operation's `updated_at` as last read: any change answers too"
+                    " (progress, a cancel request); without it only a change of state does",
                 ),
             ],
         )

@@ -112,18 +112,31 @@ class OperationsApp:
         )
 
     async def wait(
-        self, owner: str, operation_id: str, seconds: float, seen: datetime | None = None
+        self,
+        owner: str,
+        operation_id: str,
+        seconds: float,
+        seen: datetime | None = None,
+        *,
+        state_changes: bool = False,
     ) -> UserOperation:
-        """The operation once it is done, or differs from ``seen``, or after ``seconds``."""
+        """The operation once it is done, or differs from ``seen``, or after ``seconds``;
+        with ``state_changes`` also once its state differs from the state it had as the wait
+        began (our ``WaitOperation`` and the HTTP long-poll, SPEC §5; google.longrunning's
+        answers only when done)."""
         loop = asyncio.get_running_loop()
         give_up_at = loop.time() + seconds
+        began: OperationState | None = None  # the first read's state, with state_changes
         # Registered before the first read, so a change between the read and the wait wakes it.
-        with self.watch.watching(moved(seen), operation_id) as watch:
+        with self.watch.watching(moved(seen, lambda: began), operation_id) as watch:
             while True:
                 watch.rearm()
                 row = await self.get(owner, operation_id)
+                state = OperationState(row.state)
+                if state_changes and began is None:
+                    began = state
                 left = give_up_at - loop.time()
-                if left <= 0 or answers(seen, Version(OperationState(row.state), row.updated_at)):
+                if left <= 0 or answers(seen, Version(state, row.updated_at), began):
                     return row
                 with suppress(TimeoutError):  # then read once more, and answer that
                     async with asyncio.timeout(left):

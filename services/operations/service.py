@@ -86,7 +86,10 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         owner = _owner(context)
         seen, seconds = convert.seen(request), convert.wait_seconds(request)
         with self.open_calls.holding():
-            row = await self.app.wait(owner, request.operation_id, seconds, seen)
+            # A change of state answers too (SPEC §5, the HTTP long-poll's contract).
+            row = await self.app.wait(
+                owner, request.operation_id, seconds, seen, state_changes=True
+            )
         return convert.operation(row)
 
     async def ListOperations(

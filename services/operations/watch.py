@@ -41,19 +41,26 @@ class Interest:
     every_ticks: int = 1
 
 
-def answers(seen: datetime | None, version: Version | None) -> bool:
-    """Whether a waiter that saw ``seen`` (``None``: it waits for the end) has its answer.
+def answers(
+    seen: datetime | None, version: Version | None, began: OperationState | None = None
+) -> bool:
+    """Whether a waiter has its answer: the operation is done, or its state differs from
+    ``began`` (the state it had as the wait began), or its ``updated_at`` from ``seen`` (any
+    change the owner sees); ``None`` for either: that does not answer, only the end does.
 
     A vanished operation answers too: the waiter's read says it is not found.
     """
     if version is None or version.state.is_terminal:
         return True
+    if began is not None and version.state is not began:
+        return True
     return seen is not None and version.updated_at != seen
 
 
-def moved(seen: datetime | None) -> Interest:
-    """The end of the operation, or (``seen``) any change from what the caller saw."""
-    return Interest(lambda version: answers(seen, version), lambda change: True)
+def moved(seen: datetime | None, began: Callable[[], OperationState | None]) -> Interest:
+    """The end of the operation, or a change from what the caller saw (``answers``); the
+    state it began in is known from the waiter's first read, so it is asked each time."""
+    return Interest(lambda version: answers(seen, version, began()), lambda change: True)
 
 
 # Every third tick (0.3 s): a replica's 200 open lease streams cost it about 3 queries a

@@ -240,6 +240,29 @@ def test_wait_long_polls_until_done_and_live_answers_say_when_to_look_again(
     run(scenario())
 
 
+def test_a_wait_begun_while_queued_answers_when_the_operation_starts_running(
+    services: Services,
+) -> None:
+    """SPEC §5: the long-poll answers on a change of state, not only at the end."""
+    waited = create_operation(services, "alice", key="starts")
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            waiting = asyncio.ensure_future(
+                client.get(f"/api/operations/{waited.id}:wait?timeout=20", headers=bearer("alice"))
+            )
+            await asyncio.sleep(0.3)
+            assert not waiting.done()  # queued still: it waits
+            claimed = await asyncio.to_thread(claim, services, ["strategy.snapshot"])
+            started = await asyncio.wait_for(waiting, 2)  # not at the 20 s timeout
+            assert started.status_code == 200, started.text
+            assert started.json()["id"] == claimed.operation_id == waited.id
+            assert started.json()["state"] == "running"
+            assert started.headers["retry-after"] == "1"
+
+    run(scenario())
+
+
 def test_wait_with_the_seen_version_answers_on_progress(
     services: Services, clock: ManualClock
 ) -> None:

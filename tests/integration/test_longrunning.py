@@ -9,6 +9,7 @@ keep a broken build from hanging; nothing is timed.
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import grpc
@@ -189,6 +190,22 @@ def _cancelled_lease(ops: OpsClient) -> Lease:
     lease = ops.claim_one()
     ops.cancel(ALICE, lease.id)
     return lease
+
+
+def test_wait_answers_only_when_done_not_when_the_operation_starts(
+    services: Services, ops: OpsClient
+) -> None:
+    """Google's ``WaitOperation``: done or the timeout; a change of state alone (which our
+    own ``WaitOperation`` answers) is not its answer."""
+    created = ops.create(ALICE, "lro-wait-start")
+    started = time.monotonic()
+    with later(ops.claim_one):
+        answer = _wait(services, ops, created.id, seconds=0.8)
+    assert time.monotonic() - started >= 0.8
+    assert not answer.done
+    metadata = pb.Operation()
+    assert answer.metadata.Unpack(metadata)
+    assert metadata.state == pb.OPERATION_STATE_RUNNING
 
 
 def test_wait_returns_the_live_operation_at_its_timeout(services: Services, ops: OpsClient) -> None:

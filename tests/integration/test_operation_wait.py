@@ -2,7 +2,8 @@
 
 Given the ``updated_at`` the caller saw, any change answers: a claim, a
 progress beat, a cancel request, the end; through this replica at once, through
-another by the shared watch. Without it only the end answers. The servers'
+another by the shared watch. Without it a change of state answers (SPEC §5, as the
+HTTP long-poll this call serves), and the end. The servers'
 clock is moved by hand before each change, so every change has its own
 ``updated_at``. Timeouts here only keep a broken build from hanging.
 """
@@ -95,7 +96,21 @@ def test_a_version_already_gone_answers_at_once(ops: OpsClient, clock: ManualClo
     assert answer.id == lease.id
 
 
-def test_without_a_seen_version_only_the_end_answers(ops: OpsClient, clock: ManualClock) -> None:
+def test_without_a_seen_version_a_change_of_state_answers(
+    ops: OpsClient, elsewhere: OpsClient, clock: ManualClock
+) -> None:
+    """A claim through another replica: found by the shared watch's query."""
+    queued = ops.create(ALICE, "wait-start")
+    began = time.monotonic()
+    with _later(clock, elsewhere.claim_one):  # 0.3 s on
+        started = _wait(ops, None, 3.0, operation_id=queued.id)
+    assert started.state == pb.OPERATION_STATE_RUNNING
+    assert time.monotonic() - began < 2.5  # the claim answered, not the timeout
+
+
+def test_without_a_seen_version_a_move_within_its_state_does_not_answer(
+    ops: OpsClient, clock: ManualClock
+) -> None:
     queued = ops.create(ALICE, "wait-end")
     lease = ops.claim_one()
 

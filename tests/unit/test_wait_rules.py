@@ -1,5 +1,6 @@
-"""The pure rules of a long-poll: when a waiter has its answer, how ``seen`` is read, and
-the ``Retry-After`` of an answer."""
+"""The pure rules of a long-poll: when a waiter has its answer (the end, a change of state,
+a change from the version it saw), how ``seen`` is read, and the ``Retry-After`` of an
+answer."""
 
 from __future__ import annotations
 
@@ -34,6 +35,24 @@ def test_when_a_waiter_has_its_answer(
     seen: datetime | None, version: Version | None, expected: bool
 ) -> None:
     assert answers(seen, version) is expected
+
+
+@pytest.mark.parametrize(
+    ("seen", "began", "version", "expected"),
+    [
+        (None, OperationState.QUEUED, Version(OperationState.RUNNING, LATER), True),  # it starts
+        (None, OperationState.RUNNING, Version(OperationState.RUNNING, LATER), False),  # a beat
+        (None, OperationState.RUNNING, Version(OperationState.WAITING_FOR_RETRY, LATER), True),
+        (None, OperationState.QUEUED, Version(OperationState.SUCCEEDED, LATER), True),
+        (SEEN, OperationState.RUNNING, Version(OperationState.RUNNING, LATER), True),  # seen moved
+        (SEEN, OperationState.RUNNING, Version(OperationState.RUNNING, SEEN), False),
+        (None, OperationState.QUEUED, None, True),
+    ],
+)
+def test_a_change_of_state_answers_a_waiter_that_asks_for_it(
+    seen: datetime | None, began: OperationState, version: Version | None, expected: bool
+) -> None:
+    assert answers(seen, version, began) is expected
 
 
 @pytest.mark.parametrize("state", [state for state in OperationState if state.is_terminal])

@@ -392,8 +392,10 @@ Global___GetOperationRequest: _TypeAlias = GetOperationRequest  # noqa: Y015
 
 @_typing.final
 class WaitOperationRequest(_message.Message):
-    """Answers as soon as the operation is done, or differs from the version the
-    caller saw, or the timeout passes: a long-poll that follows progress.
+    """Answers as soon as the operation's state differs from the state it had as
+    the wait began (a claim, the end, ...), or it differs from the version the
+    caller saw, or the timeout passes: the HTTP long-poll's rule (SPEC §5).
+    google.longrunning's WaitOperation answers only when done, or at its timeout.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -405,7 +407,7 @@ class WaitOperationRequest(_message.Message):
     @_builtins.property
     def seen_updated_at(self) -> _timestamp_pb2.Timestamp:
         """The `updated_at` of the operation as last seen: any change answers (state,
-        progress, cancel request, a heartbeat). Unset: only being done answers.
+        progress, cancel request, a heartbeat). Unset: only a change of state answers.
         """
 
     @_builtins.property
