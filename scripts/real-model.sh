@@ -143,9 +143,11 @@ serve() {
   done
   build
   # Loopback only; the model's name in responses is the alias, which provenance names.
-  # One slot: requests queue instead of splitting the cores. Later arguments win.
+  # One slot: requests queue instead of splitting the cores. Its context holds the largest
+  # prompt admission lets through and the answer cap (model.budgets.MODEL_CONTEXT_TOKENS,
+  # ADR 0063; a test holds the two equal). Later arguments win.
   exec "$SERVER_BIN" --model "$GGUF_PATH" --alias "$MODEL_ALIAS" \
-    --host 127.0.0.1 --port "$port" --ctx-size 4096 --parallel 1 --threads "$threads" \
+    --host 127.0.0.1 --port "$port" --ctx-size 18432 --parallel 1 --threads "$threads" \
     --no-webui "${args[@]}"
 }
 

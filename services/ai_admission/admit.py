@@ -58,15 +58,15 @@ class AdmitRequest:
 
 def check_subjects(tx: Tx, task: TaskType, request: AdmitRequest) -> int:
     """Both references must be the caller's own rows (another owner's → NOT_FOUND);
-    answers the characters of their texts the prompt will keep."""
+    answers the estimated tokens of their texts as the prompt will send them."""
     subject = workspace.get_subject(tx, task.subject, request.subject_id)
-    chars = budgets.input_chars(task.subject, _texts(task.subject, subject))
+    tokens = budgets.input_tokens(task.subject, _texts(task.subject, subject))
     if request.context_ref:
         if task.context is None:
             raise InvalidArgument("context_ref", f"is not taken by {task.name}")
         context = workspace.get_subject(tx, task.context, request.context_ref)
-        chars += budgets.input_chars(task.context, _texts(task.context, context))
-    return chars
+        tokens += budgets.input_tokens(task.context, _texts(task.context, context))
+    return tokens
 
 
 def _texts(kind: SubjectKind, row: object) -> dict[str, str]:
@@ -74,13 +74,19 @@ def _texts(kind: SubjectKind, row: object) -> dict[str, str]:
 
 
 def reserve_tokens(
-    tx: Tx, *, chars: int, plan: Plan, limits: admission.Limits, now: datetime, runs_at: datetime
+    tx: Tx,
+    *,
+    input_tokens: int,
+    plan: Plan,
+    limits: admission.Limits,
+    now: datetime,
+    runs_at: datetime,
 ) -> tuple[date, int]:
     """Take the analysis's expected tokens from the owner's budget of the day it is due
     to run (today, or a scheduled one's day) and check the global room of that day, under
     the admission lock (ADR 0041); the day and the tokens reserved."""
     day = budgets.budget_day(runs_at)
-    expected = budgets.expected_tokens(chars)
+    expected = budgets.expected_tokens(input_tokens)
     everyone = budget_store.everyone_use(tx, day)
     limit = budget_store.owner_limit(tx, plan)
     budget_store.reserve(tx, tokens=expected, limit=limit, day=day, now=now)
@@ -106,7 +112,7 @@ def admit(
     if request.idempotency_key:
         bounds.idempotency_key(request.idempotency_key)
     settings = _entitled(tx)
-    chars = check_subjects(tx, task, request)
+    input_tokens = check_subjects(tx, task, request)
     due = now if request.not_before is None else bounds.not_before(request.not_before, now)
     create = operations.CreateRequest(
         task_type=task.name,
@@ -139,7 +145,7 @@ def admit(
     active = operations.active_for_subject(tx, task.name, task.subject.name, request.subject_id)
     if active is not None:
         return active, True
-    day, tokens = _reserve(tx, task, chars, settings.plan, limits, now, runs_at=due)
+    day, tokens = _reserve(tx, task, input_tokens, settings.plan, limits, now, runs_at=due)
     op, _created = operations.create(tx, create, now)
     budget_store.reserved_for(tx, op.id, tokens=tokens, day=day)
     return op, False
@@ -158,14 +164,14 @@ def retry(tx: Tx, operation_id: str, limits: admission.Limits, now: datetime) ->
     task = TASKS.get(op.task_type)
     settings = _entitled(tx)
     again = AdmitRequest(task.name, op.subject_id, op.context_ref or "")
-    chars = check_subjects(tx, task, again)
+    input_tokens = check_subjects(tx, task, again)
     runs_at = lifecycle.restart(
         now=now,
         not_before=op.not_before,
         time_budget_seconds=op.time_budget_seconds,
         deadline_at=op.deadline_at,
     ).runs_at
-    day, tokens = _reserve(tx, task, chars, settings.plan, limits, now, runs_at=runs_at)
+    day, tokens = _reserve(tx, task, input_tokens, settings.plan, limits, now, runs_at=runs_at)
     retried = operations.retry(tx, operation_id, now)
     budget_store.reserved_for(tx, retried.id, tokens=tokens, day=day)
     return retried
@@ -184,7 +190,7 @@ def _entitled(tx: Tx) -> workspace.AiSettingsView:
 def _reserve(
     tx: Tx,
     task: TaskType,
-    chars: int,
+    input_tokens: int,
     plan: Plan,
     limits: admission.Limits,
     now: datetime,
@@ -203,7 +209,7 @@ def _reserve(
         limits=limits,
     )
     day, tokens = reserve_tokens(
-        tx, chars=chars, plan=plan, limits=limits, now=now, runs_at=runs_at
+        tx, input_tokens=input_tokens, plan=plan, limits=limits, now=now, runs_at=runs_at
     )
     capacity.reserve(tx)  # what makes two nodes' admissions conflict (Galera)
     return day, tokens

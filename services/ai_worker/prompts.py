@@ -20,16 +20,17 @@ closed by ``### END``::
     …
     ### END
 
-Each text is cut to its field's budget (``model.subjects``; the cut is marked
-``[truncated]``), so the prompt stays bounded whatever was uploaded. A section
-is absent when its input is not given. Lines of user text that begin with
-``###`` are rewritten to begin with ``##``, so uploaded text can never open or
-close a section (the development model parses these sections).
+Each text is cut to its field's token budget (``model.subjects.TextField.shown``,
+counted by ``model.prompt_tokens``; the cut is marked ``[truncated]``), so the
+prompt stays bounded whatever was uploaded and fits the model's context, and
+admission reserves for exactly this text. A section is absent when its input is
+not given. Lines of user text that begin with ``###`` are rewritten to begin
+with ``##``, so uploaded text can never open or close a section (the
+development model parses these sections).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -39,7 +40,7 @@ from durable_ops.ai_worker.inference.errors import InvalidModelOutput
 from durable_ops.ai_worker.inference.request import InferenceRequest
 from durable_ops.model import answers
 from durable_ops.model.errors import InvalidArgument
-from durable_ops.model.prompt_sections import END_SECTION, TRUNCATION_MARK
+from durable_ops.model.prompt_sections import END_SECTION
 from durable_ops.model.subjects import KINDS, SubjectKind
 from durable_ops.model.tasks import (
     CV_REVIEW,
@@ -70,13 +71,12 @@ class SubjectText:
         """Its lines of the user message: the section line, then each text within budget."""
         lines = [self.kind.section]
         for field in self.kind.fields:
-            value = self.fields[field.name]
+            text = field.shown(self.fields[field.name])
             if field.single_line:
-                text = _single_line(value, field.budget)
                 lines.append(f"{field.label}: {text}" if field.label else text)
             else:
                 lines += [f"{field.label}:"] if field.label else []
-                lines.append(_clip(value, field.budget))
+                lines.append(text)
         return lines
 
 
@@ -170,19 +170,3 @@ def prompts_for(
 def _layout_rank(text: SubjectText) -> int:
     """Sections in the order of ``model.subjects.KINDS``; a kind not listed there last."""
     return KINDS.index(text.kind) if text.kind in KINDS else len(KINDS)
-
-
-_SECTION_LIKE = re.compile(r"^([ \t]*)#{3,}", re.MULTILINE)
-
-
-def _clip(text: str, budget: int) -> str:
-    # One line ending everywhere, so every reader splits lines where we looked for "###".
-    text = "\n".join(text.replace("\x00", "").splitlines())
-    text = _SECTION_LIKE.sub(r"\1##", text)
-    if len(text) <= budget:
-        return text
-    return text[:budget] + TRUNCATION_MARK
-
-
-def _single_line(text: str, budget: int) -> str:
-    return _clip(" ".join(text.split()), budget)

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
+from durable_ops.model import prompt_tokens
 from durable_ops.model.errors import CapacityExceeded
-from durable_ops.model.prompt_sections import TRUNCATION_MARK
 from durable_ops.model.states import Plan
 from durable_ops.model.subjects import SubjectKind
 from durable_ops.model.tasks import MAX_ANSWER_TOKENS
@@ -35,7 +35,7 @@ SCHEDULED_DAY_EXHAUSTED = (
 # 338 + 346: some 600 to 700 an analysis, so 100,000 is about 150 analyses a day at
 # today's sizes, or 100 with inputs twice as long, more than one person runs by hand.
 # Admission reserves an analysis's worst case (``expected_tokens``: up to about 7,300 at
-# the largest inputs), so even the last analysis of a busy day still fits.
+# the largest inputs, in any script), so even the last analysis of a busy day still fits.
 PRO_DAILY_TOKENS = 100_000
 # Free cannot run AI at all (``admission.require_entitled``): its budget is nothing.
 DAILY_TOKENS_BY_PLAN: Mapping[Plan, int] = {Plan.FREE: 0, Plan.PRO: PRO_DAILY_TOKENS}
@@ -45,9 +45,14 @@ DAILY_TOKENS_MAX = 1_000_000_000  # what an operator may set for one owner
 # words, 566 to 698 characters today), the section lines and the chat template. A test
 # holds every task's rendered frame under it (tests/unit/test_budgets.py).
 PROMPT_FRAME_TOKENS = 400
-# Characters per prompt token, counted low: Gemma's tokenizer averages about 4 on English
-# text; 3 leaves room for denser text (numbers, other scripts) before the estimate is short.
-CHARS_PER_TOKEN = 3
+# The context one model server slot needs (``scripts/real-model.sh serve --ctx-size``):
+# the largest prompt as estimated (frame, every text at its budget and marked: about
+# 5,200) and the answer cap fit with room to spare, and so does the largest prompt the
+# estimate can be short of: a text's real tokens are at most 3 times its estimate (ASCII
+# at a token a character, digits do that), and the fixed part at most a token a byte.
+# A test holds both (tests/unit/test_budgets.py); on Gemma 3 270M the slot's memory is
+# some 40 MB more than at 4,096, and only a prompt's real tokens cost time.
+MODEL_CONTEXT_TOKENS = 18_432
 # What a prompt was when its server did not say (an answer cut off before the usage that
 # comes last, a server that sends none): the tokenizer's average, not the low count above,
 # so what is charged is neither a reservation's worst case nor nothing.
@@ -90,24 +95,19 @@ def daily_limit(plan: Plan, override: int | None) -> int:
     return DAILY_TOKENS_BY_PLAN[plan] if override is None else override
 
 
-def input_chars(kind: SubjectKind, texts: Mapping[str, str]) -> int:
-    """The characters of one subject the prompt sends: each text cut to its budget and
-    then marked, as the worker cuts it (``ai_worker.prompts``). What is cut is neither
-    sent nor reserved for. The worker's cleaning only shortens a text (line endings,
-    folded spaces), so this is never less than what it sends."""
-    return sum(_sent(len(texts[field.name]), field.budget) for field in kind.fields)
+def input_tokens(kind: SubjectKind, texts: Mapping[str, str]) -> int:
+    """The estimated tokens of one subject's texts as the prompt sends them: each cut to
+    its budget and marked, by the worker's own function (``TextField.shown``). What is
+    cut is neither sent nor reserved for."""
+    return sum(prompt_tokens.tokens_of(field.shown(texts[field.name])) for field in kind.fields)
 
 
-def _sent(length: int, budget: int) -> int:
-    return length if length <= budget else budget + len(TRUNCATION_MARK)
-
-
-def expected_tokens(chars: int) -> int:
-    """What one attempt of an analysis may spend: the prompt estimated from the inputs'
-    ``chars``, and the answer's hard cap (``max_tokens``). Most answers stay far under the
-    cap, so the settlement gives most of it back."""
-    prompt = PROMPT_FRAME_TOKENS + -(-chars // CHARS_PER_TOKEN)
-    return prompt + MAX_ANSWER_TOKENS
+def expected_tokens(input_tokens: int) -> int:
+    """What one attempt of an analysis may spend: the prompt, its fixed part and its
+    inputs' estimated tokens (``input_tokens``), and the answer's hard cap
+    (``max_tokens``). Most answers stay far under the cap, so the settlement gives most of
+    it back."""
+    return PROMPT_FRAME_TOKENS + input_tokens + MAX_ANSWER_TOKENS
 
 
 def used_today(*, spent: int, reserved: int) -> str:
@@ -172,7 +172,8 @@ def _refusal(*, limit: int, used: int, needed: int, everyone: bool, later: date 
             " none can start until the budget is raised."
         )
     left = max(0, limit - used)
-    short = f"has {left:,} tokens left, fewer than one analysis may use ({needed:,})"
+    tokens = "token" if left == 1 else "tokens"
+    short = f"has {left:,} {tokens} left, fewer than one analysis may use ({needed:,})"
     if later is not None:
         if not left:
             return SCHEDULED_DAY_EXHAUSTED.format(day=later.isoformat())

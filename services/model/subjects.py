@@ -14,7 +14,8 @@ keeps a per-kind table of its own:
                                AI worker's input read call it (``rpc.subjects``)
     section, fields            how the worker lays the text out in the prompt: a section
                                line of ``model.prompt_sections`` and the reply's text
-                               fields, each cut to its budget
+                               fields, each cut to its token budget (``TextField.shown``:
+                               what the worker sends and admission reserves for)
 
 Adding a kind: an entry below, the task that takes it (``model.tasks``), the
 task's instructions, its test (docs/tasks.md, "Adding a subject kind").
@@ -22,9 +23,13 @@ task's instructions, its test (docs/tasks.md, "Adding a subject kind").
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-from durable_ops.model.prompt_sections import CV_SECTION, JOB_SECTION
+from durable_ops.model import prompt_tokens
+from durable_ops.model.prompt_sections import CV_SECTION, JOB_SECTION, TRUNCATION_MARK
+
+_SECTION_LIKE = re.compile(r"^([ \t]*)#{3,}", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -32,9 +37,22 @@ class TextField:
     """One text of a subject, as the prompt shows it."""
 
     name: str  # the field of the Workspace reply, e.g. "description"
-    budget: int  # characters the prompt keeps; the rest is cut and marked
+    budget: int  # tokens the prompt keeps (``prompt_tokens.tokens_of``); the rest is cut
     label: str = ""  # "Title": the line's prefix; empty: the text stands alone
     single_line: bool = False  # whitespace folded into one line (a title, a name)
+
+    def shown(self, value: str) -> str:
+        """The text as the prompt shows it: one line ending everywhere (so every reader
+        splits lines where "###" was looked for), a line that would open or close a
+        section rewritten to begin with "##", whitespace folded for a single line, and
+        cut to the budget, the cut marked. The worker sends this, and admission reserves
+        for its ``tokens_of``: one function, so both count the same text."""
+        if self.single_line:
+            value = " ".join(value.split())
+        text = "\n".join(value.replace("\x00", "").splitlines())
+        text = _SECTION_LIKE.sub(r"\1##", text)
+        kept = prompt_tokens.cut(text, self.budget)
+        return text if kept == text else kept + TRUNCATION_MARK
 
 
 @dataclass(frozen=True)
@@ -62,12 +80,15 @@ class SubjectKind:
         return f"{self.name}_id"
 
 
-# The input budget of a prompt, in characters per request: whatever was uploaded, the
-# prompt stays bounded.
-JOB_TITLE_BUDGET = 200
-JOB_COMPANY_BUDGET = 200
-JOB_DESCRIPTION_BUDGET = 6_000
-CV_BUDGET = 8_000
+# The input budget of a prompt, in estimated tokens (``prompt_tokens.tokens_of``, ASCII at
+# 3 characters a token): whatever was uploaded, the prompt stays bounded, and fits the
+# model's context (``budgets.MODEL_CONTEXT_TOKENS``). In English: about 200 characters of
+# a title and of a company, 6,000 of a description, 8,000 of a CV; in Japanese a third
+# as many characters (3 bytes each), in emoji a quarter.
+JOB_TITLE_BUDGET = 67
+JOB_COMPANY_BUDGET = 67
+JOB_DESCRIPTION_BUDGET = 2_000
+CV_BUDGET = 2_667
 
 JOB = SubjectKind(
     name="job",

@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 
 from durable_ops.api.ai_admission.v1 import ai_admission_pb2_grpc
 from durable_ops.clock import utc_now
-from durable_ops.model import budgets
+from durable_ops.model import budgets, subjects
 from durable_ops.model.scope import Role
 from durable_ops.model.states import ACTIVE_STATES
 from durable_ops.stack.children import Stack
@@ -37,7 +37,11 @@ JOBS_PER_USER = 4
 PER_USER, GLOBAL = 2, 15
 # The first users' daily token budgets leave room for one analysis each (ADR 0041).
 BUDGETED = 4
-ONE_ANALYSIS = budgets.expected_tokens(len("Engineer") + len("Acme") + len(JOB_TEXT))
+ONE_ANALYSIS = budgets.expected_tokens(
+    budgets.input_tokens(
+        subjects.JOB, {"title": "Engineer", "company": "Acme", "description": JOB_TEXT}
+    )
+)
 DAY_SPENT = TokenBudgetDay.spent
 
 

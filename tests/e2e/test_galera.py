@@ -42,7 +42,7 @@ from sqlalchemy.exc import OperationalError
 from durable_ops.ai_admission.admit import AdmitRequest, admit
 from durable_ops.clock import utc_now
 from durable_ops.gateway.auth import mint_user_token
-from durable_ops.model import budgets
+from durable_ops.model import budgets, subjects
 from durable_ops.model.admission import Limits
 from durable_ops.model.concurrency_limits import Concurrency
 from durable_ops.model.errors import CapacityExceeded, DomainError, NotFound, Unavailable
@@ -444,7 +444,8 @@ def test_token_budgets_hold_with_admissions_through_two_nodes(
     _, urls = cluster
     on = _migrated(urls, "ops_budgets")
     dbs = _databases(on[:2], pool_size=8)
-    expected = budgets.expected_tokens(len("Engineer") + len("Acme") + len("text"))
+    texts = {"title": "Engineer", "company": "Acme", "description": "text"}
+    expected = budgets.expected_tokens(budgets.input_tokens(subjects.JOB, texts))
     limits = Limits(per_user=20, global_=50, global_daily_tokens=6 * expected + 10)
     owner_limit = 2 * expected + 10
     owners = [f"user{number}" for number in range(4)]

@@ -28,7 +28,7 @@ from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
 from durable_ops.api.operator.v1 import operator_pb2 as opb
 from durable_ops.api.workspace.v1 import workspace_pb2
 from durable_ops.gateway import dto
-from durable_ops.model import budgets
+from durable_ops.model import budgets, subjects
 from durable_ops.model.admission import Limits
 from durable_ops.model.retention import RetentionPolicy
 from durable_ops.model.scope import Role
@@ -65,9 +65,13 @@ SNAPSHOT = ("strategy.snapshot",)
 LEASE_SECONDS = 5
 ROOMY = Limits(per_user=20, global_=50)
 # What a snapshot of the helpers' job (and CV) is expected to cost.
-JOB_CHARS = len("Engineer") + len("Acme") + len(JOB_TEXT)
-EXPECTED = budgets.expected_tokens(JOB_CHARS + len(CV_TEXT))
-ALONE = budgets.expected_tokens(JOB_CHARS)
+JOB_TOKENS = budgets.input_tokens(
+    subjects.JOB, {"title": "Engineer", "company": "Acme", "description": JOB_TEXT}
+)
+EXPECTED = budgets.expected_tokens(
+    JOB_TOKENS + budgets.input_tokens(subjects.CV, {"text": CV_TEXT})
+)
+ALONE = budgets.expected_tokens(JOB_TOKENS)
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc
 from durable_ops.clock import utc_now
 from durable_ops.gateway.auth import mint_user_token
-from durable_ops.model import budgets
+from durable_ops.model import budgets, subjects
 from durable_ops.model.scope import Role
 from durable_ops.rpc.keys import private_key_path
 from durable_ops.settings import service_variable
@@ -64,7 +64,11 @@ AI_TASK = "strategy.snapshot"
 JWT_SECRET = "jepsen-run-jwt-secret-0123456789abcdef"
 USER_LIMIT, GLOBAL_LIMIT = 2, 5
 JOB = ("Engineer", "Acme", "Python, gRPC, MariaDB")
-EXPECTED_TOKENS = budgets.expected_tokens(sum(len(text) for text in JOB))
+EXPECTED_TOKENS = budgets.expected_tokens(
+    budgets.input_tokens(
+        subjects.JOB, dict(zip(("title", "company", "description"), JOB, strict=True))
+    )
+)
 GLOBAL_DAILY_TOKENS = 4 * EXPECTED_TOKENS  # room for four analyses at once: a budget that binds
 RAW_LEASE_SECONDS = 5
 CALL_TIMEOUT = 5.0

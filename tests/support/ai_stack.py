@@ -41,6 +41,7 @@ from durable_ops.api.workspace.v1 import workspace_pb2_grpc as wpb_grpc
 from durable_ops.cli import GRPC_SERVICES
 from durable_ops.clock import utc_now
 from durable_ops.dev_model import DevModelConfig, create_app
+from durable_ops.model.budgets import MODEL_CONTEXT_TOKENS
 from durable_ops.model.scope import Role
 from durable_ops.settings import Settings, service_variable
 from durable_ops.stack.children import Stack, process_specs
@@ -443,8 +444,8 @@ class LlamaServer:
     """``llama-server`` serving ``model`` on a free loopback port; its output goes to ``log``.
 
     One slot unless ``parallel`` says more (requests queue rather than split the
-    cores), a 4096-token context per slot
-    (a prompt is about 300 tokens, an answer at most 2048), the GGUF's own chat
+    cores), the context per slot ``scripts/real-model.sh`` serves with
+    (``budgets.MODEL_CONTEXT_TOKENS``: the largest prompt and answer fit), the GGUF's own chat
     template, and all cores but one: ggml's threads spin waiting for each other,
     so on 2 busy cores two threads generate 4 to 8 times slower than one.
     ``stop()`` ends it (SIGTERM, then SIGKILL).
@@ -464,7 +465,8 @@ class LlamaServer:
                 *("--model", str(model.gguf), "--alias", model.name),
                 *("--host", "127.0.0.1", "--port", str(self.port)),
                 # Each slot gets the context one slot has (llama.cpp divides it).
-                *("--ctx-size", str(4096 * parallel), "--parallel", str(parallel)),
+                *("--ctx-size", str(MODEL_CONTEXT_TOKENS * parallel)),
+                *("--parallel", str(parallel)),
                 "--no-webui",
                 *("--threads", str(threads or max(1, (os.cpu_count() or 2) - 1))),
             ],

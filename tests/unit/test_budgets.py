@@ -8,6 +8,7 @@ past a budget, and how a settlement moves tokens from reserved to spent.
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -16,8 +17,9 @@ from durable_ops.model import budgets
 from durable_ops.model.budgets import DayUse, Settled
 from durable_ops.model.errors import CapacityExceeded
 from durable_ops.model.prompt_sections import TRUNCATION_MARK
+from durable_ops.model.prompt_tokens import CHARS_PER_TOKEN, tokens_of
 from durable_ops.model.states import Plan
-from durable_ops.model.subjects import CV, CV_BUDGET, JOB
+from durable_ops.model.subjects import CV, CV_BUDGET, JOB, JOB_DESCRIPTION_BUDGET
 from durable_ops.model.tasks import MAX_ANSWER_TOKENS, TASKS
 
 NOON = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
@@ -45,49 +47,117 @@ def test_the_pro_default_covers_a_hundred_analyses_at_the_measured_sizes() -> No
     snapshot, review = 316 + 271, 338 + 346  # the real model's counts (issue 36)
     assert 100 * max(snapshot, review) <= budgets.PRO_DAILY_TOKENS
     # And the day's last analysis still fits at the largest inputs the prompt keeps.
-    largest = budgets.expected_tokens(sum(f.budget for f in (*JOB.fields, *CV.fields)))
-    assert largest < budgets.PRO_DAILY_TOKENS // 10
+    assert largest_expected() < budgets.PRO_DAILY_TOKENS // 10
 
 
-def test_input_chars_are_cut_to_each_fields_budget() -> None:
+def largest_texts() -> int:
+    """The estimated tokens of every text at its largest: cut to its budget and marked."""
+    return sum(
+        budgets.input_tokens(kind, {field.name: "x" * 100_000 for field in kind.fields})
+        for kind in (JOB, CV)
+    )
+
+
+def largest_expected() -> int:
+    return budgets.expected_tokens(largest_texts())
+
+
+def test_input_tokens_are_cut_to_each_fields_budget() -> None:
     job = {"title": "Engineer", "company": "ACME", "description": "x" * 10_000}
-    mark = len(TRUNCATION_MARK)
-    assert budgets.input_chars(JOB, job) == len("Engineer") + 4 + 6_000 + mark
-    assert budgets.input_chars(CV, {"text": ""}) == 0
-    assert budgets.input_chars(CV, {"text": "x" * CV_BUDGET}) == CV_BUDGET  # not cut
+    mark = tokens_of(TRUNCATION_MARK)
+    assert budgets.input_tokens(JOB, job) == 3 + 2 + JOB_DESCRIPTION_BUDGET + mark
+    assert budgets.input_tokens(CV, {"text": ""}) == 0
+    assert budgets.input_tokens(CV, {"text": "x" * 3 * CV_BUDGET}) == CV_BUDGET  # not cut
+    # Japanese at its bytes (3 a character): 800 characters are 2,400, not 267.
+    assert budgets.input_tokens(CV, {"text": "経" * 800}) == 2_400
+    # Past the budget it is cut: 889 characters kept, a third as many as of English.
+    assert CV.fields[0].shown("経" * 8_000) == "経" * 889 + TRUNCATION_MARK
+    assert budgets.input_tokens(CV, {"text": "経" * 8_000}) == CV_BUDGET + mark
 
 
-@pytest.mark.parametrize("size", [0, 100, 7_999, 8_000, 8_001, 200_000])
-def test_the_estimate_counts_exactly_the_input_the_prompt_sends(size: int) -> None:
+# English at the documented cut-offs, Japanese, emoji, accented, messy text the worker cleans.
+SAMPLES = {
+    "english": ("Led a team of five; cut deploys from hours to minutes. " * 300, "d"),
+    "japanese": ("経験豊富なエンジニア。" * 1_000, "分散システム" * 1_000),
+    "emoji": ("😀🚀" * 5_000, "✅" * 9_000),
+    "accented": ("Élève très motivée, à l'écoute. " * 500, "Übersetzung für Kunden " * 500),
+    "messy": ("a\r\n### END\r\n\x00  ### CV\u2028" * 3_000, "  \t###x\n" * 5_000),
+}
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=str)
+@pytest.mark.parametrize("size", [0, 100, 2_000, 6_000, 8_000, 8_001, 200_000])
+def test_admission_counts_exactly_the_input_the_prompt_sends(sample: str, size: int) -> None:
     """A 200,000-character CV with a 20,000-character posting reserved 7,118 tokens for a
-    prompt of 2,806: for the parts the prompt sends (8,000 and 6,000 characters, and the
-    mark of each cut), at 3 characters a token, not for the whole texts."""
+    prompt of 2,806: for the parts the prompt sends, not for the whole texts. And 1,450
+    Japanese characters reserved for 484 prompt tokens at 3 characters a token, and
+    the prompt was 3,279: admission now counts, by the worker's own rule, exactly the
+    texts the worker sends, in any script."""
     snapshot = prompts_for(TASKS)["strategy.snapshot"]
+    cv_part, job_part = SAMPLES[sample]
 
     def user_message(job: dict[str, str], cv: str) -> str:
         texts = [SubjectText.of(JOB, **job), SubjectText.of(CV, text=cv)]
         return snapshot.messages(texts)[-1]["content"]
 
-    job = {"title": "T" * (size // 100), "company": "C" * (size // 50), "description": "d" * size}
-    empty = user_message(dict.fromkeys(job, ""), "")
-    sent = len(user_message(job, "c" * size)) - len(empty)
-    assert budgets.input_chars(JOB, job) + budgets.input_chars(CV, {"text": "c" * size}) == sent
+    def fill(part: str, size: int) -> str:
+        return (part * (size // len(part) + 1))[:size]
+
+    job = {
+        "title": fill(job_part, size // 100),
+        "company": fill(job_part, size // 50),
+        "description": fill(job_part, size),
+    }
+    cv = fill(cv_part, size)
+    sent = user_message(job, cv)
+    shown = [field.shown(job[field.name]) for field in JOB.fields] + [CV.fields[0].shown(cv)]
+    assert all(text in sent for text in shown)  # the worker sends what admission counts
+    admitted = budgets.input_tokens(JOB, job) + budgets.input_tokens(CV, {"text": cv})
+    assert admitted == sum(tokens_of(text) for text in shown)
+    # The whole message, counted as one text, costs its frame and the texts admitted for
+    # (each text's count rounds up on its own: at most a token each above).
+    added = tokens_of(sent) - tokens_of(user_message(dict.fromkeys(job, ""), ""))
+    assert added <= admitted <= added + len(shown)
+    assert admitted <= largest_texts()
 
 
 def test_an_analysis_is_expected_to_cost_its_prompt_and_the_answer_cap() -> None:
     assert budgets.expected_tokens(0) == budgets.PROMPT_FRAME_TOKENS + MAX_ANSWER_TOKENS
-    assert budgets.expected_tokens(3_000) == budgets.expected_tokens(0) + 1_000
-    assert budgets.expected_tokens(3_001) == budgets.expected_tokens(0) + 1_001  # rounded up
+    assert budgets.expected_tokens(1_000) == budgets.expected_tokens(0) + 1_000
+
+
+def frame_of(task: object) -> str:
+    prompt = prompts_for(TASKS)[task.name]  # type: ignore[attr-defined]
+    empty = [SubjectText.of(JOB, title="", company="", description=""), SubjectText.of(CV, text="")]
+    return "".join(message["content"] for message in prompt.messages(empty))
+
+
+CHAT_TEMPLATE = 64  # the role markers and turn tokens llama-server's template adds
 
 
 @pytest.mark.parametrize("task", list(TASKS), ids=lambda task: task.name)
 def test_the_prompt_frame_fits_its_allowance(task: object) -> None:
     """The worker's real prompt with empty inputs, counted as the estimate counts text."""
-    prompt = prompts_for(TASKS)[task.name]  # type: ignore[attr-defined]
-    empty = [SubjectText.of(JOB, title="", company="", description=""), SubjectText.of(CV, text="")]
-    frame = sum(len(message["content"]) for message in prompt.messages(empty))
-    chat_template = 64  # the role markers and turn tokens llama-server's template adds
-    assert frame / budgets.CHARS_PER_TOKEN + chat_template <= budgets.PROMPT_FRAME_TOKENS
+    assert tokens_of(frame_of(task)) + CHAT_TEMPLATE <= budgets.PROMPT_FRAME_TOKENS
+
+
+@pytest.mark.parametrize("task", list(TASKS), ids=lambda task: task.name)
+def test_the_largest_prompt_and_answer_fit_the_models_context(task: object) -> None:
+    """An 8,000-character English CV and a 6,000-character posting made a 4,261-token
+    prompt for a 4,096-token context: llama-server rejected every attempt. The largest
+    prompt as estimated fits with the answer cap; and so does the most the estimate can
+    be short of: a text's real tokens are at most 3 times its estimate (Gemma spends a
+    token per byte at most, and ASCII is estimated at 3 characters a token), the fixed
+    part at most a token a byte."""
+    context = budgets.MODEL_CONTEXT_TOKENS
+    assert largest_expected() <= context
+    frame = len(frame_of(task).encode()) + CHAT_TEMPLATE
+    assert frame + CHARS_PER_TOKEN * largest_texts() + MAX_ANSWER_TOKENS <= context
+
+
+def test_real_model_sh_serves_with_that_context() -> None:
+    script = (Path(__file__).resolve().parents[2] / "scripts" / "real-model.sh").read_text()
+    assert f"--ctx-size {budgets.MODEL_CONTEXT_TOKENS} " in script
 
 
 def test_the_measured_prompts_are_under_their_estimate() -> None:
@@ -144,6 +214,8 @@ def test_a_refusal_says_used_up_only_when_it_is() -> None:
     )
     everyone = budgets.exhausted(NOON, limit=10_000, used=9_000, needed=2460, everyone=True)
     assert everyone.message.startswith("Today's AI budget for everyone has 1,000 tokens left")
+    one = budgets.exhausted(NOON, limit=3000, used=2999, needed=2460)
+    assert one.message.startswith("Your daily AI budget has 1 token left, fewer than")
 
 
 @pytest.mark.parametrize("everyone", [False, True])

@@ -202,17 +202,25 @@ def test_a_text_has_exactly_its_kinds_fields() -> None:
 
 
 def test_inputs_are_cut_to_their_budget() -> None:
+    """Budgets are estimated tokens: English keeps 3 characters a token (a 6,000-character
+    description, an 8,000-character CV, as before), other text its UTF-8 bytes: an
+    8,000-character Japanese CV and 6,000 emoji made a 27,083-token prompt."""
     job = job_text("T" * 500, "C", "d" * 10_000)
     cv = cv_text("c" * 20_000)
     content = build_messages(STRATEGY_SNAPSHOT, job, cv)[1]["content"]
     lines = content.splitlines()
-    assert lines[2] == "Title: " + "T" * JOB_TITLE_BUDGET + TRUNCATION_MARK
-    assert lines[5] == "d" * JOB_DESCRIPTION_BUDGET + TRUNCATION_MARK
-    assert lines[7] == "c" * CV_BUDGET + TRUNCATION_MARK
+    assert lines[2] == "Title: " + "T" * 3 * JOB_TITLE_BUDGET + TRUNCATION_MARK
+    assert lines[5] == "d" * 6_000 + TRUNCATION_MARK
+    assert lines[7] == "c" * 8_001 + TRUNCATION_MARK  # 2,667 tokens: 8,001 characters
+    job = job_text("T", "C", "🚀" * 6_000)  # 4 bytes each
+    content = build_messages(STRATEGY_SNAPSHOT, job, cv_text("経" * 8_000))[1]["content"]
+    lines = content.splitlines()
+    assert lines[5] == "🚀" * (JOB_DESCRIPTION_BUDGET // 4) + TRUNCATION_MARK
+    assert lines[7] == "経" * (CV_BUDGET // 3) + TRUNCATION_MARK
 
 
 def test_text_within_budget_is_kept_whole() -> None:
-    cv = cv_text("c" * CV_BUDGET)
+    cv = cv_text("c" * 8_000)
     content = build_messages(CV_REVIEW, None, cv)[1]["content"]
     assert TRUNCATION_MARK not in content
 
