@@ -140,22 +140,24 @@ def test_a_cancel_midway_charges_what_the_model_streamed(services: Services) -> 
 
 
 @pytest.mark.parametrize(
-    ("drop", "timeout", "failure_code"),
-    [(False, 1, "model_timeout"), (True, 30, "model_connection_error")],
+    ("drop", "timeout", "failure_code", "exchanges"),
+    [(False, 1, "model_timeout", 1), (True, 30, "model_connection_error", 2)],
     ids=["task-timeout", "server-lost"],
 )
 def test_an_attempt_that_fails_midway_charges_what_the_model_streamed(
-    services: Services, drop: bool, timeout: float, failure_code: str
+    services: Services, drop: bool, timeout: float, failure_code: str, exchanges: int
 ) -> None:
-    """The task timeout (the model stalls), or the model server lost mid-answer."""
+    """The task timeout (the model stalls), or the model server lost mid-answer: that
+    request is sent again once (``inference.router``), lost again here, and both cost."""
     entitle(services.db, OWNER)
     operation_id = _admit(services, OWNER).operation.id
     model = CutOffModel(drop=drop)
     _run(services, model, timeout=timeout)
 
-    prompt = prompt_tokens_of(model.prompt_chars)
+    prompt = prompt_tokens_of(model.prompt_chars) * exchanges
+    streamed = STREAMED * exchanges
     assert OpsClient(services).row(operation_id).state == "waiting_for_retry"
     assert _attempts(services, operation_id) == [
-        ("failed_retryable", failure_code, prompt, STREAMED)
+        ("failed_retryable", failure_code, prompt, streamed)
     ]
-    assert _day(services, OWNER) == (EXPECTED - prompt - STREAMED, prompt + STREAMED)
+    assert _day(services, OWNER) == (EXPECTED - prompt - streamed, prompt + streamed)

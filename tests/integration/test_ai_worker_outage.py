@@ -13,9 +13,14 @@ standing for the 30 s default.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import select
 
@@ -24,7 +29,7 @@ from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.circuit import CircuitBreaker, CircuitState
 from durable_ops.model.routing import Route
 from durable_ops.settings import Settings
-from durable_ops.storage.schema import OperationAttempt
+from durable_ops.storage.schema import AnswerDraft, OperationAttempt
 from tests.integration.test_ai_worker_executor import Workspace, executor_on
 from tests.support.ai_stack import ModelServer
 from tests.support.ai_worker import Journal, drain
@@ -38,6 +43,7 @@ LEASE_SECONDS = 5
 COOLDOWN_SECONDS = 3.0
 ASK_AGAIN_SECONDS = 0.3  # standing for the 1 s default
 FAILURES_TO_OPEN = Settings().ai_circuit_failures
+ANSWER_SECONDS = 2.0  # the dev model's pace: an answer streams over this long
 
 
 @pytest.fixture
@@ -123,3 +129,68 @@ def test_an_attempt_ends_once_the_models_trial_fails_too(services: Services) -> 
     assert _attempts(services, operation_id) == [("failed_retryable", "model_connection_error")]
     assert breaker.state(time.monotonic()) is CircuitState.OPEN  # the trial reopened it
     assert COOLDOWN_SECONDS <= took < router.circuit_wait_seconds
+
+
+def _dev_model(port: int, cwd: Path) -> subprocess.Popen[bytes]:
+    """``opsctl serve dev-model`` on ``port`` (a process to kill), once it answers."""
+    env = {
+        **os.environ,
+        "OPS_DEV_MODEL_BIND": f"127.0.0.1:{port}",
+        "OPS_DEV_MODEL_SECONDS": str(ANSWER_SECONDS),
+    }
+    command = [sys.executable, "-m", "durable_ops.cli", "serve", "dev-model"]
+    process = subprocess.Popen(command, env=env, cwd=cwd)  # its var/ is not the checkout's
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1)
+            return process
+        except httpx.TransportError:
+            assert process.poll() is None, "dev model exited"
+            assert time.monotonic() < deadline, "dev model did not come up"
+            time.sleep(0.02)
+
+
+def _draft(services: Services, operation_id: str) -> str:
+    found = rows(
+        services.db, select(AnswerDraft.body).where(AnswerDraft.operation_id == operation_id)
+    )
+    return str(found[0][0]) if found else ""
+
+
+def test_one_attempt_rides_out_a_model_killed_mid_answer(
+    services: Services, tmp_path: Path
+) -> None:
+    """Killed while it streams an answer the owner already sees, and started again on
+    its port: the dropped request is sent again, and the first attempt succeeds (before,
+    it failed ``model_connection_error`` at once: the model had taken the request)."""
+    ops = OpsClient(services)
+    port = free_port()
+    operation_id = _analysis(ops)
+    breaker = CircuitBreaker(FAILURES_TO_OPEN, COOLDOWN_SECONDS)
+    processes = [_dev_model(port, tmp_path)]
+
+    async def scenario() -> float:
+        async with executor_on(_router(port, breaker), Workspace(), Journal(), 10) as executor:
+            attempt = asyncio.create_task(drain(services, executor, LEASE_SECONDS))
+            while not await asyncio.to_thread(_draft, services, operation_id):
+                assert not attempt.done()
+                await asyncio.sleep(0.05)  # until the answer streams to its owner
+            killed = time.monotonic()
+            processes[0].kill()  # mid-answer, no goodbye: its connections drop
+            processes[0].wait()
+            processes.append(await asyncio.to_thread(_dev_model, port, tmp_path))
+            await asyncio.wait_for(attempt, COOLDOWN_SECONDS + 2 * ANSWER_SECONDS + 5)
+            return time.monotonic() - killed
+
+    try:
+        took = asyncio.run(scenario())
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+
+    row = ops.row(operation_id)
+    assert (row.state, row.attempt) == ("succeeded", 1)
+    assert _attempts(services, operation_id) == [("succeeded", None)]
+    assert took >= ANSWER_SECONDS  # the answer was streamed again from its start

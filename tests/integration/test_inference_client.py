@@ -1156,6 +1156,62 @@ def test_a_call_waiting_for_the_circuit_fails_once_another_calls_trial_failed() 
     run(scenario())
 
 
+class Dropping(httpx.AsyncBaseTransport):
+    """Drops the connection of its first ``drops`` requests, as a model server killed
+    mid-prompt does, then serves the development model."""
+
+    def __init__(self, drops: int) -> None:
+        self.drops, self.calls = drops, 0
+        self._model = httpx.ASGITransport(create_app())
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.calls += 1
+        if self.calls <= self.drops:
+            message = "Server disconnected without sending a response."
+            raise httpx.RemoteProtocolError(message, request=request)
+        return await self._model.handle_async_request(request)
+
+
+def test_a_request_the_model_dropped_is_sent_again_once() -> None:
+    """A model restarted while it held the request: with nowhere else to go the call
+    sends it again (a failure for the breaker), once; dropped again, it fails."""
+
+    async def scenario(drops: int) -> tuple[Router, Dropping]:
+        transport = Dropping(drops)
+        local = ModelClient(ASGI_URL, "dev-heuristic", route=Route.LOCAL, transport=transport)
+        router = Router(local, CircuitBreaker(3, 30.0), ask_again_seconds=0.01)
+        if drops == 1:
+            result = await router.infer(STRATEGY, Privacy.LOCAL_ONLY, False)
+            assert result.answer["fit_score"] >= 0
+        else:
+            with pytest.raises(LocalRouteUnavailable, match="model_connection_error"):
+                await router.infer(STRATEGY, Privacy.LOCAL_ONLY, False)
+        await router.aclose()
+        return router, transport
+
+    router, once = run(scenario(1))
+    assert once.calls == 2
+    assert router.breaker.state(time.monotonic()) is CircuitState.CLOSED
+    router, twice = run(scenario(2))
+    assert twice.calls == 2  # not a third time: a dropped call may have taken a timeout
+    assert router.breaker.consecutive_failures == 2
+
+
+def test_a_dropped_request_that_may_fall_back_does_so_at_once() -> None:
+    async def scenario() -> Dropping:
+        transport = Dropping(1)
+        local = ModelClient(ASGI_URL, "dev-heuristic", route=Route.LOCAL, transport=transport)
+        external = asgi_client(create_app(), route=Route.EXTERNAL)
+        router = Router(local, CircuitBreaker(3, 30.0), external, ask_again_seconds=0.01)
+        with pytest.raises(LocalRouteUnavailable) as caught:
+            await router.infer(STRATEGY, Privacy.EXTERNAL_ALLOWED, True)
+        assert caught.value.fallback_permitted
+        await router.aclose()
+        return transport
+
+    assert run(scenario()).calls == 1
+
+
 def test_failed_trial_reopens_the_circuit() -> None:
     async def scenario() -> None:
         router, clock = make_router(asgi_client(create_app(fail_mode="429")), threshold=1)

@@ -36,6 +36,24 @@ waits for it as above: one attempt rides out a model server's restart of about 3
 the 30 s cooldown, and the analysis's three about 90 s
 (tests/integration/test_ai_worker_outage.py; ADR 59). The spacing keeps a blip of a
 second from opening the circuit for a whole cooldown.
+
+A model server killed or restarted while it held the request (mid-prompt or
+mid-answer) drops the connection instead of refusing it: httpx's
+``RemoteProtocolError`` ("Server disconnected without sending a response", or a body
+cut short), a ``ReadError`` on a reset, or a stream that ended unfinished, all
+``model_connection_error``. The model had taken the request, so it was not asked
+again, and the attempt ended at once (an outside test: llama-server stopped mid-prompt,
+a new one listening 18 s later, the old one dropped the request 8 s after that, 30 s
+after it came, and the attempt failed ``model_connection_error``). With no fallback
+permitted such a call is sent again, from scratch, like a refused one (the breaker
+counts it as one failure), so a restart mid-request is ridden out like a restart between
+requests (tests/integration/test_ai_worker_outage.py). Once per ``infer``: a dropped
+call may have lasted up to a model timeout, so once keeps the attempt within its own
+timeout (the task timeout plus ``circuit_wait_seconds``), and a prompt that crashes the
+model is not sent to it again and again. An answer that had begun streaming starts
+over: the draft, sent whole on each beat, is replaced by the new answer's text at its
+first piece (until then it shows the old one's start), and progress holds at its highest
+until the new answer passes it; both exchanges' tokens are counted.
 """
 
 from __future__ import annotations
@@ -56,6 +74,7 @@ from durable_ops.ai_worker.inference.errors import (
     ExternalRouteNotPermitted,
     InferenceError,
     LocalRouteUnavailable,
+    ModelConnectionError,
     ModelUnavailable,
 )
 from durable_ops.ai_worker.inference.metrics import export_local_circuit
@@ -72,6 +91,12 @@ CIRCUIT_POLL_SECONDS = 0.2
 ASK_AGAIN_SECONDS = 1.0
 
 _log = structlog.get_logger(__name__)
+
+
+def _dropped(error: ModelUnavailable) -> bool:
+    """The model took the request and its connection broke before the answer's end (reset,
+    closed, a stream cut short), as opposed to a refused connection or a timeout."""
+    return isinstance(error, ModelConnectionError) and not error.took_nothing
 
 
 class Router:
@@ -137,10 +162,11 @@ class Router:
     ) -> InferenceResult:
         """Serve ``request`` on the local route; ``on_progress``, ``on_text`` and
         ``on_usage`` as in ``ModelClient.complete``. With no fallback permitted, a refused
-        connection is asked again and an open circuit waited for, in all at most
+        connection is asked again, a dropped one sent again once, and an open circuit
+        waited for, in all at most
         ``circuit_wait_seconds`` besides the model calls (the module says why)."""
         may_fall_back = self.external_permitted(privacy, task_external_allowed)
-        tries = 0
+        tries, resent = 0, False
         while True:
             tries += 1
             allows = self.breaker.allow(self._clock())
@@ -167,7 +193,11 @@ class Router:
                 self.breaker.record_failure(self._clock())
                 # Until the failures open the circuit, and once more to wait for it.
                 asks_again = tries <= self.breaker.failure_threshold and not waited
-                if exc.took_nothing and not may_fall_back and asks_again:
+                # A connection the model dropped mid-request (killed, restarting): sent
+                # again once, from scratch, as a refused one would be (the module says why).
+                resend = _dropped(exc) and not resent
+                resent = resent or resend
+                if (exc.took_nothing or resend) and not may_fall_back and asks_again:
                     await asyncio.sleep(self._ask_again_seconds)
                     continue
                 raise LocalRouteUnavailable(
