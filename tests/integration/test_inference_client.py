@@ -452,12 +452,49 @@ def test_streamed_answer_is_parsed_and_progress_climbs_with_it() -> None:
     answer = run(scenario())
     progress.check()
     assert len(progress) > 10  # it climbed, not jumped
-    # Counted in chunks of content, against the task's expected size with its context.
+    # Counted in chunks of content, against the task's expected size with its context,
+    # from the share the prompt's reading had (the development model reports it).
     chunks = len(dev_stream.pieces(json.dumps(answer, ensure_ascii=False)))
     expected = tasks.STRATEGY_SNAPSHOT.answer_tokens.with_context
     assert expected is not None
     assert STRATEGY.expected_tokens == expected
-    assert progress[-1] == percent_of(chunks, expected)
+    prompt = dev_stream.prompt_tokens([message["content"] for message in STRATEGY.messages])
+    share = reading_share(prompt, expected)
+    assert share > 0
+    assert progress[-1] == percent_of(chunks, expected, share)
+
+
+def test_the_bar_moves_while_the_model_reads_the_prompt_before_the_answer() -> None:
+    """Issue: a long prompt kept the bar at 0 % until the first answer token. The development
+    model, paced like the real one, reports its reading as llama-server does."""
+    long_job = job_text(
+        title="Platform Engineer",
+        company="Acme",
+        description=" ".join(f"Run service {n} on Python, Kubernetes and AWS." for n in range(60)),
+    )
+    request = build_request(STRATEGY_SNAPSHOT, long_job, CV)
+    told: list[tuple[float, int | str]] = []
+
+    async def scenario(url: str) -> None:
+        started = time.monotonic()
+
+        def tell(entry: int | str) -> None:
+            told.append((time.monotonic() - started, entry))
+
+        async with ModelClient(url, "dev-heuristic", route=Route.LOCAL) as client:
+            await client.complete(request, on_progress=tell, on_text=tell)
+
+    with serving(create_app(delay_seconds=1.0)) as url:
+        run(scenario(url))
+    first_text = next(at for at, entry in told if isinstance(entry, str))
+    before = [percent for at, percent in told if isinstance(percent, int) and at < first_text]
+    assert before, "the bar stood still until the first answer token"
+    assert len(before) > 10  # it moved while the prompt was read, not in one leap
+    assert before[-1] >= 20  # the prompt was most of the work
+    assert told[-1][0] < 3
+    percents = [entry for _, entry in told if isinstance(entry, int)]
+    assert percents == sorted(set(percents))
+    assert percents[-1] <= 99
 
 
 def test_progress_stops_at_99_and_never_repeats() -> None:
