@@ -21,6 +21,8 @@ events in token-sized pieces (``stream``), else as one ``chat.completion``. Eith
 form reports honest ``usage`` (the prompt and the answer counted in those pieces:
 the answer's count is the chunks it sent) and llama-server's ``timings`` (the times
 it measured), the stream's when asked with ``stream_options.include_usage``.
+A streamed answer asked with ``"return_progress": true`` first reports the
+prompt's reading in llama-server's ``prompt_progress`` chunks (``stream``).
 ``delay_seconds`` is how long one completion takes: spread evenly over the
 chunks of a streamed answer, waited before a whole one (``opsctl serve
 dev-model`` reads it from ``OPS_DEV_MODEL_SECONDS``; ``opsctl up`` sets 4).
@@ -255,6 +257,7 @@ class _Ask:
     prompt_tokens: int  # every message, counted in the answer's pieces
     streamed: bool  # "stream": true: answer in chat.completion.chunk events
     include_usage: bool  # stream_options.include_usage: a streamed answer ends with its usage
+    report_reading: bool  # return_progress: a streamed answer first reports the prompt's reading
 
 
 def _parse(raw: bytes, model: str) -> _Ask:
@@ -279,6 +282,9 @@ def _parse(raw: bytes, model: str) -> _Ask:
     include_usage = options.get("include_usage", False) if isinstance(options, dict) else None
     if not isinstance(include_usage, bool):
         raise BadRequest("stream_options.include_usage must be a boolean", param="stream_options")
+    report_reading = body.get("return_progress", False)
+    if not isinstance(report_reading, bool):
+        raise BadRequest("return_progress must be a boolean", param="return_progress")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages must be a non-empty array", param="messages")
@@ -288,7 +294,7 @@ def _parse(raw: bytes, model: str) -> _Ask:
         raise BadRequest("no user message", param="messages")
     task, schema = _schema_of(body)
     prompt = stream.prompt_tokens([content for _, content in texts])
-    return _Ask(task, schema, user_texts[-1], prompt, streamed, include_usage)
+    return _Ask(task, schema, user_texts[-1], prompt, streamed, include_usage, report_reading)
 
 
 def _answer(ask: _Ask, fail_mode: FailMode | None) -> str:
@@ -368,6 +374,7 @@ def create_app(
                 seconds,
                 prompt_ms=prompt_ms,
                 include_usage=ask.include_usage,
+                report_reading=ask.report_reading,
             )
             return StreamingResponse(
                 events,

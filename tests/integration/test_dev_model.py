@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -33,7 +34,7 @@ from durable_ops.dev_model.heuristic import (
     strategy_snapshot,
     words,
 )
-from durable_ops.dev_model.stream import pieces
+from durable_ops.dev_model.stream import READ_BATCH, pieces, reading_seconds
 from durable_ops.dev_model.stream import pieces as pieces_of
 from durable_ops.model import answers, tasks
 from durable_ops.model.routing import Route
@@ -235,6 +236,7 @@ GOOD = chat_body(STRATEGY_SNAPSHOT, JOB, STRONG_CV)
             "response_format.json_schema",
         ),
         (bad(GOOD, stream="yes"), 400, "stream"),
+        (bad(GOOD, return_progress="yes"), 400, "return_progress"),
         (bad(GOOD, model="gpt-9"), 404, "model"),
         ([1, 2], 400, None),
     ],
@@ -574,6 +576,60 @@ def test_the_pace_spreads_over_the_chunks(paced_model: ModelServer) -> None:
     whole = call(paced_model.app, "/v1/chat/completions", GOOD)  # the whole: waited, then sent
     assert time.monotonic() - started >= 0.5
     assert content_of(whole) == streamed_content(events)
+
+
+def test_asked_the_stream_first_reports_the_prompts_reading_as_llama_server_does() -> None:
+    body = {**GOOD, "stream": True, "stream_options": {"include_usage": True}}
+    plain = events_of(call(create_app(), "/v1/chat/completions", body))
+    asked = events_of(call(create_app(), "/v1/chat/completions", {**body, "return_progress": True}))
+
+    prompt = sum(len(pieces_of(message["content"])) for message in GOOD["messages"])
+    reports = [event for event in asked if event != "[DONE]" and "prompt_progress" in event]
+    assert asked[: len(reports)] == reports  # all of them before the answer
+    for report in reports:  # llama-server's shape: the assistant's role, no content
+        assert report["choices"] == [
+            {"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}
+        ]
+        assert set(report["prompt_progress"]) == {"total", "cache", "processed", "time_ms"}
+        assert (report["prompt_progress"]["total"], report["prompt_progress"]["cache"]) == (
+            prompt,
+            0,
+        )
+    processed = [report["prompt_progress"]["processed"] for report in reports]
+    assert processed[0] == 0
+    assert processed[-1] == prompt
+    assert all(
+        0 < later - earlier <= READ_BATCH for earlier, later in itertools.pairwise(processed)
+    )
+    # Otherwise the same stream: the same answer in the same pieces, the same counts.
+    rest = asked[len(reports) :]
+
+    def unmeasured(events: list[Any]) -> list[Any]:  # without what differs per request
+        return [
+            {k: v for k, v in e.items() if k not in ("id", "created", "timings")} for e in events
+        ]
+
+    assert unmeasured(rest[:-1]) == unmeasured(plain[:-1])
+    assert rest[-2]["usage"] == plain[-2]["usage"]
+    assert "prompt_progress" not in json.dumps(plain)  # only when asked, as llama-server
+
+
+def test_the_reading_takes_its_part_of_the_pace(paced_model: ModelServer) -> None:
+    body = {**GOOD, "stream": True, "return_progress": True}
+    first_content, ended, events = asyncio.run(_timed_stream(paced_model.url, body))
+    answer = [
+        event
+        for event in events
+        if event != "[DONE]" and event["choices"][0]["delta"].get("content")
+    ]
+    prompt = events[0]["prompt_progress"]["total"]
+    reading = reading_seconds(prompt, len(answer), 0.5)
+    assert 0.05 < reading < 0.45  # a prompt a few times the answer's size, read 5 times faster
+    assert first_content >= reading - 0.02  # the answer starts once the prompt was read
+    assert 0.45 <= ended < 3  # the whole completion keeps its pace
+    timings = events[-2]["timings"]
+    assert timings["prompt_ms"] >= (reading - 0.02) * 1000  # the reading is the prompt's time
+    assert timings["prompt_ms"] + timings["predicted_ms"] <= ended * 1000
 
 
 # --- fault drills ---------------------------------------------------------------

@@ -48,7 +48,7 @@ from durable_ops.dev_model import FailMode, create_app
 from durable_ops.dev_model import stream as dev_stream
 from durable_ops.model import tasks
 from durable_ops.model.circuit import CircuitBreaker, CircuitState
-from durable_ops.model.progress import DEFAULT_BUDGET_TOKENS, percent_of
+from durable_ops.model.progress import DEFAULT_BUDGET_TOKENS, percent_of, reading_share
 from durable_ops.model.routing import Route
 from durable_ops.model.states import Privacy
 from durable_ops.model.usage import Usage
@@ -452,12 +452,49 @@ def test_streamed_answer_is_parsed_and_progress_climbs_with_it() -> None:
     answer = run(scenario())
     progress.check()
     assert len(progress) > 10  # it climbed, not jumped
-    # Counted in chunks of content, against the task's expected size with its context.
+    # Counted in chunks of content, against the task's expected size with its context,
+    # from the share the prompt's reading had (the development model reports it).
     chunks = len(dev_stream.pieces(json.dumps(answer, ensure_ascii=False)))
     expected = tasks.STRATEGY_SNAPSHOT.answer_tokens.with_context
     assert expected is not None
     assert STRATEGY.expected_tokens == expected
-    assert progress[-1] == percent_of(chunks, expected)
+    prompt = dev_stream.prompt_tokens([message["content"] for message in STRATEGY.messages])
+    share = reading_share(prompt, expected)
+    assert share > 0
+    assert progress[-1] == percent_of(chunks, expected, share)
+
+
+def test_the_bar_moves_while_the_model_reads_the_prompt_before_the_answer() -> None:
+    """Issue: a long prompt kept the bar at 0 % until the first answer token. The development
+    model, paced like the real one, reports its reading as llama-server does."""
+    long_job = job_text(
+        title="Platform Engineer",
+        company="Acme",
+        description=" ".join(f"Run service {n} on Python, Kubernetes and AWS." for n in range(60)),
+    )
+    request = build_request(STRATEGY_SNAPSHOT, long_job, CV)
+    told: list[tuple[float, int | str]] = []
+
+    async def scenario(url: str) -> None:
+        started = time.monotonic()
+
+        def tell(entry: int | str) -> None:
+            told.append((time.monotonic() - started, entry))
+
+        async with ModelClient(url, "dev-heuristic", route=Route.LOCAL) as client:
+            await client.complete(request, on_progress=tell, on_text=tell)
+
+    with serving(create_app(delay_seconds=1.0)) as url:
+        run(scenario(url))
+    first_text = next(at for at, entry in told if isinstance(entry, str))
+    before = [percent for at, percent in told if isinstance(percent, int) and at < first_text]
+    assert before, "the bar stood still until the first answer token"
+    assert len(before) > 10  # it moved while the prompt was read, not in one leap
+    assert before[-1] >= 20  # the prompt was most of the work
+    assert told[-1][0] < 3
+    percents = [entry for _, entry in told if isinstance(entry, int)]
+    assert percents == sorted(set(percents))
+    assert percents[-1] <= 99
 
 
 def test_progress_stops_at_99_and_never_repeats() -> None:
@@ -504,6 +541,102 @@ def test_the_servers_token_count_is_used_when_it_gives_one() -> None:
 
     run(scenario())
     assert progress == [percent_of(30, 120), percent_of(60, 120)]  # 23, 47
+
+
+def reading(processed: int, total: int = 2_800, cache: int = 0) -> dict[str, Any]:
+    """A chunk of llama-server's report of the prompt's reading (``return_progress``)."""
+    body = chunk(role="assistant")
+    body["prompt_progress"] = {
+        "total": total,
+        "cache": cache,
+        "processed": processed,
+        "time_ms": processed * 5,
+    }
+    return body
+
+
+def test_only_the_local_route_asks_for_the_prompts_reading() -> None:
+    seen: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        return event_stream(streamed(ANSWER_PIECES))
+
+    async def scenario() -> None:
+        for route in (Route.LOCAL, Route.EXTERNAL):
+            async with scripted_client(handler, route=route) as client:
+                assert (await client.complete(UNCHECKED)).answer == {"ok": [1, 2]}
+
+    run(scenario())
+    local, external = seen
+    assert local["return_progress"] is True  # llama-server: chunks with prompt_progress
+    assert "return_progress" not in external  # a provider is not sent a field it may not know
+    assert {key: value for key, value in local.items() if key != "return_progress"} == external
+
+
+def test_the_prompts_reading_moves_the_bar_before_the_first_answer_token() -> None:
+    body = sse(
+        reading(0),
+        reading(2_049),
+        reading(2_800),
+        *[chunk(piece) for piece in ANSWER_PIECES],
+        chunk(finish_reason="stop"),
+        {"choices": [], "usage": {"prompt_tokens": 2_800, "completion_tokens": 8}},
+        "data: [DONE]\n\n",
+    )
+    told: list[int | str] = []
+    used: list[Usage] = []
+
+    async def scenario() -> None:
+        async with scripted_client(lambda _: event_stream(body)) as client:
+            request = InferenceRequest("s", {}, [], max_tokens=2048, expected_tokens=235)
+            result = await client.complete(
+                request,
+                on_progress=told.append,
+                on_text=told.append,
+                on_usage=lambda usage, _: used.append(usage),
+            )
+        assert result.answer == {"ok": [1, 2]}
+
+    run(scenario())
+    share = reading_share(2_800, 235)  # 70: the prompt is most of the work
+    assert told[:2] == [share * 2_049 // 2_800, share]  # 51, 70: read, and no text yet
+    texts = [entry for entry in told if isinstance(entry, str)]
+    assert texts == ["".join(ANSWER_PIECES[: n + 1]) for n in range(len(ANSWER_PIECES))]
+    percents = [entry for entry in told if isinstance(entry, int)]
+    assert percents == sorted(set(percents))
+    assert percents[-1] == percent_of(8, 235, share)  # the answer climbs from the share
+    (usage,) = used
+    assert (usage.prompt_tokens, usage.completion_tokens) == (2_800, 8)
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        None,
+        "half",
+        [1, 2],
+        {"total": 0, "processed": 0},
+        {"total": "2800", "processed": 100},
+        {"total": 2_800, "processed": True},
+        {"processed": 100},
+        {"total": 2_800, "cache": None, "processed": 100},
+    ],
+)
+def test_a_report_of_the_reading_it_cannot_read_is_passed_over(report: object) -> None:
+    odd = chunk(role="assistant")
+    odd["prompt_progress"] = report
+    body = sse(odd, *[chunk(piece) for piece in ANSWER_PIECES], chunk(finish_reason="stop"))
+    progress = Progress()
+
+    async def scenario() -> None:
+        async with scripted_client(lambda _: event_stream(body)) as client:
+            request = InferenceRequest("s", {}, [], expected_tokens=10)
+            assert (await client.complete(request, on_progress=progress)).answer == {"ok": [1, 2]}
+
+    run(scenario())
+    assert progress[0] == percent_of(1, 10)  # the answer has the whole bar, as without it
+    assert progress[-1] == percent_of(8, 10)
 
 
 def test_progress_counts_against_the_cap_without_an_expected_size_else_a_default() -> None:

@@ -14,7 +14,11 @@ is told from a real server error: ``inference.response_format``.
 It asks for a stream (``"stream": true``) and reads the server-sent events of
 ``inference.sse`` as they come, so it can tell how far the answer has got:
 one chunk with content is about one token, counted against the request's
-expected answer size, else its ``max_tokens`` (``model.progress``). A server
+expected answer size, else its ``max_tokens`` (``model.progress``). On the local
+route it also asks llama-server to report how far it has read the prompt
+(``"return_progress": true``: chunks with ``prompt_progress``, no content), and
+that reading fills the bar's first part before the first answer token; a server
+that does not know the field ignores it, and an external route is not asked. A server
 that answers in one piece anyway (any content type but ``text/event-stream``)
 is read as a whole completion, as is the body of any HTTP error status. Both
 forms share the guarantees: one timeout for the whole exchange, at most 1 MiB of response,
@@ -106,6 +110,9 @@ class ModelClient:
             raise ValueError("timeout_seconds must be positive")
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
+        # llama-server (the local route) reports the prompt's reading when asked; an
+        # external provider is not sent a field it does not know.
+        self.reports_reading = route is Route.LOCAL
         self.timeout_seconds = timeout_seconds
         self.provenance = Provenance(
             provider=provider or provider_from_url(base_url), model=model, route=route.value
@@ -154,6 +161,8 @@ class ModelClient:
         }
         if request.max_tokens is not None:
             body["max_tokens"] = request.max_tokens
+        if self.reports_reading:
+            body["return_progress"] = True  # llama-server: chunks with prompt_progress
         return body
 
     async def complete(
@@ -166,7 +175,8 @@ class ModelClient:
     ) -> InferenceResult:
         """The validated answer to ``request``.
 
-        ``on_progress(percent)`` is called as a streamed answer arrives, with the
+        ``on_progress(percent)`` is called as the server reads the prompt (where it
+        reports that) and as a streamed answer arrives, with the
         estimate of ``durable_ops.model.progress`` (1 to 99, each value higher
         than the last), synchronously from the task reading the stream: it must
         be quick. A server that answers in one piece calls it never. ``on_text``
@@ -335,6 +345,11 @@ class _Listener:
             self.progress(percent)
         self.text(stream.content())
 
+    def read(self, reading: _Reading) -> None:
+        percent = self.meter.read(reading.processed, reading.total, reading.cache)
+        if percent is not None:
+            self.progress(percent)
+
     def used(self, stream: _ChunkStream, seconds: float) -> None:
         usage = exchange_usage(
             stream.usage,
@@ -402,9 +417,11 @@ async def _streamed_content(
     try:
         async for data in response.aiter_bytes():
             for event in decoder.feed(bound.add(data)):
-                tokens = stream.tokens
+                tokens, reading = stream.tokens, stream.reading
                 if stream.take(event):
                     return stream.content()
+                if stream.reading != reading and stream.reading is not None:
+                    listener.read(stream.reading)
                 if stream.tokens != tokens:
                     listener.grew(stream)
         for event in decoder.close():
@@ -417,10 +434,39 @@ async def _streamed_content(
     return stream.content()
 
 
+@dataclass(frozen=True)
+class _Reading:
+    """How far the server has read the prompt (llama-server's ``prompt_progress``)."""
+
+    total: int
+    cache: int
+    processed: int
+
+    @classmethod
+    def of(cls, value: object) -> _Reading | None:
+        """The report in ``value``, or None for anything else: a report is a courtesy, one
+        the client cannot read is passed over, never an error."""
+        if not isinstance(value, dict):
+            return None
+        total, cache, processed = (
+            _count(value.get("total")),
+            _count(value.get("cache", 0)),
+            _count(value.get("processed")),
+        )
+        if total is None or cache is None or processed is None or total < 1:
+            return None
+        return cls(total, cache, processed)
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 class _ChunkStream:
     """What the chunks of one streamed completion said so far."""
 
     def __init__(self) -> None:
+        self.reading: _Reading | None = None  # the last report of the prompt's reading
         self.pieces: list[str] = []
         self.tokens = 0
         self.finish_reason: str | None = None
@@ -451,6 +497,7 @@ class _ChunkStream:
             self._choice(choices[0])
         self._usage(chunk.get("usage"))
         self.timings = chunk.get("timings", self.timings)
+        self.reading = _Reading.of(chunk.get("prompt_progress")) or self.reading
         return False
 
     def _choice(self, choice: object) -> None:
