@@ -37,7 +37,7 @@ from durable_ops.model.availability import is_fresh, next_attempt_in
 from durable_ops.model.errors import Unavailable
 from durable_ops.model.lifecycle import system_draw
 from durable_ops.settings import SettingsError
-from durable_ops.storage.db import UNREACHABLE_MYSQL_ERRORS, Database
+from durable_ops.storage.db import UNREACHABLE_MYSQL_ERRORS, Database, mysql_code
 from durable_ops.storage.migrate import SchemaNotCurrent, require_current
 
 log = structlog.get_logger(__name__)
@@ -76,11 +76,9 @@ def worth_waiting_for(error: BaseException) -> bool:
     """Whether ``error`` says the database is away (it may come back), not that it refuses us."""
     if not isinstance(error, OperationalError):
         return False
-    original = error.orig
-    if isinstance(original, sqlite3.OperationalError):
+    if isinstance(error.orig, sqlite3.OperationalError):
         return True  # the file cannot be opened (its disk is away): nothing else fails SELECT 1
-    code = original.args[0] if original is not None and original.args else None
-    return code in UNREACHABLE_MYSQL_ERRORS or code in BUSY_MYSQL_ERRORS
+    return mysql_code(error) in UNREACHABLE_MYSQL_ERRORS | BUSY_MYSQL_ERRORS
 
 
 def describe(error: BaseException) -> str:

@@ -213,7 +213,7 @@ def _sqlite_engine(url: URL, *, inline: bool = False) -> Engine:
     return engine
 
 
-def _mysql_code(exc: OperationalError) -> object:
+def mysql_code(exc: OperationalError) -> object:
     return exc.orig.args[0] if exc.orig is not None and exc.orig.args else None
 
 
@@ -230,7 +230,7 @@ def _transaction(
         try:
             transaction.commit()
         except OperationalError as exc:
-            if _mysql_code(exc) in UNREACHABLE_MYSQL_ERRORS:
+            if mysql_code(exc) in UNREACHABLE_MYSQL_ERRORS:
                 raise _CommitLost(result, changes, exc) from exc
             raise
     said.extend(changes)
@@ -334,18 +334,18 @@ class Database:
                 said.extend(lost.said)
                 result = cast(T, lost.result)
             except OperationalError as exc:
-                if _mysql_code(exc) in UNREACHABLE_MYSQL_ERRORS:
+                if mysql_code(exc) in UNREACHABLE_MYSQL_ERRORS:
                     raise _unavailable() from exc
                 if (refusal := self._storage_fault(exc)) is not None:
                     raise refusal from exc
-                if _mysql_code(exc) not in RETRYABLE_MYSQL_ERRORS:
+                if mysql_code(exc) not in RETRYABLE_MYSQL_ERRORS:
                     raise
                 if number == MAX_TRANSACTION_ATTEMPTS:  # transient still: the caller may retry
                     raise Unavailable(
                         "the database kept refusing this transaction under contention; try again",
                         code="database_busy",
                     ) from exc
-                code = cast(int, _mysql_code(exc))
+                code = cast(int, mysql_code(exc))
                 with self._counting:
                     self.retries[code] += 1
                 log.info("transaction_retry", attempt=number, code=code)
@@ -367,7 +367,7 @@ class Database:
                 with self.engine.connect() as connection:  # closing it rolls back: it only read
                     return any(check(Tx(connection, owner_id)) for check in checks)
             except OperationalError as exc:
-                if _mysql_code(exc) not in UNREACHABLE_MYSQL_ERRORS | RETRYABLE_MYSQL_ERRORS:
+                if mysql_code(exc) not in UNREACHABLE_MYSQL_ERRORS | RETRYABLE_MYSQL_ERRORS:
                     raise
                 if number == COMMIT_CHECK_ATTEMPTS:
                     raise Unavailable(

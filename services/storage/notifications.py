@@ -21,7 +21,7 @@ from durable_ops.model.errors import NotFound
 from durable_ops.model.notifications import wording
 from durable_ops.model.states import OperationState
 from durable_ops.model.tasks import TASKS
-from durable_ops.storage.pages import Page, newest_first, page_size, paginate
+from durable_ops.storage.pages import Page, newest_first_page
 from durable_ops.storage.per_row import per_row, row_ids
 from durable_ops.storage.schema import UserNotification, UserOperation, UtcDateTime
 from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
@@ -94,10 +94,7 @@ _MARK_ALL_READ = (
 
 
 def list_page(tx: Tx, *, size: int, token: str) -> Page[UserNotification]:
-    size = page_size(size)
-    query = newest_first(_VISIBLE, NOTIFICATIONS.c.created_at, NOTIFICATIONS.c.id, token, size)
-    rows = [UserNotification(**row._mapping) for row in tx.execute(query)]
-    return paginate(rows, size, lambda n: (n.created_at, n.id))
+    return newest_first_page(tx, _VISIBLE, size, token, lambda row: UserNotification(**row))
 
 
 def unread_count(tx: Tx) -> int:

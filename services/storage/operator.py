@@ -25,7 +25,7 @@ from durable_ops.model.errors import NotFound
 from durable_ops.model.operator import OperatorFilter
 from durable_ops.model.states import OperationState
 from durable_ops.storage import operations
-from durable_ops.storage.pages import Page, newest_first, page_size, paginate
+from durable_ops.storage.pages import Page, newest_first_page, page_size
 from durable_ops.storage.schema import OperationAttempt, UserOperation
 from durable_ops.storage.tx import OperatorTx, ScopeViolation, Tx
 
@@ -59,7 +59,7 @@ def list_page(
     tx: OperatorTx, *, size: int, token: str, filters: OperatorFilter, now: datetime
 ) -> Page[UserOperation]:
     """Operations of every owner (or of ``filters.owner_id``), newest first."""
-    size = page_size(size)
+    size = page_size(size)  # first: with a bad filter as well, the bad size is answered
     filters = filters.validated()
     equal = (
         (OPS.c.owner_user_id, filters.owner_id),
@@ -71,9 +71,8 @@ def list_page(
     created_before = filters.created_before(now)
     if created_before is not None:
         matching.append(OPS.c.created_at <= created_before)
-    query = newest_first(select(OPS).where(*matching), OPS.c.created_at, OPS.c.id, token, size)
-    rows = [operations.detached(row._mapping) for row in _operator(tx).execute(query)]
-    return paginate(rows, size, lambda op: (op.created_at, op.id))
+    query = select(OPS).where(*matching)
+    return newest_first_page(_operator(tx), query, size, token, operations.detached)
 
 
 _BY_TYPE_AND_STATE = operations.each_active_state(

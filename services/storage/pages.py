@@ -10,15 +10,16 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import ColumnElement, Select, and_, or_
+from sqlalchemy import ColumnElement, RowMapping, Select, and_, or_
 
 from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument
+from durable_ops.storage.tx import Tx
 
 T = TypeVar("T")
 
@@ -76,3 +77,15 @@ def paginate(rows: Sequence[T], size: int, key: Any) -> Page[T]:
         return Page(items, None)
     created_at, row_id = key(items[-1])
     return Page(items, encode_token(created_at, row_id))
+
+
+def newest_first_page(
+    tx: Tx, query: Select[Any], size: int, token: str, item: Callable[[RowMapping], T]
+) -> Page[T]:
+    """One page of ``query``, which selects a table's rows, newest first (by their
+    ``created_at``, then ``id``), each row made into an ``item``."""
+    size = page_size(size)
+    columns = query.selected_columns
+    query = newest_first(query, columns.created_at, columns.id, token, size)
+    rows = [item(row._mapping) for row in tx.execute(query)]
+    return paginate(rows, size, lambda listed: (listed.created_at, listed.id))

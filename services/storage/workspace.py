@@ -28,7 +28,7 @@ from durable_ops.model.tasks import TASKS
 from durable_ops.storage import capacity, drafts, operations, quota
 from durable_ops.storage.operations import new_id
 from durable_ops.storage.operations.reads import Reader, active_reading
-from durable_ops.storage.pages import Page, newest_first, page_size, paginate
+from durable_ops.storage.pages import Page, newest_first_page
 from durable_ops.storage.schema import AiWorkspaceNote, Attachment, Base, Job, Owned, UserAiSettings
 from durable_ops.storage.tx import SCOPE_OWNER, Tx
 
@@ -36,6 +36,7 @@ NOTE_BODY_MAX = 16_000
 ATTACHMENT_KINDS = frozenset({"cv"})
 Row = TypeVar("Row", bound=Base)
 JOBS = cast(Table, Job.__table__)
+ATTACHMENTS = cast(Table, Attachment.__table__)
 SETTINGS = cast(Table, UserAiSettings.__table__)
 NOTES = cast(Table, AiWorkspaceNote.__table__)
 
@@ -106,7 +107,7 @@ def get_job(tx: Tx, job_id: str, *, lease: ReadLease | None, now: datetime) -> J
 
 
 def list_jobs(tx: Tx, *, size: int, token: str) -> Page[Job]:
-    return _newest_first(tx, Job, size, token)
+    return newest_first_page(tx, _of_owner(JOBS), size, token, lambda row: Job(**row))
 
 
 # ---- attachments ---------------------------------------------------------------------------
@@ -132,15 +133,7 @@ def get_attachment(
 
 
 def list_attachments(tx: Tx, *, size: int, token: str) -> Page[Attachment]:
-    return _newest_first(tx, Attachment, size, token)
-
-
-def _newest_first(tx: Tx, model: type[Row], size: int, token: str) -> Page[Row]:
-    size = page_size(size)
-    table = cast(Table, model.__table__)
-    query = newest_first(_of_owner(table), table.c.created_at, table.c.id, token, size)
-    rows = [model(**row._mapping) for row in tx.execute(query)]
-    return paginate(rows, size, lambda row: (row.created_at, row.id))
+    return newest_first_page(tx, _of_owner(ATTACHMENTS), size, token, lambda row: Attachment(**row))
 
 
 # ---- subjects ------------------------------------------------------------------------------
