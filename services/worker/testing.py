@@ -21,7 +21,6 @@ a lease that ran out) are not played.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -33,7 +32,7 @@ from durable_ops.model.states import Privacy
 from durable_ops.model.usage import Usage
 from durable_ops.worker.attempt import Attempt, Claimed, Ending, ModelCall, Subject
 from durable_ops.worker.completer import Outcome, settlement_item
-from durable_ops.worker.executor import Classify, Handler, outcome_of
+from durable_ops.worker.executor import Classify, Handler, lease_ended, outcome_of
 from durable_ops.worker.failures import Completed, HandlerFailure, failure_of
 from durable_ops.worker.lease import HeldOperation, Lease
 
@@ -49,12 +48,6 @@ class _Stop(Enum):
     CANCEL = "the owner's cancel"
     SHUTDOWN = "the worker's shutdown"
     LEASE_LOST = "a lost lease"
-
-
-@dataclass(frozen=True)
-class _Request:
-    stop: _Stop
-    at_progress: int | None  # None: at once
 
 
 @dataclass(frozen=True)
@@ -125,7 +118,7 @@ class HandlerTest:
         )
         self._lease_seconds = lease_seconds
         self._classify = classify
-        self._requests: list[_Request] = []
+        self._requests: list[tuple[_Stop, int | None]] = []  # at a progress, or (None) at once
         self._leases: _Leases | None = None  # while a handler runs
 
     def cancel(self, *, at_progress: int | None = None) -> None:
@@ -177,14 +170,14 @@ class HandlerTest:
         return HandlerRun(attempt, outcome, raised, tuple(leases.progress), leases.text, held)
 
     def _request(self, stop: _Stop, at_progress: int | None) -> None:
-        self._requests.append(_Request(stop, at_progress))
+        self._requests.append((stop, at_progress))
         if self._leases is not None:
             self._leases.news.set()
 
     def _due(self, reported: list[int]) -> _Stop | None:
-        for request in self._requests:
-            if request.at_progress is None or any(p >= request.at_progress for p in reported):
-                return request.stop
+        for stop, at_progress in self._requests:
+            if at_progress is None or any(p >= at_progress for p in reported):
+                return stop
         return None
 
     async def _watch(
@@ -202,10 +195,7 @@ class HandlerTest:
             leases.end(_lease_end(stop))
             # The worker's watch holds the lease of an attempt that runs on: its end shows there.
             leases.held = attempt.lease is not None
-            with contextlib.suppress(DomainError):
-                await attempt.hold()
-            if attempt.lease is not None and attempt.lease.cancel_requested:
-                attempt.cancelled.set()
+            await lease_ended(attempt)
         work.cancel()
 
 
