@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import Enum
 
@@ -141,10 +141,10 @@ class HandlerTest:
         made while it runs, are this attempt's."""
         if self._leases is not None:
             raise RuntimeError("this HandlerTest runs a handler already")
-        leases = self._leases = _Leases()
+        leases = self._leases = _Leases(self.claimed, self._lease_seconds)
         attempt = Attempt(self.claimed, leases, self._lease_seconds)
         if (stop := self._due([])) is not None and stop is not _Stop.SHUTDOWN:
-            leases.end(_lease_end(stop))  # what the lease's first beat will say
+            leases.lease.end(_lease_end(stop))  # what the lease's first beat will say
         work = asyncio.ensure_future(handler(attempt))
         # Made after the handler's task, so that the handler runs to its first wait first.
         watch = asyncio.create_task(self._watch(leases, attempt, work))
@@ -192,7 +192,7 @@ class HandlerTest:
         if stop is _Stop.SHUTDOWN:
             attempt.shutting_down = True
         else:
-            leases.end(_lease_end(stop))
+            leases.lease.end(_lease_end(stop))
             # The worker's watch holds the lease of an attempt that runs on: its end shows there.
             leases.held = attempt.lease is not None
             await lease_ended(attempt)
@@ -203,37 +203,27 @@ def _lease_end(stop: _Stop) -> DomainError | None:
     return LeaseLost("the lease was lost") if stop is _Stop.LEASE_LOST else None
 
 
-@dataclass
 class _Leases:
     """The lease side in memory: every beat answered at once, what is reported recorded."""
 
-    progress: list[int] = field(default_factory=list)
-    text: str = ""
-    news: asyncio.Event = field(default_factory=asyncio.Event)  # a request or a progress
-    lease: Lease | None = None
-    ended: tuple[DomainError | None] | None = None  # how the lease ended, once it did
-    held: bool | None = None  # whether the handler held the lease, once the watch did
+    def __init__(self, claimed: Claimed, lease_seconds: int) -> None:
+        self.progress: list[int] = []
+        self.text = ""
+        self.news = asyncio.Event()  # a request or a progress
+        self.held: bool | None = None  # whether the handler held the lease, once the watch did
+        # The attempt's one lease, answered at once; its end, once asked, is its next answer.
+        self.lease = _Lease(self, claimed, lease_seconds)
+        self.lease.held(time.monotonic())
 
     def join(self, op: HeldOperation, lease_seconds: int) -> Lease:
-        if self.lease is None:
-            self.lease = _Lease(self, op, lease_seconds)
-            self.lease.held(time.monotonic())
-            if self.ended is not None:
-                self.lease.end(*self.ended)
         return self.lease
 
     def leave(self, lease: Lease) -> None:
         pass  # nothing is extended: nothing to stop
 
     def beat_soon(self, *, now: bool = False) -> None:
-        if now and self.lease is not None and not self.lease.ended.is_set():
+        if now and not self.lease.ended.is_set():
             self.lease.held(time.monotonic())  # a beat asked for (``confirm``), answered
-
-    def end(self, error: DomainError | None) -> None:
-        """Lost with ``error``, or (``None``) the owner asked to cancel."""
-        self.ended = (error,)
-        if self.lease is not None:
-            self.lease.end(error)
 
 
 class _Lease(Lease):
