@@ -99,12 +99,18 @@ class Executor:
         """Hold the lease once the attempt runs long (or the handler held it); cancel the
         work when the lease ends."""
         await wait_set(attempt.joined, HEARTBEAT_AFTER_SECONDS)
-        with contextlib.suppress(DomainError):  # else the first beat found the lease gone
-            lease = await attempt.hold()
-            await lease.ended.wait()
-            if lease.cancel_requested:
-                attempt.cancelled.set()
+        await lease_ended(attempt)
         work.cancel()
+
+
+async def lease_ended(attempt: Attempt) -> None:
+    """Hold ``attempt``'s lease until it ends, lost or (``attempt.cancelled`` then set) by its
+    owner's cancel; ``durable_ops.worker.testing`` delivers the end of its lease so too."""
+    with contextlib.suppress(DomainError):  # else the first beat found the lease gone
+        lease = await attempt.hold()
+        await lease.ended.wait()
+        if lease.cancel_requested:
+            attempt.cancelled.set()
 
 
 def outcome_of(

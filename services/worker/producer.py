@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -30,11 +30,9 @@ import structlog
 
 from durable_ops import telemetry
 from durable_ops.api.operations.v1 import operations_pb2 as pb
-from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.model import bounds
 from durable_ops.model.errors import DomainError
 from durable_ops.model.routing import Route
-from durable_ops.rpc.client import ServiceCaller
 from durable_ops.rpc.errors import domain_error_from_rpc
 from durable_ops.rpc.states import route_to_pb
 from durable_ops.worker.attempt import Claimed
@@ -46,6 +44,8 @@ CLAIM_WAIT_SECONDS = 10.0
 CLAIM_RETRY_SECONDS = 0.5  # the pause after a claim the service refused
 MAX_CLAIM_GATHER_SECONDS = 1.0
 Start = Callable[[Claimed], Coroutine[Any, Any, None]]
+# The worker's ``ClaimOperations`` call: a request and its timeout.
+Claim = Callable[[pb.ClaimOperationsRequest, float], Awaitable[pb.ClaimOperationsResponse]]
 _log = structlog.get_logger(__name__)
 
 
@@ -82,13 +82,13 @@ class Producer:
         self,
         options: WorkerOptions,
         task_types: Iterable[str],
-        caller: ServiceCaller,
+        claim: Claim,
         *,
         until_empty: bool,
     ) -> None:
         self._options = options
         self._task_types = task_types
-        self._caller = caller
+        self._claim_call = claim
         self._until_empty = until_empty  # claims do not wait; stop when one finds nothing
         # Fewer free slots than this (so attempts run) are gathered before a claim.
         self._enough_free = min(options.batch_size, options.concurrency) // 2
@@ -110,7 +110,7 @@ class Producer:
         if self._claiming is not None:
             self._claiming.cancel()
 
-    async def run(self, stub: pb_grpc.OperationsServiceAsyncStub, start: Start) -> None:
+    async def run(self, start: Start) -> None:
         """Claim and start attempts until stopped; then give the running ones
         ``shutdown_seconds`` to finish, and cancel the rest (their leases released)."""
         while not self.stopped:
@@ -127,7 +127,7 @@ class Producer:
                 if self.stopped:
                     break
             asked = min(self._free_slots(), self._options.batch_size)
-            claimed = await self._claim(stub, asked)
+            claimed = await self._claim(asked)
             if claimed is None:
                 continue
             if not claimed and self._until_empty:
@@ -153,12 +153,10 @@ class Producer:
         self._running.discard(task)
         self._free.set()
 
-    async def _claim(
-        self, stub: pb_grpc.OperationsServiceAsyncStub, asked: int
-    ) -> list[pb.ClaimedOperation] | None:
+    async def _claim(self, asked: int) -> list[pb.ClaimedOperation] | None:
         """What one claim took (nothing if the worker stopped meanwhile); ``None`` after a
         pause if the service refused it."""
-        self._claiming = asyncio.create_task(self._ask(stub, asked))
+        self._claiming = asyncio.create_task(self._ask(asked))
         try:
             await asyncio.wait({self._claiming})
         finally:
@@ -177,9 +175,7 @@ class Producer:
             self._claims_failing = False
         return self._claiming.result()
 
-    async def _ask(
-        self, stub: pb_grpc.OperationsServiceAsyncStub, asked: int
-    ) -> list[pb.ClaimedOperation]:
+    async def _ask(self, asked: int) -> list[pb.ClaimedOperation]:
         routes, first = self._options.routes, self._turn % max(len(self._options.routes), 1)
         self._turn += 1
         request = pb.ClaimOperationsRequest(
@@ -194,9 +190,7 @@ class Producer:
         # created the work; a claim of one operation also names it.
         with telemetry.span(f"{self._options.trace_name}.claim", root=True) as span:
             try:
-                reply = await stub.ClaimOperations(
-                    request, metadata=self._caller.metadata(), timeout=wait + CALL_TIMEOUT_SECONDS
-                )
+                reply = await self._claim_call(request, wait + CALL_TIMEOUT_SECONDS)
             except grpc.aio.AioRpcError as exc:
                 raise domain_error_from_rpc(exc) from exc
             for one in reply.claimed:

@@ -46,7 +46,7 @@ class Worker:
         self._caller = ServiceCaller(worker_key(key))
         self.options = options = (options or WorkerOptions()).validated()
         self._handlers: dict[str, Handler] = {}
-        self._producer = Producer(options, self._handlers, self._caller, until_empty=until_empty)
+        self._producer = Producer(options, self._handlers, self._claim, until_empty=until_empty)
         self._completer = Completer(self._send, options.batch_size, options.trace_name)
         self.leases = LeaseStream(self._hold_leases)
         self._executor = Executor(
@@ -107,7 +107,7 @@ class Worker:
         _log.info("worker_started", target=self._target, task_types=sorted(self._handlers))
         try:
             with signals:
-                await self._producer.run(self._stub, self._executor.run)
+                await self._producer.run(self._executor.run)
                 await self._completer.drain()
         finally:
             await self.leases.close()
@@ -115,6 +115,13 @@ class Worker:
             _log.info("worker_stopped", completed=self.completed, failed=self.failed)
         if self._fatal is not None:
             raise self._fatal
+
+    async def _claim(
+        self, request: pb.ClaimOperationsRequest, timeout: float
+    ) -> pb.ClaimOperationsResponse:
+        return await self._stub.ClaimOperations(
+            request, metadata=self._caller.metadata(), timeout=timeout
+        )
 
     def _hold_leases(self) -> HoldLeasesCall:
         return self._stub.HoldLeases(metadata=self._caller.metadata())

@@ -21,9 +21,8 @@ a lease that ran out) are not played.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import Enum
 
@@ -33,7 +32,7 @@ from durable_ops.model.states import Privacy
 from durable_ops.model.usage import Usage
 from durable_ops.worker.attempt import Attempt, Claimed, Ending, ModelCall, Subject
 from durable_ops.worker.completer import Outcome, settlement_item
-from durable_ops.worker.executor import Classify, Handler, outcome_of
+from durable_ops.worker.executor import Classify, Handler, lease_ended, outcome_of
 from durable_ops.worker.failures import Completed, HandlerFailure, failure_of
 from durable_ops.worker.lease import HeldOperation, Lease
 
@@ -49,12 +48,6 @@ class _Stop(Enum):
     CANCEL = "the owner's cancel"
     SHUTDOWN = "the worker's shutdown"
     LEASE_LOST = "a lost lease"
-
-
-@dataclass(frozen=True)
-class _Request:
-    stop: _Stop
-    at_progress: int | None  # None: at once
 
 
 @dataclass(frozen=True)
@@ -125,7 +118,7 @@ class HandlerTest:
         )
         self._lease_seconds = lease_seconds
         self._classify = classify
-        self._requests: list[_Request] = []
+        self._requests: list[tuple[_Stop, int | None]] = []  # at a progress, or (None) at once
         self._leases: _Leases | None = None  # while a handler runs
 
     def cancel(self, *, at_progress: int | None = None) -> None:
@@ -148,10 +141,10 @@ class HandlerTest:
         made while it runs, are this attempt's."""
         if self._leases is not None:
             raise RuntimeError("this HandlerTest runs a handler already")
-        leases = self._leases = _Leases()
+        leases = self._leases = _Leases(self.claimed, self._lease_seconds)
         attempt = Attempt(self.claimed, leases, self._lease_seconds)
         if (stop := self._due([])) is not None and stop is not _Stop.SHUTDOWN:
-            leases.end(_lease_end(stop))  # what the lease's first beat will say
+            leases.lease.end(_lease_end(stop))  # what the lease's first beat will say
         work = asyncio.ensure_future(handler(attempt))
         # Made after the handler's task, so that the handler runs to its first wait first.
         watch = asyncio.create_task(self._watch(leases, attempt, work))
@@ -177,14 +170,14 @@ class HandlerTest:
         return HandlerRun(attempt, outcome, raised, tuple(leases.progress), leases.text, held)
 
     def _request(self, stop: _Stop, at_progress: int | None) -> None:
-        self._requests.append(_Request(stop, at_progress))
+        self._requests.append((stop, at_progress))
         if self._leases is not None:
             self._leases.news.set()
 
     def _due(self, reported: list[int]) -> _Stop | None:
-        for request in self._requests:
-            if request.at_progress is None or any(p >= request.at_progress for p in reported):
-                return request.stop
+        for stop, at_progress in self._requests:
+            if at_progress is None or any(p >= at_progress for p in reported):
+                return stop
         return None
 
     async def _watch(
@@ -199,13 +192,10 @@ class HandlerTest:
         if stop is _Stop.SHUTDOWN:
             attempt.shutting_down = True
         else:
-            leases.end(_lease_end(stop))
+            leases.lease.end(_lease_end(stop))
             # The worker's watch holds the lease of an attempt that runs on: its end shows there.
             leases.held = attempt.lease is not None
-            with contextlib.suppress(DomainError):
-                await attempt.hold()
-            if attempt.lease is not None and attempt.lease.cancel_requested:
-                attempt.cancelled.set()
+            await lease_ended(attempt)
         work.cancel()
 
 
@@ -213,37 +203,27 @@ def _lease_end(stop: _Stop) -> DomainError | None:
     return LeaseLost("the lease was lost") if stop is _Stop.LEASE_LOST else None
 
 
-@dataclass
 class _Leases:
     """The lease side in memory: every beat answered at once, what is reported recorded."""
 
-    progress: list[int] = field(default_factory=list)
-    text: str = ""
-    news: asyncio.Event = field(default_factory=asyncio.Event)  # a request or a progress
-    lease: Lease | None = None
-    ended: tuple[DomainError | None] | None = None  # how the lease ended, once it did
-    held: bool | None = None  # whether the handler held the lease, once the watch did
+    def __init__(self, claimed: Claimed, lease_seconds: int) -> None:
+        self.progress: list[int] = []
+        self.text = ""
+        self.news = asyncio.Event()  # a request or a progress
+        self.held: bool | None = None  # whether the handler held the lease, once the watch did
+        # The attempt's one lease, answered at once; its end, once asked, is its next answer.
+        self.lease = _Lease(self, claimed, lease_seconds)
+        self.lease.held(time.monotonic())
 
     def join(self, op: HeldOperation, lease_seconds: int) -> Lease:
-        if self.lease is None:
-            self.lease = _Lease(self, op, lease_seconds)
-            self.lease.held(time.monotonic())
-            if self.ended is not None:
-                self.lease.end(*self.ended)
         return self.lease
 
     def leave(self, lease: Lease) -> None:
         pass  # nothing is extended: nothing to stop
 
     def beat_soon(self, *, now: bool = False) -> None:
-        if now and self.lease is not None and not self.lease.ended.is_set():
+        if now and not self.lease.ended.is_set():
             self.lease.held(time.monotonic())  # a beat asked for (``confirm``), answered
-
-    def end(self, error: DomainError | None) -> None:
-        """Lost with ``error``, or (``None``) the owner asked to cancel."""
-        self.ended = (error,)
-        if self.lease is not None:
-            self.lease.end(error)
 
 
 class _Lease(Lease):
