@@ -140,7 +140,7 @@ class LeaseStream:
     def __init__(self, open_call: Callable[[], HoldLeasesCall]) -> None:
         self._open_call = open_call
         self._leases: dict[str, Lease] = {}  # held, in the order they joined
-        self._dropped: set[str] = set()  # left the current call since its last beat
+        self._on_call: set[Lease] = set()  # what the current call holds, as of its last beat
         self._call: _Call | None = None
         self._keeper: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -160,7 +160,6 @@ class LeaseStream:
             return lease
         if lease is not None:  # claimed again since: the new token goes out whole
             self._end(lease, LeaseLost("the operation was claimed again"))
-            self._dropped.discard(op.operation_id)
         lease = self._leases[op.operation_id] = Lease(self, op, lease_seconds)
         self.beat_soon(now=True)
         if self._keeper is None:
@@ -171,8 +170,6 @@ class LeaseStream:
         """Stop holding ``lease``: it is not extended from the next beat on."""
         if self._leases.get(lease.operation_id) is lease:
             del self._leases[lease.operation_id]
-            if self._call is not None and lease.sent_on is self._call:
-                self._dropped.add(lease.operation_id)
             self._wake.set()
 
     def beat_soon(self, *, now: bool = False) -> None:
@@ -249,16 +246,17 @@ class LeaseStream:
     async def _beat(self) -> None:
         if self._call is None:
             self._call = _Call(self._open_call(), self._cancels_pushed)
-            self._dropped.clear()
-        call, beaten = self._call, dict(self._leases)
-        entries = [lease.entry(added=lease.sent_on is not call) for lease in beaten.values()]
+            self._on_call = set()
+        call, beaten, on_call = self._call, dict(self._leases), self._on_call
+        # A lease the call does not hold goes out whole (a claimed-again one too, its token
+        # new); an operation none of the leases holds any more is dropped.
+        entries = [lease.entry(added=lease not in on_call) for lease in beaten.values()]
         request = pb.HoldLeasesRequest(
-            leases=[entry for entry in entries if entry is not None], dropped=sorted(self._dropped)
+            leases=[entry for entry in entries if entry is not None],
+            dropped=sorted({lease.operation_id for lease in on_call} - beaten.keys()),
         )
         sent, self._urgent = time.monotonic(), False
-        self._dropped.clear()
-        for lease in beaten.values():
-            lease.sent_on = call
+        self._on_call = set(beaten.values())
         # The answer may take until the first of these leases runs out.
         timeout = max(min(lease.live_until for lease in beaten.values()) - sent, 0.001)
         answer = await call.beat(request, timeout)
@@ -268,7 +266,7 @@ class LeaseStream:
             if answered is None or self._leases.get(outcome.operation_id) is not answered:
                 continue  # it left while the beat was on its way
             if outcome.status_code:
-                answered.sent_on = None  # the service let go of it already
+                self._on_call.discard(answered)  # the service let go of it already
                 status = (outcome.status_code, outcome.error_code, outcome.message)
                 self._end(answered, domain_error_from_status(*status))
                 continue
@@ -304,7 +302,6 @@ class Lease:
         self.token = op.lease_token
         self.lease_seconds = lease_seconds
         self.interval = lease_seconds / BEATS_PER_LEASE
-        self.sent_on: _Call | None = None  # the call the service holds it on
         self.cancel_requested = False
         self.error: DomainError | None = None
         self.ended = asyncio.Event()

@@ -243,3 +243,19 @@ def test_a_new_claim_of_a_held_operation_replaces_its_lease_whole() -> None:
         assert list(h.calls[0].requests[1].dropped) == []
 
     _run(scenario)
+
+
+def test_a_lease_that_left_and_was_claimed_again_before_the_next_beat_goes_out_whole() -> None:
+    # Naming it dropped as well as added, the service would refuse the whole request
+    # (``lease_named_twice``) and the worker would lose every lease it holds.
+    async def scenario(h: Harness) -> None:
+        old = await h.open("a")
+        await h.open("b")
+        await old.close()  # left: the next beat would drop it
+        new = await h.leases.join(Held("a", lease_token="n" * 43), LEASE_SECONDS).ready()
+        request = h.calls[0].requests[2]
+        assert [entry.lease_token for entry in request.leases] == ["n" * 43]
+        assert list(request.dropped) == []
+        assert not new.ended.is_set()
+
+    _run(scenario)
