@@ -33,7 +33,6 @@ from typing import Any
 from sqlalchemy import (
     BindParameter,
     ColumnElement,
-    CompoundSelect,
     Row,
     Select,
     Update,
@@ -53,6 +52,7 @@ from durable_ops.storage.operations import history, slots
 from durable_ops.storage.operations.rows import (
     OPS,
     ROWS_MAX,
+    Query,
     attempt_id,
     deadline_open,
     detached,
@@ -76,9 +76,6 @@ NO_LIMITS: Mapping[str, Concurrency] = {}
 _QUEUE_ORDER = (OPS.c.priority.desc(), OPS.c.fair_tag, OPS.c.not_before)
 # Galera: leaving out the rows this batch took.
 _NOT_TAKEN = OPS.c.id.not_in(bindparam("taken", expanding=True))
-
-
-Query = Select[Any] | CompoundSelect[Any]
 
 
 def claimable(state: BindParameter[Any], *, limited: bool) -> tuple[ColumnElement[bool], ...]:
