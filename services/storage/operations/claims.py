@@ -208,7 +208,9 @@ def claim(
     limited = {name: limits[name] for name in names if name in limits}
     statements = _statements(len(names), bool(limited))
     if spreads(tx):
-        rows = _spread(tx, statements, where, limit)
+        rows: list[Row[Any]] = []  # each picked at random among the top priority of the head
+        while len(rows) < limit and (picked := _pick(tx, statements, where, rows)) is not None:
+            rows.append(picked)
     else:
         rows = list(tx.execute(statements.candidates, {**where, "limit": limit}))
     held: dict[str, str] = {}
@@ -259,14 +261,6 @@ def claim(
         )
     history.start(tx, starts)
     return claims
-
-
-def _spread(tx: Tx, statements: _Statements, where: dict[str, Any], limit: int) -> list[Row[Any]]:
-    """Up to ``limit`` rows, each picked at random among the top priority of the head."""
-    rows: list[Row[Any]] = []
-    while len(rows) < limit and (picked := _pick(tx, statements, where, rows)) is not None:
-        rows.append(picked)
-    return rows
 
 
 def _pick(
