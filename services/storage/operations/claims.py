@@ -33,7 +33,6 @@ from typing import Any
 from sqlalchemy import (
     BindParameter,
     ColumnElement,
-    CompoundSelect,
     Row,
     Select,
     Update,
@@ -53,6 +52,7 @@ from durable_ops.storage.operations import history, slots
 from durable_ops.storage.operations.rows import (
     OPS,
     ROWS_MAX,
+    Query,
     attempt_id,
     deadline_open,
     detached,
@@ -76,9 +76,6 @@ NO_LIMITS: Mapping[str, Concurrency] = {}
 _QUEUE_ORDER = (OPS.c.priority.desc(), OPS.c.fair_tag, OPS.c.not_before)
 # Galera: leaving out the rows this batch took.
 _NOT_TAKEN = OPS.c.id.not_in(bindparam("taken", expanding=True))
-
-
-Query = Select[Any] | CompoundSelect[Any]
 
 
 def claimable(state: BindParameter[Any], *, limited: bool) -> tuple[ColumnElement[bool], ...]:
@@ -211,7 +208,9 @@ def claim(
     limited = {name: limits[name] for name in names if name in limits}
     statements = _statements(len(names), bool(limited))
     if spreads(tx):
-        rows = _spread(tx, statements, where, limit)
+        rows: list[Row[Any]] = []  # each picked at random among the top priority of the head
+        while len(rows) < limit and (picked := _pick(tx, statements, where, rows)) is not None:
+            rows.append(picked)
     else:
         rows = list(tx.execute(statements.candidates, {**where, "limit": limit}))
     held: dict[str, str] = {}
@@ -262,14 +261,6 @@ def claim(
         )
     history.start(tx, starts)
     return claims
-
-
-def _spread(tx: Tx, statements: _Statements, where: dict[str, Any], limit: int) -> list[Row[Any]]:
-    """Up to ``limit`` rows, each picked at random among the top priority of the head."""
-    rows: list[Row[Any]] = []
-    while len(rows) < limit and (picked := _pick(tx, statements, where, rows)) is not None:
-        rows.append(picked)
-    return rows
 
 
 def _pick(

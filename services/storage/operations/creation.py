@@ -7,9 +7,9 @@ import hmac
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import BindParameter, Select, Table, bindparam, func, insert, select
+from sqlalchemy import BindParameter, Select, bindparam, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from durable_ops.model import bounds, fairness, lifecycle
@@ -20,7 +20,8 @@ from durable_ops.storage import retention
 from durable_ops.storage.events import Changed, publish
 from durable_ops.storage.operations.reads import find_by_key
 from durable_ops.storage.operations.rows import OPS, detached, in_line, new_id, recognise
-from durable_ops.storage.schema import OwnerShare, UserOperation
+from durable_ops.storage.schema import UserOperation
+from durable_ops.storage.shares import SHARES
 from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
 
 
@@ -84,7 +85,6 @@ class CreateRequest:
 # What a fingerprint covers: every field of the request but these (asdict is slower).
 _LEFT_OUT = {"idempotency_key", "deadline_at", "trace_parent", "not_before", "concurrency_key"}
 _FINGERPRINTED = tuple(f for f in CreateRequest.__dataclass_fields__ if f not in _LEFT_OUT)
-SHARES = cast(Table, OwnerShare.__table__)
 _COLUMNS = tuple(c.name for c in OPS.columns if c.name != "owner_user_id")
 _BINDS = {name: bindparam(name, type_=OPS.c[name].type) for name in _COLUMNS}
 # One statement: the row, unless the owner's key has a tombstone (its operation was pruned).

@@ -88,10 +88,7 @@ def extend(tx: Tx, leases: Sequence[HeldLease], now: datetime) -> list[Held | Do
     """Extend many live leases of many owners (the neutral scope), or of the scope's
     owner; answer each one alone, in order."""
     tx = neutral(tx, [lease.owner_id for lease in leases])
-    answers: list[Held | DomainError] = []
-    for part in batches(leases):
-        answers += _beat(tx, part, now)
-    return answers
+    return [answer for part in batches(leases) for answer in _beat(tx, part, now)]
 
 
 def heartbeat(tx: Tx, lease: HeldLease, now: datetime) -> Held:

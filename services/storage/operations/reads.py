@@ -8,7 +8,7 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import ColumnElement, CompoundSelect, Select, bindparam, select
+from sqlalchemy import ColumnElement, Select, bindparam, select
 
 from durable_ops.model import bounds
 from durable_ops.model.states import PENDING_STATES, OperationState
@@ -17,6 +17,7 @@ from durable_ops.storage.operations.rows import (
     ATTEMPTS,
     OPS,
     OWNED,
+    Query,
     S,
     batches,
     by_id,
@@ -155,7 +156,7 @@ _VERSIONS_AMONG = select(OPS.c.id, OPS.c.state, OPS.c.updated_at, OPS.c.cancel_r
 
 
 @cache
-def _claimable_kinds(count: int) -> Select[Any] | CompoundSelect[Any]:
+def _claimable_kinds(count: int) -> Query:
     """For each of ``count`` kinds (``of_state_n``, ``of_type_n``): the kind, if an operation
     of it is claimable; one seek of the claim index each (ADR 0051)."""
     return one_statement(

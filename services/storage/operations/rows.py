@@ -49,6 +49,7 @@ OWNED = OPS.c.owner_user_id == SCOPE_OWNER
 # At most this many rows per batched statement (a claim, a beat, a settlement, a sweep).
 ROWS_MAX = 100
 T = TypeVar("T")
+Query = Select[Any] | CompoundSelect[Any]  # one SELECT, or several joined
 
 
 def batches(items: Sequence[T], size: int = ROWS_MAX) -> Iterator[Sequence[T]]:
@@ -74,7 +75,7 @@ def of_type(n: int) -> ColumnElement[bool]:
     return OPS.c.task_type == unless_paused(bindparam(f"of_type_{n}", type_=String))
 
 
-def one_statement(parts: Sequence[Select[Any]]) -> Select[Any] | CompoundSelect[Any]:
+def one_statement(parts: Sequence[Select[Any]]) -> Query:
     """These SELECTs as one statement: the only one itself, else their ``UNION ALL``, each
     a derived table: SQLite takes no parenthesised member of a UNION, and only so does
     each keep its own ORDER BY and LIMIT."""
