@@ -10,12 +10,12 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import ColumnElement, RowMapping, Select, and_, or_
+from sqlalchemy import RowMapping, Select, and_, or_
 
 from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument
@@ -55,37 +55,22 @@ def decode_token(token: str) -> tuple[datetime, str]:
     return created_at, row_id
 
 
-def newest_first(
-    query: Select[Any],
-    created: ColumnElement[datetime],
-    row_id: ColumnElement[str],
-    token: str,
-    size: int,
-) -> Select[Any]:
+def newest_first_page(
+    tx: Tx, query: Select[Any], size: int, token: str, item: Callable[[RowMapping], T]
+) -> Page[T]:
+    """One page of ``query``, which selects a table's rows, newest first (by their
+    ``created_at``, then ``id``), each row made into an ``item``. One row more than the
+    page is read: its presence is what makes a next-page token."""
+    size = page_size(size)
+    created, row_id = query.selected_columns.created_at, query.selected_columns.id
     if token:
         after_created, after_id = decode_token(token)
         query = query.where(
             or_(created < after_created, and_(created == after_created, row_id < after_id))
         )
-    return query.order_by(created.desc(), row_id.desc()).limit(size + 1)
-
-
-def paginate(rows: Sequence[T], size: int, key: Any) -> Page[T]:
-    """Cut the one-extra row fetched by ``newest_first`` into a next-page token."""
-    items = list(rows[:size])
+    query = query.order_by(created.desc(), row_id.desc()).limit(size + 1)
+    rows = [row._mapping for row in tx.execute(query)]
     if len(rows) <= size:
-        return Page(items, None)
-    created_at, row_id = key(items[-1])
-    return Page(items, encode_token(created_at, row_id))
-
-
-def newest_first_page(
-    tx: Tx, query: Select[Any], size: int, token: str, item: Callable[[RowMapping], T]
-) -> Page[T]:
-    """One page of ``query``, which selects a table's rows, newest first (by their
-    ``created_at``, then ``id``), each row made into an ``item``."""
-    size = page_size(size)
-    columns = query.selected_columns
-    query = newest_first(query, columns.created_at, columns.id, token, size)
-    rows = [item(row._mapping) for row in tx.execute(query)]
-    return paginate(rows, size, lambda listed: (listed.created_at, listed.id))
+        return Page([item(row) for row in rows], None)
+    last = rows[size - 1]
+    return Page([item(row) for row in rows[:size]], encode_token(last["created_at"], last["id"]))

@@ -21,6 +21,7 @@ from durable_ops.storage.operations.rows import (
     S,
     batches,
     by_id,
+    detached,
     each_active_state,
     numbered,
     of_type,
@@ -28,7 +29,7 @@ from durable_ops.storage.operations.rows import (
     one_statement,
     operation,
 )
-from durable_ops.storage.pages import Page, newest_first, page_size, paginate
+from durable_ops.storage.pages import Page, newest_first_page
 from durable_ops.storage.schema import OperationAttempt, UserOperation
 from durable_ops.storage.tx import SCOPE_OWNER, ScopeViolation, Tx
 
@@ -75,15 +76,12 @@ def list_page(
     state: OperationState | None = None,
     task_type: str = "",
 ) -> Page[UserOperation]:
-    size = page_size(size)
     query: Select[Any] = select(OPS).where(OWNED)
     if state is not None:
         query = query.where(OPS.c.state == state)
     if task_type:
         query = query.where(OPS.c.task_type == bounds.task_type(task_type))
-    query = newest_first(query, OPS.c.created_at, OPS.c.id, token, size)
-    rows = [operation(row) for row in tx.execute(query)]
-    return paginate(rows, size, lambda op: (op.created_at, op.id))
+    return newest_first_page(tx, query, size, token, detached)
 
 
 def find_by_key(tx: Tx, task_type: str, idempotency_key: str) -> UserOperation | None:
