@@ -34,13 +34,13 @@ from durable_ops.model.states import OperationState
 from durable_ops.model.tasks import TASKS
 from durable_ops.operations.claim_waiters import ClaimWaiters, Kind
 from durable_ops.operations.metrics import OperationsMetrics
-from durable_ops.operations.owner_watch import OwnerWatcher
 from durable_ops.operations.pruner import PruneResult, prune
 from durable_ops.operations.tuning import TUNING, Tuning
-from durable_ops.operations.watch import Watcher, answers, moved
+from durable_ops.operations.watch import Watcher, answers, moved, owner_moved
 from durable_ops.storage import drafts, operations, owner_changes, retention, task_pauses
 from durable_ops.storage import operator as store
 from durable_ops.storage.db import Database
+from durable_ops.storage.events import Changed
 from durable_ops.storage.operations import Claim, Held, Settlement, Version
 from durable_ops.storage.pages import Page
 from durable_ops.storage.schema import OperationAttempt, UserOperation
@@ -83,8 +83,11 @@ class OperationsApp:
         # The registry's concurrency limits (ADR 0048); a test may run other task types.
         self.limits = TASKS.limits() if limits is None else limits
         self.claims = ClaimWaiters(db, clock, tuning.claim_poll_interval_seconds)
-        self.watch = Watcher(db, tuning.watch_interval_seconds)
-        self.owners = OwnerWatcher(db, tuning.watch_interval_seconds)
+        interval = tuning.watch_interval_seconds
+        self.watch = Watcher(
+            db, "operation_watch", interval, _operation_of, operations.versions_among
+        )
+        self.owners = Watcher(db, "owner_watch", interval, _owner_of, owner_changes.newest_among)
 
     async def close(self) -> None:
         await self.claims.close()
@@ -169,9 +172,9 @@ class OperationsApp:
         overlap = WATCH_OVERLAP
         sent: dict[str, tuple[object, ...]] = {}  # what this watch last yielded of each
         # Registered before the first read, so a change between a read and the wait wakes it.
-        with self.owners.watching(owner) as woken:
+        with self.owners.watching(owner_moved(), owner) as watch:
             while True:
-                woken.clear()
+                watch.rearm()
                 start = cursor - overlap
                 batch = await self.db.run_async(
                     partial(read, cursor=start), owner_id=owner, write=False, short=True
@@ -190,7 +193,7 @@ class OperationsApp:
                         continue
                     cursor = max(cursor, newest)
                 overlap = WATCH_OVERLAP
-                await woken.wait()
+                await watch.event.wait()
 
     async def list_page(
         self, owner: str, *, size: int, token: str, state: OperationState | None, task_type: str
@@ -422,6 +425,14 @@ class OperationsApp:
 def _claim_source(route: Route) -> OperationState:
     event = Event.CLAIM_EXTERNAL if route is Route.EXTERNAL else Event.CLAIM
     return lifecycle.CLAIMS[event].source
+
+
+def _operation_of(change: Changed) -> str:
+    return change.operation_id
+
+
+def _owner_of(change: Changed) -> str:
+    return change.owner_id
 
 
 def _seen(row: UserOperation, draft: drafts.Draft | None) -> tuple[object, ...]:

@@ -26,6 +26,7 @@ from durable_ops.model.held_leases import HeldLease, HeldLeases
 from durable_ops.operations.app import OperationsApp
 from durable_ops.operations.watch import CANCEL, Watch
 from durable_ops.rpc.errors import status_for
+from durable_ops.storage.operations import Version
 from durable_ops.wire import operations as convert
 
 log = structlog.get_logger(__name__)
@@ -137,7 +138,7 @@ async def hold_leases(
 
 
 async def _hold(
-    app: OperationsApp, held: HeldLeases, request: pb.HoldLeasesRequest, cancels: Watch
+    app: OperationsApp, held: HeldLeases, request: pb.HoldLeasesRequest, cancels: Watch[Version]
 ) -> pb.HoldLeasesResponse:
     """One beat: every lease the stream holds extended by one transaction, each
     answered alone; a lost or refused one leaves the stream and its cancel watch."""
