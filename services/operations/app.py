@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import suppress
 from datetime import datetime, timedelta
 from functools import partial
+from typing import TypeVar
 
 import structlog
 
@@ -48,6 +49,7 @@ from durable_ops.storage.task_pauses import Pause
 from durable_ops.storage.tx import OperatorTx, Tx
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 Answer = OperationState | DomainError
 _SETTLED = {  # what the log calls each settlement
     Event.COMPLETE: "operation_completed",
@@ -303,12 +305,12 @@ class OperationsApp:
                 self.metrics.claimed(claim.operation.task_type, route.value)
         return found
 
-    async def settle(self, settlements: list[Settlement], owner: str | None) -> list[Answer]:
-        """Settle leases in one transaction: a batch of many owners (``owner`` None), or one
-        lease of ``owner``'s; answer each alone."""
+    async def settle(self, settlements: list[Settlement]) -> list[Answer]:
+        """Settle leases of many owners in one transaction, in the neutral scope; answer each
+        alone."""
         now = self.clock()
         answers = await self.db.run_async(
-            lambda tx: operations.settle(tx, settlements, now), owner_id=owner, short=True
+            lambda tx: operations.settle(tx, settlements, now), owner_id=None, short=True
         )
         refused = sum(isinstance(answer, DomainError) for answer in answers)
         log.info("operations_settled", count=len(answers), refused=refused)
@@ -356,34 +358,23 @@ class OperationsApp:
         self, *, size: int, token: str, filters: OperatorFilter
     ) -> Page[UserOperation]:
         now = self.clock()
-        return await self.db.run_async(
-            lambda tx: store.list_page(
-                OperatorTx(tx), size=size, token=token, filters=filters, now=now
-            ),
-            owner_id=None,
-            write=False,
-        )
+        page = partial(store.list_page, size=size, token=token, filters=filters, now=now)
+        return await self._as_operator(page, write=False)
 
     async def show(self, operation_id: str) -> tuple[UserOperation, list[OperationAttempt]]:
-        return await self.db.run_async(
-            lambda tx: store.show(OperatorTx(tx), operation_id), owner_id=None, write=False
-        )
+        return await self._as_operator(partial(store.show, operation_id=operation_id), write=False)
 
     async def queue_depths(self) -> list[store.QueueDepth]:
-        return await self.db.run_async(
-            lambda tx: store.queue_depths(OperatorTx(tx)), owner_id=None, write=False
-        )
+        return await self._as_operator(store.queue_depths, write=False)
 
     async def force_cancel(self, operation_id: str) -> UserOperation:
-        now = self.clock()
-        return await self.db.run_async(
-            lambda tx: store.cancel(OperatorTx(tx), operation_id, now), owner_id=None
+        return await self._as_operator(
+            partial(store.cancel, operation_id=operation_id, now=self.clock())
         )
 
     async def force_retry(self, operation_id: str) -> UserOperation:
-        now = self.clock()
-        return await self.db.run_async(
-            lambda tx: store.retry(OperatorTx(tx), operation_id, now), owner_id=None
+        return await self._as_operator(
+            partial(store.retry, operation_id=operation_id, now=self.clock())
         )
 
     async def pause_task_type(self, task_type: str, by: str) -> tuple[Pause | None, bool]:
@@ -416,10 +407,14 @@ class OperationsApp:
                 seconds=retention_rules.PRUNE_CALL_SECONDS,
                 metrics=self.metrics,
             )
-        found = await self.db.run_async(
-            lambda tx: retention.prunable(OperatorTx(tx), policy, now), owner_id=None, write=False
+        found = await self._as_operator(
+            partial(retention.prunable, policy=policy, now=now), write=False
         )
         return PruneResult(found.operations, found.tombstones, more=False)
+
+    async def _as_operator(self, work: Callable[[OperatorTx], T], *, write: bool = True) -> T:
+        """One transaction in the operator's scope (ADR 19): any owner's rows, by ``OperatorTx``."""
+        return await self.db.run_async(lambda tx: work(OperatorTx(tx)), owner_id=None, write=write)
 
 
 def _claim_source(route: Route) -> OperationState:

@@ -176,7 +176,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     ) -> pb.LeaseMutationsResponse:
         require_neutral_worker(caller_scope(context))
         items = [convert.settlement(item) for item in request.items]
-        return convert.outcomes(items, await self.app.settle(items, owner=None))
+        return convert.outcomes(items, await self.app.settle(items))
 
     async def HoldLeases(
         self, request_iterator: AsyncIterator[pb.HoldLeasesRequest], context: ServicerContext
