@@ -23,7 +23,7 @@ from durable_ops.operations.operator import SERVICE_NAME as OPERATOR_SERVICE_NAM
 from durable_ops.operations.pruner import run_pruner
 from durable_ops.operations.service import SERVICE_NAME, OperationsService
 from durable_ops.operations.sweeper import run_sweeper
-from durable_ops.operations.tuning import TUNING, Tuning
+from durable_ops.operations.tuning import TUNING
 from durable_ops.rpc.keys import trusted_keys
 from durable_ops.rpc.metrics import GrpcServerMetrics, serve_metrics
 from durable_ops.rpc.open_calls import OpenCalls
@@ -56,13 +56,12 @@ async def run(
     settings: Settings,
     *,
     clock: Clock = utc_now,
-    tuning: Tuning = TUNING,
     stop_requested: asyncio.Event | None = None,
 ) -> None:
     db = Database(settings.database_url, pool_size=16)  # connects on first use
     registry = CollectorRegistry()
-    metrics = OperationsMetrics(registry, db, clock, cache_seconds=tuning.metrics_cache_seconds)
-    app = OperationsApp(db, clock, tuning=tuning, metrics=metrics)
+    metrics = OperationsMetrics(registry, db, clock)
+    app = OperationsApp(db, clock, metrics=metrics)
     exporter = None
     if settings.operations_metrics_bind:
         exporter = serve_metrics(
@@ -73,12 +72,12 @@ async def run(
     async def prepare() -> None:
         # Health says NOT_SERVING (and calls are refused) until the database answers.
         await open_when_reachable(db, settings.database_wait_seconds)
-        sweeper = run_sweeper(db, clock, tuning.sweep_interval_seconds, metrics=metrics)
+        sweeper = run_sweeper(db, clock, TUNING.sweep_interval_seconds, metrics=metrics)
         loops.append(asyncio.create_task(sweeper))
         policy = None  # retention off: the pruner keeps house only
         if settings.retention_days:
             policy = policy_of_days(settings.retention_days, settings.tombstone_retention_days)
-        pruner = run_pruner(db, clock, policy, PRUNE_BATCH, tuning, metrics=metrics)
+        pruner = run_pruner(db, clock, policy, PRUNE_BATCH, metrics=metrics)
         loops.append(asyncio.create_task(pruner))
 
     async def stop() -> None:
