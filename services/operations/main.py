@@ -25,7 +25,7 @@ from durable_ops.operations.service import SERVICE_NAME, OperationsService
 from durable_ops.operations.sweeper import run_sweeper
 from durable_ops.operations.tuning import TUNING
 from durable_ops.rpc.keys import trusted_keys
-from durable_ops.rpc.metrics import GrpcServerMetrics, serve_metrics
+from durable_ops.rpc.metrics import GrpcServerMetrics, serve_metrics_if
 from durable_ops.rpc.open_calls import OpenCalls
 from durable_ops.rpc.server import build_server, serve
 from durable_ops.settings import Settings
@@ -62,11 +62,9 @@ async def run(
     registry = CollectorRegistry()
     metrics = OperationsMetrics(registry, db, clock)
     app = OperationsApp(db, clock, metrics=metrics)
-    exporter = None
-    if settings.operations_metrics_bind:
-        exporter = serve_metrics(
-            settings.operations_metrics_bind, registry, setting="OPS_OPERATIONS_METRICS_BIND"
-        )
+    exporter = serve_metrics_if(
+        settings.operations_metrics_bind, registry, setting="OPS_OPERATIONS_METRICS_BIND"
+    )
     loops: list[asyncio.Task[None]] = []  # the sweeper and the pruner
 
     async def prepare() -> None:
