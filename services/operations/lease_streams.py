@@ -132,8 +132,6 @@ async def hold_leases(
                 if outcomes:
                     yield pb.HoldLeasesResponse(outcomes=outcomes, pushed=True)
                 continue
-            for operation_id in request.dropped:
-                cancels.discard(operation_id)
             yield await _hold(app, held, request, cancels)
 
 
@@ -145,7 +143,8 @@ async def _hold(
     beat = held.apply(_entries(request), request.dropped)
     added = {lease.operation_id for lease in request.leases if lease.lease_token}
     outcomes = [_refusal(operation_id, error) for operation_id, error in beat.refused.items()]
-    for operation_id in added | beat.refused.keys():  # a new lease is watched afresh
+    # A dropped or refused lease is no longer watched, and a new one is watched afresh.
+    for operation_id in {*request.dropped, *beat.refused, *added}:
         cancels.discard(operation_id)
     answers = await app.extend(beat.held)
     for lease, answer in zip(beat.held, answers, strict=True):
