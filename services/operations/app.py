@@ -6,8 +6,9 @@ owner's scope or the neutral one, read or write, short), returns what the
 call answers and logs what it changed, once, whichever face was called
 (``OperationsService``, ``google.longrunning``). What a transaction changed
 is published after its COMMIT (``Database.events``) to the waiters the calls
-below wait on: the claim waiters and the watch (``operations.watch``). Rules live in
-``durable_ops.model``; SQL in ``durable_ops.storage``.
+below wait on: the claim waiters and the watches of operations and of owners
+(``operations.watch``). Rules live in ``durable_ops.model``; SQL in
+``durable_ops.storage``.
 """
 
 from __future__ import annotations
