@@ -79,7 +79,6 @@ class OperationsMetrics:
         def counter(name: str, doc: str, *labels: str) -> Counter:
             return Counter(f"{PREFIX}{name}", doc, labels, registry=registry)
 
-        self.registry = registry
         self.claims = counter(
             "operation_claims",
             "Operations claimed by workers, by task type and route",
