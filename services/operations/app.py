@@ -6,8 +6,9 @@ owner's scope or the neutral one, read or write, short), returns what the
 call answers and logs what it changed, once, whichever face was called
 (``OperationsService``, ``google.longrunning``). What a transaction changed
 is published after its COMMIT (``Database.events``) to the waiters the calls
-below wait on: the claim waiters and the watch (``operations.watch``). Rules live in
-``durable_ops.model``; SQL in ``durable_ops.storage``.
+below wait on: the claim waiters and the watches of operations and of owners
+(``operations.watch``). Rules live in ``durable_ops.model``; SQL in
+``durable_ops.storage``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import suppress
 from datetime import datetime, timedelta
 from functools import partial
+from typing import TypeVar
 
 import structlog
 
@@ -34,13 +36,13 @@ from durable_ops.model.states import OperationState
 from durable_ops.model.tasks import TASKS
 from durable_ops.operations.claim_waiters import ClaimWaiters, Kind
 from durable_ops.operations.metrics import OperationsMetrics
-from durable_ops.operations.owner_watch import OwnerWatcher
 from durable_ops.operations.pruner import PruneResult, prune
 from durable_ops.operations.tuning import TUNING, Tuning
-from durable_ops.operations.watch import Watcher, answers, moved
+from durable_ops.operations.watch import Watcher, answers, moved, owner_moved
 from durable_ops.storage import drafts, operations, owner_changes, retention, task_pauses
 from durable_ops.storage import operator as store
 from durable_ops.storage.db import Database
+from durable_ops.storage.events import Changed
 from durable_ops.storage.operations import Claim, Held, Settlement, Version
 from durable_ops.storage.pages import Page
 from durable_ops.storage.schema import OperationAttempt, UserOperation
@@ -48,6 +50,7 @@ from durable_ops.storage.task_pauses import Pause
 from durable_ops.storage.tx import OperatorTx, Tx
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 Answer = OperationState | DomainError
 _SETTLED = {  # what the log calls each settlement
     Event.COMPLETE: "operation_completed",
@@ -83,8 +86,11 @@ class OperationsApp:
         # The registry's concurrency limits (ADR 0048); a test may run other task types.
         self.limits = TASKS.limits() if limits is None else limits
         self.claims = ClaimWaiters(db, clock, tuning.claim_poll_interval_seconds)
-        self.watch = Watcher(db, tuning.watch_interval_seconds)
-        self.owners = OwnerWatcher(db, tuning.watch_interval_seconds)
+        interval = tuning.watch_interval_seconds
+        self.watch = Watcher(
+            db, "operation_watch", interval, _operation_of, operations.versions_among
+        )
+        self.owners = Watcher(db, "owner_watch", interval, _owner_of, owner_changes.newest_among)
 
     async def close(self) -> None:
         await self.claims.close()
@@ -169,9 +175,9 @@ class OperationsApp:
         overlap = WATCH_OVERLAP
         sent: dict[str, tuple[object, ...]] = {}  # what this watch last yielded of each
         # Registered before the first read, so a change between a read and the wait wakes it.
-        with self.owners.watching(owner) as woken:
+        with self.owners.watching(owner_moved(), owner) as watch:
             while True:
-                woken.clear()
+                watch.rearm()
                 start = cursor - overlap
                 batch = await self.db.run_async(
                     partial(read, cursor=start), owner_id=owner, write=False, short=True
@@ -190,7 +196,7 @@ class OperationsApp:
                         continue
                     cursor = max(cursor, newest)
                 overlap = WATCH_OVERLAP
-                await woken.wait()
+                await watch.event.wait()
 
     async def list_page(
         self, owner: str, *, size: int, token: str, state: OperationState | None, task_type: str
@@ -300,12 +306,12 @@ class OperationsApp:
                 self.metrics.claimed(claim.operation.task_type, route.value)
         return found
 
-    async def settle(self, settlements: list[Settlement], owner: str | None) -> list[Answer]:
-        """Settle leases in one transaction: a batch of many owners (``owner`` None), or one
-        lease of ``owner``'s; answer each alone."""
+    async def settle(self, settlements: list[Settlement]) -> list[Answer]:
+        """Settle leases of many owners in one transaction, in the neutral scope; answer each
+        alone."""
         now = self.clock()
         answers = await self.db.run_async(
-            lambda tx: operations.settle(tx, settlements, now), owner_id=owner, short=True
+            lambda tx: operations.settle(tx, settlements, now), owner_id=None, short=True
         )
         refused = sum(isinstance(answer, DomainError) for answer in answers)
         log.info("operations_settled", count=len(answers), refused=refused)
@@ -353,34 +359,23 @@ class OperationsApp:
         self, *, size: int, token: str, filters: OperatorFilter
     ) -> Page[UserOperation]:
         now = self.clock()
-        return await self.db.run_async(
-            lambda tx: store.list_page(
-                OperatorTx(tx), size=size, token=token, filters=filters, now=now
-            ),
-            owner_id=None,
-            write=False,
-        )
+        page = partial(store.list_page, size=size, token=token, filters=filters, now=now)
+        return await self._as_operator(page, write=False)
 
     async def show(self, operation_id: str) -> tuple[UserOperation, list[OperationAttempt]]:
-        return await self.db.run_async(
-            lambda tx: store.show(OperatorTx(tx), operation_id), owner_id=None, write=False
-        )
+        return await self._as_operator(partial(store.show, operation_id=operation_id), write=False)
 
     async def queue_depths(self) -> list[store.QueueDepth]:
-        return await self.db.run_async(
-            lambda tx: store.queue_depths(OperatorTx(tx)), owner_id=None, write=False
-        )
+        return await self._as_operator(store.queue_depths, write=False)
 
     async def force_cancel(self, operation_id: str) -> UserOperation:
-        now = self.clock()
-        return await self.db.run_async(
-            lambda tx: store.cancel(OperatorTx(tx), operation_id, now), owner_id=None
+        return await self._as_operator(
+            partial(store.cancel, operation_id=operation_id, now=self.clock())
         )
 
     async def force_retry(self, operation_id: str) -> UserOperation:
-        now = self.clock()
-        return await self.db.run_async(
-            lambda tx: store.retry(OperatorTx(tx), operation_id, now), owner_id=None
+        return await self._as_operator(
+            partial(store.retry, operation_id=operation_id, now=self.clock())
         )
 
     async def pause_task_type(self, task_type: str, by: str) -> tuple[Pause | None, bool]:
@@ -413,15 +408,27 @@ class OperationsApp:
                 seconds=retention_rules.PRUNE_CALL_SECONDS,
                 metrics=self.metrics,
             )
-        found = await self.db.run_async(
-            lambda tx: retention.prunable(OperatorTx(tx), policy, now), owner_id=None, write=False
+        found = await self._as_operator(
+            partial(retention.prunable, policy=policy, now=now), write=False
         )
         return PruneResult(found.operations, found.tombstones, more=False)
+
+    async def _as_operator(self, work: Callable[[OperatorTx], T], *, write: bool = True) -> T:
+        """One transaction in the operator's scope (ADR 19): any owner's rows, by ``OperatorTx``."""
+        return await self.db.run_async(lambda tx: work(OperatorTx(tx)), owner_id=None, write=write)
 
 
 def _claim_source(route: Route) -> OperationState:
     event = Event.CLAIM_EXTERNAL if route is Route.EXTERNAL else Event.CLAIM
     return lifecycle.CLAIMS[event].source
+
+
+def _operation_of(change: Changed) -> str:
+    return change.operation_id
+
+
+def _owner_of(change: Changed) -> str:
+    return change.owner_id
 
 
 def _seen(row: UserOperation, draft: drafts.Draft | None) -> tuple[object, ...]:

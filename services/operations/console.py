@@ -9,6 +9,9 @@ link and a sign-out are logged (``via="console"``). SQL in
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import structlog
 
 from durable_ops.clock import Clock
@@ -19,6 +22,7 @@ from durable_ops.storage.db import Database
 from durable_ops.storage.tx import OperatorTx, Tx
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 
 class ConsoleSignIns:
@@ -28,16 +32,12 @@ class ConsoleSignIns:
 
     async def link(self, operator: str) -> Signed:
         now = self._clock()
-        return await self._db.run_async(
-            lambda tx: store.create_link(OperatorTx(tx), operator, now), owner_id=None, short=True
-        )
+        return await self._run(lambda tx: store.create_link(OperatorTx(tx), operator, now))
 
     async def open(self, link: str) -> Signed:
         now = self._clock()
         try:
-            signed = await self._db.run_async(
-                lambda tx: store.open_link(tx, link, now), owner_id=None, short=True
-            )
+            signed = await self._run(lambda tx: store.open_link(tx, link, now))
         except Unauthenticated:
             log.info("operator_console_link_refused", via="console")
             raise
@@ -46,9 +46,7 @@ class ConsoleSignIns:
 
     async def resolve(self, session_id: str) -> Signed:
         now = self._clock()
-        return await self._db.run_async(
-            lambda tx: store.resolve(tx, session_id, now), owner_id=None, write=False, short=True
-        )
+        return await self._run(lambda tx: store.resolve(tx, session_id, now), write=False)
 
     async def end(self, session_id: str) -> None:
         """Sign out; a session already ended is fine (the outcome is the same)."""
@@ -62,12 +60,13 @@ class ConsoleSignIns:
             store.end(tx, session_id)
             return operator
 
-        operator = await self._db.run_async(sign_out, owner_id=None, short=True)
+        operator = await self._run(sign_out)
         if operator is not None:
             log.info("operator_console_sign_out", operator=operator, via="console")
 
     async def end_operator(self, operator: str | None) -> int:
         """End ``operator``'s links and sessions, or everyone's for ``None``."""
-        return await self._db.run_async(
-            lambda tx: store.end_operator(OperatorTx(tx), operator), owner_id=None, short=True
-        )
+        return await self._run(lambda tx: store.end_operator(OperatorTx(tx), operator))
+
+    async def _run(self, work: Callable[[Tx], T], *, write: bool = True) -> T:
+        return await self._db.run_async(work, owner_id=None, write=write, short=True)

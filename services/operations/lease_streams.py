@@ -26,6 +26,7 @@ from durable_ops.model.held_leases import HeldLease, HeldLeases
 from durable_ops.operations.app import OperationsApp
 from durable_ops.operations.watch import CANCEL, Watch
 from durable_ops.rpc.errors import status_for
+from durable_ops.storage.operations import Version
 from durable_ops.wire import operations as convert
 
 log = structlog.get_logger(__name__)
@@ -131,20 +132,19 @@ async def hold_leases(
                 if outcomes:
                     yield pb.HoldLeasesResponse(outcomes=outcomes, pushed=True)
                 continue
-            for operation_id in request.dropped:
-                cancels.discard(operation_id)
             yield await _hold(app, held, request, cancels)
 
 
 async def _hold(
-    app: OperationsApp, held: HeldLeases, request: pb.HoldLeasesRequest, cancels: Watch
+    app: OperationsApp, held: HeldLeases, request: pb.HoldLeasesRequest, cancels: Watch[Version]
 ) -> pb.HoldLeasesResponse:
     """One beat: every lease the stream holds extended by one transaction, each
     answered alone; a lost or refused one leaves the stream and its cancel watch."""
     beat = held.apply(_entries(request), request.dropped)
     added = {lease.operation_id for lease in request.leases if lease.lease_token}
     outcomes = [_refusal(operation_id, error) for operation_id, error in beat.refused.items()]
-    for operation_id in added | beat.refused.keys():  # a new lease is watched afresh
+    # A dropped or refused lease is no longer watched, and a new one is watched afresh.
+    for operation_id in {*request.dropped, *beat.refused, *added}:
         cancels.discard(operation_id)
     answers = await app.extend(beat.held)
     for lease, answer in zip(beat.held, answers, strict=True):

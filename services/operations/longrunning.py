@@ -19,15 +19,11 @@ from google.protobuf.empty_pb2 import Empty
 
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.operation_filter import parse_filter
-from durable_ops.model.scope import (
-    require_operation_changer,
-    require_owner,
-    require_user_for_analyses,
-)
+from durable_ops.model.scope import require_user_for_analyses
 from durable_ops.operations.app import OperationsApp
+from durable_ops.operations.service import changer_of, owner_of
 from durable_ops.rpc import ServicerContext
 from durable_ops.rpc.open_calls import OpenCalls
-from durable_ops.rpc.scope import caller_scope
 from durable_ops.wire import longrunning as convert
 from durable_ops.wire.operations import wait_seconds
 
@@ -42,14 +38,13 @@ class LongRunningOperations(lro_grpc.OperationsServicer):
     async def GetOperation(
         self, request: lro.GetOperationRequest, context: ServicerContext
     ) -> lro.Operation:
-        owner = require_owner(caller_scope(context)).owner_id
-        row = await self._app.get(owner, convert.id_from_name(request.name))
+        row = await self._app.get(owner_of(context), convert.id_from_name(request.name))
         return convert.operation(row)
 
     async def ListOperations(
         self, request: lro.ListOperationsRequest, context: ServicerContext
     ) -> lro.ListOperationsResponse:
-        owner = require_owner(caller_scope(context)).owner_id
+        owner = owner_of(context)
         if request.name not in ("", convert.COLLECTION):
             raise InvalidArgument("name", f'must be "{convert.COLLECTION}"')
         wanted = parse_filter(request.filter)
@@ -68,7 +63,7 @@ class LongRunningOperations(lro_grpc.OperationsServicer):
     async def CancelOperation(
         self, request: lro.CancelOperationRequest, context: ServicerContext
     ) -> Empty:
-        changer = require_operation_changer(caller_scope(context))
+        changer = changer_of(context)
         await self._app.cancel(
             changer.owner_id,
             convert.id_from_name(request.name),
@@ -79,7 +74,7 @@ class LongRunningOperations(lro_grpc.OperationsServicer):
     async def DeleteOperation(
         self, request: lro.DeleteOperationRequest, context: ServicerContext
     ) -> Empty:
-        changer = require_operation_changer(caller_scope(context))
+        changer = changer_of(context)
         await self._app.delete(
             changer.owner_id,
             convert.id_from_name(request.name),
@@ -90,7 +85,7 @@ class LongRunningOperations(lro_grpc.OperationsServicer):
     async def WaitOperation(
         self, request: lro.WaitOperationRequest, context: ServicerContext
     ) -> lro.Operation:
-        owner = require_owner(caller_scope(context)).owner_id
+        owner = owner_of(context)
         operation_id = convert.id_from_name(request.name)
         with self._open_calls.holding():
             row = await self._app.wait(owner, operation_id, wait_seconds(request))

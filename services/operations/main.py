@@ -23,9 +23,9 @@ from durable_ops.operations.operator import SERVICE_NAME as OPERATOR_SERVICE_NAM
 from durable_ops.operations.pruner import run_pruner
 from durable_ops.operations.service import SERVICE_NAME, OperationsService
 from durable_ops.operations.sweeper import run_sweeper
-from durable_ops.operations.tuning import TUNING, Tuning
+from durable_ops.operations.tuning import TUNING
 from durable_ops.rpc.keys import trusted_keys
-from durable_ops.rpc.metrics import GrpcServerMetrics, serve_metrics
+from durable_ops.rpc.metrics import GrpcServerMetrics, serve_metrics_if
 from durable_ops.rpc.open_calls import OpenCalls
 from durable_ops.rpc.server import build_server, serve
 from durable_ops.settings import Settings
@@ -56,29 +56,26 @@ async def run(
     settings: Settings,
     *,
     clock: Clock = utc_now,
-    tuning: Tuning = TUNING,
     stop_requested: asyncio.Event | None = None,
 ) -> None:
     db = Database(settings.database_url, pool_size=16)  # connects on first use
     registry = CollectorRegistry()
-    metrics = OperationsMetrics(registry, db, clock, cache_seconds=tuning.metrics_cache_seconds)
-    app = OperationsApp(db, clock, tuning=tuning, metrics=metrics)
-    exporter = None
-    if settings.operations_metrics_bind:
-        exporter = serve_metrics(
-            settings.operations_metrics_bind, registry, setting="OPS_OPERATIONS_METRICS_BIND"
-        )
+    metrics = OperationsMetrics(registry, db, clock)
+    app = OperationsApp(db, clock, metrics=metrics)
+    exporter = serve_metrics_if(
+        settings.operations_metrics_bind, registry, setting="OPS_OPERATIONS_METRICS_BIND"
+    )
     loops: list[asyncio.Task[None]] = []  # the sweeper and the pruner
 
     async def prepare() -> None:
         # Health says NOT_SERVING (and calls are refused) until the database answers.
         await open_when_reachable(db, settings.database_wait_seconds)
-        sweeper = run_sweeper(db, clock, tuning.sweep_interval_seconds, metrics=metrics)
+        sweeper = run_sweeper(db, clock, TUNING.sweep_interval_seconds, metrics=metrics)
         loops.append(asyncio.create_task(sweeper))
         policy = None  # retention off: the pruner keeps house only
         if settings.retention_days:
             policy = policy_of_days(settings.retention_days, settings.tombstone_retention_days)
-        pruner = run_pruner(db, clock, policy, PRUNE_BATCH, tuning, metrics=metrics)
+        pruner = run_pruner(db, clock, policy, PRUNE_BATCH, metrics=metrics)
         loops.append(asyncio.create_task(pruner))
 
     async def stop() -> None:

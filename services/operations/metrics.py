@@ -34,13 +34,13 @@ SWEEP_CHANGES = ("expired_lease", "deadline", "promoted")
 
 
 class _OperationsCollector(Collector):
-    def __init__(self, db: Database, clock: Clock, seconds: float) -> None:
+    def __init__(self, db: Database, clock: Clock) -> None:
         self._clock = clock
         self._depths = CachedReading(
             lambda: db.run(
                 lambda tx: operator.queue_depths(OperatorTx(tx)), owner_id=None, write=False
             ),
-            seconds,
+            TUNING.metrics_cache_seconds,
             time.monotonic,
         )
 
@@ -75,18 +75,10 @@ class _OperationsCollector(Collector):
 
 
 class OperationsMetrics:
-    def __init__(
-        self,
-        registry: CollectorRegistry,
-        db: Database,
-        clock: Clock,
-        *,
-        cache_seconds: float = TUNING.metrics_cache_seconds,
-    ) -> None:
+    def __init__(self, registry: CollectorRegistry, db: Database, clock: Clock) -> None:
         def counter(name: str, doc: str, *labels: str) -> Counter:
             return Counter(f"{PREFIX}{name}", doc, labels, registry=registry)
 
-        self.registry = registry
         self.claims = counter(
             "operation_claims",
             "Operations claimed by workers, by task type and route",
@@ -122,7 +114,7 @@ class OperationsMetrics:
             self.sweeper_runs.labels(outcome=outcome)
         for change in SWEEP_CHANGES:
             self.sweeper_changes.labels(change=change)
-        registry.register(_OperationsCollector(db, clock, cache_seconds))
+        registry.register(_OperationsCollector(db, clock))
         db.events.subscribe(self._committed)
 
     def _committed(self, changes: Sequence[Committed]) -> None:

@@ -24,7 +24,7 @@ import structlog
 from durable_ops.clock import Clock
 from durable_ops.model.retention import RetentionPolicy
 from durable_ops.operations.metrics import OperationsMetrics
-from durable_ops.operations.tuning import TUNING, Tuning
+from durable_ops.operations.tuning import TUNING
 from durable_ops.storage import budgets, drafts, retention
 from durable_ops.storage.db import Database
 from durable_ops.storage.operations import slots
@@ -96,13 +96,12 @@ async def run_pruner(
     clock: Clock,
     policy: RetentionPolicy | None,
     batch_size: int,
-    tuning: Tuning = TUNING,
     *,
     metrics: OperationsMetrics | None = None,
 ) -> None:
-    """Prune everything past the horizons, then every ``tuning.retention_interval_seconds``,
+    """Prune everything past the horizons, then every ``Tuning.retention_interval_seconds``,
     until cancelled; a failed run is logged and tried again at the next interval."""
-    pause = tuning.prune_pause_seconds
+    pause = TUNING.prune_pause_seconds
     while True:
         try:
             result = await prune(
@@ -112,4 +111,4 @@ async def run_pruner(
                 log.info("retention_pruned", pruned=result.pruned, forgotten=result.forgotten)
         except Exception as exc:  # the pruner must outlive a database hiccup
             log.warning("retention_prune_failed", error=type(exc).__name__)
-        await asyncio.sleep(tuning.retention_interval_seconds)
+        await asyncio.sleep(TUNING.retention_interval_seconds)

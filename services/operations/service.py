@@ -39,11 +39,11 @@ from durable_ops.wire import operations as convert
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["OperationsService"].full_name
 
 
-def _owner(context: ServicerContext) -> str:
+def owner_of(context: ServicerContext) -> str:
     return require_owner(caller_scope(context)).owner_id
 
 
-def _changer(context: ServicerContext) -> OwnerScope:
+def changer_of(context: ServicerContext) -> OwnerScope:
     """The owner whose operations the gateway (for the user) or a producer changes."""
     return require_operation_changer(caller_scope(context))
 
@@ -69,7 +69,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     async def CreateOperation(
         self, request: pb.CreateOperationRequest, context: ServicerContext
     ) -> pb.CreateOperationResponse:
-        changer = _changer(context)
+        changer = changer_of(context)
         require_admission_for_analyses(changer, request.task_type)
         create = convert.create_request(request, current_traceparent())
         row, created = await self.app.create(changer.owner_id, create)
@@ -78,12 +78,12 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     async def GetOperation(
         self, request: pb.GetOperationRequest, context: ServicerContext
     ) -> pb.Operation:
-        return convert.operation(await self.app.get(_owner(context), request.operation_id))
+        return convert.operation(await self.app.get(owner_of(context), request.operation_id))
 
     async def WaitOperation(
         self, request: pb.WaitOperationRequest, context: ServicerContext
     ) -> pb.Operation:
-        owner = _owner(context)
+        owner = owner_of(context)
         seen, seconds = convert.seen(request), convert.wait_seconds(request)
         with self.open_calls.holding():
             # A change of state answers too (SPEC §5, the HTTP long-poll's contract).
@@ -96,7 +96,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
         self, request: pb.ListOperationsRequest, context: ServicerContext
     ) -> pb.ListOperationsResponse:
         page = await self.app.list_page(
-            _owner(context),
+            owner_of(context),
             size=request.page_size,
             token=request.page_token,
             state=convert.state_from_pb(request.state),
@@ -110,7 +110,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     async def CancelOperation(
         self, request: pb.CancelOperationRequest, context: ServicerContext
     ) -> pb.Operation:
-        changer = _changer(context)
+        changer = changer_of(context)
         row = await self.app.cancel(
             changer.owner_id, request.operation_id, partial(require_user_for_analyses, changer)
         )
@@ -119,7 +119,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     async def RetryOperation(
         self, request: pb.RetryOperationRequest, context: ServicerContext
     ) -> pb.Operation:
-        changer = _changer(context)
+        changer = changer_of(context)
         row = await self.app.retry(
             changer.owner_id, request.operation_id, partial(require_admission_for_analyses, changer)
         )
@@ -176,7 +176,7 @@ class OperationsService(pb_grpc.OperationsServiceServicer):
     ) -> pb.LeaseMutationsResponse:
         require_neutral_worker(caller_scope(context))
         items = [convert.settlement(item) for item in request.items]
-        return convert.outcomes(items, await self.app.settle(items, owner=None))
+        return convert.outcomes(items, await self.app.settle(items))
 
     async def HoldLeases(
         self, request_iterator: AsyncIterator[pb.HoldLeasesRequest], context: ServicerContext

@@ -1,13 +1,13 @@
 """What a replica's waiting calls have in common: woken by its own commits, else by one poll.
 
-The claim waiters and the watch each hear what this process commits
+The claim waiters and the watches each hear what this process commits
 (``Database.events``) at once, and ask the database one question on behalf of
 all their waiters for what other processes commit, at a short interval and
 only while any waits: the cost is a query per interval per replica, whatever
 the number of open streams or waiting claims. A failed poll is logged once and
 tried again on the next tick.
 
-A question can grow slow: the watch's with the operations it watches, the
+A question can grow slow: the operation watch's with the operations it watches, the
 claim poll's with a backlog of a kind it waits for that no claim may take yet
 (a key whose concurrency slot is full, ADR 0048, is read and passed over).
 Before ADR 0051 the claim poll read every claimable row of every type: 24 ms
