@@ -298,7 +298,11 @@ class Settings:
         default=60, metadata=_doc("lease the AI worker asks for on each claim, 5 to 600 seconds")
     )
     worker_task_timeout_seconds: float = field(
-        default=120.0, metadata=_doc("per-inference timeout enforced by the AI worker")
+        default=120.0,
+        metadata=_doc(
+            "longest the model may go without progress (a prompt-reading report or an answer"
+            " piece) before the inference fails model_timeout"
+        ),
     )
     gateway_metrics_bind: str = field(
         default="",

@@ -148,7 +148,9 @@ def test_a_cancel_before_the_first_beat_is_acknowledged_without_inference(
 
 
 def test_a_slow_model_times_out_and_a_deleted_subject_fails_for_good(services: Services) -> None:
-    model = ModelServer(delay_seconds=30)
+    # Silent for 30 s (the error it then answers never comes in time): the timeout bounds
+    # the model's silence, and a model streaming its answer slowly would finish (ADR 64).
+    model = ModelServer(fail_mode="500", delay_seconds=30)
     ops = OpsClient(services)
     slow = _create(ops, "slow", STRATEGY, pb.PRIVACY_LOCAL_ONLY)
     workspace, journal = Workspace(), Journal()

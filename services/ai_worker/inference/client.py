@@ -7,9 +7,9 @@ every failure into one error of ``durable_ops.ai_worker.inference.errors``.
 
 A route that refuses the ``json_schema`` form (llama-cpp-python's server: HTTP
 500, it takes only ``json_object`` with a ``schema``) is asked again at once in
-that form, within the same timeout; when it accepts, the client keeps that form
-for the route and logs ``model_response_format_fallback`` once. How a refusal
-is told from a real server error: ``inference.response_format``.
+that form, within the same bound on silence; when it accepts, the client keeps
+that form for the route and logs ``model_response_format_fallback`` once. How a
+refusal is told from a real server error: ``inference.response_format``.
 
 It asks for a stream (``"stream": true``) and reads the server-sent events of
 ``inference.sse`` as they come, so it can tell how far the answer has got:
@@ -21,8 +21,22 @@ that reading fills the bar's first part before the first answer token; a server
 that does not know the field ignores it, and an external route is not asked. A server
 that answers in one piece anyway (any content type but ``text/event-stream``)
 is read as a whole completion, as is the body of any HTTP error status. Both
-forms share the guarantees: one timeout for the whole exchange, at most 1 MiB of response,
+forms share the guarantees: a bound on the model's silence, at most 1 MiB of response,
 and the same error for the same fault.
+
+The timeout bounds the model's silence, not its total time (ADR 64): the exchange fails
+``ModelTimeout`` once ``timeout_seconds`` passed without a sign of progress, a report of
+the prompt's reading that moved on or a piece of the answer's text. On CPU the largest
+admitted prompt takes longer to read (some 14,000 tokens at about 175 a second) than a
+total bound that still caught a hung server soon would allow, while llama-server reports
+its reading every batch. Bytes that carry neither sign (comments, keep-alives, empty or
+role-only chunks, a whole completion trickled in) do not put it off, so a server that
+trickles bytes cannot hold the worker for ever. The total is bounded by the answer's
+``max_tokens`` (the server stops there) and the prompt's size (admission's bound), and
+whatever the server does, by the worker's attempt-wide timeout (``execution``). An
+external route is not asked for its reading: there the bound is its time to the first
+answer piece, then the longest gap between two. A server that answers in one piece is
+bounded by its time to the whole answer.
 """
 
 from __future__ import annotations
@@ -202,22 +216,26 @@ class ModelClient:
         on_usage: UsageCallback | None,
     ) -> dict[str, Any]:
         budget = request.expected_tokens or request.max_tokens or DEFAULT_BUDGET_TOKENS
-        listener = _Listener(
-            ProgressMeter(budget),
-            _ignore_progress if on_progress is None else on_progress,
-            _ignore_text if on_text is None else on_text,
-            _ignore_usage if on_usage is None else on_usage,
-            self.provenance,
-            sum(len(message.get("content", "")) for message in request.messages),
-        )
-        # httpx's timeout bounds each phase; this one bounds the whole exchange,
-        # so a server that trickles bytes cannot hold the worker forever.
+        loop = asyncio.get_running_loop()
+        # httpx's timeout bounds each phase, and any byte resets its read timeout; this one
+        # is put off only by a sign of progress, so a server that trickles bytes cannot
+        # hold the worker for ever (the module says what bounds the total).
         try:
-            async with asyncio.timeout(self.timeout_seconds):
+            async with asyncio.timeout(self.timeout_seconds) as silence:
+                listener = _Listener(
+                    ProgressMeter(budget),
+                    _ignore_progress if on_progress is None else on_progress,
+                    _ignore_text if on_text is None else on_text,
+                    _ignore_usage if on_usage is None else on_usage,
+                    self.provenance,
+                    sum(len(message.get("content", "")) for message in request.messages),
+                    lambda: silence.reschedule(loop.time() + self.timeout_seconds),
+                )
                 content = await self._ask(request, listener)
         except (TimeoutError, httpx.TimeoutException) as exc:
             raise ModelTimeout(
-                f"no answer within {self.timeout_seconds:g} seconds", provenance=self.provenance
+                f"the model gave no sign of progress for {self.timeout_seconds:g} seconds",
+                provenance=self.provenance,
             ) from exc
         except httpx.ConnectError as exc:
             raise ModelUnreachable(
@@ -262,7 +280,7 @@ class ModelClient:
 
         Once the server took the request, the exchange tells ``listener`` what it used
         however it ends: a finished answer, and also one cut off by the caller's cancel,
-        the exchange's timeout, a lost connection or a broken stream, with what the server
+        the bound on its silence, a lost connection or a broken stream, with what the server
         said of it (its ``usage`` comes last, so a cut-off stream is counted by the content
         chunks received and its prompt estimated, as a server that sends none: ADR 38, 57).
         Otherwise cancelling
@@ -329,8 +347,8 @@ def _ignore_usage(usage: Usage, provenance: Provenance) -> None:
 
 @dataclass(frozen=True)
 class _Listener:
-    """Who is told how a streamed answer grows (its percent when it rose, its text) and
-    what a finished exchange used."""
+    """Who is told how a streamed answer grows (its percent when it rose, its text), each
+    sign of progress (the bound on silence) and what a finished exchange used."""
 
     meter: ProgressMeter
     progress: ProgressCallback
@@ -338,6 +356,7 @@ class _Listener:
     usage: UsageCallback
     provenance: Provenance
     prompt_chars: int  # what the prompt is estimated from when the server does not count it
+    alive: Callable[[], None]  # puts off the bound on silence
 
     def grew(self, stream: _ChunkStream) -> None:
         percent = self.meter.observe(stream.tokens)
@@ -417,9 +436,11 @@ async def _streamed_content(
     try:
         async for data in response.aiter_bytes():
             for event in decoder.feed(bound.add(data)):
-                tokens, reading = stream.tokens, stream.reading
+                tokens, reading, signs = stream.tokens, stream.reading, stream.signs
                 if stream.take(event):
                     return stream.content()
+                if stream.signs != signs:
+                    listener.alive()
                 if stream.reading != reading and stream.reading is not None:
                     listener.read(stream.reading)
                 if stream.tokens != tokens:
@@ -441,6 +462,11 @@ class _Reading:
     total: int
     cache: int
     processed: int
+
+    @property
+    def done(self) -> int:
+        """The tokens read: a report beyond the total says no more (the prompt's size)."""
+        return min(self.processed, self.total)
 
     @classmethod
     def of(cls, value: object) -> _Reading | None:
@@ -467,6 +493,8 @@ class _ChunkStream:
 
     def __init__(self) -> None:
         self.reading: _Reading | None = None  # the last report of the prompt's reading
+        self.most_read = -1  # the most of the prompt any report said was read
+        self.signs = 0  # signs of progress: readings that moved on, pieces of the answer's text
         self.pieces: list[str] = []
         self.tokens = 0
         self.finish_reason: str | None = None
@@ -497,7 +525,12 @@ class _ChunkStream:
             self._choice(choices[0])
         self._usage(chunk.get("usage"))
         self.timings = chunk.get("timings", self.timings)
-        self.reading = _Reading.of(chunk.get("prompt_progress")) or self.reading
+        reading = _Reading.of(chunk.get("prompt_progress"))
+        if reading is not None:
+            self.reading = reading
+            if reading.done > self.most_read:
+                self.most_read = reading.done
+                self.signs += 1
         return False
 
     def _choice(self, choice: object) -> None:
@@ -509,6 +542,7 @@ class _ChunkStream:
             raise InvalidModelOutput("answer has no text content")
         if content:
             self.pieces.append(content)
+            self.signs += 1
             self.tokens += 1  # one chunk with content is about one token
         finish_reason = choice.get("finish_reason")
         if finish_reason == "length":

@@ -5,7 +5,7 @@ table of its own::
 
     InferenceError                    retryable
     ├── ModelUnavailable              yes  the route is down; the local breaker counts it
-    │   ├── ModelTimeout              yes  no complete answer within the timeout
+    │   ├── ModelTimeout              yes  no sign of progress within the timeout
     │   ├── ModelConnectionError      yes  reset, broken stream, protocol error
     │   │   └── ModelUnreachable      yes  refused, no route, DNS: nothing was sent
     │   ├── ModelServerError          yes  HTTP 5xx (503: nothing taken, ``took_nothing``)
