@@ -51,9 +51,11 @@ from durable_ops.model.routing import Route
 from durable_ops.worker import Attempt, Completed, Ending, Worker
 from durable_ops.worker.lease import Lease
 
-# The model call is bounded by the client's own timeout (the task timeout), after at most
-# one circuit cooldown waiting for an open local circuit (``Router.infer``); this margin
-# lets that classified timeout win, leaving the attempt-wide one as a backstop.
+# The attempt as a whole is bounded by the task timeout, the router's circuit wait and this
+# margin (275 s with the defaults): a model call ends only when the model is silent for the
+# task timeout (ADR 64), so this is what bounds one that keeps trickling progress; it holds
+# the largest admitted prompt on the real model (~160 s). The margin lets a classified
+# model timeout win when the model falls silent near the end.
 ATTEMPT_TIMEOUT_MARGIN_SECONDS = 2.0
 
 _log = structlog.get_logger(__name__)

@@ -48,9 +48,10 @@ after it came, and the attempt failed ``model_connection_error``). With no fallb
 permitted such a call is sent again, from scratch, like a refused one (the breaker
 counts it as one failure), so a restart mid-request is ridden out like a restart between
 requests (tests/integration/test_ai_worker_outage.py). Once per ``infer``: a dropped
-call may have lasted up to a model timeout, so once keeps the attempt within its own
-timeout (the task timeout plus ``circuit_wait_seconds``), and a prompt that crashes the
-model is not sent to it again and again. An answer that had begun streaming starts
+call may have lasted up to a model timeout, so once, and the attempt's own
+timeout (the task timeout plus ``circuit_wait_seconds``, ``ai_worker.execution``) bounds
+it whatever the model does, and a prompt that crashes the model is not sent to it again
+and again. An answer that had begun streaming starts
 over: the draft, sent whole on each beat, is replaced by the new answer's text at its
 first piece (until then it shows the old one's start), and progress holds at its highest
 until the new answer passes it; both exchanges' tokens are counted.
@@ -214,8 +215,8 @@ class Router:
     def circuit_wait_seconds(self) -> float:
         """The longest ``infer`` waits besides its own model calls: a spacing before each
         call asked again while the circuit is closed, then the open circuit's cooldown,
-        and then the half-open trial of another call, which lasts at most a model
-        timeout."""
+        and then the half-open trial of another call, which ends at the latest a model
+        timeout after its last sign of progress (ADR 64)."""
         asking_again = self.breaker.failure_threshold * self._ask_again_seconds
         return asking_again + self.breaker.cooldown_seconds + self.local.timeout_seconds
 
