@@ -81,6 +81,7 @@ LEFT_AT_DEFAULT = {
     "OPS_WORKER_CONCURRENCY": "the worker's host store admits one inference at a time",
     "OPS_DATABASE_WAIT_SECONDS": "the restart policy brings back a service that gave up",
     "OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS": "a bound on credentials minted for minutes",
+    "OPS_SERVICE_KEY": "each container mounts only its own key, where its role's is looked for",
 }
 
 
