@@ -10,6 +10,7 @@ type, both as the generated stubs declare them.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,7 +48,8 @@ class OwnerCalls:
         stub = self.backends.stub(backend, factory, target)
         if stub not in _NAMED:
             for method in vars(stub).values():
-                _BACKEND_OF[method] = backend
+                with contextlib.suppress(TypeError):  # not a method: nothing weakly held
+                    _BACKEND_OF[method] = backend
             _NAMED.add(stub)
         return stub
 

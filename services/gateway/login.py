@@ -83,11 +83,12 @@ def throttle_sign_in(request: Request, user: str | None) -> None:
     except LimitExceeded as exc:
         for key, refused in exc.reported.items():
             by_user = key.startswith(_USER_KEY)
+            owner = _owner(user) if by_user else None
             _log.warning(
                 "login_throttled",
                 throttled="user" if by_user else "client",
                 client=_client(request),
-                **({"owner": _owner(user)} if by_user and _owner(user) else {}),
+                **({"owner": owner} if owner else {}),
                 retry_after_seconds=exc.retry_after,
                 refused_attempts=refused,
             )
