@@ -6,9 +6,9 @@
 ``<gateway>/console/sign-in#link=<secret>``. It works once, for ten minutes,
 and opens a console session of eight hours. The gateway's address is
 ``--url``, else the one the running ``opsctl up`` wrote to ``var/stack.json``,
-else ``http://127.0.0.1:8080/``. ``revoke`` ends every console link and
-session of an operator at once: your own (the name ``--as`` gives), ``--operator``
-NAME's, or with ``--all`` every operator's.
+else ``OPS_GATEWAY_BIND``'s (``http://127.0.0.1:8080/`` by default). ``revoke``
+ends every console link and session of an operator at once: your own (the name
+``--as`` gives), ``--operator`` NAME's, or with ``--all`` every operator's.
 
 Only argparse and pure modules are imported here at load; grpc when a command runs.
 """
@@ -22,6 +22,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 from urllib.parse import urlsplit
 
@@ -58,7 +59,8 @@ def add_parser(console: argparse.ArgumentParser) -> None:
         "--url",
         metavar="URL",
         help="the gateway's address as your browser reaches it (default: the running opsctl"
-        f" up's, from var/stack.json, else {DEFAULT_GATEWAY_URL})",
+        " up's, from var/stack.json, else OPS_GATEWAY_BIND's, a wildcard bind on loopback,"
+        f" else {DEFAULT_GATEWAY_URL})",
     )
     link.add_argument("--json", action="store_true", help="machine-readable output")
     revoke = verbs.add_parser(
@@ -87,19 +89,27 @@ def add_parser(console: argparse.ArgumentParser) -> None:
         )
 
 
-def gateway_url(flag: str | None) -> str:
-    """Where the browser reaches the gateway, ending in ``/``; ``ArgumentTypeError`` for a
-    ``--url`` that is not an http(s) address."""
+def gateway_url(flag: str | None, bind: str, stack: Path | None = None) -> str:
+    """Where the browser reaches the gateway, ending in ``/``: ``--url``, else the running
+    ``opsctl up``'s (``stack``, default ``var/stack.json``), else ``bind``
+    (``OPS_GATEWAY_BIND``; a wildcard bind is reached on loopback).
+
+    ``ArgumentTypeError`` for a ``--url`` that is not an http(s) address, ``ValueError``
+    for a ``bind`` that is not HOST:PORT.
+    """
     from durable_ops.stack import address_file
+    from durable_ops.stack.binds import parse_address
 
     if flag:
         parts = urlsplit(flag)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise argparse.ArgumentTypeError(f"--url {flag!r} is not an http(s) address")
         return flag if flag.endswith("/") else flag + "/"
-    running = address_file.read()
+    running = address_file.read(stack or address_file.STACK_PATH)
     found = running.get("gateway_url") if running else None
-    return found if isinstance(found, str) and found else DEFAULT_GATEWAY_URL
+    if isinstance(found, str) and found:
+        return found
+    return f"http://{parse_address('gateway_bind', bind).dialled}/"
 
 
 def _whose(flag: str | None) -> str:
@@ -138,7 +148,7 @@ def run(
     settings = replace(settings, operations_target=target.address)
     try:
         name = _name(args)
-        base = gateway_url(getattr(args, "url", None))
+        base = gateway_url(getattr(args, "url", None), settings.gateway_bind)
         whose = _whose(getattr(args, "whose", None))
         operator = _connect(settings, name)
     except (argparse.ArgumentTypeError, ValueError) as exc:

@@ -10,6 +10,8 @@ type, both as the generated stubs declare them.
 
 from __future__ import annotations
 
+import contextlib
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -22,11 +24,17 @@ from durable_ops.gateway import standing
 from durable_ops.gateway.auth import User, require_user
 from durable_ops.gateway.backends import Backends, translate
 from durable_ops.gateway.context import backends_of
+from durable_ops.gateway.outages import watched
 from durable_ops.rpc.client import UnaryMethod
 
 StubT = TypeVar("StubT")
 RequestT = TypeVar("RequestT", bound=Message)
 ResponseT = TypeVar("ResponseT", bound=Message)
+
+# The backend of each method of the stubs ``OwnerCalls.stub`` handed out, so a call's
+# outage is logged under its backend's name (``outages``); a stub is named once.
+_BACKEND_OF: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
+_NAMED: weakref.WeakSet[object] = weakref.WeakSet()
 
 
 @dataclass(frozen=True)
@@ -37,7 +45,13 @@ class OwnerCalls:
     def stub(
         self, backend: str, factory: Callable[[grpc.aio.Channel], StubT], target: str | None = None
     ) -> StubT:
-        return self.backends.stub(backend, factory, target)
+        stub = self.backends.stub(backend, factory, target)
+        if stub not in _NAMED:
+            for method in vars(stub).values():
+                with contextlib.suppress(TypeError):  # not a method: nothing weakly held
+                    _BACKEND_OF[method] = backend
+            _NAMED.add(stub)
+        return stub
 
     async def __call__(
         self,
@@ -60,7 +74,8 @@ class OwnerCalls:
         )
         try:
             await self.stands()
-            return await reply
+            with watched(self.backends, _BACKEND_OF.get(method)):
+                return await reply
         except grpc.aio.AioRpcError as exc:
             raise translate(exc) from exc
         finally:

@@ -6,8 +6,11 @@
   however the block ends (answer, error or cancellation).
 * ``TokenBucket`` / ``Throttle`` rate-limit attempts per key (a client address,
   a user): a burst of ``capacity`` attempts, then one more every
-  ``refill_seconds``. The clock is injected (seconds, monotonic), so the tests
-  move it by hand.
+  ``refill_seconds``. A refusal names the keys due a log line (``reported``): a
+  key's first refusal, then at most one a window (the time an emptied bucket
+  takes to fill), with the attempts refused since, so a throttled client makes
+  a line a minute, not one per request. The clock is injected (seconds,
+  monotonic), so the tests move it by hand.
 
 Both live in the memory of one gateway process: several gateway processes
 each apply the bounds on their own, and a restart forgets them.
@@ -19,17 +22,22 @@ import ipaddress
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 
 class LimitExceeded(Exception):
-    """A bound refused an attempt; ``retry_after`` is whole seconds, at least 1."""
+    """A bound refused an attempt; ``retry_after`` is whole seconds, at least 1.
 
-    def __init__(self, retry_after: int) -> None:
+    ``reported``: each throttled key due a log line, with the attempts it refused since
+    its previous line (this one included); the other throttled keys stay quiet.
+    """
+
+    def __init__(self, retry_after: int, reported: Mapping[str, int] | None = None) -> None:
         super().__init__(f"retry after {retry_after} s")
         self.retry_after = retry_after
+        self.reported: Mapping[str, int] = reported or {}
 
 
 class ConcurrencyLimit:
@@ -69,6 +77,8 @@ class TokenBucket:
     refill_seconds: float
     tokens: float
     at: float
+    refused: int = 0  # attempts refused since the key's last log line
+    reported_at: float | None = None  # when the key was last due one
 
     def level(self, now: float) -> float:
         elapsed = max(0.0, now - self.at)
@@ -81,6 +91,16 @@ class TokenBucket:
     def take(self, now: float) -> None:
         self.tokens = self.level(now) - 1
         self.at = now
+
+    def refuse(self, now: float) -> int | None:
+        """Count a refusal; the refusals to report when a line is due (the first refusal,
+        then at most one a fill-up), else None."""
+        self.refused += 1
+        window = self.capacity * self.refill_seconds
+        if self.reported_at is not None and now - self.reported_at < window:
+            return None
+        refused, self.refused, self.reported_at = self.refused, 0, now
+        return refused
 
 
 class Throttle:
@@ -114,11 +134,15 @@ class Throttle:
     def attempt(self, keys: Sequence[str]) -> None:
         """Take a token from the bucket of each key, or raise ``LimitExceeded``."""
         now = self._clock()
-        buckets = [self._bucket(key, now) for key in dict.fromkeys(keys)]
-        wait = max((bucket.wait_for_one(now) for bucket in buckets), default=0.0)
+        buckets = {key: self._bucket(key, now) for key in keys}
+        wait = max((bucket.wait_for_one(now) for bucket in buckets.values()), default=0.0)
         if wait > 0:
-            raise LimitExceeded(max(1, math.ceil(wait)))
-        for bucket in buckets:
+            reported = {}
+            for key, bucket in buckets.items():
+                if bucket.wait_for_one(now) > 0 and (refused := bucket.refuse(now)) is not None:
+                    reported[key] = refused
+            raise LimitExceeded(max(1, math.ceil(wait)), reported)
+        for bucket in buckets.values():
             bucket.take(now)
         self._trim(now)
 

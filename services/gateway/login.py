@@ -19,6 +19,11 @@ each a burst of ``SIGN_IN_BURST`` then one attempt every
 Every attempt takes a token, a successful one too (and no more); a throttled
 one gets 429 ``too_many_sign_ins`` with ``Retry-After`` and takes none. The
 buckets live in this gateway process's memory (``limits.Throttle``).
+
+An operator sees both in the log, at warning: ``login_refused`` for each refused
+sign-in (the client address and a reason code; the owner only once a token verified
+and so named one: never a claimed ``sub`` nor a token) and ``login_throttled`` once
+per throttled key and window (``limits``), with the attempts refused since its last.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jwt
+import structlog
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -50,10 +57,15 @@ from durable_ops.gateway.events import stream_signals_of
 from durable_ops.gateway.limits import LimitExceeded, Throttle, client_key
 from durable_ops.gateway.openapi import endpoint, errors, json_body, ok, single_line_text
 from durable_ops.gateway.problems import Problem
+from durable_ops.model import bounds
+from durable_ops.model.errors import InvalidArgument
 
 SIGN_IN_BURST = 10
 SIGN_IN_REFILL_SECONDS = 6.0
+_USER_KEY = "user:"
 _USER_KEY_MAX = 256  # characters of a user kept as a throttle key
+
+_log = structlog.get_logger(__name__)
 
 
 def sign_in_throttle() -> Throttle:
@@ -63,12 +75,23 @@ def sign_in_throttle() -> Throttle:
 
 def throttle_sign_in(request: Request, user: str | None) -> None:
     """Count a sign-in attempt from this client (and for ``user``), or 429."""
-    keys = [client_key(request.client.host if request.client else None)]
+    keys = [client_key(_client(request))]
     if user:
-        keys.append("user:" + user[:_USER_KEY_MAX])
+        keys.append(_USER_KEY + user[:_USER_KEY_MAX])
     try:
         sign_in_throttle_of(request).attempt(keys)
     except LimitExceeded as exc:
+        for key, refused in exc.reported.items():
+            by_user = key.startswith(_USER_KEY)
+            owner = _owner(user) if by_user else None
+            _log.warning(
+                "login_throttled",
+                throttled="user" if by_user else "client",
+                client=_client(request),
+                **({"owner": owner} if owner else {}),
+                retry_after_seconds=exc.retry_after,
+                refused_attempts=refused,
+            )
         raise Problem(
             429,
             "too_many_sign_ins",
@@ -77,7 +100,36 @@ def throttle_sign_in(request: Request, user: str | None) -> None:
         ) from None
 
 
-def _refused() -> Problem:
+def _client(request: Request) -> str | None:
+    """The client's address, as corrected for trusted proxies."""
+    return request.client.host if request.client else None
+
+
+def _owner(user: str | None) -> str | None:
+    """``user`` as a log line's ``owner`` when it is a user id at all: dev-login counts
+    what the form said before it checks it, and a log line carries no user content."""
+    try:
+        return bounds.owner_id(user) if user else None
+    except InvalidArgument:
+        return None
+
+
+def _token_refusal(exc: InvalidToken) -> str:
+    """The reason code of a token that did not verify (its claims are never logged)."""
+    if isinstance(exc.__cause__, jwt.ExpiredSignatureError):
+        return "token_expired"
+    if isinstance(exc.__cause__, jwt.InvalidSignatureError):
+        return "token_signature_invalid"  # another secret signed it (OPS_JWT_SECRET)
+    return "token_invalid"
+
+
+def _refused(request: Request, reason: str, user: str | None = None) -> Problem:
+    _log.warning(
+        "login_refused",
+        client=_client(request),
+        reason=reason,
+        **({"owner": user} if user else {}),
+    )
     return Problem(401, "unauthenticated", "the token is invalid, expired or revoked")
 
 
@@ -87,17 +139,19 @@ async def login(request: Request) -> Response:
     token = (string_field(body, "token", max_length=MAX_TOKEN_LENGTH) or "").strip()
     try:
         user = verify_with_settings(settings_of(request), token)
-    except InvalidToken:
+    except InvalidToken as exc:
         throttle_sign_in(request, None)  # counted for its client address alone
-        raise _refused() from None
+        raise _refused(request, _token_refusal(exc)) from None
     throttle_sign_in(request, user)
     try:
         lifetime = session_lifetime(token_lifetime(token))
         session_id = await sessions.create(
             backends_of(request), user, lifetime, token_issued_at=token_issued_at(token)
         )
-    except (InvalidToken, sessions.Ended):
-        raise _refused() from None
+    except InvalidToken as exc:
+        raise _refused(request, _token_refusal(exc), user) from None
+    except sessions.Ended as exc:
+        raise _refused(request, str(exc), user) from None  # the service's code: token_revoked
     response = JSONResponse({"user": user})
     set_session_cookie(response, request, session_id, lifetime)
     return response

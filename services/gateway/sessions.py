@@ -14,6 +14,7 @@ import grpc
 from durable_ops.api.workspace.v1 import workspace_pb2 as pb
 from durable_ops.api.workspace.v1 import workspace_pb2_grpc as pb_grpc
 from durable_ops.gateway.backends import Backends, translate
+from durable_ops.gateway.outages import watched
 
 BACKEND = "workspace"
 
@@ -33,9 +34,10 @@ def _failed(exc: grpc.aio.AioRpcError) -> Exception:
 async def _resolve(backends: Backends, request: pb.ResolveSessionRequest) -> str:
     stub = backends.stub(BACKEND, pb_grpc.WorkspaceServiceStub)
     try:
-        reply = await stub.ResolveSession(
-            request, metadata=backends.caller.metadata(), timeout=backends.call_timeout
-        )
+        with watched(backends, BACKEND):
+            reply = await stub.ResolveSession(
+                request, metadata=backends.caller.metadata(), timeout=backends.call_timeout
+            )
     except grpc.aio.AioRpcError as exc:
         raise _failed(exc) from exc
     return reply.user_id
@@ -61,9 +63,10 @@ async def create(
     if token_issued_at is not None:
         request.token_issued_at = token_issued_at
     try:
-        reply = await stub.CreateSession(
-            request, metadata=backends.metadata(user_id), timeout=backends.call_timeout
-        )
+        with watched(backends, BACKEND):
+            reply = await stub.CreateSession(
+                request, metadata=backends.metadata(user_id), timeout=backends.call_timeout
+            )
     except grpc.aio.AioRpcError as exc:
         raise _failed(exc) from exc
     return reply.session_id
@@ -73,10 +76,11 @@ async def end(backends: Backends, session_id: str) -> None:
     """Delete the session ``session_id`` (already gone is fine: the outcome is the same)."""
     stub = backends.stub(BACKEND, pb_grpc.WorkspaceServiceStub)
     try:
-        await stub.DeleteSession(
-            pb.DeleteSessionRequest(session_id=session_id),
-            metadata=backends.caller.metadata(),
-            timeout=backends.call_timeout,
-        )
+        with watched(backends, BACKEND):
+            await stub.DeleteSession(
+                pb.DeleteSessionRequest(session_id=session_id),
+                metadata=backends.caller.metadata(),
+                timeout=backends.call_timeout,
+            )
     except grpc.aio.AioRpcError as exc:
         raise translate(exc) from exc

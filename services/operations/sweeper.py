@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections.abc import Callable
 
 import structlog
 
@@ -25,6 +27,41 @@ async def sweep_once(db: Database, clock: Clock) -> operations.SweepReport:
     return await db.run_async(lambda tx: operations.sweep(tx, now), owner_id=None)
 
 
+class _Failing:
+    """A run of failed sweeps: when it began and how many failed, so an outage is two lines
+    (its start, its end) rather than one a second (a 90 s outage wrote 86)."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self.sweeps = 0
+
+    def failed(self, exc: Exception) -> None:
+        self.sweeps += 1
+        if self.since is not None:
+            return
+        self.since = time.monotonic()
+        # A domain error's words are the product's own (never a row's): they say what an
+        # operator looks for ("the database cannot be reached").
+        said: dict[str, str] = {}
+        if isinstance(exc, DomainError):
+            said = {"code": exc.code, "reason": exc.message}
+        _say(log.warning, "sweep_failed", error=type(exc).__name__, **said)
+
+    def swept(self) -> None:
+        if self.since is None:
+            return
+        seconds, sweeps = time.monotonic() - self.since, self.sweeps
+        self.since, self.sweeps = None, 0
+        _say(log.info, "sweep_recovered", failed_seconds=round(seconds, 1), failed_sweeps=sweeps)
+
+
+def _say(write: Callable[..., object], event: str, **fields: object) -> None:
+    # A line the log cannot take (its reader gone, ``logs``) is the log's loss: the sweeper
+    # sweeps on at the next tick.
+    with contextlib.suppress(Exception):
+        write(event, **fields)
+
+
 async def run_sweeper(
     db: Database,
     clock: Clock,
@@ -32,36 +69,34 @@ async def run_sweeper(
     *,
     metrics: OperationsMetrics | None = None,
 ) -> None:
-    """Sweep until cancelled; a failed sweep is logged and retried on the next tick.
+    """Sweep until cancelled; a failed sweep is retried on the next tick.
 
-    A sweep that made work claimable again wakes the claims waiting in this
-    process (``Database.events``); ``metrics`` counts every pass.
+    A run of failed sweeps logs ``sweep_failed`` at its first (with the error's class) and
+    ``sweep_recovered`` once a sweep succeeds again (how long and how many failed);
+    ``metrics`` counts every pass. A sweep that made work claimable again wakes the claims
+    waiting in this process (``Database.events``).
     """
+    failing = _Failing()
     while True:
         more = False
         try:
             report = await sweep_once(db, clock)
+        except Exception as exc:  # the sweeper must outlive a database hiccup
+            if metrics is not None:
+                metrics.swept(None)
+            failing.failed(exc)
+        else:
             more = report.full
             if metrics is not None:
                 metrics.swept(report)
+            failing.swept()
             if report.total > report.aged:  # aging alone changes no state: no line
-                log.info(
+                _say(
+                    log.info,
                     "sweep",
                     expired_leases=report.expired_leases,
                     deadlines=report.deadlines,
                     promoted=report.promoted,
                 )
-        except Exception as exc:  # the sweeper must outlive a database hiccup
-            if metrics is not None:
-                metrics.swept(None)
-            # Nor may its report of one end it: a line the log cannot take (its reader gone,
-            # ``logs``) is the log's loss, and the next tick sweeps again.
-            with contextlib.suppress(Exception):
-                # A domain error's words are the product's own (never a row's): they say
-                # what an operator looks for ("the database cannot be reached").
-                said: dict[str, str] = {}
-                if isinstance(exc, DomainError):
-                    said = {"code": exc.code, "reason": exc.message}
-                log.warning("sweep_failed", error=type(exc).__name__, **said)
         if not more:  # a full batch: sweep on at once, more may be due
             await asyncio.sleep(interval_seconds)

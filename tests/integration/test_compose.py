@@ -81,6 +81,7 @@ LEFT_AT_DEFAULT = {
     "OPS_WORKER_CONCURRENCY": "the worker's host store admits one inference at a time",
     "OPS_DATABASE_WAIT_SECONDS": "the restart policy brings back a service that gave up",
     "OPS_SERVICE_CREDENTIAL_MAX_AGE_SECONDS": "a bound on credentials minted for minutes",
+    "OPS_SERVICE_KEY": "each container mounts only its own key, where its role's is looked for",
 }
 
 
@@ -471,13 +472,35 @@ def test_the_tools_service_calls_the_operations_service_over_tls_as_the_operator
         assert held == volume_holding(keys, needed), f"`keys` writes {needed} elsewhere"
 
 
-def test_the_gateway_is_published_on_8080(resolved: dict[str, Any]) -> None:
+def test_the_gateway_alone_is_published_on_loopback_8080(resolved: dict[str, Any]) -> None:
+    """It was published on every host interface, plain HTTP, with no way to say otherwise."""
     published = {
-        (service_name, str(port.get("published")), int(port["target"]))
+        (service_name, port.get("host_ip"), str(port.get("published")), int(port["target"]))
         for service_name, service in _services(resolved).items()
         for port in service.get("ports") or []
     }
-    assert published == {("gateway", "8080", 8080)}
+    assert published == {("gateway", "127.0.0.1", "8080", 8080)}
+
+
+@pytest.mark.parametrize(
+    ("line", "host", "port"),
+    [
+        ("DURABLE_OPS_GATEWAY_PUBLISH=0.0.0.0:9443", "0.0.0.0", "9443"),  # noqa: S104
+        ("", "127.0.0.1", "8080"),  # an .env of before the setting: loopback still
+    ],
+)
+def test_env_moves_the_gateways_published_address(
+    compose_bin: str, tmp_path: Path, test_env_file: Path, line: str, host: str, port: str
+) -> None:
+    moved = tmp_path / "moved.env"
+    default = "DURABLE_OPS_GATEWAY_PUBLISH=127.0.0.1:8080"
+    assert default in test_env_file.read_text()
+    moved.write_text(test_env_file.read_text().replace(default, line))
+    result = _compose(compose_bin, tmp_path, moved, "config", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    (published,) = json.loads(result.stdout)["services"]["gateway"]["ports"]
+    assert (published["host_ip"], str(published["published"])) == (host, port)
+    assert int(published["target"]) == 8080
 
 
 def test_data_lives_on_named_volumes(resolved: dict[str, Any]) -> None:

@@ -602,10 +602,15 @@ def test_opsctl_console_link_prints_a_link_that_signs_in_once_and_revoke_ends_it
     assert code == 0
     assert "http://127.0.0.1:8080/console/sign-in#link=" in out
     assert "works once" in out
+    monkeypatch.setenv("OPS_GATEWAY_BIND", "0.0.0.0:23080")  # reached on loopback
+    code, out, _ = console_cli("link", "--as", "ops-dan")
+    assert code == 0
+    assert "http://127.0.0.1:23080/console/sign-in#link=" in out
+    monkeypatch.delenv("OPS_GATEWAY_BIND")
 
     code, out, _ = console_cli("revoke", "--as", "ops-erin", "--operator", "ops-dan")
     assert code == 0
-    assert "Ended 2 console sign-in(s) of ops-dan" in out  # the session and the unopened link
+    assert "Ended 3 console sign-in(s) of ops-dan" in out  # the session and the unopened links
     ended = rpc_failure(
         lambda: services.operator.GetConsoleSession(
             opb.GetConsoleSessionRequest(), metadata=_console_md(opened.session_id)

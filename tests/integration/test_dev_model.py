@@ -802,6 +802,33 @@ def test_opsctl_serve_dev_model_reads_its_pace(tmp_path: Path) -> None:
         assert process.wait(timeout=10) in (0, -signal.SIGTERM)
 
 
+def test_opsctl_serve_dev_model_says_where_it_serves_and_when_it_stops(tmp_path: Path) -> None:
+    """It wrote no line at all, where every other process says its bind and its stop."""
+    port = free_port()
+    env = {**os.environ, "OPS_DEV_MODEL_BIND": f"127.0.0.1:{port}", "OPS_LOG_JSON": "true"}
+    command = [sys.executable, "-m", "durable_ops.cli", "serve", "dev-model"]
+    process = subprocess.Popen(command, env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1)
+                break
+            except httpx.TransportError:
+                assert process.poll() is None, "dev model exited"
+                assert time.monotonic() < deadline, "dev model did not come up"
+                time.sleep(0.05)
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=10)
+    records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    events = [record["event"] for record in records]
+    assert events == ["dev_model_serving", "dev_model_stopping", "dev_model_stopped"], err
+    serving = records[0]
+    assert (serving["bind"], serving["model"]) == (f"127.0.0.1:{port}", "dev-heuristic")
+    assert serving["process"] == "dev-model"
+
+
 def test_opsctl_up_paces_the_dev_model_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPS_DEV_MODEL_SECONDS", raising=False)
     assert _stack_env(Settings())["OPS_DEV_MODEL_SECONDS"] == str(UP_DEV_MODEL_SECONDS)
