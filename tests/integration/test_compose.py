@@ -50,6 +50,7 @@ Service = dict[str, Any]
 # operator's value in .env must reach every one of them.
 READERS: dict[str, set[str]] = {
     "OPS_JWT_SECRET": {"gateway", "opsctl"},
+    "OPS_JWT_PREVIOUS_SECRETS": {"gateway"},  # a rotation: only the gateway verifies tokens
     "OPS_JWT_ISSUER": {"gateway", "opsctl"},
     "OPS_JWT_AUDIENCE": {"gateway", "opsctl"},
     "OPS_GATEWAY_ALLOWED_HOSTS": {"gateway"},
