@@ -239,5 +239,16 @@ def _a(role: Role) -> str:
 
 
 def trusted_keys(settings: Settings) -> TrustedKeys:
-    """The public keys in ``OPS_SERVICE_KEYS_DIR`` that this service verifies with."""
-    return TrustedKeys(Path(settings.service_keys_dir))
+    """The public keys in ``OPS_SERVICE_KEYS_DIR`` that this service verifies with; none at
+    all is a ``SettingsError``: a service that trusts no key refuses every call, so it must
+    not start (a relative folder read from another directory, say)."""
+    directory = Path(settings.service_keys_dir)
+    keys = read_trusted(directory)
+    if not keys:
+        public = directory.resolve() / PUBLIC_DIR
+        raise SettingsError(
+            f"no public service keys in {public} (OPS_SERVICE_KEYS_DIR), so every call would"
+            " be refused: set OPS_SERVICE_KEYS_DIR to the folder that holds them (an absolute"
+            " path), or make them there with `opsctl keys init`"
+        )
+    return TrustedKeys(directory, initial=keys)
