@@ -91,6 +91,7 @@ class SigningKey:
     role: Role
     kid: str
     private_key: Ed25519PrivateKey
+    path: Path | None = None  # the file it was read from, for a message about it
 
     @classmethod
     def load(cls, path: Path) -> SigningKey:
@@ -106,7 +107,7 @@ class SigningKey:
             raise SettingsError(f"{path} is not a PEM Ed25519 private key") from error
         if not isinstance(loaded, Ed25519PrivateKey):
             raise SettingsError(f"{path} is not an Ed25519 key")
-        return cls(stem, role, thumbprint(loaded.public_key()), loaded)
+        return cls(stem, role, thumbprint(loaded.public_key()), loaded, path)
 
 
 @dataclass(frozen=True)
