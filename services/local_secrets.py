@@ -41,17 +41,19 @@ def with_kept_secrets(
     environ: Mapping[str, str] | None = None,
     path: Path = SECRETS_PATH,
 ) -> Settings:
-    """``settings`` with the kept user-token secret when the environment sets none."""
+    """``settings`` with the kept user-token secret when the environment sets none; a
+    secret others can know or guess is refused (``Settings.check_user_token_secrets``)."""
     env = os.environ if environ is None else environ
-    if variable("jwt_secret") in env:
-        return settings
-    try:
-        kept = load_or_create(path)
-    except OSError as error:
-        raise SettingsError(
-            f"cannot keep a generated secret in {path} ({error.strerror}): set OPS_JWT_SECRET"
-        ) from error
-    return replace(settings, jwt_secret=kept["jwt_secret"])
+    if variable("jwt_secret") not in env:
+        try:
+            kept = load_or_create(path)
+        except OSError as error:
+            raise SettingsError(
+                f"cannot keep a generated secret in {path} ({error.strerror}): set OPS_JWT_SECRET"
+            ) from error
+        settings = replace(settings, jwt_secret=kept["jwt_secret"])
+    settings.check_user_token_secrets()
+    return settings
 
 
 def _create(path: Path) -> None:

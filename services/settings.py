@@ -33,6 +33,10 @@ WORKER_CONCURRENCY_RANGE = (0, 64)
 # fires at once for a delay beyond 2**31 - 1 ms.
 UI_UNREAD_POLL_MS_RANGE = (1000, 86_400_000)
 LOG_LEVELS = ("debug", "info", "warning", "error")  # what OPS_LOG_LEVEL may name, in any case
+# Published in the README and here, so anyone can sign user tokens with it.
+DEFAULT_JWT_SECRET = "dev-insecure-jwt-secret-change-me"  # noqa: S105 - public by design
+# RFC 7518 §3.2: an HS256 key at least as long as the hash's output.
+JWT_SECRET_MIN_BYTES = 32
 
 
 class SettingsError(ValueError):
@@ -134,11 +138,12 @@ class Settings:
         ),
     )
     jwt_secret: str = field(
-        default="dev-insecure-jwt-secret-change-me",
+        default=DEFAULT_JWT_SECRET,
         repr=False,
         metadata=_doc(
-            "HS256 secret for user JWTs (set it in production; `opsctl` keeps a generated"
-            " one in `var/secrets.json` when unset)"
+            "HS256 secret for user JWTs, at least 32 bytes; when unset, `opsctl` keeps a"
+            " generated one in `var/secrets.json`; set to this default or anything shorter, the"
+            " gateway, `opsctl up` and `opsctl token` refuse it (exit 2)"
         ),
     )
     jwt_previous_secrets: str = field(
@@ -446,6 +451,31 @@ class Settings:
         """The secret tokens are signed with, then the earlier ones still accepted."""
         previous = [secret.strip() for secret in self.jwt_previous_secrets.split(",")]
         return [self.jwt_secret, *(secret for secret in previous if secret)]
+
+    def check_user_token_secrets(self) -> None:
+        """Refuse a user-token secret others can know or guess: the published default, or
+        one shorter than HS256 needs, earlier ones included (a forger needs only one the
+        gateway accepts). Only for what signs or checks user tokens: the other processes
+        never read it, and ``opsctl`` generates a proper one when none is set."""
+        named = [("jwt_secret", self.jwt_secret)]
+        named += [("jwt_previous_secrets", secret) for secret in self.jwt_verification_secrets[1:]]
+        for setting, secret in named:
+            if secret == DEFAULT_JWT_SECRET:
+                problem = "holds the published default, with which anyone can sign in as anyone"
+            elif len(secret.encode()) < JWT_SECRET_MIN_BYTES:
+                problem = (
+                    f"holds a secret of {len(secret.encode())} bytes; HS256 needs at least"
+                    f" {JWT_SECRET_MIN_BYTES} (RFC 7518 §3.2)"
+                )
+            else:
+                continue
+            remedy = (
+                "set a random one (`openssl rand -base64 32`), or leave it unset for the one"
+                " `opsctl` keeps in var/secrets.json"
+                if setting == "jwt_secret"
+                else "remove it (tokens signed with it can be forged)"
+            )
+            raise SettingsError(f"{variable(setting)} {problem}: {remedy}")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

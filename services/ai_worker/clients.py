@@ -29,14 +29,18 @@ from durable_ops.model.provenance import Provenance
 from durable_ops.model.scope import ReadLease
 from durable_ops.model.states import Plan, Privacy
 from durable_ops.model.subjects import SubjectKind
-from durable_ops.rpc.client import Metadata, ServiceCaller, UnaryMethod
+from durable_ops.rpc.client import Metadata, ServiceCaller, UnaryMethod, credential_accepted
 from durable_ops.rpc.errors import domain_error_from_rpc
 from durable_ops.rpc.subjects import read_method, read_request
+from durable_ops.settings import SettingsError
 from durable_ops.worker import Attempt
 from durable_ops.worker.completer import retrying
+from durable_ops.worker.lease import wait_set
 
 # Unary calls are short database transactions; a stuck one must not hold a lease hostage.
 CALL_TIMEOUT_SECONDS = 10.0
+# The start's check of the credential touches no database; short, so a stop is not held up.
+CREDENTIAL_CHECK_SECONDS = 2.0
 
 RequestT = TypeVar("RequestT", bound=Message)
 ResponseT = TypeVar("ResponseT", bound=Message)
@@ -60,8 +64,29 @@ class OperationsClient:
     claims and lease mutations go through the worker SDK (``durable_ops.worker``)."""
 
     def __init__(self, channel: grpc.aio.Channel, caller: ServiceCaller) -> None:
+        self._channel = channel
         self._stub = pb_grpc.OperationsServiceStub(channel)
         self._caller = caller
+
+    async def check_credential(self, stopping: asyncio.Event, poll_seconds: float) -> None:
+        """Ask until the service says (or ``stopping``) whether it accepts this worker's
+        credential. A refusal is a ``SettingsError`` naming the key and what to do: the
+        worker exits 2 rather than claim in vain for ever."""
+        accepted = None
+        while accepted is None and not stopping.is_set():
+            accepted = await credential_accepted(
+                self._channel, self._caller.metadata(), CREDENTIAL_CHECK_SECONDS
+            )
+            if accepted is None:  # unreachable or starting: the claims would wait too
+                await wait_set(stopping, poll_seconds)
+        if accepted is False:
+            key = self._caller.key
+            raise SettingsError(
+                f"the Operations service refuses this worker's service key {key.path or key.name}"
+                f" (kid {key.kid}): its public key is not among those the service trusts (a key"
+                " from another keys folder, or a revoked one); give the worker a worker key from"
+                " the services' OPS_SERVICE_KEYS_DIR (OPS_SERVICE_KEY)"
+            )
 
     async def get(self, owner_id: str, operation_id: str) -> pb.Operation:
         request = pb.GetOperationRequest(operation_id=operation_id)

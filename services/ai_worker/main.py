@@ -162,6 +162,7 @@ async def _work(settings: Settings, stopping: asyncio.Event) -> None:
     )
     try:
         operations = OperationsClient(operations_channel, caller)
+        await operations.check_credential(stopping, settings.worker_poll_seconds)
         await reconcile(journal, operations, stopping, settings.worker_poll_seconds)
         if not stopping.is_set():
             await _run_until(worker, stopping)

@@ -30,7 +30,7 @@ from durable_ops.gateway.problems import BACKEND_UNAVAILABLE
 from durable_ops.model.addresses import named_host, replica_targets
 from durable_ops.model.errors import DomainError, Unavailable
 from durable_ops.model.scope import Role
-from durable_ops.rpc.client import ServiceCaller, open_channel
+from durable_ops.rpc.client import ServiceCaller, credential_accepted, open_channel
 from durable_ops.rpc.errors import ERROR_CODE, domain_error_from_rpc
 from durable_ops.rpc.tls import authority_of
 from durable_ops.settings import Settings
@@ -44,6 +44,8 @@ RESOLVED_SECONDS = 10.0
 _log = structlog.get_logger(__name__)
 # The backend refused the gateway's own credential: a deployment fault, not the user's.
 _GATEWAY_CREDENTIAL_CODES = frozenset({"invalid_service_credential", "service_credential_required"})
+# A backend's state in ``health`` when it serves but refuses the gateway's own credential.
+SERVICE_CREDENTIAL_REFUSED = "service_credential_refused"
 
 StubT = TypeVar("StubT")
 # A generated stub class, or anything else that builds a stub from a channel.
@@ -126,6 +128,7 @@ class Backends:
         self._stubs: dict[tuple[str, StubFactory[object]], object] = {}
         self._resolved: dict[str, tuple[float, list[str]]] = {}  # backend -> (when, replicas)
         self._server_names: dict[str, str] = {}  # a resolved replica -> the name it came from
+        self._refusing: set[str] = set()  # backends that refused our credential when last asked
 
     @classmethod
     def from_settings(cls, settings: Settings, names: Sequence[str] = DEFAULT_BACKENDS) -> Backends:
@@ -203,21 +206,47 @@ class Backends:
         return stub
 
     async def health(self) -> dict[str, str]:
-        """``serving`` or why not, for each backend, asked concurrently."""
+        """``serving`` or why not, for each backend, asked concurrently: its health service,
+        then, since that needs no credential, whether it accepts the gateway's (a key from
+        another keys folder, or revoked, fails every call while health says SERVING)."""
         names = list(self.specs)
         answers = await asyncio.gather(*(self._check(name) for name in names))
         return dict(zip(names, answers, strict=True))
 
     async def _check(self, name: str) -> str:
-        health = health_pb2_grpc.HealthStub(self.channel(name))
+        channel = self.channel(name)
+        health = health_pb2_grpc.HealthStub(channel)
         request = health_pb2.HealthCheckRequest(service=self.specs[name].health_service)
         try:
             reply = await health.Check(request, timeout=HEALTH_TIMEOUT_SECONDS)
         except grpc.aio.AioRpcError as exc:
             return "unreachable" if exc.code() != grpc.StatusCode.NOT_FOUND else "unknown_service"
-        if reply.status == health_pb2.HealthCheckResponse.SERVING:
-            return "serving"
-        return "not_serving"
+        if reply.status != health_pb2.HealthCheckResponse.SERVING:
+            return "not_serving"
+        metadata = self.caller.metadata()
+        if await credential_accepted(channel, metadata, HEALTH_TIMEOUT_SECONDS) is False:
+            self._refused_by(name)
+            return SERVICE_CREDENTIAL_REFUSED
+        self._refusing.discard(name)
+        return "serving"
+
+    def _refused_by(self, name: str) -> None:
+        """Said once while ``name`` goes on refusing: readiness is asked every few seconds."""
+        if name in self._refusing:
+            return
+        self._refusing.add(name)
+        key = self.caller.key
+        where = key.path or key.name
+        _log.error(
+            SERVICE_CREDENTIAL_REFUSED,
+            backend=name,
+            target=self.specs[name].target,
+            key=str(where),
+            kid=key.kid,
+            say=f"{name} refuses the gateway's service key {where} (kid {key.kid}): its public"
+            " key is not among those the service trusts (a key from another keys folder, or"
+            " a revoked one); give the gateway a key from the services' OPS_SERVICE_KEYS_DIR",
+        )
 
     async def close(self) -> None:
         channels, self._channels, self._stubs = list(self._channels.values()), {}, {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -10,6 +11,7 @@ from typing import Protocol, TypeVar
 
 import grpc
 from google.protobuf.message import Message
+from grpc_reflection.v1alpha import reflection_pb2_grpc
 
 from durable_ops.model.scope import Role
 from durable_ops.rpc.credentials import DEFAULT_TTL_SECONDS, mint_service_token
@@ -65,6 +67,25 @@ def open_channel(target: str, ca: Path | None, server_name: str = "") -> grpc.ai
     return grpc.aio.secure_channel(target, credentials, options=options)
 
 
+async def credential_accepted(
+    channel: grpc.aio.Channel, metadata: Metadata, timeout: float
+) -> bool | None:
+    """Whether the service behind ``channel`` accepts the credential in ``metadata``; None
+    when it did not say (unreachable, still starting). Calls its reflection service, which
+    needs a valid credential and nothing else (no scope, no database), asking nothing: a
+    request written while a refusing server ends the call can fail it INTERNAL."""
+    call = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+        metadata=metadata, timeout=timeout
+    )
+    # It may have ended already (refused, unreachable): then its status says how.
+    with contextlib.suppress(Exception):
+        await call.done_writing()
+    code = await call.code()
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return False
+    return True if code == grpc.StatusCode.OK else None
+
+
 class ServiceCaller:
     """Holds one process's service key and the credential it signs, renewed well before
     it expires."""
@@ -94,6 +115,10 @@ class ServiceCaller:
     @property
     def role(self) -> Role:
         return self._key.role
+
+    @property
+    def key(self) -> SigningKey:
+        return self._key
 
     def token(self) -> str:
         with self._lock:

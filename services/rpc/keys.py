@@ -91,6 +91,7 @@ class SigningKey:
     role: Role
     kid: str
     private_key: Ed25519PrivateKey
+    path: Path | None = None  # the file it was read from, for a message about it
 
     @classmethod
     def load(cls, path: Path) -> SigningKey:
@@ -106,7 +107,7 @@ class SigningKey:
             raise SettingsError(f"{path} is not a PEM Ed25519 private key") from error
         if not isinstance(loaded, Ed25519PrivateKey):
             raise SettingsError(f"{path} is not an Ed25519 key")
-        return cls(stem, role, thumbprint(loaded.public_key()), loaded)
+        return cls(stem, role, thumbprint(loaded.public_key()), loaded, path)
 
 
 @dataclass(frozen=True)
@@ -239,5 +240,16 @@ def _a(role: Role) -> str:
 
 
 def trusted_keys(settings: Settings) -> TrustedKeys:
-    """The public keys in ``OPS_SERVICE_KEYS_DIR`` that this service verifies with."""
-    return TrustedKeys(Path(settings.service_keys_dir))
+    """The public keys in ``OPS_SERVICE_KEYS_DIR`` that this service verifies with; none at
+    all is a ``SettingsError``: a service that trusts no key refuses every call, so it must
+    not start (a relative folder read from another directory, say)."""
+    directory = Path(settings.service_keys_dir)
+    keys = read_trusted(directory)
+    if not keys:
+        public = directory.resolve() / PUBLIC_DIR
+        raise SettingsError(
+            f"no public service keys in {public} (OPS_SERVICE_KEYS_DIR), so every call would"
+            " be refused: set OPS_SERVICE_KEYS_DIR to the folder that holds them (an absolute"
+            " path), or make them there with `opsctl keys init`"
+        )
+    return TrustedKeys(directory, initial=keys)

@@ -14,6 +14,7 @@ import pytest
 from durable_ops.cli import GRPC_SERVICES, build_parser
 from durable_ops.settings import service_variable
 from durable_ops.storage.migrate import MIGRATIONS, head_revision, stamped_revision
+from tests.support.keys import key_env
 
 
 def opsctl(
@@ -34,7 +35,7 @@ def test_a_service_refuses_an_unmigrated_database(service: str, tmp_path: Path) 
     url = f"sqlite:///{tmp_path / 'empty.sqlite3'}"
     # A port of its own: the default one may be another test's running service.
     bind = {service_variable(service, "bind"): "127.0.0.1:0"}
-    result = opsctl("serve", service, "--database-url", url, env=bind, cwd=tmp_path)
+    result = opsctl("serve", service, "--database-url", url, env=bind | key_env(), cwd=tmp_path)
     assert result.returncode == 3, result.stderr
     assert "opsctl migrate" in result.stderr
 
@@ -333,7 +334,6 @@ def test_serve_on_a_taken_address_names_it_and_its_setting_and_exits_2(
 
 
 def test_serve_gateway_names_the_metrics_variable_it_refuses(tmp_path: Path) -> None:
-    from tests.support.keys import key_env
     from tests.support.ports import free_port
 
     env = {

@@ -18,6 +18,7 @@ import pytest
 
 from durable_ops.storage import migrate
 from durable_ops.storage.db import Database
+from tests.support.keys import key_env
 
 DEFAULT_DATABASE = Path("var") / "durable-ops.sqlite3"
 
@@ -61,7 +62,8 @@ def test_a_fresh_migrate_leaves_var_and_every_sqlite_file_private(tmp_path: Path
 
 def test_a_service_starting_first_makes_the_same_private_files(tmp_path: Path) -> None:
     # Refused (exit 3: nothing migrated), but only after opening, so creating, the database.
-    served = _opsctl(tmp_path, "serve", "operations", OPS_OPERATIONS_BIND="127.0.0.1:0")
+    keys = key_env()  # kept elsewhere: a service that trusts no key would not start
+    served = _opsctl(tmp_path, "serve", "operations", OPS_OPERATIONS_BIND="127.0.0.1:0", **keys)
     assert served.returncode == 3, served.stderr
     assert _mode(tmp_path / "var") == 0o700
     assert _mode(tmp_path / DEFAULT_DATABASE) == 0o600

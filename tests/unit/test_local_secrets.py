@@ -11,7 +11,7 @@ import pytest
 
 from durable_ops.gateway.auth import InvalidToken, mint_user_token, verify_with_settings
 from durable_ops.local_secrets import load_or_create, with_kept_secrets
-from durable_ops.settings import Settings, SettingsError
+from durable_ops.settings import DEFAULT_JWT_SECRET, Settings, SettingsError
 
 
 def test_the_secrets_are_made_once_and_only_the_owner_can_read_them(tmp_path: Path) -> None:
@@ -33,9 +33,10 @@ def test_processes_starting_together_agree_on_one_set(tmp_path: Path) -> None:
 
 def test_only_an_unset_secret_comes_from_the_file(tmp_path: Path) -> None:
     path = tmp_path / "secrets.json"
+    # Unset, as under `opsctl up`: the generated secret, never the published default.
     filled = with_kept_secrets(Settings(), environ={}, path=path)
     assert filled.jwt_secret == load_or_create(path)["jwt_secret"]
-    chosen = Settings(jwt_secret="the-operator-chose-this")
+    chosen = Settings(jwt_secret="the-operator-chose-this-0123456789abcdef")
     untouched = with_kept_secrets(chosen, environ={"OPS_JWT_SECRET": "x"}, path=tmp_path / "no")
     assert untouched == chosen
     assert not (tmp_path / "no").exists()
@@ -43,9 +44,32 @@ def test_only_an_unset_secret_comes_from_the_file(tmp_path: Path) -> None:
 
 def test_a_file_of_an_earlier_release_still_serves(tmp_path: Path) -> None:
     path = tmp_path / "secrets.json"
-    path.write_text(json.dumps({"jwt_secret": "kept", "service_secret": "unused"}))
+    kept = "kept-by-an-earlier-release-0123456789abcdef"
+    path.write_text(json.dumps({"jwt_secret": kept, "service_secret": "unused"}))
     path.chmod(0o600)
-    assert with_kept_secrets(Settings(), environ={}, path=path).jwt_secret == "kept"
+    assert with_kept_secrets(Settings(), environ={}, path=path).jwt_secret == kept
+
+
+@pytest.mark.parametrize(
+    ("secret", "previous", "said"),
+    [
+        (DEFAULT_JWT_SECRET, "", "OPS_JWT_SECRET holds the published default"),
+        ("abc", "", "OPS_JWT_SECRET holds a secret of 3 bytes; HS256 needs at least 32"),
+        ("s" * 31, "", "OPS_JWT_SECRET holds a secret of 31 bytes"),
+        ("s" * 32, "old", "OPS_JWT_PREVIOUS_SECRETS holds a secret of 3 bytes"),
+        ("s" * 32, DEFAULT_JWT_SECRET, "OPS_JWT_PREVIOUS_SECRETS holds the published default"),
+    ],
+)
+def test_a_secret_others_can_know_or_guess_is_refused(
+    secret: str, previous: str, said: str, tmp_path: Path
+) -> None:
+    chosen = Settings(jwt_secret=secret, jwt_previous_secrets=previous)
+    environ = {"OPS_JWT_SECRET": secret}
+    with pytest.raises(SettingsError, match=said):
+        with_kept_secrets(chosen, environ=environ, path=tmp_path / "no")
+    assert not (tmp_path / "no").exists()
+    long_enough = Settings(jwt_secret="s" * 32)  # RFC 7518 §3.2: 32 bytes is enough
+    assert with_kept_secrets(long_enough, environ=environ, path=tmp_path / "no") == long_enough
 
 
 def test_a_file_that_is_not_ours_or_a_place_that_cannot_hold_one_is_a_clear_error(

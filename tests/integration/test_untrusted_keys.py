@@ -1,0 +1,109 @@
+"""A key the services do not trust, or a service that trusts no key, is said, not served.
+
+An operator's findings: a gateway given a key from another keys folder answered
+``/readyz`` 200 while every ``/api`` call failed; an AI worker with such a key
+claimed in vain for ever; a service started from another directory (the keys
+folder is relative) trusted no key and refused every call, all three with at
+most a log line.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from structlog.testing import capture_logs
+
+from durable_ops.rpc.keys import SigningKey, create_key_pair
+from tests.support.gateway import bearer, gateway_client, make_app, run
+from tests.support.grpc_services import Services
+from tests.support.keys import key_env
+from tests.support.ports import free_port
+
+BACKENDS = ["ai_admission", "notifications", "operations", "workspace"]
+
+
+def _opsctl(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "durable_ops.cli", *args],
+        env={**os.environ, **env},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_gateway_whose_key_the_backends_refuse_is_not_ready(
+    sqlite_services: Services, tmp_path: Path
+) -> None:
+    # `OPS_SERVICE_KEYS_DIR=/elsewhere opsctl keys init gateway`: a key nobody trusts.
+    foreign = create_key_pair(tmp_path / "elsewhere", "gateway")
+    kid = SigningKey.load(foreign).kid
+    app = make_app(sqlite_services.target, service_key=str(foreign))
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+            assert (await client.get("/api/operations", headers=bearer("alice"))).status_code == 503
+            for _ in range(3):  # a balancer asks again and again
+                ready = await client.get("/readyz")
+                assert ready.status_code == 503
+                body = ready.json()
+                assert body["code"] == "not_ready"
+                assert body["backends"] == dict.fromkeys(BACKENDS, "service_credential_refused")
+                assert "operations (service_credential_refused)" in body["detail"]
+
+    with capture_logs() as logs:
+        run(scenario())
+    refusals = [event for event in logs if event["event"] == "service_credential_refused"]
+    assert sorted(event["backend"] for event in refusals) == BACKENDS  # once each, not per ask
+    for event in refusals:
+        assert event["log_level"] == "error"
+        assert (event["key"], event["kid"]) == (str(foreign), kid)
+        assert str(foreign) in event["say"]
+
+
+def test_an_ai_worker_whose_key_operations_refuses_exits_2_saying_so(
+    sqlite_services: Services, tmp_path: Path
+) -> None:
+    foreign = create_key_pair(tmp_path / "elsewhere", "worker")
+    env = {
+        **key_env(),
+        "OPS_SERVICE_KEY": str(foreign),
+        "OPS_OPERATIONS_TARGET": sqlite_services.target,
+        "OPS_WORKSPACE_TARGET": sqlite_services.target,
+        "OPS_WORKERS_AI_OPERATIONS_ENABLED": "true",
+        "OPS_WORKER_CONCURRENCY": "1",  # no model server to ask for its slots
+    }
+    done = _opsctl("serve", "ai-worker", env=env, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(
+        f"opsctl serve ai-worker: the Operations service refuses this worker's service key"
+        f" {foreign} (kid {SigningKey.load(foreign).kid})"
+    ), last
+    assert "another keys folder, or a revoked one" in last
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("service", ["operations", "workspace"])
+def test_a_service_that_trusts_no_key_refuses_to_start(service: str, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {
+        "OPS_SERVICE_KEYS_DIR": "var/keys",  # the default: relative, and none here
+        "OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}",
+        f"OPS_{service.upper()}_BIND": f"127.0.0.1:{free_port()}",
+    }
+    done = _opsctl("serve", service, env=env, cwd=elsewhere)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"opsctl serve {service}: no public service keys in"
+        f" {elsewhere.resolve() / 'var' / 'keys' / 'public'} (OPS_SERVICE_KEYS_DIR), so every"
+        " call would be refused: set OPS_SERVICE_KEYS_DIR to the folder that holds them (an"
+        " absolute path), or make them there with `opsctl keys init`"
+    ]
