@@ -179,6 +179,9 @@ def _steps(checkout: Path) -> None:
         url = f"sqlite:///{Path(scratch) / 'steps.sqlite3'}"
         opsctl = [str(python), "-m", "durable_ops.cli"]
         subprocess.run([*opsctl, "migrate", "--database-url", url], check=True, capture_output=True)
+        # The keys `opsctl up` makes first (in var/keys of the working directory): a service
+        # that trusts none, or a gateway without its own, refuses to start.
+        subprocess.run([*opsctl, "keys", "init"], cwd=scratch, check=True, capture_output=True)
         for targets in children:
             base = _free_port_base()
             binds = {
