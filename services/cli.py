@@ -104,14 +104,23 @@ def _audit(event: str, *, operator: str | None = None, **fields: Any) -> None:
     """The audit line of a change an operator made: what, and who (``operator``, default
     the login name). On stderr: stdout is the command's answer. Only for the logs a
     script's or a service's stderr goes to: a person at a terminal has it all in the
-    answer, which a log line beside it would only clutter."""
+    answer, which a log line beside it would only clutter. In the format of every other
+    log line (``OPS_LOG_JSON``)."""
     if sys.stderr.isatty():
         return
     import structlog
 
-    structlog.wrap_logger(structlog.PrintLogger(sys.stderr)).info(
+    _log_as_opsctl()
+    structlog.get_logger("durable_ops.audit").info(
         event, **fields, operator=operator or _operator()
     )
+
+
+def _log_as_opsctl() -> None:
+    """The command's own log lines (an audit line, a wait) as every process writes them."""
+    from durable_ops.logs import configure_logging
+
+    configure_logging(Settings.from_env(), process="opsctl")
 
 
 def _run_async(factory: Callable[[], Coroutine[Any, Any, None]]) -> None:
