@@ -225,37 +225,62 @@ def _serve_grpc(settings: Settings, targets: list[str], process: str, database_s
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from durable_ops.operator_cli import EXIT_NOT_CONFIRMED
     from durable_ops.storage import migrate
     from durable_ops.storage.availability import reaching, shown_url
 
     database = _database(args)
     shown = shown_url(database.address, database.source)
+    _log_as_opsctl()  # a wait for another migration says so on stderr
     with reaching(database.address, database.source):
-        before = migrate.stamped_revision(database.address)
-        # A move down drops what each revision undone added, with all it holds: asked first.
-        undone = migrate.revisions_undone(before, args.to) if args.to else []
-        if undone and not args.yes:
-            where = f"{shown} (from {database.source})"
-            if args.to == "base":
-                print(f"would drop every table of {where}, at {before}, undoing:")
-            else:
-                print(
-                    f"would move {where} down from {before} to {args.to}, dropping what these"
-                    " added (tables, columns, indexes) and all it holds:"
-                )
-            for revision, added in undone:
-                print(f"  {revision}  {plain(added)}")
-            print(f"opsctl migrate --to {args.to}: not confirmed; add --yes", file=sys.stderr)
-            return EXIT_NOT_CONFIRMED
-        if args.to:
-            migrate.migrate_to(database.address, args.to)
+        if args.check:
+            return _migrate_check(*migrate.pending_revisions(database.address))
+        with migrate.migration_lock(database.address):  # from the first read to the last
+            return _migrate(args, database.address, shown, database.source)
+
+
+def _migrate(args: argparse.Namespace, url: str, shown: str, source: str) -> int:
+    """``opsctl migrate`` up, or ``--to`` a revision, with the migration lock held."""
+    from durable_ops.operator_cli import EXIT_NOT_CONFIRMED
+    from durable_ops.storage import migrate
+
+    before = migrate.stamped_revision(url)
+    # A move down drops what each revision undone added, with all it holds: asked first.
+    undone = migrate.revisions_undone(before, args.to) if args.to else []
+    if undone and not args.yes:
+        where = f"{shown} (from {source})"
+        if args.to == "base":
+            print(f"would drop every table of {where}, at {before}, undoing:")
         else:
-            migrate.upgrade(database.address)
-        reached = migrate.stamped_revision(database.address)
+            print(
+                f"would move {where} down from {before} to {args.to}, dropping what these"
+                " added (tables, columns, indexes) and all it holds:"
+            )
+        for revision, added in undone:
+            print(f"  {revision}  {plain(added)}")
+        print(f"opsctl migrate --to {args.to}: not confirmed; add --yes", file=sys.stderr)
+        return EXIT_NOT_CONFIRMED
+    if args.to:
+        migrate.migrate_to(url, args.to)
+    else:
+        migrate.upgrade(url)
+    reached = migrate.stamped_revision(url)
     _audit("schema_migrated", database=shown, from_revision=before, to_revision=reached)
     print(f"schema at {reached or 'base (no tables)'}")
     return 0
+
+
+def _migrate_check(current: str | None, head: str, pending: list[tuple[str, str]]) -> int:
+    """``opsctl migrate --check``: 0 when nothing is pending, else ``EXIT_REFUSED`` (the
+    services refuse this schema) after naming each pending revision."""
+    print(f"schema at {current or 'base (no tables)'}; this release's head is {head}")
+    if not pending:
+        newer = "" if current == head else " (a newer release's: this one runs on it)"
+        print(f"up to date{newer}")
+        return 0
+    print(f"{len(pending)} pending (`opsctl migrate` applies them):")
+    for revision, adds in pending:
+        print(f"  {revision}  {plain(adds)}")
+    return EXIT_REFUSED
 
 
 def cmd_token(args: argparse.Namespace) -> int:
@@ -654,9 +679,17 @@ def build_parser() -> argparse.ArgumentParser:
         "Upgrade the schema to the newest revision, or move it to --to REV",
         "Prints the revision reached. A move down (--to an older revision, or base: every\n"
         "table) drops what each revision it undoes added, and all it holds: without --yes\n"
-        "it prints those revisions and exits 6.",
+        "it prints those revisions and exits 6. Another migration of the same database\n"
+        "running: it waits for that one (up to 10 minutes), then does what is left.",
     )
-    migrate.add_argument("--to", metavar="REV", help="revision to move to, e.g. base or 0002")
+    moves = migrate.add_mutually_exclusive_group()
+    moves.add_argument("--to", metavar="REV", help="revision to move to, e.g. base or 0002")
+    moves.add_argument(
+        "--check",
+        action="store_true",
+        help="change nothing: print the schema's revision, the head and the pending revisions;"
+        " exit 0 when up to date, 3 when revisions are pending",
+    )
     migrate.add_argument("--yes", action="store_true", help="confirm a move down")
     database_option(migrate)
 

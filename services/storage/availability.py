@@ -39,7 +39,7 @@ from durable_ops.model.errors import Unavailable
 from durable_ops.model.lifecycle import system_draw
 from durable_ops.settings import SettingsError
 from durable_ops.storage.db import UNREACHABLE_MYSQL_ERRORS, Database, mysql_code
-from durable_ops.storage.migrate import SchemaNotCurrent, require_current
+from durable_ops.storage.migrate import MigrationLocked, SchemaNotCurrent, require_current
 
 log = structlog.get_logger(__name__)
 
@@ -154,8 +154,9 @@ def reaching(url: str, source: str) -> Iterator[None]:
     """Around a command's or a service's work on the database at ``url``, which came from
     ``source`` (``--database-url``, ``OPS_DATABASE_URL``, …): each failure becomes one
     line naming both. A URL this product cannot use is a ``SettingsError``, before any
-    connection; a database that does not answer, or refuses us, ``DatabaseUnavailable``;
-    a schema behind this code ``SchemaNotCurrent``."""
+    connection; a database that does not answer, or refuses us, or that another process
+    migrates for longer than the migration lock's wait, ``DatabaseUnavailable``; a schema
+    behind this code ``SchemaNotCurrent``."""
     database = f"{shown_url(url, source)} (from {source})"
     try:
         yield
@@ -168,6 +169,8 @@ def reaching(url: str, source: str) -> Iterator[None]:
         if away.code != "database_unavailable":
             raise
         raise DatabaseUnavailable(f"did not answer: {away.message}", database) from away
+    except MigrationLocked as busy:
+        raise DatabaseUnavailable(f"is busy: {busy}", database) from busy
     except SchemaNotCurrent as behind:
         raise SchemaNotCurrent(f"the database {database}: {behind}") from behind
 

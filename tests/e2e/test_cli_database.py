@@ -77,7 +77,9 @@ UNSUPPORTED = [
 
 
 @pytest.mark.parametrize("url", UNSUPPORTED)
-@pytest.mark.parametrize("command", [["migrate"], ["serve", "operations", "workspace"]])
+@pytest.mark.parametrize(
+    "command", [["migrate"], ["migrate", "--check"], ["serve", "operations", "workspace"]]
+)
 def test_a_url_of_a_kind_the_product_cannot_use_is_refused_before_any_connection(
     command: list[str], url: str, tmp_path: Path
 ) -> None:
