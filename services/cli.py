@@ -19,6 +19,8 @@ from durable_ops.local_secrets import with_kept_secrets
 from durable_ops.settings import Settings, SettingsError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from durable_ops.stack.address_file import Target
     from durable_ops.storage.db import Database
 
@@ -532,10 +534,16 @@ def _key_label(text: str) -> str:
 def cmd_keys(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from durable_ops.private_files import writing_under
+
+    with writing_under("OPS_SERVICE_KEYS_DIR"):
+        return _keys(args, Path(_settings(args).service_keys_dir))
+
+
+def _keys(args: argparse.Namespace, directory: Path) -> int:
     from durable_ops.model.scope import Role
     from durable_ops.rpc import keys, tls
 
-    directory = Path(_settings(args).service_keys_dir)
     if args.keys_command == "init":
         unknown = sorted(set(args.roles) - set(ROLES))
         if unknown:
