@@ -19,6 +19,8 @@ from durable_ops.local_secrets import with_kept_secrets
 from durable_ops.settings import Settings, SettingsError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from durable_ops.stack.address_file import Target
     from durable_ops.storage.db import Database
 
@@ -104,14 +106,23 @@ def _audit(event: str, *, operator: str | None = None, **fields: Any) -> None:
     """The audit line of a change an operator made: what, and who (``operator``, default
     the login name). On stderr: stdout is the command's answer. Only for the logs a
     script's or a service's stderr goes to: a person at a terminal has it all in the
-    answer, which a log line beside it would only clutter."""
+    answer, which a log line beside it would only clutter. In the format of every other
+    log line (``OPS_LOG_JSON``)."""
     if sys.stderr.isatty():
         return
     import structlog
 
-    structlog.wrap_logger(structlog.PrintLogger(sys.stderr)).info(
+    _log_as_opsctl()
+    structlog.get_logger("durable_ops.audit").info(
         event, **fields, operator=operator or _operator()
     )
+
+
+def _log_as_opsctl() -> None:
+    """The command's own log lines (an audit line, a wait) as every process writes them."""
+    from durable_ops.logs import configure_logging
+
+    configure_logging(Settings.from_env(), process="opsctl")
 
 
 def _run_async(factory: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -216,37 +227,62 @@ def _serve_grpc(settings: Settings, targets: list[str], process: str, database_s
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from durable_ops.operator_cli import EXIT_NOT_CONFIRMED
     from durable_ops.storage import migrate
     from durable_ops.storage.availability import reaching, shown_url
 
     database = _database(args)
     shown = shown_url(database.address, database.source)
+    _log_as_opsctl()  # a wait for another migration says so on stderr
     with reaching(database.address, database.source):
-        before = migrate.stamped_revision(database.address)
-        # A move down drops what each revision undone added, with all it holds: asked first.
-        undone = migrate.revisions_undone(before, args.to) if args.to else []
-        if undone and not args.yes:
-            where = f"{shown} (from {database.source})"
-            if args.to == "base":
-                print(f"would drop every table of {where}, at {before}, undoing:")
-            else:
-                print(
-                    f"would move {where} down from {before} to {args.to}, dropping what these"
-                    " added (tables, columns, indexes) and all it holds:"
-                )
-            for revision, added in undone:
-                print(f"  {revision}  {plain(added)}")
-            print(f"opsctl migrate --to {args.to}: not confirmed; add --yes", file=sys.stderr)
-            return EXIT_NOT_CONFIRMED
-        if args.to:
-            migrate.migrate_to(database.address, args.to)
+        if args.check:
+            return _migrate_check(*migrate.pending_revisions(database.address))
+        with migrate.migration_lock(database.address):  # from the first read to the last
+            return _migrate(args, database.address, shown, database.source)
+
+
+def _migrate(args: argparse.Namespace, url: str, shown: str, source: str) -> int:
+    """``opsctl migrate`` up, or ``--to`` a revision, with the migration lock held."""
+    from durable_ops.operator_cli import EXIT_NOT_CONFIRMED
+    from durable_ops.storage import migrate
+
+    before = migrate.stamped_revision(url)
+    # A move down drops what each revision undone added, with all it holds: asked first.
+    undone = migrate.revisions_undone(before, args.to) if args.to else []
+    if undone and not args.yes:
+        where = f"{shown} (from {source})"
+        if args.to == "base":
+            print(f"would drop every table of {where}, at {before}, undoing:")
         else:
-            migrate.upgrade(database.address)
-        reached = migrate.stamped_revision(database.address)
+            print(
+                f"would move {where} down from {before} to {args.to}, dropping what these"
+                " added (tables, columns, indexes) and all it holds:"
+            )
+        for revision, added in undone:
+            print(f"  {revision}  {plain(added)}")
+        print(f"opsctl migrate --to {args.to}: not confirmed; add --yes", file=sys.stderr)
+        return EXIT_NOT_CONFIRMED
+    if args.to:
+        migrate.migrate_to(url, args.to)
+    else:
+        migrate.upgrade(url)
+    reached = migrate.stamped_revision(url)
     _audit("schema_migrated", database=shown, from_revision=before, to_revision=reached)
     print(f"schema at {reached or 'base (no tables)'}")
     return 0
+
+
+def _migrate_check(current: str | None, head: str, pending: list[tuple[str, str]]) -> int:
+    """``opsctl migrate --check``: 0 when nothing is pending, else ``EXIT_REFUSED`` (the
+    services refuse this schema) after naming each pending revision."""
+    print(f"schema at {current or 'base (no tables)'}; this release's head is {head}")
+    if not pending:
+        newer = "" if current == head else " (a newer release's: this one runs on it)"
+        print(f"up to date{newer}")
+        return 0
+    print(f"{len(pending)} pending (`opsctl migrate` applies them):")
+    for revision, adds in pending:
+        print(f"  {revision}  {plain(adds)}")
+    return EXIT_REFUSED
 
 
 def cmd_token(args: argparse.Namespace) -> int:
@@ -498,10 +534,16 @@ def _key_label(text: str) -> str:
 def cmd_keys(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from durable_ops.private_files import writing_under
+
+    with writing_under("OPS_SERVICE_KEYS_DIR"):
+        return _keys(args, Path(_settings(args).service_keys_dir))
+
+
+def _keys(args: argparse.Namespace, directory: Path) -> int:
     from durable_ops.model.scope import Role
     from durable_ops.rpc import keys, tls
 
-    directory = Path(_settings(args).service_keys_dir)
     if args.keys_command == "init":
         unknown = sorted(set(args.roles) - set(ROLES))
         if unknown:
@@ -645,9 +687,17 @@ def build_parser() -> argparse.ArgumentParser:
         "Upgrade the schema to the newest revision, or move it to --to REV",
         "Prints the revision reached. A move down (--to an older revision, or base: every\n"
         "table) drops what each revision it undoes added, and all it holds: without --yes\n"
-        "it prints those revisions and exits 6.",
+        "it prints those revisions and exits 6. Another migration of the same database\n"
+        "running: it waits for that one (up to 10 minutes), then does what is left.",
     )
-    migrate.add_argument("--to", metavar="REV", help="revision to move to, e.g. base or 0002")
+    moves = migrate.add_mutually_exclusive_group()
+    moves.add_argument("--to", metavar="REV", help="revision to move to, e.g. base or 0002")
+    moves.add_argument(
+        "--check",
+        action="store_true",
+        help="change nothing: print the schema's revision, the head and the pending revisions;"
+        " exit 0 when up to date, 3 when revisions are pending",
+    )
     migrate.add_argument("--yes", action="store_true", help="confirm a move down")
     database_option(migrate)
 

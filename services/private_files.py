@@ -16,6 +16,7 @@ import errno
 import os
 import secrets
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import structlog
@@ -25,7 +26,32 @@ from durable_ops.settings import SettingsError
 DIRECTORY_MODE = 0o700
 FILE_MODE = 0o600
 SQLITE_COMPANIONS = ("-wal", "-shm")
+# A place that cannot hold our files: read-only, missing (a parent we may not make), not
+# ours. A setting to correct, unlike a full disk.
+UNWRITABLE_PLACE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR})
 log = structlog.get_logger(__name__)
+
+
+def unwritable_place(error: OSError, setting: str) -> SettingsError | None:
+    """What ``error``, met writing under the directory ``setting`` names, says when that
+    directory cannot hold files: a bad setting, in one line naming the path and
+    ``setting``. None for any other error (a full disk among them)."""
+    if error.errno not in UNWRITABLE_PLACE:
+        return None
+    where = f" {error.filename}" if error.filename else ""
+    return SettingsError(f"cannot write{where}: {error.strerror or error}; check {setting}")
+
+
+@contextlib.contextmanager
+def writing_under(setting: str) -> Iterator[None]:
+    """Around writing files under the directory ``setting`` names: ``unwritable_place``."""
+    try:
+        yield
+    except OSError as error:
+        refused = unwritable_place(error, setting)
+        if refused is None:
+            raise
+        raise refused from error
 
 
 def private_directory(path: Path) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 from durable_ops.gateway.hosts import dev_login_refusal
 from durable_ops.local_secrets import with_kept_secrets
 from durable_ops.logs import configure_logging, use_json
+from durable_ops.private_files import unwritable_place
 from durable_ops.settings import Settings
 from durable_ops.stack import address_file, lock
 from durable_ops.stack.binds import local_to_the_stack, parse_address, stack_binds
@@ -165,24 +166,33 @@ def run_stack(
         output.say("already_running", f"opsctl up: {running}", pid=running.pid)
         return EXIT_USAGE
     except OSError as error:
-        return _cannot_write(output, error)
+        return _cannot_write(output, error, settings)
     try:
         return _run_held(
             with_kept_secrets(settings), output, demo_user, database_source, budget, as_json
         )
     except OSError as error:
-        return _cannot_write(output, error)
+        return _cannot_write(output, error, settings)
     finally:
         os.close(held)  # the lock goes with it
 
 
-# What a start that cannot write its files meets: a full disk, a read-only or foreign var/.
-_UNWRITABLE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
-def _cannot_write(output: Output, error: OSError) -> int:
-    """One line for a start that could not write its files; any other error is raised."""
-    if error.errno not in _UNWRITABLE:
+def _cannot_write(output: Output, error: OSError, settings: Settings) -> int:
+    """One line for a start that could not write its files: a place that cannot hold
+    them is a bad setting (exit 2), a full disk not; any other error is raised."""
+    keys = Path(settings.service_keys_dir).absolute()
+    in_keys = error.filename is not None and Path(error.filename).absolute().is_relative_to(keys)
+    refused = unwritable_place(
+        error,
+        "OPS_SERVICE_KEYS_DIR" if in_keys else "the directory opsctl up runs in (it keeps var/)",
+    )
+    if refused is not None:
+        output.say("cannot_write", f"opsctl up: {refused}")
+        return EXIT_USAGE
+    if error.errno not in _DISK_FULL:
         raise error
     where = f" {error.filename}" if error.filename else ""
     output.say("cannot_write", f"opsctl up: cannot write{where}: {error.strerror or error}")

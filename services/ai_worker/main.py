@@ -34,6 +34,7 @@ from durable_ops.ai_worker.inference.router import Router
 from durable_ops.ai_worker.journal import HostStoreJournal, JournalError, open_journal
 from durable_ops.ai_worker.reconcile import reconcile
 from durable_ops.ai_worker.server_slots import read_server_slots
+from durable_ops.hoststore.errors import UnsafeDirectory, UnsupportedFileSystem
 from durable_ops.model.concurrency import FOLLOW_SERVER_SLOTS, Startup, startup_concurrency
 from durable_ops.model.routing import Route
 from durable_ops.model.scope import Role
@@ -132,6 +133,12 @@ async def _work(settings: Settings, stopping: asyncio.Event) -> None:
         journal = open_journal(settings.host_store_dir, host_id)
     except JournalError as error:
         await router.aclose()
+        # A folder the store refuses (missing, not ours, its mode, a network file system)
+        # is a bad setting, exit 2, whose fix is the folder's, not the store's.
+        if isinstance(error.__cause__, UnsafeDirectory | UnsupportedFileSystem):
+            raise SettingsError(
+                f"OPS_HOST_STORE_DIR cannot hold the host store: {error.__cause__.message}"
+            ) from error
         raise SystemExit(f"opsctl serve ai-worker: {error.message}") from error
     startup = await resolve_concurrency(settings)
     settings = replace(settings, worker_concurrency=startup.concurrency)

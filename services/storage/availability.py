@@ -9,9 +9,10 @@ A database that is away is an expected state, not a crash (ADR 16):
   answers but refuses us (a wrong password, no such database: waiting would
   not cure it). ``open_when_reachable`` then checks the schema, as services
   always did at start.
-- ``reaching`` is a command's single visit (``opsctl migrate``, ``users set-plan``…):
-  no wait, since a person is waiting, and each failure one line naming the database
-  and where its URL came from.
+- ``reaching`` is around a command's single visit (``opsctl migrate``, ``users
+  set-plan``…: no wait, since a person is waiting) and a service's whole life: it
+  refuses a URL of a kind this product cannot use before any connection, and makes
+  each failure one line naming the database and where its URL came from.
 - ``DatabaseReadiness`` answers "does the database answer?" for the gRPC
   health service, from an answer at most ``READING_MAX_AGE_SECONDS`` old, so
   probes do not hammer the database; it logs each change, not each probe.
@@ -38,7 +39,7 @@ from durable_ops.model.errors import Unavailable
 from durable_ops.model.lifecycle import system_draw
 from durable_ops.settings import SettingsError
 from durable_ops.storage.db import UNREACHABLE_MYSQL_ERRORS, Database, mysql_code
-from durable_ops.storage.migrate import SchemaNotCurrent, require_current
+from durable_ops.storage.migrate import MigrationLocked, SchemaNotCurrent, require_current
 
 log = structlog.get_logger(__name__)
 
@@ -50,7 +51,13 @@ PROBE_ANSWER_SECONDS = 1.0
 
 
 class DatabaseUnavailable(RuntimeError):
-    """The database did not answer within the wait at start, or refused us."""
+    """The database did not answer (within the wait at start), or refused us: ``failure``
+    says how, after "the database" and ``database``, its name and where its URL came
+    from once known (``reaching``)."""
+
+    def __init__(self, failure: str, database: str = "") -> None:
+        super().__init__(" ".join(part for part in ("the database", database, failure) if part))
+        self.failure = failure
 
 
 def ping(db: Database) -> None:
@@ -104,7 +111,7 @@ async def wait_for_database(db: Database, bound_seconds: float) -> None:
         except DBAPIError as error:
             reason = describe(error)
             if not worth_waiting_for(error):
-                raise DatabaseUnavailable(f"the database refused us: {reason}") from error
+                raise DatabaseUnavailable(f"refused us: {reason}") from error
         except TimeoutError:
             reason = f"no answer within {budget:g} s"
         else:
@@ -127,7 +134,7 @@ async def wait_for_database(db: Database, bound_seconds: float) -> None:
         if pause is None:
             attempts = "1 attempt" if failures == 1 else f"{failures} attempts"
             raise DatabaseUnavailable(
-                f"the database did not answer within {bound_seconds:g} s"
+                f"did not answer within {bound_seconds:g} s"
                 f" (OPS_DATABASE_WAIT_SECONDS; {attempts}, the last: {reason})"
             )
         await asyncio.sleep(pause)
@@ -144,34 +151,50 @@ async def open_when_reachable(db: Database, bound_seconds: float) -> None:
 
 @contextlib.contextmanager
 def reaching(url: str, source: str) -> Iterator[None]:
-    """Around a command's work on the database at ``url``, which came from ``source``
-    (``--database-url``, ``OPS_DATABASE_URL``, …): each failure becomes one line naming
-    both. A URL SQLAlchemy cannot use is a ``SettingsError``; a database that does not
-    answer, or refuses us, ``DatabaseUnavailable``; a schema behind this code
-    ``SchemaNotCurrent``."""
+    """Around a command's or a service's work on the database at ``url``, which came from
+    ``source`` (``--database-url``, ``OPS_DATABASE_URL``, …): each failure becomes one
+    line naming both. A URL this product cannot use is a ``SettingsError``, before any
+    connection; a database that does not answer, or refuses us, or that another process
+    migrates for longer than the migration lock's wait, ``DatabaseUnavailable``; a schema
+    behind this code ``SchemaNotCurrent``."""
     database = f"{shown_url(url, source)} (from {source})"
     try:
         yield
     except OperationalError as error:
         how = "did not answer" if worth_waiting_for(error) else "refused us"
-        raise DatabaseUnavailable(f"the database {database} {how}: {describe(error)}") from error
+        raise DatabaseUnavailable(f"{how}: {describe(error)}", database) from error
+    except DatabaseUnavailable as away:  # a service's wait at start, which knew no name
+        raise DatabaseUnavailable(away.failure, database) from away
     except Unavailable as away:  # what Database.run makes of a connection lost mid-way
         if away.code != "database_unavailable":
             raise
-        raise DatabaseUnavailable(f"the database {database}: {away.message}") from away
+        raise DatabaseUnavailable(f"did not answer: {away.message}", database) from away
+    except MigrationLocked as busy:
+        raise DatabaseUnavailable(f"is busy: {busy}", database) from busy
     except SchemaNotCurrent as behind:
         raise SchemaNotCurrent(f"the database {database}: {behind}") from behind
 
 
+# The URLs this product runs on: SQLite, and MariaDB through PyMySQL, the one driver it
+# ships. SQLAlchemy knows many more schemes, whose drivers are not installed (``mysql://``
+# means MySQLdb) or whose SQL the revisions and queries were never written for.
+SUPPORTED_SCHEMES = frozenset({"sqlite", "sqlite+pysqlite", "mysql+pymysql", "mariadb+pymysql"})
+SUPPORTED_URLS = (
+    "sqlite:///PATH, mysql+pymysql://USER:PASSWORD@HOST:PORT/DATABASE or mariadb+pymysql://…"
+)
+
+
 def shown_url(url: str, source: str) -> str:
-    """``url`` as it may be printed (no password); a ``SettingsError`` unless SQLAlchemy
-    can use it. The URL itself is not repeated then: it may hold a password."""
+    """``url`` as it may be printed (no password); a ``SettingsError`` unless it is a URL
+    of ``SUPPORTED_SCHEMES``. The URL itself is not repeated then: it may hold a password."""
     try:
         parsed = make_url(url)
-        parsed.get_dialect()  # NoSuchModuleError, an ArgumentError, for an unknown scheme
+        why = "" if parsed.drivername in SUPPORTED_SCHEMES else f"{parsed.drivername}://"
     except (ArgumentError, ValueError) as bad:  # ValueError: a port that is not a number
+        why = describe(bad)
+    if why:
         raise SettingsError(
-            f"{source} is not a database URL SQLAlchemy can use ({describe(bad)})"
+            f"{source} is not a database URL durable-ops can use ({why}): give {SUPPORTED_URLS}"
         ) from None
     return parsed.render_as_string(hide_password=True)
 

@@ -7,19 +7,31 @@ Alembic (with Mako and Pygments behind it, about a second of imports) is
 loaded only to move the schema or to judge a revision that is not head: a
 service's start and ``opsctl up`` on a current database read the stamped
 revision with one SELECT and the head from the revision files' own lines.
+
+Every move of the schema holds the database's migration lock (``migration_lock``):
+two ``opsctl migrate`` at once (two ``opsctl up``, two init containers starting
+together) take turns, and the second finds nothing left to do.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import fcntl
+import os
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import structlog
 from sqlalchemy import Engine, inspect, text
+from sqlalchemy.engine import make_url
 
 import durable_ops.migrations
 from durable_ops.model.errors import InvalidArgument
-from durable_ops.storage.db import Database, create_db_engine
+from durable_ops.private_files import FILE_MODE, prepare_sqlite_file
+from durable_ops.storage.db import Database, create_db_engine, on_galera
 from durable_ops.storage.schema_stamp import quick_head
 
 if TYPE_CHECKING:
@@ -31,10 +43,122 @@ MIGRATIONS = Path(durable_ops.migrations.__file__).parent
 log = structlog.get_logger(__name__)
 VERSION_TABLE = "alembic_version"
 _STAMPED = text("SELECT version_num FROM alembic_version")
+# How long a move of the schema waits for another one of the same database to end; a
+# revision that rebuilds a large table may take minutes.
+MIGRATION_LOCK_WAIT_SECONDS = 600.0
+LOCK_POLL_SECONDS = 0.1  # a SQLite file's lock is polled: flock has no timeout
+MYSQL_LOCK_NAME_MAX = 64  # GET_LOCK's longest name
+# The databases whose migration lock this thread (this context) holds.
+_HELD_LOCKS: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "durable_ops_migration_locks", default=frozenset()
+)
 
 
 class SchemaNotCurrent(RuntimeError):
     """The database is not at the schema this code was built for."""
+
+
+class MigrationLocked(RuntimeError):
+    """Another process has been moving the schema for longer than the lock's wait."""
+
+
+@contextlib.contextmanager
+def migration_lock(url: str) -> Iterator[None]:
+    """Held while the schema of the database at ``url`` moves: a second move waits (one
+    ``migration_waiting`` line) for the first, where Alembic alone let both apply the
+    first revision and one crash on the version row. ``MigrationLocked`` after
+    ``MIGRATION_LOCK_WAIT_SECONDS``. On MariaDB a named lock (``GET_LOCK``) of a
+    connection held meanwhile, none on a Galera node, which refuses ``GET_LOCK`` (run one
+    migration at a time there); on a SQLite file an exclusive ``flock`` of
+    ``<file>-migrate.lock`` beside it: SQLite's own lock cannot be held across revisions
+    that each commit. Taken again in the same thread (``opsctl migrate`` holds it from
+    its first read of the revision to its last), it is already held."""
+    held = _HELD_LOCKS.get()
+    if url in held:
+        yield
+        return
+    holding = _HELD_LOCKS.set(held | {url})
+    try:
+        with _lock_of(url):
+            yield
+    finally:
+        _HELD_LOCKS.reset(holding)
+
+
+@contextlib.contextmanager
+def _lock_of(url: str) -> Iterator[None]:
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        with _named_lock(url, f"durable_ops.migrate.{parsed.database or ''}"):
+            yield
+    elif parsed.database and parsed.database != ":memory:":
+        prepare_sqlite_file(Path(parsed.database))  # its folder, made private, holds the lock
+        with _file_lock(Path(f"{parsed.database}-migrate.lock")):
+            yield
+    else:
+        yield  # a database in memory is this process's alone
+
+
+@contextlib.contextmanager
+def _named_lock(url: str, name: str) -> Iterator[None]:
+    engine = create_db_engine(url, pool_size=1)
+    try:
+        with engine.connect() as connection:
+            if on_galera(connection):
+                yield
+                return
+            bound = {"name": name[:MYSQL_LOCK_NAME_MAX]}
+            taking = text("SELECT GET_LOCK(:name, :seconds)")
+            if connection.execute(taking, {**bound, "seconds": 0}).scalar() != 1:
+                _waiting(name)
+                wait = {**bound, "seconds": MIGRATION_LOCK_WAIT_SECONDS}
+                if connection.execute(taking, wait).scalar() != 1:
+                    raise _locked()
+            try:
+                yield
+            finally:
+                connection.execute(text("SELECT RELEASE_LOCK(:name)"), bound)
+    finally:
+        engine.dispose()
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    # The file stays: deleting a lock file races with the next taker (as ``stack.lock``).
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+    try:
+        deadline = time.monotonic() + MIGRATION_LOCK_WAIT_SECONDS
+        waiting = False
+        while True:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise _locked() from None
+                if not waiting:
+                    _waiting(str(path))
+                    waiting = True
+                time.sleep(LOCK_POLL_SECONDS)
+        yield
+    finally:
+        os.close(descriptor)  # and the lock with it
+
+
+def _waiting(lock: str) -> None:
+    log.warning(
+        "migration_waiting",
+        lock=lock,
+        wait_seconds=MIGRATION_LOCK_WAIT_SECONDS,
+        say="another migration of this database is running: waiting for it to end",
+    )
+
+
+def _locked() -> MigrationLocked:
+    return MigrationLocked(
+        f"another migration has held its migration lock for {MIGRATION_LOCK_WAIT_SECONDS:g} s;"
+        " try again once it ends"
+    )
 
 
 def alembic_config(url: str, *, script_location: Path = MIGRATIONS) -> Config:
@@ -92,14 +216,24 @@ def upgrade(url: str, revision: str = "head", *, script_location: Path = MIGRATI
     """Move the schema up to ``revision``. A database a newer release migrated is left as
     it is for head (this release runs on it: ``require_current``), and refused for a
     named revision, which this release cannot reach from a revision it does not know."""
+    if _up_to(url, revision, script_location):
+        return  # the common case, at head: no lock, no Alembic to load
+    with migration_lock(url):
+        # Asked again: what another process moved while this one waited may be all of it.
+        if _up_to(url, revision, script_location):
+            return
+        from alembic import command
+
+        command.upgrade(alembic_config(url, script_location=script_location), revision)
+
+
+def _up_to(url: str, revision: str, script_location: Path) -> bool:
+    """Whether an upgrade to ``revision`` has nothing to do: the database is at head (read
+    without Alembic), or at a revision a newer release wrote."""
     current = stamped_revision(url)  # its engine makes the SQLite file and its folder, private
     if revision == "head" and script_location == MIGRATIONS and _at_quick_head(current):
-        return  # nothing to do: no Alembic to load
-    if _newer_than_code(current, revision, script_location):
-        return
-    from alembic import command
-
-    command.upgrade(alembic_config(url, script_location=script_location), revision)
+        return True
+    return _newer_than_code(current, revision, script_location)
 
 
 def _newer_than_code(
@@ -128,23 +262,43 @@ def _at_quick_head(current: str | None) -> bool:
 def downgrade(url: str, revision: str, *, script_location: Path = MIGRATIONS) -> None:
     from alembic import command
 
-    command.downgrade(alembic_config(url, script_location=script_location), revision)
+    with migration_lock(url):
+        command.downgrade(alembic_config(url, script_location=script_location), revision)
 
 
 def migrate_to(url: str, revision: str) -> None:
     """Upgrade or downgrade, whichever reaches ``revision`` (``base`` drops everything)."""
-    current = stamped_revision(url)
-    if _newer_than_code(current, revision):
-        return
-    if revision == "base":
-        downgrade(url, "base")
-        return
+    with migration_lock(url):
+        current = stamped_revision(url)
+        if _newer_than_code(current, revision):
+            return
+        if revision == "base":
+            downgrade(url, "base")
+            return
+        script = _scripts()
+        target = _revision(script, revision).revision
+        if _undone(script, current, target):
+            downgrade(url, target)
+        else:
+            upgrade(url, target)
+
+
+def pending_revisions(url: str) -> tuple[str | None, str, list[tuple[str, str]]]:
+    """What ``opsctl migrate --check`` says, changing nothing: the revision stamped in the
+    database (None: empty; a SQLite file that does not exist is read so, not made),
+    the head, and the revisions an upgrade would apply, oldest first, each with what it
+    adds (none for a database a newer release wrote: this release runs on it)."""
+    parsed = make_url(url)
+    missing = parsed.get_backend_name() == "sqlite" and not (
+        parsed.database and parsed.database != ":memory:" and Path(parsed.database).exists()
+    )
+    current = None if missing else stamped_revision(url)
     script = _scripts()
-    target = _revision(script, revision).revision
-    if _undone(script, current, target):
-        downgrade(url, target)
-    else:
-        upgrade(url, target)
+    head = head_revision()
+    if current is not None and not _known(current):
+        return current, head, []
+    ahead = script.iterate_revisions(head, current or "base")  # head first, current excluded
+    return current, head, [(rev.revision, " ".join(rev.doc.split())) for rev in ahead][::-1]
 
 
 def revisions_undone(current: str | None, revision: str) -> list[tuple[str, str]]:

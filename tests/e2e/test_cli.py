@@ -56,10 +56,10 @@ def test_migrate_set_plan_switch_and_down(tmp_path: Path) -> None:
     dropped = opsctl("migrate", "--to", "base", "--yes", env=env)
     assert dropped.returncode == 0, dropped.stderr
     assert dropped.stdout.strip() == "schema at base (no tables)"
-    [audit] = [line for line in dropped.stderr.splitlines() if "schema_migrated" in line]
-    assert f"from_revision={head_revision()}" in audit
-    assert "to_revision=None" in audit
-    assert "operator=" in audit
+    [audit] = [json.loads(line) for line in dropped.stderr.splitlines()]
+    assert audit["event"] == "schema_migrated"
+    assert (audit["from_revision"], audit["to_revision"]) == (head_revision(), None)
+    assert audit["operator"]
     refused = opsctl("users", "set-plan", "alice", "pro", env=env)
     assert refused.returncode != 0
     assert "opsctl migrate" in refused.stderr
@@ -102,9 +102,9 @@ def test_set_budget_answers_on_stdout_and_logs_who_ran_it(tmp_path: Path) -> Non
     result = opsctl("users", "set-budget", "alice", "250000", env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("alice: daily token budget 250,000 (set by ")
-    assert "token_budget_set" in result.stderr
-    assert "daily_tokens=250000" in result.stderr
-    assert "operator=" in result.stderr
+    [audit] = [json.loads(line) for line in result.stderr.splitlines()]
+    assert (audit["event"], audit["daily_tokens"]) == ("token_budget_set", 250000)
+    assert audit["operator"]
     back = opsctl("users", "set-budget", "alice", "default", env=env)
     assert "daily token budget 100,000 (the plan's default)" in back.stdout
 
@@ -367,8 +367,24 @@ def test_every_change_an_operator_makes_is_an_audit_line_naming_them(tmp_path: P
     for event, command in changes.items():
         done = opsctl(*command, env=env, cwd=tmp_path)
         assert done.returncode == 0, (command, done.stderr)
-        [line] = [line for line in done.stderr.splitlines() if event in line]
-        assert f"operator={getpass.getuser()}" in line, line
+        # As every log line off a terminal (OPS_LOG_JSON auto): one JSON object.
+        [line] = [json.loads(line) for line in done.stderr.splitlines()]
+        assert line["event"] == event
+        assert line["operator"] == getpass.getuser(), line
+        assert line["level"] == "info"
+        assert line["process"] == "opsctl"
         assert event not in done.stdout  # stdout stays the answer
     status = opsctl("ai", "status", env=env, cwd=tmp_path)
     assert status.stderr == ""  # reading changes nothing: no audit line
+
+
+@pytest.mark.parametrize(
+    ("log_json", "as_json"), [("auto", True), ("true", True), ("false", False)]
+)
+def test_audit_lines_follow_ops_log_json(log_json: str, as_json: bool, tmp_path: Path) -> None:
+    env = {"OPS_SERVICE_KEYS_DIR": str(tmp_path / "keys"), "OPS_LOG_JSON": log_json}
+    done = opsctl("keys", "init", "operator", env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("{") == as_json, line
+    assert "service_keys_made" in line

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
+from durable_ops.storage.availability import SUPPORTED_URLS
 from tests.e2e.test_cli import opsctl
 from tests.support.ports import refusing_port
 
@@ -58,8 +59,63 @@ def test_a_url_that_is_no_database_url_is_one_line_and_exit_2(
     command: list[str], url: str, tmp_path: Path
 ) -> None:
     line = _one_line(opsctl(*command, env={"OPS_DATABASE_URL": url}, cwd=tmp_path), 2)
-    assert line.startswith("opsctl: OPS_DATABASE_URL is not a database URL SQLAlchemy can use (")
+    assert line.startswith("opsctl: OPS_DATABASE_URL is not a database URL durable-ops can use (")
+    assert line.endswith(f"): give {SUPPORTED_URLS}")
     assert not (tmp_path / "var").exists()  # the default SQLite file was not made instead
+
+
+# SQLAlchemy knows each scheme; its driver is not installed (MySQLdb behind mysql:// and
+# mariadb://), or the product's SQL was never written for it. Each gave a traceback, or a
+# misleading "refused us" from a connection attempt.
+UNSUPPORTED = [
+    "mysql://u:secret@127.0.0.1:3306/db",
+    "mariadb://u:secret@127.0.0.1:3306/db",
+    "postgresql://u:secret@127.0.0.1:5432/db",
+    "sqlite+aiosqlite:///x.sqlite3",
+    "myslq+pymysql://u:secret@127.0.0.1:3306/db",
+]
+
+
+@pytest.mark.parametrize("url", UNSUPPORTED)
+@pytest.mark.parametrize(
+    "command", [["migrate"], ["migrate", "--check"], ["serve", "operations", "workspace"]]
+)
+def test_a_url_of_a_kind_the_product_cannot_use_is_refused_before_any_connection(
+    command: list[str], url: str, tmp_path: Path
+) -> None:
+    from tests.support.product import product_env
+
+    scheme = url.partition("://")[0]
+    done = opsctl(*command, "--database-url", url, env=product_env(), cwd=tmp_path)
+    line = _one_line(done, 2) if command[0] != "serve" else done.stderr.splitlines()[-1]
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert line.endswith(
+        f"--database-url is not a database URL durable-ops can use ({scheme}://):"
+        f" give {SUPPORTED_URLS}"
+    ), line
+    assert "secret" not in done.stderr
+
+
+def test_a_service_refused_by_its_database_names_it_and_where_its_url_came_from(
+    mariadb_server_url: str, tmp_path: Path
+) -> None:
+    from tests.support.product import product_env
+
+    server = make_url(mariadb_server_url)
+    stranger = server.set(
+        database="ops", username=f"nobody_{secrets.token_hex(4)}", password="wrong"
+    )
+    env = product_env(OPS_DATABASE_URL=stranger.render_as_string(hide_password=False))
+    done = opsctl("serve", "workspace", env=env, cwd=tmp_path)
+    assert done.returncode == 4, done.stderr
+    shown = stranger.render_as_string(hide_password=True)
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(
+        f"opsctl serve workspace: the database {shown} (from OPS_DATABASE_URL) refused us: "
+    ), last
+    assert "Access denied" in last
+    assert "wrong" not in done.stderr
 
 
 @pytest.mark.parametrize("command", [c for c in DIRECT_COMMANDS if c != ["migrate"]], ids=" ".join)

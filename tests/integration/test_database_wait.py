@@ -51,7 +51,8 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 HEALTH_NAME = {target: KNOWN_BACKENDS[target.replace("-", "_")][1] for target in GRPC_SERVICES}
 GIVE_UP = re.compile(
-    r"^opsctl serve (?P<target>\S+): the database did not answer within (?P<bound>\S+) s"
+    r"^opsctl serve (?P<target>\S+): the database (?P<database>\S+) \(from OPS_DATABASE_URL\)"
+    r" did not answer within (?P<bound>\S+) s"
     r" \(OPS_DATABASE_WAIT_SECONDS; (?P<attempts>\d+) attempts?, the last: .+\); exiting$"
 )
 
@@ -160,7 +161,8 @@ def _nothing_listens() -> str:
 def test_a_service_without_its_database_waits_not_serving_then_exits_with_one_line(
     serve_target: Callable[..., Served], target: str
 ) -> None:
-    served = serve_target(target, _nothing_listens(), OPS_DATABASE_WAIT_SECONDS="3")
+    served_url = _nothing_listens()
+    served = serve_target(target, served_url, OPS_DATABASE_WAIT_SECONDS="3")
     _until(lambda: served.health() is not None, "health answers")
     # Every name the server carries says NOT_SERVING while it waits.
     assert served.health() == NOT_SERVING
@@ -175,6 +177,7 @@ def test_a_service_without_its_database_waits_not_serving_then_exits_with_one_li
     given_up = GIVE_UP.match(last)
     assert given_up is not None, last
     assert given_up["target"] == target
+    assert given_up["database"] == served_url
     assert given_up["bound"] == "3"
     assert "Connection refused" in last
     # One log line per attempt, numbered, the last included; no traceback anywhere.
@@ -216,7 +219,9 @@ def test_a_database_that_refuses_us_ends_the_wait_at_once(
     served = serve_target("notifications", url)  # the default wait: a minute
     assert served.process.wait(30) == EXIT_DATABASE_UNAVAILABLE
     _until(lambda: bool(served.lines) and not served.lines[-1].startswith("{"), "the last word")
-    assert served.lines[-1].startswith("opsctl serve notifications: the database refused us: ")
+    assert served.lines[-1].startswith(
+        f"opsctl serve notifications: the database {url} (from OPS_DATABASE_URL) refused us: "
+    )
     assert "1049" in served.lines[-1]
     assert served.events("database_unreachable") == []
 

@@ -32,6 +32,12 @@ def small_disk(mount_point: Path, size: str = "16m") -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount_point)], check=True)
 
 
+def make_read_only(mount_point: Path) -> None:
+    """Remount ``small_disk``'s tmpfs read-only: every write under it fails with EROFS,
+    for root too (a mode would not stop root)."""
+    subprocess.run(["mount", "-o", "remount,ro", str(mount_point)], check=True)
+
+
 def fill(path: Path) -> None:
     """Write ``path`` until the disk has not a byte left; delete it to give space back."""
     block = b"\0" * 65536
