@@ -122,7 +122,11 @@ def _log_as_opsctl() -> None:
     """The command's own log lines (an audit line, a wait) as every process writes them."""
     from durable_ops.logs import configure_logging
 
-    configure_logging(Settings.from_env(), process="opsctl")
+    try:
+        settings = Settings.from_env()
+    except SettingsError:  # one this command does not read: the change it made is logged
+        settings = Settings()
+    configure_logging(settings, process="opsctl")
 
 
 def _run_async(factory: Callable[[], Coroutine[Any, Any, None]]) -> None:

@@ -388,3 +388,16 @@ def test_audit_lines_follow_ops_log_json(log_json: str, as_json: bool, tmp_path:
     [line] = done.stderr.splitlines()
     assert line.startswith("{") == as_json, line
     assert "service_keys_made" in line
+
+
+def test_a_setting_the_command_does_not_read_does_not_fail_it_after_its_change(
+    tmp_path: Path,
+) -> None:
+    """The audit line reads the log settings after the change is made: a bad setting
+    elsewhere must not turn a done change into an exit 2 the operator would retry."""
+    env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}"}
+    assert opsctl("migrate", env=env).returncode == 0
+    done = opsctl("users", "set-plan", "alice", "pro", env=env | {"OPS_WORKER_LEASE_SECONDS": "x"})
+    assert done.returncode == 0, done.stderr
+    [line] = [json.loads(line) for line in done.stderr.splitlines()]
+    assert (line["event"], line["plan"]) == ("plan_set", "pro")
