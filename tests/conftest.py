@@ -20,6 +20,7 @@ fixture stops its container itself either way.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import sys
@@ -37,6 +38,7 @@ from durable_ops.storage import migrate
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import Base
 from tests.support.figures import figures_in
+from tests.support.logging_reset import reset_logging
 
 if TYPE_CHECKING:
     from testcontainers.community.mysql import MySqlContainer
@@ -346,6 +348,16 @@ def _empty_all_tables(url: str) -> None:
             connection.execute(text("UPDATE ai_admission_control SET ai_enabled = 1"))
     finally:
         db.dispose()
+
+
+@pytest.fixture(autouse=True)
+def logging_left_as_found() -> Iterator[None]:
+    """A command run in-process (``cli.main``) configures logging for its process, onto the
+    stderr pytest captured for that test and closes after it: later tests would log to a
+    closed file. Undone after any test that configured it."""
+    yield
+    if any(handler.get_name() == "durable-ops" for handler in logging.getLogger().handlers):
+        reset_logging()
 
 
 @pytest.fixture(scope="session", autouse=True)
