@@ -637,8 +637,43 @@ def test_signing_out_in_one_tab_signs_out_a_jobs_tab_at_once(
     other.goto(ui_gateway.url + "/operations")
     other.get_by_role("button", name="Sign out").click()
     other.wait_for_url(ui_gateway.url + "/")
-    page.wait_for_url(ui_gateway.url + "/?expired=1", timeout=5_000)  # the keepalive is 15 s
+    # The keepalive is 15 s. The sign-in page knows where the tab was, and leads back there.
+    page.wait_for_url(ui_gateway.url + "/?expired=1&next=%2Fjobs", timeout=5_000)
     other.close()
+    page.get_by_label("User id").fill("ada")
+    page.get_by_role("button", name="Sign in as this user").click()
+    page.wait_for_url(ui_gateway.url + "/jobs")
+
+
+def test_a_session_that_ends_while_text_is_typed_keeps_the_text(
+    page: Page, ui_gateway: LiveGateway, screenshot: Screenshot
+) -> None:
+    """Leaving for the sign-in page would lose what was typed: the page stays, says what to
+    do, and once the user has signed in again in another tab the text is sent."""
+    open_jobs(page, ui_gateway.url, "ada")
+    form = page.get_by_role("form", name="Add a job posting")
+    form.get_by_label("Title").fill("Engineer")
+    form.get_by_label("Description").fill(JOB_TEXT)
+    other = page.context.new_page()
+    other.goto(ui_gateway.url + "/operations")
+    other.get_by_role("button", name="Sign out").click()
+    other.wait_for_url(ui_gateway.url + "/")
+
+    ended = page.get_by_role("alert").filter(has_text="Your session ended")
+    expect(ended).to_contain_text("What you typed is still here.")
+    sign_in = ended.get_by_role("link", name="Sign in again in a new tab")
+    expect(sign_in).to_have_attribute("href", "/?next=%2Fjobs")
+    assert page.url == ui_gateway.url + "/jobs"
+    expect(form.get_by_label("Title")).to_have_value("Engineer")
+    screenshot(page, "28-jobs-session-ended")
+
+    dev_sign_in(other, ui_gateway.url, "ada")
+    other.close()
+    page.evaluate("document.dispatchEvent(new Event('visibilitychange'))")  # back to this tab
+    expect(ended).to_have_count(0)
+    form.get_by_role("button", name="Add job").click()
+    expect(form.get_by_role("status")).to_have_text("Job “Engineer” added.")
+    expect(page.locator(JOBS)).to_have_count(1)
 
 
 def test_a_double_click_adds_one_job_and_one_cv(page: Page, ui_gateway: LiveGateway) -> None:
