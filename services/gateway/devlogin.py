@@ -7,6 +7,9 @@ POST that must name this origin (``auth.check_same_origin``), so neither a
 cross-site navigation (a GET: 405) nor a cross-site form signs anyone in: a
 forged session would show the victim the attacker's data (login CSRF).
 Its attempts are throttled as ``/auth/login``'s (``login.throttle_sign_in``).
+Signed in, the browser goes to ``?next`` (the page whose session ended, which the
+sign-in page puts in the form's address) when that is a path of this site, else to
+``/operations``.
 
 A refused sign-in answers a browser's form post (its ``Accept`` names
 ``text/html``) with the sign-in page again, saying why beside the form (too
@@ -16,6 +19,7 @@ many attempts: when to try again) with the problem's status and
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,6 +40,19 @@ from durable_ops.model.errors import DomainError, InvalidArgument
 
 DEV_LOGIN_TTL_SECONDS = 8 * 3600
 AFTER_LOGIN = "/operations"
+# A path of this site: "/" not followed by a slash or a backslash ("//host", and "/\host",
+# which browsers read as it, lead to another site), and no backslash, white space or
+# control character anywhere.
+_SITE_PATH = re.compile(r"/(?![/\\])[^\\\s\x00-\x1f\x7f]*")
+NEXT_MAX = 2048
+
+
+def after_sign_in(next_path: str) -> str:
+    """Where a sign-in leads: ``next_path`` when it is a path of this site, else /operations.
+    Never elsewhere: an open redirect would hand a freshly signed-in user to any site."""
+    if len(next_path) > NEXT_MAX or next_path == "/" or not _SITE_PATH.fullmatch(next_path):
+        return AFTER_LOGIN
+    return next_path
 
 
 async def dev_login(request: Request) -> Response:
@@ -58,7 +75,8 @@ async def _sign_in(request: Request, user: str) -> Response:
     except InvalidArgument as exc:
         raise invalid("user", exc.reason) from None
     session_id = await sessions.create(backends_of(request), user, DEV_LOGIN_TTL_SECONDS)
-    response = RedirectResponse(AFTER_LOGIN, status_code=303)
+    after = after_sign_in(request.query_params.get("next", ""))
+    response = RedirectResponse(after, status_code=303)
     set_session_cookie(response, request, session_id, DEV_LOGIN_TTL_SECONDS)
     return response
 
@@ -69,7 +87,8 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
     "/auth/dev-login": {
         "post": endpoint(
             "Development sign-in as any user: sets the session cookie and redirects to"
-            " /operations. Served only with OPS_DEV_LOGIN=1 on a gateway that listens on"
+            " `next` when that is a path of this site, else to /operations. Served only with"
+            " OPS_DEV_LOGIN=1 on a gateway that listens on"
             " loopback alone (absent otherwise); the request must name this origin"
             " (`Origin`, or a same-origin `Referer`). A refused browser form post (`Accept`"
             " naming text/html) gets the sign-in page again, saying why, with the same status",
@@ -102,6 +121,16 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
                     }
                 },
             },
+            parameters=[
+                {
+                    "name": "next",
+                    "in": "query",
+                    "required": False,
+                    "description": "where to go once signed in: a path of this site"
+                    " (anything else leads to /operations)",
+                    "schema": {"type": "string", "maxLength": NEXT_MAX},
+                }
+            ],
             secured=False,
         )
     },

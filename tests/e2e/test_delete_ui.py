@@ -155,6 +155,25 @@ def test_an_analysis_under_way_is_cancelled_first_then_the_job_goes(
     screenshot(page, "72-operations-of-a-deleted-job")
 
 
+def test_the_blocker_says_so_once_the_analysis_in_the_way_has_ended(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    job_id = create_job(ui_services.workspace, "ada")
+    create_operation(ui_services, "ada", subject=("job", job_id))
+    open_jobs(page, ui_gateway.url, "ada")
+    confirm_delete(page, "job", "Engineer at Acme")
+    blocker = page.locator(f"#job-{job_id} .item__delete")
+    expect(blocker.get_by_role("status")).to_contain_text("is still queued; cancel it first")
+
+    claimed = claim(ui_services, ["strategy.snapshot"])  # it runs, and finishes elsewhere
+    publish(ui_services, claimed, ANSWER)
+    complete(ui_services, claimed)
+    expect(blocker.get_by_role("status")).to_have_text(
+        "Strategy snapshot for Engineer at Acme has ended: you can delete the job now."
+    )
+    expect(blocker.get_by_role("button", name=re.compile("^Cancel"))).to_have_count(0)
+
+
 def test_a_deleted_cv_leaves_every_choice_and_what_was_made_with_it(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:

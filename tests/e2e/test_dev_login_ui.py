@@ -1,13 +1,16 @@
 """The development sign-in form in a real browser, when it is refused: a page that says
-why, never the raw problem+json the throttled form used to show."""
+why, never the raw problem+json the throttled form used to show. Signing in again leads
+back to the page whose session ended, and never off the site."""
 
 from __future__ import annotations
+
+from urllib.parse import urlencode
 
 import pytest
 from playwright.sync_api import Page, expect
 
 from durable_ops.gateway.limits import Throttle
-from tests.support.gateway import LiveGateway
+from tests.support.gateway import LiveGateway, token
 from tests.support.signin import dev_sign_in
 
 pytestmark = pytest.mark.browser
@@ -50,3 +53,42 @@ def test_a_throttled_dev_sign_in_shows_when_to_try_again(
     page.get_by_role("button", name="Sign in as this user").click()
     page.wait_for_url(ui_gateway.url + "/operations")
     expect(page.locator("header .user")).to_have_text("ada")
+
+
+def test_signing_in_again_leads_back_to_the_page_and_never_off_the_site(
+    page: Page, ui_gateway: LiveGateway
+) -> None:
+    """`next` is where the tab was when its session ended; one that would lead to another
+    site (an open redirect) leads to /operations, by either form."""
+    url = ui_gateway.url
+    page.goto(f"{url}/?{urlencode({'expired': '1', 'next': '/jobs?result=x#add-cv'})}")
+    expect(page.locator("#signin-notice")).to_have_text(
+        "Your session ended. Sign in again to go back to the page you were on."
+    )
+    page.get_by_label("Token", exact=True).fill(token("ada"))
+    page.get_by_role("button", name="Sign in", exact=True).click()
+    page.wait_for_url(f"{url}/jobs?result=x#add-cv")
+
+    for elsewhere in ("//evil.example/jobs", "https://evil.example/", "/\\evil.example", "/"):
+        page.goto("about:blank")
+        page.context.clear_cookies()
+        page.goto(f"{url}/?{urlencode({'next': elsewhere})}")
+        page.get_by_label("Token", exact=True).fill(token("ada"))
+        page.get_by_role("button", name="Sign in", exact=True).click()
+        page.wait_for_url(f"{url}/operations")
+
+    # The development form is redirected by the gateway, which checks `next` again.
+    page.goto("about:blank")
+    page.context.clear_cookies()
+    page.goto(f"{url}/?next=%2Fjobs")
+    page.get_by_label("User id").fill("ada")
+    page.get_by_role("button", name="Sign in as this user").click()
+    page.wait_for_url(f"{url}/jobs")
+    for elsewhere in ("//evil.example/", "/\\evil.example", "https://evil.example/"):
+        answer = page.request.post(
+            f"{url}/auth/dev-login?{urlencode({'next': elsewhere})}",
+            form={"user": "ada"},
+            headers={"Origin": url},
+            max_redirects=0,
+        )
+        assert (answer.status, answer.headers["location"]) == (303, "/operations"), elsewhere

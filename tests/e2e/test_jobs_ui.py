@@ -55,14 +55,19 @@ def test_start_a_strategy_snapshot_and_read_its_result(
     entitle(ui_services.db, "alice")
     open_jobs(page, ui_gateway.url, "alice")
     expect(page.get_by_text("Plan: Pro")).to_be_visible()
+    expect(page.get_by_role("complementary", name="AI settings and CVs")).to_be_visible()
 
     cv_form = page.get_by_role("form", name="Add a CV")
     cv_form.get_by_label("File name").fill("cv.txt")
     cv_form.get_by_label("CV text").fill(CV_TEXT)
     cv_form.get_by_role("button", name="Add CV").click()
     expect(page.locator("#cvs-heading ~ ol li.item")).to_have_count(1)
+    expect(cv_form.get_by_role("status")).to_have_text("CV “cv.txt” added.")
 
     job = add_job(page, "Platform engineer", "Acme")
+    job_form = page.get_by_role("form", name="Add a job posting")
+    expect(job_form.get_by_role("status")).to_have_text("Job “Platform engineer” added.")
+    expect(job.locator(".analysis__plan")).to_be_hidden()  # Pro: nothing to say before a start
     job.get_by_label("CV to compare with").select_option(label="cv.txt")
     job.get_by_role("button", name="Start strategy snapshot").click()
     expect(job.get_by_text("Queued")).to_be_visible()
@@ -79,6 +84,16 @@ def test_start_a_strategy_snapshot_and_read_its_result(
     expect(job.get_by_text("Fit: 82")).to_be_visible()
     expect(job.get_by_text("Kubernetes")).to_be_visible()
     screenshot(page, "21-jobs-snapshot-result")
+
+    # A new run makes it the previous result: relabelled in place, not put into the card's
+    # live region again (a screen reader would read all of it aloud once more).
+    result = job.locator(".analysis__result")
+    result.evaluate("(element) => { element.dataset.seen = 'before'; }")
+    job.get_by_role("button", name="Start strategy snapshot").click()
+    expect(result.locator(".analysis__result-heading")).to_have_text(
+        re.compile("^Previous result, .+, with cv\\.txt$")
+    )
+    expect(job.locator(".analysis__result[data-seen='before']")).to_have_count(1)
 
     page.goto(f"{ui_gateway.url}/operations")
     link = page.get_by_role("link", name="View result")
@@ -229,6 +244,96 @@ def test_cancel_a_running_analysis_shows_cancelling_until_the_worker_stops(
     expect(job.get_by_text("cancel came too late")).to_have_count(0)
 
 
+def offline(route: Route) -> None:
+    route.abort("connectionrefused")
+
+
+def test_a_cancel_that_was_not_sent_says_so_beside_it_and_errors_go_once_the_card_moves(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
+) -> None:
+    job = open_job_with_a_snapshot(page, ui_gateway, ui_services)
+    page.route("**/api/operations/*/cancel", offline)
+    page.route(
+        "**/api/attachments",
+        lambda r: offline(r) if r.request.method == "POST" else r.continue_(),
+    )
+    cv_form = page.get_by_role("form", name="Add a CV")
+    cv_form.get_by_label("File name").fill("cv.txt")
+    cv_form.get_by_label("CV text").fill(CV_TEXT)
+    cv_form.get_by_role("button", name="Add CV").click()
+    expect(cv_form.get_by_role("alert")).to_have_text("The server could not be reached.")
+
+    cancel = job.get_by_role("button", name="Cancel analysis")
+    cancel.click()
+    page.get_by_role("button", name="Stop analysis").click()
+    # Beside the cancel, which stays to try again; nothing under Start.
+    failed = job.locator(".analysis__status + .analysis__action-error")
+    expect(failed).to_have_text(
+        "The cancel was not sent. The server could not be reached."
+        " The analysis goes on: you can try again."
+    )
+    expect(failed).to_have_attribute("role", "alert")
+    screenshot(page, "27-jobs-cancel-not-sent")
+    expect(job.locator(".analysis-block > .form-error")).to_be_hidden()
+    expect(cancel).to_be_focused()
+    expect(cancel).not_to_have_attribute("aria-disabled", "true")
+
+    # The server heard from again (a worker took the analysis): neither error is true now.
+    page.unroute("**/api/operations/*/cancel")
+    page.unroute("**/api/attachments")
+    claim(ui_services, ["strategy.snapshot"])
+    expect(job.locator(".analysis .state")).to_have_text("Running")
+    expect(failed).to_be_hidden()
+    expect(page.get_by_role("alert")).to_have_count(0)
+
+
+def test_jobs_deleted_or_added_elsewhere_leave_and_come(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """Another tab (or the API) deleted a job or a CV, or added one: a start on a deleted one
+    says so as a delete would, and the lists are read again when the page is shown again."""
+    entitle(ui_services.db, "alice")
+    first = create_job(ui_services.workspace, "alice", title="First")
+    second = create_job(ui_services.workspace, "alice", title="Second")
+    open_jobs(page, ui_gateway.url, "alice")
+    expect(page.locator(JOBS)).to_have_count(2)
+
+    def delete_elsewhere(row_id: str, collection: str = "jobs") -> None:
+        gone = page.request.delete(
+            f"{ui_gateway.url}/api/{collection}/{row_id}", headers={"Origin": ui_gateway.url}
+        )
+        assert gone.status == 204
+
+    delete_elsewhere(first)
+    page.locator(f"#job-{first}").get_by_role("button", name="Start strategy snapshot").click()
+    expect(page.locator(f"#job-{first}")).to_have_count(0)
+    said = page.get_by_role("region", name="Job postings").locator(".item-status")
+    expect(said).to_have_text("First at Acme had already been deleted.")
+    expect(page.locator(JOBS).get_by_role("heading", name="Second")).to_be_focused()
+
+    # The CV chosen to compare with is the one gone: it leaves, and the card says why.
+    cv = create_cv(ui_services.workspace, "alice", filename="gone.txt")
+    page.evaluate("document.dispatchEvent(new Event('visibilitychange'))")  # shown again
+    job = page.locator(f"#job-{second}")
+    job.get_by_label("CV to compare with").select_option(label="gone.txt")
+    delete_elsewhere(cv, "attachments")
+    job.get_by_role("button", name="Start strategy snapshot").click()
+    expect(job.get_by_role("alert")).to_have_text(
+        "gone.txt had already been deleted: choose another CV, or none."
+    )
+    expect(page.locator(f"#attachment-{cv}")).to_have_count(0)
+    expect(job.get_by_label("CV to compare with")).to_have_value("")
+
+    third = create_job(ui_services.workspace, "alice", title="Third")
+    delete_elsewhere(second)
+    page.evaluate("document.dispatchEvent(new Event('visibilitychange'))")  # shown again
+    expect(page.locator(f"#job-{second}")).to_have_count(0)
+    expect(said).to_have_text("Second at Acme had already been deleted.")
+    added = page.locator(f"#job-{third}")
+    expect(added.get_by_role("button", name="Start strategy snapshot")).to_be_visible()
+    expect(page.locator(JOBS)).to_have_count(1)
+
+
 def test_closing_the_dialog_of_an_analysis_that_ended_leaves_focus_on_its_card(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
@@ -368,7 +473,9 @@ def test_a_cancel_whose_answer_comes_after_the_long_polls_looks_once(
     assert len(polls) == before + 1
 
 
-def test_without_pro_the_refusal_is_shown(page: Page, ui_gateway: LiveGateway) -> None:
+def test_without_pro_the_refusal_is_shown(
+    page: Page, ui_gateway: LiveGateway, screenshot: Screenshot
+) -> None:
     open_jobs(page, ui_gateway.url, "carol")
     expect(page.get_by_text("Free (AI analyses need Pro)")).to_be_visible()
     job_form = page.get_by_role("form", name="Add a job posting")
@@ -376,7 +483,13 @@ def test_without_pro_the_refusal_is_shown(page: Page, ui_gateway: LiveGateway) -
     job_form.get_by_label("Description").fill(JOB_TEXT)
     job_form.get_by_role("button", name="Add job").click()
     job = page.locator("ol[aria-label='Your jobs'] li.item")
-    job.get_by_role("button", name="Start strategy snapshot").click()
+    start = job.get_by_role("button", name="Start strategy snapshot")
+    # Said on the card before the press, and the button is described by it.
+    note = "AI analyses need the Pro plan: your plan is Free (see AI settings)."
+    expect(job.locator(".analysis__plan")).to_have_text(note)
+    expect(start).to_have_accessible_description(note)
+    screenshot(page, "25-jobs-free-plan")
+    start.click()
     expect(job.get_by_role("alert")).to_contain_text("Pro")
 
 
@@ -393,23 +506,41 @@ def test_help_text_describes_its_field_and_is_no_part_of_its_name(
     expect(cv_text).to_have_accessible_description(re.compile("^Paste the text of your CV\\."))
 
 
-def test_the_field_the_server_refused_is_marked_invalid_until_it_is_edited(
-    page: Page, ui_gateway: LiveGateway
+def test_empty_fields_all_say_so_at_once_and_the_server_still_judges_what_is_sent(
+    page: Page, ui_gateway: LiveGateway, screenshot: Screenshot
 ) -> None:
+    posts: list[str] = []
     open_jobs(page, ui_gateway.url, "carol")
+    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
     form = page.get_by_role("form", name="Add a job posting")
-    form.get_by_label("Title").fill("Engineer")
-    description = form.get_by_label("Description")
-    description.fill("   ")  # passes `required`; the server finds nothing in it
+    title, description = form.get_by_label("Title"), form.get_by_label("Description")
+    title.fill("   ")
+    description.fill("   ")
     form.get_by_role("button", name="Add job").click()
-    expect(form.get_by_role("alert")).to_have_text("Description must not be empty.")
+    # Both fields at once, each by its field and described by its message; nothing sent.
+    for field, message in ((title, "Title"), (description, "Description")):
+        expect(field).to_have_attribute("aria-invalid", "true")
+        expect(field).to_have_accessible_description(re.compile(f"^{message} must not be empty\\."))
+    expect(title).to_be_focused()
+    screenshot(page, "26-jobs-empty-fields")
+    expect(form.get_by_label("Company")).not_to_have_attribute("aria-invalid", "true")
+    title.fill("Engineer")
+    expect(title).to_have_attribute("aria-invalid", "false")
+    expect(form.get_by_text("Title must not be empty.")).to_be_hidden()
+    assert posts == []
+
+    # What passes here, the server still judges: its refusal names the field.
+    description.fill("Python\u0007")
+    form.get_by_role("button", name="Add job").click()
+    expect(form.get_by_role("alert")).to_have_text(
+        re.compile("^Description must not contain control characters")
+    )
     expect(description).to_have_attribute("aria-invalid", "true")
-    expect(form.get_by_label("Title")).not_to_have_attribute("aria-invalid", "true")
+    expect(title).not_to_have_attribute("aria-invalid", "true")
     description.press_sequentially("Python")
     expect(description).to_have_attribute("aria-invalid", "false")
     # The refusal was about the text before: it goes with the edit, not at the next send.
-    expect(form.locator(".form-error")).to_have_count(2)  # its own, and the length warning
-    expect(form.locator(".form-error").filter(has_text="must not be empty")).to_be_hidden()
+    expect(form.locator(".form-error").filter(has_text="control characters")).to_be_hidden()
 
 
 def test_a_result_link_to_no_result_of_the_users_says_so(
@@ -506,8 +637,43 @@ def test_signing_out_in_one_tab_signs_out_a_jobs_tab_at_once(
     other.goto(ui_gateway.url + "/operations")
     other.get_by_role("button", name="Sign out").click()
     other.wait_for_url(ui_gateway.url + "/")
-    page.wait_for_url(ui_gateway.url + "/?expired=1", timeout=5_000)  # the keepalive is 15 s
+    # The keepalive is 15 s. The sign-in page knows where the tab was, and leads back there.
+    page.wait_for_url(ui_gateway.url + "/?expired=1&next=%2Fjobs", timeout=5_000)
     other.close()
+    page.get_by_label("User id").fill("ada")
+    page.get_by_role("button", name="Sign in as this user").click()
+    page.wait_for_url(ui_gateway.url + "/jobs")
+
+
+def test_a_session_that_ends_while_text_is_typed_keeps_the_text(
+    page: Page, ui_gateway: LiveGateway, screenshot: Screenshot
+) -> None:
+    """Leaving for the sign-in page would lose what was typed: the page stays, says what to
+    do, and once the user has signed in again in another tab the text is sent."""
+    open_jobs(page, ui_gateway.url, "ada")
+    form = page.get_by_role("form", name="Add a job posting")
+    form.get_by_label("Title").fill("Engineer")
+    form.get_by_label("Description").fill(JOB_TEXT)
+    other = page.context.new_page()
+    other.goto(ui_gateway.url + "/operations")
+    other.get_by_role("button", name="Sign out").click()
+    other.wait_for_url(ui_gateway.url + "/")
+
+    ended = page.get_by_role("alert").filter(has_text="Your session ended")
+    expect(ended).to_contain_text("What you typed is still here.")
+    sign_in = ended.get_by_role("link", name="Sign in again in a new tab")
+    expect(sign_in).to_have_attribute("href", "/?next=%2Fjobs")
+    assert page.url == ui_gateway.url + "/jobs"
+    expect(form.get_by_label("Title")).to_have_value("Engineer")
+    screenshot(page, "28-jobs-session-ended")
+
+    dev_sign_in(other, ui_gateway.url, "ada")
+    other.close()
+    page.evaluate("document.dispatchEvent(new Event('visibilitychange'))")  # back to this tab
+    expect(ended).to_have_count(0)
+    form.get_by_role("button", name="Add job").click()
+    expect(form.get_by_role("status")).to_have_text("Job “Engineer” added.")
+    expect(page.locator(JOBS)).to_have_count(1)
 
 
 def test_a_double_click_adds_one_job_and_one_cv(page: Page, ui_gateway: LiveGateway) -> None:

@@ -172,7 +172,9 @@ def test_progress_moves_while_the_page_polls(
 
     sign_in(page, ui_gateway, "ada")
     running = card(page, operation.id)
-    expect(running.locator(".op__title")).to_have_text("Strategy snapshot")
+    # Each card's heading names its subject: ten "Strategy snapshot" headings tell nothing apart.
+    expect(running.get_by_role("heading")).to_have_text("Strategy snapshot: job-42 at Acme")
+    expect(card(page, queued.id).get_by_role("heading")).to_have_text("CV review: cv-7")
     expect(running.locator(".state")).to_have_text("Running")
     expect(running.locator(".op__subject")).to_have_text("Job: job-42 at Acme")
     progress = page.get_by_label("Progress of Strategy snapshot for job-42 at Acme")
@@ -456,15 +458,19 @@ def test_bell_follows_read_and_dismiss_at_once(
     screenshot(page, "06-notifications")
     requests_before = len(counts)
 
-    page.locator(".note").first.get_by_role("button", name=re.compile("^Mark read")).click()
+    notes = page.locator(".note")
+    notes.first.get_by_role("button", name=re.compile("^Mark read")).click()
     expect(bell(page)).to_have_attribute("aria-label", "Notifications, 1 unread", timeout=3000)
     expect(badge).to_have_text("1")
     expect(page.locator(".note--unread")).to_have_count(1)
+    # Focus goes on to the next notification's first control, not back up to the heading.
+    expect(notes.nth(1).get_by_role("link").first).to_be_focused()
 
-    page.locator(".note--unread").get_by_role("button", name=re.compile("^Dismiss")).click()
+    notes.nth(1).get_by_role("button", name=re.compile("^Dismiss")).click()
     expect(bell(page)).to_have_attribute("aria-label", "Notifications, none unread", timeout=3000)
     expect(badge).to_be_hidden()
-    expect(page.locator(".note")).to_have_count(1)
+    expect(notes).to_have_count(1)
+    expect(notes.first.get_by_role("link").first).to_be_focused()  # the last went: the one before
     # The bell refreshed through the local event (its interval is 60 s), one request each.
     # The event stream may show the new count before the bell's own answer finishes.
     deadline = time.monotonic() + 3

@@ -57,10 +57,9 @@ function resultView(taskType, snapshot, kind) {
   const scores = fields.filter(([, schema]) => scoreSchema(schema).type === "integer");
   const texts = fields.filter(([, schema]) => schema.type === "string");
   const lists = fields.filter(([name, schema]) => schema.type === "array" && (result[name] ?? []).length > 0);
-  const modifier = kind === "Result" ? "" : ` analysis__result--${kind === "Previous result" ? "previous" : "earlier"}`;
   return h(
     "div",
-    { class: `analysis__result${modifier}` },
+    { class: resultClass(kind) },
     h("h4", { class: "analysis__result-heading" }, resultHeading(kind, taskType, snapshot)),
     scores.map(([name, schema]) => h("p", { class: "analysis__score" }, scoreView({ title: name, ...scoreSchema(schema) }, result[name]))),
     texts.filter(([name]) => result[name]).map(([name]) => h("p", {}, result[name])),
@@ -69,6 +68,10 @@ function resultView(taskType, snapshot, kind) {
     ),
     modelLabel(snapshot.provenance ?? null),
   );
+}
+
+function resultClass(kind) {
+  return kind === "Result" ? "analysis__result" : `analysis__result analysis__result--${kind === "Previous result" ? "previous" : "earlier"}`;
 }
 
 // Whether the result shown is the shown run's own; else it is the previous one (a newer
@@ -133,6 +136,7 @@ export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFal
   const when = h("span", { class: "analysis__when", hidden: true }); // "scheduled for …", as on /operations
   const progressSlot = h("span", { class: "analysis__progress" });
   const note = h("p", { class: "analysis__note", hidden: true });
+  const actionError = h("p", { class: "form-error analysis__action-error", role: "alert", hidden: true }); // a failed cancel, beside it
   const actions = h("span", { class: "analysis__actions" });
   const status = h(
     "div",
@@ -148,6 +152,7 @@ export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFal
   const draftSlot = h("div", { class: "analysis__draft-slot", "aria-live": "off" });
   let current = null;
   let resultKey = "";
+  let resultKind = "";
   let draft = null;
   let draftKey = "";
   let mode = "";
@@ -243,6 +248,7 @@ export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFal
     if (!showsStatus(operation)) {
       clearActions();
       status.remove();
+      actionError.remove();
       note.remove();
       return;
     }
@@ -256,16 +262,26 @@ export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFal
     const text = cancelCameTooLate(operation) ? TOO_LATE_NOTE : "";
     setText(note, text);
     note.hidden = !text;
-    if (!status.isConnected) slot.prepend(status, note);
+    if (!status.isConnected) slot.prepend(status, actionError, note);
   }
 
+  // The same result that became the previous one (a new run started) is relabelled in
+  // place: put in again, the live region would read all of it aloud once more.
   function updateResult(snapshot, operation) {
     const kind = snapshot && ownResult(snapshot, operation) ? "Result" : "Previous result";
-    const key = snapshot ? JSON.stringify([snapshot, kind]) : "";
+    const key = snapshot ? JSON.stringify(snapshot) : "";
     shownSnapshot = snapshot;
-    if (key === resultKey) return;
+    if (key === resultKey) {
+      const shown = resultSlot.firstElementChild;
+      if (shown && kind !== resultKind) {
+        shown.className = resultClass(kind);
+        setText(shown.querySelector(".analysis__result-heading"), resultHeading(kind, taskType, snapshot));
+      }
+    } else {
+      replaceChildren(resultSlot, snapshot ? resultView(taskType, snapshot, kind) : null);
+    }
     resultKey = key;
-    replaceChildren(resultSlot, snapshot ? resultView(taskType, snapshot, kind) : null);
+    resultKind = kind;
   }
 
   // Only a running operation shows a draft, and only its own attempt's (the gateway sends
@@ -297,6 +313,11 @@ export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFal
       updateStatus(operation);
       updateDraft(operation);
       updateResult(shownSnapshot, operation); // a new run makes the shown result the previous one
+    },
+    // Say beside the cancel button why a cancel failed ("" says nothing).
+    showActionError(text) {
+      setText(actionError, text);
+      actionError.hidden = !text;
     },
     // Show a past run's own result (GET /api/operations/{id}/result, e.g. "View result" on
     // /operations) above the rest, until hidden; none when it is the result shown already.

@@ -1,6 +1,6 @@
 // Entry point: the shell (bell, sign-out) and the page module named by <body data-page>.
 
-import { post } from "./api.js";
+import { api, post } from "./api.js";
 import { startBell } from "./bell.js";
 import { h } from "./dom.js";
 import { AUTH_EXPIRED } from "./events.js";
@@ -35,13 +35,71 @@ function startShell() {
 
   // Not for the tab that signs out: a poll of its answered 401 once the session had ended,
   // after the logout's answer, and sent it to "your session expired" (a CI run saw it).
-  window.addEventListener(
-    AUTH_EXPIRED,
-    () => {
-      if (!signingOut) window.location.assign("/?expired=1");
-    },
-    { once: true },
+  // A page holding text typed and not sent stays, and says what to do: leaving would lose
+  // it. Asked again at each refusal: once nothing is left to lose, the tab goes.
+  let leaving = false;
+  window.addEventListener(AUTH_EXPIRED, () => {
+    if (signingOut || leaving) return;
+    if (unsentText()) {
+      showSessionEnded();
+      return;
+    }
+    leaving = true;
+    window.location.assign(`/?${new URLSearchParams({ expired: "1", next: here() })}`);
+  });
+  // Back from signing in again in another tab (the cookie is the browser's, not the tab's):
+  // the notice goes, and the event stream its session's end closed opens again.
+  const recheck = async () => {
+    if (document.visibilityState !== "visible" || !sessionNotice?.isConnected) return;
+    try {
+      await api("/api/notifications/unread-count");
+    } catch {
+      return; // still signed out (that 401 showed the notice again), or unreachable
+    }
+    sessionNotice.remove();
+    startLive();
+  };
+  document.addEventListener("visibilitychange", recheck);
+  window.addEventListener("focus", recheck);
+}
+
+// The page the tab is on, where signing in again leads back to.
+function here() {
+  return window.location.pathname + window.location.search + window.location.hash;
+}
+
+// Whether a form of the page holds text that was typed and not sent (a field that differs
+// from what it started with).
+const TYPED = new Set(["text", "search", "email", "url", "tel"]);
+function unsentText() {
+  return [...document.querySelectorAll("main form")].some((form) =>
+    [...form.elements].some(
+      (control) =>
+        (control instanceof HTMLTextAreaElement || (control instanceof HTMLInputElement && TYPED.has(control.type))) &&
+        control.value !== control.defaultValue,
+    ),
   );
+}
+
+// The session ended (it expired, or another tab signed out) while text was being typed: the
+// text stays, and the notice says how to send it (a sign-in in another tab sets the
+// browser's cookie, which this tab's next request carries).
+let sessionNotice = null;
+function showSessionEnded() {
+  if (sessionNotice?.isConnected) return;
+  const signIn = h("a", { href: `/?${new URLSearchParams({ next: here() })}`, target: "_blank", rel: "noopener" }, "Sign in again in a new tab");
+  sessionNotice = h(
+    "div",
+    { class: "banner session-ended", role: "alert" },
+    h(
+      "p",
+      {},
+      "Your session ended, so nothing on this page can be saved right now. What you typed is still here. ",
+      signIn,
+      ", then come back to this tab and submit it again — or copy your text first.",
+    ),
+  );
+  (document.getElementById("main") ?? document.body).prepend(sessionNotice);
 }
 
 // Pollers stop on pagehide; a page restored from the back/forward cache starts afresh.

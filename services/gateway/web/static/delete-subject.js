@@ -5,13 +5,17 @@
 // next card's title (the one before it for the last card, the list's heading once the
 // list is empty). While an analysis that uses it has not finished the delete is refused
 // (409 analysis_active): the card says so calmly, names that analysis and offers to
-// cancel it, after which the delete can be asked again. Any other failure shows beside
-// the button, and nothing is lost.
+// cancel it, after which the delete can be asked again; once that analysis ends (the tab's
+// event stream or its long-poll tells it) the card says the delete can go ahead. Any
+// other failure shows beside the button, and nothing is lost. A card whose job or CV the
+// page finds gone another way (a start answered 404) leaves in the same words.
 
 import { api, del, post } from "./api.js";
 import { confirmDialog } from "./dialog.js";
 import { h, replaceChildren } from "./dom.js";
+import { createFollower } from "./follow.js";
 import { TERMINAL_STATES } from "./format.js";
+import { LIVE_OPERATION } from "./live.js";
 import { actionsOf, operationAnchor, operationName } from "./operations-view.js";
 import { collectionOf, forgetSubject, kindLabel, subjectName } from "./subjects.js";
 
@@ -32,16 +36,47 @@ export function subjectDeleter({ headings, onGone }) {
     return said.get(list);
   }
 
-  // The card leaves; focus goes to the title of a card still there, else to the heading.
-  function gone(box, kind, id, message) {
-    const item = box.closest("li");
+  // The card (`item`, its <li>) leaves; focus, if it was in the card, goes to the title of a
+  // card still there, else to the heading.
+  function gone(item, kind, id, message) {
     const list = item.parentElement;
     const next = item.nextElementSibling ?? item.previousElementSibling;
+    const hadFocus = item.contains(document.activeElement);
     statusOf(list).textContent = message;
     item.remove();
     forgetSubject(kind, id);
     onGone(kind, id);
-    focusOn(next?.querySelector("h3") ?? document.getElementById(headings[kind]));
+    if (hadFocus) focusOn(next?.querySelector("h3") ?? document.getElementById(headings[kind]));
+  }
+
+  // Found deleted already (404: another tab, the API): by a delete, or by a start on its card.
+  function alreadyDeleted(item, kind, id, name) {
+    gone(item, kind, id, `${name} had already been deleted.`);
+  }
+
+  // The analysis that stands in a delete's way ended: `ended(operation)` once, unless
+  // `stop()` came first. The tab's event stream tells it, or its long-poll, which answers
+  // at once if it moved since `operation` was read (the stream may have told it already).
+  function watchEnd(operation, ended) {
+    let done = false;
+    const follower = createFollower({ onMove: () => {}, onEnd: end, onFail: () => {} });
+    function end(seen) {
+      if (done) return;
+      stop();
+      ended(seen);
+    }
+    function heard(event) {
+      const seen = event.detail?.operation;
+      if (seen?.id === operation.id && TERMINAL_STATES.has(seen.state)) end(seen);
+    }
+    function stop() {
+      done = true;
+      window.removeEventListener(LIVE_OPERATION, heard);
+      follower.stopAll();
+    }
+    window.addEventListener(LIVE_OPERATION, heard);
+    follower.follow(operation);
+    return stop;
   }
 
   // A card: its Delete button, and beside it what went wrong or what stands in the way.
@@ -52,6 +87,7 @@ export function subjectDeleter({ headings, onGone }) {
     const blocker = h("div", { class: "notice item__blocker", role: "status", hidden: true });
     const box = h("div", { class: "item__delete" }, button, error, blocker);
     let sending = false;
+    let unwatch = () => {}; // stops watching the analysis the blocker names
 
     function showError(message) {
       error.textContent = message;
@@ -59,8 +95,20 @@ export function subjectDeleter({ headings, onGone }) {
     }
 
     function showBlocker(...content) {
+      unwatch();
+      unwatch = () => {};
+      const hadFocus = blocker.contains(document.activeElement);
       replaceChildren(blocker, ...content);
       blocker.hidden = content.length === 0;
+      if (hadFocus) button.focus(); // its Cancel went: the delete is the next step
+    }
+
+    // The blocker names `operation` until it ends; then it says the delete can go ahead.
+    function untilEnd(operation, analysis) {
+      unwatch = watchEnd(operation, (ended) => {
+        const how = ended.state === "cancelled" ? "is cancelled" : "has ended";
+        showBlocker(h("p", {}, `${analysis} ${how}: you can delete the ${label} now.`));
+      });
     }
 
     button.addEventListener("click", async () => {
@@ -77,10 +125,12 @@ export function subjectDeleter({ headings, onGone }) {
       button.setAttribute("aria-disabled", "true");
       try {
         await del(`${collectionOf(kind)}/${encodeURIComponent(id)}`);
-        gone(box, kind, id, `${name} was deleted, with every analysis result made from it.`);
+        showBlocker();
+        gone(box.closest("li"), kind, id, `${name} was deleted, with every analysis result made from it.`);
       } catch (failure) {
         if (failure.status === 404) {
-          gone(box, kind, id, `${name} had already been deleted.`);
+          showBlocker();
+          alreadyDeleted(box.closest("li"), kind, id, name);
         } else if (failure.code === "analysis_active") {
           showError("");
           await showInUse(failure);
@@ -103,6 +153,10 @@ export function subjectDeleter({ headings, onGone }) {
         return;
       }
       const analysis = operationName(operation, await subjectName(operation.subject));
+      if (TERMINAL_STATES.has(operation.state)) {
+        showBlocker(h("p", {}, `${analysis} has ended: you can delete the ${label} now.`));
+        return;
+      }
       const cancel = actionsOf(operation).includes("cancel")
         ? h("button", { type: "button", class: "button button--quiet", "aria-label": `Cancel ${analysis}`, onclick: () => cancelAnalysis(operation, analysis) }, "Cancel the analysis")
         : null;
@@ -111,6 +165,7 @@ export function subjectDeleter({ headings, onGone }) {
         h("p", {}, "The analysis: ", h("a", { href: `/operations#${operationAnchor(operation.id)}`, dir: "auto" }, analysis)),
         cancel,
       );
+      untilEnd(operation, analysis);
     }
 
     // The same cancel as the card's own: asked first. Focus then goes back to Delete,
@@ -122,19 +177,24 @@ export function subjectDeleter({ headings, onGone }) {
         confirmLabel: "Stop analysis",
         cancelLabel: "Keep running",
       });
-      if (!confirmed) return;
+      if (!confirmed) {
+        if (!box.contains(document.activeElement)) button.focus(); // it ended meanwhile: its Cancel went
+        return;
+      }
       try {
         const updated = await post(`/api/operations/${encodeURIComponent(operation.id)}/cancel`);
         showError("");
+        const over = TERMINAL_STATES.has(updated.state);
         showBlocker(
           h(
             "p",
             {},
-            TERMINAL_STATES.has(updated.state)
+            over
               ? `${analysis} is cancelled: you can delete the ${label} now.`
               : `Cancel requested: ${analysis} stops at its next checkpoint. Delete the ${label} once it has stopped.`,
           ),
         );
+        if (!over) untilEnd(updated, analysis);
       } catch (failure) {
         if (failure.status !== 409) {
           showError(`The analysis could not be cancelled. ${failure.message}`);
@@ -149,7 +209,8 @@ export function subjectDeleter({ headings, onGone }) {
     return box;
   }
 
-  return { control };
+  // `prepare(list)` makes the line above `list` before a card of it can leave.
+  return { control, alreadyDeleted, prepare: statusOf };
 }
 
 // A title or heading takes focus from a script only (tabindex -1), never from Tab.

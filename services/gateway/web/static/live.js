@@ -5,7 +5,7 @@
 // nothing is missed across a drop. While the stream is not open (refused, dropped,
 // or no EventSource), `liveOpen()` is false and the pages poll as they always did:
 // nothing is said about it. A stream whose sign-in ended (logout in any tab, a
-// revocation, expiry) says so last (`signed_out`): the tab leaves as a 401 would make it.
+// revocation, expiry) says so last (`signed_out`): the tab reacts as to a 401 (app.js).
 
 import { AUTH_EXPIRED } from "./events.js";
 
@@ -41,12 +41,15 @@ export function startLive() {
   });
   source.addEventListener("operation", (event) => relay(LIVE_OPERATION, event));
   source.addEventListener("unread", (event) => relay(LIVE_UNREAD, event));
+  // Closed for good, not stopped: a tab that kept its typed text (app.js) opens a stream
+  // again once the user has signed in anew.
   source.addEventListener("signed_out", () => {
     source.close();
+    source = null;
     window.dispatchEvent(new CustomEvent(AUTH_EXPIRED));
   });
   // Pollers stop on pagehide; so does the stream (a restored page reloads, app.js).
-  window.addEventListener("pagehide", stopLive);
+  window.addEventListener("pagehide", stopLive, { once: true });
 }
 
 export function stopLive() {

@@ -59,7 +59,12 @@ export function mountNotifications(section) {
   let unread = null;
   let loading = null;
 
+  // Once the list has loaded again, focus goes on where the reader was: to the next
+  // notification's first control (the one before it, for the last), the heading once none
+  // is left.
   async function act(notification, action) {
+    const item = itemOf(notification.id);
+    const near = [item?.nextElementSibling, item?.previousElementSibling].map((other) => other?.dataset.id).filter(Boolean);
     try {
       await post(`/api/notifications/${encodeURIComponent(notification.id)}/${action}`);
     } catch (error) {
@@ -67,8 +72,32 @@ export function mountNotifications(section) {
       return;
     }
     status.textContent = action === "dismiss" ? "Notification dismissed." : "Notification marked as read.";
-    notificationsChanged();
-    heading.focus();
+    focusAfterLoad = { ids: near, control: 0 };
+    notificationsChanged(); // the list loads again (reload)
+  }
+
+  function itemOf(id) {
+    return [...list.children].find((shown) => shown.dataset.id === id) ?? null;
+  }
+
+  // Where focus goes once the list is drawn again: the `control`th control of the first of
+  // `ids` still listed, else the heading. A reload for any other reason (the unread count
+  // moved) keeps focus on the control it was on.
+  let focusAfterLoad = null;
+  function focusWhereItWas() {
+    const active = document.activeElement;
+    const item = list.contains(active) ? active.closest("li") : null;
+    if (!focusAfterLoad && item?.dataset.id) {
+      focusAfterLoad = { ids: [item.dataset.id], control: [...item.querySelectorAll("a, button")].indexOf(active) };
+    }
+    return () => {
+      const wanted = focusAfterLoad;
+      focusAfterLoad = null;
+      if (!wanted) return;
+      const shown = wanted.ids.map(itemOf).find(Boolean);
+      const controls = shown ? [...shown.querySelectorAll("a, button")] : [];
+      (controls[wanted.control] ?? controls[0] ?? heading).focus();
+    };
   }
 
   readAll.addEventListener("click", async () => {
@@ -149,6 +178,7 @@ export function mountNotifications(section) {
     try {
       const page = await api("/api/notifications?page_size=50");
       const details = await Promise.all(page.items.map(detailsOf));
+      const refocus = focusWhereItWas();
       unread = page.items.filter((n) => n.read_at === null).length;
       readAll.hidden = unread === 0;
       list.setAttribute("aria-busy", "false");
@@ -157,8 +187,12 @@ export function mountNotifications(section) {
       } else {
         replaceChildren(list, page.items.map((notification, index) => item(notification, details[index])));
       }
+      refocus();
     } catch (error) {
+      const hadFocus = focusAfterLoad || list.contains(document.activeElement);
+      focusAfterLoad = null;
       replaceChildren(list, h("li", { class: "empty" }, `Notifications could not be loaded. ${error.message}`));
+      if (hadFocus) heading.focus();
     }
   }
 

@@ -160,7 +160,14 @@ export function updateCard(card, operation, handlers, subjectName = null) {
   const previous = card.dataset.signature ?? "";
   const signature = `${operation.state}|${operation.cancel_requested}|${actionsOf(operation).join(",")}|${fullName}`;
 
-  card.querySelector(".op__title").textContent = name;
+  // Ten cards headed "Strategy snapshot" tell nothing apart: each heading names its subject
+  // once the page knows it (user text: set as text, never parsed). Read, not shown: the
+  // subject's line right below shows it already, wrapped as a long name needs.
+  const title = card.querySelector(".op__title");
+  if (title.textContent !== (subjectName ? `${name}: ${subjectName}` : name)) {
+    const subject = subjectName ? h("span", { class: "visually-hidden" }, `: ${subjectName}`) : null;
+    replaceChildren(title, name, subject);
+  }
   const state = card.querySelector(".state");
   state.textContent = stateLabel(operation);
   state.className = `state state--${operation.cancel_requested && !TERMINAL_STATES.has(operation.state) ? "cancelling" : operation.state}`;

@@ -101,6 +101,7 @@ function privacySelect(settings) {
   );
 }
 
+// Answers the settings as read (the page tells a Free plan on each card), or null.
 export async function mountAiSettings(slot) {
   const error = h("p", { class: "form-error", role: "alert", hidden: true });
   let settings;
@@ -108,7 +109,7 @@ export async function mountAiSettings(slot) {
     settings = await api("/api/settings/ai");
   } catch (failure) {
     replaceChildren(slot, h("p", { class: "form-error", role: "alert" }, `The AI settings could not be loaded. ${failure.message}`));
-    return;
+    return null;
   }
   const pro = settings.plan === "pro";
   const enabled = h("input", {
@@ -168,4 +169,5 @@ export async function mountAiSettings(slot) {
     done,
     error,
   );
+  return settings;
 }

@@ -15,7 +15,11 @@
 // again, later each time, and at once when the stream reconnects; until it succeeds the
 // page says its updates are paused. Jobs load a page at a time ("Show more jobs"); every
 // CV is read (each is offered as the CV to compare with), and shown a step at a time.
-// Each job and CV is deleted from its card (delete-subject.js), and forgotten here.
+// Each job and CV is deleted from its card (delete-subject.js), and forgotten here; one
+// deleted elsewhere leaves its card when a start finds it gone, and the lists are read
+// again whenever the page is shown again (the event stream tells of operations only).
+// An error on a card lasts while it is true (`showCardError`). The forms check their
+// fields before sending, and say what they added.
 
 import { api, post, put } from "../api.js";
 import { cancelDialogs } from "../dialog.js";
@@ -23,7 +27,7 @@ import { h, replaceChildren } from "../dom.js";
 import { createAnalysisView, isActive, isLiveAnswer } from "../analysis-view.js";
 import { subjectDeleter } from "../delete-subject.js";
 import { budgetChanged, notificationsChanged } from "../events.js";
-import { field, markRefusedField } from "../fields.js";
+import { checkFilled, field, markRefusedField } from "../fields.js";
 import { createFollower } from "../follow.js";
 import { TERMINAL_STATES, formatNumber, formatTime, isLive } from "../format.js";
 import { highlight } from "../highlight.js";
@@ -54,11 +58,16 @@ function formError() {
 }
 
 const shownErrors = new WeakMap(); // a form's error element -> the error it shows
+const unreached = new Set(); // the error elements that say the server could not be reached
 
+// An error that the server could not be reached goes once the page hears from it again
+// (`reached`): by then it is no longer true.
 function showFormError(element, error) {
   element.textContent = error ? error.message : "";
   element.hidden = !error;
   shownErrors.set(element, error);
+  if (error?.status === 0) unreached.add(element);
+  else unreached.delete(element);
 }
 
 // A refusal's message goes once its field is edited, unless a newer one has replaced it.
@@ -123,6 +132,8 @@ export function mount(main) {
   const moreJobs = h("button", { type: "button", class: "button button--quiet", hidden: true }, "Show more jobs");
   const moreJobsError = formError();
   const moreCvs = h("button", { type: "button", class: "button button--quiet", hidden: true }, "Show more CVs");
+  let plan = null; // the caller's plan ("pro", "free") once the AI settings are read
+  let planNotes = 0; // ids of the cards' plan notes
 
   replaceChildren(
     main,
@@ -143,7 +154,7 @@ export function mount(main) {
       ),
       h(
         "aside",
-        { class: "panel panel--side" },
+        { class: "panel panel--side", "aria-label": "AI settings and CVs" },
         h("h2", {}, "AI settings"),
         settingsSlot,
         h("h2", { id: "cvs-heading" }, "CVs"),
@@ -154,29 +165,37 @@ export function mount(main) {
     ),
   );
 
+  deleter.prepare(jobList); // a start may find its card's job gone: the line says so
+  deleter.prepare(cvList);
+
   function jobForm() {
     const title = h("input", { name: "title", required: true, maxlength: 200 });
     const company = h("input", { name: "company", maxlength: 200 });
     const description = h("textarea", { name: "description", required: true, rows: 5 });
     const limit = limitText(description, { max: JOB_DESCRIPTION_MAX, noun: "The description", action: "add the job" });
     const error = formError();
+    const added = addedStatus();
     const form = h(
       "form",
-      { class: "form", id: "add-job", "aria-label": "Add a job posting" },
+      { class: "form", id: "add-job", "aria-label": "Add a job posting", novalidate: true },
       field("Title", title),
       field("Company", company),
       field("Description", description),
       limit.element,
       error,
       h("button", { type: "submit", class: "button" }, "Add job"),
+      added,
     );
     onSubmitOnce(form, async () => {
+      added.textContent = "";
+      if (!checkFilled(form)) return; // each empty field says so below it
       if (limit.problem()) {
         description.focus(); // the message under the field says what is wrong
         return;
       }
       try {
         await post("/api/jobs", { json: { title: title.value, company: company.value, description: description.value } });
+        added.textContent = `Job “${title.value.trim()}” added.`;
         form.reset();
         limit.refresh();
         showFormError(error, null);
@@ -194,22 +213,27 @@ export function mount(main) {
     const text = h("textarea", { name: "text", required: true, rows: 4 });
     const limit = limitText(text, { max: CV_TEXT_MAX, noun: "The CV text", action: "add the CV" });
     const error = formError();
+    const added = addedStatus();
     const form = h(
       "form",
-      { class: "form", id: "add-cv", "aria-label": "Add a CV" },
+      { class: "form", id: "add-cv", "aria-label": "Add a CV", novalidate: true },
       field("File name", filename),
       field("CV text", text, "Paste the text of your CV."),
       limit.element,
       error,
       h("button", { type: "submit", class: "button" }, "Add CV"),
+      added,
     );
     onSubmitOnce(form, async () => {
+      added.textContent = "";
+      if (!checkFilled(form)) return;
       if (limit.problem()) {
         text.focus();
         return;
       }
       try {
         await post("/api/attachments", { json: { kind: "cv", filename: filename.value, text: text.value } });
+        added.textContent = `CV “${filename.value.trim()}” added.`;
         form.reset(); // ready for the next CV: a kept name would be sent with another text
         limit.refresh();
         showFormError(error, null);
@@ -221,6 +245,12 @@ export function mount(main) {
       }
     });
     return form;
+  }
+
+  // What a form added, said once it is (role status: made with the form, so a screen reader
+  // hears what is written into it).
+  function addedStatus() {
+    return h("p", { class: "hint form-status", role: "status" });
   }
 
   // Every card repeats its controls, so each one's accessible name says whose it is
@@ -235,9 +265,15 @@ export function mount(main) {
     const error = formError();
     const notice = h("p", { class: "hint analysis__notice", role: "status", hidden: true });
     const start = h("button", { type: "button", class: "button", "aria-label": `${task.action}: ${subjectName}` }, task.action);
+    const planNote = h("p", { class: "hint analysis__plan", id: `plan-note-${(planNotes += 1)}`, hidden: true });
     const entry = { view: null, active: true, live: false, looks: 0, over: null, operationId: null, endSeen: null, endAsked: null, starting: false, reading: false };
     Object.assign(entry, {
       path,
+      error,
+      start,
+      planNote,
+      shown: null, // its operation as the card last heard of it (null: none)
+      cardError: null, // the error it shows: {unreached, state (of `shown` then)}
       notice,
       noticeUntilEnd: false, // the notice is about the run under way (a retry's)
       noticeUntilRead: false, // the notice is about a result still to load
@@ -250,8 +286,8 @@ export function mount(main) {
     });
     const name = `${task.label} for ${subjectName}`;
     entry.view = createAnalysisView(slot, taskType, {
-      onCancel: (operation) => cancelAnalysis(entry, operation, name, error, () => start),
-      onRetry: (operation) => retryAnalysis(entry, operation, error),
+      onCancel: (operation) => cancelAnalysis(entry, operation, name, () => start),
+      onRetry: (operation) => retryAnalysis(entry, operation),
       focusFallback: () => start,
       name,
     });
@@ -268,7 +304,7 @@ export function mount(main) {
         const body = choice ? { [contextField]: choice } : {};
         const started = await post(path, { json: body, headers: { "Idempotency-Key": `${taskType}-${path}-${Date.now()}` } });
         keepChoice(path, choice);
-        showFormError(error, null);
+        clearCardError(entry);
         if (started.reused) {
           // The analysis under way answered (ADR 0058): no second one, and when this one runs.
           showNotice(entry, reusedNotice(started));
@@ -278,16 +314,84 @@ export function mount(main) {
         }
         lookAgain(entry); // shows the new analysis now, then polls at its pace
       } catch (failure) {
+        if (failure.status === 404 && startedOnGone(entry, task, subjectId, subjectName, failure)) return;
         // A spent daily budget's sentence says when it renews; seconds to midnight would not help.
         const wait = failure.retryAfter && failure.code !== "budget_exhausted" ? ` Try again in ${failure.retryAfter} s.` : "";
-        showFormError(error, { message: `${failure.message}${wait}` });
+        showCardError(entry, failure, `${failure.message}${wait}`);
       } finally {
         start.removeAttribute("aria-disabled");
         entry.starting = false;
       }
     });
     analyses.set(path, entry);
-    return h("div", { class: "analysis-block" }, h("div", { class: "analysis__start" }, contextSelect, start), error, notice, slot);
+    showPlan(entry);
+    return h("div", { class: "analysis-block" }, h("div", { class: "analysis__start" }, contextSelect, start), planNote, error, notice, slot);
+  }
+
+  // A start answered 404: the job or CV of the card is gone (another tab or the API deleted
+  // it), and its card leaves as a delete that found it gone does; or the one chosen to compare
+  // with is, which leaves too (and the choices), and the card says so. Answers whether the
+  // 404 was either.
+  function startedOnGone(entry, task, subjectId, subjectName, failure) {
+    if (failure.code === `${task.subject.name}_not_found`) {
+      deleter.alreadyDeleted(entry.start.closest("li.item"), task.subject.name, subjectId, subjectName);
+      return true;
+    }
+    const kind = task.context?.name;
+    const chosen = entry.start.closest(".analysis-block").querySelector("select")?.value;
+    const row = kind && failure.code === `${kind}_not_found` ? rows[kind].find((known) => known.id === chosen) : null;
+    if (!row) return false;
+    const item = document.getElementById(`${kind}-${row.id}`);
+    if (item) deleter.alreadyDeleted(item, kind, row.id, rowName(kind, row));
+    else forget(kind, row.id); // not shown (an older job): only the choices offer it
+    showCardError(entry, failure, `${rowName(kind, row)} had already been deleted: choose another ${task.context.label}, or none.`);
+    return true;
+  }
+
+  // On a Free plan no analysis starts: each card says so before its start is pressed (the
+  // button stays; pressed, the server's refusal says it again).
+  function showPlan(entry) {
+    const free = plan !== null && plan !== "pro";
+    entry.planNote.textContent = free ? "AI analyses need the Pro plan: your plan is Free (see AI settings)." : "";
+    entry.planNote.hidden = !free;
+    if (free) entry.start.setAttribute("aria-describedby", entry.planNote.id);
+    else entry.start.removeAttribute("aria-describedby");
+  }
+
+  // An error on a card lasts while it is true: one that the server could not be reached goes
+  // once the page hears from the server again (`reached`); a refusal once the card's
+  // analysis has moved on (another run, another state, its end). `at` is where it shows:
+  // "start" (under the start button: a start's or a retry's) or "cancel" (beside Cancel).
+  function showCardError(entry, failure, message, at = "start") {
+    clearCardError(entry);
+    if (at === "cancel") entry.view.showActionError(message);
+    else showFormError(entry.error, { message });
+    entry.cardError = { unreached: failure.status === 0, state: stateKey(entry.shown) };
+  }
+
+  function clearCardError(entry) {
+    if (!entry.cardError) return;
+    entry.cardError = null;
+    showFormError(entry.error, null);
+    entry.view.showActionError("");
+  }
+
+  function stateKey(operation) {
+    return operation ? `${operation.id}|${operation.state}|${operation.cancel_requested}` : "";
+  }
+
+  // The card heard from the server (a read, the event stream, the long-poll, an action's
+  // answer): `operation` is its analysis as it is now, null for none.
+  function heard(entry, operation) {
+    entry.shown = operation;
+    reached();
+    if (entry.cardError && stateKey(operation) !== entry.cardError.state) clearCardError(entry);
+  }
+
+  // The server answered: no error that it could not be reached is true any more.
+  function reached() {
+    for (const element of unreached) showFormError(element, null);
+    for (const entry of analyses.values()) if (entry.cardError?.unreached) clearCardError(entry);
   }
 
   // What a start that found its analysis already under way says: it started no second one,
@@ -310,7 +414,7 @@ export function mount(main) {
   // it): the dialog then says so and offers only to close, and a confirm that crossed
   // the end on its way (409) reads as what it is, not as an error. Its Cancel button
   // gone with the end, focus goes back to `focusFallback()`.
-  async function cancelAnalysis(entry, operation, name, error, focusFallback) {
+  async function cancelAnalysis(entry, operation, name, focusFallback) {
     const confirmed = await cancels.confirm(entry, {
       name,
       title: "Cancel this analysis?",
@@ -323,20 +427,22 @@ export function mount(main) {
     let updated = null;
     try {
       updated = await post(`/api/operations/${encodeURIComponent(operation.id)}/cancel`);
-      showFormError(error, null);
+      clearCardError(entry);
       entry.view.showOperation(updated);
+      heard(entry, updated);
     } catch (failure) {
-      if (failure.status === 409) {
-        showFormError(error, null);
-        showNotice(entry, "The analysis had already finished: there was nothing left to stop.");
-      } else {
-        showFormError(error, failure);
+      if (failure.status !== 409) {
+        // Beside the Cancel button, which stays to try again: nothing changed to look at.
+        const what = failure.status === 0 ? "The cancel was not sent." : "The cancel did not go through.";
+        showCardError(entry, failure, `${what} ${failure.message} The analysis goes on: you can try again.`, "cancel");
+        return;
       }
-    } finally {
-      if (!endLoadedSince(entry, updated)) {
-        lookAgain(entry);
-        entry.endAsked = updated; // the stream's news of this same end needs no look of its own
-      }
+      clearCardError(entry);
+      showNotice(entry, "The analysis had already finished: there was nothing left to stop.");
+    }
+    if (!endLoadedSince(entry, updated)) {
+      lookAgain(entry);
+      entry.endAsked = updated; // the stream's news of this same end needs no look of its own
     }
   }
 
@@ -344,23 +450,24 @@ export function mount(main) {
   // earlier notification goes (seed 003); the user is told both where they clicked. One
   // request at a time per card; a retry that found the analysis no longer failed or
   // cancelled (409: another tab retried it first) says so calmly, as /operations does.
-  async function retryAnalysis(entry, operation, error) {
+  async function retryAnalysis(entry, operation) {
     if (entry.retrying) return;
     entry.retrying = true;
     try {
       const updated = await post(`/api/operations/${encodeURIComponent(operation.id)}/retry`);
-      showFormError(error, null);
+      clearCardError(entry);
       showNotice(entry, "Queued again. The earlier notice is cleared; you will be told when this run ends.");
       entry.noticeUntilEnd = true; // the run's end is the news it promised
       entry.view.showOperation(updated);
+      heard(entry, updated);
       notificationsChanged(); // the bell counts one notice fewer
       budgetChanged(); // runs again: the budget line reads again, as after a start
     } catch (failure) {
       if (failure.status === 409) {
-        showFormError(error, null);
+        clearCardError(entry);
         showNotice(entry, "This analysis had already been started again: there was nothing to retry.");
       } else {
-        showFormError(error, failure);
+        showCardError(entry, failure, failure.message);
       }
     } finally {
       entry.retrying = false;
@@ -461,11 +568,27 @@ export function mount(main) {
     return { items, next: token };
   }
 
+  // The lists are read one reading at a time: a refresh and a load at once would show a
+  // card twice.
+  let listing = Promise.resolve();
+  function inTurn(task) {
+    const turn = listing.then(task);
+    listing = turn.catch(() => {});
+    return turn;
+  }
+
   // Both lists first: each kind's rows offer the other kind as a task's context. Every
   // CV, and as many jobs as were shown and `added` since (what "Show more" showed stays).
-  async function load(added = 0) {
+  function load(added = 0) {
+    return inTurn(() => loadNow(added));
+  }
+
+  let loaded = false;
+  async function loadNow(added) {
     const jobCount = Math.max(JOBS_PAGE, rows.job.length + added);
     const [jobs, cvs] = await Promise.all([listed("/api/jobs", jobCount), listed("/api/attachments", Infinity)]);
+    loaded = true;
+    reached();
     rows.job = jobs.items;
     jobsNext = jobs.next;
     rows.attachment = cvs.items;
@@ -478,6 +601,65 @@ export function mount(main) {
     showTarget();
     showLinkedResult();
     poller.refresh();
+  }
+
+  // Shown again (visibilitychange): jobs and CVs added or deleted meanwhile elsewhere (another
+  // tab, the API) come and go; the event stream tells of operations only. A job missing from
+  // the first pages is read alone, unless every job was listed: new ones may have pushed it
+  // further down.
+  function refreshLists() {
+    return inTurn(async () => {
+      if (!loaded) return;
+      const [jobs, cvs] = await Promise.all([listed("/api/jobs", Math.max(JOBS_PAGE, rows.job.length)), listed("/api/attachments", Infinity)]);
+      reached();
+      const missing = rows.job.filter((row) => !jobs.items.some((job) => job.id === row.id));
+      const gone = jobs.next ? await goneJobs(missing) : missing;
+      const kept = missing.filter((row) => !gone.includes(row)); // further down now
+      sync("job", [...jobs.items, ...kept], gone);
+      if (!jobs.next && !kept.length) jobsNext = "";
+      sync("attachment", cvs.items, rows.attachment.filter((row) => !cvs.items.some((cv) => cv.id === row.id)));
+    });
+  }
+
+  // Those of the jobs `candidates` the server no longer has (404).
+  async function goneJobs(candidates) {
+    const read = (row) => api(`/api/jobs/${encodeURIComponent(row.id)}`).then(
+      () => null,
+      (failure) => (failure.status === 404 ? row : null),
+    );
+    return (await Promise.all(candidates.map(read))).filter(Boolean);
+  }
+
+  // The rows of `kind` are `fresh` now (in order) and `gone` went: their cards leave (in the
+  // words of a delete that found them gone) and new ones come in their place in the order.
+  function sync(kind, fresh, gone) {
+    const list = kind === "job" ? jobList : cvList;
+    for (const row of gone) {
+      const item = document.getElementById(`${kind}-${row.id}`);
+      if (item && list.contains(item)) deleter.alreadyDeleted(item, kind, row.id, rowName(kind, row));
+      else forget(kind, row.id);
+    }
+    const known = new Set(rows[kind].map((row) => row.id));
+    const added = fresh.filter((row) => !known.has(row.id));
+    if (!added.length) return;
+    const empty = rows[kind].length === 0;
+    rows[kind] = fresh;
+    if (kind === "attachment") cvsShown += added.length;
+    refreshReferences(kind);
+    if (empty) {
+      (kind === "job" ? renderJobs : renderCvs)(); // its placeholder goes
+    } else {
+      for (const row of added) {
+        const after = fresh.slice(fresh.indexOf(row) + 1).find((other) => known.has(other.id));
+        const before = after ? document.getElementById(`${kind}-${after.id}`) : null;
+        const card = (kind === "job" ? jobItem : cvItem)(row);
+        if (before && list.contains(before)) before.before(card);
+        else list.append(card);
+      }
+    }
+    moreJobs.hidden = !jobsNext;
+    moreCvs.hidden = rows.attachment.length <= cvsShown;
+    poller.refresh(); // the new cards' first look
   }
 
   // The next page of jobs below the others; focus moves to the first of them (the button
@@ -644,8 +826,10 @@ export function mount(main) {
   // A job or CV deleted, or found gone: no choice offers it and no poll reads its analyses.
   // The results made with it went too (ADR 60), so every other card reads its own again.
   function forget(kind, id) {
-    rows[kind] = rows[kind].filter((row) => row.id !== id);
-    if (kind === "attachment") cvsShown -= 1; // its card was one of those shown
+    const index = rows[kind].findIndex((row) => row.id === id);
+    if (index < 0) return;
+    rows[kind].splice(index, 1);
+    if (kind === "attachment" && index < cvsShown) cvsShown -= 1; // its card was one of those shown
     for (const known of tasksFor(kind)) {
       clearTimeout(analyses.get(taskPath(known, id))?.retryTimer);
       analyses.delete(taskPath(known, id));
@@ -703,6 +887,7 @@ export function mount(main) {
     if (entry.operationId && entry.operationId !== operationId) follower.stop(entry.operationId);
     entry.operationId = operationId;
     entry.view.render(answer);
+    heard(entry, answer.operation ?? null);
     entry.rendered = true;
     if (!entry.active) sawEnd(entry);
     if (entry.earlier) {
@@ -783,6 +968,7 @@ export function mount(main) {
       if (!entry) return;
       entry.live = isLive(operation);
       entry.view.showOperation(operation);
+      heard(entry, operation);
     },
     onEnd(operation) {
       const [path, entry] = entryOf(operation);
@@ -820,6 +1006,7 @@ export function mount(main) {
       }
       entry.live = isLive(operation);
       entry.view.showOperation(operation, draft);
+      heard(entry, operation);
       return;
     }
     const known = taskNamed(operation.task_type);
@@ -867,6 +1054,12 @@ export function mount(main) {
     shownHash = "";
     showTarget();
   });
-  mountAiSettings(settingsSlot);
+  mountAiSettings(settingsSlot).then((settings) => {
+    plan = settings?.plan ?? null;
+    for (const entry of analyses.values()) showPlan(entry);
+  });
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "visible") refreshLists().catch(() => {}); // the next time, then
+  });
   load().catch((failure) => replaceChildren(jobList, h("li", { class: "form-error", role: "alert" }, failure.message)));
 }

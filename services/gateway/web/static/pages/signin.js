@@ -1,12 +1,32 @@
 // The sign-in page: turn a pasted token (from `opsctl token`) into the session cookie.
+// Signed in, the browser goes back to the page whose session ended (`?next=/jobs`), else
+// to /operations.
+
+const AFTER_SIGN_IN = "/operations";
+
+// `next` when it is a path of this site, else /operations. Anything that could lead off the
+// site is ignored ("https://…", "//host", "/\host", which browsers read as "//host"): an
+// open redirect would hand a freshly signed-in user to any site. The gateway's dev sign-in
+// checks it again (devlogin.py).
+export function returnPath(next) {
+  if (typeof next !== "string" || !/^\/(?![/\\])[^\\\s\u0000-\u001f\u007f]*$/.test(next)) return AFTER_SIGN_IN;
+  const url = new URL(next, window.location.origin);
+  if (url.origin !== window.location.origin || url.pathname === "/") return AFTER_SIGN_IN;
+  return url.pathname + url.search + url.hash;
+}
 
 export function mount() {
   const params = new URLSearchParams(window.location.search);
+  const next = returnPath(params.get("next"));
   if (params.get("expired") === "1") {
     const notice = document.getElementById("signin-notice");
-    notice.textContent = "Your session ended. Please sign in again.";
+    notice.textContent = next === AFTER_SIGN_IN ? "Your session ended. Please sign in again." : "Your session ended. Sign in again to go back to the page you were on.";
     notice.hidden = false;
   }
+
+  // The development form posts as a form does: the gateway's redirect is told where.
+  const dev = document.querySelector("form[action^='/auth/dev-login']");
+  if (dev && next !== AFTER_SIGN_IN) dev.action = `/auth/dev-login?${new URLSearchParams({ next })}`;
 
   const form = document.getElementById("token-form");
   const error = document.getElementById("token-error");
@@ -21,7 +41,7 @@ export function mount() {
       body: JSON.stringify({ token }),
     }).catch(() => null);
     if (response?.ok) {
-      window.location.assign("/operations");
+      window.location.assign(next);
       return;
     }
     error.textContent =
