@@ -9,7 +9,7 @@ const AFTER_SIGN_IN = "/operations";
 // open redirect would hand a freshly signed-in user to any site. The gateway's dev sign-in
 // checks it again (devlogin.py).
 export function returnPath(next) {
-  if (typeof next !== "string" || !/^\/(?![/\\])[^\\\s\u0000-\u001f\u007f]*$/.test(next)) return AFTER_SIGN_IN;
+  if (typeof next !== "string" || !/^\/(?![/\\])[^\\\s\x00-\x1f\x7f]*$/.test(next)) return AFTER_SIGN_IN;
   const url = new URL(next, window.location.origin);
   if (url.origin !== window.location.origin || url.pathname === "/") return AFTER_SIGN_IN;
   return url.pathname + url.search + url.hash;
