@@ -18,6 +18,9 @@ import contextlib
 import logging
 import os
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TextIO, cast
 
 import structlog
@@ -29,6 +32,34 @@ from durable_ops.settings import Settings, SettingsError
 SAY = "say"  # an event's sentence for people, shown alone on the console
 LIBRARY_LOGGERS = ("grpc", "uvicorn", "uvicorn.error", "uvicorn.access", "sqlalchemy", "alembic")
 _HANDLER_NAME = "durable-ops"
+
+
+@dataclass
+class FailureRun:
+    """A run of failures of one thing (the sweeper's sweeps, a backend's calls), as an
+    operator reads it: a line as it begins and a line as it ends, not a line a failure (a
+    90 s database outage once wrote 86)."""
+
+    clock: Callable[[], float] = time.monotonic
+    since: float | None = None
+    failures: int = 0
+
+    def failed(self) -> bool:
+        """Count a failure; True for the first of a run: the one to log."""
+        self.failures += 1
+        if self.since is not None:
+            return False
+        self.since = self.clock()
+        return True
+
+    def ended(self) -> tuple[float, int] | None:
+        """At the first success after a run: its seconds and failures (then it is over);
+        None when no run was on."""
+        if self.since is None:
+            return None
+        run = (round(self.clock() - self.since, 1), self.failures)
+        self.since, self.failures = None, 0
+        return run
 
 
 def _level(raw: str) -> int:

@@ -13,47 +13,39 @@ from __future__ import annotations
 
 import time
 import weakref
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import grpc
 import structlog
 
 from durable_ops.gateway.backends import Backends
+from durable_ops.logs import FailureRun
 from durable_ops.rpc.errors import ERROR_CODE
 
 _log = structlog.get_logger(__name__)
-
-
-@dataclass
-class _Down:
-    since: float
-    failed_calls: int = 0
 
 
 class Outages:
     """Which backends are unreachable now, since when, and how many calls that cost."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._down: dict[str, _Down] = {}
+        self._runs: defaultdict[str, FailureRun] = defaultdict(lambda: FailureRun(clock))
 
     def failed(self, backend: str) -> None:
-        down = self._down.get(backend)
-        if down is None:
-            down = self._down[backend] = _Down(self._clock())
+        if self._runs[backend].failed():
             _log.warning("backend_unavailable", backend=backend)
-        down.failed_calls += 1
 
     def answered(self, backend: str) -> None:
-        down = self._down.pop(backend, None)
-        if down is not None:
+        run = self._runs[backend].ended()
+        if run is not None:
+            seconds, calls = run
             _log.info(
                 "backend_recovered",
                 backend=backend,
-                unavailable_seconds=round(self._clock() - down.since, 1),
-                failed_calls=down.failed_calls,
+                unavailable_seconds=seconds,
+                failed_calls=calls,
             )
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable
 
 import structlog
 
 from durable_ops.clock import Clock
+from durable_ops.logs import FailureRun
 from durable_ops.model.errors import DomainError
 from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.storage import operations
@@ -25,34 +25,6 @@ log = structlog.get_logger(__name__)
 async def sweep_once(db: Database, clock: Clock) -> operations.SweepReport:
     now = clock()
     return await db.run_async(lambda tx: operations.sweep(tx, now), owner_id=None)
-
-
-class _Failing:
-    """A run of failed sweeps: when it began and how many failed, so an outage is two lines
-    (its start, its end) rather than one a second (a 90 s outage wrote 86)."""
-
-    def __init__(self) -> None:
-        self.since: float | None = None
-        self.sweeps = 0
-
-    def failed(self, exc: Exception) -> None:
-        self.sweeps += 1
-        if self.since is not None:
-            return
-        self.since = time.monotonic()
-        # A domain error's words are the product's own (never a row's): they say what an
-        # operator looks for ("the database cannot be reached").
-        said: dict[str, str] = {}
-        if isinstance(exc, DomainError):
-            said = {"code": exc.code, "reason": exc.message}
-        _say(log.warning, "sweep_failed", error=type(exc).__name__, **said)
-
-    def swept(self) -> None:
-        if self.since is None:
-            return
-        seconds, sweeps = time.monotonic() - self.since, self.sweeps
-        self.since, self.sweeps = None, 0
-        _say(log.info, "sweep_recovered", failed_seconds=round(seconds, 1), failed_sweeps=sweeps)
 
 
 def _say(write: Callable[..., object], event: str, **fields: object) -> None:
@@ -76,7 +48,7 @@ async def run_sweeper(
     ``metrics`` counts every pass. A sweep that made work claimable again wakes the claims
     waiting in this process (``Database.events``).
     """
-    failing = _Failing()
+    failing = FailureRun()
     while True:
         more = False
         try:
@@ -84,12 +56,21 @@ async def run_sweeper(
         except Exception as exc:  # the sweeper must outlive a database hiccup
             if metrics is not None:
                 metrics.swept(None)
-            failing.failed(exc)
+            if failing.failed():
+                # A domain error's words are the product's own (never a row's): they say what
+                # an operator looks for ("the database cannot be reached").
+                said = (
+                    {"code": exc.code, "reason": exc.message}
+                    if isinstance(exc, DomainError)
+                    else {}
+                )
+                _say(log.warning, "sweep_failed", error=type(exc).__name__, **said)
         else:
             more = report.full
             if metrics is not None:
                 metrics.swept(report)
-            failing.swept()
+            if (run := failing.ended()) is not None:
+                _say(log.info, "sweep_recovered", failed_seconds=run[0], failed_sweeps=run[1])
             if report.total > report.aged:  # aging alone changes no state: no line
                 _say(
                     log.info,
