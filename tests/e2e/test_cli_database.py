@@ -100,13 +100,15 @@ def test_a_url_of_a_kind_the_product_cannot_use_is_refused_before_any_connection
 def test_a_service_refused_by_its_database_names_it_and_where_its_url_came_from(
     mariadb_server_url: str, tmp_path: Path
 ) -> None:
+    from tests.support.keys import key_env
     from tests.support.product import product_env
 
     server = make_url(mariadb_server_url)
     stranger = server.set(
         database="ops", username=f"nobody_{secrets.token_hex(4)}", password="wrong"
     )
-    env = product_env(OPS_DATABASE_URL=stranger.render_as_string(hide_password=False))
+    url = stranger.render_as_string(hide_password=False)
+    env = product_env(OPS_DATABASE_URL=url, **key_env())  # its keys: not refused for their lack
     done = opsctl("serve", "workspace", env=env, cwd=tmp_path)
     assert done.returncode == 4, done.stderr
     shown = stranger.render_as_string(hide_password=True)

@@ -27,6 +27,7 @@ from typing import Any
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from sqlalchemy.engine import make_url
 
 from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as ops_grpc
@@ -215,12 +216,14 @@ def test_a_database_that_refuses_us_ends_the_wait_at_once(
     serve_target: Callable[..., Served], mariadb_server_url: str
 ) -> None:
     """No such database: waiting would not cure it, so no minute of attempts."""
-    url = mariadb_server_url.rstrip("/") + "/ops_no_such_database_here"
+    server = make_url(mariadb_server_url)
+    url = server.set(database="ops_no_such_database_here").render_as_string(hide_password=False)
     served = serve_target("notifications", url)  # the default wait: a minute
     assert served.process.wait(30) == EXIT_DATABASE_UNAVAILABLE
     _until(lambda: bool(served.lines) and not served.lines[-1].startswith("{"), "the last word")
+    shown = make_url(url).render_as_string(hide_password=True)  # a password is not printed
     assert served.lines[-1].startswith(
-        f"opsctl serve notifications: the database {url} (from OPS_DATABASE_URL) refused us: "
+        f"opsctl serve notifications: the database {shown} (from OPS_DATABASE_URL) refused us: "
     )
     assert "1049" in served.lines[-1]
     assert served.events("database_unreachable") == []
