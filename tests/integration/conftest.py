@@ -16,6 +16,7 @@ from durable_ops import cli
 from durable_ops.model.scope import Role
 from durable_ops.storage import migrate
 from durable_ops.storage.db import Database
+from tests.conftest import MakeDatabase
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services, metadata, running_services
 from tests.support.keys import key_env
@@ -49,6 +50,15 @@ def other_replica(db_url: str, clock: ManualClock, services: Services) -> Iterat
     """A second replica of the services on the same database."""
     with running_services(db_url, clock) as running:
         yield running
+
+
+@pytest.fixture
+def fresh_url(engine_name: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """An empty database of the test's engine, not migrated."""
+    if engine_name == "sqlite":
+        return f"sqlite:///{tmp_path / 'fresh.sqlite3'}"
+    make: MakeDatabase = request.getfixturevalue("make_mariadb_database")
+    return make()
 
 
 @pytest.fixture

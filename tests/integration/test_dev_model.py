@@ -778,22 +778,27 @@ def test_run_serves_on_the_bind_address() -> None:
         assert process.wait(timeout=10) in (0, -signal.SIGTERM)
 
 
+def _serving(process: subprocess.Popen[Any], port: int) -> str:
+    """The base URL of the dev model ``process`` serves on ``port``, once it answers."""
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            httpx.get(f"{url}/models", timeout=1)
+            return url
+        except httpx.TransportError:
+            assert process.poll() is None, "dev model exited"
+            assert time.monotonic() < deadline, "dev model did not come up"
+            time.sleep(0.05)
+
+
 def test_opsctl_serve_dev_model_reads_its_pace(tmp_path: Path) -> None:
     port = free_port()
     env = {**os.environ, "OPS_DEV_MODEL_BIND": f"127.0.0.1:{port}", "OPS_DEV_MODEL_SECONDS": "0.6"}
     command = [sys.executable, "-m", "durable_ops.cli", "serve", "dev-model"]
     process = subprocess.Popen(command, env=env, cwd=tmp_path)  # its var/ is not the checkout's
     try:
-        url = f"http://127.0.0.1:{port}/v1"
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                httpx.get(f"{url}/models", timeout=1)
-                break
-            except httpx.TransportError:
-                assert process.poll() is None, "dev model exited"
-                assert time.monotonic() < deadline, "dev model did not come up"
-                time.sleep(0.05)
+        url = _serving(process, port)
         first_content, ended, _ = asyncio.run(_timed_stream(url, {**GOOD, "stream": True}))
         assert ended >= 0.55
         assert ended - first_content >= 0.4  # the first piece at once, not with the last
@@ -809,15 +814,7 @@ def test_opsctl_serve_dev_model_says_where_it_serves_and_when_it_stops(tmp_path:
     command = [sys.executable, "-m", "durable_ops.cli", "serve", "dev-model"]
     process = subprocess.Popen(command, env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1)
-                break
-            except httpx.TransportError:
-                assert process.poll() is None, "dev model exited"
-                assert time.monotonic() < deadline, "dev model did not come up"
-                time.sleep(0.05)
+        _serving(process, port)
     finally:
         process.terminate()
         _, err = process.communicate(timeout=10)

@@ -16,18 +16,9 @@ import pytest
 from durable_ops.cli import EXIT_DATABASE_UNAVAILABLE, EXIT_REFUSED, _exit_code
 from durable_ops.storage import migrate
 from durable_ops.storage.availability import DatabaseUnavailable, reaching
-from tests.conftest import MakeDatabase
 from tests.e2e.test_cli import opsctl
 
 TOGETHER = 3  # the more at once, the surer two race without the lock
-
-
-@pytest.fixture
-def fresh_url(engine_name: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    if engine_name == "sqlite":
-        return f"sqlite:///{tmp_path / 'fresh.sqlite3'}"
-    make: MakeDatabase = request.getfixturevalue("make_mariadb_database")
-    return make()
 
 
 def test_migrations_at_once_on_a_fresh_database_take_turns(fresh_url: str, tmp_path: Path) -> None:

@@ -99,14 +99,6 @@ def after_head(revision: str) -> str:
 
 
 @pytest.fixture
-def fresh_url(engine_name: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    if engine_name == "sqlite":
-        return f"sqlite:///{tmp_path / 'fresh.sqlite3'}"
-    make: MakeDatabase = request.getfixturevalue("make_mariadb_database")
-    return make()
-
-
-@pytest.fixture
 def connect() -> Iterator[Callable[[str], Connection]]:
     """Connections that are closed, and their engines disposed, after the test."""
     engines: list[Engine] = []
