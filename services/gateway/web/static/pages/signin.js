@@ -4,15 +4,21 @@
 
 const AFTER_SIGN_IN = "/operations";
 
-// `next` when it is a path of this site, else /operations. Anything that could lead off the
-// site is ignored ("https://…", "//host", "/\host", which browsers read as "//host"): an
-// open redirect would hand a freshly signed-in user to any site. The gateway's dev sign-in
-// checks it again (devlogin.py).
+// A path of this site: "/" not followed by a slash or a backslash ("//host", and "/\host",
+// which browsers read as it, lead to another site), and no backslash, white space or
+// control character anywhere. The gateway's dev sign-in holds `next` to the same rule
+// (devlogin.py).
+const SITE_PATH = /^\/(?![/\\])[^\\\s\x00-\x1f\x7f]*$/;
+
+// `next` when it is a path of this site, else /operations: an open redirect would hand a
+// freshly signed-in user to any site. Asked of `next` and again of the path as the URL
+// parser rewrites it: its dot segments go, and "/.//host" comes out as "//host".
 export function returnPath(next) {
-  if (typeof next !== "string" || !/^\/(?![/\\])[^\\\s\x00-\x1f\x7f]*$/.test(next)) return AFTER_SIGN_IN;
+  if (typeof next !== "string" || !SITE_PATH.test(next)) return AFTER_SIGN_IN;
   const url = new URL(next, window.location.origin);
-  if (url.origin !== window.location.origin || url.pathname === "/") return AFTER_SIGN_IN;
-  return url.pathname + url.search + url.hash;
+  const path = url.pathname + url.search + url.hash;
+  if (url.origin !== window.location.origin || url.pathname === "/" || !SITE_PATH.test(path)) return AFTER_SIGN_IN;
+  return path;
 }
 
 export function mount() {
