@@ -23,6 +23,7 @@ import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount, Route
 
+from durable_ops.gateway import backends as backends_module
 from durable_ops.gateway import login
 from durable_ops.gateway.app import create_app
 from durable_ops.gateway.auth import (
@@ -587,6 +588,33 @@ def test_healthz_and_readyz(sqlite_services: Services) -> None:
             assert "operations" not in body["detail"]
             assert body["backends"]["operations"] == "serving"
             assert body["backends"]["notifications"] != "serving"
+
+    run(scenario())
+
+
+def test_readyz_callers_share_one_check_a_second(
+    sqlite_services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/readyz is anonymous and each check costs every backend two calls: a flood of it
+    must not be a flood of them."""
+    checks: list[float] = []
+    check_all = Backends._check_all
+
+    async def counted(self: Backends) -> dict[str, str]:
+        checks.append(time.monotonic())
+        return await check_all(self)
+
+    monkeypatch.setattr(Backends, "_check_all", counted)
+    monkeypatch.setattr(backends_module, "HEALTH_SHARED_SECONDS", 0.3)
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(sqlite_services.target)) as client:
+            answers = await asyncio.gather(*(client.get("/readyz") for _ in range(20)))
+            assert {answer.status_code for answer in answers} == {200}
+            assert len(checks) == 1
+            await asyncio.sleep(0.35)
+            assert (await client.get("/readyz")).status_code == 200
+            assert len(checks) == 2  # a second check once the first has served its time
 
     run(scenario())
 
