@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import fcntl
+import hashlib
 import os
 import time
 from collections.abc import Iterator
@@ -47,7 +48,6 @@ _STAMPED = text("SELECT version_num FROM alembic_version")
 # revision that rebuilds a large table may take minutes.
 MIGRATION_LOCK_WAIT_SECONDS = 600.0
 LOCK_POLL_SECONDS = 0.1  # a SQLite file's lock is polled: flock has no timeout
-MYSQL_LOCK_NAME_MAX = 64  # GET_LOCK's longest name
 # The databases whose migration lock this thread (this context) holds.
 _HELD_LOCKS: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
     "durable_ops_migration_locks", default=frozenset()
@@ -89,7 +89,10 @@ def migration_lock(url: str) -> Iterator[None]:
 def _lock_of(url: str) -> Iterator[None]:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        with _named_lock(url, f"durable_ops.migrate.{parsed.database or ''}"):
+        # GET_LOCK names are the server's, 64 characters at most: the database's name hashed,
+        # so two databases whose long names share a start do not share a lock.
+        database = hashlib.sha256((parsed.database or "").encode()).hexdigest()[:40]
+        with _named_lock(url, f"durable_ops.migrate.{database}"):
             yield
     elif parsed.database and parsed.database != ":memory:":
         prepare_sqlite_file(Path(parsed.database))  # its folder, made private, holds the lock
@@ -107,7 +110,7 @@ def _named_lock(url: str, name: str) -> Iterator[None]:
             if on_galera(connection):
                 yield
                 return
-            bound = {"name": name[:MYSQL_LOCK_NAME_MAX]}
+            bound = {"name": name}
             taking = text("SELECT GET_LOCK(:name, :seconds)")
             if connection.execute(taking, {**bound, "seconds": 0}).scalar() != 1:
                 _waiting(name)
