@@ -19,6 +19,12 @@ came after a bearer token's ``iat``; for a read, the latter beside the read's ow
 calls (``gateway.standing``, ADR 54). Any
 identity header a client sends (``x-owner-id`` and the like) is never read:
 the owner is the verified ``sub`` and nothing else.
+
+A page of the web UI says whom it was rendered for (``X-Ops-Page-User``, or the event
+stream's ``page_user``, which an EventSource cannot send as a header): the cookie is the
+browser's, not the tab's, so a tab kept open across a sign-in as someone else would
+otherwise act as them. One that names another user than the credential's is 409
+``page_user_changed`` and does nothing; without it nothing is compared (API clients).
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from starlette.responses import Response
 from durable_ops.gateway import sessions, standing
 from durable_ops.gateway.backends import Backends
 from durable_ops.gateway.context import backends_of, settings_of
-from durable_ops.gateway.problems import Problem
+from durable_ops.gateway.problems import Problem, one_header
 from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.settings import Settings
@@ -51,6 +57,12 @@ SESSION_COOKIE_MAX_AGE_SECONDS = 7 * 24 * 3600
 MAX_USER_TOKEN_SECONDS = 30 * 24 * 3600
 # ``none``: the user typed the address or followed a bookmark, which a forger cannot arrange.
 SAME_ORIGIN_FETCH_SITES = frozenset({"same-origin", "none"})
+PAGE_USER_HEADER = "X-Ops-Page-User"
+PAGE_USER_PARAMETER = "page_user"  # the event stream's: an EventSource sends no header
+PAGE_USER_CHANGED = (
+    "This page was opened as another user; this browser is now signed in as someone else."
+    " Reload the page to continue."
+)
 
 
 @dataclass(frozen=True)
@@ -263,7 +275,16 @@ async def require_user(request: Request, *, defer_check: bool = False) -> User:
         raise _unauthenticated("sign in: send a bearer token or the session cookie")
     if user.via == "cookie" and request.method not in SAFE_METHODS:
         check_same_origin(request, require_origin=True)
+    check_page_user(user, one_header(request, PAGE_USER_HEADER))
     return user
+
+
+def check_page_user(user: User, page_user: str | None) -> None:
+    """409 ``page_user_changed`` unless ``page_user`` (the user a page was rendered for, as
+    it says it: ``PAGE_USER_HEADER`` or ``PAGE_USER_PARAMETER``) is absent or ``user``.
+    Neither user is named: the page's reader may be the other one."""
+    if page_user is not None and page_user != user.id:
+        raise Problem(409, "page_user_changed", PAGE_USER_CHANGED)
 
 
 async def still_signed_in(request: Request, user: User) -> bool:

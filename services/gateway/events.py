@@ -24,7 +24,10 @@ reach it), which resumes from the ``Last-Event-ID`` a reconnecting browser
 sends, on any replica (ADR 36). The id is read
 strictly: anything this service did not give is 400 ``bad_event_id``. A user
 holds at most OPS_GATEWAY_LONG_POLLS_PER_USER streams and long-polls together;
-one more gets 429 ``too_many_waits`` with ``Retry-After``.
+one more gets 429 ``too_many_waits`` with ``Retry-After``. A page's stream names the user
+the page was rendered for (``page_user``): another than the credential's is 409
+``page_user_changed`` (``auth.check_page_user``), so a tab kept open across a sign-in as
+someone else never gets their changes.
 """
 
 from __future__ import annotations
@@ -50,12 +53,12 @@ from durable_ops.api.notifications.v1 import notifications_pb2_grpc as notificat
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.gateway import dto
-from durable_ops.gateway.auth import still_signed_in
+from durable_ops.gateway.auth import PAGE_USER_PARAMETER, check_page_user, still_signed_in
 from durable_ops.gateway.backends import translate
 from durable_ops.gateway.calls import OwnerCalls, owner_calls, stub_for
 from durable_ops.gateway.context import draining_of, long_polls_of
 from durable_ops.gateway.limits import LimitExceeded
-from durable_ops.gateway.openapi import endpoint, errors
+from durable_ops.gateway.openapi import endpoint, errors, query
 from durable_ops.gateway.pagination import query_params
 from durable_ops.gateway.partial import fields_so_far
 from durable_ops.gateway.problems import invalid, one_header, too_many_waits
@@ -178,7 +181,8 @@ def _after(request: Request) -> str:
 
 async def events(request: Request) -> Response:
     calls = await owner_calls(request)
-    query_params(request, ())
+    params = query_params(request, (PAGE_USER_PARAMETER,))
+    check_page_user(calls.user, params.get(PAGE_USER_PARAMETER))
     after = _after(request)
     await calls.stands()  # before a stream slot is taken: a refused stream never holds one
     slot = ExitStack()
@@ -410,13 +414,20 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
                 **errors(400, 429, 503),
             },
             parameters=[
+                query(
+                    PAGE_USER_PARAMETER,
+                    {"type": "string"},
+                    "the user the page was rendered for (the web UI's; an EventSource sends"
+                    " no `X-Ops-Page-User` header): another than the credential's is 409"
+                    " `page_user_changed`",
+                ),
                 {
                     "name": "Last-Event-ID",
                     "in": "header",
                     "required": False,
                     "schema": {"type": "string", "pattern": "^[0-9]{1,18}-[0-9]{1,9}$"},
                     "description": "the last id received: the stream resumes after it",
-                }
+                },
             ],
         )
     }

@@ -55,7 +55,9 @@ ERROR_DESCRIPTIONS: Mapping[int, str] = {
     409: (
         "The resource's state does not allow this, or the idempotency key was used before"
         " (code `analysis_active`: an unfinished analysis uses the job or CV to delete;"
-        " `operation_id` names it: cancel it first)"
+        " `operation_id` names it: cancel it first); on every signed-in route,"
+        " `page_user_changed`: the `X-Ops-Page-User` header (the event stream's `page_user`)"
+        " names another user than the credential's, and nothing was done"
     ),
     413: "The body is too large",
     415: "The body is not of the media type the operation takes (JSON unless it says)",
@@ -208,14 +210,15 @@ def endpoint(
     secured: bool = True,
 ) -> JsonObject:
     """One OpenAPI operation object; API routes are secured and answer 401 by default, and
-    a route that takes a body answers 408 when it comes too slowly (``bodies``)."""
+    409 to a page that was rendered for another user (``auth.check_page_user``); a route
+    that takes a body answers 408 when it comes too slowly (``bodies``)."""
     operation: JsonObject = {
         "summary": summary,
         "operationId": operation_id,
         "tags": [tag],
         "responses": {
             **responses,
-            **(errors(401) if secured else {}),
+            **(errors(401, 409) if secured else {}),
             **(errors(408) if request_body is not None else {}),
         },
     }
@@ -381,7 +384,11 @@ def build_document(modules: Iterable[RouteModule], *, version: str = "1") -> Jso
             "Errors are application/problem+json (RFC 9457) with a stable `code`. "
             "A request whose `Host` is not one of the gateway's names "
             "(OPS_GATEWAY_ALLOWED_HOSTS) is refused before routing: 400 `host_not_allowed`; "
-            f"the probes {_PROBES} answer under any name.",
+            f"the probes {_PROBES} answer under any name. "
+            "The web UI's pages send `X-Ops-Page-User: <user id>`, the user the page was "
+            "rendered for (the event stream takes it as `page_user`): a signed-in route "
+            "answers one that names another user than the credential's with 409 "
+            "`page_user_changed` and does nothing. Without it nothing is compared.",
         },
         "paths": dict(sorted(paths.items())),
         "components": {"schemas": schemas, "securitySchemes": SECURITY_SCHEMES},

@@ -4,10 +4,11 @@ Each ``Page`` is a path, the ES module under ``web/static/pages/`` that
 fills its ``<main>``, a title and, optionally, a nav label. ``/`` is the
 sign-in page when signed out and redirects to ``/operations`` when signed
 in; every other page needs the session cookie and otherwise redirects to
-``/``. The bell's poll interval (``OPS_UI_UNREAD_POLL_MS``) reaches the
-scripts as ``<meta name="ops-unread-poll-ms">``, and the task registry
-(``model.tasks``: labels, paths, answer schemas) as the JSON script element
-``#ops-tasks``, so the page never keeps a copy of it.
+``/``. The signed-in user reaches the scripts as ``<meta name="ops-user">``, which
+each of the page's requests repeats (``auth.check_page_user``). The bell's poll
+interval (``OPS_UI_UNREAD_POLL_MS``) reaches them as ``<meta name="ops-unread-poll-ms">``,
+and the task registry (``model.tasks``: labels, paths, answer schemas) as the JSON
+script element ``#ops-tasks``, so the page never keeps a copy of it.
 
 An unknown address a browser navigates to (its ``Accept`` names ``text/html``)
 answers a small HTML 404 page; API clients, and anything under ``/api/``, keep
@@ -143,6 +144,7 @@ class Renderer:
             poll_ms=str(int(settings.ui_unread_poll_ms)),
             tasks=self._tasks,
             signed_in="true" if user is not None else "false",
+            user_meta=html.escape(user or ""),
             header=header,
             main=main,
         )

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import APIResponse, Locator, Page, Request, Route, expect
+from sqlalchemy import func, select
 
 from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
 from durable_ops.model.scope import Role
 from durable_ops.storage import budgets
+from durable_ops.storage.schema import Attachment
 from tests.support.gateway import (
     Claimed,
     LiveGateway,
@@ -29,6 +31,7 @@ from tests.support.grpc_services import Services, metadata
 from tests.support.jobs_page import JOBS, add_job, open_jobs
 from tests.support.long_polls import refuse_long_polls
 from tests.support.signin import dev_sign_in
+from tests.support.stored import scalar
 from tests.support.workspace_client import (
     CV_TEXT,
     JOB_TEXT,
@@ -383,7 +386,7 @@ def test_a_live_analysis_is_followed_by_the_event_stream_not_polled(
 ) -> None:
     polls = snapshot_requests(page)
     streams: list[Request] = []
-    page.on("request", lambda r: streams.append(r) if r.url.endswith("/api/events") else None)
+    page.on("request", lambda r: streams.append(r) if "/api/events" in r.url else None)
     job = open_job_with_a_snapshot(page, ui_gateway, ui_services)
     page.wait_for_timeout(1500)  # polling while live would read it three times by now
     looked = len(polls)
@@ -646,10 +649,14 @@ def test_signing_out_in_one_tab_signs_out_a_jobs_tab_at_once(
 
 
 def test_a_session_that_ends_while_text_is_typed_keeps_the_text(
-    page: Page, ui_gateway: LiveGateway, screenshot: Screenshot
+    page: Page, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
 ) -> None:
     """Leaving for the sign-in page would lose what was typed: the page stays, says what to
-    do, and once the user has signed in again in another tab the text is sent."""
+    do, and once the user has signed in again in another tab the text is sent. Signed in
+    again as someone else, the page sends nothing (it sent ada's CV into bob's account):
+    it says so, and its stream does not open again."""
+    streams: list[str] = []
+    page.on("request", lambda r: streams.append(r.url) if "/api/events" in r.url else None)
     open_jobs(page, ui_gateway.url, "ada")
     form = page.get_by_role("form", name="Add a job posting")
     form.get_by_label("Title").fill("Engineer")
@@ -667,13 +674,41 @@ def test_a_session_that_ends_while_text_is_typed_keeps_the_text(
     expect(form.get_by_label("Title")).to_have_value("Engineer")
     screenshot(page, "28-jobs-session-ended")
 
+    dev_sign_in(other, ui_gateway.url, "bob")
+    streams.clear()
+    page.evaluate("document.dispatchEvent(new Event('visibilitychange'))")  # back to this tab
+    another = page.get_by_role("alert").filter(has_text="now signed in as another user")
+    expect(another.locator("p")).to_have_text(
+        "This browser is now signed in as another user. Nothing on this page is sent."
+        " Copy what you typed, then reload the page."
+    )
+    expect(another.get_by_role("button", name="Reload")).to_be_visible()
+    expect(ended).to_have_count(0)
+    cv_form = page.get_by_role("form", name="Add a CV")
+    cv_form.get_by_label("File name").fill("cv.txt")
+    cv_form.get_by_label("CV text").fill(CV_TEXT)
+    cv_form.get_by_role("button", name="Add CV").click()
+    expect(cv_form.get_by_role("alert")).to_have_text(
+        re.compile("^This page was opened as another user; this browser is now signed in as")
+    )
+    expect(page.locator("header .user")).to_have_text("ada")
+    expect(another).to_be_visible()
+    assert stored_attachments(ui_services) == 0  # neither ada's nor bob's
+    assert streams == []
+
     dev_sign_in(other, ui_gateway.url, "ada")
     other.close()
-    page.evaluate("document.dispatchEvent(new Event('visibilitychange'))")  # back to this tab
-    expect(ended).to_have_count(0)
+    with page.expect_request(lambda r: "/api/events" in r.url) as reopened:
+        page.evaluate("document.dispatchEvent(new Event('visibilitychange'))")  # back to this tab
+    expect(page.locator(".session-ended")).to_have_count(0)
+    assert reopened.value.url == f"{ui_gateway.url}/api/events?page_user=ada"
     form.get_by_role("button", name="Add job").click()
     expect(form.get_by_role("status")).to_have_text("Job “Engineer” added.")
     expect(page.locator(JOBS)).to_have_count(1)
+
+
+def stored_attachments(services: Services) -> int:
+    return int(scalar(services.db, select(func.count()).select_from(Attachment)) or 0)
 
 
 def test_a_double_click_adds_one_job_and_one_cv(page: Page, ui_gateway: LiveGateway) -> None:
@@ -788,7 +823,7 @@ def test_when_the_stream_reconnects_the_page_reads_again_at_once(
         if len(streams) == 1:  # opens, then ends: the browser asks again, and waits
             route.fulfill(status=200, content_type="text/event-stream", body="retry: 100\n\n")
 
-    page.route("**/api/events", stream)
+    page.route("**/api/events*", stream)  # ?page_user=
     refuse_reads(page)
     page.goto(f"{ui_gateway.url}/jobs")
     paused = page.get_by_role("alert").filter(has_text="Updates paused.")

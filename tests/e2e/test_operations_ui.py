@@ -554,7 +554,7 @@ def test_with_the_event_stream_open_the_bell_does_not_poll(
 ) -> None:
     unread = count_requests(page, "/api/notifications/unread-count")
     streams: list[str] = []
-    page.on("response", lambda r: streams.append(r.url) if r.url.endswith("/api/events") else None)
+    page.on("response", lambda r: streams.append(r.url) if "/api/events" in r.url else None)
     page.clock.install()
     sign_in(page, ui_gateway, "ada")
     expect(bell(page)).to_have_accessible_name("Notifications, none unread")
@@ -735,7 +735,7 @@ def test_a_live_operation_is_followed_by_the_event_stream_while_the_list_polls_s
     claimed = claim(ui_services, ["strategy.snapshot"])
     polls = timed_requests(page, "/api/operations")
     streams: list[Request] = []
-    page.on("request", lambda r: streams.append(r) if r.url.endswith("/api/events") else None)
+    page.on("request", lambda r: streams.append(r) if "/api/events" in r.url else None)
     sign_in(page, ui_gateway, "ada")
     running = card(page, operation.id)
     expect(running.locator(".state")).to_have_text("Running")
@@ -759,7 +759,7 @@ def test_with_the_stream_open_and_nothing_live_the_list_does_not_poll(
     complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
     polls = count_requests(page, "/api/operations")
     streams: list[str] = []
-    page.on("response", lambda r: streams.append(r.url) if r.url.endswith("/api/events") else None)
+    page.on("response", lambda r: streams.append(r.url) if "/api/events" in r.url else None)
     page.clock.install()
     sign_in(page, ui_gateway, "ada")
     expect(card(page, finished.id).locator(".state")).to_have_text("Succeeded")

@@ -10,7 +10,7 @@ from playwright.sync_api import Page, Request
 
 def refuse_long_polls(page: Page) -> None:
     """The gateway's long-poll and event stream answer 503 from now on, as during an outage."""
-    for pattern in ("**/api/operations/*:wait*", "**/api/events"):
+    for pattern in ("**/api/operations/*:wait*", "**/api/events*"):
         page.route(
             pattern,
             lambda route: route.fulfill(

@@ -24,6 +24,16 @@ async function problemOf(response) {
   }
 }
 
+// The session cookie is the browser's, not the tab's: another tab may have signed it in as
+// someone else since this page was rendered. Each request says whom the page is for, and the
+// gateway refuses it (409 `page_user_changed`) when the cookie signs in another user.
+export const PAGE_USER_CHANGED = "auth:page-user-changed";
+export const PAGE_USER_HEADER = "X-Ops-Page-User";
+
+export function pageUser() {
+  return document.querySelector('meta[name="ops-user"]')?.content ?? "";
+}
+
 export async function api(path, { method = "GET", signal, json, headers = {} } = {}) {
   let response;
   const request = {
@@ -32,6 +42,8 @@ export async function api(path, { method = "GET", signal, json, headers = {} } =
     credentials: "same-origin",
     headers: { Accept: "application/json", ...headers },
   };
+  const user = pageUser();
+  if (user) request.headers[PAGE_USER_HEADER] = user;
   if (json !== undefined) {
     request.body = JSON.stringify(json);
     request.headers["Content-Type"] = "application/json";
@@ -48,6 +60,9 @@ export async function api(path, { method = "GET", signal, json, headers = {} } =
   if (!response.ok) {
     const problem = await problemOf(response);
     problem.retryAfter = response.headers.get("Retry-After");
+    if (response.status === 409 && problem.code === "page_user_changed") {
+      window.dispatchEvent(new CustomEvent(PAGE_USER_CHANGED));
+    }
     throw new ApiError(response.status, problem);
   }
   return response.status === 204 ? null : response.json();

@@ -1,6 +1,6 @@
 // Entry point: the shell (bell, sign-out) and the page module named by <body data-page>.
 
-import { api, post } from "./api.js";
+import { PAGE_USER_CHANGED, api, post } from "./api.js";
 import { startBell } from "./bell.js";
 import { h } from "./dom.js";
 import { AUTH_EXPIRED } from "./events.js";
@@ -41,20 +41,28 @@ function startShell() {
   window.addEventListener(AUTH_EXPIRED, () => {
     if (signingOut || leaving) return;
     if (unsentText()) {
-      showSessionEnded();
+      showNotice(SESSION_ENDED);
       return;
     }
     leaving = true;
     window.location.assign(`/?${new URLSearchParams({ expired: "1", next: here() })}`);
   });
+  // Signed in anew, but as someone else (another tab's sign-in): the gateway refused a
+  // request of this page's, and will refuse each one. The page stays, typed text and all,
+  // and says so; only a reload shows the user the browser is now signed in as.
+  window.addEventListener(PAGE_USER_CHANGED, () => {
+    if (signingOut || leaving) return;
+    showNotice(ANOTHER_USER);
+  });
   // Back from signing in again in another tab (the cookie is the browser's, not the tab's):
-  // the notice goes, and the event stream its session's end closed opens again.
+  // the notice goes, and the event stream its session's end closed opens again. Signed in
+  // as another user, the request is refused (409) and the notice says so instead.
   const recheck = async () => {
     if (document.visibilityState !== "visible" || !sessionNotice?.isConnected) return;
     try {
       await api("/api/notifications/unread-count");
     } catch {
-      return; // still signed out (that 401 showed the notice again), or unreachable
+      return; // still signed out (that 401 showed the notice again), another user, or unreachable
     }
     sessionNotice.remove();
     startLive();
@@ -83,12 +91,25 @@ function unsentText() {
 
 // The session ended (it expired, or another tab signed out) while text was being typed: the
 // text stays, and the notice says how to send it (a sign-in in another tab sets the
-// browser's cookie, which this tab's next request carries).
+// browser's cookie, which this tab's next request carries). Signed in again as another user,
+// nothing can be sent from this page (the gateway refuses it): the notice says to keep the
+// text and reload.
+const SESSION_ENDED = "session-ended";
+const ANOTHER_USER = "another-user";
 let sessionNotice = null;
-function showSessionEnded() {
-  if (sessionNotice?.isConnected) return;
+function showNotice(kind) {
+  if (sessionNotice?.isConnected && sessionNotice.dataset.kind === kind) return;
+  const notice = kind === ANOTHER_USER ? anotherUserNotice() : sessionEndedNotice();
+  notice.dataset.kind = kind;
+  // A new alert rather than new text in the old one: it is announced again.
+  if (sessionNotice?.isConnected) sessionNotice.replaceWith(notice);
+  else (document.getElementById("main") ?? document.body).prepend(notice);
+  sessionNotice = notice;
+}
+
+function sessionEndedNotice() {
   const signIn = h("a", { href: `/?${new URLSearchParams({ next: here() })}`, target: "_blank", rel: "noopener" }, "Sign in again in a new tab");
-  sessionNotice = h(
+  return h(
     "div",
     { class: "banner session-ended", role: "alert" },
     h(
@@ -99,7 +120,16 @@ function showSessionEnded() {
       ", then come back to this tab and submit it again — or copy your text first.",
     ),
   );
-  (document.getElementById("main") ?? document.body).prepend(sessionNotice);
+}
+
+function anotherUserNotice() {
+  const reload = h("button", { type: "button", class: "button", onclick: () => window.location.reload() }, "Reload");
+  return h(
+    "div",
+    { class: "banner session-ended", role: "alert" },
+    h("p", {}, "This browser is now signed in as another user. Nothing on this page is sent. Copy what you typed, then reload the page."),
+    reload,
+  );
 }
 
 // Pollers stop on pagehide; a page restored from the back/forward cache starts afresh.

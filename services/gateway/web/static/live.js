@@ -7,6 +7,7 @@
 // nothing is said about it. A stream whose sign-in ended (logout in any tab, a
 // revocation, expiry) says so last (`signed_out`): the tab reacts as to a 401 (app.js).
 
+import { pageUser } from "./api.js";
 import { AUTH_EXPIRED } from "./events.js";
 
 export const LIVE_OPERATION = "live:operation";
@@ -30,9 +31,19 @@ function relay(name, event) {
   window.dispatchEvent(new CustomEvent(name, { detail }));
 }
 
+// The user the page is for, as every request of the page says it (api.js): an EventSource
+// sends no header of its choosing, so it goes in the query. A stream the gateway refuses for
+// another user (409 `page_user_changed`) is closed by the browser for good; a later start
+// opens a new one.
+function eventsUrl() {
+  const user = pageUser();
+  return user ? `/api/events?${new URLSearchParams({ page_user: user })}` : "/api/events";
+}
+
 export function startLive() {
-  if (source !== null || typeof EventSource !== "function") return;
-  source = new EventSource("/api/events");
+  if (typeof EventSource !== "function") return;
+  if (source !== null && source.readyState !== EventSource.CLOSED) return;
+  source = new EventSource(eventsUrl());
   // `reopened`: open again after a drop, when what it told meanwhile may not all have
   // reached the page (a read it asked for failed while the gateway was away).
   source.addEventListener("open", () => {
