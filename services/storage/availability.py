@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 
 import structlog
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
 from durable_ops.model.availability import is_fresh, next_attempt_in
@@ -184,19 +184,43 @@ SUPPORTED_URLS = (
 )
 
 
+# What a MariaDB URL's query may set: PyMySQL's own connection options, and the TLS ones
+# SQLAlchemy's MySQL dialect gathers into PyMySQL's ``ssl``; any other failed the first
+# connection with a TypeError and a traceback.
+_SQLALCHEMY_SSL_OPTIONS = frozenset({"ssl_capath", "ssl_cipher", "ssl_check_hostname"})
+
+
 def shown_url(url: str, source: str) -> str:
-    """``url`` as it may be printed (no password); a ``SettingsError`` unless it is a URL
-    of ``SUPPORTED_SCHEMES``. The URL itself is not repeated then: it may hold a password."""
+    """``url`` as it may be printed: no password, and no query (which may hold one); a
+    ``SettingsError`` unless durable-ops can use it (``SUPPORTED_SCHEMES``, a SQLite path,
+    options the driver knows). The URL itself is never repeated then: it may hold a
+    password, even where a parse error would quote it."""
     try:
         parsed = make_url(url)
-        why = "" if parsed.drivername in SUPPORTED_SCHEMES else f"{parsed.drivername}://"
-    except (ArgumentError, ValueError) as bad:  # ValueError: a port that is not a number
-        why = describe(bad)
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
+        why = "it does not parse as a URL; @, : and / in a password must be %-encoded"
+    else:
+        why = _unusable(parsed)
     if why:
         raise SettingsError(
             f"{source} is not a database URL durable-ops can use ({why}): give {SUPPORTED_URLS}"
         ) from None
-    return parsed.render_as_string(hide_password=True)
+    return parsed.set(query={}).render_as_string(hide_password=True)
+
+
+def _unusable(parsed: URL) -> str:
+    """Why durable-ops cannot run on ``parsed`` ("" when it can), never quoting a value."""
+    if parsed.drivername not in SUPPORTED_SCHEMES:
+        return f"{parsed.drivername}://"
+    if parsed.get_backend_name() == "sqlite":
+        return "a SQLite URL has three slashes and no host: sqlite:///PATH" if parsed.host else ""
+    import inspect
+
+    import pymysql
+
+    known = set(inspect.signature(pymysql.connections.Connection).parameters)
+    unknown = sorted(set(parsed.query) - known - _SQLALCHEMY_SSL_OPTIONS)
+    return f"options its driver does not know: {', '.join(unknown)}" if unknown else ""
 
 
 class DatabaseReadiness:

@@ -97,6 +97,32 @@ def test_a_url_of_a_kind_the_product_cannot_use_is_refused_before_any_connection
     assert "secret" not in done.stderr
 
 
+# Each ended in a traceback (an SQLite URL with a host, an option PyMySQL does not take),
+# or printed the password (an unescaped "@" or ":" in it, quoted by the parse error; one
+# given as a query option, kept in the URL as printed).
+MISTAKEN = [
+    ("sqlite://relative.db", "a SQLite URL has three slashes and no host"),
+    ("mysql+pymysql://u@127.0.0.1:1/db?bogus_opt=1", "options its driver does not know: bogus_opt"),
+    ("mysql+pymysql://u:p@ss:secret@127.0.0.1:1/db", "it does not parse as a URL"),
+]
+
+
+@pytest.mark.parametrize(("url", "why"), MISTAKEN)
+def test_a_mistaken_url_is_one_line_naming_the_mistake_never_its_password(
+    url: str, why: str, tmp_path: Path
+) -> None:
+    done = opsctl("migrate", "--database-url", url, cwd=tmp_path)
+    assert f"({why}" in _one_line(done, 2)
+    assert "secret" not in done.stderr
+
+
+def test_a_password_given_as_an_option_is_not_printed(tmp_path: Path) -> None:
+    url = f"mysql+pymysql://root@127.0.0.1:{refusing_port()}/x?password=secret"
+    line = _one_line(opsctl("migrate", "--database-url", url, cwd=tmp_path), 4)
+    assert line.startswith(f"opsctl: the database {url.partition('?')[0]} (from --database-url)")
+    assert "secret" not in line
+
+
 def test_a_service_refused_by_its_database_names_it_and_where_its_url_came_from(
     mariadb_server_url: str, tmp_path: Path
 ) -> None:
