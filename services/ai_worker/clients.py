@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 import grpc
+import structlog
 from google.protobuf.message import Message
 
 from durable_ops.ai_worker.handlers import WorkspaceReader
@@ -42,6 +43,7 @@ CALL_TIMEOUT_SECONDS = 10.0
 # The start's check of the credential touches no database; short, so a stop is not held up.
 CREDENTIAL_CHECK_SECONDS = 2.0
 
+_log = structlog.get_logger(__name__)
 RequestT = TypeVar("RequestT", bound=Message)
 ResponseT = TypeVar("ResponseT", bound=Message)
 
@@ -72,21 +74,28 @@ class OperationsClient:
         """Ask until the service says (or ``stopping``) whether it accepts this worker's
         credential. A refusal is a ``SettingsError`` naming the key and what to do: the
         worker exits 2 rather than claim in vain for ever."""
-        accepted = None
+        accepted, waited = None, False
         while accepted is None and not stopping.is_set():
             accepted = await credential_accepted(
                 self._channel, self._caller.metadata(), CREDENTIAL_CHECK_SECONDS
             )
             if accepted is None:  # unreachable or starting: the claims would wait too
+                if not waited:
+                    _log.info("operations_waiting", say="waiting for the Operations service")
+                    waited = True
                 await wait_set(stopping, poll_seconds)
         if accepted is False:
-            key = self._caller.key
-            raise SettingsError(
-                f"the Operations service refuses this worker's service key {key.path or key.name}"
-                f" (kid {key.kid}): its public key is not among those the service trusts (a key"
-                " from another keys folder, or a revoked one); give the worker a worker key from"
-                " the services' OPS_SERVICE_KEYS_DIR (OPS_SERVICE_KEY)"
-            )
+            raise self.key_refused()
+
+    def key_refused(self) -> SettingsError:
+        """What the worker says when the service refuses its key, at start or later."""
+        key = self._caller.key
+        return SettingsError(
+            f"the Operations service refuses this worker's service key {key.path or key.name}"
+            f" (kid {key.kid}): its public key is not among those the service trusts (a key"
+            " from another keys folder, or a revoked one); give the worker a worker key from"
+            " the services' OPS_SERVICE_KEYS_DIR (OPS_SERVICE_KEY)"
+        )
 
     async def get(self, owner_id: str, operation_id: str) -> pb.Operation:
         request = pb.GetOperationRequest(operation_id=operation_id)

@@ -36,6 +36,7 @@ from durable_ops.ai_worker.reconcile import reconcile
 from durable_ops.ai_worker.server_slots import read_server_slots
 from durable_ops.hoststore.errors import UnsafeDirectory, UnsupportedFileSystem
 from durable_ops.model.concurrency import FOLLOW_SERVER_SLOTS, Startup, startup_concurrency
+from durable_ops.model.errors import Unauthenticated
 from durable_ops.model.routing import Route
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller, open_channel
@@ -175,6 +176,8 @@ async def _work(settings: Settings, stopping: asyncio.Event) -> None:
             await _run_until(worker, stopping)
     except JournalError as error:
         raise SystemExit(f"opsctl serve ai-worker: {error.message}") from error
+    except Unauthenticated as refused:  # the key was taken back while the worker ran
+        raise operations.key_refused() from refused
     finally:
         await router.aclose()
         await operations_channel.close()

@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import grpc
 import structlog
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
@@ -14,6 +15,7 @@ from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.model import bounds
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller, open_channel
+from durable_ops.rpc.errors import domain_error_from_rpc
 from durable_ops.rpc.keys import SigningKey
 from durable_ops.settings import SettingsError
 from durable_ops.stop_signals import stopping_on_signals
@@ -95,7 +97,8 @@ class Worker:
 
     async def run(self, *, stop_on_signals: bool = True) -> None:
         """Claim and run until ``stop()`` (or, ``until_empty``, until the queue is empty);
-        then raise what made an interceptor fail, if one did. With ``stop_on_signals``,
+        then raise what made an interceptor fail, or the service's refusal of the worker's
+        key (``Unauthenticated``, at a claim), if either did. With ``stop_on_signals``,
         SIGTERM and SIGINT call ``stop()`` while it runs (in the main thread), so the
         leases of the running attempts are released, not left to run out."""
         if not self._handlers:
@@ -119,9 +122,17 @@ class Worker:
     async def _claim(
         self, request: pb.ClaimOperationsRequest, timeout: float
     ) -> pb.ClaimOperationsResponse:
-        return await self._stub.ClaimOperations(
-            request, metadata=self._caller.metadata(), timeout=timeout
-        )
+        try:
+            return await self._stub.ClaimOperations(
+                request, metadata=self._caller.metadata(), timeout=timeout
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                # The service no longer takes this worker's key (revoked, or rotated away
+                # since it was read): no claim can succeed, so the worker stops and ``run``
+                # raises why; restarted, it reads its key file again.
+                self._stop_for(domain_error_from_rpc(exc))
+            raise
 
     def _hold_leases(self) -> HoldLeasesCall:
         return self._stub.HoldLeases(metadata=self._caller.metadata())

@@ -9,18 +9,31 @@ most a log line.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import secrets
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
 
-from durable_ops.rpc.keys import SigningKey, create_key_pair
+from durable_ops.model.errors import Unauthenticated
+from durable_ops.rpc import credentials
+from durable_ops.rpc.keys import (
+    PUBLIC_DIR,
+    PUBLIC_SUFFIX,
+    RESCAN_SECONDS,
+    SigningKey,
+    create_key_pair,
+)
+from durable_ops.worker import Attempt, Worker
 from tests.support.gateway import bearer, gateway_client, make_app, run
 from tests.support.grpc_services import Services
-from tests.support.keys import key_env
+from tests.support.keys import key_env, keys_dir
+from tests.support.operations_client import TASK
 from tests.support.ports import free_port
 
 BACKENDS = ["ai_admission", "notifications", "operations", "workspace"]
@@ -90,6 +103,49 @@ def test_an_ai_worker_whose_key_operations_refuses_exits_2_saying_so(
     assert "Traceback" not in done.stderr
 
 
+def test_an_ai_worker_whose_key_is_revoked_while_it_runs_exits_2_saying_so(
+    sqlite_services: Services, tmp_path: Path
+) -> None:
+    """Trusted at start, then its public key removed (``opsctl keys rotate`` and the old
+    one dropped): it claimed in vain for ever with one warning; restarted, it would read
+    its rotated key file."""
+    name = f"worker-revoked{secrets.token_hex(3)}"
+    key = create_key_pair(keys_dir(), name)
+    time.sleep(RESCAN_SECONDS + 0.1)  # the services read their keys folder again by then
+    env = {
+        **os.environ,
+        **key_env(),
+        "OPS_SERVICE_KEY": str(key),
+        "OPS_OPERATIONS_TARGET": sqlite_services.target,
+        "OPS_WORKSPACE_TARGET": sqlite_services.target,
+        "OPS_WORKERS_AI_OPERATIONS_ENABLED": "true",
+        "OPS_WORKER_CONCURRENCY": "1",  # no model server to ask for its slots
+        "OPS_LOG_JSON": "true",
+    }
+    command = [sys.executable, "-m", "durable_ops.cli", "serve", "ai-worker"]
+    worker = subprocess.Popen(command, env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    try:
+        assert worker.stderr is not None
+        for line in worker.stderr:  # to its first claim: the key was accepted at start
+            if '"worker_started"' in line:
+                break
+        (keys_dir() / PUBLIC_DIR / f"{name}{PUBLIC_SUFFIX}").unlink()
+        # Once the services have read their keys folder again, the verdicts they keep up to a
+        # minute (``rpc.credentials``) are forgotten: they run in this process.
+        time.sleep(RESCAN_SECONDS + 0.1)
+        credentials._cache.clear()
+        _, rest = worker.communicate(timeout=30)  # to its exit: refused at its next claim
+        assert worker.returncode == 2, rest
+    finally:
+        worker.kill()
+        worker.wait()
+    last = rest.splitlines()[-1]
+    assert last.startswith(
+        f"opsctl serve ai-worker: the Operations service refuses this worker's service key {key}"
+    ), last
+    assert "Traceback" not in rest
+
+
 @pytest.mark.parametrize("service", ["operations", "workspace"])
 def test_a_service_that_trusts_no_key_refuses_to_start(service: str, tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
@@ -107,3 +163,23 @@ def test_a_service_that_trusts_no_key_refuses_to_start(service: str, tmp_path: P
         " call would be refused: set OPS_SERVICE_KEYS_DIR to the folder that holds them (an"
         " absolute path), or make them there with `opsctl keys init`"
     ]
+
+
+def test_a_worker_whose_key_is_refused_at_a_claim_stops_and_run_raises_it(
+    sqlite_services: Services, tmp_path: Path
+) -> None:
+    """A key revoked while the worker runs (or rotated away since it was read) fails every
+    claim: it stopped claiming after one warning and never ended, where a restart would
+    read the rotated key file."""
+    foreign = SigningKey.load(create_key_pair(tmp_path / "elsewhere", "worker"))
+    worker = Worker(sqlite_services.target, foreign)
+
+    @worker.handler(TASK)
+    async def handle(attempt: Attempt) -> None:
+        raise AssertionError("nothing can be claimed")
+
+    async def scenario() -> None:
+        with pytest.raises(Unauthenticated):
+            await asyncio.wait_for(worker.run(stop_on_signals=False), 20)
+
+    asyncio.run(scenario())
