@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from sqlalchemy import select
 
@@ -34,6 +33,7 @@ from tests.integration.test_ai_worker_executor import Workspace, executor_on
 from tests.support.ai_stack import ModelServer
 from tests.support.ai_worker import Journal, drain
 from tests.support.clock import ManualClock
+from tests.support.dev_model import serving
 from tests.support.grpc_services import Services, running_services
 from tests.support.operations_client import ALICE, OpsClient
 from tests.support.ports import free_port
@@ -140,15 +140,8 @@ def _dev_model(port: int, cwd: Path) -> subprocess.Popen[bytes]:
     }
     command = [sys.executable, "-m", "durable_ops.cli", "serve", "dev-model"]
     process = subprocess.Popen(command, env=env, cwd=cwd)  # its var/ is not the checkout's
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1)
-            return process
-        except httpx.TransportError:
-            assert process.poll() is None, "dev model exited"
-            assert time.monotonic() < deadline, "dev model did not come up"
-            time.sleep(0.02)
+    serving(process, port)
+    return process
 
 
 def _draft(services: Services, operation_id: str) -> str:

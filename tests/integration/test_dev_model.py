@@ -41,6 +41,7 @@ from durable_ops.model.routing import Route
 from durable_ops.settings import Settings
 from durable_ops.up import UP_DEV_MODEL_SECONDS, _stack_env
 from tests.support.ai_stack import ModelServer
+from tests.support.dev_model import serving
 from tests.support.ports import free_port
 from tests.support.prompts import (
     answer_schema,
@@ -778,27 +779,13 @@ def test_run_serves_on_the_bind_address() -> None:
         assert process.wait(timeout=10) in (0, -signal.SIGTERM)
 
 
-def _serving(process: subprocess.Popen[Any], port: int) -> str:
-    """The base URL of the dev model ``process`` serves on ``port``, once it answers."""
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            httpx.get(f"{url}/models", timeout=1)
-            return url
-        except httpx.TransportError:
-            assert process.poll() is None, "dev model exited"
-            assert time.monotonic() < deadline, "dev model did not come up"
-            time.sleep(0.05)
-
-
 def test_opsctl_serve_dev_model_reads_its_pace(tmp_path: Path) -> None:
     port = free_port()
     env = {**os.environ, "OPS_DEV_MODEL_BIND": f"127.0.0.1:{port}", "OPS_DEV_MODEL_SECONDS": "0.6"}
     command = [sys.executable, "-m", "durable_ops.cli", "serve", "dev-model"]
     process = subprocess.Popen(command, env=env, cwd=tmp_path)  # its var/ is not the checkout's
     try:
-        url = _serving(process, port)
+        url = serving(process, port)
         first_content, ended, _ = asyncio.run(_timed_stream(url, {**GOOD, "stream": True}))
         assert ended >= 0.55
         assert ended - first_content >= 0.4  # the first piece at once, not with the last
@@ -814,16 +801,16 @@ def test_opsctl_serve_dev_model_says_where_it_serves_and_when_it_stops(tmp_path:
     command = [sys.executable, "-m", "durable_ops.cli", "serve", "dev-model"]
     process = subprocess.Popen(command, env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     try:
-        _serving(process, port)
+        serving(process, port)
     finally:
         process.terminate()
         _, err = process.communicate(timeout=10)
     records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     events = [record["event"] for record in records]
     assert events == ["dev_model_serving", "dev_model_stopping", "dev_model_stopped"], err
-    serving = records[0]
-    assert (serving["bind"], serving["model"]) == (f"127.0.0.1:{port}", "dev-heuristic")
-    assert serving["process"] == "dev-model"
+    said = records[0]
+    assert (said["bind"], said["model"]) == (f"127.0.0.1:{port}", "dev-heuristic")
+    assert said["process"] == "dev-model"
 
 
 def test_opsctl_up_paces_the_dev_model_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,7 +5,6 @@ by side, and a downgrade keeps each subject's newest only (the old unique key ho
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -13,7 +12,6 @@ from sqlalchemy.engine import Connection, Engine
 
 from durable_ops.storage import migrate
 from durable_ops.storage.db import create_db_engine
-from tests.conftest import MakeDatabase
 
 BEFORE = "0011_attempt_usage"
 AFTER = "0012_results_history"
@@ -42,11 +40,9 @@ LATER = "2026-12-02 12:00:00"
 
 
 @pytest.fixture
-def url(engine_name: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    if engine_name == "sqlite":
-        return f"sqlite:///{tmp_path / 'history.sqlite3'}"
-    make: MakeDatabase = request.getfixturevalue("make_mariadb_database")
-    return make()
+def url(fresh_url: str) -> str:
+    """An empty database of the test's engine (the integration conftest's)."""
+    return fresh_url
 
 
 @pytest.fixture

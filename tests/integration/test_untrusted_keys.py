@@ -80,19 +80,23 @@ def test_a_gateway_whose_key_the_backends_refuse_is_not_ready(
         assert str(foreign) in event["say"]
 
 
+def _ai_worker_env(services: Services, key: Path) -> dict[str, str]:
+    """``opsctl serve ai-worker`` signing with ``key``, against ``services``."""
+    return {
+        **key_env(),
+        "OPS_SERVICE_KEY": str(key),
+        "OPS_OPERATIONS_TARGET": services.target,
+        "OPS_WORKSPACE_TARGET": services.target,
+        "OPS_WORKERS_AI_OPERATIONS_ENABLED": "true",
+        "OPS_WORKER_CONCURRENCY": "1",  # no model server to ask for its slots
+    }
+
+
 def test_an_ai_worker_whose_key_operations_refuses_exits_2_saying_so(
     sqlite_services: Services, tmp_path: Path
 ) -> None:
     foreign = create_key_pair(tmp_path / "elsewhere", "worker")
-    env = {
-        **key_env(),
-        "OPS_SERVICE_KEY": str(foreign),
-        "OPS_OPERATIONS_TARGET": sqlite_services.target,
-        "OPS_WORKSPACE_TARGET": sqlite_services.target,
-        "OPS_WORKERS_AI_OPERATIONS_ENABLED": "true",
-        "OPS_WORKER_CONCURRENCY": "1",  # no model server to ask for its slots
-    }
-    done = _opsctl("serve", "ai-worker", env=env, cwd=tmp_path)
+    done = _opsctl("serve", "ai-worker", env=_ai_worker_env(sqlite_services, foreign), cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     last = done.stderr.splitlines()[-1]
     assert last.startswith(
@@ -112,16 +116,7 @@ def test_an_ai_worker_whose_key_is_revoked_while_it_runs_exits_2_saying_so(
     name = f"worker-revoked{secrets.token_hex(3)}"
     key = create_key_pair(keys_dir(), name)
     time.sleep(RESCAN_SECONDS + 0.1)  # the services read their keys folder again by then
-    env = {
-        **os.environ,
-        **key_env(),
-        "OPS_SERVICE_KEY": str(key),
-        "OPS_OPERATIONS_TARGET": sqlite_services.target,
-        "OPS_WORKSPACE_TARGET": sqlite_services.target,
-        "OPS_WORKERS_AI_OPERATIONS_ENABLED": "true",
-        "OPS_WORKER_CONCURRENCY": "1",  # no model server to ask for its slots
-        "OPS_LOG_JSON": "true",
-    }
+    env = {**os.environ, **_ai_worker_env(sqlite_services, key), "OPS_LOG_JSON": "true"}
     command = [sys.executable, "-m", "durable_ops.cli", "serve", "ai-worker"]
     worker = subprocess.Popen(command, env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     try:
