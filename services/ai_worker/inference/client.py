@@ -439,7 +439,7 @@ async def _streamed_content(
                 tokens, reading, signs = stream.tokens, stream.reading, stream.signs
                 if stream.take(event):
                     return stream.content()
-                if stream.signs != signs:
+                if stream.signs > signs:
                     listener.alive()
                 if stream.reading != reading and stream.reading is not None:
                     listener.read(stream.reading)
@@ -494,7 +494,6 @@ class _ChunkStream:
     def __init__(self) -> None:
         self.reading: _Reading | None = None  # the last report of the prompt's reading
         self.most_read = -1  # the most of the prompt any report said was read
-        self.signs = 0  # signs of progress: readings that moved on, pieces of the answer's text
         self.pieces: list[str] = []
         self.tokens = 0
         self.finish_reason: str | None = None
@@ -503,6 +502,12 @@ class _ChunkStream:
 
     def content(self) -> str:
         return "".join(self.pieces)
+
+    @property
+    def signs(self) -> int:
+        """Signs of progress so far: pieces of the answer's text, and tokens of the prompt
+        read (each report that read further adds what it read beyond the last)."""
+        return len(self.pieces) + self.most_read
 
     def take(self, event: Event) -> bool:
         """Read one event; True when it ended the stream."""
@@ -528,9 +533,7 @@ class _ChunkStream:
         reading = _Reading.of(chunk.get("prompt_progress"))
         if reading is not None:
             self.reading = reading
-            if reading.done > self.most_read:
-                self.most_read = reading.done
-                self.signs += 1
+            self.most_read = max(self.most_read, reading.done)
         return False
 
     def _choice(self, choice: object) -> None:
@@ -542,7 +545,6 @@ class _ChunkStream:
             raise InvalidModelOutput("answer has no text content")
         if content:
             self.pieces.append(content)
-            self.signs += 1
             self.tokens += 1  # one chunk with content is about one token
         finish_reason = choice.get("finish_reason")
         if finish_reason == "length":
