@@ -20,6 +20,8 @@ A verifier reads the directory again when a second has passed since it last
 did: a key issued to a new SDK worker (``opsctl keys issue``) is trusted
 without a restart, and a deleted one is not, once the credentials it signed
 have left the verified-credential cache (``credentials``, at most a minute).
+A public key file it cannot use is skipped with a warning naming the file and
+why, once per content of the file: not at each reading.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import structlog
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -48,6 +52,7 @@ PREVIOUS = ".previous"
 # A role, then optionally "-" and a label of the holder (an SDK worker's name).
 _NAME = re.compile(r"(?P<role>[a-z]+)(?:-(?P<label>[a-z0-9][a-z0-9_-]{0,47}))?")
 RESCAN_SECONDS = 1.0
+log = structlog.get_logger(__name__)
 
 
 def key_name(role: Role, label: str = "") -> str:
@@ -165,25 +170,79 @@ def rotate(directory: Path, name: str) -> Path:
     return create_key_pair(directory, name)
 
 
-def read_trusted(directory: Path) -> dict[str, TrustedKey]:
-    """The public keys of the keys folder ``directory`` by ``kid``; files that are not
-    keys are skipped."""
+@dataclass(frozen=True)
+class SkippedKey:
+    """A file of the public keys folder that holds no key the services can trust, and why
+    (never its content)."""
+
+    path: Path
+    reason: str
+    version: str = ""  # what changes when the file does: a digest of its bytes
+
+    def __str__(self) -> str:
+        return f"{self.path.name} ({self.reason})"
+
+
+def scan_trusted(directory: Path) -> tuple[dict[str, TrustedKey], list[SkippedKey]]:
+    """The public keys of the keys folder ``directory`` by ``kid``, and the ``.pub`` files
+    in it that were skipped."""
     trusted: dict[str, TrustedKey] = {}
+    skipped: list[SkippedKey] = []
     try:
         paths = sorted((directory / PUBLIC_DIR).glob(f"*{PUBLIC_SUFFIX}"))
     except OSError:
-        return trusted
+        return trusted, skipped
     for path in paths:
         stem = path.name.removesuffix(PUBLIC_SUFFIX).removesuffix(PREVIOUS)
         role = _role_of(stem)
         if role is None:
+            skipped.append(SkippedKey(path, f"not named <role>[-<label>]{PUBLIC_SUFFIX}"))
             continue
         try:
-            public_key = serialization.load_pem_public_key(path.read_bytes())
-        except (OSError, ValueError):
+            pem = path.read_bytes()
+        except OSError as error:
+            skipped.append(SkippedKey(path, f"unreadable: {error.strerror or error}"))
             continue
-        if isinstance(public_key, Ed25519PublicKey):
-            trusted[thumbprint(public_key)] = TrustedKey(stem, role, public_key)
+        version = hashlib.sha256(pem).hexdigest()
+        try:
+            public_key = serialization.load_pem_public_key(pem)
+        except (ValueError, UnsupportedAlgorithm):
+            private = b"PRIVATE KEY-----" in pem
+            reason = "a private key, not a public one" if private else "not a PEM public key"
+            skipped.append(SkippedKey(path, reason, version))
+            continue
+        if not isinstance(public_key, Ed25519PublicKey):
+            kind = type(public_key).__name__.removesuffix("PublicKey")
+            skipped.append(SkippedKey(path, f"{kind} key, not Ed25519", version))
+            continue
+        trusted[thumbprint(public_key)] = TrustedKey(stem, role, public_key)
+    return trusted, skipped
+
+
+# Each skipped file warned about, by path: the reason and version it was warned for.
+_warned: dict[Path, tuple[str, str]] = {}
+_warned_lock = threading.Lock()
+
+
+def warn_skipped(directory: Path, skipped: Iterable[SkippedKey]) -> None:
+    """A warning for each of ``skipped`` (from ``directory``) not warned about already as it
+    is now; one skipped no longer is forgotten, so it is warned about again if it is again."""
+    public = directory / PUBLIC_DIR
+    now = {entry.path: (entry.reason, entry.version) for entry in skipped}
+    with _warned_lock:
+        for path in [path for path in _warned if path.parent == public and path not in now]:
+            del _warned[path]
+        fresh = [path for path, seen in now.items() if _warned.get(path) != seen]
+        _warned.update((path, now[path]) for path in fresh)
+    for path in fresh:
+        log.warning("service_key_skipped", path=str(path), reason=now[path][0])
+
+
+def read_trusted(directory: Path) -> dict[str, TrustedKey]:
+    """The public keys of the keys folder ``directory`` by ``kid``; files that are not
+    keys are skipped, with a warning (``warn_skipped``)."""
+    trusted, skipped = scan_trusted(directory)
+    warn_skipped(directory, skipped)
     return trusted
 
 
@@ -242,9 +301,16 @@ def _a(role: Role) -> str:
 def trusted_keys(settings: Settings) -> TrustedKeys:
     """The public keys in ``OPS_SERVICE_KEYS_DIR`` that this service verifies with; none at
     all is a ``SettingsError``: a service that trusts no key refuses every call, so it must
-    not start (a relative folder read from another directory, say)."""
+    not start (a relative folder read from another directory, say, or key files it cannot
+    use: the message names them and why)."""
     directory = Path(settings.service_keys_dir)
-    keys = read_trusted(directory)
+    keys, skipped = scan_trusted(directory)
+    if not keys and skipped:
+        raise SettingsError(
+            f"no usable public service keys in {directory.resolve() / PUBLIC_DIR}"
+            " (OPS_SERVICE_KEYS_DIR), so every call would be refused; skipped:"
+            f" {', '.join(map(str, skipped))}"
+        )
     if not keys:
         public = directory.resolve() / PUBLIC_DIR
         raise SettingsError(
@@ -252,4 +318,5 @@ def trusted_keys(settings: Settings) -> TrustedKeys:
             " be refused: set OPS_SERVICE_KEYS_DIR to the folder that holds them (an absolute"
             " path), or make them there with `opsctl keys init`"
         )
+    warn_skipped(directory, skipped)
     return TrustedKeys(directory, initial=keys)

@@ -160,6 +160,28 @@ def test_a_service_that_trusts_no_key_refuses_to_start(service: str, tmp_path: P
     ]
 
 
+def test_a_service_whose_only_key_file_is_unusable_names_it_in_its_refusal(
+    tmp_path: Path,
+) -> None:
+    """A folder of corrupt keys read as "no public service keys": the operator who put one
+    there was told to look for another folder."""
+    public = tmp_path / "keys" / PUBLIC_DIR
+    public.mkdir(parents=True)
+    (public / f"operator{PUBLIC_SUFFIX}").write_text("truncated in a copy")
+    env = {
+        "OPS_SERVICE_KEYS_DIR": str(tmp_path / "keys"),
+        "OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}",
+        "OPS_OPERATIONS_BIND": f"127.0.0.1:{free_port()}",
+    }
+    done = _opsctl("serve", "operations", env=env, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"opsctl serve operations: no usable public service keys in {public.resolve()}"
+        " (OPS_SERVICE_KEYS_DIR), so every call would be refused; skipped: operator.pub"
+        " (not a PEM public key)"
+    ]
+
+
 def test_a_worker_whose_key_is_refused_at_a_claim_stops_and_run_raises_it(
     sqlite_services: Services, tmp_path: Path
 ) -> None:

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import jwt
 import pytest
+from structlog.testing import capture_logs
 
 from durable_ops.model.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from durable_ops.model.scope import NeutralScope, OperatorScope, OwnerScope, Role
@@ -28,9 +29,10 @@ from durable_ops.rpc.keys import (
     TrustedKeys,
     create_key_pair,
     private_key_path,
+    trusted_keys,
 )
 from durable_ops.rpc.scope import caller_scope, key_from_metadata, scope_for
-from durable_ops.settings import SettingsError
+from durable_ops.settings import Settings, SettingsError
 
 
 @pytest.fixture(autouse=True)
@@ -147,6 +149,47 @@ def test_a_new_key_is_trusted_after_a_second_and_a_deleted_one_no_longer(tmp_pat
     now[0] += RESCAN_SECONDS
     with pytest.raises(Unauthenticated):
         verify_service_token(trusted, token)
+
+
+def test_a_key_file_it_cannot_use_is_warned_about_once_and_again_once_it_changes(
+    tmp_path: Path,
+) -> None:
+    """The folder is read again each second: one warning per content of the file, naming it
+    and why, never quoting it."""
+    create_key_pair(tmp_path, "gateway")
+    corrupt = tmp_path / "public" / "worker-late.pub"
+    corrupt.write_text("-----BEGIN PUBLIC KEY-----\nnot base64\n-----END PUBLIC KEY-----\n")
+    now = [0.0]
+    with capture_logs() as logs:
+        trusted = TrustedKeys(tmp_path, clock=lambda: now[0])
+        for _ in range(3):
+            now[0] += RESCAN_SECONDS
+            trusted.find("kid")
+        private = private_key_path(tmp_path, "gateway").read_text()  # a mistaken copy
+        corrupt.write_text(private)
+        for _ in range(3):
+            now[0] += RESCAN_SECONDS
+            trusted.find("kid")
+    skipped = [event for event in logs if event["event"] == "service_key_skipped"]
+    assert [(event["path"], event["reason"]) for event in skipped] == [
+        (str(corrupt), "not a PEM public key"),
+        (str(corrupt), "a private key, not a public one"),
+    ]
+    assert all(event["log_level"] == "warning" for event in skipped)
+    body = "".join(private.splitlines()[1:-1])
+    assert body not in repr(logs)
+
+
+def test_a_service_whose_key_files_are_all_unusable_says_which_and_why(tmp_path: Path) -> None:
+    public = tmp_path / "public"
+    public.mkdir()
+    (public / "gateway.pub").write_text("not a key")
+    with pytest.raises(SettingsError) as refused:
+        trusted_keys(Settings(service_keys_dir=str(tmp_path)))
+    assert str(refused.value) == (
+        f"no usable public service keys in {public} (OPS_SERVICE_KEYS_DIR), so every call"
+        " would be refused; skipped: gateway.pub (not a PEM public key)"
+    )
 
 
 def test_a_previous_key_is_trusted_during_a_rotation(tmp_path: Path) -> None:
