@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import pymysql
 import pytest
+from hypothesis import settings
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
@@ -42,6 +43,11 @@ from tests.support.logging_reset import reset_logging
 
 if TYPE_CHECKING:
     from testcontainers.community.mysql import MySqlContainer
+
+# No per-example deadline: how fast a property runs is a benchmark's question, and on two
+# cores shared by two test workers an example's time says more about the machine.
+settings.register_profile("shared_cores", deadline=None)
+settings.load_profile("shared_cores")
 
 ENGINES = ["sqlite", "mariadb"]
 CHECKOUT_VAR = Path(__file__).resolve().parents[1] / "var"

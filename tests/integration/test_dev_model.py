@@ -431,7 +431,7 @@ def test_words_keep_technical_terms() -> None:
 free_text = st.text(st.characters(codec="utf-8"), max_size=400)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(free_text, free_text, free_text, st.one_of(st.none(), free_text))
 def test_any_input_gives_a_valid_answer(
     title: str, description: str, cv: str, review_job: str | None

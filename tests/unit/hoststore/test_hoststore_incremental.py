@@ -30,7 +30,7 @@ changes = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(changes=changes, chunk=st.sampled_from([1, 2, 3, 32, 64]))
 def test_every_step_matches_the_full_encoding(
     changes: list[tuple[str, State, int]], chunk: int
@@ -105,7 +105,7 @@ def _step(
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(history=steps, chunk=st.sampled_from([1, 2, 32]), retained=st.integers(0, 120))
 def test_random_begin_and_advance_histories_match_the_full_encoding(
     history: list[tuple[str, int]], chunk: int, retained: int
@@ -153,7 +153,7 @@ def test_a_refused_step_is_not_the_base_of_the_next_one() -> None:
     assert "b" not in decode(bytes(change.payload)).records
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     base=st.dictionaries(ids, st.sampled_from(list(State)), max_size=80),
     changes=st.lists(st.tuples(ids, st.sampled_from(list(State))), max_size=300),

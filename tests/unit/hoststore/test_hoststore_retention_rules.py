@@ -216,7 +216,7 @@ def _advance(key: str, revision: int, target: State, now: str) -> Attempt:
     return lambda current: ledger.advance(current, key, revision, target, now=now)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     entries=st.lists(st.tuples(STATES, st.integers(0, 20), st.booleans()), max_size=30),
     horizon=st.integers(0, 25),
