@@ -3,10 +3,17 @@
 A job or CV is deleted with ``DELETE`` (204): what was made from it goes too, and its share
 of the storage quota comes back; 409 ``analysis_active`` names, in ``operation_id``, the
 unfinished analysis to cancel first (ADR 60).
+
+A page of ``GET /api/attachments`` carries an ``ETag`` (a hash of the page as sent): asked
+again with ``If-None-Match`` naming it, an unchanged page is a 304 without a body. The page
+is still read from the workspace service each time; what is saved is sending it, and the
+reader's work on it (the web UI reads the CV list again whenever a tab is shown again).
+``Cache-Control: no-store`` stays: the reader keeps its copy, no browser cache does.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from datetime import UTC
 from typing import Any
@@ -14,6 +21,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
+from starlette.staticfiles import NotModifiedResponse
 
 from durable_ops.api.workspace.v1 import workspace_pb2 as pb
 from durable_ops.api.workspace.v1 import workspace_pb2_grpc as pb_grpc
@@ -105,6 +113,26 @@ def _created(body: dict[str, Any], location: str) -> Response:
     return JSONResponse(body, status_code=201, headers={"Location": location})
 
 
+def _none_match(if_none_match: str, etag: str) -> bool:
+    """Whether ``If-None-Match`` names ``etag`` (``*``, or one of a list; RFC 9110 13.1.2
+    compares weakly: ``W/"x"`` names ``"x"``)."""
+    if if_none_match.strip() == "*":
+        return True
+    return etag in (tag.strip().removeprefix("W/") for tag in if_none_match.split(","))
+
+
+def _validated(request: Request, response: JSONResponse) -> Response:
+    """``response`` with an ``ETag`` of its body; a 304 with no body instead when the
+    request's ``If-None-Match`` names that tag (the reader has these very bytes). The tag is
+    strong: a hash of the bytes, equal tags for equal bodies."""
+    etag = '"' + hashlib.sha256(response.body).hexdigest()[:32] + '"'
+    response.headers["ETag"] = etag
+    if_none_match = request.headers.get("if-none-match")
+    if if_none_match is not None and _none_match(if_none_match, etag):
+        return NotModifiedResponse(response.headers)
+    return response
+
+
 # ---- jobs -----------------------------------------------------------------------------------
 
 
@@ -175,7 +203,7 @@ async def list_attachments(request: Request) -> Response:
         _stub(calls).ListAttachments, pb.ListRequest(page_size=page.size, page_token=page.token)
     )
     items = [attachment_dto(item, with_text=False) for item in reply.attachments]
-    return JSONResponse(list_body(items, reply.next_page_token))
+    return _validated(request, JSONResponse(list_body(items, reply.next_page_token)))
 
 
 async def get_attachment(request: Request) -> Response:
@@ -337,6 +365,17 @@ openapi_schemas: Mapping[str, Any] = {
     },
 }
 _JOBS, _ATTACHMENTS, _SETTINGS = "jobs", "attachments", "settings"
+_ETAG_HEADER = {
+    "description": "a strong validator of this page as sent; send it back in `If-None-Match`",
+    "schema": {"type": "string"},
+}
+_IF_NONE_MATCH = {
+    "name": "If-None-Match",
+    "in": "header",
+    "required": False,
+    "description": "the `ETag` of the page as last read: unchanged, the answer is a 304",
+    "schema": {"type": "string"},
+}
 openapi_paths: Mapping[str, Mapping[str, Any]] = {
     "/api/jobs": {
         "post": endpoint(
@@ -382,8 +421,18 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
             "List the caller's attachments (without text), newest first",
             "listAttachments",
             _ATTACHMENTS,
-            {"200": ok("a page of attachments", ref("AttachmentList")), **errors(400, 503, 504)},
-            parameters=PAGE_PARAMETERS,
+            {
+                "200": {
+                    **ok("a page of attachments", ref("AttachmentList")),
+                    "headers": {"ETag": _ETAG_HEADER},
+                },
+                "304": {
+                    "description": "the page is the one `If-None-Match` names: no body",
+                    "headers": {"ETag": _ETAG_HEADER},
+                },
+                **errors(400, 503, 504),
+            },
+            parameters=[*PAGE_PARAMETERS, _IF_NONE_MATCH],
         ),
     },
     "/api/attachments/{id}": {

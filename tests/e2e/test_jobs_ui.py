@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import APIResponse, Locator, Page, Request, Route, expect
+from playwright.sync_api import APIResponse, Locator, Page, Request, Response, Route, expect
 from sqlalchemy import func, select
 
 from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
@@ -970,3 +970,50 @@ def test_show_more_lists_older_jobs_and_cvs_and_every_cv_is_offered(
     add_job_form.get_by_role("button", name="Add job").click()
     expect(jobs.first.get_by_role("heading")).to_have_text("Newest job")
     expect(jobs).to_have_count(52)
+
+
+def test_cvs_shown_again_are_read_again_only_when_they_changed(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """Shown again, the page asks for each page of CVs naming the copy it has: unchanged,
+    each is a 304 with no body and the cards stay as they were, the same elements; a CV
+    added or deleted in another tab meanwhile comes or goes."""
+    for n in range(105):  # two pages of the API's largest, 100
+        create_cv(ui_services.workspace, "alice", filename=f"cv-{n}.txt")
+    answers: list[tuple[str, int]] = []
+
+    def heard(response: Response) -> None:
+        if "/api/attachments?" in response.url:
+            answers.append((response.url, response.status))
+
+    page.on("response", heard)
+    open_jobs(page, ui_gateway.url, "alice")
+    cvs = page.locator("#cvs-heading ~ ol li.item")
+    expect(cvs).to_have_count(50)
+    assert sorted({status for _, status in answers}) == [200]
+    page.evaluate("document.querySelector('#cvs-heading ~ ol li.item').dataset.kept = 'yes'")
+
+    def shown_again() -> list[int]:
+        """The statuses of the CV list's pages the page read as it was shown again."""
+        answers.clear()
+        with page.expect_response(lambda r: "/api/attachments?" in r.url and "page_token" in r.url):
+            page.evaluate("document.dispatchEvent(new Event('visibilitychange'))")
+        return [status for _, status in answers]
+
+    assert shown_again() == [304, 304]
+    expect(cvs.first).to_have_attribute("data-kept", "yes")  # the same card, not drawn again
+    expect(cvs).to_have_count(50)
+
+    newest = create_cv(ui_services.workspace, "alice", filename="newest.txt")
+    assert 200 in shown_again()
+    expect(page.locator(f"#attachment-{newest}")).to_be_visible()
+    expect(cvs).to_have_count(51)
+    expect(page.locator("[data-kept='yes']")).to_have_count(1)  # the others stay
+
+    gone = page.request.delete(
+        f"{ui_gateway.url}/api/attachments/{newest}", headers={"Origin": ui_gateway.url}
+    )
+    assert gone.status == 204
+    assert 200 in shown_again()
+    expect(page.locator(f"#attachment-{newest}")).to_have_count(0)
+    assert shown_again() == [304, 304]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -84,6 +85,73 @@ def test_jobs_and_attachments_round_trip(services: Services) -> None:
             assert one.json()["text"] == CV_TEXT
             many = await client.get("/api/attachments", headers=bearer("alice"))
             assert "text" not in many.json()["items"][0]
+
+    run(scenario())
+
+
+def test_a_page_of_cvs_unchanged_since_it_was_read_is_a_304(services: Services) -> None:
+    """Each page of the CV list carries an ETag of itself; asked for again naming it, an
+    unchanged page is a 304 with no body (the web UI reads every CV whenever its tab is shown
+    again), and a CV added or deleted since is the whole page again, under a new tag."""
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            alice = bearer("alice")
+            for _ in range(3):
+                await _cv(client)
+
+            async def page(path: str, if_none_match: str | None = None) -> httpx.Response:
+                asked = {"If-None-Match": if_none_match} if if_none_match is not None else {}
+                return await client.get(path, headers={**alice, **asked})
+
+            first = await page("/api/attachments?page_size=2")
+            assert first.status_code == 200
+            tag = first.headers["etag"]
+            assert re.fullmatch(r'"[0-9a-f]{32}"', tag), tag
+            assert first.headers["cache-control"] == "no-store"  # the reader keeps it, not a cache
+            assert (await page("/api/attachments?page_size=2")).headers["etag"] == tag  # stable
+
+            for named in (tag, f"W/{tag}", f'"other", {tag}', "*"):
+                same = await page("/api/attachments?page_size=2", named)
+                assert same.status_code == 304, named
+                assert same.content == b""
+                assert same.headers["etag"] == tag
+                assert same.headers["cache-control"] == "no-store"
+                assert "content-type" not in same.headers
+            other = await page("/api/attachments?page_size=2", '"0123456789abcdef"')
+            assert other.status_code == 200
+            assert other.json() == first.json()
+
+            token = first.json()["next_page_token"]
+            second = await page(f"/api/attachments?page_size=2&page_token={token}")
+            assert second.status_code == 200
+            assert len(second.json()["items"]) == 1
+            assert second.headers["etag"] != tag  # each page its own
+            assert (
+                await page("/api/attachments?page_size=2", second.headers["etag"])
+            ).status_code == 200
+
+            # Another user's list is not alice's, even empty against empty.
+            theirs = await client.get(
+                "/api/attachments", headers={**bearer("bob"), "If-None-Match": tag}
+            )
+            assert theirs.status_code == 200
+            assert theirs.json()["items"] == []
+
+            # The whole list, then one CV more, then one fewer: each time a new page.
+            whole = await page("/api/attachments")
+            assert (await page("/api/attachments", whole.headers["etag"])).status_code == 304
+            added = await _cv(client)
+            changed = await page("/api/attachments", whole.headers["etag"])
+            assert changed.status_code == 200
+            assert added in [item["id"] for item in changed.json()["items"]]
+            assert changed.headers["etag"] != whole.headers["etag"]
+            gone = await client.delete(f"/api/attachments/{added}", headers=alice)
+            assert gone.status_code == 204
+            after = await page("/api/attachments", changed.headers["etag"])
+            assert after.status_code == 200
+            assert after.json() == whole.json()
+            assert after.headers["etag"] == whole.headers["etag"]  # the same page, the same tag
 
     run(scenario())
 

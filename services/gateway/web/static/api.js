@@ -34,7 +34,25 @@ export function pageUser() {
   return document.querySelector('meta[name="ops-user"]')?.content ?? "";
 }
 
-export async function api(path, { method = "GET", signal, json, headers = {} } = {}) {
+export async function api(path, options = {}) {
+  const response = await send(path, options);
+  return response.status === 204 ? null : response.json();
+}
+
+// A GET of what the page read before: `known` is that earlier answer ({etag, body}, as this
+// answers), and the server answers 304 without a body when it has not changed since; the
+// answer is then `known` itself. Answers {etag, body}.
+export async function revalidate(path, known = null, { signal } = {}) {
+  const headers = known?.etag ? { "If-None-Match": known.etag } : {};
+  const response = await send(path, { signal, headers });
+  if (response.status === 304 && known) return known;
+  return { etag: response.headers.get("ETag"), body: await response.json() };
+}
+
+// The response to a request, once it is a success: a 304 is one to a request that named
+// what it has (If-None-Match; the page keeps it, never the browser's cache: the API's
+// answers are no-store).
+async function send(path, { method = "GET", signal, json, headers = {} } = {}) {
   let response;
   const request = {
     method,
@@ -57,7 +75,8 @@ export async function api(path, { method = "GET", signal, json, headers = {} } =
   if (response.status === 401) {
     window.dispatchEvent(new CustomEvent(AUTH_EXPIRED));
   }
-  if (!response.ok) {
+  const conditional = Object.keys(headers).some((name) => name.toLowerCase() === "if-none-match");
+  if (!response.ok && !(response.status === 304 && conditional)) {
     const problem = await problemOf(response);
     problem.retryAfter = response.headers.get("Retry-After");
     if (response.status === 409 && problem.code === "page_user_changed") {
@@ -65,7 +84,7 @@ export async function api(path, { method = "GET", signal, json, headers = {} } =
     }
     throw new ApiError(response.status, problem);
   }
-  return response.status === 204 ? null : response.json();
+  return response;
 }
 
 export function post(path, options = {}) {

@@ -17,11 +17,12 @@
 // CV is read (each is offered as the CV to compare with), and shown a step at a time.
 // Each job and CV is deleted from its card (delete-subject.js), and forgotten here; one
 // deleted elsewhere leaves its card when a start finds it gone, and the lists are read
-// again whenever the page is shown again (the event stream tells of operations only).
+// again whenever the page is shown again (the event stream tells of operations only): the
+// CVs conditionally, a page of them unchanged since its last read costing a 304 and no body.
 // An error on a card lasts while it is true (`showCardError`). The forms check their
 // fields before sending, and say what they added.
 
-import { api, post, put } from "../api.js";
+import { api, post, put, revalidate } from "../api.js";
 import { cancelDialogs } from "../dialog.js";
 import { h, replaceChildren } from "../dom.js";
 import { createAnalysisView, isActive, isLiveAnswer } from "../analysis-view.js";
@@ -555,17 +556,39 @@ export function mount(main) {
   }
 
   // Up to `count` rows of a collection (e.g. "/api/jobs"), from `token` on, in pages of at
-  // most PAGE_SIZE_MAX; and the token of the rest, "" when there is none.
-  async function listed(collection, count, token = "") {
+  // most PAGE_SIZE_MAX; and the token of the rest, "" when there is none. With `known` (the
+  // pages as last read, {etag, body} by URL), each page is asked for with the ETag it had
+  // and one unchanged comes as a 304 without a body; `known` then holds the pages read.
+  async function listed(collection, count, token = "", known = null) {
     const items = [];
+    const urls = new Set();
     do {
       const query = new URLSearchParams({ page_size: String(Math.min(PAGE_SIZE_MAX, count - items.length)) });
       if (token) query.set("page_token", token);
-      const page = await api(`${collection}?${query}`);
+      const url = `${collection}?${query}`;
+      let page;
+      if (known) {
+        const answer = await revalidate(url, known.get(url));
+        known.set(url, answer);
+        urls.add(url);
+        page = answer.body;
+      } else {
+        page = await api(url);
+      }
       items.push(...page.items);
       token = page.next_page_token ?? "";
     } while (token && items.length < count);
+    for (const url of known?.keys() ?? []) if (!urls.has(url)) known.delete(url);
     return { items, next: token };
+  }
+
+  // Every CV (they come without their text). Read again (the page shown again), each page
+  // unchanged since is a 304 with no body: a user with many CVs is not sent them all again
+  // at every return to the tab. The list is made from the server's pages either way, so a
+  // CV added or deleted elsewhere comes or goes as before.
+  const cvPages = new Map();
+  function listedCvs() {
+    return listed("/api/attachments", Infinity, "", cvPages);
   }
 
   // The lists are read one reading at a time: a refresh and a load at once would show a
@@ -586,7 +609,7 @@ export function mount(main) {
   let loaded = false;
   async function loadNow(added) {
     const jobCount = Math.max(JOBS_PAGE, rows.job.length + added);
-    const [jobs, cvs] = await Promise.all([listed("/api/jobs", jobCount), listed("/api/attachments", Infinity)]);
+    const [jobs, cvs] = await Promise.all([listed("/api/jobs", jobCount), listedCvs()]);
     loaded = true;
     reached();
     rows.job = jobs.items;
@@ -610,7 +633,7 @@ export function mount(main) {
   function refreshLists() {
     return inTurn(async () => {
       if (!loaded) return;
-      const [jobs, cvs] = await Promise.all([listed("/api/jobs", Math.max(JOBS_PAGE, rows.job.length)), listed("/api/attachments", Infinity)]);
+      const [jobs, cvs] = await Promise.all([listed("/api/jobs", Math.max(JOBS_PAGE, rows.job.length)), listedCvs()]);
       reached();
       const missing = rows.job.filter((row) => !jobs.items.some((job) => job.id === row.id));
       const gone = jobs.next ? await goneJobs(missing) : missing;
