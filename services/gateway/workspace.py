@@ -4,10 +4,11 @@ A job or CV is deleted with ``DELETE`` (204): what was made from it goes too, an
 of the storage quota comes back; 409 ``analysis_active`` names, in ``operation_id``, the
 unfinished analysis to cancel first (ADR 60).
 
-A page of ``GET /api/attachments`` carries an ``ETag`` (a hash of the page as sent): asked
-again with ``If-None-Match`` naming it, an unchanged page is a 304 without a body. The page
-is still read from the workspace service each time; what is saved is sending it, and the
-reader's work on it (the web UI reads the CV list again whenever a tab is shown again).
+A page of ``GET /api/jobs`` or ``GET /api/attachments`` carries an ``ETag`` (a hash of the
+page as sent): asked again with ``If-None-Match`` naming it, an unchanged page is a 304
+without a body. The page is still read from the workspace service each time; what is saved
+is sending it (a job's description is up to 20,000 characters), and the reader's work on it
+(the web UI reads both lists again whenever a tab is shown again).
 ``Cache-Control: no-store`` stays: the reader keeps its copy, no browser cache does.
 """
 
@@ -157,7 +158,8 @@ async def list_jobs(request: Request) -> Response:
     reply = await calls(
         _stub(calls).ListJobs, pb.ListRequest(page_size=page.size, page_token=page.token)
     )
-    return JSONResponse(list_body([job_dto(job) for job in reply.jobs], reply.next_page_token))
+    jobs = [job_dto(job) for job in reply.jobs]
+    return _validated(request, JSONResponse(list_body(jobs, reply.next_page_token)))
 
 
 async def get_job(request: Request) -> Response:
@@ -376,6 +378,25 @@ _IF_NONE_MATCH = {
     "description": "the `ETag` of the page as last read: unchanged, the answer is a 304",
     "schema": {"type": "string"},
 }
+
+
+def _validated_list(summary: str, operation_id: str, tag: str, what: str, schema: str) -> Any:
+    """The OpenAPI operation of a list whose pages carry an ``ETag`` (``_validated``)."""
+    with_tag = {"headers": {"ETag": _ETAG_HEADER}}
+    unchanged = "the page is the one `If-None-Match` names: no body"
+    return endpoint(
+        summary,
+        operation_id,
+        tag,
+        {
+            "200": {**ok(f"a page of {what}", ref(schema)), **with_tag},
+            "304": {"description": unchanged, **with_tag},
+            **errors(400, 503, 504),
+        },
+        parameters=[*PAGE_PARAMETERS, _IF_NONE_MATCH],
+    )
+
+
 openapi_paths: Mapping[str, Mapping[str, Any]] = {
     "/api/jobs": {
         "post": endpoint(
@@ -385,12 +406,8 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
             {"201": ok("the job", ref("Job")), **_CREATE_ERRORS},
             request_body=json_body(ref("NewJob")),
         ),
-        "get": endpoint(
-            "List the caller's jobs, newest first",
-            "listJobs",
-            _JOBS,
-            {"200": ok("a page of jobs", ref("JobList")), **errors(400, 503, 504)},
-            parameters=PAGE_PARAMETERS,
+        "get": _validated_list(
+            "List the caller's jobs, newest first", "listJobs", _JOBS, "jobs", "JobList"
         ),
     },
     "/api/jobs/{id}": {
@@ -417,22 +434,12 @@ openapi_paths: Mapping[str, Mapping[str, Any]] = {
             {"201": ok("the attachment, without its text", ref("Attachment")), **_CREATE_ERRORS},
             request_body=json_body(ref("NewAttachment")),
         ),
-        "get": endpoint(
+        "get": _validated_list(
             "List the caller's attachments (without text), newest first",
             "listAttachments",
             _ATTACHMENTS,
-            {
-                "200": {
-                    **ok("a page of attachments", ref("AttachmentList")),
-                    "headers": {"ETag": _ETAG_HEADER},
-                },
-                "304": {
-                    "description": "the page is the one `If-None-Match` names: no body",
-                    "headers": {"ETag": _ETAG_HEADER},
-                },
-                **errors(400, 503, 504),
-            },
-            parameters=[*PAGE_PARAMETERS, _IF_NONE_MATCH],
+            "attachments",
+            "AttachmentList",
         ),
     },
     "/api/attachments/{id}": {

@@ -153,6 +153,13 @@ def test_a_page_of_cvs_unchanged_since_it_was_read_is_a_304(services: Services) 
             assert after.json() == whole.json()
             assert after.headers["etag"] == whole.headers["etag"]  # the same page, the same tag
 
+            # The jobs list likewise (a job's description is up to 20,000 characters).
+            await _job(client)
+            jobs = await page("/api/jobs")
+            assert (await page("/api/jobs", jobs.headers["etag"])).status_code == 304
+            await _job(client)
+            assert (await page("/api/jobs", jobs.headers["etag"])).status_code == 200
+
     run(scenario())
 
 

@@ -17,8 +17,8 @@
 // CV is read (each is offered as the CV to compare with), and shown a step at a time.
 // Each job and CV is deleted from its card (delete-subject.js), and forgotten here; one
 // deleted elsewhere leaves its card when a start finds it gone, and the lists are read
-// again whenever the page is shown again (the event stream tells of operations only): the
-// CVs conditionally, a page of them unchanged since its last read costing a 304 and no body.
+// again whenever the page is shown again (the event stream tells of operations only),
+// conditionally: a page unchanged since its last read costs a 304 and no body.
 // An error on a card lasts while it is true (`showCardError`). The forms check their
 // fields before sending, and say what they added.
 
@@ -582,11 +582,15 @@ export function mount(main) {
     return { items, next: token };
   }
 
-  // Every CV (they come without their text). Read again (the page shown again), each page
-  // unchanged since is a 304 with no body: a user with many CVs is not sent them all again
-  // at every return to the tab. The list is made from the server's pages either way, so a
-  // CV added or deleted elsewhere comes or goes as before.
+  // The jobs shown and every CV (they come without their text). Read again (the page shown
+  // again), each page unchanged since is a 304 with no body: a user with many jobs or CVs is
+  // not sent them all again at every return to the tab. The lists are made from the
+  // server's pages either way, so one added or deleted elsewhere comes or goes as before.
+  const jobPages = new Map();
   const cvPages = new Map();
+  function listedJobs(count) {
+    return listed("/api/jobs", count, "", jobPages);
+  }
   function listedCvs() {
     return listed("/api/attachments", Infinity, "", cvPages);
   }
@@ -609,7 +613,7 @@ export function mount(main) {
   let loaded = false;
   async function loadNow(added) {
     const jobCount = Math.max(JOBS_PAGE, rows.job.length + added);
-    const [jobs, cvs] = await Promise.all([listed("/api/jobs", jobCount), listedCvs()]);
+    const [jobs, cvs] = await Promise.all([listedJobs(jobCount), listedCvs()]);
     loaded = true;
     reached();
     rows.job = jobs.items;
@@ -633,7 +637,7 @@ export function mount(main) {
   function refreshLists() {
     return inTurn(async () => {
       if (!loaded) return;
-      const [jobs, cvs] = await Promise.all([listed("/api/jobs", Math.max(JOBS_PAGE, rows.job.length)), listedCvs()]);
+      const [jobs, cvs] = await Promise.all([listedJobs(Math.max(JOBS_PAGE, rows.job.length)), listedCvs()]);
       reached();
       const missing = rows.job.filter((row) => !jobs.items.some((job) => job.id === row.id));
       const gone = jobs.next ? await goneJobs(missing) : missing;
