@@ -239,7 +239,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     _log_as_opsctl()  # a wait for another migration says so on stderr
     with reaching(database.address, database.source):
         if args.check:
-            return _migrate_check(*migrate.pending_revisions(database.address))
+            where = f"{shown} (from {database.source})"
+            return _migrate_check(where, *migrate.pending_revisions(database.address))
         with migrate.migration_lock(database.address):  # from the first read to the last
             return _migrate(args, database.address, shown, database.source)
 
@@ -270,15 +271,22 @@ def _migrate(args: argparse.Namespace, url: str, shown: str, source: str) -> int
     else:
         migrate.upgrade(url)
     reached = migrate.stamped_revision(url)
+    if reached == before:  # read under the lock: nothing moved it but this run, which did not
+        # Not an audit line: those record a change (docs/operations.md), and this is none.
+        print(f"schema at {reached or 'base (no tables)'} already: nothing applied")
+        return 0
     _audit("schema_migrated", database=shown, from_revision=before, to_revision=reached)
     print(f"schema at {reached or 'base (no tables)'}")
     return 0
 
 
-def _migrate_check(current: str | None, head: str, pending: list[tuple[str, str]]) -> int:
+def _migrate_check(
+    database: str, current: str | None, head: str, pending: list[tuple[str, str]]
+) -> int:
     """``opsctl migrate --check``: 0 when nothing is pending, else ``EXIT_REFUSED`` (the
-    services refuse this schema) after naming each pending revision."""
-    print(f"schema at {current or 'base (no tables)'}; this release's head is {head}")
+    services refuse this schema) after naming each pending revision. ``database`` is the
+    one read as it may be shown (``shown_url``: no password) and where it came from."""
+    print(f"{database}: schema at {current or 'base (no tables)'}; this release's head is {head}")
     if not pending:
         newer = "" if current == head else " (a newer release's: this one runs on it)"
         print(f"up to date{newer}")
@@ -689,18 +697,19 @@ def build_parser() -> argparse.ArgumentParser:
         "migrate",
         cmd_migrate,
         "Upgrade the schema to the newest revision, or move it to --to REV",
-        "Prints the revision reached. A move down (--to an older revision, or base: every\n"
-        "table) drops what each revision it undoes added, and all it holds: without --yes\n"
-        "it prints those revisions and exits 6. Another migration of the same database\n"
-        "running: it waits for that one (up to 10 minutes), then does what is left.",
+        "Prints the revision reached, or that nothing was applied. A move down (--to an\n"
+        "older revision, or base: every table) drops what each revision it undoes added,\n"
+        "and all it holds: without --yes it prints those revisions and exits 6. Another\n"
+        "migration of the same database running: it waits for that one (up to 10\n"
+        "minutes), then does what is left.",
     )
     moves = migrate.add_mutually_exclusive_group()
     moves.add_argument("--to", metavar="REV", help="revision to move to, e.g. base or 0002")
     moves.add_argument(
         "--check",
         action="store_true",
-        help="change nothing: print the schema's revision, the head and the pending revisions;"
-        " exit 0 when up to date, 3 when revisions are pending",
+        help="change nothing: name the database, print its schema's revision, the head and"
+        " the pending revisions; exit 0 when up to date, 3 when revisions are pending",
     )
     migrate.add_argument("--yes", action="store_true", help="confirm a move down")
     database_option(migrate)

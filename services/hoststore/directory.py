@@ -15,6 +15,11 @@ from durable_ops.hoststore.errors import LockReplaced, UnsafeDirectory, UnsafeFi
 from durable_ops.hoststore.filesystem import FileSystem
 
 DIRECTORY_MODE = 0o700
+# A directory that cannot hold the store's files (read-only, refused to this user, gone):
+# its folder is the thing to fix, as for every folder opsctl cannot write. The errors are
+# those of ``private_files.UNWRITABLE_PLACE`` (a test holds them equal); the store, a leaf
+# library, imports nothing of the rest of durable_ops.
+UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR})
 
 
 def open_directory(fs: FileSystem, path: str) -> int:
@@ -45,6 +50,15 @@ def open_directory(fs: FileSystem, path: str) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def unwritable(error: OSError, path: str) -> UnsafeDirectory | None:
+    """What ``error``, met writing ``path`` in the store's directory, says when that
+    directory cannot hold the store: one line naming ``path`` and why. None for any other
+    error (a full disk among them)."""
+    if error.errno not in UNWRITABLE:
+        return None
+    return UnsafeDirectory(f"cannot write {path}: {error.strerror or error}")
 
 
 def identity(fd: int) -> tuple[int, int]:

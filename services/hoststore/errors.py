@@ -6,7 +6,8 @@ Callers branch on the class or on ``code``; messages are for people. The tree:
     ├── InvalidInput          invalid_argument         bad id, plan hash, host id or state
     ├── UnsupportedPlatform   unsupported_platform     not Linux (Windows is refused too)
     ├── UnsafeDirectory       unsafe_directory         missing, symlink, not a directory,
-    │                                                  other owner, or mode not 0700
+    │                                                  other owner, mode not 0700, or
+    │                                                  unwritable (a read-only file system)
     ├── UnsupportedFileSystem unsupported_file_system  NFS, SMB, FUSE, ... or unknown
     ├── UnsafeFile            unsafe_file              host.lock/state.json not a private
     │                                                  regular file of the current user

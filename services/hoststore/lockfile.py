@@ -29,7 +29,7 @@ import errno
 import os
 from typing import Final
 
-from durable_ops.hoststore.directory import check_private_file, identity
+from durable_ops.hoststore.directory import check_private_file, identity, unwritable
 from durable_ops.hoststore.errors import (
     HostLocked,
     LockFileInvalid,
@@ -57,6 +57,10 @@ def open_and_lock(fs: FileSystem, dir_fd: int, directory: str) -> int:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UnsafeFile(f"{LOCK_NAME} in {directory} is a symlink") from None
+        # A read-only file system, say: the directory is what to fix, not the file.
+        refused = unwritable(exc, os.path.join(directory, LOCK_NAME))
+        if refused is not None:
+            raise refused from exc
         raise UnsafeFile(f"cannot open {LOCK_NAME} in {directory}: {exc.strerror}") from exc
     try:
         check_private_file(os.fstat(fd), LOCK_NAME)

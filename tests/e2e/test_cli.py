@@ -378,6 +378,37 @@ def test_every_change_an_operator_makes_is_an_audit_line_naming_them(tmp_path: P
     assert status.stderr == ""  # reading changes nothing: no audit line
 
 
+def test_a_migrate_that_applies_nothing_says_so_and_writes_no_audit_line(tmp_path: Path) -> None:
+    """An audit line records a change (``schema_migrated``, from and to); a run that found
+    the schema where it was asked to be says so, and is none."""
+    env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}"}
+    head = head_revision()
+    first = opsctl("migrate", env=env, cwd=tmp_path)
+    assert first.stdout == f"schema at {head}\n", first.stderr
+    [audit] = [json.loads(line) for line in first.stderr.splitlines()]
+    assert (audit["event"], audit["from_revision"], audit["to_revision"]) == (
+        "schema_migrated",
+        None,
+        head,
+    )
+    for again in (["migrate"], ["migrate", "--to", "head"], ["migrate", "--to", head]):
+        done = opsctl(*again, env=env, cwd=tmp_path)
+        assert (done.returncode, done.stdout, done.stderr) == (
+            0,
+            f"schema at {head} already: nothing applied\n",
+            "",
+        )
+    dropped = opsctl("migrate", "--to", "base", "--yes", env=env, cwd=tmp_path)
+    [audit] = [json.loads(line) for line in dropped.stderr.splitlines()]
+    assert (audit["from_revision"], audit["to_revision"]) == (head, None)
+    empty = opsctl("migrate", "--to", "base", "--yes", env=env, cwd=tmp_path)
+    assert (empty.returncode, empty.stdout, empty.stderr) == (
+        0,
+        "schema at base (no tables) already: nothing applied\n",
+        "",
+    )
+
+
 @pytest.mark.parametrize(
     ("log_json", "as_json"), [("auto", True), ("true", True), ("false", False)]
 )

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from durable_ops.hoststore import acquire
 from tests.e2e.test_cli import opsctl
 from tests.support import disks
 from tests.support.product import product_env
@@ -70,4 +71,24 @@ def test_a_host_store_folder_the_store_refuses_is_a_bad_setting(
     line = _one_line(opsctl("serve", "ai-worker", env=env, cwd=tmp_path))
     assert line == (
         f"opsctl serve ai-worker: OPS_HOST_STORE_DIR cannot hold the host store: {store} {says}"
+    )
+
+
+@pytest.mark.parametrize("initialized", [False, True], ids=["fresh", "initialized"])
+def test_a_host_store_on_a_read_only_file_system_is_a_bad_setting(
+    initialized: bool, tmp_path: Path
+) -> None:
+    """It ended in exit 1, pointing at 'A damaged store' of docs/operations.md."""
+    with disks.small_disk(tmp_path / "disk", size="1m") as disk:
+        store = disk / "store"
+        store.mkdir(mode=0o700)
+        store.chmod(0o700)
+        if initialized:
+            acquire(store, "runner-1").close()
+        disks.make_read_only(disk)
+        env = product_env(OPS_WORKERS_AI_OPERATIONS_ENABLED="true", OPS_HOST_STORE_DIR=str(store))
+        line = _one_line(opsctl("serve", "ai-worker", env=env, cwd=tmp_path))
+    assert line == (
+        "opsctl serve ai-worker: OPS_HOST_STORE_DIR cannot hold the host store:"
+        f" cannot write {store}/host.lock: Read-only file system"
     )

@@ -5,6 +5,8 @@ one on ``Duplicate entry '0001_operations'``."""
 
 from __future__ import annotations
 
+import contextlib
+import secrets
 import subprocess
 import sys
 import threading
@@ -12,10 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import make_url
 
 from durable_ops.cli import EXIT_DATABASE_UNAVAILABLE, EXIT_REFUSED, _exit_code
 from durable_ops.storage import migrate
 from durable_ops.storage.availability import DatabaseUnavailable, reaching
+from tests.conftest import MakeDatabase, _admin
 from tests.e2e.test_cli import opsctl
 
 TOGETHER = 3  # the more at once, the surer two race without the lock
@@ -34,10 +38,16 @@ def test_migrations_at_once_on_a_fresh_database_take_turns(fresh_url: str, tmp_p
     ]
     ended = [run.communicate(timeout=120) for run in runs]
     head = migrate.head_revision()
-    for run, (out, err) in zip(runs, ended, strict=True):
+    for run, (_, err) in zip(runs, ended, strict=True):
         assert run.returncode == 0, err
         assert "Traceback" not in err
-        assert out == f"schema at {head}\n"
+    # One moved the schema, and only its audit line says so; the others found it moved.
+    assert sorted(out for out, _ in ended) == [
+        f"schema at {head}\n",
+        *[f"schema at {head} already: nothing applied\n"] * (TOGETHER - 1),
+    ]
+    audits = [line for _, err in ended for line in err.splitlines() if "schema_migrated" in line]
+    assert len(audits) == 1, audits
     assert migrate.stamped_revision(fresh_url) == head
 
 
@@ -78,10 +88,12 @@ def test_migrate_check_names_what_is_pending_and_changes_nothing(
 ) -> None:
     head = migrate.head_revision()
     env = {"OPS_DATABASE_URL": fresh_url}
+    # The database it read, named as every opsctl line names one: no password.
+    read = f"{make_url(fresh_url).render_as_string(hide_password=True)} (from OPS_DATABASE_URL)"
     empty = opsctl("migrate", "--check", env=env, cwd=tmp_path)
     assert empty.returncode == EXIT_REFUSED, empty.stderr
     said, count, first, *rest = empty.stdout.splitlines()
-    assert said == f"schema at base (no tables); this release's head is {head}"
+    assert said == f"{read}: schema at base (no tables); this release's head is {head}"
     assert count.endswith(" pending (`opsctl migrate` applies them):")
     assert first.startswith("  0001_operations  Operations: the user_operations table")
     assert rest[-1].startswith(f"  {head}  ")
@@ -101,8 +113,39 @@ def test_migrate_check_names_what_is_pending_and_changes_nothing(
     migrate.upgrade(fresh_url)
     current = opsctl("migrate", "--check", env=env, cwd=tmp_path)
     assert current.returncode == 0, current.stderr
-    assert current.stdout == f"schema at {head}; this release's head is {head}\nup to date\n"
+    assert (
+        current.stdout == f"{read}: schema at {head}; this release's head is {head}\nup to date\n"
+    )
     assert current.stderr == ""  # changes nothing: no audit line
+
+
+def test_migrate_check_names_the_database_it_read_never_its_password(
+    make_mariadb_database: MakeDatabase, tmp_path: Path
+) -> None:
+    """A user with a password, as production's are (the tests' server may have none)."""
+    created = make_mariadb_database()
+    server = make_url(created)
+    user, password = f"ops_check_{secrets.token_hex(4)}", secrets.token_hex(12)
+    with contextlib.closing(_admin(created)) as admin, admin.cursor() as cursor:
+        cursor.execute(f"CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'")
+        cursor.execute(f"GRANT SELECT ON {server.database}.* TO '{user}'@'%'")
+    try:
+        url = server.set(username=user, password=password)
+        done = opsctl(
+            "migrate",
+            "--check",
+            "--database-url",
+            url.render_as_string(hide_password=False),
+            cwd=tmp_path,
+        )
+    finally:
+        with contextlib.closing(_admin(created)) as admin, admin.cursor() as cursor:
+            cursor.execute(f"DROP USER '{user}'@'%'")
+    assert done.returncode == EXIT_REFUSED, done.stdout + done.stderr
+    assert done.stdout.splitlines()[0].startswith(
+        f"{url.render_as_string(hide_password=True)} (from --database-url): schema at base"
+    )
+    assert password not in done.stdout + done.stderr
 
 
 def test_migrate_check_takes_no_target(tmp_path: Path) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from pathlib import Path
 
 import pytest
 
+from durable_ops import private_files
 from durable_ops.hoststore import (
     LockFileInvalid,
     UnsafeDirectory,
@@ -15,8 +17,11 @@ from durable_ops.hoststore import (
     UnsupportedFileSystem,
     UnsupportedPlatform,
     acquire,
+    directory,
+    lockfile,
     mounts,
 )
+from durable_ops.hoststore.filesystem import FileSystem
 
 
 @pytest.fixture
@@ -165,3 +170,38 @@ def test_a_shared_snapshot_is_refused(store: Path) -> None:
     (store / "state.json").chmod(0o640)
     with pytest.raises(UnsafeFile, match="mode"):
         acquire(store, "runner-1")
+
+
+class _Unwritable(FileSystem):
+    """``host.lock`` cannot be opened for writing, as on a read-only file system: what a
+    mode cannot show a test run as root (``tests/e2e/test_unwritable_places.py`` mounts one)."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def open(self, name: str, flags: int, mode: int = 0o600, *, dir_fd: int | None = None) -> int:
+        if name == lockfile.LOCK_NAME:
+            raise OSError(self.code, os.strerror(self.code))
+        return super().open(name, flags, mode, dir_fd=dir_fd)
+
+
+@pytest.mark.parametrize(
+    "code", [errno.EROFS, errno.EACCES, errno.EPERM], ids=["EROFS", "EACCES", "EPERM"]
+)
+def test_a_directory_the_store_cannot_write_is_refused_naming_it(store: Path, code: int) -> None:
+    """Its folder is what to fix (the AI worker: a bad OPS_HOST_STORE_DIR, exit 2), not a
+    damaged file (an UnsafeFile, which it ended on with exit 1)."""
+    with pytest.raises(UnsafeDirectory) as refused:
+        acquire(store, "runner-1", filesystem=_Unwritable(code))
+    assert refused.value.message == f"cannot write {store / 'host.lock'}: {os.strerror(code)}"
+
+
+def test_another_failure_to_open_host_lock_is_still_the_files() -> None:
+    assert directory.unwritable(OSError(errno.ENOSPC, "No space left on device"), "x") is None
+    assert directory.unwritable(OSError(errno.EIO, "Input/output error"), "x") is None
+
+
+def test_the_store_counts_a_folder_unwritable_as_opsctl_does() -> None:
+    """One rule for a folder that cannot hold our files (``private_files``), repeated in the
+    store only because it imports nothing of the rest of durable_ops."""
+    assert directory.UNWRITABLE == private_files.UNWRITABLE_PLACE
