@@ -12,8 +12,9 @@ once. While it runs, ``var/stack.json`` says where (``stack.address_file``):
 the CLI's commands find the stack there. It holds ``var/up.lock`` all along
 (``stack.lock``): a second ``opsctl up`` from the same directory is refused,
 naming the first one's pid.
-A refusal at start (a bad setting, another stack, an address taken) leaves no
-file behind.
+A refusal at start for a bad setting, another stack or an address taken leaves no
+file behind; one met once ``var/`` is made (a keys folder it cannot write, a database
+that does not answer, a full disk) leaves what it had made, which the next start uses.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from durable_ops.gateway.hosts import dev_login_refusal
 from durable_ops.local_secrets import with_kept_secrets
 from durable_ops.logs import configure_logging, use_json
 from durable_ops.private_files import unwritable_place
-from durable_ops.settings import Settings
+from durable_ops.settings import Settings, variable
 from durable_ops.stack import address_file, lock
 from durable_ops.stack.binds import local_to_the_stack, parse_address, stack_binds
 from durable_ops.stack.children import Stack, process_specs, serves
@@ -153,7 +154,13 @@ def run_stack(
     # go: stderr, JSON off a terminal. Unconfigured, structlog printed them as text on
     # stdout, among lines that are all JSON when piped.
     configure_logging(settings, process=STACK)
-    # Both checked before any file is made: a refused start leaves nothing behind.
+    # Checked before any file is made: a start refused for a bad setting leaves nothing.
+    if variable("jwt_secret") in os.environ:  # else kept in var/, and checked once read there
+        settings.check_user_token_secrets()
+    if not settings.database_url.startswith("sqlite:///"):  # a warm start loads no SQLAlchemy
+        from durable_ops.storage.availability import shown_url
+
+        shown_url(settings.database_url, database_source)  # a URL it cannot use: refused
     try:
         lock.check_free()
         taken = problems(stack_binds(settings))

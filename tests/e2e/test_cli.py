@@ -285,6 +285,19 @@ UP_REFUSES = [
     ),
     # Accepted, and every analysis was refused.
     ({"OPS_AI_USER_LIMIT": "-1"}, "OPS_AI_USER_LIMIT must be at least 1, not -1"),
+    # Both refused once var/up.lock was made, which stayed.
+    (
+        {"OPS_DATABASE_URL": "sqlite://host/ops.sqlite3"},
+        "OPS_DATABASE_URL is not a database URL durable-ops can use (a SQLite URL has three"
+        " slashes and no host: sqlite:///PATH): give sqlite:///PATH,"
+        " mysql+pymysql://USER:PASSWORD@HOST:PORT/DATABASE or mariadb+pymysql://…",
+    ),
+    (
+        {"OPS_JWT_SECRET": "short"},
+        "OPS_JWT_SECRET holds a secret of 5 bytes; HS256 needs at least 32 (RFC 7518 §3.2):"
+        " set a random one (`openssl rand -base64 32`), or leave it unset for the one"
+        " `opsctl` keeps in var/secrets.json",
+    ),
 ]
 
 
