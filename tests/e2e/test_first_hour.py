@@ -219,7 +219,7 @@ def test_the_first_hour(page: Page, tmp_path: Path, screenshot: Screenshot) -> N
 
         job.get_by_label("CV to compare with").select_option(label="ada-lovelace.txt")
         job.get_by_role("button", name="Start strategy snapshot").click()
-        expect(_state(job)).to_have_text(re.compile("Queued|Running"))
+        expect(_state(job)).to_have_text(re.compile("Queued|Waiting for the model|Running"))
         score = job.locator(".analysis__score")
         expect(score).to_contain_text(re.compile(r"Fit: \d+"), timeout=ANSWER_MS)
         fit = int(re.search(r"Fit: (\d+)", score.inner_text()).group(1))  # type: ignore[union-attr]

@@ -12,18 +12,20 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import APIResponse, Locator, Page, Request, Response, Route, expect
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
+from durable_ops.clock import utc_now
 from durable_ops.model.scope import Role
 from durable_ops.storage import budgets
-from durable_ops.storage.schema import Attachment
+from durable_ops.storage.schema import Attachment, UserOperation
 from tests.support.gateway import (
     Claimed,
     LiveGateway,
     acknowledge_cancel,
     claim,
     complete,
+    fail,
     heartbeat,
     publish,
 )
@@ -247,6 +249,63 @@ def test_cancel_a_running_analysis_shows_cancelling_until_the_worker_stops(
     expect(job.get_by_text("cancel came too late")).to_have_count(0)
 
 
+def make_the_retry_due(services: Services, claimed: Claimed) -> Claimed:
+    """The failed attempt's retry, claimed at once instead of after its delay."""
+    due = utc_now() - timedelta(seconds=1)
+    services.db.run(
+        lambda tx: tx.execute(
+            update(UserOperation)
+            .where(UserOperation.id == claimed.operation_id)
+            .values(next_attempt_at=due)
+        ),
+        owner_id=None,
+    )
+    services.sweep()
+    return claim(services, ["strategy.snapshot"])
+
+
+def test_an_analysis_the_model_has_not_started_says_it_waits_for_the_model_and_which_try(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services, screenshot: Screenshot
+) -> None:
+    """A worker holds the analysis and the model has shown no sign of it (down, or not yet
+    begun): the card says it waits for the model, not "Running" beside a bar at 0 %, for
+    as long as the worker asks the model again and waits for it (about a minute and a
+    half in all when it stays down); once a try failed, which attempt of how many."""
+    job = open_job_with_a_snapshot(page, ui_gateway, ui_services)
+    state = job.locator(".analysis .state")
+    when = job.locator(".analysis__when")
+    bar = job.get_by_label("Analysis progress")
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    expect(state).to_have_text("Waiting for the model")
+    expect(bar).to_have_count(0)  # nothing to measure yet: no bar at 0 %
+    expect(when).to_be_hidden()  # the first attempt
+    expect(job.get_by_role("button", name="Cancel analysis")).to_be_visible()
+    screenshot(page, "29-jobs-snapshot-waiting-for-the-model")
+
+    heartbeat(ui_services, claimed, 12)  # the model's first sign
+    expect(state).to_have_text("Running")
+    expect(bar).to_have_attribute("value", "12")
+
+    fail(ui_services, claimed, retryable=True)  # e.g. the model went down: tried again later
+    expect(state).to_have_text("Waiting to retry")
+    expect(when).to_have_text(re.compile(r"^next try .+, attempt 2 of 3$"))
+
+    retried = make_the_retry_due(ui_services, claimed)
+    expect(state).to_have_text("Waiting for the model")
+    expect(when).to_have_text("retrying: attempt 2 of 3")
+    expect(bar).to_have_count(0)  # a new run starts from nothing, not from the last one's 12 %
+    screenshot(page, "29-jobs-snapshot-waiting-for-the-model-retrying")
+
+    heartbeat(ui_services, retried, 30)
+    expect(state).to_have_text("Running")
+    expect(when).to_have_text("retrying: attempt 2 of 3")
+    expect(bar).to_have_attribute("value", "30")
+    publish(ui_services, retried, ANSWER)
+    complete(ui_services, retried)
+    expect(job.get_by_text("Fit: 82")).to_be_visible()
+    expect(job.locator(".analysis__status")).to_have_count(0)  # a success shows its result
+
+
 def offline(route: Route) -> None:
     route.abort("connectionrefused")
 
@@ -285,7 +344,7 @@ def test_a_cancel_that_was_not_sent_says_so_beside_it_and_errors_go_once_the_car
     page.unroute("**/api/operations/*/cancel")
     page.unroute("**/api/attachments")
     claim(ui_services, ["strategy.snapshot"])
-    expect(job.locator(".analysis .state")).to_have_text("Running")
+    expect(job.locator(".analysis .state")).to_have_text("Waiting for the model")
     expect(failed).to_be_hidden()
     expect(page.get_by_role("alert")).to_have_count(0)
 
@@ -342,7 +401,7 @@ def test_closing_the_dialog_of_an_analysis_that_ended_leaves_focus_on_its_card(
 ) -> None:
     job = open_job_with_a_snapshot(page, ui_gateway, ui_services)
     claimed = claim(ui_services, ["strategy.snapshot"])
-    expect(job.locator(".analysis .state")).to_have_text("Running")
+    expect(job.locator(".analysis .state")).to_have_text("Waiting for the model")
     job.get_by_role("button", name="Cancel analysis").click()
     dialog = page.get_by_role("dialog", name="Cancel this analysis?")
     publish(ui_services, claimed, ANSWER)
@@ -394,7 +453,7 @@ def test_a_live_analysis_is_followed_by_the_event_stream_not_polled(
     assert streams, "no event stream"
 
     claimed = claim(ui_services, ["strategy.snapshot"])
-    expect(job.locator(".analysis .state")).to_have_text("Running")
+    expect(job.locator(".analysis .state")).to_have_text("Waiting for the model")
     heartbeat(ui_services, claimed, 45)
     expect(job.get_by_label("Analysis progress")).to_have_attribute("value", "45")
     assert len(polls) == looked, "the moves came by the event stream"
@@ -784,7 +843,7 @@ def test_a_read_that_fails_after_the_stream_told_the_end_is_tried_again(
     again: the card said "Running", its draft "Being written…", for good."""
     job = open_job_with_a_snapshot(page, ui_gateway, ui_services)
     claimed = claim(ui_services, ["strategy.snapshot"])
-    expect(job.locator(".analysis .state")).to_have_text("Running")
+    expect(job.locator(".analysis .state")).to_have_text("Waiting for the model")
     refused = refuse_reads(page)
     publish(ui_services, claimed, ANSWER)
     complete(ui_services, claimed)

@@ -161,7 +161,7 @@ def test_the_answer_appears_as_it_is_written_and_a_second_tab_sees_the_run_at_on
     job.get_by_role("button", name="Start strategy snapshot").click()
     started = time.monotonic()
     expect(job_there.locator(".analysis .state")).to_have_text(
-        re.compile("Queued|Running"), timeout=SECOND_TAB_MS
+        re.compile("Queued|Waiting for the model|Running"), timeout=SECOND_TAB_MS
     )
     shown_after = time.monotonic() - started
 

@@ -294,7 +294,7 @@ def test_the_cancel_dialog_says_already_finished_when_the_analysis_ends_while_op
     job = open_job(page, ui_gateway, ui_services, cv=False)
     start(job)
     claimed = claim(ui_services, [SNAPSHOT])
-    expect(job.locator(".analysis .state")).to_have_text("Running")
+    expect(job.locator(".analysis .state")).to_have_text("Waiting for the model")
     job.get_by_role("button", name="Cancel analysis").click()
     dialog = page.get_by_role("dialog", name="Cancel this analysis?")
     expect(dialog.get_by_role("button", name="Stop analysis")).to_be_visible()

@@ -36,7 +36,7 @@ from tests.support.clock import ManualClock
 from tests.support.dev_model import serving
 from tests.support.grpc_services import Services, running_services
 from tests.support.operations_client import ALICE, OpsClient
-from tests.support.ports import free_port
+from tests.support.ports import free_port, unanswered_port
 from tests.support.stored import rows
 
 LEASE_SECONDS = 5
@@ -70,9 +70,12 @@ def _analysis(ops: OpsClient) -> str:
     return str(ops.create_raw(ALICE, request).operation.id)
 
 
-def _router(port: int, breaker: CircuitBreaker) -> Router:
+def _router(port: int, breaker: CircuitBreaker, timeout_seconds: float = 10) -> Router:
     local = ModelClient(
-        f"http://127.0.0.1:{port}/v1", "dev-heuristic", route=Route.LOCAL, timeout_seconds=10
+        f"http://127.0.0.1:{port}/v1",
+        "dev-heuristic",
+        route=Route.LOCAL,
+        timeout_seconds=timeout_seconds,
     )
     return Router(local, breaker, ask_again_seconds=ASK_AGAIN_SECONDS)
 
@@ -129,6 +132,32 @@ def test_an_attempt_ends_once_the_models_trial_fails_too(services: Services) -> 
     assert _attempts(services, operation_id) == [("failed_retryable", "model_connection_error")]
     assert breaker.state(time.monotonic()) is CircuitState.OPEN  # the trial reopened it
     assert COOLDOWN_SECONDS <= took < router.circuit_wait_seconds
+
+
+def test_a_model_host_that_never_answers_is_an_outage_not_the_models_silence(
+    services: Services,
+) -> None:
+    """The model's host is off: connects hang rather than being refused. Each is given up
+    within the connect bound and asked again as a refused one is, the failures open the
+    circuit and the attempt ends as against a refusing model, once its trial failed too,
+    ``model_connection_error``. Before, the first connect was waited for as long as the
+    model may be silent (the task timeout, 120 s by default) and the attempt failed
+    ``model_timeout``, with one failure counted by the breaker: every attempt alike."""
+    ops = OpsClient(services)
+    operation_id = _analysis(ops)
+    breaker = CircuitBreaker(FAILURES_TO_OPEN, COOLDOWN_SECONDS)
+    # A short bound on silence, so the connect bound (at most half of it) is short too.
+    router = _router(unanswered_port(), breaker, timeout_seconds=1.0)
+
+    async def scenario() -> None:
+        async with executor_on(router, Workspace(), Journal(), 10) as executor:
+            await asyncio.wait_for(drain(services, executor, LEASE_SECONDS), 30)
+
+    asyncio.run(scenario())
+    row = ops.row(operation_id)
+    assert (row.state, row.attempt) == ("waiting_for_retry", 1)
+    assert _attempts(services, operation_id) == [("failed_retryable", "model_connection_error")]
+    assert breaker.state(time.monotonic()) is CircuitState.OPEN  # the trial reopened it
 
 
 def _dev_model(port: int, cwd: Path) -> subprocess.Popen[bytes]:

@@ -53,7 +53,7 @@ from durable_ops.model.routing import Route
 from durable_ops.model.states import Privacy
 from durable_ops.model.usage import Usage
 from durable_ops.settings import Settings
-from tests.support.ports import refusing_port
+from tests.support.ports import refusing_port, unanswered_port
 from tests.support.prompts import build_request, cv_text, job_text, validate_answer
 
 STRATEGY_SNAPSHOT = tasks.STRATEGY_SNAPSHOT.name
@@ -339,6 +339,42 @@ def test_real_socket_answer_timeout_and_refusal() -> None:
 
     with serving(create_app()) as fast, serving(silent_app()) as silent:
         run(scenario(fast, silent))
+
+
+def test_a_connection_never_made_is_unreachable_not_the_models_silence() -> None:
+    """A model host that is off (a connect that hangs) took nothing, as a refusing one:
+    the client gives the connection up within its own bound and says it cannot reach the
+    model. Before, the connect was waited for as long as the model may be silent and
+    failed ``model_timeout``, as if the model had taken the request (120 s by default,
+    every attempt, each one failing at once)."""
+    url = f"http://127.0.0.1:{unanswered_port()}/v1"
+
+    async def scenario() -> None:
+        # The connect bound defaults to at most half the bound on silence: the two never race.
+        async with ModelClient(url, "m", route=Route.LOCAL, timeout_seconds=1.0) as client:
+            with pytest.raises(ModelUnreachable) as unreachable:
+                await client.complete(STRATEGY)
+            assert client.connect_timeout_seconds == 0.5
+        assert unreachable.value.took_nothing
+        assert unreachable.value.retryable
+        assert unreachable.value.code == "model_connection_error"
+        assert str(unreachable.value) == "cannot reach the model (ConnectTimeout)"
+        async with ModelClient(
+            url, "m", route=Route.LOCAL, timeout_seconds=60, connect_timeout_seconds=0.2
+        ) as client:
+            with pytest.raises(ModelUnreachable):
+                await client.complete(STRATEGY)
+
+    run(scenario())
+
+
+def test_the_connect_bound_is_its_own_and_never_the_silences() -> None:
+    client = ModelClient(ASGI_URL, "m", route=Route.LOCAL, timeout_seconds=120)
+    assert client.connect_timeout_seconds == inference.client.CONNECT_TIMEOUT_SECONDS
+    assert client.timeout_seconds == 120
+    with pytest.raises(ValueError, match="connect_timeout"):
+        ModelClient(ASGI_URL, "m", route=Route.LOCAL, connect_timeout_seconds=0)
+    run(client.aclose())
 
 
 def silent_app() -> Starlette:
@@ -1389,6 +1425,38 @@ def test_a_call_waiting_for_the_circuit_fails_once_another_calls_trial_failed() 
         router.breaker.record_failure(clock())  # it did not
         with pytest.raises(LocalRouteUnavailable, match="circuit_open"):
             await asyncio.wait_for(waiting, 5)
+        await router.aclose()
+
+    run(scenario())
+
+
+def test_a_model_host_that_never_answers_is_asked_again_until_the_circuit_opens() -> None:
+    """Connects that hang (the model's host off) are failures that took nothing, as
+    refusals are: with nowhere else to go the call asks again, each try lasting the
+    connect bound, until they open the circuit, then waits for its trial. Before, the
+    first try was waited for as long as the model may be silent and ended the call
+    ``model_timeout``; the breaker had counted one failure."""
+
+    async def scenario() -> None:
+        url = f"http://127.0.0.1:{unanswered_port()}/v1"
+        local = ModelClient(
+            url, "m", route=Route.LOCAL, timeout_seconds=30, connect_timeout_seconds=0.1
+        )
+        clock = Clock()
+        router = Router(local, CircuitBreaker(3, 30.0), clock=clock, ask_again_seconds=0.01)
+        waiting = asyncio.create_task(router.infer(STRATEGY, Privacy.LOCAL_ONLY, False))
+        while router.breaker.state(clock()) is not CircuitState.OPEN:
+            assert not waiting.done(), waiting.exception()  # asking again, not failed
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(3 * CIRCUIT_POLL_SECONDS)
+        assert not waiting.done()  # waiting for the circuit's trial
+        assert router.breaker.consecutive_failures == 3
+        clock.now += 30  # the cooldown passed: this call is the trial, and it fails too
+        with pytest.raises(LocalRouteUnavailable) as caught:
+            await asyncio.wait_for(waiting, 10)
+        assert caught.value.reason == "model_connection_error"
+        assert isinstance(caught.value.__cause__, ModelUnreachable)
+        assert router.breaker.state(clock()) is CircuitState.OPEN
         await router.aclose()
 
     run(scenario())

@@ -6,13 +6,15 @@ the same one twice in a session.
 
 ``refusing_port`` is a port where a connection is always refused: the two
 test processes draw from the same range, so a port that is merely free now
-may be another process's server a moment later.
+may be another process's server a moment later. ``unanswered_port`` is one where
+a connection is never made, nor refused: it hangs, as towards a host that is off.
 """
 
 from __future__ import annotations
 
 import random
 import socket
+import time
 
 PORTS = range(12000, 20000)  # clear of MariaDB, PostgreSQL, Redis and the Galera tests' ports
 _handed_out: set[int] = set()
@@ -55,3 +57,40 @@ def refusing_port() -> int:
         _held.append(sock)
         return port
     raise AssertionError(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
+
+
+def unanswered_port() -> int:
+    """A loopback port where a connect hangs until the caller gives up: neither made nor
+    refused, as towards a model host that is off or drops our packets.
+
+    A socket listens there with the shortest queue and never accepts; a few connects fill
+    the queue, after which the kernel drops each new one's SYN and the connecting side
+    waits for an answer. Held for the rest of the session, like ``refusing_port``.
+    """
+    server = socket.socket()
+    server.bind(("127.0.0.1", free_port()))
+    server.listen(0)
+    port = int(server.getsockname()[1])
+    _held.append(server)
+    for _ in range(16):
+        filler = socket.socket()
+        filler.setblocking(False)
+        filler.connect_ex(("127.0.0.1", port))
+        _held.append(filler)
+        time.sleep(0.02)  # its handshake lands in the queue (or is dropped, once it is full)
+        if not _connects(port):
+            return port
+    raise AssertionError(f"connects to 127.0.0.1:{port} were still made with its queue full")
+
+
+def _connects(port: int) -> bool:
+    """Whether a connect to ``port`` is made (or refused) within a short wait."""
+    with socket.socket() as probe:
+        probe.settimeout(0.2)
+        try:
+            probe.connect(("127.0.0.1", port))
+        except TimeoutError:
+            return False
+        except OSError:
+            return True
+        return True

@@ -37,6 +37,15 @@ whatever the server does, by the worker's attempt-wide timeout (``execution``). 
 external route is not asked for its reading: there the bound is its time to the first
 answer piece, then the longest gap between two. A server that answers in one piece is
 bounded by its time to the whole answer.
+
+A connection that cannot be made is no silence either: a server that is up accepts at once
+(on this host in well under a millisecond, a provider's in well under a second), so making
+one is bounded apart, by ``CONNECT_TIMEOUT_SECONDS``, and one not made in that time is
+``ModelUnreachable``, as a refused one is: nothing was sent, so ``Router.infer`` asks again
+and the breaker opens after its failures. Before, a model host that was off or dropped our
+packets (a connect that hangs, where a stopped server on a live host refuses at once) held
+the attempt for the whole bound on silence, 120 s, and then failed it ``model_timeout``
+as a model that had taken the request, every attempt.
 """
 
 from __future__ import annotations
@@ -81,6 +90,10 @@ from durable_ops.model.usage import Usage
 
 GENERIC_PROVIDER = "openai-compatible"
 DEFAULT_TIMEOUT_SECONDS = 60.0
+# The longest making a connection to the model may take (TCP, and TLS for https): it
+# covers the first two retransmissions of a lost SYN (1 s and 3 s after it); at most half
+# the bound on silence, so the two never race (the module says why it is apart).
+CONNECT_TIMEOUT_SECONDS = 10.0
 MAX_RESPONSE_BYTES = 1 << 20  # our answers are a few kB; more means a broken server
 
 _log = structlog.get_logger(__name__)
@@ -115,6 +128,7 @@ class ModelClient:
         route: Route,
         api_key: str = "",
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+        connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS,
         provider: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
@@ -122,12 +136,15 @@ class ModelClient:
             raise ValueError("base_url must be an http or https URL")
         if timeout_seconds <= 0:
             raise ValueError("timeout_seconds must be positive")
+        if connect_timeout_seconds <= 0:
+            raise ValueError("connect_timeout_seconds must be positive")
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
         # llama-server (the local route) reports the prompt's reading when asked; an
         # external provider is not sent a field it does not know.
         self.reports_reading = route is Route.LOCAL
         self.timeout_seconds = timeout_seconds
+        self.connect_timeout_seconds = min(connect_timeout_seconds, timeout_seconds / 2)
         self.provenance = Provenance(
             provider=provider or provider_from_url(base_url), model=model, route=route.value
         )
@@ -135,7 +152,7 @@ class ModelClient:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.AsyncClient(
             headers=headers,
-            timeout=httpx.Timeout(timeout_seconds),
+            timeout=httpx.Timeout(timeout_seconds, connect=self.connect_timeout_seconds),
             follow_redirects=False,
             transport=transport,
         )
@@ -232,6 +249,11 @@ class ModelClient:
                     lambda: silence.reschedule(loop.time() + self.timeout_seconds),
                 )
                 content = await self._ask(request, listener)
+        except httpx.ConnectTimeout as exc:
+            # No connection, so nothing sent: not the model's silence (the module says why).
+            raise ModelUnreachable(
+                f"cannot reach the model ({type(exc).__name__})", provenance=self.provenance
+            ) from exc
         except (TimeoutError, httpx.TimeoutException) as exc:
             raise ModelTimeout(
                 f"the model gave no sign of progress for {self.timeout_seconds:g} seconds",

@@ -7,7 +7,8 @@ table of its own::
     ├── ModelUnavailable              yes  the route is down; the local breaker counts it
     │   ├── ModelTimeout              yes  no sign of progress within the timeout
     │   ├── ModelConnectionError      yes  reset, broken stream, protocol error
-    │   │   └── ModelUnreachable      yes  refused, no route, DNS: nothing was sent
+    │   │   └── ModelUnreachable      yes  refused, no route, DNS, not made in time:
+    │   │                                  nothing was sent
     │   ├── ModelServerError          yes  HTTP 5xx (503: nothing taken, ``took_nothing``)
     │   └── ModelRateLimited          yes  HTTP 429 (carries retry_after_seconds)
     ├── InvalidModelOutput            yes  answered, but not JSON or not the schema
@@ -55,7 +56,7 @@ class ModelConnectionError(ModelUnavailable):
 
 
 class ModelUnreachable(ModelConnectionError):
-    """No connection was made (refused, no route to it)."""
+    """No connection was made (refused, no route to it, not made within its bound)."""
 
     took_nothing = True
 

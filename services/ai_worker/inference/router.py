@@ -35,7 +35,23 @@ attempt, ``ASK_AGAIN_SECONDS`` apart, until the failures open the circuit, and t
 waits for it as above: one attempt rides out a model server's restart of about 3 s +
 the 30 s cooldown, and the analysis's three about 90 s
 (tests/integration/test_ai_worker_outage.py; ADR 59). The spacing keeps a blip of a
-second from opening the circuit for a whole cooldown.
+second from opening the circuit for a whole cooldown. A connection not made within the
+client's connect bound (``CONNECT_TIMEOUT_SECONDS``: a model host that is off, or drops
+our packets) reached no model either, and is asked again the same way, each try then
+lasting that bound: before, it was waited for as long as the model may be silent (120 s)
+and failed the attempt ``model_timeout`` at once, three attempts of two minutes each at
+0 % before the breaker even opened.
+
+So the minute and a half or so that an analysis shows no progress while a refusing model
+stays down is this bound, on purpose: the first attempt asks three times and waits out
+the cooldown for its trial (some 33 s), each later one waits for the circuit's next
+half-open and is its trial, with the retry delays between them; the third trial fails
+the analysis about three cooldowns into the outage (95 s measured with the defaults, under
+``opsctl up`` with the local route on a port nothing listens on). Failing each attempt at
+once instead spent the three attempts in about 26 s, before a restarting model was back
+(ADR 59). What the owner sees meanwhile is the analysis running with no sign of progress
+from the model: the page says it waits for the model (and which attempt, once it is a
+retry), not a bar stuck at 0 %.
 
 A model server killed or restarted while it held the request (mid-prompt or
 mid-answer) drops the connection instead of refusing it: httpx's

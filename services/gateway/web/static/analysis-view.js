@@ -1,5 +1,6 @@
-// The result of an analysis (any registered task type), its progress, its cancel
-// and, once it was cancelled or failed, its retry. Updated in place on every poll, so
+// The result of an analysis (any registered task type), its progress (or, before the
+// model's first sign, that it waits for the model), its cancel and, once it was cancelled
+// or failed, its retry. Updated in place on every poll, so
 // focus survives and the live region around it announces only what changed (a new
 // state, a note, the result). While it runs, the answer's fields written so far show
 // as they arrive (the draft: out of the live region's announcements, which would read
@@ -108,8 +109,34 @@ function cancelling(operation) {
   return operation.cancel_requested && !TERMINAL_STATES.has(operation.state);
 }
 
+// Running, and the model has shown no sign of it yet: each run starts at 0 % and moves at
+// the model's first sign (its reading of the prompt, the answer's first piece), so this is
+// the worker waiting for the model, which may be down: the worker then asks it again and
+// waits for it, within the attempt's bounds, and the attempt is retried after a delay.
+// Said as that wait, not as a bar at 0 % that looks like a run that stalled.
+function waitingForModel(operation) {
+  return operation.state === "running" && operation.progress_percent === 0 && !cancelling(operation);
+}
+
+function analysisStateLabel(operation) {
+  return waitingForModel(operation) ? "Waiting for the model" : stateLabel(operation);
+}
+
 function stateClass(operation) {
-  return `state state--${cancelling(operation) ? "cancelling" : operation.state}`;
+  if (cancelling(operation)) return "state state--cancelling";
+  return `state state--${waitingForModel(operation) ? "waiting_for_model" : operation.state}`;
+}
+
+// Beside the state: when waiting work runs next (as on /operations), and which attempt once
+// one failed: "retrying: attempt 2 of 3" while a retry runs, "next try …, attempt 2 of 3"
+// while it waits for its turn. "" says nothing.
+function whenOf(operation) {
+  if (cancelling(operation)) return "";
+  const next = nextRunOf(operation);
+  const of = (attempt) => `attempt ${attempt} of ${operation.max_attempts}`;
+  if (operation.state === "waiting_for_retry") return [next, of(operation.attempt + 1)].filter(Boolean).join(", ");
+  if (operation.state === "running" && operation.attempt > 1) return `retrying: ${of(operation.attempt)}`;
+  return next;
 }
 
 // "cancel" (the button), "cancelling" (the same button, inert), "retry" (after a cancel
@@ -133,7 +160,7 @@ function setText(element, text) {
 export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFallback, name = "" } = {}) {
   const named = (label) => (name ? `${label}: ${name}` : label);
   const state = h("span", { class: "state" });
-  const when = h("span", { class: "analysis__when", hidden: true }); // "scheduled for …", as on /operations
+  const when = h("span", { class: "analysis__when", hidden: true }); // "scheduled for …" (as on /operations), the attempt
   const progressSlot = h("span", { class: "analysis__progress" });
   const note = h("p", { class: "analysis__note", hidden: true });
   const actionError = h("p", { class: "form-error analysis__action-error", role: "alert", hidden: true }); // a failed cancel, beside it
@@ -160,7 +187,7 @@ export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFal
 
   function updateProgress(operation) {
     const bar = progressSlot.querySelector("progress");
-    if (TERMINAL_STATES.has(operation.state)) {
+    if (TERMINAL_STATES.has(operation.state) || waitingForModel(operation)) {
       replaceChildren(progressSlot);
     } else if (!bar) {
       replaceChildren(
@@ -252,9 +279,9 @@ export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFal
       note.remove();
       return;
     }
-    setText(state, stateLabel(operation));
+    setText(state, analysisStateLabel(operation));
     if (state.className !== stateClass(operation)) state.className = stateClass(operation);
-    const next = cancelling(operation) ? "" : nextRunOf(operation);
+    const next = whenOf(operation);
     setText(when, next);
     when.hidden = !next;
     updateProgress(operation);
