@@ -312,7 +312,9 @@ def _stop(stack: Stack, output: Output, forcing: threading.Event) -> None:
 def _supervise(
     stack: Stack, stopping: threading.Event, output: Output, budget: RestartBudget
 ) -> int:
-    """Restart children that die, with backoff, until asked to stop or a budget is spent."""
+    """Restart children that die, with backoff, until asked to stop or a budget is spent;
+    stop at once when one refused a setting (exit 2, as at a start of its own: a host
+    store it cannot write, a service key refused): every restart would refuse it again."""
     due: dict[str, float] = {}
     while not stopping.wait(SUPERVISE_SECONDS):
         now = time.monotonic()
@@ -320,6 +322,15 @@ def _supervise(
             if label in due:
                 continue
             code = stack.children[label].returncode
+            if code == EXIT_USAGE:
+                output.say(
+                    "refused",
+                    f"opsctl up: {label} refused a setting (exit 2: its line above says"
+                    " which); stopping everything.",
+                    child=label,
+                    code=code,
+                )
+                return EXIT_USAGE
             delay = budget.next_delay(label, now)
             if delay is None:
                 output.say(

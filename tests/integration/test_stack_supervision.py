@@ -11,7 +11,7 @@ from pathlib import Path
 from durable_ops.stack.children import Stack
 from durable_ops.stack.output import Output
 from durable_ops.stack.restarts import RestartBudget
-from durable_ops.up import EXIT_UNAVAILABLE, _supervise
+from durable_ops.up import EXIT_UNAVAILABLE, EXIT_USAGE, _supervise
 from tests.support.keys import key_env
 from tests.support.ports import free_port
 
@@ -51,6 +51,30 @@ def test_a_child_that_keeps_dying_spends_its_budget_and_stops_the_stack(tmp_path
     while _refusals(out) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _refusals(out) == 3
+
+
+def test_a_child_that_refuses_a_setting_stops_the_stack_at_once(tmp_path: Path) -> None:
+    """Exit 2 is a setting the child refuses: the same at every restart, so none is tried."""
+    env = {
+        "OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'empty.sqlite3'}",
+        "OPS_LOG_JSON": "true",
+        "OPS_LOG_LEVEL": "loud",
+        **key_env(),
+    }
+    out = io.StringIO()
+    stack = Stack(env, specs=[], out=out, as_json=True)
+    stack.start_one("workspace")
+    try:
+        code = _supervise(stack, threading.Event(), Output(out, as_json=True), RestartBudget())
+    finally:
+        stack.stop()
+    assert code == EXIT_USAGE
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [record["event"] for record in records if record["process"] == "up"] == ["refused"]
+    deadline = time.monotonic() + 10  # the relay of the child's own line may be on its way
+    while "OPS_LOG_LEVEL must be" not in out.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "OPS_LOG_LEVEL must be" in out.getvalue()
 
 
 def _refusals(out: io.StringIO) -> int:
