@@ -26,7 +26,7 @@ from durable_ops.clock import Clock
 from durable_ops.model import bounds, lifecycle
 from durable_ops.model import retention as retention_rules
 from durable_ops.model.concurrency_limits import Concurrency
-from durable_ops.model.errors import DomainError
+from durable_ops.model.errors import DomainError, InvalidTransition, NotFound
 from durable_ops.model.held_leases import HeldLease
 from durable_ops.model.lifecycle import Event
 from durable_ops.model.operator import OperatorFilter
@@ -39,7 +39,15 @@ from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.operations.pruner import PruneResult, prune
 from durable_ops.operations.tuning import TUNING, Tuning
 from durable_ops.operations.watch import Watcher, answers, moved, owner_moved
-from durable_ops.storage import drafts, operations, owner_changes, retention, task_pauses
+from durable_ops.storage import (
+    capacity,
+    drafts,
+    operations,
+    owner_changes,
+    retention,
+    task_pauses,
+    workspace,
+)
 from durable_ops.storage import operator as store
 from durable_ops.storage.db import Database
 from durable_ops.storage.events import Changed
@@ -67,6 +75,8 @@ _LOGGED_ALONE = frozenset({Event.REQUEST_FALLBACK, Event.RELEASE})
 # committed while the page read what it shows, are not lost.
 WATCH_OVERLAP = timedelta(seconds=2)
 OwnerChange = tuple[UserOperation, drafts.Draft | None]
+# An operator's retry of an analysis whose job or CV was deleted (ADR 65): refused.
+SUBJECT_GONE = "subject_gone"
 
 
 class OperationsApp:
@@ -375,7 +385,7 @@ class OperationsApp:
 
     async def force_retry(self, operation_id: str) -> UserOperation:
         return await self._as_operator(
-            partial(store.retry, operation_id=operation_id, now=self.clock())
+            partial(operator_retry, operation_id=operation_id, now=self.clock())
         )
 
     async def pause_task_type(self, task_type: str, by: str) -> tuple[Pause | None, bool]:
@@ -416,6 +426,30 @@ class OperationsApp:
     async def _as_operator(self, work: Callable[[OperatorTx], T], *, write: bool = True) -> T:
         """One transaction in the operator's scope (ADR 19): any owner's rows, by ``OperatorTx``."""
         return await self.db.run_async(lambda tx: work(OperatorTx(tx)), owner_id=None, write=write)
+
+
+def operator_retry(tx: OperatorTx, operation_id: str, now: datetime) -> UserOperation:
+    """The owner's retry, as the operator (ADR 19), refused ``subject_gone`` for an analysis
+    whose job or CV was deleted since (ADR 65): the owner's own retry (admission) is refused
+    then, and queued, it would only be failed ``subject_not_found`` by the worker, its owner
+    told again of an analysis of something they deleted. Read under the lock an admission
+    and a delete take, writing its row as they do (Galera), so a racing delete goes wholly
+    before or after (ADR 60). Other task types' subjects are opaque here."""
+    scope = tx.as_owner(store.owner_of(tx, operation_id))
+    op = operations.get(scope, operation_id)
+    if op.task_type in TASKS and op.state in lifecycle.RETRYABLE_STATES:
+        task = TASKS.get(op.task_type)
+        capacity.lock_control(scope)
+        for kind, ref in ((task.subject, op.subject_id), (task.context, op.context_ref)):
+            if kind is None or not ref:
+                continue
+            try:
+                workspace.get_subject(scope, kind, ref)
+            except NotFound:
+                message = f"the {kind.label} it reads was deleted: it cannot run again"
+                raise InvalidTransition(message, code=SUBJECT_GONE) from None
+        capacity.reserve(scope)
+    return store.retry(tx, operation_id, now)
 
 
 def _claim_source(route: Route) -> OperationState:

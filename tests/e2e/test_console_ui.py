@@ -17,6 +17,7 @@ from durable_ops.model.scope import Role
 from tests.support.gateway import LiveGateway, claim, create_operation
 from tests.support.grpc_services import Services, metadata
 from tests.support.signin import dev_sign_in
+from tests.support.workspace_client import create_job
 
 pytestmark = pytest.mark.browser
 Screenshot = Callable[[Page, str], Path]
@@ -51,8 +52,10 @@ def fail_for_good(
     message: str = "the model said no",
     tokens: tuple[int, int] | None = None,
 ) -> str:
-    """An operation whose one attempt failed permanently, reporting ``tokens`` used."""
-    created = create_operation(services, owner, task_type=task_type, max_attempts=1)
+    """An operation whose one attempt failed permanently, reporting ``tokens`` used, of a
+    real job: an operator's retry of an analysis of a missing one is refused (ADR 65)."""
+    job = ("job", create_job(services.workspace, owner))
+    created = create_operation(services, owner, task_type=task_type, max_attempts=1, subject=job)
     claimed = claim(services, [task_type])
     assert claimed.operation_id == created.id
     item = ops_pb.SettleOperationsRequest.Item(owner_id=owner)

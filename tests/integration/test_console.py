@@ -45,6 +45,7 @@ from tests.support.operations_client import (
     expect_failure,
     rpc_failure,
 )
+from tests.support.workspace_client import create_job
 
 OPERATOR_NAME = "ops-carol"
 SAME_ORIGIN = {"Origin": BASE_URL}
@@ -76,7 +77,9 @@ def _session(services: Services, operator_md: Metadata) -> str:
 
 
 def _failed(ops: OpsClient, owner: str, key: str, **fields: Any) -> str:
-    """An operation that failed for good, with a failure code and message."""
+    """An operation that failed for good, with a failure code and message, of a real job:
+    an operator's retry of an analysis of a missing one is refused (ADR 65)."""
+    fields.setdefault("subject_id", create_job(ops.services.workspace, owner))
     created = ops.create(owner, key, max_attempts=1, **fields)
     lease = ops.claim_one(task_types=(created.task_type,))
     assert ops.fail(lease, retryable=False, code="model_error", message=f"{key} broke") == FAILED

@@ -114,6 +114,36 @@ def test_a_scheduled_operation_takes_its_turn_when_it_joins_the_line(queue: Queu
     assert later in taken, queue.owners(taken)
 
 
+def test_a_retried_operation_takes_a_new_turn_as_new_work_does(queue: Queue) -> None:
+    """A manual retry (the owner's, or an operator's: both are ``operations.retry``) queues
+    the operation as new work of its owner (ADR 65). It kept its first turn, so an owner's
+    cancelled work retried in bulk all went before every other owner's waiting work."""
+    old = queue.create("bob", 5)
+    for operation_id in old:
+        queue.db.run(
+            partial(operations.cancel, operation_id=operation_id, now=queue.now), owner_id="bob"
+        )
+    queue.create("alice", 10)
+    queue.now += timedelta(seconds=1)
+    for operation_id in old:
+        queue.db.run(
+            partial(operations.retry, operation_id=operation_id, now=queue.now), owner_id="bob"
+        )
+    taken = queue.owners(queue.claim(10))
+    assert Counter(taken) == {"alice": 5, "bob": 5}
+    assert all(a != b for a, b in pairwise(taken)), taken
+
+
+def test_a_retried_operation_held_for_later_takes_its_turn_when_it_joins(queue: Queue) -> None:
+    """Cancelled before its time and retried, it keeps its time (``lifecycle.restart``) and
+    its placeholder, which moves no owner's turn (ADR 56)."""
+    (later,) = queue.create("bob", not_before=queue.now + timedelta(days=1))
+    queue.db.run(partial(operations.cancel, operation_id=later, now=queue.now), owner_id="bob")
+    queue.db.run(partial(operations.retry, operation_id=later, now=queue.now), owner_id="bob")
+    tag = select(UserOperation.fair_tag).where(UserOperation.id == later)
+    assert queue.db.run(lambda tx: tx.execute(tag).scalar(), owner_id=None) == fairness.HELD_TAG
+
+
 def test_a_weight_of_two_gets_two_turns_for_one(queue: Queue) -> None:
     queue.db.run(lambda tx: shares.set_weight(tx, 2, set_by="ops", now=START), owner_id="alice")
     queue.create("alice", 40)

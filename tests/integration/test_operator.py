@@ -40,6 +40,7 @@ from tests.support.operations_client import (
     expect_failure,
     rpc_failure,
 )
+from tests.support.workspace_client import create_job
 
 DENIED = grpc.StatusCode.PERMISSION_DENIED
 NOT_FOUND = grpc.StatusCode.NOT_FOUND
@@ -137,7 +138,8 @@ def test_operator_cancel_and_retry_across_two_owners(
     services: Services, ops: OpsClient, operator_md: Metadata
 ) -> None:
     alices = ops.create(ALICE, "k-alice")
-    bobs = ops.create(BOB, "k-bob")
+    # A real job: an operator's retry of an analysis of a missing one is refused (ADR 65).
+    bobs = ops.create(BOB, "k-bob", subject_id=create_job(services.workspace, BOB))
     with capture_logs() as logs:
         for operation_id in (alices.id, bobs.id):
             done: opb.OperatorOperation = services.operator.CancelOperation(
@@ -311,13 +313,17 @@ def test_the_operator_credential_is_only_the_operator_scope(
 
 
 def test_opsctl_operations_list_show_and_bulk_cancel(
-    ops: OpsClient, clock: ManualClock, opsctl: Callable[..., tuple[int, str, str]]
+    services: Services,
+    ops: OpsClient,
+    clock: ManualClock,
+    opsctl: Callable[..., tuple[int, str, str]],
 ) -> None:
     alices = ops.create(ALICE, "k-cli-alice")
     bobs = []
+    job = create_job(services.workspace, BOB)  # a real one: the operator retries an analysis
     for n in range(3):
         clock.advance(1)  # one order, newest first, whatever the ids drawn
-        bobs.append(ops.create(BOB, f"k-cli-bob-{n}"))
+        bobs.append(ops.create(BOB, f"k-cli-bob-{n}", subject_id=job))
 
     code, out, _ = opsctl("list", "--json", "--as", OPERATOR_NAME)
     assert code == 0

@@ -17,6 +17,7 @@ from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services
 from tests.support.operations_client import ALICE, BOB, OTHER_TASK, QUEUED, TASK, OpsClient
 from tests.support.opsctl import Logs, Opsctl, in_process_opsctl
+from tests.support.workspace_client import create_job
 
 OPERATOR_NAME = "ops-erin"
 
@@ -196,8 +197,9 @@ def test_queues_show_each_task_types_depth_and_oldest_queued_wait(
     assert by_type[OTHER_TASK]["oldest_queued_seconds"] is None
 
 
-def test_list_and_retry_by_failure_code(ops: OpsClient, opsctl: Opsctl) -> None:
-    failed = ops.create(BOB, "k-model-error", max_attempts=1)
+def test_list_and_retry_by_failure_code(services: Services, ops: OpsClient, opsctl: Opsctl) -> None:
+    job = create_job(services.workspace, BOB)  # a real one: the operator retries an analysis
+    failed = ops.create(BOB, "k-model-error", max_attempts=1, subject_id=job)
     ops.fail(ops.claim_one(), retryable=False, code="model_error", message="the model said no")
     ops.create(BOB, "k-still-queued")
 

@@ -1,6 +1,7 @@
 """Deleting a job or a CV (ADR 60) over HTTP and in storage, on SQLite and MariaDB: what goes
 with it, what stays, its quota share given back, the refusal while an analysis uses it,
-and a delete racing an admission of an analysis of the same row."""
+and a delete racing an admission of an analysis of the same row, or an operator's retry of
+one (ADR 65)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, TypeVar
 
 import grpc
@@ -18,18 +20,20 @@ import pytest
 from sqlalchemy import func, select, update
 
 from durable_ops.ai_admission.admit import AdmitRequest, admit
+from durable_ops.api.operator.v1 import operator_pb2 as opb
 from durable_ops.api.workspace.v1 import workspace_pb2 as wpb
 from durable_ops.model import bounds
 from durable_ops.model.admission import Limits
-from durable_ops.model.errors import InUse, NotFound
+from durable_ops.model.errors import InUse, InvalidTransition, NotFound
 from durable_ops.model.scope import Role
-from durable_ops.storage import quota, workspace
+from durable_ops.operations.app import SUBJECT_GONE, operator_retry
+from durable_ops.storage import operations, quota, workspace
 from durable_ops.storage.db import Database
 from durable_ops.storage.drafts import DRAFTS
 from durable_ops.storage.operations.rows import OPS
 from durable_ops.storage.quota import STORAGE, STORAGE_QUOTA_EXCEEDED
 from durable_ops.storage.schema import AiWorkspaceNote, UserOperation
-from durable_ops.storage.tx import Tx
+from durable_ops.storage.tx import OperatorTx, Tx
 from tests.integration.test_gateway_workspace_ai import CV, JOB, _problem
 from tests.support.clock import ManualClock
 from tests.support.gateway import (
@@ -44,8 +48,9 @@ from tests.support.gateway import (
     run,
 )
 from tests.support.grpc_services import Services, metadata, running_services
+from tests.support.operations_client import QUEUED, OpsClient, expect_failure
 from tests.support.stored import scalar
-from tests.support.workspace_client import create_cv, create_job, entitle
+from tests.support.workspace_client import create_cv, create_job, entitle, snapshot_request
 
 JOB_BYTES = quota.utf8_bytes(JOB["title"], JOB["company"], JOB["description"])
 CV_BYTES = quota.utf8_bytes(CV["filename"], CV["text"])
@@ -275,6 +280,50 @@ def test_only_the_users_gateway_deletes(services: Services) -> None:
     assert _held(services.db, "alice") == (1, 1, JOB_BYTES + CV_BYTES)
 
 
+def test_an_operators_retry_of_an_analysis_of_a_deleted_job_or_cv_is_refused(
+    services: Services,
+) -> None:
+    """FAILED_PRECONDITION ``subject_gone`` (ADR 65), the operation left as it was, its
+    notification too, as the owner's retry is refused (404). It was queued: the worker
+    failed it ``subject_not_found``, and its owner was told again "could not be completed"
+    of an analysis of what they had deleted. One whose rows are all there is retried."""
+    entitle(services.db, "alice")
+    alice, ops = metadata(Role.GATEWAY, "alice"), OpsClient(services)
+    operator = metadata(Role.OPERATOR, subject="ops-carol")
+    job, kept_job = create_job(services.workspace, "alice"), create_job(services.workspace, "alice")
+    cv = create_cv(services.workspace, "alice")
+
+    def cancelled_analysis(job_id: str, cv_id: str = "") -> str:
+        admitted = services.admission.Admit(snapshot_request(job_id, cv_id), metadata=alice)
+        return ops.cancel("alice", admitted.operation.id).id
+
+    of_job, with_cv, kept = (
+        cancelled_analysis(job),
+        cancelled_analysis(kept_job, cv),
+        cancelled_analysis(kept_job),
+    )
+    services.workspace.DeleteJob(wpb.DeleteJobRequest(job_id=job), metadata=alice)
+    services.workspace.DeleteAttachment(
+        wpb.DeleteAttachmentRequest(attachment_id=cv), metadata=alice
+    )
+
+    def by_operator(operation_id: str) -> opb.OperatorOperation:
+        retried: opb.OperatorOperation = services.operator.RetryOperation(
+            opb.RetryOperationRequest(operation_id=operation_id), metadata=operator
+        )
+        return retried
+
+    for operation_id, label in ((of_job, "job"), (with_cv, "CV")):
+        refused = expect_failure(
+            partial(by_operator, operation_id), grpc.StatusCode.FAILED_PRECONDITION, SUBJECT_GONE
+        )
+        assert refused.details == f"the {label} it reads was deleted: it cannot run again"
+        assert ops.row(operation_id).state == "cancelled"
+        assert [row.outcome for row in ops.notification_rows(operation_id)] == ["cancelled"]
+    assert by_operator(kept).operation.state == QUEUED
+    assert ops.unread("alice") == 2  # the retried one's notification is taken back
+
+
 # ---- storage --------------------------------------------------------------------------------
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -332,7 +381,10 @@ HOLD_SECONDS = 0.5
 
 
 def _holding(
-    database: Database, work: Callable[[Tx], T], release: threading.Event
+    database: Database,
+    work: Callable[[Tx], T],
+    release: threading.Event,
+    owner: str | None = "alice",
 ) -> Callable[[], T]:
     """``work`` in one transaction that stays open, after ``work``, until ``release``."""
 
@@ -341,7 +393,7 @@ def _holding(
         release.wait(10)
         return done
 
-    return lambda: database.run(transaction, owner_id="alice")
+    return lambda: database.run(transaction, owner_id=owner)
 
 
 def _second_waits_for_first(
@@ -404,3 +456,50 @@ def test_a_delete_first_makes_a_racing_admission_not_found(database: Database) -
             after.result(timeout=30)
     assert refused.value.code == "job_not_found"
     assert scalar(database, select(func.count()).select_from(UserOperation)) == 0
+
+
+def _cancelled_analysis(database: Database, job: str) -> str:
+    request = AdmitRequest(SNAPSHOT, job)
+    limits = Limits(per_user=4, global_=8)
+    operation = database.run(lambda tx: admit(tx, request, limits, NOW)[0].id, owner_id="alice")
+    database.run(partial(operations.cancel, operation_id=operation, now=NOW), owner_id="alice")
+    return operation
+
+
+def _operator_retry(operation_id: str) -> Callable[[Tx], UserOperation]:
+    return lambda tx: operator_retry(OperatorTx(tx), operation_id, NOW)
+
+
+def test_an_operators_retry_first_makes_a_racing_delete_refused(database: Database) -> None:
+    entitle(database, "alice")
+    job = _job(database)
+    operation = _cancelled_analysis(database, job)
+    release = threading.Event()
+    with ThreadPoolExecutor(2) as pool:
+        after = _second_waits_for_first(
+            pool,
+            _holding(database, _operator_retry(operation), release, owner=None),
+            lambda: database.run(lambda tx: workspace.delete_job(tx, job), owner_id="alice"),
+            release,
+        )
+        with pytest.raises(InUse) as refused:
+            after.result(timeout=30)
+    assert refused.value.operation_id == operation
+
+
+def test_a_delete_first_makes_a_racing_operators_retry_refused(database: Database) -> None:
+    entitle(database, "alice")
+    job = _job(database)
+    operation = _cancelled_analysis(database, job)
+    release = threading.Event()
+    with ThreadPoolExecutor(2) as pool:
+        after = _second_waits_for_first(
+            pool,
+            _holding(database, lambda tx: workspace.delete_job(tx, job), release),
+            lambda: database.run(_operator_retry(operation), owner_id=None),
+            release,
+        )
+        with pytest.raises(InvalidTransition) as refused:
+            after.result(timeout=30)
+    assert refused.value.code == SUBJECT_GONE
+    assert scalar(database, select(UserOperation.state)) == "cancelled"

@@ -69,6 +69,7 @@ WRITTEN = (
     *USAGE_TOTALS,
     *BUDGET,
     "slot_key",
+    "fair_tag",  # a manual retry's new turn (``owner.retry``)
 )
 # What a decision always says, of the columns it writes.
 _DECIDED = ("state", "attempt", "cancel_requested", "next_attempt_at")

@@ -122,7 +122,8 @@ def turn_inputs(owner: BindParameter[str]) -> Select[Any]:
     )
 
 
-_TURN_INPUTS = turn_inputs(SCOPE_OWNER)
+# The scope owner's next turn: a create's, and a manual retry's (``owner.retry``, ADR 0065).
+SCOPE_OWNERS_TURN = turn_inputs(SCOPE_OWNER)
 
 
 def next_turn(tx: Tx, inputs: Select[Any], now: datetime, **parameters: Any) -> int:
@@ -158,7 +159,7 @@ def create(
     elif held:
         turn = fairness.HELD_TAG  # its turn is taken when it joins the line (sweeps)
     else:
-        turn = next_turn(tx, _TURN_INPUTS, now, priority=request.priority)
+        turn = next_turn(tx, SCOPE_OWNERS_TURN, now, priority=request.priority)
     values: dict[str, Any] = dict.fromkeys(_COLUMNS)
     values.update(
         id=new_id(),

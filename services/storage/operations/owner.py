@@ -8,6 +8,7 @@ from datetime import datetime
 from durable_ops.model import lifecycle
 from durable_ops.model.lifecycle import Event
 from durable_ops.storage.operations import apply
+from durable_ops.storage.operations.creation import SCOPE_OWNERS_TURN, next_turn
 from durable_ops.storage.operations.reads import get
 from durable_ops.storage.operations.rows import facts
 from durable_ops.storage.schema import UserOperation
@@ -26,7 +27,10 @@ def cancel(tx: Tx, operation_id: str, now: datetime, may_cancel: May = _any) -> 
 
 
 def retry(tx: Tx, operation_id: str, now: datetime, may_retry: May = _any) -> UserOperation:
-    """``may_retry`` raises when the caller may not retry this operation (its task type)."""
+    """``may_retry`` raises when the caller may not retry this operation (its task type).
+
+    Queued again as new work of its owner, it takes a new turn as a create does (ADR 0065);
+    one held for later takes its turn when it joins the line (ADR 0056)."""
     return _owner_event(tx, operation_id, Event.RETRY, now, may_retry)
 
 
@@ -38,7 +42,10 @@ def _owner_event(tx: Tx, operation_id: str, event: Event, now: datetime, may: Ma
     decision = lifecycle.decide(facts(row), event, now)
     if not decision.changed:
         return op
-    change = apply.Change(row, event, decision)
+    values = {}
+    if event is Event.RETRY and op.held_until is None:
+        values["fair_tag"] = next_turn(tx, SCOPE_OWNERS_TURN, now, priority=op.priority)
+    change = apply.Change(row, event, decision, values)
     (written,) = apply.write(tx, [change], now)
     op.__dict__.update(written, updated_at=now)
     return op
