@@ -37,13 +37,14 @@ KEYED = "fleet.keyed"  # at most 2 at once per owner's key
 CAPPED = "fleet.capped"  # at most 3 at once in all
 LIMITS = {KEYED: Concurrency(per_key=2), CAPPED: Concurrency(total=3)}
 BOTH = "fleet.both"
+SINGLE = "fleet.single"  # at most 1 at once per owner's key
 HANG_GUARD = 60.0
 FILL_WAIT = 1.0
 
 
 @pytest.fixture
 def services(db_url: str, clock: ManualClock) -> Iterator[Services]:
-    limits = {**LIMITS, BOTH: Concurrency(per_key=2, total=3)}
+    limits = {**LIMITS, BOTH: Concurrency(per_key=2, total=3), SINGLE: Concurrency(per_key=1)}
     with running_services(db_url, clock, concurrency=limits) as running:
         yield running
 
@@ -111,6 +112,38 @@ def test_every_end_of_a_run_gives_its_slots_back(
     assert _slots(services)[f"{KEYED}|{ALICE}/k"] == 1  # third's only
     assert ops.claim_one((KEYED,)).id in ids
     assert ops.claim((KEYED,)) is None
+
+
+def test_a_full_key_holds_back_only_its_own_operations(services: Services, ops: OpsClient) -> None:
+    k = [_create(ops, ALICE, "k", SINGLE, n) for n in range(2)]
+    other_key = _create(ops, ALICE, "m", SINGLE, 0)
+    assert ops.claim_one((SINGLE,)).id == k[0]
+    # k's backlog, ahead in the queue, is not even a candidate: it would fill the claim
+    # of one and be refused, and a key with room would wait behind it.
+    assert ops.claim_one((SINGLE,)).id == other_key
+
+
+def test_each_end_of_a_cancelled_run_gives_its_slots_back(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    def release(lease: Lease) -> None:
+        item = pb.SettleOperationsRequest.Item(owner_id=lease.owner)
+        item.release.operation_id, item.release.lease_token = lease.id, lease.token
+        reply = ops.stub.SettleOperations(
+            pb.SettleOperationsRequest(items=[item]), metadata=ops.neutral
+        )
+        assert not reply.outcomes[0].status_code, reply.outcomes[0].error_code
+
+    def lease_runs_out(_lease: Lease) -> None:
+        clock.advance(60)
+        services.sweep()
+
+    for n, end in enumerate((ops.acknowledge_cancel, release, lease_runs_out)):
+        _create(ops, ALICE, "k", SINGLE, n)  # claimable only if the last run gave its key back
+        lease = ops.claim_one((SINGLE,))
+        ops.cancel(ALICE, lease.id)
+        end(lease)
+        assert (ops.row(lease.id).state, _slots(services)) == ("cancelled", {})
 
 
 def test_the_prune_deletes_idle_slots_and_the_limits_hold_after_it(

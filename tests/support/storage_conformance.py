@@ -34,6 +34,7 @@ from durable_ops.model.lifecycle import DEADLINE_FAILURE_CODE, LEASE_FAILURE_COD
 from durable_ops.model.states import OperationState
 from durable_ops.storage import operations
 from durable_ops.storage.db import Database
+from durable_ops.storage.operations.rows import ROWS_MAX
 from durable_ops.storage.schema import OperationAttempt, UserNotification, UserOperation
 from durable_ops.storage.tx import ScopeViolation, Tx
 from tests.support.stored import scalar
@@ -189,6 +190,16 @@ def a_claim_passes_over_a_passed_deadline_and_only_the_neutral_scope_claims(db: 
     assert store.claim(NOW + timedelta(seconds=11)) == []
     with pytest.raises(ScopeViolation):
         store.owned(lambda tx: operations.claim(tx, [store.task], LEASE, NOW))
+
+
+def a_deadline_has_passed_at_its_very_instant(db: Database) -> None:
+    store = Store(db)
+    deadline = NOW + timedelta(seconds=10)
+    op = store.create(deadline_at=deadline)
+    assert store.claim(deadline) == []
+    store.neutral(lambda tx: operations.sweep(tx, deadline))
+    row = store.row(op.id)
+    assert (row.state, row.failure_code) == (S.FAILED, DEADLINE_FAILURE_CODE)
 
 
 def a_scheduled_operation_waits_out_of_line_until_a_sweep_at_its_time(db: Database) -> None:
@@ -430,12 +441,33 @@ def the_sweeper_expires_leases_and_fails_deadlines_closed(db: Database) -> None:
     _refused(store.settle(claim, Event.COMPLETE, swept_at), LeaseLost)
 
 
+def a_due_retry_past_its_deadline_is_not_queued_again(db: Database) -> None:
+    store = Store(db)
+    for _ in range(ROWS_MAX + 1):
+        store.create(deadline_at=NOW + timedelta(seconds=600))
+    batch, last = store.claim(limit=ROWS_MAX), store.claimed()
+    fail = Event.FAIL_RETRYABLE
+    items = [
+        operations.Settlement(store.owner, c.operation.id, c.lease_token, fail, failure_code="busy")
+        for c in batch
+    ]
+    answers = store.neutral(lambda tx: operations.settle(tx, items, NOW))
+    answers.append(store.settle(last, fail, failure_code="busy"))
+    assert set(answers) == {S.WAITING_FOR_RETRY}
+    # More rows past their deadline than one sweep fails closed: those left for the next
+    # sweep stay waiting, their due retries not queued for a claim that must pass them over.
+    store.neutral(lambda tx: operations.sweep(tx, NOW + timedelta(days=1)))
+    ours = UserOperation.task_type == store.task
+    assert scalar(db, select(func.count()).where(ours, UserOperation.state == S.QUEUED)) == 0
+
+
 CASES: list[Callable[[Database], None]] = [
     create_is_deduplicated_by_the_owners_key,
     claim_takes_the_top_priority_then_the_oldest,
     a_claim_batch_gives_each_its_own_lease,
     a_claim_of_several_types_takes_their_top_priority_and_no_other_type,
     a_claim_passes_over_a_passed_deadline_and_only_the_neutral_scope_claims,
+    a_deadline_has_passed_at_its_very_instant,
     a_scheduled_operation_waits_out_of_line_until_a_sweep_at_its_time,
     a_beat_extends_only_a_live_lease_of_its_owner,
     a_beat_after_a_cancel_says_so_and_still_extends,
@@ -450,4 +482,5 @@ CASES: list[Callable[[Database], None]] = [
     a_release_of_a_lost_lease_or_under_a_cancel_is_no_requeue,
     an_owner_cancels_what_is_pending_and_retries_what_ended,
     the_sweeper_expires_leases_and_fails_deadlines_closed,
+    a_due_retry_past_its_deadline_is_not_queued_again,
 ]
