@@ -22,6 +22,7 @@ from durable_ops.storage.schema import UserOperation
 from durable_ops.wire.operations import from_timestamp
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services, metadata, running_services
+from tests.support.operations_client import OpsClient
 from tests.support.stored import operation, scalar
 from tests.support.workspace_client import (
     create_cv,
@@ -95,9 +96,10 @@ def test_entitlement_is_required(
         entitle(services.db, "alice")
     entitle(services.db, "alice", plan=plan, ai_enabled=ai_enabled)
     job = create_job(services.workspace, "alice")
-    error = _refusal(services, "alice", snapshot_request(job))
-    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
-    assert _code(error) == code
+    for key in ("", "click-1"):  # a start sent with an Idempotency-Key is no exception
+        error = _refusal(services, "alice", snapshot_request(job, key=key))
+        assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert _code(error) == code
 
 
 @pytest.mark.parametrize("revoke", ["plan", "ai_enabled"])
@@ -243,6 +245,27 @@ def test_idempotency_key_returns_the_same_operation_and_guards_its_subject(
     assert error.code() == grpc.StatusCode.ALREADY_EXISTS
 
 
+def test_an_idempotency_key_sent_again_with_another_cv_is_another_request(
+    services: Services,
+) -> None:
+    """The key's first request named its CV: a replay naming another CV, or none, is not
+    that request, and answering it with the first analysis would show the user an analysis
+    of a CV they did not ask about (the same job, so the subject alone does not tell)."""
+    entitle(services.db, "alice")
+    job = create_job(services.workspace, "alice")
+    cv, other_cv = create_cv(services.workspace, "alice"), create_cv(services.workspace, "alice")
+    first = _admit(services, "alice", snapshot_request(job, cv, key="click-1"))
+    replay = _admit(services, "alice", snapshot_request(job, cv, key="click-1"))
+    assert (replay.operation.id, replay.reused) == (first.operation.id, True)
+    for another in (
+        snapshot_request(job, other_cv, key="click-1"),
+        snapshot_request(job, key="click-1"),
+    ):
+        refused = _refusal(services, "alice", another)
+        assert refused.code() == grpc.StatusCode.ALREADY_EXISTS
+        assert _code(refused) == "idempotency_conflict"
+
+
 def _at(request: pb.AdmitRequest, when: datetime) -> pb.AdmitRequest:
     request.not_before.FromDatetime(when)
     return request
@@ -353,6 +376,20 @@ def test_capacity_per_user_and_global(services: Services) -> None:
     _admit(services, "bob", snapshot_request(bob_jobs[0]))  # global limit 3 reached
     everyone = _refusal(services, "bob", snapshot_request(bob_jobs[1]))
     assert everyone.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_operations_of_other_task_types_take_no_ai_capacity(services: Services) -> None:
+    """A producer's own operations (a report it renders) are not analyses: they take
+    nothing of the AI limits, neither the owner's nor everyone's, though they share the
+    operations table the limits are counted on."""
+    entitle(services.db, "alice")
+    ops = OpsClient(services)
+    producer = ops.md(Role.PRODUCER, "alice")
+    for n in range(3):  # past the owner's limit of 2 and the global one of 3
+        request = ops.create_request(f"render-{n}", task_type="report.render")
+        assert ops.stub.CreateOperation(request, metadata=producer).created
+    job = create_job(services.workspace, "alice")
+    assert _admit(services, "alice", snapshot_request(job)).reused is False
 
 
 def test_analyses_scheduled_for_later_take_no_capacity_until_their_time(

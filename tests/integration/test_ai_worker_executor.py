@@ -271,6 +271,72 @@ def test_the_circuit_opens_falls_back_where_permitted_and_half_opens(services: S
     assert workspace.notes == [ids["private"], ids["healed"], ids["permitted"]]
 
 
+@pytest.mark.parametrize(
+    ("settings", "code"),
+    [
+        (AiSettings(False, Privacy.EXTERNAL_ALLOWED, Plan.PRO), "ai_disabled"),
+        (AiSettings(True, Privacy.EXTERNAL_ALLOWED, Plan.FREE), "not_entitled"),
+    ],
+    ids=["ai_switched_off", "pro_taken_away"],
+)
+def test_an_owner_no_longer_entitled_since_admission_gets_no_inference(
+    services: Services, settings: AiSettings, code: str
+) -> None:
+    """The worker reads the owner's settings live before it runs: an analysis admitted
+    while the owner had Pro and AI on, who since switched AI off or lost Pro, fails for
+    good under its code, with no model call and no note."""
+    model = ModelServer()
+    ops = OpsClient(services)
+    operation_id = _create(ops, "revoked", STRATEGY, pb.PRIVACY_LOCAL_ONLY)
+    workspace, journal = Workspace(), Journal()
+    workspace.settings = settings
+
+    async def scenario() -> None:
+        router = Router(_local(model), CircuitBreaker(3, 30))
+        async with executor_on(router, workspace, journal, 30) as executor:
+            await drain(services, executor, LEASE_SECONDS)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        model.stop()
+    row = ops.row(operation_id)
+    assert (row.state, row.failure_code, row.attempt) == ("failed", code, 1)
+    assert (model.completions, workspace.notes) == (0, [])
+
+
+def test_an_owner_who_chose_local_only_since_admission_is_never_sent_outside(
+    services: Services,
+) -> None:
+    """Admitted while the owner allowed external routes, then switched to local only: the
+    stricter of the two holds, so with the local model failing the attempt waits to retry
+    on the host and the external model is never called (it fell back there)."""
+    model, external_model = ModelServer(fail_mode="500"), ModelServer()
+    ops = OpsClient(services)
+    operation_id = _create(ops, "private", CV_REVIEW, pb.PRIVACY_EXTERNAL_ALLOWED)
+    workspace, journal = Workspace(), Journal()
+    workspace.settings = AiSettings(True, Privacy.LOCAL_ONLY, Plan.PRO)
+
+    async def scenario() -> None:
+        external = ModelClient(external_model.url, "dev-heuristic", route=Route.EXTERNAL)
+        router = Router(_local(model), CircuitBreaker(3, 30), external)
+        async with executor_on(router, workspace, journal, 10) as executor:
+            await drain(services, executor, LEASE_SECONDS, [Route.LOCAL, Route.EXTERNAL])
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        model.stop()
+        external_model.stop()
+    row = ops.row(operation_id)
+    assert (row.state, row.failure_code, row.route) == (
+        "waiting_for_retry",
+        "model_server_error",
+        "local",
+    )
+    assert (model.completions, external_model.completions, workspace.notes) == (1, 0, [])
+
+
 class BrokenJournal(Journal):
     """The host journal fails from the ``fail_from``-th attempt it records."""
 

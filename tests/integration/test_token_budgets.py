@@ -490,6 +490,27 @@ def test_past_the_budget_the_gateway_answers_429_with_retry_after_and_the_senten
     assert _day(services, "alice") == (EXPECTED, 587)
 
 
+def test_the_owners_budget_holds_what_was_spent_as_well_as_what_is_reserved_to_the_token(
+    services: Services, ops: OpsClient
+) -> None:
+    """An ended analysis gives back the rest of its reservation, not what it spent: one
+    token short of a day's budget spent and reserved is refused, and an analysis that
+    fits exactly what is left is admitted."""
+    entitle(services.db, "lena")
+    _admit(services, "lena")
+    lease = ops.claim_one(SNAPSHOT)
+    _settle(ops, lease, _used(316, 271, 900), ops_pb.CompleteOperationRequest(provenance=LOCAL))
+    assert _day(services, "lena") == (0, 587)
+
+    _set_budget(services, "lena", 587 + EXPECTED - 1)
+    code, _retry_after, message = _refusal(lambda: _admit(services, "lena"))
+    assert code == "budget_exhausted"
+    assert message.startswith(f"Your daily AI budget has {EXPECTED - 1:,} tokens left")
+    _set_budget(services, "lena", 587 + EXPECTED)
+    assert _admit(services, "lena").reused is False
+    assert _day(services, "lena") == (EXPECTED, 587)
+
+
 def test_a_budget_smaller_than_one_analysis_is_429_without_retry_after_over_http(
     services: Services,
 ) -> None:
@@ -543,6 +564,36 @@ def test_the_global_budget_holds_across_owners(db_url: str, clock: ManualClock) 
         f"Today's AI budget for everyone has 10 tokens left, fewer than one analysis may use"
         f" ({EXPECTED:,}); it renews at 00:00 UTC."
     )
+
+
+def test_the_global_budget_of_a_scheduled_day_is_that_days_alone(
+    db_url: str, clock: ManualClock
+) -> None:
+    """What all owners scheduled for tomorrow fills tomorrow's global budget, and only
+    tomorrow's: another owner's analysis for tomorrow is refused naming that day, and
+    today's is admitted."""
+    limits = Limits(per_user=20, global_=50, global_daily_tokens=ALONE + 10)
+    with running_services(db_url, clock, limits) as services:
+        tomorrow = NOON + timedelta(days=1)
+
+        def scheduled(owner: str) -> pb.AdmitResponse:
+            request = snapshot_request(create_job(services.workspace, owner))
+            request.not_before.FromDatetime(tomorrow)
+            response: pb.AdmitResponse = services.admission.Admit(
+                request, metadata=metadata(Role.GATEWAY, owner)
+            )
+            return response
+
+        for owner in ("alice", "bob"):
+            entitle(services.db, owner)
+        assert scheduled("alice").reused is False
+        code, retry_after, message = _refusal(lambda: scheduled("bob"))
+        assert code == "budget_exhausted"
+        assert message.startswith(f"The AI budget of {tomorrow.date().isoformat()}")
+        assert retry_after == str(36 * 3600)  # noon today to the end of tomorrow
+        assert _admit(services, "bob", cv=False).reused is False  # today's is untouched
+        assert _day(services, "alice", tomorrow.date()) == (ALONE, 0)
+        assert _day(services, "bob") == (ALONE, 0)
 
 
 def test_concurrent_admissions_through_two_replicas_never_pass_a_budget(
