@@ -144,6 +144,21 @@ def test_a_retried_operation_held_for_later_takes_its_turn_when_it_joins(queue: 
     assert queue.db.run(lambda tx: tx.execute(tag).scalar(), owner_id=None) == fairness.HELD_TAG
 
 
+def test_a_retried_operation_waits_again_at_its_own_priority(queue: Queue) -> None:
+    """The levels a wait earned before a manual retry do not carry over, nor does the wait:
+    a retry of work from a day ago went straight to the top of the line (ADR 65)."""
+    (retried,) = queue.create("bob")
+    (top,) = queue.create("alice", priority=5)
+    queue.now += fairness.AGING_STEP * fairness.AGING_MAX
+    assert queue.sweep().aged == 1  # bob's rose to alice's level
+    queue.db.run(partial(operations.cancel, operation_id=retried, now=queue.now), owner_id="bob")
+    queue.now += timedelta(days=1)
+    queue.db.run(partial(operations.retry, operation_id=retried, now=queue.now), owner_id="bob")
+    (middle,) = queue.create("carol", priority=3)
+    assert queue.sweep().aged == 0  # below the top, none has waited: bob's neither
+    assert queue.claim(3) == [top, middle, retried]
+
+
 def test_a_weight_of_two_gets_two_turns_for_one(queue: Queue) -> None:
     queue.db.run(lambda tx: shares.set_weight(tx, 2, set_by="ops", now=START), owner_id="alice")
     queue.create("alice", 40)

@@ -69,7 +69,6 @@ WRITTEN = (
     *USAGE_TOTALS,
     *BUDGET,
     "slot_key",
-    "fair_tag",  # a manual retry's new turn (``owner.retry``)
 )
 # What a decision always says, of the columns it writes.
 _DECIDED = ("state", "attempt", "cancel_requested", "next_attempt_at")
@@ -119,8 +118,9 @@ class Change:
             values["finished_at"] = now
         restart: lifecycle.Restart | None = None
         if self.event is Event.RETRY:
-            # A new attempt budget, and the deadline it runs under; its ``not_before`` (and
-            # ``held_until``, ADR 50) are left as they are: it runs at its time.
+            # A new attempt budget, and the deadline it runs under; it runs at its time
+            # (``held_until``, ADR 50, is left as it is), and waits from then as new work
+            # does (ADR 65): else aging counted its wait from a ``not_before`` long past.
             restart = lifecycle.restart(
                 now=now,
                 not_before=self.row["not_before"],
@@ -128,6 +128,7 @@ class Change:
                 deadline_at=self.row["deadline_at"],
             )
             values.update(dict.fromkeys(_CLEARED_BY_RETRY), deadline_at=restart.deadline_at)
+            values["not_before"] = restart.runs_at
             values["progress_percent"] = 0
         charged = self._charged()
         if charged is not None:
@@ -207,8 +208,9 @@ class Change:
 
 
 @cache
-def _update(count: int) -> Update:
-    """One UPDATE of ``count`` rows, each guarded on and given its own values."""
+def _update(count: int, extra: tuple[str, ...] = ()) -> Update:
+    """One UPDATE of ``count`` rows, each guarded on and given its own values, of
+    ``WRITTEN`` and the ``extra`` columns."""
     ids = row_ids("id", count)
 
     def own(name: str, column: str) -> Any:
@@ -217,7 +219,9 @@ def _update(count: int) -> Update:
     return (
         update(OPS)
         .where(OPS.c.id.in_(ids), *(OPS.c[name] == own(f"was_{name}", name) for name in _AS_READ))
-        .values(updated_at=bindparam("now"), **{name: own(name, name) for name in WRITTEN})
+        .values(
+            updated_at=bindparam("now"), **{name: own(name, name) for name in (*WRITTEN, *extra)}
+        )
     )
 
 
@@ -228,12 +232,20 @@ def write(tx: Tx, changes: Sequence[Change], now: datetime) -> list[dict[str, An
         return []
     tx = neutral(tx, [change.row["owner_user_id"] for change in changes])
     written = [change.written(now) for change in changes]
+    # What a manual retry writes besides (its time, priority and turn: ADR 65), as read in
+    # the other rows of its batch; the settlements' statement has none.
+    extra = tuple(sorted({name for values in written for name in values}.difference(WRITTEN)))
     each = [
-        {"id": change.row["id"], **{f"was_{name}": change.row[name] for name in _AS_READ}, **values}
+        {
+            "id": change.row["id"],
+            **{f"was_{name}": change.row[name] for name in _AS_READ},
+            **{name: change.row[name] for name in extra},
+            **values,
+        }
         for change, values in zip(changes, written, strict=True)
     ]
     for part in batches(each):
-        matched = tx.write(_update(len(part)), numbered(part, now=now))
+        matched = tx.write(_update(len(part), extra), numbered(part, now=now))
         if matched != len(part):  # unreachable while the rows are locked
             raise RuntimeError(f"wrote {matched} of the {len(part)} operations read locked")
     first_change = changes[0]

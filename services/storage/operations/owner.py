@@ -29,8 +29,9 @@ def cancel(tx: Tx, operation_id: str, now: datetime, may_cancel: May = _any) -> 
 def retry(tx: Tx, operation_id: str, now: datetime, may_retry: May = _any) -> UserOperation:
     """``may_retry`` raises when the caller may not retry this operation (its task type).
 
-    Queued again as new work of its owner, it takes a new turn as a create does (ADR 0065);
-    one held for later takes its turn when it joins the line (ADR 0056)."""
+    Queued again as new work of its owner (ADR 0065): at the priority it was created with,
+    aged again from when it runs, and with a new turn as a create's (one held for later
+    takes its turn when it joins the line, ADR 0056)."""
     return _owner_event(tx, operation_id, Event.RETRY, now, may_retry)
 
 
@@ -43,8 +44,11 @@ def _owner_event(tx: Tx, operation_id: str, event: Event, now: datetime, may: Ma
     if not decision.changed:
         return op
     values = {}
-    if event is Event.RETRY and op.held_until is None:
-        values["fair_tag"] = next_turn(tx, SCOPE_OWNERS_TURN, now, priority=op.priority)
+    if event is Event.RETRY:  # new work of its owner, at its own priority (ADR 0065)
+        own = op.priority if op.base_priority is None else op.base_priority
+        values = {"priority": own, "base_priority": None}
+        if op.held_until is None:
+            values["fair_tag"] = next_turn(tx, SCOPE_OWNERS_TURN, now, priority=own)
     change = apply.Change(row, event, decision, values)
     (written,) = apply.write(tx, [change], now)
     op.__dict__.update(written, updated_at=now)
