@@ -26,6 +26,8 @@ from structlog.testing import capture_logs
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operator.v1 import operator_pb2 as opb
 from durable_ops.gateway import console as gateway_console
+from durable_ops.gateway import login
+from durable_ops.gateway.limits import Throttle
 from durable_ops.model import console
 from durable_ops.model.scope import Role
 from durable_ops.rpc.scope import OPERATOR_SESSION
@@ -139,6 +141,39 @@ def test_a_link_opens_one_session_once_and_sessions_end(
     assert (ended.code, ended.error_code) == (UNAUTHENTICATED, console.SESSION_ENDED)
 
 
+def test_a_link_and_a_session_end_at_their_very_instant(
+    services: Services, clock: ManualClock, operator_md: Metadata
+) -> None:
+    link, session_id = _link(services, operator_md), _session(services, operator_md)
+    clock.advance(console.LINK_SECONDS)
+    assert rpc_failure(lambda: _open(services, link)).error_code == console.LINK_UNUSABLE
+    listing = opb.ListOperationsRequest()
+    services.operator.ListOperations(listing, metadata=_console_md(session_id))  # still live
+    clock.advance(console.SESSION_SECONDS - console.LINK_SECONDS)
+    ended = rpc_failure(
+        lambda: services.operator.ListOperations(listing, metadata=_console_md(session_id))
+    )
+    assert (ended.code, ended.error_code) == (UNAUTHENTICATED, console.SESSION_ENDED)
+
+
+def test_a_link_is_no_session_and_a_session_no_link(
+    services: Services, operator_md: Metadata
+) -> None:
+    """Both are 256-bit secrets in one table, told apart by their kind: an unopened link
+    signs no console in (it would never be spent), and a session opens no new one (it
+    would outlive its eight hours, one new session after another)."""
+    link = _link(services, operator_md)
+    listing = opb.ListOperationsRequest()
+    as_session = rpc_failure(
+        lambda: services.operator.ListOperations(listing, metadata=_console_md(link))
+    )
+    assert (as_session.code, as_session.error_code) == (UNAUTHENTICATED, console.SESSION_ENDED)
+    session_id = _open(services, link).session_id
+    as_link = rpc_failure(lambda: _open(services, session_id))
+    assert (as_link.code, as_link.error_code) == (UNAUTHENTICATED, console.LINK_UNUSABLE)
+    services.operator.ListOperations(listing, metadata=_console_md(session_id))  # unspent
+
+
 def test_sign_out_and_revoke_end_sessions_at_once(
     services: Services, operator_md: Metadata
 ) -> None:
@@ -216,6 +251,10 @@ def test_the_gateway_key_reaches_the_operator_scope_only_with_a_live_session(
             services.operator.ListOperations, listing, metadata=_console_md(session_id, role)
         )
         expect_failure(other_role, DENIED)
+    # Two sessions named: neither is taken, as for two x-owner-id.
+    twice = (*_console_md(session_id), (OPERATOR_SESSION, "x" * 43))
+    two = rpc_failure(lambda: services.operator.ListOperations(listing, metadata=twice))
+    assert two.code == grpc.StatusCode.INVALID_ARGUMENT
     # A console session reaches the console's calls, and not prune.
     found: opb.ListOperationsResponse = services.operator.ListOperations(
         listing, metadata=_console_md(session_id)
@@ -568,6 +607,27 @@ def test_a_bad_link_is_a_clear_refusal(services: Services, link: str) -> None:
     assert answer.status_code in (400, 401)
     assert answer.json()["code"] in ("invalid_argument", console.LINK_UNUSABLE)
     assert "ops_console" not in answer.headers.get("set-cookie", "")
+
+
+def test_console_sign_ins_are_throttled_as_the_users_are(services: Services) -> None:
+    """A burst of ``SIGN_IN_BURST`` attempts from one address, then 429 before any link is
+    looked up."""
+    app = make_app(services.target)
+    app.state.sign_in_throttle = Throttle(  # time stands still: no refill during the test
+        login.SIGN_IN_BURST, login.SIGN_IN_REFILL_SECONDS, clock=lambda: 0.0
+    )
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+            for _ in range(login.SIGN_IN_BURST):
+                refused = await _console_client(client, "x" * 43)
+                assert refused.json()["code"] == console.LINK_UNUSABLE
+            throttled = await _console_client(client, "x" * 43)
+            assert throttled.status_code == 429
+            assert throttled.json()["code"] == "too_many_sign_ins"
+            assert "ops_console" not in throttled.headers.get("set-cookie", "")
+
+    run(scenario())
 
 
 # ---- opsctl console ----------------------------------------------------------------------

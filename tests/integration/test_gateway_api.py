@@ -722,6 +722,10 @@ def test_authentication(sqlite_services: Services) -> None:
             ):
                 response = await client.get(path, headers={"Authorization": header})
                 _problem(response, 401)
+            # Two credentials: neither wins, though the first alone would sign alice in.
+            two = [("Authorization", bearer("alice")["Authorization"]), ("Authorization", "x")]
+            refused = _problem(await client.get(path, headers=two), 401, "unauthenticated")
+            assert refused["detail"] == "Send one Authorization header."
             await sign_in(client, "alice")
             assert (await client.get(path)).status_code == 200
             # A client-sent identity header is ignored: alice sees her (empty) list, not bob's.

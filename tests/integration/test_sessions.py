@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -162,6 +162,30 @@ def test_revoking_a_user_ends_their_sessions_and_tokens_only(
             assert (await client.get(PATH)).status_code == 200
 
     run(after())
+
+
+def test_a_second_revocation_refuses_the_tokens_issued_since_the_first(services: Services) -> None:
+    """Each revocation moves the user's floor up to its own time (a later one to a later
+    time, an earlier one never down): a token issued after the first revocation and leaked
+    in turn is refused once the user is revoked again."""
+    now = int(time.time())
+    between = {"Authorization": f"Bearer {_signed('alice', now - 60)}"}
+    app = make_app(services.target)
+
+    def revoke_at(seconds: int) -> None:
+        at = datetime.fromtimestamp(seconds, UTC)
+        services.db.run(lambda tx: sessions.revoke_user(tx, at), owner_id="alice")
+
+    async def get() -> httpx.Response:
+        async with gateway_client(app) as client:
+            return await client.get(PATH, headers=between)
+
+    revoke_at(now - 120)
+    assert run(get()).status_code == 200  # issued after the first revocation
+    revoke_at(now - 30)
+    _unauthenticated(run(get()))
+    revoke_at(now - 120)  # a revocation with an older time lowers nothing
+    _unauthenticated(run(get()))
 
 
 def _revoke(services: Services, user: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,6 +16,8 @@ from typing import Any, cast
 
 import jwt
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from structlog.testing import capture_logs
 
 from durable_ops.model.errors import InvalidArgument, PermissionDenied, Unauthenticated
@@ -180,6 +182,28 @@ def test_a_key_file_it_cannot_use_is_warned_about_once_and_again_once_it_changes
     assert body not in repr(logs)
 
 
+def test_a_public_key_of_another_algorithm_is_skipped_and_the_others_still_trusted(
+    tmp_path: Path,
+) -> None:
+    """A stray non-Ed25519 key (an EC one, say) is warned about and skipped: it must not
+    make the reading of the folder fail, which would refuse every credential."""
+    gateway = SigningKey.load(create_key_pair(tmp_path, "gateway"))
+    stray = tmp_path / "public" / "worker-ec.pub"
+    stray.write_bytes(
+        ec.generate_private_key(ec.SECP256R1())
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    now = [0.0]
+    with capture_logs() as logs:
+        trusted = TrustedKeys(tmp_path, clock=lambda: now[0])
+        now[0] += RESCAN_SECONDS
+        assert verify_service_token(trusted, mint_service_token(gateway)).role is Role.GATEWAY
+    skipped = [event for event in logs if event["event"] == "service_key_skipped"]
+    assert [event["path"] for event in skipped] == [str(stray)]
+    assert skipped[0]["reason"].endswith(" key, not Ed25519")  # "EC key", as cryptography names it
+
+
 def test_a_service_whose_key_files_are_all_unusable_says_which_and_why(tmp_path: Path) -> None:
     public = tmp_path / "public"
     public.mkdir()
@@ -331,6 +355,28 @@ def test_verification_is_cached_until_the_token_expires(
     now[0] += 31  # past exp: the cache must not vouch for it any more
     verify_service_token(trusted, token)
     assert len(calls) == 2
+
+
+def test_a_deleted_keys_credential_stops_working_a_minute_after_its_verification(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A verdict is cached for at most a minute however long its token lives: a key deleted
+    from the folder stops vouching for the credentials it signed within that minute, not
+    at their ``exp`` (up to the 24 h bound), and at the minute's very instant."""
+    now = [time.time()]
+    cache = credentials._VerifiedTokens(clock=lambda: now[0], max_age=60)
+    monkeypatch.setattr(credentials, "_cache", cache)
+    signer = SigningKey.load(create_key_pair(tmp_path, "worker-gone"))
+    trusted = TrustedKeys(tmp_path, clock=lambda: now[0])
+    token = mint_service_token(signer, ttl_seconds=3600)
+    assert verify_service_token(trusted, token).name == "worker-gone"
+
+    (tmp_path / "public" / "worker-gone.pub").unlink()
+    now[0] += 59  # the folder is read again, but the verdict still stands
+    assert verify_service_token(trusted, token).name == "worker-gone"
+    now[0] += 1
+    with pytest.raises(Unauthenticated):
+        verify_service_token(trusted, token)
 
 
 def test_the_cache_is_bounded_and_evicts_the_least_recently_used(
