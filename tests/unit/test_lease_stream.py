@@ -7,6 +7,7 @@ alone) and lets a test refuse a lease, push a cancel or break the call.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -27,12 +28,13 @@ ABORTED = grpc.StatusCode.ABORTED.value[0]
 class FakeCall:
     """One HoldLeases call: answers every beat with an outcome per held lease."""
 
-    def __init__(self, refused: set[str]) -> None:
+    def __init__(self, refused: set[str], cancelled: set[str] | None = None) -> None:
         self.requests: list[pb.HoldLeasesRequest] = []
         self.held: list[str] = []
         self.half_closed = False
         self.cancelled = False
         self._refused = refused
+        self._cancelled = set() if cancelled is None else cancelled
         self._out: asyncio.Queue[Any] = asyncio.Queue()
 
     async def write(self, request: pb.HoldLeasesRequest) -> None:
@@ -51,7 +53,12 @@ class FakeCall:
                     )
                 )
             else:
-                outcomes.append(pb.HoldLeasesResponse.Outcome(operation_id=operation_id))
+                cancel = operation_id in self._cancelled
+                outcomes.append(
+                    pb.HoldLeasesResponse.Outcome(
+                        operation_id=operation_id, cancel_requested=cancel
+                    )
+                )
         self._out.put_nowait(pb.HoldLeasesResponse(outcomes=outcomes))
 
     async def read(self) -> Any:
@@ -67,6 +74,11 @@ class FakeCall:
     def end(self) -> None:
         """The replica went away: the stream ends without a status."""
         self._out.put_nowait(grpc.aio.EOF)
+
+    def refuse(self, status: grpc.StatusCode) -> None:
+        """The service ends the call with ``status`` (the worker's key no longer holds)."""
+        metadata = grpc.aio.Metadata()
+        self._out.put_nowait(grpc.aio.AioRpcError(status, metadata, metadata, "refused"))
 
     async def done_writing(self) -> None:
         self.half_closed = True
@@ -91,10 +103,14 @@ class Harness:
     def __init__(self) -> None:
         self.calls: list[FakeCall] = []
         self.refused: set[str] = set()
+        self.cancelled: set[str] = set()  # the owner asked to cancel: the answers say so
+        self.down = False  # the replicas are gone: every call opened ends at once
         self.leases = LeaseStream(self._open)
 
     def _open(self) -> HoldLeasesCall:
-        self.calls.append(FakeCall(self.refused))
+        self.calls.append(FakeCall(self.refused, self.cancelled))
+        if self.down:
+            self.calls[-1].end()
         return cast(HoldLeasesCall, self.calls[-1])
 
     async def open(self, operation_id: str) -> Lease:
@@ -157,6 +173,22 @@ def test_a_refused_join_raises_and_a_lost_lease_ends_alone() -> None:
     _run(scenario)
 
 
+def test_confirming_a_lease_with_little_of_its_window_left_asks_the_service_first() -> None:
+    """Before publishing, a lease whose last answer is old (the event loop or the service
+    was slow) is confirmed by a beat of its own: a lease lost meanwhile raises, and
+    nothing is published under it."""
+
+    async def scenario(h: Harness) -> None:
+        lease = await h.open("a")
+        lease.live_until = time.monotonic() + 0.5  # the last answer came long ago
+        h.refused.add("a")  # since then another worker claimed it
+        with pytest.raises(LeaseLost):
+            await lease.confirm()
+        assert len(h.calls[0].requests) == 2
+
+    _run(scenario)
+
+
 def test_a_pushed_cancel_ends_that_lease_alone() -> None:
     async def scenario(h: Harness) -> None:
         target = await h.open("target")
@@ -167,6 +199,20 @@ def test_a_pushed_cancel_ends_that_lease_alone() -> None:
         assert not other.ended.is_set()
         await _until(lambda: len(h.calls[0].requests) == 3)
         assert list(h.calls[0].requests[2].dropped) == ["target"]
+
+    _run(scenario)
+
+
+def test_a_cancel_told_in_the_answer_to_a_beat_ends_that_lease_alone() -> None:
+    """The owner cancelled before the lease joined (or between a push and a new call):
+    the answer is the only word of it, and the handler must stop."""
+
+    async def scenario(h: Harness) -> None:
+        other = await h.open("other")
+        h.cancelled.add("target")
+        target = await h.open("target")
+        assert (target.ended.is_set(), target.cancel_requested, target.lost) == (True, True, False)
+        assert not other.ended.is_set()
 
     _run(scenario)
 
@@ -182,6 +228,20 @@ def test_progress_goes_up_with_a_beat_and_is_sent_once() -> None:
         assert (entry.operation_id, entry.progress_percent, entry.lease_token) == ("a", 40, "")
         await _until(lambda: len(call.requests) == 3)
         assert list(call.requests[2].leases) == []
+
+    _run(scenario)
+
+
+def test_progress_stays_below_a_hundred_until_the_operation_completes() -> None:
+    """100 is written by completion alone: a handler that says it is done and then fails
+    (or loses its lease) must not have shown its owner a finished operation."""
+
+    async def scenario(h: Harness) -> None:
+        lease = await h.open("a")
+        lease.report_progress(100)
+        call = h.calls[0]
+        await _until(lambda: len(call.requests) == 2)
+        assert call.requests[1].leases[0].progress_percent == 99
 
     _run(scenario)
 
@@ -215,6 +275,57 @@ def test_a_broken_call_is_reopened_with_every_live_lease() -> None:
         assert h.calls[0].cancelled
         assert not any(lease.ended.is_set() for lease in leases)
         await leases[0].confirm()  # held: answered on the new call
+
+    _run(scenario)
+
+
+def test_a_reopened_call_carries_the_progress_again() -> None:
+    """The beat that carried it may have been lost with the broken call: the owner must
+    not be left with older progress until the work reports more."""
+
+    async def scenario(h: Harness) -> None:
+        lease = await h.open("a")
+        lease.report_progress(40)
+        await _until(lambda: len(h.calls[0].requests) == 2)
+        h.calls[0].end()
+        await _until(lambda: len(h.calls) == 2 and len(h.calls[1].requests) == 1)
+        entry = h.calls[1].requests[0].leases[0]
+        assert (entry.lease_token, entry.progress_percent) == ("t" * 43, 40)
+
+    _run(scenario)
+
+
+def test_a_stream_that_stays_broken_until_the_lease_runs_out_loses_it() -> None:
+    """Past its window the service may hand the operation to another worker: the handler
+    must stop, not go on as if it still held the lease."""
+
+    async def scenario(h: Harness) -> None:
+        lease = await h.leases.join(Held("a"), 1).ready()  # a one-second lease
+        h.down = True
+        h.calls[0].end()
+        await _until(lease.ended.is_set)
+        assert (lease.cancel_requested, lease.lost) == (False, True)
+        assert isinstance(lease.error, LeaseLost)
+        assert len(h.calls) > 1  # it was tried again meanwhile
+        assert h.leases.held == 0
+
+    _run(scenario)
+
+
+def test_a_refused_stream_loses_every_lease_at_once_and_is_not_reopened() -> None:
+    """Unlike a replica going away, a refusal of the call itself says nothing is held:
+    the handlers stop now, not once their leases run out, and no call is retried."""
+
+    async def scenario(h: Harness) -> None:
+        leases = [await h.open(name) for name in ("a", "b")]
+        h.calls[0].refuse(grpc.StatusCode.PERMISSION_DENIED)
+        await _until(lambda: all(lease.ended.is_set() for lease in leases))
+        assert [lease.error.code if lease.error else None for lease in leases] == [
+            "permission_denied",
+            "permission_denied",
+        ]
+        assert len(h.calls) == 1
+        assert h.leases.held == 0
 
     _run(scenario)
 

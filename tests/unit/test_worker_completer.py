@@ -122,6 +122,23 @@ def test_a_full_batch_goes_at_once_and_each_settlement_gets_its_own_answer() -> 
     _run(scenario())
 
 
+def test_a_batch_that_just_fills_goes_at_once_behind_the_call_in_flight() -> None:
+    async def scenario() -> None:
+        service = Service()
+        completer = Completer(service.send, batch_size=2, trace_name="test")
+        attempts = [_attempt(f"op-{n}") for n in range(4)]
+        settled = [
+            asyncio.create_task(completer.settle(attempt, Completed("r"))) for attempt in attempts
+        ]
+        await asyncio.sleep(0.01)
+        assert [len(call) for call in service.calls] == [2, 2]  # the second full: not held back
+        service.release.set()
+        await asyncio.gather(*settled)
+        assert completer.endings == {Ending.COMPLETED: 4}
+
+    _run(scenario())
+
+
 class Gone:
     """The Operations service stopped: every call is refused UNAVAILABLE."""
 
