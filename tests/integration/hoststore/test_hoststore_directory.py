@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -57,10 +58,30 @@ def test_a_missing_directory_is_refused(tmp_path: Path) -> None:
 def test_a_symlink_to_a_directory_is_refused(store: Path, tmp_path: Path) -> None:
     link = tmp_path / "link"
     link.symlink_to(store)
-    with pytest.raises(UnsafeDirectory, match="symlink"):
+    # "is a symlink", not "symlink": the test's own tmp_path holds that word.
+    with pytest.raises(UnsafeDirectory, match="is a symlink"):
         acquire(link, "runner-1")
-    with pytest.raises(UnsafeDirectory, match="symlink"):
+    with pytest.raises(UnsafeDirectory, match="is a symlink"):
         acquire(str(link) + "/", "runner-1")
+    assert os.listdir(store) == []
+
+
+def test_a_directory_replaced_between_its_inspection_and_its_open_is_refused(
+    store: Path, tmp_path: Path
+) -> None:
+    """What was checked (lstat) must be what is held open: another directory is refused."""
+
+    class SwapBeforeOpen(FileSystem):
+        def open(
+            self, name: str, flags: int, mode: int = 0o600, *, dir_fd: int | None = None
+        ) -> int:
+            if dir_fd is None and name == str(store):
+                store.rename(tmp_path / "inspected")
+                store.mkdir(mode=0o700)
+            return super().open(name, flags, mode, dir_fd=dir_fd)
+
+    with pytest.raises(UnsafeDirectory, match="replaced while it was being opened"):
+        acquire(store, "runner-1", filesystem=SwapBeforeOpen())
     assert os.listdir(store) == []
 
 
@@ -137,7 +158,7 @@ def test_a_symlinked_host_lock_is_refused(store: Path, tmp_path: Path) -> None:
     target = tmp_path / "elsewhere"
     target.write_bytes(b"")
     (store / "host.lock").symlink_to(target)
-    with pytest.raises(UnsafeFile, match="symlink"):
+    with pytest.raises(UnsafeFile, match="is a symlink"):
         acquire(store, "runner-1")
 
 
@@ -169,6 +190,38 @@ def test_a_shared_snapshot_is_refused(store: Path) -> None:
     acquire(store, "runner-1").close()
     (store / "state.json").chmod(0o640)
     with pytest.raises(UnsafeFile, match="mode"):
+        acquire(store, "runner-1")
+
+
+@pytest.mark.parametrize("name", ["host.lock", "state.json"])
+@pytest.mark.parametrize("mode", [0o660, 0o620, 0o606, 0o602])
+def test_a_file_group_or_other_may_write_is_refused(store: Path, name: str, mode: int) -> None:
+    """Write access alone is enough to tamper with the store: not only read access is refused."""
+    acquire(store, "runner-1").close()
+    (store / name).chmod(mode)
+    with pytest.raises(UnsafeFile, match=f"{name} has mode {mode:04o}"):
+        acquire(store, "runner-1")
+
+
+@pytest.mark.parametrize("name", ["host.lock", "state.json"])
+def test_a_file_of_another_owner_is_refused(
+    store: Path, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The directory is ours and private, but a file in it (put there by root, say) is not."""
+    acquire(store, "runner-1").close()
+    foreign = (store / name).stat().st_ino
+    real_fstat = os.fstat
+
+    def fstat(fd: int) -> os.stat_result:
+        status = real_fstat(fd)
+        if stat.S_ISREG(status.st_mode) and status.st_ino == foreign:
+            fields = list(status[:10])
+            fields[stat.ST_UID] = status.st_uid + 1
+            return os.stat_result(fields)
+        return status
+
+    monkeypatch.setattr(os, "fstat", fstat)
+    with pytest.raises(UnsafeFile, match=f"{name} is owned by uid"):
         acquire(store, "runner-1")
 
 

@@ -21,6 +21,7 @@ from durable_ops.hoststore import (
     State,
     acquire,
 )
+from durable_ops.hoststore.filesystem import FileSystem
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -176,6 +177,26 @@ def test_a_lock_on_host_lock_alone_still_refuses(store: Path) -> None:
     finally:
         os.close(older_worker)
     acquire(store, "runner-1").close()
+
+
+def test_host_lock_replaced_between_its_open_and_its_flock_refuses_the_acquire(
+    store: Path,
+) -> None:
+    """The lock taken must be on the file ``host.lock`` names, not on an inode swapped out."""
+
+    class SwapAfterOpen(FileSystem):
+        def open(
+            self, name: str, flags: int, mode: int = 0o600, *, dir_fd: int | None = None
+        ) -> int:
+            fd = super().open(name, flags, mode, dir_fd=dir_fd)
+            if name == "host.lock":
+                _replace_lock(store)
+            return fd
+
+    with pytest.raises(LockReplaced, match="replaced"):
+        acquire(store, "runner-1", filesystem=SwapAfterOpen())
+    with acquire(store, "runner-1") as session:
+        assert session.records() == ()
 
 
 def test_replacing_host_lock_poisons_the_session(store: Path) -> None:

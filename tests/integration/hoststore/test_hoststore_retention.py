@@ -241,6 +241,21 @@ def test_a_batch_saves_once_all_or_nothing(store: Path) -> None:
         assert [r.id for r in session.records()] == ["d"]
 
 
+def test_a_batch_whose_session_was_closed_inside_it_saves_nothing(store: Path) -> None:
+    """Closing inside a batch discards it: nothing is written through the closed descriptors."""
+    fs = CountingFileSystem()
+    session = acquire(store, HOST, filesystem=fs, clock=Clock())
+    saved = (store / "state.json").read_bytes()
+    fs.calls.clear()
+    with session.batch():
+        session.begin("a", "p")
+        session.close()
+    assert fs.calls == []
+    assert (store / "state.json").read_bytes() == saved
+    with acquire(store, HOST) as reopened:
+        assert reopened.records() == ()
+
+
 def test_show_reports_tombstones(store: Path) -> None:
     clock = Clock()
     with acquire(store, HOST, clock=clock) as session:

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from durable_ops.hoststore import UnsafeFile, acquire, show, statefile
+from durable_ops.hoststore import SnapshotTooLarge, UnsafeFile, acquire, show, statefile
 from durable_ops.hoststore.directory import open_directory
 from durable_ops.hoststore.filesystem import FileSystem
+from durable_ops.hoststore.snapshot import MAX_SNAPSHOT_BYTES
 
 HANG_GUARD_S = 5.0
 
@@ -110,6 +111,18 @@ def test_reading_the_snapshot_refuses_a_fifo_at_once(store: Path) -> None:
         os.close(dir_fd)
     assert outcome.finished, "statefile.read blocked on a FIFO"
     assert isinstance(outcome.error, UnsafeFile), outcome.error
+
+
+def test_reading_the_snapshot_stops_at_the_cap(store: Path) -> None:
+    """A regular file far above the cap is refused once the cap is passed, not read whole."""
+    with open(store / "state.json", "r+b") as handle:
+        handle.truncate(MAX_SNAPSHOT_BYTES + (1 << 22))  # sparse: no 20 MiB written
+    dir_fd = open_directory(FileSystem(), str(store))
+    try:
+        with pytest.raises(SnapshotTooLarge, match=r"state\.json is larger than"):
+            statefile.read(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def test_the_read_flags_never_follow_and_never_wait() -> None:
