@@ -168,13 +168,22 @@ def test_progress_moves_while_the_page_polls(
         ui_services, "ada", task_type="cv.review", subject=named_cv(ui_services, "cv-7")
     )
     claimed = claim(ui_services, ["strategy.snapshot"])
-    heartbeat(ui_services, claimed, 15)
+    # A producer's task type says nothing of a model: running at 0 % is running.
+    report = create_operation(ui_services, "ada", task_type="report.render", subject=("job", "r"))
+    claim(ui_services, ["report.render"])
 
     sign_in(page, ui_gateway, "ada")
     running = card(page, operation.id)
     # Each card's heading names its subject: ten "Strategy snapshot" headings tell nothing apart.
     expect(running.get_by_role("heading")).to_have_text("Strategy snapshot: job-42 at Acme")
     expect(card(page, queued.id).get_by_role("heading")).to_have_text("CV review: cv-7")
+    # An analysis the model has shown no sign of (it may be down) waits for it: no bar at 0 %.
+    expect(running.locator(".state")).to_have_text("Waiting for the model")
+    expect(running.locator("progress")).to_have_count(0)
+    expect(card(page, report.id).locator(".state")).to_have_text("Running")
+    expect(card(page, report.id).locator("progress")).to_have_attribute("value", "0")
+
+    heartbeat(ui_services, claimed, 15)
     expect(running.locator(".state")).to_have_text("Running")
     expect(running.locator(".op__subject")).to_have_text("Job: job-42 at Acme")
     progress = page.get_by_label("Progress of Strategy snapshot for job-42 at Acme")
@@ -260,7 +269,7 @@ def test_a_cancel_after_the_work_finished_is_said_to_be_too_late(
     claimed = claim(ui_services, ["strategy.snapshot"])
     sign_in(page, ui_gateway, "ada")
     late = card(page, operation.id)
-    expect(late.locator(".state")).to_have_text("Running")
+    expect(late.locator(".state")).to_have_text("Waiting for the model")
 
     page.get_by_role("button", name="Cancel Strategy snapshot for job-late at Acme").click()
     page.get_by_role("button", name="Cancel operation").click()
@@ -356,7 +365,7 @@ def test_the_page_works_from_the_keyboard_on_a_phone(
     try:
         page = context.new_page()
         sign_in(page, ui_gateway, "ada")
-        expect(card(page, operation.id).locator(".state")).to_have_text("Running")
+        expect(card(page, operation.id).locator(".state")).to_have_text("Waiting for the model")
         overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 0, f"the page scrolls sideways by {overflow}px"
         screenshot(page, "08-phone")
@@ -738,7 +747,7 @@ def test_a_live_operation_is_followed_by_the_event_stream_while_the_list_polls_s
     page.on("request", lambda r: streams.append(r) if "/api/events" in r.url else None)
     sign_in(page, ui_gateway, "ada")
     running = card(page, operation.id)
-    expect(running.locator(".state")).to_have_text("Running")
+    expect(running.locator(".state")).to_have_text("Waiting for the model")
     wait_for_count(page, polls, 3, timeout_ms=8000)
     paced = gaps_ms(polls[:3])
     # Followed, so the list keeps its idle 2000 ms although one is live.
@@ -828,7 +837,7 @@ def test_when_the_long_poll_fails_the_list_polls_fast_while_one_is_live(
     polls = timed_requests(page, "/api/operations")
     sign_in(page, ui_gateway, "ada")
     running = card(page, operation.id)
-    expect(running.locator(".state")).to_have_text("Running")
+    expect(running.locator(".state")).to_have_text("Waiting for the model")
     wait_for_count(page, polls, 4)
     live = gaps_ms(polls[:4])
     # Every 500 ms while one runs: well under the idle 2000 ms, which a timer never undercuts.

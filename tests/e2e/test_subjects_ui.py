@@ -170,7 +170,7 @@ def test_the_bell_follows_a_terminal_state_the_operations_page_sees(
     running = create_operation(ui_services, "ada", subject=("job", job_id), key="running")
     claimed = claim(ui_services, ["strategy.snapshot"])
     sign_in(page, ui_gateway, "ada")
-    expect(card(page, running.id).locator(".state")).to_have_text("Running")
+    expect(card(page, running.id).locator(".state")).to_have_text("Waiting for the model")
     expect(bell(page)).to_have_attribute("aria-label", "Notifications, none unread")
 
     complete(ui_services, claimed)

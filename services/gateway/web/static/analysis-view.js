@@ -10,8 +10,8 @@
 // sits above an older result as if it were its own.
 
 import { h, replaceChildren } from "./dom.js";
-import { TERMINAL_STATES, cancelCameTooLate, isLive, stateLabel } from "./format.js";
-import { actionsOf, nextRunOf } from "./operations-view.js";
+import { TERMINAL_STATES, cancelCameTooLate, isLive } from "./format.js";
+import { actionsOf, cancelling, nextRunOf, shownState, stateClass, waitingForModel } from "./operations-view.js";
 import { modelLabel } from "./provenance.js";
 import { task } from "./tasks.js";
 
@@ -103,28 +103,6 @@ function draftView(taskType, partial) {
 // A succeeded analysis shows only its result, unless a cancel came too late.
 function showsStatus(operation) {
   return Boolean(operation) && (operation.state !== "succeeded" || cancelCameTooLate(operation));
-}
-
-function cancelling(operation) {
-  return operation.cancel_requested && !TERMINAL_STATES.has(operation.state);
-}
-
-// Running, and the model has shown no sign of it yet: each run starts at 0 % and moves at
-// the model's first sign (its reading of the prompt, the answer's first piece), so this is
-// the worker waiting for the model, which may be down: the worker then asks it again and
-// waits for it, within the attempt's bounds, and the attempt is retried after a delay.
-// Said as that wait, not as a bar at 0 % that looks like a run that stalled.
-function waitingForModel(operation) {
-  return operation.state === "running" && operation.progress_percent === 0 && !cancelling(operation);
-}
-
-function analysisStateLabel(operation) {
-  return waitingForModel(operation) ? "Waiting for the model" : stateLabel(operation);
-}
-
-function stateClass(operation) {
-  if (cancelling(operation)) return "state state--cancelling";
-  return `state state--${waitingForModel(operation) ? "waiting_for_model" : operation.state}`;
 }
 
 // Beside the state: when waiting work runs next (as on /operations), and which attempt once
@@ -279,7 +257,7 @@ export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFal
       note.remove();
       return;
     }
-    setText(state, analysisStateLabel(operation));
+    setText(state, shownState(operation));
     if (state.className !== stateClass(operation)) state.className = stateClass(operation);
     const next = whenOf(operation);
     setText(when, next);

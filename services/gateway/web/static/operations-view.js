@@ -21,6 +21,29 @@ export function actionsOf(operation) {
   return actions;
 }
 
+export function cancelling(operation) {
+  return operation.cancel_requested && !TERMINAL_STATES.has(operation.state);
+}
+
+// An analysis (a registered task type: each is run by a model) running with no sign of the
+// model yet: each run starts at 0 % and moves at the model's first sign (its reading of the
+// prompt, the answer's first piece), so this is the worker waiting for the model, which may
+// be down: the worker then asks it again and waits for it, within the attempt's bounds, and
+// the attempt is retried after a delay. Said as that wait, not as a bar at 0 % that looks
+// like a run that stalled. A producer's task type says nothing of a model: it stays "Running".
+export function waitingForModel(operation) {
+  return Boolean(task(operation.task_type)) && operation.state === "running" && operation.progress_percent === 0 && !cancelling(operation);
+}
+
+export function shownState(operation) {
+  return waitingForModel(operation) ? "Waiting for the model" : stateLabel(operation);
+}
+
+export function stateClass(operation) {
+  if (cancelling(operation)) return "state state--cancelling";
+  return `state state--${waitingForModel(operation) ? "waiting_for_model" : operation.state}`;
+}
+
 // When waiting work runs next: "next try 3 Dec 2025, 14:05" (after a failed attempt),
 // "scheduled for …" (started for a later time), else "". /jobs says it on its cards too.
 export function nextRunOf(operation) {
@@ -48,9 +71,10 @@ function metaLine(operation) {
   return parts.join(" · ");
 }
 
-// Running work shows its bar; waiting work only once it has made progress.
+// Running work shows its bar (once the model showed a sign of it); waiting work only once
+// it has made progress.
 function showsProgress(operation) {
-  if (TERMINAL_STATES.has(operation.state)) return false;
+  if (TERMINAL_STATES.has(operation.state) || waitingForModel(operation)) return false;
   return operation.state === "running" || operation.progress_percent > 0;
 }
 
@@ -66,7 +90,7 @@ function progressOf(operation, name) {
 }
 
 function noteOf(operation) {
-  if (operation.cancel_requested && !TERMINAL_STATES.has(operation.state)) {
+  if (cancelling(operation)) {
     return h("p", { class: "op__note" }, "Cancel requested: the work stops at its next checkpoint.");
   }
   if (cancelCameTooLate(operation)) {
@@ -169,8 +193,8 @@ export function updateCard(card, operation, handlers, subjectName = null) {
     replaceChildren(title, name, subject);
   }
   const state = card.querySelector(".state");
-  state.textContent = stateLabel(operation);
-  state.className = `state state--${operation.cancel_requested && !TERMINAL_STATES.has(operation.state) ? "cancelling" : operation.state}`;
+  state.textContent = shownState(operation);
+  state.className = stateClass(operation);
   card.dataset.state = operation.state;
   replaceChildren(card.querySelector(".op__subject"), subjectLine(operation, subjectName), resultLink(operation, fullName));
   card.querySelector(".op__meta").textContent = metaLine(operation);
