@@ -15,7 +15,15 @@ from durable_ops import cli
 from durable_ops.operator_cli import EXIT_NOT_CONFIRMED
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services
-from tests.support.operations_client import ALICE, BOB, OTHER_TASK, QUEUED, TASK, OpsClient
+from tests.support.operations_client import (
+    ALICE,
+    BOB,
+    OTHER_TASK,
+    QUEUED,
+    SUCCEEDED,
+    TASK,
+    OpsClient,
+)
 from tests.support.opsctl import Logs, Opsctl, in_process_opsctl
 from tests.support.workspace_client import create_job
 
@@ -108,6 +116,44 @@ def test_a_filter_that_matches_nothing_says_so_and_is_done(
     ops.create(ALICE, "k-unmatched")
     assert opsctl("operations", *args)[:3] == (0, f"{said}\n", "")
     assert opsctl("operations", *args, "--json")[:3] == (0, "[]\n", "")
+
+
+def test_a_bulk_action_by_filter_leaves_out_what_it_cannot_act_on(
+    services: Services, ops: OpsClient, opsctl: Opsctl
+) -> None:
+    """``cancel --task T --yes`` in an incident listed T's finished operations too, had each
+    refused ``already_terminal`` and exited 5: the operator read the bulk cancel as failed.
+    (``retry`` likewise took running ones.) The plan now names only what the action can
+    change and says how many matches it leaves out and why."""
+    done = ops.create(BOB, "k-bulk-done")
+    ops.complete(ops.claim_one())
+    queued = ops.create(BOB, "k-bulk-queued", subject_id=create_job(services.workspace, BOB))
+
+    code, out, err, _ = opsctl("operations", "cancel", "--owner", BOB)
+    assert code == EXIT_NOT_CONFIRMED
+    assert out.splitlines() == [
+        f"would cancel 1 operations (owner={BOB}); left out 1 already finished:",
+        f"  {queued.id}  {BOB}  queued",
+    ]
+    plan = json.loads(opsctl("operations", "cancel", "--owner", BOB, "--json")[1])
+    assert ([row["id"] for row in plan["operations"]], plan["left_out"]) == ([queued.id], 1)
+    code, out, err, _ = opsctl("operations", "cancel", "--owner", BOB, "--yes")
+    assert (code, out) == (0, f"{queued.id}  {BOB}  cancelled\n")
+    assert err == f"opsctl operations cancel: left out 1 already finished (owner={BOB})\n"
+
+    # Now both have finished: nothing a cancel can change, and a retry only the cancelled.
+    assert opsctl("operations", "cancel", "--owner", BOB, "--yes")[:3] == (
+        0,
+        f"no operation matching owner={BOB} can be cancelled (2 already finished);"
+        " nothing to cancel\n",
+        "",
+    )
+    code, out, err, _ = opsctl("operations", "retry", "--owner", BOB, "--yes")
+    assert (code, out) == (0, f"{queued.id}  {BOB}  queued\n")
+    assert err == (
+        f"opsctl operations retry: left out 1 neither failed nor cancelled (owner={BOB})\n"
+    )
+    assert ops.get(BOB, done.id).state == SUCCEEDED
 
 
 # ---- what a cancel and a show say --------------------------------------------------------------
