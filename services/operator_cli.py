@@ -206,8 +206,9 @@ def add_parser(operations: argparse.ArgumentParser) -> None:
     queues = verbs.add_parser(
         "queues",
         help="unfinished operations per task type",
-        description="Per task type: its queued, running and waiting operations, and how long"
-        " the oldest queued one has been due (the console's queue table).",
+        description="Per task type: its queued, running and waiting operations, how long"
+        " the oldest queued one has been due, and whether it is paused (the console's queue"
+        " table).",
     )
     queues.add_argument("--json", action="store_true", help="machine-readable output")
     _common_options(queues)
@@ -750,24 +751,34 @@ QUEUE_COUNTS = ("queued", "running", "waiting_for_retry", "waiting_for_external_
 
 
 def cmd_queues(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
-    """The Operator service's queue depths (as the console and the metrics read them)."""
+    """The Operator service's queue depths (as the console and the metrics read them), and
+    which task types are paused, as the console shows them: a paused type's queue grows
+    and ages as a stuck one's would."""
     from durable_ops.api.operator.v1 import operator_pb2 as opb
 
     answer = operator.stub.GetQueueDepths(
         opb.GetQueueDepthsRequest(), metadata=operator.metadata, timeout=CALL_TIMEOUT_SECONDS
     )
+    types = operator.stub.ListTaskTypes(
+        opb.ListTaskTypesRequest(), metadata=operator.metadata, timeout=CALL_TIMEOUT_SECONDS
+    )
+    paused = sorted(status.task_type for status in types.task_types if status.paused)
     read_at = answer.read_at.ToDatetime(tzinfo=UTC)
-    rows = [queue_view(depth, read_at) for depth in answer.queues]
+    rows = [queue_view(depth, read_at, paused=depth.task_type in paused) for depth in answer.queues]
     if args.json:
-        print(json.dumps({"read_at": read_at.isoformat(), "queues": rows}), file=out)
-    elif not rows:
+        found = {"read_at": read_at.isoformat(), "queues": rows, "paused_task_types": paused}
+        print(json.dumps(found), file=out)
+        return 0
+    if not rows:
         print("no unfinished operations", file=out)
     else:
         _queue_table(rows, out)
+    if paused:
+        print(f"paused: {', '.join(paused)} (opsctl tasks resume TYPE)", file=out)
     return 0
 
 
-def queue_view(message: opb.QueueDepth, read_at: datetime) -> dict[str, Any]:
+def queue_view(message: opb.QueueDepth, read_at: datetime, *, paused: bool) -> dict[str, Any]:
     """One task type's queue as JSON; the oldest queued one's wait counted to ``read_at``,
     the service's own clock, so a skewed local clock does not change it."""
     waited = None
@@ -776,6 +787,7 @@ def queue_view(message: opb.QueueDepth, read_at: datetime) -> dict[str, Any]:
         waited = max(0, int((read_at - since).total_seconds()))
     return {
         "task_type": message.task_type,
+        "paused": paused,
         **{count: getattr(message, count) for count in QUEUE_COUNTS},
         "oldest_queued_at": _when(message, "oldest_queued_at"),
         "oldest_queued_seconds": waited,
@@ -786,7 +798,7 @@ def _queue_table(rows: list[dict[str, Any]], out: TextIO) -> None:
     header = ["TASK", "QUEUED", "RUNNING", "RETRY", "FALLBACK", "OLDEST QUEUED"]
     cells = [
         [
-            row["task_type"],
+            f"{row['task_type']} (paused)" if row["paused"] else row["task_type"],
             *(str(row[count]) for count in QUEUE_COUNTS),
             "-" if row["oldest_queued_seconds"] is None else _age(row["oldest_queued_seconds"]),
         ]

@@ -243,6 +243,30 @@ def test_queues_show_each_task_types_depth_and_oldest_queued_wait(
     assert by_type[OTHER_TASK]["oldest_queued_seconds"] is None
 
 
+def test_queues_say_which_task_types_are_paused(ops: OpsClient, opsctl: Opsctl) -> None:
+    """In an incident ``queues`` showed a paused type's queued work as any other queue's,
+    waiting longer and longer: stuck, or paused? The console says so; the terminal did not."""
+    ops.create(ALICE, "k-queued-paused")
+    ops.create(BOB, "k-queued-active", task_type=OTHER_TASK, subject_type="attachment")
+    for paused in (TASK, "report.render"):  # the second with no unfinished work
+        assert opsctl("tasks", "pause", paused)[0] == 0
+
+    code, out, _, _ = opsctl("operations", "queues")
+    assert code == 0
+    assert [line.split() for line in out.splitlines()] == [
+        ["TASK", "QUEUED", "RUNNING", "RETRY", "FALLBACK", "OLDEST", "QUEUED"],
+        [OTHER_TASK, "1", "0", "0", "0", "0s"],
+        [f"{TASK}", "(paused)", "1", "0", "0", "0", "0s"],
+        ["paused:", "report.render,", f"{TASK}", "(opsctl", "tasks", "resume", "TYPE)"],
+    ]
+    depths = json.loads(opsctl("operations", "queues", "--json")[1])
+    assert {row["task_type"]: row["paused"] for row in depths["queues"]} == {
+        OTHER_TASK: False,
+        TASK: True,
+    }
+    assert depths["paused_task_types"] == ["report.render", TASK]
+
+
 def test_list_and_retry_by_failure_code(services: Services, ops: OpsClient, opsctl: Opsctl) -> None:
     job = create_job(services.workspace, BOB)  # a real one: the operator retries an analysis
     failed = ops.create(BOB, "k-model-error", max_attempts=1, subject_id=job)
