@@ -65,7 +65,7 @@ from durable_ops.model.lifecycle import Draw, system_draw
 from durable_ops.private_files import prepare_sqlite_file
 from durable_ops.storage import pool
 from durable_ops.storage.events import Bus, Committed, collecting
-from durable_ops.storage.inline_sqlite import InlineSqlite, sqlite_code
+from durable_ops.storage.inline_sqlite import InlineSqlite, is_busy, sqlite_code
 from durable_ops.storage.tx import Tx
 
 log = structlog.get_logger(__name__)
@@ -338,6 +338,14 @@ class Database:
                     raise _unavailable() from exc
                 if (refusal := self._storage_fault(exc)) is not None:
                     raise refusal from exc
+                if self.is_sqlite and is_busy(exc):
+                    # Another process held the lock past the busy timeout (a backup, a shell
+                    # left in a transaction): contention, as MariaDB's lock waits are, which
+                    # the caller may retry; not a fault to answer INTERNAL with a stack trace.
+                    raise Unavailable(
+                        "the database stayed locked by another connection; try again",
+                        code="database_busy",
+                    ) from exc
                 if mysql_code(exc) not in RETRYABLE_MYSQL_ERRORS:
                     raise
                 if number == MAX_TRANSACTION_ATTEMPTS:  # transient still: the caller may retry
