@@ -9,9 +9,10 @@ did what. It goes to the Operations service at ``--target``, else
 sentence names the address and exit 2.
 
 ``cancel`` and ``retry`` take operation ids, or a filter (``--owner``,
-``--state``, ``--task``, ``--older-than``): by filter they print what they
-would do and stop, unless ``--yes`` confirms it. ``prune`` (ADR 0021) likewise counts
-what it would delete and stops, unless ``--yes``.
+``--state``, ``--task``, ``--older-than``): by filter they act only on the matches
+they can change (unfinished ones; failed or cancelled ones), counting the others
+they leave out, and print what they would do and stop, unless ``--yes`` confirms it.
+``prune`` (ADR 0021) likewise counts what it would delete and stops, unless ``--yes``.
 
 Only argparse and pure modules are imported here at load: ``opsctl --help``
 stays fast; grpc is imported when a command runs.
@@ -33,9 +34,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument
+from durable_ops.model.lifecycle import RETRYABLE_STATES
 from durable_ops.model.operator import OperatorFilter, operator_name, parse_duration
 from durable_ops.model.retention import PRUNE_BATCH, PRUNE_BATCH_MAX, RetentionPolicy
-from durable_ops.model.states import OperationState
+from durable_ops.model.states import ACTIVE_STATES, OperationState
 
 if TYPE_CHECKING:
     import grpc
@@ -204,8 +206,9 @@ def add_parser(operations: argparse.ArgumentParser) -> None:
     queues = verbs.add_parser(
         "queues",
         help="unfinished operations per task type",
-        description="Per task type: its queued, running and waiting operations, and how long"
-        " the oldest queued one has been due (the console's queue table).",
+        description="Per task type: its queued, running and waiting operations, how long"
+        " the oldest queued one has been due, and whether it is paused (the console's queue"
+        " table).",
     )
     queues.add_argument("--json", action="store_true", help="machine-readable output")
     _common_options(queues)
@@ -582,6 +585,14 @@ def _act(verb: str, operator: Operator) -> Callable[[str], Any]:
     return act
 
 
+# What a cancel or retry by filter acts on. The filter's other matches are left out, and
+# counted: each would only be refused (already_terminal, not_retryable), and an incident's
+# "cancel every T" must not read as failed (exit 5) for T's finished operations.
+ACTS_ON = {"cancel": ACTIVE_STATES, "retry": RETRYABLE_STATES}
+LEFT_OUT = {"cancel": "already finished", "retry": "neither failed nor cancelled"}
+ACTED = {"cancel": "cancelled", "retry": "retried"}
+
+
 def cmd_act(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
     """``cancel`` / ``retry``: the ids named, or every match of the filter once confirmed."""
     verb = args.operations_command
@@ -595,15 +606,28 @@ def cmd_act(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
         )
     if args.operation_ids:
         return _act_on(list(dict.fromkeys(args.operation_ids)), args, operator, out)
-    matched = [view(found) for found in operator.list_all(filters, None)]
+    listed = [view(found) for found in operator.list_all(filters, None)]
+    matched = [row for row in listed if OperationState(row["state"]) in ACTS_ON[verb]]
+    left_out = len(listed) - len(matched)
     if not matched:  # nothing to confirm, nothing to do: that is the whole answer
         nothing = f"no operation matches {filters.describe()}; nothing to {verb}"
+        if left_out:
+            nothing = (
+                f"no operation matching {filters.describe()} can be {ACTED[verb]}"
+                f" ({left_out} {LEFT_OUT[verb]}); nothing to {verb}"
+            )
         print("[]" if args.json else nothing, file=out)
         return 0
     if not args.yes:
-        _plan(verb, filters, matched, args.json, out)
+        _plan(verb, filters, matched, left_out, args.json, out)
         print(f"opsctl operations {verb}: not confirmed; add --yes", file=sys.stderr)
         return EXIT_NOT_CONFIRMED
+    if left_out:
+        print(
+            f"opsctl operations {verb}: left out {left_out} {LEFT_OUT[verb]}"
+            f" ({filters.describe()})",
+            file=sys.stderr,
+        )
     return _act_on([row["id"] for row in matched], args, operator, out)
 
 
@@ -616,14 +640,25 @@ def _state_text(row: dict[str, Any]) -> str:
 
 
 def _plan(
-    verb: str, filters: OperatorFilter, matched: list[dict[str, Any]], as_json: bool, out: TextIO
+    verb: str,
+    filters: OperatorFilter,
+    matched: list[dict[str, Any]],
+    left_out: int,
+    as_json: bool,
+    out: TextIO,
 ) -> None:
     """What a bulk cancel or retry would do, printed for the operator to confirm."""
     if as_json:
-        plan = {"would": verb, "filter": filters.describe(), "operations": matched}
+        plan = {
+            "would": verb,
+            "filter": filters.describe(),
+            "operations": matched,
+            "left_out": left_out,
+        }
         print(json.dumps(plan), file=out)
         return
-    print(f"would {verb} {len(matched)} operations ({filters.describe()}):", file=out)
+    leaving = f"; left out {left_out} {LEFT_OUT[verb]}" if left_out else ""
+    print(f"would {verb} {len(matched)} operations ({filters.describe()}){leaving}:", file=out)
     for row in matched:
         print(f"  {row['id']}  {row['owner_id']}  {row['state']}", file=out)
 
@@ -716,24 +751,34 @@ QUEUE_COUNTS = ("queued", "running", "waiting_for_retry", "waiting_for_external_
 
 
 def cmd_queues(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
-    """The Operator service's queue depths (as the console and the metrics read them)."""
+    """The Operator service's queue depths (as the console and the metrics read them), and
+    which task types are paused, as the console shows them: a paused type's queue grows
+    and ages as a stuck one's would."""
     from durable_ops.api.operator.v1 import operator_pb2 as opb
 
     answer = operator.stub.GetQueueDepths(
         opb.GetQueueDepthsRequest(), metadata=operator.metadata, timeout=CALL_TIMEOUT_SECONDS
     )
+    types = operator.stub.ListTaskTypes(
+        opb.ListTaskTypesRequest(), metadata=operator.metadata, timeout=CALL_TIMEOUT_SECONDS
+    )
+    paused = sorted(status.task_type for status in types.task_types if status.paused)
     read_at = answer.read_at.ToDatetime(tzinfo=UTC)
-    rows = [queue_view(depth, read_at) for depth in answer.queues]
+    rows = [queue_view(depth, read_at, paused=depth.task_type in paused) for depth in answer.queues]
     if args.json:
-        print(json.dumps({"read_at": read_at.isoformat(), "queues": rows}), file=out)
-    elif not rows:
+        found = {"read_at": read_at.isoformat(), "queues": rows, "paused_task_types": paused}
+        print(json.dumps(found), file=out)
+        return 0
+    if not rows:
         print("no unfinished operations", file=out)
     else:
         _queue_table(rows, out)
+    if paused:
+        print(f"paused: {', '.join(paused)} (opsctl tasks resume TYPE)", file=out)
     return 0
 
 
-def queue_view(message: opb.QueueDepth, read_at: datetime) -> dict[str, Any]:
+def queue_view(message: opb.QueueDepth, read_at: datetime, *, paused: bool) -> dict[str, Any]:
     """One task type's queue as JSON; the oldest queued one's wait counted to ``read_at``,
     the service's own clock, so a skewed local clock does not change it."""
     waited = None
@@ -742,6 +787,7 @@ def queue_view(message: opb.QueueDepth, read_at: datetime) -> dict[str, Any]:
         waited = max(0, int((read_at - since).total_seconds()))
     return {
         "task_type": message.task_type,
+        "paused": paused,
         **{count: getattr(message, count) for count in QUEUE_COUNTS},
         "oldest_queued_at": _when(message, "oldest_queued_at"),
         "oldest_queued_seconds": waited,
@@ -752,7 +798,7 @@ def _queue_table(rows: list[dict[str, Any]], out: TextIO) -> None:
     header = ["TASK", "QUEUED", "RUNNING", "RETRY", "FALLBACK", "OLDEST QUEUED"]
     cells = [
         [
-            row["task_type"],
+            f"{row['task_type']} (paused)" if row["paused"] else row["task_type"],
             *(str(row[count]) for count in QUEUE_COUNTS),
             "-" if row["oldest_queued_seconds"] is None else _age(row["oldest_queued_seconds"]),
         ]

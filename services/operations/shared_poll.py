@@ -66,10 +66,13 @@ class SharedPoll(ABC):
     def _ensure_polling(self) -> None:
         if self._task is None or self._task.done():
             # An empty context: the loop serves every waiter, so it is no part of the call
-            # that happened to start it (nor of its trace, which would grow for ever).
-            self._task = asyncio.get_running_loop().create_task(
-                self._run(), context=contextvars.Context()
-            )
+            # that happened to start it (nor of its trace, which would grow for ever); only
+            # the service's name stays, which its log lines carry (``serving._named``).
+            context = contextvars.Context()
+            process = structlog.contextvars.get_contextvars().get("process")
+            if process is not None:
+                context.run(structlog.contextvars.bind_contextvars, process=process)
+            self._task = asyncio.get_running_loop().create_task(self._run(), context=context)
 
     async def _run(self) -> None:
         rest = self._interval
@@ -88,7 +91,9 @@ class SharedPoll(ABC):
             finally:
                 rest = rest_after(self._interval, time.monotonic() - began)
             self.polls += asked
-            if self._failing:
+            # Recovered once the database answered: a poll that found nobody due asked
+            # nothing, and said nothing of the database.
+            if self._failing and asked:
                 _log.info("poll_recovered", poll=self._name)
                 self._failing = False
 

@@ -165,9 +165,12 @@ def reaching(url: str, source: str) -> Iterator[None]:
         raise DatabaseUnavailable(f"{how}: {describe(error)}", database) from error
     except DatabaseUnavailable as away:  # a service's wait at start, which knew no name
         raise DatabaseUnavailable(away.failure, database) from away
-    except Unavailable as away:  # what Database.run makes of a connection lost mid-way
+    except Unavailable as away:  # what Database.run makes of a connection lost or refused
         if away.code != "database_unavailable":
             raise
+        cause = away.__cause__
+        if isinstance(cause, OperationalError) and not worth_waiting_for(cause):
+            raise DatabaseUnavailable(f"refused us: {describe(cause)}", database) from away
         raise DatabaseUnavailable(f"did not answer: {away.message}", database) from away
     except MigrationLocked as busy:
         raise DatabaseUnavailable(f"is busy: {busy}", database) from busy

@@ -65,7 +65,7 @@ from durable_ops.model.lifecycle import Draw, system_draw
 from durable_ops.private_files import prepare_sqlite_file
 from durable_ops.storage import pool
 from durable_ops.storage.events import Bus, Committed, collecting
-from durable_ops.storage.inline_sqlite import InlineSqlite, sqlite_code
+from durable_ops.storage.inline_sqlite import InlineSqlite, is_busy, sqlite_code
 from durable_ops.storage.tx import Tx
 
 log = structlog.get_logger(__name__)
@@ -80,6 +80,11 @@ RETRYABLE_MYSQL_ERRORS = frozenset({1047, 1205, 1213})
 # in flight when the node left may still be applied by the others): the transaction's
 # own check (``on_unknown_commit``) tells which.
 UNREACHABLE_MYSQL_ERRORS = frozenset({1053, 1180, 2002, 2003, 2006, 2013, 2055})
+# The server answers a new connection but lets us in no more: access denied (1044, 1045,
+# 1698), the account locked (4151), the database gone (1049). At start a refusal
+# (``availability``); once running, the database is away for the caller as in an outage
+# (UNAVAILABLE), not an unforeseen fault logged with a stack trace per call.
+REFUSING_MYSQL_ERRORS = frozenset({1044, 1045, 1049, 1698, 4151})
 MAX_TRANSACTION_ATTEMPTS = 8
 TRANSACTION_RETRY_BASE_SECONDS = 0.002
 TRANSACTION_RETRY_MAX_SECONDS = 0.2
@@ -336,8 +341,21 @@ class Database:
             except OperationalError as exc:
                 if mysql_code(exc) in UNREACHABLE_MYSQL_ERRORS:
                     raise _unavailable() from exc
+                if mysql_code(exc) in REFUSING_MYSQL_ERRORS:
+                    raise Unavailable(
+                        "the database refused our connection; try again",
+                        code="database_unavailable",
+                    ) from exc
                 if (refusal := self._storage_fault(exc)) is not None:
                     raise refusal from exc
+                if self.is_sqlite and is_busy(exc):
+                    # Another process held the lock past the busy timeout (a backup, a shell
+                    # left in a transaction): contention, as MariaDB's lock waits are, which
+                    # the caller may retry; not a fault to answer INTERNAL with a stack trace.
+                    raise Unavailable(
+                        "the database stayed locked by another connection; try again",
+                        code="database_busy",
+                    ) from exc
                 if mysql_code(exc) not in RETRYABLE_MYSQL_ERRORS:
                     raise
                 if number == MAX_TRANSACTION_ATTEMPTS:  # transient still: the caller may retry

@@ -13,6 +13,7 @@ standing for the 30 s default.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -21,12 +22,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog.testing
 from sqlalchemy import select
 
-from durable_ops.ai_worker.inference import ModelClient, Router
+from durable_ops.ai_worker.inference import InferenceError, InferenceRequest, ModelClient, Router
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.circuit import CircuitBreaker, CircuitState
 from durable_ops.model.routing import Route
+from durable_ops.model.states import Privacy
 from durable_ops.settings import Settings
 from durable_ops.storage.schema import AnswerDraft, OperationAttempt
 from tests.integration.test_ai_worker_executor import Workspace, executor_on
@@ -216,3 +219,45 @@ def test_one_attempt_rides_out_a_model_killed_mid_answer(
     assert (row.state, row.attempt) == ("succeeded", 1)
     assert _attempts(services, operation_id) == [("succeeded", None)]
     assert took >= ANSWER_SECONDS  # the answer was streamed again from its start
+
+
+def test_the_log_says_when_the_local_model_goes_down_and_comes_back() -> None:
+    """With the model down an operator found, per attempt, ``local_circuit_wait`` (how long,
+    not what for) and ``worker_handler_raised`` with a stack trace, and nothing naming the
+    model's address or saying it was back. One line when the refusals open the circuit
+    (which model, where, why), one when it answers again; none per call between."""
+    port = free_port()  # nothing listens yet
+    router = Router(
+        ModelClient(f"http://127.0.0.1:{port}/v1", "dev-heuristic", route=Route.LOCAL),
+        CircuitBreaker(1, 0.0),  # open at the first refusal, each next call its trial
+        ask_again_seconds=0.0,
+    )
+    probe = InferenceRequest("probe", {"type": "object"}, [{"role": "user", "content": "hi"}])
+
+    async def ask() -> None:
+        with contextlib.suppress(InferenceError):  # down, or an answer the probe's own
+            await router.infer(probe, Privacy.LOCAL_ONLY, task_external_allowed=False)
+
+    async def scenario() -> None:
+        await ask()  # refused, asked again as the trial, refused: the attempt ends
+        await ask()  # still down: no second line
+        server = await asyncio.to_thread(ModelServer, port=port)  # it is back
+        try:
+            await ask()
+            await ask()
+        finally:
+            server.stop()
+            await router.aclose()
+
+    with structlog.testing.capture_logs() as lines:
+        asyncio.run(scenario())
+    said = [line for line in lines if line["event"].startswith("local_model_")]
+    assert [line["event"] for line in said] == ["local_model_unavailable", "local_model_recovered"]
+    down, back = said
+    assert down["url"] == back["url"] == f"http://127.0.0.1:{port}/v1/chat/completions"
+    assert (down["model"], down["code"], down["log_level"]) == (
+        "dev-heuristic",
+        "model_connection_error",
+        "warning",
+    )
+    assert down["why"] == "cannot reach the model (ConnectError)"

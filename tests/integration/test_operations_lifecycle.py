@@ -258,6 +258,38 @@ def test_waiting_for_retry_past_its_deadline_fails_closed(
 # ---- retry, duplicates, terminal ----------------------------------------------------------------
 
 
+def test_a_failure_the_sweeper_decides_does_not_keep_an_earlier_attempts_message(
+    services: Services, ops: OpsClient
+) -> None:
+    """An operator's ``show`` read ``lease_expired`` beside "local model route unavailable":
+    the code was the sweeper's, the message the attempt before's, which explains another
+    failure. The sweeper's own failures carry no message; the attempts keep theirs."""
+    expired = ops.create(ALICE, "k-expired-after-error", retry_delay_seconds=1)
+    assert ops.fail(ops.claim_one(), retryable=True, message="the model said no") == (
+        WAITING_FOR_RETRY
+    )
+    _advance(services, 2.1)  # past the jittered retry delay
+    assert services.sweep().promoted == 1
+    ops.claim_one(lease_seconds=5)
+    _advance(services, 5.1)
+    assert services.sweep().expired_leases == 1
+    assert (ops.row(expired.id).failure_code, ops.row(expired.id).failure_message) == (
+        "lease_expired",
+        None,
+    )
+
+    doomed = ops.create(
+        ALICE, "k-deadline-after-error", retry_delay_seconds=60, deadline=later(services, 30)
+    )
+    ops.fail(ops.claim_one(), retryable=True, message="the model said no")
+    _advance(services, 31)
+    assert services.sweep().deadlines == 1
+    assert (ops.row(doomed.id).failure_code, ops.row(doomed.id).failure_message) == (
+        "deadline_exceeded",
+        None,
+    )
+
+
 def test_retry_failed_and_cancelled_requeues_with_a_fresh_budget(
     services: Services, ops: OpsClient
 ) -> None:

@@ -15,7 +15,15 @@ from durable_ops import cli
 from durable_ops.operator_cli import EXIT_NOT_CONFIRMED
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services
-from tests.support.operations_client import ALICE, BOB, OTHER_TASK, QUEUED, TASK, OpsClient
+from tests.support.operations_client import (
+    ALICE,
+    BOB,
+    OTHER_TASK,
+    QUEUED,
+    SUCCEEDED,
+    TASK,
+    OpsClient,
+)
 from tests.support.opsctl import Logs, Opsctl, in_process_opsctl
 from tests.support.workspace_client import create_job
 
@@ -110,6 +118,44 @@ def test_a_filter_that_matches_nothing_says_so_and_is_done(
     assert opsctl("operations", *args, "--json")[:3] == (0, "[]\n", "")
 
 
+def test_a_bulk_action_by_filter_leaves_out_what_it_cannot_act_on(
+    services: Services, ops: OpsClient, opsctl: Opsctl
+) -> None:
+    """``cancel --task T --yes`` in an incident listed T's finished operations too, had each
+    refused ``already_terminal`` and exited 5: the operator read the bulk cancel as failed.
+    (``retry`` likewise took running ones.) The plan now names only what the action can
+    change and says how many matches it leaves out and why."""
+    done = ops.create(BOB, "k-bulk-done")
+    ops.complete(ops.claim_one())
+    queued = ops.create(BOB, "k-bulk-queued", subject_id=create_job(services.workspace, BOB))
+
+    code, out, err, _ = opsctl("operations", "cancel", "--owner", BOB)
+    assert code == EXIT_NOT_CONFIRMED
+    assert out.splitlines() == [
+        f"would cancel 1 operations (owner={BOB}); left out 1 already finished:",
+        f"  {queued.id}  {BOB}  queued",
+    ]
+    plan = json.loads(opsctl("operations", "cancel", "--owner", BOB, "--json")[1])
+    assert ([row["id"] for row in plan["operations"]], plan["left_out"]) == ([queued.id], 1)
+    code, out, err, _ = opsctl("operations", "cancel", "--owner", BOB, "--yes")
+    assert (code, out) == (0, f"{queued.id}  {BOB}  cancelled\n")
+    assert err == f"opsctl operations cancel: left out 1 already finished (owner={BOB})\n"
+
+    # Now both have finished: nothing a cancel can change, and a retry only the cancelled.
+    assert opsctl("operations", "cancel", "--owner", BOB, "--yes")[:3] == (
+        0,
+        f"no operation matching owner={BOB} can be cancelled (2 already finished);"
+        " nothing to cancel\n",
+        "",
+    )
+    code, out, err, _ = opsctl("operations", "retry", "--owner", BOB, "--yes")
+    assert (code, out) == (0, f"{queued.id}  {BOB}  queued\n")
+    assert err == (
+        f"opsctl operations retry: left out 1 neither failed nor cancelled (owner={BOB})\n"
+    )
+    assert ops.get(BOB, done.id).state == SUCCEEDED
+
+
 # ---- what a cancel and a show say --------------------------------------------------------------
 
 
@@ -195,6 +241,30 @@ def test_queues_show_each_task_types_depth_and_oldest_queued_wait(
     by_type = {row["task_type"]: row for row in depths["queues"]}
     assert by_type[TASK]["oldest_queued_seconds"] == 3700
     assert by_type[OTHER_TASK]["oldest_queued_seconds"] is None
+
+
+def test_queues_say_which_task_types_are_paused(ops: OpsClient, opsctl: Opsctl) -> None:
+    """In an incident ``queues`` showed a paused type's queued work as any other queue's,
+    waiting longer and longer: stuck, or paused? The console says so; the terminal did not."""
+    ops.create(ALICE, "k-queued-paused")
+    ops.create(BOB, "k-queued-active", task_type=OTHER_TASK, subject_type="attachment")
+    for paused in (TASK, "report.render"):  # the second with no unfinished work
+        assert opsctl("tasks", "pause", paused)[0] == 0
+
+    code, out, _, _ = opsctl("operations", "queues")
+    assert code == 0
+    assert [line.split() for line in out.splitlines()] == [
+        ["TASK", "QUEUED", "RUNNING", "RETRY", "FALLBACK", "OLDEST", "QUEUED"],
+        [OTHER_TASK, "1", "0", "0", "0", "0s"],
+        [f"{TASK}", "(paused)", "1", "0", "0", "0", "0s"],
+        ["paused:", "report.render,", f"{TASK}", "(opsctl", "tasks", "resume", "TYPE)"],
+    ]
+    depths = json.loads(opsctl("operations", "queues", "--json")[1])
+    assert {row["task_type"]: row["paused"] for row in depths["queues"]} == {
+        OTHER_TASK: False,
+        TASK: True,
+    }
+    assert depths["paused_task_types"] == ["report.render", TASK]
 
 
 def test_list_and_retry_by_failure_code(services: Services, ops: OpsClient, opsctl: Opsctl) -> None:

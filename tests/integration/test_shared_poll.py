@@ -6,6 +6,9 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
+import structlog
+import structlog.testing
+
 from durable_ops.operations.shared_poll import REST_PER_POLL_SECOND, SharedPoll, rest_after
 from durable_ops.storage.db import Database
 from durable_ops.storage.events import Committed
@@ -50,3 +53,58 @@ def test_a_slow_poll_holds_the_database_at_most_a_fifth_of_the_time(tmp_path: Pa
         assert asyncio.run(main()) <= 4
     finally:
         db.dispose()
+
+
+class FailingThenIdle(SharedPoll):
+    """A poll whose question fails ``failures`` times, then finds nobody due for ``idle``
+    polls (it asks nothing), then asks; each poll says in the log what it did."""
+
+    def __init__(self, db: Database, failures: int, idle: int) -> None:
+        super().__init__(db, "flaky", 0.001)
+        self.outcomes = ["failed"] * failures + ["idle"] * idle + ["asked"]
+
+    def _committed(self, changes: Sequence[Committed]) -> None:
+        pass
+
+    def _waiting(self) -> bool:
+        return bool(self.outcomes)
+
+    async def _poll(self) -> bool:
+        outcome = self.outcomes.pop(0)
+        structlog.get_logger().info(outcome, bound=structlog.contextvars.get_contextvars())
+        if outcome == "failed":
+            raise ConnectionError("the database is away")
+        return outcome == "asked"
+
+
+def test_a_failing_poll_recovers_only_once_its_question_is_answered(tmp_path: Path) -> None:
+    """In an outage the log read ``poll_failing``, ``poll_recovered`` a tenth of a second
+    later, then ``poll_failing`` again: the poll had found no waiter due and asked the
+    database nothing, which is not the database answering. And the lines of the Operations
+    service said ``process=services`` (the four services' shared child), not ``operations``:
+    the poll runs in a context of its own, which had lost the service's name."""
+    db = Database(f"sqlite:///{tmp_path / 'unused.db'}")
+
+    async def main() -> None:
+        structlog.contextvars.bind_contextvars(process="operations")
+        poll = FailingThenIdle(db, failures=2, idle=2)
+        poll._ensure_polling()
+        while poll.outcomes:
+            await asyncio.sleep(0.01)
+        await poll.close()
+
+    try:
+        with structlog.testing.capture_logs() as lines:
+            asyncio.run(main())
+    finally:
+        db.dispose()
+    assert [line["event"] for line in lines] == [
+        "failed",
+        "poll_failing",
+        "failed",
+        "idle",
+        "idle",
+        "asked",
+        "poll_recovered",
+    ]
+    assert {line["bound"].get("process") for line in lines if "bound" in line} == {"operations"}

@@ -3,6 +3,7 @@ or that Galera refused at COMMIT, and resolves a COMMIT whose connection was los
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -11,7 +12,7 @@ from typing import Any
 import grpc
 import pymysql
 import pytest
-from sqlalchemy import Update, insert, select, text, update
+from sqlalchemy import Update, insert, make_url, select, text, update
 from sqlalchemy.exc import ProgrammingError
 
 from durable_ops.model.errors import Unavailable
@@ -19,6 +20,7 @@ from durable_ops.model.held_leases import HeldLease
 from durable_ops.model.lifecycle import Event
 from durable_ops.rpc.errors import status_for
 from durable_ops.storage import operations, workspace
+from durable_ops.storage.availability import DatabaseUnavailable, reaching
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import UserOperation
 from durable_ops.storage.tx import SCOPE_OWNER, Tx
@@ -117,6 +119,33 @@ def test_an_unreachable_database_is_unavailable_not_an_internal_error() -> None:
             db.run(lambda tx: tx.execute(text("SELECT 1")), owner_id=None, write=False)
         assert raised.value.code == "database_unavailable"
         assert status_for(raised.value) == grpc.StatusCode.UNAVAILABLE
+    finally:
+        db.dispose()
+
+
+def test_a_database_that_refuses_us_once_running_is_unavailable_not_an_internal_error(
+    mariadb_server_url: str,
+) -> None:
+    """In an incident drill the stack's MariaDB account was locked (``ALTER USER … ACCOUNT
+    LOCK``, as a revoked grant or a rotated password does): every call then logged
+    ``rpc_unexpected_error`` with a stack trace, 41 in half a minute, and answered INTERNAL.
+    Refused once running, the database is away for the caller as in an outage: UNAVAILABLE.
+    A command still says it refused us, in the driver's words (``reaching``)."""
+    stranger = make_url(mariadb_server_url).set(
+        username=f"nobody_{secrets.token_hex(4)}", password="wrong", database="nowhere"
+    )
+    url = stranger.render_as_string(hide_password=False)
+    db = Database(url, pool_size=1)
+    try:
+        with pytest.raises(Unavailable) as raised:
+            db.run(lambda tx: tx.execute(text("SELECT 1")), owner_id=None, write=False)
+        assert raised.value.code == "database_unavailable"
+        assert status_for(raised.value) == grpc.StatusCode.UNAVAILABLE
+        with pytest.raises(DatabaseUnavailable) as said, reaching(url, "--database-url"):
+            db.run(lambda tx: tx.execute(text("SELECT 1")), owner_id=None, write=False)
+        assert " (from --database-url) refused us: " in str(said.value)
+        assert "Access denied" in str(said.value)
+        assert "wrong" not in str(said.value)
     finally:
         db.dispose()
 

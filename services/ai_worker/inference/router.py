@@ -207,7 +207,7 @@ class Router:
                     request, on_progress=on_progress, on_text=on_text, on_usage=on_usage
                 )
             except ModelUnavailable as exc:
-                self.breaker.record_failure(self._clock())
+                self._failed(exc)
                 # Until the failures open the circuit, and once more to wait for it.
                 asks_again = tries <= self.breaker.failure_threshold and not waited
                 # A connection the model dropped mid-request (killed, restarting): sent
@@ -222,10 +222,34 @@ class Router:
                 ) from exc
             except InferenceError:
                 # The model answered (badly, or refused the request): the route is up.
-                self.breaker.record_success(self._clock())
+                self._answered()
                 raise
-            self.breaker.record_success(self._clock())
+            self._answered()
             return result
+
+    def _failed(self, error: ModelUnavailable) -> None:
+        """Count a failure; say so once when it opens a closed circuit: the model just went
+        down (which, where and why), not at each call while it stays down."""
+        now = self._clock()
+        was = self.breaker.state(now)
+        self.breaker.record_failure(now)
+        if was is CircuitState.CLOSED and self.breaker.state(now) is not CircuitState.CLOSED:
+            _log.warning(
+                "local_model_unavailable",
+                url=self.local.url,
+                model=self.local.model,
+                code=error.code,
+                why=error.message,  # our own wording, never a server's body
+                failures_to_open=self.breaker.failure_threshold,
+                cooldown_seconds=self.breaker.cooldown_seconds,
+            )
+
+    def _answered(self) -> None:
+        """The model answered: the circuit closes, and an outage ends with a line."""
+        now = self._clock()
+        if self.breaker.state(now) is not CircuitState.CLOSED:
+            _log.info("local_model_recovered", url=self.local.url, model=self.local.model)
+        self.breaker.record_success(now)
 
     @property
     def circuit_wait_seconds(self) -> float:

@@ -111,6 +111,9 @@ class Change:
         values.update({name: getattr(decision, name) for name in _DECIDED})
         if decision.failure_code is not None:
             values["failure_code"] = decision.failure_code
+            # The rules' own failure (a lease run out, a deadline passed) brings no message:
+            # an earlier attempt's, left beside it, would explain another failure.
+            values["failure_message"] = self.values.get("failure_message")
         if decision.state is not S.RUNNING:
             values["lease_expires_at"] = None
             values["slot_key"] = None  # its concurrency slots go back (``slots.release``)
