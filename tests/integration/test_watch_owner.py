@@ -5,10 +5,15 @@ event of this process reports it, so only the owners' shared poll
 
 from __future__ import annotations
 
+from datetime import timedelta
+from functools import partial
+
 from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.storage import operations, owner_changes
+from durable_ops.storage.db import Database
 from durable_ops.storage.owner_changes import CHANGES_MAX
 from tests.support.clock import ManualClock
-from tests.support.grpc_services import Services
+from tests.support.grpc_services import Services, running_services
 from tests.support.later import later
 from tests.support.operations_client import (
     ALICE,
@@ -16,6 +21,7 @@ from tests.support.operations_client import (
     CANCELLED,
     QUEUED,
     RUNNING,
+    WAITING_FOR_RETRY,
     Lease,
     LeaseStream,
     OpsClient,
@@ -127,3 +133,67 @@ def test_more_changes_of_one_microsecond_than_a_read_takes_all_reach_the_watch(
             seen.add(next(stream).operation.id)
     finally:
         stream.cancel()
+
+
+def test_a_change_stamped_by_a_replica_whose_clock_lags_reaches_a_watch_from_now(
+    db_url: str, services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    """The watch reads ``WATCH_OVERLAP`` behind its cursor: a change a replica stamped a
+    second earlier than the watch's own clock, committed after the watch began, is sent."""
+    lagging = ManualClock(clock() - timedelta(seconds=1))
+    with running_services(db_url, lagging) as behind:
+        stream = ops.stub.WatchOwner(
+            pb.WatchOwnerRequest(), metadata=ops.gateway(ALICE), timeout=HANG_GUARD
+        )
+        created: list[str] = []
+        try:
+            with later(lambda: created.append(OpsClient(behind).create(ALICE, "behind").id)):
+                change = next(stream)
+            assert [change.operation.id] == created
+        finally:
+            stream.cancel()
+
+
+def test_a_retry_the_sweep_queues_again_is_sent(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    """Queued again by the sweep, the operation changes its state alone (its attempt is
+    kept): that change is sent too."""
+    watch = ops.stub.WatchOwner(
+        pb.WatchOwnerRequest(), metadata=ops.gateway(ALICE), timeout=HANG_GUARD
+    )
+    try:
+        created = ops.create(ALICE, "retried", max_attempts=2, retry_delay_seconds=1)
+        assert next(watch).operation.state == QUEUED
+        clock.advance(1)
+        lease = ops.claim_one()
+        assert next(watch).operation.state == RUNNING
+        clock.advance(1)
+        assert ops.fail(lease, retryable=True, code="model_busy") == WAITING_FOR_RETRY
+        change = next(watch)
+        assert (change.operation.id, change.operation.state) == (created.id, WAITING_FOR_RETRY)
+        clock.advance(10)
+        assert services.sweep().promoted == 1
+        change = next(watch)
+        assert (change.operation.state, change.operation.attempt) == (QUEUED, 1)
+    finally:
+        watch.cancel()
+
+
+def test_the_poll_finds_the_newest_change_of_every_owner_it_asks_for(database: Database) -> None:
+    """Asked in statements of ``OWNERS_PER_QUERY`` owners: the owners on either side of
+    a statement's edge are each found, with their newest change, not an older one."""
+    owners = [f"owner-{n:04}" for n in range(owner_changes.OWNERS_PER_QUERY + 1)]
+    edge = owners[owner_changes.OWNERS_PER_QUERY - 1 :]
+    start = ManualClock()()
+    for n, owner in enumerate(edge):
+        for key, at in (("older", start), ("newer", start + timedelta(seconds=1 + n))):
+            request = operations.CreateRequest("strategy.snapshot", key, "job", f"job-{n}")
+            database.run(partial(operations.create, request=request, now=at), owner_id=owner)
+    found = database.run(
+        lambda tx: owner_changes.newest_among(tx, owners), owner_id=None, write=False
+    )
+    assert found == {
+        edge[0]: start + timedelta(seconds=1),
+        edge[1]: start + timedelta(seconds=2),
+    }
