@@ -9,6 +9,7 @@ from datetime import timedelta
 from functools import partial
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.operations.tuning import Tuning
 from durable_ops.storage import operations, owner_changes
 from durable_ops.storage.db import Database
 from durable_ops.storage.owner_changes import CHANGES_MAX
@@ -19,6 +20,7 @@ from tests.support.operations_client import (
     ALICE,
     BOB,
     CANCELLED,
+    FAILED,
     QUEUED,
     RUNNING,
     WAITING_FOR_RETRY,
@@ -197,3 +199,51 @@ def test_the_poll_finds_the_newest_change_of_every_owner_it_asks_for(database: D
         edge[0]: start + timedelta(seconds=1),
         edge[1]: start + timedelta(seconds=2),
     }
+
+
+def test_moves_the_watch_reads_together_are_sent_by_what_they_changed(
+    db_url: str, clock: ManualClock
+) -> None:
+    """Moves committed through another replica, whose commits this one finds only by its
+    poll (not run here), reach the watch together with the next change made here: a new
+    attempt's run differs from the run sent by its attempt alone, a failure after a retry
+    from the failure sent by its finish alone; both are sent."""
+    no_poll = Tuning(watch_interval_seconds=600.0)
+    with (
+        running_services(db_url, clock, tuning=no_poll) as here,
+        running_services(db_url, clock, tuning=no_poll) as there,
+    ):
+        ops, elsewhere = OpsClient(here), OpsClient(there)
+        watch = ops.stub.WatchOwner(
+            pb.WatchOwnerRequest(), metadata=ops.gateway(ALICE), timeout=HANG_GUARD
+        )
+        try:
+            runs_again = ops.create(ALICE, "runs-again", max_attempts=2, retry_delay_seconds=1)
+            assert next(watch).operation.id == runs_again.id
+            fails_again = ops.create(ALICE, "fails-again", max_attempts=1)
+            assert next(watch).operation.id == fails_again.id
+            first_run = ops.claim_one()
+            assert (next(watch).operation.attempt, first_run.id) == (1, runs_again.id)
+            first_failure = ops.claim_one()
+            assert next(watch).operation.id == first_failure.id == fails_again.id
+            assert ops.fail(first_failure, retryable=False) == FAILED
+            failed = next(watch).operation
+            assert failed.state == FAILED
+
+            assert elsewhere.fail(first_run, retryable=True) == WAITING_FOR_RETRY
+            clock.advance(10)
+            assert there.sweep().promoted == 1
+            assert elsewhere.claim_one().id == runs_again.id
+            elsewhere.retry(ALICE, fails_again.id)
+            assert elsewhere.fail(elsewhere.claim_one(), retryable=False) == FAILED
+            woken = ops.create(ALICE, "wakes-the-watch")
+
+            changes = {
+                change.operation.id: change.operation for change in (next(watch) for _ in range(3))
+            }
+            assert set(changes) == {runs_again.id, fails_again.id, woken.id}
+            assert (changes[runs_again.id].state, changes[runs_again.id].attempt) == (RUNNING, 2)
+            assert changes[fails_again.id].state == FAILED
+            assert changes[fails_again.id].finished_at != failed.finished_at
+        finally:
+            watch.cancel()
