@@ -124,17 +124,19 @@ def test_more_changes_of_one_microsecond_than_a_read_takes_all_reach_the_watch(
     """One UPDATE can move many of an owner's operations at one time (the sweep queues every
     due retry at once; here the test clock stands still). The watch reads ``CHANGES_MAX``
     at a time: it stepped a microsecond past a full read of one time and never sent the
-    rest of that time's changes."""
+    rest of that time's changes. Read from the start of time, and from now (that very
+    microsecond: the first read, full, ends where the cursor is)."""
     created = {ops.create(ALICE, f"same-time-{n}").id for n in range(CHANGES_MAX + 20)}
-    stream = ops.stub.WatchOwner(
-        pb.WatchOwnerRequest(after="0-0"), metadata=ops.gateway(ALICE), timeout=HANG_GUARD
-    )
-    seen: set[str] = set()
-    try:
-        while seen != created:
-            seen.add(next(stream).operation.id)
-    finally:
-        stream.cancel()
+    for after in ("0-0", ""):
+        stream = ops.stub.WatchOwner(
+            pb.WatchOwnerRequest(after=after), metadata=ops.gateway(ALICE), timeout=HANG_GUARD
+        )
+        seen: set[str] = set()
+        try:
+            while seen != created:
+                seen.add(next(stream).operation.id)
+        finally:
+            stream.cancel()
 
 
 def test_a_change_stamped_by_a_replica_whose_clock_lags_reaches_a_watch_from_now(
