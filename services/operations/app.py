@@ -172,8 +172,8 @@ class OperationsApp:
         A change is yielded once it differs from what this watch last yielded of that
         operation (a plain beat moves ``updated_at`` and nothing the owner sees)."""
 
-        def read(tx: Tx, cursor: datetime) -> list[OwnerChange]:
-            rows = owner_changes.since(tx, cursor)
+        def read(tx: Tx, cursor: datetime, after_id: str) -> list[OwnerChange]:
+            rows = owner_changes.since(tx, cursor, after_id)
             running = [row.id for row in rows if row.state == OperationState.RUNNING]
             found = drafts.current(tx, running)
             return [(row, found.get(row.id)) for row in rows]
@@ -183,6 +183,7 @@ class OperationsApp:
         now = self.clock()
         cursor = now if after is None else min(after, now)
         overlap = WATCH_OVERLAP
+        after_id = ""  # a full read ended at the cursor's time on this operation: read past it
         sent: dict[str, tuple[object, ...]] = {}  # what this watch last yielded of each
         # Registered before the first read, so a change between a read and the wait wakes it.
         with self.owners.watching(owner_moved(), owner) as watch:
@@ -190,7 +191,10 @@ class OperationsApp:
                 watch.rearm()
                 start = cursor - overlap
                 batch = await self.db.run_async(
-                    partial(read, cursor=start), owner_id=owner, write=False, short=True
+                    partial(read, cursor=start, after_id=after_id),
+                    owner_id=owner,
+                    write=False,
+                    short=True,
                 )
                 if batch:
                     seen = {row.id: _seen(row, draft) for row, draft in batch}
@@ -198,13 +202,17 @@ class OperationsApp:
                     sent.update(seen)
                     if fresh:
                         yield fresh
-                    newest = batch[-1][0].updated_at
-                    if len(batch) == owner_changes.CHANGES_MAX:  # more to read, from the newest
-                        # on; a full batch of one microsecond would be read again for ever
-                        step = timedelta(microseconds=1) if newest == start else timedelta(0)
-                        cursor, overlap = max(cursor, newest + step), timedelta(0)
+                    last = batch[-1][0]
+                    if len(batch) == owner_changes.CHANGES_MAX:  # more to read, from the last
+                        # on, past it by its id: one UPDATE (a sweep's) can write more than a
+                        # read takes in one microsecond, and stepping past that microsecond
+                        # lost the rest of them
+                        if last.updated_at >= cursor:
+                            cursor, after_id = last.updated_at, last.id
+                        overlap = timedelta(0)
                         continue
-                    cursor = max(cursor, newest)
+                    cursor = max(cursor, last.updated_at)
+                after_id = ""
                 overlap = WATCH_OVERLAP
                 await watch.event.wait()
 

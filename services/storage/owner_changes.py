@@ -15,7 +15,7 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import CompoundSelect, Select, bindparam, select
+from sqlalchemy import CompoundSelect, Select, bindparam, or_, select
 
 from durable_ops.storage.operations.rows import OPS, OWNED, one_statement, operation
 from durable_ops.storage.schema import UserOperation
@@ -25,7 +25,11 @@ CHANGES_MAX = 100  # one read's worth; a watch reads again from the last one it 
 
 _SINCE = (
     select(OPS)
-    .where(OWNED, OPS.c.updated_at >= bindparam("after"))
+    .where(
+        OWNED,
+        OPS.c.updated_at >= bindparam("after"),  # the index's range; the id only filters it
+        or_(OPS.c.updated_at > bindparam("after"), OPS.c.id > bindparam("after_id")),
+    )
     .order_by(OPS.c.updated_at, OPS.c.id)
     .limit(CHANGES_MAX)
 )
@@ -48,11 +52,14 @@ def _newest(owners: int) -> Select[Any] | CompoundSelect[Any]:
     return one_statement(parts)
 
 
-def since(tx: Tx, after: datetime) -> list[UserOperation]:
+def since(tx: Tx, after: datetime, after_id: str = "") -> list[UserOperation]:
     """The scope owner's operations written at or after ``after``, oldest change first
-    (at most ``CHANGES_MAX``): the watch's cursor is inclusive, so a change written in the
-    same microsecond as the last one seen is never skipped (it may come twice)."""
-    return [operation(row) for row in tx.execute(_SINCE, {"after": after})]
+    (by time, then id; at most ``CHANGES_MAX``): the watch's cursor is inclusive, so a
+    change written in the same microsecond as the last one seen is never skipped (it may
+    come twice). ``after_id``: of the operations written at ``after``, only those after
+    it, to read on past a full read that ended inside one microsecond ("": all of them)."""
+    rows = tx.execute(_SINCE, {"after": after, "after_id": after_id})
+    return [operation(row) for row in rows]
 
 
 def newest_among(tx: Tx, owners: Sequence[str]) -> dict[str, datetime]:

@@ -15,7 +15,8 @@ from structlog.testing import capture_logs
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.drafts import ANSWER_DRAFT_MAX_BYTES, DRAFT_TOO_LARGE
-from durable_ops.storage.drafts import DRAFT_NOT_FOUND
+from durable_ops.operations.pruner import prune
+from durable_ops.storage.drafts import DRAFT_NOT_FOUND, STALE_AFTER
 from durable_ops.storage.schema import AnswerDraft, UserOperation
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services
@@ -102,6 +103,8 @@ def test_a_new_attempt_starts_afresh_and_the_older_attempts_text_is_refused(
     assert services.sweep().promoted == 1
     second = ops.claim_one()
     assert second.id == created.id
+    # Running again, and no text of its own yet: the first attempt's is still not shown.
+    expect_failure(lambda: _draft(ops, ALICE, created.id), grpc.StatusCode.NOT_FOUND)
 
     late = ops.lease_stream()  # the first attempt's holder, still beating with its old token
     assert _text_beat(late, first, "attempt one goes on", add=True).status_code == ABORTED
@@ -134,3 +137,29 @@ def test_a_text_beyond_the_answer_budget_is_refused_for_that_lease_alone(
     assert (outcome.status_code, outcome.error_code) == (INVALID, DRAFT_TOO_LARGE)
     assert _stored(services) == []
     stream.close()
+
+
+def test_a_draft_no_beat_wrote_for_a_day_is_pruned_and_a_fresher_one_kept(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    """A draft its operation's end did not find (here: its retry never came) is left behind;
+    the pruner deletes it once no beat wrote it for ``STALE_AFTER``, and no sooner."""
+    left = ops.create(ALICE, "left-behind", max_attempts=3)
+    first = ops.claim_one()
+    stream = ops.lease_stream()
+    assert _text_beat(stream, first, "never finished", add=True).status_code == OK
+    assert ops.fail(first, retryable=True, code="model_busy") == WAITING_FOR_RETRY
+    clock.advance(STALE_AFTER.total_seconds())
+    fresh = ops.create(ALICE, "fresh")
+    writing = ops.lease_stream()
+    assert _text_beat(writing, ops.claim_one(), "still writing", add=True).status_code == OK
+
+    services.loop.call(prune(services.db, clock, None, 100))
+    assert sorted(_stored(services)) == sorted(
+        [(left.id, 1, "never finished"), (fresh.id, 1, "still writing")]
+    )
+    clock.advance(0.000001)
+    services.loop.call(prune(services.db, clock, None, 100))
+    assert _stored(services) == [(fresh.id, 1, "still writing")]
+    stream.close()
+    writing.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from durable_ops.model.drafts import ANSWER_DRAFT_MAX_BYTES, DRAFT_TOO_LARGE
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.held_leases import (
     DEFAULT_LEASE_SECONDS,
@@ -84,6 +85,17 @@ def test_a_bad_entry_is_refused_alone(entry: Entry, field: str, code: str) -> No
     assert (refusal.field, refusal.code) == (field, code)
     assert [lease.operation_id for lease in beat.held] == ["ok"]
     assert entry.operation_id not in held
+
+
+def test_an_answer_text_of_the_whole_budget_is_held_and_a_byte_more_refused() -> None:
+    """Counted in UTF-8 bytes: the worker cuts its text to exactly the budget (``clipped``)."""
+    held = HeldLeases()
+    whole = "é" * (ANSWER_DRAFT_MAX_BYTES // 2)
+    beat = held.apply([_add("a", answer_text=whole), _add("b", answer_text=whole + "x")], [])
+    assert [(lease.operation_id, lease.answer_text) for lease in beat.held] == [("a", whole)]
+    refusal = beat.refused["b"]
+    assert isinstance(refusal, InvalidArgument)
+    assert (refusal.field, refusal.code) == ("answer_text", DRAFT_TOO_LARGE)
 
 
 def test_a_refused_entry_for_a_held_lease_ends_that_lease() -> None:
