@@ -313,6 +313,10 @@ def failures_retry_within_bounds_then_fail_for_good(db: Database) -> None:
     assert due > NOW
     assert store.notifications(op.id) == 0
     assert store.neutral(lambda tx: operations.sweep(tx, due)).promoted >= 1
+    queued = store.row(op.id)
+    # Queued again is a change the owner sees (their event stream polls ``updated_at``),
+    # and the time it waited for is behind it.
+    assert (queued.state, queued.next_attempt_at, queued.updated_at) == (S.QUEUED, None, due)
     again = store.claimed(due)
     assert again.operation.attempt == 2
     assert store.settle(again, Event.FAIL_RETRYABLE, due, failure_code="busy") == S.FAILED
@@ -461,6 +465,20 @@ def a_due_retry_past_its_deadline_is_not_queued_again(db: Database) -> None:
     assert scalar(db, select(func.count()).where(ours, UserOperation.state == S.QUEUED)) == 0
 
 
+def a_fallback_still_waiting_at_its_deadline_is_failed_closed(db: Database) -> None:
+    store = Store(db)
+    deadline = NOW + timedelta(seconds=10)
+    op = store.create(deadline_at=deadline)
+    assert store.settle(store.claimed(), Event.REQUEST_FALLBACK) == S.WAITING_FOR_EXTERNAL_FALLBACK
+    store.neutral(lambda tx: operations.sweep(tx, deadline))
+    row = store.row(op.id)
+    assert (row.state, row.failure_code, row.finished_at) == (
+        S.FAILED, DEADLINE_FAILURE_CODE, deadline
+    )  # fmt: skip
+    assert store.notifications(op.id) == 1
+    assert store.claim(deadline, external_route=True) == []
+
+
 CASES: list[Callable[[Database], None]] = [
     create_is_deduplicated_by_the_owners_key,
     claim_takes_the_top_priority_then_the_oldest,
@@ -483,4 +501,5 @@ CASES: list[Callable[[Database], None]] = [
     an_owner_cancels_what_is_pending_and_retries_what_ended,
     the_sweeper_expires_leases_and_fails_deadlines_closed,
     a_due_retry_past_its_deadline_is_not_queued_again,
+    a_fallback_still_waiting_at_its_deadline_is_failed_closed,
 ]
