@@ -443,6 +443,8 @@ def the_sweeper_expires_leases_and_fails_deadlines_closed(db: Database) -> None:
         assert (missed.state, missed.failure_code) == (S.FAILED, DEADLINE_FAILURE_CODE)
     assert [a.outcome for a in store.attempts(claim.operation.id)] in (["expired"], ["deadline"])
     _refused(store.settle(claim, Event.COMPLETE, swept_at), LeaseLost)
+    with pytest.raises(ScopeViolation):  # every owner's rows, or none
+        store.owned(lambda tx: operations.sweep(tx, swept_at))
 
 
 def a_due_retry_past_its_deadline_is_not_queued_again(db: Database) -> None:
