@@ -15,7 +15,8 @@ from structlog.testing import capture_logs
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.drafts import ANSWER_DRAFT_MAX_BYTES, DRAFT_TOO_LARGE
-from durable_ops.storage.drafts import DRAFT_NOT_FOUND
+from durable_ops.operations import pruner
+from durable_ops.storage.drafts import DRAFT_NOT_FOUND, STALE_AFTER
 from durable_ops.storage.schema import AnswerDraft, UserOperation
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services
@@ -133,4 +134,32 @@ def test_a_text_beyond_the_answer_budget_is_refused_for_that_lease_alone(
     outcome = _text_beat(stream, lease, "é" * (ANSWER_DRAFT_MAX_BYTES // 2 + 1), add=True)
     assert (outcome.status_code, outcome.error_code) == (INVALID, DRAFT_TOO_LARGE)
     assert _stored(services) == []
+    stream.close()
+
+
+def test_the_prune_deletes_a_draft_no_beat_wrote_for_a_day_and_keeps_the_rest(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    """A draft whose retry never came stays after its attempt (no end deletes it): the
+    hourly prune, retention off, deletes it a day after its last beat; a live one stays."""
+    stale = ops.create(ALICE, "never-retried", max_attempts=3, retry_delay_seconds=RETRY_DELAY)
+    lease = ops.claim_one()
+    stream = ops.lease_stream()
+    assert _text_beat(stream, lease, "left behind", add=True).status_code == OK
+    assert ops.fail(lease, retryable=True, code="model_busy") == WAITING_FOR_RETRY
+    stream.close()
+    clock.advance(STALE_AFTER.total_seconds())
+    live = ops.create(BOB, "beating")
+    lease = ops.claim_one()
+    stream = ops.lease_stream()
+    assert _text_beat(stream, lease, "so far", add=True).status_code == OK
+
+    def prune() -> None:
+        services.loop.call(pruner.prune(services.db, clock, None, batch_size=100))
+
+    prune()  # a day to the instant since its last beat: kept
+    assert set(_stored(services)) == {(stale.id, 1, "left behind"), (live.id, 1, "so far")}
+    clock.advance(0.001)
+    prune()
+    assert _stored(services) == [(live.id, 1, "so far")]
     stream.close()
