@@ -5,15 +5,16 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from durable_ops.model.errors import InvalidArgument
+from durable_ops.model.lifecycle import Event
 from durable_ops.model.states import OperationState
 from durable_ops.storage import operations
 from durable_ops.storage.db import Database
-from durable_ops.storage.events import Changed, Committed, publish
+from durable_ops.storage.events import Changed, Committed, Requeued, publish
 from durable_ops.storage.tx import Tx
 
 NOW = datetime(2026, 12, 4, 9, 0, tzinfo=UTC)
@@ -83,3 +84,30 @@ def test_a_create_and_its_claim_say_what_they_changed(database: Database) -> Non
         (OperationState.QUEUED, "report.build"),
         (OperationState.RUNNING, "report.build"),
     ]
+
+
+def test_a_sweep_that_queues_a_due_retry_wakes_the_claims_waiting_here(
+    database: Database,
+) -> None:
+    """A requeue's kinds are not known (``Requeued``): without it, a claim waiting here took
+    the due retry only when the shared poll came round."""
+    request = operations.CreateRequest("report.build", "k", "report", "r1", max_attempts=2)
+    created, _ = database.run(lambda tx: operations.create(tx, request, NOW), owner_id="alice")
+    (claim,) = database.run(
+        lambda tx: operations.claim(tx, ["report.build"], 30, NOW), owner_id=None
+    )
+    failed = operations.Settlement(
+        "alice", created.id, claim.lease_token, Event.FAIL_RETRYABLE, failure_code="busy"
+    )
+    database.run(lambda tx: operations.settle(tx, [failed], NOW), owner_id=None)
+    due = database.run(lambda tx: operations.get(tx, created.id), owner_id="alice").next_attempt_at
+    assert due is not None
+    heard = Heard(database)
+
+    def sweep(now: datetime) -> list[Committed]:
+        heard.changes.clear()
+        asyncio.run(database.run_async(lambda tx: operations.sweep(tx, now), owner_id=None))
+        return heard.changes
+
+    assert sweep(due - timedelta(microseconds=1)) == []
+    assert sweep(due) == [Requeued()]

@@ -114,6 +114,18 @@ def test_a_scheduled_operation_takes_its_turn_when_it_joins_the_line(queue: Queu
     assert later in taken, queue.owners(taken)
 
 
+def test_scheduled_operations_let_in_by_one_sweep_take_turns_earliest_due_first(
+    queue: Queue,
+) -> None:
+    """A sweep lets in every one that came due since the last (ADR 56): each takes its
+    turn as a create would, in the order they came due, not the order of their rows."""
+    (later,) = queue.create("bob", not_before=queue.now + timedelta(seconds=2))
+    (sooner,) = queue.create("bob", not_before=queue.now + timedelta(seconds=1))
+    queue.now += timedelta(seconds=3)
+    assert queue.sweep().let_in == 2
+    assert queue.claim(2) == [sooner, later]
+
+
 def test_a_retried_operation_takes_a_new_turn_as_new_work_does(queue: Queue) -> None:
     """A manual retry (the owner's, or an operator's: both are ``operations.retry``) queues
     the operation as new work of its owner (ADR 65). It kept its first turn, so an owner's

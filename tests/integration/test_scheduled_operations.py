@@ -23,7 +23,14 @@ from durable_ops.model.tasks import STRATEGY_SNAPSHOT
 from tests.support.clock import ManualClock
 from tests.support.gateway import bearer, gateway_client, make_app, run
 from tests.support.grpc_services import Services
-from tests.support.operations_client import ALICE, BOB, QUEUED, OpsClient, expect_failure
+from tests.support.operations_client import (
+    ALICE,
+    BOB,
+    CANCELLED,
+    QUEUED,
+    OpsClient,
+    expect_failure,
+)
 from tests.support.workspace_client import JOB_TEXT, entitle
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
@@ -87,6 +94,18 @@ def test_a_due_scheduled_operation_joins_its_priority_line_at_its_time(
     alices_next = ops.create(ALICE, "at-15")  # alice's next turn is after her scheduled one
     taken = [ops.claim_one().id for _ in range(3)]
     assert taken == [earlier.id, scheduled.id, alices_next.id]
+
+
+def test_a_scheduled_operation_cancelled_before_its_time_is_not_let_in_at_it(
+    clock: ManualClock, services: Services, ops: OpsClient
+) -> None:
+    """Ended while held, it keeps its time (a retry before it keeps it too): the sweep at
+    that time has nothing to let into the line, and wakes and reports nothing."""
+    created = ops.create(ALICE, "cancelled-early", not_before=clock() + timedelta(seconds=10))
+    assert ops.cancel(ALICE, created.id).state == CANCELLED
+    clock.advance(10)
+    assert services.sweep().promoted == 0
+    assert ops.get(ALICE, created.id).state == CANCELLED
 
 
 def test_a_not_before_in_the_past_means_now_and_jumps_no_line(

@@ -313,6 +313,10 @@ def failures_retry_within_bounds_then_fail_for_good(db: Database) -> None:
     assert due > NOW
     assert store.notifications(op.id) == 0
     assert store.neutral(lambda tx: operations.sweep(tx, due)).promoted >= 1
+    queued = store.row(op.id)
+    # Queued again is a change the owner sees (their event stream polls ``updated_at``),
+    # and the time it waited for is behind it.
+    assert (queued.state, queued.next_attempt_at, queued.updated_at) == (S.QUEUED, None, due)
     again = store.claimed(due)
     assert again.operation.attempt == 2
     assert store.settle(again, Event.FAIL_RETRYABLE, due, failure_code="busy") == S.FAILED
@@ -439,6 +443,8 @@ def the_sweeper_expires_leases_and_fails_deadlines_closed(db: Database) -> None:
         assert (missed.state, missed.failure_code) == (S.FAILED, DEADLINE_FAILURE_CODE)
     assert [a.outcome for a in store.attempts(claim.operation.id)] in (["expired"], ["deadline"])
     _refused(store.settle(claim, Event.COMPLETE, swept_at), LeaseLost)
+    with pytest.raises(ScopeViolation):  # every owner's rows, or none
+        store.owned(lambda tx: operations.sweep(tx, swept_at))
 
 
 def a_due_retry_past_its_deadline_is_not_queued_again(db: Database) -> None:
@@ -459,6 +465,20 @@ def a_due_retry_past_its_deadline_is_not_queued_again(db: Database) -> None:
     store.neutral(lambda tx: operations.sweep(tx, NOW + timedelta(days=1)))
     ours = UserOperation.task_type == store.task
     assert scalar(db, select(func.count()).where(ours, UserOperation.state == S.QUEUED)) == 0
+
+
+def a_fallback_still_waiting_at_its_deadline_is_failed_closed(db: Database) -> None:
+    store = Store(db)
+    deadline = NOW + timedelta(seconds=10)
+    op = store.create(deadline_at=deadline)
+    assert store.settle(store.claimed(), Event.REQUEST_FALLBACK) == S.WAITING_FOR_EXTERNAL_FALLBACK
+    store.neutral(lambda tx: operations.sweep(tx, deadline))
+    row = store.row(op.id)
+    assert (row.state, row.failure_code, row.finished_at) == (
+        S.FAILED, DEADLINE_FAILURE_CODE, deadline
+    )  # fmt: skip
+    assert store.notifications(op.id) == 1
+    assert store.claim(deadline, external_route=True) == []
 
 
 CASES: list[Callable[[Database], None]] = [
@@ -483,4 +503,5 @@ CASES: list[Callable[[Database], None]] = [
     an_owner_cancels_what_is_pending_and_retries_what_ended,
     the_sweeper_expires_leases_and_fails_deadlines_closed,
     a_due_retry_past_its_deadline_is_not_queued_again,
+    a_fallback_still_waiting_at_its_deadline_is_failed_closed,
 ]

@@ -1,12 +1,13 @@
 """The sweeper's lines: one for a sweep that changed a state, none for one that only aged
 waiting operations, and a loop that outlives a failed sweep whose report the log cannot
-take."""
+take and sweeps again at once after a full batch."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import MutableMapping
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from durable_ops.model.errors import Unavailable
 from durable_ops.operations import sweeper
 from durable_ops.storage.db import Database
 from durable_ops.storage.operations import SweepReport
+from durable_ops.storage.operations.rows import ROWS_MAX
 
 
 class _BrokenLog:
@@ -98,3 +100,37 @@ def test_a_sweep_that_only_aged_waiting_operations_writes_no_line(
     monkeypatch.setattr(sweeper, "sweep_once", sweeping)
     swept = [line for line in _lines_of_a_sweeper_run(0.1) if line["event"] == "sweep"]
     assert [line["expired_leases"] for line in swept] == [1]
+
+
+def test_a_full_batch_of_any_kind_is_swept_again_before_the_sweeper_rests(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sweep takes at most ``ROWS_MAX`` rows of each kind: a batch that filled may have
+    left more due now, and waiting a tick for them delays each by another tick."""
+    reports = [
+        SweepReport(expired_leases=ROWS_MAX),
+        SweepReport(deadlines=ROWS_MAX),
+        SweepReport(promoted=ROWS_MAX, let_in=ROWS_MAX),
+        SweepReport(expired_leases=ROWS_MAX - 1, deadlines=ROWS_MAX - 1, promoted=ROWS_MAX),
+        SweepReport(let_in=ROWS_MAX - 1, promoted=ROWS_MAX - 1, aged=ROWS_MAX),
+    ]
+    sweeps = 0
+    rested_after: list[int] = []  # how many sweeps had run at each rest
+
+    async def sweeping(_db: Database, _clock: object) -> SweepReport:
+        nonlocal sweeps
+        if sweeps == len(reports):
+            raise asyncio.CancelledError  # a loop that never rests ends here
+        sweeps += 1
+        return reports[sweeps - 1]
+
+    async def rest(_seconds: float) -> None:
+        rested_after.append(sweeps)
+        if sweeps == len(reports):
+            raise asyncio.CancelledError  # the test's end: as a stopping process cancels
+
+    monkeypatch.setattr(sweeper, "sweep_once", sweeping)
+    monkeypatch.setattr(sweeper, "asyncio", SimpleNamespace(sleep=rest))
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(sweeper.run_sweeper(None, lambda: datetime.now(UTC), 1.0))  # type: ignore[arg-type]
+    assert rested_after == [4, 5]
