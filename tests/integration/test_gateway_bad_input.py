@@ -134,6 +134,40 @@ def cases(operation_id: str) -> list[Case]:
             JSON,
             authenticated=False,
         ),
+        # At the cap a token is read (and refused as no token of ours); past it, never.
+        Case(
+            "login token at the cap",
+            "POST",
+            "/auth/login",
+            401,
+            "unauthenticated",
+            json.dumps({"token": "x" * 4096}).encode(),
+            JSON,
+            authenticated=False,
+        ),
+        Case(
+            "login token past the cap",
+            "POST",
+            "/auth/login",
+            400,
+            "invalid_argument",
+            json.dumps({"token": "x" * 4097}).encode(),
+            JSON,
+            authenticated=False,
+        ),
+        *[
+            Case(
+                f"login token {blank!r}",
+                "POST",
+                "/auth/login",
+                400,
+                "invalid_argument",
+                json.dumps({"token": blank}).encode(),
+                JSON,
+                authenticated=False,
+            )
+            for blank in ("", "   ")
+        ],
         Case(
             "login oversize body",
             "POST",
@@ -193,6 +227,19 @@ def cases(operation_id: str) -> list[Case]:
             b'{"ai_enabled": null}',
             JSON,
         ),
+        # A boolean is true or false: 1 and 0 are numbers, never read as either.
+        *[
+            Case(
+                f"setting as {number}",
+                "PUT",
+                "/api/settings/ai",
+                400,
+                "invalid_argument",
+                b'{"ai_enabled": %s}' % number,
+                JSON,
+            )
+            for number in (b"1", b"0", b"1.0")
+        ],
         Case("options settings", "OPTIONS", "/api/settings/ai", 405, "method_not_allowed"),
         # page sizes and tokens
         *[

@@ -70,6 +70,33 @@ def test_a_burst_then_one_attempt_per_refill() -> None:
     throttle.attempt(["client:5.6.7.8"])  # another address has its own bucket
 
 
+def test_an_attempt_short_of_a_whole_token_is_refused() -> None:
+    """A bucket refilling lets an attempt through once a whole token is back, not before:
+    most of a token (a wait under a second) is still a refusal, which takes nothing."""
+    clock = Clock()
+    throttle = Throttle(10, 6.0, clock=clock)
+    for _ in range(10):
+        throttle.attempt(["client:1.2.3.4"])
+    clock.now += 5.5
+    with pytest.raises(LimitExceeded) as refused:
+        throttle.attempt(["client:1.2.3.4"])
+    assert refused.value.retry_after == 1  # 0.5 s left, rounded up to a whole second
+    clock.now += 0.5
+    throttle.attempt(["client:1.2.3.4"])
+
+
+def test_an_idle_bucket_fills_to_its_burst_and_no_further() -> None:
+    """A day without attempts buys the burst again, not a day's worth of attempts at once."""
+    clock = Clock()
+    throttle = Throttle(10, 6.0, clock=clock)
+    throttle.attempt(["client:1.2.3.4"])
+    clock.now += 24 * 3600
+    for _ in range(10):
+        throttle.attempt(["client:1.2.3.4"])
+    with pytest.raises(LimitExceeded):
+        throttle.attempt(["client:1.2.3.4"])
+
+
 def test_a_minute_of_attempts_allows_far_fewer_than_100() -> None:
     clock = Clock()
     throttle = Throttle(10, 6.0, clock=clock)
