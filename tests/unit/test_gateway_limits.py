@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -136,6 +137,37 @@ def test_buckets_are_bounded_in_number() -> None:
     throttle.attempt(["user:z"])
     throttle.attempt(["user:w"])
     assert len(throttle) <= 3
+
+
+def test_the_buckets_dropped_are_full_ones_then_the_least_recently_used() -> None:
+    """A bucket still counting must outlive the table filling up: a client that keeps
+    trying, or a bucket not yet refilled, is kept; its refusals would otherwise start over
+    with a full burst (as any bucket dropped does)."""
+    clock = Clock()
+    throttle = Throttle(2, 10.0, clock=clock, max_keys=3)
+    throttle.attempt(["client:a"])
+    throttle.attempt(["client:a"])  # empty, the oldest key
+    throttle.attempt(["client:b"])
+    throttle.attempt(["client:c"])
+    clock.now += 10  # b and c are full again; a holds one token of two
+    throttle.attempt(["client:d"])  # one key too many: the full ones go, a stays
+    throttle.attempt(["client:a"])
+    with pytest.raises(LimitExceeded):
+        throttle.attempt(["client:a"])
+
+    # Used last, kept: the key that keeps trying outlives newer keys that came once.
+    throttle = Throttle(2, 10.0, clock=clock, max_keys=3)
+    throttle.attempt(["client:busy"])
+    for newcomer in ("client:x", "client:y", "client:z"):
+        with contextlib.suppress(LimitExceeded):
+            throttle.attempt(["client:busy"])
+        throttle.attempt([newcomer])
+    with pytest.raises(LimitExceeded):
+        throttle.attempt(["client:busy"])
+    # The newest key is kept too: its next attempts count against it.
+    throttle.attempt(["client:z"])
+    with pytest.raises(LimitExceeded):
+        throttle.attempt(["client:z"])
 
 
 def test_client_keys() -> None:
