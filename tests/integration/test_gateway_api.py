@@ -231,6 +231,12 @@ def test_wait_long_polls_until_done_and_live_answers_say_when_to_look_again(
                     "invalid_argument",
                 )
                 assert problem["field"] == "timeout"
+            for no_time in ("0", "0.0", "0e3"):  # the least timeout: the operation as it is
+                at_once = await client.get(
+                    f"/api/operations/{waited.id}:wait?timeout={no_time}", headers=alice
+                )
+                assert at_once.status_code == 200, at_once.text
+                assert at_once.json()["state"] == "succeeded"
             _problem(
                 await client.get(f"/api/operations/{waited.id}:wait?soon=1", headers=alice), 400
             )

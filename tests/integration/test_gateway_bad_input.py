@@ -68,6 +68,7 @@ def _token(data: Any) -> str:
 
 def cases(operation_id: str) -> list[Case]:
     cancel = f"/api/operations/{operation_id}/cancel"
+    retry = f"/api/operations/{operation_id}/retry"
     listing = "/api/operations"
     return [
         # bodies
@@ -77,6 +78,17 @@ def cases(operation_id: str) -> list[Case]:
         Case("string body", "POST", cancel, 400, "invalid_body", b'"cancel"', JSON),
         Case("deep nesting", "POST", cancel, 400, "invalid_body", b"[" * 400 + b"]" * 400, JSON),
         Case("unknown field", "POST", cancel, 400, "unknown_field", b'{"force": true}', JSON),
+        # A retry takes no body either: checked before the retry is asked for.
+        Case("retry with a field", "POST", retry, 400, "unknown_field", b'{"force": true}', JSON),
+        Case(
+            "retry not json",
+            "POST",
+            retry,
+            415,
+            "unsupported_media_type",
+            b"force=1",
+            {"Content-Type": "application/x-www-form-urlencoded"},
+        ),
         Case(
             "lone surrogate",
             "POST",
