@@ -231,6 +231,12 @@ def test_wait_long_polls_until_done_and_live_answers_say_when_to_look_again(
                     "invalid_argument",
                 )
                 assert problem["field"] == "timeout"
+            for no_time in ("0", "0.0", "0e3"):  # the least timeout: the operation as it is
+                at_once = await client.get(
+                    f"/api/operations/{waited.id}:wait?timeout={no_time}", headers=alice
+                )
+                assert at_once.status_code == 200, at_once.text
+                assert at_once.json()["state"] == "succeeded"
             _problem(
                 await client.get(f"/api/operations/{waited.id}:wait?soon=1", headers=alice), 400
             )
@@ -1074,6 +1080,49 @@ def test_no_answer_but_the_ui_files_may_be_stored(services: Services) -> None:
 
     run(scenario())
     assert stored == []
+
+
+def test_every_answer_forbids_framing_sniffing_and_foreign_scripts(services: Services) -> None:
+    """A page framed by another site is a click-jacking target, an answer read as another
+    type than it says runs as one, and the Referer a cookie write may name its origin by
+    must not leave the site: every answer, a page, a problem or a file, says so."""
+    operation = create_operation(services, "alice")
+    expected = {
+        "x-frame-options": "DENY",
+        "x-content-type-options": "nosniff",
+        "referrer-policy": "same-origin",
+    }
+    directives = {
+        "default-src 'self'",
+        "script-src 'self'",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "frame-ancestors 'none'",
+        "form-action 'self'",
+    }
+    failures: list[str] = []
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            for response in (
+                await client.get("/operations", headers={"Accept": "text/html"}),
+                await client.get("/static/app.js"),
+                await client.get(f"/api/operations/{operation.id}", headers=bearer("alice")),
+                await client.get("/api/operations?page_size=0", headers=bearer("alice")),
+                await client.get("/api/operations"),
+                await client.get("/nowhere"),
+            ):
+                where = f"{response.request.url.path} {response.status_code}"
+                for name, value in expected.items():
+                    if response.headers.get(name) != value:
+                        failures.append(f"{where}: {name}: {response.headers.get(name)}")
+                policy = response.headers.get("content-security-policy", "")
+                missing = directives - {part.strip() for part in policy.split(";")}
+                if missing:
+                    failures.append(f"{where}: the policy lacks {sorted(missing)}")
+
+    run(scenario())
+    assert failures == []
 
 
 # ---- the process --------------------------------------------------------------------------

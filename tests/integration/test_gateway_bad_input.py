@@ -38,7 +38,7 @@ from tests.support.gateway import (
 )
 from tests.support.grpc_services import Services, metadata, running_services
 from tests.support.stored import scalar
-from tests.support.workspace_client import CV_TEXT, JOB_TEXT, create_cv, create_job
+from tests.support.workspace_client import CV_TEXT, JOB_TEXT, create_cv, create_job, entitle
 
 PROBLEM_JSON = "application/problem+json"
 JSON = {"Content-Type": "application/json"}
@@ -68,6 +68,7 @@ def _token(data: Any) -> str:
 
 def cases(operation_id: str) -> list[Case]:
     cancel = f"/api/operations/{operation_id}/cancel"
+    retry = f"/api/operations/{operation_id}/retry"
     listing = "/api/operations"
     return [
         # bodies
@@ -77,6 +78,17 @@ def cases(operation_id: str) -> list[Case]:
         Case("string body", "POST", cancel, 400, "invalid_body", b'"cancel"', JSON),
         Case("deep nesting", "POST", cancel, 400, "invalid_body", b"[" * 400 + b"]" * 400, JSON),
         Case("unknown field", "POST", cancel, 400, "unknown_field", b'{"force": true}', JSON),
+        # A retry takes no body either: checked before the retry is asked for.
+        Case("retry with a field", "POST", retry, 400, "unknown_field", b'{"force": true}', JSON),
+        Case(
+            "retry not json",
+            "POST",
+            retry,
+            415,
+            "unsupported_media_type",
+            b"force=1",
+            {"Content-Type": "application/x-www-form-urlencoded"},
+        ),
         Case(
             "lone surrogate",
             "POST",
@@ -134,6 +146,40 @@ def cases(operation_id: str) -> list[Case]:
             JSON,
             authenticated=False,
         ),
+        # At the cap a token is read (and refused as no token of ours); past it, never.
+        Case(
+            "login token at the cap",
+            "POST",
+            "/auth/login",
+            401,
+            "unauthenticated",
+            json.dumps({"token": "x" * 4096}).encode(),
+            JSON,
+            authenticated=False,
+        ),
+        Case(
+            "login token past the cap",
+            "POST",
+            "/auth/login",
+            400,
+            "invalid_argument",
+            json.dumps({"token": "x" * 4097}).encode(),
+            JSON,
+            authenticated=False,
+        ),
+        *[
+            Case(
+                f"login token {blank!r}",
+                "POST",
+                "/auth/login",
+                400,
+                "invalid_argument",
+                json.dumps({"token": blank}).encode(),
+                JSON,
+                authenticated=False,
+            )
+            for blank in ("", "   ")
+        ],
         Case(
             "login oversize body",
             "POST",
@@ -193,6 +239,19 @@ def cases(operation_id: str) -> list[Case]:
             b'{"ai_enabled": null}',
             JSON,
         ),
+        # A boolean is true or false: 1 and 0 are numbers, never read as either.
+        *[
+            Case(
+                f"setting as {number}",
+                "PUT",
+                "/api/settings/ai",
+                400,
+                "invalid_argument",
+                b'{"ai_enabled": %s}' % number,
+                JSON,
+            )
+            for number in (b"1", b"0", b"1.0")
+        ],
         Case("options settings", "OPTIONS", "/api/settings/ai", 405, "method_not_allowed"),
         # page sizes and tokens
         *[
@@ -864,5 +923,100 @@ def test_a_header_or_a_member_sent_twice_is_refused_not_guessed(services: Servic
             assert [item["id"] for item in jobs.json()["items"]] == [job]
             settings = await client.get("/api/settings/ai", headers=bearer("alice"))
             assert settings.json()["privacy"] == "local_only"
+
+    run(scenario())
+
+
+def test_a_json_body_is_read_only_as_json_and_an_empty_one_only_where_optional(
+    services: Services,
+) -> None:
+    """A body is read as JSON when it says so (any case, with parameters) or names no type
+    at all; any other type is a 415, however JSON-like the bytes. An empty body stands for
+    ``{}`` only where every member is optional (an analysis's start): a write that takes a
+    body, the settings' PUT among them, refuses it rather than changing nothing."""
+    entitle(services.db, "alice")
+    job = create_job(services.workspace, "alice")
+    body = json.dumps({"title": "Engineer", "description": JOB_TEXT}).encode()
+    read_as_json = [{}, {"Content-Type": "APPLICATION/JSON; charset=utf-8"}]
+    refused = ["text/plain", "application/x-www-form-urlencoded", "application/jsonx"]
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            for headers in read_as_json:
+                created = await client.post(
+                    "/api/jobs", content=body, headers={**bearer("alice"), **headers}
+                )
+                assert created.status_code == 201, (headers, created.text)
+            for media_type in refused:
+                response = await client.post(
+                    "/api/jobs",
+                    content=body,
+                    headers={**bearer("alice"), "Content-Type": media_type},
+                )
+                assert response.status_code == 415, (media_type, response.text)
+                assert response.json()["code"] == "unsupported_media_type"
+            for method, path in (("POST", "/api/jobs"), ("PUT", "/api/settings/ai")):
+                response = await client.request(
+                    method, path, content=b"", headers={**bearer("alice"), **JSON}
+                )
+                assert response.status_code == 400, (path, response.text)
+                assert response.json()["code"] == "malformed_json"
+            started = await client.post(
+                f"/api/jobs/{job}/strategy-snapshot",
+                content=b"",
+                headers={**bearer("alice"), **JSON},
+            )
+            assert started.status_code == 202, started.text
+            jobs = await client.get("/api/jobs", headers=bearer("alice"))
+            assert len(jobs.json()["items"]) == 1 + len(read_as_json)
+
+    run(scenario())
+
+
+def test_json_nested_past_the_parsers_depth_is_malformed_not_a_fault(services: Services) -> None:
+    """Deep nesting fits in a small body: Python's parser gives up on it with a
+    RecursionError, which is the client's malformed JSON, not a 500."""
+    depth = 30_000
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            for method, path, opened in (
+                ("POST", "/api/jobs", b"["),
+                ("POST", "/api/jobs", b'{"a":'),
+                ("PUT", "/api/settings/ai", b"["),
+            ):
+                response = await client.request(
+                    method, path, content=opened * depth, headers={**bearer("alice"), **JSON}
+                )
+                assert response.status_code == 400, (path, opened, response.text)
+                assert response.json()["code"] == "malformed_json"
+
+    run(scenario())
+
+
+def test_a_json_body_that_is_not_an_object_is_refused_by_every_write_that_reads_one(
+    services: Services,
+) -> None:
+    """An array naming the members, or none: never read as an object, nor as no change."""
+    job = create_job(services.workspace, "alice")
+    writes = [
+        ("POST", "/api/jobs"),
+        ("POST", "/api/attachments"),
+        ("PUT", "/api/settings/ai"),
+        ("POST", f"/api/jobs/{job}/strategy-snapshot"),
+        ("POST", "/auth/login"),
+    ]
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            for method, path in writes:
+                for content in (b"[]", b'["title", "description", "token"]', b"7", b'"x"'):
+                    response = await client.request(
+                        method, path, content=content, headers={**bearer("alice"), **JSON}
+                    )
+                    found = (response.status_code, response.json()["code"])
+                    assert found == (400, "invalid_body"), (path, content, response.text)
+            jobs = await client.get("/api/jobs", headers=bearer("alice"))
+            assert [item["id"] for item in jobs.json()["items"]] == [job]
 
     run(scenario())

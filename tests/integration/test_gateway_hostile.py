@@ -113,6 +113,30 @@ def test_a_huge_number_anywhere_in_a_body_is_a_400(services: Services) -> None:
     run(scenario())
 
 
+def test_a_number_of_64_digits_reaches_its_fields_own_check(services: Services) -> None:
+    """An integer may have 64 digits (its sign aside), a number with a point or an exponent
+    80 characters: such a number is read and then refused by the field it was sent for,
+    by name; one more is ``number_too_long``."""
+    digits = "9" * 64
+    read = [digits, f"-{digits}", "-9." + "9" * 77, "-9." + "9" * 72 + "e-308"]
+    too_long = [f"{digits}9", f"-{digits}9", "-9." + "9" * 78, "-9." + "9" * 73 + "e-308"]
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            headers = {**JSON, **bearer("alice")}
+            for number in [*read, *too_long]:
+                response = await client.put(
+                    "/api/settings/ai", content=f'{{"ai_enabled": {number}}}', headers=headers
+                )
+                if number in read:
+                    problem = _problem(response, 400, "invalid_argument")
+                    assert problem["field"] == "ai_enabled", (number, problem)
+                else:
+                    _problem(response, 400, "number_too_long")
+
+    run(scenario())
+
+
 def _exchange(port: int, requests: list[bytes]) -> list[int]:
     """Send ``requests`` on one keep-alive connection; the statuses answered before it closed."""
     statuses: list[int] = []
@@ -273,6 +297,36 @@ def test_a_content_length_of_thousands_of_digits_is_too_large(services: Services
                     assert response.status_code != 500
                 else:
                     _problem(response, 413, "payload_too_large")
+
+    run(scenario())
+
+
+def _padded(body: str, size: int) -> bytes:
+    """``body`` (a JSON object) with blanks before its closing brace: ``size`` bytes."""
+    return body[:-1].encode() + b" " * (size - len(body)) + b"}"
+
+
+def test_a_body_of_exactly_the_cap_is_read_and_one_byte_more_is_a_413(
+    services: Services,
+) -> None:
+    """The cap is a size a body may have, whether it says its length or is sent in chunks."""
+    cap = bodies.DEFAULT_MAX_BYTES
+
+    async def chunks(content: bytes) -> Any:  # no Content-Length: counted as it arrives
+        for start in range(0, len(content), 4096):
+            yield content[start : start + 4096]
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            headers = {**JSON, **bearer("alice")}
+            for streamed in (False, True):
+                for size, status in ((cap, 200), (cap + 1, 413)):
+                    content = _padded('{"privacy": "external_allowed"}', size)
+                    sent = chunks(content) if streamed else content
+                    response = await client.put("/api/settings/ai", content=sent, headers=headers)
+                    assert response.status_code == status, (streamed, size, response.text)
+                    if status == 413:
+                        _problem(response, 413, "payload_too_large")
 
     run(scenario())
 

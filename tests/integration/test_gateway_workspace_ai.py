@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -228,6 +229,16 @@ def test_workspace_bad_input_is_a_4xx_problem(services: Services) -> None:
             )
             _problem(too_big, 413, "payload_too_large")
             assert too_big.json()["detail"] == "The body must be at most 262,144 bytes."
+            # A CV's body may be 2 MiB: the longest text, each character escaped, fits; a
+            # body past it is never read whole (its text would be refused only after).
+            longest = json.dumps({**CV, "text": "\u00e9" * 200_000}).encode()  # 6 bytes each
+            assert len(longest) > 1_200_000
+            created = await client.post("/api/attachments", content=longest, headers=alice)
+            assert created.status_code == 201, created.text
+            past = b'{"kind": "cv", "filename": "cv.txt", "text": "' + b"x" * 2 * 1024 * 1024
+            too_big = await client.post("/api/attachments", content=past + b'"}', headers=alice)
+            _problem(too_big, 413, "payload_too_large")
+            assert too_big.json()["detail"] == "The body must be at most 2,097,152 bytes."
 
     run(scenario())
 

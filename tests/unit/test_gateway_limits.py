@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -70,6 +71,33 @@ def test_a_burst_then_one_attempt_per_refill() -> None:
     throttle.attempt(["client:5.6.7.8"])  # another address has its own bucket
 
 
+def test_an_attempt_short_of_a_whole_token_is_refused() -> None:
+    """A bucket refilling lets an attempt through once a whole token is back, not before:
+    most of a token (a wait under a second) is still a refusal, which takes nothing."""
+    clock = Clock()
+    throttle = Throttle(10, 6.0, clock=clock)
+    for _ in range(10):
+        throttle.attempt(["client:1.2.3.4"])
+    clock.now += 5.5
+    with pytest.raises(LimitExceeded) as refused:
+        throttle.attempt(["client:1.2.3.4"])
+    assert refused.value.retry_after == 1  # 0.5 s left, rounded up to a whole second
+    clock.now += 0.5
+    throttle.attempt(["client:1.2.3.4"])
+
+
+def test_an_idle_bucket_fills_to_its_burst_and_no_further() -> None:
+    """A day without attempts buys the burst again, not a day's worth of attempts at once."""
+    clock = Clock()
+    throttle = Throttle(10, 6.0, clock=clock)
+    throttle.attempt(["client:1.2.3.4"])
+    clock.now += 24 * 3600
+    for _ in range(10):
+        throttle.attempt(["client:1.2.3.4"])
+    with pytest.raises(LimitExceeded):
+        throttle.attempt(["client:1.2.3.4"])
+
+
 def test_a_minute_of_attempts_allows_far_fewer_than_100() -> None:
     clock = Clock()
     throttle = Throttle(10, 6.0, clock=clock)
@@ -109,6 +137,37 @@ def test_buckets_are_bounded_in_number() -> None:
     throttle.attempt(["user:z"])
     throttle.attempt(["user:w"])
     assert len(throttle) <= 3
+
+
+def test_the_buckets_dropped_are_full_ones_then_the_least_recently_used() -> None:
+    """A bucket still counting must outlive the table filling up: a client that keeps
+    trying, or a bucket not yet refilled, is kept; its refusals would otherwise start over
+    with a full burst (as any bucket dropped does)."""
+    clock = Clock()
+    throttle = Throttle(2, 10.0, clock=clock, max_keys=3)
+    throttle.attempt(["client:a"])
+    throttle.attempt(["client:a"])  # empty, the oldest key
+    throttle.attempt(["client:b"])
+    throttle.attempt(["client:c"])
+    clock.now += 10  # b and c are full again; a holds one token of two
+    throttle.attempt(["client:d"])  # one key too many: the full ones go, a stays
+    throttle.attempt(["client:a"])
+    with pytest.raises(LimitExceeded):
+        throttle.attempt(["client:a"])
+
+    # Used last, kept: the key that keeps trying outlives newer keys that came once.
+    throttle = Throttle(2, 10.0, clock=clock, max_keys=3)
+    throttle.attempt(["client:busy"])
+    for newcomer in ("client:x", "client:y", "client:z"):
+        with contextlib.suppress(LimitExceeded):
+            throttle.attempt(["client:busy"])
+        throttle.attempt([newcomer])
+    with pytest.raises(LimitExceeded):
+        throttle.attempt(["client:busy"])
+    # The newest key is kept too: its next attempts count against it.
+    throttle.attempt(["client:z"])
+    with pytest.raises(LimitExceeded):
+        throttle.attempt(["client:z"])
 
 
 def test_client_keys() -> None:
