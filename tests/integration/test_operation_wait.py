@@ -141,3 +141,16 @@ def test_another_owner_and_a_bad_request_are_refused(ops: OpsClient) -> None:
     with pytest.raises(grpc.RpcError) as bad_seen:
         ops.stub.WaitOperation(request, metadata=ops.gateway(ALICE), timeout=HANG_GUARD)
     assert bad_seen.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_wait_that_answered_leaves_nothing_watched(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    """Its watch goes with its call, answered by a move or by its timeout: the replica's
+    shared poll stops once no call waits, and never asks, wait after wait, about every
+    operation ever waited on."""
+    queued = ops.create(ALICE, "wait-gone")
+    with _later(clock, ops.claim_one):
+        _wait(ops, queued, HANG_GUARD)
+    _wait(ops, None, 0.1, operation_id=queued.id)
+    assert not services.operations_app.watch._waiting()

@@ -1,4 +1,5 @@
-"""The shared poll rests in proportion to how long its question took (``shared_poll``)."""
+"""The shared poll (``shared_poll``) rests in proportion to how long its question took,
+is asked again on the next tick after a failure, and ends by itself once nobody waits."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ from pathlib import Path
 
 import structlog
 import structlog.testing
+from structlog.testing import capture_logs
 
 from durable_ops.operations.shared_poll import REST_PER_POLL_SECOND, SharedPoll, rest_after
 from durable_ops.storage.db import Database
 from durable_ops.storage.events import Committed
+
+HANG_GUARD = 10.0  # only keeps a broken build from hanging
 
 
 class SlowQuestion(SharedPoll):
@@ -108,3 +112,65 @@ def test_a_failing_poll_recovers_only_once_its_question_is_answered(tmp_path: Pa
         "poll_recovered",
     ]
     assert {line["bound"].get("process") for line in lines if "bound" in line} == {"operations"}
+
+
+class FailingFirst(SharedPoll):
+    """A poll whose first ``failures`` questions fail (the database is away); ``waiting``
+    says whether anyone waits."""
+
+    def __init__(self, db: Database, failures: int, *, waiting: bool = True) -> None:
+        super().__init__(db, "failing", 0.001)
+        self.failures = failures
+        self.waiting = waiting
+        self.answered = asyncio.Event()
+
+    def _committed(self, changes: Sequence[Committed]) -> None:
+        pass
+
+    def _waiting(self) -> bool:
+        return self.waiting
+
+    async def _poll(self) -> bool:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("the database is away")
+        self.answered.set()
+        return True
+
+
+def test_a_failed_poll_is_logged_once_and_asked_again_on_the_next_tick(tmp_path: Path) -> None:
+    """A poll that stopped at its first failure left every waiter of the replica without
+    other replicas' changes until some new call started it again."""
+    db = Database(f"sqlite:///{tmp_path / 'unused.db'}")
+
+    async def main() -> int:
+        poll = FailingFirst(db, failures=2)
+        poll._ensure_polling()
+        await asyncio.wait_for(poll.answered.wait(), HANG_GUARD)
+        await poll.close()
+        return poll.polls
+
+    try:
+        with capture_logs() as logged:
+            assert asyncio.run(main()) >= 1
+    finally:
+        db.dispose()
+    said = [entry["event"] for entry in logged if entry.get("poll") == "failing"]
+    assert said == ["poll_failing", "poll_recovered"]
+
+
+def test_a_poll_nobody_waits_for_ends_by_itself(tmp_path: Path) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'unused.db'}")
+
+    async def main() -> None:
+        poll = FailingFirst(db, failures=0, waiting=False)
+        poll._ensure_polling()
+        assert poll._task is not None
+        await asyncio.wait_for(poll._task, HANG_GUARD)
+        assert not poll.answered.is_set()
+        await poll.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        db.dispose()
