@@ -17,10 +17,12 @@ import pytest
 from sqlalchemy import select
 
 from durable_ops import cli
-from durable_ops.model import fairness
+from durable_ops.model import bounds, fairness
 from durable_ops.storage import operations, shares
 from durable_ops.storage.db import Database
+from durable_ops.storage.operations.rows import ROWS_MAX
 from durable_ops.storage.schema import OwnerShare, UserOperation
+from durable_ops.storage.tx import Tx
 from tests.support.grpc_services import Services
 
 TASK = "fleet.work"
@@ -205,6 +207,65 @@ def test_aging_bounds_a_low_prioritys_wait(queue: Queue) -> None:
         owner_id=None,
     )
     assert tuple(stored) == (5, 0)
+
+
+def test_a_wait_of_one_step_to_the_instant_rises_one_level_once(queue: Queue) -> None:
+    (low,) = queue.create("bob")
+    joined = queue.now  # its create's time: due, and waiting, from then
+    queue.create("alice", priority=5)
+    queue.now = joined + fairness.AGING_STEP - timedelta(microseconds=1)
+    assert queue.sweep().aged == 0
+    queue.now = joined + fairness.AGING_STEP
+    assert queue.sweep().aged == 1
+    assert queue.sweep().aged == 0  # risen already: a sweep in the same step writes nothing
+    priority = select(UserOperation.priority).where(UserOperation.id == low)
+    assert queue.db.run(lambda tx: tx.execute(priority).scalar(), owner_id=None) == 1
+
+
+def _priorities(queue: Queue, *ids: str) -> list[int]:
+    def read(tx: Tx) -> list[int]:
+        found = select(UserOperation.id, UserOperation.priority).where(UserOperation.id.in_(ids))
+        by_id = {row.id: row.priority for row in tx.execute(found)}
+        return [by_id[operation_id] for operation_id in ids]
+
+    return queue.db.run(read, owner_id=None)
+
+
+def test_every_level_below_the_top_rises_and_none_beyond_the_highest_priority(
+    queue: Queue,
+) -> None:
+    top = bounds.PRIORITY_RANGE[1]
+    ids = [
+        queue.create(owner, priority=level)[0]
+        for owner, level in (("alice", top), ("bob", top - 2), ("carol", 0))
+    ]
+    queue.now += fairness.AGING_STEP * fairness.AGING_MAX
+    assert queue.sweep().aged == 2
+    assert _priorities(queue, *ids) == [top, top, fairness.AGING_MAX]
+
+
+def test_only_operations_waiting_in_the_line_are_a_level_to_rise_to(queue: Queue) -> None:
+    """Aging lifts work below the top of the claim's line: an operation held for later, one
+    running and one ended are above nothing, and the ended one never rises."""
+    (low,) = queue.create("bob")
+    queue.create("carol", priority=9, not_before=queue.now + timedelta(days=1))
+    queue.create("dave", priority=7)
+    assert queue.owners(queue.claim()) == ["dave"]
+    (ended,) = queue.create("erin", priority=-5)
+    queue.db.run(partial(operations.cancel, operation_id=ended, now=queue.now), owner_id="erin")
+    queue.now += fairness.AGING_STEP * fairness.AGING_MAX
+    assert queue.sweep().aged == 0
+    assert _priorities(queue, low, ended) == [0, -5]
+
+
+def test_a_level_longer_than_a_sweeps_batch_rises_from_the_head_of_its_line(
+    queue: Queue,
+) -> None:
+    queue.create("alice", priority=5)
+    first, *_, last = queue.create("bob", ROWS_MAX + 1)
+    queue.now += fairness.AGING_STEP * fairness.AGING_MAX
+    assert queue.sweep().aged == ROWS_MAX
+    assert _priorities(queue, first, last) == [5, 0]  # the last's turn is at the next sweep
 
 
 def test_aging_is_bounded(queue: Queue) -> None:
