@@ -242,7 +242,7 @@ def cases(operation_id: str) -> list[Case]:
         # A boolean is true or false: 1 and 0 are numbers, never read as either.
         *[
             Case(
-                f"setting as {number}",
+                f"setting as {number.decode()}",
                 "PUT",
                 "/api/settings/ai",
                 400,
