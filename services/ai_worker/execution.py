@@ -126,7 +126,12 @@ class Executor:
     async def run(self, attempt: Attempt) -> PublishedNote:
         """The handler of every AI task type: produce the note, publish it under the lease."""
         lease = await attempt.hold()  # the first beat: a cancelled operation starts no inference
-        produced = await self._produce(attempt, lease)
+        try:
+            produced = await self._produce(attempt, lease)
+        except InferenceError as error:
+            # The model's failures are understood, settled by their code (the SDK logs it in
+            # ``worker_attempt_failed``): no stack trace for every attempt while it is down.
+            raise failures.settlement(error) from error
         log = _log.bind(**attempt.log_fields())
         try:
             await lease.confirm()

@@ -118,6 +118,8 @@ def test_one_attempt_rides_out_a_model_restart(services: Services) -> None:
 
 
 def test_an_attempt_ends_once_the_models_trial_fails_too(services: Services) -> None:
+    """...and says so in one line with its code: the model being down is understood, so no
+    stack trace per attempt (``worker_handler_raised``) buries the log of an outage."""
     ops = OpsClient(services)
     operation_id = _analysis(ops)
     breaker = CircuitBreaker(FAILURES_TO_OPEN, COOLDOWN_SECONDS)
@@ -129,10 +131,17 @@ def test_an_attempt_ends_once_the_models_trial_fails_too(services: Services) -> 
             await asyncio.wait_for(drain(services, executor, LEASE_SECONDS), 30)
             return time.monotonic() - started
 
-    took = asyncio.run(scenario())
+    with structlog.testing.capture_logs() as lines:
+        took = asyncio.run(scenario())
     row = ops.row(operation_id)
     assert (row.state, row.attempt) == ("waiting_for_retry", 1)
     assert _attempts(services, operation_id) == [("failed_retryable", "model_connection_error")]
+    said = {line["event"]: line for line in lines}
+    assert "worker_handler_raised" not in said
+    assert (said["worker_attempt_failed"]["code"], said["worker_attempt_failed"]["retryable"]) == (
+        "model_connection_error",
+        True,
+    )
     assert breaker.state(time.monotonic()) is CircuitState.OPEN  # the trial reopened it
     assert COOLDOWN_SECONDS <= took < router.circuit_wait_seconds
 
