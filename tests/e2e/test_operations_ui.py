@@ -415,6 +415,8 @@ def test_retry_a_failed_operation(
     expect(failed.locator(".state")).to_have_text("Queued")
     # Its new run has not started: not "Attempt 0 of 3".
     expect(failed.locator(".op__meta")).to_contain_text("Not started yet (up to 3 attempts)")
+    # Not "scheduled for" the moment of the retry: due at once, it was not scheduled.
+    expect(failed.locator(".op__meta")).not_to_contain_text("scheduled")
     expect(failed.locator(".op__error")).to_be_hidden()
     assert len(retried) == 1, f"one retry for a double click: {retried}"
     # Retrying removed the failure notice: bell and list follow without waiting for a poll.

@@ -48,8 +48,15 @@ export function stateClass(operation) {
 // "scheduled for …" (started for a later time), else "". /jobs says it on its cards too.
 export function nextRunOf(operation) {
   if (operation.state === "waiting_for_retry" && operation.next_attempt_at) return `next try ${formatTime(operation.next_attempt_at)}`;
-  if (operation.state === "queued" && operation.not_before) return `scheduled for ${formatTime(operation.not_before)}`;
+  if (operation.state === "queued" && scheduled(operation)) return `scheduled for ${formatTime(operation.not_before)}`;
   return "";
+}
+
+// Started for a later time. A retry is not claimed before it was asked for either (its
+// not_before is the moment of the retry, ADR 65), but it was not scheduled: "scheduled for
+// <the time you clicked Retry>" misread it.
+function scheduled(operation) {
+  return Boolean(operation.not_before) && Date.parse(operation.not_before) > Date.parse(operation.updated_at);
 }
 
 // "Attempt 2 of 3"; with no attempt yet (a retry starts counting again), that it has not
