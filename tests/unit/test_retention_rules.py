@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from durable_ops.model import bounds
 from durable_ops.model.errors import Conflict, InvalidArgument
 from durable_ops.model.retention import (
     OPERATION_PRUNED,
@@ -44,6 +45,15 @@ def test_a_policy_that_would_forget_a_key_before_its_record_is_refused(
 
 def test_equal_horizons_are_allowed() -> None:
     assert RetentionPolicy(timedelta(days=7), timedelta(days=7)).validated()
+
+
+def test_the_longest_horizon_is_allowed_to_the_instant() -> None:
+    """The bound is inclusive, and nothing past it: ``opsctl operations prune`` states it."""
+    longest = bounds.OLDER_THAN_MAX
+    assert RetentionPolicy(longest, longest).validated() == RetentionPolicy(longest, longest)
+    with pytest.raises(InvalidArgument) as refused:
+        RetentionPolicy(longest, longest + timedelta(microseconds=1)).validated()
+    assert refused.value.field == "tombstones_older_than"
 
 
 def test_batch_size_zero_is_the_default_and_the_rest_is_bounded() -> None:
