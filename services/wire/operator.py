@@ -59,6 +59,11 @@ def operator_operation(
     )
     if row.lease_expires_at is not None:
         message.lease_expires_at.CopyFrom(convert.timestamp(row.lease_expires_at))
+        # Heartbeats extend the operation's lease, not its attempt's row (schema): the
+        # attempt running now shows the lease it runs on, not its claim's first expiry.
+        for running in message.attempts:
+            if not running.HasField("ended_at"):
+                running.lease_expires_at.CopyFrom(message.lease_expires_at)
     return message
 
 

@@ -152,6 +152,8 @@ def test_an_expired_lease_ends_its_attempt_as_expired(
     clock.advance(5)
     extended = clock() + timedelta(seconds=10)
     ops.heartbeat_once(lease, lease_seconds=10)  # heartbeats do not write the attempt
+    (running,) = _shown(services, operator_md, created.id).attempts
+    assert _when(running, "lease_expires_at") == extended  # but it shows the lease it runs on
     clock.advance(11)
     swept = clock()
     assert services.sweep().expired_leases == 1
