@@ -202,7 +202,8 @@ def test_one_attempt_rides_out_a_model_killed_mid_answer(
     port = free_port()
     operation_id = _analysis(ops)
     breaker = CircuitBreaker(FAILURES_TO_OPEN, COOLDOWN_SECONDS)
-    processes = [_dev_model(port, tmp_path)]
+    killed_model = _dev_model(port, tmp_path)
+    back: list[ModelServer] = []
 
     async def scenario() -> float:
         async with executor_on(_router(port, breaker), Workspace(), Journal(), 10) as executor:
@@ -211,18 +212,23 @@ def test_one_attempt_rides_out_a_model_killed_mid_answer(
                 assert not attempt.done()
                 await asyncio.sleep(0.05)  # until the answer streams to its owner
             killed = time.monotonic()
-            processes[0].kill()  # mid-answer, no goodbye: its connections drop
-            processes[0].wait()
-            processes.append(await asyncio.to_thread(_dev_model, port, tmp_path))
+            killed_model.kill()  # mid-answer, no goodbye: its connections drop
+            killed_model.wait()
+            # Back on its port at once, in this process: a new process's start-up, slow on
+            # a loaded machine, raced the circuit's cooldown and failed the trial.
+            back.append(
+                await asyncio.to_thread(ModelServer, port=port, delay_seconds=ANSWER_SECONDS)
+            )
             await asyncio.wait_for(attempt, COOLDOWN_SECONDS + 2 * ANSWER_SECONDS + 5)
             return time.monotonic() - killed
 
     try:
         took = asyncio.run(scenario())
     finally:
-        for process in processes:
-            process.kill()
-            process.wait()
+        killed_model.kill()
+        killed_model.wait()
+        for server in back:
+            server.stop()
 
     row = ops.row(operation_id)
     assert (row.state, row.attempt) == ("succeeded", 1)
