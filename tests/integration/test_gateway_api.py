@@ -258,7 +258,13 @@ def test_a_wait_begun_while_queued_answers_when_the_operation_starts_running(
             waiting = asyncio.ensure_future(
                 client.get(f"/api/operations/{waited.id}:wait?timeout=20", headers=bearer("alice"))
             )
-            await asyncio.sleep(0.3)
+            # Its first read is what it waits to change: on a loaded machine a fixed sleep
+            # let the claim come first, and the wait then waited for the next change.
+            watched = services.operations_app.watch._watches
+            async with asyncio.timeout(10):
+                while waited.id not in watched:
+                    await asyncio.sleep(0.02)
+            await asyncio.sleep(0.3)  # then its first read
             assert not waiting.done()  # queued still: it waits
             claimed = await asyncio.to_thread(claim, services, ["strategy.snapshot"])
             started = await asyncio.wait_for(waiting, 2)  # not at the 20 s timeout
