@@ -18,11 +18,14 @@ from sqlalchemy import select
 
 from durable_ops import cli
 from durable_ops.model import bounds, fairness
+from durable_ops.model.lifecycle import Event
+from durable_ops.model.states import OperationState
 from durable_ops.storage import operations, shares
+from durable_ops.storage import operator as store
 from durable_ops.storage.db import Database
 from durable_ops.storage.operations.rows import ROWS_MAX
 from durable_ops.storage.schema import OwnerShare, UserOperation
-from durable_ops.storage.tx import Tx
+from durable_ops.storage.tx import OperatorTx, Tx
 from tests.support.grpc_services import Services
 
 TASK = "fleet.work"
@@ -171,6 +174,30 @@ def test_a_retried_operation_waits_again_at_its_own_priority(queue: Queue) -> No
     (middle,) = queue.create("carol", priority=3)
     assert queue.sweep().aged == 0  # below the top, none has waited: bob's neither
     assert queue.claim(3) == [top, middle, retried]
+
+
+def test_an_automatic_retry_waits_in_line_from_when_it_is_due_again(queue: Queue) -> None:
+    """The sweeper's requeue keeps the operation's levels and its turn (ADR 49) but not its
+    first wait: aging counted the time it ran and waited for its retry as a wait in line,
+    and the operator's queues said it had been due since it was created."""
+    (retried,) = queue.create("bob")
+    (claim,) = queue.db.run(lambda tx: operations.claim(tx, [TASK], 30, queue.now), owner_id=None)
+    failed = operations.Settlement(
+        "bob", retried, claim.lease_token, Event.FAIL_RETRYABLE, failure_code="busy"
+    )
+    queue.db.run(lambda tx: operations.settle(tx, [failed], queue.now), owner_id=None)
+    queue.create("alice", priority=5)  # a level to rise to
+    alice_due = queue.now
+    queue.now += fairness.AGING_STEP * fairness.AGING_MAX  # its retry long due
+    report = queue.sweep()
+    assert (report.promoted, report.aged) == (1, 0)  # in line again, and no wait yet
+    (depth,) = queue.db.run(lambda tx: store.queue_depths(OperatorTx(tx)), owner_id=None)
+    assert depth.counts[OperationState.QUEUED] == 2
+    assert depth.oldest_queued_at == alice_due  # not bob's, created before
+    queue.now += fairness.AGING_STEP
+    assert queue.sweep().aged == 1  # its wait in line counts from there: one level
+    priority = select(UserOperation.priority).where(UserOperation.id == retried)
+    assert queue.db.run(lambda tx: tx.execute(priority).scalar(), owner_id=None) == 1
 
 
 def test_a_weight_of_two_gets_two_turns_for_one(queue: Queue) -> None:

@@ -41,8 +41,16 @@ _PROMOTE_DUE_RETRIES = (
         OPS.c.next_attempt_at <= bindparam("now"),
         deadline_open(),  # a retry due after its deadline is failed above, never requeued
     )
-    # The attempt is not written: REQUEUE does not start one (a test ties the two).
-    .values(state=lifecycle.REQUEUE.target, next_attempt_at=None, updated_at=bindparam("now"))
+    # The attempt is not written: REQUEUE does not start one (a test ties the two). It keeps
+    # its turn and levels (ADR 49) and waits in line from now, as a manual retry does (ADR
+    # 65): else aging counted its run and its retry delay as a wait in line, and the queues'
+    # "due since" (``operator.queue_depths``) its creation.
+    .values(
+        state=lifecycle.REQUEUE.target,
+        next_attempt_at=None,
+        not_before=bindparam("now"),
+        updated_at=bindparam("now"),
+    )
 )
 # A seek on the claim index's first two columns: the held rows now due, not every held one.
 _HELD_NOW_DUE = (
