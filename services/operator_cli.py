@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TextIO
 
+from durable_ops.cli import EXIT_DATABASE_UNAVAILABLE
 from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.lifecycle import RETRYABLE_STATES
@@ -53,6 +54,10 @@ EXIT_FAILED = 5  # the service refused a call (the reason is printed)
 # something to do and without --yes: the plan is printed.
 EXIT_NOT_CONFIRMED = 6
 CALL_TIMEOUT_SECONDS = 10.0
+# The service's error codes for a database that did not answer, or stayed locked, or that
+# it still waits for at start (its only step before it serves, ADR 16): try again later,
+# as after exit 4 of a command that opens the database itself (ADR 66).
+DATABASE_AWAY = frozenset({"database_unavailable", "database_busy", "starting"})
 # After a call failed as unavailable: how long the channel may take to connect before
 # the target counts as unreachable (rather than a service that answered "unavailable").
 PROBE_SECONDS = 1.0
@@ -72,8 +77,8 @@ Calls the Operations service at --target, else OPS_OPERATIONS_TARGET, else where
 running opsctl up serves it (var/stack.json), else 127.0.0.1:50051, with an operator
 credential signed with the operator key (OPS_SERVICE_KEY, else var/keys/operator/operator.key).
 Every call is logged by the service with --as (default: your login name). Exit codes:
-2 a usage error, or nothing answers at the address; 5 the service refused; 6 not
-confirmed."""
+2 a usage error, or nothing answers at the address; 4 the service's database did not
+answer; 5 the service refused; 6 not confirmed."""
 
 
 # ---- arguments ------------------------------------------------------------------------------
@@ -1061,4 +1066,6 @@ def failed_call(exc: grpc.RpcError, channel: grpc.Channel, target: Target, where
         )
         return EXIT_UNREACHABLE
     print(_refused(exc, where), file=sys.stderr)
+    if error_code(exc) in DATABASE_AWAY:
+        return EXIT_DATABASE_UNAVAILABLE
     return EXIT_FAILED
