@@ -28,8 +28,12 @@ if TYPE_CHECKING:
 EXIT_UNFORESEEN = 1  # a traceback, or a server that did not start for a reason it logged
 EXIT_USAGE = 2  # a bad setting or argument, an address already in use included
 EXIT_REFUSED = 3  # the database schema is not the one this code needs: run `opsctl migrate`
-# The database did not answer (within OPS_DATABASE_WAIT_SECONDS, for a service), or refused us.
+# The database did not answer (within OPS_DATABASE_WAIT_SECONDS, for a service), or refused us;
+# for a command over gRPC, the service answered that its own database is away (ADR 66).
 EXIT_DATABASE_UNAVAILABLE = 4
+# 5 and 6 are the operator commands' (operator_cli): a refused call, a plan not confirmed.
+EXIT_UNHEALTHY = 7  # `opsctl status`: a check is down (the database, a service, the gateway)
+EXIT_DEGRADED = 8  # `opsctl status`: none is down, but one is degraded or could not be read
 Answer = TypeVar("Answer")
 PRO_DAILY_TOKENS_HELP = "100,000"  # model.budgets.PRO_DAILY_TOKENS, not imported: a fast --help
 
@@ -494,6 +498,251 @@ def _ai_limits(settings: Settings, database_url: str) -> tuple[int, int, int | N
     return settings.ai_global_limit, settings.ai_user_limit, None
 
 
+# ---- opsctl status: one look at the whole install ------------------------------------------
+
+# How long `opsctl status` waits for each answer: a service that hangs reads as down within
+# seconds. Each gRPC health check waits as long as the gateway's /readyz does (2 s).
+STATUS_CALL_SECONDS = 3.0  # each of the operator's calls (the queues, the task types)
+STATUS_GATEWAY_SECONDS = 3.5  # /readyz, which asks every backend first (at once, 2 s each)
+STATUS_READ_SECONDS = 4.0  # the longest any reading is waited for: the database's too
+# The gRPC services of an install, in the order shown: the gateway's backends, and the
+# Operator service the Operations process serves beside its own (ADR 19).
+STATUS_SERVICES = ("operations", "operator", "notifications", "workspace", "ai_admission")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Every check a line (or JSON); the exit code says the worst (``model.health``)."""
+    import json
+
+    from durable_ops.model import health
+
+    try:
+        checks = _status_checks(args)
+    except argparse.ArgumentTypeError as bad:
+        print(f"opsctl status: {bad}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        print(json.dumps(health.as_json(checks)))
+    else:
+        print("\n".join(health.lines(checks)))
+    worst = health.overall(checks)
+    if worst is health.Health.OK:
+        return 0
+    return EXIT_UNHEALTHY if worst is health.Health.DOWN else EXIT_DEGRADED
+
+
+def _status_checks(args: argparse.Namespace) -> list[Any]:
+    """Read everything at once, each reading bounded (``_read_at_once``); then judge."""
+    from dataclasses import replace
+
+    from durable_ops.console_cli import gateway_url
+    from durable_ops.gateway.backends import KNOWN_BACKENDS
+    from durable_ops.model import health
+    from durable_ops.stack.address_file import choose_target
+    from durable_ops.storage.availability import shown_url
+
+    database = _database(args)
+    where = f"{shown_url(database.address, database.source)} (from {database.source})"
+    # Each target as every command finds it: its variable, else the running opsctl up's.
+    fields = {name: KNOWN_BACKENDS[name][0] for name in STATUS_SERVICES if name != "operator"}
+    targets = {name: choose_target(field, None, os.environ) for name, field in fields.items()}
+    targets["operator"] = targets["operations"]
+    addresses: dict[str, Any] = {fields[name]: targets[name].address for name in fields}
+    settings = replace(_settings(args), **addresses)
+    readyz = f"{gateway_url(args.gateway_url, settings.gateway_bind)}readyz"
+    found = _read_at_once(
+        {
+            "database": lambda: _read_database(database),
+            "services": lambda: _service_states(settings),
+            "gateway": lambda: _readyz(readyz),
+            "queues": lambda: _read_queues(settings),
+        },
+        STATUS_READ_SECONDS,
+    )
+    reading, switch = _database_findings(where, found["database"])
+    checks = [health.database(where, reading)]
+    states = found["services"]
+    for name in STATUS_SERVICES:
+        target = targets[name]
+        # Each health check has its own deadline: only a failure of them all leaves no dict.
+        state = states[name] if isinstance(states, dict) else _unread(states)
+        checks.append(health.service(name.replace("_", "-"), target.address, target.source, state))
+    answer = found["gateway"]
+    if not isinstance(answer, health.GatewayAnswer):
+        answer = _unread(answer, STATUS_GATEWAY_SECONDS)
+    checks.append(health.gateway(readyz, answer))
+    checks.append(health.ai_switch(switch))
+    queues, paused = _queue_findings(found["queues"], targets["operations"])
+    checks.append(health.task_types(paused))
+    checks += health.queues(queues, args.max_wait)
+    checks.append(health.workers(queues, args.max_wait))
+    return checks
+
+
+def _read_at_once(readers: dict[str, Callable[[], object]], seconds: float) -> dict[str, object]:
+    """Each reader in a thread of its own, all at once: what each returned, or the exception
+    it raised (never raised here), or ``TimeoutError`` for one still reading after
+    ``seconds``. Daemon threads: one left hanging (a connect no database answers) does not
+    keep opsctl from exiting."""
+    import threading
+    import time
+
+    found: dict[str, object] = {}
+
+    def read(name: str, reader: Callable[[], object]) -> None:
+        try:
+            found[name] = reader()
+        except Exception as error:  # said in the check's line: status never shows a traceback
+            found[name] = error
+
+    threads = [
+        threading.Thread(target=read, args=item, name=f"status-{item[0]}", daemon=True)
+        for item in readers.items()
+    ]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + seconds
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return {name: found.get(name, TimeoutError()) for name in readers}
+
+
+def _timed_out(error: object) -> bool:
+    return isinstance(error, TimeoutError) or type(error).__name__.endswith("TimeoutException")
+
+
+def _unread(error: object, seconds: float = STATUS_READ_SECONDS) -> Any:
+    """What a reader raised, as an operator reads it: the error's own words, on one line."""
+    from durable_ops.model.health import Unread
+
+    if _timed_out(error):
+        return Unread(f"no answer within {seconds:g} s")
+    return Unread(" ".join(str(error).split()) or type(error).__name__)
+
+
+def _read_database(database: Target) -> object:
+    from durable_ops.storage import status
+    from durable_ops.storage.availability import reaching
+
+    with reaching(database.address, database.source):  # its failures worded as every command's
+        return status.read(database.address)
+
+
+def _database_findings(where: str, found: object) -> tuple[Any, Any]:
+    """What was read of the database, or why nothing was; and the AI switch."""
+    from durable_ops.model.health import Unread
+
+    if isinstance(found, tuple):
+        reading, switch = found
+        behind = Unread("the schema is behind this release: see the database's line")
+        return reading, behind if switch is None else switch
+    if _timed_out(found):
+        found = f"the database {where} did not answer within {STATUS_READ_SECONDS:g} s"
+    return _unread(found), Unread("the database could not be read: see its line")
+
+
+def _service_states(settings: Settings) -> dict[str, str]:
+    """Each gRPC service's standard health check, all at once, as the gateway's ``/readyz``
+    asks it (``serving_state``), at the targets ``settings`` name, TLS beyond loopback."""
+    from durable_ops.api.operator.v1 import operator_pb2
+    from durable_ops.gateway.backends import BackendSpec, serving_state, spec_from_settings
+    from durable_ops.rpc.client import open_channel
+    from durable_ops.rpc.tls import authority_of
+
+    operator = operator_pb2.DESCRIPTOR.services_by_name["OperatorService"].full_name
+    specs = [
+        BackendSpec(name, settings.operations_target, operator)
+        if name == "operator"
+        else spec_from_settings(settings, name)
+        for name in STATUS_SERVICES
+    ]
+    ca = authority_of(settings.service_keys_dir)
+
+    async def ask(target: str, health_service: str) -> str:
+        channel = open_channel(target, ca)
+        try:
+            return await serving_state(channel, health_service)
+        finally:
+            await channel.close()
+
+    async def ask_all() -> list[str]:
+        return list(await asyncio.gather(*(ask(s.target, s.health_service) for s in specs)))
+
+    return dict(zip(STATUS_SERVICES, asyncio.run(ask_all()), strict=True))
+
+
+def _readyz(url: str) -> object:
+    """The gateway's readiness: its status code, and each backend's state it names."""
+    import httpx
+
+    from durable_ops.model.health import GatewayAnswer
+
+    response = httpx.get(url, timeout=STATUS_GATEWAY_SECONDS)
+    try:
+        said = response.json()
+    except ValueError:  # not the gateway's JSON: the status code says enough
+        said = {}
+    backends = said.get("backends") if isinstance(said, dict) else None
+    if not isinstance(backends, dict):
+        backends = {}
+    return GatewayAnswer(response.status_code, {str(k): str(v) for k, v in backends.items()})
+
+
+def _read_queues(settings: Settings) -> object:
+    """As ``opsctl operations queues`` reads them, with the operator's key."""
+    from durable_ops.operator_cli import Operator, read_queues
+
+    operator = Operator(settings, _operator())
+    try:
+        return read_queues(operator, STATUS_CALL_SECONDS)
+    finally:
+        operator.close()
+
+
+def _queue_findings(found: object, operations: Target) -> tuple[Any, Any]:
+    """The queues and the paused task types, or why they could not be read."""
+    from durable_ops.model import health
+    from durable_ops.operator_cli import Queues
+
+    if not isinstance(found, Queues):
+        unread = _operator_failure(found, operations)
+        return unread, unread
+    queues = [
+        health.Queue(**{name: row[name] for name in health.Queue.__dataclass_fields__})
+        for row in found.rows
+    ]
+    paused = [
+        health.PausedType(row["task_type"], row["paused_by"] or "", row["paused_at"] or "")
+        for row in found.task_types
+        if row["paused"]
+    ]
+    return queues, paused
+
+
+def _operator_failure(error: object, operations: Target) -> Any:
+    """Why the Operator service's queues could not be read, in an operator's words."""
+    import grpc
+
+    from durable_ops.operator_cli import DATABASE_AWAY, error_code
+
+    service = f"the Operations service at {operations.address}"
+    call: Any = error
+    if _timed_out(error) or (
+        isinstance(error, grpc.RpcError) and call.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    ):
+        return _unread(f"{service} did not answer within {STATUS_CALL_SECONDS:g} s")
+    if not isinstance(error, grpc.RpcError):
+        return _unread(error)  # no operator key, say: its own words say how to make one
+    code = error_code(error)
+    if code == "starting":
+        return _unread(f"{service} is starting: it waits for its database")
+    if code in DATABASE_AWAY:
+        return _unread(f"{service} answered that its database is away ({code})")
+    if code == "unavailable":  # gRPC's own status: no service of ours answered
+        return _unread(f"{service} did not answer (see its line)")
+    return _unread(f"{service} refused the operator's call: {code}: {call.details()}")
+
+
 def cmd_operations(args: argparse.Namespace) -> int:
     from durable_ops.operator_cli import run
 
@@ -612,6 +861,35 @@ Ctrl-C or SIGTERM stops them all. The user-token secret, unless OPS_JWT_SECRET i
 is kept in var/secrets.json; a service key per role is made in OPS_SERVICE_KEYS_DIR
 (var/keys), each child given its own. One opsctl up per directory: a second one is
 refused while the first runs (var/up.lock)."""
+
+
+STATUS_HELP = """\
+One line per check, each ok, degraded, unknown or down, and why:
+  database       answers; its engine; its schema at this release's head, behind, or ahead
+  operations, operator, notifications, workspace, ai-admission
+                 each answers its standard gRPC health check (OPS_*_TARGET, else the
+                 running opsctl up's addresses from var/stack.json, else the defaults)
+  gateway        its /readyz answers ready
+  ai-switch      AI admission on (degraded when off)
+  task-types     none paused (degraded when one is)
+  queue TYPE     per task type with unfinished work: queued, running and waiting, and how
+                 long the oldest due one has waited (degraded past --max-wait)
+  workers        operations running under a live lease; any past it the sweeper has not
+                 ended within 30 s, or a task type whose work waits with none running
+                 (degraded)
+The queues are read with the operator key, as opsctl operations queues reads them. Each
+answer is waited for a few seconds at most: status answers within about 5 s, even when
+something hangs. Exit codes: 0 all ok; 7 something is down; 8 nothing is down, but
+something is degraded or could not be read; 2 a usage error."""
+
+
+def _max_wait(text: str) -> int:
+    from durable_ops.model.operator import parse_duration
+
+    try:
+        return int(parse_duration(text).total_seconds())
+    except ValueError as bad:
+        raise argparse.ArgumentTypeError(str(bad)) from None
 
 
 def plain(docstring: str) -> str:
@@ -856,6 +1134,28 @@ def build_parser() -> argparse.ArgumentParser:
             CONSOLE_HELP,
         )
     )
+
+    status = command(
+        "status",
+        cmd_status,
+        "Say whether this install is healthy, and if not, what is wrong",
+        STATUS_HELP,
+    )
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument(
+        "--max-wait",
+        type=_max_wait,
+        default="5m",
+        metavar="D",
+        help="a queue whose oldest due operation has waited longer is degraded (default: 5m)",
+    )
+    status.add_argument(
+        "--gateway-url",
+        metavar="URL",
+        help="the gateway (default: the running opsctl up's, from var/stack.json, else"
+        " OPS_GATEWAY_BIND's)",
+    )
+    database_option(status)
 
     from durable_ops.operator_cli import TASKS_HELP
     from durable_ops.operator_cli import add_tasks_parser as add_tasks_commands

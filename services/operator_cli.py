@@ -32,10 +32,11 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TextIO
 
+from durable_ops.cli import EXIT_DATABASE_UNAVAILABLE
 from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.lifecycle import RETRYABLE_STATES
-from durable_ops.model.operator import OperatorFilter, operator_name, parse_duration
+from durable_ops.model.operator import OperatorFilter, age_text, operator_name, parse_duration
 from durable_ops.model.retention import PRUNE_BATCH, PRUNE_BATCH_MAX, RetentionPolicy
 from durable_ops.model.states import ACTIVE_STATES, OperationState
 
@@ -53,6 +54,10 @@ EXIT_FAILED = 5  # the service refused a call (the reason is printed)
 # something to do and without --yes: the plan is printed.
 EXIT_NOT_CONFIRMED = 6
 CALL_TIMEOUT_SECONDS = 10.0
+# The service's error codes for a database that did not answer, or stayed locked, or that
+# it still waits for at start (its only step before it serves, ADR 16): try again later,
+# as after exit 4 of a command that opens the database itself (ADR 66).
+DATABASE_AWAY = frozenset({"database_unavailable", "database_busy", "starting"})
 # After a call failed as unavailable: how long the channel may take to connect before
 # the target counts as unreachable (rather than a service that answered "unavailable").
 PROBE_SECONDS = 1.0
@@ -72,8 +77,8 @@ Calls the Operations service at --target, else OPS_OPERATIONS_TARGET, else where
 running opsctl up serves it (var/stack.json), else 127.0.0.1:50051, with an operator
 credential signed with the operator key (OPS_SERVICE_KEY, else var/keys/operator/operator.key).
 Every call is logged by the service with --as (default: your login name). Exit codes:
-2 a usage error, or nothing answers at the address; 5 the service refused; 6 not
-confirmed."""
+2 a usage error, or nothing answers at the address; 4 the service's database did not
+answer; 5 the service refused; 6 not confirmed."""
 
 
 # ---- arguments ------------------------------------------------------------------------------
@@ -506,14 +511,19 @@ def _refused(exc: Exception, what: str) -> str:
     of ours answered (a deadline, a proxy) has none: its status names it."""
     import grpc
 
-    from durable_ops.rpc.errors import ERROR_CODE
-
     if isinstance(exc, grpc.RpcError):
         call: Any = exc
-        trailers = dict(call.trailing_metadata() or ())
-        code = trailers.get(ERROR_CODE) or call.code().name.lower()
-        return f"{what}: {code}: {call.details()}"
+        return f"{what}: {error_code(exc)}: {call.details()}"
     return f"{what}: {exc}"
+
+
+def error_code(exc: grpc.RpcError) -> str:
+    """The service's own error code of a failed call, else its gRPC status, lowercase."""
+    from durable_ops.rpc.errors import ERROR_CODE
+
+    call: Any = exc
+    trailers = dict(call.trailing_metadata() or ())
+    return str(trailers.get(ERROR_CODE) or call.code().name.lower())
 
 
 def cmd_list(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
@@ -750,48 +760,79 @@ def cmd_prune(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
 QUEUE_COUNTS = ("queued", "running", "waiting_for_retry", "waiting_for_external_fallback")
 
 
-def cmd_queues(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
+@dataclass(frozen=True)
+class Queues:
+    """What ``queues`` (and ``opsctl status``) read: each task type's unfinished work
+    (``queue_view``), every task type paused or not (``task_type_view``), and when."""
+
+    read_at: datetime
+    rows: list[dict[str, Any]]
+    task_types: list[dict[str, Any]]
+
+    @property
+    def paused(self) -> list[str]:
+        return sorted(row["task_type"] for row in self.task_types if row["paused"])
+
+
+def read_queues(operator: Operator, timeout: float = CALL_TIMEOUT_SECONDS) -> Queues:
     """The Operator service's queue depths (as the console and the metrics read them), and
     which task types are paused, as the console shows them: a paused type's queue grows
     and ages as a stuck one's would."""
     from durable_ops.api.operator.v1 import operator_pb2 as opb
 
     answer = operator.stub.GetQueueDepths(
-        opb.GetQueueDepthsRequest(), metadata=operator.metadata, timeout=CALL_TIMEOUT_SECONDS
+        opb.GetQueueDepthsRequest(), metadata=operator.metadata, timeout=timeout
     )
     types = operator.stub.ListTaskTypes(
-        opb.ListTaskTypesRequest(), metadata=operator.metadata, timeout=CALL_TIMEOUT_SECONDS
+        opb.ListTaskTypesRequest(), metadata=operator.metadata, timeout=timeout
     )
-    paused = sorted(status.task_type for status in types.task_types if status.paused)
+    statuses = [task_type_view(status) for status in types.task_types]
+    paused = {row["task_type"] for row in statuses if row["paused"]}
     read_at = answer.read_at.ToDatetime(tzinfo=UTC)
     rows = [queue_view(depth, read_at, paused=depth.task_type in paused) for depth in answer.queues]
+    return Queues(read_at, rows, statuses)
+
+
+def cmd_queues(args: argparse.Namespace, operator: Operator, out: TextIO) -> int:
+    found = read_queues(operator)
     if args.json:
-        found = {"read_at": read_at.isoformat(), "queues": rows, "paused_task_types": paused}
-        print(json.dumps(found), file=out)
+        answer = {
+            "read_at": found.read_at.isoformat(),
+            "queues": found.rows,
+            "paused_task_types": found.paused,
+        }
+        print(json.dumps(answer), file=out)
         return 0
-    if not rows:
+    if not found.rows:
         print("no unfinished operations", file=out)
     else:
-        _queue_table(rows, out)
-    if paused:
-        print(f"paused: {', '.join(paused)} (opsctl tasks resume TYPE)", file=out)
+        _queue_table(found.rows, out)
+    if found.paused:
+        print(f"paused: {', '.join(found.paused)} (opsctl tasks resume TYPE)", file=out)
     return 0
 
 
 def queue_view(message: opb.QueueDepth, read_at: datetime, *, paused: bool) -> dict[str, Any]:
-    """One task type's queue as JSON; the oldest queued one's wait counted to ``read_at``,
-    the service's own clock, so a skewed local clock does not change it."""
-    waited = None
-    if message.HasField("oldest_queued_at"):
-        since = message.oldest_queued_at.ToDatetime(tzinfo=UTC)
-        waited = max(0, int((read_at - since).total_seconds()))
+    """One task type's queue as JSON; the oldest queued one's wait, and how long the first
+    lease of a running one has been past, counted to ``read_at``, the service's own clock,
+    so a skewed local clock does not change them."""
     return {
         "task_type": message.task_type,
         "paused": paused,
         **{count: getattr(message, count) for count in QUEUE_COUNTS},
         "oldest_queued_at": _when(message, "oldest_queued_at"),
-        "oldest_queued_seconds": waited,
+        "oldest_queued_seconds": _seconds_since(message, "oldest_queued_at", read_at),
+        "running_past_lease": message.running_past_lease,
+        "lease_overdue_since": _when(message, "lease_overdue_since"),
+        "longest_past_lease_seconds": _seconds_since(message, "lease_overdue_since", read_at),
     }
+
+
+def _seconds_since(message: Any, field: str, read_at: datetime) -> int | None:
+    if not message.HasField(field):
+        return None
+    since = getattr(message, field).ToDatetime(tzinfo=UTC)
+    return max(0, int((read_at - since).total_seconds()))
 
 
 def _queue_table(rows: list[dict[str, Any]], out: TextIO) -> None:
@@ -800,23 +841,11 @@ def _queue_table(rows: list[dict[str, Any]], out: TextIO) -> None:
         [
             f"{row['task_type']} (paused)" if row["paused"] else row["task_type"],
             *(str(row[count]) for count in QUEUE_COUNTS),
-            "-" if row["oldest_queued_seconds"] is None else _age(row["oldest_queued_seconds"]),
+            "-" if row["oldest_queued_seconds"] is None else age_text(row["oldest_queued_seconds"]),
         ]
         for row in rows
     ]
     _print_table(header, cells, out)
-
-
-def _age(seconds: int) -> str:
-    """``45s``, ``12m 5s``, ``3h 20m``, ``2d 4h``: two units say how long a queue waits."""
-    minutes, secs = divmod(seconds, 60)
-    hours, minutes = divmod(minutes, 60)
-    days, hours = divmod(hours, 24)
-    if days:
-        return f"{days}d {hours}h"
-    if hours:
-        return f"{hours}h {minutes}m"
-    return f"{minutes}m {secs}s" if minutes else f"{secs}s"
 
 
 # ---- opsctl tasks (ADR 0047) -------------------------------------------------------------------
@@ -1037,4 +1066,6 @@ def failed_call(exc: grpc.RpcError, channel: grpc.Channel, target: Target, where
         )
         return EXIT_UNREACHABLE
     print(_refused(exc, where), file=sys.stderr)
+    if error_code(exc) in DATABASE_AWAY:
+        return EXIT_DATABASE_UNAVAILABLE
     return EXIT_FAILED

@@ -87,6 +87,22 @@ KNOWN_BACKENDS: Mapping[str, tuple[str, str]] = {
 DEFAULT_BACKENDS = ("operations", "notifications", "workspace", "ai_admission")
 
 
+async def serving_state(
+    channel: grpc.aio.Channel, health_service: str, timeout: float = HEALTH_TIMEOUT_SECONDS
+) -> str:
+    """What the standard health check of ``health_service`` behind ``channel`` says:
+    ``serving``, ``not_serving``, ``unknown_service`` (the server serves no such service)
+    or ``unreachable`` (no answer within ``timeout``). Needs no credential."""
+    request = health_pb2.HealthCheckRequest(service=health_service)
+    try:
+        reply = await health_pb2_grpc.HealthStub(channel).Check(request, timeout=timeout)
+    except grpc.aio.AioRpcError as exc:
+        return "unreachable" if exc.code() != grpc.StatusCode.NOT_FOUND else "unknown_service"
+    if reply.status != health_pb2.HealthCheckResponse.SERVING:
+        return "not_serving"
+    return "serving"
+
+
 def translate(exc: grpc.aio.AioRpcError) -> DomainError:
     """The domain error of a failed call; failures that are not the caller's are a 503,
     and a service the call could not reach reads as one (``BACKEND_UNAVAILABLE``)."""
@@ -233,14 +249,9 @@ class Backends:
 
     async def _check(self, name: str) -> str:
         channel = self.channel(name)
-        health = health_pb2_grpc.HealthStub(channel)
-        request = health_pb2.HealthCheckRequest(service=self.specs[name].health_service)
-        try:
-            reply = await health.Check(request, timeout=HEALTH_TIMEOUT_SECONDS)
-        except grpc.aio.AioRpcError as exc:
-            return "unreachable" if exc.code() != grpc.StatusCode.NOT_FOUND else "unknown_service"
-        if reply.status != health_pb2.HealthCheckResponse.SERVING:
-            return "not_serving"
+        state = await serving_state(channel, self.specs[name].health_service)
+        if state != "serving":
+            return state
         metadata = self.caller.metadata()
         if await credential_accepted(channel, metadata, HEALTH_TIMEOUT_SECONDS) is False:
             self._refused_by(name)

@@ -42,6 +42,18 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=seconds)
 
 
+def age_text(seconds: int) -> str:
+    """``45s``, ``12m 5s``, ``3h 20m``, ``2d 4h``: two units say how long something waits."""
+    minutes, secs = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {secs}s" if minutes else f"{secs}s"
+
+
 def operator_name(value: str) -> str:
     """Who runs ``opsctl operations`` as the audit log names them (``sub`` of the credential)."""
     if not value or len(value) > NAME_MAX or _NAME.fullmatch(value) is None:

@@ -384,7 +384,7 @@ class OperationsApp:
         return await self._as_operator(partial(store.show, operation_id=operation_id), write=False)
 
     async def queue_depths(self) -> list[store.QueueDepth]:
-        return await self._as_operator(store.queue_depths, write=False)
+        return await self._as_operator(partial(store.queue_depths, now=self.clock()), write=False)
 
     async def force_cancel(self, operation_id: str) -> UserOperation:
         return await self._as_operator(

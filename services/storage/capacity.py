@@ -26,6 +26,7 @@ from durable_ops.storage.tx import SCOPE_OWNER, Tx
 CONTROL = cast(Table, AiAdmissionControl.__table__)
 OPS = cast(Table, UserOperation.__table__)
 _LOCK = select(CONTROL).where(CONTROL.c.id == GLOBAL_CONTROL_ID).with_for_update()
+_AI_ENABLED = select(CONTROL.c.ai_enabled).where(CONTROL.c.id == GLOBAL_CONTROL_ID)
 _CONTROL = update(CONTROL).where(CONTROL.c.id == GLOBAL_CONTROL_ID)
 _RESERVE = _CONTROL.values(reservations=CONTROL.c.reservations + 1)
 _OF_TYPES = OPS.c.task_type.in_(bindparam("task_types", expanding=True))
@@ -52,6 +53,15 @@ def lock_control(tx: Tx) -> AiAdmissionControl:
     if row is None:
         raise RuntimeError("ai_admission_control has no global row: run `opsctl migrate`")
     return AiAdmissionControl(**row._mapping)
+
+
+def ai_enabled(tx: Tx) -> bool:
+    """The live global AI switch, read without the admission lock: a look that waits for
+    no admission (``opsctl status``)."""
+    found = tx.execute(_AI_ENABLED).scalar_one_or_none()
+    if found is None:
+        raise RuntimeError("ai_admission_control has no global row: run `opsctl migrate`")
+    return bool(found)
 
 
 def reserve(tx: Tx) -> None:

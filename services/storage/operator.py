@@ -18,13 +18,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import Table, bindparam, case, func, select
+from sqlalchemy import Table, bindparam, case, func, null, select
 
 from durable_ops.model import bounds
 from durable_ops.model.errors import NotFound
 from durable_ops.model.operator import OperatorFilter
 from durable_ops.model.states import OperationState
 from durable_ops.storage import operations
+from durable_ops.storage.operations.rows import lease_live
 from durable_ops.storage.pages import Page, newest_first_page, page_size
 from durable_ops.storage.schema import OperationAttempt, UserOperation
 from durable_ops.storage.tx import OperatorTx, ScopeViolation, Tx
@@ -90,27 +91,54 @@ _BY_TYPE_AND_STATE = operations.each_active_state(
 )
 
 
+# A running operation's lease expiry once it has run out (null while it is live): counted,
+# and the earliest, per task type. A seek on the state, reading the running rows only.
+_PAST_LEASE = case((lease_live(), null()), else_=OPS.c.lease_expires_at)
+_RUNNING_PAST_LEASE = (
+    select(
+        OPS.c.task_type,
+        func.count(_PAST_LEASE).label("past"),
+        func.min(_PAST_LEASE).label("overdue_since"),
+    )
+    .where(OPS.c.state == OperationState.RUNNING)
+    .group_by(OPS.c.task_type)
+)
+
+
 @dataclass(frozen=True)
 class QueueDepth:
     """One task type's unfinished work: operations by state, and since when the
     longest-waiting of its queued ones has been due (``None`` with none waiting: none
-    queued, or all scheduled for later)."""
+    queued, or all scheduled for later). Of the running ones, those whose lease ran out
+    and since when the first did (read only when ``queue_depths`` is given ``now``)."""
 
     task_type: str
     counts: dict[OperationState, int]
     oldest_queued_at: datetime | None
+    running_past_lease: int = 0
+    lease_overdue_since: datetime | None = None
 
 
-def queue_depths(tx: OperatorTx) -> list[QueueDepth]:
+def queue_depths(tx: OperatorTx, now: datetime | None = None) -> list[QueueDepth]:
     """Per task type with unfinished work, by name: one grouped read of the unfinished
     states (the claim index leads with the state; finished rows are not read). The
-    console's queues and the Operations process's gauges."""
+    console's queues and the Operations process's gauges. With ``now``, a second read
+    of the running rows counts those past their lease (``opsctl status``: the sweeper
+    ends them within seconds, so any left say it is behind)."""
     found: dict[str, QueueDepth] = {}
     for row in _operator(tx).execute(_BY_TYPE_AND_STATE):
         depth = found.setdefault(row.task_type, QueueDepth(row.task_type, {}, None))
         depth.counts[OperationState(row.state)] = int(row.total)
         if row.state == OperationState.QUEUED:
             found[row.task_type] = replace(depth, oldest_queued_at=row.oldest)
+    if now is not None:
+        for row in tx.execute(_RUNNING_PAST_LEASE, {"now": now}):
+            if row.task_type in found and row.past:  # running rows read after the first
+                found[row.task_type] = replace(
+                    found[row.task_type],
+                    running_past_lease=int(row.past),
+                    lease_overdue_since=row.overdue_since,
+                )
     return [found[name] for name in sorted(found)]
 
 

@@ -68,7 +68,8 @@ def operator_operation(
 
 
 def queue_depth(depth: QueueDepth) -> opb.QueueDepth:
-    """One task type's unfinished operations by state, and its oldest queued one."""
+    """One task type's unfinished operations by state, its oldest queued one, and its
+    running ones past their lease."""
     counts = depth.counts
     message = opb.QueueDepth(
         task_type=depth.task_type,
@@ -79,6 +80,9 @@ def queue_depth(depth: QueueDepth) -> opb.QueueDepth:
     )
     if depth.oldest_queued_at is not None:
         message.oldest_queued_at.CopyFrom(convert.timestamp(depth.oldest_queued_at))
+    message.running_past_lease = depth.running_past_lease
+    if depth.lease_overdue_since is not None:
+        message.lease_overdue_since.CopyFrom(convert.timestamp(depth.lease_overdue_since))
     return message
 
 

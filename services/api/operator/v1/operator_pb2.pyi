@@ -385,16 +385,26 @@ class QueueDepth(_message.Message):
     WAITING_FOR_RETRY_FIELD_NUMBER: _builtins.int
     WAITING_FOR_EXTERNAL_FALLBACK_FIELD_NUMBER: _builtins.int
     OLDEST_QUEUED_AT_FIELD_NUMBER: _builtins.int
+    RUNNING_PAST_LEASE_FIELD_NUMBER: _builtins.int
+    LEASE_OVERDUE_SINCE_FIELD_NUMBER: _builtins.int
     task_type: _builtins.str
     queued: _builtins.int
     running: _builtins.int
     waiting_for_retry: _builtins.int
     waiting_for_external_fallback: _builtins.int
+    running_past_lease: _builtins.int
+    """Of `running`, those whose lease has run out: their worker stopped renewing it, and
+    the sweeper (every second) ends each attempt; one left longer says it is behind.
+    """
     @_builtins.property
     def oldest_queued_at(self) -> _timestamp_pb2.Timestamp:
         """Since when the longest-waiting of its queued operations has been due (its
         not_before); unset: none waiting (none queued, or all scheduled for later).
         """
+
+    @_builtins.property
+    def lease_overdue_since(self) -> _timestamp_pb2.Timestamp:
+        """When the first of those leases ran out; unset: none past its lease."""
 
     def __init__(
         self,
@@ -405,10 +415,12 @@ class QueueDepth(_message.Message):
         waiting_for_retry: _builtins.int = ...,
         waiting_for_external_fallback: _builtins.int = ...,
         oldest_queued_at: _timestamp_pb2.Timestamp | None = ...,
+        running_past_lease: _builtins.int = ...,
+        lease_overdue_since: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["oldest_queued_at", b"oldest_queued_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lease_overdue_since", b"lease_overdue_since", "oldest_queued_at", b"oldest_queued_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["oldest_queued_at", b"oldest_queued_at", "queued", b"queued", "running", b"running", "task_type", b"task_type", "waiting_for_external_fallback", b"waiting_for_external_fallback", "waiting_for_retry", b"waiting_for_retry"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_overdue_since", b"lease_overdue_since", "oldest_queued_at", b"oldest_queued_at", "queued", b"queued", "running", b"running", "running_past_lease", b"running_past_lease", "task_type", b"task_type", "waiting_for_external_fallback", b"waiting_for_external_fallback", "waiting_for_retry", b"waiting_for_retry"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
