@@ -20,7 +20,7 @@ down      does not work: the database does not answer or its schema is behind
 ========  ==============================================================
 
 ``overall`` is the worst of them (in that order), and the exit code says it
-(``cli.STATUS_EXIT``). ``lines`` and ``as_json`` are what is printed.
+(``status_cli.run``). ``lines`` and ``as_json`` are what is printed.
 """
 
 from __future__ import annotations
