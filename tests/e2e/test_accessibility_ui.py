@@ -7,7 +7,9 @@ sign-in (and its errors), /operations (empty, with work in every state, the noti
 the cancel dialog, an error), /jobs (empty on a Free plan; a job and a CV with an analysis
 under way and its answer being written, results, the settings and their dialog, the delete
 dialog) and the operator console (sign-in, queues, operations, an operation's attempts, the
-bulk dialog)."""
+bulk dialog). Then what axe cannot see: Tab goes round a dialog, and focus stays where the
+keyboard acted when what it acted on goes (a retry after an error, the console's select
+all, Close, a bulk action, the last "Load more")."""
 
 from __future__ import annotations
 
@@ -290,3 +292,114 @@ def test_the_operator_console(page: Page, ui_gateway: LiveGateway, ui_services: 
     expect(page.locator("#console-search-error")).to_be_visible()
     scans(page, "console, a refused search", dark=False)
     scans.check()
+
+
+# ---- from the keyboard -------------------------------------------------------------------------
+
+FOCUSED = "() => document.activeElement?.outerHTML.slice(0, 120) ?? null"
+RING = "(element) => getComputedStyle(element).outlineStyle"
+
+
+def test_tab_goes_round_a_dialog_and_escape_gives_focus_back(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """A modal <dialog> alone lets Tab leave it for the document past its last button."""
+    create_operation(ui_services, "ada", subject=("job", create_job(ui_services.workspace, "ada")))
+    dev_sign_in(page, ui_gateway.url, "ada")
+    cancel = page.get_by_role("button", name="Cancel Strategy snapshot for Engineer at Acme")
+    cancel.focus()
+    page.keyboard.press("Enter")
+    dialog = page.get_by_role("dialog", name="Cancel this operation?")
+    keep = dialog.get_by_role("button", name="Keep running")
+    stop = dialog.get_by_role("button", name="Cancel operation")
+    expect(keep).to_be_focused()
+    page.keyboard.press("Tab")
+    expect(stop).to_be_focused()
+    page.keyboard.press("Tab")
+    expect(keep).to_be_focused()
+    page.keyboard.press("Shift+Tab")
+    expect(stop).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(dialog).to_have_count(0)
+    expect(cancel).to_be_focused()
+
+
+def test_a_retry_after_an_error_leaves_focus_on_the_list_it_loaded_with_its_ring(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """The Retry of the error (the placeholder's, then the banner's) went with the error,
+    and focus with it, to the page; and a card's title hid the ring of a keyboard's focus."""
+    create_operation(ui_services, "ada", subject=("job", create_job(ui_services.workspace, "ada")))
+    page.route("**/api/operations?*", refuse)
+    dev_sign_in(page, ui_gateway.url, "ada")
+    title = page.locator("li.op .op__title")
+
+    page.get_by_role("button", name="Retry").focus()
+    page.unroute("**/api/operations?*")
+    page.keyboard.press("Enter")
+    expect(title).to_be_focused()
+    assert title.evaluate(RING) != "none", "the focused title shows no ring"
+
+    page.route("**/api/operations?*", refuse)
+    page.evaluate("() => { window.location.hash = 'look-again'; }")  # the list loads again
+    banner = page.locator(".banner").filter(has_text="Updates paused")
+    expect(banner).to_be_visible()
+    banner.get_by_role("button", name="Retry").focus()
+    page.unroute("**/api/operations?*")
+    page.keyboard.press("Enter")
+    expect(banner).to_be_hidden()
+    expect(title).to_be_focused()
+    assert title.evaluate(RING) != "none", "the focused title shows no ring"
+
+
+def test_the_console_keeps_focus_where_the_keyboard_acted(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """Select all drew the list again, Close sent focus to the first row, a bulk action
+    disabled the button that had focus, and the last "Load more" hid itself: each time
+    focus fell to the page."""
+    job = ("job", create_job(ui_services.workspace, "erin"))
+    created = [create_operation(ui_services, "erin", subject=job, key=f"op-{n}") for n in range(51)]
+    made = ui_services.operator.CreateConsoleLink(
+        opb.CreateConsoleLinkRequest(), metadata=metadata(Role.OPERATOR, subject=OPERATOR)
+    )
+    page.goto(f"{ui_gateway.url}/console/sign-in#link={made.link_secret}")
+    page.get_by_role("button", name="Sign in to the console").click()
+    page.wait_for_url(f"{ui_gateway.url}/console")
+    rows = page.locator("#console-ops tbody tr")
+    expect(rows).to_have_count(50)
+
+    more = page.get_by_role("button", name="Load more")
+    more.focus()
+    page.keyboard.press("Enter")
+    expect(rows).to_have_count(51)
+    expect(more).to_be_hidden()
+    oldest = page.get_by_role("button", name=f"Show operation {created[0].id}")
+    expect(oldest).to_be_focused()
+
+    third = page.get_by_role("button", name=f"Show operation {created[-3].id}")
+    third.focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#console-detail")).to_be_focused()
+    close = page.get_by_role("button", name="Close")
+    close.focus()
+    page.keyboard.press("Enter")
+    expect(third).to_be_focused()
+
+    every = page.get_by_role("checkbox", name="Select every operation shown")
+    every.focus()
+    page.keyboard.press("Space")
+    expect(page.locator("#console-selected")).to_have_text("51 operations selected")
+    expect(every).to_be_focused()
+    page.keyboard.press("Space")
+    expect(page.locator("#console-selected")).to_have_text("None selected")
+    expect(every).to_be_focused()
+
+    rows.first.get_by_role("checkbox").check()
+    cancel = page.get_by_role("button", name="Cancel selected")
+    cancel.focus()
+    page.keyboard.press("Enter")
+    page.get_by_role("dialog").get_by_role("button", name="Cancel 1 operation").click()
+    expect(page.locator("#console-bulk-status")).to_have_text("Cancelled 1 operation.")
+    expect(cancel).to_be_focused()
+    expect(cancel).to_be_disabled()  # nothing selected now: said, not a lost focus
