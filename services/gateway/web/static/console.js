@@ -120,11 +120,18 @@ setInterval(() => {
 
 // ---- operations ---------------------------------------------------------------------------
 
+// The bulk buttons say they cannot act now with aria-disabled, not `disabled`: a button
+// that becomes disabled while it has focus (its action cleared the selection) drops focus
+// to the page.
+function bulkAllowed() {
+  return selected.size > 0 && selected.size <= bulkMax;
+}
+
 function updateSelection() {
   const count = selected.size;
   byId("console-selected").textContent = count ? `${plural(count, "operation")} selected` : "None selected";
   const tooMany = count > bulkMax;
-  for (const id of ["console-retry", "console-cancel"]) byId(id).disabled = count === 0 || tooMany;
+  for (const id of ["console-retry", "console-cancel"]) byId(id).setAttribute("aria-disabled", String(!bulkAllowed()));
   byId("console-bulk-status").textContent = tooMany ? `Select at most ${bulkMax} operations for one action.` : "";
   const all = byId("console-select-all");
   if (all) {
@@ -179,12 +186,16 @@ function renderList() {
     type: "checkbox",
     id: "console-select-all",
     "aria-label": "Select every operation shown",
+    // Each row's box is set in place: drawn again, the list would drop this box's focus.
     onchange: (event) => {
       for (const operation of shown) {
         if (event.target.checked) selected.add(operation.id);
         else selected.delete(operation.id);
       }
-      renderList();
+      for (const box of byId("console-ops").querySelectorAll("tbody .console-select")) {
+        box.checked = selected.has(box.closest("tr").dataset.id);
+      }
+      updateSelection();
     },
   });
   replaceChildren(
@@ -215,11 +226,16 @@ async function loadOperations({ more = false } = {}) {
   listing = mine;
   try {
     const page = await api(query(more ? nextToken : null), { signal: mine.signal });
+    const before = shown.length;
     shown = more ? [...shown, ...page.items] : page.items;
     nextToken = page.next_page_token;
-    byId("console-more").hidden = !nextToken;
     status.textContent = `${plural(shown.length, "operation")} shown${nextToken ? "; more match" : ""}.`;
+    const hadFocus = [byId("console-more"), byId("console-ops")].some((element) => element.contains(document.activeElement));
     renderList();
+    byId("console-more").hidden = !nextToken;
+    // "Load more" brought rows: focus goes to the first of them (the button may be gone, and
+    // the list drawn again dropped any focus it held), as "Show more" does on /operations.
+    if (more && hadFocus) rowButton(shown[before]?.id)?.focus();
   } catch (problem) {
     if (problem.name === "AbortError") return; // a newer search answers instead
     status.textContent = "";
@@ -268,6 +284,7 @@ const VERBS = {
 };
 
 async function bulk(verb) {
+  if (!bulkAllowed()) return; // aria-disabled: the button still takes a click
   const ids = shown.map((operation) => operation.id).filter((id) => selected.has(id));
   for (const id of selected) if (!ids.includes(id)) ids.push(id);
   const words = VERBS[verb];
@@ -349,7 +366,14 @@ function attemptsTable(attempts) {
   );
 }
 
+function rowButton(operationId) {
+  return operationId ? byId("console-ops").querySelector(`tr[data-id="${CSS.escape(operationId)}"] .console-link`) : null;
+}
+
+let detailShown = null; // the operation the detail shows: Close gives focus back to its row
+
 async function showDetail(operationId) {
+  detailShown = operationId;
   const section = byId("console-detail");
   const body = byId("console-detail-body");
   section.hidden = false;
@@ -369,9 +393,11 @@ async function showDetail(operationId) {
   }
 }
 
+// Focus goes back to the row it was opened from (the first row when a search has since
+// dropped it), not to the page.
 byId("console-detail-close").addEventListener("click", () => {
   byId("console-detail").hidden = true;
-  document.querySelector(".console-link")?.focus();
+  (rowButton(detailShown) ?? document.querySelector(".console-link") ?? byId("console-search").elements.owner).focus();
 });
 
 loadQueues();

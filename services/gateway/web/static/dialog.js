@@ -4,7 +4,9 @@
 // `signal` aborts the question when its subject goes away while it is open (the
 // analysis to cancel ends): the dialog then says `endedMessage`, offers only "Close",
 // and answers false. Closed, it gives focus back to what had it, or, when that went
-// away meanwhile (the Cancel button of what ended), to `focusFallback()`.
+// away meanwhile (the Cancel button of what ended), to `focusFallback()`. Tab and
+// Shift+Tab go round its buttons: the page behind is inert, and focus never leaves
+// for the document itself.
 
 import { h } from "./dom.js";
 
@@ -51,12 +53,24 @@ export function confirmDialog({ title, message, confirmLabel, cancelLabel = "Kee
       event.preventDefault();
       finish(false);
     });
+    dialog.addEventListener("keydown", (event) => keepFocusIn(dialog, event));
     document.body.append(dialog);
     dialog.showModal();
     keep.focus();
     if (signal?.aborted) ended();
     else signal?.addEventListener("abort", ended);
   });
+}
+
+// Tab from the dialog's last button to its first, Shift+Tab from the first to the last: a
+// modal <dialog> alone lets focus leave the document past its ends.
+function keepFocusIn(dialog, event) {
+  if (event.key !== "Tab") return;
+  const buttons = [...dialog.querySelectorAll("button")];
+  const [first, last] = [buttons[0], buttons.at(-1)];
+  if (document.activeElement !== (event.shiftKey ? first : last)) return;
+  event.preventDefault();
+  (event.shiftKey ? last : first).focus();
 }
 
 // The cancel dialogs of a page (/jobs, /operations), at most one open per `key` (an

@@ -175,6 +175,8 @@ export function mount(main) {
 
   // `asked`: the page size the answer was asked with.
   function render(page, asked) {
+    // The Retry of an error (in the banner or the placeholder) has focus: the load hides it.
+    const retried = banner.contains(document.activeElement) || placeholder.contains(document.activeElement);
     loaded = true;
     banner.hidden = true;
     section.setAttribute("aria-busy", "false");
@@ -215,9 +217,17 @@ export function mount(main) {
       }
     }
     more.hidden = !page.next_page_token || limit >= PAGE_MAX;
+    if (retried) focusLoaded();
     focusShownMore(asked);
     noticeFinished(page.items);
     announceCancelOutcomes(page.items);
+  }
+
+  // After a Retry that loaded the list, focus goes to what it shows (the first card's title,
+  // else the empty list's action), not to the page.
+  function focusLoaded() {
+    const shown = list.hidden ? placeholder.querySelector("a, button") : list.querySelector(".op__title");
+    shown?.focus();
   }
 
   // Focus on the first card "Show more" brought, once a load asked for them has answered:
