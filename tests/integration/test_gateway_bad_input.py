@@ -847,6 +847,7 @@ def test_the_workspace_service_keeps_each_length_bound_too(
     longest = _valid_create(method)
     setattr(longest, name, "x" * bound)
     created = call(longest, metadata=alice)
+    stored: workspace_pb.Job | workspace_pb.Attachment
     if method == "CreateJob":
         stored = services.workspace.GetJob(
             workspace_pb.GetJobRequest(job_id=created.id), metadata=alice

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from functools import partial
@@ -83,7 +83,7 @@ def _results(db: Database) -> int:
     return int(scalar(db, select(func.count()).select_from(AiWorkspaceNote)) or 0)
 
 
-def _deleted_lines(logs: list[dict[str, Any]], event: str) -> list[dict[str, Any]]:
+def _deleted_lines(logs: Sequence[Mapping[str, Any]], event: str) -> list[dict[str, Any]]:
     """What the service logged of each delete: the counts of what went with the row, and
     never a word of its text (the row's id and the owner besides)."""
     lines = [line for line in logs if line["event"] == event]
