@@ -20,6 +20,7 @@ from durable_ops.gateway import operations
 from durable_ops.gateway.app import create_app
 from durable_ops.gateway.backends import Backends
 from durable_ops.gateway.pagination import PAGING_PARAMETERS
+from durable_ops.model import bounds
 from durable_ops.model.scope import Role
 from durable_ops.model.tasks import TASKS
 from durable_ops.storage.schema import Attachment, Job, UserOperation
@@ -37,6 +38,7 @@ from tests.support.gateway import (
     token,
 )
 from tests.support.grpc_services import Services, metadata, running_services
+from tests.support.operations_client import expect_failure
 from tests.support.stored import scalar
 from tests.support.workspace_client import CV_TEXT, JOB_TEXT, create_cv, create_job, entitle
 
@@ -794,24 +796,22 @@ GRPC_TEXT_FIELDS = [
 ]
 
 
+def _valid_create(method: str) -> Any:
+    """A request ``method`` (CreateJob, CreateAttachment) accepts, to change one field of."""
+    if method == "CreateJob":
+        return workspace_pb.CreateJobRequest(title="Engineer", company="Acme", description=JOB_TEXT)
+    return workspace_pb.CreateAttachmentRequest(kind="cv", filename="cv.txt", text=CV_TEXT)
+
+
 @pytest.mark.parametrize(("method", "name", "multi_line"), GRPC_TEXT_FIELDS)
 def test_the_workspace_service_refuses_control_characters_too(
     services: Services, method: str, name: str, multi_line: bool
 ) -> None:
     """Defence in depth: a caller that is not the gateway meets the same rule."""
-    valid: dict[str, Any] = {
-        "CreateJob": workspace_pb.CreateJobRequest(
-            title="Engineer", company="Acme", description=JOB_TEXT
-        ),
-        "CreateAttachment": workspace_pb.CreateAttachmentRequest(
-            kind="cv", filename="cv.txt", text=CV_TEXT
-        ),
-    }
     call = getattr(services.workspace, method)
     failures: list[str] = []
     for character in CONTROLS:
-        request = type(valid[method])()
-        request.CopyFrom(valid[method])
+        request = _valid_create(method)
         setattr(request, name, _with(getattr(request, name), character))
         try:
             call(request, metadata=metadata(Role.GATEWAY, "alice"))
@@ -824,6 +824,66 @@ def test_the_workspace_service_refuses_control_characters_too(
             if not (multi_line and character in LINE_BREAKS):
                 failures.append(f"U+{ord(character):04X}: accepted")
     assert failures == []
+
+
+GRPC_TEXT_BOUNDS = [
+    ("CreateJob", "title", bounds.JOB_TITLE_MAX),
+    ("CreateJob", "company", bounds.JOB_COMPANY_MAX),
+    ("CreateJob", "description", bounds.JOB_DESCRIPTION_MAX),
+    ("CreateAttachment", "filename", bounds.ATTACHMENT_FILENAME_MAX),
+    ("CreateAttachment", "text", bounds.ATTACHMENT_TEXT_MAX),
+]
+
+
+@pytest.mark.parametrize(("method", "name", "bound"), GRPC_TEXT_BOUNDS)
+def test_the_workspace_service_keeps_each_length_bound_too(
+    services: Services, method: str, name: str, bound: int
+) -> None:
+    """Defence in depth, and the bound the column is as wide as: a caller that is not the
+    gateway stores a text of exactly the bound whole, and one character more is refused by
+    name, storing nothing."""
+    alice = metadata(Role.GATEWAY, "alice")
+    call = getattr(services.workspace, method)
+    longest = _valid_create(method)
+    setattr(longest, name, "x" * bound)
+    created = call(longest, metadata=alice)
+    stored: workspace_pb.Job | workspace_pb.Attachment
+    if method == "CreateJob":
+        stored = services.workspace.GetJob(
+            workspace_pb.GetJobRequest(job_id=created.id), metadata=alice
+        )
+    else:
+        read = workspace_pb.GetAttachmentRequest(attachment_id=created.id)
+        stored = services.workspace.GetAttachment(read, metadata=alice)
+    assert getattr(stored, name) == "x" * bound
+    before = _stored_rows(services)
+    past = _valid_create(method)
+    setattr(past, name, "x" * (bound + 1))
+    refused = expect_failure(
+        lambda: call(past, metadata=alice),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "invalid_argument",
+        field=name,
+    )
+    assert refused.details == f"{name}: must be at most {bound:,} characters"
+    assert _stored_rows(services) == before
+
+
+def test_the_workspace_service_stores_only_an_attachment_kind_it_knows(
+    services: Services,
+) -> None:
+    for kind in ("pdf", "CV", ""):
+        request = workspace_pb.CreateAttachmentRequest(kind=kind, filename="cv.txt", text=CV_TEXT)
+        refused = expect_failure(
+            lambda request=request: services.workspace.CreateAttachment(  # type: ignore[misc]
+                request, metadata=metadata(Role.GATEWAY, "alice")
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "invalid_argument",
+            field="kind",
+        )
+        assert refused.details == 'kind: must be "cv"', kind
+    assert _stored_rows(services) == [0, 0, 0]
 
 
 def test_admission_refuses_a_control_character_in_the_idempotency_key(services: Services) -> None:

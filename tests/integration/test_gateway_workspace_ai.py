@@ -528,6 +528,13 @@ def test_every_workspace_id_route_hides_other_owners(services: Services) -> None
                 )
                 assert theirs.status_code == 404, (method, template, theirs.text)
                 assert theirs.json() == missing.json(), (method, template)
+                # An id no service could have issued is refused before any service is
+                # asked, in the same words (ids.py): "not found" of what the route names.
+                for malformed in ("not%20an%20id", "x" * 65):
+                    refused = await client.request(
+                        method, template.format(id=malformed), headers=bearer("bob")
+                    )
+                    assert refused.json() == missing.json(), (method, template, malformed)
 
     run(scenario())
 

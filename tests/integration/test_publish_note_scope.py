@@ -4,7 +4,8 @@ Issue 20, item 2, through real servers on both engines. A worker credential
 speaks for the owner named in ``x-owner-id``; the operation a note references
 must be that owner's (another owner's answers exactly like a missing one:
 NOT_FOUND ``operation_not_found``), and the lease check still applies to the
-owner's own operations.
+owner's own operations. Only a worker credential publishes; a body or a lease token
+past its bound is the caller's error (INVALID_ARGUMENT on the field).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sqlalchemy import select
 from durable_ops.api.workspace.v1 import workspace_pb2 as wpb
 from durable_ops.model import bounds
 from durable_ops.model.scope import Role
+from durable_ops.storage import workspace
 from durable_ops.storage.schema import AiWorkspaceNote
 from tests.support.grpc_services import Services
 from tests.support.operations_client import (
@@ -270,3 +272,70 @@ def test_a_body_the_page_cannot_show_is_refused_and_the_lease_publishes_after(
     )
     assert _notes(services) == []
     assert _publish(services, ops, subject_id=subject_id, **publish).published
+
+
+def test_a_body_longer_than_a_result_keeps_is_refused_and_the_longest_is_kept_whole(
+    services: Services,
+) -> None:
+    ops = OpsClient(services)
+    lease = _claimed_for(services, ops, ALICE, "alice-op")
+    publish = {"owner": ALICE, "operation_id": lease.id, "token": lease.token}
+    subject_id = lease.operation.subject.id
+    answer = '{"from":"test"}'
+    longest = answer.ljust(workspace.NOTE_BODY_MAX)  # JSON may end in white space
+    expect_failure(
+        lambda: _publish(services, ops, subject_id=subject_id, body=longest + " ", **publish),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "invalid_argument",
+        field="body_json",
+    )
+    assert _notes(services) == []
+    assert _publish(services, ops, subject_id=subject_id, body=longest, **publish).published
+    assert _note_of(services, ops, ALICE, subject_id).body_json == longest
+
+
+@pytest.mark.parametrize("token", ["", "t" * (bounds.LEASE_TOKEN_MAX + 1)], ids=["empty", "long"])
+def test_a_lease_token_no_lease_could_have_is_the_callers_error_not_a_lost_lease(
+    services: Services, token: str
+) -> None:
+    """A worker that sends no token, or one longer than any issued, has a bug to fix:
+    INVALID_ARGUMENT on the field, where a wrong token of a token's shape is ``lease_lost``
+    (the attempt lost its lease and stops)."""
+    ops = OpsClient(services)
+    lease = _claimed_for(services, ops, ALICE, "alice-op")
+    publish = {"owner": ALICE, "operation_id": lease.id, "subject_id": lease.operation.subject.id}
+    expect_failure(
+        lambda: _publish(services, ops, token=token, **publish),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "invalid_argument",
+        field="lease_token",
+    )
+    expect_failure(
+        lambda: _publish(services, ops, token="t" * bounds.LEASE_TOKEN_MAX, **publish),
+        grpc.StatusCode.ABORTED,
+        "lease_lost",
+    )
+    assert _notes(services) == []
+    assert _publish(services, ops, token=lease.token, **publish).published
+
+
+@pytest.mark.parametrize("role", [Role.GATEWAY, Role.PRODUCER])
+def test_only_a_worker_publishes_a_note(services: Services, role: Role) -> None:
+    """Even naming the live lease of the owner's operation: a result is the worker's to
+    publish, for the attempt it runs."""
+    ops = OpsClient(services)
+    lease = _claimed_for(services, ops, ALICE, "alice-op")
+    request = wpb.PublishNoteRequest(
+        kind=TASK,
+        subject_type="job",
+        subject_id=lease.operation.subject.id,
+        operation_id=lease.id,
+        lease_token=lease.token,
+        body_json='{"from":"test"}',
+    )
+    expect_failure(
+        lambda: services.workspace.PublishNote(request, metadata=ops.md(role, ALICE)),
+        grpc.StatusCode.PERMISSION_DENIED,
+        "worker_role_required",
+    )
+    assert _notes(services) == []

@@ -39,6 +39,7 @@ from tests.support.operations_client import ALICE, SUCCEEDED, Metadata, OpsClien
 
 UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
 DENIED = grpc.StatusCode.PERMISSION_DENIED
+NOT_FOUND = grpc.StatusCode.NOT_FOUND
 # The services read the keys folder again each RESCAN_SECONDS; far more only for a slow host.
 TRUSTED_WITHIN_SECONDS = RESCAN_SECONDS + 20
 HANG_GUARD = 30.0
@@ -155,9 +156,19 @@ def test_workers_and_producers_reach_no_users_workspace(services: Services) -> N
             wpb.GetAiSettingsRequest(), metadata=md
         ),
     }
+    # A user's results: the gateway's to read (none yet: NOT_FOUND), no worker's.
+    result_reads: dict[str, Callable[[Metadata], object]] = {
+        "newest result": lambda md: services.workspace.GetNote(
+            wpb.GetNoteRequest(kind="strategy.snapshot", subject_type="job", subject_id="0" * 32),
+            metadata=md,
+        ),
+        "a past result": lambda md: services.workspace.GetOperationNote(
+            wpb.GetOperationNoteRequest(operation_id="0" * 32), metadata=md
+        ),
+    }
     for role in (Role.WORKER, Role.PRODUCER):
         md = metadata(role, ALICE)
-        refused = user_calls | (subject_reads if role is Role.PRODUCER else {})
+        refused = user_calls | result_reads | (subject_reads if role is Role.PRODUCER else {})
         for name, call in refused.items():
             failure = expect_failure(lambda call=call, md=md: call(md), DENIED)  # type: ignore[misc]
             assert failure.error_code == "gateway_scope_required", (role, name)
@@ -168,6 +179,8 @@ def test_workers_and_producers_reach_no_users_workspace(services: Services) -> N
     gateway = metadata(Role.GATEWAY, ALICE)
     for call in user_calls.values():
         assert call(gateway) is not None
+    for call in result_reads.values():
+        expect_failure(lambda call=call: call(gateway), NOT_FOUND)  # type: ignore[misc]
 
 
 # ---- a key issued while the services run -----------------------------------------------------

@@ -13,14 +13,17 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
+import grpc
 import httpx
 import jwt
 import pytest
 from sqlalchemy import inspect, select, text
 
 from durable_ops import cli
+from durable_ops.api.workspace.v1 import workspace_pb2 as wpb
 from durable_ops.gateway.auth import SESSION_COOKIE
 from durable_ops.model.errors import InvalidArgument, Unauthenticated
+from durable_ops.model.scope import Role
 from durable_ops.storage import migrate, sessions
 from durable_ops.storage.db import create_db_engine
 from durable_ops.storage.schema import UserSession
@@ -37,7 +40,8 @@ from tests.support.gateway import (
     sign_in,
     token,
 )
-from tests.support.grpc_services import Services
+from tests.support.grpc_services import Services, metadata
+from tests.support.operations_client import expect_failure
 from tests.support.ports import free_port
 from tests.support.stored import rows
 
@@ -261,6 +265,29 @@ def test_a_session_request_with_a_bad_ttl_or_id_is_refused_not_a_fault(
     for bad in ("", "x" * 65, "%%%"):
         with pytest.raises(Unauthenticated, match="session is unknown"):
             services.db.run(partial(_resolve, session_id=bad, now=clock()), owner_id=None)
+
+
+def test_an_issued_at_past_any_date_is_the_callers_error_not_a_fault(services: Services) -> None:
+    """The gateway's word for a token's ``iat``: a number of seconds past any date a clock
+    holds is INVALID_ARGUMENT on the field, for a session made or a token checked."""
+    past_any_date = 2**62
+    calls = (
+        lambda: services.workspace.CreateSession(
+            wpb.CreateSessionRequest(ttl_seconds=60, token_issued_at=past_any_date),
+            metadata=metadata(Role.GATEWAY, "alice"),
+        ),
+        lambda: services.workspace.ResolveSession(
+            wpb.ResolveSessionRequest(
+                token=wpb.VerifiedToken(user_id="alice", issued_at=past_any_date)
+            ),
+            metadata=metadata(Role.GATEWAY),
+        ),
+    )
+    for call in calls:
+        expect_failure(
+            call, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument", field="issued_at"
+        )
+    assert _stored(services) == []
 
 
 def _resolve(tx: Tx, *, session_id: str, now: datetime) -> str:

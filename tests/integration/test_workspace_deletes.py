@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from functools import partial
@@ -18,6 +18,7 @@ import grpc
 import httpx
 import pytest
 from sqlalchemy import func, select, update
+from structlog.testing import capture_logs
 
 from durable_ops.ai_admission.admit import AdmitRequest, admit
 from durable_ops.api.operator.v1 import operator_pb2 as opb
@@ -82,6 +83,23 @@ def _results(db: Database) -> int:
     return int(scalar(db, select(func.count()).select_from(AiWorkspaceNote)) or 0)
 
 
+def _deleted_lines(logs: Sequence[Mapping[str, Any]], event: str) -> list[dict[str, Any]]:
+    """What the service logged of each delete: the counts of what went with the row, and
+    never a word of its text (the row's id and the owner besides)."""
+    lines = [line for line in logs if line["event"] == event]
+    for line in lines:
+        assert set(line) == {
+            "event",
+            "log_level",
+            "owner",
+            "job_id" if event == "job_deleted" else "attachment_id",
+            "results",
+            "drafts",
+            "stored_bytes",
+        }, line
+    return [{key: line[key] for key in ("results", "drafts", "stored_bytes")} for line in lines]
+
+
 async def _create(client: httpx.AsyncClient, path: str, body: dict[str, str], user: str) -> str:
     created = await client.post(path, json=body, headers=bearer(user))
     assert created.status_code == 201, created.text
@@ -139,8 +157,12 @@ def test_a_deleted_job_is_gone_with_its_results_and_its_operations_stay(
             restart = await client.post(f"/api/jobs/{job}/strategy-snapshot", headers=alice)
             _problem(restart, 404, "job_not_found")
 
-    run(scenario())
+    with capture_logs() as logs:
+        run(scenario())
     assert _results(services.db) == 0
+    assert _deleted_lines(logs, "job_deleted") == [
+        {"results": 1, "drafts": 0, "stored_bytes": JOB_BYTES}
+    ]
 
 
 def test_a_deleted_cv_takes_every_result_made_with_it(services: Services) -> None:
@@ -174,8 +196,12 @@ def test_a_deleted_cv_takes_every_result_made_with_it(services: Services) -> Non
             assert (await client.get(f"/api/jobs/{job}", headers=alice)).status_code == 200
             assert _held(services.db, "alice") == (1, 0, JOB_BYTES)
 
-    run(scenario())
+    with capture_logs() as logs:
+        run(scenario())
     assert _results(services.db) == 1
+    assert _deleted_lines(logs, "attachment_deleted") == [
+        {"results": 2, "drafts": 0, "stored_bytes": CV_BYTES}
+    ]
 
 
 def test_delete_is_refused_while_an_analysis_uses_the_row_until_it_is_cancelled(
@@ -373,6 +399,33 @@ def test_the_drafts_of_the_operations_that_read_the_row_go_with_it(database: Dat
     assert gone.drafts == 1
     left = scalar(database, select(DRAFTS.c.operation_id))
     assert left == ops[1]
+
+
+@pytest.mark.parametrize(
+    ("state", "words"),
+    [
+        ("waiting_for_retry", "waiting to try again"),
+        ("waiting_for_external_fallback", "waiting for the external model"),
+    ],
+)
+def test_a_delete_names_an_analysis_waiting_to_run_again(
+    database: Database, state: str, words: str
+) -> None:
+    """Between its attempts an analysis still reads the job: the refusal says what it
+    waits for, as it does for one queued or running."""
+    entitle(database, "alice")
+    job = _job(database)
+    request = AdmitRequest(SNAPSHOT, job)
+    limits = Limits(per_user=4, global_=8)
+    operation = database.run(lambda tx: admit(tx, request, limits, NOW)[0].id, owner_id="alice")
+    with database.engine.begin() as connection:
+        connection.execute(update(OPS).where(OPS.c.id == operation).values(state=state))
+    with pytest.raises(InUse) as refused:
+        database.run(lambda tx: workspace.delete_job(tx, job), owner_id="alice")
+    assert refused.value.operation_id == operation
+    assert refused.value.message == (
+        f"An analysis that uses this job is still {words}; cancel it first, then delete the job."
+    )
 
 
 # ---- a delete racing an admission -------------------------------------------------------------
