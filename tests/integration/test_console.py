@@ -12,8 +12,11 @@ retries exactly the operations named.
 from __future__ import annotations
 
 import json
+import queue
+import threading
+import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,7 @@ from typing import Any
 import grpc
 import httpx
 import pytest
+from sqlalchemy import select, text
 from structlog.testing import capture_logs
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
@@ -29,8 +33,15 @@ from durable_ops.gateway import console as gateway_console
 from durable_ops.gateway import login
 from durable_ops.gateway.limits import Throttle
 from durable_ops.model import console
+from durable_ops.model.errors import Unauthenticated
 from durable_ops.model.scope import Role
 from durable_ops.rpc.scope import OPERATOR_SESSION
+from durable_ops.storage import console as console_store
+from durable_ops.storage.console import Signed
+from durable_ops.storage.db import Database
+from durable_ops.storage.schema import OperatorConsoleSession
+from durable_ops.storage.tx import OperatorTx, Tx
+from tests.conftest import _empty_all_tables
 from tests.support.clock import ManualClock
 from tests.support.gateway import BASE_URL, gateway_client, make_app, run, sign_in
 from tests.support.grpc_services import Services, metadata
@@ -47,12 +58,14 @@ from tests.support.operations_client import (
     expect_failure,
     rpc_failure,
 )
+from tests.support.stored import rows as stored_rows
 from tests.support.workspace_client import create_job
 
 OPERATOR_NAME = "ops-carol"
 SAME_ORIGIN = {"Origin": BASE_URL}
 DENIED = grpc.StatusCode.PERMISSION_DENIED
 UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
+WAIT_SECONDS = 30.0  # for another connection to get where the test needs it
 
 
 def _link(services: Services, operator_md: Metadata, operator: str = OPERATOR_NAME) -> str:
@@ -299,6 +312,151 @@ def test_every_console_action_is_logged_with_the_operators_name(
     assert events["operator_retry"]["owner"] == BOB
 
 
+def test_revoking_one_operators_sign_ins_leaves_the_others_and_is_logged(
+    services: Services, operator_md: Metadata
+) -> None:
+    """``opsctl console revoke --operator dan`` ends dan's links and sessions, not carol's;
+    naming an operator and everyone at once is refused, nothing ended. Making a link,
+    signing in, a refused link and each revoke are logged with who and how many."""
+    dans_md = metadata(Role.OPERATOR, subject="ops-dan")
+    with capture_logs() as logs:
+        mine = _session(services, operator_md)
+        dans_link = _link(services, dans_md, "ops-dan")
+        dans = _open(services, dans_link).session_id
+        assert rpc_failure(lambda: _open(services, dans_link)).error_code == console.LINK_UNUSABLE
+        both = opb.EndOperatorSessionsRequest(operator="ops-dan", everyone=True)
+        expect_failure(
+            lambda: services.operator.EndOperatorSessions(both, metadata=operator_md),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        )
+        revoked: opb.EndOperatorSessionsResponse = services.operator.EndOperatorSessions(
+            opb.EndOperatorSessionsRequest(operator="ops-dan"), metadata=operator_md
+        )
+    assert revoked.ended == 1
+    session = opb.GetConsoleSessionRequest()
+    ended = rpc_failure(
+        lambda: services.operator.GetConsoleSession(session, metadata=_console_md(dans))
+    )
+    assert ended.error_code == console.SESSION_ENDED
+    still: opb.ConsoleSession = services.operator.GetConsoleSession(
+        session, metadata=_console_md(mine)
+    )
+    assert still.operator == OPERATOR_NAME
+    lines = [
+        {key: entry.get(key) for key in ("event", "operator", "via", "whose", "ended")}
+        for entry in logs
+        if str(entry["event"]).startswith("operator_console")
+    ]
+    assert lines == [
+        _line("operator_console_link", OPERATOR_NAME, "opsctl"),
+        _line("operator_console_sign_in", OPERATOR_NAME, "console"),
+        _line("operator_console_link", "ops-dan", "opsctl"),
+        _line("operator_console_sign_in", "ops-dan", "console"),
+        _line("operator_console_link_refused", None, "console"),
+        _line("operator_console_revoke", OPERATOR_NAME, "opsctl", whose="ops-dan", ended=1),
+    ]
+
+
+def _line(event: str, operator: str | None, via: str, **fields: object) -> dict[str, object]:
+    return {"event": event, "operator": operator, "via": via, "whose": None, "ended": None} | fields
+
+
+def test_only_the_gateway_reads_or_ends_a_console_session(
+    services: Services, operator_md: Metadata
+) -> None:
+    """A session id is the gateway's to resolve: from any other credential the header is
+    not read, and the call is refused as not the gateway's, not answered "ended"."""
+    session_id = _session(services, operator_md)
+    for role in (Role.OPERATOR, Role.WORKER, Role.PRODUCER):
+        md = _console_md(session_id, role)
+        for call in (
+            partial(services.operator.GetConsoleSession, opb.GetConsoleSessionRequest()),
+            partial(services.operator.EndConsoleSession, opb.EndConsoleSessionRequest()),
+        ):
+            refused = expect_failure(partial(call, metadata=md), DENIED)
+            assert refused.error_code == "gateway_scope_required", role
+    who: opb.ConsoleSession = services.operator.GetConsoleSession(
+        opb.GetConsoleSessionRequest(), metadata=_console_md(session_id)
+    )
+    assert who.operator == OPERATOR_NAME  # still live
+
+
+def test_a_new_link_prunes_the_expired_sign_ins(
+    services: Services, clock: ManualClock, operator_md: Metadata
+) -> None:
+    """Links never opened and sessions never signed out of are deleted by the next link
+    made after they expired, so the table holds what is live (and a little more)."""
+    _link(services, operator_md)
+    _session(services, operator_md)
+    clock.advance(console.SESSION_SECONDS)  # both expired, at their very instant
+    live = _link(services, operator_md)
+    stored = stored_rows(services.db, select(OperatorConsoleSession.kind))
+    assert [kind for (kind,) in stored] == ["link"]
+    assert _open(services, live).operator == OPERATOR_NAME
+
+
+def _open_in_a_thread(
+    db: Database, link: str, now: datetime, connection_ids: queue.Queue[int], said: list[object]
+) -> None:
+    """Open ``link`` on a connection of its own, first telling which one it is."""
+
+    def work(tx: Tx) -> Signed:
+        connection_ids.put(tx.connection.exec_driver_sql("SELECT CONNECTION_ID()").scalar_one())
+        return console_store.open_link(tx, link, now)
+
+    try:
+        said.append(db.run(work, owner_id=None))
+    except Unauthenticated as refused:
+        said.append(refused)
+
+
+def _waits_for_a_lock(db: Database, connection_id: int) -> bool:
+    """Whether that connection's transaction is waiting for a row lock (polled: it gets
+    there within moments, or something else is wrong)."""
+    query = text(
+        "SELECT COUNT(*) FROM information_schema.INNODB_TRX"
+        " WHERE trx_mysql_thread_id = :id AND trx_state = 'LOCK WAIT'"
+    )
+    deadline = time.monotonic() + WAIT_SECONDS
+    with db.engine.connect() as watcher:
+        while time.monotonic() < deadline:
+            if watcher.execute(query, {"id": connection_id}).scalar():
+                return True
+            watcher.rollback()  # the next read sees the latest
+            time.sleep(0.01)
+    return False
+
+
+def test_two_openings_of_one_link_at_once_make_one_session(migrated_mariadb_url: str) -> None:
+    """Two presses of one link (its operator's and a thief's) at once: the second reads the
+    link before the first's delete commits, and its own delete, waiting on the first's,
+    then finds nothing. The row count decides: one session, the other refused as used."""
+    _empty_all_tables(migrated_mariadb_url)
+    db = Database(migrated_mariadb_url, pool_size=3)
+    now = datetime.now(UTC)
+    said: list[object] = []
+    connection_ids: queue.Queue[int] = queue.Queue()
+    try:
+        link = db.run(
+            lambda tx: console_store.create_link(OperatorTx(tx), OPERATOR_NAME, now), owner_id=None
+        ).secret
+        second = threading.Thread(
+            target=_open_in_a_thread, args=(db, link, now, connection_ids, said)
+        )
+        with db.engine.connect() as connection, connection.begin():
+            console_store.open_link(Tx(connection, None), link, now)  # not committed yet
+            second.start()
+            assert _waits_for_a_lock(db, connection_ids.get(timeout=WAIT_SECONDS))
+        second.join(WAIT_SECONDS)
+        (refused,) = said
+        assert isinstance(refused, Unauthenticated)
+        assert refused.code == console.LINK_UNUSABLE
+        stored = stored_rows(db, select(OperatorConsoleSession.kind))
+        assert [kind for (kind,) in stored] == ["session"]
+    finally:
+        db.dispose()
+
+
 # ---- search and queues ------------------------------------------------------------------
 
 
@@ -409,6 +567,7 @@ def test_sign_in_sets_a_console_cookie_that_sign_out_ends(
             assert "Path=/console" in cookie
             assert "HttpOnly" in cookie
             assert "SameSite=strict" in cookie
+            assert "Secure" not in cookie  # plain http: a Secure cookie would never come back
             assert "ops_session" not in client.cookies
             session_id = client.cookies["ops_console"]
             assert (await client.get("/console/api/session")).json()["operator"] == OPERATOR_NAME
@@ -421,6 +580,7 @@ def test_sign_in_sets_a_console_cookie_that_sign_out_ends(
             assert forged.status_code == 403
             out = await client.post("/console/sign-out", headers=SAME_ORIGIN)
             assert out.status_code == 204
+            assert _clears_the_cookie(out)
             client.cookies.set("ops_console", session_id, path="/console")  # a kept copy
             after = await client.get("/console/api/operations")
             assert after.status_code == 401
@@ -593,6 +753,113 @@ def test_bulk_cancel_and_search_and_attempt_history_over_http(
 
     run(scenario())
     assert ops.get(ALICE, fresh).state == pb.OPERATION_STATE_CANCELLED
+
+
+def _clears_the_cookie(response: httpx.Response) -> bool:
+    """Whether ``response`` deletes the ``ops_console`` cookie where it was set."""
+    return any(
+        header.startswith("ops_console=") and "Max-Age=0" in header and "Path=/console" in header
+        for header in response.headers.get_list("set-cookie")
+    )
+
+
+def test_an_ended_session_is_told_to_sign_in_again_and_its_cookie_cleared(
+    services: Services, ops: OpsClient, operator_md: Metadata
+) -> None:
+    """Revoked (or expired) while the page is open: every console route answers as to no
+    session (401 ``operator_sign_in_required``, the page with its notice) and deletes the
+    stale cookie, so the browser stops sending it; nothing is done."""
+    failed = _failed(ops, ALICE, "k-ended")
+    link = _link(services, operator_md)
+    app = make_app(services.target)
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+            first = await client.get("/console")
+            assert "Your console session ended" not in first.text  # never signed in: no notice
+            assert not _clears_the_cookie(first)
+            assert (await _console_client(client, link)).status_code == 200
+            session_id = client.cookies["ops_console"]
+            services.operator.EndOperatorSessions(
+                opb.EndOperatorSessionsRequest(), metadata=operator_md
+            )
+            calls = [
+                *(("GET", path, None) for path in CONSOLE_READS),
+                ("POST", "/console/api/retry", {"ids": [failed]}),
+                ("POST", "/console/api/cancel", {"ids": [failed]}),
+            ]
+            for method, path, body in calls:
+                client.cookies.set("ops_console", session_id, path="/console")
+                answer = await client.request(method, path, json=body, headers=SAME_ORIGIN)
+                assert answer.status_code == 401, (path, answer.text)
+                assert answer.json()["code"] == "operator_sign_in_required", path
+                assert _clears_the_cookie(answer), path
+            client.cookies.set("ops_console", session_id, path="/console")
+            page = await client.get("/console")
+            assert page.status_code == 200
+            assert "Your console session ended" in page.text
+            assert _clears_the_cookie(page)
+            client.cookies.set("ops_console", session_id, path="/console")
+            out = await client.post("/console/sign-out", headers=SAME_ORIGIN)
+            assert out.status_code == 204  # signing out of an ended session is fine
+            assert _clears_the_cookie(out)
+
+    run(scenario())
+    assert ops.get(ALICE, failed).state == FAILED
+
+
+def test_the_console_cookie_is_secure_under_https_and_outlives_no_session(
+    services: Services, clock: ManualClock, operator_md: Metadata
+) -> None:
+    """Over https the cookie is ``Secure``. Its ``Max-Age`` is counted on the gateway's
+    clock from the session's end on the Operations service's: with the two a month apart,
+    it is still at most the eight hours of a session."""
+    clock.advance(30 * 86400)
+    link = _link(services, operator_md)
+    app = make_app(services.target)
+    origin = "https://localhost"
+
+    async def scenario() -> str:
+        transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 123))
+        try:
+            async with httpx.AsyncClient(transport=transport, base_url=origin) as client:
+                answer = await client.post(
+                    "/console/sign-in", json={"link": link}, headers={"Origin": origin}
+                )
+                assert answer.status_code == 200, answer.text
+                return answer.headers["set-cookie"]
+        finally:
+            await app.state.backends.close()
+
+    cookie = run(scenario())
+    assert "Secure" in cookie
+    assert f"Max-Age={console.SESSION_SECONDS};" in cookie
+
+
+def test_a_bulk_action_takes_a_list_of_strings_and_answers_only_a_session(
+    services: Services, ops: OpsClient, operator_md: Metadata
+) -> None:
+    """``ids`` must be a JSON list of strings: a string is not read as its letters, nor a
+    number passed on; either is a 400 naming ``ids`` with nothing done. Without a console
+    session the body is not read at all: a 401, even for one that is not JSON."""
+    failed = _failed(ops, ALICE, "k-typed")
+    link = _link(services, operator_md)
+    app = make_app(services.target)
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+            headers = {**SAME_ORIGIN, "Content-Type": "application/json"}
+            stranger = await client.post("/console/api/retry", content="{", headers=headers)
+            assert stranger.status_code == 401
+            assert (await _console_client(client, link)).status_code == 200
+            for ids in ("abc", failed, [1, 2], [failed, None], {"a": failed}):
+                for path in ("/console/api/retry", "/console/api/cancel"):
+                    answer = await client.post(path, json={"ids": ids}, headers=SAME_ORIGIN)
+                    assert answer.status_code == 400, (ids, answer.text)
+                    assert answer.json()["field"] == "ids", ids
+
+    run(scenario())
+    assert ops.get(ALICE, failed).state == FAILED
 
 
 @pytest.mark.parametrize("link", ["", "x" * 300, "not-a-link"])

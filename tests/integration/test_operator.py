@@ -99,6 +99,20 @@ def test_operator_lists_every_owner_with_filters_and_pages(
     expect_failure(lambda: _list(services, operator_md, task_type="Bad Task"), INVALID)
 
 
+def test_an_age_filter_takes_an_operation_created_exactly_that_long_ago(
+    services: Services, ops: OpsClient, clock: ManualClock, operator_md: Metadata
+) -> None:
+    """``--older-than 2h``: created at least two hours ago, that very instant included."""
+    exactly = ops.create(ALICE, "k-exactly")
+    clock.advance(1)
+    ops.create(ALICE, "k-younger")
+    clock.advance(2 * 3600 - 1)
+    aged = opb.ListOperationsRequest()
+    aged.older_than.FromTimedelta(timedelta(hours=2))
+    found: opb.ListOperationsResponse = services.operator.ListOperations(aged, metadata=operator_md)
+    assert _ids(found) == [exactly.id]
+
+
 def test_operator_show_adds_owner_lease_and_failure_to_the_owners_view(
     services: Services, ops: OpsClient, operator_md: Metadata
 ) -> None:
@@ -245,6 +259,50 @@ def test_a_refused_operator_call_is_logged_once_with_who_and_its_code(
         (OPERATOR_NAME, "opsctl", "PauseTaskType", "invalid_argument"),
     ]
     assert [entry["event"] for entry in logs if "operator" in entry] == ["operator_refused"] * 3
+
+
+def test_each_audit_line_says_what_the_call_did(
+    services: Services, ops: OpsClient, operator_md: Metadata
+) -> None:
+    """The audit trail answers from the line alone: which filter a list searched and how
+    many it found; the state, attempt and cancel request a cancel left; whether a pause or
+    a resume changed anything; how many task types were paused when listed."""
+    running = ops.create(BOB, "k-audited")
+    ops.claim_one()
+    pause = opb.PauseTaskTypeRequest(task_type=OTHER_TASK)
+    resume = opb.ResumeTaskTypeRequest(task_type=OTHER_TASK)
+    with capture_logs() as logs:
+        _list(services, operator_md, owner_id=BOB)
+        services.operator.CancelOperation(
+            opb.CancelOperationRequest(operation_id=running.id), metadata=operator_md
+        )
+        services.operator.PauseTaskType(pause, metadata=operator_md)
+        services.operator.PauseTaskType(pause, metadata=operator_md)
+        services.operator.ListTaskTypes(opb.ListTaskTypesRequest(), metadata=operator_md)
+        services.operator.ResumeTaskType(resume, metadata=operator_md)
+        services.operator.ResumeTaskType(resume, metadata=operator_md)
+    said = [
+        {key: value for key, value in entry.items() if key not in ("log_level", "via")}
+        for entry in logs
+        if str(entry["event"]).startswith("operator_")
+    ]
+    who = {"operator": OPERATOR_NAME}
+    changed = [{**who, "task_type": OTHER_TASK, "changed": flag} for flag in (True, False)]
+    assert said == [
+        {"event": "operator_list", **who, "filters": f"owner={BOB}", "count": 1},
+        {
+            "event": "operator_cancel",
+            **who,
+            "operation_id": running.id,
+            "owner": BOB,
+            "state": "running",  # until its worker stops
+            "attempt": 1,
+            "cancel_requested": True,
+        },
+        *({"event": "operator_pause_task_type", **line} for line in changed),
+        {"event": "operator_list_task_types", **who, "paused": 1},
+        *({"event": "operator_resume_task_type", **line} for line in changed),
+    ]
 
 
 # ---- nobody else reaches it, and it reaches nothing else -------------------------------------

@@ -18,10 +18,12 @@ from tests.support.grpc_services import Services
 from tests.support.operations_client import (
     ALICE,
     BOB,
+    FAILED,
     OTHER_TASK,
     QUEUED,
     SUCCEEDED,
     TASK,
+    WAITING_FOR_RETRY,
     OpsClient,
 )
 from tests.support.opsctl import Logs, Opsctl, in_process_opsctl
@@ -154,6 +156,37 @@ def test_a_bulk_action_by_filter_leaves_out_what_it_cannot_act_on(
         f"opsctl operations retry: left out 1 neither failed nor cancelled (owner={BOB})\n"
     )
     assert ops.get(BOB, done.id).state == SUCCEEDED
+
+
+def test_a_bulk_cancel_by_filter_takes_every_unfinished_state_and_a_retry_only_the_finished(
+    ops: OpsClient, opsctl: Opsctl
+) -> None:
+    """A cancel by filter plans every operation not finished yet: queued, waiting to retry
+    and running (its worker is asked to stop). A retry by filter plans only the failed and
+    the cancelled, leaving out (and counting) what has not finished."""
+    running = ops.create(BOB, "k-states-running")
+    ops.claim_one()
+    retrying = ops.create(BOB, "k-states-retrying", max_attempts=2)
+    assert ops.fail(ops.claim_one(), retryable=True) == WAITING_FOR_RETRY
+    failed = ops.create(BOB, "k-states-failed")
+    assert ops.fail(ops.claim_one(), retryable=False) == FAILED
+    queued = ops.create(BOB, "k-states-queued")
+
+    code, out, _, _ = opsctl("operations", "cancel", "--owner", BOB, "--json")
+    assert code == EXIT_NOT_CONFIRMED
+    plan = json.loads(out)
+    planned = {row["id"]: row["state"] for row in plan["operations"]}
+    assert planned == {
+        running.id: "running",
+        retrying.id: "waiting_for_retry",
+        queued.id: "queued",
+    }
+    assert plan["left_out"] == 1  # the failed one
+
+    code, out, _, _ = opsctl("operations", "retry", "--owner", BOB, "--json")
+    assert code == EXIT_NOT_CONFIRMED
+    plan = json.loads(out)
+    assert ([row["id"] for row in plan["operations"]], plan["left_out"]) == ([failed.id], 3)
 
 
 # ---- what a cancel and a show say --------------------------------------------------------------

@@ -8,12 +8,17 @@ paused type with 503 ``task_paused`` and a sentence, and the service logs who di
 
 from __future__ import annotations
 
+import asyncio
 import json
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 
 import pytest
 
 from durable_ops.ai_admission.admit import TASK_PAUSED
+from durable_ops.storage import task_pauses
+from durable_ops.storage.db import Database
+from durable_ops.storage.events import Committed, Requeued
 from tests.integration.test_gateway_wording import reads_as_a_sentence
 from tests.support.gateway import bearer, gateway_client, make_app, run
 from tests.support.grpc_services import Services
@@ -92,6 +97,29 @@ def test_a_paused_type_is_not_claimed_and_a_resumed_one_is(
         [OTHER_TASK, "active"],
         [TASK, "active"],
     ]
+
+
+def test_a_resume_wakes_this_replicas_claims_and_a_pause_does_not(database: Database) -> None:
+    """A resume says, after COMMIT, that work became claimable (``Requeued``): a claim
+    waiting in this process takes the type's queue at once rather than at its next poll.
+    A pause, or a resume of a type that was not paused, wakes nobody."""
+    heard: list[Committed] = []
+    database.events.subscribe(heard.extend)
+    now = datetime.now(UTC)
+
+    async def operator() -> list[list[Committed]]:
+        said = []
+        for work in (
+            lambda tx: task_pauses.pause(tx, TASK, OPERATOR_NAME, now),
+            lambda tx: task_pauses.resume(tx, TASK),
+            lambda tx: task_pauses.resume(tx, TASK),
+        ):
+            await database.run_async(work, owner_id=None)
+            said.append(list(heard))
+            heard.clear()
+        return said
+
+    assert asyncio.run(operator()) == [[], [Requeued()], []]
 
 
 def test_any_task_type_may_be_paused_and_a_bad_name_is_refused(

@@ -35,6 +35,7 @@ def test_url_wins_then_the_running_stack_then_the_bind(tmp_path: Path) -> None:
     stack = tmp_path / "var" / "stack.json"
     address_file.write(Settings(), "http://127.0.0.1:9100/", pid=os.getpid(), path=stack)
     assert gateway_url("https://ops.example", "127.0.0.1:23080", stack) == "https://ops.example/"
+    assert gateway_url("https://ops.example/ops/", "", stack) == "https://ops.example/ops/"
     assert gateway_url(None, "127.0.0.1:23080", stack) == "http://127.0.0.1:9100/"
     stack.unlink()
     assert gateway_url(None, "127.0.0.1:23080", stack) == "http://127.0.0.1:23080/"

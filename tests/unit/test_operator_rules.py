@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection
 
 from durable_ops.model import bounds, console
 from durable_ops.model.errors import InvalidArgument, PermissionDenied
-from durable_ops.model.operator import OperatorFilter, operator_name, parse_duration
+from durable_ops.model.operator import NAME_MAX, OperatorFilter, operator_name, parse_duration
 from durable_ops.model.scope import (
     NeutralScope,
     OperatorScope,
@@ -25,7 +25,9 @@ from durable_ops.model.scope import (
 from durable_ops.model.states import OperationState
 from durable_ops.rpc.credentials import mint_service_token, verify_service_token
 from durable_ops.settings import Settings
+from durable_ops.storage import console as console_store
 from durable_ops.storage import operator as store
+from durable_ops.storage import task_pauses
 from durable_ops.storage.tx import OperatorTx, ScopeViolation, Tx
 from tests.support.keys import keys_dir, signing_key, trusted
 from tests.unit.test_architecture import SERVICES, _reach
@@ -54,7 +56,11 @@ def test_durations_parse(text: str, seconds: int) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", "30", "m", "-5m", "+5m", "5 m", "5M", "1.5h", "0m", "0d0h", "3661d", "1y", "9" * 40],
+    [
+        *("", "30", "m", "-5m", "+5m", "5 m", "5M", "1.5h", "0m", "0d0h", "3661d", "1y"),
+        "9" * 40,
+        "0" * 40 + "1s",  # a second, but longer than any age is written: not read on
+    ],
 )
 def test_anything_else_is_not_a_duration(text: str) -> None:
     with pytest.raises(ValueError, match=r"duration|longer"):
@@ -86,6 +92,14 @@ def test_a_filter_describes_itself_and_its_age() -> None:
     assert not OperatorFilter(state=OperationState.FAILED).is_empty
 
 
+def test_an_age_alone_is_a_filter_and_its_bounds_are_inclusive() -> None:
+    """``opsctl operations cancel --older-than 2h`` names a filter: it is not refused as
+    naming nothing. Ages of 0 and of ``OLDER_THAN_MAX`` are within bounds."""
+    assert not OperatorFilter(older_than=timedelta(hours=2)).is_empty
+    for edge in (timedelta(0), bounds.OLDER_THAN_MAX):
+        assert OperatorFilter(older_than=edge).validated().older_than == edge
+
+
 @pytest.mark.parametrize(
     ("filters", "field"),
     [
@@ -104,6 +118,7 @@ def test_a_bad_filter_is_an_invalid_argument(filters: OperatorFilter, field: str
 
 def test_operator_names_are_bounded() -> None:
     assert operator_name("carol@ops") == "carol@ops"
+    assert operator_name("x" * NAME_MAX) == "x" * NAME_MAX  # the column holds it
     for bad in ("", "a b", "x" * 65, "eve\n", "ünicode"):
         with pytest.raises(InvalidArgument):
             operator_name(bad)
@@ -174,6 +189,42 @@ def test_operator_storage_refuses_any_other_scope(owner: str | None) -> None:
         store.cancel(tx, "0" * 32, now)
     with pytest.raises(ScopeViolation):
         store.retry(tx, "0" * 32, now)
+
+
+def test_operator_storage_checks_the_filter_itself() -> None:
+    tx = OperatorTx(Tx(NO_CONNECTION, None))
+    bad = OperatorFilter(owner_id="not an owner!")
+    with pytest.raises(InvalidArgument) as refused:
+        store.list_page(tx, size=10, token="", filters=bad, now=datetime.now(UTC))
+    assert refused.value.field == "owner"
+
+
+@pytest.mark.parametrize("owner", [None, "alice"])
+def test_console_links_are_made_and_revoked_only_in_the_operator_scope(owner: str | None) -> None:
+    tx = cast(OperatorTx, Tx(NO_CONNECTION, owner))  # what a mistaken caller would pass
+    with pytest.raises(ScopeViolation):
+        console_store.create_link(tx, "ops-carol", datetime.now(UTC))
+    with pytest.raises(ScopeViolation):
+        console_store.end_operator(tx, None)
+
+
+def test_console_sign_ins_are_opened_resolved_and_ended_in_no_owners_scope() -> None:
+    owners, secret, now = Tx(NO_CONNECTION, "alice"), "a" * 43, datetime.now(UTC)
+    with pytest.raises(ScopeViolation):
+        console_store.open_link(owners, secret, now)
+    with pytest.raises(ScopeViolation):
+        console_store.resolve(owners, secret, now)
+    with pytest.raises(ScopeViolation):
+        console_store.end(owners, secret)
+
+
+def test_the_pause_table_takes_only_a_task_types_name() -> None:
+    """Checked where it is written, whoever calls: no claim could name another."""
+    tx = Tx(NO_CONNECTION, None)
+    with pytest.raises(InvalidArgument):
+        task_pauses.pause(tx, "Bad Type", "ops-carol", datetime.now(UTC))
+    with pytest.raises(InvalidArgument):
+        task_pauses.resume(tx, "Bad Type")
 
 
 # ---- the gateway reaches it only for the console, with a session (ADR 0045) -------------------
