@@ -5,11 +5,12 @@ after a confirmation that names the count, one operation's attempt history, at 3
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Locator, Page, expect
+from playwright.sync_api import Browser, Locator, Page, Route, expect
 
 from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
 from durable_ops.api.operator.v1 import operator_pb2 as opb
@@ -149,6 +150,20 @@ def test_the_console_needs_an_operator_sign_in_and_an_owner_session_gets_nothing
     # The owner's own session was never touched.
     page.goto(f"{ui_gateway.url}/operations")
     page.wait_for_url(f"{ui_gateway.url}/operations")
+
+
+def test_the_sign_in_button_waits_for_the_page_script(page: Page, ui_gateway: LiveGateway) -> None:
+    """Sent before the script took it over, the form would go as a plain GET, the pasted
+    link's secret in the address bar and the server's log."""
+    held: list[Route] = []
+    page.route(re.compile(r"/static/console-signin\.js"), lambda route: held.append(route))
+    page.goto(f"{ui_gateway.url}/console/sign-in", wait_until="commit")
+    button = page.get_by_role("button", name="Sign in to the console")
+    expect(button).to_be_disabled()
+    while not held:
+        page.wait_for_timeout(20)
+    held[0].continue_()
+    expect(button).to_be_enabled()
 
 
 # ---- search and queues ----------------------------------------------------------------------

@@ -8,7 +8,7 @@ import re
 from urllib.parse import urlencode
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from durable_ops.gateway.limits import Throttle
 from tests.support.gateway import LiveGateway, token
@@ -101,3 +101,23 @@ def test_signing_in_again_leads_back_to_the_page_and_never_off_the_site(
             max_redirects=0,
         )
         assert (answer.status, answer.headers["location"]) == (303, "/operations"), elsewhere
+
+
+def test_a_form_sent_before_the_page_has_started_cannot_leak_the_token(
+    page: Page, ui_gateway: LiveGateway
+) -> None:
+    """The page's module loads after the page: until then its buttons are disabled, or a
+    quick click would send the form as a plain GET, the pasted token in the address bar
+    and the server's log (CI caught the click winning that race)."""
+    held: list[Route] = []
+    page.route(re.compile(r"/static/pages/signin\.js"), lambda route: held.append(route))
+    page.goto(f"{ui_gateway.url}/?next=%2Fjobs", wait_until="domcontentloaded")
+    page.get_by_label("Token", exact=True).fill(token("ada"))
+    expect(page.get_by_role("button", name="Sign in", exact=True)).to_be_disabled()
+    expect(page.get_by_role("button", name="Sign in as this user")).to_be_disabled()
+
+    while not held:
+        page.wait_for_timeout(20)
+    held[0].continue_()
+    page.get_by_role("button", name="Sign in", exact=True).click()
+    page.wait_for_url(f"{ui_gateway.url}/jobs")

@@ -7,6 +7,10 @@ const form = document.getElementById("console-signin-form");
 const field = document.getElementById("console-link");
 const error = document.getElementById("console-signin-error");
 
+// The button comes disabled, as on the owners' sign-in page: sent before this script
+// ran, the form would go as a plain GET, the link's secret in the address bar.
+form.querySelector('button[type="submit"]').disabled = false;
+
 const fromFragment = new URLSearchParams(window.location.hash.slice(1)).get("link");
 if (fromFragment) {
   field.value = fromFragment;

@@ -57,4 +57,9 @@ export function mount() {
     error.hidden = false;
     form.elements.token.focus();
   });
+
+  // The buttons come disabled: the page's module loads after the page, and a form sent
+  // before then would go as a plain GET, with the pasted token in the address bar (and
+  // the server's log), or to the dev sign-in without `next`.
+  for (const button of document.querySelectorAll("form button[type='submit'][disabled]")) button.disabled = false;
 }
