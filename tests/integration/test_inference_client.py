@@ -47,6 +47,7 @@ from durable_ops.ai_worker.inference.sse import Event, EventDecoder, MalformedSt
 from durable_ops.dev_model import FailMode, create_app
 from durable_ops.dev_model import stream as dev_stream
 from durable_ops.model import tasks
+from durable_ops.model.bounds import MODEL_MS_MAX
 from durable_ops.model.circuit import CircuitBreaker, CircuitState
 from durable_ops.model.progress import DEFAULT_BUDGET_TOKENS, percent_of, reading_share
 from durable_ops.model.routing import Route
@@ -1655,6 +1656,28 @@ def test_the_servers_usage_and_timings_are_what_an_exchange_used() -> None:
 
     run(scenario())
     assert used == [(Usage(41, 8, 3100), Provenance("llama", "dev-heuristic", "local"))]
+
+
+@pytest.mark.parametrize("huge", ["1e400", "9" * 401])
+def test_an_absurd_time_in_the_servers_timings_keeps_the_answer(huge: str) -> None:
+    """Read as infinity, or as an integer no float holds, it raised OverflowError while
+    the exchange closed, and the answer that had come was lost (a mutation run found it)."""
+    timings = f'{{"prompt_ms": 1, "predicted_ms": {huge}}}'
+    usage_event = (
+        f'data: {{"choices": [], "usage": {json.dumps(LLAMA_USAGE)}, "timings": {timings}}}\n\n'
+    )
+    events = [chunk(role="assistant"), *(chunk(piece) for piece in ANSWER_PIECES)]
+    body = sse(*events, chunk(finish_reason="stop"), usage_event, "data: [DONE]\n\n")
+    used = Used()
+
+    async def scenario() -> None:
+        async with scripted_client(lambda _: event_stream(body)) as client:
+            result = await client.complete(InferenceRequest("s", {}, []), on_usage=used)
+        assert result.answer == {"ok": [1, 2]}
+
+    run(scenario())
+    ((usage, _),) = used
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.model_ms) == (41, 8, MODEL_MS_MAX)
 
 
 def test_without_the_servers_usage_the_chunks_are_counted_and_the_time_measured() -> None:

@@ -110,3 +110,13 @@ def test_every_settlement_item_carries_the_usage(outcome: Outcome, ending: Endin
     )
     bare, _ = settlement_item(CLAIMED, outcome)
     assert not bare.HasField("usage")  # nothing reported: nothing recorded
+
+
+@pytest.mark.parametrize("huge", [float("inf"), 10**401, 1e308])
+def test_a_servers_overflowing_time_is_held_not_raised(huge: float) -> None:
+    """1e400 in the server's JSON (infinity) or a 401-digit integer raised OverflowError
+    while the exchange closed: the answer that came was lost and the attempt failed."""
+    timings = {"prompt_ms": huge, "predicted_ms": huge}
+    assert server_milliseconds(timings) == 2 * MODEL_MS_MAX
+    found = exchange_usage(None, timings, counted_tokens=2, measured_seconds=0)
+    assert found == Usage(0, 2, MODEL_MS_MAX)

@@ -31,7 +31,9 @@ def _count(value: object) -> int | None:
 def _milliseconds(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
         return None
-    return float(value)
+    # Held before it is summed or made a float: a server's 1e400 (infinity) or 400-digit
+    # integer raised OverflowError there, and the exchange's valid answer was lost.
+    return float(min(value, MODEL_MS_MAX))
 
 
 def server_milliseconds(timings: object) -> float | None:
