@@ -296,12 +296,17 @@ def pending_revisions(url: str) -> tuple[str | None, str, list[tuple[str, str]]]
         parsed.database and parsed.database != ":memory:" and Path(parsed.database).exists()
     )
     current = None if missing else stamped_revision(url)
-    script = _scripts()
+    return current, *revisions_ahead(current)
+
+
+def revisions_ahead(current: str | None) -> tuple[str, list[tuple[str, str]]]:
+    """The head, and the revisions an upgrade from ``current`` would apply, as
+    ``pending_revisions`` gives them, for a revision already read."""
     head = head_revision()
     if current is not None and not _known(current):
-        return current, head, []
-    ahead = script.iterate_revisions(head, current or "base")  # head first, current excluded
-    return current, head, [(rev.revision, " ".join(rev.doc.split())) for rev in ahead][::-1]
+        return head, []
+    ahead = _scripts().iterate_revisions(head, current or "base")  # head first, current excluded
+    return head, [(rev.revision, " ".join(rev.doc.split())) for rev in ahead][::-1]
 
 
 def revisions_undone(current: str | None, revision: str) -> list[tuple[str, str]]:

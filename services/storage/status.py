@@ -27,7 +27,8 @@ def read(url: str) -> tuple[DatabaseReading, bool | None]:
     db = Database(url, pool_size=1)
     try:
         engine, version = _engine(db)
-        current, head, pending = migrate.pending_revisions(url)
+        current = migrate.current_revision(db.engine)
+        head, pending = migrate.revisions_ahead(current)
         switch = None
         if current is not None and not pending:
             switch = db.run(capacity.ai_enabled, owner_id=None, write=False)
