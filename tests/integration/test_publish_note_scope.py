@@ -48,16 +48,23 @@ def _publish(
     token: str,
     subject_id: str,
     body: str = '{"from":"test"}',
+    kind: str = TASK,
 ) -> Any:
-    request = wpb.PublishNoteRequest(
-        kind=TASK,
+    request = _note(operation_id, token, subject_id, body, kind)
+    return services.workspace.PublishNote(request, metadata=ops.md(Role.WORKER, owner))
+
+
+def _note(
+    operation_id: str, token: str, subject_id: str, body: str = '{"from":"test"}', kind: str = TASK
+) -> wpb.PublishNoteRequest:
+    return wpb.PublishNoteRequest(
+        kind=kind,
         subject_type="job",
         subject_id=subject_id,
         operation_id=operation_id,
         lease_token=token,
         body_json=body,
     )
-    return services.workspace.PublishNote(request, metadata=ops.md(Role.WORKER, owner))
 
 
 def _claimed_for(services: Services, ops: OpsClient, owner: str, key: str) -> Lease:
@@ -221,29 +228,17 @@ def test_a_note_of_another_kind_or_subject_than_its_operation_is_refused(
     ops = OpsClient(services)
     lease = _claimed_for(services, ops, ALICE, "alice-op")
     other_job = create_job(services.workspace, ALICE)
+    publish = {"owner": ALICE, "operation_id": lease.id, "token": lease.token}
     expect_failure(
-        lambda: _publish(
-            services,
-            ops,
-            owner=ALICE,
-            operation_id=lease.id,
-            token=lease.token,
-            subject_id=other_job,
-        ),
+        lambda: _publish(services, ops, subject_id=other_job, **publish),
         grpc.StatusCode.INVALID_ARGUMENT,
         "invalid_argument",
         field="subject_id",
     )
-    request = wpb.PublishNoteRequest(
-        kind="cv.review",
-        subject_type="job",
-        subject_id=lease.operation.subject.id,
-        operation_id=lease.id,
-        lease_token=lease.token,
-        body_json="{}",
-    )
     expect_failure(
-        lambda: services.workspace.PublishNote(request, metadata=ops.md(Role.WORKER, ALICE)),
+        lambda: _publish(
+            services, ops, subject_id=lease.operation.subject.id, kind="cv.review", **publish
+        ),
         grpc.StatusCode.INVALID_ARGUMENT,
         "invalid_argument",
         field="kind",
@@ -325,14 +320,7 @@ def test_only_a_worker_publishes_a_note(services: Services, role: Role) -> None:
     publish, for the attempt it runs."""
     ops = OpsClient(services)
     lease = _claimed_for(services, ops, ALICE, "alice-op")
-    request = wpb.PublishNoteRequest(
-        kind=TASK,
-        subject_type="job",
-        subject_id=lease.operation.subject.id,
-        operation_id=lease.id,
-        lease_token=lease.token,
-        body_json='{"from":"test"}',
-    )
+    request = _note(lease.id, lease.token, lease.operation.subject.id)
     expect_failure(
         lambda: services.workspace.PublishNote(request, metadata=ops.md(role, ALICE)),
         grpc.StatusCode.PERMISSION_DENIED,
