@@ -83,6 +83,16 @@ LIVE = """(element) => {
 }"""
 
 
+def sign_in_to_the_console(page: Page, gateway: LiveGateway, services: Services) -> None:
+    """An operator's sign-in link made (as `opsctl console link` makes one) and followed."""
+    made = services.operator.CreateConsoleLink(
+        opb.CreateConsoleLinkRequest(), metadata=metadata(Role.OPERATOR, subject=OPERATOR)
+    )
+    page.goto(f"{gateway.url}/console/sign-in#link={made.link_secret}")
+    page.get_by_role("button", name="Sign in to the console").click()
+    page.wait_for_url(f"{gateway.url}/console")
+
+
 def refuse(route: Route) -> None:
     route.fulfill(
         status=503,
@@ -264,12 +274,7 @@ def test_the_operator_console(page: Page, ui_gateway: LiveGateway, ui_services: 
         metadata=metadata(Role.OPERATOR, subject=OPERATOR),
     )
 
-    made = ui_services.operator.CreateConsoleLink(
-        opb.CreateConsoleLinkRequest(), metadata=metadata(Role.OPERATOR, subject=OPERATOR)
-    )
-    page.goto(f"{ui_gateway.url}/console/sign-in#link={made.link_secret}")
-    page.get_by_role("button", name="Sign in to the console").click()
-    page.wait_for_url(f"{ui_gateway.url}/console")
+    sign_in_to_the_console(page, ui_gateway, ui_services)
     expect(page.locator("#console-ops tbody tr")).to_have_count(3)
     expect(page.locator("#console-queues tbody tr")).to_have_count(2)
     scans(page, "console, queues and operations", dark=False)
@@ -360,12 +365,7 @@ def test_the_console_keeps_focus_where_the_keyboard_acted(
     focus fell to the page."""
     job = ("job", create_job(ui_services.workspace, "erin"))
     created = [create_operation(ui_services, "erin", subject=job, key=f"op-{n}") for n in range(51)]
-    made = ui_services.operator.CreateConsoleLink(
-        opb.CreateConsoleLinkRequest(), metadata=metadata(Role.OPERATOR, subject=OPERATOR)
-    )
-    page.goto(f"{ui_gateway.url}/console/sign-in#link={made.link_secret}")
-    page.get_by_role("button", name="Sign in to the console").click()
-    page.wait_for_url(f"{ui_gateway.url}/console")
+    sign_in_to_the_console(page, ui_gateway, ui_services)
     rows = page.locator("#console-ops tbody tr")
     expect(rows).to_have_count(50)
 
