@@ -111,7 +111,7 @@ def test_the_sign_in_pages_and_their_errors(
     scans = Scans()
     page.goto(f"{ui_gateway.url}/")
     expect(page.get_by_role("heading", name="Sign in to durable-ops")).to_be_visible()
-    scans(page, "sign-in")
+    scans(page, "sign-in", phone=True)
     scans.focus(page, "sign-in", dark=True)
 
     page.get_by_role("textbox", name="Token").fill("not-a-token")
@@ -172,7 +172,7 @@ def test_the_operations_page_in_every_state(
     page.reload()
     expect(page.locator("li.op")).to_have_count(5)
     expect(page.locator(".note")).to_have_count(2)
-    scans(page, "/operations, queued, running, waiting to retry, failed and succeeded")
+    scans(page, "/operations, queued, running, waiting to retry, failed and succeeded", phone=True)
     scans.focus(page, "/operations")
 
     page.locator("#bell").click()
@@ -240,7 +240,11 @@ def test_the_jobs_page_in_every_state(
     # written is not: a screen reader would read it out a word at a time.
     assert engineer_card.locator(".analysis .state").evaluate(LIVE) == "polite"
     assert engineer_card.locator(".analysis__draft").evaluate(LIVE) == "off"
-    scans(page, "/jobs, results, an analysis under way and its answer so far, a failed one")
+    scans(
+        page,
+        "/jobs, results, an analysis under way and its answer so far, a failed one",
+        phone=True,
+    )
     scans.focus(page, "/jobs")
 
     page.goto(f"{ui_gateway.url}/jobs?result={earlier.operation_id}#job-{analyst}")
@@ -277,7 +281,7 @@ def test_the_operator_console(page: Page, ui_gateway: LiveGateway, ui_services: 
     sign_in_to_the_console(page, ui_gateway, ui_services)
     expect(page.locator("#console-ops tbody tr")).to_have_count(3)
     expect(page.locator("#console-queues tbody tr")).to_have_count(2)
-    scans(page, "console, queues and operations", dark=False)
+    scans(page, "console, queues and operations", dark=False, phone=True)
 
     page.get_by_role("button", name=f"Show operation {failed.id}").click()
     expect(

@@ -259,7 +259,7 @@ export function mount(main) {
   function analysisBlock(task, subjectId, subjectName) {
     const path = taskPath(task, subjectId);
     const taskType = task.name;
-    const contextSelect = task.context ? referenceSelect(task.context, choices.get(path) ?? lastChoice(path), subjectName) : null;
+    const contextSelect = task.context ? referenceSelect(task.context, choices.get(path) ?? lastChoice(path)) : null;
     contextSelect?.addEventListener("change", () => choices.set(path, contextSelect.value)); // survives a redraw
     const contextField = task.context?.field;
     const slot = h("div", { class: "analysis", "aria-live": "polite" });
@@ -326,7 +326,8 @@ export function mount(main) {
     });
     analyses.set(path, entry);
     showPlan(entry);
-    return h("div", { class: "analysis-block" }, h("div", { class: "analysis__start" }, contextSelect, start), planNote, error, notice, slot);
+    const choice = contextSelect ? field(referenceLabel(task.context, subjectName), contextSelect) : null;
+    return h("div", { class: "analysis-block" }, h("div", { class: "analysis__start" }, choice, start), planNote, error, notice, slot);
   }
 
   // A start answered 404: the job or CV of the card is gone (another tab or the API deleted
@@ -509,15 +510,22 @@ export function mount(main) {
     poller.refresh();
   }
 
-  // A choice of the caller's rows of one kind, for a task's optional second reference
-  // ("CV to compare with Engineer at Acme"); `chosen` (the last run's) is selected while
-  // it is still there. Every CV is offered; jobs as far as they are loaded, and while
-  // older ones are not, the last option says how to reach them.
-  function referenceSelect(kind, chosen, subjectName) {
-    const label = kind.label.charAt(0).toUpperCase() + kind.label.slice(1);
-    const select = h("select", { "aria-label": `${label} to compare with ${subjectName}`, dataset: { kind: kind.name } });
+  // A choice of the caller's rows of one kind, for a task's optional second reference;
+  // `chosen` (the last run's) is selected while it is still there. Every CV is offered; jobs
+  // as far as they are loaded, and while older ones are not, the last option says how to
+  // reach them.
+  function referenceSelect(kind, chosen) {
+    const select = h("select", { dataset: { kind: kind.name } });
     fillReferences(select, chosen);
     return select;
+  }
+
+  // The choice's label, shown above it ("CV to compare with", WCAG 3.3.2); its name goes on
+  // to say whose card it is ("CV to compare with Engineer at Acme"), which only a screen
+  // reader needs: every card repeats the choice. The name starts with the words shown (2.5.3).
+  function referenceLabel(kind, subjectName) {
+    const label = kind.label.charAt(0).toUpperCase() + kind.label.slice(1);
+    return [`${label} to compare with`, h("span", { class: "visually-hidden" }, ` ${subjectName}`)];
   }
 
   // The options of every card's choice of one kind are the same: built once per change
