@@ -83,6 +83,10 @@ LIVE = """(element) => {
 }"""
 
 
+# The /jobs page's announcer: what its analyses' progress says to a screen reader.
+ANNOUNCER = "main > [role=status]"
+
+
 def sign_in_to_the_console(page: Page, gateway: LiveGateway, services: Services) -> None:
     """An operator's sign-in link made (as `opsctl console link` makes one) and followed."""
     made = services.operator.CreateConsoleLink(
@@ -236,9 +240,12 @@ def test_the_jobs_page_in_every_state(
     ).to_be_visible()
     expect(page.locator(JOBS)).to_have_count(2)
     engineer_card.locator("summary").click()  # its description open
-    # The card's changes are said politely (its state, then its result), the answer being
-    # written is not: a screen reader would read it out a word at a time.
-    assert engineer_card.locator(".analysis .state").evaluate(LIVE) == "polite"
+    # The card's result is said politely when it comes; its progress through the page's one
+    # announcer (ANNOUNCER), not by the status line as well; the answer being written is not
+    # said: a screen reader would read it out a word at a time.
+    assert engineer_card.locator(".analysis").evaluate(LIVE) == "polite"
+    assert page.locator(ANNOUNCER).evaluate(LIVE) == "polite"
+    assert engineer_card.locator(".analysis .state").evaluate(LIVE) == "off"
     assert engineer_card.locator(".analysis__draft").evaluate(LIVE) == "off"
     scans(
         page,
@@ -407,3 +414,55 @@ def test_the_console_keeps_focus_where_the_keyboard_acted(
     expect(page.locator("#console-bulk-status")).to_have_text("Cancelled 1 operation.")
     expect(cancel).to_be_focused()
     expect(cancel).to_be_disabled()  # nothing selected now: said, not a lost focus
+
+
+# ---- what a screen reader hears ---------------------------------------------------------------
+
+# Every text the announcer is given from now on, in window.said.
+RECORD_SAID = """(region) => {
+  window.said = [];
+  const record = () => window.said.push(region.textContent);
+  const changes = { childList: true, characterData: true, subtree: true };
+  new MutationObserver(record).observe(region, changes);
+}"""
+
+
+def test_an_analysis_tells_its_progress_once_a_step(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """The progress of a running analysis reached no screen reader: its bar moved without a
+    word, and its status line said a bare "Running", of no card named. The page's one polite
+    announcer says its start, each new phase, every 25 % and its end, each once, and nothing
+    at each move between."""
+    entitle(ui_services.db, "alice")
+    create_job(ui_services.workspace, "alice", title="Platform engineer")
+    open_jobs(page, ui_gateway.url, "alice")
+    card = page.locator(JOBS)
+    start = card.get_by_role("button", name="Start strategy snapshot")
+    expect(start).to_be_visible()
+    page.locator(ANNOUNCER).evaluate(RECORD_SAID)
+    name = "Strategy snapshot for Platform engineer at Acme"
+    bar = card.get_by_role("progressbar")
+
+    start.click()
+    expect(card.locator(".analysis .state")).to_have_text("Queued")
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    expect(card.locator(".analysis .state")).to_have_text("Waiting for the model")
+    for percent in (10, 35, 40, 60):
+        write_draft(ui_services, claimed, '{"summary": "Strong on Python', percent)
+        expect(bar).to_have_js_property("value", percent)
+    publish(ui_services, claimed, ANSWER)
+    complete(ui_services, claimed)
+    expect(card.get_by_text("Fit: 82")).to_be_visible()
+    said = [f"{name}: {phase}." for phase in ("started", "waiting for the model", "running")]
+    said += [f"{name}: {phase}." for phase in ("25% done", "50% done", "finished")]
+    assert page.evaluate("() => window.said") == said
+
+    start.click()  # a run that fails says so
+    expect(card.locator(".analysis .state")).to_have_text("Queued")
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    expect(card.locator(".analysis .state")).to_have_text("Waiting for the model")
+    fail(ui_services, claimed)
+    expect(card.locator(".analysis .state")).to_have_text("Failed")
+    said += [f"{name}: {phase}." for phase in ("started", "waiting for the model", "failed")]
+    assert page.evaluate("() => window.said") == said

@@ -20,7 +20,8 @@
 // again whenever the page is shown again (the event stream tells of operations only),
 // conditionally: a page unchanged since its last read costs a 304 and no body.
 // An error on a card lasts while it is true (`showCardError`). The forms check their
-// fields before sending, and say what they added.
+// fields before sending, and say what they added. One polite announcer tells a screen
+// reader how each analysis gets on (analysis-view.js says when).
 
 import { api, post, put, revalidate } from "../api.js";
 import { cancelDialogs } from "../dialog.js";
@@ -130,6 +131,7 @@ export function mount(main) {
   const linkNotice = h("p", { class: "notice", role: "alert", hidden: true }); // a link's result not shown
   const deleter = subjectDeleter({ headings: { job: "jobs-heading", attachment: "cvs-heading" }, onGone: forget });
   const readTrouble = h("div", { class: "banner", role: "alert", hidden: true }); // reads failing: updates paused
+  const announcer = h("p", { class: "visually-hidden", role: "status" }); // the analyses' progress, for a screen reader
   const moreJobs = h("button", { type: "button", class: "button button--quiet", hidden: true }, "Show more jobs");
   const moreJobsError = formError();
   const moreCvs = h("button", { type: "button", class: "button button--quiet", hidden: true }, "Show more CVs");
@@ -164,6 +166,7 @@ export function mount(main) {
         moreCvs,
       ),
     ),
+    announcer,
   );
 
   deleter.prepare(jobList); // a start may find its card's job gone: the line says so
@@ -290,6 +293,7 @@ export function mount(main) {
       onCancel: (operation) => cancelAnalysis(entry, operation, name, () => start),
       onRetry: (operation) => retryAnalysis(entry, operation),
       focusFallback: () => start,
+      announce: (text) => (announcer.textContent = text),
       name,
     });
     // At most one start at a time: a second click, or Enter pressed again, while the first
