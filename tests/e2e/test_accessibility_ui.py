@@ -7,9 +7,11 @@ sign-in (and its errors), /operations (empty, with work in every state, the noti
 the cancel dialog, an error), /jobs (empty on a Free plan; a job and a CV with an analysis
 under way and its answer being written, results, the settings and their dialog, the delete
 dialog) and the operator console (sign-in, queues, operations, an operation's attempts, the
-bulk dialog). Then what axe cannot see: Tab goes round a dialog, and focus stays where the
-keyboard acted when what it acted on goes (a retry after an error, the console's select
-all, Close, a bulk action, the last "Load more")."""
+bulk dialog). The main view of each is scanned again at a phone's width, in place. Then what
+axe cannot see: Tab goes round a dialog, and focus stays where the keyboard acted when what
+it acted on goes (a retry after an error, the console's select all, Close, a bulk action,
+the last "Load more", /jobs' "Retry now"); and what a screen reader is told of an analysis
+under way on /jobs."""
 
 from __future__ import annotations
 
@@ -414,6 +416,24 @@ def test_the_console_keeps_focus_where_the_keyboard_acted(
     expect(page.locator("#console-bulk-status")).to_have_text("Cancelled 1 operation.")
     expect(cancel).to_be_focused()
     expect(cancel).to_be_disabled()  # nothing selected now: said, not a lost focus
+
+
+def test_retry_now_leaves_focus_on_the_card_it_read_again_with_its_ring(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """/jobs' "Retry now" went with the banner once the reads it retried came back, and sent
+    focus to <main>, which shows no ring: a keyboard's user was left nowhere to be seen."""
+    create_job(ui_services.workspace, "alice", title="Platform engineer")
+    page.route("**/strategy-snapshot", lambda route: route.abort("connectionrefused"))
+    open_jobs(page, ui_gateway.url, "alice")
+    banner = page.get_by_role("alert").filter(has_text="Updates paused.")
+    banner.get_by_role("button", name="Retry now").focus()
+    page.unroute("**/strategy-snapshot")
+    page.keyboard.press("Enter")
+    expect(banner).to_be_hidden()
+    title = page.locator(JOBS).get_by_role("heading", name="Platform engineer")
+    expect(title).to_be_focused()
+    assert title.evaluate(RING) != "none", "the focused title shows no ring"
 
 
 # ---- what a screen reader hears ---------------------------------------------------------------

@@ -976,7 +976,10 @@ export function mount(main) {
   }
 
   // While any card's reads fail, the top of the page says its updates are paused and
-  // offers to try now, as /operations does.
+  // offers to try now, as /operations does. Once none fails the banner goes, and focus in
+  // it goes to the title of the first card that was failing (the one "Retry now" read
+  // again first): on the page itself it would show no ring (WCAG 2.4.7).
+  let troubled = []; // the cards failing when the banner last said so
   const troubleText = h("span");
   const retryReads = h("button", { type: "button", class: "button", onclick: () => failingEntries().forEach(lookAgain) }, "Retry now");
   readTrouble.append(troubleText, retryReads);
@@ -991,8 +994,16 @@ export function mount(main) {
     const why = !failure ? "" : failure.status === 0 || failure.status >= 500 ? "The service is not reachable right now." : failure.message;
     const text = failure ? `Updates paused. ${why} The page keeps trying; you can also retry now.` : "";
     if (troubleText.textContent !== text) troubleText.textContent = text;
-    if (!failure && readTrouble.contains(document.activeElement)) main.focus({ preventScroll: true }); // its button goes
+    if (failing.length) troubled = failing;
+    if (!failure && readTrouble.contains(document.activeElement)) focusRecovered(); // its button goes
     readTrouble.hidden = !failure;
+  }
+
+  function focusRecovered() {
+    const card = troubled.map((entry) => entry.start.closest("li.item")).find((item) => item?.isConnected);
+    const heading = card?.querySelector("h3") ?? document.getElementById("jobs-heading"); // cards redrawn: the list
+    heading.tabIndex = -1; // from a script only, never from Tab
+    heading.focus();
   }
 
   function entryOf(operation) {
