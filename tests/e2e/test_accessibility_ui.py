@@ -7,9 +7,11 @@ sign-in (and its errors), /operations (empty, with work in every state, the noti
 the cancel dialog, an error), /jobs (empty on a Free plan; a job and a CV with an analysis
 under way and its answer being written, results, the settings and their dialog, the delete
 dialog) and the operator console (sign-in, queues, operations, an operation's attempts, the
-bulk dialog). Then what axe cannot see: Tab goes round a dialog, and focus stays where the
-keyboard acted when what it acted on goes (a retry after an error, the console's select
-all, Close, a bulk action, the last "Load more")."""
+bulk dialog). The main view of each is scanned again at a phone's width, in place. Then what
+axe cannot see: Tab goes round a dialog, and focus stays where the keyboard acted when what
+it acted on goes (a retry after an error, the console's select all, Close, a bulk action,
+the last "Load more", /jobs' "Retry now"); and what a screen reader is told of an analysis
+under way on /jobs."""
 
 from __future__ import annotations
 
@@ -83,6 +85,20 @@ LIVE = """(element) => {
 }"""
 
 
+# The /jobs page's announcer: what its analyses' progress says to a screen reader.
+ANNOUNCER = "main > [role=status]"
+
+
+def sign_in_to_the_console(page: Page, gateway: LiveGateway, services: Services) -> None:
+    """An operator's sign-in link made (as `opsctl console link` makes one) and followed."""
+    made = services.operator.CreateConsoleLink(
+        opb.CreateConsoleLinkRequest(), metadata=metadata(Role.OPERATOR, subject=OPERATOR)
+    )
+    page.goto(f"{gateway.url}/console/sign-in#link={made.link_secret}")
+    page.get_by_role("button", name="Sign in to the console").click()
+    page.wait_for_url(f"{gateway.url}/console")
+
+
 def refuse(route: Route) -> None:
     route.fulfill(
         status=503,
@@ -101,7 +117,7 @@ def test_the_sign_in_pages_and_their_errors(
     scans = Scans()
     page.goto(f"{ui_gateway.url}/")
     expect(page.get_by_role("heading", name="Sign in to durable-ops")).to_be_visible()
-    scans(page, "sign-in")
+    scans(page, "sign-in", phone=True)
     scans.focus(page, "sign-in", dark=True)
 
     page.get_by_role("textbox", name="Token").fill("not-a-token")
@@ -162,7 +178,7 @@ def test_the_operations_page_in_every_state(
     page.reload()
     expect(page.locator("li.op")).to_have_count(5)
     expect(page.locator(".note")).to_have_count(2)
-    scans(page, "/operations, queued, running, waiting to retry, failed and succeeded")
+    scans(page, "/operations, queued, running, waiting to retry, failed and succeeded", phone=True)
     scans.focus(page, "/operations")
 
     page.locator("#bell").click()
@@ -226,11 +242,18 @@ def test_the_jobs_page_in_every_state(
     ).to_be_visible()
     expect(page.locator(JOBS)).to_have_count(2)
     engineer_card.locator("summary").click()  # its description open
-    # The card's changes are said politely (its state, then its result), the answer being
-    # written is not: a screen reader would read it out a word at a time.
-    assert engineer_card.locator(".analysis .state").evaluate(LIVE) == "polite"
+    # The card's result is said politely when it comes; its progress through the page's one
+    # announcer (ANNOUNCER), not by the status line as well; the answer being written is not
+    # said: a screen reader would read it out a word at a time.
+    assert engineer_card.locator(".analysis").evaluate(LIVE) == "polite"
+    assert page.locator(ANNOUNCER).evaluate(LIVE) == "polite"
+    assert engineer_card.locator(".analysis .state").evaluate(LIVE) == "off"
     assert engineer_card.locator(".analysis__draft").evaluate(LIVE) == "off"
-    scans(page, "/jobs, results, an analysis under way and its answer so far, a failed one")
+    scans(
+        page,
+        "/jobs, results, an analysis under way and its answer so far, a failed one",
+        phone=True,
+    )
     scans.focus(page, "/jobs")
 
     page.goto(f"{ui_gateway.url}/jobs?result={earlier.operation_id}#job-{analyst}")
@@ -264,15 +287,10 @@ def test_the_operator_console(page: Page, ui_gateway: LiveGateway, ui_services: 
         metadata=metadata(Role.OPERATOR, subject=OPERATOR),
     )
 
-    made = ui_services.operator.CreateConsoleLink(
-        opb.CreateConsoleLinkRequest(), metadata=metadata(Role.OPERATOR, subject=OPERATOR)
-    )
-    page.goto(f"{ui_gateway.url}/console/sign-in#link={made.link_secret}")
-    page.get_by_role("button", name="Sign in to the console").click()
-    page.wait_for_url(f"{ui_gateway.url}/console")
+    sign_in_to_the_console(page, ui_gateway, ui_services)
     expect(page.locator("#console-ops tbody tr")).to_have_count(3)
     expect(page.locator("#console-queues tbody tr")).to_have_count(2)
-    scans(page, "console, queues and operations", dark=False)
+    scans(page, "console, queues and operations", dark=False, phone=True)
 
     page.get_by_role("button", name=f"Show operation {failed.id}").click()
     expect(
@@ -360,12 +378,7 @@ def test_the_console_keeps_focus_where_the_keyboard_acted(
     focus fell to the page."""
     job = ("job", create_job(ui_services.workspace, "erin"))
     created = [create_operation(ui_services, "erin", subject=job, key=f"op-{n}") for n in range(51)]
-    made = ui_services.operator.CreateConsoleLink(
-        opb.CreateConsoleLinkRequest(), metadata=metadata(Role.OPERATOR, subject=OPERATOR)
-    )
-    page.goto(f"{ui_gateway.url}/console/sign-in#link={made.link_secret}")
-    page.get_by_role("button", name="Sign in to the console").click()
-    page.wait_for_url(f"{ui_gateway.url}/console")
+    sign_in_to_the_console(page, ui_gateway, ui_services)
     rows = page.locator("#console-ops tbody tr")
     expect(rows).to_have_count(50)
 
@@ -403,3 +416,73 @@ def test_the_console_keeps_focus_where_the_keyboard_acted(
     expect(page.locator("#console-bulk-status")).to_have_text("Cancelled 1 operation.")
     expect(cancel).to_be_focused()
     expect(cancel).to_be_disabled()  # nothing selected now: said, not a lost focus
+
+
+def test_retry_now_leaves_focus_on_the_card_it_read_again_with_its_ring(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """/jobs' "Retry now" went with the banner once the reads it retried came back, and sent
+    focus to <main>, which shows no ring: a keyboard's user was left nowhere to be seen."""
+    create_job(ui_services.workspace, "alice", title="Platform engineer")
+    page.route("**/strategy-snapshot", lambda route: route.abort("connectionrefused"))
+    open_jobs(page, ui_gateway.url, "alice")
+    banner = page.get_by_role("alert").filter(has_text="Updates paused.")
+    banner.get_by_role("button", name="Retry now").focus()
+    page.unroute("**/strategy-snapshot")
+    page.keyboard.press("Enter")
+    expect(banner).to_be_hidden()
+    title = page.locator(JOBS).get_by_role("heading", name="Platform engineer")
+    expect(title).to_be_focused()
+    assert title.evaluate(RING) != "none", "the focused title shows no ring"
+
+
+# ---- what a screen reader hears ---------------------------------------------------------------
+
+# Every text the announcer is given from now on, in window.said.
+RECORD_SAID = """(region) => {
+  window.said = [];
+  const record = () => window.said.push(region.textContent);
+  const changes = { childList: true, characterData: true, subtree: true };
+  new MutationObserver(record).observe(region, changes);
+}"""
+
+
+def test_an_analysis_tells_its_progress_once_a_step(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """The progress of a running analysis reached no screen reader: its bar moved without a
+    word, and its status line said a bare "Running", of no card named. The page's one polite
+    announcer says its start, each new phase, every 25 % and its end, each once, and nothing
+    at each move between."""
+    entitle(ui_services.db, "alice")
+    create_job(ui_services.workspace, "alice", title="Platform engineer")
+    open_jobs(page, ui_gateway.url, "alice")
+    card = page.locator(JOBS)
+    start = card.get_by_role("button", name="Start strategy snapshot")
+    expect(start).to_be_visible()
+    page.locator(ANNOUNCER).evaluate(RECORD_SAID)
+    name = "Strategy snapshot for Platform engineer at Acme"
+    bar = card.get_by_role("progressbar")
+
+    start.click()
+    expect(card.locator(".analysis .state")).to_have_text("Queued")
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    expect(card.locator(".analysis .state")).to_have_text("Waiting for the model")
+    for percent in (10, 35, 40, 60):
+        write_draft(ui_services, claimed, '{"summary": "Strong on Python', percent)
+        expect(bar).to_have_js_property("value", percent)
+    publish(ui_services, claimed, ANSWER)
+    complete(ui_services, claimed)
+    expect(card.get_by_text("Fit: 82")).to_be_visible()
+    said = [f"{name}: {phase}." for phase in ("started", "waiting for the model", "running")]
+    said += [f"{name}: {phase}." for phase in ("25% done", "50% done", "finished")]
+    assert page.evaluate("() => window.said") == said
+
+    start.click()  # a run that fails says so
+    expect(card.locator(".analysis .state")).to_have_text("Queued")
+    claimed = claim(ui_services, ["strategy.snapshot"])
+    expect(card.locator(".analysis .state")).to_have_text("Waiting for the model")
+    fail(ui_services, claimed)
+    expect(card.locator(".analysis .state")).to_have_text("Failed")
+    said += [f"{name}: {phase}." for phase in ("started", "waiting for the model", "failed")]
+    assert page.evaluate("() => window.said") == said

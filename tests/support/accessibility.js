@@ -1,6 +1,9 @@
-// WCAG 1.4.11 (non-text contrast) as axe-core does not check it, for tests/support/accessibility.py:
-// the edge of each text field, select and text area, and the focus ring of the control focus
-// is on, each 3:1 against what is around it. Colours come as the page computes them:
+// What axe-core does not check, for tests/support/accessibility.py. WCAG 1.4.11 (non-text
+// contrast): the edge of each text field, select and text area, and the focus ring of the
+// control focus is on, each 3:1 against what is around it. WCAG 3.3.2 and 2.5.3: each of those
+// fields has a label on the screen, and its accessible name says the label's words (an
+// aria-label alone names a field for a screen reader and shows nothing to anyone else).
+// Colours come as the page computes them:
 // "rgb(…)", "rgba(…)", or "color(srgb r g b / a)" for a color-mix(); the backdrop of an
 // element is its ancestors' backgrounds laid one on another, over white.
 (() => {
@@ -39,10 +42,31 @@
   };
 
   const describe = (element) => element.outerHTML.slice(0, 100);
+  const squeeze = (text) => text.replace(/\s+/g, " ").trim();
+
+  // The words of `element` drawn on the screen: not those of a visually hidden part (clipped
+  // to a pixel), which only a screen reader reads.
+  const shownText = (element) => {
+    const walker = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
+    let text = "";
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const box = node.parentElement.getBoundingClientRect();
+      if (box.width > 1 && box.height > 1) text += node.textContent;
+    }
+    return squeeze(text);
+  };
+
+  // A field's accessible name, as far as these pages name fields: aria-labelledby, else
+  // aria-label, else its labels' whole text.
+  const nameOf = (field) => {
+    const ids = field.getAttribute("aria-labelledby");
+    if (ids) return squeeze(ids.split(/\s+/).map((id) => document.getElementById(id)?.textContent ?? "").join(" "));
+    return squeeze(field.getAttribute("aria-label") ?? [...field.labels].map((label) => label.textContent).join(" "));
+  };
   const FIELDS = "input:not([type=checkbox]):not([type=radio]):not([type=hidden]), select, textarea";
   let reached = new WeakSet();
 
-  window.nonTextContrast = {
+  window.beyondAxe = {
     // Each visible field: its border against the backdrop outside it and its own background.
     controlBorders() {
       const problems = [];
@@ -58,6 +82,22 @@
         const inside = over(colour(style.backgroundColor) ?? [0, 0, 0, 0], outside);
         const ratio = Math.min(contrast(over(edge, outside), outside), contrast(over(edge, inside), inside));
         if (ratio < 3) problems.push(`${describe(field)}: border ${ratio}:1`);
+      }
+      return problems;
+    },
+
+    // Each visible field: a label of its own shows on the screen (a placeholder goes once
+    // typed in), and the field's name holds the words the label shows.
+    visibleLabels() {
+      const problems = [];
+      for (const field of document.querySelectorAll(FIELDS)) {
+        if (!field.checkVisibility()) continue;
+        const shown = [...field.labels].map(shownText).filter(Boolean);
+        const name = nameOf(field).toLowerCase();
+        if (!shown.length) problems.push(`${describe(field)}: no visible label`);
+        else if (!shown.some((words) => name.includes(words.toLowerCase()))) {
+          problems.push(`${describe(field)}: its name "${name}" does not say "${shown[0]}"`);
+        }
       }
       return problems;
     },

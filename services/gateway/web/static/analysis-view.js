@@ -1,10 +1,12 @@
 // The result of an analysis (any registered task type), its progress (or, before the
 // model's first sign, that it waits for the model), its cancel and, once it was cancelled
 // or failed, its retry. Updated in place on every poll, so
-// focus survives and the live region around it announces only what changed (a new
-// state, a note, the result). While it runs, the answer's fields written so far show
-// as they arrive (the draft: out of the live region's announcements, which would read
-// every word). Each finished analysis is its own result, headed by when it was made and
+// focus survives and the live region around it announces only what changed (a note, the
+// result). Its progress is told through the page's one announcer (`announce`): its start,
+// each new phase, every PROGRESS_STEP %, its end; the status line itself stays quiet, or a
+// screen reader would hear each change twice. While it runs, the answer's fields written so
+// far show as they arrive (the draft: out of the live region's announcements, which would
+// read every word). Each finished analysis is its own result, headed by when it was made and
 // with what ("Previous result, 3 Dec 14:02, with cv.txt"): a result another run made
 // than the one shown is labelled the previous one, so a cancelled or failed run never
 // sits above an older result as if it were its own.
@@ -16,6 +18,8 @@ import { modelLabel } from "./provenance.js";
 import { task } from "./tasks.js";
 
 export const TOO_LATE_NOTE = "The cancel came too late: the analysis had already finished.";
+// Progress is announced in steps this large: each percent would be spam.
+export const PROGRESS_STEP = 25;
 
 // A score as "82 / 100", or "Not scored" when the answer has none (absent or null).
 export function scoreView(schema, value) {
@@ -126,6 +130,17 @@ function actionMode(operation) {
   return actions.includes("retry") ? "retry" : "";
 }
 
+// The phase of a run as the announcer says it: "queued", "waiting for the model",
+// "running", "50% done", "waiting to retry", "cancelling", "finished", "failed", …
+function phaseOf(operation) {
+  if (operation.state === "succeeded") return "finished";
+  if (operation.state === "running" && !waitingForModel(operation) && !cancelling(operation)) {
+    const step = Math.floor(operation.progress_percent / PROGRESS_STEP) * PROGRESS_STEP;
+    return step > 0 ? `${step}% done` : "running";
+  }
+  return shownState(operation).toLowerCase();
+}
+
 function setText(element, text) {
   if (element.textContent !== text) element.textContent = text;
 }
@@ -134,8 +149,8 @@ function setText(element, text) {
 // `onRetry(operation)` runs it again (a promise: the button asks nothing more until it
 // settles); focus moves to `focusFallback()` when the focused button goes away. `name`
 // ("Strategy snapshot for Engineer at Acme") is in the accessible name of each control,
-// which every card of the page repeats.
-export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFallback, name = "" } = {}) {
+// which every card of the page repeats, and in what `announce(text)` is given to say.
+export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFallback, announce, name = "" } = {}) {
   const named = (label) => (name ? `${label}: ${name}` : label);
   const state = h("span", { class: "state" });
   const when = h("span", { class: "analysis__when", hidden: true }); // "scheduled for …" (as on /operations), the attempt
@@ -145,7 +160,7 @@ export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFal
   const actions = h("span", { class: "analysis__actions" });
   const status = h(
     "div",
-    { class: "analysis__status" },
+    { class: "analysis__status", "aria-live": "off" }, // told through `announce` instead
     state,
     when,
     progressSlot,
@@ -162,6 +177,20 @@ export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFal
   let draftKey = "";
   let mode = "";
   let shownSnapshot = null;
+  let spoken; // {id, phase} of the run last told of; undefined before the first look
+
+  // A run started, or one moved to another phase: said once. The first look says nothing
+  // (nothing changed in front of the reader), nor does a move within a phase.
+  function tellChange(operation) {
+    const before = spoken;
+    spoken = operation ? { id: operation.id, phase: phaseOf(operation) } : null;
+    if (before === undefined || !spoken) return;
+    if (before?.id !== spoken.id) {
+      announce?.(`${name}: ${TERMINAL_STATES.has(operation.state) ? spoken.phase : "started"}.`);
+    } else if (before.phase !== spoken.phase) {
+      announce?.(`${name}: ${spoken.phase}.`);
+    }
+  }
 
   function updateProgress(operation) {
     const bar = progressSlot.querySelector("progress");
@@ -250,6 +279,7 @@ export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFal
   }
 
   function updateStatus(operation) {
+    tellChange(operation);
     if (!showsStatus(operation)) {
       clearActions();
       status.remove();

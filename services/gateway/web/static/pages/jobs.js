@@ -20,7 +20,8 @@
 // again whenever the page is shown again (the event stream tells of operations only),
 // conditionally: a page unchanged since its last read costs a 304 and no body.
 // An error on a card lasts while it is true (`showCardError`). The forms check their
-// fields before sending, and say what they added.
+// fields before sending, and say what they added. One polite announcer tells a screen
+// reader how each analysis gets on (analysis-view.js says when).
 
 import { api, post, put, revalidate } from "../api.js";
 import { cancelDialogs } from "../dialog.js";
@@ -130,6 +131,7 @@ export function mount(main) {
   const linkNotice = h("p", { class: "notice", role: "alert", hidden: true }); // a link's result not shown
   const deleter = subjectDeleter({ headings: { job: "jobs-heading", attachment: "cvs-heading" }, onGone: forget });
   const readTrouble = h("div", { class: "banner", role: "alert", hidden: true }); // reads failing: updates paused
+  const announcer = h("p", { class: "visually-hidden", role: "status" }); // the analyses' progress, for a screen reader
   const moreJobs = h("button", { type: "button", class: "button button--quiet", hidden: true }, "Show more jobs");
   const moreJobsError = formError();
   const moreCvs = h("button", { type: "button", class: "button button--quiet", hidden: true }, "Show more CVs");
@@ -164,6 +166,7 @@ export function mount(main) {
         moreCvs,
       ),
     ),
+    announcer,
   );
 
   deleter.prepare(jobList); // a start may find its card's job gone: the line says so
@@ -259,7 +262,7 @@ export function mount(main) {
   function analysisBlock(task, subjectId, subjectName) {
     const path = taskPath(task, subjectId);
     const taskType = task.name;
-    const contextSelect = task.context ? referenceSelect(task.context, choices.get(path) ?? lastChoice(path), subjectName) : null;
+    const contextSelect = task.context ? referenceSelect(task.context, choices.get(path) ?? lastChoice(path)) : null;
     contextSelect?.addEventListener("change", () => choices.set(path, contextSelect.value)); // survives a redraw
     const contextField = task.context?.field;
     const slot = h("div", { class: "analysis", "aria-live": "polite" });
@@ -290,6 +293,7 @@ export function mount(main) {
       onCancel: (operation) => cancelAnalysis(entry, operation, name, () => start),
       onRetry: (operation) => retryAnalysis(entry, operation),
       focusFallback: () => start,
+      announce: (text) => (announcer.textContent = text),
       name,
     });
     // At most one start at a time: a second click, or Enter pressed again, while the first
@@ -326,7 +330,8 @@ export function mount(main) {
     });
     analyses.set(path, entry);
     showPlan(entry);
-    return h("div", { class: "analysis-block" }, h("div", { class: "analysis__start" }, contextSelect, start), planNote, error, notice, slot);
+    const choice = contextSelect ? field(referenceLabel(task.context, subjectName), contextSelect) : null;
+    return h("div", { class: "analysis-block" }, h("div", { class: "analysis__start" }, choice, start), planNote, error, notice, slot);
   }
 
   // A start answered 404: the job or CV of the card is gone (another tab or the API deleted
@@ -509,15 +514,22 @@ export function mount(main) {
     poller.refresh();
   }
 
-  // A choice of the caller's rows of one kind, for a task's optional second reference
-  // ("CV to compare with Engineer at Acme"); `chosen` (the last run's) is selected while
-  // it is still there. Every CV is offered; jobs as far as they are loaded, and while
-  // older ones are not, the last option says how to reach them.
-  function referenceSelect(kind, chosen, subjectName) {
-    const label = kind.label.charAt(0).toUpperCase() + kind.label.slice(1);
-    const select = h("select", { "aria-label": `${label} to compare with ${subjectName}`, dataset: { kind: kind.name } });
+  // A choice of the caller's rows of one kind, for a task's optional second reference;
+  // `chosen` (the last run's) is selected while it is still there. Every CV is offered; jobs
+  // as far as they are loaded, and while older ones are not, the last option says how to
+  // reach them.
+  function referenceSelect(kind, chosen) {
+    const select = h("select", { dataset: { kind: kind.name } });
     fillReferences(select, chosen);
     return select;
+  }
+
+  // The choice's label, shown above it ("CV to compare with", WCAG 3.3.2); its name goes on
+  // to say whose card it is ("CV to compare with Engineer at Acme"), which only a screen
+  // reader needs: every card repeats the choice. The name starts with the words shown (2.5.3).
+  function referenceLabel(kind, subjectName) {
+    const label = kind.label.charAt(0).toUpperCase() + kind.label.slice(1);
+    return [`${label} to compare with`, h("span", { class: "visually-hidden" }, ` ${subjectName}`)];
   }
 
   // The options of every card's choice of one kind are the same: built once per change
@@ -964,7 +976,10 @@ export function mount(main) {
   }
 
   // While any card's reads fail, the top of the page says its updates are paused and
-  // offers to try now, as /operations does.
+  // offers to try now, as /operations does. Once none fails the banner goes, and focus in
+  // it goes to the title of the first card that was failing (the one "Retry now" read
+  // again first): on the page itself it would show no ring (WCAG 2.4.7).
+  let troubled = []; // the cards failing when the banner last said so
   const troubleText = h("span");
   const retryReads = h("button", { type: "button", class: "button", onclick: () => failingEntries().forEach(lookAgain) }, "Retry now");
   readTrouble.append(troubleText, retryReads);
@@ -979,8 +994,16 @@ export function mount(main) {
     const why = !failure ? "" : failure.status === 0 || failure.status >= 500 ? "The service is not reachable right now." : failure.message;
     const text = failure ? `Updates paused. ${why} The page keeps trying; you can also retry now.` : "";
     if (troubleText.textContent !== text) troubleText.textContent = text;
-    if (!failure && readTrouble.contains(document.activeElement)) main.focus({ preventScroll: true }); // its button goes
+    if (failing.length) troubled = failing;
+    if (!failure && readTrouble.contains(document.activeElement)) focusRecovered(); // its button goes
     readTrouble.hidden = !failure;
+  }
+
+  function focusRecovered() {
+    const card = troubled.map((entry) => entry.start.closest("li.item")).find((item) => item?.isConnected);
+    const heading = card?.querySelector("h3") ?? document.getElementById("jobs-heading"); // cards redrawn: the list
+    heading.tabIndex = -1; // from a script only, never from Tab
+    heading.focus();
   }
 
   function entryOf(operation) {
