@@ -4,6 +4,7 @@ to polling, and a wait for such a page to fall quiet."""
 from __future__ import annotations
 
 import time
+from datetime import datetime, timedelta
 
 from playwright.sync_api import Page, Request
 
@@ -50,3 +51,22 @@ class RequestsInFlight:
             if not self._open and time.monotonic() - self._changed >= quiet_ms / 1000:
                 return
         raise AssertionError(f"the page kept sending for {timeout_ms} ms: {self._open}")
+
+
+def looks_once_a_step(
+    page: Page, seen: list[Request], step_ms: int, *, steps: int = 3, timeout_ms: int = 5000
+) -> None:
+    """With the page's clock installed: from a quiet page, each ``step_ms`` of the page's
+    time brings one more request into ``seen``. The page's time moves only as this moves
+    it, so a pace is checked without measuring gaps, which a loaded machine stretches."""
+    in_flight = RequestsInFlight(page)
+    page.clock.pause_at(datetime.now() + timedelta(minutes=1))
+    in_flight.wait_quiet()
+    for _ in range(steps):
+        looked = len(seen)
+        page.clock.run_for(step_ms)
+        deadline = time.monotonic() + timeout_ms / 1000
+        while len(seen) <= looked and time.monotonic() < deadline:
+            page.wait_for_timeout(50)
+        assert len(seen) > looked, f"no request in {step_ms} ms of the page's time"
+        in_flight.wait_quiet()
