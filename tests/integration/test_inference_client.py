@@ -1519,6 +1519,66 @@ def test_a_dropped_request_that_may_fall_back_does_so_at_once() -> None:
     assert run(scenario()).calls == 1
 
 
+class Faulty(httpx.AsyncBaseTransport):
+    """Fails its first requests with ``faults`` in turn (``ConnectError``: a refused
+    connection, nothing sent; ``RemoteProtocolError``: a request the model dropped), then
+    serves the development model."""
+
+    def __init__(self, *faults: type[httpx.TransportError]) -> None:
+        self.faults, self.calls = faults, 0
+        self._model = httpx.ASGITransport(create_app())
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.calls += 1
+        if self.calls <= len(self.faults):
+            raise self.faults[self.calls - 1]("scripted fault", request=request)
+        return await self._model.handle_async_request(request)
+
+
+def test_a_refused_connection_does_not_use_up_the_resend_of_a_dropped_request() -> None:
+    """The one resend is for a request the model took and dropped; a refusal before it
+    (a model server not listening yet) took nothing and is asked again on its own count,
+    so a restart that refuses first and then drops the request is still ridden out."""
+
+    async def scenario() -> Faulty:
+        transport = Faulty(httpx.ConnectError, httpx.RemoteProtocolError)
+        local = ModelClient(ASGI_URL, "dev-heuristic", route=Route.LOCAL, transport=transport)
+        router = Router(local, CircuitBreaker(3, 30.0), ask_again_seconds=0.01)
+        result = await router.infer(STRATEGY, Privacy.LOCAL_ONLY, False)
+        assert result.answer["fit_score"] >= 0
+        await router.aclose()
+        return transport
+
+    assert run(scenario()).calls == 3
+
+
+def test_a_call_that_found_the_circuit_open_ends_when_its_trial_fails() -> None:
+    """A call that waited for the open circuit and ran as its half-open trial ends when the
+    trial fails (the model is still down): it does not ask again and wait out one more
+    cooldown per failure the breaker counts, which would hold the attempt until its own
+    timeout and fail it ``task_timeout`` instead of saying the model is down."""
+    transport = Faulty(*[httpx.ConnectError] * 5)
+
+    async def scenario() -> None:
+        local = ModelClient(ASGI_URL, "dev-heuristic", route=Route.LOCAL, transport=transport)
+        clock = Clock()
+        router = Router(local, CircuitBreaker(3, 30.0), clock=clock, ask_again_seconds=0.01)
+        for _ in range(3):  # other calls' failures opened the circuit
+            router.breaker.record_failure(clock())
+        waiting = asyncio.create_task(router.infer(STRATEGY, Privacy.LOCAL_ONLY, False))
+        await asyncio.sleep(2 * CIRCUIT_POLL_SECONDS)
+        assert (waiting.done(), transport.calls) == (False, 0)
+        clock.now += 30  # half-open: this call is the trial, and it is refused
+        with pytest.raises(LocalRouteUnavailable) as caught:
+            await asyncio.wait_for(waiting, 5)  # the frozen clock never half-opens again
+        assert caught.value.reason == "model_connection_error"
+        assert router.breaker.state(clock()) is CircuitState.OPEN
+        await router.aclose()
+
+    run(scenario())
+    assert transport.calls == 1
+
+
 def test_failed_trial_reopens_the_circuit() -> None:
     async def scenario() -> None:
         router, clock = make_router(asgi_client(create_app(fail_mode="429")), threshold=1)
