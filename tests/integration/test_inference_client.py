@@ -1665,6 +1665,7 @@ def test_router_from_settings() -> None:
     assert local_only.external is None
     assert local_only.local.url == "http://127.0.0.1:8090/v1/chat/completions"
     assert local_only.local.provenance == Provenance("127.0.0.1", "dev-heuristic", "local")
+    assert local_only.local.timeout_seconds == 5  # the bound on the model's silence
     assert local_only.breaker.failure_threshold == 3
     assert local_only.breaker.cooldown_seconds == 30.0
 
@@ -1679,6 +1680,10 @@ def test_router_from_settings() -> None:
     assert both.external is not None
     assert both.external.provenance == Provenance("localhost", "big-model", "external")
     assert both.external.timeout_seconds == settings.worker_task_timeout_seconds
+    assert both.local.timeout_seconds == settings.worker_task_timeout_seconds
+    # The provider's key goes with every external request (the client keeps no other copy).
+    assert both.external._http.headers["authorization"] == "Bearer sk-x"
+    assert "authorization" not in both.local._http.headers  # never sent to the local model
     assert both.breaker.failure_threshold == 5
 
     async def close() -> None:
