@@ -1408,6 +1408,21 @@ def test_a_loading_model_is_asked_again_until_the_circuit_opens_then_waited_for(
     run(scenario())
 
 
+def test_a_server_error_other_than_loading_ends_the_call_at_once() -> None:
+    """A 500 came from a model that took the request (it may have run it), so, unlike a
+    503 (loading, nothing taken), it is not asked again within the call."""
+    _, calls, local = counted_local("500")
+
+    async def scenario() -> None:
+        router = Router(local, CircuitBreaker(3, 30.0), clock=Clock(), ask_again_seconds=0.01)
+        with pytest.raises(LocalRouteUnavailable, match="model_server_error"):
+            await asyncio.wait_for(router.infer(STRATEGY, Privacy.LOCAL_ONLY, False), 5)
+        await router.aclose()
+
+    run(scenario())
+    assert len(calls) == 1
+
+
 def test_a_call_waiting_for_the_circuit_fails_once_another_calls_trial_failed() -> None:
     """Another call took the half-open trial: the waiting call waits for its outcome, and
     when the trial failed (the circuit open again) it fails ``circuit_open`` without
