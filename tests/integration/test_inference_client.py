@@ -1567,6 +1567,24 @@ def test_a_refused_connection_does_not_use_up_the_resend_of_a_dropped_request() 
     assert run(scenario()).calls == 3
 
 
+def test_a_request_dropped_twice_is_sent_again_once_whatever_came_between() -> None:
+    """The resend is once per call: a refusal between two drops does not earn a second
+    (each dropped call may have lasted a model timeout, and a prompt that crashes the
+    model is not sent to it again and again)."""
+
+    async def scenario() -> Faulty:
+        drop, refuse = httpx.RemoteProtocolError, httpx.ConnectError
+        transport = Faulty(drop, refuse, drop)
+        local = ModelClient(ASGI_URL, "dev-heuristic", route=Route.LOCAL, transport=transport)
+        router = Router(local, CircuitBreaker(5, 30.0), ask_again_seconds=0.01)
+        with pytest.raises(LocalRouteUnavailable, match="model_connection_error"):
+            await router.infer(STRATEGY, Privacy.LOCAL_ONLY, False)
+        await router.aclose()
+        return transport
+
+    assert run(scenario()).calls == 3
+
+
 def test_a_call_that_found_the_circuit_open_ends_when_its_trial_fails() -> None:
     """A call that waited for the open circuit and ran as its half-open trial ends when the
     trial fails (the model is still down): it does not ask again and wait out one more
