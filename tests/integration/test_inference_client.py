@@ -1408,6 +1408,21 @@ def test_a_loading_model_is_asked_again_until_the_circuit_opens_then_waited_for(
     run(scenario())
 
 
+def test_a_server_error_other_than_loading_ends_the_call_at_once() -> None:
+    """A 500 came from a model that took the request (it may have run it), so, unlike a
+    503 (loading, nothing taken), it is not asked again within the call."""
+    _, calls, local = counted_local("500")
+
+    async def scenario() -> None:
+        router = Router(local, CircuitBreaker(3, 30.0), clock=Clock(), ask_again_seconds=0.01)
+        with pytest.raises(LocalRouteUnavailable, match="model_server_error"):
+            await asyncio.wait_for(router.infer(STRATEGY, Privacy.LOCAL_ONLY, False), 5)
+        await router.aclose()
+
+    run(scenario())
+    assert len(calls) == 1
+
+
 def test_a_call_waiting_for_the_circuit_fails_once_another_calls_trial_failed() -> None:
     """Another call took the half-open trial: the waiting call waits for its outcome, and
     when the trial failed (the circuit open again) it fails ``circuit_open`` without
@@ -1519,6 +1534,84 @@ def test_a_dropped_request_that_may_fall_back_does_so_at_once() -> None:
     assert run(scenario()).calls == 1
 
 
+class Faulty(httpx.AsyncBaseTransport):
+    """Fails its first requests with ``faults`` in turn (``ConnectError``: a refused
+    connection, nothing sent; ``RemoteProtocolError``: a request the model dropped), then
+    serves the development model."""
+
+    def __init__(self, *faults: type[httpx.TransportError]) -> None:
+        self.faults, self.calls = faults, 0
+        self._model = httpx.ASGITransport(create_app())
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.calls += 1
+        if self.calls <= len(self.faults):
+            raise self.faults[self.calls - 1]("scripted fault", request=request)
+        return await self._model.handle_async_request(request)
+
+
+def test_a_refused_connection_does_not_use_up_the_resend_of_a_dropped_request() -> None:
+    """The one resend is for a request the model took and dropped; a refusal before it
+    (a model server not listening yet) took nothing and is asked again on its own count,
+    so a restart that refuses first and then drops the request is still ridden out."""
+
+    async def scenario() -> Faulty:
+        transport = Faulty(httpx.ConnectError, httpx.RemoteProtocolError)
+        local = ModelClient(ASGI_URL, "dev-heuristic", route=Route.LOCAL, transport=transport)
+        router = Router(local, CircuitBreaker(3, 30.0), ask_again_seconds=0.01)
+        result = await router.infer(STRATEGY, Privacy.LOCAL_ONLY, False)
+        assert result.answer["fit_score"] >= 0
+        await router.aclose()
+        return transport
+
+    assert run(scenario()).calls == 3
+
+
+def test_a_request_dropped_twice_is_sent_again_once_whatever_came_between() -> None:
+    """The resend is once per call: a refusal between two drops does not earn a second
+    (each dropped call may have lasted a model timeout, and a prompt that crashes the
+    model is not sent to it again and again)."""
+
+    async def scenario() -> Faulty:
+        drop, refuse = httpx.RemoteProtocolError, httpx.ConnectError
+        transport = Faulty(drop, refuse, drop)
+        local = ModelClient(ASGI_URL, "dev-heuristic", route=Route.LOCAL, transport=transport)
+        router = Router(local, CircuitBreaker(5, 30.0), ask_again_seconds=0.01)
+        with pytest.raises(LocalRouteUnavailable, match="model_connection_error"):
+            await router.infer(STRATEGY, Privacy.LOCAL_ONLY, False)
+        await router.aclose()
+        return transport
+
+    assert run(scenario()).calls == 3
+
+
+def test_a_call_that_found_the_circuit_open_ends_when_its_trial_fails() -> None:
+    """A call that waited for the open circuit and ran as its half-open trial ends when the
+    trial fails (the model is still down): it does not ask again and wait out one more
+    cooldown per failure the breaker counts, which would hold the attempt until its own
+    timeout and fail it ``task_timeout`` instead of saying the model is down."""
+    transport = Faulty(*[httpx.ConnectError] * 5)
+
+    async def scenario() -> None:
+        local = ModelClient(ASGI_URL, "dev-heuristic", route=Route.LOCAL, transport=transport)
+        clock = Clock()
+        router = Router(local, CircuitBreaker(3, 30.0), clock=clock, ask_again_seconds=0.01)
+        for _ in range(3):  # other calls' failures opened the circuit
+            router.breaker.record_failure(clock())
+        waiting = asyncio.create_task(router.infer(STRATEGY, Privacy.LOCAL_ONLY, False))
+        await asyncio.sleep(2 * CIRCUIT_POLL_SECONDS)
+        assert (waiting.done(), transport.calls) == (False, 0)
+        clock.now += 30  # half-open: this call is the trial, and it is refused
+        with pytest.raises(LocalRouteUnavailable) as caught:
+            await asyncio.wait_for(waiting, 5)  # the frozen clock never half-opens again
+        assert caught.value.reason == "model_connection_error"
+        assert router.breaker.state(clock()) is CircuitState.OPEN
+        await router.aclose()
+
+    run(scenario())
+    assert transport.calls == 1
+
+
 def test_failed_trial_reopens_the_circuit() -> None:
     async def scenario() -> None:
         router, clock = make_router(asgi_client(create_app(fail_mode="429")), threshold=1)
@@ -1605,6 +1698,7 @@ def test_router_from_settings() -> None:
     assert local_only.external is None
     assert local_only.local.url == "http://127.0.0.1:8090/v1/chat/completions"
     assert local_only.local.provenance == Provenance("127.0.0.1", "dev-heuristic", "local")
+    assert local_only.local.timeout_seconds == 5  # the bound on the model's silence
     assert local_only.breaker.failure_threshold == 3
     assert local_only.breaker.cooldown_seconds == 30.0
 
@@ -1619,6 +1713,10 @@ def test_router_from_settings() -> None:
     assert both.external is not None
     assert both.external.provenance == Provenance("localhost", "big-model", "external")
     assert both.external.timeout_seconds == settings.worker_task_timeout_seconds
+    assert both.local.timeout_seconds == settings.worker_task_timeout_seconds
+    # The provider's key goes with every external request (the client keeps no other copy).
+    assert both.external._http.headers["authorization"] == "Bearer sk-x"
+    assert "authorization" not in both.local._http.headers  # never sent to the local model
     assert both.breaker.failure_threshold == 5
 
     async def close() -> None:

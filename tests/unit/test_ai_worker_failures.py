@@ -56,6 +56,8 @@ LOCAL = Provenance(provider="127.0.0.1", model="dev-heuristic", route="local")
         (DomainError("internal error"), Action.RETRY, "dependency_unavailable"),
         (JournalError("disk full"), Action.RETRY, "host_store_error"),
         (RuntimeError("bug"), Action.RETRY, "worker_error"),
+        # An OSError is no attempt timeout, though TimeoutError is one.
+        (ConnectionResetError("reset"), Action.RETRY, "worker_error"),
     ],
 )
 def test_failure_table(error: BaseException, action: Action, code: str) -> None:
