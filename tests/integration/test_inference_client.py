@@ -292,6 +292,12 @@ def test_unknown_model_is_a_permanent_rejection() -> None:
         (httpx.Response(200, json=completion('{"a": 1')), InvalidModelOutput),
         (httpx.Response(200, json=completion("[1, 2]")), InvalidModelOutput),
         (httpx.Response(200, json=completion('{"a": 1}', "length")), InvalidModelOutput),
+        (  # an encoding its body is not in: httpx's DecodingError is no TransportError
+            httpx.Response(
+                200, headers={"content-encoding": "gzip"}, stream=httpx.ByteStream(b"{}")
+            ),
+            InvalidModelOutput,
+        ),
         (  # valid, but padded past the 1 MiB cap
             httpx.Response(200, content=json.dumps(completion("{}")).encode() + b" " * (1 << 20)),
             InvalidModelOutput,

@@ -267,6 +267,10 @@ class ModelClient:
             raise ModelConnectionError(
                 f"lost the model's connection ({type(exc).__name__})", provenance=self.provenance
             ) from exc
+        except httpx.DecodingError as exc:  # no TransportError: it escaped as worker_error
+            raise InvalidModelOutput(
+                "the model's answer is not in the encoding it named", provenance=self.provenance
+            ) from exc
         answer = _content_object(content)
         return request.validate(answer) if request.validate else answer
 
