@@ -78,6 +78,8 @@ export function mount(main) {
   let targetShown = false;
   const cancelling = new Map(); // id -> name: cancels asked for here, until they end
   const acting = new Set(); // "id:action" asked here and not answered yet: one request per intent
+  // Cards whose error says the server could not be reached: no longer true once a load answers.
+  const unreachedOn = new Set();
   let moreFocus = null; // after "Show more": {index, limit} of the first card it brings, to focus
   const cancels = cancelDialogs(); // keyed by operation id
 
@@ -179,6 +181,8 @@ export function mount(main) {
     const retried = banner.contains(document.activeElement) || placeholder.contains(document.activeElement);
     loaded = true;
     banner.hidden = true;
+    for (const card of unreachedOn) showCardError(card, "");
+    unreachedOn.clear();
     section.setAttribute("aria-busy", "false");
     if (page.items.length === 0) {
       list.hidden = true;
@@ -415,6 +419,7 @@ export function mount(main) {
       const updated = await post(`/api/operations/${encodeURIComponent(operation.id)}/${action}`);
       if (card) {
         showCardError(card, "");
+        unreachedOn.delete(card);
         showOnCard(card, updated);
         card.querySelector(".op__actions button, .op__title")?.focus?.();
       }
@@ -422,7 +427,11 @@ export function mount(main) {
       return true;
     } catch (error) {
       const text = error.status === 409 ? conflict : error.message;
-      if (card) showCardError(card, text);
+      if (card) {
+        showCardError(card, text);
+        if (error.status === 0) unreachedOn.add(card);
+        else unreachedOn.delete(card);
+      }
       return false;
     } finally {
       acting.delete(key);
