@@ -1,0 +1,148 @@
+"""The web UI on a bad mobile connection: the connection drops and comes back, requests
+are slow, and the user clicks twice because nothing seemed to happen. What the page says
+must stay true once the connection is back, and a second click must not act twice."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Locator, Page, Request, Route, expect
+
+from tests.support.gateway import LiveGateway, claim, create_operation, fail
+from tests.support.grpc_services import Services
+from tests.support.signin import dev_sign_in
+from tests.support.workspace_client import create_job
+
+pytestmark = pytest.mark.browser
+
+# notifications-view.js: how long a list that could not load waits before it asks again.
+NOTIFICATIONS_RETRY_MS = 5000
+
+
+def failed_operation(services: Services, owner: str) -> str:
+    """An operation of `owner`'s that failed, so it can be retried, with its notification."""
+    job = create_job(services.workspace, owner, title="Platform engineer")
+    operation = create_operation(services, owner, subject=("job", job))
+    fail(services, claim(services, ["strategy.snapshot"]))
+    return operation.id
+
+
+def card(page: Page, operation_id: str) -> Locator:
+    return page.locator(f'li.op[data-id="{operation_id}"]')
+
+
+def posts_to(page: Page, suffix: str) -> list[Request]:
+    """POSTs the page sends whose path ends with `suffix`, as they are sent."""
+    sent: list[Request] = []
+    page.on(
+        "request",
+        lambda request: (
+            sent.append(request)
+            if request.method == "POST" and request.url.split("?")[0].endswith(suffix)
+            else None
+        ),
+    )
+    return sent
+
+
+def hold_first(page: Page, pattern: str) -> list[Route]:
+    """The first request matching `pattern` waits until the test continues it (a slow
+    connection); later ones go through."""
+    held: list[Route] = []
+
+    def handle(route: Route) -> None:
+        if held:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.route(pattern, handle)
+    return held
+
+
+def wait_for(page: Page, held: list[Route]) -> Route:
+    for _ in range(100):
+        if held:
+            return held[0]
+        page.wait_for_timeout(50)
+    raise AssertionError("the request was never sent")
+
+
+def test_a_retry_sent_offline_stops_saying_the_server_is_unreachable_once_it_is_back(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    operation_id = failed_operation(ui_services, "ada")
+    dev_sign_in(page, ui_gateway.url, "ada")
+    failed = card(page, operation_id)
+    expect(failed.locator(".state")).to_have_text("Failed")
+
+    page.context.set_offline(True)
+    failed.get_by_role("button", name="Retry").click()
+    error = failed.locator(".op__error")
+    expect(error).to_have_text("The server could not be reached.")
+
+    # Back online, the page's next poll is answered: the card must not go on saying that the
+    # server cannot be reached (it stayed until the next action on that card).
+    page.context.set_offline(False)
+    expect(page.locator(".banner")).to_be_hidden()
+    expect(error).to_be_hidden()
+    expect(failed.get_by_role("button", name="Retry")).to_be_visible()  # still to be done
+
+
+def test_notifications_that_could_not_load_load_once_the_connection_is_back(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    failed_operation(ui_services, "ada")
+    page.clock.install()
+    dev_sign_in(page, ui_gateway.url, "ada")
+    notes = page.locator("#notifications")
+    expect(notes.get_by_text("Strategy snapshot could not be completed")).to_be_visible()
+
+    # The list's load is cut off once (the bell's count, loaded apart, is fine and never
+    # moves: nothing it says would ask for the list again).
+    cut: list[Route] = []
+
+    def cut_once(route: Route) -> None:
+        if cut:
+            route.continue_()
+        else:
+            cut.append(route)
+            route.abort("internetdisconnected")
+
+    page.route("**/api/notifications?page_size=*", cut_once)
+    page.reload()
+    expect(notes.get_by_text("Notifications could not be loaded.")).to_be_visible()
+    expect(page.locator("#bell")).to_have_attribute("aria-label", "Notifications, 1 unread")
+
+    page.clock.run_for(NOTIFICATIONS_RETRY_MS)
+    expect(notes.get_by_text("Strategy snapshot could not be completed")).to_be_visible()
+    expect(notes.get_by_text("Notifications could not be loaded.")).to_have_count(0)
+
+
+def test_a_double_clicked_dismiss_or_mark_all_read_acts_once_and_says_it_did(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    failed_operation(ui_services, "ada")
+    dev_sign_in(page, ui_gateway.url, "ada")
+    notes = page.locator("#notifications")
+    status = notes.locator(".status")
+    mark_all = notes.get_by_role("button", name="Mark all read")
+    expect(mark_all).to_be_visible()
+
+    # A slow answer: the second click lands while the first one's request is on its way.
+    marks = posts_to(page, "/read-all")
+    held = hold_first(page, "**/read-all")
+    mark_all.dblclick()
+    with page.expect_response("**/read-all"):
+        wait_for(page, held).continue_()
+    expect(status).to_have_text("One notification marked as read.")
+    assert len(marks) == 1, [request.url for request in marks]
+
+    dismisses = posts_to(page, "/dismiss")
+    held = hold_first(page, "**/dismiss")
+    notes.get_by_role("button", name="Dismiss").dblclick()
+    with page.expect_response("**/dismiss"):
+        wait_for(page, held).continue_()
+    expect(notes.get_by_text("No notifications.")).to_be_visible()
+    # A second dismiss found it gone (404) and said "could not be updated".
+    expect(status).to_have_text("Notification dismissed.")
+    assert len(dismisses) == 1, [request.url for request in dismisses]
