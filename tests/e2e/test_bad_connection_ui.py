@@ -146,3 +146,59 @@ def test_a_double_clicked_dismiss_or_mark_all_read_acts_once_and_says_it_did(
     # A second dismiss found it gone (404) and said "could not be updated".
     expect(status).to_have_text("Notification dismissed.")
     assert len(dismisses) == 1, [request.url for request in dismisses]
+
+
+SET_VISIBILITY = """state => {
+  const property = (name, value) =>
+    Object.defineProperty(document, name, { configurable: true, get: () => value });
+  property("visibilityState", state);
+  property("hidden", state === "hidden");
+  document.dispatchEvent(new Event("visibilitychange"));
+}"""
+
+
+def switch_away_and_back(page: Page) -> None:
+    """What the browser does when the user leaves the tab (the phone sleeps) and comes back."""
+    page.evaluate(SET_VISIBILITY, "hidden")
+    page.evaluate(SET_VISIBILITY, "visible")
+
+
+def test_an_event_stream_refused_on_a_bad_connection_opens_again_when_it_is_back(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """A dropped stream the browser reopens by itself; one answered with an HTTP error (a
+    proxy's 502 in a bad spell) it closes for good, and the tab polled until reloaded."""
+    answers: list[int] = []
+    refusing = [True]
+
+    def stream(route: Route) -> None:
+        if refusing[0]:
+            answers.append(502)
+            route.fulfill(status=502, content_type="text/html", body="<p>Bad gateway</p>")
+        else:
+            answers.append(200)
+            route.continue_()
+
+    page.route("**/api/events*", stream)  # ?page_user=
+    dev_sign_in(page, ui_gateway.url, "ada")
+    expect(page.get_by_text("No operations yet.")).to_be_visible()
+    for _ in range(100):
+        if answers:
+            break
+        page.wait_for_timeout(50)
+    assert answers == [502]
+
+    # Still refused when the user comes back to the tab: asked once more, refused again.
+    with page.expect_response("**/api/events*", timeout=3000):
+        switch_away_and_back(page)
+    assert answers == [502, 502]
+
+    # The connection comes back: the stream opens again, and tells what changes.
+    refusing[0] = False
+    page.context.set_offline(True)
+    with page.expect_response("**/api/events*", timeout=3000) as reopened:
+        page.context.set_offline(False)
+    assert reopened.value.status == 200
+    assert answers == [502, 502, 200]
+    queued = create_operation(ui_services, "ada", subject=("job", "job-after"))
+    expect(card(page, queued.id).locator(".state")).to_have_text("Queued")

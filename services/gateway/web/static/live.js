@@ -16,6 +16,11 @@ export const LIVE_OPENED = "live:opened";
 
 let source = null;
 let opens = 0;
+// The browser reopens a stream that dropped, but closes one the gateway refused (an HTTP
+// error: a proxy's 502 on a bad connection, a 503 while a service is down) for good, and
+// the tab would poll until reloaded. A refused stream is opened again when the tab is shown
+// again or the browser is back online: the moments a bad spell has likely passed.
+let refused = false;
 
 export function liveOpen() {
   return source !== null && source.readyState === EventSource.OPEN;
@@ -43,7 +48,12 @@ function eventsUrl() {
 export function startLive() {
   if (typeof EventSource !== "function") return;
   if (source !== null && source.readyState !== EventSource.CLOSED) return;
-  source = new EventSource(eventsUrl());
+  refused = false;
+  const opened = new EventSource(eventsUrl());
+  source = opened;
+  opened.addEventListener("error", () => {
+    if (opened.readyState === EventSource.CLOSED) refused = true; // not by close(): no error then
+  });
   // `reopened`: open again after a drop, when what it told meanwhile may not all have
   // reached the page (a read it asked for failed while the gateway was away).
   source.addEventListener("open", () => {
@@ -66,3 +76,10 @@ export function startLive() {
 export function stopLive() {
   source?.close();
 }
+
+function reopenRefused() {
+  if (refused && source?.readyState === EventSource.CLOSED && document.visibilityState === "visible") startLive();
+}
+
+document.addEventListener("visibilitychange", reopenRefused);
+window.addEventListener("online", reopenRefused);
