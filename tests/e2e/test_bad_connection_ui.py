@@ -4,11 +4,15 @@ must stay true once the connection is back, and a second click must not act twic
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 import pytest
 from playwright.sync_api import Locator, Page, Request, Route, expect
 
+from durable_ops.operations.app import WATCH_OVERLAP
 from tests.support.gateway import LiveGateway, claim, create_operation, fail
 from tests.support.grpc_services import Services
+from tests.support.long_polls import RequestsInFlight
 from tests.support.signin import dev_sign_in
 from tests.support.workspace_client import create_job
 
@@ -167,7 +171,8 @@ def test_an_event_stream_refused_on_a_bad_connection_opens_again_when_it_is_back
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
     """A dropped stream the browser reopens by itself; one answered with an HTTP error (a
-    proxy's 502 in a bad spell) it closes for good, and the tab polled until reloaded."""
+    proxy's 502 in a bad spell) it closed for good, and the tab polled until reloaded. Opened
+    again, the stream tells only what changes from then on: the list reads what it missed."""
     answers: list[int] = []
     refusing = [True]
 
@@ -180,6 +185,8 @@ def test_an_event_stream_refused_on_a_bad_connection_opens_again_when_it_is_back
             route.continue_()
 
     page.route("**/api/events*", stream)  # ?page_user=
+    requests = RequestsInFlight(page)
+    page.clock.install()
     dev_sign_in(page, ui_gateway.url, "ada")
     expect(page.get_by_text("No operations yet.")).to_be_visible()
     for _ in range(100):
@@ -193,12 +200,19 @@ def test_an_event_stream_refused_on_a_bad_connection_opens_again_when_it_is_back
         switch_away_and_back(page)
     assert answers == [502, 502]
 
-    # The connection comes back: the stream opens again, and tells what changes.
+    # The page's timers stop (its polls with them): a change made now, after its last poll,
+    # and more than the stream's look back (WATCH_OVERLAP) before it opens, as on a slow
+    # connection, is one the stream will not tell.
+    page.clock.pause_at(datetime.now() + timedelta(minutes=1))
+    requests.wait_quiet()
+    missed = create_operation(ui_services, "ada", subject=("job", "job-missed"))
+    page.wait_for_timeout(WATCH_OVERLAP.total_seconds() * 1000 + 300)
+
+    # The connection comes back: the stream opens again, and the list reads what it missed.
     refusing[0] = False
     page.context.set_offline(True)
     with page.expect_response("**/api/events*", timeout=3000) as reopened:
         page.context.set_offline(False)
     assert reopened.value.status == 200
     assert answers == [502, 502, 200]
-    queued = create_operation(ui_services, "ada", subject=("job", "job-after"))
-    expect(card(page, queued.id).locator(".state")).to_have_text("Queued")
+    expect(card(page, missed.id).locator(".state")).to_have_text("Queued")

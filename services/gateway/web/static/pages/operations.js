@@ -15,7 +15,7 @@ import { h, replaceChildren } from "../dom.js";
 import { notificationsChanged } from "../events.js";
 import { createFollower } from "../follow.js";
 import { highlight } from "../highlight.js";
-import { LIVE_OPERATION, liveOpen } from "../live.js";
+import { LIVE_OPENED, LIVE_OPERATION, liveOpen } from "../live.js";
 import { TERMINAL_STATES, cancelCameTooLate, isLive, stateLabel } from "../format.js";
 import { mountNotifications } from "../notifications-view.js";
 import { createCard, focusTarget, operationAnchor, operationName, showCardError, updateCard } from "../operations-view.js";
@@ -502,6 +502,11 @@ export function mount(main) {
     const { operation } = event.detail;
     if (heardWhileLoading) heardWhileLoading.push(operation);
     else showChange(operation);
+  });
+  // The stream open again: what changed while it was away may not have reached the list (a
+  // stream started anew tells only what changes from now), and an idle list does not poll.
+  window.addEventListener(LIVE_OPENED, (event) => {
+    if (event.detail?.reopened) lookNow();
   });
   function showChange(operation) {
     const shown = cards.get(operation.id);
