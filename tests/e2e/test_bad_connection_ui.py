@@ -14,7 +14,7 @@ from tests.support.gateway import LiveGateway, claim, create_operation, fail
 from tests.support.grpc_services import Services
 from tests.support.long_polls import RequestsInFlight
 from tests.support.signin import dev_sign_in
-from tests.support.workspace_client import create_job
+from tests.support.workspace_client import create_job, entitle
 
 pytestmark = pytest.mark.browser
 
@@ -216,3 +216,28 @@ def test_an_event_stream_refused_on_a_bad_connection_opens_again_when_it_is_back
     assert reopened.value.status == 200
     assert answers == [502, 502, 200]
     expect(card(page, missed.id).locator(".state")).to_have_text("Queued")
+
+
+def test_the_second_click_of_a_double_clicked_retry_does_not_ask_to_cancel(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """The retry's answer came between the two clicks: Cancel had taken Retry's place under
+    the pointer, and the second click opened "Cancel this operation?"."""
+    entitle(ui_services.db, "ada")  # a retry is admitted again: the Pro plan
+    operation_id = failed_operation(ui_services, "ada")
+    dev_sign_in(page, ui_gateway.url, "ada")
+    failed = card(page, operation_id)
+    retry = failed.get_by_role("button", name="Retry")
+    box = retry.bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.down(click_count=1)
+    page.mouse.up(click_count=1)
+    expect(failed.locator(".state")).to_have_text("Queued")
+    expect(failed.get_by_role("button", name="Cancel")).to_be_visible()
+    page.mouse.down(click_count=2)  # the same double click's second press
+    page.mouse.up(click_count=2)
+    expect(page.get_by_role("dialog")).to_have_count(0)
+    # A click of its own still asks.
+    failed.get_by_role("button", name="Cancel").click()
+    expect(page.get_by_role("dialog")).to_contain_text("Cancel this operation?")
