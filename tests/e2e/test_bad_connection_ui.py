@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import Locator, Page, Request, Route, expect
 
 from durable_ops.operations.app import WATCH_OVERLAP
-from tests.support.gateway import LiveGateway, claim, create_operation, fail
+from tests.support.gateway import LiveGateway, claim, complete, create_operation, fail
 from tests.support.grpc_services import Services
 from tests.support.long_polls import RequestsInFlight
 from tests.support.signin import dev_sign_in
@@ -241,3 +241,32 @@ def test_the_second_click_of_a_double_clicked_retry_does_not_ask_to_cancel(
     # A click of its own still asks.
     failed.get_by_role("button", name="Cancel").click()
     expect(page.get_by_role("dialog")).to_contain_text("Cancel this operation?")
+
+
+def test_a_slow_answer_for_a_filter_left_is_not_shown_under_the_one_chosen(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    failed_id = failed_operation(ui_services, "ada")
+    succeeded = create_operation(ui_services, "ada", subject=("job", "job-done"))
+    complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
+    dev_sign_in(page, ui_gateway.url, "ada")
+    cards = page.locator("li.op")
+    expect(cards).to_have_count(2)
+
+    # Every read of the list waits until the test lets it through (a slow connection).
+    held: list[Route] = []
+
+    def hold(route: Route) -> None:
+        held.append(route)
+
+    page.route(lambda url: "/api/operations?" in url, hold)
+    page.get_by_label("Show").select_option("failed")
+    wait_for(page, held)
+    page.get_by_label("Show").select_option("")  # changed their mind: all operations
+    held.pop().continue_()  # the answer for "Failed", late
+    wait_for(page, held)  # the read for "All operations" is on its way
+    # Not the failed one alone under "All operations": the list shown before stays.
+    expect(cards).to_have_count(2)
+    held.pop().continue_()
+    expect(card(page, succeeded.id)).to_be_visible()
+    expect(card(page, failed_id)).to_be_visible()

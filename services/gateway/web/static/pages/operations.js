@@ -354,12 +354,17 @@ export function mount(main) {
   // One poll; answers the delay before the next: short while any shown operation is live.
   async function load() {
     const asked = limit;
+    const chosen = filter.value;
     const query = new URLSearchParams({ page_size: String(asked) });
-    if (filter.value) query.set("state", filter.value);
+    if (chosen) query.set("state", chosen);
     heardWhileLoading = [];
     try {
       const page = await api(`/api/operations?${query}`);
       names = await namesOf(page.items);
+      // Another filter was chosen while this answer was on its way (a slow connection): it
+      // would show the operations of the filter left under the one chosen. The load the
+      // choice asked for runs next.
+      if (filter.value !== chosen) return OPERATIONS_POLL_MS;
       render(page, asked);
       await showTarget(page.items);
       const loaded = new Map(page.items.map((operation) => [operation.id, operation.updated_at]));
