@@ -270,3 +270,30 @@ def test_a_slow_answer_for_a_filter_left_is_not_shown_under_the_one_chosen(
     held.pop().continue_()
     expect(card(page, succeeded.id)).to_be_visible()
     expect(card(page, failed_id)).to_be_visible()
+
+
+def test_retry_pressed_while_the_connection_is_still_down_keeps_its_focus(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    operation_id = failed_operation(ui_services, "ada")
+    page.route("**/api/operations?*", lambda route: route.abort("internetdisconnected"))
+    dev_sign_in(page, ui_gateway.url, "ada")
+    error = page.locator(".placeholder--error")
+    expect(error).to_contain_text("Operations could not be loaded.")
+    retry = error.get_by_role("button", name="Retry")
+
+    # Pressed with the keyboard, still offline: it fails again, and the next press must
+    # still reach a Retry (its focus fell to the page, and Enter did nothing).
+    failures: list[str] = []
+    page.on("requestfailed", lambda request: failures.append(request.url))
+    retry.focus()
+    page.keyboard.press("Enter")
+    for _ in range(100):
+        if failures:
+            break
+        page.wait_for_timeout(50)
+    expect(retry).to_be_focused()
+
+    page.unroute("**/api/operations?*")
+    page.keyboard.press("Enter")
+    expect(card(page, operation_id)).to_be_visible()

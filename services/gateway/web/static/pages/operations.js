@@ -162,6 +162,9 @@ export function mount(main) {
 
   function showError(error) {
     const retry = h("button", { type: "button", class: "button", onclick: () => lookNow() }, "Retry");
+    // A Retry pressed while the connection is still down fails again: the new Retry takes
+    // its focus, which would otherwise fall to the page (a second press did nothing).
+    const retried = banner.contains(document.activeElement) || placeholder.contains(document.activeElement);
     if (!loaded) {
       list.hidden = true;
       showPlaceholder(
@@ -173,6 +176,7 @@ export function mount(main) {
       replaceChildren(banner, h("span", {}, `Updates paused. ${explain(error)}`), retry);
       banner.hidden = false;
     }
+    if (retried) retry.focus();
   }
 
   // `asked`: the page size the answer was asked with.
