@@ -297,3 +297,26 @@ def test_retry_pressed_while_the_connection_is_still_down_keeps_its_focus(
     page.unroute("**/api/operations?*")
     page.keyboard.press("Enter")
     expect(card(page, operation_id)).to_be_visible()
+
+
+def test_a_captive_portals_page_instead_of_the_list_reads_as_the_server_not_reached(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """A hotel's or a train's Wi-Fi answers the page's reads with its sign-in page (HTML,
+    200): the page said "Unexpected token '<', "<!DOCTYPE "... is not valid JSON"."""
+    operation_id = failed_operation(ui_services, "ada")
+    portal = "<!DOCTYPE html><p>Sign in to the Wi-Fi to continue</p>"
+    page.route(
+        "**/api/operations?*",
+        lambda route: route.fulfill(status=200, content_type="text/html", body=portal),
+    )
+    dev_sign_in(page, ui_gateway.url, "ada")
+    error = page.locator(".placeholder--error")
+    expect(error).to_contain_text(
+        "Operations could not be loaded. The service is not reachable right now."
+    )
+    expect(error).not_to_contain_text("JSON")
+
+    page.unroute("**/api/operations?*")  # signed in to the Wi-Fi
+    error.get_by_role("button", name="Retry").click()
+    expect(card(page, operation_id)).to_be_visible()
