@@ -4,6 +4,7 @@ must stay true once the connection is back, and a second click must not act twic
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 
 import pytest
@@ -320,3 +321,27 @@ def test_a_captive_portals_page_instead_of_the_list_reads_as_the_server_not_reac
     page.unroute("**/api/operations?*")  # signed in to the Wi-Fi
     error.get_by_role("button", name="Retry").click()
     expect(card(page, operation_id)).to_be_visible()
+
+
+def test_a_notification_read_while_its_operation_could_not_be_is_completed_later(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """The list came, but the read of what a notification is about was cut off: it showed
+    no subject and no "View the result" for good, though the connection came back."""
+    job = create_job(ui_services.workspace, "ada", title="Platform engineer")
+    operation = create_operation(ui_services, "ada", subject=("job", job))
+    complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
+    operation_read = f"**/api/operations/{operation.id}"
+    page.route(operation_read, lambda route: route.abort("internetdisconnected"))
+    page.clock.install()
+    dev_sign_in(page, ui_gateway.url, "ada")
+    notes = page.locator("#notifications")
+    expect(notes.get_by_text("Strategy snapshot is ready")).to_be_visible()
+    expect(notes.get_by_role("link", name=re.compile("^Open the operation"))).to_be_visible()
+    result = notes.get_by_role("link", name=re.compile("^View the result"))
+    expect(result).to_have_count(0)
+
+    page.unroute(operation_read)
+    page.clock.run_for(NOTIFICATIONS_RETRY_MS)
+    expect(result).to_be_visible()
+    expect(notes.get_by_text("Strategy snapshot for Platform engineer at Acme")).to_be_visible()

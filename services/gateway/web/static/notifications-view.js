@@ -12,20 +12,25 @@ import { operationAnchor, resultHref } from "./operations-view.js";
 import { visiblePoller } from "./poller.js";
 import { subjectName } from "./subjects.js";
 
-// A list that could not load (the connection dropped) is asked for again this often while
-// the page is shown, until it loads: nothing else would ask (the bell's count may not move).
+// A list that could not load (the connection dropped), or loaded without what a notification
+// is about (its operation's read failed), is asked for again this often while the page is
+// shown, until it loads whole: nothing else would ask (the bell's count may not move).
 export const NOTIFICATIONS_RETRY_MS = 5000;
 
 const operations = new Map(); // id -> Promise<operation | null>: its task and subject never change
+
+// An operation that could not be read answers null; one the server could not be reached for
+// (a dropped connection, a 5xx), `UNREACHED`: its notification is read again later.
+const UNREACHED = Symbol("unreached");
 
 function operationOf(id) {
   if (!id) return Promise.resolve(null);
   if (!operations.has(id)) {
     operations.set(
       id,
-      api(`/api/operations/${encodeURIComponent(id)}`).catch(() => {
+      api(`/api/operations/${encodeURIComponent(id)}`).catch((error) => {
         operations.delete(id);
-        return null;
+        return error.status === 0 || error.status >= 500 ? UNREACHED : null;
       }),
     );
   }
@@ -33,11 +38,13 @@ function operationOf(id) {
 }
 
 // What the notification is about and where it leads, once its operation is read.
+// `unreached`: its operation could not be read for now (no name, no result link yet).
 async function detailsOf(notification) {
-  const operation = await operationOf(notification.operation_id);
+  const read = await operationOf(notification.operation_id);
+  const operation = read === UNREACHED ? null : read;
   const name = operation ? await subjectName(operation.subject) : null;
   const result = operation && notification.outcome === "succeeded" ? resultHref({ ...operation, state: "succeeded" }) : null;
-  return { name, result, subject: operation?.subject ?? null };
+  return { name, result, subject: operation?.subject ?? null, unreached: read === UNREACHED };
 }
 
 // The stored line says where to look ("Open your operations to see it."), which reads
@@ -63,7 +70,7 @@ export function mountNotifications(section) {
   replaceChildren(section, h("div", { class: "notes__head" }, heading, readAll), status, list);
   let unread = null;
   let loading = null;
-  let failed = false; // the last load failed
+  let failed = false; // the last load failed, or read a notification's operation it could not
   const acting = new Set(); // notifications with a mark or dismiss on its way: one at a time
 
   // Once the list has loaded again, focus goes on where the reader was: to the next
@@ -197,7 +204,7 @@ export function mountNotifications(section) {
       const page = await api("/api/notifications?page_size=50");
       const details = await Promise.all(page.items.map(detailsOf));
       const refocus = focusWhereItWas();
-      failed = false;
+      failed = details.some((detail) => detail.unreached); // its name and result link: later
       unread = page.items.filter((n) => n.read_at === null).length;
       readAll.hidden = unread === 0;
       list.setAttribute("aria-busy", "false");
