@@ -10,9 +10,11 @@ from datetime import datetime, timedelta
 import pytest
 from playwright.sync_api import Locator, Page, Request, Route, expect
 
+from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
+from durable_ops.model.scope import Role
 from durable_ops.operations.app import WATCH_OVERLAP
 from tests.support.gateway import LiveGateway, claim, complete, create_operation, fail
-from tests.support.grpc_services import Services
+from tests.support.grpc_services import Services, metadata
 from tests.support.long_polls import RequestsInFlight
 from tests.support.signin import dev_sign_in
 from tests.support.workspace_client import create_job, entitle
@@ -345,3 +347,36 @@ def test_a_notification_read_while_its_operation_could_not_be_is_completed_later
     page.clock.run_for(NOTIFICATIONS_RETRY_MS)
     expect(result).to_be_visible()
     expect(notes.get_by_text("Strategy snapshot for Platform engineer at Acme")).to_be_visible()
+
+
+def test_an_opened_operation_that_could_not_be_read_is_read_again(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """A link to an operation the list does not hold (an older one) reads it apart. That
+    read cut off, the page said it "could not be loaded" for good: with the event stream
+    open and nothing live in the list, the list polls no more."""
+    job = create_job(ui_services.workspace, "ada", title="Platform engineer")
+    oldest = create_operation(ui_services, "ada", subject=("job", job), key="oldest")
+    for index in range(20):  # one page is 20, none of them live: the oldest is not on it
+        newer = create_operation(ui_services, "ada", subject=("job", job), key=f"newer-{index}")
+        ui_services.operations.CancelOperation(
+            ops_pb.CancelOperationRequest(operation_id=newer.id),
+            metadata=metadata(Role.GATEWAY, "ada"),
+        )
+    cut: list[Route] = []
+
+    def cut_once(route: Route) -> None:
+        if cut:
+            route.continue_()
+        else:
+            cut.append(route)
+            route.abort("internetdisconnected")
+
+    page.route(f"**/api/operations/{oldest.id}", cut_once)
+    dev_sign_in(page, ui_gateway.url, "ada")
+    page.goto(f"{ui_gateway.url}/operations#operation-{oldest.id}")
+    opened = page.get_by_role("list", name="The operation you opened")
+    expect(opened.get_by_role("alert")).to_have_text(
+        "The operation you opened could not be loaded. The server could not be reached."
+    )
+    expect(opened.locator(f'li.op[data-id="{oldest.id}"] .state')).to_have_text("Queued")

@@ -302,6 +302,8 @@ export function mount(main) {
         const text = error.status === 404 ? "The operation you opened is not among yours." : `The operation you opened could not be loaded. ${error.message}`;
         replaceChildren(detail, h("li", { class: "placeholder placeholder--error", role: "alert" }, text));
         detail.hidden = false;
+        // Read again at the next poll: a list with the stream open and nothing live polls no more.
+        if (error.status !== 404) loadWanted = true;
         return;
       }
       names = new Map([...names, ...(await subjectNames([operation.subject]))]);
