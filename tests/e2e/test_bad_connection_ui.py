@@ -66,6 +66,21 @@ def hold_first(page: Page, pattern: str) -> list[Route]:
     return held
 
 
+def cut_first(page: Page, pattern: str) -> None:
+    """The first request matching `pattern` is cut off (the connection dropped); later ones
+    go through."""
+    cut: list[Route] = []
+
+    def handle(route: Route) -> None:
+        if cut:
+            route.continue_()
+        else:
+            cut.append(route)
+            route.abort("internetdisconnected")
+
+    page.route(pattern, handle)
+
+
 def wait_for(page: Page, held: list[Route]) -> Route:
     for _ in range(100):
         if held:
@@ -106,16 +121,7 @@ def test_notifications_that_could_not_load_load_once_the_connection_is_back(
 
     # The list's load is cut off once (the bell's count, loaded apart, is fine and never
     # moves: nothing it says would ask for the list again).
-    cut: list[Route] = []
-
-    def cut_once(route: Route) -> None:
-        if cut:
-            route.continue_()
-        else:
-            cut.append(route)
-            route.abort("internetdisconnected")
-
-    page.route("**/api/notifications?page_size=*", cut_once)
+    cut_first(page, "**/api/notifications?page_size=*")
     page.reload()
     expect(notes.get_by_text("Notifications could not be loaded.")).to_be_visible()
     expect(page.locator("#bell")).to_have_attribute("aria-label", "Notifications, 1 unread")
@@ -363,16 +369,7 @@ def test_an_opened_operation_that_could_not_be_read_is_read_again(
             ops_pb.CancelOperationRequest(operation_id=newer.id),
             metadata=metadata(Role.GATEWAY, "ada"),
         )
-    cut: list[Route] = []
-
-    def cut_once(route: Route) -> None:
-        if cut:
-            route.continue_()
-        else:
-            cut.append(route)
-            route.abort("internetdisconnected")
-
-    page.route(f"**/api/operations/{oldest.id}", cut_once)
+    cut_first(page, f"**/api/operations/{oldest.id}")
     dev_sign_in(page, ui_gateway.url, "ada")
     page.goto(f"{ui_gateway.url}/operations#operation-{oldest.id}")
     opened = page.get_by_role("list", name="The operation you opened")
