@@ -36,7 +36,23 @@ export function pageUser() {
 
 export async function api(path, options = {}) {
   const response = await send(path, options);
-  return response.status === 204 ? null : response.json();
+  return response.status === 204 ? null : bodyOf(response);
+}
+
+function unreachable() {
+  return new ApiError(0, { code: "network_error", detail: "The server could not be reached." });
+}
+
+// A success's JSON body. What answered may not be the gateway (a captive portal's or a
+// proxy's page on a bad connection), or the connection may drop while the body comes:
+// either is the server not reached, never a parser's message ("Unexpected token '<'").
+async function bodyOf(response) {
+  try {
+    return await response.json();
+  } catch (error) {
+    if (error.name === "AbortError") throw error;
+    throw unreachable();
+  }
 }
 
 // A GET of what the page read before: `known` is that earlier answer ({etag, body}, as this
@@ -46,7 +62,7 @@ export async function revalidate(path, known = null, { signal } = {}) {
   const headers = known?.etag ? { "If-None-Match": known.etag } : {};
   const response = await send(path, { signal, headers });
   if (response.status === 304 && known) return known;
-  return { etag: response.headers.get("ETag"), body: await response.json() };
+  return { etag: response.headers.get("ETag"), body: await bodyOf(response) };
 }
 
 // The response to a request, once it is a success: a 304 is one to a request that named
@@ -70,7 +86,7 @@ async function send(path, { method = "GET", signal, json, headers = {} } = {}) {
     response = await fetch(path, request);
   } catch (error) {
     if (error.name === "AbortError") throw error;
-    throw new ApiError(0, { code: "network_error", detail: "The server could not be reached." });
+    throw unreachable();
   }
   if (response.status === 401) {
     window.dispatchEvent(new CustomEvent(AUTH_EXPIRED));

@@ -16,6 +16,12 @@ export const LIVE_OPENED = "live:opened";
 
 let source = null;
 let opens = 0;
+let starts = 0;
+// The browser reopens a stream that dropped, but closes one the gateway refused (an HTTP
+// error: a proxy's 502 on a bad connection, a 503 while a service is down) for good, and
+// the tab would poll until reloaded. A refused stream is opened again when the tab is shown
+// again or the browser is back online: the moments a bad spell has likely passed.
+let refused = false;
 
 export function liveOpen() {
   return source !== null && source.readyState === EventSource.OPEN;
@@ -43,12 +49,19 @@ function eventsUrl() {
 export function startLive() {
   if (typeof EventSource !== "function") return;
   if (source !== null && source.readyState !== EventSource.CLOSED) return;
-  source = new EventSource(eventsUrl());
+  refused = false;
+  starts += 1;
+  const opened = new EventSource(eventsUrl());
+  source = opened;
+  opened.addEventListener("error", () => {
+    if (opened.readyState === EventSource.CLOSED) refused = true; // not by close(): no error then
+  });
   // `reopened`: open again after a drop, when what it told meanwhile may not all have
-  // reached the page (a read it asked for failed while the gateway was away).
+  // reached the page (a read it asked for failed while the gateway was away); or a stream
+  // started again (after a refusal, a sign-in anew), which tells only what changes from now.
   source.addEventListener("open", () => {
     opens += 1;
-    window.dispatchEvent(new CustomEvent(LIVE_OPENED, { detail: { reopened: opens > 1 } }));
+    window.dispatchEvent(new CustomEvent(LIVE_OPENED, { detail: { reopened: opens > 1 || starts > 1 } }));
   });
   source.addEventListener("operation", (event) => relay(LIVE_OPERATION, event));
   source.addEventListener("unread", (event) => relay(LIVE_UNREAD, event));
@@ -66,3 +79,10 @@ export function startLive() {
 export function stopLive() {
   source?.close();
 }
+
+function reopenRefused() {
+  if (refused && source?.readyState === EventSource.CLOSED && document.visibilityState === "visible") startLive();
+}
+
+document.addEventListener("visibilitychange", reopenRefused);
+window.addEventListener("online", reopenRefused);

@@ -9,18 +9,28 @@ import { h, replaceChildren } from "./dom.js";
 import { NOTIFICATIONS_CHANGED, UNREAD_COUNT, notificationsChanged } from "./events.js";
 import { formatTime, subjectLabel, taskLabel } from "./format.js";
 import { operationAnchor, resultHref } from "./operations-view.js";
+import { visiblePoller } from "./poller.js";
 import { subjectName } from "./subjects.js";
 
+// A list that could not load (the connection dropped), or loaded without what a notification
+// is about (its operation's read failed), is asked for again this often while the page is
+// shown, until it loads whole: nothing else would ask (the bell's count may not move).
+export const NOTIFICATIONS_RETRY_MS = 5000;
+
 const operations = new Map(); // id -> Promise<operation | null>: its task and subject never change
+
+// An operation that could not be read answers null; one the server could not be reached for
+// (a dropped connection, a 5xx), `UNREACHED`: its notification is read again later.
+const UNREACHED = Symbol("unreached");
 
 function operationOf(id) {
   if (!id) return Promise.resolve(null);
   if (!operations.has(id)) {
     operations.set(
       id,
-      api(`/api/operations/${encodeURIComponent(id)}`).catch(() => {
+      api(`/api/operations/${encodeURIComponent(id)}`).catch((error) => {
         operations.delete(id);
-        return null;
+        return error.status === 0 || error.status >= 500 ? UNREACHED : null;
       }),
     );
   }
@@ -28,11 +38,13 @@ function operationOf(id) {
 }
 
 // What the notification is about and where it leads, once its operation is read.
+// `unreached`: its operation could not be read for now (no name, no result link yet).
 async function detailsOf(notification) {
-  const operation = await operationOf(notification.operation_id);
+  const read = await operationOf(notification.operation_id);
+  const operation = read === UNREACHED ? null : read;
   const name = operation ? await subjectName(operation.subject) : null;
   const result = operation && notification.outcome === "succeeded" ? resultHref({ ...operation, state: "succeeded" }) : null;
-  return { name, result, subject: operation?.subject ?? null };
+  return { name, result, subject: operation?.subject ?? null, unreached: read === UNREACHED };
 }
 
 // The stored line says where to look ("Open your operations to see it."), which reads
@@ -58,11 +70,16 @@ export function mountNotifications(section) {
   replaceChildren(section, h("div", { class: "notes__head" }, heading, readAll), status, list);
   let unread = null;
   let loading = null;
+  let failed = false; // the last load failed, or read a notification's operation it could not
+  const acting = new Set(); // notifications with a mark or dismiss on its way: one at a time
 
   // Once the list has loaded again, focus goes on where the reader was: to the next
   // notification's first control (the one before it, for the last), the heading once none
-  // is left.
+  // is left. The second click of a double click, while the first one's request is on its
+  // way, asks nothing: a second dismiss would find the notification gone and say it failed.
   async function act(notification, action) {
+    if (acting.has(notification.id)) return;
+    acting.add(notification.id);
     const item = itemOf(notification.id);
     const near = [item?.nextElementSibling, item?.previousElementSibling].map((other) => other?.dataset.id).filter(Boolean);
     try {
@@ -70,6 +87,8 @@ export function mountNotifications(section) {
     } catch (error) {
       status.textContent = `The notification could not be updated. ${error.message}`;
       return;
+    } finally {
+      acting.delete(notification.id);
     }
     status.textContent = action === "dismiss" ? "Notification dismissed." : "Notification marked as read.";
     focusAfterLoad = { ids: near, control: 0 };
@@ -100,13 +119,19 @@ export function mountNotifications(section) {
     };
   }
 
+  // One at a time too: a double click's second answer would say "0 notifications marked as read."
+  let markingAll = false;
   readAll.addEventListener("click", async () => {
+    if (markingAll) return;
+    markingAll = true;
     try {
       const { marked } = await post("/api/notifications/read-all");
       status.textContent = marked === 1 ? "One notification marked as read." : `${marked} notifications marked as read.`;
     } catch (error) {
       status.textContent = `The notifications could not be marked as read. ${error.message}`;
       return;
+    } finally {
+      markingAll = false;
     }
     notificationsChanged();
     heading.focus();
@@ -179,6 +204,7 @@ export function mountNotifications(section) {
       const page = await api("/api/notifications?page_size=50");
       const details = await Promise.all(page.items.map(detailsOf));
       const refocus = focusWhereItWas();
+      failed = details.some((detail) => detail.unreached); // its name and result link: later
       unread = page.items.filter((n) => n.read_at === null).length;
       readAll.hidden = unread === 0;
       list.setAttribute("aria-busy", "false");
@@ -189,6 +215,7 @@ export function mountNotifications(section) {
       }
       refocus();
     } catch (error) {
+      failed = true;
       const hadFocus = focusAfterLoad || list.contains(document.activeElement);
       focusAfterLoad = null;
       replaceChildren(list, h("li", { class: "empty" }, `Notifications could not be loaded. ${error.message}`));
@@ -209,5 +236,6 @@ export function mountNotifications(section) {
     if (unread !== null && event.detail.count !== unread) reload();
   });
   reload();
+  visiblePoller(() => (failed ? reload() : null), NOTIFICATIONS_RETRY_MS);
   return { reload };
 }

@@ -106,17 +106,27 @@ function noteOf(operation) {
   return null;
 }
 
+// The second click of a double click (`detail` 2: the browser counts clicks in one spot) is
+// no new intent: the first one's answer may have put another action under the pointer (a
+// Retry answered in time shows Cancel in its place, and the second click asked to cancel).
+function once(act) {
+  return (event) => {
+    if (event.detail > 1) return;
+    act();
+  };
+}
+
 function buttons(operation, name, handlers) {
   return actionsOf(operation).map((action) =>
     action === "cancel"
       ? h(
           "button",
-          { type: "button", class: "button button--quiet", "aria-label": `Cancel ${name}`, onclick: () => handlers.cancel(operation) },
+          { type: "button", class: "button button--quiet", "aria-label": `Cancel ${name}`, onclick: once(() => handlers.cancel(operation)) },
           "Cancel",
         )
       : h(
           "button",
-          { type: "button", class: "button", "aria-label": `Retry ${name}`, onclick: () => handlers.retry(operation) },
+          { type: "button", class: "button", "aria-label": `Retry ${name}`, onclick: once(() => handlers.retry(operation)) },
           "Retry",
         ),
   );

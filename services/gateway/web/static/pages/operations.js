@@ -15,7 +15,7 @@ import { h, replaceChildren } from "../dom.js";
 import { notificationsChanged } from "../events.js";
 import { createFollower } from "../follow.js";
 import { highlight } from "../highlight.js";
-import { LIVE_OPERATION, liveOpen } from "../live.js";
+import { LIVE_OPENED, LIVE_OPERATION, liveOpen } from "../live.js";
 import { TERMINAL_STATES, cancelCameTooLate, isLive, stateLabel } from "../format.js";
 import { mountNotifications } from "../notifications-view.js";
 import { createCard, focusTarget, operationAnchor, operationName, showCardError, updateCard } from "../operations-view.js";
@@ -78,6 +78,8 @@ export function mount(main) {
   let targetShown = false;
   const cancelling = new Map(); // id -> name: cancels asked for here, until they end
   const acting = new Set(); // "id:action" asked here and not answered yet: one request per intent
+  // Cards whose error says the server could not be reached: no longer true once a load answers.
+  const unreachedOn = new Set();
   let moreFocus = null; // after "Show more": {index, limit} of the first card it brings, to focus
   const cancels = cancelDialogs(); // keyed by operation id
 
@@ -160,6 +162,9 @@ export function mount(main) {
 
   function showError(error) {
     const retry = h("button", { type: "button", class: "button", onclick: () => lookNow() }, "Retry");
+    // A Retry pressed while the connection is still down fails again: the new Retry takes
+    // its focus, which would otherwise fall to the page (a second press did nothing).
+    const retried = banner.contains(document.activeElement) || placeholder.contains(document.activeElement);
     if (!loaded) {
       list.hidden = true;
       showPlaceholder(
@@ -171,6 +176,7 @@ export function mount(main) {
       replaceChildren(banner, h("span", {}, `Updates paused. ${explain(error)}`), retry);
       banner.hidden = false;
     }
+    if (retried) retry.focus();
   }
 
   // `asked`: the page size the answer was asked with.
@@ -179,6 +185,8 @@ export function mount(main) {
     const retried = banner.contains(document.activeElement) || placeholder.contains(document.activeElement);
     loaded = true;
     banner.hidden = true;
+    for (const card of unreachedOn) showCardError(card, "");
+    unreachedOn.clear();
     section.setAttribute("aria-busy", "false");
     if (page.items.length === 0) {
       list.hidden = true;
@@ -294,6 +302,8 @@ export function mount(main) {
         const text = error.status === 404 ? "The operation you opened is not among yours." : `The operation you opened could not be loaded. ${error.message}`;
         replaceChildren(detail, h("li", { class: "placeholder placeholder--error", role: "alert" }, text));
         detail.hidden = false;
+        // Read again at the next poll: a list with the stream open and nothing live polls no more.
+        if (error.status !== 404) loadWanted = true;
         return;
       }
       names = new Map([...names, ...(await subjectNames([operation.subject]))]);
@@ -350,12 +360,17 @@ export function mount(main) {
   // One poll; answers the delay before the next: short while any shown operation is live.
   async function load() {
     const asked = limit;
+    const chosen = filter.value;
     const query = new URLSearchParams({ page_size: String(asked) });
-    if (filter.value) query.set("state", filter.value);
+    if (chosen) query.set("state", chosen);
     heardWhileLoading = [];
     try {
       const page = await api(`/api/operations?${query}`);
       names = await namesOf(page.items);
+      // Another filter was chosen while this answer was on its way (a slow connection): it
+      // would show the operations of the filter left under the one chosen. The load the
+      // choice asked for runs next.
+      if (filter.value !== chosen) return OPERATIONS_POLL_MS;
       render(page, asked);
       await showTarget(page.items);
       const loaded = new Map(page.items.map((operation) => [operation.id, operation.updated_at]));
@@ -415,6 +430,7 @@ export function mount(main) {
       const updated = await post(`/api/operations/${encodeURIComponent(operation.id)}/${action}`);
       if (card) {
         showCardError(card, "");
+        unreachedOn.delete(card);
         showOnCard(card, updated);
         card.querySelector(".op__actions button, .op__title")?.focus?.();
       }
@@ -422,7 +438,11 @@ export function mount(main) {
       return true;
     } catch (error) {
       const text = error.status === 409 ? conflict : error.message;
-      if (card) showCardError(card, text);
+      if (card) {
+        showCardError(card, text);
+        if (error.status === 0) unreachedOn.add(card);
+        else unreachedOn.delete(card);
+      }
       return false;
     } finally {
       acting.delete(key);
@@ -493,6 +513,11 @@ export function mount(main) {
     const { operation } = event.detail;
     if (heardWhileLoading) heardWhileLoading.push(operation);
     else showChange(operation);
+  });
+  // The stream open again: what changed while it was away may not have reached the list (a
+  // stream started anew tells only what changes from now), and an idle list does not poll.
+  window.addEventListener(LIVE_OPENED, (event) => {
+    if (event.detail?.reopened) lookNow();
   });
   function showChange(operation) {
     const shown = cards.get(operation.id);
