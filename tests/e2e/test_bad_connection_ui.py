@@ -15,6 +15,7 @@ from durable_ops.model.scope import Role
 from durable_ops.operations.app import WATCH_OVERLAP
 from tests.support.gateway import LiveGateway, claim, complete, create_operation, fail
 from tests.support.grpc_services import Services, metadata
+from tests.support.jobs_page import open_jobs
 from tests.support.long_polls import RequestsInFlight
 from tests.support.signin import dev_sign_in
 from tests.support.workspace_client import create_job, entitle
@@ -377,3 +378,29 @@ def test_an_opened_operation_that_could_not_be_read_is_read_again(
         "The operation you opened could not be loaded. The server could not be reached."
     )
     expect(opened.locator(f'li.op[data-id="{oldest.id}"] .state')).to_have_text("Queued")
+
+
+def test_a_start_whose_answer_was_lost_shows_the_analysis_it_started(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """The start reached the server and its answer did not reach the page: the card reads
+    what is there at once, rather than saying no analysis runs while one is queued."""
+    entitle(ui_services.db, "alice")
+    create_job(ui_services.workspace, "alice")
+    lost: list[Route] = []
+
+    def lose_the_answer(route: Route) -> None:
+        if route.request.method != "POST" or lost:
+            route.continue_()
+            return
+        lost.append(route)
+        route.fetch()  # the server starts it
+        route.abort("internetdisconnected")
+
+    page.route(re.compile(r"/strategy-snapshot$"), lose_the_answer)
+    open_jobs(page, ui_gateway.url, "alice")
+    job = page.locator("ol[aria-label='Your jobs'] li.item")
+    job.get_by_role("button", name="Start strategy snapshot").click()
+    expect(job.locator(".analysis .state")).to_have_text("Queued")
+    expect(job.get_by_text("The server could not be reached.")).to_have_count(0)
+    assert len(lost) == 1

@@ -323,6 +323,9 @@ export function mount(main) {
         // A spent daily budget's sentence says when it renews; seconds to midnight would not help.
         const wait = failure.retryAfter && failure.code !== "budget_exhausted" ? ` Try again in ${failure.retryAfter} s.` : "";
         showCardError(entry, failure, `${failure.message}${wait}`);
+        // Unanswered, the start may still have reached the server: the card reads what is
+        // there (the stream's news of it was passed over while this start was on its way).
+        if (failure.status === 0) lookAgain(entry);
       } finally {
         start.removeAttribute("aria-disabled");
         entry.starting = false;
