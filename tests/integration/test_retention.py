@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, MutableMapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import grpc
@@ -328,3 +328,136 @@ def test_opsctl_operations_prune_counts_then_prunes_with_yes(
         with pytest.raises(SystemExit) as refused:
             opsctl("prune", *usage)
         assert refused.value.code == 2
+
+
+def _prune_batch(
+    services: Services, policy: RetentionPolicy, now: datetime, limit: int
+) -> retention.PruneBatch:
+    """One batch, as a prune runs it, in its own transaction."""
+    return services.db.run(
+        lambda tx: retention.prune_batch(OperatorTx(tx), policy, now, limit), owner_id=None
+    )
+
+
+def _prunable(services: Services, policy: RetentionPolicy, now: datetime) -> retention.Prunable:
+    return services.db.run(
+        lambda tx: retention.prunable(OperatorTx(tx), policy, now), owner_id=None
+    )
+
+
+def test_an_operation_finished_exactly_at_the_horizon_is_kept_and_so_is_its_tombstone(
+    services: Services, ops: OpsClient
+) -> None:
+    """An operation is "kept ``operations`` long after it finished" (ADR 0021): at the
+    horizon's very instant its record is still kept (and not counted), and its tombstone
+    likewise at its own horizon; a microsecond later each goes."""
+    done = _succeed(ops, ALICE, "k-at-the-horizon")
+    stored = operation(services.db, done)
+    assert stored is not None
+    assert stored.finished_at is not None
+    policy = RetentionPolicy(timedelta(days=1), timedelta(days=2))
+    tick = timedelta(microseconds=1)
+
+    at_horizon = stored.finished_at + policy.operations
+    assert _prunable(services, policy, at_horizon) == retention.Prunable(0, 0)
+    assert _prune_batch(services, policy, at_horizon, 10) == retention.PruneBatch(0, 0)
+    assert _prunable(services, policy, at_horizon + tick) == retention.Prunable(1, 0)
+    assert _prune_batch(services, policy, at_horizon + tick, 10) == retention.PruneBatch(1, 0)
+
+    at_tombstone_horizon = stored.finished_at + policy.tombstones
+    assert _prunable(services, policy, at_tombstone_horizon) == retention.Prunable(0, 0)
+    assert _prune_batch(services, policy, at_tombstone_horizon, 10) == retention.PruneBatch(0, 0)
+    assert set(_tombstones(services)) == {done}
+    assert _prune_batch(services, policy, at_tombstone_horizon + tick, 10) == (
+        retention.PruneBatch(0, 1)
+    )
+    assert _tombstones(services) == {}
+
+
+def test_a_dry_run_counts_tombstones_by_their_own_horizon(
+    services: Services, ops: OpsClient, clock: ManualClock, operator_md: Metadata
+) -> None:
+    """What a dry run says is what the prune then does: tombstones are counted past
+    ``tombstones_older_than``, not past the operations' shorter horizon."""
+    _succeed(ops, ALICE, "k-dry-older")
+    clock.advance(10 * DAY)
+    _succeed(ops, ALICE, "k-dry-newer")
+    clock.advance(25 * DAY)  # finished 35 and 25 days ago
+    assert _prune(services, operator_md, timedelta(days=20), timedelta(days=40)).pruned == 2
+
+    dry = _prune(services, operator_md, timedelta(days=20), timedelta(days=30), dry_run=True)
+    assert (dry.pruned, dry.forgotten, dry.more) == (0, 1, False)
+    assert len(_tombstones(services)) == 2  # a dry run forgets nothing
+    answer = _prune(services, operator_md, timedelta(days=20), timedelta(days=30))
+    assert (answer.pruned, answer.forgotten) == (0, 1)
+    assert [row.idempotency_key for row in _tombstones(services).values()] == ["k-dry-newer"]
+
+
+def test_a_pruned_key_is_refused_only_within_its_own_task_type(
+    services: Services, ops: OpsClient, clock: ManualClock, operator_md: Metadata
+) -> None:
+    """Owner, task type and key name an operation together: a pruned key of one task type
+    leaves the same key of another free, and each refusal tells of its own operation."""
+    _succeed(ops, ALICE, "k-shared")
+    clock.advance(40 * DAY)
+    assert _prune(services, operator_md, timedelta(days=30)).pruned == 1
+
+    other = ops.create(ALICE, "k-shared", task_type=OTHER_TASK)  # runs: another task type
+    ops.cancel(ALICE, other.id)
+    expect_failure(lambda: ops.create(ALICE, "k-shared"), EXISTS, "operation_pruned")
+    clock.advance(40 * DAY)
+    assert _prune(services, operator_md, timedelta(days=30), timedelta(days=90)).pruned == 1
+
+    # Both task types now hold a tombstone of the key; each create reads only its own.
+    cancelled = expect_failure(
+        lambda: ops.create(ALICE, "k-shared", task_type=OTHER_TASK), EXISTS, "operation_pruned"
+    )
+    assert "(cancelled)" in cancelled.details
+    succeeded = expect_failure(lambda: ops.create(ALICE, "k-shared"), EXISTS, "operation_pruned")
+    assert "(succeeded)" in succeeded.details
+    # The first tombstone is forgotten (80 days): its task type's key is free, the other not.
+    assert _prune(services, operator_md, timedelta(days=30), timedelta(days=60)).forgotten == 1
+    assert ops.create(ALICE, "k-shared").id
+    expect_failure(
+        lambda: ops.create(ALICE, "k-shared", task_type=OTHER_TASK), EXISTS, "operation_pruned"
+    )
+
+
+def test_a_prune_goes_on_while_batches_come_back_full_and_stops_at_the_first_short_one(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    """Without a time limit a prune takes everything past the horizons, batch after batch;
+    a full batch of forgotten tombstones counts as full as one of pruned operations."""
+    ids = {ops.cancel(BOB, ops.create(BOB, f"k-full-{n}").id).id for n in range(5)}
+    clock.advance(2 * DAY)
+    policy = RetentionPolicy(timedelta(days=1), timedelta(days=10))
+
+    everything = services.loop.call(prune(services.db, clock, policy, 2))
+    assert (everything.pruned, everything.forgotten, everything.more) == (5, 0, False)
+    assert set(_tombstones(services)) == ids
+    clock.advance(10 * DAY)
+    # Each batch forgets at most its size, whatever the final state of the operation.
+    assert _prune_batch(services, policy, clock(), 2) == retention.PruneBatch(0, 2)
+    rest = services.loop.call(prune(services.db, clock, policy, 2))
+    assert (rest.pruned, rest.forgotten, rest.more) == (0, 3, False)
+    assert _tombstones(services) == {}
+
+
+def test_a_batch_takes_the_oldest_first(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    """Oldest first, operations and tombstones alike: a prune cut short by its time limit
+    leaves the most recent behind, the ones nearest to being kept anyway."""
+    older, newer = (ops.create(ALICE, key).id for key in ("k-older", "k-newer"))
+    ops.cancel(ALICE, older)
+    clock.advance(DAY)
+    ops.cancel(ALICE, newer)
+    clock.advance(2 * DAY)
+    policy = RetentionPolicy(timedelta(days=1), timedelta(days=10))
+
+    assert _prune_batch(services, policy, clock(), 1) == retention.PruneBatch(1, 0)
+    assert set(_tombstones(services)) == {older}
+    assert _prune_batch(services, policy, clock(), 1) == retention.PruneBatch(1, 0)
+    clock.advance(9 * DAY)  # both tombstones past their horizon now
+    assert _prune_batch(services, policy, clock(), 1) == retention.PruneBatch(0, 1)
+    assert set(_tombstones(services)) == {newer}
