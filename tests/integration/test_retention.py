@@ -18,13 +18,18 @@ from typing import Any
 
 import grpc
 import pytest
+from prometheus_client import CollectorRegistry
 from sqlalchemy import func, insert, select
 from structlog.testing import capture_logs
 
 from durable_ops.api.operator.v1 import operator_pb2 as opb
+from durable_ops.model.errors import NotFound
 from durable_ops.model.retention import RetentionPolicy
 from durable_ops.model.scope import Role
+from durable_ops.operations import pruner
+from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.operations.pruner import prune, run_pruner
+from durable_ops.operations.tuning import Tuning
 from durable_ops.operator_cli import EXIT_NOT_CONFIRMED
 from durable_ops.storage import retention, workspace
 from durable_ops.storage.schema import (
@@ -461,3 +466,85 @@ def test_a_batch_takes_the_oldest_first(
     clock.advance(9 * DAY)  # both tombstones past their horizon now
     assert _prune_batch(services, policy, clock(), 1) == retention.PruneBatch(0, 1)
     assert set(_tombstones(services)) == {newer}
+
+
+def test_a_prune_counts_what_it_removed_in_the_operations_metrics(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    """``durable_ops_operations_pruned_total`` and ``..._tombstones_forgotten_total`` add up
+    every batch of a prune, so a dashboard sees what retention removed."""
+    registry = CollectorRegistry()
+    metrics = OperationsMetrics(registry, services.db, clock)
+    for n in range(3):
+        _succeed(ops, ALICE, f"k-metered-{n}")
+    clock.advance(2 * DAY)
+    policy = RetentionPolicy(timedelta(days=1), timedelta(days=3))
+
+    services.loop.call(prune(services.db, clock, policy, 2, metrics=metrics))
+    clock.advance(2 * DAY)
+    services.loop.call(prune(services.db, clock, policy, 2, metrics=metrics))
+    assert registry.get_sample_value("durable_ops_operations_pruned_total") == 3
+    assert registry.get_sample_value("durable_ops_tombstones_forgotten_total") == 3
+
+
+def test_deleting_another_owners_operation_is_not_found_by_its_stable_code(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    """Another owner's operation is as unknown as a missing one, with the code every other
+    operation call answers (``operation_not_found``), and it stays."""
+    theirs = ops.cancel(ALICE, ops.create(ALICE, "k-theirs").id).id
+
+    def delete(operation_id: str) -> None:
+        services.db.run(
+            lambda tx: retention.delete_finished(tx, operation_id, clock(), lambda _: None),
+            owner_id=BOB,
+        )
+
+    for unknown in (theirs, "no-such-operation"):
+        with pytest.raises(NotFound) as refused:
+            delete(unknown)
+        assert refused.value.code == "operation_not_found"
+    assert ops_row_exists(services, theirs)
+    assert _tombstones(services) == {}
+
+
+class _ClockFailingOnce:
+    """The clock of a pruner whose first run fails (as on a database hiccup), then reads
+    the test's clock."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.failed = False
+
+    def __call__(self) -> datetime:
+        if not self.failed:
+            self.failed = True
+            raise OSError("the first run fails")
+        return self.clock()
+
+
+def test_the_periodic_prune_outlives_a_failed_run_and_tries_again(
+    services: Services, ops: OpsClient, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed run is logged and the next interval runs again: the Operations process
+    keeps pruning after a hiccup."""
+    old = _succeed(ops, BOB, "k-after-a-hiccup")
+    clock.advance(8 * DAY)
+    policy = RetentionPolicy(timedelta(days=7), timedelta(days=30))
+    monkeypatch.setattr(pruner, "TUNING", Tuning(retention_interval_seconds=0.01))
+
+    async def until_pruned(logs: list[MutableMapping[str, Any]]) -> None:
+        running = asyncio.create_task(
+            pruner.run_pruner(services.db, _ClockFailingOnce(clock), policy, 100)
+        )
+        for _ in range(400):  # bounded: a broken build fails here instead of hanging
+            if running.done() or any(entry["event"] == "retention_pruned" for entry in logs):
+                break
+            await asyncio.sleep(0.05)
+        running.cancel()
+
+    with capture_logs() as logs:
+        services.loop.call(until_pruned(logs))
+    events = [(e["event"], e.get("error")) for e in logs if e["event"].startswith("retention_")]
+    assert events == [("retention_prune_failed", "OSError"), ("retention_pruned", None)]
+    assert not ops_row_exists(services, old)
