@@ -23,6 +23,7 @@ from sqlalchemy import func, insert, select
 from structlog.testing import capture_logs
 
 from durable_ops.api.operator.v1 import operator_pb2 as opb
+from durable_ops.model.concurrency_limits import Concurrency
 from durable_ops.model.errors import NotFound
 from durable_ops.model.retention import RetentionPolicy
 from durable_ops.model.scope import Role
@@ -34,13 +35,14 @@ from durable_ops.operator_cli import EXIT_NOT_CONFIRMED
 from durable_ops.storage import retention, workspace
 from durable_ops.storage.schema import (
     AiWorkspaceNote,
+    ConcurrencySlot,
     OperationAttempt,
     OperationTombstone,
     UserNotification,
 )
 from durable_ops.storage.tx import OperatorTx
 from tests.support.clock import ManualClock
-from tests.support.grpc_services import Services, metadata
+from tests.support.grpc_services import Services, metadata, running_services
 from tests.support.operations_client import (
     ALICE,
     BOB,
@@ -548,3 +550,20 @@ def test_the_periodic_prune_outlives_a_failed_run_and_tries_again(
     events = [(e["event"], e.get("error")) for e in logs if e["event"].startswith("retention_")]
     assert events == [("retention_prune_failed", "OSError"), ("retention_pruned", None)]
     assert not ops_row_exists(services, old)
+
+
+def test_a_prune_goes_on_while_idle_concurrency_slots_fill_its_batches(
+    db_url: str, clock: ManualClock
+) -> None:
+    """With retention off the periodic run still deletes idle slot rows (a row per key that
+    ever ran): a full batch of them is followed by another, as with operations."""
+    keyed = "fleet.keyed"
+    with running_services(db_url, clock, concurrency={keyed: Concurrency(per_key=1)}) as running:
+        ops = OpsClient(running)
+        for key in ("s0", "s1", "s2"):  # three keys that ran once and are idle now
+            request = ops.create_request(f"k-slot-{key}", task_type=keyed, subject_id=key)
+            ops.create_raw(ALICE, request)
+            ops.complete(ops.claim_one((keyed,)))
+        assert len(rows(running.db, select(ConcurrencySlot))) > 2
+        running.loop.call(prune(running.db, clock, None, 2))
+        assert rows(running.db, select(ConcurrencySlot)) == []
