@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Callable, MutableMapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,7 +33,7 @@ from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.operations.pruner import prune, run_pruner
 from durable_ops.operations.tuning import Tuning
 from durable_ops.operator_cli import EXIT_NOT_CONFIRMED
-from durable_ops.storage import retention, workspace
+from durable_ops.storage import operations, retention, workspace
 from durable_ops.storage.schema import (
     AiWorkspaceNote,
     ConcurrencySlot,
@@ -567,3 +568,38 @@ def test_a_prune_goes_on_while_idle_concurrency_slots_fill_its_batches(
         assert len(rows(running.db, select(ConcurrencySlot))) > 2
         running.loop.call(prune(running.db, clock, None, 2))
         assert rows(running.db, select(ConcurrencySlot)) == []
+
+
+def test_a_delete_racing_a_retry_goes_wholly_before_it(
+    services: Services, ops: OpsClient, clock: ManualClock, engine_name: str
+) -> None:
+    """A retry of the operation a delete has read waits for the delete, then finds nothing
+    to retry. Read unlocked, the delete's DELETE missed the row the retry had queued again
+    (its tombstone INSERT failed first): the owner's Delete answered INTERNAL."""
+    if engine_name == "sqlite":
+        pytest.skip("SQLite runs one writer at a time: the retry cannot start inside the delete")
+    failed = _fail(ops, ALICE, "k-retried-meanwhile")
+    retried: list[str] = []
+
+    def retry_in_its_own_transaction() -> None:
+        try:
+            services.db.run(lambda tx: operations.retry(tx, failed, clock()), owner_id=ALICE)
+            retried.append("queued again")
+        except NotFound as gone:
+            retried.append(gone.code)
+
+    racer = threading.Thread(target=retry_in_its_own_transaction)
+
+    def retried_meanwhile(_task_type: str) -> None:  # between the delete's read and its DELETE
+        racer.start()
+        # A retry free to run commits well within this; one the delete locks out waits for it.
+        racer.join(timeout=1.0)
+
+    services.db.run(
+        lambda tx: retention.delete_finished(tx, failed, clock(), retried_meanwhile),
+        owner_id=ALICE,
+    )
+    racer.join()
+    assert retried == ["operation_not_found"]
+    assert set(_tombstones(services)) == {failed}
+    assert not ops_row_exists(services, failed)
