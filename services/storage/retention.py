@@ -82,8 +82,12 @@ def _burying(*where: ColumnElement[bool]) -> tuple[Insert, Delete]:
 
 _PRUNABLE, _COUNT_PRUNABLE = _finished_before(OPS, OPS.c.state.in_(_TERMINAL))
 _FORGETTABLE, _COUNT_FORGETTABLE = _finished_before(TOMBSTONES)
-_FINISHED_OWN = select(OPS.c.id, OPS.c.task_type, OPS.c.state, OPS.c.finished_at).where(
-    OPS.c.id == bindparam("operation_id"), OPS.c.owner_user_id == SCOPE_OWNER
+# Read locked, as a retry reads it: a delete and a racing retry (or prune) go wholly one
+# after the other, and the delete answers from the row as it then is.
+_FINISHED_OWN = (
+    select(OPS.c.id, OPS.c.task_type, OPS.c.state, OPS.c.finished_at)
+    .where(OPS.c.id == bindparam("operation_id"), OPS.c.owner_user_id == SCOPE_OWNER)
+    .with_for_update()
 )
 _BURY = _burying()
 _BURY_OWN = _burying(OPS.c.owner_user_id == SCOPE_OWNER)  # an owner's scope binds the owner

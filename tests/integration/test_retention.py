@@ -12,30 +12,38 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Callable, MutableMapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import grpc
 import pytest
+from prometheus_client import CollectorRegistry
 from sqlalchemy import func, insert, select
 from structlog.testing import capture_logs
 
 from durable_ops.api.operator.v1 import operator_pb2 as opb
+from durable_ops.model.concurrency_limits import Concurrency
+from durable_ops.model.errors import NotFound
 from durable_ops.model.retention import RetentionPolicy
 from durable_ops.model.scope import Role
+from durable_ops.operations import pruner
+from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.operations.pruner import prune, run_pruner
+from durable_ops.operations.tuning import Tuning
 from durable_ops.operator_cli import EXIT_NOT_CONFIRMED
-from durable_ops.storage import retention, workspace
+from durable_ops.storage import operations, retention, workspace
 from durable_ops.storage.schema import (
     AiWorkspaceNote,
+    ConcurrencySlot,
     OperationAttempt,
     OperationTombstone,
     UserNotification,
 )
 from durable_ops.storage.tx import OperatorTx
 from tests.support.clock import ManualClock
-from tests.support.grpc_services import Services, metadata
+from tests.support.grpc_services import Services, metadata, running_services
 from tests.support.operations_client import (
     ALICE,
     BOB,
@@ -328,3 +336,270 @@ def test_opsctl_operations_prune_counts_then_prunes_with_yes(
         with pytest.raises(SystemExit) as refused:
             opsctl("prune", *usage)
         assert refused.value.code == 2
+
+
+def _prune_batch(
+    services: Services, policy: RetentionPolicy, now: datetime, limit: int
+) -> retention.PruneBatch:
+    """One batch, as a prune runs it, in its own transaction."""
+    return services.db.run(
+        lambda tx: retention.prune_batch(OperatorTx(tx), policy, now, limit), owner_id=None
+    )
+
+
+def _prunable(services: Services, policy: RetentionPolicy, now: datetime) -> retention.Prunable:
+    return services.db.run(
+        lambda tx: retention.prunable(OperatorTx(tx), policy, now), owner_id=None
+    )
+
+
+def test_an_operation_finished_exactly_at_the_horizon_is_kept_and_so_is_its_tombstone(
+    services: Services, ops: OpsClient
+) -> None:
+    """An operation is "kept ``operations`` long after it finished" (ADR 0021): at the
+    horizon's very instant its record is still kept (and not counted), and its tombstone
+    likewise at its own horizon; a microsecond later each goes."""
+    done = _succeed(ops, ALICE, "k-at-the-horizon")
+    stored = operation(services.db, done)
+    assert stored is not None
+    assert stored.finished_at is not None
+    policy = RetentionPolicy(timedelta(days=1), timedelta(days=2))
+    tick = timedelta(microseconds=1)
+
+    at_horizon = stored.finished_at + policy.operations
+    assert _prunable(services, policy, at_horizon) == retention.Prunable(0, 0)
+    assert _prune_batch(services, policy, at_horizon, 10) == retention.PruneBatch(0, 0)
+    assert _prunable(services, policy, at_horizon + tick) == retention.Prunable(1, 0)
+    assert _prune_batch(services, policy, at_horizon + tick, 10) == retention.PruneBatch(1, 0)
+
+    at_tombstone_horizon = stored.finished_at + policy.tombstones
+    assert _prunable(services, policy, at_tombstone_horizon) == retention.Prunable(0, 0)
+    assert _prune_batch(services, policy, at_tombstone_horizon, 10) == retention.PruneBatch(0, 0)
+    assert set(_tombstones(services)) == {done}
+    assert _prune_batch(services, policy, at_tombstone_horizon + tick, 10) == (
+        retention.PruneBatch(0, 1)
+    )
+    assert _tombstones(services) == {}
+
+
+def test_a_dry_run_counts_tombstones_by_their_own_horizon(
+    services: Services, ops: OpsClient, clock: ManualClock, operator_md: Metadata
+) -> None:
+    """What a dry run says is what the prune then does: tombstones are counted past
+    ``tombstones_older_than``, not past the operations' shorter horizon."""
+    _succeed(ops, ALICE, "k-dry-older")
+    clock.advance(10 * DAY)
+    _succeed(ops, ALICE, "k-dry-newer")
+    clock.advance(25 * DAY)  # finished 35 and 25 days ago
+    assert _prune(services, operator_md, timedelta(days=20), timedelta(days=40)).pruned == 2
+
+    dry = _prune(services, operator_md, timedelta(days=20), timedelta(days=30), dry_run=True)
+    assert (dry.pruned, dry.forgotten, dry.more) == (0, 1, False)
+    assert len(_tombstones(services)) == 2  # a dry run forgets nothing
+    answer = _prune(services, operator_md, timedelta(days=20), timedelta(days=30))
+    assert (answer.pruned, answer.forgotten) == (0, 1)
+    assert [row.idempotency_key for row in _tombstones(services).values()] == ["k-dry-newer"]
+
+
+def test_a_pruned_key_is_refused_only_within_its_own_task_type(
+    services: Services, ops: OpsClient, clock: ManualClock, operator_md: Metadata
+) -> None:
+    """Owner, task type and key name an operation together: a pruned key of one task type
+    leaves the same key of another free, and each refusal tells of its own operation."""
+    _succeed(ops, ALICE, "k-shared")
+    clock.advance(40 * DAY)
+    assert _prune(services, operator_md, timedelta(days=30)).pruned == 1
+
+    other = ops.create(ALICE, "k-shared", task_type=OTHER_TASK)  # runs: another task type
+    ops.cancel(ALICE, other.id)
+    expect_failure(lambda: ops.create(ALICE, "k-shared"), EXISTS, "operation_pruned")
+    clock.advance(40 * DAY)
+    assert _prune(services, operator_md, timedelta(days=30), timedelta(days=90)).pruned == 1
+
+    # Both task types now hold a tombstone of the key; each create reads only its own.
+    cancelled = expect_failure(
+        lambda: ops.create(ALICE, "k-shared", task_type=OTHER_TASK), EXISTS, "operation_pruned"
+    )
+    assert "(cancelled)" in cancelled.details
+    succeeded = expect_failure(lambda: ops.create(ALICE, "k-shared"), EXISTS, "operation_pruned")
+    assert "(succeeded)" in succeeded.details
+    # The first tombstone is forgotten (80 days): its task type's key is free, the other not.
+    assert _prune(services, operator_md, timedelta(days=30), timedelta(days=60)).forgotten == 1
+    assert ops.create(ALICE, "k-shared").id
+    expect_failure(
+        lambda: ops.create(ALICE, "k-shared", task_type=OTHER_TASK), EXISTS, "operation_pruned"
+    )
+
+
+def test_a_prune_goes_on_while_batches_come_back_full_and_stops_at_the_first_short_one(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    """Without a time limit a prune takes everything past the horizons, batch after batch;
+    a full batch of forgotten tombstones counts as full as one of pruned operations."""
+    ids = {ops.cancel(BOB, ops.create(BOB, f"k-full-{n}").id).id for n in range(5)}
+    clock.advance(2 * DAY)
+    policy = RetentionPolicy(timedelta(days=1), timedelta(days=10))
+
+    everything = services.loop.call(prune(services.db, clock, policy, 2))
+    assert (everything.pruned, everything.forgotten, everything.more) == (5, 0, False)
+    assert set(_tombstones(services)) == ids
+    clock.advance(10 * DAY)
+    # Each batch forgets at most its size, whatever the final state of the operation.
+    assert _prune_batch(services, policy, clock(), 2) == retention.PruneBatch(0, 2)
+    rest = services.loop.call(prune(services.db, clock, policy, 2))
+    assert (rest.pruned, rest.forgotten, rest.more) == (0, 3, False)
+    assert _tombstones(services) == {}
+
+
+def test_a_batch_takes_the_oldest_first(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    """Oldest first, operations and tombstones alike: a prune cut short by its time limit
+    leaves the most recent behind, the ones nearest to being kept anyway."""
+    older, newer = (ops.create(ALICE, key).id for key in ("k-older", "k-newer"))
+    ops.cancel(ALICE, older)
+    clock.advance(DAY)
+    ops.cancel(ALICE, newer)
+    clock.advance(2 * DAY)
+    policy = RetentionPolicy(timedelta(days=1), timedelta(days=10))
+
+    assert _prune_batch(services, policy, clock(), 1) == retention.PruneBatch(1, 0)
+    assert set(_tombstones(services)) == {older}
+    assert _prune_batch(services, policy, clock(), 1) == retention.PruneBatch(1, 0)
+    clock.advance(9 * DAY)  # both tombstones past their horizon now
+    assert _prune_batch(services, policy, clock(), 1) == retention.PruneBatch(0, 1)
+    assert set(_tombstones(services)) == {newer}
+
+
+def test_a_prune_counts_what_it_removed_in_the_operations_metrics(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    """``durable_ops_operations_pruned_total`` and ``..._tombstones_forgotten_total`` add up
+    every batch of a prune, so a dashboard sees what retention removed."""
+    registry = CollectorRegistry()
+    metrics = OperationsMetrics(registry, services.db, clock)
+    for n in range(3):
+        _succeed(ops, ALICE, f"k-metered-{n}")
+    clock.advance(2 * DAY)
+    policy = RetentionPolicy(timedelta(days=1), timedelta(days=3))
+
+    services.loop.call(prune(services.db, clock, policy, 2, metrics=metrics))
+    clock.advance(2 * DAY)
+    services.loop.call(prune(services.db, clock, policy, 2, metrics=metrics))
+    assert registry.get_sample_value("durable_ops_operations_pruned_total") == 3
+    assert registry.get_sample_value("durable_ops_tombstones_forgotten_total") == 3
+
+
+def test_deleting_another_owners_operation_is_not_found_by_its_stable_code(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    """Another owner's operation is as unknown as a missing one, with the code every other
+    operation call answers (``operation_not_found``), and it stays."""
+    theirs = ops.cancel(ALICE, ops.create(ALICE, "k-theirs").id).id
+
+    def delete(operation_id: str) -> None:
+        services.db.run(
+            lambda tx: retention.delete_finished(tx, operation_id, clock(), lambda _: None),
+            owner_id=BOB,
+        )
+
+    for unknown in (theirs, "no-such-operation"):
+        with pytest.raises(NotFound) as refused:
+            delete(unknown)
+        assert refused.value.code == "operation_not_found"
+    assert ops_row_exists(services, theirs)
+    assert _tombstones(services) == {}
+
+
+class _ClockFailingOnce:
+    """The clock of a pruner whose first run fails (as on a database hiccup), then reads
+    the test's clock."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.failed = False
+
+    def __call__(self) -> datetime:
+        if not self.failed:
+            self.failed = True
+            raise OSError("the first run fails")
+        return self.clock()
+
+
+def test_the_periodic_prune_outlives_a_failed_run_and_tries_again(
+    services: Services, ops: OpsClient, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed run is logged and the next interval runs again: the Operations process
+    keeps pruning after a hiccup."""
+    old = _succeed(ops, BOB, "k-after-a-hiccup")
+    clock.advance(8 * DAY)
+    policy = RetentionPolicy(timedelta(days=7), timedelta(days=30))
+    monkeypatch.setattr(pruner, "TUNING", Tuning(retention_interval_seconds=0.01))
+
+    async def until_pruned(logs: list[MutableMapping[str, Any]]) -> None:
+        running = asyncio.create_task(
+            pruner.run_pruner(services.db, _ClockFailingOnce(clock), policy, 100)
+        )
+        for _ in range(400):  # bounded: a broken build fails here instead of hanging
+            if running.done() or any(entry["event"] == "retention_pruned" for entry in logs):
+                break
+            await asyncio.sleep(0.05)
+        running.cancel()
+
+    with capture_logs() as logs:
+        services.loop.call(until_pruned(logs))
+    events = [(e["event"], e.get("error")) for e in logs if e["event"].startswith("retention_")]
+    assert events == [("retention_prune_failed", "OSError"), ("retention_pruned", None)]
+    assert not ops_row_exists(services, old)
+
+
+def test_a_prune_goes_on_while_idle_concurrency_slots_fill_its_batches(
+    db_url: str, clock: ManualClock
+) -> None:
+    """With retention off the periodic run still deletes idle slot rows (a row per key that
+    ever ran): a full batch of them is followed by another, as with operations."""
+    keyed = "fleet.keyed"
+    with running_services(db_url, clock, concurrency={keyed: Concurrency(per_key=1)}) as running:
+        ops = OpsClient(running)
+        for key in ("s0", "s1", "s2"):  # three keys that ran once and are idle now
+            request = ops.create_request(f"k-slot-{key}", task_type=keyed, subject_id=key)
+            ops.create_raw(ALICE, request)
+            ops.complete(ops.claim_one((keyed,)))
+        assert len(rows(running.db, select(ConcurrencySlot))) > 2
+        running.loop.call(prune(running.db, clock, None, 2))
+        assert rows(running.db, select(ConcurrencySlot)) == []
+
+
+def test_a_delete_racing_a_retry_goes_wholly_before_it(
+    services: Services, ops: OpsClient, clock: ManualClock, engine_name: str
+) -> None:
+    """A retry of the operation a delete has read waits for the delete, then finds nothing
+    to retry. Read unlocked, the delete's DELETE missed the row the retry had queued again
+    (its tombstone INSERT failed first): the owner's Delete answered INTERNAL."""
+    if engine_name == "sqlite":
+        pytest.skip("SQLite runs one writer at a time: the retry cannot start inside the delete")
+    failed = _fail(ops, ALICE, "k-retried-meanwhile")
+    retried: list[str] = []
+
+    def retry_in_its_own_transaction() -> None:
+        try:
+            services.db.run(lambda tx: operations.retry(tx, failed, clock()), owner_id=ALICE)
+            retried.append("queued again")
+        except NotFound as gone:
+            retried.append(gone.code)
+
+    racer = threading.Thread(target=retry_in_its_own_transaction)
+
+    def retried_meanwhile(_task_type: str) -> None:  # between the delete's read and its DELETE
+        racer.start()
+        # A retry free to run commits well within this; one the delete locks out waits for it.
+        racer.join(timeout=1.0)
+
+    services.db.run(
+        lambda tx: retention.delete_finished(tx, failed, clock(), retried_meanwhile),
+        owner_id=ALICE,
+    )
+    racer.join()
+    assert retried == ["operation_not_found"]
+    assert set(_tombstones(services)) == {failed}
+    assert not ops_row_exists(services, failed)
