@@ -35,8 +35,44 @@ export function pageUser() {
 }
 
 export async function api(path, options = {}) {
-  const response = await send(path, options);
-  return response.status === 204 ? null : bodyOf(response);
+  return withinDeadline(path, options.signal, async (signal) => {
+    const response = await send(path, { ...options, signal });
+    return response.status === 204 ? null : await bodyOf(response);
+  });
+}
+
+// A request sent and never answered (a mobile connection gone dead without a word) held the
+// page's "Loading…" or a busy button until TCP gave up, minutes later. Past this long, with
+// no answer (its body included), it reads as the server not reached: about as long as a user
+// waits before deciding the page is stuck. One bound for all; no setting.
+const REQUEST_TIMEOUT_MS = 20000;
+// A long-poll (`…:wait?timeout=…`, follow.js) waits for the server's answer by design, longer
+// than the bound; the event stream is an EventSource (live.js), never sent through here.
+const LONG_POLL = /:wait(?:\?|$)/;
+
+// `request(signal)` within REQUEST_TIMEOUT_MS: a timer and an AbortController, not
+// AbortSignal.timeout, so that a page's faked clock (the tests') drives it too. The caller's
+// own abort still reads as its abort; the bound's reads as the server not reached.
+async function withinDeadline(path, signal, request) {
+  if (LONG_POLL.test(path)) return request(signal);
+  const bound = new AbortController();
+  const forward = () => bound.abort(signal.reason);
+  if (signal?.aborted) forward();
+  else signal?.addEventListener("abort", forward, { once: true });
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    bound.abort();
+  }, REQUEST_TIMEOUT_MS);
+  try {
+    return await request(bound.signal);
+  } catch (error) {
+    if (timedOut && !signal?.aborted) throw unreachable();
+    throw error;
+  } finally {
+    clearTimeout(timer);
+    signal?.removeEventListener("abort", forward);
+  }
 }
 
 function unreachable() {
@@ -60,9 +96,11 @@ async function bodyOf(response) {
 // answer is then `known` itself. Answers {etag, body}.
 export async function revalidate(path, known = null, { signal } = {}) {
   const headers = known?.etag ? { "If-None-Match": known.etag } : {};
-  const response = await send(path, { signal, headers });
-  if (response.status === 304 && known) return known;
-  return { etag: response.headers.get("ETag"), body: await bodyOf(response) };
+  return withinDeadline(path, signal, async (bounded) => {
+    const response = await send(path, { signal: bounded, headers });
+    if (response.status === 304 && known) return known;
+    return { etag: response.headers.get("ETag"), body: await bodyOf(response) };
+  });
 }
 
 // The response to a request, once it is a success: a 304 is one to a request that named
