@@ -455,3 +455,27 @@ def test_a_long_poll_is_not_cut_off_by_the_bound_of_ordinary_requests(
     page.clock.run_for(REQUEST_TIMEOUT_MS + 1000)
     page.wait_for_timeout(300)  # lets Playwright deliver a failure, were there one
     assert [url for url in failed if ":wait" in url] == []
+
+
+def test_a_notification_status_saying_the_server_was_not_reached_goes_once_it_is_back(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """It stayed until the next action, though the list had loaded again since."""
+    failed_operation(ui_services, "ada")
+    page.clock.install()
+    dev_sign_in(page, ui_gateway.url, "ada")
+    notes = page.locator("#notifications")
+    status = notes.locator(".status")
+    mark_read = notes.get_by_role("button", name=re.compile("^Mark read"))
+    expect(mark_read).to_be_visible()
+
+    page.context.set_offline(True)
+    mark_read.click()
+    expect(status).to_have_text(
+        "The notification could not be updated. The server could not be reached."
+    )
+
+    page.context.set_offline(False)
+    page.clock.run_for(NOTIFICATIONS_RETRY_MS)  # the list reads again
+    expect(status).to_have_text("")
+    expect(mark_read).to_be_visible()  # it was never sent: still to be done
