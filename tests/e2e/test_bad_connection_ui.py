@@ -479,3 +479,64 @@ def test_a_notification_status_saying_the_server_was_not_reached_goes_once_it_is
     page.clock.run_for(NOTIFICATIONS_RETRY_MS)  # the list reads again
     expect(status).to_have_text("")
     expect(mark_read).to_be_visible()  # it was never sent: still to be done
+
+
+def test_a_double_clicked_show_more_shows_one_page_more(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    for index in range(45):  # more than two pages more than the first
+        create_operation(ui_services, "ada", subject=("job", "job-many"), key=f"many-{index}")
+    dev_sign_in(page, ui_gateway.url, "ada")
+    cards = page.locator("li.op")
+    expect(cards).to_have_count(20)
+    requests = RequestsInFlight(page)
+    sizes: list[str] = []
+    page.on(
+        "request",
+        lambda request: (
+            sizes.append(request.url.split("page_size=")[1].split("&")[0])
+            if "/api/operations?" in request.url
+            else None
+        ),
+    )
+
+    # A slow answer: the double click, and one more click, land while the page is on its way.
+    held = hold_first(page, "**/api/operations?page_size=40*")
+    more = page.get_by_role("button", name="Show more")
+    more.dblclick()
+    route = wait_for(page, held)
+    more.click(force=True)  # it says it is busy (aria-disabled), but a click still lands on it
+    route.continue_()
+    expect(cards).to_have_count(40)
+    requests.wait_quiet()
+    assert "60" not in sizes, sizes
+    expect(cards).to_have_count(40)
+    expect(more).not_to_have_attribute("aria-disabled", "true")
+
+
+def test_a_slow_retry_or_cancel_says_it_is_busy_until_it_is_answered(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    entitle(ui_services.db, "ada")  # a retry is admitted again: the Pro plan
+    operation_id = failed_operation(ui_services, "ada")
+    dev_sign_in(page, ui_gateway.url, "ada")
+    shown = card(page, operation_id)
+
+    held = hold_first(page, "**/retry")
+    retry = shown.get_by_role("button", name="Retry")
+    retry.click()
+    route = wait_for(page, held)
+    expect(retry).to_have_attribute("aria-disabled", "true")
+    expect(retry).to_be_focused()
+    route.continue_()
+    expect(shown.locator(".state")).to_have_text("Queued")
+
+    held = hold_first(page, "**/cancel")
+    cancel = shown.get_by_role("button", name="Cancel")
+    cancel.click()
+    page.get_by_role("dialog").get_by_role("button", name="Cancel operation").click()
+    route = wait_for(page, held)
+    expect(cancel).to_have_attribute("aria-disabled", "true")
+    route.continue_()
+    expect(shown.locator(".state")).not_to_have_text("Queued")
+    expect(shown.locator(".op__actions [aria-disabled]")).to_have_count(0)
