@@ -50,9 +50,30 @@ const REQUEST_TIMEOUT_MS = 20000;
 // than the bound; the event stream is an EventSource (live.js), never sent through here.
 const LONG_POLL = /:wait(?:\?|$)/;
 
-// `request(signal)` within REQUEST_TIMEOUT_MS: a timer and an AbortController, not
-// AbortSignal.timeout, so that a page's faked clock (the tests') drives it too. The caller's
-// own abort still reads as its abort; the bound's reads as the server not reached.
+// Requests under way, each with the looks it has been under way at and how it gives up. One
+// timer looks at them all every quarter of the bound, and a request gives up at its fourth
+// look (15 to 20 s after it was sent). Looks counted, not the time of day: a tab frozen a
+// while (a phone asleep, a test's clock jumped ahead) does not give up on waking on all it
+// had sent; and one timer, not one per request, leaves the page's timers much as they were.
+const LOOKS = 4;
+const underway = new Set();
+let watchdog = null;
+
+function lookAtUnderway() {
+  watchdog = null;
+  for (const request of underway) {
+    request.looks += 1;
+    if (request.looks >= LOOKS) {
+      underway.delete(request);
+      request.giveUp();
+    }
+  }
+  if (underway.size > 0) watchdog = setTimeout(lookAtUnderway, REQUEST_TIMEOUT_MS / LOOKS);
+}
+
+// `request(signal)` within the bound: timers and an AbortController, not AbortSignal.timeout,
+// so that a page's faked clock (the tests') drives it too. The caller's own abort still reads
+// as its abort; the bound's reads as the server not reached.
 async function withinDeadline(path, signal, request) {
   if (LONG_POLL.test(path)) return request(signal);
   const bound = new AbortController();
@@ -60,17 +81,22 @@ async function withinDeadline(path, signal, request) {
   if (signal?.aborted) forward();
   else signal?.addEventListener("abort", forward, { once: true });
   let timedOut = false;
-  const timer = setTimeout(() => {
-    timedOut = true;
-    bound.abort();
-  }, REQUEST_TIMEOUT_MS);
+  const mine = {
+    looks: 0,
+    giveUp() {
+      timedOut = true;
+      bound.abort();
+    },
+  };
+  underway.add(mine);
+  watchdog ??= setTimeout(lookAtUnderway, REQUEST_TIMEOUT_MS / LOOKS);
   try {
     return await request(bound.signal);
   } catch (error) {
     if (timedOut && !signal?.aborted) throw unreachable();
     throw error;
   } finally {
-    clearTimeout(timer);
+    underway.delete(mine);
     signal?.removeEventListener("abort", forward);
   }
 }
