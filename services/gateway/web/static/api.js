@@ -52,9 +52,10 @@ const LONG_POLL = /:wait(?:\?|$)/;
 
 // Requests under way, each with the looks it has been under way at and how it gives up. One
 // timer looks at them all every quarter of the bound, and a request gives up at its fourth
-// look (15 to 20 s after it was sent). Looks counted, not the time of day: a tab frozen a
-// while (a phone asleep, a test's clock jumped ahead) does not give up on waking on all it
-// had sent; and one timer, not one per request, leaves the page's timers much as they were.
+// look (15 to 20 s after it was sent). Looks counted, not a deadline per request: a clock
+// that jumps ahead (a test's page.clock.pause_at) runs a due timer once, so it does not give
+// up on all the page had sent; and one timer, not one per request (nor AbortSignal.timeout,
+// one more timer each), leaves the page's timers much as they were.
 const LOOKS = 4;
 const underway = new Set();
 let watchdog = null;
@@ -71,9 +72,8 @@ function lookAtUnderway() {
   if (underway.size > 0) watchdog = setTimeout(lookAtUnderway, REQUEST_TIMEOUT_MS / LOOKS);
 }
 
-// `request(signal)` within the bound: timers and an AbortController, not AbortSignal.timeout,
-// so that a page's faked clock (the tests') drives it too. The caller's own abort still reads
-// as its abort; the bound's reads as the server not reached.
+// `request(signal)` within the bound, through an AbortController of its own. The caller's own
+// abort still reads as its abort; the bound's reads as the server not reached.
 async function withinDeadline(path, signal, request) {
   if (LONG_POLL.test(path)) return request(signal);
   const bound = new AbortController();
