@@ -16,7 +16,7 @@ from durable_ops.operations.app import WATCH_OVERLAP
 from tests.support.gateway import LiveGateway, claim, complete, create_operation, fail
 from tests.support.grpc_services import Services, metadata
 from tests.support.jobs_page import open_jobs
-from tests.support.long_polls import RequestsInFlight
+from tests.support.long_polls import RequestsInFlight, refuse_long_polls
 from tests.support.signin import dev_sign_in
 from tests.support.workspace_client import create_job, entitle
 
@@ -24,6 +24,8 @@ pytestmark = pytest.mark.browser
 
 # notifications-view.js: how long a list that could not load waits before it asks again.
 NOTIFICATIONS_RETRY_MS = 5000
+# api.js: how long a request may go unanswered before it reads as the server not reached.
+REQUEST_TIMEOUT_MS = 20000
 
 
 def failed_operation(services: Services, owner: str) -> str:
@@ -80,6 +82,18 @@ def cut_first(page: Page, pattern: str) -> None:
             route.abort("internetdisconnected")
 
     page.route(pattern, handle)
+
+
+def never_answer(page: Page, pattern: str) -> list[Route]:
+    """Requests matching `pattern` are sent and never answered, nor refused (a connection
+    gone dead without a word): the page gives up on them, or waits for good."""
+    held: list[Route] = []
+
+    def handle(route: Route) -> None:
+        held.append(route)
+
+    page.route(pattern, handle)
+    return held
 
 
 def wait_for(page: Page, held: list[Route]) -> Route:
@@ -404,3 +418,125 @@ def test_a_start_whose_answer_was_lost_shows_the_analysis_it_started(
     expect(job.locator(".analysis .state")).to_have_text("Queued")
     expect(job.get_by_text("The server could not be reached.")).to_have_count(0)
     assert len(lost) == 1
+
+
+def test_a_list_read_never_answered_says_the_server_was_not_reached(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """A request sent on a connection gone dead without a word is never answered: the page
+    said "Loading operations…" until TCP gave up, minutes later."""
+    never_answered = never_answer(page, "**/api/operations?*")
+    page.clock.install()
+    dev_sign_in(page, ui_gateway.url, "ada")
+    expect(page.get_by_text("Loading operations…")).to_be_visible()
+    wait_for(page, never_answered)
+
+    page.clock.run_for(REQUEST_TIMEOUT_MS)
+    error = page.locator(".placeholder--error")
+    expect(error).to_contain_text(
+        "Operations could not be loaded. The service is not reachable right now."
+    )
+    expect(page.get_by_text("Loading operations…")).to_have_count(0)
+
+
+def test_a_long_poll_is_not_cut_off_by_the_bound_of_ordinary_requests(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """A long-poll waits for the server by design, longer than an ordinary request may."""
+    create_operation(ui_services, "ada", subject=("job", "job-live"))
+    refuse_long_polls(page)  # the stream: the list follows its live operation by long-poll
+    waiting = never_answer(page, "**/api/operations/*:wait*")  # answers when it moves: never
+    failed: list[str] = []
+    page.on("requestfailed", lambda request: failed.append(request.url))
+    page.clock.install()
+    dev_sign_in(page, ui_gateway.url, "ada")
+    wait_for(page, waiting)
+
+    page.clock.run_for(REQUEST_TIMEOUT_MS + 1000)
+    page.wait_for_timeout(300)  # lets Playwright deliver a failure, were there one
+    assert [url for url in failed if ":wait" in url] == []
+
+
+def test_a_notification_status_saying_the_server_was_not_reached_goes_once_it_is_back(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """It stayed until the next action, though the list had loaded again since."""
+    failed_operation(ui_services, "ada")
+    page.clock.install()
+    dev_sign_in(page, ui_gateway.url, "ada")
+    notes = page.locator("#notifications")
+    status = notes.locator(".status")
+    mark_read = notes.get_by_role("button", name=re.compile("^Mark read"))
+    expect(mark_read).to_be_visible()
+
+    page.context.set_offline(True)
+    mark_read.click()
+    expect(status).to_have_text(
+        "The notification could not be updated. The server could not be reached."
+    )
+
+    page.context.set_offline(False)
+    page.clock.run_for(NOTIFICATIONS_RETRY_MS)  # the list reads again
+    expect(status).to_have_text("")
+    expect(mark_read).to_be_visible()  # it was never sent: still to be done
+
+
+def test_a_double_clicked_show_more_shows_one_page_more(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    for index in range(45):  # more than two pages more than the first
+        create_operation(ui_services, "ada", subject=("job", "job-many"), key=f"many-{index}")
+    dev_sign_in(page, ui_gateway.url, "ada")
+    cards = page.locator("li.op")
+    expect(cards).to_have_count(20)
+    requests = RequestsInFlight(page)
+    sizes: list[str] = []
+    page.on(
+        "request",
+        lambda request: (
+            sizes.append(request.url.split("page_size=")[1].split("&")[0])
+            if "/api/operations?" in request.url
+            else None
+        ),
+    )
+
+    # A slow answer: the double click, and one more click, land while the page is on its way.
+    held = hold_first(page, "**/api/operations?page_size=40*")
+    more = page.get_by_role("button", name="Show more")
+    more.dblclick()
+    route = wait_for(page, held)
+    more.click(force=True)  # it says it is busy (aria-disabled), but a click still lands on it
+    route.continue_()
+    expect(cards).to_have_count(40)
+    requests.wait_quiet()
+    assert "60" not in sizes, sizes
+    expect(cards).to_have_count(40)
+    expect(more).not_to_have_attribute("aria-disabled", "true")
+
+
+def test_a_slow_retry_or_cancel_says_it_is_busy_until_it_is_answered(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    entitle(ui_services.db, "ada")  # a retry is admitted again: the Pro plan
+    operation_id = failed_operation(ui_services, "ada")
+    dev_sign_in(page, ui_gateway.url, "ada")
+    shown = card(page, operation_id)
+
+    held = hold_first(page, "**/retry")
+    retry = shown.get_by_role("button", name="Retry")
+    retry.click()
+    route = wait_for(page, held)
+    expect(retry).to_have_attribute("aria-disabled", "true")
+    expect(retry).to_be_focused()
+    route.continue_()
+    expect(shown.locator(".state")).to_have_text("Queued")
+
+    held = hold_first(page, "**/cancel")
+    cancel = shown.get_by_role("button", name="Cancel")
+    cancel.click()
+    page.get_by_role("dialog").get_by_role("button", name="Cancel operation").click()
+    route = wait_for(page, held)
+    expect(cancel).to_have_attribute("aria-disabled", "true")
+    route.continue_()
+    expect(shown.locator(".state")).not_to_have_text("Queued")
+    expect(shown.locator(".op__actions [aria-disabled]")).to_have_count(0)

@@ -72,6 +72,22 @@ export function mountNotifications(section) {
   let loading = null;
   let failed = false; // the last load failed, or read a notification's operation it could not
   const acting = new Set(); // notifications with a mark or dismiss on its way: one at a time
+  // The status saying the server could not be reached, while it says so: a later load of the
+  // list that answers makes it untrue, and it is cleared (it stayed until the next action).
+  let unreachedSaid = null;
+
+  function sayFailure(text, error) {
+    status.textContent = `${text} ${error.message}`;
+    unreachedSaid = error.status === 0 ? {} : null;
+    // Unanswered, the change may still have reached the server: the list reads again, as
+    // after a failed load, and that load's answer clears this once the connection is back.
+    if (error.status === 0) failed = true;
+  }
+
+  function say(text) {
+    status.textContent = text;
+    unreachedSaid = null;
+  }
 
   // Once the list has loaded again, focus goes on where the reader was: to the next
   // notification's first control (the one before it, for the last), the heading once none
@@ -85,12 +101,12 @@ export function mountNotifications(section) {
     try {
       await post(`/api/notifications/${encodeURIComponent(notification.id)}/${action}`);
     } catch (error) {
-      status.textContent = `The notification could not be updated. ${error.message}`;
+      sayFailure("The notification could not be updated.", error);
       return;
     } finally {
       acting.delete(notification.id);
     }
-    status.textContent = action === "dismiss" ? "Notification dismissed." : "Notification marked as read.";
+    say(action === "dismiss" ? "Notification dismissed." : "Notification marked as read.");
     focusAfterLoad = { ids: near, control: 0 };
     notificationsChanged(); // the list loads again (reload)
   }
@@ -126,9 +142,9 @@ export function mountNotifications(section) {
     markingAll = true;
     try {
       const { marked } = await post("/api/notifications/read-all");
-      status.textContent = marked === 1 ? "One notification marked as read." : `${marked} notifications marked as read.`;
+      say(marked === 1 ? "One notification marked as read." : `${marked} notifications marked as read.`);
     } catch (error) {
-      status.textContent = `The notifications could not be marked as read. ${error.message}`;
+      sayFailure("The notifications could not be marked as read.", error);
       return;
     } finally {
       markingAll = false;
@@ -200,11 +216,14 @@ export function mountNotifications(section) {
   }
 
   async function load() {
+    const said = unreachedSaid; // said before this load was sent: its answer makes it untrue
     try {
       const page = await api("/api/notifications?page_size=50");
+      if (said !== null && unreachedSaid === said) say("");
       const details = await Promise.all(page.items.map(detailsOf));
       const refocus = focusWhereItWas();
-      failed = details.some((detail) => detail.unreached); // its name and result link: later
+      // Its name and result link, or a status this load was sent too early to clear: later.
+      failed = details.some((detail) => detail.unreached) || unreachedSaid !== null;
       unread = page.items.filter((n) => n.read_at === null).length;
       readAll.hidden = unread === 0;
       list.setAttribute("aria-busy", "false");

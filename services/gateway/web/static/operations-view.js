@@ -108,8 +108,9 @@ function noteOf(operation) {
 
 // The second click of a double click (`detail` 2: the browser counts clicks in one spot) is
 // no new intent: the first one's answer may have put another action under the pointer (a
-// Retry answered in time shows Cancel in its place, and the second click asked to cancel).
-function once(act) {
+// Retry answered in time shows Cancel in its place, and the second click asked to cancel;
+// a "Show more" answered in time loaded a second page).
+export function once(act) {
   return (event) => {
     if (event.detail > 1) return;
     act();
@@ -121,12 +122,12 @@ function buttons(operation, name, handlers) {
     action === "cancel"
       ? h(
           "button",
-          { type: "button", class: "button button--quiet", "aria-label": `Cancel ${name}`, onclick: once(() => handlers.cancel(operation)) },
+          { type: "button", class: "button button--quiet", "aria-label": `Cancel ${name}`, dataset: { action: "cancel" }, onclick: once(() => handlers.cancel(operation)) },
           "Cancel",
         )
       : h(
           "button",
-          { type: "button", class: "button", "aria-label": `Retry ${name}`, onclick: once(() => handlers.retry(operation)) },
+          { type: "button", class: "button", "aria-label": `Retry ${name}`, dataset: { action: "retry" }, onclick: once(() => handlers.retry(operation)) },
           "Retry",
         ),
   );

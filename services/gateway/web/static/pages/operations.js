@@ -18,7 +18,7 @@ import { highlight } from "../highlight.js";
 import { LIVE_OPENED, LIVE_OPERATION, liveOpen } from "../live.js";
 import { TERMINAL_STATES, cancelCameTooLate, isLive, stateLabel } from "../format.js";
 import { mountNotifications } from "../notifications-view.js";
-import { createCard, focusTarget, operationAnchor, operationName, showCardError, updateCard } from "../operations-view.js";
+import { createCard, focusTarget, once, operationAnchor, operationName, showCardError, updateCard } from "../operations-view.js";
 import { visiblePoller } from "../poller.js";
 import { nameFrom, subjectNames } from "../subjects.js";
 
@@ -244,6 +244,7 @@ export function mount(main) {
     if (!moreFocus || asked < moreFocus.limit) return;
     const first = list.children[moreFocus.index] ?? list.lastElementChild;
     moreFocus = null;
+    more.removeAttribute("aria-disabled");
     first?.querySelector(".op__title")?.focus();
   }
 
@@ -421,11 +422,15 @@ export function mount(main) {
 
   // `conflict` is what a 409 means for this action: the operation was not in a state for it.
   // The second click of a double click, while the first one's request is on its way, asks nothing.
+  // Its button says it is busy until the answer comes (aria-disabled, as on /jobs: `disabled`
+  // would drop its focus to the page); a slow answer otherwise looked like a click lost.
   async function act(operation, action, message, conflict = "This operation's state changed; the list is updated.") {
     const key = `${operation.id}:${action}`;
     if (acting.has(key)) return false;
     acting.add(key);
     const card = cardOf(operation.id);
+    const button = card?.querySelector(`.op__actions button[data-action="${action}"]`);
+    button?.setAttribute("aria-disabled", "true");
     try {
       const updated = await post(`/api/operations/${encodeURIComponent(operation.id)}/${action}`);
       if (card) {
@@ -446,6 +451,7 @@ export function mount(main) {
       return false;
     } finally {
       acting.delete(key);
+      button?.removeAttribute("aria-disabled");
       lookNow();
     }
   }
@@ -457,6 +463,7 @@ export function mount(main) {
   function applyFilter() {
     limit = PAGE_STEP;
     moreFocus = null;
+    more.removeAttribute("aria-disabled");
     loaded = false;
     section.setAttribute("aria-busy", "true");
     lookNow();
@@ -487,11 +494,18 @@ export function mount(main) {
     targetShown = false;
     lookNow();
   });
-  more.addEventListener("click", () => {
-    moreFocus = { index: list.children.length, limit: Math.min(PAGE_MAX, limit + PAGE_STEP) };
-    limit = moreFocus.limit;
-    lookNow();
-  });
+  // One page more per intent: the second click of a double click, or a click while the
+  // page it asked for is on its way (`moreFocus` until a load brings it), loaded two.
+  more.addEventListener(
+    "click",
+    once(() => {
+      if (moreFocus) return;
+      moreFocus = { index: list.children.length, limit: Math.min(PAGE_MAX, limit + PAGE_STEP) };
+      limit = moreFocus.limit;
+      more.setAttribute("aria-disabled", "true");
+      lookNow();
+    }),
+  );
 
   // A move is shown on its card at once; the end reloads the list (its notification,
   // the announcement of a cancel's outcome).
