@@ -227,7 +227,7 @@ def test_an_event_stream_refused_on_a_bad_connection_opens_again_when_it_is_back
     # The page's timers stop (its polls with them): a change made now, after its last poll,
     # and more than the stream's look back (WATCH_OVERLAP) before it opens, as on a slow
     # connection, is one the stream will not tell.
-    page.clock.pause_at(datetime.now() + timedelta(minutes=1))
+    page.clock.pause_at(datetime.now() + timedelta(seconds=1))
     requests.wait_quiet()
     missed = create_operation(ui_services, "ada", subject=("job", "job-missed"))
     page.wait_for_timeout(WATCH_OVERLAP.total_seconds() * 1000 + 300)

@@ -487,7 +487,7 @@ def cancel_with_timers_stopped(
     page.clock.install()
     job = open_job_with_a_snapshot(page, gateway, services)
     # From here no timer fires: any later look is one the page asked for itself.
-    page.clock.pause_at(datetime.now() + timedelta(minutes=1))
+    page.clock.pause_at(datetime.now() + timedelta(seconds=1))
     page.wait_for_timeout(300)
     before = len(polls)
     job.get_by_role("button", name="Cancel analysis").click()
@@ -886,7 +886,7 @@ def test_when_the_stream_reconnects_the_page_reads_again_at_once(
             break
         page.wait_for_timeout(50)
     assert len(streams) == 2, "the stream was not asked for again"
-    page.clock.pause_at(datetime.now() + timedelta(minutes=1))
+    page.clock.pause_at(datetime.now() + timedelta(seconds=1))
     page.wait_for_timeout(500)  # a read the jump's timers made has been refused
     page.unroute("**/strategy-snapshot")
     page.wait_for_timeout(500)

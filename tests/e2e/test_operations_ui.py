@@ -90,6 +90,10 @@ def timed_requests(page: Page, path: str) -> list[Request]:
     return seen
 
 
+# Gaps of the idle 2000 ms pace are at least this: far above the live 500 ms (pages/operations.js).
+IDLE_GAP_FLOOR_MS = 1500
+
+
 def gaps_ms(requests: list[Request]) -> list[float]:
     """Milliseconds between the starts of consecutive requests."""
     starts = [request.timing["startTime"] for request in requests]
@@ -853,8 +857,10 @@ def test_when_the_long_poll_fails_the_list_polls_fast_while_one_is_live(
     settled = len(polls)
     wait_for_count(page, polls, settled + 2, timeout_ms=8000)
     idle = gaps_ms(polls[settled - 1 : settled + 2])
-    # Nothing live is shown any more: back to every 2000 ms.
-    assert all(gap >= 1900 for gap in idle), f"gaps once finished: {idle}"
+    # Nothing live is shown any more: back to every 2000 ms. The page's clock, installed and
+    # resumed, fires a timer up to some 130 ms early by the browser's own timing: a floor far
+    # from the live 500 ms, not at the 2000 ms.
+    assert all(gap >= IDLE_GAP_FLOOR_MS for gap in idle), f"gaps once finished: {idle}"
 
 
 def test_the_pace_slows_once_the_last_live_operation_is_cancelled(
@@ -879,4 +885,4 @@ def test_the_pace_slows_once_the_last_live_operation_is_cancelled(
     settled = len(polls)
     wait_for_count(page, polls, settled + 2, timeout_ms=8000)
     idle = gaps_ms(polls[settled - 1 : settled + 2])
-    assert all(gap >= 1900 for gap in idle), f"gaps once nothing is live: {idle}"
+    assert all(gap >= IDLE_GAP_FLOOR_MS for gap in idle), f"gaps once nothing is live: {idle}"

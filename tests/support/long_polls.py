@@ -60,7 +60,7 @@ def looks_once_a_step(
     time brings one more request into ``seen``. The page's time moves only as this moves
     it, so a pace is checked without measuring gaps, which a loaded machine stretches."""
     in_flight = RequestsInFlight(page)
-    page.clock.pause_at(datetime.now() + timedelta(minutes=1))
+    page.clock.pause_at(datetime.now() + timedelta(seconds=1))
     in_flight.wait_quiet()
     for _ in range(steps):
         looked = len(seen)

@@ -35,10 +35,8 @@ export function pageUser() {
 }
 
 export async function api(path, options = {}) {
-  return withinDeadline(path, options.signal, async (signal) => {
-    const response = await send(path, { ...options, signal });
-    return response.status === 204 ? null : await bodyOf(response);
-  });
+  const response = await send(path, { ...options, signal: bounded(path, options.signal) });
+  return response.status === 204 ? null : bodyOf(response);
 }
 
 // A request sent and never answered (a mobile connection gone dead without a word) held the
@@ -50,55 +48,12 @@ const REQUEST_TIMEOUT_MS = 20000;
 // than the bound; the event stream is an EventSource (live.js), never sent through here.
 const LONG_POLL = /:wait(?:\?|$)/;
 
-// Requests under way, each with the looks it has been under way at and how it gives up. One
-// timer looks at them all every quarter of the bound, and a request gives up at its fourth
-// look (15 to 20 s after it was sent). Looks counted, not a deadline per request: a clock
-// that jumps ahead (a test's page.clock.pause_at) runs a due timer once, so it does not give
-// up on all the page had sent; and one timer, not one per request (nor AbortSignal.timeout,
-// one more timer each), leaves the page's timers much as they were.
-const LOOKS = 4;
-const underway = new Set();
-let watchdog = null;
-
-function lookAtUnderway() {
-  watchdog = null;
-  for (const request of underway) {
-    request.looks += 1;
-    if (request.looks >= LOOKS) {
-      underway.delete(request);
-      request.giveUp();
-    }
-  }
-  if (underway.size > 0) watchdog = setTimeout(lookAtUnderway, REQUEST_TIMEOUT_MS / LOOKS);
-}
-
-// `request(signal)` within the bound, through an AbortController of its own. The caller's own
-// abort still reads as its abort; the bound's reads as the server not reached.
-async function withinDeadline(path, signal, request) {
-  if (LONG_POLL.test(path)) return request(signal);
-  const bound = new AbortController();
-  const forward = () => bound.abort(signal.reason);
-  if (signal?.aborted) forward();
-  else signal?.addEventListener("abort", forward, { once: true });
-  let timedOut = false;
-  const mine = {
-    looks: 0,
-    giveUp() {
-      timedOut = true;
-      bound.abort();
-    },
-  };
-  underway.add(mine);
-  watchdog ??= setTimeout(lookAtUnderway, REQUEST_TIMEOUT_MS / LOOKS);
-  try {
-    return await request(bound.signal);
-  } catch (error) {
-    if (timedOut && !signal?.aborted) throw unreachable();
-    throw error;
-  } finally {
-    underway.delete(mine);
-    signal?.removeEventListener("abort", forward);
-  }
+// The caller's signal, bounded: its own abort still reads as an abort (an AbortError); the
+// bound's is a TimeoutError, which `send` and `bodyOf` read as the server not reached.
+function bounded(path, signal) {
+  if (LONG_POLL.test(path)) return signal;
+  const bound = AbortSignal.timeout(REQUEST_TIMEOUT_MS);
+  return signal ? AbortSignal.any([signal, bound]) : bound;
 }
 
 function unreachable() {
@@ -122,11 +77,9 @@ async function bodyOf(response) {
 // answer is then `known` itself. Answers {etag, body}.
 export async function revalidate(path, known = null, { signal } = {}) {
   const headers = known?.etag ? { "If-None-Match": known.etag } : {};
-  return withinDeadline(path, signal, async (bounded) => {
-    const response = await send(path, { signal: bounded, headers });
-    if (response.status === 304 && known) return known;
-    return { etag: response.headers.get("ETag"), body: await bodyOf(response) };
-  });
+  const response = await send(path, { signal: bounded(path, signal), headers });
+  if (response.status === 304 && known) return known;
+  return { etag: response.headers.get("ETag"), body: await bodyOf(response) };
 }
 
 // The response to a request, once it is a success: a 304 is one to a request that named
