@@ -5,6 +5,7 @@ must stay true once the connection is back, and a second click must not act twic
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import pytest
@@ -18,6 +19,7 @@ from tests.support.grpc_services import Services, metadata
 from tests.support.jobs_page import open_jobs
 from tests.support.long_polls import RequestsInFlight, refuse_long_polls
 from tests.support.signin import dev_sign_in
+from tests.support.visibility import set_visibility
 from tests.support.workspace_client import create_job, entitle
 
 pytestmark = pytest.mark.browser
@@ -54,34 +56,31 @@ def posts_to(page: Page, suffix: str) -> list[Request]:
     return sent
 
 
+def first_only(page: Page, pattern: str, fault: Callable[[Route], None]) -> list[Route]:
+    """The first request matching `pattern` meets `fault`; later ones go through."""
+    met: list[Route] = []
+
+    def handle(route: Route) -> None:
+        if met:
+            route.continue_()
+        else:
+            met.append(route)
+            fault(route)
+
+    page.route(pattern, handle)
+    return met
+
+
 def hold_first(page: Page, pattern: str) -> list[Route]:
     """The first request matching `pattern` waits until the test continues it (a slow
     connection); later ones go through."""
-    held: list[Route] = []
-
-    def handle(route: Route) -> None:
-        if held:
-            route.continue_()
-        else:
-            held.append(route)
-
-    page.route(pattern, handle)
-    return held
+    return first_only(page, pattern, lambda _: None)
 
 
 def cut_first(page: Page, pattern: str) -> None:
     """The first request matching `pattern` is cut off (the connection dropped); later ones
     go through."""
-    cut: list[Route] = []
-
-    def handle(route: Route) -> None:
-        if cut:
-            route.continue_()
-        else:
-            cut.append(route)
-            route.abort("internetdisconnected")
-
-    page.route(pattern, handle)
+    first_only(page, pattern, lambda route: route.abort("internetdisconnected"))
 
 
 def never_answer(page: Page, pattern: str) -> list[Route]:
@@ -176,19 +175,10 @@ def test_a_double_clicked_dismiss_or_mark_all_read_acts_once_and_says_it_did(
     assert len(dismisses) == 1, [request.url for request in dismisses]
 
 
-SET_VISIBILITY = """state => {
-  const property = (name, value) =>
-    Object.defineProperty(document, name, { configurable: true, get: () => value });
-  property("visibilityState", state);
-  property("hidden", state === "hidden");
-  document.dispatchEvent(new Event("visibilitychange"));
-}"""
-
-
 def switch_away_and_back(page: Page) -> None:
     """What the browser does when the user leaves the tab (the phone sleeps) and comes back."""
-    page.evaluate(SET_VISIBILITY, "hidden")
-    page.evaluate(SET_VISIBILITY, "visible")
+    set_visibility(page, "hidden")
+    set_visibility(page, "visible")
 
 
 def test_an_event_stream_refused_on_a_bad_connection_opens_again_when_it_is_back(

@@ -29,6 +29,7 @@ from tests.support.gateway import (
 from tests.support.grpc_services import Services, metadata
 from tests.support.long_polls import looks_once_a_step, refuse_long_polls
 from tests.support.signin import dev_sign_in
+from tests.support.visibility import set_visibility
 from tests.support.workspace_client import create_cv, create_job, entitle, snapshot_request
 
 pytestmark = pytest.mark.browser
@@ -106,20 +107,6 @@ def wait_for_count(page: Page, seen: Sized, expected: int, timeout_ms: int = 500
             return
         page.wait_for_timeout(50)
     assert len(seen) >= expected, f"saw {len(seen)} requests, expected {expected}"
-
-
-SET_VISIBILITY = """state => {
-  const property = (name, value) =>
-    Object.defineProperty(document, name, { configurable: true, get: () => value });
-  property("visibilityState", state);
-  property("hidden", state === "hidden");
-  document.dispatchEvent(new Event("visibilitychange"));
-}"""
-
-
-def set_visibility(page: Page, state: str) -> None:
-    """What the browser does when the tab is hidden or shown again."""
-    page.evaluate(SET_VISIBILITY, state)
 
 
 # ---- sign in ------------------------------------------------------------------------------
