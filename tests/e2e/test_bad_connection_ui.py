@@ -38,6 +38,13 @@ def failed_operation(services: Services, owner: str) -> str:
     return operation.id
 
 
+def notifications_of_a_failure(page: Page, gateway: LiveGateway, services: Services) -> Locator:
+    """Ada signed in, with one failed operation and its notification: her notifications."""
+    failed_operation(services, "ada")
+    dev_sign_in(page, gateway.url, "ada")
+    return page.locator("#notifications")
+
+
 def card(page: Page, operation_id: str) -> Locator:
     return page.locator(f'li.op[data-id="{operation_id}"]')
 
@@ -127,10 +134,8 @@ def test_a_retry_sent_offline_stops_saying_the_server_is_unreachable_once_it_is_
 def test_notifications_that_could_not_load_load_once_the_connection_is_back(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
-    failed_operation(ui_services, "ada")
     page.clock.install()
-    dev_sign_in(page, ui_gateway.url, "ada")
-    notes = page.locator("#notifications")
+    notes = notifications_of_a_failure(page, ui_gateway, ui_services)
     expect(notes.get_by_text("Strategy snapshot could not be completed")).to_be_visible()
 
     # The list's load is cut off once (the bell's count, loaded apart, is fine and never
@@ -148,9 +153,7 @@ def test_notifications_that_could_not_load_load_once_the_connection_is_back(
 def test_a_double_clicked_dismiss_or_mark_all_read_acts_once_and_says_it_did(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
-    failed_operation(ui_services, "ada")
-    dev_sign_in(page, ui_gateway.url, "ada")
-    notes = page.locator("#notifications")
+    notes = notifications_of_a_failure(page, ui_gateway, ui_services)
     status = notes.locator(".status")
     mark_all = notes.get_by_role("button", name="Mark all read")
     expect(mark_all).to_be_visible()
@@ -451,10 +454,8 @@ def test_a_notification_status_saying_the_server_was_not_reached_goes_once_it_is
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
     """It stayed until the next action, though the list had loaded again since."""
-    failed_operation(ui_services, "ada")
     page.clock.install()
-    dev_sign_in(page, ui_gateway.url, "ada")
-    notes = page.locator("#notifications")
+    notes = notifications_of_a_failure(page, ui_gateway, ui_services)
     status = notes.locator(".status")
     mark_read = notes.get_by_role("button", name=re.compile("^Mark read"))
     expect(mark_read).to_be_visible()

@@ -160,11 +160,16 @@ export function mount(main) {
     return error.message;
   }
 
+  // Whether the Retry of an error (in the banner or the placeholder) has focus.
+  function errorHasFocus() {
+    return banner.contains(document.activeElement) || placeholder.contains(document.activeElement);
+  }
+
   function showError(error) {
     const retry = h("button", { type: "button", class: "button", onclick: () => lookNow() }, "Retry");
     // A Retry pressed while the connection is still down fails again: the new Retry takes
     // its focus, which would otherwise fall to the page (a second press did nothing).
-    const retried = banner.contains(document.activeElement) || placeholder.contains(document.activeElement);
+    const retried = errorHasFocus();
     if (!loaded) {
       list.hidden = true;
       showPlaceholder(
@@ -181,8 +186,7 @@ export function mount(main) {
 
   // `asked`: the page size the answer was asked with.
   function render(page, asked) {
-    // The Retry of an error (in the banner or the placeholder) has focus: the load hides it.
-    const retried = banner.contains(document.activeElement) || placeholder.contains(document.activeElement);
+    const retried = errorHasFocus(); // the load hides it
     loaded = true;
     banner.hidden = true;
     for (const card of unreachedOn) showCardError(card, "");
