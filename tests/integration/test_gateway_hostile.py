@@ -38,6 +38,7 @@ from tests.support.figures import report
 from tests.support.gateway import (
     LiveGateway,
     bearer,
+    expect_problem,
     gateway_client,
     gateway_settings,
     make_app,
@@ -47,7 +48,6 @@ from tests.support.gateway import (
 from tests.support.grpc_services import Services, running_services
 from tests.support.workspace_client import create_cv, create_job
 
-PROBLEM_JSON = "application/problem+json"
 JSON = {"Content-Type": "application/json"}
 HUGE = "1" * 5000  # past Python's 4,300-digit limit of int(str)
 
@@ -56,14 +56,6 @@ HUGE = "1" * 5000  # past Python's 4,300-digit limit of int(str)
 def services(db_url: str) -> Iterator[Services]:
     with running_services(db_url, ManualClock()) as running:
         yield running
-
-
-def _problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith(PROBLEM_JSON)
-    problem: dict[str, Any] = response.json()
-    assert problem["code"] == code, problem
-    return problem
 
 
 # ---- numbers ------------------------------------------------------------------------------
@@ -92,21 +84,21 @@ def test_a_huge_number_anywhere_in_a_body_is_a_400(services: Services) -> None:
                 headers = {**JSON, **(bearer("alice") if signed_in else {})}
                 for body in bodies:
                     response = await client.request(method, path, content=body, headers=headers)
-                    problem = _problem(response, 400, "number_too_long")
+                    problem = expect_problem(response, 400, "number_too_long")
                     assert problem["detail"] == "The body has a number of more than 64 digits."
                 # Not JSON either, though Python reads them: NaN and Infinity.
                 for word in ("NaN", "-Infinity"):
                     response = await client.request(
                         method, path, content=f'{{"x": {word}}}', headers=headers
                     )
-                    _problem(response, 400, "malformed_json")
+                    expect_problem(response, 400, "malformed_json")
             # An action that takes no body reads at most 1 kB: 900 digits fit, and are refused.
             response = await client.post(
                 "/api/notifications/read-all",
                 content=f'{{"x": {HUGE[:900]}}}',
                 headers={**JSON, **bearer("alice")},
             )
-            _problem(response, 400, "number_too_long")
+            expect_problem(response, 400, "number_too_long")
             settings_now = await client.get("/api/settings/ai", headers=bearer("alice"))
             assert settings_now.json()["ai_enabled"] is False
 
@@ -129,10 +121,10 @@ def test_a_number_of_64_digits_reaches_its_fields_own_check(services: Services) 
                     "/api/settings/ai", content=f'{{"ai_enabled": {number}}}', headers=headers
                 )
                 if number in read:
-                    problem = _problem(response, 400, "invalid_argument")
+                    problem = expect_problem(response, 400, "invalid_argument")
                     assert problem["field"] == "ai_enabled", (number, problem)
                 else:
-                    _problem(response, 400, "number_too_long")
+                    expect_problem(response, 400, "number_too_long")
 
     run(scenario())
 
@@ -282,7 +274,7 @@ def test_an_upgrade_to_websocket_is_an_ordinary_request_and_no_log_line(
         statuses = _exchange(gateway.port, [*asked, _http("GET", "/healthz")])
         answer = httpx.get(f"{gateway.url}/api/events", headers=upgrade)
     assert statuses == [200, 401, 404, 200, 200]
-    _problem(answer, 401, "unauthenticated")
+    expect_problem(answer, 401, "unauthenticated")
     assert [record.getMessage() for record in caplog.records] == []
 
 
@@ -296,7 +288,7 @@ def test_a_content_length_of_thousands_of_digits_is_too_large(services: Services
                 if declared.lstrip("0") == "5":
                     assert response.status_code != 500
                 else:
-                    _problem(response, 413, "payload_too_large")
+                    expect_problem(response, 413, "payload_too_large")
 
     run(scenario())
 
@@ -326,7 +318,7 @@ def test_a_body_of_exactly_the_cap_is_read_and_one_byte_more_is_a_413(
                     response = await client.put("/api/settings/ai", content=sent, headers=headers)
                     assert response.status_code == status, (streamed, size, response.text)
                     if status == 413:
-                        _problem(response, 413, "payload_too_large")
+                        expect_problem(response, 413, "payload_too_large")
 
     run(scenario())
 
@@ -356,7 +348,7 @@ def test_null_for_a_field_is_refused_by_name_not_read_as_absent(services: Servic
             )
             for method, path, body, name in cases:
                 response = await client.request(method, path, json=body, headers=bearer("alice"))
-                problem = _problem(response, 400, "invalid_argument")
+                problem = expect_problem(response, 400, "invalid_argument")
                 assert problem["field"] == name, (path, problem)
                 assert problem["detail"].startswith(f"{name} must not be null"), problem
             # Nothing changed: null did not mean "keep", and did not mean "none" either.
@@ -406,7 +398,7 @@ def test_a_405_allows_every_method_the_path_serves(services: Services) -> None:
     async def scenario() -> None:
         async with gateway_client(app) as client:
             options = await client.options("/api/settings/ai", headers=bearer("alice"))
-            _problem(options, 405, "method_not_allowed")
+            expect_problem(options, 405, "method_not_allowed")
             assert options.headers["allow"] == "GET, HEAD, PUT"
             for path, item in document["paths"].items():
                 served = {method.upper() for method in item}

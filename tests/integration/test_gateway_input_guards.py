@@ -13,7 +13,6 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-import httpx
 from structlog.testing import capture_logs
 
 from durable_ops.gateway import login
@@ -26,6 +25,7 @@ from tests.support.gateway import (
     BASE_URL,
     bearer,
     create_operation,
+    expect_problem,
     gateway_client,
     make_app,
     run,
@@ -33,16 +33,6 @@ from tests.support.gateway import (
 )
 from tests.support.grpc_services import Services
 from tests.support.workspace_client import create_cv, create_job
-
-PROBLEM_JSON = "application/problem+json"
-
-
-def _problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith(PROBLEM_JSON)
-    body: dict[str, Any] = response.json()
-    assert body["code"] == code, body
-    return body
 
 
 def _closed_port() -> str:
@@ -80,7 +70,7 @@ def test_an_id_past_its_bound_is_a_404_without_asking_any_service(
             for bad in ("a" * (bounds.ID_MAX + 1), "a" * 5000, "a.b", "%C3%A9t%C3%A9"):
                 for method, path, code in routes(bad):
                     response = await client.request(method, path, headers=bearer("alice"))
-                    _problem(response, 404, code)
+                    expect_problem(response, 404, code)
                 for path in ai_paths:
                     response = await client.post(
                         path.replace("{id}", bad),
@@ -117,7 +107,7 @@ def test_a_query_no_service_could_accept_is_refused_without_asking_one(
             for listed in ("/api/operations", "/api/notifications"):
                 for query, code in queries:
                     response = await client.get(f"{listed}?{query}", headers=bearer("alice"))
-                    _problem(response, 400, code)
+                    expect_problem(response, 400, code)
                 # The largest page is asked for: the service is down, so 503.
                 response = await client.get(f"{listed}?page_size=100", headers=bearer("alice"))
                 assert response.status_code == 503, response.text
@@ -180,9 +170,9 @@ def test_a_cookie_signed_delete_or_put_from_another_origin_changes_nothing(
             for method, path, body in changes:
                 for headers in foreign:
                     response = await client.request(method, path, json=body, headers=headers)
-                    _problem(response, 403, "cross_origin_request")
+                    expect_problem(response, 403, "cross_origin_request")
                 response = await client.request(method, path, json=body)
-                _problem(response, 403, "origin_required")
+                expect_problem(response, 403, "origin_required")
             # Nothing was changed by any of them.
             assert (await client.get(f"/api/jobs/{job.json()['id']}")).status_code == 200
             assert (await client.get(f"/api/attachments/{cv.json()['id']}")).status_code == 200
@@ -296,7 +286,7 @@ def test_an_unknown_member_beside_valid_ones_is_refused_by_name_on_every_json_wr
             owner = bearer("alice")
             for method, path, body, unknown in writes:
                 response = await client.request(method, path, json=body, headers=owner)
-                problem = _problem(response, 400, "unknown_field")
+                problem = expect_problem(response, 400, "unknown_field")
                 assert problem["field"] == unknown, (path, problem)
             jobs = (await client.get("/api/jobs", headers=owner)).json()["items"]
             assert [item["id"] for item in jobs] == [job]

@@ -23,6 +23,7 @@ from tests.support.gateway import (
     bearer,
     create_operation,
     dev_login,
+    expect_problem,
     gateway_client,
     make_app,
     run,
@@ -39,12 +40,6 @@ def _refused(response: httpx.Response) -> None:
     assert response.headers["content-type"].startswith(PROBLEM_JSON)
     assert response.json()["code"] == "host_not_allowed"
     assert "set-cookie" not in response.headers
-
-
-def _problem(response: httpx.Response, status: int, code: str) -> None:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith(PROBLEM_JSON)
-    assert response.json()["code"] == code
 
 
 # ---- Host ---------------------------------------------------------------------------------
@@ -167,15 +162,15 @@ def test_a_cross_site_dev_login_sets_no_session(services: Services) -> None:
         async with gateway_client(app) as client:
             # A link or a redirect from another site is a GET: never a sign-in.
             navigation = await client.get("/auth/dev-login?user=alice")
-            _problem(navigation, 405, "method_not_allowed")
+            expect_problem(navigation, 405, "method_not_allowed")
             assert navigation.headers["allow"] == "POST"
             assert "set-cookie" not in navigation.headers
             for headers, status, code in cross_site:
                 response = await client.post("/auth/dev-login", data=form, headers=headers)
-                _problem(response, status, code)
+                expect_problem(response, status, code)
                 assert "set-cookie" not in response.headers, headers
             assert SESSION_COOKIE not in client.cookies
-            _problem(await client.get("/api/operations"), 401, "unauthenticated")
+            expect_problem(await client.get("/api/operations"), 401, "unauthenticated")
             assert (await client.get("/")).status_code == 200  # still the sign-in page
             # The page's own form, same origin, does sign in.
             signed_in = await dev_login(client, "alice")
@@ -200,8 +195,8 @@ def test_dev_login_is_absent_when_the_bind_is_not_loopback(services: Services, b
 
     async def scenario() -> None:
         async with gateway_client(app) as client:
-            _problem(await dev_login(client, "alice"), 404, "not_found")
-            _problem(await client.get("/auth/dev-login?user=alice"), 404, "not_found")
+            expect_problem(await dev_login(client, "alice"), 404, "not_found")
+            expect_problem(await client.get("/auth/dev-login?user=alice"), 404, "not_found")
             assert SESSION_COOKIE not in client.cookies
             page = await client.get("/")
             assert page.status_code == 200
@@ -240,11 +235,11 @@ def test_the_dev_login_form_is_checked_field_by_field(services: Services) -> Non
                 (b"user=" + b"a" * 2000, 413, "payload_too_large"),
             ):
                 response = await client.post("/auth/dev-login", content=body, headers=form_type)
-                _problem(response, status, code)
+                expect_problem(response, status, code)
             as_json = await client.post(
                 "/auth/dev-login", json={"user": "alice"}, headers=same_origin
             )
-            _problem(as_json, 415, "unsupported_media_type")
+            expect_problem(as_json, 415, "unsupported_media_type")
             assert SESSION_COOKIE not in client.cookies
 
     run(scenario())

@@ -289,3 +289,15 @@ def publish(
         metadata=metadata(Role.WORKER, claimed.owner),
     )
     assert note.published
+
+
+PROBLEM_JSON = "application/problem+json"
+
+
+def expect_problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    """The problem+json body of ``response``, asserted to answer ``status`` with ``code``."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM_JSON)
+    body: dict[str, Any] = response.json()
+    assert body["code"] == code, body
+    return body
