@@ -4,6 +4,7 @@ cancellation. The SDK's own types: no protobuf message leaves ``durable_ops.work
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -116,6 +117,7 @@ class Attempt(Claimed):
         # A frozen dataclass lets a subclass set attributes that are not its fields.
         self._leases = leases
         self._lease_seconds = lease_seconds
+        self._taken_at = time.monotonic()  # the claim's answer came just before
         self.cancelled = asyncio.Event()
         self.shutting_down = False
         self.joined = asyncio.Event()  # ``lease`` is set: the lease is on the stream
@@ -140,6 +142,15 @@ class Attempt(Claimed):
     def usage(self) -> Usage | None:
         """The sum of what ``used`` recorded; None when nothing was."""
         return total([call.usage for call in self.calls])
+
+    @property
+    def live_until(self) -> float:
+        """When its lease runs out by this worker's reckoning (``time.monotonic``): the lease
+        stream's, once it held the lease there; else a lease from the claim, a few
+        milliseconds before it came."""
+        if self.lease is None:
+            return self._taken_at + self._lease_seconds
+        return self.lease.live_until
 
     @property
     def completed(self) -> bool:

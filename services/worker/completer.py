@@ -3,7 +3,12 @@
 No timer, as in River's batching completer: what ends while no call is in
 flight goes on the next turn of the event loop; what ends meanwhile goes in one
 call once that returns (a full ``batch_size`` at once). UNAVAILABLE is asked
-again for ``RETRY_SECONDS``: a lease holder's repeat answers what the first did.
+again while the attempt's lease may still hold (``Attempt.live_until``), and for
+``RETRY_SECONDS`` at least: a lease holder's repeat answers what the first did.
+The lease, not a shorter bound, because what a service back within it takes is not
+done again: an outage of 30 to 60 s while an AI attempt ended (its lease is a
+minute) ran the analysis again for another minute or more, its first answer lost
+and its tokens uncharged (``docs/operations.md``).
 Once the worker stops, it is asked no more (a pause under way ends in one last
 ask): the services may be stopping with it (``opsctl up`` killed outright sends
 every child SIGTERM at once) and the stop must not wait for them. A settlement
@@ -15,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
@@ -61,7 +67,8 @@ class Completer:
         self._send = send
         self._batch_size = batch_size
         self._trace_name = trace_name
-        self._waiting: list[tuple[Item, asyncio.Future[Answer]]] = []
+        # Each settlement, the future of its answer, and when its lease runs out.
+        self._waiting: list[tuple[Item, asyncio.Future[Answer], float]] = []
         self._calls: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()  # the worker stops: UNAVAILABLE is asked no more
         self.endings: Counter[Ending] = Counter()  # what the service accepted
@@ -76,7 +83,7 @@ class Completer:
         )
         try:
             with trace if ending is Ending.COMPLETED else contextlib.nullcontext():
-                answer = await self._submit(item)
+                answer = await self._submit(item, attempt.live_until)
         except Exception as error:
             code = error.code if isinstance(error, DomainError) else type(error).__name__
             _log.warning(
@@ -116,9 +123,9 @@ class Completer:
             self._send_due()
             await asyncio.gather(*self._calls, return_exceptions=True)
 
-    async def _submit(self, item: Item) -> Answer:
+    async def _submit(self, item: Item, live_until: float) -> Answer:
         answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self._waiting.append((item, answer))
+        self._waiting.append((item, answer, live_until))
         # Not at once: what else ends in this turn of the loop joins the call.
         asyncio.get_running_loop().call_soon(self._send_due)
         return await answer
@@ -136,16 +143,19 @@ class Completer:
         self._calls.discard(call)
         self._send_due()
 
-    async def _call(self, batch: list[tuple[Item, asyncio.Future[Answer]]]) -> None:
-        answered: list[tuple[tuple[Item, asyncio.Future[Answer]], Answer | Exception]]
+    async def _call(self, batch: list[tuple[Item, asyncio.Future[Answer], float]]) -> None:
+        answered: list[tuple[tuple[Item, asyncio.Future[Answer], float], Answer | Exception]]
+        lease_left = max(live_until for _, _, live_until in batch) - time.monotonic()
         try:
             reply = await retrying(
-                lambda: self._send([item for item, _ in batch]), stopping=self._stopping
+                lambda: self._send([item for item, _, _ in batch]),
+                stopping=self._stopping,
+                within=max(RETRY_SECONDS, lease_left),
             )
             answered = list(zip(batch, reply.outcomes, strict=True))
         except Exception as error:
             answered = [(waiting, error) for waiting in batch]
-        for (_, answer), outcome in answered:
+        for (_, answer, _), outcome in answered:
             if answer.cancelled():  # its attempt was cancelled at shutdown meanwhile
                 continue
             if isinstance(outcome, Exception):
@@ -190,11 +200,15 @@ def _message(message: type[M], fields: Usage | Provenance | None) -> M | None:
 
 
 async def retrying(
-    call: Callable[[], Awaitable[Reply]], *, stopping: asyncio.Event | None = None
+    call: Callable[[], Awaitable[Reply]],
+    *,
+    stopping: asyncio.Event | None = None,
+    within: float | None = None,
 ) -> Reply:
-    """``call``'s reply, asked again while the service answers UNAVAILABLE (within
-    ``RETRY_SECONDS``, and not once ``stopping`` is set: a pause it cuts short ends in
-    one last ask); any other refusal is raised at once as its ``DomainError``."""
+    """``call``'s reply, asked again while the service answers UNAVAILABLE (for ``within``
+    seconds, ``RETRY_SECONDS`` unless given, and not once ``stopping`` is set: a pause it
+    cuts short ends in one last ask); any other refusal is raised at once as its
+    ``DomainError``."""
     stopping = stopping or asyncio.Event()
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -207,7 +221,8 @@ async def retrying(
             if not isinstance(error, Unavailable):
                 raise error from exc
             failures += 1
-            pause = next_attempt_in(failures, loop.time() - started, RETRY_SECONDS, random.random)
+            bound = RETRY_SECONDS if within is None else within
+            pause = next_attempt_in(failures, loop.time() - started, bound, random.random)
             if pause is None or stopping.is_set():
                 raise error from exc
             await wait_set(stopping, pause)

@@ -8,10 +8,12 @@ the worker stops, a service that cannot take a settlement is not asked again.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
 import grpc
+import pytest
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.worker import (
@@ -21,6 +23,7 @@ from durable_ops.worker import (
     PermanentFailure,
     WorkerShutdown,
 )
+from durable_ops.worker import completer as completer_module
 from durable_ops.worker.completer import Completer, Item
 from durable_ops.worker.lease import HoldLeasesCall, LeaseStream
 from tests.support.claimed import a_claim
@@ -165,6 +168,54 @@ def test_a_stopping_worker_hands_back_once_and_leaves_the_rest_to_the_lease() ->
         await completer.drain()
         assert [[_operation(item) for item in call] for call in service.calls] == [["op-0"]]
         assert attempt.ending is None  # not accepted: its lease runs out instead
+        assert completer.endings == {}
+
+    _run(scenario())
+
+
+class BackAfter(Gone):
+    """Stopped (UNAVAILABLE) until ``seconds`` from now, then it takes every settlement."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self._back_at = time.monotonic() + seconds
+
+    async def send(self, items: Sequence[Item]) -> pb.LeaseMutationsResponse:
+        if time.monotonic() < self._back_at:
+            return await super().send(items)
+        self.calls.append(list(items))
+        return pb.LeaseMutationsResponse(
+            outcomes=[pb.LeaseMutationsResponse.Outcome()] * len(items)
+        )
+
+
+def test_a_settlement_is_offered_while_its_lease_may_still_hold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A service back after ``RETRY_SECONDS`` but within the lease takes the settlement:
+    the work is not done again."""
+    monkeypatch.setattr(completer_module, "RETRY_SECONDS", 0.2)
+
+    async def scenario() -> None:
+        service = BackAfter(seconds=0.6)
+        completer = Completer(service.send, batch_size=10, trace_name="test")
+        attempt = _attempt("op-0")  # a 30 s lease
+        await completer.settle(attempt, Completed("r"))
+        assert attempt.ending is Ending.COMPLETED
+        assert len(service.calls) > 1
+
+    _run(scenario())
+
+
+def test_past_its_lease_a_settlement_is_left_to_the_lease(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(completer_module, "RETRY_SECONDS", 0.2)
+
+    async def scenario() -> None:
+        service = Gone()
+        completer = Completer(service.send, batch_size=10, trace_name="test")
+        attempt = Attempt(a_claim("op-0"), LeaseStream(_no_stream), lease_seconds=1)
+        await completer.settle(attempt, Completed("r"))
+        assert attempt.ending is None  # not sent: the sweeper ends the attempt as lost
         assert completer.endings == {}
 
     _run(scenario())
