@@ -101,11 +101,9 @@ def test_without_a_seen_version_a_change_of_state_answers(
 ) -> None:
     """A claim through another replica: found by the shared watch's query."""
     queued = ops.create(ALICE, "wait-start")
-    began = time.monotonic()
     with _later(clock, elsewhere.claim_one):  # 0.3 s on
         started = _wait(ops, None, 3.0, operation_id=queued.id)
-    assert started.state == pb.OPERATION_STATE_RUNNING
-    assert time.monotonic() - began < 2.5  # the claim answered, not the timeout
+    assert started.state == pb.OPERATION_STATE_RUNNING  # the claim answered, not the timeout
 
 
 def test_without_a_seen_version_a_move_within_its_state_does_not_answer(

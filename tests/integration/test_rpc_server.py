@@ -372,7 +372,8 @@ def test_sigterm_drains_health_finishes_calls_in_flight_and_stops() -> None:
     async def main() -> None:
         probe = Probe()
         server, port = build_server("127.0.0.1:0", probe.register, [SERVICE], trusted=trusted())
-        serving = asyncio.create_task(serve(server, grace=5.0, on_stop=on_stop))
+        # A grace far longer than the wait below: a stop that waited it out fails the test.
+        serving = asyncio.create_task(serve(server, grace=120.0, on_stop=on_stop))
         metadata = ServiceCaller(signing_key(Role.WORKER)).metadata()
         async with open_channel(f"127.0.0.1:{port}", None) as channel:
             watch = health_pb2_grpc.HealthStub(channel).Watch(
@@ -386,14 +387,12 @@ def test_sigterm_drains_health_finishes_calls_in_flight_and_stops() -> None:
             assert (await watch.read()).status == NOT_SERVING
             watch.cancel()  # else stop() would wait out the whole grace period for it
             assert await slow == b"done"
-            await asyncio.wait_for(serving, timeout=5)
+            await asyncio.wait_for(serving, timeout=30)  # graceful, not the whole grace
             assert stopped == [True]
             error = await _status_of(_unary(channel, "Whoami")(b"", metadata=metadata))
             assert error.code() == grpc.StatusCode.UNAVAILABLE
 
-    started = time.monotonic()
     asyncio.run(main())
-    assert time.monotonic() - started < 4  # graceful, not the full grace period
 
 
 def test_cancelling_serve_stops_the_server_and_runs_on_stop() -> None:
