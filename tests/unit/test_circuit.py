@@ -195,7 +195,7 @@ def test_never_admits_while_open_and_at_most_one_trial_per_window(
         if action == "allow":
             allowed = breaker.allow(now)
             if state is CircuitState.CLOSED:
-                assert allowed is not None and allowed.trial is None
+                assert allowed == Ticket(trial=None)
             elif state is CircuitState.OPEN:
                 assert allowed is None
             elif allowed is not None:
