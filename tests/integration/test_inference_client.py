@@ -1806,6 +1806,24 @@ def test_without_the_servers_usage_the_chunks_are_counted_and_the_time_measured(
     assert 0 <= usage.model_ms < 10_000  # measured around the exchange
 
 
+def test_without_the_servers_usage_the_prompt_is_estimated_by_its_scripts() -> None:
+    """Japanese text at about 2 characters a token, ASCII at 4 (``budgets.prompt_tokens_of``):
+    counted as characters, at 4 a token, it was charged half what it spent."""
+    used = Used()
+    messages = [
+        {"role": "system", "content": "Answer in JSON."},  # 15 ASCII characters
+        {"role": "user", "content": "日本語の文章" * 500},  # 3,000 of 3 bytes
+    ]
+
+    async def scenario() -> None:
+        async with scripted_client(lambda _: event_stream(streamed(ANSWER_PIECES))) as client:
+            await client.complete(InferenceRequest("s", {}, messages), on_usage=used)
+
+    run(scenario())
+    ((usage, _),) = used
+    assert usage.prompt_tokens == 1504  # 15 / 4 + 3,000 / 2, rounded up; 754 at 4 a token
+
+
 def test_a_whole_completion_reports_its_usage_and_a_bad_answer_costs_its_tokens() -> None:
     body = {**completion("not json"), "usage": LLAMA_USAGE}
     used = Used()

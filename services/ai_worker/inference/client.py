@@ -245,7 +245,7 @@ class ModelClient:
                     _ignore_text if on_text is None else on_text,
                     _ignore_usage if on_usage is None else on_usage,
                     self.provenance,
-                    sum(len(message.get("content", "")) for message in request.messages),
+                    "".join(message.get("content", "") for message in request.messages),
                     lambda: silence.reschedule(loop.time() + self.timeout_seconds),
                 )
                 content = await self._ask(request, listener)
@@ -381,7 +381,7 @@ class _Listener:
     text: TextCallback
     usage: UsageCallback
     provenance: Provenance
-    prompt_chars: int  # what the prompt is estimated from when the server does not count it
+    prompt_text: str  # what the prompt is estimated from when the server does not count it
     alive: Callable[[], None]  # puts off the bound on silence
 
     def grew(self, stream: _ChunkStream) -> None:
@@ -401,7 +401,7 @@ class _Listener:
             stream.timings,
             counted_tokens=stream.tokens,
             measured_seconds=seconds,
-            prompt_chars=self.prompt_chars,
+            prompt_text=self.prompt_text,
         )
         self.usage(usage, self.provenance)
 
