@@ -38,7 +38,7 @@ from durable_ops.model.routing import LocalUnavailableAction
 class InferenceError(Exception):
     code = "inference_error"
     retryable = True
-    # Nothing reached a model: asking again at once spends nothing (``Router.infer``).
+    # Nothing reached a model: asking again spends nothing (``Router.infer``).
     took_nothing = False
 
     def __init__(self, message: str, *, provenance: Provenance | None = None) -> None:
