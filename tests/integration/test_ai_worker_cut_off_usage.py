@@ -7,7 +7,7 @@ tokens too"). The real AI worker handler runs against the real Operations servic
 admission's budget; the model is a loopback HTTP server streaming the start of an
 answer and then stalling (cancel, timeout) or dropping the connection (a killed server).
 It sends no ``usage`` (that comes last), so the worker counts the content chunks, and
-the prompt the server had read by then as estimated from its characters.
+the prompt the server had read by then as estimated from its text.
 """
 
 from __future__ import annotations
@@ -56,14 +56,14 @@ class CutOffModel:
     def __init__(self, *, drop: bool) -> None:
         self.drop = drop
         self.sent = threading.Event()  # the chunks are out
-        self.prompt_chars = 0
+        self.prompt_text = ""
         self.app = Starlette(
             routes=[routing.Route("/v1/chat/completions", self._answer, methods=["POST"])]
         )
 
     async def _answer(self, request: Request) -> StreamingResponse:
         messages = (await request.json())["messages"]
-        self.prompt_chars = sum(len(message["content"]) for message in messages)
+        self.prompt_text = "".join(message["content"] for message in messages)
 
         async def body() -> AsyncIterator[bytes]:
             yield sse(chunk(role="assistant"))
@@ -130,7 +130,7 @@ def test_a_cancel_midway_charges_what_the_model_streamed(services: Services) -> 
     model = CutOffModel(drop=False)
     _run(services, model, timeout=30, cancel_after_sent=operation_id)
 
-    prompt = prompt_tokens_of(model.prompt_chars)
+    prompt = prompt_tokens_of(model.prompt_text)
     assert prompt > 100
     assert OpsClient(services).row(operation_id).state == "cancelled"
     assert _attempts(services, operation_id) == [("cancelled", None, prompt, STREAMED)]
@@ -154,7 +154,7 @@ def test_an_attempt_that_fails_midway_charges_what_the_model_streamed(
     model = CutOffModel(drop=drop)
     _run(services, model, timeout=timeout)
 
-    prompt = prompt_tokens_of(model.prompt_chars) * exchanges
+    prompt = prompt_tokens_of(model.prompt_text) * exchanges
     streamed = STREAMED * exchanges
     assert OpsClient(services).row(operation_id).state == "waiting_for_retry"
     assert _attempts(services, operation_id) == [

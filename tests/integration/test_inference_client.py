@@ -262,7 +262,8 @@ def test_rate_limit_carries_retry_after() -> None:
             with pytest.raises(ModelRateLimited) as caught:
                 await client.complete(STRATEGY)
         assert caught.value.retry_after_seconds == 1.0
-        assert isinstance(caught.value, ModelUnavailable)
+        assert caught.value.took_nothing
+        assert not isinstance(caught.value, ModelUnavailable)  # no outage: ADR 68
 
     run(scenario())
 
@@ -1283,6 +1284,13 @@ def make_router(
     return Router(local, CircuitBreaker(threshold, 30.0), external, clock=clock), clock
 
 
+def another_fails(router: Router, now: float) -> None:
+    """Another call the local circuit admitted at ``now`` fails."""
+    ticket = router.breaker.allow(now)
+    assert ticket is not None
+    router.breaker.record_failure(now, ticket)
+
+
 def test_both_routes_pass_progress_on() -> None:
     local_progress, external_progress = Progress(), Progress()
 
@@ -1437,14 +1445,15 @@ def test_a_call_waiting_for_the_circuit_fails_once_another_calls_trial_failed() 
     async def scenario() -> None:
         local = ModelClient(refused_url(), "dev-heuristic", route=Route.LOCAL)
         router, clock = make_router(local, threshold=1)
-        router.breaker.record_failure(clock())  # the model is down
+        another_fails(router, clock())  # the model is down
         waiting = asyncio.create_task(router.infer(STRATEGY, Privacy.LOCAL_ONLY, False))
         await asyncio.sleep(2 * CIRCUIT_POLL_SECONDS)
         clock.now += 30
-        assert router.breaker.allow(clock())  # another call took the trial
+        trial = router.breaker.allow(clock())  # another call took the trial
+        assert trial is not None
         await asyncio.sleep(2 * CIRCUIT_POLL_SECONDS)
         assert not waiting.done()  # the trial may still close the circuit
-        router.breaker.record_failure(clock())  # it did not
+        router.breaker.record_failure(clock(), trial)  # it did not
         with pytest.raises(LocalRouteUnavailable, match="circuit_open"):
             await asyncio.wait_for(waiting, 5)
         await router.aclose()
@@ -1603,7 +1612,7 @@ def test_a_call_that_found_the_circuit_open_ends_when_its_trial_fails() -> None:
         clock = Clock()
         router = Router(local, CircuitBreaker(3, 30.0), clock=clock, ask_again_seconds=0.01)
         for _ in range(3):  # other calls' failures opened the circuit
-            router.breaker.record_failure(clock())
+            another_fails(router, clock())
         waiting = asyncio.create_task(router.infer(STRATEGY, Privacy.LOCAL_ONLY, False))
         await asyncio.sleep(2 * CIRCUIT_POLL_SECONDS)
         assert (waiting.done(), transport.calls) == (False, 0)
@@ -1620,11 +1629,11 @@ def test_a_call_that_found_the_circuit_open_ends_when_its_trial_fails() -> None:
 
 def test_failed_trial_reopens_the_circuit() -> None:
     async def scenario() -> None:
-        router, clock = make_router(asgi_client(create_app(fail_mode="429")), threshold=1)
-        with pytest.raises(LocalRouteUnavailable, match="model_rate_limited"):
+        router, clock = make_router(asgi_client(create_app(fail_mode="500")), threshold=1)
+        with pytest.raises(LocalRouteUnavailable, match="model_server_error"):
             await router.infer(STRATEGY, Privacy.LOCAL_ONLY, False)
         clock.now += 30
-        with pytest.raises(LocalRouteUnavailable, match="model_rate_limited"):
+        with pytest.raises(LocalRouteUnavailable, match="model_server_error"):
             await router.infer(STRATEGY, Privacy.LOCAL_ONLY, False)
         assert router.breaker.state(clock()) is CircuitState.OPEN
         await router.aclose()
@@ -1795,6 +1804,24 @@ def test_without_the_servers_usage_the_chunks_are_counted_and_the_time_measured(
     ((usage, _),) = used
     assert (usage.prompt_tokens, usage.completion_tokens) == (0, len(ANSWER_PIECES))
     assert 0 <= usage.model_ms < 10_000  # measured around the exchange
+
+
+def test_without_the_servers_usage_the_prompt_is_estimated_by_its_scripts() -> None:
+    """Japanese text at about 2 characters a token, ASCII at 4 (``budgets.prompt_tokens_of``):
+    counted as characters, at 4 a token, it was charged half what it spent."""
+    used = Used()
+    messages = [
+        {"role": "system", "content": "Answer in JSON."},  # 15 ASCII characters
+        {"role": "user", "content": "日本語の文章" * 500},  # 3,000 of 3 bytes
+    ]
+
+    async def scenario() -> None:
+        async with scripted_client(lambda _: event_stream(streamed(ANSWER_PIECES))) as client:
+            await client.complete(InferenceRequest("s", {}, messages), on_usage=used)
+
+    run(scenario())
+    ((usage, _),) = used
+    assert usage.prompt_tokens == 1504  # 15 / 4 + 3,000 / 2, rounded up; 754 at 4 a token
 
 
 def test_a_whole_completion_reports_its_usage_and_a_bad_answer_costs_its_tokens() -> None:

@@ -70,7 +70,9 @@ def test_the_circuit_enum_reads_the_breaker_when_scraped() -> None:
 
     assert MODEL_CIRCUIT_STATE.read is not None
     assert state() == "closed"
-    breaker.record_failure(seconds[0])
+    ticket = breaker.allow(seconds[0])
+    assert ticket is not None
+    breaker.record_failure(seconds[0], ticket)
     assert state() == "open"
     seconds[0] = 11.0
     assert state() == "half_open"

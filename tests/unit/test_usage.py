@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from durable_ops.ai_worker.inference.usage import exchange_usage, server_milliseconds
+from durable_ops.model import budgets
 from durable_ops.model.bounds import MODEL_MS_MAX, USAGE_TOKENS_MAX
 from durable_ops.model.errors import InvalidArgument
 from durable_ops.model.usage import Usage, total
@@ -56,10 +57,47 @@ def test_without_the_servers_figures_the_worker_counts_and_measures() -> None:
 
 def test_without_the_servers_figures_a_prompt_it_had_read_is_estimated() -> None:
     """A cancel before the usage (which comes last) charged the prompt nothing."""
-    read = exchange_usage(None, None, counted_tokens=7, measured_seconds=1, prompt_chars=1001)
-    assert read == Usage(251, 7, 1000)  # 4 characters a token, rounded up
-    unread = exchange_usage(None, None, counted_tokens=0, measured_seconds=1, prompt_chars=1001)
+    text = "x" * 1001
+    read = exchange_usage(None, None, counted_tokens=7, measured_seconds=1, prompt_text=text)
+    assert read == Usage(251, 7, 1000)  # ASCII at 4 characters a token, rounded up
+    unread = exchange_usage(None, None, counted_tokens=0, measured_seconds=1, prompt_text=text)
     assert unread == Usage(0, 0, 1000)  # no content came: it may never have been read
+
+
+# Texts of about the make-up (characters, UTF-8 bytes) of rows of prompt_tokens' table,
+# all the estimate reads, and the tokens the real model (Gemma 3 270M) counted for those.
+MADE_UP_AS_MEASURED = {
+    "accented French/German": (
+        ("Le café de Genève est très agréable en été, dit Jürgen. " * 110)[:6000],
+        6788,
+        1457,
+    ),
+    "Japanese prose": (("日本語の文章を読みます。東京で働いています" * 400)[:8000], 24000, 3803),
+    "emoji": ("😀🎉🚀👍🌍🔥💡✨" * 750, 23250, 6000),
+}
+
+
+@pytest.mark.parametrize(
+    ("text", "size", "measured"), MADE_UP_AS_MEASURED.values(), ids=MADE_UP_AS_MEASURED.keys()
+)
+def test_the_prompts_estimate_is_near_what_the_model_counted_in_any_script(
+    text: str, size: int, measured: int
+) -> None:
+    """Within a tenth, where 4 characters a token whatever the script said 2,000 for the
+    3,803 tokens of Japanese prose and 1,500 for 6,000 emoji."""
+    assert abs(len(text.encode()) - size) <= size / 100
+    usage = exchange_usage(None, None, counted_tokens=1, measured_seconds=0, prompt_text=text)
+    assert abs(usage.prompt_tokens - measured) <= measured / 10
+
+
+def test_a_prompt_is_counted_by_the_kinds_of_its_characters() -> None:
+    assert budgets.prompt_tokens_of("e" * 1000) == 250  # ASCII at 4 a token
+    assert budgets.prompt_tokens_of("é" * 999) == budgets.prompt_tokens_of("ไ" * 999) == 333
+    assert budgets.prompt_tokens_of("日本" * 500) == budgets.prompt_tokens_of("한" * 1000) == 500
+    assert budgets.prompt_tokens_of("😀" * 1000) == 1000
+    assert budgets.prompt_tokens_of("ab日😀") == 2  # (3 + 3 + 6 + 12) twelfths
+    assert budgets.prompt_tokens_of("") == 0
+    assert budgets.prompt_tokens_of("\ud800") == 1  # a lone surrogate is some other character
 
 
 @pytest.mark.parametrize(

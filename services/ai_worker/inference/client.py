@@ -245,7 +245,7 @@ class ModelClient:
                     _ignore_text if on_text is None else on_text,
                     _ignore_usage if on_usage is None else on_usage,
                     self.provenance,
-                    sum(len(message.get("content", "")) for message in request.messages),
+                    "".join(message.get("content", "") for message in request.messages),
                     lambda: silence.reschedule(loop.time() + self.timeout_seconds),
                 )
                 content = await self._ask(request, listener)
@@ -381,7 +381,7 @@ class _Listener:
     text: TextCallback
     usage: UsageCallback
     provenance: Provenance
-    prompt_chars: int  # what the prompt is estimated from when the server does not count it
+    prompt_text: str  # what the prompt is estimated from when the server does not count it
     alive: Callable[[], None]  # puts off the bound on silence
 
     def grew(self, stream: _ChunkStream) -> None:
@@ -401,7 +401,7 @@ class _Listener:
             stream.timings,
             counted_tokens=stream.tokens,
             measured_seconds=seconds,
-            prompt_chars=self.prompt_chars,
+            prompt_text=self.prompt_text,
         )
         self.usage(usage, self.provenance)
 
@@ -429,11 +429,18 @@ def _media_type(response: httpx.Response) -> str:
     return content_type.partition(";")[0].strip().lower()
 
 
+# Statuses that say the request never arrived whole (408 Request Timeout): a server error
+# that took nothing, not a refusal of the request. 425 Too Early is not one: a server may
+# send it only to a request in TLS early data (RFC 8470), which httpx never sends, so one
+# that does is broken and its refusal stands.
+_NOT_RECEIVED = frozenset({408})
+
+
 def _raise_for_status(response: httpx.Response) -> None:
     status = response.status_code
     if status == 429:
         raise ModelRateLimited(_retry_after(response.headers))
-    if status >= 500:
+    if status >= 500 or status in _NOT_RECEIVED:
         raise ModelServerError(status)
     raise ModelRequestRejected(status)
 
@@ -442,7 +449,7 @@ def _retry_after(headers: httpx.Headers) -> float | None:
     try:
         seconds = float(headers.get("retry-after", ""))
     except ValueError:
-        return None  # absent, or an HTTP date: the worker's own backoff applies
+        return None  # absent, or an HTTP date: the router waits its usual spacing
     return seconds if seconds >= 0 else None
 
 

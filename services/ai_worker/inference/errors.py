@@ -9,10 +9,14 @@ table of its own::
     │   ├── ModelConnectionError      yes  reset, broken stream, protocol error
     │   │   └── ModelUnreachable      yes  refused, no route, DNS, not made in time:
     │   │                                  nothing was sent
-    │   ├── ModelServerError          yes  HTTP 5xx (503: nothing taken, ``took_nothing``)
-    │   └── ModelRateLimited          yes  HTTP 429 (carries retry_after_seconds)
+    │   └── ModelServerError          yes  HTTP 5xx, and 408 (the server gave up waiting
+    │                                      for our request); 408 and 503 took nothing
+    ├── ModelRateLimited              yes  HTTP 429: the route is up and asks us to wait
+    │                                      (carries retry_after_seconds); took nothing,
+    │                                      and the breaker does not count it (ADR 68)
     ├── InvalidModelOutput            yes  answered, but not JSON or not the schema
-    ├── ModelRequestRejected          no   any other HTTP status >= 300 (key, model, request)
+    ├── ModelRequestRejected          no   any other HTTP status >= 300 (key, model,
+    │                                      request; 425 too: we never send early data)
     ├── LocalRouteUnavailable         yes  the local route is down or its circuit open;
     │                                      ``fallback_permitted`` says whether the operation
     │                                      may move to waiting_for_external_fallback
@@ -34,7 +38,7 @@ from durable_ops.model.routing import LocalUnavailableAction
 class InferenceError(Exception):
     code = "inference_error"
     retryable = True
-    # Nothing reached a model: asking again at once spends nothing (``Router.infer``).
+    # Nothing reached a model: asking again spends nothing (``Router.infer``).
     took_nothing = False
 
     def __init__(self, message: str, *, provenance: Provenance | None = None) -> None:
@@ -62,17 +66,27 @@ class ModelUnreachable(ModelConnectionError):
 
 
 class ModelServerError(ModelUnavailable):
+    """HTTP 5xx, or 408 Request Timeout: the server (or a proxy before it) gave up waiting
+    for our request to arrive, so it read no prompt; a server too stuck to read a request
+    is down to us, as a 5xx is."""
+
     code = "model_server_error"
 
     def __init__(self, status_code: int, *, provenance: Provenance | None = None) -> None:
         super().__init__(f"model answered HTTP {status_code}", provenance=provenance)
         self.status_code = status_code
-        # 503: llama-server while it loads its model, or with no slot free.
-        self.took_nothing = status_code == 503
+        # 503: llama-server while it loads its model, or with no slot free; 408: the
+        # request never arrived whole.
+        self.took_nothing = status_code in {408, 503}
 
 
-class ModelRateLimited(ModelUnavailable):
+class ModelRateLimited(InferenceError):
+    """HTTP 429: the route answered, asking us to wait ``retry_after_seconds`` (None when
+    it named no seconds). Nothing was taken; it is no outage, so the breaker does not
+    count it (ADR 68)."""
+
     code = "model_rate_limited"
+    took_nothing = True
 
     def __init__(
         self, retry_after_seconds: float | None, *, provenance: Provenance | None = None

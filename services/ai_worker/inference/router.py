@@ -71,13 +71,27 @@ and again. An answer that had begun streaming starts
 over: the draft, sent whole on each beat, is replaced by the new answer's text at its
 first piece (until then it shows the old one's start), and progress holds at its highest
 until the new answer passes it; both exchanges' tokens are counted.
+
+A 408 (the server, or a proxy before it, gave up waiting for the request to arrive)
+took nothing either, and is asked again as a 503 is. So is a 429 (rate limited), but no
+sooner than its ``Retry-After`` (at least the usual spacing; one given as a date, not
+seconds, waits the spacing alone), and it is no failure for the breaker: the route
+answered, so a 429 counts as an answer, it neither opens the circuit nor keeps it open
+(a rate limit says we asked too often, not that the model is down; opening would hold
+every call a whole cooldown, or send it to the external route, over a limit that may
+lift in a second: ADR 68). All of one call's waits, the spacings, each ``Retry-After``
+and the wait for the circuit, come out of one bound, ``circuit_wait_seconds``, which the
+attempt's own timeout includes: a ``Retry-After`` that would pass what is left of it (a
+provider's "come back in an hour") ends the attempt at once, ``model_rate_limited``, and
+the operation's retries take it from there, rather than the attempt sleeping until its
+timeout cut it off as ``task_timeout``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import structlog
 
@@ -92,12 +106,13 @@ from durable_ops.ai_worker.inference.errors import (
     InferenceError,
     LocalRouteUnavailable,
     ModelConnectionError,
+    ModelRateLimited,
     ModelUnavailable,
 )
 from durable_ops.ai_worker.inference.metrics import export_local_circuit
 from durable_ops.ai_worker.inference.request import InferenceRequest
 from durable_ops.ai_worker.inference.result import InferenceResult
-from durable_ops.model.circuit import CircuitBreaker, CircuitState
+from durable_ops.model.circuit import CircuitBreaker, CircuitState, Ticket
 from durable_ops.model.routing import Route, external_route_permitted, route_plan
 from durable_ops.model.states import Privacy
 from durable_ops.settings import Settings
@@ -110,10 +125,18 @@ ASK_AGAIN_SECONDS = 1.0
 _log = structlog.get_logger(__name__)
 
 
-def _dropped(error: ModelUnavailable) -> bool:
+def _dropped(error: InferenceError) -> bool:
     """The model took the request and its connection broke before the answer's end (reset,
     closed, a stream cut short), as opposed to a refused connection or a timeout."""
     return isinstance(error, ModelConnectionError) and not error.took_nothing
+
+
+def _pause(error: InferenceError, spacing: float) -> float:
+    """How long to wait before asking again after ``error``: the spacing, or longer when a
+    rate limit named its ``Retry-After``."""
+    if isinstance(error, ModelRateLimited) and error.retry_after_seconds is not None:
+        return max(spacing, error.retry_after_seconds)
+    return spacing
 
 
 class Router:
@@ -124,12 +147,14 @@ class Router:
         external: ModelClient | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         ask_again_seconds: float = ASK_AGAIN_SECONDS,
     ) -> None:
         self.local = local
         self.external = external
         self.breaker = breaker
         self._clock = clock
+        self._sleep = sleep  # with ``clock``: how a test drives the waits
         self._ask_again_seconds = ask_again_seconds
         export_local_circuit(breaker, clock)
 
@@ -179,24 +204,24 @@ class Router:
     ) -> InferenceResult:
         """Serve ``request`` on the local route; ``on_progress``, ``on_text`` and
         ``on_usage`` as in ``ModelClient.complete``. With no fallback permitted, a refused
-        connection is asked again, a dropped one sent again once, and an open circuit
-        waited for, in all at most
+        connection is asked again, a rate-limited one too once its ``Retry-After`` passed, a
+        dropped one sent again once, and an open circuit waited for, in all at most
         ``circuit_wait_seconds`` besides the model calls (the module says why)."""
         may_fall_back = self.external_permitted(privacy, task_external_allowed)
-        tries, resent = 0, False
+        tries, resent, paused = 0, False, 0.0
         while True:
             tries += 1
-            allows = self.breaker.allow(self._clock())
-            waited = not allows and not may_fall_back
+            ticket = self.breaker.allow(self._clock())
+            waited = ticket is None and not may_fall_back
             if waited:
-                allows = await self._wait_for_circuit()
+                ticket = await self._wait_for_circuit(self.circuit_wait_seconds - paused)
             plan = route_plan(
                 privacy,
                 task_external_allowed=task_external_allowed,
                 external_configured=self.external is not None,
-                local_circuit_allows=allows,
+                local_circuit_allows=ticket is not None,
             )
-            if not plan.try_local:
+            if ticket is None or not plan.try_local:
                 raise LocalRouteUnavailable(
                     plan.on_local_unavailable,
                     reason="circuit_open",
@@ -206,16 +231,23 @@ class Router:
                 result = await self.local.complete(
                     request, on_progress=on_progress, on_text=on_text, on_usage=on_usage
                 )
-            except ModelUnavailable as exc:
-                self._failed(exc)
+            except (ModelUnavailable, ModelRateLimited) as exc:
+                if isinstance(exc, ModelRateLimited):
+                    self._answered()  # the route is up, and busy: no outage (ADR 68)
+                else:
+                    self._failed(exc, ticket)
                 # Until the failures open the circuit, and once more to wait for it.
                 asks_again = tries <= self.breaker.failure_threshold and not waited
                 # A connection the model dropped mid-request (killed, restarting): sent
                 # again once, from scratch, as a refused one would be (the module says why).
                 resend = _dropped(exc) and not resent
                 resent = resent or resend
-                if (exc.took_nothing or resend) and not may_fall_back and asks_again:
-                    await asyncio.sleep(self._ask_again_seconds)
+                # A wait that would outlast the attempt's bound ends the attempt now.
+                pause = _pause(exc, self._ask_again_seconds)
+                in_time = paused + pause <= self.circuit_wait_seconds
+                if (exc.took_nothing or resend) and not may_fall_back and asks_again and in_time:
+                    paused += pause
+                    await self._sleep(pause)
                     continue
                 raise LocalRouteUnavailable(
                     plan.on_local_unavailable, reason=exc.code, provenance=exc.provenance
@@ -227,12 +259,13 @@ class Router:
             self._answered()
             return result
 
-    def _failed(self, error: ModelUnavailable) -> None:
-        """Count a failure; say so once when it opens a closed circuit: the model just went
-        down (which, where and why), not at each call while it stays down."""
+    def _failed(self, error: ModelUnavailable, ticket: Ticket) -> None:
+        """Count the failure of the call admitted with ``ticket``; say so once when it opens
+        a closed circuit: the model just went down (which, where and why), not at each call
+        while it stays down."""
         now = self._clock()
         was = self.breaker.state(now)
-        self.breaker.record_failure(now)
+        self.breaker.record_failure(now, ticket)
         if was is CircuitState.CLOSED and self.breaker.state(now) is not CircuitState.CLOSED:
             _log.warning(
                 "local_model_unavailable",
@@ -256,29 +289,31 @@ class Router:
         """The longest ``infer`` waits besides its own model calls: a spacing before each
         call asked again while the circuit is closed, then the open circuit's cooldown,
         and then the half-open trial of another call, which ends at the latest a model
-        timeout after its last sign of progress (ADR 64)."""
+        timeout after its last sign of progress (ADR 64). A rate limit's ``Retry-After``
+        is waited out only within it, less what the call waited already (ADR 68)."""
         asking_again = self.breaker.failure_threshold * self._ask_again_seconds
         return asking_again + self.breaker.cooldown_seconds + self.local.timeout_seconds
 
-    async def _wait_for_circuit(self) -> bool:
-        """Whether the local circuit admitted this call (as the half-open trial, or once
-        another call's trial closed it). False, the model still down, once the circuit
-        is open again after its cooldown (a trial failed), or after
-        ``circuit_wait_seconds``."""
+    async def _wait_for_circuit(self, at_most: float) -> Ticket | None:
+        """The ticket the local circuit admitted this call with (as the half-open trial, or
+        once another call's trial closed it). None, the model still down, once the circuit
+        is open again after its cooldown (a trial failed), or after ``at_most`` seconds
+        (what is left of ``circuit_wait_seconds``)."""
         started = self._clock()
-        _log.info("local_circuit_wait", wait_at_most_seconds=self.circuit_wait_seconds)
+        _log.info("local_circuit_wait", wait_at_most_seconds=at_most)
         while True:
-            await asyncio.sleep(CIRCUIT_POLL_SECONDS)
+            await self._sleep(CIRCUIT_POLL_SECONDS)
             now = self._clock()
-            if self.breaker.allow(now):
-                return True
+            ticket = self.breaker.allow(now)
+            if ticket is not None:
+                return ticket
             waited = now - started
             # The circuit opened before the wait began: open after a cooldown, it reopened.
             reopened = waited >= self.breaker.cooldown_seconds and (
                 self.breaker.state(now) is CircuitState.OPEN
             )
-            if reopened or waited >= self.circuit_wait_seconds:
-                return False
+            if reopened or waited >= at_most:
+                return None
 
     async def infer_external(
         self,
