@@ -4,8 +4,8 @@
     LocalRouteUnavailable, fallback permitted       fallback   (none: a state, not a failure)
     LocalRouteUnavailable, no fallback              retry      its reason (circuit_open, model_…)
     other InferenceError (timeout, connection,      retry      the error's code
-      5xx, 429, invalid output, not permitted)
-    ModelRequestRejected (other 4xx)                fail       model_request_rejected
+      5xx, 408, 429, invalid output, not permitted)
+    ModelRequestRejected (any other 4xx)            fail       model_request_rejected
     TimeoutError (the attempt's own timeout)        retry      task_timeout
     PermissionDenied (entitlement revoked)          fail       its code (not_entitled, ai_disabled)
     NotFound (the subject or context was deleted)   fail       subject_not_found

@@ -70,8 +70,8 @@ def route_plan(
 ) -> RoutePlan:
     """Plan one attempt.
 
-    ``local_circuit_allows`` is the answer of the local breaker's ``allow(now)``,
-    which in the half-open state admits one trial call only.
+    ``local_circuit_allows``: whether the local breaker's ``allow(now)`` gave a ticket,
+    which in the half-open state it gives one trial call only.
     """
     return RoutePlan(
         try_local=local_circuit_allows,
