@@ -244,3 +244,35 @@ def test_an_arabic_title_at_a_latin_company_reads_title_then_company(
         pieces = shown.locator("[dir=auto]")
         assert pieces.nth(0).evaluate("e => getComputedStyle(e).direction") == "rtl"
         assert pieces.nth(1).evaluate("e => getComputedStyle(e).direction") == "ltr"
+
+
+# The gap between the right edge of `line`'s text and its element's right edge, in px.
+RIGHT_GAP = """(element, line) => {
+  const walker = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const at = node.data.indexOf(line);
+    if (at < 0) continue;
+    const range = document.createRange();
+    range.setStart(node, at);
+    range.setEnd(node, at + line.length);
+    return element.getBoundingClientRect().right - range.getBoundingClientRect().right;
+  }
+  return null;
+}"""
+
+
+def test_each_paragraph_of_a_description_keeps_its_own_direction(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """A posting in two languages, English first: its Arabic paragraph still reads right to
+    left, from the right edge, not as the English one's direction has it."""
+    english = "Senior engineer in Dubai: Python, gRPC."
+    arabic = "نبحث عن مهندس برمجيات أول."
+    job = create_job(ui_services.workspace, "amal", f"{english}\n\n{arabic}")
+    open_jobs(page, ui_gateway.url, "amal")
+    card = page.locator(f"#job-{job}")
+    card.locator("summary").click()
+    text = card.locator(".item__description-text")
+    expect(text).to_be_visible()
+    assert text.evaluate(RIGHT_GAP, arabic) < 2  # set against the right edge
+    assert text.evaluate(RIGHT_GAP, english) > 50  # the English one against the left
