@@ -276,3 +276,25 @@ def test_each_paragraph_of_a_description_keeps_its_own_direction(
     expect(text).to_be_visible()
     assert text.evaluate(RIGHT_GAP, arabic) < 2  # set against the right edge
     assert text.evaluate(RIGHT_GAP, english) > 50  # the English one against the left
+
+
+def test_a_choice_of_job_reads_title_then_company(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """An option holds text alone: a name of two pieces keeps the page's direction there
+    (one right-to-left run read "at Acme Corp <title>"); a name of one piece its own."""
+    entitle(ui_services.db, "amal")
+    title = "مهندس برمجيات"
+    with_company = create_job(ui_services.workspace, "amal", title=title)  # at Acme
+    alone = ui_services.workspace.CreateJob(
+        workspace_pb.CreateJobRequest(title=title, description=JOB_TEXT),
+        metadata=metadata(Role.GATEWAY, "amal"),
+    ).id
+    cv = create_cv(ui_services.workspace, "amal", filename=ARABIC_FILENAME)
+    open_jobs(page, ui_gateway.url, "amal")
+    choice = page.locator(f"#attachment-{cv}").get_by_label("Job to compare with")
+    two = choice.locator(f"option[value='{with_company}']")
+    expect(two).to_have_text(f"{title} at Acme")
+    assert two.evaluate("e => getComputedStyle(e).direction") == "ltr"
+    one = choice.locator(f"option[value='{alone}']")
+    assert one.evaluate("e => getComputedStyle(e).direction") == "rtl"

@@ -561,7 +561,7 @@ export function mount(main) {
       const fragment = document.createDocumentFragment();
       fragment.append(
         h("option", { value: "" }, `Without a ${kind?.label ?? kindName}`),
-        ...rows[kindName].map((row) => h("option", { value: row.id, dir: "auto" }, rowName(kindName, row))),
+        ...rows[kindName].map((row) => h("option", { value: row.id, dir: optionDirection(kindName, row) }, rowName(kindName, row))),
       );
       if (kindName === "job" && jobsNext) fragment.append(h("option", { value: "", disabled: true }, "Older jobs: use “Show more jobs” to list them here"));
       optionTemplates.set(kindName, fragment);
@@ -575,6 +575,13 @@ export function mount(main) {
   function refreshReferences(kindName) {
     optionTemplates.delete(kindName);
     for (const select of document.querySelectorAll(`select[data-kind="${kindName}"]`)) fillReferences(select, select.value);
+  }
+
+  // A name of one piece of user text sets its own direction. "<title> at <company>" is two,
+  // which an option cannot isolate (it holds text alone): it keeps the page's, or an Arabic
+  // title at a Latin company read "at Acme Corp <title>".
+  function optionDirection(kind, row) {
+    return kind === "job" && row.company ? null : "auto";
   }
 
   function rowName(kind, row) {
