@@ -83,3 +83,27 @@ def test_text_in_any_script_at_its_limit_is_kept_as_sent(services: Services) -> 
             assert snapshot["context"]["name"] == FILENAME  # the name the result was made with
 
     run(scenario())
+
+
+def test_a_refusal_spells_the_controls_of_a_name_it_echoes(services: Services) -> None:
+    """A name a client made up comes back in the refusal's detail: a right-to-left override
+    in it would show the rest of the message backwards, a line feed break the line."""
+
+    async def scenario() -> None:
+        async with gateway_client(make_app(services.target)) as client:
+            aiko = bearer("aiko")
+            query = await client.get("/api/jobs", params={"cv\u202etxt.exe": "1"}, headers=aiko)
+            assert query.status_code == 400
+            assert query.json()["field"] == "cv\\u202etxt.exe"
+            assert query.json()["detail"] == (
+                "cv\\u202etxt.exe is not a query parameter of this route."
+            )
+            body = {"title": "T", "description": "D", "ti\ntle\u2066": 1}
+            member = await client.post("/api/jobs", json=body, headers=aiko)
+            assert member.status_code == 400
+            assert member.json()["detail"] == "ti\\u000atle\\u2066 is not a field of this request."
+            # Any other script comes back as it was sent.
+            named = await client.get("/api/jobs", params={"名前": "1"}, headers=aiko)
+            assert named.json()["field"] == "名前"
+
+    run(scenario())
