@@ -13,13 +13,16 @@ service across gRPC). An invalid argument reads "<field> <reason>.", e.g.
 "page_size must be an integer between 1 and 100.".
 
 Text that came from a request (a field name a client made up) may hold a lone
-surrogate, which UTF-8 cannot encode: ``printable`` spells it as an escape, so
-rendering a problem never fails. A 405 names in ``Allow`` every method of every
+surrogate, which UTF-8 cannot encode, or a control or bidi formatting character,
+which makes the rest of the message show other than it reads (after U+202E it
+shows backwards): ``printable`` spells each as an escape, so rendering a problem
+never fails and its detail reads as written. A 405 names in ``Allow`` every method of every
 route on the path (Starlette's own names only those of the first route found).
 """
 
 from __future__ import annotations
 
+import re
 import traceback
 from collections.abc import Mapping
 from http import HTTPStatus
@@ -58,8 +61,15 @@ _SENTENCE_ENDS = (".", "!", "?")
 _METHOD_ORDER = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
+# C0 and C1 controls, the line and paragraph separators, and the bidi marks, embeddings,
+# overrides and isolates: in an echoed name they break the line or turn the message round.
+_UNSHOWABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
 def printable(text: str) -> str:
-    """``text`` with any lone surrogate spelt ``\\udXXX``: encodable as UTF-8."""
+    """``text`` with any lone surrogate, control or bidi formatting character spelt as an
+    escape (``\\udXXX``, ``\\u202e``): encodable as UTF-8, and shown as it reads."""
+    text = _UNSHOWABLE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 

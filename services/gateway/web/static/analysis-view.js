@@ -50,6 +50,19 @@ export function resultHeading(kind, taskType, snapshot) {
   return [kind, formatWhen(snapshot.created_at ?? snapshot.updated_at), madeWith(taskType, snapshot)].filter(Boolean).join(", ");
 }
 
+// The heading's nodes: the name it was made with (user text) isolated in its own direction,
+// so an Arabic file name neither reads backwards nor drags the words around it along.
+function headingNodes(kind, taskType, snapshot) {
+  const heading = resultHeading(kind, taskType, snapshot);
+  const name = snapshot.context?.name;
+  if (!name || !task(taskType)?.context || !heading.endsWith(`with ${name}`)) return [heading];
+  return [heading.slice(0, heading.length - name.length), h("span", { dir: "auto" }, name)];
+}
+
+function setHeading(element, kind, taskType, snapshot) {
+  if (element.textContent !== resultHeading(kind, taskType, snapshot)) replaceChildren(element, headingNodes(kind, taskType, snapshot));
+}
+
 // The result, laid out by the task's answer schema under its heading: each integer is
 // a score under its title, each string a paragraph, each non-empty array a titled
 // list; then which model produced it (the result's own record of it).
@@ -65,11 +78,12 @@ function resultView(taskType, snapshot, kind) {
   return h(
     "div",
     { class: resultClass(kind) },
-    h("h4", { class: "analysis__result-heading" }, resultHeading(kind, taskType, snapshot)),
+    h("h4", { class: "analysis__result-heading" }, headingNodes(kind, taskType, snapshot)),
     scores.map(([name, schema]) => h("p", { class: "analysis__score" }, scoreView({ title: name, ...scoreSchema(schema) }, result[name]))),
-    texts.filter(([name]) => result[name]).map(([name]) => h("p", {}, result[name])),
+    // The model's words: in the language it wrote them, an Arabic answer right to left.
+    texts.filter(([name]) => result[name]).map(([name]) => h("p", { dir: "auto" }, result[name])),
     lists.map(([name, schema]) =>
-      h("div", { class: "analysis__list" }, h("h4", {}, schema.title ?? name), h("ul", {}, result[name].map((item) => h("li", {}, item)))),
+      h("div", { class: "analysis__list" }, h("h4", {}, schema.title ?? name), h("ul", {}, result[name].map((item) => h("li", { dir: "auto" }, item)))),
     ),
     modelLabel(snapshot.provenance ?? null),
   );
@@ -94,10 +108,10 @@ function draftView(taskType, partial) {
     const value = partial[name];
     const title = schema.title ?? name;
     if (typeof value === "number") shown.push(h("p", { class: "analysis__score" }, h("strong", {}, `${title}: ${value}`)));
-    else if (typeof value === "string" && value) shown.push(h("p", {}, value));
+    else if (typeof value === "string" && value) shown.push(h("p", { dir: "auto" }, value));
     else if (Array.isArray(value) && value.length) {
       const items = value.filter((item) => typeof item === "string" && item);
-      shown.push(h("div", { class: "analysis__list" }, h("h4", {}, title), h("ul", {}, items.map((item) => h("li", {}, item)))));
+      shown.push(h("div", { class: "analysis__list" }, h("h4", {}, title), h("ul", {}, items.map((item) => h("li", { dir: "auto" }, item)))));
     }
   }
   if (!shown.length) return null;
@@ -310,7 +324,7 @@ export function createAnalysisView(slot, taskType, { onCancel, onRetry, focusFal
       const shown = resultSlot.firstElementChild;
       if (shown && kind !== resultKind) {
         shown.className = resultClass(kind);
-        setText(shown.querySelector(".analysis__result-heading"), resultHeading(kind, taskType, snapshot));
+        setHeading(shown.querySelector(".analysis__result-heading"), kind, taskType, snapshot);
       }
     } else {
       replaceChildren(resultSlot, snapshot ? resultView(taskType, snapshot, kind) : null);

@@ -10,7 +10,7 @@ import { NOTIFICATIONS_CHANGED, UNREAD_COUNT, notificationsChanged } from "./eve
 import { formatTime, subjectLabel, taskLabel } from "./format.js";
 import { operationAnchor, resultHref } from "./operations-view.js";
 import { visiblePoller } from "./poller.js";
-import { subjectName } from "./subjects.js";
+import { shownName, subjectName } from "./subjects.js";
 
 // A list that could not load (the connection dropped), or loaded without what a notification
 // is about (its operation's read failed), is asked for again this often while the page is
@@ -178,7 +178,7 @@ export function mountNotifications(section) {
     const name = which(notification, details);
     const line = lineOf(notification);
     // The subject's name is user text: it sets its own direction (an Arabic file name).
-    const about = details.name ? [`${taskLabel(notification.task_type)} for `, h("span", { dir: "auto" }, details.name)] : taskLabel(notification.task_type);
+    const about = details.name ? [`${taskLabel(notification.task_type)} for `, shownName("span", {}, details.name)] : taskLabel(notification.task_type);
     return h(
       "li",
       { class: `note${isUnread ? " note--unread" : ""}`, dataset: { id: notification.id } },

@@ -6,7 +6,7 @@
 import { h, replaceChildren } from "./dom.js";
 import { TERMINAL_STATES, cancelCameTooLate, formatTime, stateLabel, subjectLabel, taskLabel } from "./format.js";
 import { usageLine } from "./provenance.js";
-import { kindLabel, wasDeleted } from "./subjects.js";
+import { kindLabel, shownName, wasDeleted } from "./subjects.js";
 import { task } from "./tasks.js";
 
 const CANCELLABLE = new Set(["queued", "running", "waiting_for_retry", "waiting_for_external_fallback"]);
@@ -166,7 +166,7 @@ function subjectLine(operation, subjectName) {
     return [
       h("span", { class: "op__subject-type" }, `${kind.charAt(0).toUpperCase()}${kind.slice(1)}:`),
       " ",
-      h("strong", { class: "op__subject-name", dir: "auto" }, subjectName), // user text: its own direction
+      shownName("strong", { class: "op__subject-name" }, subjectName), // user text: its own direction
     ];
   }
   return [

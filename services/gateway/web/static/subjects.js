@@ -5,16 +5,35 @@
 // stay (ADR 60), and name it "a deleted job", "a deleted CV".
 
 import { api } from "./api.js";
+import { h } from "./dom.js";
 import { TASKS } from "./tasks.js";
 
 const LIST_SIZE = 100;
 
+// A name made of two pieces of user text ("<title> at <company>") -> those pieces.
+const pieces = new Map();
+
 // How each subject kind is read and named; its API collection comes from the task
 // registry's paths (e.g. "/api/jobs/{id}/strategy-snapshot" -> "/api/jobs").
 const NAMERS = {
-  job: (job) => (job.company ? `${job.title} at ${job.company}` : job.title),
+  job: (job) => {
+    if (!job.company) return job.title;
+    const name = `${job.title} at ${job.company}`;
+    pieces.set(name, [job.title, job.company]);
+    return name;
+  },
   attachment: (cv) => cv.filename,
 };
+
+// A subject's name shown as a `tag` element: user text, so each piece of it sets its own
+// direction (dir="auto"). A job's title and company are two pieces: as one, an Arabic title
+// made the whole line right to left, and "مهندس at Acme" read "at Acme مهندس".
+export function shownName(tag, attributes, name) {
+  const known = pieces.get(name);
+  if (!known) return h(tag, { ...attributes, dir: "auto" }, name);
+  const [title, company] = known;
+  return h(tag, attributes, h("span", { dir: "auto" }, title), " at ", h("span", { dir: "auto" }, company));
+}
 
 function kindOf(type) {
   for (const entry of TASKS) {

@@ -1,6 +1,9 @@
-// A text field's live count against the server's limit. No maxlength: a browser
-// cuts a paste at it without a word. A text over the limit is kept whole, said to
-// be too long, and not sent.
+// A text field's limit, as the server judges it. No maxlength: a browser cuts a paste at
+// it without a word, and counts UTF-16 code units, so it takes only 100 emoji where the
+// server takes 200, and cuts between the parts of one (a family emoji left as half a
+// family, an "é" typed as e + accent left as a bare "e"). A text over the limit is kept
+// whole, said to be too long, and not sent. A long text shows its live count; a line (a
+// title, a file name) says only when it is over.
 
 import { h } from "./dom.js";
 import { formatNumber } from "./format.js";
@@ -11,18 +14,32 @@ export function characterCount(text) {
   return text.length - (pairs ? pairs.length : 0);
 }
 
+// What Python's str.strip() trims, as the services do to a line before they store it: its
+// white space, which is not quite JavaScript's (trim() takes the BOM, U+FEFF, too, and
+// leaves the information separators U+001C to U+001F and U+0085). The gateway counts a
+// line as sent, blanks and all, so a page sends a line trimmed, as it counted it.
+const SERVER_EDGES =
+  /^[\t\n\v\f\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+|[\t\n\v\f\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+$/g;
+
+export function serverTrimmed(text) {
+  return text.replace(SERVER_EDGES, "");
+}
+
 let nextId = 0;
 
 // `noun` names the text in the message ("The description"); `action` is what to do
-// once it is short enough ("add the job").
-export function limitText(control, { max, noun, action }) {
+// once it is short enough ("add the job"). `line`: a one-line field, counted trimmed
+// (`serverTrimmed`, as it is sent); it shows no counter, only the message once it is over.
+export function limitText(control, { max, noun, action, line = false }) {
   nextId += 1;
-  const counter = h("span", { class: "counter", id: `counter-${nextId}` });
+  const counter = line ? null : h("span", { class: "counter", id: `counter-${nextId}` });
   const warning = h("p", { class: "form-error", role: "alert", id: `counter-warning-${nextId}`, hidden: true });
-  control.setAttribute("aria-describedby", `${counter.id} ${warning.id}`);
+  const described = (control.getAttribute("aria-describedby") ?? "").split(" ").filter(Boolean);
+  control.setAttribute("aria-describedby", [...described, ...(counter ? [counter.id] : []), warning.id].join(" "));
+  const counted = () => characterCount(line ? serverTrimmed(control.value) : control.value);
 
   function problem() {
-    const count = characterCount(control.value);
+    const count = counted();
     if (count <= max) return null;
     return (
       `${noun} is ${formatNumber(count)} characters, ${formatNumber(count - max)} over its limit of ` +
@@ -32,8 +49,10 @@ export function limitText(control, { max, noun, action }) {
 
   function refresh() {
     const text = problem();
-    counter.textContent = `${formatNumber(characterCount(control.value))} / ${formatNumber(max)} characters`;
-    counter.classList.toggle("counter--over", Boolean(text));
+    if (counter) {
+      counter.textContent = `${formatNumber(counted())} / ${formatNumber(max)} characters`;
+      counter.classList.toggle("counter--over", Boolean(text));
+    }
     control.setAttribute("aria-invalid", text ? "true" : "false");
     if ((warning.textContent || null) !== text) warning.textContent = text ?? "";
     warning.hidden = !text;
@@ -41,5 +60,7 @@ export function limitText(control, { max, noun, action }) {
 
   control.addEventListener("input", refresh);
   refresh();
-  return { element: h("div", { class: "counted" }, counter, warning), refresh, problem };
+  // A line's message alone: hidden, it takes no room under its field.
+  const element = counter ? h("div", { class: "counted" }, counter, warning) : warning;
+  return { element, refresh, problem };
 }

@@ -37,7 +37,7 @@ import { LIVE_OPENED, LIVE_OPERATION, liveOpen } from "../live.js";
 import { visiblePoller } from "../poller.js";
 import { mountAiSettings } from "../settings-view.js";
 import { TASKS, task as taskNamed, taskPath, tasksFor } from "../tasks.js";
-import { limitText } from "../text-limit.js";
+import { limitText, serverTrimmed } from "../text-limit.js";
 
 export const ANALYSIS_POLL_MS = 2000;
 export const ANALYSIS_LIVE_POLL_MS = 500;
@@ -51,12 +51,23 @@ export const JOBS_PAGE = 50;
 // largest, model/bounds.py PAGE_SIZE_RANGE) at a time; the list shows CVS_STEP at a time.
 export const CVS_STEP = 50;
 const PAGE_SIZE_MAX = 100;
-// The server's bounds (model/bounds.py): JOB_DESCRIPTION_MAX and ATTACHMENT_TEXT_MAX.
+// The server's bounds (model/bounds.py), in characters (code points) as it counts them.
+const JOB_TITLE_MAX = 200;
+const JOB_COMPANY_MAX = 200;
 const JOB_DESCRIPTION_MAX = 20000;
+const ATTACHMENT_FILENAME_MAX = 255;
 const CV_TEXT_MAX = 200000;
 
 function formError() {
   return h("p", { class: "form-error", role: "alert", hidden: true });
+}
+
+// Whether any of the [control, limit] pairs is over its limit: focus goes to the first,
+// whose message under it says what is wrong, and nothing is sent.
+function overLimit(limited) {
+  const over = limited.find(([, limit]) => limit.problem());
+  over?.[0].focus();
+  return Boolean(over);
 }
 
 const shownErrors = new WeakMap(); // a form's error element -> the error it shows
@@ -173,17 +184,22 @@ export function mount(main) {
   deleter.prepare(cvList);
 
   function jobForm() {
-    const title = h("input", { name: "title", required: true, maxlength: 200 });
-    const company = h("input", { name: "company", maxlength: 200 });
-    const description = h("textarea", { name: "description", required: true, rows: 5 });
-    const limit = limitText(description, { max: JOB_DESCRIPTION_MAX, noun: "The description", action: "add the job" });
+    const title = h("input", { name: "title", required: true, dir: "auto" });
+    const company = h("input", { name: "company", dir: "auto" });
+    const description = h("textarea", { name: "description", required: true, rows: 5, dir: "auto" });
+    const action = "add the job";
+    const titleLimit = limitText(title, { max: JOB_TITLE_MAX, noun: "The title", action, line: true });
+    const companyLimit = limitText(company, { max: JOB_COMPANY_MAX, noun: "The company", action, line: true });
+    const limit = limitText(description, { max: JOB_DESCRIPTION_MAX, noun: "The description", action });
     const error = formError();
     const added = addedStatus();
     const form = h(
       "form",
       { class: "form", id: "add-job", "aria-label": "Add a job posting", novalidate: true },
       field("Title", title),
+      titleLimit.element,
       field("Company", company),
+      companyLimit.element,
       field("Description", description),
       limit.element,
       error,
@@ -193,13 +209,12 @@ export function mount(main) {
     onSubmitOnce(form, async () => {
       added.textContent = "";
       if (!checkFilled(form)) return; // each empty field says so below it
-      if (limit.problem()) {
-        description.focus(); // the message under the field says what is wrong
-        return;
-      }
+      if (overLimit([[title, titleLimit], [company, companyLimit], [description, limit]])) return;
       try {
-        await post("/api/jobs", { json: { title: title.value, company: company.value, description: description.value } });
-        added.textContent = `Job “${title.value.trim()}” added.`;
+        // A line goes trimmed, as it is counted: the server would count its blanks too.
+        const job = { title: serverTrimmed(title.value), company: serverTrimmed(company.value), description: description.value };
+        await post("/api/jobs", { json: job });
+        added.replaceChildren("Job “", h("span", { dir: "auto" }, job.title), "” added.");
         form.reset();
         limit.refresh();
         showFormError(error, null);
@@ -213,15 +228,18 @@ export function mount(main) {
   }
 
   function cvForm() {
-    const filename = h("input", { name: "filename", required: true, maxlength: 255, placeholder: "e.g. my-cv.txt" });
-    const text = h("textarea", { name: "text", required: true, rows: 4 });
-    const limit = limitText(text, { max: CV_TEXT_MAX, noun: "The CV text", action: "add the CV" });
+    const filename = h("input", { name: "filename", required: true, dir: "auto", placeholder: "e.g. my-cv.txt" });
+    const text = h("textarea", { name: "text", required: true, rows: 4, dir: "auto" });
+    const action = "add the CV";
+    const nameLimit = limitText(filename, { max: ATTACHMENT_FILENAME_MAX, noun: "The file name", action, line: true });
+    const limit = limitText(text, { max: CV_TEXT_MAX, noun: "The CV text", action });
     const error = formError();
     const added = addedStatus();
     const form = h(
       "form",
       { class: "form", id: "add-cv", "aria-label": "Add a CV", novalidate: true },
       field("File name", filename),
+      nameLimit.element,
       field("CV text", text, "Paste the text of your CV."),
       limit.element,
       error,
@@ -231,13 +249,11 @@ export function mount(main) {
     onSubmitOnce(form, async () => {
       added.textContent = "";
       if (!checkFilled(form)) return;
-      if (limit.problem()) {
-        text.focus();
-        return;
-      }
+      if (overLimit([[filename, nameLimit], [text, limit]])) return;
       try {
-        await post("/api/attachments", { json: { kind: "cv", filename: filename.value, text: text.value } });
-        added.textContent = `CV “${filename.value.trim()}” added.`;
+        const name = serverTrimmed(filename.value); // sent trimmed, as it was counted
+        await post("/api/attachments", { json: { kind: "cv", filename: name, text: text.value } });
+        added.replaceChildren("CV “", h("span", { dir: "auto" }, name), "” added.");
         form.reset(); // ready for the next CV: a kept name would be sent with another text
         limit.refresh();
         showFormError(error, null);
@@ -545,7 +561,7 @@ export function mount(main) {
       const fragment = document.createDocumentFragment();
       fragment.append(
         h("option", { value: "" }, `Without a ${kind?.label ?? kindName}`),
-        ...rows[kindName].map((row) => h("option", { value: row.id, dir: "auto" }, rowName(kindName, row))),
+        ...rows[kindName].map((row) => h("option", { value: row.id, dir: optionDirection(kindName, row) }, rowName(kindName, row))),
       );
       if (kindName === "job" && jobsNext) fragment.append(h("option", { value: "", disabled: true }, "Older jobs: use “Show more jobs” to list them here"));
       optionTemplates.set(kindName, fragment);
@@ -559,6 +575,13 @@ export function mount(main) {
   function refreshReferences(kindName) {
     optionTemplates.delete(kindName);
     for (const select of document.querySelectorAll(`select[data-kind="${kindName}"]`)) fillReferences(select, select.value);
+  }
+
+  // A name of one piece of user text sets its own direction. "<title> at <company>" is two,
+  // which an option cannot isolate (it holds text alone): it keeps the page's, or an Arabic
+  // title at a Latin company read "at Acme Corp <title>".
+  function optionDirection(kind, row) {
+    return kind === "job" && row.company ? null : "auto";
   }
 
   function rowName(kind, row) {
