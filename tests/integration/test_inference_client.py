@@ -728,6 +728,30 @@ def test_a_stream_without_done_ends_at_its_finish_reason() -> None:
     run(scenario())
 
 
+def test_an_emoji_escaped_in_two_chunks_is_one_character_of_the_answer() -> None:
+    """A server that escapes its text sends each half of an emoji as a chunk of its own
+    (``"\\ud83d"``, then ``"\\ude00"``): the answer holds the emoji, which it can publish."""
+
+    async def scenario() -> None:
+        body = streamed(['{"ok": "', "\ud83d", "\ude00", '"}'])
+        async with scripted_client(lambda _: event_stream(body)) as client:
+            answer = (await client.complete(UNCHECKED)).answer
+        assert answer == {"ok": "\U0001f600"}
+        assert json.dumps(answer, ensure_ascii=False).encode()
+
+    run(scenario())
+
+
+def test_an_answer_spelling_half_a_character_is_no_answer() -> None:
+    async def scenario() -> None:
+        body = streamed(['{"ok": "\\ud83d"}'])
+        async with scripted_client(lambda _: event_stream(body)) as client:
+            with pytest.raises(InvalidModelOutput, match="half a character"):
+                await client.complete(UNCHECKED)
+
+    run(scenario())
+
+
 FRAMINGS = {
     "crlf": streamed(ANSWER_PIECES).replace(b"\n", b"\r\n"),
     "cr": streamed(ANSWER_PIECES).replace(b"\n", b"\r"),

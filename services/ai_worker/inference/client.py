@@ -83,6 +83,7 @@ from durable_ops.ai_worker.inference.result import InferenceResult
 from durable_ops.ai_worker.inference.sse import Event, EventDecoder, MalformedStream
 from durable_ops.ai_worker.inference.usage import exchange_usage
 from durable_ops.model.bounds import PROVIDER_MAX
+from durable_ops.model.drafts import paired
 from durable_ops.model.progress import DEFAULT_BUDGET_TOKENS, ProgressMeter
 from durable_ops.model.provenance import Provenance
 from durable_ops.model.routing import Route
@@ -534,7 +535,8 @@ class _ChunkStream:
         self.timings: object = None
 
     def content(self) -> str:
-        return "".join(self.pieces)
+        # A server that escapes its text may send an emoji's two halves in two chunks.
+        return paired("".join(self.pieces))
 
     @property
     def signs(self) -> int:
@@ -620,4 +622,8 @@ def _content_object(content: str) -> dict[str, Any]:
         raise InvalidModelOutput("answer is not JSON") from exc
     if not isinstance(answer, dict):
         raise InvalidModelOutput("answer is not a JSON object")
+    try:  # the model's own JSON may spell half a character (``"\\ud83d"``): no text
+        json.dumps(answer, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise InvalidModelOutput("answer holds half a character") from None
     return answer
