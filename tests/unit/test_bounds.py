@@ -251,7 +251,21 @@ def test_a_line_refuses_the_bidi_controls_that_make_a_name_show_other_than_it_re
     assert bounds.multi_line("text", f"quoted {control}text", 99) == f"quoted {control}text"
 
 
-@pytest.mark.parametrize("value", ["\u200b", "\ufeff \u200d", "\u00ad", "\u200e\u200f"])
+NOTHING_THAT_SHOWS = [
+    "\u200b",
+    "\ufeff \u200d",
+    "\u00ad",
+    "\u200e\u200f",
+    "\u3164\u3164",  # Hangul fillers
+    "\u2800",  # the blank Braille pattern
+    "\ufe0f\u034f",  # a variation selector, the combining grapheme joiner
+    "\U000e0041\U000e0042",  # tag characters
+    "\U0001d173",  # a musical format mark
+    "\U000e0100",  # a supplementary variation selector
+]
+
+
+@pytest.mark.parametrize("value", NOTHING_THAT_SHOWS)
 def test_a_required_line_of_nothing_that_shows_is_refused(value: str) -> None:
     rejected("title", lambda: bounds.single_line("title", value, 99))
     assert bounds.single_line("title", value, 99, required=False) == value.strip()
@@ -260,6 +274,16 @@ def test_a_required_line_of_nothing_that_shows_is_refused(value: str) -> None:
 def test_text_across_lines_of_nothing_that_shows_is_refused_when_required() -> None:
     rejected("text", lambda: bounds.multi_line("text", "\u200b\n\ufeff", 99))
     assert bounds.multi_line("text", "\u200b", 99, required=False) == "\u200b"
+
+
+def test_text_of_what_shows_with_marks_that_do_not_is_kept() -> None:
+    for value in ("\u2764\ufe0f", "\U0001f3f4\U000e0067\U000e0062\U000e007f", "\u2800x"):
+        assert bounds.single_line("title", value, 99) == value
+
+
+def test_an_owner_outside_a_z_is_told_which_characters_it_may_hold() -> None:
+    error = rejected_with("owner", "invalid_argument", lambda: bounds.owner_id("山田"))
+    assert "A-Z, a-z, 0-9" in error.reason
 
 
 def test_text_across_lines_keeps_unicode_line_breaks_and_refuses_c1() -> None:
