@@ -2,7 +2,12 @@
 
 ``tokens`` cuts text into words, keeping technical spellings whole ("C++",
 "C#", "Node.js", "CI/CD") and splitting other compounds ("Python/SQL",
-"cross-functional") into their parts. ``terms`` reads the tokens left to
+"cross-functional") into their parts. A word goes on through its combining marks (an
+accent typed as a mark, Arabic vowel signs, the vowel signs of Indic scripts: ``\\w``
+alone cut "équipe" to "quipe" and Hindi to nothing), and Japanese, written without
+spaces, is cut where its script changes: a run of kanji or of katakana is a word
+("データベースの設計経験": データベース, 設計経験), the kana between them its grammar,
+dropped. ``terms`` reads the tokens left to
 right: a run that spells a skill of ``vocabulary.SKILLS`` (several words at
 most ``PHRASE_WORDS_MAX``, compared by stem, so "unit testing" is "unit
 tests") is that skill; any other word counts by its stem unless it is a stop
@@ -16,6 +21,7 @@ never share a key, whatever they are spelt like ("go" the verb, "Go").
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -24,7 +30,26 @@ from durable_ops.dev_model.vocabulary import CALENDAR_WORDS, SKILLS, STOP_WORDS,
 
 PHRASE_WORDS_MAX = 4
 
-_WORD = re.compile(r"[^\W_][\w+#]*(?:[./-][^\W_][\w+#]*)*")
+
+def _marks() -> str:
+    """The combining marks of the Basic Multilingual Plane, as the body of a regex class."""
+    marks = [
+        chr(code) for code in range(0x300, 0x10000) if unicodedata.category(chr(code))[0] == "M"
+    ]
+    return "".join(re.escape(mark) for mark in marks)
+
+
+_IN_WORD = rf"[\w{_marks()}+#]*"
+_WORD = re.compile(rf"[^\W_]{_IN_WORD}(?:[./-][^\W_]{_IN_WORD})*")
+# Japanese words by their script: runs of kanji, of katakana (with its long-vowel mark),
+# of hiragana (grammar: dropped), and of anything else.
+_HIRAGANA = "\u3040-\u309f"
+_KANA_AND_KANJI = f"{_HIRAGANA}\u30a0-\u30ff\u31f0-\u31ff\u3400-\u9fff\uf900-\ufaff"
+_BY_SCRIPT = re.compile(
+    f"[\u3400-\u9fff\uf900-\ufaff]+|[\u30a0-\u30ff\u31f0-\u31ff]+|[{_HIRAGANA}]+"
+    f"|[^{_KANA_AND_KANJI}]+"
+)
+_ONLY_HIRAGANA = re.compile(f"[{_HIRAGANA}]+")
 _JOINER = re.compile(r"[./-]")  # what joins the parts of a compound ("node.js", "end-to-end")
 
 
@@ -60,10 +85,12 @@ _WHOLE = frozenset(
 def tokens(text: str) -> list[Token]:
     """The words of ``text``, technical spellings whole, other compounds in parts."""
     found: list[Token] = []
-    for match in _WORD.finditer(text):
+    for match in _WORD.finditer(unicodedata.normalize("NFC", text)):
         for part in _parts(match.group()):
-            lower = part.lower()
-            found.append(Token(part, lower, stem(lower)))
+            for word in _BY_SCRIPT.findall(part):
+                if not _ONLY_HIRAGANA.fullmatch(word):
+                    lower = word.lower()
+                    found.append(Token(word, lower, stem(lower)))
     return found
 
 

@@ -208,6 +208,19 @@ def test_tokens_keep_technical_spellings_and_split_other_compounds() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("e\u0301quipe", ["équipe"]),  # an accent typed as a combining mark
+        ("مُهَنْدِس برمجيات", ["مُهَنْدِس", "برمجيات"]),  # Arabic with its vowel signs
+        ("अनुभव पायथन", ["अनुभव", "पायथन"]),  # Hindi's vowel signs are marks
+        ("データベースの設計経験が5年あります", ["データベース", "設計経験"]),
+    ],
+)
+def test_words_of_any_script_are_whole(text: str, expected: list[str]) -> None:
+    assert words(text) == expected
+
+
 def test_multi_word_skills_are_one_term_in_any_form() -> None:
     found = terms(
         "Machine learning; test-driven development; unit tests and unit testing; "
