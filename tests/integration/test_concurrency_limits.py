@@ -54,9 +54,10 @@ def _create(ops: OpsClient, owner: str, key: str, task_type: str, n: int) -> str
     return ops.create_raw(owner, request).operation.id
 
 
-def _claim_batch(ops: OpsClient, task_type: str, count: int) -> list[Lease]:
+def _claim_batch(ops: OpsClient, task_type: str | tuple[str, ...], count: int) -> list[Lease]:
+    types = [task_type] if isinstance(task_type, str) else list(task_type)
     response: pb.ClaimOperationsResponse = ops.stub.ClaimOperations(
-        pb.ClaimOperationsRequest(task_types=[task_type], lease_seconds=30, max_operations=count),
+        pb.ClaimOperationsRequest(task_types=types, lease_seconds=30, max_operations=count),
         metadata=ops.neutral,
     )
     return [
@@ -121,6 +122,44 @@ def test_a_full_key_holds_back_only_its_own_operations(services: Services, ops: 
     # k's backlog, ahead in the queue, is not even a candidate: it would fill the claim
     # of one and be refused, and a key with room would wait behind it.
     assert ops.claim_one((SINGLE,)).id == other_key
+
+
+def test_the_concurrency_key_names_the_slot_whatever_the_subject(
+    services: Services, ops: OpsClient
+) -> None:
+    def create(n: int, key: str) -> str:
+        request = ops.create_request(f"ck-{n}", task_type=SINGLE, subject_id=f"subject-{n}")
+        request.concurrency_key = key
+        return ops.create_raw(ALICE, request).operation.id
+
+    k = [create(0, "k"), create(1, "k")]
+    other_key = create(2, "m")
+    assert ops.claim_one((SINGLE,)).id == k[0]
+    # k's second waits for its key though its subject is another, and is not a candidate
+    # that would take the claim's one place.
+    assert ops.claim_one((SINGLE,)).id == other_key
+    assert ops.claim((SINGLE,)) is None
+    assert _slots(services) == {f"{SINGLE}|": 2, f"{SINGLE}|{ALICE}/k": 1, f"{SINGLE}|{ALICE}/m": 1}
+
+
+def test_a_claim_of_several_types_takes_the_unlimited_beside_the_limited(
+    services: Services, ops: OpsClient
+) -> None:
+    free = ops.create(ALICE, "free").id  # TASK: no limits
+    keyed = _create(ops, ALICE, "k", KEYED, 0)
+    claimed = _claim_batch(ops, (TASK, KEYED), 10)
+    assert sorted(lease.id for lease in claimed) == sorted([free, keyed])
+
+
+def test_a_full_type_holds_back_no_other_type_in_the_same_claim(
+    services: Services, ops: OpsClient
+) -> None:
+    for n in range(3):
+        _create(ops, ALICE, f"c{n}", CAPPED, n)
+    assert len(_claim_batch(ops, CAPPED, 3)) == 3  # the type is full
+    _create(ops, ALICE, "c3", CAPPED, 3)  # ahead in the queue, and waits for the type
+    free = ops.create(ALICE, "free").id
+    assert ops.claim_one((CAPPED, TASK)).id == free
 
 
 def test_each_end_of_a_cancelled_run_gives_its_slots_back(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from durable_ops.model.concurrency_limits import (
@@ -13,6 +15,7 @@ from durable_ops.model.concurrency_limits import (
     type_slot,
 )
 from durable_ops.model.errors import InvalidArgument
+from durable_ops.model.tasks import CV_REVIEW, STRATEGY_SNAPSHOT, Registry
 
 LIMITS = {"keyed": Concurrency(per_key=2, total=3), "capped": Concurrency(total=1)}
 
@@ -54,3 +57,13 @@ def test_a_limit_is_at_least_one(bad: dict[str, int]) -> None:
     with pytest.raises(InvalidArgument):
         Concurrency(**bad)
     assert not Concurrency().limited
+
+
+def test_a_type_with_either_limit_alone_is_one_the_claim_counts() -> None:
+    """A type limited only per key, or only in total, is in the registry's limits: else
+    its claim would count nothing and run any number at once."""
+    per_key = replace(STRATEGY_SNAPSHOT, concurrency=Concurrency(per_key=1))
+    total = replace(CV_REVIEW, concurrency=Concurrency(total=2))
+    limits = Registry.of(per_key, total).limits()
+    assert dict(limits) == {per_key.name: Concurrency(per_key=1), total.name: Concurrency(total=2)}
+    assert dict(Registry.of(replace(CV_REVIEW, concurrency=Concurrency())).limits()) == {}
