@@ -264,6 +264,15 @@ def test_priorities_stay_strict_between_levels(queue: Queue) -> None:
     assert queue.claim(6) == [*high, *low]
 
 
+def test_an_owners_turns_at_one_priority_do_not_count_at_another(queue: Queue) -> None:
+    """Its backlog at a high priority takes no turn at a low one: there its next operation
+    starts at the head of the line, as an owner's with nothing waiting there."""
+    low = queue.create("bob", 3)
+    high = queue.create("alice", 5, priority=5)
+    (alices_low,) = queue.create("alice")
+    assert queue.claim(9) == [*high, low[0], alices_low, *low[1:]]
+
+
 def test_aging_bounds_a_low_prioritys_wait(queue: Queue) -> None:
     (low,) = queue.create("bob", priority=0)
     for step in range(fairness.AGING_MAX):
