@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy import select
 
-from durable_ops.storage import operations
+from durable_ops.storage import operations, task_pauses
 from durable_ops.storage.db import Database
 from durable_ops.storage.operations import claims
 from durable_ops.storage.schema import UserOperation
@@ -94,3 +94,23 @@ def test_a_spread_claim_takes_the_next_free_row_when_the_head_is_held(
             assert _claim(spread) == queued[claims.CLAIM_SPREAD]
     finally:
         other.dispose()
+
+
+def test_a_type_paused_while_a_spread_claim_picks_is_not_taken(
+    spread: Database, engine_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator's pause that commits between the head's read (unlocked) and the pick:
+    the pick checks the pause again, so no operation of a paused type starts."""
+    if engine_name == "sqlite":
+        pytest.skip("SQLite runs one writer at a time: the pause cannot commit inside the claim")
+    _create(spread, 0, priority=0)
+    operator = Database(str(spread.engine.url.render_as_string(hide_password=False)), pool_size=1)
+
+    def paused_meanwhile(_ids: list[str]) -> None:  # between the head's read and the pick
+        operator.run(lambda tx: task_pauses.pause(tx, TASK, "ops.admin", START), owner_id=None)
+
+    monkeypatch.setattr(claims, "random", SimpleNamespace(shuffle=paused_meanwhile))
+    try:
+        assert _claim(spread) is None
+    finally:
+        operator.dispose()
