@@ -24,7 +24,8 @@ from durable_ops.model.concurrency_limits import Concurrency
 from durable_ops.model.scope import Role
 from durable_ops.operations import pruner
 from durable_ops.storage import operations
-from durable_ops.storage.operations import claims
+from durable_ops.storage.db import Database
+from durable_ops.storage.operations import claims, slots
 from durable_ops.storage.schema import ConcurrencySlot, UserOperation
 from durable_ops.worker import Attempt, Worker, WorkerOptions
 from tests.support.clock import ManualClock
@@ -214,6 +215,34 @@ def test_the_prune_deletes_idle_slots_and_the_limits_hold_after_it(
         _create(ops, ALICE, "k", KEYED, n)
     assert [ops.claim((KEYED,)) is not None for _ in range(3)] == [True, True, False]
     assert slot_rows()[f"{KEYED}|{ALICE}/k"] == 2  # the key's row came back and counts
+
+
+def test_a_slot_a_claim_took_while_the_prune_read_it_idle_is_kept(
+    services: Services, ops: OpsClient, db_url: str, engine_name: str
+) -> None:
+    """The prune reads idle slots unlocked, then deletes them: a claim that commits between
+    the two must keep its count, or the key would run one more than its limit after."""
+    if engine_name == "sqlite":
+        pytest.skip("SQLite runs one writer at a time: no claim commits inside the prune")
+    _create(ops, ALICE, "k", KEYED, 0)
+    ops.complete(ops.claim_one((KEYED,)))  # the key's slot is idle now
+    _create(ops, ALICE, "k", KEYED, 1)
+    claimed: list[Lease] = []
+
+    def claim_meanwhile(*args: Any) -> None:  # just before the prune's DELETE
+        if str(args[2]).upper().startswith("DELETE") and not claimed:
+            racer = threading.Thread(target=lambda: claimed.append(ops.claim_one((KEYED,))))
+            racer.start()
+            racer.join(HANG_GUARD)
+
+    pruning = Database(db_url, pool_size=1)
+    pruning.listen("before_cursor_execute", claim_meanwhile)
+    try:
+        pruning.run(lambda tx: slots.prune_idle(tx, 100), owner_id=None)
+    finally:
+        pruning.dispose()
+    assert len(claimed) == 1
+    assert _slots(services) == {f"{KEYED}|": 1, f"{KEYED}|{ALICE}/k": 1}
 
 
 def test_a_type_without_limits_costs_a_claim_no_statement_more(
