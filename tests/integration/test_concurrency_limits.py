@@ -163,6 +163,20 @@ def test_a_full_type_holds_back_no_other_type_in_the_same_claim(
     assert ops.claim_one((CAPPED, TASK)).id == free
 
 
+def test_a_full_keys_backlog_wakes_no_waiting_claim(services: Services, ops: OpsClient) -> None:
+    kinds = {("queued", SINGLE)}
+
+    def poll() -> set[tuple[str, str]]:
+        now = services.clock()
+        return services.db.run(lambda tx: operations.claimable_kinds(tx, now, kinds), owner_id=None)
+
+    for n in range(2):
+        _create(ops, ALICE, "k", SINGLE, n)
+    assert poll() == kinds
+    ops.claim_one((SINGLE,))
+    assert poll() == set()  # the second waits for its key: no claim could take it
+
+
 def test_each_end_of_a_cancelled_run_gives_its_slots_back(
     services: Services, ops: OpsClient, clock: ManualClock
 ) -> None:
