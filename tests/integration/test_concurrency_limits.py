@@ -116,6 +116,18 @@ def test_every_end_of_a_run_gives_its_slots_back(
     assert ops.claim((KEYED,)) is None
 
 
+def test_a_type_limited_only_in_total_gets_its_room_back_at_each_end(
+    services: Services, ops: OpsClient
+) -> None:
+    for n in range(4):
+        _create(ops, ALICE, f"c{n}", CAPPED, n)
+    held = _claim_batch(ops, CAPPED, 4)
+    assert len(held) == 3
+    ops.complete(held[0])
+    assert _slots(services) == {f"{CAPPED}|": 2}
+    assert ops.claim((CAPPED,)) is not None
+
+
 def test_a_full_key_holds_back_only_its_own_operations(services: Services, ops: OpsClient) -> None:
     k = [_create(ops, ALICE, "k", SINGLE, n) for n in range(2)]
     other_key = _create(ops, ALICE, "m", SINGLE, 0)

@@ -10,6 +10,7 @@ from durable_ops.model.concurrency_limits import (
     Candidate,
     Concurrency,
     admitted,
+    capacity,
     key_slot,
     slots_of,
     type_slot,
@@ -67,3 +68,12 @@ def test_a_type_with_either_limit_alone_is_one_the_claim_counts() -> None:
     limits = Registry.of(per_key, total).limits()
     assert dict(limits) == {per_key.name: Concurrency(per_key=1), total.name: Concurrency(total=2)}
     assert dict(Registry.of(replace(CV_REVIEW, concurrency=Concurrency())).limits()) == {}
+
+
+def test_a_key_may_hold_the_slot_ids_separator() -> None:
+    """A key is the create's (or a subject id): free text, so a "|" in it names no type."""
+    slot = key_slot("keyed", "alice", "a|b")
+    assert capacity(slot, LIMITS) == 2
+    chosen, counts = admitted([Candidate("keyed", slot)] * 3, {}, LIMITS)
+    assert chosen == [True, True, False]
+    assert counts[slot] == 2
