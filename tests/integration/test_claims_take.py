@@ -5,6 +5,7 @@ and a batch is bounded."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import pytest
 
@@ -49,8 +50,9 @@ def test_a_new_run_keeps_the_first_start_and_starts_its_progress_from_nothing(
         owner_id=None,
     )
     for seconds in (40, 60):  # the lease runs out; the retry comes due
-        at = START + timedelta(seconds=seconds)
-        database.run(lambda tx, at=at: operations.sweep(tx, at), owner_id=None)
+        database.run(
+            partial(operations.sweep, now=START + timedelta(seconds=seconds)), owner_id=None
+        )
     # Waiting, it still shows how far the last run got ("will resume") …
     assert _stored(database, created.id) == (first_start.replace(tzinfo=None), 40)
     (again,) = _claim(database, START + timedelta(seconds=61))
