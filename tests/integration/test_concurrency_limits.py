@@ -24,7 +24,8 @@ from durable_ops.model.concurrency_limits import Concurrency
 from durable_ops.model.scope import Role
 from durable_ops.operations import pruner
 from durable_ops.storage import operations
-from durable_ops.storage.operations import claims
+from durable_ops.storage.db import Database
+from durable_ops.storage.operations import claims, slots
 from durable_ops.storage.schema import ConcurrencySlot, UserOperation
 from durable_ops.worker import Attempt, Worker, WorkerOptions
 from tests.support.clock import ManualClock
@@ -54,9 +55,10 @@ def _create(ops: OpsClient, owner: str, key: str, task_type: str, n: int) -> str
     return ops.create_raw(owner, request).operation.id
 
 
-def _claim_batch(ops: OpsClient, task_type: str, count: int) -> list[Lease]:
+def _claim_batch(ops: OpsClient, task_type: str | tuple[str, ...], count: int) -> list[Lease]:
+    types = [task_type] if isinstance(task_type, str) else list(task_type)
     response: pb.ClaimOperationsResponse = ops.stub.ClaimOperations(
-        pb.ClaimOperationsRequest(task_types=[task_type], lease_seconds=30, max_operations=count),
+        pb.ClaimOperationsRequest(task_types=types, lease_seconds=30, max_operations=count),
         metadata=ops.neutral,
     )
     return [
@@ -114,6 +116,18 @@ def test_every_end_of_a_run_gives_its_slots_back(
     assert ops.claim((KEYED,)) is None
 
 
+def test_a_type_limited_only_in_total_gets_its_room_back_at_each_end(
+    services: Services, ops: OpsClient
+) -> None:
+    for n in range(4):
+        _create(ops, ALICE, f"c{n}", CAPPED, n)
+    held = _claim_batch(ops, CAPPED, 4)
+    assert len(held) == 3
+    ops.complete(held[0])
+    assert _slots(services) == {f"{CAPPED}|": 2}
+    assert ops.claim((CAPPED,)) is not None
+
+
 def test_a_full_key_holds_back_only_its_own_operations(services: Services, ops: OpsClient) -> None:
     k = [_create(ops, ALICE, "k", SINGLE, n) for n in range(2)]
     other_key = _create(ops, ALICE, "m", SINGLE, 0)
@@ -121,6 +135,58 @@ def test_a_full_key_holds_back_only_its_own_operations(services: Services, ops: 
     # k's backlog, ahead in the queue, is not even a candidate: it would fill the claim
     # of one and be refused, and a key with room would wait behind it.
     assert ops.claim_one((SINGLE,)).id == other_key
+
+
+def test_the_concurrency_key_names_the_slot_whatever_the_subject(
+    services: Services, ops: OpsClient
+) -> None:
+    def create(n: int, key: str) -> str:
+        request = ops.create_request(f"ck-{n}", task_type=SINGLE, subject_id=f"subject-{n}")
+        request.concurrency_key = key
+        return ops.create_raw(ALICE, request).operation.id
+
+    k = [create(0, "k"), create(1, "k")]
+    other_key = create(2, "m")
+    assert ops.claim_one((SINGLE,)).id == k[0]
+    # k's second waits for its key though its subject is another, and is not a candidate
+    # that would take the claim's one place.
+    assert ops.claim_one((SINGLE,)).id == other_key
+    assert ops.claim((SINGLE,)) is None
+    assert _slots(services) == {f"{SINGLE}|": 2, f"{SINGLE}|{ALICE}/k": 1, f"{SINGLE}|{ALICE}/m": 1}
+
+
+def test_a_claim_of_several_types_takes_the_unlimited_beside_the_limited(
+    services: Services, ops: OpsClient
+) -> None:
+    free = ops.create(ALICE, "free").id  # TASK: no limits
+    keyed = _create(ops, ALICE, "k", KEYED, 0)
+    claimed = _claim_batch(ops, (TASK, KEYED), 10)
+    assert sorted(lease.id for lease in claimed) == sorted([free, keyed])
+
+
+def test_a_full_type_holds_back_no_other_type_in_the_same_claim(
+    services: Services, ops: OpsClient
+) -> None:
+    for n in range(3):
+        _create(ops, ALICE, f"c{n}", CAPPED, n)
+    assert len(_claim_batch(ops, CAPPED, 3)) == 3  # the type is full
+    _create(ops, ALICE, "c3", CAPPED, 3)  # ahead in the queue, and waits for the type
+    free = ops.create(ALICE, "free").id
+    assert ops.claim_one((CAPPED, TASK)).id == free
+
+
+def test_a_full_keys_backlog_wakes_no_waiting_claim(services: Services, ops: OpsClient) -> None:
+    kinds = {("queued", SINGLE)}
+
+    def poll() -> set[tuple[str, str]]:
+        now = services.clock()
+        return services.db.run(lambda tx: operations.claimable_kinds(tx, now, kinds), owner_id=None)
+
+    for n in range(2):
+        _create(ops, ALICE, "k", SINGLE, n)
+    assert poll() == kinds
+    ops.claim_one((SINGLE,))
+    assert poll() == set()  # the second waits for its key: no claim could take it
 
 
 def test_each_end_of_a_cancelled_run_gives_its_slots_back(
@@ -175,6 +241,34 @@ def test_the_prune_deletes_idle_slots_and_the_limits_hold_after_it(
         _create(ops, ALICE, "k", KEYED, n)
     assert [ops.claim((KEYED,)) is not None for _ in range(3)] == [True, True, False]
     assert slot_rows()[f"{KEYED}|{ALICE}/k"] == 2  # the key's row came back and counts
+
+
+def test_a_slot_a_claim_took_while_the_prune_read_it_idle_is_kept(
+    services: Services, ops: OpsClient, db_url: str, engine_name: str
+) -> None:
+    """The prune reads idle slots unlocked, then deletes them: a claim that commits between
+    the two must keep its count, or the key would run one more than its limit after."""
+    if engine_name == "sqlite":
+        pytest.skip("SQLite runs one writer at a time: no claim commits inside the prune")
+    _create(ops, ALICE, "k", KEYED, 0)
+    ops.complete(ops.claim_one((KEYED,)))  # the key's slot is idle now
+    _create(ops, ALICE, "k", KEYED, 1)
+    claimed: list[Lease] = []
+
+    def claim_meanwhile(*args: Any) -> None:  # just before the prune's DELETE
+        if str(args[2]).upper().startswith("DELETE") and not claimed:
+            racer = threading.Thread(target=lambda: claimed.append(ops.claim_one((KEYED,))))
+            racer.start()
+            racer.join(HANG_GUARD)
+
+    pruning = Database(db_url, pool_size=1)
+    pruning.listen("before_cursor_execute", claim_meanwhile)
+    try:
+        pruning.run(lambda tx: slots.prune_idle(tx, 100), owner_id=None)
+    finally:
+        pruning.dispose()
+    assert len(claimed) == 1
+    assert _slots(services) == {f"{KEYED}|": 1, f"{KEYED}|{ALICE}/k": 1}
 
 
 def test_a_type_without_limits_costs_a_claim_no_statement_more(

@@ -29,6 +29,7 @@ from durable_ops.storage.tx import OperatorTx, Tx
 from tests.support.grpc_services import Services
 
 TASK = "fleet.work"
+OTHER_TASK = "fleet.other"
 START = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
 
 
@@ -43,14 +44,19 @@ class Queue:
         self._made = 0
 
     def create(
-        self, owner: str, count: int = 1, priority: int = 0, not_before: datetime | None = None
+        self,
+        owner: str,
+        count: int = 1,
+        priority: int = 0,
+        not_before: datetime | None = None,
+        task_type: str = TASK,
     ) -> list[str]:
         made = []
         for _ in range(count):
             self._made += 1
             self.now += timedelta(milliseconds=1)
             request = operations.CreateRequest(
-                task_type=TASK,
+                task_type=task_type,
                 idempotency_key=f"k-{self._made}",
                 subject_type="job",
                 subject_id=f"s-{self._made}",
@@ -65,11 +71,11 @@ class Queue:
             made.append(operation.id)
         return made
 
-    def claim(self, count: int = 1) -> list[str]:
+    def claim(self, count: int = 1, task_types: tuple[str, ...] = (TASK,)) -> list[str]:
         self.now += timedelta(milliseconds=1)
         now = self.now
         claims = self.db.run(
-            lambda tx: operations.claim(tx, [TASK], 30, now, limit=count), owner_id=None
+            lambda tx: operations.claim(tx, task_types, 30, now, limit=count), owner_id=None
         )
         return [claim.operation.id for claim in claims]
 
@@ -100,6 +106,49 @@ def test_two_backlogs_take_turns_and_a_batch_claim_alternates(queue: Queue) -> N
     taken = queue.owners(queue.claim(10))
     assert Counter(taken) == {"alice": 5, "bob": 5}
     assert all(a != b for a, b in pairwise(taken))
+
+
+def test_an_owner_back_after_an_idle_hour_takes_turns_with_the_backlog_it_finds(
+    queue: Queue,
+) -> None:
+    """Its last turn, an hour old, banks nothing: its burst alternates with the backlog
+    another owner made meanwhile instead of going ahead of all of it."""
+    queue.create("alice", 3)
+    assert len(queue.claim(3)) == 3
+    queue.now += timedelta(hours=1)
+    queue.create("bob", 3)
+    queue.create("alice", 3)
+    assert queue.owners(queue.claim(6)) == ["bob", "alice"] * 3
+
+
+def test_a_claim_of_several_task_types_keeps_the_owners_turns(queue: Queue) -> None:
+    backlog = queue.create("alice", 3)
+    (other,) = queue.create("bob", task_type=OTHER_TASK)
+    assert queue.claim(2, (TASK, OTHER_TASK)) == [backlog[0], other]
+
+
+def test_a_due_scheduled_operation_is_claimed_only_once_a_sweep_let_it_in(queue: Queue) -> None:
+    """Held out of the line till then: claimed before its sweep it would skip every turn
+    at its priority (its turn is not taken yet)."""
+    backlog = queue.create("alice", 3)
+    (later,) = queue.create("bob", not_before=queue.now + timedelta(seconds=1))
+    queue.now += timedelta(seconds=2)
+    assert queue.claim(4) == backlog
+    assert queue.sweep().let_in == 1
+    assert queue.claim() == [later]
+
+
+def test_a_claim_whose_clock_reads_before_its_time_does_not_take_it(queue: Queue) -> None:
+    """Another replica's sweep let it in at its time; a claim on a replica whose clock is a
+    little behind still finds it not due."""
+    due = queue.now + timedelta(seconds=1)
+    (later,) = queue.create("bob", not_before=due)
+    queue.now = due
+    assert queue.sweep().let_in == 1
+    queue.now = due - timedelta(milliseconds=2)  # the claim moves it on by one
+    assert queue.claim() == []
+    queue.now = due
+    assert queue.claim() == [later]
 
 
 def test_a_scheduled_operation_takes_its_turn_when_it_joins_the_line(queue: Queue) -> None:
@@ -213,6 +262,15 @@ def test_priorities_stay_strict_between_levels(queue: Queue) -> None:
     low = queue.create("bob", 3)
     high = queue.create("alice", 3, priority=5)
     assert queue.claim(6) == [*high, *low]
+
+
+def test_an_owners_turns_at_one_priority_do_not_count_at_another(queue: Queue) -> None:
+    """Its backlog at a high priority takes no turn at a low one: there its next operation
+    starts at the head of the line, as an owner's with nothing waiting there."""
+    low = queue.create("bob", 3)
+    high = queue.create("alice", 5, priority=5)
+    (alices_low,) = queue.create("alice")
+    assert queue.claim(9) == [*high, low[0], alices_low, *low[1:]]
 
 
 def test_aging_bounds_a_low_prioritys_wait(queue: Queue) -> None:

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import pytest
 
 from durable_ops.ai_admission.admit import TASK_PAUSED
-from durable_ops.storage import task_pauses
+from durable_ops.storage import operations, task_pauses
 from durable_ops.storage.db import Database
 from durable_ops.storage.events import Committed, Requeued
 from tests.integration.test_gateway_wording import reads_as_a_sentence
@@ -97,6 +97,23 @@ def test_a_paused_type_is_not_claimed_and_a_resumed_one_is(
         [OTHER_TASK, "active"],
         [TASK, "active"],
     ]
+
+
+def test_the_claim_poll_finds_no_work_of_a_paused_type(services: Services, ops: OpsClient) -> None:
+    """Waiting claims are woken only for work they may take: a paused type's queue wakes
+    none of them (each would try, take nothing, and wait again)."""
+    ops.create(ALICE, "waiting")
+    kinds = {("queued", TASK)}
+
+    def poll() -> set[tuple[str, str]]:
+        now = services.clock()
+        return services.db.run(lambda tx: operations.claimable_kinds(tx, now, kinds), owner_id=None)
+
+    assert poll() == kinds
+    services.db.run(
+        lambda tx: task_pauses.pause(tx, TASK, OPERATOR_NAME, services.clock()), owner_id=None
+    )
+    assert poll() == set()
 
 
 def test_a_resume_wakes_this_replicas_claims_and_a_pause_does_not(database: Database) -> None:

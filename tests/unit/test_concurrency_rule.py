@@ -7,6 +7,8 @@ import pytest
 from durable_ops.model.concurrency import (
     FOLLOW_BOUND,
     FOLLOW_SERVER_SLOTS,
+    LATENCY_TOLERANCE,
+    MIN_GAIN,
     Cell,
     Outcome,
     chosen_concurrency,
@@ -61,6 +63,24 @@ def test_the_same_gain_on_every_server_raises() -> None:
     assert (decision.outcome, decision.concurrency) == (Outcome.RAISE, 2)
 
 
+def test_a_gain_of_exactly_the_threshold_pays() -> None:
+    cells = grid({(1, 2): 10.0, (2, 2): 10.0 * (1 + MIN_GAIN)})
+    assert chosen_concurrency(cells) == 2
+
+
+def test_a_tail_exactly_at_the_tolerance_is_taken() -> None:
+    cells = grid({(1, 2): 10.0, (2, 2): 15.0}, c2s2=30.0 * (1 + LATENCY_TOLERANCE))
+    assert chosen_concurrency(cells) == 2
+
+
+def test_less_on_a_server_with_more_slots_does_not_follow_the_slots() -> None:
+    # 2 on two slots, 1 on four: never past the slots, but not growing with them.
+    figures = {**FLAT, (2, 2): 15.0}
+    decision = decide(grid(figures))
+    assert dict(decision.chosen) == {1: 1, 2: 2, 4: 1}
+    assert (decision.outcome, decision.concurrency) == (Outcome.KEEP_ONE, 1)
+
+
 def test_figures_that_disagree_take_the_least() -> None:
     # 4 on one slot, 2 on two: neither follows the slots nor agrees.
     figures = {**FLAT, (4, 1): 13.0, (2, 2): 13.0, (2, 4): 13.0}
@@ -95,6 +115,8 @@ def test_no_decision_without_a_sound_baseline() -> None:
         chosen_concurrency(grid({(2, 1): 10.0, (4, 1): 10.0}))
     with pytest.raises(ValueError, match="failed 3 of 20"):
         chosen_concurrency([Cell(1, 1, 20, 3, 8.0, 30.0), Cell(2, 1, 20, 0, 12.0, 30.0)])
+    with pytest.raises(ValueError, match="baseline"):  # nothing done at concurrency 1
+        chosen_concurrency([Cell(1, 1, 20, 0, 0.0, 30.0), Cell(2, 1, 20, 0, 12.0, 30.0)])
     with pytest.raises(ValueError, match="no cells"):
         decide([])
     with pytest.raises(ValueError, match="one slot count"):
@@ -135,6 +157,10 @@ def test_following_the_server() -> None:
     assert bounded.concurrency == FOLLOW_BOUND
     assert "bounded" in bounded.why
     assert startup_concurrency(FOLLOW_SERVER_SLOTS, 64, host_store=False, bound=2).concurrency == 2
+    at_bound = startup_concurrency(FOLLOW_SERVER_SLOTS, FOLLOW_BOUND, host_store=False)
+    assert at_bound.concurrency == FOLLOW_BOUND
+    one_more = startup_concurrency(FOLLOW_SERVER_SLOTS, FOLLOW_BOUND + 1, host_store=False)
+    assert one_more.concurrency == FOLLOW_BOUND
 
 
 def test_following_falls_back_to_one() -> None:

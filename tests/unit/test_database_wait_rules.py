@@ -55,6 +55,11 @@ def test_any_draw_keeps_the_pause_within_half_the_step_and_the_step(
     assert ceiling / 2 <= pause <= ceiling
 
 
+@pytest.mark.parametrize("value", [1.5, math.inf])
+def test_a_draw_above_one_is_held_to_one(value: float) -> None:
+    assert wait_pause(3, fixed(value)) == wait_pause(3, fixed(1.0))
+
+
 def test_replicas_started_together_spread_out() -> None:
     draws = [0.0, 0.25, 0.5, 0.75, JUST_UNDER_ONE]
     pauses = {wait_pause(3, fixed(value)) for value in draws}

@@ -52,6 +52,18 @@ def test_a_new_token_for_a_held_operation_replaces_its_lease() -> None:
     assert beat.held == [HeldLease("a", "alice", "n" * 43, DEFAULT_LEASE_SECONDS)]
 
 
+def test_a_held_operation_named_under_another_owner_is_not_that_lease() -> None:
+    """The beat's UPDATE binds the owner it names: the held lease's owner is not kept for
+    it (with a token it replaces the lease, without one it is refused)."""
+    held = HeldLeases()
+    held.apply([_add("a")], [])
+    beat = held.apply([Entry("a", "bob", TOKEN)], [])
+    assert beat.held == [HeldLease("a", "bob", TOKEN, DEFAULT_LEASE_SECONDS)]
+    refused = held.apply([Entry("a", "carol")], []).refused["a"]
+    assert isinstance(refused, InvalidArgument)
+    assert refused.code == LEASE_NOT_HELD
+
+
 def test_dropped_and_lost_leases_leave_the_stream() -> None:
     held = HeldLeases()
     held.apply([_add("a"), _add("b"), _add("c")], [])
