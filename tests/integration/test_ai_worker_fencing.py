@@ -193,7 +193,44 @@ def test_a_note_published_before_the_cancel_stands_and_the_operation_succeeds(
             model.stop()
     row = OpsClient(services).row(operation_id)
     assert _notes(services) == [operation_id]
+    # The note names the model that wrote it, on its route, as the owner's page shows it.
+    named = rows(
+        services.db,
+        select(AiWorkspaceNote.provider, AiWorkspaceNote.model, AiWorkspaceNote.route),
+    )
+    assert [tuple(note) for note in named] == [("127.0.0.1", "dev-heuristic", "local")]
     assert row.state == "succeeded"
     assert row.result_ref is not None
     succeeded = [log for log in logs if log["event"] == "operation_succeeded"]
     assert [(log["note_id"], log["new_note"]) for log in succeeded] == [(row.result_ref, True)]
+
+
+class AnswerLostOnce(WorkspaceClient):
+    """The publish went through but its answer was lost on the way back: asked again."""
+
+    async def publish_note(
+        self, attempt: Attempt, body_json: str, provenance: Provenance | None
+    ) -> tuple[str, bool]:
+        await super().publish_note(attempt, body_json, provenance)
+        return await super().publish_note(attempt, body_json, provenance)
+
+
+def test_a_publish_asked_again_answers_the_first_and_says_it_is_not_new(
+    services: Services,
+) -> None:
+    operation_id = _operation_on_a_job(services, "asked-again")
+    model = ModelServer()
+
+    async def scenario() -> None:
+        async with worker(services, model, AnswerLostOnce) as executor:
+            await drain(services, executor, LEASE_SECONDS)
+
+    with capture_logs() as logs:
+        try:
+            asyncio.run(scenario())
+        finally:
+            model.stop()
+    row = OpsClient(services).row(operation_id)
+    assert (row.state, _notes(services)) == ("succeeded", [operation_id])
+    succeeded = [log for log in logs if log["event"] == "operation_succeeded"]
+    assert [(log["note_id"], log["new_note"]) for log in succeeded] == [(row.result_ref, False)]
