@@ -185,3 +185,16 @@ def test_an_attempt_begun_but_never_marked_running_is_reconciled_too(store: Path
     finally:
         journal.close()
     assert _states(store) == {FIRST.record_id: hoststore.State.FAILED_RECOVERED}
+
+
+def test_an_attempt_handed_back_and_claimed_again_does_not_stop_the_worker(
+    journal: HostStoreJournal,
+) -> None:
+    """A release gives the attempt number back (``model.lifecycle``), so the next claim on
+    this host is the same attempt on the same route: its record is already settled, and
+    settling it again must not fail the journal (which would stop the worker)."""
+    journal.start(FIRST)
+    journal.finish(FIRST, succeeded=False)  # released at a stop: not completed
+    journal.start(FIRST)  # claimed again after the restart
+    journal.finish(FIRST, succeeded=True)
+    assert journal.unresolved() == []
