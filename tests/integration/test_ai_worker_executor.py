@@ -14,6 +14,8 @@ from contextlib import asynccontextmanager
 
 import pytest
 from prometheus_client import REGISTRY
+from sqlalchemy import select
+from structlog.testing import capture_logs
 
 from durable_ops.ai_worker.clients import AiSettings
 from durable_ops.ai_worker.execution import Executor
@@ -28,6 +30,7 @@ from durable_ops.model.provenance import Provenance
 from durable_ops.model.routing import Route
 from durable_ops.model.states import Plan, Privacy
 from durable_ops.model.subjects import JOB, SubjectKind
+from durable_ops.storage.schema import OperationAttempt
 from durable_ops.worker import Attempt
 from tests.support.ai_stack import ModelServer
 from tests.support.ai_worker import Journal, drain
@@ -35,6 +38,7 @@ from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services, running_services
 from tests.support.operations_client import ALICE, OpsClient
 from tests.support.prompts import cv_text, job_text
+from tests.support.stored import rows
 
 LEASE_SECONDS = 5
 STRATEGY = "strategy.snapshot"
@@ -380,3 +384,135 @@ def test_a_failing_host_journal_gives_the_claim_back_and_stops_the_worker(
     assert model.completions == 1  # nothing ran unrecorded
     # The worker stopped at once: the third operation waits for another worker.
     assert ops.state_counts() == {"succeeded": 1, "waiting_for_retry": 1, "queued": 1}
+
+
+class RefusingPublish(Workspace):
+    """The subject is deleted once the model has answered: Workspace refuses the note."""
+
+    async def publish_note(
+        self, attempt: Attempt, body_json: str, provenance: Provenance | None
+    ) -> tuple[str, bool]:
+        raise NotFound("job not found", code="job_not_found")
+
+
+def test_a_note_refused_after_the_answer_still_names_the_model_that_answered(
+    services: Services,
+) -> None:
+    """The operator reads on the failed attempt which model spent the tokens, although no
+    note came of them."""
+    model = ModelServer()
+    ops = OpsClient(services)
+    operation_id = _create(ops, "refused", STRATEGY, pb.PRIVACY_LOCAL_ONLY)
+
+    async def scenario() -> None:
+        router = Router(_local(model), CircuitBreaker(3, 30))
+        async with executor_on(router, RefusingPublish(), Journal(), 30) as executor:
+            await drain(services, executor, LEASE_SECONDS)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        model.stop()
+    row = ops.row(operation_id)
+    assert (row.state, row.failure_code) == ("failed", "subject_not_found")
+    (attempt,) = rows(
+        services.db, select(OperationAttempt).where(OperationAttempt.operation_id == operation_id)
+    )
+    assert (attempt.outcome, attempt.provider, attempt.model) == (
+        "failed",
+        "127.0.0.1",
+        "dev-heuristic",
+    )
+    assert attempt.completion_tokens
+
+
+def test_a_task_off_the_external_allowlist_never_leaves_the_host(services: Services) -> None:
+    """The owner allows external routes, but the task is not on the allowlist: with the
+    local model down the attempt waits to retry on the host; the external one is not used."""
+    model, external_model = ModelServer(fail_mode="500"), ModelServer()
+    ops = OpsClient(services)
+    operation_id = _create(ops, "host-only", STRATEGY, pb.PRIVACY_EXTERNAL_ALLOWED)
+    workspace, journal = Workspace(), Journal()
+
+    async def scenario() -> None:
+        external = ModelClient(external_model.url, "dev-heuristic", route=Route.EXTERNAL)
+        router = Router(_local(model), CircuitBreaker(1, 30), external)
+        async with executor_on(router, workspace, journal, 10) as executor:
+            await drain(services, executor, LEASE_SECONDS, [Route.LOCAL, Route.EXTERNAL])
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        model.stop()
+        external_model.stop()
+    row = ops.row(operation_id)
+    assert (row.state, row.failure_code, row.route) == (
+        "waiting_for_retry",
+        "model_server_error",
+        "local",
+    )
+    assert (external_model.completions, workspace.notes) == (0, [])
+
+
+class ReadsRecorded(Workspace):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[tuple[str, str]] = []
+
+    async def read(self, kind: SubjectKind, subject_id: str) -> SubjectText:
+        self.reads.append((kind.name, subject_id))
+        return await super().read(kind, subject_id)
+
+
+def test_the_operations_context_is_read_for_the_model(services: Services) -> None:
+    """A CV review against a job posting reads the posting too, by its reference."""
+    model = ModelServer()
+    ops = OpsClient(services)
+    request = ops.create_request("with-posting", task_type=CV_REVIEW, subject_type="attachment")
+    request.context_ref = "job-7"
+    operation_id = str(ops.create_raw(ALICE, request).operation.id)
+    workspace = ReadsRecorded()
+
+    async def scenario() -> None:
+        router = Router(_local(model), CircuitBreaker(3, 30))
+        async with executor_on(router, workspace, Journal(), 30) as executor:
+            await drain(services, executor, LEASE_SECONDS)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        model.stop()
+    assert ops.row(operation_id).state == "succeeded"
+    assert workspace.reads == [("attachment", "job-1"), ("job", "job-7")]
+
+
+class Republished(Workspace):
+    """A note an earlier attempt of the operation already published."""
+
+    async def publish_note(
+        self, attempt: Attempt, body_json: str, provenance: Provenance | None
+    ) -> tuple[str, bool]:
+        return "note-earlier", False
+
+
+def test_a_note_found_published_is_logged_as_not_new(services: Services) -> None:
+    model = ModelServer()
+    ops = OpsClient(services)
+    operation_id = _create(ops, "again", STRATEGY, pb.PRIVACY_LOCAL_ONLY)
+
+    async def scenario() -> None:
+        router = Router(_local(model), CircuitBreaker(3, 30))
+        async with executor_on(router, Republished(), Journal(), 30) as executor:
+            await drain(services, executor, LEASE_SECONDS)
+
+    with capture_logs() as logs:
+        try:
+            asyncio.run(scenario())
+        finally:
+            model.stop()
+    assert (ops.row(operation_id).state, ops.row(operation_id).result_ref) == (
+        "succeeded",
+        "note-earlier",
+    )
+    succeeded = [log for log in logs if log["event"] == "operation_succeeded"]
+    assert [(log["note_id"], log["new_note"]) for log in succeeded] == [("note-earlier", False)]

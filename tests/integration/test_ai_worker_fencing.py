@@ -144,11 +144,93 @@ def test_a_cancel_that_lands_before_the_note_wins(services: Services) -> None:
         async with worker(services, model, CancelJustBeforePublishing) as executor:
             await drain(services, executor, LEASE_SECONDS)
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        model.stop()
+    with capture_logs() as logs:
+        try:
+            asyncio.run(scenario())
+        finally:
+            model.stop()
     ops = OpsClient(services)
     assert ops.row(operation_id).state == "cancelled"
     assert _notes(services) == []
+    # The owner's cancel is no abandoned attempt: no warning for the operator to chase.
+    assert [log for log in logs if log["event"] == "attempt_abandoned"] == []
     assert [row.outcome for row in ops.notification_rows(operation_id)] == ["cancelled"]
+
+
+class CancelWhilePublishing(WorkspaceClient):
+    """The owner's cancel lands once the note is written, before its answer reaches the
+    attempt: the pushed cancel ends the attempt's lease while the publish is in flight."""
+
+    services: Services
+
+    async def publish_note(
+        self, attempt: Attempt, body_json: str, provenance: Provenance | None
+    ) -> tuple[str, bool]:
+        published = await super().publish_note(attempt, body_json, provenance)
+        await asyncio.to_thread(OpsClient(self.services).cancel, ALICE, attempt.operation_id)
+        while not attempt.cancelled.is_set():  # the stream delivered it; the task is cancelled
+            await asyncio.sleep(0.01)
+        return published
+
+
+def test_a_note_published_before_the_cancel_stands_and_the_operation_succeeds(
+    services: Services,
+) -> None:
+    """The publish runs to its answer even when the cancel arrives meanwhile: a note that
+    went through is the operation's result, never a published note of a cancelled one."""
+    operation_id = _operation_on_a_job(services, "cancel-while-publishing")
+    model = ModelServer()
+    CancelWhilePublishing.services = services
+
+    async def scenario() -> None:
+        async with worker(services, model, CancelWhilePublishing) as executor:
+            await drain(services, executor, LEASE_SECONDS)
+
+    with capture_logs() as logs:
+        try:
+            asyncio.run(scenario())
+        finally:
+            model.stop()
+    row = OpsClient(services).row(operation_id)
+    assert _notes(services) == [operation_id]
+    # The note names the model that wrote it, on its route, as the owner's page shows it.
+    named = rows(
+        services.db,
+        select(AiWorkspaceNote.provider, AiWorkspaceNote.model, AiWorkspaceNote.route),
+    )
+    assert [tuple(note) for note in named] == [("127.0.0.1", "dev-heuristic", "local")]
+    assert row.state == "succeeded"
+    assert row.result_ref is not None
+    succeeded = [log for log in logs if log["event"] == "operation_succeeded"]
+    assert [(log["note_id"], log["new_note"]) for log in succeeded] == [(row.result_ref, True)]
+
+
+class AnswerLostOnce(WorkspaceClient):
+    """The publish went through but its answer was lost on the way back: asked again."""
+
+    async def publish_note(
+        self, attempt: Attempt, body_json: str, provenance: Provenance | None
+    ) -> tuple[str, bool]:
+        await super().publish_note(attempt, body_json, provenance)
+        return await super().publish_note(attempt, body_json, provenance)
+
+
+def test_a_publish_asked_again_answers_the_first_and_says_it_is_not_new(
+    services: Services,
+) -> None:
+    operation_id = _operation_on_a_job(services, "asked-again")
+    model = ModelServer()
+
+    async def scenario() -> None:
+        async with worker(services, model, AnswerLostOnce) as executor:
+            await drain(services, executor, LEASE_SECONDS)
+
+    with capture_logs() as logs:
+        try:
+            asyncio.run(scenario())
+        finally:
+            model.stop()
+    row = OpsClient(services).row(operation_id)
+    assert (row.state, _notes(services)) == ("succeeded", [operation_id])
+    succeeded = [log for log in logs if log["event"] == "operation_succeeded"]
+    assert [(log["note_id"], log["new_note"]) for log in succeeded] == [(row.result_ref, False)]

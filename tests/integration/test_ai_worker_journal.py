@@ -98,6 +98,8 @@ def test_an_unfinished_attempt_survives_a_crash(store: Path) -> None:
     crashed = HostStoreJournal.acquire(str(store), HOST)
     crashed.start(FIRST)
     crashed.close()  # what the kernel does for a killed process
+    # Marked running before the model saw anything: the store says it ran (or may have).
+    assert _states(store) == {FIRST.record_id: hoststore.State.RUNNING}
     restarted = HostStoreJournal.acquire(str(store), HOST)
     try:
         assert restarted.unresolved() == [FIRST]
@@ -167,3 +169,32 @@ def test_reconciling_waits_for_the_real_state(
         journal.close()
     assert operations.calls == [("alice", FIRST.operation_id)] * len(answers)
     assert _states(store) == {FIRST.record_id: settled}
+
+
+def test_an_attempt_begun_but_never_marked_running_is_reconciled_too(store: Path) -> None:
+    """A worker killed between the two writes of ``start`` left the record queued: the
+    claim was taken, so the attempt may have run; reconciling settles it all the same."""
+    with hoststore.acquire(store, HOST) as session:
+        session.begin(FIRST.record_id, FIRST.plan_hash)
+    operations = Operations(_op(pb.OPERATION_STATE_WAITING_FOR_RETRY))
+    journal = HostStoreJournal.acquire(str(store), HOST)
+    try:
+        assert journal.unresolved() == [FIRST]
+        asyncio.run(reconcile(journal, operations, asyncio.Event(), poll_seconds=0.01))
+        assert journal.unresolved() == []
+    finally:
+        journal.close()
+    assert _states(store) == {FIRST.record_id: hoststore.State.FAILED_RECOVERED}
+
+
+def test_an_attempt_handed_back_and_claimed_again_does_not_stop_the_worker(
+    journal: HostStoreJournal,
+) -> None:
+    """A release gives the attempt number back (``model.lifecycle``), so the next claim on
+    this host is the same attempt on the same route: its record is already settled, and
+    settling it again must not fail the journal (which would stop the worker)."""
+    journal.start(FIRST)
+    journal.finish(FIRST, succeeded=False)  # released at a stop: not completed
+    journal.start(FIRST)  # claimed again after the restart
+    journal.finish(FIRST, succeeded=True)
+    assert journal.unresolved() == []

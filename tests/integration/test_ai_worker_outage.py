@@ -276,3 +276,29 @@ def test_the_log_says_when_the_local_model_goes_down_and_comes_back() -> None:
         "warning",
     )
     assert down["why"] == "cannot reach the model (ConnectError)"
+
+
+def test_the_wait_for_the_circuit_is_not_cut_off_by_the_task_timeout(services: Services) -> None:
+    """The attempt's own bound is the task timeout plus the router's circuit wait: with a
+    task timeout (1 s) shorter than the cooldown (3 s), the attempt still waits for the
+    circuit and runs as its trial, rather than failing ``task_timeout`` meanwhile."""
+    ops = OpsClient(services)
+    port = free_port()
+    operation_id = _analysis(ops)
+    breaker = CircuitBreaker(FAILURES_TO_OPEN, COOLDOWN_SECONDS)
+    servers: list[ModelServer] = []
+
+    async def scenario() -> None:
+        async with executor_on(_router(port, breaker), Workspace(), Journal(), 1) as executor:
+            attempt = asyncio.create_task(drain(services, executor, LEASE_SECONDS))
+            while breaker.state(time.monotonic()) is not CircuitState.OPEN:
+                await asyncio.sleep(0.05)
+            servers.append(await asyncio.to_thread(ModelServer, port=port))
+            await asyncio.wait_for(attempt, COOLDOWN_SECONDS + 10)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        for server in servers:
+            server.stop()
+    assert _attempts(services, operation_id) == [("succeeded", None)]

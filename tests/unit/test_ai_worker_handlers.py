@@ -122,3 +122,12 @@ def test_the_note_is_the_validated_answer_in_canonical_json() -> None:
 def test_an_answer_off_the_schema_never_becomes_a_note(answer: dict[str, object]) -> None:
     with pytest.raises(InvalidModelOutput):
         STRATEGY_SNAPSHOT.note_body(answer)
+
+
+def test_the_note_keeps_text_in_the_answers_language_as_it_is() -> None:
+    """Unescaped: a note in Greek or Japanese is stored at its own length, not six
+    characters per letter against the note's size limit."""
+    answer = {**SNAPSHOT_ANSWER, "summary": "Καλή ταίριασμα, 良い"}
+    body = STRATEGY_SNAPSHOT.note_body(answer)
+    assert "Καλή ταίριασμα, 良い" in body
+    assert json.loads(body) == answer

@@ -6,9 +6,10 @@ import hashlib
 
 import pytest
 
-from durable_ops.ai_worker.journal import JournalEntry, JournalError, NullJournal
+from durable_ops.ai_worker.journal import FORGET_AFTER, JournalEntry, JournalError, NullJournal
 from durable_ops.ai_worker.reconcile import attempt_over
 from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.model.bounds import DEADLINE_MAX_AHEAD
 from durable_ops.model.routing import Route
 
 ENTRY = JournalEntry("0f" * 16, 2, "alice@example.com", Route.EXTERNAL)
@@ -56,3 +57,9 @@ def test_an_attempt_is_over_once_the_operation_moved_on(
     state: pb.OperationState.ValueType, attempt: int, over: bool | None
 ) -> None:
     assert attempt_over(_operation(state, attempt), ENTRY) is over
+
+
+def test_a_settled_attempt_is_remembered_longer_than_any_attempt_can_come_back() -> None:
+    """A tombstone forgotten while its attempt could still be claimed again would let a
+    repeated ``begin`` start it as new; an attempt's deadline bounds when that can be."""
+    assert FORGET_AFTER > DEADLINE_MAX_AHEAD

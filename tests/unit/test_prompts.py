@@ -156,6 +156,13 @@ def test_an_unregistered_task_type_has_no_prompt() -> None:
     assert "email.draft" not in prompts_for(tasks.TASKS)
 
 
+def test_a_registered_task_with_no_instructions_gets_no_prompt() -> None:
+    """A task type registered before its prompt is written is not claimed by the AI worker."""
+    unprompted = dataclasses.replace(tasks.CV_REVIEW, name="cv.rewrite")
+    registry = tasks.TASKS.with_task(unprompted)
+    assert set(prompts_for(registry)) == {STRATEGY_SNAPSHOT, CV_REVIEW}
+
+
 def test_messages_carry_delimited_sections() -> None:
     system, user = build_messages(STRATEGY_SNAPSHOT, JOB, CV)
     assert system["role"] == "system"
@@ -199,6 +206,9 @@ def test_a_text_of_a_kind_the_task_does_not_take_is_refused() -> None:
 def test_a_text_has_exactly_its_kinds_fields() -> None:
     with pytest.raises(ValueError, match="description"):
         SubjectText.of(subjects.JOB, title="t", company="c")
+    # A text beyond its kind's fields would never be shown, nor its budget counted.
+    with pytest.raises(ValueError, match="description"):
+        SubjectText.of(subjects.JOB, title="t", company="c", description="d", salary="s")
 
 
 def test_inputs_are_cut_to_their_budget() -> None:
