@@ -43,7 +43,7 @@ from durable_ops.ai_worker.clients import WorkspaceCalls
 from durable_ops.ai_worker.handlers import HANDLERS, TaskHandler
 from durable_ops.ai_worker.inference.errors import InferenceError
 from durable_ops.ai_worker.inference.router import Router
-from durable_ops.ai_worker.journal import AttemptJournal, JournalEntry, JournalError
+from durable_ops.ai_worker.journal import AttemptJournal, JournalEntry, JournalError, claim_of
 from durable_ops.model.admission import effective_privacy, require_entitled
 from durable_ops.model.errors import CANCEL_REQUESTED, DomainError, LeaseLost
 from durable_ops.model.provenance import Provenance
@@ -106,7 +106,13 @@ class Executor:
         """
         log = _log.bind(**attempt.log_fields())
         log.info("operation_taken")
-        entry = JournalEntry(attempt.operation_id, attempt.number, attempt.owner_id, attempt.route)
+        entry = JournalEntry(
+            attempt.operation_id,
+            attempt.number,
+            attempt.owner_id,
+            attempt.route,
+            claim_of(attempt.lease_token),
+        )
         with self._journal_failure(log):
             await asyncio.to_thread(self._journal.start, entry)
         try:

@@ -11,12 +11,17 @@ A record left ``queued`` or ``running`` means a worker on this host died
 mid-attempt. On start the worker reconciles those with the Operations
 service before it claims anything (``reconcile``).
 
-Record id = ``{operation_id}/{attempt}/{route}/{owner_id}``. The owner is in
-the id because reconciling needs ``GetOperation``, which runs in the owner's
+Record id = ``{operation_id}/{attempt}/{route}/{owner_id}/{claim}``. The owner is
+in the id because reconciling needs ``GetOperation``, which runs in the owner's
 scope; the route, because a fallback claim continues the same attempt on the
-external route and needs a record of its own. None of these parts can hold a
-``/`` (operation ids are hex, owner ids are ``[A-Za-z0-9._@:-]``). The plan
-hash is the SHA-256 of the record id: one attempt has one plan, so a repeated
+external route and needs a record of its own; the claim (the first 16 hex digits of
+the SHA-256 of its lease token, never the token), because a released attempt is
+claimed again with its number given back (``model.lifecycle``): under the same id
+its second run found the first's record settled, and ran with nothing journaled as
+running, so a worker dying in it left nothing to reconcile. Records of releases
+before the claim was in the id have four parts, and still parse. None of these parts
+can hold a ``/`` (operation ids are hex, owner ids are ``[A-Za-z0-9._@:-]``). The
+plan hash is the SHA-256 of the record id: one claim has one plan, so a repeated
 ``begin`` replays the original record instead of conflicting.
 
 ``NullJournal`` stands in when ``OPS_HOST_STORE_DIR`` is empty.
@@ -30,6 +35,7 @@ late: an operation's deadline is at most 24 h after it was created.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
@@ -38,6 +44,8 @@ from durable_ops.clock import Clock, utc_now
 from durable_ops.hoststore import HostLocked, HostStoreError, Record, State, acquire
 from durable_ops.hoststore import Session as HostSession
 from durable_ops.model.routing import Route
+
+_CLAIM = re.compile("[0-9a-f]{16}")
 
 
 class JournalError(Exception):
@@ -58,10 +66,12 @@ class JournalEntry:
     attempt: int
     owner_id: str
     route: Route
+    claim: str = ""  # ``claim_of`` its lease token; "" in a record from before it was kept
 
     @property
     def record_id(self) -> str:
-        return f"{self.operation_id}/{self.attempt}/{self.route.value}/{self.owner_id}"
+        parts = [self.operation_id, str(self.attempt), self.route.value, self.owner_id]
+        return "/".join([*parts, self.claim] if self.claim else parts)
 
     @property
     def plan_hash(self) -> str:
@@ -70,10 +80,22 @@ class JournalEntry:
     @classmethod
     def parse(cls, record_id: str) -> JournalEntry:
         parts = record_id.split("/")
-        if len(parts) != 4 or not parts[1].isdigit() or parts[2] not in set(Route):
+        claim = parts.pop() if len(parts) == 5 else None
+        if (
+            len(parts) != 4
+            or not parts[1].isdigit()
+            or parts[2] not in set(Route)
+            or (claim is not None and _CLAIM.fullmatch(claim) is None)
+        ):
             raise JournalError(f"host store record {record_id!r} was not written by an AI worker")
         operation_id, attempt, route, owner_id = parts
-        return cls(operation_id, int(attempt), owner_id, Route(route))
+        return cls(operation_id, int(attempt), owner_id, Route(route), claim or "")
+
+
+def claim_of(lease_token: str) -> str:
+    """What a record keeps of the claim it journals: enough to tell claims apart, and
+    nothing that holds its lease."""
+    return hashlib.sha256(lease_token.encode()).hexdigest()[:16]
 
 
 class AttemptJournal(Protocol):

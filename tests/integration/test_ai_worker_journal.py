@@ -17,6 +17,7 @@ from durable_ops.ai_worker.journal import (
     JournalEntry,
     JournalError,
     JournalLocked,
+    claim_of,
     open_journal,
 )
 from durable_ops.ai_worker.reconcile import reconcile
@@ -187,14 +188,23 @@ def test_an_attempt_begun_but_never_marked_running_is_reconciled_too(store: Path
     assert _states(store) == {FIRST.record_id: hoststore.State.FAILED_RECOVERED}
 
 
-def test_an_attempt_handed_back_and_claimed_again_does_not_stop_the_worker(
+def test_an_attempt_handed_back_and_claimed_again_is_journaled_again(
     journal: HostStoreJournal,
 ) -> None:
     """A release gives the attempt number back (``model.lifecycle``), so the next claim on
-    this host is the same attempt on the same route: its record is already settled, and
-    settling it again must not fail the journal (which would stop the worker)."""
+    this host is the same attempt on the same route: its own record shows it running, for
+    a worker dying in it leaves that to reconcile; settling a record again, as a record
+    from before claims were kept is, must not fail the journal (it would stop the worker)."""
+    released = JournalEntry("a1" * 16, 1, "alice", Route.LOCAL, claim_of("first lease"))
+    journal.start(released)
+    journal.finish(released, succeeded=False)  # released at a stop: not completed
+    again = JournalEntry("a1" * 16, 1, "alice", Route.LOCAL, claim_of("second lease"))
+    journal.start(again)  # claimed again after the restart
+    assert journal.unresolved() == [again]
+    journal.finish(again, succeeded=True)
+    assert journal.unresolved() == []
+    journal.start(FIRST)  # four parts: one record for both claims
+    journal.finish(FIRST, succeeded=False)
     journal.start(FIRST)
-    journal.finish(FIRST, succeeded=False)  # released at a stop: not completed
-    journal.start(FIRST)  # claimed again after the restart
     journal.finish(FIRST, succeeded=True)
     assert journal.unresolved() == []

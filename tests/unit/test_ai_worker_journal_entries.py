@@ -6,7 +6,13 @@ import hashlib
 
 import pytest
 
-from durable_ops.ai_worker.journal import FORGET_AFTER, JournalEntry, JournalError, NullJournal
+from durable_ops.ai_worker.journal import (
+    FORGET_AFTER,
+    JournalEntry,
+    JournalError,
+    NullJournal,
+    claim_of,
+)
 from durable_ops.ai_worker.reconcile import attempt_over
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model.bounds import DEADLINE_MAX_AHEAD
@@ -21,8 +27,26 @@ def test_the_record_id_carries_the_owner_for_reconciling() -> None:
     assert ENTRY.plan_hash == hashlib.sha256(ENTRY.record_id.encode()).hexdigest()
 
 
+def test_each_claim_has_a_record_of_its_own_that_holds_nothing_of_its_lease() -> None:
+    token = "t" * 43
+    claimed = JournalEntry("0f" * 16, 2, "alice", Route.LOCAL, claim_of(token))
+    assert claimed.record_id == f"{'0f' * 16}/2/local/alice/{claim_of(token)}"
+    assert JournalEntry.parse(claimed.record_id) == claimed
+    assert claim_of("another lease") != claim_of(token)
+    assert token not in claimed.record_id
+
+
 @pytest.mark.parametrize(
-    "record_id", ["op-1", "op/1/local", "op/x/local/alice", "op/1/moon/alice", "a/1/local/b/c"]
+    "record_id",
+    [
+        "op-1",
+        "op/1/local",
+        "op/x/local/alice",
+        "op/1/moon/alice",
+        "a/1/local/b/c",
+        "a/1/local/b/",
+        f"a/1/local/b/{'0' * 16}/x",
+    ],
 )
 def test_records_the_worker_did_not_write_are_refused(record_id: str) -> None:
     with pytest.raises(JournalError):
