@@ -28,8 +28,9 @@ plan hash is the SHA-256 of the record id: one claim has one plan, so a repeated
 
 Taking the store also keeps it bounded (ADR 0018): settled attempts older
 than a day become tombstones (a repeated ``begin`` still replays them), and
-tombstones older than 30 days are forgotten. No attempt can come back that
-late: an operation's deadline is at most 24 h after it was created.
+tombstones older than 30 days are forgotten. No claim can come back that
+late: its operation's deadline is at most 24 h after the operation became due
+(``bounds.DEADLINE_MAX_AHEAD``), and every claim of it is made after that.
 """
 
 from __future__ import annotations
