@@ -6,6 +6,14 @@
 // or no EventSource), `liveOpen()` is false and the pages poll as they always did:
 // nothing is said about it. A stream whose sign-in ended (logout in any tab, a
 // revocation, expiry) says so last (`signed_out`): the tab reacts as to a 401 (app.js).
+//
+// Only a shown tab holds its stream. A browser keeps six connections per server over
+// HTTP/1.1 (what `opsctl up` serves), and each open stream holds one: with five tabs of
+// the product open, a sixth could not even load its page. A tab hidden (another tab of
+// the window chosen, the window minimised) closes its stream, and one opened in the
+// background opens none; shown again, it opens one anew. Its pollers were paused as
+// well, so what it shows is read again as it is shown (the pollers run at once, and the
+// new stream's `reopened` asks the pages to look again).
 
 import { pageUser } from "./api.js";
 import { AUTH_EXPIRED } from "./events.js";
@@ -22,6 +30,8 @@ let starts = 0;
 // the tab would poll until reloaded. A refused stream is opened again when the tab is shown
 // again or the browser is back online: the moments a bad spell has likely passed.
 let refused = false;
+// Closed (or never opened) because the tab is hidden: opened when it is shown.
+let parked = false;
 
 export function liveOpen() {
   return source !== null && source.readyState === EventSource.OPEN;
@@ -50,6 +60,11 @@ export function startLive() {
   if (typeof EventSource !== "function") return;
   if (source !== null && source.readyState !== EventSource.CLOSED) return;
   refused = false;
+  if (document.visibilityState === "hidden") {
+    parked = true;
+    return;
+  }
+  parked = false;
   starts += 1;
   const opened = new EventSource(eventsUrl());
   source = opened;
@@ -77,6 +92,7 @@ export function startLive() {
 }
 
 export function stopLive() {
+  parked = false; // the tab is leaving (or signing out): showing it again opens nothing
   source?.close();
 }
 
@@ -84,5 +100,18 @@ function reopenRefused() {
   if (refused && source?.readyState === EventSource.CLOSED && document.visibilityState === "visible") startLive();
 }
 
-document.addEventListener("visibilitychange", reopenRefused);
+function onVisibility() {
+  if (document.visibilityState === "hidden") {
+    if (source !== null && source.readyState !== EventSource.CLOSED) {
+      source.close();
+      parked = true;
+    }
+  } else if (parked) {
+    startLive();
+  } else {
+    reopenRefused();
+  }
+}
+
+document.addEventListener("visibilitychange", onVisibility);
 window.addEventListener("online", reopenRefused);

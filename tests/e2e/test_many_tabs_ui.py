@@ -1,0 +1,132 @@
+"""The web UI as a heavy user keeps it: the same user in several tabs at once, hidden and
+shown again, marking notifications while the tab's event stream is open."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import BrowserContext, Page, Response, Route, expect
+
+from tests.e2e.conftest import ServeGateway
+from tests.support.gateway import LiveGateway, claim, complete, create_operation
+from tests.support.grpc_services import Services
+from tests.support.long_polls import RequestsInFlight
+from tests.support.signin import dev_sign_in
+from tests.support.visibility import set_visibility
+from tests.support.workspace_client import create_job
+
+pytestmark = pytest.mark.browser
+
+# bell.js: how soon a forced look at the unread count that failed is asked again.
+BELL_RETRY_MS = 5000
+# Chromium's connections per server over HTTP/1.1: each open event stream holds one.
+CONNECTIONS_PER_SERVER = 6
+
+
+def streams_answered(page: Page) -> list[Response]:
+    """The page's event streams that answered (so stand open), in order."""
+    seen: list[Response] = []
+    page.on("response", lambda r: seen.append(r) if "/api/events" in r.url else None)
+    return seen
+
+
+def wait_for(page: Page, seen: list[Response], count: int) -> None:
+    for _ in range(200):
+        if len(seen) >= count:
+            return
+        page.wait_for_timeout(50)
+    raise AssertionError(f"{len(seen)} event streams answered, expected {count}")
+
+
+def open_operations(context: BrowserContext, gateway: LiveGateway) -> tuple[Page, list[Response]]:
+    """One more tab of the operations page, once its list and its stream are open."""
+    tab = context.new_page()
+    streams = streams_answered(tab)
+    tab.goto(gateway.url + "/operations")
+    expect(tab.locator("section.panel--operations")).to_have_attribute("aria-busy", "false")
+    wait_for(tab, streams, 1)
+    return tab, streams
+
+
+def test_hidden_tabs_hold_no_stream_so_a_tab_more_than_six_still_loads(
+    page: Page, context: BrowserContext, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """A window of many tabs shows one: the others' streams held every connection the
+    browser keeps to the server, and the sixth tab never loaded. A tab shown again opens
+    its stream anew and shows what changed while it was hidden."""
+    dev_sign_in(page, ui_gateway.url, "ada")
+    expect(page.locator("section.panel--operations")).to_have_attribute("aria-busy", "false")
+    tabs = [page]
+    streams = [streams_answered(page)]
+    for _ in range(CONNECTIONS_PER_SERVER - 2):
+        tab, opened = open_operations(context, ui_gateway)
+        tabs.append(tab)
+        streams.append(opened)
+    for tab in tabs:  # another tab of the window is chosen: these are hidden
+        set_visibility(tab, "hidden")
+
+    more = [open_operations(context, ui_gateway)[0] for _ in range(3)]
+    for tab in more:
+        expect(tab.get_by_text("No operations yet.")).to_be_visible()
+
+    # Hidden, the first tab heard nothing of an operation that ran meanwhile.
+    job = create_job(ui_services.workspace, "ada", title="Platform engineer")
+    create_operation(ui_services, "ada", subject=("job", job))
+    complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
+    for tab in more:
+        expect(tab.locator("li.op")).to_have_count(1)
+        tab.close()
+    first = tabs[0]
+    expect(first.locator("li.op")).to_have_count(0)
+    answered = len(streams[0])
+    set_visibility(first, "visible")
+    expect(first.locator("li.op")).to_have_count(1)
+    expect(first.locator("#bell")).to_have_accessible_name("Notifications, 1 unread")
+    wait_for(first, streams[0], answered + 1)  # its stream open again
+
+
+def test_a_forced_bell_look_that_failed_is_asked_again_with_the_stream_open(
+    page: Page, serve_ui: ServeGateway, ui_services: Services
+) -> None:
+    """The tab marks a notification read through another gateway replica (whose marks this
+    gateway's stream hears only at its 30-s refresh); the bell's own look that follows
+    fails. It is asked again, not dropped because the stream is open."""
+    here = serve_ui()
+    there = serve_ui()
+    for title in ("Platform engineer", "Site reliability engineer"):
+        job = create_job(ui_services.workspace, "ada", title=title)
+        create_operation(ui_services, "ada", subject=("job", job))
+        complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
+    streams = streams_answered(page)
+    page.clock.install()
+    dev_sign_in(page, here.url, "ada")
+    bell = page.locator("#bell")
+    expect(bell).to_have_accessible_name("Notifications, 2 unread")
+    wait_for(page, streams, 1)
+
+    def through_the_other_replica(route: Route) -> None:
+        # Behind one address the replicas share an origin; here each has its own port.
+        headers = {**route.request.headers, "origin": there.url}
+        url = route.request.url.replace(here.url, there.url)
+        route.fulfill(response=route.fetch(url=url, headers=headers))
+
+    page.route(re.compile(r"/api/notifications/[^/]+/read$"), through_the_other_replica)
+    failed: list[str] = []
+
+    def fail_once(route: Route) -> None:
+        if failed:
+            route.continue_()
+        else:
+            failed.append(route.request.url)
+            route.abort("connectionreset")
+
+    page.route("**/api/notifications/unread-count", fail_once)
+    in_flight = RequestsInFlight(page)
+    page.locator(".note").first.get_by_role("button", name=re.compile("^Mark read")).click()
+    expect(page.locator(".note--unread")).to_have_count(1)  # the list read it again
+    in_flight.wait_quiet()
+    assert failed, "the bell did not look after its page's change"
+    expect(bell).to_have_accessible_name("Notifications, 2 unread")  # its look failed
+    page.clock.run_for(BELL_RETRY_MS)
+    expect(bell).to_have_accessible_name("Notifications, 1 unread")
