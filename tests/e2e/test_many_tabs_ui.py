@@ -130,3 +130,62 @@ def test_a_forced_bell_look_that_failed_is_asked_again_with_the_stream_open(
     expect(bell).to_have_accessible_name("Notifications, 2 unread")  # its look failed
     page.clock.run_for(BELL_RETRY_MS)
     expect(bell).to_have_accessible_name("Notifications, 1 unread")
+
+
+def sign_in_here(tab: Page, user: str) -> None:
+    """The sign-in form of a tab that signed out: no cookie to clear, no session left behind."""
+    tab.get_by_label("User id").fill(user)
+    tab.get_by_role("button", name="Sign in as this user").click()
+    tab.wait_for_url(re.compile(r"/operations$"))
+
+
+def test_a_tab_left_behind_by_a_sign_out_shows_nothing_of_the_user_but_typed_text(
+    page: Page, context: BrowserContext, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """A tab kept for the text typed in it, and a tab hidden while the browser signed out and
+    in as someone else, showed the first user's jobs, operations and notifications to the
+    next one. They show the notice and the forms (the typed text kept), nothing else, until
+    the first user signs in again."""
+    job = create_job(ui_services.workspace, "ada", title="Secret posting")
+    create_operation(ui_services, "ada", subject=("job", job))
+    complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
+    dev_sign_in(page, ui_gateway.url, "ada")
+    typing = page
+    typing.goto(ui_gateway.url + "/jobs")
+    expect(typing.get_by_text("Secret posting").first).to_be_visible()
+    form = typing.get_by_role("form", name="Add a job posting")
+    form.get_by_label("Title").fill("Typed, not sent")
+    hidden, _ = open_operations(context, ui_gateway)
+    expect(hidden.locator("li.op")).to_have_count(1)
+    set_visibility(hidden, "hidden")
+
+    other = context.new_page()
+    other.goto(ui_gateway.url + "/operations")
+    other.get_by_role("button", name="Sign out").click()
+    other.wait_for_url(ui_gateway.url + "/")
+    ended = typing.get_by_role("alert").filter(has_text="Your session ended")
+    expect(ended).to_be_visible()
+    expect(form.get_by_label("Title")).to_have_value("Typed, not sent")
+    expect(form).to_be_visible()
+    for shown in (
+        typing.get_by_text("Secret posting"),
+        typing.locator("#bell"),
+        typing.locator("header .user"),
+    ):
+        expect(shown.first).to_be_hidden()
+
+    sign_in_here(other, "bob")
+    set_visibility(hidden, "visible")
+    another = hidden.get_by_role("alert").filter(has_text="now signed in as another user")
+    expect(another).to_be_visible()
+    for shown in (hidden.locator("li.op"), hidden.locator(".note"), hidden.locator("#bell")):
+        expect(shown.first).to_be_hidden()
+
+    # Ada again: the tab she typed in shows her page again once she is back on it.
+    other.get_by_role("button", name="Sign out").click()
+    other.wait_for_url(ui_gateway.url + "/")
+    sign_in_here(other, "ada")
+    typing.evaluate("window.dispatchEvent(new Event('focus'))")  # back to this tab
+    expect(ended).to_have_count(0)
+    expect(typing.get_by_text("Secret posting").first).to_be_visible()
+    expect(typing.locator("#bell")).to_be_visible()
