@@ -14,7 +14,7 @@ from tests.support.grpc_services import Services
 from tests.support.long_polls import RequestsInFlight
 from tests.support.signin import dev_sign_in
 from tests.support.visibility import set_visibility
-from tests.support.workspace_client import create_job
+from tests.support.workspace_client import create_job, entitle
 
 pytestmark = pytest.mark.browser
 
@@ -189,3 +189,23 @@ def test_a_tab_left_behind_by_a_sign_out_shows_nothing_of_the_user_but_typed_tex
     expect(ended).to_have_count(0)
     expect(typing.get_by_text("Secret posting").first).to_be_visible()
     expect(typing.locator("#bell")).to_be_visible()
+
+
+def test_an_analysis_started_in_another_tab_moves_this_tabs_token_line(
+    page: Page, context: BrowserContext, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """The token line read again only when this tab started or saw an end: another tab's
+    start showed here as "0 of 100,000 used" while it held its reservation."""
+    entitle(ui_services.db, "ada")
+    create_job(ui_services.workspace, "ada", title="Platform engineer")
+    dev_sign_in(page, ui_gateway.url, "ada")
+    page.goto(ui_gateway.url + "/jobs")
+    budget = page.locator("#ai-budget")
+    expect(budget).to_have_text(re.compile(r"^0 of 100,000 tokens used today"))
+    other = context.new_page()
+    other.goto(ui_gateway.url + "/jobs")
+    other.get_by_role("button", name="Start strategy snapshot").click()
+    expect(other.locator(".analysis .state")).to_have_text("Queued")
+
+    expect(page.locator(".analysis .state")).to_have_text("Queued")  # the stream told it
+    expect(budget).to_have_text(re.compile(r"^0 used and [1-9][\d,]* reserved of 100,000 tokens"))
