@@ -209,3 +209,25 @@ def test_an_analysis_started_in_another_tab_moves_this_tabs_token_line(
 
     expect(page.locator(".analysis .state")).to_have_text("Queued")  # the stream told it
     expect(budget).to_have_text(re.compile(r"^0 used and [1-9][\d,]* reserved of 100,000 tokens"))
+
+
+def test_a_user_of_hundreds_of_operations_is_told_the_list_stops_at_100(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """ "Show more" went at the hundredth operation with nothing said: the older ones looked
+    like none. The list says it stops there, and keeps no duplicate when one more arrives."""
+    for _ in range(101):
+        create_operation(ui_services, "ada", subject=("job", "job-1"))
+    dev_sign_in(page, ui_gateway.url, "ada")
+    cards = page.locator("li.op")
+    more = page.get_by_role("button", name="Show more")
+    for shown in (40, 60, 80, 100):
+        more.click()
+        expect(cards).to_have_count(shown)
+    expect(more).to_be_hidden()
+    expect(page.get_by_text("Only your 100 newest operations are listed.")).to_be_visible()
+
+    newest = create_operation(ui_services, "ada", subject=("job", "job-1"))
+    expect(cards.first).to_have_attribute("data-id", newest.id)
+    ids = cards.evaluate_all("cards => cards.map(card => card.dataset.id)")
+    assert len(ids) == len(set(ids)) == 100

@@ -65,6 +65,10 @@ export function mount(main) {
   const banner = h("div", { class: "banner", role: "alert", hidden: true });
   const announcer = h("p", { class: "visually-hidden", role: "status" });
   const more = h("button", { type: "button", class: "button button--quiet", hidden: true }, "Show more");
+  // Past PAGE_MAX the list shows no more (it reads its whole length at each look, and the
+  // API answers at most 100 a page): "Show more" went, and a user of hundreds of operations
+  // was not told the older ones were there.
+  const capped = h("p", { class: "status", hidden: true });
   const notifications = h("aside", { id: "notifications", class: "panel panel--side panel--notes" });
   const detail = h("ol", { class: "ops ops--detail", "aria-label": "The operation you opened", hidden: true });
   const cards = new Map();
@@ -103,6 +107,7 @@ export function mount(main) {
         placeholder,
         list,
         more,
+        capped,
         announcer,
       ),
       notifications,
@@ -229,10 +234,17 @@ export function mount(main) {
       }
     }
     more.hidden = !page.next_page_token || limit >= PAGE_MAX;
+    capped.hidden = !page.next_page_token || limit < PAGE_MAX;
+    capped.textContent = capped.hidden ? "" : cappedLine();
     if (retried) focusLoaded();
     focusShownMore(asked);
     noticeFinished(page.items);
     announceCancelOutcomes(page.items);
+  }
+
+  function cappedLine() {
+    if (filter.value !== "") return `Only the ${PAGE_MAX} newest of these are listed; older ones are not.`;
+    return `Only your ${PAGE_MAX} newest operations are listed. To find an older one, show only those in its state.`;
   }
 
   // After a Retry that loaded the list, focus goes to what it shows (the first card's title,
