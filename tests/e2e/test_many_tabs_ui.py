@@ -231,3 +231,41 @@ def test_a_user_of_hundreds_of_operations_is_told_the_list_stops_at_100(
     expect(cards.first).to_have_attribute("data-id", newest.id)
     ids = cards.evaluate_all("cards => cards.map(card => card.dataset.id)")
     assert len(ids) == len(set(ids)) == 100
+
+
+def test_a_notification_dismissed_in_one_tab_goes_from_the_others(
+    page: Page, context: BrowserContext, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """Dismissing a read notification moves no count, and the other tabs' lists kept it until
+    reloaded; its Dismiss there said "Notification not found"."""
+    for title in ("Platform engineer", "Site reliability engineer", "Data engineer"):
+        job = create_job(ui_services.workspace, "ada", title=title)
+        create_operation(ui_services, "ada", subject=("job", job))
+        complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
+    dev_sign_in(page, ui_gateway.url, "ada")
+    notes = page.locator(".note")
+    expect(notes).to_have_count(3)
+    other, _ = open_operations(context, ui_gateway)
+    elsewhere = other.locator(".note")
+    expect(elsewhere).to_have_count(3)
+    hidden, _ = open_operations(context, ui_gateway)
+    expect(hidden.locator(".note")).to_have_count(3)
+    set_visibility(hidden, "hidden")
+
+    dismissed = notes.first.get_attribute("data-id")
+    assert dismissed
+    notes.first.get_by_role("button", name=re.compile("^Mark read")).click()
+    expect(other.locator(".note--unread")).to_have_count(2)
+    notes.first.get_by_role("button", name=re.compile("^Dismiss")).click()
+    expect(notes).to_have_count(2)
+    expect(elsewhere).to_have_count(2)  # the same unread count: the stream told it anyway
+    expect(other.locator("#bell")).to_have_accessible_name("Notifications, 2 unread")
+
+    # A tab that heard nothing (hidden, it held no stream) and acts on the one gone.
+    gone = hidden.locator(".note").first
+    expect(gone).to_have_attribute("data-id", dismissed)
+    gone.get_by_role("button", name=re.compile("^Dismiss")).click()
+    expect(hidden.locator("#notifications .status")).to_have_text(
+        "That notification had already been dismissed."
+    )
+    expect(hidden.locator(".note")).to_have_count(2)
