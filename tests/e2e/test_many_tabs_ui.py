@@ -4,10 +4,13 @@ shown again, marking notifications while the tab's event stream is open."""
 from __future__ import annotations
 
 import re
+from datetime import datetime
 
 import pytest
 from playwright.sync_api import BrowserContext, Page, Response, Route, expect
 
+from durable_ops.clock import utc_now
+from durable_ops.storage import budgets
 from tests.e2e.conftest import ServeGateway
 from tests.support.gateway import LiveGateway, claim, complete, create_operation
 from tests.support.grpc_services import Services
@@ -269,3 +272,31 @@ def test_a_notification_dismissed_in_one_tab_goes_from_the_others(
         "That notification had already been dismissed."
     )
     expect(hidden.locator(".note")).to_have_count(2)
+
+
+def test_the_token_line_of_a_tab_kept_open_overnight_renews_with_the_budget(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """The line was read again only at a start or an end: at 00:00 UTC it went on saying
+    yesterday's figures. It is read again as the budget renews (`renews_at`)."""
+    entitle(ui_services.db, "ada")
+    page.clock.install()
+    dev_sign_in(page, ui_gateway.url, "ada")
+    page.goto(ui_gateway.url + "/jobs")
+    budget = page.locator("#ai-budget")
+    expect(budget).to_have_text(re.compile(r"^0 of 100,000 tokens used today"))
+    renews_at = page.evaluate(
+        """async () => (await (await fetch("/api/settings/ai")).json()).budget.renews_at"""
+    )
+    ui_services.db.run(
+        lambda tx: budgets.set_override(tx, 50_000, set_by="test", now=utc_now()), owner_id="ada"
+    )
+    page.clock.fast_forward(renews_at_ms(renews_at) - page.evaluate("Date.now()") - 1000)
+    page.wait_for_timeout(300)
+    expect(budget).to_have_text(re.compile(r"^0 of 100,000 tokens used today"))  # not yet
+    page.clock.fast_forward(10_000)
+    expect(budget).to_have_text(re.compile(r"^0 of 50,000 tokens used today"))
+
+
+def renews_at_ms(stamp: str) -> int:
+    return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
