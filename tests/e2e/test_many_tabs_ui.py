@@ -300,3 +300,22 @@ def test_the_token_line_of_a_tab_kept_open_overnight_renews_with_the_budget(
 
 def renews_at_ms(stamp: str) -> int:
     return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def test_the_notifications_of_many_operations_name_them_without_a_read_each(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """Each notification's operation was read apart: /operations sent one request per
+    notification listed (50) as it opened."""
+    job = create_job(ui_services.workspace, "ada", title="Platform engineer")
+    for _ in range(30):
+        create_operation(ui_services, "ada", subject=("job", job))
+        complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
+    reads: list[str] = []
+    one_operation = re.compile(r"/api/operations/[^/?:]+$")
+    page.on("request", lambda r: reads.append(r.url) if one_operation.search(r.url) else None)
+    dev_sign_in(page, ui_gateway.url, "ada")
+    notes = page.locator(".note")
+    expect(notes).to_have_count(30)
+    expect(notes.get_by_text("Platform engineer at Acme")).to_have_count(30)
+    assert reads == []
