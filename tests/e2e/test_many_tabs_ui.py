@@ -319,3 +319,38 @@ def test_the_notifications_of_many_operations_name_them_without_a_read_each(
     expect(notes).to_have_count(30)
     expect(notes.get_by_text("Platform engineer at Acme")).to_have_count(30)
     assert reads == []
+
+
+def test_back_and_reload_keep_how_far_the_list_was_shown_and_scrolled(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """Left for another page and come back to (or reloaded), the list showed its first 20
+    from the top: a user deep in their operations paged down again to find their place."""
+    for _ in range(45):
+        create_operation(ui_services, "ada", subject=("job", "job-1"))
+    dev_sign_in(page, ui_gateway.url, "ada")
+    cards = page.locator("li.op")
+    expect(cards).to_have_count(20)
+    page.get_by_role("button", name="Show more").click()
+    expect(cards).to_have_count(40)
+    cards.nth(35).scroll_into_view_if_needed()
+    scrolled = page.evaluate("window.scrollY")
+    assert scrolled > 0
+
+    page.goto(ui_gateway.url + "/jobs")
+    page.go_back()
+    expect(cards).to_have_count(40)
+    scrolled_to(page, scrolled)
+    page.reload()
+    expect(cards).to_have_count(40)
+    scrolled_to(page, scrolled)
+
+
+def scrolled_to(page: Page, y: float) -> None:
+    """Waits for the page to be scrolled to ``y`` (the page's CSP forbids a string
+    predicate in the page: each look is an evaluate)."""
+    for _ in range(100):
+        if abs(page.evaluate("window.scrollY") - y) < 2:
+            return
+        page.wait_for_timeout(50)
+    raise AssertionError(f"scrolled to {page.evaluate('window.scrollY')}, not {y}")
