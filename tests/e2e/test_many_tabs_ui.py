@@ -25,6 +25,8 @@ pytestmark = pytest.mark.browser
 BELL_RETRY_MS = 5000
 # Chromium's connections per server over HTTP/1.1: each open event stream holds one.
 CONNECTIONS_PER_SERVER = 6
+# live.js: how long a tab stays hidden before it closes its event stream.
+PARK_AFTER_MS = 20000
 
 
 def streams_answered(page: Page) -> list[Response]:
@@ -43,8 +45,10 @@ def wait_for(page: Page, seen: list[Response], count: int) -> None:
 
 
 def open_operations(context: BrowserContext, gateway: LiveGateway) -> tuple[Page, list[Response]]:
-    """One more tab of the operations page, once its list and its stream are open."""
+    """One more tab of the operations page, once its list and its stream are open; its
+    clock is the page's (so `hide` can park it)."""
     tab = context.new_page()
+    tab.clock.install()
     streams = streams_answered(tab)
     tab.goto(gateway.url + "/operations")
     expect(tab.locator("section.panel--operations")).to_have_attribute("aria-busy", "false")
@@ -52,22 +56,36 @@ def open_operations(context: BrowserContext, gateway: LiveGateway) -> tuple[Page
     return tab, streams
 
 
+def hide(tab: Page) -> None:
+    """The tab hidden long enough to close its event stream."""
+    set_visibility(tab, "hidden")
+    tab.clock.fast_forward(PARK_AFTER_MS)
+
+
 def test_hidden_tabs_hold_no_stream_so_a_tab_more_than_six_still_loads(
     page: Page, context: BrowserContext, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
     """A window of many tabs shows one: the others' streams held every connection the
     browser keeps to the server, and the sixth tab never loaded. A tab shown again opens
-    its stream anew and shows what changed while it was hidden."""
+    its stream anew and shows what changed while it was hidden; a glance away and back
+    keeps it."""
+    page.clock.install()
+    streams = [streams_answered(page)]
     dev_sign_in(page, ui_gateway.url, "ada")
     expect(page.locator("section.panel--operations")).to_have_attribute("aria-busy", "false")
+    wait_for(page, streams[0], 1)
     tabs = [page]
-    streams = [streams_answered(page)]
     for _ in range(CONNECTIONS_PER_SERVER - 2):
         tab, opened = open_operations(context, ui_gateway)
         tabs.append(tab)
         streams.append(opened)
+    set_visibility(page, "hidden")
+    page.clock.fast_forward(PARK_AFTER_MS - 1000)
+    set_visibility(page, "visible")
+    page.wait_for_timeout(300)
+    assert len(streams[0]) == 1, "a glance away reopened the stream"
     for tab in tabs:  # another tab of the window is chosen: these are hidden
-        set_visibility(tab, "hidden")
+        hide(tab)
 
     more = [open_operations(context, ui_gateway)[0] for _ in range(3)]
     for tab in more:
@@ -160,7 +178,7 @@ def test_a_tab_left_behind_by_a_sign_out_shows_nothing_of_the_user_but_typed_tex
     form.get_by_label("Title").fill("Typed, not sent")
     hidden, _ = open_operations(context, ui_gateway)
     expect(hidden.locator("li.op")).to_have_count(1)
-    set_visibility(hidden, "hidden")
+    hide(hidden)
 
     other = context.new_page()
     other.goto(ui_gateway.url + "/operations")
@@ -253,7 +271,7 @@ def test_a_notification_dismissed_in_one_tab_goes_from_the_others(
     expect(elsewhere).to_have_count(3)
     hidden, _ = open_operations(context, ui_gateway)
     expect(hidden.locator(".note")).to_have_count(3)
-    set_visibility(hidden, "hidden")
+    hide(hidden)
 
     dismissed = notes.first.get_attribute("data-id")
     assert dismissed

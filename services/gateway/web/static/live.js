@@ -7,13 +7,15 @@
 // nothing is said about it. A stream whose sign-in ended (logout in any tab, a
 // revocation, expiry) says so last (`signed_out`): the tab reacts as to a 401 (app.js).
 //
-// Only a shown tab holds its stream. A browser keeps six connections per server over
-// HTTP/1.1 (what `opsctl up` serves), and each open stream holds one: with five tabs of
-// the product open, a sixth could not even load its page. A tab hidden (another tab of
-// the window chosen, the window minimised) closes its stream, and one opened in the
-// background opens none; shown again, it opens one anew. Its pollers were paused as
-// well, so what it shows is read again as it is shown (the pollers run at once, and the
-// new stream's `reopened` asks the pages to look again).
+// Only a shown tab holds its stream for long. A browser keeps six connections per server
+// over HTTP/1.1 (what `opsctl up` serves), and each open stream holds one: with five tabs
+// of the product open, a sixth could not even load its page. A tab hidden (another tab of
+// the window chosen, the window minimised) for PARK_AFTER_MS closes its stream, and one
+// opened in the background opens none; shown again, it opens one anew, and what it shows
+// is read again (its pollers run at once, and the new stream's `reopened` asks the pages
+// to look again: on /jobs a read of every card). A glance at another tab and back within
+// PARK_AFTER_MS keeps the stream, and reads nothing again.
+export const PARK_AFTER_MS = 20000;
 
 import { pageUser } from "./api.js";
 import { AUTH_EXPIRED } from "./events.js";
@@ -32,6 +34,7 @@ let starts = 0;
 let refused = false;
 // Closed (or never opened) because the tab is hidden: opened when it is shown.
 let parked = false;
+let parking = null; // the timer that parks a hidden tab's stream
 
 export function liveOpen() {
   return source !== null && source.readyState === EventSource.OPEN;
@@ -100,12 +103,20 @@ function reopenRefused() {
   if (refused && source?.readyState === EventSource.CLOSED && document.visibilityState === "visible") startLive();
 }
 
+function park() {
+  parking = null;
+  if (document.visibilityState !== "hidden") return;
+  if (source !== null && source.readyState !== EventSource.CLOSED) {
+    source.close();
+    parked = true;
+  }
+}
+
 function onVisibility() {
+  clearTimeout(parking);
+  parking = null;
   if (document.visibilityState === "hidden") {
-    if (source !== null && source.readyState !== EventSource.CLOSED) {
-      source.close();
-      parked = true;
-    }
+    parking = setTimeout(park, PARK_AFTER_MS);
   } else if (parked) {
     startLive();
   } else {
