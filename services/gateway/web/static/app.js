@@ -65,6 +65,7 @@ function startShell() {
       return; // still signed out (that 401 showed the notice again), another user, or unreachable
     }
     sessionNotice.remove();
+    reveal();
     startLive();
   };
   document.addEventListener("visibilitychange", recheck);
@@ -89,6 +90,36 @@ function unsentText() {
   );
 }
 
+// A tab kept for its typed text, or left open when the browser signed in as someone else,
+// showed the signed-out user's jobs, results and notifications to whoever sits at the
+// browser now (a shared computer). Everything but the notice and the page's forms (typed
+// text, or empty: an add form shows nothing of the user's) is concealed, the bell's count and
+// the name in the header too; a sign-in anew as the same user shows it again (a class, not
+// `hidden`: the pages keep their own `hidden`).
+const CONCEALED = "concealed";
+function conceal(notice) {
+  const main = document.getElementById("main");
+  if (!main) return;
+  const kept = new Set([notice, ...main.querySelectorAll("form")]);
+  const onPath = new Set();
+  for (const element of kept) {
+    for (let at = element; at && at !== main; at = at.parentElement) onPath.add(at);
+  }
+  const walk = (parent) => {
+    for (const child of parent.children) {
+      if (kept.has(child)) continue;
+      if (onPath.has(child)) walk(child);
+      else child.classList.add(CONCEALED);
+    }
+  };
+  walk(main);
+  for (const shown of document.querySelectorAll("#bell, .app-header .user")) shown.classList.add(CONCEALED);
+}
+
+function reveal() {
+  for (const concealed of document.querySelectorAll(`.${CONCEALED}`)) concealed.classList.remove(CONCEALED);
+}
+
 // The session ended (it expired, or another tab signed out) while text was being typed: the
 // text stays, and the notice says how to send it (a sign-in in another tab sets the
 // browser's cookie, which this tab's next request carries). Signed in again as another user,
@@ -105,6 +136,7 @@ function showNotice(kind) {
   if (sessionNotice?.isConnected) sessionNotice.replaceWith(notice);
   else (document.getElementById("main") ?? document.body).prepend(notice);
   sessionNotice = notice;
+  conceal(notice);
 }
 
 function sessionEndedNotice() {

@@ -4,11 +4,16 @@
 // /api/notifications/unread-count, every `intervalMs` while the page is shown: the
 // fallback. It asks at once, stream or not, when this page changed notifications
 // (NOTIFICATIONS_CHANGED): its own change is shown without waiting for the stream.
+// That forced look, when it fails, is tried again every BELL_RETRY_MS until it answers:
+// with the stream open nothing else would ask, and the stream may never tell this change
+// (made through another gateway replica, it tells it at its 30-s refresh at best).
 
 import { api } from "./api.js";
 import { NOTIFICATIONS_CHANGED, UNREAD_COUNT } from "./events.js";
 import { LIVE_UNREAD, liveOpen } from "./live.js";
 import { visiblePoller } from "./poller.js";
+
+export const BELL_RETRY_MS = 5000;
 
 export function bellLabel(count) {
   if (count === null) return "Notifications";
@@ -36,12 +41,18 @@ export function startBell(bell, intervalMs) {
   }
   const poller = visiblePoller(async () => {
     if (!asked && liveOpen()) return; // the stream tells every change
+    const forced = asked;
     asked = false;
     try {
       counted((await api("/api/notifications/unread-count")).count);
     } catch {
       show(bell, last);
+      if (forced) {
+        asked = true;
+        return Math.min(BELL_RETRY_MS, intervalMs);
+      }
     }
+    return intervalMs;
   }, intervalMs);
   window.addEventListener(NOTIFICATIONS_CHANGED, () => {
     asked = true;

@@ -6,6 +6,16 @@
 // or no EventSource), `liveOpen()` is false and the pages poll as they always did:
 // nothing is said about it. A stream whose sign-in ended (logout in any tab, a
 // revocation, expiry) says so last (`signed_out`): the tab reacts as to a 401 (app.js).
+//
+// Only a shown tab holds its stream for long. A browser keeps six connections per server
+// over HTTP/1.1 (what `opsctl up` serves), and each open stream holds one: with five tabs
+// of the product open, a sixth could not even load its page. A tab hidden (another tab of
+// the window chosen, the window minimised) for PARK_AFTER_MS closes its stream, and one
+// opened in the background opens none; shown again, it opens one anew, and what it shows
+// is read again (its pollers run at once, and the new stream's `reopened` asks the pages
+// to look again: on /jobs a read of every card). A glance at another tab and back within
+// PARK_AFTER_MS keeps the stream, and reads nothing again.
+export const PARK_AFTER_MS = 20000;
 
 import { pageUser } from "./api.js";
 import { AUTH_EXPIRED } from "./events.js";
@@ -22,6 +32,9 @@ let starts = 0;
 // the tab would poll until reloaded. A refused stream is opened again when the tab is shown
 // again or the browser is back online: the moments a bad spell has likely passed.
 let refused = false;
+// Closed (or never opened) because the tab is hidden: opened when it is shown.
+let parked = false;
+let parking = null; // the timer that parks a hidden tab's stream
 
 export function liveOpen() {
   return source !== null && source.readyState === EventSource.OPEN;
@@ -50,6 +63,11 @@ export function startLive() {
   if (typeof EventSource !== "function") return;
   if (source !== null && source.readyState !== EventSource.CLOSED) return;
   refused = false;
+  if (document.visibilityState === "hidden") {
+    parked = true;
+    return;
+  }
+  parked = false;
   starts += 1;
   const opened = new EventSource(eventsUrl());
   source = opened;
@@ -77,6 +95,7 @@ export function startLive() {
 }
 
 export function stopLive() {
+  parked = false; // the tab is leaving (or signing out): showing it again opens nothing
   source?.close();
 }
 
@@ -84,5 +103,26 @@ function reopenRefused() {
   if (refused && source?.readyState === EventSource.CLOSED && document.visibilityState === "visible") startLive();
 }
 
-document.addEventListener("visibilitychange", reopenRefused);
+function park() {
+  parking = null;
+  if (document.visibilityState !== "hidden") return;
+  if (source !== null && source.readyState !== EventSource.CLOSED) {
+    source.close();
+    parked = true;
+  }
+}
+
+function onVisibility() {
+  clearTimeout(parking);
+  parking = null;
+  if (document.visibilityState === "hidden") {
+    parking = setTimeout(park, PARK_AFTER_MS);
+  } else if (parked) {
+    startLive();
+  } else {
+    reopenRefused();
+  }
+}
+
+document.addEventListener("visibilitychange", onVisibility);
 window.addEventListener("online", reopenRefused);

@@ -5,6 +5,7 @@
 // subject and time: a list of "Mark read: Strategy snapshot is ready" tells nothing apart.
 
 import { api, post } from "./api.js";
+import { LIVE_OPENED, LIVE_UNREAD } from "./live.js";
 import { h, replaceChildren } from "./dom.js";
 import { NOTIFICATIONS_CHANGED, UNREAD_COUNT, notificationsChanged } from "./events.js";
 import { formatTime, subjectLabel, taskLabel } from "./format.js";
@@ -35,6 +36,27 @@ function operationOf(id) {
     );
   }
   return operations.get(id);
+}
+
+// The operations a user's notifications are about are, for one of many operations, among
+// their newest: one read of the newest hundred names them together, where a read of each
+// made /operations send 50 requests as it opened (a user of 80 finished analyses), queued
+// behind one another on the browser's few connections. Fewer than READ_TOGETHER_FROM
+// unknown ones are read apart, as before; any the hundred do not hold, too.
+const READ_TOGETHER_FROM = 3;
+const READ_TOGETHER_PAGE = 100;
+
+async function readTogether(ids) {
+  const unknown = new Set(ids.filter((id) => id && !operations.has(id)));
+  if (unknown.size < READ_TOGETHER_FROM) return;
+  try {
+    const page = await api(`/api/operations?page_size=${READ_TOGETHER_PAGE}`);
+    for (const operation of page.items) {
+      if (!operations.has(operation.id)) operations.set(operation.id, Promise.resolve(operation));
+    }
+  } catch {
+    // Each is read apart.
+  }
 }
 
 // What the notification is about and where it leads, once its operation is read.
@@ -101,6 +123,12 @@ export function mountNotifications(section) {
     try {
       await post(`/api/notifications/${encodeURIComponent(notification.id)}/${action}`);
     } catch (error) {
+      if (error.status === 404) {
+        // Dismissed in another tab, whose list this one had not read again: not a failure.
+        say("That notification had already been dismissed.");
+        reload();
+        return;
+      }
       sayFailure("The notification could not be updated.", error);
       return;
     } finally {
@@ -220,6 +248,7 @@ export function mountNotifications(section) {
     try {
       const page = await api("/api/notifications?page_size=50");
       if (said !== null && unreachedSaid === said) say("");
+      await readTogether(page.items.map((notification) => notification.operation_id));
       const details = await Promise.all(page.items.map(detailsOf));
       const refocus = focusWhereItWas();
       // Its name and result link, or a status this load was sent too early to clear: later.
@@ -242,8 +271,15 @@ export function mountNotifications(section) {
     }
   }
 
+  // Asks made while a load waits to be sent are that load: it reads what they ask for.
+  let queued = null;
   function reload() {
-    loading = (loading ?? Promise.resolve()).then(load);
+    if (queued) return queued;
+    queued = (loading ?? Promise.resolve()).then(() => {
+      queued = null;
+      return load();
+    });
+    loading = queued;
     return loading;
   }
 
@@ -253,6 +289,19 @@ export function mountNotifications(section) {
   // Until the first load answers, its fresh list makes a count change moot.
   window.addEventListener(UNREAD_COUNT, (event) => {
     if (unread !== null && event.detail.count !== unread) reload();
+  });
+  // The stream tells the count after every change of a tab's (`unread`), the same count
+  // too: a read notification dismissed in another tab changes no count, and the list showed
+  // it until the page was reloaded (acting on it then said "Notification not found"). The
+  // count it tells as it first opens is the one the list's first load reads; a stream opened
+  // again (the tab hidden, the connection dropped) tells one after changes this list missed.
+  let opening = false;
+  window.addEventListener(LIVE_OPENED, (event) => {
+    opening = !event.detail?.reopened;
+  });
+  window.addEventListener(LIVE_UNREAD, () => {
+    if (opening) opening = false;
+    else if (unread !== null) reload();
   });
   reload();
   visiblePoller(() => (failed ? reload() : null), NOTIFICATIONS_RETRY_MS);

@@ -42,16 +42,33 @@ export function budgetLine({ spent, reserved, limit }) {
   return `${use}; the budget renews at 00:00 UTC.`;
 }
 
+// Past the renewal a moment, for a page clock a little behind the server's.
+const RENEWAL_SLACK_MS = 5000;
+// A read that failed (the renewal's, or a start's or an end's) is tried again this much later.
+const BUDGET_RETRY_MS = 60000;
+
 // The budget line follows the analyses that move it; a failed read keeps the last figures.
-function followBudget(line) {
-  window.addEventListener(BUDGET_CHANGED, async () => {
+// It is read again as the budget renews (`renews_at`, 00:00 UTC): a tab kept open overnight
+// said yesterday's "2,900 of 3,000 tokens used today" until an analysis started or ended.
+function followBudget(line, first) {
+  let renewal = null;
+  const renewsAt = (known) => {
+    clearTimeout(renewal);
+    const due = Date.parse(known?.renews_at ?? "");
+    if (Number.isFinite(due)) renewal = setTimeout(read, Math.max(0, due - Date.now()) + RENEWAL_SLACK_MS);
+  };
+  async function read() {
     try {
-      const { budget } = await api("/api/settings/ai");
-      if (budget) line.textContent = budgetLine(budget);
+      const { budget: now } = await api("/api/settings/ai");
+      if (now) line.textContent = budgetLine(now);
+      renewsAt(now);
     } catch {
-      // The next start or end reads it again.
+      clearTimeout(renewal);
+      renewal = setTimeout(read, BUDGET_RETRY_MS);
     }
-  });
+  }
+  window.addEventListener(BUDGET_CHANGED, read);
+  renewsAt(first);
 }
 
 const TURN_ON = {
@@ -158,7 +175,7 @@ export async function mountAiSettings(slot) {
     if (await save({ privacy: privacy.value }, () => (privacy.value = settings.privacy))) done.textContent = choice.saved;
   });
   const budget = pro && settings.budget ? h("p", { class: "hint", id: "ai-budget" }, budgetLine(settings.budget)) : null;
-  if (budget) followBudget(budget);
+  if (budget) followBudget(budget, settings.budget);
   replaceChildren(
     slot,
     h("p", { class: "hint" }, pro ? "Plan: Pro." : "Plan: Free (AI analyses need Pro)."),

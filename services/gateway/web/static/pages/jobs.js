@@ -303,6 +303,7 @@ export function mount(main) {
       readFailures: 0, // reads failed in a row
       readFailure: null, // the last one's error
       retryTimer: null, // the next read after a failure, while it waits
+      budgetReadFor: null, // the run whose start this tab's budget line was read again for
     });
     const name = `${task.label} for ${subjectName}`;
     entry.view = createAnalysisView(slot, taskType, {
@@ -331,6 +332,7 @@ export function mount(main) {
           showNotice(entry, reusedNotice(started));
           entry.noticeUntilEnd = true; // about this run: gone when it ends
         } else {
+          entry.budgetReadFor = started.operation_id;
           budgetChanged(); // its reservation is taken
         }
         lookAgain(entry); // shows the new analysis now, then polls at its pace
@@ -950,6 +952,12 @@ export function mount(main) {
     entry.over = answer.operation ? !entry.active : null;
     const operationId = answer.operation?.id ?? null;
     if (entry.operationId && entry.operationId !== operationId) follower.stop(entry.operationId);
+    // A run started elsewhere (another tab, the API), seen here first under way: its
+    // reservation moved the budget, which this tab's line showed as before until the run ended.
+    if (entry.rendered && entry.active && operationId && operationId !== entry.operationId && operationId !== entry.budgetReadFor) {
+      entry.budgetReadFor = operationId;
+      budgetChanged();
+    }
     entry.operationId = operationId;
     entry.view.render(answer);
     heard(entry, answer.operation ?? null);

@@ -37,6 +37,19 @@ const FILTERS = [
   ["cancelled", "Cancelled"],
 ];
 
+// How long the list was ("Show more" pressed), and where the page was scrolled, live in
+// the history entry: a page left for a result and come back to (Back, which loads it
+// anew: app.js), or reloaded, showed its first 20 from the top, and a user of hundreds of
+// operations paged down again to find their place.
+function shownBefore() {
+  const shown = Number(window.history.state?.shown);
+  return Number.isInteger(shown) && shown > PAGE_STEP ? Math.min(shown, PAGE_MAX) : PAGE_STEP;
+}
+
+function remember(fields) {
+  window.history.replaceState({ ...window.history.state, ...fields }, "");
+}
+
 // The filter lives in the address (?state=failed): a reload keeps it, and Back and
 // Forward step through the filters chosen.
 function filterFromUrl() {
@@ -65,10 +78,15 @@ export function mount(main) {
   const banner = h("div", { class: "banner", role: "alert", hidden: true });
   const announcer = h("p", { class: "visually-hidden", role: "status" });
   const more = h("button", { type: "button", class: "button button--quiet", hidden: true }, "Show more");
+  // Past PAGE_MAX the list shows no more (it reads its whole length at each look, and the
+  // API answers at most 100 a page): "Show more" went, and a user of hundreds of operations
+  // was not told the older ones were there.
+  const capped = h("p", { class: "status", hidden: true });
   const notifications = h("aside", { id: "notifications", class: "panel panel--side panel--notes" });
   const detail = h("ol", { class: "ops ops--detail", "aria-label": "The operation you opened", hidden: true });
   const cards = new Map();
-  let limit = PAGE_STEP;
+  let limit = shownBefore();
+  let scrollBefore = Number(window.history.state?.scrollY) || 0; // restored once, by the first list shown
   let loaded = false;
   let names = new Map(); // "type:id" -> the subject's name, or null
   const states = new Map(); // id -> the last state seen here, for every operation shown so far
@@ -103,6 +121,7 @@ export function mount(main) {
         placeholder,
         list,
         more,
+        capped,
         announcer,
       ),
       notifications,
@@ -229,10 +248,19 @@ export function mount(main) {
       }
     }
     more.hidden = !page.next_page_token || limit >= PAGE_MAX;
+    if (scrollBefore && page.items.length > 0) window.scrollTo(0, scrollBefore);
+    scrollBefore = 0;
+    capped.hidden = !page.next_page_token || limit < PAGE_MAX;
+    capped.textContent = capped.hidden ? "" : cappedLine();
     if (retried) focusLoaded();
     focusShownMore(asked);
     noticeFinished(page.items);
     announceCancelOutcomes(page.items);
+  }
+
+  function cappedLine() {
+    if (filter.value !== "") return `Only the ${PAGE_MAX} newest of these are listed; older ones are not.`;
+    return `Only your ${PAGE_MAX} newest operations are listed. To find an older one, show only those in its state.`;
   }
 
   // After a Retry that loaded the list, focus goes to what it shows (the first card's title,
@@ -463,9 +491,9 @@ export function mount(main) {
   showPlaceholder("loading", h("span", { class: "spinner", "aria-hidden": "true" }), h("p", {}, "Loading operations…"));
   list.hidden = true;
 
-  // A new filter shows its first page afresh.
-  function applyFilter() {
-    limit = PAGE_STEP;
+  // A new filter shows its first page afresh (or, stepped back to, as long as it was).
+  function applyFilter(shown = PAGE_STEP) {
+    limit = shown;
     moreFocus = null;
     more.removeAttribute("aria-disabled");
     loaded = false;
@@ -490,8 +518,9 @@ export function mount(main) {
   window.addEventListener("popstate", () => {
     if (filter.value === filterFromUrl()) return; // a move between #operation- links
     filter.value = filterFromUrl();
-    applyFilter();
+    applyFilter(shownBefore());
   });
+  window.addEventListener("pagehide", () => remember({ scrollY: window.scrollY }));
   window.addEventListener("hashchange", () => {
     if (window.location.hash === NOTIFICATIONS_HASH) showNotifications();
     target = targetFromHash();
@@ -506,6 +535,7 @@ export function mount(main) {
       if (moreFocus) return;
       moreFocus = { index: list.children.length, limit: Math.min(PAGE_MAX, limit + PAGE_STEP) };
       limit = moreFocus.limit;
+      remember({ shown: limit });
       more.setAttribute("aria-disabled", "true");
       lookNow();
     }),

@@ -1,0 +1,374 @@
+"""The web UI as a heavy user keeps it: the same user in several tabs at once, hidden and
+shown again, marking notifications while the tab's event stream is open."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+import pytest
+from playwright.sync_api import BrowserContext, Page, Response, Route, expect
+
+from durable_ops.clock import utc_now
+from durable_ops.storage import budgets
+from tests.e2e.conftest import ServeGateway
+from tests.support.gateway import LiveGateway, claim, complete, create_operation
+from tests.support.grpc_services import Services
+from tests.support.long_polls import RequestsInFlight
+from tests.support.signin import dev_sign_in
+from tests.support.visibility import set_visibility
+from tests.support.workspace_client import create_job, entitle
+
+pytestmark = pytest.mark.browser
+
+# bell.js: how soon a forced look at the unread count that failed is asked again.
+BELL_RETRY_MS = 5000
+# Chromium's connections per server over HTTP/1.1: each open event stream holds one.
+CONNECTIONS_PER_SERVER = 6
+# live.js: how long a tab stays hidden before it closes its event stream.
+PARK_AFTER_MS = 20000
+
+
+def streams_answered(page: Page) -> list[Response]:
+    """The page's event streams that answered (so stand open), in order."""
+    seen: list[Response] = []
+    page.on("response", lambda r: seen.append(r) if "/api/events" in r.url else None)
+    return seen
+
+
+def wait_for(page: Page, seen: list[Response], count: int) -> None:
+    for _ in range(200):
+        if len(seen) >= count:
+            return
+        page.wait_for_timeout(50)
+    raise AssertionError(f"{len(seen)} event streams answered, expected {count}")
+
+
+def open_operations(context: BrowserContext, gateway: LiveGateway) -> tuple[Page, list[Response]]:
+    """One more tab of the operations page, once its list and its stream are open; its
+    clock is the page's (so `hide` can park it)."""
+    tab = context.new_page()
+    tab.clock.install()
+    streams = streams_answered(tab)
+    tab.goto(gateway.url + "/operations")
+    expect(tab.locator("section.panel--operations")).to_have_attribute("aria-busy", "false")
+    wait_for(tab, streams, 1)
+    return tab, streams
+
+
+def hide(tab: Page) -> None:
+    """The tab hidden long enough to close its event stream."""
+    set_visibility(tab, "hidden")
+    tab.clock.fast_forward(PARK_AFTER_MS)
+
+
+def test_hidden_tabs_hold_no_stream_so_a_tab_more_than_six_still_loads(
+    page: Page, context: BrowserContext, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """A window of many tabs shows one: the others' streams held every connection the
+    browser keeps to the server, and the sixth tab never loaded. A tab shown again opens
+    its stream anew and shows what changed while it was hidden; a glance away and back
+    keeps it."""
+    page.clock.install()
+    streams = [streams_answered(page)]
+    dev_sign_in(page, ui_gateway.url, "ada")
+    expect(page.locator("section.panel--operations")).to_have_attribute("aria-busy", "false")
+    wait_for(page, streams[0], 1)
+    tabs = [page]
+    for _ in range(CONNECTIONS_PER_SERVER - 2):
+        tab, opened = open_operations(context, ui_gateway)
+        tabs.append(tab)
+        streams.append(opened)
+    set_visibility(page, "hidden")
+    page.clock.fast_forward(PARK_AFTER_MS - 1000)
+    set_visibility(page, "visible")
+    page.wait_for_timeout(300)
+    assert len(streams[0]) == 1, "a glance away reopened the stream"
+    for tab in tabs:  # another tab of the window is chosen: these are hidden
+        hide(tab)
+
+    more = [open_operations(context, ui_gateway)[0] for _ in range(3)]
+    for tab in more:
+        expect(tab.get_by_text("No operations yet.")).to_be_visible()
+
+    # Hidden, the first tab heard nothing of an operation that ran meanwhile.
+    job = create_job(ui_services.workspace, "ada", title="Platform engineer")
+    create_operation(ui_services, "ada", subject=("job", job))
+    complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
+    for tab in more:
+        expect(tab.locator("li.op")).to_have_count(1)
+        tab.close()
+    first = tabs[0]
+    expect(first.locator("li.op")).to_have_count(0)
+    answered = len(streams[0])
+    set_visibility(first, "visible")
+    expect(first.locator("li.op")).to_have_count(1)
+    expect(first.locator("#bell")).to_have_accessible_name("Notifications, 1 unread")
+    wait_for(first, streams[0], answered + 1)  # its stream open again
+
+
+def test_a_forced_bell_look_that_failed_is_asked_again_with_the_stream_open(
+    page: Page, serve_ui: ServeGateway, ui_services: Services
+) -> None:
+    """The tab marks a notification read through another gateway replica (whose marks this
+    gateway's stream hears only at its 30-s refresh); the bell's own look that follows
+    fails. It is asked again, not dropped because the stream is open."""
+    here = serve_ui()
+    there = serve_ui()
+    for title in ("Platform engineer", "Site reliability engineer"):
+        job = create_job(ui_services.workspace, "ada", title=title)
+        create_operation(ui_services, "ada", subject=("job", job))
+        complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
+    streams = streams_answered(page)
+    page.clock.install()
+    dev_sign_in(page, here.url, "ada")
+    bell = page.locator("#bell")
+    expect(bell).to_have_accessible_name("Notifications, 2 unread")
+    wait_for(page, streams, 1)
+
+    def through_the_other_replica(route: Route) -> None:
+        # Behind one address the replicas share an origin; here each has its own port.
+        headers = {**route.request.headers, "origin": there.url}
+        url = route.request.url.replace(here.url, there.url)
+        route.fulfill(response=route.fetch(url=url, headers=headers))
+
+    page.route(re.compile(r"/api/notifications/[^/]+/read$"), through_the_other_replica)
+    failed: list[str] = []
+
+    def fail_once(route: Route) -> None:
+        if failed:
+            route.continue_()
+        else:
+            failed.append(route.request.url)
+            route.abort("connectionreset")
+
+    page.route("**/api/notifications/unread-count", fail_once)
+    in_flight = RequestsInFlight(page)
+    page.locator(".note").first.get_by_role("button", name=re.compile("^Mark read")).click()
+    expect(page.locator(".note--unread")).to_have_count(1)  # the list read it again
+    in_flight.wait_quiet()
+    assert failed, "the bell did not look after its page's change"
+    expect(bell).to_have_accessible_name("Notifications, 2 unread")  # its look failed
+    page.clock.run_for(BELL_RETRY_MS)
+    expect(bell).to_have_accessible_name("Notifications, 1 unread")
+
+
+def sign_in_here(tab: Page, user: str) -> None:
+    """The sign-in form of a tab that signed out: no cookie to clear, no session left behind."""
+    tab.get_by_label("User id").fill(user)
+    tab.get_by_role("button", name="Sign in as this user").click()
+    tab.wait_for_url(re.compile(r"/operations$"))
+
+
+def test_a_tab_left_behind_by_a_sign_out_shows_nothing_of_the_user_but_typed_text(
+    page: Page, context: BrowserContext, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """A tab kept for the text typed in it, and a tab hidden while the browser signed out and
+    in as someone else, showed the first user's jobs, operations and notifications to the
+    next one. They show the notice and the forms (the typed text kept), nothing else, until
+    the first user signs in again."""
+    job = create_job(ui_services.workspace, "ada", title="Secret posting")
+    create_operation(ui_services, "ada", subject=("job", job))
+    complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
+    dev_sign_in(page, ui_gateway.url, "ada")
+    typing = page
+    typing.goto(ui_gateway.url + "/jobs")
+    expect(typing.get_by_text("Secret posting").first).to_be_visible()
+    form = typing.get_by_role("form", name="Add a job posting")
+    form.get_by_label("Title").fill("Typed, not sent")
+    hidden, _ = open_operations(context, ui_gateway)
+    expect(hidden.locator("li.op")).to_have_count(1)
+    hide(hidden)
+
+    other = context.new_page()
+    other.goto(ui_gateway.url + "/operations")
+    other.get_by_role("button", name="Sign out").click()
+    other.wait_for_url(ui_gateway.url + "/")
+    ended = typing.get_by_role("alert").filter(has_text="Your session ended")
+    expect(ended).to_be_visible()
+    expect(form.get_by_label("Title")).to_have_value("Typed, not sent")
+    expect(form).to_be_visible()
+    for shown in (
+        typing.get_by_text("Secret posting"),
+        typing.locator("#bell"),
+        typing.locator("header .user"),
+    ):
+        expect(shown.first).to_be_hidden()
+
+    sign_in_here(other, "bob")
+    set_visibility(hidden, "visible")
+    another = hidden.get_by_role("alert").filter(has_text="now signed in as another user")
+    expect(another).to_be_visible()
+    for shown in (hidden.locator("li.op"), hidden.locator(".note"), hidden.locator("#bell")):
+        expect(shown.first).to_be_hidden()
+
+    # Ada again: the tab she typed in shows her page again once she is back on it.
+    other.get_by_role("button", name="Sign out").click()
+    other.wait_for_url(ui_gateway.url + "/")
+    sign_in_here(other, "ada")
+    typing.evaluate("window.dispatchEvent(new Event('focus'))")  # back to this tab
+    expect(ended).to_have_count(0)
+    expect(typing.get_by_text("Secret posting").first).to_be_visible()
+    expect(typing.locator("#bell")).to_be_visible()
+
+
+def test_an_analysis_started_in_another_tab_moves_this_tabs_token_line(
+    page: Page, context: BrowserContext, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """The token line read again only when this tab started or saw an end: another tab's
+    start showed here as "0 of 100,000 used" while it held its reservation."""
+    entitle(ui_services.db, "ada")
+    create_job(ui_services.workspace, "ada", title="Platform engineer")
+    dev_sign_in(page, ui_gateway.url, "ada")
+    page.goto(ui_gateway.url + "/jobs")
+    budget = page.locator("#ai-budget")
+    expect(budget).to_have_text(re.compile(r"^0 of 100,000 tokens used today"))
+    other = context.new_page()
+    other.goto(ui_gateway.url + "/jobs")
+    other.get_by_role("button", name="Start strategy snapshot").click()
+    expect(other.locator(".analysis .state")).to_have_text("Queued")
+
+    expect(page.locator(".analysis .state")).to_have_text("Queued")  # the stream told it
+    expect(budget).to_have_text(re.compile(r"^0 used and [1-9][\d,]* reserved of 100,000 tokens"))
+
+
+def test_a_user_of_hundreds_of_operations_is_told_the_list_stops_at_100(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """ "Show more" went at the hundredth operation with nothing said: the older ones looked
+    like none. The list says it stops there, and keeps no duplicate when one more arrives."""
+    for _ in range(101):
+        create_operation(ui_services, "ada", subject=("job", "job-1"))
+    dev_sign_in(page, ui_gateway.url, "ada")
+    cards = page.locator("li.op")
+    more = page.get_by_role("button", name="Show more")
+    for shown in (40, 60, 80, 100):
+        more.click()
+        expect(cards).to_have_count(shown)
+    expect(more).to_be_hidden()
+    expect(page.get_by_text("Only your 100 newest operations are listed.")).to_be_visible()
+
+    newest = create_operation(ui_services, "ada", subject=("job", "job-1"))
+    expect(cards.first).to_have_attribute("data-id", newest.id)
+    ids = cards.evaluate_all("cards => cards.map(card => card.dataset.id)")
+    assert len(ids) == len(set(ids)) == 100
+
+
+def test_a_notification_dismissed_in_one_tab_goes_from_the_others(
+    page: Page, context: BrowserContext, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """Dismissing a read notification moves no count, and the other tabs' lists kept it until
+    reloaded; its Dismiss there said "Notification not found"."""
+    for title in ("Platform engineer", "Site reliability engineer", "Data engineer"):
+        job = create_job(ui_services.workspace, "ada", title=title)
+        create_operation(ui_services, "ada", subject=("job", job))
+        complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
+    dev_sign_in(page, ui_gateway.url, "ada")
+    notes = page.locator(".note")
+    expect(notes).to_have_count(3)
+    other, _ = open_operations(context, ui_gateway)
+    elsewhere = other.locator(".note")
+    expect(elsewhere).to_have_count(3)
+    hidden, _ = open_operations(context, ui_gateway)
+    expect(hidden.locator(".note")).to_have_count(3)
+    hide(hidden)
+
+    dismissed = notes.first.get_attribute("data-id")
+    assert dismissed
+    notes.first.get_by_role("button", name=re.compile("^Mark read")).click()
+    expect(other.locator(".note--unread")).to_have_count(2)
+    notes.first.get_by_role("button", name=re.compile("^Dismiss")).click()
+    expect(notes).to_have_count(2)
+    expect(elsewhere).to_have_count(2)  # the same unread count: the stream told it anyway
+    expect(other.locator("#bell")).to_have_accessible_name("Notifications, 2 unread")
+
+    # A tab that heard nothing (hidden, it held no stream) and acts on the one gone.
+    gone = hidden.locator(".note").first
+    expect(gone).to_have_attribute("data-id", dismissed)
+    gone.get_by_role("button", name=re.compile("^Dismiss")).click()
+    expect(hidden.locator("#notifications .status")).to_have_text(
+        "That notification had already been dismissed."
+    )
+    expect(hidden.locator(".note")).to_have_count(2)
+
+
+def test_the_token_line_of_a_tab_kept_open_overnight_renews_with_the_budget(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """The line was read again only at a start or an end: at 00:00 UTC it went on saying
+    yesterday's figures. It is read again as the budget renews (`renews_at`)."""
+    entitle(ui_services.db, "ada")
+    page.clock.install()
+    dev_sign_in(page, ui_gateway.url, "ada")
+    page.goto(ui_gateway.url + "/jobs")
+    budget = page.locator("#ai-budget")
+    expect(budget).to_have_text(re.compile(r"^0 of 100,000 tokens used today"))
+    renews_at = page.evaluate(
+        """async () => (await (await fetch("/api/settings/ai")).json()).budget.renews_at"""
+    )
+    ui_services.db.run(
+        lambda tx: budgets.set_override(tx, 50_000, set_by="test", now=utc_now()), owner_id="ada"
+    )
+    page.clock.fast_forward(renews_at_ms(renews_at) - page.evaluate("Date.now()") - 1000)
+    page.wait_for_timeout(300)
+    expect(budget).to_have_text(re.compile(r"^0 of 100,000 tokens used today"))  # not yet
+    page.clock.fast_forward(10_000)
+    expect(budget).to_have_text(re.compile(r"^0 of 50,000 tokens used today"))
+
+
+def renews_at_ms(stamp: str) -> int:
+    return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def test_the_notifications_of_many_operations_name_them_without_a_read_each(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """Each notification's operation was read apart: /operations sent one request per
+    notification listed (50) as it opened."""
+    job = create_job(ui_services.workspace, "ada", title="Platform engineer")
+    for _ in range(30):
+        create_operation(ui_services, "ada", subject=("job", job))
+        complete(ui_services, claim(ui_services, ["strategy.snapshot"]))
+    reads: list[str] = []
+    one_operation = re.compile(r"/api/operations/[^/?:]+$")
+    page.on("request", lambda r: reads.append(r.url) if one_operation.search(r.url) else None)
+    dev_sign_in(page, ui_gateway.url, "ada")
+    notes = page.locator(".note")
+    expect(notes).to_have_count(30)
+    expect(notes.get_by_text("Platform engineer at Acme")).to_have_count(30)
+    assert reads == []
+
+
+def test_back_and_reload_keep_how_far_the_list_was_shown_and_scrolled(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """Left for another page and come back to (or reloaded), the list showed its first 20
+    from the top: a user deep in their operations paged down again to find their place."""
+    for _ in range(45):
+        create_operation(ui_services, "ada", subject=("job", "job-1"))
+    dev_sign_in(page, ui_gateway.url, "ada")
+    cards = page.locator("li.op")
+    expect(cards).to_have_count(20)
+    page.get_by_role("button", name="Show more").click()
+    expect(cards).to_have_count(40)
+    cards.nth(35).scroll_into_view_if_needed()
+    scrolled = page.evaluate("window.scrollY")
+    assert scrolled > 0
+
+    page.goto(ui_gateway.url + "/jobs")
+    page.go_back()
+    expect(cards).to_have_count(40)
+    scrolled_to(page, scrolled)
+    page.reload()
+    expect(cards).to_have_count(40)
+    scrolled_to(page, scrolled)
+
+
+def scrolled_to(page: Page, y: float) -> None:
+    """Waits for the page to be scrolled to ``y`` (the page's CSP forbids a string
+    predicate in the page: each look is an evaluate)."""
+    for _ in range(100):
+        if abs(page.evaluate("window.scrollY") - y) < 2:
+            return
+        page.wait_for_timeout(50)
+    raise AssertionError(f"scrolled to {page.evaluate('window.scrollY')}, not {y}")
