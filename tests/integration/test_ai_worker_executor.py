@@ -130,6 +130,36 @@ def _local(model: ModelServer, timeout: float = 30) -> ModelClient:
     return ModelClient(model.url, "dev-heuristic", route=Route.LOCAL, timeout_seconds=timeout)
 
 
+def _drained(
+    services: Services,
+    model: ModelServer,
+    workspace: Workspace,
+    journal: Journal,
+    *,
+    external: ModelServer | None = None,
+    failures_to_open: int = 3,
+    timeout: float = 30,
+) -> None:
+    """Run the AI work queued until a claim finds none (on both routes when there is an
+    ``external`` model), then stop the model servers."""
+
+    async def scenario() -> None:
+        outside = None
+        if external is not None:
+            outside = ModelClient(external.url, "dev-heuristic", route=Route.EXTERNAL)
+        router = Router(_local(model), CircuitBreaker(failures_to_open, 30), outside)
+        routes = [Route.LOCAL] if external is None else [Route.LOCAL, Route.EXTERNAL]
+        async with executor_on(router, workspace, journal, timeout) as executor:
+            await drain(services, executor, LEASE_SECONDS, routes)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        model.stop()
+        if external is not None:
+            external.stop()
+
+
 def test_a_cancel_before_the_first_beat_is_acknowledged_without_inference(
     services: Services,
 ) -> None:
@@ -138,15 +168,7 @@ def test_a_cancel_before_the_first_beat_is_acknowledged_without_inference(
     operation_id = _create(ops, "early", STRATEGY, pb.PRIVACY_LOCAL_ONLY)
     workspace, journal = Workspace(), CancellingJournal(ops)
 
-    async def scenario() -> None:
-        router = Router(_local(model), CircuitBreaker(3, 30))
-        async with executor_on(router, workspace, journal, 30) as executor:
-            await drain(services, executor, LEASE_SECONDS)
-
-    try:
-        asyncio.run(scenario())
-    finally:
-        model.stop()
+    _drained(services, model, workspace, journal)
     assert ops.row(operation_id).state == "cancelled"
     assert (model.completions, workspace.notes) == (0, [])
 
@@ -295,15 +317,7 @@ def test_an_owner_no_longer_entitled_since_admission_gets_no_inference(
     workspace, journal = Workspace(), Journal()
     workspace.settings = settings
 
-    async def scenario() -> None:
-        router = Router(_local(model), CircuitBreaker(3, 30))
-        async with executor_on(router, workspace, journal, 30) as executor:
-            await drain(services, executor, LEASE_SECONDS)
-
-    try:
-        asyncio.run(scenario())
-    finally:
-        model.stop()
+    _drained(services, model, workspace, journal)
     row = ops.row(operation_id)
     assert (row.state, row.failure_code, row.attempt) == ("failed", code, 1)
     assert (model.completions, workspace.notes) == (0, [])
@@ -321,17 +335,7 @@ def test_an_owner_who_chose_local_only_since_admission_is_never_sent_outside(
     workspace, journal = Workspace(), Journal()
     workspace.settings = AiSettings(True, Privacy.LOCAL_ONLY, Plan.PRO)
 
-    async def scenario() -> None:
-        external = ModelClient(external_model.url, "dev-heuristic", route=Route.EXTERNAL)
-        router = Router(_local(model), CircuitBreaker(3, 30), external)
-        async with executor_on(router, workspace, journal, 10) as executor:
-            await drain(services, executor, LEASE_SECONDS, [Route.LOCAL, Route.EXTERNAL])
-
-    try:
-        asyncio.run(scenario())
-    finally:
-        model.stop()
-        external_model.stop()
+    _drained(services, model, workspace, journal, external=external_model, timeout=10)
     row = ops.row(operation_id)
     assert (row.state, row.failure_code, row.route) == (
         "waiting_for_retry",
@@ -404,15 +408,7 @@ def test_a_note_refused_after_the_answer_still_names_the_model_that_answered(
     ops = OpsClient(services)
     operation_id = _create(ops, "refused", STRATEGY, pb.PRIVACY_LOCAL_ONLY)
 
-    async def scenario() -> None:
-        router = Router(_local(model), CircuitBreaker(3, 30))
-        async with executor_on(router, RefusingPublish(), Journal(), 30) as executor:
-            await drain(services, executor, LEASE_SECONDS)
-
-    try:
-        asyncio.run(scenario())
-    finally:
-        model.stop()
+    _drained(services, model, RefusingPublish(), Journal())
     row = ops.row(operation_id)
     assert (row.state, row.failure_code) == ("failed", "subject_not_found")
     (attempt,) = rows(
@@ -434,17 +430,9 @@ def test_a_task_off_the_external_allowlist_never_leaves_the_host(services: Servi
     operation_id = _create(ops, "host-only", STRATEGY, pb.PRIVACY_EXTERNAL_ALLOWED)
     workspace, journal = Workspace(), Journal()
 
-    async def scenario() -> None:
-        external = ModelClient(external_model.url, "dev-heuristic", route=Route.EXTERNAL)
-        router = Router(_local(model), CircuitBreaker(1, 30), external)
-        async with executor_on(router, workspace, journal, 10) as executor:
-            await drain(services, executor, LEASE_SECONDS, [Route.LOCAL, Route.EXTERNAL])
-
-    try:
-        asyncio.run(scenario())
-    finally:
-        model.stop()
-        external_model.stop()
+    _drained(
+        services, model, workspace, journal, external=external_model, timeout=10, failures_to_open=1
+    )
     row = ops.row(operation_id)
     assert (row.state, row.failure_code, row.route) == (
         "waiting_for_retry",
@@ -473,15 +461,7 @@ def test_the_operations_context_is_read_for_the_model(services: Services) -> Non
     operation_id = str(ops.create_raw(ALICE, request).operation.id)
     workspace = ReadsRecorded()
 
-    async def scenario() -> None:
-        router = Router(_local(model), CircuitBreaker(3, 30))
-        async with executor_on(router, workspace, Journal(), 30) as executor:
-            await drain(services, executor, LEASE_SECONDS)
-
-    try:
-        asyncio.run(scenario())
-    finally:
-        model.stop()
+    _drained(services, model, workspace, Journal())
     assert ops.row(operation_id).state == "succeeded"
     assert workspace.reads == [("attachment", "job-1"), ("job", "job-7")]
 
@@ -500,16 +480,8 @@ def test_a_note_found_published_is_logged_as_not_new(services: Services) -> None
     ops = OpsClient(services)
     operation_id = _create(ops, "again", STRATEGY, pb.PRIVACY_LOCAL_ONLY)
 
-    async def scenario() -> None:
-        router = Router(_local(model), CircuitBreaker(3, 30))
-        async with executor_on(router, Republished(), Journal(), 30) as executor:
-            await drain(services, executor, LEASE_SECONDS)
-
     with capture_logs() as logs:
-        try:
-            asyncio.run(scenario())
-        finally:
-            model.stop()
+        _drained(services, model, Republished(), Journal())
     assert (ops.row(operation_id).state, ops.row(operation_id).result_ref) == (
         "succeeded",
         "note-earlier",

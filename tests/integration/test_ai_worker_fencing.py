@@ -8,8 +8,9 @@ and the test decides, with ``ManualClock`` and a sweep, when a lease expires.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from contextlib import asynccontextmanager
+from typing import Any
 
 from sqlalchemy import select
 from structlog.testing import capture_logs
@@ -56,6 +57,24 @@ async def worker(
     finally:
         await router.aclose()
         await channel.close()
+
+
+def _drained_logging(
+    services: Services, workspace_type: type[WorkspaceClient]
+) -> list[MutableMapping[str, Any]]:
+    """Run the AI work queued on a model of its own until none is left; what it logged."""
+    model = ModelServer()
+
+    async def scenario() -> None:
+        async with worker(services, model, workspace_type) as executor:
+            await drain(services, executor, LEASE_SECONDS)
+
+    with capture_logs() as logs:
+        try:
+            asyncio.run(scenario())
+        finally:
+            model.stop()
+    return logs
 
 
 def _operation_on_a_job(services: Services, key: str) -> str:
@@ -137,18 +156,8 @@ class CancelJustBeforePublishing(WorkspaceClient):
 
 def test_a_cancel_that_lands_before_the_note_wins(services: Services) -> None:
     operation_id = _operation_on_a_job(services, "cancel-before-publish")
-    model = ModelServer()
     CancelJustBeforePublishing.services = services
-
-    async def scenario() -> None:
-        async with worker(services, model, CancelJustBeforePublishing) as executor:
-            await drain(services, executor, LEASE_SECONDS)
-
-    with capture_logs() as logs:
-        try:
-            asyncio.run(scenario())
-        finally:
-            model.stop()
+    logs = _drained_logging(services, CancelJustBeforePublishing)
     ops = OpsClient(services)
     assert ops.row(operation_id).state == "cancelled"
     assert _notes(services) == []
@@ -179,18 +188,8 @@ def test_a_note_published_before_the_cancel_stands_and_the_operation_succeeds(
     """The publish runs to its answer even when the cancel arrives meanwhile: a note that
     went through is the operation's result, never a published note of a cancelled one."""
     operation_id = _operation_on_a_job(services, "cancel-while-publishing")
-    model = ModelServer()
     CancelWhilePublishing.services = services
-
-    async def scenario() -> None:
-        async with worker(services, model, CancelWhilePublishing) as executor:
-            await drain(services, executor, LEASE_SECONDS)
-
-    with capture_logs() as logs:
-        try:
-            asyncio.run(scenario())
-        finally:
-            model.stop()
+    logs = _drained_logging(services, CancelWhilePublishing)
     row = OpsClient(services).row(operation_id)
     assert _notes(services) == [operation_id]
     # The note names the model that wrote it, on its route, as the owner's page shows it.
@@ -219,17 +218,7 @@ def test_a_publish_asked_again_answers_the_first_and_says_it_is_not_new(
     services: Services,
 ) -> None:
     operation_id = _operation_on_a_job(services, "asked-again")
-    model = ModelServer()
-
-    async def scenario() -> None:
-        async with worker(services, model, AnswerLostOnce) as executor:
-            await drain(services, executor, LEASE_SECONDS)
-
-    with capture_logs() as logs:
-        try:
-            asyncio.run(scenario())
-        finally:
-            model.stop()
+    logs = _drained_logging(services, AnswerLostOnce)
     row = OpsClient(services).row(operation_id)
     assert (row.state, _notes(services)) == ("succeeded", [operation_id])
     succeeded = [log for log in logs if log["event"] == "operation_succeeded"]
