@@ -17,6 +17,7 @@ from typing import Any
 import jsonschema_rs
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.metrics import MetricWrapperBase
 
 from durable_ops.ai_admission.metrics import AdmissionMetrics
 from durable_ops.ai_worker.inference import metrics as worker_metrics
@@ -26,6 +27,7 @@ from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.rpc.metrics import GrpcServerMetrics
 from durable_ops.storage import migrate
 from durable_ops.storage.db import Database
+from durable_ops.worker import metrics as worker_usage
 from tests.integration.test_compose import SECRETS, _compose, _compose_binary, _env_example
 from tests.support.metrics_scrape import registered_names
 
@@ -146,12 +148,12 @@ def _dashboard() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[set[str]]:
-    """Every series name any process registers, built as the processes build them."""
+def registries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[CollectorRegistry]]:
+    """Every process's registry, built as the processes build them."""
     url = f"sqlite:///{tmp_path_factory.mktemp('metrics') / 'ops.sqlite3'}"
     migrate.upgrade(url)
     db = Database(url)
-    names: set[str] = set()
+    built: list[CollectorRegistry] = []
     for name in ("operations", "notifications", "workspace", "ai_admission"):
         registry = CollectorRegistry()
         GrpcServerMetrics(registry)
@@ -159,12 +161,59 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[set[str]]:
             OperationsMetrics(registry, db, utc_now)
         elif name == "ai_admission":
             AdmissionMetrics(registry)
-        names |= registered_names(registry)
+        built.append(registry)
     assert worker_metrics.MODEL_CIRCUIT_STATE  # the AI worker's, on the default registry
-    names |= registered_names(REGISTRY)
-    names |= registered_names(GatewayMetrics().registry)
-    yield names
+    assert worker_usage.MODEL_TOKENS
+    built += [REGISTRY, GatewayMetrics().registry]
+    yield built
     db.dispose()
+
+
+@pytest.fixture(scope="module")
+def exported(registries: list[CollectorRegistry]) -> set[str]:
+    """Every series name any process registers."""
+    return set().union(*(registered_names(registry) for registry in registries))
+
+
+def _label_names(registries: list[CollectorRegistry]) -> dict[str, tuple[str, ...]]:
+    """Our families as the docs name them (a counter with ``_total``) -> their label names."""
+    found: dict[str, tuple[str, ...]] = {}
+    for registry in registries:
+        for collector in list(registry._collector_to_names):  # no public listing of collectors
+            if isinstance(collector, MetricWrapperBase):
+                families = [(collector._name, collector._type, collector._labelnames)]
+            else:
+                described = getattr(collector, "describe", collector.collect)()
+                families = [(f.name, f.type, getattr(f, "_labelnames", ())) for f in described]
+            for name, kind, labels in families:
+                if not name.startswith("durable_ops_"):
+                    continue
+                if kind == "stateset":  # an Enum's one label is its own name
+                    labels = (name,)
+                found[f"{name}_total" if kind == "counter" else name] = tuple(labels)
+    return found
+
+
+_DOC_ROW = re.compile(r"^\| `(durable_ops_[a-z_]+)(?:\{([a-z_,]*)\})?`", re.MULTILINE)
+
+
+def test_every_metric_is_documented_with_its_labels_and_nothing_else(
+    registries: list[CollectorRegistry],
+) -> None:
+    """docs/operations.md's metric tables against what the processes export: a metric
+    missing from the tables is one an operator cannot find; a row naming a metric or
+    a label no process writes is a query that silently matches nothing."""
+    documented: dict[str, tuple[str, ...]] = {}
+    for name, labels in _DOC_ROW.findall((ROOT / "docs" / "operations.md").read_text()):
+        assert name not in documented, f"{name} has two rows"
+        documented[name] = tuple(labels.split(",")) if labels else ()
+    exported = _label_names(registries)
+    assert set(documented) == set(exported), (
+        f"undocumented: {sorted(set(exported) - set(documented))}; "
+        f"documented but not exported: {sorted(set(documented) - set(exported))}"
+    )
+    for name, labels in exported.items():
+        assert sorted(documented[name]) == sorted(labels), (name, documented[name], labels)
 
 
 def test_the_dashboard_loads_in_grafanas_schema() -> None:
