@@ -16,6 +16,7 @@ from typing import Any
 
 import jsonschema_rs
 import pytest
+import yaml
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
@@ -124,6 +125,11 @@ PROMQL_WORDS = {
     "increase",
     "delta",
     "histogram_quantile",
+    "avg_over_time",
+    "max_over_time",
+    "and",
+    "or",
+    "unless",
     "by",
     "without",
     "on",
@@ -313,3 +319,31 @@ def test_the_monitoring_profile_scrapes_every_process_on_its_metrics_port(
     plain = _compose(binary, tmp_path, env_file, "-f", str(OVERLAY), "config", "--format", "json")
     assert plain.returncode == 0, plain.stderr
     assert {"prometheus", "grafana"}.isdisjoint(json.loads(plain.stdout)["services"])
+
+
+_RULES = re.compile(r"^\*\*Suggested alerts\.\*\*.*?^```yaml\n(.*?)^```", re.MULTILINE | re.DOTALL)
+_SELECTOR = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)\{([^}]*)\}")
+_MATCHER = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)\s*"')
+
+
+def test_the_suggested_alerts_name_only_exported_series_and_labels(
+    registries: list[CollectorRegistry], exported: set[str]
+) -> None:
+    """An alert over a misspelt series or label never fires: its query matches nothing."""
+    found = _RULES.search((ROOT / "docs" / "operations.md").read_text())
+    assert found, "docs/operations.md has a Suggested alerts block"
+    rules = yaml.safe_load(found[1])["groups"][0]["rules"]
+    assert len(rules) >= 5
+    labels = _label_names(registries)
+    scraped = {"job", "instance"}  # what Prometheus adds to every series it scrapes
+    for rule in rules:
+        assert set(rule) <= {"alert", "expr", "for"}, rule
+        expr = rule["expr"]
+        series = series_in(expr)
+        assert series, rule["alert"]
+        assert series - {"up"} <= exported, (rule["alert"], series - exported)
+        for name, matchers in _SELECTOR.findall(expr):
+            family = name.removesuffix("_bucket") if name not in labels else name
+            allowed = set(labels.get(family, ())) | scraped
+            named = set(_MATCHER.findall(matchers))
+            assert named <= allowed, (rule["alert"], name, named - allowed)
