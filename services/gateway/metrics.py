@@ -4,7 +4,8 @@ Served on its own bind (``OPS_GATEWAY_METRICS_BIND``, ``gateway.main``), never
 on the port users reach: route names, volumes and error rates are the
 operator's. Each app has its own ``CollectorRegistry`` (tests build many
 apps). Labels use the route template (``/api/operations/{id}``), never the
-raw path, so ids and probes of unknown paths cannot grow the label set.
+raw path, and the method is one of HTTP's own (any other is ``other``), so ids,
+probes of unknown paths and made-up methods cannot grow the label set.
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 UNMATCHED = "unmatched"
+# The request line's method is whatever the client wrote (``curl -X BAZ123``): the
+# label takes RFC 9110's methods and PATCH, and files every other under one value.
+METHODS = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"}
+)
+OTHER_METHOD = "other"
 _log = structlog.get_logger(__name__)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -40,6 +47,7 @@ class GatewayMetrics:
         )
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        method = method if method in METHODS else OTHER_METHOD
         labels = {"method": method, "route": route, "status": str(status)}
         self.requests.labels(**labels).inc()
         self.latency.labels(**labels).observe(seconds)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
+from threading import Lock
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
@@ -36,6 +37,10 @@ SWEEP_CHANGES = ("expired_lease", "deadline", "promoted")
 class _OperationsCollector(Collector):
     def __init__(self, db: Database, clock: Clock) -> None:
         self._clock = clock
+        # Task types this process has reported: one whose last operation finished keeps
+        # its zeros, so a drained queue reads 0 on a graph and in an alert, not "no data".
+        self._seen: set[str] = set()
+        self._seen_lock = Lock()  # two Prometheus servers may scrape at once (two threads)
         self._depths = CachedReading(
             lambda: db.run(
                 lambda tx: operator.queue_depths(OperatorTx(tx)), owner_id=None, write=False
@@ -63,9 +68,13 @@ class _OperationsCollector(Collector):
         if depths is None:
             return [operations, oldest]
         states = sorted(ACTIVE_STATES)
-        for depth in depths:  # every state of a seen task type, zeros too: stable series
+        counts = {depth.task_type: depth.counts for depth in depths}
+        with self._seen_lock:
+            self._seen.update(counts)
+            seen = sorted(self._seen)
+        for task_type in seen:  # every state of a seen task type: stable series
             for state in states:
-                operations.add_metric([state, depth.task_type], depth.counts.get(state, 0))
+                operations.add_metric([state, task_type], counts.get(task_type, {}).get(state, 0))
         waiting = [d.oldest_queued_at for d in depths if d.oldest_queued_at is not None]
         age = 0.0
         if waiting:  # aware: the column type (``UtcDateTime``) makes every read UTC

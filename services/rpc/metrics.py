@@ -77,9 +77,28 @@ def _code(context: Any, error: BaseException | None) -> grpc.StatusCode:
         return code
     if error is None:
         return grpc.StatusCode.OK
-    if isinstance(error, asyncio.CancelledError):  # the client went away (or the server stops)
+    if isinstance(error, asyncio.CancelledError):
+        # gRPC cancels the handler both when the client goes away (or the server stops)
+        # and when the call's deadline passes; the latter is the server being too slow
+        # (a write waiting out a lock), which an alert on server errors must see.
+        if _deadline_passed(context):
+            return grpc.StatusCode.DEADLINE_EXCEEDED
         return grpc.StatusCode.CANCELLED
     return grpc.StatusCode.UNKNOWN
+
+
+# A client whose deadline passes cancels the call itself, and its cancel reaches the
+# server about when the server's own copy of the deadline (started on receipt) runs out,
+# before or after it: a call cancelled this close to its deadline counts as past it.
+DEADLINE_SLACK_SECONDS = 0.5
+
+
+def _deadline_passed(context: Any) -> bool:
+    try:
+        remaining = context.time_remaining()
+    except Exception:  # a context that cannot say: count the call as the client's cancel
+        return False
+    return remaining is not None and remaining <= DEADLINE_SLACK_SECONDS
 
 
 class MetricsInterceptor(SwappingInterceptor):

@@ -11,7 +11,7 @@ import asyncio
 import socket
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -30,6 +30,7 @@ from durable_ops.api.workspace.v1 import workspace_pb2, workspace_pb2_grpc
 from durable_ops.model.scope import Role
 from durable_ops.notifications import main as notifications_main
 from durable_ops.operations import main as operations_main
+from durable_ops.operations import metrics as operations_metrics
 from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.operations.tuning import TUNING
 from durable_ops.settings import Settings, service_variable
@@ -297,3 +298,26 @@ def test_the_oldest_queued_age_counts_an_operation_from_when_it_is_due(
     create("newer", now - timedelta(minutes=5))
     assert gauge(age) == 3600
     assert gauge("durable_ops_operations", state="queued", task_type=TASK) == 3
+
+
+def test_a_drained_task_type_keeps_its_queue_series_at_zero(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once its last operation finished, a task type's series read 0, not "no data": a
+    graph of an emptied queue drops to zero and ``sum(...) > N`` stays evaluable."""
+    monkeypatch.setattr(operations_metrics, "TUNING", replace(TUNING, metrics_cache_seconds=1e-6))
+    now = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+    registry = CollectorRegistry()
+    OperationsMetrics(registry, database, lambda: now)
+
+    def queued() -> float | None:
+        return registry.get_sample_value(
+            "durable_ops_operations", {"state": "queued", "task_type": TASK}
+        )
+
+    assert queued() is None  # never seen: no series
+    request = operations.CreateRequest(TASK, "drained", "job", "drained")
+    created, _ = database.run(lambda tx: operations.create(tx, request, now), owner_id=ALICE)
+    assert queued() == 1
+    database.run(lambda tx: operations.cancel(tx, created.id, now), owner_id=ALICE)
+    assert queued() == 0

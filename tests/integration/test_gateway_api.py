@@ -677,6 +677,27 @@ def test_metrics_count_by_route_template_and_status(sqlite_services: Services) -
     run(scenario())
 
 
+def test_made_up_methods_and_unknown_paths_add_no_series(sqlite_services: Services) -> None:
+    """A scanner's random paths and methods must not mint a series each (Prometheus
+    keeps every series it has seen: the label set has to stay bounded)."""
+    app = make_app(sqlite_services.target)
+
+    async def scenario() -> None:
+        async with gateway_client(app) as client:
+            for index in range(40):
+                await client.get(f"/probe{index}/x{index}.php")
+                await client.request(f"X{index}", "/healthz")
+                await client.request(f"Y{index}", f"/probe{index}")
+        text = app.state.metrics.exposition().decode()
+        series = re.findall(r"^durable_ops_gateway_http_requests_total\{", text, re.MULTILINE)
+        assert len(series) == 3, text
+        assert _sample(text, "unmatched", 404) == 40.0
+        assert _sample(text, "/healthz", 405, method="other") == 40.0
+        assert _sample(text, "unmatched", 404, method="other") == 40.0
+
+    run(scenario())
+
+
 # ---- authentication -----------------------------------------------------------------------
 
 

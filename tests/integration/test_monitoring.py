@@ -17,6 +17,7 @@ from typing import Any
 import jsonschema_rs
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.metrics import MetricWrapperBase
 
 from durable_ops.ai_admission.metrics import AdmissionMetrics
 from durable_ops.ai_worker.inference import metrics as worker_metrics
@@ -26,6 +27,7 @@ from durable_ops.operations.metrics import OperationsMetrics
 from durable_ops.rpc.metrics import GrpcServerMetrics
 from durable_ops.storage import migrate
 from durable_ops.storage.db import Database
+from durable_ops.worker import metrics as worker_usage
 from tests.integration.test_compose import SECRETS, _compose, _compose_binary, _env_example
 from tests.support.metrics_scrape import registered_names
 
@@ -122,6 +124,11 @@ PROMQL_WORDS = {
     "increase",
     "delta",
     "histogram_quantile",
+    "avg_over_time",
+    "max_over_time",
+    "and",
+    "or",
+    "unless",
     "by",
     "without",
     "on",
@@ -146,12 +153,12 @@ def _dashboard() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[set[str]]:
-    """Every series name any process registers, built as the processes build them."""
+def registries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[CollectorRegistry]]:
+    """Every process's registry, built as the processes build them."""
     url = f"sqlite:///{tmp_path_factory.mktemp('metrics') / 'ops.sqlite3'}"
     migrate.upgrade(url)
     db = Database(url)
-    names: set[str] = set()
+    built: list[CollectorRegistry] = []
     for name in ("operations", "notifications", "workspace", "ai_admission"):
         registry = CollectorRegistry()
         GrpcServerMetrics(registry)
@@ -159,12 +166,59 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[set[str]]:
             OperationsMetrics(registry, db, utc_now)
         elif name == "ai_admission":
             AdmissionMetrics(registry)
-        names |= registered_names(registry)
+        built.append(registry)
     assert worker_metrics.MODEL_CIRCUIT_STATE  # the AI worker's, on the default registry
-    names |= registered_names(REGISTRY)
-    names |= registered_names(GatewayMetrics().registry)
-    yield names
+    assert worker_usage.MODEL_TOKENS
+    built += [REGISTRY, GatewayMetrics().registry]
+    yield built
     db.dispose()
+
+
+@pytest.fixture(scope="module")
+def exported(registries: list[CollectorRegistry]) -> set[str]:
+    """Every series name any process registers."""
+    return set().union(*(registered_names(registry) for registry in registries))
+
+
+def _label_names(registries: list[CollectorRegistry]) -> dict[str, tuple[str, ...]]:
+    """Our families as the docs name them (a counter with ``_total``) -> their label names."""
+    found: dict[str, tuple[str, ...]] = {}
+    for registry in registries:
+        for collector in list(registry._collector_to_names):  # no public listing of collectors
+            if isinstance(collector, MetricWrapperBase):
+                families = [(collector._name, collector._type, collector._labelnames)]
+            else:
+                described = getattr(collector, "describe", collector.collect)()
+                families = [(f.name, f.type, getattr(f, "_labelnames", ())) for f in described]
+            for name, kind, labels in families:
+                if not name.startswith("durable_ops_"):
+                    continue
+                if kind == "stateset":  # an Enum's one label is its own name
+                    labels = (name,)
+                found[f"{name}_total" if kind == "counter" else name] = tuple(labels)
+    return found
+
+
+_DOC_ROW = re.compile(r"^\| `(durable_ops_[a-z_]+)(?:\{([a-z_,]*)\})?`", re.MULTILINE)
+
+
+def test_every_metric_is_documented_with_its_labels_and_nothing_else(
+    registries: list[CollectorRegistry],
+) -> None:
+    """docs/operations.md's metric tables against what the processes export: a metric
+    missing from the tables is one an operator cannot find; a row naming a metric or
+    a label no process writes is a query that silently matches nothing."""
+    documented: dict[str, tuple[str, ...]] = {}
+    for name, labels in _DOC_ROW.findall((ROOT / "docs" / "operations.md").read_text()):
+        assert name not in documented, f"{name} has two rows"
+        documented[name] = tuple(labels.split(",")) if labels else ()
+    exported = _label_names(registries)
+    assert set(documented) == set(exported), (
+        f"undocumented: {sorted(set(exported) - set(documented))}; "
+        f"documented but not exported: {sorted(set(documented) - set(exported))}"
+    )
+    for name, labels in exported.items():
+        assert sorted(documented[name]) == sorted(labels), (name, documented[name], labels)
 
 
 def test_the_dashboard_loads_in_grafanas_schema() -> None:
@@ -264,3 +318,50 @@ def test_the_monitoring_profile_scrapes_every_process_on_its_metrics_port(
     plain = _compose(binary, tmp_path, env_file, "-f", str(OVERLAY), "config", "--format", "json")
     assert plain.returncode == 0, plain.stderr
     assert {"prometheus", "grafana"}.isdisjoint(json.loads(plain.stdout)["services"])
+
+
+_RULES = re.compile(r"^\*\*Suggested alerts\.\*\*.*?^```yaml\n(.*?)^```", re.MULTILINE | re.DOTALL)
+_SELECTOR = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)\{([^}]*)\}")
+_MATCHER = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)\s*"')
+
+
+def _rules(block: str) -> list[dict[str, str]]:
+    """The rules of a Prometheus rules file written as the docs write it (no YAML library
+    among our dependencies): ``- alert:`` opens a rule, a ``>-`` value folds the more
+    indented lines under it."""
+    rules: list[dict[str, str]] = []
+    key = ""
+    for line in block.splitlines():
+        text = line.split("  #", 1)[0].rstrip()
+        field = re.fullmatch(r"\s+(?:- )?(alert|expr|for): ?(.*)", text)
+        if field:
+            key, value = field[1], field[2]
+            if key == "alert":
+                rules.append({})
+            rules[-1][key] = "" if value == ">-" else value
+        elif rules and key == "expr" and text.strip():
+            rules[-1]["expr"] = f"{rules[-1]['expr']} {text.strip()}".strip()
+    return rules
+
+
+def test_the_suggested_alerts_name_only_exported_series_and_labels(
+    registries: list[CollectorRegistry], exported: set[str]
+) -> None:
+    """An alert over a misspelt series or label never fires: its query matches nothing."""
+    found = _RULES.search((ROOT / "docs" / "operations.md").read_text())
+    assert found, "docs/operations.md has a Suggested alerts block"
+    rules = _rules(found[1])
+    assert len(rules) >= 5
+    labels = _label_names(registries)
+    scraped = {"job", "instance"}  # what Prometheus adds to every series it scrapes
+    for rule in rules:
+        assert set(rule) <= {"alert", "expr", "for"}, rule
+        expr = rule["expr"]
+        series = series_in(expr)
+        assert series, rule["alert"]
+        assert series - {"up"} <= exported, (rule["alert"], series - exported)
+        for name, matchers in _SELECTOR.findall(expr):
+            family = name.removesuffix("_bucket") if name not in labels else name
+            allowed = set(labels.get(family, ())) | scraped
+            named = set(_MATCHER.findall(matchers))
+            assert named <= allowed, (rule["alert"], name, named - allowed)
