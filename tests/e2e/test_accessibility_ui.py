@@ -438,10 +438,15 @@ def test_retry_now_leaves_focus_on_the_card_it_read_again_with_its_ring(
 
 # ---- what a screen reader hears ---------------------------------------------------------------
 
-# Every text the announcer is given from now on, in window.said.
+# Every text the announcer is given from now on, in window.said, read from the mutation
+# records: two given in one task (a stream's event and a poll's answer handled together)
+# reach the observer in one call.
 RECORD_SAID = """(region) => {
   window.said = [];
-  const record = () => window.said.push(region.textContent);
+  const record = (records) => {
+    const added = records.flatMap((record) => [...record.addedNodes]);
+    window.said.push(...added.map((node) => node.textContent));
+  };
   const changes = { childList: true, characterData: true, subtree: true };
   new MutationObserver(record).observe(region, changes);
 }"""

@@ -186,7 +186,8 @@ def test_killed_worker_is_replaced_and_the_work_done_once(
         assert [(e["operation_id"], e["succeeded"]) for e in reconciled] == [(operation_id, False)]
 
     with hoststore.acquire(store, "e2e-host") as session:
-        states = {record.id: record.state for record in session.records()}
+        # Each claim's record: the attempt and its route, owner and claim (``claim_of``).
+        states = {record.id.rsplit("/", 1)[0]: record.state for record in session.records()}
     assert states == {
         f"{operation_id}/1/local/{ALICE}": hoststore.State.FAILED_RECOVERED,
         f"{operation_id}/2/local/{ALICE}": hoststore.State.SUCCEEDED,
