@@ -131,7 +131,11 @@ def _read_at_once(readers: dict[str, Callable[[], object]], seconds: float) -> d
 
 
 def _timed_out(error: object) -> bool:
-    return isinstance(error, TimeoutError) or type(error).__name__.endswith("TimeoutException")
+    """A reading that ran out of time: a thread still reading, or httpx's own timeout, which
+    it raises as a subclass (``ReadTimeout``, ``ConnectTimeout``) of ``TimeoutException``."""
+    return isinstance(error, TimeoutError) or any(
+        cls.__name__ == "TimeoutException" for cls in type(error).__mro__
+    )
 
 
 def _unread(error: object, seconds: float = STATUS_READ_SECONDS) -> Any:
