@@ -72,7 +72,8 @@ def _status_checks(
     targets["operator"] = targets["operations"]
     addresses: dict[str, Any] = {fields[name]: targets[name].address for name in fields}
     settings = replace(settings, **addresses)
-    readyz = f"{gateway_url(args.gateway_url, settings.gateway_bind)}readyz"
+    base = gateway_url(args.gateway_url, settings.gateway_bind, flag_name="--gateway-url")
+    readyz = f"{base}readyz"
     found = _read_at_once(
         {
             "database": lambda: _read_database(database),

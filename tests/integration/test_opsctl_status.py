@@ -213,6 +213,16 @@ def test_a_sqlite_file_that_is_not_there_is_said_and_not_made(
     assert not missing.exists()
 
 
+def test_a_gateway_url_that_is_no_http_address_is_a_usage_error_naming_its_flag(
+    status: Status, tmp_path: Path
+) -> None:
+    """It said ``--url``, console link's flag, which ``opsctl status`` does not have."""
+    missing = tmp_path / "nothing.sqlite3"
+    code, out, err = status("--database-url", f"sqlite:///{missing}", "--gateway-url", "ftp://x")
+    assert (code, out) == (2, "")
+    assert err == "opsctl status: --gateway-url 'ftp://x' is not an http(s) address\n"
+
+
 def test_leases_past_their_time_say_the_sweeper_is_behind_until_it_sweeps(
     at_services: str, gateway: str, status: Status, services: Services, clock: ManualClock
 ) -> None:
