@@ -365,3 +365,18 @@ def test_ids_with_nothing_answering_are_one_sentence_and_exit_2_not_a_refusal_ea
     assert code == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"opsctl operations cancel: nothing answers at {address} (--target)")
+
+
+def test_tasks_list_json_gives_an_active_type_null_pause_fields(opsctl: Opsctl) -> None:
+    """As every other field of this JSON that is not set: null, not an empty string."""
+    assert opsctl("tasks", "pause", OTHER_TASK, "--as", OPERATOR_NAME)[0] == 0
+    code, out, _, _ = opsctl("tasks", "list", "--json")
+    assert code == 0
+    rows = {row["task_type"]: row for row in json.loads(out)}
+    assert {key: rows[TASK][key] for key in ("state", "paused", "paused_by", "paused_at")} == {
+        "state": "active",
+        "paused": False,
+        "paused_by": None,
+        "paused_at": None,
+    }
+    assert rows[OTHER_TASK]["paused_by"] == OPERATOR_NAME
