@@ -89,13 +89,16 @@ def add_parser(console: argparse.ArgumentParser) -> None:
         )
 
 
-def gateway_url(flag: str | None, bind: str, stack: Path | None = None) -> str:
+def gateway_url(
+    flag: str | None, bind: str, stack: Path | None = None, *, flag_name: str = "--url"
+) -> str:
     """Where the browser reaches the gateway, ending in ``/``: ``--url``, else the running
     ``opsctl up``'s (``stack``, default ``var/stack.json``), else ``bind``
     (``OPS_GATEWAY_BIND``; a wildcard bind is reached on loopback).
 
-    ``ArgumentTypeError`` for a ``--url`` that is not an http(s) address, ``ValueError``
-    for a ``bind`` that is not HOST:PORT.
+    ``ArgumentTypeError`` for a ``flag`` that is not an http(s) address, naming it as the
+    command spells it (``flag_name``: ``opsctl status`` says ``--gateway-url``),
+    ``ValueError`` for a ``bind`` that is not HOST:PORT.
     """
     from durable_ops.stack import address_file
     from durable_ops.stack.binds import parse_address
@@ -103,7 +106,7 @@ def gateway_url(flag: str | None, bind: str, stack: Path | None = None) -> str:
     if flag:
         parts = urlsplit(flag)
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise argparse.ArgumentTypeError(f"--url {flag!r} is not an http(s) address")
+            raise argparse.ArgumentTypeError(f"{flag_name} {flag!r} is not an http(s) address")
         return flag if flag.endswith("/") else flag + "/"
     running = address_file.read(stack or address_file.STACK_PATH)
     found = running.get("gateway_url") if running else None

@@ -72,7 +72,8 @@ def _status_checks(
     targets["operator"] = targets["operations"]
     addresses: dict[str, Any] = {fields[name]: targets[name].address for name in fields}
     settings = replace(settings, **addresses)
-    readyz = f"{gateway_url(args.gateway_url, settings.gateway_bind)}readyz"
+    base = gateway_url(args.gateway_url, settings.gateway_bind, flag_name="--gateway-url")
+    readyz = f"{base}readyz"
     found = _read_at_once(
         {
             "database": lambda: _read_database(database),
@@ -131,7 +132,11 @@ def _read_at_once(readers: dict[str, Callable[[], object]], seconds: float) -> d
 
 
 def _timed_out(error: object) -> bool:
-    return isinstance(error, TimeoutError) or type(error).__name__.endswith("TimeoutException")
+    """A reading that ran out of time: a thread still reading, or httpx's own timeout, which
+    it raises as a subclass (``ReadTimeout``, ``ConnectTimeout``) of ``TimeoutException``."""
+    return isinstance(error, TimeoutError) or any(
+        cls.__name__ == "TimeoutException" for cls in type(error).__mro__
+    )
 
 
 def _unread(error: object, seconds: float = STATUS_READ_SECONDS) -> Any:

@@ -922,7 +922,10 @@ def test_opsctl_console_link_prints_a_link_that_signs_in_once_and_revoke_ends_it
     )
     assert (code, err) == (0, "")
     printed = json.loads(out)
+    assert printed.keys() == {"link", "operator", "expires_at"}
     assert printed["operator"] == "ops-dan"
+    expires = datetime.fromisoformat(printed["expires_at"])
+    assert services.clock() < expires <= services.clock() + timedelta(minutes=10)
     prefix = "https://ops.example/console/sign-in#link="
     assert printed["link"].startswith(prefix)
     opened = _open(services, printed["link"].removeprefix(prefix))

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from durable_ops import cli
+from durable_ops.model.scope import Role
 from durable_ops.operator_cli import EXIT_NOT_CONFIRMED
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services
+from tests.support.keys import key_env
 from tests.support.operations_client import (
     ALICE,
     BOB,
@@ -27,6 +29,7 @@ from tests.support.operations_client import (
     OpsClient,
 )
 from tests.support.opsctl import Logs, Opsctl, in_process_opsctl
+from tests.support.ports import refusing_port
 from tests.support.workspace_client import create_job
 
 OPERATOR_NAME = "ops-erin"
@@ -51,6 +54,7 @@ def _called(logs: Logs) -> list[str]:
         ("operations", "prune", "--older-than", "30d", "--tombstones-older-than", "1d"),
         ("tasks", "pause", "BAD TYPE!"),
         ("operations", "list", "--owner", ""),
+        ("operations", "list", "--limit", "0"),
         ("operations", "cancel", "--task", "", "--state", "queued", "--yes"),
         ("operations", "list", "--as", ""),
         ("console", "link", "--as", ""),
@@ -312,3 +316,67 @@ def test_list_and_retry_by_failure_code(services: Services, ops: OpsClient, opsc
     code, out, _, _ = opsctl("operations", "retry", "--failure-code", "model_error", "--yes")
     assert (code, out) == (0, f"{failed.id}  {BOB}  queued\n")
     assert opsctl("operations", "list", "--failure-code", "")[0] == 2
+
+
+# ---- what the command line says before and around its calls ------------------------------------
+
+
+def test_ids_and_a_filter_together_are_refused_and_nothing_is_cancelled(
+    ops: OpsClient, opsctl: Opsctl
+) -> None:
+    """``cancel ID --owner U`` would act on ID alone, the filter silently dropped: refused."""
+    named = ops.create(BOB, "k-id-and-filter")
+    code, out, err, logs = opsctl("operations", "cancel", named.id, "--owner", BOB)
+    assert (code, out) == (2, "")
+    assert err == "opsctl operations cancel: name operation ids or a filter, not both\n"
+    assert _called(logs) == []
+    assert ops.get(BOB, named.id).state == QUEUED
+
+
+def test_an_id_named_twice_is_acted_on_once(
+    services: Services, ops: OpsClient, opsctl: Opsctl
+) -> None:
+    """A second retry of the same id would be refused (``not_retryable``) and exit 5."""
+    job = create_job(services.workspace, BOB)
+    failed = ops.create(BOB, "k-retried-twice", max_attempts=1, subject_id=job)
+    ops.fail(ops.claim_one(), retryable=False, message="the model refused")
+    code, out, err, _ = opsctl("operations", "retry", failed.id, failed.id)
+    assert (code, out, err) == (0, f"{failed.id}  {BOB}  queued\n", ""), err
+
+
+def test_list_stops_at_its_limit(ops: OpsClient, opsctl: Opsctl) -> None:
+    created = {ops.create(BOB, f"k-limited-{n}").id for n in range(3)}
+    code, out, _, _ = opsctl("operations", "list", "--owner", BOB, "--limit", "2", "--json")
+    assert code == 0
+    listed = [row["id"] for row in json.loads(out)]
+    assert len(listed) == 2
+    assert set(listed) < created
+
+
+def test_ids_with_nothing_answering_are_one_sentence_and_exit_2_not_a_refusal_each(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The first id's ``unavailable`` is asked about once: nothing answers (exit 2), not
+    "refused" per id (exit 5), which would send the operator to the service's log."""
+    for name, value in key_env(Role.OPERATOR).items():
+        monkeypatch.setenv(name, value)
+    address = f"127.0.0.1:{refusing_port()}"
+    code = cli.main(["operations", "cancel", "a" * 32, "b" * 32, "--target", address])
+    assert code == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"opsctl operations cancel: nothing answers at {address} (--target)")
+
+
+def test_tasks_list_json_gives_an_active_type_null_pause_fields(opsctl: Opsctl) -> None:
+    """As every other field of this JSON that is not set: null, not an empty string."""
+    assert opsctl("tasks", "pause", OTHER_TASK, "--as", OPERATOR_NAME)[0] == 0
+    code, out, _, _ = opsctl("tasks", "list", "--json")
+    assert code == 0
+    rows = {row["task_type"]: row for row in json.loads(out)}
+    assert {key: rows[TASK][key] for key in ("state", "paused", "paused_by", "paused_at")} == {
+        "state": "active",
+        "paused": False,
+        "paused_by": None,
+        "paused_at": None,
+    }
+    assert rows[OTHER_TASK]["paused_by"] == OPERATOR_NAME

@@ -11,16 +11,21 @@ database is away exits 4, as a command that opens the database itself does (ADR 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from durable_ops import cli
+from durable_ops import cli, status_cli
 from durable_ops.cli import EXIT_DATABASE_UNAVAILABLE, EXIT_DEGRADED, EXIT_UNHEALTHY
-from durable_ops.model.health import LEASE_OVERDUE_SECONDS
+from durable_ops.model import health
+from durable_ops.model.health import LEASE_OVERDUE_SECONDS, Health
 from durable_ops.model.scope import Role
+from durable_ops.status_cli import STATUS_GATEWAY_SECONDS
 from durable_ops.storage import capacity
 from tests.support.clock import ManualClock
 from tests.support.gateway import LiveGateway, make_app
@@ -131,6 +136,7 @@ def test_json_gives_each_check_its_status_reason_and_details(
 
 
 def test_a_stopped_service_and_one_that_hangs_are_down(
+    services: Services,
     at_services: str,
     gateway: str,
     status: Status,
@@ -151,6 +157,8 @@ def test_a_stopped_service_and_one_that_hangs_are_down(
         f"nothing answers at {stopped} (OPS_WORKSPACE_TARGET): not running, or not at that address",
     )
     assert lines["notifications"][0] == "down"
+    # The Operator service is the Operations process's, wherever the others are.
+    assert lines["operator"] == ("ok", f"serving at {services.target}")
     assert {name for name, (health, _) in lines.items() if health != "ok"} == {
         "workspace",
         "notifications",
@@ -203,6 +211,16 @@ def test_a_sqlite_file_that_is_not_there_is_said_and_not_made(
     assert database["status"] == "down"
     assert database["reason"].endswith("does not exist: `opsctl migrate` (or `opsctl up`) makes it")
     assert not missing.exists()
+
+
+def test_a_gateway_url_that_is_no_http_address_is_a_usage_error_naming_its_flag(
+    status: Status, tmp_path: Path
+) -> None:
+    """It said ``--url``, console link's flag, which ``opsctl status`` does not have."""
+    missing = tmp_path / "nothing.sqlite3"
+    code, out, err = status("--database-url", f"sqlite:///{missing}", "--gateway-url", "ftp://x")
+    assert (code, out) == (2, "")
+    assert err == "opsctl status: --gateway-url 'ftp://x' is not an http(s) address\n"
 
 
 def test_leases_past_their_time_say_the_sweeper_is_behind_until_it_sweeps(
@@ -291,3 +309,65 @@ def test_an_operator_command_whose_service_lost_its_database_exits_4(
             f"the Operations service at {lost.target} answered that its database is away"
             " (database_unavailable)",
         )
+
+
+# ---- how what was read, or not, is worded ------------------------------------------------------
+
+
+def test_a_schema_behind_says_the_ai_switch_is_unread_not_off() -> None:
+    """Behind this release the switch's table may not say it: not "off" (degraded), which
+    would send the operator to `opsctl ai enable`."""
+    reading = object()  # what the database's line judges; not this one's concern
+    found, switch = status_cli._database_findings(
+        "sqlite:///x (from --database-url)", (reading, None)
+    )
+    assert found is reading
+    check = health.ai_switch(switch)
+    assert (check.health, check.reason) == (
+        Health.UNKNOWN,
+        "the schema is behind this release: see the database's line",
+    )
+
+
+def test_a_gateway_that_times_out_reads_as_no_answer_within_its_seconds() -> None:
+    """httpx's own timeout, as a reader still waiting: "no answer within 3.5 s"."""
+    timed_out = httpx.ReadTimeout("timed out")
+    assert status_cli._unread(timed_out, STATUS_GATEWAY_SECONDS).why == "no answer within 3.5 s"
+
+
+def test_a_reader_still_reading_at_the_deadline_is_a_timeout() -> None:
+    release = threading.Event()
+    try:
+        found = status_cli._read_at_once(
+            {"hangs": lambda: release.wait(), "answers": lambda: "ok"}, 0.0
+        )
+    finally:
+        release.set()
+    assert isinstance(found["hangs"], TimeoutError)
+    assert status_cli._unread(found["hangs"]).why == "no answer within 4 s"
+
+
+@pytest.mark.parametrize("body", [b'{"backends": ["operations"]}', b"[]", b"not json"])
+def test_an_answer_not_shaped_as_the_gateways_is_judged_by_its_status_code(body: bytes) -> None:
+    """Something else at the gateway's address: its status code is read, never a traceback
+    (which would be said as the gateway's line in Python's words)."""
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Answer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        found = status_cli._readyz(f"http://127.0.0.1:{server.server_port}/readyz")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert found == health.GatewayAnswer(200, {})

@@ -24,6 +24,7 @@ from sqlalchemy import func, insert, select
 from structlog.testing import capture_logs
 
 from durable_ops.api.operator.v1 import operator_pb2 as opb
+from durable_ops.model import retention as retention_rules
 from durable_ops.model.concurrency_limits import Concurrency
 from durable_ops.model.errors import NotFound
 from durable_ops.model.retention import RetentionPolicy
@@ -603,3 +604,41 @@ def test_a_delete_racing_a_retry_goes_wholly_before_it(
     assert retried == ["operation_not_found"]
     assert set(_tombstones(services)) == {failed}
     assert not ops_row_exists(services, failed)
+
+
+def test_opsctl_operations_prune_with_only_tombstones_to_forget_asks_first(
+    services: Services,
+    ops: OpsClient,
+    clock: ManualClock,
+    opsctl: Callable[..., tuple[int, str, str]],
+) -> None:
+    """Forgetting a tombstone frees its key for a new create: as destructive as a prune,
+    so a plan with nothing but tombstones in it stops too (exit 6) and forgets nothing."""
+    _succeed(ops, ALICE, "k-cli-tombstone")
+    clock.advance(31 * DAY)
+    assert opsctl("prune", "--older-than", "30d", "--tombstones-older-than", "60d", "--yes")[0] == 0
+    clock.advance(30 * DAY)
+
+    code, out, err = opsctl("prune", "--older-than", "30d", "--tombstones-older-than", "60d")
+    assert code == EXIT_NOT_CONFIRMED
+    assert "would prune 0 operations" in out
+    assert "forget 1 tombstones" in out
+    assert "--yes" in err
+    assert len(_tombstones(services)) == 1
+
+
+def test_opsctl_operations_prune_calls_again_while_the_service_says_there_is_more(
+    services: Services,
+    ops: OpsClient,
+    clock: ManualClock,
+    opsctl: Callable[..., tuple[int, str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A call stops at its time limit with ``more``; the command calls until there is none."""
+    monkeypatch.setattr(retention_rules, "PRUNE_CALL_SECONDS", 0.0)  # one batch per call
+    done = [_succeed(ops, ALICE, f"k-cli-more-{n}") for n in range(3)]
+    clock.advance(31 * DAY)
+    code, out, _ = opsctl("prune", "--older-than", "30d", "--batch-size", "1", "--yes", "--json")
+    assert code == 0
+    assert json.loads(out)["pruned"] == 3
+    assert not any(ops_row_exists(services, operation_id) for operation_id in done)

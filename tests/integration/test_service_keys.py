@@ -333,3 +333,14 @@ def test_another_roles_key_is_refused_naming_both_roles(
     with pytest.raises(SettingsError) as refused:
         own_key(Settings.from_env(), needed)
     assert str(refused.value).endswith(said)
+
+
+def test_keys_init_of_a_role_there_is_none_of_is_a_usage_error_making_nothing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """No ``choices`` on ROLE (argparse 3.11 refuses an empty list against them): the
+    command checks the names itself, before any key is made."""
+    monkeypatch.setenv("OPS_SERVICE_KEYS_DIR", str(tmp_path / "keys"))
+    assert cli.main(["keys", "init", "worker", "wrker"]) == 2
+    assert capsys.readouterr().err == "opsctl keys init: no role wrker\n"
+    assert not (tmp_path / "keys" / "worker").exists()

@@ -670,6 +670,9 @@ def test_opsctl_users_set_budget(
     for wrong in ("-1", "lots", "1e6", str(budgets.DAILY_TOKENS_MAX + 1), "٣"):
         assert cli.main(["users", "set-budget", "erin", wrong, "--database-url", db_url]) == 2
         assert "TOKENS must be `default` or a whole number" in capsys.readouterr().err
+    top = str(budgets.DAILY_TOKENS_MAX)  # the bound the refusal names is allowed
+    assert cli.main(["users", "set-budget", "erin", top, "--database-url", db_url]) == 0
+    assert f"daily token budget {budgets.DAILY_TOKENS_MAX:,} (set by" in capsys.readouterr().out
 
 
 class _Terminal(io.StringIO):

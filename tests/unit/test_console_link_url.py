@@ -44,5 +44,7 @@ def test_url_wins_then_the_running_stack_then_the_bind(tmp_path: Path) -> None:
 def test_a_bad_url_or_bind_is_refused_naming_it(tmp_path: Path) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="--url"):
         gateway_url("ftp://nowhere", "127.0.0.1:8080", tmp_path / "stack.json")
+    with pytest.raises(argparse.ArgumentTypeError, match="--url 'http://'"):  # no host
+        gateway_url("http://", "127.0.0.1:8080", tmp_path / "stack.json")
     with pytest.raises(ValueError, match="OPS_GATEWAY_BIND"):
         gateway_url(None, "nowhere", tmp_path / "stack.json")
