@@ -10,7 +10,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import APIResponse, Locator, Page, Request, Response, Route, expect
+from playwright.sync_api import (
+    APIResponse,
+    Browser,
+    Locator,
+    Page,
+    Request,
+    Response,
+    Route,
+    expect,
+)
 from sqlalchemy import func, select, update
 
 from durable_ops.api.operations.v1 import operations_pb2 as ops_pb
@@ -649,6 +658,21 @@ def test_past_the_daily_budget_the_page_says_why(
             r" \([\d,]+\): none can start until the budget is raised\."
         )
     )
+
+
+def test_the_budget_renewal_is_told_in_the_readers_own_time(
+    browser: Browser, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    entitle(ui_services.db, "kenji")
+    context = browser.new_context(timezone_id="Asia/Tokyo")
+    try:
+        page = context.new_page()
+        open_jobs(page, ui_gateway.url, "kenji")
+        expect(page.locator("#ai-budget")).to_have_text(
+            "0 of 100,000 tokens used today; the budget renews at 09:00 your time (00:00 UTC)."
+        )
+    finally:
+        context.close()
 
 
 def complete_having_used(services: Services, claimed: Claimed, tokens: int) -> None:

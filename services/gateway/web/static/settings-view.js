@@ -34,12 +34,21 @@ function freePlanNotice() {
 }
 
 // A reservation is not spent: it is settled to what the model counted when its analysis ends.
-export function budgetLine({ spent, reserved, limit }) {
+export function budgetLine({ spent, reserved, limit, renews_at: renewsAt }) {
   const use =
     reserved > 0
       ? `${formatNumber(spent)} used and ${formatNumber(reserved)} reserved of ${formatNumber(limit)} tokens today`
       : `${formatNumber(spent)} of ${formatNumber(limit)} tokens used today`;
-  return `${use}; the budget renews at 00:00 UTC.`;
+  return `${use}; the budget renews at ${renewal(renewsAt)}.`;
+}
+
+// The renewal in the reader's own time, with UTC's beside it: a reader in Tokyo was told
+// "00:00 UTC" and left to work out that it meant 09:00 there.
+function renewal(renewsAt) {
+  const at = new Date(renewsAt ?? "");
+  if (Number.isNaN(at.getTime()) || at.getTimezoneOffset() === 0) return "00:00 UTC";
+  const local = at.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
+  return `${local} your time (00:00 UTC)`;
 }
 
 // Past the renewal a moment, for a page clock a little behind the server's.
