@@ -91,13 +91,12 @@ _FORMAT = (
     "\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\u2800\u3164"
     "\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb"
 )
-VISIBLE_CHAR = f"[^\\s\\x00-\\x1f\\x7f-\\x9f{_FORMAT}]"
+_SHOWS_NOTHING = f"\\s\\x00-\\x1f\\x7f-\\x9f{_FORMAT}"
+VISIBLE_CHAR = f"[^{_SHOWS_NOTHING}]"
 # Beyond that plane too (tags, musical format marks, the variation selectors' supplement):
 # checked here but left out of the API document's pattern, which a validator without
 # ECMAScript's ``u`` flag reads as pairs of halves.
-_VISIBLE = re.compile(
-    f"[^\\s\\x00-\\x1f\\x7f-\\x9f{_FORMAT}\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
-)
+_VISIBLE = re.compile(f"[^{_SHOWS_NOTHING}\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")
 # JSON can spell a lone surrogate (\ud800): that is not text, and protobuf cannot encode it.
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 # What a pasted line may carry around it; trimmed, where any other control is refused.

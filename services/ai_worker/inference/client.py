@@ -64,6 +64,7 @@ import httpx
 import structlog
 
 from durable_ops.ai_worker.inference.errors import (
+    NOT_RECEIVED,
     InferenceError,
     InvalidModelOutput,
     ModelConnectionError,
@@ -430,18 +431,11 @@ def _media_type(response: httpx.Response) -> str:
     return content_type.partition(";")[0].strip().lower()
 
 
-# Statuses that say the request never arrived whole (408 Request Timeout): a server error
-# that took nothing, not a refusal of the request. 425 Too Early is not one: a server may
-# send it only to a request in TLS early data (RFC 8470), which httpx never sends, so one
-# that does is broken and its refusal stands.
-_NOT_RECEIVED = frozenset({408})
-
-
 def _raise_for_status(response: httpx.Response) -> None:
     status = response.status_code
     if status == 429:
         raise ModelRateLimited(_retry_after(response.headers))
-    if status >= 500 or status in _NOT_RECEIVED:
+    if status >= 500 or status in NOT_RECEIVED:
         raise ModelServerError(status)
     raise ModelRequestRejected(status)
 

@@ -65,6 +65,13 @@ class ModelUnreachable(ModelConnectionError):
     took_nothing = True
 
 
+# Statuses that say the request never arrived whole (408 Request Timeout): a server error
+# that took nothing, not a refusal of the request. 425 Too Early is not one: a server may
+# send it only to a request in TLS early data (RFC 8470), which httpx never sends, so one
+# that does is broken and its refusal stands.
+NOT_RECEIVED = frozenset({408})
+
+
 class ModelServerError(ModelUnavailable):
     """HTTP 5xx, or 408 Request Timeout: the server (or a proxy before it) gave up waiting
     for our request to arrive, so it read no prompt; a server too stuck to read a request
@@ -75,9 +82,8 @@ class ModelServerError(ModelUnavailable):
     def __init__(self, status_code: int, *, provenance: Provenance | None = None) -> None:
         super().__init__(f"model answered HTTP {status_code}", provenance=provenance)
         self.status_code = status_code
-        # 503: llama-server while it loads its model, or with no slot free; 408: the
-        # request never arrived whole.
-        self.took_nothing = status_code in {408, 503}
+        # 503: llama-server while it loads its model, or with no slot free.
+        self.took_nothing = status_code == 503 or status_code in NOT_RECEIVED
 
 
 class ModelRateLimited(InferenceError):
