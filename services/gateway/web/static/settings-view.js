@@ -60,11 +60,11 @@ const BUDGET_RETRY_MS = 60000;
 // It is read again as the budget renews (`renews_at`, 00:00 UTC): a tab kept open overnight
 // said yesterday's "2,900 of 3,000 tokens used today" until an analysis started or ended.
 function followBudget(line, first) {
-  let renewal = null;
+  let nextRead = null;
   const renewsAt = (known) => {
-    clearTimeout(renewal);
+    clearTimeout(nextRead);
     const due = Date.parse(known?.renews_at ?? "");
-    if (Number.isFinite(due)) renewal = setTimeout(read, Math.max(0, due - Date.now()) + RENEWAL_SLACK_MS);
+    if (Number.isFinite(due)) nextRead = setTimeout(read, Math.max(0, due - Date.now()) + RENEWAL_SLACK_MS);
   };
   async function read() {
     try {
@@ -72,8 +72,8 @@ function followBudget(line, first) {
       if (now) line.textContent = budgetLine(now);
       renewsAt(now);
     } catch {
-      clearTimeout(renewal);
-      renewal = setTimeout(read, BUDGET_RETRY_MS);
+      clearTimeout(nextRead);
+      nextRead = setTimeout(read, BUDGET_RETRY_MS);
     }
   }
   window.addEventListener(BUDGET_CHANGED, read);
