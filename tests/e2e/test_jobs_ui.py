@@ -675,6 +675,29 @@ def test_the_budget_renewal_is_told_in_the_readers_own_time(
         context.close()
 
 
+def test_a_spent_budgets_refusal_tells_the_renewal_in_the_readers_own_time(
+    browser: Browser, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    entitle(ui_services.db, "kenji")
+    create_job(ui_services.workspace, "kenji")
+    now = datetime.now(UTC)
+    ui_services.db.run(
+        lambda tx: budgets.reserve(tx, tokens=100_000, limit=100_000, day=now.date(), now=now),
+        owner_id="kenji",
+    )
+    context = browser.new_context(timezone_id="Asia/Kolkata")  # +05:30: not a whole hour
+    try:
+        page = context.new_page()
+        open_jobs(page, ui_gateway.url, "kenji")
+        job = page.locator("ol[aria-label='Your jobs'] li.item")
+        job.get_by_role("button", name="Start strategy snapshot").click()
+        expect(job.get_by_role("alert")).to_have_text(
+            "Your daily AI budget is used up; it renews at 05:30 your time (00:00 UTC)."
+        )
+    finally:
+        context.close()
+
+
 def complete_having_used(services: Services, claimed: Claimed, tokens: int) -> None:
     """What the worker SDK sends at the end: the outcome with what the model counted."""
     used = ops_pb.Usage(prompt_tokens=tokens - 100, completion_tokens=100, model_ms=900)

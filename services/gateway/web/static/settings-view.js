@@ -51,6 +51,17 @@ function renewal(renewsAt) {
   return `${local} your time (00:00 UTC)`;
 }
 
+// A spent budget's 429 says "it renews at 00:00 UTC" (the server knows no reader's zone):
+// told again in the reader's own time. Its Retry-After is the seconds to that renewal, a
+// UTC midnight, so the nearest whole hour of now + Retry-After is the renewal itself.
+export function refusalInReadersTime(message, retryAfter) {
+  const seconds = Number(retryAfter);
+  if (!Number.isFinite(seconds) || seconds <= 0 || !message.includes("00:00 UTC")) return message;
+  const HOUR_MS = 3600000;
+  const renewsAt = Math.round((Date.now() + seconds * 1000) / HOUR_MS) * HOUR_MS;
+  return message.replace("00:00 UTC", renewal(new Date(renewsAt).toISOString()));
+}
+
 // Past the renewal a moment, for a page clock a little behind the server's.
 const RENEWAL_SLACK_MS = 5000;
 // A read that failed (the renewal's, or a start's or an end's) is tried again this much later.

@@ -35,7 +35,7 @@ import { TERMINAL_STATES, formatNumber, formatTime, isLive } from "../format.js"
 import { highlight } from "../highlight.js";
 import { LIVE_OPENED, LIVE_OPERATION, liveOpen } from "../live.js";
 import { visiblePoller } from "../poller.js";
-import { mountAiSettings } from "../settings-view.js";
+import { mountAiSettings, refusalInReadersTime } from "../settings-view.js";
 import { TASKS, task as taskNamed, taskPath, tasksFor } from "../tasks.js";
 import { limitText, serverTrimmed } from "../text-limit.js";
 
@@ -339,8 +339,10 @@ export function mount(main) {
       } catch (failure) {
         if (failure.status === 404 && startedOnGone(entry, task, subjectId, subjectName, failure)) return;
         // A spent daily budget's sentence says when it renews; seconds to midnight would not help.
-        const wait = failure.retryAfter && failure.code !== "budget_exhausted" ? ` Try again in ${failure.retryAfter} s.` : "";
-        showCardError(entry, failure, `${failure.message}${wait}`);
+        const spent = failure.code === "budget_exhausted";
+        const wait = failure.retryAfter && !spent ? ` Try again in ${failure.retryAfter} s.` : "";
+        const said = spent ? refusalInReadersTime(failure.message, failure.retryAfter) : failure.message;
+        showCardError(entry, failure, `${said}${wait}`);
         // Unanswered, the start may still have reached the server: the card reads what is
         // there (the stream's news of it was passed over while this start was on its way).
         if (failure.status === 0) lookAgain(entry);
