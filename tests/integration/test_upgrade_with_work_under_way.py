@@ -20,11 +20,11 @@ from durable_ops.model.errors import LeaseLost
 from durable_ops.model.lifecycle import LEASE_FAILURE_CODE, Event
 from durable_ops.model.states import OperationState
 from durable_ops.model.usage import Usage
-from durable_ops.storage import migrate, operations
+from durable_ops.storage import budgets, migrate, operations
 from durable_ops.storage.db import Database
 from durable_ops.storage.operations.rows import attempt_id, hash_token
-from durable_ops.storage.schema import UserNotification, UtcDateTime
-from tests.support.stored import scalar
+from durable_ops.storage.schema import UserNotification, UserOperation, UtcDateTime
+from tests.support.stored import rows, scalar
 
 S = OperationState
 OLD_RELEASE = "0007_operation_tombstones"
@@ -181,3 +181,12 @@ def test_work_left_by_the_old_release_is_carried_on_after_the_upgrade(
     for operation_id in (QUEUED, RUNNING, WAITING, SUCCEEDED):
         assert _state(db, operation_id) == S.SUCCEEDED
         assert _notifications(db, operation_id) == 1
+
+    # Admitted before budgets, they reserved nothing; what they used is spent all the same,
+    # on the day of the upgrade. The analysis that had ended is history: no day.
+    days = {id: day for id, day in rows(db, select(UserOperation.id, UserOperation.budget_day))}
+    (upgraded_on,) = {days[QUEUED], days[RUNNING], days[WAITING]}
+    assert upgraded_on is not None
+    assert days[SUCCEEDED] is None
+    used = db.run(lambda tx: budgets.day_use(tx, upgraded_on), owner_id=OWNER)
+    assert (used.reserved, used.spent) == (0, 3 * usage.tokens)
