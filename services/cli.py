@@ -918,8 +918,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument(
         "--gateway-url",
         metavar="URL",
-        help="the gateway (default: the running opsctl up's, from var/stack.json, else"
-        " OPS_GATEWAY_BIND's)",
+        help="the gateway (default: OPS_GATEWAY_URL, else the running opsctl up's, from"
+        " var/stack.json, else OPS_GATEWAY_BIND's)",
     )
     database_option(status)
 

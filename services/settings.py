@@ -186,6 +186,14 @@ class Settings:
         ),
     )
     gateway_bind: str = field(default="127.0.0.1:8080", metadata=_doc("gateway HTTP address"))
+    gateway_url: str = field(
+        default="",
+        metadata=_doc(
+            "where `opsctl status` asks the gateway's `/readyz` when `--gateway-url` is not"
+            " given; empty: the running `opsctl up`'s, else OPS_GATEWAY_BIND's (Compose's"
+            " tools container names the gateway's container)"
+        ),
+    )
     gateway_allowed_hosts: str = field(
         default="",
         metadata=_doc(

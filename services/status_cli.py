@@ -72,7 +72,11 @@ def _status_checks(
     targets["operator"] = targets["operations"]
     addresses: dict[str, Any] = {fields[name]: targets[name].address for name in fields}
     settings = replace(settings, **addresses)
-    base = gateway_url(args.gateway_url, settings.gateway_bind, flag_name="--gateway-url")
+    # Under Compose the gateway is another container: OPS_GATEWAY_URL says where (compose.yaml).
+    given, named = args.gateway_url, "--gateway-url"
+    if given is None and settings.gateway_url:
+        given, named = settings.gateway_url, "OPS_GATEWAY_URL"
+    base = gateway_url(given, settings.gateway_bind, flag_name=named)
     readyz = f"{base}readyz"
     found = _read_at_once(
         {

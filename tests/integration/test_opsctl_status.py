@@ -117,6 +117,22 @@ def test_a_healthy_install_is_all_ok(
     assert out.splitlines()[-1] == f"all {len(lines)} checks ok"
 
 
+def test_the_gateway_is_found_from_its_variable_as_under_compose(
+    at_services: str, gateway: str, status: Status, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In Compose's opsctl container the gateway is another container, neither the
+    running opsctl up's nor its own bind: compose.yaml names it in OPS_GATEWAY_URL."""
+    monkeypatch.setenv("OPS_GATEWAY_URL", gateway)
+    code, out, err = status()
+    assert (code, err) == (0, "")
+    assert _lines(out)["gateway"] == ("ok", f"ready at {gateway}/readyz")
+
+    monkeypatch.setenv("OPS_GATEWAY_URL", "gateway:8080")
+    code, out, err = status()
+    assert (code, out) == (2, "")
+    assert err == "opsctl status: OPS_GATEWAY_URL 'gateway:8080' is not an http(s) address\n"
+
+
 def test_json_gives_each_check_its_status_reason_and_details(
     at_services: str, gateway: str, status: Status, engine_name: str
 ) -> None:
