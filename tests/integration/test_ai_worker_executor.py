@@ -345,6 +345,43 @@ def test_an_owner_who_chose_local_only_since_admission_is_never_sent_outside(
     assert (model.completions, external_model.completions, workspace.notes) == (1, 0, [])
 
 
+def test_a_rate_limited_external_route_is_waited_out_within_the_attempt(
+    services: Services,
+) -> None:
+    """An analysis that fell back to the external route finds it rate limited (the dev
+    model's 429 drill, Retry-After: 1), lifted while the router waits it out: the attempt
+    it fell back with is answered. Before, the 429 ended that attempt
+    ``model_rate_limited``, its wait left to the operation's retry delay."""
+    model, external_model = ModelServer(fail_mode="500"), ModelServer(fail_mode="429")
+    ops = OpsClient(services)
+    operation_id = _create(ops, "limited", CV_REVIEW, pb.PRIVACY_EXTERNAL_ALLOWED)
+    workspace, journal = Workspace(), Journal()
+    waits: list[float] = []
+
+    async def lifted(seconds: float) -> None:
+        waits.append(seconds)
+        external_model.config.fail_mode = None
+
+    async def scenario() -> None:
+        external = ModelClient(external_model.url, "dev-heuristic", route=Route.EXTERNAL)
+        router = Router(_local(model), CircuitBreaker(3, 30), external, sleep=lifted)
+        async with executor_on(router, workspace, journal, 10) as executor:
+            await drain(services, executor, LEASE_SECONDS)
+            assert ops.row(operation_id).state == "waiting_for_external_fallback"
+            await drain(services, executor, LEASE_SECONDS, [Route.EXTERNAL])
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        model.stop()
+        external_model.stop()
+    row = ops.row(operation_id)
+    assert (row.state, row.route, row.attempt) == ("succeeded", "external", 1)
+    assert (model.completions, external_model.completions) == (1, 2)
+    assert waits == [1.0]
+    assert workspace.notes == [operation_id]
+
+
 class BrokenJournal(Journal):
     """The host journal fails from the ``fail_from``-th attempt it records."""
 

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -266,6 +267,50 @@ def test_rate_limit_carries_retry_after() -> None:
         assert not isinstance(caught.value, ModelUnavailable)  # no outage: ADR 68
 
     run(scenario())
+
+
+RFC_9110_EXAMPLE = datetime(2026, 10, 21, 7, 28, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "seconds", "at"),
+    [
+        ("7", 7.0, None),
+        ("0.5", 0.5, None),
+        ("-3", None, None),
+        ("Wed, 21 Oct 2026 07:28:00 GMT", None, RFC_9110_EXAMPLE),
+        ("Wed, 21 Oct 2026 07:28:00 -0000", None, RFC_9110_EXAMPLE),  # naive when parsed
+        ("Wed Oct 21 07:28:00 2026", None, RFC_9110_EXAMPLE),  # asctime, naive too
+        ("Wed, 21 Oct 2026 07:28:00 +9999", None, None),  # no zone datetime takes
+        ("soon", None, None),
+        ("Feb 9999999999999999999999 Feb 07:28:00 1", None, None),  # OverflowError inside
+    ],
+)
+def test_a_retry_after_is_seconds_or_an_http_date_else_none(
+    retry_after: str, seconds: float | None, at: datetime | None
+) -> None:
+    """A date is kept as a time in UTC for the router to measure on its clock; a value that
+    is neither is as none named, never an error of its own."""
+
+    async def scenario() -> None:
+        limited = httpx.Response(429, headers={"Retry-After": retry_after})
+        async with scripted_client(lambda _: limited) as client:
+            with pytest.raises(ModelRateLimited) as caught:
+                await client.complete(UNCHECKED)
+        assert (caught.value.retry_after_seconds, caught.value.retry_at) == (seconds, at)
+        if at is not None:
+            assert caught.value.retry_at is not None
+            assert caught.value.retry_at.utcoffset() == timedelta(0)
+
+    run(scenario())
+
+
+def test_a_retry_after_date_is_a_wait_until_then_and_none_once_passed() -> None:
+    limited = ModelRateLimited(None, retry_at=RFC_9110_EXAMPLE)
+    assert limited.seconds_to_wait(RFC_9110_EXAMPLE - timedelta(seconds=90)) == 90.0
+    assert limited.seconds_to_wait(RFC_9110_EXAMPLE + timedelta(days=1)) == 0.0
+    assert ModelRateLimited(4.0).seconds_to_wait(RFC_9110_EXAMPLE) == 4.0
+    assert ModelRateLimited(None).seconds_to_wait(RFC_9110_EXAMPLE) is None
 
 
 def test_unknown_model_is_a_permanent_rejection() -> None:

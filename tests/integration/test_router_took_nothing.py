@@ -1,10 +1,12 @@
-"""The router against answers no model took (408, 429) on a real loopback server, and the
-half-open trial's identity; waits on a fake clock, so nothing here is timed."""
+"""The router against answers no model took (408, 429) on a real loopback server, on both
+routes, and the half-open trial's identity; waits on fake clocks (monotonic, and the wall
+clock a Retry-After date is measured on), so nothing here is timed."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -38,6 +40,7 @@ from tests.integration.test_inference_client import (
     run,
     serving,
 )
+from tests.support.clock import ManualClock
 
 Refusal = tuple[int, dict[str, str]]  # a status and its headers
 
@@ -77,14 +80,57 @@ class Sleeps:
         await asyncio.sleep(0)
 
 
+# The wall clock's time unless a test moves it: a Retry-After date is measured from it.
+NOON = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
+
+
 def router_on(
-    url: str, clock: Clock, sleep: Sleeps, *, threshold: int = 3, timeout: float = 60.0
+    url: str,
+    clock: Clock,
+    sleep: Sleeps,
+    *,
+    threshold: int = 3,
+    timeout: float = 60.0,
+    wall_clock: ManualClock | None = None,
 ) -> Router:
     """A local route to ``url`` with no external one; waits of ``circuit_wait_seconds`` =
     ``threshold`` x 1 s + 30 s + ``timeout``."""
     local = ModelClient(url, "m", route=Route.LOCAL, timeout_seconds=timeout)
     breaker = CircuitBreaker(threshold, 30.0)
-    return Router(local, breaker, clock=clock, sleep=sleep, ask_again_seconds=1.0)
+    return Router(
+        local,
+        breaker,
+        clock=clock,
+        sleep=sleep,
+        wall_clock=wall_clock or ManualClock(NOON),
+        ask_again_seconds=1.0,
+    )
+
+
+def external_router_on(url: str, clock: Clock, sleep: Sleeps, wall_clock: ManualClock) -> Router:
+    """An external route to ``url``, the local one never asked; the same bound as
+    ``router_on``'s, 93 s."""
+    local = ModelClient(ASGI_URL, "m", route=Route.LOCAL, timeout_seconds=60.0)
+    external = ModelClient(url, "m", route=Route.EXTERNAL, timeout_seconds=60.0)
+    breaker = CircuitBreaker(3, 30.0)
+    return Router(
+        local,
+        breaker,
+        external,
+        clock=clock,
+        sleep=sleep,
+        wall_clock=wall_clock,
+        ask_again_seconds=1.0,
+    )
+
+
+def on_both_clocks(clock: Clock, wall: ManualClock) -> Sleeps:
+    """Sleeps that move the wall clock as well, as a real wait would."""
+
+    def wall_moves(seconds: float) -> None:
+        wall.advance(seconds)
+
+    return Sleeps(clock, wall_moves)
 
 
 # --- 408: the server gave up waiting for the request ----------------------------------
@@ -168,6 +214,7 @@ def test_a_rate_limited_call_is_asked_again_once_its_retry_after_passed() -> Non
     [
         (((429, {"Retry-After": "50"}), (429, {"Retry-After": "50"})), [50.0]),
         (((429, {"Retry-After": "86400"}),), []),
+        (((429, {"Retry-After": "Mon, 07 Dec 2026 13:00:00 GMT"}),), []),  # NOON + 1 h
     ],
 )
 def test_a_retry_after_past_the_calls_wait_bound_ends_the_call(
@@ -194,6 +241,57 @@ def test_a_retry_after_past_the_calls_wait_bound_ends_the_call(
         run(scenario())
     assert answered == [429] * len(refusals)
     assert sleeps.waits == waits
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "waits"),
+    [
+        ("Mon, 07 Dec 2026 12:00:20 GMT", [20.0]),  # NOON + 20 s
+        ("Mon, 07 Dec 2026 12:00:20 -0000", [20.0]),  # GMT spelt as "no zone known"
+        ("Monday, 07-Dec-26 12:00:20 GMT", [20.0]),  # RFC 850's form, which RFC 9110 reads
+        ("Mon, 07 Dec 2026 11:59:00 GMT", [1.0]),  # passed: no wait but the spacing
+        ("Mon, 07 Dec 2026 25:00:00 GMT", [1.0]),  # no date: as if none was named
+        ("soon", [1.0]),
+    ],
+)
+def test_a_retry_after_given_as_a_date_is_waited_out_until_then(
+    retry_after: str, waits: list[float]
+) -> None:
+    """RFC 9110 allows the date form; it was taken for no Retry-After, and the call asked
+    again after the spacing, before the time the server named."""
+    app, answered = answering_after((429, {"Retry-After": retry_after}))
+    clock = Clock()
+    sleeps = Sleeps(clock)
+
+    async def scenario() -> None:
+        router = router_on(url, clock, sleeps)
+        result = await router.infer(UNCHECKED, Privacy.LOCAL_ONLY, False)
+        assert result.answer == {}
+        await router.aclose()
+
+    with serving(app) as url:
+        run(scenario())
+    assert answered == [429, 200]
+    assert sleeps.waits == waits
+
+
+def test_a_retry_after_date_is_measured_on_the_routers_wall_clock() -> None:
+    """A second 429 naming the date the first did, once the wall clock passed it, waits the
+    spacing alone: each date is measured from the time it came, on the clock injected."""
+    until = {"Retry-After": "Mon, 07 Dec 2026 12:00:20 GMT"}  # NOON + 20 s
+    app, answered = answering_after((429, until), (429, until))
+    clock, wall = Clock(), ManualClock(NOON)
+    sleeps = on_both_clocks(clock, wall)
+
+    async def scenario() -> None:
+        router = router_on(url, clock, sleeps, wall_clock=wall)
+        await router.infer(UNCHECKED, Privacy.LOCAL_ONLY, False)
+        await router.aclose()
+
+    with serving(app) as url:
+        run(scenario())
+    assert answered == [429, 429, 200]
+    assert sleeps.waits == [20.0, 1.0]
 
 
 def test_the_wait_for_the_circuit_gets_what_the_retry_afters_left() -> None:
@@ -253,6 +351,92 @@ def test_a_rate_limit_is_no_outage() -> None:
     with serving(app) as url:
         run(scenario())
     assert answered == [429, 429]
+
+
+# --- the external route waits a 429 out the same way ---------------------------------
+
+
+@pytest.mark.parametrize("retry_after", ["7", "Mon, 07 Dec 2026 12:00:07 GMT"])
+def test_the_external_route_waits_out_a_rate_limit_as_the_local_one_does(
+    retry_after: str,
+) -> None:
+    """Before, a 429 ended the external attempt at once, ``model_rate_limited``, and its
+    wait was left to the operation's retry delay, which does not read Retry-After."""
+    app, answered = answering_after((429, {"Retry-After": retry_after}), (429, {}))
+    clock, wall = Clock(), ManualClock(NOON)
+    sleeps = on_both_clocks(clock, wall)
+
+    async def scenario() -> None:
+        router = external_router_on(url, clock, sleeps, wall)
+        result = await router.infer_external(UNCHECKED, Privacy.EXTERNAL_ALLOWED, True)
+        assert result.answer == {}
+        assert result.provenance.route == "external"
+        # No outage of either route: the local breaker never heard of it.
+        assert router.breaker.state(clock()) is CircuitState.CLOSED
+        assert router.breaker.consecutive_failures == 0
+        await router.aclose()
+
+    with serving(app) as url:
+        run(scenario())
+    assert answered == [429, 429, 200]
+    assert sleeps.waits == [7.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("refusals", "waits"),
+    [
+        (((429, {"Retry-After": "50"}), (429, {"Retry-After": "50"})), [50.0]),
+        (((429, {"Retry-After": "86400"}),), []),
+        (((429, {"Retry-After": "Mon, 07 Dec 2026 13:00:00 GMT"}),), []),  # NOON + 1 h
+        (((429, {}),) * 4, [1.0, 1.0, 1.0]),  # asked again as often as on the local route
+    ],
+)
+def test_the_external_route_ends_at_a_rate_limit_past_the_calls_bound(
+    refusals: tuple[Refusal, ...], waits: list[float]
+) -> None:
+    """The same bound as the local route's, 93 s here, and the same number of asks: past
+    either, the attempt ends ``model_rate_limited`` for the operation's retries."""
+    app, answered = answering_after(*refusals, (200, {}))
+    clock = Clock()
+    sleeps = Sleeps(clock)
+
+    async def scenario() -> None:
+        router = external_router_on(url, clock, sleeps, ManualClock(NOON))
+        assert router.circuit_wait_seconds == 93
+        with pytest.raises(ModelRateLimited) as caught:
+            await router.infer_external(UNCHECKED, Privacy.EXTERNAL_ALLOWED, True)
+        assert caught.value.provenance is not None
+        assert caught.value.provenance.route == "external"
+        await router.aclose()
+
+    with serving(app) as url:
+        run(scenario())
+    assert answered == [429] * len(refusals)
+    assert sleeps.waits == waits
+
+
+def test_the_external_route_rides_out_the_dev_models_rate_limit() -> None:
+    """The development model's 429 drill (Retry-After: 1), lifted while the router waits:
+    the analysis is answered in the same call."""
+    app = create_app(fail_mode="429")
+    clock = Clock()
+
+    def lifted(_seconds: float) -> None:
+        app.state.config.fail_mode = None
+
+    sleeps = Sleeps(clock, lifted)
+
+    async def scenario() -> None:
+        local = ModelClient(ASGI_URL, "dev-heuristic", route=Route.LOCAL)
+        external = ModelClient(url, "dev-heuristic", route=Route.EXTERNAL)
+        router = Router(local, CircuitBreaker(3, 30.0), external, clock=clock, sleep=sleeps)
+        result = await router.infer_external(STRATEGY, Privacy.EXTERNAL_ALLOWED, True)
+        assert result.answer["fit_score"] >= 0
+        await router.aclose()
+
+    with serving(app) as url:
+        run(scenario())
+    assert sleeps.waits == [1.0]
 
 
 # --- the half-open trial is one call -------------------------------------------------

@@ -56,6 +56,8 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
@@ -434,18 +436,30 @@ def _media_type(response: httpx.Response) -> str:
 def _raise_for_status(response: httpx.Response) -> None:
     status = response.status_code
     if status == 429:
-        raise ModelRateLimited(_retry_after(response.headers))
+        raise _rate_limited(response.headers.get("retry-after", ""))
     if status >= 500 or status in NOT_RECEIVED:
         raise ModelServerError(status)
     raise ModelRequestRejected(status)
 
 
-def _retry_after(headers: httpx.Headers) -> float | None:
+def _rate_limited(retry_after: str) -> ModelRateLimited:
+    """A 429 with its ``Retry-After``: seconds, or an HTTP date (RFC 9110, 10.2.3), which
+    the router measures on its own wall clock. Anything else is no wait named, and the
+    router waits its usual spacing."""
     try:
-        seconds = float(headers.get("retry-after", ""))
+        seconds = float(retry_after)
     except ValueError:
-        return None  # absent, or an HTTP date: the router waits its usual spacing
-    return seconds if seconds >= 0 else None
+        return ModelRateLimited(None, retry_at=_http_date(retry_after))
+    return ModelRateLimited(seconds if seconds >= 0 else None)
+
+
+def _http_date(value: str) -> datetime | None:
+    try:
+        when = parsedate_to_datetime(value)
+    except (ValueError, OverflowError):  # a year past C's long overflows, not just a bad one
+        return None
+    # An HTTP date is always GMT; "-0000" (and the asctime form) come back naive.
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 async def _streamed_content(

@@ -12,8 +12,9 @@ table of its own::
     │   └── ModelServerError          yes  HTTP 5xx, and 408 (the server gave up waiting
     │                                      for our request); 408 and 503 took nothing
     ├── ModelRateLimited              yes  HTTP 429: the route is up and asks us to wait
-    │                                      (carries retry_after_seconds); took nothing,
-    │                                      and the breaker does not count it (ADR 68)
+    │                                      (carries retry_after_seconds, or retry_at for
+    │                                      a date); took nothing, and the breaker does
+    │                                      not count it (ADR 68)
     ├── InvalidModelOutput            yes  answered, but not JSON or not the schema
     ├── ModelRequestRejected          no   any other HTTP status >= 300 (key, model,
     │                                      request; 425 too: we never send early data)
@@ -30,6 +31,8 @@ route that were tried, when there was one.
 """
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from durable_ops.model.provenance import Provenance
 from durable_ops.model.routing import LocalUnavailableAction
@@ -87,19 +90,32 @@ class ModelServerError(ModelUnavailable):
 
 
 class ModelRateLimited(InferenceError):
-    """HTTP 429: the route answered, asking us to wait ``retry_after_seconds`` (None when
-    it named no seconds). Nothing was taken; it is no outage, so the breaker does not
-    count it (ADR 68)."""
+    """HTTP 429: the route answered, asking us to wait ``retry_after_seconds``, or until
+    ``retry_at`` when its ``Retry-After`` was an HTTP date (both None when it named
+    neither). Nothing was taken; it is no outage, so the breaker does not count it
+    (ADR 68)."""
 
     code = "model_rate_limited"
     took_nothing = True
 
     def __init__(
-        self, retry_after_seconds: float | None, *, provenance: Provenance | None = None
+        self,
+        retry_after_seconds: float | None,
+        *,
+        retry_at: datetime | None = None,
+        provenance: Provenance | None = None,
     ) -> None:
         super().__init__("model answered HTTP 429", provenance=provenance)
         self.status_code = 429
         self.retry_after_seconds = retry_after_seconds
+        self.retry_at = retry_at
+
+    def seconds_to_wait(self, now: datetime) -> float | None:
+        """How long, from ``now``, the server asked us to wait: 0 once its date passed;
+        None when it did not say."""
+        if self.retry_at is not None:
+            return max(0.0, (self.retry_at - now).total_seconds())
+        return self.retry_after_seconds
 
 
 class InvalidModelOutput(InferenceError):

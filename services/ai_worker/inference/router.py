@@ -74,17 +74,20 @@ until the new answer passes it; both exchanges' tokens are counted.
 
 A 408 (the server, or a proxy before it, gave up waiting for the request to arrive)
 took nothing either, and is asked again as a 503 is. So is a 429 (rate limited), but no
-sooner than its ``Retry-After`` (at least the usual spacing; one given as a date, not
-seconds, waits the spacing alone), and it is no failure for the breaker: the route
-answered, so a 429 counts as an answer, it neither opens the circuit nor keeps it open
-(a rate limit says we asked too often, not that the model is down; opening would hold
-every call a whole cooldown, or send it to the external route, over a limit that may
-lift in a second: ADR 68). All of one call's waits, the spacings, each ``Retry-After``
-and the wait for the circuit, come out of one bound, ``circuit_wait_seconds``, which the
-attempt's own timeout includes: a ``Retry-After`` that would pass what is left of it (a
-provider's "come back in an hour") ends the attempt at once, ``model_rate_limited``, and
-the operation's retries take it from there, rather than the attempt sleeping until its
-timeout cut it off as ``task_timeout``.
+sooner than its ``Retry-After`` (at least the usual spacing; one given as an HTTP date is
+measured on the router's wall clock, a date passed being no wait), and it is no failure
+for the breaker: the route answered, so a 429 counts as an answer, it neither opens the
+circuit nor keeps it open (a rate limit says we asked too often, not that the model is
+down; opening would hold every call a whole cooldown, or send it to the external route,
+over a limit that may lift in a second: ADR 68). All of one call's waits, the spacings,
+each ``Retry-After`` and the wait for the circuit, come out of one bound,
+``circuit_wait_seconds``, which the attempt's own timeout includes: a ``Retry-After`` that
+would pass what is left of it (a provider's "come back in an hour") ends the attempt at
+once, ``model_rate_limited``, and the operation's retries take it from there, rather than
+the attempt sleeping until its timeout cut it off as ``task_timeout``. ``infer_external``
+waits out a 429 the same way, within the same bound, through the same code: before, a
+provider's rate limit ended the external attempt at once and its wait was left to the
+operation's retry delay, which does not read ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -92,6 +95,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
 
 import structlog
 
@@ -112,6 +117,7 @@ from durable_ops.ai_worker.inference.errors import (
 from durable_ops.ai_worker.inference.metrics import export_local_circuit
 from durable_ops.ai_worker.inference.request import InferenceRequest
 from durable_ops.ai_worker.inference.result import InferenceResult
+from durable_ops.clock import Clock, utc_now
 from durable_ops.model.circuit import CircuitBreaker, CircuitState, Ticket
 from durable_ops.model.routing import Route, external_route_permitted, route_plan
 from durable_ops.model.states import Privacy
@@ -131,12 +137,19 @@ def _dropped(error: InferenceError) -> bool:
     return isinstance(error, ModelConnectionError) and not error.took_nothing
 
 
-def _pause(error: InferenceError, spacing: float) -> float:
+def _pause(error: InferenceError, spacing: float, now: datetime) -> float:
     """How long to wait before asking again after ``error``: the spacing, or longer when a
-    rate limit named its ``Retry-After``."""
-    if isinstance(error, ModelRateLimited) and error.retry_after_seconds is not None:
-        return max(spacing, error.retry_after_seconds)
-    return spacing
+    rate limit named its ``Retry-After`` (seconds, or a date measured from ``now``)."""
+    asked = error.seconds_to_wait(now) if isinstance(error, ModelRateLimited) else None
+    return spacing if asked is None else max(spacing, asked)
+
+
+@dataclass
+class _Asked:
+    """How often one call asked a model again so far, and how long it waited before."""
+
+    times: int = 0
+    paused: float = 0.0
 
 
 class Router:
@@ -148,6 +161,7 @@ class Router:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        wall_clock: Clock = utc_now,
         ask_again_seconds: float = ASK_AGAIN_SECONDS,
     ) -> None:
         self.local = local
@@ -155,6 +169,8 @@ class Router:
         self.breaker = breaker
         self._clock = clock
         self._sleep = sleep  # with ``clock``: how a test drives the waits
+        # A Retry-After given as a date is measured on it: ``clock`` is monotonic, no date.
+        self._wall_clock = wall_clock
         self._ask_again_seconds = ask_again_seconds
         export_local_circuit(breaker, clock)
 
@@ -208,13 +224,12 @@ class Router:
         dropped one sent again once, and an open circuit waited for, in all at most
         ``circuit_wait_seconds`` besides the model calls (the module says why)."""
         may_fall_back = self.external_permitted(privacy, task_external_allowed)
-        tries, resent, paused = 0, False, 0.0
+        resent, asked = False, _Asked()
         while True:
-            tries += 1
             ticket = self.breaker.allow(self._clock())
             waited = ticket is None and not may_fall_back
             if waited:
-                ticket = await self._wait_for_circuit(self.circuit_wait_seconds - paused)
+                ticket = await self._wait_for_circuit(self.circuit_wait_seconds - asked.paused)
             plan = route_plan(
                 privacy,
                 task_external_allowed=task_external_allowed,
@@ -236,18 +251,13 @@ class Router:
                     self._answered()  # the route is up, and busy: no outage (ADR 68)
                 else:
                     self._failed(exc, ticket)
-                # Until the failures open the circuit, and once more to wait for it.
-                asks_again = tries <= self.breaker.failure_threshold and not waited
                 # A connection the model dropped mid-request (killed, restarting): sent
                 # again once, from scratch, as a refused one would be (the module says why).
                 resend = _dropped(exc) and not resent
                 resent = resent or resend
-                # A wait that would outlast the attempt's bound ends the attempt now.
-                pause = _pause(exc, self._ask_again_seconds)
-                in_time = paused + pause <= self.circuit_wait_seconds
-                if (exc.took_nothing or resend) and not may_fall_back and asks_again and in_time:
-                    paused += pause
-                    await self._sleep(pause)
+                # Once the circuit was waited for, its trial was the last ask.
+                again = (exc.took_nothing or resend) and not may_fall_back and not waited
+                if again and await self._ask_again(exc, asked):
                     continue
                 raise LocalRouteUnavailable(
                     plan.on_local_unavailable, reason=exc.code, provenance=exc.provenance
@@ -284,13 +294,30 @@ class Router:
             _log.info("local_model_recovered", url=self.local.url, model=self.local.model)
         self.breaker.record_success(now)
 
+    async def _ask_again(self, error: InferenceError, asked: _Asked) -> bool:
+        """Wait to ask the model again after ``error``: the spacing, or a rate limit's
+        ``Retry-After``. False at once, and the call ends, when it asked again as often as
+        the breaker's threshold (on the local route its failures opened the circuit by then)
+        or the wait would pass what is left of ``circuit_wait_seconds`` (ADR 68). Both
+        routes ask again through here, so a 429 is waited out alike on either."""
+        pause = _pause(error, self._ask_again_seconds, self._wall_clock())
+        if asked.times >= self.breaker.failure_threshold:
+            return False
+        if asked.paused + pause > self.circuit_wait_seconds:
+            return False
+        asked.times += 1
+        asked.paused += pause
+        await self._sleep(pause)
+        return True
+
     @property
     def circuit_wait_seconds(self) -> float:
         """The longest ``infer`` waits besides its own model calls: a spacing before each
         call asked again while the circuit is closed, then the open circuit's cooldown,
         and then the half-open trial of another call, which ends at the latest a model
         timeout after its last sign of progress (ADR 64). A rate limit's ``Retry-After``
-        is waited out only within it, less what the call waited already (ADR 68)."""
+        is waited out only within it, less what the call waited already, on either route
+        (ADR 68)."""
         asking_again = self.breaker.failure_threshold * self._ask_again_seconds
         return asking_again + self.breaker.cooldown_seconds + self.local.timeout_seconds
 
@@ -331,9 +358,21 @@ class Router:
         before the user's text leaves the host: the owner may have switched to
         ``local_only`` since the fallback was decided. Refused here, the request is never
         sent, and nothing is spent on the external route.
+
+        A 429 is waited out and asked again as ``infer`` does (ADR 68), within the same
+        bound; it ends the call, ``ModelRateLimited``, only past that bound or the asks.
+        Any other failure ends it at once: the external route has no breaker to ride out
+        an outage with, and the operation's retries take it from there.
         """
-        if self.external is None or not self.external_permitted(privacy, task_external_allowed):
+        external = self.external
+        if external is None or not self.external_permitted(privacy, task_external_allowed):
             raise ExternalRouteNotPermitted("the external route is not permitted")
-        return await self.external.complete(
-            request, on_progress=on_progress, on_text=on_text, on_usage=on_usage
-        )
+        asked = _Asked()
+        while True:
+            try:
+                return await external.complete(
+                    request, on_progress=on_progress, on_text=on_text, on_usage=on_usage
+                )
+            except ModelRateLimited as exc:
+                if not await self._ask_again(exc, asked):
+                    raise
