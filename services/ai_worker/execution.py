@@ -33,6 +33,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import structlog
@@ -48,6 +49,7 @@ from durable_ops.model.admission import effective_privacy, require_entitled
 from durable_ops.model.errors import CANCEL_REQUESTED, DomainError, LeaseLost
 from durable_ops.model.provenance import Provenance
 from durable_ops.model.routing import Route
+from durable_ops.model.states import Privacy
 from durable_ops.worker import Attempt, Completed, Ending, Worker
 from durable_ops.worker.lease import Lease
 
@@ -163,6 +165,11 @@ class Executor:
                 global_enabled=True, plan=settings.plan, ai_enabled=settings.ai_enabled
             )
             privacy = effective_privacy(attempt.privacy, settings.privacy)
+
+            async def privacy_now() -> Privacy:
+                again = await self._workspace.ai_settings(attempt)
+                return effective_privacy(attempt.privacy, again.privacy)
+
             refs = handler.refs_for(attempt.subject.type, attempt.subject.id, attempt.context_ref)
             inputs = await handler.inputs(self._workspace.reader(attempt), refs)
             request = handler.request(inputs)
@@ -171,7 +178,7 @@ class Executor:
                 "ai_worker.inference", link=attempt.trace_parent, operation_id=attempt.operation_id
             ):
                 infer = (
-                    self._router.infer_external
+                    partial(self._router.infer_external, privacy_now=privacy_now)
                     if attempt.route is Route.EXTERNAL
                     else self._router.infer
                 )

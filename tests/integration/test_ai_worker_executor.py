@@ -382,6 +382,39 @@ def test_a_rate_limited_external_route_is_waited_out_within_the_attempt(
     assert workspace.notes == [operation_id]
 
 
+def test_an_owner_who_chose_local_only_while_a_rate_limit_was_waited_out_is_not_asked_again(
+    services: Services,
+) -> None:
+    """The external route was rate limited, and while its Retry-After was waited out the
+    owner chose local only: asking again would send the text outside anew, so the attempt
+    ends there, the external model asked once."""
+    model, external_model = ModelServer(fail_mode="500"), ModelServer(fail_mode="429")
+    ops = OpsClient(services)
+    operation_id = _create(ops, "switched", CV_REVIEW, pb.PRIVACY_EXTERNAL_ALLOWED)
+    workspace, journal = Workspace(), Journal()
+
+    async def switched(_seconds: float) -> None:
+        workspace.settings = AiSettings(True, Privacy.LOCAL_ONLY, Plan.PRO)
+        external_model.config.fail_mode = None
+
+    async def scenario() -> None:
+        external = ModelClient(external_model.url, "dev-heuristic", route=Route.EXTERNAL)
+        router = Router(_local(model), CircuitBreaker(3, 30), external, sleep=switched)
+        async with executor_on(router, workspace, journal, 10) as executor:
+            await drain(services, executor, LEASE_SECONDS)
+            assert ops.row(operation_id).state == "waiting_for_external_fallback"
+            await drain(services, executor, LEASE_SECONDS, [Route.EXTERNAL])
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        model.stop()
+        external_model.stop()
+    row = ops.row(operation_id)
+    assert (row.state, row.failure_code) == ("waiting_for_retry", "external_route_not_permitted")
+    assert (model.completions, external_model.completions, workspace.notes) == (1, 1, [])
+
+
 class BrokenJournal(Journal):
     """The host journal fails from the ``fail_from``-th attempt it records."""
 

@@ -351,6 +351,7 @@ class Router:
         on_progress: ProgressCallback | None = None,
         on_text: TextCallback | None = None,
         on_usage: UsageCallback | None = None,
+        privacy_now: Callable[[], Awaitable[Privacy]] | None = None,
     ) -> InferenceResult:
         """Serve an operation claimed from waiting_for_external_fallback.
 
@@ -361,6 +362,8 @@ class Router:
 
         A 429 is waited out and asked again as ``infer`` does (ADR 68), within the same
         bound; it ends the call, ``ModelRateLimited``, only past that bound or the asks.
+        Each ask again sends the text out anew, so the owner's privacy is read again first
+        (``privacy_now``): one who chose local only during the wait is not sent outside.
         Any other failure ends it at once: the external route has no breaker to ride out
         an outage with, and the operation's retries take it from there.
         """
@@ -376,3 +379,7 @@ class Router:
             except ModelRateLimited as exc:
                 if not await self._ask_again(exc, asked):
                     raise
+            if privacy_now is not None:
+                privacy = await privacy_now()
+            if not self.external_permitted(privacy, task_external_allowed):
+                raise ExternalRouteNotPermitted("the owner chose local only since it was asked")
