@@ -243,6 +243,24 @@ def test_a_retry_after_past_the_calls_wait_bound_ends_the_call(
     assert sleeps.waits == waits
 
 
+def test_a_retry_after_of_exactly_the_calls_wait_bound_is_waited_out() -> None:
+    """ "Past the bound" is past it: a wait that uses the whole of it (93 s) still fits."""
+    app, answered = answering_after((429, {"Retry-After": "93"}))
+    clock = Clock()
+    sleeps = Sleeps(clock)
+
+    async def scenario() -> None:
+        router = router_on(url, clock, sleeps)
+        assert router.circuit_wait_seconds == 93
+        assert (await router.infer(UNCHECKED, Privacy.LOCAL_ONLY, False)).answer == {}
+        await router.aclose()
+
+    with serving(app) as url:
+        run(scenario())
+    assert answered == [429, 200]
+    assert sleeps.waits == [93.0]
+
+
 @pytest.mark.parametrize(
     ("retry_after", "waits"),
     [
