@@ -76,6 +76,7 @@ class Completer:
     async def settle(self, attempt: Attempt, outcome: Outcome) -> None:
         """Settle ``attempt`` as ``outcome``; ``attempt.ending`` says what the service accepted."""
         item, ending = settlement_item(attempt, outcome, attempt.usage)
+        log = _log.bind(**attempt.log_fields())
         trace = telemetry.span(
             f"{self._trace_name}.complete",
             link=attempt.trace_parent,
@@ -86,31 +87,19 @@ class Completer:
                 answer = await self._submit(item, attempt.live_until)
         except Exception as error:
             code = error.code if isinstance(error, DomainError) else type(error).__name__
-            _log.warning(
-                "worker_settlement_not_sent", **attempt.log_fields(), ending=ending, code=code
-            )
+            log.warning("worker_settlement_not_sent", ending=ending, code=code)
             return
         if answer.status_code:
-            _log.warning(
-                "worker_settlement_refused",
-                **attempt.log_fields(),
-                ending=ending,
-                code=answer.error_code,
-            )
+            log.warning("worker_settlement_refused", ending=ending, code=answer.error_code)
             return
         attempt.ending = ending
         self.endings[ending] += 1
         metrics.count(attempt.task_type, attempt.calls)
         if isinstance(outcome, ExternalFallback):
-            _log.info("worker_fell_back", **attempt.log_fields(), reason=outcome.reason)
+            log.info("worker_fell_back", reason=outcome.reason)
         elif isinstance(outcome, HandlerFailure):
             # The code, not the message: a handler's message may quote its owner's content.
-            _log.info(
-                "worker_attempt_failed",
-                **attempt.log_fields(),
-                code=outcome.code,
-                retryable=outcome.retryable,
-            )
+            log.info("worker_attempt_failed", code=outcome.code, retryable=outcome.retryable)
 
     def stop(self) -> None:
         """The worker stops: what the service cannot take from now on is left to its lease
