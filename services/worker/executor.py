@@ -36,7 +36,8 @@ from durable_ops.worker.lease import LeaseStream, wait_set
 
 HEARTBEAT_AFTER_SECONDS = 1.0  # at most a third of the shortest lease
 
-Handler = Callable[[Attempt], Awaitable[str | Completed | None]]
+Returned = str | Completed | None  # what a handler returns (``failures.completed``)
+Handler = Callable[[Attempt], Awaitable[Returned]]
 # Entered before an attempt's handler runs, exited once the attempt is settled (``attempt.ending``).
 Interceptor = Callable[[Attempt], AbstractAsyncContextManager[object]]
 Classify = Callable[[Exception], Settlement]
@@ -95,7 +96,7 @@ class Executor:
             await self.completer.settle(attempt, outcome)
 
     @staticmethod
-    async def _watch(attempt: Attempt, work: asyncio.Future[str | Completed | None]) -> None:
+    async def _watch(attempt: Attempt, work: asyncio.Future[Returned]) -> None:
         """Hold the lease once the attempt runs long (or the handler held it); cancel the
         work when the lease ends."""
         await wait_set(attempt.joined, HEARTBEAT_AFTER_SECONDS)
