@@ -89,8 +89,8 @@ class _Call:
                 answer = await self._answers.get()
         except TimeoutError:
             raise StreamBroken("no answer to the beat in time") from None
-        except (grpc.aio.UsageError, asyncio.InvalidStateError):
-            raise StreamBroken("the call is closed") from None
+        except (grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
+            raise StreamBroken("the call is closed") from exc
         except grpc.aio.AioRpcError as exc:
             raise _broken(exc) from exc
         if isinstance(answer, BaseException):
