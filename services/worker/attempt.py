@@ -51,10 +51,8 @@ class Subject:
 
 
 def privacy_from_pb(value: pb.Privacy.ValueType) -> Privacy:
-    # Unspecified is treated as the stricter choice (the proto says so).
-    if value == pb.PRIVACY_EXTERNAL_ALLOWED:
-        return Privacy.EXTERNAL_ALLOWED
-    return Privacy.LOCAL_ONLY
+    """Unspecified is the stricter choice (the proto says so)."""
+    return Privacy.EXTERNAL_ALLOWED if value == pb.PRIVACY_EXTERNAL_ALLOWED else Privacy.LOCAL_ONLY
 
 
 @dataclass(frozen=True)

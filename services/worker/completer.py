@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 from functools import partial
-from typing import Literal, TypeVar
+from typing import Literal, NamedTuple, TypeVar
 
 import grpc
 import structlog
@@ -62,13 +62,20 @@ Outcome = Completed | HandlerFailure | ExternalFallback | WorkerShutdown | Liter
 _log = structlog.get_logger(__name__)
 
 
+class _Waiting(NamedTuple):
+    """A settlement waiting for its call."""
+
+    item: Item
+    answer: asyncio.Future[Answer]
+    live_until: float  # when its lease runs out (``time.monotonic``)
+
+
 class Completer:
     def __init__(self, send: Send, batch_size: int, trace_name: str) -> None:
         self._send = send
         self._batch_size = batch_size
         self._trace_name = trace_name
-        # Each settlement, the future of its answer, and when its lease runs out.
-        self._waiting: list[tuple[Item, asyncio.Future[Answer], float]] = []
+        self._waiting: list[_Waiting] = []
         self._calls: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()  # the worker stops: UNAVAILABLE is asked no more
         self.endings: Counter[Ending] = Counter()  # what the service accepted
@@ -76,6 +83,7 @@ class Completer:
     async def settle(self, attempt: Attempt, outcome: Outcome) -> None:
         """Settle ``attempt`` as ``outcome``; ``attempt.ending`` says what the service accepted."""
         item, ending = settlement_item(attempt, outcome, attempt.usage)
+        log = _log.bind(**attempt.log_fields())
         trace = telemetry.span(
             f"{self._trace_name}.complete",
             link=attempt.trace_parent,
@@ -86,31 +94,19 @@ class Completer:
                 answer = await self._submit(item, attempt.live_until)
         except Exception as error:
             code = error.code if isinstance(error, DomainError) else type(error).__name__
-            _log.warning(
-                "worker_settlement_not_sent", **attempt.log_fields(), ending=ending, code=code
-            )
+            log.warning("worker_settlement_not_sent", ending=ending, code=code)
             return
         if answer.status_code:
-            _log.warning(
-                "worker_settlement_refused",
-                **attempt.log_fields(),
-                ending=ending,
-                code=answer.error_code,
-            )
+            log.warning("worker_settlement_refused", ending=ending, code=answer.error_code)
             return
         attempt.ending = ending
         self.endings[ending] += 1
         metrics.count(attempt.task_type, attempt.calls)
         if isinstance(outcome, ExternalFallback):
-            _log.info("worker_fell_back", **attempt.log_fields(), reason=outcome.reason)
+            log.info("worker_fell_back", reason=outcome.reason)
         elif isinstance(outcome, HandlerFailure):
             # The code, not the message: a handler's message may quote its owner's content.
-            _log.info(
-                "worker_attempt_failed",
-                **attempt.log_fields(),
-                code=outcome.code,
-                retryable=outcome.retryable,
-            )
+            log.info("worker_attempt_failed", code=outcome.code, retryable=outcome.retryable)
 
     def stop(self) -> None:
         """The worker stops: what the service cannot take from now on is left to its lease
@@ -125,7 +121,7 @@ class Completer:
 
     async def _submit(self, item: Item, live_until: float) -> Answer:
         answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self._waiting.append((item, answer, live_until))
+        self._waiting.append(_Waiting(item, answer, live_until))
         # Not at once: what else ends in this turn of the loop joins the call.
         asyncio.get_running_loop().call_soon(self._send_due)
         return await answer
@@ -143,25 +139,25 @@ class Completer:
         self._calls.discard(call)
         self._send_due()
 
-    async def _call(self, batch: list[tuple[Item, asyncio.Future[Answer], float]]) -> None:
-        answered: list[tuple[tuple[Item, asyncio.Future[Answer], float], Answer | Exception]]
-        lease_left = max(live_until for _, _, live_until in batch) - time.monotonic()
+    async def _call(self, batch: list[_Waiting]) -> None:
+        answered: list[tuple[_Waiting, Answer | Exception]]
+        lease_left = max(waiting.live_until for waiting in batch) - time.monotonic()
         try:
             reply = await retrying(
-                lambda: self._send([item for item, _, _ in batch]),
+                lambda: self._send([waiting.item for waiting in batch]),
                 stopping=self._stopping,
                 within=max(RETRY_SECONDS, lease_left),
             )
             answered = list(zip(batch, reply.outcomes, strict=True))
         except Exception as error:
             answered = [(waiting, error) for waiting in batch]
-        for (_, answer, _), outcome in answered:
-            if answer.cancelled():  # its attempt was cancelled at shutdown meanwhile
+        for waiting, outcome in answered:
+            if waiting.answer.cancelled():  # its attempt was cancelled at shutdown meanwhile
                 continue
             if isinstance(outcome, Exception):
-                answer.set_exception(outcome)
+                waiting.answer.set_exception(outcome)
             else:
-                answer.set_result(outcome)
+                waiting.answer.set_result(outcome)
 
 
 def settlement_item(

@@ -36,7 +36,8 @@ from durable_ops.worker.lease import LeaseStream, wait_set
 
 HEARTBEAT_AFTER_SECONDS = 1.0  # at most a third of the shortest lease
 
-Handler = Callable[[Attempt], Awaitable[str | Completed | None]]
+Returned = str | Completed | None  # what a handler returns (``failures.completed``)
+Handler = Callable[[Attempt], Awaitable[Returned]]
 # Entered before an attempt's handler runs, exited once the attempt is settled (``attempt.ending``).
 Interceptor = Callable[[Attempt], AbstractAsyncContextManager[object]]
 Classify = Callable[[Exception], Settlement]
@@ -95,7 +96,7 @@ class Executor:
             await self.completer.settle(attempt, outcome)
 
     @staticmethod
-    async def _watch(attempt: Attempt, work: asyncio.Future[str | Completed | None]) -> None:
+    async def _watch(attempt: Attempt, work: asyncio.Future[Returned]) -> None:
         """Hold the lease once the attempt runs long (or the handler held it); cancel the
         work when the lease ends."""
         await wait_set(attempt.joined, HEARTBEAT_AFTER_SECONDS)
@@ -125,19 +126,20 @@ def outcome_of(
     is lost). The SDK's one rule for it, which the executor and ``durable_ops.worker.testing``
     both follow, so that a handler's unit test cannot drift from the worker. It calls no
     service; it keeps ``attempt.result`` and ``attempt.cancelled`` and logs what it decided."""
+    log = _log.bind(**attempt.log_fields())
     if raised is None:
         outcome = completed(returned)
         if isinstance(outcome, Completed):
             attempt.result = outcome
         else:
-            _log.warning("worker_result_refused", **attempt.log_fields(), why=str(outcome))
+            log.warning("worker_result_refused", why=str(outcome))
         return outcome
     if isinstance(raised, LeaseLost) and raised.code == CANCEL_REQUESTED:
         attempt.cancelled.set()  # a fenced write found the owner's cancel first
     if attempt.cancelled.is_set():
         return Ending.CANCELLED
     if attempt.lease_lost or isinstance(raised, LeaseLost):
-        _log.warning("worker_lease_lost", **attempt.log_fields())
+        log.warning("worker_lease_lost")
         return None
     if isinstance(raised, asyncio.CancelledError):
         # stop()'s grace ran out: hand it back, queued at once, the attempt not spent.
@@ -145,22 +147,13 @@ def outcome_of(
     if isinstance(raised, InvalidHandlerCall):
         # The SDK's own wording, which quotes no user content: the developer reads what
         # was wrong, and the stack shows the call.
-        _log.warning(
-            "worker_handler_call_refused",
-            **attempt.log_fields(),
-            why=raised.message,
-            stack=_stack(raised),
-        )
+        log.warning("worker_handler_call_refused", why=raised.message, stack=_stack(raised))
         return raised.failure()
     if not isinstance(raised, HandlerFailure | ExternalFallback):
         # Type and stack only, as the services log a fault: the text may quote user
         # content. What the developer has to go on; the owner sees the code alone.
-        _log.warning(
-            "worker_handler_raised",
-            **attempt.log_fields(),
-            error_type=type(raised).__qualname__,
-            stack=_stack(raised),
-        )
+        error_type = type(raised).__qualname__
+        log.warning("worker_handler_raised", error_type=error_type, stack=_stack(raised))
     return classify(raised)
 
 

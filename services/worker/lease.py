@@ -89,7 +89,9 @@ class _Call:
                 answer = await self._answers.get()
         except TimeoutError:
             raise StreamBroken("no answer to the beat in time") from None
-        except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
+        except (grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
+            raise StreamBroken("the call is closed") from exc
+        except grpc.aio.AioRpcError as exc:
             raise _broken(exc) from exc
         if isinstance(answer, BaseException):
             self._answers.put_nowait(answer)
@@ -101,12 +103,13 @@ class _Call:
             while True:
                 message = await self._call.read()
                 if not isinstance(message, pb.HoldLeasesResponse):  # grpc.aio.EOF
-                    raise StreamBroken("the lease stream ended")
+                    self._answers.put_nowait(StreamBroken("the lease stream ended"))
+                    return
                 if message.pushed:
                     self._on_pushed(message.outcomes)
                 else:
                     self._answers.put_nowait(message)
-        except (grpc.aio.AioRpcError, StreamBroken) as exc:
+        except grpc.aio.AioRpcError as exc:
             self._answers.put_nowait(_broken(exc))
 
     async def close(self) -> None:
@@ -124,11 +127,9 @@ class _Call:
         self._call.cancel()
 
 
-def _broken(error: BaseException) -> BaseException:
+def _broken(error: grpc.aio.AioRpcError) -> Exception:
     """UNAVAILABLE, CANCELLED, INTERNAL, UNKNOWN: the replica or the network broke the
     stream (``StreamBroken``); any other status refuses it."""
-    if not isinstance(error, grpc.aio.AioRpcError):
-        return error if isinstance(error, StreamBroken) else StreamBroken("the call is closed")
     domain = domain_error_from_rpc(error)
     only_the_stream = isinstance(domain, Unavailable) or type(domain) is DomainError
     return StreamBroken(domain.code) if only_the_stream else domain

@@ -28,9 +28,8 @@ MODEL_SECONDS = Counter(
 def count(task_type: str, calls: list[ModelCall]) -> None:
     """Count ``calls`` of one settled attempt of ``task_type``."""
     for call in calls:
-        labels = {"task_type": task_type, "route": call.provenance.route}
-        labels["model"] = call.provenance.model
-        usage = call.usage
+        provenance, usage = call.provenance, call.usage
+        labels = {"task_type": task_type, "route": provenance.route, "model": provenance.model}
         MODEL_TOKENS.labels(**labels, kind="prompt").inc(usage.prompt_tokens)
         MODEL_TOKENS.labels(**labels, kind="completion").inc(usage.completion_tokens)
         MODEL_SECONDS.labels(**labels).inc(usage.model_seconds)

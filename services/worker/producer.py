@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import grpc
 import structlog
 
 from durable_ops import telemetry
@@ -33,7 +32,6 @@ from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model import bounds
 from durable_ops.model.errors import DomainError
 from durable_ops.model.routing import Route
-from durable_ops.rpc.errors import domain_error_from_rpc
 from durable_ops.rpc.states import route_to_pb
 from durable_ops.worker.attempt import Claimed
 from durable_ops.worker.completer import CALL_TIMEOUT_SECONDS
@@ -44,7 +42,8 @@ CLAIM_WAIT_SECONDS = 10.0
 CLAIM_RETRY_SECONDS = 0.5  # the pause after a claim the service refused
 MAX_CLAIM_GATHER_SECONDS = 1.0
 Start = Callable[[Claimed], Coroutine[Any, Any, None]]
-# The worker's ``ClaimOperations`` call: a request and its timeout.
+# The worker's ``ClaimOperations`` call: a request and its timeout; a refusal raised as its
+# ``DomainError``.
 Claim = Callable[[pb.ClaimOperationsRequest, float], Awaitable[pb.ClaimOperationsResponse]]
 _log = structlog.get_logger(__name__)
 
@@ -189,10 +188,7 @@ class Producer:
         # A trace of its own, linked (once the reply names them) to the requests that
         # created the work; a claim of one operation also names it.
         with telemetry.span(f"{self._options.trace_name}.claim", root=True) as span:
-            try:
-                reply = await self._claim_call(request, wait + CALL_TIMEOUT_SECONDS)
-            except grpc.aio.AioRpcError as exc:
-                raise domain_error_from_rpc(exc) from exc
+            reply = await self._claim_call(request, wait + CALL_TIMEOUT_SECONDS)
             for one in reply.claimed:
                 telemetry.add_link(span, one.trace_parent)
             if len(reply.claimed) == 1:

@@ -13,6 +13,7 @@ import structlog
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.api.operations.v1 import operations_pb2_grpc as pb_grpc
 from durable_ops.model import bounds
+from durable_ops.model.errors import Unauthenticated
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller, open_channel
 from durable_ops.rpc.errors import domain_error_from_rpc
@@ -127,12 +128,13 @@ class Worker:
                 request, metadata=self._caller.metadata(), timeout=timeout
             )
         except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+            error = domain_error_from_rpc(exc)
+            if isinstance(error, Unauthenticated):
                 # The service no longer takes this worker's key (revoked, or rotated away
                 # since it was read): no claim can succeed, so the worker stops and ``run``
                 # raises why; restarted, it reads its key file again.
-                self._stop_for(domain_error_from_rpc(exc))
-            raise
+                self._stop_for(error)
+            raise error from exc
 
     def _hold_leases(self) -> HoldLeasesCall:
         return self._stub.HoldLeases(metadata=self._caller.metadata())

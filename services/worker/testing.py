@@ -32,14 +32,13 @@ from durable_ops.model.states import Privacy
 from durable_ops.model.usage import Usage
 from durable_ops.worker.attempt import Attempt, Claimed, Ending, ModelCall, Subject
 from durable_ops.worker.completer import Outcome, settlement_item
-from durable_ops.worker.executor import Classify, Handler, lease_ended, outcome_of
-from durable_ops.worker.failures import Completed, HandlerFailure, failure_of
+from durable_ops.worker.executor import Classify, Handler, Returned, lease_ended, outcome_of
+from durable_ops.worker.failures import HandlerFailure, failure_of
 from durable_ops.worker.lease import HeldOperation, Lease
 
 __all__ = ["HandlerRun", "HandlerTest", "Outcome"]
 
 
-Returned = str | Completed | None
 A_SUBJECT = Subject("test", "s-1")
 LEASE_TOKEN = "test-lease"  # noqa: S105  # nothing checks it: no service sees this lease
 
