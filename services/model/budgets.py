@@ -64,6 +64,7 @@ CHARS_PER_TOKEN_WIDE = 2  # East Asian wide: CJK ideographs, kana, Hangul, full 
 CHARS_PER_TOKEN_ASTRAL = 1  # beyond the BMP, 4 UTF-8 bytes: emoji, rare ideographs
 _WIDE = re.compile("[\u1100-\u11ff\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
 _ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+_DIGITS = re.compile("[0-9]")
 _TWELFTHS = 12  # of a token: what one character of each kind takes, in whole numbers
 
 
@@ -77,14 +78,18 @@ def prompt_tokens_of(text: str) -> int:
     of a CV in each script (characters per token: English 5.1, German 4.8, Russian 4.2,
     Hindi 4.1, Arabic 3.3, Thai 3.1, Greek 2.9, Hebrew 2.3, Japanese 2.1, Korean 2.1,
     Chinese 1.7). Here: Japanese prose 4,000 where characters at 4 a token said 2,000,
-    emoji about 5,500 for 1,500, English 2,000 as before. Text that is not words (digits,
-    random characters) takes more, as the table shows: this is no bound."""
+    emoji about 5,500 for 1,500, English 2,000 as before. A digit is a token of its own, as
+    the tokenizer splits numbers digit by digit (6,000 random digits, 6,000 tokens). Other
+    text that is not words (random characters) takes more, as the table shows: this is no
+    bound."""
     wide = len(text) - len(_WIDE.sub("", text))
     astral = len(text) - len(_ASTRAL.sub("", text))
-    ascii_ = len(text.encode("ascii", "ignore"))
-    other = len(text) - wide - astral - ascii_
+    digits = len(text) - len(_DIGITS.sub("", text))
+    ascii_ = len(text.encode("ascii", "ignore")) - digits
+    other = len(text) - wide - astral - ascii_ - digits
     twelfths = (
-        ascii_ * (_TWELFTHS // CHARS_PER_TOKEN_USUALLY)
+        digits * _TWELFTHS
+        + ascii_ * (_TWELFTHS // CHARS_PER_TOKEN_USUALLY)
         + other * (_TWELFTHS // CHARS_PER_TOKEN_OTHER)
         + wide * (_TWELFTHS // CHARS_PER_TOKEN_WIDE)
         + astral * (_TWELFTHS // CHARS_PER_TOKEN_ASTRAL)

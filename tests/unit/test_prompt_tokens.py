@@ -22,6 +22,9 @@ from durable_ops.model.prompt_tokens import cut, tokens_of
         ("Übersetzung für", 9),  # 13 ASCII (5 tokens) and 2 two-byte letters
         ("経" * 1_450, 4_350),  # a prompt of 3,279 tokens was estimated at 484
         ("\ud800", 3),  # a lone surrogate counts, it does not raise
+        ("2026", 4),  # a digit is a token of its own, as Gemma spends one on each
+        ("+44 20 7946 0958, 2019-2024", 23),  # 20 digits and 7 other characters (3)
+        ("7" * 6_000, 6_000),  # measured: 6,000 random digits took 6,000 tokens
     ],
 )
 def test_ascii_counts_three_characters_a_token_and_the_rest_its_utf8_bytes(

@@ -97,6 +97,7 @@ def test_a_prompt_is_counted_by_the_kinds_of_its_characters() -> None:
     assert budgets.prompt_tokens_of("😀" * 1000) == 1000
     assert budgets.prompt_tokens_of("ab日😀") == 2  # (3 + 3 + 6 + 12) twelfths
     assert budgets.prompt_tokens_of("") == 0
+    assert budgets.prompt_tokens_of("2019-2024") == 9  # 8 digits, each a token, and "-"
     assert budgets.prompt_tokens_of("\ud800") == 1  # a lone surrogate is some other character
 
 
