@@ -345,27 +345,24 @@ def test_an_owner_who_chose_local_only_since_admission_is_never_sent_outside(
     assert (model.completions, external_model.completions, workspace.notes) == (1, 0, [])
 
 
-def test_a_rate_limited_external_route_is_waited_out_within_the_attempt(
-    services: Services,
-) -> None:
-    """An analysis that fell back to the external route finds it rate limited (the dev
-    model's 429 drill, Retry-After: 1), lifted while the router waits it out: the attempt
-    it fell back with is answered. Before, the 429 ended that attempt
-    ``model_rate_limited``, its wait left to the operation's retry delay."""
+def _fell_back_to_a_rate_limited_route(
+    services: Services, key: str, workspace: Workspace, on_wait: Callable[[float], None]
+) -> tuple[str, int, int]:
+    """An analysis whose local model fails falls back to the external route, which answers
+    429 (the dev model's drill, Retry-After: 1) until ``on_wait`` runs during the router's
+    wait (given its seconds): the operation, and how often each model was asked."""
     model, external_model = ModelServer(fail_mode="500"), ModelServer(fail_mode="429")
     ops = OpsClient(services)
-    operation_id = _create(ops, "limited", CV_REVIEW, pb.PRIVACY_EXTERNAL_ALLOWED)
-    workspace, journal = Workspace(), Journal()
-    waits: list[float] = []
+    operation_id = _create(ops, key, CV_REVIEW, pb.PRIVACY_EXTERNAL_ALLOWED)
 
-    async def lifted(seconds: float) -> None:
-        waits.append(seconds)
+    async def waited(seconds: float) -> None:
+        on_wait(seconds)
         external_model.config.fail_mode = None
 
     async def scenario() -> None:
         external = ModelClient(external_model.url, "dev-heuristic", route=Route.EXTERNAL)
-        router = Router(_local(model), CircuitBreaker(3, 30), external, sleep=lifted)
-        async with executor_on(router, workspace, journal, 10) as executor:
+        router = Router(_local(model), CircuitBreaker(3, 30), external, sleep=waited)
+        async with executor_on(router, workspace, Journal(), 10) as executor:
             await drain(services, executor, LEASE_SECONDS)
             assert ops.row(operation_id).state == "waiting_for_external_fallback"
             await drain(services, executor, LEASE_SECONDS, [Route.EXTERNAL])
@@ -375,44 +372,43 @@ def test_a_rate_limited_external_route_is_waited_out_within_the_attempt(
     finally:
         model.stop()
         external_model.stop()
-    row = ops.row(operation_id)
+    return operation_id, model.completions, external_model.completions
+
+
+def test_a_rate_limited_external_route_is_waited_out_within_the_attempt(
+    services: Services,
+) -> None:
+    """The 429 lifted while the router waits it out: the attempt it fell back with is
+    answered. Before, the 429 ended that attempt ``model_rate_limited``, its wait left to
+    the operation's retry delay."""
+    workspace = Workspace()
+    waits: list[float] = []
+    operation_id, local, external = _fell_back_to_a_rate_limited_route(
+        services, "limited", workspace, waits.append
+    )
+    row = OpsClient(services).row(operation_id)
     assert (row.state, row.route, row.attempt) == ("succeeded", "external", 1)
-    assert (model.completions, external_model.completions) == (1, 2)
-    assert waits == [1.0]
+    assert (local, external, waits) == (1, 2, [1.0])
     assert workspace.notes == [operation_id]
 
 
 def test_an_owner_who_chose_local_only_while_a_rate_limit_was_waited_out_is_not_asked_again(
     services: Services,
 ) -> None:
-    """The external route was rate limited, and while its Retry-After was waited out the
-    owner chose local only: asking again would send the text outside anew, so the attempt
-    ends there, the external model asked once."""
-    model, external_model = ModelServer(fail_mode="500"), ModelServer(fail_mode="429")
-    ops = OpsClient(services)
-    operation_id = _create(ops, "switched", CV_REVIEW, pb.PRIVACY_EXTERNAL_ALLOWED)
-    workspace, journal = Workspace(), Journal()
+    """While the 429's Retry-After was waited out the owner chose local only: asking again
+    would send the text outside anew, so the attempt ends there, the external model asked
+    once."""
+    workspace = Workspace()
 
-    async def switched(_seconds: float) -> None:
+    def switched(_seconds: float) -> None:
         workspace.settings = AiSettings(True, Privacy.LOCAL_ONLY, Plan.PRO)
-        external_model.config.fail_mode = None
 
-    async def scenario() -> None:
-        external = ModelClient(external_model.url, "dev-heuristic", route=Route.EXTERNAL)
-        router = Router(_local(model), CircuitBreaker(3, 30), external, sleep=switched)
-        async with executor_on(router, workspace, journal, 10) as executor:
-            await drain(services, executor, LEASE_SECONDS)
-            assert ops.row(operation_id).state == "waiting_for_external_fallback"
-            await drain(services, executor, LEASE_SECONDS, [Route.EXTERNAL])
-
-    try:
-        asyncio.run(scenario())
-    finally:
-        model.stop()
-        external_model.stop()
-    row = ops.row(operation_id)
+    operation_id, local, external = _fell_back_to_a_rate_limited_route(
+        services, "switched", workspace, switched
+    )
+    row = OpsClient(services).row(operation_id)
     assert (row.state, row.failure_code) == ("waiting_for_retry", "external_route_not_permitted")
-    assert (model.completions, external_model.completions, workspace.notes) == (1, 1, [])
+    assert (local, external, workspace.notes) == (1, 1, [])
 
 
 class BrokenJournal(Journal):

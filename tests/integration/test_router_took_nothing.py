@@ -244,7 +244,7 @@ def test_a_retry_after_past_the_calls_wait_bound_ends_the_call(
 
 
 def test_a_retry_after_of_exactly_the_calls_wait_bound_is_waited_out() -> None:
-    """ "Past the bound" is past it: a wait that uses the whole of it (93 s) still fits."""
+    """A wait that uses the whole of the bound (93 s) still fits: past it is past it."""
     app, answered = answering_after((429, {"Retry-After": "93"}))
     clock = Clock()
     sleeps = Sleeps(clock)
