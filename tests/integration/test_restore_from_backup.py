@@ -1,18 +1,24 @@
-"""A restore from SQLite's online backup (docs/operations.md, "Backups of an embedded
-stack") while work is under way: what the docs say it brings back and what it loses.
+"""A restore from a backup taken while work is under way: what docs/operations.md
+("What a restore does to work under way") says it brings back and what it loses.
 
-The backup is the documented one (Python's binding of SQLite's online backup, taken
-while the services write); the restore puts that file in place of the live database
-and starts the services on it again.
+The backups are the documented ones, taken while the services run: on SQLite, Python's
+binding of SQLite's online backup, restored by putting the file in place of the old
+database; on MariaDB, ``mariadb-dump --single-transaction --quick``, restored in place
+with ``mariadb`` once the services have stopped (the guide's commands, without Compose).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import grpc
+import pytest
+from sqlalchemy.engine import make_url
 
 from durable_ops import hoststore
 from durable_ops.ai_worker.clients import OperationsClient
@@ -36,24 +42,62 @@ from tests.support.operations_client import (
 HOST = "restore-host"
 
 
-def _online_backup(live: Path, copy: Path) -> None:
-    # As documented: one consistent snapshot of the WAL database while the services run.
-    source = sqlite3.connect(live)
-    target = sqlite3.connect(copy)
-    try:
-        source.backup(target)
-    finally:
-        target.close()
-        source.close()
+def _sqlite_file(url: str) -> Path:
+    return Path(url.removeprefix("sqlite:///"))
 
 
-def _restore(copy: Path, live: Path) -> None:
-    # As documented: the old database moved aside with its -wal and -shm files.
-    for suffix in ("", "-wal", "-shm"):
-        old = live.with_name(live.name + suffix)
-        if old.exists():
-            old.rename(old.with_name(old.name + ".old"))
-    copy.rename(live)
+def _client(url: str, tool: str) -> tuple[list[str], dict[str, str]]:
+    """``tool`` (mariadb-dump or mariadb) pointed at the database of ``url``."""
+    found = shutil.which(tool)
+    if found is None:
+        pytest.skip(f"{tool}, which the guide's backup uses, is not installed")
+    parsed = make_url(url)
+    command = [
+        found,
+        f"--host={parsed.host or '127.0.0.1'}",
+        f"--port={parsed.port or 3306}",
+        f"--user={parsed.username or 'root'}",
+    ]
+    return command, {**os.environ, "MYSQL_PWD": parsed.password or ""}
+
+
+def _backup(url: str, copy: Path) -> None:
+    if url.startswith("sqlite"):
+        # One consistent snapshot of the WAL database while the services write.
+        source = sqlite3.connect(_sqlite_file(url))
+        target = sqlite3.connect(copy)
+        try:
+            source.backup(target)
+        finally:
+            target.close()
+            source.close()
+        return
+    command, env = _client(url, "mariadb-dump")
+    with copy.open("wb") as dump:
+        subprocess.run(
+            [*command, "--single-transaction", "--quick", str(make_url(url).database)],
+            stdout=dump,
+            env=env,
+            check=True,
+            timeout=60,
+        )
+
+
+def _restore(copy: Path, url: str) -> None:
+    if url.startswith("sqlite"):
+        # The old database moved aside with its -wal and -shm files.
+        live = _sqlite_file(url)
+        for suffix in ("", "-wal", "-shm"):
+            old = live.with_name(live.name + suffix)
+            if old.exists():
+                old.rename(old.with_name(old.name + ".old"))
+        copy.rename(live)
+        return
+    command, env = _client(url, "mariadb")
+    with copy.open("rb") as dump:
+        subprocess.run(
+            [*command, str(make_url(url).database)], stdin=dump, env=env, check=True, timeout=60
+        )
 
 
 def _reconciled(services: Services, store: Path) -> None:
@@ -73,13 +117,11 @@ def _reconciled(services: Services, store: Path) -> None:
 
 
 def test_a_restore_carries_on_the_backups_work_and_forgets_what_came_after(
-    tmp_path: Path, clock: ManualClock
+    fresh_url: str, tmp_path: Path, clock: ManualClock
 ) -> None:
-    live = tmp_path / "var" / "durable-ops.sqlite3"
-    live.parent.mkdir(mode=0o700)
-    url = f"sqlite:///{live}"
+    url = fresh_url
     migrate.upgrade(url)
-    copy = tmp_path / "backup.sqlite3"
+    copy = tmp_path / "backup"
     store = tmp_path / "host-store"
     store.mkdir(mode=0o700)
 
@@ -89,7 +131,7 @@ def test_a_restore_carries_on_the_backups_work_and_forgets_what_came_after(
         backed_up_lease = ops.claim_one()
         assert backed_up_lease.id == held.id
         queued = ops.create(BOB, "queued")
-        _online_backup(live, copy)
+        _backup(url, copy)
         # After the backup: the held one ends (its notification written), the queued one
         # is claimed (journaled on this host, the worker then killed), and a new one is
         # made with an idempotency key.
@@ -109,7 +151,7 @@ def test_a_restore_carries_on_the_backups_work_and_forgets_what_came_after(
         journal.close()
         made_after = ops.create(ALICE, "made-after")
 
-    _restore(copy, live)
+    _restore(copy, url)
     with running_services(url, clock) as services:
         ops = OpsClient(services)
         # The worker's journal disagrees with the restored database: the attempt it holds
