@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
+import signal
 import sqlite3
 import subprocess
+import threading
 from pathlib import Path
 
 import grpc
@@ -24,10 +27,13 @@ from durable_ops import hoststore
 from durable_ops.ai_worker.clients import OperationsClient
 from durable_ops.ai_worker.journal import HostStoreJournal, JournalEntry, claim_of
 from durable_ops.ai_worker.reconcile import reconcile
+from durable_ops.local_secrets import load_or_create
 from durable_ops.model.routing import Route
 from durable_ops.model.scope import Role
 from durable_ops.rpc.client import ServiceCaller, open_channel
+from durable_ops.rpc.keys import ensure_role_keys
 from durable_ops.storage import migrate
+from durable_ops.storage.migrate import head_revision
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services, running_services
 from tests.support.keys import signing_key
@@ -40,6 +46,11 @@ from tests.support.operations_client import (
 )
 
 HOST = "restore-host"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+# Large enough that a copy made a few pages at a time, started again after every commit
+# of another connection (the sqlite3 tool's `.backup`), never ends under the writer below.
+PADDING_ROWS = 40_000
+PADDING_BYTES = 2_000
 
 
 def _sqlite_file(url: str) -> Path:
@@ -175,3 +186,85 @@ def test_a_restore_carries_on_the_backups_work_and_forgets_what_came_after(
         remade = ops.create_raw(ALICE, ops.create_request("made-after"))
         assert remade.created
         assert remade.operation.id != made_after.id
+
+
+def _embedded_guide() -> tuple[str, str]:
+    """The guide's backup chain for an embedded stack, and its restore's first line."""
+    text = GUIDE.read_text()
+    section = text[text.index("### Backups of an embedded stack") :]
+    backup, restore = re.findall(r"```sh\n(.*?)```", section, re.DOTALL)[:2]
+    return backup, restore.splitlines()[0]
+
+
+def _busy(database: Path, stop: threading.Event) -> None:
+    # What a stack running analyses does: commit after commit, from another process.
+    writer = sqlite3.connect(database, isolation_level=None)
+    try:
+        writer.execute("CREATE TABLE beats (n INTEGER)")
+        n = 0
+        while not stop.is_set():
+            n += 1
+            writer.execute("INSERT INTO beats VALUES (?)", (n,))
+    finally:
+        writer.close()
+
+
+def test_the_guides_embedded_backup_finishes_while_the_stack_writes_and_restores(
+    tmp_path: Path,
+) -> None:
+    if shutil.which("sqlite3") is None:
+        pytest.skip("the sqlite3 tool, which the guide's backup uses, is not installed")
+    backup, restore = _embedded_guide()
+    stack = tmp_path / "stack"
+    var = stack / "var"
+    var.mkdir(parents=True, mode=0o700)
+    database = var / "durable-ops.sqlite3"
+    migrate.upgrade(f"sqlite:///{database}")
+    with sqlite3.connect(database) as filling:
+        filling.execute("CREATE TABLE padding (x BLOB)")
+        filling.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
+            " INSERT INTO padding SELECT randomblob(?) FROM n",
+            (PADDING_ROWS, PADDING_BYTES),
+        )
+    filling.close()
+    ensure_role_keys(var / "keys")
+    load_or_create(var / "secrets.json")
+    stop = threading.Event()
+    writing = threading.Thread(target=_busy, args=(database, stop))
+    writing.start()
+    chain = subprocess.Popen(
+        ["bash", "-c", backup],
+        cwd=stack,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its sqlite3 goes with it if it must be stopped
+    )
+    try:
+        _out, errors = chain.communicate(timeout=60)  # a guard: it never ended before
+    except subprocess.TimeoutExpired:
+        os.killpg(chain.pid, signal.SIGKILL)
+        chain.communicate()
+        pytest.fail("the guide's backup had not finished after 60 s of the stack's writes")
+    finally:
+        stop.set()
+        writing.join()
+    assert chain.returncode == 0, errors
+    (archive,) = stack.glob("durable-ops-*.tgz")
+    assert not (stack / "backup").exists()
+
+    restored = tmp_path / "restored"
+    restored.mkdir()
+    command = restore.replace("durable-ops-2026-01-31.tgz", str(archive))
+    subprocess.run(["bash", "-c", command], cwd=restored, check=True, timeout=60)
+    copy = sqlite3.connect(restored / "var" / "durable-ops.sqlite3")
+    try:
+        assert copy.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert copy.execute("SELECT count(*) FROM padding").fetchone() == (PADDING_ROWS,)
+        (revision,) = copy.execute("SELECT version_num FROM alembic_version").fetchone()
+        assert revision == head_revision()
+    finally:
+        copy.close()
+    for kept in ("secrets.json", "keys/worker/worker.key"):
+        assert (restored / "var" / kept).stat().st_mode & 0o077 == 0, kept
