@@ -17,6 +17,7 @@ import signal
 import sqlite3
 import subprocess
 import threading
+from datetime import timedelta
 from pathlib import Path
 
 import grpc
@@ -40,6 +41,7 @@ from tests.support.keys import signing_key
 from tests.support.operations_client import (
     ALICE,
     BOB,
+    FAILED,
     SUCCEEDED,
     OpsClient,
     expect_failure,
@@ -268,3 +270,26 @@ def test_the_guides_embedded_backup_finishes_while_the_stack_writes_and_restores
         copy.close()
     for kept in ("secrets.json", "keys/worker/worker.key"):
         assert (restored / "var" / kept).stat().st_mode & 0o077 == 0, kept
+
+
+def test_work_whose_deadline_passed_by_the_restore_fails_at_the_first_sweep(
+    fresh_url: str, tmp_path: Path, clock: ManualClock
+) -> None:
+    url = fresh_url
+    migrate.upgrade(url)
+    copy = tmp_path / "backup"
+    deadline = clock() + timedelta(minutes=30)
+    with running_services(url, clock) as services:
+        ops = OpsClient(services)
+        running = ops.create(ALICE, "running", deadline=deadline)
+        assert ops.claim_one().id == running.id
+        waiting = ops.create(BOB, "waiting", deadline=deadline)
+        _backup(url, copy)
+    _restore(copy, url)
+    clock.advance(timedelta(minutes=31).total_seconds())
+    with running_services(url, clock) as services:
+        ops = OpsClient(services)
+        services.sweep()
+        assert ops.get(ALICE, running.id).state == FAILED
+        assert ops.get(BOB, waiting.id).state == FAILED
+        assert ops.notifications_per_operation() == {running.id: 1, waiting.id: 1}
