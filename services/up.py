@@ -168,6 +168,13 @@ def run_stack(
             output.say("address_in_use", f"opsctl up: {problem}")
         if taken:
             return EXIT_USAGE
+        if _host_store_held(settings.host_store_dir):
+            output.say(
+                "host_store_held",
+                f"opsctl up: the host store in {settings.host_store_dir} (OPS_HOST_STORE_DIR)"
+                " is held by another AI worker: stop it, or give this stack a store of its own",
+            )
+            return EXIT_USAGE
         held = lock.take()  # refused too if another stack started since the check
     except lock.StackRunning as running:
         output.say("already_running", f"opsctl up: {running}", pid=running.pid)
@@ -182,6 +189,16 @@ def run_stack(
         return _cannot_write(output, error, settings)
     finally:
         os.close(held)  # the lock goes with it
+
+
+def _host_store_held(directory: str) -> bool:
+    """Its AI worker would be refused the store at every restart until ``opsctl up`` gave
+    up (a restored copy beside the original, two checkouts sharing one store)."""
+    if not directory:
+        return False
+    from durable_ops.hoststore.lockfile import held_elsewhere
+
+    return held_elsewhere(directory)
 
 
 _DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})

@@ -82,6 +82,26 @@ def _lock_or_refuse(fd: int, directory: str) -> None:
         raise HostLocked(f"the host store in {directory} is held by another session") from None
 
 
+def held_elsewhere(directory: str) -> bool:
+    """Whether a session holds the store in ``directory`` now, for a start that would
+    otherwise learn it only from its worker's refusals (``opsctl up``). Asked with a shared
+    lock taken and let go at once: a worker acquiring in that instant is refused, and takes
+    it on its next start. False when there is no directory to ask."""
+    import fcntl
+
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False  # none yet, or unreadable: the worker's own start says what is wrong
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # and the shared lock with it
+    return False
+
+
 def check_held(dir_fd: int, lock_fd: int, held: tuple[int, int] | None = None) -> None:
     """Refuse if ``host.lock`` in the directory is no longer the file we hold locked.
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from durable_ops.hoststore import acquire
 from durable_ops.stack.children import healthy
 from durable_ops.storage.migrate import upgrade
 from tests.support import disks, procs
@@ -210,6 +211,26 @@ def _read_until(master: int, needle: bytes, seconds: float) -> bytes:
             except OSError:  # the other side closed
                 break
     return seen
+
+
+def test_a_host_store_another_worker_holds_is_a_clear_message(tmp_path: Path) -> None:
+    """Its AI worker would be refused the store at every restart until the stack gave up
+    (a restored copy started beside the original, sharing OPS_HOST_STORE_DIR)."""
+    store = tmp_path / "host-store"
+    store.mkdir(mode=0o700)
+    env = product_env(OPS_DEV_MODEL_SECONDS="0", OPS_HOST_STORE_DIR=str(store))
+    holder = acquire(store, "the-other-worker")
+    try:
+        refused = _up(
+            "--database-url", f"sqlite:///{tmp_path / 'up.sqlite3'}", env=env, cwd=tmp_path
+        )
+    finally:
+        holder.close()
+    assert refused.returncode == 2
+    [event] = [json.loads(line) for line in refused.stdout.splitlines()]
+    assert event["event"] == "host_store_held"
+    assert f"the host store in {store} (OPS_HOST_STORE_DIR) is held" in event["message"]
+    assert not (tmp_path / "var").exists()  # refused before anything was made
 
 
 def test_a_taken_port_is_a_clear_message_and_port_base_moves_every_port(tmp_path: Path) -> None:
