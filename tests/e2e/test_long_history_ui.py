@@ -10,6 +10,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.e2e.test_many_tabs_ui import scrolled_to
 from tests.support.gateway import LiveGateway, create_operation
 from tests.support.grpc_services import Services
 from tests.support.history import seed_history
@@ -114,3 +115,33 @@ def test_a_change_to_an_older_operation_shows_on_its_card(
     assert len(looks) > looked
     expect(retried.locator(".state")).to_have_text("Queued")
     expect(cards).to_have_count(120)
+
+
+def test_back_and_reload_keep_the_older_ones_shown_and_the_scroll(
+    page: Page, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """Come back from a result (or reloaded), the list showed its newest 100 from the top:
+    a user a year deep paged down again from there."""
+    job = create_job(ui_services.workspace, "ada", title="Platform engineer")
+    history = seed_history(ui_services.db, "ada", 260, datetime.now(UTC), subject=("job", job))
+    dev_sign_in(page, ui_gateway.url, "ada")
+    cards = page.locator("li.op")
+    more = page.get_by_role("button", name="Show more")
+    for shown in (40, 60, 80, 100):
+        more.click()
+        expect(cards).to_have_count(shown)
+    older = page.get_by_role("button", name="Show older")
+    for shown in (200, 260):
+        older.click()
+        expect(cards).to_have_count(shown)
+    cards.nth(230).scroll_into_view_if_needed()
+    scrolled = page.evaluate("window.scrollY")
+
+    page.goto(ui_gateway.url + "/jobs")
+    page.go_back()
+    expect(cards).to_have_count(260)
+    scrolled_to(page, scrolled)
+    page.reload()
+    expect(cards).to_have_count(260)
+    scrolled_to(page, scrolled)
+    assert shown_ids(page) == history

@@ -8,6 +8,8 @@
 // one, shown above the list when the list does not hold it. The bell leads to
 // /operations#notifications: the notifications come first (on a phone, above the
 // operations; on a wide screen they keep their column) and focus moves to them.
+// "Show more" grows the list to the newest 100; past them "Show older" pages on to the
+// oldest (the head and the tail: see `olderFailed`'s comment).
 
 import { api, post } from "../api.js";
 import { cancelDialogs } from "../dialog.js";
@@ -47,6 +49,13 @@ const FILTERS = [
 function shownBefore() {
   const shown = Number(window.history.state?.shown);
   return Number.isInteger(shown) && shown > PAGE_STEP ? Math.min(shown, PAGE_MAX) : PAGE_STEP;
+}
+
+// And how many "Show older" brought: read again, a page at a time, before the scroll is
+// restored (a user a year deep was sent back to the 100th).
+function olderBefore() {
+  const older = Number(window.history.state?.older);
+  return shownBefore() === PAGE_MAX && Number.isInteger(older) && older > 0 ? older : 0;
 }
 
 function remember(fields) {
@@ -98,6 +107,8 @@ export function mount(main) {
   const cards = new Map();
   let limit = shownBefore();
   let scrollBefore = Number(window.history.state?.scrollY) || 0; // restored once, by the first list shown
+  let olderToRestore = olderBefore(); // read past the head by the first list shown
+  let restoring = false;
   let loaded = false;
   let names = new Map(); // "type:id" -> the subject's name, or null
   const states = new Map(); // id -> the last state seen here, for every operation shown so far
@@ -278,8 +289,9 @@ export function mount(main) {
     headToken = page.next_page_token;
     if (pagedPast) setTail(tailAfter(page, shownBefore));
     showList();
-    if (scrollBefore && page.items.length > 0) window.scrollTo(0, scrollBefore);
-    scrollBefore = 0;
+    if (olderToRestore && headToken) restoreOlder(olderToRestore);
+    else scrollOnce();
+    olderToRestore = 0;
     if (retried) focusLoaded();
     focusShownMore(asked);
     noticeFinished(page.items);
@@ -333,33 +345,57 @@ export function mount(main) {
     more.textContent = limit < PAGE_MAX ? "Show more" : "Show older";
   }
 
+  function scrollOnce() {
+    if (scrollBefore && list.children.length > 0) window.scrollTo(0, scrollBefore);
+    scrollBefore = 0;
+  }
+
+  async function restoreOlder(count) {
+    restoring = true;
+    pagedPast = true;
+    tailToken = headToken;
+    tailLast = head.at(-1) ?? null;
+    try {
+      while (tailToken && tail.length < count) {
+        if (!(await loadOlder(Math.min(OLDER_STEP, count - tail.length), false))) break;
+      }
+    } finally {
+      restoring = false;
+    }
+    scrollOnce();
+  }
+
   // "Show older": the next page after the last one shown, appended to the tail. A failure
-  // says so beside the button, which stays (and keeps focus) to try again.
-  async function loadOlder() {
+  // says so beside the button, which stays (and keeps focus) to try again. Whether it
+  // brought the page.
+  async function loadOlder(size = OLDER_STEP, focus = true) {
     const epoch = tailEpoch;
-    const query = new URLSearchParams({ page_size: String(OLDER_STEP), page_token: tailToken });
+    const query = new URLSearchParams({ page_size: String(size), page_token: tailToken });
     if (filter.value) query.set("state", filter.value);
     try {
       const page = await api(`/api/operations?${query}`);
-      if (epoch !== tailEpoch) return; // another filter was chosen meanwhile
+      if (epoch !== tailEpoch) return false; // another filter was chosen meanwhile
       const last = tail.at(-1) ?? head.at(-1);
       const shown = new Set([...head, ...tail].map((operation) => operation.id));
       const brought = page.items.filter((operation) => !shown.has(operation.id) && (!last || isOlder(operation, last)));
       names = await namesOf([...head, ...tail, ...brought]);
-      if (epoch !== tailEpoch) return;
+      if (epoch !== tailEpoch) return false;
       setTail([...tail, ...brought]);
       tailToken = page.next_page_token;
       tailLast = page.items.at(-1) ?? tailLast;
+      remember({ older: tail.length });
       olderFailed.hidden = true;
       showList();
-      focusShownOlder(brought[0]);
+      if (focus) focusShownOlder(brought[0]);
       followTail();
+      return true;
     } catch (error) {
-      if (epoch !== tailEpoch) return;
+      if (epoch !== tailEpoch) return false;
       olderFailed.textContent = `Older operations could not be loaded. ${explain(error)}`;
       olderFailed.hidden = false;
       moreFocus = null;
       more.removeAttribute("aria-disabled");
+      return false;
     }
   }
 
@@ -611,6 +647,7 @@ export function mount(main) {
   // A new filter shows its first page afresh (or, stepped back to, as long as it was).
   function applyFilter(shown = PAGE_STEP) {
     limit = shown;
+    olderToRestore = 0;
     pagedPast = false;
     setTail([]);
     tailToken = null;
@@ -655,7 +692,7 @@ export function mount(main) {
   more.addEventListener(
     "click",
     once(() => {
-      if (moreFocus) return;
+      if (moreFocus || restoring) return;
       if (limit >= PAGE_MAX) {
         moreFocus = { older: true };
         more.setAttribute("aria-disabled", "true");
