@@ -94,7 +94,9 @@ _MARK_ALL_READ = (
 
 
 def list_page(tx: Tx, *, size: int, token: str) -> Page[UserNotification]:
-    return newest_first_page(tx, _VISIBLE, size, token, lambda row: UserNotification(**row))
+    return newest_first_page(
+        tx, _VISIBLE, size, token, lambda row: UserNotification(**row), listing="notifications"
+    )
 
 
 def unread_count(tx: Tx) -> int:

@@ -206,6 +206,19 @@ class UserOperation(Owned, Base):
             "ix_user_operations_owner_state", "owner_user_id", "state", "task_type", "held_until"
         ),
         Index("ix_user_operations_owner_listing", "owner_user_id", "created_at", "id"),
+        # The list of one state (the operations page's filter, read every two seconds), or
+        # of one task type: a seek and a walk of the page's rows, none of the owner's
+        # operations of other states or types (0024).
+        Index(
+            "ix_user_operations_owner_state_listing", "owner_user_id", "state", "created_at", "id"
+        ),
+        Index(
+            "ix_user_operations_owner_type_listing",
+            "owner_user_id",
+            "task_type",
+            "created_at",
+            "id",
+        ),
         Index("ix_user_operations_state_deadline", "state", "deadline_at"),
         # An owner's watch reads what changed since its cursor (``WatchOwner``).
         Index("ix_user_operations_owner_updated", "owner_user_id", "updated_at"),
@@ -309,6 +322,10 @@ class UserNotification(Owned, Base):
 
     __table_args__ = (
         Index("ix_user_notifications_owner_listing", "owner_user_id", "created_at", "id"),
+        # The list: the notifications not dismissed, newest first, none of the dismissed (0024).
+        Index(
+            "ix_user_notifications_owner_shown", "owner_user_id", "dismissed_at", "created_at", "id"
+        ),
         # The unread count and "mark all read": the owner's history is not read. It
         # covers the count: MariaDB takes ``read_at IS NULL`` for every row of the owner
         # and would scan the table rather than look each up.

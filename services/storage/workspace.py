@@ -107,7 +107,9 @@ def get_job(tx: Tx, job_id: str, *, lease: ReadLease | None, now: datetime) -> J
 
 
 def list_jobs(tx: Tx, *, size: int, token: str) -> Page[Job]:
-    return newest_first_page(tx, _of_owner(JOBS), size, token, lambda row: Job(**row))
+    return newest_first_page(
+        tx, _of_owner(JOBS), size, token, lambda row: Job(**row), listing="jobs"
+    )
 
 
 # ---- attachments ---------------------------------------------------------------------------
@@ -133,7 +135,14 @@ def get_attachment(
 
 
 def list_attachments(tx: Tx, *, size: int, token: str) -> Page[Attachment]:
-    return newest_first_page(tx, _of_owner(ATTACHMENTS), size, token, lambda row: Attachment(**row))
+    return newest_first_page(
+        tx,
+        _of_owner(ATTACHMENTS),
+        size,
+        token,
+        lambda row: Attachment(**row),
+        listing="attachments",
+    )
 
 
 # ---- subjects ------------------------------------------------------------------------------

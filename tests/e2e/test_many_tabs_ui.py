@@ -232,11 +232,12 @@ def test_an_analysis_started_in_another_tab_moves_this_tabs_token_line(
     expect(budget).to_have_text(re.compile(r"^0 used and [1-9][\d,]* reserved of 100,000 tokens"))
 
 
-def test_a_user_of_hundreds_of_operations_is_told_the_list_stops_at_100(
+def test_a_user_of_hundreds_of_operations_is_offered_the_older_ones_past_100(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
     """ "Show more" went at the hundredth operation with nothing said: the older ones looked
-    like none. The list says it stops there, and keeps no duplicate when one more arrives."""
+    like none. "Show older" takes its place, and the list keeps no duplicate when one more
+    arrives (paging past 100: tests/e2e/test_long_history_ui.py)."""
     for _ in range(101):
         create_operation(ui_services, "ada", subject=("job", "job-1"))
     dev_sign_in(page, ui_gateway.url, "ada")
@@ -246,7 +247,7 @@ def test_a_user_of_hundreds_of_operations_is_told_the_list_stops_at_100(
         more.click()
         expect(cards).to_have_count(shown)
     expect(more).to_be_hidden()
-    expect(page.get_by_text("Only your 100 newest operations are listed.")).to_be_visible()
+    expect(page.get_by_role("button", name="Show older")).to_be_visible()
 
     newest = create_operation(ui_services, "ada", subject=("job", "job-1"))
     expect(cards.first).to_have_attribute("data-id", newest.id)

@@ -8,6 +8,8 @@
 // one, shown above the list when the list does not hold it. The bell leads to
 // /operations#notifications: the notifications come first (on a phone, above the
 // operations; on a wide screen they keep their column) and focus moves to them.
+// "Show more" grows the list to the newest 100; past them "Show older" pages on to the
+// oldest (the head and the tail: see `olderFailed`'s comment).
 
 import { api, post } from "../api.js";
 import { cancelDialogs } from "../dialog.js";
@@ -27,6 +29,9 @@ export const OPERATIONS_LIVE_POLL_MS = 500;
 const NAMES_WAIT_MS = 1500;
 const PAGE_STEP = 20;
 const PAGE_MAX = 100;
+// Past the newest PAGE_MAX, "Show older" reads the next page after the last one shown, by
+// the API's page token, as many as a page holds: a year of history is some fifty presses.
+const OLDER_STEP = 100;
 const FILTERS = [
   ["", "All operations"],
   ["running", "Running"],
@@ -44,6 +49,13 @@ const FILTERS = [
 function shownBefore() {
   const shown = Number(window.history.state?.shown);
   return Number.isInteger(shown) && shown > PAGE_STEP ? Math.min(shown, PAGE_MAX) : PAGE_STEP;
+}
+
+// And how many "Show older" brought: read again, a page at a time, before the scroll is
+// restored (a user a year deep was sent back to the 100th).
+function olderBefore() {
+  const older = Number(window.history.state?.older);
+  return shownBefore() === PAGE_MAX && Number.isInteger(older) && older > 0 ? older : 0;
 }
 
 function remember(fields) {
@@ -78,15 +90,25 @@ export function mount(main) {
   const banner = h("div", { class: "banner", role: "alert", hidden: true });
   const announcer = h("p", { class: "visually-hidden", role: "status" });
   const more = h("button", { type: "button", class: "button button--quiet", hidden: true }, "Show more");
-  // Past PAGE_MAX the list shows no more (it reads its whole length at each look, and the
-  // API answers at most 100 a page): "Show more" went, and a user of hundreds of operations
-  // was not told the older ones were there.
-  const capped = h("p", { class: "status", hidden: true });
+  // Why the list is read in two parts. Each look (every few seconds, or at each change the
+  // stream tells) reads the list again, so the part it reads must stay bounded whatever the
+  // history: it is the newest `limit` (at most PAGE_MAX, one API page), "the head". What
+  // "Show older" brings past it is "the tail": read once, by the page token that follows
+  // the last one shown, and kept as loaded (its cards still move when the stream, a
+  // long-poll or an action here tells of a change). A look that finds newer operations
+  // pushes the head's oldest past its end: they join the tail, as they were, so nothing
+  // between the two parts is skipped and nothing is shown twice (ordered as the API
+  // orders: created_at, then id, newest first). Reading the whole grown list at each
+  // look instead cost a read of every operation shown, every two seconds: why the list
+  // once stopped at PAGE_MAX.
+  const olderFailed = h("p", { class: "status", role: "alert", hidden: true });
   const notifications = h("aside", { id: "notifications", class: "panel panel--side panel--notes" });
   const detail = h("ol", { class: "ops ops--detail", "aria-label": "The operation you opened", hidden: true });
   const cards = new Map();
   let limit = shownBefore();
   let scrollBefore = Number(window.history.state?.scrollY) || 0; // restored once, by the first list shown
+  let olderToRestore = olderBefore(); // read past the head by the first list shown
+  let restoring = false;
   let loaded = false;
   let names = new Map(); // "type:id" -> the subject's name, or null
   const states = new Map(); // id -> the last state seen here, for every operation shown so far
@@ -98,7 +120,18 @@ export function mount(main) {
   const acting = new Set(); // "id:action" asked here and not answered yet: one request per intent
   // Cards whose error says the server could not be reached: no longer true once a load answers.
   const unreachedOn = new Set();
-  let moreFocus = null; // after "Show more": {index, limit} of the first card it brings, to focus
+  // After "Show more": {index, limit} of the first card it brings, to focus; after "Show
+  // older": {older: true}, until its page is shown (`focusShownOlder`).
+  let moreFocus = null;
+  let head = []; // the newest operations, as the last look read them
+  let headToken = null; // the page token after the head, as the last look answered
+  let pagedPast = false; // "Show older" pressed under this filter: the tail is kept
+  let tail = []; // older than the head's last, as loaded (see `olderFailed` above); setTail
+  let tailAt = new Map(); // id -> its index in `tail`
+  const namedOn = new WeakMap(); // card -> the subject's name it shows
+  let tailToken = null; // the page token after the tail's last; null: nothing older
+  let tailLast = null; // the operation `tailToken` follows
+  let tailEpoch = 0; // a filter chosen: a page of the tail asked before it is dropped
   const cancels = cancelDialogs(); // keyed by operation id
 
   replaceChildren(
@@ -121,7 +154,7 @@ export function mount(main) {
         placeholder,
         list,
         more,
-        capped,
+        olderFailed,
         announcer,
       ),
       notifications,
@@ -158,7 +191,10 @@ export function mount(main) {
   // Every card shows an operation through here: one seen ending tells a cancel dialog
   // open for it, which then says so.
   function showOnCard(card, operation) {
-    updateCard(card, operation, handlers, nameFrom(names, operation.subject));
+    keepInTail(operation);
+    const name = nameFrom(names, operation.subject);
+    namedOn.set(card, name);
+    updateCard(card, operation, handlers, name);
     if (TERMINAL_STATES.has(operation.state)) cancels.ended(operation.id);
   }
 
@@ -203,6 +239,43 @@ export function mount(main) {
     if (retried) retry.focus();
   }
 
+  // Whether `a` comes after `b` in the list: the API's order, created_at then id, newest
+  // first (fixed-width RFC 3339: the text orders as the time; ids compare as the database's).
+  function isOlder(a, b) {
+    return a.created_at < b.created_at || (a.created_at === b.created_at && a.id < b.id);
+  }
+
+  // The tail's copy of an operation the page has heard of anew: the list shows it again
+  // from there at each look, and a stale copy would undo the change on its card.
+  function keepInTail(operation) {
+    const index = tailAt.get(operation.id);
+    if (index !== undefined && operation.updated_at >= tail[index].updated_at) tail[index] = operation;
+  }
+
+  function setTail(operations) {
+    tail = operations;
+    tailAt = new Map(tail.map((operation, index) => [operation.id, index]));
+  }
+
+  // The tail once a look has read the head anew: what was shown past the head's new end, as
+  // it was (a head pushed down by newer operations hands its oldest to the tail).
+  function tailAfter(page, shownBefore) {
+    const last = page.items.at(-1);
+    if (!page.next_page_token || !last) {
+      tailToken = null; // the head holds every one: nothing is older
+      return [];
+    }
+    const inHead = new Set(page.items.map((operation) => operation.id));
+    const kept = shownBefore.filter((operation) => !inHead.has(operation.id) && isOlder(operation, last));
+    // The head now reaches past all the tail loaded (operations of this filter left it):
+    // what is older than the head follows from the head's own token.
+    if (kept.length === 0 && (!tailLast || !isOlder(tailLast, last))) {
+      tailToken = page.next_page_token;
+      tailLast = last;
+    }
+    return kept;
+  }
+
   // `asked`: the page size the answer was asked with.
   function render(page, asked) {
     const retried = errorHasFocus(); // the load hides it
@@ -211,7 +284,24 @@ export function mount(main) {
     for (const card of unreachedOn) showCardError(card, "");
     unreachedOn.clear();
     section.setAttribute("aria-busy", "false");
-    if (page.items.length === 0) {
+    const shownBefore = [...head, ...tail];
+    head = page.items;
+    headToken = page.next_page_token;
+    if (pagedPast) setTail(tailAfter(page, shownBefore));
+    showList();
+    if (olderToRestore && headToken) restoreOlder(olderToRestore);
+    else scrollOnce();
+    olderToRestore = 0;
+    if (retried) focusLoaded();
+    focusShownMore(asked);
+    noticeFinished(page.items);
+    announceCancelOutcomes(page.items);
+  }
+
+  // The cards of the head, then of the tail; the button that shows more, or older ones.
+  function showList() {
+    const items = [...head, ...tail];
+    if (items.length === 0) {
       list.hidden = true;
       cards.clear();
       list.replaceChildren();
@@ -230,14 +320,18 @@ export function mount(main) {
       placeholder.hidden = true;
       list.hidden = false;
       const seen = new Set();
-      page.items.forEach((operation, index) => {
+      items.forEach((operation, index) => {
         seen.add(operation.id);
         let card = cards.get(operation.id);
         if (!card) {
           card = createCard(operation);
           cards.set(operation.id, card);
+          showOnCard(card, operation);
+        } else if (index < head.length || namedOn.get(card) !== nameFrom(names, operation.subject)) {
+          // A tail card already shows its operation as last heard (`keepInTail`): only a
+          // name come late changes it. Thousands of them are not redrawn at every look.
+          showOnCard(card, operation);
         }
-        showOnCard(card, operation);
         if (list.children[index] !== card) list.insertBefore(card, list.children[index] ?? null);
       });
       for (const [id, card] of cards) {
@@ -247,20 +341,78 @@ export function mount(main) {
         }
       }
     }
-    more.hidden = !page.next_page_token || limit >= PAGE_MAX;
-    if (scrollBefore && page.items.length > 0) window.scrollTo(0, scrollBefore);
-    scrollBefore = 0;
-    capped.hidden = !page.next_page_token || limit < PAGE_MAX;
-    capped.textContent = capped.hidden ? "" : cappedLine();
-    if (retried) focusLoaded();
-    focusShownMore(asked);
-    noticeFinished(page.items);
-    announceCancelOutcomes(page.items);
+    more.hidden = !(pagedPast ? tailToken : headToken);
+    more.textContent = limit < PAGE_MAX ? "Show more" : "Show older";
   }
 
-  function cappedLine() {
-    if (filter.value !== "") return `Only the ${PAGE_MAX} newest of these are listed; older ones are not.`;
-    return `Only your ${PAGE_MAX} newest operations are listed. To find an older one, show only those in its state.`;
+  function scrollOnce() {
+    if (scrollBefore && list.children.length > 0) window.scrollTo(0, scrollBefore);
+    scrollBefore = 0;
+  }
+
+  async function restoreOlder(count) {
+    restoring = true;
+    pagedPast = true;
+    tailToken = headToken;
+    tailLast = head.at(-1) ?? null;
+    try {
+      while (tailToken && tail.length < count) {
+        if (!(await loadOlder(Math.min(OLDER_STEP, count - tail.length), false))) break;
+      }
+    } finally {
+      restoring = false;
+    }
+    scrollOnce();
+  }
+
+  // "Show older": the next page after the last one shown, appended to the tail. A failure
+  // says so beside the button, which stays (and keeps focus) to try again. Whether it
+  // brought the page.
+  async function loadOlder(size = OLDER_STEP, focus = true) {
+    const epoch = tailEpoch;
+    const query = new URLSearchParams({ page_size: String(size), page_token: tailToken });
+    if (filter.value) query.set("state", filter.value);
+    try {
+      const page = await api(`/api/operations?${query}`);
+      if (epoch !== tailEpoch) return false; // another filter was chosen meanwhile
+      const last = tail.at(-1) ?? head.at(-1);
+      const shown = new Set([...head, ...tail].map((operation) => operation.id));
+      const brought = page.items.filter((operation) => !shown.has(operation.id) && (!last || isOlder(operation, last)));
+      names = await namesOf([...head, ...tail, ...brought]);
+      if (epoch !== tailEpoch) return false;
+      setTail([...tail, ...brought]);
+      tailToken = page.next_page_token;
+      tailLast = page.items.at(-1) ?? tailLast;
+      remember({ older: tail.length });
+      olderFailed.hidden = true;
+      showList();
+      if (focus) focusShownOlder(brought[0]);
+      followTail();
+      return true;
+    } catch (error) {
+      if (epoch !== tailEpoch) return false;
+      olderFailed.textContent = `Older operations could not be loaded. ${explain(error)}`;
+      olderFailed.hidden = false;
+      moreFocus = null;
+      more.removeAttribute("aria-disabled");
+      return false;
+    }
+  }
+
+  // As after "Show more": focus on the first card brought, else the last card (the button
+  // may be gone: nothing older), never the page.
+  function focusShownOlder(first) {
+    moreFocus = null;
+    more.removeAttribute("aria-disabled");
+    const card = (first && cards.get(first.id)) ?? list.lastElementChild;
+    card?.querySelector(".op__title")?.focus();
+  }
+
+  // A live operation in the tail (retried here, say) is not read again by the looks: without
+  // the stream, a long-poll follows it while one is free.
+  function followTail() {
+    if (liveOpen()) return;
+    for (const operation of tail) if (isLive(operation)) follower.follow(operation);
   }
 
   // After a Retry that loaded the list, focus goes to what it shows (the first card's title,
@@ -273,7 +425,7 @@ export function mount(main) {
   // Focus on the first card "Show more" brought, once a load asked for them has answered:
   // the button may be gone (nothing more to show), and focus must not fall to the page.
   function focusShownMore(asked) {
-    if (!moreFocus || asked < moreFocus.limit) return;
+    if (!moreFocus || moreFocus.older || asked < moreFocus.limit) return;
     const first = list.children[moreFocus.index] ?? list.lastElementChild;
     moreFocus = null;
     more.removeAttribute("aria-disabled");
@@ -399,7 +551,7 @@ export function mount(main) {
     heardWhileLoading = [];
     try {
       const page = await api(`/api/operations?${query}`);
-      names = await namesOf(page.items);
+      names = await namesOf([...page.items, ...tail]);
       // Another filter was chosen while this answer was on its way (a slow connection): it
       // would show the operations of the filter left under the one chosen. The load the
       // choice asked for runs next.
@@ -412,6 +564,7 @@ export function mount(main) {
         if (shown === undefined || operation.updated_at > shown) showChange(operation);
       }
       showsLive = page.items.some(isLive);
+      followTail();
       const streamed = liveOpen();
       const unfollowed = page.items.filter((operation) => isLive(operation) && !streamed && !follower.follow(operation));
       return unfollowed.length > 0 ? OPERATIONS_LIVE_POLL_MS : OPERATIONS_POLL_MS;
@@ -494,6 +647,13 @@ export function mount(main) {
   // A new filter shows its first page afresh (or, stepped back to, as long as it was).
   function applyFilter(shown = PAGE_STEP) {
     limit = shown;
+    olderToRestore = 0;
+    pagedPast = false;
+    setTail([]);
+    tailToken = null;
+    tailLast = null;
+    tailEpoch += 1;
+    olderFailed.hidden = true;
     moreFocus = null;
     more.removeAttribute("aria-disabled");
     loaded = false;
@@ -532,7 +692,18 @@ export function mount(main) {
   more.addEventListener(
     "click",
     once(() => {
-      if (moreFocus) return;
+      if (moreFocus || restoring) return;
+      if (limit >= PAGE_MAX) {
+        moreFocus = { older: true };
+        more.setAttribute("aria-disabled", "true");
+        if (!pagedPast) {
+          pagedPast = true;
+          tailToken = headToken;
+          tailLast = head.at(-1) ?? null;
+        }
+        loadOlder();
+        return;
+      }
       moreFocus = { index: list.children.length, limit: Math.min(PAGE_MAX, limit + PAGE_STEP) };
       limit = moreFocus.limit;
       remember({ shown: limit });
@@ -569,7 +740,14 @@ export function mount(main) {
   });
   function showChange(operation) {
     const shown = cards.get(operation.id);
-    if (shown && !TERMINAL_STATES.has(operation.state)) {
+    const kept = tail[tailAt.get(operation.id)];
+    if (shown && kept) {
+      // The looks do not read the tail again: its card shows the change itself, an end too.
+      if (operation.updated_at < kept.updated_at) return; // told late: the card shows newer
+      showOnCard(shown, operation);
+      noticeFinished([operation]);
+      announceCancelOutcomes([operation]);
+    } else if (shown && !TERMINAL_STATES.has(operation.state)) {
       showOnCard(shown, operation);
     } else {
       if (TERMINAL_STATES.has(operation.state)) cancels.ended(operation.id); // before the list reloads
