@@ -208,7 +208,7 @@ class UserOperation(Owned, Base):
         Index("ix_user_operations_owner_listing", "owner_user_id", "created_at", "id"),
         # The list of one state (the operations page's filter, read every two seconds), or
         # of one task type: a seek and a walk of the page's rows, none of the owner's
-        # operations of other states or types (0024).
+        # operations of other states or types (0025).
         Index(
             "ix_user_operations_owner_state_listing", "owner_user_id", "state", "created_at", "id"
         ),
@@ -322,7 +322,7 @@ class UserNotification(Owned, Base):
 
     __table_args__ = (
         Index("ix_user_notifications_owner_listing", "owner_user_id", "created_at", "id"),
-        # The list: the notifications not dismissed, newest first, none of the dismissed (0024).
+        # The list: the notifications not dismissed, newest first, none of the dismissed (0025).
         Index(
             "ix_user_notifications_owner_shown", "owner_user_id", "dismissed_at", "created_at", "id"
         ),

@@ -19,7 +19,7 @@ from durable_ops.model.health import (
 )
 
 WHERE = "sqlite:///var/ops.sqlite3 (from the default)"
-HEAD = "0024_charge_work_before_budgets"
+HEAD = "0025_filtered_listings"
 MAX_WAIT = 300
 
 

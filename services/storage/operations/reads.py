@@ -91,7 +91,7 @@ def list_page(
 
 
 # A filtered page is one seek of its filter's listing index and a walk of the page's rows
-# (0024), the index named rather than left to the planner: MariaDB 10.11 took the rows of
+# (0025), the index named rather than left to the planner: MariaDB 10.11 took the rows of
 # the state of every owner (``ix_user_operations_state_deadline``) and sorted them, or
 # walked the owner's whole history newest first (``ix_user_operations_owner_listing``)
 # for a state the owner holds few of. SQLite reads no such hint (nor does SQLAlchemy

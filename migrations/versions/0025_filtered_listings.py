@@ -19,16 +19,16 @@ Galera-safe: three indexes, each idempotent, replicated in total order (TOI).
 
 Frozen: the DDL below is this revision's, written out per dialect.
 
-Revision ID: 0024_filtered_listings
-Revises: 0023_results_by_context
+Revision ID: 0025_filtered_listings
+Revises: 0024_charge_work_before_budgets
 """
 
 from __future__ import annotations
 
 from durable_ops.migrations import ddl
 
-revision = "0024_filtered_listings"
-down_revision = "0023_results_by_context"
+revision = "0025_filtered_listings"
+down_revision = "0024_charge_work_before_budgets"
 branch_labels = None
 depends_on = None
 
