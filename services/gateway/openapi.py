@@ -192,7 +192,9 @@ PAGE_PARAMETERS: list[JsonObject] = [
     query(
         "page_token",
         {"type": "string", "maxLength": PAGE_TOKEN_MAX, "pattern": PAGE_TOKEN_PATTERN},
-        "opaque; the `next_page_token` of the previous page (any other is a 400)",
+        "opaque; the `next_page_token` of the previous page of the same list, with the same"
+        " filters (any other is a 400: `invalid_argument`, or `page_token_mismatch` for a"
+        " token of another list or another user's)",
     ),
 ]
 
