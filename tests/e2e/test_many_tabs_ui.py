@@ -4,10 +4,10 @@ shown again, marking notifications while the tab's event stream is open."""
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
-from playwright.sync_api import BrowserContext, Page, Response, Route, expect
+from playwright.sync_api import BrowserContext, Page, Request, Response, Route, expect
 
 from durable_ops.clock import utc_now
 from durable_ops.storage import budgets
@@ -27,6 +27,8 @@ BELL_RETRY_MS = 5000
 CONNECTIONS_PER_SERVER = 6
 # live.js: how long a tab stays hidden before it closes its event stream.
 PARK_AFTER_MS = 20000
+# operations/app.py: how far before its start a new stream's first read looks (WATCH_OVERLAP).
+WATCH_OVERLAP_MS = 2000
 
 
 def streams_answered(page: Page) -> list[Response]:
@@ -44,16 +46,73 @@ def wait_for(page: Page, seen: list[Response], count: int) -> None:
     raise AssertionError(f"{len(seen)} event streams answered, expected {count}")
 
 
+def streams_asked(context: BrowserContext) -> list[Request]:
+    """Every event stream the browser asks the server for, whichever tab asks."""
+    asked: list[Request] = []
+    context.on("request", lambda r: asked.append(r) if "/api/events" in r.url else None)
+    return asked
+
+
+def long_polls_asked(context: BrowserContext) -> list[Request]:
+    """Every long-poll (`…:wait`) the browser sends: what a tab follows a live operation
+    with when it hears no stream."""
+    asked: list[Request] = []
+    context.on("request", lambda r: asked.append(r) if ":wait" in r.url else None)
+    return asked
+
+
+# live.js's own word on whether the tab hears a stream: its own, or the one another tab of
+# the browser holds and passes on.
+LIVE_OPEN = "async () => (await import('/static/live.js')).liveOpen()"
+
+
+def wait_live(tab: Page) -> None:
+    for _ in range(200):
+        if tab.evaluate(LIVE_OPEN):
+            return
+        tab.wait_for_timeout(50)
+    raise AssertionError("the tab hears no event stream")
+
+
+def wait_count(tab: Page, seen: list[Request], count: int) -> None:
+    for _ in range(200):
+        if len(seen) >= count:
+            return
+        tab.wait_for_timeout(50)
+    raise AssertionError(f"{len(seen)} event streams asked for, expected {count}")
+
+
 def open_operations(context: BrowserContext, gateway: LiveGateway) -> tuple[Page, list[Response]]:
-    """One more tab of the operations page, once its list and its stream are open; its
-    clock is the page's (so `hide` can park it)."""
+    """One more tab of the operations page, once its list is shown and it hears the stream
+    (its own, or another tab's passed on); its clock is the page's (so `hide` can park it)."""
     tab = context.new_page()
     tab.clock.install()
     streams = streams_answered(tab)
     tab.goto(gateway.url + "/operations")
     expect(tab.locator("section.panel--operations")).to_have_attribute("aria-busy", "false")
-    wait_for(tab, streams, 1)
+    wait_live(tab)
     return tab, streams
+
+
+def open_windows(page: Page, context: BrowserContext, gateway: LiveGateway) -> list[Page]:
+    """Ada signed in, and more shown tabs of the operations page than the browser keeps
+    connections to the server (windows side by side: no tab hides another)."""
+    page.clock.install()
+    dev_sign_in(page, gateway.url, "ada")
+    expect(page.locator("section.panel--operations")).to_have_attribute("aria-busy", "false")
+    wait_live(page)
+    return [page] + [open_operations(context, gateway)[0] for _ in range(CONNECTIONS_PER_SERVER)]
+
+
+def pause_clocks(page: Page) -> None:
+    """The tabs' clock stops: no poll runs, and what a tab shows next came by the stream."""
+    page.clock.pause_at(datetime.now() + timedelta(seconds=1))
+
+
+def one_run_ends(services: Services, owner: str = "ada") -> None:
+    job = create_job(services.workspace, owner, title="Platform engineer")
+    create_operation(services, owner, subject=("job", job))
+    complete(services, claim(services, ["strategy.snapshot"]))
 
 
 def hide(tab: Page) -> None:
@@ -105,6 +164,131 @@ def test_hidden_tabs_hold_no_stream_so_a_tab_more_than_six_still_loads(
     expect(first.locator("li.op")).to_have_count(1)
     expect(first.locator("#bell")).to_have_accessible_name("Notifications, 1 unread")
     wait_for(first, streams[0], answered + 1)  # its stream open again
+
+
+def test_many_shown_windows_share_one_stream_and_each_shows_a_change(
+    page: Page, context: BrowserContext, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """Windows side by side, each shown: each tab held an event stream of its own, and with
+    six open the seventh never loaded its page. One tab holds the browser's stream and passes
+    on what it hears; each tab shows an operation that ends as it ends, none polling for it
+    nor following it with a long-poll."""
+    streams = streams_asked(context)
+    long_polls = long_polls_asked(context)
+    tabs = open_windows(page, context, ui_gateway)
+    assert len(tabs) > CONNECTIONS_PER_SERVER
+    pause_clocks(page)
+
+    one_run_ends(ui_services)
+    for tab in tabs:
+        expect(tab.locator("li.op .state")).to_have_text("Succeeded")
+        expect(tab.locator("#bell")).to_have_accessible_name("Notifications, 1 unread")
+        assert tab.evaluate(LIVE_OPEN)
+    assert len(streams) == 1
+    assert long_polls == []
+
+
+def test_closing_the_tab_that_holds_the_stream_hands_it_to_another(
+    page: Page, context: BrowserContext, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """The tab holding the browser's one stream is closed: another shown tab opens its own
+    and passes it on. What ended while no stream was open shows in every tab as the new one
+    opens (it tells only what changes from then on), and what changes after it shows too."""
+    streams = streams_asked(context)
+    page.clock.install()
+    dev_sign_in(page, ui_gateway.url, "ada")
+    wait_live(page)
+    tabs = [open_operations(context, ui_gateway)[0] for _ in range(3)]
+    assert len(streams) == 1
+    pause_clocks(page)
+    held: list[Route] = []
+    context.route("**/api/events*", lambda route: held.append(route))
+
+    page.close()
+    wait_count(tabs[0], streams, 2)
+    one_run_ends(ui_services)  # while the new stream is on its way
+    tabs[0].wait_for_timeout(WATCH_OVERLAP_MS + 500)  # too long ago for the new stream to tell
+    for route in held:
+        route.continue_()
+    for tab in tabs:
+        expect(tab.locator("li.op .state")).to_have_text("Succeeded")
+        expect(tab.locator("#bell")).to_have_accessible_name("Notifications, 1 unread")
+        wait_live(tab)
+
+    one_run_ends(ui_services)
+    for tab in tabs:
+        expect(tab.locator("li.op .state")).to_have_text(["Succeeded", "Succeeded"])
+        expect(tab.locator("#bell")).to_have_accessible_name("Notifications, 2 unread")
+    assert len(streams) == 2
+
+
+def test_a_sign_out_in_the_tab_holding_the_stream_reaches_every_other_tab(
+    page: Page, context: BrowserContext, ui_gateway: LiveGateway
+) -> None:
+    """The tab that holds the browser's stream signs out, closing the stream as it begins: the
+    stream tells no tab `signed_out`, yet every tab hears of it. A tab holding typed text keeps
+    it and says the session ended; the others go to the sign-in page."""
+    tabs = open_windows(page, context, ui_gateway)
+    typing = tabs[-1]
+    typing.goto(ui_gateway.url + "/jobs")
+    form = typing.get_by_role("form", name="Add a job posting")
+    form.get_by_label("Title").fill("Typed, not sent")
+    wait_live(typing)
+    pause_clocks(page)
+
+    page.get_by_role("button", name="Sign out").click()
+    page.wait_for_url(ui_gateway.url + "/")
+    expect(typing.get_by_role("alert").filter(has_text="Your session ended")).to_be_visible()
+    expect(form.get_by_label("Title")).to_have_value("Typed, not sent")
+    for tab in tabs[1:-1]:
+        tab.wait_for_url(re.compile(r"/\?expired=1"))
+
+
+def test_tabs_for_another_user_share_a_stream_of_their_own(
+    page: Page, context: BrowserContext, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """The browser signed in as bob while a tab rendered for ada stays open, its stream
+    opened as ada: bob's tabs neither follow it (they would hear ada's changes, and none of
+    bob's) nor pass theirs on to it."""
+    page.clock.install()
+    dev_sign_in(page, ui_gateway.url, "ada")
+    wait_live(page)
+    bell = page.locator("#bell")
+    expect(bell).to_have_accessible_name("Notifications, none unread")
+    # Its lists read before bob's sign-in clears the cookies (a read then is a 401).
+    expect(page.locator("[aria-busy='true']")).to_have_count(0)
+    bobs = context.new_page()
+    dev_sign_in(bobs, ui_gateway.url, "bob")
+    another, _ = open_operations(context, ui_gateway)
+    wait_live(bobs)
+    pause_clocks(page)
+
+    one_run_ends(ui_services, "bob")
+    for tab in (bobs, another):
+        expect(tab.locator("li.op .state")).to_have_text("Succeeded")
+        expect(tab.locator("#bell")).to_have_accessible_name("Notifications, 1 unread")
+    expect(bell).to_have_accessible_name("Notifications, none unread")
+
+
+def test_without_web_locks_each_tab_holds_its_own_stream(
+    page: Page, context: BrowserContext, ui_gateway: LiveGateway, ui_services: Services
+) -> None:
+    """A browser without the Web Locks API (or a page that is no secure context: plain HTTP
+    to another host) shares no stream: each tab holds its own and shows changes by it."""
+    context.add_init_script("Object.defineProperty(navigator, 'locks', { value: undefined })")
+    streams = streams_asked(context)
+    page.clock.install()
+    dev_sign_in(page, ui_gateway.url, "ada")
+    wait_live(page)
+    tabs = [page] + [open_operations(context, ui_gateway)[0] for _ in range(2)]
+    wait_count(page, streams, len(tabs))
+    pause_clocks(page)
+
+    one_run_ends(ui_services)
+    for tab in tabs:
+        expect(tab.locator("li.op .state")).to_have_text("Succeeded")
+        expect(tab.locator("#bell")).to_have_accessible_name("Notifications, 1 unread")
+    assert len(streams) == len(tabs)
 
 
 def test_a_forced_bell_look_that_failed_is_asked_again_with_the_stream_open(

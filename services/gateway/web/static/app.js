@@ -4,7 +4,7 @@ import { PAGE_USER_CHANGED, api, post } from "./api.js";
 import { startBell } from "./bell.js";
 import { h } from "./dom.js";
 import { AUTH_EXPIRED } from "./events.js";
-import { startLive, stopLive } from "./live.js";
+import { signedOutHere, startLive, stopLive } from "./live.js";
 
 const DEFAULT_UNREAD_POLL_MS = 60000;
 
@@ -25,9 +25,10 @@ function startShell() {
   let signingOut = false;
   document.getElementById("sign-out")?.addEventListener("click", async () => {
     signingOut = true;
-    stopLive(); // this tab is leaving: its stream's `signed_out` is for the other tabs
+    stopLive(); // this tab is leaving: the sign-out is for the other tabs to hear
     try {
       await post("/auth/logout");
+      signedOutHere();
     } finally {
       window.location.assign("/");
     }
