@@ -915,7 +915,11 @@ def test_when_the_stream_reconnects_the_page_reads_again_at_once(
     entitle(ui_services.db, "alice")
     create_job(ui_services.workspace, "alice")
     page.clock.install()
-    dev_sign_in(page, ui_gateway.url, "alice")
+    # The sign-in lands on /operations, whose stream opens once its tab holds the live lock
+    # (live.js), which may be after the page loaded: waited for, so the route below takes
+    # /jobs' stream alone.
+    with page.expect_response("**/api/events*"):
+        dev_sign_in(page, ui_gateway.url, "alice")
     streams: list[Route] = []
 
     def stream(route: Route) -> None:
