@@ -15,6 +15,14 @@ import { visiblePoller } from "./poller.js";
 
 export const BELL_RETRY_MS = 5000;
 
+// The count the bell shows (null until known), for a part of the page that started after
+// its UNREAD_COUNT was told (the notification list's "Mark all read").
+let shown = null;
+
+export function unreadShown() {
+  return shown;
+}
+
 export function bellLabel(count) {
   if (count === null) return "Notifications";
   if (count === 0) return "Notifications, none unread";
@@ -33,6 +41,7 @@ export function startBell(bell, intervalMs) {
   let last = null;
   let asked = true; // the first look, and a change this page made
   function counted(count) {
+    shown = count;
     if (count !== last) {
       last = count;
       window.dispatchEvent(new CustomEvent(UNREAD_COUNT, { detail: { count } }));

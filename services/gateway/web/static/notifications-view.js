@@ -5,6 +5,7 @@
 // subject and time: a list of "Mark read: Strategy snapshot is ready" tells nothing apart.
 
 import { api, post } from "./api.js";
+import { unreadShown } from "./bell.js";
 import { LIVE_OPENED, LIVE_UNREAD } from "./live.js";
 import { h, replaceChildren } from "./dom.js";
 import { NOTIFICATIONS_CHANGED, UNREAD_COUNT, notificationsChanged } from "./events.js";
@@ -83,14 +84,36 @@ function lineOf(notification) {
   return LINES_HERE[notification.outcome];
 }
 
+// The list reads its newest PAGE_SIZE and, for each "Show older" asked, the next as many
+// (the API's page token), all of them again at each load: a load comes with a change of the
+// notifications, not on a timer, and a reader who paged back keeps what they paged to.
+const PAGE_SIZE = 50;
+
+async function newestPages(count) {
+  const items = [];
+  let token = "";
+  for (let read = 0; read < count; read += 1) {
+    const query = new URLSearchParams({ page_size: String(PAGE_SIZE) });
+    if (token) query.set("page_token", token);
+    const page = await api(`/api/notifications?${query}`);
+    items.push(...page.items);
+    token = page.next_page_token ?? "";
+    if (!token) break;
+  }
+  return { items, more: token !== "" };
+}
+
 export function mountNotifications(section) {
   const heading = h("h2", { id: "notifications-heading", tabindex: "-1" }, "Notifications");
   const readAll = h("button", { type: "button", class: "button button--quiet", hidden: true }, "Mark all read");
   const status = h("p", { class: "status", role: "status" });
   const list = h("ul", { class: "notes", "aria-labelledby": "notifications-heading" });
+  const older = h("button", { type: "button", class: "button button--quiet", hidden: true }, "Show older notifications");
   section.setAttribute("aria-labelledby", "notifications-heading");
-  replaceChildren(section, h("div", { class: "notes__head" }, heading, readAll), status, list);
-  let unread = null;
+  replaceChildren(section, h("div", { class: "notes__head" }, heading, readAll), status, list, older);
+  let pages = 1; // read at each load: 1, and one more for each "Show older"
+  let firstOlder = null; // after "Show older": the index of the first it brings, to focus
+  let unread = null; // of those listed
   let loading = null;
   let failed = false; // the last load failed, or read a notification's operation it could not
   const acting = new Set(); // notifications with a mark or dismiss on its way: one at a time
@@ -246,30 +269,52 @@ export function mountNotifications(section) {
   async function load() {
     const said = unreachedSaid; // said before this load was sent: its answer makes it untrue
     try {
-      const page = await api("/api/notifications?page_size=50");
+      const { items, more } = await newestPages(pages);
       if (said !== null && unreachedSaid === said) say("");
-      await readTogether(page.items.map((notification) => notification.operation_id));
-      const details = await Promise.all(page.items.map(detailsOf));
+      await readTogether(items.map((notification) => notification.operation_id));
+      const details = await Promise.all(items.map(detailsOf));
       const refocus = focusWhereItWas();
       // Its name and result link, or a status this load was sent too early to clear: later.
       failed = details.some((detail) => detail.unreached) || unreachedSaid !== null;
-      unread = page.items.filter((n) => n.read_at === null).length;
-      readAll.hidden = unread === 0;
+      unread = items.filter((n) => n.read_at === null).length;
+      showReadAll();
+      older.hidden = !more;
       list.setAttribute("aria-busy", "false");
-      if (page.items.length === 0) {
+      if (items.length === 0) {
         replaceChildren(list, h("li", { class: "empty" }, "No notifications. You will see one here when work you start on ", h("a", { href: "/jobs" }, "Jobs"), " finishes."));
       } else {
-        replaceChildren(list, page.items.map((notification, index) => item(notification, details[index])));
+        replaceChildren(list, items.map((notification, index) => item(notification, details[index])));
       }
       refocus();
+      if (firstOlder !== null) {
+        // The first older one brought, or the last listed when none came (another tab
+        // dismissed them meanwhile): focus stays in the list, past what was read.
+        const brought = list.children[firstOlder] ?? list.lastElementChild;
+        brought?.querySelector("a, button")?.focus();
+        firstOlder = null;
+      }
     } catch (error) {
       failed = true;
-      const hadFocus = focusAfterLoad || list.contains(document.activeElement);
+      const hadFocus = focusAfterLoad || firstOlder !== null || list.contains(document.activeElement);
       focusAfterLoad = null;
+      firstOlder = null; // the retry reads the older ones too, and leaves focus where it is
       replaceChildren(list, h("li", { class: "empty" }, `Notifications could not be loaded. ${error.message}`));
       if (hadFocus) heading.focus();
     }
   }
+
+  // For an unread one listed, or any the bell counts: a user whose newest are read may have
+  // older unread ones, which "Mark all read" reads too (it was hidden while the bell said 99+).
+  function showReadAll() {
+    readAll.hidden = Math.max(unread ?? 0, unreadShown() ?? 0) === 0;
+  }
+
+  older.addEventListener("click", () => {
+    if (firstOlder !== null) return; // its load is on its way
+    firstOlder = list.children.length;
+    pages += 1;
+    reload();
+  });
 
   // Asks made while a load waits to be sent are that load: it reads what they ask for.
   let queued = null;
@@ -288,6 +333,7 @@ export function mountNotifications(section) {
   window.addEventListener(NOTIFICATIONS_CHANGED, reload);
   // Until the first load answers, its fresh list makes a count change moot.
   window.addEventListener(UNREAD_COUNT, (event) => {
+    showReadAll();
     if (unread !== null && event.detail.count !== unread) reload();
   });
   // The stream tells the count after every change of a tab's (`unread`), the same count
