@@ -22,7 +22,7 @@ from durable_ops.storage import migrate, operations
 from durable_ops.storage.db import Database
 from durable_ops.storage.events import Changed, Requeued
 
-HANG_GUARD = 10.0
+HANG_GUARD = 30.0
 NOOP: Kind = ("queued", "bench.noop")
 OTHER: Kind = ("queued", "report.render")
 
