@@ -4,19 +4,16 @@ and the looks that keep the list fresh read only its head."""
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from playwright.sync_api import Page, expect
-from sqlalchemy import insert
 
-from durable_ops.storage.notifications import NOTIFICATIONS
 from tests.e2e.test_many_tabs_ui import scrolled_to
 from tests.support.gateway import LiveGateway, create_operation
 from tests.support.grpc_services import Services
-from tests.support.history import seed_history
+from tests.support.history import seed_history, seed_notifications
 from tests.support.signin import dev_sign_in
 from tests.support.workspace_client import create_job, entitle
 
@@ -150,34 +147,13 @@ def test_back_and_reload_keep_the_older_ones_shown_and_the_scroll(
     assert shown_ids(page) == history
 
 
-def _seed_notifications(services: Services, owner: str, read: int, unread: int) -> None:
-    """``read`` notifications, the newest, already read, and ``unread`` older ones not."""
-    newest = datetime.now(UTC) - timedelta(minutes=5)
-    rows = [
-        {
-            "id": uuid.uuid4().hex,
-            "owner_user_id": owner,
-            "operation_id": None,
-            "task_type": "strategy.snapshot",
-            "outcome": "succeeded",
-            "title": f"Notice {n}",
-            "body": "Open your operations to see it.",
-            "created_at": newest - timedelta(minutes=n),
-            "read_at": newest if n < read else None,
-            "dismissed_at": None,
-        }
-        for n in range(read + unread)
-    ]
-    with services.db.engine.begin() as connection:
-        connection.execute(insert(NOTIFICATIONS), rows)
-
-
 def test_older_notifications_are_shown_and_read_all_is_offered_for_them(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
     """The list read its newest 50 alone, and offered "Mark all read" only for an unread one
     among them: with the newest 55 read, the bell said 5 unread and nothing reached them."""
-    _seed_notifications(ui_services, "ada", read=55, unread=5)
+    newest = datetime.now(UTC) - timedelta(minutes=5)
+    seed_notifications(ui_services.db, "ada", 60, newest, read=55)
     dev_sign_in(page, ui_gateway.url, "ada")
     notes = page.locator("li.note")
     expect(notes).to_have_count(50)

@@ -10,54 +10,24 @@ so it runs only where a test calls it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
 
 import pytest
 
 from durable_ops.clock import utc_now
 from durable_ops.model.states import OperationState
 from durable_ops.operations.claim_waiters import ClaimWaiter, ClaimWaiters, Kind
-from durable_ops.storage import migrate, operations
+from durable_ops.storage import operations
 from durable_ops.storage.db import Database
 from durable_ops.storage.events import Changed, Requeued
+from tests.integration.test_claim_waiters import HANG_GUARD, _run, _settled, _waiting
 
-HANG_GUARD = 30.0
 NOOP: Kind = ("queued", "bench.noop")
 OTHER: Kind = ("queued", "report.render")
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    url = f"sqlite:///{tmp_path / 'ops.db'}"
-    migrate.upgrade(url)
-    database = Database(url)
-    yield database
-    database.dispose()
-
-
-def _run(db: Database, scenario: Callable[[ClaimWaiters], Awaitable[None]]) -> None:
-    async def main() -> None:
-        waiters = ClaimWaiters(db, utc_now, interval_seconds=3600)
-        try:
-            await scenario(waiters)
-        finally:
-            await waiters.close()
-
-    asyncio.run(main())
-
-
-async def _waiting(waiter: ClaimWaiter) -> asyncio.Task[bool]:
-    """``waiter`` waiting in a task of its own, as a claim between its tries."""
-    waiter.trying()
-    task = asyncio.create_task(waiter.wait(HANG_GUARD))
-    await asyncio.sleep(0)  # it is waiting now
-    return task
-
-
-async def _settled() -> None:
-    for _ in range(3):
-        await asyncio.sleep(0)
+def db(sqlite_db: Database) -> Database:
+    return sqlite_db
 
 
 def _woken(waiter: ClaimWaiter) -> bool:

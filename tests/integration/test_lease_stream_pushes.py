@@ -11,10 +11,9 @@ push came is seen by what the stream yields next: the answer to a beat sent afte
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from functools import partial
-from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -25,7 +24,7 @@ from durable_ops.model.lifecycle import Event
 from durable_ops.operations.app import OperationsApp
 from durable_ops.operations.lease_streams import heartbeat, hold_leases
 from durable_ops.operations.tuning import TUNING
-from durable_ops.storage import migrate, operations
+from durable_ops.storage import operations
 from durable_ops.storage.db import Database
 from durable_ops.storage.tx import Tx
 
@@ -36,12 +35,8 @@ Answer = TypeVar("Answer")
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    url = f"sqlite:///{tmp_path / 'ops.db'}"
-    migrate.upgrade(url)
-    database = Database(url)
-    yield database
-    database.dispose()
+def db(sqlite_db: Database) -> Database:
+    return sqlite_db
 
 
 def _claimed(db: Database, count: int) -> list[operations.Claim]:

@@ -13,18 +13,15 @@ from __future__ import annotations
 
 import base64
 import json
-import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import httpx
-from sqlalchemy import insert
 
 from durable_ops.model.states import OperationState
 from durable_ops.storage import notifications
 from durable_ops.storage.db import Database
-from durable_ops.storage.notifications import NOTIFICATIONS
 from durable_ops.storage.operations import reads
 from durable_ops.storage.tx import Tx
 from tests.support.clock import ManualClock
@@ -37,7 +34,7 @@ from tests.support.gateway import (
     run,
 )
 from tests.support.grpc_services import Services
-from tests.support.history import seed_history
+from tests.support.history import seed_history, seed_notifications
 from tests.support.statement_reads import reads_of
 from tests.support.workspace_client import create_cv, create_job
 
@@ -48,26 +45,6 @@ BACKLOG = 400
 # What reading the backlog would add at the least: a row or index entry each on MariaDB,
 # some ten VM steps each on SQLite. Growth beyond a tenth of it fails.
 WALK = {"mysql": BACKLOG, "sqlite": 10 * BACKLOG}
-
-
-def _seed_notifications(db: Database, count: int, newest: Any, *, dismissed: bool) -> None:
-    rows = [
-        {
-            "id": uuid.uuid4().hex,
-            "owner_user_id": OWNER,
-            "operation_id": None,
-            "task_type": "strategy.snapshot",
-            "outcome": "succeeded",
-            "title": "Strategy snapshot ready",
-            "body": "Open the job to read it.",
-            "created_at": newest - timedelta(minutes=n),
-            "read_at": None,
-            "dismissed_at": newest if dismissed else None,
-        }
-        for n in range(count)
-    ]
-    with db.engine.begin() as connection:
-        connection.execute(insert(NOTIFICATIONS), rows)
 
 
 def _page(**filters: Any) -> Callable[[Tx], object]:
@@ -100,12 +77,12 @@ def test_a_filtered_page_reads_the_page_not_the_history(database: Database) -> N
     start = ManualClock()() - timedelta(days=365)
     # The few: the oldest, failed, of the type asked for; the notifications not dismissed.
     seed_history(database, OWNER, FEW, start, states=[S.FAILED], task_type="cv.review")
-    _seed_notifications(database, FEW, start, dismissed=False)
+    seed_notifications(database, OWNER, FEW, start)
     before = {name: reads_of(database, work) for name, work in READS.items()}
     # The history: newer, none of them asked for.
     later = start + timedelta(days=30)
     seed_history(database, OWNER, BACKLOG, later, states=[S.SUCCEEDED, S.CANCELLED])
-    _seed_notifications(database, BACKLOG, later, dismissed=True)
+    seed_notifications(database, OWNER, BACKLOG, later, dismissed=True)
     after = {name: reads_of(database, work) for name, work in READS.items()}
     walk = WALK[database.dialect]
     assert all(after[name] - before[name] < walk / 10 for name in before), (before, after)
@@ -210,8 +187,8 @@ def test_a_page_token_of_another_list_is_refused(services: Services, clock: Manu
 def test_the_unread_count_and_mark_all_read_agree_with_the_list(database: Database) -> None:
     """Counts that tell the truth over thousands: dismissed ones are in neither."""
     now = ManualClock()()
-    _seed_notifications(database, 2_500, now, dismissed=False)
-    _seed_notifications(database, 500, now - timedelta(days=200), dismissed=True)
+    seed_notifications(database, OWNER, 2_500, now)
+    seed_notifications(database, OWNER, 500, now - timedelta(days=200), dismissed=True)
 
     def listed(tx: Tx) -> int:
         count, token = 0, ""

@@ -10,10 +10,9 @@ interest asks for. The poll's question is the real one, on a migrated SQLite dat
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import partial
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +21,7 @@ from durable_ops.model.states import OperationState
 from durable_ops.operations.app import OperationsApp
 from durable_ops.operations.tuning import TUNING
 from durable_ops.operations.watch import CANCEL, Watcher, moved, owner_moved
-from durable_ops.storage import migrate, operations
+from durable_ops.storage import operations
 from durable_ops.storage.db import Database
 from durable_ops.storage.events import Changed
 from durable_ops.storage.operations import Version
@@ -34,12 +33,8 @@ AN_HOUR = 3600.0
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    url = f"sqlite:///{tmp_path / 'ops.db'}"
-    migrate.upgrade(url)
-    database = Database(url)
-    yield database
-    database.dispose()
+def db(sqlite_db: Database) -> Database:
+    return sqlite_db
 
 
 class Asked:

@@ -17,6 +17,7 @@ from sqlalchemy import insert, select
 from durable_ops.model.states import OperationState
 from durable_ops.storage import operations
 from durable_ops.storage.db import Database
+from durable_ops.storage.notifications import NOTIFICATIONS
 from durable_ops.storage.operations.rows import OPS
 from durable_ops.storage.tx import Tx
 
@@ -63,3 +64,34 @@ def seed_history(
         for start in range(0, count, 1000):  # a statement's parameters stay in bounds
             connection.execute(insert(OPS), rows[start : start + 1000])
     return [row["id"] for row in rows]
+
+
+def seed_notifications(
+    db: Database,
+    owner: str,
+    count: int,
+    newest: datetime,
+    *,
+    read: int = 0,
+    dismissed: bool = False,
+) -> None:
+    """``count`` notifications of ``owner`` about no operation, the newest at ``newest``, one
+    a minute before the other: the newest ``read`` of them read, all dismissed or none."""
+    rows = [
+        {
+            "id": uuid.uuid4().hex,
+            "owner_user_id": owner,
+            "operation_id": None,
+            "task_type": "strategy.snapshot",
+            "outcome": "succeeded",
+            "title": f"Strategy snapshot ready ({n})",
+            "body": "Open your operations to see it.",
+            "created_at": newest - timedelta(minutes=n),
+            "read_at": newest if n < read else None,
+            "dismissed_at": newest if dismissed else None,
+        }
+        for n in range(count)
+    ]
+    with db.engine.begin() as connection:
+        for start in range(0, count, 1000):  # a statement's parameters stay in bounds
+            connection.execute(insert(NOTIFICATIONS), rows[start : start + 1000])
