@@ -26,7 +26,7 @@ from playwright.sync_api import (
 )
 
 from durable_ops.clock import utc_now
-from durable_ops.storage import migrate
+from tests.conftest import MigratedSqlite
 from tests.support.gateway import LiveGateway, make_app
 from tests.support.grpc_services import Services, running_services
 
@@ -74,10 +74,8 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture
-def ui_services(tmp_path: Path) -> Iterator[Services]:
-    url = f"sqlite:///{tmp_path / 'e2e.sqlite3'}"
-    migrate.upgrade(url)
-    with running_services(url, utc_now) as running:
+def ui_services(tmp_path: Path, migrated_sqlite: MigratedSqlite) -> Iterator[Services]:
+    with running_services(migrated_sqlite(tmp_path / "e2e.sqlite3"), utc_now) as running:
         yield running
 
 

@@ -14,9 +14,8 @@ from structlog.testing import capture_logs
 
 from durable_ops import cli
 from durable_ops.model.scope import Role
-from durable_ops.storage import migrate
 from durable_ops.storage.db import Database
-from tests.conftest import MakeDatabase
+from tests.conftest import MakeDatabase, MigratedSqlite
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services, metadata, running_services
 from tests.support.keys import key_env
@@ -37,11 +36,11 @@ def services(db_url: str, clock: ManualClock) -> Iterator[Services]:
 
 
 @pytest.fixture
-def sqlite_services(tmp_path: Path, clock: ManualClock) -> Iterator[Services]:
+def sqlite_services(
+    tmp_path: Path, clock: ManualClock, migrated_sqlite: MigratedSqlite
+) -> Iterator[Services]:
     """For tests of what no engine changes (HTTP, a process's stop): SQLite alone."""
-    url = f"sqlite:///{tmp_path / 'gateway.sqlite3'}"
-    migrate.upgrade(url)
-    with running_services(url, clock) as running:
+    with running_services(migrated_sqlite(tmp_path / "gateway.sqlite3"), clock) as running:
         yield running
 
 
@@ -62,10 +61,10 @@ def fresh_url(engine_name: str, tmp_path: Path, request: pytest.FixtureRequest) 
 
 
 @pytest.fixture
-def sqlite_path(tmp_path: Path) -> Path:
+def sqlite_path(tmp_path: Path, migrated_sqlite: MigratedSqlite) -> Path:
     """A SQLite database file, migrated."""
     path = tmp_path / "ops.sqlite3"
-    migrate.upgrade(f"sqlite:///{path}")
+    migrated_sqlite(path)
     return path
 
 

@@ -17,8 +17,9 @@ import pytest
 
 from durable_ops.clock import utc_now
 from durable_ops.operations.claim_waiters import ClaimWaiter, ClaimWaiters, Kind
-from durable_ops.storage import migrate, operations
+from durable_ops.storage import operations
 from durable_ops.storage.db import Database
+from tests.conftest import MigratedSqlite
 
 HANG_GUARD = 30.0  # only keeps a broken build from hanging; a loaded machine is slow
 NOOP: Kind = ("queued", "bench.noop")
@@ -33,11 +34,9 @@ def db(tmp_path: Path) -> Iterator[Database]:
 
 
 @pytest.fixture
-def migrated(tmp_path: Path) -> Iterator[Database]:
+def migrated(tmp_path: Path, migrated_sqlite: MigratedSqlite) -> Iterator[Database]:
     """A database the poll can ask: migrated."""
-    url = f"sqlite:///{tmp_path / 'ops.db'}"
-    migrate.upgrade(url)
-    database = Database(url)
+    database = Database(migrated_sqlite(tmp_path / "ops.db"))
     yield database
     database.dispose()
 
