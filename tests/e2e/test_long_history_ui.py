@@ -26,6 +26,14 @@ def shown_ids(page: Page) -> list[str]:
     return ids
 
 
+def shown_to_the_newest_hundred(page: Page) -> None:
+    """Press "Show more" until the newest 100 show: the page shows 20 more each time."""
+    cards = page.locator("li.op")
+    for shown in (40, 60, 80, 100):
+        page.get_by_role("button", name="Show more").click()
+        expect(cards).to_have_count(shown)
+
+
 def test_show_older_pages_to_the_oldest_once_each_while_new_ones_arrive(
     page: Page, ui_gateway: LiveGateway, ui_services: Services
 ) -> None:
@@ -44,10 +52,7 @@ def test_show_older_pages_to_the_oldest_once_each_while_new_ones_arrive(
     )
     dev_sign_in(page, ui_gateway.url, "ada")
     cards = page.locator("li.op")
-    more = page.get_by_role("button", name="Show more")
-    for shown in (40, 60, 80, 100):
-        more.click()
-        expect(cards).to_have_count(shown)
+    shown_to_the_newest_hundred(page)
 
     older = page.get_by_role("button", name="Show older")
     older.focus()
@@ -95,10 +100,7 @@ def test_a_change_to_an_older_operation_shows_on_its_card(
     )
     dev_sign_in(page, ui_gateway.url, "ada")
     cards = page.locator("li.op")
-    more = page.get_by_role("button", name="Show more")
-    for shown in (40, 60, 80, 100):
-        more.click()
-        expect(cards).to_have_count(shown)
+    shown_to_the_newest_hundred(page)
     page.get_by_role("button", name="Show older").click()
     expect(cards).to_have_count(120)
 
@@ -126,10 +128,7 @@ def test_back_and_reload_keep_the_older_ones_shown_and_the_scroll(
     history = seed_history(ui_services.db, "ada", 260, datetime.now(UTC), subject=("job", job))
     dev_sign_in(page, ui_gateway.url, "ada")
     cards = page.locator("li.op")
-    more = page.get_by_role("button", name="Show more")
-    for shown in (40, 60, 80, 100):
-        more.click()
-        expect(cards).to_have_count(shown)
+    shown_to_the_newest_hundred(page)
     older = page.get_by_role("button", name="Show older")
     for shown in (200, 260):
         older.click()

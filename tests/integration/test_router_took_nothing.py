@@ -124,6 +124,14 @@ def external_router_on(url: str, clock: Clock, sleep: Sleeps, wall_clock: Manual
     )
 
 
+# Refusals that pass the call's wait bound of 93 s, and the waits taken before the call ends.
+PAST_THE_BOUND: list[tuple[tuple[Refusal, ...], list[float]]] = [
+    (((429, {"Retry-After": "50"}), (429, {"Retry-After": "50"})), [50.0]),
+    (((429, {"Retry-After": "86400"}),), []),
+    (((429, {"Retry-After": "Mon, 07 Dec 2026 13:00:00 GMT"}),), []),  # NOON + 1 h
+]
+
+
 def on_both_clocks(clock: Clock, wall: ManualClock) -> Sleeps:
     """Sleeps that move the wall clock as well, as a real wait would."""
 
@@ -209,14 +217,7 @@ def test_a_rate_limited_call_is_asked_again_once_its_retry_after_passed() -> Non
     assert counted == [0, 0]
 
 
-@pytest.mark.parametrize(
-    ("refusals", "waits"),
-    [
-        (((429, {"Retry-After": "50"}), (429, {"Retry-After": "50"})), [50.0]),
-        (((429, {"Retry-After": "86400"}),), []),
-        (((429, {"Retry-After": "Mon, 07 Dec 2026 13:00:00 GMT"}),), []),  # NOON + 1 h
-    ],
-)
+@pytest.mark.parametrize(("refusals", "waits"), PAST_THE_BOUND)
 def test_a_retry_after_past_the_calls_wait_bound_ends_the_call(
     refusals: tuple[Refusal, ...], waits: list[float]
 ) -> None:
@@ -402,12 +403,7 @@ def test_the_external_route_waits_out_a_rate_limit_as_the_local_one_does(
 
 @pytest.mark.parametrize(
     ("refusals", "waits"),
-    [
-        (((429, {"Retry-After": "50"}), (429, {"Retry-After": "50"})), [50.0]),
-        (((429, {"Retry-After": "86400"}),), []),
-        (((429, {"Retry-After": "Mon, 07 Dec 2026 13:00:00 GMT"}),), []),  # NOON + 1 h
-        (((429, {}),) * 4, [1.0, 1.0, 1.0]),  # asked again as often as on the local route
-    ],
+    [*PAST_THE_BOUND, (((429, {}),) * 4, [1.0, 1.0, 1.0])],  # as often as on the local route
 )
 def test_the_external_route_ends_at_a_rate_limit_past_the_calls_bound(
     refusals: tuple[Refusal, ...], waits: list[float]
