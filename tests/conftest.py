@@ -412,8 +412,14 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The partition tests first: one file of about 160 s (a Galera cluster in network
-    namespaces), collected after every other but the unit tests, left one process
-    running it alone for about a minute at the end of a CI run. First, it overlaps the
-    rest. A stable sort: every other test keeps its place, each file stays whole."""
-    items.sort(key=lambda item: not item.nodeid.startswith("tests/partition/"))
+    """The longest files first, so that the others fill in around them: the partition
+    tests (about 170 s, a Galera cluster in network namespaces), then every file marked
+    ``slow`` (the soak alone takes 145 s). Collected in their places, a soak or a cluster
+    taken last left one process running it alone for a minute or two at the end of a CI
+    run. A stable sort: every other test keeps its place, each file stays whole."""
+    items.sort(
+        key=lambda item: (
+            not item.nodeid.startswith("tests/partition/"),
+            item.get_closest_marker("slow") is None,
+        )
+    )
