@@ -24,7 +24,7 @@ from durable_ops.storage.availability import DatabaseUnavailable, reaching
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import UserOperation
 from durable_ops.storage.tx import SCOPE_OWNER, Tx
-from tests.conftest import _empty_all_tables
+from tests.conftest import EmptyDatabase
 from tests.support.ports import refusing_port
 from tests.support.stored import rows as stored_rows
 
@@ -52,10 +52,9 @@ def _set(job_id: str, **values: str) -> Update:
 
 
 def test_a_deadlock_victim_is_retried_and_both_transactions_land(
-    migrated_mariadb_url: str,
+    empty_mariadb: EmptyDatabase,
 ) -> None:
-    _empty_all_tables(migrated_mariadb_url)
-    db = Database(migrated_mariadb_url, pool_size=4)
+    db = Database(empty_mariadb(), pool_size=4)
     _seed(db)
     both_hold_one = threading.Barrier(2, timeout=10)
     attempts = {"a": 0, "b": 0}
@@ -218,9 +217,8 @@ def _lost_before_commit(dbapi_connection: Any) -> None:
 
 
 @pytest.fixture
-def mariadb(migrated_mariadb_url: str) -> Iterator[Database]:
-    _empty_all_tables(migrated_mariadb_url)
-    db = Database(migrated_mariadb_url, pool_size=2)
+def mariadb(empty_mariadb: EmptyDatabase) -> Iterator[Database]:
+    db = Database(empty_mariadb(), pool_size=2)
     try:
         yield db
     finally:
