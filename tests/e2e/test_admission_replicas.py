@@ -24,6 +24,7 @@ from durable_ops.stack.children import Stack
 from durable_ops.storage import budgets as budget_store
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import TokenBudgetDay, UserOperation
+from tests.conftest import EmptyDatabase
 from tests.support import stored
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import Services, running_services
@@ -72,11 +73,8 @@ def replicas(migrated_mariadb_url: str) -> Iterator[list[str]]:
 
 
 @pytest.fixture
-def workspace(migrated_mariadb_url: str) -> Iterator[Services]:
-    from tests.conftest import _empty_all_tables
-
-    _empty_all_tables(migrated_mariadb_url)
-    with running_services(migrated_mariadb_url, ManualClock()) as services:
+def workspace(empty_mariadb: EmptyDatabase) -> Iterator[Services]:
+    with running_services(empty_mariadb(), ManualClock()) as services:
         yield services
 
 

@@ -26,7 +26,7 @@ from sqlalchemy import select
 from durable_ops.clock import utc_now
 from durable_ops.model.scope import Role
 from durable_ops.storage.schema import OperationAttempt
-from tests.conftest import _empty_all_tables
+from tests.conftest import EmptyDatabase
 from tests.support import stored
 from tests.support.figures import report
 from tests.support.grpc_services import Services, running_services
@@ -41,9 +41,8 @@ pytestmark = [pytest.mark.mariadb, pytest.mark.slow]
 
 
 @pytest.fixture
-def services(migrated_mariadb_url: str) -> Iterator[Services]:
-    _empty_all_tables(migrated_mariadb_url)
-    with running_services(migrated_mariadb_url, utc_now) as running:
+def services(empty_mariadb: EmptyDatabase) -> Iterator[Services]:
+    with running_services(empty_mariadb(), utc_now) as running:
         yield running
 
 

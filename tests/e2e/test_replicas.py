@@ -42,7 +42,7 @@ from durable_ops.settings import service_variable
 from durable_ops.stack.children import Stack
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import AiWorkspaceNote, UserNotification, UserOperation
-from tests.conftest import _empty_all_tables
+from tests.conftest import EmptyDatabase
 from tests.support import stored
 from tests.support.ai_stack import LogTee
 from tests.support.keys import key_env
@@ -90,13 +90,13 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(migrated_mariadb_url: str) -> Iterator[Cluster]:
-    _empty_all_tables(migrated_mariadb_url)
+def cluster(empty_mariadb: EmptyDatabase) -> Iterator[Cluster]:
+    database_url = empty_mariadb()
     processes = [*GRPC_SERVICES, "gateway", "gateway-metrics"]
     ports = {name: [free_port() for _ in range(REPLICAS)] for name in processes}
     model_bind = f"127.0.0.1:{free_port()}"
     env = {
-        "OPS_DATABASE_URL": migrated_mariadb_url,
+        "OPS_DATABASE_URL": database_url,
         **key_env(),  # the gateway and the AI worker get their own key from it
         "OPS_JWT_SECRET": JWT_SECRET,
         "OPS_LOG_LEVEL": "warning",

@@ -41,7 +41,7 @@ from durable_ops.storage.console import Signed
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import OperatorConsoleSession
 from durable_ops.storage.tx import OperatorTx, Tx
-from tests.conftest import _empty_all_tables
+from tests.conftest import EmptyDatabase
 from tests.support.clock import ManualClock
 from tests.support.gateway import BASE_URL, gateway_client, make_app, run, sign_in
 from tests.support.grpc_services import Services, metadata
@@ -427,12 +427,11 @@ def _waits_for_a_lock(db: Database, connection_id: int) -> bool:
     return False
 
 
-def test_two_openings_of_one_link_at_once_make_one_session(migrated_mariadb_url: str) -> None:
+def test_two_openings_of_one_link_at_once_make_one_session(empty_mariadb: EmptyDatabase) -> None:
     """Two presses of one link (its operator's and a thief's) at once: the second reads the
     link before the first's delete commits, and its own delete, waiting on the first's,
     then finds nothing. The row count decides: one session, the other refused as used."""
-    _empty_all_tables(migrated_mariadb_url)
-    db = Database(migrated_mariadb_url, pool_size=3)
+    db = Database(empty_mariadb(), pool_size=3)
     now = datetime.now(UTC)
     said: list[object] = []
     connection_ids: queue.Queue[int] = queue.Queue()
