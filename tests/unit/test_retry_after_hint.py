@@ -52,7 +52,8 @@ def test_a_hint_longer_than_the_own_wait_sets_the_next_attempt() -> None:
 @pytest.mark.parametrize("hint", [timedelta(seconds=1), timedelta(seconds=5)])
 def test_a_hint_shorter_than_the_own_wait_changes_nothing(hint: timedelta) -> None:
     own = fail(running(), None)
-    assert own.next_attempt_at is not None and own.next_attempt_at - NOW > hint
+    assert own.next_attempt_at is not None
+    assert own.next_attempt_at - NOW > hint
     assert fail(running(), hint) == own
 
 
