@@ -117,7 +117,7 @@ def rate_limit_wait(error: BaseException, now: datetime) -> timedelta | None:
     ``RETRY_AFTER_RANGE`` (a date passed is the least, a wait past a day the most, which a
     deadline ends anyway); None when the attempt ended on no rate limit, or it named no time.
     The local route ends on one as the cause of ``LocalRouteUnavailable``."""
-    limited = error if isinstance(error, ModelRateLimited) else error.__cause__
+    limited = error.__cause__ if isinstance(error, LocalRouteUnavailable) else error
     if not isinstance(limited, ModelRateLimited):
         return None
     seconds = limited.seconds_to_wait(now)
