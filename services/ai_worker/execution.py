@@ -139,7 +139,8 @@ class Executor:
         except InferenceError as error:
             # The model's failures are understood, settled by their code (the SDK logs it in
             # ``worker_attempt_failed``): no stack trace for every attempt while it is down.
-            raise failures.settlement(error) from error
+            # A rate limit's Retry-After is measured on the router's clock, as its waits were.
+            raise failures.settlement(error, self._router.wall_clock()) from error
         log = _log.bind(**attempt.log_fields())
         try:
             await lease.confirm()

@@ -14,6 +14,12 @@
     JournalError (the host journal failed)          retry      host_store_error
     anything else                                   retry      worker_error
 
+A rate limit (429, ``ModelRateLimited``) that ended the attempt, on the external route
+or as the cause of ``LocalRouteUnavailable`` with no fallback, retries no sooner than its
+``Retry-After`` (``retry_after``, measured from the router's wall clock and held to what a
+failure may name, 1 s to a day: ``rate_limit_wait``), rather than after the operation's
+own retry delay alone: the provider said when to come back (ADR 68).
+
 Retries are bounded by the operation's attempts, so an unexpected error is
 retried rather than failed for good. Messages are our own wording, never a
 model answer or user text. ``settlement`` hands the worker SDK the outcome
@@ -27,11 +33,16 @@ of its bounds (``InvalidHandlerCall``, an ``InvalidArgument`` that never reaches
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from enum import StrEnum
 
-from durable_ops.ai_worker.inference.errors import InferenceError, LocalRouteUnavailable
+from durable_ops.ai_worker.inference.errors import (
+    InferenceError,
+    LocalRouteUnavailable,
+    ModelRateLimited,
+)
 from durable_ops.ai_worker.journal import JournalError
-from durable_ops.model.bounds import FAILURE_MESSAGE_MAX
+from durable_ops.model.bounds import FAILURE_MESSAGE_MAX, RETRY_AFTER_RANGE
 from durable_ops.model.errors import DomainError, InvalidArgument, NotFound, PermissionDenied
 from durable_ops.model.provenance import Provenance
 from durable_ops.worker.failures import (
@@ -55,6 +66,7 @@ class Outcome:
     code: str
     message: str
     provenance: Provenance | None = None
+    retry_after: timedelta | None = None  # a retry's earliest start, from the failure
 
     @property
     def retryable(self) -> bool:
@@ -68,8 +80,12 @@ class Outcome:
         """The SDK's exception for this outcome, which it settles the operation by."""
         if self.action is Action.FALLBACK:
             return ExternalFallback(self.code, provenance=self.provenance)
-        kind = RetryableFailure if self.retryable else PermanentFailure
-        return kind(self.code, self.message[:FAILURE_MESSAGE_MAX], provenance=self.provenance)
+        message = self.message[:FAILURE_MESSAGE_MAX]
+        if not self.retryable:
+            return PermanentFailure(self.code, message, provenance=self.provenance)
+        return RetryableFailure(
+            self.code, message, provenance=self.provenance, retry_after=self.retry_after
+        )
 
 
 def classify(error: BaseException) -> Outcome:
@@ -96,8 +112,30 @@ def classify(error: BaseException) -> Outcome:
     return Outcome(Action.RETRY, "worker_error", f"unexpected {type(error).__name__}")
 
 
-def settlement(error: Exception) -> Settlement:
-    """How the worker SDK settles an attempt that raised ``error`` (``Worker(classify=...)``)."""
+def rate_limit_wait(error: BaseException, now: datetime) -> timedelta | None:
+    """How long from ``now`` the rate limit that ended the attempt asked us to wait, held to
+    ``RETRY_AFTER_RANGE`` (a date passed is the least, a wait past a day the most, which a
+    deadline ends anyway); None when the attempt ended on no rate limit, or it named no time.
+    The local route ends on one as the cause of ``LocalRouteUnavailable``."""
+    limited = error.__cause__ if isinstance(error, LocalRouteUnavailable) else error
+    if not isinstance(limited, ModelRateLimited):
+        return None
+    seconds = limited.seconds_to_wait(now)
+    if seconds is None:
+        return None
+    least, most = RETRY_AFTER_RANGE
+    return min(max(timedelta(seconds=seconds), least), most)
+
+
+def settlement(error: Exception, now: datetime | None = None) -> Settlement:
+    """How the worker SDK settles an attempt that raised ``error`` (``Worker(classify=...)``).
+
+    Given ``now`` (the router's wall clock), a rate limit's retry waits for its
+    ``Retry-After`` (``rate_limit_wait``); the SDK's own call gives none, and it only meets
+    errors other than the model's."""
     if isinstance(error, HandlerFailure | ExternalFallback):
         return error
-    return classify(error).as_settlement()
+    outcome = classify(error)
+    if now is not None:
+        outcome = replace(outcome, retry_after=rate_limit_wait(error, now))
+    return outcome.as_settlement()

@@ -34,6 +34,10 @@ DEADLINE_MAX_AHEAD = timedelta(hours=24)  # ahead of the operation's not_before
 # reminders fits, and a mistyped year is refused instead of parked in the queue for ever.
 NOT_BEFORE_MAX_AHEAD = timedelta(days=30)
 NOT_BEFORE_TOO_FAR = "not_before_too_far"
+# A retryable failure's earliest next attempt (a model provider's Retry-After, ADR 68):
+# a second at least, and at most a day, as long as any deadline may lie ahead.
+RETRY_AFTER_RANGE = (timedelta(seconds=1), timedelta(days=1))
+RETRY_AFTER_OUT_OF_RANGE = "retry_after_out_of_range"
 PROGRESS_RANGE = (0, 100)
 PRIORITY_RANGE = (-1000, 1000)
 FAILURE_CODE_MAX = 64
@@ -238,6 +242,18 @@ def not_before(value: datetime, now: datetime) -> datetime:
             code=NOT_BEFORE_TOO_FAR,
         )
     return max(value, now)
+
+
+def retry_after(value: timedelta) -> timedelta:
+    """A retryable failure's hint of when to try again, within ``RETRY_AFTER_RANGE``."""
+    low, high = RETRY_AFTER_RANGE
+    if not low <= value <= high:
+        raise InvalidArgument(
+            "retry_after",
+            f"must be {low.total_seconds():.0f} to {high.total_seconds():,.0f} seconds",
+            code=RETRY_AFTER_OUT_OF_RANGE,
+        )
+    return value
 
 
 def provenance(provider: str, model: str, route: str) -> tuple[str, str, str]:

@@ -225,13 +225,31 @@ def _fail_closed(facts: Facts) -> Decision:
 
 
 def _after_lost_attempt(
-    facts: Facts, now: datetime, failure_code: str | None, draw: Draw
+    facts: Facts,
+    now: datetime,
+    failure_code: str | None,
+    draw: Draw,
+    retry_after: timedelta | None = None,
 ) -> Decision:
-    """A running attempt ended without success: cancel, retry later, or fail for good."""
+    """A running attempt ended without success: cancel, retry later, or fail for good.
+
+    ``retry_after`` is the failure's hint of when to try again (a model provider's
+    Retry-After, ADR 68): the retry waits for the later of it and the operation's own
+    jittered wait, so a hint shorter than that changes nothing. A hint that puts the retry
+    at or past the deadline makes it pointless (a claim would pass over it, and the sweeper
+    fail it closed at the deadline): the operation fails now, with the failure's own code,
+    as when no attempt is left. Not ``deadline_exceeded``: the deadline has not passed,
+    and that code would hide why the operation could not go on. Without a hint the retry
+    waits as it always has, the operation's own wait being its own choice.
+    """
     if facts.cancel_requested:
         return _terminal(facts, S.CANCELLED)
     if facts.attempt < facts.max_attempts:
         due = now + retry_wait(facts.attempt, facts.retry_delay_seconds, draw)
+        if retry_after is not None:
+            due = max(due, now + retry_after)
+            if facts.deadline_at is not None and due >= facts.deadline_at:
+                return _terminal(facts, S.FAILED, failure_code)
         return Decision(S.WAITING_FOR_RETRY, facts.attempt, False, due, failure_code=failure_code)
     return _terminal(facts, S.FAILED, failure_code)
 
@@ -245,7 +263,9 @@ def _claim(facts: Facts, claim: Transition, now: datetime) -> Decision:
     return claim.decision(facts)
 
 
-def _worker(facts: Facts, event: Event, now: datetime, draw: Draw) -> Decision:
+def _worker(
+    facts: Facts, event: Event, now: datetime, draw: Draw, retry_after: timedelta | None
+) -> Decision:
     if facts.state is not S.RUNNING:
         if facts.state in DUPLICATE_RESULTS.get(event, frozenset()):
             return _unchanged(facts)
@@ -259,7 +279,7 @@ def _worker(facts: Facts, event: Event, now: datetime, draw: Draw) -> Decision:
     if event is Event.FAIL_PERMANENT:
         return _terminal(facts, S.FAILED)
     if event is Event.FAIL_RETRYABLE:
-        return _after_lost_attempt(facts, now, None, draw)
+        return _after_lost_attempt(facts, now, None, draw, retry_after)
     if event is Event.RELEASE:
         return _release(facts, now)
     if event is Event.REQUEST_FALLBACK:
@@ -423,18 +443,27 @@ def attempt_outcome(
     return outcome
 
 
-def decide(facts: Facts, event: Event, now: datetime, draw: Draw | None = None) -> Decision:
+def decide(
+    facts: Facts,
+    event: Event,
+    now: datetime,
+    draw: Draw | None = None,
+    *,
+    retry_after: timedelta | None = None,
+) -> Decision:
     """The one entry point: what ``event`` does to an operation described by ``facts``.
 
     ``draw`` is the random source of a retry's jitter (``retry_wait``);
-    without one, ``RETRY_JITTER`` as it is at the time of the call.
+    without one, ``RETRY_JITTER`` as it is at the time of the call. ``retry_after`` is a
+    retryable failure's hint of the earliest next attempt (``_after_lost_attempt``); no
+    other event reads it.
     """
     source = RETRY_JITTER if draw is None else draw
     claim = CLAIMS.get(event)
     if claim is not None:
         return _claim(facts, claim, now)
     if event in WORKER_EVENTS:
-        return _worker(facts, event, now, source)
+        return _worker(facts, event, now, source, retry_after)
     if event is Event.CANCEL:
         return _cancel(facts)
     if event is Event.RETRY:

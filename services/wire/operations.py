@@ -254,6 +254,7 @@ def failure(owner: str, request: pb.FailOperationRequest) -> Settlement:
         provenance=provenance(request.provenance),
         failure_code=request.failure_code,
         failure_message=request.failure_message,
+        retry_after=duration(request, "retry_after"),
     )
 
 

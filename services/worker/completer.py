@@ -181,12 +181,15 @@ def settlement_item(
         )
         return item(complete=complete), Ending.COMPLETED
     fail = pb.FailOperationRequest(
-        **lease,
+        operation_id=attempt.operation_id,
+        lease_token=attempt.lease_token,
         provenance=provenance,
         retryable=outcome.retryable,
         failure_code=outcome.code,
         failure_message=outcome.message,
     )
+    if outcome.retry_after is not None:  # a provider's Retry-After: the retry waits for it
+        fail.retry_after.FromTimedelta(outcome.retry_after)
     return item(fail=fail), Ending.FAILED
 
 

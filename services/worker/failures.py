@@ -3,11 +3,12 @@
 A handler returns a result reference or ``Completed`` (with the provenance of
 the model that made it); it raises ``PermanentFailure`` for work that cannot
 succeed, ``RetryableFailure`` for work that may succeed later (while attempts
-are left), ``ExternalFallback`` when the local route cannot serve it and an
-external-route worker may. Any other exception counts as retryable under
-``HANDLER_ERROR``, named by its type only: its text may quote user content, and
-failure messages are stored. ``LeaseLost`` is no failure: the work is no longer
-this worker's (with code ``cancel_requested``: the owner cancelled first).
+are left; no sooner than its ``retry_after``, if it names one), ``ExternalFallback``
+when the local route cannot serve it and an external-route worker may. Any other
+exception counts as retryable under ``HANDLER_ERROR``, named by its type only: its
+text may quote user content, and failure messages are stored. ``LeaseLost`` is no
+failure: the work is no longer this worker's (with code ``cancel_requested``: the
+owner cancelled first).
 
 A call of the SDK's own API that breaks its bounds (a progress past 100, a failure
 code outside its alphabet) raises ``InvalidHandlerCall`` in the handler. Unless the
@@ -21,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 
 from durable_ops.model import bounds
 from durable_ops.model.errors import InvalidArgument
@@ -100,6 +102,7 @@ class HandlerFailure(Exception):
     one did. Beyond those, ``InvalidHandlerCall`` is raised here, in the handler."""
 
     retryable = True
+    retry_after: timedelta | None = None  # only a ``RetryableFailure`` names one
 
     def __init__(
         self, code: str, message: str = "", *, provenance: ModelProvenance | None = None
@@ -113,7 +116,27 @@ class HandlerFailure(Exception):
 
 
 class RetryableFailure(HandlerFailure):
-    """Try again later: the operation waits for its retry delay, if attempts are left."""
+    """Try again later: the operation waits for its retry delay, if attempts are left.
+
+    ``retry_after`` (1 s to a day, else ``InvalidHandlerCall``) is the earliest the next
+    attempt may start, from the failure: what a model provider's Retry-After said. The
+    retry waits for the later of it and the retry delay; if that reaches the operation's
+    deadline, the retry is pointless and the operation fails now, under this ``code``.
+    """
+
+    def __init__(
+        self,
+        code: str,
+        message: str = "",
+        *,
+        provenance: ModelProvenance | None = None,
+        retry_after: timedelta | None = None,
+    ) -> None:
+        if retry_after is not None:
+            with handler_call():
+                bounds.retry_after(retry_after)
+        super().__init__(code, message, provenance=provenance)
+        self.retry_after = retry_after
 
 
 class PermanentFailure(HandlerFailure):

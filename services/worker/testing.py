@@ -70,7 +70,8 @@ class HandlerRun:
 
     @property
     def failure(self) -> HandlerFailure | None:
-        """The failure the attempt settles as (``code``, ``retryable``, ``message``), if any."""
+        """The failure the attempt settles as (``code``, ``retryable``, ``message``,
+        ``retry_after``), if any."""
         return self.outcome if isinstance(self.outcome, HandlerFailure) else None
 
     @property

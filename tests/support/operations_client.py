@@ -424,17 +424,20 @@ class OpsClient:
         message: str = "",
         provenance: pb.Provenance | None = None,
         md: Metadata | None = None,
+        retry_after: timedelta | None = None,
     ) -> int:
+        request = pb.FailOperationRequest(
+            operation_id=lease.id,
+            lease_token=lease.token,
+            retryable=retryable,
+            failure_code=code,
+            failure_message=message,
+            provenance=provenance,
+        )
+        if retry_after is not None:
+            request.retry_after.FromTimedelta(retry_after)
         response: pb.LeaseMutationResponse = self.stub.FailOperation(
-            pb.FailOperationRequest(
-                operation_id=lease.id,
-                lease_token=lease.token,
-                retryable=retryable,
-                failure_code=code,
-                failure_message=message,
-                provenance=provenance,
-            ),
-            metadata=self.worker_for(lease.owner) if md is None else md,
+            request, metadata=self.worker_for(lease.owner) if md is None else md
         )
         return int(response.state)
 

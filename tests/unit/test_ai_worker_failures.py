@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from durable_ops.ai_worker.failures import Action, classify, settlement
@@ -123,3 +125,59 @@ def test_a_long_message_is_cut_to_what_is_stored() -> None:
     assert len(outcome.message) > 512
     assert isinstance(failure, HandlerFailure)
     assert len(failure.message) == 512
+
+
+# --- a rate limit that ended the attempt names when to come back (ADR 68) -----------------
+
+NOW = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
+
+
+def _ended_on(limited: ModelRateLimited, action: LocalUnavailableAction) -> Exception:
+    """A 429 as the local route ends the call on it: the cause of a route unavailable."""
+    try:
+        raise LocalRouteUnavailable(action, reason=limited.code) from limited
+    except LocalRouteUnavailable as raised:
+        return raised
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ModelRateLimited(3600.0),  # the external route ends on the 429 itself
+        ModelRateLimited(None, retry_at=NOW + timedelta(hours=1)),  # a date, from NOW
+        _ended_on(ModelRateLimited(3600.0), LocalUnavailableAction.RETRY_LATER),
+    ],
+)
+def test_a_rate_limit_retries_no_sooner_than_its_retry_after(error: Exception) -> None:
+    failure = settlement(error, NOW)
+    assert isinstance(failure, RetryableFailure)
+    assert (failure.code, failure.retry_after) == ("model_rate_limited", timedelta(hours=1))
+
+
+@pytest.mark.parametrize(
+    ("asked", "carried"),
+    [
+        (None, None),  # it named no time: the operation's own retry delay
+        (0.0, timedelta(seconds=1)),  # a date already passed: the least a failure may name
+        (0.2, timedelta(seconds=1)),
+        (3 * 86400.0, timedelta(days=1)),  # at most a day: a failure may name no more
+    ],
+)
+def test_a_rate_limits_wait_is_held_to_what_a_failure_may_carry(
+    asked: float | None, carried: timedelta | None
+) -> None:
+    failure = settlement(ModelRateLimited(asked), NOW)
+    assert isinstance(failure, RetryableFailure)
+    assert failure.retry_after == carried
+
+
+def test_only_a_rate_limit_names_a_retry_after_and_only_given_the_clock() -> None:
+    unmeasured = settlement(ModelRateLimited(3600.0))
+    assert isinstance(unmeasured, RetryableFailure)
+    assert unmeasured.retry_after is None
+    for error in (ModelTimeout("slow"), ModelServerError(503), ModelConnectionError("refused")):
+        failure = settlement(error, NOW)
+        assert isinstance(failure, RetryableFailure)
+        assert failure.retry_after is None
+    fallback = _ended_on(ModelRateLimited(3600.0), LocalUnavailableAction.FALLBACK_TO_EXTERNAL)
+    assert isinstance(settlement(fallback, NOW), ExternalFallback)  # no wait: it goes outside

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from durable_ops.model.errors import InvalidArgument
@@ -82,3 +84,26 @@ def test_usage_beyond_what_a_settlement_carries_is_an_invalid_handler_call() -> 
         attempt.used(Usage(prompt_tokens=-1), LOCAL)
     attempt.used(Usage(prompt_tokens=3), LOCAL)
     assert attempt.usage == Usage(prompt_tokens=3)
+
+
+def test_a_retryable_failure_carries_its_retry_after_to_the_settlement() -> None:
+    told = RetryableFailure("model_rate_limited", retry_after=timedelta(hours=1))
+    item, ending = settlement_item(ATTEMPT, told)
+    assert (item.WhichOneof("outcome"), ending) == ("fail", Ending.FAILED)
+    assert item.fail.HasField("retry_after")
+    assert item.fail.retry_after.ToTimedelta() == timedelta(hours=1)
+    assert (item.fail.operation_id, item.fail.lease_token) == ("op-1", "token-1")
+
+
+def test_a_failure_without_a_retry_after_sends_none() -> None:
+    for failure in (RetryableFailure("model_busy"), PermanentFailure("unsupported_subject")):
+        item, _ = settlement_item(ATTEMPT, failure)
+        assert not item.fail.HasField("retry_after")
+        assert failure.retry_after is None
+
+
+@pytest.mark.parametrize("wait", [timedelta(0), timedelta(days=1, seconds=1)])
+def test_a_retry_after_out_of_its_bounds_is_an_invalid_handler_call(wait: timedelta) -> None:
+    with pytest.raises(InvalidHandlerCall) as raised:
+        RetryableFailure("model_rate_limited", retry_after=wait)
+    assert raised.value.field == "retry_after"

@@ -174,6 +174,12 @@ class Router:
         self._ask_again_seconds = ask_again_seconds
         export_local_circuit(breaker, clock)
 
+    @property
+    def wall_clock(self) -> Clock:
+        """The clock a ``Retry-After`` date is measured on, here and when the attempt it
+        ended tells the operation when to come back (``failures.rate_limit_wait``)."""
+        return self._wall_clock
+
     @classmethod
     def from_settings(cls, settings: Settings, *, timeout_seconds: float | None = None) -> Router:
         """Routes from ``OPS_AI_*``; the timeout defaults to the worker's task timeout."""

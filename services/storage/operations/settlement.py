@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from durable_ops.model import bounds, lifecycle
@@ -69,12 +69,19 @@ class Settlement:
     # What the attempt's model calls used, whatever the outcome (a release and an
     # acknowledged cancel too: tokens spent before the stop are spent). None: not reported.
     usage: Usage | None = None
+    # A retryable failure's earliest next attempt, counted from now (a model's Retry-After):
+    # ``decide`` reads it. None: the operation's own retry wait alone.
+    retry_after: timedelta | None = None
 
     def values(self) -> dict[str, Any]:
         """What the outcome writes beside the decision; refuses a bad field."""
         bounds.owner_id(self.owner_id)
         if self.event not in SETTLING:
             raise InvalidArgument("event", "does not settle a lease")
+        if self.retry_after is not None:
+            if self.event is not Event.FAIL_RETRYABLE:
+                raise InvalidArgument("retry_after", "is only for a retryable failure")
+            bounds.retry_after(self.retry_after)
         if self.usage is not None:
             self.usage.checked()
         if self.event in (Event.ACKNOWLEDGE_CANCEL, Event.RELEASE):
@@ -110,7 +117,7 @@ def settle(
         try:
             values = item.values()
             row = held_row(rows.get(item.operation_id), item.owner_id, hash_token(item.token))
-            decision = lifecycle.decide(facts(row), item.event, now)
+            decision = lifecycle.decide(facts(row), item.event, now, retry_after=item.retry_after)
         except DomainError as refused:
             answers.append(refused)
             continue

@@ -747,6 +747,7 @@ class FailOperationRequest(_message.Message):
     FAILURE_CODE_FIELD_NUMBER: _builtins.int
     FAILURE_MESSAGE_FIELD_NUMBER: _builtins.int
     PROVENANCE_FIELD_NUMBER: _builtins.int
+    RETRY_AFTER_FIELD_NUMBER: _builtins.int
     operation_id: _builtins.str
     lease_token: _builtins.str
     retryable: _builtins.bool
@@ -756,6 +757,15 @@ class FailOperationRequest(_message.Message):
     """≤ 512, stored, never shown to the owner"""
     @_builtins.property
     def provenance(self) -> Global___Provenance: ...
+    @_builtins.property
+    def retry_after(self) -> _duration_pb2.Duration:
+        """The earliest the next attempt may start, counted from the failure: a model
+        provider's Retry-After. Only on a retryable failure; 1–86,400 s, else
+        INVALID_ARGUMENT `retry_after_out_of_range`. The retry waits for the later of
+        this and the operation's own retry delay; one that would start at or after
+        the deadline is pointless, and the operation fails now with this failure's code.
+        """
+
     def __init__(
         self,
         *,
@@ -765,10 +775,11 @@ class FailOperationRequest(_message.Message):
         failure_code: _builtins.str = ...,
         failure_message: _builtins.str = ...,
         provenance: Global___Provenance | None = ...,
+        retry_after: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["provenance", b"provenance"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["provenance", b"provenance", "retry_after", b"retry_after"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure_code", b"failure_code", "failure_message", b"failure_message", "lease_token", b"lease_token", "operation_id", b"operation_id", "provenance", b"provenance", "retryable", b"retryable"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure_code", b"failure_code", "failure_message", b"failure_message", "lease_token", b"lease_token", "operation_id", b"operation_id", "provenance", b"provenance", "retry_after", b"retry_after", "retryable", b"retryable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
