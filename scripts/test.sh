@@ -36,5 +36,6 @@ echo "== mypy"
 scripts/typecheck.sh --cache-dir "${XDG_CACHE_HOME:-$HOME/.cache}/durable-ops/mypy"
 echo "== pytest"
 # Whole files per process (--dist loadfile): a module's fixtures (a Galera cluster, a
-# browser) start once. OPS_TEST_PROCESSES=0 runs everything in this process.
-.venv/bin/pytest -n "${OPS_TEST_PROCESSES:-2}" --dist loadfile "$@"
+# browser) start once. One process more than the cores: most tests wait on processes,
+# leases and timers (ADR 70). OPS_TEST_PROCESSES=0 runs everything in this process.
+.venv/bin/pytest -n "${OPS_TEST_PROCESSES:-$(($(nproc) + 1))}" --dist loadfile "$@"
