@@ -7,7 +7,6 @@ Time moves only by ``ManualClock.advance``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import grpc
@@ -15,7 +14,7 @@ import pytest
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from tests.support.clock import ManualClock
-from tests.support.grpc_services import Services, running_services
+from tests.support.grpc_services import Services
 from tests.support.operations_client import (
     ALICE,
     FAILED,
@@ -31,24 +30,12 @@ HOUR = timedelta(hours=1)
 RATE_LIMITED = "model_rate_limited"
 
 
-@pytest.fixture
-def services(db_url: str) -> Iterator[Services]:
-    with running_services(db_url, ManualClock()) as running:
-        yield running
-
-
-def _advance(services: Services, seconds: float) -> None:
-    clock = services.clock
-    assert isinstance(clock, ManualClock)
-    clock.advance(seconds)
-
-
 def _next_attempt_at(ops: OpsClient, operation_id: str) -> datetime:
     return ops.get(ALICE, operation_id).next_attempt_at.ToDatetime(tzinfo=UTC)
 
 
 def test_a_fail_told_to_come_back_in_an_hour_waits_an_hour(
-    services: Services, ops: OpsClient
+    services: Services, ops: OpsClient, clock: ManualClock
 ) -> None:
     created = ops.create(ALICE, "k-hour", retry_delay_seconds=5)
     failed_at = services.clock()
@@ -57,10 +44,10 @@ def test_a_fail_told_to_come_back_in_an_hour_waits_an_hour(
         WAITING_FOR_RETRY
     )
     assert _next_attempt_at(ops, created.id) == failed_at + HOUR  # not 5-10 s
-    _advance(services, 20)  # past the operation's own retry wait
+    clock.advance(20)  # past the operation's own retry wait
     assert services.sweep().promoted == 0
     assert ops.claim() is None
-    _advance(services, 3600 - 20)
+    clock.advance(3600 - 20)
     assert services.sweep().promoted == 1
     assert ops.claim_one().operation.attempt == 2
 
