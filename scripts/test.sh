@@ -37,5 +37,8 @@ scripts/typecheck.sh --cache-dir "${XDG_CACHE_HOME:-$HOME/.cache}/durable-ops/my
 echo "== pytest"
 # Whole files per process (--dist loadfile): a module's fixtures (a Galera cluster, a
 # browser) start once. One process more than the cores: most tests wait on processes,
-# leases and timers (ADR 70). OPS_TEST_PROCESSES=0 runs everything in this process.
-.venv/bin/pytest -n "${OPS_TEST_PROCESSES:-$(($(nproc) + 1))}" --dist loadfile "$@"
+# leases and timers (ADR 70), and the files go out in the order tests/conftest.py gives
+# them, the longest first (xdist's own order, most tests first, sent every one-test drill
+# last). OPS_TEST_PROCESSES=0 runs everything in this process.
+.venv/bin/pytest -n "${OPS_TEST_PROCESSES:-$(($(nproc) + 1))}" --dist loadfile \
+  --no-loadscope-reorder "$@"
