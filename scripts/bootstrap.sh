@@ -28,6 +28,14 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
 
+# The project's own modules: an editable install, so the sync below compiles none of them,
+# and where Python may not write its caches (PYTHONDONTWRITEBYTECODE, set on the CI
+# machines) every process compiled what it imported, about 0.3 s of CPU a start (the
+# operations service imports in 1.25 s instead of 1.6; the tests start some thousand
+# processes). Run on every call: compileall skips what is current, and a checkout moves
+# the sources.
+compile_own() { .venv/bin/python -m compileall -q -j 0 services >/dev/null; }
+
 stamp=.venv/durable-ops-installed
 wanted=$(cat pyproject.toml uv.lock | sha256sum | cut -d' ' -f1)
 installed="" installed_mode=""
@@ -37,6 +45,7 @@ fi
 # A light run is satisfied by a full install of the same lock, not the reverse.
 if [ "$installed" = "$wanted" ] && { [ "$mode" = run ] || [ "$installed_mode" = full ]; } \
    && [ -x .venv/bin/opsctl ]; then
+  compile_own
   exit 0
 fi
 
@@ -64,4 +73,5 @@ else
     --require-hashes -r "$requirements"
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 fi
+compile_own
 echo "$wanted $mode" >"$stamp"
