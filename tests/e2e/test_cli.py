@@ -14,7 +14,9 @@ import pytest
 from durable_ops.cli import GRPC_SERVICES, build_parser
 from durable_ops.settings import service_variable
 from durable_ops.storage.migrate import MIGRATIONS, head_revision, stamped_revision
+from tests.conftest import MigratedSqlite
 from tests.support.keys import key_env
+from tests.support.opsctl import run_cli
 
 
 def opsctl(
@@ -65,11 +67,12 @@ def test_migrate_set_plan_switch_and_down(tmp_path: Path) -> None:
     assert "opsctl migrate" in refused.stderr
 
 
-def test_every_move_down_asks_first_naming_the_revisions_it_undoes(tmp_path: Path) -> None:
+def test_every_move_down_asks_first_naming_the_revisions_it_undoes(
+    tmp_path: Path, migrated_sqlite: MigratedSqlite
+) -> None:
     """Not only ``--to base``: a move to an older revision drops tables and columns too."""
-    url = f"sqlite:///{tmp_path / 'ops.sqlite3'}"
+    url = migrated_sqlite(tmp_path / "ops.sqlite3")
     env = {"OPS_DATABASE_URL": url}
-    opsctl("migrate", env=env)
     newest_first = sorted(path.stem for path in (MIGRATIONS / "versions").glob("0*.py"))[::-1]
 
     unconfirmed = opsctl("migrate", "--to", "0002_notifications", env=env)
@@ -95,9 +98,10 @@ def test_every_move_down_asks_first_naming_the_revisions_it_undoes(tmp_path: Pat
     assert (raised.returncode, raised.stdout) == (0, "schema at 0003_workspace_ai\n")
 
 
-def test_set_budget_answers_on_stdout_and_logs_who_ran_it(tmp_path: Path) -> None:
-    env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}"}
-    opsctl("migrate", env=env)
+def test_set_budget_answers_on_stdout_and_logs_who_ran_it(
+    tmp_path: Path, migrated_sqlite: MigratedSqlite
+) -> None:
+    env = {"OPS_DATABASE_URL": migrated_sqlite(tmp_path / "ops.sqlite3")}
     opsctl("users", "set-plan", "alice", "pro", env=env)
     result = opsctl("users", "set-budget", "alice", "250000", env=env)
     assert result.returncode == 0, result.stderr
@@ -109,9 +113,10 @@ def test_set_budget_answers_on_stdout_and_logs_who_ran_it(tmp_path: Path) -> Non
     assert "daily token budget 100,000 (the plan's default)" in back.stdout
 
 
-def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
-    env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}"}
-    opsctl("migrate", env=env)
+def test_bad_input_is_a_clear_error_not_a_traceback(
+    tmp_path: Path, migrated_sqlite: MigratedSqlite
+) -> None:
+    env = {"OPS_DATABASE_URL": migrated_sqlite(tmp_path / "ops.sqlite3")}
     bad_user = opsctl("users", "set-plan", "not a user!", "pro", env=env)
     assert bad_user.returncode == 2
     assert "owner" in bad_user.stderr
@@ -146,7 +151,9 @@ def test_token_prints_a_jwt_for_the_user() -> None:
     assert claims["exp"] - claims["iat"] == 60
 
 
-def test_every_command_has_help() -> None:
+def test_every_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """In this process: a start of opsctl each would cost a second of CPU for nothing the
+    parser does not show here (the help of a few, as a user runs it, is the next test)."""
     import argparse
 
     (commands,) = (
@@ -155,7 +162,7 @@ def test_every_command_has_help() -> None:
         if isinstance(action, argparse._SubParsersAction)
     )
     for name in commands:
-        result = opsctl(name, "--help")
+        result = run_cli([name, "--help"], capsys)
         assert result.returncode == 0, name
         assert "usage: opsctl" in result.stdout
 
@@ -185,9 +192,10 @@ def test_help_says_what_a_command_does_and_its_defaults(
         assert " ".join(text.split()) in shown, (command, text)
 
 
-def test_ai_status_shows_the_switch_the_active_operations_and_the_limits(tmp_path: Path) -> None:
-    env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}", "OPS_AI_USER_LIMIT": "3"}
-    opsctl("migrate", env=env)
+def test_ai_status_shows_the_switch_the_active_operations_and_the_limits(
+    tmp_path: Path, migrated_sqlite: MigratedSqlite
+) -> None:
+    env = {"OPS_DATABASE_URL": migrated_sqlite(tmp_path / "ops.sqlite3"), "OPS_AI_USER_LIMIT": "3"}
     # No stack runs on this database: the limits are this environment's, and it says so.
     assert opsctl("ai", "status", env=env, cwd=tmp_path).stdout.splitlines() == [
         "AI globally enabled",
@@ -196,9 +204,8 @@ def test_ai_status_shows_the_switch_the_active_operations_and_the_limits(tmp_pat
     ]
 
 
-def test_ai_status_as_json(tmp_path: Path) -> None:
-    env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}", "OPS_AI_USER_LIMIT": "3"}
-    opsctl("migrate", env=env)
+def test_ai_status_as_json(tmp_path: Path, migrated_sqlite: MigratedSqlite) -> None:
+    env = {"OPS_DATABASE_URL": migrated_sqlite(tmp_path / "ops.sqlite3"), "OPS_AI_USER_LIMIT": "3"}
     assert json.loads(opsctl("ai", "disable", "--json", env=env).stdout)["ai_enabled"] is False
     status = json.loads(opsctl("ai", "status", "--json", env=env, cwd=tmp_path).stdout)
     assert status == {
@@ -210,14 +217,15 @@ def test_ai_status_as_json(tmp_path: Path) -> None:
     }
 
 
-def test_ai_status_shows_the_running_stacks_limits_not_the_callers(tmp_path: Path) -> None:
+def test_ai_status_shows_the_running_stacks_limits_not_the_callers(
+    tmp_path: Path, migrated_sqlite: MigratedSqlite
+) -> None:
     from dataclasses import replace
 
     from durable_ops.settings import Settings
     from durable_ops.stack import address_file
 
-    url = f"sqlite:///{tmp_path / 'ops.sqlite3'}"
-    opsctl("migrate", env={"OPS_DATABASE_URL": url})
+    url = migrated_sqlite(tmp_path / "ops.sqlite3")
     # What `opsctl up` records once its children run (this test's pid: a stack alive).
     stack = replace(Settings(), database_url=url, ai_user_limit=4)
     address_file.write(
@@ -231,8 +239,7 @@ def test_ai_status_shows_the_running_stacks_limits_not_the_callers(tmp_path: Pat
     status = json.loads(opsctl("ai", "status", "--json", env=env, cwd=tmp_path).stdout)
     assert (status["user_limit"], status["limits_from"]) == (4, "running_stack")
     # Another database is not that stack's: the environment's limits, said as such.
-    other = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'other.sqlite3'}"}
-    opsctl("migrate", env=other)
+    other = {"OPS_DATABASE_URL": migrated_sqlite(tmp_path / "other.sqlite3")}
     status = json.loads(opsctl("ai", "status", "--json", env=env | other, cwd=tmp_path).stdout)
     assert (status["user_limit"], status["limits_from"]) == (7, "environment")
 
@@ -323,14 +330,13 @@ def test_up_refuses_a_setting_a_child_would_refuse_before_anything_starts(
     ],
 )
 def test_serve_on_a_taken_address_names_it_and_its_setting_and_exits_2(
-    target: str, setting: str, tmp_path: Path
+    target: str, setting: str, tmp_path: Path, migrated_sqlite: MigratedSqlite
 ) -> None:
     import socket
 
     from tests.support.ports import free_port
 
-    env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}"}
-    opsctl("migrate", env=env)
+    env = {"OPS_DATABASE_URL": migrated_sqlite(tmp_path / "ops.sqlite3")}
     # Its own addresses free, but for the one something else listens on.
     env |= {service_variable(target, "bind"): f"127.0.0.1:{free_port()}"}
     with socket.socket() as squatter:
@@ -361,14 +367,15 @@ def test_serve_gateway_names_the_metrics_variable_it_refuses(tmp_path: Path) -> 
     )
 
 
-def test_every_change_an_operator_makes_is_an_audit_line_naming_them(tmp_path: Path) -> None:
+def test_every_change_an_operator_makes_is_an_audit_line_naming_them(
+    tmp_path: Path, migrated_sqlite: MigratedSqlite
+) -> None:
     import getpass
 
     env = {
-        "OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}",
+        "OPS_DATABASE_URL": migrated_sqlite(tmp_path / "ops.sqlite3"),
         "OPS_SERVICE_KEYS_DIR": str(tmp_path / "keys"),
     }
-    assert opsctl("migrate", env=env).returncode == 0
     changes = {
         "plan_set": ["users", "set-plan", "alice", "pro"],
         "sessions_revoked": ["sessions", "revoke", "--user", "alice"],
@@ -435,12 +442,11 @@ def test_audit_lines_follow_ops_log_json(log_json: str, as_json: bool, tmp_path:
 
 
 def test_a_setting_the_command_does_not_read_does_not_fail_it_after_its_change(
-    tmp_path: Path,
+    tmp_path: Path, migrated_sqlite: MigratedSqlite
 ) -> None:
     """The audit line reads the log settings after the change is made: a bad setting
     elsewhere must not turn a done change into an exit 2 the operator would retry."""
-    env = {"OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}"}
-    assert opsctl("migrate", env=env).returncode == 0
+    env = {"OPS_DATABASE_URL": migrated_sqlite(tmp_path / "ops.sqlite3")}
     done = opsctl("users", "set-plan", "alice", "pro", env=env | {"OPS_WORKER_LEASE_SECONDS": "x"})
     assert done.returncode == 0, done.stderr
     [line] = [json.loads(line) for line in done.stderr.splitlines()]

@@ -1,13 +1,17 @@
 """The commands that open the database themselves (``opsctl migrate``, ``users``,
 ``sessions revoke``, ``ai``, ``up``), as a user runs them: which database they use,
-and one line with the README's exit code when they cannot use it. Real databases,
-real subprocesses."""
+and one line with the README's exit code when they cannot use it. Real databases; real
+subprocesses for each way a command ends (exit 2, 3 and 4, ``up`` and ``serve``), and
+``cli.main`` in this process for the matrices of every command by every URL (``here``):
+the same code from the parse on, without a second of interpreter start each."""
 
 from __future__ import annotations
 
+import functools
 import secrets
 import sqlite3
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,6 +19,7 @@ from sqlalchemy.engine import make_url
 
 from durable_ops.storage.availability import SUPPORTED_URLS
 from tests.e2e.test_cli import opsctl
+from tests.support.opsctl import Completed, opsctl_in
 from tests.support.ports import refusing_port
 
 DIRECT_COMMANDS = [
@@ -28,6 +33,16 @@ DIRECT_COMMANDS = [
 ]
 
 
+Opsctl = Callable[..., Completed]
+
+
+@pytest.fixture
+def here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Opsctl:
+    return opsctl_in(tmp_path, monkeypatch, capsys)
+
+
 def _one_line(result: subprocess.CompletedProcess[str], code: int) -> str:
     """The single line a refused command printed, after checking its exit code."""
     assert result.returncode == code, result.stdout + result.stderr
@@ -39,10 +54,10 @@ def _one_line(result: subprocess.CompletedProcess[str], code: int) -> str:
 
 @pytest.mark.parametrize("command", DIRECT_COMMANDS, ids=" ".join)
 def test_a_database_that_does_not_answer_is_one_line_and_exit_4(
-    command: list[str], tmp_path: Path
+    command: list[str], here: Opsctl
 ) -> None:
     url = f"mysql+pymysql://root@127.0.0.1:{refusing_port()}/x"
-    line = _one_line(opsctl(*command, "--database-url", url, cwd=tmp_path), 4)
+    line = _one_line(here(*command, "--database-url", url), 4)
     assert line.startswith(f"opsctl: the database {url} (from --database-url) did not answer: ")
     assert "Connection refused" in line
 
@@ -56,9 +71,9 @@ def test_a_database_that_does_not_answer_is_one_line_and_exit_4(
     ],
 )
 def test_a_url_that_is_no_database_url_is_one_line_and_exit_2(
-    command: list[str], url: str, tmp_path: Path
+    command: list[str], url: str, tmp_path: Path, here: Opsctl
 ) -> None:
-    line = _one_line(opsctl(*command, env={"OPS_DATABASE_URL": url}, cwd=tmp_path), 2)
+    line = _one_line(here(*command, env={"OPS_DATABASE_URL": url}), 2)
     assert line.startswith("opsctl: OPS_DATABASE_URL is not a database URL durable-ops can use (")
     assert line.endswith(f"): give {SUPPORTED_URLS}")
     assert not (tmp_path / "var").exists()  # the default SQLite file was not made instead
@@ -81,12 +96,14 @@ UNSUPPORTED = [
     "command", [["migrate"], ["migrate", "--check"], ["serve", "operations", "workspace"]]
 )
 def test_a_url_of_a_kind_the_product_cannot_use_is_refused_before_any_connection(
-    command: list[str], url: str, tmp_path: Path
+    command: list[str], url: str, tmp_path: Path, here: Opsctl
 ) -> None:
     from tests.support.product import product_env
 
     scheme = url.partition("://")[0]
-    done = opsctl(*command, "--database-url", url, env=product_env(), cwd=tmp_path)
+    # Past the URL, ``serve`` would start servers: it runs as a user runs it.
+    run = functools.partial(opsctl, cwd=tmp_path) if command[0] == "serve" else here
+    done = run(*command, "--database-url", url, env=product_env())
     line = _one_line(done, 2) if command[0] != "serve" else done.stderr.splitlines()[-1]
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
@@ -109,9 +126,9 @@ MISTAKEN = [
 
 @pytest.mark.parametrize(("url", "why"), MISTAKEN)
 def test_a_mistaken_url_is_one_line_naming_the_mistake_never_its_password(
-    url: str, why: str, tmp_path: Path
+    url: str, why: str, here: Opsctl
 ) -> None:
-    done = opsctl("migrate", "--database-url", url, cwd=tmp_path)
+    done = here("migrate", "--database-url", url)
     assert f"({why}" in _one_line(done, 2)
     assert "secret" not in done.stderr
 
@@ -148,10 +165,10 @@ def test_a_service_refused_by_its_database_names_it_and_where_its_url_came_from(
 
 @pytest.mark.parametrize("command", [c for c in DIRECT_COMMANDS if c != ["migrate"]], ids=" ".join)
 def test_a_schema_behind_the_code_is_one_line_naming_migrate_and_exit_3(
-    command: list[str], tmp_path: Path
+    command: list[str], tmp_path: Path, here: Opsctl
 ) -> None:
     url = f"sqlite:///{tmp_path / 'empty.sqlite3'}"
-    line = _one_line(opsctl(*command, env={"OPS_DATABASE_URL": url}, cwd=tmp_path), 3)
+    line = _one_line(here(*command, env={"OPS_DATABASE_URL": url}), 3)
     assert line.startswith(f"opsctl: the database {url} (from OPS_DATABASE_URL): database schema")
     assert line.endswith("run `opsctl migrate` first")
 
