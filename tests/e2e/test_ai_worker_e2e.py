@@ -56,7 +56,7 @@ def sqlite_url(tmp_path: Path) -> str:
 def any_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'ops.sqlite3'}"
-    make: MakeDatabase = request.getfixturevalue("make_mariadb_database")
+    make: MakeDatabase = request.getfixturevalue("copy_of_migrated_mariadb")
     return make()
 
 

@@ -34,7 +34,6 @@ from durable_ops.model.states import ACTIVE_STATES, OperationState
 from durable_ops.model.tasks import STRATEGY_SNAPSHOT
 from durable_ops.settings import service_variable
 from durable_ops.stack.children import Stack
-from durable_ops.storage import migrate
 from durable_ops.storage.db import Database
 from durable_ops.storage.schema import UserOperation
 from tests.conftest import MakeDatabase
@@ -77,11 +76,10 @@ class Drill:
 
 @pytest.fixture
 def drill(
-    make_mariadb_database: MakeDatabase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    copy_of_migrated_mariadb: MakeDatabase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Drill]:
     monkeypatch.chdir(tmp_path)  # the children's cwd: nothing lands in the checkout
-    url = make_mariadb_database()
-    migrate.upgrade(url)
+    url = copy_of_migrated_mariadb()
     replica_ports = [free_port() for _ in OPERATIONS]
     model_bind = f"127.0.0.1:{free_port()}"
     gateway_bind = f"127.0.0.1:{free_port()}"

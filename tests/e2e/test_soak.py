@@ -38,10 +38,10 @@ PROCESSES = {
 
 
 def test_two_minutes_of_mixed_load_keep_every_invariant(
-    make_mariadb_database: MakeDatabase, tmp_path: Path
+    copy_of_migrated_mariadb: MakeDatabase, tmp_path: Path
 ) -> None:
     lines: list[str] = []
-    run = run_soak(MINUTES, CI_LOAD, say=lines.append, database_url=make_mariadb_database())
+    run = run_soak(MINUTES, CI_LOAD, say=lines.append, database_url=copy_of_migrated_mariadb())
     save(run, tmp_path / "soak.json", tmp_path / "soak.png", lines.append)
     print("\n".join(lines))  # the table of the minutes, shown by -s or on a failure
 

@@ -12,16 +12,17 @@ from pathlib import Path
 import httpx
 
 from durable_ops.model.scope import Role
-from durable_ops.storage import migrate
+from tests.conftest import MigratedSqlite
 from tests.support.clock import ManualClock
 from tests.support.grpc_services import running_services
 from tests.support.keys import key_env
 from tests.support.ports import free_port, refusing_port
 
 
-def test_worker_serves_metrics_with_the_circuit_state(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'ops.sqlite3'}"
-    migrate.upgrade(url)
+def test_worker_serves_metrics_with_the_circuit_state(
+    tmp_path: Path, migrated_sqlite: MigratedSqlite
+) -> None:
+    url = migrated_sqlite(tmp_path / "ops.sqlite3")
     metrics_port = free_port()
     with running_services(url, ManualClock()) as services:
         worker = subprocess.Popen(

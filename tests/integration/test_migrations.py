@@ -223,6 +223,36 @@ def test_no_drift_between_models_and_migrated_database(
     assert _drift(connect(db_url)) == set()
 
 
+@pytest.mark.mariadb
+def test_a_copy_of_the_migrated_template_is_a_migrated_database(
+    copy_of_migrated_mariadb: MakeDatabase,
+    make_mariadb_database: MakeDatabase,
+    connect: Callable[[str], Connection],
+) -> None:
+    """What tests that need a database of their own get (``copy_of_migrated_mariadb``):
+    the model's schema, the migrations' revision and the rows they wrote."""
+    copied, migrated = copy_of_migrated_mariadb(), make_mariadb_database()
+    migrate.upgrade(migrated)
+    assert migrate.stamped_revision(copied) == migrate.head_revision()
+
+    def rows(connection: Connection) -> dict[str, list[Any]]:
+        """Each table's rows, a time written as such: the two were migrated apart."""
+        return {
+            table.name: sorted(
+                (tuple("a time" if isinstance(v, datetime) else v for v in row) for row in found),
+                key=repr,
+            )
+            for table in Base.metadata.sorted_tables
+            for found in [connection.execute(table.select()).all()]
+        }
+
+    # Closed at the end: an open transaction's locks would keep the databases from their drop.
+    with connect(copied) as copy, connect(migrated) as original:
+        assert _drift(copy) == set()
+        assert rows(copy) == rows(original)
+        assert any(rows(copy).values())  # the migrations' own rows are there to compare
+
+
 @pytest.mark.parametrize("index", sorted(DESC_INDEXES))
 def test_queue_indexes_order_priority_descending(
     db_url: str, connect: Callable[[str], Connection], index: str
