@@ -104,19 +104,36 @@ class Cluster:
 
     # ---- life -----------------------------------------------------------------------------
 
+    def _install(self, template: Path, attempts: int = 2) -> None:
+        """The system tables, once, into ``template``. Tried again on a fresh directory: once
+        in a CI run, started beside the Galera containers of another test process, it
+        exited 1 with its reason in a log the clean-up removed; what it said is printed."""
+        for attempt in range(1, attempts + 1):
+            shutil.rmtree(template, ignore_errors=True)
+            template.mkdir()
+            done = subprocess.run(
+                ["mariadb-install-db", f"--defaults-file={self.node_dir(1)}/my.cnf",
+                 f"--datadir={template}", "--auth-root-authentication-method=normal",
+                 "--skip-test-db"],
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            if done.returncode == 0:
+                return
+            log = self.node_dir(1) / "error.log"
+            logged = log.read_text(errors="replace") if log.exists() else ""
+            said = f"mariadb-install-db exited {done.returncode}: {done.stderr}{logged}"[-3000:]
+            print(f"attempt {attempt}: {said}")
+            if attempt == attempts:
+                raise RuntimeError(said)
+            time.sleep(1)
+
     def start(self, timeout: float = 120.0) -> None:
         """A new cluster: node 1 bootstraps, the others join by SST one after the other."""
         template = self.root / "template"
-        template.mkdir()
         for node in self.network.indexes:
             self.node_dir(node).mkdir()
             (self.node_dir(node) / "my.cnf").write_text(self._config(node))
-        subprocess.run(
-            ["mariadb-install-db", f"--defaults-file={self.node_dir(1)}/my.cnf",
-             f"--datadir={template}", "--auth-root-authentication-method=normal",
-             "--skip-test-db"],
-            check=True, capture_output=True, timeout=120,
-        )  # fmt: skip
+        self._install(template)
         shutil.copytree(template, self.node_dir(1) / "data", symlinks=True)
         shutil.rmtree(template)
         subprocess.run(["chown", "-R", "mysql:mysql", str(self.root)], check=True)
