@@ -101,6 +101,17 @@ def gaps_ms(requests: list[Request]) -> list[float]:
     return [later - earlier for earlier, later in itertools.pairwise(starts)]
 
 
+def wait_until_quiet(page: Page, seen: Sized, quiet_ms: int, timeout_ms: int = 8000) -> None:
+    """Until ``seen`` has not grown for ``quiet_ms``."""
+    count, still = len(seen), 0
+    for _ in range(timeout_ms // 50):
+        if still >= quiet_ms:
+            return
+        page.wait_for_timeout(50)
+        count, still = len(seen), (still + 50 if len(seen) == count else 0)
+    raise AssertionError(f"requests did not stop for {quiet_ms} ms: {len(seen)} seen")
+
+
 def wait_for_count(page: Page, seen: Sized, expected: int, timeout_ms: int = 5000) -> None:
     for _ in range(timeout_ms // 50):
         if len(seen) >= expected:
@@ -868,7 +879,9 @@ def test_the_pace_slows_once_the_last_live_operation_is_cancelled(
     page.get_by_role("button", name="Cancel Strategy snapshot for job-waiting at Acme").click()
     page.get_by_role("button", name="Cancel operation").click()
     expect(card(page, queued.id).locator(".state")).to_have_text("Cancelled")
-    page.wait_for_timeout(300)  # the poll the cancel asked for has answered
+    # The poll the cancel asked for has answered once no request starts for longer than the
+    # live pace and its slowest answer (a fixed 300 ms was too short on two busy cores).
+    wait_until_quiet(page, polls, quiet_ms=1200)
     settled = len(polls)
     wait_for_count(page, polls, settled + 2, timeout_ms=8000)
     idle = gaps_ms(polls[settled - 1 : settled + 2])
