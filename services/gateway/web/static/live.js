@@ -23,7 +23,8 @@
 //
 // Only a shown tab leads for long. A tab hidden (another tab of the window chosen, the window
 // minimised) for PARK_AFTER_MS parks: it closes its stream and lets the lock go, or stops
-// waiting for it, and stops listening; one opened in the background neither leads nor listens.
+// waiting for it, and stops listening but for a sign-out; one opened in the background neither
+// leads nor listens to more.
 // Shown again, it joins anew, and what it shows is read again (its pollers run at once, and a
 // `reopened` asks the pages to look again: on /jobs a read of every card). A glance at another
 // tab and back within PARK_AFTER_MS keeps the stream (a follower keeps listening), and reads
@@ -187,12 +188,17 @@ function lead() {
   openStream();
 }
 
-// What another tab of the user said.
+// What another tab of the user said. A parked tab hears only a sign-out: shown again, it
+// showed the signed-out user's page to whoever sits at the browser now until its first
+// request was refused.
 function heard({ data }) {
-  if (!wanted || parked) return; // not listening: it reads again when it listens again
+  if (!wanted) return;
   if (data?.kind === "signed_out") {
     signedOut();
-  } else if (leading) {
+    return;
+  }
+  if (parked) return; // not listening: it reads again when it listens again
+  if (leading) {
     if (data?.kind === "hello") {
       reopenRefused();
       tell({ kind: "state", open: liveOpen() });
@@ -224,10 +230,7 @@ function join() {
     openStream();
     return;
   }
-  if (channel === null) {
-    channel = new BroadcastChannel(sharedName());
-    channel.addEventListener("message", heard);
-  }
+  listen();
   if (leading) {
     openStream();
     return;
@@ -236,9 +239,16 @@ function join() {
   tell({ kind: "hello" });
 }
 
+function listen() {
+  if (!SHARED || channel !== null) return;
+  channel = new BroadcastChannel(sharedName());
+  channel.addEventListener("message", heard);
+}
+
 export function startLive() {
   if (typeof EventSource !== "function") return;
   wanted = true;
+  listen();
   // Pollers stop on pagehide; so does the stream, and the lock goes (a restored page reloads,
   // app.js).
   window.addEventListener("pagehide", leave, { once: true });
