@@ -24,6 +24,7 @@ begins "Not scored".
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -231,7 +232,32 @@ def _count(number: int, noun: str) -> str:
 
 
 def _quote(terms: list[str]) -> str:
-    return ", ".join(f"'{term[:40]}'" for term in terms)
+    return ", ".join(f"'{_start(term, 40)}'" for term in terms)
+
+
+_JOINER = "\u200d"
+_REGIONAL_INDICATORS = range(0x1F1E6, 0x1F200)
+_SKIN_TONES = range(0x1F3FB, 0x1F400)
+
+
+def _start(text: str, limit: int) -> str:
+    """At most ``limit`` characters of ``text``, never ending inside what shows as one: a
+    title cut after the woman of "👩‍💻" showed a woman, and one cut inside a flag a letter."""
+    if len(text) <= limit:
+        return text
+    end = limit
+    while end > 0 and (_continues(text[end]) or text[end - 1] == _JOINER):
+        end -= 1
+    indicators = 0
+    while indicators < end and ord(text[end - 1 - indicators]) in _REGIONAL_INDICATORS:
+        indicators += 1
+    return text[: end - indicators % 2]
+
+
+def _continues(char: str) -> bool:
+    """Whether ``char`` belongs to the one before it: a combining mark, a variation selector,
+    a joiner or an emoji tag (format characters), or a skin tone."""
+    return unicodedata.category(char) in {"Mn", "Mc", "Me", "Cf"} or ord(char) in _SKIN_TONES
 
 
 def _not_scored(reason: str) -> str:
@@ -241,7 +267,7 @@ def _not_scored(reason: str) -> str:
 def strategy_snapshot(inputs: Inputs, unscored: Score = 0) -> dict[str, Any]:
     """The snapshot answer; ``unscored`` is the fit score when nothing can be scored."""
     key = key_terms(inputs)
-    role = f"'{inputs.job_title[:120]}'" if inputs.job_title else "this role"
+    role = f"'{_start(inputs.job_title, 120)}'" if inputs.job_title else "this role"
     if not key:
         return {
             "fit_score": unscored,
@@ -261,7 +287,9 @@ def strategy_snapshot(inputs: Inputs, unscored: Score = 0) -> dict[str, Any]:
                 f"terms are {_quote(key_words[:5])}."
             ),
             "strengths": [],
-            "gaps": [f"No CV evidence yet for '{term[:40]}'." for term in key_words][:LIST_LIMIT],
+            "gaps": [f"No CV evidence yet for '{_start(term, 40)}'." for term in key_words][
+                :LIST_LIMIT
+            ],
             "next_steps": [
                 "Attach a CV so the snapshot can compare it with this posting.",
                 "Note one concrete example for each key term before applying.",
@@ -273,7 +301,9 @@ def strategy_snapshot(inputs: Inputs, unscored: Score = 0) -> dict[str, Any]:
             "fit_score": unscored,
             "summary": _not_scored(f"the CV has no words to compare with the posting for {role}."),
             "strengths": [],
-            "gaps": [f"No CV evidence yet for '{term[:40]}'." for term in key_words][:LIST_LIMIT],
+            "gaps": [f"No CV evidence yet for '{_start(term, 40)}'." for term in key_words][
+                :LIST_LIMIT
+            ],
             "next_steps": ["Attach a CV with its full text and run this again."],
         }
     next_steps = []
@@ -298,11 +328,12 @@ def strategy_snapshot(inputs: Inputs, unscored: Score = 0) -> dict[str, Any]:
             f"{_skills_note(coverage)}."
         ),
         "strengths": [
-            f"The CV mentions '{term[:40]}', a key term of the posting."
+            f"The CV mentions '{_start(term, 40)}', a key term of the posting."
             for term in coverage.matched[:LIST_LIMIT]
         ],
         "gaps": [
-            f"No evidence of '{term[:40]}' in the CV." for term in coverage.missing[:LIST_LIMIT]
+            f"No evidence of '{_start(term, 40)}' in the CV."
+            for term in coverage.missing[:LIST_LIMIT]
         ],
         "next_steps": next_steps[:LIST_LIMIT],
     }

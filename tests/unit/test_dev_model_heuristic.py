@@ -486,3 +486,27 @@ def test_a_count_of_one_reads_in_the_singular() -> None:
     assert "1 recognised section," in review["summary"]
     assert not re.search(r"\b1 (lines|words|recognised sections|key terms|named skills)\b", text)
     assert "0 lines with figures" in cv_review(Inputs(cv_text="Experience\nPython"))["summary"]
+
+
+@pytest.mark.parametrize(
+    ("title_end", "shown_end"),
+    [
+        ("\U0001f469\u200d\U0001f4bb", "x"),  # a woman technologist: not a woman
+        ("\U0001f44d\U0001f3fd", "x"),  # a thumb with its skin tone: not a bare thumb
+        ("e\u0301", "x"),  # e and its accent: not a bare e
+        ("\U0001f1eb\U0001f1f7", "x"),  # a flag: not its first letter
+        ("\U0001f1eb\U0001f1f7\U0001f1e9\U0001f1ea", "\U0001f1eb\U0001f1f7"),  # one flag of two
+    ],
+)
+def test_a_long_title_is_cut_between_what_shows_as_characters(
+    title_end: str, shown_end: str
+) -> None:
+    """The summary quotes at most 120 characters of the title; one cut inside what shows as
+    a single character showed a part of it (a woman for a woman technologist)."""
+    title = "x" * (121 - len(title_end)) + title_end + " and more"  # 120 ends inside it
+    answer = strategy_snapshot(Inputs(job_title=title, job_text=JOB_AD))
+    quoted = re.search(r"'([^']*)'", answer["summary"])
+    assert quoted is not None, answer["summary"]
+    assert title.startswith(quoted[1])
+    assert quoted[1].endswith(shown_end)
+    assert len(quoted[1]) <= 120
