@@ -103,6 +103,11 @@ class LeaseLost(DomainError):
     code = "lease_lost"
 
 
+class UsageCharged(LeaseLost):
+    """A settlement of a lost lease whose usage was charged all the same: an outage outlasted
+    the lease, but the model calls were made (``storage.operations.late_usage``)."""
+
+
 # The code of a LeaseLost that refuses a result because the owner cancelled first.
 CANCEL_REQUESTED = "cancel_requested"
 

@@ -12,7 +12,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
 from durable_ops.model import bounds
-from durable_ops.model.errors import DomainError, InvalidArgument
+from durable_ops.model.errors import DomainError, InvalidArgument, UsageCharged
 from durable_ops.model.lifecycle import Event
 from durable_ops.model.routing import Route
 from durable_ops.model.states import OperationState, Privacy
@@ -311,6 +311,7 @@ def outcomes(
                     status_code=status_for(answer).value[0],
                     error_code=answer.code,
                     message=answer.message,
+                    usage_charged=isinstance(answer, UsageCharged),
                 )
             )
         else:

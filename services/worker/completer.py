@@ -7,8 +7,10 @@ again while the attempt's lease may still hold (``Attempt.live_until``), and for
 ``RETRY_SECONDS`` at least: a lease holder's repeat answers what the first did.
 The lease, not a shorter bound, because what a service back within it takes is not
 done again: an outage of 30 to 60 s while an AI attempt ended (its lease is a
-minute) ran the analysis again for another minute or more, its first answer lost
-and its tokens uncharged (``docs/operations.md``).
+minute) ran the analysis again for another minute or more, its first answer lost.
+A settlement that carries usage is asked again for as long as the worker runs: a
+service back after the lease refuses it as a lost lease but charges the tokens it
+reports (``usage_charged``), which an outage longer than the lease left uncharged.
 Once the worker stops, it is asked no more (a pause under way ends in one last
 ask): the services may be stopping with it (``opsctl up`` killed outright sends
 every child SIGTERM at once) and the stop must not wait for them. A settlement
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
 import time
 from collections import Counter
@@ -97,7 +100,14 @@ class Completer:
             log.warning("worker_settlement_not_sent", ending=ending, code=code)
             return
         if answer.status_code:
-            log.warning("worker_settlement_refused", ending=ending, code=answer.error_code)
+            log.warning(
+                "worker_settlement_refused",
+                ending=ending,
+                code=answer.error_code,
+                usage_charged=answer.usage_charged,
+            )
+            if answer.usage_charged:
+                metrics.count(attempt.task_type, attempt.calls)
             return
         attempt.ending = ending
         self.endings[ending] += 1
@@ -142,11 +152,12 @@ class Completer:
     async def _call(self, batch: list[_Waiting]) -> None:
         answered: list[tuple[_Waiting, Answer | Exception]]
         lease_left = max(waiting.live_until for waiting in batch) - time.monotonic()
+        spent = any(waiting.item.HasField("usage") for waiting in batch)
         try:
             reply = await retrying(
                 lambda: self._send([waiting.item for waiting in batch]),
                 stopping=self._stopping,
-                within=max(RETRY_SECONDS, lease_left),
+                within=math.inf if spent else max(RETRY_SECONDS, lease_left),
             )
             answered = list(zip(batch, reply.outcomes, strict=True))
         except Exception as error:

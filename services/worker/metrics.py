@@ -1,8 +1,9 @@
 """What the worker's model calls used, as Prometheus counters (issue 36).
 
 Counted by the completer once the service accepted the settlement that carried the
-usage, so a call is counted once whatever the retries of its settlement; a settlement
-refused or never answered records nothing in the database and counts nothing here.
+usage, or refused it as a lost lease but charged the usage all the same, so a call is
+counted once whatever the retries of its settlement; a settlement refused otherwise or
+never answered records nothing in the database and counts nothing here.
 On the default registry: the AI worker serves it on ``OPS_WORKER_METRICS_BIND``.
 """
 

@@ -241,7 +241,7 @@ def test_a_killed_attempt_that_produced_no_answer_costs_nothing(
         ("succeeded", (10, 20, 30)),
     ]
     assert _totals(ops.get(ALICE, created.id)) == (10, 20, 30)
-    # A late settlement of the killed attempt's lease would be refused: nothing to count.
+    # A killed worker sends nothing: the expired attempt stays at nothing.
     _stored_sums_agree(services)
 
 

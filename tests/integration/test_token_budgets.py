@@ -36,7 +36,7 @@ from durable_ops.model.tasks import STRATEGY_SNAPSHOT
 from durable_ops.operations import pruner
 from durable_ops.storage import budgets as budget_store
 from durable_ops.storage.schema import OperationAttempt, OwnerTokenBudget
-from tests.integration.test_attempt_usage import LOCAL, _settle, _used
+from tests.integration.test_attempt_usage import LOCAL, _settle, _stored_sums_agree, _used
 from tests.integration.test_gateway_workspace_ai import CV, JOB, _problem
 from tests.support.clock import ManualClock
 from tests.support.gateway import bearer, gateway_client, make_app, run
@@ -47,6 +47,7 @@ from tests.support.operations_client import (
     QUEUED,
     SUCCEEDED,
     WAITING_FOR_RETRY,
+    Lease,
     Metadata,
     OpsClient,
 )
@@ -431,6 +432,78 @@ def test_a_killed_last_attempt_releases_the_reservation_and_spends_nothing(
             services.sweep()
     assert ops.get("bob", admitted.id).state == FAILED
     assert _day(services, "bob") == (0, 0)
+
+
+def _settled_late(ops: OpsClient, lease: Lease, usage: ops_pb.Usage) -> tuple[str, bool]:
+    """A completion of ``lease`` carrying ``usage``: (its error code, whether its usage was
+    charged)."""
+    item = ops_pb.SettleOperationsRequest.Item(owner_id=lease.owner, usage=usage)
+    item.complete.operation_id, item.complete.lease_token = lease.id, lease.token
+    reply = ops.stub.SettleOperations(
+        ops_pb.SettleOperationsRequest(items=[item]), metadata=ops.neutral
+    )
+    (answer,) = reply.outcomes
+    return answer.error_code, answer.usage_charged
+
+
+def test_the_usage_of_a_settlement_that_outlived_its_lease_is_charged_once_when_it_comes(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    """An outage longer than the lease: the worker's settlement came once the sweeper had
+    ended its attempt, and the tokens its model calls used were never charged."""
+    entitle(services.db, "alice")
+    admitted = _admit(services, "alice").operation
+    outlived = ops.claim_one(SNAPSHOT, LEASE_SECONDS)
+    clock.advance(LEASE_SECONDS + 1)
+    assert services.sweep().expired_leases == 1
+    assert _day(services, "alice") == (EXPECTED, 0)
+
+    for _ in range(2):  # the repeat of a settlement whose answer was lost: charged once
+        assert _settled_late(ops, outlived, _used(300, 40, 800)) == ("lease_lost", True)
+        assert _day(services, "alice") == (EXPECTED - 340, 340)  # drawn from the reservation
+    # Other figures for the same attempt are not its settlement's: refused, nothing charged.
+    assert _settled_late(ops, outlived, _used(1, 1, 1)) == ("lease_lost", False)
+    assert ops.get("alice", admitted.id).state == WAITING_FOR_RETRY
+    row = operation(services.db, admitted.id)
+    assert row is not None
+    assert (row.prompt_tokens, row.completion_tokens, row.model_ms) == (300, 40, 800)
+
+    clock.advance(60)
+    assert services.sweep().promoted == 1
+    last = ops.claim_one(SNAPSHOT, LEASE_SECONDS)
+    clock.advance(LEASE_SECONDS + 1)
+    # Come before the sweeper: it ends the attempt as the sweeper would, with its usage.
+    assert _settled_late(ops, last, _used(50, 10, 100)) == ("lease_lost", True)
+    assert ops.get("alice", admitted.id).state == WAITING_FOR_RETRY
+    assert services.sweep().expired_leases == 0
+    assert _day(services, "alice") == (EXPECTED - 400, 400)
+    clock.advance(60)
+    services.sweep()
+    final = ops.claim_one(SNAPSHOT, LEASE_SECONDS)
+    clock.advance(LEASE_SECONDS + 1)
+    services.sweep()
+    assert ops.get("alice", admitted.id).state == FAILED
+    assert _day(services, "alice") == (0, 400)  # the rest of the reservation given back
+    # After the end: spent, and nothing is reserved again.
+    assert _settled_late(ops, final, _used(100, 20, 300)) == ("lease_lost", True)
+    assert _settled_late(ops, last, _used(50, 10, 100)) == ("lease_lost", True)  # a repeat
+    assert _day(services, "alice") == (0, 520)
+    assert _spent_by_attempts(services, "alice") == 520
+    _stored_sums_agree(services)
+
+
+def test_a_settlement_of_another_lease_or_owner_charges_nothing(
+    services: Services, ops: OpsClient, clock: ManualClock
+) -> None:
+    entitle(services.db, "alice")
+    _admit(services, "alice")
+    held = ops.claim_one(SNAPSHOT, LEASE_SECONDS)
+    forged = Lease(held.operation, held.owner, "not-" + held.token)
+    assert _settled_late(ops, forged, _used(300, 40, 800)) == ("lease_lost", False)
+    other_owner = Lease(held.operation, "mallory", held.token)
+    assert _settled_late(ops, other_owner, _used(300, 40, 800)) == ("operation_not_found", False)
+    assert _day(services, "alice") == (EXPECTED, 0)
+    assert _spent_by_attempts(services, "alice") == 0
 
 
 def test_a_cancelled_queued_analysis_gives_its_reservation_back(

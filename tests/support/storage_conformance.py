@@ -28,10 +28,12 @@ from durable_ops.model.errors import (
     InvalidTransition,
     LeaseLost,
     NotFound,
+    UsageCharged,
 )
 from durable_ops.model.held_leases import HeldLease
 from durable_ops.model.lifecycle import DEADLINE_FAILURE_CODE, LEASE_FAILURE_CODE, Event
 from durable_ops.model.states import OperationState
+from durable_ops.model.usage import Usage
 from durable_ops.storage import operations
 from durable_ops.storage.db import Database
 from durable_ops.storage.operations.rows import ROWS_MAX
@@ -447,6 +449,33 @@ def the_sweeper_expires_leases_and_fails_deadlines_closed(db: Database) -> None:
         store.owned(lambda tx: operations.sweep(tx, swept_at))
 
 
+def the_usage_of_a_lost_lease_is_charged_once(db: Database) -> None:
+    store = Store(db)
+    used, other = Usage(300, 40, 800), Usage(1, 1, 1)
+    expired_at = NOW + timedelta(seconds=LEASE)
+    unswept = store.fresh()  # its settlement comes before the sweeper: ended as it would
+    _refused(store.settle(unswept, Event.COMPLETE, expired_at, usage=used), UsageCharged)
+    assert store.row(unswept.operation.id).state == S.WAITING_FOR_RETRY
+    (attempt,) = store.attempts(unswept.operation.id)
+    assert (attempt.outcome, attempt.prompt_tokens, attempt.model_ms) == ("expired", 300, 800)
+
+    swept = store.fresh()
+    store.neutral(lambda tx: operations.sweep(tx, expired_at))
+    for _ in range(2):  # a repeat is answered as charged, and charges nothing more
+        _refused(store.settle(swept, Event.COMPLETE, expired_at, usage=used), UsageCharged)
+    refused = store.settle(swept, Event.COMPLETE, expired_at, usage=other)
+    assert type(refused) is LeaseLost  # not its settlement's figures
+    _refused(store.settle(swept, Event.COMPLETE, expired_at), LeaseLost)  # nothing to charge
+    row = store.row(swept.operation.id)
+    assert (row.state, row.prompt_tokens, row.completion_tokens, row.model_ms) == (
+        S.WAITING_FOR_RETRY,
+        300,
+        40,
+        800,
+    )
+    assert [a.completion_tokens for a in store.attempts(swept.operation.id)] == [40]
+
+
 def a_due_retry_past_its_deadline_is_not_queued_again(db: Database) -> None:
     store = Store(db)
     for _ in range(ROWS_MAX + 1):
@@ -502,6 +531,7 @@ CASES: list[Callable[[Database], None]] = [
     a_release_of_a_lost_lease_or_under_a_cancel_is_no_requeue,
     an_owner_cancels_what_is_pending_and_retries_what_ended,
     the_sweeper_expires_leases_and_fails_deadlines_closed,
+    the_usage_of_a_lost_lease_is_charged_once,
     a_due_retry_past_its_deadline_is_not_queued_again,
     a_fallback_still_waiting_at_its_deadline_is_failed_closed,
 ]

@@ -14,8 +14,11 @@ from typing import Any
 
 import grpc
 import pytest
+from prometheus_client import REGISTRY
 
 from durable_ops.api.operations.v1 import operations_pb2 as pb
+from durable_ops.model.provenance import Provenance
+from durable_ops.model.usage import Usage
 from durable_ops.worker import (
     Attempt,
     Completed,
@@ -217,5 +220,58 @@ def test_past_its_lease_a_settlement_is_left_to_the_lease(monkeypatch: pytest.Mo
         await completer.settle(attempt, Completed("r"))
         assert attempt.ending is None  # not sent: the sweeper ends the attempt as lost
         assert completer.endings == {}
+
+    _run(scenario())
+
+
+class ChargedAfter(Gone):
+    """Stopped (UNAVAILABLE) until ``seconds`` from now, then it refuses every settlement as
+    a lost lease, charging the usage of those that carry one."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self._back_at = time.monotonic() + seconds
+
+    async def send(self, items: Sequence[Item]) -> pb.LeaseMutationsResponse:
+        if time.monotonic() < self._back_at:
+            return await super().send(items)
+        self.calls.append(list(items))
+        return pb.LeaseMutationsResponse(
+            outcomes=[
+                pb.LeaseMutationsResponse.Outcome(
+                    status_code=REFUSED,
+                    error_code="lease_lost",
+                    usage_charged=item.HasField("usage"),
+                )
+                for item in items
+            ]
+        )
+
+
+def _tokens_counted(model: str) -> float:
+    labels = {"task_type": "report.render", "route": "local", "model": model}
+    return sum(
+        REGISTRY.get_sample_value("durable_ops_model_tokens_total", {**labels, "kind": kind}) or 0.0
+        for kind in ("prompt", "completion")
+    )
+
+
+def test_past_its_lease_a_settlement_with_usage_is_offered_until_the_service_takes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An outage longer than the lease: the service back refuses the settlement as a lost
+    lease but charges what the model calls used, which an outage left uncharged before."""
+    monkeypatch.setattr(completer_module, "RETRY_SECONDS", 0.2)
+    model = f"outage-{time.monotonic_ns()}"  # counters of its own on the default registry
+
+    async def scenario() -> None:
+        service = ChargedAfter(seconds=1.5)
+        completer = Completer(service.send, batch_size=10, trace_name="test")
+        attempt = Attempt(a_claim("op-0"), LeaseStream(_no_stream), lease_seconds=1)
+        attempt.used(Usage(300, 40, 800), Provenance("127.0.0.1", model, "local"))
+        await completer.settle(attempt, Completed("r"))
+        assert service.calls[-1][0].usage.completion_tokens == 40  # taken after the lease
+        assert attempt.ending is None  # refused: the work is done again
+        assert _tokens_counted(model) == 340
 
     _run(scenario())

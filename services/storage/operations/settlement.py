@@ -7,8 +7,9 @@ on its own (the operation is its owner's, the token is its lease's, and
 ``decide`` allows the event now), and every change is written by
 ``apply.write``, with the usage the worker reported of the attempt it ends.
 A refused settlement is answered alone with its error and the rest commit:
-nothing is written before all are decided. A single settlement (the
-single-operation RPCs) is a batch of one.
+nothing is written before all are decided; one refused as a lost lease still has
+its usage charged (``late_usage``). A single settlement (the single-operation RPCs)
+is a batch of one.
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ from durable_ops.model.errors import (
     DomainError,
     InvalidArgument,
     LeaseLost,
+    UsageCharged,
     refusal_raised,
 )
 from durable_ops.model.lifecycle import Event
 from durable_ops.model.states import OperationState
 from durable_ops.model.usage import Usage
-from durable_ops.storage.operations import apply
+from durable_ops.storage.operations import apply, late_usage
 from durable_ops.storage.operations.rows import (
     LOCKED,
     ROWS_MAX,
@@ -113,11 +115,22 @@ def settle(
     }
     answers: list[OperationState | DomainError] = []
     changes: dict[str, apply.Change] = {}  # apply writes a row once: by operation id
+    lost: list[tuple[int, Settlement, Usage, str]] = []  # lost leases' settlements with usage
     for item in settlements:
+        event, retry_after = item.event, item.retry_after
         try:
             values = item.values()
             row = held_row(rows.get(item.operation_id), item.owner_id, hash_token(item.token))
-            decision = lifecycle.decide(facts(row), item.event, now, retry_after=item.retry_after)
+            if item.usage is not None and lifecycle.lease_expired(facts(row), now):
+                # Its lease ran out and the sweeper has not ended it yet: ended here as the
+                # sweeper would, with the usage the sweeper cannot know.
+                event, values, retry_after = Event.SWEEP, {}, None
+            decision = lifecycle.decide(facts(row), event, now, retry_after=retry_after)
+        except LeaseLost as refused:
+            if item.usage is not None:
+                lost.append((len(answers), item, item.usage, refused.message))
+            answers.append(refused)
+            continue
         except DomainError as refused:
             answers.append(refused)
             continue
@@ -126,13 +139,22 @@ def settle(
             answers.append(LeaseLost("the lease was settled earlier in this batch"))
             continue
         if decision.changed:
-            change = apply.Change(row, item.event, decision, values, item.usage)
+            change = apply.Change(row, event, decision, values, item.usage)
             changes[item.operation_id] = change
             # A second settlement of the same lease in this batch sees this one's outcome.
             rows[item.operation_id] = {**row, **change.written(now)}
-        answers.append(decision.state)
+        answers.append(
+            _charged("the lease has expired") if event is not item.event else decision.state
+        )
     apply.write(neutral_tx, list(changes.values()), now)
+    for index, item, usage, why in lost:
+        if late_usage.charge(neutral_tx, item.operation_id, item.token, usage):
+            answers[index] = _charged(why)
     return answers
+
+
+def _charged(why: str) -> UsageCharged:
+    return UsageCharged(f"{why}; the usage it reports is charged all the same")
 
 
 def settle_one(tx: Tx, settlement: Settlement, now: datetime) -> OperationState:

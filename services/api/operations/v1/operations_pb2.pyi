@@ -1044,6 +1044,7 @@ class LeaseMutationsResponse(_message.Message):
         STATUS_CODE_FIELD_NUMBER: _builtins.int
         ERROR_CODE_FIELD_NUMBER: _builtins.int
         MESSAGE_FIELD_NUMBER: _builtins.int
+        USAGE_CHARGED_FIELD_NUMBER: _builtins.int
         operation_id: _builtins.str
         state: Global___OperationState.ValueType
         """the state it left the operation in; unspecified when refused"""
@@ -1053,6 +1054,11 @@ class LeaseMutationsResponse(_message.Message):
         """
         error_code: _builtins.str
         message: _builtins.str
+        usage_charged: _builtins.bool
+        """A settlement refused as its lease was lost (ABORTED, lease_lost: an outage outlasted
+        the lease) whose usage was charged all the same, to the attempt it names, the
+        operation's totals and its owner's budget day: once, however often it is sent.
+        """
         def __init__(
             self,
             *,
@@ -1061,10 +1067,11 @@ class LeaseMutationsResponse(_message.Message):
             status_code: _builtins.int = ...,
             error_code: _builtins.str = ...,
             message: _builtins.str = ...,
+            usage_charged: _builtins.bool = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "message", b"message", "operation_id", b"operation_id", "state", b"state", "status_code", b"status_code"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "message", b"message", "operation_id", b"operation_id", "state", b"state", "status_code", b"status_code", "usage_charged", b"usage_charged"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
