@@ -187,9 +187,10 @@ class BackAfter(Gone):
         if time.monotonic() < self._back_at:
             return await super().send(items)
         self.calls.append(list(items))
-        return pb.LeaseMutationsResponse(
-            outcomes=[pb.LeaseMutationsResponse.Outcome()] * len(items)
-        )
+        return pb.LeaseMutationsResponse(outcomes=[self.answer(item) for item in items])
+
+    def answer(self, item: Item) -> pb.LeaseMutationsResponse.Outcome:
+        return pb.LeaseMutationsResponse.Outcome()
 
 
 def test_a_settlement_is_offered_while_its_lease_may_still_hold(
@@ -224,27 +225,14 @@ def test_past_its_lease_a_settlement_is_left_to_the_lease(monkeypatch: pytest.Mo
     _run(scenario())
 
 
-class ChargedAfter(Gone):
+class ChargedAfter(BackAfter):
     """Stopped (UNAVAILABLE) until ``seconds`` from now, then it refuses every settlement as
     a lost lease, charging the usage of those that carry one."""
 
-    def __init__(self, seconds: float) -> None:
-        super().__init__()
-        self._back_at = time.monotonic() + seconds
-
-    async def send(self, items: Sequence[Item]) -> pb.LeaseMutationsResponse:
-        if time.monotonic() < self._back_at:
-            return await super().send(items)
-        self.calls.append(list(items))
-        return pb.LeaseMutationsResponse(
-            outcomes=[
-                pb.LeaseMutationsResponse.Outcome(
-                    status_code=REFUSED,
-                    error_code="lease_lost",
-                    usage_charged=item.HasField("usage"),
-                )
-                for item in items
-            ]
+    def answer(self, item: Item) -> pb.LeaseMutationsResponse.Outcome:
+        charged = item.HasField("usage")
+        return pb.LeaseMutationsResponse.Outcome(
+            status_code=REFUSED, error_code="lease_lost", usage_charged=charged
         )
 
 
