@@ -733,8 +733,7 @@ def test_signing_out_in_one_tab_signs_out_a_jobs_tab_at_once(
 ) -> None:
     """The jobs page polls nothing while its event stream is open: the stream's
     ``signed_out`` is what moves it, with no change of the user's to carry it."""
-    dev_sign_in(page, ui_gateway.url, "ada")
-    page.goto(ui_gateway.url + "/jobs")
+    dev_sign_in(page, ui_gateway.url, "ada", then="/jobs")
     expect(page.locator("header .user")).to_have_text("ada")
     other = page.context.new_page()
     other.goto(ui_gateway.url + "/operations")

@@ -418,8 +418,7 @@ def test_an_analysis_started_in_another_tab_moves_this_tabs_token_line(
     start showed here as "0 of 100,000 used" while it held its reservation."""
     entitle(ui_services.db, "ada")
     create_job(ui_services.workspace, "ada", title="Platform engineer")
-    dev_sign_in(page, ui_gateway.url, "ada")
-    page.goto(ui_gateway.url + "/jobs")
+    dev_sign_in(page, ui_gateway.url, "ada", then="/jobs")
     budget = page.locator("#ai-budget")
     expect(budget).to_have_text(re.compile(r"^0 of 100,000 tokens used today"))
     other = context.new_page()
@@ -499,8 +498,7 @@ def test_the_token_line_of_a_tab_kept_open_overnight_renews_with_the_budget(
     yesterday's figures. It is read again as the budget renews (`renews_at`)."""
     entitle(ui_services.db, "ada")
     page.clock.install()
-    dev_sign_in(page, ui_gateway.url, "ada")
-    page.goto(ui_gateway.url + "/jobs")
+    dev_sign_in(page, ui_gateway.url, "ada", then="/jobs")
     budget = page.locator("#ai-budget")
     expect(budget).to_have_text(re.compile(r"^0 of 100,000 tokens used today"))
     renews_at = page.evaluate(

@@ -214,8 +214,7 @@ def test_the_first_words_appear_on_the_page_before_the_real_models_answer_ends(
     )
     with opsctl_up(f"sqlite:///{tmp_path / 'ops.sqlite3'}", env, cwd=tmp_path) as product:
         origin = product.url.rstrip("/")
-        dev_sign_in(page, origin, "demo")  # the demo user: Pro plan, AI on
-        page.goto(f"{origin}/jobs")
+        dev_sign_in(page, origin, "demo", then="/jobs")  # the demo user: Pro plan, AI on
         job = add_job(page, "Senior Data Engineer", "Globex Analytics", "Python, Spark and Kafka.")
         job.get_by_role("button", name="Start strategy snapshot").click()
         # The answer so far shows once a field of it has begun (in whatever order the

@@ -55,8 +55,7 @@ def open_job(page: Page, gateway: LiveGateway, services: Services, *, cv: bool =
     create_job(services.workspace, "alice")
     if cv:
         create_cv(services.workspace, "alice")
-    dev_sign_in(page, gateway.url, "alice")
-    page.goto(f"{gateway.url}/jobs")
+    dev_sign_in(page, gateway.url, "alice", then="/jobs")
     job = page.locator("ol[aria-label='Your jobs'] li.item")
     expect(job).to_have_count(1)
     return job

@@ -32,9 +32,7 @@ IDLE_POLL_MS = 2000  # OPERATIONS_POLL_MS of pages/operations.js: the pace while
 
 
 def sign_in(page: Page, gateway: LiveGateway, user: str, path: str = "/operations") -> None:
-    dev_sign_in(page, gateway.url, user)
-    if path != "/operations":
-        page.goto(f"{gateway.url}{path}")
+    dev_sign_in(page, gateway.url, user, then=path)
 
 
 def card(page: Page, operation_id: str) -> Locator:

@@ -12,8 +12,7 @@ JOBS = "ol[aria-label='Your jobs'] li.item"
 
 def open_jobs(page: Page, base_url: str, user: str) -> None:
     """Sign in as `user` and open the Jobs page."""
-    dev_sign_in(page, base_url, user)
-    page.goto(f"{base_url}/jobs")
+    dev_sign_in(page, base_url, user, then="/jobs")
 
 
 def add_job(page: Page, title: str, company: str, description: str = JOB_TEXT) -> Locator:
