@@ -226,11 +226,14 @@ def a_beat_extends_only_a_live_lease_of_its_owner(db: Database) -> None:
     assert store.beat(claim, later, progress=40) == (later + timedelta(seconds=LEASE), False)
     row = store.row(claim.operation.id)
     assert (row.progress_percent, row.lease_expires_at) == (40, later + timedelta(seconds=LEASE))
+    bare = later + timedelta(seconds=1)  # a beat that says no progress keeps the last one said
+    assert store.beat(claim, bare) == (bare + timedelta(seconds=LEASE), False)
+    assert store.row(claim.operation.id).progress_percent == 40
     forged = operations.Claim(claim.operation, "not-the-token")
     _refused(store.beat(forged, later), LeaseLost)
     other = HeldLease(claim.operation.id, f"{store.owner}-b", claim.lease_token, LEASE)
     _refused(store.neutral(lambda tx: operations.extend(tx, [other], later))[0], NotFound)
-    expired = later + timedelta(seconds=LEASE)
+    expired = bare + timedelta(seconds=LEASE)
     _refused(store.beat(claim, expired), LeaseLost)
 
 
