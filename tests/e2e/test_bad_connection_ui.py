@@ -381,8 +381,7 @@ def test_an_opened_operation_that_could_not_be_read_is_read_again(
     # otherwise take the message away before the test saw it.
     read = f"**/api/operations/{oldest.id}"
     page.route(read, lambda route: route.abort("internetdisconnected"))
-    dev_sign_in(page, ui_gateway.url, "ada")
-    page.goto(f"{ui_gateway.url}/operations#operation-{oldest.id}")
+    dev_sign_in(page, ui_gateway.url, "ada", then=f"/operations#operation-{oldest.id}")
     opened = page.get_by_role("list", name="The operation you opened")
     expect(opened.get_by_role("alert")).to_have_text(
         "The operation you opened could not be loaded. The server could not be reached."

@@ -119,8 +119,7 @@ def test_the_console_needs_an_operator_sign_in_and_an_owner_session_gets_nothing
     page: Page, ui_services: Services, ui_gateway: LiveGateway, screenshot: Screenshot
 ) -> None:
     hidden = fail_for_good(ui_services, "alice")
-    dev_sign_in(page, ui_gateway.url, "alice")  # an owner, signed in to the owner pages
-    page.goto(f"{ui_gateway.url}/console")
+    dev_sign_in(page, ui_gateway.url, "alice", then="/console")  # an owner's session
     expect(page.get_by_role("heading", name="Operator console sign-in")).to_be_visible()
     expect(page.get_by_text("opsctl console link", exact=True)).to_be_visible()
     expect(page.locator("header.console-header")).to_be_hidden()

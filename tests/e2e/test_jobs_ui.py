@@ -611,8 +611,7 @@ def test_empty_fields_all_say_so_at_once_and_the_server_still_judges_what_is_sen
 def test_a_result_link_to_no_result_of_the_users_says_so(
     page: Page, ui_gateway: LiveGateway
 ) -> None:
-    dev_sign_in(page, ui_gateway.url, "carol")
-    page.goto(f"{ui_gateway.url}/jobs?result=no-such-operation")
+    dev_sign_in(page, ui_gateway.url, "carol", then="/jobs?result=no-such-operation")
     expect(page.get_by_role("alert")).to_have_text(
         "The result you opened was not found among yours."
     )
@@ -621,9 +620,8 @@ def test_a_result_link_to_no_result_of_the_users_says_so(
 def test_a_page_whose_module_did_not_load_says_so_and_offers_a_reload(
     page: Page, ui_gateway: LiveGateway
 ) -> None:
-    dev_sign_in(page, ui_gateway.url, "carol")
     page.route("**/static/pages/jobs.js", lambda route: route.abort("connectionreset"))
-    page.goto(f"{ui_gateway.url}/jobs")
+    dev_sign_in(page, ui_gateway.url, "carol", then="/jobs")
     failed = page.get_by_role("alert")
     expect(failed).to_contain_text("This page could not load.")
     page.unroute("**/static/pages/jobs.js")
@@ -843,7 +841,6 @@ def test_the_tab_that_signs_out_goes_home_though_a_call_of_its_was_refused_meanw
     a CI run saw a poll do it. The logout and the call are held here to order them."""
     held: dict[str, Route] = {}
     dev_sign_in(page, ui_gateway.url, "ada")
-    page.goto(ui_gateway.url + "/operations")
     expect(page.locator("header .user")).to_have_text("ada")
     page.route("**/api/settings/ai", lambda route: held.setdefault("call", route))
     page.route("**/auth/logout", lambda route: held.setdefault("logout", route))

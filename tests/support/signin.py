@@ -1,7 +1,9 @@
-"""Sign a browser page in the way a developer does: the sign-in page's dev-login form.
+"""Sign a browser page in as a developer does, through ``POST /auth/dev-login``.
 
-Dev-login is a same-origin POST (``durable_ops.gateway.devlogin``), so a test
-cannot simply open a link: it fills the form and waits for the operations page.
+Dev-login is a same-origin form POST (``durable_ops.gateway.devlogin``): the page's own
+request context sends it, naming the page's origin as the sign-in page's form does, and
+the session cookie lands in the page's browser context. The form itself is tested in
+``test_dev_login_ui``; every other test starts on the page it tests.
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ from playwright.sync_api import Page
 
 
 def dev_sign_in(page: Page, base_url: str, user: str, then: str = "/operations") -> None:
-    """Sign in and land on ``then``, as a user who followed a link to it while signed out
-    (the form's ``next``): one page load fewer than signing in and then opening it."""
-    # Signed in already (cookies are shared by every port of a host), "/" would skip
-    # the form: start signed out, as the old link did by replacing the session.
-    page.context.clear_cookies()
-    page.goto(f"{base_url}/" if then == "/operations" else f"{base_url}/?next={then}")
-    page.get_by_label("User id").fill(user)
-    page.get_by_role("button", name="Sign in as this user").click()
-    page.wait_for_url(f"{base_url}{then}")
+    """Sign in as ``user`` and open ``then``. A session the browser held already is replaced
+    at once, as a sign-in on the form replaces it: no moment without one, when a tab open as
+    another user would be refused (401) and leave, rather than be told of the other user."""
+    signed_in = page.request.post(
+        f"{base_url}/auth/dev-login",
+        form={"user": user},
+        headers={"Origin": base_url, "Accept": "application/json"},
+        max_redirects=0,
+    )
+    assert signed_in.status == 303, signed_in.text()
+    page.goto(f"{base_url}{then}")
